@@ -1,0 +1,1 @@
+"""xDSL dialects of xmge: ``tensor`` (MegEngine operators), ``layout`` and ``kernel``."""

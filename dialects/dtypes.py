@@ -1,0 +1,156 @@
+"""The one mapping between MegEngine dtype names, numpy dtypes and xDSL element types.
+
+Quantized dtypes (``qint8(scale)`` and friends) are element types of their own that carry the
+quantization parameters; their storage is the matching plain integer numpy dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    Float16Type,
+    Float32Type,
+    FloatAttr,
+    IntAttr,
+    IntegerType,
+    Signedness,
+    StringAttr,
+    TensorType,
+    f64,
+)
+from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import irdl_attr_definition
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+
+@dataclass(frozen=True)
+class PlainDType:
+    """A dtype without quantization parameters."""
+
+    name: str  # MegEngine's spelling, e.g. "float32"
+    numpy: np.dtype
+    element: Attribute
+
+
+PLAIN_DTYPES: tuple[PlainDType, ...] = (
+    PlainDType("float32", np.dtype(np.float32), Float32Type()),
+    PlainDType("float16", np.dtype(np.float16), Float16Type()),
+    PlainDType("int32", np.dtype(np.int32), IntegerType(32)),
+    PlainDType("int16", np.dtype(np.int16), IntegerType(16)),
+    PlainDType("int8", np.dtype(np.int8), IntegerType(8)),
+    PlainDType("uint8", np.dtype(np.uint8), IntegerType(8, Signedness.UNSIGNED)),
+    PlainDType("uint16", np.dtype(np.uint16), IntegerType(16, Signedness.UNSIGNED)),
+    PlainDType("bool", np.dtype(np.bool_), IntegerType(1)),
+)
+
+# name -> storage numpy dtype; the quantized kinds MegEngine knows.
+QUANTIZED_STORAGE: dict[str, np.dtype] = {
+    "qint8": np.dtype(np.int8),
+    "qint32": np.dtype(np.int32),
+    "quint8": np.dtype(np.uint8),
+    "qint4": np.dtype(np.int8),
+    "quint4": np.dtype(np.uint8),
+    "qint16": np.dtype(np.int16),
+}
+
+_BY_NAME = {d.name: d for d in PLAIN_DTYPES}
+_BY_NUMPY = {d.numpy: d for d in PLAIN_DTYPES}
+_BY_ELEMENT = {d.element: d for d in PLAIN_DTYPES}
+
+
+class DTypeError(TypeError):
+    """A dtype that xmge does not support."""
+
+
+@irdl_attr_definition
+class QuantizedType(ParametrizedAttribute, TypeAttribute):
+    """``!mgb.quant<qint8, 0.05>`` or ``!mgb.quant<quint8, 0.05, 128>``."""
+
+    name = "mgb.quant"
+    kind: StringAttr
+    scale: FloatAttr
+    zero_point: IntAttr
+
+    def __init__(self, kind: str, scale: float, zero_point: int = 0):
+        super().__init__(StringAttr(kind), FloatAttr(float(scale), f64), IntAttr(int(zero_point)))
+
+    @property
+    def storage(self) -> np.dtype:
+        return QUANTIZED_STORAGE[self.kind.data]
+
+    @property
+    def dtype_name(self) -> str:
+        return self.kind.data
+
+    def verify(self) -> None:
+        if self.kind.data not in QUANTIZED_STORAGE:
+            raise VerifyException(
+                f"unknown quantized dtype {self.kind.data!r}; expected one of {sorted(QUANTIZED_STORAGE)}"
+            )
+        if not self.scale.value.data > 0:
+            raise VerifyException(f"quantized dtype {self.kind.data} needs a positive scale")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Attribute]:
+        with parser.in_angle_brackets():
+            kind = parser.parse_identifier()
+            parser.parse_punctuation(",")
+            scale = parser.parse_float()
+            zero_point = parser.parse_integer() if parser.parse_optional_punctuation(",") else 0
+        return [StringAttr(kind), FloatAttr(scale, f64), IntAttr(zero_point)]
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(f"{self.kind.data}, {self.scale.value.data!r}")
+            if self.zero_point.data:
+                printer.print_string(f", {self.zero_point.data}")
+
+
+def element_type(dtype: str | np.dtype | type | Attribute) -> Attribute:
+    """The xDSL element type for a dtype given by name, numpy dtype or element type."""
+    if isinstance(dtype, Attribute):
+        if dtype in _BY_ELEMENT or isinstance(dtype, QuantizedType):
+            return dtype
+        raise DTypeError(f"unsupported element type {dtype}")
+    if isinstance(dtype, str) and dtype in _BY_NAME:
+        return _BY_NAME[dtype].element
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError as exc:
+        raise DTypeError(f"unsupported dtype {dtype!r}") from exc
+    if np_dtype == np.float64:
+        np_dtype = np.dtype(np.float32)
+    elif np_dtype == np.int64:
+        np_dtype = np.dtype(np.int32)
+    if np_dtype not in _BY_NUMPY:
+        raise DTypeError(f"unsupported dtype {np_dtype}; xmge supports {[d.name for d in PLAIN_DTYPES]}")
+    return _BY_NUMPY[np_dtype].element
+
+
+def numpy_dtype(element: Attribute) -> np.dtype:
+    """The numpy dtype that stores values of an element type."""
+    if isinstance(element, QuantizedType):
+        return element.storage
+    if element not in _BY_ELEMENT:
+        raise DTypeError(f"unsupported element type {element}")
+    return _BY_ELEMENT[element].numpy
+
+
+def dtype_name(element: Attribute) -> str:
+    """MegEngine's name of an element type, e.g. ``float32`` or ``qint8``."""
+    if isinstance(element, QuantizedType):
+        return element.kind.data
+    return _BY_ELEMENT[element].name
+
+
+def tensor_type(shape: Sequence[int], dtype: str | np.dtype | Attribute) -> TensorType:
+    return TensorType(element_type(dtype), [int(s) for s in shape])
+
+
+def is_float(element: Attribute) -> bool:
+    return isinstance(element, Float32Type | Float16Type)

@@ -1,0 +1,79 @@
+"""MegEngine's operator enums, in MegEngine's numbering (the one place that numbering lives).
+
+Each enum is a ``StrEnum`` whose members are declared in MegEngine's order, so a member's number
+in the ``.mge`` format is its position: ``number(ElemwiseMode.ADD) == 16``. The string values are
+the lower-case names used in xmge's textual IR.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from xdsl.utils.str_enum import StrEnum
+
+
+def _make(name: str, members: str) -> type[StrEnum]:
+    names = members.split()
+    return StrEnum(name, [(n, n.lower()) for n in names])  # type: ignore[return-value]
+
+
+ElemwiseMode = _make(
+    "ElemwiseMode",
+    """RELU ABS ACOS ASIN CEIL COS EXP EXPM1 FLOOR LOG LOG1P NEGATE SIGMOID SIN TANH ABS_GRAD ADD
+    FLOOR_DIV MAX MIN MOD MUL POW SIGMOID_GRAD SUB SWITCH_GT0 TANH_GRAD TRUE_DIV LOG_SUM_EXP LT LEQ
+    EQ SHL SHR COND_LEQ_MOV FUSE_MUL_ADD3 FUSE_MUL_ADD4 FUSE_ADD_RELU FUSE_ADD_SIGMOID FUSE_ADD_TANH
+    FAST_TANH FAST_TANH_GRAD ROUND RMULH ATAN2 ERF ERFINV ERFC ERFCINV H_SWISH H_SWISH_GRAD
+    FUSE_ADD_H_SWISH NOT AND OR XOR SILU SILU_GRAD GELU GELU_GRAD COND_LT_MOV NEQ ISNAN ISINF SINH
+    COSH ASINH ACOSH ATANH TAN ASINH_GRAD ACOSH_GRAD ATANH_GRAD PRELU CLIP PRELU_GRAD SOFTPLUS
+    SOFTPLUS_GRAD RELU6 RELU6_GRAD HSIGMOID HSIGMOID_GRAD LOGSIGMOID SQRT SQUARE SIGN""",
+)
+ConvMode = _make("ConvMode", "CROSS_CORRELATION CONVOLUTION")
+ConvSparse = _make("ConvSparse", "DENSE GROUP")
+ComputeMode = _make("ComputeMode", "DEFAULT FLOAT32")
+NonlineMode = _make("NonlineMode", "IDENTITY RELU SIGMOID H_SWISH")
+Format = _make(
+    "Format",
+    """NCHW NHWC NHWCD4 NCHW4 NCHW8 NCHW32 NCHW88 NCHW44 NCHW44_DOT NCHW4_NCHW32 NCHW32_NCHW4
+    NCHW4_NCHW NHWC_NCHW NHWC_NCHW4_IC_SMALL NCHW_NCHW4_IC_SMALL CHWN4 NCHW64 NCHW4_NHWC""",
+)
+PoolingMode = _make("PoolingMode", "MAX AVERAGE AVERAGE_COUNT_EXCLUDE_PADDING")
+MatrixMulFormat = _make("MatrixMulFormat", "DEFAULT MK4 MK8 MK4_DOT N32K4_DOT")
+ReduceMode = _make("ReduceMode", "SUM SUM_SQR PRODUCT MIN MAX MEAN")
+ReduceDataType = _make(
+    "ReduceDataType", "DEFAULT FLOAT_IO16xC32 FLOAT_O32xC32 FLOAT_O16xC32 QUINT_I8xO32 QINT_I8xO32"
+)
+BNParamDim = _make("BNParamDim", "DIM_11HW DIM_1CHW DIM_1C11 DIM_111C")
+BNFwdMode = _make("BNFwdMode", "TRAINING INFERENCE")
+PaddingMode = _make("PaddingMode", "REPLICATE REFLECT CONSTANT")
+AxisMethod = _make("AxisMethod", "ADD_1 REMOVE")
+
+
+def number(member: Enum) -> int:
+    """MegEngine's number of an enum member."""
+    return list(type(member)).index(member)
+
+
+def from_number(enum: type[StrEnum], value: int) -> StrEnum:
+    """The member with MegEngine's number ``value``; a clear error when out of range."""
+    members = list(enum)
+    if not 0 <= value < len(members):
+        raise ValueError(f"{enum.__name__} has no member numbered {value} (0..{len(members) - 1})")
+    return members[value]
+
+
+ALL_ENUMS: tuple[type[StrEnum], ...] = (
+    ElemwiseMode,
+    ConvMode,
+    ConvSparse,
+    ComputeMode,
+    NonlineMode,
+    Format,
+    PoolingMode,
+    MatrixMulFormat,
+    ReduceMode,
+    ReduceDataType,
+    BNParamDim,
+    BNFwdMode,
+    PaddingMode,
+    AxisMethod,
+)

@@ -1,0 +1,1055 @@
+"""The ``mgb`` dialect: one op per MegEngine operator kind, over plain (NCHW) tensors.
+
+Every op is a :class:`MgbOp`. Its parameters are properties; :meth:`MgbOp.params` reads them as
+plain Python values (ints, tuples, floats, enum members) and :meth:`MgbOp.make` builds an op from
+such values, so the frontend, the reference interpreter and the ``.mge`` reader and writer all
+speak in the same parameter names. ``infer`` computes result types from operand types and
+parameters; the verifier, the tracer and the eager frontend share it, so a shape error reads the
+same everywhere.
+
+Textual form (one generic syntax for all ops; the elemwise mode is a leading keyword)::
+
+    %y = mgb.convolution %x, %w {padding = array<i64: 1, 1>} : (tensor<...>, tensor<...>) -> tensor<...>
+    %z = mgb.elemwise fuse_add_relu %y, %b : (...) -> tensor<...>
+    %w = mgb.const #mgb.weight<"9f0c..."> : tensor<8x3x3x3xf32>
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    ArrayAttr,
+    DenseArrayBase,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute, SSAValue, TypeAttribute
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.dialects.utils import EnumAttribute
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import ConstantLike, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from dialects import enums
+from dialects.dtypes import QuantizedType, dtype_name, is_float
+from dialects.weights import WeightAttr
+
+# ----------------------------------------------------------------------------------------------
+# Enum attributes (numbering lives in dialects.enums)
+
+
+@irdl_attr_definition
+class ElemwiseModeAttr(EnumAttribute[enums.ElemwiseMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.elemwise_mode"
+
+
+@irdl_attr_definition
+class ConvModeAttr(EnumAttribute[enums.ConvMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.conv_mode"
+
+
+@irdl_attr_definition
+class ConvSparseAttr(EnumAttribute[enums.ConvSparse], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.sparse"
+
+
+@irdl_attr_definition
+class ComputeModeAttr(EnumAttribute[enums.ComputeMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.compute_mode"
+
+
+@irdl_attr_definition
+class NonlineModeAttr(EnumAttribute[enums.NonlineMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.nonline"
+
+
+@irdl_attr_definition
+class FormatAttr(EnumAttribute[enums.Format], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.format"
+
+
+@irdl_attr_definition
+class PoolingModeAttr(EnumAttribute[enums.PoolingMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.pooling_mode"
+
+
+@irdl_attr_definition
+class MatrixMulFormatAttr(EnumAttribute[enums.MatrixMulFormat], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.matmul_format"
+
+
+@irdl_attr_definition
+class ReduceModeAttr(EnumAttribute[enums.ReduceMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.reduce_mode"
+
+
+@irdl_attr_definition
+class ReduceDataTypeAttr(EnumAttribute[enums.ReduceDataType], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.reduce_data_type"
+
+
+@irdl_attr_definition
+class BNParamDimAttr(EnumAttribute[enums.BNParamDim], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.bn_param_dim"
+
+
+@irdl_attr_definition
+class BNFwdModeAttr(EnumAttribute[enums.BNFwdMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.bn_fwd_mode"
+
+
+@irdl_attr_definition
+class PaddingModeAttr(EnumAttribute[enums.PaddingMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.padding_mode"
+
+
+@irdl_attr_definition
+class AxisMethodAttr(EnumAttribute[enums.AxisMethod], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.axis_method"
+
+
+ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
+    cls.enum_type: cls
+    for cls in (
+        ElemwiseModeAttr,
+        ConvModeAttr,
+        ConvSparseAttr,
+        ComputeModeAttr,
+        NonlineModeAttr,
+        FormatAttr,
+        PoolingModeAttr,
+        MatrixMulFormatAttr,
+        ReduceModeAttr,
+        ReduceDataTypeAttr,
+        BNParamDimAttr,
+        BNFwdModeAttr,
+        PaddingModeAttr,
+        AxisMethodAttr,
+    )
+}
+
+# ----------------------------------------------------------------------------------------------
+# Parameter values <-> attributes
+
+
+def to_attr(value: Any) -> Attribute:
+    """The property attribute for a Python parameter value."""
+    if isinstance(value, Attribute):
+        return value
+    if type(value) in ENUM_ATTRS:
+        return ENUM_ATTRS[type(value)](value)
+    if isinstance(value, bool):
+        return IntegerAttr(int(value), IntegerType(1))
+    if isinstance(value, int):
+        return IntegerAttr(value, i64)
+    if isinstance(value, float):
+        return FloatAttr(value, f64)
+    if isinstance(value, str):
+        return StringAttr(value)
+    if isinstance(value, tuple | list):
+        items = list(value)
+        if items and all(type(v) in ENUM_ATTRS for v in items):
+            return ArrayAttr([to_attr(v) for v in items])
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            return DenseArrayBase.from_list(i64, [int(v) for v in items])
+    raise TypeError(f"cannot store parameter value {value!r} as an attribute")
+
+
+def from_attr(attr: Attribute) -> Any:
+    """The Python parameter value of a property attribute (inverse of :func:`to_attr`)."""
+    if isinstance(attr, EnumAttribute):
+        return attr.data
+    if isinstance(attr, IntegerAttr):
+        value = attr.value.data
+        return bool(value) if attr.type == IntegerType(1) else value
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
+    if isinstance(attr, StringAttr):
+        return attr.data
+    if isinstance(attr, DenseArrayBase):
+        return tuple(int(v) for v in attr.get_values())
+    if isinstance(attr, ArrayAttr):
+        return tuple(from_attr(a) for a in attr.data)
+    return attr
+
+
+class ShapeInferenceError(ValueError):
+    """Operands that an op cannot accept; the message names the op and the problem."""
+
+    def __init__(self, op_name: str, message: str):
+        super().__init__(f"{op_name}: {message}")
+        self.op_name = op_name
+
+
+def _shape(t: Attribute) -> tuple[int, ...]:
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def _ints(v: Any, n: int, what: str, op: str) -> tuple[int, ...]:
+    vals = tuple(v) if isinstance(v, tuple | list) else (v,) * n
+    if len(vals) != n:
+        raise ShapeInferenceError(op, f"{what} needs {n} values, got {vals}")
+    return tuple(int(x) for x in vals)
+
+
+def broadcast_shapes(op: str, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """numpy broadcasting, with an error naming the op and the shapes."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out: list[int] = []
+    for i in range(ndim):
+        dims = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise ShapeInferenceError(
+                op, "shapes " + ", ".join(str(tuple(s)) for s in shapes) + " cannot be broadcast together"
+            )
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Base op
+
+
+class MgbOp(IRDLOperation):
+    """Shared construction, parameter access, shape inference, verification and syntax."""
+
+    KEYWORD: ClassVar[str | None] = None  # a property printed as a bare leading keyword
+    IGNORED_PROPS: ClassVar[tuple[str, ...]] = ("operandSegmentSizes",)
+
+    # -- construction -----------------------------------------------------------------------------
+    @classmethod
+    def make(
+        cls,
+        operands: Sequence[SSAValue | None],
+        result_types: Sequence[Attribute] | None = None,
+        **params: Any,
+    ) -> MgbOp:
+        """Build from operand values and Python parameters; result types default to ``infer``."""
+        props = {k: to_attr(v) for k, v in params.items() if v is not None}
+        if result_types is None:
+            present = [o.type for o in operands if o is not None]
+            result_types = cls.infer(present, **cls.params_with_defaults(props))
+        return cls._create(list(operands), list(result_types), props)
+
+    @classmethod
+    def _create(
+        cls, operands: list[SSAValue | None], result_types: list[Attribute], props: dict[str, Attribute]
+    ) -> MgbOp:
+        return cls.create(
+            operands=[o for o in operands if o is not None], result_types=result_types, properties=props
+        )
+
+    @classmethod
+    def params_with_defaults(cls, props: dict[str, Attribute]) -> dict[str, Any]:
+        """Python parameter values for ``props``, with the op's defaults filled in."""
+        full: dict[str, Attribute] = {}
+        for name, prop_def in cls.get_irdl_definition().properties.items():
+            default = getattr(prop_def, "default_value", None)
+            if default is not None:
+                full[name] = default
+        full.update(props)
+        return {k: from_attr(v) for k, v in full.items() if k not in cls.IGNORED_PROPS}
+
+    def params(self) -> dict[str, Any]:
+        """The op's properties as Python values (defaults included)."""
+        return {
+            k: from_attr(v) for k, v in self.properties.items() if k not in self.IGNORED_PROPS
+        }
+
+    # -- shape inference -----------------------------------------------------------------------
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        """Result types for these operand types and parameters; ``ShapeInferenceError`` if invalid."""
+        raise NotImplementedError
+
+    def verify_(self) -> None:
+        for t in (*self.operand_types, *self.result_types):
+            if not isinstance(t, TensorType):
+                raise VerifyException(f"{self.name}: operands and results must be tensors, got {t}")
+        try:
+            expected = self.infer(list(self.operand_types), **self.params())
+        except NotImplementedError:
+            return
+        except ShapeInferenceError as exc:
+            raise VerifyException(str(exc)) from exc
+        got = list(self.result_types)
+        if expected != got:
+            raise VerifyException(
+                f"{self.name}: result types {', '.join(map(str, got))} do not match the inferred "
+                f"{', '.join(map(str, expected))}"
+            )
+
+    # -- syntax ---------------------------------------------------------------------------------
+    def print(self, printer: Printer) -> None:
+        props = dict(self.properties)
+        for name in self.IGNORED_PROPS:
+            props.pop(name, None)
+        if self.KEYWORD is not None:
+            keyword = props.pop(self.KEYWORD)
+            assert isinstance(keyword, EnumAttribute)
+            printer.print_string(f" {keyword.data.value}")
+        op_def = self.get_irdl_definition()
+        for name, prop_def in op_def.properties.items():
+            if name in props and getattr(prop_def, "default_value", None) == props[name]:
+                del props[name]
+        if self.operands:
+            printer.print_string(" ")
+            printer.print_list(self.operands, printer.print_operand)
+        if props or self.attributes:
+            printer.print_string(" ")
+            printer.print_attr_dict({**props, **self.attributes})
+        printer.print_string(" : ")
+        printer.print_function_type(self.operand_types, self.result_types)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> MgbOp:
+        props: dict[str, Attribute] = {}
+        if cls.KEYWORD is not None:
+            enum_attr = ENUM_ATTR_OF_PROP[(cls.name, cls.KEYWORD)]
+            props[cls.KEYWORD] = enum_attr(parser.parse_str_enum(enum_attr.enum_type))
+        pos = parser.pos
+        unresolved = []
+        first = parser.parse_optional_unresolved_operand()
+        if first is not None:
+            unresolved.append(first)
+            while parser.parse_optional_punctuation(","):
+                unresolved.append(parser.parse_unresolved_operand())
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        fn_type = parser.parse_function_type()
+        operands = parser.resolve_operands(unresolved, fn_type.inputs.data, pos)
+        declared = cls.get_irdl_definition().properties
+        for k in list(attrs):
+            if k in declared:
+                props[k] = attrs.pop(k)
+        op = cls._create(list(operands), list(fn_type.outputs.data), props)
+        op.attributes.update(attrs)
+        return op
+
+
+def _type(t: Attribute) -> TensorType:
+    if not isinstance(t, TensorType):
+        raise ShapeInferenceError("mgb", f"expected a tensor type, got {t}")
+    return t
+
+
+def _same_dtype(op: str, types: Iterable[TensorType], what: str = "operands") -> Attribute:
+    elems = {t.element_type for t in types}
+    if len(elems) > 1:
+        raise ShapeInferenceError(op, f"{what} have different dtypes: {', '.join(map(str, elems))}")
+    return elems.pop()
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops
+
+
+@irdl_op_definition
+class ConstOp(MgbOp):
+    """ImmutableTensor / SharedDeviceTensor: a weight or constant."""
+
+    name = "mgb.const"
+    value = prop_def(WeightAttr)
+    output = result_def(TensorType)
+    traits = traits_def(Pure(), ConstantLike())
+
+    @classmethod
+    def from_numpy(cls, array: Any, element_type: Attribute | None = None) -> ConstOp:
+        import numpy as np
+
+        from dialects.dtypes import element_type as to_element
+
+        arr = np.asarray(array)
+        elem = element_type or to_element(arr.dtype)
+        from dialects.dtypes import numpy_dtype
+
+        data = np.ascontiguousarray(arr, dtype=numpy_dtype(elem))
+        op = cls.create(
+            result_types=[TensorType(elem, list(arr.shape))],
+            properties={"value": WeightAttr.from_numpy(data)},
+        )
+        return op
+
+    def numpy(self) -> Any:
+        from dialects.dtypes import numpy_dtype
+
+        t = _type(self.output.type)
+        what = f"mgb.const {self.output.name_hint or ''}".strip()
+        return self.value.to_numpy(numpy_dtype(t.element_type), tuple(t.get_shape()), what)
+
+    def verify_(self) -> None:
+        import numpy as np
+
+        from dialects.dtypes import numpy_dtype
+
+        t = _type(self.output.type)
+        if self.value.is_elided:
+            return
+        want = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+        have = len(self.value.data.data)
+        if want != have:
+            raise VerifyException(f"mgb.const: {t} needs {want} bytes of data, the weight holds {have}")
+        del np
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_attribute(self.value)
+        if self.attributes:
+            printer.print_string(" ")
+            printer.print_attr_dict(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.output.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ConstOp:
+        value = parser.parse_attribute()
+        if not isinstance(value, WeightAttr):
+            parser.raise_error("mgb.const expects a #mgb.weight<...> value")
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        t = parser.parse_type()
+        op = cls.create(result_types=[t], properties={"value": value})
+        op.attributes.update(attrs)
+        return op
+
+
+def _conv_output(
+    op: str,
+    src: TensorType,
+    filt: TensorType,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    sparse: Any,
+    fmt: Any,
+) -> tuple[int, ...]:
+    if fmt != enums.Format.NCHW:
+        raise NotImplementedError
+    s, f = _shape(src), _shape(filt)
+    if len(s) != 4:
+        raise ShapeInferenceError(op, f"input must be 4-D NCHW, got shape {s}")
+    if sparse == enums.ConvSparse.GROUP:
+        if len(f) != 5:
+            raise ShapeInferenceError(op, f"group convolution needs a 5-D weight (G, OC/G, IC/G, FH, FW), got {f}")
+        groups, ocpg, icpg, fh, fw = f
+        oc = groups * ocpg
+    else:
+        if len(f) != 4:
+            raise ShapeInferenceError(op, f"weight must be 4-D (OC, IC, FH, FW), got shape {f}")
+        groups, (oc, icpg, fh, fw) = 1, f
+    if s[1] != icpg * groups:
+        raise ShapeInferenceError(
+            op,
+            f"input has {s[1]} channels (shape {s}) but the weight {f} expects {icpg * groups}"
+            + (f" ({groups} groups of {icpg})" if groups > 1 else ""),
+        )
+    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise ShapeInferenceError(op, f"invalid stride {stride}, dilation {dilation} or padding {padding}")
+    out_hw = []
+    for i, k in enumerate((fh, fw)):
+        extent = s[2 + i] + 2 * padding[i] - dilation[i] * (k - 1) - 1
+        if extent < 0:
+            raise ShapeInferenceError(
+                op, f"kernel {fh}x{fw} (dilation {dilation}) is larger than the padded input {s[2:]}"
+            )
+        out_hw.append(extent // stride[i] + 1)
+    return (s[0], oc, out_hw[0], out_hw[1])
+
+
+class _ConvBase(MgbOp):
+    @classmethod
+    def _conv_params(cls, params: dict[str, Any]) -> tuple[tuple[int, ...], ...]:
+        return (
+            _ints(params.get("stride", 1), 2, "stride", cls.name),
+            _ints(params.get("padding", 0), 2, "padding", cls.name),
+            _ints(params.get("dilation", 1), 2, "dilation", cls.name),
+        )
+
+
+_I64_PAIR_ONE = DenseArrayBase.from_list(i64, [1, 1])
+_I64_PAIR_ZERO = DenseArrayBase.from_list(i64, [0, 0])
+_I64Array = DenseArrayBase.constr(I64)
+
+
+@irdl_op_definition
+class ConvolutionOp(_ConvBase):
+    name = "mgb.convolution"
+    src = operand_def(TensorType)
+    filter = operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    sparse = prop_def(ConvSparseAttr, default_value=ConvSparseAttr(enums.ConvSparse.DENSE))
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, filt = (_type(t) for t in operand_types)
+        stride, padding, dilation = cls._conv_params(params)
+        shape = _conv_output(
+            cls.name, src, filt, stride, padding, dilation, params.get("sparse"), params.get("format")
+        )
+        elem = _same_dtype(cls.name, (src, filt)) if is_float(src.element_type) else src.element_type
+        return [TensorType(elem, list(shape))]
+
+
+@irdl_op_definition
+class ConvBiasOp(_ConvBase):
+    """Convolution + bias (+ z) + nonlinearity, as MegEngine's ConvBias."""
+
+    name = "mgb.conv_bias"
+    src = operand_def(TensorType)
+    filter = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    z = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    sparse = prop_def(ConvSparseAttr, default_value=ConvSparseAttr(enums.ConvSparse.DENSE))
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
+    nonline_mode = prop_def(NonlineModeAttr, default_value=NonlineModeAttr(enums.NonlineMode.IDENTITY))
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def _create(
+        cls, operands: list[SSAValue | None], result_types: list[Attribute], props: dict[str, Attribute]
+    ) -> MgbOp:
+        present = [o for o in operands if o is not None]
+        if len(present) < 2 or len(present) > 4:
+            raise VerifyException(f"mgb.conv_bias takes 2 to 4 operands (src, filter, bias, z), got {len(present)}")
+        sizes = [1, 1, int(len(present) > 2), int(len(present) > 3)]
+        props = {**props, "operandSegmentSizes": DenseArrayBase.from_list(IntegerType(32), sizes)}
+        return cls.create(operands=present, result_types=result_types, properties=props)
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        types = [_type(t) for t in operand_types]
+        src, filt = types[0], types[1]
+        stride, padding, dilation = cls._conv_params(params)
+        shape = _conv_output(
+            cls.name, src, filt, stride, padding, dilation, params.get("sparse"), params.get("format")
+        )
+        if len(types) > 2:
+            b = _shape(types[2])
+            if b not in ((1, shape[1], 1, 1), ()) and math.prod(b) not in (1,):
+                broadcast_shapes(cls.name, [shape, b])
+        if len(types) > 3 and _shape(types[3]) != shape:
+            raise ShapeInferenceError(cls.name, f"z has shape {_shape(types[3])}, the output is {shape}")
+        elem = src.element_type if is_float(src.element_type) else src.element_type
+        return [TensorType(elem, list(shape))]
+
+    def verify_(self) -> None:
+        super().verify_()
+
+
+# Arity of each elemwise mode (MegEngine's); modes absent here are unary.
+_BINARY = {
+    "ABS_GRAD ADD FLOOR_DIV MAX MIN MOD MUL POW SIGMOID_GRAD SUB SWITCH_GT0 TANH_GRAD TRUE_DIV "
+    "LOG_SUM_EXP LT LEQ EQ SHL SHR FUSE_ADD_RELU FUSE_ADD_SIGMOID FUSE_ADD_TANH FAST_TANH_GRAD RMULH "
+    "ATAN2 H_SWISH_GRAD FUSE_ADD_H_SWISH AND OR XOR SILU_GRAD GELU_GRAD NEQ ASINH_GRAD ACOSH_GRAD "
+    "ATANH_GRAD PRELU SOFTPLUS_GRAD RELU6_GRAD HSIGMOID_GRAD"
+}
+_TERNARY = {"COND_LEQ_MOV FUSE_MUL_ADD3 COND_LT_MOV CLIP PRELU_GRAD"}
+ELEMWISE_ARITY: dict[Any, int] = {m: 1 for m in enums.ElemwiseMode}
+ELEMWISE_ARITY.update({enums.ElemwiseMode[n]: 2 for n in " ".join(_BINARY).split()})
+ELEMWISE_ARITY.update({enums.ElemwiseMode[n]: 3 for n in " ".join(_TERNARY).split()})
+ELEMWISE_ARITY[enums.ElemwiseMode.FUSE_MUL_ADD4] = 4
+ELEMWISE_BOOL_RESULT = {
+    enums.ElemwiseMode[n] for n in "LT LEQ EQ NEQ ISNAN ISINF".split()
+}
+
+
+@irdl_op_definition
+class ElemwiseOp(MgbOp):
+    name = "mgb.elemwise"
+    KEYWORD: ClassVar[str | None] = "mode"
+    mode = prop_def(ElemwiseModeAttr)
+    inputs = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        mode = params["mode"]
+        types = [_type(t) for t in operand_types]
+        op = f"{cls.name} {mode.value}"
+        if len(types) != ELEMWISE_ARITY[mode]:
+            raise ShapeInferenceError(op, f"takes {ELEMWISE_ARITY[mode]} inputs, got {len(types)}")
+        elem = _same_dtype(op, types, "inputs")
+        shape = broadcast_shapes(op, [_shape(t) for t in types])
+        if mode in ELEMWISE_BOOL_RESULT:
+            elem = IntegerType(1)
+        return [TensorType(elem, list(shape))]
+
+
+def _pool_out(op: str, size: int, window: int, stride: int, pad: int) -> int:
+    extent = size + 2 * pad - window
+    if extent < 0:
+        raise ShapeInferenceError(op, f"window {window} is larger than the padded input {size}+2*{pad}")
+    return extent // stride + 1
+
+
+@irdl_op_definition
+class PoolingOp(MgbOp):
+    name = "mgb.pooling"
+    KEYWORD: ClassVar[str | None] = "mode"
+    mode = prop_def(PoolingModeAttr)
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    window = prop_def(_I64Array)
+    stride = prop_def(_I64Array)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            raise NotImplementedError
+        s = _shape(src)
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+        window = _ints(params["window"], 2, "window", cls.name)
+        stride = _ints(params["stride"], 2, "stride", cls.name)
+        padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
+        if min(window) < 1 or min(stride) < 1 or min(padding) < 0:
+            raise ShapeInferenceError(cls.name, f"invalid window {window}, stride {stride} or padding {padding}")
+        if padding[0] >= window[0] or padding[1] >= window[1]:
+            raise ShapeInferenceError(cls.name, f"padding {padding} must be smaller than the window {window}")
+        oh = _pool_out(cls.name, s[2], window[0], stride[0], padding[0])
+        ow = _pool_out(cls.name, s[3], window[1], stride[1], padding[1])
+        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+
+
+@irdl_op_definition
+class AdaptivePoolingOp(MgbOp):
+    name = "mgb.adaptive_pooling"
+    KEYWORD: ClassVar[str | None] = "mode"
+    mode = prop_def(PoolingModeAttr)
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    out_shape = prop_def(_I64Array)
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s = _shape(src)
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+        oh, ow = _ints(params["out_shape"], 2, "out_shape", cls.name)
+        if oh < 1 or ow < 1:
+            raise ShapeInferenceError(cls.name, f"invalid output size {(oh, ow)}")
+        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+
+
+_FALSE = IntegerAttr(0, IntegerType(1))
+
+
+class _MatMulBase(MgbOp):
+    BATCHED: ClassVar[bool] = False
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        a, b = (_type(t) for t in operand_types)
+        sa, sb = _shape(a), _shape(b)
+        nd = 3 if cls.BATCHED else 2
+        if len(sa) != nd or len(sb) != nd:
+            raise ShapeInferenceError(cls.name, f"operands must be {nd}-D, got shapes {sa} and {sb}")
+        if params.get("transpose_a"):
+            sa = (*sa[:-2], sa[-1], sa[-2])
+        if params.get("transpose_b"):
+            sb = (*sb[:-2], sb[-1], sb[-2])
+        if sa[-1] != sb[-2]:
+            raise ShapeInferenceError(
+                cls.name, f"inner dimensions differ: {sa} @ {sb} (after transposes) needs {sa[-1]} == {sb[-2]}"
+            )
+        if cls.BATCHED and sa[0] != sb[0]:
+            raise ShapeInferenceError(cls.name, f"batch sizes differ: {sa[0]} and {sb[0]}")
+        if is_float(a.element_type):
+            elem = _same_dtype(cls.name, (a, b))
+        else:
+            elem = IntegerType(32)
+        return [TensorType(elem, [*sa[:-1], sb[-1]])]
+
+
+@irdl_op_definition
+class MatrixMulOp(_MatMulBase):
+    name = "mgb.matrix_mul"
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    output = result_def(TensorType)
+    transpose_a = prop_def(IntegerAttr, default_value=_FALSE)
+    transpose_b = prop_def(IntegerAttr, default_value=_FALSE)
+    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
+    format = prop_def(MatrixMulFormatAttr, default_value=MatrixMulFormatAttr(enums.MatrixMulFormat.DEFAULT))
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class BatchedMatrixMulOp(_MatMulBase):
+    name = "mgb.batched_matrix_mul"
+    BATCHED: ClassVar[bool] = True
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    output = result_def(TensorType)
+    transpose_a = prop_def(IntegerAttr, default_value=_FALSE)
+    transpose_b = prop_def(IntegerAttr, default_value=_FALSE)
+    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
+    format = prop_def(MatrixMulFormatAttr, default_value=MatrixMulFormatAttr(enums.MatrixMulFormat.DEFAULT))
+    traits = traits_def(Pure())
+
+
+@irdl_op_definition
+class ReshapeOp(MgbOp):
+    """Reshape to the (static) result shape."""
+
+    name = "mgb.reshape"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        src, out = _type(self.src.type), _type(self.output.type)
+        if math.prod(_shape(src)) != math.prod(_shape(out)):
+            raise VerifyException(f"mgb.reshape: cannot reshape {_shape(src)} into {_shape(out)}")
+        if src.element_type != out.element_type:
+            raise VerifyException("mgb.reshape: result dtype must equal the input dtype")
+
+
+@irdl_op_definition
+class BroadcastOp(MgbOp):
+    """Broadcast to the (static) result shape."""
+
+    name = "mgb.broadcast"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        src, out = _shape(self.src.type), _shape(self.output.type)
+        try:
+            if broadcast_shapes(self.name, [src, out]) != out:
+                raise ShapeInferenceError(self.name, "")
+        except ShapeInferenceError:
+            raise VerifyException(f"mgb.broadcast: cannot broadcast {src} to {out}") from None
+        if _type(self.src.type).element_type != _type(self.output.type).element_type:
+            raise VerifyException("mgb.broadcast: result dtype must equal the input dtype")
+
+
+@irdl_op_definition
+class DimshuffleOp(MgbOp):
+    """Transpose; a pattern entry of -1 inserts a new axis of size 1."""
+
+    name = "mgb.dimshuffle"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    pattern = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s = _shape(src)
+        pattern = tuple(params["pattern"])
+        used = [p for p in pattern if p != -1]
+        if sorted(used) != list(range(len(s))):
+            raise ShapeInferenceError(cls.name, f"pattern {pattern} is not a permutation of the {len(s)} input axes")
+        return [TensorType(src.element_type, [1 if p == -1 else s[p] for p in pattern])]
+
+
+@irdl_op_definition
+class AxisAddRemoveOp(MgbOp):
+    """Add (size-1) or remove axes, applied in order: ``methods[i]`` at ``axes[i]``."""
+
+    name = "mgb.axis_add_remove"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    methods = prop_def(ArrayAttr)
+    axes = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        shape = list(_shape(src))
+        methods, axes = tuple(params["methods"]), tuple(params["axes"])
+        if len(methods) != len(axes):
+            raise ShapeInferenceError(cls.name, "methods and axes must have the same length")
+        for m, a in zip(methods, axes, strict=True):
+            if m == enums.AxisMethod.ADD_1:
+                if not 0 <= a <= len(shape):
+                    raise ShapeInferenceError(cls.name, f"cannot add axis {a} to shape {tuple(shape)}")
+                shape.insert(a, 1)
+            else:
+                if not 0 <= a < len(shape) or shape[a] != 1:
+                    raise ShapeInferenceError(cls.name, f"cannot remove axis {a} of shape {tuple(shape)}")
+                del shape[a]
+        return [TensorType(src.element_type, shape)]
+
+
+@irdl_op_definition
+class ConcatOp(MgbOp):
+    name = "mgb.concat"
+    inputs = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        types = [_type(t) for t in operand_types]
+        if not types:
+            raise ShapeInferenceError(cls.name, "needs at least one input")
+        axis = params["axis"]
+        shapes = [_shape(t) for t in types]
+        nd = len(shapes[0])
+        if not 0 <= axis < nd:
+            raise ShapeInferenceError(cls.name, f"axis {axis} out of range for {nd}-D inputs")
+        for s in shapes:
+            if len(s) != nd or any(s[i] != shapes[0][i] for i in range(nd) if i != axis):
+                raise ShapeInferenceError(
+                    cls.name, f"input shapes {', '.join(map(str, shapes))} differ outside axis {axis}"
+                )
+        elem = _same_dtype(cls.name, types, "inputs")
+        out = list(shapes[0])
+        out[axis] = sum(s[axis] for s in shapes)
+        return [TensorType(elem, out)]
+
+
+@irdl_op_definition
+class SplitOp(MgbOp):
+    name = "mgb.split"
+    src = operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    sizes = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s, axis, sizes = _shape(src), params["axis"], tuple(params["sizes"])
+        if not 0 <= axis < len(s):
+            raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {s}")
+        if sum(sizes) != s[axis] or min(sizes, default=0) < 0:
+            raise ShapeInferenceError(cls.name, f"sizes {sizes} do not add up to dimension {s[axis]} of {s}")
+        return [TensorType(src.element_type, [*s[:axis], n, *s[axis + 1 :]]) for n in sizes]
+
+
+@irdl_op_definition
+class SubtensorOp(MgbOp):
+    """Static slicing: for each ``axes[i]``, ``starts[i]:stops[i]:steps[i]``; ``drop[i]`` = 1 removes
+    that axis (an integer index, taken as a length-1 slice)."""
+
+    name = "mgb.subtensor"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    axes = prop_def(_I64Array)
+    starts = prop_def(_I64Array)
+    stops = prop_def(_I64Array)
+    steps = prop_def(_I64Array)
+    drop = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        shape = list(_shape(src))
+        keys = ("axes", "starts", "stops", "steps", "drop")
+        items = list(zip(*(params[k] for k in keys), strict=True))
+        if any(len(params[k]) != len(items) for k in keys):
+            raise ShapeInferenceError(cls.name, "axes, starts, stops, steps and drop must have equal lengths")
+        dropped = []
+        for axis, start, stop, step, drop in items:
+            if not 0 <= axis < len(shape):
+                raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {_shape(src)}")
+            if step == 0:
+                raise ShapeInferenceError(cls.name, "slice step cannot be zero")
+            n = len(range(*slice(start, stop, step).indices(shape[axis])))
+            if drop:
+                if n != 1:
+                    raise ShapeInferenceError(cls.name, f"index {start} out of range for axis {axis} of size {shape[axis]}")
+                dropped.append(axis)
+            shape[axis] = n
+        out = [d for i, d in enumerate(shape) if i not in dropped]
+        return [TensorType(src.element_type, out)]
+
+
+@irdl_op_definition
+class ReduceOp(MgbOp):
+    """Reduce along ``axis``, keeping it with size 1 (MegEngine's Reduce)."""
+
+    name = "mgb.reduce"
+    KEYWORD: ClassVar[str | None] = "mode"
+    mode = prop_def(ReduceModeAttr)
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    data_type = prop_def(ReduceDataTypeAttr, default_value=ReduceDataTypeAttr(enums.ReduceDataType.DEFAULT))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s, axis = list(_shape(src)), params["axis"]
+        if not 0 <= axis < len(s):
+            raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {tuple(s)}")
+        s[axis] = 1
+        return [TensorType(src.element_type, s)]
+
+
+@irdl_op_definition
+class TypeCvtOp(MgbOp):
+    name = "mgb.typecvt"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        if _shape(self.src.type) != _shape(self.output.type):
+            raise VerifyException("mgb.typecvt: result shape must equal the input shape")
+
+
+@irdl_op_definition
+class SoftmaxOp(MgbOp):
+    name = "mgb.softmax"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        if not is_float(src.element_type):
+            raise ShapeInferenceError(cls.name, f"needs a float input, got {dtype_name(src.element_type)}")
+        if not 0 <= params["axis"] < len(_shape(src)):
+            raise ShapeInferenceError(cls.name, f"axis {params['axis']} out of range for shape {_shape(src)}")
+        return [src]
+
+
+@irdl_op_definition
+class BatchNormOp(MgbOp):
+    """Inference-mode batch normalisation over (x, weight, bias, mean, variance)."""
+
+    name = "mgb.batch_norm"
+    src = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    variance = operand_def(TensorType)
+    output = result_def(TensorType)
+    epsilon = prop_def(FloatAttr, default_value=FloatAttr(1e-5, f64))
+    param_dim = prop_def(BNParamDimAttr, default_value=BNParamDimAttr(enums.BNParamDim.DIM_1C11))
+    fwd_mode = prop_def(BNFwdModeAttr, default_value=BNFwdModeAttr(enums.BNFwdMode.INFERENCE))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        types = [_type(t) for t in operand_types]
+        s = _shape(types[0])
+        if len(s) < 2:
+            raise ShapeInferenceError(cls.name, f"input must have a channel axis, got shape {s}")
+        want = (1, s[1]) + (1,) * (len(s) - 2)
+        for what, t in zip(("weight", "bias", "running_mean", "running_var"), types[1:], strict=True):
+            if math.prod(_shape(t)) != s[1]:
+                raise ShapeInferenceError(cls.name, f"{what} has shape {_shape(t)}, expected {want} for {s[1]} channels")
+        return [types[0]]
+
+
+@irdl_op_definition
+class PaddingOp(MgbOp):
+    name = "mgb.padding"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    front = prop_def(_I64Array)
+    back = prop_def(_I64Array)
+    value = prop_def(FloatAttr, default_value=FloatAttr(0.0, f64))
+    mode = prop_def(PaddingModeAttr, default_value=PaddingModeAttr(enums.PaddingMode.CONSTANT))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s = _shape(src)
+        front, back = tuple(params["front"]), tuple(params["back"])
+        if len(front) != len(s) or len(back) != len(s):
+            raise ShapeInferenceError(cls.name, f"front/back offsets need {len(s)} values each")
+        if min(front + back, default=0) < 0:
+            raise ShapeInferenceError(cls.name, f"negative padding {front} / {back}")
+        return [TensorType(src.element_type, [d + f + b for d, f, b in zip(s, front, back, strict=True)])]
+
+
+# (op name, keyword property) -> the enum attribute class printed as that keyword
+ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
+    ("mgb.elemwise", "mode"): ElemwiseModeAttr,
+    ("mgb.pooling", "mode"): PoolingModeAttr,
+    ("mgb.adaptive_pooling", "mode"): PoolingModeAttr,
+    ("mgb.reduce", "mode"): ReduceModeAttr,
+}
+
+TENSOR_OPS: tuple[type[MgbOp], ...] = (
+    ConstOp,
+    ConvolutionOp,
+    ConvBiasOp,
+    ElemwiseOp,
+    PoolingOp,
+    AdaptivePoolingOp,
+    MatrixMulOp,
+    BatchedMatrixMulOp,
+    ReshapeOp,
+    BroadcastOp,
+    DimshuffleOp,
+    AxisAddRemoveOp,
+    ConcatOp,
+    SplitOp,
+    SubtensorOp,
+    ReduceOp,
+    TypeCvtOp,
+    SoftmaxOp,
+    BatchNormOp,
+    PaddingOp,
+)
+
+Mgb = Dialect(
+    "mgb",
+    list(TENSOR_OPS),
+    [*ENUM_ATTRS.values(), WeightAttr, QuantizedType],
+)
+
+__all__ = [op.__name__ for op in TENSOR_OPS] + ["Mgb", "MgbOp", "ShapeInferenceError", "TypeAttribute"]
