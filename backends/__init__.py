@@ -1,0 +1,1 @@
+"""Backends: ``reference`` (numpy interpreter), ``mge`` (.mge reader and writer), ``c``, ``cuda``."""

@@ -1,0 +1,6 @@
+"""The numpy reference interpreter of the tensor (and layout) dialects."""
+
+from backends.reference.interpreter import run_function, run_module
+from backends.reference.kernels import KERNELS, ResultSpec, run_op
+
+__all__ = ["KERNELS", "ResultSpec", "run_function", "run_module", "run_op"]

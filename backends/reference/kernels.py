@@ -1,0 +1,450 @@
+"""Reference kernels: the single definition of each ``mgb`` op's semantics, in numpy.
+
+A kernel takes the operand arrays, the result specs (shape and numpy dtype of every result) and the
+op's parameters as Python values (see ``MgbOp.params``), and returns the result arrays. The eager
+frontend, the tracer's replay, the interpreter and every test of a pass or a generated kernel run
+through these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dialects import enums
+from dialects import tensor as T
+
+E = enums.ElemwiseMode
+
+
+@dataclass(frozen=True)
+class ResultSpec:
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+Kernel = Callable[..., list[np.ndarray]]
+KERNELS: dict[type[T.MgbOp], Kernel] = {}
+
+
+def kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
+        KERNELS[op] = fn
+        return fn
+
+    return register
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution
+
+
+def _pad_nchw(x: np.ndarray, ph: int, pw: int, value: float = 0.0) -> np.ndarray:
+    if ph == 0 and pw == 0:
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def _windows(x: np.ndarray, fh: int, fw: int, stride: Sequence[int], dilation: Sequence[int]) -> np.ndarray:
+    """(N, C, OH, OW, FH, FW) strided view of the windows of a padded NCHW input."""
+    n, c, h, w = x.shape
+    oh = (h - dilation[0] * (fh - 1) - 1) // stride[0] + 1
+    ow = (w - dilation[1] * (fw - 1) - 1) // stride[1] + 1
+    sn, sc, sh, sw = x.strides
+    return np.lib.stride_tricks.as_strided(
+        x,
+        shape=(n, c, oh, ow, fh, fw),
+        strides=(sn, sc, sh * stride[0], sw * stride[1], sh * dilation[0], sw * dilation[1]),
+        writeable=False,
+    )
+
+
+def conv2d_nchw(
+    x: np.ndarray,
+    w: np.ndarray,
+    *,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    sparse: Any,
+    mode: Any = enums.ConvMode.CROSS_CORRELATION,
+    acc_dtype: np.dtype | None = None,
+) -> np.ndarray:
+    """NCHW convolution; ``w`` is (OC, IC, FH, FW) or, with sparse=GROUP, (G, OC/G, IC/G, FH, FW)."""
+    if sparse == enums.ConvSparse.GROUP:
+        groups = w.shape[0]
+        w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:])
+    else:
+        groups = 1
+    if mode == enums.ConvMode.CONVOLUTION:
+        w = w[..., ::-1, ::-1]
+    acc = acc_dtype or (np.float32 if x.dtype.kind == "f" else np.int32)
+    oc, icpg, fh, fw = w.shape
+    xp = _pad_nchw(x.astype(acc, copy=False), padding[0], padding[1])
+    win = _windows(xp, fh, fw, stride, dilation)  # N, C, OH, OW, FH, FW
+    n, _, oh, ow = win.shape[:4]
+    ocpg = oc // groups
+    out = np.empty((n, oc, oh, ow), dtype=acc)
+    wa = w.astype(acc, copy=False)
+    for g in range(groups):
+        wg = wa[g * ocpg : (g + 1) * ocpg].reshape(ocpg, icpg * fh * fw)
+        cols = win[:, g * icpg : (g + 1) * icpg].transpose(0, 2, 3, 1, 4, 5).reshape(n, oh * ow, icpg * fh * fw)
+        out[:, g * ocpg : (g + 1) * ocpg] = (cols @ wg.T).transpose(0, 2, 1).reshape(n, ocpg, oh, ow)
+    return out
+
+
+@kernel(T.ConvolutionOp)
+def convolution(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    _require_nchw("mgb.convolution", p)
+    x, w = args
+    y = conv2d_nchw(x, w, **_conv_kwargs(p))
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+NONLINEARITY: dict[Any, Callable[[np.ndarray], np.ndarray]] = {}
+
+
+@kernel(T.ConvBiasOp)
+def conv_bias(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    _require_nchw("mgb.conv_bias", p)
+    x, w, *rest = args
+    y = conv2d_nchw(x, w, **_conv_kwargs(p))
+    for extra in rest:
+        y = y + extra.astype(y.dtype, copy=False)
+    y = NONLINEARITY[p["nonline_mode"]](y)
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+def _conv_kwargs(p: dict[str, Any]) -> dict[str, Any]:
+    return {k: p[k] for k in ("stride", "padding", "dilation", "sparse", "mode")}
+
+
+def _require_nchw(op: str, p: dict[str, Any]) -> None:
+    if p.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+        raise NotImplementedError(f"{op}: the reference kernel runs NCHW only, got format {p['format'].name}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (1 / (1 + np.exp(-x))).astype(x.dtype, copy=False)
+
+
+def _hswish(x: np.ndarray) -> np.ndarray:
+    return x * np.clip(x + 3, 0, 6) / 6
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    import math as _m
+
+    erf = np.vectorize(_m.erf, otypes=[np.float64])
+    return (0.5 * x * (1.0 + erf(x.astype(np.float64) / np.sqrt(2.0)))).astype(x.dtype)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.floor_divide(a, b)
+
+
+def _true_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.true_divide(a, b)
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(x)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.power(a, b)
+
+
+ELEMWISE: dict[Any, Callable[..., np.ndarray]] = {
+    E.RELU: _relu,
+    E.ABS: np.abs,
+    E.ACOS: np.arccos,
+    E.ASIN: np.arcsin,
+    E.CEIL: np.ceil,
+    E.COS: np.cos,
+    E.EXP: np.exp,
+    E.EXPM1: np.expm1,
+    E.FLOOR: np.floor,
+    E.LOG: _log,
+    E.LOG1P: np.log1p,
+    E.NEGATE: np.negative,
+    E.SIGMOID: _sigmoid,
+    E.SIN: np.sin,
+    E.TANH: np.tanh,
+    E.ABS_GRAD: lambda x, g: np.where(x > 0, g, np.where(x < 0, -g, 0)),
+    E.ADD: np.add,
+    E.FLOOR_DIV: _floor_div,
+    E.MAX: np.maximum,
+    E.MIN: np.minimum,
+    E.MOD: np.fmod,
+    E.MUL: np.multiply,
+    E.POW: _pow,
+    E.SIGMOID_GRAD: lambda y, g: g * y * (1 - y),
+    E.SUB: np.subtract,
+    E.SWITCH_GT0: lambda x, y: np.where(x > 0, y, np.zeros((), y.dtype)),
+    E.TANH_GRAD: lambda y, g: g * (1 - y * y),
+    E.TRUE_DIV: _true_div,
+    E.LOG_SUM_EXP: np.logaddexp,
+    E.LT: np.less,
+    E.LEQ: np.less_equal,
+    E.EQ: np.equal,
+    E.NEQ: np.not_equal,
+    E.SHL: np.left_shift,
+    E.SHR: np.right_shift,
+    E.COND_LEQ_MOV: lambda x, y, z: np.where(x <= y, z, np.zeros((), z.dtype)),
+    E.COND_LT_MOV: lambda x, y, z: np.where(x < y, z, np.zeros((), z.dtype)),
+    E.FUSE_MUL_ADD3: lambda a, b, c: a * b + c,
+    E.FUSE_MUL_ADD4: lambda a, b, c, d: a * b + c * d,
+    E.FUSE_ADD_RELU: lambda a, b: _relu(a + b),
+    E.FUSE_ADD_SIGMOID: lambda a, b: _sigmoid(a + b),
+    E.FUSE_ADD_TANH: lambda a, b: np.tanh(a + b),
+    E.FAST_TANH: np.tanh,
+    E.FAST_TANH_GRAD: lambda y, g: g * (1 - y * y),
+    E.ROUND: lambda x: np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5)).astype(x.dtype),
+    E.ATAN2: np.arctan2,
+    E.ERF: _erf,
+    E.ERFC: lambda x: (1 - _erf(x)).astype(x.dtype),
+    E.H_SWISH: _hswish,
+    E.H_SWISH_GRAD: lambda x, g: np.where(x < -3, 0, np.where(x > 3, g, g * (2 * x + 3) / 6)).astype(g.dtype),
+    E.FUSE_ADD_H_SWISH: lambda a, b: _hswish(a + b),
+    E.NOT: np.logical_not,
+    E.AND: np.logical_and,
+    E.OR: np.logical_or,
+    E.XOR: np.logical_xor,
+    E.SILU: lambda x: x * _sigmoid(x),
+    E.GELU: _gelu,
+    E.ISNAN: np.isnan,
+    E.ISINF: np.isinf,
+    E.SINH: np.sinh,
+    E.COSH: np.cosh,
+    E.ASINH: np.arcsinh,
+    E.ACOSH: np.arccosh,
+    E.ATANH: np.arctanh,
+    E.TAN: np.tan,
+    E.PRELU: lambda x, w: np.where(x > 0, x, x * w),
+    E.CLIP: lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
+    E.SOFTPLUS: lambda x: np.logaddexp(np.zeros((), x.dtype), x),
+    E.RELU6: lambda x: np.minimum(np.maximum(x, np.zeros((), x.dtype)), np.asarray(6, x.dtype)),
+    E.RELU6_GRAD: lambda x, g: np.where((x > 0) & (x < 6), g, np.zeros((), g.dtype)),
+    E.HSIGMOID: lambda x: np.clip(x + 3, 0, 6) / 6,
+    E.LOGSIGMOID: lambda x: -np.logaddexp(np.zeros((), x.dtype), -x),
+    E.SQRT: np.sqrt,
+    E.SQUARE: np.square,
+    E.SIGN: np.sign,
+}
+
+NONLINEARITY.update(
+    {
+        enums.NonlineMode.IDENTITY: lambda x: x,
+        enums.NonlineMode.RELU: _relu,
+        enums.NonlineMode.SIGMOID: _sigmoid,
+        enums.NonlineMode.H_SWISH: _hswish,
+    }
+)
+
+
+@kernel(T.ElemwiseOp)
+def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any) -> list[np.ndarray]:
+    fn = ELEMWISE.get(mode)
+    if fn is None:
+        raise NotImplementedError(f"mgb.elemwise: mode {mode.name} has no reference kernel")
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = np.asarray(fn(*args))
+    return [np.broadcast_to(y, results[0].shape).astype(results[0].dtype, copy=False)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Pooling
+
+
+def pool2d_nchw(
+    x: np.ndarray, *, mode: Any, window: Sequence[int], stride: Sequence[int], padding: Sequence[int]
+) -> np.ndarray:
+    fh, fw = window
+    if mode == enums.PoolingMode.MAX:
+        fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        win = _windows(_pad_nchw(x, padding[0], padding[1], fill), fh, fw, stride, (1, 1))
+        return win.max(axis=(4, 5))
+    acc = np.float32 if x.dtype.kind == "f" else np.int64
+    xp = _pad_nchw(x.astype(acc), padding[0], padding[1])
+    total = _windows(xp, fh, fw, stride, (1, 1)).sum(axis=(4, 5), dtype=acc)
+    if mode == enums.PoolingMode.AVERAGE:
+        return total / np.asarray(fh * fw, acc)
+    ones = _pad_nchw(np.ones((1, 1, *x.shape[2:]), acc), padding[0], padding[1])
+    count = _windows(ones, fh, fw, stride, (1, 1)).sum(axis=(4, 5), dtype=acc)
+    return total / count
+
+
+@kernel(T.PoolingOp)
+def pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    _require_nchw("mgb.pooling", p)
+    y = pool2d_nchw(args[0], mode=p["mode"], window=p["window"], stride=p["stride"], padding=p["padding"])
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+def adaptive_pool_params(in_hw: Sequence[int], out_hw: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """MegEngine's AdaptivePooling as plain pooling: (window, stride) per spatial axis."""
+    stride = tuple(i // o for i, o in zip(in_hw, out_hw, strict=True))
+    window = tuple(i - (o - 1) * s for i, o, s in zip(in_hw, out_hw, stride, strict=True))
+    return window, stride  # type: ignore[return-value]
+
+
+@kernel(T.AdaptivePoolingOp)
+def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    _require_nchw("mgb.adaptive_pooling", p)
+    x = args[0]
+    window, stride = adaptive_pool_params(x.shape[2:], p["out_shape"])
+    y = pool2d_nchw(x, mode=p["mode"], window=window, stride=stride, padding=(0, 0))
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Matrix multiplication
+
+
+def _matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[str, Any]) -> list[np.ndarray]:
+    a, b = args
+    if p.get("transpose_a"):
+        a = np.swapaxes(a, -1, -2)
+    if p.get("transpose_b"):
+        b = np.swapaxes(b, -1, -2)
+    acc = np.float32 if a.dtype.kind == "f" else np.int32
+    y = np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+@kernel(T.MatrixMulOp)
+def matrix_mul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    return _matmul(args, results, p)
+
+
+@kernel(T.BatchedMatrixMulOp)
+def batched_matrix_mul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    return _matmul(args, results, p)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shape and data movement
+
+
+@kernel(T.ReshapeOp)
+def reshape(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    return [args[0].reshape(results[0].shape)]
+
+
+@kernel(T.BroadcastOp)
+def broadcast(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    return [np.broadcast_to(args[0], results[0].shape)]
+
+
+@kernel(T.DimshuffleOp)
+def dimshuffle(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, pattern: Sequence[int]) -> list[np.ndarray]:
+    perm = [p for p in pattern if p != -1]
+    return [np.transpose(args[0], perm).reshape(results[0].shape)]
+
+
+@kernel(T.AxisAddRemoveOp)
+def axis_add_remove(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    return [args[0].reshape(results[0].shape)]
+
+
+@kernel(T.ConcatOp)
+def concat(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int) -> list[np.ndarray]:
+    return [np.concatenate(args, axis=axis)]
+
+
+@kernel(T.SplitOp)
+def split(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int, sizes: Sequence[int]) -> list[np.ndarray]:
+    bounds = np.cumsum(sizes)[:-1]
+    return list(np.split(args[0], bounds, axis=axis))
+
+
+@kernel(T.SubtensorOp)
+def subtensor(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    x = args[0]
+    index: list[Any] = [slice(None)] * x.ndim
+    for axis, start, stop, step, drop in zip(p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True):
+        index[axis] = start if drop else slice(start, stop, step)
+    return [np.asarray(x[tuple(index)]).reshape(results[0].shape)]
+
+
+@kernel(T.ReduceOp)
+def reduce(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any, axis: int, data_type: Any) -> list[np.ndarray]:
+    x = args[0]
+    acc = np.float32 if x.dtype.kind == "f" else None
+    R = enums.ReduceMode
+    if mode == R.SUM:
+        y = x.sum(axis=axis, keepdims=True, dtype=acc)
+    elif mode == R.SUM_SQR:
+        y = np.square(x.astype(acc or x.dtype)).sum(axis=axis, keepdims=True)
+    elif mode == R.PRODUCT:
+        y = x.prod(axis=axis, keepdims=True, dtype=acc)
+    elif mode == R.MIN:
+        y = x.min(axis=axis, keepdims=True)
+    elif mode == R.MAX:
+        y = x.max(axis=axis, keepdims=True)
+    else:
+        y = x.mean(axis=axis, keepdims=True, dtype=acc)
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+@kernel(T.TypeCvtOp)
+def typecvt(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    return [args[0].astype(results[0].dtype)]
+
+
+@kernel(T.SoftmaxOp)
+def softmax(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int) -> list[np.ndarray]:
+    x = args[0].astype(np.float32)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return [(e / e.sum(axis=axis, keepdims=True)).astype(results[0].dtype, copy=False)]
+
+
+@kernel(T.BatchNormOp)
+def batch_norm(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    x, scale, bias, mean, var = args
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (a.reshape(shape).astype(np.float32) for a in (scale, bias, mean, var))
+    y = (x.astype(np.float32) - mean) / np.sqrt(var + np.float32(p["epsilon"])) * scale + bias
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+@kernel(T.PaddingOp)
+def padding(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    widths = list(zip(p["front"], p["back"], strict=True))
+    mode = p["mode"]
+    if mode == enums.PaddingMode.CONSTANT:
+        y = np.pad(args[0], widths, constant_values=p["value"])
+    elif mode == enums.PaddingMode.REFLECT:
+        y = np.pad(args[0], widths, mode="reflect")
+    else:
+        y = np.pad(args[0], widths, mode="edge")
+    return [y.astype(results[0].dtype, copy=False)]
+
+
+def run_op(op_cls: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], params: dict[str, Any]) -> list[np.ndarray]:
+    """Run one op's reference kernel."""
+    fn = KERNELS.get(op_cls)
+    if fn is None:
+        raise NotImplementedError(f"{op_cls.name}: no reference kernel")
+    return fn(args, results, **params)

@@ -1,0 +1,119 @@
+"""The one path every frontend operation takes: infer, run the reference kernel, notify recorders.
+
+``apply`` is how ``functional`` runs an ``mgb`` op eagerly. Recorders (the tracer building IR, the
+autodiff tape) observe each application; the numerics always come from the reference kernel, so an
+eager run and a replay of its trace agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute
+
+from backends.reference.kernels import KERNELS, ResultSpec
+from dialects.dtypes import DTypeError, numpy_dtype, tensor_type
+from dialects.tensor import MgbOp, ShapeInferenceError, to_attr
+
+if TYPE_CHECKING:
+    from compiler.tensor import Tensor
+
+_PACKAGE_ROOTS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
+    for d in ("compiler", "dialects", "backends", "passes")
+)
+
+
+class XmgeError(Exception):
+    """Base class of the errors xmge reports to users."""
+
+
+class OpError(XmgeError, ValueError):
+    """An operation got operands it cannot accept; names the op and the user's source line."""
+
+
+def user_location() -> str:
+    """``file:line`` of the innermost stack frame outside xmge's own packages."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_ROOTS) and "importlib" not in path:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>"
+
+
+def op_error(label: str, message: str) -> OpError:
+    return OpError(f"{label}: {message} (at {user_location()})")
+
+
+class Recorder(Protocol):
+    def record(
+        self,
+        op_cls: type[MgbOp],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        params: dict[str, Any],
+        result_types: Sequence[Attribute],
+    ) -> None: ...
+
+
+_recorders: list[Recorder] = []
+
+
+def push_recorder(recorder: Recorder) -> None:
+    _recorders.append(recorder)
+
+
+def pop_recorder(recorder: Recorder) -> None:
+    _recorders.remove(recorder)
+
+
+def active_recorders() -> tuple[Recorder, ...]:
+    return tuple(_recorders)
+
+
+def tensor_type_of(t: Tensor) -> TensorType:
+    return tensor_type(t.shape, t.dtype)
+
+
+def apply(
+    op_cls: type[MgbOp],
+    inputs: Sequence[Tensor],
+    *,
+    label: str,
+    result_types: Sequence[Attribute] | None = None,
+    **params: Any,
+) -> list[Tensor]:
+    """Run ``op_cls`` on ``inputs`` eagerly and let the active recorders see it."""
+    from compiler.tensor import Tensor
+
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise op_error(label, f"operand {i} must be a Tensor, got {type(t).__name__}")
+    try:
+        types = [tensor_type_of(t) for t in inputs]
+    except DTypeError as exc:
+        raise op_error(label, str(exc)) from None
+    params = {k: v for k, v in params.items() if v is not None}
+    full = op_cls.params_with_defaults({k: to_attr(v) for k, v in params.items()})
+    if result_types is None:
+        try:
+            result_types = op_cls.infer(types, **full)
+        except ShapeInferenceError as exc:
+            raise op_error(label, str(exc)) from None
+    specs = []
+    for t in result_types:
+        assert isinstance(t, TensorType)
+        specs.append(ResultSpec(tuple(t.get_shape()), numpy_dtype(t.element_type)))
+    arrays = [t._data for t in inputs]
+    outs = KERNELS[op_cls](arrays, specs, **full)
+    tensors = [Tensor._from_array(np.asarray(o)) for o in outs]
+    for rec in _recorders:
+        rec.record(op_cls, inputs, tensors, params, result_types)
+    return tensors

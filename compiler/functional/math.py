@@ -1,0 +1,112 @@
+"""Reductions and matrix products (MegEngine's ``functional.math``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from compiler.core import apply, op_error
+from compiler.functional.tensor import _axis, expand_dims, reshape, squeeze
+from compiler.tensor import Tensor, as_tensor
+from dialects import enums
+from dialects import tensor as T
+
+
+def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: bool, label: str) -> Tensor:
+    inp = as_tensor(inp)
+    if axis is None:
+        flat = reshape(inp, (max(inp.size, 1) if inp.size else 0,)) if inp.ndim != 1 else inp
+        if flat.size == 0:
+            raise op_error(label, "cannot reduce an empty tensor")
+        (out,) = apply(T.ReduceOp, [flat], label=label, mode=mode, axis=0)
+        return reshape(out, (1,) * inp.ndim) if keepdims else reshape(out, ())
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    norm = sorted({_axis(label, a, inp.ndim) for a in axes}, reverse=True)
+    out = inp
+    for a in norm:
+        (out,) = apply(T.ReduceOp, [out], label=label, mode=mode, axis=a)
+    return out if keepdims else squeeze(out, norm)
+
+
+def sum(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return _reduce(enums.ReduceMode.SUM, inp, axis, keepdims, "sum")
+
+
+def mean(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    inp = as_tensor(inp)
+    if inp.dtype.kind != "f":
+        inp = inp.astype("float32")
+    return _reduce(enums.ReduceMode.MEAN, inp, axis, keepdims, "mean")
+
+
+def max(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return _reduce(enums.ReduceMode.MAX, inp, axis, keepdims, "max")
+
+
+def min(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return _reduce(enums.ReduceMode.MIN, inp, axis, keepdims, "min")
+
+
+def prod(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    return _reduce(enums.ReduceMode.PRODUCT, inp, axis, keepdims, "prod")
+
+
+def matmul(
+    inp1: Tensor,
+    inp2: Tensor,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    compute_mode: str = "default",
+    format: str = "default",  # noqa: A002
+) -> Tensor:
+    """numpy-style matmul: 1-D operands are promoted, >2-D operands are batched with broadcasting."""
+    a, b = as_tensor(inp1), as_tensor(inp2)
+    if a.ndim == 0 or b.ndim == 0:
+        raise op_error("matmul", f"operands must be at least 1-D, got shapes {a.shape} and {b.shape}")
+    squeeze_a = a.ndim == 1
+    squeeze_b = b.ndim == 1
+    if squeeze_a:
+        a = expand_dims(a, 0)
+    if squeeze_b:
+        b = expand_dims(b, 1)
+    if a.ndim == 2 and b.ndim == 2:
+        (out,) = apply(T.MatrixMulOp, [a, b], label="matmul", transpose_a=transpose_a, transpose_b=transpose_b)
+    else:
+        from compiler.functional.tensor import broadcast_to
+
+        try:
+            batch = T.broadcast_shapes("matmul", [a.shape[:-2], b.shape[:-2]])
+        except T.ShapeInferenceError as exc:
+            raise op_error("matmul", str(exc)) from None
+        a = broadcast_to(a, (*batch, *a.shape[-2:]))
+        b = broadcast_to(b, (*batch, *b.shape[-2:]))
+        n = 1
+        for d in batch:
+            n *= d
+        a3, b3 = reshape(a, (n, *a.shape[-2:])), reshape(b, (n, *b.shape[-2:]))
+        (out,) = apply(
+            T.BatchedMatrixMulOp, [a3, b3], label="matmul", transpose_a=transpose_a, transpose_b=transpose_b
+        )
+        out = reshape(out, (*batch, *out.shape[-2:]))
+    if squeeze_a:
+        out = squeeze(out, out.ndim - 2)
+    if squeeze_b:
+        out = squeeze(out, out.ndim - 1)
+    return out
+
+
+def batch_matmul(inp1: Tensor, inp2: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    a, b = as_tensor(inp1), as_tensor(inp2)
+    (out,) = apply(T.BatchedMatrixMulOp, [a, b], label="batch_matmul", transpose_a=transpose_a, transpose_b=transpose_b)
+    return out
+
+
+def norm(inp: Tensor, ord: float = 2.0, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
+    from compiler.functional.elemwise import abs as _abs, pow as _pow
+
+    inp = as_tensor(inp)
+    if ord == 2.0:
+        from compiler.functional.elemwise import sqrt
+
+        return sqrt(sum(inp * inp, axis, keepdims))
+    return _pow(sum(_pow(_abs(inp), ord), axis, keepdims), 1.0 / ord)

@@ -1,0 +1,300 @@
+"""Neural-network functions (MegEngine's ``functional.nn``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.core import apply, op_error
+from compiler.functional.elemwise import (
+    _elemwise,
+    exp,
+    gelu,
+    hsigmoid,
+    hswish,
+    log,
+    maximum,
+    minimum,
+    relu,
+    relu6,
+    sigmoid,
+    silu,
+    tanh,
+)
+from compiler.functional.math import matmul, max as _max, mean, sum as _sum
+from compiler.functional.tensor import reshape
+from compiler.tensor import Tensor, as_tensor
+from dialects import enums
+from dialects import tensor as T
+
+__all__ = [
+    "adaptive_avg_pool2d",
+    "adaptive_max_pool2d",
+    "avg_pool2d",
+    "batch_norm",
+    "conv2d",
+    "dropout",
+    "gelu",
+    "hsigmoid",
+    "hswish",
+    "leaky_relu",
+    "linear",
+    "log_softmax",
+    "logsumexp",
+    "max_pool2d",
+    "pad",
+    "relu",
+    "relu6",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "softplus",
+    "tanh",
+]
+
+
+def _pair(label: str, v: int | Sequence[int], name: str) -> tuple[int, int]:
+    if isinstance(v, int | np.integer):
+        return (int(v), int(v))
+    vals = tuple(int(x) for x in v)
+    if len(vals) != 2:
+        raise op_error(label, f"{name} must be an int or a pair, got {v}")
+    return vals  # type: ignore[return-value]
+
+
+def conv2d(
+    inp: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+    compute_mode: str = "default",
+) -> Tensor:
+    """2-D convolution; with ``groups > 1`` the weight is (G, OC/G, IC/G, FH, FW) as in MegEngine."""
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if inp.ndim != 4:
+        raise op_error("conv2d", f"input must be 4-D NCHW, got shape {inp.shape}")
+    if groups < 1:
+        raise op_error("conv2d", f"groups must be positive, got {groups}")
+    if groups > 1 and weight.ndim == 4:
+        oc = weight.shape[0]
+        if oc % groups:
+            raise op_error("conv2d", f"{oc} output channels cannot be split into {groups} groups")
+        weight = reshape(weight, (groups, oc // groups, *weight.shape[1:]))
+    if groups > 1 and weight.ndim == 5 and weight.shape[0] != groups:
+        raise op_error("conv2d", f"weight {weight.shape} has {weight.shape[0]} groups, groups={groups}")
+    if inp.dtype != weight.dtype:
+        raise op_error("conv2d", f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    try:
+        mode = enums.ConvMode[conv_mode.upper()]
+    except KeyError:
+        raise op_error("conv2d", f"unknown conv_mode {conv_mode!r}") from None
+    (out,) = apply(
+        T.ConvolutionOp,
+        [inp, weight],
+        label="conv2d",
+        stride=_pair("conv2d", stride, "stride"),
+        padding=_pair("conv2d", padding, "padding"),
+        dilation=_pair("conv2d", dilation, "dilation"),
+        sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+        mode=mode,
+        compute_mode=enums.ComputeMode[compute_mode.upper()],
+    )
+    if bias is not None:
+        out = _elemwise("ADD", out, as_tensor(bias), label="conv2d bias")
+    return out
+
+
+def linear(inp: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``inp @ weight.T + bias`` with weight (out, in) and bias (out,)."""
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if weight.ndim != 2:
+        raise op_error("linear", f"weight must be 2-D (out, in), got shape {weight.shape}")
+    if inp.ndim < 1 or inp.shape[-1] != weight.shape[1]:
+        raise op_error(
+            "linear", f"input's last dimension must be {weight.shape[1]} for weight {weight.shape}, got input {inp.shape}"
+        )
+    lead = inp.shape[:-1]
+    x2 = inp if inp.ndim == 2 else reshape(inp, (-1, inp.shape[-1]))
+    (out,) = apply(T.MatrixMulOp, [x2, weight], label="linear", transpose_b=True)
+    if inp.ndim != 2:
+        out = reshape(out, (*lead, weight.shape[0]))
+    if bias is not None:
+        out = _elemwise("ADD", out, as_tensor(bias), label="linear bias")
+    return out
+
+
+def _pool(label: str, mode: Any, inp: Tensor, kernel_size: Any, stride: Any, padding: Any) -> Tensor:
+    inp = as_tensor(inp)
+    if inp.ndim != 4:
+        raise op_error(label, f"input must be 4-D NCHW, got shape {inp.shape}")
+    window = _pair(label, kernel_size, "kernel_size")
+    strides = window if stride is None else _pair(label, stride, "stride")
+    (out,) = apply(
+        T.PoolingOp, [inp], label=label, mode=mode, window=window, stride=strides, padding=_pair(label, padding, "padding")
+    )
+    return out
+
+
+def max_pool2d(inp: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
+    return _pool("max_pool2d", enums.PoolingMode.MAX, inp, kernel_size, stride, padding)
+
+
+def avg_pool2d(
+    inp: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, mode: str = "average_count_exclude_padding"
+) -> Tensor:
+    try:
+        pmode = enums.PoolingMode[mode.upper()]
+    except KeyError:
+        raise op_error("avg_pool2d", f"unknown mode {mode!r}") from None
+    return _pool("avg_pool2d", pmode, inp, kernel_size, stride, padding)
+
+
+def _adaptive(label: str, mode: Any, inp: Tensor, oshp: Any) -> Tensor:
+    inp = as_tensor(inp)
+    if inp.ndim != 4:
+        raise op_error(label, f"input must be 4-D NCHW, got shape {inp.shape}")
+    out_hw = _pair(label, oshp, "output size")
+    for i, o in zip(inp.shape[2:], out_hw, strict=True):
+        if o < 1 or o > i:
+            raise op_error(label, f"output size {out_hw} must be between 1 and the input size {inp.shape[2:]}")
+    (out,) = apply(T.AdaptivePoolingOp, [inp], label=label, mode=mode, out_shape=out_hw)
+    return out
+
+
+def adaptive_avg_pool2d(inp: Tensor, oshp: Any) -> Tensor:
+    return _adaptive("adaptive_avg_pool2d", enums.PoolingMode.AVERAGE, inp, oshp)
+
+
+def adaptive_max_pool2d(inp: Tensor, oshp: Any) -> Tensor:
+    return _adaptive("adaptive_max_pool2d", enums.PoolingMode.MAX, inp, oshp)
+
+
+def _softmax_axis(ndim: int) -> int:
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(inp: Tensor, axis: int | None = None) -> Tensor:
+    inp = as_tensor(inp)
+    if axis is None:
+        axis = _softmax_axis(inp.ndim)
+    if not -inp.ndim <= axis < inp.ndim:
+        raise op_error("softmax", f"axis {axis} is out of range for shape {inp.shape}")
+    (out,) = apply(T.SoftmaxOp, [inp], label="softmax", axis=axis % inp.ndim)
+    return out
+
+
+def logsumexp(inp: Tensor, axis: int, keepdims: bool = False) -> Tensor:
+    inp = as_tensor(inp)
+    m = _max(inp, axis, keepdims=True)
+    out = log(_sum(exp(inp - m), axis, keepdims=True)) + m
+    return out if keepdims else reshape(out, tuple(s for i, s in enumerate(out.shape) if i != axis % inp.ndim))
+
+
+def log_softmax(inp: Tensor, axis: int | None = None) -> Tensor:
+    inp = as_tensor(inp)
+    if axis is None:
+        axis = _softmax_axis(inp.ndim)
+    return inp - logsumexp(inp, axis, keepdims=True)
+
+
+def leaky_relu(inp: Tensor, negative_slope: float = 0.01) -> Tensor:
+    inp = as_tensor(inp)
+    return maximum(inp, 0.0) + minimum(inp, 0.0) * negative_slope
+
+
+def softplus(inp: Tensor) -> Tensor:
+    return _elemwise("SOFTPLUS", as_tensor(inp), label="softplus")
+
+
+def batch_norm(
+    inp: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    *,
+    training: bool = False,
+    momentum: float = 0.9,
+    eps: float = 1e-5,
+    inplace: bool = True,
+) -> Tensor:
+    """Batch normalisation over axis 1. In training mode the batch statistics are used and, when
+    ``inplace``, the running statistics are updated as ``running * momentum + batch * (1 - momentum)``."""
+    inp = as_tensor(inp)
+    if inp.ndim < 2:
+        raise op_error("batch_norm", f"input must have a channel axis, got shape {inp.shape}")
+    c = inp.shape[1]
+    pshape = (1, c) + (1,) * (inp.ndim - 2)
+
+    def param(t: Tensor | None, fill: float, name: str) -> Tensor:
+        if t is None:
+            return Tensor(np.full(pshape, fill, np.float32))
+        t = as_tensor(t)
+        if t.size != c:
+            raise op_error("batch_norm", f"{name} has shape {t.shape}, expected {pshape} for {c} channels")
+        return t
+
+    w, b = param(weight, 1.0, "weight"), param(bias, 0.0, "bias")
+    if not training:
+        if running_mean is None or running_var is None:
+            raise op_error("batch_norm", "inference mode needs running_mean and running_var")
+        rm, rv = param(running_mean, 0.0, "running_mean"), param(running_var, 1.0, "running_var")
+        (out,) = apply(T.BatchNormOp, [inp, w, b, rm, rv], label="batch_norm", epsilon=float(eps))
+        return out
+    axes = [0, *range(2, inp.ndim)]
+    batch_mean = mean(inp, axes, keepdims=True)
+    centered = inp - batch_mean
+    batch_var = mean(centered * centered, axes, keepdims=True)
+    if inplace and running_mean is not None and running_var is not None:
+        n = inp.size // c
+        unbiased = batch_var.numpy() * (n / max(n - 1, 1))
+        running_mean._reset(running_mean.numpy() * momentum + batch_mean.numpy().reshape(running_mean.shape) * (1 - momentum))
+        running_var._reset(running_var.numpy() * momentum + unbiased.reshape(running_var.shape) * (1 - momentum))
+    from compiler.functional.elemwise import sqrt
+
+    return centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
+
+
+_dropout_rng = np.random.default_rng(0)
+
+
+def dropout(inp: Tensor, drop_prob: float, training: bool = True) -> Tensor:
+    inp = as_tensor(inp)
+    if not 0 <= drop_prob < 1:
+        raise op_error("dropout", f"drop_prob must be in [0, 1), got {drop_prob}")
+    if not training or drop_prob == 0:
+        return inp
+    from compiler.core import active_recorders
+    from compiler.jit import Trace
+
+    if any(isinstance(r, Trace) for r in active_recorders()):
+        raise op_error("dropout", "dropout in training mode cannot be traced; call module.eval() first")
+    keep = (_dropout_rng.random(inp.shape) >= drop_prob).astype(inp.dtype) / (1 - drop_prob)
+    return inp * Tensor(keep.astype(inp.dtype))
+
+
+def pad(src: Tensor, pad_width: Sequence[Sequence[int]], mode: str = "constant", constant_value: float = 0.0) -> Tensor:
+    src = as_tensor(src)
+    widths = [tuple(int(v) for v in w) for w in pad_width]
+    if len(widths) != src.ndim or any(len(w) != 2 for w in widths):
+        raise op_error("pad", f"pad_width needs one (front, back) pair per axis of shape {src.shape}, got {pad_width}")
+    modes = {"constant": enums.PaddingMode.CONSTANT, "reflect": enums.PaddingMode.REFLECT,
+             "edge": enums.PaddingMode.REPLICATE, "replicate": enums.PaddingMode.REPLICATE}
+    if mode not in modes:
+        raise op_error("pad", f"unknown mode {mode!r}; expected one of {sorted(modes)}")
+    (out,) = apply(
+        T.PaddingOp,
+        [src],
+        label="pad",
+        front=tuple(w[0] for w in widths),
+        back=tuple(w[1] for w in widths),
+        value=float(constant_value),
+        mode=modes[mode],
+    )
+    return out

@@ -1,0 +1,270 @@
+"""Shape and data-movement functions (MegEngine's ``functional.tensor``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.core import apply, op_error
+from compiler.tensor import Tensor, as_tensor
+from dialects import enums
+from dialects import tensor as T
+from dialects.dtypes import DTypeError, tensor_type
+
+
+def _axis(label: str, axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise op_error(label, f"axis {axis} is out of range for a {ndim}-D tensor")
+    return axis % ndim
+
+
+def reshape(inp: Tensor, target_shape: Sequence[int] | int) -> Tensor:
+    inp = as_tensor(inp)
+    shape = [int(target_shape)] if isinstance(target_shape, int | np.integer) else [int(s) for s in target_shape]
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    if len(unknown) > 1:
+        raise op_error("reshape", f"at most one -1 is allowed in the target shape {tuple(shape)}")
+    known = math.prod(s for s in shape if s != -1)
+    if unknown:
+        if known == 0 or inp.size % known:
+            raise op_error("reshape", f"cannot reshape {inp.shape} into {tuple(shape)}")
+        shape[unknown[0]] = inp.size // known
+    if math.prod(shape) != inp.size or any(s < 0 for s in shape):
+        raise op_error("reshape", f"cannot reshape {inp.shape} ({inp.size} elements) into {tuple(shape)}")
+    (out,) = apply(T.ReshapeOp, [inp], label="reshape", result_types=[tensor_type(shape, inp.dtype)])
+    return out
+
+
+def flatten(inp: Tensor, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+    inp = as_tensor(inp)
+    if inp.ndim == 0:
+        return reshape(inp, (1,))
+    start, end = _axis("flatten", start_axis, inp.ndim), _axis("flatten", end_axis, inp.ndim)
+    if start > end:
+        raise op_error("flatten", f"start_axis {start_axis} is after end_axis {end_axis}")
+    shape = (*inp.shape[:start], math.prod(inp.shape[start : end + 1]), *inp.shape[end + 1 :])
+    return reshape(inp, shape)
+
+
+def transpose(inp: Tensor, pattern: Sequence[int | str]) -> Tensor:
+    inp = as_tensor(inp)
+    pat = tuple(-1 if p == "x" else int(p) for p in pattern)
+    (out,) = apply(T.DimshuffleOp, [inp], label="transpose", pattern=pat)
+    return out
+
+
+dimshuffle = transpose
+
+
+def astype(inp: Tensor, dtype: Any) -> Tensor:
+    inp = as_tensor(inp)
+    try:
+        target = tensor_type(inp.shape, dtype)
+    except DTypeError as exc:
+        raise op_error("astype", str(exc)) from None
+    if target == tensor_type(inp.shape, inp.dtype):
+        return inp
+    (out,) = apply(T.TypeCvtOp, [inp], label="astype", result_types=[target])
+    return out
+
+
+def broadcast_to(inp: Tensor, shape: Sequence[int]) -> Tensor:
+    inp = as_tensor(inp)
+    shape = tuple(int(s) for s in shape)
+    if inp.shape == shape:
+        return inp
+    try:
+        if T.broadcast_shapes("broadcast_to", [inp.shape, shape]) != shape:
+            raise T.ShapeInferenceError("broadcast_to", "")
+    except T.ShapeInferenceError:
+        raise op_error("broadcast_to", f"cannot broadcast shape {inp.shape} to {shape}") from None
+    (out,) = apply(T.BroadcastOp, [inp], label="broadcast_to", result_types=[tensor_type(shape, inp.dtype)])
+    return out
+
+
+def _axis_add_remove(inp: Tensor, methods: list[Any], axes: list[int], label: str) -> Tensor:
+    (out,) = apply(T.AxisAddRemoveOp, [inp], label=label, methods=tuple(methods), axes=tuple(axes))
+    return out
+
+
+def expand_dims(inp: Tensor, axis: int | Sequence[int]) -> Tensor:
+    inp = as_tensor(inp)
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    ndim = inp.ndim + len(axes)
+    normalized = sorted(_axis("expand_dims", a, ndim) for a in axes)
+    if len(set(normalized)) != len(normalized):
+        raise op_error("expand_dims", f"repeated axis in {axes}")
+    return _axis_add_remove(inp, [enums.AxisMethod.ADD_1] * len(normalized), normalized, "expand_dims")
+
+
+def squeeze(inp: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
+    inp = as_tensor(inp)
+    if axis is None:
+        axes = [i for i, s in enumerate(inp.shape) if s == 1]
+    else:
+        axes = [_axis("squeeze", a, inp.ndim) for a in ([axis] if isinstance(axis, int) else axis)]
+    for a in axes:
+        if inp.shape[a] != 1:
+            raise op_error("squeeze", f"cannot remove axis {a} of size {inp.shape[a]} (shape {inp.shape})")
+    if not axes:
+        return inp
+    # remove from the highest axis down so earlier removals do not shift later ones
+    ordered = sorted(set(axes), reverse=True)
+    return _axis_add_remove(inp, [enums.AxisMethod.REMOVE] * len(ordered), ordered, "squeeze")
+
+
+def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
+    tensors = [as_tensor(t) for t in inps]
+    if not tensors:
+        raise op_error("concat", "needs at least one tensor")
+    if len(tensors) == 1:
+        return tensors[0]
+    ax = _axis("concat", axis, tensors[0].ndim)
+    (out,) = apply(T.ConcatOp, tensors, label="concat", axis=ax)
+    return out
+
+
+def stack(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
+    tensors = [as_tensor(t) for t in inps]
+    if not tensors:
+        raise op_error("stack", "needs at least one tensor")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise op_error("stack", f"all tensors must have the same shape, got {sorted(shapes)}")
+    ax = _axis("stack", axis, tensors[0].ndim + 1)
+    return concat([expand_dims(t, ax) for t in tensors], axis=ax)
+
+
+def split(inp: Tensor, nsplits_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
+    inp = as_tensor(inp)
+    ax = _axis("split", axis, inp.ndim)
+    dim = inp.shape[ax]
+    if isinstance(nsplits_or_sections, int):
+        n = nsplits_or_sections
+        if n <= 0 or n > dim:
+            raise op_error("split", f"cannot split axis {ax} of size {dim} into {n} parts")
+        base, extra = divmod(dim, n)
+        sizes = [base + (1 if i < extra else 0) for i in range(n)]
+    else:
+        points = [0, *[int(p) for p in nsplits_or_sections], dim]
+        if any(b < a for a, b in zip(points, points[1:], strict=False)):
+            raise op_error("split", f"split points {list(nsplits_or_sections)} must be increasing within {dim}")
+        sizes = [b - a for a, b in zip(points, points[1:], strict=False)]
+    return apply(T.SplitOp, [inp], label="split", axis=ax, sizes=tuple(sizes))
+
+
+def where(mask: Tensor, x: Any, y: Any) -> Tensor:
+    """``mask ? x : y`` elementwise, as MegEngine composes it from SWITCH_GT0."""
+    from compiler.functional.elemwise import _elemwise
+
+    mask = as_tensor(mask)
+    x_t = as_tensor(x, y if isinstance(y, Tensor) else None)
+    y_t = as_tensor(y, x_t)
+    if mask.dtype.kind != "b":
+        raise op_error("where", f"mask must be a bool tensor, got {mask.dtype}")
+    m = astype(mask, x_t.dtype)
+    picked_x = _elemwise("SWITCH_GT0", m, x_t, label="where")
+    picked_y = _elemwise("SWITCH_GT0", _elemwise("SUB", 1, m, label="where"), y_t, label="where")
+    return _elemwise("ADD", picked_x, picked_y, label="where")
+
+
+def _getitem(inp: Tensor, index: Any) -> Tensor:
+    """Basic indexing with ints, slices, ``None`` and ``...``; one ``mgb.subtensor`` (+ axis adds)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if any(isinstance(i, Tensor | list | np.ndarray) for i in index):
+        raise op_error("getitem", "advanced (tensor/list) indexing is not supported; use ints, slices, None, ...")
+    n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if n_real > inp.ndim:
+        raise op_error("getitem", f"too many indices for a {inp.ndim}-D tensor")
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise op_error("getitem", "only one ... is allowed")
+    expanded: list[Any] = []
+    for i in index:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (inp.ndim - n_real))
+        else:
+            expanded.append(i)
+    expanded.extend([slice(None)] * (inp.ndim - sum(1 for i in expanded if i is not None)))
+    axes, starts, stops, steps, drop = [], [], [], [], []
+    new_axes: list[int] = []
+    dim = 0
+    out_pos = 0
+    for item in expanded:
+        if item is None:
+            new_axes.append(out_pos)
+            out_pos += 1
+            continue
+        size = inp.shape[dim]
+        if isinstance(item, slice):
+            start, stop, step = item.indices(size)
+            if (start, stop, step) != (0, size, 1):
+                axes.append(dim)
+                starts.append(start)
+                stops.append(stop)
+                steps.append(step)
+                drop.append(0)
+            out_pos += 1
+        else:
+            k = int(item)
+            if not -size <= k < size:
+                raise op_error("getitem", f"index {k} is out of bounds for axis {dim} with size {size}")
+            k %= size
+            axes.append(dim)
+            starts.append(k)
+            stops.append(k + 1)
+            steps.append(1)
+            drop.append(1)
+        dim += 1
+    out = inp
+    if axes:
+        (out,) = apply(
+            T.SubtensorOp,
+            [inp],
+            label="getitem",
+            axes=tuple(axes),
+            starts=tuple(starts),
+            stops=tuple(stops),
+            steps=tuple(steps),
+            drop=tuple(drop),
+        )
+    if new_axes:
+        out = _axis_add_remove(out, [enums.AxisMethod.ADD_1] * len(new_axes), new_axes, "getitem")
+    return out
+
+
+def zeros(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
+    return Tensor(np.zeros(shape), dtype=dtype)
+
+
+def ones(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
+    return Tensor(np.ones(shape), dtype=dtype)
+
+
+def full(shape: Sequence[int] | int, value: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
+    return Tensor(np.full(shape, value), dtype=dtype)
+
+
+def zeros_like(inp: Tensor) -> Tensor:
+    return Tensor(np.zeros(inp.shape), dtype=inp.dtype)
+
+
+def ones_like(inp: Tensor) -> Tensor:
+    return Tensor(np.ones(inp.shape), dtype=inp.dtype)
+
+
+def full_like(inp: Tensor, value: Any) -> Tensor:
+    return Tensor(np.full(inp.shape, value), dtype=inp.dtype)
+
+
+def arange(start: float = 0, stop: float | None = None, step: float = 1, dtype: Any = "float32", device: Any = None) -> Tensor:
+    if stop is None:
+        start, stop = 0, start
+    return Tensor(np.arange(start, stop, step), dtype=dtype)
+
+
+def linspace(start: float, stop: float, num: int, dtype: Any = "float32", device: Any = None) -> Tensor:
+    return Tensor(np.linspace(start, stop, num), dtype=dtype)

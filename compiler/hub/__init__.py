@@ -1,0 +1,1 @@
+"""A small model zoo defined with xmge's own API."""

@@ -1,0 +1,242 @@
+"""``jit.trace``: record a function's ops into a tensor-dialect module, then replay it.
+
+The first call with a given input signature runs the function eagerly while a :class:`Trace`
+recorder builds ``func.func @main``: positional (and keyword) tensor arguments become block
+arguments, every other tensor the function touches (module parameters, buffers, constants) is
+captured as an ``mgb.const``. Later calls with the same signature run the recorded IR on the
+reference interpreter.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.builder import Builder
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.rewriter import InsertPoint
+
+from compiler.core import XmgeError, pop_recorder, push_recorder, tensor_type_of
+from compiler.module.module import Module, current_scope
+from compiler.tensor import Tensor
+from dialects import tensor as T
+from dialects.dtypes import element_type
+
+
+class TraceError(XmgeError, TypeError):
+    """A function cannot be traced as written (e.g. it returns something that is not a Tensor)."""
+
+
+class Trace:
+    """A recorder that turns applied ops into ``mgb`` ops in one block."""
+
+    def __init__(self, inputs: Sequence[Tensor], input_names: Sequence[str], param_names: dict[int, str]):
+        self.block = Block(arg_types=[tensor_type_of(t) for t in inputs])
+        self.builder = Builder(InsertPoint.at_end(self.block))
+        self.values: dict[int, SSAValue] = {}
+        self.keepalive: list[Tensor] = []
+        self.param_names = param_names
+        self.input_names = list(input_names)
+        for t, arg, name in zip(inputs, self.block.args, input_names, strict=True):
+            self._bind(t, arg)
+            arg.name_hint = _name_hint(name)
+
+    def _bind(self, t: Tensor, value: SSAValue) -> None:
+        self.values[id(t)] = value
+        self.keepalive.append(t)
+
+    def value_of(self, t: Tensor) -> SSAValue:
+        v = self.values.get(id(t))
+        if v is None:
+            const = T.ConstOp.from_numpy(t._data, element_type(t.dtype))
+            name = self.param_names.get(id(t)) or t.name
+            if name:
+                const.attributes["name"] = StringAttr(name)
+                const.output.name_hint = _name_hint(name)
+            self.builder.insert(const)
+            v = const.output
+            self._bind(t, v)
+        return v
+
+    def record(
+        self,
+        op_cls: type[T.MgbOp],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        params: dict[str, Any],
+        result_types: Sequence[Attribute],
+    ) -> None:
+        operands = [self.value_of(t) for t in inputs]
+        op = op_cls.make(operands, list(result_types), **params)
+        scope = current_scope()
+        if scope:
+            op.attributes["scope"] = StringAttr(scope)
+        self.builder.insert(op)
+        for t, r in zip(outputs, op.results, strict=True):
+            self._bind(t, r)
+
+    def finish(self, outputs: Sequence[Tensor], output_names: Sequence[str] | None = None) -> ModuleOp:
+        results = [self.value_of(t) for t in outputs]
+        self.builder.insert(func.ReturnOp(*results))
+        fn = func.FuncOp("main", ([a.type for a in self.block.args], [r.type for r in results]), Region(self.block))
+        fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in self.input_names])
+        if output_names is not None:
+            fn.attributes["output_names"] = ArrayAttr([StringAttr(n) for n in output_names])
+        module = ModuleOp([fn])
+        module.verify()
+        return module
+
+
+def _name_hint(name: str) -> str | None:
+    cleaned = "".join(c if c.isalnum() or c in "_.$-" else "_" for c in name)
+    if not cleaned or cleaned[0].isdigit():
+        cleaned = "v" + cleaned
+    return cleaned
+
+
+def _collect_param_names(objs: Sequence[Any]) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for obj in objs:
+        if isinstance(obj, Module):
+            for name, t in obj.named_tensors():
+                names.setdefault(id(t), name)
+    return names
+
+
+def _closure_modules(fn: Callable[..., Any]) -> list[Module]:
+    found: list[Module] = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(v, Module):
+            found.append(v)
+    globals_ = getattr(fn, "__globals__", {})
+    for name in getattr(getattr(fn, "__code__", None), "co_names", ()):
+        v = globals_.get(name)
+        if isinstance(v, Module):
+            found.append(v)
+    self_obj = getattr(fn, "__self__", None)
+    if isinstance(self_obj, Module):
+        found.append(self_obj)
+    return found
+
+
+def _flatten_outputs(fn_name: str, out: Any) -> tuple[list[Tensor], Callable[[list[Any]], Any]]:
+    if isinstance(out, Tensor):
+        return [out], lambda xs: xs[0]
+    if isinstance(out, tuple | list) and out and all(isinstance(o, Tensor) for o in out):
+        kind = type(out)
+        return list(out), lambda xs: kind(xs)
+    if isinstance(out, dict) and out and all(isinstance(o, Tensor) for o in out.values()):
+        keys = list(out)
+        return [out[k] for k in keys], lambda xs: dict(zip(keys, xs, strict=True))
+    what = type(out).__name__
+    if isinstance(out, tuple | list | dict):
+        bad = [type(o).__name__ for o in (out.values() if isinstance(out, dict) else out) if not isinstance(o, Tensor)]
+        what = f"{what} containing {', '.join(sorted(set(bad))) or 'nothing'}"
+    raise TraceError(
+        f"traced function {fn_name} must return a Tensor or a non-empty tuple/list/dict of Tensors, got {what}"
+    )
+
+
+class trace:  # noqa: N801 - MegEngine's name
+    """MegEngine's ``jit.trace``; usable as ``@trace(symbolic=True, capture_as_const=True)`` or
+    ``trace(fn, symbolic=True, capture_as_const=True)``."""
+
+    def __new__(cls, function: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+        if function is None:
+            return functools.partial(cls, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        symbolic: bool = False,
+        capture_as_const: bool = False,
+        record_only: bool = False,
+        sublinear_memory_config: Any = None,
+        dtr_config: Any = None,
+        profiling: bool = False,
+        opt_level: int = 2,
+        symbolic_shape: bool = True,
+        without_host: bool = False,
+    ) -> None:
+        if not callable(function):
+            raise TypeError(f"trace: expected a function, got {type(function).__name__}")
+        self.function = function
+        self.symbolic = symbolic
+        self.capture_as_const = capture_as_const
+        self.record_only = record_only
+        self._cache: dict[tuple[Any, ...], tuple[ModuleOp, Callable[[list[Any]], Any]]] = {}
+        self._last: tuple[ModuleOp, Callable[[list[Any]], Any]] | None = None
+        self._last_arg_count = 0
+        self.__name__ = getattr(function, "__name__", "<fn>")
+        self.__doc__ = getattr(function, "__doc__", None)
+
+    def _split_args(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Tensor], list[str]]:
+        tensors, names = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                tensors.append(a)
+                names.append(f"arg_{i}")
+            elif isinstance(a, np.ndarray):
+                raise TraceError(f"argument {i} of {self.__name__} is a numpy array; pass compiler.Tensor inputs")
+        for k in sorted(kwargs):
+            if isinstance(kwargs[k], Tensor):
+                tensors.append(kwargs[k])
+                names.append(k)
+        return tensors, names
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tensors, names = self._split_args(args, kwargs)
+        key = tuple((t.shape, str(t.dtype)) for t in tensors) + tuple(
+            (k, id(v)) for k, v in sorted(kwargs.items()) if not isinstance(v, Tensor)
+        )
+        cached = self._cache.get(key)
+        if cached is not None:
+            module, rebuild = cached
+            from backends.reference import run_module
+
+            outs = run_module(module, [t._data for t in tensors])
+            self._last = cached
+            return rebuild([Tensor._from_array(o) for o in outs])
+        holders = [*args, *kwargs.values(), *_closure_modules(self.function)]
+        recorder = Trace(tensors, names, _collect_param_names(holders))
+        push_recorder(recorder)
+        try:
+            out = self.function(*args, **kwargs)
+        finally:
+            pop_recorder(recorder)
+        flat, rebuild = _flatten_outputs(self.__name__, out)
+        module = recorder.finish(flat)
+        self._cache[key] = (module, rebuild)
+        self._last = (module, rebuild)
+        self._last_arg_count = len(tensors)
+        return out
+
+    # -- inspection ---------------------------------------------------------------------------
+    @property
+    def module(self) -> ModuleOp:
+        """The tensor-dialect module of the most recent trace."""
+        if self._last is None:
+            raise TraceError(f"{self.__name__} has not been traced yet: call it once with example inputs")
+        return self._last[0]
+
+    def ir(self, full_weights: bool = False) -> str:
+        """The traced IR as text; weights are elided unless ``full_weights``."""
+        from dialects.weights import full_weights as _full
+
+        with _full(full_weights):
+            return str(self.module)
+
+
+def is_tracing() -> bool:
+    from compiler.core import active_recorders
+
+    return any(isinstance(r, Trace) for r in active_recorders())

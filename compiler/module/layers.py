@@ -1,0 +1,296 @@
+"""MegEngine's standard layers."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler import functional as F
+from compiler.module.module import Module
+from compiler.tensor import Parameter, Tensor
+
+_init_rng = np.random.default_rng(0)
+
+
+def _pair(v: int | Sequence[int]) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(x) for x in v)  # type: ignore[return-value]
+
+
+def _uniform(shape: Sequence[int], bound: float) -> Parameter:
+    return Parameter(_init_rng.uniform(-bound, bound, size=tuple(shape)).astype(np.float32))
+
+
+class Conv2d(Module):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        conv_mode: str = "cross_correlation",
+        compute_mode: str = "default",
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"Conv2d: in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({groups})"
+            )
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding, self.dilation = _pair(padding), _pair(dilation)
+        self.groups, self.conv_mode, self.compute_mode = groups, conv_mode, compute_mode
+        kh, kw = self.kernel_size
+        fan_in = in_channels // groups * kh * kw
+        bound = math.sqrt(6.0 / fan_in)
+        if groups == 1:
+            wshape: tuple[int, ...] = (out_channels, in_channels, kh, kw)
+        else:
+            wshape = (groups, out_channels // groups, in_channels // groups, kh, kw)
+        self.weight = _uniform(wshape, bound)
+        self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
+
+    def forward(self, inp: Tensor) -> Tensor:
+        return F.conv2d(
+            inp, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+            self.conv_mode, self.compute_mode,
+        )
+
+    def _extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, groups={self.groups}, bias={self.bias is not None}")
+
+
+class Linear(Module):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(name)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = _uniform((out_features, in_features), math.sqrt(6.0 / in_features))
+        self.bias = Parameter(np.zeros((out_features,), np.float32)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def _extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class _BatchNorm(Module):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float = 0.9,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        freeze: bool = False,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats, self.freeze = affine, track_running_stats, freeze
+        shape = (1, num_features, 1, 1)
+        self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
+        if track_running_stats:
+            self.running_mean = Tensor(np.zeros(shape, np.float32))
+            self.running_var = Tensor(np.ones(shape, np.float32))
+        else:
+            self.running_mean = None
+            self.running_var = None
+
+    def forward(self, inp: Tensor) -> Tensor:
+        use_batch_stats = (self.training and not self.freeze) or not self.track_running_stats
+        return F.batch_norm(
+            inp, self.running_mean, self.running_var, self.weight, self.bias,
+            training=use_batch_stats, momentum=self.momentum, eps=self.eps,
+        )
+
+    def _extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+
+
+class BatchNorm2d(_BatchNorm):
+    def forward(self, inp: Tensor) -> Tensor:
+        if inp.ndim != 4:
+            raise ValueError(f"BatchNorm2d: expected a 4-D input, got shape {inp.shape}")
+        return super().forward(inp)
+
+
+class BatchNorm1d(_BatchNorm):
+    def forward(self, inp: Tensor) -> Tensor:
+        if inp.ndim not in (2, 3):
+            raise ValueError(f"BatchNorm1d: expected a 2-D or 3-D input, got shape {inp.shape}")
+        return super().forward(inp)
+
+
+class _Activation(Module):
+    fn: Any = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self).fn(x)
+
+
+class ReLU(_Activation):
+    fn = staticmethod(F.relu)
+
+
+class ReLU6(_Activation):
+    fn = staticmethod(F.relu6)
+
+
+class Sigmoid(_Activation):
+    fn = staticmethod(F.sigmoid)
+
+
+class Tanh(_Activation):
+    fn = staticmethod(F.tanh)
+
+
+class GELU(_Activation):
+    fn = staticmethod(F.gelu)
+
+
+class SiLU(_Activation):
+    fn = staticmethod(F.silu)
+
+
+class Hswish(_Activation):
+    fn = staticmethod(F.hswish)
+
+
+class Hsigmoid(_Activation):
+    fn = staticmethod(F.hsigmoid)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, name: str | None = None) -> None:
+        super().__init__(name)
+        self.negative_slope = negative_slope
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.leaky_relu(x, self.negative_slope)
+
+
+class Softmax(Module):
+    def __init__(self, axis: int | None = None, name: str | None = None) -> None:
+        super().__init__(name)
+        self.axis = axis
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, self.axis)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(name)
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool2d(Module):
+    def __init__(
+        self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+        mode: str = "average_count_exclude_padding", name: str | None = None, **kwargs: Any,
+    ) -> None:
+        super().__init__(name)
+        self.kernel_size, self.stride, self.padding, self.mode = kernel_size, stride, padding, mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode)
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, oshp: Any, name: str | None = None) -> None:
+        super().__init__(name)
+        self.oshp = oshp
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.oshp)
+
+
+class AdaptiveMaxPool2d(Module):
+    def __init__(self, oshp: Any, name: str | None = None) -> None:
+        super().__init__(name)
+        self.oshp = oshp
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_max_pool2d(x, self.oshp)
+
+
+class Dropout(Module):
+    def __init__(self, drop_prob: float = 0.0, name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(name)
+        self.drop_prob = drop_prob
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.drop_prob, training=self.training)
+
+
+class Identity(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+class Flatten(Module):
+    def __init__(self, start_axis: int = 1, end_axis: int = -1, name: str | None = None) -> None:
+        super().__init__(name)
+        self.start_axis, self.end_axis = start_axis, end_axis
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.flatten(x, self.start_axis, self.end_axis)
+
+
+class Sequential(Module):
+    """Runs its layers in order; ``Sequential(a, b)`` or ``Sequential(OrderedDict(name=layer))``."""
+
+    def __init__(self, *args: Any, name: str | None = None) -> None:
+        super().__init__(name)
+        self.layer_keys: list[str] = []
+        if len(args) == 1 and isinstance(args[0], OrderedDict):
+            items = list(args[0].items())
+        else:
+            items = [(str(i), m) for i, m in enumerate(args)]
+        for key, module in items:
+            if not isinstance(module, Module):
+                raise TypeError(f"Sequential: item {key!r} is a {type(module).__name__}, not a Module")
+            setattr(self, key, module)
+            self.layer_keys.append(key)
+
+    def _flatten_items(self, kind: type) -> Any:
+        # layers keep their insertion order (MegEngine orders Sequential children numerically)
+        keys = [k for k in vars(self) if not k.startswith("_") and k not in self.layer_keys]
+        for key in [*self.layer_keys, *sorted(keys)]:
+            if key == "layer_keys":
+                continue
+            from compiler.module.module import _flatten
+
+            yield from _flatten(key, vars(self)[key], kind)
+
+    def __getitem__(self, idx: int | slice) -> Module:
+        if isinstance(idx, slice):
+            return Sequential(*[getattr(self, k) for k in self.layer_keys[idx]])
+        return getattr(self, self.layer_keys[idx])
+
+    def __len__(self) -> int:
+        return len(self.layer_keys)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (getattr(self, k) for k in self.layer_keys)
+
+    def forward(self, x: Any) -> Any:
+        for layer in self:
+            x = layer(x)
+        return x

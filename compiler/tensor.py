@@ -1,0 +1,304 @@
+"""``Tensor`` and ``Parameter``: MegEngine's tensor API over a numpy array."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dialects.dtypes import DTypeError, element_type, numpy_dtype
+
+
+def _canonical_dtype(value: Any, dtype: Any) -> np.dtype:
+    if dtype is not None:
+        try:
+            return numpy_dtype(element_type(dtype))
+        except DTypeError as exc:
+            raise TypeError(str(exc)) from None
+    arr = np.asarray(value)
+    if arr.dtype == np.float64:
+        return np.dtype(np.float32)
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize == 8:
+        return np.dtype(np.int32)
+    try:
+        return numpy_dtype(element_type(arr.dtype))
+    except DTypeError as exc:
+        raise TypeError(f"Tensor: {exc}") from None
+
+
+class Tensor:
+    """An n-dimensional array with MegEngine 1.13's Tensor interface."""
+
+    __array_priority__ = 1000  # numpy defers binary operators to Tensor
+
+    def __init__(self, data: Any = None, dtype: Any = None, device: str | None = None, *, name: str | None = None):
+        if isinstance(data, Tensor):
+            data = data._data
+        if data is None:
+            data = np.zeros((), np.float32)
+        np_dtype = _canonical_dtype(data, dtype)
+        self._data: np.ndarray = np.array(data, dtype=np_dtype)
+        self.name = name
+        self.grad: Tensor | None = None
+
+    @classmethod
+    def _from_array(cls, array: np.ndarray) -> Tensor:
+        t = cls.__new__(cls)
+        t._data = array
+        t.name = None
+        t.grad = None
+        return t
+
+    # -- basic properties -------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._data.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        return int(self._data.size)
+
+    @property
+    def device(self) -> str:
+        return "cpu0"
+
+    def numpy(self) -> np.ndarray:
+        return np.array(self._data)
+
+    def item(self) -> Any:
+        return self._data.item()
+
+    def tolist(self) -> Any:
+        return self._data.tolist()
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        return f"Tensor({np.array2string(self._data, separator=', ')}, dtype={self.dtype}, device=cpu0)"
+
+    def __bool__(self) -> bool:
+        return bool(self._data)
+
+    def __float__(self) -> float:
+        return float(self._data)
+
+    def __int__(self) -> int:
+        return int(self._data)
+
+    def __index__(self) -> int:
+        return int(self._data)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self._data if dtype is None else self._data.astype(dtype)
+
+    # -- in-place data access (eager only, like MegEngine's _reset / set_value) -------------
+    def _reset(self, value: Any) -> None:
+        arr = value._data if isinstance(value, Tensor) else np.asarray(value)
+        self._data = np.array(arr, dtype=self._data.dtype if arr.dtype.kind == "f" else arr.dtype)
+
+    def set_value(self, value: Any) -> None:
+        self._reset(value)
+
+    def detach(self) -> Tensor:
+        return Tensor._from_array(self._data)
+
+    # -- methods mapping to functional --------------------------------------------------------
+    def reshape(self, *shape: Any) -> Tensor:
+        from compiler import functional as F
+
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        return F.reshape(self, shape)
+
+    def transpose(self, *pattern: Any) -> Tensor:
+        from compiler import functional as F
+
+        if len(pattern) == 1 and isinstance(pattern[0], tuple | list):
+            pattern = tuple(pattern[0])
+        if not pattern:
+            pattern = tuple(reversed(range(self.ndim)))
+        return F.transpose(self, pattern)
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+        from compiler import functional as F
+
+        return F.flatten(self, start_axis, end_axis)
+
+    def astype(self, dtype: Any) -> Tensor:
+        from compiler import functional as F
+
+        return F.astype(self, dtype)
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from compiler import functional as F
+
+        return F.sum(self, axis, keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from compiler import functional as F
+
+        return F.mean(self, axis, keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from compiler import functional as F
+
+        return F.max(self, axis, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from compiler import functional as F
+
+        return F.min(self, axis, keepdims)
+
+    def prod(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from compiler import functional as F
+
+        return F.prod(self, axis, keepdims)
+
+    # -- operators ----------------------------------------------------------------------------
+    def _binary(self, other: Any, mode: str, reverse: bool = False) -> Tensor:
+        from compiler.functional.elemwise import _elemwise_binary
+
+        return _elemwise_binary(mode, other, self) if reverse else _elemwise_binary(mode, self, other)
+
+    def __add__(self, o: Any) -> Tensor:
+        return self._binary(o, "ADD")
+
+    def __radd__(self, o: Any) -> Tensor:
+        return self._binary(o, "ADD", True)
+
+    def __sub__(self, o: Any) -> Tensor:
+        return self._binary(o, "SUB")
+
+    def __rsub__(self, o: Any) -> Tensor:
+        return self._binary(o, "SUB", True)
+
+    def __mul__(self, o: Any) -> Tensor:
+        return self._binary(o, "MUL")
+
+    def __rmul__(self, o: Any) -> Tensor:
+        return self._binary(o, "MUL", True)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        return self._binary(o, "TRUE_DIV")
+
+    def __rtruediv__(self, o: Any) -> Tensor:
+        return self._binary(o, "TRUE_DIV", True)
+
+    def __floordiv__(self, o: Any) -> Tensor:
+        return self._binary(o, "FLOOR_DIV")
+
+    def __rfloordiv__(self, o: Any) -> Tensor:
+        return self._binary(o, "FLOOR_DIV", True)
+
+    def __mod__(self, o: Any) -> Tensor:
+        return self._binary(o, "MOD")
+
+    def __rmod__(self, o: Any) -> Tensor:
+        return self._binary(o, "MOD", True)
+
+    def __pow__(self, o: Any) -> Tensor:
+        return self._binary(o, "POW")
+
+    def __rpow__(self, o: Any) -> Tensor:
+        return self._binary(o, "POW", True)
+
+    def __lt__(self, o: Any) -> Tensor:
+        return self._binary(o, "LT")
+
+    def __le__(self, o: Any) -> Tensor:
+        return self._binary(o, "LEQ")
+
+    def __gt__(self, o: Any) -> Tensor:
+        return self._binary(o, "LT", True)
+
+    def __ge__(self, o: Any) -> Tensor:
+        return self._binary(o, "LEQ", True)
+
+    def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(o, "EQ")
+
+    def __ne__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return self._binary(o, "NEQ")
+
+    __hash__ = object.__hash__
+
+    def __neg__(self) -> Tensor:
+        from compiler.functional.elemwise import _elemwise
+
+        return _elemwise("NEGATE", self, label="neg")
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __abs__(self) -> Tensor:
+        from compiler import functional as F
+
+        return F.abs(self)
+
+    def __matmul__(self, o: Any) -> Tensor:
+        from compiler import functional as F
+
+        return F.matmul(self, o)
+
+    def __rmatmul__(self, o: Any) -> Tensor:
+        from compiler import functional as F
+
+        return F.matmul(o, self)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        from compiler.functional.tensor import _getitem
+
+        return _getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        from compiler.core import active_recorders, op_error
+
+        if active_recorders():
+            raise op_error("setitem", "in-place assignment cannot be traced; build the value functionally")
+        data = np.array(self._data)
+        data[index] = value._data if isinstance(value, Tensor) else value
+        self._data = data
+
+
+class Parameter(Tensor):
+    """A trainable tensor owned by a Module."""
+
+    def __repr__(self) -> str:
+        return "Parameter" + super().__repr__()[len("Tensor") :]
+
+
+def tensor(data: Any = None, dtype: Any = None, device: str | None = None) -> Tensor:
+    return Tensor(data, dtype=dtype, device=device)
+
+
+def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
+    """A Tensor for ``value``; Python scalars take ``like``'s dtype (MegEngine's scalar promotion)."""
+    if isinstance(value, Tensor):
+        return value
+    if like is not None and np.isscalar(value):
+        dtype = like.dtype
+        if dtype.kind in "iu" and isinstance(value, float):
+            dtype = np.dtype(np.float32)
+        if dtype.kind == "b":
+            dtype = np.dtype(np.float32) if isinstance(value, float) else np.dtype(np.int32)
+        return Tensor(np.asarray(value, dtype=dtype))
+    return Tensor(value)
