@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (
     f64,
     i64,
 )
+from xdsl.dialects.utils import EnumAttribute
 from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     AttrSizedOperandSegments,
@@ -46,14 +47,13 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.dialects.utils import EnumAttribute
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from dialects import enums
-from dialects.dtypes import QuantizedType, dtype_name, is_float
+from dialects.dtypes import DTypeError, QuantizedType, dtype_name, is_float
 from dialects.weights import WeightAttr
 
 # ----------------------------------------------------------------------------------------------
@@ -267,18 +267,17 @@ class MgbOp(IRDLOperation):
     def params_with_defaults(cls, props: dict[str, Attribute]) -> dict[str, Any]:
         """Python parameter values for ``props``, with the op's defaults filled in."""
         full: dict[str, Attribute] = {}
-        for name, prop_def in cls.get_irdl_definition().properties.items():
-            default = getattr(prop_def, "default_value", None)
+        for name, pdef in cls.get_irdl_definition().properties.items():
+            default = getattr(pdef, "default_value", None)
             if default is not None:
                 full[name] = default
         full.update(props)
         return {k: from_attr(v) for k, v in full.items() if k not in cls.IGNORED_PROPS}
 
     def params(self) -> dict[str, Any]:
-        """The op's properties as Python values (defaults included)."""
-        return {
-            k: from_attr(v) for k, v in self.properties.items() if k not in self.IGNORED_PROPS
-        }
+        """The op's properties as Python values (defaults included, also for parsed IR that
+        omitted them)."""
+        return self.params_with_defaults(dict(self.properties))
 
     # -- shape inference -----------------------------------------------------------------------
     @classmethod
@@ -287,9 +286,7 @@ class MgbOp(IRDLOperation):
         raise NotImplementedError
 
     def verify_(self) -> None:
-        for t in (*self.operand_types, *self.result_types):
-            if not isinstance(t, TensorType):
-                raise VerifyException(f"{self.name}: operands and results must be tensors, got {t}")
+        _verify_tensor_types(self)
         try:
             expected = self.infer(list(self.operand_types), **self.params())
         except NotImplementedError:
@@ -297,7 +294,10 @@ class MgbOp(IRDLOperation):
         except ShapeInferenceError as exc:
             raise VerifyException(str(exc)) from exc
         got = list(self.result_types)
-        if expected != got:
+        quantized_in = any(isinstance(_type(t).element_type, QuantizedType) for t in self.operand_types)
+        if len(expected) != len(got) or not all(
+            _result_type_ok(e, g, quantized_in) for e, g in zip(expected, got, strict=True)
+        ):
             raise VerifyException(
                 f"{self.name}: result types {', '.join(map(str, got))} do not match the inferred "
                 f"{', '.join(map(str, expected))}"
@@ -313,8 +313,8 @@ class MgbOp(IRDLOperation):
             assert isinstance(keyword, EnumAttribute)
             printer.print_string(f" {keyword.data.value}")
         op_def = self.get_irdl_definition()
-        for name, prop_def in op_def.properties.items():
-            if name in props and getattr(prop_def, "default_value", None) == props[name]:
+        for name, pdef in op_def.properties.items():
+            if name in props and getattr(pdef, "default_value", None) == props[name]:
                 del props[name]
         if self.operands:
             printer.print_string(" ")
@@ -349,6 +349,27 @@ class MgbOp(IRDLOperation):
         op = cls._create(list(operands), list(fn_type.outputs.data), props)
         op.attributes.update(attrs)
         return op
+
+
+def _verify_tensor_types(op: IRDLOperation) -> None:
+    """Every operand and result is a tensor of a dtype xmge knows (see ``dialects.dtypes``)."""
+    for t in (*op.operand_types, *op.result_types):
+        if not isinstance(t, TensorType):
+            raise VerifyException(f"{op.name}: operands and results must be tensors, got {t}")
+        try:
+            dtype_name(t.element_type)
+        except (KeyError, DTypeError):
+            raise VerifyException(f"{op.name}: unsupported element type {t.element_type} in {t}") from None
+
+
+def _result_type_ok(expected: TensorType, got: Attribute, quantized_in: bool) -> bool:
+    """``got`` matches the inferred type; with quantized operands the result may be any quantized
+    (or 32-bit accumulator) dtype, since its scale is chosen by the producer, not inferred."""
+    if expected == got:
+        return True
+    if not quantized_in or not isinstance(got, TensorType) or got.get_shape() != expected.get_shape():
+        return False
+    return isinstance(got.element_type, QuantizedType) or got.element_type == IntegerType(32)
 
 
 def _type(t: Attribute) -> TensorType:
@@ -406,6 +427,7 @@ class ConstOp(MgbOp):
 
         from dialects.dtypes import numpy_dtype
 
+        _verify_tensor_types(self)
         t = _type(self.output.type)
         if self.value.is_elided:
             return
@@ -454,7 +476,9 @@ def _conv_output(
         raise ShapeInferenceError(op, f"input must be 4-D NCHW, got shape {s}")
     if sparse == enums.ConvSparse.GROUP:
         if len(f) != 5:
-            raise ShapeInferenceError(op, f"group convolution needs a 5-D weight (G, OC/G, IC/G, FH, FW), got {f}")
+            raise ShapeInferenceError(
+                op, f"group convolution needs a 5-D weight (G, OC/G, IC/G, FH, FW), got {f}"
+            )
         groups, ocpg, icpg, fh, fw = f
         oc = groups * ocpg
     else:
@@ -548,7 +572,9 @@ class ConvBiasOp(_ConvBase):
     ) -> MgbOp:
         present = [o for o in operands if o is not None]
         if len(present) < 2 or len(present) > 4:
-            raise VerifyException(f"mgb.conv_bias takes 2 to 4 operands (src, filter, bias, z), got {len(present)}")
+            raise VerifyException(
+                f"mgb.conv_bias takes 2 to 4 operands (src, filter, bias, z), got {len(present)}"
+            )
         sizes = [1, 1, int(len(present) > 2), int(len(present) > 3)]
         props = {**props, "operandSegmentSizes": DenseArrayBase.from_list(IntegerType(32), sizes)}
         return cls.create(operands=present, result_types=result_types, properties=props)
@@ -567,11 +593,8 @@ class ConvBiasOp(_ConvBase):
                 broadcast_shapes(cls.name, [shape, b])
         if len(types) > 3 and _shape(types[3]) != shape:
             raise ShapeInferenceError(cls.name, f"z has shape {_shape(types[3])}, the output is {shape}")
-        elem = src.element_type if is_float(src.element_type) else src.element_type
+        elem = _same_dtype(cls.name, (src, filt)) if is_float(src.element_type) else src.element_type
         return [TensorType(elem, list(shape))]
-
-    def verify_(self) -> None:
-        super().verify_()
 
 
 # Arity of each elemwise mode (MegEngine's); modes absent here are unary.
@@ -646,7 +669,9 @@ class PoolingOp(MgbOp):
         stride = _ints(params["stride"], 2, "stride", cls.name)
         padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
         if min(window) < 1 or min(stride) < 1 or min(padding) < 0:
-            raise ShapeInferenceError(cls.name, f"invalid window {window}, stride {stride} or padding {padding}")
+            raise ShapeInferenceError(
+                cls.name, f"invalid window {window}, stride {stride} or padding {padding}"
+            )
         if padding[0] >= window[0] or padding[1] >= window[1]:
             raise ShapeInferenceError(cls.name, f"padding {padding} must be smaller than the window {window}")
         oh = _pool_out(cls.name, s[2], window[0], stride[0], padding[0])
@@ -696,7 +721,8 @@ class _MatMulBase(MgbOp):
             sb = (*sb[:-2], sb[-1], sb[-2])
         if sa[-1] != sb[-2]:
             raise ShapeInferenceError(
-                cls.name, f"inner dimensions differ: {sa} @ {sb} (after transposes) needs {sa[-1]} == {sb[-2]}"
+                cls.name,
+                f"inner dimensions differ: {sa} @ {sb} (after transposes) needs {sa[-1]} == {sb[-2]}",
             )
         if cls.BATCHED and sa[0] != sb[0]:
             raise ShapeInferenceError(cls.name, f"batch sizes differ: {sa[0]} and {sb[0]}")
@@ -744,6 +770,7 @@ class ReshapeOp(MgbOp):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
+        _verify_tensor_types(self)
         src, out = _type(self.src.type), _type(self.output.type)
         if math.prod(_shape(src)) != math.prod(_shape(out)):
             raise VerifyException(f"mgb.reshape: cannot reshape {_shape(src)} into {_shape(out)}")
@@ -761,6 +788,7 @@ class BroadcastOp(MgbOp):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
+        _verify_tensor_types(self)
         src, out = _shape(self.src.type), _shape(self.output.type)
         try:
             if broadcast_shapes(self.name, [src, out]) != out:
@@ -788,7 +816,9 @@ class DimshuffleOp(MgbOp):
         pattern = tuple(params["pattern"])
         used = [p for p in pattern if p != -1]
         if sorted(used) != list(range(len(s))):
-            raise ShapeInferenceError(cls.name, f"pattern {pattern} is not a permutation of the {len(s)} input axes")
+            raise ShapeInferenceError(
+                cls.name, f"pattern {pattern} is not a permutation of the {len(s)} input axes"
+            )
         return [TensorType(src.element_type, [1 if p == -1 else s[p] for p in pattern])]
 
 
@@ -903,7 +933,9 @@ class SubtensorOp(MgbOp):
             n = len(range(*slice(start, stop, step).indices(shape[axis])))
             if drop:
                 if n != 1:
-                    raise ShapeInferenceError(cls.name, f"index {start} out of range for axis {axis} of size {shape[axis]}")
+                    raise ShapeInferenceError(
+                        cls.name, f"index {start} out of range for axis {axis} of size {shape[axis]}"
+                    )
                 dropped.append(axis)
             shape[axis] = n
         out = [d for i, d in enumerate(shape) if i not in dropped]
@@ -941,8 +973,12 @@ class TypeCvtOp(MgbOp):
     traits = traits_def(Pure())
 
     def verify_(self) -> None:
+        _verify_tensor_types(self)
         if _shape(self.src.type) != _shape(self.output.type):
-            raise VerifyException("mgb.typecvt: result shape must equal the input shape")
+            raise VerifyException(
+                f"mgb.typecvt: result shape {_shape(self.output.type)} must equal the input shape "
+                f"{_shape(self.src.type)}"
+            )
 
 
 @irdl_op_definition
@@ -988,7 +1024,9 @@ class BatchNormOp(MgbOp):
         want = (1, s[1]) + (1,) * (len(s) - 2)
         for what, t in zip(("weight", "bias", "running_mean", "running_var"), types[1:], strict=True):
             if math.prod(_shape(t)) != s[1]:
-                raise ShapeInferenceError(cls.name, f"{what} has shape {_shape(t)}, expected {want} for {s[1]} channels")
+                raise ShapeInferenceError(
+                    cls.name, f"{what} has shape {_shape(t)}, expected {want} for {s[1]} channels"
+                )
         return [types[0]]
 
 
