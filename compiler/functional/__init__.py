@@ -1,6 +1,6 @@
 """MegEngine 1.13's ``functional`` API."""
 
-from compiler.functional import nn
+from compiler.functional import loss, nn  # noqa: F401
 from compiler.functional.elemwise import *  # noqa: F403
 from compiler.functional.elemwise import abs, add, div, pow, round  # noqa: A004
 from compiler.functional.math import batch_matmul, matmul, max, mean, min, norm, prod, sum  # noqa: A004

@@ -298,3 +298,6 @@ def pad(src: Tensor, pad_width: Sequence[Sequence[int]], mode: str = "constant",
         mode=modes[mode],
     )
     return out
+
+
+from compiler.functional.loss import binary_cross_entropy, cross_entropy, l1_loss, square_loss  # noqa: E402,F401,I001

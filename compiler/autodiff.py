@@ -1,0 +1,815 @@
+"""Reverse-mode autodiff: MegEngine's ``GradManager`` as a tape recorder over ``compiler.core.apply``.
+
+Every frontend op goes through ``apply``, so a recorder that sees each application sees the whole
+computation. While a ``GradManager`` records, each op with at least one input that depends on an
+attached tensor is put on a tape together with the arrays it read and produced. ``backward`` walks
+the tape in reverse and applies one rule per ``mgb`` op class (``BACKWARD``), in numpy, and adds the
+results into ``.grad`` of the attached tensors, as MegEngine does::
+
+    gm = GradManager().attach(model.parameters())
+    with gm:
+        loss = F.nn.cross_entropy(model(x), y)
+        gm.backward(loss)
+    opt.step().clear_grad()
+
+Backward rules work on the arrays the op saw when it ran (not on the tensors' current data), so an
+in-place update between forward and backward, such as batch norm's running statistics, cannot
+change the gradient. Composite functions (``batch_norm`` in training mode, ``logsumexp``, losses)
+need no rule of their own: they are made of ops that have one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.ir import Attribute
+
+from backends.reference import kernels as K
+from compiler.core import XmgeError, pop_recorder, push_recorder, user_location
+from compiler.tensor import Tensor
+from dialects import enums
+from dialects import tensor as T
+
+Array = np.ndarray
+# rule(inputs, outputs, output_grads, params) -> one gradient (or None) per input
+BackwardRule = Callable[
+    [Sequence[Array], Sequence[Array], Sequence[Array | None], dict[str, Any]], list[Array | None]
+]
+
+BACKWARD: dict[type[T.MgbOp], BackwardRule] = {}
+
+
+class GradError(XmgeError, RuntimeError):
+    """A gradient cannot be computed (no history, or an op without a backward rule)."""
+
+
+def register_backward(op_cls: type[T.MgbOp]) -> Callable[[BackwardRule], BackwardRule]:
+    def register(fn: BackwardRule) -> BackwardRule:
+        BACKWARD[op_cls] = fn
+        return fn
+
+    return register
+
+
+def _is_float(a: Array) -> bool:
+    return a.dtype.kind == "f"
+
+
+def unbroadcast(g: Array, shape: Sequence[int]) -> Array:
+    """Sum ``g`` over the axes that broadcasting added to or stretched in ``shape``."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, (s, d) in enumerate(zip(shape, g.shape, strict=True)) if s == 1 and d != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g.reshape(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise
+
+E = enums.ElemwiseMode
+# mode -> fn(inputs, output, grad) -> per-input gradient at the output's (broadcast) shape
+ElemwiseRule = Callable[[Sequence[Array], Array, Array], Sequence[Array | None]]
+ELEMWISE_BACKWARD: dict[Any, ElemwiseRule] = {}
+
+# Modes whose result is piecewise constant (or boolean): they pass no gradient.
+_ZERO_GRAD_MODES = {
+    E.FLOOR,
+    E.CEIL,
+    E.ROUND,
+    E.FLOOR_DIV,
+    E.SIGN,
+    E.LT,
+    E.LEQ,
+    E.EQ,
+    E.NEQ,
+    E.ISNAN,
+    E.ISINF,
+    E.NOT,
+    E.AND,
+    E.OR,
+    E.XOR,
+    E.SHL,
+    E.SHR,
+}
+
+
+def _ew(*modes: Any) -> Callable[[ElemwiseRule], ElemwiseRule]:
+    def register(fn: ElemwiseRule) -> ElemwiseRule:
+        for m in modes:
+            ELEMWISE_BACKWARD[m] = fn
+        return fn
+
+    return register
+
+
+def _sig(x: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return 1 / (1 + np.exp(-x))
+
+
+def _tie_split(a: Array, b: Array, g: Array, a_wins: Array) -> tuple[Array, Array]:
+    # equal operands share the gradient, as torch.maximum/minimum do (keeps d(a)+d(b) == g)
+    tie = (a == b).astype(g.dtype)
+    win = a_wins.astype(g.dtype)
+    return g * (win + 0.5 * tie), g * (1 - win - tie + 0.5 * tie)
+
+
+_ew(E.ADD)(lambda x, y, g: (g, g))
+_ew(E.SUB)(lambda x, y, g: (g, -g))
+_ew(E.MUL)(lambda x, y, g: (g * x[1], g * x[0]))
+_ew(E.TRUE_DIV)(lambda x, y, g: (g / x[1], -g * x[0] / (x[1] * x[1])))
+_ew(E.NEGATE)(lambda x, y, g: (-g,))
+_ew(E.ABS)(lambda x, y, g: (g * np.sign(x[0]),))
+_ew(E.EXP)(lambda x, y, g: (g * y,))
+_ew(E.EXPM1)(lambda x, y, g: (g * (y + 1),))
+_ew(E.LOG)(lambda x, y, g: (g / x[0],))
+_ew(E.LOG1P)(lambda x, y, g: (g / (1 + x[0]),))
+_ew(E.SQRT)(lambda x, y, g: (g / (2 * y),))
+_ew(E.SQUARE)(lambda x, y, g: (2 * g * x[0],))
+_ew(E.SIN)(lambda x, y, g: (g * np.cos(x[0]),))
+_ew(E.COS)(lambda x, y, g: (-g * np.sin(x[0]),))
+_ew(E.TAN)(lambda x, y, g: (g * (1 + y * y),))
+_ew(E.TANH, E.FAST_TANH)(lambda x, y, g: (g * (1 - y * y),))
+_ew(E.SIGMOID)(lambda x, y, g: (g * y * (1 - y),))
+_ew(E.SINH)(lambda x, y, g: (g * np.cosh(x[0]),))
+_ew(E.COSH)(lambda x, y, g: (g * np.sinh(x[0]),))
+_ew(E.ASIN)(lambda x, y, g: (g / np.sqrt(1 - x[0] * x[0]),))
+_ew(E.ACOS)(lambda x, y, g: (-g / np.sqrt(1 - x[0] * x[0]),))
+_ew(E.ASINH)(lambda x, y, g: (g / np.sqrt(x[0] * x[0] + 1),))
+_ew(E.ACOSH)(lambda x, y, g: (g / np.sqrt(x[0] * x[0] - 1),))
+_ew(E.ATANH)(lambda x, y, g: (g / (1 - x[0] * x[0]),))
+_ew(E.ERF)(lambda x, y, g: (g * (2 / math.sqrt(math.pi)) * np.exp(-x[0] * x[0]),))
+_ew(E.ERFC)(lambda x, y, g: (-g * (2 / math.sqrt(math.pi)) * np.exp(-x[0] * x[0]),))
+_ew(E.RELU)(lambda x, y, g: (g * (x[0] > 0),))
+_ew(E.RELU6)(lambda x, y, g: (g * ((x[0] > 0) & (x[0] < 6)),))
+_ew(E.HSIGMOID)(lambda x, y, g: (g * ((x[0] > -3) & (x[0] < 3)) / 6,))
+_ew(E.SOFTPLUS)(lambda x, y, g: (g * _sig(x[0]),))
+_ew(E.LOGSIGMOID)(lambda x, y, g: (g * _sig(-x[0]),))
+_ew(E.SWITCH_GT0)(lambda x, y, g: (None, g * (x[0] > 0)))
+_ew(E.FUSE_ADD_RELU)(lambda x, y, g: (g * (y > 0),) * 2)
+_ew(E.FUSE_ADD_SIGMOID)(lambda x, y, g: (g * y * (1 - y),) * 2)
+_ew(E.FUSE_ADD_TANH)(lambda x, y, g: (g * (1 - y * y),) * 2)
+_ew(E.FUSE_MUL_ADD3)(lambda x, y, g: (g * x[1], g * x[0], g))
+_ew(E.FUSE_MUL_ADD4)(lambda x, y, g: (g * x[1], g * x[0], g * x[3], g * x[2]))
+_ew(E.LOG_SUM_EXP)(lambda x, y, g: (g * np.exp(x[0] - y), g * np.exp(x[1] - y)))
+_ew(E.MOD)(lambda x, y, g: (g, -g * np.trunc(x[0] / x[1])))  # fmod: a - trunc(a/b)*b
+
+
+@_ew(E.POW)
+def _pow_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array]:
+    a, b = x
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ga = g * b * np.power(a, b - 1)
+        gb = np.where(a > 0, g * y * np.log(np.where(a > 0, a, 1)), 0)
+    return ga, gb
+
+
+@_ew(E.MAX)
+def _max_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array]:
+    return _tie_split(x[0], x[1], g, x[0] > x[1])
+
+
+@_ew(E.MIN)
+def _min_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array]:
+    return _tie_split(x[0], x[1], g, x[0] < x[1])
+
+
+@_ew(E.CLIP)
+def _clip_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array, Array]:
+    # forward is min(max(x, lo), hi): route g through the two selections in that order
+    v, lo, hi = x
+    m = np.maximum(v, lo)
+    to_m, to_hi = g * (m <= hi), g * (m > hi)
+    return to_m * (v >= lo), to_m * (v < lo), to_hi
+
+
+def _hswish_slope(v: Array) -> Array:
+    return np.where(v < -3, 0, np.where(v > 3, 1, (2 * v + 3) / 6))
+
+
+_ew(E.H_SWISH)(lambda x, y, g: (g * _hswish_slope(x[0]),))
+_ew(E.FUSE_ADD_H_SWISH)(lambda x, y, g: (g * _hswish_slope(x[0] + x[1]),) * 2)
+
+
+@_ew(E.SILU)
+def _silu_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array]:
+    s = _sig(x[0])
+    return (g * (s + x[0] * s * (1 - s)),)
+
+
+@_ew(E.GELU)
+def _gelu_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array]:
+    v = x[0].astype(np.float64)
+    cdf = 0.5 * (1 + np.vectorize(math.erf, otypes=[np.float64])(v / math.sqrt(2)))
+    pdf = np.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
+    return (g * (cdf + v * pdf).astype(g.dtype),)
+
+
+@_ew(E.ATAN2)
+def _atan2_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array]:
+    a, b = x
+    r = a * a + b * b
+    return g * b / r, -g * a / r
+
+
+@_ew(E.PRELU)
+def _prelu_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array]:
+    v, w = x
+    pos = v > 0
+    return g * np.where(pos, 1, w), g * np.where(pos, 0, v)
+
+
+@register_backward(T.ElemwiseOp)
+def _elemwise_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    mode = params["mode"]
+    (g,) = grads
+    if mode in _ZERO_GRAD_MODES or g is None:
+        return [None] * len(inputs)
+    rule = ELEMWISE_BACKWARD.get(mode)
+    if rule is None:
+        raise GradError(f"mgb.elemwise {mode.value}: no gradient rule")
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        full = rule(inputs, outputs[0], g)
+    out: list[Array | None] = []
+    for x, gx in zip(inputs, full, strict=True):
+        if gx is None or not _is_float(x):
+            out.append(None)
+        else:
+            out.append(
+                unbroadcast(np.broadcast_to(np.asarray(gx), g.shape), x.shape).astype(x.dtype, copy=False)
+            )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution
+
+
+def conv2d_backward(
+    x: Array,
+    w: Array,
+    g: Array,
+    *,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    sparse: Any,
+    mode: Any,
+) -> tuple[Array, Array]:
+    """(dx, dw) of ``kernels.conv2d_nchw``: the weight gradient correlates the input windows with
+    ``g``; the input gradient scatters ``g @ w`` back over the windows (col2im)."""
+    wshape = w.shape
+    if sparse == enums.ConvSparse.GROUP:
+        groups = w.shape[0]
+        w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:])
+    else:
+        groups = 1
+    if mode == enums.ConvMode.CONVOLUTION:
+        w = w[..., ::-1, ::-1]
+    oc, icpg, fh, fw = w.shape
+    ocpg = oc // groups
+    ph, pw = padding
+    sh, sw = stride
+    dh, dw_ = dilation
+    xp = K._pad_nchw(x.astype(np.float32, copy=False), ph, pw)
+    win = K._windows(xp, fh, fw, stride, dilation)  # N, C, OH, OW, FH, FW
+    n, _, oh, ow = g.shape
+    g32 = g.astype(np.float32, copy=False)
+    wa = w.astype(np.float32, copy=False)
+    dxp = np.zeros(xp.shape, np.float32)
+    dw = np.empty(w.shape, np.float32)
+    k = icpg * fh * fw
+    for gi in range(groups):
+        gg = g32[:, gi * ocpg : (gi + 1) * ocpg].reshape(n, ocpg, oh * ow)
+        cols = win[:, gi * icpg : (gi + 1) * icpg].transpose(0, 2, 3, 1, 4, 5).reshape(n, oh * ow, k)
+        dw[gi * ocpg : (gi + 1) * ocpg] = np.tensordot(gg, cols, axes=([0, 2], [0, 1])).reshape(
+            ocpg, icpg, fh, fw
+        )
+        wg = wa[gi * ocpg : (gi + 1) * ocpg].reshape(ocpg, k)
+        dcols = (gg.transpose(0, 2, 1) @ wg).reshape(n, oh, ow, icpg, fh, fw).transpose(0, 3, 4, 5, 1, 2)
+        for i in range(fh):
+            for j in range(fw):
+                hs, ws = i * dh, j * dw_
+                dxp[
+                    :,
+                    gi * icpg : (gi + 1) * icpg,
+                    hs : hs + sh * (oh - 1) + 1 : sh,
+                    ws : ws + sw * (ow - 1) + 1 : sw,
+                ] += dcols[:, :, i, j]
+    dx = dxp[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]]
+    if mode == enums.ConvMode.CONVOLUTION:
+        dw = dw[..., ::-1, ::-1]
+    return dx.astype(x.dtype), np.ascontiguousarray(dw).reshape(wshape).astype(w.dtype)
+
+
+def _conv_params(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: params[k] for k in ("stride", "padding", "dilation", "sparse", "mode")}
+
+
+@register_backward(T.ConvolutionOp)
+def _convolution_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    x, w = inputs
+    (g,) = grads
+    assert g is not None
+    dx, dw = conv2d_backward(x, w, g, **_conv_params(params))
+    return [dx, dw]
+
+
+@register_backward(T.ConvBiasOp)
+def _conv_bias_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    x, w, *rest = inputs
+    (g,) = grads
+    assert g is not None
+    y = outputs[0].astype(np.float32)
+    nl = params["nonline_mode"]
+    N = enums.NonlineMode
+    if nl == N.RELU:
+        g = g * (y > 0)
+    elif nl == N.SIGMOID:
+        g = g * y * (1 - y)
+    elif nl == N.H_SWISH:
+        pre = K.conv2d_nchw(x, w, **_conv_params(params))
+        for extra in rest:
+            pre = pre + extra.astype(pre.dtype)
+        g = g * _hswish_slope(pre)
+    dx, dw = conv2d_backward(x, w, g, **_conv_params(params))
+    return [dx, dw, *(unbroadcast(g, r.shape).astype(r.dtype) for r in rest)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Pooling
+
+
+def pool2d_backward(
+    x: Array, g: Array, *, mode: Any, window: Sequence[int], stride: Sequence[int], padding: Sequence[int]
+) -> Array:
+    """Gradient of ``kernels.pool2d_nchw``: max routes each output's gradient to the first maximum
+    of its window (as MegEngine and torch do); the averages spread it over the window."""
+    fh, fw = window
+    sh, sw = stride
+    ph, pw = padding
+    n, c, oh, ow = g.shape
+    g32 = g.astype(np.float32)
+    if mode == enums.PoolingMode.MAX:
+        fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        xp = K._pad_nchw(x, ph, pw, fill)
+        win = K._windows(xp, fh, fw, stride, (1, 1)).reshape(n, c, oh, ow, fh * fw)
+        arg = win.argmax(axis=-1)
+        share = [[g32 * (arg == i * fw + j) for j in range(fw)] for i in range(fh)]
+    else:
+        if mode == enums.PoolingMode.AVERAGE:
+            per = g32 / np.float32(fh * fw)
+        else:
+            ones = K._pad_nchw(np.ones((1, 1, *x.shape[2:]), np.float32), ph, pw)
+            count = K._windows(ones, fh, fw, stride, (1, 1)).sum(axis=(4, 5))
+            per = g32 / count
+        share = [[per] * fw for _ in range(fh)]
+    dxp = np.zeros((n, c, x.shape[2] + 2 * ph, x.shape[3] + 2 * pw), np.float32)
+    for i in range(fh):
+        for j in range(fw):
+            dxp[:, :, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw] += share[i][j]
+    return dxp[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]].astype(x.dtype)
+
+
+@register_backward(T.PoolingOp)
+def _pooling_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    dx = pool2d_backward(
+        inputs[0],
+        g,
+        mode=params["mode"],
+        window=params["window"],
+        stride=params["stride"],
+        padding=params["padding"],
+    )
+    return [dx]
+
+
+@register_backward(T.AdaptivePoolingOp)
+def _adaptive_pooling_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    x = inputs[0]
+    window, stride = K.adaptive_pool_params(x.shape[2:], params["out_shape"])
+    return [pool2d_backward(x, g, mode=params["mode"], window=window, stride=stride, padding=(0, 0))]
+
+
+# ----------------------------------------------------------------------------------------------
+# Matrix multiplication
+
+
+def _matmul_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    a, b = inputs
+    (g,) = grads
+    assert g is not None
+    if not _is_float(a):
+        return [None, None]
+    ta, tb = bool(params.get("transpose_a")), bool(params.get("transpose_b"))
+    g32 = g.astype(np.float32)
+    a_eff = np.swapaxes(a, -1, -2) if ta else a
+    b_eff = np.swapaxes(b, -1, -2) if tb else b
+    da_eff = g32 @ np.swapaxes(b_eff, -1, -2).astype(np.float32)
+    db_eff = np.swapaxes(a_eff, -1, -2).astype(np.float32) @ g32
+    da = np.swapaxes(da_eff, -1, -2) if ta else da_eff
+    db = np.swapaxes(db_eff, -1, -2) if tb else db_eff
+    return [np.ascontiguousarray(da).astype(a.dtype), np.ascontiguousarray(db).astype(b.dtype)]
+
+
+register_backward(T.MatrixMulOp)(_matmul_backward)
+register_backward(T.BatchedMatrixMulOp)(_matmul_backward)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shape and data movement
+
+
+def _reshape_back(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    return [g.reshape(inputs[0].shape)]
+
+
+register_backward(T.ReshapeOp)(_reshape_back)
+register_backward(T.AxisAddRemoveOp)(_reshape_back)
+
+
+@register_backward(T.BroadcastOp)
+def _broadcast_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    return [unbroadcast(g, inputs[0].shape).astype(inputs[0].dtype, copy=False)]
+
+
+@register_backward(T.DimshuffleOp)
+def _dimshuffle_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    x = inputs[0]
+    perm = [p for p in params["pattern"] if p != -1]
+    moved = g.reshape([x.shape[p] for p in perm])  # drop the size-1 axes the pattern inserted
+    return [np.ascontiguousarray(moved.transpose(np.argsort(perm)))]
+
+
+@register_backward(T.ConcatOp)
+def _concat_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    bounds = np.cumsum([x.shape[params["axis"]] for x in inputs])[:-1]
+    return list(np.split(g, bounds, axis=params["axis"]))
+
+
+@register_backward(T.SplitOp)
+def _split_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    parts = [np.zeros(o.shape, o.dtype) if g is None else g for g, o in zip(grads, outputs, strict=True)]
+    return [np.concatenate(parts, axis=params["axis"])]
+
+
+@register_backward(T.SubtensorOp)
+def _subtensor_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    x = inputs[0]
+    index: list[Any] = [slice(None)] * x.ndim
+    keys = ("axes", "starts", "stops", "steps", "drop")
+    for axis, start, stop, step, drop in zip(*(params[k] for k in keys), strict=True):
+        index[axis] = start if drop else slice(start, stop, step)
+    gx = np.zeros(x.shape, g.dtype)
+    view = gx[tuple(index)]
+    gx[tuple(index)] = g.reshape(np.shape(view))  # a basic index never repeats an element
+    return [gx]
+
+
+@register_backward(T.PaddingOp)
+def _padding_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """Padding acts axis by axis (np.pad too), so its gradient folds each axis back separately:
+    the padded index map says which source element every output position copies (-1: the constant)."""
+    (g,) = grads
+    assert g is not None
+    x = inputs[0]
+    np_mode = {
+        enums.PaddingMode.CONSTANT: "constant",
+        enums.PaddingMode.REFLECT: "reflect",
+        enums.PaddingMode.REPLICATE: "edge",
+    }[params["mode"]]
+    out = g.astype(np.float32)
+    for axis, (front, back) in enumerate(zip(params["front"], params["back"], strict=True)):
+        if front == 0 and back == 0:
+            continue
+        size = x.shape[axis]
+        if np_mode == "constant":
+            src = np.pad(np.arange(size), (front, back), mode="constant", constant_values=-1)
+        else:
+            src = np.pad(np.arange(size), (front, back), mode=np_mode)  # type: ignore[call-overload]
+        moved = np.moveaxis(out, axis, 0)
+        folded = np.zeros((size, *moved.shape[1:]), np.float32)
+        keep = src >= 0
+        np.add.at(folded, src[keep], moved[keep])
+        out = np.moveaxis(folded, 0, axis)
+    return [np.ascontiguousarray(out).astype(x.dtype)]
+
+
+@register_backward(T.ReduceOp)
+def _reduce_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    x, y = inputs[0], outputs[0]
+    if not _is_float(x):
+        return [None]
+    axis = params["axis"]
+    R = enums.ReduceMode
+    mode = params["mode"]
+    g32 = g.astype(np.float32)
+    if mode == R.SUM:
+        gx = np.broadcast_to(g32, x.shape)
+    elif mode == R.MEAN:
+        gx = np.broadcast_to(g32 / np.float32(x.shape[axis]), x.shape)
+    elif mode == R.SUM_SQR:
+        gx = 2 * x * g32
+    elif mode in (R.MAX, R.MIN):
+        # ties share the gradient equally (torch.amax/amin), keeping the total equal to g
+        hit = (x == y).astype(np.float32)
+        gx = g32 * hit / hit.sum(axis=axis, keepdims=True)
+    else:  # PRODUCT: d/dx_i = product of the others, computed without dividing (zeros are fine)
+        xm = np.moveaxis(x.astype(np.float32), axis, -1)
+        ones = np.ones((*xm.shape[:-1], 1), np.float32)
+        left = np.cumprod(np.concatenate([ones, xm[..., :-1]], axis=-1), axis=-1)
+        right = np.cumprod(np.concatenate([ones, xm[..., :0:-1]], axis=-1), axis=-1)[..., ::-1]
+        gx = np.moveaxis(left * right, -1, axis) * g32
+    return [np.ascontiguousarray(gx).astype(x.dtype)]
+
+
+@register_backward(T.TypeCvtOp)
+def _typecvt_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    x = inputs[0]
+    if not (_is_float(x) and _is_float(outputs[0])):
+        return [None]  # through an integer or bool value no gradient flows
+    return [g.astype(x.dtype)]
+
+
+@register_backward(T.SoftmaxOp)
+def _softmax_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    y = outputs[0].astype(np.float32)
+    g32 = g.astype(np.float32)
+    gx = y * (g32 - (g32 * y).sum(axis=params["axis"], keepdims=True))
+    return [gx.astype(inputs[0].dtype)]
+
+
+@register_backward(T.BatchNormOp)
+def _batch_norm_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """Inference-mode batch norm, y = (x - mean) * rsqrt(var + eps) * scale + bias, with gradients
+    for all five operands (training mode is composed of other ops in ``F.batch_norm``)."""
+    (g,) = grads
+    assert g is not None
+    x, scale, bias, mean, var = inputs
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    s, m, v = (a.reshape(shape).astype(np.float32) for a in (scale, mean, var))
+    r = 1 / np.sqrt(v + np.float32(params["epsilon"]))
+    g32 = g.astype(np.float32)
+    xc = x.astype(np.float32) - m
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    sum_g = g32.sum(axis=axes, keepdims=True)
+    sum_gxc = (g32 * xc).sum(axis=axes, keepdims=True)
+    gx = g32 * r * s
+    gs = sum_gxc * r
+    gm = -sum_g * r * s
+    gv = -0.5 * sum_gxc * s * r**3
+    return [
+        gx.astype(x.dtype),
+        *(d.reshape(a.shape).astype(a.dtype) for d, a in ((gs, scale), (sum_g, bias), (gm, mean), (gv, var))),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# The tape and GradManager
+
+
+@dataclass
+class _Entry:
+    op_cls: type[T.MgbOp]
+    params: dict[str, Any]
+    input_ids: list[int]
+    inputs: list[Array]
+    output_ids: list[int]
+    outputs: list[Array]
+    where: str | None  # the user's source line, kept only for ops without a rule (for the error)
+
+
+_DEFAULTS: dict[type[T.MgbOp], dict[str, Any]] = {}
+
+
+def _full_params(op_cls: type[T.MgbOp], params: dict[str, Any]) -> dict[str, Any]:
+    # recorders see only the parameters the caller passed; the rules want the defaults too
+    defaults = _DEFAULTS.get(op_cls)
+    if defaults is None:
+        defaults = _DEFAULTS[op_cls] = op_cls.params_with_defaults({})
+    return {**defaults, **params}
+
+
+class _Tape:
+    """The recorder ``GradManager`` pushes: keeps every op that depends on a tracked tensor."""
+
+    def __init__(self, sources: Iterable[Tensor]) -> None:
+        # id -> tensor; holding the tensor keeps its id from being reused while recording
+        self.tracked: dict[int, Tensor] = {id(t): t for t in sources}
+        self.entries: list[_Entry] = []
+
+    def track(self, t: Tensor) -> None:
+        self.tracked[id(t)] = t
+
+    def record(
+        self,
+        op_cls: type[T.MgbOp],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        params: dict[str, Any],
+        result_types: Sequence[Attribute],
+    ) -> None:
+        if not any(id(t) in self.tracked for t in inputs):
+            return
+        float_outs = [t for t in outputs if t.dtype.kind == "f"]
+        if not float_outs:
+            return  # a bool/int result carries no gradient onwards
+        for t in float_outs:
+            self.tracked[id(t)] = t
+        self.entries.append(
+            _Entry(
+                op_cls,
+                _full_params(op_cls, params),
+                [id(t) for t in inputs],
+                [t._data for t in inputs],
+                [id(t) for t in outputs],
+                [t._data for t in outputs],
+                None if op_cls in BACKWARD else user_location(),
+            )
+        )
+
+    def backward(self, seeds: dict[int, Array]) -> dict[int, Array]:
+        grads = dict(seeds)
+        for e in reversed(self.entries):
+            out_grads = [grads.pop(i, None) for i in e.output_ids]
+            if all(g is None for g in out_grads):
+                continue
+            rule = BACKWARD.get(e.op_cls)
+            if rule is None:
+                raise GradError(f"{e.op_cls.name} has no gradient rule (op applied at {e.where})")
+            in_grads = rule(e.inputs, e.outputs, out_grads, e.params)
+            for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):
+                if gx is None or i not in self.tracked:
+                    continue
+                if gx.shape != x.shape:
+                    raise GradError(
+                        f"{e.op_cls.name}: gradient shape {gx.shape} differs from input shape {x.shape}"
+                    )
+                prev = grads.get(i)
+                grads[i] = gx if prev is None else prev + gx
+        return grads
+
+
+class GradManager:
+    """MegEngine's ``GradManager``: attach tensors, record a computation, backpropagate into ``.grad``."""
+
+    def __init__(self) -> None:
+        self._attached: dict[int, Tensor] = {}
+        self._callbacks: dict[int, list[Callable[[Tensor, Tensor], Tensor]]] = {}
+        self._tape: _Tape | None = None
+
+    def attach(
+        self,
+        tensors: Tensor | Iterable[Tensor],
+        callbacks: Callable[[Tensor, Tensor], Tensor]
+        | Sequence[Callable[[Tensor, Tensor], Tensor]]
+        | None = None,
+    ) -> GradManager:
+        """Compute gradients for ``tensors`` from now on; ``callbacks(tensor, grad) -> grad`` run on
+        each gradient before it is added to ``tensor.grad``."""
+        items = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+        cbs = [] if callbacks is None else [callbacks] if callable(callbacks) else list(callbacks)
+        for t in items:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
+            self._attached[id(t)] = t
+            self._callbacks.setdefault(id(t), []).extend(cbs)
+            if self._tape is not None:
+                self._tape.track(t)
+        return self
+
+    def attached_tensors(self) -> list[Tensor]:
+        return list(self._attached.values())
+
+    def is_attached(self, tensor: Tensor) -> bool:
+        return id(tensor) in self._attached
+
+    @property
+    def _recording(self) -> bool:
+        return self._tape is not None
+
+    def record(self) -> None:
+        """Start recording (what ``with gm:`` does)."""
+        if self._tape is not None:
+            raise GradError("GradManager is already recording")
+        self._tape = _Tape(self._attached.values())
+        push_recorder(self._tape)
+
+    def release(self) -> None:
+        """Stop recording and drop the history."""
+        if self._tape is not None:
+            pop_recorder(self._tape)
+            self._tape = None
+
+    def __enter__(self) -> GradManager:
+        self.record()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def backward(
+        self, y: Tensor | Sequence[Tensor] | None = None, dy: Tensor | Sequence[Tensor] | None = None
+    ) -> None:
+        """Add d(y)/d(t), weighted by ``dy`` (default: ones), into ``t.grad`` for every attached ``t``
+        that ``y`` depends on, then stop recording, as MegEngine does."""
+        tape = self._tape
+        if tape is None:
+            raise GradError("no computation history: call backward inside `with gm:` (or after gm.record())")
+        if y is None:
+            raise GradError("backward needs the tensor(s) to differentiate")
+        ys = [y] if isinstance(y, Tensor) else list(y)
+        if dy is None:
+            dys: list[Any] = [None] * len(ys)
+        else:
+            dys = [dy] if isinstance(dy, Tensor) else list(dy)
+        if len(dys) != len(ys):
+            raise GradError(f"backward got {len(ys)} tensors but {len(dys)} output gradients")
+        try:
+            seeds: dict[int, Array] = {}
+            for t, d in zip(ys, dys, strict=True):
+                arr = (
+                    np.ones(t.shape, t.dtype)
+                    if d is None
+                    else np.asarray(d._data if isinstance(d, Tensor) else d)
+                )
+                if arr.shape != t.shape:
+                    raise GradError(f"backward: dy has shape {arr.shape}, y has shape {t.shape}")
+                seeds[id(t)] = arr.astype(t.dtype) if id(t) not in seeds else seeds[id(t)] + arr
+            pop_recorder(tape)  # stop recording first: nothing backward does is part of the history
+            self._tape = None
+            grads = tape.backward(seeds)
+        finally:
+            self.release()
+        for i, t in self._attached.items():
+            g = grads.get(i)
+            if g is None:
+                continue
+            gt = Tensor._from_array(np.ascontiguousarray(g).astype(t.dtype, copy=False))
+            for cb in self._callbacks.get(i, []):
+                gt = cb(t, gt)
+            t.grad = gt if t.grad is None else Tensor._from_array(t.grad._data + gt._data)
