@@ -157,7 +157,17 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.floor_divide(a, b)
+    # megdnn: floorf(x / y) for floats, floor division for integers
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if a.dtype.kind == "f":
+            return np.floor(np.true_divide(a, b))
+        return np.floor_divide(a, b)
+
+
+def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # megdnn: fmodf(x, y) for floats (sign of x), Python's modulo for integers (sign of y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(a, b) if a.dtype.kind == "f" else np.mod(a, b)
 
 
 def _true_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -196,7 +206,7 @@ ELEMWISE: dict[Any, Callable[..., np.ndarray]] = {
     E.FLOOR_DIV: _floor_div,
     E.MAX: np.maximum,
     E.MIN: np.minimum,
-    E.MOD: np.fmod,
+    E.MOD: _mod,
     E.MUL: np.multiply,
     E.POW: _pow,
     E.SIGMOID_GRAD: lambda y, g: g * y * (1 - y),

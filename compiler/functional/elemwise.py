@@ -4,20 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.core import apply
+import numpy as np
+
+from compiler.core import apply, op_error
 from compiler.tensor import Tensor, as_tensor
 from dialects.enums import ElemwiseMode
 from dialects.tensor import ElemwiseOp
 
+# MegEngine computes these in float32 even for integer operands (``_elwise`` casts them).
+_FLOAT_ONLY = frozenset({"TRUE_DIV", "POW"})
+
+
+def _promote(tensors: list[Tensor]) -> list[Tensor]:
+    """Cast operands to one common dtype (numpy's rules, float64/int64 narrowed as MegEngine does),
+    so mixed-dtype operands reach the op as one dtype instead of failing its type check."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) <= 1:
+        return tensors
+    common = np.result_type(*dtypes)
+    if common == np.float64:
+        common = np.dtype(np.float32)
+    elif common.kind in "iu" and common.itemsize == 8:
+        common = np.dtype(np.int32)
+    return [t if t.dtype == common else t.astype(common) for t in tensors]
+
 
 def _elemwise(mode: str, *inputs: Any, label: str | None = None) -> Tensor:
     like = next((x for x in inputs if isinstance(x, Tensor)), None)
-    tensors = [as_tensor(x, like) for x in inputs]
-    if like is not None:
-        # MegEngine promotes int operands of float ops to float32
-        if any(t.dtype.kind == "f" for t in tensors):
-            float_dtype = next(t.dtype for t in tensors if t.dtype.kind == "f")
-            tensors = [t if t.dtype == float_dtype else t.astype(float_dtype) for t in tensors]
+    tensors = _promote([as_tensor(x, like) for x in inputs])
+    if mode in _FLOAT_ONLY:
+        tensors = [t if t.dtype.kind == "f" else t.astype("float32") for t in tensors]
     (out,) = apply(ElemwiseOp, tensors, label=label or mode.lower(), mode=ElemwiseMode[mode])
     return out
 
@@ -186,3 +202,35 @@ def greater(x: Any, y: Any) -> Tensor:
 
 def greater_equal(x: Any, y: Any) -> Tensor:
     return _elemwise("LEQ", y, x, label="greater_equal")
+
+
+def _logical(mode: str, label: str, *inputs: Any) -> Tensor:
+    tensors = [as_tensor(x) for x in inputs]
+    for t in tensors:
+        if t.dtype.kind != "b":
+            raise op_error(label, f"needs bool tensors, got {t.dtype}")
+    return _elemwise(mode, *tensors, label=label)
+
+
+def logical_and(x: Any, y: Any) -> Tensor:
+    return _logical("AND", "logical_and", x, y)
+
+
+def logical_or(x: Any, y: Any) -> Tensor:
+    return _logical("OR", "logical_or", x, y)
+
+
+def logical_xor(x: Any, y: Any) -> Tensor:
+    return _logical("XOR", "logical_xor", x, y)
+
+
+def logical_not(x: Any) -> Tensor:
+    return _logical("NOT", "logical_not", x)
+
+
+__all__ = [
+    "abs", "add", "ceil", "clip", "cos", "div", "equal", "exp", "expm1", "floor", "floor_div", "gelu",
+    "greater", "greater_equal", "hsigmoid", "hswish", "less", "less_equal", "log", "log1p", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "mod", "mul", "neg", "not_equal",
+    "pow", "relu", "relu6", "round", "sigmoid", "silu", "sin", "sqrt", "square", "sub", "tanh",
+]

@@ -15,9 +15,9 @@ from dialects import tensor as T
 def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: bool, label: str) -> Tensor:
     inp = as_tensor(inp)
     if axis is None:
-        flat = reshape(inp, (max(inp.size, 1) if inp.size else 0,)) if inp.ndim != 1 else inp
-        if flat.size == 0:
+        if inp.size == 0:
             raise op_error(label, "cannot reduce an empty tensor")
+        flat = reshape(inp, (inp.size,)) if inp.ndim != 1 else inp
         (out,) = apply(T.ReduceOp, [flat], label=label, mode=mode, axis=0)
         return reshape(out, (1,) * inp.ndim) if keepdims else reshape(out, ())
     axes = [axis] if isinstance(axis, int) else list(axis)
@@ -29,6 +29,9 @@ def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: 
 
 
 def sum(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    inp = as_tensor(inp)
+    if inp.dtype.kind == "b":
+        inp = inp.astype("int32")  # counting: a bool sum is an int32 count, not a bool
     return _reduce(enums.ReduceMode.SUM, inp, axis, keepdims, "sum")
 
 
@@ -48,7 +51,20 @@ def min(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noq
 
 
 def prod(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    inp = as_tensor(inp)
+    if inp.dtype.kind == "b":
+        inp = inp.astype("int32")
     return _reduce(enums.ReduceMode.PRODUCT, inp, axis, keepdims, "prod")
+
+
+def _matmul_operands(inp1: Any, inp2: Any) -> tuple[Tensor, Tensor]:
+    from compiler.functional.elemwise import _promote
+
+    a, b = as_tensor(inp1), as_tensor(inp2)
+    if a.dtype.kind == "b" or b.dtype.kind == "b":
+        raise op_error("matmul", f"bool operands are not supported, got {a.dtype} and {b.dtype}")
+    a, b = _promote([a, b])
+    return a, b
 
 
 def matmul(
@@ -60,7 +76,7 @@ def matmul(
     format: str = "default",  # noqa: A002
 ) -> Tensor:
     """numpy-style matmul: 1-D operands are promoted, >2-D operands are batched with broadcasting."""
-    a, b = as_tensor(inp1), as_tensor(inp2)
+    a, b = _matmul_operands(inp1, inp2)
     if a.ndim == 0 or b.ndim == 0:
         raise op_error("matmul", f"operands must be at least 1-D, got shapes {a.shape} and {b.shape}")
     squeeze_a = a.ndim == 1
@@ -96,13 +112,17 @@ def matmul(
 
 
 def batch_matmul(inp1: Tensor, inp2: Tensor, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
-    a, b = as_tensor(inp1), as_tensor(inp2)
+    """(B, M, K) @ (B, K, N) with equal batch sizes and no broadcasting, as MegEngine's."""
+    a, b = _matmul_operands(inp1, inp2)
+    if a.ndim != 3 or b.ndim != 3:
+        raise op_error("batch_matmul", f"operands must be 3-D, got shapes {a.shape} and {b.shape}")
     (out,) = apply(T.BatchedMatrixMulOp, [a, b], label="batch_matmul", transpose_a=transpose_a, transpose_b=transpose_b)
     return out
 
 
 def norm(inp: Tensor, ord: float = 2.0, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A002
-    from compiler.functional.elemwise import abs as _abs, pow as _pow
+    from compiler.functional.elemwise import abs as _abs
+    from compiler.functional.elemwise import pow as _pow
 
     inp = as_tensor(inp)
     if ord == 2.0:

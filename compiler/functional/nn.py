@@ -23,8 +23,10 @@ from compiler.functional.elemwise import (
     silu,
     tanh,
 )
-from compiler.functional.math import matmul, max as _max, mean, sum as _sum
-from compiler.functional.tensor import reshape
+from compiler.functional.math import max as _max
+from compiler.functional.math import mean
+from compiler.functional.math import sum as _sum
+from compiler.functional.tensor import _axis, reshape
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -106,7 +108,14 @@ def conv2d(
         compute_mode=enums.ComputeMode[compute_mode.upper()],
     )
     if bias is not None:
-        out = _elemwise("ADD", out, as_tensor(bias), label="conv2d bias")
+        bias = as_tensor(bias)
+        oc = out.shape[1]
+        if bias.size != oc:
+            raise op_error("conv2d", f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} output channels")
+        if bias.shape != (1, oc, 1, 1):
+            # a (OC,) bias would otherwise broadcast along the width axis
+            bias = reshape(bias, (1, oc, 1, 1))
+        out = _elemwise("ADD", out, bias, label="conv2d bias")
     return out
 
 
@@ -125,7 +134,10 @@ def linear(inp: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if inp.ndim != 2:
         out = reshape(out, (*lead, weight.shape[0]))
     if bias is not None:
-        out = _elemwise("ADD", out, as_tensor(bias), label="linear bias")
+        bias = as_tensor(bias)
+        if bias.shape not in ((weight.shape[0],), (1, weight.shape[0])):
+            raise op_error("linear", f"bias has shape {bias.shape}, expected ({weight.shape[0]},)")
+        out = _elemwise("ADD", out, bias, label="linear bias")
     return out
 
 
@@ -189,11 +201,14 @@ def softmax(inp: Tensor, axis: int | None = None) -> Tensor:
     return out
 
 
-def logsumexp(inp: Tensor, axis: int, keepdims: bool = False) -> Tensor:
+def logsumexp(inp: Tensor, axis: int | Sequence[int], keepdims: bool = False) -> Tensor:
     inp = as_tensor(inp)
-    m = _max(inp, axis, keepdims=True)
-    out = log(_sum(exp(inp - m), axis, keepdims=True)) + m
-    return out if keepdims else reshape(out, tuple(s for i, s in enumerate(out.shape) if i != axis % inp.ndim))
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    norm = {_axis("logsumexp", a, inp.ndim) for a in axes}
+    # subtracting the max keeps exp() from overflowing; it is added back after the log
+    m = _max(inp, axes, keepdims=True)
+    out = log(_sum(exp(inp - m), axes, keepdims=True)) + m
+    return out if keepdims else reshape(out, tuple(s for i, s in enumerate(out.shape) if i not in norm))
 
 
 def log_softmax(inp: Tensor, axis: int | None = None) -> Tensor:

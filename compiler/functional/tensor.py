@@ -158,17 +158,25 @@ def split(inp: Tensor, nsplits_or_sections: int | Sequence[int], axis: int = 0) 
 
 def where(mask: Tensor, x: Any, y: Any) -> Tensor:
     """``mask ? x : y`` elementwise, as MegEngine composes it from SWITCH_GT0."""
-    from compiler.functional.elemwise import _elemwise
+    from compiler.functional.elemwise import _elemwise, _promote
 
     mask = as_tensor(mask)
-    x_t = as_tensor(x, y if isinstance(y, Tensor) else None)
-    y_t = as_tensor(y, x_t)
     if mask.dtype.kind != "b":
         raise op_error("where", f"mask must be a bool tensor, got {mask.dtype}")
+    if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+        raise op_error("where", "at least one of x and y must be a Tensor")
+    x_t = as_tensor(x, y if isinstance(y, Tensor) else None)
+    y_t = as_tensor(y, x_t)
+    x_t, y_t = _promote([x_t, y_t])
+    out_dtype = x_t.dtype
+    if out_dtype.kind == "b":
+        # SWITCH_GT0 and SUB have no bool form; select in int32 and cast back
+        x_t, y_t = astype(x_t, "int32"), astype(y_t, "int32")
     m = astype(mask, x_t.dtype)
     picked_x = _elemwise("SWITCH_GT0", m, x_t, label="where")
     picked_y = _elemwise("SWITCH_GT0", _elemwise("SUB", 1, m, label="where"), y_t, label="where")
-    return _elemwise("ADD", picked_x, picked_y, label="where")
+    out = _elemwise("ADD", picked_x, picked_y, label="where")
+    return astype(out, out_dtype)
 
 
 def _getitem(inp: Tensor, index: Any) -> Tensor:
@@ -200,7 +208,13 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
             continue
         size = inp.shape[dim]
         if isinstance(item, slice):
+            if item.step == 0:
+                raise op_error("getitem", f"slice step cannot be zero (axis {dim})")
             start, stop, step = item.indices(size)
+            if step < 0 and stop < 0:
+                # slice.indices() writes "run past the front" as stop = -1, which a slice would
+                # read as "the last element"; -size-1 keeps the meaning when re-sliced
+                stop = -size - 1
             if (start, stop, step) != (0, size, 1):
                 axes.append(dim)
                 starts.append(start)
@@ -209,7 +223,12 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
                 drop.append(0)
             out_pos += 1
         else:
-            k = int(item)
+            try:
+                k = int(item)
+            except TypeError:
+                raise op_error(
+                    "getitem", f"index {item!r} ({type(item).__name__}) is not an int, slice, None or ..."
+                ) from None
             if not -size <= k < size:
                 raise op_error("getitem", f"index {k} is out of bounds for axis {dim} with size {size}")
             k %= size
