@@ -1,14 +1,17 @@
 """xmge: MegEngine's Python API on an MLIR-style compiler built with xDSL.
 
 ``import compiler as xm`` gives the names MegEngine users know: ``Tensor``, ``tensor``,
-``functional``, ``module``, ``jit``, ``save``/``load``.
+``functional``, ``module``, ``jit``, ``autodiff`` (``GradManager``), ``optimizer``, ``save``/``load``.
 """
 
-from compiler import functional, jit, module
+from compiler import autodiff, functional, jit, module, optimizer
 from compiler.core import OpError, XmgeError
 from compiler.serialization import load, save
 from compiler.tensor import Parameter, Tensor, tensor
 
 __version__ = "0.1.0"
 
-__all__ = ["OpError", "Parameter", "Tensor", "XmgeError", "functional", "jit", "load", "module", "save", "tensor"]
+__all__ = [
+    "OpError", "Parameter", "Tensor", "XmgeError", "autodiff", "functional", "jit", "load", "module",
+    "optimizer", "save", "tensor",
+]

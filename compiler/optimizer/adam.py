@@ -1,0 +1,70 @@
+"""Adam (MegEngine's): L2 weight decay added to the gradient, bias-corrected moments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from compiler.optimizer.optimizer import Optimizer, f32, grad_of
+from compiler.tensor import Parameter
+
+
+def check_adam_args(lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+    if lr < 0.0:
+        raise ValueError(f"invalid learning rate: {lr}")
+    if eps < 0.0:
+        raise ValueError(f"invalid epsilon value: {eps}")
+    if weight_decay < 0.0:
+        raise ValueError(f"invalid weight_decay value: {weight_decay}")
+    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+        raise ValueError(f"invalid betas: {betas}")
+
+
+def adam_delta(
+    state: dict[str, Any], grad: np.ndarray, beta0: np.float32, beta1: np.float32, eps: np.float32
+) -> np.ndarray:
+    """Advance Adam's moments by ``grad`` and return the step direction, in MegEngine's order of
+    float32 operations."""
+    one = np.float32(1.0)
+    step = state["step"]._data + one
+    state["step"]._data = step
+    exp_avg = state["exp_avg"]._data * beta0 + grad * (one - beta0)
+    exp_avg_sq = state["exp_avg_sq"]._data * beta1 + (one - beta1) * (grad * grad)
+    state["exp_avg"]._data, state["exp_avg_sq"]._data = exp_avg, exp_avg_sq
+    bias1 = one - np.power(beta0, step, dtype=np.float32)
+    bias2 = one - np.power(beta1, step, dtype=np.float32)
+    return (exp_avg / bias1) / (np.sqrt(exp_avg_sq / bias2) + eps)
+
+
+class Adam(Optimizer):
+    def __init__(
+        self,
+        params: Iterable[Parameter] | Iterable[dict[str, Any]],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        check_adam_args(lr, betas, eps, weight_decay)
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps))
+
+    def _create_state(self, param_group: dict[str, Any]) -> None:
+        for param in param_group["params"]:
+            self._add_state(param, "exp_avg")
+            self._add_state(param, "exp_avg_sq")
+            self._add_state(param, "step", initializer=0.0)
+
+    def _updates(self, param_group: dict[str, Any]) -> None:
+        lr, wd, eps = f32(param_group["lr"]), f32(param_group["weight_decay"]), f32(param_group["eps"])
+        beta0, beta1 = (f32(b) for b in param_group["betas"])
+        for param in param_group["params"]:
+            grad = grad_of(param)
+            if grad is None:
+                continue
+            p = param._data
+            if wd != 0:
+                grad = grad + p * wd
+            delta = adam_delta(self._state[param], grad, beta0, beta1, eps)
+            param._data = (p - lr * delta).astype(p.dtype, copy=False)
