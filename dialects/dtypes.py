@@ -106,9 +106,18 @@ class QuantizedType(ParametrizedAttribute, TypeAttribute):
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
-            printer.print_string(f"{self.kind.data}, {self.scale.value.data!r}")
+            printer.print_string(f"{self.kind.data}, {float_literal(self.scale.value.data)}")
             if self.zero_point.data:
                 printer.print_string(f", {self.zero_point.data}")
+
+
+def float_literal(value: float) -> str:
+    """The shortest exact text of ``value`` that MLIR's float grammar accepts (``1.0e-07``, not ``1e-07``)."""
+    text = repr(float(value))
+    mantissa, e, exponent = text.partition("e")
+    if e and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"
+    return text
 
 
 def element_type(dtype: str | np.dtype | type | Attribute) -> Attribute:

@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.utils import EnumAttribute
-from xdsl.ir import Attribute, Dialect, SpacedOpaqueSyntaxAttribute, SSAValue, TypeAttribute
+from xdsl.ir import Attribute, Dialect, Operation, SpacedOpaqueSyntaxAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -48,8 +48,9 @@ from xdsl.irdl import (
     var_result_def,
 )
 from xdsl.parser import Parser
+from xdsl.pattern_rewriter import RewritePattern
 from xdsl.printer import Printer
-from xdsl.traits import ConstantLike, Pure
+from xdsl.traits import ConstantLike, HasCanonicalizationPatternsTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from dialects import enums
@@ -372,6 +373,22 @@ def _result_type_ok(expected: TensorType, got: Attribute, quantized_in: bool) ->
     return isinstance(got.element_type, QuantizedType) or got.element_type == IntegerType(32)
 
 
+class MgbCanonicalization(HasCanonicalizationPatternsTrait):
+    """An op's canonicalization patterns (``passes.canonicalize``, imported lazily); xDSL's
+    ``canonicalize`` pass finds them through this trait."""
+
+    def get_patterns(self, op: type[Operation]) -> tuple[RewritePattern, ...]:
+        from passes.canonicalize import PATTERNS_BY_OP
+
+        return PATTERNS_BY_OP.get(op, ())  # type: ignore[call-overload]
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        from passes.canonicalize import ALL_PATTERNS
+
+        return ALL_PATTERNS
+
+
 def _type(t: Attribute) -> TensorType:
     if not isinstance(t, TensorType):
         raise ShapeInferenceError("mgb", f"expected a tensor type, got {t}")
@@ -448,9 +465,10 @@ class ConstOp(MgbOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> ConstOp:
+        start = parser.pos
         value = parser.parse_attribute()
         if not isinstance(value, WeightAttr):
-            parser.raise_error("mgb.const expects a #mgb.weight<...> value")
+            parser.raise_error("mgb.const expects a #mgb.weight<...> value", start, parser.pos)
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         t = parser.parse_type()
@@ -767,7 +785,7 @@ class ReshapeOp(MgbOp):
     name = "mgb.reshape"
     src = operand_def(TensorType)
     output = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), MgbCanonicalization())
 
     def verify_(self) -> None:
         _verify_tensor_types(self)
@@ -785,7 +803,7 @@ class BroadcastOp(MgbOp):
     name = "mgb.broadcast"
     src = operand_def(TensorType)
     output = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), MgbCanonicalization())
 
     def verify_(self) -> None:
         _verify_tensor_types(self)
@@ -807,7 +825,7 @@ class DimshuffleOp(MgbOp):
     src = operand_def(TensorType)
     output = result_def(TensorType)
     pattern = prop_def(_I64Array)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), MgbCanonicalization())
 
     @classmethod
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
@@ -831,7 +849,7 @@ class AxisAddRemoveOp(MgbOp):
     output = result_def(TensorType)
     methods = prop_def(ArrayAttr)
     axes = prop_def(_I64Array)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), MgbCanonicalization())
 
     @classmethod
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
@@ -970,7 +988,7 @@ class TypeCvtOp(MgbOp):
     name = "mgb.typecvt"
     src = operand_def(TensorType)
     output = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), MgbCanonicalization())
 
     def verify_(self) -> None:
         _verify_tensor_types(self)

@@ -1,0 +1,181 @@
+"""``xmge-opt``: the opt-like driver over xmge's dialects and passes (a subclass of xDSL's ``xDSLOptMain``).
+
+    xmge-opt net.mlir -p mgb-canonicalize,mgb-dce          # run passes by name
+    xmge-opt net.mge -p mgb-dce --print-weights             # a .mge input (backends.mge.reader)
+    xmge-opt --list-passes                                  # every pass, its description and options
+    xmge-opt net.mlir --load-plugin my_passes.py -p my-pass # an ad-hoc plugin (file or module)
+
+Passes come from xDSL (``canonicalize``, ``cse``, ``dce``, ...), from xmge (``passes.registry``),
+from installed packages (entry-point group ``xmge.passes``) and from ``--load-plugin``. Errors a user
+can cause (unknown pass, malformed IR, a bad plugin) print one line, ``xmge-opt: error: ...``, and
+exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib.metadata
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.arg_spec import parse_pipeline
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from dialects.tensor import Mgb
+from dialects.weights import full_weights
+from passes.registry import (
+    BUILTIN_PASSES,
+    ENTRY_POINT_GROUP,
+    PassTable,
+    PluginError,
+    describe,
+    describe_options,
+    entry_point_passes,
+    load_plugin,
+)
+
+DIALECT_ENTRY_POINT_GROUP = "xmge.dialects"
+
+
+class OptError(Exception):
+    """A usage error of ``xmge-opt``, reported as one line."""
+
+
+class XmgeOptMain(xDSLOptMain):
+    version_format = "xmge-opt (xdsl {xdsl_version})"
+
+    def __init__(self, args: Sequence[str] | None = None) -> None:
+        # Plugins must be loaded before xDSLOptMain registers passes and parses the pipeline,
+        # so --load-plugin is read ahead of the full argument parser.
+        pre = argparse.ArgumentParser(add_help=False)
+        pre.add_argument("--load-plugin", action="append", default=[])
+        known, _ = pre.parse_known_args(list(sys.argv[1:] if args is None else args))
+        self.plugin_specs: list[str] = known.load_plugin
+        self.pass_table = PassTable()
+        super().__init__(description="xmge modular optimizer driver", args=args)
+
+    # -- registration -------------------------------------------------------------------------
+    def register_all_dialects(self) -> None:
+        super().register_all_dialects()
+        self.ctx.register_dialect(Mgb.name, lambda: Mgb)
+        for ep in importlib.metadata.entry_points(group=DIALECT_ENTRY_POINT_GROUP):
+            if ep.name in self.ctx.registered_dialect_names:
+                raise PluginError(f"plugin dialect {ep.name!r} ({ep.value}) clashes with an existing dialect")
+            self.ctx.register_dialect(ep.name, ep.load)
+
+    def register_all_passes(self) -> None:
+        super().register_all_passes()  # xDSL's own passes (and xdsl.universe plugins)
+        for name, factory in self.available_passes.items():
+            self.pass_table.add(name, factory, "xDSL", builtin=True)
+        for cls in BUILTIN_PASSES:
+            self.pass_table.add_class(cls, builtin=True)
+        entry_point_passes(self.pass_table, ENTRY_POINT_GROUP)
+        for spec in self.plugin_specs:
+            load_plugin(self.pass_table, spec)
+        self.available_passes = dict(self.pass_table.factories)
+
+    def register_all_frontends(self) -> None:
+        super().register_all_frontends()
+        self.available_frontends["mge"] = read_mge_frontend
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--load-plugin",
+            action="append",
+            default=[],
+            metavar="FILE_OR_MODULE",
+            help="import a Python file or module and register the ModulePass classes it defines",
+        )
+        arg_parser.add_argument(
+            "--list-passes", action="store_true", help="list every pass with its description and options"
+        )
+        arg_parser.add_argument(
+            "--print-weights",
+            action="store_true",
+            help="print #mgb.weight data in full instead of eliding it",
+        )
+
+    def setup_pipeline(self) -> None:
+        try:
+            names = [p.name for p in parse_pipeline(self.args.passes)]
+        except ArgSpecParseError as exc:
+            raise OptError(f"malformed pass pipeline {self.args.passes!r}: {_last_line(str(exc))}") from None
+        for name in names:
+            if name not in self.available_passes:
+                close = difflib.get_close_matches(name, list(self.available_passes), n=3)
+                hint = f"did you mean {', '.join(close)}? " if close else ""
+                raise OptError(f"unknown pass {name!r}; {hint}run xmge-opt --list-passes to see them all")
+        super().setup_pipeline()
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self) -> None:
+        if self.args.list_passes:
+            self.list_passes(sys.stdout)
+            return
+        with full_weights(self.args.print_weights):
+            super().run()
+
+    def list_passes(self, out: IO[str]) -> None:
+        """Every pass: ``name  description`` and its options, xmge's and plugins' first."""
+        table = self.pass_table
+        ours = [n for n in table.factories if table.origins[n] != "xDSL"]
+        theirs = sorted(n for n in table.factories if table.origins[n] == "xDSL")
+        for heading, names in (("xmge and plugin passes", ours), ("xDSL passes", theirs)):
+            out.write(f"{heading}:\n")
+            for name in names:
+                cls: type[ModulePass] = table.factories[name]()
+                origin = "" if name in table.builtin else f"  [{table.origins[name]}]"
+                out.write(f"  {name:32} {describe(cls)}{origin}\n")
+                for option in describe_options(cls):
+                    out.write(f"  {'':32}   {option}\n")
+
+
+def read_mge_frontend(stream: IO[bytes]) -> ModuleOp:
+    """The ``.mge`` frontend: ``backends.mge.reader.read_mge(data: bytes) -> ModuleOp``, imported lazily."""
+    try:
+        from backends.mge.reader import read_mge
+    except ImportError as exc:
+        raise OptError(
+            f"cannot read .mge files: the MegEngine reader (backends.mge.reader) is unavailable: {exc}"
+        ) from None
+    return read_mge(stream.read())
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+def _one_line(exc: BaseException) -> str:
+    """A one-line description of a user-facing error."""
+    if isinstance(exc, ParseError):
+        return f"{exc.span.get_location()}: {exc.msg}"
+    text = str(exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if isinstance(exc, DiagnosticException) and lines:
+        return lines[0].strip()
+    return " ".join(line.strip() for line in lines) or type(exc).__name__
+
+
+USER_ERRORS = (OptError, PluginError, ParseError, DiagnosticException, ArgSpecParseError, OSError, ValueError)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        XmgeOptMain(args=argv).run()
+    except USER_ERRORS as exc:
+        if os.environ.get("XMGE_TRACEBACK"):
+            raise
+        print(f"xmge-opt: error: {_one_line(exc)}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

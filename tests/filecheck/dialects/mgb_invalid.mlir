@@ -1,0 +1,209 @@
+// The verifier rejects inconsistent shapes and dtypes, with a message naming the op and the problem.
+// RUN: xmge-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+func.func @const_size(%x: tensor<1xf32>) -> tensor<2x3xf32> {
+  %0 = mgb.const #mgb.weight<"c86e535c30403d76", "0x0000803f00000040"> : tensor<2x3xf32>
+  func.return %0 : tensor<2x3xf32>
+}
+// CHECK: mgb.const: tensor<2x3xf32> needs 24 bytes of data, the weight holds 8
+
+// -----
+func.func @const_dtype() -> tensor<2xf64> {
+  %0 = mgb.const #mgb.weight<"0011223344556677"> : tensor<2xf64>
+  func.return %0 : tensor<2xf64>
+}
+// CHECK: mgb.const: unsupported element type f64 in tensor<2xf64>
+
+// -----
+func.func @conv_channels(%x: tensor<2x4x8x8xf32>, %w: tensor<6x3x3x3xf32>) -> tensor<2x6x6x6xf32> {
+  %0 = mgb.convolution %x, %w : (tensor<2x4x8x8xf32>, tensor<6x3x3x3xf32>) -> tensor<2x6x6x6xf32>
+  func.return %0 : tensor<2x6x6x6xf32>
+}
+// CHECK: mgb.convolution: input has 4 channels (shape (2, 4, 8, 8)) but the weight (6, 3, 3, 3) expects 3
+
+// -----
+func.func @conv_result(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf32>) -> tensor<2x6x8x8xf32> {
+  %0 = mgb.convolution %x, %w : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<2x6x8x8xf32>
+  func.return %0 : tensor<2x6x8x8xf32>
+}
+// CHECK: mgb.convolution: result types tensor<2x6x8x8xf32> do not match the inferred tensor<2x6x6x6xf32>
+
+// -----
+func.func @conv_dtypes(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf16>) -> tensor<2x6x6x6xf32> {
+  %0 = mgb.convolution %x, %w : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf16>) -> tensor<2x6x6x6xf32>
+  func.return %0 : tensor<2x6x6x6xf32>
+}
+// CHECK: mgb.convolution: operands have different dtypes
+
+// -----
+func.func @conv_bias_z(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor<1x6x1x1xf32>, %z: tensor<2x6x5x5xf32>) -> tensor<2x6x6x6xf32> {
+  %0 = mgb.conv_bias %x, %w, %b, %z : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>, tensor<2x6x5x5xf32>) -> tensor<2x6x6x6xf32>
+  func.return %0 : tensor<2x6x6x6xf32>
+}
+// CHECK: mgb.conv_bias: z has shape (2, 6, 5, 5), the output is (2, 6, 6, 6)
+
+// -----
+func.func @elemwise_arity(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = mgb.elemwise add %x : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: mgb.elemwise add: takes 2 inputs, got 1
+
+// -----
+func.func @elemwise_broadcast(%x: tensor<4x3xf32>, %y: tensor<4x2xf32>) -> tensor<4x3xf32> {
+  %0 = mgb.elemwise mul %x, %y : (tensor<4x3xf32>, tensor<4x2xf32>) -> tensor<4x3xf32>
+  func.return %0 : tensor<4x3xf32>
+}
+// CHECK: mgb.elemwise mul: shapes (4, 3), (4, 2) cannot be broadcast together
+
+// -----
+func.func @elemwise_dtypes(%x: tensor<4xf32>, %y: tensor<4xi32>) -> tensor<4xf32> {
+  %0 = mgb.elemwise add %x, %y : (tensor<4xf32>, tensor<4xi32>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: mgb.elemwise add: inputs have different dtypes
+
+// -----
+func.func @elemwise_f64(%x: tensor<4xf64>) -> tensor<4xf64> {
+  %0 = mgb.elemwise relu %x : (tensor<4xf64>) -> tensor<4xf64>
+  func.return %0 : tensor<4xf64>
+}
+// CHECK: mgb.elemwise: unsupported element type f64 in tensor<4xf64>
+
+// -----
+func.func @pooling_padding(%x: tensor<1x2x8x8xf32>) -> tensor<1x2x5x5xf32> {
+  %0 = mgb.pooling max %x {window = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 2, 2>} : (tensor<1x2x8x8xf32>) -> tensor<1x2x5x5xf32>
+  func.return %0 : tensor<1x2x5x5xf32>
+}
+// CHECK: mgb.pooling: padding (2, 2) must be smaller than the window (2, 2)
+
+// -----
+func.func @adaptive_pooling_size(%x: tensor<1x2x8x8xf32>) -> tensor<1x2x0x1xf32> {
+  %0 = mgb.adaptive_pooling average %x {out_shape = array<i64: 0, 1>} : (tensor<1x2x8x8xf32>) -> tensor<1x2x0x1xf32>
+  func.return %0 : tensor<1x2x0x1xf32>
+}
+// CHECK: mgb.adaptive_pooling: invalid output size (0, 1)
+
+// -----
+func.func @matrix_mul_inner(%a: tensor<3x5xf32>, %b: tensor<4x7xf32>) -> tensor<3x7xf32> {
+  %0 = mgb.matrix_mul %a, %b : (tensor<3x5xf32>, tensor<4x7xf32>) -> tensor<3x7xf32>
+  func.return %0 : tensor<3x7xf32>
+}
+// CHECK: mgb.matrix_mul: inner dimensions differ: (3, 5) @ (4, 7) (after transposes) needs 5 == 4
+
+// -----
+func.func @batched_matrix_mul_batch(%a: tensor<2x3x5xf32>, %b: tensor<3x5x7xf32>) -> tensor<2x3x7xf32> {
+  %0 = mgb.batched_matrix_mul %a, %b : (tensor<2x3x5xf32>, tensor<3x5x7xf32>) -> tensor<2x3x7xf32>
+  func.return %0 : tensor<2x3x7xf32>
+}
+// CHECK: mgb.batched_matrix_mul: batch sizes differ: 2 and 3
+
+// -----
+func.func @reshape_count(%x: tensor<2x3xf32>) -> tensor<7xf32> {
+  %0 = mgb.reshape %x : (tensor<2x3xf32>) -> tensor<7xf32>
+  func.return %0 : tensor<7xf32>
+}
+// CHECK: mgb.reshape: cannot reshape (2, 3) into (7,)
+
+// -----
+func.func @reshape_dtype(%x: tensor<2x3xf32>) -> tensor<6xf16> {
+  %0 = mgb.reshape %x : (tensor<2x3xf32>) -> tensor<6xf16>
+  func.return %0 : tensor<6xf16>
+}
+// CHECK: mgb.reshape: result dtype must equal the input dtype
+
+// -----
+func.func @broadcast_shape(%x: tensor<2x3xf32>) -> tensor<4x3xf32> {
+  %0 = mgb.broadcast %x : (tensor<2x3xf32>) -> tensor<4x3xf32>
+  func.return %0 : tensor<4x3xf32>
+}
+// CHECK: mgb.broadcast: cannot broadcast (2, 3) to (4, 3)
+
+// -----
+func.func @dimshuffle_pattern(%x: tensor<2x3x4xf32>) -> tensor<4x2x2xf32> {
+  %0 = mgb.dimshuffle %x {pattern = array<i64: 2, 0, 0>} : (tensor<2x3x4xf32>) -> tensor<4x2x2xf32>
+  func.return %0 : tensor<4x2x2xf32>
+}
+// CHECK: mgb.dimshuffle: pattern (2, 0, 0) is not a permutation of the 3 input axes
+
+// -----
+func.func @axis_remove(%x: tensor<2x3xf32>) -> tensor<3xf32> {
+  %0 = mgb.axis_add_remove %x {methods = [#mgb<axis_method remove>], axes = array<i64: 0>} : (tensor<2x3xf32>) -> tensor<3xf32>
+  func.return %0 : tensor<3xf32>
+}
+// CHECK: mgb.axis_add_remove: cannot remove axis 0 of shape (2, 3)
+
+// -----
+func.func @concat_shapes(%x: tensor<2x3xf32>, %y: tensor<3x3xf32>) -> tensor<2x6xf32> {
+  %0 = mgb.concat %x, %y {axis = 1 : i64} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x6xf32>
+  func.return %0 : tensor<2x6xf32>
+}
+// CHECK: mgb.concat: input shapes (2, 3), (3, 3) differ outside axis 1
+
+// -----
+func.func @split_sizes(%x: tensor<2x5xf32>) -> tensor<2x2xf32> {
+  %0, %1 = mgb.split %x {axis = 1 : i64, sizes = array<i64: 2, 2>} : (tensor<2x5xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>)
+  func.return %0 : tensor<2x2xf32>
+}
+// CHECK: mgb.split: sizes (2, 2) do not add up to dimension 5 of (2, 5)
+
+// -----
+func.func @subtensor_axis(%x: tensor<2x5xf32>) -> tensor<2x5xf32> {
+  %0 = mgb.subtensor %x {axes = array<i64: 2>, starts = array<i64: 0>, stops = array<i64: 1>, steps = array<i64: 1>, drop = array<i64: 0>} : (tensor<2x5xf32>) -> tensor<2x5xf32>
+  func.return %0 : tensor<2x5xf32>
+}
+// CHECK: mgb.subtensor: axis 2 out of range for shape (2, 5)
+
+// -----
+func.func @reduce_axis(%x: tensor<2x5xf32>) -> tensor<2x1xf32> {
+  %0 = mgb.reduce max %x {axis = 3 : i64} : (tensor<2x5xf32>) -> tensor<2x1xf32>
+  func.return %0 : tensor<2x1xf32>
+}
+// CHECK: mgb.reduce: axis 3 out of range for shape (2, 5)
+
+// -----
+func.func @typecvt_shape(%x: tensor<2x5xf32>) -> tensor<10xf16> {
+  %0 = mgb.typecvt %x : (tensor<2x5xf32>) -> tensor<10xf16>
+  func.return %0 : tensor<10xf16>
+}
+// CHECK: mgb.typecvt: result shape (10,) must equal the input shape (2, 5)
+
+// -----
+func.func @softmax_int(%x: tensor<2x5xi32>) -> tensor<2x5xi32> {
+  %0 = mgb.softmax %x {axis = 1 : i64} : (tensor<2x5xi32>) -> tensor<2x5xi32>
+  func.return %0 : tensor<2x5xi32>
+}
+// CHECK: mgb.softmax: needs a float input, got int32
+
+// -----
+func.func @batch_norm_channels(%x: tensor<2x4x3x3xf32>, %p: tensor<1x3x1x1xf32>) -> tensor<2x4x3x3xf32> {
+  %0 = mgb.batch_norm %x, %p, %p, %p, %p : (tensor<2x4x3x3xf32>, tensor<1x3x1x1xf32>, tensor<1x3x1x1xf32>, tensor<1x3x1x1xf32>, tensor<1x3x1x1xf32>) -> tensor<2x4x3x3xf32>
+  func.return %0 : tensor<2x4x3x3xf32>
+}
+// CHECK: mgb.batch_norm: weight has shape (1, 3, 1, 1), expected (1, 4, 1, 1) for 4 channels
+
+// -----
+func.func @padding_negative(%x: tensor<2x5xf32>) -> tensor<2x4xf32> {
+  %0 = mgb.padding %x {front = array<i64: 0, -1>, back = array<i64: 0, 0>} : (tensor<2x5xf32>) -> tensor<2x4xf32>
+  func.return %0 : tensor<2x4xf32>
+}
+// CHECK: mgb.padding: negative padding (0, -1) / (0, 0)
+
+// -----
+func.func @quant_kind(%x: tensor<4x!mgb.quant<qint9, 0.1>>) {
+  func.return
+}
+// CHECK: unknown quantized dtype 'qint9'; expected one of
+
+// -----
+func.func @quant_scale(%x: tensor<4x!mgb.quant<qint8, -0.5>>) {
+  func.return
+}
+// CHECK: quantized dtype qint8 needs a positive scale
+
+// -----
+func.func @float_result_of_quant(%x: tensor<4x!mgb.quant<qint8, 0.1>>) -> tensor<4xf32> {
+  %0 = mgb.elemwise relu %x : (tensor<4x!mgb.quant<qint8, 0.1>>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: mgb.elemwise: result types tensor<4xf32> do not match the inferred tensor<4x!mgb.quant<qint8, 0.1>>

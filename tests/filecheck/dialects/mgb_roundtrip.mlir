@@ -1,0 +1,122 @@
+// Every mgb op, quantized types and weights: custom syntax and the generic form both round-trip.
+// RUN: xmge-opt %s | xmge-opt | filecheck %s
+// RUN: xmge-opt %s --print-op-generic | xmge-opt | filecheck %s
+// RUN: xmge-opt %s --print-op-generic | filecheck %s --check-prefix=GENERIC
+
+func.func @conv(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor<1x6x1x1xf32>, %z: tensor<2x6x4x4xf32>, %gw: tensor<2x3x2x3x3xf32>) -> (tensor<2x6x8x8xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x6x6xf32>) {
+  %0 = mgb.convolution %x, %w {padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<2x6x8x8xf32>
+  %1 = mgb.conv_bias %x, %w, %b {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, nonline_mode = #mgb<nonline relu>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>) -> tensor<2x6x4x4xf32>
+  %2 = mgb.conv_bias %x, %w, %b, %z {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>, tensor<2x6x4x4xf32>) -> tensor<2x6x4x4xf32>
+  %3 = mgb.convolution %x, %gw {sparse = #mgb<sparse group>, mode = #mgb<conv_mode convolution>} : (tensor<2x4x8x8xf32>, tensor<2x3x2x3x3xf32>) -> tensor<2x6x6x6xf32>
+  func.return %0, %1, %2, %3 : tensor<2x6x8x8xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x6x6xf32>
+}
+
+func.func @elemwise_pool(%x: tensor<2x4x8x8xf32>, %c: tensor<1x4x1x1xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x8xi1>, tensor<2x4x4x4xf32>, tensor<2x4x1x1xf32>) {
+  %0 = mgb.elemwise fuse_add_relu %x, %c : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>) -> tensor<2x4x8x8xf32>
+  %1 = mgb.elemwise lt %0, %x : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xi1>
+  %2 = mgb.elemwise fuse_mul_add3 %0, %c, %x {scope = "block.0"} : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %3 = mgb.pooling average %2 {window = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x4x4xf32>
+  %4 = mgb.adaptive_pooling max %2 {out_shape = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x1x1xf32>
+  func.return %0, %1, %3, %4 : tensor<2x4x8x8xf32>, tensor<2x4x8x8xi1>, tensor<2x4x4x4xf32>, tensor<2x4x1x1xf32>
+}
+
+func.func @matmul(%a: tensor<3x5xf32>, %b: tensor<7x5xf32>, %ba: tensor<2x5x3xf16>, %bb: tensor<2x5x7xf16>) -> (tensor<3x7xf32>, tensor<2x3x7xf16>) {
+  %0 = mgb.matrix_mul %a, %b {transpose_b = true, compute_mode = #mgb<compute_mode float32>} : (tensor<3x5xf32>, tensor<7x5xf32>) -> tensor<3x7xf32>
+  %1 = mgb.batched_matrix_mul %ba, %bb {transpose_a = true} : (tensor<2x5x3xf16>, tensor<2x5x7xf16>) -> tensor<2x3x7xf16>
+  func.return %0, %1 : tensor<3x7xf32>, tensor<2x3x7xf16>
+}
+
+func.func @shapes(%x: tensor<2x4x6xf32>, %y: tensor<2x1x6xf32>) -> (tensor<8x6xf32>, tensor<2x4x6xf32>, tensor<6x1x2x4xf32>, tensor<2x6xf32>, tensor<2x5x6xf32>, tensor<2x1x6xf32>, tensor<2x3x6xf32>, tensor<2x2x3xf32>) {
+  %0 = mgb.reshape %x : (tensor<2x4x6xf32>) -> tensor<8x6xf32>
+  %1 = mgb.broadcast %y : (tensor<2x1x6xf32>) -> tensor<2x4x6xf32>
+  %2 = mgb.dimshuffle %x {pattern = array<i64: 2, -1, 0, 1>} : (tensor<2x4x6xf32>) -> tensor<6x1x2x4xf32>
+  %3 = mgb.axis_add_remove %y {methods = [#mgb<axis_method remove>], axes = array<i64: 1>} : (tensor<2x1x6xf32>) -> tensor<2x6xf32>
+  %4 = mgb.concat %x, %y {axis = 1 : i64} : (tensor<2x4x6xf32>, tensor<2x1x6xf32>) -> tensor<2x5x6xf32>
+  %5, %6 = mgb.split %4 {axis = 1 : i64, sizes = array<i64: 1, 4>} : (tensor<2x5x6xf32>) -> (tensor<2x1x6xf32>, tensor<2x4x6xf32>)
+  %7 = mgb.subtensor %6 {axes = array<i64: 1, 2>, starts = array<i64: 0, 0>, stops = array<i64: 3, 6>, steps = array<i64: 1, 1>, drop = array<i64: 0, 0>} : (tensor<2x4x6xf32>) -> tensor<2x3x6xf32>
+  %8 = mgb.subtensor %x {axes = array<i64: 1, 2>, starts = array<i64: -1, 1>, stops = array<i64: 4, 6>, steps = array<i64: 1, 2>, drop = array<i64: 1, 0>} : (tensor<2x4x6xf32>) -> tensor<2x3xf32>
+  %9 = mgb.reshape %8 : (tensor<2x3xf32>) -> tensor<2x1x3xf32>
+  %10 = mgb.padding %9 {front = array<i64: 0, 1, 0>, back = array<i64: 0, 0, 0>, value = 5.000000e-01 : f64, mode = #mgb<padding_mode constant>} : (tensor<2x1x3xf32>) -> tensor<2x2x3xf32>
+  func.return %0, %1, %2, %3, %4, %5, %7, %10 : tensor<8x6xf32>, tensor<2x4x6xf32>, tensor<6x1x2x4xf32>, tensor<2x6xf32>, tensor<2x5x6xf32>, tensor<2x1x6xf32>, tensor<2x3x6xf32>, tensor<2x2x3xf32>
+}
+
+func.func @misc(%x: tensor<2x4x8x8xf32>, %p: tensor<1x4x1x1xf32>) -> (tensor<2x1x8x8xf32>, tensor<2x4x8x8xf16>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) {
+  %0 = mgb.reduce sum_sqr %x {axis = 1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x1x8x8xf32>
+  %1 = mgb.typecvt %x : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf16>
+  %2 = mgb.softmax %x {axis = 1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %3 = mgb.batch_norm %x, %p, %p, %p, %p {epsilon = 1.000000e-03 : f64} : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>) -> tensor<2x4x8x8xf32>
+  func.return %0, %1, %2, %3 : tensor<2x1x8x8xf32>, tensor<2x4x8x8xf16>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>
+}
+
+func.func @quant(%x: tensor<1x4x8x8xf32>, %w: tensor<8x4x3x3x!mgb.quant<qint8, 0.05>>, %b: tensor<1x8x1x1x!mgb.quant<qint32, 0.005>>) -> tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>> {
+  %0 = mgb.typecvt %x : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x8x!mgb.quant<qint8, 0.1>>
+  %1 = mgb.conv_bias %0, %w, %b : (tensor<1x4x8x8x!mgb.quant<qint8, 0.1>>, tensor<8x4x3x3x!mgb.quant<qint8, 0.05>>, tensor<1x8x1x1x!mgb.quant<qint32, 0.005>>) -> tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>>
+  func.return %1 : tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>>
+}
+
+func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
+  %w = mgb.const #mgb.weight<"1a2b3c4d5e6f7081"> {name = "fc.weight"} : tensor<2x3xf32>
+  %q = mgb.const #mgb.weight<"0011223344556677"> : tensor<4xi8>
+  func.return %w, %q : tensor<2x3xf32>, tensor<4xi8>
+}
+
+// The printed form, line by line (custom syntax; defaults are not printed).
+// CHECK-LABEL: func.func @conv(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor<1x6x1x1xf32>, %z: tensor<2x6x4x4xf32>, %gw: tensor<2x3x2x3x3xf32>) -> (tensor<2x6x8x8xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x6x6xf32>) {
+// CHECK-NEXT:  %0 = mgb.convolution %x, %w {padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<2x6x8x8xf32>
+// CHECK-NEXT:  %1 = mgb.conv_bias %x, %w, %b {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, nonline_mode = #mgb<nonline relu>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>) -> tensor<2x6x4x4xf32>
+// CHECK-NEXT:  %2 = mgb.conv_bias %x, %w, %b, %z {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>, tensor<2x6x4x4xf32>) -> tensor<2x6x4x4xf32>
+// CHECK-NEXT:  %3 = mgb.convolution %x, %gw {sparse = #mgb<sparse group>, mode = #mgb<conv_mode convolution>} : (tensor<2x4x8x8xf32>, tensor<2x3x2x3x3xf32>) -> tensor<2x6x6x6xf32>
+// CHECK-NEXT:  func.return %0, %1, %2, %3 : tensor<2x6x8x8xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x6x6xf32>
+// CHECK-NEXT:  }
+// CHECK-LABEL: func.func @elemwise_pool(%x: tensor<2x4x8x8xf32>, %c: tensor<1x4x1x1xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x8xi1>, tensor<2x4x4x4xf32>, tensor<2x4x1x1xf32>) {
+// CHECK-NEXT:  %0 = mgb.elemwise fuse_add_relu %x, %c : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>) -> tensor<2x4x8x8xf32>
+// CHECK-NEXT:  %1 = mgb.elemwise lt %0, %x : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xi1>
+// CHECK-NEXT:  %2 = mgb.elemwise fuse_mul_add3 %0, %c, %x {scope = "block.0"} : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+// CHECK-NEXT:  %3 = mgb.pooling average %2 {window = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x4x4xf32>
+// CHECK-NEXT:  %4 = mgb.adaptive_pooling max %2 {out_shape = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x1x1xf32>
+// CHECK-NEXT:  func.return %0, %1, %3, %4 : tensor<2x4x8x8xf32>, tensor<2x4x8x8xi1>, tensor<2x4x4x4xf32>, tensor<2x4x1x1xf32>
+// CHECK-NEXT:  }
+// CHECK-LABEL: func.func @matmul(%a: tensor<3x5xf32>, %b: tensor<7x5xf32>, %ba: tensor<2x5x3xf16>, %bb: tensor<2x5x7xf16>) -> (tensor<3x7xf32>, tensor<2x3x7xf16>) {
+// CHECK-NEXT:  %0 = mgb.matrix_mul %a, %b {transpose_b = true, compute_mode = #mgb<compute_mode float32>} : (tensor<3x5xf32>, tensor<7x5xf32>) -> tensor<3x7xf32>
+// CHECK-NEXT:  %1 = mgb.batched_matrix_mul %ba, %bb {transpose_a = true} : (tensor<2x5x3xf16>, tensor<2x5x7xf16>) -> tensor<2x3x7xf16>
+// CHECK-NEXT:  func.return %0, %1 : tensor<3x7xf32>, tensor<2x3x7xf16>
+// CHECK-NEXT:  }
+// CHECK-LABEL: func.func @shapes(%x: tensor<2x4x6xf32>, %y: tensor<2x1x6xf32>) -> (tensor<8x6xf32>, tensor<2x4x6xf32>, tensor<6x1x2x4xf32>, tensor<2x6xf32>, tensor<2x5x6xf32>, tensor<2x1x6xf32>, tensor<2x3x6xf32>, tensor<2x2x3xf32>) {
+// CHECK-NEXT:  %0 = mgb.reshape %x : (tensor<2x4x6xf32>) -> tensor<8x6xf32>
+// CHECK-NEXT:  %1 = mgb.broadcast %y : (tensor<2x1x6xf32>) -> tensor<2x4x6xf32>
+// CHECK-NEXT:  %2 = mgb.dimshuffle %x {pattern = array<i64: 2, -1, 0, 1>} : (tensor<2x4x6xf32>) -> tensor<6x1x2x4xf32>
+// CHECK-NEXT:  %3 = mgb.axis_add_remove %y {methods = [#mgb<axis_method remove>], axes = array<i64: 1>} : (tensor<2x1x6xf32>) -> tensor<2x6xf32>
+// CHECK-NEXT:  %4 = mgb.concat %x, %y {axis = 1 : i64} : (tensor<2x4x6xf32>, tensor<2x1x6xf32>) -> tensor<2x5x6xf32>
+// CHECK-NEXT:  %5, %6 = mgb.split %4 {axis = 1 : i64, sizes = array<i64: 1, 4>} : (tensor<2x5x6xf32>) -> (tensor<2x1x6xf32>, tensor<2x4x6xf32>)
+// CHECK-NEXT:  %7 = mgb.subtensor %6 {axes = array<i64: 1, 2>, starts = array<i64: 0, 0>, stops = array<i64: 3, 6>, steps = array<i64: 1, 1>, drop = array<i64: 0, 0>} : (tensor<2x4x6xf32>) -> tensor<2x3x6xf32>
+// CHECK-NEXT:  %8 = mgb.subtensor %x {axes = array<i64: 1, 2>, starts = array<i64: -1, 1>, stops = array<i64: 4, 6>, steps = array<i64: 1, 2>, drop = array<i64: 1, 0>} : (tensor<2x4x6xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:  %9 = mgb.reshape %8 : (tensor<2x3xf32>) -> tensor<2x1x3xf32>
+// CHECK-NEXT:  %10 = mgb.padding %9 {front = array<i64: 0, 1, 0>, back = array<i64: 0, 0, 0>, value = 5.000000e-01 : f64} : (tensor<2x1x3xf32>) -> tensor<2x2x3xf32>
+// CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5, %7, %10 : tensor<8x6xf32>, tensor<2x4x6xf32>, tensor<6x1x2x4xf32>, tensor<2x6xf32>, tensor<2x5x6xf32>, tensor<2x1x6xf32>, tensor<2x3x6xf32>, tensor<2x2x3xf32>
+// CHECK-NEXT:  }
+// CHECK-LABEL: func.func @misc(%x: tensor<2x4x8x8xf32>, %p: tensor<1x4x1x1xf32>) -> (tensor<2x1x8x8xf32>, tensor<2x4x8x8xf16>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) {
+// CHECK-NEXT:  %0 = mgb.reduce sum_sqr %x {axis = 1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x1x8x8xf32>
+// CHECK-NEXT:  %1 = mgb.typecvt %x : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf16>
+// CHECK-NEXT:  %2 = mgb.softmax %x {axis = 1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+// CHECK-NEXT:  %3 = mgb.batch_norm %x, %p, %p, %p, %p {epsilon = 1.000000e-03 : f64} : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>, tensor<1x4x1x1xf32>) -> tensor<2x4x8x8xf32>
+// CHECK-NEXT:  func.return %0, %1, %2, %3 : tensor<2x1x8x8xf32>, tensor<2x4x8x8xf16>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>
+// CHECK-NEXT:  }
+// CHECK-LABEL: func.func @quant(%x: tensor<1x4x8x8xf32>, %w: tensor<8x4x3x3x!mgb.quant<qint8, 0.05>>, %b: tensor<1x8x1x1x!mgb.quant<qint32, 0.005>>) -> tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>> {
+// CHECK-NEXT:  %0 = mgb.typecvt %x : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x8x!mgb.quant<qint8, 0.1>>
+// CHECK-NEXT:  %1 = mgb.conv_bias %0, %w, %b : (tensor<1x4x8x8x!mgb.quant<qint8, 0.1>>, tensor<8x4x3x3x!mgb.quant<qint8, 0.05>>, tensor<1x8x1x1x!mgb.quant<qint32, 0.005>>) -> tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>>
+// CHECK-NEXT:  func.return %1 : tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>>
+// CHECK-NEXT:  }
+// CHECK-LABEL: func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
+// CHECK-NEXT:  %w = mgb.const #mgb.weight<"1a2b3c4d5e6f7081"> {name = "fc.weight"} : tensor<2x3xf32>
+// CHECK-NEXT:  %q = mgb.const #mgb.weight<"0011223344556677"> : tensor<4xi8>
+// CHECK-NEXT:  func.return %w, %q : tensor<2x3xf32>, tensor<4xi8>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }
+
+// The generic form carries every property, defaults included, and the operand segments.
+// GENERIC: %1 = "mgb.conv_bias"(%x, %w, %b) <{stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, nonline_mode = #mgb<nonline relu>, operandSegmentSizes = array<i32: 1, 1, 1, 0>, {{.*}}}> : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>) -> tensor<2x6x4x4xf32>
+// GENERIC: operandSegmentSizes = array<i32: 1, 1, 1, 1>
+// GENERIC: "mgb.elemwise"(%x, %c) <{mode = #mgb<elemwise_mode fuse_add_relu>}> : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>) -> tensor<2x4x8x8xf32>
+// GENERIC: "mgb.elemwise"(%0, %c, %x) <{mode = #mgb<elemwise_mode fuse_mul_add3>}> {scope = "block.0"}
+// GENERIC: %5, %6 = "mgb.split"(%4) <{axis = 1 : i64, sizes = array<i64: 1, 4>}> : (tensor<2x5x6xf32>) -> (tensor<2x1x6xf32>, tensor<2x4x6xf32>)
+// GENERIC: "mgb.const"() <{value = #mgb.weight<"1a2b3c4d5e6f7081">}> {name = "fc.weight"} : () -> tensor<2x3xf32>
