@@ -1,0 +1,474 @@
+"""Decoding ``.mge`` containers (FBS v1 ``MGBC``/``MGBS`` and FBS v2 ``mgv2``) into plain records.
+
+This layer knows the byte layout and the schemas, not the ``mgb`` dialect: it produces
+:class:`RawGraph` records (operators with their decoded params, tensors, var ids, names and
+metadata) that ``xmge inspect`` prints and :mod:`backends.mge.reader` turns into IR. Every read is
+bounds-checked (:mod:`backends.mge.fbs`); a problem raises :class:`MgeFormatError` with the file
+offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.mge import schema as S
+from backends.mge.fbs import Buffer, MgeFormatError, Table
+
+V1_MAGIC = 0x4342474D  # "MGBC"
+V1_MAGIC_COMPAT = 0x5342474D  # "MGBS"
+V2_IDENTIFIER = b"mgv2"
+V1_IDENTIFIER = b"mgb1"
+
+# Each graph's FlatBuffer may not exceed this; FlatBuffers offsets are 32-bit anyway.
+MAX_FBS_SIZE = 2**31 - 1
+
+
+@dataclass
+class RawDType:
+    name: str  # file enum name, e.g. "Float32", "QuantizedS8"
+    scale: float | None = None
+    zero_point: int | None = None
+
+    def describe(self) -> str:
+        if self.scale is None:
+            return self.name
+        zp = f", zero_point={self.zero_point}" if self.zero_point is not None else ""
+        return f"{self.name}(scale={self.scale:.9g}{zp})"
+
+
+@dataclass
+class RawTensor:
+    name: str | None
+    shape: tuple[int, ...]
+    dtype: RawDType | None
+    data: memoryview | None  # raw little-endian bytes, None for META_INPUT tensors
+    data_pos: int  # file offset of the data (for sharing identical blobs)
+    comp_node: str | None = None
+
+
+@dataclass
+class RawParam:
+    kind: str  # ParamDef name, or "tag<N>" for tags xmge does not decode
+    values: dict[str, Any]
+
+
+@dataclass
+class RawOpr:
+    index: int  # position in the graph's operator list
+    offset: int  # file offset of the operator table
+    type_name: str  # registry name (v2 type string) or a description of the id
+    type_id: int
+    opr_version: int
+    kind: str | None  # S.OprType.kind when known
+    name: str | None
+    params: list[RawParam]
+    inputs: list[int]
+    outputs: list[int]
+    output_names: list[str] | None
+    output_dtype: RawDType | None
+    tensors: list[RawTensor]
+    priority: int = 0
+    blobs: list[bytes] = field(default_factory=list)
+
+    def param(self, kind: str) -> dict[str, Any]:
+        for p in self.params:
+            if p.kind == kind:
+                return p.values
+        raise MgeFormatError(f"operator #{self.index} ({self.type_name}) lacks its param.{kind}", self.offset)
+
+
+@dataclass
+class RawMetadata:
+    is_valid: bool = False
+    graph_modified: bool = False
+    optimize_options: int = 0
+    user_info: bytes = b""
+    present: bool = False
+
+
+@dataclass
+class RawGraph:
+    format: str  # "FBS_V2", "FBS", "FBS_MGBS"
+    offset: int  # file offset of this graph
+    size: int  # bytes this graph occupies in the file
+    version: int  # mge_version / mgb_version
+    model_version: int | None
+    oprs: list[RawOpr]
+    outputs: list[int]  # var ids of the graph outputs, in order
+    var_names: dict[int, str]
+    metadata: RawMetadata
+    nr_shared_tensor: int = 0
+    graph_hash: int | None = None
+    nr_vars: int = 0
+
+
+def _u32(data: memoryview, pos: int, what: str) -> int:
+    if pos + 4 > len(data):
+        raise MgeFormatError(f"file truncated: {what} needs 4 bytes, {len(data) - pos} left", pos)
+    return struct.unpack_from("<I", data, pos)[0]
+
+
+def _u64(data: memoryview, pos: int, what: str) -> int:
+    if pos + 8 > len(data):
+        raise MgeFormatError(f"file truncated: {what} needs 8 bytes, {max(len(data) - pos, 0)} left", pos)
+    return struct.unpack_from("<Q", data, pos)[0]
+
+
+def identify(data: bytes | memoryview, pos: int = 0) -> str:
+    """The container kind at ``pos``: ``FBS``, ``FBS_MGBS`` or ``FBS_V2``; MgeFormatError otherwise."""
+    view = memoryview(data)
+    head = bytes(view[pos : pos + 12])
+    if len(head) >= 8:
+        first = struct.unpack_from("<Q", head, 0)[0]
+        if first == V1_MAGIC:
+            return "FBS"
+        if first == V1_MAGIC_COMPAT:
+            return "FBS_MGBS"
+    if len(head) >= 12 and head[8:12] == V2_IDENTIFIER:
+        return "FBS_V2"
+    if head.startswith(b"mgbtest0"):
+        raise MgeFormatError("a load_and_run test-case file (mgbtest0), not a plain .mge graph", pos)
+    if head.startswith(b"packed_model"):
+        raise MgeFormatError("a MegEngine Lite packed model, not a plain .mge graph", pos)
+    if len(head) < 12:
+        raise MgeFormatError(f"file too short to be a .mge graph ({len(head)} bytes)", pos)
+    raise MgeFormatError(
+        f"not a MegEngine .mge graph: no MGBC magic and no 'mgv2' identifier (starts with {head[:12].hex()})",
+        pos,
+    )
+
+
+def parse_file(data: bytes | memoryview) -> list[RawGraph]:
+    """All graphs of a file (``append=True`` files hold several, back to back)."""
+    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+    if len(view) == 0:
+        raise MgeFormatError("empty file", 0)
+    graphs: list[RawGraph] = []
+    pos = 0
+    while pos < len(view):
+        kind = identify(view, pos)
+        g = _parse_v2(view, pos) if kind == "FBS_V2" else _parse_v1(view, pos, kind)
+        graphs.append(g)
+        pos += g.size
+    return graphs
+
+
+# ----------------------------------------------------------------------------------------------
+# shared decoding
+
+
+def _dtype(t: Table | None) -> RawDType | None:
+    if t is None:
+        return None
+    code = t.scalar(0, "b", 0)
+    if not 0 <= code < len(S.DTYPE_FILE_ENUM):
+        raise t.buf.fail(f"unknown dtype number {code}", t.pos)
+    name = S.DTYPE_FILE_ENUM[code]
+    ptype = t.scalar(1, "B", 0)
+    scale = zp = None
+    if ptype == S.LINEAR_QUANTIZATION_PARAM:
+        q = t.table(2, "param")
+        if q is not None:
+            scale = float(q.scalar(0, "f", 0.0))
+            if name in S.ASYMMETRIC:
+                zp = int(q.scalar(1, "B", 0))
+    elif ptype != 0:
+        raise t.buf.fail(f"unknown dtype param type {ptype}", t.pos)
+    if name.startswith("Quantized") and scale is None:
+        raise t.buf.fail(f"quantized dtype {name} lacks its scale", t.pos)
+    return RawDType(name, scale, zp)
+
+
+def _param(tag: int, t: Table | None) -> RawParam:
+    pdef = S.PARAMS_BY_TAG.get(tag)
+    if pdef is None or t is None:
+        return RawParam(pdef.name if pdef else f"tag{tag}", {})
+    values: dict[str, Any] = {}
+    if pdef.name == "DType":
+        dt = _dtype(t)
+        values["dtype"] = dt
+        return RawParam(pdef.name, values)
+    for slot, (name, fmt, default) in enumerate(pdef.fields):
+        if fmt == "vec_i":
+            values[name] = tuple(t.scalars(slot, "i", name) or ())
+        elif fmt == "vec_axisdesc":
+            descs = []
+            for p in t.structs(slot, S.AXIS_DESC_SIZE, name) or ():
+                descs.append((t.unpack_at(p, "b"), t.unpack_at(p + 4, "i")))
+            values[name] = tuple(descs)
+        elif fmt == "vec_indexdesc":
+            items = []
+            for p in t.structs(slot, S.INDEX_DESC_SIZE, name) or ():
+                items.append(
+                    (t.unpack_at(p, "b"),) + tuple(bool(t.unpack_at(p + k, "B")) for k in range(1, 5))
+                )
+            values[name] = tuple(items)
+        else:
+            values[name] = t.scalar(slot, fmt, default)
+    return RawParam(pdef.name, values)
+
+
+def _params(t: Table, type_slot: int, value_slot: int, add_type_slot: int, add_slot: int) -> list[RawParam]:
+    out = []
+    tag = t.scalar(type_slot, "B", 0)
+    if tag:
+        out.append(_param(tag, t.table(value_slot, "param")))
+    tags = t.scalars(add_type_slot, "B", "additional_params_type") or []
+    tables = t.tables(add_slot, "additional_params") or []
+    if len(tags) != len(tables):
+        raise t.buf.fail("additional_params and their types differ in length", t.pos)
+    for tag_i, tab in zip(tags, tables, strict=True):
+        out.append(_param(tag_i, tab))
+    return out
+
+
+def _comp_node(t: Table | None) -> str | None:
+    return None if t is None else t.string(0, "logical_locator")
+
+
+def _shape(t: Table) -> tuple[int, ...]:
+    shape = tuple(t.scalars(1, "I", "shape") or ())
+    if len(shape) > 7:
+        raise t.buf.fail(f"tensor has {len(shape)} dimensions, MegEngine allows at most 7", t.pos)
+    return shape
+
+
+def _expect_size(t: Table, shape: tuple[int, ...], dtype: RawDType | None, have: int) -> None:
+    from backends.mge.dtypes import storage_bits
+
+    if dtype is None:
+        raise t.buf.fail("tensor with data lacks its dtype", t.pos)
+    n = 1
+    for d in shape:
+        n *= d
+    want = (n * storage_bits(dtype) + 7) // 8
+    if want != have:
+        raise t.buf.fail(
+            f"tensor {shape} of {dtype.describe()} needs {want} bytes of data, the file holds {have}", t.pos
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# FBS v2
+
+
+def _parse_v2(view: memoryview, start: int) -> RawGraph:
+    size = _u32(view, start, "FlatBuffer size prefix")
+    if size > len(view) - start - 4:
+        raise MgeFormatError(
+            f"file truncated: the graph's FlatBuffer claims {size} bytes, {len(view) - start - 4} remain",
+            start,
+        )
+    buf = Buffer(view[start + 4 : start + 4 + size], start + 4, "FBS v2 graph")
+    root = buf.root(V2_IDENTIFIER)
+    oprs_t = root.tables(2, "oprs") or []
+    oprs: list[RawOpr] = []
+    nvars = 0
+    for i, ot in enumerate(oprs_t):
+        type_name = ot.string(0, "type") or ""
+        type_id = ot.scalar(1, "Q", 0)
+        version = ot.scalar(12, "I", 1)
+        kind_t = S.BY_V2_ID.get((type_id, version))
+        outputs = list(ot.scalars(8, "I", "outputs") or [])
+        for o in outputs:
+            if o != nvars:
+                raise buf.fail(
+                    f"operator #{i} ({type_name}) output id {o} out of sequence (expected {nvars})", ot.pos
+                )
+            nvars += 1
+        tensors = []
+        for tt in ot.tables(11, "tensors") or []:
+            dt = _dtype(tt.table(3, "dtype"))
+            shape = _shape(tt)
+            raw = tt.bytes_view(6, "data")
+            data, pos = (None, 0) if raw is None else raw
+            if data is not None:
+                _expect_size(tt, shape, dt, len(data))
+            tensors.append(
+                RawTensor(
+                    tt.string(0, "name"),
+                    shape,
+                    dt,
+                    data,
+                    buf.file_offset + pos,
+                    _comp_node(tt.table(2, "cn")),
+                )
+            )
+        oprs.append(
+            RawOpr(
+                index=i,
+                offset=buf.file_offset + ot.pos,
+                type_name=type_name,
+                type_id=type_id,
+                opr_version=version,
+                kind=kind_t.kind if kind_t else None,
+                name=ot.string(2, "name"),
+                params=_params(ot, 3, 4, 5, 6),
+                inputs=list(ot.scalars(7, "I", "inputs") or []),
+                outputs=outputs,
+                output_names=None,
+                output_dtype=_dtype(ot.table(10, "output_dtype")),
+                tensors=tensors,
+                priority=ot.scalar(13, "i", 0),
+                blobs=[
+                    bytes(b[0])
+                    for b in (bt.bytes_view(0, "data") for bt in ot.tables(14, "custom_data") or [])
+                    if b
+                ],
+            )
+        )
+    names: dict[int, str] = {}
+    for vid, mt in enumerate(root.tables(3, "middle_tensors") or []):
+        name = mt.string(0, "name")
+        if name:
+            names[vid] = name
+    outputs = [ov.scalar(0, "I", 0) for ov in root.tables(4, "output_vars_idx") or []]
+    meta = RawMetadata()
+    mt = root.table(7, "metadata")
+    if mt is not None:
+        ui = mt.bytes_view(3, "user_info")
+        meta = RawMetadata(
+            is_valid=bool(mt.scalar(0, "?", False)),
+            graph_modified=bool(mt.scalar(1, "?", False)),
+            optimize_options=int(mt.scalar(2, "Q", 0)),
+            user_info=b"" if ui is None else bytes(ui[0]),
+            present=True,
+        )
+    return RawGraph(
+        format="FBS_V2",
+        offset=start,
+        size=4 + size,
+        version=root.scalar(0, "I", 0),
+        model_version=root.scalar(1, "I", 0),
+        oprs=oprs,
+        outputs=outputs,
+        var_names=names,
+        metadata=meta,
+        nr_shared_tensor=root.scalar(6, "I", 0),
+        nr_vars=nvars,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# FBS v1
+
+
+def v1_output_count(kind: str | None, nr_tensors: int, names: list[str] | None) -> int:
+    """How many var ids an operator takes in FBS v1, where ids are implicit."""
+    if names:
+        return len(names)
+    if kind == "BatchNorm":
+        return 4
+    if kind == "MultipleDeviceTensorHolder":
+        return nr_tensors
+    return 1
+
+
+def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
+    if kind == "FBS":
+        offset_to_fbs = _u64(view, start + 16, "offset to the FlatBuffer")
+        blobs_start = start + 24
+    else:
+        offset_to_fbs = _u64(view, start + 8, "offset to the FlatBuffer")
+        blobs_start = start + 16
+    if offset_to_fbs > len(view) - blobs_start:
+        raise MgeFormatError(
+            f"file truncated: tensor data claims {offset_to_fbs} bytes, {len(view) - blobs_start} remain",
+            start + (16 if kind == "FBS" else 8),
+        )
+    fbs_pos = blobs_start + offset_to_fbs
+    size = _u32(view, fbs_pos, "FlatBuffer size prefix")
+    if size > len(view) - fbs_pos - 4:
+        raise MgeFormatError(
+            f"file truncated: the graph's FlatBuffer claims {size} bytes, {len(view) - fbs_pos - 4} remain",
+            fbs_pos,
+        )
+    buf = Buffer(view[fbs_pos + 4 : fbs_pos + 4 + size], fbs_pos + 4, "FBS v1 graph")
+    root = buf.root(V1_IDENTIFIER)
+    by_id = S.BY_SHORT_ID if kind == "FBS_MGBS" else S.BY_PERSIST_ID
+    blob_pos = blobs_start
+    oprs: list[RawOpr] = []
+    names: dict[int, str] = {}
+    nvars = 0
+    for i, ot in enumerate(root.tables(3, "oprs") or []):
+        type_id = ot.scalar(0, "Q", 0)
+        kind_t = by_id.get(type_id)
+        type_name = kind_t.regname if kind_t else S.KNOWN_NAMES.get(type_id, f"<unknown type id {type_id}>")
+        tensors = []
+        for tt in ot.tables(7, "tensors") or []:
+            dt = _dtype(tt.table(3, "dtype"))
+            shape = _shape(tt)
+            data_size = tt.scalar(4, "I", 0)
+            skip = tt.scalar(5, "I", 0)
+            data = None
+            pos = blob_pos + skip
+            if data_size:
+                if pos + data_size > fbs_pos:
+                    raise MgeFormatError(
+                        f"operator #{i} ({type_name}): tensor data of {data_size} bytes runs past the tensor "
+                        f"area (ends at {fbs_pos})",
+                        buf.file_offset + tt.pos,
+                    )
+                data = view[pos : pos + data_size]
+                _expect_size(tt, shape, dt, data_size)
+                blob_pos = pos + data_size
+            tensors.append(
+                RawTensor(tt.string(0, "name"), shape, dt, data, pos, _comp_node(tt.table(2, "cn")))
+            )
+        out_names = ot.strings(5, "output_name")
+        n_out = v1_output_count(kind_t.kind if kind_t else None, len(tensors), out_names)
+        outputs = list(range(nvars, nvars + n_out))
+        if out_names:
+            for vid, nm in zip(outputs, out_names, strict=True):
+                if nm:
+                    names[vid] = nm
+        nvars += n_out
+        oprs.append(
+            RawOpr(
+                index=i,
+                offset=buf.file_offset + ot.pos,
+                type_name=type_name,
+                type_id=type_id,
+                opr_version=1,
+                kind=kind_t.kind if kind_t else None,
+                name=ot.string(12, "name"),
+                params=_params(ot, 1, 2, 10, 11),
+                inputs=list(ot.scalars(3, "I", "inputs") or []),
+                outputs=outputs,
+                output_names=out_names,
+                output_dtype=_dtype(ot.table(6, "output_dtype")),
+                tensors=tensors,
+                priority=ot.scalar(8, "i", 0),
+                blobs=[
+                    bytes(b[0]) for b in (bt.bytes_view(0, "data") for bt in ot.tables(9, "blobs") or []) if b
+                ],
+            )
+        )
+    outputs = [root.unpack_at(p, "I") for p in root.structs(4, 8, "output_vars_idx") or []]
+    meta = RawMetadata()
+    mt = root.table(5, "metadata")
+    if mt is not None:
+        ui = mt.bytes_view(2, "user_info")
+        meta = RawMetadata(
+            is_valid=bool(mt.scalar(0, "?", False)),
+            graph_modified=bool(mt.scalar(1, "?", False)),
+            optimize_options=int(mt.scalar(3, "Q", 0)),
+            user_info=b"" if ui is None else bytes(ui[0]),
+            present=True,
+        )
+    return RawGraph(
+        format=kind,
+        offset=start,
+        size=fbs_pos + 4 + size - start,
+        version=root.scalar(0, "I", 0),
+        model_version=None,
+        oprs=oprs,
+        outputs=outputs,
+        var_names=names,
+        metadata=meta,
+        nr_shared_tensor=root.scalar(2, "I", 0),
+        graph_hash=root.scalar(1, "Q", 0),
+        nr_vars=nvars,
+    )

@@ -1,0 +1,326 @@
+"""MegEngine 1.13 ``.mge`` schema facts as data: param tables, dtypes, operator registry and ids.
+
+Everything here comes from ../shared/spec/mge-format.md (parts A.4, A.5, A.10-A.13). Field lists
+are in declaration order, so a field's position is its FlatBuffers slot. Enum-valued fields hold
+MegEngine numbers; the mapping to ``dialects.enums`` members happens in the reader and writer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import xxhash
+
+# ----------------------------------------------------------------------------------------------
+# Operator params (union OperatorParam; numbering identical in V1 and V2)
+
+UINT_MAX64 = 2**64 - 1
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ParamDef:
+    """One ``param.X`` table: union tag and (name, struct format, schema default) per slot."""
+
+    name: str
+    tag: int
+    fields: tuple[tuple[str, str, object], ...] = ()
+    # vector/struct fields are handled by name in the reader/writer
+    vectors: tuple[str, ...] = field(default=())
+
+    def slot(self, name: str) -> int:
+        for i, (n, _, _) in enumerate(self.fields):
+            if n == name:
+                return i
+        raise KeyError(f"param.{self.name} has no field {name}")
+
+
+def _conv_fields(with_nonline: bool) -> tuple[tuple[str, str, object], ...]:
+    if with_nonline:
+        return (
+            ("nonlineMode", "I", 0),
+            ("mode", "I", 0),
+            ("sparse", "I", 0),
+            ("format", "I", 0),
+            ("pad_h", "I", 0),
+            ("pad_w", "I", 0),
+            ("stride_h", "I", 1),
+            ("stride_w", "I", 1),
+            ("dilate_h", "I", 1),
+            ("dilate_w", "I", 1),
+            ("compute_mode", "I", 0),
+        )
+    return (
+        ("mode", "I", 0),
+        ("pad_h", "I", 0),
+        ("pad_w", "I", 0),
+        ("stride_h", "I", 1),
+        ("stride_w", "I", 1),
+        ("dilate_h", "I", 1),
+        ("dilate_w", "I", 1),
+        ("sparse", "I", 0),
+        ("format", "I", 0),
+        ("compute_mode", "I", 0),
+    )
+
+
+PARAMS: dict[str, ParamDef] = {
+    p.name: p
+    for p in (
+        ParamDef("Empty", 1),
+        ParamDef("Axis", 2, (("axis", "i", 0),)),
+        ParamDef("Convolution", 3, _conv_fields(False)),
+        ParamDef("ConvBias", 6, _conv_fields(True)),
+        ParamDef(
+            "Pooling",
+            9,
+            (
+                ("mode", "I", 0),
+                ("pad_h", "I", 0),
+                ("pad_w", "I", 0),
+                ("stride_h", "I", 2),
+                ("stride_w", "I", 2),
+                ("window_h", "I", 2),
+                ("window_w", "I", 2),
+                ("format", "I", 0),
+            ),
+        ),
+        ParamDef(
+            "BN",
+            11,
+            (
+                ("param_dim", "I", 0),
+                ("fwd_mode", "I", 0),
+                ("epsilon", "d", 1e-4),
+                ("avg_factor", "d", 1.0),
+                ("scale", "f", 1.0),
+                ("bias", "f", 0.0),
+            ),
+        ),
+        ParamDef("Elemwise", 17, (("mode", "I", 0),)),
+        ParamDef("ElemwiseMultiType", 18, (("mode", "I", 0),)),
+        ParamDef("PowC", 19, (("exp", "f", 0.0),)),
+        ParamDef(
+            "MatrixMul",
+            20,
+            (
+                ("transposeA", "?", False),
+                ("transposeB", "?", False),
+                ("compute_mode", "I", 0),
+                ("format", "I", 0),
+            ),
+        ),
+        ParamDef("Reduce", 23, (("mode", "I", 0), ("axis", "i", INT_MAX), ("data_type", "I", 0))),
+        ParamDef("RelayoutFormat", 45, (("mode", "I", 0), ("oc", "I", 0), ("group", "I", 1))),
+        ParamDef("OptionalAxisV1", 54, (("axis", "i", 7),)),
+        ParamDef("ExecutionPolicy", 55, (("strategy", "I", 1), ("workspace_limit", "Q", UINT_MAX64))),
+        ParamDef(
+            "Host2DeviceCopy",
+            63,
+            (
+                ("enable_value_infer", "?", True),
+                ("dump_default_value", "?", False),
+                ("allow_cpu_mem_fwd", "?", True),
+            ),
+        ),
+        ParamDef("Dimshuffle", 64, (("pattern", "vec_i", ()), ("ndim", "I", 0))),
+        ParamDef("AxisAddRemove", 65, (("desc", "vec_axisdesc", ()),)),
+        ParamDef("IndexDescMaskDump", 66, (("items", "vec_indexdesc", ()),)),
+        ParamDef("DType", 67, (("type", "b", 0),)),  # plus the quantization union, see dtype code
+        ParamDef("AdaptivePooling", 70, (("mode", "I", 0), ("format", "I", 0))),
+        ParamDef(
+            "Padding",
+            82,
+            tuple((f"front_offset_dim{i}", "I", 0) for i in range(7))
+            + tuple((f"back_offset_dim{i}", "I", 0) for i in range(7))
+            + (("padding_val", "f", 0.0), ("padding_mode", "I", 2)),
+        ),
+        ParamDef("Softmax", 90, (("axis", "i", -1),)),
+    )
+}
+PARAMS_BY_TAG: dict[int, ParamDef] = {p.tag: p for p in PARAMS.values()}
+
+# struct AxisDesc {method: int8 (+3 pad), axis: int32}; struct IndexDescMaskItem {axis int8, 4 bools}
+AXIS_DESC_SIZE = 8
+INDEX_DESC_SIZE = 5
+
+# ----------------------------------------------------------------------------------------------
+# DTypes (dtype.fbs DTypeEnum, a byte in files)
+
+DTYPE_FILE_ENUM: tuple[str, ...] = (
+    "Float32",
+    "Uint8",
+    "Int8",
+    "Int16",
+    "Int32",
+    "IntB1",
+    "IntB2",
+    "IntB4",
+    "Byte",
+    "Float16",
+    "UintB4",
+    "Quantized8Asymm",
+    "QuantizedS32",
+    "QuantizedS8",
+    "Quantized4Asymm",
+    "QuantizedS4",
+    "QuantizedS16",
+    "BFloat16",
+    "Bool",
+    "Uint16",
+    "QuantizedS1",
+    "Complex64",
+)
+
+# file dtype name -> xmge dtype name (dialects.dtypes); quantized ones carry scale/zero point
+DTYPE_TO_XMGE: dict[str, str] = {
+    "Float32": "float32",
+    "Float16": "float16",
+    "Int32": "int32",
+    "Int16": "int16",
+    "Int8": "int8",
+    "Uint8": "uint8",
+    "Byte": "uint8",
+    "Uint16": "uint16",
+    "Bool": "bool",
+    "QuantizedS8": "qint8",
+    "QuantizedS32": "qint32",
+    "Quantized8Asymm": "quint8",
+    "QuantizedS4": "qint4",
+    "Quantized4Asymm": "quint4",
+    "QuantizedS16": "qint16",
+}
+XMGE_TO_DTYPE: dict[str, str] = {v: k for k, v in DTYPE_TO_XMGE.items() if k != "Byte"}
+ASYMMETRIC = {"Quantized8Asymm", "Quantized4Asymm"}
+LINEAR_QUANTIZATION_PARAM = 1  # union DTypeParam tag
+
+# ----------------------------------------------------------------------------------------------
+# Operator registry and ids (A.5)
+
+OPR_ID_SEED = 20160701
+GRAPH_HASH_SEED = 0x4B4E74B36B5D11
+
+
+def h_full(name: str) -> int:
+    """Persistent id: XXH64 of the name plus its terminating NUL; 0 becomes 1."""
+    return xxhash.xxh64_intdigest(name.encode() + b"\0", OPR_ID_SEED) or 1
+
+
+def h_short(name: str) -> int:
+    """Unversioned id: XXH64 of the name without a trailing ``V<digit>``; 0 becomes 1."""
+    base = name
+    if len(base) > 2 and base[-2] == "V" and base[-1].isdigit():
+        base = base[:-2]
+    return xxhash.xxh64_intdigest(base.encode(), OPR_ID_SEED) or 1
+
+
+@dataclass(frozen=True)
+class OprType:
+    """A serializable MegEngine operator.
+
+    ``regname`` is the version-1 registry name (used by FBS v1, and by FBS v2 with opr_version 1);
+    ``v2name`` is the version-2 registry name when the operator has one. ``kind`` is the name that
+    ``megengine.utils.network`` shows, ``typeinfo`` the C++ class name used in strip-info JSON.
+    """
+
+    kind: str
+    regname: str
+    typeinfo: str
+    v2name: str | None = None
+
+    @property
+    def persist_id(self) -> int:
+        return h_full(self.regname)
+
+    def v2_id(self, model_version: int = 2) -> tuple[str, int, int]:
+        """(type string, type_id, opr_version) written in an FBS v2 file."""
+        if self.v2name is not None and model_version >= 2:
+            return self.v2name, h_full(self.v2name), 2
+        return self.regname, h_short(self.regname), 1
+
+
+OPR_TYPES: tuple[OprType, ...] = (
+    OprType("Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy"),
+    OprType("ImmutableTensor", "ImmutableTensor", "ImmutableTensor", "ImmutableTensor"),
+    OprType("SharedDeviceTensor", "SharedDeviceTensor", "SharedDeviceTensor"),
+    OprType(
+        "MultipleDeviceTensorHolder",
+        "MultipleDeviceTensorHolder",
+        "MultipleDeviceTensorHolder",
+        "MultipleDeviceTensorHolder",
+    ),
+    OprType("Convolution", "ConvolutionV2", "ConvolutionForward", "Convolution"),
+    OprType("ConvBias", "ConvBiasForwardV4", "ConvBiasForward", "ConvBiasForward"),
+    OprType("Pooling", "PoolingV1", "PoolingForward"),
+    OprType("AdaptivePooling", "AdaptivePoolingV1", "AdaptivePoolingForward"),
+    OprType("MatrixMul", "MatrixMulV2", "MatrixMul"),
+    OprType("BatchedMatrixMul", "BatchedMatrixMulV2", "BatchedMatrixMul"),
+    OprType("Elemwise", "Elemwise", "Elemwise"),
+    OprType("ElemwiseMultiType", "ElemwiseMultiType", "ElemwiseMultiType"),
+    OprType("PowC", "PowC", "PowC"),
+    OprType("Reduce", "ReduceV2", "Reduce"),
+    OprType("TypeCvt", "TypeCvtV2", "TypeCvt"),
+    OprType("Reshape", "ReshapeV1", "Reshape"),
+    OprType("Broadcast", "Broadcast", "Broadcast"),
+    OprType("Dimshuffle", "Dimshuffle", "Dimshuffle"),
+    OprType("AxisAddRemove", "AxisAddRemove", "AxisAddRemove"),
+    OprType("Concat", "Concat", "Concat"),
+    OprType("GetVarShape", "GetVarShapeV1", "GetVarShape"),
+    OprType("Subtensor", "Subtensor", "Subtensor"),
+    OprType("BatchNorm", "BatchNormV1", "BatchNormForward"),
+    OprType("Softmax", "Softmax", "SoftmaxForward", "Softmax"),
+    OprType("Padding", "Padding", "PaddingForward"),
+    OprType("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat"),
+    OprType("Identity", "Identity", "Identity"),
+    OprType("Copy", "Copy", "Copy"),
+)
+BY_KIND: dict[str, OprType] = {t.kind: t for t in OPR_TYPES}
+BY_PERSIST_ID: dict[int, OprType] = {t.persist_id: t for t in OPR_TYPES}
+BY_SHORT_ID: dict[int, OprType] = {h_short(t.regname): t for t in OPR_TYPES}
+BY_V2_ID: dict[tuple[int, int], OprType] = {}
+for _t in OPR_TYPES:
+    BY_V2_ID[(h_short(_t.regname), 1)] = _t
+    if _t.v2name is not None:
+        BY_V2_ID[(h_full(_t.v2name), 2)] = _t
+
+# Known ids of operators xmge does not read, so errors can name them.
+KNOWN_NAMES: dict[int, str] = {}
+for _n in (
+    "ConvolutionBackwardDataV2 IndexingMultiAxisVec SetSubtensor Split LayerNorm Linspace Eye Fill "
+    "ResizeV2 WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
+    "MultipleDeviceTensorWithFormatHolder "
+    "AssertEqual Argmax Argmin TopK Argsort Where IncrSubtensor"
+).split():
+    KNOWN_NAMES[h_full(_n)] = _n
+    KNOWN_NAMES[h_short(_n)] = _n
+
+# ----------------------------------------------------------------------------------------------
+# Version and metadata
+
+MGB_VERSION = 101300  # what MegEngine 1.13.0 writes; (major*1000+minor)*100+patch
+
+
+def mgb_version(major: int = 1, minor: int = 13, patch: int = 0) -> int:
+    return (major * 1000 + minor) * 100 + patch
+
+
+OPTIMIZE_BITS: dict[str, int] = {
+    "f16_io_f32_comp": 0,
+    "f16_io_comp": 1,
+    "fuse_conv_bias_nonlinearity": 2,
+    "fuse_conv_bias_with_z": 3,
+    "weight_preprocess": 4,
+    "fuse_preprocess": 5,
+    "fuse_grain": 6,
+}
+LAYOUT_TRANSFORMS = (
+    "DEFAULT",
+    "NCHW4",
+    "NHWCD4",
+    "NCHW88",
+    "NCHW44",
+    "NCHW44_DOT",
+    "NCHW32",
+    "CHWN4",
+    "NCHW64",
+)
