@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -9,13 +11,47 @@ import numpy as np
 from dialects.dtypes import DTypeError, element_type, numpy_dtype
 
 
+def _api_name() -> str:
+    """The xmge function the user called (the outermost xmge frame below the user's code), so a
+    conversion error deep inside names e.g. ``conv2d`` or ``add`` rather than a helper."""
+    from compiler.core import _PACKAGE_ROOTS
+
+    frame = sys._getframe(1)
+    name = "tensor"
+    while frame is not None:
+        if not os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_ROOTS):
+            break
+        name = frame.f_code.co_name
+        frame = frame.f_back  # type: ignore[assignment]
+    name = name.strip("_")
+    return "Tensor" if name == "init" else name
+
+
+def conversion_error(detail: str) -> TypeError:
+    """A TypeError naming the called op and the user's source line, like ``core.op_error``."""
+    from compiler.core import user_location
+
+    return TypeError(f"{_api_name()}: {detail} (at {user_location()})")
+
+
+def _to_array(value: Any) -> np.ndarray:
+    """``np.asarray`` with a user-facing error instead of numpy's (ragged lists, strings, objects)."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise conversion_error(f"cannot convert {type(value).__name__} to a tensor: {exc}") from None
+    if arr.dtype == object:
+        raise conversion_error(f"cannot convert {type(value).__name__} {value!r:.60} to a tensor")
+    return arr
+
+
 def _canonical_dtype(value: Any, dtype: Any) -> np.dtype:
     if dtype is not None:
         try:
             return numpy_dtype(element_type(dtype))
         except DTypeError as exc:
-            raise TypeError(str(exc)) from None
-    arr = np.asarray(value)
+            raise conversion_error(str(exc)) from None
+    arr = _to_array(value)
     if arr.dtype == np.float64:
         return np.dtype(np.float32)
     if arr.dtype.kind in "iu" and arr.dtype.itemsize == 8:
@@ -23,7 +59,7 @@ def _canonical_dtype(value: Any, dtype: Any) -> np.dtype:
     try:
         return numpy_dtype(element_type(arr.dtype))
     except DTypeError as exc:
-        raise TypeError(f"Tensor: {exc}") from None
+        raise conversion_error(str(exc)) from None
 
 
 class Tensor:
@@ -37,7 +73,10 @@ class Tensor:
         if data is None:
             data = np.zeros((), np.float32)
         np_dtype = _canonical_dtype(data, dtype)
-        self._data: np.ndarray = np.array(data, dtype=np_dtype)
+        try:
+            self._data: np.ndarray = np.array(data, dtype=np_dtype)
+        except (ValueError, TypeError) as exc:
+            raise conversion_error(f"cannot convert {type(data).__name__} to {np_dtype}: {exc}") from None
         self.name = name
         self.grad: Tensor | None = None
 
@@ -74,6 +113,8 @@ class Tensor:
         return np.array(self._data)
 
     def item(self) -> Any:
+        if self.size != 1:
+            raise ValueError(f"item(): the tensor has {self.size} elements (shape {self.shape}), not exactly one")
         return self._data.item()
 
     def tolist(self) -> Any:
@@ -241,6 +282,35 @@ class Tensor:
 
     __hash__ = object.__hash__
 
+    def _logical(self, other: Any, fn: str, reverse: bool = False) -> Tensor:
+        from compiler import functional as F
+
+        a, b = (other, self) if reverse else (self, other)
+        return getattr(F, fn)(a, b)
+
+    def __and__(self, o: Any) -> Tensor:
+        return self._logical(o, "logical_and")
+
+    def __rand__(self, o: Any) -> Tensor:
+        return self._logical(o, "logical_and", True)
+
+    def __or__(self, o: Any) -> Tensor:
+        return self._logical(o, "logical_or")
+
+    def __ror__(self, o: Any) -> Tensor:
+        return self._logical(o, "logical_or", True)
+
+    def __xor__(self, o: Any) -> Tensor:
+        return self._logical(o, "logical_xor")
+
+    def __rxor__(self, o: Any) -> Tensor:
+        return self._logical(o, "logical_xor", True)
+
+    def __invert__(self) -> Tensor:
+        from compiler import functional as F
+
+        return F.logical_not(self)
+
     def __neg__(self) -> Tensor:
         from compiler.functional.elemwise import _elemwise
 
@@ -294,6 +364,10 @@ def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:
     """A Tensor for ``value``; Python scalars take ``like``'s dtype (MegEngine's scalar promotion)."""
     if isinstance(value, Tensor):
         return value
+    if value is None:
+        raise conversion_error("expected a Tensor or a number, got None")
+    if isinstance(value, str | bytes):
+        raise conversion_error(f"expected a Tensor or a number, got {type(value).__name__} {value!r:.40}")
     if like is not None and np.isscalar(value):
         dtype = like.dtype
         if dtype.kind in "iu" and isinstance(value, float):

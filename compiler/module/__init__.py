@@ -1,6 +1,7 @@
 """MegEngine 1.13's ``module`` API."""
 
 from compiler.module.layers import (
+    GELU,
     AdaptiveAvgPool2d,
     AdaptiveMaxPool2d,
     AvgPool2d,
@@ -9,7 +10,6 @@ from compiler.module.layers import (
     Conv2d,
     Dropout,
     Flatten,
-    GELU,
     Hsigmoid,
     Hswish,
     Identity,

@@ -85,6 +85,7 @@ class Linear(Module):
 
 
 class _BatchNorm(Module):
+    _FLAT_STATE = True  # state_dict() holds (C,) arrays for the (1, C, 1, 1) tensors
     def __init__(
         self,
         num_features: int,
@@ -268,16 +269,6 @@ class Sequential(Module):
                 raise TypeError(f"Sequential: item {key!r} is a {type(module).__name__}, not a Module")
             setattr(self, key, module)
             self.layer_keys.append(key)
-
-    def _flatten_items(self, kind: type) -> Any:
-        # layers keep their insertion order (MegEngine orders Sequential children numerically)
-        keys = [k for k in vars(self) if not k.startswith("_") and k not in self.layer_keys]
-        for key in [*self.layer_keys, *sorted(keys)]:
-            if key == "layer_keys":
-                continue
-            from compiler.module.module import _flatten
-
-            yield from _flatten(key, vars(self)[key], kind)
 
     def __getitem__(self, idx: int | slice) -> Module:
         if isinstance(idx, slice):

@@ -18,8 +18,9 @@ def current_scope() -> str:
     return _scope[-1] if _scope else ""
 
 
-class StateDictError(XmgeError, KeyError):
-    """``load_state_dict`` found missing, unexpected or mis-shaped keys."""
+class StateDictError(XmgeError, KeyError, ValueError):
+    """``load_state_dict`` found missing, unexpected or mis-shaped keys. Both a KeyError and a
+    ValueError, as MegEngine raises the former for key mismatches and the latter for shapes."""
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -63,59 +64,76 @@ class Module:
             if "_full_name" in vars(self):
                 self._assign_names()
 
-    def _assign_names(self, prefix: str | None = None) -> None:
-        base = self._full_name if prefix is None else prefix
+    def _assign_names(self) -> None:
+        # full dotted names, used as the ``scope`` of ops recorded inside a module call
         for key, child in self._flatten_items(Module):
-            child._full_name = f"{base}.{key}" if base else key
+            child._full_name = f"{self._full_name}.{key}" if self._full_name else key
             child._assign_names()
 
-    # -- discovery ------------------------------------------------------------------------------
-    def _flatten_items(self, kind: type) -> Iterator[tuple[str, Any]]:
-        for key in sorted(k for k in vars(self) if not k.startswith("_")):
-            yield from _flatten(key, vars(self)[key], kind)
+    # -- discovery (MegEngine's ``Module._flatten``) ------------------------------------------------
+    def _flatten_items(self, kind: type | tuple[type, ...]) -> Iterator[tuple[str, Any]]:
+        """This module's own attributes of ``kind``: attribute names sorted as strings, lists and
+        tuples expanded in order, dicts by sorted key, as MegEngine does."""
+        attrs = vars(self)
+        for key in sorted(attrs):
+            yield from _flatten(key, attrs[key], kind)
+
+    def _flatten(
+        self,
+        *,
+        recursive: bool = True,
+        prefix: str | None = None,
+        predicate: Callable[[Any], bool] = lambda _: True,
+        seen: set[int] | None = None,
+    ) -> Iterator[tuple[str, Any]]:
+        """Depth-first (key, object) pairs of Tensors and Modules, each object once."""
+        if seen is None:
+            seen = {id(self)}
+        base = "" if prefix is None else prefix + "."
+        for key, leaf in self._flatten_items((Tensor, Module)):
+            if id(leaf) in seen:
+                continue
+            seen.add(id(leaf))
+            if predicate(leaf):
+                yield base + key, leaf
+            if recursive and isinstance(leaf, Module):
+                yield from leaf._flatten(recursive=True, prefix=base + key, predicate=predicate, seen=seen)
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
-        yield from self._flatten_items(Module)
+        yield from self._flatten(recursive=False, predicate=_is_module)
 
     def children(self) -> Iterator[Module]:
         for _, m in self.named_children():
             yield m
 
     def named_modules(self, prefix: str | None = None) -> Iterator[tuple[str, Module]]:
-        base = prefix or ""
-        yield base, self
-        for key, child in self.named_children():
-            yield from child.named_modules(f"{base}.{key}" if base else key)
+        yield ("" if prefix is None else prefix), self
+        yield from self._flatten(prefix=prefix, predicate=_is_module)
 
     def modules(self) -> Iterator[Module]:
         for _, m in self.named_modules():
             yield m
 
-    def _named_tensors(self, predicate: Callable[[Tensor], bool], prefix: str | None, recursive: bool) -> Iterator[tuple[str, Tensor]]:
-        seen: set[int] = set()
-        modules = self.named_modules(prefix) if recursive else iter([(prefix or "", self)])
-        for mod_name, mod in modules:
-            for key, t in mod._flatten_items(Tensor):
-                if predicate(t) and id(t) not in seen:
-                    seen.add(id(t))
-                    yield (f"{mod_name}.{key}" if mod_name else key), t
-
     def named_parameters(self, prefix: str | None = None, recursive: bool = True) -> Iterator[tuple[str, Parameter]]:
-        yield from self._named_tensors(lambda t: isinstance(t, Parameter), prefix, recursive)  # type: ignore[misc]
+        yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_parameter)
 
     def parameters(self, recursive: bool = True) -> Iterator[Parameter]:
         for _, p in self.named_parameters(recursive=recursive):
             yield p
 
     def named_buffers(self, prefix: str | None = None, recursive: bool = True) -> Iterator[tuple[str, Tensor]]:
-        yield from self._named_tensors(lambda t: not isinstance(t, Parameter), prefix, recursive)
+        yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_buffer)
 
     def buffers(self, recursive: bool = True) -> Iterator[Tensor]:
         for _, b in self.named_buffers(recursive=recursive):
             yield b
 
     def named_tensors(self, prefix: str | None = None, recursive: bool = True) -> Iterator[tuple[str, Tensor]]:
-        yield from self._named_tensors(lambda t: True, prefix, recursive)
+        yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_tensor)
+
+    def tensors(self, recursive: bool = True) -> Iterator[Tensor]:
+        for _, t in self.named_tensors(recursive=recursive):
+            yield t
 
     # -- modes ------------------------------------------------------------------------------------
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
@@ -135,40 +153,103 @@ class Module:
             p.grad = None
 
     # -- state ------------------------------------------------------------------------------------
-    def state_dict(self, rst: dict[str, Any] | None = None, prefix: str = "", keep_var: bool = False) -> OrderedDict[str, Any]:
+    def state_dict(
+        self, rst: dict[str, Any] | None = None, prefix: str = "", keep_var: bool = False
+    ) -> OrderedDict[str, Any]:
+        """Parameters and buffers by dotted name, in MegEngine's order: a module's own tensors
+        (sorted by attribute name) before its sub-modules'. Values are numpy arrays (the Tensors
+        themselves with ``keep_var``); normalisation layers report their (1, C, 1, 1) tensors
+        flattened to (C,), as MegEngine does."""
         out: OrderedDict[str, Any] = OrderedDict() if rst is None else rst  # type: ignore[assignment]
-        for name, t in sorted(self.named_tensors(), key=lambda kv: kv[0]):
-            out[prefix + name] = t if keep_var else t.numpy()
+        for key, t, owner in self._states(prefix):
+            if keep_var:
+                out[key] = t
+            else:
+                value = t.numpy()
+                out[key] = value.reshape(-1) if owner._FLAT_STATE else value
         return out
 
-    def load_state_dict(self, state_dict: Mapping[str, Any] | Callable[[str, Tensor], Any], strict: bool = True) -> None:
-        own = dict(self.named_tensors())
-        if callable(state_dict) and not isinstance(state_dict, Mapping):
-            for name, t in own.items():
-                value = state_dict(name, t)
-                if value is not None:
-                    t._reset(_as_array(value))
-            return
-        missing = sorted(k for k in own if k not in state_dict)
-        unexpected = sorted(k for k in state_dict if k not in own)
-        mis_shaped = []
-        for k in sorted(own):
-            if k in state_dict:
-                v = _as_array(state_dict[k])
-                if tuple(v.shape) != own[k].shape:
-                    mis_shaped.append(f"{k}: expected {own[k].shape}, got {tuple(v.shape)}")
+    # Normalisation layers keep (1, C, 1, 1) tensors but exchange (C,) arrays in state dicts.
+    _FLAT_STATE = False
+
+    def _states(self, prefix: str = "", seen: set[int] | None = None) -> Iterator[tuple[str, Tensor, Module]]:
+        """(key, tensor, owning module) in MegEngine's ``state_dict`` order."""
+        seen = {id(self)} if seen is None else seen
+        submodules = []
+        for key, leaf in self._flatten_items((Tensor, Module)):
+            if id(leaf) in seen:
+                continue
+            seen.add(id(leaf))
+            if isinstance(leaf, Tensor):
+                yield prefix + key, leaf, self
+            else:
+                submodules.append((key, leaf))
+        for key, sub in submodules:
+            yield from sub._states(prefix + key + ".", seen)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any] | Callable[[str, Tensor], Any], strict: bool = True
+    ) -> None:
+        """Copy values into this module's tensors. A mapping must match exactly when ``strict``:
+        the error lists every missing, unexpected and mis-shaped key at once. A callable
+        ``(key, tensor) -> array | None`` is asked for each key (None skips it)."""
+        from compiler.core import user_location
+
+        if isinstance(state_dict, Mapping):
+            mapping = state_dict
+
+            def closure(key: str, _: Tensor) -> Any:
+                return mapping.get(key)
+
+            provided = set(mapping)
+        elif callable(state_dict):
+            closure, provided = state_dict, set()
+        else:
+            raise TypeError(
+                f"load_state_dict: expected a dict or a callable, got {type(state_dict).__name__} "
+                f"(at {user_location()})"
+            )
+        own = list(self._states())
+        updates: list[tuple[Tensor, np.ndarray]] = []
+        missing, mis_shaped, bad = [], [], []
+        for key, t, owner in own:
+            value = closure(key, t)
+            if value is None:
+                missing.append(key)
+                continue
+            try:
+                arr = _as_array(value)
+            except (TypeError, ValueError):
+                bad.append(f"{key}: {type(value).__name__} is not an array")
+                continue
+            if arr.shape != t.shape:
+                if owner._FLAT_STATE and arr.size == t.size:
+                    arr = arr.reshape(t.shape)  # (C,) from a state dict, (1, C, 1, 1) in the layer
+                else:
+                    mis_shaped.append(f"{key}: expected {t.shape}, got {arr.shape}")
+                    continue
+            if arr.dtype.kind not in "biuf":
+                bad.append(f"{key}: unsupported dtype {arr.dtype}")
+                continue
+            updates.append((t, arr))
+        unexpected = sorted(provided - {key for key, _, _ in own})
         problems = []
         if mis_shaped:
             problems.append("mis-shaped keys: " + "; ".join(mis_shaped))
+        if bad:
+            problems.append("bad values: " + "; ".join(bad))
         if strict and missing:
             problems.append("missing keys: " + ", ".join(missing))
         if strict and unexpected:
             problems.append("unexpected keys: " + ", ".join(unexpected))
         if problems:
-            raise StateDictError(f"load_state_dict for {type(self).__name__} failed: " + " | ".join(problems))
-        for k, t in own.items():
-            if k in state_dict:
-                t._reset(_as_array(state_dict[k]).astype(t.dtype))
+            # nothing is loaded when anything is wrong, so a failed load leaves the module intact
+            raise StateDictError(
+                f"load_state_dict for {type(self).__name__} failed: " + " | ".join(problems)
+                + f" (at {user_location()})"
+            )
+        for t, arr in updates:
+            t._reset(arr.astype(t.dtype))
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}("]
@@ -184,7 +265,23 @@ def _as_array(value: Any) -> np.ndarray:
     return value.numpy() if isinstance(value, Tensor) else np.asarray(value)
 
 
-def _flatten(key: str, value: Any, kind: type) -> Iterable[tuple[str, Any]]:
+def _is_module(obj: Any) -> bool:
+    return isinstance(obj, Module)
+
+
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def _is_parameter(obj: Any) -> bool:
+    return isinstance(obj, Parameter)
+
+
+def _is_buffer(obj: Any) -> bool:
+    return isinstance(obj, Tensor) and not isinstance(obj, Parameter)
+
+
+def _flatten(key: str, value: Any, kind: type | tuple[type, ...]) -> Iterable[tuple[str, Any]]:
     if isinstance(value, kind):
         yield key, value
     elif isinstance(value, list | tuple):
