@@ -25,6 +25,7 @@ def erase_dead_ops(module: Operation, consts: bool = True) -> int:
     erased = 0
     for op in list(module.walk(reverse=True)):
         if op is not module and is_dead(op, consts):
+            op.detach()
             op.erase()
             erased += 1
     return erased

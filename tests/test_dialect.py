@@ -157,9 +157,10 @@ def test_verifier_allows_requantized_results_only_for_quantized_inputs() -> None
     from xdsl.utils.test_value import create_ssa_value
 
     q = create_ssa_value(tensor_type((4,), QuantizedType("qint8", 0.1)))
-    ok = T.ElemwiseOp.make([q], [tensor_type((4,), QuantizedType("qint8", 0.2))], mode=enums.ElemwiseMode.RELU)
+    requantized = tensor_type((4,), QuantizedType("qint8", 0.2))
+    ok = T.ElemwiseOp.make([q], [requantized], mode=enums.ElemwiseMode.RELU)
     ok.verify()
     f = create_ssa_value(tensor_type((4,), "float32"))
-    bad = T.ElemwiseOp.make([f], [tensor_type((4,), QuantizedType("qint8", 0.2))], mode=enums.ElemwiseMode.RELU)
+    bad = T.ElemwiseOp.make([f], [requantized], mode=enums.ElemwiseMode.RELU)
     with pytest.raises(VerifyException, match="do not match the inferred"):
         bad.verify()
