@@ -171,7 +171,7 @@ def silu(x: Any) -> Tensor:
 
 def clip(x: Any, lower: Any = None, upper: Any = None) -> Tensor:
     if lower is None and upper is None:
-        raise ValueError("clip: at least one of lower and upper must be given")
+        raise op_error("clip", "at least one of lower and upper must be given")
     x = as_tensor(x)
     if lower is None:
         return minimum(x, upper)

@@ -92,8 +92,10 @@ def matmul(
 
         try:
             batch = T.broadcast_shapes("matmul", [a.shape[:-2], b.shape[:-2]])
-        except T.ShapeInferenceError as exc:
-            raise op_error("matmul", str(exc)) from None
+        except T.ShapeInferenceError:
+            raise op_error(
+                "matmul", f"batch dimensions of {a.shape} and {b.shape} cannot be broadcast together"
+            ) from None
         a = broadcast_to(a, (*batch, *a.shape[-2:]))
         b = broadcast_to(b, (*batch, *b.shape[-2:]))
         n = 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,7 +61,10 @@ __all__ = [
 def _pair(label: str, v: int | Sequence[int], name: str) -> tuple[int, int]:
     if isinstance(v, int | np.integer):
         return (int(v), int(v))
-    vals = tuple(int(x) for x in v)
+    try:
+        vals = tuple(operator.index(x) for x in v)
+    except TypeError:
+        raise op_error(label, f"{name} must be an int or a pair of ints, got {v!r}") from None
     if len(vals) != 2:
         raise op_error(label, f"{name} must be an int or a pair, got {v}")
     return vals  # type: ignore[return-value]
@@ -96,6 +100,10 @@ def conv2d(
         mode = enums.ConvMode[conv_mode.upper()]
     except KeyError:
         raise op_error("conv2d", f"unknown conv_mode {conv_mode!r}") from None
+    try:
+        cmode = enums.ComputeMode[compute_mode.upper()]
+    except KeyError:
+        raise op_error("conv2d", f"unknown compute_mode {compute_mode!r}") from None
     (out,) = apply(
         T.ConvolutionOp,
         [inp, weight],
@@ -105,7 +113,7 @@ def conv2d(
         dilation=_pair("conv2d", dilation, "dilation"),
         sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
         mode=mode,
-        compute_mode=enums.ComputeMode[compute_mode.upper()],
+        compute_mode=cmode,
     )
     if bias is not None:
         bias = as_tensor(bias)
@@ -193,6 +201,8 @@ def _softmax_axis(ndim: int) -> int:
 
 def softmax(inp: Tensor, axis: int | None = None) -> Tensor:
     inp = as_tensor(inp)
+    if inp.dtype.kind != "f":
+        inp = inp.astype("float32")
     if axis is None:
         axis = _softmax_axis(inp.ndim)
     if not -inp.ndim <= axis < inp.ndim:
@@ -213,6 +223,8 @@ def logsumexp(inp: Tensor, axis: int | Sequence[int], keepdims: bool = False) ->
 
 def log_softmax(inp: Tensor, axis: int | None = None) -> Tensor:
     inp = as_tensor(inp)
+    if inp.dtype.kind != "f":
+        inp = inp.astype("float32")
     if axis is None:
         axis = _softmax_axis(inp.ndim)
     return inp - logsumexp(inp, axis, keepdims=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,7 +118,9 @@ def squeeze(inp: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
 
 
 def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
-    tensors = [as_tensor(t) for t in inps]
+    from compiler.functional.elemwise import _promote
+
+    tensors = _promote([as_tensor(t) for t in inps])
     if not tensors:
         raise op_error("concat", "needs at least one tensor")
     if len(tensors) == 1:
@@ -224,7 +227,7 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
             out_pos += 1
         else:
             try:
-                k = int(item)
+                k = operator.index(item)  # ints and numpy ints; not floats, strings or bools-as-masks
             except TypeError:
                 raise op_error(
                     "getitem", f"index {item!r} ({type(item).__name__}) is not an int, slice, None or ..."

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from compiler import functional as F
+from compiler.core import op_error, user_location
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
 
@@ -42,8 +43,10 @@ class Conv2d(Module):
     ) -> None:
         super().__init__(name)
         if in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"Conv2d: in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({groups})"
+            raise op_error(
+                "Conv2d",
+                f"in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by "
+                f"groups ({groups})",
             )
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
@@ -124,14 +127,14 @@ class _BatchNorm(Module):
 class BatchNorm2d(_BatchNorm):
     def forward(self, inp: Tensor) -> Tensor:
         if inp.ndim != 4:
-            raise ValueError(f"BatchNorm2d: expected a 4-D input, got shape {inp.shape}")
+            raise op_error("BatchNorm2d", f"expected a 4-D input, got shape {inp.shape}")
         return super().forward(inp)
 
 
 class BatchNorm1d(_BatchNorm):
     def forward(self, inp: Tensor) -> Tensor:
         if inp.ndim not in (2, 3):
-            raise ValueError(f"BatchNorm1d: expected a 2-D or 3-D input, got shape {inp.shape}")
+            raise op_error("BatchNorm1d", f"expected a 2-D or 3-D input, got shape {inp.shape}")
         return super().forward(inp)
 
 
@@ -266,7 +269,9 @@ class Sequential(Module):
             items = [(str(i), m) for i, m in enumerate(args)]
         for key, module in items:
             if not isinstance(module, Module):
-                raise TypeError(f"Sequential: item {key!r} is a {type(module).__name__}, not a Module")
+                raise TypeError(
+                    f"Sequential: item {key!r} is a {type(module).__name__}, not a Module (at {user_location()})"
+                )
             setattr(self, key, module)
             self.layer_keys.append(key)
 
