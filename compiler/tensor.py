@@ -67,7 +67,9 @@ class Tensor:
 
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
-    def __init__(self, data: Any = None, dtype: Any = None, device: str | None = None, *, name: str | None = None):
+    def __init__(
+        self, data: Any = None, dtype: Any = None, device: str | None = None, *, name: str | None = None
+    ):
         if isinstance(data, Tensor):
             data = data._data
         if data is None:
@@ -114,7 +116,9 @@ class Tensor:
 
     def item(self) -> Any:
         if self.size != 1:
-            raise ValueError(f"item(): the tensor has {self.size} elements (shape {self.shape}), not exactly one")
+            raise ValueError(
+                f"item(): the tensor has {self.size} elements (shape {self.shape}), not exactly one"
+            )
         return self._data.item()
 
     def tolist(self) -> Any:

@@ -92,7 +92,9 @@ def conv2d_nchw(
     wa = w.astype(acc, copy=False)
     for g in range(groups):
         wg = wa[g * ocpg : (g + 1) * ocpg].reshape(ocpg, icpg * fh * fw)
-        cols = win[:, g * icpg : (g + 1) * icpg].transpose(0, 2, 3, 1, 4, 5).reshape(n, oh * ow, icpg * fh * fw)
+        cols = (
+            win[:, g * icpg : (g + 1) * icpg].transpose(0, 2, 3, 1, 4, 5).reshape(n, oh * ow, icpg * fh * fw)
+        )
         out[:, g * ocpg : (g + 1) * ocpg] = (cols @ wg.T).transpose(0, 2, 1).reshape(n, ocpg, oh, ow)
     return out
 
@@ -312,7 +314,9 @@ def pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any)
     return [y.astype(results[0].dtype, copy=False)]
 
 
-def adaptive_pool_params(in_hw: Sequence[int], out_hw: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]]:
+def adaptive_pool_params(
+    in_hw: Sequence[int], out_hw: Sequence[int]
+) -> tuple[tuple[int, int], tuple[int, int]]:
     """MegEngine's AdaptivePooling as plain pooling: (window, stride) per spatial axis."""
     stride = tuple(i // o for i, o in zip(in_hw, out_hw, strict=True))
     window = tuple(i - (o - 1) * s for i, o, s in zip(in_hw, out_hw, stride, strict=True))
@@ -349,7 +353,9 @@ def matrix_mul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: A
 
 
 @kernel(T.BatchedMatrixMulOp)
-def batched_matrix_mul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+def batched_matrix_mul(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any
+) -> list[np.ndarray]:
     return _matmul(args, results, p)
 
 
@@ -368,7 +374,9 @@ def broadcast(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list
 
 
 @kernel(T.DimshuffleOp)
-def dimshuffle(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, pattern: Sequence[int]) -> list[np.ndarray]:
+def dimshuffle(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, pattern: Sequence[int]
+) -> list[np.ndarray]:
     perm = [p for p in pattern if p != -1]
     return [np.transpose(args[0], perm).reshape(results[0].shape)]
 
@@ -384,7 +392,9 @@ def concat(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: i
 
 
 @kernel(T.SplitOp)
-def split(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int, sizes: Sequence[int]) -> list[np.ndarray]:
+def split(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int, sizes: Sequence[int]
+) -> list[np.ndarray]:
     bounds = np.cumsum(sizes)[:-1]
     return list(np.split(args[0], bounds, axis=axis))
 
@@ -393,13 +403,17 @@ def split(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: in
 def subtensor(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     x = args[0]
     index: list[Any] = [slice(None)] * x.ndim
-    for axis, start, stop, step, drop in zip(p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True):
+    for axis, start, stop, step, drop in zip(
+        p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
+    ):
         index[axis] = start if drop else slice(start, stop, step)
     return [np.asarray(x[tuple(index)]).reshape(results[0].shape)]
 
 
 @kernel(T.ReduceOp)
-def reduce(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any, axis: int, data_type: Any) -> list[np.ndarray]:
+def reduce(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any, axis: int, data_type: Any
+) -> list[np.ndarray]:
     x = args[0]
     acc = np.float32 if x.dtype.kind == "f" else None
     R = enums.ReduceMode
@@ -452,7 +466,9 @@ def padding(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any)
     return [y.astype(results[0].dtype, copy=False)]
 
 
-def run_op(op_cls: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], params: dict[str, Any]) -> list[np.ndarray]:
+def run_op(
+    op_cls: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], params: dict[str, Any]
+) -> list[np.ndarray]:
     """Run one op's reference kernel."""
     fn = KERNELS.get(op_cls)
     if fn is None:

@@ -86,7 +86,9 @@ def matmul(
     if squeeze_b:
         b = expand_dims(b, 1)
     if a.ndim == 2 and b.ndim == 2:
-        (out,) = apply(T.MatrixMulOp, [a, b], label="matmul", transpose_a=transpose_a, transpose_b=transpose_b)
+        (out,) = apply(
+            T.MatrixMulOp, [a, b], label="matmul", transpose_a=transpose_a, transpose_b=transpose_b
+        )
     else:
         from compiler.functional.tensor import broadcast_to
 
@@ -118,7 +120,9 @@ def batch_matmul(inp1: Tensor, inp2: Tensor, transpose_a: bool = False, transpos
     a, b = _matmul_operands(inp1, inp2)
     if a.ndim != 3 or b.ndim != 3:
         raise op_error("batch_matmul", f"operands must be 3-D, got shapes {a.shape} and {b.shape}")
-    (out,) = apply(T.BatchedMatrixMulOp, [a, b], label="batch_matmul", transpose_a=transpose_a, transpose_b=transpose_b)
+    (out,) = apply(
+        T.BatchedMatrixMulOp, [a, b], label="batch_matmul", transpose_a=transpose_a, transpose_b=transpose_b
+    )
     return out
 
 
@@ -132,3 +136,6 @@ def norm(inp: Tensor, ord: float = 2.0, axis: Any = None, keepdims: bool = False
 
         return sqrt(sum(inp * inp, axis, keepdims))
     return _pow(sum(_pow(_abs(inp), ord), axis, keepdims), 1.0 / ord)
+
+
+__all__ = ["batch_matmul", "matmul", "max", "mean", "min", "norm", "prod", "sum"]

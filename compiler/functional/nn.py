@@ -119,7 +119,9 @@ def conv2d(
         bias = as_tensor(bias)
         oc = out.shape[1]
         if bias.size != oc:
-            raise op_error("conv2d", f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} output channels")
+            raise op_error(
+                "conv2d", f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} output channels"
+            )
         if bias.shape != (1, oc, 1, 1):
             # a (OC,) bias would otherwise broadcast along the width axis
             bias = reshape(bias, (1, oc, 1, 1))
@@ -134,7 +136,9 @@ def linear(inp: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise op_error("linear", f"weight must be 2-D (out, in), got shape {weight.shape}")
     if inp.ndim < 1 or inp.shape[-1] != weight.shape[1]:
         raise op_error(
-            "linear", f"input's last dimension must be {weight.shape[1]} for weight {weight.shape}, got input {inp.shape}"
+            "linear",
+            f"input's last dimension must be {weight.shape[1]} for weight {weight.shape}, "
+            f"got input {inp.shape}",
         )
     lead = inp.shape[:-1]
     x2 = inp if inp.ndim == 2 else reshape(inp, (-1, inp.shape[-1]))
@@ -156,7 +160,13 @@ def _pool(label: str, mode: Any, inp: Tensor, kernel_size: Any, stride: Any, pad
     window = _pair(label, kernel_size, "kernel_size")
     strides = window if stride is None else _pair(label, stride, "stride")
     (out,) = apply(
-        T.PoolingOp, [inp], label=label, mode=mode, window=window, stride=strides, padding=_pair(label, padding, "padding")
+        T.PoolingOp,
+        [inp],
+        label=label,
+        mode=mode,
+        window=window,
+        stride=strides,
+        padding=_pair(label, padding, "padding"),
     )
     return out
 
@@ -166,7 +176,11 @@ def max_pool2d(inp: Tensor, kernel_size: Any, stride: Any = None, padding: Any =
 
 
 def avg_pool2d(
-    inp: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, mode: str = "average_count_exclude_padding"
+    inp: Tensor,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    mode: str = "average_count_exclude_padding",
 ) -> Tensor:
     try:
         pmode = enums.PoolingMode[mode.upper()]
@@ -182,7 +196,9 @@ def _adaptive(label: str, mode: Any, inp: Tensor, oshp: Any) -> Tensor:
     out_hw = _pair(label, oshp, "output size")
     for i, o in zip(inp.shape[2:], out_hw, strict=True):
         if o < 1 or o > i:
-            raise op_error(label, f"output size {out_hw} must be between 1 and the input size {inp.shape[2:]}")
+            raise op_error(
+                label, f"output size {out_hw} must be between 1 and the input size {inp.shape[2:]}"
+            )
     (out,) = apply(T.AdaptivePoolingOp, [inp], label=label, mode=mode, out_shape=out_hw)
     return out
 
@@ -281,8 +297,12 @@ def batch_norm(
     if inplace and running_mean is not None and running_var is not None:
         n = inp.size // c
         unbiased = batch_var.numpy() * (n / max(n - 1, 1))
-        running_mean._reset(running_mean.numpy() * momentum + batch_mean.numpy().reshape(running_mean.shape) * (1 - momentum))
-        running_var._reset(running_var.numpy() * momentum + unbiased.reshape(running_var.shape) * (1 - momentum))
+        running_mean._reset(
+            running_mean.numpy() * momentum + batch_mean.numpy().reshape(running_mean.shape) * (1 - momentum)
+        )
+        running_var._reset(
+            running_var.numpy() * momentum + unbiased.reshape(running_var.shape) * (1 - momentum)
+        )
     from compiler.functional.elemwise import sqrt
 
     return centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
@@ -306,13 +326,21 @@ def dropout(inp: Tensor, drop_prob: float, training: bool = True) -> Tensor:
     return inp * Tensor(keep.astype(inp.dtype))
 
 
-def pad(src: Tensor, pad_width: Sequence[Sequence[int]], mode: str = "constant", constant_value: float = 0.0) -> Tensor:
+def pad(
+    src: Tensor, pad_width: Sequence[Sequence[int]], mode: str = "constant", constant_value: float = 0.0
+) -> Tensor:
     src = as_tensor(src)
     widths = [tuple(int(v) for v in w) for w in pad_width]
     if len(widths) != src.ndim or any(len(w) != 2 for w in widths):
-        raise op_error("pad", f"pad_width needs one (front, back) pair per axis of shape {src.shape}, got {pad_width}")
-    modes = {"constant": enums.PaddingMode.CONSTANT, "reflect": enums.PaddingMode.REFLECT,
-             "edge": enums.PaddingMode.REPLICATE, "replicate": enums.PaddingMode.REPLICATE}
+        raise op_error(
+            "pad", f"pad_width needs one (front, back) pair per axis of shape {src.shape}, got {pad_width}"
+        )
+    modes = {
+        "constant": enums.PaddingMode.CONSTANT,
+        "reflect": enums.PaddingMode.REFLECT,
+        "edge": enums.PaddingMode.REPLICATE,
+        "replicate": enums.PaddingMode.REPLICATE,
+    }
     if mode not in modes:
         raise op_error("pad", f"unknown mode {mode!r}; expected one of {sorted(modes)}")
     (out,) = apply(

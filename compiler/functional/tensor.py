@@ -24,7 +24,9 @@ def _axis(label: str, axis: int, ndim: int) -> int:
 
 def reshape(inp: Tensor, target_shape: Sequence[int] | int) -> Tensor:
     inp = as_tensor(inp)
-    shape = [int(target_shape)] if isinstance(target_shape, int | np.integer) else [int(s) for s in target_shape]
+    shape = (
+        [int(target_shape)] if isinstance(target_shape, int | np.integer) else [int(s) for s in target_shape]
+    )
     unknown = [i for i, s in enumerate(shape) if s == -1]
     if len(unknown) > 1:
         raise op_error("reshape", f"at most one -1 is allowed in the target shape {tuple(shape)}")
@@ -154,7 +156,9 @@ def split(inp: Tensor, nsplits_or_sections: int | Sequence[int], axis: int = 0) 
     else:
         points = [0, *[int(p) for p in nsplits_or_sections], dim]
         if any(b < a for a, b in zip(points, points[1:], strict=False)):
-            raise op_error("split", f"split points {list(nsplits_or_sections)} must be increasing within {dim}")
+            raise op_error(
+                "split", f"split points {list(nsplits_or_sections)} must be increasing within {dim}"
+            )
         sizes = [b - a for a, b in zip(points, points[1:], strict=False)]
     return apply(T.SplitOp, [inp], label="split", axis=ax, sizes=tuple(sizes))
 
@@ -187,7 +191,9 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
     if not isinstance(index, tuple):
         index = (index,)
     if any(isinstance(i, Tensor | list | np.ndarray) for i in index):
-        raise op_error("getitem", "advanced (tensor/list) indexing is not supported; use ints, slices, None, ...")
+        raise op_error(
+            "getitem", "advanced (tensor/list) indexing is not supported; use ints, slices, None, ..."
+        )
     n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
     if n_real > inp.ndim:
         raise op_error("getitem", f"too many indices for a {inp.ndim}-D tensor")
@@ -282,7 +288,9 @@ def full_like(inp: Tensor, value: Any) -> Tensor:
     return Tensor(np.full(inp.shape, value), dtype=inp.dtype)
 
 
-def arange(start: float = 0, stop: float | None = None, step: float = 1, dtype: Any = "float32", device: Any = None) -> Tensor:
+def arange(
+    start: float = 0, stop: float | None = None, step: float = 1, dtype: Any = "float32", device: Any = None
+) -> Tensor:
     if stop is None:
         start, stop = 0, start
     return Tensor(np.arange(start, stop, step), dtype=dtype)
@@ -290,3 +298,27 @@ def arange(start: float = 0, stop: float | None = None, step: float = 1, dtype: 
 
 def linspace(start: float, stop: float, num: int, dtype: Any = "float32", device: Any = None) -> Tensor:
     return Tensor(np.linspace(start, stop, num), dtype=dtype)
+
+
+__all__ = [
+    "arange",
+    "astype",
+    "broadcast_to",
+    "concat",
+    "dimshuffle",
+    "expand_dims",
+    "flatten",
+    "full",
+    "full_like",
+    "linspace",
+    "ones",
+    "ones_like",
+    "reshape",
+    "split",
+    "squeeze",
+    "stack",
+    "transpose",
+    "where",
+    "zeros",
+    "zeros_like",
+]

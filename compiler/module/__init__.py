@@ -26,4 +26,29 @@ from compiler.module.layers import (
 )
 from compiler.module.module import Module, StateDictError
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "GELU",
+    "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool2d",
+    "AvgPool2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv2d",
+    "Dropout",
+    "Flatten",
+    "Hsigmoid",
+    "Hswish",
+    "Identity",
+    "LeakyReLU",
+    "Linear",
+    "MaxPool2d",
+    "Module",
+    "ReLU",
+    "ReLU6",
+    "Sequential",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "StateDictError",
+    "Tanh",
+]

@@ -64,17 +64,28 @@ class Conv2d(Module):
 
     def forward(self, inp: Tensor) -> Tensor:
         return F.conv2d(
-            inp, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
-            self.conv_mode, self.compute_mode,
+            inp,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+            self.conv_mode,
+            self.compute_mode,
         )
 
     def _extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, groups={self.groups}, bias={self.bias is not None}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}, groups={self.groups}, bias={self.bias is not None}"
+        )
 
 
 class Linear(Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, name: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(name)
         self.in_features, self.out_features = in_features, out_features
         self.weight = _uniform((out_features, in_features), math.sqrt(6.0 / in_features))
@@ -84,11 +95,14 @@ class Linear(Module):
         return F.linear(x, self.weight, self.bias)
 
     def _extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        )
 
 
 class _BatchNorm(Module):
     _FLAT_STATE = True  # state_dict() holds (C,) arrays for the (1, C, 1, 1) tensors
+
     def __init__(
         self,
         num_features: int,
@@ -116,8 +130,14 @@ class _BatchNorm(Module):
     def forward(self, inp: Tensor) -> Tensor:
         use_batch_stats = (self.training and not self.freeze) or not self.track_running_stats
         return F.batch_norm(
-            inp, self.running_mean, self.running_var, self.weight, self.bias,
-            training=use_batch_stats, momentum=self.momentum, eps=self.eps,
+            inp,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            training=use_batch_stats,
+            momentum=self.momentum,
+            eps=self.eps,
         )
 
     def _extra_repr(self) -> str:
@@ -196,7 +216,9 @@ class Softmax(Module):
 
 
 class MaxPool2d(Module):
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0, name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, kernel_size: Any, stride: Any = None, padding: Any = 0, name: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(name)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
@@ -206,8 +228,13 @@ class MaxPool2d(Module):
 
 class AvgPool2d(Module):
     def __init__(
-        self, kernel_size: Any, stride: Any = None, padding: Any = 0,
-        mode: str = "average_count_exclude_padding", name: str | None = None, **kwargs: Any,
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        mode: str = "average_count_exclude_padding",
+        name: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(name)
         self.kernel_size, self.stride, self.padding, self.mode = kernel_size, stride, padding, mode
@@ -270,7 +297,8 @@ class Sequential(Module):
         for key, module in items:
             if not isinstance(module, Module):
                 raise TypeError(
-                    f"Sequential: item {key!r} is a {type(module).__name__}, not a Module (at {user_location()})"
+                    f"Sequential: item {key!r} is a {type(module).__name__}, not a Module "
+                    f"(at {user_location()})"
                 )
             setattr(self, key, module)
             self.layer_keys.append(key)

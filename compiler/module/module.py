@@ -114,21 +114,27 @@ class Module:
         for _, m in self.named_modules():
             yield m
 
-    def named_parameters(self, prefix: str | None = None, recursive: bool = True) -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(
+        self, prefix: str | None = None, recursive: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
         yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_parameter)
 
     def parameters(self, recursive: bool = True) -> Iterator[Parameter]:
         for _, p in self.named_parameters(recursive=recursive):
             yield p
 
-    def named_buffers(self, prefix: str | None = None, recursive: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_buffers(
+        self, prefix: str | None = None, recursive: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_buffer)
 
     def buffers(self, recursive: bool = True) -> Iterator[Tensor]:
         for _, b in self.named_buffers(recursive=recursive):
             yield b
 
-    def named_tensors(self, prefix: str | None = None, recursive: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_tensors(
+        self, prefix: str | None = None, recursive: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_tensor)
 
     def tensors(self, recursive: bool = True) -> Iterator[Tensor]:
@@ -245,7 +251,8 @@ class Module:
         if problems:
             # nothing is loaded when anything is wrong, so a failed load leaves the module intact
             raise StateDictError(
-                f"load_state_dict for {type(self).__name__} failed: " + " | ".join(problems)
+                f"load_state_dict for {type(self).__name__} failed: "
+                + " | ".join(problems)
                 + f" (at {user_location()})"
             )
         for t, arr in updates:
