@@ -700,6 +700,19 @@ TRACED: dict[str, Callable[[xm.Tensor], Any]] = {
         F.pad(x, ((0, 0), (0, 0), (1, 1), (2, 2)), mode="reflect"),
     ),
     "dropout_eval": lambda x: F.dropout(x, 0.5, training=False) * 2,
+    "misc_elemwise": lambda x: (
+        F.round(x * 3)
+        + F.floor(x)
+        + F.ceil(x)
+        + F.sin(x) * F.cos(x)
+        + F.square(x)
+        + F.neg(x)
+        + F.log1p(F.abs(x))
+        + F.expm1(x * 0.1),
+        F.logical_xor((x > 0) & (x < 0.5), ~(x > 0.2)) | (x == x),
+        F.norm(x, axis=1),
+        F.sum((x > 0).astype("int32"), 1) // 2 % 3,
+    ),
 }
 
 
