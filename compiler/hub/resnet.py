@@ -1,0 +1,187 @@
+"""ResNet (He et al., 2015) as in MegEngine's model hub (``megengine.vision``'s ``resnet.py``):
+the same module tree and parameter names, so MegEngine state dicts load unchanged.
+
+The only departure: the final average pool covers whatever spatial extent is left (7x7 for a
+224x224 input, exactly MegEngine's ``avg_pool2d(x, 7)``), so smaller inputs work in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import compiler.functional as F
+import compiler.module as M
+from compiler.tensor import Tensor
+
+Norm = Callable[[int], M.Module]
+
+
+class BasicBlock(M.Module):
+    expansion = 1
+
+    def __init__(
+        self,
+        in_channels: int,
+        channels: int,
+        stride: int = 1,
+        groups: int = 1,
+        base_width: int = 64,
+        dilation: int = 1,
+        norm: Norm = M.BatchNorm2d,
+    ) -> None:
+        super().__init__()
+        if groups != 1 or base_width != 64:
+            raise ValueError("BasicBlock only supports groups=1 and base_width=64")
+        if dilation > 1:
+            raise NotImplementedError("Dilation > 1 not supported in BasicBlock")
+        self.conv1 = M.Conv2d(in_channels, channels, 3, stride, padding=dilation, bias=False)
+        self.bn1 = norm(channels)
+        self.conv2 = M.Conv2d(channels, channels, 3, 1, padding=1, bias=False)
+        self.bn2 = norm(channels)
+        self.downsample = _downsample(in_channels, channels, stride, norm)
+
+    def forward(self, x: Tensor) -> Tensor:
+        identity = x
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.bn2(self.conv2(x))
+        return F.relu(x + self.downsample(identity))
+
+
+class Bottleneck(M.Module):
+    expansion = 4
+
+    def __init__(
+        self,
+        in_channels: int,
+        channels: int,
+        stride: int = 1,
+        groups: int = 1,
+        base_width: int = 64,
+        dilation: int = 1,
+        norm: Norm = M.BatchNorm2d,
+    ) -> None:
+        super().__init__()
+        width = int(channels * (base_width / 64.0)) * groups
+        self.conv1 = M.Conv2d(in_channels, width, 1, 1, bias=False)
+        self.bn1 = norm(width)
+        self.conv2 = M.Conv2d(
+            width, width, 3, stride, padding=dilation, groups=groups, dilation=dilation, bias=False
+        )
+        self.bn2 = norm(width)
+        self.conv3 = M.Conv2d(width, channels * self.expansion, 1, 1, bias=False)
+        self.bn3 = norm(channels * self.expansion)
+        self.downsample = _downsample(in_channels, channels * self.expansion, stride, norm)
+
+    def forward(self, x: Tensor) -> Tensor:
+        identity = x
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.relu(self.bn2(self.conv2(x)))
+        x = self.bn3(self.conv3(x))
+        return F.relu(x + self.downsample(identity))
+
+
+def _downsample(in_channels: int, out_channels: int, stride: int, norm: Norm) -> M.Module:
+    if in_channels == out_channels and stride == 1:
+        return M.Identity()
+    return M.Sequential(M.Conv2d(in_channels, out_channels, 1, stride, bias=False), norm(out_channels))
+
+
+Block = type[BasicBlock] | type[Bottleneck]
+
+
+class ResNet(M.Module):
+    def __init__(
+        self,
+        block: Block,
+        layers: Sequence[int],
+        num_classes: int = 1000,
+        zero_init_residual: bool = False,
+        groups: int = 1,
+        width_per_group: int = 64,
+        replace_stride_with_dilation: Sequence[bool] | None = None,
+        norm: Norm = M.BatchNorm2d,
+    ) -> None:
+        super().__init__()
+        self.in_channels = 64
+        self.dilation = 1
+        dilate = list(replace_stride_with_dilation or (False, False, False))
+        if len(dilate) != 3:
+            raise ValueError(f"replace_stride_with_dilation should have 3 entries, got {dilate}")
+        self.groups = groups
+        self.base_width = width_per_group
+        self.conv1 = M.Conv2d(3, self.in_channels, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = norm(self.in_channels)
+        self.maxpool = M.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0], norm=norm)
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2, dilate=dilate[0], norm=norm)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2, dilate=dilate[1], norm=norm)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2, dilate=dilate[2], norm=norm)
+        self.fc = M.Linear(512 * block.expansion, num_classes)
+        if zero_init_residual:
+            for m in self.modules():
+                last_bn = getattr(m, "bn3" if isinstance(m, Bottleneck) else "bn2", None)
+                if isinstance(m, BasicBlock | Bottleneck) and last_bn is not None:
+                    last_bn.weight._reset(last_bn.weight.numpy() * 0)
+
+    def _make_layer(
+        self,
+        block: Block,
+        channels: int,
+        blocks: int,
+        stride: int = 1,
+        dilate: bool = False,
+        norm: Norm = M.BatchNorm2d,
+    ) -> M.Sequential:
+        previous_dilation = self.dilation
+        if dilate:
+            self.dilation *= stride
+            stride = 1
+        layers: list[M.Module] = [
+            block(self.in_channels, channels, stride, self.groups, self.base_width, previous_dilation, norm)
+        ]
+        self.in_channels = channels * block.expansion
+        for _ in range(1, blocks):
+            layers.append(
+                block(self.in_channels, channels, 1, self.groups, self.base_width, self.dilation, norm)
+            )
+        return M.Sequential(*layers)
+
+    def extract_features(self, x: Tensor) -> dict[str, Tensor]:
+        outputs = {}
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        outputs["stem"] = x
+        for i, layer in enumerate((self.layer1, self.layer2, self.layer3, self.layer4), start=2):
+            x = layer(x)
+            outputs[f"res{i}"] = x
+        return outputs
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.extract_features(x)["res5"]
+        x = F.avg_pool2d(x, x.shape[2:])
+        x = F.flatten(x, 1)
+        return self.fc(x)
+
+
+def _resnet(block: Block, layers: Sequence[int], pretrained: bool, **kwargs: Any) -> ResNet:
+    if pretrained:
+        raise NotImplementedError(
+            "xmge's hub has no pretrained weights; load a state dict with load_state_dict"
+        )
+    return ResNet(block, layers, **kwargs)
+
+
+def resnet18(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    return _resnet(BasicBlock, [2, 2, 2, 2], pretrained, **kwargs)
+
+
+def resnet34(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    return _resnet(BasicBlock, [3, 4, 6, 3], pretrained, **kwargs)
+
+
+def resnet50(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    return _resnet(Bottleneck, [3, 4, 6, 3], pretrained, **kwargs)
+
+
+def resnet101(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    return _resnet(Bottleneck, [3, 4, 23, 3], pretrained, **kwargs)
