@@ -63,11 +63,18 @@ class XmgeOptMain(xDSLOptMain):
     # -- registration -------------------------------------------------------------------------
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
+        origins = dict.fromkeys(self.ctx.registered_dialect_names, "xDSL")
         self.ctx.register_dialect(Mgb.name, lambda: Mgb)
+        origins[Mgb.name] = "xmge (dialects.tensor)"
         for ep in importlib.metadata.entry_points(group=DIALECT_ENTRY_POINT_GROUP):
-            if ep.name in self.ctx.registered_dialect_names:
-                raise PluginError(f"plugin dialect {ep.name!r} ({ep.value}) clashes with an existing dialect")
+            if ep.name in origins:
+                raise PluginError(
+                    f"plugin dialect {ep.name!r} from entry point '{ep.name} = {ep.value}' "
+                    f"({DIALECT_ENTRY_POINT_GROUP}) clashes with the dialect {ep.name!r} "
+                    f"from {origins[ep.name]}"
+                )
             self.ctx.register_dialect(ep.name, ep.load)
+            origins[ep.name] = f"entry point '{ep.name} = {ep.value}'"
 
     def register_all_passes(self) -> None:
         super().register_all_passes()  # xDSL's own passes (and xdsl.universe plugins)

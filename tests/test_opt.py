@@ -245,3 +245,51 @@ def test_lit_runs_every_filecheck_file() -> None:
     done = subprocess.run([f"{BIN}/lit", "-q", HERE], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
+
+
+DIALECT_PLUGIN = '''
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Dialect
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
+
+
+@irdl_op_definition
+class NoopOp(IRDLOperation):
+    name = "{name}.noop"
+    x = operand_def(TensorType)
+    y = result_def(TensorType)
+
+
+DIALECT = Dialect("{name}", [NoopOp])
+'''
+
+
+def _install_dialect(directory: Path, module: str, dialect: str) -> None:
+    (directory / f"{module}.py").write_text(DIALECT_PLUGIN.replace("{name}", dialect))
+    dist = directory / f"{module}-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[xmge.dialects]\n{dialect} = {module}:DIALECT\n")
+
+
+def test_dialect_plugin_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_dialect(tmp_path, "xmge_xq_dialect", "xq")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ir = '''
+    func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = "xq.noop"(%x) : (tensor<2xf32>) -> tensor<2xf32>
+      func.return %0 : tensor<2xf32>
+    }
+    '''
+    r = opt(stdin=ir)
+    assert r.code == 0, r.stderr
+    assert '"xq.noop"(%x)' in r.stdout
+
+
+def test_dialect_plugin_clash_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_dialect(tmp_path, "xmge_mgb_clash", "mgb")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = opt(stdin=SCOPED)
+    assert r.code == 1 and r.stderr.count("\n") == 1
+    assert "plugin dialect 'mgb' from entry point 'mgb = xmge_mgb_clash:DIALECT'" in r.stderr
+    assert "clashes with the dialect 'mgb' from xmge (dialects.tensor)" in r.stderr
