@@ -235,6 +235,12 @@ class trace:  # noqa: N801 - MegEngine's name
         with _full(full_weights):
             return str(self.module)
 
+    def dump(self, file: Any, **kwargs: Any) -> Any:
+        """MegEngine's ``trace.dump``: write the last trace as a ``.mge`` file (see compiler.dump)."""
+        from compiler.dump import dump
+
+        return dump(self, file, **kwargs)
+
 
 def is_tracing() -> bool:
     from compiler.core import active_recorders

@@ -847,6 +847,49 @@ def _func_metadata(fn: func.FuncOp) -> Metadata:
     return meta
 
 
+@dataclass
+class WriteResult:
+    data: bytes
+    graph: LoweredGraph
+    content_hash: int  # FBS v1's graph hash; 0 for FBS v2 (MegEngine never sets it there)
+
+
+def write_graph(
+    fn: func.FuncOp,
+    *,
+    dump_format: str = "FBS_V2",
+    model_version: int = 2,
+    keep_var_name: int = 1,
+    keep_opr_name: bool = False,
+    keep_opr_priority: bool = False,
+    no_change_graph: bool = False,
+    output_names: Sequence[str] | None = None,
+    metadata: Metadata | None = None,
+) -> WriteResult:
+    """One function as one ``.mge`` graph."""
+    if dump_format not in FORMATS:
+        raise KeyError(f"unknown dump_format {dump_format!r}; expected one of {FORMATS}")
+    if model_version not in (1, 2):
+        raise ValueError(f"model_version must be 1 or 2, got {model_version}")
+    if keep_var_name not in (0, 1, 2):
+        raise ValueError(f"keep_var_name must be 0, 1 or 2, got {keep_var_name}")
+    g = lower_func(fn, no_change_graph=no_change_graph, output_names=output_names)
+    for i, opr in enumerate(g.oprs):
+        opr.priority = opr.priority or i + 1  # keep_opr_priority: the operator's id when unset
+    meta = metadata or _func_metadata(fn)
+    kwargs = {
+        "keep_var_name": keep_var_name,
+        "keep_opr_name": keep_opr_name,
+        "keep_opr_priority": keep_opr_priority,
+    }
+    if dump_format == "FBS_V2":
+        return WriteResult(serialize_v2(g, meta, model_version=model_version, **kwargs), g, 0)
+    data = serialize_v1(g, meta, **kwargs)
+    from backends.mge.container import parse_file
+
+    return WriteResult(data, g, parse_file(data)[0].graph_hash or 0)
+
+
 def write_mge(
     module: ModuleOp | func.FuncOp,
     *,
@@ -865,11 +908,6 @@ def write_mge(
     defaults to what the reader recorded on the function (so a read file is written back as it
     was) or to a valid, empty record.
     """
-    fmt = dump_format or "FBS_V2"
-    if fmt not in FORMATS:
-        raise KeyError(f"unknown dump_format {dump_format!r}; expected one of {FORMATS}")
-    if model_version not in (1, 2):
-        raise ValueError(f"model_version must be 1 or 2, got {model_version}")
     funcs = (
         [module]
         if isinstance(module, func.FuncOp)
@@ -879,17 +917,15 @@ def write_mge(
         raise MgeWriteError("can't dump empty graph: the module has no function")
     out = bytearray()
     for fn in funcs:
-        g = lower_func(fn, no_change_graph=no_change_graph, output_names=output_names)
-        for i, opr in enumerate(g.oprs):
-            opr.priority = opr.priority or i + 1  # keep_opr_priority: the operator's id when unset
-        meta = metadata or _func_metadata(fn)
-        kwargs = {
-            "keep_var_name": keep_var_name,
-            "keep_opr_name": keep_opr_name,
-            "keep_opr_priority": keep_opr_priority,
-        }
-        if fmt == "FBS_V2":
-            out += serialize_v2(g, meta, model_version=model_version, **kwargs)
-        else:
-            out += serialize_v1(g, meta, **kwargs)
+        out += write_graph(
+            fn,
+            dump_format=dump_format or "FBS_V2",
+            model_version=model_version,
+            keep_var_name=keep_var_name,
+            keep_opr_name=keep_opr_name,
+            keep_opr_priority=keep_opr_priority,
+            no_change_graph=no_change_graph,
+            output_names=output_names,
+            metadata=metadata,
+        ).data
     return bytes(out)
