@@ -9,5 +9,4 @@ config.name = "xmge"  # noqa: F821
 config.test_format = lit.formats.ShTest(execute_external=False)  # noqa: F821
 config.suffixes = [".mlir"]  # noqa: F821
 config.test_source_root = os.path.dirname(__file__)  # noqa: F821
-config.excludes = ["plugins"]  # noqa: F821
 config.environment["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]  # noqa: F821
