@@ -1,0 +1,215 @@
+"""The ``xmge`` command.
+
+    xmge run MODEL.mge --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
+    xmge inspect MODEL.mge
+
+``run`` feeds ``.npy`` (or ``.npz``: every array whose key is an input name) files, prints each
+output's name, shape, dtype and a checksum (sum and sum of absolute values, float64), and saves
+the outputs keyed by output var name. ``inspect`` lists every graph's operators with params,
+output shapes and dtypes, the metadata and the weight bytes. Errors print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def _load_inputs(specs: Sequence[str], wanted: list[str]) -> dict[str, np.ndarray]:
+    feeds: dict[str, np.ndarray] = {}
+    for spec in specs:
+        if "=" in spec:
+            name, path = spec.split("=", 1)
+            arr = np.load(path, allow_pickle=False)
+            if isinstance(arr, np.lib.npyio.NpzFile):
+                if name not in arr:
+                    raise ValueError(f"{path} has no array {name!r} (it has {sorted(arr.files)})")
+                arr = arr[name]
+            feeds[name] = np.asarray(arr)
+        else:  # a bare .npz: take every input it names
+            with np.load(spec, allow_pickle=False) as z:
+                if not isinstance(z, np.lib.npyio.NpzFile):
+                    raise ValueError(f"--input {spec}: use NAME=FILE.npy for a single array")
+                for name in wanted:
+                    if name in z:
+                        feeds[name] = z[name]
+    return feeds
+
+
+def checksum(arr: np.ndarray) -> str:
+    a = np.asarray(arr, dtype=np.float64)
+    return f"sum={a.sum():.9g} abs_sum={np.abs(a).sum():.9g}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from compiler.lite import Network
+
+    net = Network(args.model, graph=args.graph)
+    feeds = _load_inputs(args.input or [], net.get_all_input_name())
+    unknown = sorted(set(feeds) - set(net.get_all_input_name()))
+    if unknown:
+        raise ValueError(f"unknown input(s) {unknown}; the model's inputs are {net.get_all_input_name()}")
+    missing = [n for n in net.get_all_input_name() if n not in feeds]
+    if missing:
+        raise ValueError(f"missing --input for {missing}")
+    outs = net(**feeds)
+    for name, arr in outs.items():
+        print(f"{name}: shape={tuple(arr.shape)} dtype={arr.dtype} {checksum(arr)}")
+    if args.output:
+        np.savez(args.output, **outs)
+        print(f"saved {len(outs)} output(s) to {args.output}")
+    return 0
+
+
+def _enum_fields() -> dict[tuple[str, str], Any]:
+    from dialects import enums as E
+
+    conv = {"mode": E.ConvMode, "sparse": E.ConvSparse, "format": E.Format, "compute_mode": E.ComputeMode}
+    table: dict[tuple[str, str], Any] = {("Convolution", k): v for k, v in conv.items()}
+    table.update({("ConvBias", k): v for k, v in conv.items()})
+    table[("ConvBias", "nonlineMode")] = E.NonlineMode
+    table.update(
+        {
+            ("Pooling", "mode"): E.PoolingMode,
+            ("Pooling", "format"): E.Format,
+            ("AdaptivePooling", "mode"): E.PoolingMode,
+            ("Elemwise", "mode"): E.ElemwiseMode,
+            ("Reduce", "mode"): E.ReduceMode,
+            ("Reduce", "data_type"): E.ReduceDataType,
+            ("MatrixMul", "compute_mode"): E.ComputeMode,
+            ("MatrixMul", "format"): E.MatrixMulFormat,
+            ("BN", "param_dim"): E.BNParamDim,
+            ("BN", "fwd_mode"): E.BNFwdMode,
+            ("Padding", "padding_mode"): E.PaddingMode,
+        }
+    )
+    return table
+
+
+def _show(kind: str, key: str, value: Any, table: dict[tuple[str, str], Any]) -> str:
+    from dialects import enums as E
+
+    if hasattr(value, "describe"):
+        return value.describe()
+    enum = table.get((kind, key))
+    if enum is not None:
+        try:
+            return E.from_number(enum, int(value)).name
+        except ValueError:
+            return f"{value}(?)"
+    return str(value)
+
+
+def _fmt_params(params: list[Any]) -> str:
+    parts = []
+    table = _enum_fields()
+    for p in params:
+        vals = ", ".join(f"{k}={_show(p.kind, k, v, table)}" for k, v in p.values.items())
+        parts.append(f"{p.kind}{{{vals}}}")
+    return " ".join(parts)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from backends.mge.container import parse_file
+    from backends.mge.reader import read_mge
+
+    with open(args.model, "rb") as f:
+        data = f.read()
+    graphs = parse_file(data)
+    module = None
+    try:
+        module = read_mge(data)
+    except ValueError as exc:  # still list what the container holds
+        print(f"note: xmge cannot run this file: {exc}")
+    funcs = list(module.ops) if module is not None else []
+    print(f"{args.model}: {len(data)} bytes, {len(graphs)} graph(s)")
+    for gi, g in enumerate(graphs):
+        md = g.metadata
+        print(
+            f"graph {gi}: format {g.format}, version {g.version}"
+            + (f", model_version {g.model_version}" if g.model_version is not None else "")
+            + f", {len(g.oprs)} operators, {g.nr_vars} vars, bytes {g.offset}..{g.offset + g.size}"
+        )
+        print(
+            f"  metadata: is_valid={md.is_valid} graph_modified={md.graph_modified} "
+            f"optimize_options={md.optimize_options} user_info={md.user_info.hex() or '-'} "
+            f"({len(md.user_info)} bytes)"
+        )
+        shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+        if gi < len(funcs):
+            from xdsl.dialects.builtin import StringAttr, TensorType
+
+            from dialects.dtypes import dtype_name
+
+            fn = funcs[gi]
+            for op in fn.walk():
+                name = op.attributes.get("name")
+                if isinstance(name, StringAttr) and op.results and isinstance(op.results[0].type, TensorType):
+                    t = op.results[0].type
+                    shapes[name.data] = (tuple(t.get_shape()), dtype_name(t.element_type))
+            for n, a in zip(fn.attributes["input_names"].data, fn.body.block.args, strict=True):  # type: ignore[attr-defined]
+                shapes[n.data] = (tuple(a.type.get_shape()), dtype_name(a.type.element_type))
+        weight_bytes = 0
+        for o in g.oprs:
+            outs = []
+            for v in o.outputs:
+                nm = g.var_names.get(v, f"var{v}")
+                if nm in shapes:
+                    outs.append(f"{nm}: {shapes[nm][0]} {shapes[nm][1]}")
+                else:
+                    outs.append(nm)
+            tens = []
+            for t in o.tensors:
+                size = len(t.data) if t.data is not None else 0
+                weight_bytes += size
+                dt = t.dtype.describe() if t.dtype else "?"
+                tens.append(f"{t.name or ''}{list(t.shape)} {dt} {size}B")
+            line = f"  #{o.index} {o.kind or o.type_name}"
+            if o.name:
+                line += f" '{o.name}'"
+            line += f" in={o.inputs} out=[{', '.join(outs)}]"
+            if o.params:
+                line += " " + _fmt_params(o.params)
+            if tens:
+                line += " tensors=[" + "; ".join(tens) + "]"
+            if o.output_dtype is not None:
+                line += f" output_dtype={o.output_dtype.describe()}"
+            print(line)
+        out_names = [g.var_names.get(v, f"var{v}") for v in g.outputs]
+        print(f"  outputs: {out_names}")
+        print(f"  weight bytes: {weight_bytes}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="xmge", description="Run and inspect MegEngine .mge models")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a .mge model on the reference interpreter")
+    run.add_argument("model")
+    run.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        metavar="NAME=FILE.npy",
+        help="an input array (repeatable); a bare FILE.npz feeds every input it names",
+    )
+    run.add_argument("-o", "--output", help="save the outputs to this .npz, keyed by output name")
+    run.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
+    run.set_defaults(handler=cmd_run)
+    insp = sub.add_parser("inspect", help="list a .mge file's operators, params, shapes and metadata")
+    insp.add_argument("model")
+    insp.set_defaults(handler=cmd_inspect)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"xmge {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
