@@ -756,7 +756,9 @@ def serialize_v2(
 
 
 def _write_metadata(b: flatbuffers.Builder, meta: Metadata, v2: bool) -> int:
-    ui = write_bytes(b, meta.user_info, 4)
+    # a FlatBuffers string: the verifier insists on the terminating NUL (pickle bytes are not UTF-8,
+    # MegEngine stores them raw all the same)
+    ui = b.CreateString(bytes(meta.user_info))
     tw = TableWriter(b).scalar(0, "?", meta.is_valid).scalar(1, "?", meta.graph_modified)
     if v2:
         tw.scalar(2, "Q", meta.optimize_options).offset(3, ui)
@@ -822,8 +824,11 @@ def serialize_v1(
         .offset(5, md)
         .finish()
     )
-    b.FinishSizePrefixed(root, b"mgb1")
-    fbs = bytes(b.Output())
+    # Not FinishSizePrefixed: the v1 loader verifies the buffer *after* the size word, so 8-byte
+    # fields must be aligned relative to that point.
+    b.Finish(root, b"mgb1")
+    payload = bytes(b.Output())
+    fbs = struct.pack("<I", len(payload)) + payload
     blob = b"".join(blobs)
     header = struct.pack("<I8sIQ", 0x4342474D, b"\0" * 8, 0, len(blob))
     return header + blob + fbs
