@@ -809,7 +809,8 @@ class GradManager:
             g = grads.get(i)
             if g is None:
                 continue
-            gt = Tensor._from_array(np.ascontiguousarray(g).astype(t.dtype, copy=False))
+            # a fresh, writeable array: rules may return read-only broadcast views
+            gt = Tensor._from_array(np.array(g, dtype=t.dtype))
             for cb in self._callbacks.get(i, []):
                 gt = cb(t, gt)
             t.grad = gt if t.grad is None else Tensor._from_array(t.grad._data + gt._data)
