@@ -4,7 +4,7 @@
 ``functional``, ``module``, ``jit``, ``autodiff`` (``GradManager``), ``optimizer``, ``save``/``load``.
 """
 
-from compiler import autodiff, functional, jit, module, optimizer
+from compiler import autodiff, functional, jit, module, optimizer, random
 from compiler.core import OpError, XmgeError
 from compiler.serialization import load, save
 from compiler.tensor import Parameter, Tensor, tensor
@@ -13,5 +13,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "OpError", "Parameter", "Tensor", "XmgeError", "autodiff", "functional", "jit", "load", "module",
-    "optimizer", "save", "tensor",
+    "optimizer", "random", "save", "tensor",
 ]

@@ -344,9 +344,10 @@ class Tensor:
         return _getitem(self, index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        from compiler.core import active_recorders, op_error
+        from compiler.core import op_error
+        from compiler.jit import is_tracing
 
-        if active_recorders():
+        if is_tracing():
             raise op_error("setitem", "in-place assignment cannot be traced; build the value functionally")
         data = np.array(self._data)
         data[index] = value._data if isinstance(value, Tensor) else value

@@ -308,7 +308,6 @@ def batch_norm(
     return centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
 
 
-_dropout_rng = np.random.default_rng(0)
 
 
 def dropout(inp: Tensor, drop_prob: float, training: bool = True) -> Tensor:
@@ -322,7 +321,9 @@ def dropout(inp: Tensor, drop_prob: float, training: bool = True) -> Tensor:
 
     if any(isinstance(r, Trace) for r in active_recorders()):
         raise op_error("dropout", "dropout in training mode cannot be traced; call module.eval() first")
-    keep = (_dropout_rng.random(inp.shape) >= drop_prob).astype(inp.dtype) / (1 - drop_prob)
+    from compiler.random import generator
+
+    keep = (generator().random(inp.shape) >= drop_prob).astype(inp.dtype) / (1 - drop_prob)
     return inp * Tensor(keep.astype(inp.dtype))
 
 

@@ -14,7 +14,6 @@ from compiler.core import op_error, user_location
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
 
-_init_rng = np.random.default_rng(0)
 
 
 def _pair(v: int | Sequence[int]) -> tuple[int, int]:
@@ -22,7 +21,9 @@ def _pair(v: int | Sequence[int]) -> tuple[int, int]:
 
 
 def _uniform(shape: Sequence[int], bound: float) -> Parameter:
-    return Parameter(_init_rng.uniform(-bound, bound, size=tuple(shape)).astype(np.float32))
+    from compiler.random import generator
+
+    return Parameter(generator().uniform(-bound, bound, size=tuple(shape)).astype(np.float32))
 
 
 class Conv2d(Module):
