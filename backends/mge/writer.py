@@ -824,11 +824,10 @@ def serialize_v1(
         .offset(5, md)
         .finish()
     )
-    # Not FinishSizePrefixed: the v1 loader verifies the buffer *after* the size word, so 8-byte
-    # fields must be aligned relative to that point.
-    b.Finish(root, b"mgb1")
-    payload = bytes(b.Output())
-    fbs = struct.pack("<I", len(payload)) + payload
+    # Size-prefixed like MegEngine's dumper: the v1 loader verifies the buffer *including* its
+    # size word (VerifySizePrefixedGraphBuffer), so 8-byte fields align relative to that word.
+    b.FinishSizePrefixed(root, b"mgb1")
+    fbs = bytes(b.Output())
     blob = b"".join(blobs)
     header = struct.pack("<I8sIQ", 0x4342474D, b"\0" * 8, 0, len(blob))
     return header + blob + fbs
