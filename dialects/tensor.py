@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
     DenseArrayBase,
+    Float32Type,
     FloatAttr,
     IntegerAttr,
     IntegerType,
@@ -64,6 +65,11 @@ from dialects.weights import WeightAttr
 @irdl_attr_definition
 class ElemwiseModeAttr(EnumAttribute[enums.ElemwiseMode], SpacedOpaqueSyntaxAttribute):
     name = "mgb.elemwise_mode"
+
+
+@irdl_attr_definition
+class ElemwiseMultiTypeModeAttr(EnumAttribute[enums.ElemwiseMultiTypeMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.elemwise_multi_type_mode"
 
 
 @irdl_attr_definition
@@ -135,6 +141,7 @@ ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
     cls.enum_type: cls
     for cls in (
         ElemwiseModeAttr,
+        ElemwiseMultiTypeModeAttr,
         ConvModeAttr,
         ConvSparseAttr,
         ComputeModeAttr,
@@ -239,6 +246,7 @@ class MgbOp(IRDLOperation):
     """Shared construction, parameter access, shape inference, verification and syntax."""
 
     KEYWORD: ClassVar[str | None] = None  # a property printed as a bare leading keyword
+    ACCEPTS_LAYOUTS: ClassVar[bool] = False  # operands may be in blocked layouts (dialects.layout)
     IGNORED_PROPS: ClassVar[tuple[str, ...]] = ("operandSegmentSizes",)
 
     # -- construction -----------------------------------------------------------------------------
@@ -353,10 +361,14 @@ class MgbOp(IRDLOperation):
 
 
 def _verify_tensor_types(op: IRDLOperation) -> None:
-    """Every operand and result is a tensor of a dtype xmge knows (see ``dialects.dtypes``)."""
+    """Every operand and result is a tensor of a dtype xmge knows (see ``dialects.dtypes``), and
+    in a blocked layout only if the op accepts layouts."""
+    accepts_layouts = getattr(op, "ACCEPTS_LAYOUTS", False)
     for t in (*op.operand_types, *op.result_types):
         if not isinstance(t, TensorType):
             raise VerifyException(f"{op.name}: operands and results must be tensors, got {t}")
+        if not accepts_layouts and getattr(t.encoding, "name", None) == "layout.fmt":
+            raise VerifyException(f"{op.name}: takes plain tensors only, got {t}; relayout it first")
         try:
             dtype_name(t.element_type)
         except (KeyError, DTypeError):
@@ -368,7 +380,12 @@ def _result_type_ok(expected: TensorType, got: Attribute, quantized_in: bool) ->
     (or 32-bit accumulator) dtype, since its scale is chosen by the producer, not inferred."""
     if expected == got:
         return True
-    if not quantized_in or not isinstance(got, TensorType) or got.get_shape() != expected.get_shape():
+    if (
+        not quantized_in
+        or not isinstance(got, TensorType)
+        or got.get_shape() != expected.get_shape()
+        or got.encoding != expected.encoding
+    ):
         return False
     return isinstance(got.element_type, QuantizedType) or got.element_type == IntegerType(32)
 
@@ -387,6 +404,13 @@ class MgbCanonicalization(HasCanonicalizationPatternsTrait):
         from passes.canonicalize import ALL_PATTERNS
 
         return ALL_PATTERNS
+
+
+def _layout() -> Any:
+    """``dialects.layout`` (imported lazily: it builds on this module)."""
+    from dialects import layout
+
+    return layout
 
 
 def _type(t: Attribute) -> TensorType:
@@ -411,6 +435,7 @@ class ConstOp(MgbOp):
     """ImmutableTensor / SharedDeviceTensor: a weight or constant."""
 
     name = "mgb.const"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
     value = prop_def(WeightAttr)
     output = result_def(TensorType)
     traits = traits_def(Pure(), ConstantLike())
@@ -477,6 +502,18 @@ class ConstOp(MgbOp):
         return op
 
 
+def _accumulator_elem(op: str, src: TensorType, filt: TensorType) -> Attribute:
+    """The default result dtype of a conv or matrix product: the float operands' dtype,
+    ``qint32(s_src * s_filter)`` for quantized operands (MegEngine's default; a producer may ask
+    for another quantized result type), else the integer operands' dtype."""
+    a, b = src.element_type, filt.element_type
+    if isinstance(a, QuantizedType) and isinstance(b, QuantizedType):
+        return QuantizedType("qint32", a.scale_value * b.scale_value)
+    if isinstance(a, QuantizedType) or isinstance(b, QuantizedType):
+        raise ShapeInferenceError(op, f"cannot mix quantized and plain operands ({a} and {b})")
+    return _same_dtype(op, (src, filt)) if is_float(a) else a
+
+
 def _conv_output(
     op: str,
     src: TensorType,
@@ -523,6 +560,8 @@ def _conv_output(
 
 
 class _ConvBase(MgbOp):
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
+
     @classmethod
     def _conv_params(cls, params: dict[str, Any]) -> tuple[tuple[int, ...], ...]:
         return (
@@ -554,13 +593,14 @@ class ConvolutionOp(_ConvBase):
 
     @classmethod
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            return _layout().infer_conv(cls, [_type(t) for t in operand_types], params)
         src, filt = (_type(t) for t in operand_types)
         stride, padding, dilation = cls._conv_params(params)
         shape = _conv_output(
             cls.name, src, filt, stride, padding, dilation, params.get("sparse"), params.get("format")
         )
-        elem = _same_dtype(cls.name, (src, filt)) if is_float(src.element_type) else src.element_type
-        return [TensorType(elem, list(shape))]
+        return [TensorType(_accumulator_elem(cls.name, src, filt), list(shape))]
 
 
 @irdl_op_definition
@@ -600,6 +640,8 @@ class ConvBiasOp(_ConvBase):
     @classmethod
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
         types = [_type(t) for t in operand_types]
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            return _layout().infer_conv(cls, types, params)
         src, filt = types[0], types[1]
         stride, padding, dilation = cls._conv_params(params)
         shape = _conv_output(
@@ -611,8 +653,7 @@ class ConvBiasOp(_ConvBase):
                 broadcast_shapes(cls.name, [shape, b])
         if len(types) > 3 and _shape(types[3]) != shape:
             raise ShapeInferenceError(cls.name, f"z has shape {_shape(types[3])}, the output is {shape}")
-        elem = _same_dtype(cls.name, (src, filt)) if is_float(src.element_type) else src.element_type
-        return [TensorType(elem, list(shape))]
+        return [TensorType(_accumulator_elem(cls.name, src, filt), list(shape))]
 
 
 # Arity of each elemwise mode (MegEngine's); modes absent here are unary.
@@ -636,6 +677,7 @@ ELEMWISE_BOOL_RESULT = {
 class ElemwiseOp(MgbOp):
     name = "mgb.elemwise"
     KEYWORD: ClassVar[str | None] = "mode"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
     mode = prop_def(ElemwiseModeAttr)
     inputs = var_operand_def(TensorType)
     output = result_def(TensorType)
@@ -649,10 +691,11 @@ class ElemwiseOp(MgbOp):
         if len(types) != ELEMWISE_ARITY[mode]:
             raise ShapeInferenceError(op, f"takes {ELEMWISE_ARITY[mode]} inputs, got {len(types)}")
         elem = _same_dtype(op, types, "inputs")
+        layout = _layout().common_layout(op, types)
         shape = broadcast_shapes(op, [_shape(t) for t in types])
         if mode in ELEMWISE_BOOL_RESULT:
             elem = IntegerType(1)
-        return [TensorType(elem, list(shape))]
+        return [_layout().with_layout(TensorType(elem, list(shape)), layout, shape)]
 
 
 def _pool_out(op: str, size: int, window: int, stride: int, pad: int) -> int:
@@ -666,6 +709,7 @@ def _pool_out(op: str, size: int, window: int, stride: int, pad: int) -> int:
 class PoolingOp(MgbOp):
     name = "mgb.pooling"
     KEYWORD: ClassVar[str | None] = "mode"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
     mode = prop_def(PoolingModeAttr)
     src = operand_def(TensorType)
     output = result_def(TensorType)
@@ -679,7 +723,7 @@ class PoolingOp(MgbOp):
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
         (src,) = (_type(t) for t in operand_types)
         if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
-            raise NotImplementedError
+            return _layout().infer_pooling(cls, [src], params)
         s = _shape(src)
         if len(s) != 4:
             raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
@@ -701,6 +745,7 @@ class PoolingOp(MgbOp):
 class AdaptivePoolingOp(MgbOp):
     name = "mgb.adaptive_pooling"
     KEYWORD: ClassVar[str | None] = "mode"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
     mode = prop_def(PoolingModeAttr)
     src = operand_def(TensorType)
     output = result_def(TensorType)
@@ -711,6 +756,8 @@ class AdaptivePoolingOp(MgbOp):
     @classmethod
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
         (src,) = (_type(t) for t in operand_types)
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            return _layout().infer_pooling(cls, [src], params)
         s = _shape(src)
         if len(s) != 4:
             raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
@@ -746,6 +793,8 @@ class _MatMulBase(MgbOp):
             raise ShapeInferenceError(cls.name, f"batch sizes differ: {sa[0]} and {sb[0]}")
         if is_float(a.element_type):
             elem = _same_dtype(cls.name, (a, b))
+        elif isinstance(a.element_type, QuantizedType) or isinstance(b.element_type, QuantizedType):
+            elem = _accumulator_elem(cls.name, a, b)
         else:
             elem = IntegerType(32)
         return [TensorType(elem, [*sa[:-1], sb[-1]])]
@@ -873,6 +922,7 @@ class AxisAddRemoveOp(MgbOp):
 @irdl_op_definition
 class ConcatOp(MgbOp):
     name = "mgb.concat"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
     inputs = var_operand_def(TensorType)
     output = result_def(TensorType)
     axis = prop_def(IntegerAttr[I64])
@@ -894,9 +944,14 @@ class ConcatOp(MgbOp):
                     cls.name, f"input shapes {', '.join(map(str, shapes))} differ outside axis {axis}"
                 )
         elem = _same_dtype(cls.name, types, "inputs")
+        layout = _layout().common_layout(cls.name, types)
+        if layout is not None and axis in _layout().inner_axes(types[0]):
+            raise ShapeInferenceError(
+                cls.name, f"cannot concatenate along axis {axis}, inside a block of {types[0]}"
+            )
         out = list(shapes[0])
         out[axis] = sum(s[axis] for s in shapes)
-        return [TensorType(elem, out)]
+        return [_layout().with_layout(TensorType(elem, out), layout, out)]
 
 
 @irdl_op_definition
@@ -966,6 +1021,7 @@ class ReduceOp(MgbOp):
 
     name = "mgb.reduce"
     KEYWORD: ClassVar[str | None] = "mode"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
     mode = prop_def(ReduceModeAttr)
     src = operand_def(TensorType)
     output = result_def(TensorType)
@@ -979,19 +1035,26 @@ class ReduceOp(MgbOp):
         s, axis = list(_shape(src)), params["axis"]
         if not 0 <= axis < len(s):
             raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {tuple(s)}")
+        if axis in _layout().blocked_axes(src):
+            raise ShapeInferenceError(cls.name, f"cannot reduce axis {axis} of {src}: it is split in blocks")
         s[axis] = 1
-        return [TensorType(src.element_type, s)]
+        return [TensorType(src.element_type, s, src.encoding)]
 
 
 @irdl_op_definition
 class TypeCvtOp(MgbOp):
     name = "mgb.typecvt"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True
     src = operand_def(TensorType)
     output = result_def(TensorType)
     traits = traits_def(Pure(), MgbCanonicalization())
 
     def verify_(self) -> None:
         _verify_tensor_types(self)
+        if _type(self.src.type).encoding != _type(self.output.type).encoding:
+            raise VerifyException(
+                f"mgb.typecvt: the result layout must be the input's: {self.src.type} -> {self.output.type}"
+            )
         if _shape(self.src.type) != _shape(self.output.type):
             raise VerifyException(
                 f"mgb.typecvt: result shape {_shape(self.output.type)} must equal the input shape "
@@ -1071,9 +1134,76 @@ class PaddingOp(MgbOp):
         return [TensorType(src.element_type, [d + f + b for d, f, b in zip(s, front, back, strict=True)])]
 
 
+@irdl_op_definition
+class ElemwiseMultiTypeOp(MgbOp):
+    """MegEngine's ElemwiseMultiType: elementwise ops whose operands and result differ in dtype,
+    above all the quantized Q-modes (QADD, QFUSE_ADD_RELU, QMUL, ...): dequantize, apply the float
+    op, quantize to the result dtype. The result type states the output dtype (MegEngine's
+    ``output_dtype``); inference proposes the first input's dtype for Q-modes."""
+
+    name = "mgb.elemwise_multi_type"
+    KEYWORD: ClassVar[str | None] = "mode"
+    mode = prop_def(ElemwiseMultiTypeModeAttr)
+    inputs = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        mode = params["mode"]
+        types = [_type(t) for t in operand_types]
+        op = f"{cls.name} {mode.value}"
+        arity = multi_type_arity(mode)
+        if len(types) != arity:
+            raise ShapeInferenceError(op, f"takes {arity} inputs, got {len(types)}")
+        shape = broadcast_shapes(op, [_shape(t) for t in types])
+        elem = multi_type_result_elem(op, mode, [t.element_type for t in types])
+        return [TensorType(elem, list(shape))]
+
+
+def multi_type_arity(mode: Any) -> int:
+    """Number of inputs of an ElemwiseMultiType mode (the Q-modes take their Elemwise mode's)."""
+    M = enums.ElemwiseMultiTypeMode
+    name = mode.name
+    if name.startswith("Q"):
+        return ELEMWISE_ARITY[enums.ElemwiseMode[name[1:]]]
+    if name in ("EQ", "NEQ", "LT", "LEQ", "MUL_INT16xF32xF32") or mode in (
+        M.ROUND_SHR_SATURATE_IXxI8xI8,
+        M.ROUND_SHR_SATURATE_IXxI8xI16,
+    ):
+        return 2
+    if name in ("ISNAN", "ISINF"):
+        return 1
+    return 3
+
+
+def multi_type_result_elem(op: str, mode: Any, elems: Sequence[Attribute]) -> Attribute:
+    M = enums.ElemwiseMultiTypeMode
+    name = mode.name
+    if name.startswith("Q"):
+        if not any(isinstance(e, QuantizedType) for e in elems):
+            raise ShapeInferenceError(op, f"needs quantized inputs, got {', '.join(map(str, elems))}")
+        return next(e for e in elems if isinstance(e, QuantizedType))
+    if name in ("EQ", "NEQ", "LT", "LEQ", "ISNAN", "ISINF"):
+        return IntegerType(1)
+    if mode == M.FUSE_MUL_ADD3_INT16x32x32x32:
+        return IntegerType(32)
+    if mode in (M.FUSE_MUL_ADD3_IXxF32xF32xI8, M.ROUND_SHR_SATURATE_IXxI8xI8):
+        return IntegerType(8)
+    if mode == M.ROUND_SHR_SATURATE_IXxI8xI16:
+        return IntegerType(16)
+    if mode in (
+        M.FUSE_ADD_RMULH_ROUND_SHR_SATURATE_INT16x16x16x8,
+        M.FUSE_ADD_RMULH_ROUND_SHR_SATURATE_INT32x32x32x8,
+    ):
+        return IntegerType(8)
+    return elems[0] if elems and is_float(elems[0]) else Float32Type()
+
+
 # (op name, keyword property) -> the enum attribute class printed as that keyword
 ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
     ("mgb.elemwise", "mode"): ElemwiseModeAttr,
+    ("mgb.elemwise_multi_type", "mode"): ElemwiseMultiTypeModeAttr,
     ("mgb.pooling", "mode"): PoolingModeAttr,
     ("mgb.adaptive_pooling", "mode"): PoolingModeAttr,
     ("mgb.reduce", "mode"): ReduceModeAttr,
@@ -1084,6 +1214,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     ConvolutionOp,
     ConvBiasOp,
     ElemwiseOp,
+    ElemwiseMultiTypeOp,
     PoolingOp,
     AdaptivePoolingOp,
     MatrixMulOp,

@@ -1,0 +1,273 @@
+"""Shared pieces of the layout passes: moving values between layouts, replacing an op by its
+blocked form, and the patterns by which pooling, elementwise, concat and reduce ops follow a
+blocked input (MegEngine's TensorReformatPass mechanics, spec B.5 and B.6.3).
+
+Every conversion keeps the graph correct on its own: a converted op gets its inputs through
+``layout.relayout`` (folded when they are constants) and hands its result back through a relayout
+to plain NCHW. An op that can run blocked takes the blocked value from under such a relayout; the
+canonicalization patterns cancel what is left between two blocked ops. Ops that cannot run blocked
+are never touched, so they keep reading NCHW: that is MegEngine's "convert back to NCHW" rule,
+graph outputs included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation, SSAValue
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+from xdsl.rewriter import InsertPoint
+
+from dialects import enums
+from dialects import layout as L
+from dialects import tensor as T
+from dialects.dtypes import QuantizedType, is_float
+from passes.layout.canonicalize import RELAYOUT_PATTERNS
+
+Format = enums.Format
+Layout = L.Layout
+
+
+def tensor_type(v: SSAValue) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(tensor_type(v).get_shape())
+
+
+def is_qint8(v: SSAValue) -> bool:
+    e = tensor_type(v).element_type
+    return isinstance(e, QuantizedType) and e.kind.data == "qint8"
+
+
+def is_float_value(v: SSAValue) -> bool:
+    return is_float(tensor_type(v).element_type)
+
+
+def blocked_source(v: SSAValue) -> tuple[SSAValue, Layout] | None:
+    """``(x, A)`` when ``v`` is ``relayout(x : A) -> plain`` and keeps every element of ``x``."""
+    op = v.owner
+    if isinstance(op, L.RelayoutOp) and L.layout_of(v.type) is None and op.is_lossless():
+        src = L.layout_of(op.input.type)
+        if src is not None:
+            return op.input, src
+    return None
+
+
+def as_layout(v: SSAValue, layout: Layout | None, rewriter: PatternRewriter, before: Operation) -> SSAValue:
+    """``v`` in ``layout``: the blocked value under a relayout back to plain if there is one,
+    otherwise a new relayout (of a constant: folded by ``FoldRelayoutOfConst``)."""
+    if L.layout_of(v.type) == layout:
+        return v
+    found = blocked_source(v)
+    if found is not None and found[1] == layout:
+        return found[0]
+    op = L.RelayoutOp.build(v, layout)
+    rewriter.insert(op, InsertPoint.before(before))
+    return op.output
+
+
+def replace_with_blocked(op: Operation, new: Operation, rewriter: PatternRewriter) -> None:
+    """Replace ``op`` by ``new`` (same attributes) whose result is blocked, handing a plain value
+    back to ``op``'s users through a relayout."""
+    new.attributes.update(op.attributes)
+    if L.layout_of(new.results[0].type) is None:  # e.g. NCHW4_NCHW convs
+        rewriter.replace(op, new)
+        return
+    back = L.RelayoutOp.build(new.results[0], None)
+    rewriter.replace(op, [new, back], [back.output])
+
+
+def blocked_result_type(v: SSAValue, layout: Layout | None) -> TensorType:
+    return L.to_layout(tensor_type(v), layout)
+
+
+def channels_fit(v: SSAValue, layout: Layout) -> bool:
+    """``v`` is a 4-D plain tensor whose channels fill whole blocks of ``layout``."""
+    s = shape(v)
+    return L.layout_of(v.type) is None and len(s) == 4 and s[1] % L.SPECS[layout].align(1) == 0
+
+
+def is_scalar(v: SSAValue) -> bool:
+    return L.layout_of(v.type) is None and math.prod(shape(v)) == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Ops that follow a blocked input
+
+
+@dataclass
+class FollowPooling(RewritePattern):
+    """``pooling(relayout(x : A) -> nchw)``  ==>  ``relayout(pooling{format = A}(x)) -> nchw``"""
+
+    formats: Mapping[Layout, Any]
+    adaptive: bool = True
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        kinds = (T.PoolingOp, T.AdaptivePoolingOp) if self.adaptive else (T.PoolingOp,)
+        if not isinstance(op, kinds):
+            return
+        p = op.params()
+        found = blocked_source(op.operands[0])
+        if p["format"] != Format.NCHW or found is None or found[1] not in self.formats:
+            return
+        x, layout = found
+        new = type(op).make(
+            [x], [blocked_result_type(op.results[0], layout)], **{**p, "format": self.formats[layout]}
+        )
+        replace_with_blocked(op, new, rewriter)
+
+
+@dataclass
+class FollowElemwise(RewritePattern):
+    """An elementwise op or typecvt with a blocked input runs blocked when every other non-scalar
+    input is 4-D with whole blocks of channels (those are relaid; constants fold)."""
+
+    layouts: frozenset[Layout]
+    kinds: tuple[type[T.MgbOp], ...] = (T.ElemwiseOp, T.TypeCvtOp)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, self.kinds) or L.layout_of(op.results[0].type) is not None:
+            return
+        found = {f[1] for v in op.operands if (f := blocked_source(v)) is not None}
+        if len(found) != 1 or not found <= self.layouts:
+            return
+        (layout,) = found
+        if not all(
+            is_scalar(v) or blocked_source(v) is not None or channels_fit(v, layout) for v in op.operands
+        ):
+            return
+        if len(shape(op.results[0])) != 4:
+            return
+        operands = [v if is_scalar(v) else as_layout(v, layout, rewriter, op) for v in op.operands]
+        new = type(op).make(operands, [blocked_result_type(op.results[0], layout)], **op.params())
+        replace_with_blocked(op, new, rewriter)
+
+
+@dataclass
+class FollowConcat(RewritePattern):
+    """``concat(axis = 1)`` of 4-D inputs with whole channel blocks, one of them blocked, runs
+    blocked along the block axis (axis 1 of the NCHWx layouts)."""
+
+    layouts: frozenset[Layout]
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, T.ConcatOp) or op.params()["axis"] != 1:
+            return
+        found = {f[1] for v in op.operands if (f := blocked_source(v)) is not None}
+        if len(found) != 1 or not found <= self.layouts:
+            return
+        (layout,) = found
+        if not all(blocked_source(v) is not None or channels_fit(v, layout) for v in op.operands):
+            return
+        operands = [as_layout(v, layout, rewriter, op) for v in op.operands]
+        new = T.ConcatOp.make(operands, [blocked_result_type(op.results[0], layout)], axis=1)
+        replace_with_blocked(op, new, rewriter)
+
+
+@dataclass
+class FollowReduce(RewritePattern):
+    """``reduce`` over H or W of a blocked input runs blocked (NCHWx layouts keep H, W at 2, 3)."""
+
+    layouts: frozenset[Layout]
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, T.ReduceOp):
+            return
+        p = op.params()
+        found = blocked_source(op.src)
+        if found is None or found[1] not in self.layouts or p["axis"] not in (2, 3):
+            return
+        x, layout = found
+        new = T.ReduceOp.make([x], [blocked_result_type(op.output, layout)], **p)
+        replace_with_blocked(op, new, rewriter)
+
+
+# ----------------------------------------------------------------------------------------------
+# Running the patterns
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """How a conv converts: its new ``format`` and filter layout."""
+
+    format: Any
+    filter: Layout
+
+
+def conv_parts(op: Operation) -> tuple[SSAValue, SSAValue, list[SSAValue], dict[str, Any]] | None:
+    """``(src, filter, [bias, z], params)`` of an NCHW conv or conv_bias, else ``None``."""
+    if not isinstance(op, T.ConvolutionOp | T.ConvBiasOp):
+        return None
+    p = op.params()
+    if p["format"] != Format.NCHW:
+        return None
+    src, filt, *rest = op.operands
+    return src, filt, list(rest), p
+
+
+def bias_kind(bias: SSAValue, out: SSAValue) -> str | None:
+    """``"channel"`` for a (1, K, 1, 1) bias, ``"full"`` for an output-shaped one, else ``None``."""
+    b, o = shape(bias), shape(out)
+    if b == (1, o[1], 1, 1):
+        return "channel"
+    if b == o:
+        return "full"
+    return None
+
+
+def rewrite(module: ModuleOp, patterns: list[RewritePattern], ctx: Context | None = None) -> None:
+    """Apply ``patterns`` with the relayout canonicalizations to a fixed point."""
+    applier = GreedyRewritePatternApplier([*patterns, *RELAYOUT_PATTERNS], ctx=ctx)
+    PatternRewriteWalker(applier).rewrite_module(module)
+
+
+def fuse_conv_bias_nonlinearity(module: ModuleOp) -> None:
+    """MegEngine's FuseConvBiasNonlinPass, which every layout option runs first (spec B.4)."""
+    from backends.mge.rewrites import fuse_conv_bias_nonlinearity as fuse
+
+    for fn in module.ops:
+        if isinstance(fn, func.FuncOp):
+            fuse(fn)
+
+
+@dataclass
+class ConvRule(RewritePattern):
+    """A conv conversion: ``convert(op, src, filter, rest, params)`` returns the new operands'
+    layouts and format, or ``None`` if the op stays."""
+
+    convert: Callable[[Operation, SSAValue, SSAValue, list[SSAValue], dict[str, Any]], ConvPlan | None]
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        parts = conv_parts(op)
+        if parts is None:
+            return
+        plan = self.convert(op, *parts)
+        if plan is None:
+            return
+        src, filt, rest, p = parts
+        lay = L.conv_operand_layouts(plan.format, p["sparse"], L.SPECS[plan.filter].rank)
+        assert lay.filter == plan.filter
+        operands = [
+            as_layout(src, lay.src, rewriter, op),
+            as_layout(filt, lay.filter, rewriter, op),
+            *(as_layout(v, lay.dst, rewriter, op) for v in rest),
+        ]
+        new = type(op).make(
+            operands, [blocked_result_type(op.results[0], lay.dst)], **{**p, "format": plan.format}
+        )
+        replace_with_blocked(op, new, rewriter)
