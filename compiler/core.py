@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute
 
 from backends.reference.kernels import KERNELS, ResultSpec
+from backends.reference.quant_kernels import conform
 from dialects.dtypes import DTypeError, numpy_dtype, tensor_type
 from dialects.tensor import MgbOp, ShapeInferenceError, to_attr
 
@@ -113,7 +114,8 @@ def apply(
         specs.append(ResultSpec(tuple(t.get_shape()), numpy_dtype(t.element_type)))
     arrays = [t._data for t in inputs]
     outs = KERNELS[op_cls](arrays, specs, **full)
-    tensors = [Tensor._from_array(np.asarray(o)) for o in outs]
+    # quantized results carry their parameters in the numpy dtype (MegEngine's metadata)
+    tensors = [Tensor._from_array(conform(np.asarray(o), s.dtype)) for o, s in zip(outs, specs, strict=True)]
     for rec in _recorders:
         rec.record(op_cls, inputs, tensors, params, result_types)
     return tensors

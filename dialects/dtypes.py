@@ -58,6 +58,27 @@ QUANTIZED_STORAGE: dict[str, np.dtype] = {
     "qint16": np.dtype(np.int16),
 }
 
+# xmge kind -> MegEngine's C++ name (the ``name`` in a quantized numpy dtype's metadata)
+QUANTIZED_CNAME: dict[str, str] = {
+    "qint8": "QuantizedS8",
+    "qint32": "QuantizedS32",
+    "quint8": "Quantized8Asymm",
+    "qint4": "QuantizedS4",
+    "quint4": "Quantized4Asymm",
+    "qint16": "QuantizedS16",
+}
+# value range of each quantized kind (qint4/quint4 are stored unpacked, one value per byte)
+QUANTIZED_RANGE: dict[str, tuple[int, int]] = {
+    "qint8": (-128, 127),
+    "qint32": (-(2**31), 2**31 - 1),
+    "quint8": (0, 255),
+    "qint4": (-8, 7),
+    "quint4": (0, 15),
+    "qint16": (-(2**15), 2**15 - 1),
+}
+_KIND_OF_CNAME = {v: k for k, v in QUANTIZED_CNAME.items()}
+METADATA_KEY = "mgb_dtype"  # MegEngine's key in numpy dtype metadata
+
 _BY_NAME = {d.name: d for d in PLAIN_DTYPES}
 _BY_NUMPY = {d.numpy: d for d in PLAIN_DTYPES}
 _BY_ELEMENT = {d.element: d for d in PLAIN_DTYPES}
@@ -86,6 +107,22 @@ class QuantizedType(ParametrizedAttribute, TypeAttribute):
     @property
     def dtype_name(self) -> str:
         return self.kind.data
+
+    @property
+    def scale_value(self) -> float:
+        return float(self.scale.value.data)
+
+    @property
+    def zero_point_value(self) -> int:
+        return int(self.zero_point.data)
+
+    @property
+    def qrange(self) -> tuple[int, int]:
+        return QUANTIZED_RANGE[self.kind.data]
+
+    def numpy_dtype(self) -> np.dtype:
+        """The storage dtype carrying the parameters as MegEngine does (``metadata["mgb_dtype"]``)."""
+        return quantized_numpy_dtype(self.kind.data, self.scale_value, self.zero_point_value)
 
     def verify(self) -> None:
         if self.kind.data not in QUANTIZED_STORAGE:
@@ -120,6 +157,34 @@ def float_literal(value: float) -> str:
     return text
 
 
+def quantized_numpy_dtype(kind: str, scale: float, zero_point: int = 0) -> np.dtype:
+    """MegEngine's numpy spelling of a quantized dtype: the storage dtype with
+    ``metadata={"mgb_dtype": {"name": "QuantizedS8", "scale": ..., "zero_point": ...}}``."""
+    if kind not in QUANTIZED_STORAGE:
+        raise DTypeError(f"unknown quantized dtype {kind!r}; expected one of {sorted(QUANTIZED_STORAGE)}")
+    asym = kind in ("quint8", "quint4")
+    meta = {
+        "name": QUANTIZED_CNAME[kind],
+        "scale": float(scale),
+        "zero_point": int(zero_point) if asym else None,
+    }
+    return np.dtype(QUANTIZED_STORAGE[kind], metadata={METADATA_KEY: meta})
+
+
+def quantized_type_of(dtype: np.dtype) -> QuantizedType | None:
+    """The quantized element type a numpy dtype's metadata describes, or None for a plain dtype."""
+    meta = (getattr(dtype, "metadata", None) or {}).get(METADATA_KEY)
+    if meta is None:
+        return None
+    kind = _KIND_OF_CNAME.get(meta.get("name"))
+    if kind is None:
+        raise DTypeError(f"unsupported quantized dtype {meta.get('name')!r}")
+    scale = meta.get("scale")
+    if scale is None or not float(scale) > 0:
+        raise DTypeError(f"quantized dtype {meta['name']} needs a positive scale, got {scale!r}")
+    return QuantizedType(kind, float(scale), int(meta.get("zero_point") or 0))
+
+
 def element_type(dtype: str | np.dtype | type | Attribute) -> Attribute:
     """The xDSL element type for a dtype given by name, numpy dtype or element type."""
     if isinstance(dtype, Attribute):
@@ -132,6 +197,9 @@ def element_type(dtype: str | np.dtype | type | Attribute) -> Attribute:
         np_dtype = np.dtype(dtype)
     except TypeError as exc:
         raise DTypeError(f"unsupported dtype {dtype!r}") from exc
+    quantized = quantized_type_of(np_dtype)
+    if quantized is not None:
+        return quantized
     if np_dtype == np.float64:
         np_dtype = np.dtype(np.float32)
     elif np_dtype == np.int64:
@@ -142,9 +210,10 @@ def element_type(dtype: str | np.dtype | type | Attribute) -> Attribute:
 
 
 def numpy_dtype(element: Attribute) -> np.dtype:
-    """The numpy dtype that stores values of an element type."""
+    """The numpy dtype that stores values of an element type (for a quantized type, the storage
+    dtype with MegEngine's quantization metadata)."""
     if isinstance(element, QuantizedType):
-        return element.storage
+        return element.numpy_dtype()
     if element not in _BY_ELEMENT:
         raise DTypeError(f"unsupported element type {element}")
     return _BY_ELEMENT[element].numpy

@@ -10,6 +10,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from backends.reference.kernels import KERNELS, ResultSpec
+from backends.reference.quant_kernels import conform
 from dialects import tensor as T
 from dialects.dtypes import numpy_dtype
 
@@ -45,8 +46,10 @@ def run_function(fn: func.FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarr
         want_shape, want_dtype = tuple(t.get_shape()), numpy_dtype(t.element_type)
         value = np.asarray(value)
         if value.shape != want_shape:
-            raise InterpreterError(f"input {i} of @{fn.sym_name.data} must have shape {want_shape}, got {value.shape}")
-        env[arg] = value.astype(want_dtype, copy=False)
+            raise InterpreterError(
+                f"input {i} of @{fn.sym_name.data} must have shape {want_shape}, got {value.shape}"
+            )
+        env[arg] = conform(value.astype(want_dtype, copy=False), want_dtype)
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
             return [env[v] for v in op.arguments]
@@ -57,12 +60,13 @@ def run_function(fn: func.FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarr
         if kernel is None:
             raise InterpreterError(f"{op.name}: the reference interpreter has no kernel for this op")
         assert isinstance(op, T.MgbOp)
+        specs = result_specs(op)
         try:
-            outs = kernel([env[v] for v in op.operands], result_specs(op), **op.params())
+            outs = kernel([env[v] for v in op.operands], specs, **op.params())
         except (NotImplementedError, ValueError, TypeError) as exc:
             raise InterpreterError(f"{_describe(op)}: {exc}") from exc
-        for r, v in zip(op.results, outs, strict=True):
-            env[r] = v
+        for r, v, spec in zip(op.results, outs, specs, strict=True):
+            env[r] = conform(v, spec.dtype)
     raise InterpreterError(f"@{fn.sym_name.data} has no func.return")
 
 

@@ -102,6 +102,8 @@ def conv2d_nchw(
 @kernel(T.ConvolutionOp)
 def convolution(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.convolution", p)
+    if Q.involved(args, results):
+        return Q.convolution(args, results, **p)
     x, w = args
     y = conv2d_nchw(x, w, **_conv_kwargs(p))
     return [y.astype(results[0].dtype, copy=False)]
@@ -113,6 +115,8 @@ NONLINEARITY: dict[Any, Callable[[np.ndarray], np.ndarray]] = {}
 @kernel(T.ConvBiasOp)
 def conv_bias(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.conv_bias", p)
+    if Q.involved(args, results):
+        return Q.conv_bias(args, results, **p)
     x, w, *rest = args
     y = conv2d_nchw(x, w, **_conv_kwargs(p))
     for extra in rest:
@@ -280,6 +284,8 @@ def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode:
     fn = ELEMWISE.get(mode)
     if fn is None:
         raise NotImplementedError(f"mgb.elemwise: mode {mode.name} has no reference kernel")
+    if Q.involved(args, results):
+        return Q.elemwise(args, results, mode=mode)
     with np.errstate(invalid="ignore", over="ignore"):
         y = np.asarray(fn(*args))
     return [np.broadcast_to(y, results[0].shape).astype(results[0].dtype, copy=False)]
@@ -310,6 +316,8 @@ def pool2d_nchw(
 @kernel(T.PoolingOp)
 def pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.pooling", p)
+    if Q.involved(args, results):
+        return Q.pooling(args, results, **p)
     y = pool2d_nchw(args[0], mode=p["mode"], window=p["window"], stride=p["stride"], padding=p["padding"])
     return [y.astype(results[0].dtype, copy=False)]
 
@@ -326,6 +334,8 @@ def adaptive_pool_params(
 @kernel(T.AdaptivePoolingOp)
 def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.adaptive_pooling", p)
+    if Q.involved(args, results):
+        return Q.adaptive_pooling(args, results, **p)
     x = args[0]
     window, stride = adaptive_pool_params(x.shape[2:], p["out_shape"])
     y = pool2d_nchw(x, mode=p["mode"], window=window, stride=stride, padding=(0, 0))
@@ -337,6 +347,8 @@ def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], 
 
 
 def _matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[str, Any]) -> list[np.ndarray]:
+    if Q.involved(args, results):
+        return Q.matmul(args, results, **p)
     a, b = args
     if p.get("transpose_a"):
         a = np.swapaxes(a, -1, -2)
@@ -434,6 +446,8 @@ def reduce(
 
 @kernel(T.TypeCvtOp)
 def typecvt(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    if Q.involved(args, results):
+        return Q.typecvt(args, results)
     return [args[0].astype(results[0].dtype)]
 
 
@@ -474,3 +488,7 @@ def run_op(
     if fn is None:
         raise NotImplementedError(f"{op_cls.name}: no reference kernel")
     return fn(args, results, **params)
+
+
+# quantized operands: their semantics live in quant_kernels (imported last: it builds on this module)
+from backends.reference import quant_kernels as Q  # noqa: E402

@@ -207,3 +207,17 @@ func.func @float_result_of_quant(%x: tensor<4x!mgb.quant<qint8, 0.1>>) -> tensor
   func.return %0 : tensor<4xf32>
 }
 // CHECK: mgb.elemwise: result types tensor<4xf32> do not match the inferred tensor<4x!mgb.quant<qint8, 0.1>>
+
+// -----
+func.func @multi_type_plain(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = mgb.elemwise_multi_type qadd %x, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: mgb.elemwise_multi_type qadd: needs quantized inputs, got f32, f32
+
+// -----
+func.func @multi_type_arity(%x: tensor<4x!mgb.quant<qint8, 0.1>>) -> tensor<4x!mgb.quant<qint8, 0.1>> {
+  %0 = mgb.elemwise_multi_type qadd %x : (tensor<4x!mgb.quant<qint8, 0.1>>) -> tensor<4x!mgb.quant<qint8, 0.1>>
+  func.return %0 : tensor<4x!mgb.quant<qint8, 0.1>>
+}
+// CHECK: mgb.elemwise_multi_type qadd: takes 2 inputs, got 1

@@ -54,6 +54,12 @@ func.func @quant(%x: tensor<1x4x8x8xf32>, %w: tensor<8x4x3x3x!mgb.quant<qint8, 0
   func.return %1 : tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>>
 }
 
+func.func @quant_multi_type(%a: tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, %b: tensor<1x8x1x1x!mgb.quant<qint8, 0.2>>) -> (tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>, tensor<1x8x6x6xi1>) {
+  %0 = mgb.elemwise_multi_type qfuse_add_relu %a, %b : (tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, tensor<1x8x1x1x!mgb.quant<qint8, 0.2>>) -> tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>
+  %1 = mgb.elemwise_multi_type lt %a, %b : (tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, tensor<1x8x1x1x!mgb.quant<qint8, 0.2>>) -> tensor<1x8x6x6xi1>
+  func.return %0, %1 : tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>, tensor<1x8x6x6xi1>
+}
+
 func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
   %w = mgb.const #mgb.weight<"1a2b3c4d5e6f7081"> {name = "fc.weight"} : tensor<2x3xf32>
   %q = mgb.const #mgb.weight<"0011223344556677"> : tensor<4xi8>
@@ -106,6 +112,11 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // CHECK-NEXT:  %1 = mgb.conv_bias %0, %w, %b : (tensor<1x4x8x8x!mgb.quant<qint8, 0.1>>, tensor<8x4x3x3x!mgb.quant<qint8, 0.05>>, tensor<1x8x1x1x!mgb.quant<qint32, 0.005>>) -> tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>>
 // CHECK-NEXT:  func.return %1 : tensor<1x8x6x6x!mgb.quant<quint8, 0.25, 128>>
 // CHECK-NEXT:  }
+// CHECK-LABEL: func.func @quant_multi_type(%a: tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, %b: tensor<1x8x1x1x!mgb.quant<qint8, 0.2>>) -> (tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>, tensor<1x8x6x6xi1>) {
+// CHECK-NEXT:  %0 = mgb.elemwise_multi_type qfuse_add_relu %a, %b : (tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, tensor<1x8x1x1x!mgb.quant<qint8, 0.2>>) -> tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>
+// CHECK-NEXT:  %1 = mgb.elemwise_multi_type lt %a, %b : (tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, tensor<1x8x1x1x!mgb.quant<qint8, 0.2>>) -> tensor<1x8x6x6xi1>
+// CHECK-NEXT:  func.return %0, %1 : tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>, tensor<1x8x6x6xi1>
+// CHECK-NEXT:  }
 // CHECK-LABEL: func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // CHECK-NEXT:  %w = mgb.const #mgb.weight<"1a2b3c4d5e6f7081"> {name = "fc.weight"} : tensor<2x3xf32>
 // CHECK-NEXT:  %q = mgb.const #mgb.weight<"0011223344556677"> : tensor<4xi8>
@@ -119,4 +130,5 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // GENERIC: "mgb.elemwise"(%x, %c) <{mode = #mgb<elemwise_mode fuse_add_relu>}> : (tensor<2x4x8x8xf32>, tensor<1x4x1x1xf32>) -> tensor<2x4x8x8xf32>
 // GENERIC: "mgb.elemwise"(%0, %c, %x) <{mode = #mgb<elemwise_mode fuse_mul_add3>}> {scope = "block.0"}
 // GENERIC: %5, %6 = "mgb.split"(%4) <{axis = 1 : i64, sizes = array<i64: 1, 4>}> : (tensor<2x5x6xf32>) -> (tensor<2x1x6xf32>, tensor<2x4x6xf32>)
+// GENERIC: "mgb.elemwise_multi_type"(%a, %b) <{mode = #mgb<elemwise_multi_type_mode qfuse_add_relu>}>
 // GENERIC: "mgb.const"() <{value = #mgb.weight<"1a2b3c4d5e6f7081">}> {name = "fc.weight"} : () -> tensor<2x3xf32>

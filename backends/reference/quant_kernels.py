@@ -1,0 +1,300 @@
+"""Reference semantics of the ``mgb`` ops on quantized operands (MegEngine's megdnn naive kernels).
+
+Quantized values travel as their storage arrays whose numpy dtype carries the parameters in
+MegEngine's metadata (``dialects.dtypes.quantized_numpy_dtype``); a value ``q`` of a dtype with scale
+``s`` and zero point ``zp`` stands for the real number ``(q - zp) * s``.
+
+* **quantize** (float32 → quantized) is megdnn's ``DTypeParam::quantize``:
+  ``clamp(roundf(x * (1.0f / s)) + zp, qmin, qmax)`` in float32, rounding half away from zero.
+* **dequantize** is ``(q - zp) * s`` in float32.
+* **TypeCvt** between two quantized dtypes is ``quantize(dequantize(q))``.
+* **Convolution / ConvBias / MatrixMul** accumulate ``(src - zp) * (filter - zp)`` exactly in int32:
+  the accumulator has scale ``s_src * s_filter`` (MegEngine's default output dtype
+  ``QuantizedS32(s_src * s_filter)``). A ConvBias bias (normally ``QuantizedS32`` with that same
+  scale) and ``z`` are brought to the accumulator's scale (exactly when the scales agree, else by
+  rounding), the nonlinearity is applied (RELU in the integer domain, others on dequantized
+  values) and the result is requantized to the result dtype: ``quantize(float32(acc) * s_acc)``.
+* **Elemwise / ElemwiseMultiType Q-modes** dequantize every quantized input to float32, apply the
+  float operation (``kernels.ELEMWISE``) and quantize to the result dtype (MegEngine's
+  ``ElemwiseMultiType`` QADD, QFUSE_ADD_RELU, QMUL, ... do exactly this).
+* **Pooling**: MAX compares stored values; AVERAGE divides the integer window sum by the count
+  rounding half away from zero (megdnn's ``MeanIncludeRoundedPooler``). A result dtype whose
+  parameters differ from the input's is reached by requantization.
+
+MegEngine's optimized x86 kernels may round ties differently (e.g. half to even in SIMD
+requantization), so independent results agree with MegEngine's to within one quantization step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from backends.reference import kernels as K
+from backends.reference.kernels import ResultSpec, kernel
+from dialects import enums
+from dialects import tensor as T
+from dialects.dtypes import QuantizedType, quantized_type_of
+
+QM = enums.ElemwiseMultiTypeMode
+
+
+def qtype(dtype: np.dtype) -> QuantizedType | None:
+    """The quantization parameters a numpy dtype carries, or None."""
+    return quantized_type_of(dtype)
+
+
+def involved(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> bool:
+    """Whether any operand or result of an op is quantized."""
+    return any(qtype(a.dtype) is not None for a in args) or any(qtype(r.dtype) is not None for r in results)
+
+
+def _need(a: np.ndarray, what: str) -> QuantizedType:
+    q = qtype(a.dtype)
+    if q is None:
+        raise TypeError(f"{what} must be quantized, got {a.dtype}")
+    return q
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's ``roundf``: ties away from zero."""
+    return np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5))
+
+
+def quantize(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float → quantized ``dtype``: ``clamp(roundf(x * (1/s)) + zp, qmin, qmax)`` in float32."""
+    q = qtype(dtype)
+    assert q is not None
+    inv = np.float32(1.0) / np.float32(q.scale_value)
+    v = round_half_away(np.asarray(x, np.float32) * inv).astype(np.float64) + q.zero_point_value
+    lo, hi = q.qrange
+    return np.clip(v, lo, hi).astype(q.storage).view(dtype)
+
+
+def dequantize(a: np.ndarray) -> np.ndarray:
+    """Quantized → float32 ``(q - zp) * s``; plain arrays are converted to float32."""
+    q = qtype(a.dtype)
+    if q is None:
+        return np.asarray(a, np.float32) if a.dtype.kind != "f" else a.astype(np.float32, copy=False)
+    centered = a.astype(np.int64) - q.zero_point_value
+    return (centered.astype(np.float32) * np.float32(q.scale_value)).astype(np.float32)
+
+
+def integers(a: np.ndarray) -> np.ndarray:
+    """Stored values minus the zero point, as int64."""
+    q = qtype(a.dtype)
+    return a.astype(np.int64) - (q.zero_point_value if q is not None else 0)
+
+
+def _saturate_int32(v: np.ndarray) -> np.ndarray:
+    return np.clip(v, -(2**31), 2**31 - 1).astype(np.int32)
+
+
+def from_accumulator(acc: np.ndarray, acc_scale: float, spec: ResultSpec) -> np.ndarray:
+    """An int32 accumulator of scale ``acc_scale`` as a value of the result dtype."""
+    out_q = qtype(spec.dtype)
+    if out_q is not None:
+        if out_q.kind.data == "qint32" and np.float32(out_q.scale_value) == np.float32(acc_scale):
+            return _saturate_int32(acc).view(spec.dtype)
+        return quantize(acc.astype(np.float32) * np.float32(acc_scale), spec.dtype)
+    if spec.dtype.kind == "f":
+        return (acc.astype(np.float32) * np.float32(acc_scale)).astype(spec.dtype)
+    return _saturate_int32(acc).astype(spec.dtype)
+
+
+def _to_acc_scale(a: np.ndarray, acc_scale: float) -> np.ndarray:
+    """A bias or z operand in the accumulator's integer domain."""
+    q = qtype(a.dtype)
+    if q is not None and np.float32(q.scale_value) == np.float32(acc_scale):
+        return integers(a)
+    return round_half_away(dequantize(a).astype(np.float64) / acc_scale).astype(np.int64)
+
+
+def _acc_scale(x: np.ndarray, w: np.ndarray, what: str) -> float:
+    return _need(x, f"{what}: the input").scale_value * _need(w, f"{what}: the filter").scale_value
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolution, matrix multiplication
+
+
+def _conv_acc(x: np.ndarray, w: np.ndarray, p: dict[str, Any]) -> np.ndarray:
+    # float64 holds every int8 x int8 sum exactly (|acc| < 2**53) and runs on BLAS
+    acc = K.conv2d_nchw(integers(x), integers(w), **K._conv_kwargs(p), acc_dtype=np.dtype(np.float64))
+    return acc.astype(np.int64)
+
+
+def convolution(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    x, w = args
+    acc = _conv_acc(x, w, p)
+    return [from_accumulator(acc, _acc_scale(x, w, "mgb.convolution"), results[0])]
+
+
+def conv_bias(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    x, w, *rest = args
+    scale = _acc_scale(x, w, "mgb.conv_bias")
+    acc = _conv_acc(x, w, p)
+    for extra in rest:
+        acc = acc + _to_acc_scale(extra, scale)
+    mode = p["nonline_mode"]
+    if mode == enums.NonlineMode.IDENTITY:
+        return [from_accumulator(acc, scale, results[0])]
+    if mode == enums.NonlineMode.RELU:
+        return [from_accumulator(np.maximum(acc, 0), scale, results[0])]
+    y = K.NONLINEARITY[mode](acc.astype(np.float32) * np.float32(scale))
+    return [_from_float(y, results[0])]
+
+
+def matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    a, b = args
+    scale = _acc_scale(a, b, "mgb.matrix_mul")
+    ia, ib = integers(a), integers(b)
+    if p.get("transpose_a"):
+        ia = np.swapaxes(ia, -1, -2)
+    if p.get("transpose_b"):
+        ib = np.swapaxes(ib, -1, -2)
+    acc = np.matmul(ia.astype(np.float64), ib.astype(np.float64)).astype(np.int64)  # exact, see _conv_acc
+    return [from_accumulator(acc, scale, results[0])]
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise and type conversion
+
+
+def _from_float(y: np.ndarray, spec: ResultSpec) -> np.ndarray:
+    y = np.broadcast_to(np.asarray(y), spec.shape)
+    if qtype(spec.dtype) is not None:
+        return quantize(y, spec.dtype)
+    return y.astype(spec.dtype)
+
+
+def elemwise_float(fn: Any, args: Sequence[np.ndarray], spec: ResultSpec) -> np.ndarray:
+    """Dequantize the inputs, apply the float operation, quantize to the result dtype."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        y = np.asarray(fn(*[dequantize(a) for a in args]))
+    return _from_float(y, spec)
+
+
+def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any) -> list[np.ndarray]:
+    fn = K.ELEMWISE.get(mode)
+    if fn is None:
+        raise NotImplementedError(f"mgb.elemwise: mode {mode.name} has no reference kernel")
+    return [elemwise_float(fn, args, results[0])]
+
+
+def typecvt(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    (x,), (spec,) = args, results
+    if qtype(spec.dtype) is not None:
+        return [quantize(dequantize(x), spec.dtype)]
+    return [dequantize(x).astype(spec.dtype)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Pooling
+
+
+def _requantize_like(y: np.ndarray, src: np.ndarray, spec: ResultSpec) -> np.ndarray:
+    """Integers ``y`` (zero point removed) in ``src``'s dtype, as a value of the result dtype."""
+    q_in, q_out = qtype(src.dtype), qtype(spec.dtype)
+    assert q_in is not None
+    if q_out is not None and (q_out.scale_value, q_out.zero_point_value) == (
+        q_in.scale_value,
+        q_in.zero_point_value,
+    ):
+        lo, hi = q_out.qrange
+        return np.clip(y + q_out.zero_point_value, lo, hi).astype(q_out.storage).view(spec.dtype)
+    return _from_float(y.astype(np.float32) * np.float32(q_in.scale_value), spec)
+
+
+def _pool(
+    x: np.ndarray,
+    spec: ResultSpec,
+    mode: Any,
+    window: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+) -> np.ndarray:
+    ix = integers(x)
+    if mode == enums.PoolingMode.MAX:
+        y = K.pool2d_nchw(ix, mode=mode, window=window, stride=stride, padding=padding)
+        return _requantize_like(y, x, spec)
+    fh, fw = window
+    win = K._windows(K._pad_nchw(ix, padding[0], padding[1]), fh, fw, stride, (1, 1))
+    total = win.sum(axis=(4, 5))
+    if mode == enums.PoolingMode.AVERAGE:
+        count = np.full_like(total, fh * fw)
+    else:
+        ones = K._pad_nchw(np.ones((1, 1, *x.shape[2:]), np.int64), padding[0], padding[1])
+        count = np.broadcast_to(K._windows(ones, fh, fw, stride, (1, 1)).sum(axis=(4, 5)), total.shape)
+    # round(total / count), ties away from zero, in exact integer arithmetic
+    y = np.sign(total) * ((2 * np.abs(total) + count) // (2 * count))
+    return _requantize_like(y, x, spec)
+
+
+def pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    return [_pool(args[0], results[0], p["mode"], p["window"], p["stride"], p["padding"])]
+
+
+def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    x = args[0]
+    window, stride = K.adaptive_pool_params(x.shape[2:], p["out_shape"])
+    return [_pool(x, results[0], p["mode"], window, stride, (0, 0))]
+
+
+# ----------------------------------------------------------------------------------------------
+# ElemwiseMultiType
+
+
+E = enums.ElemwiseMode
+# QXXX -> the float elementwise mode it applies between dequantization and quantization
+Q_MODES: dict[Any, Any] = {
+    m: E[m.name[1:]] for m in QM if m.name.startswith("Q") and m.name[1:] in E.__members__
+}
+_BOOL_MODES = {QM.EQ: E.EQ, QM.NEQ: E.NEQ, QM.LT: E.LT, QM.LEQ: E.LEQ, QM.ISNAN: E.ISNAN, QM.ISINF: E.ISINF}
+
+
+def _fma3(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    return a * b + c
+
+
+def _saturate(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(round_half_away(x), info.min, info.max).astype(dtype)
+
+
+@kernel(T.ElemwiseMultiTypeOp)
+def elemwise_multi_type(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any
+) -> list[np.ndarray]:
+    spec = results[0]
+    if mode in Q_MODES:
+        return [elemwise_float(K.ELEMWISE[Q_MODES[mode]], args, spec)]
+    if mode in _BOOL_MODES:
+        with np.errstate(invalid="ignore"):
+            y = K.ELEMWISE[_BOOL_MODES[mode]](*args)
+        return [np.broadcast_to(y, spec.shape).astype(spec.dtype)]
+    if mode == QM.FUSE_MUL_ADD3_INT16x32x32x32:
+        a, b, c = (x.astype(np.int64) for x in args)
+        return [_saturate_int32(np.broadcast_to(a * b + c, spec.shape))]
+    if mode in (QM.FUSE_MUL_ADD3_INT16xF32xF32xF32, QM.FUSE_MUL_ADD3_UINT8xF32xF32xF32):
+        a, b, c = args
+        return [np.broadcast_to(_fma3(a.astype(np.float32), b, c), spec.shape).astype(np.float32)]
+    if mode == QM.MUL_INT16xF32xF32:
+        a, b = args
+        return [np.broadcast_to(a.astype(np.float32) * b, spec.shape).astype(np.float32)]
+    if mode == QM.FUSE_MUL_ADD3_IXxF32xF32xI8:
+        a, b, c = args
+        y = _fma3(a.astype(np.float32), b.astype(np.float32), c.astype(np.float32))
+        return [np.broadcast_to(_saturate(y, np.dtype(np.int8)), spec.shape)]
+    raise NotImplementedError(f"mgb.elemwise_multi_type: mode {mode.name} has no reference kernel")
+
+
+def conform(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` viewed with exactly ``dtype`` (its quantization metadata included)."""
+    if array.dtype.metadata == dtype.metadata:
+        return array
+    if array.dtype.itemsize != dtype.itemsize or array.dtype.kind != dtype.kind:
+        return array.astype(dtype)
+    return array.view(dtype)
