@@ -62,6 +62,17 @@ def _canonical_dtype(value: Any, dtype: Any) -> np.dtype:
         raise conversion_error(str(exc)) from None
 
 
+def _quantized_array(data: Any, dtype: np.dtype) -> np.ndarray:
+    """An array of quantized ``dtype``: integer data are the stored values, float data are quantized
+    (as ``astype`` would: the reference TypeCvt, rounding half away from zero, saturating)."""
+    from backends.reference.quant_kernels import conform, quantize
+
+    arr = _to_array(data)
+    if arr.dtype.metadata is not None or arr.dtype.kind in "iub":
+        return conform(np.array(arr, dtype=dtype.base), dtype)
+    return np.array(quantize(arr.astype(np.float32), dtype))
+
+
 class Tensor:
     """An n-dimensional array with MegEngine 1.13's Tensor interface."""
 
@@ -76,7 +87,10 @@ class Tensor:
             data = np.zeros((), np.float32)
         np_dtype = _canonical_dtype(data, dtype)
         try:
-            self._data: np.ndarray = np.array(data, dtype=np_dtype)
+            if np_dtype.metadata is not None:
+                self._data: np.ndarray = _quantized_array(data, np_dtype)
+            else:
+                self._data = np.array(data, dtype=np_dtype)
         except (ValueError, TypeError) as exc:
             raise conversion_error(f"cannot convert {type(data).__name__} to {np_dtype}: {exc}") from None
         self.name = name

@@ -379,6 +379,23 @@ def _elemwise(ctx: _Ctx, op: RawOpr) -> None:
     _emit_one(ctx, op, T.ElemwiseOp, ins, mode=mode)
 
 
+def _elemwise_multi_type(ctx: _Ctx, op: RawOpr) -> None:
+    mode = _enum(op, enums.ElemwiseMultiTypeMode, op.param("ElemwiseMultiType")["mode"], "mode")
+    ins = [_input(ctx, op, k) for k in range(len(op.inputs))]
+    types = [v.type for v in ins]
+    if not ins or any(t is None for t in types):
+        raise _fail(op, "has no inputs or an input without a known type")
+    try:
+        (inferred,) = T.ElemwiseMultiTypeOp.infer(types, mode=mode)  # type: ignore[arg-type]
+    except T.ShapeInferenceError as exc:
+        raise _fail(op, str(exc)) from exc
+    result_types = None
+    if op.output_dtype is not None:
+        elem = to_element(op.output_dtype, _where(op), op.offset)
+        result_types = [TensorType(elem, inferred.get_shape())]
+    _emit_one(ctx, op, T.ElemwiseMultiTypeOp, ins, result_types, mode=mode)
+
+
 def _powc(ctx: _Ctx, op: RawOpr) -> None:
     x = _input(ctx, op, 0)
     assert x.type is not None
@@ -717,6 +734,7 @@ _HANDLERS = {
     "Convolution": _convolution,
     "ConvBias": _conv_bias,
     "Elemwise": _elemwise,
+    "ElemwiseMultiType": _elemwise_multi_type,
     "PowC": _powc,
     "TypeCvt": _typecvt,
     "Pooling": _pooling,

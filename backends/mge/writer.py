@@ -33,7 +33,7 @@ from backends.mge.fbs import TableWriter, write_bytes, write_offsets, write_stru
 from backends.mge.reader import ATTR_METADATA_VALID, ATTR_OPTIMIZE_OPTIONS, ATTR_USER_INFO
 from dialects import enums
 from dialects import tensor as T
-from dialects.dtypes import numpy_dtype
+from dialects.dtypes import QuantizedType, numpy_dtype
 
 E = enums.ElemwiseMode
 COMP_NODE = "xpux:0"  # what the tracer writes: "any device"
@@ -281,12 +281,15 @@ class _Lowering:
             if isinstance(op, T.ConvBiasOp):
                 conv["nonlineMode"] = enums.number(p["nonline_mode"])
                 out_elem = _elem(op.output)
-                from dialects.dtypes import QuantizedType
-
                 out_dt = from_element(out_elem) if isinstance(out_elem, QuantizedType) else None
                 self.simple(op, "ConvBias", [("ConvBias", conv), EXECUTION_POLICY], output_dtype=out_dt)
             else:
-                self.simple(op, "Convolution", [("Convolution", conv), EXECUTION_POLICY])
+                self.simple(
+                    op,
+                    "Convolution",
+                    [("Convolution", conv), EXECUTION_POLICY],
+                    output_dtype=_non_default_dtype(op),
+                )
             return
         if isinstance(op, T.PoolingOp):
             pool = {
@@ -318,7 +321,13 @@ class _Lowering:
                 "format": enums.number(p["format"]),
             }
             kind = "BatchedMatrixMul" if isinstance(op, T.BatchedMatrixMulOp) else "MatrixMul"
-            self.simple(op, kind, [("MatrixMul", mm)])
+            self.simple(op, kind, [("MatrixMul", mm)], output_dtype=_non_default_dtype(op))
+            return
+        if isinstance(op, T.ElemwiseMultiTypeOp):
+            out_elem = _elem(op.output)
+            out_dt = from_element(out_elem) if isinstance(out_elem, QuantizedType) else None
+            mode = {"mode": enums.number(p["mode"])}
+            self.simple(op, "ElemwiseMultiType", [("ElemwiseMultiType", mode)], output_dtype=out_dt)
             return
         if isinstance(op, T.ReshapeOp):
             self.lower_reshape(op)
@@ -482,6 +491,16 @@ def flatten_start_axis(src: Sequence[int], dst: Sequence[int]) -> int | None:
     if k < 1 or len(src) < k + 2 or tuple(src[:k]) != tuple(dst[:k]):
         return None
     return k if math.prod(src[k:]) == dst[k] else None
+
+
+def _non_default_dtype(op: T.MgbOp) -> RawDType | None:
+    """``Operator.output_dtype`` for a quantized result other than the op's deduced one (MegEngine
+    deduces ``QuantizedS32(s_src * s_filter)`` for quantized convolutions and matrix products)."""
+    out = _elem(op.results[0])
+    if not isinstance(out, QuantizedType):
+        return None
+    (default,) = type(op).infer(list(op.operand_types), **op.params())
+    return None if default.element_type == out else from_element(out)
 
 
 def _names_attr(fn: func.FuncOp, key: str) -> list[str] | None:
