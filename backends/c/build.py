@@ -1,0 +1,167 @@
+"""Building generated C with gcc, cached by content hash, and loading the result with ctypes.
+
+A build directory is named after the hash of everything that determines the binaries (the generated
+source, the runtime sources, the compiler and its flags), under ``$XMGE_CACHE_DIR`` or
+``~/.cache/xmge/c``. Weights are not compiled in, so models that differ only in their weights share one
+build. Directories are filled in a temporary sibling and renamed into place, so concurrent builds of the
+same model never see a half-written one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
+RUNTIME_FILES = ("xm_runtime.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def cache_root() -> str:
+    return os.environ.get("XMGE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "xmge", "c")
+
+
+@cache
+def compiler_version(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"C compiler {cc!r} is not usable: {exc}") from exc
+
+
+def runtime_sources() -> dict[str, str]:
+    out = {}
+    for name in RUNTIME_FILES:
+        with open(os.path.join(RUNTIME_DIR, name)) as f:
+            out[name] = f.read()
+    return out
+
+
+@dataclass(frozen=True)
+class Build:
+    directory: str
+    library: str
+    runner: str
+    cached: bool
+
+
+def build(model_c: str, cflags: Sequence[str], *, cc: str = "gcc", sanitize: bool = False) -> Build:
+    """Compile ``model_c`` with the runtime into ``libxmge_model.so`` and the ``runner`` program."""
+    flags = [*cflags, *(SANITIZE_FLAGS if sanitize else ())]
+    if sanitize:
+        flags = [f if f != "-O3" else "-O1" for f in flags]  # sanitizer builds: fast to build, exact reports
+    sources = {"model.c": model_c, **runtime_sources()}
+    h = hashlib.sha256()
+    h.update(compiler_version(cc).encode())
+    h.update("\0".join(flags).encode())
+    for name in sorted(sources):
+        h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
+    key = h.hexdigest()[:24]
+    root = cache_root()
+    final = os.path.join(root, key)
+    lib, runner = os.path.join(final, "libxmge_model.so"), os.path.join(final, "runner")
+    if os.path.isfile(lib) and os.path.isfile(runner):
+        return Build(final, lib, runner, True)
+    os.makedirs(root, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=key + ".", dir=root)
+    try:
+        for name, text in sources.items():
+            with open(os.path.join(work, name), "w") as f:
+                f.write(text)
+        objs = []
+        for src in ("model.c", "xm_runtime.c", "runner.c"):
+            obj = src[:-2] + ".o"
+            _run([cc, *flags, "-c", src, "-o", obj], work)
+            objs.append(obj)
+        link = [*flags, "-lm"]
+        _run([cc, "-shared", "model.o", "xm_runtime.o", "-o", "libxmge_model.so", *link], work)
+        _run([cc, "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *link], work)
+        for obj in objs:
+            os.remove(os.path.join(work, obj))
+        try:
+            os.rename(work, final)
+        except OSError:  # another process finished the same build first
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return Build(final, lib, runner, False)
+
+
+def _run(cmd: list[str], cwd: str) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stderr[-4000:]}")
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_long * 8),
+        ("nbytes", ctypes.c_ulong),
+    ]
+
+
+class LoadedModel:
+    """A built model in this process: ``run(inputs) -> outputs`` on numpy arrays."""
+
+    def __init__(self, library: str, weights: bytes, threads: int):
+        self.lib = ctypes.CDLL(library)
+        lib = self.lib
+        lib.xm_create.restype = ctypes.c_void_p
+        lib.xm_create.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_int]
+        lib.xm_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.xm_destroy.argtypes = [ctypes.c_void_p]
+        lib.xm_last_error.restype = ctypes.c_char_p
+        lib.xm_get_input.restype = ctypes.POINTER(_Info)
+        lib.xm_get_output.restype = ctypes.POINTER(_Info)
+        lib.xm_get_arena_size.restype = ctypes.c_ulong
+        self.inputs = [self._info(lib.xm_get_input(i)) for i in range(lib.xm_get_num_inputs())]
+        self.outputs = [self._info(lib.xm_get_output(i)) for i in range(lib.xm_get_num_outputs())]
+        self.arena_size = int(lib.xm_get_arena_size())
+        self.handle = lib.xm_create(weights, len(weights), threads)
+        if not self.handle:
+            raise BuildError(f"xm_create failed: {lib.xm_last_error().decode()}")
+
+    @staticmethod
+    def _info(p: ctypes._Pointer) -> tuple[str, tuple[int, ...]]:  # type: ignore[type-arg]
+        i = p.contents
+        return i.name.decode(), tuple(i.shape[: i.ndim])
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self.inputs):
+            raise ValueError(f"the model takes {len(self.inputs)} inputs, got {len(inputs)}")
+        arrays = []
+        for (name, shape), x in zip(self.inputs, inputs, strict=True):
+            a = np.ascontiguousarray(x, dtype=np.float32)
+            if a.shape != shape:
+                raise ValueError(f"input {name} must have shape {shape}, got {a.shape}")
+            arrays.append(a)
+        outs = [np.empty(shape, np.float32) for _, shape in self.outputs]
+        in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+        out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
+        self.lib.xm_run(self.handle, in_ptrs, out_ptrs)
+        return outs
+
+    def close(self) -> None:
+        if getattr(self, "handle", None):
+            self.lib.xm_destroy(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,14 @@
+/* xmge: helpers shared by generated kernels (included first by every generated model.c). */
+#ifndef XM_KERNELS_H
+#define XM_KERNELS_H
+#include <math.h>
+#include <string.h>
+#include "xm_runtime.h"
+
+static inline float xm_act_identity(float v) { return v; }
+static inline float xm_act_relu(float v) { return v > 0.f ? v : 0.f; }
+static inline float xm_act_sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
+static inline float xm_act_hswish(float v) { return v * fminf(fmaxf(v + 3.f, 0.f), 6.f) / 6.f; }
+static inline float xm_act_relu6(float v) { return fminf(fmaxf(v, 0.f), 6.f); }
+
+#endif

@@ -1,0 +1,54 @@
+/* xmge runtime: load a compiled model's weights, run it, free it.
+ *
+ *   xm_model* m = xm_create(weights, weights_size, threads);   // the only allocations
+ *   xm_run(m, inputs, outputs);                                // no allocation, reentrant per model
+ *   xm_destroy(m);
+ *
+ * Inputs and outputs are caller-owned buffers, dense row-major, of the sizes in xm_inputs[] /
+ * xm_outputs[]; the model reads inputs in place and writes outputs directly.
+ */
+#ifndef XM_RUNTIME_H
+#define XM_RUNTIME_H
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  const char* name;
+  const char* dtype;
+  int ndim;
+  long shape[8];
+  unsigned long nbytes;
+} xm_tensor_info;
+
+typedef struct xm_model xm_model;
+
+/* generated per model (model.c) */
+extern const int xm_num_inputs;
+extern const int xm_num_outputs;
+extern const xm_tensor_info xm_inputs[];
+extern const xm_tensor_info xm_outputs[];
+extern const unsigned long xm_arena_size;
+extern const unsigned long xm_weights_size;
+extern const int xm_default_threads;
+void xm_model_run_impl(void* const* in, void* const* out, unsigned char* arena, const unsigned char* weights,
+                       int nt);
+
+/* runtime (xm_runtime.c) */
+xm_model* xm_create(const void* weights, unsigned long weights_size, int threads);
+int xm_run(xm_model* m, const void* const* inputs, void* const* outputs);
+void xm_destroy(xm_model* m);
+const char* xm_last_error(void);
+int xm_get_num_inputs(void);
+int xm_get_num_outputs(void);
+const xm_tensor_info* xm_get_input(int i);
+const xm_tensor_info* xm_get_output(int i);
+unsigned long xm_get_arena_size(void);
+unsigned long xm_get_weights_size(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

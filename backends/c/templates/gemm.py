@@ -1,0 +1,416 @@
+"""GEMM-based kernels for SIMD ISAs: convolution as packed GEMM (im2col fused into the packing of B) and
+matrix multiplication, sharing one register-blocked FMA micro-kernel per ISA.
+
+The micro-kernel computes an ``MR x NR`` tile of C from a packed panel of A (``K x MR``, row-interleaved)
+and a packed panel of B (``K x NR``): per k it loads NR/vec vectors of B, broadcasts MR values of A and
+issues MR*NR/vec FMAs into registers. ``MR``/``NR`` come from the ISA's emitter knobs (6x16 on AVX2, 12x32
+on AVX-512) and the code is generated here, unrolled, from the same Python for every ISA (XNNPACK's
+``xngen`` idea). K is blocked by ``KC`` so that one B slice stays in L1 while every A panel streams past.
+
+Convolution (NCHW): ``out[oc, p] = sum_k W[oc, k] * col[k, p]`` with ``k = (ic, kh, kw)`` and ``p = (oh,
+ow)``. The weights are A, packed ahead of time (zero rows pad OC to a multiple of MR). B is built at run
+time straight into NR-column panels: for 1x1 stride-1 convolutions it is a copy; when output rows are
+wide enough, panels are aligned to output rows, so that a panel's NR inputs for a given (ic, kh, kw) are
+one contiguous run (vector copies); otherwise a general gather. The epilogue (bias, residual, activation)
+runs on each finished tile while it is still in L1.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from backends.c.templates import Template, register, sym_join
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+
+def _knobs(isa: str) -> type[CEmitter]:
+    from backends.c.emitter import EMITTERS
+
+    return EMITTERS[isa]
+
+
+def micro_kernel(isa: str, mr: int, nr: int) -> str:
+    """``xm_ukr_<isa>_<mr>x<nr>(K, A, B, C, ldc, acc)``: C[mr x nr] (+)= A-panel x B-panel."""
+    em = _knobs(isa)
+    nv = nr // em.vec
+    assert nv * em.vec == nr
+    name = f"xm_ukr_{isa}_{mr}x{nr}"
+    c = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
+    lines = [
+        f"static inline void {name}(long K, const float* restrict A, const float* restrict B,",
+        "                          float* restrict C, long ldc, int acc) {",
+    ]
+    for i in range(mr):
+        for j in range(nv):
+            src = em.loadu.format(p=f"C + {i} * ldc + {j * em.vec}")
+            lines.append(f"  {em.vtype} {c[i][j]} = acc ? {src} : {em.zero};")
+    lines.append("  #pragma GCC unroll 2")
+    lines.append("  for (long k = 0; k < K; ++k) {")
+    for j in range(nv):
+        lines.append(f"    const {em.vtype} b{j} = {em.load.format(p=f'B + k * {nr} + {j * em.vec}')};")
+    for i in range(mr):
+        lines.append(f"    {{ const {em.vtype} a = {em.set1.format(x=f'A[k * {mr} + {i}]')};")
+        for j in range(nv):
+            lines.append(f"      {c[i][j]} = {em.fma.format(a='a', b=f'b{j}', c=c[i][j])};")
+        lines.append("    }")
+    lines.append("  }")
+    for i in range(mr):
+        for j in range(nv):
+            lines.append("  " + em.storeu.format(p=f"C + {i} * ldc + {j * em.vec}", v=c[i][j]) + ";")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _tile_call(isa: str, mr: int, nr: int) -> str:
+    """C statements running the micro-kernel on a tile that may be partial (mv < MR or nv < NR):
+    partial tiles go through a small aligned buffer so the micro-kernel never branches."""
+    ukr = f"xm_ukr_{isa}_{mr}x{nr}"
+    return f"""
+        if (mv == {mr} && nv == {nr}) {{
+          {ukr}(kl, A, B, Ct, ldc, k0 > 0);
+        }} else {{
+          float tmp[{mr} * {nr}] __attribute__((aligned(64)));
+          if (k0 > 0) {{
+            for (int i = 0; i < {mr}; ++i)
+              for (int c = 0; c < {nr}; ++c) tmp[i * {nr} + c] = (i < mv && c < nv) ? Ct[i * ldc + c] : 0.f;
+          }}
+          {ukr}(kl, A, B, tmp, {nr}, k0 > 0);
+          for (int i = 0; i < mv; ++i)
+            for (int c = 0; c < nv; ++c) Ct[i * ldc + c] = tmp[i * {nr} + c];
+        }}"""
+
+
+def _epilogue_args(p: dict[str, Any]) -> tuple[list[str], str]:
+    """Extra kernel parameters (bias, residual) and the C call applying the epilogue to a tile."""
+    params = []
+    if p["bias"]:
+        params.append("const float* bias")
+    if p["residual"]:
+        params.append("const float* res")
+    return params, "xm_act_" + p["act"]
+
+
+class ConvGemm(Template):
+    """``conv2d_gemm``: dense or grouped convolution, NCHW, float32, with a fused epilogue."""
+
+    family = "conv2d_gemm"
+
+    def __init__(self, isa: str):
+        self.isa = isa
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "conv2d_gemm",
+            self.isa,
+            f"n{p['n']}",
+            f"ic{p['ic']}",
+            f"{p['ih']}x{p['iw']}",
+            f"oc{p['oc']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
+            f"g{p['groups']}" if p["groups"] != 1 else "",
+            p["pack"],
+            "f32",
+            "bias" if p["bias"] else "",
+            "res" if p["residual"] else "",
+            p["act"].upper() if p["act"] != "identity" else "",
+        )
+
+    @staticmethod
+    def geometry(p: dict[str, Any]) -> dict[str, int]:
+        g = p["groups"]
+        icg, ocg = p["ic"] // g, p["oc"] // g
+        k = icg * p["fh"] * p["fw"]
+        mr, nr = p["mr"], p["nr"]
+        if p["pack"] == "rows":
+            rp = -(-p["ow"] // nr)
+            npan = p["oh"] * rp
+        else:
+            rp = 0
+            npan = -(-(p["oh"] * p["ow"]) // nr)
+        return {"icg": icg, "ocg": ocg, "K": k, "MP": -(-ocg // mr), "NP": npan, "RP": rp}
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        geo = self.geometry(p)
+        return geo["NP"] * geo["K"] * p["nr"] * 4
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        geo = self.geometry(p)
+        g, mr = p["groups"], p["mr"]
+        w = np.asarray(array, np.float32).reshape(g, geo["ocg"], geo["K"])
+        padded = np.zeros((g, geo["MP"] * mr, geo["K"]), np.float32)
+        padded[:, : geo["ocg"]] = w
+        # (G, MP, MR, K) -> (G, MP, K, MR): the micro-kernel reads MR consecutive rows per k
+        packed = padded.reshape(g, geo["MP"], mr, geo["K"]).transpose(0, 1, 3, 2)
+        return np.ascontiguousarray(packed), f"gemm_a{mr}"
+
+    def support(self, em: CEmitter) -> str:
+        knobs = _knobs(self.isa)
+        return micro_kernel(self.isa, knobs.gemm_mr, knobs.gemm_nr)
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        geo = self.geometry(p)
+        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        extra, act = _epilogue_args(p)
+        args = ", ".join(["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"])
+        ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
+        sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
+        K, NP, MP, RP = geo["K"], geo["NP"], geo["MP"], geo["RP"]
+        P = oh * ow
+        if p["pack"] == "copy":
+            pack = f"""
+      const int p0 = j * {nr}; const int nv = {P} - p0 < {nr} ? {P} - p0 : {nr};
+      for (int k = 0; k < {K}; ++k) {{
+        const float* s = xg + (long)k * {P} + p0;
+        float* d = dst + (long)k * {nr};
+        if (nv == {nr}) {{ for (int c = 0; c < {nr}; ++c) d[c] = s[c]; }}
+        else {{ for (int c = 0; c < {nr}; ++c) d[c] = c < nv ? s[c] : 0.f; }}
+      }}"""
+        elif p["pack"] == "rows":
+            pack = f"""
+      const int orow = j / {RP}, ow0 = (j % {RP}) * {nr};
+      int k = 0;
+      for (int ic = 0; ic < {geo['icg']}; ++ic) {{
+        const float* plane = xg + (long)ic * {ih * iw};
+        for (int kh = 0; kh < {p['fh']}; ++kh) {{
+          const int ihh = orow * {sh} - {ph} + kh * {dh};
+          for (int kw = 0; kw < {p['fw']}; ++kw, ++k) {{
+            float* d = dst + (long)k * {nr};
+            if ((unsigned)ihh >= {ih}u) {{ for (int c = 0; c < {nr}; ++c) d[c] = 0.f; continue; }}
+            const float* row = plane + (long)ihh * {iw};
+            const int iw0 = ow0 * {sw} - {pw} + kw * {dw};
+            if ({int(sw == 1)} && iw0 >= 0 && iw0 + {nr} <= {iw} && ow0 + {nr} <= {ow}) {{
+              for (int c = 0; c < {nr}; ++c) d[c] = row[iw0 + c];
+            }} else {{
+              for (int c = 0; c < {nr}; ++c) {{
+                const int iww = iw0 + c * {sw};
+                d[c] = (ow0 + c < {ow} && (unsigned)iww < {iw}u) ? row[iww] : 0.f;
+              }}
+            }}
+          }}
+        }}
+      }}"""
+        else:
+            pack = f"""
+      int ihb[{nr}], iwb[{nr}];
+      for (int c = 0; c < {nr}; ++c) {{
+        const int q = j * {nr} + c;
+        if (q < {P}) {{ ihb[c] = (q / {ow}) * {sh} - {ph}; iwb[c] = (q % {ow}) * {sw} - {pw}; }}
+        else {{ ihb[c] = -(1 << 28); iwb[c] = 0; }}
+      }}
+      int k = 0;
+      for (int ic = 0; ic < {geo['icg']}; ++ic) {{
+        const float* plane = xg + (long)ic * {ih * iw};
+        for (int kh = 0; kh < {p['fh']}; ++kh)
+          for (int kw = 0; kw < {p['fw']}; ++kw, ++k) {{
+            float* d = dst + (long)k * {nr};
+            for (int c = 0; c < {nr}; ++c) {{
+              const int ihh = ihb[c] + kh * {dh}, iww = iwb[c] + kw * {dw};
+              d[c] = ((unsigned)ihh < {ih}u && (unsigned)iww < {iw}u) ? plane[ihh * {iw} + iww] : 0.f;
+            }}
+          }}
+      }}"""
+        if p["pack"] == "rows":
+            cols = f"const int col0 = (j / {RP}) * {ow} + (j % {RP}) * {nr}; const int nv0 = {ow} - (j % {RP}) * {nr};"
+        else:
+            cols = f"const int col0 = j * {nr}; const int nv0 = {P} - col0;"
+        mchunks = "mch"
+        epi_bias = "bias[g * " + str(geo["ocg"]) + " + m0 + i]" if p["bias"] else "0.f"
+        epi_res = f"resg[(long)(m0 + i) * {P} + col0 + c]" if p["residual"] else "0.f"
+        return f"""
+static void {sym}({args}) {{
+  float* bp = (float*)ws;
+  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
+  const int mper = ({MP} + mch - 1) / mch;
+  for (int n = 0; n < {p['n']}; ++n)
+  for (int g = 0; g < {p['groups']}; ++g) {{
+    const float* xg = x + ((long)n * {p['ic']} + (long)g * {geo['icg']}) * {ih * iw};
+    float* yg = y + ((long)n * {p['oc']} + (long)g * {geo['ocg']}) * {P};
+    const float* resg = {"res + ((long)n * " + str(p['oc']) + " + (long)g * " + str(geo['ocg']) + ") * " + str(P) if p['residual'] else "0"};
+    const float* wg = w + (long)g * {MP * K * mr};
+    (void)resg;
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j) {{
+      float* dst = bp + (long)j * {K * nr};
+      {pack}
+    }}
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j)
+    for (int mc = 0; mc < {mchunks}; ++mc) {{
+      {cols}
+      const int nv = nv0 < {nr} ? nv0 : {nr};
+      const int mlo = mc * mper, mhi = (mc + 1) * mper < {MP} ? (mc + 1) * mper : {MP};
+      const long ldc = {P};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        const float* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+        for (int mp = mlo; mp < mhi; ++mp) {{
+          const int m0 = mp * {mr};
+          const int mv = {geo['ocg']} - m0 < {mr} ? {geo['ocg']} - m0 : {mr};
+          const float* A = wg + (long)mp * {K * mr} + (long)k0 * {mr};
+          float* Ct = yg + (long)m0 * ldc + col0;
+          {_tile_call(self.isa, mr, nr)}
+        }}
+      }}
+      for (int mp = mlo; mp < mhi; ++mp) {{
+        const int m0 = mp * {mr};
+        const int mv = {geo['ocg']} - m0 < {mr} ? {geo['ocg']} - m0 : {mr};
+        for (int i = 0; i < mv; ++i) {{
+          float* row = yg + (long)(m0 + i) * ldc + col0;
+          const float b = {epi_bias};
+          for (int c = 0; c < nv; ++c) row[c] = {act}(row[c] + b + {epi_res});
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+class MatmulGemm(Template):
+    """``matmul_gemm``: (batched) ``y = op(a) @ op(b)`` with ``op`` an optional transpose; a constant b
+    is packed ahead of time (the Linear layer's weight), otherwise both sides are packed at run time.
+    Epilogue: bias along N, residual, activation."""
+
+    family = "matmul_gemm"
+
+    def __init__(self, isa: str):
+        self.isa = isa
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "matmul_gemm",
+            self.isa,
+            f"b{p['batch']}" if p["batch"] != 1 else "",
+            f"m{p['m']}",
+            f"n{p['n']}",
+            f"k{p['k']}",
+            "ta" if p["ta"] else "",
+            "tb" if p["tb"] else "",
+            "bconst" if p["b_const"] else "",
+            "f32",
+            "bias" if p["bias"] else "",
+            "res" if p["residual"] else "",
+            p["act"].upper() if p["act"] != "identity" else "",
+        )
+
+    @staticmethod
+    def geometry(p: dict[str, Any]) -> dict[str, int]:
+        return {"MP": -(-p["m"] // p["mr"]), "NP": -(-p["n"] // p["nr"])}
+
+    def _a_floats(self, p: dict[str, Any]) -> int:
+        # packed A, rounded up so that packed B after it stays 64-byte aligned for aligned loads
+        return -(-self.geometry(p)["MP"] * p["mr"] * p["k"] // 16) * 16
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        geo = self.geometry(p)
+        size = self._a_floats(p) * 4
+        if not p["b_const"]:
+            size += geo["NP"] * p["nr"] * p["k"] * 4
+        return size
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1 or not p["b_const"]:
+            return None
+        b = np.asarray(array, np.float32)
+        if p["tb"]:
+            b = b.T
+        geo = self.geometry(p)
+        nr = p["nr"]
+        padded = np.zeros((p["k"], geo["NP"] * nr), np.float32)
+        padded[:, : p["n"]] = b
+        # (K, NP, NR) -> (NP, K, NR)
+        return np.ascontiguousarray(padded.reshape(p["k"], geo["NP"], nr).transpose(1, 0, 2)), f"gemm_b{nr}"
+
+    def support(self, em: CEmitter) -> str:
+        em_isa = _knobs(self.isa)
+        return micro_kernel(self.isa, em_isa.gemm_mr, em_isa.gemm_nr)
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        geo = self.geometry(p)
+        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        M, N, Kd, MP, NP = p["m"], p["n"], p["k"], geo["MP"], geo["NP"]
+        extra, act = _epilogue_args(p)
+        args = ", ".join(["const float* a", "const float* b", *extra, "float* y", "unsigned char* ws", "int nt"])
+        a_at = "a0[(long)k * " + str(M) + " + r]" if p["ta"] else "a0[(long)r * " + str(Kd) + " + k]"
+        b_at = "b0[(long)c * " + str(Kd) + " + k]" if p["tb"] else "b0[(long)k * " + str(N) + " + c]"
+        if p["b_const"]:
+            bpack = "const float* bp = b;"
+        else:
+            bpack = f"""
+    float* bp = ap + {self._a_floats(p)};
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j)
+      for (int k = 0; k < {Kd}; ++k)
+        for (int q = 0; q < {nr}; ++q) {{
+          const int c = j * {nr} + q;
+          bp[((long)j * {Kd} + k) * {nr} + q] = c < {N} ? {b_at} : 0.f;
+        }}"""
+        bias = "bias[col0 + c]" if p["bias"] else "0.f"
+        res = f"rb[(long)(m0 + i) * {N} + col0 + c]" if p["residual"] else "0.f"
+        return f"""
+static void {sym}({args}) {{
+  float* ap = (float*)ws;
+  for (int bt = 0; bt < {p['batch']}; ++bt) {{
+    const float* a0 = a + (long)bt * {M * Kd};
+    const float* b0 = b + (long)bt * {0 if p['b_const'] else N * Kd};
+    float* yb = y + (long)bt * {M * N};
+    const float* rb = {"res + (long)bt * " + str(M * N) if p['residual'] else "0"};
+    (void)b0; (void)rb;
+    for (int mp = 0; mp < {MP}; ++mp)
+      for (int k = 0; k < {Kd}; ++k)
+        for (int q = 0; q < {mr}; ++q) {{
+          const int r = mp * {mr} + q;
+          ap[((long)mp * {Kd} + k) * {mr} + q] = r < {M} ? {a_at} : 0.f;
+        }}
+    {bpack}
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j) {{
+      const int col0 = j * {nr};
+      const int nv = {N} - col0 < {nr} ? {N} - col0 : {nr};
+      const long ldc = {N};
+      for (int k0 = 0; k0 < {Kd}; k0 += {kc}) {{
+        const long kl = {Kd} - k0 < {kc} ? {Kd} - k0 : {kc};
+        const float* B = bp + (long)j * {Kd * nr} + (long)k0 * {nr};
+        for (int mp = 0; mp < {MP}; ++mp) {{
+          const int m0 = mp * {mr};
+          const int mv = {M} - m0 < {mr} ? {M} - m0 : {mr};
+          const float* A = ap + (long)mp * {Kd * mr} + (long)k0 * {mr};
+          float* Ct = yb + (long)m0 * ldc + col0;
+          {_tile_call(self.isa, mr, nr)}
+        }}
+      }}
+      for (int m0 = 0; m0 < {M}; m0 += {mr}) {{
+        const int mv = {M} - m0 < {mr} ? {M} - m0 : {mr};
+        for (int i = 0; i < mv; ++i) {{
+          float* row = yb + (long)(m0 + i) * ldc + col0;
+          for (int c = 0; c < nv; ++c) row[c] = {act}(row[c] + {bias} + {res});
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def conv_pack_mode(p: dict[str, Any], nr: int) -> str:
+    """How B is built for a convolution: ``copy`` (1x1, stride 1, no padding), ``rows`` (panels
+    aligned to output rows, when that wastes at most ~15% of the columns), else ``gather``."""
+    if (p["fh"], p["fw"], p["sh"], p["sw"], p["ph"], p["pw"]) == (1, 1, 1, 1, 0, 0):
+        return "copy"
+    waste = math.ceil(p["ow"] / nr) * nr / p["ow"]
+    return "rows" if waste <= 1.15 else "gather"
+
+
+for _isa in ("avx2", "avx512"):
+    register(ConvGemm(_isa))
+    register(MatmulGemm(_isa))

@@ -1,0 +1,424 @@
+"""Portable C templates (ISA ``generic``): every C target can run them, and gcc vectorises their inner
+loops for the target's flags. Shapes, strides and windows are compile-time constants of each
+specialisation, so the loops have known trip counts and no index arithmetic survives in inner loops.
+
+Families: ``conv2d_depthwise`` (direct, interior/border split), ``pool2d``, ``elemwise`` (any broadcast,
+as collapsed strided loops), ``softmax``, ``reduce``, ``copy`` (strided copy: transposes, slices,
+broadcasts), ``concat``, ``split``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from backends.c.templates import Template, register, sym_join
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+_PAR = "#pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work} > 32768)"
+
+
+def _par(work: int) -> str:
+    return _PAR.format(work=work)
+
+
+def _epilogue_name(p: dict[str, Any]) -> str:
+    act = p.get("act", "identity")
+    words = ("bias" if p.get("bias") else "", "res" if p.get("residual") else "", act.upper() if act != "identity" else "")
+    return "_".join(w for w in words if w)
+
+
+# ----------------------------------------------------------------------------------------------
+# Elementwise
+
+
+# mode -> C expression over a, b, c, d (float operands in order)
+ELEMWISE_C: dict[str, str] = {
+    "relu": "fmaxf(a, 0.f)",
+    "abs": "fabsf(a)",
+    "ceil": "ceilf(a)",
+    "floor": "floorf(a)",
+    "cos": "cosf(a)",
+    "sin": "sinf(a)",
+    "exp": "expf(a)",
+    "log": "logf(a)",
+    "negate": "-a",
+    "sigmoid": "xm_act_sigmoid(a)",
+    "tanh": "tanhf(a)",
+    "fast_tanh": "tanhf(a)",
+    "add": "a + b",
+    "sub": "a - b",
+    "mul": "a * b",
+    "true_div": "a / b",
+    "max": "fmaxf(a, b)",
+    "min": "fminf(a, b)",
+    "pow": "powf(a, b)",
+    "fuse_add_relu": "fmaxf(a + b, 0.f)",
+    "fuse_add_sigmoid": "xm_act_sigmoid(a + b)",
+    "fuse_add_tanh": "tanhf(a + b)",
+    "fuse_add_h_swish": "xm_act_hswish(a + b)",
+    "fuse_mul_add3": "a * b + c",
+    "fuse_mul_add4": "a * b + c * d",
+    "h_swish": "xm_act_hswish(a)",
+    "relu6": "fminf(fmaxf(a, 0.f), 6.f)",
+    "hsigmoid": "fminf(fmaxf(a + 3.f, 0.f), 6.f) / 6.f",
+    "silu": "a * xm_act_sigmoid(a)",
+    "sqrt": "sqrtf(a)",
+    "square": "a * a",
+    "clip": "fminf(fmaxf(a, b), c)",
+    "switch_gt0": "a > 0.f ? b : 0.f",
+    "prelu": "a > 0.f ? a : a * b",
+}
+
+# elementwise modes whose result may overwrite their first operand
+_IN_PLACE_SAFE = set(ELEMWISE_C)
+
+
+def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Merge adjacent dimensions that every operand walks contiguously (or all broadcast), and drop
+    size-1 dimensions: fewer, longer loops. ``strides`` are in elements, one row per operand."""
+    dims = [(d, [s[i] for s in strides]) for i, d in enumerate(shape) if d != 1]
+    if not dims:
+        return (1,), tuple((0,) for _ in strides)
+    out: list[tuple[int, list[int]]] = [dims[0]]
+    for d, st in dims[1:]:
+        pd, pst = out[-1]
+        if all(ps == s * d for ps, s in zip(pst, st, strict=True)):
+            out[-1] = (pd * d, st)
+        else:
+            out.append((d, st))
+    return tuple(d for d, _ in out), tuple(tuple(st[i] for _, st in out) for i in range(len(strides)))
+
+
+def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a row-major ``in_shape`` read at every index of ``out_shape`` (0 where broadcast)."""
+    nd = len(out_shape)
+    shape = (1,) * (nd - len(in_shape)) + tuple(in_shape)
+    strides = [0] * nd
+    acc = 1
+    for i in range(nd - 1, -1, -1):
+        strides[i] = 0 if shape[i] == 1 and out_shape[i] != 1 else acc
+        acc *= shape[i]
+    return tuple(strides)
+
+
+def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int) -> str:
+    """Nested loops over ``shape``; ``body`` uses ``o`` (output offset) and ``x0..`` (operand offsets)."""
+    nd = len(shape)
+    lines = []
+    out_strides = [math.prod(shape[i + 1 :]) for i in range(nd)]
+    for i, d in enumerate(shape):
+        if i == 0:
+            lines.append(_par(nt_work))
+        lines.append(f"{'  ' * i}for (long i{i} = 0; i{i} < {d}; ++i{i}) {{")
+    ind = "  " * nd
+    o = " + ".join(f"i{i} * {out_strides[i]}L" for i in range(nd))
+    lines.append(f"{ind}const long o = {o};")
+    for k, st in enumerate(strides):
+        expr = " + ".join(f"i{i} * {s}L" for i, s in enumerate(st) if s) or "0"
+        lines.append(f"{ind}const long x{k} = {expr};")
+    lines.append(f"{ind}{body}")
+    lines.extend("  " * i + "}" for i in range(nd - 1, -1, -1))
+    return "\n".join(lines)
+
+
+class Elemwise(Template):
+    family = "elemwise"
+    in_place_operand = 0
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        st = "_".join("s" + "x".join(map(str, s)) for s in p["strides"])
+        return sym_join("elemwise", p["mode"], "x".join(map(str, p["shape"])), st, "f32")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n = len(p["strides"])
+        names = "abcd"[:n]
+        args = ", ".join([*(f"const float* in{i}" for i in range(n)), "float* out0", "unsigned char* ws", "int nt"])
+        loads = " ".join(f"const float {names[i]} = in{i}[x{i}];" for i in range(n))
+        body = f"{loads} out0[o] = {ELEMWISE_C[p['mode']]};"
+        total = math.prod(p["shape"])
+        return (
+            f"static void {sym}({args}) {{\n  (void)ws;\n"
+            + _strided_loops(p["shape"], p["strides"], body, total)
+            + "\n}\n"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Depthwise convolution
+
+
+class ConvDepthwise(Template):
+    """Depthwise (one input and one output channel per group) direct convolution, NCHW."""
+
+    family = "conv2d_depthwise"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "conv2d_dw",
+            f"n{p['n']}",
+            f"c{p['c']}",
+            f"{p['ih']}x{p['iw']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
+            "f32",
+            _epilogue_name(p),
+        )
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        return np.ascontiguousarray(np.asarray(array, np.float32).reshape(p["c"], p["fh"] * p["fw"])), "dw"
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
+        sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
+        c = p["c"]
+        extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
+        args = ", ".join(["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"])
+        # interior columns: every tap in range, so no checks in the vectorisable loop
+        lo = min(ow, max(0, -(-pw // sw)))
+        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
+        bias = "bias[ch]" if p["bias"] else "0.f"
+        res = f"res[(long)nc * {oh * ow} + (long)r * {ow} + q]" if p["residual"] else "0.f"
+        return f"""
+static void {sym}({args}) {{
+  (void)ws;
+  {_par(p['n'] * c * oh * ow * fh * fw)}
+  for (int nc = 0; nc < {p['n'] * c}; ++nc) {{
+    const int ch = nc % {c};
+    const float* xp = x + (long)nc * {ih * iw};
+    const float* wp = w + (long)ch * {fh * fw};
+    float* yp = y + (long)nc * {oh * ow};
+    for (int r = 0; r < {oh}; ++r) {{
+      float acc[{ow}];
+      for (int q = 0; q < {ow}; ++q) acc[q] = 0.f;
+      for (int kh = 0; kh < {fh}; ++kh) {{
+        const int ihh = r * {sh} - {ph} + kh * {dh};
+        if ((unsigned)ihh >= {ih}u) continue;
+        const float* row = xp + (long)ihh * {iw};
+        for (int kw = 0; kw < {fw}; ++kw) {{
+          const float wv = wp[kh * {fw} + kw];
+          const int off = kw * {dw} - {pw};
+          for (int q = 0; q < {lo}; ++q) {{
+            const int iww = q * {sw} + off;
+            if ((unsigned)iww < {iw}u) acc[q] += wv * row[iww];
+          }}
+          for (int q = {lo}; q < {hi}; ++q) acc[q] += wv * row[q * {sw} + off];
+          for (int q = {hi}; q < {ow}; ++q) {{
+            const int iww = q * {sw} + off;
+            if ((unsigned)iww < {iw}u) acc[q] += wv * row[iww];
+          }}
+        }}
+      }}
+      for (int q = 0; q < {ow}; ++q) yp[r * {ow} + q] = xm_act_{p['act']}(acc[q] + {bias} + {res});
+    }}
+  }}
+}}
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# Pooling
+
+
+class Pool2d(Template):
+    family = "pool2d"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "pool2d",
+            p["mode"],
+            f"n{p['n']}",
+            f"c{p['c']}",
+            f"{p['ih']}x{p['iw']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+            "f32",
+        )
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
+        sh, sw, ph, pw = p["sh"], p["sw"], p["ph"], p["pw"]
+        mode = p["mode"]
+        init = "-INFINITY" if mode == "max" else "0.f"
+        step = "v = fmaxf(v, row[iww]);" if mode == "max" else "v += row[iww];"
+        if mode == "max":
+            fin = "v"
+        elif mode == "average":
+            fin = f"v * {1.0 / (fh * fw)!r}f"
+        else:
+            fin = "v / (float)cnt"
+        return f"""
+static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(p['n'] * p['c'] * oh * ow * fh * fw)}
+  for (int nc = 0; nc < {p['n'] * p['c']}; ++nc) {{
+    const float* xp = x + (long)nc * {ih * iw};
+    float* yp = y + (long)nc * {oh * ow};
+    for (int r = 0; r < {oh}; ++r)
+      for (int q = 0; q < {ow}; ++q) {{
+        float v = {init}; int cnt = 0;
+        for (int kh = 0; kh < {fh}; ++kh) {{
+          const int ihh = r * {sh} - {ph} + kh;
+          if ((unsigned)ihh >= {ih}u) continue;
+          const float* row = xp + (long)ihh * {iw};
+          for (int kw = 0; kw < {fw}; ++kw) {{
+            const int iww = q * {sw} - {pw} + kw;
+            if ((unsigned)iww >= {iw}u) continue;
+            {step} ++cnt;
+          }}
+        }}
+        (void)cnt;
+        yp[r * {ow} + q] = {fin};
+      }}
+  }}
+}}
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# Softmax and reductions (over one axis: outer x axis x inner)
+
+
+class Softmax(Template):
+    family = "softmax"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("softmax", f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        o, a, i = p["outer"], p["axis"], p["inner"]
+        return f"""
+static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(o * a * i * 8)}
+  for (long t = 0; t < {o * i}; ++t) {{
+    const long base = (t / {i}) * {a * i} + t % {i};
+    float m = -INFINITY, s = 0.f;
+    for (int k = 0; k < {a}; ++k) m = fmaxf(m, x[base + (long)k * {i}]);
+    for (int k = 0; k < {a}; ++k) {{ const float e = expf(x[base + (long)k * {i}] - m); y[base + (long)k * {i}] = e; s += e; }}
+    const float inv = 1.f / s;
+    for (int k = 0; k < {a}; ++k) y[base + (long)k * {i}] *= inv;
+  }}
+}}
+"""
+
+
+class Reduce(Template):
+    family = "reduce"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("reduce", p["mode"], f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        o, a, i, mode = p["outer"], p["axis"], p["inner"], p["mode"]
+        init = {"max": "-INFINITY", "min": "INFINITY", "product": "1.f"}.get(mode, "0.f")
+        step = {
+            "max": "v = fmaxf(v, e);",
+            "min": "v = fminf(v, e);",
+            "product": "v *= e;",
+            "sum_sqr": "v += e * e;",
+        }.get(mode, "v += e;")
+        fin = f"v * {1.0 / a!r}f" if mode == "mean" else "v"
+        return f"""
+static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(o * a * i)}
+  for (long t = 0; t < {o * i}; ++t) {{
+    const long base = (t / {i}) * {a * i} + t % {i};
+    float v = {init};
+    for (int k = 0; k < {a}; ++k) {{ const float e = x[base + (long)k * {i}]; {step} }}
+    y[t] = {fin};
+  }}
+}}
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# Data movement
+
+
+class Copy(Template):
+    """``out[idx] = in[offset + sum(idx * strides)]``: transposes, slices and broadcasts."""
+
+    family = "copy"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "copy", "x".join(map(str, p["shape"])), "s" + "x".join(map(str, p["strides"])), f"o{p['offset']}", "f32"
+        )
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        body = f"out0[o] = in0[{p['offset']}L + x0];"
+        return (
+            f"static void {sym}(const float* in0, float* out0, unsigned char* ws, int nt) {{\n  (void)ws;\n"
+            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
+            + "\n}\n"
+        )
+
+
+class Concat(Template):
+    """Concatenation as ``outer`` rows of per-input contiguous chunks (``chunks[i]`` floats each)."""
+
+    family = "concat"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        chunks = p["chunks"]
+        total = sum(chunks)
+        args = ", ".join([*(f"const float* in{i}" for i in range(len(chunks))), "float* out0", "unsigned char* ws", "int nt"])
+        body = []
+        off = 0
+        for i, c in enumerate(chunks):
+            body.append(f"    memcpy(out0 + r * {total}L + {off}, in{i} + r * {c}L, {c * 4});")
+            off += c
+        return f"""
+static void {sym}({args}) {{
+  (void)ws;
+  {_par(p['outer'] * total)}
+  for (long r = 0; r < {p['outer']}; ++r) {{
+{chr(10).join(body)}
+  }}
+}}
+"""
+
+
+class Split(Template):
+    family = "split"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        chunks = p["chunks"]
+        total = sum(chunks)
+        args = ", ".join(["const float* in0", *(f"float* out{i}" for i in range(len(chunks))), "unsigned char* ws", "int nt"])
+        body = []
+        off = 0
+        for i, c in enumerate(chunks):
+            body.append(f"    memcpy(out{i} + r * {c}L, in0 + r * {total}L + {off}, {c * 4});")
+            off += c
+        return f"""
+static void {sym}({args}) {{
+  (void)ws;
+  {_par(p['outer'] * total)}
+  for (long r = 0; r < {p['outer']}; ++r) {{
+{chr(10).join(body)}
+  }}
+}}
+"""
+
+
+for _t in (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split()):
+    register(_t)

@@ -1,0 +1,19 @@
+"""Lowering from the tensor (and layout) dialects to the kernel dialect: kernel selection from one
+registry, epilogue fusion, ahead-of-time weight packing and static memory planning."""
+
+from passes.lowering.fuse import FuseEpiloguePass
+from passes.lowering.pack import PackWeightsPass
+from passes.lowering.plan import PlanMemoryPass, weights_blob
+from passes.lowering.select import LowerToKernelPass, LoweringError
+
+LOWERING_PASSES = (LowerToKernelPass, FuseEpiloguePass, PackWeightsPass, PlanMemoryPass)
+
+__all__ = [
+    "LOWERING_PASSES",
+    "FuseEpiloguePass",
+    "LowerToKernelPass",
+    "LoweringError",
+    "PackWeightsPass",
+    "PlanMemoryPass",
+    "weights_blob",
+]

@@ -1,0 +1,51 @@
+"""Helpers for the code-generation tests: compile a traced function for a target and compare every
+output with the reference interpreter on the same inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+import compiler as xm
+from backends.reference import run_module
+from compiler.compile import CompiledModel, compile
+from compiler.targets import parse_target, runs_here
+
+X86_TARGETS = ["x86-avx2", "x86-avx512"]
+
+
+def require(target: str) -> None:
+    """Skip when this machine cannot run code for ``target`` (e.g. no AVX-512 in /proc/cpuinfo)."""
+    if not runs_here(parse_target(target)):
+        pytest.skip(f"this CPU cannot run {target}")
+
+
+def compile_fn(fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, threads: int = 1) -> CompiledModel:
+    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
+    traced(*[xm.tensor(x) for x in inputs])
+    return compile(traced, target, threads=threads)
+
+
+def check(
+    fn: Callable[..., object],
+    inputs: Sequence[np.ndarray],
+    target: str,
+    *,
+    threads: int = 1,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+) -> CompiledModel:
+    """Compile ``fn`` for ``target``, run it, and compare with the reference interpreter."""
+    require(target)
+    compiled = compile_fn(fn, inputs, target, threads)
+    want = run_module(compiled._stages["tensor"], list(inputs))  # type: ignore[arg-type]
+    got = compiled.run(inputs)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        w = np.asarray(w, np.float32)
+        assert g.shape == w.shape, f"output {i}: shape {g.shape} != {w.shape}"
+        scale = max(1.0, float(np.abs(w).max()))
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale, err_msg=f"output {i} ({target})")
+    return compiled
