@@ -27,6 +27,7 @@ from xdsl.utils.arg_spec import parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from dialects.layout import LayoutDialect
 from dialects.tensor import Mgb
 from dialects.weights import full_weights
 from passes.registry import (
@@ -66,6 +67,8 @@ class XmgeOptMain(xDSLOptMain):
         origins = dict.fromkeys(self.ctx.registered_dialect_names, "xDSL")
         self.ctx.register_dialect(Mgb.name, lambda: Mgb)
         origins[Mgb.name] = "xmge (dialects.tensor)"
+        self.ctx.register_dialect(LayoutDialect.name, lambda: LayoutDialect)
+        origins[LayoutDialect.name] = "xmge (dialects.layout)"
         for ep in importlib.metadata.entry_points(group=DIALECT_ENTRY_POINT_GROUP):
             if ep.name in origins:
                 raise PluginError(

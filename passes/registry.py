@@ -23,6 +23,7 @@ from xdsl.passes import ModulePass, get_pass_option_infos
 
 from passes.canonicalize import MgbCanonicalizePass
 from passes.dce import MgbDeadCodeEliminationPass
+from passes.layout import LAYOUT_PASSES
 
 ENTRY_POINT_GROUP = "xmge.passes"
 
@@ -31,6 +32,7 @@ PassFactory = Callable[[], type[ModulePass]]
 BUILTIN_PASSES: tuple[type[ModulePass], ...] = (
     MgbCanonicalizePass,
     MgbDeadCodeEliminationPass,
+    *LAYOUT_PASSES,
 )
 
 

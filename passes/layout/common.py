@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import (
@@ -58,10 +57,11 @@ def is_float_value(v: SSAValue) -> bool:
     return is_float(tensor_type(v).element_type)
 
 
-def blocked_source(v: SSAValue) -> tuple[SSAValue, Layout] | None:
-    """``(x, A)`` when ``v`` is ``relayout(x : A) -> plain`` and keeps every element of ``x``."""
+def blocked_source(v: SSAValue, via: Layout | None = None) -> tuple[SSAValue, Layout] | None:
+    """``(x, A)`` when ``v`` is ``relayout(x : A) -> via`` (default plain) and keeps every element
+    of ``x``."""
     op = v.owner
-    if isinstance(op, L.RelayoutOp) and L.layout_of(v.type) is None and op.is_lossless():
+    if isinstance(op, L.RelayoutOp) and L.layout_of(v.type) == via and op.is_lossless():
         src = L.layout_of(op.input.type)
         if src is not None:
             return op.input, src
@@ -73,7 +73,7 @@ def as_layout(v: SSAValue, layout: Layout | None, rewriter: PatternRewriter, bef
     otherwise a new relayout (of a constant: folded by ``FoldRelayoutOfConst``)."""
     if L.layout_of(v.type) == layout:
         return v
-    found = blocked_source(v)
+    found = blocked_source(v, L.layout_of(v.type))
     if found is not None and found[1] == layout:
         return found[0]
     op = L.RelayoutOp.build(v, layout)
@@ -82,24 +82,28 @@ def as_layout(v: SSAValue, layout: Layout | None, rewriter: PatternRewriter, bef
 
 
 def replace_with_blocked(op: Operation, new: Operation, rewriter: PatternRewriter) -> None:
-    """Replace ``op`` by ``new`` (same attributes) whose result is blocked, handing a plain value
-    back to ``op``'s users through a relayout."""
+    """Replace ``op`` by ``new`` (same attributes) whose result is blocked, handing a value in the
+    old result's layout back to ``op``'s users through a relayout."""
     new.attributes.update(op.attributes)
-    if L.layout_of(new.results[0].type) is None:  # e.g. NCHW4_NCHW convs
+    old_layout = L.layout_of(op.results[0].type)
+    if L.layout_of(new.results[0].type) == old_layout:  # e.g. NCHW4_NCHW convs
         rewriter.replace(op, new)
         return
-    back = L.RelayoutOp.build(new.results[0], None)
+    back = L.RelayoutOp.build(new.results[0], old_layout)
     rewriter.replace(op, [new, back], [back.output])
 
 
 def blocked_result_type(v: SSAValue, layout: Layout | None) -> TensorType:
-    return L.to_layout(tensor_type(v), layout)
+    """The type of ``v``'s (logical) value in ``layout``."""
+    return L.to_layout(L.to_logical(tensor_type(v)), layout)
 
 
-def channels_fit(v: SSAValue, layout: Layout) -> bool:
-    """``v`` is a 4-D plain tensor whose channels fill whole blocks of ``layout``."""
-    s = shape(v)
-    return L.layout_of(v.type) is None and len(s) == 4 and s[1] % L.SPECS[layout].align(1) == 0
+def channels_fit(v: SSAValue, layout: Layout, base: Layout | None = None) -> bool:
+    """``v`` is a 4-D tensor in ``base`` whose channels fill whole blocks of ``layout``."""
+    if L.layout_of(v.type) != base:
+        return False
+    s = L.to_logical(tensor_type(v)).get_shape()
+    return len(s) == 4 and s[1] % L.SPECS[layout].align(1) == 0
 
 
 def is_scalar(v: SSAValue) -> bool:
@@ -116,14 +120,16 @@ class FollowPooling(RewritePattern):
 
     formats: Mapping[Layout, Any]
     adaptive: bool = True
+    base: Layout | None = None  # the layout the pooling runs in now (and its format)
+    base_format: Any = Format.NCHW
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         kinds = (T.PoolingOp, T.AdaptivePoolingOp) if self.adaptive else (T.PoolingOp,)
         if not isinstance(op, kinds):
             return
         p = op.params()
-        found = blocked_source(op.operands[0])
-        if p["format"] != Format.NCHW or found is None or found[1] not in self.formats:
+        found = blocked_source(op.operands[0], self.base)
+        if p["format"] != self.base_format or found is None or found[1] not in self.formats:
             return
         x, layout = found
         new = type(op).make(
@@ -138,20 +144,22 @@ class FollowElemwise(RewritePattern):
     input is 4-D with whole blocks of channels (those are relaid; constants fold)."""
 
     layouts: frozenset[Layout]
+    base: Layout | None = None  # the layout the op runs in now
     kinds: tuple[type[T.MgbOp], ...] = (T.ElemwiseOp, T.TypeCvtOp)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, self.kinds) or L.layout_of(op.results[0].type) is not None:
+        if not isinstance(op, self.kinds) or L.layout_of(op.results[0].type) != self.base:
             return
-        found = {f[1] for v in op.operands if (f := blocked_source(v)) is not None}
+        found = {f[1] for v in op.operands if (f := blocked_source(v, self.base)) is not None}
         if len(found) != 1 or not found <= self.layouts:
             return
         (layout,) = found
         if not all(
-            is_scalar(v) or blocked_source(v) is not None or channels_fit(v, layout) for v in op.operands
+            is_scalar(v) or blocked_source(v, self.base) is not None or channels_fit(v, layout, self.base)
+            for v in op.operands
         ):
             return
-        if len(shape(op.results[0])) != 4:
+        if len(L.to_logical(tensor_type(op.results[0])).get_shape()) != 4:
             return
         operands = [v if is_scalar(v) else as_layout(v, layout, rewriter, op) for v in op.operands]
         new = type(op).make(operands, [blocked_result_type(op.results[0], layout)], **op.params())
@@ -236,13 +244,11 @@ def rewrite(module: ModuleOp, patterns: list[RewritePattern], ctx: Context | Non
     PatternRewriteWalker(applier).rewrite_module(module)
 
 
-def fuse_conv_bias_nonlinearity(module: ModuleOp) -> None:
+def fuse_conv_bias_nonlinearity(module: ModuleOp, ctx: Context | None = None) -> None:
     """MegEngine's FuseConvBiasNonlinPass, which every layout option runs first (spec B.4)."""
-    from backends.mge.rewrites import fuse_conv_bias_nonlinearity as fuse
+    from passes.inference.conv_bias import FuseConvBiasNonlinearityPass
 
-    for fn in module.ops:
-        if isinstance(fn, func.FuncOp):
-            fuse(fn)
+    FuseConvBiasNonlinearityPass().apply(ctx or Context(), module)
 
 
 @dataclass

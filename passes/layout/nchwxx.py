@@ -155,7 +155,7 @@ def convert_nchwxx(
     module: ModuleOp, target: NchwxxTarget, padding: str, *, fuse: bool, pad: bool, ctx: Context | None
 ) -> None:
     if fuse:
-        fuse_conv_bias_nonlinearity(module)
+        fuse_conv_bias_nonlinearity(module, ctx)
     if pad:
         pad_channels(module, padding, ctx)
     rewrite(module, nchwxx_patterns(target), ctx)
