@@ -508,7 +508,10 @@ def _accumulator_elem(op: str, src: TensorType, filt: TensorType) -> Attribute:
     for another quantized result type), else the integer operands' dtype."""
     a, b = src.element_type, filt.element_type
     if isinstance(a, QuantizedType) and isinstance(b, QuantizedType):
-        return QuantizedType("qint32", a.scale_value * b.scale_value)
+        import numpy as np
+
+        # a float32 scale, as MegEngine's DType holds (and the .mge file stores) it
+        return QuantizedType("qint32", float(np.float32(a.scale_value * b.scale_value)))
     if isinstance(a, QuantizedType) or isinstance(b, QuantizedType):
         raise ShapeInferenceError(op, f"cannot mix quantized and plain operands ({a} and {b})")
     return _same_dtype(op, (src, filt)) if is_float(a) else a
