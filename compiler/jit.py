@@ -82,7 +82,9 @@ class Trace:
     def finish(self, outputs: Sequence[Tensor], output_names: Sequence[str] | None = None) -> ModuleOp:
         results = [self.value_of(t) for t in outputs]
         self.builder.insert(func.ReturnOp(*results))
-        fn = func.FuncOp("main", ([a.type for a in self.block.args], [r.type for r in results]), Region(self.block))
+        fn = func.FuncOp(
+            "main", ([a.type for a in self.block.args], [r.type for r in results]), Region(self.block)
+        )
         fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in self.input_names])
         if output_names is not None:
             fn.attributes["output_names"] = ArrayAttr([StringAttr(n) for n in output_names])
@@ -138,10 +140,15 @@ def _flatten_outputs(fn_name: str, out: Any) -> tuple[list[Tensor], Callable[[li
         return [out[k] for k in keys], lambda xs: dict(zip(keys, xs, strict=True))
     what = type(out).__name__
     if isinstance(out, tuple | list | dict):
-        bad = [type(o).__name__ for o in (out.values() if isinstance(out, dict) else out) if not isinstance(o, Tensor)]
+        bad = [
+            type(o).__name__
+            for o in (out.values() if isinstance(out, dict) else out)
+            if not isinstance(o, Tensor)
+        ]
         what = f"{what} containing {', '.join(sorted(set(bad))) or 'nothing'}"
     raise TraceError(
-        f"traced function {fn_name} must return a Tensor or a non-empty tuple/list/dict of Tensors, got {what}"
+        f"traced function {fn_name} must return a Tensor or a non-empty tuple/list/dict of Tensors, "
+        f"got {what}"
     )
 
 
@@ -186,7 +193,9 @@ class trace:  # noqa: N801 - MegEngine's name
                 tensors.append(a)
                 names.append(f"arg_{i}")
             elif isinstance(a, np.ndarray):
-                raise TraceError(f"argument {i} of {self.__name__} is a numpy array; pass compiler.Tensor inputs")
+                raise TraceError(
+                    f"argument {i} of {self.__name__} is a numpy array; pass compiler.Tensor inputs"
+                )
         for k in sorted(kwargs):
             if isinstance(kwargs[k], Tensor):
                 tensors.append(kwargs[k])

@@ -15,7 +15,6 @@ from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
 
 
-
 def _pair(v: int | Sequence[int]) -> tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(x) for x in v)  # type: ignore[return-value]
 
