@@ -164,7 +164,9 @@ def test_mgb_ops_in_blocked_formats_infer_and_reject() -> None:
     with pytest.raises(T.ShapeInferenceError, match="input must be #layout.fmt<nchw88>"):
         T.ConvolutionOp.infer([xt, wl], format=enums.Format.NCHW88, sparse=enums.ConvSparse.DENSE)
     with pytest.raises(T.ShapeInferenceError, match="needs a 7-D GKCRSc4k4 or 6-D C11RSc4"):
-        T.ConvolutionOp.infer([xt, TensorType(f32, [3, 3, 3])], format=enums.Format.NCHW44, sparse=enums.ConvSparse.GROUP)
+        T.ConvolutionOp.infer(
+            [xt, TensorType(f32, [3, 3, 3])], format=enums.Format.NCHW44, sparse=enums.ConvSparse.GROUP
+        )
     hybrid = TensorType(f32, [3, 3, 3, 3, 4], L.LayoutAttr(Layout.KRSCk4))
     (out,) = T.ConvBiasOp.infer([TensorType(f32, [1, 3, 6, 6]), hybrid], **dense)
     assert out == TensorType(f32, [1, 3, 4, 4, 4], L.LayoutAttr(Layout.NCHW44))
@@ -451,7 +453,11 @@ def int8_module(channels: tuple[int, ...], kind: str = "qint8", group: bool = Fa
 
 
 def int8_input(module: ModuleOp) -> np.ndarray:
-    t = next(iter(module.walk())).body.block.args[0].type  # type: ignore[attr-defined]
+    from xdsl.dialects import func
+
+    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    t = fn.body.block.args[0].type
+    assert isinstance(t, TensorType)
     return np.random.default_rng(4).integers(-60, 60, t.get_shape()).astype(np.int8)
 
 
