@@ -40,7 +40,7 @@ def test_filecheck(run) -> None:
 
 def test_registry_is_keyed_by_each_pass_name() -> None:
     table = builtin_passes()
-    assert set(table) == {"mgb-canonicalize", "mgb-dce"}
+    assert {"mgb-canonicalize", "mgb-dce"} <= set(table)
     for name, cls in table.items():
         assert cls.name == name
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
