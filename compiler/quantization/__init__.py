@@ -72,8 +72,8 @@ class QuantizedModel(Module):
         fn = p.fn
         for arg in fn.body.block.args:
             self._scales[arg] = _scale(ranges[arg])
-        units: list[Module] = []
-        self._unit_params: dict[int, QuantizedUnit] = {}
+        units: dict[str, QuantizedUnit] = {}
+        self._unit_key: dict[int, str] = {}
         for i, u in enumerate(p.units):
             if u.kind in ("conv", "linear", "add"):
                 self._scales[u.output] = _scale(ranges[u.output])
@@ -91,10 +91,12 @@ class QuantizedModel(Module):
                 s_w = _scale(float(np.abs(u.weight).max()))
                 w_dtype = D.qint8(s_w)
                 b_dtype = D.qint32(D.get_scale(D.qint8(s_in)) * D.get_scale(w_dtype))
-                unit = QuantizedUnit(u.weight, u.bias, w_dtype, b_dtype)
-                units.append(unit)
-                self._unit_params[i] = unit
-        self.units = units
+                bias = u.bias.reshape(1, -1, 1, 1) if u.kind == "conv" else u.bias
+                key = u.name if u.name not in units else f"{u.name}#{i}"
+                units[key] = QuantizedUnit(u.weight, bias, w_dtype, b_dtype)
+                self._unit_key[i] = key
+        # parameters named after the float model's modules: "quantized.<scope>.weight"
+        self.quantized = units
         self._names = [str(a.data) for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
 
     # -- execution ------------------------------------------------------------------------------
@@ -131,13 +133,13 @@ class QuantizedModel(Module):
     def _run(self, i: int, u: Unit, env: dict[SSAValue, Tensor], batch: int) -> Tensor:
         out_dtype = D.qint8(self._scales[u.output]) if u.output in self._scales else None
         if u.kind == "conv":
-            params = self._unit_params[i]
+            params = self.quantized[self._unit_key[i]]
             p = u.op.params()
             groups = params.weight.shape[0] if p["sparse"] == enums.ConvSparse.GROUP else 1
             return F.quantized.conv_bias_activation(
                 self._q(u.inputs[0], env),
                 params.weight,
-                params.bias.reshape(1, -1, 1, 1),
+                params.bias,
                 dtype=out_dtype,
                 stride=p["stride"],
                 padding=p["padding"],
@@ -146,7 +148,7 @@ class QuantizedModel(Module):
                 nonlinear_mode="relu" if u.relu else "identity",
             )
         if u.kind == "linear":
-            params = self._unit_params[i]
+            params = self.quantized[self._unit_key[i]]
             (acc,) = apply(
                 T.MatrixMulOp, [self._q(u.inputs[0], env), params.weight], label="linear", transpose_b=True
             )
@@ -221,6 +223,9 @@ def quantize(
     batches = [tuple(b) if isinstance(b, tuple | list) else (b,) for b in calibration]
     if not batches:
         raise ValueError("quantize needs at least one calibration batch")
+    shapes = {tuple(np.shape(x) for x in b) for b in batches}
+    if len(shapes) != 1:
+        raise ValueError(f"calibration batches must all have one shape, got {sorted(shapes)}")
     fn = trace_float(model, batches[0])
     p = plan(fn)
     points = set(fn.body.block.args) | {u.output for u in p.units}
