@@ -5,6 +5,7 @@
 """
 
 from compiler import autodiff, functional, jit, module, optimizer, random
+from compiler.compile import compile  # noqa: A004 - the issue's xm.compile(...)
 from compiler.core import OpError, XmgeError
 from compiler.serialization import load, save
 from compiler.tensor import Parameter, Tensor, tensor
@@ -12,6 +13,6 @@ from compiler.tensor import Parameter, Tensor, tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "OpError", "Parameter", "Tensor", "XmgeError", "autodiff", "functional", "jit", "load", "module",
-    "optimizer", "random", "save", "tensor",
+    "OpError", "Parameter", "Tensor", "XmgeError", "autodiff", "compile", "functional", "jit", "load",
+    "module", "optimizer", "random", "save", "tensor",
 ]

@@ -72,7 +72,9 @@ def to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> Module
         if isinstance(model, Module):
             model.eval()
         traced = trace(lambda *xs: model(*xs), symbolic=True, capture_as_const=True)
-        traced(*[x if isinstance(x, Tensor) else Tensor(np.asarray(x, dtype=np.float32)) for x in example_inputs])
+        traced(
+            *[x if isinstance(x, Tensor) else Tensor(np.asarray(x, dtype=np.float32)) for x in example_inputs]
+        )
         return traced.module
     raise CompileError(f"compile: cannot compile a {type(model).__name__}")
 
@@ -197,7 +199,9 @@ class CompiledModel:
         outs = self.run(inputs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def run_runner(self, inputs: Sequence[np.ndarray], *, sanitize: bool = False, iters: int = 1) -> list[np.ndarray]:
+    def run_runner(
+        self, inputs: Sequence[np.ndarray], *, sanitize: bool = False, iters: int = 1
+    ) -> list[np.ndarray]:
         """Run the standalone runner program on ``inputs`` (a sanitizer build with ``sanitize``)."""
         from backends.c.build import build
 
@@ -214,10 +218,14 @@ class CompiledModel:
             outs = [os.path.join(d, f"out{i}.bin") for i in range(len(self.output_types))]
             for p in outs:
                 cmd += ["-o", p]
-            env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+            env = dict(
+                os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1"
+            )
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0:
-                raise CompileError(f"runner failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")
+                raise CompileError(
+                    f"runner failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
+                )
             shapes = [tuple(t.get_shape()) for t in self.output_types]  # type: ignore[union-attr]
             return [np.fromfile(p, np.float32).reshape(s) for p, s in zip(outs, shapes, strict=True)]
 
@@ -281,7 +289,9 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     if threads < 1:
         raise CompileError(f"threads must be >= 1, got {threads}")
     if tgt.options:
-        raise CompileError(f"target options {', '.join(tgt.options)} are not implemented by the C backend yet")
+        raise CompileError(
+            f"target options {', '.join(tgt.options)} are not implemented by the C backend yet"
+        )
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     module = to_module(model, example_inputs)
@@ -326,7 +336,12 @@ def benchmark(
         run()
         times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "mean_ms": sum(times) / len(times), "runs": len(times)}
+    return {
+        "median_ms": times[len(times) // 2],
+        "min_ms": times[0],
+        "mean_ms": sum(times) / len(times),
+        "runs": len(times),
+    }
 
 
 __all__ = ["CompileError", "CompiledModel", "benchmark", "compile", "compile_file", "to_module"]

@@ -19,10 +19,11 @@ from lark import Lark, LarkError, Token, Tree
 
 GRAMMAR = r"""
 target: ARCH features options
-features: ("-" WORD)*
-options: ("+" WORD)*
+features: ("-" FEATURE)*
+options: ("+" OPTION)*
 ARCH: /[a-z][a-z0-9_]*/
-WORD: /[a-z0-9][a-z0-9_]*(-[a-z0-9_]+)*/
+FEATURE: /[a-z0-9][a-z0-9_]*/
+OPTION: /[a-z0-9][a-z0-9_]*(-[a-z0-9_]+)*/
 """
 
 ARCHES: dict[str, str] = {
@@ -150,7 +151,9 @@ def runs_here(target: Target) -> bool:
         return True
     if target.arch != "x86":
         return False
-    need = {"avx2", "fma"} | ({"avx512f", "avx512bw", "avx512vl", "avx512dq"} if "avx512" in target.features else set())
+    need = {"avx2", "fma"} | (
+        {"avx512f", "avx512bw", "avx512vl", "avx512dq"} if "avx512" in target.features else set()
+    )
     return need <= cpu_flags()
 
 

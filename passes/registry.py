@@ -24,6 +24,7 @@ from xdsl.passes import ModulePass, get_pass_option_infos
 from passes.canonicalize import MgbCanonicalizePass
 from passes.dce import MgbDeadCodeEliminationPass
 from passes.layout import LAYOUT_PASSES
+from passes.lowering import LOWERING_PASSES
 
 ENTRY_POINT_GROUP = "xmge.passes"
 
@@ -33,6 +34,7 @@ BUILTIN_PASSES: tuple[type[ModulePass], ...] = (
     MgbCanonicalizePass,
     MgbDeadCodeEliminationPass,
     *LAYOUT_PASSES,
+    *LOWERING_PASSES,
 )
 
 

@@ -22,7 +22,9 @@ def require(target: str) -> None:
         pytest.skip(f"this CPU cannot run {target}")
 
 
-def compile_fn(fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, threads: int = 1) -> CompiledModel:
+def compile_fn(
+    fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, threads: int = 1
+) -> CompiledModel:
     traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
     traced(*[xm.tensor(x) for x in inputs])
     return compile(traced, target, threads=threads)

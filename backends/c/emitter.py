@@ -125,9 +125,7 @@ class CEmitter:
         return (
             "void xm_model_run_impl(void* const* in, void* const* out, unsigned char* arena,\n"
             "                       const unsigned char* weights, int nt) {\n"
-            "  (void)in; (void)out; (void)arena; (void)weights; (void)nt;\n"
-            + "\n".join(body)
-            + "\n}\n"
+            "  (void)in; (void)out; (void)arena; (void)weights; (void)nt;\n" + "\n".join(body) + "\n}\n"
         )
 
     def _metadata(self, fn: func.FuncOp, plan: K.PlanAttr) -> str:

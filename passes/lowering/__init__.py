@@ -4,7 +4,7 @@ registry, epilogue fusion, ahead-of-time weight packing and static memory planni
 from passes.lowering.fuse import FuseEpiloguePass
 from passes.lowering.pack import PackWeightsPass
 from passes.lowering.plan import PlanMemoryPass, weights_blob
-from passes.lowering.select import LowerToKernelPass, LoweringError
+from passes.lowering.select import LoweringError, LowerToKernelPass
 
 LOWERING_PASSES = (LowerToKernelPass, FuseEpiloguePass, PackWeightsPass, PlanMemoryPass)
 

@@ -99,7 +99,12 @@ def try_fuse(module: ModuleOp, call: K.CallOp) -> bool:
 
 
 def _absorb_add(
-    family: str, producer: K.CallOp, operands: list[SSAValue], new: dict[str, Any], other: SSAValue, call: K.CallOp
+    family: str,
+    producer: K.CallOp,
+    operands: list[SSAValue],
+    new: dict[str, Any],
+    other: SSAValue,
+    call: K.CallOp,
 ) -> bool:
     """Fold ``+ other`` into the epilogue parameters and operands; False if it does not fit."""
     out = shape(producer.outputs[0])

@@ -67,7 +67,9 @@ def shape(v: SSAValue) -> tuple[int, ...]:
 
 
 def is_f32(*values: SSAValue) -> bool:
-    return all(isinstance(v.type, TensorType) and isinstance(v.type.element_type, Float32Type) for v in values)
+    return all(
+        isinstance(v.type, TensorType) and isinstance(v.type.element_type, Float32Type) for v in values
+    )
 
 
 def const_array(v: SSAValue) -> np.ndarray | None:
@@ -228,7 +230,9 @@ def _elemwise(op: Operation, isa: str) -> Lowered | None:
     return Lowered(params, list(op.operands))
 
 
-def _pool_params(op: Operation, mode: Any, window: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int]) -> Lowered | None:
+def _pool_params(
+    op: Operation, mode: Any, window: tuple[int, int], stride: tuple[int, int], pad: tuple[int, int]
+) -> Lowered | None:
     if not is_f32(*op.operands, *op.results):
         return None
     n, c, ih, iw = shape(op.operands[0])
@@ -329,7 +333,9 @@ def _subtensor(op: Operation, isa: str) -> Lowered | None:
     strides = list(src)
     offset = 0
     dropped = set()
-    for axis, start, stop, step, drop in zip(p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True):
+    for axis, start, stop, step, drop in zip(
+        p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
+    ):
         r = range(*slice(start, stop, step).indices(s[axis]))
         offset += (r.start if len(r) else 0) * src[axis]
         strides[axis] = src[axis] * step

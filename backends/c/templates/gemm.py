@@ -161,7 +161,9 @@ class ConvGemm(Template):
         geo = self.geometry(p)
         mr, nr, kc = p["mr"], p["nr"], p["kc"]
         extra, act = _epilogue_args(p)
-        args = ", ".join(["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
+        )
         ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
         sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
         K, NP, MP, RP = geo["K"], geo["NP"], geo["MP"], geo["RP"]
@@ -179,11 +181,11 @@ class ConvGemm(Template):
             pack = f"""
       const int orow = j / {RP}, ow0 = (j % {RP}) * {nr};
       int k = 0;
-      for (int ic = 0; ic < {geo['icg']}; ++ic) {{
+      for (int ic = 0; ic < {geo["icg"]}; ++ic) {{
         const float* plane = xg + (long)ic * {ih * iw};
-        for (int kh = 0; kh < {p['fh']}; ++kh) {{
+        for (int kh = 0; kh < {p["fh"]}; ++kh) {{
           const int ihh = orow * {sh} - {ph} + kh * {dh};
-          for (int kw = 0; kw < {p['fw']}; ++kw, ++k) {{
+          for (int kw = 0; kw < {p["fw"]}; ++kw, ++k) {{
             float* d = dst + (long)k * {nr};
             if ((unsigned)ihh >= {ih}u) {{ for (int c = 0; c < {nr}; ++c) d[c] = 0.f; continue; }}
             const float* row = plane + (long)ihh * {iw};
@@ -208,10 +210,10 @@ class ConvGemm(Template):
         else {{ ihb[c] = -(1 << 28); iwb[c] = 0; }}
       }}
       int k = 0;
-      for (int ic = 0; ic < {geo['icg']}; ++ic) {{
+      for (int ic = 0; ic < {geo["icg"]}; ++ic) {{
         const float* plane = xg + (long)ic * {ih * iw};
-        for (int kh = 0; kh < {p['fh']}; ++kh)
-          for (int kw = 0; kw < {p['fw']}; ++kw, ++k) {{
+        for (int kh = 0; kh < {p["fh"]}; ++kh)
+          for (int kw = 0; kw < {p["fw"]}; ++kw, ++k) {{
             float* d = dst + (long)k * {nr};
             for (int c = 0; c < {nr}; ++c) {{
               const int ihh = ihb[c] + kh * {dh}, iww = iwb[c] + kw * {dw};
@@ -220,10 +222,14 @@ class ConvGemm(Template):
           }}
       }}"""
         if p["pack"] == "rows":
-            cols = f"const int col0 = (j / {RP}) * {ow} + (j % {RP}) * {nr}; const int nv0 = {ow} - (j % {RP}) * {nr};"
+            cols = (
+                f"const int col0 = (j / {RP}) * {ow} + (j % {RP}) * {nr}; "
+                f"const int nv0 = {ow} - (j % {RP}) * {nr};"
+            )
         else:
             cols = f"const int col0 = j * {nr}; const int nv0 = {P} - col0;"
         mchunks = "mch"
+        resg = f"res + ((long)n * {p['oc']} + (long)g * {geo['ocg']}) * {P}" if p["residual"] else "0"
         epi_bias = "bias[g * " + str(geo["ocg"]) + " + m0 + i]" if p["bias"] else "0.f"
         epi_res = f"resg[(long)(m0 + i) * {P} + col0 + c]" if p["residual"] else "0.f"
         return f"""
@@ -231,11 +237,11 @@ static void {sym}({args}) {{
   float* bp = (float*)ws;
   const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
   const int mper = ({MP} + mch - 1) / mch;
-  for (int n = 0; n < {p['n']}; ++n)
-  for (int g = 0; g < {p['groups']}; ++g) {{
-    const float* xg = x + ((long)n * {p['ic']} + (long)g * {geo['icg']}) * {ih * iw};
-    float* yg = y + ((long)n * {p['oc']} + (long)g * {geo['ocg']}) * {P};
-    const float* resg = {"res + ((long)n * " + str(p['oc']) + " + (long)g * " + str(geo['ocg']) + ") * " + str(P) if p['residual'] else "0"};
+  for (int n = 0; n < {p["n"]}; ++n)
+  for (int g = 0; g < {p["groups"]}; ++g) {{
+    const float* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {ih * iw};
+    float* yg = y + ((long)n * {p["oc"]} + (long)g * {geo["ocg"]}) * {P};
+    const float* resg = {resg};
     const float* wg = w + (long)g * {MP * K * mr};
     (void)resg;
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
@@ -255,7 +261,7 @@ static void {sym}({args}) {{
         const float* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
         for (int mp = mlo; mp < mhi; ++mp) {{
           const int m0 = mp * {mr};
-          const int mv = {geo['ocg']} - m0 < {mr} ? {geo['ocg']} - m0 : {mr};
+          const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
           const float* A = wg + (long)mp * {K * mr} + (long)k0 * {mr};
           float* Ct = yg + (long)m0 * ldc + col0;
           {_tile_call(self.isa, mr, nr)}
@@ -263,7 +269,7 @@ static void {sym}({args}) {{
       }}
       for (int mp = mlo; mp < mhi; ++mp) {{
         const int m0 = mp * {mr};
-        const int mv = {geo['ocg']} - m0 < {mr} ? {geo['ocg']} - m0 : {mr};
+        const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
         for (int i = 0; i < mv; ++i) {{
           float* row = yg + (long)(m0 + i) * ldc + col0;
           const float b = {epi_bias};
@@ -340,7 +346,9 @@ class MatmulGemm(Template):
         mr, nr, kc = p["mr"], p["nr"], p["kc"]
         M, N, Kd, MP, NP = p["m"], p["n"], p["k"], geo["MP"], geo["NP"]
         extra, act = _epilogue_args(p)
-        args = ", ".join(["const float* a", "const float* b", *extra, "float* y", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            ["const float* a", "const float* b", *extra, "float* y", "unsigned char* ws", "int nt"]
+        )
         a_at = "a0[(long)k * " + str(M) + " + r]" if p["ta"] else "a0[(long)r * " + str(Kd) + " + k]"
         b_at = "b0[(long)c * " + str(Kd) + " + k]" if p["tb"] else "b0[(long)k * " + str(N) + " + c]"
         if p["b_const"]:
@@ -360,11 +368,11 @@ class MatmulGemm(Template):
         return f"""
 static void {sym}({args}) {{
   float* ap = (float*)ws;
-  for (int bt = 0; bt < {p['batch']}; ++bt) {{
+  for (int bt = 0; bt < {p["batch"]}; ++bt) {{
     const float* a0 = a + (long)bt * {M * Kd};
-    const float* b0 = b + (long)bt * {0 if p['b_const'] else N * Kd};
+    const float* b0 = b + (long)bt * {0 if p["b_const"] else N * Kd};
     float* yb = y + (long)bt * {M * N};
-    const float* rb = {"res + (long)bt * " + str(M * N) if p['residual'] else "0"};
+    const float* rb = {"res + (long)bt * " + str(M * N) if p["residual"] else "0"};
     (void)b0; (void)rb;
     for (int mp = 0; mp < {MP}; ++mp)
       for (int k = 0; k < {Kd}; ++k)

@@ -29,7 +29,11 @@ def _par(work: int) -> str:
 
 def _epilogue_name(p: dict[str, Any]) -> str:
     act = p.get("act", "identity")
-    words = ("bias" if p.get("bias") else "", "res" if p.get("residual") else "", act.upper() if act != "identity" else "")
+    words = (
+        "bias" if p.get("bias") else "",
+        "res" if p.get("residual") else "",
+        act.upper() if act != "identity" else "",
+    )
     return "_".join(w for w in words if w)
 
 
@@ -79,7 +83,9 @@ ELEMWISE_C: dict[str, str] = {
 _IN_PLACE_SAFE = set(ELEMWISE_C)
 
 
-def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+def collapse(
+    shape: Sequence[int], strides: Sequence[Sequence[int]]
+) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """Merge adjacent dimensions that every operand walks contiguously (or all broadcast), and drop
     size-1 dimensions: fewer, longer loops. ``strides`` are in elements, one row per operand."""
     dims = [(d, [s[i] for s in strides]) for i, d in enumerate(shape) if d != 1]
@@ -96,7 +102,7 @@ def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[tu
 
 
 def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a row-major ``in_shape`` read at every index of ``out_shape`` (0 where broadcast)."""
+    """Element strides of a row-major ``in_shape`` read at each index of ``out_shape`` (0: broadcast)."""
     nd = len(out_shape)
     shape = (1,) * (nd - len(in_shape)) + tuple(in_shape)
     strides = [0] * nd
@@ -138,7 +144,9 @@ class Elemwise(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n = len(p["strides"])
         names = "abcd"[:n]
-        args = ", ".join([*(f"const float* in{i}" for i in range(n)), "float* out0", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            [*(f"const float* in{i}" for i in range(n)), "float* out0", "unsigned char* ws", "int nt"]
+        )
         loads = " ".join(f"const float {names[i]} = in{i}[x{i}];" for i in range(n))
         body = f"{loads} out0[o] = {ELEMWISE_C[p['mode']]};"
         total = math.prod(p["shape"])
@@ -182,7 +190,9 @@ class ConvDepthwise(Template):
         sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
         c = p["c"]
         extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
-        args = ", ".join(["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
+        )
         # interior columns: every tap in range, so no checks in the vectorisable loop
         lo = min(ow, max(0, -(-pw // sw)))
         hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
@@ -191,8 +201,8 @@ class ConvDepthwise(Template):
         return f"""
 static void {sym}({args}) {{
   (void)ws;
-  {_par(p['n'] * c * oh * ow * fh * fw)}
-  for (int nc = 0; nc < {p['n'] * c}; ++nc) {{
+  {_par(p["n"] * c * oh * ow * fh * fw)}
+  for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
     const int ch = nc % {c};
     const float* xp = x + (long)nc * {ih * iw};
     const float* wp = w + (long)ch * {fh * fw};
@@ -218,7 +228,7 @@ static void {sym}({args}) {{
           }}
         }}
       }}
-      for (int q = 0; q < {ow}; ++q) yp[r * {ow} + q] = xm_act_{p['act']}(acc[q] + {bias} + {res});
+      for (int q = 0; q < {ow}; ++q) yp[r * {ow} + q] = xm_act_{p["act"]}(acc[q] + {bias} + {res});
     }}
   }}
 }}
@@ -260,8 +270,8 @@ class Pool2d(Template):
         return f"""
 static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
   (void)ws;
-  {_par(p['n'] * p['c'] * oh * ow * fh * fw)}
-  for (int nc = 0; nc < {p['n'] * p['c']}; ++nc) {{
+  {_par(p["n"] * p["c"] * oh * ow * fh * fw)}
+  for (int nc = 0; nc < {p["n"] * p["c"]}; ++nc) {{
     const float* xp = x + (long)nc * {ih * iw};
     float* yp = y + (long)nc * {oh * ow};
     for (int r = 0; r < {oh}; ++r)
@@ -305,7 +315,11 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
     const long base = (t / {i}) * {a * i} + t % {i};
     float m = -INFINITY, s = 0.f;
     for (int k = 0; k < {a}; ++k) m = fmaxf(m, x[base + (long)k * {i}]);
-    for (int k = 0; k < {a}; ++k) {{ const float e = expf(x[base + (long)k * {i}] - m); y[base + (long)k * {i}] = e; s += e; }}
+    for (int k = 0; k < {a}; ++k) {{
+      const float e = expf(x[base + (long)k * {i}] - m);
+      y[base + (long)k * {i}] = e;
+      s += e;
+    }}
     const float inv = 1.f / s;
     for (int k = 0; k < {a}; ++k) y[base + (long)k * {i}] *= inv;
   }}
@@ -354,7 +368,11 @@ class Copy(Template):
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            "copy", "x".join(map(str, p["shape"])), "s" + "x".join(map(str, p["strides"])), f"o{p['offset']}", "f32"
+            "copy",
+            "x".join(map(str, p["shape"])),
+            "s" + "x".join(map(str, p["strides"])),
+            f"o{p['offset']}",
+            "f32",
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
@@ -377,7 +395,14 @@ class Concat(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         chunks = p["chunks"]
         total = sum(chunks)
-        args = ", ".join([*(f"const float* in{i}" for i in range(len(chunks))), "float* out0", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            [
+                *(f"const float* in{i}" for i in range(len(chunks))),
+                "float* out0",
+                "unsigned char* ws",
+                "int nt",
+            ]
+        )
         body = []
         off = 0
         for i, c in enumerate(chunks):
@@ -386,8 +411,8 @@ class Concat(Template):
         return f"""
 static void {sym}({args}) {{
   (void)ws;
-  {_par(p['outer'] * total)}
-  for (long r = 0; r < {p['outer']}; ++r) {{
+  {_par(p["outer"] * total)}
+  for (long r = 0; r < {p["outer"]}; ++r) {{
 {chr(10).join(body)}
   }}
 }}
@@ -403,7 +428,14 @@ class Split(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         chunks = p["chunks"]
         total = sum(chunks)
-        args = ", ".join(["const float* in0", *(f"float* out{i}" for i in range(len(chunks))), "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            [
+                "const float* in0",
+                *(f"float* out{i}" for i in range(len(chunks))),
+                "unsigned char* ws",
+                "int nt",
+            ]
+        )
         body = []
         off = 0
         for i, c in enumerate(chunks):
@@ -412,8 +444,8 @@ class Split(Template):
         return f"""
 static void {sym}({args}) {{
   (void)ws;
-  {_par(p['outer'] * total)}
-  for (long r = 0; r < {p['outer']}; ++r) {{
+  {_par(p["outer"] * total)}
+  for (long r = 0; r < {p["outer"]}; ++r) {{
 {chr(10).join(body)}
   }}
 }}

@@ -1,0 +1,187 @@
+"""``compiler.compile`` end to end: targets, whole models against the reference (seed ConvNet,
+ResNet-18 on a small input, a real MegEngine .mge file), saving, IR stages and the memory plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from backends.reference import run_module
+from compiler.compile import CompileError, compile
+from compiler.hub.convnet import ConvNet
+from compiler.hub.resnet import resnet18
+from compiler.targets import Target, TargetError, parse_target
+from tests.codegen_util import X86_TARGETS, require
+from tests.conftest import data_path
+
+
+# -- targets ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "arch", "features", "options"),
+    [
+        ("ref", "ref", (), ()),
+        ("x86-avx2-nchw88", "x86", ("avx2", "nchw88"), ()),
+        ("x86-avx512", "x86", ("avx512",), ()),
+        ("arm-nchw44-dot", "arm", ("nchw44", "dot"), ()),
+        ("arm-fp16", "arm", ("fp16",), ()),
+        ("cuda-nchw4+ioc16", "cuda", ("nchw4",), ("ioc16",)),
+        ("x86-avx2+io16xc32+fuse-z", "x86", ("avx2",), ("io16xc32", "fuse-z")),
+    ],
+)
+def test_parse_target(text: str, arch: str, features: tuple[str, ...], options: tuple[str, ...]) -> None:
+    t = parse_target(text)
+    assert (t.arch, t.features, t.options) == (arch, features, options)
+    assert str(t) == text
+
+
+def test_target_properties() -> None:
+    assert parse_target("x86-avx512").isas == ("avx512", "avx2", "generic")
+    assert parse_target("x86-avx2-nchw88").layout == "nchw88"
+    assert parse_target("ref").backend == "reference"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("x68-avx2", "unknown architecture 'x68'.*valid: ref, x86, arm, cuda"),
+        ("x86-avx3", "unknown feature 'avx3' for x86.*valid: avx2, avx512, nchw88"),
+        ("arm-nchw44+io32", "unknown option 'io32'.*valid: ioc16, io16xc32, fuse-z"),
+        ("x86--avx2", "cannot parse target"),
+        ("arm-nchw44-nchw88", "unknown feature 'nchw88' for arm"),
+    ],
+)
+def test_bad_targets(text: str, message: str) -> None:
+    with pytest.raises(TargetError, match=message):
+        parse_target(text)
+
+
+# -- whole models ---------------------------------------------------------------------------------
+def _randomise(net, rng: np.random.Generator) -> None:  # type: ignore[no-untyped-def]
+    """Non-trivial biases and BN statistics, so that folding and fused epilogues are exercised."""
+    for name, t in net.named_tensors():
+        if "running_var" in name:
+            t._reset(rng.uniform(0.5, 2.0, t.shape).astype(np.float32))
+        elif "running_mean" in name or name.endswith("bias"):
+            t._reset(rng.uniform(-0.3, 0.3, t.shape).astype(np.float32))
+
+
+def _check_model(net, x: np.ndarray, target: str, threads: int = 1):  # type: ignore[no-untyped-def]
+    require(target)
+    compiled = compile(net, target, [x], threads=threads)
+    want = run_module(compiled._stages["tensor"], [x])[0]  # type: ignore[arg-type]
+    np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    return compiled
+
+
+@pytest.mark.parametrize("target", X86_TARGETS)
+def test_convnet(target: str) -> None:
+    rng = np.random.default_rng(0)
+    net = ConvNet()
+    _randomise(net, rng)
+    x = rng.standard_normal((1, 1, 28, 28)).astype(np.float32)
+    compiled = _check_model(net, x, target)
+    # conv1 (23040 B) and conv2's input, pooled, never live together with everything else: the
+    # activations need two conv1-sized slots at most, far less than the sum of all intermediates
+    activations = compiled.arena_size - compiled.workspace_size
+    assert activations == 23040 + 5760
+    assert compiled.workspace_size > 0 and compiled.weights_size >= 4 * (250 + 5000 + 16000 + 500)
+
+
+@pytest.mark.parametrize("target", X86_TARGETS)
+def test_resnet18_small_input(target: str) -> None:
+    rng = np.random.default_rng(1)
+    net = resnet18(num_classes=37)
+    _randomise(net, rng)
+    x = rng.standard_normal((1, 3, 48, 48)).astype(np.float32)
+    compiled = _check_model(net, x, target)
+    # liveness reuse: the largest intermediate is the stem's 64x24x24 output; at most a few of the
+    # block activations are ever live together
+    largest = 64 * 24 * 24 * 4
+    assert compiled.arena_size - compiled.workspace_size <= 3 * largest
+
+
+def test_resnet18_two_threads() -> None:
+    rng = np.random.default_rng(2)
+    net = resnet18(num_classes=10)
+    _randomise(net, rng)
+    _check_model(net, rng.standard_normal((2, 3, 32, 32)).astype(np.float32), "x86-avx2", threads=2)
+
+
+def test_mge_file_matches_megengine() -> None:
+    """A real MegEngine 1.13 dump, compiled from its path, against MegEngine's own outputs."""
+    require("x86-avx2")
+    x = np.load(data_path("convnet", "inputs.npz"))["data"]
+    want = np.load(data_path("convnet", "expected_plain.npz"))["fc2.ADD"]
+    compiled = compile(data_path("convnet", "plain.mge"), "x86-avx2")
+    np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-5)
+
+
+# -- products: stages, save, runner ---------------------------------------------------------------
+def test_stages_save_and_runner(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    require("x86-avx2")
+    rng = np.random.default_rng(3)
+    net = ConvNet()
+    _randomise(net, rng)
+    x = rng.standard_normal((1, 1, 28, 28)).astype(np.float32)
+    compiled = compile(net, "x86-avx2", [x])
+    assert compiled.stages == [
+        "tensor", "inference", "kernel-select", "kernel-fuse-epilogue", "kernel-pack-weights",
+        "kernel-plan-memory", "c",
+    ]  # fmt: skip
+    assert "mgb.conv_bias" in compiled.ir("inference")
+    assert "packing" not in compiled.ir("kernel-fuse-epilogue")
+    assert 'packing = "gemm_a6"' in compiled.ir("kernel-pack-weights")
+    assert "xm_model_run_impl" in compiled.ir("c")
+    with pytest.raises(KeyError, match="stages: tensor"):
+        compiled.ir("llvm")
+    out = tmp_path / "model"
+    compiled.save(out)
+    names = set(os.listdir(out))
+    assert {
+        "model.c",
+        "libxmge_model.so",
+        "runner",
+        "weights.bin",
+        "model.json",
+        "kernel.mlir",
+        "xm_runtime.h",
+    } <= names
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["arena_bytes"] == compiled.arena_size and meta["inputs"][0]["shape"] == [1, 1, 28, 28]
+    x.tofile(out / "x.bin")
+    run = subprocess.run(
+        [
+            str(out / "runner"),
+            str(out / "weights.bin"),
+            "-i",
+            str(out / "x.bin"),
+            "-o",
+            str(out / "y.bin"),
+            "-n",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "median" in run.stdout
+    np.testing.assert_allclose(np.fromfile(out / "y.bin", np.float32).reshape(1, 10), compiled(x), rtol=1e-6)
+
+
+def test_reference_target_and_errors() -> None:
+    rng = np.random.default_rng(4)
+    net = ConvNet()
+    x = rng.standard_normal((1, 1, 28, 28)).astype(np.float32)
+    compiled = compile(net, "ref", [x])
+    assert compiled.stages == ["tensor", "inference"]
+    np.testing.assert_allclose(compiled(x), run_module(compiled._stages["tensor"], [x])[0], rtol=1e-5)  # type: ignore[arg-type]
+    with pytest.raises(CompileError, match="example_inputs"):
+        compile(net, "x86-avx2")
+    with pytest.raises(CompileError, match="not implemented"):
+        compile(net, "x86-avx2+io16xc32", [x])
+    with pytest.raises(CompileError, match="cuda backend is not implemented"):
+        compile(net, Target("cuda", ("nchw4",)), [x])
