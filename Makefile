@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean toolchains
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,10 +12,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# Cross toolchain and emulator for the ARM targets; installed with apt-get when missing. Where
+# apt-get cannot run, the ARM tests skip and say why.
+toolchains:
+	@if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; then \
+		echo "installing gcc-aarch64-linux-gnu and qemu-user"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		( $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+			gcc-aarch64-linux-gnu qemu-user >/dev/null ) || echo "warning: could not install the ARM toolchain"; \
+	fi
+
+demo: $(STAMP) toolchains
 	$(PY) -m compiler.demo
 
-test: $(STAMP)
+test: $(STAMP) toolchains
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
