@@ -39,6 +39,9 @@ def adam_delta(
 
 
 class Adam(Optimizer):
+    # AdamW applies weight decay to the update instead of the gradient; nothing else differs.
+    decoupled_weight_decay = False
+
     def __init__(
         self,
         params: Iterable[Parameter] | Iterable[dict[str, Any]],
@@ -64,7 +67,9 @@ class Adam(Optimizer):
             if grad is None:
                 continue
             p = param._data
-            if wd != 0:
+            if wd != 0 and not self.decoupled_weight_decay:
                 grad = grad + p * wd
             delta = adam_delta(self._state[param], grad, beta0, beta1, eps)
+            if self.decoupled_weight_decay:
+                delta = delta + wd * p
             param._data = (p - lr * delta).astype(p.dtype, copy=False)
