@@ -345,3 +345,30 @@ def benchmark(
 
 
 __all__ = ["CompileError", "CompiledModel", "benchmark", "compile", "compile_file", "to_module"]
+
+
+def profile(compiled: CompiledModel, inputs: Sequence[Any], iters: int = 10) -> list[tuple[str, float]]:
+    """Per-kernel time (ms per run, summed over calls of the same kernel), slowest first: the model is
+    rebuilt with a timer around every call (``xmge bench --profile`` prints this)."""
+    import ctypes
+
+    from backends.c.build import LoadedModel, build
+
+    emitter = compiled.target.emitter()(profile=True)
+    b = build(emitter.emit(compiled._final_module()), emitter.cflags)
+    m = LoadedModel(b.library, compiled.weights, compiled.threads)
+    arrays = [np.asarray(x, np.float32) for x in inputs]
+    m.run(arrays)
+    names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
+    m.lib.xm_profile.restype = ctypes.c_int
+    n = m.lib.xm_profile(ctypes.byref(names_p), ctypes.byref(ms_p))
+    for i in range(n):
+        ms_p[i] = 0.0
+    for _ in range(iters):
+        m.run(arrays)
+    totals: dict[str, float] = {}
+    for i in range(n):
+        name = names_p[i].decode()
+        totals[name] = totals.get(name, 0.0) + ms_p[i] / iters
+    m.close()
+    return sorted(totals.items(), key=lambda kv: -kv[1])

@@ -165,7 +165,7 @@ def _depthwise(op: Operation, isa: str) -> Lowered | None:
 
 
 def _conv_gemm(op: Operation, isa: str) -> Lowered | None:
-    from backends.c.templates.gemm import conv_pack_mode
+    from backends.c.templates.gemm import ConvGemm, conv_pack_mode
 
     got = _conv_common(op)
     if got is None:
@@ -173,6 +173,11 @@ def _conv_gemm(op: Operation, isa: str) -> Lowered | None:
     params, operands = got
     params.update(gemm_blocking(isa))
     params["pack"] = conv_pack_mode(params, params["nr"])
+    # loop order: keep the smaller operand cache-resident and stream the larger one once. With more
+    # filter bytes than im2col bytes (deep layers, small images) the m panels go outermost, so each
+    # weight is read from memory once; otherwise the B panels go outermost
+    geo = ConvGemm.geometry(params)
+    params["order"] = "m" if geo["MP"] * params["mr"] > geo["NP"] * params["nr"] else "n"
     return Lowered(params, operands)
 
 

@@ -11,4 +11,13 @@ static inline float xm_act_sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 static inline float xm_act_hswish(float v) { return v * fminf(fmaxf(v + 3.f, 0.f), 6.f) / 6.f; }
 static inline float xm_act_relu6(float v) { return fminf(fmaxf(v, 0.f), 6.f); }
 
+#ifdef XM_PROFILE_CLOCK
+#include <time.h>
+static inline double xm_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+#endif
+
 #endif

@@ -35,54 +35,59 @@ def _knobs(isa: str) -> type[CEmitter]:
 
 
 def micro_kernel(isa: str, mr: int, nr: int) -> str:
-    """``xm_ukr_<isa>_<mr>x<nr>(K, A, B, C, ldc, acc)``: C[mr x nr] (+)= A-panel x B-panel."""
+    """``xm_ukr_<isa>_<mr>x<nr>(K, A, B, C, ldc, acc)``: C[mr x nr] (+)= A-panel x B-panel, and its
+    ``_edge`` twin for partial tiles (rows >= mv and columns >= nv are neither read nor written:
+    masked vector loads and stores, so edge tiles cost no extra pass)."""
     em = _knobs(isa)
     nv = nr // em.vec
     assert nv * em.vec == nr
-    name = f"xm_ukr_{isa}_{mr}x{nr}"
     c = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
-    lines = [
-        f"static inline void {name}(long K, const float* restrict A, const float* restrict B,",
-        "                          float* restrict C, long ldc, int acc) {",
-    ]
-    for i in range(mr):
+
+    def body(edge: bool) -> list[str]:
+        name = f"xm_ukr_{isa}_{mr}x{nr}" + ("_edge" if edge else "")
+        extra = ", int mv, int nv" if edge else ""
+        lines = [
+            f"static inline void {name}(long K, const float* restrict A, const float* restrict B,",
+            f"                          float* restrict C, long ldc, int acc{extra}) {{",
+        ]
+        if edge:
+            for j in range(nv):
+                lines.append(f"  const {em.mask_type} m{j} = {em.mask_make.format(n=f'nv - {j * em.vec}')};")
+        for i in range(mr):
+            for j in range(nv):
+                p = f"C + {i} * ldc + {j * em.vec}"
+                src = em.maskload.format(p=p, m=f"m{j}") if edge else em.loadu.format(p=p)
+                guard = f"acc && {i} < mv" if edge else "acc"
+                lines.append(f"  {em.vtype} {c[i][j]} = {guard} ? {src} : {em.zero};")
+        lines.append("  #pragma GCC unroll 2")
+        lines.append("  for (long k = 0; k < K; ++k) {")
         for j in range(nv):
-            src = em.loadu.format(p=f"C + {i} * ldc + {j * em.vec}")
-            lines.append(f"  {em.vtype} {c[i][j]} = acc ? {src} : {em.zero};")
-    lines.append("  #pragma GCC unroll 2")
-    lines.append("  for (long k = 0; k < K; ++k) {")
-    for j in range(nv):
-        lines.append(f"    const {em.vtype} b{j} = {em.load.format(p=f'B + k * {nr} + {j * em.vec}')};")
-    for i in range(mr):
-        lines.append(f"    {{ const {em.vtype} a = {em.set1.format(x=f'A[k * {mr} + {i}]')};")
-        for j in range(nv):
-            lines.append(f"      {c[i][j]} = {em.fma.format(a='a', b=f'b{j}', c=c[i][j])};")
-        lines.append("    }")
-    lines.append("  }")
-    for i in range(mr):
-        for j in range(nv):
-            lines.append("  " + em.storeu.format(p=f"C + {i} * ldc + {j * em.vec}", v=c[i][j]) + ";")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            lines.append(f"    const {em.vtype} b{j} = {em.load.format(p=f'B + k * {nr} + {j * em.vec}')};")
+        for i in range(mr):
+            lines.append(f"    {{ const {em.vtype} a = {em.set1.format(x=f'A[k * {mr} + {i}]')};")
+            for j in range(nv):
+                lines.append(f"      {c[i][j]} = {em.fma.format(a='a', b=f'b{j}', c=c[i][j])};")
+            lines.append("    }")
+        lines.append("  }")
+        for i in range(mr):
+            for j in range(nv):
+                p = f"C + {i} * ldc + {j * em.vec}"
+                if edge:
+                    lines.append(f"  if ({i} < mv) " + em.maskstore.format(p=p, m=f"m{j}", v=c[i][j]) + ";")
+                else:
+                    lines.append("  " + em.storeu.format(p=p, v=c[i][j]) + ";")
+        lines.append("}")
+        return lines
+
+    return "\n".join(body(False) + body(True)) + "\n"
 
 
 def _tile_call(isa: str, mr: int, nr: int) -> str:
-    """C statements running the micro-kernel on a tile that may be partial (mv < MR or nv < NR):
-    partial tiles go through a small aligned buffer so the micro-kernel never branches."""
+    """C statements running the micro-kernel on a tile that may be partial (mv < MR or nv < NR)."""
     ukr = f"xm_ukr_{isa}_{mr}x{nr}"
     return f"""
-        if (mv == {mr} && nv == {nr}) {{
-          {ukr}(kl, A, B, Ct, ldc, k0 > 0);
-        }} else {{
-          float tmp[{mr} * {nr}] __attribute__((aligned(64)));
-          if (k0 > 0) {{
-            for (int i = 0; i < {mr}; ++i)
-              for (int c = 0; c < {nr}; ++c) tmp[i * {nr} + c] = (i < mv && c < nv) ? Ct[i * ldc + c] : 0.f;
-          }}
-          {ukr}(kl, A, B, tmp, {nr}, k0 > 0);
-          for (int i = 0; i < mv; ++i)
-            for (int c = 0; c < nv; ++c) Ct[i * ldc + c] = tmp[i * {nr} + c];
-        }}"""
+        if (mv == {mr} && nv == {nr}) {ukr}(kl, A, B, Ct, ldc, k0 > 0);
+        else {ukr}_edge(kl, A, B, Ct, ldc, k0 > 0, mv, nv);"""
 
 
 def _epilogue_args(p: dict[str, Any]) -> tuple[list[str], str]:
@@ -117,6 +122,7 @@ class ConvGemm(Template):
             f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
             f"g{p['groups']}" if p["groups"] != 1 else "",
             p["pack"],
+            "mfirst" if p.get("order") == "m" else "",
             "f32",
             "bias" if p["bias"] else "",
             "res" if p["residual"] else "",
@@ -190,14 +196,15 @@ class ConvGemm(Template):
             if ((unsigned)ihh >= {ih}u) {{ for (int c = 0; c < {nr}; ++c) d[c] = 0.f; continue; }}
             const float* row = plane + (long)ihh * {iw};
             const int iw0 = ow0 * {sw} - {pw} + kw * {dw};
-            if ({int(sw == 1)} && iw0 >= 0 && iw0 + {nr} <= {iw} && ow0 + {nr} <= {ow}) {{
-              for (int c = 0; c < {nr}; ++c) d[c] = row[iw0 + c];
-            }} else {{
-              for (int c = 0; c < {nr}; ++c) {{
-                const int iww = iw0 + c * {sw};
-                d[c] = (ow0 + c < {ow} && (unsigned)iww < {iw}u) ? row[iww] : 0.f;
-              }}
-            }}
+            /* the columns c whose input lies inside the row: one unconditional (vectorisable) run */
+            int lo = iw0 < 0 ? (-iw0 + {sw - 1}) / {sw} : 0;
+            int hi = {iw} - iw0 > 0 ? ({iw} - iw0 + {sw - 1}) / {sw} : 0;
+            if (hi > {ow} - ow0) hi = {ow} - ow0;
+            if (hi > {nr}) hi = {nr};
+            if (lo > hi) lo = hi;
+            for (int c = 0; c < lo; ++c) d[c] = 0.f;
+            for (int c = lo; c < hi; ++c) d[c] = row[iw0 + c * {sw}];
+            for (int c = hi; c < {nr}; ++c) d[c] = 0.f;
           }}
         }}
       }}"""
@@ -232,23 +239,33 @@ class ConvGemm(Template):
         resg = f"res + ((long)n * {p['oc']} + (long)g * {geo['ocg']}) * {P}" if p["residual"] else "0"
         epi_bias = "bias[g * " + str(geo["ocg"]) + " + m0 + i]" if p["bias"] else "0.f"
         epi_res = f"resg[(long)(m0 + i) * {P} + col0 + c]" if p["residual"] else "0.f"
-        return f"""
-static void {sym}({args}) {{
-  float* bp = (float*)ws;
-  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
-  const int mper = ({MP} + mch - 1) / mch;
-  for (int n = 0; n < {p["n"]}; ++n)
-  for (int g = 0; g < {p["groups"]}; ++g) {{
-    const float* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {ih * iw};
-    float* yg = y + ((long)n * {p["oc"]} + (long)g * {geo["ocg"]}) * {P};
-    const float* resg = {resg};
-    const float* wg = w + (long)g * {MP * K * mr};
-    (void)resg;
+        if p.get("order") == "m":
+            compute = f"""
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int j = 0; j < {NP}; ++j) {{
-      float* dst = bp + (long)j * {K * nr};
-      {pack}
-    }}
+    for (int mp = 0; mp < {MP}; ++mp) {{
+      const int m0 = mp * {mr};
+      const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
+      const long ldc = {P};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        const float* A = wg + (long)mp * {K * mr} + (long)k0 * {mr};
+        for (int j = 0; j < {NP}; ++j) {{
+          {cols}
+          const int nv = nv0 < {nr} ? nv0 : {nr};
+          const float* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+          float* Ct = yg + (long)m0 * ldc + col0;
+          {_tile_call(self.isa, mr, nr)}
+        }}
+      }}
+      for (int i = 0; i < mv; ++i) {{
+        float* row = yg + (long)(m0 + i) * ldc;
+        const float b = {epi_bias};
+        const int col0 = 0;
+        for (int c = 0; c < {P}; ++c) row[c] = {act}(row[c] + b + {epi_res});
+      }}
+    }}"""
+        else:
+            compute = f"""
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int j = 0; j < {NP}; ++j)
     for (int mc = 0; mc < {mchunks}; ++mc) {{
@@ -276,7 +293,26 @@ static void {sym}({args}) {{
           for (int c = 0; c < nv; ++c) row[c] = {act}(row[c] + b + {epi_res});
         }}
       }}
+    }}"""
+        return f"""
+static void {sym}({args}) {{
+  float* bp = (float*)ws;
+  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
+  const int mper = ({MP} + mch - 1) / mch;
+  (void)mper;
+  for (int n = 0; n < {p["n"]}; ++n)
+  for (int g = 0; g < {p["groups"]}; ++g) {{
+    const float* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {ih * iw};
+    float* yg = y + ((long)n * {p["oc"]} + (long)g * {geo["ocg"]}) * {P};
+    const float* resg = {resg};
+    const float* wg = w + (long)g * {MP * K * mr};
+    (void)resg;
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j) {{
+      float* dst = bp + (long)j * {K * nr};
+      {pack}
     }}
+    {compute}
   }}
 }}
 """

@@ -259,14 +259,21 @@ class Pool2d(Template):
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
         sh, sw, ph, pw = p["sh"], p["sw"], p["ph"], p["pw"]
         mode = p["mode"]
-        init = "-INFINITY" if mode == "max" else "0.f"
-        step = "v = fmaxf(v, row[iww]);" if mode == "max" else "v += row[iww];"
+        # as the depthwise kernel: per output row, taps outermost and a check-free interior run of
+        # output columns innermost, so the reduction vectorises across the row
+        lo = min(ow, max(0, -(-pw // sw)))
+        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1)) // sw + 1))
         if mode == "max":
-            fin = "v"
-        elif mode == "average":
-            fin = f"v * {1.0 / (fh * fw)!r}f"
+            init, step = "-INFINITY", "acc[q] = fmaxf(acc[q], {v});"
         else:
-            fin = "v / (float)cnt"
+            init, step = "0.f", "acc[q] += {v};"
+        checked = step.format(v="row[iww]")
+        if mode == "max":
+            fin = "acc[q]"
+        elif mode == "average":
+            fin = f"acc[q] * {1.0 / (fh * fw)!r}f"
+        else:
+            fin = "acc[q] / (float)(rows * (kw_hi - kw_lo))"
         return f"""
 static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
   (void)ws;
@@ -274,22 +281,37 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
   for (int nc = 0; nc < {p["n"] * p["c"]}; ++nc) {{
     const float* xp = x + (long)nc * {ih * iw};
     float* yp = y + (long)nc * {oh * ow};
-    for (int r = 0; r < {oh}; ++r)
-      for (int q = 0; q < {ow}; ++q) {{
-        float v = {init}; int cnt = 0;
-        for (int kh = 0; kh < {fh}; ++kh) {{
-          const int ihh = r * {sh} - {ph} + kh;
-          if ((unsigned)ihh >= {ih}u) continue;
-          const float* row = xp + (long)ihh * {iw};
-          for (int kw = 0; kw < {fw}; ++kw) {{
-            const int iww = q * {sw} - {pw} + kw;
-            if ((unsigned)iww >= {iw}u) continue;
-            {step} ++cnt;
+    for (int r = 0; r < {oh}; ++r) {{
+      float acc[{ow}];
+      int rows = 0;
+      for (int q = 0; q < {ow}; ++q) acc[q] = {init};
+      for (int kh = 0; kh < {fh}; ++kh) {{
+        const int ihh = r * {sh} - {ph} + kh;
+        if ((unsigned)ihh >= {ih}u) continue;
+        ++rows;
+        const float* row = xp + (long)ihh * {iw};
+        for (int kw = 0; kw < {fw}; ++kw) {{
+          const int off = kw - {pw};
+          for (int q = 0; q < {lo}; ++q) {{
+            const int iww = q * {sw} + off;
+            if ((unsigned)iww < {iw}u) {checked}
+          }}
+          for (int q = {lo}; q < {hi}; ++q) {step.format(v=f"row[q * {sw} + off]")}
+          for (int q = {hi}; q < {ow}; ++q) {{
+            const int iww = q * {sw} + off;
+            if ((unsigned)iww < {iw}u) {checked}
           }}
         }}
-        (void)cnt;
+      }}
+      (void)rows;
+      for (int q = 0; q < {ow}; ++q) {{
+        int kw_lo = {pw} - q * {sw}, kw_hi = {iw} + {pw} - q * {sw};
+        if (kw_lo < 0) kw_lo = 0;
+        if (kw_hi > {fw}) kw_hi = {fw};
+        (void)kw_lo; (void)kw_hi;
         yp[r * {ow} + q] = {fin};
       }}
+    }}
   }}
 }}
 """
