@@ -102,8 +102,8 @@ def test_unknown_and_unimplemented_options(traces: dict[str, object]) -> None:
     tr = traces["convnet"]
     with pytest.raises(ValueError, match=r"unknown options: \['enable_magic'\]"):
         dump_bytes(tr, enable_magic=True)
-    with pytest.raises(ValueError, match="enable_nchw44 is not implemented"):
-        dump_bytes(tr, enable_nchw44=True)
+    with pytest.raises(ValueError, match="enable_fuse_preprocess is not implemented"):
+        dump_bytes(tr, enable_fuse_preprocess=True)
     with pytest.raises(KeyError):
         dump_bytes(tr, dump_format="FBS_V3")
 
@@ -133,7 +133,7 @@ def test_append_adds_a_graph_and_path_write_is_atomic(traces: dict[str, object],
     assert graphs[1].metadata.optimize_options == 68
     assert "ConvBias" in file_types(both, 1) and Network(path, graph=1).get_all_input_name() == ["data"]
     with pytest.raises(ValueError):
-        tr.dump(path, enable_nchw44=True)  # a failed dump leaves the file intact
+        tr.dump(path, enable_fuse_preprocess=True)  # a failed dump leaves the file intact
     assert open(path, "rb").read() == both
     assert not [n for n in os.listdir(str(tmp_path)) if n.startswith(".xmge-dump-")]
 

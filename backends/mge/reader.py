@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
+from backends.mge import layouts
 from backends.mge import schema as S
 from backends.mge.container import RawGraph, RawOpr, RawTensor, parse_file
 from backends.mge.dtypes import to_element
@@ -63,6 +64,7 @@ class _Var:
     const_weight: WeightAttr | None = None  # the file's bytes for a constant, shared by position
     unusable: str | None = None  # e.g. BatchNorm's statistics outputs
     alias: bool = False  # another var's value under a new id (Identity): its op keeps its name
+    pending: Any = None  # half of a relayout pair (layouts.Pending), emitted only if used alone
 
 
 @dataclass
@@ -71,6 +73,7 @@ class _Ctx:
     block: Block
     vars: dict[int, _Var] = field(default_factory=dict)
     weights: dict[tuple[int, int, str], WeightAttr] = field(default_factory=dict)
+    layouts: dict[int, Any] | None = None  # block size -> activation layout (layouts.block_layout)
 
 
 def read_mge(data: bytes | bytearray | memoryview) -> ModuleOp:
@@ -170,6 +173,8 @@ def _input(ctx: _Ctx, op: RawOpr, k: int) -> _Var:
 
 def _ssa(ctx: _Ctx, var: _Var, what: str) -> SSAValue:
     """The IR value of a var, emitting its ``mgb.const`` on first use."""
+    if var.ssa is None and var.pending is not None:
+        var.ssa = var.pending.materialize()
     if var.ssa is None:
         assert var.value is not None and var.type is not None, what
         weight = var.const_weight or WeightAttr(np.ascontiguousarray(var.value).tobytes())
@@ -325,8 +330,8 @@ def _alias(ctx: _Ctx, op: RawOpr) -> None:
 
 def _conv_params(op: RawOpr, p: dict[str, Any]) -> dict[str, Any]:
     fmt = _enum(op, enums.Format, p["format"], "format")
-    if fmt != enums.Format.NCHW:
-        raise _unsupported(op, f"format {fmt.name} is not supported (xmge reads NCHW graphs)")
+    if fmt != enums.Format.NCHW and fmt not in layouts.L.ACTIVATION_OF_FORMAT:
+        raise _unsupported(op, f"format {fmt.name} is not supported by xmge")
     return {
         "stride": (p["stride_h"], p["stride_w"]),
         "padding": (p["pad_h"], p["pad_w"]),
@@ -340,7 +345,8 @@ def _conv_params(op: RawOpr, p: dict[str, Any]) -> dict[str, Any]:
 
 def _convolution(ctx: _Ctx, op: RawOpr) -> None:
     params = _conv_params(op, op.param("Convolution"))
-    _emit_one(ctx, op, T.ConvolutionOp, [_input(ctx, op, 0), _input(ctx, op, 1)], **params)
+    ins = layouts.conv_operands(op, [_input(ctx, op, 0), _input(ctx, op, 1)], params)
+    _emit_one(ctx, op, T.ConvolutionOp, ins, **params)
 
 
 def _conv_bias(ctx: _Ctx, op: RawOpr) -> None:
@@ -349,7 +355,7 @@ def _conv_bias(ctx: _Ctx, op: RawOpr) -> None:
     params["nonline_mode"] = _enum(op, enums.NonlineMode, p["nonlineMode"], "nonlineMode")
     if not 2 <= len(op.inputs) <= 4:
         raise _fail(op, f"takes 2 to 4 inputs, has {len(op.inputs)}")
-    ins = [_input(ctx, op, k) for k in range(len(op.inputs))]
+    ins = layouts.conv_operands(op, [_input(ctx, op, k) for k in range(len(op.inputs))], params)
     result_types = None
     if op.output_dtype is not None:
         src, filt = ins[0].type, ins[1].type
@@ -359,7 +365,7 @@ def _conv_bias(ctx: _Ctx, op: RawOpr) -> None:
         except (T.ShapeInferenceError, NotImplementedError) as exc:
             raise _fail(op, str(exc)) from exc
         elem = to_element(op.output_dtype, _where(op), op.offset)
-        result_types = [TensorType(elem, inferred.get_shape())]
+        result_types = [TensorType(elem, inferred.get_shape(), inferred.encoding)]
     _emit_one(ctx, op, T.ConvBiasOp, ins, result_types, **params)
 
 
@@ -376,12 +382,12 @@ def _elemwise(ctx: _Ctx, op: RawOpr) -> None:
             raise _unsupported(op, f"cannot evaluate elemwise {mode.name} on shapes")
         _fold_const(ctx, op, fn(*[v.value for v in ins]), ins)
         return
-    _emit_one(ctx, op, T.ElemwiseOp, ins, mode=mode)
+    _emit_one(ctx, op, T.ElemwiseOp, layouts.elemwise_operands(ins), mode=mode)
 
 
 def _elemwise_multi_type(ctx: _Ctx, op: RawOpr) -> None:
     mode = _enum(op, enums.ElemwiseMultiTypeMode, op.param("ElemwiseMultiType")["mode"], "mode")
-    ins = [_input(ctx, op, k) for k in range(len(op.inputs))]
+    ins = layouts.elemwise_operands([_input(ctx, op, k) for k in range(len(op.inputs))])
     types = [v.type for v in ins]
     if not ins or any(t is None for t in types):
         raise _fail(op, "has no inputs or an input without a known type")
@@ -392,7 +398,7 @@ def _elemwise_multi_type(ctx: _Ctx, op: RawOpr) -> None:
     result_types = None
     if op.output_dtype is not None:
         elem = to_element(op.output_dtype, _where(op), op.offset)
-        result_types = [TensorType(elem, inferred.get_shape())]
+        result_types = [TensorType(elem, inferred.get_shape(), inferred.encoding)]
     _emit_one(ctx, op, T.ElemwiseMultiTypeOp, ins, result_types, mode=mode)
 
 
@@ -414,14 +420,15 @@ def _typecvt(ctx: _Ctx, op: RawOpr) -> None:
         assert x.value is not None
         _fold_const(ctx, op, x.value.astype(numpy_dtype(elem)), [x])
         return
-    _emit_one(ctx, op, T.TypeCvtOp, [x], [TensorType(elem, list(_shape_of(op, x, "input")))])
+    enc = x.type.encoding if x.type is not None else None  # a blocked layout stays
+    _emit_one(ctx, op, T.TypeCvtOp, [x], [TensorType(elem, list(_shape_of(op, x, "input")), enc)])
 
 
 def _pooling(ctx: _Ctx, op: RawOpr) -> None:
     p = op.param("Pooling")
     fmt = _enum(op, enums.Format, p["format"], "format")
-    if fmt != enums.Format.NCHW:
-        raise _unsupported(op, f"format {fmt.name} is not supported (xmge reads NCHW graphs)")
+    if fmt != enums.Format.NCHW and fmt not in layouts.L.ACTIVATION_OF_FORMAT:
+        raise _unsupported(op, f"format {fmt.name} is not supported by xmge")
     _emit_one(
         ctx,
         op,
@@ -431,14 +438,15 @@ def _pooling(ctx: _Ctx, op: RawOpr) -> None:
         window=(p["window_h"], p["window_w"]),
         stride=(p["stride_h"], p["stride_w"]),
         padding=(p["pad_h"], p["pad_w"]),
+        format=fmt,
     )
 
 
 def _adaptive_pooling(ctx: _Ctx, op: RawOpr) -> None:
     p = op.param("AdaptivePooling")
     fmt = _enum(op, enums.Format, p["format"], "format")
-    if fmt != enums.Format.NCHW:
-        raise _unsupported(op, f"format {fmt.name} is not supported (xmge reads NCHW graphs)")
+    if fmt != enums.Format.NCHW and fmt not in layouts.L.ACTIVATION_OF_FORMAT:
+        raise _unsupported(op, f"format {fmt.name} is not supported by xmge")
     out = _int_values(op, _input(ctx, op, 1), "the output shape")
     if len(out) != 2:
         raise _fail(op, f"output shape must have 2 values, got {out}")
@@ -449,6 +457,7 @@ def _adaptive_pooling(ctx: _Ctx, op: RawOpr) -> None:
         [_input(ctx, op, 0)],
         mode=_enum(op, enums.PoolingMode, p["mode"], "mode"),
         out_shape=tuple(out),
+        format=fmt,
     )
 
 
@@ -524,6 +533,8 @@ def _reshape(ctx: _Ctx, op: RawOpr) -> None:
         assert x.value is not None
         _fold_const(ctx, op, x.value.reshape(target), [x])
         return
+    if layouts.read_reshape(ctx, op, x, target):  # a half of an NCHW <-> NCHWx pair
+        return
     assert x.type is not None
     _emit_one(ctx, op, T.ReshapeOp, [x], [TensorType(x.type.element_type, target)])
 
@@ -550,6 +561,8 @@ def _dimshuffle(ctx: _Ctx, op: RawOpr) -> None:
         perm = [p for p in pattern if p != -1]
         out_shape = [1 if p == -1 else x.value.shape[p] for p in pattern]
         _fold_const(ctx, op, np.transpose(x.value, perm).reshape(out_shape), [x])
+        return
+    if layouts.read_dimshuffle(ctx, op, x, pattern):  # a half of an NCHW <-> NCHWx pair
         return
     _emit_one(ctx, op, T.DimshuffleOp, [x], pattern=pattern)
 
@@ -752,6 +765,7 @@ _HANDLERS = {
     "BatchNorm": _batch_norm,
     "Softmax": _softmax,
     "Padding": _padding,
+    "RelayoutFormat": layouts.read_relayout_format,
 }
 S_KINDS_READ = frozenset(_HANDLERS) | {"Host2DeviceCopy"}
 assert S_KINDS_READ <= set(S.BY_KIND), S_KINDS_READ - set(S.BY_KIND)

@@ -26,6 +26,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, BytesAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
+from backends.mge import layouts
 from backends.mge import schema as S
 from backends.mge.container import RawDType
 from backends.mge.dtypes import from_element
@@ -138,6 +139,7 @@ class _Lowering:
         self.oprs: list[WOpr] = []
         self.names: list[str] = []
         self.ids: dict[SSAValue, int] = {}
+        self.int_consts: dict[tuple[int, ...], int] = {}
         self.user_output_names = output_names
 
     # -- var/opr helpers --------------------------------------------------------------------
@@ -162,7 +164,11 @@ class _Lowering:
         return vid
 
     def int_const(self, values: Sequence[int]) -> int:
-        return self.const(np.asarray(values, dtype=np.int32))
+        """An int32 shape/index constant; equal ones are shared, as MegEngine shares them."""
+        key = tuple(int(v) for v in values)
+        if key not in self.int_consts:
+            self.int_consts[key] = self.const(np.asarray(values, dtype=np.int32))
+        return self.int_consts[key]
 
     def value_id(self, v: SSAValue) -> int:
         vid = self.ids.get(v)
@@ -260,6 +266,8 @@ class _Lowering:
         self.ids[op.results[0]] = vid
 
     def lower(self, op: T.MgbOp) -> None:
+        if layouts.lower_layout_op(self, op):  # layout.relayout, padded-channel slices
+            return
         p = op.params()
         if isinstance(op, T.ElemwiseOp):
             self.lower_elemwise(op, p["mode"])
