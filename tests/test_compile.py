@@ -185,3 +185,14 @@ def test_reference_target_and_errors() -> None:
         compile(net, "x86-avx2+io16xc32", [x])
     with pytest.raises(CompileError, match="cuda backend is not implemented"):
         compile(net, Target("cuda", ("nchw4",)), [x])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", X86_TARGETS)
+def test_resnet50(target: str) -> None:
+    from compiler.hub.resnet import resnet50
+
+    rng = np.random.default_rng(5)
+    net = resnet50(num_classes=100)
+    _randomise(net, rng)
+    _check_model(net, rng.standard_normal((1, 3, 64, 64)).astype(np.float32), target)
