@@ -1,5 +1,6 @@
 """``enable-hwcd4``: MegEngine's ConvertFormatPass to NHWCD4 (spec B.6.5), after conv-bias fusion
-and channel padding to 4.
+(channel padding to 4 only with ``padding=true``: MegEngine 1.13's PaddingChannelPass pads no conv
+for NHWCD4, whatever spec B.6.5 says).
 
 A conv converts when its output channels per group are a multiple of 4 and, for a dense conv,
 its input is NHWCD4 already or any plain NCHW tensor (input channels are zero-padded to 4 by the
@@ -99,8 +100,10 @@ class EnableHwcd4Pass(ModulePass):
     fuse: bool = True
     """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
 
-    padding: bool = True
-    """Pad output channels to a multiple of 4 first (``padding-channel``)."""
+    padding: bool = False
+    """Pad output channels to a multiple of 4 first (``padding-channel``). Off by default as in
+    MegEngine 1.13: its PaddingChannelPass registers no conv rewrite for NHWCD4, so a conv whose
+    output channels are not a multiple of 4 stays NCHW (observed: a 1->10 first conv)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.fuse:
