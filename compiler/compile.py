@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,10 @@ from compiler.targets import Target, host_target, parse_target
 
 class CompileError(ValueError):
     pass
+
+
+class EmulationWarning(UserWarning):
+    """A model runs under an emulator: its results are exact, its timings meaningless."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -79,14 +84,16 @@ def to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> Module
     raise CompileError(f"compile: cannot compile a {type(model).__name__}")
 
 
-def inference_clean(module: ModuleOp) -> ModuleOp:
+def inference_clean(module: ModuleOp, target: Target | None = None) -> ModuleOp:
     """Graph clean-ups before kernel selection: mgb canonicalisation, BN folding, arithmetic and
-    conv-bias-nonlinearity fusion (the ``optimize_for_inference`` rewrites)."""
+    conv-bias-nonlinearity fusion (the ``optimize_for_inference`` rewrites), plus the target's
+    layout and float16 options (``Target.inference_options``: NCHW44 on ARM, ...)."""
     from passes.inference import pipeline_for
 
     out = module.clone()
     ctx = Context()
-    for p in pipeline_for(enable_fuse_conv_bias_nonlinearity=True):
+    options = target.inference_options() if target is not None else {}
+    for p in pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **options):
         p.apply(ctx, out)
     out.verify()
     return out
@@ -94,8 +101,15 @@ def inference_clean(module: ModuleOp) -> ModuleOp:
 
 def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
     from passes.lowering import FuseEpiloguePass, LowerToKernelPass, PackWeightsPass, PlanMemoryPass
+    from passes.lowering.widen import WidenF16Pass
 
-    return [LowerToKernelPass(str(target)), FuseEpiloguePass(), PackWeightsPass(), PlanMemoryPass(threads)]
+    return [
+        WidenF16Pass(str(target)),
+        LowerToKernelPass(str(target)),
+        FuseEpiloguePass(),
+        PackWeightsPass(),
+        PlanMemoryPass(threads),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -173,9 +187,19 @@ class CompiledModel:
         self.weights = weights_blob(module)
         self.times["emit"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.build = build(self.source, emitter.cflags)
+        if self.target.arch == "arm":
+            from backends.c.cross import cross_build
+
+            self.build = cross_build(self.source, emitter.cflags)
+        else:
+            self.build = build(self.source, emitter.cflags)
         self.times["build"] = time.perf_counter() - t0
         self.cflags = emitter.cflags
+
+    @property
+    def emulated(self) -> bool:
+        """Whether running this model goes through an emulator (an ARM build on an x86 host)."""
+        return self.target.arch == "arm"
 
     def _runtime(self) -> Any:
         if self._loaded is None:
@@ -193,6 +217,13 @@ class CompiledModel:
             from backends.reference import run_module
 
             return [np.asarray(o) for o in run_module(self._final_module(), arrays)]
+        if self.emulated:
+            from backends.c.cross import EMULATION_NOTE
+
+            if not getattr(self, "_noted", False):
+                warnings.warn(EMULATION_NOTE, EmulationWarning, stacklevel=3)
+                self._noted = True
+            return self.run_runner(arrays)
         return self._runtime().run(arrays)
 
     def __call__(self, *inputs: Any) -> Any:
@@ -205,12 +236,14 @@ class CompiledModel:
         """Run the standalone runner program on ``inputs`` (a sanitizer build with ``sanitize``)."""
         from backends.c.build import build
 
+        if sanitize and self.emulated:
+            raise CompileError("sanitizer builds run on the host only, not under qemu")
         b = build(self.source, self.cflags, sanitize=sanitize) if sanitize else self.build
         with tempfile.TemporaryDirectory(prefix="xmge-run-") as d:
             wpath = os.path.join(d, "weights.bin")
             with open(wpath, "wb") as f:
                 f.write(self.weights)
-            cmd = [b.runner, wpath, "-n", str(iters), "-w", "0", "-t", str(self.threads)]
+            cmd = [*b.launcher, b.runner, wpath, "-n", str(iters), "-w", "0", "-t", str(self.threads)]
             for i, x in enumerate(inputs):
                 p = os.path.join(d, f"in{i}.bin")
                 np.ascontiguousarray(x, dtype=np.float32).tofile(p)
@@ -243,8 +276,17 @@ class CompiledModel:
         for name, text in runtime_sources().items():
             with open(os.path.join(directory, name), "w") as f:
                 f.write(text)
+        binaries = directory
+        if self.emulated:  # cross-built binaries aside: `make` on the device builds its own
+            from backends.c.cross import project_files
+
+            binaries = os.path.join(directory, "prebuilt")
+            os.makedirs(binaries, exist_ok=True)
+            for name, text in project_files(str(self.target), self.cflags).items():
+                with open(os.path.join(directory, name), "w") as f:
+                    f.write(text)
         for src in (self.build.library, self.build.runner):
-            shutil.copy2(src, os.path.join(directory, os.path.basename(src)))
+            shutil.copy2(src, os.path.join(binaries, os.path.basename(src)))
         with open(os.path.join(directory, "weights.bin"), "wb") as f:
             f.write(self.weights)
         with open(os.path.join(directory, "kernel.mlir"), "w") as f:
@@ -259,6 +301,7 @@ class CompiledModel:
             "outputs": [_describe(t) for t in self.output_types],
             "cflags": list(self.cflags),
             "run": "./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]",
+            **({"build": "make  (or: cmake -B build && cmake --build build)"} if self.emulated else {}),
         }
         with open(os.path.join(directory, "model.json"), "w") as f:
             json.dump(meta, f, indent=2)
@@ -288,7 +331,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     tgt = target if isinstance(target, Target) else (parse_target(target) if target else host_target())
     if threads < 1:
         raise CompileError(f"threads must be >= 1, got {threads}")
-    if tgt.options:
+    if tgt.options and tgt.arch != "arm":
         raise CompileError(
             f"target options {', '.join(tgt.options)} are not implemented by the C backend yet"
         )
@@ -298,7 +341,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     times["frontend"] = time.perf_counter() - t0
     stages: dict[str, ModuleOp | str] = {"tensor": module}
     t0 = time.perf_counter()
-    current = inference_clean(module)
+    current = inference_clean(module, tgt)
     times["inference"] = time.perf_counter() - t0
     stages["inference"] = current
     if tgt.backend != "reference":

@@ -3,7 +3,11 @@
     ref                  the reference interpreter (numpy), no code generation
     x86-avx2-nchw88      x86 with AVX2 + FMA, NCHW88 blocked layout
     x86-avx512           x86 with AVX-512 (F, BW, VL, DQ)
+    arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
+    arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
+                         float16 storage, float32 compute)
+    arm-nchw44+plain-c   the same kernels as portable scalar C (a baseline for instruction counts)
     cuda-nchw4+ioc16     CUDA, NCHW4 layout, float16 I/O and compute
 
 A target names the pass pipeline (layout, fusions) and the backend with its ISA search order. Unknown
@@ -38,7 +42,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "arm": ("nchw44", "dot", "fp16"),
     "cuda": ("nchw4", "nchw32", "chwn4", "nchw64"),
 }
-OPTIONS = ("ioc16", "io16xc32", "fuse-z")
+OPTIONS = ("ioc16", "io16xc32", "fuse-z", "plain-c")
 LAYOUT_FEATURES = ("nchw88", "nchw44", "nchw4", "nchw32", "chwn4", "nchw64")
 
 
@@ -65,10 +69,24 @@ class Target:
         if self.arch == "x86":
             return ("avx512", "avx2", "generic") if "avx512" in self.features else ("avx2", "generic")
         if self.arch == "arm":
-            return (*(("dot",) if "dot" in self.features else ()), "neon", "generic")
+            if "plain-c" in self.options:
+                return ("generic",)
+            extension = tuple(f for f in ("dot", "fp16") if f in self.features)
+            return (*extension, "neon", "generic")
         if self.arch == "cuda":
             return ("cuda",)
         return ()
+
+    def inference_options(self) -> dict[str, bool]:
+        """MegEngine's ``optimize_for_inference`` options this target compiles with (layout and
+        float16 mode): ARM targets run NCHW44 (int8 convs in NCHW44_DOT with ``dot``); ``arm-fp16``
+        computes in float16 (``+ioc16``, the default) or only stores in it (``+io16xc32``)."""
+        opts: dict[str, bool] = {}
+        if self.arch == "arm" and {"nchw44", "dot", "fp16"} & set(self.features):
+            opts["enable_nchw44_dot" if "dot" in self.features else "enable_nchw44"] = True
+        if "fp16" in self.features or "ioc16" in self.options or "io16xc32" in self.options:
+            opts["enable_io16xc32" if "io16xc32" in self.options else "enable_ioc16"] = True
+        return opts
 
     @property
     def layout(self) -> str:
@@ -81,6 +99,10 @@ class Target:
         """The backend's emitter class for this target."""
         from backends.c.emitter import EMITTERS
 
+        if self.arch == "arm":
+            from backends.c.arm import arm_emitter
+
+            return arm_emitter(self.isas)
         if self.backend != "c" or self.isas[0] not in EMITTERS:
             raise TargetError(f"target {self}: no C emitter for {self.arch} yet")
         return EMITTERS[self.isas[0]]

@@ -220,7 +220,7 @@ class LayoutSpec:
         split: list[int] = []
         where: dict[tuple[int, str], int] = {}
         for a, n in enumerate(padded):
-            block = next((d.block for d in self.dims if d.axis == a and d.block > 1 and not d.pad_only), 1)
+            block = self._split_block(a)
             if block > 1:
                 where[(a, "outer")], where[(a, "inner")] = len(split), len(split) + 1
                 split += [n // block, block]
@@ -255,6 +255,51 @@ class LayoutSpec:
         for i, n in zip(self.physical_index(logical_index), physical_shape, strict=True):
             off = off * n + i
         return off
+
+    def split_strides(
+        self, logical_shape: Sequence[int]
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[tuple[int, int, int], ...]]:
+        """Both sides of a relayout as strided walks over one index space, for code generators.
+
+        Returns ``(shape, logical_strides, physical_strides, bounds)``: ``shape`` is the padded
+        logical shape with every blocked axis split into (outer, inner) parts; an index ``i`` of it
+        is element ``sum(i * logical_strides)`` of the dense logical tensor and element ``sum(i *
+        physical_strides)`` of the physical one. ``bounds`` lists ``(outer_dim, inner_dim, n)`` for
+        each padded axis: the index is a real element only where ``outer * block + inner < n``."""
+        padded = [_round_up(n, self.align(a)) for a, n in enumerate(logical_shape)]
+        split, order = self._split(padded)
+        lstride = [math.prod(logical_shape[a + 1 :]) for a in range(len(logical_shape))]
+        phys_shape = [split[i] for i in order]
+        pstride_of_dim = [math.prod(phys_shape[k + 1 :]) for k in range(len(phys_shape))]
+        pstrides = [0] * len(split)
+        for k, i in enumerate(order):
+            pstrides[i] = pstride_of_dim[k]
+        lstrides: list[int] = []
+        bounds = []
+        for a, n in enumerate(padded):
+            block = self._split_block(a)
+            if block > 1:
+                i = len(lstrides)
+                lstrides += [block * lstride[a], lstride[a]]
+                if n != logical_shape[a]:
+                    bounds.append((i, i + 1, logical_shape[a]))
+            else:
+                if n != logical_shape[a]:
+                    bounds.append((len(lstrides), -1, logical_shape[a]))
+                lstrides.append(lstride[a])
+        return tuple(split), tuple(lstrides), tuple(pstrides), tuple(bounds)
+
+    def dim_strides(self, logical_shape: Sequence[int]) -> dict[str, int]:
+        """Element strides of the physical dims of a contiguous tensor holding ``logical_shape``,
+        keyed by dim name (``"C/4"``, ``"C%4"``, ``"K/4"``, ``"R"``, ...), for code generators."""
+        shape = self.physical_shape(logical_shape)
+        return {
+            self._dim_name(d): math.prod(shape[i + 1 :]) for i, d in enumerate(self.dims)
+        }
+
+    def _split_block(self, axis: int) -> int:
+        """The block ``axis`` is split by (1: stored whole, padded or not)."""
+        return next((d.block for d in self.dims if d.axis == axis and d.block > 1 and not d.pad_only), 1)
 
     def _dim_name(self, d: Dim) -> str:
         name = self.logical[d.axis]

@@ -56,6 +56,7 @@ class Build:
     library: str
     runner: str
     cached: bool
+    launcher: tuple[str, ...] = ()  # what runs the runner (e.g. qemu for a cross build)
 
 
 def build(model_c: str, cflags: Sequence[str], *, cc: str = "gcc", sanitize: bool = False) -> Build:

@@ -3,6 +3,7 @@ registry, epilogue fusion, ahead-of-time weight packing and static memory planni
 
 from passes.lowering.fuse import FuseEpiloguePass
 from passes.lowering.pack import PackWeightsPass
+from passes.lowering import rules_typed  # noqa: F401  (blocked-layout and non-float32 candidates)
 from passes.lowering.plan import PlanMemoryPass, weights_blob
 from passes.lowering.select import LoweringError, LowerToKernelPass
 

@@ -1,0 +1,293 @@
+"""Cross-building for AArch64 and running under qemu.
+
+* :func:`toolchain_problem` says why ARM code cannot be built or run here (``None`` when it can):
+  ``aarch64-linux-gnu-gcc`` (Debian's ``gcc-aarch64-linux-gnu``) and ``qemu-aarch64``
+  (``qemu-user``) must be on the PATH (``make toolchains`` installs both). ``$XMGE_AARCH64_CC`` and
+  ``$XMGE_QEMU_AARCH64`` override the names.
+* :func:`cross_build` compiles a generated ``model.c`` with the shared runtime into
+  ``libxmge_model.so`` (to deploy) and a statically linked ``runner`` (so qemu needs no sysroot),
+  cached by content hash like :func:`backends.c.build.build`.
+* :data:`QEMU_FLAGS` run it with ``-cpu max`` (ARMv8.2 dot product and FP16 arithmetic present).
+  Timings under emulation mean nothing; :func:`count_instructions` counts what the emulated CPU
+  executes instead, per function and per instruction class (NEON, ``sdot``, FP16), from qemu's
+  translation log (``-d in_asm,exec,nochain``: each executed translation block is logged, and the
+  instructions of each block once), since Debian's qemu ships no TCG plugins (``libinsn.so``).
+* :func:`project_files` writes the Makefile / CMakeLists.txt a user builds on the device with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from backends.c.build import Build, BuildError, _run, cache_root, compiler_version, runtime_sources
+
+QEMU_FLAGS = ("-cpu", "max")
+EMULATION_NOTE = (
+    "running the aarch64 build under qemu-aarch64 (user-mode emulation): results are exact, but "
+    "timings under emulation mean nothing; count instructions with bench/bench_arm.py instead"
+)
+
+
+def cross_cc() -> str:
+    return os.environ.get("XMGE_AARCH64_CC", "aarch64-linux-gnu-gcc")
+
+
+def qemu() -> str:
+    return os.environ.get("XMGE_QEMU_AARCH64", "qemu-aarch64")
+
+
+def toolchain_problem() -> str | None:
+    """Why ARM code cannot be cross-built and emulated on this machine, or ``None``."""
+    missing = [
+        f"{tool} ({pkg})"
+        for tool, pkg in ((cross_cc(), "gcc-aarch64-linux-gnu"), (qemu(), "qemu-user"))
+        if shutil.which(tool) is None
+    ]
+    if missing:
+        return f"{' and '.join(missing)} not found: run `make toolchains` (apt-get) to install"
+    return None
+
+
+def launcher() -> tuple[str, ...]:
+    return (qemu(), *QEMU_FLAGS)
+
+
+def cross_build(model_c: str, cflags: Sequence[str]) -> Build:
+    """Cross-compile ``model_c`` with the runtime: ``libxmge_model.so`` and a static ``runner``."""
+    problem = toolchain_problem()
+    if problem:
+        raise BuildError(f"cannot build for AArch64: {problem}")
+    cc = cross_cc()
+    flags = list(cflags)
+    sources = {"model.c": model_c, **runtime_sources()}
+    h = hashlib.sha256(b"aarch64\0")
+    h.update(compiler_version(cc).encode())
+    h.update("\0".join(flags).encode())
+    for name in sorted(sources):
+        h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
+    key = "aarch64-" + h.hexdigest()[:24]
+    root = cache_root()
+    final = os.path.join(root, key)
+    lib, runner = os.path.join(final, "libxmge_model.so"), os.path.join(final, "runner")
+    if os.path.isfile(lib) and os.path.isfile(runner):
+        return Build(final, lib, runner, True, launcher())
+    os.makedirs(root, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=key + ".", dir=root)
+    try:
+        for name, text in sources.items():
+            with open(os.path.join(work, name), "w") as f:
+                f.write(text)
+        for src in ("model.c", "xm_runtime.c", "runner.c"):
+            _run([cc, *flags, "-c", src, "-o", src[:-2] + ".o"], work)
+        _run([cc, "-shared", "model.o", "xm_runtime.o", "-o", "libxmge_model.so", *flags, "-lm"], work)
+        _run([cc, "-static", "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *flags, "-lm"], work)
+        for obj in ("model.o", "xm_runtime.o", "runner.o"):
+            os.remove(os.path.join(work, obj))
+        try:
+            os.rename(work, final)
+        except OSError:  # another process finished the same build first
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return Build(final, lib, runner, False, launcher())
+
+
+# ----------------------------------------------------------------------------------------------
+# Instruction counting under qemu
+
+_TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
+_INSN = re.compile(r"^0x([0-9a-f]+):\s+[0-9a-f]{8}\s+(\S+)\s*(.*)$")
+_VREG = re.compile(r"\bv\d+\.(\d*)([bhsd])\b|\b[qQ]\d+\b")
+_HALF = re.compile(r"\bv\d+\.\d*h\b|\bh\d+\b")
+
+
+def insn_class(mnemonic: str, operands: str) -> str:
+    """``sdot``/``udot``, ``fp16`` (half-precision arithmetic), ``neon`` (any other instruction on
+    vector registers) or ``scalar``."""
+    if mnemonic in ("sdot", "udot"):
+        return "dot"
+    if mnemonic.startswith("f") and _HALF.search(operands) and "fcvt" not in mnemonic:
+        return "fp16"
+    if _VREG.search(operands):
+        return "neon"
+    return "scalar"
+
+
+@dataclass
+class InsnCounts:
+    """Instructions an emulated run executed: in total, per function, and per class within the
+    functions of interest."""
+
+    total: int = 0
+    per_function: Counter[str] = field(default_factory=Counter)
+    per_class: Counter[str] = field(default_factory=Counter)
+
+    def in_functions(self, names: set[str]) -> int:
+        return sum(n for f, n in self.per_function.items() if f in names)
+
+
+def count_instructions(
+    command: Sequence[str], functions: set[str], *, cwd: str | None = None, timeout: float = 600
+) -> InsnCounts:
+    """Run ``command`` (an aarch64 program and its arguments) under qemu, counting the
+    instructions executed; ``per_class`` covers only ``functions`` (e.g. the generated kernels)."""
+    with tempfile.TemporaryDirectory(prefix="xmge-insn-") as d:
+        fifo = os.path.join(d, "qemu.log")
+        os.mkfifo(fifo)
+        blocks: dict[int, list[str]] = {}  # pc -> instruction classes of the block at pc
+        execs: Counter[int] = Counter()
+        names: dict[int, str] = {}
+        errors: list[BaseException] = []
+
+        def reader() -> None:
+            try:
+                with open(fifo) as log:
+                    current: list[str] | None = None
+                    for line in log:
+                        if line.startswith("Trace"):
+                            m = _TRACE.match(line)
+                            if m:
+                                pc = int(m.group(1), 16)
+                                execs[pc] += 1
+                                if pc not in names:
+                                    names[pc] = line.rsplit(None, 1)[-1].strip()
+                            current = None
+                        elif line.startswith("IN:"):
+                            current = None
+                        elif line.startswith("0x"):
+                            m = _INSN.match(line)
+                            if m:
+                                if current is None:
+                                    current = blocks[int(m.group(1), 16)] = []
+                                current.append(insn_class(m.group(2), m.group(3)))
+                        else:
+                            current = None
+            except BaseException as exc:  # surfaced by the caller
+                errors.append(exc)
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        cmd = [qemu(), *QEMU_FLAGS, "-d", "in_asm,exec,nochain", "-D", fifo, *command]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout)
+        t.join(timeout)
+        if errors:
+            raise errors[0]
+        if proc.returncode != 0:
+            raise BuildError(f"{' '.join(command)} failed under qemu:\n{proc.stderr[-3000:]}")
+    out = InsnCounts()
+    for pc, n in execs.items():
+        classes = blocks.get(pc, [])
+        fn = names.get(pc, "?")
+        out.total += n * len(classes)
+        out.per_function[fn] += n * len(classes)
+        if fn in functions:
+            for c in classes:
+                out.per_class[c] += n
+    return out
+
+
+_C_FUNCTION = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([A-Za-z_]\w*)\s*\(", re.M)
+
+
+def defined_functions(source: str) -> set[str]:
+    """Names of the functions a generated translation unit defines (the model's own code)."""
+    return {m.group(1) for m in _C_FUNCTION.finditer(source) if m.group(1) not in ("if", "for", "while")}
+
+
+# ----------------------------------------------------------------------------------------------
+# The on-device project
+
+MAKEFILE = """# Build the xmge model on an AArch64 device (cross: make CC=aarch64-linux-gnu-gcc)
+CC ?= cc
+CFLAGS ?= {cflags}
+LDLIBS = -lm
+
+all: libxmge_model.so runner
+
+libxmge_model.so: model.c xm_runtime.c xm_runtime.h xm_kernels.h
+\t$(CC) $(CFLAGS) -shared model.c xm_runtime.c -o $@ $(LDLIBS)
+
+runner: model.c xm_runtime.c runner.c xm_runtime.h xm_kernels.h
+\t$(CC) $(CFLAGS) model.c xm_runtime.c runner.c -o $@ $(LDLIBS)
+
+run: runner
+\t./runner weights.bin -t 1 -n 20
+
+clean:
+\trm -f libxmge_model.so runner
+
+.PHONY: all run clean
+"""
+
+CMAKELISTS = """cmake_minimum_required(VERSION 3.10)
+project(xmge_model C)
+set(CMAKE_C_STANDARD 11)
+find_package(OpenMP)
+set(XM_FLAGS {cflags_cmake})
+add_library(xmge_model SHARED model.c xm_runtime.c)
+add_executable(runner model.c xm_runtime.c runner.c)
+foreach(t xmge_model runner)
+  target_compile_options(${{t}} PRIVATE ${{XM_FLAGS}})
+  target_link_libraries(${{t}} PRIVATE m)
+  if(OpenMP_C_FOUND)
+    target_link_libraries(${{t}} PRIVATE OpenMP::OpenMP_C)
+  endif()
+endforeach()
+"""
+
+README = """# xmge model for {target}
+
+Build on the device (AArch64, ARMv8.2-A{extras}) with one command:
+
+    make
+
+(or `cmake -B build && cmake --build build`). Then run it:
+
+    ./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]
+
+Inputs and outputs are raw little-endian tensors in the order and shapes of model.json. In your own
+program, link libxmge_model.so and call xm_create / xm_run / xm_destroy (xm_runtime.h).
+
+`prebuilt/` holds the same library and a statically linked runner cross-built on the host
+(`qemu-aarch64 -cpu max prebuilt/runner weights.bin` runs it there under emulation).
+"""
+
+
+def project_files(target: str, cflags: Sequence[str]) -> dict[str, str]:
+    """Makefile, CMakeLists.txt and README.md for building the saved sources on the device."""
+    device_flags = [f for f in cflags if f != "-fPIC"] + ["-fPIC"]
+    extras = "".join(
+        word
+        for flag, word in (("dot", " with the dot product"), ("fp16", " with FP16 arithmetic"))
+        if flag in target
+    )
+    return {
+        "Makefile": MAKEFILE.format(cflags=" ".join(device_flags)),
+        "CMakeLists.txt": CMAKELISTS.format(
+            cflags_cmake=" ".join(f for f in device_flags if f != "-fopenmp")
+        ),
+        "README.md": README.format(target=target, extras=extras),
+    }
+
+
+__all__ = [
+    "EMULATION_NOTE",
+    "InsnCounts",
+    "count_instructions",
+    "cross_build",
+    "defined_functions",
+    "insn_class",
+    "launcher",
+    "project_files",
+    "toolchain_problem",
+]

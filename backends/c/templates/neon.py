@@ -1,0 +1,542 @@
+"""Direct NCHW44 convolutions for AArch64 (MegCC/MegEngine's ``conv2d_*_NCHW44`` kernels), one template
+for every element type and ISA:
+
+* ``conv2d_nchw44`` (float32 on ``neon``, float16 on ``fp16``): activations ``(N, C/4, H, W, 4)``;
+  filters dense ``KCRSc4k4``, group ``GKCRSc4k4``, channel-wise ``C11RSc4`` or, for the first layer
+  of a network (input channels < 4, plain NCHW input), hybrid ``KRSCk4``. Per 4 output channels and
+  a tile of ``OWB`` output columns, accumulators are vectors of 4 output channels; a 4x4 filter
+  block times one input pixel (4 channels) is four by-lane FMAs (``vfmaq_laneq_f32`` /
+  ``vfma_lane_f16``). Float16 accumulates in float16 (``+ioc16``) or, storage-only, converts to
+  float32 around float32 FMAs (``+io16xc32``, ``acc = "f32"``).
+* ``conv2d_nchw44_dot`` (``dot``, int8): ``KCRSk4c4`` / ``GKCRSk4c4`` filters, each 16-byte block
+  one ``vdotq_s32`` against the 4 input channels of a pixel broadcast to all lanes: 4 output
+  channels x 4 input channels per instruction, int32 accumulation.
+* ``conv2d_nchw44_q8`` (``neon``, int8 without the dot product): channel-wise ``C11RSc4``, hybrid
+  ``KRSCk4`` (int8 first layer) and ``KCRSc4k4``/``GKCRSc4k4``, widening ``vmlal_s16``.
+
+int8 results are requantized as MegEngine's (and the reference's) ``quantize(float32(acc) * s_acc)``:
+RELU on the integer accumulator, ``(float)acc * s_acc * (1 / s_out)`` in float32, rounded half away
+from zero (``vcvtaq_s32_f32``, C's ``roundf``) and saturated to int8 (``vqmovn``).
+
+Each template also has a ``generic`` instance: the same loops with the vector operations spelled as
+scalar C (``bench/bench_arm.py`` compares the two under qemu). Padding is done once per image by a
+copy into the workspace, so the inner loops have no bounds checks. All layout offsets come from
+:meth:`dialects.layout.LayoutSpec.dim_strides`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from backends.c.templates import Template, register, sym_join
+from dialects.layout import SPECS, Layout
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+OWB = 4  # output columns per register tile
+
+# filter layout of each (family kind, mode)
+FILTERS: dict[tuple[str, str], Layout] = {
+    ("float", "dense"): Layout.KCRSc4k4,
+    ("float", "group"): Layout.GKCRSc4k4,
+    ("float", "chan"): Layout.C11RSc4,
+    ("float", "hybrid"): Layout.KRSCk4,
+    ("dot", "dense"): Layout.KCRSk4c4,
+    ("dot", "group"): Layout.GKCRSk4c4,
+    ("q8", "dense"): Layout.KCRSc4k4,
+    ("q8", "group"): Layout.GKCRSc4k4,
+    ("q8", "chan"): Layout.C11RSc4,
+    ("q8", "hybrid"): Layout.KRSCk4,
+}
+
+# ----------------------------------------------------------------------------------------------
+# 4-lane vector operations per (ISA kind, element type): NEON intrinsics or scalar C, same names
+
+_NEON_F32 = """#define xm_v_neon_f32 float32x4_t
+#define xm_ld_neon_f32(p) vld1q_f32(p)
+#define xm_st_neon_f32(p, v) vst1q_f32(p, v)
+#define xm_dup_neon_f32(x) vdupq_n_f32(x)
+#define xm_fmal_neon_f32(a, w, x, l) vfmaq_laneq_f32(a, w, x, l)
+#define xm_fma_neon_f32(a, w, x) vfmaq_f32(a, w, x)
+#define xm_fman_neon_f32(a, w, s) vfmaq_n_f32(a, w, s)
+#define xm_max0_neon_f32(v) vmaxq_f32(v, vdupq_n_f32(0.f))
+"""
+_NEON_F16 = """#define xm_v_neon_f16 float16x4_t
+#define xm_ld_neon_f16(p) vld1_f16(p)
+#define xm_st_neon_f16(p, v) vst1_f16(p, v)
+#define xm_dup_neon_f16(x) vdup_n_f16(x)
+#define xm_fmal_neon_f16(a, w, x, l) vfma_lane_f16(a, w, x, l)
+#define xm_fma_neon_f16(a, w, x) vfma_f16(a, w, x)
+#define xm_fman_neon_f16(a, w, s) vfma_n_f16(a, w, s)
+#define xm_max0_neon_f16(v) vmax_f16(v, vdup_n_f16(0))
+"""
+_NEON_F16C32 = """#define xm_v_neon_f16c32 float32x4_t
+#define xm_ld_neon_f16c32(p) vcvt_f32_f16(vld1_f16(p))
+#define xm_st_neon_f16c32(p, v) vst1_f16(p, vcvt_f16_f32(v))
+#define xm_dup_neon_f16c32(x) vdupq_n_f32((float)(x))
+#define xm_fmal_neon_f16c32(a, w, x, l) vfmaq_laneq_f32(a, w, x, l)
+#define xm_fma_neon_f16c32(a, w, x) vfmaq_f32(a, w, x)
+#define xm_fman_neon_f16c32(a, w, s) vfmaq_n_f32(a, w, (float)(s))
+#define xm_max0_neon_f16c32(v) vmaxq_f32(v, vdupq_n_f32(0.f))
+"""
+
+
+def _scalar_ops(tag: str, storage: str, compute: str) -> str:
+    """The same operations as plain C on a 4-element struct."""
+    v = f"xm_v_{tag}"
+    return f"""typedef struct {{ {compute} v[4]; }} {v};
+static inline {v} xm_ld_{tag}(const {storage}* p) {{
+  {v} r;
+  for (int i = 0;
+  i < 4;
+  ++i) r.v[i] = ({compute})p[i];
+  return r;
+}}
+static inline void xm_st_{tag}({storage}* p, {v} a) {{
+  for (int i = 0;
+  i < 4;
+  ++i) p[i] = ({storage})a.v[i];
+}}
+static inline {v} xm_dup_{tag}({compute} x) {{ {v} r; for (int i = 0; i < 4; ++i) r.v[i] = x; return r; }}
+static inline {v} xm_fmal_{tag}({v} a, {v} w, {v} x, int l) {{
+  for (int i = 0;
+  i < 4;
+  ++i) a.v[i] += w.v[i] * x.v[l];
+  return a;
+}}
+static inline {v} xm_fma_{tag}({v} a, {v} w, {v} x) {{
+  for (int i = 0;
+  i < 4;
+  ++i) a.v[i] += w.v[i] * x.v[i];
+  return a;
+}}
+static inline {v} xm_fman_{tag}({v} a, {v} w, {compute} s) {{
+  for (int i = 0;
+  i < 4;
+  ++i) a.v[i] += w.v[i] * s;
+  return a;
+}}
+static inline {v} xm_max0_{tag}({v} a) {{
+  for (int i = 0;
+  i < 4;
+  ++i) a.v[i] = a.v[i] > 0 ? a.v[i] : 0;
+  return a;
+}}
+"""
+
+
+# int8: a 4x4 filter block times the 4 input channels of one pixel into 4 int32 accumulators
+_NEON_Q8 = """#define xm_vq_neon int32x4_t
+#define xm_qzero_neon() vdupq_n_s32(0)
+#define xm_qld_neon(p) vld1q_s32(p)
+/* dot: acc[k] += sum_c w[k*4 + c] * x[c] (KCRSk4c4 block), one sdot */
+#define xm_qdot_neon(a, w, x) \\
+  vdotq_s32(a, vld1q_s8(w), vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t*)(x))))
+/* c4k4 block without dot: acc[k] += sum_c w[c*4 + k] * x[c] */
+static inline int32x4_t xm_qc4k4_neon(int32x4_t a, const int8_t* w, const int8_t* x) {
+  const int16x8_t w01 = vmovl_s8(vld1_s8(w)), w23 = vmovl_s8(vld1_s8(w + 8));
+  a = vmlal_n_s16(a, vget_low_s16(w01), x[0]);
+  a = vmlal_n_s16(a, vget_high_s16(w01), x[1]);
+  a = vmlal_n_s16(a, vget_low_s16(w23), x[2]);
+  return vmlal_n_s16(a, vget_high_s16(w23), x[3]);
+}
+/* channel-wise: acc[k] += w[k] * x[k] */
+static inline int32x4_t xm_qmul4_neon(int32x4_t a, const int8_t* w, const int8_t* x) {
+  int16x4_t w16 = vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vld1_dup_s32((const int32_t*)w))));
+  int16x4_t x16 = vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vld1_dup_s32((const int32_t*)x))));
+  return vmlal_s16(a, w16, x16);
+}
+/* hybrid: acc[k] += w[k] * s */
+static inline int32x4_t xm_qman_neon(int32x4_t a, const int8_t* w, int8_t s) {
+  int16x4_t w16 = vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vld1_dup_s32((const int32_t*)w))));
+  return vmlal_n_s16(a, w16, s);
+}
+/* requantize 4 accumulators: relu (integer), * s_acc * inv_out in float32, round half away, saturate */
+static inline void xm_qstore_neon(int8_t* y, int32x4_t a, float s_acc, float inv_out, int relu) {
+  if (relu) a = vmaxq_s32(a, vdupq_n_s32(0));
+  const float32x4_t f = vmulq_n_f32(vmulq_n_f32(vcvtq_f32_s32(a), s_acc), inv_out);
+  const int16x4_t h = vqmovn_s32(vcvtaq_s32_f32(f));
+  const int8x8_t b = vqmovn_s16(vcombine_s16(h, h));
+  vst1_lane_s32((int32_t*)y, vreinterpret_s32_s8(b), 0);
+}
+"""
+
+_C_Q8 = """typedef struct { int32_t v[4]; } xm_vq_c;
+static inline xm_vq_c xm_qzero_c(void) { xm_vq_c r = {{0, 0, 0, 0}}; return r; }
+static inline xm_vq_c xm_qld_c(const int32_t* p) {
+  xm_vq_c r;
+  for (int i = 0;
+  i < 4;
+  ++i) r.v[i] = p[i];
+  return r;
+}
+static inline xm_vq_c xm_qdot_c(xm_vq_c a, const int8_t* w, const int8_t* x) {
+  for (int k = 0; k < 4; ++k) for (int c = 0; c < 4; ++c) a.v[k] += (int32_t)w[k * 4 + c] * x[c];
+  return a;
+}
+static inline xm_vq_c xm_qc4k4_c(xm_vq_c a, const int8_t* w, const int8_t* x) {
+  for (int c = 0; c < 4; ++c) for (int k = 0; k < 4; ++k) a.v[k] += (int32_t)w[c * 4 + k] * x[c];
+  return a;
+}
+static inline xm_vq_c xm_qmul4_c(xm_vq_c a, const int8_t* w, const int8_t* x) {
+  for (int k = 0; k < 4; ++k) a.v[k] += (int32_t)w[k] * x[k];
+  return a;
+}
+static inline xm_vq_c xm_qman_c(xm_vq_c a, const int8_t* w, int8_t s) {
+  for (int k = 0; k < 4; ++k) a.v[k] += (int32_t)w[k] * s;
+  return a;
+}
+static inline void xm_qstore_c(int8_t* y, xm_vq_c a, float s_acc, float inv_out, int relu) {
+  for (int k = 0; k < 4; ++k) {
+    int32_t v = relu && a.v[k] < 0 ? 0 : a.v[k];
+    float r = roundf((float)v * s_acc * inv_out);
+    y[k] = (int8_t)(r > 127.f ? 127 : r < -128.f ? -128 : (int)r);
+  }
+}
+"""
+
+
+def float_tag(isa: str, dtype: str, acc: str) -> str:
+    """The vector-operation family a float kernel uses."""
+    kind = "c" if isa == "generic" else "neon"
+    if dtype == "f32":
+        return f"{kind}_f32"
+    return f"{kind}_f16c32" if acc == "f32" else f"{kind}_f16"
+
+
+STORAGE = {"f32": "float", "f16": "float16_t"}
+
+
+class ConvNchw44(Template):
+    """Direct NCHW44 convolution; ``kind`` is ``float``, ``dot`` or ``q8`` (see the module doc)."""
+
+    FAMILIES = {"float": "conv2d_nchw44", "dot": "conv2d_nchw44_dot", "q8": "conv2d_nchw44_q8"}
+
+    def __init__(self, kind: str, isa: str):
+        self.kind = kind
+        self.family = self.FAMILIES[kind]  # type: ignore[misc]
+        self.isa = isa
+
+    # -- naming, sizes ---------------------------------------------------------------------------
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            self.family,
+            self.isa,
+            p["mode"],
+            f"n{p['n']}",
+            f"ic{p['ic']}",
+            f"{p['ih']}x{p['iw']}",
+            f"oc{p['oc']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
+            f"g{p['groups']}" if p["groups"] != 1 else "",
+            p["dtype"] + ("c32" if p.get("acc") == "f32" and p["dtype"] == "f16" else ""),
+            "bias" if p["bias"] else "",
+            p["act"].upper() if p["act"] != "identity" else "",
+            f"q{p['qid']}" if "qid" in p else "",
+        )
+
+    def _esize(self, p: dict[str, Any]) -> int:
+        return {"f32": 4, "f16": 2, "q8": 1}[p["dtype"]]
+
+    def _padded(self, p: dict[str, Any]) -> tuple[int, int]:
+        return p["ih"] + 2 * p["ph"], p["iw"] + 2 * p["pw"]
+
+    def _needs_pad(self, p: dict[str, Any]) -> bool:
+        return bool(p["ph"] or p["pw"])
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        if not self._needs_pad(p):
+            return 0
+        ihp, iwp = self._padded(p)
+        channels = p["ic"] if p["mode"] == "hybrid" else -(-p["ic"] // 4) * 4
+        return channels * ihp * iwp * self._esize(p)
+
+    def support(self, em: CEmitter) -> str:
+        if self.kind == "float":
+            if self.isa == "generic":
+                return "".join(
+                    _scalar_ops(t, s, c)
+                    for t, s, c in (("c_f32", "float", "float"), ("c_f16", "float16_t", "float16_t"),
+                                    ("c_f16c32", "float16_t", "float"))
+                )  # fmt: skip
+            return _NEON_F32 + (_NEON_F16 + _NEON_F16C32 if self.isa == "fp16" else _NEON_F16C32)
+        return "#include <stdint.h>\n" + (_C_Q8 if self.isa == "generic" else _NEON_Q8)
+
+    # -- code ------------------------------------------------------------------------------------
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+        mode, g = p["mode"], p["groups"]
+        hybrid = mode == "hybrid"
+        is_float = self.kind == "float"
+        ctype = STORAGE[p["dtype"]] if is_float else "int8_t"
+        ihp, iwp = self._padded(p)
+        pad = self._needs_pad(p)
+        # activation strides (layout.py): input (padded copy or the input itself) and output
+        src_layout = None if hybrid else SPECS[Layout.NCHW44]
+        out_st = SPECS[Layout.NCHW44].dim_strides((n, oc, oh, ow))
+        in_shape = (1, ic, ihp, iwp) if pad else (n, ic, ih, iw)
+        if src_layout is not None:
+            xs = src_layout.dim_strides(in_shape)
+            xs_img = src_layout.dim_strides((n, ic, ih, iw))
+            x_c, x_h, x_w, x_img = xs["C/4"], xs["H"], xs["W"], xs_img["N"]
+        else:  # plain NCHW input
+            x_c, x_h, x_w, x_img = ihp * iwp if pad else ih * iw, iwp if pad else iw, 1, ic * ih * iw
+        wl = FILTERS[(self.kind if self.kind != "float" else "float", mode)]
+        wst = SPECS[wl].dim_strides(self._filter_logical(p))
+        ocb_per_g = oc // g // 4 if mode != "chan" else 1
+        groups_b = g if mode != "chan" else g // 4  # loop count of the outer group index
+        icb_per_g = (ic // g) // 4 if mode in ("dense", "group") else 0
+        # the weight block of (group gi, output block kb in group, input block cb, r, s)
+        if mode == "dense":
+            wblk = f"kb * {wst['K/4']} + cb * {wst['C/4']} + r * {wst['R']} + s * {wst['S']}"
+        elif mode == "group":
+            wblk = (
+                f"gi * {wst['G']} + kb * {wst['K/4']} + cb * {wst['C/4']} + r * {wst['R']} + s * {wst['S']}"
+            )
+        elif mode == "chan":
+            wblk = f"gi * {wst['G/4']} + r * {wst['R']} + s * {wst['S']}"
+        else:
+            wblk = f"kb * {wst['K/4']} + r * {wst['R']} + s * {wst['S']} + c * {wst['C']}"
+        # the absolute output block and input block
+        kabs = "gi" if mode == "chan" else f"(gi * {ocb_per_g} + kb)"
+        cabs = "gi" if mode == "chan" else f"(gi * {icb_per_g} + cb)"
+        xpix = f"xp + (long)(oy * {sh} + r * {dh}) * {x_h} + (long)((ox + j) * {sw} + s * {dw}) * {x_w}"
+
+        # the accumulation statement for output column j
+        if is_float:
+            tag = float_tag(self.isa, p["dtype"], p.get("acc", p["dtype"]))
+            vt = f"xm_v_{tag}"
+            zero = f"xm_dup_{tag}(0)"
+            if mode in ("dense", "group"):
+                pre = "".join(f"const {vt} w{c} = xm_ld_{tag}(wb + {c * wst['C%4']});\n" for c in range(4))
+                step = (
+                    f"{{ const {vt} xv = xm_ld_{tag}(xc + {{off}}); "
+                    + " ".join(f"acc[j] = xm_fmal_{tag}(acc[j], w{c}, xv, {c});" for c in range(4))
+                    + " }"
+                )
+            elif mode == "chan":
+                pre = f"const {vt} w0 = xm_ld_{tag}(wb);\n"
+                step = f"acc[j] = xm_fma_{tag}(acc[j], w0, xm_ld_{tag}(xc + {{off}}));"
+            else:
+                pre = f"const {vt} w0 = xm_ld_{tag}(wb);\n"
+                step = f"acc[j] = xm_fman_{tag}(acc[j], w0, (xc + {{off}})[0]);"
+        else:
+            tag = "c" if self.isa == "generic" else "neon"
+            vt = f"xm_vq_{tag}"
+            zero = f"xm_qzero_{tag}()"
+            pre = ""
+            fn = (
+                {"dot": "qdot", "q8": "qc4k4"}[self.kind]
+                if mode in ("dense", "group")
+                else ("qmul4" if mode == "chan" else "qman")
+            )
+            if mode == "hybrid":
+                step = f"acc[j] = xm_{fn}_{tag}(acc[j], wb, (xc + {{off}})[0]);"
+            else:
+                step = f"acc[j] = xm_{fn}_{tag}(acc[j], wb, xc + {{off}});"
+        off = f"(long)(oy * {sh} + r * {dh}) * {x_h} + (long)((ox + j) * {sw} + s * {dw}) * {x_w}"
+        step = step.replace("{off}", off)
+        del xpix
+
+        # reduction loops over input channels (blocks) and taps
+        if mode in ("dense", "group"):
+            red_open = (
+                f"for (int cb = 0; cb < {icb_per_g}; ++cb) {{\n"
+                f" const {ctype}* xc = xp + (long){cabs} * {x_c};"
+            )
+        elif mode == "chan":
+            red_open = f"{{ const {ctype}* xc = xp + (long)gi * {x_c};"
+        else:
+            red_open = f"for (int c = 0; c < {ic}; ++c) {{\n const {ctype}* xc = xp + (long)c * {x_c};"
+        taps = (
+            f"for (int r = 0; r < {fh}; ++r) for (int s = 0; s < {fw}; ++s) {{\n"
+            f"  const {ctype}* wb = w + {wblk};\n  {pre}"
+            f"  for (int j = 0; j < jn; ++j) {step}\n}}"
+        )
+
+        # epilogue: bias (float) / int32 bias at the accumulator scale (int8), activation, store
+        yblk = f"y + (long)nn * {out_st['N']} + (long){kabs} * {out_st['C/4']} + (long)oy * {out_st['H']}"
+        if is_float:
+            init = f"xm_ld_{tag}(bias + (long){kabs} * 4)" if p["bias"] else zero
+            if p["act"] == "relu":
+                fin = f"acc[j] = xm_max0_{tag}(acc[j]);"
+            else:
+                fin = ""
+            store = f"xm_st_{tag}(yo + (long)(ox + j) * {out_st['W']}, acc[j]);"
+            if p["act"] not in ("identity", "relu"):
+                store += (
+                    f" for (int k = 0; k < 4; ++k) {{ {ctype}* e = yo + (long)(ox + j) * {out_st['W']} + k;"
+                    f" *e = ({ctype})xm_act_{p['act']}((float)*e); }}"
+                )
+            bias_param = f"const {ctype}* bias = (const {ctype}*)bias_;" if p["bias"] else ""
+        else:
+            init = f"xm_qld_{tag}(bias + (long){kabs} * 4)" if p["bias"] else zero
+            fin = ""
+            relu = int(p["act"] == "relu")
+            store = (
+                f"xm_qstore_{tag}(yo + (long)(ox + j) * {out_st['W']}, acc[j], {p['s_acc']!r}f, "
+                f"{p['inv_out']!r}f, {relu});"
+            )
+            bias_param = "const int32_t* bias = (const int32_t*)bias_;" if p["bias"] else ""
+
+        # the padded copy of one image
+        if pad:
+            channels = ic if hybrid else -(-ic // 4)
+            lane = 1 if hybrid else 4
+            pad_code = f"""
+    {ctype}* xp = ({ctype}*)ws;
+    memset(xp, 0, {self.workspace(p)});
+    for (int c = 0; c < {channels}; ++c)
+      for (int yy = 0; yy < {ih}; ++yy)
+        memcpy(xp + (long)c * {x_c} + (long)(yy + {ph}) * {x_h} + (long){pw} * {x_w},
+               x + (long)nn * {x_img} + (long)c * {(ih * iw * lane)} + (long)yy * {iw * lane},
+               {iw * lane * self._esize(p)});"""
+        else:
+            pad_code = f"\n    const {ctype}* xp = x + (long)nn * {x_img};"
+
+        args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
+                "void* y_", "unsigned char* ws", "int nt"]  # fmt: skip
+        return f"""
+static void {sym}({", ".join(args)}) {{
+  const {ctype}* x = (const {ctype}*)x_;
+  const {ctype}* w = (const {ctype}*)w_;
+  {ctype}* y = ({ctype}*)y_;
+  {bias_param}
+  (void)ws;
+  for (int nn = 0; nn < {n}; ++nn) {{{pad_code}
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int gi = 0; gi < {groups_b}; ++gi)
+    for (int kb = 0; kb < {ocb_per_g}; ++kb) {{
+      for (int oy = 0; oy < {oh}; ++oy) {{
+        {ctype}* yo = {yblk};
+        for (int ox = 0; ox < {ow}; ox += {OWB}) {{
+          const int jn = {ow} - ox < {OWB} ? {ow} - ox : {OWB};
+          {vt} acc[{OWB}];
+          for (int j = 0; j < {OWB}; ++j) acc[j] = {init};
+          {red_open}
+            {taps}
+          }}
+          for (int j = 0; j < jn; ++j) {{ {fin} {store} }}
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+    def _filter_logical(self, p: dict[str, Any]) -> tuple[int, ...]:
+        mode, g = p["mode"], p["groups"]
+        if mode in ("dense", "hybrid"):
+            return (p["oc"], p["ic"], p["fh"], p["fw"])
+        return (g, p["oc"] // g, p["ic"] // g, p["fh"], p["fw"])
+
+
+class PoolNchw44(Template):
+    """Max / average pooling of NCHW44 activations, 4 channels per vector (float32, float16, int8)."""
+
+    family = "pool2d_nchw44"
+
+    def __init__(self, isa: str):
+        self.isa = isa
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("pool2d_nchw44", self.isa, p["mode"], f"n{p['n']}", f"c{p['c']}",
+                        f"{p['ih']}x{p['iw']}", f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}",
+                        f"p{p['ph']}x{p['pw']}", p["dtype"])  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        xs = SPECS[Layout.NCHW44].dim_strides((n, c, ih, iw))
+        ys = SPECS[Layout.NCHW44].dim_strides((n, c, oh, ow))
+        dtype, mode = p["dtype"], p["mode"]
+        ctype = {"f32": "float", "f16": "float16_t", "q8": "int8_t"}[dtype]
+        # accumulate in float for float types, exactly in int32 for int8
+        acc_t = "int32_t" if dtype == "q8" else "float"
+        if mode == "max":
+            init = "-128" if dtype == "q8" else "-INFINITY"
+            step = "if (e > a[k]) a[k] = e;"
+        else:
+            init = "0"
+            step = "a[k] += e;"
+        if mode == "max":
+            fin = f"({ctype})a[k]"
+        elif dtype == "q8":
+            # round(total / count), ties away from zero, in integers (the reference's pooler)
+            fin = "(int8_t)(a[k] >= 0 ? (2 * a[k] + cn) / (2 * cn) : -((2 * -a[k] + cn) / (2 * cn)))"
+        else:
+            fin = f"({ctype})(a[k] / (float)cn)"
+        cn = str(fh * fw) if mode == "average" else "cnt"
+        vec = self.isa != "generic" and dtype == "f32" and mode == "max"  # NEON: a pixel is a vector
+        body_scalar = f"""
+          {acc_t} a[4] = {{{init}, {init}, {init}, {init}}};
+          int cnt = 0;
+          for (int r = 0; r < {fh}; ++r) {{
+            const int yy = oy * {sh} - {ph} + r;
+            if ((unsigned)yy >= {ih}u) continue;
+            for (int s = 0; s < {fw}; ++s) {{
+              const int xx = ox * {sw} - {pw} + s;
+              if ((unsigned)xx >= {iw}u) continue;
+              const {ctype}* e4 = xb + (long)yy * {xs["H"]} + (long)xx * {xs["W"]};
+              for (int k = 0; k < 4; ++k) {{ const {acc_t} e = ({acc_t})e4[k]; {step} }}
+              ++cnt;
+            }}
+          }}
+          const int cn = {cn};
+          (void)cn;
+          for (int k = 0; k < 4; ++k) yb[(long)oy * {ys["H"]} + (long)ox * {ys["W"]} + k] = {fin};"""
+        body_neon = f"""
+          float32x4_t a = vdupq_n_f32(-INFINITY);
+          for (int r = 0; r < {fh}; ++r) {{
+            const int yy = oy * {sh} - {ph} + r;
+            if ((unsigned)yy >= {ih}u) continue;
+            for (int s = 0; s < {fw}; ++s) {{
+              const int xx = ox * {sw} - {pw} + s;
+              if ((unsigned)xx >= {iw}u) continue;
+              a = vmaxq_f32(a, vld1q_f32(xb + (long)yy * {xs["H"]} + (long)xx * {xs["W"]}));
+            }}
+          }}
+          vst1q_f32(yb + (long)oy * {ys["H"]} + (long)ox * {ys["W"]}, a);"""
+        body = body_neon if vec else body_scalar
+        return f"""
+static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
+  const {ctype}* x = (const {ctype}*)x_;
+  {ctype}* y = ({ctype}*)y_;
+  (void)ws;
+  #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+  for (int nn = 0; nn < {n}; ++nn)
+    for (int cb = 0; cb < {c // 4}; ++cb) {{
+      const {ctype}* xb = x + (long)nn * {xs["N"]} + (long)cb * {xs["C/4"]};
+      {ctype}* yb = y + (long)nn * {ys["N"]} + (long)cb * {ys["C/4"]};
+      for (int oy = 0; oy < {oh}; ++oy)
+        for (int ox = 0; ox < {ow}; ++ox) {{{body}
+        }}
+    }}
+}}
+"""
+
+
+def _register() -> None:
+    from backends.c import arm  # noqa: F401  (ARM knobs in the emitter registry)
+    from backends.c.templates.gemm import ConvGemm, MatmulGemm
+
+    for isa in ("neon", "fp16", "generic"):
+        register(ConvNchw44("float", isa))
+    for isa in ("dot", "generic"):
+        register(ConvNchw44("dot", isa))
+    for isa in ("neon", "generic"):
+        register(ConvNchw44("q8", isa))
+        register(PoolNchw44(isa))
+    # float32 NCHW convolutions and matrix multiplications: the shared GEMM generator with NEON knobs
+    # (and scalar knobs for the portable build)
+    for isa in ("neon", "generic"):
+        register(ConvGemm(isa))
+        register(MatmulGemm(isa))
+
+
+_register()

@@ -1,0 +1,400 @@
+"""Portable C templates (ISA ``generic``) for element types other than float32: layout conversion,
+type conversion and the int8 operators MegEngine's quantized graphs use around their convolutions.
+
+Element types travel as short codes in the kernel parameters: ``f32``, ``f16``, ``q8`` (qint8),
+``q32`` (qint32), ``u8`` (quint8), each quantized one with a float32 scale and a zero point.
+Semantics are those of the reference (``backends.reference.quant_kernels``), operation for
+operation in float32: dequantize ``(float)(q - zp) * s``; quantize
+``clamp(roundf(v * (1.f / s)) + zp)`` (round half away from zero); int32 accumulation for int8
+products; pooling averages rounded half away from zero in integers.
+
+Families: ``relayout`` (any layout pair, from :meth:`dialects.layout.LayoutSpec.split_strides`),
+``typecvt``, ``elemwise_q`` (elementwise and ElemwiseMultiType Q-modes on dequantized values),
+``pool2d_q8`` (NCHW), ``matmul_q8``, ``conv2d_q8`` (NCHW, any groups), ``copy_typed``,
+``concat_typed``, ``split_typed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import TYPE_CHECKING, Any
+
+from backends.c.templates import Template, register, sym_join
+from backends.c.templates.generic import ELEMWISE_C, _par, _strided_loops
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+CTYPES = {"f32": "float", "f16": "float16_t", "q8": "int8_t", "q32": "int32_t", "u8": "uint8_t",
+          "b1": "uint8_t", "i32": "int32_t"}  # fmt: skip
+QRANGE = {"q8": (-128, 127), "q32": (-(2**31), 2**31 - 1), "u8": (0, 255)}
+BYTES_CTYPE = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
+HEADER = "#include <stdint.h>\n"
+
+
+def is_quantized(code: str) -> bool:
+    return code in QRANGE
+
+
+def dtype_key(codes: tuple[str, ...], scales: tuple[float, ...], zps: tuple[int, ...]) -> str:
+    """A short stable tag of quantization parameters for symbol names."""
+    text = ",".join(f"{c}:{s!r}:{z}" for c, s, z in zip(codes, scales, zps, strict=True))
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def deq(code: str, scale: float, zp: int, x: str) -> str:
+    """C float expression of the real value of element ``x``."""
+    if code == "f32":
+        return x
+    if not is_quantized(code):
+        return f"(float)({x})"
+    centered = f"((int64_t)({x}) - {zp})" if zp else f"({x})"
+    return f"((float){centered} * {scale!r}f)"
+
+
+def quant(code: str, scale: float, zp: int, v: str) -> str:
+    """C expression storing the float ``v`` as element type ``code``."""
+    if not is_quantized(code):
+        return f"({CTYPES[code]})({v})"
+    lo, hi = QRANGE[code]
+    inv = f"(1.f / {scale!r}f)"
+    return f"({CTYPES[code]})xm_sat_d((double)roundf(({v}) * {inv}) + {zp}, {lo}.0, {hi}.0)"
+
+
+SAT = """static inline double xm_sat_d(double v, double lo, double hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+"""
+
+
+def _ptr_args(n_in: int, n_out: int) -> str:
+    ins = [f"const void* in{i}_" for i in range(n_in)]
+    outs = [f"void* out{i}_" for i in range(n_out)]
+    return ", ".join([*ins, *outs, "unsigned char* ws", "int nt"])
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class Relayout(Template):
+    """Between a plain tensor and a blocked layout, as one strided walk (padding written as zero
+    into a blocked destination, skipped from a blocked source)."""
+
+    family = "relayout"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "relayout", p["src"], "to", p["dst"], "x".join(map(str, p["logical"])), f"e{p['esize']}"
+        )
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        shape, lst, pst, bounds = p["split"], p["lstrides"], p["pstrides"], p["bounds"]
+        to_blocked = p["dst"] != "plain"
+        dst_st, src_st = (pst, lst) if to_blocked else (lst, pst)
+        t = BYTES_CTYPE[p["esize"]]
+        valid = (
+            " && ".join(
+                f"(i{o} * {shape[i]} + i{i}) < {n}" if i >= 0 else f"i{o} < {n}" for o, i, n in bounds
+            )
+            or "1"
+        )
+        src = " + ".join(f"i{k} * {s}L" for k, s in enumerate(src_st) if s) or "0"
+        dst = " + ".join(f"i{k} * {s}L" for k, s in enumerate(dst_st) if s) or "0"
+        if to_blocked:
+            body = f"out[{dst}] = ({valid}) ? in[{src}] : 0;"
+        else:
+            body = f"if ({valid}) out[{dst}] = in[{src}];"
+        loops = [f"{'  ' * k}for (long i{k} = 0; i{k} < {d}; ++i{k})" for k, d in enumerate(shape)]
+        return f"""
+static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
+  const {t}* in = (const {t}*)in_;
+  {t}* out = ({t}*)out_;
+  (void)ws; (void)nt;
+{chr(10).join("  " + lp for lp in loops)}
+  {"  " * len(shape)}{body}
+}}
+"""
+
+
+class TypeCvt(Template):
+    family = "typecvt"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("typecvt", p["src"], "to", p["dst"], f"n{p['size']}", p["qid"])
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        v = deq(p["src"], p["s_in"], p["zp_in"], "in[i]")
+        out = quant(p["dst"], p["s_out"], p["zp_out"], v)
+        return f"""
+static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
+  const {CTYPES[p["src"]]}* in = (const {CTYPES[p["src"]]}*)in_;
+  {CTYPES[p["dst"]]}* out = ({CTYPES[p["dst"]]}*)out_;
+  (void)ws;
+  {_par(p["size"])}
+  for (long i = 0; i < {p["size"]}; ++i) out[i] = {out};
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER + SAT
+
+
+class ElemwiseQ(Template):
+    """``out = quantize(f(dequantize(a), dequantize(b), ...))`` with any broadcast."""
+
+    family = "elemwise_q"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        st = "_".join("s" + "x".join(map(str, s)) for s in p["strides"])
+        return sym_join("elemwise_q", p["mode"], "x".join(map(str, p["shape"])), st, p["qid"])
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n = len(p["strides"])
+        names = "abcd"[:n]
+        dts, scs, zps = p["dtypes"], p["scales"], p["zps"]
+        decl = [f"const {CTYPES[dts[i]]}* in{i} = (const {CTYPES[dts[i]]}*)in{i}_;" for i in range(n)]
+        decl.append(f"{CTYPES[dts[n]]}* out0 = ({CTYPES[dts[n]]}*)out0_;")
+        loads = " ".join(
+            f"const float {names[i]} = {deq(dts[i], scs[i], zps[i], f'in{i}[x{i}]')};" for i in range(n)
+        )
+        body = f"{loads} out0[o] = {quant(dts[n], scs[n], zps[n], ELEMWISE_C[p['mode']])};"
+        return (
+            f"static void {sym}({_ptr_args(n, 1)}) {{\n  (void)ws;\n  "
+            + "\n  ".join(decl)
+            + "\n"
+            + _strided_loops(p["shape"], p["strides"], body, math.prod(p["shape"]))
+            + "\n}\n"
+        )
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER + SAT
+
+
+class Pool2dQ8(Template):
+    """int8 max / average pooling, NCHW: integer window sums, averages rounded half away from zero."""
+
+    family = "pool2d_q8"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("pool2d_q8", p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
+                        f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}",
+                        f"p{p['ph']}x{p['pw']}")  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
+        sh, sw, ph, pw, mode = p["sh"], p["sw"], p["ph"], p["pw"], p["mode"]
+        step = "if (e > a) a = e;" if mode == "max" else "a += e;"
+        init = "-128" if mode == "max" else "0"
+        cn = str(fh * fw) if mode == "average" else "cnt"
+        fin = "a" if mode == "max" else "(a >= 0 ? (2 * a + cn) / (2 * cn) : -((2 * -a + cn) / (2 * cn)))"
+        return f"""
+static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
+  const int8_t* x = (const int8_t*)x_;
+  int8_t* y = (int8_t*)y_;
+  (void)ws;
+  {_par(p["n"] * p["c"] * oh * ow * fh * fw)}
+  for (int nc = 0; nc < {p["n"] * p["c"]}; ++nc)
+    for (int oy = 0; oy < {oh}; ++oy)
+      for (int ox = 0; ox < {ow}; ++ox) {{
+        int32_t a = {init}; int cnt = 0;
+        for (int r = 0; r < {fh}; ++r) {{
+          const int yy = oy * {sh} - {ph} + r;
+          if ((unsigned)yy >= {ih}u) continue;
+          for (int s = 0; s < {fw}; ++s) {{
+            const int xx = ox * {sw} - {pw} + s;
+            if ((unsigned)xx >= {iw}u) continue;
+            const int32_t e = x[(long)nc * {ih * iw} + yy * {iw} + xx]; {step} ++cnt;
+          }}
+        }}
+        const int32_t cn = {cn}; (void)cn;
+        y[(long)nc * {oh * ow} + oy * {ow} + ox] = (int8_t){fin};
+      }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER
+
+
+def _requant(p: dict[str, Any], acc: str) -> str:
+    """An int32 accumulator as the result type: int32 as is, else (float)acc * s_acc requantized."""
+    if p["out"] == "q32_same":
+        return acc
+    v = f"(float)({acc}) * {p['s_acc']!r}f"
+    if p["out"] == "f32":
+        return v
+    return quant(p["out"], p["s_out"], p["zp_out"], v)
+
+
+class MatmulQ8(Template):
+    """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
+
+    family = "matmul_q8"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("matmul_q8", f"b{p['batch']}", f"m{p['m']}", f"n{p['n']}", f"k{p['k']}",
+                        "ta" if p["ta"] else "", "tb" if p["tb"] else "", p["out"], p["qid"])  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        M, N, Kd = p["m"], p["n"], p["k"]
+        a_at = f"a[(long)kk * {M} + i]" if p["ta"] else f"a[(long)i * {Kd} + kk]"
+        b_at = f"b[(long)j * {Kd} + kk]" if p["tb"] else f"b[(long)kk * {N} + j]"
+        otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
+        return f"""
+static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, int nt) {{
+  (void)ws;
+  for (int bt = 0; bt < {p["batch"]}; ++bt) {{
+    const int8_t* a = (const int8_t*)a_ + (long)bt * {M * Kd};
+    const int8_t* b = (const int8_t*)b_ + (long)bt * {N * Kd if not p["b_const"] else 0};
+    {otype}* y = ({otype}*)y_ + (long)bt * {M * N};
+    {_par(M * N * Kd)}
+    for (int i = 0; i < {M}; ++i)
+      for (int j = 0; j < {N}; ++j) {{
+        int32_t acc = 0;
+        for (int kk = 0; kk < {Kd}; ++kk) acc += (int32_t){a_at} * {b_at};
+        y[(long)i * {N} + j] = {_requant(p, "acc")};
+      }}
+  }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER + SAT
+
+
+class Conv2dQ8(Template):
+    """int8 NCHW convolution (any groups, stride, padding, dilation), int32 accumulation, an int32
+    bias at the accumulator's scale, integer RELU, requantization: the fallback for the int8 convs
+    the NCHW44 passes leave in NCHW."""
+
+    family = "conv2d_q8"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("conv2d_q8", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
+                        f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
+                        f"d{p['dh']}x{p['dw']}", f"g{p['groups']}", "bias" if p["bias"] else "",
+                        p["act"].upper(), p["out"], p["qid"])  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw, dh, dw, g = (
+            p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
+        )
+        icg, ocg = ic // g, oc // g
+        relu = "if (acc < 0) acc = 0;" if p["act"] == "relu" else ""
+        otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
+        args = ["const void* x_", "const void* w_", *(["const void* b_"] if p["bias"] else []), "void* y_",
+                "unsigned char* ws", "int nt"]  # fmt: skip
+        return f"""
+static void {sym}({", ".join(args)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int8_t* w = (const int8_t*)w_;
+  {otype}* y = ({otype}*)y_;
+  {"const int32_t* bias = (const int32_t*)b_;" if p["bias"] else ""}
+  (void)ws;
+  {_par(n * oc * oh * ow * icg * fh * fw)}
+  for (int no = 0; no < {n * oc}; ++no) {{
+    const int nn = no / {oc}, o = no % {oc}, gi = o / {ocg};
+    for (int oy = 0; oy < {oh}; ++oy)
+      for (int ox = 0; ox < {ow}; ++ox) {{
+        int32_t acc = {"bias[o]" if p["bias"] else "0"};
+        for (int c = 0; c < {icg}; ++c) {{
+          const int8_t* xc = x + ((long)nn * {ic} + gi * {icg} + c) * {ih * iw};
+          const int8_t* wc = w + ((long)o * {icg} + c) * {fh * fw};
+          for (int r = 0; r < {fh}; ++r) {{
+            const int yy = oy * {sh} - {ph} + r * {dh};
+            if ((unsigned)yy >= {ih}u) continue;
+            for (int s = 0; s < {fw}; ++s) {{
+              const int xx = ox * {sw} - {pw} + s * {dw};
+              if ((unsigned)xx < {iw}u) acc += (int32_t)xc[yy * {iw} + xx] * wc[r * {fw} + s];
+            }}
+          }}
+        }}
+        {relu}
+        y[((long)nn * {oc} + o) * {oh * ow} + oy * {ow} + ox] = {_requant(p, "acc")};
+      }}
+  }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER + SAT
+
+
+class CopyTyped(Template):
+    """``out[idx] = in[offset + sum(idx * strides)]`` for elements of any size."""
+
+    family = "copy_typed"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("copy", "x".join(map(str, p["shape"])), "s" + "x".join(map(str, p["strides"])),
+                        f"o{p['offset']}", f"e{p['esize']}")  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        t = BYTES_CTYPE[p["esize"]]
+        body = f"out0[o] = in0[{p['offset']}L + x0];"
+        return (
+            f"static void {sym}(const void* in0_, void* out0_, unsigned char* ws, int nt) {{\n"
+            f"  const {t}* in0 = (const {t}*)in0_;\n  {t}* out0 = ({t}*)out0_;\n  (void)ws;\n"
+            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
+            + "\n}\n"
+        )
+
+
+class ConcatTyped(Template):
+    family = "concat_typed"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        chunks, e = p["chunks"], p["esize"]
+        total = sum(chunks)
+        body, off = [], 0
+        for i, c in enumerate(chunks):
+            body.append(
+                f"    memcpy(out + (r * {total}L + {off}) * {e}, "
+                f"(const char*)in{i}_ + r * {c * e}L, {c * e});"
+            )
+            off += c
+        return f"""
+static void {sym}({_ptr_args(len(chunks), 1)}) {{
+  char* out = (char*)out0_;
+  (void)ws; (void)nt;
+  for (long r = 0; r < {p["outer"]}; ++r) {{
+{chr(10).join(body)}
+  }}
+}}
+"""
+
+
+class SplitTyped(Template):
+    family = "split_typed"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        chunks, e = p["chunks"], p["esize"]
+        total = sum(chunks)
+        body, off = [], 0
+        for i, c in enumerate(chunks):
+            body.append(
+                f"    memcpy((char*)out{i}_ + r * {c * e}L, in + (r * {total}L + {off}) * {e}, {c * e});"
+            )
+            off += c
+        return f"""
+static void {sym}({_ptr_args(1, len(chunks))}) {{
+  const char* in = (const char*)in0_;
+  (void)ws; (void)nt;
+  for (long r = 0; r < {p["outer"]}; ++r) {{
+{chr(10).join(body)}
+  }}
+}}
+"""
+
+
+for _t in (Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(), CopyTyped(), ConcatTyped(),
+           SplitTyped()):  # fmt: skip
+    register(_t)
