@@ -265,7 +265,8 @@ def test_int8_layout_dump_has_megengines_operators(variant: str) -> None:
 
 RELAYOUTS = """
 func.func @main(%x: tensor<1x3x4x4xf32>, %y: tensor<1x8x2x2xf32>) -> (
-    tensor<1x3x4x4xf32>, tensor<1x3x4x4xf32>, tensor<1x8x2x2xf32>) attributes {output_names = ["b", "d", "f"]} {
+    tensor<1x3x4x4xf32>, tensor<1x3x4x4xf32>, tensor<1x8x2x2xf32>)
+    attributes {output_names = ["b", "d", "f"]} {
   %a = layout.relayout %x {channels = 3 : i64}
       : tensor<1x3x4x4xf32> -> tensor<1x1x4x4x4xf32, #layout.fmt<nchw4>>
   %b = layout.relayout %a {channels = 3 : i64}
