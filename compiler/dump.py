@@ -1,9 +1,10 @@
 """``trace.dump``: MegEngine 1.13's ``jit.trace.dump`` for xmge traces (spec part C).
 
-The traced ``func.func`` is copied, brought into the shape MegEngine's dumper would produce
-(:mod:`backends.mge.rewrites`), lowered and written by :mod:`backends.mge.writer`. Parameters keep
-MegEngine's meaning; optimisation options that xmge does not implement yet are rejected by name
-rather than silently ignored.
+The traced ``func.func`` is copied and run through the passes the dump options select
+(``passes.inference.pipeline_for``: MegEngine's ``optimize_for_inference`` as named passes, after the
+``split-reduce-squeeze`` order fix-up every dump gets), then lowered and written by
+:mod:`backends.mge.writer`. Parameters keep MegEngine's meaning; optimisation options that xmge does
+not implement yet are rejected by name rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -17,35 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.passes import ModulePass
 
 from backends.mge import schema as S
-from backends.mge.rewrites import frontend_canonicalize
-from backends.mge.rewrites import optimize_for_inference as run_optimize_for_inference
 from backends.mge.writer import LoweredGraph, Metadata, write_graph
+from passes.inference import InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
-# enable_* keywords: implemented ones map to the optimize-options bit they set
-IMPLEMENTED_OPTIONS = {
-    "enable_fuse_conv_bias_nonlinearity": "fuse_conv_bias_nonlinearity",
-    # fuse_grain folds SUM/TRUE_DIV into MEAN and Reshape+Reduce into AdaptivePooling; xmge's frontend
-    # already emits MEAN reductions and pooling ops, so there is nothing to fold: only the bit is set.
-    "enable_fuse_grain": "fuse_grain",
-}
-NOT_YET_OPTIONS = (
-    "enable_io16xc32",
-    "enable_ioc16",
-    "enable_hwcd4",
-    "enable_nchw4",
-    "enable_nchw88",
-    "enable_nchw32",
-    "enable_nchw44",
-    "enable_nchw44_dot",
-    "enable_chwn4",
-    "enable_nchw64",
-    "enable_fuse_conv_bias_with_z",
-    "enable_fuse_preprocess",
-)
 TEST_CASE_OPTIONS = (
     "input_data",
     "repeat",
@@ -104,16 +85,19 @@ def _as_names(value: str | Sequence[str | None] | None, n: int, what: str) -> li
     return ["" if x is None else str(x) for x in names]
 
 
-def optimize_options_bits(options: dict[str, bool]) -> int:
+def optimize_options_bits(options: InferenceOptions) -> int:
+    """MegEngine's ``GraphOptimizeOptions.serialize()``: flag bits 0..6, layout in bits 32..63."""
     bits = 0
-    for key, name in IMPLEMENTED_OPTIONS.items():
-        if options.get(key):
+    for flag in options.enabled():
+        name = flag.removeprefix("enable_")
+        name = {"io16xc32": "f16_io_f32_comp", "ioc16": "f16_io_comp"}.get(name, name)
+        if name in S.OPTIMIZE_BITS:
             bits |= 1 << S.OPTIMIZE_BITS[name]
-    return bits
+    return bits | (S.LAYOUT_TRANSFORMS.index(options.layout_transform) << 32)
 
 
-def check_options(kwargs: dict[str, Any]) -> dict[str, bool]:
-    """The optimize options in ``kwargs`` (defaults filled); clear errors for the others."""
+def check_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The optimize options in ``kwargs`` (test-case options removed); clear errors for the rest."""
     for key in TEST_CASE_OPTIONS:
         if key in kwargs and key != "input_data":
             kwargs.pop(key)  # only meaningful together with input_data
@@ -123,19 +107,18 @@ def check_options(kwargs: dict[str, Any]) -> dict[str, bool]:
         )
     if kwargs.pop("compat_older_version", None) is not None:
         raise ValueError("compat_older_version (MGBS 8.14 files) is not supported by xmge")
-    options = {"enable_fuse_grain": True}
-    for key in list(kwargs):
-        if key in IMPLEMENTED_OPTIONS:
-            options[key] = bool(kwargs.pop(key))
-        elif key in NOT_YET_OPTIONS:
-            if kwargs.pop(key):
-                raise ValueError(
-                    f"optimize option {key} is not implemented in xmge yet; dump without it "
-                    f"(implemented: {sorted(IMPLEMENTED_OPTIONS)})"
-                )
-    if kwargs:
-        raise ValueError(f"unknown options: {sorted(kwargs)}")
-    return options
+    InferenceOptions.from_kwargs(kwargs)  # unknown and conflicting options fail before any work
+    return kwargs
+
+
+def run_passes(module: ModuleOp, passes: Sequence[ModulePass]) -> ModuleOp:
+    """A copy of ``module`` with ``passes`` applied in order (the input is left untouched)."""
+    out = module.clone()
+    ctx = Context()
+    for p in passes:
+        p.apply(ctx, out)
+    out.verify()
+    return out
 
 
 def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
@@ -270,17 +253,19 @@ def dump(
     if given is not None:
         inputs[:n_pos] = [g or d for g, d in zip(given, traced_inputs, strict=True)]
 
-    work: ModuleOp = frontend_canonicalize(module)
-    if optimize_for_inference:
-        work = run_optimize_for_inference(
-            work, fuse_conv_bias=options.get("enable_fuse_conv_bias_nonlinearity", False)
-        )
+    passes = [
+        SplitReduceSqueezePass(),
+        *pipeline_for(optimize_for_inference=optimize_for_inference, **options),
+    ]
+    work = run_passes(module, passes)
     wfn = next(op for op in work.ops if isinstance(op, func.FuncOp))
     wfn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in inputs])
     if enable_metadata:
         meta = Metadata(
             is_valid=True,
-            optimize_options=optimize_options_bits(options) if optimize_for_inference else 0,
+            optimize_options=(
+                optimize_options_bits(InferenceOptions.from_kwargs(options)) if optimize_for_inference else 0
+            ),
             user_info=pickle.dumps(user_info),
         )
     else:

@@ -23,6 +23,7 @@ from xdsl.passes import ModulePass, get_pass_option_infos
 
 from passes.canonicalize import MgbCanonicalizePass
 from passes.dce import MgbDeadCodeEliminationPass
+from passes.inference import INFERENCE_PASSES
 from passes.layout import LAYOUT_PASSES
 from passes.lowering import LOWERING_PASSES
 
@@ -33,6 +34,7 @@ PassFactory = Callable[[], type[ModulePass]]
 BUILTIN_PASSES: tuple[type[ModulePass], ...] = (
     MgbCanonicalizePass,
     MgbDeadCodeEliminationPass,
+    *INFERENCE_PASSES,
     *LAYOUT_PASSES,
     *LOWERING_PASSES,
 )

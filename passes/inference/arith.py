@@ -1,0 +1,231 @@
+"""Arithmetic passes of MegEngine's inference pipeline, over ``mgb.elemwise``.
+
+* ``arith-simplify`` — identities: ``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``, ``-(-x)`` (part of
+  NormalizeArithChainPass / FinalArithTransformPass).
+* ``reorder-arith-chain`` — ReorderArithChainPass + ParamFusePass: in a chain of ADDs the constant
+  terms move to the end and are summed into one constant, so a residual ``x + (conv + b)`` becomes
+  ``(x + conv) + b`` and the bias can fuse with a following ReLU.
+* ``arith-fuse`` — ArithFusePass: ``RELU(ADD(a, b))`` → ``FUSE_ADD_RELU(a, b)`` (likewise SIGMOID,
+  TANH, H_SWISH) and ``ADD(MUL(a, b), c)`` → ``FUSE_MUL_ADD3(a, b, c)``.
+
+Every rewrite keeps the results equal up to float rounding; the fused ops are only formed when the
+inner result has no other reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint
+
+from dialects import tensor as T
+from passes.inference.common import (
+    E,
+    const_value,
+    element,
+    elemwise,
+    insert_const,
+    is_float_value,
+    mode_of,
+    only_user,
+    replace_keeping_names,
+    single_use,
+)
+
+
+def _walk(patterns: list[RewritePattern], ctx: Context, module: ModuleOp) -> None:
+    PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(module)
+
+
+# ----------------------------------------------------------------------------------------------
+# arith-simplify
+
+
+def _is_splat(v: SSAValue, value: float) -> bool:
+    a = const_value(v)
+    return a is not None and a.size > 0 and bool(np.all(a == value))
+
+
+def _forward_if_same_type(op: T.ElemwiseOp, x: SSAValue, rewriter: PatternRewriter) -> None:
+    if x.type == op.output.type:
+        rewriter.replace(op, [], [x])
+
+
+class RemoveAddZero(RewritePattern):
+    """``x + 0``, ``0 + x``, ``x - 0``  ==>  ``x`` (when the constant does not broadcast ``x``)"""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
+        mode = mode_of(op)
+        if mode == E.ADD:
+            for i in (0, 1):
+                if _is_splat(op.inputs[1 - i], 0):
+                    _forward_if_same_type(op, op.inputs[i], rewriter)
+                    return
+        elif mode == E.SUB and _is_splat(op.inputs[1], 0):
+            _forward_if_same_type(op, op.inputs[0], rewriter)
+
+
+class RemoveMulOne(RewritePattern):
+    """``x * 1``, ``1 * x``, ``x / 1``  ==>  ``x`` (when the constant does not broadcast ``x``)"""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
+        mode = mode_of(op)
+        if mode == E.MUL:
+            for i in (0, 1):
+                if _is_splat(op.inputs[1 - i], 1):
+                    _forward_if_same_type(op, op.inputs[i], rewriter)
+                    return
+        elif mode == E.TRUE_DIV and _is_splat(op.inputs[1], 1) and is_float_value(op.output):
+            _forward_if_same_type(op, op.inputs[0], rewriter)
+
+
+class RemoveDoubleNegate(RewritePattern):
+    """``-(-x)``  ==>  ``x``"""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
+        inner = op.inputs[0].owner if op.inputs else None
+        if mode_of(op) == E.NEGATE and mode_of(inner) == E.NEGATE:
+            assert isinstance(inner, T.ElemwiseOp)
+            _forward_if_same_type(op, inner.inputs[0], rewriter)
+
+
+@dataclass(frozen=True)
+class ArithSimplifyPass(ModulePass):
+    """Removes arithmetic identities: x+0, x-0, x*1, x/1, -(-x)."""
+
+    name = "arith-simplify"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        _walk([RemoveAddZero(), RemoveMulOne(), RemoveDoubleNegate()], ctx, op)
+
+
+# ----------------------------------------------------------------------------------------------
+# reorder-arith-chain
+
+
+def _is_add(op: Operation | None) -> bool:
+    return mode_of(op) == E.ADD
+
+
+def _is_inner_add(v: SSAValue) -> bool:
+    """A single-use ADD feeding another ADD: its terms can join the outer sum."""
+    return _is_add(v.owner) and _is_add(only_user(v))
+
+
+def add_chain_terms(root: T.ElemwiseOp, inner: Callable[[SSAValue], bool] = _is_inner_add) -> list[SSAValue]:
+    """The summands of the ADD tree rooted at ``root``, left to right."""
+    terms: list[SSAValue] = []
+    stack: list[SSAValue] = list(reversed(root.inputs))
+    while stack:
+        v = stack.pop()
+        if inner(v):
+            stack.extend(reversed(v.owner.operands))  # type: ignore[union-attr]
+        else:
+            terms.append(v)
+    return terms
+
+
+class GroupAddConstants(RewritePattern):
+    """``c1 + (x + (c2 + y))``  ==>  ``(x + y) + (c1 + c2)`` (constants summed at compile time)"""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
+        if not _is_add(op) or _is_inner_add(op.output) or not is_float_value(op.output):
+            return
+        terms = add_chain_terms(op)
+        consts = [t for t in terms if const_value(t) is not None]
+        others = [t for t in terms if const_value(t) is None]
+        if not consts or not others:
+            return  # all constants: param-fuse's job
+        if len(consts) == 1 and op.inputs[1] is consts[0]:
+            return  # already (non-constant sum) + constant
+        total = np.zeros((), np.float32)
+        for c in consts:
+            total = total + np.asarray(const_value(c), np.float32)
+        cur = others[0]
+        for t in others[1:]:
+            add = rewriter.insert(elemwise(E.ADD, [cur, t]), InsertPoint.before(op))
+            cur = add.output
+        cval = insert_const(rewriter, total, element(op.output), op)
+        replace_keeping_names(rewriter, op, elemwise(E.ADD, [cur, cval]))
+
+
+@dataclass(frozen=True)
+class ReorderArithChainPass(ModulePass):
+    """Moves the constants of ADD chains to the end and sums them into one constant."""
+
+    name = "reorder-arith-chain"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        _walk([GroupAddConstants()], ctx, op)
+
+
+# ----------------------------------------------------------------------------------------------
+# arith-fuse
+
+ADD_FUSED = {
+    E.RELU: E.FUSE_ADD_RELU,
+    E.SIGMOID: E.FUSE_ADD_SIGMOID,
+    E.TANH: E.FUSE_ADD_TANH,
+    E.H_SWISH: E.FUSE_ADD_H_SWISH,
+}
+
+
+class FuseAddNonlinearity(RewritePattern):
+    """``relu(a + b)``  ==>  ``fuse_add_relu(a, b)`` (also sigmoid, tanh, h_swish)"""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
+        fused = ADD_FUSED.get(mode_of(op))
+        if fused is None:
+            return
+        src = op.inputs[0]
+        add = src.owner
+        if _is_add(add) and single_use(src) and src.type == op.output.type:
+            assert isinstance(add, T.ElemwiseOp)
+            replace_keeping_names(rewriter, op, elemwise(fused, list(add.inputs)))
+            rewriter.erase(add)
+
+
+class FuseMulAdd3(RewritePattern):
+    """``a * b + c``  ==>  ``fuse_mul_add3(a, b, c)`` (floats)"""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
+        if not _is_add(op) or not is_float_value(op.output):
+            return
+        for i in (0, 1):
+            m = op.inputs[i]
+            mul = m.owner
+            if mode_of(mul) == E.MUL and single_use(m):
+                assert isinstance(mul, T.ElemwiseOp)
+                a, b = mul.inputs
+                replace_keeping_names(rewriter, op, elemwise(E.FUSE_MUL_ADD3, [a, b, op.inputs[1 - i]]))
+                rewriter.erase(mul)
+                return
+
+
+@dataclass(frozen=True)
+class ArithFusePass(ModulePass):
+    """Fuses elemwise chains into MegEngine's fused modes (FUSE_ADD_RELU, FUSE_MUL_ADD3, ...)."""
+
+    name = "arith-fuse"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        _walk([FuseAddNonlinearity(), FuseMulAdd3()], ctx, op)

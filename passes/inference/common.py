@@ -1,0 +1,97 @@
+"""Helpers shared by the inference passes: reading constants, making constants and elemwise ops,
+keeping the frontend's naming attributes on rewritten ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import InsertPoint
+
+from dialects import enums
+from dialects import tensor as T
+from dialects.dtypes import is_float, numpy_dtype
+
+E = enums.ElemwiseMode
+
+# attributes that name an op after its module/parameter; a rewrite keeps them on the new op
+NAMING_ATTRS = ("scope", "name")
+
+
+def tensor_type(v: SSAValue) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(tensor_type(v).get_shape())
+
+
+def element(v: SSAValue) -> Attribute:
+    return tensor_type(v).element_type
+
+
+def is_float_value(v: SSAValue) -> bool:
+    return is_float(element(v))
+
+
+def const_value(v: SSAValue) -> np.ndarray | None:
+    """The array of ``v`` when it is an ``mgb.const`` whose data is present, else None."""
+    op = v.owner
+    if isinstance(op, T.ConstOp) and not op.value.is_elided:
+        return op.numpy()
+    return None
+
+
+def is_const(v: SSAValue) -> bool:
+    return const_value(v) is not None
+
+
+def make_const(array: np.ndarray, elem: Attribute) -> T.ConstOp:
+    """An anonymous ``mgb.const`` holding ``array`` converted to ``elem``."""
+    return T.ConstOp.from_numpy(np.asarray(array, dtype=numpy_dtype(elem)), elem)
+
+
+def insert_const(
+    rewriter: PatternRewriter, array: np.ndarray, elem: Attribute, before: Operation
+) -> SSAValue:
+    const = make_const(array, elem)
+    rewriter.insert(const, InsertPoint.before(before))
+    return const.output
+
+
+def copy_naming(src: Operation, dst: Operation) -> None:
+    for key in NAMING_ATTRS:
+        if key in src.attributes:
+            dst.attributes[key] = src.attributes[key]
+
+
+def replace_keeping_names(rewriter: PatternRewriter, old: Operation, new: Operation) -> None:
+    """Replace ``old`` by ``new`` (inserted before it), carrying ``scope``/``name`` over."""
+    copy_naming(old, new)
+    rewriter.replace(old, new)
+
+
+def elemwise(mode: Any, operands: list[SSAValue]) -> T.ElemwiseOp:
+    op = T.ElemwiseOp.make(operands, mode=mode)
+    assert isinstance(op, T.ElemwiseOp)
+    return op
+
+
+def mode_of(op: Operation | None) -> Any:
+    """The elemwise mode of ``op``, or None when it is not an ``mgb.elemwise``."""
+    return op.params()["mode"] if isinstance(op, T.ElemwiseOp) else None
+
+
+def single_use(v: SSAValue) -> bool:
+    return v.has_one_use()
+
+
+def only_user(v: SSAValue) -> Operation | None:
+    if not v.has_one_use():
+        return None
+    return next(iter(v.uses)).operation

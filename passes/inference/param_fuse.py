@@ -1,0 +1,73 @@
+"""``param-fuse``: constant folding of parameter sub-graphs (MegEngine's ParamFusePass).
+
+An op whose operands are all constants is evaluated once with the reference kernels
+(:mod:`backends.reference.kernels`, the single definition of every op's semantics) and replaced by
+constants holding its results. Repeated to a fixed point, this folds whole parameter sub-graphs
+(BatchNorm statistics, relayouted or converted weights, shape arithmetic) into plain weights.
+
+MegEngine refuses to fold when it would grow the parameters too much; here the ``max-growth``
+option bounds how many bytes a fold may add (a broadcast of a scalar to a large activation shape is
+kept as a broadcast). ``-1`` folds everything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from backends.reference.interpreter import result_specs
+from backends.reference.kernels import KERNELS
+from dialects import tensor as T
+from passes.inference.common import const_value, make_const, tensor_type
+
+
+@dataclass
+class FoldConstantOp(RewritePattern):
+    """``op(const, ..., const)``  ==>  ``const`` (evaluated with the op's reference kernel)"""
+
+    max_growth: int = 1 << 20
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, T.MgbOp) or isinstance(op, T.ConstOp) or not op.operands or not op.results:
+            return
+        kernel = KERNELS.get(type(op))  # type: ignore[arg-type]
+        if kernel is None:
+            return
+        args = [const_value(v) for v in op.operands]
+        if any(a is None for a in args):
+            return
+        specs = result_specs(op)
+        grown = sum(s.dtype.itemsize * math.prod(s.shape) for s in specs) - sum(a.nbytes for a in args)  # type: ignore[union-attr]
+        if 0 <= self.max_growth < grown:
+            return
+        try:
+            outs = kernel(args, specs, **op.params())
+        except (NotImplementedError, ValueError, TypeError, ArithmeticError):
+            return  # left to run time, where the error names the op
+        consts = [make_const(a, tensor_type(r).element_type) for a, r in zip(outs, op.results, strict=True)]
+        rewriter.replace(op, consts, [c.output for c in consts])
+
+
+@dataclass(frozen=True)
+class ParamFusePass(ModulePass):
+    """Constant folding: evaluates ops whose operands are all constants (reference kernels)."""
+
+    name = "param-fuse"
+
+    max_growth: int = 1 << 20
+    """Most bytes one fold may add to the parameters (-1: no limit)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        applier = GreedyRewritePatternApplier([FoldConstantOp(self.max_growth)], ctx=ctx)
+        PatternRewriteWalker(applier).rewrite_module(op)
