@@ -331,9 +331,11 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     tgt = target if isinstance(target, Target) else (parse_target(target) if target else host_target())
     if threads < 1:
         raise CompileError(f"threads must be >= 1, got {threads}")
-    if tgt.options and tgt.arch != "arm":
+    unsupported = [o for o in tgt.options if tgt.arch == "x86" and o != "io16xc32"]
+    if tgt.options and tgt.arch not in ("arm", "x86") or unsupported:
         raise CompileError(
-            f"target options {', '.join(tgt.options)} are not implemented by the C backend yet"
+            f"target options {', '.join(unsupported or tgt.options)} are not implemented by the C "
+            f"backend for {tgt.arch} yet"
         )
     times: dict[str, float] = {}
     t0 = time.perf_counter()

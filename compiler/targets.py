@@ -84,6 +84,8 @@ class Target:
         opts: dict[str, bool] = {}
         if self.arch == "arm" and {"nchw44", "dot", "fp16"} & set(self.features):
             opts["enable_nchw44_dot" if "dot" in self.features else "enable_nchw44"] = True
+        if self.arch == "x86" and "nchw88" in self.features:
+            opts["enable_nchw88"] = True
         if "fp16" in self.features or "ioc16" in self.options or "io16xc32" in self.options:
             opts["enable_io16xc32" if "io16xc32" in self.options else "enable_ioc16"] = True
         return opts

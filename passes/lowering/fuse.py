@@ -5,7 +5,7 @@ elementwise op is, with ``y`` that result:
 
 * ``add(y, b)`` / ``add(b, y)``: ``b`` a per-output-channel vector (per column for a matmul) becomes
   the kernel's bias (two constant biases are summed); a tensor of ``y``'s shape becomes its residual;
-* ``relu(y)``, ``sigmoid(y)``, ``h_swish(y)``: the kernel's activation;
+* ``relu(y)``, ``relu6(y)``, ``sigmoid(y)``, ``h_swish(y)``: the kernel's activation;
 * ``fuse_add_relu(y, z)`` etc.: both at once.
 
 Only a kernel without an activation absorbs more (the epilogue order is bias, residual, activation).
@@ -33,7 +33,7 @@ from dialects.dtypes import element_type
 from passes.lowering.rules import const_array, shape
 from passes.lowering.select import ensure_def
 
-FUSABLE = {"conv2d_gemm", "conv2d_depthwise", "matmul_gemm"}
+FUSABLE = {"conv2d_gemm", "conv2d_depthwise", "matmul_gemm", "conv2d_nchw88", "conv2d_nchw88_chan"}
 # elementwise mode -> (adds its other operand, activation it applies)
 EPILOGUE_MODES: dict[str, tuple[bool, str]] = {
     "add": (True, "identity"),
@@ -43,18 +43,21 @@ EPILOGUE_MODES: dict[str, tuple[bool, str]] = {
     "relu": (False, "relu"),
     "sigmoid": (False, "sigmoid"),
     "h_swish": (False, "hswish"),
+    "relu6": (False, "relu6"),
 }
 
 
 def _channels(family: str, params: dict[str, Any]) -> int:
     if family == "matmul_gemm":
         return params["n"]
-    return params["c"] if family == "conv2d_depthwise" else params["oc"]
+    return params["c"] if family in ("conv2d_depthwise", "conv2d_nchw88_chan") else params["oc"]
 
 
 def _is_bias_shape(family: str, s: tuple[int, ...], out: tuple[int, ...], channels: int) -> bool:
     if family == "matmul_gemm":
         return s in ((channels,), (1, channels)) and len(out) == 2
+    if len(out) == 5:  # NCHW88: (1, C/8, 1, 1, 8)
+        return s == (1, out[1], 1, 1, out[4]) and out[1] * out[4] >= channels
     return s in ((1, channels, 1, 1), (channels, 1, 1)) and len(out) == 4
 
 
@@ -76,6 +79,8 @@ def try_fuse(module: ModuleOp, call: K.CallOp) -> bool:
             continue
         params = pdef.param_values()
         if params["act"] != "identity" or shape(call.outputs[0]) != shape(y):
+            continue
+        if params.get("dtype", "f32") != "f32":  # float16 storage: epilogues stay in the graph
             continue
         operands = list(producer.args)
         new = dict(params)

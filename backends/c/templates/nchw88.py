@@ -1,0 +1,541 @@
+"""NCHW88 kernels for x86 (AVX2 + FMA, float16 storage through F16C): MegEngine's x86 ``NCHW88``
+direct convolutions, registered on the ``avx2`` ISA (so ``x86-avx512`` finds them too).
+
+* ``conv2d_nchw88``: activations ``(N, C/8, H, W, 8)``; filters dense ``KCRSc8k8``, group
+  ``GKCRSc8k8`` or, for a first layer with fewer than 8 plain NCHW input channels, hybrid ``KRSCk8``.
+  An output tile is ``J`` blocks of 8 output channels x ``I`` output columns held in ``J * I``
+  vector accumulators (2 x 6 at most: 12 of the 16 ymm registers); per input channel, ``J`` filter
+  vectors (8 output channels each) are multiplied by ``I`` broadcast input values.
+* ``conv2d_nchw88_chan``: channel-wise (depthwise) ``C11RSc8`` filters: 8 channels per vector, so
+  every tap is one vector FMA per output column, no broadcasts.
+* ``pool2d_nchw88``: max / average pooling on 8-channel vectors.
+* ``typecvt`` (``avx2``): float16 <-> float32 with ``_mm256_cvtph_ps`` / ``_mm256_cvtps_ph``; other
+  conversions fall back to the portable template.
+
+``dtype`` ``"f16"`` is float16 storage with float32 compute (``+io16xc32``): inputs, outputs,
+filters and residuals are float16 in memory (converted on load / store), accumulation is float32;
+the input is widened while it is copied into the padded workspace, the bias is packed as float32.
+
+Padding is done once per image by a copy into the workspace (zero borders), so the inner loops have
+no bounds checks. Every activation and filter offset is generated from
+:meth:`dialects.layout.LayoutSpec.dim_strides` (:func:`offset`): no layout math lives here. The
+micro-kernels are shared by every convolution of a model (runtime strides, one copy per
+``(J, I)``), each specialised convolution only holds its loops and constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from backends.c.templates import Template, register, sym_join
+from backends.c.templates.typed import TypeCvt
+from dialects.layout import SPECS, Layout
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+VEC = 8
+J_MAX, I_MAX = 2, 6  # dense register tile: J channel blocks x I columns
+I_CHAN = 8  # columns per channel-wise tile
+ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2, "sigmoid": 3, "hswish": 4}
+DENSE_FILTERS = {"dense": Layout.KCRSc8k8, "group": Layout.GKCRSc8k8, "hybrid": Layout.KRSCk8}
+
+
+def strides(layout: Layout | None, logical_shape: Sequence[int]) -> dict[str, int]:
+    """Element strides of each physical dim (``"C/8"``, ``"C%8"``, ``"H"``, ...) of a contiguous
+    tensor, from the layout's one definition; ``None`` is plain row-major NCHW / KCRS."""
+    if layout is None:
+        names = "NCHW" if len(logical_shape) == 4 else "KCRS"
+        return {n: int(np.prod(logical_shape[i + 1 :])) for i, n in enumerate(names)}
+    return SPECS[layout].dim_strides(logical_shape)
+
+
+def offset(layout: Layout | None, logical_shape: Sequence[int], coords: Mapping[str, str]) -> str:
+    """The C expression of the element offset of ``coords`` (physical dim name -> C expression)."""
+    st = strides(layout, logical_shape)
+    terms = [f"(long)({expr}) * {st[dim]}L" for dim, expr in coords.items() if st[dim] and expr != "0"]
+    return " + ".join(terms) or "0L"
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared C: loads/stores per storage type, vector activations, micro-kernels
+
+
+def _ld(dt: str, p: str) -> str:
+    return (
+        f"_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)({p})))" if dt == "f16" else f"_mm256_loadu_ps({p})"
+    )
+
+
+def _st(dt: str, p: str, v: str) -> str:
+    if dt == "f16":
+        return f"_mm_storeu_si128((__m128i*)({p}), _mm256_cvtps_ph({v}, _MM_FROUND_TO_NEAREST_INT))"
+    return f"_mm256_storeu_ps({p}, {v})"
+
+
+def _ctype(dt: str) -> str:
+    return "uint16_t" if dt == "f16" else "float"
+
+
+COMMON = """#include <stdint.h>
+#ifndef XM_N88_COMMON
+#define XM_N88_COMMON
+static inline __m256 xm_n88_act(__m256 v, int act) {
+  switch (act) {
+    case 1: return _mm256_max_ps(v, _mm256_setzero_ps());
+    case 2: return _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(6.f));
+    case 3: { float t[8]; _mm256_storeu_ps(t, v); for (int l = 0; l < 8; ++l) t[l] = xm_act_sigmoid(t[l]);
+              return _mm256_loadu_ps(t); }
+    case 4: { const __m256 r = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, _mm256_set1_ps(3.f)),
+                _mm256_setzero_ps()), _mm256_set1_ps(6.f));
+              return _mm256_mul_ps(v, _mm256_mul_ps(r, _mm256_set1_ps(1.f / 6.f))); }
+    default: return v;
+  }
+}
+#endif
+"""
+
+
+def _epilogue(dt: str, acc: str, bias: str, res: str, y: str) -> list[str]:
+    """Bias (float32, NULL: none), residual (``dt``, NULL: none), activation, store as ``dt``."""
+    return [
+        f"    __m256 v = {acc};",
+        f"    if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps({bias}));",
+        f"    if (res) v = _mm256_add_ps(v, {_ld(dt, res)});",
+        "    v = xm_n88_act(v, act);",
+        f"    {_st(dt, y, 'v')};",
+    ]
+
+
+def dense_ukr(j: int, i: int, cb: int, dt: str) -> str:
+    """``J x I`` tile over ``nk`` input-channel steps of ``cb`` channels (8: blocked input, 1: plain
+    input of the hybrid first layer), every tap of an ``fh x fw`` window."""
+    name = f"xm_n88_conv_{dt}_c{cb}_{j}x{i}"
+    wt, ot = _ctype(dt), _ctype(dt)
+    lines = [
+        f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
+        "    long x_k, long x_kh, long x_kw, long x_ow, long w_k, long w_kh, long w_kw, long w_j,",
+        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act) {{",
+    ]
+    for a in range(j):
+        for b in range(i):
+            lines.append(f"  __m256 c{a}_{b} = _mm256_setzero_ps();")
+    lines += [
+        "  for (int k = 0; k < nk; ++k)",
+        "  for (int kh = 0; kh < fh; ++kh)",
+        "  for (int kw = 0; kw < fw; ++kw) {",
+        "    const float* xp = x + k * x_k + kh * x_kh + kw * x_kw;",
+        f"    const {wt}* wp = w + k * w_k + kh * w_kh + kw * w_kw;",
+    ]
+    for c in range(cb):
+        lines.append("    {")
+        for a in range(j):
+            lines.append(f"    const __m256 w{a} = {_ld(dt, f'wp + {a} * w_j + {c * VEC}')};")
+        for b in range(i):
+            lines.append(f"    {{ const __m256 xb = _mm256_broadcast_ss(xp + {b} * x_ow + {c});")
+            for a in range(j):
+                lines.append(f"      c{a}_{b} = _mm256_fmadd_ps(w{a}, xb, c{a}_{b});")
+            lines.append("    }")
+        lines.append("    }")
+    lines.append("  }")
+    for a in range(j):
+        for b in range(i):
+            lines.append("  {")
+            lines += _epilogue(
+                dt,
+                f"c{a}_{b}",
+                f"bias + {a * VEC}",
+                f"res + {a} * y_j + {b} * y_i",
+                f"y + {a} * y_j + {b} * y_i",
+            )
+            lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def chan_ukr(i: int, dt: str) -> str:
+    """Channel-wise tile: ``I`` output columns of 8 channels, one vector FMA per tap and column."""
+    name = f"xm_n88_chan_{dt}_{i}"
+    wt = ot = _ctype(dt)
+    lines = [
+        f"static void {name}(const float* restrict x, const {wt}* restrict w, int fh, int fw,",
+        "    long x_kh, long x_kw, long x_ow, long w_kh, long w_kw,",
+        f"    const float* bias, const {ot}* res, {ot}* y, long y_i, int act) {{",
+    ]
+    for b in range(i):
+        lines.append(f"  __m256 c{b} = _mm256_setzero_ps();")
+    lines += [
+        "  for (int kh = 0; kh < fh; ++kh)",
+        "  for (int kw = 0; kw < fw; ++kw) {",
+        "    const float* xp = x + kh * x_kh + kw * x_kw;",
+        f"    const __m256 wv = {_ld(dt, 'w + kh * w_kh + kw * w_kw')};",
+    ]
+    for b in range(i):
+        lines.append(f"    c{b} = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp + {b} * x_ow), c{b});")
+    lines.append("  }")
+    for b in range(i):
+        lines.append("  {")
+        lines += _epilogue(dt, f"c{b}", "bias", f"res + {b} * y_i", f"y + {b} * y_i")
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _guarded(key: str, body: str) -> str:
+    """Shared code emitted once per translation unit however many kernels include it."""
+    return f"#ifndef XM_{key}\n#define XM_{key}\n{body}#endif\n"
+
+
+def _dispatch(name: str, variants: Sequence[tuple[str, str]], args: str) -> str:
+    """``switch`` over (case, function) pairs calling each with ``args``."""
+    cases = " ".join(f"case {case}: {fn}({args}); break;" for case, fn in variants)
+    return f"switch ({name}) {{ {cases} default: break; }}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Padded (and widened) input copies
+
+
+def _pad_copy(
+    dt: str, src_layout: Layout | None, c: int, ih: int, iw: int, ph: int, pw: int
+) -> tuple[str, int]:
+    """C statements copying image ``n`` of ``x`` into ``xs`` (float32, zero borders written row by
+    row), and the float count of the padded copy. Both tensors are indexed through their layouts."""
+    ihp, iwp = ih + 2 * ph, iw + 2 * pw
+    if src_layout is None:  # plain NCHW (hybrid first layer): one padded plane per channel
+        shp, pshp = (1, c, ih, iw), (1, c, ihp, iwp)
+        row = offset(None, pshp, {"C": "ch", "H": "rp"})
+        x_at = offset(None, shp, {"C": "ch", "H": "rp - " + str(ph), "W": "q"})
+        conv = "(float)" if dt == "f32" else "xm_h2f"
+        body = f"""
+    for (int ch = 0; ch < {c}; ++ch)
+      for (int rp = 0; rp < {ihp}; ++rp) {{
+        float* d = xs + {row};
+        if (rp < {ph} || rp >= {ph + ih}) {{ for (int q = 0; q < {iwp}; ++q) d[q] = 0.f; continue; }}
+        for (int q = 0; q < {pw}; ++q) d[q] = 0.f;
+        for (int q = 0; q < {iw}; ++q) d[{pw} + q] = {conv}(xn[{x_at}]);
+        for (int q = {pw + iw}; q < {iwp}; ++q) d[q] = 0.f;
+      }}"""
+        return body, c * ihp * iwp
+    cb = -(-c // VEC)
+    shp, pshp = (1, cb * VEC, ih, iw), (1, cb * VEC, ihp, iwp)
+    pst = strides(src_layout, pshp)
+    row = offset(src_layout, pshp, {"C/8": "cb", "H": "rp"})
+    x_at = offset(src_layout, shp, {"C/8": "cb", "H": "rp - " + str(ph), "W": "q"})
+    wst = pst["W"]
+    body = f"""
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int cb = 0; cb < {cb}; ++cb)
+      for (int rp = 0; rp < {ihp}; ++rp) {{
+        float* d = xs + {row};
+        const __m256 z = _mm256_setzero_ps();
+        if (rp < {ph} || rp >= {ph + ih}) {{
+          for (int q = 0; q < {iwp}; ++q) _mm256_storeu_ps(d + q * {wst}, z);
+          continue;
+        }}
+        for (int q = 0; q < {pw}; ++q) _mm256_storeu_ps(d + q * {wst}, z);
+        for (int q = 0; q < {iw}; ++q) _mm256_storeu_ps(d + (q + {pw}) * {wst}, {_ld(dt, f"xn + {x_at}")});
+        for (int q = {pw + iw}; q < {iwp}; ++q) _mm256_storeu_ps(d + q * {wst}, z);
+      }}"""
+    return body, cb * VEC * ihp * iwp
+
+
+H2F = """#ifndef XM_H2F
+#define XM_H2F
+static inline float xm_h2f(uint16_t h) { return _cvtsh_ss(h); }
+#endif
+"""
+
+
+def _signature(ct: str, p: dict[str, Any]) -> tuple[str, str]:
+    """The C parameters of a convolution (untyped pointers, as the emitter passes them) and the
+    typed views of them."""
+    names = ["x", "w", *(["bias"] if p["bias"] else []), *(["res"] if p["residual"] else [])]
+    types = {"x": ct, "w": ct, "bias": "float", "res": ct}
+    args = ", ".join([*(f"const void* {a}_" for a in names), "void* y_", "unsigned char* ws", "int nt"])
+    casts = " ".join(
+        [*(f"const {types[a]}* {a} = (const {types[a]}*){a}_;" for a in names), f"{ct}* y = ({ct}*)y_;"]
+    )
+    return args, casts
+
+
+class _Nchw88Base(Template):
+    isa = "avx2"
+
+    def _geometry(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Whether the input is copied (padding, float16 widening), and the shape conv loops see."""
+        copy = bool(p["ph"] or p["pw"] or p["dtype"] == "f16")
+        return {"copy": copy, "ihp": p["ih"] + 2 * p["ph"], "iwp": p["iw"] + 2 * p["pw"]}
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand == 2 and p["bias"]:  # the bias is read as float32 whatever the storage type
+            return np.ascontiguousarray(np.asarray(array, np.float32).reshape(-1)), "bias_f32"
+        if operand == 1 and p["dtype"] == "f16" and array.dtype != np.float16:
+            return np.ascontiguousarray(array.astype(np.float16)), "f16"
+        return None
+
+
+class ConvNchw88(_Nchw88Base):
+    """``conv2d_nchw88``: dense, group and hybrid (first layer) NCHW88 convolutions."""
+
+    family = "conv2d_nchw88"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "conv2d_nchw88", p["mode"], f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
+            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
+            f"g{p['groups']}" if p["groups"] != 1 else "", p["dtype"],
+            "bias" if p["bias"] else "", "res" if p["residual"] else "",
+            p["act"].upper() if p["act"] != "identity" else "",
+        )  # fmt: skip
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        geo = self._geometry(p)
+        if not geo["copy"]:
+            return 0
+        c = p["ic"] if p["mode"] == "hybrid" else -(-p["ic"] // VEC) * VEC
+        return c * geo["ihp"] * geo["iwp"] * 4
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        dt, mode, g = p["dtype"], p["mode"], p["groups"]
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
+        geo = self._geometry(p)
+        hybrid = mode == "hybrid"
+        icg, ocg = ic // g, oc // g
+        ocp = -(-oc // VEC) * VEC
+        icp = ic if hybrid else -(-ic // VEC) * VEC
+        cb = 1 if hybrid else VEC
+        # activations: the source (padded copy or the input itself) and the output, via layout.py
+        src_layout = None if hybrid else Layout.NCHW88
+        src_shape = (1, icp, geo["ihp"], geo["iwp"]) if geo["copy"] else (n, icp, ih, iw)
+        xs = strides(src_layout, src_shape)
+        c_outer = "C" if hybrid else "C/8"
+        x_k = xs[c_outer]
+        x_kh, x_kw, x_ow = xs["H"] * dh, xs["W"] * dw, xs["W"] * sw
+        x_row = xs["H"] * sh
+        out_shape = (n, ocp, oh, ow)
+        ys = strides(Layout.NCHW88, out_shape)
+        # filter: the packed layout's strides over its logical shape
+        flayout = DENSE_FILTERS[mode]
+        fshape = (g, ocg, icg, fh, fw) if mode == "group" else (oc, icg, fh, fw)
+        wst = strides(flayout, fshape)
+        w_k = wst["C"] if hybrid else wst["C/8"]
+        w_kh, w_kw, w_j = wst["R"], wst["S"], wst["K/8"]
+        w_g = wst.get("G", 0)
+        nk = icg if hybrid else icg // VEC
+        njb = ocg // VEC  # output channel blocks per group
+        tiles = -(-njb // J_MAX)
+        ct = _ctype(dt)
+        args, casts = _signature(ct, p)
+        pad_body, _ = _pad_copy(dt, src_layout, ic, ih, iw, p["ph"], p["pw"]) if geo["copy"] else ("", 0)
+        x_img = offset(src_layout, (n, icp, ih, iw), {"N": "n"})
+        y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
+        y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
+        x_at = f"(long)gc * {x_k * (1 if hybrid else icg // VEC)}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
+        w_at = f"(long)gg * {w_g}L + (long)jl * {w_j}L"
+        ukr = f"xm_n88_conv_{dt}_c{cb}"
+        call_args = (
+            f"xb + {x_at}, w + {w_at}, {nk}, {fh}, {fw}, {x_k}L, {x_kh}L, {x_kw}L, {x_ow}L, {w_k}L, {w_kh}L, "
+            f"{w_kw}L, {w_j}L, {'bias + jb * 8' if p['bias'] else '0'}, "
+            f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
+            f"{ACT_CODES[p['act']]}"
+        )
+        inner = []
+        for j in range(1, J_MAX + 1):
+            variants = [(str(i), f"{ukr}_{j}x{i}") for i in range(1, I_MAX + 1)]
+            inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
+        shared = "".join(
+            _guarded(f"N88_CONV_{dt}_C{cb}_{j}x{i}".upper(), dense_ukr(j, i, cb, dt))
+            for j in range(1, J_MAX + 1)
+            for i in range(1, I_MAX + 1)
+        )
+        xbase = "xs" if geo["copy"] else "xn"
+        return f"""{COMMON}{H2F if dt == "f16" else ""}{shared}
+static void {sym}({args}) {{
+  {casts}
+  float* xs = (float*)ws;
+  (void)xs;
+  for (int n = 0; n < {n}; ++n) {{
+    const {ct}* xn = x + {x_img};
+    {ct}* yn = y + {y_img};
+    const {ct}* rn = {"res + " + y_img if p["residual"] else "0"};
+    (void)rn;
+    {pad_body}
+    const float* xb = (const float*){xbase};
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int t = 0; t < {g * tiles}; ++t)
+    for (int r = 0; r < {oh}; ++r) {{
+      const int gg = t / {tiles}, j0 = (t % {tiles}) * {J_MAX};
+      const int jl = j0, jb = gg * {njb} + j0, gc = gg;
+      const int jv = {njb} - j0 < {J_MAX} ? {njb} - j0 : {J_MAX};
+      (void)gc;
+      for (int q0 = 0; q0 < {ow}; q0 += {I_MAX}) {{
+        const int iv = {ow} - q0 < {I_MAX} ? {ow} - q0 : {I_MAX};
+        {chr(10).join("        " + s for s in inner).lstrip()}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+class ConvNchw88Chan(_Nchw88Base):
+    """``conv2d_nchw88_chan``: channel-wise (depthwise) NCHW88 convolutions, ``C11RSc8`` filters."""
+
+    family = "conv2d_nchw88_chan"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "conv2d_nchw88_chan", f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}", f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "", p["dtype"],
+            "bias" if p["bias"] else "", "res" if p["residual"] else "",
+            p["act"].upper() if p["act"] != "identity" else "",
+        )  # fmt: skip
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        geo = self._geometry(p)
+        return -(-p["c"] // VEC) * VEC * geo["ihp"] * geo["iwp"] * 4 if geo["copy"] else 0
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        dt = p["dtype"]
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
+        fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
+        geo = self._geometry(p)
+        cp = -(-c // VEC) * VEC
+        src_shape = (1, cp, geo["ihp"], geo["iwp"]) if geo["copy"] else (n, cp, ih, iw)
+        xs = strides(Layout.NCHW88, src_shape)
+        out_shape = (n, cp, oh, ow)
+        ys = strides(Layout.NCHW88, out_shape)
+        wst = strides(Layout.C11RSc8, (c, 1, 1, fh, fw))
+        ct = _ctype(dt)
+        args, casts = _signature(ct, p)
+        pad_body, _ = _pad_copy(dt, Layout.NCHW88, c, ih, iw, p["ph"], p["pw"]) if geo["copy"] else ("", 0)
+        x_img = offset(Layout.NCHW88, (n, cp, ih, iw), {"N": "n"})
+        y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
+        x_at = offset(Layout.NCHW88, src_shape, {"C/8": "cb", "H": f"r * {sh}", "W": f"q0 * {sw}"})
+        y_at = offset(Layout.NCHW88, out_shape, {"C/8": "cb", "H": "r", "W": "q0"})
+        w_at = offset(Layout.C11RSc8, (c, 1, 1, fh, fw), {"G/8": "cb"})
+        call_args = (
+            f"xb + {x_at}, w + {w_at}, {fh}, {fw}, {xs['H'] * dh}L, {xs['W'] * dw}L, {xs['W'] * sw}L, "
+            f"{wst['R']}L, {wst['S']}L, {'bias + cb * 8' if p['bias'] else '0'}, "
+            f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['W']}L, {ACT_CODES[p['act']]}"
+        )
+        variants = [(str(i), f"xm_n88_chan_{dt}_{i}") for i in range(1, I_CHAN + 1)]
+        shared = "".join(
+            _guarded(f"N88_CHAN_{dt}_{i}".upper(), chan_ukr(i, dt)) for i in range(1, I_CHAN + 1)
+        )
+        xbase = "xs" if geo["copy"] else "xn"
+        return f"""{COMMON}{shared}
+static void {sym}({args}) {{
+  {casts}
+  float* xs = (float*)ws;
+  (void)xs;
+  for (int n = 0; n < {n}; ++n) {{
+    const {ct}* xn = x + {x_img};
+    {ct}* yn = y + {y_img};
+    const {ct}* rn = {"res + " + y_img if p["residual"] else "0"};
+    (void)rn;
+    {pad_body}
+    const float* xb = (const float*){xbase};
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int cb = 0; cb < {cp // VEC}; ++cb)
+    for (int r = 0; r < {oh}; ++r)
+      for (int q0 = 0; q0 < {ow}; q0 += {I_CHAN}) {{
+        const int iv = {ow} - q0 < {I_CHAN} ? {ow} - q0 : {I_CHAN};
+        {_dispatch("iv", variants, call_args)}
+      }}
+  }}
+}}
+"""
+
+
+class PoolNchw88(Template):
+    """``pool2d_nchw88``: max / average (padding counted or not) pooling on 8-channel vectors."""
+
+    family = "pool2d_nchw88"
+    isa = "avx2"
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "pool2d_nchw88", p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
+            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", p["dtype"],
+        )  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        dt, mode = p["dtype"], p["mode"]
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        cp = -(-c // VEC) * VEC
+        x_at = offset(Layout.NCHW88, (n, cp, ih, iw), {"N": "n", "C/8": "cb", "H": "ihh", "W": "iww"})
+        y_at = offset(Layout.NCHW88, (n, cp, oh, ow), {"N": "n", "C/8": "cb", "H": "r", "W": "q"})
+        ct = _ctype(dt)
+        if mode == "max":
+            init, step = "_mm256_set1_ps(-INFINITY)", "a = _mm256_max_ps(a, {v});"
+            fin = "a"
+        else:
+            init, step = "_mm256_setzero_ps()", "a = _mm256_add_ps(a, {v});"
+            div = f"(float){fh * fw}" if mode == "average" else "(float)cnt"
+            fin = f"_mm256_mul_ps(a, _mm256_set1_ps(1.f / {div}))"
+        return f"""
+static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
+  const {ct}* x = (const {ct}*)x_;
+  {ct}* y = ({ct}*)y_;
+  (void)ws;
+  #pragma omp parallel for collapse(3) schedule(static) num_threads(nt) if(nt > 1)
+  for (int n = 0; n < {n}; ++n)
+  for (int cb = 0; cb < {cp // VEC}; ++cb)
+  for (int r = 0; r < {oh}; ++r)
+    for (int q = 0; q < {ow}; ++q) {{
+      __m256 a = {init};
+      int cnt = 0;
+      for (int kh = 0; kh < {fh}; ++kh) {{
+        const int ihh = r * {sh} - {ph} + kh;
+        if ((unsigned)ihh >= {ih}u) continue;
+        for (int kw = 0; kw < {fw}; ++kw) {{
+          const int iww = q * {sw} - {pw} + kw;
+          if ((unsigned)iww >= {iw}u) continue;
+          ++cnt;
+          {step.format(v=_ld(dt, f"x + {x_at}"))}
+        }}
+      }}
+      (void)cnt;
+      {_st(dt, f"y + {y_at}", fin)};
+    }}
+}}
+"""
+
+
+class TypeCvtF16C(TypeCvt):
+    """``typecvt`` on x86: float16 <-> float32 eight lanes at a time with F16C; other element types
+    as the portable template."""
+
+    isa = "avx2"
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        pair = (p["src"], p["dst"])
+        if pair not in (("f16", "f32"), ("f32", "f16")):
+            return super().render(em, sym, p).replace("float16_t", "uint16_t")
+        size = p["size"]
+        src_t, dst_t = _ctype(p["src"]), _ctype(p["dst"])
+        tail_src = "_cvtsh_ss(in[i])" if p["src"] == "f16" else "in[i]"
+        tail = tail_src if p["dst"] == "f32" else "_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT)"
+        return f"""
+static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
+  const {src_t}* in = (const {src_t}*)in_;
+  {dst_t}* out = ({dst_t}*)out_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {size} > 65536)
+  for (long i = 0; i < {size // VEC * VEC}; i += 8) {_st(p["dst"], "out + i", _ld(p["src"], "in + i"))};
+  for (long i = {size // VEC * VEC}; i < {size}; ++i) out[i] = {tail};
+}}
+"""
+
+
+for _t in (ConvNchw88(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C()):
+    register(_t)
