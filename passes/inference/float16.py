@@ -130,11 +130,7 @@ class RebuildOpInF16(RewritePattern):
         if isinstance(op, COMPUTE_MODE_OPS) and op.params()["compute_mode"] != enums.ComputeMode.FLOAT32:
             op.properties["compute_mode"] = T.ComputeModeAttr(enums.ComputeMode.FLOAT32)
             rewriter.notify_op_modified(op)
-        elif (
-            isinstance(op, T.ReduceOp)
-            and op.params()["data_type"] == enums.ReduceDataType.DEFAULT
-            and op.params()["mode"] in (enums.ReduceMode.SUM, enums.ReduceMode.SUM_SQR, enums.ReduceMode.MEAN)
-        ):
+        elif isinstance(op, T.ReduceOp) and op.params()["data_type"] == enums.ReduceDataType.DEFAULT:
             op.properties["data_type"] = T.ReduceDataTypeAttr(enums.ReduceDataType.FLOAT_O16xC32)
             rewriter.notify_op_modified(op)
 
