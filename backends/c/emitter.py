@@ -193,7 +193,7 @@ class X86Avx2Emitter(CEmitter):
     isas = ("avx2", "generic")
     vec = 8
     vtype = "__m256"
-    header = "#include <immintrin.h>"
+    header = "#include <immintrin.h>\n#include <stdint.h>"
     load = "_mm256_load_ps({p})"
     loadu = "_mm256_loadu_ps({p})"
     store = "_mm256_store_ps({p}, {v})"

@@ -71,10 +71,11 @@ def _conv_nchw88(op: Operation, chan: bool) -> Lowered | None:
         if not params["act"]:
             return None
         bias = residual = None
-        for v in rest:  # a per-channel bias and/or a full-shape addend (MegEngine's bias or z)
+        # a constant per-channel bias (read as float32) and/or a full-shape addend (bias or z)
+        for v in rest:
             if L.layout_of(v.type) != Layout.NCHW88:  # type: ignore[arg-type]
                 return None
-            if logical(v) == (1, oc, 1, 1) and bias is None:
+            if logical(v) == (1, oc, 1, 1) and bias is None and const_array(v) is not None:
                 bias = v
             elif shape(v) == shape(op.results[0]) and residual is None:
                 residual = v
