@@ -3,6 +3,7 @@ keeping the frontend's naming attributes on rewritten ops."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from xdsl.rewriter import InsertPoint
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import is_float, numpy_dtype
+from dialects.weights import WeightAttr
 
 E = enums.ElemwiseMode
 
@@ -54,6 +56,17 @@ def is_const(v: SSAValue) -> bool:
 def make_const(array: np.ndarray, elem: Attribute) -> T.ConstOp:
     """An anonymous ``mgb.const`` holding ``array`` converted to ``elem``."""
     return T.ConstOp.from_numpy(np.asarray(array, dtype=numpy_dtype(elem)), elem)
+
+
+def const_of_type(array: np.ndarray, t: TensorType) -> T.ConstOp | None:
+    """An ``mgb.const`` of exactly type ``t`` (its encoding kept) holding ``array``; None when the
+    array does not fill ``t``."""
+    data = np.ascontiguousarray(array, dtype=numpy_dtype(t.element_type))
+    if data.size != math.prod(t.get_shape()):
+        return None
+    op = T.ConstOp.create(result_types=[t], properties={"value": WeightAttr.from_numpy(data)})
+    assert isinstance(op, T.ConstOp)
+    return op
 
 
 def insert_const(

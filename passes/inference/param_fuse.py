@@ -29,7 +29,7 @@ from xdsl.pattern_rewriter import (
 from backends.reference.interpreter import result_specs
 from backends.reference.kernels import KERNELS
 from dialects import tensor as T
-from passes.inference.common import const_value, make_const, tensor_type
+from passes.inference.common import const_of_type, const_value, tensor_type
 
 
 @dataclass
@@ -55,8 +55,10 @@ class FoldConstantOp(RewritePattern):
             outs = kernel(args, specs, **op.params())
         except (NotImplementedError, ValueError, TypeError, ArithmeticError):
             return  # left to run time, where the error names the op
-        consts = [make_const(a, tensor_type(r).element_type) for a, r in zip(outs, op.results, strict=True)]
-        rewriter.replace(op, consts, [c.output for c in consts])
+        consts = [const_of_type(a, tensor_type(r)) for a, r in zip(outs, op.results, strict=True)]
+        if any(c is None for c in consts):
+            return
+        rewriter.replace(op, consts, [c.output for c in consts])  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
