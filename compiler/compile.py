@@ -103,8 +103,9 @@ def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
     from passes.lowering import FuseEpiloguePass, LowerToKernelPass, PackWeightsPass, PlanMemoryPass
     from passes.lowering.widen import WidenF16Pass
 
+    float16 = {"enable_ioc16", "enable_io16xc32"} & set(target.inference_options())
     return [
-        WidenF16Pass(str(target)),
+        *([WidenF16Pass(str(target))] if float16 else []),
         LowerToKernelPass(str(target)),
         FuseEpiloguePass(),
         PackWeightsPass(),
