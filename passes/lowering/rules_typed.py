@@ -159,14 +159,18 @@ def _nchw44_common(
         params["act"] = ACT.get(p["nonline_mode"], "")
         if not params["act"]:
             return None
-        if len(rest) > 1:
-            return None  # z: not fused in NCHW44
-        if rest:
-            b = rest[0]
-            if math.prod(shape(b)) != oc or L.layout_of(b.type) not in (Layout.NCHW44, None):
-                return None
+        # a per-channel bias and/or a tensor of the result's shape (a fused residual add)
+        out_type = op.results[0].type
+        bias = [b for b in rest if math.prod(shape(b)) == oc and L.layout_of(b.type) in (Layout.NCHW44, None)]
+        res = [b for b in rest if b.type == out_type and b not in bias]
+        if len(bias) > 1 or len(res) > 1 or len(bias) + len(res) != len(rest):
+            return None
+        if bias:
             params["bias"] = 1
-            operands.append(b)
+            operands.append(bias[0])
+        if res:
+            params["residual"] = 1
+            operands.append(res[0])
     return params, operands, flayout
 
 
@@ -193,7 +197,7 @@ def _nchw44_int8(op: Operation, isa: str, dot: bool) -> Lowered | None:
         return None
     params, operands, flayout = got
     x, w = op.operands[0], op.operands[1]
-    if code(x) != "q8" or code(w) != "q8" or (flayout in DOT_FILTERS) != dot:
+    if code(x) != "q8" or code(w) != "q8" or (flayout in DOT_FILTERS) != dot or params.get("residual"):
         return None
     if qparams(x)[1] or qparams(w)[1] or params["act"] not in ("identity", "relu"):
         return None

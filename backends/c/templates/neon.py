@@ -61,6 +61,7 @@ _NEON_F32 = """#define xm_v_neon_f32 float32x4_t
 #define xm_fma_neon_f32(a, w, x) vfmaq_f32(a, w, x)
 #define xm_fman_neon_f32(a, w, s) vfmaq_n_f32(a, w, s)
 #define xm_max0_neon_f32(v) vmaxq_f32(v, vdupq_n_f32(0.f))
+#define xm_add_neon_f32(a, b) vaddq_f32(a, b)
 """
 _NEON_F16 = """#define xm_v_neon_f16 float16x4_t
 #define xm_ld_neon_f16(p) vld1_f16(p)
@@ -70,6 +71,7 @@ _NEON_F16 = """#define xm_v_neon_f16 float16x4_t
 #define xm_fma_neon_f16(a, w, x) vfma_f16(a, w, x)
 #define xm_fman_neon_f16(a, w, s) vfma_n_f16(a, w, s)
 #define xm_max0_neon_f16(v) vmax_f16(v, vdup_n_f16(0))
+#define xm_add_neon_f16(a, b) vadd_f16(a, b)
 """
 _NEON_F16C32 = """#define xm_v_neon_f16c32 float32x4_t
 #define xm_ld_neon_f16c32(p) vcvt_f32_f16(vld1_f16(p))
@@ -79,6 +81,7 @@ _NEON_F16C32 = """#define xm_v_neon_f16c32 float32x4_t
 #define xm_fma_neon_f16c32(a, w, x) vfmaq_f32(a, w, x)
 #define xm_fman_neon_f16c32(a, w, s) vfmaq_n_f32(a, w, (float)(s))
 #define xm_max0_neon_f16c32(v) vmaxq_f32(v, vdupq_n_f32(0.f))
+#define xm_add_neon_f16c32(a, b) vaddq_f32(a, b)
 """
 
 
@@ -115,6 +118,10 @@ static inline {v} xm_fman_{tag}({v} a, {v} w, {compute} s) {{
   for (int i = 0;
   i < 4;
   ++i) a.v[i] += w.v[i] * s;
+  return a;
+}}
+static inline {v} xm_add_{tag}({v} a, {v} b) {{
+  for (int i = 0; i < 4; ++i) a.v[i] += b.v[i];
   return a;
 }}
 static inline {v} xm_max0_{tag}({v} a) {{
@@ -235,6 +242,7 @@ class ConvNchw44(Template):
             f"g{p['groups']}" if p["groups"] != 1 else "",
             p["dtype"] + ("c32" if p.get("acc") == "f32" and p["dtype"] == "f16" else ""),
             "bias" if p["bias"] else "",
+            "res" if p.get("residual") else "",
             p["act"].upper() if p["act"] != "identity" else "",
             f"q{p['qid']}" if "qid" in p else "",
         )
@@ -363,10 +371,12 @@ class ConvNchw44(Template):
         yblk = f"y + (long)nn * {out_st['N']} + (long){kabs} * {out_st['C/4']} + (long)oy * {out_st['H']}"
         if is_float:
             init = f"xm_ld_{tag}(bias + (long){kabs} * 4)" if p["bias"] else zero
+            fin = ""
+            if p.get("residual"):
+                roff = f"(yo - y) + (long)(ox + j) * {out_st['W']}"
+                fin = f"acc[j] = xm_add_{tag}(acc[j], xm_ld_{tag}(res + {roff}));"
             if p["act"] == "relu":
-                fin = f"acc[j] = xm_max0_{tag}(acc[j]);"
-            else:
-                fin = ""
+                fin += f" acc[j] = xm_max0_{tag}(acc[j]);"
             store = f"xm_st_{tag}(yo + (long)(ox + j) * {out_st['W']}, acc[j]);"
             if p["act"] not in ("identity", "relu"):
                 store += (
@@ -374,6 +384,8 @@ class ConvNchw44(Template):
                     f" *e = ({ctype})xm_act_{p['act']}((float)*e); }}"
                 )
             bias_param = f"const {ctype}* bias = (const {ctype}*)bias_;" if p["bias"] else ""
+            if p.get("residual"):
+                bias_param += f" const {ctype}* res = (const {ctype}*)res_;"
         else:
             init = f"xm_qld_{tag}(bias + (long){kabs} * 4)" if p["bias"] else zero
             fin = ""
@@ -400,7 +412,8 @@ class ConvNchw44(Template):
             pad_code = f"\n    const {ctype}* xp = x + (long)nn * {x_img};"
 
         args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
-                "void* y_", "unsigned char* ws", "int nt"]  # fmt: skip
+                *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
+                "int nt"]  # fmt: skip
         return f"""
 static void {sym}({", ".join(args)}) {{
   const {ctype}* x = (const {ctype}*)x_;
