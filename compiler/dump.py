@@ -24,7 +24,8 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
 from backends.mge import schema as S
-from backends.mge.writer import LoweredGraph, Metadata, write_graph
+from backends.mge.writer import _KIND_NAME, LoweredGraph, Metadata, write_graph
+from dialects import tensor as T
 from passes.inference import InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
 TEST_CASE_OPTIONS = (
@@ -119,6 +120,29 @@ def run_passes(module: ModuleOp, passes: Sequence[ModulePass]) -> ModuleOp:
         p.apply(ctx, out)
     out.verify()
     return out
+
+
+def name_converted_outputs(fn: func.FuncOp) -> None:
+    """Outputs converted back to float32 by the float16 passes keep their var's name, as in
+    MegEngine (``fc2.ADD`` rather than ``TypeCvt``, and no clash between two such outputs)."""
+    ret = fn.body.block.last_op
+    if not isinstance(ret, func.ReturnOp):
+        return
+    for v in ret.arguments:
+        cvt, src = v.owner, None
+        if isinstance(cvt, T.TypeCvtOp) and "name" not in cvt.attributes:
+            src = cvt.src.owner
+        if not isinstance(src, T.MgbOp):
+            continue
+        name = src.attributes.get("name")
+        scope = src.attributes.get("scope")
+        kind = src.params()["mode"].name if isinstance(src, T.ElemwiseOp) else _KIND_NAME.get(type(src))
+        if isinstance(name, StringAttr):
+            cvt.attributes["name"] = name
+        elif kind is not None:
+            cvt.attributes["name"] = StringAttr(
+                f"{scope.data}.{kind}" if isinstance(scope, StringAttr) else kind
+            )
 
 
 def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
@@ -260,6 +284,7 @@ def dump(
     work = run_passes(module, passes)
     wfn = next(op for op in work.ops if isinstance(op, func.FuncOp))
     wfn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in inputs])
+    name_converted_outputs(wfn)
     if enable_metadata:
         meta = Metadata(
             is_valid=True,

@@ -267,3 +267,10 @@ def test_float16_metadata_and_conflicting_options(traces: dict[str, object]) -> 
         dump_bytes(tr, enable_ioc16=True, enable_io16xc32=True)
     with pytest.raises(ValueError, match="enable_nchw88 and enable_nchw44"):
         dump_bytes(tr, enable_nchw44=True, enable_nchw88=True)
+
+
+def test_float16_outputs_keep_their_names(traces: dict[str, object]) -> None:
+    # the TypeCvt back to float32 takes the output var's name, as in MegEngine (case.json)
+    assert Network(dump_bytes(traces["convnet"], enable_io16xc32=True)).get_all_output_name() == ["fc2.ADD"]
+    net = Network(dump_bytes(traces["multi_io"], enable_ioc16=True))
+    assert len(set(net.get_all_output_name())) == 2
