@@ -2,6 +2,7 @@
 
     xmge run MODEL.mge --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
     xmge inspect MODEL.mge
+    xmge compile MODEL.mge --target TARGET -o DIR [--threads N]
 
 ``run`` feeds ``.npy`` (or ``.npz``: every array whose key is an input name) files, prints each
 output's name, shape, dtype and a checksum (sum and sum of absolute values, float64), and saves
@@ -185,6 +186,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compile(args: argparse.Namespace) -> int:
+    from compiler.compile import compile_file
+
+    compiled = compile_file(args.model, args.target, args.output, threads=args.threads)
+    print(f"compiled {args.model} for {compiled.target} into {args.output}")
+    print(f"  arena {compiled.arena_size} bytes, weights {compiled.weights_size} bytes")
+    if compiled.emulated:
+        print(f"  on the device: copy {args.output} there, run `make`, then ./runner weights.bin")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xmge", description="Run and inspect MegEngine .mge models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -203,6 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     insp = sub.add_parser("inspect", help="list a .mge file's operators, params, shapes and metadata")
     insp.add_argument("model")
     insp.set_defaults(handler=cmd_inspect)
+    comp = sub.add_parser("compile", help="compile a .mge model to C kernels, a library and a runner")
+    comp.add_argument("model")
+    comp.add_argument("--target", "-t", required=True, help="e.g. x86-avx2, arm-nchw44-dot, arm-fp16")
+    comp.add_argument("-o", "--output", required=True, help="the folder to write")
+    comp.add_argument("--threads", type=int, default=1)
+    comp.set_defaults(handler=cmd_compile)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
