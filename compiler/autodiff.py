@@ -32,6 +32,7 @@ from backends.reference import kernels as K
 from compiler.core import XmgeError, pop_recorder, push_recorder, user_location
 from compiler.tensor import Tensor
 from dialects import enums
+from dialects import layout as L
 from dialects import tensor as T
 
 Array = np.ndarray
@@ -814,3 +815,26 @@ class GradManager:
             for cb in self._callbacks.get(i, []):
                 gt = cb(t, gt)
             t.grad = gt if t.grad is None else Tensor._from_array(t.grad._data + gt._data)
+
+
+@register_backward(L.RelayoutOp)
+def _relayout_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    # The gradient lives in the result's layout; the inverse relayout brings it back. Channels the
+    # forward padded with zeros are dropped by unpacking to the input's logical shape.
+    (g,) = grads
+    assert g is not None
+    x = inputs[0]
+    src, dst, channels = params["src"], params["dst"], params["channels"]
+    logical = tuple(x.shape) if src is None else tuple(L.SPECS[src].logical_shape(x.shape, channels))
+    return [L.relayout_array(g, dst, src, logical).astype(x.dtype, copy=False)]
+
+
+@register_backward(T.ElemwiseMultiTypeOp)
+def _elemwise_multi_type_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    # Quantized arithmetic: values are integers on a fixed grid, so no gradient flows through it
+    # (quantization-aware training would use a straight-through estimator on float values instead).
+    return [None for _ in inputs]

@@ -665,3 +665,20 @@ def test_convnet_gradients_match_torch() -> None:
         np.testing.assert_allclose(
             param.grad.numpy(), tg, rtol=1e-4, atol=1e-5 * max(1, np.abs(tg).max()), err_msg=name
         )
+
+
+def test_relayout_gradient_is_the_inverse_relayout() -> None:
+    from dialects import layout as L
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 3, 3)).astype(np.float32)
+    lay = L.Layout.NCHW44
+    spec = L.SPECS[lay]
+    y = L.relayout_array(x, None, lay, x.shape)
+    w = rng.standard_normal(y.shape).astype(np.float32)
+    (gx,) = autodiff.BACKWARD[L.RelayoutOp]([x], [y], [w], {"src": None, "dst": lay, "channels": None})
+    # d/dx sum(relayout(x) * w): each input element meets the weight it was moved onto; padded
+    # channels (6 -> 8) carry weights but no input, so they contribute nothing.
+    expected = spec.unpack(w, x.shape)
+    np.testing.assert_array_equal(gx, expected)
+    assert gx.shape == x.shape
