@@ -188,12 +188,14 @@ ADD_FUSED = {
 
 
 class FuseAddNonlinearity(RewritePattern):
-    """``relu(a + b)``  ==>  ``fuse_add_relu(a, b)`` (also sigmoid, tanh, h_swish)"""
+    """``relu(a + b)``  ==>  ``fuse_add_relu(a, b)`` (also sigmoid, tanh, h_swish), on floats:
+    MegEngine's Elemwise on quantized values only takes ADD/SUB/NEGATE/RELU/MAX/MIN (it refuses to
+    load anything else); fused quantized modes belong to ElemwiseMultiType."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
         fused = ADD_FUSED.get(mode_of(op))
-        if fused is None:
+        if fused is None or not is_float_value(op.output):
             return
         src = op.inputs[0]
         add = src.owner

@@ -70,3 +70,15 @@ func.func @fuse(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>, %c: tensor<2x3xf32>) -
 // The ADD is also returned, so it stays.
 // FUSE-NEXT:    %3 = mgb.elemwise add %a, %c
 // FUSE-NEXT:    func.return %0, %1, %2, %3
+
+// On quantized values the ADD and RELU stay apart: MegEngine refuses to load an Elemwise with a
+// fused mode on quantized inputs.
+func.func @quantized_add_relu(%a: tensor<1x4x!mgb.quant<qint32, 0.01>>, %b: tensor<1x4x!mgb.quant<qint32, 0.01>>) -> tensor<1x4x!mgb.quant<qint32, 0.01>> {
+  %0 = mgb.elemwise add %a, %b : (tensor<1x4x!mgb.quant<qint32, 0.01>>, tensor<1x4x!mgb.quant<qint32, 0.01>>) -> tensor<1x4x!mgb.quant<qint32, 0.01>>
+  %1 = mgb.elemwise relu %0 : (tensor<1x4x!mgb.quant<qint32, 0.01>>) -> tensor<1x4x!mgb.quant<qint32, 0.01>>
+  func.return %1 : tensor<1x4x!mgb.quant<qint32, 0.01>>
+}
+// FUSE-LABEL: func.func @quantized_add_relu
+// FUSE-NEXT:    %0 = mgb.elemwise add %a, %b
+// FUSE-NEXT:    %1 = mgb.elemwise relu %0
+// FUSE-NEXT:    func.return %1
