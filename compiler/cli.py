@@ -3,6 +3,7 @@
     xmge run MODEL.mge --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
     xmge inspect MODEL.mge
     xmge compile MODEL.mge --target TARGET -o DIR [--threads N]
+    xmge bench MODEL.mge [--target TARGET] [--threads N] [--iters N] [--profile]
 
 ``run`` feeds ``.npy`` (or ``.npz``: every array whose key is an input name) files, prints each
 output's name, shape, dtype and a checksum (sum and sum of absolute values, float64), and saves
@@ -197,6 +198,35 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import time
+
+    from compiler.compile import benchmark, compile, profile
+    from dialects.dtypes import numpy_dtype
+
+    t0 = time.perf_counter()
+    compiled = compile(args.model, args.target, threads=args.threads)
+    seconds = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    inputs = [
+        rng.standard_normal(tuple(t.get_shape())).astype(numpy_dtype(t.element_type))
+        for t in compiled.input_types
+    ]
+    stats = benchmark(lambda: compiled.run(inputs), warmup=3, iters=args.iters)
+    print(f"{args.model}: target {compiled.target}, {args.threads} thread(s), compiled in {seconds:.1f} s")
+    print(
+        f"  median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms, mean {stats['mean_ms']:.3f} ms "
+        f"over {stats['runs']} runs"
+    )
+    if args.profile:
+        rows = profile(compiled, inputs)
+        total = sum(ms for _, ms in rows) or 1.0
+        print("  per kernel (ms per run, share):")
+        for name, ms in rows[:15]:
+            print(f"    {ms:8.3f} {100 * ms / total:5.1f}%  {name}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xmge", description="Run and inspect MegEngine .mge models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -221,6 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.add_argument("-o", "--output", required=True, help="the folder to write")
     comp.add_argument("--threads", type=int, default=1)
     comp.set_defaults(handler=cmd_compile)
+    bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")
+    bench.add_argument("model")
+    bench.add_argument("--target", "-t", default=None, help="default: this machine's best x86 target")
+    bench.add_argument("--threads", type=int, default=1)
+    bench.add_argument("--iters", type=int, default=20)
+    bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
+    bench.set_defaults(handler=cmd_bench)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
