@@ -5,9 +5,10 @@
     net.set_input("data", x); net.forward(); y = net.get_output("fc2.ADD")
     outs = net(data=x)                    # {output name: array}
 
-Graphs run on the reference interpreter today; the class is the stable entry point for compiled
-kernels later. Files written with ``append=True`` hold several graphs; like MegEngine, the first
-one is used unless ``graph=`` picks another.
+Graphs run on the reference interpreter unless compiled: ``Network(path, target="x86-avx2-nchw88")``
+or ``net.compile("x86-avx512", threads=2)`` runs ``forward()`` on native kernels
+(:func:`compiler.compile.compile`). Files written with ``append=True`` hold several graphs; like
+MegEngine, the first one is used unless ``graph=`` picks another.
 """
 
 from __future__ import annotations
@@ -64,12 +65,17 @@ class Network:
         source: str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | None = None,
         *,
         graph: int = 0,
+        target: str | None = None,
+        threads: int = 1,
     ) -> None:
         self.module: ModuleOp | None = None
+        self.compiled: Any = None  # a compiler.compile.CompiledModel once compile() ran
         self._inputs: dict[str, np.ndarray] = {}
         self._outputs: dict[str, np.ndarray] = {}
         if source is not None:
             self.load(source, graph=graph)
+            if target is not None:
+                self.compile(target, threads=threads)
 
     # -- loading --------------------------------------------------------------------------------
     def load(
@@ -82,7 +88,17 @@ class Network:
         self.module = module
         self.graphs = funcs
         self.fn = funcs[graph]
+        self.compiled = None
         self._inputs, self._outputs = {}, {}
+        return self
+
+    def compile(self, target: str | None = None, *, threads: int = 1) -> Network:
+        """Compile the graph for ``target`` (default: this machine's best); ``forward()`` then runs
+        the generated kernels instead of the reference interpreter."""
+        from compiler.compile import compile
+
+        fn = self._require()
+        self.compiled = compile(ModuleOp([fn.clone()]), target, threads=threads)
         return self
 
     def _require(self) -> func.FuncOp:
@@ -160,7 +176,8 @@ class Network:
         missing = [n for n in names if n not in self._inputs]
         if missing:
             raise NetworkError(f"inputs not set: {missing}")
-        outs = run_function(fn, [self._inputs[n] for n in names])
+        arrays = [self._inputs[n] for n in names]
+        outs = self.compiled.run(arrays) if self.compiled is not None else run_function(fn, arrays)
         self._outputs = dict(zip(_names(fn, "output_names"), outs, strict=True))
 
     def wait(self) -> None:
