@@ -1,13 +1,17 @@
 """xmge's generated x86 code against ONNX Runtime and PyTorch on the CPU, side by side in one run.
 
-    python bench/bench_x86.py [--models resnet18,resnet50] [--threads 1,2] [--size 224] [--iters 20]
+    python bench/bench_x86.py [--models resnet18,resnet50,mobilenet_v2,shufflenet_v2] [--threads 1,2]
+                              [--targets x86-avx2-nchw88,x86-avx512] [--size 224] [--iters 20]
 
-For each model (batch 1, float32): trace, compile for the host's best x86 target (compile time
-reported), export the *same* graph and weights to ONNX (built from xmge's optimised tensor IR with the
-``onnx`` package, so every runtime computes the identical function), run it in ONNX Runtime, and run
-the same graph op by op with PyTorch's CPU kernels. Prints median latencies, ratios (xmge / ORT, lower
-is better), GFLOP/s, and the machine's measured single-core FMA peak (a register-only FMA loop compiled
-for the same ISA). Models the hub does not define are skipped with a note.
+For each model (batch 1, float32): trace, compile for every x86 target this machine runs (compile
+time reported; ResNet-50's, from traced function to built library, is checked against the 60 s
+budget), export the *same* optimised graph and weights to ONNX (:mod:`compiler.onnx_export`, so
+every runtime computes the identical function), run it in ONNX Runtime, and run the same graph op by
+op with PyTorch's CPU kernels. Latencies are medians, taken in interleaved rounds (the best round's
+median, so that a noisy shared machine penalises every runtime alike). Prints medians, ratios
+(xmge / ORT and xmge / torch, lower is better), GFLOP/s against the measured single-core FMA peak
+(a register-only FMA loop compiled for the same ISA), and the slowest kernels of each model's best
+target (per-kernel profile build).
 """
 
 from __future__ import annotations
@@ -26,11 +30,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from xdsl.dialects import func  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp, TensorType  # noqa: E402
 
 from compiler.compile import benchmark, compile  # noqa: E402
-from compiler.targets import host_target  # noqa: E402
+from compiler.onnx_export import to_onnx, torch_runner  # noqa: E402
 from dialects import enums  # noqa: E402
 from dialects import tensor as T  # noqa: E402
 
@@ -41,19 +44,23 @@ E = enums.ElemwiseMode
 # Models
 
 
+MODELS = {
+    "resnet18": ("resnet", "resnet18"),
+    "resnet50": ("resnet", "resnet50"),
+    "mobilenet_v2": ("mobilenet_v2", "mobilenet_v2"),
+    "shufflenet_v2": ("shufflenet_v2", "shufflenet_v2_x1_0"),
+}
+
+
 def make_model(name: str) -> Any:
-    from compiler.hub import resnet
+    """A hub model by bench name (``module:function`` also works), with non-trivial BN statistics."""
+    import importlib
 
-    if hasattr(resnet, name):
-        net = getattr(resnet, name)()
-    else:
-        try:
-            import importlib
-
-            mod = importlib.import_module(f"compiler.hub.{name}")
-            net = getattr(mod, name)()
-        except (ImportError, AttributeError):
-            return None
+    module, fn = MODELS.get(name, tuple(name.split(":")) if ":" in name else (name, name))
+    try:
+        net = getattr(importlib.import_module(f"compiler.hub.{module}"), fn)()
+    except (ImportError, AttributeError):
+        return None
     rng = np.random.default_rng(0)
     for pname, t in net.named_tensors():
         if "running_var" in pname:
@@ -81,195 +88,6 @@ def conv_flops(module: ModuleOp) -> float:
             k = a.get_shape()[0] if op.params()["transpose_a"] else a.get_shape()[-1]
             total += 2.0 * math.prod(out.get_shape()) * k
     return total
-
-
-# ----------------------------------------------------------------------------------------------
-# The same graph in ONNX and in PyTorch
-
-
-def _fn(module: ModuleOp) -> func.FuncOp:
-    return next(op for op in module.ops if isinstance(op, func.FuncOp))
-
-
-def to_onnx(module: ModuleOp, path: str) -> None:
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    fn = _fn(module)
-    names: dict[Any, str] = {}
-    nodes, inits = [], []
-    counter = iter(range(1 << 30))
-
-    def name(v: Any) -> str:
-        if v not in names:
-            names[v] = f"v{next(counter)}"
-        return names[v]
-
-    def const(array: np.ndarray) -> str:
-        n = f"c{next(counter)}"
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), n))
-        return n
-
-    inputs = [
-        helper.make_tensor_value_info(name(a), TensorProto.FLOAT, list(a.type.get_shape()))  # type: ignore[attr-defined]
-        for a in fn.body.block.args
-    ]
-    binary = {E.ADD: "Add", E.SUB: "Sub", E.MUL: "Mul", E.TRUE_DIV: "Div", E.MAX: "Max", E.MIN: "Min"}
-    for op in fn.body.block.ops:
-        if isinstance(op, func.ReturnOp):
-            outputs = [
-                helper.make_tensor_value_info(name(v), TensorProto.FLOAT, list(v.type.get_shape()))  # type: ignore[attr-defined]
-                for v in op.arguments
-            ]
-            continue
-        if isinstance(op, T.ConstOp):
-            names[op.output] = const(op.numpy())
-            continue
-        p = op.params() if isinstance(op, T.MgbOp) else {}
-        ins = [name(v) for v in op.operands]
-        out = name(op.results[0])
-        if isinstance(op, T.ConvolutionOp | T.ConvBiasOp):
-            w = op.operands[1].owner.numpy()  # type: ignore[union-attr]
-            groups = 1
-            if p["sparse"] == enums.ConvSparse.GROUP:
-                groups = w.shape[0]
-                w = w.reshape(-1, *w.shape[2:])
-            conv_in = [ins[0], const(w)]
-            extra = list(op.operands[2:])
-            if extra and math.prod(extra[0].type.get_shape()) == w.shape[0]:  # type: ignore[attr-defined]
-                conv_in.append(const(extra[0].owner.numpy().reshape(-1)))  # type: ignore[union-attr]
-                extra = extra[1:]
-            y = (
-                out
-                if not extra
-                and p.get("nonline_mode", enums.NonlineMode.IDENTITY) == enums.NonlineMode.IDENTITY
-                else f"t{next(counter)}"
-            )
-            ph, pw = p["padding"]
-            nodes.append(
-                helper.make_node(
-                    "Conv", conv_in, [y], strides=list(p["stride"]), pads=[ph, pw, ph, pw],
-                    dilations=list(p["dilation"]), group=groups,
-                )
-            )  # fmt: skip
-            for v in extra:
-                z = f"t{next(counter)}"
-                nodes.append(helper.make_node("Add", [y, name(v)], [z]))
-                y = z
-            nl = p.get("nonline_mode", enums.NonlineMode.IDENTITY)
-            if nl == enums.NonlineMode.RELU:
-                nodes.append(helper.make_node("Relu", [y], [out]))
-            elif y != out:
-                nodes.append(helper.make_node("Identity", [y], [out]))
-        elif isinstance(op, T.ElemwiseOp):
-            mode = p["mode"]
-            if mode in binary:
-                nodes.append(helper.make_node(binary[mode], ins, [out]))
-            elif mode == E.FUSE_ADD_RELU:
-                t = f"t{next(counter)}"
-                nodes += [helper.make_node("Add", ins, [t]), helper.make_node("Relu", [t], [out])]
-            elif mode == E.RELU:
-                nodes.append(helper.make_node("Relu", ins, [out]))
-            else:
-                raise NotImplementedError(f"ONNX export of elemwise {mode}")
-        elif isinstance(op, T.PoolingOp):
-            ph, pw = p["padding"]
-            kind = "MaxPool" if p["mode"] == enums.PoolingMode.MAX else "AveragePool"
-            attrs: dict[str, Any] = {
-                "kernel_shape": list(p["window"]),
-                "strides": list(p["stride"]),
-                "pads": [ph, pw, ph, pw],
-            }
-            if kind == "AveragePool":
-                attrs["count_include_pad"] = int(p["mode"] == enums.PoolingMode.AVERAGE)
-            nodes.append(helper.make_node(kind, ins, [out], **attrs))
-        elif isinstance(op, T.ReshapeOp | T.AxisAddRemoveOp):
-            nodes.append(
-                helper.make_node(
-                    "Reshape", [ins[0], const(np.array(op.results[0].type.get_shape(), np.int64))], [out]
-                )
-            )  # type: ignore[attr-defined]
-        elif isinstance(op, T.MatrixMulOp):
-            nodes.append(
-                helper.make_node(
-                    "Gemm", ins, [out], transA=int(p["transpose_a"]), transB=int(p["transpose_b"])
-                )
-            )
-        else:
-            raise NotImplementedError(f"ONNX export of {op.name}")
-    graph = helper.make_graph(nodes, "xmge", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-
-
-def torch_runner(module: ModuleOp) -> Any:
-    """A closure running the tensor IR op by op with PyTorch's CPU kernels (weights pre-converted)."""
-    import torch
-    import torch.nn.functional as TF
-
-    fn = _fn(module)
-    consts = {
-        op.output: torch.from_numpy(op.numpy().copy())
-        for op in fn.body.block.ops
-        if isinstance(op, T.ConstOp)
-    }
-    ops = [op for op in fn.body.block.ops if not isinstance(op, T.ConstOp)]
-
-    def run(x: Any) -> Any:
-        env = dict(consts)
-        env[fn.body.block.args[0]] = x
-        for op in ops:
-            if isinstance(op, func.ReturnOp):
-                return env[op.arguments[0]]
-            p = op.params()  # type: ignore[attr-defined]
-            a = [env[v] for v in op.operands]
-            if isinstance(op, T.ConvolutionOp | T.ConvBiasOp):
-                w, groups = a[1], 1
-                if p["sparse"] == enums.ConvSparse.GROUP:
-                    groups = w.shape[0]
-                    w = w.reshape(-1, *w.shape[2:])
-                bias = None
-                rest = a[2:]
-                if rest and rest[0].numel() == w.shape[0]:
-                    bias, rest = rest[0].reshape(-1), rest[1:]
-                y = TF.conv2d(
-                    a[0], w, bias, tuple(p["stride"]), tuple(p["padding"]), tuple(p["dilation"]), groups
-                )
-                for z in rest:
-                    y = y + z
-                if p.get("nonline_mode") == enums.NonlineMode.RELU:
-                    y = torch.relu(y)
-            elif isinstance(op, T.ElemwiseOp):
-                m = p["mode"]
-                if m in (E.ADD, E.FUSE_ADD_RELU):
-                    y = a[0] + a[1]
-                elif m == E.MUL:
-                    y = a[0] * a[1]
-                else:
-                    y = a[0]
-                if m in (E.RELU, E.FUSE_ADD_RELU):
-                    y = torch.relu(y)
-            elif isinstance(op, T.PoolingOp):
-                if p["mode"] == enums.PoolingMode.MAX:
-                    y = TF.max_pool2d(a[0], tuple(p["window"]), tuple(p["stride"]), tuple(p["padding"]))
-                else:
-                    y = TF.avg_pool2d(
-                        a[0], tuple(p["window"]), tuple(p["stride"]), tuple(p["padding"]),
-                        count_include_pad=p["mode"] == enums.PoolingMode.AVERAGE,
-                    )  # fmt: skip
-            elif isinstance(op, T.ReshapeOp | T.AxisAddRemoveOp):
-                y = a[0].reshape(tuple(op.results[0].type.get_shape()))  # type: ignore[attr-defined]
-            elif isinstance(op, T.MatrixMulOp):
-                x0 = a[0].t() if p["transpose_a"] else a[0]
-                x1 = a[1].t() if p["transpose_b"] else a[1]
-                y = x0 @ x1
-            else:
-                raise NotImplementedError(op.name)
-            env[op.results[0]] = y
-        raise RuntimeError("no return")
-
-    return run
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,77 +137,123 @@ float xm_peak(long iters) {{
 # ----------------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def interleaved(runners: dict[str, Any], iters: int, rounds: int = 3) -> dict[str, float]:
+    """Median latency (ms) of each runner: ``rounds`` interleaved rounds, the best round's median."""
+    best = {k: math.inf for k in runners}
+    for _ in range(rounds):
+        for k, run in runners.items():
+            best[k] = min(best[k], benchmark(run, warmup=2, iters=max(3, iters // rounds))["median_ms"])
+    return best
+
+
+def main() -> None:  # noqa: C901 - one report
+    from compiler.compile import inference_clean, profile
+    from compiler.targets import parse_target, runs_here
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,shufflenet_v2")
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--targets", default="x86-avx2-nchw88,x86-avx512")
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--target", default=None, help="default: this machine's best x86 target")
+    ap.add_argument("--iters", type=int, default=21)
+    ap.add_argument("--profile", type=int, default=6, help="kernels to list per model (0: no profile)")
     args = ap.parse_args()
-    import onnxruntime as ort
-    import torch
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        ort = None
+        print("onnxruntime is not installed (pip install onnxruntime onnx): ORT columns are skipped")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("torch is not installed: torch columns are skipped")
 
-    target = args.target or str(host_target())
-    isa = "avx512" if "avx512" in target else "avx2"
-    peak = fma_peak(isa)
-    print(f"target {target}; measured single-core FMA peak ({isa}): {peak:.1f} GFLOP/s")
+    targets = [t for t in args.targets.split(",") if runs_here(parse_target(t))]
+    skipped = [t for t in args.targets.split(",") if t not in targets]
+    if skipped:
+        print(f"this CPU cannot run {', '.join(skipped)}: skipped")
+    peaks = {isa: fma_peak(isa) for isa in {"avx512" if "avx512" in t else "avx2" for t in targets}}
+    print("measured single-core FMA peak: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in peaks.items()))
     threads = [int(t) for t in args.threads.split(",")]
     header = (
-        f"{'model':<14}{'thr':>4}{'xmge ms':>10}{'ORT ms':>10}{'torch ms':>10}{'x/ORT':>8}{'x/torch':>8}"
-        f"{'GFLOP/s':>9}{'%peak':>7}"
+        f"{'model':<14}{'target':<17}{'thr':>4}{'xmge ms':>9}{'ORT ms':>9}{'torch ms':>9}{'x/ORT':>7}"
+        f"{'x/torch':>8}{'GFLOP/s':>9}{'%peak':>7}"
     )
-    rows = []
+    rows: list[str] = []
+    notes: list[str] = []
     for name in args.models.split(","):
         net = make_model(name)
         if net is None:
-            print(f"{name}: not in compiler.hub yet, skipped")
+            print(f"{name}: not in compiler.hub, skipped")
             continue
         x = np.random.default_rng(1).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
-        t0 = time.perf_counter()
-        compiled = {t: compile(net, target, [x], threads=t) for t in threads[:1]}
-        ctime = time.perf_counter() - t0
-        base = compiled[threads[0]]
-        for t in threads[1:]:
-            compiled[t] = compile(base._stages["tensor"], target, threads=t)  # type: ignore[arg-type]
-        inference = base._stages["inference"]
-        assert isinstance(inference, ModuleOp)
-        flops = conv_flops(inference)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, f"{name}.onnx")
-            to_onnx(inference, path)
-            sessions = {}
-            for t in threads:
-                so = ort.SessionOptions()
-                so.intra_op_num_threads = t
-                so.inter_op_num_threads = 1
-                so.log_severity_level = 3
-                sessions[t] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        in_name = sessions[threads[0]].get_inputs()[0].name
-        y_ref = sessions[threads[0]].run(None, {in_name: x})[0]
-        err = float(np.abs(base(x) - y_ref).max())
-        trun = torch_runner(inference)
-        tx = torch.from_numpy(x)
-        print(
-            f"{name}: {flops / 1e9:.2f} GFLOP, compile {ctime:.1f} s "
-            f"(build {base.times.get('build', 0):.1f} s), arena {base.arena_size / 2**20:.1f} MiB "
-            f"(workspace {base.workspace_size / 2**20:.1f}), weights {base.weights_size / 2**20:.1f} MiB, "
-            f"max |xmge - ORT| = {err:.2e}"
-        )
-        for t in threads:
-            torch.set_num_threads(t)
-            m = compiled[t]
-            feed = {in_name: x}
-            xm_ms = benchmark(lambda m=m, x=x: m(x), iters=args.iters)["median_ms"]
-            sess = sessions[t]
-            ort_ms = benchmark(lambda s=sess, f=feed: s.run(None, f), iters=args.iters)["median_ms"]
-            with torch.inference_mode():
-                th_ms = benchmark(lambda r=trun, a=tx: r(a), iters=args.iters)["median_ms"]
-            gf = flops / xm_ms / 1e6
-            rows.append(
-                f"{name:<14}{t:>4}{xm_ms:>10.2f}{ort_ms:>10.2f}{th_ms:>10.2f}{xm_ms / ort_ms:>8.2f}"
-                f"{xm_ms / th_ms:>8.2f}{gf:>9.1f}{100 * gf / (peak * t):>6.0f}%"
+        compiled: dict[tuple[str, int], Any] = {}
+        for tgt in targets:
+            t0 = time.perf_counter()
+            first = compile(net, tgt, [x], threads=threads[0])
+            ctime = time.perf_counter() - t0
+            compiled[(tgt, threads[0])] = first
+            for t in threads[1:]:
+                compiled[(tgt, t)] = compile(first._stages["tensor"], tgt, threads=t)  # type: ignore[arg-type]
+            budget = "  (budget 60 s: " + ("met)" if ctime < 60 else "MISSED)") if name == "resnet50" else ""
+            notes.append(
+                f"{name} {tgt}: compile {ctime:.1f} s (build {first.times.get('build', 0):.1f} s){budget}, "
+                f"arena {first.arena_size / 2**20:.1f} MiB, weights {first.weights_size / 2**20:.1f} MiB"
             )
+        base = compiled[(targets[0], threads[0])]
+        plain = inference_clean(base._stages["tensor"])  # type: ignore[arg-type]
+        flops = conv_flops(plain)
+        sessions: dict[int, Any] = {}
+        if ort is not None:
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, f"{name}.onnx")
+                to_onnx(plain, path)
+                for t in threads:
+                    so = ort.SessionOptions()
+                    so.intra_op_num_threads = t
+                    so.inter_op_num_threads = 1
+                    so.log_severity_level = 3
+                    sessions[t] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            feed = {sessions[threads[0]].get_inputs()[0].name: x}
+            y_ref = sessions[threads[0]].run(None, feed)[0]
+            for tgt in targets:
+                err = float(np.abs(compiled[(tgt, threads[0])](x) - y_ref).max())
+                notes.append(f"{name} {tgt}: max |xmge - ORT| = {err:.2e} ({flops / 1e9:.2f} GFLOP)")
+        trun = torch_runner(plain) if torch is not None else None
+        best_target, best_ms = targets[0], math.inf
+        for t in threads:
+            runners: dict[str, Any] = {tgt: (lambda m=compiled[(tgt, t)], a=x: m(a)) for tgt in targets}
+            if t in sessions:
+                runners["ort"] = lambda s=sessions[t], f=feed: s.run(None, f)
+            if trun is not None and torch is not None:
+                torch.set_num_threads(t)
+                tx = torch.from_numpy(x)
+
+                def run_torch(r: Any = trun, a: Any = tx) -> Any:
+                    with torch.inference_mode():
+                        return r(a)
+
+                runners["torch"] = run_torch
+            ms = interleaved(runners, args.iters)
+            for tgt in targets:
+                xm_ms = ms[tgt]
+                if t == threads[0] and xm_ms < best_ms:
+                    best_target, best_ms = tgt, xm_ms
+                gf = flops / xm_ms / 1e6
+                peak = peaks["avx512" if "avx512" in tgt else "avx2"] * t
+                ort_ms, th_ms = ms.get("ort", math.nan), ms.get("torch", math.nan)
+                rows.append(
+                    f"{name:<14}{tgt:<17}{t:>4}{xm_ms:>9.2f}{ort_ms:>9.2f}{th_ms:>9.2f}{xm_ms / ort_ms:>7.2f}"
+                    f"{xm_ms / th_ms:>8.2f}{gf:>9.1f}{100 * gf / peak:>6.0f}%"
+                )
+        if args.profile:
+            prof = profile(compiled[(best_target, threads[0])], [x])
+            total = sum(v for _, v in prof) or 1.0
+            notes.append(f"{name} {best_target} (fastest, 1 thread) slowest kernels of {total:.2f} ms:")
+            notes += [f"    {v:7.3f} ms {100 * v / total:4.1f}%  {k}" for k, v in prof[: args.profile]]
+        print(f"{name} done", flush=True)
+    print("\n".join(notes))
     print(header)
     print("\n".join(rows))
 
