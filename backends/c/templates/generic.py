@@ -43,7 +43,7 @@ def _epilogue_name(p: dict[str, Any]) -> str:
 
 # mode -> C expression over a, b, c, d (float operands in order)
 ELEMWISE_C: dict[str, str] = {
-    "relu": "fmaxf(a, 0.f)",
+    "relu": "(a > 0.f ? a : 0.f)",
     "abs": "fabsf(a)",
     "ceil": "ceilf(a)",
     "floor": "floorf(a)",
@@ -62,14 +62,14 @@ ELEMWISE_C: dict[str, str] = {
     "max": "fmaxf(a, b)",
     "min": "fminf(a, b)",
     "pow": "powf(a, b)",
-    "fuse_add_relu": "fmaxf(a + b, 0.f)",
+    "fuse_add_relu": "(a + b > 0.f ? a + b : 0.f)",
     "fuse_add_sigmoid": "xm_act_sigmoid(a + b)",
     "fuse_add_tanh": "tanhf(a + b)",
     "fuse_add_h_swish": "xm_act_hswish(a + b)",
     "fuse_mul_add3": "a * b + c",
     "fuse_mul_add4": "a * b + c * d",
     "h_swish": "xm_act_hswish(a)",
-    "relu6": "fminf(fmaxf(a, 0.f), 6.f)",
+    "relu6": "(a > 0.f ? (a < 6.f ? a : 6.f) : 0.f)",
     "hsigmoid": "fminf(fmaxf(a + 3.f, 0.f), 6.f) / 6.f",
     "silu": "a * xm_act_sigmoid(a)",
     "sqrt": "sqrtf(a)",
@@ -264,7 +264,8 @@ class Pool2d(Template):
         lo = min(ow, max(0, -(-pw // sw)))
         hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1)) // sw + 1))
         if mode == "max":
-            init, step = "-INFINITY", "acc[q] = fmaxf(acc[q], {v});"
+            # a comparison, not fmaxf: gcc calls libm's fmaxf (NaN rules) instead of vectorising
+            init, step = "-INFINITY", "{{ const float v_ = {v}; acc[q] = v_ > acc[q] ? v_ : acc[q]; }}"
         else:
             init, step = "0.f", "acc[q] += {v};"
         checked = step.format(v="row[iww]")
@@ -336,7 +337,7 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
   for (long t = 0; t < {o * i}; ++t) {{
     const long base = (t / {i}) * {a * i} + t % {i};
     float m = -INFINITY, s = 0.f;
-    for (int k = 0; k < {a}; ++k) m = fmaxf(m, x[base + (long)k * {i}]);
+    for (int k = 0; k < {a}; ++k) {{ const float e = x[base + (long)k * {i}]; m = e > m ? e : m; }}
     for (int k = 0; k < {a}; ++k) {{
       const float e = expf(x[base + (long)k * {i}] - m);
       y[base + (long)k * {i}] = e;
@@ -359,7 +360,7 @@ class Reduce(Template):
         o, a, i, mode = p["outer"], p["axis"], p["inner"], p["mode"]
         init = {"max": "-INFINITY", "min": "INFINITY", "product": "1.f"}.get(mode, "0.f")
         step = {
-            "max": "v = fmaxf(v, e);",
+            "max": "v = e > v ? e : v;",
             "min": "v = fminf(v, e);",
             "product": "v *= e;",
             "sum_sqr": "v += e * e;",

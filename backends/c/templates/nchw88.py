@@ -110,14 +110,15 @@ def _epilogue(dt: str, acc: str, bias: str, res: str, y: str) -> list[str]:
     ]
 
 
-def dense_ukr(j: int, i: int, cb: int, dt: str) -> str:
+def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     """``J x I`` tile over ``nk`` input-channel steps of ``cb`` channels (8: blocked input, 1: plain
-    input of the hybrid first layer), every tap of an ``fh x fw`` window."""
-    name = f"xm_n88_conv_{dt}_c{cb}_{j}x{i}"
+    input of the hybrid first layer), every tap of an ``fh x fw`` window; ``x_ow`` (the input
+    distance of neighbouring output columns) is a constant, so one register addresses every column."""
+    name = f"xm_n88_conv_{dt}_c{cb}_o{x_ow}_{j}x{i}"
     wt, ot = _ctype(dt), _ctype(dt)
     lines = [
         f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
-        "    long x_k, long x_kh, long x_kw, long x_ow, long w_k, long w_kh, long w_kw, long w_j,",
+        "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
         f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act) {{",
     ]
     for a in range(j):
@@ -135,7 +136,7 @@ def dense_ukr(j: int, i: int, cb: int, dt: str) -> str:
         for a in range(j):
             lines.append(f"    const __m256 w{a} = {_ld(dt, f'wp + {a} * w_j + {c * VEC}')};")
         for b in range(i):
-            lines.append(f"    {{ const __m256 xb = _mm256_broadcast_ss(xp + {b} * x_ow + {c});")
+            lines.append(f"    {{ const __m256 xb = _mm256_broadcast_ss(xp + {b * x_ow + c});")
             for a in range(j):
                 lines.append(f"      c{a}_{b} = _mm256_fmadd_ps(w{a}, xb, c{a}_{b});")
             lines.append("    }")
@@ -301,6 +302,11 @@ class ConvNchw88(_Nchw88Base):
         return c * geo["ihp"] * geo["iwp"] * 4
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        pointwise = (p["fh"], p["fw"], p["sh"], p["sw"], p["ph"], p["pw"]) == (1, 1, 1, 1, 0, 0)
+        if pointwise and p["mode"] != "hybrid":
+            # a 1x1 stride-1 conv maps pixel to pixel: H x W is one row of H * W columns in NCHW88
+            # (W is contiguous in H), so the register tiles never straddle a short row's end
+            p = {**p, "ih": 1, "iw": p["ih"] * p["iw"], "oh": 1, "ow": p["oh"] * p["ow"]}
         dt, mode, g = p["dtype"], p["mode"], p["groups"]
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
         fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
@@ -338,9 +344,9 @@ class ConvNchw88(_Nchw88Base):
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gc * {x_k * (1 if hybrid else icg // VEC)}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
         w_at = f"(long)gg * {w_g}L + (long)jl * {w_j}L"
-        ukr = f"xm_n88_conv_{dt}_c{cb}"
+        ukr = f"xm_n88_conv_{dt}_c{cb}_o{x_ow}"
         call_args = (
-            f"xb + {x_at}, w + {w_at}, {nk}, {fh}, {fw}, {x_k}L, {x_kh}L, {x_kw}L, {x_ow}L, {w_k}L, {w_kh}L, "
+            f"xb + {x_at}, w + {w_at}, {nk}, {fh}, {fw}, {x_k}L, {x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, "
             f"{w_kw}L, {w_j}L, {'bias + jb * 8' if p['bias'] else '0'}, "
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
             f"{ACT_CODES[p['act']]}"
@@ -350,7 +356,7 @@ class ConvNchw88(_Nchw88Base):
             variants = [(str(i), f"{ukr}_{j}x{i}") for i in range(1, I_MAX + 1)]
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
         shared = "".join(
-            _guarded(f"N88_CONV_{dt}_C{cb}_{j}x{i}".upper(), dense_ukr(j, i, cb, dt))
+            _guarded(f"N88_CONV_{dt}_C{cb}_O{x_ow}_{j}x{i}".upper(), dense_ukr(j, i, cb, dt, x_ow))
             for j in range(1, J_MAX + 1)
             for i in range(1, I_MAX + 1)
         )
