@@ -140,3 +140,28 @@ def test_arm_targets_refuse_sanitizers_and_name_their_emitters() -> None:
             compiled.run_runner([x], sanitize=True)
     assert "vfmaq_laneq_f32" in compiled.source and "#include <arm_neon.h>" in compiled.source
     assert compile(net, "arm-nchw44+plain-c", [x]).source.count("vfmaq") == 0
+
+
+def test_instruction_counts_show_the_dot_product_path() -> None:
+    """The counter bench/bench_arm.py uses: the int8 build executes sdot in its kernels, its
+    portable-C rendering none."""
+    from backends.c.cross import count_instructions, defined_functions
+
+    net, x = _model("convnet")
+    q = quantize(net, [x])
+    counts = {}
+    for target in ("arm-nchw44-dot", "arm-nchw44-dot+plain-c"):
+        c = compile(q, target, [x])
+        wpath, xpath = f"/tmp/xmge-insn-{os.getpid()}-w.bin", f"/tmp/xmge-insn-{os.getpid()}-x.bin"
+        with open(wpath, "wb") as f:
+            f.write(c.weights)
+        x.tofile(xpath)
+        try:
+            cmd = [c.build.runner, wpath, "-n", "1", "-w", "0", "-i", xpath]
+            counts[target] = count_instructions(cmd, defined_functions(c.source)).per_class
+        finally:
+            os.remove(wpath)
+            os.remove(xpath)
+    assert counts["arm-nchw44-dot"]["dot"] > 1000
+    assert counts["arm-nchw44-dot+plain-c"]["dot"] == 0
+    assert sum(counts["arm-nchw44-dot"].values()) < sum(counts["arm-nchw44-dot+plain-c"].values())

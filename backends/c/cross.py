@@ -106,16 +106,30 @@ def cross_build(model_c: str, cflags: Sequence[str]) -> Build:
 # Instruction counting under qemu
 
 _TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
-_INSN = re.compile(r"^0x([0-9a-f]+):\s+[0-9a-f]{8}\s+(\S+)\s*(.*)$")
+_INSN = re.compile(r"^0x([0-9a-f]+):\s+([0-9a-f]{8})\s+(\S+)\s*(.*)$")
 _VREG = re.compile(r"\bv\d+\.(\d*)([bhsd])\b|\b[qQ]\d+\b")
 _HALF = re.compile(r"\bv\d+\.\d*h\b|\bh\d+\b")
 
 
-def insn_class(mnemonic: str, operands: str) -> str:
-    """``sdot``/``udot``, ``fp16`` (half-precision arithmetic), ``neon`` (any other instruction on
-    vector registers) or ``scalar``."""
+def insn_class(mnemonic: str, operands: str, word: int = 0) -> str:
+    """``dot`` (sdot/udot), ``fp16`` (half-precision arithmetic), ``neon`` (any other instruction on
+    vector registers) or ``scalar``. qemu 7's disassembler prints the ARMv8.2 instructions it does
+    not know as ``.byte``, so those are classified by their encoding (``word``)."""
     if mnemonic in ("sdot", "udot"):
         return "dot"
+    if mnemonic == ".byte":
+        if (word & 0xBFE0FC00) in (0x0E809400, 0x2E809400) or (word & 0xBFC0F400) in (0x0F80E000, 0x2F80E000):
+            return "dot"  # SDOT/UDOT (vector), SDOT/UDOT (by element)
+        if (
+            (word & 0x9F60C400) == 0x0E400400  # three registers of the same type, half precision
+            or (
+                (word & 0xBFC00400) == 0x0F000000 and (word >> 12) & 0xF in (1, 5, 9)
+            )  # FMLA/FMLS/FMUL by element
+            or (word & 0xFF200000) == 0x1EE00000  # scalar half-precision data processing
+            or (word & 0xFFC00000) == 0x1FC00000  # FMADD/FMSUB half
+        ):
+            return "fp16"
+        return "neon" if (word >> 25) & 0x7 == 0x7 else "scalar"
     if mnemonic.startswith("f") and _HALF.search(operands) and "fcvt" not in mnemonic:
         return "fp16"
     if _VREG.search(operands):
@@ -169,7 +183,7 @@ def count_instructions(
                             if m:
                                 if current is None:
                                     current = blocks[int(m.group(1), 16)] = []
-                                current.append(insn_class(m.group(2), m.group(3)))
+                                current.append(insn_class(m.group(3), m.group(4), int(m.group(2), 16)))
                         else:
                             current = None
             except BaseException as exc:  # surfaced by the caller
@@ -190,7 +204,8 @@ def count_instructions(
         fn = names.get(pc, "?")
         out.total += n * len(classes)
         out.per_function[fn] += n * len(classes)
-        if fn in functions:
+        # gcc's outlined and cloned parts keep the function's name before a dot (f._omp_fn.0, ...)
+        if fn.split(".", 1)[0] in functions:
             for c in classes:
                 out.per_class[c] += n
     return out
