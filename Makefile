@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+BENCH_STAMP := $(VENV)/.bench-stamp
 
 .PHONY: demo test lint bench clean toolchains
 
@@ -22,11 +23,19 @@ toolchains:
 			gcc-aarch64-linux-gnu qemu-user >/dev/null ) || echo "warning: could not install the ARM toolchain"; \
 	fi
 
-demo: $(STAMP) toolchains
+# ONNX Runtime for the demo's comparison; without a network the demo still runs and says so
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]" || echo "warning: could not install onnxruntime/onnx"
+	touch $(BENCH_STAMP)
+
+demo: $(BENCH_STAMP) toolchains
 	$(PY) -m compiler.demo
 
 test: $(STAMP) toolchains
 	$(PY) -m pytest -q
+
+bench: $(BENCH_STAMP)
+	$(PY) bench/bench_x86.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check compiler dialects passes backends tests bench
