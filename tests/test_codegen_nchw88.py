@@ -1,6 +1,7 @@
-"""The ``x86-avx2-nchw88`` target really runs NCHW88: ``enable-nchw88`` converts convolutions and
-pooling to 8-channel blocks, and the blocked kernels (dense, group, hybrid first layer, channel-wise,
-pooling) match the reference on odd shapes; ``+io16xc32`` stores activations and filters as float16
+"""The ``x86-avx2-nchw88`` and ``x86-avx512-nchw88`` targets really run NCHW88: ``enable-nchw88``
+converts convolutions and pooling to 8-channel blocks, and the blocked kernels (dense, group, hybrid
+first layer, channel-wise, pooling; ymm micro-kernels on AVX2, zmm ones of 16 output channels on
+AVX-512) match the reference on odd shapes; ``+io16xc32`` stores activations and filters as float16
 (F16C) and accumulates in float32, within a float16 tolerance.
 """
 
@@ -14,6 +15,7 @@ from tests.codegen_util import check, require
 from tests.test_codegen_conv import _conv_model
 
 TARGET = "x86-avx2-nchw88"
+TARGETS = [TARGET, "x86-avx512-nchw88"]
 # float16 storage: every stored value is rounded to 11 significant bits (relative error 2^-11 per
 # rounding, a few roundings per layer), so outputs agree with the float32 reference to ~1e-3 of their
 # scale; 1e-2 leaves room for accumulation over a layer's inputs
@@ -37,22 +39,26 @@ CASES = [
 WORDS = ("conv2d_nchw88_hybrid", "conv2d_nchw88_dense", "conv2d_nchw88_group", "conv2d_nchw88_chan")
 
 
-def test_nchw88_conv_variants() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_nchw88_conv_variants(target: str) -> None:
     fn, inputs = _conv_model(CASES, np.random.default_rng(0))
-    compiled = check(fn, inputs, TARGET)
+    compiled = check(fn, inputs, target)
     source = compiled.ir("c")
     for word in WORDS:
         assert word in source, word
     assert "#layout.fmt<nchw88>" in compiled.ir("inference")
     assert "_mm256_cvtph_ps" not in source  # float32 storage
+    # the AVX-512 target runs the zmm micro-kernels (16 output channels per register)
+    assert ("xm_n88_avx512_conv_" in source) == ("avx512" in target)
 
 
-def test_nchw88_float16_storage() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_nchw88_float16_storage(target: str) -> None:
     fn, inputs = _conv_model(CASES, np.random.default_rng(1))
-    f32 = check(fn, inputs, TARGET)
-    compiled = check(fn, inputs, TARGET + "+io16xc32", rtol=F16_TOL, atol=F16_TOL)
+    f32 = check(fn, inputs, target)
+    compiled = check(fn, inputs, target + "+io16xc32", rtol=F16_TOL, atol=F16_TOL)
     source = compiled.ir("c")
-    for word in (*WORDS, "_f16", "_mm256_cvtph_ps", "_mm256_cvtps_ph"):
+    for word in (*WORDS, "_f16", "_cvtph_ps", "_mm256_cvtps_ph"):
         assert word in source, word
     # filters are stored as float16: the blob is about half the float32 one
     assert compiled.weights_size < 0.6 * f32.weights_size

@@ -32,7 +32,7 @@ import numpy as np
 
 from backends.c.templates import Template, register, sym_join
 from backends.c.templates.typed import TypeCvt
-from dialects.layout import SPECS, Layout
+from dialects.layout import SPECS, Layout, LayoutSpec
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -44,16 +44,19 @@ ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2, "sigmoid": 3, "hswish": 4}
 DENSE_FILTERS = {"dense": Layout.KCRSc8k8, "group": Layout.GKCRSc8k8, "hybrid": Layout.KRSCk8}
 
 
-def strides(layout: Layout | None, logical_shape: Sequence[int]) -> dict[str, int]:
+def strides(layout: Layout | LayoutSpec | None, logical_shape: Sequence[int]) -> dict[str, int]:
     """Element strides of each physical dim (``"C/8"``, ``"C%8"``, ``"H"``, ...) of a contiguous
     tensor, from the layout's one definition; ``None`` is plain row-major NCHW / KCRS."""
     if layout is None:
         names = "NCHW" if len(logical_shape) == 4 else "KCRS"
         return {n: int(np.prod(logical_shape[i + 1 :])) for i, n in enumerate(names)}
-    return SPECS[layout].dim_strides(logical_shape)
+    spec = layout if isinstance(layout, LayoutSpec) else SPECS[layout]
+    return spec.dim_strides(logical_shape)
 
 
-def offset(layout: Layout | None, logical_shape: Sequence[int], coords: Mapping[str, str]) -> str:
+def offset(
+    layout: Layout | LayoutSpec | None, logical_shape: Sequence[int], coords: Mapping[str, str]
+) -> str:
     """The C expression of the element offset of ``coords`` (physical dim name -> C expression)."""
     st = strides(layout, logical_shape)
     terms = [f"(long)({expr}) * {st[dim]}L" for dim, expr in coords.items() if st[dim] and expr != "0"]
@@ -119,7 +122,8 @@ def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     lines = [
         f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
-        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act) {{",
+        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb) {{",
+        "  (void)nb;",
     ]
     for a in range(j):
         for b in range(i):
@@ -283,6 +287,15 @@ class ConvNchw88(_Nchw88Base):
     """``conv2d_nchw88``: dense, group and hybrid (first layer) NCHW88 convolutions."""
 
     family = "conv2d_nchw88"
+    kblock = VEC  # output channels per filter vector
+    jmax, imax = J_MAX, I_MAX
+    common = ""
+
+    def filter_spec(self, mode: str) -> LayoutSpec:
+        return SPECS[DENSE_FILTERS[mode]]
+
+    def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
+        return dense_ukr(j, i, cb, dt, x_ow).replace("xm_n88_conv_", "xm_n88_avx2_conv_")
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -327,15 +340,17 @@ class ConvNchw88(_Nchw88Base):
         out_shape = (n, ocp, oh, ow)
         ys = strides(Layout.NCHW88, out_shape)
         # filter: the packed layout's strides over its logical shape
-        flayout = DENSE_FILTERS[mode]
+        kb = self.kblock
         fshape = (g, ocg, icg, fh, fw) if mode == "group" else (oc, icg, fh, fw)
-        wst = strides(flayout, fshape)
+        wst = strides(self.filter_spec(mode), fshape)
         w_k = wst["C"] if hybrid else wst["C/8"]
-        w_kh, w_kw, w_j = wst["R"], wst["S"], wst["K/8"]
+        w_kh, w_kw, w_j = wst["R"], wst["S"], wst[f"K/{kb}"]
         w_g = wst.get("G", 0)
         nk = icg if hybrid else icg // VEC
         njb = ocg // VEC  # output channel blocks per group
-        tiles = -(-njb // J_MAX)
+        per_vec = kb // VEC  # channel blocks per filter vector
+        tile_blocks = self.jmax * per_vec
+        tiles = -(-njb // tile_blocks)
         ct = _ctype(dt)
         args, casts = _signature(ct, p)
         pad_body, _ = _pad_copy(dt, src_layout, ic, ih, iw, p["ph"], p["pw"]) if geo["copy"] else ("", 0)
@@ -343,25 +358,25 @@ class ConvNchw88(_Nchw88Base):
         y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gc * {x_k * (1 if hybrid else icg // VEC)}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
-        w_at = f"(long)gg * {w_g}L + (long)jl * {w_j}L"
-        ukr = f"xm_n88_conv_{dt}_c{cb}_o{x_ow}"
+        w_at = f"(long)gg * {w_g}L + (long)(jl / {per_vec}) * {w_j}L"
+        ukr = f"xm_n88_{self.isa}_conv_{dt}_c{cb}_o{x_ow}"
         call_args = (
             f"xb + {x_at}, w + {w_at}, {nk}, {fh}, {fw}, {x_k}L, {x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, "
             f"{w_kw}L, {w_j}L, {'bias + jb * 8' if p['bias'] else '0'}, "
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
-            f"{ACT_CODES[p['act']]}"
+            f"{ACT_CODES[p['act']]}, nb"
         )
         inner = []
-        for j in range(1, J_MAX + 1):
-            variants = [(str(i), f"{ukr}_{j}x{i}") for i in range(1, I_MAX + 1)]
+        for j in range(1, self.jmax + 1):
+            variants = [(str(i), f"{ukr}_{j}x{i}") for i in range(1, self.imax + 1)]
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
         shared = "".join(
-            _guarded(f"N88_CONV_{dt}_C{cb}_O{x_ow}_{j}x{i}".upper(), dense_ukr(j, i, cb, dt, x_ow))
-            for j in range(1, J_MAX + 1)
-            for i in range(1, I_MAX + 1)
+            _guarded(f"N88_{self.isa}_CONV_{dt}_C{cb}_O{x_ow}_{j}x{i}".upper(), self.ukr(j, i, cb, dt, x_ow))
+            for j in range(1, self.jmax + 1)
+            for i in range(1, self.imax + 1)
         )
         xbase = "xs" if geo["copy"] else "xn"
-        return f"""{COMMON}{H2F if dt == "f16" else ""}{shared}
+        return f"""{COMMON}{self.common}{H2F if dt == "f16" else ""}{shared}
 static void {sym}({args}) {{
   {casts}
   float* xs = (float*)ws;
@@ -376,18 +391,129 @@ static void {sym}({args}) {{
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int t = 0; t < {g * tiles}; ++t)
     for (int r = 0; r < {oh}; ++r) {{
-      const int gg = t / {tiles}, j0 = (t % {tiles}) * {J_MAX};
+      const int gg = t / {tiles}, j0 = (t % {tiles}) * {tile_blocks};
       const int jl = j0, jb = gg * {njb} + j0, gc = gg;
-      const int jv = {njb} - j0 < {J_MAX} ? {njb} - j0 : {J_MAX};
+      const int nb = {njb} - j0 < {tile_blocks} ? {njb} - j0 : {tile_blocks};
+      const int jv = (nb + {per_vec - 1}) / {per_vec};
       (void)gc;
-      for (int q0 = 0; q0 < {ow}; q0 += {I_MAX}) {{
-        const int iv = {ow} - q0 < {I_MAX} ? {ow} - q0 : {I_MAX};
+      for (int q0 = 0; q0 < {ow}; q0 += {self.imax}) {{
+        const int iv = {ow} - q0 < {self.imax} ? {ow} - q0 : {self.imax};
         {chr(10).join("        " + s for s in inner).lstrip()}
       }}
     }}
   }}
 }}
 """
+
+
+# ----------------------------------------------------------------------------------------------
+# AVX-512: 16 output channels (two NCHW88 blocks) per zmm register
+
+
+# the filters of the AVX-512 kernels: pairs of KCRSc8k8 output blocks interleaved, so that one zmm
+# load is 16 output channels of one input channel (a repacking of the same weights, done ahead of
+# time through layout.py's pack / unpack)
+K16_FILTERS = {
+    "dense": LayoutSpec("KCRS", "K/16 C/8 R S C%8 K%16"),
+    "group": LayoutSpec("GKCRS", "G K/16 C/8 R S C%8 K%16"),
+    "hybrid": LayoutSpec("KCRS", "K/16 R S C K%16"),
+}
+
+COMMON512 = """#ifndef XM_N88_COMMON512
+#define XM_N88_COMMON512
+static inline __m512 xm_n88_act512(__m512 v, int act) {
+  if (act == 0) return v;
+  return _mm512_insertf32x8(_mm512_castps256_ps512(xm_n88_act(_mm512_castps512_ps256(v), act)),
+                            xm_n88_act(_mm512_extractf32x8_ps(v, 1), act), 1);
+}
+#endif
+"""
+
+
+def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
+    """:func:`dense_ukr` with zmm accumulators of 16 output channels: block ``2a`` in the low and
+    ``2a + 1`` in the high half (stored only when ``2a + 1 < nb``, the tile's valid blocks)."""
+    name = f"xm_n88_avx512_conv_{dt}_c{cb}_o{x_ow}_{j}x{i}"
+    wt = ot = _ctype(dt)
+    wload = (
+        "_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)({p})))"
+        if dt == "f16"
+        else "_mm512_loadu_ps({p})"
+    )
+    lines = [
+        f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
+        "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
+        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb) {{",
+    ]
+    for a in range(j):
+        for b in range(i):
+            lines.append(f"  __m512 c{a}_{b} = _mm512_setzero_ps();")
+    lines += [
+        "  for (int k = 0; k < nk; ++k)",
+        "  for (int kh = 0; kh < fh; ++kh)",
+        "  for (int kw = 0; kw < fw; ++kw) {",
+        "    const float* xp = x + k * x_k + kh * x_kh + kw * x_kw;",
+        f"    const {wt}* wp = w + k * w_k + kh * w_kh + kw * w_kw;",
+    ]
+    for c in range(cb):
+        lines.append("    {")
+        for a in range(j):
+            lines.append(f"    const __m512 w{a} = {wload.format(p=f'wp + {a} * w_j + {c * 16}')};")
+        for b in range(i):
+            lines.append(f"    {{ const __m512 xb = _mm512_set1_ps(xp[{b * x_ow + c}]);")
+            for a in range(j):
+                lines.append(f"      c{a}_{b} = _mm512_fmadd_ps(w{a}, xb, c{a}_{b});")
+            lines.append("    }")
+        lines.append("    }")
+    lines.append("  }")
+    for a in range(j):
+        lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
+        for b in range(i):
+            lines += [
+                "  {",
+                f"    __m512 v = c{a}_{b};",
+                f"    const int two = {2 * a + 1} < nb;",
+                f"    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + {16 * a}));",
+                "    if (res) {",
+                f"      const __m256 rl = {_ld(dt, f'res + {lo} + {b} * y_i')};",
+                f"      const __m256 rh = two ? {_ld(dt, f'res + {hi} + {b} * y_i')} : _mm256_setzero_ps();",
+                "      v = _mm512_add_ps(v, _mm512_insertf32x8(_mm512_castps256_ps512(rl), rh, 1));",
+                "    }",
+                "    v = xm_n88_act512(v, act);",
+                f"    {_st(dt, f'y + {lo} + {b} * y_i', '_mm512_castps512_ps256(v)')};",
+                f"    if (two) {_st(dt, f'y + {hi} + {b} * y_i', '_mm512_extractf32x8_ps(v, 1)')};",
+                "  }",
+            ]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+class ConvNchw88Avx512(ConvNchw88):
+    """``conv2d_nchw88`` on AVX-512: the same loops with 2 x 16 output channels x 12 columns per
+    register tile (24 of the 32 zmm registers), filters repacked to :data:`K16_FILTERS`."""
+
+    isa = "avx512"
+    kblock = 16
+    jmax, imax = 2, 12
+    common = COMMON512
+
+    def filter_spec(self, mode: str) -> LayoutSpec:
+        return K16_FILTERS[mode]
+
+    def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
+        return dense_ukr512(j, i, cb, dt, x_ow)
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
+            b = np.asarray(array, np.float32).reshape(-1)
+            return np.ascontiguousarray(np.pad(b, (0, -len(b) % 16))), "bias_f32x16"
+        if operand != 1:
+            return None
+        logical = SPECS[DENSE_FILTERS[p["mode"]]].unpack(np.asarray(array))
+        packed = K16_FILTERS[p["mode"]].pack(logical)
+        if p["dtype"] == "f16":
+            packed = packed.astype(np.float16)
+        return np.ascontiguousarray(packed), "k16"
 
 
 class ConvNchw88Chan(_Nchw88Base):
@@ -543,5 +669,5 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 """
 
 
-for _t in (ConvNchw88(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C()):
+for _t in (ConvNchw88(), ConvNchw88Avx512(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C()):
     register(_t)
