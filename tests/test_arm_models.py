@@ -9,7 +9,8 @@
 
 Plus a real MegEngine int8 dump through ``xmge compile ... --target arm-nchw44-dot -o DIR``: the
 folder builds with its own Makefile (here with the cross compiler) and its runner reproduces
-MegEngine's outputs. Small inputs; builds are cached by content (about 30 s cold, 10 s warm). Skips when the cross compiler or qemu is missing."""
+MegEngine's outputs. Small inputs; builds are cached by content (about 30 s cold, 10 s warm).
+Skips when the cross compiler or qemu is missing."""
 
 from __future__ import annotations
 
