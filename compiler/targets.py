@@ -1,8 +1,9 @@
 """Compilation targets: strings ``ARCH[-FEATURE...][+OPTION...]`` parsed by a small lark grammar.
 
     ref                  the reference interpreter (numpy), no code generation
-    x86-avx2-nchw88      x86 with AVX2 + FMA, NCHW88 blocked layout
-    x86-avx512           x86 with AVX-512 (F, BW, VL, DQ)
+    x86-avx2-nchw88      x86 with AVX2 + FMA, NCHW88 blocked layout (+io16xc32: float16 storage, F16C)
+    x86-avx512           x86 with AVX-512 (F, BW, VL, DQ), plain NCHW, packed-GEMM convolutions
+    x86-avx512-nchw88    AVX-512 micro-kernels (16 output channels per register) on NCHW88
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
@@ -148,12 +149,15 @@ def parse_target(text: str) -> Target:
 
 
 def host_target() -> Target:
-    """The best x86 target this machine runs (from /proc/cpuinfo), or ``ref`` elsewhere."""
+    """The best x86 target this machine runs (from /proc/cpuinfo), or ``ref`` elsewhere: NCHW88 with
+    AVX-512 micro-kernels where the CPU has AVX-512, else AVX2 with NCHW88 (``bench/bench_x86.py``
+    measures every x86 target; the blocked layout wins on ResNet-18 and MobileNetV2, plain NCHW with
+    AVX-512 GEMMs on ResNet-50 and ShuffleNetV2, so ``x86-avx512`` stays a target of its own)."""
     flags = cpu_flags()
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
-        return Target("x86", ("avx512",))
+        return Target("x86", ("avx512", "nchw88"))
     if {"avx2", "fma"} <= flags:
-        return Target("x86", ("avx2",))
+        return Target("x86", ("avx2", "nchw88"))
     return Target("ref")
 
 
