@@ -43,3 +43,24 @@ def test_sanitized_runner_matches_reference() -> None:
     want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_sanitized_nchw88_kernels() -> None:
+    """The NCHW88 kernels (hybrid, dense with partial tiles, group, channel-wise, pooling, float16
+    storage) under the sanitizers: edge tiles and padded copies stay in bounds."""
+    from tests.test_codegen_conv import _conv_model
+    from tests.test_codegen_nchw88 import CASES, F16_TOL
+
+    require("x86-avx2-nchw88")
+    fn, inputs = _conv_model(CASES[:10], np.random.default_rng(6))
+    from compiler.targets import parse_target, runs_here
+
+    targets = [("x86-avx2-nchw88", 1e-4), ("x86-avx2-nchw88+io16xc32", F16_TOL), ("x86-avx512-nchw88", 1e-4)]
+    for target, tol in targets:
+        if not runs_here(parse_target(target)):
+            continue  # no AVX-512 here: the AVX2 kernels above still ran
+        compiled = compile_fn(fn, inputs, target)
+        got = compiled.run_runner(inputs, sanitize=True)
+        want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())))
