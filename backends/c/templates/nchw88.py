@@ -351,6 +351,9 @@ class ConvNchw88(_Nchw88Base):
         per_vec = kb // VEC  # channel blocks per filter vector
         tile_blocks = self.jmax * per_vec
         tiles = -(-njb // tile_blocks)
+        # columns per tile, balanced over the row (14 = 7 + 7, not 12 + 2: a narrow tile has too few
+        # independent accumulators to hide the FMA latency)
+        cols = -(-ow // -(-ow // self.imax))
         ct = _ctype(dt)
         args, casts = _signature(ct, p)
         pad_body, _ = _pad_copy(dt, src_layout, ic, ih, iw, p["ph"], p["pw"]) if geo["copy"] else ("", 0)
@@ -396,8 +399,8 @@ static void {sym}({args}) {{
       const int nb = {njb} - j0 < {tile_blocks} ? {njb} - j0 : {tile_blocks};
       const int jv = (nb + {per_vec - 1}) / {per_vec};
       (void)gc;
-      for (int q0 = 0; q0 < {ow}; q0 += {self.imax}) {{
-        const int iv = {ow} - q0 < {self.imax} ? {ow} - q0 : {self.imax};
+      for (int q0 = 0; q0 < {ow}; q0 += {cols}) {{
+        const int iv = {ow} - q0 < {cols} ? {ow} - q0 : {cols};
         {chr(10).join("        " + s for s in inner).lstrip()}
       }}
     }}
