@@ -13,6 +13,18 @@ from compiler.tensor import Parameter, Tensor, tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "OpError", "Parameter", "Tensor", "XmgeError", "autodiff", "compile", "functional", "jit", "load",
-    "module", "optimizer", "random", "save", "tensor",
+    "OpError",
+    "Parameter",
+    "Tensor",
+    "XmgeError",
+    "autodiff",
+    "compile",
+    "functional",
+    "jit",
+    "load",
+    "module",
+    "optimizer",
+    "random",
+    "save",
+    "tensor",
 ]
