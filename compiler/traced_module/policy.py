@@ -1,0 +1,119 @@
+"""What a traced graph may call when it is replayed.
+
+A loaded ``.tm`` file is data, but replaying it calls functions, methods and ops that its expressions
+name. Every such name is resolved here, against fixed lists, so a file can only ask for xmge's own
+functional API, a fixed set of Tensor methods, built-in layers and ``mgb`` ops: never an arbitrary
+callable, even though the file is loaded by the restricted unpickler.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+from enum import Enum
+from typing import Any
+
+from compiler.core import XmgeError
+
+
+class TracedModuleError(XmgeError, ValueError):
+    """A traced module cannot be built, replayed or loaded as asked."""
+
+
+# the modules whose public functions CallFunction may name (where their __module__ points)
+FUNCTION_MODULES = (
+    "compiler.functional",
+    "compiler.functional.elemwise",
+    "compiler.functional.math",
+    "compiler.functional.nn",
+    "compiler.functional.tensor",
+    "compiler.functional.loss",
+    "compiler.functional.quantized",
+)
+
+# Tensor methods recorded as CallMethod on a tensor node (and the only ones a graph may call)
+TENSOR_METHODS = frozenset(
+    """__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __floordiv__
+    __rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __lt__ __le__ __gt__ __ge__ __eq__ __ne__
+    __and__ __rand__ __or__ __ror__ __xor__ __rxor__ __invert__ __neg__ __abs__ __matmul__
+    __rmatmul__ __getitem__ reshape transpose flatten astype sum mean max min prod""".split()
+)
+
+
+def resolve_function(module: str, qualname: str) -> Any:
+    """The xmge function a CallFunction names, or an error: only public functions of
+    ``compiler.functional`` modules are reachable."""
+    if module not in FUNCTION_MODULES or not qualname.isidentifier() or qualname.startswith("_"):
+        raise TracedModuleError(
+            f"traced graph names function {module}.{qualname}, which is not xmge functional API"
+        )
+    fn = getattr(importlib.import_module(module), qualname, None)
+    original = getattr(fn, "__wrapped__", fn)  # a tracing wrapper while trace_module runs
+    if not isinstance(original, types.FunctionType) or not original.__module__.startswith(
+        "compiler.functional"
+    ):
+        raise TracedModuleError(f"traced graph names {module}.{qualname}, which is not an xmge function")
+    return fn
+
+
+def check_tensor_method(method: str) -> None:
+    if method not in TENSOR_METHODS:
+        raise TracedModuleError(f"traced graph calls Tensor method {method!r}, which is not allowed")
+
+
+def check_attr_path(path: str) -> None:
+    # GetAttr walks attributes, list indices and dict keys; dunder names would reach Python internals
+    if not path or any(not part or part.startswith("__") for part in path.split(".")):
+        raise TracedModuleError(f"traced graph reads attribute {path!r}, which is not allowed")
+
+
+def resolve_op(name: str) -> type:
+    """An ``mgb`` op class by name, for ``Apply`` expressions."""
+    from dialects import tensor as T
+
+    cls = getattr(T, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, T.MgbOp)):
+        raise TracedModuleError(f"traced graph applies op {name!r}, which is not an mgb op")
+    return cls
+
+
+def encode_param(value: Any) -> Any:
+    """Op parameters as plain data: enum members (dynamic StrEnums, not picklable by reference)
+    become ``("enum", EnumName, MEMBER)``."""
+    if isinstance(value, Enum):
+        return ("enum", type(value).__name__, value.name)
+    if isinstance(value, list | tuple):
+        return type(value)(encode_param(v) for v in value)
+    return value
+
+
+def decode_param(value: Any) -> Any:
+    from dialects import enums
+
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == "enum":
+        enum_cls = getattr(enums, value[1], None)
+        if not (isinstance(enum_cls, type) and issubclass(enum_cls, Enum)):
+            raise TracedModuleError(f"traced graph names enum {value[1]!r}, which is not an mgb enum")
+        return enum_cls[value[2]]
+    if isinstance(value, list | tuple):
+        return type(value)(decode_param(v) for v in value)
+    return value
+
+
+def is_builtin_layer(module: Any) -> bool:
+    """Built-in layers stay calls in the graph; everything else (user modules, ``Sequential``, whose
+    forward is Python control flow over its children) is traced into a nested TracedModule."""
+    from compiler.module.layers import Sequential
+
+    return type(module).__module__ == "compiler.module.layers" and not isinstance(module, Sequential)
+
+
+def builtin_layer_classes() -> list[type]:
+    import compiler.module as M
+    from compiler.module.module import Module
+
+    return [
+        obj
+        for name in M.__all__
+        if isinstance(obj := getattr(M, name), type) and issubclass(obj, Module) and obj is not Module
+    ]
