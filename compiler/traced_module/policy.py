@@ -117,3 +117,32 @@ def builtin_layer_classes() -> list[type]:
         for name in M.__all__
         if isinstance(obj := getattr(M, name), type) and issubclass(obj, Module) and obj is not Module
     ]
+
+
+_LOADABLE: tuple[dict[tuple[str, str], type], dict[tuple[str, str], type]] | None = None
+
+
+def loadable_classes() -> tuple[dict[tuple[str, str], type], dict[tuple[str, str], type]]:
+    """What the default restricted ``compiler.load`` admits for ``.tm`` files: the traced-module
+    classes, and the built-in layers (only inside a pickle that named one of the former)."""
+    global _LOADABLE
+    if _LOADABLE is None:
+        from compiler.traced_module import expr, node, traced_module
+
+        graph = [
+            traced_module.TracedModule,
+            traced_module.InternalGraph,
+            expr.Input,
+            expr.GetAttr,
+            expr.CallMethod,
+            expr.CallFunction,
+            expr.Constant,
+            expr.Apply,
+            node.ModuleNode,
+            node.TensorNode,
+        ]
+        _LOADABLE = (
+            {(c.__module__, c.__qualname__): c for c in graph},
+            {(c.__module__, c.__qualname__): c for c in builtin_layer_classes()},
+        )
+    return _LOADABLE
