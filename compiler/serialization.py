@@ -149,6 +149,7 @@ class _RestrictedFinder:
             else:
                 raise TypeError(f"allowed_classes takes classes or 'module.Name' strings, got {cls!r}")
         self.modules_opted_in = bool(self.extra or self.extra_names)
+        self.traced_module_seen = False
 
     def find(self, module: str, name: str) -> Any:
         assert _SAFE is not None
@@ -160,6 +161,16 @@ class _RestrictedFinder:
         key = (module, name)
         if key in _SAFE:
             return _SAFE[key]
+        # a TracedModule (.tm) loads by default: its graph classes are data, replays only call
+        # allow-listed xmge functions, and built-in layers become loadable once such a class is named
+        from compiler.traced_module.policy import loadable_classes
+
+        graph_classes, layer_classes = loadable_classes()
+        if key in graph_classes:
+            self.traced_module_seen = True
+            return graph_classes[key]
+        if self.traced_module_seen and key in layer_classes:
+            return layer_classes[key]
         if key in self.extra:
             return self.extra[key]
         if key in self.extra_names or (self.modules_opted_in and module.split(".")[0] == "compiler"):
