@@ -4,6 +4,7 @@ saves to ``.tm`` files with ``compiler.save`` and loads back with the default (r
 ``compiler.load``. ``load_megengine_tm`` rebuilds MegEngine's own ``.tm`` files without megengine."""
 
 from compiler.traced_module.expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input
+from compiler.traced_module.megengine_tm import MegEngineTMError, load_megengine_tm
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError
 from compiler.traced_module.traced_module import InternalGraph, TracedModule, trace_module
@@ -22,5 +23,7 @@ __all__ = [
     "TensorNode",
     "TracedModule",
     "TracedModuleError",
+    "MegEngineTMError",
+    "load_megengine_tm",
     "trace_module",
 ]
