@@ -58,7 +58,9 @@ def _ort_ms(tensor_ir: Any, x: np.ndarray, threads: int) -> tuple[float, np.ndar
     return benchmark(lambda: sess.run(None, feed), iters=20)["median_ms"], y
 
 
-def run_one(title: str, net: Any, x: np.ndarray, target: str, threads: int, workdir: str) -> None:
+def run_one(
+    title: str, net: Any, x: np.ndarray, target: str, threads: int, workdir: str, show_ir: bool = False
+) -> None:
     net.eval()
 
     @jit.trace(symbolic=True, capture_as_const=True)
@@ -67,6 +69,11 @@ def run_one(title: str, net: Any, x: np.ndarray, target: str, threads: int, work
 
     eager = net(xm.tensor(x)).numpy()
     infer(xm.tensor(x), net=net)  # traces
+    replay = infer(xm.tensor(x), net=net).numpy()  # runs the recorded IR on the reference interpreter
+    print(f"{title}: traced replay vs eager, max |diff| = {float(np.abs(replay - eager).max()):.2e}")
+    if show_ir:
+        print(f"{title}: tensor-dialect IR (weights elided)")
+        print(infer.ir())
     path = os.path.join(workdir, f"{title}.mge")
     infer.dump(path, arg_names=["data"], optimize_for_inference=False)
     t0 = time.perf_counter()
@@ -114,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
             target,
             args.threads,
             workdir,
+            show_ir=True,
         )
         print()
         net = resnet18()
