@@ -131,6 +131,13 @@ def test_resnet_nested_traced_modules_replay_exactly(resnet: Any) -> None:
     assert len(traced.graph.exprs().call_method("__add__")) == 4
 
 
+def test_a_traced_module_traces_again(resnet: Any) -> None:
+    net, x, traced = resnet
+    again = tm.trace_module(traced, x)
+    assert str(again) == str(traced)  # same graphs, input names included
+    np.testing.assert_array_equal(again(x).numpy(), net(x).numpy())
+
+
 class Head(M.Module):
     """Functional calls with keyword arguments, tensor methods, a parameter read directly, a tensor
     made in forward, a keyword tensor input and a tuple output."""

@@ -126,12 +126,15 @@ class InternalGraph:
 
     def _module_node(self, expr: Expr, base: str, module: Any, qualname: str) -> ModuleNode:
         cls = type(module)
+        module_type = f"{cls.__module__}.{cls.__qualname__}"
+        if isinstance(module, TracedModule):  # re-traced: keep the class it was first traced from
+            module_type = module.graph._inputs[0].module_type  # type: ignore[attr-defined]
         node = ModuleNode(
             expr,
             self._unique_name(base),
             qualname,
             self._next_node_id(),
-            f"{cls.__module__}.{cls.__qualname__}",
+            module_type,
             module,
         )
         expr.outputs.append(node)
@@ -339,7 +342,7 @@ class _Tracer:
     def trace_into(
         self, module: Module, args: Sequence[Any], kwargs: dict[str, Any], qualname: str
     ) -> tuple[InternalGraph, Any]:
-        graph = InternalGraph(type(module).__name__, qualname)
+        graph = InternalGraph(_class_name(module), qualname)
         frame = _Frame(graph, module)
         leaves, graph._in_spec = pytree.flatten((tuple(args), dict(kwargs)), _is_tensor)
         names = _arg_names(module, args, kwargs)
@@ -445,8 +448,15 @@ class _Tracer:
             frame.bind(t, g._tensor_node(expr, f"{base}_out" + (f"_{i}" if len(outputs) > 1 else ""), t))
 
 
+def _class_name(module: Module) -> str:
+    return module.graph.name if isinstance(module, TracedModule) else type(module).__name__
+
+
 def _arg_names(module: Module, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[int, str]:
     """Input node names: the forward's parameter names (``x``), indexed when one holds several."""
+    if isinstance(module, TracedModule):  # forward(*args): the names its graph was traced with
+        leaves, _ = pytree.flatten((tuple(args), dict(kwargs)), _is_tensor)
+        return {id(t): n.name for t, n in zip(leaves, module.graph._inputs[1:], strict=False)}
     try:
         items = list(inspect.signature(module.forward).bind(*args, **kwargs).arguments.items())
     except (TypeError, ValueError):
@@ -548,7 +558,7 @@ def trace_module(module: Module, *inputs: Any, **kwinputs: Any) -> TracedModule:
             )
     tracer = _Tracer()
     with _hooks_installed(tracer):
-        graph, _ = tracer.trace_into(module, inputs, kwinputs, type(module).__name__)
+        graph, _ = tracer.trace_into(module, inputs, kwinputs, _class_name(module))
         tracer.graphs[id(module)] = (module, graph)
     memo: dict[int, TracedModule] = {}
     top = _mirror(module, tracer.graphs, memo)
