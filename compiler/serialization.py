@@ -119,6 +119,13 @@ def _class_key(cls: type) -> tuple[str, str]:
 
 
 def _refusal(module: str, name: str) -> UnsafePickleError:
+    hint = ""
+    if module.split(".")[0] == "megengine":
+        hint = (
+            " This looks like a file saved by MegEngine itself: compiler.traced_module.load_megengine_tm"
+            "(path) reads MegEngine's .tm files without running code, and state dicts and checkpoints "
+            "of plain arrays load as they are."
+        )
     return UnsafePickleError(
         f"xmge.load: refusing to load '{module}.{name}', which the file names to be called while "
         "loading. By default load only rebuilds numpy arrays and dtypes, plain containers and scalars, "
@@ -126,7 +133,7 @@ def _refusal(module: str, name: str) -> UnsafePickleError:
         "as a whole pickled model of a user Module class, needs an explicit opt-in: "
         f"load(f, allowed_classes=['{module}.{name}']) (or the class object) if it is a class you "
         "trust, or load(f, trusted=True) for a file you trust as much as code. Nothing from the file "
-        "was executed."
+        "was executed." + hint
     )
 
 

@@ -309,3 +309,8 @@ def test_trace_dump_and_run_with_lite(convnet: Any, source: str) -> None:
     infer.dump(buf, arg_names=["data"])
     (out,) = Network(buf.getvalue())(data=x.numpy()).values()
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_plain_load_of_a_megengine_tm_points_to_the_reader() -> None:
+    with pytest.raises(UnsafePickleError, match="load_megengine_tm"):
+        xm.load(data_path("convnet", "convnet.tm"))
