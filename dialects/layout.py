@@ -354,6 +354,23 @@ SPECS: dict[Layout, LayoutSpec] = {
     Layout.CHANI: LayoutSpec("GKCRS", "G/4 K R S G%4"),
 }
 
+
+def winograd_filter_spec(panel: int) -> LayoutSpec:
+    """The Winograd-transformed filter of the x86 Winograd kernels: the logical ``(K, C, A, A)``
+    tensor ``U = G g G^T`` (``A = m + r - 1`` transform points per axis, R/S index them) stored per
+    point as panels of ``panel`` output channels (a GEMM register tile's width), each a contiguous
+    ``C x panel`` matrix: ``U[r][s][k / panel][c][k % panel]``, K zero-padded to whole panels."""
+    return LayoutSpec("KCRS", f"R S K/{panel} C K%{panel}")
+
+
+def winograd_tile_spec() -> LayoutSpec:
+    """The scratch layouts of the x86 Winograd kernels, per block of output tiles: the transformed
+    inputs ``V`` and the per-point products ``M``, both logical ``(A, A, T, C)`` (points, tiles,
+    channels) stored point-major with channels contiguous, so that one point is a ``T x C``
+    matrix of the batched GEMM."""
+    return LayoutSpec("RSNC", "R S N C")
+
+
 ACTIVATION_LAYOUTS = frozenset(lay for lay, s in SPECS.items() if s.logical == "NCHW")
 
 
@@ -699,5 +716,7 @@ __all__ = [
     "to_layout",
     "to_logical",
     "unpack",
+    "winograd_filter_spec",
+    "winograd_tile_spec",
     "with_layout",
 ]

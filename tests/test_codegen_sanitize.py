@@ -64,3 +64,24 @@ def test_sanitized_nchw88_kernels() -> None:
         want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())))
+
+
+def test_sanitized_winograd_kernels(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Winograd F(4, 3) and F(2, 3) (partial border tiles, padding 0 and 2, OC not a whole AVX-512
+    panel, batch 2) under the sanitizers: tile blocks, padded copies and panels stay in bounds."""
+    from compiler.targets import parse_target, runs_here
+    from tests.test_codegen_conv import _conv_model
+    from tests.test_codegen_winograd import CASES, _force_tile
+
+    require("x86-avx2-nchw88")
+    fn, inputs = _conv_model(CASES[:3], np.random.default_rng(8))
+    for target, m in [("x86-avx2-nchw88", 4), ("x86-avx2-nchw88", 2), ("x86-avx512-nchw88", 4)]:
+        if not runs_here(parse_target(target)):
+            continue
+        _force_tile(monkeypatch, m)
+        compiled = compile_fn(fn, inputs, target)
+        assert f"conv2d_winograd_nchw88_f{m}" in compiled.ir("c")
+        got = compiled.run_runner(inputs, sanitize=True)
+        want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))

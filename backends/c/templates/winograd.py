@@ -1,0 +1,356 @@
+"""Winograd convolutions for x86 NCHW88: ``F(m x m, 3 x 3)`` (``m`` = 4 or 2) for dense 3x3 stride-1
+convolutions, registered on the ``avx2`` ISA (ymm, 16 output channels x 6 tiles per register tile)
+and the ``avx512`` ISA (zmm, 32 output channels x 12 tiles).
+
+``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile ``y`` and ``(m + 2)^2`` input patch
+``d``, summed over input channels: the filter transform ``U = G g G^T`` is done ahead of time by
+:meth:`ConvWinogradNchw88.pack` (stored as :func:`dialects.layout.winograd_filter_spec`); at run time,
+per block of ``TB`` output tiles,
+
+1. input transform: each tile's patch of 8-channel NCHW88 vectors becomes ``A x A`` vectors of
+   ``V`` (:func:`dialects.layout.winograd_tile_spec`: per transform point a ``TB x C`` matrix);
+2. one GEMM per transform point, ``M[t, k] = sum_c V[t, c] U[c, k]``: output channels in vector
+   lanes, tiles broadcast (the NCHW88 direct kernels' register tile);
+3. output transform, bias, residual and activation, stored straight into the NCHW88 output
+   (partial tiles at the bottom / right border store only their valid pixels).
+
+The input is first copied into a zero-bordered workspace that covers every tile, so the transforms
+have no bounds checks. The transforms are straight-line code generated from the transform matrices
+below (terms with zero coefficients dropped, +-1 as adds / subtracts).
+
+Numerics: ``F(4, 3)`` (points 0, +-1, +-2, 1/2 ... 1/24 in G) loses about two decimal digits against
+direct summation; outputs stay within ~1e-5 of their scale (tests: rtol 1e-4, atol 1e-4 x the
+output's magnitude); ``F(2, 3)`` is within ~1e-6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from backends.c.templates import register, sym_join
+from backends.c.templates.nchw88 import ACT_CODES, COMMON, VEC, _guarded, _Nchw88Base, _signature, offset
+from dialects.layout import SPECS, Layout, winograd_filter_spec, winograd_tile_spec
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+F = Fraction
+# (B^T, G, A^T) of F(m, 3) (Lavin & Gray), exact
+TRANSFORMS: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
+    2: (
+        [
+            [F(1), F(0), F(-1), F(0)],
+            [F(0), F(1), F(1), F(0)],
+            [F(0), F(-1), F(1), F(0)],
+            [F(0), F(1), F(0), F(-1)],
+        ],
+        [[F(1), F(0), F(0)], [F(1, 2), F(1, 2), F(1, 2)], [F(1, 2), F(-1, 2), F(1, 2)], [F(0), F(0), F(1)]],
+        [[F(1), F(1), F(1), F(0)], [F(0), F(1), F(-1), F(-1)]],
+    ),
+    4: (
+        [
+            [F(4), F(0), F(-5), F(0), F(1), F(0)],
+            [F(0), F(-4), F(-4), F(1), F(1), F(0)],
+            [F(0), F(4), F(-4), F(-1), F(1), F(0)],
+            [F(0), F(-2), F(-1), F(2), F(1), F(0)],
+            [F(0), F(2), F(-1), F(-2), F(1), F(0)],
+            [F(0), F(4), F(0), F(-5), F(0), F(1)],
+        ],
+        [
+            [F(1, 4), F(0), F(0)],
+            [F(-1, 6), F(-1, 6), F(-1, 6)],
+            [F(-1, 6), F(1, 6), F(-1, 6)],
+            [F(1, 24), F(1, 12), F(1, 6)],
+            [F(1, 24), F(-1, 12), F(1, 6)],
+            [F(0), F(0), F(1)],
+        ],
+        [
+            [F(1), F(1), F(1), F(1), F(1), F(0)],
+            [F(0), F(1), F(-1), F(2), F(-2), F(0)],
+            [F(0), F(1), F(1), F(4), F(4), F(0)],
+            [F(0), F(1), F(-1), F(8), F(-8), F(1)],
+        ],
+    ),
+}
+
+
+def transform_filter(g: np.ndarray, m: int) -> np.ndarray:
+    """``U = G g G^T`` of logical ``(K, C, 3, 3)`` filters: ``(K, C, A, A)``, computed in float64."""
+    G = np.array(TRANSFORMS[m][1], np.float64)
+    return np.einsum("ik,ockl,jl->ocij", G, np.asarray(g, np.float64), G).astype(np.float32)
+
+
+def _lin(row: Sequence[Fraction], terms: Sequence[str], add: str, sub: str, fma: str, set1: str) -> str:
+    """C expression of ``sum row[k] * terms[k]`` with vector intrinsics (zeros dropped)."""
+    expr = ""
+    for c, t in zip(row, terms, strict=True):
+        if c == 0:
+            continue
+        if not expr:
+            expr = t if c == 1 else f"_MUL_({set1}({float(c)!r}f), {t})"
+        elif c == 1:
+            expr = f"{add}({expr}, {t})"
+        elif c == -1:
+            expr = f"{sub}({expr}, {t})"
+        else:
+            expr = f"{fma}({set1}({float(c)!r}f), {t}, {expr})"
+    return expr or f"{set1}(0.f)"
+
+
+def _transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, rows_in: int) -> list[str]:
+    """Statements computing ``dst = mat . src . mat^T`` on ``__m256`` variables ``src{i}_{j}``
+    (``rows_in x rows_in``) into ``dst{i}_{j}`` (``len(mat)`` square)."""
+    ops = {"add": "_mm256_add_ps", "sub": "_mm256_sub_ps", "fma": "_mm256_fmadd_ps", "set1": "_mm256_set1_ps"}
+    out = len(mat)
+    lines = []
+    for i in range(out):  # rows: t[i][j] = sum_k mat[i][k] src[k][j]
+        for j in range(rows_in):
+            e = _lin(mat[i], [f"{src}{k}_{j}" for k in range(rows_in)], **ops)
+            lines.append(f"const __m256 {dst}t{i}_{j} = {e};")
+    for i in range(out):  # columns: dst[i][j] = sum_k t[i][k] mat[j][k]
+        for j in range(out):
+            e = _lin(mat[j], [f"{dst}t{i}_{k}" for k in range(rows_in)], **ops)
+            lines.append(f"const __m256 {dst}{i}_{j} = {e};")
+    return [s.replace("_MUL_", "_mm256_mul_ps") for s in lines]
+
+
+def gemm_ukr(isa: str, vw: int, j: int, i: int) -> str:
+    """``M[i tiles x j vectors] = V[i x K] . U[K x j vectors]``: ``j`` filter vectors of ``vw``
+    output channels, ``i`` broadcast tile values per input channel."""
+    vt, ld, st, fma = {
+        8: ("__m256", "_mm256_loadu_ps", "_mm256_storeu_ps", "_mm256_fmadd_ps"),
+        16: ("__m512", "_mm512_loadu_ps", "_mm512_storeu_ps", "_mm512_fmadd_ps"),
+    }[vw]
+    bcast = "_mm256_broadcast_ss(v + {o} + k)" if vw == 8 else "_mm512_set1_ps(v[{o} + k])"
+    zero = "_mm256_setzero_ps()" if vw == 8 else "_mm512_setzero_ps()"
+    name = f"xm_wino_{isa}_gemm_{j}x{i}"
+    lines = [
+        f"static void {name}(const float* restrict v, const float* restrict u, float* restrict mo,",
+        "                    long K, long ldv, long ldu, long ldm) {",
+    ]
+    lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
+    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
+    lines += [f"    const {vt} w{a} = {ld}(up + {a * vw});" for a in range(j)]
+    for b in range(i):
+        lines.append(f"    {{ const {vt} x = {bcast.format(o=f'{b} * ldv')};")
+        lines += [f"      c{a}_{b} = {fma}(w{a}, x, c{a}_{b});" for a in range(j)]
+        lines.append("    }")
+    lines.append("  }")
+    lines += [f"  {st}(mo + {b} * ldm + {a * vw}, c{a}_{b});" for a in range(j) for b in range(i)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+class ConvWinogradNchw88(_Nchw88Base):
+    """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)``."""
+
+    family = "conv2d_winograd_nchw88"
+    isa = "avx2"
+    vw: ClassVar[int] = 8  # output channels per filter vector
+    jmax: ClassVar[int] = 2  # filter vectors per register tile
+    imax: ClassVar[int] = 6  # tiles per register tile
+    budget: ClassVar[int] = 768 * 1024  # bytes of V + M per tile block (L2-resident)
+    l2: ClassVar[int] = 2 * 1024 * 1024  # V + M of every tile up to this: one block
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            "conv2d_winograd_nchw88", f"f{p['m']}", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}",
+            f"oc{p['oc']}", f"p{p['ph']}x{p['pw']}", p["dtype"], "bias" if p["bias"] else "",
+            "res" if p["residual"] else "", p["act"].upper() if p["act"] != "identity" else "",
+        )  # fmt: skip
+
+    def geometry(self, p: dict[str, Any]) -> dict[str, int]:
+        m = p["m"]
+        a = m + 2
+        th, tw = -(-p["oh"] // m), -(-p["ow"] // m)
+        panel = self.jmax * self.vw
+        icp, ocp = -(-p["ic"] // VEC) * VEC, -(-p["oc"] // panel) * panel
+        per_tile = a * a * (icp + ocp) * 4
+        # every block streams all of U once: one block when V and M of all tiles fit in L2,
+        # otherwise blocks of ``budget`` bytes
+        budget = self.l2 if th * tw * per_tile <= self.l2 else self.budget
+        groups = max(1, min(-(-th * tw // self.imax), budget // (per_tile * self.imax)))
+        tb = groups * self.imax
+        nblk = -(-th * tw // tb)
+        per_blk = -(-th * tw // nblk)
+        tb = -(-per_blk // self.imax) * self.imax  # balance the blocks
+        return {
+            "A": a, "TH": th, "TW": tw, "T": th * tw, "TB": tb, "NBLK": nblk, "ICP": icp, "OCP": ocp,
+            "HP": th * m + 2, "WP": tw * m + 2,
+        }  # fmt: skip
+
+    def _sizes(self, p: dict[str, Any]) -> tuple[int, int, int]:
+        geo = self.geometry(p)
+        xs = geo["ICP"] * geo["HP"] * geo["WP"]
+        v = geo["A"] ** 2 * geo["TB"] * geo["ICP"]
+        mm = geo["A"] ** 2 * geo["TB"] * geo["OCP"]
+        return (-(-xs // 16) * 16, -(-v // 16) * 16, -(-mm // 16) * 16)
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        return sum(self._sizes(p)) * 4
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return super().pack(operand, array, p)
+        logical = SPECS[Layout.KCRSc8k8].unpack(np.asarray(array, np.float32))
+        u = transform_filter(logical[: p["oc"], : p["ic"]], p["m"])
+        panel = self.jmax * self.vw
+        return np.ascontiguousarray(winograd_filter_spec(panel).pack(u)), f"winograd_f{p['m']}_k{panel}"
+
+    def support(self, em: CEmitter) -> str:
+        return COMMON + "".join(
+            _guarded(f"WINO_{self.isa}_GEMM_{j}x{i}".upper(), gemm_ukr(self.isa, self.vw, j, i))
+            for j in range(1, self.jmax + 1)
+            for i in range(1, self.imax + 1)
+        )
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        m, n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("m", "n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        ph, pw = p["ph"], p["pw"]
+        geo = self.geometry(p)
+        a, tw, nt_tiles, tb, icp, ocp = geo["A"], geo["TW"], geo["T"], geo["TB"], geo["ICP"], geo["OCP"]
+        hp, wp = geo["HP"], geo["WP"]
+        bt, _, at = TRANSFORMS[m]
+        xs_n, v_n, _ = self._sizes(p)
+        args, casts = _signature("float", p)
+        # every activation / filter / scratch offset from layout.py
+        xshape, pshape, yshape = (n, icp, ih, iw), (1, icp, hp, wp), (n, -(-oc // VEC) * VEC, oh, ow)
+        x_img = offset(Layout.NCHW88, xshape, {"N": "n"})
+        y_img = offset(Layout.NCHW88, yshape, {"N": "n"})
+        d_row = offset(Layout.NCHW88, pshape, {"C/8": "cb", "H": "rp"})
+        d_w = SPECS[Layout.NCHW88].dim_strides(pshape)["W"]
+        s_at = offset(Layout.NCHW88, xshape, {"C/8": "cb", "H": f"rp - {ph}", "W": f"q - {pw}"})
+        patch = offset(Layout.NCHW88, pshape, {"C/8": "cb", "H": f"th * {m}", "W": f"tw * {m}"})
+        d_h = SPECS[Layout.NCHW88].dim_strides(pshape)["H"]
+        panel = self.jmax * self.vw
+        vspec, uspec = winograd_tile_spec(), winograd_filter_spec(panel)
+        vst = vspec.dim_strides((a, a, tb, icp))
+        mst = vspec.dim_strides((a, a, tb, ocp))
+        ust = uspec.dim_strides((oc, ic, a, a))
+        y_at = offset(Layout.NCHW88, yshape, {"C/8": "ob", "H": "r", "W": "q"})
+        ysw = SPECS[Layout.NCHW88].dim_strides(yshape)["W"]
+        ysh = SPECS[Layout.NCHW88].dim_strides(yshape)["H"]
+        # input transform: d (A x A vectors) -> v
+        in_t = [
+            f"const __m256 d{i}_{j} = _mm256_loadu_ps(dp + {i * d_h + j * d_w});"
+            for i in range(a)
+            for j in range(a)
+        ]
+        in_t += _transform_2d(bt, "d", "v", a)
+        in_t += [
+            f"_mm256_storeu_ps(vp + {i * vst['R'] + j * vst['S']}, v{i}_{j});"
+            for i in range(a)
+            for j in range(a)
+        ]
+        # output transform: mm (A x A vectors) -> o (m x m), epilogue, store
+        out_t = [
+            f"const __m256 mm{i}_{j} = _mm256_loadu_ps(mp + {i * mst['R'] + j * mst['S']});"
+            for i in range(a)
+            for j in range(a)
+        ]
+        out_t += _transform_2d(at, "mm", "o", a)
+        for i in range(m):
+            for j in range(m):
+                guard = f"if ({i} < rv && {j} < qv) "
+                res = (
+                    f"v = _mm256_add_ps(v, _mm256_loadu_ps(rp + {i * ysh + j * ysw}));"
+                    if p["residual"]
+                    else ""
+                )
+                bias = "v = _mm256_add_ps(v, bv);" if p["bias"] else ""
+                out_t.append(
+                    f"{guard}{{ __m256 v = o{i}_{j}; {bias} {res} v = xm_n88_act(v, {ACT_CODES[p['act']]}); "
+                    f"_mm256_storeu_ps(yp + {i * ysh + j * ysw}, v); }}"
+                )
+        gemm_calls = []
+        for j in range(1, self.jmax + 1):
+            call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}); break;"
+            variants = " ".join(
+                f"case {i}: xm_wino_{self.isa}_gemm_{j}x{i}{call}" for i in range(1, self.imax + 1)
+            )
+            gemm_calls.append(f"if (jv == {j}) switch (iv) {{ {variants} default: break; }}")
+        kt = ocp // panel  # output-channel panels per point
+        ocv = -(-oc // self.vw) * self.vw  # output channels in whole filter vectors
+        ind = "\n          "
+        return f"""
+static void {sym}({args}) {{
+  {casts}
+  float* xs = (float*)ws;
+  float* V = xs + {xs_n};
+  float* Mb = V + {v_n};
+  for (int n = 0; n < {n}; ++n) {{
+    const float* xn = x + {x_img};
+    float* yn = y + {y_img};
+    const float* rn = {"res + " + y_img if p["residual"] else "0"};
+    (void)rn;
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int cb = 0; cb < {icp // VEC}; ++cb)
+      for (int rp = 0; rp < {hp}; ++rp) {{
+        float* d = xs + {d_row};
+        const int in_row = rp >= {ph} && rp < {ph + ih};
+        for (int q = 0; q < {wp}; ++q) {{
+          const int in = in_row && q >= {pw} && q < {pw + iw};
+          _mm256_storeu_ps(d + q * {d_w}, in ? _mm256_loadu_ps(xn + {s_at}) : _mm256_setzero_ps());
+        }}
+      }}
+    for (int t0 = 0; t0 < {nt_tiles}; t0 += {tb}) {{
+      const int tn = {nt_tiles} - t0 < {tb} ? {nt_tiles} - t0 : {tb};
+      #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+      for (int tl = 0; tl < {tb}; ++tl)
+        for (int cb = 0; cb < {icp // VEC}; ++cb) {{
+          float* vp = V + (long)tl * {vst["N"]} + cb * {VEC};
+          if (tl >= tn) {{
+            for (int e = 0; e < {a * a}; ++e)
+              _mm256_storeu_ps(vp + (long)e * {vst["S"]}, _mm256_setzero_ps());
+            continue;
+          }}
+          const int th = (t0 + tl) / {tw}, tw = (t0 + tl) % {tw};
+          const float* dp = xs + {patch};
+          {ind.join(in_t)}
+        }}
+      #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+      for (int e = 0; e < {a * a}; ++e)
+        for (int kt = 0; kt < {kt}; ++kt) {{
+          const int k0 = kt * {self.jmax * self.vw};
+          const int jv = ({ocv} - k0) / {self.vw} < {self.jmax} ? ({ocv} - k0) / {self.vw} : {self.jmax};
+          const float* ub = w + (long)e * {ust["S"]} + (long)kt * {ust[f"K/{panel}"]};
+          for (int i0 = 0; i0 < tn; i0 += {self.imax}) {{
+            const int iv = tn - i0 < {self.imax} ? tn - i0 : {self.imax};
+            const float* vb = V + (long)e * {vst["S"]} + (long)i0 * {vst["N"]};
+            float* mb = Mb + (long)e * {mst["S"]} + (long)i0 * {mst["N"]} + k0;
+            {ind.join(gemm_calls)}
+          }}
+        }}
+      #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+      for (int tl = 0; tl < tn; ++tl)
+        for (int ob = 0; ob < {-(-oc // VEC)}; ++ob) {{
+          const int th = (t0 + tl) / {tw}, tw = (t0 + tl) % {tw};
+          const int r = th * {m}, q = tw * {m};
+          const int rv = {oh} - r, qv = {ow} - q;
+          const float* mp = Mb + (long)tl * {mst["N"]} + ob * {VEC};
+          float* yp = yn + {y_at};
+          const float* rp = {"rn + " + y_at if p["residual"] else "0"};
+          (void)rp; (void)rv; (void)qv;
+          {"const __m256 bv = _mm256_loadu_ps(bias + ob * 8);" if p["bias"] else ""}
+          {ind.join(out_t)}
+        }}
+    }}
+  }}
+}}
+"""
+
+
+class ConvWinogradNchw88Avx512(ConvWinogradNchw88):
+    """The AVX-512 variant: zmm filter vectors of 16 output channels, 2 x 12 register tiles."""
+
+    isa = "avx512"
+    vw = 16
+    jmax, imax = 2, 12
+
+
+for _t in (ConvWinogradNchw88(), ConvWinogradNchw88Avx512()):
+    register(_t)

@@ -1,0 +1,91 @@
+"""Winograd ``F(m x m, 3 x 3)`` NCHW88 kernels (:mod:`backends.c.templates.winograd`) against the
+reference interpreter: partial tiles at the bottom / right border (odd sizes), padding 0 / 1 / 2,
+batch 2, channel counts that are not whole AVX-512 panels, and every epilogue (bias, residual,
+activations), for both tile sizes on both NCHW88 targets.
+
+Tolerance: the model tests' ``rtol 1e-4`` with ``atol 1e-4`` x the output's magnitude. Measured
+errors against the float64-summed reference: ``F(4, 3)`` ~5e-6 to 1e-5 of the output scale,
+``F(2, 3)`` ~5e-7 (direct convolution: ~1e-7).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import passes.lowering.rules_x86 as rules_x86
+from tests.codegen_util import check
+from tests.test_codegen_conv import _conv_model
+
+TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
+
+# (n, ic, h, w, oc, k, stride, pad, dilation, groups, epilogue): all 3x3 stride 1, dense
+CASES = [
+    (1, 32, 9, 13, 40, 3, 1, 1, 1, 1, "relu"),  # partial tiles both ways, OC = 40 (half a zmm panel)
+    (2, 40, 8, 8, 32, 3, 1, 0, 1, 1, "residual"),  # batch 2, no padding (6 x 6 output)
+    (1, 32, 17, 11, 48, 3, 1, 2, 1, 1, "hswish"),  # padding 2
+    (1, 64, 16, 16, 64, 3, 1, 1, 1, 1, "sigmoid"),  # whole tiles
+]
+
+
+def _force_tile(monkeypatch: pytest.MonkeyPatch, m: int) -> None:
+    """Select ``F(m, 3)`` for every convolution the Winograd rule accepts."""
+
+    def forced(p: dict[str, Any]) -> int | None:
+        return m if _eligible(p) else None
+
+    monkeypatch.setattr(rules_x86, "winograd_tile", forced)
+
+
+def _eligible(p: dict[str, Any]) -> bool:
+    geometry = (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"])
+    return p.get("mode") == "dense" and p["dtype"] == "f32" and geometry == (3, 3, 1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("m", [4, 2])
+@pytest.mark.parametrize("target", TARGETS)
+def test_winograd_variants(target: str, m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    _force_tile(monkeypatch, m)
+    fn, inputs = _conv_model(CASES, np.random.default_rng(0))
+    compiled = check(fn, inputs, target)
+    source = compiled.ir("c")
+    assert source.count(f"static void conv2d_winograd_nchw88_f{m}_") == len(CASES)
+    assert ("xm_wino_avx512_gemm_" in source) == ("avx512" in target)
+
+
+def test_winograd_selected_by_default() -> None:
+    """Without forcing, ResNet-like 3x3 stride-1 convs go to Winograd; small channel counts, stride 2
+    and 1x1 convs stay direct."""
+    cases = [
+        (1, 64, 28, 28, 64, 3, 1, 1, 1, 1, "relu"),  # Winograd F(4, 3)
+        (1, 32, 7, 7, 32, 3, 1, 1, 1, 1, "relu"),  # 7 x 7: F(2, 3)
+        (1, 8, 12, 12, 16, 3, 1, 1, 1, 1, "relu"),  # too few channels: direct
+        (1, 32, 16, 16, 32, 3, 2, 1, 1, 1, "none"),  # stride 2: direct
+    ]
+    fn, inputs = _conv_model(cases, np.random.default_rng(1))
+    compiled = check(fn, inputs, TARGETS[0], threads=2)
+    source = compiled.ir("c")
+    assert source.count("static void conv2d_winograd_nchw88_f4_") == 1
+    assert source.count("static void conv2d_winograd_nchw88_f2_") == 1
+    assert source.count("static void conv2d_nchw88_dense_") == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_winograd_random_shapes(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    cases = []
+    for _ in range(10):
+        ic, oc = 8 * int(rng.integers(1, 9)), 8 * int(rng.integers(1, 9))
+        h, w = int(rng.integers(3, 30)), int(rng.integers(3, 30))
+        pad = int(rng.integers(0, 3))
+        if min(h, w) + 2 * pad < 3:
+            pad = 1
+        epi = str(rng.choice(["none", "relu", "residual", "hswish"]))
+        cases.append((int(rng.integers(1, 3)), ic, h, w, oc, 3, 1, pad, 1, 1, epi))
+    fn, inputs = _conv_model(cases, rng)
+    for m in (2, 4):
+        _force_tile(monkeypatch, m)
+        check(fn, inputs, target, threads=int(rng.integers(1, 3)))
