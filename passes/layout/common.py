@@ -205,6 +205,37 @@ class FollowReduce(RewritePattern):
         replace_with_blocked(op, new, rewriter)
 
 
+@dataclass
+class HoistRelayoutOverTypeCvt(RewritePattern):
+    """``relayout(typecvt(x))``  ==>  ``typecvt(relayout(x))`` when the typecvt's result has no
+    other user: MegEngine's ShuffleShuffleRemovePass rebuilds every chain of TypeCvts and layout
+    shuffles (single-reader links) as the net relayout of the chain's input followed by its
+    TypeCvts. So an int8 NCHW44 result is relaid out as int8 and only then dequantized (golden
+    int8/nchw44.mge), float TypeCvts alike. Relayouts that pad or slice channels are left alone
+    (MegEngine's Subtensor slices are no shuffles)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, L.RelayoutOp) or op.channels is not None:
+            return
+        cvt = op.input.owner
+        if not isinstance(cvt, T.TypeCvtOp) or not cvt.output.has_one_use():
+            return
+        moved = L.RelayoutOp.build(cvt.src, L.layout_of(op.output.type))
+        out = tensor_type(op.output)
+        result = TensorType(tensor_type(cvt.output).element_type, out.get_shape(), out.encoding)
+        new = T.TypeCvtOp.make([moved.output], [result], **cvt.params())
+        new.attributes.update(cvt.attributes)  # MegEngine's rebuilt TypeCvt gets a generated name
+        rewriter.replace(op, [moved, new], [new.output])
+        rewriter.erase(cvt)
+
+
+def hoist_relayouts_over_typecvt(module: ModuleOp, ctx: Context | None = None) -> None:
+    """The TypeCvt part of MegEngine's ShuffleShuffleRemovePass, which the NCHW4, NCHW32, CHWN4,
+    NCHW64, NCHW88, NCHW44 and NCHW44_DOT options run right after their layout pass (not NHWCD4).
+    A separate walk: during the layout pass a typecvt follows its blocked input."""
+    rewrite(module, [HoistRelayoutOverTypeCvt()], ctx)
+
+
 # ----------------------------------------------------------------------------------------------
 # Running the patterns
 

@@ -40,6 +40,7 @@ from passes.layout.common import (
     bias_kind,
     blocked_result_type,
     fuse_conv_bias_nonlinearity,
+    hoist_relayouts_over_typecvt,
     is_float_value,
     is_qint8,
     replace_with_blocked,
@@ -209,6 +210,7 @@ class EnableNchw4Pass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         _prepare(op, self.fuse, ctx)
+        hoist_relayouts_over_typecvt(op, ctx)
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,7 @@ class EnableNchw32Pass(ModulePass):
             ],
             ctx,
         )
+        hoist_relayouts_over_typecvt(op, ctx)
 
 
 @dataclass(frozen=True)
@@ -254,6 +257,7 @@ class EnableChwn4Pass(ModulePass):
             ],
             ctx,
         )
+        hoist_relayouts_over_typecvt(op, ctx)
 
 
 @dataclass(frozen=True)
@@ -278,3 +282,4 @@ class EnableNchw64Pass(ModulePass):
             ],
             ctx,
         )
+        hoist_relayouts_over_typecvt(op, ctx)

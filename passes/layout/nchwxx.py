@@ -12,7 +12,9 @@ Per NCHW conv (``mgb.convolution`` / ``mgb.conv_bias`` without z), P = 4 or 8:
 * anything else stays NCHW.
 
 Pooling, adaptive pooling, elementwise ops, typecvt, concat (axis 1) and reduce (H or W) follow a
-blocked input; everything else, graph outputs included, reads NCHW again.
+blocked input; everything else, graph outputs included, reads NCHW again. Afterwards, as MegEngine's
+ShuffleShuffleRemovePass does, a relayout that reads a typecvt (its only user) moves above it, so a
+dequantizing or float16 TypeCvt before an output runs in NCHW on the relaid-out tensor.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from passes.layout.common import (
     FollowReduce,
     bias_kind,
     fuse_conv_bias_nonlinearity,
+    hoist_relayouts_over_typecvt,
     is_float_value,
     is_qint8,
     rewrite,
@@ -159,6 +162,7 @@ def convert_nchwxx(
     if pad:
         pad_channels(module, padding, ctx)
     rewrite(module, nchwxx_patterns(target), ctx)
+    hoist_relayouts_over_typecvt(module, ctx)
 
 
 @dataclass(frozen=True)
