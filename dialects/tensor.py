@@ -774,7 +774,17 @@ _FALSE = IntegerAttr(0, IntegerType(1))
 
 
 class _MatMulBase(MgbOp):
+    """MatrixMul and BatchedMatrixMul: the same operands and parameters, 2-D or batched 3-D."""
+
     BATCHED: ClassVar[bool] = False
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    output = result_def(TensorType)
+    transpose_a = prop_def(IntegerAttr, default_value=_FALSE)
+    transpose_b = prop_def(IntegerAttr, default_value=_FALSE)
+    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
+    format = prop_def(MatrixMulFormatAttr, default_value=MatrixMulFormatAttr(enums.MatrixMulFormat.DEFAULT))
+    traits = traits_def(Pure())
 
     @classmethod
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
@@ -806,28 +816,12 @@ class _MatMulBase(MgbOp):
 @irdl_op_definition
 class MatrixMulOp(_MatMulBase):
     name = "mgb.matrix_mul"
-    a = operand_def(TensorType)
-    b = operand_def(TensorType)
-    output = result_def(TensorType)
-    transpose_a = prop_def(IntegerAttr, default_value=_FALSE)
-    transpose_b = prop_def(IntegerAttr, default_value=_FALSE)
-    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
-    format = prop_def(MatrixMulFormatAttr, default_value=MatrixMulFormatAttr(enums.MatrixMulFormat.DEFAULT))
-    traits = traits_def(Pure())
 
 
 @irdl_op_definition
 class BatchedMatrixMulOp(_MatMulBase):
     name = "mgb.batched_matrix_mul"
     BATCHED: ClassVar[bool] = True
-    a = operand_def(TensorType)
-    b = operand_def(TensorType)
-    output = result_def(TensorType)
-    transpose_a = prop_def(IntegerAttr, default_value=_FALSE)
-    transpose_b = prop_def(IntegerAttr, default_value=_FALSE)
-    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
-    format = prop_def(MatrixMulFormatAttr, default_value=MatrixMulFormatAttr(enums.MatrixMulFormat.DEFAULT))
-    traits = traits_def(Pure())
 
 
 @irdl_op_definition
