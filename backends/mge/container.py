@@ -236,14 +236,11 @@ def _shape(t: Table) -> tuple[int, ...]:
 
 
 def _expect_size(t: Table, shape: tuple[int, ...], dtype: RawDType | None, have: int) -> None:
-    from backends.mge.dtypes import storage_bits
+    from backends.mge.dtypes import storage_bytes
 
     if dtype is None:
         raise t.buf.fail("tensor with data lacks its dtype", t.pos)
-    n = 1
-    for d in shape:
-        n *= d
-    want = (n * storage_bits(dtype) + 7) // 8
+    want = storage_bytes(shape, dtype)
     if want != have:
         raise t.buf.fail(
             f"tensor {shape} of {dtype.describe()} needs {want} bytes of data, the file holds {have}", t.pos

@@ -35,7 +35,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 from backends.mge import layouts
 from backends.mge import schema as S
 from backends.mge.container import RawGraph, RawOpr, RawTensor, parse_file
-from backends.mge.dtypes import to_element
+from backends.mge.dtypes import FOUR_BIT, to_element, unpack_4bit
 from backends.mge.fbs import MgeFormatError
 from dialects import enums
 from dialects import tensor as T
@@ -257,7 +257,10 @@ def _const_var(ctx: _Ctx, op: RawOpr, t: RawTensor) -> _Var:
     weight = ctx.weights.get(key)
     if weight is None:
         # one bytes object per distinct blob: a file repeating one blob stays cheap to read
-        weight = WeightAttr(bytes(t.data))
+        raw = bytes(t.data)
+        if t.dtype.name in FOUR_BIT:  # 4-bit: packed in the file, a byte per value in xmge
+            raw = unpack_4bit(raw, t.shape, t.dtype).tobytes()
+        weight = WeightAttr(raw)
         ctx.weights[key] = weight
     value = np.frombuffer(weight.data.data, dtype=numpy_dtype(elem)).reshape(t.shape)
     return _Var(type=ttype, value=value, const_weight=weight)

@@ -29,7 +29,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from backends.mge import layouts
 from backends.mge import schema as S
 from backends.mge.container import RawDType
-from backends.mge.dtypes import from_element
+from backends.mge.dtypes import FOUR_BIT, from_element, pack_4bit
 from backends.mge.fbs import TableWriter, write_bytes, write_offsets, write_structs, write_vector
 from backends.mge.reader import ATTR_METADATA_VALID, ATTR_OPTIMIZE_OPTIONS, ATTR_USER_INFO
 from dialects import enums
@@ -126,6 +126,15 @@ def _attr_str(op: Operation, key: str) -> str | None:
     return a.data if isinstance(a, StringAttr) else None
 
 
+def _value_bytes(data: bytes, shape: Sequence[int], elem: Attribute) -> bytes:
+    """A constant's bytes as MegEngine stores them: 4-bit values (a byte each in xmge) packed."""
+    dt = from_element(elem)
+    if dt.name not in FOUR_BIT:
+        return bytes(data)
+    values = np.frombuffer(data, numpy_dtype(elem)).reshape(tuple(shape) or (1,))
+    return pack_4bit(values, dt)
+
+
 def _const_name(shape: Sequence[int], value: np.ndarray | None = None) -> str:
     if value is not None and value.size == 1:
         return f"const<{value.reshape(-1)[0]}>"
@@ -159,7 +168,7 @@ class _Lowering:
             elem = element_type(array.dtype)
         data = np.ascontiguousarray(array, dtype=numpy_dtype(elem))
         shape = tuple(data.shape) or (1,)  # MegEngine stores scalars as shape (1,)
-        t = WTensor(None, shape, from_element(elem), data.tobytes())
+        t = WTensor(None, shape, from_element(elem), _value_bytes(data.tobytes(), shape, elem))
         (vid,) = self.add(WOpr("ImmutableTensor", [], tensors=[t]), [name or _const_name(shape, data)])
         return vid
 
@@ -190,7 +199,9 @@ class _Lowering:
         want = math.prod(shape) * numpy_dtype(_elem(op.output)).itemsize
         if len(data) != want:
             raise MgeWriteError(f"mgb.const {shape}: holds {len(data)} bytes, needs {want}")
-        t = WTensor(None, shape or (1,), from_element(_elem(op.output)), bytes(data))
+        t = WTensor(
+            None, shape or (1,), from_element(_elem(op.output)), _value_bytes(data, shape, _elem(op.output))
+        )
         name = _attr_str(op, "name") or _const_name(shape)
         (vid,) = self.add(WOpr("ImmutableTensor", [], tensors=[t], name=_attr_str(op, "opr_name")), [name])
         self.ids[op.output] = vid
