@@ -103,3 +103,28 @@ def test_float16_option_errors() -> None:
     x = np.zeros((1, 1, 28, 28), np.float32)
     with pytest.raises(CompileError, match="ioc16"):
         compile(ConvNet(), "x86-avx2-nchw88+ioc16", [x])
+
+
+def test_nchw88_relayout_vectorised() -> None:
+    """The vectorised NCHW <-> NCHW88 relayouts (8 x 8 transposes) on pixel counts that are not
+    multiples of 8 (scalar tail) and a channel count padded to 24 (sliced back to 20 after the
+    relayout), batch 2, also under the sanitizers."""
+    import compiler as xm
+    import compiler.functional as F
+    from backends.reference import run_module
+
+    rng = np.random.default_rng(4)
+    w1 = xm.tensor(rng.standard_normal((20, 16, 3, 3)).astype(np.float32) / 12)
+    w2 = xm.tensor(rng.standard_normal((8, 20, 1, 1)).astype(np.float32) / 4)
+
+    def fn(x):  # type: ignore[no-untyped-def]
+        y = F.relu(F.conv2d(x, w1, padding=1))
+        return y, F.conv2d(y, w2)
+
+    x = rng.standard_normal((2, 16, 7, 9)).astype(np.float32)
+    compiled = check(fn, [x], TARGET)
+    source = compiled.ir("c")
+    assert "relayout_nchw88_to_plain_2x24x7x9" in source and "xm_tr8x8(r)" in source
+    got = compiled.run_runner([x], sanitize=True)
+    for g, want in zip(got, run_module(compiled._stages["tensor"], [x]), strict=True):  # type: ignore[arg-type]
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)

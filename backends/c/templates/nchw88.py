@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from backends.c.templates import Template, register, sym_join
-from backends.c.templates.typed import TypeCvt
+from backends.c.templates.typed import Relayout, TypeCvt
 from dialects.layout import SPECS, Layout, LayoutSpec
 
 if TYPE_CHECKING:
@@ -672,5 +672,83 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 """
 
 
-for _t in (ConvNchw88(), ConvNchw88Avx512(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C()):
+# ----------------------------------------------------------------------------------------------
+# Relayout NCHW <-> NCHW88 (float32): 8 x 8 register transposes
+
+
+TRANSPOSE8 = """#ifndef XM_TR8X8
+#define XM_TR8X8
+static inline void xm_tr8x8(__m256* r) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20); r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20); r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31); r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31); r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+#endif
+"""
+
+
+class RelayoutNchw88(Relayout):
+    """``relayout`` on x86: float32 NCHW <-> NCHW88 as 8 x 8 transposes of (8 channels x 8 pixels)
+    blocks (H x W is one run of pixels on both sides); padded channels are written as zero into
+    NCHW88 and skipped from it. Every other relayout is the portable strided walk."""
+
+    isa = "avx2"
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        pair = {p["src"], p["dst"]}
+        if pair != {"plain", Layout.NCHW88.value} or p["esize"] != 4 or len(p["logical"]) != 4:
+            return super().render(em, sym, p)
+        n, c, h, w = p["logical"]
+        hw, cb = h * w, -(-c // VEC)
+        shape = (n, c, h, w)
+        # the pixel run: W of a contiguous H x W plane on both sides (checked, not assumed)
+        bst = strides(Layout.NCHW88, shape)
+        assert bst["H"] == w * bst["W"]
+        blk = offset(Layout.NCHW88, shape, {"N": "n", "C/8": "b", "W": "q"})
+        pln = offset(None, shape, {"N": "n", "C": "b * 8 + l", "W": "q"})
+        pw_ = bst["W"]
+        if p["dst"] == "plain":  # NCHW88 -> NCHW
+            vec = f"""
+        __m256 r[8];
+        for (int l = 0; l < 8; ++l) r[l] = _mm256_loadu_ps(src + {blk} + l * {pw_});
+        xm_tr8x8(r);
+        for (int l = 0; l < nl; ++l) _mm256_storeu_ps(dst + {pln}, r[l]);"""
+            tail = f"for (int l = 0; l < nl; ++l) dst[{pln}] = src[{blk} + l];"
+        else:  # NCHW -> NCHW88
+            vec = f"""
+        __m256 r[8];
+        for (int l = 0; l < 8; ++l) r[l] = l < nl ? _mm256_loadu_ps(src + {pln}) : _mm256_setzero_ps();
+        xm_tr8x8(r);
+        for (int l = 0; l < 8; ++l) _mm256_storeu_ps(dst + {blk} + l * {pw_}, r[l]);"""
+            tail = f"for (int l = 0; l < 8; ++l) dst[{blk} + l] = l < nl ? src[{pln}] : 0.f;"
+        return f"""{TRANSPOSE8}
+static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
+  const float* src = (const float*)in_;
+  float* dst = (float*)out_;
+  (void)ws;
+  #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1 && {n * c * hw} > 65536)
+  for (int n = 0; n < {n}; ++n)
+    for (int b = 0; b < {cb}; ++b) {{
+      const int nl = {c} - b * 8 < 8 ? {c} - b * 8 : 8;
+      int q = 0;
+      for (; q + 8 <= {hw}; q += 8) {{{vec}
+      }}
+      for (; q < {hw}; ++q) {{
+        {tail}
+      }}
+    }}
+}}
+"""
+
+
+for _t in (ConvNchw88(), ConvNchw88Avx512(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C(), RelayoutNchw88()):
     register(_t)
