@@ -1,7 +1,7 @@
 """xmge's generated x86 code against ONNX Runtime and PyTorch on the CPU, side by side in one run.
 
     python bench/bench_x86.py [--models resnet18,resnet50,mobilenet_v2,shufflenet_v2] [--threads 1,2]
-                              [--targets x86-avx2-nchw88,x86-avx512] [--size 224] [--iters 20]
+                              [--targets x86-avx2-nchw88,x86-avx512-nchw88,x86-avx512] [--size 224] [--iters 20]
 
 For each model (batch 1, float32): trace, compile for every x86 target this machine runs (compile
 time reported; ResNet-50's, from traced function to built library, is checked against the 60 s
@@ -153,7 +153,7 @@ def main() -> None:  # noqa: C901 - one report
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,shufflenet_v2")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--targets", default="x86-avx2-nchw88,x86-avx512")
+    ap.add_argument("--targets", default="x86-avx2-nchw88,x86-avx512-nchw88,x86-avx512")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--iters", type=int, default=21)
     ap.add_argument("--profile", type=int, default=6, help="kernels to list per model (0: no profile)")
