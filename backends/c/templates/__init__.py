@@ -84,7 +84,7 @@ def families() -> list[tuple[str, str]]:
 
 def _load() -> None:
     # template modules register themselves on import
-    from backends.c.templates import gemm, generic, nchw88, neon, typed, winograd  # noqa: F401
+    from backends.c.templates import depthwise_x86, gemm, generic, nchw88, neon, typed, winograd  # noqa: F401
 
 
 def sym_join(*parts: Any) -> str:
