@@ -25,6 +25,7 @@ import compiler.module as M
 from backends.mge.container import RawDType, parse_file
 from backends.mge.dtypes import pack_4bit, storage_bytes, unpack_4bit
 from backends.mge.reader import read_mge
+from backends.mge.verify import verify_file
 from backends.mge.writer import write_mge
 from backends.reference import run_module
 from compiler import jit
@@ -33,6 +34,7 @@ from dialects import tensor as T
 from dialects.dtypes import QuantizedType
 from passes.layout.canonicalize import const_of_type
 from tests.conftest import data_path
+from tests.mge_helpers import dump_bytes, inputs, traced
 from tests.test_mge_layouts import _int8_model, case_variant, golden_sig, sigs
 
 
@@ -156,3 +158,47 @@ def test_4bit_constant_written_by_xmge_round_trips() -> None:
         (y,) = run_module(read_mge(data), [x])
         np.testing.assert_array_equal(y, x + c * 0.5)
         assert write_mge(read_mge(data), dump_format=fmt) == data
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. NHWCD4 constants: one MultipleDeviceTensorWithFormatHolder with Image2D tensor formats
+
+HOLDER = "MultipleDeviceTensorWithFormatHolder"
+
+
+def _holder(data: bytes) -> list[tuple[tuple[int, ...], int | None]]:
+    g = parse_file(data)[0]
+    (h,) = [o for o in g.oprs if o.type_name == HOLDER]
+    assert g.nr_shared_tensor == len(h.tensors)
+    return [(t.shape, t.image2d_axis) for t in h.tensors]
+
+
+def test_megengine_nhwcd4_dump_reads_and_matches() -> None:
+    # convnet_hwcd4.mge: MegEngine 1.13.0 optimize_for_inference(enable_hwcd4) of golden convnet's
+    # noopt.mge (NHWCD4 does not run on x86 MegEngine: numbers come from xmge's reference)
+    with open(data_path("fidelity", "convnet_hwcd4.mge"), "rb") as f:
+        data = f.read()
+    assert _holder(data) == [((5, 5, 5, 12, 4), 3), ((1, 1, 5, 1, 4), 2)]
+    module = read_mge(data)
+    (y,) = run_module(module, [inputs("convnet")["data"]])
+    expected = np.load(data_path("convnet", "expected_plain.npz"))
+    np.testing.assert_allclose(y, expected[expected.files[0]], rtol=1e-5, atol=1e-5)
+    again = write_mge(module)
+    assert _holder(again) == _holder(data)
+    assert write_mge(read_mge(again)) == again
+
+
+def test_xmge_nhwcd4_dump_stores_weights_like_megengine() -> None:
+    with open(data_path("fidelity", "convnet_hwcd4.mge"), "rb") as f:
+        gold = parse_file(f.read())[0]
+    tr = traced("convnet")
+    data = dump_bytes(tr, arg_names=["data"], enable_hwcd4=True)
+    verify_file(data)
+    assert _holder(data) == [((5, 5, 5, 12, 4), 3), ((1, 1, 5, 1, 4), 2)]
+    assert sorted(o.type_name for o in parse_file(data)[0].oprs) == sorted(o.type_name for o in gold.oprs)
+    (y,) = run_module(read_mge(data), [inputs("convnet")["data"]])
+    expected = np.load(data_path("convnet", "expected_plain.npz"))
+    np.testing.assert_allclose(y, expected[expected.files[0]], rtol=1e-5, atol=1e-5)
+    # FBS v1: the holder's per-tensor format blob is not pinned down, so one ImmutableTensor each
+    v1 = parse_file(dump_bytes(tr, arg_names=["data"], enable_hwcd4=True, dump_format="FBS"))[0]
+    assert HOLDER not in [o.type_name for o in v1.oprs]

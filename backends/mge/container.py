@@ -46,6 +46,7 @@ class RawTensor:
     data: memoryview | None  # raw little-endian bytes, None for META_INPUT tensors
     data_pos: int  # file offset of the data (for sharing identical blobs)
     comp_node: str | None = None
+    image2d_axis: int | None = None  # FBS v2 Image2DPackedTensorFormat.align_axis, if that format
 
 
 @dataclass
@@ -228,6 +229,14 @@ def _comp_node(t: Table | None) -> str | None:
     return None if t is None else t.string(0, "logical_locator")
 
 
+def _image2d_axis(t: Table) -> int | None:
+    """``align_axis`` of a v2 tensor in Image2DPackedTensorFormat (union tag 2), else ``None``."""
+    if t.scalar(4, "B", 0) != S.IMAGE2D_TENSOR_FORMAT:
+        return None
+    fmt = t.table(5, "format")
+    return None if fmt is None else int(fmt.scalar(0, "B", 0))
+
+
 def _shape(t: Table) -> tuple[int, ...]:
     shape = tuple(t.scalars(1, "I", "shape") or ())
     if len(shape) > 7:
@@ -291,6 +300,7 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
                     data,
                     buf.file_offset + pos,
                     _comp_node(tt.table(2, "cn")),
+                    _image2d_axis(tt),
                 )
             )
         oprs.append(
@@ -358,7 +368,7 @@ def v1_output_count(kind: str | None, nr_tensors: int, names: list[str] | None) 
         return len(names)
     if kind == "BatchNorm":
         return 4
-    if kind == "MultipleDeviceTensorHolder":
+    if kind in ("MultipleDeviceTensorHolder", "MultipleDeviceTensorWithFormatHolder"):
         return nr_tensors
     return 1
 

@@ -65,6 +65,21 @@ BLOCKED: dict[Layout, int] = {
 TO_BLOCKED = (0, 1, 3, 4, 2)  # (N, C/x, x, H, W) -> (N, C/x, H, W, x)
 TO_PLAIN = (0, 1, 4, 2, 3)  # (N, C/x, H, W, x) -> (N, C/x, x, H, W)
 FOUR_BIT = frozenset({"qint4", "quint4"})
+# MegEngine stores NHWCD4 constants (weights relaid by RelayoutFormat, biases) as
+# Image2DPack4-format tensors of one MultipleDeviceTensorWithFormatHolder: align_axis per layout
+# (spec A.7, B.6.2; DENSEI 3 and NHWCD4 2 observed in MegEngine's enable_hwcd4 dumps)
+IMAGE2D_ALIGN_AXIS: dict[Layout, int] = {
+    Layout.NHWCD4: 2,
+    Layout.DENSEI: 3,
+    Layout.GROUPI: 4,
+    Layout.CHANI: 1,
+}
+
+
+def image2d_axis(t: object) -> int | None:
+    """The Image2D ``align_axis`` MegEngine gives a constant of type ``t``, or ``None``."""
+    lay = L.layout_of(t) if isinstance(t, TensorType) else None
+    return IMAGE2D_ALIGN_AXIS.get(lay) if lay is not None else None
 
 
 class LayoutWriteError(ValueError):

@@ -745,6 +745,7 @@ _HANDLERS = {
     "ImmutableTensor": _immutable,
     "SharedDeviceTensor": _immutable,
     "MultipleDeviceTensorHolder": _multi_holder,
+    "MultipleDeviceTensorWithFormatHolder": _multi_holder,  # NHWCD4 weights (Image2D formats)
     "Identity": _alias,
     "Copy": _alias,
     "Convolution": _convolution,

@@ -193,6 +193,10 @@ DTYPE_TO_XMGE: dict[str, str] = {
 XMGE_TO_DTYPE: dict[str, str] = {v: k for k, v in DTYPE_TO_XMGE.items() if k != "Byte"}
 ASYMMETRIC = {"Quantized8Asymm", "Quantized4Asymm"}
 LINEAR_QUANTIZATION_PARAM = 1  # union DTypeParam tag
+# union TensorFormat tags (A.4.1)
+DEFAULT_TENSOR_FORMAT = 1
+IMAGE2D_TENSOR_FORMAT = 2
+LOWBITS_ALIGNED_TENSOR_FORMAT = 3
 
 # ----------------------------------------------------------------------------------------------
 # Operator registry and ids (A.5)
@@ -248,6 +252,12 @@ OPR_TYPES: tuple[OprType, ...] = (
         "MultipleDeviceTensorHolder",
         "MultipleDeviceTensorHolder",
         "MultipleDeviceTensorHolder",
+    ),
+    OprType(
+        "MultipleDeviceTensorWithFormatHolder",
+        "MultipleDeviceTensorWithFormatHolder",
+        "MultipleDeviceTensorWithFormatHolder",
+        "MultipleDeviceTensorWithFormatHolder",
     ),
     OprType("Convolution", "ConvolutionV2", "ConvolutionForward", "Convolution"),
     OprType("ConvBias", "ConvBiasForwardV4", "ConvBiasForward", "ConvBiasForward"),

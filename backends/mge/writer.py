@@ -2,7 +2,9 @@
 
 Writing happens in two steps. :func:`lower_func` turns one ``func.func`` into a list of
 :class:`WOpr` records in MegEngine's vocabulary (Host2DeviceCopy per input, ImmutableTensor per
-constant, MegEngine operators with their param tables, shape sub-graphs for flatten-style reshapes,
+constant (in FBS v2, NHWCD4 constants together in one MultipleDeviceTensorWithFormatHolder with
+Image2D tensor formats, as MegEngine's ParamMergePass leaves them; 4-bit values packed two a byte),
+MegEngine operators with their param tables, shape sub-graphs for flatten-style reshapes,
 dump-time compatibility rewrites of newer elemwise modes); :func:`serialize_v2` /
 :func:`serialize_v1` then encode those records with ``flatbuffers.Builder``.
 
@@ -51,6 +53,7 @@ class WTensor:
     shape: tuple[int, ...]
     dtype: RawDType
     data: bytes | None  # None: META_INPUT (a graph input's description)
+    image2d_axis: int | None = None  # FBS v2 Image2DPackedTensorFormat (NHWCD4 weights)
 
 
 @dataclass
@@ -142,8 +145,16 @@ def _const_name(shape: Sequence[int], value: np.ndarray | None = None) -> str:
 
 
 class _Lowering:
-    def __init__(self, fn: func.FuncOp, no_change_graph: bool, output_names: Sequence[str] | None):
+    def __init__(
+        self,
+        fn: func.FuncOp,
+        no_change_graph: bool,
+        output_names: Sequence[str] | None,
+        image_holder: bool = False,
+    ):
         self.fn = fn
+        self.image_holder = image_holder
+        self.image_consts: list[T.ConstOp] = []  # NHWCD4 constants, in order of first use
         self.no_change_graph = no_change_graph
         self.oprs: list[WOpr] = []
         self.names: list[str] = []
@@ -190,6 +201,44 @@ class _Lowering:
         return vid
 
     def emit_const(self, op: T.ConstOp) -> None:
+        if op in self.image_consts:
+            self.emit_image_holder()
+            return
+        t, name = self.const_tensor(op)
+        (vid,) = self.add(WOpr("ImmutableTensor", [], tensors=[t], name=_attr_str(op, "opr_name")), [name])
+        self.ids[op.output] = vid
+
+    def emit_image_holder(self) -> None:
+        """MegEngine's form of NHWCD4 constants (ParamFusePass makes them
+        SharedDeviceTensorWithFormat, ParamMergePass merges those): one
+        MultipleDeviceTensorWithFormatHolder, a VALUE_SHARED Image2D tensor per constant."""
+        tensors, names = [], []
+        for c in self.image_consts:
+            t, name = self.const_tensor(c)
+            t.image2d_axis = layouts.image2d_axis(c.output.type)
+            tensors.append(t)
+            names.append(name)
+        kind = "MultipleDeviceTensorWithFormatHolder"
+        vids = self.add(WOpr(kind, [], n_outputs=len(tensors), tensors=tensors), names)
+        for c, vid in zip(self.image_consts, vids, strict=True):
+            self.ids[c.output] = vid
+
+    def collect_image_consts(self, block: Any, live: set[Operation], ret: Operation) -> None:
+        if not self.image_holder:
+            return
+        for op in block.ops:
+            if op is ret or isinstance(op, T.ConstOp) or op not in live:
+                continue
+            for v in op.operands:
+                c = v.owner
+                if (
+                    isinstance(c, T.ConstOp)
+                    and c not in self.image_consts
+                    and layouts.image2d_axis(c.output.type) is not None
+                ):
+                    self.image_consts.append(c)
+
+    def const_tensor(self, op: T.ConstOp) -> tuple[WTensor, str]:
         if op.value.is_elided:
             raise MgeWriteError(
                 f"mgb.const {_attr_str(op, 'name') or ''}: its data was elided when the IR was printed"
@@ -202,9 +251,7 @@ class _Lowering:
         t = WTensor(
             None, shape or (1,), from_element(_elem(op.output)), _value_bytes(data, shape, _elem(op.output))
         )
-        name = _attr_str(op, "name") or _const_name(shape)
-        (vid,) = self.add(WOpr("ImmutableTensor", [], tensors=[t], name=_attr_str(op, "opr_name")), [name])
-        self.ids[op.output] = vid
+        return t, _attr_str(op, "name") or _const_name(shape)
 
     def var_name(self, op: Operation, kind: str) -> str:
         name = _attr_str(op, "name")
@@ -236,6 +283,7 @@ class _Lowering:
         if not isinstance(ret, func.ReturnOp):
             raise MgeWriteError(f"@{self.fn.sym_name.data} does not end with func.return")
         live = _live_ops(block, ret)
+        self.collect_image_consts(block, live, ret)
         for op in block.ops:
             if op is ret or isinstance(op, T.ConstOp) or op not in live:
                 continue
@@ -660,9 +708,15 @@ COMPAT_REWRITES: dict[Any, Any] = {
 
 
 def lower_func(
-    fn: func.FuncOp, *, no_change_graph: bool = False, output_names: Sequence[str] | None = None
+    fn: func.FuncOp,
+    *,
+    no_change_graph: bool = False,
+    output_names: Sequence[str] | None = None,
+    image_holder: bool = False,
 ) -> LoweredGraph:
-    return _Lowering(fn, no_change_graph, output_names).run()
+    """``image_holder``: NHWCD4 constants as one MultipleDeviceTensorWithFormatHolder (FBS v2)
+    rather than an ImmutableTensor each."""
+    return _Lowering(fn, no_change_graph, output_names, image_holder).run()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -749,7 +803,12 @@ def serialize_v2(
             dt = _write_dtype(b, t.dtype)
             cn = _comp_node(b, cache)
             tw = TableWriter(b).offset(0, name).offset(1, shape).offset(2, cn).offset(3, dt)
-            tw.scalar(4, "B", 1).offset(5, default_format).offset(6, data)
+            if t.image2d_axis is None:
+                tw.scalar(4, "B", S.DEFAULT_TENSOR_FORMAT).offset(5, default_format)
+            else:
+                image = TableWriter(b).scalar(0, "B", t.image2d_axis).finish()
+                tw.scalar(4, "B", S.IMAGE2D_TENSOR_FORMAT).offset(5, image)
+            tw.offset(6, data)
             tensor_offs.append(tw.finish())
         tensors = write_offsets(b, tensor_offs) if tensor_offs else None
         first, add_types, add_vals = _params_fields(b, opr)
@@ -785,12 +844,18 @@ def serialize_v2(
         .offset(3, middle)
         .offset(4, outs)
         .offset(5, alias)
-        .scalar(6, "I", 0)
+        .scalar(6, "I", _nr_shared_tensors(g))
         .offset(7, md)
         .finish()
     )
     b.FinishSizePrefixed(root, b"mgv2")
     return bytes(b.Output())
+
+
+def _nr_shared_tensors(g: LoweredGraph) -> int:
+    """VALUE_SHARED tensors: those of the (WithFormat) holders."""
+    holders = ("MultipleDeviceTensorHolder", "MultipleDeviceTensorWithFormatHolder")
+    return sum(len(o.tensors) for o in g.oprs if o.kind in holders)
 
 
 def _write_metadata(b: flatbuffers.Builder, meta: Metadata, v2: bool) -> int:
@@ -915,7 +980,14 @@ def write_graph(
         raise ValueError(f"model_version must be 1 or 2, got {model_version}")
     if keep_var_name not in (0, 1, 2):
         raise ValueError(f"keep_var_name must be 0, 1 or 2, got {keep_var_name}")
-    g = lower_func(fn, no_change_graph=no_change_graph, output_names=output_names)
+    # FBS v1 stores each holder tensor's TensorFormat in a blob whose layout is not pinned down
+    # (spec F): v1 files keep an ImmutableTensor per NHWCD4 constant
+    g = lower_func(
+        fn,
+        no_change_graph=no_change_graph,
+        output_names=output_names,
+        image_holder=dump_format == "FBS_V2",
+    )
     for i, opr in enumerate(g.oprs):
         opr.priority = opr.priority or i + 1  # keep_opr_priority: the operator's id when unset
     meta = metadata or _func_metadata(fn)
