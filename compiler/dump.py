@@ -21,6 +21,7 @@ from typing import IO, Any
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from backends.mge import schema as S
@@ -143,6 +144,61 @@ def name_converted_outputs(fn: func.FuncOp) -> None:
             cvt.attributes["name"] = StringAttr(
                 f"{scope.data}.{kind}" if isinstance(scope, StringAttr) else kind
             )
+
+
+def _opr_name(op: T.MgbOp) -> str | None:
+    """The operator name MegEngine's tracer gives a traced op (``OpDef::make_name``: scope and
+    type, e.g. ``layer1.0.RELU``), or its explicit name; ``None`` for unnamed constants (MegEngine
+    names those ``const{...}[id]``, unique by construction)."""
+    name = op.attributes.get("name")
+    if isinstance(name, StringAttr):
+        return name.data
+    if isinstance(op, T.ConstOp):
+        return None
+    if isinstance(op, T.AxisAddRemoveOp) and isinstance(op.src.owner, T.ReduceOp):
+        op = op.src.owner  # F.sum/F.mean without keepdims: one op, Reduce + AxisAddRemove oprs
+    kind = op.params()["mode"].name if isinstance(op, T.ElemwiseOp) else _KIND_NAME.get(type(op))
+    if kind is None:
+        return None
+    scope = op.attributes.get("scope")
+    return f"{scope.data}.{kind}" if isinstance(scope, StringAttr) else kind
+
+
+def dedup_traced_names(fn: func.FuncOp) -> None:
+    """MegEngine's ``TraceResult::dump``: operators sharing a name, in dependency order from the
+    outputs (``cg::DepOprIter``: inputs first, depth first), are renamed ``name[0]``,
+    ``name[1]``, ... (e.g. ``Reduce[0]`` .. ``Reduce[3]`` for two ``F.mean`` calls, or
+    ``layer1.0.RELU[1]``); the names are set explicitly, so the optimizer keeps them on the ops
+    that replace these."""
+    ret = fn.body.block.last_op
+    if not isinstance(ret, func.ReturnOp):
+        return
+    order: list[T.MgbOp] = []
+    seen: set[int] = set()
+    for v in ret.arguments:
+        stack: list[tuple[Operation, bool]] = [(v.owner, False)] if isinstance(v.owner, Operation) else []
+        while stack:
+            op, expanded = stack.pop()
+            if expanded:
+                if isinstance(op, T.MgbOp):
+                    order.append(op)
+                continue
+            if id(op) in seen:
+                continue
+            seen.add(id(op))
+            stack.append((op, True))
+            for operand in reversed(op.operands):
+                if isinstance(operand.owner, Operation) and id(operand.owner) not in seen:
+                    stack.append((operand.owner, False))
+    groups: dict[str, list[T.MgbOp]] = {}
+    for op in order:
+        name = _opr_name(op)
+        if name is not None:
+            groups.setdefault(name, []).append(op)
+    for name, ops in groups.items():
+        if len(ops) > 1:
+            for i, op in enumerate(ops):
+                op.attributes["name"] = StringAttr(f"{name}[{i}]")
 
 
 def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
@@ -277,11 +333,9 @@ def dump(
     if given is not None:
         inputs[:n_pos] = [g or d for g, d in zip(given, traced_inputs, strict=True)]
 
-    passes = [
-        SplitReduceSqueezePass(),
-        *pipeline_for(optimize_for_inference=optimize_for_inference, **options),
-    ]
-    work = run_passes(module, passes)
+    traced_fn = run_passes(module, [SplitReduceSqueezePass()])
+    dedup_traced_names(next(op for op in traced_fn.ops if isinstance(op, func.FuncOp)))
+    work = run_passes(traced_fn, pipeline_for(optimize_for_inference=optimize_for_inference, **options))
     wfn = next(op for op in work.ops if isinstance(op, func.FuncOp))
     wfn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in inputs])
     name_converted_outputs(wfn)
