@@ -55,6 +55,10 @@ def _walk(patterns: list[RewritePattern], ctx: Context, module: ModuleOp) -> Non
 
 
 def _is_splat(v: SSAValue, value: float) -> bool:
+    """A literal constant (not a named model parameter) equal to ``value`` everywhere. A parameter
+    that happens to be zero or one (a freshly initialised bias) keeps its op, as in MegEngine."""
+    if isinstance(v.owner, T.ConstOp) and "name" in v.owner.attributes:
+        return False
     a = const_value(v)
     return a is not None and a.size > 0 and bool(np.all(a == value))
 

@@ -82,3 +82,15 @@ func.func @quantized_add_relu(%a: tensor<1x4x!mgb.quant<qint32, 0.01>>, %b: tens
 // FUSE-NEXT:    %0 = mgb.elemwise add %a, %b
 // FUSE-NEXT:    %1 = mgb.elemwise relu %0
 // FUSE-NEXT:    func.return %1
+
+// A named parameter that happens to be zero (a freshly initialised bias) is not an identity: the ADD
+// stays, as MegEngine keeps it.
+func.func @zero_parameter(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %b = mgb.const #mgb.weight<"ef6eb604187a17fa", "0x000000000000000000000000"> {name = "fc.bias"} : tensor<1x3xf32>
+  %0 = mgb.elemwise add %x, %b : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<2x3xf32>
+  func.return %0 : tensor<2x3xf32>
+}
+// SIMPLIFY-LABEL: func.func @zero_parameter
+// SIMPLIFY-NEXT:    %b = mgb.const
+// SIMPLIFY-NEXT:    %0 = mgb.elemwise add %x, %b
+// SIMPLIFY-NEXT:    func.return %0
