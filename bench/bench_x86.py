@@ -1,7 +1,8 @@
 """xmge's generated x86 code against ONNX Runtime and PyTorch on the CPU, side by side in one run.
 
     python bench/bench_x86.py [--models resnet18,resnet50,mobilenet_v2,shufflenet_v2] [--threads 1,2]
-                              [--targets x86-avx2-nchw88,x86-avx512-nchw88,x86-avx512] [--size 224] [--iters 20]
+                              [--targets x86-avx2-nchw88,x86-avx512-nchw88,x86-avx512]
+                              [--size 224] [--iters 20]
 
 For each model (batch 1, float32): trace, compile for every x86 target this machine runs (compile
 time reported; ResNet-50's, from traced function to built library, is checked against the 60 s

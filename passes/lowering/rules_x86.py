@@ -92,8 +92,11 @@ def _conv_nchw88(op: Operation, chan: bool) -> Lowered | None:
 
 # Winograd F(m x m, 3 x 3) where it beats the direct kernels (measured per layer with
 # bench/bench_x86.py's profiles on AVX2 and AVX-512: F(4, 3) 1.7-5x faster from 8x8 outputs and 16
-# channels up; at 7x7 the 4x4 tiles waste 30% and U is 4x the filter, F(2, 3) wins there)
+# channels up; at 7x7 the 4x4 tiles waste 30% and U is 4x the filter, F(2, 3) wins there, except
+# with very many channels: in a whole model ResNet's 7x7x512 U (16 MiB) streams from memory, slower
+# than the direct kernel's 9 MiB of filters)
 WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_F2_MAX_MACS = 256 * 256  # IC x OC of an F(2, 3) conv
 WINOGRAD_F4_MIN_SPATIAL = 8
 WINOGRAD_F2_MIN_SPATIAL = 4
 
@@ -109,7 +112,8 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
     spatial = min(p["oh"], p["ow"])
     if spatial >= WINOGRAD_F4_MIN_SPATIAL:
         return 4
-    return 2 if spatial >= WINOGRAD_F2_MIN_SPATIAL else None
+    small = spatial >= WINOGRAD_F2_MIN_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F2_MAX_MACS
+    return 2 if small else None
 
 
 def _winograd_nchw88(op: Operation, isa: str) -> Lowered | None:
