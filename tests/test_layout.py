@@ -353,7 +353,12 @@ def test_resnet18_in_nchw44_and_nchw88() -> None:
 def test_padding_follows_megengines_example() -> None:
     """Spec B.6.4: conv 3->6->10->12 gets filters (2,3,3,3,4) [hybrid, K 6->8],
     (3,2,3,3,4,4) [C 6->8, K 10->12] and (3,3,1,1,4,4)."""
+    from passes.inference import FuseConvBiasNonlinearityPass
+
     module, x = net("odd_channels")
+    # as in MegEngine's nchw44 pipeline (B.4), biases are fused into the convs before padding; an
+    # unfused bias ADD would slice the padded channels back (B.6.4: its bias input is not padded)
+    FuseConvBiasNonlinearityPass().apply(ctx(), module)
     padded = check(module, x, PaddingChannelPass("nchw44"))
     shapes = [s for _, s, _ in convs(padded)]
     assert shapes[:3] == [(8, 3, 3, 3), (12, 8, 3, 3), (12, 12, 1, 1)]
