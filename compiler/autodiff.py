@@ -629,6 +629,70 @@ def _batch_norm_backward(
     ]
 
 
+@register_backward(T.ConvolutionBackwardDataOp)
+def _convolution_backward_data_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """y = conv_transpose(filter, diff) is the adjoint of the convolution ``diff = conv(y, filter)``,
+    so d(diff) is that convolution of g, and d(filter) is its weight gradient."""
+    filt, diff = inputs
+    (g,) = grads
+    assert g is not None
+    conv = _conv_params(params)
+    gd = K.conv2d_nchw(g.astype(np.float32), filt.astype(np.float32), **conv)
+    _, gf = conv2d_backward(g.astype(np.float32), filt.astype(np.float32), diff.astype(np.float32), **conv)
+    return [gf.astype(filt.dtype), gd.astype(diff.dtype)]
+
+
+@register_backward(T.ResizeOp)
+def _resize_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """Resize is y = Ah x Aw^T per image, so dx = Ah^T g Aw."""
+    (x,) = inputs
+    (g,) = grads
+    assert g is not None
+    ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
+    aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
+    return [np.einsum("oh,ncop,pw->nchw", ah, g.astype(np.float64), aw).astype(x.dtype)]
+
+
+@register_backward(T.LayerNormOp)
+def _layer_norm_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    g, g_mean, g_rstd = grads
+    if g_mean is not None or g_rstd is not None:
+        raise GradError("mgb.layer_norm: no gradient through its mean/rstd results")
+    assert g is not None
+    x = inputs[0]
+    size = params["normalized_size"]
+    mean, rstd = K.layer_norm_stats(x, size, params["eps"])
+    xhat = (x.astype(np.float32).reshape(-1, size) - mean[:, None]) * rstd[:, None]
+    g2 = g.astype(np.float32).reshape(-1, size)
+    dxhat = g2 * inputs[1].astype(np.float32).reshape(-1) if params["affine"] else g2
+    dx = rstd[:, None] * (
+        dxhat - dxhat.mean(axis=1, keepdims=True) - xhat * (dxhat * xhat).mean(axis=1, keepdims=True)
+    )
+    out: list[Array | None] = [dx.reshape(x.shape).astype(x.dtype)]
+    if params["affine"]:
+        w, b = inputs[1], inputs[2]
+        out.append((g2 * xhat).sum(axis=0).reshape(w.shape).astype(w.dtype))
+        out.append(g2.sum(axis=0).reshape(b.shape).astype(b.dtype))
+    return out
+
+
+def _no_gradient(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """Integer-valued results (indices): no gradient flows to the input."""
+    return [None] * len(inputs)
+
+
+register_backward(T.ArgmaxOp)(_no_gradient)
+register_backward(T.ArgminOp)(_no_gradient)
+
+
 # ----------------------------------------------------------------------------------------------
 # The tape and GradManager
 

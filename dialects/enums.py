@@ -67,6 +67,8 @@ BNParamDim = _make("BNParamDim", "DIM_11HW DIM_1CHW DIM_1C11 DIM_111C")
 BNFwdMode = _make("BNFwdMode", "TRAINING INFERENCE")
 PaddingMode = _make("PaddingMode", "REPLICATE REFLECT CONSTANT")
 AxisMethod = _make("AxisMethod", "ADD_1 REMOVE")
+# WarpPerspectiveV1's InterpolationMode, which Resize's ``imode`` uses
+InterpolationMode = _make("InterpolationMode", "NEAREST LINEAR AREA CUBIC LANCZOS4")
 
 
 def number(member: Enum) -> int:
@@ -99,4 +101,5 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     BNFwdMode,
     PaddingMode,
     AxisMethod,
+    InterpolationMode,
 )

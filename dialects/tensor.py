@@ -137,6 +137,11 @@ class AxisMethodAttr(EnumAttribute[enums.AxisMethod], SpacedOpaqueSyntaxAttribut
     name = "mgb.axis_method"
 
 
+@irdl_attr_definition
+class InterpolationModeAttr(EnumAttribute[enums.InterpolationMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.interp"
+
+
 ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
     cls.enum_type: cls
     for cls in (
@@ -155,6 +160,7 @@ ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
         BNFwdModeAttr,
         PaddingModeAttr,
         AxisMethodAttr,
+        InterpolationModeAttr,
     )
 }
 
@@ -659,6 +665,67 @@ class ConvBiasOp(_ConvBase):
         return [TensorType(_accumulator_elem(cls.name, src, filt), list(shape))]
 
 
+@irdl_op_definition
+class ConvolutionBackwardDataOp(_ConvBase):
+    """MegEngine's ConvolutionBackwardData (``F.conv_transpose2d``): the input gradient of the
+    convolution whose weight is ``filter``, applied to ``diff``. The filter is the forward conv's,
+    (IC, OC, FH, FW) seen from the transposed conv (or (G, IC/G, OC/G, FH, FW)); ``output_padding``
+    adds rows/columns at the bottom/right (MegEngine's optional third, output-shape input)."""
+
+    name = "mgb.convolution_backward_data"
+    filter = operand_def(TensorType)
+    diff = operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    output_padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    sparse = prop_def(ConvSparseAttr, default_value=ConvSparseAttr(enums.ConvSparse.DENSE))
+    compute_mode = prop_def(ComputeModeAttr, default_value=ComputeModeAttr(enums.ComputeMode.DEFAULT))
+    traits = traits_def(Pure())
+    ACCEPTS_LAYOUTS: ClassVar[bool] = False
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        filt, diff = (_type(t) for t in operand_types)
+        stride, padding, dilation = cls._conv_params(params)
+        out_pad = _ints(params.get("output_padding", 0), 2, "output_padding", cls.name)
+        f, d = _shape(filt), _shape(diff)
+        if len(d) != 4:
+            raise ShapeInferenceError(cls.name, f"diff must be 4-D NCHW, got shape {d}")
+        if params.get("sparse") == enums.ConvSparse.GROUP:
+            if len(f) != 5:
+                raise ShapeInferenceError(
+                    cls.name, f"group filter must be 5-D (G, IC/G, OC/G, FH, FW), got shape {f}"
+                )
+            groups, icpg, ocpg, fh, fw = f
+        else:
+            if len(f) != 4:
+                raise ShapeInferenceError(cls.name, f"filter must be 4-D (IC, OC, FH, FW), got shape {f}")
+            groups, (icpg, ocpg, fh, fw) = 1, f
+        if d[1] != groups * icpg:
+            raise ShapeInferenceError(
+                cls.name, f"diff has {d[1]} channels (shape {d}) but the filter {f} expects {groups * icpg}"
+            )
+        if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0 or min(out_pad) < 0:
+            raise ShapeInferenceError(cls.name, f"invalid stride {stride}, dilation {dilation} or padding")
+        if out_pad[0] >= stride[0] or out_pad[1] >= stride[1]:
+            raise ShapeInferenceError(
+                cls.name, f"output_padding {out_pad} must be smaller than the stride {stride}"
+            )
+        hw = [
+            (d[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * ((fh, fw)[i] - 1) + 1 + out_pad[i]
+            for i in range(2)
+        ]
+        if min(hw) < 1:
+            raise ShapeInferenceError(cls.name, f"empty output {tuple(hw)} for diff {d} and filter {f}")
+        if not is_float(filt.element_type):
+            raise ShapeInferenceError(cls.name, f"needs float operands, got {dtype_name(filt.element_type)}")
+        elem = _same_dtype(cls.name, (filt, diff))
+        return [TensorType(elem, [d[0], groups * ocpg, hw[0], hw[1]])]
+
+
 # Arity of each elemwise mode (MegEngine's); modes absent here are unary.
 _BINARY = {
     "ABS_GRAD ADD FLOOR_DIV MAX MIN MOD MUL POW SIGMOID_GRAD SUB SWITCH_GT0 TANH_GRAD TRUE_DIV "
@@ -1132,6 +1199,118 @@ class PaddingOp(MgbOp):
 
 
 @irdl_op_definition
+class ResizeOp(MgbOp):
+    """MegEngine's Resize (``F.vision.interpolate`` without ``align_corners``): nearest or
+    half-pixel bilinear resampling of the two spatial axes of an NCHW tensor to ``out_shape``
+    (MegEngine's out-size input, folded to a constant)."""
+
+    name = "mgb.resize"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    out_shape = prop_def(_I64Array)
+    imode = prop_def(
+        InterpolationModeAttr, default_value=InterpolationModeAttr(enums.InterpolationMode.LINEAR)
+    )
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s = _shape(src)
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            raise ShapeInferenceError(cls.name, f"only format nchw is supported, got {params['format']}")
+        imode = params.get("imode", enums.InterpolationMode.LINEAR)
+        if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+            raise ShapeInferenceError(cls.name, f"interpolation mode {imode.value} is not supported")
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+        if not is_float(src.element_type):
+            raise ShapeInferenceError(cls.name, f"needs a float input, got {dtype_name(src.element_type)}")
+        oh, ow = _ints(params["out_shape"], 2, "out_shape", cls.name)
+        if oh < 1 or ow < 1:
+            raise ShapeInferenceError(cls.name, f"invalid output size {(oh, ow)}")
+        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+
+
+@irdl_op_definition
+class LayerNormOp(MgbOp):
+    """MegEngine's LayerNorm: normalise over the last ``normalized_dim`` axes (``normalized_size``
+    elements), then, when ``affine``, scale and shift by (weight, bias) of the normalised shape.
+    Results: the output, the mean and the reciprocal standard deviation (float32, one per leading
+    position), as MegEngine's operator has."""
+
+    name = "mgb.layer_norm"
+    inputs = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    mean = result_def(TensorType)
+    rstd = result_def(TensorType)
+    affine = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, IntegerType(1)))
+    eps = prop_def(FloatAttr, default_value=FloatAttr(1e-5, f64))
+    normalized_dim = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    normalized_size = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        types = [_type(t) for t in operand_types]
+        affine = bool(params.get("affine", True))
+        if len(types) != (3 if affine else 1):
+            raise ShapeInferenceError(
+                cls.name, f"takes {'(src, weight, bias)' if affine else '(src)'}, got {len(types)} operands"
+            )
+        src = types[0]
+        s = _shape(src)
+        nd, size = int(params.get("normalized_dim", 1)), int(params.get("normalized_size", 1))
+        if not is_float(src.element_type):
+            raise ShapeInferenceError(cls.name, f"needs a float input, got {dtype_name(src.element_type)}")
+        if not 0 < nd <= len(s) or math.prod(s[len(s) - nd :]) != size:
+            raise ShapeInferenceError(
+                cls.name, f"normalized_dim {nd} / normalized_size {size} do not fit the input shape {s}"
+            )
+        for what, t in zip(("weight", "bias"), types[1:], strict=False):
+            if math.prod(_shape(t)) != size:
+                raise ShapeInferenceError(
+                    cls.name, f"{what} has shape {_shape(t)}, expected {s[len(s) - nd :]}"
+                )
+        stats = TensorType(Float32Type(), list(s[: len(s) - nd]) or [1])
+        return [src, stats, stats]
+
+
+class _ArgBase(MgbOp):
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s = _shape(src)
+        if not 0 <= params["axis"] < len(s):
+            raise ShapeInferenceError(cls.name, f"axis {params['axis']} out of range for shape {s}")
+        if s[params["axis"]] == 0:
+            raise ShapeInferenceError(cls.name, f"axis {params['axis']} of shape {s} is empty")
+        out = list(s)
+        out[params["axis"]] = 1
+        return [TensorType(IntegerType(32), out)]
+
+
+@irdl_op_definition
+class ArgmaxOp(_ArgBase):
+    """MegEngine's Argmax: int32 index of the (first) largest value along ``axis``, kept as size 1."""
+
+    name = "mgb.argmax"
+
+
+@irdl_op_definition
+class ArgminOp(_ArgBase):
+    """MegEngine's Argmin: int32 index of the (first) smallest value along ``axis``, kept as size 1."""
+
+    name = "mgb.argmin"
+
+
+@irdl_op_definition
 class ElemwiseMultiTypeOp(MgbOp):
     """MegEngine's ElemwiseMultiType: elementwise ops whose operands and result differ in dtype,
     above all the quantized Q-modes (QADD, QFUSE_ADD_RELU, QMUL, ...): dequantize, apply the float
@@ -1228,6 +1407,11 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     SoftmaxOp,
     BatchNormOp,
     PaddingOp,
+    ConvolutionBackwardDataOp,
+    ResizeOp,
+    LayerNormOp,
+    ArgmaxOp,
+    ArgminOp,
 )
 
 Mgb = Dialect(

@@ -480,6 +480,131 @@ def padding(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any)
     return [y.astype(results[0].dtype, copy=False)]
 
 
+# ----------------------------------------------------------------------------------------------
+# Transposed convolution, resampling, normalisation, arg-reductions
+
+
+def conv_transpose2d_nchw(
+    diff: np.ndarray,
+    filt: np.ndarray,
+    out_hw: Sequence[int],
+    *,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    sparse: Any,
+    mode: Any = enums.ConvMode.CROSS_CORRELATION,
+) -> np.ndarray:
+    """MegEngine's ConvolutionBackwardData: every ``diff`` value scatters ``value * filter`` into the
+    (un-padded) output window it came from; ``out_hw`` includes any output padding."""
+    if sparse != enums.ConvSparse.GROUP:
+        filt = filt[None]
+    groups, icpg, ocpg, fh, fw = filt.shape
+    if mode == enums.ConvMode.CONVOLUTION:
+        filt = filt[..., ::-1, ::-1]
+    n, _, h, w = diff.shape
+    d = diff.astype(np.float64).reshape(n, groups, icpg, h, w)
+    cols = np.einsum("ngihw,giokl->ngohwkl", d, filt.astype(np.float64))
+    cols = cols.reshape(n, groups * ocpg, h, w, fh, fw)
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    full = np.zeros(
+        (
+            n,
+            groups * ocpg,
+            max((h - 1) * sh + dh * (fh - 1) + 1, ph + out_hw[0]),
+            max((w - 1) * sw + dw * (fw - 1) + 1, pw + out_hw[1]),
+        )
+    )
+    for i in range(fh):
+        for j in range(fw):
+            rows = slice(i * dh, i * dh + sh * (h - 1) + 1, sh)
+            full[:, :, rows, j * dw : j * dw + sw * (w - 1) + 1 : sw] += cols[..., i, j]
+    return full[:, :, ph : ph + out_hw[0], pw : pw + out_hw[1]]
+
+
+@kernel(T.ConvolutionBackwardDataOp)
+def convolution_backward_data(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any
+) -> list[np.ndarray]:
+    filt, diff = args
+    out = conv_transpose2d_nchw(
+        diff,
+        filt,
+        results[0].shape[2:],
+        stride=p["stride"],
+        padding=p["padding"],
+        dilation=p["dilation"],
+        sparse=p["sparse"],
+        mode=p["mode"],
+    )
+    return [out.astype(results[0].dtype)]
+
+
+def interp_matrix(n_in: int, n_out: int, imode: Any, align_corners: bool = False) -> np.ndarray:
+    """(n_out, n_in) weights of 1-D resampling along one axis, as MegEngine's Resize computes them:
+    NEAREST takes ``floor(i * n_in / n_out)``; LINEAR samples at ``(i + 0.5) * n_in / n_out - 0.5``,
+    clamped to the edge pixels (with ``align_corners``: at ``i * (n_in - 1) / (n_out - 1)``)."""
+    m = np.zeros((n_out, n_in))
+    rows = np.arange(n_out)
+    if imode == enums.InterpolationMode.NEAREST:
+        src = np.floor(rows * np.float32(n_in / n_out)).astype(np.int64)
+        m[rows, np.minimum(src, n_in - 1)] = 1.0
+        return m
+    if align_corners:
+        pos = rows * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    else:
+        pos = np.maximum((rows + 0.5) * (n_in / n_out) - 0.5, 0.0)
+    lo = np.minimum(np.floor(pos).astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = pos - lo
+    np.add.at(m, (rows, lo), 1.0 - frac)
+    np.add.at(m, (rows, hi), frac)
+    return m
+
+
+@kernel(T.ResizeOp)
+def resize(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    (x,) = args
+    oh, ow = p["out_shape"]
+    ah = interp_matrix(x.shape[2], oh, p["imode"])
+    aw = interp_matrix(x.shape[3], ow, p["imode"])
+    y = np.einsum("oh,nchw,pw->ncop", ah, x.astype(np.float64), aw)
+    return [y.astype(results[0].dtype)]
+
+
+def layer_norm_stats(x: np.ndarray, normalized_size: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, rstd) of ``x`` over its trailing ``normalized_size`` elements, one row per position."""
+    rows = x.astype(np.float32).reshape(-1, normalized_size)
+    mean = rows.mean(axis=1, dtype=np.float64)
+    var = ((rows - mean[:, None]) ** 2).mean(axis=1)
+    return mean.astype(np.float32), (1.0 / np.sqrt(var + eps)).astype(np.float32)
+
+
+@kernel(T.LayerNormOp)
+def layer_norm(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    x = args[0]
+    size = p["normalized_size"]
+    mean, rstd = layer_norm_stats(x, size, p["eps"])
+    y = (x.astype(np.float32).reshape(-1, size) - mean[:, None]) * rstd[:, None]
+    if p["affine"]:
+        y = y * args[1].astype(np.float32).reshape(-1) + args[2].astype(np.float32).reshape(-1)
+    return [
+        y.reshape(x.shape).astype(results[0].dtype, copy=False),
+        mean.reshape(results[1].shape),
+        rstd.reshape(results[2].shape),
+    ]
+
+
+@kernel(T.ArgmaxOp)
+def argmax(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int) -> list[np.ndarray]:
+    return [np.argmax(args[0], axis=axis, keepdims=True).astype(np.int32)]
+
+
+@kernel(T.ArgminOp)
+def argmin(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int) -> list[np.ndarray]:
+    return [np.argmin(args[0], axis=axis, keepdims=True).astype(np.int32)]
+
+
 def run_op(
     op_cls: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], params: dict[str, Any]
 ) -> list[np.ndarray]:

@@ -57,6 +57,35 @@ def prod(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     return _reduce(enums.ReduceMode.PRODUCT, inp, axis, keepdims, "prod")
 
 
+def _arg_reduce(cls: type[T.MgbOp], label: str, inp: Tensor, axis: Any, keepdims: bool) -> Tensor:
+    inp = as_tensor(inp)
+    if axis is None:
+        if keepdims:
+            raise op_error(label, "cannot set axis=None and keepdims=True")
+        inp = reshape(inp, (inp.size,)) if inp.ndim != 1 else inp
+        axis = 0
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    if inp.size == 0:
+        raise op_error(label, f"cannot take the {label} of an empty tensor (shape {inp.shape})")
+    norm = sorted({_axis(label, a, inp.ndim) for a in axes}, reverse=True)
+    out = inp
+    for a in norm:
+        (out,) = apply(cls, [out], label=label, axis=a)
+        if not keepdims:
+            out = squeeze(out, a)
+    return out
+
+
+def argmax(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """int32 index of the first largest value along ``axis`` (of the flattened tensor if None)."""
+    return _arg_reduce(T.ArgmaxOp, "argmax", inp, axis, keepdims)
+
+
+def argmin(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """int32 index of the first smallest value along ``axis`` (of the flattened tensor if None)."""
+    return _arg_reduce(T.ArgminOp, "argmin", inp, axis, keepdims)
+
+
 def _matmul_operands(inp1: Any, inp2: Any) -> tuple[Tensor, Tensor]:
     from compiler.functional.elemwise import _promote
 
@@ -138,4 +167,4 @@ def norm(inp: Tensor, ord: float = 2.0, axis: Any = None, keepdims: bool = False
     return _pow(sum(_pow(_abs(inp), ord), axis, keepdims), 1.0 / ord)
 
 
-__all__ = ["batch_matmul", "matmul", "max", "mean", "min", "norm", "prod", "sum"]
+__all__ = ["argmax", "argmin", "batch_matmul", "matmul", "max", "mean", "min", "norm", "prod", "sum"]

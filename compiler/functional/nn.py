@@ -38,10 +38,13 @@ __all__ = [
     "avg_pool2d",
     "batch_norm",
     "conv2d",
+    "conv_transpose2d",
     "dropout",
     "gelu",
     "hsigmoid",
     "hswish",
+    "interpolate",
+    "layer_norm",
     "leaky_relu",
     "linear",
     "log_softmax",
@@ -126,6 +129,92 @@ def conv2d(
             # a (OC,) bias would otherwise broadcast along the width axis
             bias = reshape(bias, (1, oc, 1, 1))
         out = _elemwise("ADD", out, bias, label="conv2d bias")
+    return out
+
+
+def conv_transpose2d(
+    inp: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+    compute_mode: str = "default",
+) -> Tensor:
+    """2-D transposed convolution (MegEngine's ConvolutionBackwardData); the weight is
+    (IC, OC, FH, FW), with ``groups > 1`` (G, IC/G, OC/G, FH, FW), as in MegEngine."""
+    label = "conv_transpose2d"
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if inp.ndim != 4:
+        raise op_error(label, f"input must be 4-D NCHW, got shape {inp.shape}")
+    if groups < 1:
+        raise op_error(label, f"groups must be positive, got {groups}")
+    if groups > 1 and weight.ndim == 4:
+        ic = weight.shape[0]
+        if ic % groups:
+            raise op_error(label, f"{ic} input channels cannot be split into {groups} groups")
+        weight = reshape(weight, (groups, ic // groups, *weight.shape[1:]))
+    if groups > 1 and weight.ndim == 5 and weight.shape[0] != groups:
+        raise op_error(label, f"weight {weight.shape} has {weight.shape[0]} groups, groups={groups}")
+    if conv_mode.lower() != "cross_correlation":
+        raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
+    try:
+        cmode = enums.ComputeMode[compute_mode.upper()]
+    except KeyError:
+        raise op_error(label, f"unknown compute_mode {compute_mode!r}") from None
+    if inp.dtype != weight.dtype:
+        raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    (out,) = apply(
+        T.ConvolutionBackwardDataOp,
+        [weight, inp],
+        label=label,
+        stride=_pair(label, stride, "stride"),
+        padding=_pair(label, padding, "padding"),
+        dilation=_pair(label, dilation, "dilation"),
+        output_padding=_pair(label, output_padding, "output_padding"),
+        sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+        compute_mode=cmode,
+    )
+    if bias is not None:
+        bias = as_tensor(bias)
+        oc = out.shape[1]
+        if bias.size != oc:
+            raise op_error(label, f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} channels")
+        out = _elemwise("ADD", out, reshape(bias, (1, oc, 1, 1)), label=f"{label} bias")
+    return out
+
+
+def layer_norm(
+    inp: Tensor,
+    normalized_shape: int | Sequence[int],
+    affine: bool,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Layer normalisation over the trailing ``normalized_shape`` axes (MegEngine's LayerNorm)."""
+    inp = as_tensor(inp)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    nd = len(shape)
+    if nd == 0 or tuple(inp.shape[inp.ndim - nd :]) != tuple(shape) or nd > inp.ndim:
+        raise op_error("layer_norm", f"normalized_shape {shape} does not end the input shape {inp.shape}")
+    operands = [inp]
+    if affine:
+        if weight is None or bias is None:
+            raise op_error("layer_norm", "weight and bias must be given when affine is True")
+        operands += [as_tensor(weight), as_tensor(bias)]
+    out, _, _ = apply(
+        T.LayerNormOp,
+        operands,
+        label="layer_norm",
+        affine=bool(affine),
+        eps=float(eps),
+        normalized_dim=nd,
+        normalized_size=int(np.prod(shape)),
+    )
     return out
 
 
@@ -356,4 +445,5 @@ def pad(
     return out
 
 
+from compiler.functional.vision import interpolate  # noqa: E402,F401,I001
 from compiler.functional.loss import binary_cross_entropy, cross_entropy, l1_loss, square_loss  # noqa: E402,F401,I001

@@ -221,3 +221,59 @@ func.func @multi_type_arity(%x: tensor<4x!mgb.quant<qint8, 0.1>>) -> tensor<4x!m
   func.return %0 : tensor<4x!mgb.quant<qint8, 0.1>>
 }
 // CHECK: mgb.elemwise_multi_type qadd: takes 2 inputs, got 1
+
+// -----
+func.func @conv_backward_data_channels(%w: tensor<3x3x3x3xf32>, %x: tensor<1x4x5x5xf32>) -> tensor<1x3x7x7xf32> {
+  %0 = mgb.convolution_backward_data %w, %x : (tensor<3x3x3x3xf32>, tensor<1x4x5x5xf32>) -> tensor<1x3x7x7xf32>
+  func.return %0 : tensor<1x3x7x7xf32>
+}
+// CHECK: mgb.convolution_backward_data: diff has 4 channels (shape (1, 4, 5, 5)) but the filter (3, 3, 3, 3) expects 3
+
+// -----
+func.func @conv_backward_data_output_padding(%w: tensor<4x3x3x3xf32>, %x: tensor<1x4x5x5xf32>) -> tensor<1x3x9x9xf32> {
+  %0 = mgb.convolution_backward_data %w, %x {output_padding = array<i64: 2, 2>} : (tensor<4x3x3x3xf32>, tensor<1x4x5x5xf32>) -> tensor<1x3x9x9xf32>
+  func.return %0 : tensor<1x3x9x9xf32>
+}
+// CHECK: mgb.convolution_backward_data: output_padding (2, 2) must be smaller than the stride (1, 1)
+
+// -----
+func.func @resize_rank(%x: tensor<4x5x7xf32>) -> tensor<4x9x3xf32> {
+  %0 = mgb.resize %x {out_shape = array<i64: 9, 3>} : (tensor<4x5x7xf32>) -> tensor<4x9x3xf32>
+  func.return %0 : tensor<4x9x3xf32>
+}
+// CHECK: mgb.resize: input must be 4-D NCHW, got shape (4, 5, 7)
+
+// -----
+func.func @resize_mode(%x: tensor<1x4x5x7xf32>) -> tensor<1x4x9x3xf32> {
+  %0 = mgb.resize %x {out_shape = array<i64: 9, 3>, imode = #mgb<interp cubic>} : (tensor<1x4x5x7xf32>) -> tensor<1x4x9x3xf32>
+  func.return %0 : tensor<1x4x9x3xf32>
+}
+// CHECK: mgb.resize: interpolation mode cubic is not supported
+
+// -----
+func.func @layer_norm_size(%x: tensor<2x5x7xf32>) -> tensor<2x5x7xf32> {
+  %0, %1, %2 = mgb.layer_norm %x {affine = false, normalized_size = 5 : i64} : (tensor<2x5x7xf32>) -> (tensor<2x5x7xf32>, tensor<2x5xf32>, tensor<2x5xf32>)
+  func.return %0 : tensor<2x5x7xf32>
+}
+// CHECK: mgb.layer_norm: normalized_dim 1 / normalized_size 5 do not fit the input shape (2, 5, 7)
+
+// -----
+func.func @layer_norm_weight(%x: tensor<2x5x7xf32>, %w: tensor<5xf32>) -> tensor<2x5x7xf32> {
+  %0, %1, %2 = mgb.layer_norm %x, %w, %w {normalized_size = 7 : i64} : (tensor<2x5x7xf32>, tensor<5xf32>, tensor<5xf32>) -> (tensor<2x5x7xf32>, tensor<2x5xf32>, tensor<2x5xf32>)
+  func.return %0 : tensor<2x5x7xf32>
+}
+// CHECK: mgb.layer_norm: weight has shape (5,), expected (7,)
+
+// -----
+func.func @argmax_axis(%x: tensor<2x5xf32>) -> tensor<2x1xi32> {
+  %0 = mgb.argmax %x {axis = 2 : i64} : (tensor<2x5xf32>) -> tensor<2x1xi32>
+  func.return %0 : tensor<2x1xi32>
+}
+// CHECK: mgb.argmax: axis 2 out of range for shape (2, 5)
+
+// -----
+func.func @argmin_result(%x: tensor<2x5xf32>) -> tensor<2x1xf32> {
+  %0 = mgb.argmin %x {axis = 1 : i64} : (tensor<2x5xf32>) -> tensor<2x1xf32>
+  func.return %0 : tensor<2x1xf32>
+}
+// CHECK: mgb.argmin: result types tensor<2x1xf32> do not match the inferred tensor<2x1xi32>

@@ -60,6 +60,18 @@ func.func @quant_multi_type(%a: tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, %b: tens
   func.return %0, %1 : tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>, tensor<1x8x6x6xi1>
 }
 
+func.func @vision(%x: tensor<2x4x5x7xf32>, %w: tensor<4x3x3x2xf32>, %gw: tensor<2x2x3x3x3xf32>, %lw: tensor<5x7xf32>) -> (tensor<2x3x10x9xf32>, tensor<2x6x9x13xf32>, tensor<2x4x9x3xf32>, tensor<2x4x10x14xf32>, tensor<2x4x5x7xf32>, tensor<2x4x5x7xf32>, tensor<2x1x5x7xi32>, tensor<2x4x5x1xi32>) {
+  %0 = mgb.convolution_backward_data %w, %x {stride = array<i64: 2, 1>, padding = array<i64: 1, 0>, dilation = array<i64: 1, 2>, output_padding = array<i64: 1, 0>} : (tensor<4x3x3x2xf32>, tensor<2x4x5x7xf32>) -> tensor<2x3x10x9xf32>
+  %1 = mgb.convolution_backward_data %gw, %x {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, sparse = #mgb<sparse group>} : (tensor<2x2x3x3x3xf32>, tensor<2x4x5x7xf32>) -> tensor<2x6x9x13xf32>
+  %2 = mgb.resize %x {out_shape = array<i64: 9, 3>} : (tensor<2x4x5x7xf32>) -> tensor<2x4x9x3xf32>
+  %3 = mgb.resize %x {out_shape = array<i64: 10, 14>, imode = #mgb<interp nearest>} : (tensor<2x4x5x7xf32>) -> tensor<2x4x10x14xf32>
+  %4, %5, %6 = mgb.layer_norm %x, %lw, %lw {eps = 1.000000e-03 : f64, normalized_dim = 2 : i64, normalized_size = 35 : i64} : (tensor<2x4x5x7xf32>, tensor<5x7xf32>, tensor<5x7xf32>) -> (tensor<2x4x5x7xf32>, tensor<2x4xf32>, tensor<2x4xf32>)
+  %7, %8, %9 = mgb.layer_norm %x {affine = false, normalized_size = 7 : i64} : (tensor<2x4x5x7xf32>) -> (tensor<2x4x5x7xf32>, tensor<2x4x5xf32>, tensor<2x4x5xf32>)
+  %10 = mgb.argmax %x {axis = 1 : i64} : (tensor<2x4x5x7xf32>) -> tensor<2x1x5x7xi32>
+  %11 = mgb.argmin %x {axis = 3 : i64} : (tensor<2x4x5x7xf32>) -> tensor<2x4x5x1xi32>
+  func.return %0, %1, %2, %3, %4, %7, %10, %11 : tensor<2x3x10x9xf32>, tensor<2x6x9x13xf32>, tensor<2x4x9x3xf32>, tensor<2x4x10x14xf32>, tensor<2x4x5x7xf32>, tensor<2x4x5x7xf32>, tensor<2x1x5x7xi32>, tensor<2x4x5x1xi32>
+}
+
 func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
   %w = mgb.const #mgb.weight<"1a2b3c4d5e6f7081"> {name = "fc.weight"} : tensor<2x3xf32>
   %q = mgb.const #mgb.weight<"0011223344556677"> : tensor<4xi8>
@@ -117,6 +129,17 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // CHECK-NEXT:  %1 = mgb.elemwise_multi_type lt %a, %b : (tensor<1x8x6x6x!mgb.quant<qint8, 0.1>>, tensor<1x8x1x1x!mgb.quant<qint8, 0.2>>) -> tensor<1x8x6x6xi1>
 // CHECK-NEXT:  func.return %0, %1 : tensor<1x8x6x6x!mgb.quant<qint8, 0.3>>, tensor<1x8x6x6xi1>
 // CHECK-NEXT:  }
+// CHECK-LABEL: func.func @vision(%x: tensor<2x4x5x7xf32>, %w: tensor<4x3x3x2xf32>, %gw: tensor<2x2x3x3x3xf32>, %lw: tensor<5x7xf32>) -> (tensor<2x3x10x9xf32>, tensor<2x6x9x13xf32>, tensor<2x4x9x3xf32>, tensor<2x4x10x14xf32>, tensor<2x4x5x7xf32>, tensor<2x4x5x7xf32>, tensor<2x1x5x7xi32>, tensor<2x4x5x1xi32>) {
+// CHECK-NEXT:  %0 = mgb.convolution_backward_data %w, %x {stride = array<i64: 2, 1>, padding = array<i64: 1, 0>, dilation = array<i64: 1, 2>, output_padding = array<i64: 1, 0>} : (tensor<4x3x3x2xf32>, tensor<2x4x5x7xf32>) -> tensor<2x3x10x9xf32>
+// CHECK-NEXT:  %1 = mgb.convolution_backward_data %gw, %x {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, sparse = #mgb<sparse group>} : (tensor<2x2x3x3x3xf32>, tensor<2x4x5x7xf32>) -> tensor<2x6x9x13xf32>
+// CHECK-NEXT:  %2 = mgb.resize %x {out_shape = array<i64: 9, 3>} : (tensor<2x4x5x7xf32>) -> tensor<2x4x9x3xf32>
+// CHECK-NEXT:  %3 = mgb.resize %x {out_shape = array<i64: 10, 14>, imode = #mgb<interp nearest>} : (tensor<2x4x5x7xf32>) -> tensor<2x4x10x14xf32>
+// CHECK-NEXT:  %4, %5, %6 = mgb.layer_norm %x, %lw, %lw {eps = 1.000000e-03 : f64, normalized_dim = 2 : i64, normalized_size = 35 : i64} : (tensor<2x4x5x7xf32>, tensor<5x7xf32>, tensor<5x7xf32>) -> (tensor<2x4x5x7xf32>, tensor<2x4xf32>, tensor<2x4xf32>)
+// CHECK-NEXT:  %7, %8, %9 = mgb.layer_norm %x {affine = false, normalized_size = 7 : i64} : (tensor<2x4x5x7xf32>) -> (tensor<2x4x5x7xf32>, tensor<2x4x5xf32>, tensor<2x4x5xf32>)
+// CHECK-NEXT:  %10 = mgb.argmax %x {axis = 1 : i64} : (tensor<2x4x5x7xf32>) -> tensor<2x1x5x7xi32>
+// CHECK-NEXT:  %11 = mgb.argmin %x {axis = 3 : i64} : (tensor<2x4x5x7xf32>) -> tensor<2x4x5x1xi32>
+// CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %7, %10, %11 : tensor<2x3x10x9xf32>, tensor<2x6x9x13xf32>, tensor<2x4x9x3xf32>, tensor<2x4x10x14xf32>, tensor<2x4x5x7xf32>, tensor<2x4x5x7xf32>, tensor<2x1x5x7xi32>, tensor<2x4x5x1xi32>
+// CHECK-NEXT:  }
 // CHECK-LABEL: func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // CHECK-NEXT:  %w = mgb.const #mgb.weight<"1a2b3c4d5e6f7081"> {name = "fc.weight"} : tensor<2x3xf32>
 // CHECK-NEXT:  %q = mgb.const #mgb.weight<"0011223344556677"> : tensor<4xi8>
@@ -131,4 +154,5 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // GENERIC: "mgb.elemwise"(%0, %c, %x) <{mode = #mgb<elemwise_mode fuse_mul_add3>}> {scope = "block.0"}
 // GENERIC: %5, %6 = "mgb.split"(%4) <{axis = 1 : i64, sizes = array<i64: 1, 4>}> : (tensor<2x5x6xf32>) -> (tensor<2x1x6xf32>, tensor<2x4x6xf32>)
 // GENERIC: "mgb.elemwise_multi_type"(%a, %b) <{mode = #mgb<elemwise_multi_type_mode qfuse_add_relu>}>
+// GENERIC: "mgb.resize"(%x) <{out_shape = array<i64: 9, 3>, imode = #mgb<interp linear>, format = #mgb<format nchw>}>
 // GENERIC: "mgb.const"() <{value = #mgb.weight<"1a2b3c4d5e6f7081">}> {name = "fc.weight"} : () -> tensor<2x3xf32>
