@@ -309,6 +309,56 @@ CASES: list[Case] = [
         _gen(_n(2, 3, 6, 6), _n(3, 2, 1, 3, 3)),
     ),
     Case(
+        "conv_transpose2d",
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(2, 1), padding=(1, 0), dilation=(1, 2)),
+        lambda x, w, b: TF.conv_transpose2d(
+            x, w, b.reshape(-1), stride=(2, 1), padding=(1, 0), dilation=(1, 2)
+        ),
+        _gen(_n(2, 3, 5, 4), _n(3, 2, 3, 2), _n(1, 2, 1, 1)),
+    ),
+    Case(
+        "conv_transpose2d_groups_output_padding",
+        lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=2),
+        lambda x, w: TF.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=2),
+        _gen(_n(1, 4, 3, 5), _n(4, 3, 3, 3)),
+    ),
+    Case(
+        "interpolate_bilinear",
+        lambda x: F.nn.interpolate(x, (7, 4)),
+        lambda x: TF.interpolate(x, (7, 4), mode="bilinear", align_corners=False),
+        _gen(_n(2, 3, 5, 6)),
+    ),
+    Case(
+        "interpolate_nearest",
+        lambda x: F.vision.interpolate(x, scale_factor=1.5, mode="nearest"),
+        lambda x: TF.interpolate(x, (7, 9), mode="nearest"),
+        _gen(_n(1, 2, 5, 6)),
+    ),
+    Case(
+        "interpolate_align_corners",
+        lambda x: F.nn.interpolate(x, (9, 3), align_corners=True),
+        lambda x: TF.interpolate(x, (9, 3), mode="bilinear", align_corners=True),
+        _gen(_n(2, 1, 4, 5)),
+    ),
+    Case(
+        "layer_norm_affine",
+        lambda x, w, b: F.nn.layer_norm(x, (3, 5), True, w, b, eps=1e-3),
+        lambda x, w, b: TF.layer_norm(x, (3, 5), w, b, eps=1e-3),
+        _gen(_n(2, 4, 3, 5), _n(3, 5), _n(3, 5)),
+    ),
+    Case(
+        "layer_norm_plain",
+        lambda x: F.nn.layer_norm(x, 7, False),
+        lambda x: TF.layer_norm(x, (7,)),
+        _gen(_n(3, 7)),
+    ),
+    Case(
+        "argmax_argmin_no_gradient",
+        lambda x: x * F.argmax(x, 1, True).astype("float32") + x * F.argmin(x, 0).astype("float32"),
+        lambda x: x * x.argmax(1, keepdim=True).to(x.dtype) + x * x.argmin(0).to(x.dtype),
+        lambda rng: [_spaced(rng, (3, 5))],
+    ),
+    Case(
         "conv2d_convolution_mode",
         lambda x, w: F.conv2d(x, w, conv_mode="convolution"),
         lambda x, w: TF.conv2d(x, torch.flip(w, [2, 3])),
