@@ -628,6 +628,111 @@ def test_nn_namespace_exposes_nn_ops() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# Transposed convolution, interpolation, layer norm, arg-reductions
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # n, ic, h, w, oc, k, stride, padding, output_padding, dilation, groups
+        (2, 3, 5, 7, 4, 3, 1, 0, 0, 1, 1),
+        (1, 4, 6, 5, 6, (3, 2), (2, 3), (1, 0), (1, 2), (1, 2), 2),
+        (2, 6, 3, 3, 3, 1, 2, 0, 1, 1, 3),
+    ],
+    ids=str,
+)
+def test_conv_transpose2d_matches_torch(case: tuple[Any, ...]) -> None:
+    n, ic, h, w, oc, k, stride, padding, out_pad, dilation, groups = case
+    kh, kw = (k, k) if isinstance(k, int) else k
+    x, wt, b = rand(n, ic, h, w), rand(ic, oc // groups, kh, kw), rand(1, oc, 1, 1)
+    want = TF.conv_transpose2d(tt(x), tt(wt), tt(b.reshape(oc)), stride, padding, out_pad, groups, dilation)
+    # MegEngine's grouped weight is (G, IC/G, OC/G, KH, KW); a 4-D one is split by ``groups``
+    w_mge = wt.reshape(groups, ic // groups, oc // groups, kh, kw) if groups > 1 else wt
+    for weight in (w_mge, wt):
+        got = F.conv_transpose2d(
+            xm.tensor(x), xm.tensor(weight), xm.tensor(b), stride, padding, out_pad, dilation, groups
+        )
+        check(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose2d_rejects_bad_output_padding() -> None:
+    with pytest.raises(Exception, match="output_padding"):
+        F.conv_transpose2d(xm.tensor(rand(1, 2, 3, 3)), xm.tensor(rand(2, 2, 3, 3)), output_padding=1)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("size", [(9, 4), (3, 11), (5, 7), (1, 1)], ids=str)
+def test_interpolate_size_matches_torch(mode: str, size: tuple[int, int]) -> None:
+    x = rand(2, 3, 5, 7)
+    kw = {"align_corners": False} if mode == "bilinear" else {}
+    want = TF.interpolate(tt(x), size, mode=mode, **kw)
+    check(F.nn.interpolate(xm.tensor(x), size, mode=mode), want, rtol=1e-5, atol=1e-5)
+    check(F.vision.interpolate(xm.tensor(x), size, mode=mode), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [2.0, 0.5, (1.5, 3.0)], ids=str)
+def test_interpolate_scale_factor_is_floor_of_scaled_size(scale: Any) -> None:
+    x = rand(1, 2, 5, 7)
+    sh, sw = (scale, scale) if isinstance(scale, float) else scale
+    size = (int(np.floor(5 * sh)), int(np.floor(7 * sw)))
+    for mode in ("bilinear", "nearest"):
+        got = F.nn.interpolate(xm.tensor(x), scale_factor=scale, mode=mode)
+        kw = {"align_corners": False} if mode == "bilinear" else {}
+        check(got, TF.interpolate(tt(x), size, mode=mode, **kw), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [(9, 3), (2, 13), (1, 1)], ids=str)
+def test_interpolate_align_corners_matches_torch(size: tuple[int, int]) -> None:
+    x = rand(2, 3, 4, 5)
+    got = F.nn.interpolate(xm.tensor(x), size, align_corners=True)
+    check(got, TF.interpolate(tt(x), size, mode="bilinear", align_corners=True), rtol=1e-5, atol=1e-5)
+
+
+def test_interpolate_linear_mode_and_errors() -> None:
+    x = rand(2, 3, 5)
+    check(
+        F.nn.interpolate(xm.tensor(x), 9, mode="linear"),
+        TF.interpolate(tt(x), 9, mode="linear", align_corners=False),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    with pytest.raises(Exception, match="align_corners"):
+        F.nn.interpolate(xm.tensor(rand(1, 1, 3, 3)), (4, 4), mode="nearest", align_corners=True)
+    with pytest.raises(Exception, match="scale_factor must be None"):
+        F.nn.interpolate(xm.tensor(rand(1, 1, 3, 3)), (4, 4), scale_factor=2.0)
+    with pytest.raises(Exception, match="unsupported mode"):
+        F.nn.interpolate(xm.tensor(rand(1, 1, 3, 3)), (4, 4), mode="area")
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("shape,norm", [((3, 7), 7), ((2, 3, 5, 7), (5, 7)), ((4, 9), (9,))], ids=str)
+def test_layer_norm_matches_torch(shape: tuple[int, ...], norm: Any, affine: bool) -> None:
+    x = rand(*shape) * 2 + 1
+    ns = (norm,) if isinstance(norm, int) else tuple(norm)
+    w, b = rand(*ns), rand(*ns)
+    got = F.nn.layer_norm(
+        xm.tensor(x), norm, affine, xm.tensor(w) if affine else None, xm.tensor(b) if affine else None, 1e-4
+    )
+    want = TF.layer_norm(tt(x), ns, tt(w) if affine else None, tt(b) if affine else None, 1e-4)
+    check(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (0, False), (2, True), (-1, False), ((0, 2), True)])
+def test_argmax_argmin_match_torch(axis: Any, keepdims: bool) -> None:
+    x = rand(3, 5, 7)
+    x[1, 2] = x[1, 2, 0]  # ties: the first index wins, in torch too
+    for fn, tfn in ((F.argmax, torch.argmax), (F.argmin, torch.argmin)):
+        got = fn(xm.tensor(x), axis, keepdims)
+        if isinstance(axis, tuple):  # one axis after the other, the highest first, as MegEngine does
+            want = tt(x)
+            for a in sorted(axis, reverse=True):
+                want = tfn(want, a, keepdim=keepdims).to(torch.float32)
+        else:
+            want = tfn(tt(x)) if axis is None else tfn(tt(x), axis, keepdim=keepdims)
+        check(got, want.to(torch.int32))
+
+
+# ------------------------------------------------------------------------------------------------
 # Every op traces: replay equals eager exactly
 
 _X4 = rand(2, 4, 7, 6)
@@ -700,6 +805,17 @@ TRACED: dict[str, Callable[[xm.Tensor], Any]] = {
         F.pad(x, ((0, 0), (0, 0), (1, 1), (2, 2)), mode="reflect"),
     ),
     "dropout_eval": lambda x: F.dropout(x, 0.5, training=False) * 2,
+    "conv_transpose2d": lambda x: F.conv_transpose2d(x, xm.tensor(_W[:4, :3]), None, 2, 1, 1, groups=1),
+    "interpolate": lambda x: (
+        F.nn.interpolate(x, (9, 4)),
+        F.nn.interpolate(x, scale_factor=1.5, mode="nearest"),
+        F.vision.interpolate(x, (3, 11), align_corners=True),
+    ),
+    "layer_norm": lambda x: (
+        F.nn.layer_norm(x, (7, 6), True, xm.tensor(_X4[0, 0]), xm.tensor(_X4[1, 0])),
+        F.nn.layer_norm(x, 6, False),
+    ),
+    "argmax_argmin": lambda x: (F.argmax(x, 1), F.argmin(x, -1, True), F.argmax(x)),
     "misc_elemwise": lambda x: (
         F.round(x * 3)
         + F.floor(x)
