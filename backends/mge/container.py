@@ -368,6 +368,8 @@ def v1_output_count(kind: str | None, nr_tensors: int, names: list[str] | None) 
         return len(names)
     if kind == "BatchNorm":
         return 4
+    if kind == "LayerNorm":  # (dst, mean, rstd)
+        return 3
     if kind in ("MultipleDeviceTensorHolder", "MultipleDeviceTensorWithFormatHolder"):
         return nr_tensors
     return 1

@@ -741,6 +741,73 @@ def _padding(ctx: _Ctx, op: RawOpr) -> None:
     )
 
 
+def _convolution_backward_data(ctx: _Ctx, op: RawOpr) -> None:
+    params = _conv_params(op, op.param("Convolution"))
+    if params.pop("format") != enums.Format.NCHW:
+        raise _unsupported(op, "ConvolutionBackwardData is read in format NCHW only")
+    if len(op.inputs) not in (2, 3):
+        raise _fail(op, f"takes 2 or 3 inputs (filter, diff[, output shape]), has {len(op.inputs)}")
+    filt, diff = _input(ctx, op, 0), _input(ctx, op, 1)
+    if len(op.inputs) == 3:
+        # the output shape input: what it adds to the plain transposed size is output padding
+        want = _int_values(op, _input(ctx, op, 2), "the output shape")
+        assert filt.type is not None and diff.type is not None
+        try:
+            (base,) = T.ConvolutionBackwardDataOp.infer([filt.type, diff.type], **params)
+        except T.ShapeInferenceError as exc:
+            raise _fail(op, str(exc)) from exc
+        got = base.get_shape()
+        if len(want) != 4 or tuple(want[:2]) != tuple(got[:2]):
+            raise _fail(op, f"output shape {want} does not fit the inferred {tuple(got)}")
+        params["output_padding"] = (want[2] - got[2], want[3] - got[3])
+    _emit_one(ctx, op, T.ConvolutionBackwardDataOp, [filt, diff], **params)
+
+
+def _resize(ctx: _Ctx, op: RawOpr) -> None:
+    p = op.param("Resize")
+    fmt = _enum(op, enums.Format, p["format"], "format")
+    if fmt != enums.Format.NCHW:
+        raise _unsupported(op, f"Resize in format {fmt.name} is not supported by xmge (NCHW only)")
+    out = _int_values(op, _input(ctx, op, 1), "the output size")
+    if len(out) != 2:
+        raise _fail(op, f"output size must have 2 values, got {out}")
+    imode = _enum(op, enums.InterpolationMode, p["imode"], "imode")
+    if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+        raise _unsupported(op, f"Resize with interpolation mode {imode.name} is not supported by xmge")
+    _emit_one(ctx, op, T.ResizeOp, [_input(ctx, op, 0)], out_shape=tuple(out), imode=imode, format=fmt)
+
+
+def _layer_norm(ctx: _Ctx, op: RawOpr) -> None:
+    p = op.param("LayerNorm")
+    affine = bool(p["affine"])
+    n_in = 3 if affine else 1
+    if len(op.inputs) != n_in:
+        raise _fail(op, f"LayerNorm with affine={affine} takes {n_in} inputs, has {len(op.inputs)}")
+    new = _emit(
+        ctx,
+        op,
+        T.LayerNormOp,
+        [_input(ctx, op, k) for k in range(n_in)],
+        affine=affine,
+        eps=float(p["eps"]),
+        normalized_dim=int(p["normalized_dim"]),
+        normalized_size=int(p["normalized_size"]),
+    )
+    # the statistics first, as aliases, so that the op takes the name of its output 0
+    for i in range(1, min(len(op.outputs), 3)):
+        res = new.results[i]
+        _define(ctx, op, i, _Var(type=res.type, ssa=res, alias=True))  # type: ignore[arg-type]
+    _define(ctx, op, 0, _Var(type=new.results[0].type, ssa=new.results[0]))  # type: ignore[arg-type]
+
+
+def _arg_reduce(ctx: _Ctx, op: RawOpr) -> None:
+    x = _input(ctx, op, 0)
+    axis = int(op.param("Axis")["axis"])
+    nd = len(_shape_of(op, x, "input"))
+    cls = T.ArgmaxOp if op.kind == "Argmax" else T.ArgminOp
+    _emit_one(ctx, op, cls, [x], axis=axis + nd if axis < 0 else axis)
+
+
 _HANDLERS = {
     "ImmutableTensor": _immutable,
     "SharedDeviceTensor": _immutable,
@@ -769,6 +836,11 @@ _HANDLERS = {
     "BatchNorm": _batch_norm,
     "Softmax": _softmax,
     "Padding": _padding,
+    "ConvolutionBackwardData": _convolution_backward_data,
+    "Resize": _resize,
+    "LayerNorm": _layer_norm,
+    "Argmax": _arg_reduce,
+    "Argmin": _arg_reduce,
     "RelayoutFormat": layouts.read_relayout_format,
 }
 S_KINDS_READ = frozenset(_HANDLERS) | {"Host2DeviceCopy"}

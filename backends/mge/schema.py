@@ -136,6 +136,18 @@ PARAMS: dict[str, ParamDef] = {
             + (("padding_val", "f", 0.0), ("padding_mode", "I", 2)),
         ),
         ParamDef("Softmax", 90, (("axis", "i", -1),)),
+        # Resize: imode is WarpPerspectiveV1's InterpolationMode (LINEAR), format Convolution's (NHWC)
+        ParamDef("Resize", 40, (("imode", "I", 1), ("format", "I", 1))),
+        ParamDef(
+            "LayerNorm",
+            85,
+            (
+                ("affine", "?", True),
+                ("eps", "f", 1e-5),
+                ("normalized_dim", "Q", 1),
+                ("normalized_size", "Q", 1),
+            ),
+        ),
     )
 }
 PARAMS_BY_TAG: dict[int, ParamDef] = {p.tag: p for p in PARAMS.values()}
@@ -260,6 +272,12 @@ OPR_TYPES: tuple[OprType, ...] = (
         "MultipleDeviceTensorWithFormatHolder",
     ),
     OprType("Convolution", "ConvolutionV2", "ConvolutionForward", "Convolution"),
+    OprType(
+        "ConvolutionBackwardData",
+        "ConvolutionBackwardDataV2",
+        "ConvolutionBackwardData",
+        "ConvolutionBackwardData",
+    ),
     OprType("ConvBias", "ConvBiasForwardV4", "ConvBiasForward", "ConvBiasForward"),
     OprType("Pooling", "PoolingV1", "PoolingForward"),
     OprType("AdaptivePooling", "AdaptivePoolingV1", "AdaptivePoolingForward"),
@@ -280,6 +298,10 @@ OPR_TYPES: tuple[OprType, ...] = (
     OprType("BatchNorm", "BatchNormV1", "BatchNormForward"),
     OprType("Softmax", "Softmax", "SoftmaxForward", "Softmax"),
     OprType("Padding", "Padding", "PaddingForward"),
+    OprType("Resize", "ResizeV2", "ResizeForward"),
+    OprType("LayerNorm", "LayerNorm", "LayerNormForward"),
+    OprType("Argmax", "Argmax", "ArgmaxForward"),
+    OprType("Argmin", "Argmin", "ArgminForward"),
     OprType("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat"),
     OprType("Identity", "Identity", "Identity"),
     OprType("Copy", "Copy", "Copy"),
@@ -296,10 +318,10 @@ for _t in OPR_TYPES:
 # Known ids of operators xmge does not read, so errors can name them.
 KNOWN_NAMES: dict[int, str] = {}
 for _n in (
-    "ConvolutionBackwardDataV2 IndexingMultiAxisVec SetSubtensor Split LayerNorm Linspace Eye Fill "
-    "ResizeV2 WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
-    "MultipleDeviceTensorWithFormatHolder "
-    "AssertEqual Argmax Argmin TopK Argsort Where IncrSubtensor"
+    "IndexingMultiAxisVec SetSubtensor Split Linspace Eye Fill "
+    "WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
+    "MultipleDeviceTensorWithFormatHolder GroupNorm "
+    "AssertEqual TopK Argsort Where IncrSubtensor"
 ).split():
     KNOWN_NAMES[h_full(_n)] = _n
     KNOWN_NAMES[h_short(_n)] = _n

@@ -107,6 +107,11 @@ _KIND_NAME = {
     T.SoftmaxOp: "Softmax",
     T.BatchNormOp: "BatchNorm",
     T.PaddingOp: "Padding",
+    T.ConvolutionBackwardDataOp: "ConvolutionBackwardData",
+    T.ResizeOp: "Resize",
+    T.LayerNormOp: "LayerNorm",
+    T.ArgmaxOp: "Argmax",
+    T.ArgminOp: "Argmin",
 }
 
 EXECUTION_POLICY = ("ExecutionPolicy", {"strategy": 1, "workspace_limit": S.UINT_MAX64})
@@ -464,6 +469,52 @@ class _Lowering:
             params["padding_val"] = float(p["value"])
             params["padding_mode"] = enums.number(p["mode"])
             self.simple(op, "Padding", [("Padding", params)])
+            return
+        if isinstance(op, T.ConvolutionBackwardDataOp):
+            conv = {
+                "mode": enums.number(p["mode"]),
+                "pad_h": p["padding"][0],
+                "pad_w": p["padding"][1],
+                "stride_h": p["stride"][0],
+                "stride_w": p["stride"][1],
+                "dilate_h": p["dilation"][0],
+                "dilate_w": p["dilation"][1],
+                "sparse": enums.number(p["sparse"]),
+                "format": enums.number(enums.Format.NCHW),
+                "compute_mode": enums.number(p["compute_mode"]),
+            }
+            ins = [self.ids[v] for v in op.operands]
+            if any(p["output_padding"]):  # MegEngine passes the output shape as a third input
+                ins.append(self.int_const(_shape(op.output)))
+            self.simple(op, "ConvolutionBackwardData", [("Convolution", conv), EXECUTION_POLICY], ins)
+            return
+        if isinstance(op, T.ResizeOp):
+            params = {"imode": enums.number(p["imode"]), "format": enums.number(p["format"])}
+            ins = [self.ids[op.operands[0]], self.int_const(p["out_shape"])]
+            self.simple(op, "Resize", [("Resize", params)], ins)
+            return
+        if isinstance(op, T.LayerNormOp):
+            ln = {
+                "affine": bool(p["affine"]),
+                "eps": float(p["eps"]),
+                "normalized_dim": p["normalized_dim"],
+                "normalized_size": p["normalized_size"],
+            }
+            base = self.var_name(op, "LayerNorm")
+            wopr = WOpr(
+                "LayerNorm",
+                [self.ids[v] for v in op.operands],
+                3,
+                [("LayerNorm", ln)],
+                name=_attr_str(op, "opr_name"),
+            )
+            vids = self.add(wopr, [base, f"{base}:o1", f"{base}:o2"])
+            for res, vid in zip(op.results, vids, strict=True):
+                self.ids[res] = vid
+            return
+        if isinstance(op, T.ArgmaxOp | T.ArgminOp):
+            kind = "Argmax" if isinstance(op, T.ArgmaxOp) else "Argmin"
+            self.simple(op, kind, [("Axis", {"axis": p["axis"]})])
             return
         raise MgeWriteError(f"{op.name}: no MegEngine operator to write it as")
 
