@@ -346,3 +346,21 @@ def test_batchnorm1d_matches_torch() -> None:
         )
     with pytest.raises(ValueError, match="BatchNorm1d"):
         bn(xm.tensor(rand(2, 4, 3, 3)))
+
+
+def test_conv_transpose2d_and_layer_norm_modules_match_torch() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 5, 3)).astype(np.float32)
+    ct = M.ConvTranspose2d(4, 6, (3, 2), stride=2, padding=1, output_padding=1, groups=2)
+    assert ct.weight.shape == (2, 2, 3, 3, 2) and ct.bias is not None
+    tct = torch.nn.ConvTranspose2d(4, 6, (3, 2), stride=2, padding=1, output_padding=1, groups=2)
+    with torch.no_grad():
+        tct.weight.copy_(torch.from_numpy(ct.weight.numpy().reshape(4, 3, 3, 2)))
+        tct.bias.copy_(torch.from_numpy(rng.standard_normal(6).astype(np.float32)))
+    ct.bias._reset(tct.bias.detach().numpy().reshape(1, 6, 1, 1))
+    got = ct(xm.tensor(x)).numpy()
+    np.testing.assert_allclose(got, tct(torch.from_numpy(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+    ln = M.LayerNorm((5, 3), eps=1e-4)
+    assert ln.weight is not None and ln.weight.shape == (5, 3)
+    want = torch.nn.functional.layer_norm(torch.from_numpy(x), (5, 3), eps=1e-4).numpy()
+    np.testing.assert_allclose(ln(xm.tensor(x)).numpy(), want, rtol=1e-4, atol=1e-5)

@@ -82,6 +82,82 @@ class Conv2d(Module):
         )
 
 
+class ConvTranspose2d(Module):
+    """MegEngine's ConvTranspose2d: weight (IC, OC, KH, KW), grouped (G, IC/G, OC/G, KH, KW)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0,
+        output_padding: int | Sequence[int] = 0,
+        dilation: int | Sequence[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        conv_mode: str = "cross_correlation",
+        compute_mode: str = "default",
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name)
+        if in_channels % groups or out_channels % groups:
+            raise op_error(
+                "ConvTranspose2d",
+                f"in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by "
+                f"groups ({groups})",
+            )
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding, self.dilation = _pair(padding), _pair(dilation)
+        self.output_padding = _pair(output_padding)
+        self.groups, self.conv_mode, self.compute_mode = groups, conv_mode, compute_mode
+        kh, kw = self.kernel_size
+        bound = math.sqrt(6.0 / (out_channels // groups * kh * kw))
+        if groups == 1:
+            wshape: tuple[int, ...] = (in_channels, out_channels, kh, kw)
+        else:
+            wshape = (groups, in_channels // groups, out_channels // groups, kh, kw)
+        self.weight = _uniform(wshape, bound)
+        self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
+
+    def forward(self, inp: Tensor) -> Tensor:
+        return F.conv_transpose2d(
+            inp,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.dilation,
+            self.groups,
+            self.conv_mode,
+            self.compute_mode,
+        )
+
+
+class LayerNorm(Module):
+    """MegEngine's LayerNorm over the trailing ``normalized_shape`` axes (weight 1, bias 0)."""
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float = 1e-5,
+        affine: bool = True,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name)
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps, self.affine = shape, eps, affine
+        self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
+
+    def forward(self, inp: Tensor) -> Tensor:
+        return F.nn.layer_norm(inp, self.normalized_shape, self.affine, self.weight, self.bias, self.eps)
+
+
 class Linear(Module):
     def __init__(
         self, in_features: int, out_features: int, bias: bool = True, name: str | None = None, **kwargs: Any
