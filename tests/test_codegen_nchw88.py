@@ -35,6 +35,12 @@ CASES = [
     (2, 16, 14, 13, 16, 3, 2, 1, 1, 16, "residual"),  # channel-wise, stride 2, batch 2
     (1, 8, 12, 12, 8, 5, 1, 4, 2, 8, "none"),  # channel-wise 5x5, dilation 2
     (1, 12, 9, 9, 20, 3, 1, 1, 1, 1, "relu"),  # IC, OC not multiples of 8: padded / left NCHW
+    # 7-column outputs take the 3 x 4 AVX2 tile (5 blocks: 3 + 2); 3x3 filters run in input-channel
+    # chunks (partial sums through y, epilogue on the last chunk)
+    (2, 24, 13, 13, 40, 3, 2, 1, 1, 1, "residual"),  # stride 2, batch 2, 3 chunks
+    (1, 20, 7, 9, 28, 3, 1, 1, 1, 1, "hswish"),  # IC, OC not multiples of 8, odd width
+    (1, 264, 5, 7, 24, 1, 1, 0, 1, 1, "relu"),  # 1x1, 33 channel blocks: 3 chunks of 11
+    (1, 48, 7, 7, 48, 3, 1, 1, 1, 2, "residual"),  # group, 3 chunks per group
 ]
 WORDS = ("conv2d_nchw88_hybrid", "conv2d_nchw88_dense", "conv2d_nchw88_group", "conv2d_nchw88_chan")
 
@@ -50,6 +56,9 @@ def test_nchw88_conv_variants(target: str) -> None:
     assert "_mm256_cvtph_ps" not in source  # float32 storage
     # the AVX-512 target runs the zmm micro-kernels (16 output channels per register)
     assert ("xm_n88_avx512_conv_" in source) == ("avx512" in target)
+    # AVX2: 7-column rows take the 3 x 4 register tile; partial sums of input-channel chunks
+    assert ("_3x4(" in source) == ("avx512" not in target)
+    assert "acc & 1" in source
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -38,7 +38,10 @@ if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 VEC = 8
-J_MAX, I_MAX = 2, 6  # dense register tile: J channel blocks x I columns
+WCHUNK_BYTES = 8192  # bytes of one register tile's filters per input-channel chunk (L1 resident)
+# AVX2 register tiles (J filter vectors x I columns): 12 accumulators + J weights + 1 broadcast <= 16
+TILES_AVX2 = ((2, 6), (3, 4))
+UNITS = 64  # register tiles (row, column tile) that one filter chunk sweeps while it sits in L1
 I_CHAN = 8  # columns per channel-wise tile
 ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2, "sigmoid": 3, "hswish": 4}
 DENSE_FILTERS = {"dense": Layout.KCRSc8k8, "group": Layout.GKCRSc8k8, "hybrid": Layout.KRSCk8}
@@ -122,12 +125,15 @@ def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     lines = [
         f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
-        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb) {{",
+        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb, int acc) {{",
         "  (void)nb;",
     ]
     for a in range(j):
         for b in range(i):
-            lines.append(f"  __m256 c{a}_{b} = _mm256_setzero_ps();")
+            init = "_mm256_setzero_ps()"
+            if dt == "f32":  # a later input-channel chunk: continue from the partial sums in y
+                init = f"(acc & 1) ? _mm256_loadu_ps(y + {a} * y_j + {b} * y_i) : {init}"
+            lines.append(f"  __m256 c{a}_{b} = {init};")
     lines += [
         "  for (int k = 0; k < nk; ++k)",
         "  for (int kh = 0; kh < fh; ++kh)",
@@ -146,6 +152,13 @@ def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
             lines.append("    }")
         lines.append("    }")
     lines.append("  }")
+    if dt == "f32":  # not the last input-channel chunk: store the partial sums, no epilogue
+        lines.append("  if (!(acc & 2)) {")
+        for a in range(j):
+            lines += [f"    _mm256_storeu_ps(y + {a} * y_j + {b} * y_i, c{a}_{b});" for b in range(i)]
+        lines.append("    return;\n  }")
+    else:
+        lines.append("  (void)acc;")
     for a in range(j):
         for b in range(i):
             lines.append("  {")
@@ -288,11 +301,26 @@ class ConvNchw88(_Nchw88Base):
 
     family = "conv2d_nchw88"
     kblock = VEC  # output channels per filter vector
-    jmax, imax = J_MAX, I_MAX
+    tiles: tuple[tuple[int, int], ...] = TILES_AVX2
+    wchunk_bytes = WCHUNK_BYTES
     common = ""
 
     def filter_spec(self, mode: str) -> LayoutSpec:
         return SPECS[DENSE_FILTERS[mode]]
+
+    def tile(self, nvec: int, ow: int) -> tuple[int, int]:
+        """The register tile (filter vectors J x columns I) of a conv with ``nvec`` filter vectors
+        per group and ``ow`` output columns: the candidate of :attr:`tiles` with the most
+        accumulators per tile on average, after balancing the columns over the row (14 = 7 + 7, not
+        12 + 2) and the vectors over the tiles: too few independent accumulators leave the FMA
+        latency exposed (a 7-column row is 4 + 3 columns, 7 x 2 accumulators; 3 x 4 keeps 10.5).
+        Ties go to the first candidate."""
+
+        def accs(t: tuple[int, int]) -> float:
+            j, i = t
+            return nvec / -(-nvec // j) * ow / -(-ow // i)
+
+        return max(self.tiles, key=accs)
 
     def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
         return dense_ukr(j, i, cb, dt, x_ow).replace("xm_n88_conv_", "xm_n88_avx2_conv_")
@@ -349,11 +377,21 @@ class ConvNchw88(_Nchw88Base):
         nk = icg if hybrid else icg // VEC
         njb = ocg // VEC  # output channel blocks per group
         per_vec = kb // VEC  # channel blocks per filter vector
-        tile_blocks = self.jmax * per_vec
+        jmax, imax = self.tile(-(-njb // per_vec), ow)
+        tile_blocks = jmax * per_vec
         tiles = -(-njb // tile_blocks)
-        # columns per tile, balanced over the row (14 = 7 + 7, not 12 + 2: a narrow tile has too few
-        # independent accumulators to hide the FMA latency)
-        cols = -(-ow // -(-ow // self.imax))
+        cols = -(-ow // -(-ow // imax))
+        # input-channel chunks: one tile's filters of a chunk (fh x fw x 8 x kc x 8 x tile_blocks
+        # floats) stay in L1 while the tile sweeps a block of output positions; later chunks continue
+        # from the float32 partial sums stored in y (float16 storage: one chunk)
+        step_bytes = tile_blocks * VEC * cb * fh * fw * (2 if dt == "f16" else 4)
+        kc = nk if dt == "f16" or hybrid else max(1, min(nk, self.wchunk_bytes // step_bytes))
+        kc = -(-nk // -(-nk // kc))  # balanced chunks
+        # output positions: (row, column tile) units, in blocks of about UNITS per chunk sweep
+        tpr = -(-ow // cols)
+        units = oh * tpr
+        ublk = -(-units // -(-units // UNITS))
+        nub = -(-units // ublk)
         ct = _ctype(dt)
         args, casts = _signature(ct, p)
         pad_body, _ = _pad_copy(dt, src_layout, ic, ih, iw, p["ph"], p["pw"]) if geo["copy"] else ("", 0)
@@ -364,19 +402,19 @@ class ConvNchw88(_Nchw88Base):
         w_at = f"(long)gg * {w_g}L + (long)(jl / {per_vec}) * {w_j}L"
         ukr = f"xm_n88_{self.isa}_conv_{dt}_c{cb}_o{x_ow}"
         call_args = (
-            f"xb + {x_at}, w + {w_at}, {nk}, {fh}, {fw}, {x_k}L, {x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, "
-            f"{w_kw}L, {w_j}L, {'bias + jb * 8' if p['bias'] else '0'}, "
+            f"xb + {x_at} + (long)k0 * {x_k}L, w + {w_at} + (long)k0 * {w_k}L, nkc, {fh}, {fw}, {x_k}L, "
+            f"{x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, {w_kw}L, {w_j}L, {'bias + jb * 8' if p['bias'] else '0'}, "
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
-            f"{ACT_CODES[p['act']]}, nb"
+            f"{ACT_CODES[p['act']]}, nb, acc"
         )
         inner = []
-        for j in range(1, self.jmax + 1):
-            variants = [(str(i), f"{ukr}_{j}x{i}") for i in range(1, self.imax + 1)]
+        for j in range(1, jmax + 1):
+            variants = [(str(i), f"{ukr}_{j}x{i}") for i in range(1, imax + 1)]
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
         shared = "".join(
             _guarded(f"N88_{self.isa}_CONV_{dt}_C{cb}_O{x_ow}_{j}x{i}".upper(), self.ukr(j, i, cb, dt, x_ow))
-            for j in range(1, self.jmax + 1)
-            for i in range(1, self.imax + 1)
+            for j in range(1, jmax + 1)
+            for i in range(1, imax + 1)
         )
         xbase = "xs" if geo["copy"] else "xn"
         return f"""{COMMON}{self.common}{H2F if dt == "f16" else ""}{shared}
@@ -393,15 +431,21 @@ static void {sym}({args}) {{
     const float* xb = (const float*){xbase};
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int t = 0; t < {g * tiles}; ++t)
-    for (int r = 0; r < {oh}; ++r) {{
+    for (int ub = 0; ub < {nub}; ++ub) {{
       const int gg = t / {tiles}, j0 = (t % {tiles}) * {tile_blocks};
       const int jl = j0, jb = gg * {njb} + j0, gc = gg;
       const int nb = {njb} - j0 < {tile_blocks} ? {njb} - j0 : {tile_blocks};
       const int jv = (nb + {per_vec - 1}) / {per_vec};
+      const int u1 = ub * {ublk} + {ublk} < {units} ? ub * {ublk} + {ublk} : {units};
       (void)gc;
-      for (int q0 = 0; q0 < {ow}; q0 += {cols}) {{
-        const int iv = {ow} - q0 < {cols} ? {ow} - q0 : {cols};
-        {chr(10).join("        " + s for s in inner).lstrip()}
+      for (int k0 = 0; k0 < {nk}; k0 += {kc}) {{
+        const int nkc = {nk} - k0 < {kc} ? {nk} - k0 : {kc};
+        const int acc = (k0 > 0) | (k0 + {kc} >= {nk}) << 1;
+        for (int u = ub * {ublk}; u < u1; ++u) {{
+          const int r = u / {tpr}, q0 = u % {tpr} * {cols};
+          const int iv = {ow} - q0 < {cols} ? {ow} - q0 : {cols};
+          {chr(10).join("          " + s for s in inner).lstrip()}
+        }}
       }}
     }}
   }}
@@ -446,11 +490,18 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     lines = [
         f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
-        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb) {{",
+        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb, int acc) {{",
     ]
     for a in range(j):
         for b in range(i):
-            lines.append(f"  __m512 c{a}_{b} = _mm512_setzero_ps();")
+            init = "_mm512_setzero_ps()"
+            if dt == "f32":  # a later input-channel chunk: continue from the partial sums in y
+                lo, hi = f"y + {2 * a} * y_j + {b} * y_i", f"y + {2 * a + 1} * y_j + {b} * y_i"
+                init = (
+                    f"(acc & 1) ? _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps({lo})), "
+                    f"{2 * a + 1} < nb ? _mm256_loadu_ps({hi}) : _mm256_setzero_ps(), 1) : {init}"
+                )
+            lines.append(f"  __m512 c{a}_{b} = {init};")
     lines += [
         "  for (int k = 0; k < nk; ++k)",
         "  for (int kh = 0; kh < fh; ++kh)",
@@ -469,6 +520,18 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
             lines.append("    }")
         lines.append("    }")
     lines.append("  }")
+    if dt == "f32":  # not the last input-channel chunk: store the partial sums, no epilogue
+        lines.append("  if (!(acc & 2)) {")
+        for a in range(j):
+            for b in range(i):
+                lines += [
+                    f"    _mm256_storeu_ps(y + {2 * a} * y_j + {b} * y_i, _mm512_castps512_ps256(c{a}_{b}));",
+                    f"    if ({2 * a + 1} < nb) _mm256_storeu_ps(y + {2 * a + 1} * y_j + {b} * y_i, "
+                    f"_mm512_extractf32x8_ps(c{a}_{b}, 1));",
+                ]
+        lines.append("    return;\n  }")
+    else:
+        lines.append("  (void)acc;")
     for a in range(j):
         lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
         for b in range(i):
@@ -497,7 +560,8 @@ class ConvNchw88Avx512(ConvNchw88):
 
     isa = "avx512"
     kblock = 16
-    jmax, imax = 2, 12
+    tiles = ((2, 12),)
+    wchunk_bytes = 2 * WCHUNK_BYTES  # 32 output channels per tile
     common = COMMON512
 
     def filter_spec(self, mode: str) -> LayoutSpec:
