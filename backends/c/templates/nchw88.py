@@ -4,8 +4,12 @@ direct convolutions, registered on the ``avx2`` ISA (so ``x86-avx512`` finds the
 * ``conv2d_nchw88``: activations ``(N, C/8, H, W, 8)``; filters dense ``KCRSc8k8``, group
   ``GKCRSc8k8`` or, for a first layer with fewer than 8 plain NCHW input channels, hybrid ``KRSCk8``.
   An output tile is ``J`` blocks of 8 output channels x ``I`` output columns held in ``J * I``
-  vector accumulators (2 x 6 at most: 12 of the 16 ymm registers); per input channel, ``J`` filter
-  vectors (8 output channels each) are multiplied by ``I`` broadcast input values.
+  vector accumulators (2 x 6, or 3 x 4 for short rows such as 7 columns: 12 of the 16 ymm
+  registers, :meth:`ConvNchw88.tile`); per input channel, ``J`` filter vectors (8 output channels
+  each) are multiplied by ``I`` broadcast input values. Input channels run in chunks whose filters
+  (one tile's, :data:`WCHUNK_BYTES`) stay in L1 while the tile sweeps up to :data:`UNITS` output
+  positions; a chunk other than the last stores float32 partial sums into the output, which the
+  next chunk reloads (float16 storage: one chunk), and only the last applies the epilogue.
 * ``conv2d_nchw88_chan``: channel-wise (depthwise) ``C11RSc8`` filters: 8 channels per vector, so
   every tap is one vector FMA per output column, no broadcasts.
 * ``pool2d_nchw88``: max / average pooling on 8-channel vectors.
