@@ -25,7 +25,54 @@ def _uniform(shape: Sequence[int], bound: float) -> Parameter:
     return Parameter(generator().uniform(-bound, bound, size=tuple(shape)).astype(np.float32))
 
 
-class Conv2d(Module):
+class _ConvNd(Module):
+    """What Conv2d and ConvTranspose2d share: hyper-parameters, the group check, the weight (its two
+    channel axes in the order the op reads them) and the (1, OC, 1, 1) bias."""
+
+    def _init_conv(
+        self,
+        kind: str,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | Sequence[int],
+        stride: int | Sequence[int],
+        padding: int | Sequence[int],
+        dilation: int | Sequence[int],
+        groups: int,
+        bias: bool,
+        conv_mode: str,
+        compute_mode: str,
+        transposed: bool,
+    ) -> None:
+        if in_channels % groups or out_channels % groups:
+            raise op_error(
+                kind,
+                f"in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by "
+                f"groups ({groups})",
+            )
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding, self.dilation = _pair(padding), _pair(dilation)
+        self.groups, self.conv_mode, self.compute_mode = groups, conv_mode, compute_mode
+        kh, kw = self.kernel_size
+        # the weight's first channel axis is the one each output element sums over
+        first, second = (in_channels, out_channels) if transposed else (out_channels, in_channels)
+        bound = math.sqrt(6.0 / ((out_channels if transposed else in_channels) // groups * kh * kw))
+        if groups == 1:
+            wshape: tuple[int, ...] = (first, second, kh, kw)
+        else:
+            wshape = (groups, first // groups, second // groups, kh, kw)
+        self.weight = _uniform(wshape, bound)
+        self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
+
+    def _extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}, groups={self.groups}, bias={self.bias is not None}"
+        )
+
+
+class Conv2d(_ConvNd):
     def __init__(
         self,
         in_channels: int,
@@ -42,25 +89,10 @@ class Conv2d(Module):
         **kwargs: Any,
     ) -> None:
         super().__init__(name)
-        if in_channels % groups or out_channels % groups:
-            raise op_error(
-                "Conv2d",
-                f"in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by "
-                f"groups ({groups})",
-            )
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
-        self.padding, self.dilation = _pair(padding), _pair(dilation)
-        self.groups, self.conv_mode, self.compute_mode = groups, conv_mode, compute_mode
-        kh, kw = self.kernel_size
-        fan_in = in_channels // groups * kh * kw
-        bound = math.sqrt(6.0 / fan_in)
-        if groups == 1:
-            wshape: tuple[int, ...] = (out_channels, in_channels, kh, kw)
-        else:
-            wshape = (groups, out_channels // groups, in_channels // groups, kh, kw)
-        self.weight = _uniform(wshape, bound)
-        self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
+        self._init_conv(
+            "Conv2d", in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+            conv_mode, compute_mode, transposed=False,
+        )  # fmt: skip
 
     def forward(self, inp: Tensor) -> Tensor:
         return F.conv2d(
@@ -75,14 +107,8 @@ class Conv2d(Module):
             self.compute_mode,
         )
 
-    def _extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-            f"padding={self.padding}, groups={self.groups}, bias={self.bias is not None}"
-        )
 
-
-class ConvTranspose2d(Module):
+class ConvTranspose2d(_ConvNd):
     """MegEngine's ConvTranspose2d: weight (IC, OC, KH, KW), grouped (G, IC/G, OC/G, KH, KW)."""
 
     def __init__(
@@ -102,25 +128,11 @@ class ConvTranspose2d(Module):
         **kwargs: Any,
     ) -> None:
         super().__init__(name)
-        if in_channels % groups or out_channels % groups:
-            raise op_error(
-                "ConvTranspose2d",
-                f"in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by "
-                f"groups ({groups})",
-            )
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
-        self.padding, self.dilation = _pair(padding), _pair(dilation)
+        self._init_conv(
+            "ConvTranspose2d", in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+            bias, conv_mode, compute_mode, transposed=True,
+        )  # fmt: skip
         self.output_padding = _pair(output_padding)
-        self.groups, self.conv_mode, self.compute_mode = groups, conv_mode, compute_mode
-        kh, kw = self.kernel_size
-        bound = math.sqrt(6.0 / (out_channels // groups * kh * kw))
-        if groups == 1:
-            wshape: tuple[int, ...] = (in_channels, out_channels, kh, kw)
-        else:
-            wshape = (groups, in_channels // groups, out_channels // groups, kh, kw)
-        self.weight = _uniform(wshape, bound)
-        self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
 
     def forward(self, inp: Tensor) -> Tensor:
         return F.conv_transpose2d(
