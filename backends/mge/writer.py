@@ -338,18 +338,7 @@ class _Lowering:
             return
         if isinstance(op, T.ConvolutionOp | T.ConvBiasOp):
             fmt = p.get("format", enums.Format.NCHW)
-            conv = {
-                "mode": enums.number(p["mode"]),
-                "pad_h": p["padding"][0],
-                "pad_w": p["padding"][1],
-                "stride_h": p["stride"][0],
-                "stride_w": p["stride"][1],
-                "dilate_h": p["dilation"][0],
-                "dilate_w": p["dilation"][1],
-                "sparse": enums.number(p["sparse"]),
-                "format": enums.number(fmt),
-                "compute_mode": enums.number(p["compute_mode"]),
-            }
+            conv = _convolution_param(p, fmt)
             if isinstance(op, T.ConvBiasOp):
                 conv["nonlineMode"] = enums.number(p["nonline_mode"])
                 out_elem = _elem(op.output)
@@ -471,18 +460,7 @@ class _Lowering:
             self.simple(op, "Padding", [("Padding", params)])
             return
         if isinstance(op, T.ConvolutionBackwardDataOp):
-            conv = {
-                "mode": enums.number(p["mode"]),
-                "pad_h": p["padding"][0],
-                "pad_w": p["padding"][1],
-                "stride_h": p["stride"][0],
-                "stride_w": p["stride"][1],
-                "dilate_h": p["dilation"][0],
-                "dilate_w": p["dilation"][1],
-                "sparse": enums.number(p["sparse"]),
-                "format": enums.number(enums.Format.NCHW),
-                "compute_mode": enums.number(p["compute_mode"]),
-            }
+            conv = _convolution_param(p, enums.Format.NCHW)
             ins = [self.ids[v] for v in op.operands]
             if any(p["output_padding"]):  # MegEngine passes the output shape as a third input
                 ins.append(self.int_const(_shape(op.output)))
@@ -609,6 +587,23 @@ def flatten_start_axis(src: Sequence[int], dst: Sequence[int]) -> int | None:
     if k < 1 or len(src) < k + 2 or tuple(src[:k]) != tuple(dst[:k]):
         return None
     return k if math.prod(src[k:]) == dst[k] else None
+
+
+def _convolution_param(p: dict[str, Any], fmt: Any) -> dict[str, int]:
+    """MegEngine's param.Convolution fields (shared by Convolution, ConvBias and
+    ConvolutionBackwardData) from an op's parameters."""
+    return {
+        "mode": enums.number(p["mode"]),
+        "pad_h": p["padding"][0],
+        "pad_w": p["padding"][1],
+        "stride_h": p["stride"][0],
+        "stride_w": p["stride"][1],
+        "dilate_h": p["dilation"][0],
+        "dilate_w": p["dilation"][1],
+        "sparse": enums.number(p["sparse"]),
+        "format": enums.number(fmt),
+        "compute_mode": enums.number(p["compute_mode"]),
+    }
 
 
 def _non_default_dtype(op: T.MgbOp) -> RawDType | None:
