@@ -312,32 +312,21 @@ def _copy(op: Operation, out: tuple[int, ...], strides: list[int], offset: int) 
     return Lowered({"shape": cshape, "strides": cstrides, "offset": offset}, [op.operands[0]])
 
 
-@candidate(T.DimshuffleOp, "copy")
-def _dimshuffle(op: Operation, isa: str) -> Lowered | None:
-    assert isinstance(op, T.DimshuffleOp)
-    src = _row_major(shape(op.operands[0]))
-    strides = [0 if a == -1 else src[a] for a in op.params()["pattern"]]
-    return _copy(op, shape(op.results[0]), strides, 0)
-
-
-@candidate(T.BroadcastOp, "copy")
-def _broadcast(op: Operation, isa: str) -> Lowered | None:
-    from backends.c.templates.generic import broadcast_strides
-
-    out = shape(op.results[0])
-    return _copy(op, out, list(broadcast_strides(shape(op.operands[0]), out)), 0)
-
-
-@candidate(T.SubtensorOp, "copy")
-def _subtensor(op: Operation, isa: str) -> Lowered | None:
-    assert isinstance(op, T.SubtensorOp)
-    p = op.params()
+def strided_view(op: Operation) -> tuple[tuple[int, ...], list[int], int]:
+    """(output shape, element strides into the input, element offset) of a dimshuffle, broadcast or
+    subtensor: each is a strided copy of its input, whatever the element type."""
     s = shape(op.operands[0])
     src = _row_major(s)
-    full_shape = list(s)
-    strides = list(src)
-    offset = 0
-    dropped = set()
+    out = shape(op.results[0])
+    if isinstance(op, T.DimshuffleOp):
+        return out, [0 if a == -1 else src[a] for a in op.params()["pattern"]], 0
+    if isinstance(op, T.BroadcastOp):
+        from backends.c.templates.generic import broadcast_strides
+
+        return out, list(broadcast_strides(s, out)), 0
+    assert isinstance(op, T.SubtensorOp)
+    p = op.params()
+    full_shape, strides, offset, dropped = list(s), list(src), 0, set()
     for axis, start, stop, step, drop in zip(
         p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
     ):
@@ -348,7 +337,22 @@ def _subtensor(op: Operation, isa: str) -> Lowered | None:
         if drop:
             dropped.add(axis)
     keep = [i for i in range(len(s)) if i not in dropped]
-    return _copy(op, tuple(full_shape[i] for i in keep), [strides[i] for i in keep], offset)
+    return tuple(full_shape[i] for i in keep), [strides[i] for i in keep], offset
+
+
+@candidate(T.DimshuffleOp, "copy")
+def _dimshuffle(op: Operation, isa: str) -> Lowered | None:
+    return _copy(op, *strided_view(op))
+
+
+@candidate(T.BroadcastOp, "copy")
+def _broadcast(op: Operation, isa: str) -> Lowered | None:
+    return _copy(op, *strided_view(op))
+
+
+@candidate(T.SubtensorOp, "copy")
+def _subtensor(op: Operation, isa: str) -> Lowered | None:
+    return _copy(op, *strided_view(op))
 
 
 @candidate(T.ConcatOp, "concat")

@@ -27,7 +27,7 @@ from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, numpy_dtype
-from passes.lowering.rules import ACT, Lowered, _row_major, candidate, const_array, shape
+from passes.lowering.rules import ACT, Lowered, candidate, const_array, shape, strided_view
 
 Layout = L.Layout
 
@@ -466,42 +466,17 @@ def _copy_typed(op: Operation, out: tuple[int, ...], strides: list[int], offset:
 
 @candidate(T.DimshuffleOp, "copy_typed")
 def _dimshuffle_typed(op: Operation, isa: str) -> Lowered | None:
-    assert isinstance(op, T.DimshuffleOp)
-    src = _row_major(shape(op.operands[0]))
-    strides = [0 if a == -1 else src[a] for a in op.params()["pattern"]]
-    return _copy_typed(op, shape(op.results[0]), strides, 0)
+    return _copy_typed(op, *strided_view(op))
 
 
 @candidate(T.BroadcastOp, "copy_typed")
 def _broadcast_typed(op: Operation, isa: str) -> Lowered | None:
-    from backends.c.templates.generic import broadcast_strides
-
-    out = shape(op.results[0])
-    return _copy_typed(op, out, list(broadcast_strides(shape(op.operands[0]), out)), 0)
+    return _copy_typed(op, *strided_view(op))
 
 
 @candidate(T.SubtensorOp, "copy_typed")
 def _subtensor_typed(op: Operation, isa: str) -> Lowered | None:
-    return _subtensor_params(op) if _typed(op) else None
-
-
-def _subtensor_params(op: Operation) -> Lowered | None:
-    assert isinstance(op, T.SubtensorOp)
-    p = op.params()
-    s = shape(op.operands[0])
-    src = _row_major(s)
-    full_shape, strides, offset, dropped = list(s), list(src), 0, set()
-    for axis, start, stop, step, drop in zip(
-        p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
-    ):
-        r = range(*slice(start, stop, step).indices(s[axis]))
-        offset += (r.start if len(r) else 0) * src[axis]
-        strides[axis] = src[axis] * step
-        full_shape[axis] = len(r)
-        if drop:
-            dropped.add(axis)
-    keep = [i for i in range(len(s)) if i not in dropped]
-    return _copy_typed(op, tuple(full_shape[i] for i in keep), [strides[i] for i in keep], offset)
+    return _copy_typed(op, *strided_view(op))
 
 
 @candidate(T.ConcatOp, "concat_typed")
