@@ -29,7 +29,7 @@ micro-kernels are shared by every convolution of a model (runtime strides, one c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -120,6 +120,41 @@ def _epilogue(dt: str, acc: str, bias: str, res: str, y: str) -> list[str]:
     ]
 
 
+def _fma_loop(
+    j: int,
+    i: int,
+    cb: int,
+    wt: str,
+    x_ow: int,
+    vtype: str,
+    lanes: int,
+    load_w: Callable[[str], str],
+    bcast_x: Callable[[str], str],
+    fma: str,
+) -> list[str]:
+    """The dense micro-kernel's reduction over input channels and the filter window, for one ISA:
+    ``j`` filter vectors times ``i`` broadcast inputs into the ``c{a}_{b}`` accumulators."""
+    lines = [
+        "  for (int k = 0; k < nk; ++k)",
+        "  for (int kh = 0; kh < fh; ++kh)",
+        "  for (int kw = 0; kw < fw; ++kw) {",
+        "    const float* xp = x + k * x_k + kh * x_kh + kw * x_kw;",
+        f"    const {wt}* wp = w + k * w_k + kh * w_kh + kw * w_kw;",
+    ]
+    for c in range(cb):
+        lines.append("    {")
+        for a in range(j):
+            lines.append(f"    const {vtype} w{a} = {load_w(f'wp + {a} * w_j + {c * lanes}')};")
+        for b in range(i):
+            lines.append(f"    {{ const {vtype} xb = {bcast_x(f'xp + {b * x_ow + c}')};")
+            for a in range(j):
+                lines.append(f"      c{a}_{b} = {fma}(w{a}, xb, c{a}_{b});")
+            lines.append("    }")
+        lines.append("    }")
+    lines.append("  }")
+    return lines
+
+
 def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     """``J x I`` tile over ``nk`` input-channel steps of ``cb`` channels (8: blocked input, 1: plain
     input of the hybrid first layer), every tap of an ``fh x fw`` window; ``x_ow`` (the input
@@ -138,24 +173,10 @@ def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
             if dt == "f32":  # a later input-channel chunk: continue from the partial sums in y
                 init = f"(acc & 1) ? _mm256_loadu_ps(y + {a} * y_j + {b} * y_i) : {init}"
             lines.append(f"  __m256 c{a}_{b} = {init};")
-    lines += [
-        "  for (int k = 0; k < nk; ++k)",
-        "  for (int kh = 0; kh < fh; ++kh)",
-        "  for (int kw = 0; kw < fw; ++kw) {",
-        "    const float* xp = x + k * x_k + kh * x_kh + kw * x_kw;",
-        f"    const {wt}* wp = w + k * w_k + kh * w_kh + kw * w_kw;",
-    ]
-    for c in range(cb):
-        lines.append("    {")
-        for a in range(j):
-            lines.append(f"    const __m256 w{a} = {_ld(dt, f'wp + {a} * w_j + {c * VEC}')};")
-        for b in range(i):
-            lines.append(f"    {{ const __m256 xb = _mm256_broadcast_ss(xp + {b * x_ow + c});")
-            for a in range(j):
-                lines.append(f"      c{a}_{b} = _mm256_fmadd_ps(w{a}, xb, c{a}_{b});")
-            lines.append("    }")
-        lines.append("    }")
-    lines.append("  }")
+    lines += _fma_loop(
+        j, i, cb, wt, x_ow, "__m256", VEC,
+        lambda q: _ld(dt, q), lambda q: f"_mm256_broadcast_ss({q})", "_mm256_fmadd_ps",
+    )  # fmt: skip
     if dt == "f32":  # not the last input-channel chunk: store the partial sums, no epilogue
         lines.append("  if (!(acc & 2)) {")
         for a in range(j):
@@ -506,24 +527,10 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
                     f"{2 * a + 1} < nb ? _mm256_loadu_ps({hi}) : _mm256_setzero_ps(), 1) : {init}"
                 )
             lines.append(f"  __m512 c{a}_{b} = {init};")
-    lines += [
-        "  for (int k = 0; k < nk; ++k)",
-        "  for (int kh = 0; kh < fh; ++kh)",
-        "  for (int kw = 0; kw < fw; ++kw) {",
-        "    const float* xp = x + k * x_k + kh * x_kh + kw * x_kw;",
-        f"    const {wt}* wp = w + k * w_k + kh * w_kh + kw * w_kw;",
-    ]
-    for c in range(cb):
-        lines.append("    {")
-        for a in range(j):
-            lines.append(f"    const __m512 w{a} = {wload.format(p=f'wp + {a} * w_j + {c * 16}')};")
-        for b in range(i):
-            lines.append(f"    {{ const __m512 xb = _mm512_set1_ps(xp[{b * x_ow + c}]);")
-            for a in range(j):
-                lines.append(f"      c{a}_{b} = _mm512_fmadd_ps(w{a}, xb, c{a}_{b});")
-            lines.append("    }")
-        lines.append("    }")
-    lines.append("  }")
+    lines += _fma_loop(
+        j, i, cb, wt, x_ow, "__m512", 16,
+        lambda q: wload.format(p=q), lambda q: f"_mm512_set1_ps(*({q}))", "_mm512_fmadd_ps",
+    )  # fmt: skip
     if dt == "f32":  # not the last input-channel chunk: store the partial sums, no epilogue
         lines.append("  if (!(acc & 2)) {")
         for a in range(j):
