@@ -331,22 +331,23 @@ class AvgPool2d(Module):
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode)
 
 
-class AdaptiveAvgPool2d(Module):
+class _AdaptivePool2d(Module):
+    fn: Any = None
+
     def __init__(self, oshp: Any, name: str | None = None) -> None:
         super().__init__(name)
         self.oshp = oshp
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_avg_pool2d(x, self.oshp)
+        return type(self).fn(x, self.oshp)
 
 
-class AdaptiveMaxPool2d(Module):
-    def __init__(self, oshp: Any, name: str | None = None) -> None:
-        super().__init__(name)
-        self.oshp = oshp
+class AdaptiveAvgPool2d(_AdaptivePool2d):
+    fn = staticmethod(F.adaptive_avg_pool2d)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_max_pool2d(x, self.oshp)
+
+class AdaptiveMaxPool2d(_AdaptivePool2d):
+    fn = staticmethod(F.adaptive_max_pool2d)
 
 
 class Dropout(Module):
