@@ -4,7 +4,7 @@
 ``functional``, ``module``, ``jit``, ``autodiff`` (``GradManager``), ``optimizer``, ``save``/``load``.
 """
 
-from compiler import autodiff, functional, jit, module, optimizer, random
+from compiler import autodiff, functional, hub, jit, module, optimizer, random
 from compiler.compile import compile  # noqa: A004 - the issue's xm.compile(...)
 from compiler.core import OpError, XmgeError
 from compiler.serialization import load, save
@@ -20,6 +20,7 @@ __all__ = [
     "autodiff",
     "compile",
     "functional",
+    "hub",
     "jit",
     "load",
     "module",
