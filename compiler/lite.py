@@ -1,28 +1,65 @@
-"""``compiler.lite.Network``: MegEngine Lite's ``LiteNetwork`` for ``.mge`` files, run by xmge.
+"""``compiler.lite``: MegEngine Lite for ``.mge`` files, run by xmge.
 
-    net = Network("model.mge")            # or Network(data_bytes) / Network(file_object)
-    net.inputs    # [IOInfo(name, shape, dtype)]
-    net.set_input("data", x); net.forward(); y = net.get_output("fc2.ADD")
-    outs = net(data=x)                    # {output name: array}
+Two faces over one engine:
+
+* :class:`Network`, xmge's own small API::
+
+      net = Network("model.mge")            # or Network(data_bytes) / Network(file_object)
+      net.inputs    # [IOInfo(name, shape, dtype)] as stored in the file
+      net.set_input("data", x); net.forward(); y = net.get_output("fc2.ADD")
+      outs = net(data=x)                    # {output name: array}
+
+* ``megenginelite``'s names (:class:`LiteNetwork`, :class:`LiteTensor`, :class:`LiteLayout`,
+  :class:`LiteConfig`, :class:`LiteIO`, ...), so Lite scripts run with
+  ``sys.modules["megenginelite"] = compiler.lite``; see the bottom half of this file.
 
 Graphs run on the reference interpreter unless compiled: ``Network(path, target="x86-avx2-nchw88")``
 or ``net.compile("x86-avx512", threads=2)`` runs ``forward()`` on native kernels
 (:func:`compiler.compile.compile`). Files written with ``append=True`` hold several graphs; like
 MegEngine, the first one is used unless ``graph=`` picks another.
+
+Input shapes may change between runs, as in MegEngine: the reader folds every shape computation
+of the file (GetVarShape, Subtensor, Concat, Reshape) into static parameters, so a new input-shape
+signature re-reads the file's graph with those input shapes (the folding then yields the new
+shapes) and, with a target, compiles it again. Both are cached per signature.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import logging
+import math
 import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import IO, Any
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, BytesAttr, ModuleOp, StringAttr, TensorType
 
-from backends.mge.reader import ATTR_METADATA_VALID, ATTR_OPTIMIZE_OPTIONS, ATTR_USER_INFO, read_mge
-from dialects.dtypes import dtype_name
+from backends.mge.container import RawGraph, parse_file
+from backends.mge.fbs import MgeFormatError
+from backends.mge.reader import (
+    ATTR_METADATA_VALID,
+    ATTR_OPTIMIZE_OPTIONS,
+    ATTR_USER_INFO,
+    graph_to_func,
+    read_mge,
+)
+from dialects.dtypes import dtype_name, numpy_dtype
+
+logger = logging.getLogger("xmge.lite")
+
+Source = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]
+Shapes = tuple[tuple[int, ...], ...]
+
+# graphs kept per network for input-shape signatures other than the file's (each may hold a
+# compiled library); beyond this the least recently used is dropped
+MAX_SHAPE_VARIANTS = 8
 
 
 @dataclass(frozen=True)
@@ -32,11 +69,12 @@ class IOInfo:
     dtype: str  # MegEngine's dtype name, e.g. "float32", "qint8"
 
 
-class NetworkError(ValueError):
-    """Wrong use of a loaded network (unknown input name, wrong shape, missing input)."""
+class NetworkError(ValueError, RuntimeError):
+    """Wrong use of a loaded network (unknown input name, wrong shape, missing input). A
+    RuntimeError as well, which is what MegEngine Lite raises for these."""
 
 
-def _read_source(source: str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes]) -> bytes:
+def _read_source(source: Source) -> bytes:
     if isinstance(source, bytes | bytearray | memoryview):
         return bytes(source)
     if isinstance(source, str | os.PathLike):
@@ -57,19 +95,44 @@ def _info(name: str, t: Any) -> IOInfo:
     return IOInfo(name, tuple(t.get_shape()), dtype_name(t.element_type))
 
 
+def _arg_shapes(fn: func.FuncOp) -> Shapes:
+    return tuple(tuple(a.type.get_shape()) for a in fn.body.block.args)  # type: ignore[attr-defined]
+
+
+def _with_input_shapes(graph: RawGraph, shapes: Shapes) -> RawGraph:
+    """``graph`` whose Host2DeviceCopy operators (the inputs, in order) declare ``shapes``."""
+    given = iter(shapes)
+    oprs = []
+    for op in graph.oprs:
+        if op.kind == "Host2DeviceCopy":
+            (t,) = op.tensors
+            op = dataclasses.replace(op, tensors=[dataclasses.replace(t, shape=next(given))])
+        oprs.append(op)
+    return dataclasses.replace(graph, oprs=oprs)
+
+
+@dataclass
+class _Variant:
+    """The graph for one input-shape signature and, once compiled, its native code."""
+
+    fn: func.FuncOp
+    compiled: Any = None  # compiler.compile.CompiledModel
+
+
 class Network:
     """A loaded ``.mge`` graph with named inputs and outputs."""
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | None = None,
+        source: Source | None = None,
         *,
         graph: int = 0,
         target: str | None = None,
         threads: int = 1,
     ) -> None:
         self.module: ModuleOp | None = None
-        self.compiled: Any = None  # a compiler.compile.CompiledModel once compile() ran
+        self._target: Any = None  # the resolved compiler.targets.Target once compile() ran
+        self._threads = threads
         self._inputs: dict[str, np.ndarray] = {}
         self._outputs: dict[str, np.ndarray] = {}
         if source is not None:
@@ -78,47 +141,106 @@ class Network:
                 self.compile(target, threads=threads)
 
     # -- loading --------------------------------------------------------------------------------
-    def load(
-        self, source: str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes], *, graph: int = 0
-    ) -> Network:
-        module = read_mge(_read_source(source))
+    def load(self, source: Source, *, graph: int = 0) -> Network:
+        data = _read_source(source)
+        module = read_mge(data)
         funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
         if not 0 <= graph < len(funcs):
             raise NetworkError(f"the file holds {len(funcs)} graph(s); graph {graph} does not exist")
         self.module = module
         self.graphs = funcs
         self.fn = funcs[graph]
-        self.compiled = None
+        self._data, self._graph_index = data, graph
+        self._raw_graph: RawGraph | None = None
+        self._variants: OrderedDict[Shapes, _Variant] = OrderedDict({_arg_shapes(self.fn): _Variant(self.fn)})
+        self._target = None
         self._inputs, self._outputs = {}, {}
         return self
 
     def compile(self, target: str | None = None, *, threads: int = 1) -> Network:
         """Compile the graph for ``target`` (default: this machine's best); ``forward()`` then runs
-        the generated kernels instead of the reference interpreter."""
+        the generated kernels instead of the reference interpreter, compiling again for each new
+        input-shape signature."""
         from compiler.compile import compile
 
         fn = self._require()
-        self.compiled = compile(ModuleOp([fn.clone()]), target, threads=threads)
+        for v in self._variants.values():
+            v.compiled = None
+        variant = self._variants[_arg_shapes(fn)]
+        variant.compiled = compile(ModuleOp([fn.clone()]), target, threads=threads)
+        self._target, self._threads = variant.compiled.target, threads
         return self
+
+    @property
+    def compiled(self) -> Any:
+        """The compiled model for the file's input shapes (None on the reference interpreter)."""
+        return self._variants[_arg_shapes(self._require())].compiled if self.module is not None else None
+
+    def shared(self) -> Network:
+        """Another network on the same graph, weights and compiled code, with its own inputs and
+        outputs (Lite's ``share_weights_with``)."""
+        other = Network.__new__(Network)
+        other.__dict__.update(self.__dict__)
+        other._inputs, other._outputs = {}, {}
+        return other
 
     def _require(self) -> func.FuncOp:
         if self.module is None:
             raise NetworkError("no model loaded: call load() first")
         return self.fn
 
+    def _variant(self, shapes: Shapes) -> _Variant:
+        """The graph (compiled when a target is set) for inputs of ``shapes``."""
+        variant = self._variants.get(shapes)
+        if variant is None:
+            variant = _Variant(self._reinfer(shapes))
+            self._variants[shapes] = variant
+            if len(self._variants) > MAX_SHAPE_VARIANTS + 1:
+                file_shapes = _arg_shapes(self.fn)
+                oldest = next(k for k in self._variants if k != file_shapes and k != shapes)
+                del self._variants[oldest]
+        self._variants.move_to_end(shapes)
+        if self._target is not None and variant.compiled is None:
+            from compiler.compile import compile
+
+            logger.info("compiling %s for input shapes %s", self._target, shapes)
+            variant.compiled = compile(ModuleOp([variant.fn.clone()]), self._target, threads=self._threads)
+        return variant
+
+    def _reinfer(self, shapes: Shapes) -> func.FuncOp:
+        """Read the file's graph again with the inputs declared as ``shapes``: the reader's shape
+        folding then computes every shape of the graph for them, as MegEngine does at run time."""
+        names = self.get_all_input_name()
+        described = ", ".join(f"{n}={list(s)}" for n, s in zip(names, shapes, strict=True))
+        logger.info("re-inferring the graph for input shapes %s", described)
+        if self._raw_graph is None:
+            self._raw_graph = parse_file(self._data)[self._graph_index]
+        try:
+            fn = graph_to_func(_with_input_shapes(self._raw_graph, shapes), self.fn.sym_name.data)
+            ModuleOp([fn]).verify()
+        except Exception as exc:  # MgeFormatError or a VerifyException from the new shapes
+            message = exc.args[0] if isinstance(exc, MgeFormatError) and exc.args else str(exc)
+            raise NetworkError(f"the model cannot run with input shapes {described}: {message}") from None
+        return fn
+
     # -- description ----------------------------------------------------------------------------
+    def input_types(self) -> dict[str, TensorType]:
+        """Input name -> type, as the file declares them."""
+        fn = self._require()
+        return dict(zip(_names(fn, "input_names"), fn.function_type.inputs.data, strict=True))  # type: ignore[arg-type]
+
+    def output_types(self) -> dict[str, TensorType]:
+        """Output name -> type, for the file's input shapes."""
+        fn = self._require()
+        return dict(zip(_names(fn, "output_names"), fn.function_type.outputs.data, strict=True))  # type: ignore[arg-type]
+
     @property
     def inputs(self) -> list[IOInfo]:
-        fn = self._require()
-        return [_info(n, a.type) for n, a in zip(_names(fn, "input_names"), fn.body.block.args, strict=True)]
+        return [_info(n, t) for n, t in self.input_types().items()]
 
     @property
     def outputs(self) -> list[IOInfo]:
-        fn = self._require()
-        return [
-            _info(n, t)
-            for n, t in zip(_names(fn, "output_names"), fn.function_type.outputs.data, strict=True)
-        ]
+        return [_info(n, t) for n, t in self.output_types().items()]
 
     def get_all_input_name(self) -> list[str]:
         return [i.name for i in self.inputs]
@@ -151,16 +273,15 @@ class Network:
 
     # -- running --------------------------------------------------------------------------------
     def set_input(self, name: str, value: Any) -> None:
+        """Set input ``name``. Its shape may differ from the file's (another batch or image size):
+        the next ``forward()`` infers the graph's shapes again."""
         infos = {i.name: i for i in self.inputs}
         if name not in infos:
             raise NetworkError(f"no input named {name!r}; inputs are {sorted(infos)}")
         arr = np.asarray(value)
         info = infos[name]
-        if arr.shape != info.shape:
-            if arr.size == int(np.prod(info.shape)) and arr.ndim == 0:
-                arr = arr.reshape(info.shape)
-            else:
-                raise NetworkError(f"input {name!r} must have shape {info.shape}, got {arr.shape}")
+        if arr.ndim == 0 and math.prod(info.shape) == 1:
+            arr = arr.reshape(info.shape)
         self._inputs[name] = arr
 
     def get_input(self, name: str) -> np.ndarray:
@@ -177,7 +298,10 @@ class Network:
         if missing:
             raise NetworkError(f"inputs not set: {missing}")
         arrays = [self._inputs[n] for n in names]
-        outs = self.compiled.run(arrays) if self.compiled is not None else run_function(fn, arrays)
+        variant = self._variant(tuple(a.shape for a in arrays))
+        outs = (
+            variant.compiled.run(arrays) if variant.compiled is not None else run_function(variant.fn, arrays)
+        )
         self._outputs = dict(zip(_names(fn, "output_names"), outs, strict=True))
 
     def wait(self) -> None:
@@ -200,3 +324,810 @@ class Network:
             self.set_input(name, value)
         self.forward()
         return dict(self._outputs)
+
+
+# ==============================================================================================
+# megenginelite's names. Enum values are MegEngine Lite's numbering; tensors live in host memory
+# (numpy arrays), so CPU is the one device.
+
+
+class LiteBackend(IntEnum):
+    LITE_DEFAULT = 0
+
+
+class LiteDeviceType(IntEnum):
+    LITE_CPU = 0
+    LITE_CUDA = 1
+    LITE_ATLAS = 3
+    LITE_NPU = 4
+    LITE_CAMBRICON = 5
+    LITE_DEVICE_DEFAULT = 7
+
+
+class LiteDataType(IntEnum):
+    LITE_FLOAT = 0
+    LITE_HALF = 1
+    LITE_INT = 2
+    LITE_INT16 = 3
+    LITE_INT8 = 4
+    LITE_UINT8 = 5
+    LITE_UINT16 = 6
+
+
+class LiteTensorPhase(IntEnum):
+    LITE_IO = 0
+    LITE_INPUT = 1
+    LITE_OUTPUT = 2
+
+
+class LiteIOType(IntEnum):
+    LITE_IO_VALUE = 0
+    LITE_IO_SHAPE = 1
+
+
+class LiteAlgoSelectStrategy(IntEnum):
+    LITE_ALGO_HEURISTIC = 1
+    LITE_ALGO_PROFILE = 2
+    LITE_ALGO_REPRODUCIBLE = 4
+    LITE_ALGO_OPTIMIZED = 8
+
+
+class LiteLogLevel(IntEnum):
+    DEBUG = 0
+    INFO = 1
+    WARN = 2
+    ERROR = 3
+
+
+_LITE_TO_NUMPY: dict[LiteDataType, type[np.generic]] = {
+    LiteDataType.LITE_FLOAT: np.float32,
+    LiteDataType.LITE_HALF: np.float16,
+    LiteDataType.LITE_INT: np.int32,
+    LiteDataType.LITE_INT16: np.int16,
+    LiteDataType.LITE_INT8: np.int8,
+    LiteDataType.LITE_UINT8: np.uint8,
+    LiteDataType.LITE_UINT16: np.uint16,
+}
+_NUMPY_TO_LITE = {np.dtype(t).str: k for k, t in _LITE_TO_NUMPY.items()}
+_CPU_DEVICES = (LiteDeviceType.LITE_CPU, LiteDeviceType.LITE_DEVICE_DEFAULT)
+_LOG_LEVELS = {
+    LiteLogLevel.DEBUG: logging.DEBUG,
+    LiteLogLevel.INFO: logging.INFO,
+    LiteLogLevel.WARN: logging.WARNING,
+    LiteLogLevel.ERROR: logging.ERROR,
+}
+
+
+def _lite_dtype(dtype: Any) -> LiteDataType:
+    """LiteDataType of a LiteDataType, dtype name, numpy dtype or numpy scalar type."""
+    if isinstance(dtype, LiteDataType):
+        return dtype
+    try:
+        key = np.dtype(dtype).str  # quantized storage dtypes (qint8 -> int8) keep their base
+    except TypeError:
+        key = None
+    if key not in _NUMPY_TO_LITE:
+        names = ", ".join(np.dtype(t).name for t in _LITE_TO_NUMPY.values())
+        raise NetworkError(f"MegEngine Lite has no data type for {dtype!r}; supported: {names}")
+    return _NUMPY_TO_LITE[key]
+
+
+def lite_dtype_2_numpy(dtype: LiteDataType) -> type[np.generic]:
+    if not isinstance(dtype, LiteDataType):
+        raise NetworkError(f"lite_dtype_2_numpy takes a LiteDataType, got {dtype!r}")
+    return _LITE_TO_NUMPY[dtype]
+
+
+def set_log_level(level: int) -> None:
+    """Level of xmge's Lite log (``xmge.lite``: re-inference and compilation per input shape)."""
+    logger.setLevel(_LOG_LEVELS[LiteLogLevel(level)])
+
+
+def get_log_level() -> LiteLogLevel:
+    return next((k for k, v in _LOG_LEVELS.items() if v == logger.getEffectiveLevel()), LiteLogLevel.WARN)
+
+
+class LiteLayout:
+    """Shape and data type of a :class:`LiteTensor`."""
+
+    MAX_DIM = 7
+
+    def __init__(self, shape: Iterable[int] | None = None, dtype: Any = None) -> None:
+        self.shapes = list(shape) if shape else []
+        self.data_type = _lite_dtype(dtype) if dtype is not None else LiteDataType.LITE_FLOAT
+
+    @property
+    def shapes(self) -> list[int]:
+        return list(self._shapes)
+
+    @shapes.setter
+    def shapes(self, shape: Iterable[int]) -> None:
+        dims = [int(d) for d in shape]
+        if len(dims) > self.MAX_DIM:
+            raise NetworkError(f"a Lite layout has at most {self.MAX_DIM} dimensions, got {dims}")
+        if any(d < 0 for d in dims):
+            raise NetworkError(f"negative dimension in the layout {dims}")
+        self._shapes = dims
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shapes)
+
+    @property
+    def dtype(self) -> type[np.generic]:
+        return _LITE_TO_NUMPY[self.data_type]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self._shapes) * np.dtype(self.dtype).itemsize if self._shapes else 0
+
+    def copy(self) -> LiteLayout:
+        return LiteLayout(self._shapes, self.data_type)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LiteLayout) and (other.shapes, other.data_type) == (
+            self.shapes,
+            self.data_type,
+        )
+
+    def __hash__(self) -> int:
+        return hash((tuple(self._shapes), self.data_type))
+
+    def __repr__(self) -> str:
+        return repr({"shapes": self.shapes, "ndim": self.ndim, "data_type": self.dtype})
+
+
+def _check_device(device_type: int) -> LiteDeviceType:
+    device = LiteDeviceType(device_type)
+    if device not in _CPU_DEVICES:
+        raise NetworkError(f"xmge runs Lite networks on the CPU; device {device.name} is not supported")
+    return device
+
+
+def _ctypes_view(data: Any, layout: LiteLayout) -> np.ndarray:
+    """A numpy view of ctypes memory (an array object or a pointer) laid out as ``layout``."""
+    if isinstance(data, ctypes.Array):
+        return (
+            np.ctypeslib.as_array(data)
+            .view(np.uint8)[: layout.nbytes]
+            .view(layout.dtype)
+            .reshape(layout.shapes)
+        )
+    address = data.value if isinstance(data, ctypes.c_void_p) else ctypes.cast(data, ctypes.c_void_p).value
+    if not address:
+        raise NetworkError("set_data: the ctypes pointer is null")
+    buffer = (ctypes.c_ubyte * layout.nbytes).from_address(address)
+    return np.ctypeslib.as_array(buffer).view(layout.dtype).reshape(layout.shapes)
+
+
+class LiteTensor:
+    """A block of host memory with a :class:`LiteLayout`. Memory is allocated on first use;
+    ``set_data_by_share`` and ``share_memory_with`` make tensors use memory owned elsewhere, and
+    writes (``set_data_by_copy``, a network's outputs) go into the current memory when it has the
+    right size, as in MegEngine Lite."""
+
+    def __init__(
+        self,
+        layout: LiteLayout | None = None,
+        device_type: int = LiteDeviceType.LITE_CPU,
+        device_id: int = 0,
+        is_pinned_host: bool = False,
+        shapes: Iterable[int] | None = None,
+        dtype: Any = None,
+        physic_construct: bool = True,
+    ) -> None:
+        self._device_type = _check_device(device_type)
+        self._device_id = device_id
+        self._is_pinned_host = bool(is_pinned_host)
+        if layout is not None:
+            self._layout = layout.copy()
+        elif shapes is not None:
+            self._layout = LiteLayout(shapes, dtype)
+        else:
+            self._layout = LiteLayout(dtype=dtype)
+        self._array: np.ndarray | None = None  # the memory, viewed with the layout
+        self._written = False  # whether anything put data into the memory (inputs need it)
+
+    # -- memory -----------------------------------------------------------------------------
+    def _memory(self) -> np.ndarray:
+        layout = self._layout
+        if self._array is None or self._array.nbytes != layout.nbytes:
+            self._array = np.zeros(layout.shapes, layout.dtype)
+        elif self._array.dtype != np.dtype(layout.dtype) or list(self._array.shape) != layout.shapes:
+            self._array = self._array.reshape(-1).view(np.uint8).view(layout.dtype).reshape(layout.shapes)
+        return self._array
+
+    def _adopt(self, array: np.ndarray) -> None:
+        self._layout = LiteLayout(array.shape, array.dtype)
+        self._array = array
+        self._written = True
+
+    def _write(self, data: np.ndarray) -> None:
+        """Copy ``data`` in, taking its layout; into the present memory when it is the same size."""
+        data = np.asarray(data)
+        layout = LiteLayout(data.shape, data.dtype)
+        if self._array is not None and self._array.flags.c_contiguous and self._array.nbytes == layout.nbytes:
+            target = self._array.reshape(-1).view(np.uint8).view(layout.dtype).reshape(layout.shapes)
+            np.copyto(target, data.astype(layout.dtype, copy=False))
+            self._adopt(target)
+        else:
+            self._adopt(np.array(data, dtype=layout.dtype, order="C"))
+
+    @property
+    def layout(self) -> LiteLayout:
+        return self._layout
+
+    @layout.setter
+    def layout(self, layout: LiteLayout | Sequence[int]) -> None:
+        if isinstance(layout, LiteLayout):
+            self._layout = layout.copy()
+        else:
+            self._layout = LiteLayout(layout, self._layout.data_type)
+
+    @property
+    def nbytes(self) -> int:
+        return self._layout.nbytes
+
+    @property
+    def device_type(self) -> LiteDeviceType:
+        return self._device_type
+
+    @property
+    def device_id(self) -> int:
+        return self._device_id
+
+    @property
+    def is_pinned_host(self) -> bool:
+        return self._is_pinned_host
+
+    @property
+    def is_continue(self) -> bool:
+        return self._array is None or bool(self._array.flags.c_contiguous)
+
+    def fill_zero(self) -> None:
+        self._memory()[...] = 0
+        self._written = True
+
+    def share_memory_with(self, src_tensor: LiteTensor) -> None:
+        """Use ``src_tensor``'s memory (and layout) from now on."""
+        if not isinstance(src_tensor, LiteTensor):
+            raise NetworkError(f"share_memory_with takes a LiteTensor, got {type(src_tensor).__name__}")
+        self._layout = src_tensor._layout.copy()
+        self._array = src_tensor._memory()
+        self._written = True
+
+    def copy_from(self, src_tensor: LiteTensor) -> None:
+        if not isinstance(src_tensor, LiteTensor):
+            raise NetworkError(f"copy_from takes a LiteTensor, got {type(src_tensor).__name__}")
+        self._write(src_tensor._memory())
+
+    def reshape(self, shape: Iterable[int]) -> None:
+        """Give the same data another shape (one dimension may be -1)."""
+        dims = [int(d) for d in shape]
+        total = math.prod(self._layout.shapes) if self._layout.shapes else 0
+        if dims.count(-1) == 1:
+            known = math.prod(d for d in dims if d != -1)
+            if known == 0 or total % known:
+                raise NetworkError(f"cannot reshape {self._layout.shapes} into {dims}")
+            dims[dims.index(-1)] = total // known
+        if math.prod(dims) != total:
+            raise NetworkError(f"cannot reshape {self._layout.shapes} into {dims}: element counts differ")
+        memory = self._memory() if self._array is not None else None
+        self._layout = LiteLayout(dims, self._layout.data_type)
+        if memory is not None:
+            self._array = memory.reshape(dims)
+
+    def slice(
+        self, start: Sequence[int], end: Sequence[int], step: Sequence[int] | None = None
+    ) -> LiteTensor:
+        """A tensor viewing part of this one's memory (per dimension ``start:end:step``)."""
+        if len(start) != len(end) or (step is not None and len(step) != len(start)):
+            raise NetworkError("slice: start, end and step must have one value per sliced dimension")
+        steps = list(step) if step is not None else [1] * len(start)
+        view = self._memory()[tuple(slice(b, e, s) for b, e, s in zip(start, end, steps, strict=True))]
+        out = LiteTensor(device_type=self._device_type, device_id=self._device_id)
+        out._adopt(view)
+        out._written = self._written
+        return out
+
+    def get_ctypes_memory(self) -> ctypes.c_void_p:
+        """The address of the memory (allocated if needed); writes through it are the tensor's data."""
+        if not self.is_continue:
+            raise NetworkError("get_ctypes_memory: the tensor is a non-contiguous slice")
+        self._written = True
+        return ctypes.c_void_p(self._memory().ctypes.data)
+
+    def set_data_by_share(self, data: Any, length: int = 0, layout: LiteLayout | None = None) -> None:
+        """Use ``data``'s memory as this tensor's, without a copy: later changes to ``data`` are
+        what the network reads. ``data`` is a C-contiguous numpy array or ctypes memory (then with
+        ``layout``, or this tensor's layout)."""
+        if isinstance(data, np.ndarray):
+            if not data.flags.c_contiguous:
+                raise NetworkError(
+                    "set_data_by_share needs a C-contiguous array: call np.ascontiguousarray(data) first"
+                )
+            _lite_dtype(data.dtype)
+            self._adopt(
+                data
+                if layout is None
+                else data.view(np.uint8).reshape(-1).view(layout.dtype).reshape(layout.shapes)
+            )
+            return
+        want = layout.copy() if layout is not None else self._layout
+        if length and length != want.nbytes:
+            raise NetworkError(
+                f"set_data_by_share: {length} bytes given, the layout {want} needs {want.nbytes}"
+            )
+        self._adopt(_ctypes_view(data, want))
+
+    def set_data_by_copy(self, data: Any, data_length: int = 0, layout: LiteLayout | None = None) -> None:
+        """Copy ``data`` in: a numpy array (the tensor takes its shape and dtype), a list of numbers
+        (written from the start of the memory, in the tensor's dtype) or ctypes memory."""
+        if layout is not None:
+            self.layout = layout
+        if not self.is_continue:
+            raise NetworkError("set_data_by_copy can only apply to a contiguous tensor")
+        if isinstance(data, np.ndarray):
+            _lite_dtype(data.dtype)
+            self._write(data)
+        elif isinstance(data, list | tuple):
+            values = np.asarray(data, dtype=self._layout.dtype).reshape(-1)
+            memory = self._memory().reshape(-1)
+            if values.size > memory.size:
+                raise NetworkError(
+                    f"the length of input data ({values.size}) is larger than the tensor ({memory.size})"
+                )
+            memory[: values.size] = values
+            self._written = True
+        else:
+            if data_length != self.nbytes and layout is None:
+                raise NetworkError("set_data_by_copy from ctypes memory needs data_length or a layout")
+            self._write(_ctypes_view(data, self._layout).copy())
+
+    def get_data_by_share(self) -> np.ndarray:
+        """The memory as a numpy array, without a copy (a network overwrites it on its next forward)."""
+        return self._memory()
+
+    def to_numpy(self) -> np.ndarray:
+        """A copy of the data."""
+        if self.nbytes == 0:
+            return np.array([], dtype=self._layout.dtype)
+        return np.array(self._memory(), copy=True)
+
+    def __repr__(self) -> str:
+        return repr(
+            {
+                "layout": self._layout,
+                "device_type": self._device_type,
+                "device_id": self._device_id,
+                "is_pinned_host": self._is_pinned_host,
+            }
+        )
+
+
+def LiteTensorConcat(  # noqa: N802 - megenginelite's name
+    tensors: Sequence[LiteTensor],
+    dim: int,
+    device_type: int = LiteDeviceType.LITE_DEVICE_DEFAULT,
+    device_id: int = -1,
+) -> LiteTensor:
+    """A new tensor holding ``tensors`` joined along ``dim``."""
+    out = LiteTensor(device_type=device_type, device_id=max(device_id, 0))
+    out._adopt(np.concatenate([t._memory() for t in tensors], axis=dim))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# configuration
+
+
+class LiteOptions:
+    """MegEngine Lite's inference options. xmge records them; the compilation target (``target=``
+    of :class:`LiteNetwork`) decides layouts and kernels instead, so they do not change a run."""
+
+    def __init__(self) -> None:
+        self.weight_preprocess = False
+        self.fuse_preprocess = False
+        self.fake_next_exec = False
+        self.var_sanity_check_first_run = True
+        self.const_shape = False
+        self.force_dynamic_alloc = False
+        self.force_output_dynamic_alloc = False
+        self.force_output_use_user_specified_memory = False
+        self.no_profiling_on_shape_change = False
+        self.jit_level = 0
+        self.comp_node_seq_record_level = 0
+        self.graph_opt_level = 2
+        self.async_exec_level = 1
+        self.enable_nchw44 = False
+        self.enable_nchw44_dot = False
+        self.enable_nchw88 = False
+        self.enable_nhwcd4 = False
+        self.enable_nchw4 = False
+        self.enable_nchw32 = False
+        self.enable_nchw64 = False
+
+    def __repr__(self) -> str:
+        return repr(dict(vars(self)))
+
+
+class LiteConfig:
+    """How a network is loaded: device (CPU only), backend and options."""
+
+    def __init__(self, device_type: int = LiteDeviceType.LITE_CPU, option: LiteOptions | None = None) -> None:
+        self.device_type = device_type
+        self.device_id = 0
+        self.options = option if option is not None else LiteOptions()
+        self.has_compression = False
+        self.backend = LiteBackend.LITE_DEFAULT
+        self.auto_optimize_inference = False
+        self.discrete_input_name = ""
+        self._bare_model_cryption_name = b""
+
+    @property
+    def bare_model_cryption_name(self) -> str:
+        return self._bare_model_cryption_name.decode("utf-8")
+
+    @bare_model_cryption_name.setter
+    def bare_model_cryption_name(self, name: str | bytes) -> None:
+        self._bare_model_cryption_name = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+
+    def __repr__(self) -> str:
+        return repr(
+            {
+                "has_compression": bool(self.has_compression),
+                "device_id": self.device_id,
+                "device_type": LiteDeviceType(self.device_type),
+                "backend": LiteBackend(self.backend),
+                "bare_model_cryption_name": self.bare_model_cryption_name,
+                "options": self.options,
+                "auto_optimize_inference": self.auto_optimize_inference,
+                "discrete_input_name": self.discrete_input_name,
+            }
+        )
+
+
+class LiteExtraConfig:
+    def __init__(self, disable_model_config: bool = False) -> None:
+        self.disable_configure_by_model_info = disable_model_config
+
+
+class LiteIO:
+    """One input or output of a network as the user configures it: ``config_layout`` sets an
+    input's layout until data is given, and is checked against an output's computed layout."""
+
+    def __init__(
+        self,
+        name: str | bytes,
+        is_host: bool = True,
+        io_type: int = LiteIOType.LITE_IO_VALUE,
+        layout: LiteLayout | None = None,
+    ) -> None:
+        self.name = name  # type: ignore[assignment]
+        self.is_host = is_host
+        self.io_type = LiteIOType(io_type)
+        self.config_layout = layout if layout is not None else LiteLayout()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, name: str | bytes) -> None:
+        self._name = name.decode("utf-8") if isinstance(name, bytes) else str(name)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return repr(
+            {
+                "name": self.name,
+                "is_host": bool(self.is_host),
+                "io_type": self.io_type,
+                "config_layout": self.config_layout,
+            }
+        )
+
+
+class LiteNetworkIO:
+    """The inputs and outputs configured for a :class:`LiteNetwork`."""
+
+    def __init__(self, inputs: Iterable[Any] | None = None, outputs: Iterable[Any] | None = None) -> None:
+        self.inputs: list[LiteIO] = [self._io(i) for i in inputs or ()]
+        self.outputs: list[LiteIO] = [self._io(o) for o in outputs or ()]
+
+    @staticmethod
+    def _io(item: Any) -> LiteIO:
+        if isinstance(item, LiteIO):
+            return item
+        if isinstance(item, list | tuple):
+            return LiteIO(*item)
+        raise NetworkError(f"LiteNetworkIO takes LiteIO items or [name, ...] lists, got {item!r}")
+
+    def add_input(
+        self,
+        obj: LiteIO | str,
+        is_host: bool = True,
+        io_type: int = LiteIOType.LITE_IO_VALUE,
+        layout: LiteLayout | None = None,
+    ) -> None:
+        self.inputs.append(obj if isinstance(obj, LiteIO) else LiteIO(obj, is_host, io_type, layout))
+
+    def add_output(
+        self,
+        obj: LiteIO | str,
+        is_host: bool = True,
+        io_type: int = LiteIOType.LITE_IO_VALUE,
+        layout: LiteLayout | None = None,
+    ) -> None:
+        self.outputs.append(obj if isinstance(obj, LiteIO) else LiteIO(obj, is_host, io_type, layout))
+
+    def __repr__(self) -> str:
+        return repr({"inputs": self.inputs, "outputs": self.outputs})
+
+
+# ----------------------------------------------------------------------------------------------
+# the network
+
+
+def _check_config(config: LiteConfig) -> None:
+    _check_device(config.device_type)
+    if config.bare_model_cryption_name:
+        raise NetworkError(
+            f"encrypted models ({config.bare_model_cryption_name}) are not supported: load the plain .mge"
+        )
+    if config.has_compression:
+        raise NetworkError("compressed models are not supported: load the plain .mge")
+
+
+class LiteNetwork:
+    """MegEngine Lite's network on xmge: ``load``, fill the tensors of ``get_io_tensor``,
+    ``forward``, ``wait``, read the output tensors. ``target=`` (e.g. ``"x86-avx2-nchw88"``) runs
+    compiled kernels instead of the reference interpreter; input shapes may change between
+    forwards either way."""
+
+    def __init__(
+        self, config: LiteConfig | None = None, io: LiteNetworkIO | None = None, *, target: str | None = None
+    ) -> None:
+        self.config = config if config is not None else LiteConfig()
+        self.network_io = io if io is not None else LiteNetworkIO()
+        _check_config(self.config)
+        self.target = target
+        self._threads = 1
+        self._device_id = self.config.device_id
+        self._stream_id = 0
+        self._inplace = False
+        self._network: Network | None = None
+        self._inputs: dict[str, tuple[LiteIO, LiteTensor]] = {}
+        self._outputs: dict[str, tuple[LiteIO, LiteTensor]] = {}
+        self._start_callback: Callable[[dict[LiteIO, LiteTensor]], Any] | None = None
+        self._finish_callback: Callable[[dict[LiteIO, LiteTensor]], Any] | None = None
+        self._async_callback: Callable[[], Any] | None = None
+        self.extra_config = LiteExtraConfig()
+
+    def __repr__(self) -> str:
+        return repr({"config": self.config, "IOs": self.network_io})
+
+    # -- loading ----------------------------------------------------------------------------
+    def load(self, file: Source) -> None:
+        """Load a model from a path, a binary file object or bytes."""
+        _check_config(self.config)
+        network = Network(_read_source(file))
+        if self.target is not None:
+            network.compile(self.target, threads=self._threads)
+        self._attach(network)
+
+    def _attach(self, network: Network) -> None:
+        inputs = network.input_types()
+        outputs = network.output_types()
+        io_in = {io.name: io for io in self.network_io.inputs}
+        io_out = {io.name: io for io in self.network_io.outputs}
+        unknown = sorted(set(io_in) - set(inputs))
+        if unknown:
+            raise NetworkError(
+                f"LiteNetworkIO names inputs {unknown} the model lacks; inputs are {sorted(inputs)}"
+            )
+        unknown = sorted(set(io_out) - set(outputs))
+        if unknown:
+            raise NetworkError(
+                f"LiteNetworkIO names outputs {unknown}; xmge exposes the model's outputs only: "
+                f"{sorted(outputs)}"
+            )
+        self._network = network
+        self._inputs = {n: self._make_tensor(io_in.get(n) or LiteIO(n), t) for n, t in inputs.items()}
+        # registered outputs, if any, are the only ones (as in MegEngine Lite)
+        chosen = [n for n in outputs if n in io_out] if io_out else list(outputs)
+        self._outputs = {n: self._make_tensor(io_out.get(n) or LiteIO(n), outputs[n]) for n in chosen}
+
+    @staticmethod
+    def _make_tensor(io: LiteIO, t: TensorType) -> tuple[LiteIO, LiteTensor]:
+        return io, LiteTensor(io.config_layout if io.config_layout.ndim else _lite_layout(t))
+
+    def _require(self) -> Network:
+        if self._network is None:
+            raise NetworkError("no model loaded: call load() first")
+        return self._network
+
+    def _before_load(self, what: str) -> None:
+        if self._network is not None:
+            raise NetworkError(f"{what} must be set before the network is loaded")
+
+    # -- settings ---------------------------------------------------------------------------
+    @property
+    def threads_number(self) -> int:
+        return self._threads
+
+    @threads_number.setter
+    def threads_number(self, nr_threads: int) -> None:
+        self._before_load("threads_number")
+        if nr_threads < 1:
+            raise NetworkError(f"threads_number must be >= 1, got {nr_threads}")
+        self._threads = int(nr_threads)
+
+    @property
+    def device_id(self) -> int:
+        return self._device_id
+
+    @device_id.setter
+    def device_id(self, device_id: int) -> None:
+        self._before_load("device_id")
+        self._device_id = int(device_id)
+
+    @property
+    def stream_id(self) -> int:
+        return self._stream_id
+
+    @stream_id.setter
+    def stream_id(self, stream_id: int) -> None:
+        self._before_load("stream_id")
+        self._stream_id = int(stream_id)
+
+    def enable_cpu_inplace_mode(self) -> None:
+        """Run on the calling thread (xmge always does; the flag is kept for the query)."""
+        self._before_load("cpu inplace mode")
+        self._inplace = True
+
+    def is_cpu_inplace_mode(self) -> bool:
+        return self._inplace
+
+    def extra_configure(self, extra_config: LiteExtraConfig) -> None:
+        self.extra_config = extra_config
+
+    def share_weights_with(self, src_network: LiteNetwork) -> None:
+        """Use ``src_network``'s loaded model (graph, weights, compiled code) with tensors of our own."""
+        if not isinstance(src_network, LiteNetwork):
+            raise NetworkError(f"share_weights_with takes a LiteNetwork, got {type(src_network).__name__}")
+        self._attach(src_network._require().shared())
+
+    def set_start_callback(self, start_callback: Callable[[dict[LiteIO, LiteTensor]], Any]) -> None:
+        """``start_callback({LiteIO: LiteTensor})`` with the inputs, before each forward."""
+        self._start_callback = start_callback
+
+    def set_finish_callback(self, finish_callback: Callable[[dict[LiteIO, LiteTensor]], Any]) -> None:
+        """``finish_callback({LiteIO: LiteTensor})`` with the outputs, after each forward."""
+        self._finish_callback = finish_callback
+
+    def async_with_callback(self, async_callback: Callable[[], Any]) -> None:
+        """``async_callback()`` once a forward has finished (forward itself runs synchronously)."""
+        self._async_callback = async_callback
+
+    # -- names and tensors ------------------------------------------------------------------
+    def get_all_input_name(self) -> list[str]:
+        self._require()
+        return list(self._inputs)
+
+    def get_all_output_name(self) -> list[str]:
+        self._require()
+        return list(self._outputs)
+
+    def get_input_name(self, index: int) -> str:
+        names = self.get_all_input_name()
+        if not 0 <= index < len(names):
+            raise NetworkError(
+                f"input index {index} out of range: the model has {len(names)} input(s) {names}"
+            )
+        return names[index]
+
+    def get_output_name(self, index: int) -> str:
+        names = self.get_all_output_name()
+        if not 0 <= index < len(names):
+            raise NetworkError(
+                f"output index {index} out of range: the model has {len(names)} output(s) {names}"
+            )
+        return names[index]
+
+    def get_io_tensor(self, name: str | bytes, phase: int = LiteTensorPhase.LITE_IO) -> LiteTensor:
+        """The tensor of input or output ``name`` (``phase`` picks one when both share a name)."""
+        self._require()
+        key = name.decode("utf-8") if isinstance(name, bytes) else name
+        phase = LiteTensorPhase(phase)
+        if phase != LiteTensorPhase.LITE_OUTPUT and key in self._inputs:
+            return self._inputs[key][1]
+        if phase != LiteTensorPhase.LITE_INPUT and key in self._outputs:
+            return self._outputs[key][1]
+        kinds = {LiteTensorPhase.LITE_IO: "input or output", LiteTensorPhase.LITE_INPUT: "input"}
+        raise NetworkError(
+            f"no {kinds.get(phase, 'output')} tensor named {key!r}; inputs are {list(self._inputs)}, "
+            f"outputs are {list(self._outputs)}"
+        )
+
+    # -- running ----------------------------------------------------------------------------
+    def forward(self) -> None:
+        """Run the model on the input tensors' data (their current shapes) and fill the outputs."""
+        network = self._require()
+        declared = network.input_types()
+        for name, (_, tensor) in self._inputs.items():
+            if not tensor._written:
+                raise NetworkError(
+                    f"input {name!r} has no data: call set_data_by_copy or set_data_by_share on "
+                    f"get_io_tensor({name!r}) before forward()"
+                )
+            data = tensor._memory()
+            want = _lite_layout(declared[name]).dtype
+            if data.dtype != want:
+                raise NetworkError(
+                    f"input {name!r} is {np.dtype(want).name} in the model, got {data.dtype.name} data"
+                )
+            network.set_input(name, data)
+        if self._start_callback is not None:
+            self._start_callback({io: t for io, t in self._inputs.values()})
+        network.forward()
+        for name, (io, tensor) in self._outputs.items():
+            value = network.get_output(name)
+            configured = io.config_layout
+            if configured.ndim and configured.shapes != list(value.shape):
+                raise NetworkError(
+                    f"output {name!r} has shape {list(value.shape)}, not the configured {configured.shapes}"
+                )
+            tensor._write(value)
+        if self._finish_callback is not None:
+            self._finish_callback({io: t for io, t in self._outputs.values()})
+        if self._async_callback is not None:
+            self._async_callback()
+
+    def wait(self) -> None:
+        """Wait for the forward to finish: it already has, forward() is synchronous."""
+
+
+def _lite_layout(t: Any) -> LiteLayout:
+    """The Lite layout of a value of tensor type ``t`` (a quantized type: its storage type)."""
+    assert isinstance(t, TensorType)
+    return LiteLayout(t.get_shape(), np.dtype(numpy_dtype(t.element_type)).str)
+
+
+def get_model_io_info(model_path: Source, config: LiteConfig | None = None) -> LiteNetworkIO:
+    """The inputs and outputs of a model file, with the layouts it declares."""
+    _check_config(config if config is not None else LiteConfig())
+    network = Network(model_path)
+    return LiteNetworkIO(
+        [LiteIO(n, layout=_lite_layout(t)) for n, t in network.input_types().items()],
+        [LiteIO(n, layout=_lite_layout(t)) for n, t in network.output_types().items()],
+    )
+
+
+__all__ = [
+    "IOInfo",
+    "LiteAlgoSelectStrategy",
+    "LiteBackend",
+    "LiteConfig",
+    "LiteDataType",
+    "LiteDeviceType",
+    "LiteExtraConfig",
+    "LiteIO",
+    "LiteIOType",
+    "LiteLayout",
+    "LiteLogLevel",
+    "LiteNetwork",
+    "LiteNetworkIO",
+    "LiteOptions",
+    "LiteTensor",
+    "LiteTensorConcat",
+    "LiteTensorPhase",
+    "Network",
+    "NetworkError",
+    "get_log_level",
+    "get_model_io_info",
+    "lite_dtype_2_numpy",
+    "set_log_level",
+]
