@@ -40,6 +40,7 @@ from typing import IO, Any
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, BytesAttr, ModuleOp, StringAttr, TensorType
+from xdsl.utils.exceptions import VerifyException
 
 from backends.mge.container import RawGraph, parse_file
 from backends.mge.fbs import MgeFormatError
@@ -218,9 +219,9 @@ class Network:
         try:
             fn = graph_to_func(_with_input_shapes(self._raw_graph, shapes), self.fn.sym_name.data)
             ModuleOp([fn]).verify()
-        except Exception as exc:  # MgeFormatError or a VerifyException from the new shapes
-            message = exc.args[0] if isinstance(exc, MgeFormatError) and exc.args else str(exc)
-            raise NetworkError(f"the model cannot run with input shapes {described}: {message}") from None
+        except (MgeFormatError, VerifyException) as exc:
+            # the reader names the operator the new shapes do not fit; its traceback adds nothing
+            raise NetworkError(f"the model cannot run with input shapes {described}: {exc}") from None
         return fn
 
     # -- description ----------------------------------------------------------------------------
@@ -484,15 +485,19 @@ def _check_device(device_type: int) -> LiteDeviceType:
     return device
 
 
+def _reinterpret(memory: np.ndarray, layout: LiteLayout) -> np.ndarray:
+    """The bytes of a C-contiguous ``memory`` viewed as ``layout`` (no copy)."""
+    return memory.reshape(-1).view(np.uint8)[: layout.nbytes].view(layout.dtype).reshape(layout.shapes)
+
+
 def _ctypes_view(data: Any, layout: LiteLayout) -> np.ndarray:
     """A numpy view of ctypes memory (an array object or a pointer) laid out as ``layout``."""
     if isinstance(data, ctypes.Array):
-        return (
-            np.ctypeslib.as_array(data)
-            .view(np.uint8)[: layout.nbytes]
-            .view(layout.dtype)
-            .reshape(layout.shapes)
-        )
+        if ctypes.sizeof(data) < layout.nbytes:
+            raise NetworkError(
+                f"the ctypes array has {ctypes.sizeof(data)} bytes, the layout {layout} needs {layout.nbytes}"
+            )
+        return _reinterpret(np.ctypeslib.as_array(data), layout)
     address = data.value if isinstance(data, ctypes.c_void_p) else ctypes.cast(data, ctypes.c_void_p).value
     if not address:
         raise NetworkError("set_data: the ctypes pointer is null")
@@ -534,7 +539,7 @@ class LiteTensor:
         if self._array is None or self._array.nbytes != layout.nbytes:
             self._array = np.zeros(layout.shapes, layout.dtype)
         elif self._array.dtype != np.dtype(layout.dtype) or list(self._array.shape) != layout.shapes:
-            self._array = self._array.reshape(-1).view(np.uint8).view(layout.dtype).reshape(layout.shapes)
+            self._array = _reinterpret(self._array, layout)
         return self._array
 
     def _adopt(self, array: np.ndarray) -> None:
@@ -547,7 +552,7 @@ class LiteTensor:
         data = np.asarray(data)
         layout = LiteLayout(data.shape, data.dtype)
         if self._array is not None and self._array.flags.c_contiguous and self._array.nbytes == layout.nbytes:
-            target = self._array.reshape(-1).view(np.uint8).view(layout.dtype).reshape(layout.shapes)
+            target = _reinterpret(self._array, layout)
             np.copyto(target, data.astype(layout.dtype, copy=False))
             self._adopt(target)
         else:
@@ -647,11 +652,11 @@ class LiteTensor:
                     "set_data_by_share needs a C-contiguous array: call np.ascontiguousarray(data) first"
                 )
             _lite_dtype(data.dtype)
-            self._adopt(
-                data
-                if layout is None
-                else data.view(np.uint8).reshape(-1).view(layout.dtype).reshape(layout.shapes)
-            )
+            if layout is not None and layout.nbytes != data.nbytes:
+                raise NetworkError(
+                    f"set_data_by_share: {data.nbytes} bytes given, the layout {layout} needs {layout.nbytes}"
+                )
+            self._adopt(data if layout is None else _reinterpret(data, layout))
             return
         want = layout.copy() if layout is not None else self._layout
         if length and length != want.nbytes:
