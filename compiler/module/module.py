@@ -150,6 +150,15 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
+    # -- quantization (MegEngine's ``quantize_qat`` skips disabled sub-trees) --------------------
+    quantize_disabled = False
+
+    def disable_quantize(self, value: bool = True) -> Module:
+        """Keep this module and its sub-modules in float when ``quantize_qat`` converts a model."""
+        for m in self.modules():
+            m.quantize_disabled = value
+        return self
+
     def apply(self, fn: Callable[[Module], Any]) -> None:
         for m in self.modules():
             fn(m)
