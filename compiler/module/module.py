@@ -143,8 +143,12 @@ class Module:
 
     # -- modes ------------------------------------------------------------------------------------
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
-        for m in self.modules() if recursive else [self]:
-            m.training = mode
+        if not recursive:
+            self.training = mode
+            return self
+        # each module's own train() runs, so overrides (observers pause in eval) take effect
+        for m in list(self.modules()):
+            m.train(mode, recursive=False)
         return self
 
     def eval(self) -> Module:

@@ -36,7 +36,7 @@ class Observer(Module):
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
         # MegEngine ties observing to training mode: eval() freezes the statistics
         super().train(mode, recursive)
-        self.enabled = mode
+        self.enabled = mode  # MegEngine ties observing to training mode; enable_observer overrides
         return self
 
     def forward(self, x: Tensor) -> Tensor:
