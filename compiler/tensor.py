@@ -358,14 +358,25 @@ class Tensor:
         return _getitem(self, index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        from compiler.core import op_error
+        from compiler.core import missing_operator
         from compiler.jit import is_tracing
 
         if is_tracing():
-            raise op_error("setitem", "in-place assignment cannot be traced; build the value functionally")
+            raise missing_operator(
+                "setitem",
+                "in-place assignment cannot be traced: it",
+                "SetSubtensor / IndexingSetMultiAxisVec",
+            )
         data = np.array(self._data)
-        data[index] = value._data if isinstance(value, Tensor) else value
+        data[_numpy_index(index)] = value._data if isinstance(value, Tensor) else value
         self._data = data
+
+
+def _numpy_index(index: Any) -> Any:
+    """An index with its Tensors (bool masks, integer index tensors) as numpy arrays."""
+    if isinstance(index, tuple):
+        return tuple(_numpy_index(i) for i in index)
+    return index._data if isinstance(index, Tensor) else index
 
 
 class Parameter(Tensor):

@@ -167,4 +167,41 @@ def norm(inp: Tensor, ord: float = 2.0, axis: Any = None, keepdims: bool = False
     return _pow(sum(_pow(_abs(inp), ord), axis, keepdims), 1.0 / ord)
 
 
-__all__ = ["argmax", "argmin", "batch_matmul", "matmul", "max", "mean", "min", "norm", "prod", "sum"]
+def var(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Population variance ``mean((x - mean(x))**2)`` over ``axis`` (all axes if None)."""
+    inp = as_tensor(inp)
+    if inp.dtype.kind != "f":
+        inp = inp.astype("float32")
+    centered = inp - mean(inp, axis, keepdims=True)
+    return mean(centered * centered, axis, keepdims)
+
+
+def std(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    from compiler.functional.elemwise import sqrt
+
+    return sqrt(var(inp, axis, keepdims))
+
+
+def normalize(inp: Tensor, ord: float | None = None, axis: Any = None, eps: float = 1e-12) -> Tensor:  # noqa: A002
+    """``inp / max(norm(inp, ord, axis), eps)`` (MegEngine's ``F.normalize``; ord None is 2)."""
+    from compiler.functional.elemwise import maximum
+
+    inp = as_tensor(inp)
+    return inp / maximum(norm(inp, 2.0 if ord is None else ord, axis, keepdims=True), eps)
+
+
+__all__ = [
+    "argmax",
+    "argmin",
+    "batch_matmul",
+    "matmul",
+    "max",
+    "mean",
+    "min",
+    "norm",
+    "normalize",
+    "prod",
+    "std",
+    "sum",
+    "var",
+]

@@ -37,12 +37,16 @@ __all__ = [
     "adaptive_max_pool2d",
     "avg_pool2d",
     "batch_norm",
+    "conv1d",
     "conv2d",
     "conv_transpose2d",
     "dropout",
+    "embedding",
     "gelu",
+    "group_norm",
     "hsigmoid",
     "hswish",
+    "indexing_one_hot",
     "interpolate",
     "layer_norm",
     "leaky_relu",
@@ -50,6 +54,7 @@ __all__ = [
     "log_softmax",
     "logsumexp",
     "max_pool2d",
+    "one_hot",
     "pad",
     "relu",
     "relu6",
@@ -218,8 +223,11 @@ def layer_norm(
     return out
 
 
-def linear(inp: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``inp @ weight.T + bias`` with weight (out, in) and bias (out,)."""
+def linear(inp: Tensor, weight: Tensor, bias: Tensor | None = None, compute_mode: str = "default") -> Tensor:
+    """``inp @ weight.T + bias`` with weight (out, in) and bias (out,). ``compute_mode``
+    ("default" or "float32") is MegEngine's accumulation hint; xmge accumulates float32 anyway."""
+    if str(compute_mode).upper() not in enums.ComputeMode.__members__:
+        raise op_error("linear", f"unknown compute_mode {compute_mode!r}")
     inp, weight = as_tensor(inp), as_tensor(weight)
     if weight.ndim != 2:
         raise op_error("linear", f"weight must be 2-D (out, in), got shape {weight.shape}")
@@ -240,6 +248,136 @@ def linear(inp: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             raise op_error("linear", f"bias has shape {bias.shape}, expected ({weight.shape[0]},)")
         out = _elemwise("ADD", out, bias, label="linear bias")
     return out
+
+
+def conv1d(
+    inp: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+    compute_mode: str = "default",
+) -> Tensor:
+    """1-D convolution of (N, C, L) with weight (OC, IC/groups, K): a conv2d over (N, C, L, 1)."""
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if inp.ndim != 3:
+        raise op_error("conv1d", f"input must be 3-D (N, C, L), got shape {inp.shape}")
+    if weight.ndim != 3:
+        raise op_error("conv1d", f"weight must be 3-D (OC, IC/groups, K), got shape {weight.shape}")
+    from compiler.functional.tensor import expand_dims, squeeze
+
+    out = conv2d(
+        expand_dims(inp, 3), expand_dims(weight, 3), None, (stride, 1), (padding, 0), (dilation, 1), groups,
+        conv_mode, compute_mode,
+    )  # fmt: skip
+    out = squeeze(out, 3)
+    if bias is not None:
+        bias = as_tensor(bias)
+        oc = out.shape[1]
+        if bias.size != oc:
+            raise op_error("conv1d", f"bias has shape {bias.shape}, expected (1, {oc}, 1)")
+        out = _elemwise("ADD", out, reshape(bias, (1, oc, 1)), label="conv1d bias")
+    return out
+
+
+def group_norm(
+    inp: Tensor,
+    num_groups: int,
+    affine: bool,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Group normalisation of (N, C, ...): statistics per sample over each group of C/num_groups
+    channels and all spatial positions; ``weight``/``bias`` of C elements when ``affine``."""
+    from compiler.functional.elemwise import sqrt
+
+    inp = as_tensor(inp)
+    if inp.ndim < 2:
+        raise op_error("group_norm", f"input must have a channel axis, got shape {inp.shape}")
+    n, c = inp.shape[0], inp.shape[1]
+    if num_groups < 1 or c % num_groups:
+        raise op_error("group_norm", f"{c} channels cannot be split into {num_groups} groups")
+    grouped = reshape(inp, (n, num_groups, -1))
+    centered = grouped - mean(grouped, 2, keepdims=True)
+    variance = mean(centered * centered, 2, keepdims=True)
+    out = reshape(centered / sqrt(variance + eps), inp.shape)
+    if affine:
+        if weight is None or bias is None:
+            raise op_error("group_norm", "weight and bias must be given when affine is True")
+        pshape = (1, c) + (1,) * (inp.ndim - 2)
+        out = out * reshape(as_tensor(weight), pshape) + reshape(as_tensor(bias), pshape)
+    return out
+
+
+def _one_hot_mask(label: str, index: Tensor, num_classes: int, axis: int, dtype: Any) -> Tensor:
+    """``index`` compared with 0..num_classes-1 laid along a new axis ``axis``, as ``dtype``."""
+    from compiler.functional.tensor import expand_dims
+
+    index = as_tensor(index)
+    if index.dtype.kind not in "iu":
+        raise op_error(label, f"indices must be integers, got {index.dtype}")
+    index = index.astype("int32")
+    classes_shape = [1] * (index.ndim + 1)
+    classes_shape[axis] = num_classes
+    classes = Tensor(np.arange(num_classes, dtype=np.int32).reshape(classes_shape))
+    return _elemwise("EQ", expand_dims(index, axis), classes, label=label).astype(dtype)
+
+
+def one_hot(inp: Tensor, num_classes: int) -> Tensor:
+    """int32 one-hot encoding along a new last axis (MegEngine's ``F.one_hot``)."""
+    inp = as_tensor(inp)
+    return _one_hot_mask("one_hot", inp, int(num_classes), inp.ndim, "int32")
+
+
+def indexing_one_hot(src: Tensor, index: Tensor, axis: int = 1, keepdims: bool = False) -> Tensor:
+    """``src`` picked at ``index`` along ``axis`` (index has src's shape without that axis);
+    a one-hot select (SWITCH_GT0) and a sum, so it traces with existing operators."""
+    src, index = as_tensor(src), as_tensor(index)
+    ax = _axis("indexing_one_hot", axis, src.ndim)
+    expected = src.shape[:ax] + src.shape[ax + 1 :]
+    if index.shape != expected:
+        raise op_error(
+            "indexing_one_hot", f"index has shape {index.shape}, expected {expected} for src {src.shape}"
+        )
+    mask = _one_hot_mask("indexing_one_hot", index, src.shape[ax], ax, src.dtype)
+    picked = _sum(_elemwise("SWITCH_GT0", mask, src, label="indexing_one_hot"), ax, keepdims=True)
+    if keepdims:
+        return picked
+    from compiler.functional.tensor import squeeze
+
+    return squeeze(picked, ax)
+
+
+def embedding(
+    inp: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float | None = None,
+) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, dim) picked by integer ``inp``: output inp.shape + (dim,).
+    Traced as a one-hot (N, num_embeddings) float matrix times ``weight`` (exact: one non-zero
+    term per sum); MegEngine's IndexingMultiAxisVec is not an mgb op yet."""
+    from compiler.functional.math import matmul
+
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if weight.ndim != 2:
+        raise op_error("embedding", f"weight must be 2-D (num_embeddings, dim), got shape {weight.shape}")
+    if max_norm is not None:
+        raise op_error("embedding", "max_norm renormalisation is not supported (MegEngine ignores it too)")
+    if inp.dtype.kind in "iu" and inp.size:
+        ids = inp.numpy()
+        if ids.min() < 0 or ids.max() >= weight.shape[0]:
+            raise op_error(
+                "embedding", f"indices must be in [0, {weight.shape[0]}), got [{ids.min()}, {ids.max()}]"
+            )
+    flat = reshape(inp, (inp.size,))
+    mask = _one_hot_mask("embedding", flat, weight.shape[0], 1, weight.dtype)
+    return reshape(matmul(mask, weight), (*inp.shape, weight.shape[1]))
 
 
 def _pool(label: str, mode: Any, inp: Tensor, kernel_size: Any, stride: Any, padding: Any) -> Tensor:
@@ -395,8 +533,6 @@ def batch_norm(
     from compiler.functional.elemwise import sqrt
 
     return centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
-
-
 
 
 def dropout(inp: Tensor, drop_prob: float, training: bool = True) -> Tensor:

@@ -293,7 +293,55 @@ def arange(
 ) -> Tensor:
     if stop is None:
         start, stop = 0, start
-    return Tensor(np.arange(start, stop, step), dtype=dtype)
+    _static_bounds("arange", "Linspace", start, stop, step)
+    return Tensor(np.arange(float(start), float(stop), float(step)), dtype=dtype)
+
+
+def _static_bounds(label: str, operator_name: str, *bounds: Any) -> None:
+    """Bounds given as Tensors are fine eagerly (their values are known) but a trace would freeze
+    them into constants; MegEngine records them with an operator xmge lacks."""
+    from compiler.core import active_recorders, missing_operator
+
+    if any(isinstance(b, Tensor) for b in bounds) and active_recorders():
+        raise missing_operator(label, "a Tensor bound under trace or autodiff", operator_name)
+
+
+def repeat(inp: Tensor, repeats: int, axis: int | None = None) -> Tensor:
+    """Each element ``repeats`` times in a row along ``axis`` (of the flattened input if None),
+    like ``np.repeat``; composed as expand_dims -> broadcast -> reshape."""
+    inp = as_tensor(inp)
+    if isinstance(repeats, Tensor) or int(repeats) != repeats or repeats < 1:
+        raise op_error("repeat", f"repeats must be a positive int, got {repeats!r}")
+    repeats = int(repeats)
+    if axis is None:
+        inp = reshape(inp, (inp.size,))
+        axis = 0
+    ax = _axis("repeat", axis, inp.ndim)
+    if repeats == 1:
+        return inp
+    expanded = expand_dims(inp, ax + 1)
+    wide = broadcast_to(expanded, (*inp.shape[: ax + 1], repeats, *inp.shape[ax + 1 :]))
+    return reshape(wide, (*inp.shape[:ax], inp.shape[ax] * repeats, *inp.shape[ax + 1 :]))
+
+
+def tile(inp: Tensor, reps: Sequence[int]) -> Tensor:
+    """The input repeated ``reps[i]`` times as a block along each axis, like ``np.tile``."""
+    inp = as_tensor(inp)
+    reps = [int(r) for r in reps]
+    if any(r < 1 for r in reps):
+        raise op_error("tile", f"reps must be positive, got {reps}")
+    if len(reps) < inp.ndim:
+        reps = [1] * (inp.ndim - len(reps)) + reps
+    if len(reps) > inp.ndim:
+        inp = reshape(inp, (1,) * (len(reps) - inp.ndim) + inp.shape)
+    out = inp
+    for ax, r in enumerate(reps):
+        if r == 1:
+            continue
+        shape = out.shape
+        wide = broadcast_to(expand_dims(out, ax), (*shape[:ax], r, *shape[ax:]))
+        out = reshape(wide, (*shape[:ax], r * shape[ax], *shape[ax + 1 :]))
+    return out
 
 
 def linspace(start: float, stop: float, num: int, dtype: Any = "float32", device: Any = None) -> Tensor:
@@ -313,10 +361,12 @@ __all__ = [
     "linspace",
     "ones",
     "ones_like",
+    "repeat",
     "reshape",
     "split",
     "squeeze",
     "stack",
+    "tile",
     "transpose",
     "where",
     "zeros",

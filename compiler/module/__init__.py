@@ -1,5 +1,31 @@
 """MegEngine 1.13's ``module`` API."""
 
+# MegEngine's sub-module layout (``megengine.module.init``, ``.normalization``, ``.qat``, ...)
+from compiler.module import (  # noqa: F401 - also importable as compiler.module.<name>
+    activation,
+    batchnorm,
+    concat,
+    conv,
+    conv_bn,
+    dropout,
+    elemwise,
+    embedding,
+    identity,
+    init,
+    linear,
+    normalization,
+    pooling,
+    qat,
+    quant_dequant,
+    quantized,
+    sequential,
+)
+from compiler.module.activation import PReLU
+from compiler.module.concat import Concat
+from compiler.module.conv import Conv1d, ConvRelu2d
+from compiler.module.conv_bn import ConvBn2d, ConvBnRelu2d
+from compiler.module.elemwise import Elemwise
+from compiler.module.embedding import Embedding
 from compiler.module.layers import (
     GELU,
     AdaptiveAvgPool2d,
@@ -27,8 +53,25 @@ from compiler.module.layers import (
     Tanh,
 )
 from compiler.module.module import Module, StateDictError
+from compiler.module.normalization import GroupNorm, InstanceNorm
+from compiler.module.quant_dequant import DequantStub, QuantStub
 
 __all__ = [
+    "Concat",
+    "Conv1d",
+    "ConvBn2d",
+    "ConvBnRelu2d",
+    "ConvRelu2d",
+    "DequantStub",
+    "Elemwise",
+    "Embedding",
+    "GroupNorm",
+    "InstanceNorm",
+    "PReLU",
+    "QuantStub",
+    "init",
+    "qat",
+    "quantized",
     "GELU",
     "AdaptiveAvgPool2d",
     "AdaptiveMaxPool2d",

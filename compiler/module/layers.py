@@ -397,6 +397,11 @@ class Sequential(Module):
             return Sequential(*[getattr(self, k) for k in self.layer_keys[idx]])
         return getattr(self, self.layer_keys[idx])
 
+    def __setitem__(self, idx: int, module: Module) -> None:
+        if not isinstance(module, Module):
+            raise TypeError(f"Sequential: item {idx} must be a Module, got {type(module).__name__}")
+        setattr(self, self.layer_keys[idx], module)
+
     def __len__(self) -> int:
         return len(self.layer_keys)
 

@@ -143,12 +143,25 @@ class Module:
 
     # -- modes ------------------------------------------------------------------------------------
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
-        for m in self.modules() if recursive else [self]:
-            m.training = mode
+        if not recursive:
+            self.training = mode
+            return self
+        # each module's own train() runs, so overrides (observers pause in eval) take effect
+        for m in list(self.modules()):
+            m.train(mode, recursive=False)
         return self
 
     def eval(self) -> Module:
         return self.train(False)
+
+    # -- quantization (MegEngine's ``quantize_qat`` skips disabled sub-trees) --------------------
+    quantize_disabled = False
+
+    def disable_quantize(self, value: bool = True) -> Module:
+        """Keep this module and its sub-modules in float when ``quantize_qat`` converts a model."""
+        for m in self.modules():
+            m.quantize_disabled = value
+        return self
 
     def apply(self, fn: Callable[[Module], Any]) -> None:
         for m in self.modules():

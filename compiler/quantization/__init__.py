@@ -1,236 +1,106 @@
-"""Post-training int8 quantization (MegEngine's ``quantization`` flow, calibrate then quantize).
+"""MegEngine's ``quantization`` package, plus xmge's one-call post-training quantizer.
 
-    qmodel = quantize(float_model, calibration_batches)           # min/max observers
-    qmodel = quantize(float_model, batches, observer="percentile", percentile=99.99)
-    y = qmodel(x)                                                 # float in, float out
-
-``qmodel`` is a :class:`compiler.module.Module`: it runs int8 operators through the reference
-kernels, traces with ``jit.trace`` and dumps with ``trace.dump`` into a ``.mge`` whose operators
-mirror MegEngine's quantized dumps (``TypeCvt`` to QuantizedS8 at the input, ``ConvBias`` with
-QuantizedS8 weights, QuantizedS32 bias and QuantizedS8 output, ``ElemwiseMultiType`` QADD /
-QFUSE_ADD_RELU for residual adds, ``TypeCvt`` back to float32 at the output). How the float graph
-is split into int8 units: :mod:`compiler.quantization.graph`.
+* MegEngine's flow: ``quantize_qat(model, qconfig=...)`` (float -> QAT modules with observers and
+  fake quantizers), calibrate or fine-tune, ``quantize(model)`` (QAT -> int8 modules); QConfigs,
+  observers and fake quantizers as in MegEngine (:mod:`.qconfig`, :mod:`.observer`,
+  :mod:`.fake_quant`, :mod:`.utils`).
+* Post-training in one call: ``quantize(float_model, calibration_batches)`` traces the float
+  model and builds an int8 model from its graph (:mod:`.ptq`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-from xdsl.dialects import func
-from xdsl.dialects.builtin import TensorType
-from xdsl.ir import SSAValue
-
-import compiler.functional as F
-from compiler import dtype as D
-from compiler.core import apply
 from compiler.module.module import Module
-from compiler.quantization.graph import (
+from compiler.quantization import quantize as _megengine_flow
+from compiler.quantization.fake_quant import TQT, FakeQuantize
+from compiler.quantization.observer import (
+    ExponentialMovingAverageObserver,
+    HistogramObserver,
+    MinMaxObserver,
     Observer,
-    Plan,
-    Unit,
-    calibrate,
+    PassiveObserver,
+    SyncExponentialMovingAverageObserver,
+    SyncMinMaxObserver,
+)
+from compiler.quantization.ptq import (
+    QuantizedModel,
     minmax_observer,
     percentile_observer,
-    plan,
+    quantize_calibrated,
+    trace_float,
 )
-from compiler.tensor import Parameter, Tensor
-from dialects import enums
-from dialects import tensor as T
-from dialects.dtypes import element_type
-
-QMAX = 127.0  # symmetric int8: scale = range / 127
-
-
-def _quantize_array(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    from backends.reference.quant_kernels import quantize as q
-
-    return np.array(q(np.asarray(x, np.float32), dtype))
-
-
-class QuantizedUnit(Module):
-    """The int8 parameters of one unit (weights qint8, bias qint32)."""
-
-    def __init__(self, weight: np.ndarray, bias: np.ndarray, w_dtype: np.dtype, b_dtype: np.dtype) -> None:
-        super().__init__()
-        self.weight = Parameter(_quantize_array(weight, w_dtype), dtype=w_dtype)
-        self.bias = Parameter(_quantize_array(bias, b_dtype), dtype=b_dtype)
-
-    def forward(self, *args: Any) -> Any:  # pragma: no cover - parameters only
-        raise NotImplementedError
+from compiler.quantization.qconfig import (
+    QConfig,
+    calibration_qconfig,
+    easyquant_qconfig,
+    ema_fakequant_qconfig,
+    ema_lowbit_fakequant_qconfig,
+    min_max_fakequant_qconfig,
+    passive_qconfig,
+    sync_ema_fakequant_qconfig,
+    tqt_qconfig,
+)
+from compiler.quantization.quantize import (
+    disable_fake_quant,
+    disable_observer,
+    enable_fake_quant,
+    enable_observer,
+    hook_qat_module,
+    propagate_qconfig,
+    quantize_qat,
+    reset_qconfig,
+)
+from compiler.quantization.utils import QParams, QuantMode, create_qparams, fake_quant_tensor
 
 
-class QuantizedModel(Module):
-    """An int8 model built by :func:`quantize` from a float model's trace."""
-
-    def __init__(self, p: Plan, ranges: dict[SSAValue, float]) -> None:
-        super().__init__()
-        self._plan = p
-        self._scales: dict[SSAValue, float] = {}
-        self._consts: dict[SSAValue, Tensor] = {}
-        fn = p.fn
-        for arg in fn.body.block.args:
-            self._scales[arg] = _scale(ranges[arg])
-        units: dict[str, QuantizedUnit] = {}
-        self._unit_key: dict[int, str] = {}
-        for i, u in enumerate(p.units):
-            if u.kind in ("conv", "linear", "add"):
-                self._scales[u.output] = _scale(ranges[u.output])
-            elif u.kind == "same":
-                if u.inputs and u.inputs[0] in self._scales:
-                    self._scales[u.output] = self._scales[u.inputs[0]]
-            else:
-                self._scales[u.output] = _scale(ranges[u.output])
-                for v in u.op.operands:
-                    if isinstance(v.owner, T.ConstOp):
-                        self._consts[v] = Tensor(v.owner.numpy())
-            if u.kind in ("conv", "linear"):
-                assert u.weight is not None and u.bias is not None
-                s_in = self._scales[u.inputs[0]]
-                s_w = _scale(float(np.abs(u.weight).max()))
-                w_dtype = D.qint8(s_w)
-                b_dtype = D.qint32(D.get_scale(D.qint8(s_in)) * D.get_scale(w_dtype))
-                bias = u.bias.reshape(1, -1, 1, 1) if u.kind == "conv" else u.bias
-                key = u.name if u.name not in units else f"{u.name}#{i}"
-                units[key] = QuantizedUnit(u.weight, bias, w_dtype, b_dtype)
-                self._unit_key[i] = key
-        # parameters named after the float model's modules: "quantized.<scope>.weight"
-        self.quantized = units
-        self._names = [str(a.data) for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
-
-    # -- execution ------------------------------------------------------------------------------
-    def _q(self, v: SSAValue, env: dict[SSAValue, Tensor]) -> Tensor:
-        """The value of ``v`` as int8 (quantizing a float value with its calibrated scale)."""
-        t = env[v]
-        if D.is_quantize(t.dtype):
-            return t
-        return t.astype(D.qint8(self._scales[v]))
-
-    def _shape(self, v: SSAValue, batch: int) -> list[int]:
-        t = v.type
-        assert isinstance(t, TensorType)
-        shape = list(t.get_shape())
-        if shape and shape[0] == self._plan.batch:
-            shape[0] = batch
-        return shape
-
-    def forward(self, *inputs: Tensor) -> Any:
-        fn = self._plan.fn
-        args = fn.body.block.args
-        if len(inputs) != len(args):
-            raise TypeError(f"the quantized model takes {len(args)} inputs, got {len(inputs)}")
-        batch = inputs[0].shape[0] if inputs and inputs[0].ndim else 1
-        env: dict[SSAValue, Tensor] = dict(self._consts)
-        for arg, x in zip(args, inputs, strict=True):
-            env[arg] = x.astype(D.qint8(self._scales[arg]))  # QuantStub
-        for i, u in enumerate(self._plan.units):
-            env[u.output] = self._run(i, u, env, batch)
-        ret = next(op for op in fn.body.block.ops if isinstance(op, func.ReturnOp))
-        outs = [env[v].astype("float32") if D.is_quantize(env[v].dtype) else env[v] for v in ret.operands]
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def _run(self, i: int, u: Unit, env: dict[SSAValue, Tensor], batch: int) -> Tensor:
-        out_dtype = D.qint8(self._scales[u.output]) if u.output in self._scales else None
-        if u.kind == "conv":
-            params = self.quantized[self._unit_key[i]]
-            p = u.op.params()
-            groups = params.weight.shape[0] if p["sparse"] == enums.ConvSparse.GROUP else 1
-            return F.quantized.conv_bias_activation(
-                self._q(u.inputs[0], env),
-                params.weight,
-                params.bias,
-                dtype=out_dtype,
-                stride=p["stride"],
-                padding=p["padding"],
-                dilation=p["dilation"],
-                groups=groups,
-                nonlinear_mode="relu" if u.relu else "identity",
-            )
-        if u.kind == "linear":
-            params = self.quantized[self._unit_key[i]]
-            (acc,) = apply(
-                T.MatrixMulOp, [self._q(u.inputs[0], env), params.weight], label="linear", transpose_b=True
-            )
-            y = acc + params.bias
-            if u.relu:
-                y = F.relu(y)
-            return y.astype(out_dtype)
-        if u.kind == "add":
-            a, b = (self._q(v, env) for v in u.inputs)
-            mode = "qfuse_add_relu" if u.relu else "qadd"
-            return F.quantized.elemwise_multi_type(a, b, mode=mode, dtype=out_dtype)
-        operands = [env[v] for v in u.op.operands]
-        quantized_in = u.kind == "same" and any(D.is_quantize(t.dtype) for t in operands)
-        if not quantized_in:
-            operands = [t.astype("float32") if D.is_quantize(t.dtype) else t for t in operands]
-        types = []
-        for r in u.op.results:
-            elem = element_type(operands[0].dtype) if quantized_in else r.type.element_type  # type: ignore[attr-defined]
-            types.append(TensorType(elem, self._shape(r, batch)))
-        (out,) = apply(type(u.op), operands, label=u.op.name, result_types=types, **_user_params(u.op))
-        return out
+def quantize(module: Module, *args: Any, **kwargs: Any) -> Module:
+    """MegEngine's ``quantize(module, inplace=True, mapping=None)`` (QAT -> int8 modules), or,
+    given calibration batches as the second argument, :func:`quantize_calibrated`."""
+    first = args[0] if args else None
+    if (first is not None and not isinstance(first, bool)) or {"calibration", "observer", "percentile"} & set(
+        kwargs
+    ):
+        return quantize_calibrated(module, *args, **kwargs)
+    return _megengine_flow.quantize(module, *args, **kwargs)
 
 
-def _user_params(op: T.MgbOp) -> dict[str, Any]:
-    props = dict(op.properties)
-    for k in op.IGNORED_PROPS:
-        props.pop(k, None)
-    return {k: T.from_attr(v) for k, v in props.items()}
-
-
-def _scale(magnitude: float) -> float:
-    return max(float(magnitude), 1e-8) / QMAX
-
-
-def _observer(observer: str | Observer, percentile: float) -> Observer:
-    if callable(observer):
-        return observer
-    if observer == "minmax":
-        return minmax_observer
-    if observer == "percentile":
-        return percentile_observer(percentile)
-    raise ValueError(f"unknown observer {observer!r}; expected 'minmax', 'percentile' or a function")
-
-
-def trace_float(model: Module, example: Sequence[np.ndarray]) -> func.FuncOp:
-    """The traced float function of ``model`` on example inputs (module in eval mode)."""
-    from compiler import jit
-
-    model.eval()
-
-    @jit.trace(symbolic=True, capture_as_const=True)
-    def f(*xs: Tensor) -> Any:
-        return model(*xs)
-
-    f(*[Tensor(np.asarray(x, np.float32)) for x in example])
-    return next(op for op in f.module.ops if isinstance(op, func.FuncOp))
-
-
-def quantize(
-    model: Module,
-    calibration: Sequence[np.ndarray | Sequence[np.ndarray]],
-    *,
-    observer: str | Observer = "minmax",
-    percentile: float = 99.99,
-) -> QuantizedModel:
-    """Calibrate ``model`` on the calibration batches (all of one shape; a batch is an array or a
-    tuple of arrays, one per model input) and return its int8 version.
-
-    Activation scales: ``observer`` ("minmax": the largest magnitude seen; "percentile": that
-    percentile of the magnitudes) / 127 per tensor; weights per tensor ``max|w| / 127``.
-    """
-    batches = [tuple(b) if isinstance(b, tuple | list) else (b,) for b in calibration]
-    if not batches:
-        raise ValueError("quantize needs at least one calibration batch")
-    shapes = {tuple(np.shape(x) for x in b) for b in batches}
-    if len(shapes) != 1:
-        raise ValueError(f"calibration batches must all have one shape, got {sorted(shapes)}")
-    fn = trace_float(model, batches[0])
-    p = plan(fn)
-    points = set(fn.body.block.args) | {u.output for u in p.units}
-    ranges = calibrate(fn, batches, points, _observer(observer, percentile))
-    return QuantizedModel(p, ranges)
-
-
-__all__ = ["quantize", "QuantizedModel", "trace_float", "minmax_observer", "percentile_observer"]
+__all__ = [
+    "TQT",
+    "ExponentialMovingAverageObserver",
+    "FakeQuantize",
+    "HistogramObserver",
+    "MinMaxObserver",
+    "Observer",
+    "PassiveObserver",
+    "QConfig",
+    "QParams",
+    "QuantMode",
+    "QuantizedModel",
+    "SyncExponentialMovingAverageObserver",
+    "SyncMinMaxObserver",
+    "calibration_qconfig",
+    "create_qparams",
+    "disable_fake_quant",
+    "disable_observer",
+    "easyquant_qconfig",
+    "ema_fakequant_qconfig",
+    "ema_lowbit_fakequant_qconfig",
+    "enable_fake_quant",
+    "enable_observer",
+    "fake_quant_tensor",
+    "hook_qat_module",
+    "min_max_fakequant_qconfig",
+    "minmax_observer",
+    "passive_qconfig",
+    "percentile_observer",
+    "propagate_qconfig",
+    "quantize",
+    "quantize_calibrated",
+    "quantize_qat",
+    "reset_qconfig",
+    "sync_ema_fakequant_qconfig",
+    "tqt_qconfig",
+    "trace_float",
+]

@@ -24,9 +24,10 @@ from dialects.tensor import MgbOp, ShapeInferenceError, to_attr
 if TYPE_CHECKING:
     from compiler.tensor import Tensor
 
+# compiler/core/__init__.py -> the repository root holding the four packages
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PACKAGE_ROOTS = tuple(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d) + os.sep
-    for d in ("compiler", "dialects", "backends", "passes")
+    os.path.join(_REPO_ROOT, d) + os.sep for d in ("compiler", "dialects", "backends", "passes")
 )
 
 
@@ -47,6 +48,17 @@ def user_location() -> str:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return "<unknown>"
+
+
+class MissingOperatorError(OpError, NotImplementedError):
+    """The API call is valid MegEngine but needs an ``mgb`` operator xmge does not have yet."""
+
+
+def missing_operator(label: str, what: str, operators: str) -> MissingOperatorError:
+    return MissingOperatorError(
+        f"{label}: {what} needs MegEngine's {operators} operator, which xmge's mgb dialect does not "
+        f"have yet (at {user_location()})"
+    )
 
 
 def op_error(label: str, message: str) -> OpError:

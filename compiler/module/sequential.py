@@ -1,0 +1,5 @@
+"""MegEngine's ``module.sequential`` (defined in :mod:`compiler.module.layers`)."""
+
+from compiler.module.layers import Sequential
+
+__all__ = ["Sequential"]

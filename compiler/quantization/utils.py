@@ -1,0 +1,145 @@
+"""MegEngine's quantization vocabulary: quantization modes, dtype ranges, ``QParams`` and the
+fake-quantize function every QAT module applies.
+
+``fake_quant_tensor`` is quantize-then-dequantize composed from elementwise ops (DIV, ROUND,
+clip, MUL), so a QAT model traces and dumps with existing operators; rounding is MegEngine's
+(half away from zero, megdnn's ``round``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from compiler import dtype as D
+from compiler.tensor import Tensor, as_tensor
+
+
+class QuantMode(Enum):
+    """MegEngine's modes, spelled as MegEngine spells them."""
+
+    SYMMERTIC = 1
+    ASYMMERTIC = 2
+
+
+@dataclass(frozen=True)
+class QuantDtypeMeta:
+    """A quantized dtype's name, the dtype it becomes and its integer range."""
+
+    name: str
+    cname: str  # the compiler.dtype constructor: qint8, quint8, qint4, quint4, qint32
+    qmin: int
+    qmax: int
+
+    @property
+    def is_signed(self) -> bool:
+        return self.qmin < 0
+
+
+_builtin_quant_dtypes: dict[str, QuantDtypeMeta] = {
+    "qint8": QuantDtypeMeta("qint8", "qint8", -128, 127),
+    "qint8_narrow": QuantDtypeMeta("qint8_narrow", "qint8", -127, 127),
+    "quint8": QuantDtypeMeta("quint8", "quint8", 0, 255),
+    "qint4": QuantDtypeMeta("qint4", "qint4", -8, 7),
+    "quint4": QuantDtypeMeta("quint4", "quint4", 0, 15),
+    "qint32": QuantDtypeMeta("qint32", "qint32", -(2**31), 2**31 - 1),
+}
+
+
+def _meta_of(dtype: str | QuantDtypeMeta) -> QuantDtypeMeta:
+    if isinstance(dtype, QuantDtypeMeta):
+        return dtype
+    try:
+        return _builtin_quant_dtypes[dtype]
+    except KeyError:
+        raise ValueError(
+            f"unknown quantized dtype {dtype!r}; expected one of {sorted(_builtin_quant_dtypes)}"
+        ) from None
+
+
+class QParams:
+    """Quantization parameters of one tensor: mode, dtype meta, scale and zero point (Tensors)."""
+
+    def __init__(
+        self,
+        mode: QuantMode,
+        dtype_meta: QuantDtypeMeta,
+        scale: Tensor | None,
+        zero_point: Tensor | None = None,
+    ) -> None:
+        self.mode, self.dtype_meta = mode, dtype_meta
+        self.scale, self.zero_point = scale, zero_point
+
+    def update(self, other: QParams) -> None:
+        self.mode, self.dtype_meta = other.mode, other.dtype_meta
+        self.scale, self.zero_point = other.scale, other.zero_point
+
+    def __repr__(self) -> str:
+        return f"QParams(mode={self.mode.name}, dtype={self.dtype_meta.name}, scale={self.scale})"
+
+
+def create_qparams(
+    mode: QuantMode = QuantMode.SYMMERTIC,
+    dtype_meta: str | QuantDtypeMeta | None = None,
+    scale: Any = None,
+    zero_point: Any = None,
+) -> QParams:
+    meta = _meta_of("qint8" if dtype_meta is None else dtype_meta)
+    return QParams(mode, meta, _as_param(scale), _as_param(zero_point))
+
+
+def _as_param(value: Any) -> Tensor | None:
+    if value is None:
+        return None
+    return as_tensor(np.float32(value) if np.isscalar(value) else value)
+
+
+def get_qparam_dict(qparams: QParams) -> dict[str, Any]:
+    return {
+        "mode": qparams.mode,
+        "dtype_meta": qparams.dtype_meta,
+        "scale": qparams.scale,
+        "zero_point": qparams.zero_point,
+    }
+
+
+def get_quantized_dtype(qparams: QParams) -> np.dtype:
+    """The ``compiler.dtype`` quantized dtype these parameters describe."""
+    if qparams.scale is None:
+        raise ValueError("quantization parameters have no scale yet (run the observer first)")
+    scale = float(np.asarray(qparams.scale.numpy()).reshape(-1)[0])
+    cname = qparams.dtype_meta.cname
+    if cname in ("quint8", "quint4"):
+        zp = 0 if qparams.zero_point is None else int(np.asarray(qparams.zero_point.numpy()).reshape(-1)[0])
+        return getattr(D, cname)(scale, zp)
+    return getattr(D, cname)(scale)
+
+
+def fake_quant_tensor(inp: Tensor, qparams: QParams) -> Tensor:
+    """``(clip(round(x / scale) + zp, qmin, qmax) - zp) * scale`` in float32."""
+    from compiler import functional as F
+
+    if qparams.scale is None:
+        raise ValueError("fake_quant_tensor: the quantization parameters have no scale")
+    meta = qparams.dtype_meta
+    inp = as_tensor(inp)
+    scale = qparams.scale
+    q = F.round(inp / scale)
+    if qparams.mode == QuantMode.ASYMMERTIC and qparams.zero_point is not None:
+        zp = qparams.zero_point
+        return (F.clip(q + zp, meta.qmin, meta.qmax) - zp) * scale
+    return F.clip(q, meta.qmin, meta.qmax) * scale
+
+
+__all__ = [
+    "QParams",
+    "QuantDtypeMeta",
+    "QuantMode",
+    "create_qparams",
+    "fake_quant_tensor",
+    "get_qparam_dict",
+    "get_quantized_dtype",
+]
