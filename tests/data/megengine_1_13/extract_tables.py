@@ -200,6 +200,7 @@ def main(argv: list[str]) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(tables, f, indent=1, sort_keys=True)
         f.write("\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, OUT)  # atomically: a failed run leaves the old table
     print(f"wrote {OUT}: {len(tables['params'])} param defs")
 
