@@ -14,13 +14,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Cross toolchain and emulator for the ARM targets; installed with apt-get when missing. Where
-# apt-get cannot run, the ARM tests skip and say why.
+# apt-get cannot run, the ARM tests skip and say why, except under CI=true, where that is an error
+# (tests/test_ci_toolchain.py fails too, should the tools vanish after this step).
 toolchains:
 	@if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; then \
 		echo "installing gcc-aarch64-linux-gnu and qemu-user"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		( $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-			gcc-aarch64-linux-gnu qemu-user >/dev/null ) || echo "warning: could not install the ARM toolchain"; \
+			gcc-aarch64-linux-gnu qemu-user >/dev/null ) || { echo "warning: could not install the ARM toolchain"; \
+			[ "$$CI" != true ] || { echo "error: CI=true needs aarch64-linux-gnu-gcc and qemu-aarch64"; exit 1; }; }; \
 	fi
 
 # ONNX Runtime for the demo's comparison; without a network the demo still runs and says so
@@ -31,8 +33,9 @@ $(BENCH_STAMP): $(STAMP)
 demo: $(BENCH_STAMP) toolchains
 	$(PY) -m compiler.demo
 
+# -rs: every skip prints its reason (machine-dependent: AVX-512 ids, the ARM toolchain)
 test: $(STAMP) toolchains
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench_x86.py

@@ -162,14 +162,27 @@ def test_keep_var_name(traces: dict[str, object]) -> None:
         assert len(g1.var_names) == (1 if fmt == "FBS" else g1.nr_vars)
 
 
+# convnet's operator names with keep_opr_name, in xmge's operator order: MegEngine's names
+# (golden keepnames.mge) except for the two it makes up from var ids, "const<0>[10]" and
+# "FUSE_ADD_RELU(fc1.bias,fc1.MatrixMul)[68]" (xmge: "const<0>" and the fused relu's module path)
+CONVNET_OPR_NAMES = (
+    "data conv1.weight conv1.Convolution conv1.bias conv1.ADD pool1.Pooling conv2.weight "
+    "conv2.Convolution conv2.bias conv2.ADD pool2.Pooling GetVarShape const<0> Subtensor const<-1> "
+    "Concat Reshape fc1.weight fc1.MatrixMul fc1.bias relu1.FUSE_ADD_RELU fc2.weight fc2.MatrixMul "
+    "fc2.bias fc2.ADD"
+).split()
+MEGENGINE_GENERATED_NAMES = {"const<0>", "const<-1>", "relu1.FUSE_ADD_RELU"}
+
+
 def test_keep_opr_name_and_priority(traces: dict[str, object]) -> None:
     tr = traces["convnet"]
     plain = parse_file(dump_bytes(tr))[0]
-    named = parse_file(dump_bytes(tr, keep_opr_name=True, keep_opr_priority=True))[0]
+    named = parse_file(dump_bytes(tr, arg_names=["data"], keep_opr_name=True, keep_opr_priority=True))[0]
     assert all(o.name is None and o.priority == 0 for o in plain.oprs)
-    assert [o.name for o in named.oprs][:3] == ["fc2.bias", "fc1.bias", "conv2.bias"] or all(
-        o.name for o in named.oprs
-    )
+    assert [o.name for o in named.oprs] == CONVNET_OPR_NAMES
+    with open(data_path("convnet", "keepnames.mge"), "rb") as f:
+        golden = {o.name for o in parse_file(f.read())[0].oprs}
+    assert set(CONVNET_OPR_NAMES) - MEGENGINE_GENERATED_NAMES < golden
     assert [o.priority for o in named.oprs] == list(range(1, len(named.oprs) + 1))
 
 
