@@ -6,6 +6,7 @@ under the default restricted loader, dumps to ``.mge`` through ``jit.trace`` and
 from __future__ import annotations
 
 import io
+import pickle
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import compiler.traced_module as tm
 from compiler.lite import Network
 from compiler.traced_module.expr import CallMethod, GetAttr, Input
 from compiler.traced_module.node import ModuleNode, TensorNode
+from tests.conftest import data_path
 
 RNG_SEED = 7
 
@@ -492,3 +494,83 @@ def test_surgery_errors_name_the_problem_and_leave_the_graph_alone() -> None:
     # the traced module still runs as before, and tracing again works after surgery blocks
     np.testing.assert_array_equal(traced(x).numpy(), net(x).numpy())
     assert str(tm.trace_module(traced, x)) == before
+
+
+# ----------------------------------------------------------------------------------------------
+# editing loaded modules: a pickled xmge TracedModule, and MegEngine's own .tm
+
+
+def test_surgery_after_a_pickle_round_trip_and_replace_inputs() -> None:
+    net = _randomized(Net())
+    x = _input()
+    traced = pickle.loads(pickle.dumps(tm.trace_module(net, x)))  # as the guide does before editing
+    linear_node = traced.graph.get_module_by_type(M.Linear).as_unique()
+    linear_call = linear_node.users[0]
+    inp_node = linear_call.inputs[1]
+    with linear_call.top_graph.insert_exprs():
+        halved = inp_node * 0.5
+    linear_call.replace_inputs({inp_node: halved})
+    assert "head_out = head(mul_out, )" in str(traced.graph)
+    with pytest.raises(tm.TracedModuleError, match="must be made before"):
+        inp_node.expr.replace_inputs({inp_node.expr.inputs[0]: halved})
+    h = F.relu(net.stem(x))
+    h = F.relu(net.block.bn(net.block.conv(h)) + h)
+    want = net.head(F.flatten(F.avg_pool2d(h, 8), 1) * 0.5)
+    _close(traced(x), want)
+    _save_load_dump_run(traced, x, want.numpy())
+
+
+def test_surgery_on_megengine_convnet_tm() -> None:
+    traced = tm.load_megengine_tm(data_path("convnet", "convnet.tm"))
+    x = megengine.tensor(np.load(data_path("convnet", "inputs.npz"))["data"])
+    graph = traced.graph
+    relu_call = graph.exprs().call_module(M.ReLU).as_unique()
+    relu_out = relu_call.outputs[0]
+    with graph.insert_exprs():
+        relu6_out = F.relu6(relu_call.inputs[1])
+    graph.replace_node({relu_out: relu6_out})
+    graph.compile()
+    assert graph.get_module_by_type(M.ReLU).as_list() == []
+    ids = [e.id for e in graph.exprs()]
+    assert len(ids) == len(set(ids))  # new ids continue past the file's
+    h = traced.pool2(traced.conv2(traced.pool1(traced.conv1(x))))
+    want = traced.fc2(F.relu6(traced.fc1(F.flatten(h, 1))))
+    _close(traced(x), want)
+    _save_load_dump_run(traced, x, want.numpy())
+    # and cut it after the first pooling
+    traced.set_end_points(graph.get_node_by_name("ConvNet_pool1_out").as_unique())
+    (cut,) = traced(x)
+    _close(cut, traced.pool1(traced.conv1(x)))
+
+
+class Leaky(M.Module):
+    def forward(self, x: megengine.Tensor) -> megengine.Tensor:
+        y = F.leaky_relu(x, negative_slope=0.1)
+        return F.sigmoid(x) + y * 2
+
+
+def test_set_arg_changes_a_call_in_place() -> None:
+    x = _input((2, 6))
+    traced = tm.trace_module(Leaky(), x)
+    graph = traced.graph
+    leaky = graph.get_function_by_type(F.leaky_relu).as_unique()
+    assert leaky.named_args == {"inp": graph.inputs[1], "negative_slope": 0.1}
+    leaky.set_arg("negative_slope", 0.3)
+    assert "leaky_relu_out = nn.leaky_relu(x, 0.3, )" in str(graph)
+    with pytest.raises(tm.TracedModuleError, match="no argument named"):
+        leaky.set_arg("slope", 3)
+    sigmoid_out = graph.get_function_by_type(F.sigmoid).as_unique().outputs[0]
+    with pytest.raises(tm.TracedModuleError, match="made before it"):
+        leaky.set_args_kwargs(sigmoid_out, 0.3)
+    want = F.sigmoid(x) + F.leaky_relu(x, 0.3) * 2
+    _close(traced(x), want)
+    # an expression pinned with disable_remove survives compile, with what it reads
+    with graph.insert_exprs():
+        probe = F.exp(sigmoid_out)
+    probe.expr.disable_remove()
+    graph.compile()
+    assert probe.expr in graph.exprs(recursive=False).as_list()
+    probe.expr.enable_remove()
+    graph.compile()
+    assert probe.expr not in graph.exprs(recursive=False).as_list()
+    _save_load_dump_run(traced, x, want.numpy())

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 
 class Expr:
+    _disable_remove = False  # compile() keeps the expression even when nothing reads it
+
     def __init__(self, expr_id: int, inputs: Sequence[Node]) -> None:
         self._id = expr_id
         self.inputs: list[Node] = list(inputs)
@@ -46,6 +48,12 @@ class Expr:
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of the call, nodes and constants."""
         return {}
+
+    def enable_remove(self) -> None:
+        self._disable_remove = False
+
+    def disable_remove(self) -> None:
+        self._disable_remove = True
 
     def replace_inputs(self, repl_dict: dict[Node, Node]) -> None:
         """Read ``new`` instead of ``old`` for each ``{old: new}``; ``new`` must be a node of the same
@@ -166,14 +174,48 @@ class _Call(Expr):
     def _callee(self) -> Callable[..., Any]:
         raise NotImplementedError
 
+    def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
+        try:
+            return inspect.signature(self._callee()).bind(*args, **kwargs)
+        except (TypeError, ValueError) as exc:
+            message = f"({self!r}): the arguments do not fit the callee: {exc}"
+            raise policy.TracedModuleError(message) from None
+
     @property
     def named_args(self) -> dict[str, Any]:
         """Every argument by its parameter name (MegEngine's ``Expr.named_args``)."""
-        try:
-            bound = inspect.signature(self._callee()).bind(*self.args, **self.kwargs)
-        except (TypeError, ValueError) as exc:
-            raise policy.TracedModuleError(f"({self!r}): cannot name its arguments: {exc}") from None
-        return dict(bound.arguments)
+        return dict(self._bind(self.args, self.kwargs).arguments)
+
+    def set_args_kwargs(self, *args: Any, **kwargs: Any) -> None:
+        """Call with these arguments from now on: nodes of this graph made before this expression,
+        or constants (for a CallMethod, ``args[0]`` is the object node, as in ``args``)."""
+        self._bind(args, kwargs)
+        if isinstance(self, CallMethod):
+            obj, *args = args  # type: ignore[assignment]
+            if obj is not self.inputs[0]:
+                raise policy.TracedModuleError(f"({self!r}): set_args_kwargs keeps the called object")
+        leaves, spec = pytree.flatten((tuple(args), dict(kwargs)), lambda v: isinstance(v, Node))
+        graph = self._top_graph
+        for node in leaves:
+            if graph is None or node.top_graph is not graph or not graph._comes_before(node, self):
+                raise policy.TracedModuleError(
+                    f"({self!r}): argument {node} must be a node of its graph made before it"
+                )
+        head = self.inputs[:1] if isinstance(self, CallMethod) else []
+        for node in self.inputs[len(head) :]:
+            node.users.remove(self)
+        self.inputs = [*head, *leaves]
+        for node in leaves:
+            node.users.append(self)
+        self.arg_spec = spec
+
+    def set_arg(self, name: str, value: Any) -> None:
+        """Set the argument named ``name`` (MegEngine's ``Expr.set_arg``)."""
+        bound = self._bind(self.args, self.kwargs)
+        if name not in inspect.signature(self._callee()).parameters:
+            raise policy.TracedModuleError(f"({self!r}): the callee has no argument named {name!r}")
+        bound.arguments[name] = value
+        self.set_args_kwargs(*bound.args, **bound.kwargs)
 
     def _arg_text(self, arg_nodes: Sequence[Node]) -> str:
         return pytree.format_call_args(self.arg_spec, iter(str(n) for n in arg_nodes))

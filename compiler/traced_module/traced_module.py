@@ -301,7 +301,9 @@ class InternalGraph:
     def compile(self) -> None:
         """Drop the expressions the outputs do not need (and read each attribute path once)."""
         self._merge_getattrs()
-        needed = set(self.get_dep_exprs(self._outputs))
+        pinned = [e for e in self._exprs if e._disable_remove]
+        needed = set(self.get_dep_exprs([*self._outputs, *(n for e in pinned for n in e.inputs)]))
+        needed.update(pinned)
         kept: list[Expr] = []
         for expr in self._exprs:
             if expr in needed:
