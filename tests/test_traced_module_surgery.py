@@ -134,6 +134,8 @@ def test_graph_prints_and_filters_find_what_megengine_finds() -> None:
     assert convs[0].owner is net.stem and convs[1].owner is net.block.conv
     assert graph.exprs().call_module(M.Conv2d).as_count() == 2
     assert len(graph.get_method_by_type("__call__", recursive=False)) == 3  # stem, block, head
+    block_call = graph.exprs(recursive=False).call_module().as_list()[1]
+    assert block_call.graph is traced.block.graph and convs[0].users[0].graph is None
     assert graph.get_node_by_name("Net_stem").as_unique() is convs[0]
     assert graph.get_node_by_name("net_STEM*").as_count() == 2  # glob, case-insensitive by default
     assert graph.get_node_by_id(convs[1].id).as_unique() is convs[1]

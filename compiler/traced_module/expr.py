@@ -254,9 +254,9 @@ class CallMethod(_Call):
     @property
     def graph(self) -> InternalGraph | None:
         """The graph of the traced module this expression calls (``None`` for layers and methods)."""
-        obj = self.inputs[0]
-        owner = obj.owner if isinstance(obj, ModuleNode) and self.method == "__call__" else None
-        return getattr(owner, "graph", None) if hasattr(owner, "_graph") else None
+        from compiler.traced_module.traced_module import _called_graph
+
+        return _called_graph(self)
 
     def interpret(self, *values: Any) -> list[Any]:
         from compiler.module.module import Module

@@ -52,7 +52,7 @@ class InsertExprs(contextlib.AbstractContextManager["InsertExprs"]):
         self_node = self.graph.inputs[0]
         module = getattr(self_node, "owner", None)
         if not isinstance(module, Module):
-            raise TracedModuleError(f"insert_exprs: {self.graph.qualname} has no module (call _update_ref)")
+            raise TracedModuleError(f"insert_exprs: the self node of {self.graph.qualname} has no module")
         tracer = tm._Tracer(self.graph._total_ids, surgery=True)
         tracer.session = self
         self._frame = tm._Frame(self.graph, module, self_node=self_node, exprs=self._new)

@@ -18,6 +18,11 @@ Hooks are installed only while ``trace_module`` runs, by wrapping ``Module.__cal
 functions of ``compiler.functional`` and the Tensor methods in ``policy.TENSOR_METHODS``; each
 wrapper records its call and runs the original with recording suppressed, so what happens inside
 a recorded call is not recorded again. Python values (shapes, flags) are baked in as constants.
+
+The graphs of one traced module share one id counter, so expression and node ids are unique across
+them, as in MegEngine. Graph surgery (``insert_exprs``, which reuses these hooks, and ``flatten``)
+lives in ``surgery.py``; ``replace_node``, ``compile``, the input/output edits and watch/end points
+are methods of ``InternalGraph`` and ``TracedModule`` here.
 """
 
 from __future__ import annotations
