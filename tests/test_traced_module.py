@@ -126,8 +126,9 @@ def test_resnet_nested_traced_modules_replay_exactly(resnet: Any) -> None:
     assert "%8:\tlayer1_out = layer1(relu_out, )" in text
     assert "MiniResNet.layer2.0.Graph (self, x) {" in text
     assert "add_out = downsample_out.__add__(bn2_out, )" in text
-    # recursive=True walks into nested graphs, recursive=False stays in the top one
-    assert len(traced.graph.exprs(recursive=False)) == 14
+    # recursive=True walks into nested graphs, recursive=False stays in the top one; as in MegEngine
+    # the Input expressions (self, x) come first
+    assert len(traced.graph.exprs(recursive=False)) == 16
     assert len(traced.graph.exprs().call_method("__add__")) == 4
 
 

@@ -1,9 +1,27 @@
 """MegEngine's ``traced_module``: ``trace_module`` records a Module's forward as a graph of
-module/function-level expressions; the resulting ``TracedModule`` is a Module that replays it,
-saves to ``.tm`` files with ``compiler.save`` and loads back with the default (restricted)
-``compiler.load``. ``load_megengine_tm`` rebuilds MegEngine's own ``.tm`` files without megengine."""
+module/function-level expressions; the resulting ``TracedModule`` is a Module that replays it, can
+be edited in place (graph surgery: ``insert_exprs``, ``replace_node``, ``compile``, ``flatten``,
+watch and end points), saves to ``.tm`` files with ``compiler.save`` and loads back with the
+default (restricted) ``compiler.load``. ``load_megengine_tm`` rebuilds MegEngine's own ``.tm``
+files without megengine."""
 
-from compiler.traced_module.expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input
+from compiler.traced_module.expr import (
+    Apply,
+    CallFunction,
+    CallMethod,
+    Constant,
+    Expr,
+    GetAttr,
+    Input,
+    is_apply_def,
+    is_call_function,
+    is_call_module,
+    is_call_tensor_method,
+    is_constant,
+    is_getattr,
+    is_input,
+)
+from compiler.traced_module.filters import ExprFilter, NodeFilter
 from compiler.traced_module.megengine_tm import MegEngineTMError, load_megengine_tm
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError
@@ -15,6 +33,8 @@ __all__ = [
     "CallMethod",
     "Constant",
     "Expr",
+    "ExprFilter",
+    "NodeFilter",
     "GetAttr",
     "Input",
     "InternalGraph",
@@ -26,4 +46,11 @@ __all__ = [
     "MegEngineTMError",
     "load_megengine_tm",
     "trace_module",
+    "is_apply_def",
+    "is_call_function",
+    "is_call_module",
+    "is_call_tensor_method",
+    "is_constant",
+    "is_getattr",
+    "is_input",
 ]

@@ -8,18 +8,25 @@ Everything an expression calls is resolved through ``policy`` when it runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from compiler.traced_module import policy, pytree
 from compiler.traced_module.node import ModuleNode, Node
 
+if TYPE_CHECKING:
+    from compiler.traced_module.traced_module import InternalGraph
+
 
 class Expr:
+    _disable_remove = False  # compile() keeps the expression even when nothing reads it
+
     def __init__(self, expr_id: int, inputs: Sequence[Node]) -> None:
         self._id = expr_id
         self.inputs: list[Node] = list(inputs)
         self.outputs: list[Node] = []
+        self._top_graph: InternalGraph | None = None
         for node in self.inputs:
             node.users.append(self)
 
@@ -28,21 +35,64 @@ class Expr:
         return self._id
 
     @property
-    def args(self) -> list[Node]:
-        return self.inputs
+    def top_graph(self) -> InternalGraph | None:
+        """The graph this expression belongs to."""
+        return self._top_graph
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The positional arguments of the call, nodes and constants (MegEngine's ``Expr.args``)."""
+        return tuple(self.inputs)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the call, nodes and constants."""
+        return {}
+
+    def enable_remove(self) -> None:
+        self._disable_remove = False
+
+    def disable_remove(self) -> None:
+        self._disable_remove = True
+
+    def replace_inputs(self, repl_dict: dict[Node, Node]) -> None:
+        """Read ``new`` instead of ``old`` for each ``{old: new}``; ``new`` must be a node of the same
+        graph made before this expression."""
+        graph = self._top_graph
+        for old, new in list(repl_dict.items()):
+            if type(old) is not type(new):
+                raise policy.TracedModuleError(
+                    f"replace_inputs: {old} is a {type(old).__name__} but {new} a {type(new).__name__}"
+                )
+            if old not in self.inputs:
+                raise policy.TracedModuleError(f"replace_inputs: {old} is not an input of ({self!r})")
+            if graph is None or new.top_graph is not graph:
+                raise policy.TracedModuleError(f"replace_inputs: {new} is not in the graph of ({self!r})")
+            if not graph._comes_before(new, self):
+                raise policy.TracedModuleError(f"replace_inputs: {new} must be made before ({self!r})")
+            for i, node in enumerate(self.inputs):
+                if node is old:
+                    self.inputs[i] = new
+                    old.users.remove(self)
+                    new.users.append(self)
 
     def interpret(self, *values: Any) -> list[Any]:
         raise NotImplementedError
 
-    def _lhs(self) -> str:
-        return ", ".join(o.name for o in self.outputs)
-
     def _rhs(self) -> str:
         raise NotImplementedError
 
+    def __format__(self, format_spec: str) -> str:
+        saved = Node._format_spec
+        Node._format_spec = format_spec or saved
+        try:
+            lhs = ", ".join(str(o) for o in self.outputs)
+            return f"%{self._id}:\t" + (f"{lhs} = " if lhs else "") + self._rhs()
+        finally:
+            Node._format_spec = saved
+
     def __repr__(self) -> str:
-        lhs = self._lhs()
-        return f"%{self._id}:\t" + (f"{lhs} = " if lhs else "") + self._rhs()
+        return format(self, "")
 
 
 def _flatten_result(expr: Expr, result: Any, out_spec: pytree.Spec) -> list[Any]:
@@ -64,7 +114,7 @@ class Input(Expr):
         self.name = name
 
     def _rhs(self) -> str:
-        return f"Input({self.name})"
+        return "Input()"
 
 
 class GetAttr(Expr):
@@ -83,8 +133,8 @@ class GetAttr(Expr):
 
     def _rhs(self) -> str:
         out = self.outputs[0]
-        kind = out.module_type.rpartition(".")[2] if isinstance(out, ModuleNode) else "Tensor"
-        return f'getattr({self.inputs[0].name}, "{self.name}") -> ({kind})'
+        kind = out.type_name.rpartition(".")[2] if isinstance(out, ModuleNode) else "Tensor"
+        return f'getattr({self.inputs[0]}, "{self.name}") -> ({kind})'
 
 
 def _step(obj: Any, part: str) -> Any:
@@ -110,8 +160,65 @@ class _Call(Expr):
         args, kwargs = pytree.unflatten(self.arg_spec, iter(values))
         return tuple(args), dict(kwargs)
 
+    def _arg_nodes(self) -> list[Node]:
+        return self.inputs
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return self._call_args(self._arg_nodes())[0]
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return self._call_args(self._arg_nodes())[1]
+
+    def _callee(self) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def _bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
+        try:
+            return inspect.signature(self._callee()).bind(*args, **kwargs)
+        except (TypeError, ValueError) as exc:
+            message = f"({self!r}): the arguments do not fit the callee: {exc}"
+            raise policy.TracedModuleError(message) from None
+
+    @property
+    def named_args(self) -> dict[str, Any]:
+        """Every argument by its parameter name (MegEngine's ``Expr.named_args``)."""
+        return dict(self._bind(self.args, self.kwargs).arguments)
+
+    def set_args_kwargs(self, *args: Any, **kwargs: Any) -> None:
+        """Call with these arguments from now on: nodes of this graph made before this expression,
+        or constants (for a CallMethod, ``args[0]`` is the object node, as in ``args``)."""
+        self._bind(args, kwargs)
+        if isinstance(self, CallMethod):
+            obj, *args = args  # type: ignore[assignment]
+            if obj is not self.inputs[0]:
+                raise policy.TracedModuleError(f"({self!r}): set_args_kwargs keeps the called object")
+        leaves, spec = pytree.flatten((tuple(args), dict(kwargs)), lambda v: isinstance(v, Node))
+        graph = self._top_graph
+        for node in leaves:
+            if graph is None or node.top_graph is not graph or not graph._comes_before(node, self):
+                raise policy.TracedModuleError(
+                    f"({self!r}): argument {node} must be a node of its graph made before it"
+                )
+        head = self.inputs[:1] if isinstance(self, CallMethod) else []
+        for node in self.inputs[len(head) :]:
+            node.users.remove(self)
+        self.inputs = [*head, *leaves]
+        for node in leaves:
+            node.users.append(self)
+        self.arg_spec = spec
+
+    def set_arg(self, name: str, value: Any) -> None:
+        """Set the argument named ``name`` (MegEngine's ``Expr.set_arg``)."""
+        bound = self._bind(self.args, self.kwargs)
+        if name not in inspect.signature(self._callee()).parameters:
+            raise policy.TracedModuleError(f"({self!r}): the callee has no argument named {name!r}")
+        bound.arguments[name] = value
+        self.set_args_kwargs(*bound.args, **bound.kwargs)
+
     def _arg_text(self, arg_nodes: Sequence[Node]) -> str:
-        return pytree.format_call_args(self.arg_spec, iter(n.name for n in arg_nodes))
+        return pytree.format_call_args(self.arg_spec, iter(str(n) for n in arg_nodes))
 
 
 class CallMethod(_Call):
@@ -128,6 +235,28 @@ class CallMethod(_Call):
     ) -> None:
         super().__init__(expr_id, [obj, *inputs], arg_spec, out_spec)
         self.method = method
+
+    def _arg_nodes(self) -> list[Node]:
+        return self.inputs[1:]
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        return (self.inputs[0], *super().args)
+
+    def _callee(self) -> Callable[..., Any]:
+        from compiler.tensor import Tensor
+
+        obj = self.inputs[0]
+        if isinstance(obj, ModuleNode) and self.method == "__call__":
+            return type(obj.owner).forward  # unbound: ``args`` starts with the module node
+        return getattr(Tensor, self.method)
+
+    @property
+    def graph(self) -> InternalGraph | None:
+        """The graph of the traced module this expression calls (``None`` for layers and methods)."""
+        from compiler.traced_module.traced_module import _called_graph
+
+        return _called_graph(self)
 
     def interpret(self, *values: Any) -> list[Any]:
         from compiler.module.module import Module
@@ -146,11 +275,8 @@ class CallMethod(_Call):
 
     def _rhs(self) -> str:
         obj = self.inputs[0]
-        callee = (
-            obj.name
-            if isinstance(obj, ModuleNode) and self.method == "__call__"
-            else f"{obj.name}.{self.method}"
-        )
+        is_module_call = isinstance(obj, ModuleNode) and self.method == "__call__"
+        callee = str(obj) if is_module_call else f"{obj}.{self.method}"
         return f"{callee}({self._arg_text(self.inputs[1:])})"
 
 
@@ -167,6 +293,10 @@ class CallFunction(_Call):
     ) -> None:
         super().__init__(expr_id, inputs, arg_spec, out_spec)
         self.func = func
+
+    def _callee(self) -> Callable[..., Any]:
+        fn = policy.resolve_function(*self.func)
+        return getattr(fn, "__wrapped__", fn)
 
     def interpret(self, *values: Any) -> list[Any]:
         fn = policy.resolve_function(*self.func)
@@ -214,4 +344,58 @@ class Apply(Expr):
             f"{k}={v[2] if isinstance(v, tuple) and v[:1] == ('enum',) else v}"
             for k, v in self.params.items()
         )
-        return f"{self.op}({params})(" + "".join(f"{n.name}, " for n in self.inputs) + ")"
+        return f"{self.op}({params})(" + "".join(f"{n}, " for n in self.inputs) + ")"
+
+
+# MegEngine's expression predicates (``megengine.traced_module.expr.is_*``)
+
+
+def is_call_module(expr: Expr, module_cls: type | None = None) -> bool:
+    return (
+        isinstance(expr, CallMethod)
+        and isinstance(expr.inputs[0], ModuleNode)
+        and expr.method == "__call__"
+        and (module_cls is None or isinstance(expr.inputs[0].owner, module_cls))
+    )
+
+
+def is_call_tensor_method(expr: Expr, method: str | Sequence[str] | None = None) -> bool:
+    methods = (method,) if isinstance(method, str) else method
+    return (
+        isinstance(expr, CallMethod)
+        and not is_call_module(expr)
+        and (methods is None or expr.method in methods)
+    )
+
+
+def is_call_function(
+    expr: Expr, func: Callable[..., Any] | Sequence[Callable[..., Any]] | None = None
+) -> bool:
+    if not isinstance(expr, CallFunction):
+        return False
+    if func is None:
+        return True
+    funcs = func if isinstance(func, Sequence) else (func,)
+    return any(expr.func == function_key(f) for f in funcs)
+
+
+def function_key(func: Callable[..., Any]) -> tuple[str, str]:
+    """How a CallFunction names ``func``: ``(module, qualname)`` of the undecorated function."""
+    func = getattr(func, "__wrapped__", func)
+    return (func.__module__, func.__qualname__)
+
+
+def is_constant(expr: Expr) -> bool:
+    return isinstance(expr, Constant)
+
+
+def is_getattr(expr: Expr) -> bool:
+    return isinstance(expr, GetAttr)
+
+
+def is_apply_def(expr: Expr, op: str | None = None) -> bool:
+    return isinstance(expr, Apply) and (op is None or expr.op == op)
+
+
+def is_input(expr: Expr) -> bool:
+    return isinstance(expr, Input)

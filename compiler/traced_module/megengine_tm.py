@@ -487,4 +487,22 @@ def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedMo
         isinstance(root, _Record) and root._mge_name == "megengine.traced_module.traced_module.TracedModule"
     ):
         raise _refuse(f"a file holding {type(root).__name__}", "it is not a MegEngine TracedModule")
-    return _traced_module(root)
+    top = _traced_module(root)
+    top._update_ref()
+    _share_ids(top)
+    return top
+
+
+def _share_ids(top: TracedModule) -> None:
+    """One id counter for all graphs, past every id the file used (MegEngine numbers them so)."""
+    graphs = [top.graph, *top.graph._subgraphs()]
+    counter = [0, 0]
+    for g in graphs:
+        for n in g.nodes(recursive=False):
+            counter[0] = max(counter[0], n.id + 1)
+        for e in g.exprs(recursive=False):
+            counter[1] = max(counter[1], e.id + 1)
+    for g in graphs:
+        counter = [max(counter[0], g._total_ids[0]), max(counter[1], g._total_ids[1])]
+    for g in graphs:
+        g._total_ids = counter

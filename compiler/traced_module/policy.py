@@ -119,6 +119,22 @@ def builtin_layer_classes() -> list[type]:
     ]
 
 
+def module_class(type_name: str) -> type | None:
+    """The class a ModuleNode's ``type_name`` names, where it is one this package can name safely: a
+    built-in layer (xmge's or MegEngine's dotted name, matched by class name) or ``TracedModule``.
+    ``None`` for user classes, which a graph never imports."""
+    module, _, cls_name = type_name.rpartition(".")
+    if module.startswith(("compiler.module", "megengine.module")):
+        for cls in builtin_layer_classes():
+            if cls.__name__ == cls_name:
+                return cls
+    if type_name == "compiler.traced_module.traced_module.TracedModule":
+        from compiler.traced_module.traced_module import TracedModule
+
+        return TracedModule
+    return None
+
+
 _LOADABLE: tuple[dict[tuple[str, str], type], dict[tuple[str, str], type]] | None = None
 
 

@@ -108,3 +108,33 @@ def format_call_args(spec: Spec, leaves: Iterator[str]) -> str:
     parts = [format_spec(s, leaves) + ", " for s in args[1:]]
     parts += [f"{k}={format_spec(s, leaves)}, " for k, s in zip(kwargs[1], kwargs[2:], strict=True)]
     return "".join(parts)
+
+
+def drop_leaf(spec: Spec, index: int) -> Spec:
+    """``spec`` without its ``index``-th leaf (depth-first order): the item holding it is removed
+    from its tuple, list or dict."""
+    dropped, remaining = _drop(spec, [index])
+    if not dropped:
+        raise IndexError(f"spec has no leaf {index}")
+    return remaining
+
+
+def _drop(spec: Spec, counter: list[int]) -> tuple[bool, Spec]:
+    tag = spec[0]
+    if tag == "leaf":
+        counter[0] -= 1
+        return counter[0] == -1, spec
+    if tag == "const":
+        return False, spec
+    start = 2 if tag == "dict" else 1
+    children = list(spec[start:])
+    for i, child in enumerate(children):
+        if child[0] == "leaf" and counter[0] == 0:
+            keys = spec[1][:i] + spec[1][i + 1 :] if tag == "dict" else None
+            rest = tuple(children[:i] + children[i + 1 :])
+            return True, ((tag, keys, *rest) if tag == "dict" else (tag, *rest))
+        dropped, new_child = _drop(child, counter)
+        if dropped:
+            children[i] = new_child
+            return True, (spec[:start] + tuple(children))
+    return False, spec

@@ -18,6 +18,11 @@ Hooks are installed only while ``trace_module`` runs, by wrapping ``Module.__cal
 functions of ``compiler.functional`` and the Tensor methods in ``policy.TENSOR_METHODS``; each
 wrapper records its call and runs the original with recording suppressed, so what happens inside
 a recorded call is not recorded again. Python values (shapes, flags) are baked in as constants.
+
+The graphs of one traced module share one id counter, so expression and node ids are unique across
+them, as in MegEngine. Graph surgery (``insert_exprs``, which reuses these hooks, and ``flatten``)
+lives in ``surgery.py``; ``replace_node``, ``compile``, the input/output edits and watch/end points
+are methods of ``InternalGraph`` and ``TracedModule`` here.
 """
 
 from __future__ import annotations
@@ -30,11 +35,14 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from compiler.core import pop_recorder, push_recorder
 from compiler.module.module import Module
 from compiler.tensor import Tensor
 from compiler.traced_module import policy, pytree
 from compiler.traced_module.expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input
+from compiler.traced_module.filters import ExprFilter, NodeFilter
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError
 
@@ -43,46 +51,14 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, Tensor)
 
 
-class ExprFilter(list):  # type: ignore[type-arg]
-    """A list of expressions with MegEngine's filter helpers."""
-
-    def as_list(self) -> list[Expr]:
-        return list(self)
-
-    def as_unique(self) -> Expr:
-        if len(self) != 1:
-            raise TracedModuleError(f"expected exactly one expression, found {len(self)}")
-        return self[0]
-
-    def call_function(self, func: Callable[..., Any]) -> ExprFilter:
-        func = getattr(func, "__wrapped__", func)
-        key = (func.__module__, func.__qualname__)
-        return ExprFilter(e for e in self if isinstance(e, CallFunction) and tuple(e.func) == key)
-
-    def call_method(self, method: str = "__call__") -> ExprFilter:
-        return ExprFilter(e for e in self if isinstance(e, CallMethod) and e.method == method)
-
-    def get_attr(self) -> ExprFilter:
-        return ExprFilter(e for e in self if isinstance(e, GetAttr))
-
-
-class NodeFilter(list):  # type: ignore[type-arg]
-    def as_list(self) -> list[Node]:
-        return list(self)
-
-    def as_unique(self) -> Node:
-        if len(self) != 1:
-            raise TracedModuleError(f"expected exactly one node, found {len(self)}")
-        return self[0]
-
-    def type(self, kind: type) -> NodeFilter:  # noqa: A003 - MegEngine's name
-        return NodeFilter(n for n in self if isinstance(n, kind))
-
-
 class InternalGraph:
-    """The expressions of one traced ``forward``: inputs (``self`` first), exprs, outputs."""
+    """The expressions of one traced ``forward``: inputs (``self`` first), exprs, outputs.
 
-    def __init__(self, name: str, qualname: str) -> None:
+    Expression and node ids are unique across all the graphs of one traced module (MegEngine's
+    numbering): the graphs share one ``_total_ids`` counter, ``[next node id, next expr id]``.
+    """
+
+    def __init__(self, name: str, qualname: str, total_ids: list[int] | None = None) -> None:
         self._name = name
         self._qualname = qualname
         self._exprs: list[Expr] = []
@@ -91,14 +67,32 @@ class InternalGraph:
         self._in_spec: pytree.Spec = ("tuple", ("tuple",), ("dict", ()))
         self._out_spec: pytree.Spec = ("tuple",)
         self._used_names: dict[str, int] = {}
-        self._total_ids = [0, 0]  # next expression id, next node id (MegEngine's _total_ids)
+        self._total_ids = [0, 0] if total_ids is None else total_ids
+        self._top_graph: InternalGraph | None = None
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        # set_watch_points / set_end_points: what a run records or stops at (never saved)
+        self._watch_points: list[Node] = []
+        self._end_points: list[Node] = []
+        self._watch_values: dict[Node, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(vars(self))
+        for key in ("_watch_points", "_end_points", "_watch_values"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._init_run_state()
 
     # -- building ----------------------------------------------------------------------------------
-    def _next_expr_id(self) -> int:
+    def _next_node_id(self) -> int:
         self._total_ids[0] += 1
         return self._total_ids[0] - 1
 
-    def _next_node_id(self) -> int:
+    def _next_expr_id(self) -> int:
         self._total_ids[1] += 1
         return self._total_ids[1] - 1
 
@@ -116,29 +110,65 @@ class InternalGraph:
                 self._used_names[name] = 0
                 return name
 
+    def _rename(self, node: Node, new_name: str) -> None:
+        if not new_name.isidentifier():
+            raise TracedModuleError(f"{new_name!r} is not a valid node name")
+        if any(n.name == new_name for n in self.nodes(recursive=False) if n is not node):
+            raise TracedModuleError(f"the name {new_name!r} is already used in {self._name}; choose another")
+        self._used_names.pop(node._name, None)
+        self._used_names.setdefault(new_name, 0)
+        node._name = new_name
+
     def _tensor_node(self, expr: Expr, base: str, value: Tensor) -> TensorNode:
+        return self._new_tensor_node(expr, base, value.shape, value.dtype)
+
+    def _new_tensor_node(self, expr: Expr, base: str, shape: Sequence[int], dtype: Any) -> TensorNode:
         name = self._unique_name(base)
-        node = TensorNode(
-            expr, name, f"{self._qualname}.[{name}]", self._next_node_id(), value.shape, value.dtype
-        )
-        expr.outputs.append(node)
+        node = TensorNode(expr, name, f"{self._qualname}.[{name}]", self._next_node_id(), tuple(shape), dtype)
+        self._attach(expr, node)
         return node
 
     def _module_node(self, expr: Expr, base: str, module: Any, qualname: str) -> ModuleNode:
         cls = type(module)
-        module_type = f"{cls.__module__}.{cls.__qualname__}"
+        type_name = f"{cls.__module__}.{cls.__qualname__}"
         if isinstance(module, TracedModule):  # re-traced: keep the class it was first traced from
-            module_type = module.graph._inputs[0].module_type  # type: ignore[attr-defined]
-        node = ModuleNode(
-            expr,
-            self._unique_name(base),
-            qualname,
-            self._next_node_id(),
-            module_type,
-            module,
-        )
-        expr.outputs.append(node)
+            type_name = module.graph._inputs[0].type_name  # type: ignore[attr-defined]
+        node = ModuleNode(expr, self._unique_name(base), qualname, self._next_node_id(), type_name, module)
+        self._attach(expr, node)
         return node
+
+    def _attach(self, expr: Expr, node: Node) -> None:
+        expr.outputs.append(node)
+        expr._top_graph = node._top_graph = self
+
+    def _claim(self) -> None:
+        """Point every expression and node of this graph at it (``top_graph``)."""
+        for node in self._inputs:
+            node._top_graph = self
+            if node.expr is not None:
+                node.expr._top_graph = self
+        for expr in self._exprs:
+            expr._top_graph = self
+            for node in expr.outputs:
+                node._top_graph = self
+
+    def _comes_before(self, node: Node, expr: Expr) -> bool:
+        """Whether ``node`` is available to ``expr``: a graph input, or made by an earlier expr."""
+        if node in self._inputs:
+            return True
+        return node.expr in self._exprs and expr in self._exprs and (
+            self._exprs.index(node.expr) < self._exprs.index(expr)  # type: ignore[arg-type]
+        )
+
+    def _check_own(self, node: Node, what: str) -> None:
+        if not isinstance(node, Node) or node.top_graph is not self:
+            raise TracedModuleError(f"{what}: {node!r} is not a node of {self._qualname}")
+
+    def _check_top(self, what: str) -> None:
+        if self._top_graph is not None:
+            raise TracedModuleError(
+                f"{what} only works on the top graph; {self._qualname} is the graph of a sub-module"
+            )
 
     # -- inspection ----------------------------------------------------------------------------------
     @property
@@ -150,48 +180,225 @@ class InternalGraph:
         return self._qualname
 
     @property
+    def top_graph(self) -> InternalGraph | None:
+        """The graph that calls this one (``None`` for the top graph)."""
+        return self._top_graph
+
+    @property
     def inputs(self) -> list[Node]:
-        return list(self._inputs)
+        """The input nodes, ``self`` first (MegEngine's list itself)."""
+        return self._inputs
 
     @property
     def outputs(self) -> list[Node]:
-        return list(self._outputs)
+        return self._outputs
 
     def exprs(self, recursive: bool = True) -> ExprFilter:
-        """Expressions in order (Input expressions excluded, as in MegEngine); with ``recursive``,
-        each call of a nested TracedModule is followed by that module's expressions."""
-        return ExprFilter(e for e, _ in self._walk(recursive))
+        """Expressions in order, ``Input`` ones first (as MegEngine lists them); with ``recursive``,
+        each first call of a nested TracedModule is followed by that module's expressions."""
+        return ExprFilter(self._walk(recursive, set()))
 
     def nodes(self, recursive: bool = True) -> NodeFilter:
-        out: list[Node] = []
-        graphs = [self] + ([g for g in self._subgraphs()] if recursive else [])
-        for g in graphs:
-            out += g._inputs
-            for e in g._exprs:
-                out += e.outputs
-        return NodeFilter(dict.fromkeys(out))
+        """Every node the expressions make, in expression order."""
+        return NodeFilter(dict.fromkeys(n for e in self._walk(recursive, set()) for n in e.outputs))
 
-    def _walk(self, recursive: bool) -> Iterator[tuple[Expr, InternalGraph]]:
+    def _walk(self, recursive: bool, seen: set[int]) -> Iterator[Expr]:
+        seen.add(id(self))
+        for node in self._inputs:
+            if node.expr is not None:
+                yield node.expr
         for e in self._exprs:
-            yield e, self
+            yield e
             sub = _called_graph(e) if recursive else None
-            if sub is not None:
-                yield from sub._walk(True)
+            if sub is not None and id(sub) not in seen:
+                yield from sub._walk(True, seen)
 
     def _subgraphs(self) -> list[InternalGraph]:
         found: dict[int, InternalGraph] = {}
-        for _, g in self._walk(True):
-            if g is not self:
+        for e in self._walk(True, set()):
+            g = e.top_graph
+            if g is not None and g is not self:
                 found.setdefault(id(g), g)
         return list(found.values())
 
-    def __repr__(self) -> str:
-        lines = [f"{self._qualname}.Graph ({', '.join(n.name for n in self._inputs)}) {{"]
-        lines += [f"\t{e!r}" for e in self._exprs]
-        lines.append("\treturn " + ", ".join(n.name for n in self._outputs))
-        return "\n".join(lines) + "\n}"
+    def get_function_by_type(
+        self, func: Callable[..., Any] | None = None, recursive: bool = True
+    ) -> ExprFilter:
+        return self.exprs(recursive).call_function(func)
 
-    # -- replay ----------------------------------------------------------------------------------------
+    def get_method_by_type(self, method: str | None = None, recursive: bool = True) -> ExprFilter:
+        return self.exprs(recursive).call_method(method)
+
+    def get_expr_by_id(self, expr_id: int | Sequence[int], recursive: bool = True) -> ExprFilter:
+        return self.exprs(recursive).expr_id(expr_id)
+
+    def get_module_by_type(self, module_cls: type, recursive: bool = True) -> NodeFilter:
+        return self.nodes(recursive).type(module_cls)
+
+    def get_node_by_id(self, node_id: int | Sequence[int], recursive: bool = True) -> NodeFilter:
+        return self.nodes(recursive).node_id(node_id)
+
+    def get_node_by_name(self, name: str, ignorecase: bool = True, recursive: bool = True) -> NodeFilter:
+        """Nodes whose ``<graph name>_<node name>`` matches the glob ``name``."""
+        return self.nodes(recursive).name(name, ignorecase)
+
+    def get_dep_exprs(self, nodes: Node | Sequence[Node]) -> list[Expr]:
+        """The expressions ``nodes`` are computed from (``Input`` ones included)."""
+        stack = [nodes] if isinstance(nodes, Node) else list(nodes)
+        seen: set[Node] = set()
+        found: dict[Expr, None] = {}
+        while stack:
+            node = stack.pop()
+            if node in seen or node.expr is None:
+                continue
+            seen.add(node)
+            found.setdefault(node.expr)
+            stack.extend(node.expr.inputs)
+        return list(found)
+
+    def __repr__(self) -> str:
+        return format(self, "")
+
+    def __format__(self, format_spec: str) -> str:
+        """MegEngine's text form; ``"{:i}".format(graph)`` shows node ids, ``:p`` graph names."""
+        saved = Node._format_spec
+        Node._format_spec = format_spec
+        try:
+            lines = [f"{self._qualname}.Graph ({', '.join(str(n) for n in self._inputs)}) {{"]
+            lines += [f"\t{e!r}" for e in self._exprs]
+            lines.append("\treturn " + ", ".join(str(n) for n in self._outputs))
+            return "\n".join(lines) + "\n}"
+        finally:
+            Node._format_spec = saved
+
+    # -- surgery -------------------------------------------------------------------------------------
+    def insert_exprs(self, expr: Expr | None = None) -> contextlib.AbstractContextManager[Any]:
+        """A ``with`` block in which TensorNodes act as Tensors and ModuleNodes as Modules: the
+        functional calls, Tensor methods and module calls made on them become new expressions,
+        inserted after ``expr`` (or after the last expression their inputs need)."""
+        from compiler.traced_module.surgery import InsertExprs
+
+        if expr is not None and expr.top_graph is not self:
+            raise TracedModuleError(f"insert_exprs: ({expr!r}) is not an expression of {self._qualname}")
+        return InsertExprs(self, expr)
+
+    def replace_node(self, repl_dict: dict[Node, Node]) -> None:
+        """For each ``{old: new}``, make the expressions after ``new`` that read ``old`` (and the
+        graph outputs) read ``new``; a use that ``new`` itself depends on is left alone."""
+        for old, new in list(repl_dict.items()):
+            if type(old) is not type(new):
+                raise TracedModuleError(
+                    f"replace_node: {old} is a {type(old).__name__} but {new} a {type(new).__name__}"
+                )
+            self._check_own(old, "replace_node")
+            self._check_own(new, "replace_node")
+            self._outputs[:] = [new if n is old else n for n in self._outputs]
+            start = -1 if new in self._inputs else self._exprs.index(new.expr)  # type: ignore[arg-type]
+            deps = set(self.get_dep_exprs(new))
+            for user in list(old.users):
+                if user in deps or (user in self._exprs and self._exprs.index(user) <= start):
+                    continue  # would make a loop, or comes before new exists
+                user.inputs[:] = [new if n is old else n for n in user.inputs]
+                while user in old.users:
+                    old.users.remove(user)
+                    new.users.append(user)
+
+    def compile(self) -> None:
+        """Drop the expressions the outputs do not need (and read each attribute path once)."""
+        self._merge_getattrs()
+        pinned = [e for e in self._exprs if e._disable_remove]
+        needed = set(self.get_dep_exprs([*self._outputs, *(n for e in pinned for n in e.inputs)]))
+        needed.update(pinned)
+        kept: list[Expr] = []
+        for expr in self._exprs:
+            if expr in needed:
+                kept.append(expr)
+                continue
+            for node in expr.inputs:
+                while expr in node.users:
+                    node.users.remove(expr)
+            for node in expr.outputs:
+                self._used_names.pop(node.name, None)
+        self._exprs[:] = kept
+
+    def _merge_getattrs(self) -> None:
+        """``getattr(getattr(self, "a"), "b")`` becomes ``getattr(self, "a.b")``, and a path read
+        twice is read once."""
+        self_node = self._inputs[0]
+        path_of: dict[Node, str] = {self_node: ""}
+        first: dict[str, Node] = {}
+        for expr in self._exprs:
+            if not isinstance(expr, GetAttr) or expr.inputs[0] not in path_of:
+                continue
+            base = expr.inputs[0]
+            if base is not self_node:
+                expr.name = f"{path_of[base]}.{expr.name}"
+                base.users.remove(expr)
+                expr.inputs[0] = self_node
+                self_node.users.append(expr)
+            out = expr.outputs[0]
+            if expr.name in first:
+                self._redirect(out, first[expr.name])
+                continue
+            first[expr.name] = out
+            if isinstance(out, ModuleNode):
+                path_of[out] = expr.name
+
+    def _redirect(self, old: Node, new: Node) -> None:
+        # every use of ``old`` reads ``new`` (which is made no later than old)
+        for user in list(old.users):
+            user.inputs[:] = [new if n is old else n for n in user.inputs]
+            new.users.append(user)
+        old.users.clear()
+        self._outputs[:] = [new if n is old else n for n in self._outputs]
+
+    def add_input_node(self, shape: Sequence[int], dtype: Any = "float32", name: str = "args") -> TensorNode:
+        """A new tensor input, the last positional argument of the top graph."""
+        self._check_top("add_input_node")
+        expr = Input(self._next_expr_id(), name)
+        node = self._new_tensor_node(expr, name, tuple(shape), np.dtype(dtype))
+        expr.name = node.name
+        _, args_spec, kwargs_spec = self._in_spec
+        self._inputs.insert(1 + pytree.num_leaves(args_spec), node)
+        self._in_spec = ("tuple", (*args_spec, pytree.LEAF), kwargs_spec)
+        return node
+
+    def remove_input(self, node: Node) -> None:
+        """Remove an unused tensor input of the top graph (an xmge addition: the inverse of
+        ``add_input_node``)."""
+        self._check_top("remove_input")
+        self._check_own(node, "remove_input")
+        if node not in self._inputs[1:]:
+            raise TracedModuleError(f"remove_input: {node} is not a tensor input of {self._qualname}")
+        if node.users or node in self._outputs:
+            raise TracedModuleError(
+                f"remove_input: {node} is still used by {[*node.users] or 'the graph outputs'}"
+            )
+        index = self._inputs.index(node)
+        self._in_spec = pytree.drop_leaf(self._in_spec, index - 1)
+        del self._inputs[index]
+        self._used_names.pop(node.name, None)
+
+    def add_output_node(self, node: TensorNode) -> None:
+        """Return ``(old outputs, node)`` from now on."""
+        self._check_top("add_output_node")
+        self._check_own(node, "add_output_node")
+        self._out_spec = ("tuple", self._out_spec, pytree.LEAF)
+        self._outputs.append(node)
+
+    def reset_outputs(self, outputs: Any) -> None:
+        """Return ``outputs``, a structure (tuple/list/dict) of this graph's TensorNodes."""
+        self._check_top("reset_outputs")
+        leaves, spec = pytree.flatten(outputs, lambda v: isinstance(v, TensorNode))
+        consts = _constants(spec)
+        if consts:
+            raise TracedModuleError(f"reset_outputs: outputs must be TensorNodes, got {consts[0]!r}")
+        for node in leaves:
+            self._check_own(node, "reset_outputs")
+        self._outputs[:] = leaves
+        self._out_spec = spec
+
+    # -- running -------------------------------------------------------------------------------------
     def interpret(self, module: Module, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = pytree.flatten((args, kwargs), _is_tensor)
         if not pytree.same_spec(spec, self._in_spec):
@@ -200,16 +407,63 @@ class InternalGraph:
                 f"{pytree.format_spec(self._in_spec, iter(n.name for n in self._inputs[1:]))}, got "
                 f"{pytree.format_spec(spec, iter('<Tensor>' for _ in leaves))}"
             )
-        env: dict[Node, Any] = {self._inputs[0]: module}
-        env.update(zip(self._inputs[1:], leaves, strict=True))
+        values = self._run([module, *leaves])
+        if self._end_points:
+            return values
+        return pytree.unflatten(self._out_spec, iter(values))
+
+    def eval(self, *inputs: Any) -> list[Any]:
+        """Run the graph on tensors for ``inputs[1:]`` (``self`` is its module); the outputs as a
+        flat list."""
+        if len(inputs) != len(self._inputs) - 1:
+            raise TracedModuleError(
+                f"eval: {self._qualname} takes {len(self._inputs) - 1} inputs "
+                f"({', '.join(n.name for n in self._inputs[1:])}), got {len(inputs)}"
+            )
+        owner = getattr(self._inputs[0], "owner", None)
+        if owner is None:
+            raise TracedModuleError(f"eval: {self._qualname} has no module to run on")
+        return self._run([owner, *inputs])
+
+    def _run(self, values: list[Any]) -> list[Any]:
+        """Values of the outputs (or of the end points, once all are known)."""
+        env: dict[Node, Any] = {}
+        pending = set(self._end_points)
+
+        def bind(node: Node, value: Any) -> bool:
+            env[node] = value
+            if node in self._watch_points:
+                self._watch_values[node] = value
+            pending.discard(node)
+            return bool(self._end_points) and not pending
+
+        for node, value in zip(self._inputs, values, strict=True):
+            if bind(node, value):
+                return [env[n] for n in self._end_points]
         for expr in self._exprs:
-            values = expr.interpret(*[env[n] for n in expr.inputs])
-            if len(values) != len(expr.outputs):
+            results = expr.interpret(*[env[n] for n in expr.inputs])
+            if len(results) != len(expr.outputs):
                 raise TracedModuleError(
-                    f"{expr!r} produced {len(values)} values, expected {len(expr.outputs)}"
+                    f"{expr!r} produced {len(results)} values, expected {len(expr.outputs)}"
                 )
-            env.update(zip(expr.outputs, values, strict=True))
-        return pytree.unflatten(self._out_spec, iter(env[n] for n in self._outputs))
+            done = False
+            for node, value in zip(expr.outputs, results, strict=True):
+                done = bind(node, value) or done
+            if done:
+                return [env[n] for n in self._end_points]
+        if self._end_points:
+            missing = ", ".join(str(n) for n in pending)
+            raise TracedModuleError(f"end points {missing} were never computed by {self._qualname}")
+        return [env[n] for n in self._outputs]
+
+
+def _constants(spec: pytree.Spec) -> list[Any]:
+    tag = spec[0]
+    if tag == "const":
+        return [spec[1]]
+    if tag == "leaf":
+        return []
+    return [c for s in spec[2 if tag == "dict" else 1 :] for c in _constants(s)]
 
 
 def _called_graph(expr: Expr) -> InternalGraph | None:
@@ -228,17 +482,92 @@ class TracedModule(Module):
     def __init__(self, graph: InternalGraph) -> None:
         super().__init__()
         self._graph = graph  # underscore: not part of state_dict or named_children
+        self.watch_points: list[Node] = []
+        self.watch_node_value: dict[Node, Any] = {}
+        self.end_points: list[Node] = []
 
     @property
     def graph(self) -> InternalGraph:
         return self._graph
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._graph.interpret(self, *args, **kwargs)
+        out = self._graph.interpret(self, *args, **kwargs)
+        if self.watch_points:
+            self.watch_node_value = {
+                n: n.top_graph._watch_values.pop(n)
+                for n in self.watch_points
+                if n.top_graph is not None and n in n.top_graph._watch_values
+            }
+        return out
 
     def __repr__(self) -> str:
         graphs = [self._graph, *self._graph._subgraphs()]
         return "\n".join(repr(g) for g in graphs)
+
+    # -- watch and end points --------------------------------------------------------------------------
+    def set_watch_points(self, nodes: Node | Sequence[Node]) -> None:
+        """Keep the values ``nodes`` (of any graph of this module) take in each run, in
+        ``watch_node_value``."""
+        self.clear_watch_points()
+        self.watch_points = [nodes] if isinstance(nodes, Node) else list(nodes)
+        graphs = {id(g): g for g in [self._graph, *self._graph._subgraphs()]}
+        for node in self.watch_points:
+            if node.top_graph is None or id(node.top_graph) not in graphs:
+                raise TracedModuleError(f"set_watch_points: {node!r} is not a node of this module")
+            node.top_graph._watch_points.append(node)
+
+    def clear_watch_points(self) -> None:
+        for node in self.watch_points:
+            if node.top_graph is not None:
+                node.top_graph._watch_points = []
+                node.top_graph._watch_values = {}
+        self.watch_points = []
+        self.watch_node_value = {}
+
+    def set_end_points(self, nodes: Node | Sequence[Node]) -> None:
+        """Stop each run as soon as ``nodes`` (of the top graph) are computed and return their
+        values, as a list."""
+        nodes = [nodes] if isinstance(nodes, Node) else list(nodes)
+        for node in nodes:
+            if node.top_graph is not self._graph:
+                raise TracedModuleError(f"set_end_points: {node!r} is not a node of the top graph")
+        self.end_points = nodes
+        self._graph._end_points = list(nodes)
+
+    def clear_end_points(self) -> None:
+        self.end_points = []
+        self._graph._end_points = []
+
+    # -- structure -----------------------------------------------------------------------------------
+    def _update_ref(self, top: InternalGraph | None = None, seen: set[int] | None = None) -> None:
+        """Point graphs, expressions and nodes at their graph and module nodes at their modules
+        (after tracing, loading or surgery)."""
+        seen = set() if seen is None else seen
+        seen.add(id(self))
+        graph = self._graph
+        graph._top_graph = top
+        graph._claim()
+        graph._inputs[0].owner = self  # type: ignore[attr-defined]
+        env: dict[Node, Any] = {graph._inputs[0]: self}
+        for expr in graph._exprs:
+            out = expr.outputs[0] if expr.outputs else None
+            if not isinstance(out, ModuleNode):
+                continue
+            if isinstance(expr, GetAttr) and expr.inputs[0] in env:
+                with contextlib.suppress(AttributeError, KeyError, IndexError, TracedModuleError):
+                    env[out] = out.owner = expr.interpret(env[expr.inputs[0]])[0]
+            elif isinstance(expr, Constant):
+                env[out] = out.owner = expr.value
+        for obj in env.values():
+            if isinstance(obj, TracedModule) and id(obj) not in seen:
+                obj._update_ref(graph, seen)
+
+    def flatten(self) -> TracedModule:
+        """A copy whose graph calls no traced sub-module: their graphs are inlined (attribute paths
+        become ``getattr(self, "a.b.conv")``), then compiled and renumbered."""
+        from compiler.traced_module.surgery import flatten
+
+        return flatten(self)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -249,37 +578,54 @@ _active: _Tracer | None = None
 
 
 class _Frame:
-    """The graph being recorded for one module call, and which of its tensors have nodes."""
+    """The graph being recorded for one module call, and which of its tensors have nodes. A
+    surgery frame (``self_node`` given) adds to an existing graph, collecting its new expressions
+    in ``exprs`` rather than in the graph."""
 
-    def __init__(self, graph: InternalGraph, module: Module) -> None:
+    def __init__(
+        self,
+        graph: InternalGraph,
+        module: Module,
+        self_node: ModuleNode | None = None,
+        exprs: list[Expr] | None = None,
+    ) -> None:
         self.graph = graph
         self.module = module
+        self.exprs = graph._exprs if exprs is None else exprs
         self.nodes: dict[int, Node] = {}
         self.keep: list[Any] = []  # keeps recorded tensors alive so their ids stay unique
         self.module_nodes: dict[int, ModuleNode] = {}
+        self.refresh_paths()
+        if self_node is None:
+            expr = Input(graph._next_expr_id(), "self")
+            self_node = graph._module_node(expr, "self", module, graph.qualname)
+            graph._inputs.append(self_node)
+        self.self_node = self_node
+
+    def refresh_paths(self) -> None:
+        """Attribute paths of the module's sub-modules and tensors (again, after a surgery script
+        attached new ones)."""
         self.module_paths: dict[int, str] = {}
-        for path, m in module.named_modules():
+        for path, m in self.module.named_modules():
             if path:
                 self.module_paths.setdefault(id(m), path)
-        self.tensor_paths = {id(t): path for path, t in module.named_tensors()}
-        expr = Input(graph._next_expr_id(), "self")
-        self.self_node = graph._module_node(expr, "self", module, graph.qualname)
-        graph._inputs.append(self.self_node)
+        self.tensor_paths = {id(t): path for path, t in self.module.named_tensors()}
 
     def bind(self, t: Any, node: Node) -> None:
         self.nodes[id(t)] = node
         self.keep.append(t)
 
     def add(self, expr: Expr) -> Expr:
-        self.graph._exprs.append(expr)
+        expr._top_graph = self.graph
+        self.exprs.append(expr)
         return expr
 
-    def node_for(self, t: Tensor) -> Node:
+    def node_for(self, t: Tensor, path: str | None = None) -> Node:
         node = self.nodes.get(id(t))
         if node is not None:
             return node
         g = self.graph
-        path = self.tensor_paths.get(id(t))
+        path = path or self.tensor_paths.get(id(t))
         if path is not None:
             expr: Expr = self.add(GetAttr(g._next_expr_id(), self.self_node, path))
             node = g._tensor_node(expr, path.replace(".", "_"), t)
@@ -289,11 +635,11 @@ class _Frame:
         self.bind(t, node)
         return node
 
-    def module_node(self, module: Module) -> ModuleNode:
+    def module_node(self, module: Module, path: str | None = None) -> ModuleNode:
         node = self.module_nodes.get(id(module))
         if node is None:
             g = self.graph
-            path = self.module_paths.get(id(module))
+            path = path or self.module_paths.get(id(module))
             if path is not None:
                 expr: Expr = self.add(GetAttr(g._next_expr_id(), self.self_node, path))
                 node = g._module_node(expr, path.replace(".", "_"), module, f"{g.qualname}.{path}")
@@ -311,21 +657,29 @@ class _Frame:
         kwargs: dict[str, Any],
         out: Any,
         base: str,
+        expr_id: int | None = None,
     ) -> None:
         leaves, arg_spec = pytree.flatten((tuple(args), dict(kwargs)), _is_tensor)
         inputs = [self.node_for(t) for t in leaves]  # may add GetAttr/Constant exprs, before the call
         out_leaves, out_spec = pytree.flatten(out, _is_tensor)
         g = self.graph
-        expr = self.add(make(g._next_expr_id(), inputs, arg_spec, out_spec))
+        expr = self.add(make(g._next_expr_id() if expr_id is None else expr_id, inputs, arg_spec, out_spec))
         for i, t in enumerate(out_leaves):
             self.bind(t, g._tensor_node(expr, f"{base}_out" + (f"_{i}" if len(out_leaves) > 1 else ""), t))
 
 
 class _Tracer:
-    def __init__(self) -> None:
+    """Records calls into frames. ``surgery``: the first frame edits an existing graph, whose
+    traced sub-modules are called rather than traced again."""
+
+    def __init__(self, total_ids: list[int], surgery: bool = False) -> None:
         self.frames: list[_Frame] = []
         self.suppress = 0
         self.graphs: dict[int, tuple[Module, InternalGraph]] = {}
+        self.new_paths: dict[int, str] = {}  # surgery: where each newly traced module is attached
+        self.total_ids = total_ids
+        self.surgery = surgery
+        self.session: Any = None  # surgery: the insert_exprs block that converts nodes and tensors
 
     @contextlib.contextmanager
     def suppressed(self) -> Iterator[None]:
@@ -339,10 +693,15 @@ class _Tracer:
     def recording(self) -> bool:
         return not self.suppress and bool(self.frames)
 
+    @property
+    def at_surgery_level(self) -> bool:
+        """Recording straight into the graph under surgery (not inside a module traced for it)."""
+        return self.surgery and len(self.frames) == 1 and not self.suppress
+
     def trace_into(
         self, module: Module, args: Sequence[Any], kwargs: dict[str, Any], qualname: str
     ) -> tuple[InternalGraph, Any]:
-        graph = InternalGraph(_class_name(module), qualname)
+        graph = InternalGraph(_class_name(module), qualname, self.total_ids)
         frame = _Frame(graph, module)
         leaves, graph._in_spec = pytree.flatten((tuple(args), dict(kwargs)), _is_tensor)
         names = _arg_names(module, args, kwargs)
@@ -361,14 +720,27 @@ class _Tracer:
         graph._outputs = [frame.node_for(t) for t in out_leaves]
         return graph, out
 
-    def call_module(self, module: Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    def call_module(
+        self,
+        module: Module,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        node: ModuleNode | None = None,
+        path: str | None = None,
+    ) -> Any:
         frame = self.frames[-1]
         builtin = policy.is_builtin_layer(module)
-        if not builtin and id(module) not in frame.module_paths:
-            # a user module that is no attribute (made in forward, or the module itself): inline it
-            return _ORIG_CALL(module, *args, **kwargs)
-        node = frame.module_node(module)
-        if builtin:
+        # under surgery, a module that already has a graph is called as it is, not traced again
+        replay = builtin or (self.at_surgery_level and isinstance(module, TracedModule))
+        if not replay and path is None and id(module) not in frame.module_paths:
+            if self.surgery:
+                frame.refresh_paths()
+            if id(module) not in frame.module_paths:
+                # a user module that is no attribute (made in forward, or the module itself): inline it
+                return _ORIG_CALL(module, *args, **kwargs)
+        node = node or frame.module_node(module, path)
+        expr_id = None
+        if replay:
             with self.suppressed():
                 out = _ORIG_CALL(module, *args, **kwargs)
         elif id(module) in self.graphs:
@@ -382,14 +754,18 @@ class _Tracer:
             with self.suppressed():
                 out = _ORIG_CALL(module, *args, **kwargs)
         else:
-            path = frame.module_paths[id(module)]
+            path = path or frame.module_paths[id(module)]
+            expr_id = frame.graph._next_expr_id()  # the call is numbered before what it calls
             graph, out = self.trace_into(module, args, kwargs, f"{frame.graph.qualname}.{path}")
             self.graphs[id(module)] = (module, graph)
+            if self.at_surgery_level:
+                self.new_paths[id(module)] = path
+        call_node = node
 
         def make(i: int, inputs: list[Node], arg_spec: pytree.Spec, out_spec: pytree.Spec) -> Expr:
-            return CallMethod(i, node, "__call__", inputs, arg_spec, out_spec)
+            return CallMethod(i, call_node, "__call__", inputs, arg_spec, out_spec)
 
-        frame.record_call(make, args, kwargs, out, node.name)
+        frame.record_call(make, args, kwargs, out, node.name, expr_id)
         return out
 
     def record_function(
@@ -476,7 +852,11 @@ def _traced_call(self: Module, *args: Any, **kwargs: Any) -> Any:
     tracer = _active
     if tracer is None or not tracer.recording:
         return _ORIG_CALL(self, *args, **kwargs)
-    return tracer.call_module(self, args, kwargs)
+    session = tracer.session if tracer.at_surgery_level else None
+    if session is None:
+        return tracer.call_module(self, args, kwargs)
+    args, kwargs = session.to_values((args, kwargs))  # a module called directly in insert_exprs
+    return session.to_nodes(tracer.call_module(self, args, kwargs))
 
 
 def _wrap_function(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -485,10 +865,13 @@ def _wrap_function(fn: Callable[..., Any]) -> Callable[..., Any]:
         tracer = _active
         if tracer is None or not tracer.recording:
             return fn(*args, **kwargs)
+        session = tracer.session if tracer.at_surgery_level else None
+        if session is not None:  # graph surgery: nodes stand for tensors, results become nodes
+            args, kwargs = session.to_values((args, kwargs))
         with tracer.suppressed():
             out = fn(*args, **kwargs)
         tracer.record_function(fn, args, kwargs, out)
-        return out
+        return out if session is None else session.to_nodes(out)
 
     return wrapper
 
@@ -499,11 +882,15 @@ def _wrap_method(method: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         tracer = _active
         if tracer is None or not tracer.recording:
             return fn(self, *args, **kwargs)
+        session = tracer.session if tracer.at_surgery_level else None
+        if session is not None:
+            args, kwargs = session.to_values((args, kwargs))
         with tracer.suppressed():
             out = fn(self, *args, **kwargs)
-        if out is not NotImplemented:
-            tracer.record_method(self, method, args, kwargs, out)
-        return out
+        if out is NotImplemented:
+            return out
+        tracer.record_method(self, method, args, kwargs, out)
+        return out if session is None else session.to_nodes(out)
 
     return wrapper
 
@@ -556,20 +943,27 @@ def trace_module(module: Module, *inputs: Any, **kwinputs: Any) -> TracedModule:
             raise TypeError(
                 f"trace_module: input {i} is a {type(leaf).__name__}; pass compiler.Tensor inputs"
             )
-    tracer = _Tracer()
+    tracer = _Tracer([0, 0])
     with _hooks_installed(tracer):
         graph, _ = tracer.trace_into(module, inputs, kwinputs, _class_name(module))
         tracer.graphs[id(module)] = (module, graph)
+    top = mirror_traced(tracer)[id(module)]
+    top._update_ref()
+    return top
+
+
+def mirror_traced(tracer: _Tracer) -> dict[int, TracedModule]:
+    """A TracedModule for each module ``tracer`` traced, by the id of that module."""
     memo: dict[int, TracedModule] = {}
-    top = _mirror(module, tracer.graphs, memo)
-    assert isinstance(top, TracedModule)
+    for module, _ in tracer.graphs.values():
+        _mirror(module, tracer.graphs, memo)
     # graphs point at the modules they were traced on; point them at the mirrors instead, so a
     # TracedModule references (and pickles) no user class
     for _, g in tracer.graphs.values():
         for node in g.nodes(recursive=False):
             if isinstance(node, ModuleNode) and id(node.owner) in memo:
-                node.owner = memo[id(node.owner)]  # module_type keeps the traced class's name
-    return top
+                node.owner = memo[id(node.owner)]  # type_name keeps the traced class's name
+    return memo
 
 
 _SKIP = object()
