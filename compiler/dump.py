@@ -87,17 +87,6 @@ def _as_names(value: str | Sequence[str | None] | None, n: int, what: str) -> li
     return ["" if x is None else str(x) for x in names]
 
 
-def optimize_options_bits(options: InferenceOptions) -> int:
-    """MegEngine's ``GraphOptimizeOptions.serialize()``: flag bits 0..6, layout in bits 32..63."""
-    bits = 0
-    for flag in options.enabled():
-        name = flag.removeprefix("enable_")
-        name = {"io16xc32": "f16_io_f32_comp", "ioc16": "f16_io_comp"}.get(name, name)
-        if name in S.OPTIMIZE_BITS:
-            bits |= 1 << S.OPTIMIZE_BITS[name]
-    return bits | (S.LAYOUT_TRANSFORMS.index(options.layout_transform) << 32)
-
-
 def check_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The optimize options in ``kwargs`` (test-case options removed); clear errors for the rest."""
     for key in TEST_CASE_OPTIONS:
@@ -343,7 +332,7 @@ def dump(
         meta = Metadata(
             is_valid=True,
             optimize_options=(
-                optimize_options_bits(InferenceOptions.from_kwargs(options)) if optimize_for_inference else 0
+                InferenceOptions.from_kwargs(options).metadata_word() if optimize_for_inference else 0
             ),
             user_info=pickle.dumps(user_info),
         )

@@ -88,6 +88,17 @@ def read_mge(data: bytes | bytearray | memoryview) -> ModuleOp:
     return module
 
 
+def dump_options(fn: func.FuncOp) -> dict[str, bool] | None:
+    """The ``optimize_for_inference`` keywords a read graph was dumped with, decoded from its
+    metadata's ``optimize_options`` word (MegEngine's ``deserialize_infer_option``); None when
+    the file has no metadata."""
+    # the option table is the optimizer's; imported here so that reading files does not load it
+    from passes.inference.options import keywords_from_word
+
+    word = fn.attributes.get(ATTR_OPTIMIZE_OPTIONS)
+    return keywords_from_word(int(word.data)) if isinstance(word, StringAttr) else None
+
+
 def _where(op: RawOpr) -> str:
     return f"operator #{op.index} ({op.type_name}" + (f" '{op.name}'" if op.name else "") + "): "
 

@@ -327,32 +327,10 @@ for _n in (
     KNOWN_NAMES[h_short(_n)] = _n
 
 # ----------------------------------------------------------------------------------------------
-# Version and metadata
+# Version (the metadata word's optimize_options bits: passes/inference/options.py)
 
 MGB_VERSION = 101300  # what MegEngine 1.13.0 writes; (major*1000+minor)*100+patch
 
 
 def mgb_version(major: int = 1, minor: int = 13, patch: int = 0) -> int:
     return (major * 1000 + minor) * 100 + patch
-
-
-OPTIMIZE_BITS: dict[str, int] = {
-    "f16_io_f32_comp": 0,
-    "f16_io_comp": 1,
-    "fuse_conv_bias_nonlinearity": 2,
-    "fuse_conv_bias_with_z": 3,
-    "weight_preprocess": 4,
-    "fuse_preprocess": 5,
-    "fuse_grain": 6,
-}
-LAYOUT_TRANSFORMS = (
-    "DEFAULT",
-    "NCHW4",
-    "NHWCD4",
-    "NCHW88",
-    "NCHW44",
-    "NCHW44_DOT",
-    "NCHW32",
-    "CHWN4",
-    "NCHW64",
-)
