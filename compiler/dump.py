@@ -24,8 +24,8 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from backends.mge import schema as S
-from backends.mge.writer import _KIND_NAME, LoweredGraph, Metadata, write_graph
+from backends.mge.oprs import BY_KIND, traced_kind
+from backends.mge.writer import LoweredGraph, Metadata, write_graph
 from dialects import tensor as T
 from passes.inference import InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
@@ -126,7 +126,7 @@ def name_converted_outputs(fn: func.FuncOp) -> None:
             continue
         name = src.attributes.get("name")
         scope = src.attributes.get("scope")
-        kind = src.params()["mode"].name if isinstance(src, T.ElemwiseOp) else _KIND_NAME.get(type(src))
+        kind = traced_kind(src)
         if isinstance(name, StringAttr):
             cvt.attributes["name"] = name
         elif kind is not None:
@@ -146,7 +146,7 @@ def _opr_name(op: T.MgbOp) -> str | None:
         return None
     if isinstance(op, T.AxisAddRemoveOp) and isinstance(op.src.owner, T.ReduceOp):
         op = op.src.owner  # F.sum/F.mean without keepdims: one op, Reduce + AxisAddRemove oprs
-    kind = op.params()["mode"].name if isinstance(op, T.ElemwiseOp) else _KIND_NAME.get(type(op))
+    kind = traced_kind(op)
     if kind is None:
         return None
     scope = op.attributes.get("scope")
@@ -194,7 +194,7 @@ def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
     """The strip-info record of a dumped graph (C++ type, dtype and elemwise-mode names)."""
     from dialects import enums
 
-    kinds = {S.BY_KIND[o.kind].typeinfo for o in graph.oprs}
+    kinds = {BY_KIND[o.kind].typeinfo for o in graph.oprs}
     dtypes: set[str] = set()
     modes: set[str] = set()
     for o in graph.oprs:

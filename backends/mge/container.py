@@ -13,7 +13,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.mge import oprs as O
 from backends.mge import schema as S
+from backends.mge.dtypes import RawDType, storage_bytes
 from backends.mge.fbs import Buffer, MgeFormatError, Table
 
 V1_MAGIC = 0x4342474D  # "MGBC"
@@ -23,19 +25,6 @@ V1_IDENTIFIER = b"mgb1"
 
 # Each graph's FlatBuffer may not exceed this; FlatBuffers offsets are 32-bit anyway.
 MAX_FBS_SIZE = 2**31 - 1
-
-
-@dataclass
-class RawDType:
-    name: str  # file enum name, e.g. "Float32", "QuantizedS8"
-    scale: float | None = None
-    zero_point: int | None = None
-
-    def describe(self) -> str:
-        if self.scale is None:
-            return self.name
-        zp = f", zero_point={self.zero_point}" if self.zero_point is not None else ""
-        return f"{self.name}(scale={self.scale:.9g}{zp})"
 
 
 @dataclass
@@ -62,7 +51,7 @@ class RawOpr:
     type_name: str  # registry name (v2 type string) or a description of the id
     type_id: int
     opr_version: int
-    kind: str | None  # S.OprType.kind when known
+    kind: str | None  # backends.mge.oprs.Opr.kind when known
     name: str | None
     params: list[RawParam]
     inputs: list[int]
@@ -245,8 +234,6 @@ def _shape(t: Table) -> tuple[int, ...]:
 
 
 def _expect_size(t: Table, shape: tuple[int, ...], dtype: RawDType | None, have: int) -> None:
-    from backends.mge.dtypes import storage_bytes
-
     if dtype is None:
         raise t.buf.fail("tensor with data lacks its dtype", t.pos)
     want = storage_bytes(shape, dtype)
@@ -276,7 +263,7 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
         type_name = ot.string(0, "type") or ""
         type_id = ot.scalar(1, "Q", 0)
         version = ot.scalar(12, "I", 1)
-        kind_t = S.BY_V2_ID.get((type_id, version))
+        kind_t = O.BY_V2_ID.get((type_id, version))
         outputs = list(ot.scalars(8, "I", "outputs") or [])
         for o in outputs:
             if o != nvars:
@@ -396,7 +383,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
         )
     buf = Buffer(view[fbs_pos + 4 : fbs_pos + 4 + size], fbs_pos + 4, "FBS v1 graph")
     root = buf.root(V1_IDENTIFIER)
-    by_id = S.BY_SHORT_ID if kind == "FBS_MGBS" else S.BY_PERSIST_ID
+    by_id = O.BY_SHORT_ID if kind == "FBS_MGBS" else O.BY_PERSIST_ID
     blob_pos = blobs_start
     oprs: list[RawOpr] = []
     names: dict[int, str] = {}
@@ -404,7 +391,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
     for i, ot in enumerate(root.tables(3, "oprs") or []):
         type_id = ot.scalar(0, "Q", 0)
         kind_t = by_id.get(type_id)
-        type_name = kind_t.regname if kind_t else S.KNOWN_NAMES.get(type_id, f"<unknown type id {type_id}>")
+        type_name = kind_t.regname if kind_t else O.KNOWN_NAMES.get(type_id, f"<unknown type id {type_id}>")
         tensors = []
         for tt in ot.tables(7, "tensors") or []:
             dt = _dtype(tt.table(3, "dtype"))

@@ -33,7 +33,8 @@ from backends.mge import schema as S
 from backends.mge.container import RawDType
 from backends.mge.dtypes import FOUR_BIT, from_element, pack_4bit
 from backends.mge.fbs import TableWriter, write_bytes, write_offsets, write_structs, write_vector
-from backends.mge.reader import ATTR_METADATA_VALID, ATTR_OPTIMIZE_OPTIONS, ATTR_USER_INFO
+from backends.mge.oprs import BY_KIND
+from backends.mge.records import ATTR_METADATA_VALID, ATTR_OPTIMIZE_OPTIONS, ATTR_USER_INFO
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, numpy_dtype
@@ -87,32 +88,6 @@ class LoweredGraph:
 # ----------------------------------------------------------------------------------------------
 # Lowering
 
-
-_KIND_NAME = {
-    T.ConvolutionOp: "Convolution",
-    T.ConvBiasOp: "ConvBias",
-    T.PoolingOp: "Pooling",
-    T.AdaptivePoolingOp: "AdaptivePooling",
-    T.MatrixMulOp: "MatrixMul",
-    T.BatchedMatrixMulOp: "BatchedMatrixMul",
-    T.ReshapeOp: "Reshape",
-    T.BroadcastOp: "Broadcast",
-    T.DimshuffleOp: "Dimshuffle",
-    T.AxisAddRemoveOp: "AxisAddRemove",
-    T.ConcatOp: "Concat",
-    T.SplitOp: "Split",
-    T.SubtensorOp: "Subtensor",
-    T.ReduceOp: "Reduce",
-    T.TypeCvtOp: "TypeCvt",
-    T.SoftmaxOp: "Softmax",
-    T.BatchNormOp: "BatchNorm",
-    T.PaddingOp: "Padding",
-    T.ConvolutionBackwardDataOp: "ConvolutionBackwardData",
-    T.ResizeOp: "Resize",
-    T.LayerNormOp: "LayerNorm",
-    T.ArgmaxOp: "Argmax",
-    T.ArgminOp: "Argmin",
-}
 
 EXECUTION_POLICY = ("ExecutionPolicy", {"strategy": 1, "workspace_limit": S.UINT_MAX64})
 
@@ -839,7 +814,7 @@ def serialize_v2(
     default_format = TableWriter(b).finish()  # DefaultTensorFormat: an empty table
     opr_offsets = []
     for opr in g.oprs:
-        otype = S.BY_KIND[opr.kind]
+        otype = BY_KIND[opr.kind]
         type_name, type_id, version = otype.v2_id(model_version)
         tensor_offs = []
         for t in opr.tensors:
@@ -930,7 +905,7 @@ def serialize_v1(
     out_set = set(g.outputs)
     opr_offsets = []
     for opr in g.oprs:
-        otype = S.BY_KIND[opr.kind]
+        otype = BY_KIND[opr.kind]
         tensor_offs = []
         for t in opr.tensors:
             shape = write_vector(b, "I", list(t.shape))
