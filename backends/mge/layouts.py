@@ -1,7 +1,7 @@
 """Layout-typed graphs in ``.mge`` files: how ``#layout.fmt<...>`` tensors and ``layout.relayout``
 are written in MegEngine's form and read back (spec B.5, B.6).
 
-Writing (hooks in :mod:`backends.mge.writer`):
+Writing (hooks in :mod:`backends.mge.lowering`):
 
 * ops in a blocked format carry MegEngine's ``format`` param, and constants in a packed layout are
   written with their physical shape and bytes (nothing to do here: the writer writes what the IR
@@ -50,6 +50,7 @@ from backends.mge.read_context import (
     ssa_of,
     unsupported,
 )
+from backends.mge.records import WOpr
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
@@ -57,7 +58,7 @@ from dialects.dtypes import QuantizedType
 
 if TYPE_CHECKING:
     from backends.mge.container import RawOpr
-    from backends.mge.writer import _Lowering
+    from backends.mge.lowering import Lowering
 
 Layout = L.Layout
 Format = enums.Format
@@ -115,7 +116,7 @@ def _lay_name(lay: Layout | None) -> str:
 # Writing
 
 
-def lower_layout_op(lw: _Lowering, op: T.MgbOp) -> bool:
+def lower_layout_op(lw: Lowering, op: T.MgbOp) -> bool:
     """Write ``op`` if it is one of the layout forms (True), else leave it to the writer (False)."""
     if isinstance(op, L.RelayoutOp):
         _lower_relayout(lw, op)
@@ -157,10 +158,8 @@ def padding_slice_channels(op: T.SubtensorOp) -> int | None:
     return channels
 
 
-def _padding_slice(lw: _Lowering, x: int, channels: int, name: str, opr_name: str | None = None) -> int:
+def _padding_slice(lw: Lowering, x: int, channels: int, name: str, opr_name: str | None = None) -> int:
     """MegEngine's ``Subtensor`` dropping padded channels: steps on axes 3, 2, 0, the end on 1."""
-    from backends.mge.writer import WOpr
-
     items, inputs = [], [x]
     for axis in (3, 2, 1, 0):
         if axis == 1:
@@ -174,7 +173,7 @@ def _padding_slice(lw: _Lowering, x: int, channels: int, name: str, opr_name: st
     return vid
 
 
-def _lower_relayout(lw: _Lowering, op: L.RelayoutOp) -> None:
+def _lower_relayout(lw: Lowering, op: L.RelayoutOp) -> None:
     p = op.params()
     src_t, dst_t = _ttype(op.input), _ttype(op.output)
     for lay in (p["src"], p["dst"]):
@@ -191,12 +190,10 @@ def _lower_relayout(lw: _Lowering, op: L.RelayoutOp) -> None:
 
 @dataclass
 class _Emitter:
-    lw: _Lowering
+    lw: Lowering
 
     # -- single operators ---------------------------------------------------------------------
     def opr(self, kind: str, inputs: list[int], params: list[tuple[str, dict[str, Any]]], name: str) -> int:
-        from backends.mge.writer import WOpr
-
         (vid,) = self.lw.add(WOpr(kind, inputs, params=params), [name])
         return vid
 

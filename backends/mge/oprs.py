@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from backends.mge import layouts
+from backends.mge import lower_ops as W
 from backends.mge import read_ops as R
 from backends.mge.schema import h_full, h_short
 from dialects import tensor as T
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from backends.mge.read_context import ReadContext
 
 ReadFn = Callable[["ReadContext", "RawOpr"], None]
+LowerFn = W.LowerFn
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Opr:
     """The IR ops written as this kind."""
     read: ReadFn | None = None
     """Reads one operator of this kind into IR; None when the reader does not take it."""
+    lower: LowerFn | None = None
+    """Lowers one of ``ir_ops`` to operator records for writing."""
     names_traced_ops: bool = True
     """Traced ops of ``ir_ops`` are named ``scope.kind`` like MegEngine's tracer does (Elemwise
     ops are named by their mode instead; quantized elemwise ops are not deduplicated by name)."""
@@ -66,6 +70,7 @@ def _same(kind: str, **rest: object) -> Opr:
     return Opr(kind, kind, kind, kind, **rest)  # type: ignore[arg-type]
 
 
+# fmt: off
 OPRS: tuple[Opr, ...] = (
     Opr("Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy"),  # graph inputs
     _same("ImmutableTensor", read=R.read_immutable),
@@ -73,45 +78,50 @@ OPRS: tuple[Opr, ...] = (
     _same("MultipleDeviceTensorHolder", read=R.read_multi_holder),
     _same("MultipleDeviceTensorWithFormatHolder", read=R.read_multi_holder),  # NHWCD4 weights
     Opr("Convolution", "ConvolutionV2", "ConvolutionForward", "Convolution",
-        (T.ConvolutionOp,), R.read_convolution),  # fmt: skip
+        (T.ConvolutionOp,), R.read_convolution, W.lower_convolution),
     Opr("ConvolutionBackwardData", "ConvolutionBackwardDataV2", "ConvolutionBackwardData",
-        "ConvolutionBackwardData", (T.ConvolutionBackwardDataOp,),
-        R.read_convolution_backward_data),  # fmt: skip
+        "ConvolutionBackwardData",
+        (T.ConvolutionBackwardDataOp,), R.read_convolution_backward_data, W.lower_convolution_backward_data),
     Opr("ConvBias", "ConvBiasForwardV4", "ConvBiasForward", "ConvBiasForward",
-        (T.ConvBiasOp,), R.read_conv_bias),  # fmt: skip
-    Opr("Pooling", "PoolingV1", "PoolingForward", None, (T.PoolingOp,), R.read_pooling),
+        (T.ConvBiasOp,), R.read_conv_bias, W.lower_conv_bias),
+    Opr("Pooling", "PoolingV1", "PoolingForward", None, (T.PoolingOp,), R.read_pooling, W.lower_pooling),
     Opr("AdaptivePooling", "AdaptivePoolingV1", "AdaptivePoolingForward", None,
-        (T.AdaptivePoolingOp,), R.read_adaptive_pooling),  # fmt: skip
-    Opr("MatrixMul", "MatrixMulV2", "MatrixMul", None, (T.MatrixMulOp,), R.read_matmul),
+        (T.AdaptivePoolingOp,), R.read_adaptive_pooling, W.lower_adaptive_pooling),
+    Opr("MatrixMul", "MatrixMulV2", "MatrixMul", None, (T.MatrixMulOp,), R.read_matmul, W.lower_matmul),
     Opr("BatchedMatrixMul", "BatchedMatrixMulV2", "BatchedMatrixMul", None,
-        (T.BatchedMatrixMulOp,), R.read_matmul),  # fmt: skip
-    Opr("Elemwise", "Elemwise", "Elemwise", None, (T.ElemwiseOp,), R.read_elemwise,
-        names_traced_ops=False),  # fmt: skip
+        (T.BatchedMatrixMulOp,), R.read_matmul, W.lower_matmul),
+    Opr("Elemwise", "Elemwise", "Elemwise", None,
+        (T.ElemwiseOp,), R.read_elemwise, W.lower_elemwise, names_traced_ops=False),
     Opr("ElemwiseMultiType", "ElemwiseMultiType", "ElemwiseMultiType", None,
-        (T.ElemwiseMultiTypeOp,), R.read_elemwise_multi_type, names_traced_ops=False),  # fmt: skip
+        (T.ElemwiseMultiTypeOp,), R.read_elemwise_multi_type, W.lower_elemwise_multi_type,
+        names_traced_ops=False),
     Opr("PowC", "PowC", "PowC", read=R.read_powc),  # read as Elemwise POW
-    Opr("Reduce", "ReduceV2", "Reduce", None, (T.ReduceOp,), R.read_reduce),
-    Opr("TypeCvt", "TypeCvtV2", "TypeCvt", None, (T.TypeCvtOp,), R.read_typecvt),
-    Opr("Reshape", "ReshapeV1", "Reshape", None, (T.ReshapeOp,), R.read_reshape),
-    Opr("Broadcast", "Broadcast", "Broadcast", None, (T.BroadcastOp,), R.read_broadcast),
-    Opr("Dimshuffle", "Dimshuffle", "Dimshuffle", None, (T.DimshuffleOp,), R.read_dimshuffle),
+    Opr("Reduce", "ReduceV2", "Reduce", None, (T.ReduceOp,), R.read_reduce, W.lower_reduce),
+    Opr("TypeCvt", "TypeCvtV2", "TypeCvt", None, (T.TypeCvtOp,), R.read_typecvt, W.lower_typecvt),
+    Opr("Reshape", "ReshapeV1", "Reshape", None, (T.ReshapeOp,), R.read_reshape, W.lower_reshape),
+    Opr("Broadcast", "Broadcast", "Broadcast", None, (T.BroadcastOp,), R.read_broadcast, W.lower_broadcast),
+    Opr("Dimshuffle", "Dimshuffle", "Dimshuffle", None,
+        (T.DimshuffleOp,), R.read_dimshuffle, W.lower_dimshuffle),
     Opr("AxisAddRemove", "AxisAddRemove", "AxisAddRemove", None,
-        (T.AxisAddRemoveOp,), R.read_axis_add_remove),  # fmt: skip
-    Opr("Concat", "Concat", "Concat", None, (T.ConcatOp,), R.read_concat),
+        (T.AxisAddRemoveOp,), R.read_axis_add_remove, W.lower_axis_add_remove),
+    Opr("Concat", "Concat", "Concat", None, (T.ConcatOp,), R.read_concat, W.lower_concat),
     Opr("GetVarShape", "GetVarShapeV1", "GetVarShape", read=R.read_get_var_shape),
-    Opr("Subtensor", "Subtensor", "Subtensor", None, (T.SubtensorOp,), R.read_subtensor),
-    Opr("Split", None, "Split", None, (T.SplitOp,)),
-    Opr("BatchNorm", "BatchNormV1", "BatchNormForward", None, (T.BatchNormOp,), R.read_batch_norm),
-    Opr("Softmax", "Softmax", "SoftmaxForward", "Softmax", (T.SoftmaxOp,), R.read_softmax),
-    Opr("Padding", "Padding", "PaddingForward", None, (T.PaddingOp,), R.read_padding),
-    Opr("Resize", "ResizeV2", "ResizeForward", None, (T.ResizeOp,), R.read_resize),
-    Opr("LayerNorm", "LayerNorm", "LayerNormForward", None, (T.LayerNormOp,), R.read_layer_norm),
-    Opr("Argmax", "Argmax", "ArgmaxForward", None, (T.ArgmaxOp,), R.read_arg_reduce),
-    Opr("Argmin", "Argmin", "ArgminForward", None, (T.ArgminOp,), R.read_arg_reduce),
+    Opr("Subtensor", "Subtensor", "Subtensor", None, (T.SubtensorOp,), R.read_subtensor, W.lower_subtensor),
+    Opr("Split", None, "Split", None, (T.SplitOp,), lower=W.lower_split),  # written as Subtensors
+    Opr("BatchNorm", "BatchNormV1", "BatchNormForward", None,
+        (T.BatchNormOp,), R.read_batch_norm, W.lower_batch_norm),
+    Opr("Softmax", "Softmax", "SoftmaxForward", "Softmax", (T.SoftmaxOp,), R.read_softmax, W.lower_softmax),
+    Opr("Padding", "Padding", "PaddingForward", None, (T.PaddingOp,), R.read_padding, W.lower_padding),
+    Opr("Resize", "ResizeV2", "ResizeForward", None, (T.ResizeOp,), R.read_resize, W.lower_resize),
+    Opr("LayerNorm", "LayerNorm", "LayerNormForward", None,
+        (T.LayerNormOp,), R.read_layer_norm, W.lower_layer_norm),
+    Opr("Argmax", "Argmax", "ArgmaxForward", None, (T.ArgmaxOp,), R.read_arg_reduce, W.lower_arg_reduce),
+    Opr("Argmin", "Argmin", "ArgminForward", None, (T.ArgminOp,), R.read_arg_reduce, W.lower_arg_reduce),
     Opr("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat", read=layouts.read_relayout_format),
     Opr("Identity", "Identity", "Identity", read=R.read_alias),
     Opr("Copy", "Copy", "Copy", read=R.read_alias),
 )
+# fmt: on
 
 BY_KIND: dict[str, Opr] = {o.kind: o for o in OPRS}
 BY_IR_OP: dict[type[T.MgbOp], Opr] = {cls: o for o in OPRS for cls in o.ir_ops}
