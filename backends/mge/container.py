@@ -214,6 +214,20 @@ def _params(t: Table, type_slot: int, value_slot: int, add_type_slot: int, add_s
     return out
 
 
+def _metadata(mt: Table | None, options_slot: int, user_info_slot: int) -> RawMetadata:
+    """The Metadata table; V1 and V2 swap the slots of optimize_options and user_info (A.8)."""
+    if mt is None:
+        return RawMetadata()
+    ui = mt.bytes_view(user_info_slot, "user_info")
+    return RawMetadata(
+        is_valid=bool(mt.scalar(0, "?", False)),
+        graph_modified=bool(mt.scalar(1, "?", False)),
+        optimize_options=int(mt.scalar(options_slot, "Q", 0)),
+        user_info=b"" if ui is None else bytes(ui[0]),
+        present=True,
+    )
+
+
 def _comp_node(t: Table | None) -> str | None:
     return None if t is None else t.string(0, "logical_locator")
 
@@ -319,17 +333,7 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
         if name:
             names[vid] = name
     outputs = [ov.scalar(0, "I", 0) for ov in root.tables(4, "output_vars_idx") or []]
-    meta = RawMetadata()
-    mt = root.table(7, "metadata")
-    if mt is not None:
-        ui = mt.bytes_view(3, "user_info")
-        meta = RawMetadata(
-            is_valid=bool(mt.scalar(0, "?", False)),
-            graph_modified=bool(mt.scalar(1, "?", False)),
-            optimize_options=int(mt.scalar(2, "Q", 0)),
-            user_info=b"" if ui is None else bytes(ui[0]),
-            present=True,
-        )
+    meta = _metadata(root.table(7, "metadata"), options_slot=2, user_info_slot=3)
     return RawGraph(
         format="FBS_V2",
         offset=start,
@@ -443,17 +447,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
             )
         )
     outputs = [root.unpack_at(p, "I") for p in root.structs(4, 8, "output_vars_idx") or []]
-    meta = RawMetadata()
-    mt = root.table(5, "metadata")
-    if mt is not None:
-        ui = mt.bytes_view(2, "user_info")
-        meta = RawMetadata(
-            is_valid=bool(mt.scalar(0, "?", False)),
-            graph_modified=bool(mt.scalar(1, "?", False)),
-            optimize_options=int(mt.scalar(3, "Q", 0)),
-            user_info=b"" if ui is None else bytes(ui[0]),
-            present=True,
-        )
+    meta = _metadata(root.table(5, "metadata"), options_slot=3, user_info_slot=2)
     return RawGraph(
         format=kind,
         offset=start,

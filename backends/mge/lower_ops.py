@@ -55,17 +55,18 @@ def flatten_start_axis(src: Sequence[int], dst: Sequence[int]) -> int | None:
     return k if math.prod(src[k:]) == dst[k] else None
 
 
+def _window_fields(p: dict[str, Any], **prefixes: str) -> dict[str, int]:
+    """MegEngine's ``<prefix>_h``/``<prefix>_w`` param fields from an op's (h, w) parameters, in
+    the order given (``padding="pad"``: ``pad_h``, ``pad_w`` from ``p["padding"]``)."""
+    return {f"{prefix}_{axis}": p[key][i] for key, prefix in prefixes.items() for i, axis in enumerate("hw")}
+
+
 def _convolution_param(p: dict[str, Any], fmt: Any) -> dict[str, int]:
     """MegEngine's param.Convolution fields (shared by Convolution, ConvBias and
     ConvolutionBackwardData) from an op's parameters."""
     return {
         "mode": enums.number(p["mode"]),
-        "pad_h": p["padding"][0],
-        "pad_w": p["padding"][1],
-        "stride_h": p["stride"][0],
-        "stride_w": p["stride"][1],
-        "dilate_h": p["dilation"][0],
-        "dilate_w": p["dilation"][1],
+        **_window_fields(p, padding="pad", stride="stride", dilation="dilate"),
         "sparse": enums.number(p["sparse"]),
         "format": enums.number(fmt),
         "compute_mode": enums.number(p["compute_mode"]),
@@ -115,12 +116,7 @@ def lower_convolution_backward_data(lw: Lowering, op: T.ConvolutionBackwardDataO
 def lower_pooling(lw: Lowering, op: T.PoolingOp, p: dict[str, Any]) -> None:
     pool = {
         "mode": enums.number(p["mode"]),
-        "pad_h": p["padding"][0],
-        "pad_w": p["padding"][1],
-        "stride_h": p["stride"][0],
-        "stride_w": p["stride"][1],
-        "window_h": p["window"][0],
-        "window_w": p["window"][1],
+        **_window_fields(p, padding="pad", stride="stride", window="window"),
         "format": enums.number(p.get("format", enums.Format.NCHW)),
     }
     lw.simple(op, "Pooling", [("Pooling", pool)])

@@ -57,10 +57,16 @@ def read_multi_holder(ctx: ReadContext, op: RawOpr) -> None:
         define(ctx, op, i, var)
 
 
-def _conv_params(op: RawOpr, p: dict[str, Any]) -> dict[str, Any]:
+def _tensor_format(op: RawOpr, p: dict[str, Any]) -> Any:
+    """A conv/pooling param's ``format``: NCHW or a blocked layout xmge has (layouts.L)."""
     fmt = enum_of(op, enums.Format, p["format"], "format")
     if fmt != enums.Format.NCHW and fmt not in layouts.L.ACTIVATION_OF_FORMAT:
         raise unsupported(op, f"format {fmt.name} is not supported by xmge")
+    return fmt
+
+
+def _conv_params(op: RawOpr, p: dict[str, Any]) -> dict[str, Any]:
+    fmt = _tensor_format(op, p)
     return {
         "stride": (p["stride_h"], p["stride_w"]),
         "padding": (p["pad_h"], p["pad_w"]),
@@ -155,9 +161,7 @@ def read_typecvt(ctx: ReadContext, op: RawOpr) -> None:
 
 def read_pooling(ctx: ReadContext, op: RawOpr) -> None:
     p = op.param("Pooling")
-    fmt = enum_of(op, enums.Format, p["format"], "format")
-    if fmt != enums.Format.NCHW and fmt not in layouts.L.ACTIVATION_OF_FORMAT:
-        raise unsupported(op, f"format {fmt.name} is not supported by xmge")
+    fmt = _tensor_format(op, p)
     emit_one(
         ctx,
         op,
@@ -173,9 +177,7 @@ def read_pooling(ctx: ReadContext, op: RawOpr) -> None:
 
 def read_adaptive_pooling(ctx: ReadContext, op: RawOpr) -> None:
     p = op.param("AdaptivePooling")
-    fmt = enum_of(op, enums.Format, p["format"], "format")
-    if fmt != enums.Format.NCHW and fmt not in layouts.L.ACTIVATION_OF_FORMAT:
-        raise unsupported(op, f"format {fmt.name} is not supported by xmge")
+    fmt = _tensor_format(op, p)
     out = int_values(op, input_var(ctx, op, 1), "the output shape")
     if len(out) != 2:
         raise fail(op, f"output shape must have 2 values, got {out}")

@@ -35,33 +35,23 @@ class ParamDef:
         raise KeyError(f"param.{self.name} has no field {name}")
 
 
+_CONV_GEOMETRY: tuple[tuple[str, str, object], ...] = (
+    ("pad_h", "I", 0),
+    ("pad_w", "I", 0),
+    ("stride_h", "I", 1),
+    ("stride_w", "I", 1),
+    ("dilate_h", "I", 1),
+    ("dilate_w", "I", 1),
+)
+
+
 def _conv_fields(with_nonline: bool) -> tuple[tuple[str, str, object], ...]:
+    """param.Convolution's slots, or param.ConvBias's (same fields, nonlineMode first, another order)."""
+    mode, sparse, fmt = ("mode", "I", 0), ("sparse", "I", 0), ("format", "I", 0)
+    compute = ("compute_mode", "I", 0)
     if with_nonline:
-        return (
-            ("nonlineMode", "I", 0),
-            ("mode", "I", 0),
-            ("sparse", "I", 0),
-            ("format", "I", 0),
-            ("pad_h", "I", 0),
-            ("pad_w", "I", 0),
-            ("stride_h", "I", 1),
-            ("stride_w", "I", 1),
-            ("dilate_h", "I", 1),
-            ("dilate_w", "I", 1),
-            ("compute_mode", "I", 0),
-        )
-    return (
-        ("mode", "I", 0),
-        ("pad_h", "I", 0),
-        ("pad_w", "I", 0),
-        ("stride_h", "I", 1),
-        ("stride_w", "I", 1),
-        ("dilate_h", "I", 1),
-        ("dilate_w", "I", 1),
-        ("sparse", "I", 0),
-        ("format", "I", 0),
-        ("compute_mode", "I", 0),
-    )
+        return (("nonlineMode", "I", 0), mode, sparse, fmt, *_CONV_GEOMETRY, compute)
+    return (mode, *_CONV_GEOMETRY, sparse, fmt, compute)
 
 
 PARAMS: dict[str, ParamDef] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import BytesAttr, IntegerAttr, ModuleOp, StringAttr
@@ -26,7 +27,16 @@ from backends.mge.records import (
 )
 from backends.mge.serialize import serialize_v1, serialize_v2
 
-__all__ = ["FORMATS", "LoweredGraph", "Metadata", "MgeWriteError", "WriteResult", "write_graph", "write_mge"]
+__all__ = [
+    "FORMATS",
+    "LoweredGraph",
+    "Metadata",
+    "MgeWriteError",
+    "WriteOptions",
+    "WriteResult",
+    "write_graph",
+    "write_mge",
+]
 
 FORMATS = ("FBS_V2", "FBS")
 
@@ -93,21 +103,25 @@ def write_graph(
     return WriteResult(data, g, parse_file(data)[0].graph_hash or 0)
 
 
+class WriteOptions(TypedDict, total=False):
+    """:func:`write_graph`'s keywords besides ``dump_format``."""
+
+    model_version: int
+    keep_var_name: int
+    keep_opr_name: bool
+    keep_opr_priority: bool
+    no_change_graph: bool
+    output_names: Sequence[str] | None
+    metadata: Metadata | None
+
+
 def write_mge(
-    module: ModuleOp | func.FuncOp,
-    *,
-    dump_format: str | None = None,
-    model_version: int = 2,
-    keep_var_name: int = 1,
-    keep_opr_name: bool = False,
-    keep_opr_priority: bool = False,
-    no_change_graph: bool = False,
-    output_names: Sequence[str] | None = None,
-    metadata: Metadata | None = None,
+    module: ModuleOp | func.FuncOp, *, dump_format: str | None = None, **options: Unpack[WriteOptions]
 ) -> bytes:
     """Every function of ``module`` as one ``.mge`` graph each, back to back (one for a plain trace).
 
-    ``dump_format`` is MegEngine's: ``None``/``"FBS_V2"`` (default) or ``"FBS"`` (v1). Metadata
+    ``dump_format`` is MegEngine's: ``None``/``"FBS_V2"`` (default) or ``"FBS"`` (v1); the other
+    keywords are :func:`write_graph`'s. Metadata
     defaults to what the reader recorded on the function (so a read file is written back as it
     was) or to a valid, empty record.
     """
@@ -120,15 +134,5 @@ def write_mge(
         raise MgeWriteError("can't dump empty graph: the module has no function")
     out = bytearray()
     for fn in funcs:
-        out += write_graph(
-            fn,
-            dump_format=dump_format or "FBS_V2",
-            model_version=model_version,
-            keep_var_name=keep_var_name,
-            keep_opr_name=keep_opr_name,
-            keep_opr_priority=keep_opr_priority,
-            no_change_graph=no_change_graph,
-            output_names=output_names,
-            metadata=metadata,
-        ).data
+        out += write_graph(fn, dump_format=dump_format or "FBS_V2", **options).data
     return bytes(out)
