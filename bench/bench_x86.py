@@ -6,7 +6,7 @@
 
 For each model (batch 1, float32): trace, compile for every x86 target this machine runs (compile
 time reported; ResNet-50's, from traced function to built library, is checked against the 60 s
-budget), export the *same* optimised graph and weights to ONNX (:mod:`compiler.onnx_export`, so
+budget), export the *same* optimised graph and weights to ONNX (:mod:`backends.onnx`, so
 every runtime computes the identical function), run it in ONNX Runtime, and run the same graph op by
 op with PyTorch's CPU kernels. Latencies are medians, taken in interleaved rounds (the best round's
 median, so that a noisy shared machine penalises every runtime alike). Prints medians, ratios
@@ -33,8 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from xdsl.dialects.builtin import ModuleOp, TensorType  # noqa: E402
 
+from backends.onnx.export import to_onnx  # noqa: E402
 from compiler.compile import benchmark, compile  # noqa: E402
-from compiler.onnx_export import to_onnx, torch_runner  # noqa: E402
 from dialects import enums  # noqa: E402
 from dialects import tensor as T  # noqa: E402
 
@@ -221,7 +221,11 @@ def main() -> None:  # noqa: C901 - one report
             for tgt in targets:
                 err = float(np.abs(compiled[(tgt, threads[0])](x) - y_ref).max())
                 notes.append(f"{name} {tgt}: max |xmge - ORT| = {err:.2e} ({flops / 1e9:.2f} GFLOP)")
-        trun = torch_runner(plain) if torch is not None else None
+        trun = None
+        if torch is not None:
+            from backends.onnx.torch_runner import torch_runner
+
+            trun = torch_runner(plain)
         best_target, best_ms = targets[0], math.inf
         for t in threads:
             runners: dict[str, Any] = {tgt: (lambda m=compiled[(tgt, t)], a=x: m(a)) for tgt in targets}

@@ -115,6 +115,17 @@ def _fmt_params(params: list[Any]) -> str:
     return " ".join(parts)
 
 
+def _option_names(word: int) -> str:
+    """`` (enable_nchw44, enable_fuse_grain)``: the dump options an ``optimize_options`` word says."""
+    from passes.inference.options import InferenceOptionError, keywords_from_word
+
+    try:
+        on = [k for k, v in keywords_from_word(word).items() if v]
+    except InferenceOptionError as exc:
+        return f" ({exc})"
+    return f" ({', '.join(on)})" if on else ""
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from backends.mge.container import parse_file
     from backends.mge.reader import read_mge
@@ -138,8 +149,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         )
         print(
             f"  metadata: is_valid={md.is_valid} graph_modified={md.graph_modified} "
-            f"optimize_options={md.optimize_options} user_info={md.user_info.hex() or '-'} "
-            f"({len(md.user_info)} bytes)"
+            f"optimize_options={md.optimize_options}{_option_names(md.optimize_options)} "
+            f"user_info={md.user_info.hex() or '-'} ({len(md.user_info)} bytes)"
         )
         shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         if gi < len(funcs):

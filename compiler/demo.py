@@ -43,7 +43,7 @@ def _ort_ms(tensor_ir: Any, x: np.ndarray, threads: int) -> tuple[float, np.ndar
         import onnxruntime as ort
     except ImportError:
         return "onnxruntime not installed (pip install onnxruntime onnx): skipped"
-    from compiler.onnx_export import to_onnx
+    from backends.onnx.export import to_onnx
 
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "model.onnx")

@@ -24,8 +24,8 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from backends.mge import schema as S
-from backends.mge.writer import _KIND_NAME, LoweredGraph, Metadata, write_graph
+from backends.mge.oprs import BY_KIND, traced_kind
+from backends.mge.writer import LoweredGraph, Metadata, write_graph
 from dialects import tensor as T
 from passes.inference import InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
@@ -87,17 +87,6 @@ def _as_names(value: str | Sequence[str | None] | None, n: int, what: str) -> li
     return ["" if x is None else str(x) for x in names]
 
 
-def optimize_options_bits(options: InferenceOptions) -> int:
-    """MegEngine's ``GraphOptimizeOptions.serialize()``: flag bits 0..6, layout in bits 32..63."""
-    bits = 0
-    for flag in options.enabled():
-        name = flag.removeprefix("enable_")
-        name = {"io16xc32": "f16_io_f32_comp", "ioc16": "f16_io_comp"}.get(name, name)
-        if name in S.OPTIMIZE_BITS:
-            bits |= 1 << S.OPTIMIZE_BITS[name]
-    return bits | (S.LAYOUT_TRANSFORMS.index(options.layout_transform) << 32)
-
-
 def check_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The optimize options in ``kwargs`` (test-case options removed); clear errors for the rest."""
     for key in TEST_CASE_OPTIONS:
@@ -137,7 +126,7 @@ def name_converted_outputs(fn: func.FuncOp) -> None:
             continue
         name = src.attributes.get("name")
         scope = src.attributes.get("scope")
-        kind = src.params()["mode"].name if isinstance(src, T.ElemwiseOp) else _KIND_NAME.get(type(src))
+        kind = traced_kind(src)
         if isinstance(name, StringAttr):
             cvt.attributes["name"] = name
         elif kind is not None:
@@ -157,7 +146,7 @@ def _opr_name(op: T.MgbOp) -> str | None:
         return None
     if isinstance(op, T.AxisAddRemoveOp) and isinstance(op.src.owner, T.ReduceOp):
         op = op.src.owner  # F.sum/F.mean without keepdims: one op, Reduce + AxisAddRemove oprs
-    kind = op.params()["mode"].name if isinstance(op, T.ElemwiseOp) else _KIND_NAME.get(type(op))
+    kind = traced_kind(op)
     if kind is None:
         return None
     scope = op.attributes.get("scope")
@@ -205,7 +194,7 @@ def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
     """The strip-info record of a dumped graph (C++ type, dtype and elemwise-mode names)."""
     from dialects import enums
 
-    kinds = {S.BY_KIND[o.kind].typeinfo for o in graph.oprs}
+    kinds = {BY_KIND[o.kind].typeinfo for o in graph.oprs}
     dtypes: set[str] = set()
     modes: set[str] = set()
     for o in graph.oprs:
@@ -343,7 +332,7 @@ def dump(
         meta = Metadata(
             is_valid=True,
             optimize_options=(
-                optimize_options_bits(InferenceOptions.from_kwargs(options)) if optimize_for_inference else 0
+                InferenceOptions.from_kwargs(options).metadata_word() if optimize_for_inference else 0
             ),
             user_info=pickle.dumps(user_info),
         )

@@ -13,7 +13,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.mge import oprs as O
 from backends.mge import schema as S
+from backends.mge.dtypes import RawDType, storage_bytes
 from backends.mge.fbs import Buffer, MgeFormatError, Table
 
 V1_MAGIC = 0x4342474D  # "MGBC"
@@ -23,19 +25,6 @@ V1_IDENTIFIER = b"mgb1"
 
 # Each graph's FlatBuffer may not exceed this; FlatBuffers offsets are 32-bit anyway.
 MAX_FBS_SIZE = 2**31 - 1
-
-
-@dataclass
-class RawDType:
-    name: str  # file enum name, e.g. "Float32", "QuantizedS8"
-    scale: float | None = None
-    zero_point: int | None = None
-
-    def describe(self) -> str:
-        if self.scale is None:
-            return self.name
-        zp = f", zero_point={self.zero_point}" if self.zero_point is not None else ""
-        return f"{self.name}(scale={self.scale:.9g}{zp})"
 
 
 @dataclass
@@ -62,7 +51,7 @@ class RawOpr:
     type_name: str  # registry name (v2 type string) or a description of the id
     type_id: int
     opr_version: int
-    kind: str | None  # S.OprType.kind when known
+    kind: str | None  # backends.mge.oprs.Opr.kind when known
     name: str | None
     params: list[RawParam]
     inputs: list[int]
@@ -225,6 +214,20 @@ def _params(t: Table, type_slot: int, value_slot: int, add_type_slot: int, add_s
     return out
 
 
+def _metadata(mt: Table | None, options_slot: int, user_info_slot: int) -> RawMetadata:
+    """The Metadata table; V1 and V2 swap the slots of optimize_options and user_info (A.8)."""
+    if mt is None:
+        return RawMetadata()
+    ui = mt.bytes_view(user_info_slot, "user_info")
+    return RawMetadata(
+        is_valid=bool(mt.scalar(0, "?", False)),
+        graph_modified=bool(mt.scalar(1, "?", False)),
+        optimize_options=int(mt.scalar(options_slot, "Q", 0)),
+        user_info=b"" if ui is None else bytes(ui[0]),
+        present=True,
+    )
+
+
 def _comp_node(t: Table | None) -> str | None:
     return None if t is None else t.string(0, "logical_locator")
 
@@ -245,8 +248,6 @@ def _shape(t: Table) -> tuple[int, ...]:
 
 
 def _expect_size(t: Table, shape: tuple[int, ...], dtype: RawDType | None, have: int) -> None:
-    from backends.mge.dtypes import storage_bytes
-
     if dtype is None:
         raise t.buf.fail("tensor with data lacks its dtype", t.pos)
     want = storage_bytes(shape, dtype)
@@ -276,7 +277,7 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
         type_name = ot.string(0, "type") or ""
         type_id = ot.scalar(1, "Q", 0)
         version = ot.scalar(12, "I", 1)
-        kind_t = S.BY_V2_ID.get((type_id, version))
+        kind_t = O.BY_V2_ID.get((type_id, version))
         outputs = list(ot.scalars(8, "I", "outputs") or [])
         for o in outputs:
             if o != nvars:
@@ -332,17 +333,7 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
         if name:
             names[vid] = name
     outputs = [ov.scalar(0, "I", 0) for ov in root.tables(4, "output_vars_idx") or []]
-    meta = RawMetadata()
-    mt = root.table(7, "metadata")
-    if mt is not None:
-        ui = mt.bytes_view(3, "user_info")
-        meta = RawMetadata(
-            is_valid=bool(mt.scalar(0, "?", False)),
-            graph_modified=bool(mt.scalar(1, "?", False)),
-            optimize_options=int(mt.scalar(2, "Q", 0)),
-            user_info=b"" if ui is None else bytes(ui[0]),
-            present=True,
-        )
+    meta = _metadata(root.table(7, "metadata"), options_slot=2, user_info_slot=3)
     return RawGraph(
         format="FBS_V2",
         offset=start,
@@ -396,7 +387,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
         )
     buf = Buffer(view[fbs_pos + 4 : fbs_pos + 4 + size], fbs_pos + 4, "FBS v1 graph")
     root = buf.root(V1_IDENTIFIER)
-    by_id = S.BY_SHORT_ID if kind == "FBS_MGBS" else S.BY_PERSIST_ID
+    by_id = O.BY_SHORT_ID if kind == "FBS_MGBS" else O.BY_PERSIST_ID
     blob_pos = blobs_start
     oprs: list[RawOpr] = []
     names: dict[int, str] = {}
@@ -404,7 +395,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
     for i, ot in enumerate(root.tables(3, "oprs") or []):
         type_id = ot.scalar(0, "Q", 0)
         kind_t = by_id.get(type_id)
-        type_name = kind_t.regname if kind_t else S.KNOWN_NAMES.get(type_id, f"<unknown type id {type_id}>")
+        type_name = kind_t.regname if kind_t else O.KNOWN_NAMES.get(type_id, f"<unknown type id {type_id}>")
         tensors = []
         for tt in ot.tables(7, "tensors") or []:
             dt = _dtype(tt.table(3, "dtype"))
@@ -456,17 +447,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
             )
         )
     outputs = [root.unpack_at(p, "I") for p in root.structs(4, 8, "output_vars_idx") or []]
-    meta = RawMetadata()
-    mt = root.table(5, "metadata")
-    if mt is not None:
-        ui = mt.bytes_view(2, "user_info")
-        meta = RawMetadata(
-            is_valid=bool(mt.scalar(0, "?", False)),
-            graph_modified=bool(mt.scalar(1, "?", False)),
-            optimize_options=int(mt.scalar(3, "Q", 0)),
-            user_info=b"" if ui is None else bytes(ui[0]),
-            present=True,
-        )
+    meta = _metadata(root.table(5, "metadata"), options_slot=3, user_info_slot=2)
     return RawGraph(
         format=kind,
         offset=start,

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.ir import Attribute
 
 from backends.mge import schema as S
-from backends.mge.container import RawDType
 from backends.mge.fbs import MgeFormatError
 from dialects.dtypes import QuantizedType, dtype_name, element_type
+
+
+@dataclass
+class RawDType:
+    name: str  # file enum name, e.g. "Float32", "QuantizedS8"
+    scale: float | None = None
+    zero_point: int | None = None
+
+    def describe(self) -> str:
+        if self.scale is None:
+            return self.name
+        zp = f", zero_point={self.zero_point}" if self.zero_point is not None else ""
+        return f"{self.name}(scale={self.scale:.9g}{zp})"
+
 
 _BITS = {
     "Float32": 32,

@@ -1,7 +1,7 @@
 """Layout-typed graphs in ``.mge`` files: how ``#layout.fmt<...>`` tensors and ``layout.relayout``
 are written in MegEngine's form and read back (spec B.5, B.6).
 
-Writing (hooks in :mod:`backends.mge.writer`):
+Writing (hooks in :mod:`backends.mge.lowering`):
 
 * ops in a blocked format carry MegEngine's ``format`` param, and constants in a packed layout are
   written with their physical shape and bytes (nothing to do here: the writer writes what the IR
@@ -39,6 +39,18 @@ from typing import TYPE_CHECKING, Any, cast
 from xdsl.dialects.builtin import StringAttr, TensorType
 from xdsl.ir import SSAValue
 
+from backends.mge.read_context import (
+    ReadContext,
+    ReadVar,
+    define,
+    emit,
+    enum_of,
+    fail,
+    input_var,
+    ssa_of,
+    unsupported,
+)
+from backends.mge.records import WOpr
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
@@ -46,8 +58,7 @@ from dialects.dtypes import QuantizedType
 
 if TYPE_CHECKING:
     from backends.mge.container import RawOpr
-    from backends.mge.reader import _Ctx, _Var
-    from backends.mge.writer import _Lowering
+    from backends.mge.lowering import Lowering
 
 Layout = L.Layout
 Format = enums.Format
@@ -105,7 +116,7 @@ def _lay_name(lay: Layout | None) -> str:
 # Writing
 
 
-def lower_layout_op(lw: _Lowering, op: T.MgbOp) -> bool:
+def lower_layout_op(lw: Lowering, op: T.MgbOp) -> bool:
     """Write ``op`` if it is one of the layout forms (True), else leave it to the writer (False)."""
     if isinstance(op, L.RelayoutOp):
         _lower_relayout(lw, op)
@@ -147,10 +158,8 @@ def padding_slice_channels(op: T.SubtensorOp) -> int | None:
     return channels
 
 
-def _padding_slice(lw: _Lowering, x: int, channels: int, name: str, opr_name: str | None = None) -> int:
+def _padding_slice(lw: Lowering, x: int, channels: int, name: str, opr_name: str | None = None) -> int:
     """MegEngine's ``Subtensor`` dropping padded channels: steps on axes 3, 2, 0, the end on 1."""
-    from backends.mge.writer import WOpr
-
     items, inputs = [], [x]
     for axis in (3, 2, 1, 0):
         if axis == 1:
@@ -164,7 +173,7 @@ def _padding_slice(lw: _Lowering, x: int, channels: int, name: str, opr_name: st
     return vid
 
 
-def _lower_relayout(lw: _Lowering, op: L.RelayoutOp) -> None:
+def _lower_relayout(lw: Lowering, op: L.RelayoutOp) -> None:
     p = op.params()
     src_t, dst_t = _ttype(op.input), _ttype(op.output)
     for lay in (p["src"], p["dst"]):
@@ -181,12 +190,10 @@ def _lower_relayout(lw: _Lowering, op: L.RelayoutOp) -> None:
 
 @dataclass
 class _Emitter:
-    lw: _Lowering
+    lw: Lowering
 
     # -- single operators ---------------------------------------------------------------------
     def opr(self, kind: str, inputs: list[int], params: list[tuple[str, dict[str, Any]]], name: str) -> int:
-        from backends.mge.writer import WOpr
-
         (vid,) = self.lw.add(WOpr(kind, inputs, params=params), [name])
         return vid
 
@@ -318,19 +325,13 @@ class Pending:
     (N, C/x, x, H, W) (``to_blocked``) or ``src`` (blocked) dimshuffled to it. If the other half
     follows, the pair becomes one ``layout.relayout``; any other reader gets ``materialize()``."""
 
-    src: _Var
+    src: ReadVar
     block: int
     to_blocked: bool
     materialize: Callable[[], SSAValue]
 
 
-def _reader() -> Any:
-    from backends.mge import reader
-
-    return reader
-
-
-def block_layout(ctx: _Ctx, block: int) -> Layout:
+def block_layout(ctx: ReadContext, block: int) -> Layout:
     """The NCHW-family layout of ``block``-channel blocks in this graph (4: NCHW44 if any operator
     has format NCHW44 or NCHW44_DOT, else NCHW4)."""
     if ctx.layouts is None:
@@ -346,9 +347,8 @@ def block_layout(ctx: _Ctx, block: int) -> Layout:
     return {8: Layout.NCHW88, 32: Layout.NCHW32, 64: Layout.NCHW64}[block]
 
 
-def retype(var: _Var, layout: Layout | None) -> _Var:
+def retype(var: ReadVar, layout: Layout | None) -> ReadVar:
     """A constant ``var`` (packed bytes under a plain type, as in the file) typed with ``layout``."""
-    R = _reader()
     t = var.type
     if layout is None or t is None or L.layout_of(t) == layout or var.value is None or var.shape_only:
         return var
@@ -363,10 +363,10 @@ def retype(var: _Var, layout: Layout | None) -> _Var:
     if var.ssa is None:
         var.type = new_t  # not emitted yet: every reader sees the packed type
         return var
-    return R._Var(type=new_t, value=var.value, const_weight=var.const_weight, name=var.name)
+    return ReadVar(type=new_t, value=var.value, const_weight=var.const_weight, name=var.name)
 
 
-def conv_operands(op: RawOpr, ins: list[_Var], params: dict[str, Any]) -> list[_Var]:
+def conv_operands(op: RawOpr, ins: list[ReadVar], params: dict[str, Any]) -> list[ReadVar]:
     """The operands of a conv in a blocked format, constants typed with their layouts."""
     fmt = params["format"]
     if fmt == Format.NCHW or len(ins) < 2 or ins[1].type is None:
@@ -374,7 +374,7 @@ def conv_operands(op: RawOpr, ins: list[_Var], params: dict[str, Any]) -> list[_
     try:
         lay = L.conv_operand_layouts(fmt, params["sparse"], len(ins[1].type.get_shape()))
     except ValueError as exc:
-        raise _reader()._fail(op, str(exc)) from exc
+        raise fail(op, str(exc)) from exc
     out = [retype(ins[0], lay.src), retype(ins[1], lay.filter)]
     for v in ins[2:]:
         big = v.type is not None and math.prod(v.type.get_shape()) != 1
@@ -382,7 +382,7 @@ def conv_operands(op: RawOpr, ins: list[_Var], params: dict[str, Any]) -> list[_
     return out
 
 
-def elemwise_operands(ins: list[_Var]) -> list[_Var]:
+def elemwise_operands(ins: list[ReadVar]) -> list[ReadVar]:
     """Constants next to a blocked operand take its layout (MegEngine's (1, C/x, 1, 1, x) biases)."""
     found = {L.layout_of(v.type) for v in ins if v.type is not None and v.value is None}
     found.discard(None)
@@ -398,25 +398,23 @@ def elemwise_operands(ins: list[_Var]) -> list[_Var]:
     ]
 
 
-def _relayout(ctx: _Ctx, value: SSAValue, dst: Layout | None, channels: int | None = None) -> SSAValue:
+def _relayout(ctx: ReadContext, value: SSAValue, dst: Layout | None, channels: int | None = None) -> SSAValue:
     new = L.RelayoutOp.build(value, dst, channels)
     ctx.block.add_op(new)
     return new.output
 
 
-def _define_value(ctx: _Ctx, op: RawOpr, value: SSAValue) -> None:
-    R = _reader()
-    R._define(ctx, op, 0, R._Var(type=value.type, ssa=value))
+def _define_value(ctx: ReadContext, op: RawOpr, value: SSAValue) -> None:
+    define(ctx, op, 0, ReadVar(type=value.type, ssa=value))
 
 
-def read_reshape(ctx: _Ctx, op: RawOpr, x: _Var, target: Sequence[int]) -> bool:
+def read_reshape(ctx: ReadContext, op: RawOpr, x: ReadVar, target: Sequence[int]) -> bool:
     """The second half of NCHWx -> NCHW, or the first half of NCHW -> NCHWx (True: handled)."""
-    R = _reader()
     pend = x.pending
     if isinstance(pend, Pending) and not pend.to_blocked:
         src_t = pend.src.type
         if src_t is not None and tuple(target) == tuple(L.to_logical(src_t).get_shape()):
-            src = R._ssa(ctx, pend.src, "relayout input")
+            src = ssa_of(ctx, pend.src, "relayout input")
             _define_value(ctx, op, _relayout(ctx, src, None))
             return True
         return False
@@ -430,18 +428,17 @@ def read_reshape(ctx: _Ctx, op: RawOpr, x: _Var, target: Sequence[int]) -> bool:
     out_t = TensorType(t.element_type, list(target))
 
     def materialize() -> SSAValue:
-        return R._emit(ctx, op, T.ReshapeOp, [x], [out_t]).results[0]
+        return emit(ctx, op, T.ReshapeOp, [x], [out_t]).results[0]
 
-    R._define(ctx, op, 0, R._Var(type=out_t, pending=Pending(x, block, True, materialize)))
+    define(ctx, op, 0, ReadVar(type=out_t, pending=Pending(x, block, True, materialize)))
     return True
 
 
-def read_dimshuffle(ctx: _Ctx, op: RawOpr, x: _Var, pattern: Sequence[int]) -> bool:
+def read_dimshuffle(ctx: ReadContext, op: RawOpr, x: ReadVar, pattern: Sequence[int]) -> bool:
     """The second half of NCHW -> NCHWx, or the first half of NCHWx -> NCHW (True: handled)."""
-    R = _reader()
     pend = x.pending
     if isinstance(pend, Pending) and pend.to_blocked and tuple(pattern) == TO_BLOCKED:
-        src = R._ssa(ctx, pend.src, "relayout input")
+        src = ssa_of(ctx, pend.src, "relayout input")
         _define_value(ctx, op, _relayout(ctx, src, block_layout(ctx, pend.block)))
         return True
     t = x.type
@@ -453,12 +450,12 @@ def read_dimshuffle(ctx: _Ctx, op: RawOpr, x: _Var, pattern: Sequence[int]) -> b
     out_t = TensorType(t.element_type, [n, cb, b, h, w])
 
     def materialize() -> SSAValue:
-        plain = _relayout(ctx, R._ssa(ctx, x, "relayout input"), None)
+        plain = _relayout(ctx, ssa_of(ctx, x, "relayout input"), None)
         reshape = T.ReshapeOp.make([plain], [out_t])
         ctx.block.add_op(reshape)
         return reshape.results[0]
 
-    R._define(ctx, op, 0, R._Var(type=out_t, pending=Pending(x, b, False, materialize)))
+    define(ctx, op, 0, ReadVar(type=out_t, pending=Pending(x, b, False, materialize)))
     return True
 
 
@@ -490,23 +487,22 @@ _RF_READ: dict[Any, tuple[Layout | str | None, Layout | str | None]] = {
 }
 
 
-def read_relayout_format(ctx: _Ctx, op: RawOpr) -> None:
+def read_relayout_format(ctx: ReadContext, op: RawOpr) -> None:
     """``RelayoutFormat`` as ``layout.relayout`` (constants are relaid while reading)."""
-    R = _reader()
     p = op.param("RelayoutFormat")
-    mode = R._enum(op, RF, p["mode"], "mode")
+    mode = enum_of(op, RF, p["mode"], "mode")
     if mode not in _RF_READ:
-        raise R._unsupported(op, f"RelayoutFormat mode {mode.name} is not supported by xmge's reader")
-    x = R._input(ctx, op, 0)
+        raise unsupported(op, f"RelayoutFormat mode {mode.name} is not supported by xmge's reader")
+    x = input_var(ctx, op, 0)
     if x.type is None:
-        raise R._fail(op, "input has no known type")
+        raise fail(op, "input has no known type")
     src, dst = (
         block_layout(ctx, 4) if lay == "block4" else cast(Layout | None, lay) for lay in _RF_READ[mode]
     )
     if L.layout_of(x.type) != src:
         x = retype(x, src)
         if L.layout_of(x.type) != src:
-            raise R._fail(op, f"{mode.name} needs a {_lay_name(src)} input, got {x.type}")
+            raise fail(op, f"{mode.name} needs a {_lay_name(src)} input, got {x.type}")
     t = x.type
     assert t is not None
     channels = None
@@ -519,14 +515,14 @@ def read_relayout_format(ctx: _Ctx, op: RawOpr) -> None:
         try:
             value = L.relayout_array(x.value, src, dst, shape)
         except ValueError as exc:
-            raise R._fail(op, f"{mode.name}: {exc}") from exc
+            raise fail(op, f"{mode.name}: {exc}") from exc
         out_t = TensorType(t.element_type, list(value.shape))
-        R._define(ctx, op, 0, R._Var(type=L.with_layout(out_t, dst, value.shape), value=value))
+        define(ctx, op, 0, ReadVar(type=L.with_layout(out_t, dst, value.shape), value=value))
         return
-    new = L.RelayoutOp.build(R._ssa(ctx, x, "RelayoutFormat input"), dst, channels)
+    new = L.RelayoutOp.build(ssa_of(ctx, x, "RelayoutFormat input"), dst, channels)
     try:
         new.verify()
     except Exception as exc:
-        raise R._fail(op, f"{mode.name}: {exc}") from exc
+        raise fail(op, f"{mode.name}: {exc}") from exc
     ctx.block.add_op(new)
     _define_value(ctx, op, new.output)

@@ -35,33 +35,23 @@ class ParamDef:
         raise KeyError(f"param.{self.name} has no field {name}")
 
 
+_CONV_GEOMETRY: tuple[tuple[str, str, object], ...] = (
+    ("pad_h", "I", 0),
+    ("pad_w", "I", 0),
+    ("stride_h", "I", 1),
+    ("stride_w", "I", 1),
+    ("dilate_h", "I", 1),
+    ("dilate_w", "I", 1),
+)
+
+
 def _conv_fields(with_nonline: bool) -> tuple[tuple[str, str, object], ...]:
+    """param.Convolution's slots, or param.ConvBias's (same fields, nonlineMode first, another order)."""
+    mode, sparse, fmt = ("mode", "I", 0), ("sparse", "I", 0), ("format", "I", 0)
+    compute = ("compute_mode", "I", 0)
     if with_nonline:
-        return (
-            ("nonlineMode", "I", 0),
-            ("mode", "I", 0),
-            ("sparse", "I", 0),
-            ("format", "I", 0),
-            ("pad_h", "I", 0),
-            ("pad_w", "I", 0),
-            ("stride_h", "I", 1),
-            ("stride_w", "I", 1),
-            ("dilate_h", "I", 1),
-            ("dilate_w", "I", 1),
-            ("compute_mode", "I", 0),
-        )
-    return (
-        ("mode", "I", 0),
-        ("pad_h", "I", 0),
-        ("pad_w", "I", 0),
-        ("stride_h", "I", 1),
-        ("stride_w", "I", 1),
-        ("dilate_h", "I", 1),
-        ("dilate_w", "I", 1),
-        ("sparse", "I", 0),
-        ("format", "I", 0),
-        ("compute_mode", "I", 0),
-    )
+        return (("nonlineMode", "I", 0), mode, sparse, fmt, *_CONV_GEOMETRY, compute)
+    return (mode, *_CONV_GEOMETRY, sparse, fmt, compute)
 
 
 PARAMS: dict[str, ParamDef] = {
@@ -211,7 +201,7 @@ IMAGE2D_TENSOR_FORMAT = 2
 LOWBITS_ALIGNED_TENSOR_FORMAT = 3
 
 # ----------------------------------------------------------------------------------------------
-# Operator registry and ids (A.5)
+# Operator ids (A.5); the operators themselves are the rows of backends/mge/oprs.py
 
 OPR_ID_SEED = 20160701
 GRAPH_HASH_SEED = 0x4B4E74B36B5D11
@@ -230,129 +220,11 @@ def h_short(name: str) -> int:
     return xxhash.xxh64_intdigest(base.encode(), OPR_ID_SEED) or 1
 
 
-@dataclass(frozen=True)
-class OprType:
-    """A serializable MegEngine operator.
-
-    ``regname`` is the version-1 registry name (used by FBS v1, and by FBS v2 with opr_version 1);
-    ``v2name`` is the version-2 registry name when the operator has one. ``kind`` is the name that
-    ``megengine.utils.network`` shows, ``typeinfo`` the C++ class name used in strip-info JSON.
-    """
-
-    kind: str
-    regname: str
-    typeinfo: str
-    v2name: str | None = None
-
-    @property
-    def persist_id(self) -> int:
-        return h_full(self.regname)
-
-    def v2_id(self, model_version: int = 2) -> tuple[str, int, int]:
-        """(type string, type_id, opr_version) written in an FBS v2 file."""
-        if self.v2name is not None and model_version >= 2:
-            return self.v2name, h_full(self.v2name), 2
-        return self.regname, h_short(self.regname), 1
-
-
-OPR_TYPES: tuple[OprType, ...] = (
-    OprType("Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy"),
-    OprType("ImmutableTensor", "ImmutableTensor", "ImmutableTensor", "ImmutableTensor"),
-    OprType("SharedDeviceTensor", "SharedDeviceTensor", "SharedDeviceTensor"),
-    OprType(
-        "MultipleDeviceTensorHolder",
-        "MultipleDeviceTensorHolder",
-        "MultipleDeviceTensorHolder",
-        "MultipleDeviceTensorHolder",
-    ),
-    OprType(
-        "MultipleDeviceTensorWithFormatHolder",
-        "MultipleDeviceTensorWithFormatHolder",
-        "MultipleDeviceTensorWithFormatHolder",
-        "MultipleDeviceTensorWithFormatHolder",
-    ),
-    OprType("Convolution", "ConvolutionV2", "ConvolutionForward", "Convolution"),
-    OprType(
-        "ConvolutionBackwardData",
-        "ConvolutionBackwardDataV2",
-        "ConvolutionBackwardData",
-        "ConvolutionBackwardData",
-    ),
-    OprType("ConvBias", "ConvBiasForwardV4", "ConvBiasForward", "ConvBiasForward"),
-    OprType("Pooling", "PoolingV1", "PoolingForward"),
-    OprType("AdaptivePooling", "AdaptivePoolingV1", "AdaptivePoolingForward"),
-    OprType("MatrixMul", "MatrixMulV2", "MatrixMul"),
-    OprType("BatchedMatrixMul", "BatchedMatrixMulV2", "BatchedMatrixMul"),
-    OprType("Elemwise", "Elemwise", "Elemwise"),
-    OprType("ElemwiseMultiType", "ElemwiseMultiType", "ElemwiseMultiType"),
-    OprType("PowC", "PowC", "PowC"),
-    OprType("Reduce", "ReduceV2", "Reduce"),
-    OprType("TypeCvt", "TypeCvtV2", "TypeCvt"),
-    OprType("Reshape", "ReshapeV1", "Reshape"),
-    OprType("Broadcast", "Broadcast", "Broadcast"),
-    OprType("Dimshuffle", "Dimshuffle", "Dimshuffle"),
-    OprType("AxisAddRemove", "AxisAddRemove", "AxisAddRemove"),
-    OprType("Concat", "Concat", "Concat"),
-    OprType("GetVarShape", "GetVarShapeV1", "GetVarShape"),
-    OprType("Subtensor", "Subtensor", "Subtensor"),
-    OprType("BatchNorm", "BatchNormV1", "BatchNormForward"),
-    OprType("Softmax", "Softmax", "SoftmaxForward", "Softmax"),
-    OprType("Padding", "Padding", "PaddingForward"),
-    OprType("Resize", "ResizeV2", "ResizeForward"),
-    OprType("LayerNorm", "LayerNorm", "LayerNormForward"),
-    OprType("Argmax", "Argmax", "ArgmaxForward"),
-    OprType("Argmin", "Argmin", "ArgminForward"),
-    OprType("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat"),
-    OprType("Identity", "Identity", "Identity"),
-    OprType("Copy", "Copy", "Copy"),
-)
-BY_KIND: dict[str, OprType] = {t.kind: t for t in OPR_TYPES}
-BY_PERSIST_ID: dict[int, OprType] = {t.persist_id: t for t in OPR_TYPES}
-BY_SHORT_ID: dict[int, OprType] = {h_short(t.regname): t for t in OPR_TYPES}
-BY_V2_ID: dict[tuple[int, int], OprType] = {}
-for _t in OPR_TYPES:
-    BY_V2_ID[(h_short(_t.regname), 1)] = _t
-    if _t.v2name is not None:
-        BY_V2_ID[(h_full(_t.v2name), 2)] = _t
-
-# Known ids of operators xmge does not read, so errors can name them.
-KNOWN_NAMES: dict[int, str] = {}
-for _n in (
-    "IndexingMultiAxisVec SetSubtensor Split Linspace Eye Fill "
-    "WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
-    "MultipleDeviceTensorWithFormatHolder GroupNorm "
-    "AssertEqual TopK Argsort Where IncrSubtensor"
-).split():
-    KNOWN_NAMES[h_full(_n)] = _n
-    KNOWN_NAMES[h_short(_n)] = _n
-
 # ----------------------------------------------------------------------------------------------
-# Version and metadata
+# Version (the metadata word's optimize_options bits: passes/inference/options.py)
 
 MGB_VERSION = 101300  # what MegEngine 1.13.0 writes; (major*1000+minor)*100+patch
 
 
 def mgb_version(major: int = 1, minor: int = 13, patch: int = 0) -> int:
     return (major * 1000 + minor) * 100 + patch
-
-
-OPTIMIZE_BITS: dict[str, int] = {
-    "f16_io_f32_comp": 0,
-    "f16_io_comp": 1,
-    "fuse_conv_bias_nonlinearity": 2,
-    "fuse_conv_bias_with_z": 3,
-    "weight_preprocess": 4,
-    "fuse_preprocess": 5,
-    "fuse_grain": 6,
-}
-LAYOUT_TRANSFORMS = (
-    "DEFAULT",
-    "NCHW4",
-    "NHWCD4",
-    "NCHW88",
-    "NCHW44",
-    "NCHW44_DOT",
-    "NCHW32",
-    "CHWN4",
-    "NCHW64",
-)

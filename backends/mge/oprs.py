@@ -1,0 +1,155 @@
+"""The MegEngine operators xmge reads and writes: one row per operator kind (spec A.5).
+
+A row holds everything about one kind: its registry names and C++ type name (from which the ids in
+a file follow), the ``mgb`` IR ops written as it, the function that reads it from a file
+(:mod:`backends.mge.read_ops`) and, for IR ops, the function that lowers them for writing. The
+container, the reader, the writer and ``trace.dump``'s naming all look kinds up here, so adding
+an operator is adding a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from backends.mge import layouts
+from backends.mge import lower_ops as W
+from backends.mge import read_ops as R
+from backends.mge.schema import h_full, h_short
+from dialects import tensor as T
+
+if TYPE_CHECKING:
+    from backends.mge.container import RawOpr
+    from backends.mge.read_context import ReadContext
+
+ReadFn = Callable[["ReadContext", "RawOpr"], None]
+LowerFn = W.LowerFn
+
+
+@dataclass(frozen=True)
+class Opr:
+    """A MegEngine operator kind.
+
+    ``regname`` is the version-1 registry name (used by FBS v1, and by FBS v2 with opr_version 1);
+    ``v2name`` is the version-2 registry name when the operator has one; None for a kind xmge
+    never writes under its own name (``Split``: written as one Subtensor per output). ``kind`` is
+    the name that ``megengine.utils.network`` shows and xmge's var names use, ``typeinfo`` the
+    C++ class name used in strip-info JSON.
+    """
+
+    kind: str
+    regname: str | None
+    typeinfo: str
+    v2name: str | None = None
+    ir_ops: tuple[type[T.MgbOp], ...] = ()
+    """The IR ops written as this kind."""
+    read: ReadFn | None = None
+    """Reads one operator of this kind into IR; None when the reader does not take it."""
+    lower: LowerFn | None = None
+    """Lowers one of ``ir_ops`` to operator records for writing."""
+    names_traced_ops: bool = True
+    """Traced ops of ``ir_ops`` are named ``scope.kind`` like MegEngine's tracer does (Elemwise
+    ops are named by their mode instead; quantized elemwise ops are not deduplicated by name)."""
+
+    @property
+    def persist_id(self) -> int:
+        assert self.regname is not None, self.kind
+        return h_full(self.regname)
+
+    def v2_id(self, model_version: int = 2) -> tuple[str, int, int]:
+        """(type string, type_id, opr_version) written in an FBS v2 file."""
+        assert self.regname is not None, self.kind
+        if self.v2name is not None and model_version >= 2:
+            return self.v2name, h_full(self.v2name), 2
+        return self.regname, h_short(self.regname), 1
+
+
+def _same(kind: str, **rest: object) -> Opr:
+    """A kind whose registry and C++ names are its own name, in both versions."""
+    return Opr(kind, kind, kind, kind, **rest)  # type: ignore[arg-type]
+
+
+# fmt: off
+OPRS: tuple[Opr, ...] = (
+    Opr("Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy", "Host2DeviceCopy"),  # graph inputs
+    _same("ImmutableTensor", read=R.read_immutable),
+    Opr("SharedDeviceTensor", "SharedDeviceTensor", "SharedDeviceTensor", read=R.read_immutable),
+    _same("MultipleDeviceTensorHolder", read=R.read_multi_holder),
+    _same("MultipleDeviceTensorWithFormatHolder", read=R.read_multi_holder),  # NHWCD4 weights
+    Opr("Convolution", "ConvolutionV2", "ConvolutionForward", "Convolution",
+        (T.ConvolutionOp,), R.read_convolution, W.lower_convolution),
+    Opr("ConvolutionBackwardData", "ConvolutionBackwardDataV2", "ConvolutionBackwardData",
+        "ConvolutionBackwardData",
+        (T.ConvolutionBackwardDataOp,), R.read_convolution_backward_data, W.lower_convolution_backward_data),
+    Opr("ConvBias", "ConvBiasForwardV4", "ConvBiasForward", "ConvBiasForward",
+        (T.ConvBiasOp,), R.read_conv_bias, W.lower_conv_bias),
+    Opr("Pooling", "PoolingV1", "PoolingForward", None, (T.PoolingOp,), R.read_pooling, W.lower_pooling),
+    Opr("AdaptivePooling", "AdaptivePoolingV1", "AdaptivePoolingForward", None,
+        (T.AdaptivePoolingOp,), R.read_adaptive_pooling, W.lower_adaptive_pooling),
+    Opr("MatrixMul", "MatrixMulV2", "MatrixMul", None, (T.MatrixMulOp,), R.read_matmul, W.lower_matmul),
+    Opr("BatchedMatrixMul", "BatchedMatrixMulV2", "BatchedMatrixMul", None,
+        (T.BatchedMatrixMulOp,), R.read_matmul, W.lower_matmul),
+    Opr("Elemwise", "Elemwise", "Elemwise", None,
+        (T.ElemwiseOp,), R.read_elemwise, W.lower_elemwise, names_traced_ops=False),
+    Opr("ElemwiseMultiType", "ElemwiseMultiType", "ElemwiseMultiType", None,
+        (T.ElemwiseMultiTypeOp,), R.read_elemwise_multi_type, W.lower_elemwise_multi_type,
+        names_traced_ops=False),
+    Opr("PowC", "PowC", "PowC", read=R.read_powc),  # read as Elemwise POW
+    Opr("Reduce", "ReduceV2", "Reduce", None, (T.ReduceOp,), R.read_reduce, W.lower_reduce),
+    Opr("TypeCvt", "TypeCvtV2", "TypeCvt", None, (T.TypeCvtOp,), R.read_typecvt, W.lower_typecvt),
+    Opr("Reshape", "ReshapeV1", "Reshape", None, (T.ReshapeOp,), R.read_reshape, W.lower_reshape),
+    Opr("Broadcast", "Broadcast", "Broadcast", None, (T.BroadcastOp,), R.read_broadcast, W.lower_broadcast),
+    Opr("Dimshuffle", "Dimshuffle", "Dimshuffle", None,
+        (T.DimshuffleOp,), R.read_dimshuffle, W.lower_dimshuffle),
+    Opr("AxisAddRemove", "AxisAddRemove", "AxisAddRemove", None,
+        (T.AxisAddRemoveOp,), R.read_axis_add_remove, W.lower_axis_add_remove),
+    Opr("Concat", "Concat", "Concat", None, (T.ConcatOp,), R.read_concat, W.lower_concat),
+    Opr("GetVarShape", "GetVarShapeV1", "GetVarShape", read=R.read_get_var_shape),
+    Opr("Subtensor", "Subtensor", "Subtensor", None, (T.SubtensorOp,), R.read_subtensor, W.lower_subtensor),
+    Opr("Split", None, "Split", None, (T.SplitOp,), lower=W.lower_split),  # written as Subtensors
+    Opr("BatchNorm", "BatchNormV1", "BatchNormForward", None,
+        (T.BatchNormOp,), R.read_batch_norm, W.lower_batch_norm),
+    Opr("Softmax", "Softmax", "SoftmaxForward", "Softmax", (T.SoftmaxOp,), R.read_softmax, W.lower_softmax),
+    Opr("Padding", "Padding", "PaddingForward", None, (T.PaddingOp,), R.read_padding, W.lower_padding),
+    Opr("Resize", "ResizeV2", "ResizeForward", None, (T.ResizeOp,), R.read_resize, W.lower_resize),
+    Opr("LayerNorm", "LayerNorm", "LayerNormForward", None,
+        (T.LayerNormOp,), R.read_layer_norm, W.lower_layer_norm),
+    Opr("Argmax", "Argmax", "ArgmaxForward", None, (T.ArgmaxOp,), R.read_arg_reduce, W.lower_arg_reduce),
+    Opr("Argmin", "Argmin", "ArgminForward", None, (T.ArgminOp,), R.read_arg_reduce, W.lower_arg_reduce),
+    Opr("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat", read=layouts.read_relayout_format),
+    Opr("Identity", "Identity", "Identity", read=R.read_alias),
+    Opr("Copy", "Copy", "Copy", read=R.read_alias),
+)
+# fmt: on
+
+BY_KIND: dict[str, Opr] = {o.kind: o for o in OPRS}
+BY_IR_OP: dict[type[T.MgbOp], Opr] = {cls: o for o in OPRS for cls in o.ir_ops}
+_WRITTEN = [o for o in OPRS if o.regname is not None]
+BY_PERSIST_ID: dict[int, Opr] = {o.persist_id: o for o in _WRITTEN}
+BY_SHORT_ID: dict[int, Opr] = {h_short(o.regname): o for o in _WRITTEN if o.regname is not None}
+BY_V2_ID: dict[tuple[int, int], Opr] = {
+    **{(h_short(o.regname), 1): o for o in _WRITTEN if o.regname is not None},
+    **{(h_full(o.v2name), 2): o for o in _WRITTEN if o.v2name is not None},
+}
+
+# Known ids of operators xmge does not read, so errors can name them.
+KNOWN_NAMES: dict[int, str] = {
+    h(name): name
+    for name in (
+        "IndexingMultiAxisVec SetSubtensor Split Linspace Eye Fill "
+        "WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
+        "MultipleDeviceTensorWithFormatHolder GroupNorm "
+        "AssertEqual TopK Argsort Where IncrSubtensor"
+    ).split()
+    for h in (h_full, h_short)
+}
+
+
+def traced_kind(op: T.MgbOp) -> str | None:
+    """The kind in a traced op's MegEngine name (``layer1.0.RELU``, ``fc.MatrixMul``): the mode of
+    an elemwise op, the row's kind otherwise; None for ops MegEngine's tracer leaves unnamed."""
+    if isinstance(op, T.ElemwiseOp):
+        return op.params()["mode"].name
+    row = BY_IR_OP.get(type(op))
+    return row.kind if row is not None and row.names_traced_ops else None

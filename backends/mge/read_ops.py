@@ -1,0 +1,536 @@
+"""One function per MegEngine operator kind: a raw ``.mge`` operator record -> ``mgb`` IR.
+
+Each is one row's ``read`` of :data:`backends.mge.oprs.OPRS`; the shared state and helpers are in
+:mod:`backends.mge.read_context`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+
+from backends.mge import layouts
+from backends.mge.dtypes import to_element
+from backends.mge.read_context import (
+    ReadContext,
+    ReadVar,
+    const_var,
+    define,
+    emit,
+    emit_one,
+    enum_of,
+    fail,
+    fold_const,
+    foldable,
+    input_var,
+    int_values,
+    read_alias,
+    shape_of,
+    unsupported,
+    where,
+)
+from dialects import enums
+from dialects import tensor as T
+from dialects.dtypes import numpy_dtype
+
+if TYPE_CHECKING:
+    from backends.mge.container import RawOpr
+
+
+def read_immutable(ctx: ReadContext, op: RawOpr) -> None:
+    if len(op.tensors) != 1:
+        raise fail(op, f"needs exactly one tensor, has {len(op.tensors)}")
+    var = const_var(ctx, op, op.tensors[0])
+    var.name = op.tensors[0].name
+    define(ctx, op, 0, var)
+
+
+def read_multi_holder(ctx: ReadContext, op: RawOpr) -> None:
+    if len(op.tensors) != len(op.outputs):
+        raise fail(op, f"holds {len(op.tensors)} tensors but has {len(op.outputs)} outputs")
+    for i, t in enumerate(op.tensors):
+        var = const_var(ctx, op, t)
+        var.name = t.name
+        define(ctx, op, i, var)
+
+
+def _tensor_format(op: RawOpr, p: dict[str, Any]) -> Any:
+    """A conv/pooling param's ``format``: NCHW or a blocked layout xmge has (layouts.L)."""
+    fmt = enum_of(op, enums.Format, p["format"], "format")
+    if fmt != enums.Format.NCHW and fmt not in layouts.L.ACTIVATION_OF_FORMAT:
+        raise unsupported(op, f"format {fmt.name} is not supported by xmge")
+    return fmt
+
+
+def _conv_params(op: RawOpr, p: dict[str, Any]) -> dict[str, Any]:
+    fmt = _tensor_format(op, p)
+    return {
+        "stride": (p["stride_h"], p["stride_w"]),
+        "padding": (p["pad_h"], p["pad_w"]),
+        "dilation": (p["dilate_h"], p["dilate_w"]),
+        "mode": enum_of(op, enums.ConvMode, p["mode"], "mode"),
+        "sparse": enum_of(op, enums.ConvSparse, p["sparse"], "sparse"),
+        "compute_mode": enum_of(op, enums.ComputeMode, p["compute_mode"], "compute_mode"),
+        "format": fmt,
+    }
+
+
+def read_convolution(ctx: ReadContext, op: RawOpr) -> None:
+    params = _conv_params(op, op.param("Convolution"))
+    ins = layouts.conv_operands(op, [input_var(ctx, op, 0), input_var(ctx, op, 1)], params)
+    emit_one(ctx, op, T.ConvolutionOp, ins, **params)
+
+
+def read_conv_bias(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("ConvBias")
+    params = _conv_params(op, p)
+    params["nonline_mode"] = enum_of(op, enums.NonlineMode, p["nonlineMode"], "nonlineMode")
+    if not 2 <= len(op.inputs) <= 4:
+        raise fail(op, f"takes 2 to 4 inputs, has {len(op.inputs)}")
+    ins = layouts.conv_operands(op, [input_var(ctx, op, k) for k in range(len(op.inputs))], params)
+    result_types = None
+    if op.output_dtype is not None:
+        src, filt = ins[0].type, ins[1].type
+        assert src is not None and filt is not None
+        try:
+            (inferred,) = T.ConvBiasOp.infer([src, filt], **params)
+        except (T.ShapeInferenceError, NotImplementedError) as exc:
+            raise fail(op, str(exc)) from exc
+        elem = to_element(op.output_dtype, where(op), op.offset)
+        result_types = [TensorType(elem, inferred.get_shape(), inferred.encoding)]
+    emit_one(ctx, op, T.ConvBiasOp, ins, result_types, **params)
+
+
+def read_elemwise(ctx: ReadContext, op: RawOpr) -> None:
+    mode = enum_of(op, enums.ElemwiseMode, op.param("Elemwise")["mode"], "mode")
+    ins = [input_var(ctx, op, k) for k in range(len(op.inputs))]
+    if not ins:
+        raise fail(op, "has no inputs")
+    if foldable(ins):
+        from backends.reference.kernels import ELEMWISE
+
+        fn = ELEMWISE.get(mode)
+        if fn is None:
+            raise unsupported(op, f"cannot evaluate elemwise {mode.name} on shapes")
+        fold_const(ctx, op, fn(*[v.value for v in ins]), ins)
+        return
+    emit_one(ctx, op, T.ElemwiseOp, layouts.elemwise_operands(ins), mode=mode)
+
+
+def read_elemwise_multi_type(ctx: ReadContext, op: RawOpr) -> None:
+    mode = enum_of(op, enums.ElemwiseMultiTypeMode, op.param("ElemwiseMultiType")["mode"], "mode")
+    ins = layouts.elemwise_operands([input_var(ctx, op, k) for k in range(len(op.inputs))])
+    types = [v.type for v in ins]
+    if not ins or any(t is None for t in types):
+        raise fail(op, "has no inputs or an input without a known type")
+    try:
+        (inferred,) = T.ElemwiseMultiTypeOp.infer(types, mode=mode)  # type: ignore[arg-type]
+    except T.ShapeInferenceError as exc:
+        raise fail(op, str(exc)) from exc
+    result_types = None
+    if op.output_dtype is not None:
+        elem = to_element(op.output_dtype, where(op), op.offset)
+        result_types = [TensorType(elem, inferred.get_shape(), inferred.encoding)]
+    emit_one(ctx, op, T.ElemwiseMultiTypeOp, ins, result_types, mode=mode)
+
+
+def read_powc(ctx: ReadContext, op: RawOpr) -> None:
+    x = input_var(ctx, op, 0)
+    assert x.type is not None
+    exp = np.asarray(op.param("PowC")["exp"], dtype=numpy_dtype(x.type.element_type))
+    c = ReadVar(type=TensorType(x.type.element_type, []), value=exp.reshape(()))
+    emit_one(ctx, op, T.ElemwiseOp, [x, c], mode=enums.ElemwiseMode.POW)
+
+
+def read_typecvt(ctx: ReadContext, op: RawOpr) -> None:
+    x = input_var(ctx, op, 0)
+    dt = op.param("DType").get("dtype")
+    if dt is None:
+        raise fail(op, "lacks its target dtype")
+    elem = to_element(dt, where(op), op.offset)
+    if foldable([x]):
+        assert x.value is not None
+        fold_const(ctx, op, x.value.astype(numpy_dtype(elem)), [x])
+        return
+    enc = x.type.encoding if x.type is not None else None  # a blocked layout stays
+    emit_one(ctx, op, T.TypeCvtOp, [x], [TensorType(elem, list(shape_of(op, x, "input")), enc)])
+
+
+def read_pooling(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("Pooling")
+    fmt = _tensor_format(op, p)
+    emit_one(
+        ctx,
+        op,
+        T.PoolingOp,
+        [input_var(ctx, op, 0)],
+        mode=enum_of(op, enums.PoolingMode, p["mode"], "mode"),
+        window=(p["window_h"], p["window_w"]),
+        stride=(p["stride_h"], p["stride_w"]),
+        padding=(p["pad_h"], p["pad_w"]),
+        format=fmt,
+    )
+
+
+def read_adaptive_pooling(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("AdaptivePooling")
+    fmt = _tensor_format(op, p)
+    out = int_values(op, input_var(ctx, op, 1), "the output shape")
+    if len(out) != 2:
+        raise fail(op, f"output shape must have 2 values, got {out}")
+    emit_one(
+        ctx,
+        op,
+        T.AdaptivePoolingOp,
+        [input_var(ctx, op, 0)],
+        mode=enum_of(op, enums.PoolingMode, p["mode"], "mode"),
+        out_shape=tuple(out),
+        format=fmt,
+    )
+
+
+def read_matmul(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("MatrixMul")
+    cls = T.BatchedMatrixMulOp if op.kind == "BatchedMatrixMul" else T.MatrixMulOp
+    emit_one(
+        ctx,
+        op,
+        cls,
+        [input_var(ctx, op, 0), input_var(ctx, op, 1)],
+        transpose_a=bool(p["transposeA"]),
+        transpose_b=bool(p["transposeB"]),
+        compute_mode=enum_of(op, enums.ComputeMode, p["compute_mode"], "compute_mode"),
+        format=enum_of(op, enums.MatrixMulFormat, p["format"], "format"),
+    )
+
+
+def read_reduce(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("Reduce")
+    mode = enum_of(op, enums.ReduceMode, p["mode"], "mode")
+    data_type = enum_of(op, enums.ReduceDataType, p["data_type"], "data_type")
+    x = input_var(ctx, op, 0)
+    shape = shape_of(op, x, "input")
+    if len(op.inputs) >= 2:
+        target = int_values(op, input_var(ctx, op, 1), "the target shape")
+        if len(target) != len(shape):
+            raise fail(op, f"target shape {target} does not match input rank {len(shape)}")
+        axes = [a for a, (s, t) in enumerate(zip(shape, target, strict=True)) if s != t]
+        if any(target[a] != 1 for a in axes):
+            raise unsupported(op, f"reduction of {shape} to {target} is not a reduction to size-1 axes")
+    else:
+        axis = int(p["axis"])
+        if axis < 0:
+            axis += len(shape)
+        if not 0 <= axis < len(shape):
+            raise fail(op, f"axis {p['axis']} out of range for shape {shape}")
+        axes = [axis]
+    if not axes:
+        read_alias(ctx, op)
+        return
+    cur = x
+    for k, a in enumerate(axes):
+        m = mode
+        if k > 0 and mode == enums.ReduceMode.SUM_SQR:
+            m = enums.ReduceMode.SUM  # later axes sum the already squared partial sums
+        new = emit(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
+        cur = ReadVar(type=new.results[0].type, ssa=new.results[0])  # type: ignore[arg-type]
+    define(ctx, op, 0, cur)
+
+
+def read_reshape(ctx: ReadContext, op: RawOpr) -> None:
+    x = input_var(ctx, op, 0)
+    target = int_values(op, input_var(ctx, op, 1), "the target shape")
+    axis = op.param("OptionalAxisV1")["axis"]
+    shape = shape_of(op, x, "input")
+    total = math.prod(shape)
+    unknown = [i for i, d in enumerate(target) if d < 0]
+    if axis != 7:
+        if not 0 <= axis < len(target):
+            raise fail(op, f"unspecified axis {axis} out of range for target shape {target}")
+        unknown = [axis]
+    if len(unknown) > 1:
+        raise fail(op, f"target shape {target} has several unspecified dimensions")
+    if unknown:
+        rest = math.prod(d for i, d in enumerate(target) if i != unknown[0])
+        if rest <= 0 or total % rest:
+            raise fail(op, f"cannot reshape {shape} into {target}")
+        target[unknown[0]] = total // rest
+    if math.prod(target) != total or min(target, default=1) < 0:
+        raise fail(op, f"cannot reshape {shape} into {tuple(target)}")
+    if foldable([x]):
+        assert x.value is not None
+        fold_const(ctx, op, x.value.reshape(target), [x])
+        return
+    if layouts.read_reshape(ctx, op, x, target):  # a half of an NCHW <-> NCHWx pair
+        return
+    assert x.type is not None
+    emit_one(ctx, op, T.ReshapeOp, [x], [TensorType(x.type.element_type, target)])
+
+
+def read_broadcast(ctx: ReadContext, op: RawOpr) -> None:
+    x = input_var(ctx, op, 0)
+    target = int_values(op, input_var(ctx, op, 1), "the target shape")
+    if foldable([x]):
+        assert x.value is not None
+        try:
+            fold_const(ctx, op, np.broadcast_to(x.value, target), [x])
+        except ValueError as exc:
+            raise fail(op, str(exc)) from exc
+        return
+    assert x.type is not None
+    emit_one(ctx, op, T.BroadcastOp, [x], [TensorType(x.type.element_type, target)])
+
+
+def read_dimshuffle(ctx: ReadContext, op: RawOpr) -> None:
+    pattern = tuple(op.param("Dimshuffle")["pattern"])
+    x = input_var(ctx, op, 0)
+    if foldable([x]):
+        assert x.value is not None
+        perm = [p for p in pattern if p != -1]
+        out_shape = [1 if p == -1 else x.value.shape[p] for p in pattern]
+        fold_const(ctx, op, np.transpose(x.value, perm).reshape(out_shape), [x])
+        return
+    if layouts.read_dimshuffle(ctx, op, x, pattern):  # a half of an NCHW <-> NCHWx pair
+        return
+    emit_one(ctx, op, T.DimshuffleOp, [x], pattern=pattern)
+
+
+def read_axis_add_remove(ctx: ReadContext, op: RawOpr) -> None:
+    descs = op.param("AxisAddRemove")["desc"]
+    methods = tuple(enum_of(op, enums.AxisMethod, m, "axis method") for m, _ in descs)
+    axes = tuple(a for _, a in descs)
+    x = input_var(ctx, op, 0)
+    if foldable([x]):
+        assert x.value is not None
+        v = x.value
+        for m, a in zip(methods, axes, strict=True):
+            v = np.expand_dims(v, a) if m == enums.AxisMethod.ADD_1 else np.squeeze(v, a)
+        fold_const(ctx, op, v, [x])
+        return
+    emit_one(ctx, op, T.AxisAddRemoveOp, [x], methods=methods, axes=axes)
+
+
+def read_concat(ctx: ReadContext, op: RawOpr) -> None:
+    ins = [input_var(ctx, op, k) for k in range(len(op.inputs))]
+    if not ins:
+        raise fail(op, "has no inputs")
+    axis = int(op.param("Axis")["axis"])
+    nd = len(shape_of(op, ins[0], "input 0"))
+    if axis < 0:
+        axis += nd
+    if foldable(ins):
+        try:
+            fold_const(ctx, op, np.concatenate([v.value for v in ins], axis=axis), ins)  # type: ignore[misc]
+        except ValueError as exc:
+            raise fail(op, str(exc)) from exc
+        return
+    emit_one(ctx, op, T.ConcatOp, ins, axis=axis)
+
+
+def read_get_var_shape(ctx: ReadContext, op: RawOpr) -> None:
+    ins = [input_var(ctx, op, k) for k in range(len(op.inputs))]
+    if not ins:
+        raise fail(op, "has no inputs")
+    shapes = [shape_of(op, v, f"input {k}") for k, v in enumerate(ins)]
+    try:
+        shape = T.broadcast_shapes("GetVarShape", shapes)
+    except T.ShapeInferenceError as exc:
+        raise fail(op, str(exc)) from exc
+    axis = op.param("OptionalAxisV1")["axis"]
+    value = np.asarray(shape, dtype=np.int32)
+    if axis != 7:
+        if not -len(shape) <= axis < len(shape):
+            raise fail(op, f"axis {axis} out of range for shape {shape}")
+        value = value[axis : axis + 1] if axis >= 0 else value[axis:][:1]
+    fold_const(ctx, op, value, ins)
+
+
+def read_subtensor(ctx: ReadContext, op: RawOpr) -> None:
+    items = op.param("IndexDescMaskDump")["items"]
+    x = input_var(ctx, op, 0)
+    shape = shape_of(op, x, "input")
+    k = 1
+    index: dict[int, Any] = {}
+    for axis, has_begin, has_end, has_step, has_idx in items:
+        vals = []
+        for flag in (has_begin, has_end, has_step, has_idx):
+            if flag:
+                (v,) = int_values(op, input_var(ctx, op, k), f"index input {k}") or [None]
+                if v is None:
+                    raise fail(op, f"index input {k} is empty")
+                vals.append(v)
+                k += 1
+            else:
+                vals.append(None)
+        a = axis + len(shape) if axis < 0 else axis
+        if not 0 <= a < len(shape) or a in index:
+            raise fail(op, f"invalid or repeated index axis {axis} for shape {shape}")
+        begin, end, step, idx = vals
+        if has_idx:
+            i = idx + shape[a] if idx < 0 else idx
+            if not 0 <= i < shape[a]:
+                raise fail(op, f"index {idx} out of range for axis {a} of size {shape[a]}")
+            index[a] = i
+        else:
+            if step == 0:
+                raise fail(op, "slice step is zero")
+            index[a] = slice(begin, end, step)
+    if k != len(op.inputs):
+        raise fail(op, f"has {len(op.inputs)} inputs, its index items use {k}")
+    if foldable([x]):
+        assert x.value is not None
+        key = tuple(index.get(a, slice(None)) for a in range(len(shape)))
+        fold_const(ctx, op, np.asarray(x.value[key]), [x])
+        return
+    axes, starts, stops, steps, drop = [], [], [], [], []
+    for a in sorted(index):
+        v = index[a]
+        axes.append(a)
+        if isinstance(v, int):
+            starts.append(v)
+            stops.append(v + 1)
+            steps.append(1)
+            drop.append(1)
+        else:
+            start, stop, step = v.indices(shape[a])
+            if step < 0 and stop < 0:
+                stop = -(shape[a] + 1)  # "before the first element", which a plain -1 cannot say
+            starts.append(start)
+            stops.append(stop)
+            steps.append(step)
+            drop.append(0)
+    emit_one(
+        ctx,
+        op,
+        T.SubtensorOp,
+        [x],
+        axes=tuple(axes),
+        starts=tuple(starts),
+        stops=tuple(stops),
+        steps=tuple(steps),
+        drop=tuple(drop),
+    )
+
+
+def read_batch_norm(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("BN")
+    fwd = enum_of(op, enums.BNFwdMode, p["fwd_mode"], "fwd_mode")
+    if fwd != enums.BNFwdMode.INFERENCE:
+        raise unsupported(op, "BatchNorm in training mode cannot be run for inference")
+    if len(op.inputs) != 5:
+        raise unsupported(
+            op, f"BatchNorm with {len(op.inputs)} inputs (xmge reads the 5-input inference form)"
+        )
+    ins = [input_var(ctx, op, k) for k in range(5)]
+    new = emit(
+        ctx,
+        op,
+        T.BatchNormOp,
+        ins,
+        epsilon=float(p["epsilon"]),
+        param_dim=enum_of(op, enums.BNParamDim, p["param_dim"], "param_dim"),
+        fwd_mode=fwd,
+    )
+    n = len(op.outputs)
+    for i in range(n - 1):
+        define(
+            ctx,
+            op,
+            i,
+            ReadVar(unusable=f"output {i} of a BatchNorm (its statistics), which xmge does not compute"),
+        )
+    res = new.results[0]
+    define(ctx, op, n - 1, ReadVar(type=res.type, ssa=res))  # type: ignore[arg-type]
+
+
+def read_softmax(ctx: ReadContext, op: RawOpr) -> None:
+    x = input_var(ctx, op, 0)
+    axis = int(op.param("Softmax")["axis"])
+    nd = len(shape_of(op, x, "input"))
+    emit_one(ctx, op, T.SoftmaxOp, [x], axis=axis + nd if axis < 0 else axis)
+
+
+def read_padding(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("Padding")
+    x = input_var(ctx, op, 0)
+    nd = len(shape_of(op, x, "input"))
+    emit_one(
+        ctx,
+        op,
+        T.PaddingOp,
+        [x],
+        front=tuple(p[f"front_offset_dim{i}"] for i in range(nd)),
+        back=tuple(p[f"back_offset_dim{i}"] for i in range(nd)),
+        value=float(p["padding_val"]),
+        mode=enum_of(op, enums.PaddingMode, p["padding_mode"], "padding_mode"),
+    )
+
+
+def read_convolution_backward_data(ctx: ReadContext, op: RawOpr) -> None:
+    params = _conv_params(op, op.param("Convolution"))
+    if params.pop("format") != enums.Format.NCHW:
+        raise unsupported(op, "ConvolutionBackwardData is read in format NCHW only")
+    if len(op.inputs) not in (2, 3):
+        raise fail(op, f"takes 2 or 3 inputs (filter, diff[, output shape]), has {len(op.inputs)}")
+    filt, diff = input_var(ctx, op, 0), input_var(ctx, op, 1)
+    if len(op.inputs) == 3:
+        # the output shape input: what it adds to the plain transposed size is output padding
+        want = int_values(op, input_var(ctx, op, 2), "the output shape")
+        assert filt.type is not None and diff.type is not None
+        try:
+            (base,) = T.ConvolutionBackwardDataOp.infer([filt.type, diff.type], **params)
+        except T.ShapeInferenceError as exc:
+            raise fail(op, str(exc)) from exc
+        got = base.get_shape()
+        if len(want) != 4 or tuple(want[:2]) != tuple(got[:2]):
+            raise fail(op, f"output shape {want} does not fit the inferred {tuple(got)}")
+        params["output_padding"] = (want[2] - got[2], want[3] - got[3])
+    emit_one(ctx, op, T.ConvolutionBackwardDataOp, [filt, diff], **params)
+
+
+def read_resize(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("Resize")
+    fmt = enum_of(op, enums.Format, p["format"], "format")
+    if fmt != enums.Format.NCHW:
+        raise unsupported(op, f"Resize in format {fmt.name} is not supported by xmge (NCHW only)")
+    out = int_values(op, input_var(ctx, op, 1), "the output size")
+    if len(out) != 2:
+        raise fail(op, f"output size must have 2 values, got {out}")
+    imode = enum_of(op, enums.InterpolationMode, p["imode"], "imode")
+    if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+        raise unsupported(op, f"Resize with interpolation mode {imode.name} is not supported by xmge")
+    emit_one(ctx, op, T.ResizeOp, [input_var(ctx, op, 0)], out_shape=tuple(out), imode=imode, format=fmt)
+
+
+def read_layer_norm(ctx: ReadContext, op: RawOpr) -> None:
+    p = op.param("LayerNorm")
+    affine = bool(p["affine"])
+    n_in = 3 if affine else 1
+    if len(op.inputs) != n_in:
+        raise fail(op, f"LayerNorm with affine={affine} takes {n_in} inputs, has {len(op.inputs)}")
+    new = emit(
+        ctx,
+        op,
+        T.LayerNormOp,
+        [input_var(ctx, op, k) for k in range(n_in)],
+        affine=affine,
+        eps=float(p["eps"]),
+        normalized_dim=int(p["normalized_dim"]),
+        normalized_size=int(p["normalized_size"]),
+    )
+    # the statistics first, as aliases, so that the op takes the name of its output 0
+    for i in range(1, min(len(op.outputs), 3)):
+        res = new.results[i]
+        define(ctx, op, i, ReadVar(type=res.type, ssa=res, alias=True))  # type: ignore[arg-type]
+    define(ctx, op, 0, ReadVar(type=new.results[0].type, ssa=new.results[0]))  # type: ignore[arg-type]
+
+
+def read_arg_reduce(ctx: ReadContext, op: RawOpr) -> None:
+    x = input_var(ctx, op, 0)
+    axis = int(op.param("Axis")["axis"])
+    nd = len(shape_of(op, x, "input"))
+    cls = T.ArgmaxOp if op.kind == "Argmax" else T.ArgminOp
+    emit_one(ctx, op, cls, [x], axis=axis + nd if axis < 0 else axis)
