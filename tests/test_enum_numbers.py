@@ -26,8 +26,9 @@ import compiler as xm
 import compiler.functional as F
 from backends.mge import schema as S
 from backends.mge.container import RawOpr, parse_file
+from backends.mge.lower_ops import EXECUTION_POLICY
 from backends.mge.reader import read_mge
-from backends.mge.writer import EXECUTION_POLICY, write_mge
+from backends.mge.writer import write_mge
 from compiler import jit
 from dialects import enums as E
 from dialects import tensor as T
@@ -179,8 +180,22 @@ def test_dtype_codes_are_megengines() -> None:
 
 
 def test_optimize_options_bits_and_layout_transforms_are_megengines() -> None:
-    assert S.OPTIMIZE_BITS == MGE["optimize_option_bits"]
-    assert {name: i for i, name in enumerate(S.LAYOUT_TRANSFORMS)} == MGE["layout_transform"]
+    from passes.inference.options import OPTIONS
+
+    # MegEngine's C++ field names for the two float16 keywords differ from the Python keywords
+    cpp_name = {"io16xc32": "f16_io_f32_comp", "ioc16": "f16_io_comp"}
+    bits = {}
+    for o in OPTIONS:
+        if o.bit is not None:
+            short = o.keyword[len("enable_") :]
+            bits[cpp_name.get(short, short)] = o.bit
+    flags = dict(MGE["optimize_option_bits"])
+    flags.pop("weight_preprocess")  # set by MegEngine's C++ API only: no dump keyword
+    assert bits == flags
+    layouts = {o.layout: o.layout_code for o in OPTIONS if o.layout is not None}
+    assert layouts, "the option table names no layout"
+    for name, code in layouts.items():
+        assert MGE["layout_transform"][name] == code, name
 
 
 # ----------------------------------------------------------------------------------------------
