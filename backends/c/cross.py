@@ -31,6 +31,12 @@ from dataclasses import dataclass, field
 from backends.c.build import Build, BuildError, _run, cache_root, compiler_version, runtime_sources
 
 QEMU_FLAGS = ("-cpu", "max")
+
+
+class EmulationWarning(UserWarning):
+    """A model runs under an emulator: its results are exact, its timings meaningless."""
+
+
 EMULATION_NOTE = (
     "running the aarch64 build under qemu-aarch64 (user-mode emulation): results are exact, but "
     "timings under emulation mean nothing; count instructions with bench/bench_arm.py instead"
@@ -297,6 +303,7 @@ def project_files(target: str, cflags: Sequence[str]) -> dict[str, str]:
 
 __all__ = [
     "EMULATION_NOTE",
+    "EmulationWarning",
     "InsnCounts",
     "count_instructions",
     "cross_build",

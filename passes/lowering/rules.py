@@ -84,7 +84,7 @@ def const_array(v: SSAValue) -> np.ndarray | None:
 
 
 def gemm_blocking(isa: str) -> dict[str, int]:
-    from backends.c.emitter import EMITTERS
+    from backends.c.isas import ISA_EMITTERS as EMITTERS
 
     em = EMITTERS[isa]
     return {"mr": em.gemm_mr, "nr": em.gemm_nr, "kc": em.gemm_kc}

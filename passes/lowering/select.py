@@ -23,16 +23,11 @@ from dialects import kernel as K
 from dialects import tensor as T
 from dialects.dtypes import element_type
 from passes.lowering.rules import RULES, VIEW_OPS, Lowered
+from passes.target import Target, resolve_target
 
 
 class LoweringError(ValueError):
     """No kernel can run an op on the chosen target."""
-
-
-def target_isas(target: str) -> tuple[str, ...]:
-    from compiler.targets import parse_target
-
-    return parse_target(target).isas
 
 
 def ensure_def(module: ModuleOp, template: Template, params: dict[str, Any]) -> K.KernelDefOp:
@@ -83,12 +78,12 @@ class LowerToKernelPass(ModulePass):
     """Select a specialised kernel for every mgb op (ordered candidates, availability checks)."""
 
     name = "kernel-select"
-    target: str = "x86-avx2"
+    target: str | Target = "x86-avx2"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        isas = target_isas(self.target)
+        isas = resolve_target(self.target).isas
         if not isas:
-            raise LoweringError(f"target {self.target!r} does not generate kernels")
+            raise LoweringError(f"target {str(self.target)!r} does not generate kernels")
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             for mop in list(fn.body.block.ops):
                 if isinstance(mop, func.ReturnOp):

@@ -23,7 +23,8 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from dialects import tensor as T
 from dialects.layout import RelayoutOp
 from passes.lowering.rules import VIEW_OPS
-from passes.lowering.select import LoweringError, choose, target_isas
+from passes.lowering.select import LoweringError, choose
+from passes.target import Target, resolve_target
 
 F16, F32 = Float16Type(), Float32Type()
 
@@ -77,10 +78,10 @@ class WidenF16Pass(ModulePass):
     """Compute in float32 the float16 ops that have no float16 kernel on the target."""
 
     name = "kernel-widen-f16"
-    target: str = "x86-avx2"
+    target: str | Target = "x86-avx2"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        isas = target_isas(self.target)
+        isas = resolve_target(self.target).isas
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             for mop in list(fn.body.block.ops):
                 if not isinstance(mop, T.MgbOp) or isinstance(

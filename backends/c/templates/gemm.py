@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 
 def _knobs(isa: str) -> type[CEmitter]:
-    from backends.c.emitter import EMITTERS
+    from backends.c.isas import ISA_EMITTERS
 
-    return EMITTERS[isa]
+    return ISA_EMITTERS[isa]
 
 
 def micro_kernel(isa: str, mr: int, nr: int) -> str:
