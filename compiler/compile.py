@@ -100,9 +100,9 @@ def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
     return [
         *([WidenF16Pass(target)] if target.float16 else []),
         LowerToKernelPass(target),
-        FuseEpiloguePass(),
-        PackWeightsPass(),
-        PlanMemoryPass(threads),
+        FuseEpiloguePass(target),
+        PackWeightsPass(target),
+        PlanMemoryPass(threads, target),
     ]
 
 

@@ -21,6 +21,8 @@ import numpy as np
 from backends.c.build import Build, LoadedModel, build, runtime_sources
 from backends.c.emitter import CEmitter
 from backends.c.isas import ISA_EMITTERS
+from backends.c.kernels import KERNELS
+from passes.lowering.kernels import KernelRegistry
 from passes.target import BackendError, Target, float16_options
 
 X86_AVX2 = frozenset({"avx2", "fma"})
@@ -34,11 +36,7 @@ class X86Backend:
     options: tuple[str, ...] = ("io16xc32",)
     emulated = False
 
-    @property
-    def kernels(self) -> Any:
-        from backends.c.templates import TEMPLATES
-
-        return TEMPLATES
+    kernels: KernelRegistry = KERNELS
 
     def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
         return ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")

@@ -17,7 +17,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import SSAValue
 
-from backends.c.templates import Template, lookup
+from backends.c.kernels import KERNELS
+from backends.c.templates import Template
 from dialects import kernel as K
 from dialects.dtypes import dtype_name
 
@@ -58,8 +59,8 @@ class CEmitter:
         self.profile = profile
 
     def template(self, d: K.KernelDefOp) -> Template:
-        t = lookup(d.family.data, (d.isa.data,))
-        if t is None:
+        t = KERNELS.unit(d.family.data, d.isa.data)
+        if not isinstance(t, Template):
             raise EmitError(f"no C template for kernel family {d.family.data!r} on ISA {d.isa.data!r}")
         return t
 

@@ -14,8 +14,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from xdsl.ir import Operation
 
-from backends.c.templates import Template, register, sym_join
+from backends.c.match import POOL_NAMES, axis_split, conv_common, is_f32, strided_view
+from backends.c.templates import Template, sym_join
+from backends.reference.kernels import adaptive_pool_params
+from dialects import enums
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered, broadcast_strides, collapse, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -83,36 +89,6 @@ ELEMWISE_C: dict[str, str] = {
 _IN_PLACE_SAFE = set(ELEMWISE_C)
 
 
-def collapse(
-    shape: Sequence[int], strides: Sequence[Sequence[int]]
-) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-    """Merge adjacent dimensions that every operand walks contiguously (or all broadcast), and drop
-    size-1 dimensions: fewer, longer loops. ``strides`` are in elements, one row per operand."""
-    dims = [(d, [s[i] for s in strides]) for i, d in enumerate(shape) if d != 1]
-    if not dims:
-        return (1,), tuple((0,) for _ in strides)
-    out: list[tuple[int, list[int]]] = [dims[0]]
-    for d, st in dims[1:]:
-        pd, pst = out[-1]
-        if all(ps == s * d for ps, s in zip(pst, st, strict=True)):
-            out[-1] = (pd * d, st)
-        else:
-            out.append((d, st))
-    return tuple(d for d, _ in out), tuple(tuple(st[i] for _, st in out) for i in range(len(strides)))
-
-
-def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a row-major ``in_shape`` read at each index of ``out_shape`` (0: broadcast)."""
-    nd = len(out_shape)
-    shape = (1,) * (nd - len(in_shape)) + tuple(in_shape)
-    strides = [0] * nd
-    acc = 1
-    for i in range(nd - 1, -1, -1):
-        strides[i] = 0 if shape[i] == 1 and out_shape[i] != 1 else acc
-        acc *= shape[i]
-    return tuple(strides)
-
-
 def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int) -> str:
     """Nested loops over ``shape``; ``body`` uses ``o`` (output offset) and ``x0..`` (operand offsets)."""
     nd = len(shape)
@@ -135,6 +111,21 @@ def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body:
 
 class Elemwise(Template):
     family = "elemwise"
+    ops = (T.ElemwiseOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ElemwiseOp)
+        mode = op.params()["mode"].value
+        if mode not in ELEMWISE_C or not is_f32(*op.operands, *op.results):
+            return None
+        out = shape(op.results[0])
+        strides = [broadcast_strides(shape(v), out) for v in op.operands]
+        cshape, cstrides = collapse(out, strides)
+        # in place over operand 0 when it is read exactly where the result is written
+        in_place = shape(op.operands[0]) == out
+        params = {"mode": mode, "shape": cshape, "strides": cstrides, "inplace": int(in_place)}
+        return Lowered(params, list(op.operands))
     in_place_operand = 0
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -165,6 +156,19 @@ class ConvDepthwise(Template):
     """Depthwise (one input and one output channel per group) direct convolution, NCHW."""
 
     family = "conv2d_depthwise"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 110  # before conv2d_gemm, which also runs depthwise convolutions (as groups)
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_common(op)
+        if got is None:
+            return None
+        params, operands = got
+        if not (params["groups"] == params["ic"] == params["oc"]):
+            return None
+        params = {k: v for k, v in params.items() if k not in ("ic", "oc", "groups")}
+        params["c"] = shape(op.operands[0])[1]
+        return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -241,6 +245,26 @@ static void {sym}({args}) {{
 
 class Pool2d(Template):
     family = "pool2d"
+    ops = (T.PoolingOp, T.AdaptivePoolingOp)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
+        p = op.params()
+        if p["format"] != enums.Format.NCHW or not is_f32(*op.operands, *op.results):
+            return None
+        if isinstance(op, T.AdaptivePoolingOp):
+            window, stride = adaptive_pool_params(shape(op.operands[0])[2:], p["out_shape"])
+            pad: tuple[int, int] = (0, 0)
+        else:
+            window, stride, pad = p["window"], p["stride"], p["padding"]
+        n, c, ih, iw = shape(op.operands[0])
+        _, _, oh, ow = shape(op.results[0])
+        params = {
+            "mode": POOL_NAMES[p["mode"]], "n": n, "c": c, "ih": ih, "iw": iw, "oh": oh, "ow": ow,
+            "fh": window[0], "fw": window[1], "sh": stride[0], "sw": stride[1], "ph": pad[0], "pw": pad[1],
+        }  # fmt: skip
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -324,6 +348,14 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
 
 class Softmax(Template):
     family = "softmax"
+    ops = (T.SoftmaxOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.SoftmaxOp)
+        if not is_f32(*op.operands):
+            return None
+        return Lowered(axis_split(shape(op.operands[0]), op.params()["axis"]), [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("softmax", f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
@@ -352,6 +384,16 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
 
 class Reduce(Template):
     family = "reduce"
+    ops = (T.ReduceOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ReduceOp)
+        p = op.params()
+        if not is_f32(*op.operands, *op.results) or p["data_type"] != enums.ReduceDataType.DEFAULT:
+            return None
+        params = {"mode": p["mode"].value, **axis_split(shape(op.operands[0]), p["axis"])}
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("reduce", p["mode"], f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
@@ -388,6 +430,15 @@ class Copy(Template):
     """``out[idx] = in[offset + sum(idx * strides)]``: transposes, slices and broadcasts."""
 
     family = "copy"
+    ops = (T.DimshuffleOp, T.BroadcastOp, T.SubtensorOp)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        if not is_f32(*op.operands, *op.results):
+            return None
+        out, strides, offset = strided_view(op)
+        cshape, (cstrides,) = collapse(out, [strides])
+        return Lowered({"shape": cshape, "strides": cstrides, "offset": offset}, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -411,6 +462,18 @@ class Concat(Template):
     """Concatenation as ``outer`` rows of per-input contiguous chunks (``chunks[i]`` floats each)."""
 
     family = "concat"
+    ops = (T.ConcatOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ConcatOp)
+        if not is_f32(*op.operands, *op.results):
+            return None
+        axis = op.params()["axis"]
+        out = shape(op.results[0])
+        outer = math.prod(out[:axis])
+        chunks = tuple(math.prod(shape(v)[axis:]) for v in op.operands)
+        return Lowered({"outer": outer, "chunks": chunks}, list(op.operands))
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
@@ -444,6 +507,17 @@ static void {sym}({args}) {{
 
 class Split(Template):
     family = "split"
+    ops = (T.SplitOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.SplitOp)
+        if not is_f32(*op.operands, *op.results):
+            return None
+        axis = op.params()["axis"]
+        src = shape(op.operands[0])
+        chunks = tuple(math.prod(shape(r)[axis:]) for r in op.results)
+        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks}, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
@@ -475,5 +549,4 @@ static void {sym}({args}) {{
 """
 
 
-for _t in (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split()):
-    register(_t)
+KERNEL_UNITS = (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split())

@@ -16,12 +16,32 @@ Families: ``relayout`` (any layout pair, from :meth:`dialects.layout.LayoutSpec.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates import Template, register, sym_join
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from backends.c.match import (
+    acc_scale,
+    code,
+    dtype_key,
+    esize,
+    int_bias,
+    pool_geometry,
+    qparams,
+    requant_params,
+    same_plain_type,
+    same_type,
+    strided_view,
+)
+from backends.c.templates import Template, sym_join
 from backends.c.templates.generic import ELEMWISE_C, _par, _strided_loops
+from backends.reference.quant_kernels import Q_MODES
+from dialects import enums
+from dialects import layout as L
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered, broadcast_strides, collapse, const_array, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -35,12 +55,6 @@ HEADER = "#include <stdint.h>\n"
 
 def is_quantized(code: str) -> bool:
     return code in QRANGE
-
-
-def dtype_key(codes: tuple[str, ...], scales: tuple[float, ...], zps: tuple[int, ...]) -> str:
-    """A short stable tag of quantization parameters for symbol names."""
-    text = ",".join(f"{c}:{s!r}:{z}" for c, s, z in zip(codes, scales, zps, strict=True))
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def deq(code: str, scale: float, zp: int, x: str) -> str:
@@ -82,6 +96,25 @@ class Relayout(Template):
     into a blocked destination, skipped from a blocked source)."""
 
     family = "relayout"
+    ops = (L.RelayoutOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, L.RelayoutOp)
+        p = op.params()
+        if (p["src"] is None) == (p["dst"] is None):
+            return None  # blocked -> blocked: not needed by the NCHWxx passes
+        blocked = p["src"] if p["src"] is not None else p["dst"]
+        ls, ld = op.logical_shapes()
+        split, lst, pst, bounds = L.SPECS[blocked].split_strides(ls)
+        params = {
+            "src": p["src"].value if p["src"] is not None else "plain",
+            "dst": p["dst"].value if p["dst"] is not None else "plain",
+            "logical": ls, "split": split, "lstrides": lst, "pstrides": pst,
+            "bounds": bounds, "esize": esize(op.operands[0]),
+        }  # fmt: skip
+        return Lowered(params, [op.operands[0]])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -119,6 +152,21 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 
 class TypeCvt(Template):
     family = "typecvt"
+    ops = (T.TypeCvtOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        src, dst = code(op.operands[0]), code(op.results[0])
+        if src is None or dst is None:
+            return None
+        s_in, zp_in = qparams(op.operands[0])
+        s_out, zp_out = qparams(op.results[0])
+        params = {
+            "src": src, "dst": dst, "size": math.prod(shape(op.results[0])), "s_in": s_in, "zp_in": zp_in,
+            "s_out": s_out, "zp_out": zp_out, "qid": dtype_key((src, dst), (s_in, s_out), (zp_in, zp_out)),
+        }  # fmt: skip
+        return Lowered(params, [op.operands[0]])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("typecvt", p["src"], "to", p["dst"], f"n{p['size']}", p["qid"])
@@ -140,10 +188,38 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
         return HEADER + SAT
 
 
+def elemwise_q(op: Operation, float_mode: str) -> Lowered | None:
+    values = [*op.operands, op.results[0]]
+    codes = [code(v) for v in values]
+    if float_mode not in ELEMWISE_C or None in codes or "f16" in codes:
+        return None
+    if not any(c in ("q8", "q32", "u8") for c in codes):
+        return None  # float32 elementwise ops have their own kernel
+    out = shape(op.results[0])
+    strides = [broadcast_strides(shape(v), out) for v in op.operands]
+    cshape, cstrides = collapse(out, strides)
+    qp = [qparams(v) for v in values]
+    scales, zps = tuple(s for s, _ in qp), tuple(z for _, z in qp)
+    params = {
+        "mode": float_mode, "shape": cshape, "strides": cstrides, "dtypes": tuple(codes), "scales": scales,
+        "zps": zps, "qid": dtype_key(tuple(c or "" for c in codes), scales, zps),
+    }  # fmt: skip
+    return Lowered(params, list(op.operands))
+
+
 class ElemwiseQ(Template):
     """``out = quantize(f(dequantize(a), dequantize(b), ...))`` with any broadcast."""
 
     family = "elemwise_q"
+    ops = (T.ElemwiseOp, T.ElemwiseMultiTypeOp)
+    priority = 90  # after the float32 elemwise
+
+    def match(self, op: Operation) -> Lowered | None:
+        if isinstance(op, T.ElemwiseMultiTypeOp):
+            mode = op.params()["mode"]
+            return elemwise_q(op, Q_MODES[mode].value) if mode in Q_MODES else None
+        assert isinstance(op, T.ElemwiseOp)
+        return elemwise_q(op, op.params()["mode"].value)
 
     def symbol(self, p: dict[str, Any]) -> str:
         st = "_".join("s" + "x".join(map(str, s)) for s in p["strides"])
@@ -175,6 +251,18 @@ class Pool2dQ8(Template):
     """int8 max / average pooling, NCHW: integer window sums, averages rounded half away from zero."""
 
     family = "pool2d_q8"
+    ops = (T.PoolingOp, T.AdaptivePoolingOp)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
+        if op.params()["format"] != enums.Format.NCHW or not same_type(op) or code(op.operands[0]) != "q8":
+            return None
+        if qparams(op.operands[0])[1]:
+            return None
+        params = pool_geometry(op)
+        return None if params is None else Lowered(params, [op.operands[0]])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("pool2d_q8", p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
@@ -231,6 +319,28 @@ class MatmulQ8(Template):
     """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
 
     family = "matmul_q8"
+    ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
+        a, b = op.operands
+        if code(a) != "q8" or code(b) != "q8" or qparams(a)[1] or qparams(b)[1]:
+            return None
+        rq = requant_params(a, b, op.results[0])
+        if rq is None:
+            return None
+        p = op.params()
+        sa, sb = shape(a), shape(b)
+        batched = isinstance(op, T.BatchedMatrixMulOp)
+        params = {
+            "batch": sa[0] if batched else 1, "m": sa[-1] if p["transpose_a"] else sa[-2],
+            "k": sa[-2] if p["transpose_a"] else sa[-1], "n": sb[-2] if p["transpose_b"] else sb[-1],
+            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])), "b_const": int(not batched),
+            **rq,
+        }  # fmt: skip
+        return Lowered(params, [a, b])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("matmul_q8", f"b{p['batch']}", f"m{p['m']}", f"n{p['n']}", f"k{p['k']}",
@@ -269,6 +379,59 @@ class Conv2dQ8(Template):
     the NCHW44 passes leave in NCHW."""
 
     family = "conv2d_q8"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ConvolutionOp | T.ConvBiasOp)
+        p = op.params()
+        x, w, *rest = op.operands
+        if (
+            p["format"] != enums.Format.NCHW
+            or code(x) != "q8"
+            or code(w) != "q8"
+            or qparams(x)[1]
+            or qparams(w)[1]
+        ):
+            return None
+        if L.layout_of(w.type) is not None:
+            return None
+        rq = requant_params(x, w, op.results[0])
+        if rq is None:
+            return None
+        wv = const_array(w)
+        w_operand: SSAValue | np.ndarray = w
+        if p["mode"] == enums.ConvMode.CONVOLUTION:
+            if wv is None:
+                return None
+            w_operand = np.ascontiguousarray(wv[..., ::-1, ::-1])
+        n, ic, ih, iw = shape(x)
+        _, oc, oh, ow = shape(op.results[0])
+        ws = shape(w)
+        groups = ws[0] if p["sparse"] == enums.ConvSparse.GROUP else 1
+        params: dict[str, Any] = {
+            "n": n, "ic": ic, "ih": ih, "iw": iw, "oc": oc, "oh": oh, "ow": ow, "fh": ws[-2], "fw": ws[-1],
+            "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0], "pw": p["padding"][1],
+            "dh": p["dilation"][0], "dw": p["dilation"][1], "groups": groups, "bias": 0, "act": "identity",
+            **rq,
+        }  # fmt: skip
+        operands: list[SSAValue | np.ndarray] = [x, w_operand]
+        if isinstance(op, T.ConvBiasOp):
+            params["act"] = {enums.NonlineMode.IDENTITY: "identity", enums.NonlineMode.RELU: "relu"}.get(
+                p["nonline_mode"], ""
+            )
+            if not params["act"] or len(rest) > 1:
+                return None
+            if rest:
+                if math.prod(shape(rest[0])) != oc:
+                    return None
+                bias = int_bias(rest[0], acc_scale(x, w))
+                if bias is None:
+                    return None
+                params["bias"] = 1
+                operands.append(bias)
+        return Lowered(params, operands)
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("conv2d_q8", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
@@ -326,6 +489,16 @@ class CopyTyped(Template):
     """``out[idx] = in[offset + sum(idx * strides)]`` for elements of any size."""
 
     family = "copy_typed"
+    ops = (T.DimshuffleOp, T.BroadcastOp, T.SubtensorOp)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        if not same_plain_type(op):
+            return None
+        out, strides, offset = strided_view(op)
+        cshape, (cstrides,) = collapse(out, [strides])
+        params = {"shape": cshape, "strides": cstrides, "offset": offset, "esize": esize(op.operands[0])}
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("copy", "x".join(map(str, p["shape"])), "s" + "x".join(map(str, p["strides"])),
@@ -344,6 +517,19 @@ class CopyTyped(Template):
 
 class ConcatTyped(Template):
     family = "concat_typed"
+    ops = (T.ConcatOp,)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ConcatOp)
+        if not same_plain_type(op):
+            return None
+        axis = op.params()["axis"]
+        out = shape(op.results[0])
+        chunks = tuple(math.prod(shape(v)[axis:]) for v in op.operands)
+        return Lowered({"outer": math.prod(out[:axis]), "chunks": chunks, "esize": esize(op.results[0])},
+                       list(op.operands))  # fmt: skip
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
@@ -371,6 +557,19 @@ static void {sym}({_ptr_args(len(chunks), 1)}) {{
 
 class SplitTyped(Template):
     family = "split_typed"
+    ops = (T.SplitOp,)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.SplitOp)
+        if not same_plain_type(op):
+            return None
+        axis = op.params()["axis"]
+        src = shape(op.operands[0])
+        chunks = tuple(math.prod(shape(r)[axis:]) for r in op.results)
+        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks, "esize": esize(op.operands[0])},
+                       [op.operands[0]])  # fmt: skip
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
@@ -395,6 +594,7 @@ static void {sym}({_ptr_args(1, len(chunks))}) {{
 """
 
 
-for _t in (Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(), CopyTyped(), ConcatTyped(),
-           SplitTyped()):  # fmt: skip
-    register(_t)
+KERNEL_UNITS = (
+    Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(), CopyTyped(), ConcatTyped(),
+    SplitTyped(),
+)  # fmt: skip
