@@ -55,7 +55,7 @@ def _materialize_outputs(module: ModuleOp, fn: func.FuncOp, kernels: KernelRegis
         unit = kernels.unit("copy", "generic")
         assert unit is not None, "every kernel registry has the portable copy"
         cshape, (cstrides,) = collapse(shp, [tuple(int(np.prod(shp[i + 1 :])) for i in range(len(shp)))])
-        d = ensure_def(module, unit, {"shape": cshape, "strides": cstrides, "offset": 0})
+        d = ensure_def(module, unit, {"shape": cshape, "strides": cstrides, "offset": 0, "elem": "f32"})
         copy = K.CallOp(d.sym, [v], [t])
         Rewriter.insert_op(copy, InsertPoint.before(ret))
         ret.operands[j] = copy.outputs[0]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import POOL_NAMES, axis_split, conv_common, is_f32, strided_view
+from backends.c.match import POOL_NAMES, axis_split, conv_common, esize, is_f32, same_plain_type, strided_view
 from backends.c.templates import Template, sym_join
 from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
@@ -27,6 +27,25 @@ if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 _PAR = "#pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work} > 32768)"
+
+
+def _ptr_args(n_in: int, n_out: int) -> str:
+    ins = [f"const void* in{i}_" for i in range(n_in)]
+    outs = [f"void* out{i}_" for i in range(n_out)]
+    return ", ".join([*ins, *outs, "unsigned char* ws", "int nt"])
+
+
+BYTES_CTYPE = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
+ESIZE = {f"e{n}": n for n in BYTES_CTYPE}
+
+
+def moved_elements(op: Operation) -> str | None:
+    """How the data movement kernels (copy, concat, split) move ``op``'s elements: ``f32`` as floats
+    (any layout), ``e<bytes>`` as raw words for another element type shared by every operand and
+    result in plain layout, None otherwise."""
+    if is_f32(*op.operands, *op.results):
+        return "f32"
+    return f"e{esize(op.operands[0])}" if same_plain_type(op) else None
 
 
 def _par(work: int) -> str:
@@ -126,6 +145,7 @@ class Elemwise(Template):
         in_place = shape(op.operands[0]) == out
         params = {"mode": mode, "shape": cshape, "strides": cstrides, "inplace": int(in_place)}
         return Lowered(params, list(op.operands))
+
     in_place_operand = 0
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -434,11 +454,13 @@ class Copy(Template):
     priority = 100
 
     def match(self, op: Operation) -> Lowered | None:
-        if not is_f32(*op.operands, *op.results):
+        elem = moved_elements(op)
+        if elem is None:
             return None
         out, strides, offset = strided_view(op)
         cshape, (cstrides,) = collapse(out, [strides])
-        return Lowered({"shape": cshape, "strides": cstrides, "offset": offset}, [op.operands[0]])
+        params = {"shape": cshape, "strides": cstrides, "offset": offset, "elem": elem}
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -446,10 +468,12 @@ class Copy(Template):
             "x".join(map(str, p["shape"])),
             "s" + "x".join(map(str, p["strides"])),
             f"o{p['offset']}",
-            "f32",
+            p["elem"],
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        if p["elem"] != "f32":
+            return self._render_bytes(sym, p)
         body = f"out0[o] = in0[{p['offset']}L + x0];"
         return (
             f"static void {sym}(const float* in0, float* out0, unsigned char* ws, int nt) {{\n  (void)ws;\n"
@@ -457,96 +481,110 @@ class Copy(Template):
             + "\n}\n"
         )
 
+    def _render_bytes(self, sym: str, p: dict[str, Any]) -> str:
+        t = BYTES_CTYPE[ESIZE[p["elem"]]]
+        body = f"out0[o] = in0[{p['offset']}L + x0];"
+        return (
+            f"static void {sym}(const void* in0_, void* out0_, unsigned char* ws, int nt) {{\n"
+            f"  const {t}* in0 = (const {t}*)in0_;\n  {t}* out0 = ({t}*)out0_;\n  (void)ws;\n"
+            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
+            + "\n}\n"
+        )
 
-class Concat(Template):
-    """Concatenation as ``outer`` rows of per-input contiguous chunks (``chunks[i]`` floats each)."""
 
+class _Chunks(Template):
+    """Concatenation (``gather``) or split along an axis, as ``outer`` rows of per-tensor contiguous
+    chunks (``chunks[i]`` elements each): one ``memcpy`` per tensor and row."""
+
+    gather: ClassVar[bool]
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(self.family, f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), p["elem"])
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        chunks, outer = p["chunks"], p["outer"]
+        total = sum(chunks)
+        n = len(chunks)
+        if p["elem"] == "f32":
+            wide, narrow = ("out", "in") if self.gather else ("in", "out")
+            pointers = {"in": "const float*", "out": "float*"}
+            args = ", ".join(
+                [
+                    *(f"{pointers['in']} in{i}" for i in range(n if self.gather else 1)),
+                    *(f"{pointers['out']} out{i}" for i in range(1 if self.gather else n)),
+                    "unsigned char* ws",
+                    "int nt",
+                ]
+            )
+            prologue = ["(void)ws;", _par(outer * total)]
+            rows = [
+                (f"{wide}0 + r * {total}L + {off}", f"{narrow}{i} + r * {c}L", c * 4)
+                for i, c, off in _runs(chunks)
+            ]
+        else:
+            e = ESIZE[p["elem"]]
+            args = _ptr_args(n, 1) if self.gather else _ptr_args(1, n)
+            view = "char* out = (char*)out0_;" if self.gather else "const char* in = (const char*)in0_;"
+            prologue = [view, "(void)ws; (void)nt;"]
+            wide = "out" if self.gather else "in"
+            narrow = "(const char*)in{i}_" if self.gather else "(char*)out{i}_"
+            rows = [
+                (f"{wide} + (r * {total}L + {off}) * {e}", f"{narrow.format(i=i)} + r * {c * e}L", c * e)
+                for i, c, off in _runs(chunks)
+            ]
+        body = [
+            f"    memcpy({w}, {s}, {size});" if self.gather else f"    memcpy({s}, {w}, {size});"
+            for w, s, size in rows
+        ]
+        return f"""
+static void {sym}({args}) {{
+{chr(10).join("  " + line for line in prologue)}
+  for (long r = 0; r < {outer}; ++r) {{
+{chr(10).join(body)}
+  }}
+}}
+"""
+
+
+def _runs(chunks: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(index, size, offset in the row) of each chunk."""
+    offsets = [sum(chunks[:i]) for i in range(len(chunks))]
+    return list(zip(range(len(chunks)), chunks, offsets, strict=True))
+
+
+class Concat(_Chunks):
     family = "concat"
     ops = (T.ConcatOp,)
     priority = 100
+    gather = True
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ConcatOp)
-        if not is_f32(*op.operands, *op.results):
+        elem = moved_elements(op)
+        if elem is None:
             return None
         axis = op.params()["axis"]
         out = shape(op.results[0])
         outer = math.prod(out[:axis])
         chunks = tuple(math.prod(shape(v)[axis:]) for v in op.operands)
-        return Lowered({"outer": outer, "chunks": chunks}, list(op.operands))
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks = p["chunks"]
-        total = sum(chunks)
-        args = ", ".join(
-            [
-                *(f"const float* in{i}" for i in range(len(chunks))),
-                "float* out0",
-                "unsigned char* ws",
-                "int nt",
-            ]
-        )
-        body = []
-        off = 0
-        for i, c in enumerate(chunks):
-            body.append(f"    memcpy(out0 + r * {total}L + {off}, in{i} + r * {c}L, {c * 4});")
-            off += c
-        return f"""
-static void {sym}({args}) {{
-  (void)ws;
-  {_par(p["outer"] * total)}
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
+        return Lowered({"outer": outer, "chunks": chunks, "elem": elem}, list(op.operands))
 
 
-class Split(Template):
+class Split(_Chunks):
     family = "split"
     ops = (T.SplitOp,)
     priority = 100
+    gather = False
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.SplitOp)
-        if not is_f32(*op.operands, *op.results):
+        elem = moved_elements(op)
+        if elem is None:
             return None
         axis = op.params()["axis"]
         src = shape(op.operands[0])
         chunks = tuple(math.prod(shape(r)[axis:]) for r in op.results)
-        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks}, [op.operands[0]])
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks = p["chunks"]
-        total = sum(chunks)
-        args = ", ".join(
-            [
-                "const float* in0",
-                *(f"float* out{i}" for i in range(len(chunks))),
-                "unsigned char* ws",
-                "int nt",
-            ]
-        )
-        body = []
-        off = 0
-        for i, c in enumerate(chunks):
-            body.append(f"    memcpy(out{i} + r * {c}L, in0 + r * {total}L + {off}, {c * 4});")
-            off += c
-        return f"""
-static void {sym}({args}) {{
-  (void)ws;
-  {_par(p["outer"] * total)}
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
+        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks, "elem": elem}, [op.operands[0]])
 
 
 KERNEL_UNITS = (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split())

@@ -31,12 +31,10 @@ from backends.c.match import (
     pool_geometry,
     qparams,
     requant_params,
-    same_plain_type,
     same_type,
-    strided_view,
 )
 from backends.c.templates import Template, sym_join
-from backends.c.templates.generic import ELEMWISE_C, _par, _strided_loops
+from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, _par, _ptr_args, _strided_loops
 from backends.reference.quant_kernels import Q_MODES
 from dialects import enums
 from dialects import layout as L
@@ -49,7 +47,6 @@ if TYPE_CHECKING:
 CTYPES = {"f32": "float", "f16": "float16_t", "q8": "int8_t", "q32": "int32_t", "u8": "uint8_t",
           "b1": "uint8_t", "i32": "int32_t"}  # fmt: skip
 QRANGE = {"q8": (-128, 127), "q32": (-(2**31), 2**31 - 1), "u8": (0, 255)}
-BYTES_CTYPE = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 HEADER = "#include <stdint.h>\n"
 
 
@@ -80,12 +77,6 @@ SAT = """static inline double xm_sat_d(double v, double lo, double hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 """
-
-
-def _ptr_args(n_in: int, n_out: int) -> str:
-    ins = [f"const void* in{i}_" for i in range(n_in)]
-    outs = [f"void* out{i}_" for i in range(n_out)]
-    return ", ".join([*ins, *outs, "unsigned char* ws", "int nt"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -485,116 +476,6 @@ static void {sym}({", ".join(args)}) {{
         return HEADER + SAT
 
 
-class CopyTyped(Template):
-    """``out[idx] = in[offset + sum(idx * strides)]`` for elements of any size."""
-
-    family = "copy_typed"
-    ops = (T.DimshuffleOp, T.BroadcastOp, T.SubtensorOp)
-    priority = 90
-
-    def match(self, op: Operation) -> Lowered | None:
-        if not same_plain_type(op):
-            return None
-        out, strides, offset = strided_view(op)
-        cshape, (cstrides,) = collapse(out, [strides])
-        params = {"shape": cshape, "strides": cstrides, "offset": offset, "esize": esize(op.operands[0])}
-        return Lowered(params, [op.operands[0]])
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("copy", "x".join(map(str, p["shape"])), "s" + "x".join(map(str, p["strides"])),
-                        f"o{p['offset']}", f"e{p['esize']}")  # fmt: skip
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        t = BYTES_CTYPE[p["esize"]]
-        body = f"out0[o] = in0[{p['offset']}L + x0];"
-        return (
-            f"static void {sym}(const void* in0_, void* out0_, unsigned char* ws, int nt) {{\n"
-            f"  const {t}* in0 = (const {t}*)in0_;\n  {t}* out0 = ({t}*)out0_;\n  (void)ws;\n"
-            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
-            + "\n}\n"
-        )
-
-
-class ConcatTyped(Template):
-    family = "concat_typed"
-    ops = (T.ConcatOp,)
-    priority = 90
-
-    def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.ConcatOp)
-        if not same_plain_type(op):
-            return None
-        axis = op.params()["axis"]
-        out = shape(op.results[0])
-        chunks = tuple(math.prod(shape(v)[axis:]) for v in op.operands)
-        return Lowered({"outer": math.prod(out[:axis]), "chunks": chunks, "esize": esize(op.results[0])},
-                       list(op.operands))  # fmt: skip
-
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks, e = p["chunks"], p["esize"]
-        total = sum(chunks)
-        body, off = [], 0
-        for i, c in enumerate(chunks):
-            body.append(
-                f"    memcpy(out + (r * {total}L + {off}) * {e}, "
-                f"(const char*)in{i}_ + r * {c * e}L, {c * e});"
-            )
-            off += c
-        return f"""
-static void {sym}({_ptr_args(len(chunks), 1)}) {{
-  char* out = (char*)out0_;
-  (void)ws; (void)nt;
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
-
-
-class SplitTyped(Template):
-    family = "split_typed"
-    ops = (T.SplitOp,)
-    priority = 90
-
-    def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.SplitOp)
-        if not same_plain_type(op):
-            return None
-        axis = op.params()["axis"]
-        src = shape(op.operands[0])
-        chunks = tuple(math.prod(shape(r)[axis:]) for r in op.results)
-        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks, "esize": esize(op.operands[0])},
-                       [op.operands[0]])  # fmt: skip
-
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks, e = p["chunks"], p["esize"]
-        total = sum(chunks)
-        body, off = [], 0
-        for i, c in enumerate(chunks):
-            body.append(
-                f"    memcpy((char*)out{i}_ + r * {c * e}L, in + (r * {total}L + {off}) * {e}, {c * e});"
-            )
-            off += c
-        return f"""
-static void {sym}({_ptr_args(1, len(chunks))}) {{
-  const char* in = (const char*)in0_;
-  (void)ws; (void)nt;
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
-
-
 KERNEL_UNITS = (
-    Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(), CopyTyped(), ConcatTyped(),
-    SplitTyped(),
+    Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(),
 )  # fmt: skip
