@@ -4,7 +4,8 @@ specialisation, so the loops have known trip counts and no index arithmetic surv
 
 Families: ``conv2d_depthwise`` (direct, interior/border split), ``pool2d``, ``elemwise`` (any broadcast,
 as collapsed strided loops), ``softmax``, ``reduce``, ``copy`` (strided copy: transposes, slices,
-broadcasts), ``concat``, ``split``.
+broadcasts), ``concat``, ``split``; the last three for every element type (``elem``: ``f32``, or
+``e<bytes>`` moved as raw words).
 """
 
 from __future__ import annotations

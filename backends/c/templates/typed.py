@@ -10,8 +10,8 @@ products; pooling averages rounded half away from zero in integers.
 
 Families: ``relayout`` (any layout pair, from :meth:`dialects.layout.LayoutSpec.split_strides`),
 ``typecvt``, ``elemwise_q`` (elementwise and ElemwiseMultiType Q-modes on dequantized values),
-``pool2d_q8`` (NCHW), ``matmul_q8``, ``conv2d_q8`` (NCHW, any groups), ``copy_typed``,
-``concat_typed``, ``split_typed``.
+``pool2d_q8`` (NCHW), ``matmul_q8``, ``conv2d_q8`` (NCHW, any groups). Data movement of every element
+type is the ``copy``, ``concat`` and ``split`` families of :mod:`backends.c.templates.generic`.
 """
 
 from __future__ import annotations
