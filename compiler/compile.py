@@ -20,11 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,15 +30,13 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.passes import ModulePass
 
+from backends.c.cross import EmulationWarning
 from compiler.targets import Target, host_target, parse_target
+from passes.target import Backend
 
 
 class CompileError(ValueError):
     pass
-
-
-class EmulationWarning(UserWarning):
-    """A model runs under an emulator: its results are exact, its timings meaningless."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -103,13 +97,12 @@ def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
     from passes.lowering import FuseEpiloguePass, LowerToKernelPass, PackWeightsPass, PlanMemoryPass
     from passes.lowering.widen import WidenF16Pass
 
-    float16 = {"enable_ioc16", "enable_io16xc32"} & set(target.inference_options())
     return [
-        *([WidenF16Pass(str(target))] if float16 else []),
-        LowerToKernelPass(str(target)),
-        FuseEpiloguePass(),
-        PackWeightsPass(),
-        PlanMemoryPass(threads),
+        *([WidenF16Pass(target)] if target.float16 else []),
+        LowerToKernelPass(target),
+        FuseEpiloguePass(target),
+        PackWeightsPass(target),
+        PlanMemoryPass(threads, target),
     ]
 
 
@@ -127,22 +120,28 @@ class CompiledModel:
         self._stages = stages
         self.threads = threads
         self.times = times
-        fn = next(f for f in self._final_module().ops if isinstance(f, func.FuncOp))
+        fn = next(f for f in self.final_module().ops if isinstance(f, func.FuncOp))
         self.input_types = [t for t in fn.function_type.inputs.data]
         self.output_types = [t for t in fn.function_type.outputs.data]
         self._loaded: Any = None
         self.build: Any = None
         self.weights = b""
         self.source = ""
-        if target.backend == "c":
-            self._build_c()
+        self.cflags: tuple[str, ...] = ()
+        if self.backend.kernels is not None:
+            self._build()
 
     # -- stages ----------------------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        assert self.target.backend is not None
+        return self.target.backend
+
     @property
     def stages(self) -> list[str]:
         return list(self._stages)
 
-    def _final_module(self) -> ModuleOp:
+    def final_module(self) -> ModuleOp:
         mods = [m for m in self._stages.values() if isinstance(m, ModuleOp)]
         return mods[-1]
 
@@ -157,7 +156,7 @@ class CompiledModel:
     def plan(self) -> Any:
         from dialects.kernel import plan_of
 
-        fn = next(f for f in self._final_module().ops if isinstance(f, func.FuncOp))
+        fn = next(f for f in self.final_module().ops if isinstance(f, func.FuncOp))
         return plan_of(fn)
 
     @property
@@ -176,56 +175,36 @@ class CompiledModel:
         return p.weights.data if p is not None else 0
 
     # -- build and run ---------------------------------------------------------------------------
-    def _build_c(self) -> None:
-        from backends.c.build import build
+    def _build(self) -> None:
         from passes.lowering.plan import weights_blob
 
-        module = self._final_module()
-        emitter = self.target.emitter()()
+        module = self.final_module()
         t0 = time.perf_counter()
-        self.source = emitter.emit(module)
+        self.source, self.cflags = self.backend.emit(self.target, module)
         self._stages["c"] = self.source
         self.weights = weights_blob(module)
         self.times["emit"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        if self.target.arch == "arm":
-            from backends.c.cross import cross_build
-
-            self.build = cross_build(self.source, emitter.cflags)
-        else:
-            self.build = build(self.source, emitter.cflags)
+        self.build = self.backend.build(self.target, self.source, self.cflags)
         self.times["build"] = time.perf_counter() - t0
-        self.cflags = emitter.cflags
 
     @property
     def emulated(self) -> bool:
         """Whether running this model goes through an emulator (an ARM build on an x86 host)."""
-        return self.target.arch == "arm"
+        return self.backend.emulated
 
-    def _runtime(self) -> Any:
+    def loaded(self) -> Any:
+        """The built library loaded into this process (once)."""
         if self._loaded is None:
-            from backends.c.build import LoadedModel
-
             if self.build is None:
                 raise CompileError(f"target {self.target} has no built library")
-            self._loaded = LoadedModel(self.build.library, self.weights, self.threads)
+            self._loaded = self.backend.load(self.build, self.weights, self.threads)
         return self._loaded
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """Outputs for ``inputs`` (numpy arrays or Tensors), as a list of arrays."""
         arrays = [np.asarray(getattr(x, "numpy", lambda x=x: x)(), dtype=np.float32) for x in inputs]
-        if self.target.backend == "reference":
-            from backends.reference import run_module
-
-            return [np.asarray(o) for o in run_module(self._final_module(), arrays)]
-        if self.emulated:
-            from backends.c.cross import EMULATION_NOTE
-
-            if not getattr(self, "_noted", False):
-                warnings.warn(EMULATION_NOTE, EmulationWarning, stacklevel=3)
-                self._noted = True
-            return self.run_runner(arrays)
-        return self._runtime().run(arrays)
+        return self.backend.run(self, arrays)
 
     def __call__(self, *inputs: Any) -> Any:
         outs = self.run(inputs)
@@ -235,59 +214,27 @@ class CompiledModel:
         self, inputs: Sequence[np.ndarray], *, sanitize: bool = False, iters: int = 1
     ) -> list[np.ndarray]:
         """Run the standalone runner program on ``inputs`` (a sanitizer build with ``sanitize``)."""
-        from backends.c.build import build
-
-        if sanitize and self.emulated:
-            raise CompileError("sanitizer builds run on the host only, not under qemu")
-        b = build(self.source, self.cflags, sanitize=sanitize) if sanitize else self.build
-        with tempfile.TemporaryDirectory(prefix="xmge-run-") as d:
-            wpath = os.path.join(d, "weights.bin")
-            with open(wpath, "wb") as f:
-                f.write(self.weights)
-            cmd = [*b.launcher, b.runner, wpath, "-n", str(iters), "-w", "0", "-t", str(self.threads)]
-            for i, x in enumerate(inputs):
-                p = os.path.join(d, f"in{i}.bin")
-                np.ascontiguousarray(x, dtype=np.float32).tofile(p)
-                cmd += ["-i", p]
-            outs = [os.path.join(d, f"out{i}.bin") for i in range(len(self.output_types))]
-            for p in outs:
-                cmd += ["-o", p]
-            env = dict(
-                os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1"
-            )
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                raise CompileError(
-                    f"runner failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
-                )
-            shapes = [tuple(t.get_shape()) for t in self.output_types]  # type: ignore[union-attr]
-            return [np.fromfile(p, np.float32).reshape(s) for p, s in zip(outs, shapes, strict=True)]
+        if self.build is None:
+            raise CompileError(f"target {self.target} has no runner")
+        artifact = (
+            self.backend.build(self.target, self.source, self.cflags, sanitize=True)
+            if sanitize
+            else self.build
+        )
+        shapes = [tuple(t.get_shape()) for t in self.output_types]  # type: ignore[union-attr]
+        return self.backend.run_runner(
+            artifact, self.weights, inputs, shapes, threads=self.threads, iters=iters
+        )
 
     # -- saving ----------------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str]) -> str:
-        """Write ``model.c``, the runtime sources, ``libxmge_model.so``, ``runner``, ``weights.bin``,
-        ``model.json`` (I/O, sizes, target) and ``kernel.mlir`` into ``directory``."""
+        """Write the backend's files (``model.c``, the runtime sources, ``libxmge_model.so``,
+        ``runner``), ``weights.bin``, ``model.json`` (I/O, sizes, target) and ``kernel.mlir`` into
+        ``directory``."""
         if self.build is None:
             raise CompileError(f"target {self.target} produces no files to save")
-        from backends.c.build import runtime_sources
-
         os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "model.c"), "w") as f:
-            f.write(self.source)
-        for name, text in runtime_sources().items():
-            with open(os.path.join(directory, name), "w") as f:
-                f.write(text)
-        binaries = directory
-        if self.emulated:  # cross-built binaries aside: `make` on the device builds its own
-            from backends.c.cross import project_files
-
-            binaries = os.path.join(directory, "prebuilt")
-            os.makedirs(binaries, exist_ok=True)
-            for name, text in project_files(str(self.target), self.cflags).items():
-                with open(os.path.join(directory, name), "w") as f:
-                    f.write(text)
-        for src in (self.build.library, self.build.runner):
-            shutil.copy2(src, os.path.join(binaries, os.path.basename(src)))
+        extras = self.backend.save(self, os.fspath(directory))
         with open(os.path.join(directory, "weights.bin"), "wb") as f:
             f.write(self.weights)
         with open(os.path.join(directory, "kernel.mlir"), "w") as f:
@@ -302,7 +249,7 @@ class CompiledModel:
             "outputs": [_describe(t) for t in self.output_types],
             "cflags": list(self.cflags),
             "run": "./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]",
-            **({"build": "make  (or: cmake -B build && cmake --build build)"} if self.emulated else {}),
+            **extras,
         }
         with open(os.path.join(directory, "model.json"), "w") as f:
             json.dump(meta, f, indent=2)
@@ -332,11 +279,14 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     tgt = target if isinstance(target, Target) else (parse_target(target) if target else host_target())
     if threads < 1:
         raise CompileError(f"threads must be >= 1, got {threads}")
-    unsupported = [o for o in tgt.options if tgt.arch == "x86" and o != "io16xc32"]
-    if tgt.options and tgt.arch not in ("arm", "x86") or unsupported:
+    backend = tgt.backend
+    if backend is None:
+        raise CompileError(f"target {tgt}: the {tgt.arch} backend is not implemented yet")
+    unsupported = [o for o in tgt.options if o not in backend.options]
+    if unsupported:
         raise CompileError(
-            f"target options {', '.join(unsupported or tgt.options)} are not implemented by the C "
-            f"backend for {tgt.arch} yet"
+            f"target options {', '.join(unsupported)} are not implemented by the {backend.name} backend "
+            f"for {tgt.arch} yet"
         )
     times: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -347,9 +297,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     current = inference_clean(module, tgt)
     times["inference"] = time.perf_counter() - t0
     stages["inference"] = current
-    if tgt.backend != "reference":
-        if tgt.backend != "c":
-            raise CompileError(f"target {tgt}: the {tgt.backend} backend is not implemented yet")
+    if backend.kernels is not None:
         ctx = Context()
         current = current.clone()
         for p in kernel_passes(tgt, threads):
@@ -390,31 +338,19 @@ def benchmark(
     }
 
 
-__all__ = ["CompileError", "CompiledModel", "benchmark", "compile", "compile_file", "to_module"]
+__all__ = [
+    "CompileError",
+    "CompiledModel",
+    "EmulationWarning",
+    "benchmark",
+    "compile",
+    "compile_file",
+    "profile",
+    "to_module",
+]
 
 
 def profile(compiled: CompiledModel, inputs: Sequence[Any], iters: int = 10) -> list[tuple[str, float]]:
     """Per-kernel time (ms per run, summed over calls of the same kernel), slowest first: the model is
     rebuilt with a timer around every call (``xmge bench --profile`` prints this)."""
-    import ctypes
-
-    from backends.c.build import LoadedModel, build
-
-    emitter = compiled.target.emitter()(profile=True)
-    b = build(emitter.emit(compiled._final_module()), emitter.cflags)
-    m = LoadedModel(b.library, compiled.weights, compiled.threads)
-    arrays = [np.asarray(x, np.float32) for x in inputs]
-    m.run(arrays)
-    names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
-    m.lib.xm_profile.restype = ctypes.c_int
-    n = m.lib.xm_profile(ctypes.byref(names_p), ctypes.byref(ms_p))
-    for i in range(n):
-        ms_p[i] = 0.0
-    for _ in range(iters):
-        m.run(arrays)
-    totals: dict[str, float] = {}
-    for i in range(n):
-        name = names_p[i].decode()
-        totals[name] = totals.get(name, 0.0) + ms_p[i] / iters
-    m.close()
-    return sorted(totals.items(), key=lambda kv: -kv[1])
+    return compiled.backend.profile(compiled, inputs, iters)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import passes.lowering.rules_x86 as rules_x86
+import backends.c.templates.winograd as winograd
 from tests.codegen_util import check
 from tests.test_codegen_conv import _conv_model
 
@@ -36,7 +36,7 @@ def _force_tile(monkeypatch: pytest.MonkeyPatch, m: int) -> None:
     def forced(p: dict[str, Any]) -> int | None:
         return m if _eligible(p) else None
 
-    monkeypatch.setattr(rules_x86, "winograd_tile", forced)
+    monkeypatch.setattr(winograd, "winograd_tile", forced)
 
 
 def _eligible(p: dict[str, Any]) -> bool:

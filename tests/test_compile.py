@@ -16,7 +16,7 @@ from backends.reference import run_module
 from compiler.compile import CompileError, compile
 from compiler.hub.convnet import ConvNet
 from compiler.hub.resnet import resnet18
-from compiler.targets import Target, TargetError, parse_target
+from compiler.targets import TargetError, parse_target
 from tests.codegen_util import X86_TARGETS, require
 from tests.conftest import data_path
 
@@ -47,7 +47,11 @@ def test_parse_target(text: str, arch: str, features: tuple[str, ...], options: 
 def test_target_properties() -> None:
     assert parse_target("x86-avx512").isas == ("avx512", "avx2", "generic")
     assert parse_target("x86-avx2-nchw88").layout == "nchw88"
-    assert parse_target("ref").backend == "reference"
+    assert parse_target("ref").backend.name == "reference"  # type: ignore[union-attr]
+    assert parse_target("arm-nchw44-dot").isas == ("dot", "neon", "generic")
+    fp16 = parse_target("arm-fp16+io16xc32")
+    assert fp16.inference_options() == {"enable_nchw44": True, "enable_io16xc32": True}
+    assert parse_target("cuda-nchw4").backend is None
 
 
 @pytest.mark.parametrize(
@@ -234,7 +238,7 @@ def test_reference_target_and_errors() -> None:
     with pytest.raises(CompileError, match="not implemented"):
         compile(net, "x86-avx2+ioc16", [x])
     with pytest.raises(CompileError, match="cuda backend is not implemented"):
-        compile(net, Target("cuda", ("nchw4",)), [x])
+        compile(net, parse_target("cuda-nchw4"), [x])
 
 
 @pytest.mark.slow

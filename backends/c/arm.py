@@ -1,8 +1,8 @@
 """AArch64 emitters: thin subclasses of :class:`backends.c.emitter.CEmitter` (tinygrad's shape).
 
 Only knobs differ from x86: NEON intrinsic spellings and register blocking for the shared GEMM
-micro-kernel generator (8x12 on NEON: 24 accumulators of the 32 vector registers), the ISA search
-order, and the cross-compiler flags. Building goes through :mod:`backends.c.cross` (cross gcc,
+micro-kernel generator (8x12 on NEON: 24 accumulators of the 32 vector registers) and the
+cross-compiler flags. Building goes through :mod:`backends.c.cross` (cross gcc,
 static runner, qemu) because the code cannot run on the x86 host.
 
 * ``neon``  float32 NEON (``arm``, ``arm-nchw44``)
@@ -14,9 +14,7 @@ static runner, qemu) because the code cannot run on the x86 host.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from backends.c.emitter import EMITTERS, CEmitter
+from backends.c.emitter import CEmitter
 
 # every ARM build targets ARMv8.2-A with the dot-product and FP16 extensions (``-cpu max`` in qemu);
 # kernels only use what their ISA allows, so the neon build also runs on v8.2 cores without them
@@ -40,7 +38,6 @@ static inline void xm_vst1q_f32_n(float* p, int n, float32x4_t v) {
 
 class ArmNeonEmitter(CEmitter):
     name = "arm-neon"
-    isas: ClassVar[tuple[str, ...]] = ("neon", "generic")
     vec = 4
     vtype = "float32x4_t"
     header = NEON_HEADER
@@ -62,19 +59,16 @@ class ArmNeonEmitter(CEmitter):
 
 class ArmDotEmitter(ArmNeonEmitter):
     name = "arm-dot"
-    isas = ("dot", "neon", "generic")
 
 
 class ArmFp16Emitter(ArmNeonEmitter):
     name = "arm-fp16"
-    isas = ("fp16", "neon", "generic")
 
 
 class ArmPlainEmitter(CEmitter):
     """Portable C for AArch64 with gcc's auto-vectoriser off: the scalar baseline."""
 
     name = "arm-plain"
-    isas = ("generic",)
     header = "#include <arm_neon.h>"  # for the float16 scalar type only
     load = "({p})[0]"
     loadu = "({p})[0]"
@@ -83,25 +77,5 @@ class ArmPlainEmitter(CEmitter):
     cflags = (*ARM_CFLAGS, "-fno-tree-vectorize")
 
 
-ARM_EMITTERS: dict[str, type[CEmitter]] = {
-    "neon": ArmNeonEmitter,
-    "dot": ArmDotEmitter,
-    "fp16": ArmFp16Emitter,
-}
-EMITTERS.update(ARM_EMITTERS)  # the ISA -> knobs registry the shared GEMM generator reads
 
-
-def arm_emitter(isas: tuple[str, ...]) -> type[CEmitter]:
-    """The emitter of an ARM target with template ISAs ``isas``."""
-    return ARM_EMITTERS.get(isas[0], ArmPlainEmitter)
-
-
-__all__ = [
-    "ARM_CFLAGS",
-    "ARM_EMITTERS",
-    "ArmDotEmitter",
-    "ArmFp16Emitter",
-    "ArmNeonEmitter",
-    "ArmPlainEmitter",
-    "arm_emitter",
-]
+__all__ = ["ARM_CFLAGS", "ArmDotEmitter", "ArmFp16Emitter", "ArmNeonEmitter", "ArmPlainEmitter"]

@@ -64,18 +64,34 @@ def build(model_c: str, cflags: Sequence[str], *, cc: str = "gcc", sanitize: boo
     flags = [*cflags, *(SANITIZE_FLAGS if sanitize else ())]
     if sanitize:
         flags = [f if f != "-O3" else "-O1" for f in flags]  # sanitizer builds: fast to build, exact reports
+    return cached_build(model_c, flags, cc=cc)
+
+
+def cached_build(
+    model_c: str,
+    flags: Sequence[str],
+    *,
+    cc: str,
+    salt: bytes = b"",
+    prefix: str = "",
+    runner_flags: Sequence[str] = (),
+    launcher: tuple[str, ...] = (),
+) -> Build:
+    """Build (or find in the cache) the library and runner of ``model_c``, keyed by the hash of
+    ``salt``, the compiler's version, ``flags`` and every source; ``runner_flags`` link the runner
+    (``-static`` for qemu) and ``launcher`` is what runs it."""
     sources = {"model.c": model_c, **runtime_sources()}
-    h = hashlib.sha256()
+    h = hashlib.sha256(salt)
     h.update(compiler_version(cc).encode())
     h.update("\0".join(flags).encode())
     for name in sorted(sources):
         h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
-    key = h.hexdigest()[:24]
+    key = prefix + h.hexdigest()[:24]
     root = cache_root()
     final = os.path.join(root, key)
     lib, runner = os.path.join(final, "libxmge_model.so"), os.path.join(final, "runner")
     if os.path.isfile(lib) and os.path.isfile(runner):
-        return Build(final, lib, runner, True)
+        return Build(final, lib, runner, True, launcher)
     os.makedirs(root, exist_ok=True)
     work = tempfile.mkdtemp(prefix=key + ".", dir=root)
     try:
@@ -89,7 +105,7 @@ def build(model_c: str, cflags: Sequence[str], *, cc: str = "gcc", sanitize: boo
             objs.append(obj)
         link = [*flags, "-lm"]
         _run([cc, "-shared", "model.o", "xm_runtime.o", "-o", "libxmge_model.so", *link], work)
-        _run([cc, "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *link], work)
+        _run([cc, *runner_flags, "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *link], work)
         for obj in objs:
             os.remove(os.path.join(work, obj))
         try:
@@ -99,7 +115,7 @@ def build(model_c: str, cflags: Sequence[str], *, cc: str = "gcc", sanitize: boo
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return Build(final, lib, runner, False)
+    return Build(final, lib, runner, False, launcher)
 
 
 def _run(cmd: list[str], cwd: str) -> None:

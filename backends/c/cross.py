@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -28,9 +27,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from backends.c.build import Build, BuildError, _run, cache_root, compiler_version, runtime_sources
+from backends.c.build import Build, BuildError, cached_build
 
 QEMU_FLAGS = ("-cpu", "max")
+
+
+class EmulationWarning(UserWarning):
+    """A model runs under an emulator: its results are exact, its timings meaningless."""
+
+
 EMULATION_NOTE = (
     "running the aarch64 build under qemu-aarch64 (user-mode emulation): results are exact, but "
     "timings under emulation mean nothing; count instructions with bench/bench_arm.py instead"
@@ -66,40 +71,10 @@ def cross_build(model_c: str, cflags: Sequence[str]) -> Build:
     problem = toolchain_problem()
     if problem:
         raise BuildError(f"cannot build for AArch64: {problem}")
-    cc = cross_cc()
-    flags = list(cflags)
-    sources = {"model.c": model_c, **runtime_sources()}
-    h = hashlib.sha256(b"aarch64\0")
-    h.update(compiler_version(cc).encode())
-    h.update("\0".join(flags).encode())
-    for name in sorted(sources):
-        h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
-    key = "aarch64-" + h.hexdigest()[:24]
-    root = cache_root()
-    final = os.path.join(root, key)
-    lib, runner = os.path.join(final, "libxmge_model.so"), os.path.join(final, "runner")
-    if os.path.isfile(lib) and os.path.isfile(runner):
-        return Build(final, lib, runner, True, launcher())
-    os.makedirs(root, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=key + ".", dir=root)
-    try:
-        for name, text in sources.items():
-            with open(os.path.join(work, name), "w") as f:
-                f.write(text)
-        for src in ("model.c", "xm_runtime.c", "runner.c"):
-            _run([cc, *flags, "-c", src, "-o", src[:-2] + ".o"], work)
-        _run([cc, "-shared", "model.o", "xm_runtime.o", "-o", "libxmge_model.so", *flags, "-lm"], work)
-        _run([cc, "-static", "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *flags, "-lm"], work)
-        for obj in ("model.o", "xm_runtime.o", "runner.o"):
-            os.remove(os.path.join(work, obj))
-        try:
-            os.rename(work, final)
-        except OSError:  # another process finished the same build first
-            shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return Build(final, lib, runner, False, launcher())
+    return cached_build(
+        model_c, list(cflags), cc=cross_cc(), salt=b"aarch64\0", prefix="aarch64-",
+        runner_flags=("-static",), launcher=launcher(),
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,6 +272,7 @@ def project_files(target: str, cflags: Sequence[str]) -> dict[str, str]:
 
 __all__ = [
     "EMULATION_NOTE",
+    "EmulationWarning",
     "InsnCounts",
     "count_instructions",
     "cross_build",

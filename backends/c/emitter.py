@@ -4,8 +4,8 @@
 :class:`CEmitter` renders a planned ``kernel`` module into ``model.c``: every ``kernel.def`` once (from
 its template), then ``xm_model_run_impl`` calling them on arena / weights / input / output pointers,
 plus the model's metadata (shapes, arena and weights sizes) that the runtime reads. What differs between
-targets is a handful of class-level knobs (vector width and intrinsic spellings, compiler flags, the
-ISA search order), overridden by :class:`X86Avx2Emitter`, :class:`X86Avx512Emitter` and, later, the
+targets is a handful of class-level knobs (vector width and intrinsic spellings, compiler flags),
+overridden by :class:`X86Avx2Emitter`, :class:`X86Avx512Emitter` and, later, the
 ARM and CUDA emitters.
 """
 
@@ -17,7 +17,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import SSAValue
 
-from backends.c.templates import Template, lookup
+from backends.c.kernels import KERNELS
+from backends.c.templates import Template
 from dialects import kernel as K
 from dialects.dtypes import dtype_name
 
@@ -30,7 +31,6 @@ class CEmitter:
     """Portable C (``generic`` templates only): the base every C target refines."""
 
     name: ClassVar[str] = "c"
-    isas: ClassVar[tuple[str, ...]] = ("generic",)
     # vector knobs used by ISA templates (None: no explicit SIMD)
     vec: ClassVar[int] = 1
     vtype: ClassVar[str] = "float"
@@ -59,8 +59,8 @@ class CEmitter:
         self.profile = profile
 
     def template(self, d: K.KernelDefOp) -> Template:
-        t = lookup(d.family.data, (d.isa.data,))
-        if t is None:
+        t = KERNELS.unit(d.family.data, d.isa.data)
+        if not isinstance(t, Template):
             raise EmitError(f"no C template for kernel family {d.family.data!r} on ISA {d.isa.data!r}")
         return t
 
@@ -190,7 +190,6 @@ class CEmitter:
 
 class X86Avx2Emitter(CEmitter):
     name = "x86-avx2"
-    isas = ("avx2", "generic")
     vec = 8
     vtype = "__m256"
     header = "#include <immintrin.h>\n#include <stdint.h>"
@@ -212,7 +211,6 @@ class X86Avx2Emitter(CEmitter):
 
 class X86Avx512Emitter(X86Avx2Emitter):
     name = "x86-avx512"
-    isas = ("avx512", "avx2", "generic")
     vec = 16
     vtype = "__m512"
     load = "_mm512_load_ps({p})"
@@ -230,9 +228,3 @@ class X86Avx512Emitter(X86Avx2Emitter):
     gemm_mr = 12
     gemm_nr = 32
 
-
-EMITTERS: dict[str, type[CEmitter]] = {
-    "generic": CEmitter,
-    "avx2": X86Avx2Emitter,
-    "avx512": X86Avx512Emitter,
-}

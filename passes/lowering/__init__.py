@@ -1,21 +1,21 @@
-"""Lowering from the tensor (and layout) dialects to the kernel dialect: kernel selection from one
-registry, epilogue fusion, ahead-of-time weight packing and static memory planning."""
+"""Lowering from the tensor (and layout) dialects to the kernel dialect: kernel selection from the
+target's kernel registry, epilogue fusion, ahead-of-time weight packing and static memory planning."""
 
-from passes.lowering import (
-    rules_typed,  # noqa: F401  (blocked-layout and non-float32 candidates)
-    rules_x86,  # noqa: F401  (x86 NCHW88 candidates)
-)
 from passes.lowering.fuse import FuseEpiloguePass
+from passes.lowering.kernels import KernelRegistry, KernelUnit, Lowered, LoweringError
 from passes.lowering.pack import PackWeightsPass
 from passes.lowering.plan import PlanMemoryPass, weights_blob
-from passes.lowering.select import LoweringError, LowerToKernelPass
+from passes.lowering.select import LowerToKernelPass
 
 LOWERING_PASSES = (LowerToKernelPass, FuseEpiloguePass, PackWeightsPass, PlanMemoryPass)
 
 __all__ = [
     "LOWERING_PASSES",
     "FuseEpiloguePass",
+    "KernelRegistry",
+    "KernelUnit",
     "LowerToKernelPass",
+    "Lowered",
     "LoweringError",
     "PackWeightsPass",
     "PlanMemoryPass",

@@ -27,11 +27,11 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from backends.c.templates import lookup
 from dialects import kernel as K
 from dialects.dtypes import element_type
-from passes.lowering.rules import const_array, shape
-from passes.lowering.select import ensure_def
+from passes.lowering.kernels import KernelRegistry, const_array, shape
+from passes.lowering.select import ensure_def, kernel_target
+from passes.target import Target
 
 FUSABLE = {"conv2d_gemm", "conv2d_depthwise", "matmul_gemm", "conv2d_nchw88", "conv2d_nchw88_chan"}
 # elementwise mode -> (adds its other operand, activation it applies)
@@ -61,7 +61,7 @@ def _is_bias_shape(family: str, s: tuple[int, ...], out: tuple[int, ...], channe
     return s in ((1, channels, 1, 1), (channels, 1, 1)) and len(out) == 4
 
 
-def try_fuse(module: ModuleOp, call: K.CallOp) -> bool:
+def try_fuse(module: ModuleOp, call: K.CallOp, kernels: KernelRegistry) -> bool:
     d = call.definition()
     if d.family.data != "elemwise":
         return False
@@ -89,9 +89,7 @@ def try_fuse(module: ModuleOp, call: K.CallOp) -> bool:
             other = args[1 - pos]
             if not _absorb_add(pdef.family.data, producer, operands, new, other, call):
                 continue
-        template = lookup(pdef.family.data, (pdef.isa.data,))
-        assert template is not None
-        nd = ensure_def(module, template, new)
+        nd = ensure_def(module, kernels.of(pdef), new)
         fused = K.CallOp(nd.sym, operands, [call.outputs[0].type])
         for key, value in producer.attributes.items():
             fused.attributes[key] = value
@@ -141,14 +139,16 @@ class FuseEpiloguePass(ModulePass):
     """Fuse bias, residual add and activation into the producing conv / matmul kernel."""
 
     name = "kernel-fuse-epilogue"
+    target: str | Target = "x86-avx2"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        kernels = kernel_target(self.target).kernels
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             changed = True
             while changed:
                 changed = False
                 for call in [c for c in fn.body.block.ops if isinstance(c, K.CallOp)]:
-                    if call.parent is not None and try_fuse(op, call):
+                    if call.parent is not None and try_fuse(op, call, kernels):
                         changed = True
         remove_unused(op)
 

@@ -13,10 +13,11 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from backends.c.templates import lookup
 from dialects import kernel as K
 from dialects.dtypes import element_type
 from passes.lowering.fuse import remove_unused
+from passes.lowering.select import kernel_target
+from passes.target import Target
 
 
 @dataclass(frozen=True)
@@ -24,20 +25,21 @@ class PackWeightsPass(ModulePass):
     """Pack constant kernel operands ahead of time into the layout their kernel reads."""
 
     name = "kernel-pack-weights"
+    target: str | Target = "x86-avx2"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        kernels = kernel_target(self.target).kernels
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             done: dict[tuple[int, str, tuple[int, ...]], K.WeightOp] = {}
             for call in [c for c in fn.body.block.ops if isinstance(c, K.CallOp)]:
                 d = call.definition()
-                template = lookup(d.family.data, (d.isa.data,))
-                assert template is not None
+                unit = kernels.of(d)
                 params = d.param_values()
                 for i, v in enumerate(call.args):
                     w = v.owner
                     if not isinstance(w, K.WeightOp) or w.packing.data:
                         continue
-                    got = template.pack(i, w.numpy(), params)
+                    got = unit.pack(i, w.numpy(), params)
                     if got is None:
                         continue
                     array, packing = got

@@ -26,10 +26,11 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from backends.c.templates import lookup
 from dialects import kernel as K
 from passes.lowering.fuse import remove_unused
-from passes.lowering.select import ensure_def
+from passes.lowering.kernels import KernelRegistry, collapse
+from passes.lowering.select import ensure_def, kernel_target
+from passes.target import Target
 
 
 def _root(v: SSAValue) -> SSAValue:
@@ -38,7 +39,7 @@ def _root(v: SSAValue) -> SSAValue:
     return v
 
 
-def _materialize_outputs(module: ModuleOp, fn: func.FuncOp) -> dict[SSAValue, int]:
+def _materialize_outputs(module: ModuleOp, fn: func.FuncOp, kernels: KernelRegistry) -> dict[SSAValue, int]:
     """Storage value -> output index; inserts copies where a returned value cannot be written in place."""
     ret = fn.body.block.last_op
     assert isinstance(ret, func.ReturnOp)
@@ -51,12 +52,10 @@ def _materialize_outputs(module: ModuleOp, fn: func.FuncOp) -> dict[SSAValue, in
         t = v.type
         assert isinstance(t, TensorType)
         shp = tuple(t.get_shape())
-        template = lookup("copy", ("generic",))
-        assert template is not None
-        from backends.c.templates.generic import collapse
-
+        unit = kernels.unit("copy", "generic")
+        assert unit is not None, "every kernel registry has the portable copy"
         cshape, (cstrides,) = collapse(shp, [tuple(int(np.prod(shp[i + 1 :])) for i in range(len(shp)))])
-        d = ensure_def(module, template, {"shape": cshape, "strides": cstrides, "offset": 0})
+        d = ensure_def(module, unit, {"shape": cshape, "strides": cstrides, "offset": 0, "elem": "f32"})
         copy = K.CallOp(d.sym, [v], [t])
         Rewriter.insert_op(copy, InsertPoint.before(ret))
         ret.operands[j] = copy.outputs[0]
@@ -68,8 +67,8 @@ def shape_bytes(v: SSAValue) -> int:
     return K.nbytes(v.type)
 
 
-def plan_function(module: ModuleOp, fn: func.FuncOp, threads: int) -> K.PlanAttr:
-    outputs = _materialize_outputs(module, fn)
+def plan_function(module: ModuleOp, fn: func.FuncOp, threads: int, kernels: KernelRegistry) -> K.PlanAttr:
+    outputs = _materialize_outputs(module, fn, kernels)
     ops = list(fn.body.block.ops)
     ranges = K.live_ranges(fn)
     # storage groups: in-place results join their operand's group
@@ -171,9 +170,11 @@ class PlanMemoryPass(ModulePass):
 
     name = "kernel-plan-memory"
     threads: int = 1
+    target: str | Target = "x86-avx2"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        kernels = kernel_target(self.target).kernels
         remove_unused(op)
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
-            plan_function(op, fn, self.threads)
+            plan_function(op, fn, self.threads, kernels)
             K.check_plan(fn)

@@ -22,8 +22,9 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import tensor as T
 from dialects.layout import RelayoutOp
-from passes.lowering.rules import VIEW_OPS
-from passes.lowering.select import LoweringError, choose, target_isas
+from passes.lowering.kernels import VIEW_OPS, LoweringError
+from passes.lowering.select import kernel_target
+from passes.target import Target
 
 F16, F32 = Float16Type(), Float32Type()
 
@@ -77,10 +78,10 @@ class WidenF16Pass(ModulePass):
     """Compute in float32 the float16 ops that have no float16 kernel on the target."""
 
     name = "kernel-widen-f16"
-    target: str = "x86-avx2"
+    target: str | Target = "x86-avx2"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        isas = target_isas(self.target)
+        target = kernel_target(self.target)
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             for mop in list(fn.body.block.ops):
                 if not isinstance(mop, T.MgbOp) or isinstance(
@@ -89,14 +90,14 @@ class WidenF16Pass(ModulePass):
                     continue
                 if not any(_is_f16(v) for v in (*mop.operands, *mop.results)):
                     continue
-                if _served(mop, isas):
+                if _served(mop, target):
                     continue
                 widen(mop)
 
 
-def _served(op: Operation, isas: tuple[str, ...]) -> bool:
+def _served(op: Operation, target: Target) -> bool:
     try:
-        choose(op, isas)
+        target.kernels.choose(op, target.isas)
     except LoweringError:
         return False
     return True

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates import register
 from backends.c.templates.generic import ConvDepthwise, _par
 from backends.c.templates.nchw88 import ACT_CODES, COMMON
 
@@ -95,4 +94,4 @@ static void {sym}({args}) {{
 """
 
 
-register(ConvDepthwiseAvx2())
+KERNEL_UNITS = (ConvDepthwiseAvx2(),)

@@ -21,17 +21,21 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from xdsl.ir import Operation
 
-from backends.c.templates import Template, register, sym_join
+from backends.c.match import conv_common, gemm_blocking, is_f32
+from backends.c.templates import Template, sym_join
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered, const_array, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 
 def _knobs(isa: str) -> type[CEmitter]:
-    from backends.c.emitter import EMITTERS
+    from backends.c.isas import ISA_EMITTERS
 
-    return EMITTERS[isa]
+    return ISA_EMITTERS[isa]
 
 
 def micro_kernel(isa: str, mr: int, nr: int) -> str:
@@ -104,9 +108,25 @@ class ConvGemm(Template):
     """``conv2d_gemm``: dense or grouped convolution, NCHW, float32, with a fused epilogue."""
 
     family = "conv2d_gemm"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 100
 
     def __init__(self, isa: str):
         self.isa = isa
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_common(op)
+        if got is None:
+            return None
+        params, operands = got
+        params.update(gemm_blocking(self.isa))
+        params["pack"] = conv_pack_mode(params, params["nr"])
+        # loop order: keep the smaller operand cache-resident and stream the larger one once. With more
+        # filter bytes than im2col bytes (deep layers, small images) the m panels go outermost, so each
+        # weight is read from memory once; otherwise the B panels go outermost
+        geo = self.geometry(params)
+        params["order"] = "m" if geo["MP"] * params["mr"] > geo["NP"] * params["nr"] else "n"
+        return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -324,9 +344,30 @@ class MatmulGemm(Template):
     Epilogue: bias along N, residual, activation."""
 
     family = "matmul_gemm"
+    ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
+    priority = 100
 
     def __init__(self, isa: str):
         self.isa = isa
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
+        if not is_f32(*op.operands, *op.results):
+            return None
+        p = op.params()
+        a, b = op.operands
+        sa, sb = shape(a), shape(b)
+        batched = isinstance(op, T.BatchedMatrixMulOp)
+        m = sa[-1] if p["transpose_a"] else sa[-2]
+        k = sa[-2] if p["transpose_a"] else sa[-1]
+        n = sb[-2] if p["transpose_b"] else sb[-1]
+        b_const = int(not batched and const_array(b) is not None)
+        params = {
+            "batch": sa[0] if batched else 1, "m": m, "n": n, "k": k,
+            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])), "b_const": b_const,
+            "bias": 0, "residual": 0, "act": "identity", **gemm_blocking(self.isa),
+        }  # fmt: skip
+        return Lowered(params, [a, b])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -455,6 +496,6 @@ def conv_pack_mode(p: dict[str, Any], nr: int) -> str:
     return "rows" if waste <= 1.15 else "gather"
 
 
-for _isa in ("avx2", "avx512"):
-    register(ConvGemm(_isa))
-    register(MatmulGemm(_isa))
+# the shared GEMM generator with each ISA's knobs (scalar knobs for the portable build)
+GEMM_ISAS = ("avx512", "avx2", "neon", "generic")
+KERNEL_UNITS = (*(ConvGemm(isa) for isa in GEMM_ISAS), *(MatmulGemm(isa) for isa in GEMM_ISAS))

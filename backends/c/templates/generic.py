@@ -4,23 +4,49 @@ specialisation, so the loops have known trip counts and no index arithmetic surv
 
 Families: ``conv2d_depthwise`` (direct, interior/border split), ``pool2d``, ``elemwise`` (any broadcast,
 as collapsed strided loops), ``softmax``, ``reduce``, ``copy`` (strided copy: transposes, slices,
-broadcasts), ``concat``, ``split``.
+broadcasts), ``concat``, ``split``; the last three for every element type (``elem``: ``f32``, or
+``e<bytes>`` moved as raw words).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from xdsl.ir import Operation
 
-from backends.c.templates import Template, register, sym_join
+from backends.c.match import POOL_NAMES, axis_split, conv_common, esize, is_f32, same_plain_type, strided_view
+from backends.c.templates import Template, sym_join
+from backends.reference.kernels import adaptive_pool_params
+from dialects import enums
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered, broadcast_strides, collapse, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 _PAR = "#pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work} > 32768)"
+
+
+def _ptr_args(n_in: int, n_out: int) -> str:
+    ins = [f"const void* in{i}_" for i in range(n_in)]
+    outs = [f"void* out{i}_" for i in range(n_out)]
+    return ", ".join([*ins, *outs, "unsigned char* ws", "int nt"])
+
+
+BYTES_CTYPE = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
+ESIZE = {f"e{n}": n for n in BYTES_CTYPE}
+
+
+def moved_elements(op: Operation) -> str | None:
+    """How the data movement kernels (copy, concat, split) move ``op``'s elements: ``f32`` as floats
+    (any layout), ``e<bytes>`` as raw words for another element type shared by every operand and
+    result in plain layout, None otherwise."""
+    if is_f32(*op.operands, *op.results):
+        return "f32"
+    return f"e{esize(op.operands[0])}" if same_plain_type(op) else None
 
 
 def _par(work: int) -> str:
@@ -83,36 +109,6 @@ ELEMWISE_C: dict[str, str] = {
 _IN_PLACE_SAFE = set(ELEMWISE_C)
 
 
-def collapse(
-    shape: Sequence[int], strides: Sequence[Sequence[int]]
-) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-    """Merge adjacent dimensions that every operand walks contiguously (or all broadcast), and drop
-    size-1 dimensions: fewer, longer loops. ``strides`` are in elements, one row per operand."""
-    dims = [(d, [s[i] for s in strides]) for i, d in enumerate(shape) if d != 1]
-    if not dims:
-        return (1,), tuple((0,) for _ in strides)
-    out: list[tuple[int, list[int]]] = [dims[0]]
-    for d, st in dims[1:]:
-        pd, pst = out[-1]
-        if all(ps == s * d for ps, s in zip(pst, st, strict=True)):
-            out[-1] = (pd * d, st)
-        else:
-            out.append((d, st))
-    return tuple(d for d, _ in out), tuple(tuple(st[i] for _, st in out) for i in range(len(strides)))
-
-
-def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a row-major ``in_shape`` read at each index of ``out_shape`` (0: broadcast)."""
-    nd = len(out_shape)
-    shape = (1,) * (nd - len(in_shape)) + tuple(in_shape)
-    strides = [0] * nd
-    acc = 1
-    for i in range(nd - 1, -1, -1):
-        strides[i] = 0 if shape[i] == 1 and out_shape[i] != 1 else acc
-        acc *= shape[i]
-    return tuple(strides)
-
-
 def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int) -> str:
     """Nested loops over ``shape``; ``body`` uses ``o`` (output offset) and ``x0..`` (operand offsets)."""
     nd = len(shape)
@@ -135,6 +131,22 @@ def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body:
 
 class Elemwise(Template):
     family = "elemwise"
+    ops = (T.ElemwiseOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ElemwiseOp)
+        mode = op.params()["mode"].value
+        if mode not in ELEMWISE_C or not is_f32(*op.operands, *op.results):
+            return None
+        out = shape(op.results[0])
+        strides = [broadcast_strides(shape(v), out) for v in op.operands]
+        cshape, cstrides = collapse(out, strides)
+        # in place over operand 0 when it is read exactly where the result is written
+        in_place = shape(op.operands[0]) == out
+        params = {"mode": mode, "shape": cshape, "strides": cstrides, "inplace": int(in_place)}
+        return Lowered(params, list(op.operands))
+
     in_place_operand = 0
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -165,6 +177,19 @@ class ConvDepthwise(Template):
     """Depthwise (one input and one output channel per group) direct convolution, NCHW."""
 
     family = "conv2d_depthwise"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 110  # before conv2d_gemm, which also runs depthwise convolutions (as groups)
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_common(op)
+        if got is None:
+            return None
+        params, operands = got
+        if not (params["groups"] == params["ic"] == params["oc"]):
+            return None
+        params = {k: v for k, v in params.items() if k not in ("ic", "oc", "groups")}
+        params["c"] = shape(op.operands[0])[1]
+        return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -241,6 +266,26 @@ static void {sym}({args}) {{
 
 class Pool2d(Template):
     family = "pool2d"
+    ops = (T.PoolingOp, T.AdaptivePoolingOp)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
+        p = op.params()
+        if p["format"] != enums.Format.NCHW or not is_f32(*op.operands, *op.results):
+            return None
+        if isinstance(op, T.AdaptivePoolingOp):
+            window, stride = adaptive_pool_params(shape(op.operands[0])[2:], p["out_shape"])
+            pad: tuple[int, int] = (0, 0)
+        else:
+            window, stride, pad = p["window"], p["stride"], p["padding"]
+        n, c, ih, iw = shape(op.operands[0])
+        _, _, oh, ow = shape(op.results[0])
+        params = {
+            "mode": POOL_NAMES[p["mode"]], "n": n, "c": c, "ih": ih, "iw": iw, "oh": oh, "ow": ow,
+            "fh": window[0], "fw": window[1], "sh": stride[0], "sw": stride[1], "ph": pad[0], "pw": pad[1],
+        }  # fmt: skip
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -324,6 +369,14 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
 
 class Softmax(Template):
     family = "softmax"
+    ops = (T.SoftmaxOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.SoftmaxOp)
+        if not is_f32(*op.operands):
+            return None
+        return Lowered(axis_split(shape(op.operands[0]), op.params()["axis"]), [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("softmax", f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
@@ -352,6 +405,16 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
 
 class Reduce(Template):
     family = "reduce"
+    ops = (T.ReduceOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ReduceOp)
+        p = op.params()
+        if not is_f32(*op.operands, *op.results) or p["data_type"] != enums.ReduceDataType.DEFAULT:
+            return None
+        params = {"mode": p["mode"].value, **axis_split(shape(op.operands[0]), p["axis"])}
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("reduce", p["mode"], f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
@@ -388,6 +451,17 @@ class Copy(Template):
     """``out[idx] = in[offset + sum(idx * strides)]``: transposes, slices and broadcasts."""
 
     family = "copy"
+    ops = (T.DimshuffleOp, T.BroadcastOp, T.SubtensorOp)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        elem = moved_elements(op)
+        if elem is None:
+            return None
+        out, strides, offset = strided_view(op)
+        cshape, (cstrides,) = collapse(out, [strides])
+        params = {"shape": cshape, "strides": cstrides, "offset": offset, "elem": elem}
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -395,10 +469,12 @@ class Copy(Template):
             "x".join(map(str, p["shape"])),
             "s" + "x".join(map(str, p["strides"])),
             f"o{p['offset']}",
-            "f32",
+            p["elem"],
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        if p["elem"] != "f32":
+            return self._render_bytes(sym, p)
         body = f"out0[o] = in0[{p['offset']}L + x0];"
         return (
             f"static void {sym}(const float* in0, float* out0, unsigned char* ws, int nt) {{\n  (void)ws;\n"
@@ -406,74 +482,110 @@ class Copy(Template):
             + "\n}\n"
         )
 
+    def _render_bytes(self, sym: str, p: dict[str, Any]) -> str:
+        t = BYTES_CTYPE[ESIZE[p["elem"]]]
+        body = f"out0[o] = in0[{p['offset']}L + x0];"
+        return (
+            f"static void {sym}(const void* in0_, void* out0_, unsigned char* ws, int nt) {{\n"
+            f"  const {t}* in0 = (const {t}*)in0_;\n  {t}* out0 = ({t}*)out0_;\n  (void)ws;\n"
+            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
+            + "\n}\n"
+        )
 
-class Concat(Template):
-    """Concatenation as ``outer`` rows of per-input contiguous chunks (``chunks[i]`` floats each)."""
 
+class _Chunks(Template):
+    """Concatenation (``gather``) or split along an axis, as ``outer`` rows of per-tensor contiguous
+    chunks (``chunks[i]`` elements each): one ``memcpy`` per tensor and row."""
+
+    gather: ClassVar[bool]
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(self.family, f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), p["elem"])
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        chunks, outer = p["chunks"], p["outer"]
+        total = sum(chunks)
+        n = len(chunks)
+        if p["elem"] == "f32":
+            wide, narrow = ("out", "in") if self.gather else ("in", "out")
+            pointers = {"in": "const float*", "out": "float*"}
+            args = ", ".join(
+                [
+                    *(f"{pointers['in']} in{i}" for i in range(n if self.gather else 1)),
+                    *(f"{pointers['out']} out{i}" for i in range(1 if self.gather else n)),
+                    "unsigned char* ws",
+                    "int nt",
+                ]
+            )
+            prologue = ["(void)ws;", _par(outer * total)]
+            rows = [
+                (f"{wide}0 + r * {total}L + {off}", f"{narrow}{i} + r * {c}L", c * 4)
+                for i, c, off in _runs(chunks)
+            ]
+        else:
+            e = ESIZE[p["elem"]]
+            args = _ptr_args(n, 1) if self.gather else _ptr_args(1, n)
+            view = "char* out = (char*)out0_;" if self.gather else "const char* in = (const char*)in0_;"
+            prologue = [view, "(void)ws; (void)nt;"]
+            wide = "out" if self.gather else "in"
+            narrow = "(const char*)in{i}_" if self.gather else "(char*)out{i}_"
+            rows = [
+                (f"{wide} + (r * {total}L + {off}) * {e}", f"{narrow.format(i=i)} + r * {c * e}L", c * e)
+                for i, c, off in _runs(chunks)
+            ]
+        body = [
+            f"    memcpy({w}, {s}, {size});" if self.gather else f"    memcpy({s}, {w}, {size});"
+            for w, s, size in rows
+        ]
+        return f"""
+static void {sym}({args}) {{
+{chr(10).join("  " + line for line in prologue)}
+  for (long r = 0; r < {outer}; ++r) {{
+{chr(10).join(body)}
+  }}
+}}
+"""
+
+
+def _runs(chunks: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(index, size, offset in the row) of each chunk."""
+    offsets = [sum(chunks[:i]) for i in range(len(chunks))]
+    return list(zip(range(len(chunks)), chunks, offsets, strict=True))
+
+
+class Concat(_Chunks):
     family = "concat"
+    ops = (T.ConcatOp,)
+    priority = 100
+    gather = True
 
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks = p["chunks"]
-        total = sum(chunks)
-        args = ", ".join(
-            [
-                *(f"const float* in{i}" for i in range(len(chunks))),
-                "float* out0",
-                "unsigned char* ws",
-                "int nt",
-            ]
-        )
-        body = []
-        off = 0
-        for i, c in enumerate(chunks):
-            body.append(f"    memcpy(out0 + r * {total}L + {off}, in{i} + r * {c}L, {c * 4});")
-            off += c
-        return f"""
-static void {sym}({args}) {{
-  (void)ws;
-  {_par(p["outer"] * total)}
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ConcatOp)
+        elem = moved_elements(op)
+        if elem is None:
+            return None
+        axis = op.params()["axis"]
+        out = shape(op.results[0])
+        outer = math.prod(out[:axis])
+        chunks = tuple(math.prod(shape(v)[axis:]) for v in op.operands)
+        return Lowered({"outer": outer, "chunks": chunks, "elem": elem}, list(op.operands))
 
 
-class Split(Template):
+class Split(_Chunks):
     family = "split"
+    ops = (T.SplitOp,)
+    priority = 100
+    gather = False
 
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), "f32")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks = p["chunks"]
-        total = sum(chunks)
-        args = ", ".join(
-            [
-                "const float* in0",
-                *(f"float* out{i}" for i in range(len(chunks))),
-                "unsigned char* ws",
-                "int nt",
-            ]
-        )
-        body = []
-        off = 0
-        for i, c in enumerate(chunks):
-            body.append(f"    memcpy(out{i} + r * {c}L, in0 + r * {total}L + {off}, {c * 4});")
-            off += c
-        return f"""
-static void {sym}({args}) {{
-  (void)ws;
-  {_par(p["outer"] * total)}
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.SplitOp)
+        elem = moved_elements(op)
+        if elem is None:
+            return None
+        axis = op.params()["axis"]
+        src = shape(op.operands[0])
+        chunks = tuple(math.prod(shape(r)[axis:]) for r in op.results)
+        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks, "elem": elem}, [op.operands[0]])
 
 
-for _t in (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split()):
-    register(_t)
+KERNEL_UNITS = (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split())

@@ -33,10 +33,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from xdsl.ir import Operation
 
-from backends.c.templates import Template, register, sym_join
+from backends.c.match import ACT, code, logical, pool_geometry, storage
+from backends.c.templates import Template, sym_join
 from backends.c.templates.typed import Relayout, TypeCvt
+from dialects import enums
+from dialects import layout as L
+from dialects import tensor as T
 from dialects.layout import SPECS, Layout, LayoutSpec
+from passes.lowering.kernels import Lowered, const_array, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -305,8 +311,68 @@ def _signature(ct: str, p: dict[str, Any]) -> tuple[str, str]:
     return args, casts
 
 
+FILTER_MODES = {
+    Layout.KCRSc8k8: "dense",
+    Layout.GKCRSc8k8: "group",
+    Layout.KRSCk8: "hybrid",
+    Layout.C11RSc8: "chan",
+}
+
+
+def conv_nchw88(op: Operation, chan: bool) -> Lowered | None:
+    assert isinstance(op, T.ConvolutionOp | T.ConvBiasOp)
+    p = op.params()
+    if p["format"] != enums.Format.NCHW88 or p["mode"] != enums.ConvMode.CROSS_CORRELATION:
+        return None
+    x, w, *rest = op.operands
+    mode = FILTER_MODES.get(L.layout_of(w.type))  # type: ignore[arg-type]
+    dt = storage(op)
+    if mode is None or (mode == "chan") != chan or dt is None or const_array(w) is None:
+        return None
+    n, ic, ih, iw = logical(x)
+    _, oc, oh, ow = logical(op.results[0])
+    wl = logical(w)
+    groups = wl[0] if mode in ("group", "chan") else 1
+    if oc % 8 or (mode in ("dense", "group") and (ic // groups) % 8) or (mode == "chan" and groups % 8):
+        return None
+    params: dict[str, Any] = {
+        "n": n, "ih": ih, "iw": iw, "oh": oh, "ow": ow, "fh": wl[-2], "fw": wl[-1],
+        "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0], "pw": p["padding"][1],
+        "dh": p["dilation"][0], "dw": p["dilation"][1], "dtype": dt, "bias": 0, "residual": 0,
+        "act": "identity",
+    }  # fmt: skip
+    if chan:
+        params["c"] = oc
+    else:
+        params.update(mode=mode, ic=ic, oc=oc, groups=groups)
+    operands: list[Any] = [x, w]
+    if isinstance(op, T.ConvBiasOp):
+        params["act"] = ACT.get(p["nonline_mode"], "")
+        if not params["act"]:
+            return None
+        bias = residual = None
+        # a constant per-channel bias (read as float32) and/or a full-shape addend (bias or z)
+        for v in rest:
+            if L.layout_of(v.type) != Layout.NCHW88:  # type: ignore[arg-type]
+                return None
+            if logical(v) == (1, oc, 1, 1) and bias is None and const_array(v) is not None:
+                bias = v
+            elif shape(v) == shape(op.results[0]) and residual is None:
+                residual = v
+            else:
+                return None
+        if bias is not None:
+            params["bias"] = 1
+            operands.append(bias)
+        if residual is not None:
+            params["residual"] = 1
+            operands.append(residual)
+    return Lowered(params, operands)
+
+
 class _Nchw88Base(Template):
     isa = "avx2"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
 
     def _geometry(self, p: dict[str, Any]) -> dict[str, Any]:
         """Whether the input is copied (padding, float16 widening), and the shape conv loops see."""
@@ -325,6 +391,11 @@ class ConvNchw88(_Nchw88Base):
     """``conv2d_nchw88``: dense, group and hybrid (first layer) NCHW88 convolutions."""
 
     family = "conv2d_nchw88"
+    priority = 280
+
+    def match(self, op: Operation) -> Lowered | None:
+        return conv_nchw88(op, chan=False)
+
     kblock = VEC  # output channels per filter vector
     tiles: tuple[tuple[int, int], ...] = TILES_AVX2
     wchunk_bytes = WCHUNK_BYTES
@@ -598,6 +669,10 @@ class ConvNchw88Chan(_Nchw88Base):
     """``conv2d_nchw88_chan``: channel-wise (depthwise) NCHW88 convolutions, ``C11RSc8`` filters."""
 
     family = "conv2d_nchw88_chan"
+    priority = 300  # channel-wise filters only
+
+    def match(self, op: Operation) -> Lowered | None:
+        return conv_nchw88(op, chan=True)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -670,6 +745,21 @@ class PoolNchw88(Template):
 
     family = "pool2d_nchw88"
     isa = "avx2"
+    ops = (T.PoolingOp, T.AdaptivePoolingOp)
+    priority = 300
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
+        if op.params()["format"] != enums.Format.NCHW88:
+            return None
+        dt = code(op.operands[0])
+        if dt not in ("f32", "f16") or code(op.results[0]) != dt:
+            return None
+        params = pool_geometry(op)
+        if params is None:
+            return None
+        params["dtype"] = dt
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -825,5 +915,6 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 """
 
 
-for _t in (ConvNchw88(), ConvNchw88Avx512(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C(), RelayoutNchw88()):
-    register(_t)
+KERNEL_UNITS = (
+    ConvNchw88(), ConvNchw88Avx512(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C(), RelayoutNchw88(),
+)  # fmt: skip

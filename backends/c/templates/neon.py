@@ -26,10 +26,29 @@ copy into the workspace, so the inner loops have no bounds checks. All layout of
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates import Template, register, sym_join
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from backends.c.match import (
+    ACT,
+    acc_scale,
+    code,
+    int_bias,
+    logical,
+    pool_geometry,
+    qparams,
+    requant_params,
+    same_type,
+)
+from backends.c.templates import Template, sym_join
+from dialects import enums
+from dialects import layout as L
+from dialects import tensor as T
 from dialects.layout import SPECS, Layout
+from passes.lowering.kernels import Lowered, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -215,15 +234,118 @@ def float_tag(isa: str, dtype: str, acc: str) -> str:
 STORAGE = {"f32": "float", "f16": "float16_t"}
 
 
+MODES = {
+    Layout.KCRSc4k4: "dense", Layout.KCRSk4c4: "dense", Layout.GKCRSc4k4: "group", Layout.GKCRSk4c4: "group",
+    Layout.C11RSc4: "chan", Layout.KRSCk4: "hybrid",
+}  # fmt: skip
+
+
+DOT_FILTERS = (Layout.KCRSk4c4, Layout.GKCRSk4c4)
+
+
+def nchw44_common(
+    op: Operation, isa: str
+) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], Layout] | None:
+    assert isinstance(op, T.ConvolutionOp | T.ConvBiasOp)
+    p = op.params()
+    if p["format"] not in (enums.Format.NCHW44, enums.Format.NCHW44_DOT):
+        return None
+    if p["mode"] != enums.ConvMode.CROSS_CORRELATION:
+        return None
+    x, w, *rest = op.operands
+    flayout = L.layout_of(w.type)
+    if flayout not in MODES:
+        return None
+    mode = MODES[flayout]
+    n, ic, ih, iw = logical(x)
+    _, oc, oh, ow = logical(op.results[0])
+    wl = logical(w)
+    groups = wl[0] if mode in ("group", "chan") else 1
+    if oc % 4 or (mode in ("dense", "group") and (ic // groups) % 4) or (mode == "chan" and groups % 4):
+        return None
+    params: dict[str, Any] = {
+        "mode": mode, "n": n, "ic": ic, "ih": ih, "iw": iw, "oc": oc, "oh": oh, "ow": ow,
+        "fh": wl[-2], "fw": wl[-1], "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0],
+        "pw": p["padding"][1], "dh": p["dilation"][0], "dw": p["dilation"][1], "groups": groups,
+        "bias": 0, "act": "identity",
+    }  # fmt: skip
+    operands: list[SSAValue | np.ndarray] = [x, w]
+    if isinstance(op, T.ConvBiasOp):
+        params["act"] = ACT.get(p["nonline_mode"], "")
+        if not params["act"]:
+            return None
+        # a per-channel bias and/or a tensor of the result's shape (a fused residual add)
+        out_type = op.results[0].type
+        bias = [b for b in rest if math.prod(shape(b)) == oc and L.layout_of(b.type) in (Layout.NCHW44, None)]
+        res = [b for b in rest if b.type == out_type and b not in bias]
+        if len(bias) > 1 or len(res) > 1 or len(bias) + len(res) != len(rest):
+            return None
+        if bias:
+            params["bias"] = 1
+            operands.append(bias[0])
+        if res:
+            params["residual"] = 1
+            operands.append(res[0])
+    return params, operands, flayout
+
+
+def nchw44_float(op: Operation, isa: str) -> Lowered | None:
+    got = nchw44_common(op, isa)
+    if got is None:
+        return None
+    params, operands, flayout = got
+    dt = code(op.operands[0])
+    if dt not in ("f32", "f16") or any(code(v) != dt for v in (*op.operands, *op.results)):
+        return None
+    acc = dt
+    if dt == "f16" and op.params().get("compute_mode") == enums.ComputeMode.FLOAT32:
+        acc = "f32"
+    if dt == "f16" and acc == "f16" and isa not in ("fp16", "generic"):
+        return None  # float16 arithmetic needs ARMv8.2 FP16 (the fp16 ISA)
+    params.update(dtype=dt, acc=acc)
+    return Lowered(params, operands)
+
+
+def nchw44_int8(op: Operation, isa: str, dot: bool) -> Lowered | None:
+    got = nchw44_common(op, isa)
+    if got is None:
+        return None
+    params, operands, flayout = got
+    x, w = op.operands[0], op.operands[1]
+    if code(x) != "q8" or code(w) != "q8" or (flayout in DOT_FILTERS) != dot or params.get("residual"):
+        return None
+    if qparams(x)[1] or qparams(w)[1] or params["act"] not in ("identity", "relu"):
+        return None
+    rq = requant_params(x, w, op.results[0])
+    if rq is None or rq["out"] != "q8" or rq["zp_out"]:
+        return None
+    params.update(dtype="q8", s_acc=rq["s_acc"], inv_out=rq["inv_out"], qid=rq["qid"])
+    if params["bias"]:
+        b = int_bias(op.operands[2], acc_scale(x, w))
+        if b is None:
+            return None
+        operands[2] = b
+    return Lowered(params, operands)
+
+
 class ConvNchw44(Template):
     """Direct NCHW44 convolution; ``kind`` is ``float``, ``dot`` or ``q8`` (see the module doc)."""
 
     FAMILIES = {"float": "conv2d_nchw44", "dot": "conv2d_nchw44_dot", "q8": "conv2d_nchw44_q8"}
+    # the filter layout and element type decide which kind serves; int8 tries dot products first
+    PRIORITIES = {"dot": 200, "float": 190, "q8": 180}
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
 
     def __init__(self, kind: str, isa: str):
         self.kind = kind
         self.family = self.FAMILIES[kind]  # type: ignore[misc]
+        self.priority = self.PRIORITIES[kind]  # type: ignore[misc]
         self.isa = isa
+
+    def match(self, op: Operation) -> Lowered | None:
+        if self.kind == "float":
+            return nchw44_float(op, self.isa)
+        return nchw44_int8(op, self.isa, dot=self.kind == "dot")
 
     # -- naming, sizes ---------------------------------------------------------------------------
     def symbol(self, p: dict[str, Any]) -> str:
@@ -453,9 +575,24 @@ class PoolNchw44(Template):
     """Max / average pooling of NCHW44 activations, 4 channels per vector (float32, float16, int8)."""
 
     family = "pool2d_nchw44"
+    ops = (T.PoolingOp, T.AdaptivePoolingOp)
+    priority = 200
 
     def __init__(self, isa: str):
         self.isa = isa
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
+        if op.params()["format"] != enums.Format.NCHW44 or not same_type(op):
+            return None
+        dt = code(op.operands[0])
+        if dt not in ("f32", "f16", "q8") or (dt == "q8" and qparams(op.operands[0])[1]):
+            return None
+        params = pool_geometry(op)
+        if params is None or params["c"] % 4:
+            return None
+        params["dtype"] = dt
+        return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("pool2d_nchw44", self.isa, p["mode"], f"n{p['n']}", f"c{p['c']}",
@@ -534,22 +671,9 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
 """
 
 
-def _register() -> None:
-    from backends.c import arm  # noqa: F401  (ARM knobs in the emitter registry)
-    from backends.c.templates.gemm import ConvGemm, MatmulGemm
-
-    for isa in ("neon", "fp16", "generic"):
-        register(ConvNchw44("float", isa))
-    for isa in ("dot", "generic"):
-        register(ConvNchw44("dot", isa))
-    for isa in ("neon", "generic"):
-        register(ConvNchw44("q8", isa))
-        register(PoolNchw44(isa))
-    # float32 NCHW convolutions and matrix multiplications: the shared GEMM generator with NEON knobs
-    # (and scalar knobs for the portable build)
-    for isa in ("neon", "generic"):
-        register(ConvGemm(isa))
-        register(MatmulGemm(isa))
-
-
-_register()
+KERNEL_UNITS = (
+    *(ConvNchw44("float", isa) for isa in ("neon", "fp16", "generic")),
+    *(ConvNchw44("dot", isa) for isa in ("dot", "generic")),
+    *(ConvNchw44("q8", isa) for isa in ("neon", "generic")),
+    *(PoolNchw44(isa) for isa in ("neon", "generic")),
+)

@@ -10,18 +10,36 @@ products; pooling averages rounded half away from zero in integers.
 
 Families: ``relayout`` (any layout pair, from :meth:`dialects.layout.LayoutSpec.split_strides`),
 ``typecvt``, ``elemwise_q`` (elementwise and ElemwiseMultiType Q-modes on dequantized values),
-``pool2d_q8`` (NCHW), ``matmul_q8``, ``conv2d_q8`` (NCHW, any groups), ``copy_typed``,
-``concat_typed``, ``split_typed``.
+``pool2d_q8`` (NCHW), ``matmul_q8``, ``conv2d_q8`` (NCHW, any groups). Data movement of every element
+type is the ``copy``, ``concat`` and ``split`` families of :mod:`backends.c.templates.generic`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates import Template, register, sym_join
-from backends.c.templates.generic import ELEMWISE_C, _par, _strided_loops
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from backends.c.match import (
+    acc_scale,
+    code,
+    dtype_key,
+    esize,
+    int_bias,
+    pool_geometry,
+    qparams,
+    requant_params,
+    same_type,
+)
+from backends.c.templates import Template, sym_join
+from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, _par, _ptr_args, _strided_loops
+from backends.reference.quant_kernels import Q_MODES
+from dialects import enums
+from dialects import layout as L
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered, broadcast_strides, collapse, const_array, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -29,18 +47,11 @@ if TYPE_CHECKING:
 CTYPES = {"f32": "float", "f16": "float16_t", "q8": "int8_t", "q32": "int32_t", "u8": "uint8_t",
           "b1": "uint8_t", "i32": "int32_t"}  # fmt: skip
 QRANGE = {"q8": (-128, 127), "q32": (-(2**31), 2**31 - 1), "u8": (0, 255)}
-BYTES_CTYPE = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 HEADER = "#include <stdint.h>\n"
 
 
 def is_quantized(code: str) -> bool:
     return code in QRANGE
-
-
-def dtype_key(codes: tuple[str, ...], scales: tuple[float, ...], zps: tuple[int, ...]) -> str:
-    """A short stable tag of quantization parameters for symbol names."""
-    text = ",".join(f"{c}:{s!r}:{z}" for c, s, z in zip(codes, scales, zps, strict=True))
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def deq(code: str, scale: float, zp: int, x: str) -> str:
@@ -68,12 +79,6 @@ SAT = """static inline double xm_sat_d(double v, double lo, double hi) {
 """
 
 
-def _ptr_args(n_in: int, n_out: int) -> str:
-    ins = [f"const void* in{i}_" for i in range(n_in)]
-    outs = [f"void* out{i}_" for i in range(n_out)]
-    return ", ".join([*ins, *outs, "unsigned char* ws", "int nt"])
-
-
 # ----------------------------------------------------------------------------------------------
 
 
@@ -82,6 +87,25 @@ class Relayout(Template):
     into a blocked destination, skipped from a blocked source)."""
 
     family = "relayout"
+    ops = (L.RelayoutOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, L.RelayoutOp)
+        p = op.params()
+        if (p["src"] is None) == (p["dst"] is None):
+            return None  # blocked -> blocked: not needed by the NCHWxx passes
+        blocked = p["src"] if p["src"] is not None else p["dst"]
+        ls, ld = op.logical_shapes()
+        split, lst, pst, bounds = L.SPECS[blocked].split_strides(ls)
+        params = {
+            "src": p["src"].value if p["src"] is not None else "plain",
+            "dst": p["dst"].value if p["dst"] is not None else "plain",
+            "logical": ls, "split": split, "lstrides": lst, "pstrides": pst,
+            "bounds": bounds, "esize": esize(op.operands[0]),
+        }  # fmt: skip
+        return Lowered(params, [op.operands[0]])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -119,6 +143,21 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 
 class TypeCvt(Template):
     family = "typecvt"
+    ops = (T.TypeCvtOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        src, dst = code(op.operands[0]), code(op.results[0])
+        if src is None or dst is None:
+            return None
+        s_in, zp_in = qparams(op.operands[0])
+        s_out, zp_out = qparams(op.results[0])
+        params = {
+            "src": src, "dst": dst, "size": math.prod(shape(op.results[0])), "s_in": s_in, "zp_in": zp_in,
+            "s_out": s_out, "zp_out": zp_out, "qid": dtype_key((src, dst), (s_in, s_out), (zp_in, zp_out)),
+        }  # fmt: skip
+        return Lowered(params, [op.operands[0]])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("typecvt", p["src"], "to", p["dst"], f"n{p['size']}", p["qid"])
@@ -140,10 +179,38 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
         return HEADER + SAT
 
 
+def elemwise_q(op: Operation, float_mode: str) -> Lowered | None:
+    values = [*op.operands, op.results[0]]
+    codes = [code(v) for v in values]
+    if float_mode not in ELEMWISE_C or None in codes or "f16" in codes:
+        return None
+    if not any(c in ("q8", "q32", "u8") for c in codes):
+        return None  # float32 elementwise ops have their own kernel
+    out = shape(op.results[0])
+    strides = [broadcast_strides(shape(v), out) for v in op.operands]
+    cshape, cstrides = collapse(out, strides)
+    qp = [qparams(v) for v in values]
+    scales, zps = tuple(s for s, _ in qp), tuple(z for _, z in qp)
+    params = {
+        "mode": float_mode, "shape": cshape, "strides": cstrides, "dtypes": tuple(codes), "scales": scales,
+        "zps": zps, "qid": dtype_key(tuple(c or "" for c in codes), scales, zps),
+    }  # fmt: skip
+    return Lowered(params, list(op.operands))
+
+
 class ElemwiseQ(Template):
     """``out = quantize(f(dequantize(a), dequantize(b), ...))`` with any broadcast."""
 
     family = "elemwise_q"
+    ops = (T.ElemwiseOp, T.ElemwiseMultiTypeOp)
+    priority = 90  # after the float32 elemwise
+
+    def match(self, op: Operation) -> Lowered | None:
+        if isinstance(op, T.ElemwiseMultiTypeOp):
+            mode = op.params()["mode"]
+            return elemwise_q(op, Q_MODES[mode].value) if mode in Q_MODES else None
+        assert isinstance(op, T.ElemwiseOp)
+        return elemwise_q(op, op.params()["mode"].value)
 
     def symbol(self, p: dict[str, Any]) -> str:
         st = "_".join("s" + "x".join(map(str, s)) for s in p["strides"])
@@ -175,6 +242,18 @@ class Pool2dQ8(Template):
     """int8 max / average pooling, NCHW: integer window sums, averages rounded half away from zero."""
 
     family = "pool2d_q8"
+    ops = (T.PoolingOp, T.AdaptivePoolingOp)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
+        if op.params()["format"] != enums.Format.NCHW or not same_type(op) or code(op.operands[0]) != "q8":
+            return None
+        if qparams(op.operands[0])[1]:
+            return None
+        params = pool_geometry(op)
+        return None if params is None else Lowered(params, [op.operands[0]])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("pool2d_q8", p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
@@ -231,6 +310,28 @@ class MatmulQ8(Template):
     """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
 
     family = "matmul_q8"
+    ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
+        a, b = op.operands
+        if code(a) != "q8" or code(b) != "q8" or qparams(a)[1] or qparams(b)[1]:
+            return None
+        rq = requant_params(a, b, op.results[0])
+        if rq is None:
+            return None
+        p = op.params()
+        sa, sb = shape(a), shape(b)
+        batched = isinstance(op, T.BatchedMatrixMulOp)
+        params = {
+            "batch": sa[0] if batched else 1, "m": sa[-1] if p["transpose_a"] else sa[-2],
+            "k": sa[-2] if p["transpose_a"] else sa[-1], "n": sb[-2] if p["transpose_b"] else sb[-1],
+            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])), "b_const": int(not batched),
+            **rq,
+        }  # fmt: skip
+        return Lowered(params, [a, b])
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("matmul_q8", f"b{p['batch']}", f"m{p['m']}", f"n{p['n']}", f"k{p['k']}",
@@ -269,6 +370,59 @@ class Conv2dQ8(Template):
     the NCHW44 passes leave in NCHW."""
 
     family = "conv2d_q8"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 90
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ConvolutionOp | T.ConvBiasOp)
+        p = op.params()
+        x, w, *rest = op.operands
+        if (
+            p["format"] != enums.Format.NCHW
+            or code(x) != "q8"
+            or code(w) != "q8"
+            or qparams(x)[1]
+            or qparams(w)[1]
+        ):
+            return None
+        if L.layout_of(w.type) is not None:
+            return None
+        rq = requant_params(x, w, op.results[0])
+        if rq is None:
+            return None
+        wv = const_array(w)
+        w_operand: SSAValue | np.ndarray = w
+        if p["mode"] == enums.ConvMode.CONVOLUTION:
+            if wv is None:
+                return None
+            w_operand = np.ascontiguousarray(wv[..., ::-1, ::-1])
+        n, ic, ih, iw = shape(x)
+        _, oc, oh, ow = shape(op.results[0])
+        ws = shape(w)
+        groups = ws[0] if p["sparse"] == enums.ConvSparse.GROUP else 1
+        params: dict[str, Any] = {
+            "n": n, "ic": ic, "ih": ih, "iw": iw, "oc": oc, "oh": oh, "ow": ow, "fh": ws[-2], "fw": ws[-1],
+            "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0], "pw": p["padding"][1],
+            "dh": p["dilation"][0], "dw": p["dilation"][1], "groups": groups, "bias": 0, "act": "identity",
+            **rq,
+        }  # fmt: skip
+        operands: list[SSAValue | np.ndarray] = [x, w_operand]
+        if isinstance(op, T.ConvBiasOp):
+            params["act"] = {enums.NonlineMode.IDENTITY: "identity", enums.NonlineMode.RELU: "relu"}.get(
+                p["nonline_mode"], ""
+            )
+            if not params["act"] or len(rest) > 1:
+                return None
+            if rest:
+                if math.prod(shape(rest[0])) != oc:
+                    return None
+                bias = int_bias(rest[0], acc_scale(x, w))
+                if bias is None:
+                    return None
+                params["bias"] = 1
+                operands.append(bias)
+        return Lowered(params, operands)
+
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("conv2d_q8", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
@@ -322,79 +476,6 @@ static void {sym}({", ".join(args)}) {{
         return HEADER + SAT
 
 
-class CopyTyped(Template):
-    """``out[idx] = in[offset + sum(idx * strides)]`` for elements of any size."""
-
-    family = "copy_typed"
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("copy", "x".join(map(str, p["shape"])), "s" + "x".join(map(str, p["strides"])),
-                        f"o{p['offset']}", f"e{p['esize']}")  # fmt: skip
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        t = BYTES_CTYPE[p["esize"]]
-        body = f"out0[o] = in0[{p['offset']}L + x0];"
-        return (
-            f"static void {sym}(const void* in0_, void* out0_, unsigned char* ws, int nt) {{\n"
-            f"  const {t}* in0 = (const {t}*)in0_;\n  {t}* out0 = ({t}*)out0_;\n  (void)ws;\n"
-            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
-            + "\n}\n"
-        )
-
-
-class ConcatTyped(Template):
-    family = "concat_typed"
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("concat", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks, e = p["chunks"], p["esize"]
-        total = sum(chunks)
-        body, off = [], 0
-        for i, c in enumerate(chunks):
-            body.append(
-                f"    memcpy(out + (r * {total}L + {off}) * {e}, "
-                f"(const char*)in{i}_ + r * {c * e}L, {c * e});"
-            )
-            off += c
-        return f"""
-static void {sym}({_ptr_args(len(chunks), 1)}) {{
-  char* out = (char*)out0_;
-  (void)ws; (void)nt;
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
-
-
-class SplitTyped(Template):
-    family = "split_typed"
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("split", f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), f"e{p['esize']}")
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        chunks, e = p["chunks"], p["esize"]
-        total = sum(chunks)
-        body, off = [], 0
-        for i, c in enumerate(chunks):
-            body.append(
-                f"    memcpy((char*)out{i}_ + r * {c * e}L, in + (r * {total}L + {off}) * {e}, {c * e});"
-            )
-            off += c
-        return f"""
-static void {sym}({_ptr_args(1, len(chunks))}) {{
-  const char* in = (const char*)in0_;
-  (void)ws; (void)nt;
-  for (long r = 0; r < {p["outer"]}; ++r) {{
-{chr(10).join(body)}
-  }}
-}}
-"""
-
-
-for _t in (Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(), CopyTyped(), ConcatTyped(),
-           SplitTyped()):  # fmt: skip
-    register(_t)
+KERNEL_UNITS = (
+    Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(),
+)  # fmt: skip

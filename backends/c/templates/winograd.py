@@ -30,10 +30,21 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from xdsl.ir import Operation
 
-from backends.c.templates import register, sym_join
-from backends.c.templates.nchw88 import ACT_CODES, COMMON, VEC, _guarded, _Nchw88Base, _signature, offset
+from backends.c.templates import sym_join
+from backends.c.templates.nchw88 import (
+    ACT_CODES,
+    COMMON,
+    VEC,
+    _guarded,
+    _Nchw88Base,
+    _signature,
+    conv_nchw88,
+    offset,
+)
 from dialects.layout import SPECS, Layout, winograd_filter_spec, winograd_tile_spec
+from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -145,16 +156,55 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Winograd F(m x m, 3 x 3) where it beats the direct kernels (measured per layer with
+# bench/bench_x86.py's profiles on AVX2 and AVX-512: F(4, 3) 1.7-5x faster from 8x8 outputs and 16
+# channels up; at 7x7 the 4x4 tiles waste 30% and U is 4x the filter, F(2, 3) wins there, except
+# with very many channels: in a whole model ResNet's 7x7x512 U (16 MiB) streams from memory, slower
+# than the direct kernel's 9 MiB of filters)
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_F2_MAX_MACS = 256 * 256  # IC x OC of an F(2, 3) conv
+WINOGRAD_F4_MIN_SPATIAL = 8
+WINOGRAD_F2_MIN_SPATIAL = 4
+
+
+def winograd_tile(p: dict[str, Any]) -> int | None:
+    """The Winograd output tile ``m`` for a dense NCHW88 conv's parameters (None: direct)."""
+    if p.get("mode") != "dense" or p["dtype"] != "f32":
+        return None
+    if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (3, 3, 1, 1, 1, 1):
+        return None
+    if min(p["ic"], p["oc"]) < WINOGRAD_MIN_CHANNELS:
+        return None
+    spatial = min(p["oh"], p["ow"])
+    if spatial >= WINOGRAD_F4_MIN_SPATIAL:
+        return 4
+    small = spatial >= WINOGRAD_F2_MIN_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F2_MAX_MACS
+    return 2 if small else None
+
+
 class ConvWinogradNchw88(_Nchw88Base):
     """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)``."""
 
     family = "conv2d_winograd_nchw88"
     isa = "avx2"
+    priority = 290  # ahead of the direct conv2d_nchw88 where winograd_tile says it wins
     vw: ClassVar[int] = 8  # output channels per filter vector
     jmax: ClassVar[int] = 2  # filter vectors per register tile
     imax: ClassVar[int] = 6  # tiles per register tile
     budget: ClassVar[int] = 768 * 1024  # bytes of V + M per tile block (L2-resident)
     l2: ClassVar[int] = 2 * 1024 * 1024  # V + M of every tile up to this: one block
+
+    def match(self, op: Operation) -> Lowered | None:
+        lowered = conv_nchw88(op, chan=False)
+        if lowered is None:
+            return None
+        m = winograd_tile(lowered.params)
+        if m is None:
+            return None
+        drop = ("fh", "fw", "sh", "sw", "dh", "dw", "mode", "groups")
+        params = {k: v for k, v in lowered.params.items() if k not in drop}
+        params["m"] = m
+        return Lowered(params, lowered.operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -352,5 +402,4 @@ class ConvWinogradNchw88Avx512(ConvWinogradNchw88):
     jmax, imax = 2, 12
 
 
-for _t in (ConvWinogradNchw88(), ConvWinogradNchw88Avx512()):
-    register(_t)
+KERNEL_UNITS = (ConvWinogradNchw88(), ConvWinogradNchw88Avx512())

@@ -1,0 +1,214 @@
+"""The C backends: x86 (gcc on the host, loaded with ctypes) and AArch64 (cross gcc, run under qemu).
+
+Each is one object implementing :class:`passes.target.Backend`: the ISA search order and layout its
+targets imply, the emitter, the build, loading and running, per-kernel profiles and saving. Both share
+one kernel registry (:data:`backends.c.kernels.KERNELS`); a target's ISA order decides which of its
+templates serve.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import tempfile
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from backends.c.build import Build, LoadedModel, build, runtime_sources
+from backends.c.emitter import CEmitter
+from backends.c.isas import ISA_EMITTERS
+from backends.c.kernels import KERNELS
+from passes.lowering.kernels import KernelRegistry
+from passes.target import BackendError, Target, float16_options
+
+X86_AVX2 = frozenset({"avx2", "fma"})
+X86_AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+
+
+class X86Backend:
+    """x86-64 with AVX2 (+ AVX-512): templates searched ``avx512``, ``avx2``, ``generic``."""
+
+    name = "c-x86"
+    options: tuple[str, ...] = ("io16xc32",)
+    emulated = False
+
+    kernels: KernelRegistry = KERNELS
+
+    def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
+        return ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
+
+    def inference_options(self, features: Sequence[str], options: Sequence[str]) -> dict[str, bool]:
+        layout = {"enable_nchw88": True} if "nchw88" in features else {}
+        return {**layout, **float16_options(features, options)}
+
+    def runs_here(self, target: Target) -> bool:
+        from backends.targets import cpu_flags
+
+        return (X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())) <= cpu_flags()
+
+    def emitter(self, target: Target) -> type[CEmitter]:
+        return ISA_EMITTERS[target.isas[0]]
+
+    def emit(self, target: Target, module: Any, *, profile: bool = False) -> tuple[str, tuple[str, ...]]:
+        emitter = self.emitter(target)(profile=profile)
+        return emitter.emit(module), emitter.cflags
+
+    def build(self, target: Target, source: str, cflags: Sequence[str], *, sanitize: bool = False) -> Build:
+        return build(source, cflags, sanitize=sanitize)
+
+    def load(self, artifact: Build, weights: bytes, threads: int) -> LoadedModel:
+        return LoadedModel(artifact.library, weights, threads)
+
+    def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return model.loaded().run(inputs)
+
+    def run_runner(
+        self,
+        artifact: Build,
+        weights: bytes,
+        inputs: Sequence[np.ndarray],
+        output_shapes: Sequence[tuple[int, ...]],
+        *,
+        threads: int,
+        iters: int = 1,
+    ) -> list[np.ndarray]:
+        """Run the standalone ``runner`` program of ``artifact`` on ``inputs``."""
+        with tempfile.TemporaryDirectory(prefix="xmge-run-") as d:
+            wpath = os.path.join(d, "weights.bin")
+            with open(wpath, "wb") as f:
+                f.write(weights)
+            cmd = [
+                *artifact.launcher,
+                artifact.runner,
+                wpath,
+                "-n",
+                str(iters),
+                "-w",
+                "0",
+                "-t",
+                str(threads),
+            ]
+            for i, x in enumerate(inputs):
+                p = os.path.join(d, f"in{i}.bin")
+                np.ascontiguousarray(x, dtype=np.float32).tofile(p)
+                cmd += ["-i", p]
+            outs = [os.path.join(d, f"out{i}.bin") for i in range(len(output_shapes))]
+            for p in outs:
+                cmd += ["-o", p]
+            env = dict(
+                os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1"
+            )
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                raise BackendError(
+                    f"runner failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
+                )
+            return [np.fromfile(p, np.float32).reshape(s) for p, s in zip(outs, output_shapes, strict=True)]
+
+    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
+        """Per-kernel time (ms per run, summed over calls of the same kernel), slowest first, from a
+        rebuild with a timer around every call."""
+        source, cflags = self.emit(model.target, model.final_module(), profile=True)
+        m = self.load(self.build(model.target, source, cflags), model.weights, model.threads)
+        arrays = [np.asarray(x, np.float32) for x in inputs]
+        m.run(arrays)
+        names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
+        m.lib.xm_profile.restype = ctypes.c_int
+        n = m.lib.xm_profile(ctypes.byref(names_p), ctypes.byref(ms_p))
+        for i in range(n):
+            ms_p[i] = 0.0
+        for _ in range(iters):
+            m.run(arrays)
+        totals: dict[str, float] = {}
+        for i in range(n):
+            name = names_p[i].decode()
+            totals[name] = totals.get(name, 0.0) + ms_p[i] / iters
+        m.close()
+        return sorted(totals.items(), key=lambda kv: -kv[1])
+
+    def save(self, model: Any, directory: str) -> dict[str, Any]:
+        """``model.c``, the runtime sources, the library and the runner; returns model.json's extras."""
+        _write(os.path.join(directory, "model.c"), model.source)
+        for name, text in runtime_sources().items():
+            _write(os.path.join(directory, name), text)
+        self._copy_binaries(model, directory)
+        return {}
+
+    def _copy_binaries(self, model: Any, directory: str) -> None:
+        import shutil
+
+        for src in (model.build.library, model.build.runner):
+            shutil.copy2(src, os.path.join(directory, os.path.basename(src)))
+
+
+class ArmBackend(X86Backend):
+    """AArch64 NEON: cross-built with ``aarch64-linux-gnu-gcc``, run under ``qemu-aarch64 -cpu max``.
+    Templates searched (``dot`` | ``fp16``), ``neon``, ``generic``; ``+plain-c``: ``generic`` only."""
+
+    name = "c-arm"
+    options = ("ioc16", "io16xc32", "fuse-z", "plain-c")
+    emulated = True
+
+    def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
+        if "plain-c" in options:
+            return ("generic",)
+        extension = tuple(f for f in ("dot", "fp16") if f in features)
+        return (*extension, "neon", "generic")
+
+    def inference_options(self, features: Sequence[str], options: Sequence[str]) -> dict[str, bool]:
+        # every ARM kernel family is NCHW44 (int8 convolutions NCHW44_DOT with ``dot``)
+        layout = {}
+        if {"nchw44", "dot", "fp16"} & set(features):
+            layout = {"enable_nchw44_dot" if "dot" in features else "enable_nchw44": True}
+        return {**layout, **float16_options(features, options)}
+
+    def runs_here(self, target: Target) -> bool:
+        return False
+
+    def emitter(self, target: Target) -> type[CEmitter]:
+        from backends.c.arm import ArmPlainEmitter
+
+        return ArmPlainEmitter if target.isas[0] == "generic" else ISA_EMITTERS[target.isas[0]]
+
+    def build(self, target: Target, source: str, cflags: Sequence[str], *, sanitize: bool = False) -> Build:
+        from backends.c.cross import cross_build
+
+        if sanitize:
+            raise BackendError("sanitizer builds run on the host only, not under qemu")
+        return cross_build(source, cflags)
+
+    def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from backends.c.cross import EMULATION_NOTE, EmulationWarning
+
+        warnings.warn(EMULATION_NOTE, EmulationWarning, stacklevel=4)
+        return model.run_runner(inputs)
+
+    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
+        raise BackendError(
+            f"target {model.target} runs under qemu: its timings mean nothing, count instructions"
+        )
+
+    def save(self, model: Any, directory: str) -> dict[str, Any]:
+        # cross-built binaries aside (prebuilt/): `make` on the device builds its own
+        from backends.c.cross import project_files
+
+        _write(os.path.join(directory, "model.c"), model.source)
+        for name, text in {**runtime_sources(), **project_files(str(model.target), model.cflags)}.items():
+            _write(os.path.join(directory, name), text)
+        prebuilt = os.path.join(directory, "prebuilt")
+        os.makedirs(prebuilt, exist_ok=True)
+        self._copy_binaries(model, prebuilt)
+        return {"build": "make  (or: cmake -B build && cmake --build build)"}
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+X86 = X86Backend()
+ARM = ArmBackend()

@@ -1,0 +1,16 @@
+"""Each C template ISA and the emitter whose knobs (vector type, intrinsics, GEMM register blocking)
+its templates render with: the one table the shared generators and the backends read."""
+
+from __future__ import annotations
+
+from backends.c.arm import ArmDotEmitter, ArmFp16Emitter, ArmNeonEmitter
+from backends.c.emitter import CEmitter, X86Avx2Emitter, X86Avx512Emitter
+
+ISA_EMITTERS: dict[str, type[CEmitter]] = {
+    "generic": CEmitter,
+    "avx2": X86Avx2Emitter,
+    "avx512": X86Avx512Emitter,
+    "neon": ArmNeonEmitter,
+    "dot": ArmDotEmitter,
+    "fp16": ArmFp16Emitter,
+}

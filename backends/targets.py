@@ -1,0 +1,137 @@
+"""Compilation targets: strings ``ARCH[-FEATURE...][+OPTION...]`` parsed by a small lark grammar, and
+the table of architectures with the backend object of each.
+
+    ref                  the reference interpreter (numpy), no code generation
+    x86-avx2-nchw88      x86 with AVX2 + FMA, NCHW88 blocked layout (+io16xc32: float16 storage, F16C)
+    x86-avx512           x86 with AVX-512 (F, BW, VL, DQ), plain NCHW, packed-GEMM convolutions
+    x86-avx512-nchw88    AVX-512 micro-kernels (16 output channels per register) on NCHW88
+    arm-nchw44           AArch64 NEON, NCHW44 layout, float32
+    arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
+    arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
+                         float16 storage, float32 compute)
+    arm-nchw44+plain-c   the same kernels as portable scalar C (a baseline for instruction counts)
+    cuda-nchw4+ioc16     CUDA, NCHW4 layout, float16 I/O and compute (parsed; no backend yet)
+
+A target names the pass pipeline (layout, fusions) and the backend with its ISA search order. Unknown
+words are errors listing the valid ones. Importing this module installs :func:`parse_target` as the
+parser of the passes' ``target`` options (:func:`passes.target.resolve_target`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from lark import Lark, LarkError, Token, Tree
+
+from backends.c.backend import ARM, X86
+from backends.reference.backend import REFERENCE
+from passes.target import LAYOUT_FEATURES, Backend, Target, TargetError, float16_options, install_parser
+
+GRAMMAR = r"""
+target: ARCH features options
+features: ("-" FEATURE)*
+options: ("+" OPTION)*
+ARCH: /[a-z][a-z0-9_]*/
+FEATURE: /[a-z0-9][a-z0-9_]*/
+OPTION: /[a-z0-9][a-z0-9_]*(-[a-z0-9_]+)*/
+"""
+
+
+@dataclass(frozen=True)
+class Arch:
+    description: str
+    features: tuple[str, ...]
+    backend: Backend | None  # None: parsed, but nothing compiles for it yet
+
+
+ARCHES: dict[str, Arch] = {
+    "ref": Arch("the reference interpreter", (), REFERENCE),
+    "x86": Arch("x86-64 C kernels", ("avx2", "avx512", "nchw88"), X86),
+    "arm": Arch("AArch64 NEON C kernels", ("nchw44", "dot", "fp16"), ARM),
+    "cuda": Arch("CUDA kernels", ("nchw4", "nchw32", "chwn4", "nchw64"), None),
+}
+OPTIONS = ("ioc16", "io16xc32", "fuse-z", "plain-c")
+
+
+@cache
+def _parser() -> Lark:
+    return Lark(GRAMMAR, start="target", parser="lalr")
+
+
+def parse_target(text: str) -> Target:
+    """Parse ``ARCH[-FEATURE...][+OPTION...]``; an unknown word is a :class:`TargetError` that lists
+    the valid words in its place."""
+    try:
+        tree = _parser().parse(text.strip())
+    except LarkError as exc:
+        raise TargetError(
+            f"cannot parse target {text!r}: expected ARCH[-FEATURE...][+OPTION...], "
+            f"e.g. x86-avx2-nchw88 or arm-nchw44-dot+io16xc32 ({str(exc).splitlines()[0]})"
+        ) from None
+    assert isinstance(tree, Tree)
+    arch_tok, feats, opts = tree.children
+    assert isinstance(arch_tok, Token) and isinstance(feats, Tree) and isinstance(opts, Tree)
+    arch = str(arch_tok)
+    if arch not in ARCHES:
+        raise TargetError(f"unknown architecture {arch!r} in target {text!r}; valid: {', '.join(ARCHES)}")
+    spec = ARCHES[arch]
+    features = tuple(str(t) for t in feats.children)
+    for f in features:
+        if f not in spec.features:
+            valid = ", ".join(spec.features) or "none"
+            raise TargetError(f"unknown feature {f!r} for {arch} in target {text!r}; valid: {valid}")
+    if len(set(features)) != len(features):
+        raise TargetError(f"target {text!r} repeats a feature")
+    if len([f for f in features if f in LAYOUT_FEATURES]) > 1:
+        raise TargetError(f"target {text!r} names more than one layout")
+    options = tuple(str(t) for t in opts.children)
+    for o in options:
+        if o not in OPTIONS:
+            raise TargetError(f"unknown option {o!r} in target {text!r}; valid: {', '.join(OPTIONS)}")
+    backend = spec.backend
+    isas = backend.isas(features, options) if backend is not None else ()
+    dump = backend.inference_options(features, options) if backend else float16_options(features, options)
+    return Target(arch, features, options, isas, tuple(dump), backend)
+
+
+def host_target() -> Target:
+    """The best x86 target this machine runs (from /proc/cpuinfo), or ``ref`` elsewhere: NCHW88 with
+    AVX-512 micro-kernels where the CPU has AVX-512, else AVX2 with NCHW88 (``bench/bench_x86.py``
+    measures every x86 target; the blocked layout wins on ResNet-18 and MobileNetV2, plain NCHW with
+    AVX-512 GEMMs on ResNet-50 and ShuffleNetV2, so ``x86-avx512`` stays a target of its own)."""
+    for text in ("x86-avx512-nchw88", "x86-avx2-nchw88"):
+        if runs_here(parse_target(text)):
+            return parse_target(text)
+    return parse_target("ref")
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def runs_here(target: Target) -> bool:
+    """Whether code for ``target`` can execute on this machine."""
+    return target.backend is not None and target.backend.runs_here(target)
+
+
+install_parser(parse_target)
+
+__all__ = [
+    "ARCHES",
+    "OPTIONS",
+    "Target",
+    "TargetError",
+    "cpu_flags",
+    "host_target",
+    "parse_target",
+    "runs_here",
+]

@@ -1,0 +1,62 @@
+"""Layers: compiler -> backends -> passes -> dialects; imports only point down. No module under
+passes/, dialects/ or backends/ imports the user API (``compiler``), at top level or lazily inside a
+function, and the lowering passes reach kernels through the target's backend, never by importing one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOWER_LAYERS = ("passes", "dialects", "backends")
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import statement in the file, wherever it is."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _modules(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def _violations(files: list[Path], forbidden: str) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in files
+        for line, module in imported_modules(path)
+        if module == forbidden or module.startswith(forbidden + ".")
+    ]
+
+
+def test_lower_layers_never_import_the_user_api() -> None:
+    files = _modules(*LOWER_LAYERS)
+    assert len(files) > 30, "the layer folders were not found"
+    assert _violations(files, "compiler") == []
+
+
+def test_lowering_passes_and_the_target_type_never_import_a_backend() -> None:
+    files = [*_modules("passes/lowering"), ROOT / "passes" / "target.py"]
+    assert _violations(files, "backends") == []
+
+
+@pytest.mark.parametrize(
+    ("source", "module"),
+    [
+        ("import compiler\n", "compiler"),
+        ("def f():\n    from compiler.targets import parse_target\n", "compiler.targets"),
+        ("class A:\n    def g(self):\n        import compiler.compile as c\n", "compiler.compile"),
+    ],
+)
+def test_the_check_sees_every_import(tmp_path: Path, source: str, module: str) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert module in [m for _, m in imported_modules(path)]
