@@ -80,7 +80,9 @@ def _narrow(array: np.ndarray, what: str) -> np.ndarray:
 
 
 def _type_of(array: np.ndarray, what: str) -> TensorType:
-    a = _narrow(array, what)
+    """The IR type of an ONNX array; int64 values are only checked to fit int32 if the array
+    reaches the IR (INT64_MAX as a Slice end never does)."""
+    a = np.asarray(array)
     try:
         return TensorType(element_type(a.dtype), list(a.shape))
     except DTypeError as exc:
@@ -172,7 +174,8 @@ class _Importer:
         """The IR value, emitting its ``mgb.const`` on first use."""
         if value.ssa is None:
             assert value.const is not None
-            const = T.ConstOp.from_numpy(_narrow(value.const, "constant"), value.type.element_type)
+            what = f"constant {value.initializer!r}" if value.initializer else "a constant"
+            const = T.ConstOp.from_numpy(_narrow(value.const, what), value.type.element_type)
             if value.initializer:
                 const.attributes["name"] = StringAttr(value.initializer)
             self.block.add_op(const)
@@ -239,20 +242,29 @@ class _Importer:
                 owner.attributes["name"] = StringAttr(name)  # type: ignore[union-attr]
 
     def _fold(self, node: _Node) -> None:
+        """Evaluate ``node`` on its known inputs with ONNX's reference implementation, at the
+        model's opset (a one-node model: a bare node would be run at the newest opset)."""
         from onnx.reference import ReferenceEvaluator
 
+        helper = self.onnx.helper
         proto = node.proto
-        feeds = {n: self.values[n].const for n in proto.input if n}
+        feeds = {n: np.asarray(self.values[n].const) for n in proto.input if n}
+        inputs = [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), None)
+            for n, a in feeds.items()
+        ]
+        outputs = [self.onnx.ValueInfoProto(name=n) for n in proto.output if n]
+        graph = helper.make_graph([proto], "fold", inputs, outputs)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         try:
-            outs = ReferenceEvaluator(proto, opsets={"": self.opset}).run(None, feeds)
+            outs = ReferenceEvaluator(model).run(None, feeds)
         except Exception as exc:
             raise node.fail(
                 f"evaluating it on its constant inputs failed: {type(exc).__name__}: {exc}"
             ) from None
-        for name, array in zip(proto.output, outs, strict=False):
-            if name:
-                a = np.asarray(array)
-                self.values[name] = _Value(_type_of(a, node.where()), a)
+        for name, array in zip([n for n in proto.output if n], outs, strict=True):
+            a = np.asarray(array)
+            self.values[name] = _Value(_type_of(a, node.where()), a)
 
 
 class _Node:
@@ -387,15 +399,15 @@ class _Node:
         """Input ``i`` as an elemwise operand next to a value of type ``like``: a constant takes
         ``like``'s dtype (ONNX lets Pow's exponent differ) and a 0-d constant shape (1,)."""
         v = self.value(i)
-        if v.const is not None and (v.ssa is None):
-            a = v.const
-            if a.ndim == 0 and like.get_shape():
-                a = a.reshape(1)
-            elem = like.element_type
-            if not isinstance(elem, QuantizedType) and _type_of(a, self.where()).element_type != elem:
-                a = a.astype(numpy_dtype(elem))
-            return self.constant(a) if a is not v.const else self.imp.ssa(v)
-        return self.imp.ssa(v)
+        if v.const is None:
+            return self.imp.ssa(v)
+        a = v.const
+        if a.ndim == 0 and like.get_shape():
+            a = a.reshape(1)
+        elem = like.element_type
+        if not isinstance(elem, QuantizedType) and _type_of(a, self.where()).element_type != elem:
+            a = a.astype(numpy_dtype(elem))
+        return self.imp.ssa(v) if a is v.const else self.constant(a)
 
 
 def _new(ssa: SSAValue) -> _Value:
@@ -1487,10 +1499,16 @@ def _quantize(node: _Node) -> list[_Value | None]:
 def _dequantize(node: _Node) -> list[_Value | None]:
     x = node.value(0)
     scale = np.asarray(node.const(1, "x_scale"))
+    if node.attr("block_size", 0):
+        raise node.fail("blocked quantization (block_size) cannot be expressed in xmge's dtypes")
     if x.const is not None and scale.size > 1:
         # a per-channel quantized weight: xmge's dtypes hold one scale, so the float weight it means
-        node.imp._fold(node)
-        return [node.imp.values[node.proto.output[0]]]
+        shape = [1] * x.const.ndim
+        shape[_axis(int(node.attr("axis", 1)), x.const.ndim, node)] = -1
+        zp = np.asarray(node.const(2, "x_zero_point")) if node.has(2) else np.zeros(1, np.int64)
+        centered = x.const.astype(np.float32) - zp.astype(np.float32).reshape(shape)
+        weight = centered * scale.astype(np.float32).reshape(shape)
+        return [_Value(_type_of(weight, node.where()), weight)]
     q = _quant_type(node, 1, 2)
     f32 = element_type("float32")
     if x.const is not None:
