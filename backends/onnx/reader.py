@@ -216,13 +216,14 @@ class _Importer:
             if n not in self.values:
                 raise node.fail(f"input {n!r} is computed by no earlier node")
         if proto.op_type not in _NEVER_FOLD and all(self.values[n].const is not None for n in present):
-            if proto.op_type in _HANDLERS or proto.op_type in _FOLD_ONLY:
-                self._fold(node)
-                return
+            self._fold(node)
+            return
         handler = _HANDLERS.get(proto.op_type)
         if handler is None:
-            hint = " (only with constant inputs)" if proto.op_type in _FOLD_ONLY else ""
-            raise node.fail(f"operator {proto.op_type} is not supported by xmge's ONNX importer{hint}")
+            raise node.fail(
+                f"operator {proto.op_type} is not supported by xmge's ONNX importer on values computed "
+                "at run time (it is evaluated while importing when all its inputs are known)"
+            )
         first_new = len(self.block.ops)
         outs = handler(node)
         self._define(node, outs, first_new)
@@ -418,75 +419,6 @@ def _new(ssa: SSAValue) -> _Value:
 
 Handler = Callable[[_Node], list[_Value | None]]
 _HANDLERS: dict[str, Handler] = {}
-# ops xmge only evaluates while importing (shape subgraphs); any other use is unsupported
-_FOLD_ONLY = {
-    "Shape",
-    "Size",
-    "Constant",
-    "ConstantOfShape",
-    "Range",
-    "Where",
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "Not",
-    "And",
-    "Or",
-    "Xor",
-    "NonZero",
-    "Gather",
-    "GatherElements",
-    "GatherND",
-    "ScatterND",
-    "ScatterElements",
-    "Cast",
-    "CastLike",
-    "Floor",
-    "Ceil",
-    "Round",
-    "Mod",
-    "Min",
-    "Max",
-    "Sum",
-    "Mean",
-    "Abs",
-    "Neg",
-    "Sign",
-    "Reciprocal",
-    "CumSum",
-    "OneHot",
-    "TopK",
-    "Trilu",
-    "EyeLike",
-    "Einsum",
-    "ReduceProd",
-    "ArgMax",
-    "ArgMin",
-    "Tile",
-    "Expand",
-    "Squeeze",
-    "Unsqueeze",
-    "Concat",
-    "Slice",
-    "Reshape",
-    "Identity",
-    "Transpose",
-    "Split",
-    "Div",
-    "Mul",
-    "Add",
-    "Sub",
-    "Pow",
-    "Sqrt",
-    "Exp",
-    "Log",
-    "BitShift",
-    "IsNaN",
-    "IsInf",
-    "SequenceConstruct",
-}
 
 
 def handles(*op_types: str) -> Callable[[Handler], Handler]:
@@ -722,12 +654,7 @@ def _cast(node: _Node) -> list[_Value | None]:
 
 
 def _spatial_pads(
-    node: _Node,
-    in_hw: Sequence[int],
-    kernel: Sequence[int],
-    stride: Sequence[int],
-    dilation: Sequence[int],
-    transposed: bool = False,
+    node: _Node, in_hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]
 ) -> tuple[list[int], list[int]]:
     """(begin, end) padding per spatial axis from ``pads`` / ``auto_pad``."""
     n = len(in_hw)
@@ -742,11 +669,8 @@ def _spatial_pads(
     begin, end = [], []
     for i in range(n):
         k = dilation[i] * (kernel[i] - 1) + 1
-        if transposed:
-            total = max(stride[i] * (in_hw[i] - 1) + k - in_hw[i] * stride[i], 0)
-        else:
-            out = -(-in_hw[i] // stride[i])
-            total = max((out - 1) * stride[i] + k - in_hw[i], 0)
+        out = -(-in_hw[i] // stride[i])
+        total = max((out - 1) * stride[i] + k - in_hw[i], 0)
         small, large = total // 2, total - total // 2
         begin.append(small if auto == "SAME_UPPER" else large)
         end.append(large if auto == "SAME_UPPER" else small)
@@ -831,16 +755,21 @@ def _conv_transpose(node: _Node) -> list[_Value | None]:
     out_pad = [int(p) for p in node.attr("output_padding", [0, 0])]
     full = [stride[i] * (xs[2 + i] - 1) + dilation[i] * (kernel[i] - 1) + 1 for i in range(2)]
     out_shape = node.attr("output_shape")
-    if out_shape is not None:
-        out_hw = [int(s) for s in out_shape[-2:]]
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if out_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # the spec's total_padding: SAME_UPPER puts the smaller half first, anything else the larger
+        out_hw = (
+            [int(s) for s in out_shape[-2:]]
+            if out_shape is not None
+            else [x * s for x, s in zip(xs[2:], stride, strict=True)]
+        )
         total = [full[i] + out_pad[i] - out_hw[i] for i in range(2)]
         if min(total) < 0:
-            raise node.fail(f"output_shape {out_hw} is larger than the transposed convolution's {full}")
-        upper = node.attr("auto_pad", "NOTSET") != "SAME_LOWER"
-        begin = [t // 2 if upper else t - t // 2 for t in total]
+            raise node.fail(f"output size {out_hw} is larger than the transposed convolution's {full}")
+        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
         end = [t - b for t, b in zip(total, begin, strict=True)]
     else:
-        begin, end = _spatial_pads(node, xs[2:], kernel, stride, dilation, transposed=True)
+        begin, end = _spatial_pads(node, xs[2:], kernel, stride, dilation)
     w = node.ssa(1)
     sparse = enums.ConvSparse.DENSE
     if group > 1:
