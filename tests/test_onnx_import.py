@@ -885,3 +885,32 @@ def test_xmge_opt_reads_onnx(tmp_path: Any, capsys: Any) -> None:
         main([str(bad)])
     err = capsys.readouterr().err
     assert err.startswith("xmge-opt: error: LRN node 'the_lrn' (opset 17)") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "op, lo, hi",
+    [
+        ("Asin", -0.9, 0.9),
+        ("Acos", -0.9, 0.9),
+        ("Atanh", -0.9, 0.9),
+        ("Acosh", 1.1, 3.0),
+        ("Asinh", -3.0, 3.0),
+        ("Sinh", -2.0, 2.0),
+        ("Cosh", -2.0, 2.0),
+        ("Tan", -1.2, 1.2),
+    ],
+)
+def test_unary_in_domain(op: str, lo: float, hi: float) -> None:
+    check(*single(op, [f32(2, 3, 4, lo=lo, hi=hi)]))
+
+
+def test_logical_and_special_values() -> None:
+    a, b = X > 0, f32(7) > 0.5
+    for op in ("And", "Or", "Xor"):
+        check(*single(op, [a, b], out_types=[TensorProto.BOOL]))
+    check(*single("Not", [a], out_types=[TensorProto.BOOL]))
+    special = X.copy()
+    special[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
+    check(*single("IsNaN", [special], out_types=[TensorProto.BOOL]))
+    check(*single("IsInf", [special], out_types=[TensorProto.BOOL]))
+    check(*single("CastLike", [X * 4, np.zeros(1, np.int32)], [False, True], out_types=[TensorProto.INT32]))
