@@ -2,6 +2,7 @@
 
     xmge-opt net.mlir -p mgb-canonicalize,mgb-dce          # run passes by name
     xmge-opt net.mge -p mgb-dce --print-weights             # a .mge input (backends.mge.reader)
+    xmge-opt net.onnx -p canonicalize                       # an ONNX input (backends.onnx.reader)
     xmge-opt --list-passes                                  # every pass, its description and options
     xmge-opt net.mlir --load-plugin my_passes.py -p my-pass # an ad-hoc plugin (file or module)
 
@@ -93,6 +94,7 @@ class XmgeOptMain(xDSLOptMain):
     def register_all_frontends(self) -> None:
         super().register_all_frontends()
         self.available_frontends["mge"] = read_mge_frontend
+        self.available_frontends["onnx"] = read_onnx_frontend
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
@@ -156,6 +158,14 @@ def read_mge_frontend(stream: IO[bytes]) -> ModuleOp:
             f"cannot read .mge files: the MegEngine reader (backends.mge.reader) is unavailable: {exc}"
         ) from None
     return read_mge(stream.read())
+
+
+def read_onnx_frontend(stream: IO[bytes]) -> ModuleOp:
+    """The ``.onnx`` frontend: ``backends.onnx.reader.read_onnx(data: bytes) -> ModuleOp``, imported
+    lazily (it needs the optional ``onnx`` package)."""
+    from backends.onnx.reader import read_onnx
+
+    return read_onnx(stream.read())
 
 
 def _last_line(text: str) -> str:
