@@ -66,7 +66,7 @@ SHARED = {
     ("pool2d_q8", "generic", "max"),
     ("pool2d_q8", "generic", "average"),
     ("matmul_q8", "generic", ""),
-    ("concat_typed", "generic", ""),
+    ("concat", "generic", ""),  # one family for every element type
     ("elemwise_q", "generic", "fuse_add_relu"),
     ("elemwise_q", "generic", "relu"),
 }
