@@ -235,6 +235,8 @@ def _interop_pickler_class() -> type:
         from compiler.tensor import Parameter, Tensor
 
         _NEUTRAL_NAMES = _neutral_numpy_names()
+        # the base class's table holds its own save_global for functions (numpy's _frombuffer)
+        _InteropPickler.dispatch[types.FunctionType] = _InteropPickler.save_global
         _InteropPickler.dispatch[Tensor] = _InteropPickler._save_tensor
         _InteropPickler.dispatch[Parameter] = _InteropPickler._save_tensor
     return _InteropPickler
