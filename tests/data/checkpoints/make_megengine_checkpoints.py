@@ -1,6 +1,6 @@
 """Writes this folder's MegEngine files with the real MegEngine 1.13 (numpy 1.23), not with xmge:
 
-    /work/shared/tools/megengine-oracle/mgepy tests/data/checkpoints/make_megengine_checkpoints.py
+    cd tests/data/checkpoints && /work/shared/tools/megengine-oracle/mgepy make_megengine_checkpoints.py
 
 * ``tensors_p{2,4}.pkl``: ``{"t": Tensor(arange(3)), "p": Parameter(ones(2))}``, which xmge's
   ``save`` must reproduce byte for byte.
