@@ -5,7 +5,11 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import signal
+import stat
 import subprocess
+import sys
+import time
 import types
 from collections import OrderedDict
 from typing import Any
@@ -16,6 +20,7 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 import compiler.module as M
+from compiler import serialization
 from compiler.hub.convnet import ConvNet
 from compiler.optimizer import SGD
 from compiler.serialization import UnsafePickleError
@@ -221,3 +226,107 @@ def test_interrupted_save_leaves_the_earlier_file_intact(tmp_path: Any) -> None:
     assert path.read_bytes() == before
     assert xm.load(path)["epoch"] == 1
     assert sorted(os.listdir(tmp_path)) == ["checkpoint.pkl"]  # no temporary file left behind
+
+
+@pytest.fixture
+def umask() -> Any:
+    """Sets the process umask for one test (returns a setter), restoring it afterwards."""
+    original = os.umask(0o022)
+    os.umask(original)
+    yield os.umask
+    os.umask(original)
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_new_file_mode_follows_the_umask(tmp_path: Any, umask: Any, mask: int, mode: int) -> None:
+    umask(mask)
+    path = tmp_path / "new.pkl"
+    xm.save({"w": np.ones(2)}, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o600, 0o664, 0o755])
+def test_replacing_a_file_keeps_its_mode(tmp_path: Any, umask: Any, mode: int) -> None:
+    umask(0o077)
+    path = tmp_path / "ckpt.pkl"
+    path.write_bytes(b"old")
+    os.chmod(path, mode)
+    xm.save({"w": np.ones(2)}, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode and xm.load(path)["w"].shape == (2,)
+
+
+def _age(path: Any, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_stale_temporaries_of_killed_writers_are_removed_by_the_next_write(tmp_path: Any) -> None:
+    # a writer killed mid-save (SIGKILL: no cleanup runs) leaves its temporary file behind
+    script = (
+        "import os, signal, numpy as np, compiler as xm\n"
+        "class Kill:\n"
+        "    def __reduce__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"xm.save({{'w': np.zeros(1 << 16), 'k': Kill()}}, {str(tmp_path / 'ckpt.pkl')!r})\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    orphans = [n for n in os.listdir(tmp_path) if n.startswith(".xmge-") and n.endswith(".tmp")]
+    assert len(orphans) == 1 and not (tmp_path / "ckpt.pkl").exists()
+    # files that are not ours, or not stale, stay: other names, a recent temporary, a link
+    recent = tmp_path / ".xmge-0123456789abcdef.tmp"
+    recent.write_bytes(b"a save in progress")
+    lookalikes = [
+        tmp_path / ".xmge-notes.txt",
+        tmp_path / "xmge-0123456789abcdef.tmp",
+        tmp_path / ".xmge-ab.tmp",
+    ]
+    for p in lookalikes:
+        p.write_bytes(b"user data")
+        _age(p, 86400)
+    link = tmp_path / ".xmge-fedcba9876543210.tmp"
+    os.symlink(tmp_path / ".xmge-notes.txt", link)
+    os.utime(link, (0, 0), follow_symlinks=False)
+    _age(tmp_path / orphans[0], serialization.STALE_TMP_SECONDS + 60)
+    xm.save({"epoch": 1}, tmp_path / "other.pkl")  # any write into the directory
+    assert not (tmp_path / orphans[0]).exists()
+    assert recent.exists() and link.is_symlink() and all(p.exists() for p in lookalikes)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own a file as another user"
+)
+def test_stale_temporaries_of_other_users_stay(tmp_path: Any) -> None:
+    theirs = tmp_path / ".xmge-0123456789abcdef.tmp"
+    theirs.write_bytes(b"x")
+    os.chown(theirs, 12345, -1)
+    _age(theirs, 86400)
+    xm.save({"epoch": 1}, tmp_path / "ckpt.pkl")
+    assert theirs.exists()
+
+
+def test_saving_into_a_missing_directory_names_the_users_path(tmp_path: Any) -> None:
+    path = tmp_path / "no" / "such" / "dir" / "ckpt.pkl"
+    with pytest.raises(FileNotFoundError) as info:
+        xm.save({"epoch": 1}, path)
+    assert (
+        info.value.filename == str(path) and str(path) in str(info.value) and ".xmge-" not in str(info.value)
+    )
+    with pytest.raises(IsADirectoryError) as info_dir:
+        xm.save({"epoch": 1}, tmp_path)
+    assert str(tmp_path) in str(info_dir.value) and ".xmge-" not in str(info_dir.value)
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".xmge-")] == []
+
+
+def test_atomic_write_is_the_projects_writer(tmp_path: Any) -> None:
+    path = tmp_path / "notes.txt"
+    serialization.atomic_write(path, lambda f: f.write("text mode too\n"), mode="w")
+    assert path.read_text() == "text mode too\n"
+    with pytest.raises(ValueError, match="half-written"):
+        serialization.atomic_write(path, lambda f: (f.write("partial"), _raise("half-written")), mode="w")
+    assert path.read_text() == "text mode too\n"
+
+
+def _raise(message: str) -> None:
+    raise ValueError(message)
