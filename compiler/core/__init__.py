@@ -19,6 +19,7 @@ from xdsl.ir import Attribute
 from backends.reference.kernels import KERNELS, ResultSpec
 from backends.reference.quant_kernels import conform
 from dialects.dtypes import DTypeError, numpy_dtype, tensor_type
+from dialects.errors import XmgeError
 from dialects.tensor import MgbOp, ShapeInferenceError, to_attr
 
 if TYPE_CHECKING:
@@ -29,10 +30,6 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 _PACKAGE_ROOTS = tuple(
     os.path.join(_REPO_ROOT, d) + os.sep for d in ("compiler", "dialects", "backends", "passes")
 )
-
-
-class XmgeError(Exception):
-    """Base class of the errors xmge reports to users."""
 
 
 class OpError(XmgeError, ValueError):
