@@ -31,7 +31,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 demo: $(BENCH_STAMP) toolchains
-	$(PY) -m compiler.demo
+	$(PY) -m compiler.driver.demo
 
 # -rs: every skip prints its reason (machine-dependent: AVX-512 ids, the ARM toolchain)
 test: $(STAMP) toolchains

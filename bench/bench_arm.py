@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from backends.c.cross import count_instructions, defined_functions, toolchain_problem  # noqa: E402
-from compiler.compile import CompiledModel, compile  # noqa: E402
+from compiler.driver.compile import CompiledModel, compile  # noqa: E402
 
 
 def models() -> dict[str, tuple[Any, tuple[int, ...]]]:

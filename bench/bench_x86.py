@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from xdsl.dialects.builtin import ModuleOp, TensorType  # noqa: E402
 
 from backends.onnx.export import to_onnx  # noqa: E402
-from compiler.compile import benchmark, compile  # noqa: E402
+from compiler.driver.compile import benchmark, compile  # noqa: E402
 from dialects import enums  # noqa: E402
 from dialects import tensor as T  # noqa: E402
 
@@ -148,8 +148,8 @@ def interleaved(runners: dict[str, Any], iters: int, rounds: int = 3) -> dict[st
 
 
 def main() -> None:  # noqa: C901 - one report
-    from compiler.compile import inference_clean, profile
-    from compiler.targets import parse_target, runs_here
+    from compiler.driver.compile import inference_clean, profile
+    from compiler.driver.targets import parse_target, runs_here
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,shufflenet_v2")

@@ -5,8 +5,8 @@
 """
 
 from compiler import autodiff, functional, hub, jit, module, optimizer, random
-from compiler.compile import compile  # noqa: A004 - the issue's xm.compile(...)
 from compiler.core import OpError, XmgeError
+from compiler.driver.compile import compile  # noqa: A004 - the issue's xm.compile(...)
 from compiler.serialization import load, save
 from compiler.tensor import Parameter, Tensor, tensor
 

@@ -15,7 +15,7 @@ Two faces over one engine:
 
 Graphs run on the reference interpreter unless compiled: ``Network(path, target="x86-avx2-nchw88")``
 or ``net.compile("x86-avx512", threads=2)`` runs ``forward()`` on native kernels
-(:func:`compiler.compile.compile`). Files written with ``append=True`` hold several graphs; like
+(:func:`compiler.driver.compile.compile`). Files written with ``append=True`` hold several graphs; like
 MegEngine, the first one is used unless ``graph=`` picks another.
 
 Input shapes may change between runs, as in MegEngine: the reader folds every shape computation
@@ -117,7 +117,7 @@ class _Variant:
     """The graph for one input-shape signature and, once compiled, its native code."""
 
     fn: func.FuncOp
-    compiled: Any = None  # compiler.compile.CompiledModel
+    compiled: Any = None  # compiler.driver.compile.CompiledModel
 
 
 class Network:
@@ -132,7 +132,7 @@ class Network:
         threads: int = 1,
     ) -> None:
         self.module: ModuleOp | None = None
-        self._target: Any = None  # the resolved compiler.targets.Target once compile() ran
+        self._target: Any = None  # the resolved compiler.driver.targets.Target once compile() ran
         self._threads = threads
         self._inputs: dict[str, np.ndarray] = {}
         self._outputs: dict[str, np.ndarray] = {}
@@ -162,7 +162,7 @@ class Network:
         """Compile the graph for ``target`` (default: this machine's best); ``forward()`` then runs
         the generated kernels instead of the reference interpreter, compiling again for each new
         input-shape signature."""
-        from compiler.compile import compile
+        from compiler.driver.compile import compile
 
         fn = self._require()
         for v in self._variants.values():
@@ -202,7 +202,7 @@ class Network:
                 del self._variants[oldest]
         self._variants.move_to_end(shapes)
         if self._target is not None and variant.compiled is None:
-            from compiler.compile import compile
+            from compiler.driver.compile import compile
 
             logger.info("compiling %s for input shapes %s", self._target, shapes)
             variant.compiled = compile(ModuleOp([variant.fn.clone()]), self._target, threads=self._threads)

@@ -10,8 +10,8 @@ import pytest
 
 import compiler as xm
 from backends.reference import run_module
-from compiler.compile import CompiledModel, compile
-from compiler.targets import parse_target, runs_here
+from compiler.driver.compile import CompiledModel, compile
+from compiler.driver.targets import parse_target, runs_here
 
 X86_TARGETS = ["x86-avx2", "x86-avx512"]
 

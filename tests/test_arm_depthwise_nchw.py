@@ -12,7 +12,7 @@ import pytest
 
 from backends.c.cross import toolchain_problem
 from backends.reference import run_module
-from compiler.compile import EmulationWarning
+from compiler.driver.compile import EmulationWarning
 from tests.codegen_util import compile_fn
 from tests.test_codegen_conv import _conv_model
 

@@ -20,7 +20,7 @@ import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.reference import run_module
 from compiler import dtype as D
-from compiler.compile import CompiledModel, EmulationWarning, compile
+from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
 
 _problem = toolchain_problem()

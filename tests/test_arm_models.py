@@ -27,8 +27,8 @@ import pytest
 
 from backends.c.cross import cross_cc, qemu, toolchain_problem
 from backends.reference import run_module
-from compiler.cli import main as xmge
-from compiler.compile import EmulationWarning, compile
+from compiler.driver.cli import main as xmge
+from compiler.driver.compile import EmulationWarning, compile
 from compiler.hub.convnet import ConvNet
 from compiler.hub.mini_resnet import MiniResNet
 from compiler.hub.mobilenet_v2 import mobilenet_v2

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.compile import compile
+from compiler.driver.compile import compile
 from tests.codegen_util import check, require
 from tests.test_codegen_conv import _conv_model
 
@@ -106,7 +106,7 @@ def test_avx512_target_keeps_plain_nchw() -> None:
 
 def test_float16_option_errors() -> None:
     require(TARGET)
-    from compiler.compile import CompileError
+    from compiler.driver.compile import CompileError
     from compiler.hub.convnet import ConvNet
 
     x = np.zeros((1, 1, 28, 28), np.float32)

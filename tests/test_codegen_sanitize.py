@@ -53,7 +53,7 @@ def test_sanitized_nchw88_kernels() -> None:
 
     require("x86-avx2-nchw88")
     fn, inputs = _conv_model(CASES[:10], np.random.default_rng(6))
-    from compiler.targets import parse_target, runs_here
+    from compiler.driver.targets import parse_target, runs_here
 
     targets = [("x86-avx2-nchw88", 1e-4), ("x86-avx2-nchw88+io16xc32", F16_TOL), ("x86-avx512-nchw88", 1e-4)]
     for target, tol in targets:
@@ -69,7 +69,7 @@ def test_sanitized_nchw88_kernels() -> None:
 def test_sanitized_winograd_kernels(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Winograd F(4, 3) and F(2, 3) (partial border tiles, padding 0 and 2, OC not a whole AVX-512
     panel, batch 2) under the sanitizers: tile blocks, padded copies and panels stay in bounds."""
-    from compiler.targets import parse_target, runs_here
+    from compiler.driver.targets import parse_target, runs_here
     from tests.test_codegen_conv import _conv_model
     from tests.test_codegen_winograd import CASES, _force_tile
 

@@ -1,4 +1,4 @@
-"""``compiler.compile`` end to end: targets, whole models against the reference (seed ConvNet, the
+"""``compiler.driver.compile`` end to end: targets, whole models against the reference (seed ConvNet, the
 mini ResNet, ResNet-18, MobileNetV2 and ShuffleNetV2 on small inputs for both x86 targets; ResNet-50
 and 224x224 inputs with ``-m slow``; a real MegEngine .mge file), saving, IR stages, the memory plan,
 ``xmge compile`` / ``xmge bench`` and ``compiler.lite.Network`` on compiled kernels."""
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from backends.reference import run_module
-from compiler.compile import CompileError, compile
+from compiler.driver.compile import CompileError, compile
+from compiler.driver.targets import TargetError, parse_target
 from compiler.hub.convnet import ConvNet
 from compiler.hub.resnet import resnet18
-from compiler.targets import TargetError, parse_target
 from tests.codegen_util import X86_TARGETS, require
 from tests.conftest import data_path
 
@@ -254,7 +254,7 @@ def test_resnet50(target: str) -> None:
 
 # -- command line and lite -------------------------------------------------------------------------
 def test_cli_compile_and_bench(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from compiler.cli import main
+    from compiler.driver.cli import main
 
     require("x86-avx2-nchw88")
     model = data_path("convnet", "plain.mge")

@@ -13,7 +13,7 @@ from xdsl.ir import Operation
 
 from backends.c.kernels import KERNELS
 from backends.targets import parse_target
-from compiler.compile import inference_clean, to_module
+from compiler.driver.compile import inference_clean, to_module
 from dialects import tensor as T
 from passes.lowering import KernelRegistry, KernelUnit, Lowered, LoweringError, LowerToKernelPass
 from passes.lowering.kernels import KernelRegistryError

@@ -21,8 +21,8 @@ import compiler.functional as F
 import compiler.lite
 import compiler.module as M
 from compiler import jit
+from compiler.driver.targets import host_target
 from compiler.hub.multi_io import MultiIO
-from compiler.targets import host_target
 from tests.conftest import data_path
 
 CONVNET = data_path("convnet", "plain.mge")  # written by MegEngine 1.13

@@ -94,7 +94,7 @@ def test_xmge_run_cli(case: str, variant: str, tmp_path: object) -> None:
     tmp = Path(str(tmp_path))
     z = np.load(data_path(case, "inputs.npz"))
     net = Network(data_path(case, f"{variant}.mge"))
-    args = [sys.executable, "-m", "compiler.cli", "run", data_path(case, f"{variant}.mge")]
+    args = [sys.executable, "-m", "compiler.driver.cli", "run", data_path(case, f"{variant}.mge")]
     for name in net.get_all_input_name():
         np.save(tmp / f"{name}.npy", z[name])
         args += ["--input", f"{name}={tmp / f'{name}.npy'}"]
@@ -111,7 +111,7 @@ def test_xmge_inspect_cli() -> None:
     import contextlib
     import io
 
-    from compiler.cli import main
+    from compiler.driver.cli import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -122,7 +122,7 @@ def test_xmge_inspect_cli() -> None:
 
 
 def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from compiler.cli import main
+    from compiler.driver.cli import main
 
     assert main(["run", data_path("convnet", "plain.mge")]) == 2
     assert "missing --input for ['data']" in capsys.readouterr().err

@@ -12,7 +12,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from backends.onnx.export import ONNX_EXPORTERS, to_onnx
 from backends.reference.interpreter import run_module
-from compiler.compile import inference_clean
+from compiler.driver.compile import inference_clean
 from dialects import tensor as T
 from tests.mge_helpers import inputs, traced
 

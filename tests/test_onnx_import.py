@@ -872,7 +872,7 @@ def test_missing_file_error(tmp_path: Any) -> None:
 
 
 def test_xmge_opt_reads_onnx(tmp_path: Any, capsys: Any) -> None:
-    from compiler.opt import main
+    from compiler.driver.opt import main
 
     path = tmp_path / "conv.onnx"
     data, _ = single("Conv", [X, f32(4, 3, 3, 3)], [False, True], pads=[1, 1, 1, 1])

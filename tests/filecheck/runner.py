@@ -1,4 +1,4 @@
-"""Runs the RUN lines of a FileCheck test in-process: ``xmge-opt`` through ``compiler.opt.main``
+"""Runs the RUN lines of a FileCheck test in-process: ``xmge-opt`` through ``compiler.driver.opt.main``
 and ``filecheck`` through its Python API, so a RUN line costs milliseconds instead of two process
 start-ups. Supports what our tests use: ``%s``/``%S``, pipes, ``not`` and ``2>&1``; anything else is
 an error (``lit -v tests/filecheck`` runs the same lines through real processes)."""
@@ -53,7 +53,7 @@ class Result:
 
 
 def _run_xmge_opt(args: list[str], stdin: str) -> Result:
-    from compiler.opt import main
+    from compiler.driver.opt import main
 
     out, err = io.StringIO(), io.StringIO()
     saved_stdin = sys.stdin

@@ -6,7 +6,7 @@ print the largest difference from the reference interpreter next to the latency 
 and of ONNX Runtime on the same graph and weights (skipped with a note when ``onnxruntime`` is not
 installed: ``pip install onnxruntime onnx``).
 
-    python -m compiler.demo [--size 224] [--target x86-avx2-nchw88] [--threads 1]
+    python -m compiler.driver.demo [--size 224] [--target x86-avx2-nchw88] [--threads 1]
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import numpy as np
 import compiler as xm
 from backends.reference import run_module
 from compiler import jit
-from compiler.compile import benchmark, compile, inference_clean
+from compiler.driver.compile import benchmark, compile, inference_clean
+from compiler.driver.targets import host_target
 from compiler.hub.convnet import ConvNet
 from compiler.hub.resnet import resnet18
-from compiler.targets import host_target
 
 
 def _randomise(net: Any, rng: np.random.Generator) -> None:

@@ -199,7 +199,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from compiler.compile import compile_file
+    from compiler.driver.compile import compile_file
 
     compiled = compile_file(args.model, args.target, args.output, threads=args.threads)
     print(f"compiled {args.model} for {compiled.target} into {args.output}")
@@ -212,7 +212,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import time
 
-    from compiler.compile import benchmark, compile, profile
+    from compiler.driver.compile import benchmark, compile, profile
     from dialects.dtypes import numpy_dtype
 
     t0 = time.perf_counter()

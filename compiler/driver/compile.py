@@ -1,4 +1,4 @@
-"""``compiler.compile``: a model to native code for a target, callable from Python.
+"""``compiler.driver.compile``: a model to native code for a target, callable from Python.
 
     compiled = xm.compile(net, target="x86-avx2", example_inputs=[x])    # a Module, with inputs
     compiled = xm.compile(traced_fn, target="x86-avx512")                 # a jit.trace already called
@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.passes import ModulePass
 
 from backends.c.cross import EmulationWarning
-from compiler.targets import Target, host_target, parse_target
+from compiler.driver.targets import Target, host_target, parse_target
 from passes.target import Backend
 
 
