@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -26,6 +25,7 @@ from xdsl.passes import ModulePass
 
 from backends.mge.oprs import BY_KIND, traced_kind
 from backends.mge.writer import LoweredGraph, Metadata, write_graph
+from compiler.serialization import atomic_write
 from dialects import tensor as T
 from passes.inference import InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
@@ -238,7 +238,7 @@ def _write_strip_info(
                 old_text = f.read()
         if append_json and old_text.strip():
             info = _merge_strip_info(json.loads(old_text), info)
-        _atomic_write(target, json.dumps(info).encode())
+        atomic_write(target, lambda f: f.write(json.dumps(info).encode()))
         return
     if append_json:
         target.seek(0)
@@ -248,22 +248,6 @@ def _write_strip_info(
     target.seek(0)
     target.truncate()
     target.write(json.dumps(info))
-
-
-def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write to a temporary file next to ``path`` and rename it over ``path``."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".xmge-dump-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _positional_count(names: Sequence[str]) -> int:
@@ -358,7 +342,7 @@ def dump(
         if append and os.path.exists(file):
             with open(file, "rb") as f:
                 data = f.read() + data
-        _atomic_write(file, data)
+        atomic_write(file, lambda f: f.write(data))
     else:
         file.write(res.data)
     if strip_info_file is not None:
