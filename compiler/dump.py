@@ -360,3 +360,19 @@ def dump(
 
 
 __all__ = ["dump", "DumpResult"]
+
+
+def dump_module(module: ModuleOp, *, dump_format: str | None = None, **kwargs: Any) -> bytes:
+    """A model that is already IR (read from ONNX or a ``.mge``) as ``.mge`` bytes, optimized with
+    ``optimize_for_inference`` keywords exactly as :func:`dump` optimizes a trace, metadata included
+    (``xmge convert``)."""
+    options = check_options(dict(kwargs))
+    work = run_passes(module, pipeline_for(**options))
+    fn = next(op for op in work.ops if isinstance(op, func.FuncOp))
+    meta = Metadata(
+        is_valid=True,
+        optimize_options=InferenceOptions.from_kwargs(options).metadata_word(),
+        user_info=pickle.dumps(None),
+    )
+    return write_graph(fn, dump_format=dump_format or "FBS_V2", metadata=meta).data
+

@@ -4,6 +4,10 @@
     xmge inspect MODEL.mge
     xmge compile MODEL.mge --target TARGET -o DIR [--threads N]
     xmge bench MODEL.mge [--target TARGET] [--threads N] [--iters N] [--profile]
+    xmge convert MODEL.onnx -o MODEL.mge [--format FBS_V2|FBS] [--enable-OPTION ...]
+
+``compile``, ``bench`` and ``convert`` also take ONNX models (``.onnx``), read by
+``backends.onnx.reader``.
 
 ``run`` feeds ``.npy`` (or ``.npz``: every array whose key is an input name) files, prints each
 output's name, shape, dtype and a checksum (sum and sum of absolute values, float64), and saves
@@ -238,6 +242,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    """mgeconvert's job: a model file (ONNX, or a .mge to rewrite) to a .mge that MegEngine loads,
+    optimized with MegEngine's ``optimize_for_inference`` options like ``trace.dump``."""
+    from compiler.driver.compile import read_model_file
+    from compiler.dump import dump_module
+    from compiler.serialization import atomic_write
+
+    module = read_model_file(args.model)
+    options = {f"enable_{name.replace('-', '_')}": True for name in args.enable or []}
+    data = dump_module(module, dump_format=args.format, **options)
+    atomic_write(args.output, lambda f: f.write(data))
+    print(f"converted {args.model} to {args.output} ({len(data)} bytes)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xmge", description="Run and inspect MegEngine .mge models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -269,6 +288,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--iters", type=int, default=20)
     bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
     bench.set_defaults(handler=cmd_bench)
+    conv = sub.add_parser("convert", help="convert an ONNX model (or rewrite a .mge) to a MegEngine .mge")
+    conv.add_argument("model")
+    conv.add_argument("-o", "--output", required=True, help="the .mge file to write")
+    conv.add_argument("--format", default="FBS_V2", choices=("FBS_V2", "FBS"), help="FlatBuffers v2 or v1")
+    conv.add_argument(
+        "--enable",
+        action="append",
+        metavar="OPTION",
+        help="an optimize_for_inference option without its enable_ prefix (repeatable), e.g. "
+        "fuse-conv-bias-nonlinearity, nchw88, io16xc32",
+    )
+    conv.set_defaults(handler=cmd_convert)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

@@ -43,9 +43,22 @@ class CompileError(ValueError):
 # Front ends: anything compile() accepts -> a tensor-dialect module
 
 
+def read_model_file(path: str | os.PathLike[str]) -> ModuleOp:
+    """The ``mgb`` module of a model file: ONNX for a ``.onnx`` name (``backends.onnx.reader``, needs
+    the ``onnx`` package), a MegEngine ``.mge`` graph otherwise."""
+    if os.fspath(path).lower().endswith(".onnx"):
+        from backends.onnx.reader import read_onnx
+
+        return read_onnx(os.fspath(path))
+    from backends.mge.reader import read_mge
+
+    with open(path, "rb") as f:
+        return read_mge(f.read())
+
+
 def to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> ModuleOp:
     """The ``mgb`` module of a traced function, a Module or function (traced on ``example_inputs``),
-    a ``.mge`` path or its bytes, or a ``ModuleOp``."""
+    a ``.mge`` or ``.onnx`` path, ``.mge`` bytes, or a ``ModuleOp``."""
     from compiler.jit import trace
     from compiler.module.module import Module
     from compiler.tensor import Tensor
@@ -57,10 +70,7 @@ def to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> Module
 
         return read_mge(bytes(model))
     if isinstance(model, str | os.PathLike):
-        from backends.mge.reader import read_mge
-
-        with open(model, "rb") as f:
-            return read_mge(f.read())
+        return read_model_file(model)
     if isinstance(model, trace):
         if example_inputs is not None:
             model(*[x if isinstance(x, Tensor) else Tensor(np.asarray(x)) for x in example_inputs])
