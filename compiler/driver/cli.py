@@ -303,6 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
+    except BrokenPipeError:
+        from compiler.driver.opt import exit_quietly_on_broken_pipe
+
+        exit_quietly_on_broken_pipe()
+        return 1
     except (ValueError, OSError, KeyError) as exc:
         print(f"xmge {args.command}: error: {exc}", file=sys.stderr)
         return 2
