@@ -281,7 +281,36 @@ def dump(
     model_version: int = 2,
     **kwargs: Any,
 ) -> DumpResult:
-    """Serialise the last trace of ``tr`` to ``file`` as MegEngine would (see ``trace.dump``)."""
+    """Serializes the last trace to ``file`` as a MegEngine ``.mge`` graph (MegEngine 1.13's
+    ``trace.dump``; the trace must be made with ``capture_as_const=True``).
+
+    :param file: a path (written atomically) or a binary file object.
+    :param arg_names: names of the graph's inputs, in positional order (default ``arg_0, ...``).
+    :param output_names: names of the outputs (not for a function returning a dict).
+    :param append: append the graph to an existing file (a multi-graph file; readers take graph 0).
+    :param keep_var_name: 0 drops every var name, 1 keeps the inputs' and outputs', 2 keeps all.
+    :param keep_opr_name: keep operator names.
+    :param keep_param_name: keep parameter names (no visible effect on traced constants).
+    :param keep_opr_priority: keep operator priorities.
+    :param no_change_graph: serialize the graph as traced (no name de-duplication fix-ups).
+    :param strip_info_file: where to write the strip-info JSON (operators, dtypes, hash).
+    :param append_json: merge into an existing strip-info file instead of replacing it.
+    :param optimize_for_inference: run MegEngine's inference optimizations (default True); the
+        ``enable_*`` keywords below pick options and are ignored without it.
+    :param user_info: any picklable object stored in the metadata.
+    :param enable_metadata: store metadata (optimize options, user info).
+    :param dump_format: ``"FBS_V2"`` (default) or ``"FBS"`` (the older FlatBuffers v1 format).
+    :param model_version: FBS v2 model version (2).
+    :param kwargs: ``optimize_for_inference`` options: ``enable_io16xc32``, ``enable_ioc16``,
+        ``enable_hwcd4``, ``enable_nchw4``, ``enable_nchw88``, ``enable_nchw44``,
+        ``enable_nchw44_dot``, ``enable_nchw32``, ``enable_chwn4``, ``enable_nchw64``,
+        ``enable_fuse_conv_bias_nonlinearity``, ``enable_fuse_conv_bias_with_z``,
+        ``enable_fuse_grain`` (see ``passes.inference.options``); MegEngine's test-case options
+        (``input_data``, ``repeat``, ``silent``, ``no_assert``, ``maxerr``, ``resize_input``,
+        ``input_transform``) are accepted, and ``input_data`` is refused by name.
+    :return: a ``DumpResult``: operator count, bytes, weight bytes, content hash, input and output
+        names.
+    """
     if not getattr(tr, "capture_as_const", False):
         raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
     if getattr(tr, "_last", None) is None:
@@ -291,6 +320,13 @@ def dump(
     options = check_options(dict(kwargs))
     module, rebuild = tr._last
     fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    training = fn.attributes.get("xmge.training_only")
+    if isinstance(training, ArrayAttr):
+        ran = "; ".join(a.data for a in training.data if isinstance(a, StringAttr))
+        raise ValueError(
+            f"cannot dump {tr.__name__}: the trace ran training-only computations ({ran}); call "
+            "module.eval() before tracing to dump an inference graph"
+        )
     n_out = len(fn.function_type.outputs.data)
     sample = rebuild(list(range(n_out)))
     if isinstance(sample, dict):

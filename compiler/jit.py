@@ -10,6 +10,7 @@ reference interpreter.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
+import compiler.dump as dump_module
 from compiler.core import XmgeError, pop_recorder, push_recorder, tensor_type_of
 from compiler.module.module import Module, current_scope
 from compiler.tensor import Tensor
@@ -29,6 +31,10 @@ from dialects.dtypes import element_type
 
 class TraceError(XmgeError, TypeError):
     """A function cannot be traced as written (e.g. it returns something that is not a Tensor)."""
+
+
+TRAINING_ONLY_ATTR = "xmge.training_only"
+"""On a traced ``func.func``: the training-only computations the trace ran (``dump`` refuses it)."""
 
 
 class Trace:
@@ -44,6 +50,11 @@ class Trace:
         for t, arg, name in zip(inputs, self.block.args, input_names, strict=True):
             self._bind(t, arg)
             arg.name_hint = _name_hint(name)
+        self.training_only: list[str] = []  # "what (scope)" of each training-only computation
+
+    def note_training_only(self, what: str) -> None:
+        scope = current_scope()
+        self.training_only.append(f"{what} in {scope}" if scope else what)
 
     def _bind(self, t: Tensor, value: SSAValue) -> None:
         self.values[id(t)] = value
@@ -88,6 +99,8 @@ class Trace:
         fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in self.input_names])
         if output_names is not None:
             fn.attributes["output_names"] = ArrayAttr([StringAttr(n) for n in output_names])
+        if self.training_only:
+            fn.attributes[TRAINING_ONLY_ATTR] = ArrayAttr([StringAttr(w) for w in self.training_only])
         module = ModuleOp([fn])
         module.verify()
         return module
@@ -245,10 +258,16 @@ class trace:  # noqa: N801 - MegEngine's name
             return str(self.module)
 
     def dump(self, file: Any, **kwargs: Any) -> Any:
-        """MegEngine's ``trace.dump``: write the last trace as a ``.mge`` file (see compiler.dump)."""
-        from compiler.dump import dump
+        return dump_module.dump(self, file, **kwargs)
 
-        return dump(self, file, **kwargs)
+    # help(trace.dump) shows MegEngine's parameters: the signature and text of the one definition
+    dump.__doc__ = dump_module.dump.__doc__
+    dump.__signature__ = inspect.signature(dump_module.dump).replace(  # type: ignore[attr-defined]
+        parameters=[
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *list(inspect.signature(dump_module.dump).parameters.values())[1:],
+        ]
+    )
 
 
 def is_tracing() -> bool:

@@ -58,3 +58,28 @@ def test_dump_into_a_missing_directory_names_the_users_path(traced: jit.trace, t
         traced.dump(str(out))
     assert str(out) in str(info.value)
     assert ".tmp" not in str(info.value)
+
+
+def test_dump_refuses_batch_norm_in_training_mode(tmp_path: Path) -> None:
+    import compiler.module as M
+
+    net = M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4))  # still in training mode
+    fn = jit.trace(lambda x: net(x), symbolic=True, capture_as_const=True)
+    fn(xm.tensor(np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)))
+    with pytest.raises(ValueError, match=r"training mode.*eval\(\)"):
+        fn.dump(str(tmp_path / "train.mge"))
+    assert not (tmp_path / "train.mge").exists()
+    net.eval()
+    fn = jit.trace(lambda x: net(x), symbolic=True, capture_as_const=True)
+    fn(xm.tensor(np.ones((2, 3, 6, 6), np.float32)))
+    fn.dump(str(tmp_path / "eval.mge"))  # the same net in inference mode dumps
+
+
+def test_help_shows_megengines_dump_parameters() -> None:
+    import inspect
+
+    params = inspect.signature(jit.trace.dump).parameters
+    for name in ("file", "arg_names", "output_names", "append", "keep_var_name", "keep_opr_name",
+                 "strip_info_file", "optimize_for_inference", "user_info", "dump_format"):  # fmt: skip
+        assert name in params, name
+    assert "enable_nchw44" in (jit.trace.dump.__doc__ or "")

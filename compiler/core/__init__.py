@@ -88,6 +88,15 @@ def active_recorders() -> tuple[Recorder, ...]:
     return tuple(_recorders)
 
 
+def note_training_only(what: str) -> None:
+    """Tell the active recorders that a training-only computation ran (batch statistics of a
+    BatchNorm in training mode): a trace records it so that ``dump`` can refuse the graph."""
+    for recorder in _recorders:
+        note = getattr(recorder, "note_training_only", None)
+        if note is not None:
+            note(what)
+
+
 def tensor_type_of(t: Tensor) -> TensorType:
     return tensor_type(t.shape, t.dtype)
 

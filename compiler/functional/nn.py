@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, op_error
+from compiler.core import apply, note_training_only, op_error
 from compiler.functional.elemwise import (
     _elemwise,
     exp,
@@ -517,6 +517,7 @@ def batch_norm(
         rm, rv = param(running_mean, 0.0, "running_mean"), param(running_var, 1.0, "running_var")
         (out,) = apply(T.BatchNormOp, [inp, w, b, rm, rv], label="batch_norm", epsilon=float(eps))
         return out
+    note_training_only("batch_norm in training mode (batch statistics)")
     axes = [0, *range(2, inp.ndim)]
     batch_mean = mean(inp, axes, keepdims=True)
     centered = inp - batch_mean
