@@ -178,14 +178,14 @@ class Tensor:
 
     # -- methods mapping to functional --------------------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
         return F.reshape(self, shape)
 
     def transpose(self, *pattern: Any) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         if len(pattern) == 1 and isinstance(pattern[0], tuple | list):
             pattern = tuple(pattern[0])
@@ -198,37 +198,37 @@ class Tensor:
         return self.transpose()
 
     def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.flatten(self, start_axis, end_axis)
 
     def astype(self, dtype: Any) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.astype(self, dtype)
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.sum(self, axis, keepdims)
 
     def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.mean(self, axis, keepdims)
 
     def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.max(self, axis, keepdims)
 
     def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.min(self, axis, keepdims)
 
     def prod(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.prod(self, axis, keepdims)
 
@@ -301,7 +301,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def _logical(self, other: Any, fn: str, reverse: bool = False) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         a, b = (other, self) if reverse else (self, other)
         return getattr(F, fn)(a, b)
@@ -325,7 +325,7 @@ class Tensor:
         return self._logical(o, "logical_xor", True)
 
     def __invert__(self) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.logical_not(self)
 
@@ -338,17 +338,17 @@ class Tensor:
         return self
 
     def __abs__(self) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.abs(self)
 
     def __matmul__(self, o: Any) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.matmul(self, o)
 
     def __rmatmul__(self, o: Any) -> Tensor:
-        from compiler import functional as F
+        import compiler.functional as F
 
         return F.matmul(o, self)
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 import compiler as xm
+import compiler.jit as jit
 from backends.reference import run_module
-from compiler import jit
 from compiler.driver.compile import benchmark, compile, inference_clean
 from compiler.driver.targets import host_target
 from compiler.hub.convnet import ConvNet

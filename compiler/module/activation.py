@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler import functional as F
+import compiler.functional as F
 from compiler.module.layers import (
     GELU,
     Hsigmoid,

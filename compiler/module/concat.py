@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compiler import functional as F
+import compiler.functional as F
 from compiler.module.module import Module
 from compiler.tensor import Tensor
 

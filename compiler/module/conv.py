@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from compiler import functional as F
+import compiler.functional as F
 from compiler.core import op_error
 from compiler.module.layers import Conv2d, ConvTranspose2d, _uniform
 from compiler.module.module import Module

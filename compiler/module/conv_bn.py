@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compiler import functional as F
+import compiler.functional as F
 from compiler.module.layers import BatchNorm2d, Conv2d
 from compiler.module.module import Module
 from compiler.tensor import Tensor

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler import functional as F
+import compiler.functional as F
 from compiler.core import op_error, user_location
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler import functional as F
+import compiler.functional as F
 from compiler.core import op_error
 from compiler.module.layers import LayerNorm
 from compiler.module.module import Module

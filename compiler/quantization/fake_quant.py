@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler import functional as F
+import compiler.functional as F
 from compiler.module.module import Module
 from compiler.quantization.utils import QParams, QuantMode, _meta_of, fake_quant_tensor
 from compiler.tensor import Parameter, Tensor

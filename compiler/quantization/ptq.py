@@ -25,8 +25,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 
+import compiler.dtype as D
 import compiler.functional as F
-from compiler import dtype as D
 from compiler.core import apply
 from compiler.module.module import Module
 from compiler.quantization.graph import (
@@ -198,7 +198,7 @@ def _observer(observer: str | Observer, percentile: float) -> Observer:
 
 def trace_float(model: Module, example: Sequence[np.ndarray]) -> func.FuncOp:
     """The traced float function of ``model`` on example inputs (module in eval mode)."""
-    from compiler import jit
+    import compiler.jit as jit
 
     model.eval()
 

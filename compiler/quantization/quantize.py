@@ -21,7 +21,7 @@ from compiler.quantization.qconfig import QConfig, ema_fakequant_qconfig
 
 
 def _conversion_tables() -> tuple[dict[type, type], dict[type, type]]:
-    from compiler import module as Float
+    import compiler.module as Float
     from compiler.module import qat as QAT
     from compiler.module import quantized as Quantized
     from compiler.module.quantized.module import QuantizedModule

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler import dtype as D
+import compiler.dtype as D
 from compiler.tensor import Tensor, as_tensor
 
 
@@ -120,7 +120,7 @@ def get_quantized_dtype(qparams: QParams) -> np.dtype:
 
 def fake_quant_tensor(inp: Tensor, qparams: QParams) -> Tensor:
     """``(clip(round(x / scale) + zp, qmin, qmax) - zp) * scale`` in float32."""
-    from compiler import functional as F
+    import compiler.functional as F
 
     if qparams.scale is None:
         raise ValueError("fake_quant_tensor: the quantization parameters have no scale")

@@ -12,7 +12,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from compiler.traced_module import policy, pytree
+import compiler.traced_module.policy as policy
+import compiler.traced_module.pytree as pytree
 from compiler.traced_module.node import ModuleNode, Node
 
 if TYPE_CHECKING:

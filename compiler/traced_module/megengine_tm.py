@@ -23,10 +23,11 @@ import numpy as np
 
 import compiler.functional as F
 import compiler.module as M
+import compiler.traced_module.policy as policy
+import compiler.traced_module.pytree as pytree
 from compiler.module.module import Module
 from compiler.serialization import UnsafePickleError, _RestrictedFinder
 from compiler.tensor import Parameter, Tensor
-from compiler.traced_module import policy, pytree
 from compiler.traced_module.expr import CallFunction, CallMethod, Constant, Expr, GetAttr, Input
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError

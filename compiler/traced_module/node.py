@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compiler.traced_module import policy
+import compiler.traced_module.policy as policy
 
 if TYPE_CHECKING:
     from compiler.traced_module.expr import Expr

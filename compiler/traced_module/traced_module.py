@@ -37,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
+import compiler.traced_module.policy as policy
+import compiler.traced_module.pytree as pytree
 from compiler.core import pop_recorder, push_recorder
 from compiler.module.module import Module
 from compiler.tensor import Tensor
-from compiler.traced_module import policy, pytree
 from compiler.traced_module.expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input
 from compiler.traced_module.filters import ExprFilter, NodeFilter
 from compiler.traced_module.node import ModuleNode, Node, TensorNode

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from compiler import functional as F
-from compiler.module import concat as _concat
-from compiler.module import conv_bn as _conv_bn
-from compiler.module import elemwise as _elemwise
-from compiler.module import layers as _layers
-from compiler.module import quant_dequant as _quant_dequant
+import compiler.functional as F
+import compiler.module.concat as _concat
+import compiler.module.conv_bn as _conv_bn
+import compiler.module.elemwise as _elemwise
+import compiler.module.layers as _layers
+import compiler.module.quant_dequant as _quant_dequant
 from compiler.module.module import Module
 from compiler.module.qat.module import QATModule
 from compiler.tensor import Tensor

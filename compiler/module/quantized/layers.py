@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from compiler import dtype as D
-from compiler import functional as F
+import compiler.dtype as D
+import compiler.functional as F
 from compiler.core import op_error
 from compiler.module.module import Module
 from compiler.module.quantized.module import QuantizedModule
