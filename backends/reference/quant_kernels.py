@@ -68,6 +68,11 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5))
 
 
+def _mul32(a: Any, b: Any) -> np.ndarray:
+    """A float32 product (one rounding, as a SIMD ``mul_ps``)."""
+    return np.multiply(a, b, dtype=np.float32)
+
+
 def round_x86(y: np.ndarray) -> np.ndarray:
     """MegEngine's SIMD rounding on x86 (``QConverter::convert``): ``trunc(y + copysign(0.5, y))``
     with the addition in float32 (``y >= 0`` picks +0.5, so -0.0 and NaN take the signs the
@@ -132,7 +137,7 @@ def from_accumulator(acc: np.ndarray, acc_scale: float, spec: ResultSpec) -> np.
         if out_q.kind.data == "qint32" and np.float32(out_q.scale_value) == np.float32(acc_scale):
             return _saturate_int32(acc).view(spec.dtype)
         ratio = np.float32(np.float32(acc_scale) / np.float32(out_q.scale_value))
-        return scaled_to(np.multiply(_saturate_int32(acc).astype(np.float32), ratio, dtype=np.float32), spec.dtype)
+        return scaled_to(_mul32(_saturate_int32(acc).astype(np.float32), ratio), spec.dtype)
     if spec.dtype.kind == "f":
         return (acc.astype(np.float32) * np.float32(acc_scale)).astype(spec.dtype)
     return _saturate_int32(acc).astype(spec.dtype)
@@ -158,7 +163,7 @@ def hswish_x86(x: np.ndarray) -> np.ndarray:
     """MegEngine's SIMD ``HSwishOp`` on float32: ``x * clamp(x + 3, 0, 6) * (1.0f / 6)``."""
     x = np.asarray(x, np.float32)
     relu6 = np.maximum(np.minimum(np.add(x, np.float32(3), dtype=np.float32), np.float32(6)), np.float32(0))
-    return np.multiply(np.multiply(x, relu6, dtype=np.float32), np.float32(1.0) / np.float32(6), dtype=np.float32)
+    return _mul32(_mul32(x, relu6), np.float32(1.0) / np.float32(6))
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -223,7 +228,7 @@ def _post_process(
         y = np.add(y, dequantize(bias), dtype=np.float32)
     if mode != enums.NonlineMode.IDENTITY:
         y = QUANTIZED_NONLINEARITY[mode](y)
-    return scaled_to(np.broadcast_to(np.multiply(y, inverse_scale(spec.dtype), dtype=np.float32), spec.shape), spec.dtype)
+    return scaled_to(np.broadcast_to(_mul32(y, inverse_scale(spec.dtype)), spec.shape), spec.dtype)
 
 
 def matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
