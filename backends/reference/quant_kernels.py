@@ -4,25 +4,30 @@ Quantized values travel as their storage arrays whose numpy dtype carries the pa
 MegEngine's metadata (``dialects.dtypes.quantized_numpy_dtype``); a value ``q`` of a dtype with scale
 ``s`` and zero point ``zp`` stands for the real number ``(q - zp) * s``.
 
-* **quantize** (float32 → quantized) is megdnn's ``DTypeParam::quantize``:
-  ``clamp(roundf(x * (1.0f / s)) + zp, qmin, qmax)`` in float32, rounding half away from zero.
+MegEngine runs these ops on x86 with its SIMD kernels (``dnn/src/x86``: ``QConverter``,
+``BinaryQuantizationOp``, ``TypeCvtOp``, the conv-bias ``PostProcess``); the reference repeats their
+float32 arithmetic step by step so that its int8 results are bit-exact with MegEngine's:
+
+* **rounding** to an integer is ``trunc(y + copysign(0.5, y))`` in float32 (``round_x86``): half away
+  from zero, except where the float32 addition itself carries ``y`` to the next integer.
+* **quantize** (float32 → quantized, TypeCvt) is ``clamp(round_x86(x * (1.0f / s)) + zp)``: a
+  multiplication by the reciprocal, not megdnn's naive ``x / s``.
 * **dequantize** is ``(q - zp) * s`` in float32.
-* **TypeCvt** between two quantized dtypes is ``quantize(dequantize(q))``.
-* **Convolution / ConvBias / MatrixMul** accumulate ``(src - zp) * (filter - zp)`` exactly in int32:
-  the accumulator has scale ``s_src * s_filter`` (MegEngine's default output dtype
-  ``QuantizedS32(s_src * s_filter)``). A ConvBias bias (normally ``QuantizedS32`` with that same
-  scale) and ``z`` are brought to the accumulator's scale (exactly when the scales agree, else by
-  rounding), the nonlinearity is applied (RELU in the integer domain, others on dequantized
-  values) and the result is requantized to the result dtype: ``quantize(float32(acc) * s_acc)``.
-* **Elemwise / ElemwiseMultiType Q-modes** dequantize every quantized input to float32, apply the
-  float operation (``kernels.ELEMWISE``) and quantize to the result dtype (MegEngine's
-  ``ElemwiseMultiType`` QADD, QFUSE_ADD_RELU, QMUL, ... do exactly this).
+* **TypeCvt** between two quantized dtypes multiplies once by ``s_src / s_dst`` (float32).
+* **Convolution / ConvBias / MatrixMul** accumulate ``(src - zp) * (filter - zp)`` exactly in int32
+  (scale ``s_src * s_filter``, MegEngine's default ``QuantizedS32`` output). A quantized result is
+  the conv-bias post-process: ``y = op(float(acc) * s_acc, float(bias) * s_bias) * (1.0f / s_dst)``
+  with ``op`` = ADD, FUSE_ADD_RELU or FUSE_ADD_H_SWISH (the bias and the accumulator are scaled
+  separately, then added in float32), without a bias ``round_x86(float(acc) * (s_acc / s_dst))``
+  (TypeCvt) or ``relu``/``h_swish`` of ``float(acc) * s_acc`` times ``1.0f / s_dst``.
+* **Elemwise / ElemwiseMultiType Q-modes** compute ``op(q0 * s0, q1 * s1) * (1.0f / s_dst)`` in
+  float32 and round (MegEngine's QADD, QFUSE_ADD_RELU, QMUL, QH_SWISH, ...).
 * **Pooling**: MAX compares stored values; AVERAGE divides the integer window sum by the count
   rounding half away from zero (megdnn's ``MeanIncludeRoundedPooler``). A result dtype whose
   parameters differ from the input's is reached by requantization.
 
-MegEngine's optimized x86 kernels may round ties differently (e.g. half to even in SIMD
-requantization), so independent results agree with MegEngine's to within one quantization step.
+The generated C kernels (``backends/c``) round with ``roundf`` after one float multiplication, so they
+can differ from this reference by one step on rare ties (tests/test_int8_rounding.py).
 """
 
 from __future__ import annotations
@@ -63,14 +68,46 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, np.floor(x + 0.5), np.ceil(x - 0.5))
 
 
-def quantize(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """float → quantized ``dtype``: ``clamp(roundf(x * (1/s)) + zp, qmin, qmax)`` in float32."""
+def _mul32(a: Any, b: Any) -> np.ndarray:
+    """A float32 product (one rounding, as a SIMD ``mul_ps``)."""
+    return np.multiply(a, b, dtype=np.float32)
+
+
+def round_x86(y: np.ndarray) -> np.ndarray:
+    """MegEngine's SIMD rounding on x86 (``QConverter::convert``): ``trunc(y + copysign(0.5, y))``
+    with the addition in float32 (``y >= 0`` picks +0.5, so -0.0 and NaN take the signs the
+    ``_mm_cmpge_ps`` mask gives them)."""
+    y = np.asarray(y, np.float32)
+    half = np.where(y >= 0, np.float32(0.5), np.float32(-0.5))
+    with np.errstate(invalid="ignore"):
+        return np.trunc(np.add(y, half, dtype=np.float32))
+
+
+def saturate(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Rounded values plus the zero point, clamped to ``dtype``'s range, stored as ``dtype``."""
     q = qtype(dtype)
     assert q is not None
-    inv = np.float32(1.0) / np.float32(q.scale_value)
-    v = round_half_away(np.asarray(x, np.float32) * inv).astype(np.float64) + q.zero_point_value
     lo, hi = q.qrange
+    with np.errstate(invalid="ignore"):
+        v = np.nan_to_num(np.asarray(v, np.float64) + q.zero_point_value, nan=0.0)
     return np.clip(v, lo, hi).astype(q.storage).view(dtype)
+
+
+def scaled_to(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A float32 value already divided by the result's scale, rounded and saturated to ``dtype``."""
+    return saturate(round_x86(y), dtype)
+
+
+def inverse_scale(dtype: np.dtype) -> np.float32:
+    """``1.0f / s`` of a quantized dtype, as MegEngine's kernels compute it once per op."""
+    q = qtype(dtype)
+    assert q is not None
+    return np.float32(1.0) / np.float32(q.scale_value)
+
+
+def quantize(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float → quantized ``dtype``: ``clamp(round_x86(x * (1.0f / s)) + zp)`` in float32."""
+    return scaled_to(np.multiply(np.asarray(x, np.float32), inverse_scale(dtype), dtype=np.float32), dtype)
 
 
 def dequantize(a: np.ndarray) -> np.ndarray:
@@ -93,12 +130,14 @@ def _saturate_int32(v: np.ndarray) -> np.ndarray:
 
 
 def from_accumulator(acc: np.ndarray, acc_scale: float, spec: ResultSpec) -> np.ndarray:
-    """An int32 accumulator of scale ``acc_scale`` as a value of the result dtype."""
+    """An int32 accumulator of scale ``acc_scale`` as a value of the result dtype (MegEngine's
+    QuantizedS32 → QuantizedS8 TypeCvt: one float32 multiplication by ``s_acc / s_dst``)."""
     out_q = qtype(spec.dtype)
     if out_q is not None:
         if out_q.kind.data == "qint32" and np.float32(out_q.scale_value) == np.float32(acc_scale):
             return _saturate_int32(acc).view(spec.dtype)
-        return quantize(acc.astype(np.float32) * np.float32(acc_scale), spec.dtype)
+        ratio = np.float32(np.float32(acc_scale) / np.float32(out_q.scale_value))
+        return scaled_to(_mul32(_saturate_int32(acc).astype(np.float32), ratio), spec.dtype)
     if spec.dtype.kind == "f":
         return (acc.astype(np.float32) * np.float32(acc_scale)).astype(spec.dtype)
     return _saturate_int32(acc).astype(spec.dtype)
@@ -120,6 +159,29 @@ def _acc_scale(x: np.ndarray, w: np.ndarray, what: str) -> float:
 # Convolution, matrix multiplication
 
 
+def hswish_x86(x: np.ndarray) -> np.ndarray:
+    """MegEngine's SIMD ``HSwishOp`` on float32: ``x * clamp(x + 3, 0, 6) * (1.0f / 6)``."""
+    x = np.asarray(x, np.float32)
+    relu6 = np.maximum(np.minimum(np.add(x, np.float32(3), dtype=np.float32), np.float32(6)), np.float32(0))
+    return _mul32(_mul32(x, relu6), np.float32(1.0) / np.float32(6))
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.float32(0))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return K.NONLINEARITY[enums.NonlineMode.SIGMOID](x).astype(np.float32)
+
+
+# the float32 nonlinearities of MegEngine's quantized kernels
+QUANTIZED_NONLINEARITY: dict[Any, Any] = {
+    enums.NonlineMode.RELU: _relu,
+    enums.NonlineMode.H_SWISH: hswish_x86,
+    enums.NonlineMode.SIGMOID: _sigmoid,
+}
+
+
 def _conv_acc(x: np.ndarray, w: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     # float64 holds every int8 x int8 sum exactly (|acc| < 2**53) and runs on BLAS
     acc = K.conv2d_nchw(integers(x), integers(w), **K._conv_kwargs(p), acc_dtype=np.dtype(np.float64))
@@ -136,15 +198,37 @@ def conv_bias(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: An
     x, w, *rest = args
     scale = _acc_scale(x, w, "mgb.conv_bias")
     acc = _conv_acc(x, w, p)
-    for extra in rest:
-        acc = acc + _to_acc_scale(extra, scale)
+    bias = rest[0] if rest else None
+    for z in rest[1:]:  # z joins the accumulator (MegEngine's x86 kernels have no z: naive path)
+        acc = acc + _to_acc_scale(z, scale)
     mode = p["nonline_mode"]
+    out_q = qtype(results[0].dtype)
+    if out_q is not None and out_q.kind.data != "qint32":
+        return [_post_process(acc, scale, bias, mode, results[0])]
+    if bias is not None:
+        acc = acc + _to_acc_scale(bias, scale)
     if mode == enums.NonlineMode.IDENTITY:
         return [from_accumulator(acc, scale, results[0])]
     if mode == enums.NonlineMode.RELU:
         return [from_accumulator(np.maximum(acc, 0), scale, results[0])]
-    y = K.NONLINEARITY[mode](acc.astype(np.float32) * np.float32(scale))
+    y = QUANTIZED_NONLINEARITY[mode](acc.astype(np.float32) * np.float32(scale))
     return [_from_float(y, results[0])]
+
+
+def _post_process(
+    acc: np.ndarray, acc_scale: float, bias: np.ndarray | None, mode: Any, spec: ResultSpec
+) -> np.ndarray:
+    """MegEngine's x86 conv-bias ``PostProcess`` to an 8-bit result: the accumulator and the bias
+    are each scaled to float32 and added (``AddOp`` / ``FuseAddReluOp`` / ``FuseAddHSwishOp`` of
+    ``BinaryQuantizationOp<qint32, qint8>``), then multiplied by ``1.0f / s_dst`` and rounded."""
+    if bias is None and mode == enums.NonlineMode.IDENTITY:
+        return from_accumulator(acc, acc_scale, spec)  # the TypeCvt QuantizedS32 -> QuantizedS8
+    y = np.multiply(_saturate_int32(acc).astype(np.float32), np.float32(acc_scale), dtype=np.float32)
+    if bias is not None:
+        y = np.add(y, dequantize(bias), dtype=np.float32)
+    if mode != enums.NonlineMode.IDENTITY:
+        y = QUANTIZED_NONLINEARITY[mode](y)
+    return scaled_to(np.broadcast_to(_mul32(y, inverse_scale(spec.dtype)), spec.shape), spec.dtype)
 
 
 def matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
@@ -177,8 +261,24 @@ def elemwise_float(fn: Any, args: Sequence[np.ndarray], spec: ResultSpec) -> np.
     return _from_float(y, spec)
 
 
+def _fuse_add_hswish(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return hswish_x86(np.add(a, b, dtype=np.float32))
+
+
+# float operations whose MegEngine SIMD form rounds differently from kernels.ELEMWISE's
+QUANTIZED_ELEMWISE: dict[Any, Any] = {
+    enums.ElemwiseMode.H_SWISH: hswish_x86,
+    enums.ElemwiseMode.FUSE_ADD_H_SWISH: _fuse_add_hswish,
+}
+
+
+def float_op(mode: Any) -> Any:
+    """The float32 operation a quantized elementwise ``mode`` applies between scalings."""
+    return QUANTIZED_ELEMWISE.get(mode) or K.ELEMWISE.get(mode)
+
+
 def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any) -> list[np.ndarray]:
-    fn = K.ELEMWISE.get(mode)
+    fn = float_op(mode)
     if fn is None:
         raise NotImplementedError(f"mgb.elemwise: mode {mode.name} has no reference kernel")
     return [elemwise_float(fn, args, results[0])]
@@ -186,7 +286,11 @@ def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode:
 
 def typecvt(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
     (x,), (spec,) = args, results
-    if qtype(spec.dtype) is not None:
+    q_in, q_out = qtype(x.dtype), qtype(spec.dtype)
+    if q_in is not None and q_out is not None:  # x86 TypeCvtOp: one multiplication by s_src / s_dst
+        ratio = np.float32(np.float32(q_in.scale_value) / np.float32(q_out.scale_value))
+        return [scaled_to(np.multiply(integers(x).astype(np.float32), ratio, dtype=np.float32), spec.dtype)]
+    if q_out is not None:
         return [quantize(dequantize(x), spec.dtype)]
     return [dequantize(x).astype(spec.dtype)]
 
@@ -270,7 +374,7 @@ def elemwise_multi_type(
 ) -> list[np.ndarray]:
     spec = results[0]
     if mode in Q_MODES:
-        return [elemwise_float(K.ELEMWISE[Q_MODES[mode]], args, spec)]
+        return [elemwise_float(float_op(Q_MODES[mode]), args, spec)]
     if mode in _BOOL_MODES:
         with np.errstate(invalid="ignore"):
             y = K.ELEMWISE[_BOOL_MODES[mode]](*args)

@@ -14,8 +14,10 @@ inner result has no other reader.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from xdsl.context import Context
@@ -32,6 +34,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from dialects import tensor as T
+from dialects.layout import Layout
 from passes.inference.common import (
     E,
     const_value,
@@ -39,9 +42,11 @@ from passes.inference.common import (
     elemwise,
     insert_const,
     is_float_value,
+    layout_of,
     mode_of,
     only_user,
     replace_keeping_names,
+    shape,
     single_use,
 )
 
@@ -159,6 +164,9 @@ class GroupAddConstants(RewritePattern):
             return  # all constants: param-fuse's job
         if len(consts) == 1 and op.inputs[1] is consts[0]:
             return  # already (non-constant sum) + constant
+        layout = _constants_layout(consts)
+        if layout is False:
+            return
         total = np.zeros((), np.float32)
         for c in consts:
             total = total + np.asarray(const_value(c), np.float32)
@@ -166,8 +174,22 @@ class GroupAddConstants(RewritePattern):
         for t in others[1:]:
             add = rewriter.insert(elemwise(E.ADD, [cur, t]), InsertPoint.before(op))
             cur = add.output
-        cval = insert_const(rewriter, total, element(op.output), op)
+        cval = insert_const(rewriter, total, element(op.output), op, layout if total.size != 1 else None)
         replace_keeping_names(rewriter, op, elemwise(E.ADD, [cur, cval]))
+
+
+def _constants_layout(consts: list[SSAValue]) -> Layout | None | Literal[False]:
+    """The layout the sum of ``consts`` is stored in: the one layout of the blocked ones (an
+    elementwise op on blocked operands works on their physical arrays, scalars broadcasting), None
+    when all are plain, False when they mix layouts (the chain is left alone)."""
+    blocked = {layout_of(c) for c in consts} - {None}
+    if len(blocked) > 1 or (blocked and any(layout_of(c) is None and not _is_scalar(c) for c in consts)):
+        return False
+    return blocked.pop() if blocked else None
+
+
+def _is_scalar(v: SSAValue) -> bool:
+    return math.prod(shape(v)) == 1
 
 
 @dataclass(frozen=True)

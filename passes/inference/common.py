@@ -13,6 +13,7 @@ from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
 
 from dialects import enums
+from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import is_float, numpy_dtype
 from dialects.weights import WeightAttr
@@ -37,6 +38,11 @@ def element(v: SSAValue) -> Attribute:
     return tensor_type(v).element_type
 
 
+def layout_of(v: SSAValue) -> L.Layout | None:
+    """The blocked layout ``v`` is stored in (``None``: plain)."""
+    return L.layout_of(v.type)
+
+
 def is_float_value(v: SSAValue) -> bool:
     return is_float(element(v))
 
@@ -53,9 +59,17 @@ def is_const(v: SSAValue) -> bool:
     return const_value(v) is not None
 
 
-def make_const(array: np.ndarray, elem: Attribute) -> T.ConstOp:
-    """An anonymous ``mgb.const`` holding ``array`` converted to ``elem``."""
-    return T.ConstOp.from_numpy(np.asarray(array, dtype=numpy_dtype(elem)), elem)
+def make_const(array: np.ndarray, elem: Attribute, layout: L.Layout | None = None) -> T.ConstOp:
+    """An anonymous ``mgb.const`` holding ``array`` converted to ``elem``; with ``layout``,
+    ``array`` is the physical array of a tensor stored in that layout and the const's type says so
+    (a blocked graph read from a ``.mge``, or one a layout pass produced, stays well-typed when an
+    inference pass rebuilds one of its constants)."""
+    data = np.asarray(array, dtype=numpy_dtype(elem))
+    if layout is None:
+        return T.ConstOp.from_numpy(data, elem)
+    op = const_of_type(data, TensorType(elem, data.shape, L.LayoutAttr(layout)))
+    assert op is not None
+    return op
 
 
 def const_of_type(array: np.ndarray, t: TensorType) -> T.ConstOp | None:
@@ -70,9 +84,13 @@ def const_of_type(array: np.ndarray, t: TensorType) -> T.ConstOp | None:
 
 
 def insert_const(
-    rewriter: PatternRewriter, array: np.ndarray, elem: Attribute, before: Operation
+    rewriter: PatternRewriter,
+    array: np.ndarray,
+    elem: Attribute,
+    before: Operation,
+    layout: L.Layout | None = None,
 ) -> SSAValue:
-    const = make_const(array, elem)
+    const = make_const(array, elem, layout)
     rewriter.insert(const, InsertPoint.before(before))
     return const.output
 

@@ -32,6 +32,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from dialects import enums
+from dialects import layout as L
 from dialects import tensor as T
 from passes.inference.common import make_const, tensor_type
 
@@ -88,7 +89,7 @@ class ConvertConstToF16(RewritePattern):
     def match_and_rewrite(self, op: T.ConstOp, rewriter: PatternRewriter) -> None:
         if not _is_f32(op.output.type) or op.value.is_elided:
             return
-        new = make_const(op.numpy(), F16)
+        new = make_const(op.numpy(), F16, L.layout_of(op.output.type))
         new.attributes.update(op.attributes)
         rewriter.replace(op, new)
 
