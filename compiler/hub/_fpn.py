@@ -27,7 +27,9 @@ class LastLevelP6P7(M.Module):
     def __init__(self, in_channels: int, out_channels: int, in_feature: str = "res5") -> None:
         super().__init__()
         if in_feature == "p5" and in_channels != out_channels:
-            raise ValueError(f"P6 from p5 needs in_channels == out_channels ({in_channels} != {out_channels})")
+            raise ValueError(
+                f"P6 from p5 needs in_channels == out_channels: {in_channels} != {out_channels}"
+            )
         self.num_levels = 2
         self.in_feature = in_feature
         self.p6 = M.Conv2d(in_channels, out_channels, 3, 2, 1)
@@ -77,7 +79,8 @@ class FPN(M.Module):
         inputs = [bottom_up[f] for f in reversed(self.in_features)]
         prev = self.lateral_convs[0](inputs[0])
         results = [self.output_convs[0](prev)]
-        for feature, lateral, output in zip(inputs[1:], self.lateral_convs[1:], self.output_convs[1:], strict=True):
+        levels = zip(inputs[1:], self.lateral_convs[1:], self.output_convs[1:], strict=True)
+        for feature, lateral, output in levels:
             top_down = F.vision.interpolate(prev, feature.shape[2:], mode="bilinear")
             prev = lateral(feature) + top_down
             results.insert(0, output(prev))
