@@ -243,3 +243,27 @@ def test_clip_vit_b_32_image_tower_traces_and_dumps() -> None:
     clip = hub.load("megengine/models", "vit_b_32")
     image = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     _check_dumps(_ImageTower(clip), [image])
+
+
+def test_zoo_style_symbolic_shape_reshape_traces() -> None:
+    """The zoo's BERT splits heads with ``x.reshape(F.concat([tensor(x.shape)[:-1], (H, D)]))``:
+    a reshape to a 1-D shape Tensor (MegEngine's Tensor.reshape accepts one)."""
+    import io
+
+    import compiler.functional as F
+    from compiler import jit
+    from compiler.lite import Network
+
+    def split_heads(x: xm.Tensor) -> xm.Tensor:
+        shape = xm.tensor(x.shape)
+        return x.reshape(F.concat([shape[:-1], (2, 4)])).transpose(0, 2, 1, 3)
+
+    x = np.random.default_rng(5).standard_normal((2, 5, 8)).astype(np.float32)
+    want = x.reshape(2, 5, 2, 4).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(split_heads(xm.tensor(x)).numpy(), want)
+    traced = jit.trace(split_heads, symbolic=True, capture_as_const=True)
+    traced(xm.tensor(x))
+    buf = io.BytesIO()
+    traced.dump(buf)
+    (got,) = Network(buf.getvalue())(x).values()
+    np.testing.assert_array_equal(got, want)
