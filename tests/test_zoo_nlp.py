@@ -53,7 +53,7 @@ def _bert_inputs(batch: int = 2, length: int = 8) -> list[np.ndarray]:
     ids = rng.integers(0, BERT_SMALL["vocab_size"], (batch, length)).astype(np.int32)
     token_types = rng.integers(0, 2, (batch, length)).astype(np.int32)
     mask = np.ones((batch, length), np.int32)
-    mask[1, 5:] = 0  # the second sequence is padded
+    mask[-1, 5:] = 0  # the last sequence is padded
     return [ids, token_types, mask]
 
 
