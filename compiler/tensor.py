@@ -180,7 +180,10 @@ class Tensor:
     def reshape(self, *shape: Any) -> Tensor:
         import compiler.functional as F
 
-        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+        # one tuple, list or 1-D shape Tensor (MegEngine's symbolic-shape idiom) is the whole shape
+        if len(shape) == 1 and (
+            isinstance(shape[0], tuple | list) or (isinstance(shape[0], Tensor) and shape[0].ndim == 1)
+        ):
             shape = tuple(shape[0])
         return F.reshape(self, shape)
 

@@ -1,0 +1,139 @@
+"""FCOS (Tian et al., 2019) as in the zoo's ``official/vision/detection``: ResNet + FPN (P3-P7, P6/P7
+from P5) and an anchor-free point head whose towers are conv3x3 + GroupNorm(32) + ReLU. Inference
+stops at the raw head outputs concatenated over levels: class logits ``(N, points, num_classes)``,
+box distances ``(N, points, 4)`` (left, top, right, bottom in pixels: relu(pred * scale_l) *
+stride_l, as the zoo) and centerness logits ``(N, points, 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import compiler.functional as F
+import compiler.module as M
+from compiler import hub
+from compiler.hub._backbone import resnet_backbone
+from compiler.hub._fpn import FPN, LastLevelP6P7, flatten_levels, preprocess_image
+from compiler.tensor import Parameter, Tensor
+
+__all__ = [
+    "FCOS",
+    "fcos_res18_coco_3x_800size",
+    "fcos_res34_coco_3x_800size",
+    "fcos_res50_coco_3x_800size",
+    "fcos_res101_coco_3x_800size",
+]
+
+_WEIGHTS = "https://data.megengine.org.cn/models/weights/"
+STRIDES = (8, 16, 32, 64, 128)
+CLS_PRIOR_PROB = 0.01
+
+
+class PointHead(M.Module):
+    """Class tower -> logits; box tower -> distances and centerness; a learnt scale per level."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        strides: Sequence[int] = STRIDES,
+        num_convs: int = 4,
+        num_groups: int = 32,
+    ) -> None:
+        super().__init__()
+        self.strides = list(strides)
+        cls_subnet: list[M.Module] = []
+        bbox_subnet: list[M.Module] = []
+        for _ in range(num_convs):
+            for tower in (cls_subnet, bbox_subnet):
+                tower += [
+                    M.Conv2d(in_channels, in_channels, 3, 1, 1),
+                    M.GroupNorm(num_groups, in_channels),
+                    M.ReLU(),
+                ]
+        self.cls_subnet = M.Sequential(*cls_subnet)
+        self.bbox_subnet = M.Sequential(*bbox_subnet)
+        self.cls_score = M.Conv2d(in_channels, num_classes, 3, 1, 1)
+        self.bbox_pred = M.Conv2d(in_channels, 4, 3, 1, 1)
+        self.ctrness = M.Conv2d(in_channels, 1, 3, 1, 1)
+        for module in self.modules():
+            if isinstance(module, M.Conv2d):
+                M.init.normal_(module.weight, mean=0.0, std=0.01)
+                M.init.zeros_(module.bias)
+        M.init.fill_(self.cls_score.bias, -math.log((1 - CLS_PRIOR_PROB) / CLS_PRIOR_PROB))
+        self.scale_list = Parameter(np.ones(len(self.strides), np.float32))
+
+    def forward(self, features: list[Tensor]) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        if len(features) != len(self.strides):
+            raise ValueError(f"PointHead has {len(self.strides)} levels, got {len(features)} features")
+        logits, offsets, ctrness = [], [], []
+        for level, (feature, stride) in enumerate(zip(features, self.strides, strict=True)):
+            logits.append(self.cls_score(self.cls_subnet(feature)))
+            box_features = self.bbox_subnet(feature)
+            offsets.append(F.relu(self.bbox_pred(box_features) * self.scale_list[level]) * stride)
+            ctrness.append(self.ctrness(box_features))
+        return logits, offsets, ctrness
+
+
+class FCOS(M.Module):
+    def __init__(
+        self,
+        depth: int = 50,
+        layers: list[int] | None = None,
+        width: int = 64,
+        fpn_channels: int = 256,
+        num_classes: int = 80,
+        num_convs: int = 4,
+        num_groups: int = 32,
+    ) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        bottom_up = resnet_backbone(depth, layers, width)
+        self.in_features = ["p3", "p4", "p5", "p6", "p7"]
+        self.backbone = FPN(
+            bottom_up,
+            in_features=("res3", "res4", "res5"),
+            out_channels=fpn_channels,
+            top_block=LastLevelP6P7(fpn_channels, fpn_channels, "p5"),
+            strides=(8, 16, 32),
+        )
+        self.head = PointHead(fpn_channels, num_classes, STRIDES, num_convs, num_groups)
+
+    def forward(self, image: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``image``: (N, 3, H, W) BGR in 0..255 -> (class logits, ltrb distances, centerness)."""
+        features = self.backbone(preprocess_image(image))
+        logits, offsets, ctrness = self.head([features[f] for f in self.in_features])
+        return (
+            flatten_levels(logits, self.num_classes),
+            flatten_levels(offsets, 4),
+            flatten_levels(ctrness, 1),
+        )
+
+    def scores(self, image: Tensor) -> tuple[Tensor, Tensor]:
+        """The zoo's test-time score sqrt(sigmoid(logit) * sigmoid(centerness)) and distances."""
+        logits, offsets, ctrness = self(image)
+        return F.sqrt(F.sigmoid(logits) * F.sigmoid(ctrness)), offsets
+
+
+@hub.pretrained(_WEIGHTS + "fcos_res18_coco_3x_800size_37dot6_adab0136.pkl")
+def fcos_res18_coco_3x_800size(**kwargs: Any) -> FCOS:
+    return FCOS(**{"depth": 18, **kwargs})
+
+
+@hub.pretrained(_WEIGHTS + "fcos_res34_coco_3x_800size_41dot0_8ba4633f.pkl")
+def fcos_res34_coco_3x_800size(**kwargs: Any) -> FCOS:
+    return FCOS(**{"depth": 34, **kwargs})
+
+
+@hub.pretrained(_WEIGHTS + "fcos_res50_coco_3x_800size_42dot2_b16f9c8b.pkl")
+def fcos_res50_coco_3x_800size(**kwargs: Any) -> FCOS:
+    return FCOS(**{"depth": 50, **kwargs})
+
+
+@hub.pretrained(_WEIGHTS + "fcos_res101_coco_3x_800size_44dot3_f38e8df1.pkl")
+def fcos_res101_coco_3x_800size(**kwargs: Any) -> FCOS:
+    return FCOS(**{"depth": 101, **kwargs})
