@@ -19,6 +19,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.rewriter import InsertPoint
 
 from dialects import enums
 from dialects import tensor as T
@@ -37,7 +38,7 @@ class FlipConvBias(RewritePattern):
         if self.scope and not (isinstance(where, StringAttr) and self.scope in where.data):
             return
         negate = T.ElemwiseOp.make([bias], mode=enums.ElemwiseMode.NEGATE)
-        rewriter.insert_op(negate)
+        rewriter.insert(negate, InsertPoint.before(op))
         op.operands[2] = negate.results[0]
         rewriter.has_done_action = True
 
@@ -60,7 +61,7 @@ class MaxToAveragePool(RewritePattern):
         if params["mode"] != enums.PoolingMode.MAX:
             return
         params["mode"] = enums.PoolingMode.AVERAGE
-        rewriter.replace_op(op, T.PoolingOp.make([op.src], [op.output.type], **params))
+        rewriter.replace(op, T.PoolingOp.make([op.src], [op.output.type], **params))
 
 
 @dataclass(frozen=True)
