@@ -293,13 +293,15 @@ def test_kernel_stages_are_skipped_with_a_note() -> None:
     assert report.reference_module is not None and "kernel." not in str(report.reference_module)
 
 
-def test_verify_compile_checks_the_generated_code() -> None:
-    require("x86-avx2")
+@pytest.mark.parametrize("target", ["x86-avx2", "x86-avx2-nchw88+io16xc32"])
+def test_verify_compile_checks_the_generated_code(target: str) -> None:
+    require(target)
     module, xs = hub_module("mini_resnet")
-    report = verify_compile(module, "x86-avx2", inputs=list(xs))
+    report = verify_compile(module, target, inputs=list(xs))
     _check_clean(report)
     code = report.stages[-1]
-    assert code.name == "code (x86-avx2)" and code.status == "ok" and code.worst is not None
+    assert code.name == f"code ({target})" and code.status == "ok" and code.worst is not None
+    assert ("float16" in code.worst.rule) == ("io16xc32" in target)
     assert report.compiled is not None
     np.testing.assert_array_equal(report.compiled.run(list(xs))[0], report.compiled(*xs))
 
@@ -317,7 +319,11 @@ def test_generated_code_disagreeing_with_the_reference_fails() -> None:
 
 
 def test_verify_compile_of_an_int8_model_on_arm() -> None:
-    require("arm-nchw44")
+    from backends.c.cross import toolchain_problem
+
+    problem = toolchain_problem()
+    if problem is not None:
+        pytest.skip(f"ARM toolchain: {problem}")
     module, xs = hub_module("quantized_resnet18")
     with pytest.warns(UserWarning, match="qemu"):
         report = verify_compile(module, "arm-nchw44", inputs=list(xs))
