@@ -1,13 +1,13 @@
-"""Per-pass numeric bisect (``compiler.numerics``): a pass that breaks numerics is found by name
+"""Per-pass numeric bisect (``compiler.driver.numerics``): a pass that breaks numerics is found by name
 after correct passes ran, correct pipelines pass on every hub model (float and int8), the failing
 IR is dumped, and the tolerances follow the dtypes."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import io
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,23 +23,21 @@ from xdsl.passes import ModulePass
 import compiler as xm
 from backends.reference import run_module
 from compiler import jit
-from compiler.compile import kernel_passes, to_module
-from compiler.numerics import (
+from compiler.driver.compile import kernel_passes, to_module
+from compiler.driver.numerics import (
     CODE_TOLERANCE,
     REFERENCE_TOLERANCE,
     NumericsError,
     NumericsMismatch,
     Tolerance,
-    add_verify_arguments,
     compare_outputs,
     load_inputs,
     random_inputs,
     verify_compile,
     verify_compiled,
-    verify_for_cli,
     verify_pipeline,
 )
-from compiler.targets import parse_target
+from compiler.driver.targets import parse_target
 from dialects import tensor as T
 from dialects.dtypes import quantized_numpy_dtype
 from dialects.layout import LayoutDialect
@@ -437,22 +435,12 @@ def test_given_inputs_from_npy_files(tmp_path: Any) -> None:
 
 
 def _opt_main(argv: list[str]) -> Any:
-    """xmge-opt with the numeric-verification options, wired as compiler/opt.py is to be."""
-    from compiler.opt import XmgeOptMain
+    """xmge-opt itself, its --verify-numerics table captured."""
+    from compiler.driver.opt import XmgeOptMain
 
-    class VerifyingOptMain(XmgeOptMain):
-        def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
-            super().register_all_arguments(arg_parser)
-            add_verify_arguments(arg_parser)
-
-        def apply_passes(self, prog: ModuleOp) -> None:
-            if self.args.verify_numerics:
-                verify_for_cli(prog, self.pipeline.passes, self.args, ctx=self.ctx, out=self.log)
-            else:
-                super().apply_passes(prog)
-
-    main = VerifyingOptMain(args=argv)
-    main.log = io.StringIO()  # type: ignore[attr-defined]
+    main = XmgeOptMain(args=argv)
+    main.verify_log = io.StringIO()
+    main.log = main.verify_log  # type: ignore[attr-defined]
     return main
 
 
@@ -490,3 +478,24 @@ def test_verify_compile_of_a_module_object_needs_no_inputs() -> None:
     _check_clean(report)
     assert [a.shape for a in report.inputs] == [(1, 3, 8, 8), (1, 1, 1, 1)]
     assert to_module(module) is module
+
+
+def test_compile_verify_returns_the_model_or_names_the_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    import compiler.driver.compile as driver
+
+    module, xs = hub_module("convnet")
+    compiled = driver.compile(module, "x86-avx2", example_inputs=list(xs), verify=True)
+    np.testing.assert_allclose(compiled(*xs), driver.compile(module, "ref")(*xs), rtol=1e-4, atol=1e-5)
+
+    spec = importlib.util.spec_from_file_location("break_numerics", PLUGIN)
+    assert spec is not None and spec.loader is not None
+    plugin = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "break_numerics", plugin)  # dataclasses look their module up
+    spec.loader.exec_module(plugin)
+    correct = driver.inference_passes
+    broken = plugin.FlipConvBiasPass(scope="conv2")
+    monkeypatch.setattr(driver, "inference_passes", lambda target=None: [*correct(target), broken])
+    with pytest.raises(NumericsMismatch, match=r"numerics changed by test-flip-conv-bias"):
+        driver.compile(module, "x86-avx2", example_inputs=list(xs), verify=True)

@@ -88,19 +88,30 @@ def to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> Module
     raise CompileError(f"compile: cannot compile a {type(model).__name__}")
 
 
-def inference_clean(module: ModuleOp, target: Target | None = None) -> ModuleOp:
-    """Graph clean-ups before kernel selection: mgb canonicalisation, BN folding, arithmetic and
-    conv-bias-nonlinearity fusion (the ``optimize_for_inference`` rewrites), plus the target's
-    layout and float16 options (``Target.inference_options``: NCHW44 on ARM, ...)."""
+def inference_passes(target: Target | None = None) -> list[ModulePass]:
+    """The graph clean-ups ``compile()`` runs before kernel selection: mgb canonicalisation, BN
+    folding, arithmetic and conv-bias-nonlinearity fusion (the ``optimize_for_inference``
+    rewrites), plus the target's layout and float16 options (``Target.inference_options``)."""
     from passes.inference import pipeline_for
 
+    options = target.inference_options() if target is not None else {}
+    return list(pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **options))
+
+
+def inference_clean(module: ModuleOp, target: Target | None = None) -> ModuleOp:
+    """``module`` after :func:`inference_passes` (a copy; the input is left as it was)."""
     out = module.clone()
     ctx = Context()
-    options = target.inference_options() if target is not None else {}
-    for p in pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **options):
+    for p in inference_passes(target):
         p.apply(ctx, out)
     out.verify()
     return out
+
+
+def compile_passes(target: Target, threads: int) -> list[ModulePass]:
+    """Every pass ``compile()`` runs for ``target``, in order (the numeric bisect replays them)."""
+    generates_kernels = target.backend is not None and target.backend.kernels is not None
+    return [*inference_passes(target), *(kernel_passes(target, threads) if generates_kernels else [])]
 
 
 def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
@@ -283,9 +294,22 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     example_inputs: Sequence[Any] | None = None,
     *,
     threads: int = 1,
+    verify: bool = False,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
-    path or bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default: this machine's best)."""
+    path or bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default: this machine's best).
+
+    With ``verify``, the reference interpreter runs after every pass and on the generated code (on
+    ``example_inputs``, else seeded random inputs), and the first pass that changes the numbers
+    beyond its dtype's tolerance raises :class:`compiler.driver.numerics.NumericsMismatch`, whose
+    text names the pass, its options, the worst output and the IR before and after it."""
+    if verify:
+        from compiler.driver.numerics import NumericsMismatch, verify_compile
+
+        report = verify_compile(model, target, example_inputs, threads=threads)
+        if not report.ok:
+            raise NumericsMismatch(report)
+        return report.compiled
     tgt = target if isinstance(target, Target) else (parse_target(target) if target else host_target())
     if threads < 1:
         raise CompileError(f"threads must be >= 1, got {threads}")

@@ -5,6 +5,8 @@
     xmge-opt net.onnx -p canonicalize                       # an ONNX input (backends.onnx.reader)
     xmge-opt --list-passes                                  # every pass, its description and options
     xmge-opt net.mlir --load-plugin my_passes.py -p my-pass # an ad-hoc plugin (file or module)
+    xmge-opt net.mge -p PIPELINE --verify-numerics [--input NAME=FILE.npy] [--dump-failing-ir DIR]
+                                                            # which pass changed the numbers
 
 Passes come from xDSL (``canonicalize``, ``cse``, ``dce``, ...), from xmge (``passes.registry``),
 from installed packages (entry-point group ``xmge.passes``) and from ``--load-plugin``. Errors a user
@@ -28,6 +30,7 @@ from xdsl.utils.arg_spec import parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from compiler.driver.numerics import add_verify_arguments, verify_for_cli
 from dialects.layout import LayoutDialect
 from dialects.tensor import Mgb
 from dialects.weights import full_weights
@@ -114,6 +117,7 @@ class XmgeOptMain(xDSLOptMain):
             help="print #mgb.weight data in full instead of eliding it",
         )
 
+        add_verify_arguments(arg_parser)
         # xmge's own passes and output targets first in --help; xDSL's long lists stay one flag away
         for action in arg_parser._actions:
             if "--passes" in action.option_strings:
@@ -140,6 +144,18 @@ class XmgeOptMain(xDSLOptMain):
                 hint = f"did you mean {', '.join(close)}? " if close else ""
                 raise OptError(f"unknown pass {name!r}; {hint}run xmge-opt --list-passes to see them all")
         super().setup_pipeline()
+
+    verify_log: IO[str] | None = None
+    """Where --verify-numerics writes its stage table (standard error when None)."""
+
+    def apply_passes(self, prog: ModuleOp) -> None:
+        if self.args.verify_numerics:
+            # the reference interpreter after every pass; the first pass that changes the numbers
+            # raises NumericsMismatch (one line from main(), exit status 1)
+            log = self.verify_log if self.verify_log is not None else sys.stderr
+            verify_for_cli(prog, self.pipeline.passes, self.args, ctx=self.ctx, out=log)
+        else:
+            super().apply_passes(prog)
 
     def register_all_targets(self) -> None:
         super().register_all_targets()

@@ -1,4 +1,4 @@
-"""A plugin with passes that break numerics on purpose, for ``compiler.numerics`` (the per-pass
+"""A plugin with passes that break numerics on purpose, for ``compiler.driver.numerics`` (the per-pass
 numeric bisect) to catch: ``xmge-opt --load-plugin tests/data/plugins/break_numerics.py``.
 
 * ``test-flip-conv-bias``: negates the bias of every ``mgb.conv_bias`` (or only those whose

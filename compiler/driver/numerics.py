@@ -648,7 +648,7 @@ def verify_compiled(
     want = _run(module_before_lowering, inputs)
     got = [np.asarray(o) for o in compiled.run(list(inputs))]
     names, steps = _output_info(module_before_lowering)
-    float16 = involves_float16(module_before_lowering, compiled._final_module())
+    float16 = involves_float16(module_before_lowering, compiled.final_module())
     if len(got) == len(want):  # the runtime hands back float32 buffers: compare in the IR's dtypes
         got = [g.astype(w.dtype) if w.dtype.metadata is None else g for g, w in zip(got, want, strict=True)]
     try:
@@ -677,25 +677,19 @@ def verify_compile(
 
     ``inputs`` default to ``example_inputs``, else seeded random inputs. The report's ``compiled``
     holds the ``CompiledModel`` when every pass agreed."""
-    from compiler.compile import compile, kernel_passes, to_module
-    from compiler.targets import Target, host_target, parse_target
-    from passes.inference import pipeline_for
+    from compiler.driver.compile import compile, compile_passes, to_module
+    from compiler.driver.targets import Target, host_target, parse_target
 
     tgt = target if isinstance(target, Target) else (parse_target(target) if target else host_target())
     module = to_module(model, example_inputs)
     given = inputs if inputs is not None else example_inputs
     arrays = [np.asarray(getattr(x, "numpy", lambda x=x: x)()) for x in given] if given is not None else None
-    # the same passes as compile(): inference_clean's pipeline, then kernel_passes
-    passes = [
-        *pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **tgt.inference_options()),
-        *(kernel_passes(tgt, threads) if tgt.backend != "reference" else []),
-    ]
-    report = verify_pipeline(module, passes, arrays, seed, tolerance)
+    report = verify_pipeline(module, compile_passes(tgt, threads), arrays, seed, tolerance)
     if not report.ok:
         return report
     compiled = compile(module, tgt, threads=threads)
     report.compiled = compiled
-    if tgt.backend == "reference":  # nothing is generated: the last reference stage is the model
+    if tgt.backend is None or tgt.backend.kernels is None:  # nothing generated: the reference ran it all
         return report
     if report.reference_module is None:
         report.stages.append(
@@ -708,7 +702,7 @@ def verify_compile(
     report.stages.append(stage)
     if stage.status == "failed":
         report.failing = stage
-        final = compiled._final_module()
+        final = compiled.final_module()
         report.ir_before, report.ir_after = str(report.reference_module), str(final)
         with full_weights():
             report.failing_files = {"before.mlir": str(report.reference_module), "after.mlir": str(final)}
