@@ -820,7 +820,7 @@ class TypeCvtF16C(TypeCvt):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         pair = (p["src"], p["dst"])
         if pair not in (("f16", "f32"), ("f32", "f16")):
-            return super().render(em, sym, p).replace("float16_t", "uint16_t")
+            return super().render(em, sym, p)  # float16_t: _Float16 on x86 (xm_kernels.h)
         size = p["size"]
         src_t, dst_t = _ctype(p["src"]), _ctype(p["dst"])
         tail_src = "_cvtsh_ss(in[i])" if p["src"] == "f16" else "in[i]"
