@@ -125,7 +125,12 @@ def _compare(got: list[np.ndarray], want: list[Any], target: str, tol: float) ->
 def _check(target: str, small: bool = False) -> CompiledModel:
     f16 = "io16xc32" in target or "fp16" in target
     fn, inputs = coverage_model(np.random.default_rng(11), small, f16)
-    compiled = compile_fn(fn, inputs, target)
+    return _run_compare(compile_fn(fn, inputs, target), inputs, target)
+
+
+def _run_compare(compiled: CompiledModel, inputs: list[np.ndarray], target: str) -> CompiledModel:
+    """Run ``compiled`` (under qemu for ARM) and compare every output with the reference."""
+    f16 = "io16xc32" in target or "fp16" in target
     # float16 targets: the reference runs the float16 graph the inference passes made
     want = run_module(compiled._stages["inference" if f16 else "tensor"], inputs)  # type: ignore[arg-type]
     with warnings.catch_warnings():

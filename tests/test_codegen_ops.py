@@ -65,10 +65,9 @@ def test_other_kernels(target: str) -> None:
 
 
 def test_unsupported_op_names_op_and_candidates() -> None:
+    from compiler.functional.elemwise import _elemwise
     from passes.lowering import LoweringError
     from tests.codegen_util import compile_fn
-
-    from compiler.functional.elemwise import _elemwise
 
     def shift(x):  # type: ignore[no-untyped-def]
         return _elemwise("SHL", x.astype("int32"), x.astype("int32")).astype("float32")

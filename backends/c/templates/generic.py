@@ -81,7 +81,7 @@ def _epilogue_name(p: dict[str, Any]) -> str:
 # mode -> C expression over a, b, c, d (the operands in order), computed as the reference does
 # (backends/reference/kernels.py: ELEMWISE); float32 operands unless BOOL_MODES / INT_MODES say more
 ELEMWISE_C: dict[str, str] = {
-    "relu": "(a > 0.f ? a : 0.f)",
+    "relu": "(a <= 0.f ? 0.f : a)",
     "abs": "fabsf(a)",
     "acos": "acosf(a)",
     "asin": "asinf(a)",
@@ -116,8 +116,8 @@ ELEMWISE_C: dict[str, str] = {
     "true_div": "a / b",
     "floor_div": "floorf(a / b)",
     "mod": "fmodf(a, b)",
-    "max": "fmaxf(a, b)",
-    "min": "fminf(a, b)",
+    "max": "xm_maxf(a, b)",
+    "min": "xm_minf(a, b)",
     "pow": "powf(a, b)",
     "atan2": "atan2f(a, b)",
     "log_sum_exp": "xm_logaddexpf(a, b)",
@@ -127,7 +127,7 @@ ELEMWISE_C: dict[str, str] = {
     "fast_tanh_grad": "b * (1.f - a * a)",
     "h_swish_grad": "(a < -3.f ? 0.f : a > 3.f ? b : b * (2.f * a + 3.f) / 6.f)",
     "relu6_grad": "(a > 0.f && a < 6.f ? b : 0.f)",
-    "fuse_add_relu": "(a + b > 0.f ? a + b : 0.f)",
+    "fuse_add_relu": "(a + b <= 0.f ? 0.f : a + b)",
     "fuse_add_sigmoid": "xm_act_sigmoid(a + b)",
     "fuse_add_tanh": "tanhf(a + b)",
     "fuse_add_h_swish": "xm_act_hswish(a + b)",
@@ -136,12 +136,12 @@ ELEMWISE_C: dict[str, str] = {
     "cond_leq_mov": "(a <= b ? c : 0.f)",
     "cond_lt_mov": "(a < b ? c : 0.f)",
     "h_swish": "xm_act_hswish(a)",
-    "relu6": "(a > 0.f ? (a < 6.f ? a : 6.f) : 0.f)",
-    "hsigmoid": "fminf(fmaxf(a + 3.f, 0.f), 6.f) / 6.f",
+    "relu6": "xm_act_relu6(a)",
+    "hsigmoid": "xm_minf(xm_maxf(a + 3.f, 0.f), 6.f) / 6.f",
     "silu": "a * xm_act_sigmoid(a)",
     "sqrt": "sqrtf(a)",
     "square": "a * a",
-    "clip": "fminf(fmaxf(a, b), c)",
+    "clip": "xm_minf(xm_maxf(a, b), c)",
     "switch_gt0": "a > 0.f ? b : 0.f",
     "prelu": "a > 0.f ? a : a * b",
     # bool results (one byte, 0 or 1), float or bool operands
@@ -509,8 +509,8 @@ class Reduce(Template):
         o, a, i, mode = p["outer"], p["axis"], p["inner"], p["mode"]
         init = {"max": "-INFINITY", "min": "INFINITY", "product": "1.f"}.get(mode, "0.f")
         step = {
-            "max": "v = e > v ? e : v;",
-            "min": "v = fminf(v, e);",
+            "max": "v = (e > v || e != e) ? e : v;",  # NaN wins, as numpy's max
+            "min": "v = (e < v || e != e) ? e : v;",
             "product": "v *= e;",
             "sum_sqr": "v += e * e;",
         }.get(mode, "v += e;")
