@@ -30,6 +30,7 @@ from backends.c.match import (
 from backends.c.templates import Template, sym_join
 from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
+from dialects import layout as L
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, broadcast_strides, collapse, shape
 
@@ -51,13 +52,22 @@ ELEM_CTYPES = {"f32": "float", "b1": "uint8_t", "i32": "int32_t"}
 ESIZE = {f"e{n}": n for n in BYTES_CTYPE}
 
 
-def moved_elements(op: Operation) -> str | None:
+def moved_elements(op: Operation, blocked: bool = False) -> str | None:
     """How the data movement kernels (copy, concat, split) move ``op``'s elements: ``f32`` as floats
     (any layout), ``e<bytes>`` as raw words for another element type shared by every operand and
-    result in plain layout, None otherwise."""
+    result in plain layout (or, with ``blocked``, in one common layout: concat and split along a
+    physical axis of blocked tensors, e.g. the C/4 blocks of two int8 NCHW44 tensors, are the same
+    row copies as in plain layout), None otherwise."""
     if is_f32(*op.operands, *op.results):
         return "f32"
-    return f"e{esize(op.operands[0])}" if same_plain_type(op) else None
+    if same_plain_type(op):
+        return f"e{esize(op.operands[0])}"
+    values = [*op.operands, *op.results]
+    layouts = {L.layout_of(v.type) for v in values}
+    types = {v.type.element_type for v in values}  # type: ignore[attr-defined]
+    if blocked and len(layouts) == 1 and len(types) == 1 and code(values[0]) not in ("f32", None):
+        return f"e{esize(values[0])}"
+    return None
 
 
 def _par(work: int) -> str:
@@ -647,7 +657,7 @@ class Concat(_Chunks):
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ConcatOp)
-        elem = moved_elements(op)
+        elem = moved_elements(op, blocked=True)
         if elem is None:
             return None
         axis = op.params()["axis"]
@@ -665,7 +675,7 @@ class Split(_Chunks):
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.SplitOp)
-        elem = moved_elements(op)
+        elem = moved_elements(op, blocked=True)
         if elem is None:
             return None
         axis = op.params()["axis"]
