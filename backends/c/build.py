@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -18,8 +19,11 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
+
+from dialects.dtypes import element_type, numpy_dtype
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 RUNTIME_FILES = ("xm_runtime.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
@@ -150,6 +154,8 @@ class LoadedModel:
         lib.xm_get_arena_size.restype = ctypes.c_ulong
         self.inputs = [self._info(lib.xm_get_input(i)) for i in range(lib.xm_get_num_inputs())]
         self.outputs = [self._info(lib.xm_get_output(i)) for i in range(lib.xm_get_num_outputs())]
+        self.input_dtypes = self._dtypes(lib.xm_get_input, len(self.inputs))
+        self.output_dtypes = self._dtypes(lib.xm_get_output, len(self.outputs))
         self.arena_size = int(lib.xm_get_arena_size())
         self.handle = lib.xm_create(weights, len(weights), threads)
         if not self.handle:
@@ -160,16 +166,30 @@ class LoadedModel:
         i = p.contents
         return i.name.decode(), tuple(i.shape[: i.ndim])
 
+    def _dtypes(self, getter: Any, count: int) -> list[np.dtype]:
+        """The storage dtype of each input or output (float32 unless its table names another plain
+        dtype whose size matches its byte count)."""
+        out = []
+        for k in range(count):
+            info = getter(k).contents
+            shape = tuple(info.shape[: info.ndim])
+            try:
+                dt = numpy_dtype(element_type(info.dtype.decode()))
+            except (ValueError, KeyError, TypeError):
+                dt = np.dtype(np.float32)
+            out.append(dt if dt.itemsize * math.prod(shape) == info.nbytes else np.dtype(np.float32))
+        return out
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if len(inputs) != len(self.inputs):
             raise ValueError(f"the model takes {len(self.inputs)} inputs, got {len(inputs)}")
         arrays = []
-        for (name, shape), x in zip(self.inputs, inputs, strict=True):
-            a = np.ascontiguousarray(x, dtype=np.float32)
+        for (name, shape), dt, x in zip(self.inputs, self.input_dtypes, inputs, strict=True):
+            a = np.ascontiguousarray(x, dtype=dt)
             if a.shape != shape:
                 raise ValueError(f"input {name} must have shape {shape}, got {a.shape}")
             arrays.append(a)
-        outs = [np.empty(shape, np.float32) for _, shape in self.outputs]
+        outs = [np.empty(shape, dt) for (_, shape), dt in zip(self.outputs, self.output_dtypes, strict=True)]
         in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
         self.lib.xm_run(self.handle, in_ptrs, out_ptrs)

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import Float16Type, Float32Type, TensorType
+from xdsl.dialects.builtin import Float16Type, Float32Type, IntegerType, Signedness, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from backends.reference.kernels import adaptive_pool_params
@@ -135,8 +135,13 @@ def strided_view(op: Operation) -> tuple[tuple[int, ...], list[int], int]:
     return tuple(full_shape[i] for i in keep), [strides[i] for i in keep], offset
 
 
+INT_CODES = {(1, True): "b1", (32, True): "i32", (16, True): "i16", (8, True): "i8", (8, False): "ui8"}
+
+
 def code(v: SSAValue) -> str | None:
-    """The element-type code of a value (see :mod:`backends.c.templates.typed`), or None."""
+    """The element-type code of a value (see :mod:`backends.c.templates.typed`): ``f32``, ``f16``,
+    quantized ``q8``/``q32``/``u8``, plain ``b1`` (bool, one byte), ``i32``, ``i16``, ``i8``, ``ui8``;
+    None for anything else."""
     t = v.type
     assert isinstance(t, TensorType)
     e = t.element_type
@@ -146,6 +151,9 @@ def code(v: SSAValue) -> str | None:
         return "f16"
     if isinstance(e, QuantizedType):
         return {"qint8": "q8", "qint32": "q32", "quint8": "u8"}.get(e.kind.data)
+    if isinstance(e, IntegerType):
+        signed = e.signedness.data != Signedness.UNSIGNED
+        return INT_CODES.get((e.width.data, signed))
     return None
 
 

@@ -2,7 +2,7 @@
 
     xmge run MODEL.mge --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
     xmge inspect MODEL.mge
-    xmge compile MODEL.mge --target TARGET -o DIR [--threads N]
+    xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N]
     xmge bench MODEL.mge [--target TARGET] [--threads N] [--iters N] [--profile]
     xmge convert MODEL.onnx -o MODEL.mge [--format FBS_V2|FBS] [--enable-OPTION ...]
 
@@ -205,7 +205,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver.compile import compile_file
 
-    compiled = compile_file(args.model, args.target, args.output, threads=args.threads)
+    compiled = compile_file(args.model, args.target, args.output, threads=args.threads, graph=args.graph)
     print(f"compiled {args.model} for {compiled.target} into {args.output}")
     print(f"  arena {compiled.arena_size} bytes, weights {compiled.weights_size} bytes")
     if compiled.emulated:
@@ -280,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.add_argument("--target", "-t", required=True, help="e.g. x86-avx2, arm-nchw44-dot, arm-fp16")
     comp.add_argument("-o", "--output", required=True, help="the folder to write")
     comp.add_argument("--threads", type=int, default=1)
+    comp.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
     comp.set_defaults(handler=cmd_compile)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")
     bench.add_argument("model")

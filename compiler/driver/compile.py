@@ -29,6 +29,7 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import VerifyException
 
 from backends.c.cross import EmulationWarning
 from compiler.driver.targets import Target, host_target, parse_target
@@ -56,9 +57,28 @@ def read_model_file(path: str | os.PathLike[str]) -> ModuleOp:
         return read_mge(f.read())
 
 
-def to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> ModuleOp:
+def to_module(model: Any, example_inputs: Sequence[Any] | None = None, graph: int = 0) -> ModuleOp:
     """The ``mgb`` module of a traced function, a Module or function (traced on ``example_inputs``),
-    a ``.mge`` or ``.onnx`` path, ``.mge`` bytes, or a ``ModuleOp``."""
+    a ``.mge`` or ``.onnx`` path, ``.mge`` bytes, or a ``ModuleOp``; of a file with several graphs
+    (``append=True``), graph number ``graph`` only (MegEngine's loaders read the first)."""
+    return select_graph(_to_module(model, example_inputs), graph)
+
+
+def select_graph(module: ModuleOp, graph: int) -> ModuleOp:
+    """``module`` with only its ``graph``-th function (a one-line :class:`CompileError` if absent)."""
+    fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    if not 0 <= graph < max(1, len(fns)):
+        raise CompileError(f"compile: no graph {graph}; the model has {len(fns)} (0..{len(fns) - 1})")
+    if len(fns) <= 1:
+        return module
+    out = module.clone()
+    for i, fn in enumerate([op for op in out.ops if isinstance(op, func.FuncOp)]):
+        if i != graph:
+            out.body.block.erase_op(fn)
+    return out
+
+
+def _to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> ModuleOp:
     from compiler.jit import trace
     from compiler.module.module import Module
     from compiler.tensor import Tensor
@@ -294,10 +314,13 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     example_inputs: Sequence[Any] | None = None,
     *,
     threads: int = 1,
+    graph: int = 0,
     verify: bool = False,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
-    path or bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default: this machine's best).
+    or ``.onnx`` path, ``.mge`` bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default:
+    this machine's best); ``graph`` picks one graph of a file written with ``append=True``
+    (default: the first).
 
     With ``verify``, the reference interpreter runs after every pass and on the generated code (on
     ``example_inputs``, else seeded random inputs), and the first pass that changes the numbers
@@ -306,7 +329,8 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     if verify:
         from compiler.driver.numerics import NumericsMismatch, verify_compile
 
-        report = verify_compile(model, target, example_inputs, threads=threads)
+        module = to_module(model, example_inputs, graph)
+        report = verify_compile(module, target, example_inputs, threads=threads)
         if not report.ok:
             raise NumericsMismatch(report)
         return report.compiled
@@ -324,11 +348,18 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
         )
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    module = to_module(model, example_inputs)
+    module = to_module(model, example_inputs, graph)
     times["frontend"] = time.perf_counter() - t0
     stages: dict[str, ModuleOp | str] = {"tensor": module}
     t0 = time.perf_counter()
-    current = inference_clean(module, tgt)
+    try:
+        current = inference_clean(module, tgt)
+    except VerifyException as exc:
+        options = ", ".join(tgt.inference_options()) or "no options"
+        raise CompileError(
+            f"target {tgt}: the inference passes ({options}) made IR that does not verify: "
+            f"{str(exc).strip().splitlines()[0]}"
+        ) from None
     times["inference"] = time.perf_counter() - t0
     stages["inference"] = current
     if backend.kernels is not None:
@@ -343,9 +374,10 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     return CompiledModel(tgt, stages, threads, times)
 
 
-def compile_file(path: str, target: str, out_dir: str, *, threads: int = 1) -> CompiledModel:
-    """``xmge compile MODEL.mge --target T -o DIR``: compile a ``.mge`` file and save it to ``out_dir``."""
-    compiled = compile(path, target, threads=threads)
+def compile_file(path: str, target: str, out_dir: str, *, threads: int = 1, graph: int = 0) -> CompiledModel:
+    """``xmge compile MODEL.mge --target T -o DIR [--graph N]``: compile a ``.mge`` file (graph ``N``
+    of an ``append=True`` file) and save it to ``out_dir``."""
+    compiled = compile(path, target, threads=threads, graph=graph)
     compiled.save(out_dir)
     return compiled
 

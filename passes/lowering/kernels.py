@@ -131,7 +131,7 @@ class KernelRegistry:
         where = f" in {scope.data}" if isinstance(scope, StringAttr) else ""
         types = ", ".join(str(t) for t in op.operand_types)
         raise LoweringError(
-            f"{op.name}{where} ({types}): no kernel on ISAs {', '.join(isas)}; "
+            f"{op_title(op)}{where} ({types}): no kernel on ISAs {', '.join(isas)}; "
             + (f"tried {'; '.join(tried)}" if tried else "no kernel family is registered for this op")
         )
 
@@ -145,6 +145,16 @@ class KernelRegistry:
 
 # ----------------------------------------------------------------------------------------------
 # IR facts every rule and lowering pass reads
+
+
+def op_title(op: Operation) -> str:
+    """The op's name with its mode where it has one (``mgb.elemwise shl``): errors name both."""
+    keyword = getattr(op, "KEYWORD", None)
+    if keyword and isinstance(op, T.MgbOp):
+        value = op.params().get(keyword)
+        if value is not None:
+            return f"{op.name} {getattr(value, 'value', value)}"
+    return op.name
 
 # ops that become a kernel.view (same bytes, new shape)
 VIEW_OPS: tuple[type[Operation], ...] = (T.ReshapeOp, T.AxisAddRemoveOp)
@@ -204,5 +214,6 @@ __all__ = [
     "broadcast_strides",
     "collapse",
     "const_array",
+    "op_title",
     "shape",
 ]

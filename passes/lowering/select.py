@@ -63,7 +63,12 @@ class LowerToKernelPass(ModulePass):
     target: str | Target = "x86-avx2"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from passes.lowering.widen import WidenF16Pass
+
         target = kernel_target(self.target)
+        # a float16 graph (an io16xc32 / ioc16 dump) on any target: the float16 ops no kernel
+        # computes in float16 run in float32 (a no-op where kernel-widen-f16 already ran)
+        WidenF16Pass(target).apply(ctx, op)
         for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
             for mop in list(fn.body.block.ops):
                 if isinstance(mop, func.ReturnOp):

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import Float16Type, Float32Type, ModuleOp, NoneAttr, TensorType
+from xdsl.dialects.builtin import Float16Type, Float32Type, ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import tensor as T
 from dialects.layout import RelayoutOp
+from dialects.weights import WeightAttr
 from passes.lowering.kernels import VIEW_OPS, LoweringError
 from passes.lowering.select import kernel_target
 from passes.target import Target
@@ -45,8 +47,14 @@ def widen(op: T.MgbOp) -> None:
             operands.append(v)
             continue
         owner = v.owner
-        if isinstance(owner, T.ConstOp) and not owner.value.is_elided and v.type.encoding == NoneAttr():  # type: ignore[attr-defined]
-            c = T.ConstOp.from_numpy(owner.numpy().astype("float32"), F32)
+        if isinstance(owner, T.ConstOp) and not owner.value.is_elided:
+            # a constant (a blocked filter too, same layout) is widened ahead of time, so the op's
+            # kernel still sees a constant it can pack
+            data = np.ascontiguousarray(owner.numpy(), dtype=np.float32)
+            c = T.ConstOp.create(
+                result_types=[_retype(v.type, F32)],  # type: ignore[arg-type]
+                properties={"value": WeightAttr.from_numpy(data)},
+            )
             Rewriter.insert_op(c, InsertPoint.before(op))
             operands.append(c.results[0])
             continue

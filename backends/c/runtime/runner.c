@@ -32,6 +32,8 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+#define XM_MAX_IO 1024 /* inputs / outputs a model may have */
+
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -43,14 +45,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   int threads = 0, iters = 10, warmup = 2, nin = 0, nout = 0;
-  const char* in_paths[64];
-  const char* out_paths[64];
+  const char* in_paths[XM_MAX_IO];
+  const char* out_paths[XM_MAX_IO];
   for (int a = 2; a < argc; ++a) {
     if (!strcmp(argv[a], "-t") && a + 1 < argc) threads = atoi(argv[++a]);
     else if (!strcmp(argv[a], "-n") && a + 1 < argc) iters = atoi(argv[++a]);
     else if (!strcmp(argv[a], "-w") && a + 1 < argc) warmup = atoi(argv[++a]);
-    else if (!strcmp(argv[a], "-i") && a + 1 < argc && nin < 64) in_paths[nin++] = argv[++a];
-    else if (!strcmp(argv[a], "-o") && a + 1 < argc && nout < 64) out_paths[nout++] = argv[++a];
+    else if (!strcmp(argv[a], "-i") && a + 1 < argc && nin < XM_MAX_IO) in_paths[nin++] = argv[++a];
+    else if (!strcmp(argv[a], "-o") && a + 1 < argc && nout < XM_MAX_IO) out_paths[nout++] = argv[++a];
     else { fprintf(stderr, "runner: unknown argument %s\n", argv[a]); return 2; }
   }
   if (iters < 1) iters = 1;
@@ -58,8 +60,8 @@ int main(int argc, char** argv) {
   void* weights = read_file(argv[1], &wsize);
   xm_model* m = xm_create(weights, wsize, threads);
   if (!m) { fprintf(stderr, "runner: %s\n", xm_last_error()); return 1; }
-  void* ins[64];
-  void* outs[64];
+  void* ins[XM_MAX_IO];
+  void* outs[XM_MAX_IO];
   srand(1);
   for (int i = 0; i < xm_get_num_inputs(); ++i) {
     const xm_tensor_info* t = xm_get_input(i);

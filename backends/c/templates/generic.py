@@ -17,10 +17,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import POOL_NAMES, axis_split, conv_common, esize, is_f32, same_plain_type, strided_view
+from backends.c.match import (
+    POOL_NAMES,
+    axis_split,
+    code,
+    conv_common,
+    esize,
+    is_f32,
+    same_plain_type,
+    strided_view,
+)
 from backends.c.templates import Template, sym_join
 from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
+from dialects import layout as L
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, broadcast_strides, collapse, shape
 
@@ -37,16 +47,27 @@ def _ptr_args(n_in: int, n_out: int) -> str:
 
 
 BYTES_CTYPE = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
+# C types of the element types the portable float kernels also read or write
+ELEM_CTYPES = {"f32": "float", "b1": "uint8_t", "i32": "int32_t"}
 ESIZE = {f"e{n}": n for n in BYTES_CTYPE}
 
 
-def moved_elements(op: Operation) -> str | None:
+def moved_elements(op: Operation, blocked: bool = False) -> str | None:
     """How the data movement kernels (copy, concat, split) move ``op``'s elements: ``f32`` as floats
     (any layout), ``e<bytes>`` as raw words for another element type shared by every operand and
-    result in plain layout, None otherwise."""
+    result in plain layout (or, with ``blocked``, in one common layout: concat and split along a
+    physical axis of blocked tensors, e.g. the C/4 blocks of two int8 NCHW44 tensors, are the same
+    row copies as in plain layout), None otherwise."""
     if is_f32(*op.operands, *op.results):
         return "f32"
-    return f"e{esize(op.operands[0])}" if same_plain_type(op) else None
+    if same_plain_type(op):
+        return f"e{esize(op.operands[0])}"
+    values = [*op.operands, *op.results]
+    layouts = {L.layout_of(v.type) for v in values}
+    types = {v.type.element_type for v in values}  # type: ignore[attr-defined]
+    if blocked and len(layouts) == 1 and len(types) == 1 and code(values[0]) not in ("f32", None):
+        return f"e{esize(values[0])}"
+    return None
 
 
 def _par(work: int) -> str:
@@ -67,46 +88,107 @@ def _epilogue_name(p: dict[str, Any]) -> str:
 # Elementwise
 
 
-# mode -> C expression over a, b, c, d (float operands in order)
+# mode -> C expression over a, b, c, d (the operands in order), computed as the reference does
+# (backends/reference/kernels.py: ELEMWISE); float32 operands unless BOOL_MODES / INT_MODES say more
 ELEMWISE_C: dict[str, str] = {
-    "relu": "(a > 0.f ? a : 0.f)",
+    "relu": "(a <= 0.f ? 0.f : a)",
     "abs": "fabsf(a)",
+    "acos": "acosf(a)",
+    "asin": "asinf(a)",
     "ceil": "ceilf(a)",
     "floor": "floorf(a)",
     "cos": "cosf(a)",
     "sin": "sinf(a)",
+    "tan": "tanf(a)",
     "exp": "expf(a)",
+    "expm1": "expm1f(a)",
     "log": "logf(a)",
+    "log1p": "log1pf(a)",
     "negate": "-a",
     "sigmoid": "xm_act_sigmoid(a)",
     "tanh": "tanhf(a)",
     "fast_tanh": "tanhf(a)",
+    "sinh": "sinhf(a)",
+    "cosh": "coshf(a)",
+    "asinh": "asinhf(a)",
+    "acosh": "acoshf(a)",
+    "atanh": "atanhf(a)",
+    "round": "(a >= 0.f ? floorf(a + 0.5f) : ceilf(a - 0.5f))",
+    "erf": "erff(a)",
+    "erfc": "(1.f - erff(a))",
+    "gelu": "(float)((double)(0.5f * a) * (1.0 + erf((double)a * 0.70710678118654752440)))",
+    "softplus": "xm_logaddexpf(0.f, a)",
+    "logsigmoid": "(-xm_logaddexpf(0.f, -a))",
+    "sign": "(a > 0.f ? 1.f : a < 0.f ? -1.f : a)",
     "add": "a + b",
     "sub": "a - b",
     "mul": "a * b",
     "true_div": "a / b",
-    "max": "fmaxf(a, b)",
-    "min": "fminf(a, b)",
+    "floor_div": "floorf(a / b)",
+    "mod": "fmodf(a, b)",
+    "max": "xm_maxf(a, b)",
+    "min": "xm_minf(a, b)",
     "pow": "powf(a, b)",
-    "fuse_add_relu": "(a + b > 0.f ? a + b : 0.f)",
+    "atan2": "atan2f(a, b)",
+    "log_sum_exp": "xm_logaddexpf(a, b)",
+    "abs_grad": "(a > 0.f ? b : a < 0.f ? -b : 0.f)",
+    "sigmoid_grad": "b * a * (1.f - a)",
+    "tanh_grad": "b * (1.f - a * a)",
+    "fast_tanh_grad": "b * (1.f - a * a)",
+    "h_swish_grad": "(a < -3.f ? 0.f : a > 3.f ? b : b * (2.f * a + 3.f) / 6.f)",
+    "relu6_grad": "(a > 0.f && a < 6.f ? b : 0.f)",
+    "fuse_add_relu": "(a + b <= 0.f ? 0.f : a + b)",
     "fuse_add_sigmoid": "xm_act_sigmoid(a + b)",
     "fuse_add_tanh": "tanhf(a + b)",
     "fuse_add_h_swish": "xm_act_hswish(a + b)",
     "fuse_mul_add3": "a * b + c",
     "fuse_mul_add4": "a * b + c * d",
+    "cond_leq_mov": "(a <= b ? c : 0.f)",
+    "cond_lt_mov": "(a < b ? c : 0.f)",
     "h_swish": "xm_act_hswish(a)",
-    "relu6": "(a > 0.f ? (a < 6.f ? a : 6.f) : 0.f)",
-    "hsigmoid": "fminf(fmaxf(a + 3.f, 0.f), 6.f) / 6.f",
+    "relu6": "xm_act_relu6(a)",
+    "hsigmoid": "xm_minf(xm_maxf(a + 3.f, 0.f), 6.f) / 6.f",
     "silu": "a * xm_act_sigmoid(a)",
     "sqrt": "sqrtf(a)",
     "square": "a * a",
-    "clip": "fminf(fmaxf(a, b), c)",
+    "clip": "xm_minf(xm_maxf(a, b), c)",
     "switch_gt0": "a > 0.f ? b : 0.f",
     "prelu": "a > 0.f ? a : a * b",
+    # bool results (one byte, 0 or 1), float or bool operands
+    "lt": "(a < b)",
+    "leq": "(a <= b)",
+    "eq": "(a == b)",
+    "neq": "(a != b)",
+    "isnan": "(a != a)",
+    "isinf": "(isinf(a) != 0)",
+    "not": "(!a)",
+    "and": "(a && b)",
+    "or": "(a || b)",
+    "xor": "((!a) != (!b))",
 }
 
-# elementwise modes whose result may overwrite their first operand
-_IN_PLACE_SAFE = set(ELEMWISE_C)
+# modes whose result is a bool, and those whose operands are bools
+BOOL_RESULT_MODES = frozenset({"lt", "leq", "eq", "neq", "isnan", "isinf", "not", "and", "or", "xor"})
+BOOL_OPERAND_MODES = frozenset({"not", "and", "or", "xor"})
+# modes also run on int32 operands (the expression is the same in integers)
+INT_MODES = frozenset({"add", "sub", "mul", "negate", "lt", "leq", "eq", "neq", "switch_gt0"})
+
+
+def elemwise_codes(mode: str, codes: Sequence[str | None]) -> bool:
+    """Whether the portable elementwise kernel runs ``mode`` on these element-type codes (operands,
+    then the result): float32 (or int32 for :data:`INT_MODES`) operands, bool ones for the logical
+    modes, a bool result for comparisons."""
+    *ins, out = codes
+    if mode not in ELEMWISE_C:
+        return False
+    if mode in BOOL_OPERAND_MODES:
+        return all(c == "b1" for c in ins) and out == "b1"
+    operand = ins[0]
+    if operand not in ("f32", "i32") or any(c != operand for c in ins):
+        return False
+    if operand == "i32" and mode not in INT_MODES:
+        return False
+    return out == ("b1" if mode in BOOL_RESULT_MODES else operand)
 
 
 def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int) -> str:
@@ -137,29 +219,34 @@ class Elemwise(Template):
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ElemwiseOp)
         mode = op.params()["mode"].value
-        if mode not in ELEMWISE_C or not is_f32(*op.operands, *op.results):
+        codes = tuple(code(v) for v in (*op.operands, *op.results))
+        if not elemwise_codes(mode, codes):
             return None
         out = shape(op.results[0])
         strides = [broadcast_strides(shape(v), out) for v in op.operands]
         cshape, cstrides = collapse(out, strides)
         # in place over operand 0 when it is read exactly where the result is written
-        in_place = shape(op.operands[0]) == out
+        in_place = shape(op.operands[0]) == out and codes[0] == codes[-1]
         params = {"mode": mode, "shape": cshape, "strides": cstrides, "inplace": int(in_place)}
+        if set(codes) != {"f32"}:
+            params["dtypes"] = codes
         return Lowered(params, list(op.operands))
 
     in_place_operand = 0
 
     def symbol(self, p: dict[str, Any]) -> str:
         st = "_".join("s" + "x".join(map(str, s)) for s in p["strides"])
-        return sym_join("elemwise", p["mode"], "x".join(map(str, p["shape"])), st, "f32")
+        types = "_".join(p["dtypes"]) if "dtypes" in p else "f32"
+        return sym_join("elemwise", p["mode"], "x".join(map(str, p["shape"])), st, types)
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n = len(p["strides"])
         names = "abcd"[:n]
-        args = ", ".join(
-            [*(f"const float* in{i}" for i in range(n)), "float* out0", "unsigned char* ws", "int nt"]
-        )
-        loads = " ".join(f"const float {names[i]} = in{i}[x{i}];" for i in range(n))
+        dtypes = p.get("dtypes", ("f32",) * (n + 1))
+        ctypes = [ELEM_CTYPES[c] for c in dtypes]
+        ins = [f"const {ctypes[i]}* in{i}" for i in range(n)]
+        args = ", ".join([*ins, f"{ctypes[n]}* out0", "unsigned char* ws", "int nt"])
+        loads = " ".join(f"const {ctypes[i]} {names[i]} = in{i}[x{i}];" for i in range(n))
         body = f"{loads} out0[o] = {ELEMWISE_C[p['mode']]};"
         total = math.prod(p["shape"])
         return (
@@ -403,6 +490,14 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
 """
 
 
+FLOAT32_REDUCE_TYPES = (
+    enums.ReduceDataType.DEFAULT,
+    enums.ReduceDataType.FLOAT_IO16xC32,
+    enums.ReduceDataType.FLOAT_O32xC32,
+    enums.ReduceDataType.FLOAT_O16xC32,
+)
+
+
 class Reduce(Template):
     family = "reduce"
     ops = (T.ReduceOp,)
@@ -411,7 +506,8 @@ class Reduce(Template):
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ReduceOp)
         p = op.params()
-        if not is_f32(*op.operands, *op.results) or p["data_type"] != enums.ReduceDataType.DEFAULT:
+        # every float data type computes in float32: on float32 operands they are all the default
+        if not is_f32(*op.operands, *op.results) or p["data_type"] not in FLOAT32_REDUCE_TYPES:
             return None
         params = {"mode": p["mode"].value, **axis_split(shape(op.operands[0]), p["axis"])}
         return Lowered(params, [op.operands[0]])
@@ -423,8 +519,8 @@ class Reduce(Template):
         o, a, i, mode = p["outer"], p["axis"], p["inner"], p["mode"]
         init = {"max": "-INFINITY", "min": "INFINITY", "product": "1.f"}.get(mode, "0.f")
         step = {
-            "max": "v = e > v ? e : v;",
-            "min": "v = fminf(v, e);",
+            "max": "v = (e > v || e != e) ? e : v;",  # NaN wins, as numpy's max
+            "min": "v = (e < v || e != e) ? e : v;",
             "product": "v *= e;",
             "sum_sqr": "v += e * e;",
         }.get(mode, "v += e;")
@@ -561,7 +657,7 @@ class Concat(_Chunks):
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ConcatOp)
-        elem = moved_elements(op)
+        elem = moved_elements(op, blocked=True)
         if elem is None:
             return None
         axis = op.params()["axis"]
@@ -579,7 +675,7 @@ class Split(_Chunks):
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.SplitOp)
-        elem = moved_elements(op)
+        elem = moved_elements(op, blocked=True)
         if elem is None:
             return None
         axis = op.params()["axis"]

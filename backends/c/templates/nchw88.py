@@ -101,8 +101,9 @@ COMMON = """#include <stdint.h>
 #define XM_N88_COMMON
 static inline __m256 xm_n88_act(__m256 v, int act) {
   switch (act) {
-    case 1: return _mm256_max_ps(v, _mm256_setzero_ps());
-    case 2: return _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(6.f));
+    /* maxps / minps return their second operand when either is NaN: v goes second, so NaN stays */
+    case 1: return _mm256_max_ps(_mm256_setzero_ps(), v);
+    case 2: return _mm256_min_ps(_mm256_set1_ps(6.f), _mm256_max_ps(_mm256_setzero_ps(), v));
     case 3: { float t[8]; _mm256_storeu_ps(t, v); for (int l = 0; l < 8; ++l) t[l] = xm_act_sigmoid(t[l]);
               return _mm256_loadu_ps(t); }
     case 4: { const __m256 r = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, _mm256_set1_ps(3.f)),
@@ -820,7 +821,7 @@ class TypeCvtF16C(TypeCvt):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         pair = (p["src"], p["dst"])
         if pair not in (("f16", "f32"), ("f32", "f16")):
-            return super().render(em, sym, p).replace("float16_t", "uint16_t")
+            return super().render(em, sym, p)  # float16_t: _Float16 on x86 (xm_kernels.h)
         size = p["size"]
         src_t, dst_t = _ctype(p["src"]), _ctype(p["dst"])
         tail_src = "_cvtsh_ss(in[i])" if p["src"] == "f16" else "in[i]"

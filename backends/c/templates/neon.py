@@ -146,7 +146,7 @@ static inline {v} xm_add_{tag}({v} a, {v} b) {{
 static inline {v} xm_max0_{tag}({v} a) {{
   for (int i = 0;
   i < 4;
-  ++i) a.v[i] = a.v[i] > 0 ? a.v[i] : 0;
+  ++i) a.v[i] = a.v[i] <= 0 ? 0 : a.v[i];
   return a;
 }}
 """

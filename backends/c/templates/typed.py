@@ -34,7 +34,14 @@ from backends.c.match import (
     same_type,
 )
 from backends.c.templates import Template, sym_join
-from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, _par, _ptr_args, _strided_loops
+from backends.c.templates.generic import (
+    BOOL_RESULT_MODES,
+    BYTES_CTYPE,
+    ELEMWISE_C,
+    _par,
+    _ptr_args,
+    _strided_loops,
+)
 from backends.reference.quant_kernels import Q_MODES
 from dialects import enums
 from dialects import layout as L
@@ -45,7 +52,7 @@ if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 CTYPES = {"f32": "float", "f16": "float16_t", "q8": "int8_t", "q32": "int32_t", "u8": "uint8_t",
-          "b1": "uint8_t", "i32": "int32_t"}  # fmt: skip
+          "b1": "uint8_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t", "ui8": "uint8_t"}  # fmt: skip
 QRANGE = {"q8": (-128, 127), "q32": (-(2**31), 2**31 - 1), "u8": (0, 255)}
 HEADER = "#include <stdint.h>\n"
 
@@ -66,6 +73,8 @@ def deq(code: str, scale: float, zp: int, x: str) -> str:
 
 def quant(code: str, scale: float, zp: int, v: str) -> str:
     """C expression storing the float ``v`` as element type ``code``."""
+    if code == "b1":
+        return f"(uint8_t)(({v}) != 0)"  # numpy's astype(bool): any non-zero value is true
     if not is_quantized(code):
         return f"({CTYPES[code]})({v})"
     lo, hi = QRANGE[code]
@@ -182,7 +191,7 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 def elemwise_q(op: Operation, float_mode: str) -> Lowered | None:
     values = [*op.operands, op.results[0]]
     codes = [code(v) for v in values]
-    if float_mode not in ELEMWISE_C or None in codes or "f16" in codes:
+    if float_mode not in ELEMWISE_C or float_mode in BOOL_RESULT_MODES or None in codes or "f16" in codes:
         return None
     if not any(c in ("q8", "q32", "u8") for c in codes):
         return None  # float32 elementwise ops have their own kernel
