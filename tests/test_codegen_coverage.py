@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from compiler.compile import CompiledModel, EmulationWarning
 
 import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.reference import run_module
 from backends.reference.kernels import ELEMWISE
+from compiler.driver.compile import CompiledModel, EmulationWarning
 from compiler.functional.elemwise import _elemwise
 from compiler.functional.vision import interpolate
 from dialects import enums

@@ -10,11 +10,11 @@ import os
 
 import numpy as np
 import pytest
-from compiler.compile import CompileError, compile
-from compiler.targets import parse_target, runs_here
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 
+from compiler.driver.compile import CompileError, compile
+from compiler.driver.targets import parse_target, runs_here
 from passes.lowering import LoweringError
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
