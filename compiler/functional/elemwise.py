@@ -89,7 +89,6 @@ mul = _binary("mul", "MUL")
 div = _binary("div", "TRUE_DIV")
 floor_div = _binary("floor_div", "FLOOR_DIV")
 mod = _binary("mod", "MOD")
-pow = _binary("pow", "POW")  # noqa: A001 - MegEngine's name
 maximum = _binary("maximum", "MAX")
 minimum = _binary("minimum", "MIN")
 equal = _binary("equal", "EQ")
@@ -103,7 +102,6 @@ logical_or = _binary("logical_or", "OR", _logical)
 logical_xor = _binary("logical_xor", "XOR", _logical)
 
 neg = _unary("neg", "NEGATE")
-abs = _unary("abs", "ABS")  # noqa: A001
 exp = _unary("exp", "EXP")
 log = _unary("log", "LOG")
 log1p = _unary("log1p", "LOG1P")
@@ -116,7 +114,6 @@ tanh = _unary("tanh", "TANH")
 sigmoid = _unary("sigmoid", "SIGMOID")
 floor = _unary("floor", "FLOOR")
 ceil = _unary("ceil", "CEIL")
-round = _unary("round", "ROUND")  # noqa: A001
 relu = _unary("relu", "RELU")
 relu6 = _unary("relu6", "RELU6")
 hswish = _unary("hswish", "H_SWISH")
@@ -124,6 +121,11 @@ hsigmoid = _unary("hsigmoid", "HSIGMOID")
 gelu = _unary("gelu", "GELU")
 silu = _unary("silu", "SILU")
 logical_not = _unary("logical_not", "NOT", _logical)
+
+# MegEngine's names, shadowing Python's builtins within this module
+pow = _binary("pow", "POW")  # noqa: A001
+abs = _unary("abs", "ABS")  # noqa: A001
+round = _unary("round", "ROUND")  # noqa: A001
 
 
 def clip(x: Any, lower: Any = None, upper: Any = None) -> Tensor:
