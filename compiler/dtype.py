@@ -16,6 +16,7 @@ reference kernels' rounding (ties away from zero, megdnn's ``roundf``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -131,44 +132,25 @@ def _convert_from(arr: Any, kind: str) -> np.ndarray:
     return (centered * np.float32(get_scale(a.dtype))).astype(np.float32)
 
 
-def convert_to_qint8(arr: Any, q_dtype: np.dtype) -> np.ndarray:
-    return _convert_to(arr, q_dtype, "qint8")
+def _converters(kind: str) -> tuple[Callable[[Any, np.dtype], np.ndarray], Callable[[Any], np.ndarray]]:
+    """MegEngine's ``convert_to_<kind>(arr, q_dtype)`` and ``convert_from_<kind>(arr)``."""
+
+    def convert_to(arr: Any, q_dtype: np.dtype) -> np.ndarray:
+        return _convert_to(arr, q_dtype, kind)
+
+    def convert_from(arr: Any) -> np.ndarray:
+        return _convert_from(arr, kind)
+
+    for function, direction in ((convert_to, "to"), (convert_from, "from")):
+        function.__name__ = function.__qualname__ = f"convert_{direction}_{kind}"
+    return convert_to, convert_from
 
 
-def convert_from_qint8(arr: Any) -> np.ndarray:
-    return _convert_from(arr, "qint8")
-
-
-def convert_to_qint32(arr: Any, q_dtype: np.dtype) -> np.ndarray:
-    return _convert_to(arr, q_dtype, "qint32")
-
-
-def convert_from_qint32(arr: Any) -> np.ndarray:
-    return _convert_from(arr, "qint32")
-
-
-def convert_to_quint8(arr: Any, q_dtype: np.dtype) -> np.ndarray:
-    return _convert_to(arr, q_dtype, "quint8")
-
-
-def convert_from_quint8(arr: Any) -> np.ndarray:
-    return _convert_from(arr, "quint8")
-
-
-def convert_to_qint4(arr: Any, q_dtype: np.dtype) -> np.ndarray:
-    return _convert_to(arr, q_dtype, "qint4")
-
-
-def convert_from_qint4(arr: Any) -> np.ndarray:
-    return _convert_from(arr, "qint4")
-
-
-def convert_to_quint4(arr: Any, q_dtype: np.dtype) -> np.ndarray:
-    return _convert_to(arr, q_dtype, "quint4")
-
-
-def convert_from_quint4(arr: Any) -> np.ndarray:
-    return _convert_from(arr, "quint4")
+convert_to_qint8, convert_from_qint8 = _converters("qint8")
+convert_to_qint32, convert_from_qint32 = _converters("qint32")
+convert_to_quint8, convert_from_quint8 = _converters("quint8")
+convert_to_qint4, convert_from_qint4 = _converters("qint4")
+convert_to_quint4, convert_from_quint4 = _converters("quint4")
 
 
 __all__ = [

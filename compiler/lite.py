@@ -726,31 +726,31 @@ def LiteTensorConcat(  # noqa: N802 - megenginelite's name
 # configuration
 
 
+@dataclass(repr=False, eq=False)
 class LiteOptions:
     """MegEngine Lite's inference options. xmge records them; the compilation target (``target=``
     of :class:`LiteNetwork`) decides layouts and kernels instead, so they do not change a run."""
 
-    def __init__(self) -> None:
-        self.weight_preprocess = False
-        self.fuse_preprocess = False
-        self.fake_next_exec = False
-        self.var_sanity_check_first_run = True
-        self.const_shape = False
-        self.force_dynamic_alloc = False
-        self.force_output_dynamic_alloc = False
-        self.force_output_use_user_specified_memory = False
-        self.no_profiling_on_shape_change = False
-        self.jit_level = 0
-        self.comp_node_seq_record_level = 0
-        self.graph_opt_level = 2
-        self.async_exec_level = 1
-        self.enable_nchw44 = False
-        self.enable_nchw44_dot = False
-        self.enable_nchw88 = False
-        self.enable_nhwcd4 = False
-        self.enable_nchw4 = False
-        self.enable_nchw32 = False
-        self.enable_nchw64 = False
+    weight_preprocess: bool = False
+    fuse_preprocess: bool = False
+    fake_next_exec: bool = False
+    var_sanity_check_first_run: bool = True
+    const_shape: bool = False
+    force_dynamic_alloc: bool = False
+    force_output_dynamic_alloc: bool = False
+    force_output_use_user_specified_memory: bool = False
+    no_profiling_on_shape_change: bool = False
+    jit_level: int = 0
+    comp_node_seq_record_level: int = 0
+    graph_opt_level: int = 2
+    async_exec_level: int = 1
+    enable_nchw44: bool = False
+    enable_nchw44_dot: bool = False
+    enable_nchw88: bool = False
+    enable_nhwcd4: bool = False
+    enable_nchw4: bool = False
+    enable_nchw32: bool = False
+    enable_nchw64: bool = False
 
     def __repr__(self) -> str:
         return repr(dict(vars(self)))
@@ -835,6 +835,24 @@ class LiteIO:
         )
 
 
+def _io_adder(side: str) -> Callable[..., None]:
+    """``add_input`` / ``add_output``: append a LiteIO, or one built from the arguments."""
+
+    def add(
+        self: LiteNetworkIO,
+        obj: LiteIO | str,
+        is_host: bool = True,
+        io_type: int = LiteIOType.LITE_IO_VALUE,
+        layout: LiteLayout | None = None,
+    ) -> None:
+        io = obj if isinstance(obj, LiteIO) else LiteIO(obj, is_host, io_type, layout)
+        getattr(self, f"{side}s").append(io)
+
+    add.__name__ = f"add_{side}"
+    add.__qualname__ = f"LiteNetworkIO.add_{side}"
+    return add
+
+
 class LiteNetworkIO:
     """The inputs and outputs configured for a :class:`LiteNetwork`."""
 
@@ -850,23 +868,8 @@ class LiteNetworkIO:
             return LiteIO(*item)
         raise NetworkError(f"LiteNetworkIO takes LiteIO items or [name, ...] lists, got {item!r}")
 
-    def add_input(
-        self,
-        obj: LiteIO | str,
-        is_host: bool = True,
-        io_type: int = LiteIOType.LITE_IO_VALUE,
-        layout: LiteLayout | None = None,
-    ) -> None:
-        self.inputs.append(obj if isinstance(obj, LiteIO) else LiteIO(obj, is_host, io_type, layout))
-
-    def add_output(
-        self,
-        obj: LiteIO | str,
-        is_host: bool = True,
-        io_type: int = LiteIOType.LITE_IO_VALUE,
-        layout: LiteLayout | None = None,
-    ) -> None:
-        self.outputs.append(obj if isinstance(obj, LiteIO) else LiteIO(obj, is_host, io_type, layout))
+    add_input = _io_adder("input")
+    add_output = _io_adder("output")
 
     def __repr__(self) -> str:
         return repr({"inputs": self.inputs, "outputs": self.outputs})
@@ -884,6 +887,21 @@ def _check_config(config: LiteConfig) -> None:
         )
     if config.has_compression:
         raise NetworkError("compressed models are not supported: load the plain .mge")
+
+
+def _load_time_setting(name: str, attribute: str, minimum: int | None = None) -> property:
+    """An integer setting that, as in megenginelite, can only change before the model loads."""
+
+    def get(self: LiteNetwork) -> int:
+        return getattr(self, attribute)
+
+    def set_(self: LiteNetwork, value: int) -> None:
+        self._before_load(name)
+        if minimum is not None and value < minimum:
+            raise NetworkError(f"{name} must be >= {minimum}, got {value}")
+        setattr(self, attribute, int(value))
+
+    return property(get, set_)
 
 
 class LiteNetwork:
@@ -959,34 +977,9 @@ class LiteNetwork:
             raise NetworkError(f"{what} must be set before the network is loaded")
 
     # -- settings ---------------------------------------------------------------------------
-    @property
-    def threads_number(self) -> int:
-        return self._threads
-
-    @threads_number.setter
-    def threads_number(self, nr_threads: int) -> None:
-        self._before_load("threads_number")
-        if nr_threads < 1:
-            raise NetworkError(f"threads_number must be >= 1, got {nr_threads}")
-        self._threads = int(nr_threads)
-
-    @property
-    def device_id(self) -> int:
-        return self._device_id
-
-    @device_id.setter
-    def device_id(self, device_id: int) -> None:
-        self._before_load("device_id")
-        self._device_id = int(device_id)
-
-    @property
-    def stream_id(self) -> int:
-        return self._stream_id
-
-    @stream_id.setter
-    def stream_id(self, stream_id: int) -> None:
-        self._before_load("stream_id")
-        self._stream_id = int(stream_id)
+    threads_number = _load_time_setting("threads_number", "_threads", minimum=1)
+    device_id = _load_time_setting("device_id", "_device_id")
+    stream_id = _load_time_setting("stream_id", "_stream_id")
 
     def enable_cpu_inplace_mode(self) -> None:
         """Run on the calling thread (xmge always does; the flag is kept for the query)."""
@@ -1027,20 +1020,10 @@ class LiteNetwork:
         return list(self._outputs)
 
     def get_input_name(self, index: int) -> str:
-        names = self.get_all_input_name()
-        if not 0 <= index < len(names):
-            raise NetworkError(
-                f"input index {index} out of range: the model has {len(names)} input(s) {names}"
-            )
-        return names[index]
+        return _nth_name("input", self.get_all_input_name(), index)
 
     def get_output_name(self, index: int) -> str:
-        names = self.get_all_output_name()
-        if not 0 <= index < len(names):
-            raise NetworkError(
-                f"output index {index} out of range: the model has {len(names)} output(s) {names}"
-            )
-        return names[index]
+        return _nth_name("output", self.get_all_output_name(), index)
 
     def get_io_tensor(self, name: str | bytes, phase: int = LiteTensorPhase.LITE_IO) -> LiteTensor:
         """The tensor of input or output ``name`` (``phase`` picks one when both share a name)."""
@@ -1093,6 +1076,12 @@ class LiteNetwork:
 
     def wait(self) -> None:
         """Wait for the forward to finish: it already has, forward() is synchronous."""
+
+
+def _nth_name(kind: str, names: list[str], index: int) -> str:
+    if not 0 <= index < len(names):
+        raise NetworkError(f"{kind} index {index} out of range: the model has {len(names)} {kind}(s) {names}")
+    return names[index]
 
 
 def _lite_layout(t: Any) -> LiteLayout:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,9 @@ from dialects.enums import ElemwiseMode
 from dialects.tensor import ElemwiseOp
 
 # MegEngine computes these in float32 even for integer operands (``_elwise`` casts them).
-_FLOAT_ONLY = frozenset({"TRUE_DIV", "POW"})
+_FLOAT_ONLY = frozenset(
+    "TRUE_DIV POW EXP LOG LOG1P EXPM1 SQRT SIN COS TANH SIGMOID H_SWISH HSIGMOID GELU SILU".split()
+)
 
 
 def _promote(tensors: list[Tensor]) -> list[Tensor]:
@@ -42,131 +45,87 @@ def _elemwise_binary(mode: str, a: Any, b: Any) -> Tensor:
     return _elemwise(mode, a, b)
 
 
-def _float_unary(mode: str, x: Any, label: str) -> Tensor:
-    x = as_tensor(x)
-    if x.dtype.kind != "f":
-        x = x.astype("float32")
-    return _elemwise(mode, x, label=label)
+def _logical(mode: str, *inputs: Any, label: str) -> Tensor:
+    tensors = [as_tensor(x) for x in inputs]
+    for t in tensors:
+        if t.dtype.kind != "b":
+            raise op_error(label, f"needs bool tensors, got {t.dtype}")
+    return _elemwise(mode, *tensors, label=label)
 
 
-def add(x: Any, y: Any) -> Tensor:
-    return _elemwise("ADD", x, y, label="add")
+_Apply = Callable[..., Tensor]
 
 
-def sub(x: Any, y: Any) -> Tensor:
-    return _elemwise("SUB", x, y, label="sub")
+def _public(function: _Apply, name: str) -> _Apply:
+    # traced modules and pickles find a function again by its module and qualified name
+    function.__name__ = function.__qualname__ = name
+    return function
 
 
-def mul(x: Any, y: Any) -> Tensor:
-    return _elemwise("MUL", x, y, label="mul")
+def _unary(name: str, mode: str, apply_mode: _Apply = _elemwise) -> Callable[[Any], Tensor]:
+    """The public function ``name(x)``: one ``mode`` elemwise op labelled ``name``."""
+
+    def function(x: Any) -> Tensor:
+        return apply_mode(mode, x, label=name)
+
+    return _public(function, name)
 
 
-def div(x: Any, y: Any) -> Tensor:
-    return _elemwise("TRUE_DIV", x, y, label="div")
+def _binary(
+    name: str, mode: str, apply_mode: _Apply = _elemwise, *, swapped: bool = False
+) -> Callable[[Any, Any], Tensor]:
+    """The public function ``name(x, y)``: one ``mode`` elemwise op labelled ``name`` (on ``y, x``
+    when ``swapped``: ``greater`` is ``LT`` with its operands the other way round)."""
+
+    def function(x: Any, y: Any) -> Tensor:
+        return apply_mode(mode, *((y, x) if swapped else (x, y)), label=name)
+
+    return _public(function, name)
 
 
-def floor_div(x: Any, y: Any) -> Tensor:
-    return _elemwise("FLOOR_DIV", x, y, label="floor_div")
+add = _binary("add", "ADD")
+sub = _binary("sub", "SUB")
+mul = _binary("mul", "MUL")
+div = _binary("div", "TRUE_DIV")
+floor_div = _binary("floor_div", "FLOOR_DIV")
+mod = _binary("mod", "MOD")
+maximum = _binary("maximum", "MAX")
+minimum = _binary("minimum", "MIN")
+equal = _binary("equal", "EQ")
+not_equal = _binary("not_equal", "NEQ")
+less = _binary("less", "LT")
+less_equal = _binary("less_equal", "LEQ")
+greater = _binary("greater", "LT", swapped=True)
+greater_equal = _binary("greater_equal", "LEQ", swapped=True)
+logical_and = _binary("logical_and", "AND", _logical)
+logical_or = _binary("logical_or", "OR", _logical)
+logical_xor = _binary("logical_xor", "XOR", _logical)
 
+neg = _unary("neg", "NEGATE")
+exp = _unary("exp", "EXP")
+log = _unary("log", "LOG")
+log1p = _unary("log1p", "LOG1P")
+expm1 = _unary("expm1", "EXPM1")
+sqrt = _unary("sqrt", "SQRT")
+square = _unary("square", "SQUARE")
+sin = _unary("sin", "SIN")
+cos = _unary("cos", "COS")
+tanh = _unary("tanh", "TANH")
+sigmoid = _unary("sigmoid", "SIGMOID")
+floor = _unary("floor", "FLOOR")
+ceil = _unary("ceil", "CEIL")
+relu = _unary("relu", "RELU")
+relu6 = _unary("relu6", "RELU6")
+hswish = _unary("hswish", "H_SWISH")
+hsigmoid = _unary("hsigmoid", "HSIGMOID")
+gelu = _unary("gelu", "GELU")
+silu = _unary("silu", "SILU")
+logical_not = _unary("logical_not", "NOT", _logical)
 
-def mod(x: Any, y: Any) -> Tensor:
-    return _elemwise("MOD", x, y, label="mod")
-
-
-def pow(x: Any, y: Any) -> Tensor:  # noqa: A001 - MegEngine's name
-    return _elemwise("POW", x, y, label="pow")
-
-
-def maximum(x: Any, y: Any) -> Tensor:
-    return _elemwise("MAX", x, y, label="maximum")
-
-
-def minimum(x: Any, y: Any) -> Tensor:
-    return _elemwise("MIN", x, y, label="minimum")
-
-
-def neg(x: Any) -> Tensor:
-    return _elemwise("NEGATE", x, label="neg")
-
-
-def abs(x: Any) -> Tensor:  # noqa: A001
-    return _elemwise("ABS", x, label="abs")
-
-
-def exp(x: Any) -> Tensor:
-    return _float_unary("EXP", x, "exp")
-
-
-def log(x: Any) -> Tensor:
-    return _float_unary("LOG", x, "log")
-
-
-def log1p(x: Any) -> Tensor:
-    return _float_unary("LOG1P", x, "log1p")
-
-
-def expm1(x: Any) -> Tensor:
-    return _float_unary("EXPM1", x, "expm1")
-
-
-def sqrt(x: Any) -> Tensor:
-    return _float_unary("SQRT", x, "sqrt")
-
-
-def square(x: Any) -> Tensor:
-    return _elemwise("SQUARE", x, label="square")
-
-
-def sin(x: Any) -> Tensor:
-    return _float_unary("SIN", x, "sin")
-
-
-def cos(x: Any) -> Tensor:
-    return _float_unary("COS", x, "cos")
-
-
-def tanh(x: Any) -> Tensor:
-    return _float_unary("TANH", x, "tanh")
-
-
-def sigmoid(x: Any) -> Tensor:
-    return _float_unary("SIGMOID", x, "sigmoid")
-
-
-def floor(x: Any) -> Tensor:
-    return _elemwise("FLOOR", x, label="floor")
-
-
-def ceil(x: Any) -> Tensor:
-    return _elemwise("CEIL", x, label="ceil")
-
-
-def round(x: Any) -> Tensor:  # noqa: A001
-    return _elemwise("ROUND", x, label="round")
-
-
-def relu(x: Any) -> Tensor:
-    return _elemwise("RELU", x, label="relu")
-
-
-def relu6(x: Any) -> Tensor:
-    return _elemwise("RELU6", x, label="relu6")
-
-
-def hswish(x: Any) -> Tensor:
-    return _float_unary("H_SWISH", x, "hswish")
-
-
-def hsigmoid(x: Any) -> Tensor:
-    return _float_unary("HSIGMOID", x, "hsigmoid")
-
-
-def gelu(x: Any) -> Tensor:
-    return _float_unary("GELU", x, "gelu")
-
-
-def silu(x: Any) -> Tensor:
-    return _float_unary("SILU", x, "silu")
+# MegEngine's names, shadowing Python's builtins within this module
+pow = _binary("pow", "POW")  # noqa: A001
+abs = _unary("abs", "ABS")  # noqa: A001
+round = _unary("round", "ROUND")  # noqa: A001
 
 
 def clip(x: Any, lower: Any = None, upper: Any = None) -> Tensor:
@@ -178,54 +137,6 @@ def clip(x: Any, lower: Any = None, upper: Any = None) -> Tensor:
     if upper is None:
         return maximum(x, lower)
     return _elemwise("CLIP", x, lower, upper, label="clip")
-
-
-def equal(x: Any, y: Any) -> Tensor:
-    return _elemwise("EQ", x, y, label="equal")
-
-
-def not_equal(x: Any, y: Any) -> Tensor:
-    return _elemwise("NEQ", x, y, label="not_equal")
-
-
-def less(x: Any, y: Any) -> Tensor:
-    return _elemwise("LT", x, y, label="less")
-
-
-def less_equal(x: Any, y: Any) -> Tensor:
-    return _elemwise("LEQ", x, y, label="less_equal")
-
-
-def greater(x: Any, y: Any) -> Tensor:
-    return _elemwise("LT", y, x, label="greater")
-
-
-def greater_equal(x: Any, y: Any) -> Tensor:
-    return _elemwise("LEQ", y, x, label="greater_equal")
-
-
-def _logical(mode: str, label: str, *inputs: Any) -> Tensor:
-    tensors = [as_tensor(x) for x in inputs]
-    for t in tensors:
-        if t.dtype.kind != "b":
-            raise op_error(label, f"needs bool tensors, got {t.dtype}")
-    return _elemwise(mode, *tensors, label=label)
-
-
-def logical_and(x: Any, y: Any) -> Tensor:
-    return _logical("AND", "logical_and", x, y)
-
-
-def logical_or(x: Any, y: Any) -> Tensor:
-    return _logical("OR", "logical_or", x, y)
-
-
-def logical_xor(x: Any, y: Any) -> Tensor:
-    return _logical("XOR", "logical_xor", x, y)
-
-
-def logical_not(x: Any) -> Tensor:
-    return _logical("NOT", "logical_not", x)
 
 
 __all__ = [

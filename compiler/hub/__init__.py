@@ -1,28 +1,7 @@
 """A small model zoo defined with xmge's own API, and ``megengine.hub``'s functions to reach it
 (:mod:`compiler.hub.hub`): ``hub.load("megengine/models", "resnet18")``, ``@hub.pretrained(url)``."""
 
-from compiler.hub.hub import (
-    ENV_HUB_DIR,
-    HubError,
-    PretrainedWeightsNotFound,
-    get_hub_dir,
-    help,
-    import_module,
-    list,
-    load,
-    load_serialized_obj_from_url,
-    pretrained,
-)
+from compiler.hub import hub as _hub_api
+from compiler.hub.hub import *  # noqa: F403
 
-__all__ = [
-    "ENV_HUB_DIR",
-    "HubError",
-    "PretrainedWeightsNotFound",
-    "get_hub_dir",
-    "help",
-    "import_module",
-    "list",
-    "load",
-    "load_serialized_obj_from_url",
-    "pretrained",
-]
+__all__ = [*_hub_api.__all__]  # not list(): hub.list, star-imported above, shadows it

@@ -8,25 +8,13 @@ can build a small one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import compiler.functional as F
 import compiler.module as M
-from compiler.hub.resnet import BasicBlock, Bottleneck
+from compiler.hub.resnet import DEPTHS, Block, Norm, _make_stage
 from compiler.tensor import Tensor
-
-Norm = Callable[[int], M.Module]
-Block = type[BasicBlock] | type[Bottleneck]
-
-# depth -> (block, blocks per stage), as in the zoo's resnet18..resnet152
-DEPTHS: dict[int, tuple[Block, tuple[int, int, int, int]]] = {
-    18: (BasicBlock, (2, 2, 2, 2)),
-    34: (BasicBlock, (3, 4, 6, 3)),
-    50: (Bottleneck, (3, 4, 6, 3)),
-    101: (Bottleneck, (3, 4, 23, 3)),
-    152: (Bottleneck, (3, 8, 36, 3)),
-}
 
 
 class ResNetBackbone(M.Module):
@@ -57,26 +45,10 @@ class ResNetBackbone(M.Module):
         self.conv1 = M.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = norm(width)
         self.maxpool = M.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(width, layers[0], 1, False, norm)
-        self.layer2 = self._make_layer(width * 2, layers[1], 2, dilate[0], norm)
-        self.layer3 = self._make_layer(width * 4, layers[2], 2, dilate[1], norm)
-        self.layer4 = self._make_layer(width * 8, layers[3], 2, dilate[2], norm)
-
-    def _make_layer(self, channels: int, blocks: int, stride: int, dilate: bool, norm: Norm) -> M.Sequential:
-        previous_dilation = self.dilation
-        if dilate:
-            self.dilation *= stride
-            stride = 1
-        first = self.block(
-            self.in_channels, channels, stride, self.groups, self.base_width, previous_dilation, norm
-        )
-        stage: list[M.Module] = [first]
-        self.in_channels = channels * self.block.expansion
-        for _ in range(1, blocks):
-            stage.append(
-                self.block(self.in_channels, channels, 1, self.groups, self.base_width, self.dilation, norm)
-            )
-        return M.Sequential(*stage)
+        self.layer1 = _make_stage(self, block, width, layers[0], 1, False, norm)
+        self.layer2 = _make_stage(self, block, width * 2, layers[1], 2, dilate[0], norm)
+        self.layer3 = _make_stage(self, block, width * 4, layers[2], 2, dilate[1], norm)
+        self.layer4 = _make_stage(self, block, width * 8, layers[3], 2, dilate[2], norm)
 
     def channels(self, stage: str) -> int:
         """Channels of feature ``res2``..``res5``."""

@@ -12,13 +12,15 @@ import numpy as np
 
 import compiler.functional as F
 import compiler.module as M
-from compiler.hub._backbone import ResNetBackbone
+from compiler.hub._backbone import ResNetBackbone, resnet_backbone
 from compiler.tensor import Tensor
 
 # the zoo's detectors take BGR images in 0..255 and normalise them inside the model
 IMG_MEAN = (103.530, 116.280, 123.675)
 IMG_STD = (57.375, 57.120, 58.395)
 SIZE_DIVISIBILITY = 32
+# the focal-loss prior: every class output starts as background with probability 1 - prior
+CLS_PRIOR_PROB = 0.01
 
 
 class LastLevelP6P7(M.Module):
@@ -90,6 +92,32 @@ class FPN(M.Module):
                 source = results[self.out_features.index(self.top_block.in_feature)]
             results.extend(self.top_block(source))
         return dict(zip(self.out_features, results, strict=True))
+
+
+def resnet_fpn_p3_p7(
+    depth: int, layers: Sequence[int] | None, width: int, fpn_channels: int, p6_from: str
+) -> FPN:
+    """The detectors' backbone: a ResNet, P3-P5 from ``res3``..``res5`` and P6/P7 from ``p6_from``
+    (RetinaNet: ``"res5"``, FCOS: ``"p5"``)."""
+    bottom_up = resnet_backbone(depth, layers, width)
+    p6_channels = fpn_channels if p6_from.startswith("p") else bottom_up.channels(p6_from)
+    return FPN(
+        bottom_up,
+        in_features=("res3", "res4", "res5"),
+        out_channels=fpn_channels,
+        top_block=LastLevelP6P7(p6_channels, fpn_channels, p6_from),
+        strides=(8, 16, 32),
+    )
+
+
+def init_head(head: M.Module, cls_score: M.Conv2d) -> None:
+    """The zoo's detection-head init: every conv N(0, 0.01) with a zero bias, then the class
+    scores' bias at the focal-loss prior."""
+    for module in head.modules():
+        if isinstance(module, M.Conv2d):
+            M.init.normal_(module.weight, mean=0.0, std=0.01)
+            M.init.zeros_(module.bias)
+    M.init.fill_(cls_score.bias, -math.log((1 - CLS_PRIOR_PROB) / CLS_PRIOR_PROB))
 
 
 def preprocess_image(image: Tensor) -> Tensor:

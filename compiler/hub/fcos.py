@@ -7,7 +7,6 @@ stride_l, as the zoo) and centerness logits ``(N, points, 1)``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,8 +15,7 @@ import numpy as np
 import compiler.functional as F
 import compiler.module as M
 from compiler import hub
-from compiler.hub._backbone import resnet_backbone
-from compiler.hub._fpn import FPN, LastLevelP6P7, flatten_levels, preprocess_image
+from compiler.hub._fpn import flatten_levels, init_head, preprocess_image, resnet_fpn_p3_p7
 from compiler.tensor import Parameter, Tensor
 
 __all__ = [
@@ -30,7 +28,6 @@ __all__ = [
 
 _WEIGHTS = "https://data.megengine.org.cn/models/weights/"
 STRIDES = (8, 16, 32, 64, 128)
-CLS_PRIOR_PROB = 0.01
 
 
 class PointHead(M.Module):
@@ -60,11 +57,7 @@ class PointHead(M.Module):
         self.cls_score = M.Conv2d(in_channels, num_classes, 3, 1, 1)
         self.bbox_pred = M.Conv2d(in_channels, 4, 3, 1, 1)
         self.ctrness = M.Conv2d(in_channels, 1, 3, 1, 1)
-        for module in self.modules():
-            if isinstance(module, M.Conv2d):
-                M.init.normal_(module.weight, mean=0.0, std=0.01)
-                M.init.zeros_(module.bias)
-        M.init.fill_(self.cls_score.bias, -math.log((1 - CLS_PRIOR_PROB) / CLS_PRIOR_PROB))
+        init_head(self, self.cls_score)
         self.scale_list = Parameter(np.ones(len(self.strides), np.float32))
 
     def forward(self, features: list[Tensor]) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
@@ -92,15 +85,8 @@ class FCOS(M.Module):
     ) -> None:
         super().__init__()
         self.num_classes = num_classes
-        bottom_up = resnet_backbone(depth, layers, width)
-        self.in_features = ["p3", "p4", "p5", "p6", "p7"]
-        self.backbone = FPN(
-            bottom_up,
-            in_features=("res3", "res4", "res5"),
-            out_channels=fpn_channels,
-            top_block=LastLevelP6P7(fpn_channels, fpn_channels, "p5"),
-            strides=(8, 16, 32),
-        )
+        self.backbone = resnet_fpn_p3_p7(depth, layers, width, fpn_channels, p6_from="p5")
+        self.in_features = list(self.backbone.out_features)
         self.head = PointHead(fpn_channels, num_classes, STRIDES, num_convs, num_groups)
 
     def forward(self, image: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -16,7 +16,7 @@ import compiler.module as M
 from compiler.tensor import Tensor
 
 
-def _make_divisible(v: float, divisor: int, min_value: int | None = None) -> int:
+def _make_divisible(v: float, divisor: int = 8, min_value: int | None = None) -> int:
     """Round ``v`` to a multiple of ``divisor`` without going below 90% of it."""
     if min_value is None:
         min_value = divisor

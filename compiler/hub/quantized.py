@@ -16,6 +16,7 @@ import numpy as np
 
 import compiler.functional as F
 import compiler.module as M
+from compiler.hub.mobilenet_v2 import DEFAULT_SETTING, _make_divisible
 from compiler.tensor import Tensor
 
 
@@ -96,11 +97,6 @@ class ResNet(_Classifier):
 # -- MobileNetV2 -----------------------------------------------------------------------------------
 
 
-def _make_divisible(v: float, divisor: int = 8) -> int:
-    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
-    return new + divisor if new < 0.9 * v else new
-
-
 class InvertedResidual(M.Module):
     def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int) -> None:
         super().__init__()
@@ -122,15 +118,7 @@ class InvertedResidual(M.Module):
 
 class MobileNetV2(_Classifier):
     # (expand ratio, channels, repeats, stride)
-    SETTINGS = (
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    )
+    SETTINGS = DEFAULT_SETTING
 
     def __init__(
         self, num_classes: int = 1000, width_mult: float = 1.0, depth: int = 7, last_channel: int = 1280

@@ -89,6 +89,33 @@ def _downsample(in_channels: int, out_channels: int, stride: int, norm: Norm) ->
 
 Block = type[BasicBlock] | type[Bottleneck]
 
+# depth -> (block, blocks per stage): resnet18 .. resnet152
+DEPTHS: dict[int, tuple[Block, tuple[int, int, int, int]]] = {
+    18: (BasicBlock, (2, 2, 2, 2)),
+    34: (BasicBlock, (3, 4, 6, 3)),
+    50: (Bottleneck, (3, 4, 6, 3)),
+    101: (Bottleneck, (3, 4, 23, 3)),
+    152: (Bottleneck, (3, 8, 36, 3)),
+}
+
+
+def _make_stage(
+    net: Any, block: Block, channels: int, blocks: int, stride: int, dilate: bool, norm: Norm
+) -> M.Sequential:
+    """One stage ``layerN`` of ``net`` (a ResNet or a ResNet backbone), advancing its running
+    ``in_channels`` and ``dilation`` (a dilated stage trades its stride for dilation)."""
+    previous_dilation = net.dilation
+    if dilate:
+        net.dilation *= stride
+        stride = 1
+    layers: list[M.Module] = [
+        block(net.in_channels, channels, stride, net.groups, net.base_width, previous_dilation, norm)
+    ]
+    net.in_channels = channels * block.expansion
+    for _ in range(1, blocks):
+        layers.append(block(net.in_channels, channels, 1, net.groups, net.base_width, net.dilation, norm))
+    return M.Sequential(*layers)
+
 
 class ResNet(M.Module):
     def __init__(
@@ -133,19 +160,7 @@ class ResNet(M.Module):
         dilate: bool = False,
         norm: Norm = M.BatchNorm2d,
     ) -> M.Sequential:
-        previous_dilation = self.dilation
-        if dilate:
-            self.dilation *= stride
-            stride = 1
-        layers: list[M.Module] = [
-            block(self.in_channels, channels, stride, self.groups, self.base_width, previous_dilation, norm)
-        ]
-        self.in_channels = channels * block.expansion
-        for _ in range(1, blocks):
-            layers.append(
-                block(self.in_channels, channels, 1, self.groups, self.base_width, self.dilation, norm)
-            )
-        return M.Sequential(*layers)
+        return _make_stage(self, block, channels, blocks, stride, dilate, norm)
 
     def extract_features(self, x: Tensor) -> dict[str, Tensor]:
         outputs = {}
@@ -172,16 +187,16 @@ def _resnet(block: Block, layers: Sequence[int], pretrained: bool, **kwargs: Any
 
 
 def resnet18(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    return _resnet(BasicBlock, [2, 2, 2, 2], pretrained, **kwargs)
+    return _resnet(*DEPTHS[18], pretrained, **kwargs)
 
 
 def resnet34(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    return _resnet(BasicBlock, [3, 4, 6, 3], pretrained, **kwargs)
+    return _resnet(*DEPTHS[34], pretrained, **kwargs)
 
 
 def resnet50(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    return _resnet(Bottleneck, [3, 4, 6, 3], pretrained, **kwargs)
+    return _resnet(*DEPTHS[50], pretrained, **kwargs)
 
 
 def resnet101(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    return _resnet(Bottleneck, [3, 4, 23, 3], pretrained, **kwargs)
+    return _resnet(*DEPTHS[101], pretrained, **kwargs)

@@ -9,14 +9,12 @@ BatchNorm2d, which is what this file uses (same parameter and buffer names).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import compiler.functional as F
 import compiler.module as M
 from compiler import hub
-from compiler.hub._backbone import resnet_backbone
-from compiler.hub._fpn import FPN, LastLevelP6P7, flatten_levels, preprocess_image
+from compiler.hub._fpn import flatten_levels, init_head, preprocess_image, resnet_fpn_p3_p7
 from compiler.tensor import Tensor
 
 __all__ = [
@@ -30,7 +28,6 @@ __all__ = [
 _WEIGHTS = "https://data.megengine.org.cn/models/weights/"
 # the zoo's anchors: 3 scales x 3 aspect ratios at every level
 ANCHORS_PER_LOCATION = 9
-CLS_PRIOR_PROB = 0.01
 
 
 class BoxHead(M.Module):
@@ -47,12 +44,7 @@ class BoxHead(M.Module):
         self.bbox_subnet = M.Sequential(*bbox_subnet)
         self.cls_score = M.Conv2d(in_channels, num_anchors * num_classes, 3, 1, 1)
         self.bbox_pred = M.Conv2d(in_channels, num_anchors * 4, 3, 1, 1)
-        for module in self.modules():
-            if isinstance(module, M.Conv2d):
-                M.init.normal_(module.weight, mean=0.0, std=0.01)
-                M.init.zeros_(module.bias)
-        # focal-loss prior: every anchor starts as background with probability 1 - prior
-        M.init.fill_(self.cls_score.bias, -math.log((1 - CLS_PRIOR_PROB) / CLS_PRIOR_PROB))
+        init_head(self, self.cls_score)
 
     def forward(self, features: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         logits = [self.cls_score(self.cls_subnet(f)) for f in features]
@@ -73,15 +65,8 @@ class RetinaNet(M.Module):
     ) -> None:
         super().__init__()
         self.num_classes = num_classes
-        bottom_up = resnet_backbone(depth, layers, width)
-        self.in_features = ["p3", "p4", "p5", "p6", "p7"]
-        self.backbone = FPN(
-            bottom_up,
-            in_features=("res3", "res4", "res5"),
-            out_channels=fpn_channels,
-            top_block=LastLevelP6P7(bottom_up.channels("res5"), fpn_channels, "res5"),
-            strides=(8, 16, 32),
-        )
+        self.backbone = resnet_fpn_p3_p7(depth, layers, width, fpn_channels, p6_from="res5")
+        self.in_features = list(self.backbone.out_features)
         self.head = BoxHead(fpn_channels, num_classes, num_anchors, num_convs)
 
     def forward(self, image: Tensor) -> tuple[Tensor, Tensor]:

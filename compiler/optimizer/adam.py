@@ -7,17 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from compiler.optimizer.optimizer import Optimizer, f32, grad_of
+from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32, grad_of
 from compiler.tensor import Parameter
 
 
 def check_adam_args(lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
-    if lr < 0.0:
-        raise ValueError(f"invalid learning rate: {lr}")
-    if eps < 0.0:
-        raise ValueError(f"invalid epsilon value: {eps}")
-    if weight_decay < 0.0:
-        raise ValueError(f"invalid weight_decay value: {weight_decay}")
+    check_non_negative(lr=lr, eps=eps, weight_decay=weight_decay)
     if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
         raise ValueError(f"invalid betas: {betas}")
 

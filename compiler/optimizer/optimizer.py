@@ -154,6 +154,22 @@ class Optimizer:
                     group[k] = copy.deepcopy(saved[k])
 
 
+# each hyper-parameter as MegEngine's "invalid ...: value" errors name it
+_HYPERPARAMETER_NAMES = {
+    "lr": "learning rate",
+    "momentum": "momentum value",
+    "eps": "epsilon value",
+    "weight_decay": "weight_decay value",
+}
+
+
+def check_non_negative(**hyperparameters: float) -> None:
+    """MegEngine's constructor checks: each hyper-parameter given must be >= 0 (checked in order)."""
+    for key, value in hyperparameters.items():
+        if value < 0.0:
+            raise ValueError(f"invalid {_HYPERPARAMETER_NAMES[key]}: {value}")
+
+
 def f32(value: float) -> np.float32:
     return np.float32(value)
 

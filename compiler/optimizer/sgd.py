@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from compiler.optimizer.optimizer import Optimizer, f32, grad_of
+from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32, grad_of
 from compiler.tensor import Parameter
 
 
@@ -21,12 +21,7 @@ class SGD(Optimizer):
         nesterov: bool = False,
         weight_decay: float = 0.0,
     ) -> None:
-        if lr < 0.0:
-            raise ValueError(f"invalid learning rate: {lr}")
-        if momentum < 0.0:
-            raise ValueError(f"invalid momentum value: {momentum}")
-        if weight_decay < 0.0:
-            raise ValueError(f"invalid weight_decay value: {weight_decay}")
+        check_non_negative(lr=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and momentum <= 0:
             raise ValueError("nesterov momentum requires a momentum")
         # nesterov is an attribute, not a group entry, as in MegEngine (its checkpoints lack it)

@@ -7,24 +7,11 @@ from typing import Any
 import numpy as np
 
 import compiler.functional as F
-from compiler.module.module import Module
-from compiler.quantization.utils import QParams, QuantMode, _meta_of, fake_quant_tensor
+from compiler.quantization.utils import QParams, QuantMode, _DtypeModule, fake_quant_tensor
 from compiler.tensor import Parameter, Tensor
 
 
-class _FakeQuantize(Module):
-    def __init__(self, dtype: str = "qint8", enable: bool = True, **kwargs: Any) -> None:
-        super().__init__()
-        self.dtype = _meta_of(dtype)
-        self.qmin, self.qmax = self.dtype.qmin, self.dtype.qmax
-        self.enabled = enable
-
-    def enable(self) -> None:
-        self.enabled = True
-
-    def disable(self) -> None:
-        self.enabled = False
-
+class _FakeQuantize(_DtypeModule):
     def forward(self, inp: Tensor, qparams: QParams | None = None) -> Tensor:
         return self.fake_quant_forward(inp, qparams) if self.enabled else inp
 

@@ -12,31 +12,20 @@ from typing import Any
 import numpy as np
 
 from compiler.module.module import Module
-from compiler.quantization.utils import QParams, QuantMode, _meta_of, create_qparams
+from compiler.quantization.utils import QParams, QuantMode, _DtypeModule, create_qparams
 from compiler.tensor import Tensor
 
 _FLOAT_MAX = float(np.finfo(np.float32).max)
 
 
-class Observer(Module):
+class Observer(_DtypeModule):
     """Base class: ``forward(x)`` records statistics of ``x`` (when enabled) and returns ``x``."""
 
-    def __init__(self, dtype: str = "qint8", enable: bool = True, **kwargs: Any) -> None:
-        super().__init__()
-        self.dtype = _meta_of(dtype)
-        self.qmin, self.qmax = self.dtype.qmin, self.dtype.qmax
-        self.enabled = enable
-
-    def enable(self) -> None:
-        self.enabled = True
-
-    def disable(self) -> None:
-        self.enabled = False
-
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
-        # MegEngine ties observing to training mode: eval() freezes the statistics
+        # MegEngine ties observing to training mode: eval() freezes the statistics (enable_observer
+        # overrides)
         super().train(mode, recursive)
-        self.enabled = mode  # MegEngine ties observing to training mode; enable_observer overrides
+        self.enabled = mode
         return self
 
     def forward(self, x: Tensor) -> Tensor:

@@ -33,54 +33,36 @@ class QConfig(
         return super().__new__(cls, weight_observer, act_observer, weight_fake_quant, act_fake_quant)
 
 
-min_max_fakequant_qconfig = QConfig(
-    weight_observer=partial(MinMaxObserver, dtype="qint8_narrow"),
-    act_observer=partial(MinMaxObserver, dtype="qint8"),
-    weight_fake_quant=partial(FakeQuantize, dtype="qint8_narrow"),
-    act_fake_quant=partial(FakeQuantize, dtype="qint8"),
-)
+def _qconfig(
+    weight_observer: type | None,
+    act_observer: type | None,
+    fake_quant: type | None = FakeQuantize,
+    weight_dtype: str = "qint8_narrow",
+    act_dtype: str = "qint8",
+) -> QConfig:
+    """A preset: the weight side in ``weight_dtype``, the activation side in ``act_dtype`` (None: no
+    observer / no fake quantizer on either side)."""
 
-ema_fakequant_qconfig = QConfig(
-    weight_observer=partial(MinMaxObserver, dtype="qint8_narrow"),
-    act_observer=partial(ExponentialMovingAverageObserver, dtype="qint8"),
-    weight_fake_quant=partial(FakeQuantize, dtype="qint8_narrow"),
-    act_fake_quant=partial(FakeQuantize, dtype="qint8"),
-)
+    def on(cls: type | None, dtype: str) -> Any:
+        return None if cls is None else partial(cls, dtype=dtype)
 
-sync_ema_fakequant_qconfig = QConfig(
-    weight_observer=partial(SyncMinMaxObserver, dtype="qint8_narrow"),
-    act_observer=partial(SyncExponentialMovingAverageObserver, dtype="qint8"),
-    weight_fake_quant=partial(FakeQuantize, dtype="qint8_narrow"),
-    act_fake_quant=partial(FakeQuantize, dtype="qint8"),
-)
+    return QConfig(
+        weight_observer=on(weight_observer, weight_dtype),
+        act_observer=on(act_observer, act_dtype),
+        weight_fake_quant=on(fake_quant, weight_dtype),
+        act_fake_quant=on(fake_quant, act_dtype),
+    )
 
-ema_lowbit_fakequant_qconfig = QConfig(
-    weight_observer=partial(MinMaxObserver, dtype="qint4"),
-    act_observer=partial(ExponentialMovingAverageObserver, dtype="qint4"),
-    weight_fake_quant=partial(FakeQuantize, dtype="qint4"),
-    act_fake_quant=partial(FakeQuantize, dtype="qint4"),
-)
 
-calibration_qconfig = QConfig(
-    weight_observer=partial(MinMaxObserver, dtype="qint8_narrow"),
-    act_observer=partial(HistogramObserver, dtype="qint8"),
-    weight_fake_quant=None,
-    act_fake_quant=None,
+min_max_fakequant_qconfig = _qconfig(MinMaxObserver, MinMaxObserver)
+ema_fakequant_qconfig = _qconfig(MinMaxObserver, ExponentialMovingAverageObserver)
+sync_ema_fakequant_qconfig = _qconfig(SyncMinMaxObserver, SyncExponentialMovingAverageObserver)
+ema_lowbit_fakequant_qconfig = _qconfig(
+    MinMaxObserver, ExponentialMovingAverageObserver, weight_dtype="qint4", act_dtype="qint4"
 )
-
-tqt_qconfig = QConfig(
-    weight_observer=None,
-    act_observer=None,
-    weight_fake_quant=partial(TQT, dtype="qint8_narrow"),
-    act_fake_quant=partial(TQT, dtype="qint8"),
-)
-
-passive_qconfig = QConfig(
-    weight_observer=partial(PassiveObserver, dtype="qint8_narrow"),
-    act_observer=partial(PassiveObserver, dtype="qint8"),
-    weight_fake_quant=partial(FakeQuantize, dtype="qint8_narrow"),
-    act_fake_quant=partial(FakeQuantize, dtype="qint8"),
-)
+calibration_qconfig = _qconfig(MinMaxObserver, HistogramObserver, fake_quant=None)
+tqt_qconfig = _qconfig(None, None, fake_quant=TQT)
+passive_qconfig = _qconfig(PassiveObserver, PassiveObserver)
 
 easyquant_qconfig = passive_qconfig
 

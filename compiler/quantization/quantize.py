@@ -92,6 +92,25 @@ def _convert(
     module._assign_names()
 
 
+def _convert_copy(
+    caller: str,
+    module: Module,
+    inplace: bool,
+    table: dict[type, type],
+    mapping: dict | None,
+    build: Callable[[type, Module], Module],
+    skip_nested: bool,
+) -> Module:
+    """``_convert`` for the public entry points: ``module`` itself or (not ``inplace``) a deep copy,
+    with the user's ``mapping`` overriding the built-in ``table``."""
+    if not isinstance(module, Module):
+        raise TypeError(f"{caller}: expected a Module, got {type(module).__name__}")
+    if not inplace:
+        module = copy.deepcopy(module)
+    _convert(module, {**table, **(mapping or {})}, build, skip_nested)
+    return module
+
+
 def quantize_qat(
     module: Module,
     inplace: bool = True,
@@ -101,29 +120,20 @@ def quantize_qat(
     """Replace each quantizable float sub-module (Conv2d, ConvBn2d, ConvBnRelu2d, ConvRelu2d, Linear,
     Elemwise, Concat, QuantStub, DequantStub, and ``mapping``'s extra classes) by its QAT version,
     then give every QAT module ``qconfig``. Sub-trees marked ``disable_quantize()`` stay float."""
-    if not isinstance(module, Module):
-        raise TypeError(f"quantize_qat: expected a Module, got {type(module).__name__}")
-    if not inplace:
-        module = copy.deepcopy(module)
     float_to_qat, _ = _conversion_tables()
-    if mapping:
-        float_to_qat = {**float_to_qat, **mapping}
-    _convert(module, float_to_qat, lambda cls, m: cls.from_float_module(m), skip_nested=True)
+    module = _convert_copy(
+        "quantize_qat", module, inplace, float_to_qat, mapping, lambda cls, m: cls.from_float_module(m), True
+    )
     propagate_qconfig(module, qconfig)
     return module
 
 
 def quantize(module: Module, inplace: bool = True, mapping: dict | None = None) -> Module:
     """Replace each QAT sub-module by its int8 version (MegEngine's ``quantize``)."""
-    if not isinstance(module, Module):
-        raise TypeError(f"quantize: expected a Module, got {type(module).__name__}")
-    if not inplace:
-        module = copy.deepcopy(module)
     _, qat_to_quantized = _conversion_tables()
-    if mapping:
-        qat_to_quantized = {**qat_to_quantized, **mapping}
-    _convert(module, qat_to_quantized, lambda cls, m: cls.from_qat_module(m), skip_nested=False)
-    return module
+    return _convert_copy(
+        "quantize", module, inplace, qat_to_quantized, mapping, lambda cls, m: cls.from_qat_module(m), False
+    )
 
 
 def _propagate(module: Module, method: str, *args: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import compiler.dtype as D
+from compiler.module.module import Module
 from compiler.tensor import Tensor, as_tensor
 
 
@@ -132,6 +133,24 @@ def fake_quant_tensor(inp: Tensor, qparams: QParams) -> Tensor:
         zp = qparams.zero_point
         return (F.clip(q + zp, meta.qmin, meta.qmax) - zp) * scale
     return F.clip(q, meta.qmin, meta.qmax) * scale
+
+
+
+class _DtypeModule(Module):
+    """What observers and fake quantizers share: the quantized dtype they serve (with its integer
+    range) and an on/off switch."""
+
+    def __init__(self, dtype: str = "qint8", enable: bool = True, **kwargs: Any) -> None:
+        super().__init__()
+        self.dtype = _meta_of(dtype)
+        self.qmin, self.qmax = self.dtype.qmin, self.dtype.qmax
+        self.enabled = enable
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def disable(self) -> None:
+        self.enabled = False
 
 
 __all__ = [

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import compiler.traced_module.policy as policy
 import compiler.traced_module.pytree as pytree
-from compiler.traced_module.node import ModuleNode, Node
+from compiler.traced_module.node import GraphMember, ModuleNode, Node
 
 if TYPE_CHECKING:
     from compiler.traced_module.traced_module import InternalGraph
 
 
-class Expr:
+class Expr(GraphMember):
     _disable_remove = False  # compile() keeps the expression even when nothing reads it
 
     def __init__(self, expr_id: int, inputs: Sequence[Node]) -> None:
@@ -30,15 +30,6 @@ class Expr:
         self._top_graph: InternalGraph | None = None
         for node in self.inputs:
             node.users.append(self)
-
-    @property
-    def id(self) -> int:
-        return self._id
-
-    @property
-    def top_graph(self) -> InternalGraph | None:
-        """The graph this expression belongs to."""
-        return self._top_graph
 
     @property
     def args(self) -> tuple[Any, ...]:

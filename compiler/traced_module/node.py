@@ -19,7 +19,24 @@ if TYPE_CHECKING:
     from compiler.traced_module.traced_module import InternalGraph
 
 
-class Node:
+class GraphMember:
+    """What nodes and expressions share: an id (unique in the traced module) and the graph that
+    holds them."""
+
+    _id: int
+    _top_graph: InternalGraph | None
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def top_graph(self) -> InternalGraph | None:
+        """The graph this node or expression belongs to."""
+        return self._top_graph
+
+
+class Node(GraphMember):
     """A value of a graph: produced by one expression (``expr``), read by its ``users``."""
 
     _format_spec = ""  # the format graphs and expressions print their nodes in (see __format__)
@@ -47,15 +64,6 @@ class Node:
     @property
     def qualname(self) -> str:
         return self._qualname
-
-    @property
-    def id(self) -> int:
-        return self._id
-
-    @property
-    def top_graph(self) -> InternalGraph | None:
-        """The graph this node belongs to."""
-        return self._top_graph
 
     def __format__(self, format_spec: str) -> str:
         """MegEngine's node formats: ``i`` prefixes ``%id_``, ``p`` the graph name."""

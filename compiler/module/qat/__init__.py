@@ -1,27 +1,6 @@
 """MegEngine's ``module.qat``: quantization-aware-training modules."""
 
-from compiler.module.qat.layers import (
-    Concat,
-    Conv2d,
-    ConvBn2d,
-    ConvBnRelu2d,
-    ConvRelu2d,
-    DequantStub,
-    Elemwise,
-    Linear,
-    QuantStub,
-)
-from compiler.module.qat.module import QATModule
+from compiler.module.qat import layers as _layers
+from compiler.module.qat.layers import *  # noqa: F403
 
-__all__ = [
-    "Concat",
-    "Conv2d",
-    "ConvBn2d",
-    "ConvBnRelu2d",
-    "ConvRelu2d",
-    "DequantStub",
-    "Elemwise",
-    "Linear",
-    "QATModule",
-    "QuantStub",
-]
+__all__ = list(_layers.__all__)

@@ -16,6 +16,7 @@ import compiler.module.layers as _layers
 import compiler.module.quant_dequant as _quant_dequant
 from compiler.module.module import Module
 from compiler.module.qat.module import QATModule
+from compiler.module.quantized import layers as _quantized_layers
 from compiler.tensor import Tensor
 
 
@@ -182,15 +183,5 @@ class DequantStub(_quant_dequant.DequantStub, QATModule):
         return cls(float_module.name)
 
 
-__all__ = [
-    "Concat",
-    "Conv2d",
-    "ConvBn2d",
-    "ConvBnRelu2d",
-    "ConvRelu2d",
-    "DequantStub",
-    "Elemwise",
-    "Linear",
-    "QATModule",
-    "QuantStub",
-]
+# every quantized module has a QAT twin of the same name (quantize() pairs them by name)
+__all__ = sorted([*_quantized_layers.__all__, "QATModule"])

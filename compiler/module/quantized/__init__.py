@@ -1,27 +1,7 @@
 """MegEngine's ``module.quantized``: int8 inference modules."""
 
-from compiler.module.quantized.layers import (
-    Concat,
-    Conv2d,
-    ConvBn2d,
-    ConvBnRelu2d,
-    ConvRelu2d,
-    DequantStub,
-    Elemwise,
-    Linear,
-    QuantStub,
-)
-from compiler.module.quantized.module import QuantizedModule
+from compiler.module.quantized import layers as _layers
+from compiler.module.quantized.layers import *  # noqa: F403
+from compiler.module.quantized.module import QuantizedModule as QuantizedModule
 
-__all__ = [
-    "Concat",
-    "Conv2d",
-    "ConvBn2d",
-    "ConvBnRelu2d",
-    "ConvRelu2d",
-    "DequantStub",
-    "Elemwise",
-    "Linear",
-    "QuantStub",
-    "QuantizedModule",
-]
+__all__ = sorted([*_layers.__all__, "QuantizedModule"])
