@@ -1,0 +1,1 @@
+KERNEL_UNITS: tuple = ()
