@@ -26,7 +26,7 @@ from backends.c.build import runtime_sources as c_runtime_sources
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 RUNTIME_FILES = ("xm_kernels.h", "cuda_cpu.h", "xm_cuda_runtime.cu")
 SHARED_FILES = ("xm_runtime.h", "runner.c")  # the C backends' API header and runner, unchanged
-HARNESS_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-ffp-contract=off", "-x", "c++")
+HARNESS_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing", "-x", "c++")
 
 
 def runtime_sources() -> dict[str, str]:
