@@ -65,7 +65,7 @@ class CudaBackend(X86Backend):
         isas: tuple[str, ...] = ("generic",)
         if {"nchw4", "nchw32", "chwn4", "nchw64"} & set(features):
             isas = ("dp4a", *isas)
-        if "nchw32" in features or float16_options(features, options):
+        if {"nchw32", "nchw64"} & set(features) or float16_options(features, options):
             isas = ("mma", *isas)
         return isas
 

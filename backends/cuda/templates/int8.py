@@ -23,6 +23,7 @@ from xdsl.ir import Operation, SSAValue
 
 from backends.c.match import acc_scale, code, dtype_key, pool_geometry, qparams, requant_params
 from backends.c.templates import sym_join
+from backends.c.templates.generic import BYTES_CTYPE
 from backends.c.templates.typed import _requant
 from backends.cuda.templates import CudaRender, pointwise
 from backends.cuda.templates.portable import _out_type, int_average
@@ -333,4 +334,43 @@ class PoolBlockedQ8(CudaRender, KernelUnit):
         return pointwise(sym, [("const int8_t*", "x"), ("int8_t*", "y")], p["n"] * c * oh * ow, body)
 
 
-KERNEL_UNITS = (ConvBlockedQ8(), ConvNchw32Mma(), PoolBlockedQ8())
+class RelayoutBlocked(CudaRender, KernelUnit):
+    """Between two blocked layouts (NCHW4 -> NCHW32 / CHWN4 / NCHW64, and back), through the logical
+    index: one thread per element of the destination, zero where the source has no such channel."""
+
+    family = "relayout_blocked"
+    ops = (L.RelayoutOp,)
+    priority = 90  # after the plain <-> blocked relayout
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, L.RelayoutOp)
+        p = op.params()
+        if p["src"] is None or p["dst"] is None:
+            return None
+        specs = (L.SPECS[p["src"]], L.SPECS[p["dst"]])
+        if any(s.logical != "NCHW" for s in specs):
+            return None
+        x, y = op.operands[0], op.results[0]
+        params = {
+            "src": p["src"].value, "dst": p["dst"].value, "xshape": shape(x), "yshape": shape(y),
+            "xlogical": tuple(L.to_logical(x.type).get_shape()),  # type: ignore[arg-type]
+            "ylogical": tuple(L.to_logical(y.type).get_shape()),  # type: ignore[arg-type]
+            "esize": numpy_dtype(x.type.element_type).itemsize,  # type: ignore[attr-defined]
+        }  # fmt: skip
+        return Lowered(params, [x])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("relayout", p["src"], "to", p["dst"], "x".join(map(str, p["ylogical"])), f"e{p['esize']}")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, c, h, w = p["ylogical"]
+        names = {"N": "nn", "C": "ch", "H": "hh", "W": "ww"}
+        x_at, y_at = offset_expr(p["src"], p["xshape"], names), offset_expr(p["dst"], p["yshape"], names)
+        t = BYTES_CTYPE[p["esize"]]
+        body = f"""const int ww = (int)(i % {w}), hh = (int)(i / {w} % {h}), ch = (int)(i / {w * h} % {c});
+    const int nn = (int)(i / {w * h * c});
+    y[{y_at}] = ch < {p["xlogical"][1]} ? x[{x_at}] : ({t})0;"""
+        return pointwise(sym, [(f"const {t}*", "x"), (f"{t}*", "y")], n * c * h * w, body)
+
+
+KERNEL_UNITS = (ConvBlockedQ8(), ConvNchw32Mma(), PoolBlockedQ8(), RelayoutBlocked())
