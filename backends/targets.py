@@ -54,7 +54,9 @@ ARCHES: dict[str, Arch] = {
     "ref": Arch("the reference interpreter", (), REFERENCE),
     "x86": Arch("x86-64 C kernels", ("avx2", "avx512", "nchw88"), X86),
     "arm": Arch("AArch64 NEON C kernels", ("nchw44", "dot", "fp16"), ARM),
-    "cuda": Arch("CUDA kernels (nvcc; a CPU harness without a GPU)", ("nchw4", "nchw32", "chwn4", "nchw64"), CUDA),
+    "cuda": Arch(
+        "CUDA kernels (nvcc; a CPU harness without a GPU)", ("nchw4", "nchw32", "chwn4", "nchw64"), CUDA
+    ),
 }
 OPTIONS = ("ioc16", "io16xc32", "fuse-z", "plain-c")
 

@@ -83,7 +83,9 @@ class CudaBackend(X86Backend):
         self, target: Target, source: str, cflags: Sequence[str], *, sanitize: bool = False
     ) -> CudaBuild:
         if sanitize:
-            raise BackendError("sanitizer builds are for the C backends; CUDA code runs under compute-sanitizer")
+            raise BackendError(
+                "sanitizer builds are for the C backends; CUDA code runs under compute-sanitizer"
+            )
         return build(source, cflags)
 
     def load(self, artifact: CudaBuild, weights: bytes, threads: int) -> LoadedModel:  # type: ignore[override]
@@ -91,8 +93,16 @@ class CudaBackend(X86Backend):
             return LoadedModel(artifact.library, weights, threads)
         return LoadedModel(artifact.cpu_library, weights, threads)
 
-    def run_runner(self, artifact: Any, weights: bytes, inputs: Sequence[np.ndarray],  # type: ignore[override]
-                   output_shapes: Sequence[tuple[int, ...]], *, threads: int, iters: int = 1) -> list[np.ndarray]:  # fmt: skip
+    def run_runner(  # type: ignore[override]
+        self,
+        artifact: Any,
+        weights: bytes,
+        inputs: Sequence[np.ndarray],
+        output_shapes: Sequence[tuple[int, ...]],
+        *,
+        threads: int,
+        iters: int = 1,
+    ) -> list[np.ndarray]:
         problem = gpu_problem()
         if problem is not None or artifact.runner is None:
             raise BackendError(f"the CUDA runner needs a GPU ({problem or 'no nvcc build'})")

@@ -142,7 +142,9 @@ def nvcc_build(model_cu: str, flags: Sequence[str]) -> tuple[str, bool]:
         for obj in ("model.o", "xm_cuda_runtime.o", "runner.o"):
             os.remove(os.path.join(work, obj))
 
-    return _cached(_key("cuda-", cc, nv_flags, sources), ("libxmge_model.so", "runner", "resources.json"), fill)
+    return _cached(
+        _key("cuda-", cc, nv_flags, sources), ("libxmge_model.so", "runner", "resources.json"), fill
+    )
 
 
 def harness_build(model_cu: str, cxx: str = "g++") -> tuple[str, bool]:
@@ -151,8 +153,10 @@ def harness_build(model_cu: str, cxx: str = "g++") -> tuple[str, bool]:
 
     def fill(work: str) -> None:
         _write_sources(work, sources)
-        _run([cxx, *HARNESS_FLAGS, "-shared", "model.cu", "xm_cuda_runtime.cu", "-o", "libxmge_model_cpu.so"],
-             work)  # fmt: skip
+        _run(
+            [cxx, *HARNESS_FLAGS, "-shared", "model.cu", "xm_cuda_runtime.cu", "-o", "libxmge_model_cpu.so"],
+            work,
+        )
 
     return _cached(_key("cudacpu-", cxx, HARNESS_FLAGS, sources), ("libxmge_model_cpu.so",), fill)
 
@@ -167,5 +171,10 @@ def build(model_cu: str, flags: Sequence[str], *, native: bool = True) -> CudaBu
     with open(os.path.join(d, "resources.json")) as f:
         resources = json.load(f)
     return CudaBuild(
-        d, os.path.join(d, "libxmge_model.so"), os.path.join(d, "runner"), cpu_lib, cached and cpu_cached, resources
+        d,
+        os.path.join(d, "libxmge_model.so"),
+        os.path.join(d, "runner"),
+        cpu_lib,
+        cached and cpu_cached,
+        resources,
     )

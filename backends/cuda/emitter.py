@@ -26,10 +26,14 @@ class CudaEmitter(CEmitter):
     # --fmad=false: no implicit FMA contraction, so quantized kernels round exactly as the reference;
     # float32 kernels use fmaf explicitly
     cflags: ClassVar[tuple[str, ...]] = (
-        "-O3", "-std=c++17", "--fmad=false", "-Xcompiler", "-fPIC",
+        "-O3",
+        "-std=c++17",
+        "--fmad=false",
+        "-Xcompiler",
+        "-fPIC",
         *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in ARCHS),
         f"-gencode=arch=compute_{ARCHS[-1]},code=compute_{ARCHS[-1]}",
-    )  # fmt: skip
+    )
 
     def template(self, d: K.KernelDefOp) -> Template:
         t = KERNELS.unit(d.family.data, d.isa.data)

@@ -54,9 +54,12 @@ def pointwise(sym: str, args: Sequence[tuple[str, str]], total: int, body: str) 
     takes each as ``const void*`` / ``void*`` (by constness) and casts."""
     params = ", ".join(f"{t} {n}" for t, n in args)
     launcher_params = ", ".join(
-        [*(f"{'const void*' if t.startswith('const') else 'void*'} {n}_" for t, n in args), "unsigned char* ws",
-         "int nt"]
-    )  # fmt: skip
+        [
+            *(f"{'const void*' if t.startswith('const') else 'void*'} {n}_" for t, n in args),
+            "unsigned char* ws",
+            "int nt",
+        ]
+    )
     casts = ", ".join(f"({t}){n}_" for t, n in args)
     blocks = max(1, math.ceil(total / BLOCK))
     return f"""

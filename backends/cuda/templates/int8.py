@@ -75,7 +75,11 @@ def _int32_at_acc_scale(v: SSAValue, scale: float) -> np.ndarray | None:
     if arr is None:
         return None
     t = v.type
-    arr = np.asarray(arr).view(numpy_dtype(t.element_type)) if isinstance(t.element_type, QuantizedType) else arr  # type: ignore[attr-defined]
+    arr = (
+        np.asarray(arr).view(numpy_dtype(t.element_type))
+        if isinstance(t.element_type, QuantizedType)
+        else arr
+    )  # type: ignore[attr-defined]
     lay = L.layout_of(t)
     if lay is not None:
         arr = L.SPECS[lay].unpack(arr)
@@ -118,17 +122,42 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
         wlog = tuple(L.to_logical(w.type).get_shape())  # type: ignore[arg-type]
         groups = wlog[0] if group else 1
         params: dict[str, Any] = {
-            "n": n, "ic": icp, "ih": ih, "iw": iw, "oc": ocp, "oh": oh, "ow": ow, "fh": wlog[-2], "fw": wlog[-1],
-            "icg": wlog[-3], "groups": groups, "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0],
-            "pw": p["padding"][1], "dh": p["dilation"][0], "dw": p["dilation"][1], "x": xl, "w": wl, "y": yl,
-            "xshape": shape(x), "wshape": shape(w), "yshape": shape(y), "bias": 0, "z": 0, "act": "identity",
-            "acc": scale, **rq,
-        }  # fmt: skip
+            "n": n,
+            "ic": icp,
+            "ih": ih,
+            "iw": iw,
+            "oc": ocp,
+            "oh": oh,
+            "ow": ow,
+            "fh": wlog[-2],
+            "fw": wlog[-1],
+            "icg": wlog[-3],
+            "groups": groups,
+            "sh": p["stride"][0],
+            "sw": p["stride"][1],
+            "ph": p["padding"][0],
+            "pw": p["padding"][1],
+            "dh": p["dilation"][0],
+            "dw": p["dilation"][1],
+            "x": xl,
+            "w": wl,
+            "y": yl,
+            "xshape": shape(x),
+            "wshape": shape(w),
+            "yshape": shape(y),
+            "bias": 0,
+            "z": 0,
+            "act": "identity",
+            "acc": scale,
+            **rq,
+        }
         if params["icg"] % 4:
             return None
         operands: list[SSAValue | np.ndarray] = [x, w]
         if isinstance(op, T.ConvBiasOp):
-            act = {enums.NonlineMode.IDENTITY: "identity", enums.NonlineMode.RELU: "relu"}.get(p["nonline_mode"])
+            act = {enums.NonlineMode.IDENTITY: "identity", enums.NonlineMode.RELU: "relu"}.get(
+                p["nonline_mode"]
+            )
             if act is None or len(rest) > 2:
                 return None
             params["act"] = act
@@ -144,16 +173,31 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
                     return None
                 s_z = qparams(z)[0]
                 params.update(z=1, zcode=code(z), s_z=s_z, z_same=int(np.float32(s_z) == np.float32(scale)))
-                params["qid"] = dtype_key(("acc", params["out"], "z"), (rq["s_acc"], rq["s_out"], s_z), (0, 0, 0))
+                params["qid"] = dtype_key(
+                    ("acc", params["out"], "z"), (rq["s_acc"], rq["s_out"], s_z), (0, 0, 0)
+                )
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            "conv2d_q8", self.isa, p["x"], f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", f"d{p['dh']}x{p['dw']}",
-            f"g{p['groups']}", "bias" if p["bias"] else "", "z" if p["z"] else "", p["act"].upper(), p["out"],
+            "conv2d_q8",
+            self.isa,
+            p["x"],
+            f"n{p['n']}",
+            f"ic{p['ic']}",
+            f"{p['ih']}x{p['iw']}",
+            f"oc{p['oc']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}",
+            f"g{p['groups']}",
+            "bias" if p["bias"] else "",
+            "z" if p["z"] else "",
+            p["act"].upper(),
+            p["out"],
             p["qid"],
-        )  # fmt: skip
+        )
 
     def _epilogue(self, p: dict[str, Any], k: str, y_at: str) -> str:
         lines = []
@@ -168,19 +212,29 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
 
     def _args(self, p: dict[str, Any]) -> list[tuple[str, str]]:
         ztype = "int8_t" if p.get("zcode") == "q8" else "int32_t"
-        return [("const int8_t*", "x"), ("const int8_t*", "w"), *([("const int32_t*", "bias")] * p["bias"]),
-                *([(f"const {ztype}*", "z")] * p["z"]), (f"{_out_type(p)}*", "y")]  # fmt: skip
+        return [
+            ("const int8_t*", "x"),
+            ("const int8_t*", "w"),
+            *([("const int32_t*", "bias")] * p["bias"]),
+            *([(f"const {ztype}*", "z")] * p["z"]),
+            (f"{_out_type(p)}*", "y"),
+        ]
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, oc, oh, ow, icg = p["n"], p["oc"], p["oh"], p["ow"], p["icg"]
         ocg = oc // p["groups"]
-        x_at = offset_expr(p["x"], p["xshape"], {"N": "nn", "C": "g * " + str(icg) + " + c", "H": "yy", "W": "xx"})
+        x_at = offset_expr(
+            p["x"], p["xshape"], {"N": "nn", "C": "g * " + str(icg) + " + c", "H": "yy", "W": "xx"}
+        )
         if p["w"] == "GKCRSc4":
-            w_at = offset_expr(p["w"], p["wshape"], {"G": "g", "K": f"k % {ocg}", "C": "c", "R": "r", "S": "s"})
+            w_at = offset_expr(
+                p["w"], p["wshape"], {"G": "g", "K": f"k % {ocg}", "C": "c", "R": "r", "S": "s"}
+            )
         else:
             w_at = offset_expr(p["w"], p["wshape"], {"K": "k", "C": "c", "R": "r", "S": "s"})
         y_at = offset_expr(p["y"], p["yshape"], {"N": "nn", "C": "k", "H": "oy", "W": "ox"})
-        body = f"""const int ox = (int)(i % {ow}), oy = (int)(i / {ow} % {oh}), k = (int)(i / {ow * oh} % {oc});
+        body = f"""const int ox = (int)(i % {ow}), oy = (int)(i / {ow} % {oh});
+    const int k = (int)(i / {ow * oh} % {oc});
     const int nn = (int)(i / {ow * oh * oc}), g = k / {ocg};
     (void)g;
     int32_t acc = 0;
@@ -226,8 +280,13 @@ class ConvNchw32Mma(ConvBlockedQ8):
         y_at = offset_expr(p["y"], p["yshape"], {"N": "nn", "C": "k", "H": "oy", "W": "ox"})
         args = self._args(p)
         params = ", ".join(f"{a} {b}" for a, b in args)
-        launcher = ", ".join([*(f"{'const void*' if a.startswith('const') else 'void*'} {b}_" for a, b in args),
-                              "unsigned char* ws", "int nt"])  # fmt: skip
+        launcher = ", ".join(
+            [
+                *(f"{'const void*' if a.startswith('const') else 'void*'} {b}_" for a, b in args),
+                "unsigned char* ws",
+                "int nt",
+            ]
+        )
         casts = ", ".join(f"({a}){b}_" for a, b in args)
         grid = f"dim3({math.ceil(pixels / t)}, {oc // t})"
         return f"""
@@ -252,7 +311,8 @@ __global__ void __launch_bounds__(32) {sym}_k({params}) {{
           signed char v = 0;
           if (m < {pixels}) {{
             const int ox = (int)(m % {ow}), oy = (int)(m / {ow} % {oh}), nn = (int)(m / {ow * oh});
-            const int yy = oy * {p["sh"]} - {p["ph"]} + r * {p["dh"]}, xx = ox * {p["sw"]} - {p["pw"]} + s * {p["dw"]};
+            const int yy = oy * {p["sh"]} - {p["ph"]} + r * {p["dh"]};
+            const int xx = ox * {p["sw"]} - {p["pw"]} + s * {p["dw"]};
             if ((unsigned)yy < {p["ih"]}u && (unsigned)xx < {p["iw"]}u) v = x[{x_at}];
           }}
           a_tile[e] = v;
@@ -305,8 +365,17 @@ class PoolBlockedQ8(CudaRender, KernelUnit):
         return Lowered(params, [x])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("pool2d_q8", p["layout"], p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
-                        f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}")  # fmt: skip
+        return sym_join(
+            "pool2d_q8",
+            p["layout"],
+            p["mode"],
+            f"n{p['n']}",
+            f"c{p['c']}",
+            f"{p['ih']}x{p['iw']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+        )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         c, oh, ow = p["c"], p["oh"], p["ow"]
@@ -314,7 +383,8 @@ class PoolBlockedQ8(CudaRender, KernelUnit):
         y_at = offset_expr(p["layout"], p["yshape"], {"N": "nn", "C": "ch", "H": "oy", "W": "ox"})
         step = "if (e > a) a = e;" if p["mode"] == "max" else "a += e;"
         result = "a" if p["mode"] == "max" else int_average(p)
-        body = f"""const int ox = (int)(i % {ow}), oy = (int)(i / {ow} % {oh}), ch = (int)(i / {ow * oh} % {c});
+        body = f"""const int ox = (int)(i % {ow}), oy = (int)(i / {ow} % {oh});
+    const int ch = (int)(i / {ow * oh} % {c});
     const int nn = (int)(i / {ow * oh * c});
     int32_t a = {"-128" if p["mode"] == "max" else "0"};
     int cnt = 0;
@@ -352,15 +422,20 @@ class RelayoutBlocked(CudaRender, KernelUnit):
             return None
         x, y = op.operands[0], op.results[0]
         params = {
-            "src": p["src"].value, "dst": p["dst"].value, "xshape": shape(x), "yshape": shape(y),
+            "src": p["src"].value,
+            "dst": p["dst"].value,
+            "xshape": shape(x),
+            "yshape": shape(y),
             "xlogical": tuple(L.to_logical(x.type).get_shape()),  # type: ignore[arg-type]
             "ylogical": tuple(L.to_logical(y.type).get_shape()),  # type: ignore[arg-type]
             "esize": numpy_dtype(x.type.element_type).itemsize,  # type: ignore[attr-defined]
-        }  # fmt: skip
+        }
         return Lowered(params, [x])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("relayout", p["src"], "to", p["dst"], "x".join(map(str, p["ylogical"])), f"e{p['esize']}")
+        return sym_join(
+            "relayout", p["src"], "to", p["dst"], "x".join(map(str, p["ylogical"])), f"e{p['esize']}"
+        )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, c, h, w = p["ylogical"]

@@ -50,7 +50,9 @@ def epilogue(p: dict[str, Any], acc: str, channel: str, out_index: str) -> str:
 
 
 def epilogue_args(p: dict[str, Any]) -> list[tuple[str, str]]:
-    return [("const float*", "bias")] * bool(p.get("bias")) + [("const float*", "res")] * bool(p.get("residual"))
+    return [("const float*", "bias")] * bool(p.get("bias")) + [("const float*", "res")] * bool(
+        p.get("residual")
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,16 +73,26 @@ class ConvDirect(CudaRender, KernelUnit):
 
     def symbol(self, p: dict[str, Any]) -> str:
         return c_sym_join(
-            "conv2d_cuda", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}", f"g{p['groups']}", "f32", _epilogue_name(p),
-        )  # fmt: skip
+            "conv2d_cuda",
+            f"n{p['n']}",
+            f"ic{p['ic']}",
+            f"{p['ih']}x{p['iw']}",
+            f"oc{p['oc']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}",
+            f"g{p['groups']}",
+            "f32",
+            _epilogue_name(p),
+        )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         icg, ocg = ic // p["groups"], oc // p["groups"]
-        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh}, o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
+        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh};
+    const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
     const float* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
     const float* wo = w + o * {icg * fh * fw}L;
     float acc = 0.f;
@@ -90,7 +102,8 @@ class ConvDirect(CudaRender, KernelUnit):
         if ((unsigned)yy >= {ih}u) continue;
         for (int s = 0; s < {fw}; ++s) {{
           const int xx = (int)ox * {sw} - {pw} + s * {dw};
-          if ((unsigned)xx < {iw}u) acc = fmaf(xg[c * {ih * iw}L + yy * {iw} + xx], wo[(c * {fh} + r) * {fw} + s], acc);
+          if ((unsigned)xx < {iw}u)
+            acc = fmaf(xg[c * {ih * iw}L + yy * {iw} + xx], wo[(c * {fh} + r) * {fw} + s], acc);
         }}
       }}
     y[i] = {epilogue(p, "acc", "o", "i")};"""
@@ -137,19 +150,32 @@ class Matmul(CudaRender, KernelUnit):
         sa, sb = shape(a), shape(b)
         batched = isinstance(op, T.BatchedMatrixMulOp)
         params = {
-            "batch": sa[0] if batched else 1, "m": sa[-1] if p["transpose_a"] else sa[-2],
-            "k": sa[-2] if p["transpose_a"] else sa[-1], "n": sb[-2] if p["transpose_b"] else sb[-1],
-            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])),
+            "batch": sa[0] if batched else 1,
+            "m": sa[-1] if p["transpose_a"] else sa[-2],
+            "k": sa[-2] if p["transpose_a"] else sa[-1],
+            "n": sb[-2] if p["transpose_b"] else sb[-1],
+            "ta": int(bool(p["transpose_a"])),
+            "tb": int(bool(p["transpose_b"])),
             "b_const": int(not batched and const_array(b) is not None),
-            "bias": 0, "residual": 0, "act": "identity",
-        }  # fmt: skip
+            "bias": 0,
+            "residual": 0,
+            "act": "identity",
+        }
         return Lowered(params, [a, b])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return c_sym_join(
-            "matmul_cuda", f"b{p['batch']}", f"m{p['m']}", f"n{p['n']}", f"k{p['k']}", "ta" if p["ta"] else "",
-            "tb" if p["tb"] else "", "bconst" if p["b_const"] else "", "f32", _epilogue_name(p),
-        )  # fmt: skip
+            "matmul_cuda",
+            f"b{p['batch']}",
+            f"m{p['m']}",
+            f"n{p['n']}",
+            f"k{p['k']}",
+            "ta" if p["ta"] else "",
+            "tb" if p["tb"] else "",
+            "bconst" if p["b_const"] else "",
+            "f32",
+            _epilogue_name(p),
+        )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         m, n, k = p["m"], p["n"], p["k"]
@@ -210,9 +236,11 @@ def _pool(sym: str, p: dict[str, Any], elem: str, init: str, acc_t: str, max_ste
 class Elemwise(CudaRender, generic.Elemwise):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n = len(p["strides"])
-        loads = " ".join(f"const float {'abcd'[k]} = in{k}[{linear(st)}];" for k, st in enumerate(p["strides"]))
+        loads = " ".join(
+            f"const float {'abcd'[k]} = in{k}[{linear(st)}];" for k, st in enumerate(p["strides"])
+        )
         body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {ELEMWISE_C[p['mode']]};"
-        args = [*((f"const float*", f"in{k}") for k in range(n)), ("float*", "out0")]
+        args = [*(("const float*", f"in{k}") for k in range(n)), ("float*", "out0")]
         return pointwise(sym, args, math.prod(p["shape"]), body)
 
 
@@ -222,7 +250,11 @@ class Softmax(CudaRender, generic.Softmax):
         body = f"""const long base = (i / {i}) * {a * i}L + i % {i};
     float m = -INFINITY, s = 0.f;
     for (int k = 0; k < {a}; ++k) {{ const float e = x[base + k * {i}L]; m = e > m ? e : m; }}
-    for (int k = 0; k < {a}; ++k) {{ const float e = expf(x[base + k * {i}L] - m); y[base + k * {i}L] = e; s += e; }}
+    for (int k = 0; k < {a}; ++k) {{
+      const float e = expf(x[base + k * {i}L] - m);
+      y[base + k * {i}L] = e;
+      s += e;
+    }}
     const float inv = 1.f / s;
     for (int k = 0; k < {a}; ++k) y[base + k * {i}L] *= inv;"""
         return pointwise(sym, [("const float*", "x"), ("float*", "y")], o * i, body)
@@ -232,8 +264,12 @@ class Reduce(CudaRender, generic.Reduce):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         o, a, i, mode = p["outer"], p["axis"], p["inner"], p["mode"]
         init = {"max": "-INFINITY", "min": "INFINITY", "product": "1.f"}.get(mode, "0.f")
-        step = {"max": "v = e > v ? e : v;", "min": "v = fminf(v, e);", "product": "v *= e;",
-                "sum_sqr": "v += e * e;"}.get(mode, "v += e;")  # fmt: skip
+        step = {
+            "max": "v = e > v ? e : v;",
+            "min": "v = fminf(v, e);",
+            "product": "v *= e;",
+            "sum_sqr": "v += e * e;",
+        }.get(mode, "v += e;")
         fin = f"v * {1.0 / a!r}f" if mode == "mean" else "v"
         body = f"""const long base = (i / {i}) * {a * i}L + i % {i};
     float v = {init};
@@ -265,7 +301,11 @@ def _chunk_walk(chunks: tuple[int, ...], gather: bool) -> str:
     off = 0
     for k, c in enumerate(chunks):
         cond = "if" if k == 0 else "else if"
-        move = f"out0[i] = in{k}[r * {c}L + col - {off}];" if gather else f"out{k}[r * {c}L + col - {off}] = in0[i];"
+        move = (
+            f"out0[i] = in{k}[r * {c}L + col - {off}];"
+            if gather
+            else f"out{k}[r * {c}L + col - {off}] = in0[i];"
+        )
         lines.append(f"{cond} (col < {off + c}) {move}")
         off += c
     return "\n    ".join(lines)
@@ -296,9 +336,12 @@ class Relayout(CudaRender, typed.Relayout):
         to_blocked = p["dst"] != "plain"
         dst_st, src_st = (pst, lst) if to_blocked else (lst, pst)
         t = BYTES_CTYPE[p["esize"]]
-        valid = " && ".join(
-            f"(i{o} * {split[k]} + i{k}) < {n}" if k >= 0 else f"i{o} < {n}" for o, k, n in bounds
-        ) or "1"  # fmt: skip
+        valid = (
+            " && ".join(
+                f"(i{o} * {split[k]} + i{k}) < {n}" if k >= 0 else f"i{o} < {n}" for o, k, n in bounds
+            )
+            or "1"
+        )
         move = (
             f"out[{linear(dst_st)}] = ({valid}) ? in[{linear(src_st)}] : ({t})0;"
             if to_blocked
@@ -328,7 +371,8 @@ class ElemwiseQ(CudaRender, typed.ElemwiseQ):
             f"const float {'abcd'[k]} = {deq(dts[k], scs[k], zps[k], f'in{k}[{linear(st)}]')};"
             for k, st in enumerate(p["strides"])
         )
-        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {quant(dts[n], scs[n], zps[n], ELEMWISE_C[p['mode']])};"
+        result = quant(dts[n], scs[n], zps[n], ELEMWISE_C[p["mode"]])
+        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {result};"
         args = [*((f"const {CTYPES[dts[k]]}*", f"in{k}") for k in range(n)), (f"{CTYPES[dts[n]]}*", "out0")]
         return pointwise(sym, args, math.prod(p["shape"]), body)
 
@@ -370,7 +414,8 @@ class Conv2dQ8(CudaRender, typed.Conv2dQ8):
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         icg, ocg = ic // p["groups"], oc // p["groups"]
-        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh}, o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
+        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh};
+    const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
     const int8_t* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
     const int8_t* wo = w + o * {icg * fh * fw}L;
     int32_t acc = {"bias[o]" if p["bias"] else "0"};
@@ -380,17 +425,36 @@ class Conv2dQ8(CudaRender, typed.Conv2dQ8):
         if ((unsigned)yy >= {ih}u) continue;
         for (int s = 0; s < {fw}; ++s) {{
           const int xx = (int)ox * {sw} - {pw} + s * {dw};
-          if ((unsigned)xx < {iw}u) acc += (int32_t)xg[c * {ih * iw}L + yy * {iw} + xx] * wo[(c * {fh} + r) * {fw} + s];
+          if ((unsigned)xx < {iw}u)
+            acc += (int32_t)xg[c * {ih * iw}L + yy * {iw} + xx] * wo[(c * {fh} + r) * {fw} + s];
         }}
       }}
     {"if (acc < 0) acc = 0;" if p["act"] == "relu" else ""}
     y[i] = {_requant(p, "acc")};"""
-        args = [("const int8_t*", "x"), ("const int8_t*", "w"), *([("const int32_t*", "bias")] * p["bias"]),
-                (f"{_out_type(p)}*", "y")]  # fmt: skip
+        args = [
+            ("const int8_t*", "x"),
+            ("const int8_t*", "w"),
+            *([("const int32_t*", "bias")] * p["bias"]),
+            (f"{_out_type(p)}*", "y"),
+        ]
         return pointwise(sym, args, n * oc * oh * ow, body)
 
 
 KERNEL_UNITS = (
-    ConvDirect(), ConvDepthwise(), Matmul(), Pool2d(), Elemwise(), Softmax(), Reduce(), Copy(), Concat(),
-    Split(), Relayout(), TypeCvt(), ElemwiseQ(), Pool2dQ8(), MatmulQ8(), Conv2dQ8(),
-)  # fmt: skip
+    ConvDirect(),
+    ConvDepthwise(),
+    Matmul(),
+    Pool2d(),
+    Elemwise(),
+    Softmax(),
+    Reduce(),
+    Copy(),
+    Concat(),
+    Split(),
+    Relayout(),
+    TypeCvt(),
+    ElemwiseQ(),
+    Pool2dQ8(),
+    MatmulQ8(),
+    Conv2dQ8(),
+)
