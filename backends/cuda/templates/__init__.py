@@ -63,7 +63,7 @@ def pointwise(sym: str, args: Sequence[tuple[str, str]], total: int, body: str) 
     casts = ", ".join(f"({t}){n}_" for t, n in args)
     blocks = max(1, math.ceil(total / BLOCK))
     return f"""
-__global__ void __launch_bounds__({BLOCK}) {sym}_k({params}) {{
+extern "C" __global__ void __launch_bounds__({BLOCK}) {sym}_k({params}) {{
   const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= {total}L) return;
   {{

@@ -290,7 +290,7 @@ class ConvNchw32Mma(ConvBlockedQ8):
         casts = ", ".join(f"({a}){b}_" for a, b in args)
         grid = f"dim3({math.ceil(pixels / t)}, {oc // t})"
         return f"""
-__global__ void __launch_bounds__(32) {sym}_k({params}) {{
+extern "C" __global__ void __launch_bounds__(32) {sym}_k({params}) {{
   using namespace nvcuda;
   __shared__ __align__(32) signed char a_tile[{t * t}];
   __shared__ __align__(32) signed char b_tile[{t * t}];
