@@ -129,7 +129,7 @@ def test_int8_channels_not_divisible_by_the_block(target: str) -> None:
 
     seed(3)
     net = quantized_resnet18(
-        quantized=True, layers=(1, 1), width=12, num_classes=5, calibration_shape=(1, 3, 20, 20)
+        quantized=True, layers=(1, 1, 1, 1), width=12, num_classes=5, calibration_shape=(1, 3, 20, 20)
     )
     x = np.random.default_rng(3).standard_normal((1, 3, 20, 20)).astype(np.float32)
     compiled = compile(net, target, [x])
