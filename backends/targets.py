@@ -10,7 +10,11 @@ the table of architectures with the backend object of each.
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
                          float16 storage, float32 compute)
     arm-nchw44+plain-c   the same kernels as portable scalar C (a baseline for instruction counts)
-    cuda-nchw4+ioc16     CUDA, NCHW4 layout, float16 I/O and compute (parsed; no backend yet)
+    cuda                 CUDA, float32 NCHW (+ioc16 / +io16xc32: float16 with tensor cores)
+    cuda-nchw4           CUDA, int8 NCHW4 convolutions with __dp4a
+    cuda-nchw32          CUDA, int8 NCHW32 convolutions on tensor cores (WMMA, sm_75+)
+    cuda-chwn4           CUDA, int8 CHWN4 convolutions with __dp4a
+    cuda-nchw64          CUDA, NCHW64 layout pass (int8 convs NCHW32 / NCHW4 with __dp4a)
 
 A target names the pass pipeline (layout, fusions) and the backend with its ISA search order. Unknown
 words are errors listing the valid ones. Importing this module installs :func:`parse_target` as the
@@ -25,6 +29,7 @@ from functools import cache
 from lark import Lark, LarkError, Token, Tree
 
 from backends.c.backend import ARM, X86
+from backends.cuda.backend import CUDA
 from backends.reference.backend import REFERENCE
 from passes.target import LAYOUT_FEATURES, Backend, Target, TargetError, float16_options, install_parser
 
@@ -49,7 +54,9 @@ ARCHES: dict[str, Arch] = {
     "ref": Arch("the reference interpreter", (), REFERENCE),
     "x86": Arch("x86-64 C kernels", ("avx2", "avx512", "nchw88"), X86),
     "arm": Arch("AArch64 NEON C kernels", ("nchw44", "dot", "fp16"), ARM),
-    "cuda": Arch("CUDA kernels", ("nchw4", "nchw32", "chwn4", "nchw64"), None),
+    "cuda": Arch(
+        "CUDA kernels (nvcc; a CPU harness without a GPU)", ("nchw4", "nchw32", "chwn4", "nchw64"), CUDA
+    ),
 }
 OPTIONS = ("ioc16", "io16xc32", "fuse-z", "plain-c")
 

@@ -1,0 +1,77 @@
+"""CUDA kernel units: each reuses a C kernel unit's availability rule, parameters, symbol and packing
+(``backends/c/templates``) or the shared rule helpers (``backends/c/match.py``) and renders a
+``__global__`` kernel plus the host launcher the generated ``xm_model_run_impl`` calls:
+
+    static void sym(const void* in0, ..., void* out0, unsigned char* ws, int nt)
+
+Launchers enqueue on the run's stream (``XM_LAUNCH``; ``XM_LAUNCH_SYNC`` for kernels with barriers,
+which the CPU harness runs as fibers). Shapes are compile-time constants of each specialisation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+BLOCK = 256  # threads per block of the one-thread-per-output kernels
+
+
+class CudaRender:
+    """Mixin for CUDA units: ``render`` gives the kernel and its launcher."""
+
+    def render(self, em: CEmitter, sym: str, params: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def support(self, em: CEmitter) -> str:
+        return ""
+
+
+def unflatten(shape: Sequence[int], flat: str = "i") -> str:
+    """Lines declaring ``i0..`` (row-major indices of ``shape``) from the flat index ``flat``."""
+    nd = len(shape)
+    if nd == 1:
+        return f"const long i0 = {flat};"
+    lines = [f"long r_ = {flat};"]
+    for k in range(nd - 1, 0, -1):
+        lines.append(f"const long i{k} = r_ % {shape[k]}L; r_ /= {shape[k]}L;")
+    lines.append("const long i0 = r_;")
+    return "\n    ".join(lines)
+
+
+def linear(strides: Sequence[int]) -> str:
+    """``sum(i_k * strides[k])`` as C (``0`` when every stride is 0)."""
+    return " + ".join(f"i{k} * {s}L" for k, s in enumerate(strides) if s) or "0"
+
+
+def pointwise(sym: str, args: Sequence[tuple[str, str]], total: int, body: str) -> str:
+    """A kernel running ``body`` once per flat index ``i < total`` and its launcher.
+
+    ``args``: (C type of the kernel parameter, its name), inputs first, then outputs; the launcher
+    takes each as ``const void*`` / ``void*`` (by constness) and casts."""
+    params = ", ".join(f"{t} {n}" for t, n in args)
+    launcher_params = ", ".join(
+        [
+            *(f"{'const void*' if t.startswith('const') else 'void*'} {n}_" for t, n in args),
+            "unsigned char* ws",
+            "int nt",
+        ]
+    )
+    casts = ", ".join(f"({t}){n}_" for t, n in args)
+    blocks = max(1, math.ceil(total / BLOCK))
+    return f"""
+extern "C" __global__ void __launch_bounds__({BLOCK}) {sym}_k({params}) {{
+  const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= {total}L) return;
+  {{
+    {body}
+  }}
+}}
+static void {sym}({launcher_params}) {{
+  (void)ws; (void)nt;
+  XM_LAUNCH({sym}_k, dim3({blocks}), dim3({BLOCK}), {casts});
+}}
+"""

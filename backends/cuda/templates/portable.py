@@ -1,0 +1,460 @@
+"""Portable CUDA kernels (ISA ``generic`` of the CUDA registry): one thread per output element, every
+op the C backends compile. The availability rules, parameters, symbols and packings are the C
+units' (subclassed here) or the shared helpers of ``backends/c/match.py``; only the rendering is
+CUDA. Float32 kernels accumulate with explicit ``fmaf`` (the build disables implicit contraction so
+that the quantized kernels repeat the reference's float32 operations exactly).
+
+Families: ``conv2d_gemm`` (dense or grouped float32 convolution, fused bias / residual /
+activation), ``conv2d_depthwise``, ``matmul_gemm``, ``pool2d``, ``elemwise``, ``softmax``,
+``reduce``, ``copy``, ``concat``, ``split``, ``relayout``, ``typecvt`` and the int8 NCHW families
+``elemwise_q``, ``pool2d_q8``, ``matmul_q8``, ``conv2d_q8``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from xdsl.ir import Operation
+
+from backends.c.match import conv_common, is_f32
+from backends.c.templates import generic, typed
+from backends.c.templates import sym_join as c_sym_join
+from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, ESIZE, _epilogue_name
+from backends.c.templates.typed import CTYPES, _requant, deq, quant
+from backends.cuda.templates import CudaRender, linear, pointwise, unflatten
+from dialects import tensor as T
+from passes.lowering.kernels import KernelUnit, Lowered, const_array, shape
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+# CUDA spellings of the element types (float16 is __half, converted explicitly)
+CUDA_TYPES = {**CTYPES, "f16": "__half"}
+
+
+def load_real(code: str, scale: float, zp: int, x: str) -> str:
+    """Float value of element ``x`` of type ``code`` (the C units' ``deq``; __half converted)."""
+    return f"__half2float({x})" if code == "f16" else deq(code, scale, zp, x)
+
+
+def store_as(code: str, scale: float, zp: int, v: str) -> str:
+    return f"__float2half({v})" if code == "f16" else quant(code, scale, zp, v)
+
+
+def epilogue(p: dict[str, Any], acc: str, channel: str, out_index: str) -> str:
+    """``act(acc + bias[channel] + res[out_index])`` for a float32 kernel's fused epilogue."""
+    bias = f" + bias[{channel}]" if p.get("bias") else ""
+    res = f" + res[{out_index}]" if p.get("residual") else ""
+    return f"xm_act_{p.get('act', 'identity')}({acc}{bias}{res})"
+
+
+def epilogue_args(p: dict[str, Any]) -> list[tuple[str, str]]:
+    return [("const float*", "bias")] * bool(p.get("bias")) + [("const float*", "res")] * bool(
+        p.get("residual")
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# float32 convolution and matrix multiplication
+
+
+class ConvDirect(CudaRender, KernelUnit):
+    """``conv2d_gemm`` on CUDA: dense or grouped NCHW float32 convolution, one thread per output,
+    filters as given (OIHW; a true convolution's filter flipped by the shared rule)."""
+
+    family = "conv2d_gemm"  # the family the epilogue fusion knows
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_common(op)
+        return None if got is None else Lowered(*got)
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return c_sym_join(
+            "conv2d_cuda",
+            f"n{p['n']}",
+            f"ic{p['ic']}",
+            f"{p['ih']}x{p['iw']}",
+            f"oc{p['oc']}",
+            f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}",
+            f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}",
+            f"g{p['groups']}",
+            "f32",
+            _epilogue_name(p),
+        )
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+        icg, ocg = ic // p["groups"], oc // p["groups"]
+        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh};
+    const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
+    const float* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
+    const float* wo = w + o * {icg * fh * fw}L;
+    float acc = 0.f;
+    for (int c = 0; c < {icg}; ++c)
+      for (int r = 0; r < {fh}; ++r) {{
+        const int yy = (int)oy * {sh} - {ph} + r * {dh};
+        if ((unsigned)yy >= {ih}u) continue;
+        for (int s = 0; s < {fw}; ++s) {{
+          const int xx = (int)ox * {sw} - {pw} + s * {dw};
+          if ((unsigned)xx < {iw}u)
+            acc = fmaf(xg[c * {ih * iw}L + yy * {iw} + xx], wo[(c * {fh} + r) * {fw} + s], acc);
+        }}
+      }}
+    y[i] = {epilogue(p, "acc", "o", "i")};"""
+        args = [("const float*", "x"), ("const float*", "w"), *epilogue_args(p), ("float*", "y")]
+        return pointwise(sym, args, n * oc * oh * ow, body)
+
+
+class ConvDepthwise(CudaRender, generic.ConvDepthwise):
+    """Depthwise float32 convolution (the C unit's rule and filter packing: ``(C, FH*FW)``)."""
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        c, ih, iw, oh, ow = p["c"], p["ih"], p["iw"], p["oh"], p["ow"]
+        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh}, nc = i / {ow * oh}, ch = nc % {c};
+    const float* xp = x + nc * {ih * iw}L;
+    const float* wp = w + ch * {fh * fw};
+    float acc = 0.f;
+    for (int r = 0; r < {fh}; ++r) {{
+      const int yy = (int)oy * {sh} - {ph} + r * {dh};
+      if ((unsigned)yy >= {ih}u) continue;
+      for (int s = 0; s < {fw}; ++s) {{
+        const int xx = (int)ox * {sw} - {pw} + s * {dw};
+        if ((unsigned)xx < {iw}u) acc = fmaf(xp[yy * {iw} + xx], wp[r * {fw} + s], acc);
+      }}
+    }}
+    y[i] = {epilogue(p, "acc", "ch", "i")};"""
+        args = [("const float*", "x"), ("const float*", "w"), *epilogue_args(p), ("float*", "y")]
+        return pointwise(sym, args, p["n"] * c * oh * ow, body)
+
+
+class Matmul(CudaRender, KernelUnit):
+    """``matmul_gemm`` on CUDA: (batched) ``op(a) @ op(b)``, float32, fused epilogue along N."""
+
+    family = "matmul_gemm"
+    ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
+        if not is_f32(*op.operands, *op.results):
+            return None
+        p = op.params()
+        a, b = op.operands
+        sa, sb = shape(a), shape(b)
+        batched = isinstance(op, T.BatchedMatrixMulOp)
+        params = {
+            "batch": sa[0] if batched else 1,
+            "m": sa[-1] if p["transpose_a"] else sa[-2],
+            "k": sa[-2] if p["transpose_a"] else sa[-1],
+            "n": sb[-2] if p["transpose_b"] else sb[-1],
+            "ta": int(bool(p["transpose_a"])),
+            "tb": int(bool(p["transpose_b"])),
+            "b_const": int(not batched and const_array(b) is not None),
+            "bias": 0,
+            "residual": 0,
+            "act": "identity",
+        }
+        return Lowered(params, [a, b])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return c_sym_join(
+            "matmul_cuda",
+            f"b{p['batch']}",
+            f"m{p['m']}",
+            f"n{p['n']}",
+            f"k{p['k']}",
+            "ta" if p["ta"] else "",
+            "tb" if p["tb"] else "",
+            "bconst" if p["b_const"] else "",
+            "f32",
+            _epilogue_name(p),
+        )
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        m, n, k = p["m"], p["n"], p["k"]
+        a_at = f"a[kk * {m}L + r]" if p["ta"] else f"a[r * {k}L + kk]"
+        b_at = f"b[j * {k}L + kk]" if p["tb"] else f"b[kk * {n}L + j]"
+        b_step = 0 if p["b_const"] else n * k
+        body = f"""const long j = i % {n}, r = i / {n} % {m}, bt = i / {m * n};
+    const float* a = a_ + bt * {m * k}L;
+    const float* b = b_ + bt * {b_step}L;
+    float acc = 0.f;
+    for (int kk = 0; kk < {k}; ++kk) acc = fmaf({a_at}, {b_at}, acc);
+    y[i] = {epilogue(p, "acc", "j", "i")};"""
+        args = [("const float*", "a_"), ("const float*", "b_"), *epilogue_args(p), ("float*", "y")]
+        return pointwise(sym, args, p["batch"] * m * n, body)
+
+
+# ----------------------------------------------------------------------------------------------
+# pooling, elementwise, reductions
+
+
+class Pool2d(CudaRender, generic.Pool2d):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        return _pool(sym, p, "float", "-INFINITY", "float", "a = e > a ? e : a;", _float_pool_result(p))
+
+
+def _float_pool_result(p: dict[str, Any]) -> str:
+    if p["mode"] == "max":
+        return "a"
+    if p["mode"] == "average":
+        return f"a * {1.0 / (p['fh'] * p['fw'])!r}f"
+    return "a / (float)cnt"
+
+
+def _pool(sym: str, p: dict[str, Any], elem: str, init: str, acc_t: str, max_step: str, result: str) -> str:
+    ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
+    step = max_step if p["mode"] == "max" else "a += e;"
+    init = init if p["mode"] == "max" else "0"
+    body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh}, nc = i / {ow * oh};
+    const {elem}* xp = x + nc * {ih * iw}L;
+    {acc_t} a = {init};
+    int cnt = 0;
+    for (int r = 0; r < {fh}; ++r) {{
+      const int yy = (int)oy * {p["sh"]} - {p["ph"]} + r;
+      if ((unsigned)yy >= {ih}u) continue;
+      for (int s = 0; s < {fw}; ++s) {{
+        const int xx = (int)ox * {p["sw"]} - {p["pw"]} + s;
+        if ((unsigned)xx >= {iw}u) continue;
+        const {acc_t} e = xp[yy * {iw} + xx];
+        {step}
+        ++cnt;
+      }}
+    }}
+    (void)cnt;
+    y[i] = ({elem})({result});"""
+    return pointwise(sym, [(f"const {elem}*", "x"), (f"{elem}*", "y")], p["n"] * p["c"] * oh * ow, body)
+
+
+class Elemwise(CudaRender, generic.Elemwise):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n = len(p["strides"])
+        loads = " ".join(
+            f"const float {'abcd'[k]} = in{k}[{linear(st)}];" for k, st in enumerate(p["strides"])
+        )
+        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {ELEMWISE_C[p['mode']]};"
+        args = [*(("const float*", f"in{k}") for k in range(n)), ("float*", "out0")]
+        return pointwise(sym, args, math.prod(p["shape"]), body)
+
+
+class Softmax(CudaRender, generic.Softmax):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        o, a, i = p["outer"], p["axis"], p["inner"]
+        body = f"""const long base = (i / {i}) * {a * i}L + i % {i};
+    float m = -INFINITY, s = 0.f;
+    for (int k = 0; k < {a}; ++k) {{ const float e = x[base + k * {i}L]; m = e > m ? e : m; }}
+    for (int k = 0; k < {a}; ++k) {{
+      const float e = expf(x[base + k * {i}L] - m);
+      y[base + k * {i}L] = e;
+      s += e;
+    }}
+    const float inv = 1.f / s;
+    for (int k = 0; k < {a}; ++k) y[base + k * {i}L] *= inv;"""
+        return pointwise(sym, [("const float*", "x"), ("float*", "y")], o * i, body)
+
+
+class Reduce(CudaRender, generic.Reduce):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        o, a, i, mode = p["outer"], p["axis"], p["inner"], p["mode"]
+        init = {"max": "-INFINITY", "min": "INFINITY", "product": "1.f"}.get(mode, "0.f")
+        step = {
+            "max": "v = e > v ? e : v;",
+            "min": "v = fminf(v, e);",
+            "product": "v *= e;",
+            "sum_sqr": "v += e * e;",
+        }.get(mode, "v += e;")
+        fin = f"v * {1.0 / a!r}f" if mode == "mean" else "v"
+        body = f"""const long base = (i / {i}) * {a * i}L + i % {i};
+    float v = {init};
+    for (int k = 0; k < {a}; ++k) {{ const float e = x[base + k * {i}L]; {step} }}
+    y[i] = {fin};"""
+        return pointwise(sym, [("const float*", "x"), ("float*", "y")], o * i, body)
+
+
+# ----------------------------------------------------------------------------------------------
+# data movement
+
+
+def _moved_type(elem: str) -> str:
+    return "float" if elem == "f32" else BYTES_CTYPE[ESIZE[elem]]
+
+
+class Copy(CudaRender, generic.Copy):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        t = _moved_type(p["elem"])
+        body = f"{unflatten(p['shape'])}\n    out0[i] = in0[{p['offset']}L + {linear(p['strides'])}];"
+        return pointwise(sym, [(f"const {t}*", "in0"), (f"{t}*", "out0")], math.prod(p["shape"]), body)
+
+
+def _chunk_walk(chunks: tuple[int, ...], gather: bool) -> str:
+    """Per element of the wide row-major (outer x sum(chunks)) tensor: the narrow tensor it comes
+    from (gather) or goes to, as an if-chain over the chunk offsets."""
+    total = sum(chunks)
+    lines = [f"const long r = i / {total}, col = i % {total};"]
+    off = 0
+    for k, c in enumerate(chunks):
+        cond = "if" if k == 0 else "else if"
+        move = (
+            f"out0[i] = in{k}[r * {c}L + col - {off}];"
+            if gather
+            else f"out{k}[r * {c}L + col - {off}] = in0[i];"
+        )
+        lines.append(f"{cond} (col < {off + c}) {move}")
+        off += c
+    return "\n    ".join(lines)
+
+
+class Concat(CudaRender, generic.Concat):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        t = _moved_type(p["elem"])
+        n = len(p["chunks"])
+        args = [*((f"const {t}*", f"in{k}") for k in range(n)), (f"{t}*", "out0")]
+        return pointwise(sym, args, p["outer"] * sum(p["chunks"]), _chunk_walk(p["chunks"], True))
+
+
+class Split(CudaRender, generic.Split):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        t = _moved_type(p["elem"])
+        n = len(p["chunks"])
+        args = [(f"const {t}*", "in0"), *((f"{t}*", f"out{k}") for k in range(n))]
+        return pointwise(sym, args, p["outer"] * sum(p["chunks"]), _chunk_walk(p["chunks"], False))
+
+
+class Relayout(CudaRender, typed.Relayout):
+    """Plain <-> blocked (any layout of ``dialects/layout.py``), one thread per element of the padded
+    index space; padding written as zero into a blocked destination."""
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        split, lst, pst, bounds = p["split"], p["lstrides"], p["pstrides"], p["bounds"]
+        to_blocked = p["dst"] != "plain"
+        dst_st, src_st = (pst, lst) if to_blocked else (lst, pst)
+        t = BYTES_CTYPE[p["esize"]]
+        valid = (
+            " && ".join(
+                f"(i{o} * {split[k]} + i{k}) < {n}" if k >= 0 else f"i{o} < {n}" for o, k, n in bounds
+            )
+            or "1"
+        )
+        move = (
+            f"out[{linear(dst_st)}] = ({valid}) ? in[{linear(src_st)}] : ({t})0;"
+            if to_blocked
+            else f"if ({valid}) out[{linear(dst_st)}] = in[{linear(src_st)}];"
+        )
+        body = f"{unflatten(split)}\n    {move}"
+        return pointwise(sym, [(f"const {t}*", "in"), (f"{t}*", "out")], math.prod(split), body)
+
+
+class TypeCvt(CudaRender, typed.TypeCvt):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        v = load_real(p["src"], p["s_in"], p["zp_in"], "in[i]")
+        body = f"out[i] = {store_as(p['dst'], p['s_out'], p['zp_out'], v)};"
+        args = [(f"const {CUDA_TYPES[p['src']]}*", "in"), (f"{CUDA_TYPES[p['dst']]}*", "out")]
+        return pointwise(sym, args, p["size"], body)
+
+
+# ----------------------------------------------------------------------------------------------
+# int8, NCHW (the reference's quantized semantics, operation for operation)
+
+
+class ElemwiseQ(CudaRender, typed.ElemwiseQ):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n = len(p["strides"])
+        dts, scs, zps = p["dtypes"], p["scales"], p["zps"]
+        loads = " ".join(
+            f"const float {'abcd'[k]} = {deq(dts[k], scs[k], zps[k], f'in{k}[{linear(st)}]')};"
+            for k, st in enumerate(p["strides"])
+        )
+        result = quant(dts[n], scs[n], zps[n], ELEMWISE_C[p["mode"]])
+        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {result};"
+        args = [*((f"const {CTYPES[dts[k]]}*", f"in{k}") for k in range(n)), (f"{CTYPES[dts[n]]}*", "out0")]
+        return pointwise(sym, args, math.prod(p["shape"]), body)
+
+
+def int_average(p: dict[str, Any]) -> str:
+    """The reference's integer average: the window sum over the count, rounded half away from zero."""
+    cn = str(p["fh"] * p["fw"]) if p["mode"] == "average" else "cnt"
+    return f"(a >= 0 ? (2 * a + {cn}) / (2 * {cn}) : -((2 * -a + {cn}) / (2 * {cn})))"
+
+
+class Pool2dQ8(CudaRender, typed.Pool2dQ8):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        result = "a" if p["mode"] == "max" else int_average(p)
+        return _pool(sym, p, "int8_t", "-128", "int32_t", "if (e > a) a = e;", result)
+
+
+def _out_type(p: dict[str, Any]) -> str:
+    return {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
+
+
+class MatmulQ8(CudaRender, typed.MatmulQ8):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        m, n, k = p["m"], p["n"], p["k"]
+        a_at = f"a[kk * {m}L + r]" if p["ta"] else f"a[r * {k}L + kk]"
+        b_at = f"b[j * {k}L + kk]" if p["tb"] else f"b[kk * {n}L + j]"
+        b_step = 0 if p["b_const"] else n * k
+        body = f"""const long j = i % {n}, r = i / {n} % {m}, bt = i / {m * n};
+    const int8_t* a = a_ + bt * {m * k}L;
+    const int8_t* b = b_ + bt * {b_step}L;
+    int32_t acc = 0;
+    for (int kk = 0; kk < {k}; ++kk) acc += (int32_t){a_at} * {b_at};
+    y[i] = {_requant(p, "acc")};"""
+        args = [("const int8_t*", "a_"), ("const int8_t*", "b_"), (f"{_out_type(p)}*", "y")]
+        return pointwise(sym, args, p["batch"] * m * n, body)
+
+
+class Conv2dQ8(CudaRender, typed.Conv2dQ8):
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+        icg, ocg = ic // p["groups"], oc // p["groups"]
+        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh};
+    const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
+    const int8_t* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
+    const int8_t* wo = w + o * {icg * fh * fw}L;
+    int32_t acc = {"bias[o]" if p["bias"] else "0"};
+    for (int c = 0; c < {icg}; ++c)
+      for (int r = 0; r < {fh}; ++r) {{
+        const int yy = (int)oy * {sh} - {ph} + r * {dh};
+        if ((unsigned)yy >= {ih}u) continue;
+        for (int s = 0; s < {fw}; ++s) {{
+          const int xx = (int)ox * {sw} - {pw} + s * {dw};
+          if ((unsigned)xx < {iw}u)
+            acc += (int32_t)xg[c * {ih * iw}L + yy * {iw} + xx] * wo[(c * {fh} + r) * {fw} + s];
+        }}
+      }}
+    {"if (acc < 0) acc = 0;" if p["act"] == "relu" else ""}
+    y[i] = {_requant(p, "acc")};"""
+        args = [
+            ("const int8_t*", "x"),
+            ("const int8_t*", "w"),
+            *([("const int32_t*", "bias")] * p["bias"]),
+            (f"{_out_type(p)}*", "y"),
+        ]
+        return pointwise(sym, args, n * oc * oh * ow, body)
+
+
+KERNEL_UNITS = (
+    ConvDirect(),
+    ConvDepthwise(),
+    Matmul(),
+    Pool2d(),
+    Elemwise(),
+    Softmax(),
+    Reduce(),
+    Copy(),
+    Concat(),
+    Split(),
+    Relayout(),
+    TypeCvt(),
+    ElemwiseQ(),
+    Pool2dQ8(),
+    MatmulQ8(),
+    Conv2dQ8(),
+)
