@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from backends.cuda.backend import gpu_problem  # noqa: E402
 from backends.onnx.export import to_onnx  # noqa: E402
-from compiler.compile import benchmark, compile, inference_clean  # noqa: E402
+from compiler.driver.compile import benchmark, compile, inference_clean  # noqa: E402
 
 MODELS = {"resnet18": ("resnet", "resnet18"), "mobilenet_v2": ("mobilenet_v2", "mobilenet_v2")}
 
