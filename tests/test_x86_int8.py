@@ -42,7 +42,8 @@ def _weights(rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
     out = []
     for _, (_, ic, _, _), oc, k, *_rest, g in CASES:
         shape = (oc, ic, k, k) if g == 1 else (g, oc // g, ic // g, k, k)
-        out.append(((rng.standard_normal(shape) * 0.3).astype(np.float32), rng.standard_normal(oc).astype(np.float32)))
+        w = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        out.append((w, rng.standard_normal(oc).astype(np.float32)))
     return out
 
 
@@ -100,7 +101,8 @@ def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarra
     assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
     got = compiled.run(inputs)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
-    for (name, *_), g, w in zip([*CASES, ("pool",), ("pool_s1",), ("add_relu",), ("add",)], got, want, strict=True):
+    names = [c[0] for c in CASES] + ["pool", "pool_s1", "add_relu", "add"]
+    for name, g, w in zip(names, got, want, strict=True):
         np.testing.assert_array_equal(g, w, err_msg=name)
         assert np.abs(w).max() > 0, name
 

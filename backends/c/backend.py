@@ -52,9 +52,8 @@ class X86Backend:
         return {**layout, **float16_options(features, options)}
 
     def runs_here(self, target: Target) -> bool:
-        from backends.targets import cpu_flags
-
         from backends.c.templates.x86_isa import EXTENSIONS
+        from backends.targets import cpu_flags
 
         needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
         needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))

@@ -5,7 +5,8 @@ Priorities order the families that serve one op (higher first). Families of diff
 element types never accept the same op, so their relative order only matters within a group:
 
 * convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot product 200,
-  NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100; NCHW int8 x86 depthwise 96, dense 95, portable 90;
+  NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100; NCHW int8: x86 depthwise 96,
+  x86 dense 95, portable 90;
 * pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 x86 95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, int8 x86 95, other element types 90.
 """

@@ -29,7 +29,7 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from backends.c.match import code, qparams, same_type
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template
 from backends.c.templates.generic import _ptr_args
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
 from backends.reference.quant_kernels import Q_MODES
@@ -94,8 +94,10 @@ static inline void xm_q8_quad(uint8_t* dst, const int8_t* r0, const int8_t* r1, 
   const __m128i flip = _mm_set1_epi8((char)0x80);
   long i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m128i a = _mm_loadu_si128((const __m128i*)(r0 + i)), b = _mm_loadu_si128((const __m128i*)(r1 + i));
-    const __m128i c = _mm_loadu_si128((const __m128i*)(r2 + i)), d = _mm_loadu_si128((const __m128i*)(r3 + i));
+    const __m128i a = _mm_loadu_si128((const __m128i*)(r0 + i));
+    const __m128i b = _mm_loadu_si128((const __m128i*)(r1 + i));
+    const __m128i c = _mm_loadu_si128((const __m128i*)(r2 + i));
+    const __m128i d = _mm_loadu_si128((const __m128i*)(r3 + i));
     const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
     const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
     __m128i* o = (__m128i*)(dst + 4 * i);
@@ -162,7 +164,9 @@ def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray]
     return p, operands, wv
 
 
-def _bias_with(p: dict[str, Any], operands: list[SSAValue | np.ndarray], extra: np.ndarray) -> np.ndarray | None:
+def _bias_with(
+    p: dict[str, Any], operands: list[SSAValue | np.ndarray], extra: np.ndarray
+) -> np.ndarray | None:
     """The int32 per-output-channel bias plus ``extra`` (int64), or None if it leaves int32."""
     bias = np.zeros(p["oc"], np.int64)
     if p["bias"]:
