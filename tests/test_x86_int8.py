@@ -69,7 +69,9 @@ def int8_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., An
         pooled_s1 = F.max_pool2d(outs[8], 2, 1, 0)
         added = F.quantized.elemwise_multi_type(outs[1], outs[1], mode="qfuse_add_relu", dtype=D.qint8(0.1))
         summed = F.quantized.elemwise_multi_type(outs[7], outs[7], mode="qadd", dtype=D.qint8(0.07))
-        return tuple(t.astype("float32") for t in (*outs, pooled, pooled_s1, added, summed))
+        # a float island (dequantize, RELU6, quantize) as PTQ leaves MobileNetV2's RELU6
+        island = F.relu6(outs[2].astype("float32")).astype(D.qint8(0.03))
+        return tuple(t.astype("float32") for t in (*outs, pooled, pooled_s1, added, summed, island))
 
     return f
 
@@ -96,12 +98,12 @@ def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarra
     fn, inputs = model
     compiled = compile_fn(fn, inputs, TARGET, threads=threads)
     kinds = _families(compiled)
-    for family in (*CONV_FAMILIES, "elemwise_q8_x86", "pool2d_q8_x86"):
+    for family in (*CONV_FAMILIES, "elemwise_q8_x86", "pool2d_q8_x86", "typecvt"):
         assert (family, "avx512vnni") in kinds, f"{family} not selected: {sorted(kinds)}"
     assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
     got = compiled.run(inputs)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
-    names = [c[0] for c in CASES] + ["pool", "pool_s1", "add_relu", "add"]
+    names = [c[0] for c in CASES] + ["pool", "pool_s1", "add_relu", "add", "relu6_island"]
     for name, g, w in zip(names, got, want, strict=True):
         np.testing.assert_array_equal(g, w, err_msg=name)
         assert np.abs(w).max() > 0, name

@@ -31,6 +31,7 @@ from xdsl.ir import Operation, SSAValue
 from backends.c.match import code, qparams, same_type
 from backends.c.templates import Template
 from backends.c.templates.generic import _ptr_args
+from backends.c.templates.nchw88 import TypeCvtF16C
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
 from backends.reference.quant_kernels import Q_MODES
 from dialects import tensor as T
@@ -608,6 +609,48 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
 """
 
 
-KERNEL_UNITS = (Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), ElemwiseQ8Vnni(), MaxPoolQ8Vnni())
+class TypeCvtQ8Vnni(TypeCvtF16C):
+    """``typecvt`` between float32 and int8 (zero point 0) 16 lanes at a time, the reference's
+    quantize (``roundf(x * (1.f / s))`` saturated) and dequantize; other pairs as on AVX2. The float
+    islands quantized graphs keep (MobileNetV2's RELU6 between a dequantize and a quantize) pay
+    these conversions on every activation."""
+
+    isa = ISA
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        pair = (p["src"], p["dst"])
+        if pair not in (("f32", "q8"), ("q8", "f32")) or p["zp_in"] or p["zp_out"]:
+            return super().render(em, sym, p)
+        size = p["size"]
+        if pair == ("f32", "q8"):
+            inv = float(np.float32(1.0) / np.float32(p["s_out"]))
+            ctypes, body = ("float", "int8_t"), (
+                f"_mm_mask_storeu_epi8(out + i, m, xm_q8_requant_f(_mm512_maskz_loadu_ps(m, in + i), "
+                f"_mm512_set1_ps({inv!r}f)));"
+            )
+        else:
+            scale = float(np.float32(p["s_in"]))
+            ctypes, body = ("int8_t", "float"), (
+                "_mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32("
+                f"_mm_maskz_loadu_epi8(m, in + i))), _mm512_set1_ps({scale!r}f)));"
+            )
+        return f"""
+static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
+  const {ctypes[0]}* in = (const {ctypes[0]}*)in_;
+  {ctypes[1]}* out = ({ctypes[1]}*)out_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {size} > 262144)
+  for (long i = 0; i < {size}; i += 16) {{
+    const __mmask16 m = xm_q8_lanes({size} - i);
+    {body}
+  }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return super().support(em) + SUPPORT + REQUANT_F
+
+
+KERNEL_UNITS = (Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), ElemwiseQ8Vnni(), MaxPoolQ8Vnni(), TypeCvtQ8Vnni())
 
 __all__ = ["ISA", "KERNEL_UNITS"]
