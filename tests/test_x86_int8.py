@@ -71,7 +71,11 @@ def int8_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., An
         summed = F.quantized.elemwise_multi_type(outs[7], outs[7], mode="qadd", dtype=D.qint8(0.07))
         # a float island (dequantize, RELU6, quantize) as PTQ leaves MobileNetV2's RELU6
         island = F.relu6(outs[2].astype("float32")).astype(D.qint8(0.03))
-        return tuple(t.astype("float32") for t in (*outs, pooled, pooled_s1, added, summed, island))
+        # the portable int8 matmul (its helpers) beside the typecvt kernels in one translation unit
+        rows = F.flatten(outs[3], 1)
+        product = F.matmul(rows, rows, transpose_b=True).astype(D.qint8(0.5))
+        extra = (pooled, pooled_s1, added, summed, island, product)
+        return tuple(t.astype("float32") for t in (*outs, *extra))
 
     return f
 
@@ -103,7 +107,7 @@ def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarra
     assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
     got = compiled.run(inputs)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
-    names = [c[0] for c in CASES] + ["pool", "pool_s1", "add_relu", "add", "relu6_island"]
+    names = [c[0] for c in CASES] + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]
     for name, g, w in zip(names, got, want, strict=True):
         np.testing.assert_array_equal(g, w, err_msg=name)
         assert np.abs(w).max() > 0, name

@@ -634,7 +634,9 @@ class TypeCvtQ8Vnni(TypeCvtF16C):
                 "_mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32("
                 f"_mm_maskz_loadu_epi8(m, in + i))), _mm512_set1_ps({scale!r}f)));"
             )
-        return f"""
+        # the helpers travel with the function (include-guarded): support() must stay the portable
+        # template's string, which the emitter then writes once for both
+        return SUPPORT + REQUANT_F + f"""
 static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
   const {ctypes[0]}* in = (const {ctypes[0]}*)in_;
   {ctypes[1]}* out = ({ctypes[1]}*)out_;
@@ -647,8 +649,6 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 }}
 """
 
-    def support(self, em: CEmitter) -> str:
-        return super().support(em) + SUPPORT + REQUANT_F
 
 
 KERNEL_UNITS = (Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), ElemwiseQ8Vnni(), MaxPoolQ8Vnni(), TypeCvtQ8Vnni())
