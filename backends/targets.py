@@ -5,6 +5,8 @@ the table of architectures with the backend object of each.
     x86-avx2-nchw88      x86 with AVX2 + FMA, NCHW88 blocked layout (+io16xc32: float16 storage, F16C)
     x86-avx512           x86 with AVX-512 (F, BW, VL, DQ), plain NCHW, packed-GEMM convolutions
     x86-avx512-nchw88    AVX-512 micro-kernels (16 output channels per register) on NCHW88
+    x86-avx512-...-vnni  + AVX512-VNNI int8 kernels (plain NCHW int8 graphs); the host target names
+                         every extension feature its CPU has (backends/c/templates/x86_isa.py)
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
@@ -29,6 +31,7 @@ from functools import cache
 from lark import Lark, LarkError, Token, Tree
 
 from backends.c.backend import ARM, X86
+from backends.c.templates.x86_isa import EXTENSIONS as X86_EXTENSIONS
 from backends.cuda.backend import CUDA
 from backends.reference.backend import REFERENCE
 from passes.target import LAYOUT_FEATURES, Backend, Target, TargetError, float16_options, install_parser
@@ -52,7 +55,7 @@ class Arch:
 
 ARCHES: dict[str, Arch] = {
     "ref": Arch("the reference interpreter", (), REFERENCE),
-    "x86": Arch("x86-64 C kernels", ("avx2", "avx512", "nchw88"), X86),
+    "x86": Arch("x86-64 C kernels", ("avx2", "avx512", "nchw88", *(e.feature for e in X86_EXTENSIONS)), X86),
     "arm": Arch("AArch64 NEON C kernels", ("nchw44", "dot", "fp16"), ARM),
     "cuda": Arch(
         "CUDA kernels (nvcc; a CPU harness without a GPU)", ("nchw4", "nchw32", "chwn4", "nchw64"), CUDA
@@ -104,11 +107,14 @@ def parse_target(text: str) -> Target:
 
 def host_target() -> Target:
     """The best x86 target this machine runs (from /proc/cpuinfo), or ``ref`` elsewhere: NCHW88 with
-    AVX-512 micro-kernels where the CPU has AVX-512, else AVX2 with NCHW88 (``bench/bench_x86.py``
+    AVX-512 micro-kernels where the CPU has AVX-512 (plus the extension features it has, e.g.
+    ``-vnni`` for the int8 kernels), else AVX2 with NCHW88 (``bench/bench_x86.py``
     measures every x86 target; the blocked layout wins on ResNet-18 and MobileNetV2, plain NCHW with
     AVX-512 GEMMs on ResNet-50 and ShuffleNetV2, so ``x86-avx512`` stays a target of its own)."""
     for text in ("x86-avx512-nchw88", "x86-avx2-nchw88"):
         if runs_here(parse_target(text)):
+            if "avx512" in text:
+                text += "".join(f"-{e.feature}" for e in X86_EXTENSIONS if e.cpu_flags <= cpu_flags())
             return parse_target(text)
     return parse_target("ref")
 

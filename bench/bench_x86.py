@@ -2,7 +2,7 @@
 
     python bench/bench_x86.py [--models resnet18,resnet50,mobilenet_v2,shufflenet_v2] [--threads 1,2]
                               [--targets x86-avx2-nchw88,x86-avx512-nchw88,x86-avx512]
-                              [--size 224] [--iters 20]
+                              [--size 224] [--iters 20] [--int8 | --no-int8]
 
 For each model (batch 1, float32): trace, compile for every x86 target this machine runs (compile
 time reported; ResNet-50's, from traced function to built library, is checked against the 60 s
@@ -13,6 +13,15 @@ median, so that a noisy shared machine penalises every runtime alike). Prints me
 (xmge / ORT and xmge / torch, lower is better), GFLOP/s against the measured single-core FMA peak
 (a register-only FMA loop compiled for the same ISA), and the slowest kernels of each model's best
 target (per-kernel profile build).
+
+int8 (``--int8``, on by default): the float model is quantized post-training
+(``compiler.quantization.quantize`` with one calibration batch: the same graph, int8 convolutions)
+and compiled for the host target (its ``vnni`` feature selects the AVX512-VNNI kernels); the
+int8 table gives its latency against xmge's best float32 target at the same thread count, the
+outputs' exactness against the reference interpreter, and ONNX Runtime's int8 latency on a QDQ
+model that ``onnxruntime.quantization.quantize_static`` makes from the same float ONNX graph
+(activations u8, weights s8, its own calibration on the same batch). OpenVINO's columns appear when
+``openvino`` is importable (float32, and its default CPU inference precision), else a note says so.
 """
 
 from __future__ import annotations
@@ -147,6 +156,90 @@ def interleaved(runners: dict[str, Any], iters: int, rounds: int = 3) -> dict[st
     return best
 
 
+def openvino_runners(ov: Any, plain: ModuleOp, x: np.ndarray, threads: int) -> dict[str, Any]:
+    """OpenVINO on the same ONNX graph: float32 precision, and the CPU plugin's default precision."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.onnx")
+        to_onnx(plain, path)
+        core = ov.Core()
+        model = core.read_model(path)
+        out: dict[str, Any] = {}
+        for key, cfg in (("openvino f32", {"INFERENCE_PRECISION_HINT": "f32"}), ("openvino default", {})):
+            compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads, **cfg})
+            request = compiled.create_infer_request()
+            out[key] = lambda r=request: r.infer({0: x})
+        return out
+
+
+def ort_qdq_session(ort: Any, plain: ModuleOp, x: np.ndarray, threads: int) -> Any:
+    """ONNX Runtime's static QDQ int8 model of the same float graph (u8 activations, s8 weights)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class OneBatch(CalibrationDataReader):
+        def __init__(self, name: str) -> None:
+            self.items = iter([{name: x}])
+
+        def get_next(self) -> Any:
+            return next(self.items, None)
+
+    with tempfile.TemporaryDirectory() as d:
+        fp, qp = os.path.join(d, "f32.onnx"), os.path.join(d, "int8.onnx")
+        to_onnx(plain, fp)
+        name = ort.InferenceSession(fp, providers=["CPUExecutionProvider"]).get_inputs()[0].name
+        quantize_static(fp, qp, OneBatch(name), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)  # fmt: skip
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        return ort.InferenceSession(qp, so, providers=["CPUExecutionProvider"]), name
+
+
+def int8_report(
+    net: Any, name: str, x: np.ndarray, threads: list[int], f32_best: dict[int, float], ort: Any,
+    iters: int, notes: list[str],
+) -> list[str]:
+    """Rows of the int8 table for one model (see the module docstring)."""
+    from backends.reference import run_module
+    from compiler.driver.targets import host_target
+    from compiler.quantization import quantize
+
+    target = str(host_target())
+    qnet = quantize(net, [x])
+    first = compile(qnet, target, [x], threads=threads[0])
+    models = {threads[0]: first}
+    for t in threads[1:]:
+        models[t] = compile(first._stages["tensor"], target, threads=t)  # type: ignore[arg-type]
+    want = run_module(first._stages["tensor"], [x])[0]  # type: ignore[arg-type]
+    exact = all(np.array_equal(m(x), want) for m in models.values())
+    rows = []
+    for t in threads:
+        runners: dict[str, Any] = {"int8": lambda m=models[t]: m(x)}
+        if ort is not None:
+            try:
+                session, in_name = ort_qdq_session(ort, inference_clean_of(net, x), x, t)
+                runners["ortq"] = lambda s=session, f={in_name: x}: s.run(None, f)
+            except Exception as exc:  # noqa: BLE001 - a missing quantizer is a note, not a failure
+                notes.append(f"{name}: ORT QDQ int8 model not made ({type(exc).__name__}: {exc})")
+        ms = interleaved(runners, iters)
+        q, f, o = ms["int8"], f32_best.get(t, math.nan), ms.get("ortq", math.nan)
+        rows.append(
+            f"{name:<14}{target:<26}{t:>4}{q:>9.2f}{f:>9.2f}{q / f:>9.2f}{o:>9.2f}{q / o:>7.2f}  "
+            + ("yes" if exact else "NO")
+        )
+    if first.times:
+        notes.append(f"{name} int8 {target}: compile {sum(first.times.values()):.1f} s")
+    return rows
+
+
+def inference_clean_of(net: Any, x: np.ndarray) -> ModuleOp:
+    """The float model's optimised plain graph (what ORT's quantizer starts from)."""
+    from compiler.driver.compile import inference_clean
+
+    m = compile(net, "ref", [x])
+    return inference_clean(m._stages["tensor"])  # type: ignore[arg-type]
+
+
 def main() -> None:  # noqa: C901 - one report
     from compiler.driver.compile import inference_clean, profile
     from compiler.driver.targets import parse_target, runs_here
@@ -158,6 +251,8 @@ def main() -> None:  # noqa: C901 - one report
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--iters", type=int, default=21)
     ap.add_argument("--profile", type=int, default=6, help="kernels to list per model (0: no profile)")
+    ap.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
+                    help="also quantize each model and time xmge's int8 kernels (and ORT's QDQ int8)")
     args = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -182,7 +277,13 @@ def main() -> None:  # noqa: C901 - one report
         f"{'x/torch':>8}{'GFLOP/s':>9}{'%peak':>7}"
     )
     rows: list[str] = []
+    int8_rows: list[str] = []
     notes: list[str] = []
+    try:
+        import openvino
+    except ImportError:
+        openvino = None
+        notes.append("openvino is not installed in this venv: OpenVINO columns are skipped")
     for name in args.models.split(","):
         net = make_model(name)
         if net is None:
@@ -227,6 +328,7 @@ def main() -> None:  # noqa: C901 - one report
 
             trun = torch_runner(plain)
         best_target, best_ms = targets[0], math.inf
+        f32_best: dict[int, float] = {}
         for t in threads:
             runners: dict[str, Any] = {tgt: (lambda m=compiled[(tgt, t)], a=x: m(a)) for tgt in targets}
             if t in sessions:
@@ -240,7 +342,13 @@ def main() -> None:  # noqa: C901 - one report
                         return r(a)
 
                 runners["torch"] = run_torch
+            if openvino is not None:
+                runners.update(openvino_runners(openvino, plain, x, t))
             ms = interleaved(runners, args.iters)
+            for key in ("openvino f32", "openvino default"):
+                if key in ms:
+                    notes.append(f"{name} {key} ({t} thr): {ms[key]:.2f} ms")
+            f32_best[t] = min(ms[tgt] for tgt in targets)
             for tgt in targets:
                 xm_ms = ms[tgt]
                 if t == threads[0] and xm_ms < best_ms:
@@ -257,10 +365,18 @@ def main() -> None:  # noqa: C901 - one report
             total = sum(v for _, v in prof) or 1.0
             notes.append(f"{name} {best_target} (fastest, 1 thread) slowest kernels of {total:.2f} ms:")
             notes += [f"    {v:7.3f} ms {100 * v / total:4.1f}%  {k}" for k, v in prof[: args.profile]]
+        if args.int8:
+            int8_rows += int8_report(net, name, x, threads, f32_best, ort, args.iters, notes)
         print(f"{name} done", flush=True)
     print("\n".join(notes))
     print(header)
     print("\n".join(rows))
+    if int8_rows:
+        print(
+            f"\n{'model':<14}{'int8 target':<26}{'thr':>4}{'int8 ms':>9}{'f32 ms':>9}{'int8/f32':>9}"
+            f"{'ORT q ms':>9}{'x/ORTq':>7}  exact"
+        )
+        print("\n".join(int8_rows))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from backends.c.emitter import CEmitter
 from backends.c.isas import ISA_EMITTERS
 from backends.c.kernels import KERNELS
 from passes.lowering.kernels import KernelRegistry
-from passes.target import BackendError, Target, float16_options
+from passes.target import BackendError, Target, TargetError, float16_options
 
 X86_AVX2 = frozenset({"avx2", "fma"})
 X86_AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
@@ -39,23 +39,35 @@ class X86Backend:
     kernels: KernelRegistry = KERNELS
 
     def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
-        return ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
+        from backends.c.templates.x86_isa import extension_isas
+
+        base = ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
+        extensions = extension_isas(tuple(features))
+        if extensions and "avx512" not in features:
+            raise TargetError(f"x86 features {', '.join(extensions)} need the avx512 feature")
+        return (*extensions, *base)
 
     def inference_options(self, features: Sequence[str], options: Sequence[str]) -> dict[str, bool]:
         layout = {"enable_nchw88": True} if "nchw88" in features else {}
         return {**layout, **float16_options(features, options)}
 
     def runs_here(self, target: Target) -> bool:
+        from backends.c.templates.x86_isa import EXTENSIONS
         from backends.targets import cpu_flags
 
-        return (X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())) <= cpu_flags()
+        needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
+        needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))
+        return needed <= cpu_flags()
 
     def emitter(self, target: Target) -> type[CEmitter]:
         return ISA_EMITTERS[target.isas[0]]
 
     def emit(self, target: Target, module: Any, *, profile: bool = False) -> tuple[str, tuple[str, ...]]:
+        from backends.c.templates.x86_isa import extension_cflags
+
         emitter = self.emitter(target)(profile=profile)
-        return emitter.emit(module), emitter.cflags
+        extra = [f for f in extension_cflags(target.isas) if f not in emitter.cflags]
+        return emitter.emit(module), (*emitter.cflags, *extra)
 
     def build(self, target: Target, source: str, cflags: Sequence[str], *, sanitize: bool = False) -> Build:
         return build(source, cflags, sanitize=sanitize)

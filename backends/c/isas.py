@@ -14,3 +14,7 @@ ISA_EMITTERS: dict[str, type[CEmitter]] = {
     "dot": ArmDotEmitter,
     "fp16": ArmFp16Emitter,
 }
+
+from backends.c.templates.x86_isa import EXTENSIONS  # noqa: E402 - the emitters above come first
+
+ISA_EMITTERS.update({e.isa: e.emitter for e in EXTENSIONS})

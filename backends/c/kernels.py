@@ -5,15 +5,26 @@ Priorities order the families that serve one op (higher first). Families of diff
 element types never accept the same op, so their relative order only matters within a group:
 
 * convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot product 200,
-  NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100; NCHW int8 90;
-* pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 90;
-* elementwise, matrix multiplication, data movement: float32 100, other element types 90;
+  NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100; NCHW int8: x86 depthwise 96,
+  x86 dense 95, portable 90;
+* pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 x86 95, portable 90;
+* elementwise, matrix multiplication, data movement: float32 100, int8 x86 95, other element types 90;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad.
 """
 
 from __future__ import annotations
 
-from backends.c.templates import depthwise_x86, gemm, generic, nchw88, neon, portable, typed, winograd
+from backends.c.templates import (
+    depthwise_x86,
+    gemm,
+    generic,
+    nchw88,
+    neon,
+    portable,
+    typed,
+    winograd,
+    x86_int8,
+)
 from passes.lowering.kernels import KernelRegistry
 
 KERNELS = KernelRegistry(
@@ -26,5 +37,6 @@ KERNELS = KernelRegistry(
         *winograd.KERNEL_UNITS,
         *neon.KERNEL_UNITS,
         *portable.KERNEL_UNITS,
+        *x86_int8.KERNEL_UNITS,
     )
 )

@@ -1,0 +1,46 @@
+"""The x86 instruction-set extensions beyond AVX-512 F/BW/VL/DQ that xmge's kernels use: the target
+feature naming each, the template ISA it adds to the search order, the CPU flags it needs and the
+emitter (compiler flags) its templates render with. One table, read by the x86 backend and
+``backends/targets.py``; kept apart from the templates because the emitters import the registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.c.emitter import CEmitter, X86Avx512Emitter
+
+
+class X86Avx512VnniEmitter(X86Avx512Emitter):
+    name = "x86-avx512vnni"
+    cflags = (*X86Avx512Emitter.cflags, "-mavx512vnni")
+
+
+@dataclass(frozen=True)
+class Extension:
+    feature: str  # the target word (``x86-avx512-nchw88-vnni``)
+    isa: str  # the template ISA searched ahead of ``avx512``
+    cpu_flags: frozenset[str]  # /proc/cpuinfo flags the code needs
+    emitter: type[CEmitter]
+    description: str
+
+
+EXTENSIONS: tuple[Extension, ...] = (
+    Extension(
+        "vnni", "avx512vnni", frozenset({"avx512_vnni"}), X86Avx512VnniEmitter,
+        "AVX512-VNNI int8 kernels (vpdpbusd)",
+    ),
+)  # fmt: skip
+
+
+def extension_isas(features: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The extension ISAs a target's features add, most specific first."""
+    return tuple(e.isa for e in EXTENSIONS if e.feature in features)
+
+
+def extension_cflags(isas: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Compiler flags every extension ISA in ``isas`` needs (one translation unit holds them all)."""
+    flags: list[str] = []
+    for e in EXTENSIONS:
+        if e.isa in isas:
+            flags += [f for f in e.emitter.cflags if f not in flags]
+    return tuple(flags)

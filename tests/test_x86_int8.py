@@ -1,0 +1,150 @@
+"""The AVX512-VNNI int8 kernels (``backends/c/templates/x86_int8.py``) exactly against the reference
+interpreter: dense, 1x1, grouped, strided, dilated and depthwise convolutions on odd shapes (channel
+counts that fill no register tile, pixel counts that fill no vector), residual Q-modes and max
+pooling, on one and two threads and under ASan/UBSan. Each case's kernel choice is pinned, so a
+selection change that silently stops exercising a kernel fails too."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import compiler.functional as F
+from backends.reference import run_module
+from backends.reference.quant_kernels import quantize
+from compiler import dtype as D
+from compiler.tensor import Tensor
+from tests.codegen_util import compile_fn, require
+
+TARGET = "x86-avx512-nchw88-vnni"
+
+# name, input (N, C, H, W), OC, kernel, stride, padding, dilation, groups
+CASES = [
+    ("dense3x3_odd", (1, 13, 9, 11), 19, 3, 1, 1, 1, 1),
+    ("first_layer7x7_s2", (1, 3, 23, 21), 10, 7, 2, 3, 1, 1),
+    ("pointwise_n2", (2, 22, 5, 7), 7, 1, 1, 0, 1, 1),
+    ("pointwise_s2", (1, 9, 9, 9), 6, 1, 2, 0, 1, 1),
+    ("dense3x3_s2_wide", (1, 5, 40, 37), 9, 3, 2, 1, 1, 1),
+    ("group3", (1, 12, 6, 7), 9, 3, 1, 1, 1, 3),
+    ("dilated", (1, 4, 9, 9), 5, 3, 1, 2, 2, 1),
+    ("depthwise_s1", (1, 7, 19, 37), 7, 3, 1, 1, 1, 7),
+    ("depthwise_s2", (2, 5, 35, 36), 5, 3, 2, 1, 1, 5),
+    ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),
+]
+CONV_FAMILIES = {"conv2d_q8_x86", "conv2d_dw_q8_x86"}
+
+
+def _weights(rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for _, (_, ic, _, _), oc, k, *_rest, g in CASES:
+        shape = (oc, ic, k, k) if g == 1 else (g, oc // g, ic // g, k, k)
+        w = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        out.append((w, rng.standard_normal(oc).astype(np.float32)))
+    return out
+
+
+def int8_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., Any]:
+    sx = 1 / 40
+    params = []
+    for w, b in weights:
+        sw = float(np.abs(w).max()) / 127
+        wq = quantize(w, D.qint8(sw))
+        bq = quantize(b.reshape(1, -1, 1, 1), D.qint32(np.float32(sx) * np.float32(sw)))
+        params.append((Tensor(wq, dtype=D.qint8(sw)), Tensor(bq, dtype=D.qint32(float(sx * sw)))))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, _, _, s, p, d, g), x, (wq, bq)) in enumerate(zip(CASES, xs, params, strict=True)):
+            outs.append(
+                F.quantized.conv_bias_activation(
+                    x.astype(D.qint8(sx)), wq, bq, dtype=D.qint8(0.05 + 0.01 * i), stride=s, padding=p,
+                    dilation=d, groups=g, nonlinear_mode="relu" if i % 2 == 0 else "identity",
+                )  # fmt: skip
+            )
+        pooled = F.max_pool2d(outs[0], 3, 2, 1)
+        pooled_s1 = F.max_pool2d(outs[8], 2, 1, 0)
+        added = F.quantized.elemwise_multi_type(outs[1], outs[1], mode="qfuse_add_relu", dtype=D.qint8(0.1))
+        summed = F.quantized.elemwise_multi_type(outs[7], outs[7], mode="qadd", dtype=D.qint8(0.07))
+        # a float island (dequantize, RELU6, quantize) as PTQ leaves MobileNetV2's RELU6
+        island = F.relu6(outs[2].astype("float32")).astype(D.qint8(0.03))
+        # the portable int8 matmul (its helpers) beside the typecvt kernels in one translation unit
+        rows = F.flatten(outs[3], 1)
+        product = F.matmul(rows, rows, transpose_b=True).astype(D.qint8(0.5))
+        extra = (pooled, pooled_s1, added, summed, island, product)
+        return tuple(t.astype("float32") for t in (*outs, *extra))
+
+    return f
+
+
+def _inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    # values beyond the int8 range saturate on input: the extremes -128 and 127 are exercised
+    return [(rng.standard_normal(c[1]) * 2).astype(np.float32) for c in CASES]
+
+
+def _families(compiled: Any) -> set[tuple[str, str]]:
+    ir = compiled.ir("kernel-plan-memory")
+    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', ir))
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[Callable[..., Any], list[np.ndarray]]:
+    rng = np.random.default_rng(11)
+    return int8_model(_weights(rng)), _inputs(rng)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarray]], threads: int) -> None:
+    require(TARGET)
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET, threads=threads)
+    kinds = _families(compiled)
+    for family in (*CONV_FAMILIES, "elemwise_q8_x86", "pool2d_q8_x86", "typecvt"):
+        assert (family, "avx512vnni") in kinds, f"{family} not selected: {sorted(kinds)}"
+    assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
+    got = compiled.run(inputs)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    names = [c[0] for c in CASES] + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]
+    for name, g, w in zip(names, got, want, strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=name)
+        assert np.abs(w).max() > 0, name
+
+
+def test_vnni_int8_kernels_sanitized(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
+    require(TARGET)
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET)
+    got = compiled.run_runner(inputs, sanitize=True)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_requantize_rounds_ties_like_the_reference() -> None:
+    """Accumulators whose scaled value lies exactly on .5 (and next to it) requantize as roundf does."""
+    require(TARGET)
+    sx, sw = 0.5, 1.0  # s_acc = 0.5 and output scale 1: acc * 0.5 hits every tie
+    x = np.arange(-128, 128, dtype=np.float32).reshape(1, 1, 16, 16) * sx
+    w = Tensor(quantize(np.ones((1, 1, 1, 1), np.float32), D.qint8(sw)), dtype=D.qint8(sw))
+
+    def fn(t: Tensor) -> Tensor:
+        y = F.quantized.conv_bias_activation(t.astype(D.qint8(sx)), w, None, dtype=D.qint8(1.0))
+        return y.astype("float32")
+
+    compiled = compile_fn(fn, [x], TARGET)
+    assert ("conv2d_q8_x86", "avx512vnni") in _families(compiled)
+    got = compiled.run([x])[0]
+    want = run_module(compiled._stages["tensor"], [x])[0]  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got.reshape(-1)[:4], [-64, -64, -63, -63])  # -64, -63.5, -63, -62.5
+
+
+def test_vnni_target_needs_its_cpu_flag_and_avx512() -> None:
+    from backends.targets import TargetError, parse_target
+
+    assert parse_target("x86-avx512-vnni").isas[0] == "avx512vnni"
+    with pytest.raises(TargetError, match="avx512"):
+        parse_target("x86-avx2-vnni")
