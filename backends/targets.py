@@ -72,6 +72,11 @@ def _parser() -> Lark:
 def parse_target(text: str) -> Target:
     """Parse ``ARCH[-FEATURE...][+OPTION...]``; an unknown word is a :class:`TargetError` that lists
     the valid words in its place."""
+    if not isinstance(text, str):
+        raise TargetError(
+            f"a target is a string such as 'x86-avx2' or 'arm-nchw44-dot' (or a Target), "
+            f"got {type(text).__name__} {text!r}"
+        )
     try:
         tree = _parser().parse(text.strip())
     except LarkError as exc:

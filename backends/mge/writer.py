@@ -76,7 +76,7 @@ def write_graph(
 ) -> WriteResult:
     """One function as one ``.mge`` graph."""
     if dump_format not in FORMATS:
-        raise KeyError(f"unknown dump_format {dump_format!r}; expected one of {FORMATS}")
+        raise MgeWriteError(f"unknown dump_format {dump_format!r}; expected one of {', '.join(FORMATS)}")
     if model_version not in (1, 2):
         raise ValueError(f"model_version must be 1 or 2, got {model_version}")
     if keep_var_name not in (0, 1, 2):

@@ -30,7 +30,10 @@ def _load_inputs(specs: Sequence[str], wanted: list[str]) -> dict[str, np.ndarra
     for spec in specs:
         if "=" in spec:
             name, path = spec.split("=", 1)
-            arr = np.load(path, allow_pickle=False)
+            try:
+                arr = np.load(path, allow_pickle=False)
+            except (OSError, ValueError, EOFError) as exc:
+                raise ValueError(f"--input {spec}: {path} is not a .npy/.npz array file ({exc})") from None
             if isinstance(arr, np.lib.npyio.NpzFile):
                 if name not in arr:
                     raise ValueError(f"{path} has no array {name!r} (it has {sorted(arr.files)})")

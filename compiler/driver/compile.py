@@ -308,6 +308,14 @@ def _describe(t: Any) -> dict[str, Any]:
 # Entry points
 
 
+def resolve_target(target: str | Target | None) -> Target:
+    """A :class:`Target` from what users pass: a Target, its textual form, or None for this machine's
+    best (anything else is a :class:`TargetError` naming it)."""
+    if isinstance(target, Target):
+        return target
+    return host_target() if target is None else parse_target(target)
+
+
 def compile(  # noqa: A001 - the public name mirrors the issue's API
     model: Any,
     target: str | Target | None = None,
@@ -334,7 +342,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
         if not report.ok:
             raise NumericsMismatch(report)
         return report.compiled
-    tgt = target if isinstance(target, Target) else (parse_target(target) if target else host_target())
+    tgt = resolve_target(target)
     if threads < 1:
         raise CompileError(f"threads must be >= 1, got {threads}")
     backend = tgt.backend

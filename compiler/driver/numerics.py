@@ -677,10 +677,9 @@ def verify_compile(
 
     ``inputs`` default to ``example_inputs``, else seeded random inputs. The report's ``compiled``
     holds the ``CompiledModel`` when every pass agreed."""
-    from compiler.driver.compile import compile, compile_passes, to_module
-    from compiler.driver.targets import Target, host_target, parse_target
+    from compiler.driver.compile import compile, compile_passes, resolve_target, to_module
 
-    tgt = target if isinstance(target, Target) else (parse_target(target) if target else host_target())
+    tgt = resolve_target(target)
     module = to_module(model, example_inputs)
     given = inputs if inputs is not None else example_inputs
     arrays = [np.asarray(getattr(x, "numpy", lambda x=x: x)()) for x in given] if given is not None else None

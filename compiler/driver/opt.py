@@ -167,11 +167,17 @@ class XmgeOptMain(xDSLOptMain):
         if self.args.list_passes:
             self.list_passes(sys.stdout)
             return
-        if self.args.target == "mge":
-            self.run_to_mge()
-            return
-        with full_weights(self.args.print_weights):
-            super().run()
+        try:
+            if self.args.target == "mge":
+                self.run_to_mge()
+                return
+            with full_weights(self.args.print_weights):
+                super().run()
+        except UnicodeDecodeError as exc:
+            raise OptError(
+                f"{self.args.input_file or '<stdin>'}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                f"offset {exc.start}); binary models are read by extension (.mge, .onnx) or -f mge/onnx"
+            ) from None
 
     def run_to_mge(self) -> None:
         """``-t mge``: run the pipeline, then write the result as a ``.mge`` file (atomically)."""
