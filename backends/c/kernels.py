@@ -5,14 +5,15 @@ Priorities order the families that serve one op (higher first). Families of diff
 element types never accept the same op, so their relative order only matters within a group:
 
 * convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot product 200,
-  NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100; NCHW int8 90;
+  NCHW44 float register-blocked GEMM 195, NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise
+  110, GEMM 100; NCHW int8 90;
 * pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 90;
 * elementwise, matrix multiplication, data movement: float32 100, other element types 90.
 """
 
 from __future__ import annotations
 
-from backends.c.templates import depthwise_x86, gemm, generic, nchw88, neon, typed, winograd
+from backends.c.templates import depthwise_x86, gemm, generic, nchw88, neon, neon_gemm, typed, winograd
 from passes.lowering.kernels import KernelRegistry
 
 KERNELS = KernelRegistry(
@@ -24,5 +25,6 @@ KERNELS = KernelRegistry(
         *nchw88.KERNEL_UNITS,
         *winograd.KERNEL_UNITS,
         *neon.KERNEL_UNITS,
+        *neon_gemm.KERNEL_UNITS,
     )
 )
