@@ -4,16 +4,27 @@ side effects). Both C backends hand it to the lowering passes; a target's ISA or
 Priorities order the families that serve one op (higher first). Families of different layouts or
 element types never accept the same op, so their relative order only matters within a group:
 
-* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot product 200,
-  NCHW44 float register-blocked GEMM 195, NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise
-  110, GEMM 100; NCHW int8 90;
+* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot-product
+  register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
+  GEMM 195 (neon_gemm), NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100;
+  NCHW int8 90;
 * pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 90;
 * elementwise, matrix multiplication, data movement: float32 100, other element types 90.
 """
 
 from __future__ import annotations
 
-from backends.c.templates import depthwise_x86, gemm, generic, nchw88, neon, neon_gemm, typed, winograd
+from backends.c.templates import (
+    depthwise_x86,
+    gemm,
+    generic,
+    nchw88,
+    neon,
+    neon_gemm,
+    neon_int8,
+    typed,
+    winograd,
+)
 from passes.lowering.kernels import KernelRegistry
 
 KERNELS = KernelRegistry(
@@ -26,5 +37,6 @@ KERNELS = KernelRegistry(
         *winograd.KERNEL_UNITS,
         *neon.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
+        *neon_int8.KERNEL_UNITS,
     )
 )

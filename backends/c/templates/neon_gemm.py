@@ -44,6 +44,12 @@ def panel_layout(mb: int) -> LayoutSpec:
     return LayoutSpec("KCRS", f"K/{4 * mb} C/4 R S C%4 K%{4 * mb}")
 
 
+def hybrid_panel_layout(mb: int) -> LayoutSpec:
+    """The repacked filter of a first layer (plain NCHW input, any channel count): per panel, input
+    channel and tap the ``4 mb`` output channels' weights, contiguous."""
+    return LayoutSpec("KCRS", f"K/{4 * mb} C R S K%{4 * mb}")
+
+
 @dataclass(frozen=True)
 class FloatVec:
     """How one element type spells the micro-kernel's vector operations (float32 ``.4s`` or float16
@@ -106,7 +112,7 @@ class ConvGemmNchw44(ConvNchw44):
         if lowered is None:
             return None
         p = lowered.params
-        if p["mode"] != "dense" or p["act"] not in ("identity", "relu"):
+        if p["mode"] not in ("dense", "hybrid") or p["act"] not in ("identity", "relu"):
             return None
         if p["dtype"] == "f16" and (p["acc"] != "f16" or self.isa != "fp16"):
             return None  # float16 storage computed in float32 stays with the direct kernel
@@ -121,12 +127,23 @@ class ConvGemmNchw44(ConvNchw44):
             p["act"].upper() if p["act"] != "identity" else "",
         )  # fmt: skip
 
+    source_layout = Layout.KCRSc4k4
+
+    def panel(self, mb: int, mode: str) -> LayoutSpec:
+        """The repacked filter's layout for panels of ``mb`` output blocks."""
+        return hybrid_panel_layout(mb) if mode == "hybrid" else panel_layout(mb)
+
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
-        v = VECS[p["dtype"]]
-        logical = SPECS[Layout.KCRSc4k4].unpack(np.asarray(array), (p["oc"], p["ic"], p["fh"], p["fw"]))
-        return np.ascontiguousarray(panel_layout(v.mb).pack(logical)), f"nchw44_panel_k{4 * v.mb}"
+        mb = self.tiling(p)[0]
+        source = Layout.KRSCk4 if p["mode"] == "hybrid" else self.source_layout
+        logical = SPECS[source].unpack(np.asarray(array), (p["oc"], p["ic"], p["fh"], p["fw"]))
+        return self.pack_panels(logical, p, mb), f"{self.family}_{p['mode']}_panel_k{4 * mb}"
+
+    def pack_panels(self, logical: np.ndarray, p: dict[str, Any], mb: int) -> np.ndarray:
+        """The logical ``(K, C, R, S)`` filter in the kernel's panels."""
+        return np.ascontiguousarray(self.panel(mb, p["mode"]).pack(logical))
 
     def support(self, em: CEmitter) -> str:
         return ""
@@ -137,8 +154,22 @@ class ConvGemmNchw44(ConvNchw44):
         return (p["fh"], p["fw"], p["sh"], p["sw"], p["ph"], p["pw"]) == (1, 1, 1, 1, 0, 0)
 
     # -- code ------------------------------------------------------------------------------------
-    def _tile(self, name: str, p: dict[str, Any], v: FloatVec, mb: int, nb: int, geo: dict[str, int]) -> str:
+    def tiling(self, p: dict[str, Any]) -> tuple[int, int]:
+        """(output blocks, pixels) of a full register tile."""
+        v = VECS[p["dtype"]]
+        return v.mb, v.nb
+
+    def types(self, p: dict[str, Any]) -> tuple[str, str]:
+        """C element types of the activations and of the bias."""
+        return STORAGE[p["dtype"]], STORAGE[p["dtype"]]
+
+    def weight_type(self, p: dict[str, Any]) -> str:
+        """C element type of the packed filter."""
+        return self.types(p)[0]
+
+    def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
         """``name(xb, wk, yb, bb, rb)``: ``mb`` output blocks x ``nb`` pixels, fully unrolled."""
+        v = VECS[p["dtype"]]
         ctype = STORAGE[p["dtype"]]
         kv = v.lanes // 4  # output blocks per accumulator
         na = -(-mb // kv)  # accumulators per pixel
@@ -163,26 +194,30 @@ class ConvGemmNchw44(ConvNchw44):
         lines += [f"  {v.acc_t} a{i}_{j} = {block_init(i)};" for i in range(na) for j in range(nb)]
         lines.append(f"  for (int cb = 0; cb < {geo['cbn']}; ++cb) {{")
         lines.append(f"    const {ctype}* xc = xb + (long)cb * {geo['x_c']};")
-        taps = p["fh"] * p["fw"] > 1
-        if taps:
+        hybrid = p["mode"] == "hybrid"
+        lane = 1 if hybrid else 4
+        if p["fh"] * p["fw"] > 1:
             lines.append(f"    for (int r = 0; r < {p['fh']}; ++r) for (int s = 0; s < {p['fw']}; ++s) {{")
-            tap = f"(long)r * {p['dh'] * geo['x_h']} + s * {p['dw'] * 4}"
+            tap = f"(long)r * {p['dh'] * geo['x_h']} + s * {p['dw'] * lane}"
             lines.append(f"    const {ctype}* xt = xc + {tap};")
         else:
             lines.append(f"    {{ const {ctype}* xt = xc;")
-        lines += [
-            f"    const {v.acc_t} w{i}_{c} = {v.ld_acc.format(p=f'wk + {c * wstride + i * v.lanes}')};"
-            for c in range(4)
-            for i in range(na)
-        ]
-        lines.append(f"    wk += {4 * wstride};")
-        for j in range(nb):
-            lines.append(f"    {{ const {v.x_t} xv = {v.ld_x.format(p=f'xt + {j * xpix}')};")
-            for c in range(4):
-                for i in range(na):
-                    fma = v.fma_lane.format(a=f"a{i}_{j}", w=f"w{i}_{c}", x="xv", c=c)
-                    lines.append(f"      a{i}_{j} = {fma};")
-            lines.append("    }")
+        if hybrid:
+            lines += self._hybrid_step(p, v, na, nb)
+        else:
+            lines += [
+                f"    const {v.acc_t} w{i}_{c} = {v.ld_acc.format(p=f'wk + {c * wstride + i * v.lanes}')};"
+                for c in range(4)
+                for i in range(na)
+            ]
+            lines.append(f"    wk += {4 * wstride};")
+            for j in range(nb):
+                lines.append(f"    {{ const {v.x_t} xv = {v.ld_x.format(p=f'xt + {j * xpix}')};")
+                for c in range(4):
+                    for i in range(na):
+                        fma = v.fma_lane.format(a=f"a{i}_{j}", w=f"w{i}_{c}", x="xv", c=c)
+                        lines.append(f"      a{i}_{j} = {fma};")
+                lines.append("    }")
         lines.append("    }")
         lines.append("  }")
         # epilogue: residual, activation, store (bias was the accumulators' start)
@@ -206,58 +241,97 @@ class ConvGemmNchw44(ConvNchw44):
         lines.append("}")
         return "\n".join(lines) + "\n"
 
+    def _hybrid_step(self, p: dict[str, Any], v: FloatVec, na: int, nb: int) -> list[str]:
+        """One input channel and tap of a first layer: ``na`` weight vectors, each pixel's scalar input
+        by lane from vectors of 4 pixels (stride 1: one load; stride 2 from the padded copy: the even
+        half of a de-interleaving load), left-over pixels one by one."""
+        f16 = p["dtype"] == "f16"
+        sw = p["sw"]
+        lines = [f"    const {v.acc_t} w{i} = {v.ld_acc.format(p=f'wk + {i * v.lanes}')};" for i in range(na)]
+        lines.append(f"    wk += {4 * v.mb};")
+        grouped = nb // 4 * 4 if sw == 1 or (sw == 2 and self._needs_pad(p)) else 0
+        for g in range(grouped // 4):
+            if sw == 1:
+                load = f"vld1_f16(xt + {4 * g})" if f16 else f"vld1q_f32(xt + {4 * g})"
+            else:
+                load = f"vld2_f16(xt + {8 * g}).val[0]" if f16 else f"vld2q_f32(xt + {8 * g}).val[0]"
+            lines.append(f"    {{ const {v.x_t} xv = {load};")
+            for jj in range(4):
+                j = 4 * g + jj
+                lines += [
+                    f"      a{i}_{j} = {v.fma_lane.format(a=f'a{i}_{j}', w=f'w{i}', x='xv', c=jj)};"
+                    for i in range(na)
+                ]
+            lines.append("    }")
+        fman = "vfmaq_n_f16" if f16 else "vfmaq_n_f32"
+        for j in range(grouped, nb):
+            lines += [f"    a{i}_{j} = {fman}(a{i}_{j}, w{i}, xt[{j * sw}]);" for i in range(na)]
+        return lines
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        # de-interleaving loads of a strided first layer may read one vector past the padded copy
+        size = super().workspace(p)
+        return size + 64 if size else 0
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        v = VECS[p["dtype"]]
+        mb_full, nb_full = self.tiling(p)
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
         ph, pw = p["ph"], p["pw"]
-        ctype = STORAGE[p["dtype"]]
+        ctype, btype = self.types(p)
+        wtype = self.weight_type(p)
         pad = self._needs_pad(p)
         ihp, iwp = self._padded(p)
-        xin = SPECS[Layout.NCHW44].dim_strides((n, ic, ih, iw))
-        xs = SPECS[Layout.NCHW44].dim_strides((1, ic, ihp, iwp)) if pad else xin
+        hybrid = p["mode"] == "hybrid"
+        lane = 1 if hybrid else 4  # input elements per pixel and channel step (plain NCHW: 1)
+        if hybrid:  # a first layer: plain NCHW input
+            xin = {"N": ic * ih * iw, "C/4": ih * iw, "H": iw}
+            xs = {"N": 0, "C/4": ihp * iwp, "H": iwp} if pad else xin
+        else:
+            xin = SPECS[Layout.NCHW44].dim_strides((n, ic, ih, iw))
+            xs = SPECS[Layout.NCHW44].dim_strides((1, ic, ihp, iwp)) if pad else xin
         ys = SPECS[Layout.NCHW44].dim_strides((n, oc, oh, ow))
         kblocks = oc // 4
-        kp_n = -(-kblocks // v.mb)
-        mb_tail = kblocks - (kp_n - 1) * v.mb
-        geo = {"cbn": ic // 4, "x_c": xs["C/4"], "x_h": xs["H"], "y_c": ys["C/4"]}
-        wpanel = panel_layout(v.mb).dim_strides((oc, ic, p["fh"], p["fw"]))[f"K/{4 * v.mb}"]
+        kp_n = -(-kblocks // mb_full)
+        mb_tail = kblocks - (kp_n - 1) * mb_full
+        geo = {"cbn": ic if hybrid else ic // 4, "x_c": xs["C/4"], "x_h": xs["H"], "y_c": ys["C/4"]}
+        wpanel = self.panel(mb_full, p["mode"]).dim_strides((oc, ic, p["fh"], p["fw"]))[f"K/{4 * mb_full}"]
         flat = self.flat(p)
         cols = oh * ow if flat else ow  # pixels the tiles walk along
-        nb_tail = cols % v.nb
-        variants = {(mb, nb) for mb in {v.mb, mb_tail} for nb in {v.nb, nb_tail} if nb and cols >= nb}
-        tiles = "".join(self._tile(f"{sym}_t{mb}x{nb}", p, v, mb, nb, geo) for mb, nb in sorted(variants))
+        nb_tail = cols % nb_full
+        variants = {(mb, nb) for mb in {mb_full, mb_tail} for nb in {nb_full, nb_tail} if nb and cols >= nb}
+        tiles = "".join(self._tile(f"{sym}_t{mb}x{nb}", p, mb, nb, geo) for mb, nb in sorted(variants))
 
         def call(mb: int, nb: int, xo: str, yo: str) -> str:
             return f"{sym}_t{mb}x{nb}(xr + {xo}, wk, yr + {yo}, bb, rb0 ? rb0 + {yo} : 0);"
 
         def by_panel(nb: int, xo: str, yo: str) -> str:
-            if mb_tail == v.mb:
-                return call(v.mb, nb, xo, yo)
-            return f"if (mb == {v.mb}) {call(v.mb, nb, xo, yo)} else {call(mb_tail, nb, xo, yo)}"
+            if mb_tail == mb_full:
+                return call(mb_full, nb, xo, yo)
+            return f"if (mb == {mb_full}) {call(mb_full, nb, xo, yo)} else {call(mb_tail, nb, xo, yo)}"
 
         full = cols - nb_tail
         tile_calls = ""
         if full:
-            step = by_panel(v.nb, f"(long)q * {4 * p['sw']}", "(long)q * 4")
-            tile_calls += f"for (int q = 0; q < {full}; q += {v.nb}) {{ {step} }}\n"
+            step = by_panel(nb_full, f"(long)q * {lane * p['sw']}", "(long)q * 4")
+            tile_calls += f"for (int q = 0; q < {full}; q += {nb_full}) {{ {step} }}\n"
         if nb_tail:
-            tile_calls += by_panel(nb_tail, str(full * 4 * p["sw"]), str(full * 4))
+            tile_calls += by_panel(nb_tail, str(full * lane * p["sw"]), str(full * 4))
 
         if flat:
             rows = "const int oy = 0;"
         else:
             rows = f"for (int oy = 0; oy < {oh}; ++oy) {{"
         x_row = f"xp + (long)oy * {p['sh'] * xs['H']}"
-        y_row = f"y + (long)nn * {ys['N']} + (long)kp * {v.mb * ys['C/4']} + (long)oy * {ys['H']}"
-        r_row = f"res + (long)nn * {ys['N']} + (long)kp * {v.mb * ys['C/4']} + (long)oy * {ys['H']}"
-        row_bytes = iw * 4 * (2 if p["dtype"] == "f16" else 4)
+        y_row = f"y + (long)nn * {ys['N']} + (long)kp * {mb_full * ys['C/4']} + (long)oy * {ys['H']}"
+        r_row = f"res + (long)nn * {ys['N']} + (long)kp * {mb_full * ys['C/4']} + (long)oy * {ys['H']}"
+        row_bytes = iw * lane * self._esize(p)
         if pad:
             pad_code = f"""
     {ctype}* xp = ({ctype}*)ws;
     memset(xp, 0, {self.workspace(p)});
-    for (int c = 0; c < {ic // 4}; ++c)
+    for (int c = 0; c < {geo["cbn"]}; ++c)
       for (int yy = 0; yy < {ih}; ++yy)
-        memcpy(xp + (long)c * {xs["C/4"]} + (long)(yy + {ph}) * {xs["H"]} + {pw * 4},
+        memcpy(xp + (long)c * {xs["C/4"]} + (long)(yy + {ph}) * {xs["H"]} + {pw * lane},
                x + (long)nn * {xin["N"]} + (long)c * {xin["C/4"]} + (long)yy * {xin["H"]}, {row_bytes});"""
         else:
             pad_code = f"\n    const {ctype}* xp = x + (long)nn * {xin['N']};"
@@ -267,17 +341,17 @@ class ConvGemmNchw44(ConvNchw44):
         return f"""{tiles}
 static void {sym}({", ".join(args)}) {{
   const {ctype}* x = (const {ctype}*)x_;
-  const {ctype}* w = (const {ctype}*)w_;
+  const {wtype}* w = (const {wtype}*)w_;
   {ctype}* y = ({ctype}*)y_;
-  const {ctype}* bias = {"(const " + ctype + "*)bias_" if p["bias"] else "0"};
+  const {btype}* bias = {"(const " + btype + "*)bias_" if p["bias"] else "0"};
   const {ctype}* res = {"(const " + ctype + "*)res_" if p.get("residual") else "0"};
   (void)ws; (void)bias; (void)res;
   for (int nn = 0; nn < {n}; ++nn) {{{pad_code}
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int kp = 0; kp < {kp_n}; ++kp) {{
-      const int mb = kp == {kp_n - 1} ? {mb_tail} : {v.mb};
-      const {ctype}* wk = w + (long)kp * {wpanel};
-      const {ctype}* bb = bias ? bias + (long)kp * {4 * v.mb} : 0;
+      const int mb = kp == {kp_n - 1} ? {mb_tail} : {mb_full};
+      const {wtype}* wk = w + (long)kp * {wpanel};
+      const {btype}* bb = bias ? bias + (long)kp * {4 * mb_full} : 0;
       {rows}
         const {ctype}* xr = {x_row};
         {ctype}* yr = {y_row};
