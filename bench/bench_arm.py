@@ -141,6 +141,9 @@ def xmge_per_inference(compiled: CompiledModel, x: np.ndarray) -> int:
 
 
 def ncnn_per_inference(exe: str, param: str, size: int, cpu: str) -> int:
+    # benchncnn links libstdc++ dynamically: qemu finds the AArch64 loader and libraries here
+    os.environ.setdefault("QEMU_LD_PREFIX", "/usr/aarch64-linux-gnu")
+
     def run(loops: int) -> int:
         # benchncnn LOOPS THREADS POWERSAVE GPU COOLING_DOWN param=... shape=[w,h,c]
         cmd = [exe, str(loops), "1", "0", "-1", "0", f"param={param}", f"shape=[{size},{size},3]"]
