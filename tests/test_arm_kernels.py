@@ -116,9 +116,13 @@ def _run(c: CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return c.run(inputs)
 
 
-def _modes(c: CompiledModel, family: str) -> set[str]:
+def _modes(c: CompiledModel, *families: str) -> set[str]:
     ir = c.ir("kernel-plan-memory")
-    return set(re.findall(rf'= "{family}" \["\w+"\] {{mode = "(\w+)"', ir))
+    return {m for f in families for m in re.findall(rf'= "{f}" \["\w+"\] {{mode = "(\w+)"', ir)}
+
+
+# dense and first layers run the register-blocked GEMM families on NEON (neon_gemm.py, neon_int8.py)
+FLOAT_FAMILIES = ("conv2d_nchw44", "conv2d_nchw44_gemm")
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +135,7 @@ def data() -> tuple[list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
 def test_float32_kernels(data: Any, target: str) -> None:
     inputs, weights = data
     c = _compile(float_model(weights), inputs, target)
-    assert _modes(c, "conv2d_nchw44") == FLOAT_MODES
+    assert _modes(c, *FLOAT_FAMILIES) == FLOAT_MODES
     isa = "generic" if "plain-c" in target else "neon"
     assert f'"conv2d_nchw44" ["{isa}"]' in c.ir("kernel-plan-memory")
     want = run_module(c._stages["tensor"], inputs)
@@ -147,8 +151,9 @@ def test_int8_kernels_exact(data: Any, target: str) -> None:
     inputs, weights = data
     c = _compile(int8_model(weights), inputs, target)
     ir = c.ir("kernel-plan-memory")
-    assert _modes(c, "conv2d_nchw44_dot") == {"dense", "group"}
-    assert _modes(c, "conv2d_nchw44_q8") == {"chan", "hybrid"}
+    assert _modes(c, "conv2d_nchw44_dot", "conv2d_nchw44_dot_gemm") >= {"dense", "group"}
+    assert "chan" in _modes(c, "conv2d_nchw44_q8")
+    assert _modes(c, "conv2d_nchw44_dot", "conv2d_nchw44_dot_gemm", "conv2d_nchw44_q8") == FLOAT_MODES
     assert '"conv2d_q8"' in ir  # the odd-channel conv stays NCHW
     want = run_module(c._stages["tensor"], inputs)
     for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
@@ -161,7 +166,7 @@ def test_float16_kernels(data: Any, target: str) -> None:
     keeps 11 significant bits; sums of up to 200 products round differently in another order)."""
     inputs, weights = data
     c = _compile(float_model(weights), inputs, target)
-    assert _modes(c, "conv2d_nchw44") == FLOAT_MODES
+    assert _modes(c, *FLOAT_FAMILIES) == FLOAT_MODES
     want = run_module(c._stages["inference"], inputs)
     for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
         w = np.asarray(w, np.float32)

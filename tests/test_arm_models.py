@@ -80,10 +80,10 @@ def test_model_matches_reference(name: str, target: str) -> None:
     scale = max(1.0, float(np.abs(want).max()))
     if "dot" in target:
         ir = compiled.ir("kernel-plan-memory")
-        assert '"conv2d_nchw44_dot" ["dot"]' in ir
+        assert '"conv2d_nchw44_dot_gemm" ["dot"]' in ir
         np.testing.assert_array_equal(got, want)
     elif "fp16" in target:
-        assert '"conv2d_nchw44" ["fp16"]' in compiled.ir("kernel-plan-memory")
+        assert '"conv2d_nchw44_gemm" ["fp16"]' in compiled.ir("kernel-plan-memory")
         np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2 * scale)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)

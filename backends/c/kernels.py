@@ -4,9 +4,10 @@ side effects). Both C backends hand it to the lowering passes; a target's ISA or
 Priorities order the families that serve one op (higher first). Families of different layouts or
 element types never accept the same op, so their relative order only matters within a group:
 
-* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot product 200,
-  NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100; NCHW int8: x86 depthwise 96,
-  x86 dense 95, portable 90;
+* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot-product
+  register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
+  GEMM 195 (neon_gemm), NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100;
+  NCHW int8: x86 depthwise 96, x86 dense 95, portable 90;
 * pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 x86 95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, int8 x86 95, other element types 90;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad.
@@ -20,6 +21,8 @@ from backends.c.templates import (
     generic,
     nchw88,
     neon,
+    neon_gemm,
+    neon_int8,
     portable,
     typed,
     winograd,
@@ -38,5 +41,7 @@ KERNELS = KernelRegistry(
         *neon.KERNEL_UNITS,
         *portable.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
+        *neon_gemm.KERNEL_UNITS,
+        *neon_int8.KERNEL_UNITS,
     )
 )

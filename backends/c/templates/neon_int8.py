@@ -1,0 +1,152 @@
+"""Register-blocked int8 NCHW44 convolutions with the ARMv8.2 dot product (``arm-nchw44-dot``):
+the implicit GEMM of :mod:`backends.c.templates.neon_gemm` with ``sdot`` as its multiply-add.
+
+A register tile is ``MB = 3`` blocks of 4 output channels times ``NB = 8`` pixels: 24 int32x4
+accumulators. Per input block of 4 channels and tap, the tile loads its 3 weight blocks (16 bytes
+each, ``k4c4``: one ``sdot`` is 4 output x 4 input channels) and, for stride-1 convolutions, the 4
+channels of 4 neighbouring pixels per 16-byte load, then issues 24 ``sdot``-by-element (``vdotq_laneq_s32``:
+lane ``j`` is pixel ``j``'s 4 channels); strided or left-over pixels broadcast their 4 channels
+(``ld1r``) into a plain ``sdot``. The int32 bias (at the accumulator's scale) is the accumulators'
+start; the epilogue is the direct kernels' exact requantization (``xm_qstore_neon``: integer ReLU,
+``float(acc) * s_acc * (1 / s_out)``, round half away from zero, saturate).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from backends.c.templates import sym_join
+from backends.c.templates.neon import _NEON_Q8, nchw44_int8
+from backends.c.templates.neon_gemm import ConvGemmNchw44, hybrid_panel_layout
+from dialects.layout import Layout, LayoutSpec
+from passes.lowering.kernels import Lowered
+
+MB, NB = 3, 8
+HYBRID_MB = 2  # first layers: 8 output channels, one int16x8 weight vector
+
+
+class ConvDotGemmNchw44(ConvGemmNchw44):
+    """``conv2d_nchw44_dot_gemm``: dense int8 NCHW44_DOT convolution, ``sdot`` register tiles."""
+
+    family = "conv2d_nchw44_dot_gemm"
+    priority = 205  # ahead of the direct conv2d_nchw44_dot (200)
+    source_layout = Layout.KCRSk4c4
+
+    def __init__(self, isa: str = "dot"):
+        self.kind = "dot"
+        self.isa = isa
+
+    def match(self, op: Operation) -> Lowered | None:
+        # dense layers with k4c4 filters; first layers (plain NCHW input, KRSCk4 filters) widen to int16
+        lowered = nchw44_int8(op, self.isa, dot=True) or nchw44_int8(op, self.isa, dot=False)
+        if lowered is None or lowered.params["mode"] not in ("dense", "hybrid"):
+            return None
+        return lowered
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(super().symbol(p), f"q{p['qid']}")
+
+    def tiling(self, p: dict[str, Any]) -> tuple[int, int]:
+        return (HYBRID_MB, NB) if p["mode"] == "hybrid" else (MB, NB)
+
+    def types(self, p: dict[str, Any]) -> tuple[str, str]:
+        return "int8_t", "int32_t"
+
+    def weight_type(self, p: dict[str, Any]) -> str:
+        return "int16_t" if p["mode"] == "hybrid" else "int8_t"
+
+    def panel(self, mb: int, mode: str) -> LayoutSpec:
+        if mode == "hybrid":
+            return hybrid_panel_layout(mb)
+        # per panel, input block and tap: mb blocks of 16 bytes, each output-channel major (k4c4)
+        return LayoutSpec("KCRS", f"K/{4 * mb} C/4 R S K%{4 * mb} C%4")
+
+    def pack_panels(self, logical: np.ndarray, p: dict[str, Any], mb: int) -> np.ndarray:
+        packed = self.panel(mb, p["mode"]).pack(logical)
+        # a first layer's weights are widened ahead of time for the int16 multiply-adds (smlal)
+        return np.ascontiguousarray(packed.astype(np.int16) if p["mode"] == "hybrid" else packed)
+
+    def support(self, em: Any) -> str:
+        return "#include <stdint.h>\n" + _NEON_Q8
+
+    def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
+        hybrid = p["mode"] == "hybrid"
+        xpix = p["sw"] * 4  # bytes between neighbouring output pixels' inputs
+        lines = [
+            f"static inline __attribute__((always_inline)) void {name}(const int8_t* restrict xb, "
+            f"const {'int16_t' if hybrid else 'int8_t'}* restrict wk, int8_t* restrict yb, "
+            "const int32_t* restrict bb, "
+            "const int8_t* restrict rb) {",
+            "  (void)bb; (void)rb;",
+        ]
+        init = "vld1q_s32(bb + {o})" if p["bias"] else "vdupq_n_s32(0)"
+        lines += [f"  int32x4_t a{b}_{j} = {init.format(o=b * 4)};" for b in range(mb) for j in range(nb)]
+        lines.append(f"  for (int cb = 0; cb < {geo['cbn']}; ++cb) {{")
+        lines.append(f"    const int8_t* xc = xb + (long)cb * {geo['x_c']};")
+        if p["fh"] * p["fw"] > 1:
+            lines.append(f"    for (int r = 0; r < {p['fh']}; ++r) for (int s = 0; s < {p['fw']}; ++s) {{")
+            tap = f"(long)r * {p['dh'] * geo['x_h']} + s * {p['dw'] * (1 if hybrid else 4)}"
+            lines.append(f"    const int8_t* xt = xc + {tap};")
+        else:
+            lines.append("    { const int8_t* xt = xc;")
+        if hybrid:
+            lines += self._hybrid_step(p, mb, nb)
+        else:
+            lines += self._dot_step(p, mb, nb, xpix)
+        lines.append("    }")
+        lines.append("  }")
+        relu = int(p["act"] == "relu")
+        for b in range(mb):
+            for j in range(nb):
+                lines.append(
+                    f"  xm_qstore_neon(yb + {b * geo['y_c'] + j * 4}, a{b}_{j}, {p['s_acc']!r}f, "
+                    f"{p['inv_out']!r}f, {relu});"
+                )
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _hybrid_step(self, p: dict[str, Any], mb: int, nb: int) -> list[str]:
+        """One input channel and tap of a first layer: 8 output channels' int16 weights in one
+        vector (block 0 low, block 1 high), 8 pixels widened to int16 per load (stride 2: the even
+        half of a de-interleaving load from the padded copy), ``smlal``/``smlal2`` by lane."""
+        sw = p["sw"]
+        lines = ["    const int16x8_t w = vld1q_s16(wk);", f"    wk += {4 * HYBRID_MB};"]
+        grouped = nb // 8 * 8 if sw == 1 or (sw == 2 and self._needs_pad(p)) else 0
+        for g in range(grouped // 8):
+            load = f"vld1_s8(xt + {8 * g})" if sw == 1 else f"vld2_s8(xt + {16 * g}).val[0]"
+            lines.append(f"    {{ const int16x8_t xv = vmovl_s8({load});")
+            for jj in range(8):
+                j = 8 * g + jj
+                lines.append(f"      a0_{j} = vmlal_laneq_s16(a0_{j}, vget_low_s16(w), xv, {jj});")
+                if mb > 1:
+                    lines.append(f"      a1_{j} = vmlal_high_laneq_s16(a1_{j}, w, xv, {jj});")
+            lines.append("    }")
+        for j in range(grouped, nb):
+            lines.append(f"    a0_{j} = vmlal_n_s16(a0_{j}, vget_low_s16(w), xt[{j * sw}]);")
+            if mb > 1:
+                lines.append(f"    a1_{j} = vmlal_high_n_s16(a1_{j}, w, xt[{j * sw}]);")
+        return lines
+
+    def _dot_step(self, p: dict[str, Any], mb: int, nb: int, xpix: int) -> list[str]:
+        """One input block and tap of a dense layer: ``mb`` 16-byte weight blocks, ``sdot``."""
+        by_lane = nb // 4 * 4 if p["sw"] == 1 else 0  # pixels loaded 4 at a time
+        lines = [f"    const int8x16_t w{b} = vld1q_s8(wk + {b * 16});" for b in range(mb)]
+        lines.append(f"    wk += {16 * MB};")
+        for g in range(by_lane // 4):
+            lines.append(f"    {{ const int8x16_t xv = vld1q_s8(xt + {g * 16});")
+            for jj in range(4):
+                j = 4 * g + jj
+                lines += [f"      a{b}_{j} = vdotq_laneq_s32(a{b}_{j}, w{b}, xv, {jj});" for b in range(mb)]
+            lines.append("    }")
+        for j in range(by_lane, nb):
+            dup = f"vld1q_dup_s32((const int32_t*)(xt + {j * xpix}))"
+            lines.append(f"    {{ const int8x16_t xv = vreinterpretq_s8_s32({dup});")
+            lines += [f"      a{b}_{j} = vdotq_s32(a{b}_{j}, w{b}, xv);" for b in range(mb)]
+            lines.append("    }")
+        return lines
+
+
+KERNEL_UNITS = (ConvDotGemmNchw44(),)
