@@ -42,6 +42,7 @@ class RawTensor:
 class RawParam:
     kind: str  # ParamDef name, or "tag<N>" for tags xmge does not decode
     values: dict[str, Any]
+    missing: bool = False  # the union tag names the table but the table itself is absent
 
 
 @dataclass
@@ -65,6 +66,12 @@ class RawOpr:
     def param(self, kind: str) -> dict[str, Any]:
         for p in self.params:
             if p.kind == kind:
+                if p.missing and S.PARAMS[kind].fields:
+                    raise MgeFormatError(
+                        f"operator #{self.index} ({self.type_name}): its param.{kind} is tagged but "
+                        "the table is missing",
+                        self.offset,
+                    )
                 return p.values
         raise MgeFormatError(f"operator #{self.index} ({self.type_name}) lacks its param.{kind}", self.offset)
 
@@ -174,7 +181,7 @@ def _dtype(t: Table | None) -> RawDType | None:
 def _param(tag: int, t: Table | None) -> RawParam:
     pdef = S.PARAMS_BY_TAG.get(tag)
     if pdef is None or t is None:
-        return RawParam(pdef.name if pdef else f"tag{tag}", {})
+        return RawParam(pdef.name if pdef else f"tag{tag}", {}, missing=pdef is not None)
     values: dict[str, Any] = {}
     if pdef.name == "DType":
         dt = _dtype(t)

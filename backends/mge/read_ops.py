@@ -21,6 +21,7 @@ from backends.mge.read_context import (
     define,
     emit,
     emit_one,
+    emit_values,
     enum_of,
     fail,
     fold_const,
@@ -235,8 +236,7 @@ def read_reduce(ctx: ReadContext, op: RawOpr) -> None:
         m = mode
         if k > 0 and mode == enums.ReduceMode.SUM_SQR:
             m = enums.ReduceMode.SUM  # later axes sum the already squared partial sums
-        new = emit(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
-        cur = ReadVar(type=new.results[0].type, ssa=new.results[0])  # type: ignore[arg-type]
+        (cur,) = emit_values(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
     define(ctx, op, 0, cur)
 
 
@@ -340,6 +340,8 @@ def read_get_var_shape(ctx: ReadContext, op: RawOpr) -> None:
     except T.ShapeInferenceError as exc:
         raise fail(op, str(exc)) from exc
     axis = op.param("OptionalAxisV1")["axis"]
+    if any(d > np.iinfo(np.int32).max for d in shape):
+        raise fail(op, f"input shape {shape} has a dimension beyond int32, which shape values cannot hold")
     value = np.asarray(shape, dtype=np.int32)
     if axis != 7:
         if not -len(shape) <= axis < len(shape):

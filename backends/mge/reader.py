@@ -34,6 +34,7 @@ from backends.mge.read_context import (
     MgeUnsupportedError,
     ReadContext,
     ReadVar,
+    check_tensor_size,
     define,
     fail,
     ssa_of,
@@ -41,6 +42,7 @@ from backends.mge.read_context import (
     where,
 )
 from backends.mge.records import ATTR_FORMAT, ATTR_METADATA_VALID, ATTR_OPTIMIZE_OPTIONS, ATTR_USER_INFO
+from dialects.dtypes import numpy_dtype
 
 __all__ = [
     "ATTR_FORMAT",
@@ -53,8 +55,6 @@ __all__ = [
     "graph_to_func",
     "read_mge",
 ]
-
-
 
 
 def read_mge(data: bytes | bytearray | memoryview) -> ModuleOp:
@@ -90,7 +90,9 @@ def graph_to_func(graph: RawGraph, name: str = "main") -> func.FuncOp:
         t = op.tensors[0]
         if t.dtype is None:
             raise fail(op, "the input tensor lacks its dtype")
-        arg_types.append(TensorType(to_element(t.dtype, where(op), op.offset), list(t.shape)))
+        elem = to_element(t.dtype, where(op), op.offset)
+        check_tensor_size(op, t.shape, numpy_dtype(elem).itemsize, "the input")
+        arg_types.append(TensorType(elem, list(t.shape)))
         input_names.append(t.name or graph.var_names.get(op.outputs[0] if op.outputs else -1, "") or "")
     block = Block(arg_types=arg_types)
     ctx = ReadContext(graph, block)
@@ -132,5 +134,3 @@ def _convert(ctx: ReadContext, op: RawOpr) -> None:
     if read is None:
         raise unsupported(op, f"operator type {kind} is not supported by xmge's reader")
     read(ctx, op)
-
-
