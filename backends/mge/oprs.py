@@ -120,6 +120,21 @@ OPRS: tuple[Opr, ...] = (
     Opr("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat", read=layouts.read_relayout_format),
     Opr("Identity", "Identity", "Identity", read=R.read_alias),
     Opr("Copy", "Copy", "Copy", read=R.read_alias),
+    Opr("MarkNoBroadcastElemwise", "MarkNoBroadcastElemwise", "MarkNoBroadcastElemwise",
+        read=R.read_first_input),
+    Opr("VirtualDep", "VirtualDep", "VirtualDep", read=R.read_first_input),
+    Opr("MarkDynamicVar", "MarkDynamicVar", "MarkDynamicVar", read=R.read_first_input),
+    Opr("SetSubtensor", "SetSubtensor", "SetSubtensor", None,
+        (T.SetSubtensorOp,), R.read_modify_subtensor, W.lower_modify_subtensor),
+    Opr("IncrSubtensor", "IncrSubtensor", "IncrSubtensor", None,
+        (T.IncrSubtensorOp,), R.read_modify_subtensor, W.lower_modify_subtensor),
+    Opr("IndexingMultiAxisVec", "IndexingMultiAxisVec", "IndexingMultiAxisVec", None,
+        (T.IndexingMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
+    Opr("IndexingSetMultiAxisVec", "IndexingSetMultiAxisVec", "IndexingSetMultiAxisVec", None,
+        (T.IndexingSetMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
+    Opr("IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", None,
+        (T.IndexingIncrMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
+    Opr("Linspace", "Linspace", "Linspace", None, (T.LinspaceOp,), R.read_linspace, W.lower_linspace),
 )
 # fmt: on
 
@@ -137,10 +152,9 @@ BY_V2_ID: dict[tuple[int, int], Opr] = {
 KNOWN_NAMES: dict[int, str] = {
     h(name): name
     for name in (
-        "IndexingMultiAxisVec SetSubtensor Split Linspace Eye Fill "
-        "WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
-        "MultipleDeviceTensorWithFormatHolder GroupNorm "
-        "AssertEqual TopK Argsort Where IncrSubtensor"
+        "Split Eye Fill FillLike WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
+        "GroupNorm AssertEqual TopK Argsort Where CumsumV1 IndexingOneHot IndexingSetOneHot "
+        "Dropout CondTake NonZero Images2Neibs UniformRNGV1 GaussianRNGV1 ROIAlignV1 Resize3D"
     ).split()
     for h in (h_full, h_short)
 }

@@ -45,8 +45,9 @@ DEFAULT_MAX_FOLDED_BYTES = 256 << 20
 """Default cap on the values evaluated while reading (shape arithmetic and small constants folded
 by running their reference kernels), all together: 256 MiB. ``XMGE_MAX_FOLDED_BYTES`` overrides it."""
 FOLD_SMALL_INT_ELEMENTS = 64
-"""int32 operands (MegEngine's shape dtype) of at most this many elements count as shape values: an op taking only such
-constants is evaluated while reading, as MegEngine's static value inference does."""
+"""int32 operands (MegEngine's shape dtype) of at most this many elements count as shape values:
+an op taking only such constants is evaluated while reading, as MegEngine's static value
+inference does."""
 
 
 def _limit(env: str, default: int) -> int:
