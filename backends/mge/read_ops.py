@@ -479,6 +479,26 @@ def read_linspace(ctx: ReadContext, op: RawOpr) -> None:
     emit_one(ctx, op, T.LinspaceOp, [start, stop], num=num, endpoint=endpoint)
 
 
+def read_split(ctx: ReadContext, op: RawOpr) -> None:
+    """MegEngine's Split (SPECIFY method, the only one it serialises): (src, one size per part)."""
+    x = input_var(ctx, op, 0)
+    nd = len(shape_of(op, x, "input"))
+    axis = int(op.param("Axis")["axis"])
+    axis = axis + nd if axis < 0 else axis
+    if len(op.inputs) < 2:
+        raise fail(op, "needs the input and at least one part size")
+    sizes = []
+    for k in range(1, len(op.inputs)):
+        (n,) = int_values(op, input_var(ctx, op, k), f"part size {k - 1}")[:1] or [None]
+        if n is None:
+            raise fail(op, f"part size {k - 1} is empty")
+        sizes.append(n)
+    if len(op.outputs) != len(sizes):
+        raise fail(op, f"has {len(op.outputs)} outputs for {len(sizes)} parts")
+    for i, var in enumerate(emit_values(ctx, op, T.SplitOp, [x], axis=axis, sizes=tuple(sizes))):
+        define(ctx, op, i, var)
+
+
 def read_first_input(ctx: ReadContext, op: RawOpr) -> None:
     """Operators whose output is their input 0 at inference (VirtualDep, MarkNoBroadcastElemwise,
     MarkDynamicVar): an alias."""

@@ -29,7 +29,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 from backends.mge.container import RawGraph, RawOpr, parse_file
 from backends.mge.dtypes import to_element
 from backends.mge.fbs import MgeFormatError
-from backends.mge.oprs import BY_KIND
+from backends.mge.oprs import BY_KIND, refusal
 from backends.mge.read_context import (
     MgeUnsupportedError,
     ReadContext,
@@ -129,6 +129,9 @@ def graph_to_func(graph: RawGraph, name: str = "main") -> func.FuncOp:
 def _convert(ctx: ReadContext, op: RawOpr) -> None:
     kind = op.kind
     if kind is None:
+        refused = refusal(op.type_name, op.type_id)
+        if refused is not None:
+            raise unsupported(op, f"operator {refused[0]} is not supported by xmge: {refused[1]}")
         raise unsupported(op, f"unknown operator type (type id {op.type_id}, version {op.opr_version})")
     read = BY_KIND[kind].read
     if read is None:
