@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from backends.mge.container import RawGraph, RawOpr, parse_file
 from backends.mge.dtypes import to_element
@@ -136,4 +137,7 @@ def _convert(ctx: ReadContext, op: RawOpr) -> None:
     read = BY_KIND[kind].read
     if read is None:
         raise unsupported(op, f"operator type {kind} is not supported by xmge's reader")
-    read(ctx, op)
+    try:
+        read(ctx, op)
+    except VerifyException as exc:  # e.g. a quantized scale that underflows to 0 in a product
+        raise fail(op, f"invalid operands or params: {exc}") from exc
