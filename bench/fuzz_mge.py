@@ -92,12 +92,22 @@ class Case:
     data: bytes
 
 
-def cases(seeds: Sequence[str], n: int, rng_seed: int) -> Iterator[Case]:
-    rng = np.random.default_rng(rng_seed)
-    originals = {s: seed_bytes(s) for s in seeds}
-    for i in range(n):
-        seed = seeds[i % len(seeds)]
-        yield Case(i, seed, mutate(originals[seed], rng))
+def case_seed(seeds: Sequence[str], index: int) -> str:
+    return seeds[index % len(seeds)]
+
+
+def make_case(seeds: Sequence[str], index: int, rng_seed: int, originals: dict[str, bytes]) -> Case:
+    """Case ``index`` alone (its own random stream), so that workers build only their cases."""
+    seed = case_seed(seeds, index)
+    if seed not in originals:
+        originals[seed] = seed_bytes(seed)
+    return Case(index, seed, mutate(originals[seed], np.random.default_rng([rng_seed, index])))
+
+
+def cases(seeds: Sequence[str], n: int, rng_seed: int, start: int = 0, step: int = 1) -> Iterator[Case]:
+    originals: dict[str, bytes] = {}
+    for i in range(start, n, step):
+        yield make_case(seeds, i, rng_seed, originals)
 
 
 class CaseTimeout(BaseException):
@@ -199,12 +209,13 @@ def _worker(
 ) -> None:
     import resource
 
+    import backends.mge.reader  # noqa: F401 - imported before the memory cap applies
+    import backends.reference.interpreter  # noqa: F401
+
     os.environ.setdefault("XMGE_MAX_TENSOR_BYTES", str(FUZZ_TENSOR_BYTES))
     if mem_mb > 0:
         resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
-    for case in cases(seeds, n, rng_seed):
-        if case.index < start or (case.index - start) % step:
-            continue
+    for case in cases(seeds, n, rng_seed, start, step):
         conn.send(("start", case.index))
         outcome, detail = run_one(case.data, timeout_s)
         conn.send(("done", case.index, outcome, detail))
@@ -217,7 +228,6 @@ def run_isolated(
     """Cases spread over ``jobs`` worker processes; a worker that dies (or hangs past the
     timeout's reach) counts its current case as a crash (timeout) and is restarted after it."""
     report = Report()
-    by_index = {c.index: c for c in cases(seeds, n, rng_seed)}
     t0 = time.perf_counter()
     ctx = mp.get_context("fork")
     pending = [(j, j) for j in range(jobs)]  # (first case, residue) per worker lane
@@ -246,7 +256,7 @@ def run_isolated(
                 if msg[0] == "start":
                     current[lane] = (msg[1], time.perf_counter())
                 elif msg[0] == "done":
-                    report.add(by_index[msg[1]], msg[2], msg[3])
+                    report.add(Case(msg[1], case_seed(seeds, msg[1]), b""), msg[2], msg[3])
                     current.pop(lane, None)
                 else:
                     finished = True
@@ -260,7 +270,8 @@ def run_isolated(
                 running.remove((p, conn, lane))
                 if started is not None and (hung or p.exitcode != 0 or finished is False):
                     idx = started[0]
-                    report.add(by_index[idx], "timeout" if hung else "crash", f"exit code {p.exitcode}")
+                    outcome = "timeout" if hung else "crash"
+                    report.add(Case(idx, case_seed(seeds, idx), b""), outcome, f"exit code {p.exitcode}")
                     current.pop(lane, None)
                     if idx + jobs < n:
                         launch(idx + jobs, lane)
