@@ -12,8 +12,9 @@ interpreter with random inputs. Outcomes:
 * ``timeout``: the case ran longer than ``--timeout`` seconds (5 by default);
 * ``crash``: the worker process died (a segfault, an abort).
 
-Workers run with ``XMGE_MAX_TENSOR_BYTES`` at 4 MiB (:data:`FUZZ_TENSOR_BYTES`) unless the environment sets it (reading and
-running stay fast; the default cap is for real models) and an address-space limit (``--mem-mb``).
+Workers run with ``XMGE_MAX_TENSOR_BYTES`` at 4 MiB (:data:`FUZZ_TENSOR_BYTES`) unless the
+environment sets it (reading and running stay fast; the default cap is for real models) and an
+address-space limit (``--mem-mb``).
 
     python bench/fuzz_mge.py --cases 100000 --jobs 2              # the long run
     python bench/fuzz_mge.py --cases 2000 --seeds convnet/fbs_v1 int8/plain
