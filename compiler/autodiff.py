@@ -515,6 +515,95 @@ def _subtensor_backward(
     return [gx]
 
 
+def _slice_of(params: dict[str, Any], ndim: int) -> tuple[Any, ...]:
+    from backends.reference.kernels import slice_index
+
+    return slice_index(ndim, params)
+
+
+@register_backward(T.SetSubtensorOp)
+def _set_subtensor_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    index = _slice_of(params, g.ndim)
+    gx = np.array(g, copy=True)
+    gx[index] = 0  # the overwritten elements do not reach the output
+    return [gx, np.asarray(g[index]).reshape(np.shape(inputs[1]))]
+
+
+@register_backward(T.IncrSubtensorOp)
+def _incr_subtensor_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    index = _slice_of(params, g.ndim)
+    return [g, np.asarray(g[index]).reshape(np.shape(inputs[1]))]
+
+
+def _vec_of(shape: Sequence[int], indices: Sequence[Array], params: dict[str, Any]) -> tuple[Any, ...]:
+    from backends.reference.kernels import vec_index
+
+    return vec_index(shape, indices, params["axes"])
+
+
+@register_backward(T.IndexingMultiAxisVecOp)
+def _indexing_multi_axis_vec_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    x = inputs[0]
+    gx = np.zeros(x.shape, g.dtype)
+    np.add.at(gx, _vec_of(x.shape, inputs[1:], params), g)  # repeated indices gather repeatedly
+    return [gx, *(None for _ in inputs[1:])]
+
+
+@register_backward(T.IndexingSetMultiAxisVecOp)
+def _indexing_set_multi_axis_vec_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    index = _vec_of(g.shape, inputs[2:], params)
+    gx = np.array(g, copy=True)
+    gx[index] = 0
+    # with a repeated index only the last write survives; torch's index_put_ gradient takes the
+    # output gradient at every position alike, and so does this rule
+    return [gx, np.asarray(g[index]).reshape(np.shape(inputs[1])), *(None for _ in inputs[2:])]
+
+
+@register_backward(T.IndexingIncrMultiAxisVecOp)
+def _indexing_incr_multi_axis_vec_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    (g,) = grads
+    assert g is not None
+    index = _vec_of(g.shape, inputs[2:], params)
+    return [g, np.asarray(g[index]).reshape(np.shape(inputs[1])), *(None for _ in inputs[2:])]
+
+
+@register_backward(T.LinspaceOp)
+def _linspace_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """value[i] = start + (stop - start) * i / d with d = num - 1 (endpoint) or num."""
+    (g,) = grads
+    assert g is not None
+    num = int(params["num"])
+    d = (num - 1) if params["endpoint"] else num
+    w = np.arange(num, dtype=np.float64) / d if d > 0 else np.zeros(num)
+    g64 = np.asarray(g, np.float64)
+    gstop = float((g64 * w).sum())
+    gstart = float(g64.sum()) - gstop
+    return [
+        np.full(np.shape(inputs[0]), gstart, np.asarray(inputs[0]).dtype),
+        np.full(np.shape(inputs[1]), gstop, np.asarray(inputs[1]).dtype),
+    ]
+
+
 @register_backward(T.PaddingOp)
 def _padding_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]

@@ -270,6 +270,15 @@ class trace:  # noqa: N801 - MegEngine's name
     )
 
 
+def rebind_traced(t: Tensor, src: Tensor) -> None:
+    """From now on the traces see ``t`` as ``src`` (an in-place update recorded as a new value)."""
+    from compiler.core import active_recorders
+
+    for rec in active_recorders():
+        if isinstance(rec, Trace):
+            rec._bind(t, rec.value_of(src))
+
+
 def is_tracing() -> bool:
     from compiler.core import active_recorders
 

@@ -361,15 +361,17 @@ class Tensor:
         return _getitem(self, index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        from compiler.core import missing_operator
-        from compiler.jit import is_tracing
+        from compiler.jit import is_tracing, rebind_traced
 
         if is_tracing():
-            raise missing_operator(
-                "setitem",
-                "in-place assignment cannot be traced: it",
-                "SetSubtensor / IndexingSetMultiAxisVec",
-            )
+            # traced as MegEngine does: a SetSubtensor / IndexingSetMultiAxisVec whose result
+            # this tensor becomes from here on
+            from compiler.functional.tensor import _setitem
+
+            out = _setitem(self, index, value)
+            rebind_traced(self, out)
+            self._data = out._data
+            return
         data = np.array(self._data)
         data[_numpy_index(index)] = value._data if isinstance(value, Tensor) else value
         self._data = data

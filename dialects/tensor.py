@@ -738,9 +738,7 @@ ELEMWISE_ARITY: dict[Any, int] = {m: 1 for m in enums.ElemwiseMode}
 ELEMWISE_ARITY.update({enums.ElemwiseMode[n]: 2 for n in " ".join(_BINARY).split()})
 ELEMWISE_ARITY.update({enums.ElemwiseMode[n]: 3 for n in " ".join(_TERNARY).split()})
 ELEMWISE_ARITY[enums.ElemwiseMode.FUSE_MUL_ADD4] = 4
-ELEMWISE_BOOL_RESULT = {
-    enums.ElemwiseMode[n] for n in "LT LEQ EQ NEQ ISNAN ISINF".split()
-}
+ELEMWISE_BOOL_RESULT = {enums.ElemwiseMode[n] for n in "LT LEQ EQ NEQ ISNAN ISINF".split()}
 
 
 @irdl_op_definition
@@ -1079,6 +1077,166 @@ class SubtensorOp(MgbOp):
         return [TensorType(src.element_type, out)]
 
 
+def _slice_shape(op: str, shape: Sequence[int], params: dict[str, Any]) -> list[int]:
+    """The shape a static slice (SubtensorOp's parameters) selects from ``shape``."""
+    out = list(shape)
+    keys = ("axes", "starts", "stops", "steps", "drop")
+    items = list(zip(*(params[k] for k in keys), strict=False))
+    if any(len(params[k]) != len(items) for k in keys):
+        raise ShapeInferenceError(op, "axes, starts, stops, steps and drop must have equal lengths")
+    dropped = []
+    for axis, start, stop, step, drop in items:
+        if not 0 <= axis < len(shape) or axis in dropped:
+            raise ShapeInferenceError(op, f"axis {axis} out of range for shape {tuple(shape)}")
+        if step == 0:
+            raise ShapeInferenceError(op, "slice step cannot be zero")
+        n = len(range(*slice(start, stop, step).indices(shape[axis])))
+        if drop:
+            if n != 1:
+                raise ShapeInferenceError(
+                    op, f"index {start} out of range for axis {axis} of size {shape[axis]}"
+                )
+            dropped.append(axis)
+        out[axis] = n
+    return [d for i, d in enumerate(out) if i not in dropped]
+
+
+class _ModifySubtensorBase(MgbOp):
+    """``src`` with the static slice (SubtensorOp's parameters) replaced by, or incremented by,
+    ``value``, whose shape is the slice's; MegEngine's SetSubtensor / IncrSubtensor."""
+
+    src = operand_def(TensorType)
+    value = operand_def(TensorType)
+    output = result_def(TensorType)
+    axes = prop_def(_I64Array)
+    starts = prop_def(_I64Array)
+    stops = prop_def(_I64Array)
+    steps = prop_def(_I64Array)
+    drop = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, value = (_type(t) for t in operand_types)
+        want = _slice_shape(cls.name, _shape(src), params)
+        if list(_shape(value)) != want:
+            raise ShapeInferenceError(
+                cls.name, f"value of shape {_shape(value)} for a slice of shape {tuple(want)}"
+            )
+        _same_dtype(cls.name, (src, value))
+        return [TensorType(src.element_type, _shape(src))]
+
+
+@irdl_op_definition
+class SetSubtensorOp(_ModifySubtensorBase):
+    name = "mgb.set_subtensor"
+
+
+@irdl_op_definition
+class IncrSubtensorOp(_ModifySubtensorBase):
+    name = "mgb.incr_subtensor"
+
+
+def _vec_index_shape(
+    op: str, src: TensorType, indices: Sequence[TensorType], axes: Sequence[int]
+) -> list[int]:
+    """numpy advanced indexing of ``src`` by int32 ``indices`` on ascending ``axes``: the indexed
+    axes become the broadcast index shape, at the first indexed axis when they are consecutive and
+    in front otherwise (megdnn IndexingMultiAxisVec::deduce_layout_fwd)."""
+    shape = _shape(src)
+    axes = list(axes)
+    if not axes or len(axes) != len(indices):
+        raise ShapeInferenceError(op, f"needs one index per axis, got {len(indices)} indices for axes {axes}")
+    if any(not 0 <= a < len(shape) for a in axes) or any(
+        b <= a for a, b in zip(axes, axes[1:], strict=False)
+    ):
+        raise ShapeInferenceError(op, f"axes {axes} must be ascending and within the rank of {shape}")
+    for t in indices:
+        if t.element_type != IntegerType(32):
+            raise ShapeInferenceError(op, f"indices must be int32, got {t}")
+    index_shape = list(broadcast_shapes(op, [_shape(t) for t in indices]))
+    rest = [d for i, d in enumerate(shape) if i not in axes]
+    at = axes[0] if axes == list(range(axes[0], axes[0] + len(axes))) else 0
+    return rest[:at] + index_shape + rest[at:]
+
+
+@irdl_op_definition
+class IndexingMultiAxisVecOp(MgbOp):
+    """``src[..., idx0, ..., idx1, ...]``: numpy advanced indexing by int32 tensors on ``axes``
+    (negative indices count from the end); MegEngine's IndexingMultiAxisVec."""
+
+    name = "mgb.indexing_multi_axis_vec"
+    src = operand_def(TensorType)
+    indices = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    axes = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, *indices = (_type(t) for t in operand_types)
+        return [TensorType(src.element_type, _vec_index_shape(cls.name, src, indices, params["axes"]))]
+
+
+class _ModifyIndexingBase(MgbOp):
+    """``src`` with the elements IndexingMultiAxisVec selects replaced by (set) or incremented by
+    (incr) ``value``, whose shape is that selection's."""
+
+    src = operand_def(TensorType)
+    value = operand_def(TensorType)
+    indices = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    axes = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, value, *indices = (_type(t) for t in operand_types)
+        want = _vec_index_shape(cls.name, src, indices, params["axes"])
+        if list(_shape(value)) != want:
+            raise ShapeInferenceError(
+                cls.name, f"value of shape {_shape(value)} for a selection of shape {tuple(want)}"
+            )
+        _same_dtype(cls.name, (src, value))
+        return [TensorType(src.element_type, _shape(src))]
+
+
+@irdl_op_definition
+class IndexingSetMultiAxisVecOp(_ModifyIndexingBase):
+    name = "mgb.indexing_set_multi_axis_vec"
+
+
+@irdl_op_definition
+class IndexingIncrMultiAxisVecOp(_ModifyIndexingBase):
+    name = "mgb.indexing_incr_multi_axis_vec"
+
+
+@irdl_op_definition
+class LinspaceOp(MgbOp):
+    """``num`` evenly spaced float32 values from ``start`` to ``stop`` (both one-element tensors,
+    ``stop`` included when ``endpoint``); MegEngine's Linspace, whose ``num`` input is folded to a
+    constant."""
+
+    name = "mgb.linspace"
+    start = operand_def(TensorType)
+    stop = operand_def(TensorType)
+    output = result_def(TensorType)
+    num = prop_def(IntegerAttr[I64])
+    endpoint = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        start, stop = (_type(t) for t in operand_types)
+        for what, t in (("start", start), ("stop", stop)):
+            if math.prod(_shape(t)) != 1 or not is_float(t.element_type):
+                raise ShapeInferenceError(cls.name, f"{what} must be a one-element float tensor, got {t}")
+        num = int(params["num"])
+        if num < 0:
+            raise ShapeInferenceError(cls.name, f"num must not be negative, got {num}")
+        return [TensorType(Float32Type(), [num])]
+
+
 @irdl_op_definition
 class ReduceOp(MgbOp):
     """Reduce along ``axis``, keeping it with size 1 (MegEngine's Reduce)."""
@@ -1412,6 +1570,12 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     LayerNormOp,
     ArgmaxOp,
     ArgminOp,
+    SetSubtensorOp,
+    IncrSubtensorOp,
+    IndexingMultiAxisVecOp,
+    IndexingSetMultiAxisVecOp,
+    IndexingIncrMultiAxisVecOp,
+    LinspaceOp,
 )
 
 Mgb = Dialect(

@@ -148,7 +148,7 @@ CASES: list[tuple[str, type[Exception], str, Callable[[], Any], tuple[str, ...]]
     ("index_too_many", OpError, "getitem", lambda: T(3, 4)[1, 2, 3], ("too many",)),
     ("index_two_ellipses", OpError, "getitem", lambda: T(3, 4)[..., ...], ("one ...",)),
     ("index_step_zero", OpError, "getitem", lambda: T(3, 4)[::0], ("zero",)),
-    ("index_list", OpError, "getitem", lambda: T(3, 4)[[0, 1]], ("advanced",)),
+    ("index_list_mixed", OpError, "getitem", lambda: T(3, 4)[[0, 1], 1:], ("mixing tensors",)),
     ("index_str", OpError, "getitem", lambda: T(3, 4)["a"], ("'a'",)),
     ("index_float", OpError, "getitem", lambda: T(3, 4)[1.0], ("1.0",)),
     (
@@ -231,5 +231,13 @@ def test_untraceable_operations_fail_clearly() -> None:
         y[0] = 1.0
         return y
 
-    with pytest.raises(OpError, match="setitem: in-place assignment cannot be traced"):
-        assign(T(4))
+    assert np.array_equal(assign(T(4)).numpy(), [1.0, 2.0, 2.0, 2.0])  # traced as SetSubtensor
+
+    @jit.trace(symbolic=True, capture_as_const=True)
+    def assign_mask(x: xm.Tensor) -> xm.Tensor:
+        y = x * 2
+        y[y > 2.0] = 0.0
+        return y
+
+    with pytest.raises(OpError, match="setitem: index tensors must hold integers"):
+        assign_mask(T(4))

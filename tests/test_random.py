@@ -30,7 +30,7 @@ def test_state_round_trip_resumes_the_same_stream() -> None:
     assert np.array_equal(a, b)
 
 
-def test_setitem_allowed_under_grad_manager_but_not_under_trace() -> None:
+def test_setitem_under_grad_manager_and_under_trace() -> None:
     import pytest
 
     from compiler import jit
@@ -52,5 +52,12 @@ def test_setitem_allowed_under_grad_manager_but_not_under_trace() -> None:
         a[0] = 1.0
         return a
 
-    with pytest.raises(OpError, match="setitem"):
-        f(xm.tensor(np.zeros((2,), np.float32)))
+    assert np.array_equal(f(xm.tensor(np.zeros((2,), np.float32))).numpy(), [1.0, 0.0])
+
+    @jit.trace(symbolic=True, capture_as_const=True)
+    def g(a):
+        a[0] = xm.tensor(np.ones((3,), np.float32))  # three values for one element
+        return a
+
+    with pytest.raises(OpError, match="setitem: cannot assign"):
+        g(xm.tensor(np.zeros((2,), np.float32)))

@@ -42,6 +42,7 @@ class RawTensor:
 class RawParam:
     kind: str  # ParamDef name, or "tag<N>" for tags xmge does not decode
     values: dict[str, Any]
+    missing: bool = False  # the union tag names the table but the table itself is absent
 
 
 @dataclass
@@ -65,6 +66,12 @@ class RawOpr:
     def param(self, kind: str) -> dict[str, Any]:
         for p in self.params:
             if p.kind == kind:
+                if p.missing and S.PARAMS[kind].fields:
+                    raise MgeFormatError(
+                        f"operator #{self.index} ({self.type_name}): its param.{kind} is tagged but "
+                        "the table is missing",
+                        self.offset,
+                    )
                 return p.values
         raise MgeFormatError(f"operator #{self.index} ({self.type_name}) lacks its param.{kind}", self.offset)
 
@@ -174,7 +181,7 @@ def _dtype(t: Table | None) -> RawDType | None:
 def _param(tag: int, t: Table | None) -> RawParam:
     pdef = S.PARAMS_BY_TAG.get(tag)
     if pdef is None or t is None:
-        return RawParam(pdef.name if pdef else f"tag{tag}", {})
+        return RawParam(pdef.name if pdef else f"tag{tag}", {}, missing=pdef is not None)
     values: dict[str, Any] = {}
     if pdef.name == "DType":
         dt = _dtype(t)
@@ -353,10 +360,12 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
 # FBS v1
 
 
-def v1_output_count(kind: str | None, nr_tensors: int, names: list[str] | None) -> int:
+def v1_output_count(kind: str | None, nr_tensors: int, names: list[str] | None, nr_inputs: int = 0) -> int:
     """How many var ids an operator takes in FBS v1, where ids are implicit."""
     if names:
         return len(names)
+    if kind == "Split":  # (src, one size per part)
+        return max(nr_inputs - 1, 1)
     if kind == "BatchNorm":
         return 4
     if kind == "LayerNorm":  # (dst, mean, rstd)
@@ -418,7 +427,8 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
                 RawTensor(tt.string(0, "name"), shape, dt, data, pos, _comp_node(tt.table(2, "cn")))
             )
         out_names = ot.strings(5, "output_name")
-        n_out = v1_output_count(kind_t.kind if kind_t else None, len(tensors), out_names)
+        v1_inputs = ot.scalars(3, "I", "inputs") or []
+        n_out = v1_output_count(kind_t.kind if kind_t else None, len(tensors), out_names, len(v1_inputs))
         outputs = list(range(nvars, nvars + n_out))
         if out_names:
             for vid, nm in zip(outputs, out_names, strict=True):

@@ -196,10 +196,12 @@ def lower_concat(lw: Lowering, op: T.ConcatOp, p: dict[str, Any]) -> None:
     lw.simple(op, "Concat", [("Axis", {"axis": p["axis"]})])
 
 
-def lower_subtensor(lw: Lowering, op: T.SubtensorOp, p: dict[str, Any]) -> None:
-    shape = value_shape(op.operands[0])
+def _slice_items(
+    lw: Lowering, shape: Sequence[int], p: dict[str, Any]
+) -> tuple[list[tuple[int, bool, bool, bool, bool]], list[int]]:
+    """IndexDescMaskDump items and index inputs of a static slice (SubtensorOp's parameters)."""
     rows = sorted(zip(p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True), reverse=True)
-    inputs = [lw.ids[op.operands[0]]]
+    inputs: list[int] = []
     items = []
     for axis, start, stop, step, drop in rows:
         if drop:
@@ -218,7 +220,39 @@ def lower_subtensor(lw: Lowering, op: T.SubtensorOp, p: dict[str, Any]) -> None:
             inputs.append(lw.int_const([s1 if st > 0 or s1 >= 0 else -(dim + 1)]))
         if want_step:
             inputs.append(lw.int_const([st]))
+    return items, inputs
+
+
+def lower_subtensor(lw: Lowering, op: T.SubtensorOp, p: dict[str, Any]) -> None:
+    items, index = _slice_items(lw, value_shape(op.operands[0]), p)
+    inputs = [lw.ids[op.operands[0]], *index]
     lw.simple(op, "Subtensor", [("IndexDescMaskDump", {"items": tuple(items)})], inputs)
+
+
+def lower_modify_subtensor(lw: Lowering, op: T.SetSubtensorOp | T.IncrSubtensorOp, p: dict[str, Any]) -> None:
+    kind = "SetSubtensor" if isinstance(op, T.SetSubtensorOp) else "IncrSubtensor"
+    items, index = _slice_items(lw, value_shape(op.operands[0]), p)
+    inputs = [lw.ids[op.operands[0]], lw.ids[op.operands[1]], *index]
+    lw.simple(op, kind, [("IndexDescMaskDump", {"items": tuple(items)})], inputs)
+
+
+_INDEXING_KIND: dict[type[T.MgbOp], tuple[str, int]] = {
+    T.IndexingMultiAxisVecOp: ("IndexingMultiAxisVec", 1),  # (kind, operands before the indices)
+    T.IndexingSetMultiAxisVecOp: ("IndexingSetMultiAxisVec", 2),
+    T.IndexingIncrMultiAxisVecOp: ("IndexingIncrMultiAxisVec", 2),
+}
+
+
+def lower_indexing(lw: Lowering, op: T.MgbOp, p: dict[str, Any]) -> None:
+    kind, n_data = _INDEXING_KIND[type(op)]
+    items = tuple((int(a), False, False, False, True) for a in p["axes"])
+    inputs = [lw.ids[v] for v in op.operands]
+    lw.simple(op, kind, [("IndexDescMaskDump", {"items": items})], inputs[:n_data] + inputs[n_data:])
+
+
+def lower_linspace(lw: Lowering, op: T.LinspaceOp, p: dict[str, Any]) -> None:
+    inputs = [lw.ids[op.operands[0]], lw.ids[op.operands[1]], lw.int_const([int(p["num"])])]
+    lw.simple(op, "Linspace", [("Linspace", {"endpoint": bool(p["endpoint"])})], inputs)
 
 
 def lower_split(lw: Lowering, op: T.SplitOp, p: dict[str, Any]) -> None:

@@ -51,7 +51,6 @@ class Lowering:
     functions (``backends.mge.lower_ops``) add records through :meth:`simple`, :meth:`add` and
     :meth:`int_const`."""
 
-
     def __init__(
         self,
         fn: func.FuncOp,

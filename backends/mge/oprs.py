@@ -32,8 +32,7 @@ class Opr:
     """A MegEngine operator kind.
 
     ``regname`` is the version-1 registry name (used by FBS v1, and by FBS v2 with opr_version 1);
-    ``v2name`` is the version-2 registry name when the operator has one; None for a kind xmge
-    never writes under its own name (``Split``: written as one Subtensor per output). ``kind`` is
+    ``v2name`` is the version-2 registry name when the operator has one. ``kind`` is
     the name that ``megengine.utils.network`` shows and xmge's var names use, ``typeinfo`` the
     C++ class name used in strip-info JSON.
     """
@@ -107,7 +106,8 @@ OPRS: tuple[Opr, ...] = (
     Opr("Concat", "Concat", "Concat", None, (T.ConcatOp,), R.read_concat, W.lower_concat),
     Opr("GetVarShape", "GetVarShapeV1", "GetVarShape", read=R.read_get_var_shape),
     Opr("Subtensor", "Subtensor", "Subtensor", None, (T.SubtensorOp,), R.read_subtensor, W.lower_subtensor),
-    Opr("Split", None, "Split", None, (T.SplitOp,), lower=W.lower_split),  # written as Subtensors
+    # read as MegEngine's Split; written as one Subtensor per part, as MegEngine 1.13's tracer does
+    Opr("Split", "Split", "Split", None, (T.SplitOp,), R.read_split, W.lower_split),
     Opr("BatchNorm", "BatchNormV1", "BatchNormForward", None,
         (T.BatchNormOp,), R.read_batch_norm, W.lower_batch_norm),
     Opr("Softmax", "Softmax", "SoftmaxForward", "Softmax", (T.SoftmaxOp,), R.read_softmax, W.lower_softmax),
@@ -120,6 +120,21 @@ OPRS: tuple[Opr, ...] = (
     Opr("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat", read=layouts.read_relayout_format),
     Opr("Identity", "Identity", "Identity", read=R.read_alias),
     Opr("Copy", "Copy", "Copy", read=R.read_alias),
+    Opr("MarkNoBroadcastElemwise", "MarkNoBroadcastElemwise", "MarkNoBroadcastElemwise",
+        read=R.read_first_input),
+    Opr("VirtualDep", "VirtualDep", "VirtualDep", read=R.read_first_input),
+    Opr("MarkDynamicVar", "MarkDynamicVar", "MarkDynamicVar", read=R.read_first_input),
+    Opr("SetSubtensor", "SetSubtensor", "SetSubtensor", None,
+        (T.SetSubtensorOp,), R.read_modify_subtensor, W.lower_modify_subtensor),
+    Opr("IncrSubtensor", "IncrSubtensor", "IncrSubtensor", None,
+        (T.IncrSubtensorOp,), R.read_modify_subtensor, W.lower_modify_subtensor),
+    Opr("IndexingMultiAxisVec", "IndexingMultiAxisVec", "IndexingMultiAxisVec", None,
+        (T.IndexingMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
+    Opr("IndexingSetMultiAxisVec", "IndexingSetMultiAxisVec", "IndexingSetMultiAxisVec", None,
+        (T.IndexingSetMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
+    Opr("IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", None,
+        (T.IndexingIncrMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
+    Opr("Linspace", "Linspace", "Linspace", None, (T.LinspaceOp,), R.read_linspace, W.lower_linspace),
 )
 # fmt: on
 
@@ -133,17 +148,61 @@ BY_V2_ID: dict[tuple[int, int], Opr] = {
     **{(h_full(o.v2name), 2): o for o in _WRITTEN if o.v2name is not None},
 }
 
-# Known ids of operators xmge does not read, so errors can name them.
-KNOWN_NAMES: dict[int, str] = {
-    h(name): name
-    for name in (
-        "IndexingMultiAxisVec SetSubtensor Split Linspace Eye Fill "
-        "WarpPerspectiveV2 WarpAffineV2 SharedDeviceTensorWithFormat "
-        "MultipleDeviceTensorWithFormatHolder GroupNorm "
-        "AssertEqual TopK Argsort Where IncrSubtensor"
-    ).split()
-    for h in (h_full, h_short)
+_TRAINING = "a training-only operator (gradients, parameter updates), never in an inference graph"
+_RANDOM = "a random number generator: an inference graph xmge compiles must be deterministic"
+_CONTROL = "conditional execution / graph plumbing MegEngine inserts only for dynamic or multi-device graphs"
+_DYNAMIC = "its output shape depends on tensor values, which xmge's static shapes cannot express"
+_DEVICE = "a vendor runtime / device-specific operator (TensorRT, Atlas, Cambricon, NvOf)"
+_NICHE = "not produced by the model zoo's inference graphs; not supported by xmge yet"
+
+# MegEngine 1.13 operators (registry names, as in tests/data/mge_opr_registry_1_13.txt) that xmge
+# refuses to read, each with the reason its error gives.
+REFUSED: dict[str, str] = {
+    **{name: _TRAINING for name in (
+        "AdaptivePoolingBackwardV1 AddUpdate ArgsortBackward BatchNormBackwardV1 Convolution3DBackwardData "
+        "Convolution3DBackwardFilter ConvolutionBackwardFilterV2 CorrelationBackwardData1 "
+        "CorrelationBackwardData2 DeformableConvBackwardDataV1 DeformableConvBackwardFilterV1 "
+        "DeformablePSROIPoolingBackward DiagBackward DropoutBackward FakeQuantBackward GeneralNormBackward "
+        "GroupLocalBackwardDataV2 GroupLocalBackwardFilterV2 GroupNormBackward Images2NeibsBackward "
+        "IndexingRemapBackward InstanceNormBackward LRNBackward LSQBackward LSTMBackward LayerNormBackward "
+        "LocalBackwardDataV2 LocalBackwardFilterV2 LocalShareBackwardDataV1 LocalShareBackwardFilterV1 "
+        "MultiHeadAttnBackward PaddingBackward PoolingBackwardV1 RNNBackward ROIAlignBackwardV1 "
+        "ROIPoolingBackward RemapBackwardDataV1 RemapBackwardMatV1 ResizeBackward ShuffleRNGBackward "
+        "SlidingWindowTransposeBackward SoftmaxBackward TQTBackward WarpPerspectiveBackwardDataV2 "
+        "WarpPerspectiveBackwardMatV2 WhereBackward VirtualGrad CheckNonFinite FakeQuant TQT LSQ"
+    ).split()},
+    **{name: _RANDOM for name in (
+        "BetaRNG ExponentialRNG GammaRNG GaussianRNGV1 MultinomialRNG PermutationRNG PoissonRNG ShuffleRNG "
+        "UniformRNGV1 Dropout"
+    ).split()},
+    **{name: _CONTROL for name in (
+        "CondExecMark CondExecMarkIfNeed CondExecMerge CondExecPred CondExecPredLogical Sleep "
+        "PersistentOutputStorage VolatileSharedDeviceTensor SharedDeviceTensorWithFormat AssertEqual Alloc"
+    ).split()},
+    **{name: _DYNAMIC for name in "CondTake NonZero".split()},
+    **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
+    **{name: _NICHE for name in (
+        "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
+        "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CumsumV1 CvtColor DctChannelSelectV1 "
+        "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
+        "GroupLocalV2 GroupNorm Images2Neibs IncrMeshIndexing IndexingOneHot IndexingRemap IndexingSetOneHot "
+        "InstanceNorm LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
+        "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
+        "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose TopK "
+        "WarpAffineV2 WarpPerspectiveV2 Where"
+    ).split()},
 }
+
+# Known ids of operators xmge does not read, so errors can name them (and say why).
+KNOWN_NAMES: dict[int, str] = {h(name): name for name in REFUSED for h in (h_full, h_short)}
+
+
+def refusal(type_name: str, type_id: int) -> tuple[str, str] | None:
+    """(registry name, reason) when xmge refuses the operator with this id (or, failing that,
+    this registry name)."""
+    name = KNOWN_NAMES.get(type_id, type_name)
+    why = REFUSED.get(name)
+    return None if why is None else (name, why)
 
 
 def traced_kind(op: T.MgbOp) -> str | None:

@@ -8,12 +8,14 @@ into their consumers' static parameters, and become ``mgb.const`` only right bef
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.dialects.builtin import StringAttr, TensorType, i32
 from xdsl.ir import Block, SSAValue
 
 from backends.mge.dtypes import FOUR_BIT, to_element, unpack_4bit
@@ -29,6 +31,54 @@ if TYPE_CHECKING:
 
 class MgeUnsupportedError(MgeFormatError):
     """A well-formed file using an operator, format or dtype that xmge does not handle."""
+
+
+# ----------------------------------------------------------------------------------------------
+# size limits: a file's numbers may not make xmge allocate or compute without bound
+
+MAX_TENSOR_BYTES_ENV = "XMGE_MAX_TENSOR_BYTES"
+MAX_FOLDED_BYTES_ENV = "XMGE_MAX_FOLDED_BYTES"
+DEFAULT_MAX_TENSOR_BYTES = 4 << 30
+"""Default cap on any single tensor of a read graph (every result, and every padded operand the
+reference kernels build): 4 GiB. ``XMGE_MAX_TENSOR_BYTES`` overrides it."""
+DEFAULT_MAX_FOLDED_BYTES = 256 << 20
+"""Default cap on the values evaluated while reading (shape arithmetic and small constants folded
+by running their reference kernels), all together: 256 MiB. ``XMGE_MAX_FOLDED_BYTES`` overrides it."""
+FOLD_SMALL_INT_ELEMENTS = 64
+"""int32 operands (MegEngine's shape dtype) of at most this many elements count as shape values:
+an op taking only such constants is evaluated while reading, as MegEngine's static value
+inference does."""
+
+
+def _limit(env: str, default: int) -> int:
+    raw = os.environ.get(env)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise MgeFormatError(f"{env}={raw!r} is not a number of bytes") from None
+    return max(value, 1)
+
+
+def max_tensor_bytes() -> int:
+    return _limit(MAX_TENSOR_BYTES_ENV, DEFAULT_MAX_TENSOR_BYTES)
+
+
+def max_folded_bytes() -> int:
+    return _limit(MAX_FOLDED_BYTES_ENV, DEFAULT_MAX_FOLDED_BYTES)
+
+
+def check_tensor_size(op: RawOpr, shape: Sequence[int], itemsize: int, what: str) -> None:
+    """MgeFormatError when a tensor of ``shape`` would exceed the per-tensor memory cap."""
+    nbytes = math.prod(int(d) for d in shape) * itemsize
+    cap = max_tensor_bytes()
+    if nbytes > cap:
+        raise fail(
+            op,
+            f"{what} of shape {tuple(shape)} would need {nbytes} bytes, more than the limit of {cap} "
+            f"({MAX_TENSOR_BYTES_ENV})",
+        )
 
 
 @dataclass
@@ -50,6 +100,7 @@ class ReadContext:
     block: Block
     vars: dict[int, ReadVar] = field(default_factory=dict)
     weights: dict[tuple[int, int, str], WeightAttr] = field(default_factory=dict)
+    folded_bytes: int = 0  # bytes of values evaluated while reading (max_folded_bytes)
     layouts: dict[int, Any] | None = None  # block size -> activation layout (layouts.block_layout)
 
 
@@ -114,9 +165,15 @@ def value_of(op: RawOpr, var: ReadVar, what: str) -> np.ndarray:
 
 
 def int_values(op: RawOpr, var: ReadVar, what: str) -> list[int]:
+    """A short vector of sizes or indices. Float values are truncated toward zero, as MegEngine
+    does when it copies a float tensor into a shape (``copy_tensor_value_to_shape``)."""
     v = value_of(op, var, what)
-    if v.dtype.kind not in "iu" or v.ndim > 1 or v.size > 64:
+    if v.dtype.kind not in "iuf" or v.ndim > 1 or v.size > 64:
         raise fail(op, f"{what} must be a short integer vector, got {v.dtype} {v.shape}")
+    if v.dtype.kind == "f":
+        if not np.all(np.isfinite(v)) or np.any(np.abs(v) >= 2**62):
+            raise fail(op, f"{what} holds values that are not sizes: {v.tolist()}")
+        v = np.trunc(v).astype(np.int64)
     return [int(x) for x in v.reshape(-1)]
 
 
@@ -124,6 +181,10 @@ def shape_of(op: RawOpr, var: ReadVar, what: str) -> tuple[int, ...]:
     if var.type is None:
         raise fail(op, f"{what} has no known shape")
     return tuple(var.type.get_shape())
+
+
+# what an op's inference raises on operands or params it cannot take
+_BAD_PARAMS = (T.ShapeInferenceError, ValueError, TypeError, KeyError, NotImplementedError, OverflowError)
 
 
 def emit(
@@ -137,12 +198,100 @@ def emit(
     ssa = [ssa_of(ctx, v, f"{op.type_name} input") for v in operands]
     try:
         new = cls.make(ssa, result_types, **params)
-    except (T.ShapeInferenceError, ValueError, TypeError, KeyError, NotImplementedError) as exc:
+    except _BAD_PARAMS as exc:
         raise fail(op, f"invalid operands or params: {exc}") from exc
+    _check_sizes(op, new)
     if op.name:
         new.attributes["opr_name"] = StringAttr(op.name)
     ctx.block.add_op(new)
     return new
+
+
+def _check_sizes(op: RawOpr, new: T.MgbOp) -> None:
+    """Every result, and the padded copy of operand 0 that padding ops build, within the cap."""
+    for i, r in enumerate(new.results):
+        t = r.type
+        assert isinstance(t, TensorType)
+        check_tensor_size(op, t.get_shape(), numpy_dtype(t.element_type).itemsize, f"output {i}")
+    padding = new.params().get("padding")
+    if padding is not None and new.operands:
+        src = new.operands[0].type
+        assert isinstance(src, TensorType)
+        shape = list(src.get_shape())
+        pads = [int(p) for p in padding]
+        if len(shape) >= len(pads):  # NCHW: padding applies to the trailing spatial axes
+            for k, p in enumerate(pads):
+                shape[len(shape) - len(pads) + k] += 2 * p
+            check_tensor_size(op, shape, numpy_dtype(src.element_type).itemsize, "the padded input")
+
+
+def emit_values(
+    ctx: ReadContext,
+    op: RawOpr,
+    cls: type[T.MgbOp],
+    operands: Sequence[ReadVar],
+    result_types: Any = None,
+    **params: Any,
+) -> list[ReadVar]:
+    """The results of ``cls`` on ``operands``: evaluated now with the op's reference kernel when
+    every operand is known while reading and the op computes shapes (:func:`foldable`), otherwise
+    an IR op appended to the graph."""
+    if foldable(operands):
+        return evaluate(ctx, op, cls, operands, result_types, **params)
+    new = emit(ctx, op, cls, operands, result_types, **params)
+    return [ReadVar(type=r.type, ssa=r) for r in new.results]  # type: ignore[arg-type]
+
+
+def evaluate(
+    ctx: ReadContext,
+    op: RawOpr,
+    cls: type[T.MgbOp],
+    operands: Sequence[ReadVar],
+    result_types: Any = None,
+    **params: Any,
+) -> list[ReadVar]:
+    """Run ``cls``'s reference kernel on known operand values (bounded by max_folded_bytes)."""
+    from backends.reference.kernels import KERNELS, ResultSpec  # the reader needs them only here
+
+    kernel = KERNELS.get(cls)
+    if kernel is None:
+        raise unsupported(op, f"cannot evaluate {cls.name} while loading (no reference kernel)")
+    props = {k: T.to_attr(v) for k, v in params.items() if v is not None}
+    full = cls.params_with_defaults(props)
+    types = [v.type for v in operands]
+    try:
+        if result_types is None:
+            result_types = cls.infer(types, **full)
+    except _BAD_PARAMS as exc:
+        raise fail(op, f"invalid operands or params: {exc}") from exc
+    specs = []
+    for t in result_types:
+        dtype = numpy_dtype(t.element_type)
+        specs.append(ResultSpec(tuple(t.get_shape()), dtype))
+        ctx.folded_bytes += math.prod(t.get_shape()) * dtype.itemsize
+    cap = max_folded_bytes()
+    if ctx.folded_bytes > cap:
+        raise fail(
+            op,
+            f"the values evaluated while loading exceed {cap} bytes ({MAX_FOLDED_BYTES_ENV})",
+        )
+    try:
+        outs = kernel([v.value for v in operands], specs, **full)
+    except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError, NotImplementedError) as exc:
+        raise fail(op, f"cannot evaluate {cls.name} on its known inputs: {exc}") from exc
+    return [
+        _known(np.asarray(v).astype(s.dtype, copy=False).reshape(s.shape))
+        for v, s in zip(outs, specs, strict=True)
+    ]
+
+
+def _known(value: np.ndarray) -> ReadVar:
+    from dialects.dtypes import element_type
+
+    if value.ndim == 0:
+        value = value.reshape(1)  # MegEngine has no 0-d vars: scalars are shape (1,)
+    ttype = TensorType(element_type(value.dtype), list(value.shape))
+    return ReadVar(type=ttype, value=value, shape_only=True)
 
 
 def emit_one(
@@ -153,9 +302,7 @@ def emit_one(
     result_types: Any = None,
     **params: Any,
 ) -> None:
-    new = emit(ctx, op, cls, operands, result_types, **params)
-    res = new.results[0]
-    define(ctx, op, 0, ReadVar(type=res.type, ssa=res))  # type: ignore[arg-type]
+    define(ctx, op, 0, emit_values(ctx, op, cls, operands, result_types, **params)[0])
 
 
 def enum_of(op: RawOpr, enum: Any, value: int, what: str) -> Any:
@@ -195,13 +342,30 @@ def fold_const(ctx: ReadContext, op: RawOpr, value: np.ndarray, inputs: Sequence
     if value.ndim == 0:
         value = value.reshape(1)  # MegEngine has no 0-d vars: scalars are shape (1,)
     if value.dtype == np.int64:
+        if value.size and (value.max() > np.iinfo(np.int32).max or value.min() < np.iinfo(np.int32).min):
+            raise fail(op, f"shape value {value.tolist()} does not fit in int32")
         value = value.astype(np.int32)
+    ctx.folded_bytes += value.nbytes
+    if ctx.folded_bytes > max_folded_bytes():
+        raise fail(op, f"the values evaluated while loading exceed {max_folded_bytes()} bytes")
     ttype = TensorType(element_type(value.dtype), list(value.shape))
     define(ctx, op, 0, ReadVar(type=ttype, value=value, shape_only=True))
 
 
 def foldable(inputs: Sequence[ReadVar]) -> bool:
-    return all(v.value is not None for v in inputs) and any(v.shape_only for v in inputs)
+    """Whether an op on ``inputs`` computes a shape-like value to evaluate while reading: all its
+    inputs are known and one derives from shapes, or all are small integer constants."""
+    if not inputs or any(v.value is None for v in inputs):
+        return False
+    if any(v.shape_only for v in inputs):
+        return True
+    return all(
+        v.type is not None
+        and v.type.element_type == i32
+        and v.value is not None
+        and v.value.size <= FOLD_SMALL_INT_ELEMENTS
+        for v in inputs
+    )
 
 
 def read_alias(ctx: ReadContext, op: RawOpr) -> None:

@@ -21,6 +21,7 @@ from backends.mge.read_context import (
     define,
     emit,
     emit_one,
+    emit_values,
     enum_of,
     fail,
     fold_const,
@@ -235,8 +236,7 @@ def read_reduce(ctx: ReadContext, op: RawOpr) -> None:
         m = mode
         if k > 0 and mode == enums.ReduceMode.SUM_SQR:
             m = enums.ReduceMode.SUM  # later axes sum the already squared partial sums
-        new = emit(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
-        cur = ReadVar(type=new.results[0].type, ssa=new.results[0])  # type: ignore[arg-type]
+        (cur,) = emit_values(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
     define(ctx, op, 0, cur)
 
 
@@ -340,6 +340,8 @@ def read_get_var_shape(ctx: ReadContext, op: RawOpr) -> None:
     except T.ShapeInferenceError as exc:
         raise fail(op, str(exc)) from exc
     axis = op.param("OptionalAxisV1")["axis"]
+    if any(d > np.iinfo(np.int32).max for d in shape):
+        raise fail(op, f"input shape {shape} has a dimension beyond int32, which shape values cannot hold")
     value = np.asarray(shape, dtype=np.int32)
     if axis != 7:
         if not -len(shape) <= axis < len(shape):
@@ -348,26 +350,34 @@ def read_get_var_shape(ctx: ReadContext, op: RawOpr) -> None:
     fold_const(ctx, op, value, ins)
 
 
-def read_subtensor(ctx: ReadContext, op: RawOpr) -> None:
+def _static_index(
+    ctx: ReadContext, op: RawOpr, shape: tuple[int, ...], first: int, vectors: bool = False
+) -> tuple[dict[int, Any], dict[int, ReadVar]]:
+    """The IndexDescMaskDump items of a (Get/Modify)Subtensor-style operator, whose index inputs
+    start at input ``first``: {axis: int or slice} from inputs known while reading, and, with
+    ``vectors``, {axis: index var} for the items that index with a tensor."""
     items = op.param("IndexDescMaskDump")["items"]
-    x = input_var(ctx, op, 0)
-    shape = shape_of(op, x, "input")
-    k = 1
+    k = first
     index: dict[int, Any] = {}
+    vecs: dict[int, ReadVar] = {}
     for axis, has_begin, has_end, has_step, has_idx in items:
+        a = axis + len(shape) if axis < 0 else axis
+        if not 0 <= a < len(shape) or a in index or a in vecs:
+            raise fail(op, f"invalid or repeated index axis {axis} for shape {shape}")
+        if has_idx and vectors and not (has_begin or has_end or has_step):
+            vecs[a] = input_var(ctx, op, k)
+            k += 1
+            continue
         vals = []
         for flag in (has_begin, has_end, has_step, has_idx):
             if flag:
-                (v,) = int_values(op, input_var(ctx, op, k), f"index input {k}") or [None]
+                (v,) = int_values(op, input_var(ctx, op, k), f"index input {k}")[:1] or [None]
                 if v is None:
                     raise fail(op, f"index input {k} is empty")
                 vals.append(v)
                 k += 1
             else:
                 vals.append(None)
-        a = axis + len(shape) if axis < 0 else axis
-        if not 0 <= a < len(shape) or a in index:
-            raise fail(op, f"invalid or repeated index axis {axis} for shape {shape}")
         begin, end, step, idx = vals
         if has_idx:
             i = idx + shape[a] if idx < 0 else idx
@@ -380,11 +390,11 @@ def read_subtensor(ctx: ReadContext, op: RawOpr) -> None:
             index[a] = slice(begin, end, step)
     if k != len(op.inputs):
         raise fail(op, f"has {len(op.inputs)} inputs, its index items use {k}")
-    if foldable([x]):
-        assert x.value is not None
-        key = tuple(index.get(a, slice(None)) for a in range(len(shape)))
-        fold_const(ctx, op, np.asarray(x.value[key]), [x])
-        return
+    return index, vecs
+
+
+def _slice_params(index: dict[int, Any], shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    """SubtensorOp's parameters for {axis: int or slice}."""
     axes, starts, stops, steps, drop = [], [], [], [], []
     for a in sorted(index):
         v = index[a]
@@ -402,17 +412,99 @@ def read_subtensor(ctx: ReadContext, op: RawOpr) -> None:
             stops.append(stop)
             steps.append(step)
             drop.append(0)
-    emit_one(
-        ctx,
-        op,
-        T.SubtensorOp,
-        [x],
-        axes=tuple(axes),
-        starts=tuple(starts),
-        stops=tuple(stops),
-        steps=tuple(steps),
-        drop=tuple(drop),
-    )
+    return {
+        "axes": tuple(axes),
+        "starts": tuple(starts),
+        "stops": tuple(stops),
+        "steps": tuple(steps),
+        "drop": tuple(drop),
+    }
+
+
+def read_subtensor(ctx: ReadContext, op: RawOpr) -> None:
+    x = input_var(ctx, op, 0)
+    shape = shape_of(op, x, "input")
+    index, _ = _static_index(ctx, op, shape, 1)
+    if foldable([x]):
+        assert x.value is not None
+        key = tuple(index.get(a, slice(None)) for a in range(len(shape)))
+        fold_const(ctx, op, np.asarray(x.value[key]), [x])
+        return
+    emit_one(ctx, op, T.SubtensorOp, [x], **_slice_params(index, shape))
+
+
+def read_modify_subtensor(ctx: ReadContext, op: RawOpr) -> None:
+    """SetSubtensor / IncrSubtensor: (data, value, index inputs...)."""
+    cls = T.SetSubtensorOp if op.kind == "SetSubtensor" else T.IncrSubtensorOp
+    x, value = input_var(ctx, op, 0), input_var(ctx, op, 1)
+    shape = shape_of(op, x, "input")
+    index, _ = _static_index(ctx, op, shape, 2)
+    emit_one(ctx, op, cls, [x, value], **_slice_params(index, shape))
+
+
+_INDEXING_OPS: dict[str, tuple[type[T.MgbOp], int]] = {
+    "IndexingMultiAxisVec": (T.IndexingMultiAxisVecOp, 1),  # (IR op, inputs before the indices)
+    "IndexingSetMultiAxisVec": (T.IndexingSetMultiAxisVecOp, 2),
+    "IndexingIncrMultiAxisVec": (T.IndexingIncrMultiAxisVecOp, 2),
+}
+
+
+def read_indexing(ctx: ReadContext, op: RawOpr) -> None:
+    """IndexingMultiAxisVec and its Set/Incr siblings: tensor indices on some axes; slices on
+    others (read: a Subtensor first, which keeps every axis)."""
+    cls, n_data = _INDEXING_OPS[op.kind or ""]
+    data = [input_var(ctx, op, k) for k in range(n_data)]
+    shape = shape_of(op, data[0], "input")
+    index, vecs = _static_index(ctx, op, shape, n_data, vectors=True)
+    if not vecs:
+        raise fail(op, "has no tensor index")
+    if index:
+        if cls is not T.IndexingMultiAxisVecOp:
+            raise unsupported(op, f"{op.kind} mixing slices and tensor indices is not supported by xmge")
+        if any(isinstance(v, int) for v in index.values()):
+            raise unsupported(op, f"{op.kind} mixing integer and tensor indices is not supported by xmge")
+        (data[0],) = emit_values(ctx, op, T.SubtensorOp, [data[0]], **_slice_params(index, shape))
+    axes = tuple(sorted(vecs))
+    emit_one(ctx, op, cls, [*data, *(vecs[a] for a in axes)], axes=axes)
+
+
+def read_linspace(ctx: ReadContext, op: RawOpr) -> None:
+    start, stop = input_var(ctx, op, 0), input_var(ctx, op, 1)
+    (num,) = int_values(op, input_var(ctx, op, 2), "the number of values")[:1] or [None]
+    if num is None or num < 0:
+        raise fail(op, f"invalid number of values {num}")
+    if len(op.inputs) != 3:
+        raise fail(op, f"takes 3 inputs (start, stop, num), has {len(op.inputs)}")
+    endpoint = bool(op.param("Linspace")["endpoint"])
+    emit_one(ctx, op, T.LinspaceOp, [start, stop], num=num, endpoint=endpoint)
+
+
+def read_split(ctx: ReadContext, op: RawOpr) -> None:
+    """MegEngine's Split (SPECIFY method, the only one it serialises): (src, one size per part)."""
+    x = input_var(ctx, op, 0)
+    nd = len(shape_of(op, x, "input"))
+    axis = int(op.param("Axis")["axis"])
+    axis = axis + nd if axis < 0 else axis
+    if len(op.inputs) < 2:
+        raise fail(op, "needs the input and at least one part size")
+    sizes = []
+    for k in range(1, len(op.inputs)):
+        (n,) = int_values(op, input_var(ctx, op, k), f"part size {k - 1}")[:1] or [None]
+        if n is None:
+            raise fail(op, f"part size {k - 1} is empty")
+        sizes.append(n)
+    if len(op.outputs) != len(sizes):
+        raise fail(op, f"has {len(op.outputs)} outputs for {len(sizes)} parts")
+    for i, var in enumerate(emit_values(ctx, op, T.SplitOp, [x], axis=axis, sizes=tuple(sizes))):
+        define(ctx, op, i, var)
+
+
+def read_first_input(ctx: ReadContext, op: RawOpr) -> None:
+    """Operators whose output is their input 0 at inference (VirtualDep, MarkNoBroadcastElemwise,
+    MarkDynamicVar): an alias."""
+    if not op.inputs:
+        raise fail(op, "has no inputs")
+    read_alias(ctx, op)
 
 
 def read_batch_norm(ctx: ReadContext, op: RawOpr) -> None:

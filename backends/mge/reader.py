@@ -25,15 +25,17 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from backends.mge.container import RawGraph, RawOpr, parse_file
 from backends.mge.dtypes import to_element
 from backends.mge.fbs import MgeFormatError
-from backends.mge.oprs import BY_KIND
+from backends.mge.oprs import BY_KIND, refusal
 from backends.mge.read_context import (
     MgeUnsupportedError,
     ReadContext,
     ReadVar,
+    check_tensor_size,
     define,
     fail,
     ssa_of,
@@ -41,6 +43,7 @@ from backends.mge.read_context import (
     where,
 )
 from backends.mge.records import ATTR_FORMAT, ATTR_METADATA_VALID, ATTR_OPTIMIZE_OPTIONS, ATTR_USER_INFO
+from dialects.dtypes import numpy_dtype
 
 __all__ = [
     "ATTR_FORMAT",
@@ -53,8 +56,6 @@ __all__ = [
     "graph_to_func",
     "read_mge",
 ]
-
-
 
 
 def read_mge(data: bytes | bytearray | memoryview) -> ModuleOp:
@@ -90,7 +91,9 @@ def graph_to_func(graph: RawGraph, name: str = "main") -> func.FuncOp:
         t = op.tensors[0]
         if t.dtype is None:
             raise fail(op, "the input tensor lacks its dtype")
-        arg_types.append(TensorType(to_element(t.dtype, where(op), op.offset), list(t.shape)))
+        elem = to_element(t.dtype, where(op), op.offset)
+        check_tensor_size(op, t.shape, numpy_dtype(elem).itemsize, "the input")
+        arg_types.append(TensorType(elem, list(t.shape)))
         input_names.append(t.name or graph.var_names.get(op.outputs[0] if op.outputs else -1, "") or "")
     block = Block(arg_types=arg_types)
     ctx = ReadContext(graph, block)
@@ -127,10 +130,14 @@ def graph_to_func(graph: RawGraph, name: str = "main") -> func.FuncOp:
 def _convert(ctx: ReadContext, op: RawOpr) -> None:
     kind = op.kind
     if kind is None:
+        refused = refusal(op.type_name, op.type_id)
+        if refused is not None:
+            raise unsupported(op, f"operator {refused[0]} is not supported by xmge: {refused[1]}")
         raise unsupported(op, f"unknown operator type (type id {op.type_id}, version {op.opr_version})")
     read = BY_KIND[kind].read
     if read is None:
         raise unsupported(op, f"operator type {kind} is not supported by xmge's reader")
-    read(ctx, op)
-
-
+    try:
+        read(ctx, op)
+    except VerifyException as exc:  # e.g. a quantized scale that underflows to 0 in a product
+        raise fail(op, f"invalid operands or params: {exc}") from exc

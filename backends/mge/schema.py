@@ -126,6 +126,7 @@ PARAMS: dict[str, ParamDef] = {
             + (("padding_val", "f", 0.0), ("padding_mode", "I", 2)),
         ),
         ParamDef("Softmax", 90, (("axis", "i", -1),)),
+        ParamDef("Linspace", 29, (("endpoint", "?", True),)),
         # Resize: imode is WarpPerspectiveV1's InterpolationMode (LINEAR), format Convolution's (NHWC)
         ParamDef("Resize", 40, (("imode", "I", 1), ("format", "I", 1))),
         ParamDef(

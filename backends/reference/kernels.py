@@ -615,5 +615,81 @@ def run_op(
     return fn(args, results, **params)
 
 
+# ----------------------------------------------------------------------------------------------
+# Modifying slices, advanced indexing, Linspace
+
+
+def slice_index(ndim: int, p: dict[str, Any]) -> tuple[Any, ...]:
+    """The numpy index of SubtensorOp-style static slice parameters."""
+    index: list[Any] = [slice(None)] * ndim
+    for axis, start, stop, step, drop in zip(
+        p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
+    ):
+        index[axis] = start if drop else slice(start, stop, step)
+    return tuple(index)
+
+
+@kernel(T.SetSubtensorOp)
+def set_subtensor(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    out = np.array(args[0], copy=True)
+    out[slice_index(out.ndim, p)] = args[1]
+    return [out]
+
+
+@kernel(T.IncrSubtensorOp)
+def incr_subtensor(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    out = np.array(args[0], copy=True)
+    index = slice_index(out.ndim, p)
+    out[index] = out[index] + args[1]
+    return [out]
+
+
+def vec_index(shape: Sequence[int], indices: Sequence[np.ndarray], axes: Sequence[int]) -> tuple[Any, ...]:
+    """The numpy index of IndexingMultiAxisVec; ValueError naming an index out of range (MegEngine
+    reports those at run time too, where numpy would raise IndexError)."""
+    index: list[Any] = [slice(None)] * len(shape)
+    for axis, idx in zip(axes, indices, strict=True):
+        idx = np.asarray(idx, dtype=np.int64)
+        size = shape[axis]
+        if idx.size and (idx.min() < -size or idx.max() >= size):
+            raise ValueError(f"index out of range for axis {axis} of size {size}: {idx.min()}..{idx.max()}")
+        index[axis] = idx
+    return tuple(index)
+
+
+@kernel(T.IndexingMultiAxisVecOp)
+def indexing_multi_axis_vec(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axes: Sequence[int]
+) -> list[np.ndarray]:
+    x = args[0]
+    return [np.asarray(x[vec_index(x.shape, args[1:], axes)]).reshape(results[0].shape)]
+
+
+@kernel(T.IndexingSetMultiAxisVecOp)
+def indexing_set_multi_axis_vec(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axes: Sequence[int]
+) -> list[np.ndarray]:
+    out = np.array(args[0], copy=True)
+    out[vec_index(out.shape, args[2:], axes)] = args[1]  # a repeated index keeps the last value
+    return [out]
+
+
+@kernel(T.IndexingIncrMultiAxisVecOp)
+def indexing_incr_multi_axis_vec(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axes: Sequence[int]
+) -> list[np.ndarray]:
+    out = np.array(args[0], copy=True)
+    np.add.at(out, vec_index(out.shape, args[2:], axes), args[1])  # repeated indices accumulate
+    return [out]
+
+
+@kernel(T.LinspaceOp)
+def linspace(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, num: int, endpoint: bool
+) -> list[np.ndarray]:
+    start, stop = (float(np.asarray(a).reshape(-1)[0]) for a in args)
+    return [np.linspace(start, stop, num, endpoint=endpoint).astype(np.float32)]
+
+
 # quantized operands: their semantics live in quant_kernels (imported last: it builds on this module)
 from backends.reference import quant_kernels as Q  # noqa: E402

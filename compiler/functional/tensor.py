@@ -186,19 +186,123 @@ def where(mask: Tensor, x: Any, y: Any) -> Tensor:
     return astype(out, out_dtype)
 
 
+def _is_vector_index(item: Any) -> bool:
+    return isinstance(item, Tensor | list | np.ndarray)
+
+
 def _getitem(inp: Tensor, index: Any) -> Tensor:
-    """Basic indexing with ints, slices, ``None`` and ``...``; one ``mgb.subtensor`` (+ axis adds)."""
+    """Basic indexing with ints, slices, ``None`` and ``...``: one ``mgb.subtensor`` (+ axis adds);
+    integer tensors/lists on some axes (others whole): ``mgb.indexing_multi_axis_vec``."""
     if not isinstance(index, tuple):
         index = (index,)
-    if any(isinstance(i, Tensor | list | np.ndarray) for i in index):
-        raise op_error(
-            "getitem", "advanced (tensor/list) indexing is not supported; use ints, slices, None, ..."
+    if any(_is_vector_index(i) for i in index):
+        axes, indices = _vector_index("getitem", inp, index)
+        (out,) = apply(T.IndexingMultiAxisVecOp, [inp, *indices], label="getitem", axes=axes)
+        return out
+    params, new_axes = _basic_index("getitem", inp, index)
+    out = inp
+    if params["axes"]:
+        (out,) = apply(T.SubtensorOp, [inp], label="getitem", **params)
+    if new_axes:
+        out = _axis_add_remove(out, [enums.AxisMethod.ADD_1] * len(new_axes), new_axes, "getitem")
+    return out
+
+
+def _vector_index(label: str, inp: Tensor, index: tuple[Any, ...]) -> tuple[tuple[int, ...], list[Tensor]]:
+    """Axes and int32 index tensors of an advanced index: integer tensors/lists on some axes,
+    whole slices (``:`` or ``...``) on the others, as MegEngine's IndexingMultiAxisVec takes them."""
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise op_error(label, "only one ... is allowed")
+    n_real = sum(1 for i in index if i is not Ellipsis)
+    if n_real > inp.ndim:
+        raise op_error(label, f"too many indices for a {inp.ndim}-D tensor")
+    expanded: list[Any] = []
+    for i in index:
+        expanded.extend([slice(None)] * (inp.ndim - n_real) if i is Ellipsis else [i])
+    axes: list[int] = []
+    indices: list[Tensor] = []
+    for axis, item in enumerate(expanded):
+        if _is_vector_index(item):
+            idx = item if isinstance(item, Tensor) else Tensor(np.asarray(item))
+            if idx.dtype.kind not in "iu":
+                raise op_error(
+                    label, f"index tensors must hold integers, got {idx.dtype} (bool masks are not supported)"
+                )
+            if idx.dtype != np.int32:
+                idx = astype(idx, "int32")
+            axes.append(axis)
+            indices.append(idx)
+        elif item != slice(None):
+            raise op_error(
+                label,
+                f"an index mixing tensors with {item!r} is not supported; use whole slices beside tensors",
+            )
+    return tuple(axes), indices
+
+
+def _setitem(inp: Tensor, index: Any, value: Any) -> Tensor:
+    """``inp`` with ``inp[index] = value`` applied: ``mgb.set_subtensor`` for basic indices,
+    ``mgb.indexing_set_multi_axis_vec`` for integer tensors; ``value`` is cast to ``inp``'s dtype
+    and broadcast to the selection (as MegEngine's ``__setitem__`` does)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    value = as_tensor(value, like=inp)
+    if value.dtype != inp.dtype:
+        value = astype(value, inp.dtype)
+    if any(_is_vector_index(i) for i in index):
+        axes, indices = _vector_index("setitem", inp, index)
+        (want,) = T.IndexingMultiAxisVecOp.infer(
+            [tensor_type(inp.shape, inp.dtype), *(tensor_type(i.shape, i.dtype) for i in indices)], axes=axes
         )
+        value = _broadcast_value(value, tuple(want.get_shape()))
+        (out,) = apply(T.IndexingSetMultiAxisVecOp, [inp, value, *indices], label="setitem", axes=axes)
+        return out
+    if any(i is None for i in index):
+        raise op_error("setitem", "None (a new axis) is not allowed in an assignment index")
+    params, _ = _basic_index("setitem", inp, index)
+    want = tuple(np.empty(inp.shape, np.bool_)[tuple(_numpy_key(inp.ndim, params))].shape)
+    value = _broadcast_value(value, want)
+    (out,) = apply(T.SetSubtensorOp, [inp, value], label="setitem", **params)
+    return out
+
+
+def _numpy_key(ndim: int, params: dict[str, tuple[int, ...]]) -> list[Any]:
+    key: list[Any] = [slice(None)] * ndim
+    for axis, start, stop, step, drop in zip(
+        *(params[k] for k in ("axes", "starts", "stops", "steps", "drop")), strict=True
+    ):
+        key[axis] = start if drop else slice(start, stop, step)
+    return key
+
+
+def _broadcast_value(value: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if value.shape == shape:
+        return value
+    if value.ndim > len(shape):  # leading 1s beyond the selection's rank (MegEngine drops them)
+        extra = value.ndim - len(shape)
+        if any(d != 1 for d in value.shape[:extra]):
+            raise op_error(
+                "setitem", f"cannot assign a value of shape {value.shape} to a selection of shape {shape}"
+            )
+        value = reshape(value, value.shape[extra:])
+    try:
+        np.broadcast_shapes(value.shape, shape)
+    except ValueError:
+        raise op_error(
+            "setitem", f"cannot assign a value of shape {value.shape} to a selection of shape {shape}"
+        ) from None
+    return broadcast_to(value, shape)
+
+
+def _basic_index(
+    label: str, inp: Tensor, index: tuple[Any, ...]
+) -> tuple[dict[str, tuple[int, ...]], list[int]]:
+    """SubtensorOp's parameters for a basic index, and the positions of its new (None) axes."""
     n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
     if n_real > inp.ndim:
-        raise op_error("getitem", f"too many indices for a {inp.ndim}-D tensor")
+        raise op_error(label, f"too many indices for a {inp.ndim}-D tensor")
     if sum(1 for i in index if i is Ellipsis) > 1:
-        raise op_error("getitem", "only one ... is allowed")
+        raise op_error(label, "only one ... is allowed")
     expanded: list[Any] = []
     for i in index:
         if i is Ellipsis:
@@ -218,7 +322,7 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
         size = inp.shape[dim]
         if isinstance(item, slice):
             if item.step == 0:
-                raise op_error("getitem", f"slice step cannot be zero (axis {dim})")
+                raise op_error(label, f"slice step cannot be zero (axis {dim})")
             start, stop, step = item.indices(size)
             if step < 0 and stop < 0:
                 # slice.indices() writes "run past the front" as stop = -1, which a slice would
@@ -236,10 +340,10 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
                 k = operator.index(item)  # ints and numpy ints; not floats, strings or bools-as-masks
             except TypeError:
                 raise op_error(
-                    "getitem", f"index {item!r} ({type(item).__name__}) is not an int, slice, None or ..."
+                    label, f"index {item!r} ({type(item).__name__}) is not an int, slice, None or ..."
                 ) from None
             if not -size <= k < size:
-                raise op_error("getitem", f"index {k} is out of bounds for axis {dim} with size {size}")
+                raise op_error(label, f"index {k} is out of bounds for axis {dim} with size {size}")
             k %= size
             axes.append(dim)
             starts.append(k)
@@ -247,21 +351,14 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
             steps.append(1)
             drop.append(1)
         dim += 1
-    out = inp
-    if axes:
-        (out,) = apply(
-            T.SubtensorOp,
-            [inp],
-            label="getitem",
-            axes=tuple(axes),
-            starts=tuple(starts),
-            stops=tuple(stops),
-            steps=tuple(steps),
-            drop=tuple(drop),
-        )
-    if new_axes:
-        out = _axis_add_remove(out, [enums.AxisMethod.ADD_1] * len(new_axes), new_axes, "getitem")
-    return out
+    params = {
+        "axes": tuple(axes),
+        "starts": tuple(starts),
+        "stops": tuple(stops),
+        "steps": tuple(steps),
+        "drop": tuple(drop),
+    }
+    return params, new_axes
 
 
 def zeros(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
@@ -293,17 +390,28 @@ def arange(
 ) -> Tensor:
     if stop is None:
         start, stop = 0, start
-    _static_bounds("arange", "Linspace", start, stop, step)
+    from compiler.core import active_recorders
+
+    if any(isinstance(b, Tensor) for b in (start, stop, step)) and active_recorders():
+        return _traced_arange(start, stop, step, dtype)
     return Tensor(np.arange(float(start), float(stop), float(step)), dtype=dtype)
 
 
-def _static_bounds(label: str, operator_name: str, *bounds: Any) -> None:
-    """Bounds given as Tensors are fine eagerly (their values are known) but a trace would freeze
-    them into constants; MegEngine records them with an operator xmge lacks."""
-    from compiler.core import active_recorders, missing_operator
+def _traced_arange(start: Any, stop: Any, step: Any, dtype: Any) -> Tensor:
+    """MegEngine's arange: ``num = ceil((stop - start) / step)`` values from ``start`` to
+    ``start + step * (num - 1)`` by ``mgb.linspace``; the bounds stay in the graph (``num`` is
+    known now: xmge's shapes are static)."""
+    from compiler import functional as F
 
-    if any(isinstance(b, Tensor) for b in bounds) and active_recorders():
-        raise missing_operator(label, "a Tensor bound under trace or autodiff", operator_name)
+    bounds = [
+        astype(b, "float32") if isinstance(b, Tensor) else Tensor(np.float32(b)) for b in (start, stop, step)
+    ]
+    start_t, stop_t, step_t = (reshape(b, (1,)) if b.shape != (1,) else b for b in bounds)
+    num = math.ceil((float(stop_t.numpy()[0]) - float(start_t.numpy()[0])) / float(step_t.numpy()[0]))
+    num = max(num, 0)
+    last = F.add(start_t, F.mul(step_t, float(num - 1)))
+    (out,) = apply(T.LinspaceOp, [start_t, last], label="arange", num=num, endpoint=True)
+    return out if np.dtype(dtype) == np.float32 else astype(out, dtype)
 
 
 def repeat(inp: Tensor, repeats: int, axis: int | None = None) -> Tensor:

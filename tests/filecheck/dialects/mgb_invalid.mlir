@@ -277,3 +277,45 @@ func.func @argmin_result(%x: tensor<2x5xf32>) -> tensor<2x1xf32> {
   func.return %0 : tensor<2x1xf32>
 }
 // CHECK: mgb.argmin: result types tensor<2x1xf32> do not match the inferred tensor<2x1xi32>
+
+// -----
+func.func @set_subtensor_value(%x: tensor<4x5xf32>, %v: tensor<3xf32>) -> tensor<4x5xf32> {
+  %0 = mgb.set_subtensor %x, %v {axes = array<i64: 0>, starts = array<i64: 1>, stops = array<i64: 2>, steps = array<i64: 1>, drop = array<i64: 1>} : (tensor<4x5xf32>, tensor<3xf32>) -> tensor<4x5xf32>
+  func.return %0 : tensor<4x5xf32>
+}
+// CHECK: mgb.set_subtensor: value of shape (3,) for a slice of shape (5,)
+
+// -----
+func.func @incr_subtensor_dtype(%x: tensor<4x5xf32>, %v: tensor<5xi32>) -> tensor<4x5xf32> {
+  %0 = mgb.incr_subtensor %x, %v {axes = array<i64: 0>, starts = array<i64: 1>, stops = array<i64: 2>, steps = array<i64: 1>, drop = array<i64: 1>} : (tensor<4x5xf32>, tensor<5xi32>) -> tensor<4x5xf32>
+  func.return %0 : tensor<4x5xf32>
+}
+// CHECK: mgb.incr_subtensor: operands have different dtypes
+
+// -----
+func.func @indexing_dtype(%x: tensor<4x5xf32>, %i: tensor<3xf32>) -> tensor<3x5xf32> {
+  %0 = mgb.indexing_multi_axis_vec %x, %i {axes = array<i64: 0>} : (tensor<4x5xf32>, tensor<3xf32>) -> tensor<3x5xf32>
+  func.return %0 : tensor<3x5xf32>
+}
+// CHECK: mgb.indexing_multi_axis_vec: indices must be int32
+
+// -----
+func.func @indexing_set_axes(%x: tensor<4x5xf32>, %v: tensor<3xf32>, %i: tensor<3xi32>, %j: tensor<3xi32>) -> tensor<4x5xf32> {
+  %0 = mgb.indexing_set_multi_axis_vec %x, %v, %i, %j {axes = array<i64: 1, 0>} : (tensor<4x5xf32>, tensor<3xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<4x5xf32>
+  func.return %0 : tensor<4x5xf32>
+}
+// CHECK: mgb.indexing_set_multi_axis_vec: axes [1, 0] must be ascending
+
+// -----
+func.func @indexing_incr_value(%x: tensor<4x5xf32>, %v: tensor<2x5xf32>, %i: tensor<3xi32>) -> tensor<4x5xf32> {
+  %0 = mgb.indexing_incr_multi_axis_vec %x, %v, %i {axes = array<i64: 0>} : (tensor<4x5xf32>, tensor<2x5xf32>, tensor<3xi32>) -> tensor<4x5xf32>
+  func.return %0 : tensor<4x5xf32>
+}
+// CHECK: mgb.indexing_incr_multi_axis_vec: value of shape (2, 5) for a selection of shape (3, 5)
+
+// -----
+func.func @linspace_start(%s: tensor<2xf32>) -> tensor<4xf32> {
+  %0 = mgb.linspace %s, %s {num = 4 : i64} : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+// CHECK: mgb.linspace: start must be a one-element float tensor

@@ -3,6 +3,16 @@
 // RUN: xmge-opt %s --print-op-generic | xmge-opt | filecheck %s
 // RUN: xmge-opt %s --print-op-generic | filecheck %s --check-prefix=GENERIC
 
+func.func @indexing(%x: tensor<4x5x6xf32>, %v: tensor<4x2xf32>, %i: tensor<3xi32>, %j: tensor<3xi32>, %w: tensor<3x5xf32>, %s: tensor<1xf32>) -> (tensor<4x5x6xf32>, tensor<4x5x6xf32>, tensor<3x5xf32>, tensor<4x5x6xf32>, tensor<4x5x6xf32>, tensor<7xf32>) {
+  %0 = mgb.set_subtensor %x, %v {axes = array<i64: 1, 2>, starts = array<i64: 0, 3>, stops = array<i64: 2, 4>, steps = array<i64: 1, 1>, drop = array<i64: 0, 1>} : (tensor<4x5x6xf32>, tensor<4x2xf32>) -> tensor<4x5x6xf32>
+  %1 = mgb.incr_subtensor %x, %v {axes = array<i64: 1, 2>, starts = array<i64: 0, 3>, stops = array<i64: 2, 4>, steps = array<i64: 1, 1>, drop = array<i64: 0, 1>} : (tensor<4x5x6xf32>, tensor<4x2xf32>) -> tensor<4x5x6xf32>
+  %2 = mgb.indexing_multi_axis_vec %x, %i, %j {axes = array<i64: 0, 2>} : (tensor<4x5x6xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<3x5xf32>
+  %3 = mgb.indexing_set_multi_axis_vec %x, %w, %i, %j {axes = array<i64: 0, 2>} : (tensor<4x5x6xf32>, tensor<3x5xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<4x5x6xf32>
+  %4 = mgb.indexing_incr_multi_axis_vec %x, %w, %i, %j {axes = array<i64: 0, 2>} : (tensor<4x5x6xf32>, tensor<3x5xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<4x5x6xf32>
+  %5 = mgb.linspace %s, %s {num = 7 : i64, endpoint = false} : (tensor<1xf32>, tensor<1xf32>) -> tensor<7xf32>
+  func.return %0, %1, %2, %3, %4, %5 : tensor<4x5x6xf32>, tensor<4x5x6xf32>, tensor<3x5xf32>, tensor<4x5x6xf32>, tensor<4x5x6xf32>, tensor<7xf32>
+}
+
 func.func @conv(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor<1x6x1x1xf32>, %z: tensor<2x6x4x4xf32>, %gw: tensor<2x3x2x3x3xf32>) -> (tensor<2x6x8x8xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x6x6xf32>) {
   %0 = mgb.convolution %x, %w {padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<2x6x8x8xf32>
   %1 = mgb.conv_bias %x, %w, %b {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, nonline_mode = #mgb<nonline relu>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>) -> tensor<2x6x4x4xf32>
@@ -79,6 +89,13 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 }
 
 // The printed form, line by line (custom syntax; defaults are not printed).
+// CHECK-LABEL: func.func @indexing(
+// CHECK-NEXT:  %0 = mgb.set_subtensor %x, %v {axes = array<i64: 1, 2>, starts = array<i64: 0, 3>, stops = array<i64: 2, 4>, steps = array<i64: 1, 1>, drop = array<i64: 0, 1>} : (tensor<4x5x6xf32>, tensor<4x2xf32>) -> tensor<4x5x6xf32>
+// CHECK-NEXT:  %1 = mgb.incr_subtensor %x, %v {{.*}} : (tensor<4x5x6xf32>, tensor<4x2xf32>) -> tensor<4x5x6xf32>
+// CHECK-NEXT:  %2 = mgb.indexing_multi_axis_vec %x, %i, %j {axes = array<i64: 0, 2>} : (tensor<4x5x6xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<3x5xf32>
+// CHECK-NEXT:  %3 = mgb.indexing_set_multi_axis_vec %x, %w, %i, %j {axes = array<i64: 0, 2>} : (tensor<4x5x6xf32>, tensor<3x5xf32>, tensor<3xi32>, tensor<3xi32>) -> tensor<4x5x6xf32>
+// CHECK-NEXT:  %4 = mgb.indexing_incr_multi_axis_vec %x, %w, %i, %j {axes = array<i64: 0, 2>}
+// CHECK-NEXT:  %5 = mgb.linspace %s, %s {num = 7 : i64, endpoint = false} : (tensor<1xf32>, tensor<1xf32>) -> tensor<7xf32>
 // CHECK-LABEL: func.func @conv(%x: tensor<2x4x8x8xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor<1x6x1x1xf32>, %z: tensor<2x6x4x4xf32>, %gw: tensor<2x3x2x3x3xf32>) -> (tensor<2x6x8x8xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x6x6xf32>) {
 // CHECK-NEXT:  %0 = mgb.convolution %x, %w {padding = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>) -> tensor<2x6x8x8xf32>
 // CHECK-NEXT:  %1 = mgb.conv_bias %x, %w, %b {stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, nonline_mode = #mgb<nonline relu>} : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>) -> tensor<2x6x4x4xf32>
