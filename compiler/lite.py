@@ -52,6 +52,7 @@ from backends.mge.reader import (
     read_mge,
 )
 from dialects.dtypes import dtype_name, numpy_dtype
+from dialects.errors import XmgeError
 
 logger = logging.getLogger("xmge.lite")
 
@@ -70,7 +71,7 @@ class IOInfo:
     dtype: str  # MegEngine's dtype name, e.g. "float32", "qint8"
 
 
-class NetworkError(ValueError, RuntimeError):
+class NetworkError(XmgeError, ValueError, RuntimeError):
     """Wrong use of a loaded network (unknown input name, wrong shape, missing input). A
     RuntimeError as well, which is what MegEngine Lite raises for these."""
 

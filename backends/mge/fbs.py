@@ -16,8 +16,10 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
+from dialects.errors import XmgeError
 
-class MgeFormatError(ValueError):
+
+class MgeFormatError(XmgeError, ValueError):
     """A ``.mge`` file that cannot be read; the message names the problem and the byte offset."""
 
     def __init__(self, message: str, offset: int | None = None):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.mge.dtypes import RawDType
+from dialects.errors import XmgeError
 
 # Func attributes the reader sets so that a later write reproduces the file (see writer).
 ATTR_USER_INFO = "mge.user_info"
@@ -14,7 +15,7 @@ ATTR_METADATA_VALID = "mge.metadata_valid"
 ATTR_FORMAT = "mge.format"
 
 
-class MgeWriteError(ValueError):
+class MgeWriteError(XmgeError, ValueError):
     """The IR cannot be written as a ``.mge`` graph; the message names the op."""
 
 

@@ -13,9 +13,10 @@ from backends.reference.kernels import KERNELS, ResultSpec
 from backends.reference.quant_kernels import conform
 from dialects import tensor as T
 from dialects.dtypes import numpy_dtype
+from dialects.errors import XmgeError
 
 
-class InterpreterError(RuntimeError):
+class InterpreterError(XmgeError, RuntimeError):
     """Running IR failed; the message names the op."""
 
 

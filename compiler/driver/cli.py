@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from dialects.errors import XmgeError
+
 
 def _load_inputs(specs: Sequence[str], wanted: list[str]) -> dict[str, np.ndarray]:
     feeds: dict[str, np.ndarray] = {}
@@ -312,7 +314,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         exit_quietly_on_broken_pipe()
         return 1
-    except (ValueError, OSError, KeyError) as exc:
+    except MemoryError:
+        cap = "XMGE_MAX_TENSOR_BYTES caps one tensor"
+        print(f"xmge {args.command}: error: out of memory ({cap})", file=sys.stderr)
+        return 2
+    except (XmgeError, ValueError, OSError, KeyError) as exc:
         print(f"xmge {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

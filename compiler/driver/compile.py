@@ -33,10 +33,11 @@ from xdsl.utils.exceptions import VerifyException
 
 from backends.c.cross import EmulationWarning
 from compiler.driver.targets import Target, host_target, parse_target
+from dialects.errors import XmgeError
 from passes.target import Backend
 
 
-class CompileError(ValueError):
+class CompileError(XmgeError, ValueError):
     pass
 
 

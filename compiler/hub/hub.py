@@ -25,6 +25,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from dialects.errors import XmgeError
+
 ENV_HUB_DIR = "XMGE_HUB_DIR"
 ENV_XDG_CACHE_HOME = "XDG_CACHE_HOME"
 HUBCONF = "hubconf.py"
@@ -40,7 +42,7 @@ _NOT_MODEL_FILES = frozenset({"hub"})
 _REPO_SPELLING = re.compile(r"^(?P<owner>[\w.-]+)/(?P<name>[\w.-]+)(?::(?P<branch>[\w./-]+))?$")
 
 
-class HubError(RuntimeError):
+class HubError(XmgeError, RuntimeError):
     """A hub entry or its weights could not be found or loaded (MegEngine raises RuntimeError)."""
 
 

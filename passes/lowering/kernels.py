@@ -26,9 +26,10 @@ from xdsl.ir import Operation, SSAValue
 
 from dialects import kernel as K
 from dialects import tensor as T
+from dialects.errors import XmgeError
 
 
-class LoweringError(ValueError):
+class LoweringError(XmgeError, ValueError):
     """No kernel can run an op on the chosen target."""
 
 
