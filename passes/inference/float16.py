@@ -3,12 +3,17 @@
 The graph computes in float16 while its inputs and outputs stay float32:
 
 * every float32 function input gets a ``typecvt`` to float16 (MegEngine's TypeCvt after
-  Host2DeviceCopy), every float32 constant is stored as float16 (MegEngine converts and then
-  folds the TypeCvt);
-* every op is rebuilt on its float16 operands with float16 results (a TypeCvt to float32 becomes
-  a TypeCvt to float16); with ``f16-io-f32-comp`` (``enable_io16xc32``) convolutions, ConvBias
-  and matrix multiplications get ``compute_mode = float32`` (accumulate in float32) and float
-  reductions ``data_type = float_o16xc32``;
+  Host2DeviceCopy), every float32 constant is stored as float16, in its layout (MegEngine converts
+  and then folds the TypeCvt);
+* every op is rebuilt on its float16 operands and each float32 result takes the element type the op
+  infers from them (MegEngine's ``auto_replace_outputs``): float results become float16, while the
+  mean and rstd of ``layer_norm`` stay float32, ``argmax``/``argmin`` int32 and comparisons bool;
+  ops on integers or quantized values only are left alone; a ``typecvt`` to float32 becomes one
+  to float16 (a ``typecvt`` to any other dtype keeps it);
+* with ``f16-io-f32-comp`` (``enable_io16xc32``) convolutions (also transposed), ConvBias and
+  matrix multiplications get ``compute_mode = float32`` (accumulate in float32) and float
+  reductions ``data_type = float_o16xc32``; softmax, layer_norm, pooling and the rest have no such
+  parameter in MegEngine and compute in float16 either way;
 * every function result whose type changed is converted back to float32 at the return.
 """
 
