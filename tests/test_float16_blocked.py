@@ -22,14 +22,16 @@ from __future__ import annotations
 import io
 import os
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import Float16Type, Float32Type, IntegerType, ModuleOp, TensorType
-from xdsl.ir import Attribute
+from xdsl.dialects.builtin import Float16Type, Float32Type, FunctionType, IntegerType, ModuleOp, TensorType
+from xdsl.ir import Attribute, Block, Region
+from xdsl.irdl import irdl_op_definition, operand_def, result_def
 from xdsl.passes import ModulePass
 
 import compiler as xm
@@ -312,3 +314,39 @@ def test_golden_dump_on_arm_float16(path: str, target: str) -> None:
         got = compiled.run([inputs[n] for n in _input_names(compiled)])
     for g, w in zip(got, np.load(expected).values(), strict=True):
         np.testing.assert_allclose(g, w, rtol=5e-2, atol=5e-2 * max(1.0, float(np.abs(w).max())))
+
+
+@irdl_op_definition
+class Float32OnlyOp(T.MgbOp):
+    """An op (as a plugin might define) whose inference refuses float16 operands."""
+
+    name = "test.float32_only"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = operand_types
+        assert isinstance(src, TensorType)
+        if src.element_type != F32:
+            raise T.ShapeInferenceError(cls.name, f"needs float32, got {src.element_type}")
+        return [src]
+
+
+def test_op_without_float16_form_stays_float32() -> None:
+    """Between float16 ops, an op that refuses float16 reads its operand converted back to
+    float32; what reads only its float32 result stays float32 (MegEngine keeps inferred dtypes)."""
+    t32 = TensorType(F32, [2, 3])
+    block = Block(arg_types=[t32])
+    relu = T.ElemwiseOp.make([block.args[0]], mode=enums.ElemwiseMode.RELU)
+    only = Float32OnlyOp.make([relu.results[0]])
+    neg = T.ElemwiseOp.make([only.results[0]], mode=enums.ElemwiseMode.NEGATE)
+    block.add_ops([relu, only, neg, func.ReturnOp(neg.results[0])])
+    fn = func.FuncOp("main", FunctionType.from_lists([t32], [t32]), Region(block))
+    out = _run_passes(ModuleOp([fn]), [F16IOF32CompPass()])
+    modes = {op.params()["mode"]: op for op in _ops(out) if isinstance(op, T.ElemwiseOp)}
+    assert _is_elem(modes[enums.ElemwiseMode.RELU].output.type, F16)
+    assert _is_elem(modes[enums.ElemwiseMode.NEGATE].output.type, F32)
+    (kept,) = [op for op in _ops(out) if isinstance(op, Float32OnlyOp)]
+    cvt = kept.operands[0].owner
+    assert isinstance(cvt, T.TypeCvtOp) and _is_elem(cvt.src.type, F16) and _is_elem(cvt.output.type, F32)
