@@ -34,3 +34,37 @@ func.func @net(%x: tensor<1x3x6x6xf32>, %n: tensor<1x4xi32>) -> (tensor<1x4x4x4x
 // CHECK-NEXT:     %[[O2:.*]] = mgb.typecvt %[[M]] : (tensor<1x4x1x1xf16>) -> tensor<1x4x1x1xf32>
 // CHECK-NEXT:     %[[O3:.*]] = mgb.typecvt %[[P]] : (tensor<1x4xf16>) -> tensor<1x4xf32>
 // CHECK-NEXT:     func.return %[[O1]], %[[O2]], %[[O3]], %[[LT]]
+
+// MegEngine keeps LayerNorm's mean and rstd float32 (only the normalised output follows the input);
+// a float16 value meeting the kept float32 mean reads it converted to float16, an op on the kept
+// float32 values alone stays float32, argmax stays int32, and a transposed convolution accumulates
+// in float32 with F32COMP.
+func.func @stats(%x: tensor<2x8xf32>, %d: tensor<1x2x3x3xf32>) -> (tensor<2x8xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2x1xi32>, tensor<1x1x5x5xf32>) {
+  %w = mgb.const #mgb.weight<"be406c5ef9029a1e", "0x0000003f9a99193f3333333fcdcc4c3f6666663f0000803fcdcc8c3f9a99993f"> : tensor<8xf32>
+  %b = mgb.const #mgb.weight<"b15d62718517a80d", "0x9a9999becdcc4cbecdccccbd00000000cdcccc3dcdcc4c3e9a99993ecdcccc3e"> : tensor<8xf32>
+  %k = mgb.const #mgb.weight<"431611d7b1d69584", "0x00000040000080bf"> : tensor<2xf32>
+  %y, %m, %r = mgb.layer_norm %x, %w, %b {normalized_size = 8 : i64} : (tensor<2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8xf32>, tensor<2xf32>, tensor<2xf32>)
+  %s = mgb.elemwise mul %m, %k : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  %t = mgb.elemwise relu %r : (tensor<2xf32>) -> tensor<2xf32>
+  %a = mgb.argmax %y {axis = 1 : i64} : (tensor<2x8xf32>) -> tensor<2x1xi32>
+  %f = mgb.reshape %w : (tensor<8xf32>) -> tensor<2x1x2x2xf32>
+  %u = mgb.convolution_backward_data %f, %d : (tensor<2x1x2x2xf32>, tensor<1x2x3x3xf32>) -> tensor<1x1x4x4xf32>
+  %v = mgb.padding %u {front = array<i64: 0, 0, 1, 1>, back = array<i64: 0, 0, 0, 0>} : (tensor<1x1x4x4xf32>) -> tensor<1x1x5x5xf32>
+  func.return %y, %s, %t, %a, %v : tensor<2x8xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2x1xi32>, tensor<1x1x5x5xf32>
+}
+
+// CHECK-LABEL:  func.func @stats
+// CHECK:          %[[Y:.*]], %[[M:.*]], %[[R:.*]] = mgb.layer_norm {{.*}} : (tensor<2x8xf16>, tensor<8xf16>, tensor<8xf16>) -> (tensor<2x8xf16>, tensor<2xf32>, tensor<2xf32>)
+// CHECK-NEXT:     %[[M16:.*]] = mgb.typecvt %[[M]] : (tensor<2xf32>) -> tensor<2xf16>
+// CHECK-NEXT:     %[[S:.*]] = mgb.elemwise mul %[[M16]], %k : (tensor<2xf16>, tensor<2xf16>) -> tensor<2xf16>
+// CHECK-NEXT:     %[[T:.*]] = mgb.elemwise relu %[[R]] : (tensor<2xf32>) -> tensor<2xf32>
+// CHECK-NEXT:     %[[A:.*]] = mgb.argmax %[[Y]] {axis = 1 : i64} : (tensor<2x8xf16>) -> tensor<2x1xi32>
+// CHECK-NEXT:     %[[F:.*]] = mgb.reshape %w : (tensor<8xf16>) -> tensor<2x1x2x2xf16>
+// F32COMP-NEXT:   %[[U:.*]] = mgb.convolution_backward_data %[[F]], %{{.*}} {compute_mode = #mgb<compute_mode float32>} : {{.*}} -> tensor<1x1x4x4xf16>
+// F16COMP-NEXT:   %[[U:.*]] = mgb.convolution_backward_data %[[F]], %{{.*}} : {{.*}} -> tensor<1x1x4x4xf16>
+// CHECK-NEXT:     %[[V:.*]] = mgb.padding %[[U]] {{.*}} -> tensor<1x1x5x5xf16>
+// Only the float16 results are converted back; the kept float32 ones are returned as they are.
+// CHECK-NEXT:     %[[O1:.*]] = mgb.typecvt %[[Y]] : (tensor<2x8xf16>) -> tensor<2x8xf32>
+// CHECK-NEXT:     %[[O2:.*]] = mgb.typecvt %[[S]] : (tensor<2xf16>) -> tensor<2xf32>
+// CHECK-NEXT:     %[[O5:.*]] = mgb.typecvt %[[V]] : (tensor<1x1x5x5xf16>) -> tensor<1x1x5x5xf32>
+// CHECK-NEXT:     func.return %[[O1]], %[[O2]], %[[T]], %[[A]], %[[O5]]
