@@ -190,9 +190,17 @@ def run_cases(seeds: Sequence[str], n: int, rng_seed: int = 0, timeout_s: float 
     """All cases in this process (no crash isolation, no memory cap): the in-suite slice."""
     report = Report()
     t0 = time.perf_counter()
+    # the fuzz cap holds for these cases only: the process (a test session) goes on with its own
+    previous = os.environ.get("XMGE_MAX_TENSOR_BYTES")
     os.environ.setdefault("XMGE_MAX_TENSOR_BYTES", str(FUZZ_TENSOR_BYTES))
-    for case in cases(seeds, n, rng_seed):
-        report.add(case, *run_one(case.data, timeout_s))
+    try:
+        for case in cases(seeds, n, rng_seed):
+            report.add(case, *run_one(case.data, timeout_s))
+    finally:
+        if previous is None:
+            del os.environ["XMGE_MAX_TENSOR_BYTES"]
+        else:
+            os.environ["XMGE_MAX_TENSOR_BYTES"] = previous
     report.seconds = time.perf_counter() - t0
     return report
 

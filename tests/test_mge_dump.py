@@ -115,7 +115,7 @@ def test_unknown_and_unimplemented_options(traces: dict[str, object]) -> None:
         dump_bytes(tr, enable_magic=True)
     with pytest.raises(ValueError, match="enable_fuse_preprocess is not implemented"):
         dump_bytes(tr, enable_fuse_preprocess=True)
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="unknown dump_format"):
         dump_bytes(tr, dump_format="FBS_V3")
 
 
