@@ -326,11 +326,6 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
         return HEADER
 
 
-def _requant(p: dict[str, Any], acc: str, bias: str | None = None) -> str:
-    """An int32 accumulator as the result type (:func:`backends.c.templates.requant.result_expr`)."""
-    return result_expr(p, acc, bias)
-
-
 class MatmulQ8(Template):
     """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
 
@@ -379,7 +374,7 @@ static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, i
       for (int j = 0; j < {N}; ++j) {{
         int32_t acc = 0;
         for (int kk = 0; kk < {Kd}; ++kk) acc += (int32_t){a_at} * {b_at};
-        y[(long)i * {N} + j] = {_requant(p, "acc")};
+        y[(long)i * {N} + j] = {result_expr(p, "acc")};
       }}
   }}
 }}
@@ -489,7 +484,7 @@ static void {sym}({", ".join(args)}) {{
           }}
         }}
         {int_activation(p, "acc")}
-        y[((long)nn * {oc} + o) * {oh * ow} + oy * {ow} + ox] = {_requant(p, "acc", "bias[o]")};
+        y[((long)nn * {oc} + o) * {oh * ow} + oy * {ow} + ox] = {result_expr(p, "acc", "bias[o]")};
       }}
   }}
 }}
