@@ -45,6 +45,9 @@ from backends.c.match import (
 )
 from backends.c.templates import Template, sym_join
 from backends.c.templates.requant import (
+    CTYPES as OUT_CTYPES,
+)
+from backends.c.templates.requant import (
     INT8_ACT,
     REQUANT_C,
     bias_ctype,
@@ -309,7 +312,7 @@ def nchw44_int8(op: Operation, isa: str, dot: bool) -> Lowered | None:
     if qparams(x)[1] or qparams(w)[1] or params["act"] not in INT8_ACT.values():
         return None
     rq = requant_params(x, w, op.results[0])
-    if rq is None or rq["out"] != "q8" or rq["zp_out"]:
+    if rq is None or rq["out"] not in ("q8", "q32_same") or rq["zp_out"]:
         return None
     params.update(dtype="q8", out=rq["out"], s_acc=rq["s_acc"], s_out=rq["s_out"], zp_out=0, qid=rq["qid"])
     if params["bias"]:
@@ -396,6 +399,7 @@ class ConvNchw44(Template):
         hybrid = mode == "hybrid"
         is_float = self.kind == "float"
         ctype = STORAGE[p["dtype"]] if is_float else "int8_t"
+        otype = ctype if is_float else OUT_CTYPES[p["out"]]  # int8, or the int32 accumulator
         ihp, iwp = self._padded(p)
         pad = self._needs_pad(p)
         # activation strides (layout.py): input (padded copy or the input itself) and output
@@ -501,13 +505,15 @@ class ConvNchw44(Template):
             if p.get("residual"):
                 bias_param += f" const {ctype}* res = (const {ctype}*)res_;"
         else:
-            # the bias is float32 and joins after scaling (requant.post_processed: an int8 result)
-            assert post_processed(p) or not p["bias"]
+            # an int8 result: the float32 bias joins after scaling (requant.post_processed); the
+            # int32 accumulator as the result: the int32 bias joins the integers
             init = zero
             fin = f"int32_t lanes[4]; xm_qlanes_{tag}(lanes, acc[j]);"
-            value = result_expr(p, "lanes[k]", f"bias[(long){kabs} * 4 + k]")
+            bias_at = f"bias[(long){kabs} * 4 + k]"
+            int_bias = f"lanes[k] += {bias_at};" if p["bias"] and not post_processed(p) else ""
+            value = result_expr(p, "lanes[k]", bias_at)
             store = (
-                f"for (int k = 0; k < 4; ++k) {{ {int_activation(p, 'lanes[k]')} "
+                f"for (int k = 0; k < 4; ++k) {{ {int_bias} {int_activation(p, 'lanes[k]')} "
                 f"yo[(long)(ox + j) * {out_st['W']} + k] = {value}; }}"
             )
             bias_param = f"const {bias_ctype(p)}* bias = (const {bias_ctype(p)}*)bias_;" if p["bias"] else ""
@@ -534,7 +540,7 @@ class ConvNchw44(Template):
 static void {sym}({", ".join(args)}) {{
   const {ctype}* x = (const {ctype}*)x_;
   const {ctype}* w = (const {ctype}*)w_;
-  {ctype}* y = ({ctype}*)y_;
+  {otype}* y = ({otype}*)y_;
   {bias_param}
   (void)ws;
   for (int nn = 0; nn < {n}; ++nn) {{{pad_code}
@@ -542,7 +548,7 @@ static void {sym}({", ".join(args)}) {{
     for (int gi = 0; gi < {groups_b}; ++gi)
     for (int kb = 0; kb < {ocb_per_g}; ++kb) {{
       for (int oy = 0; oy < {oh}; ++oy) {{
-        {ctype}* yo = {yblk};
+        {otype}* yo = {yblk};
         for (int ox = 0; ox < {ow}; ox += {OWB}) {{
           const int jn = {ow} - ox < {OWB} ? {ow} - ox : {OWB};
           {vt} acc[{OWB}];
