@@ -37,7 +37,8 @@ REQUANT_C = r"""#ifndef XM_REQUANT_DEFINED
 #include <math.h>
 #include <stdint.h>
 #if defined(__CUDACC__)
-#define XM_QFN static __host__ __device__ __forceinline__
+/* inline, not static: nvcc (-Werror all-warnings) reports unreferenced static functions */
+#define XM_QFN __host__ __device__ __forceinline__
 #else
 #define XM_QFN static inline
 #endif
