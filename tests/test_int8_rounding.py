@@ -11,12 +11,15 @@ equal, not close.
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import pytest
 
 import compiler as xm
+from backends.c.cross import toolchain_problem
 from backends.reference.quant_kernels import hswish_x86, round_x86
+from compiler.driver.compile import EmulationWarning
 from compiler.lite import Network
 from tests.codegen_util import require
 
@@ -92,15 +95,39 @@ def test_compiled_x86_float_output_matches_megengine(case: str) -> None:
     _assert_bit_exact(outs[0], expected["dequant.TypeCvt"], f"{case}: dequant.TypeCvt")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compiled models hand int8 graph outputs back as float32 garbage instead of their qint8 "
-    "storage (compiler/compile.py CompiledModel.run / backends/c output conversion); owned elsewhere",
-)
-def test_compiled_x86_int8_outputs_match_megengine() -> None:
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_x86_int8_outputs_match_megengine(case: str) -> None:
+    """Every int8 intermediate MegEngine computed, from the compiled model in this process and from
+    the standalone runner, in its own dtype."""
     require("x86-avx2")
-    path, x, expected = _case(CASES[0])
-    outs = xm.compile(path, target="x86-avx2")(x)
+    path, x, expected = _case(case)
+    compiled = xm.compile(path, target="x86-avx2")
     names = list(Network(path).get_all_output_name())
+    for how, outs in (("in process", compiled.run([x])), ("runner", compiled.run_runner([x]))):
+        for name, got in zip(names, outs, strict=True):
+            assert np.asarray(got).dtype == expected[name].dtype, f"{how}: {name}"
+            _assert_bit_exact(got, expected[name], f"{case} {how}: {name}")
+
+
+OTHER_INT8_TARGETS = ("x86-avx512-nchw88", "arm-nchw44", "arm-nchw44-dot", "arm-nchw44+plain-c")
+
+
+@pytest.mark.parametrize("target", OTHER_INT8_TARGETS)
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_int8_outputs_match_megengine(case: str, target: str) -> None:
+    """The same on the other int8 targets (ARM under qemu: NCHW44 int8 kernels, sdot, portable C)."""
+    if target.startswith("arm"):
+        problem = toolchain_problem()
+        if problem is not None:
+            pytest.skip(f"ARM toolchain: {problem}")
+    else:
+        require(target)
+    path, x, expected = _case(case)
+    compiled = xm.compile(path, target=target)
+    names = list(Network(path).get_all_output_name())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmulationWarning)
+        outs = compiled.run([x])
     for name, got in zip(names, outs, strict=True):
-        _assert_bit_exact(got, expected[name], name)
+        assert np.asarray(got).dtype == expected[name].dtype, name
+        _assert_bit_exact(got, expected[name], f"{case} on {target}: {name}")

@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from backends.c.build import Build, LoadedModel, build, runtime_sources
+from backends.c.build import Build, LoadedModel, build, runtime_sources, storage_dtype
 from backends.c.emitter import CEmitter
 from backends.c.isas import ISA_EMITTERS
 from backends.c.kernels import KERNELS
+from dialects.dtypes import numpy_dtype
 from passes.lowering.kernels import KernelRegistry
 from passes.target import BackendError, Target, TargetError, float16_options
 
@@ -76,7 +77,7 @@ class X86Backend:
         return LoadedModel(artifact.library, weights, threads)
 
     def run(self, model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return model.loaded().run(inputs)
+        return with_element_types(model.loaded().run(inputs), model.output_types)
 
     def run_runner(
         self,
@@ -88,7 +89,15 @@ class X86Backend:
         threads: int,
         iters: int = 1,
     ) -> list[np.ndarray]:
-        """Run the standalone ``runner`` program of ``artifact`` on ``inputs``."""
+        """Run the standalone ``runner`` program of ``artifact`` on ``inputs``: each input is written
+        and each output read in its storage dtype (the runner's ``--describe``)."""
+        in_types, out_types = runner_io(artifact)
+        if len(inputs) != len(in_types):
+            raise BackendError(f"the model takes {len(in_types)} inputs, got {len(inputs)}")
+        if [shape for _, shape in out_types] != [tuple(s) for s in output_shapes]:
+            raise BackendError(
+                f"the runner's outputs {[shape for _, shape in out_types]} are not {list(output_shapes)}"
+            )
         with tempfile.TemporaryDirectory(prefix="xmge-run-") as d:
             wpath = os.path.join(d, "weights.bin")
             with open(wpath, "wb") as f:
@@ -104,9 +113,12 @@ class X86Backend:
                 "-t",
                 str(threads),
             ]
-            for i, x in enumerate(inputs):
+            for i, (x, (dt, shape)) in enumerate(zip(inputs, in_types, strict=True)):
+                a = np.ascontiguousarray(x, dtype=dt)
+                if a.shape != shape:
+                    raise BackendError(f"input {i} must have shape {shape}, got {a.shape}")
                 p = os.path.join(d, f"in{i}.bin")
-                np.ascontiguousarray(x, dtype=np.float32).tofile(p)
+                a.tofile(p)
                 cmd += ["-i", p]
             outs = [os.path.join(d, f"out{i}.bin") for i in range(len(output_shapes))]
             for p in outs:
@@ -119,7 +131,7 @@ class X86Backend:
                 raise BackendError(
                     f"runner failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
                 )
-            return [np.fromfile(p, np.float32).reshape(s) for p, s in zip(outs, output_shapes, strict=True)]
+            return [np.fromfile(p, dt).reshape(s) for p, (dt, s) in zip(outs, out_types, strict=True)]
 
     def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
         """Per-kernel time (ms per run, summed over calls of the same kernel), slowest first, from a
@@ -197,7 +209,7 @@ class ArmBackend(X86Backend):
         from backends.c.cross import EMULATION_NOTE, EmulationWarning
 
         warnings.warn(EMULATION_NOTE, EmulationWarning, stacklevel=4)
-        return model.run_runner(inputs)
+        return with_element_types(model.run_runner(inputs), model.output_types)
 
     def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
         raise BackendError(
@@ -215,6 +227,40 @@ class ArmBackend(X86Backend):
         os.makedirs(prebuilt, exist_ok=True)
         self._copy_binaries(model, prebuilt)
         return {"build": "make  (or: cmake -B build && cmake --build build)"}
+
+
+IoTable = tuple[list[tuple[np.dtype, tuple[int, ...]]], list[tuple[np.dtype, tuple[int, ...]]]]
+
+
+def runner_io(artifact: Build) -> IoTable:
+    """(storage dtype, shape) of each input and output of a built runner, from ``runner --describe``
+    (run once per build: a build directory is named after its content)."""
+    key = (artifact.launcher, artifact.runner)
+    if key not in _RUNNER_IO:
+        cmd = [*artifact.launcher, artifact.runner, "--describe"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BackendError(f"runner --describe failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+        table: IoTable = ([], [])
+        for line in proc.stdout.splitlines():
+            kind, _name, dtype, nbytes, *dims = line.split()
+            shape = tuple(int(v) for v in dims)
+            table[kind == "output"].append((storage_dtype(dtype, shape, int(nbytes)), shape))
+        _RUNNER_IO[key] = table
+    return _RUNNER_IO[key]
+
+
+_RUNNER_IO: dict[tuple[tuple[str, ...], str], IoTable] = {}
+
+
+def with_element_types(arrays: Sequence[np.ndarray], types: Sequence[Any]) -> list[np.ndarray]:
+    """Outputs in storage dtypes viewed with their exact numpy dtypes (a quantized output carries its
+    scale and zero point as the reference's does)."""
+    out = []
+    for a, t in zip(arrays, types, strict=True):
+        dt = numpy_dtype(t.element_type)
+        out.append(a.view(dt) if dt.itemsize == a.dtype.itemsize and dt.kind == a.dtype.kind else a)
+    return out
 
 
 def _write(path: str, text: str) -> None:

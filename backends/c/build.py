@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dialects.dtypes import element_type, numpy_dtype
+from dialects.dtypes import QUANTIZED_STORAGE, DTypeError, element_type, numpy_dtype
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 RUNTIME_FILES = ("xm_runtime.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
@@ -128,6 +128,22 @@ def _run(cmd: list[str], cwd: str) -> None:
         raise BuildError(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stderr[-4000:]}")
 
 
+def storage_dtype(name: str, shape: Sequence[int], nbytes: int) -> np.dtype:
+    """The numpy dtype one model input or output is stored in, from the runtime's table: its dtype
+    name (``dialects.dtypes.dtype_name``: a plain dtype, or a quantized kind stored as its storage
+    integers), checked against its byte count."""
+    try:
+        dt = QUANTIZED_STORAGE[name] if name in QUANTIZED_STORAGE else numpy_dtype(element_type(name))
+    except DTypeError as exc:
+        raise BuildError(f"the model's tensor table names an unknown dtype {name!r}") from exc
+    if dt.itemsize * math.prod(shape) != nbytes:
+        raise BuildError(
+            f"the model's tensor table gives {nbytes} bytes for {name} {list(shape)} "
+            f"({dt.itemsize * math.prod(shape)} expected)"
+        )
+    return np.dtype(dt)
+
+
 class _Info(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -167,17 +183,11 @@ class LoadedModel:
         return i.name.decode(), tuple(i.shape[: i.ndim])
 
     def _dtypes(self, getter: Any, count: int) -> list[np.dtype]:
-        """The storage dtype of each input or output (float32 unless its table names another plain
-        dtype whose size matches its byte count)."""
+        """The storage dtype of each input or output (:func:`storage_dtype`)."""
         out = []
         for k in range(count):
             info = getter(k).contents
-            shape = tuple(info.shape[: info.ndim])
-            try:
-                dt = numpy_dtype(element_type(info.dtype.decode()))
-            except (ValueError, KeyError, TypeError):
-                dt = np.dtype(np.float32)
-            out.append(dt if dt.itemsize * math.prod(shape) == info.nbytes else np.dtype(np.float32))
+            out.append(storage_dtype(info.dtype.decode(), tuple(info.shape[: info.ndim]), info.nbytes))
         return out
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

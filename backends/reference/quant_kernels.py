@@ -26,8 +26,8 @@ float32 arithmetic step by step so that its int8 results are bit-exact with MegE
   rounding half away from zero (megdnn's ``MeanIncludeRoundedPooler``). A result dtype whose
   parameters differ from the input's is reached by requantization.
 
-The generated C kernels (``backends/c``) round with ``roundf`` after one float multiplication, so they
-can differ from this reference by one step on rare ties (tests/test_int8_rounding.py).
+The generated C, NEON and CUDA kernels repeat this arithmetic through one C definition
+(``backends/c/templates/requant.py``) and are bit-exact with it (tests/test_int8_kernels_exact.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 /* xmge standalone runner.
  *
  *   runner WEIGHTS.bin [-t THREADS] [-n ITERS] [-w WARMUP] [-i IN0.bin ...] [-o OUT0.bin ...]
+ *   runner --describe
  *
- * Inputs are raw little-endian tensors in model order (random in [-1, 1) when not given); outputs are
- * written raw. Prints the model's I/O, arena size and the median / min latency over ITERS runs.
+ * Inputs are raw little-endian tensors in model order, each in its own dtype (the xm_inputs[] table:
+ * int8 bytes for qint8, int32 for qint32, one byte per bool, ...); inputs not given are random
+ * (floats in [-1, 1), integers of the type's small range). Outputs are written raw in their dtypes.
+ * Prints the model's I/O, arena size and the median / min latency over ITERS runs.
+ * --describe prints one line per tensor, "input|output NAME DTYPE NBYTES DIM0 DIM1 ...", and exits.
  */
 #define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
@@ -34,6 +38,45 @@ static double now_ms(void) {
 
 #define XM_MAX_IO 1024 /* inputs / outputs a model may have */
 
+static unsigned long elements(const xm_tensor_info* t) {
+  unsigned long n = 1;
+  for (int d = 0; d < t->ndim; ++d) n *= (unsigned long)t->shape[d];
+  return n;
+}
+
+/* a random tensor of t's dtype (the names of dialects/dtypes.py) */
+static void* random_input(const xm_tensor_info* t) {
+  unsigned char* buf = (unsigned char*)calloc(t->nbytes ? t->nbytes : 1, 1);
+  const unsigned long n = elements(t), size = n ? t->nbytes / n : 0;
+  const char* d = t->dtype;
+  for (unsigned long k = 0; k < n; ++k) {
+    const int r = rand();
+    if (!strcmp(d, "float32") && size == 4) {
+      ((float*)buf)[k] = 2.f * r / (float)RAND_MAX - 1.f;
+    } else if (!strcmp(d, "float16") && size == 2) {
+      /* sign and a value in [0.5, 1): exponent -1, random mantissa */
+      ((unsigned short*)buf)[k] = (unsigned short)(((r >> 10) & 1) << 15 | 0x3800 | (r & 0x3ff));
+    } else if (!strcmp(d, "bool") && size == 1) {
+      buf[k] = (unsigned char)(r & 1);
+    } else if ((!strcmp(d, "uint8") || !strcmp(d, "quint8")) && size == 1) {
+      buf[k] = (unsigned char)(r & 0xff);
+    } else if (size == 1) {
+      ((signed char*)buf)[k] = (signed char)(r % 256 - 128);
+    } else if (size == 2) {
+      ((short*)buf)[k] = (short)(r % 256 - 128);
+    } else if (size == 4) {
+      ((int*)buf)[k] = r % 256 - 128;
+    }
+  }
+  return buf;
+}
+
+static void describe(const char* kind, const xm_tensor_info* t) {
+  printf("%s %s %s %lu", kind, t->name, t->dtype, t->nbytes);
+  for (int d = 0; d < t->ndim; ++d) printf(" %ld", t->shape[d]);
+  printf("\n");
+}
+
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -43,6 +86,11 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s WEIGHTS.bin [-t THREADS] [-n ITERS] [-w WARMUP] [-i IN.bin ...] [-o OUT.bin ...]\n", argv[0]);
     return 2;
+  }
+  if (!strcmp(argv[1], "--describe")) {
+    for (int i = 0; i < xm_get_num_inputs(); ++i) describe("input", xm_get_input(i));
+    for (int i = 0; i < xm_get_num_outputs(); ++i) describe("output", xm_get_output(i));
+    return 0;
   }
   int threads = 0, iters = 10, warmup = 2, nin = 0, nout = 0;
   const char* in_paths[XM_MAX_IO];
@@ -70,9 +118,7 @@ int main(int argc, char** argv) {
       ins[i] = read_file(in_paths[i], &n);
       if (n != t->nbytes) { fprintf(stderr, "runner: %s has %lu bytes, input %s needs %lu\n", in_paths[i], n, t->name, t->nbytes); return 2; }
     } else {
-      float* buf = (float*)malloc(t->nbytes);
-      for (unsigned long k = 0; k < t->nbytes / 4; ++k) buf[k] = 2.f * rand() / (float)RAND_MAX - 1.f;
-      ins[i] = buf;
+      ins[i] = random_input(t);
     }
     printf("input %s %s [", t->name, t->dtype);
     for (int d = 0; d < t->ndim; ++d) printf(d ? ", %ld" : "%ld", t->shape[d]);

@@ -14,9 +14,10 @@ for every element type and ISA:
 * ``conv2d_nchw44_q8`` (``neon``, int8 without the dot product): channel-wise ``C11RSc4``, hybrid
   ``KRSCk4`` (int8 first layer) and ``KCRSc4k4``/``GKCRSc4k4``, widening ``vmlal_s16``.
 
-int8 results are requantized as MegEngine's (and the reference's) ``quantize(float32(acc) * s_acc)``:
-RELU on the integer accumulator, ``(float)acc * s_acc * (1 / s_out)`` in float32, rounded half away
-from zero (``vcvtaq_s32_f32``, C's ``roundf``) and saturated to int8 (``vqmovn``).
+int8 results go through the reference's epilogue (MegEngine's x86 requantization), lane by lane with
+the one C definition of :mod:`backends.c.templates.requant`: the accumulator and the float32 bias
+scaled separately, added, RELU / h-swish, times ``1.0f / s_out``, rounded ``trunc(y ± 0.5)``;
+without bias or activation one multiplication by ``s_acc / s_out``.
 
 Each template also has a ``generic`` instance: the same loops with the vector operations spelled as
 scalar C (``bench/bench_arm.py`` compares the two under qemu). Padding is done once per image by a
@@ -36,7 +37,6 @@ from backends.c.match import (
     ACT,
     acc_scale,
     code,
-    int_bias,
     logical,
     pool_geometry,
     qparams,
@@ -44,6 +44,19 @@ from backends.c.match import (
     same_type,
 )
 from backends.c.templates import Template, sym_join
+from backends.c.templates.requant import (
+    CTYPES as OUT_CTYPES,
+)
+from backends.c.templates.requant import (
+    INT8_ACT,
+    REQUANT_C,
+    bias_ctype,
+    bias_values,
+    exact,
+    int_activation,
+    post_processed,
+    result_expr,
+)
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
@@ -155,7 +168,6 @@ static inline {v} xm_max0_{tag}({v} a) {{
 # int8: a 4x4 filter block times the 4 input channels of one pixel into 4 int32 accumulators
 _NEON_Q8 = """#define xm_vq_neon int32x4_t
 #define xm_qzero_neon() vdupq_n_s32(0)
-#define xm_qld_neon(p) vld1q_s32(p)
 /* dot: acc[k] += sum_c w[k*4 + c] * x[c] (KCRSk4c4 block), one sdot */
 #define xm_qdot_neon(a, w, x) \\
   vdotq_s32(a, vld1q_s8(w), vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t*)(x))))
@@ -178,25 +190,12 @@ static inline int32x4_t xm_qman_neon(int32x4_t a, const int8_t* w, int8_t s) {
   int16x4_t w16 = vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vld1_dup_s32((const int32_t*)w))));
   return vmlal_n_s16(a, w16, s);
 }
-/* requantize 4 accumulators: relu (integer), * s_acc * inv_out in float32, round half away, saturate */
-static inline void xm_qstore_neon(int8_t* y, int32x4_t a, float s_acc, float inv_out, int relu) {
-  if (relu) a = vmaxq_s32(a, vdupq_n_s32(0));
-  const float32x4_t f = vmulq_n_f32(vmulq_n_f32(vcvtq_f32_s32(a), s_acc), inv_out);
-  const int16x4_t h = vqmovn_s32(vcvtaq_s32_f32(f));
-  const int8x8_t b = vqmovn_s16(vcombine_s16(h, h));
-  vst1_lane_s32((int32_t*)y, vreinterpret_s32_s8(b), 0);
-}
+/* the 4 lanes of an accumulator, for the scalar requantization (requant.py) */
+static inline void xm_qlanes_neon(int32_t* lanes, int32x4_t a) { vst1q_s32(lanes, a); }
 """
 
 _C_Q8 = """typedef struct { int32_t v[4]; } xm_vq_c;
 static inline xm_vq_c xm_qzero_c(void) { xm_vq_c r = {{0, 0, 0, 0}}; return r; }
-static inline xm_vq_c xm_qld_c(const int32_t* p) {
-  xm_vq_c r;
-  for (int i = 0;
-  i < 4;
-  ++i) r.v[i] = p[i];
-  return r;
-}
 static inline xm_vq_c xm_qdot_c(xm_vq_c a, const int8_t* w, const int8_t* x) {
   for (int k = 0; k < 4; ++k) for (int c = 0; c < 4; ++c) a.v[k] += (int32_t)w[k * 4 + c] * x[c];
   return a;
@@ -213,12 +212,8 @@ static inline xm_vq_c xm_qman_c(xm_vq_c a, const int8_t* w, int8_t s) {
   for (int k = 0; k < 4; ++k) a.v[k] += (int32_t)w[k] * s;
   return a;
 }
-static inline void xm_qstore_c(int8_t* y, xm_vq_c a, float s_acc, float inv_out, int relu) {
-  for (int k = 0; k < 4; ++k) {
-    int32_t v = relu && a.v[k] < 0 ? 0 : a.v[k];
-    float r = roundf((float)v * s_acc * inv_out);
-    y[k] = (int8_t)(r > 127.f ? 127 : r < -128.f ? -128 : (int)r);
-  }
+static inline void xm_qlanes_c(int32_t* lanes, xm_vq_c a) {
+  for (int k = 0; k < 4; ++k) lanes[k] = a.v[k];
 }
 """
 
@@ -314,15 +309,15 @@ def nchw44_int8(op: Operation, isa: str, dot: bool) -> Lowered | None:
     x, w = op.operands[0], op.operands[1]
     if code(x) != "q8" or code(w) != "q8" or (flayout in DOT_FILTERS) != dot or params.get("residual"):
         return None
-    if qparams(x)[1] or qparams(w)[1] or params["act"] not in ("identity", "relu"):
+    if qparams(x)[1] or qparams(w)[1] or params["act"] not in INT8_ACT.values():
         return None
     rq = requant_params(x, w, op.results[0])
-    if rq is None or rq["out"] != "q8" or rq["zp_out"]:
+    if rq is None or rq["out"] not in ("q8", "q32_same") or rq["zp_out"]:
         return None
-    params.update(dtype="q8", s_acc=rq["s_acc"], inv_out=rq["inv_out"], qid=rq["qid"])
+    params.update(dtype="q8", out=rq["out"], s_acc=rq["s_acc"], s_out=rq["s_out"], zp_out=0, qid=rq["qid"])
     if params["bias"]:
-        b = int_bias(op.operands[2], acc_scale(x, w))
-        if b is None:
+        b = bias_values(op.operands[2], acc_scale(x, w), params)
+        if b is None or b.size != params["oc"]:
             return None
         operands[2] = b
     return Lowered(params, operands)
@@ -394,7 +389,7 @@ class ConvNchw44(Template):
                                     ("c_f16c32", "float16_t", "float"))
                 )  # fmt: skip
             return _NEON_F32 + (_NEON_F16 + _NEON_F16C32 if self.isa == "fp16" else _NEON_F16C32)
-        return "#include <stdint.h>\n" + (_C_Q8 if self.isa == "generic" else _NEON_Q8)
+        return "#include <stdint.h>\n" + (_C_Q8 if self.isa == "generic" else _NEON_Q8) + REQUANT_C
 
     # -- code ------------------------------------------------------------------------------------
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
@@ -404,6 +399,7 @@ class ConvNchw44(Template):
         hybrid = mode == "hybrid"
         is_float = self.kind == "float"
         ctype = STORAGE[p["dtype"]] if is_float else "int8_t"
+        otype = ctype if is_float else OUT_CTYPES[p["out"]]  # int8, or the int32 accumulator
         ihp, iwp = self._padded(p)
         pad = self._needs_pad(p)
         # activation strides (layout.py): input (padded copy or the input itself) and output
@@ -509,14 +505,18 @@ class ConvNchw44(Template):
             if p.get("residual"):
                 bias_param += f" const {ctype}* res = (const {ctype}*)res_;"
         else:
-            init = f"xm_qld_{tag}(bias + (long){kabs} * 4)" if p["bias"] else zero
-            fin = ""
-            relu = int(p["act"] == "relu")
+            # an int8 result: the float32 bias joins after scaling (requant.post_processed); the
+            # int32 accumulator as the result: the int32 bias joins the integers
+            init = zero
+            fin = f"int32_t lanes[4]; xm_qlanes_{tag}(lanes, acc[j]);"
+            bias_at = f"bias[(long){kabs} * 4 + k]"
+            int_bias = f"lanes[k] += {bias_at};" if p["bias"] and not post_processed(p) else ""
+            value = result_expr(p, "lanes[k]", bias_at)
             store = (
-                f"xm_qstore_{tag}(yo + (long)(ox + j) * {out_st['W']}, acc[j], {p['s_acc']!r}f, "
-                f"{p['inv_out']!r}f, {relu});"
+                f"for (int k = 0; k < 4; ++k) {{ {int_bias} {int_activation(p, 'lanes[k]')} "
+                f"yo[(long)(ox + j) * {out_st['W']} + k] = {value}; }}"
             )
-            bias_param = "const int32_t* bias = (const int32_t*)bias_;" if p["bias"] else ""
+            bias_param = f"const {bias_ctype(p)}* bias = (const {bias_ctype(p)}*)bias_;" if p["bias"] else ""
 
         # the padded copy of one image
         if pad:
@@ -536,11 +536,11 @@ class ConvNchw44(Template):
         args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
                 *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
                 "int nt"]  # fmt: skip
-        return f"""
+        code = f"""
 static void {sym}({", ".join(args)}) {{
   const {ctype}* x = (const {ctype}*)x_;
   const {ctype}* w = (const {ctype}*)w_;
-  {ctype}* y = ({ctype}*)y_;
+  {otype}* y = ({otype}*)y_;
   {bias_param}
   (void)ws;
   for (int nn = 0; nn < {n}; ++nn) {{{pad_code}
@@ -548,7 +548,7 @@ static void {sym}({", ".join(args)}) {{
     for (int gi = 0; gi < {groups_b}; ++gi)
     for (int kb = 0; kb < {ocb_per_g}; ++kb) {{
       for (int oy = 0; oy < {oh}; ++oy) {{
-        {ctype}* yo = {yblk};
+        {otype}* yo = {yblk};
         for (int ox = 0; ox < {ow}; ox += {OWB}) {{
           const int jn = {ow} - ox < {OWB} ? {ow} - ox : {OWB};
           {vt} acc[{OWB}];
@@ -563,6 +563,7 @@ static void {sym}({", ".join(args)}) {{
   }}
 }}
 """
+        return code if is_float else exact(code)
 
     def _filter_logical(self, p: dict[str, Any]) -> tuple[int, ...]:
         mode, g = p["mode"], p["groups"]

@@ -4,9 +4,10 @@ type conversion and the int8 operators MegEngine's quantized graphs use around t
 Element types travel as short codes in the kernel parameters: ``f32``, ``f16``, ``q8`` (qint8),
 ``q32`` (qint32), ``u8`` (quint8), each quantized one with a float32 scale and a zero point.
 Semantics are those of the reference (``backends.reference.quant_kernels``), operation for
-operation in float32: dequantize ``(float)(q - zp) * s``; quantize
-``clamp(roundf(v * (1.f / s)) + zp)`` (round half away from zero); int32 accumulation for int8
-products; pooling averages rounded half away from zero in integers.
+operation in float32: dequantize ``(float)(q - zp) * s``; quantize, conversions between quantized
+types and the int8 products' epilogues through the one C definition of requantization
+(:mod:`backends.c.templates.requant`); int32 accumulation for int8 products; pooling averages rounded
+half away from zero in integers.
 
 Families: ``relayout`` (any layout pair, from :meth:`dialects.layout.LayoutSpec.split_strides`),
 ``typecvt``, ``elemwise_q`` (elementwise and ElemwiseMultiType Q-modes on dequantized values),
@@ -27,7 +28,6 @@ from backends.c.match import (
     code,
     dtype_key,
     esize,
-    int_bias,
     pool_geometry,
     qparams,
     requant_params,
@@ -42,6 +42,19 @@ from backends.c.templates.generic import (
     _ptr_args,
     _strided_loops,
 )
+from backends.c.templates.requant import (
+    INT8_ACT,
+    QRANGE,
+    REQUANT_C,
+    bias_ctype,
+    bias_values,
+    convert_expr,
+    exact,
+    int_activation,
+    post_processed,
+    quantize_expr,
+    result_expr,
+)
 from backends.reference.quant_kernels import Q_MODES
 from dialects import enums
 from dialects import layout as L
@@ -53,8 +66,9 @@ if TYPE_CHECKING:
 
 CTYPES = {"f32": "float", "f16": "float16_t", "q8": "int8_t", "q32": "int32_t", "u8": "uint8_t",
           "b1": "uint8_t", "i32": "int32_t", "i16": "int16_t", "i8": "int8_t", "ui8": "uint8_t"}  # fmt: skip
-QRANGE = {"q8": (-128, 127), "q32": (-(2**31), 2**31 - 1), "u8": (0, 255)}
 HEADER = "#include <stdint.h>\n"
+# float32 operations whose quantized form is MegEngine's SIMD one (quant_kernels.QUANTIZED_ELEMWISE)
+QUANTIZED_ELEMWISE_C = {"h_swish": "xm_qhswish(a)", "fuse_add_h_swish": "xm_qhswish(a + b)"}
 
 
 def is_quantized(code: str) -> bool:
@@ -77,15 +91,23 @@ def quant(code: str, scale: float, zp: int, v: str) -> str:
         return f"(uint8_t)(({v}) != 0)"  # numpy's astype(bool): any non-zero value is true
     if not is_quantized(code):
         return f"({CTYPES[code]})({v})"
-    lo, hi = QRANGE[code]
-    inv = f"(1.f / {scale!r}f)"
-    return f"({CTYPES[code]})xm_sat_d((double)roundf(({v}) * {inv}) + {zp}, {lo}.0, {hi}.0)"
+    return quantize_expr(code, scale, zp, v)
 
 
-SAT = """static inline double xm_sat_d(double v, double lo, double hi) {
-  return v < lo ? lo : v > hi ? hi : v;
-}
-"""
+def convert(p: dict[str, Any], x: str) -> str:
+    """C expression converting element ``x`` from type ``p["src"]`` to ``p["dst"]`` (TypeCvt)."""
+    src, dst = p["src"], p["dst"]
+    if is_quantized(src) and is_quantized(dst):  # one float32 multiplication by s_src / s_dst
+        centered = f"(int64_t)({x}) - {p['zp_in']}" if p["zp_in"] else x
+        return convert_expr(dst, p["s_in"], p["s_out"], p["zp_out"], centered)
+    return quant(dst, p["s_out"], p["zp_out"], deq(src, p["s_in"], p["zp_in"], x))
+
+
+def quantized_float_op(mode: str) -> str:
+    """The C float32 expression a quantized elementwise op applies between dequantization and
+    quantization."""
+    return QUANTIZED_ELEMWISE_C.get(mode, ELEMWISE_C[mode])
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,9 +194,8 @@ class TypeCvt(Template):
         return sym_join("typecvt", p["src"], "to", p["dst"], f"n{p['size']}", p["qid"])
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        v = deq(p["src"], p["s_in"], p["zp_in"], "in[i]")
-        out = quant(p["dst"], p["s_out"], p["zp_out"], v)
-        return f"""
+        out = convert(p, "in[i]")
+        return exact(f"""
 static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
   const {CTYPES[p["src"]]}* in = (const {CTYPES[p["src"]]}*)in_;
   {CTYPES[p["dst"]]}* out = ({CTYPES[p["dst"]]}*)out_;
@@ -182,10 +203,10 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
   {_par(p["size"])}
   for (long i = 0; i < {p["size"]}; ++i) out[i] = {out};
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
-        return HEADER + SAT
+        return HEADER + REQUANT_C
 
 
 def elemwise_q(op: Operation, float_mode: str) -> Lowered | None:
@@ -234,8 +255,8 @@ class ElemwiseQ(Template):
         loads = " ".join(
             f"const float {names[i]} = {deq(dts[i], scs[i], zps[i], f'in{i}[x{i}]')};" for i in range(n)
         )
-        body = f"{loads} out0[o] = {quant(dts[n], scs[n], zps[n], ELEMWISE_C[p['mode']])};"
-        return (
+        body = f"{loads} out0[o] = {quant(dts[n], scs[n], zps[n], quantized_float_op(p['mode']))};"
+        return exact(
             f"static void {sym}({_ptr_args(n, 1)}) {{\n  (void)ws;\n  "
             + "\n  ".join(decl)
             + "\n"
@@ -244,7 +265,7 @@ class ElemwiseQ(Template):
         )
 
     def support(self, em: CEmitter) -> str:
-        return HEADER + SAT
+        return HEADER + REQUANT_C
 
 
 class Pool2dQ8(Template):
@@ -305,16 +326,6 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
         return HEADER
 
 
-def _requant(p: dict[str, Any], acc: str) -> str:
-    """An int32 accumulator as the result type: int32 as is, else (float)acc * s_acc requantized."""
-    if p["out"] == "q32_same":
-        return acc
-    v = f"(float)({acc}) * {p['s_acc']!r}f"
-    if p["out"] == "f32":
-        return v
-    return quant(p["out"], p["s_out"], p["zp_out"], v)
-
-
 class MatmulQ8(Template):
     """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
 
@@ -351,7 +362,7 @@ class MatmulQ8(Template):
         a_at = f"a[(long)kk * {M} + i]" if p["ta"] else f"a[(long)i * {Kd} + kk]"
         b_at = f"b[(long)j * {Kd} + kk]" if p["tb"] else f"b[(long)kk * {N} + j]"
         otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
-        return f"""
+        return exact(f"""
 static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, int nt) {{
   (void)ws;
   for (int bt = 0; bt < {p["batch"]}; ++bt) {{
@@ -363,20 +374,20 @@ static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, i
       for (int j = 0; j < {N}; ++j) {{
         int32_t acc = 0;
         for (int kk = 0; kk < {Kd}; ++kk) acc += (int32_t){a_at} * {b_at};
-        y[(long)i * {N} + j] = {_requant(p, "acc")};
+        y[(long)i * {N} + j] = {result_expr(p, "acc")};
       }}
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
-        return HEADER + SAT
+        return HEADER + REQUANT_C
 
 
 class Conv2dQ8(Template):
-    """int8 NCHW convolution (any groups, stride, padding, dilation), int32 accumulation, an int32
-    bias at the accumulator's scale, integer RELU, requantization: the fallback for the int8 convs
-    the NCHW44 passes leave in NCHW."""
+    """int8 NCHW convolution (any groups, stride, padding, dilation), int32 accumulation, the
+    reference's epilogue (:func:`backends.c.templates.requant.result_expr`): the fallback for the
+    int8 convs the NCHW44 passes leave in NCHW."""
 
     family = "conv2d_q8"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
@@ -417,18 +428,16 @@ class Conv2dQ8(Template):
         }  # fmt: skip
         operands: list[SSAValue | np.ndarray] = [x, w_operand]
         if isinstance(op, T.ConvBiasOp):
-            params["act"] = {enums.NonlineMode.IDENTITY: "identity", enums.NonlineMode.RELU: "relu"}.get(
-                p["nonline_mode"], ""
-            )
+            params["act"] = INT8_ACT.get(p["nonline_mode"], "")
             if not params["act"] or len(rest) > 1:
                 return None
             if rest:
                 if math.prod(shape(rest[0])) != oc:
                     return None
-                bias = int_bias(rest[0], acc_scale(x, w))
+                params["bias"] = 1
+                bias = bias_values(rest[0], acc_scale(x, w), params)
                 if bias is None:
                     return None
-                params["bias"] = 1
                 operands.append(bias)
         return Lowered(params, operands)
 
@@ -445,23 +454,23 @@ class Conv2dQ8(Template):
             p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
         )
         icg, ocg = ic // g, oc // g
-        relu = "if (acc < 0) acc = 0;" if p["act"] == "relu" else ""
+        int_bias = p["bias"] and not post_processed(p)
         otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
         args = ["const void* x_", "const void* w_", *(["const void* b_"] if p["bias"] else []), "void* y_",
                 "unsigned char* ws", "int nt"]  # fmt: skip
-        return f"""
+        return exact(f"""
 static void {sym}({", ".join(args)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int8_t* w = (const int8_t*)w_;
   {otype}* y = ({otype}*)y_;
-  {"const int32_t* bias = (const int32_t*)b_;" if p["bias"] else ""}
+  {f"const {bias_ctype(p)}* bias = (const {bias_ctype(p)}*)b_;" if p["bias"] else ""}
   (void)ws;
   {_par(n * oc * oh * ow * icg * fh * fw)}
   for (int no = 0; no < {n * oc}; ++no) {{
     const int nn = no / {oc}, o = no % {oc}, gi = o / {ocg};
     for (int oy = 0; oy < {oh}; ++oy)
       for (int ox = 0; ox < {ow}; ++ox) {{
-        int32_t acc = {"bias[o]" if p["bias"] else "0"};
+        int32_t acc = {"bias[o]" if int_bias else "0"};
         for (int c = 0; c < {icg}; ++c) {{
           const int8_t* xc = x + ((long)nn * {ic} + gi * {icg} + c) * {ih * iw};
           const int8_t* wc = w + ((long)o * {icg} + c) * {fh * fw};
@@ -474,15 +483,15 @@ static void {sym}({", ".join(args)}) {{
             }}
           }}
         }}
-        {relu}
-        y[((long)nn * {oc} + o) * {oh * ow} + oy * {ow} + ox] = {_requant(p, "acc")};
+        {int_activation(p, "acc")}
+        y[((long)nn * {oc} + o) * {oh * ow} + oy * {ow} + ox] = {result_expr(p, "acc", "bias[o]")};
       }}
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
-        return HEADER + SAT
+        return HEADER + REQUANT_C
 
 
 KERNEL_UNITS = (

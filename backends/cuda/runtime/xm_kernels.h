@@ -32,12 +32,7 @@ static __host__ __device__ __forceinline__ float xm_act_hswish(float v) {
   return v * fminf(fmaxf(v + 3.f, 0.f), 6.f) / 6.f;
 }
 static __host__ __device__ __forceinline__ float xm_act_relu6(float v) { return fminf(fmaxf(v, 0.f), 6.f); }
-static __host__ __device__ __forceinline__ double xm_sat_d(double v, double lo, double hi) {
-  return v < lo ? lo : v > hi ? hi : v;
-}
-/* int8 value of a requantized float: round half away from zero, saturate (quant_kernels.py) */
-static __host__ __device__ __forceinline__ int8_t xm_q8(float v, float inv_scale) {
-  return (int8_t)xm_sat_d((double)roundf(v * inv_scale), -128.0, 127.0);
-}
+/* int8 requantization: the C backends' one definition (backends/c/templates/requant.py), emitted
+   into model.cu by the kernels that use it */
 static __host__ __device__ __forceinline__ int xm_blocks(long n, int block) { return (int)((n + block - 1) / block); }
 #endif

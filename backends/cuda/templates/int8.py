@@ -9,8 +9,11 @@ layout's physical dims over the physical shape), so one kernel family serves eve
   cores (WMMA m16n16k16, int32 accumulators), one warp per 16 pixels x 16 output channels;
 * ``pool2d_blocked_q8`` (ISA ``generic``): max / average pooling.
 
-Epilogues repeat ``backends/reference/quant_kernels.py``: int32 bias and ``z`` at the accumulator's
-scale, integer RELU, requantization (float32 scale product, round half away from zero, saturation).
+Epilogues repeat ``backends/reference/quant_kernels.py`` with the C backends' one definition of
+requantization (:mod:`backends.c.templates.requant`, ``__host__ __device__`` under nvcc): ``z`` joins
+the int32 accumulator at its scale; an int8 result is the conv-bias post-process (accumulator and
+float32 bias scaled separately, RELU / h-swish, times ``1.0f / s_out``, rounded ``trunc(y ± 0.5)``),
+an int32 or float result adds the int32 bias and applies RELU on integers.
 """
 
 from __future__ import annotations
@@ -24,15 +27,23 @@ from xdsl.ir import Operation, SSAValue
 from backends.c.match import acc_scale, code, dtype_key, pool_geometry, qparams, requant_params
 from backends.c.templates import sym_join
 from backends.c.templates.generic import BYTES_CTYPE
-from backends.c.templates.typed import _requant
+from backends.c.templates.requant import (
+    INT8_ACT,
+    REQUANT_C,
+    bias_ctype,
+    bias_values,
+    exact,
+    int_activation,
+    post_processed,
+    result_expr,
+)
 from backends.cuda.templates import CudaRender, pointwise
 from backends.cuda.templates.portable import _out_type, int_average
-from backends.reference.quant_kernels import _to_acc_scale as to_acc_scale
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
-from dialects.dtypes import QuantizedType, numpy_dtype
-from passes.lowering.kernels import KernelUnit, Lowered, const_array, shape
+from dialects.dtypes import numpy_dtype
+from passes.lowering.kernels import KernelUnit, Lowered, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -67,24 +78,6 @@ def offset_expr(layout: str | None, physical: tuple[int, ...], names: dict[str, 
 def _layout_name(v: SSAValue) -> str | None:
     lay = L.layout_of(v.type)
     return lay.value if lay is not None else None
-
-
-def _int32_at_acc_scale(v: SSAValue, scale: float) -> np.ndarray | None:
-    """A constant bias (any layout) as int32 per logical channel at the accumulator's scale."""
-    arr = const_array(v)
-    if arr is None:
-        return None
-    t = v.type
-    arr = (
-        np.asarray(arr).view(numpy_dtype(t.element_type))
-        if isinstance(t.element_type, QuantizedType)
-        else arr
-    )  # type: ignore[attr-defined]
-    lay = L.layout_of(t)
-    if lay is not None:
-        arr = L.SPECS[lay].unpack(arr)
-    out = to_acc_scale(arr, scale).reshape(-1)
-    return None if np.abs(out).max(initial=0) >= 2**31 else out.astype(np.int32)
 
 
 def _z_term(p: dict[str, Any], z: str) -> str:
@@ -155,17 +148,15 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
             return None
         operands: list[SSAValue | np.ndarray] = [x, w]
         if isinstance(op, T.ConvBiasOp):
-            act = {enums.NonlineMode.IDENTITY: "identity", enums.NonlineMode.RELU: "relu"}.get(
-                p["nonline_mode"]
-            )
+            act = INT8_ACT.get(p["nonline_mode"])
             if act is None or len(rest) > 2:
                 return None
             params["act"] = act
             if rest:
-                bias = _int32_at_acc_scale(rest[0], scale)
+                params["bias"] = 1
+                bias = bias_values(rest[0], scale, params)
                 if bias is None or bias.size != ocp:
                     return None
-                params["bias"] = 1
                 operands.append(bias)
             if len(rest) == 2:
                 z = rest[1]
@@ -201,21 +192,23 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
 
     def _epilogue(self, p: dict[str, Any], k: str, y_at: str) -> str:
         lines = []
-        if p["bias"]:
+        if p["bias"] and not post_processed(p):
             lines.append(f"acc += bias[{k}];")
         if p["z"]:
             lines.append(f"acc += {_z_term(p, f'z[{y_at}]')};")
-        if p["act"] == "relu":
-            lines.append("if (acc < 0) acc = 0;")
-        lines.append(f"y[{y_at}] = {_requant(p, 'acc')};")
-        return "\n    ".join(lines)
+        lines.append(int_activation(p, "acc"))
+        lines.append(f"y[{y_at}] = {result_expr(p, 'acc', f'bias[{k}]')};")
+        return "\n    ".join(line for line in lines if line)
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C
 
     def _args(self, p: dict[str, Any]) -> list[tuple[str, str]]:
         ztype = "int8_t" if p.get("zcode") == "q8" else "int32_t"
         return [
             ("const int8_t*", "x"),
             ("const int8_t*", "w"),
-            *([("const int32_t*", "bias")] * p["bias"]),
+            *([(f"const {bias_ctype(p)}*", "bias")] * p["bias"]),
             *([(f"const {ztype}*", "z")] * p["z"]),
             (f"{_out_type(p)}*", "y"),
         ]
@@ -249,7 +242,7 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
       }}
     }}
     {self._epilogue(p, "k", y_at)}"""
-        return pointwise(sym, self._args(p), n * oc * oh * ow, body)
+        return exact(pointwise(sym, self._args(p), n * oc * oh * ow, body))
 
 
 MMA_TILE = 16  # WMMA int8 m16n16k16
@@ -289,7 +282,7 @@ class ConvNchw32Mma(ConvBlockedQ8):
         )
         casts = ", ".join(f"({a}){b}_" for a, b in args)
         grid = f"dim3({math.ceil(pixels / t)}, {oc // t})"
-        return f"""
+        return exact(f"""
 extern "C" __global__ void __launch_bounds__(32) {sym}_k({params}) {{
   using namespace nvcuda;
   __shared__ __align__(32) signed char a_tile[{t * t}];
@@ -340,7 +333,7 @@ static void {sym}({launcher}) {{
   (void)ws; (void)nt;
   XM_LAUNCH_SYNC({sym}_k, {grid}, dim3(32), {casts});
 }}
-"""
+""")
 
 
 class PoolBlockedQ8(CudaRender, KernelUnit):

@@ -21,7 +21,15 @@ from backends.c.match import conv_common, is_f32
 from backends.c.templates import generic, typed
 from backends.c.templates import sym_join as c_sym_join
 from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, ESIZE, _epilogue_name
-from backends.c.templates.typed import CTYPES, _requant, deq, quant
+from backends.c.templates.requant import (
+    REQUANT_C,
+    bias_ctype,
+    exact,
+    int_activation,
+    post_processed,
+    result_expr,
+)
+from backends.c.templates.typed import CTYPES, deq, quant
 from backends.cuda.templates import CudaRender, linear, pointwise, unflatten
 from dialects import tensor as T
 from passes.lowering.kernels import KernelUnit, Lowered, const_array, shape
@@ -353,10 +361,16 @@ class Relayout(CudaRender, typed.Relayout):
 
 class TypeCvt(CudaRender, typed.TypeCvt):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        v = load_real(p["src"], p["s_in"], p["zp_in"], "in[i]")
-        body = f"out[i] = {store_as(p['dst'], p['s_out'], p['zp_out'], v)};"
+        if "f16" in (p["src"], p["dst"]):
+            v = load_real(p["src"], p["s_in"], p["zp_in"], "in[i]")
+            value = store_as(p["dst"], p["s_out"], p["zp_out"], v)
+        else:
+            value = typed.convert(p, "in[i]")
         args = [(f"const {CUDA_TYPES[p['src']]}*", "in"), (f"{CUDA_TYPES[p['dst']]}*", "out")]
-        return pointwise(sym, args, p["size"], body)
+        return exact(pointwise(sym, args, p["size"], f"out[i] = {value};"))
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C
 
 
 # ----------------------------------------------------------------------------------------------
@@ -371,10 +385,13 @@ class ElemwiseQ(CudaRender, typed.ElemwiseQ):
             f"const float {'abcd'[k]} = {deq(dts[k], scs[k], zps[k], f'in{k}[{linear(st)}]')};"
             for k, st in enumerate(p["strides"])
         )
-        result = quant(dts[n], scs[n], zps[n], ELEMWISE_C[p["mode"]])
+        result = quant(dts[n], scs[n], zps[n], typed.quantized_float_op(p["mode"]))
         body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {result};"
         args = [*((f"const {CTYPES[dts[k]]}*", f"in{k}") for k in range(n)), (f"{CTYPES[dts[n]]}*", "out0")]
-        return pointwise(sym, args, math.prod(p["shape"]), body)
+        return exact(pointwise(sym, args, math.prod(p["shape"]), body))
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C
 
 
 def int_average(p: dict[str, Any]) -> str:
@@ -404,9 +421,12 @@ class MatmulQ8(CudaRender, typed.MatmulQ8):
     const int8_t* b = b_ + bt * {b_step}L;
     int32_t acc = 0;
     for (int kk = 0; kk < {k}; ++kk) acc += (int32_t){a_at} * {b_at};
-    y[i] = {_requant(p, "acc")};"""
+    y[i] = {result_expr(p, "acc")};"""
         args = [("const int8_t*", "a_"), ("const int8_t*", "b_"), (f"{_out_type(p)}*", "y")]
-        return pointwise(sym, args, p["batch"] * m * n, body)
+        return exact(pointwise(sym, args, p["batch"] * m * n, body))
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C
 
 
 class Conv2dQ8(CudaRender, typed.Conv2dQ8):
@@ -418,7 +438,7 @@ class Conv2dQ8(CudaRender, typed.Conv2dQ8):
     const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
     const int8_t* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
     const int8_t* wo = w + o * {icg * fh * fw}L;
-    int32_t acc = {"bias[o]" if p["bias"] else "0"};
+    int32_t acc = {"bias[o]" if p["bias"] and not post_processed(p) else "0"};
     for (int c = 0; c < {icg}; ++c)
       for (int r = 0; r < {fh}; ++r) {{
         const int yy = (int)oy * {sh} - {ph} + r * {dh};
@@ -429,15 +449,18 @@ class Conv2dQ8(CudaRender, typed.Conv2dQ8):
             acc += (int32_t)xg[c * {ih * iw}L + yy * {iw} + xx] * wo[(c * {fh} + r) * {fw} + s];
         }}
       }}
-    {"if (acc < 0) acc = 0;" if p["act"] == "relu" else ""}
-    y[i] = {_requant(p, "acc")};"""
+    {int_activation(p, "acc")}
+    y[i] = {result_expr(p, "acc", "bias[o]")};"""
         args = [
             ("const int8_t*", "x"),
             ("const int8_t*", "w"),
-            *([("const int32_t*", "bias")] * p["bias"]),
+            *([(f"const {bias_ctype(p)}*", "bias")] * p["bias"]),
             (f"{_out_type(p)}*", "y"),
         ]
-        return pointwise(sym, args, n * oc * oh * ow, body)
+        return exact(pointwise(sym, args, n * oc * oh * ow, body))
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C
 
 
 KERNEL_UNITS = (
