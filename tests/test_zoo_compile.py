@@ -287,7 +287,7 @@ ARM_DEFAULT: dict[str, str | None] = {
     "fcos": None,
     "quantized_resnet18": None,
     "dcgan_generator": None,
-    "bert": RUNNER_INPUTS_AS_FLOAT32,
+    "bert": None,
 }
 
 

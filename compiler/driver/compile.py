@@ -103,10 +103,33 @@ def _to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> Modul
             model.eval()
         traced = trace(lambda *xs: model(*xs), symbolic=True, capture_as_const=True)
         traced(
-            *[x if isinstance(x, Tensor) else Tensor(np.asarray(x, dtype=np.float32)) for x in example_inputs]
+            *[x if isinstance(x, Tensor) else Tensor(_example_array(x)) for x in example_inputs]
         )
         return traced.module
     raise CompileError(f"compile: cannot compile a {type(model).__name__}")
+
+
+def _example_array(x: Any) -> np.ndarray:
+    """An example input as the tracer should see it: floats as float32, integers (token ids,
+    indices) as int32, as MegEngine's default dtypes are."""
+    a = np.asarray(x)
+    if a.dtype.kind in "iub":
+        return a.astype(np.int32) if a.dtype.kind != "b" else a
+    return a.astype(np.float32)
+
+
+def _input_array(x: Any, declared: Any) -> np.ndarray:
+    """A run-time input in the dtype the backend expects: the model's own integer or bool dtype for
+    integer inputs, float32 for float (and quantized) ones, which the backends convert themselves."""
+    from dialects.dtypes import numpy_dtype
+
+    try:
+        want = numpy_dtype(declared.element_type)
+    except (AttributeError, ValueError):
+        want = np.dtype(np.float32)
+    if want.kind in "iub" and getattr(want, "metadata", None) is None:
+        return np.asarray(x, dtype=want)
+    return np.asarray(x, dtype=np.float32)
 
 
 def inference_passes(target: Target | None = None) -> list[ModulePass]:
@@ -245,7 +268,10 @@ class CompiledModel:
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """Outputs for ``inputs`` (numpy arrays or Tensors), as a list of arrays."""
-        arrays = [np.asarray(getattr(x, "numpy", lambda x=x: x)(), dtype=np.float32) for x in inputs]
+        arrays = [
+            _input_array(getattr(x, "numpy", lambda x=x: x)(), t)
+            for x, t in zip(inputs, self.input_types, strict=False)
+        ]
         return self.backend.run(self, arrays)
 
     def __call__(self, *inputs: Any) -> Any:
