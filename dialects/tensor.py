@@ -254,6 +254,9 @@ class MgbOp(IRDLOperation):
     KEYWORD: ClassVar[str | None] = None  # a property printed as a bare leading keyword
     ACCEPTS_LAYOUTS: ClassVar[bool] = False  # operands may be in blocked layouts (dialects.layout)
     IGNORED_PROPS: ClassVar[tuple[str, ...]] = ("operandSegmentSizes",)
+    NO_GRADIENT: ClassVar[str | None] = None
+    """Why training has no gradient through this op (its results are indices, or it is for
+    inference only); None: differentiable, with its backward rule in ``compiler/autodiff.py``."""
 
     # -- construction -----------------------------------------------------------------------------
     @classmethod
@@ -1436,6 +1439,7 @@ class LayerNormOp(MgbOp):
 
 
 class _ArgBase(MgbOp):
+    NO_GRADIENT: ClassVar[str | None] = "its result is an index"
     src = operand_def(TensorType)
     output = result_def(TensorType)
     axis = prop_def(IntegerAttr[I64])
