@@ -773,6 +773,18 @@ def _layer_norm_backward(
     return out
 
 
+@register_backward(T.CumsumOp)
+def _cumsum_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """Each input element is in the sums after it (before it, reversed): the gradient is the
+    output gradient summed the other way (MegEngine's rule)."""
+    (g,) = grads
+    assert g is not None
+    flipped = {**params, "reverse": not params["reverse"]}
+    return K.cumsum([g], [K.ResultSpec(g.shape, g.dtype)], **flipped)
+
+
 # ----------------------------------------------------------------------------------------------
 # The tape and GradManager
 

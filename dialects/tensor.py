@@ -1473,6 +1473,32 @@ class ArgminOp(_ArgBase):
 
 
 @irdl_op_definition
+class CumsumOp(MgbOp):
+    """MegEngine's Cumsum: running sums along ``axis`` in the input's dtype, from the start (or the
+    end with ``reverse``), each including its own element (or not, with ``exclusive``)."""
+
+    name = "mgb.cumsum"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    exclusive = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    reverse = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s, axis = _shape(src), params["axis"]
+        if isinstance(src.element_type, QuantizedType) or dtype_name(src.element_type) == "bool":
+            raise ShapeInferenceError(
+                cls.name, f"needs a float or integer input, got {dtype_name(src.element_type)}"
+            )
+        if not 0 <= axis < len(s):
+            raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {s}")
+        return [src]
+
+
+@irdl_op_definition
 class ElemwiseMultiTypeOp(MgbOp):
     """MegEngine's ElemwiseMultiType: elementwise ops whose operands and result differ in dtype,
     above all the quantized Q-modes (QADD, QFUSE_ADD_RELU, QMUL, ...): dequantize, apply the float
@@ -1580,6 +1606,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     IndexingSetMultiAxisVecOp,
     IndexingIncrMultiAxisVecOp,
     LinspaceOp,
+    CumsumOp,
 )
 
 Mgb = Dialect(

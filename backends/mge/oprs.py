@@ -155,6 +155,9 @@ OPRS: tuple[Opr, ...] = (
     Opr("IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", None,
         (T.IndexingIncrMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
     Opr("Linspace", "Linspace", "Linspace", None, (T.LinspaceOp,), R.read_linspace, W.lower_linspace),
+    Opr("Cumsum", "CumsumV1", "Cumsum", None, (T.CumsumOp,), params=ParamMap(
+        ParamDef("Cumsum", 24, (("axis", "i", S.INT_MAX), ("exclusive", "?", True), ("reverse", "?", False))),
+        {"axis": "axis", "exclusive": "exclusive", "reverse": "reverse"})),
 )
 # fmt: on
 
@@ -220,7 +223,7 @@ REFUSED: dict[str, str] = {
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
     **{name: _NICHE for name in (
         "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
-        "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CumsumV1 CvtColor DctChannelSelectV1 "
+        "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 GroupNorm Images2Neibs IncrMeshIndexing IndexingOneHot IndexingRemap IndexingSetOneHot "
         "InstanceNorm LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "

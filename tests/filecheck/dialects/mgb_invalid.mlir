@@ -319,3 +319,24 @@ func.func @linspace_start(%s: tensor<2xf32>) -> tensor<4xf32> {
   func.return %0 : tensor<4xf32>
 }
 // CHECK: mgb.linspace: start must be a one-element float tensor
+
+// -----
+func.func @cumsum_axis(%x: tensor<2x5xf32>) -> tensor<2x5xf32> {
+  %0 = mgb.cumsum %x {axis = 2 : i64} : (tensor<2x5xf32>) -> tensor<2x5xf32>
+  func.return %0 : tensor<2x5xf32>
+}
+// CHECK: mgb.cumsum: axis 2 out of range for shape (2, 5)
+
+// -----
+func.func @cumsum_bool(%x: tensor<2x5xi1>) -> tensor<2x5xi1> {
+  %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5xi1>) -> tensor<2x5xi1>
+  func.return %0 : tensor<2x5xi1>
+}
+// CHECK: mgb.cumsum: needs a float or integer input, got bool
+
+// -----
+func.func @cumsum_result(%x: tensor<2x5xf32>) -> tensor<2x5xi32> {
+  %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5xf32>) -> tensor<2x5xi32>
+  func.return %0 : tensor<2x5xi32>
+}
+// CHECK: mgb.cumsum: result types tensor<2x5xi32> do not match the inferred tensor<2x5xf32>
