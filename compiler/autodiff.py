@@ -785,6 +785,21 @@ def _cumsum_backward(
     return K.cumsum([g], [K.ResultSpec(g.shape, g.dtype)], **flipped)
 
 
+@register_backward(T.IndexingOneHotOp)
+def _indexing_one_hot_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """The output gradient goes back to the picked elements (MegEngine's IndexingSetOneHot into
+    zeros); the indices get none."""
+    (g,) = grads
+    assert g is not None
+    src, index = inputs
+    axis = params["axis"]
+    gx = np.zeros(src.shape, dtype=g.dtype)
+    np.put_along_axis(gx, np.expand_dims(np.asarray(index, np.int64), axis), g, axis)
+    return [gx, None]
+
+
 # ----------------------------------------------------------------------------------------------
 # The tape and GradManager
 

@@ -1499,6 +1499,36 @@ class CumsumOp(MgbOp):
 
 
 @irdl_op_definition
+class IndexingOneHotOp(MgbOp):
+    """MegEngine's IndexingOneHot: ``src`` picked along ``axis`` at ``index`` (int32, ``src``'s shape
+    without ``axis``, each in ``[0, src.shape[axis])``); the axis stays, with size 1."""
+
+    name = "mgb.indexing_one_hot"
+    src = operand_def(TensorType)
+    index = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, index = (_type(t) for t in operand_types)
+        s, axis = _shape(src), params["axis"]
+        if len(s) < 2:
+            raise ShapeInferenceError(cls.name, f"needs an input of 2 or more dimensions, got shape {s}")
+        if not 0 <= axis < len(s):
+            raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {s}")
+        if index.element_type != IntegerType(32):
+            raise ShapeInferenceError(cls.name, f"index must be int32, got {dtype_name(index.element_type)}")
+        want = s[:axis] + s[axis + 1 :]
+        if _shape(index) != want:
+            raise ShapeInferenceError(cls.name, f"index has shape {_shape(index)}, expected {want} for {s}")
+        out = list(s)
+        out[axis] = 1
+        return [TensorType(src.element_type, out)]
+
+
+@irdl_op_definition
 class ElemwiseMultiTypeOp(MgbOp):
     """MegEngine's ElemwiseMultiType: elementwise ops whose operands and result differ in dtype,
     above all the quantized Q-modes (QADD, QFUSE_ADD_RELU, QMUL, ...): dequantize, apply the float
@@ -1607,6 +1637,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     IndexingIncrMultiAxisVecOp,
     LinspaceOp,
     CumsumOp,
+    IndexingOneHotOp,
 )
 
 Mgb = Dialect(

@@ -29,6 +29,7 @@ from compiler import jit
 from compiler.autodiff import GradManager
 from compiler.core import apply
 from compiler.driver.compile import EmulationWarning
+from compiler.driver.targets import parse_target, runs_here
 from compiler.lite import Network
 from dialects import tensor as T
 from tests.codegen_util import compile_fn, require
@@ -201,3 +202,115 @@ def test_cumsum_gradient_matches_torch() -> None:
     t = torch.from_numpy(x).requires_grad_()
     torch.cumsum(t, 1).backward(torch.from_numpy(g))
     np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# IndexingOneHot
+
+
+def _picks(shape: tuple[int, ...], axis: int, seed: int = 1) -> np.ndarray:
+    rest = shape[:axis] + shape[axis + 1 :]
+    return np.random.default_rng(seed).integers(0, shape[axis], rest).astype(np.int32)
+
+
+def test_indexing_one_hot_reference_matches_torch_gather() -> None:
+    x = _randn(3, 4, 5)
+    for axis in range(3):
+        idx = _picks(x.shape, axis)
+        out = tuple(1 if a == axis else d for a, d in enumerate(x.shape))
+        (y,) = KERNELS[T.IndexingOneHotOp]([x, idx], [ResultSpec(out, np.dtype(np.float32))], axis=axis)
+        want = torch.gather(torch.from_numpy(x), axis, torch.from_numpy(idx.astype(np.int64)).unsqueeze(axis))
+        np.testing.assert_array_equal(y, want.numpy())
+    with pytest.raises(ValueError, match="index out of range for axis 1 of size 4"):
+        KERNELS[T.IndexingOneHotOp]([x, np.full((3, 5), -1, np.int32)], [], axis=1)
+
+
+def test_indexing_one_hot_frontend_is_megengines() -> None:
+    """MegEngine's docstring example, keepdims, negative axis, and the traced op is the operator."""
+    val = F.indexing_one_hot(xm.tensor([[1.0, 2.0]]), xm.tensor([0]))
+    np.testing.assert_array_equal(val.numpy(), np.array([1.0], np.float32))
+    x = _randn(2, 5, 3)
+    idx = _picks(x.shape, 1)
+    kept = F.indexing_one_hot(xm.tensor(x), xm.tensor(idx), axis=-2, keepdims=True).numpy()
+    np.testing.assert_array_equal(kept, np.take_along_axis(x, idx[:, None, :], 1))
+    traced = jit.trace(lambda s, i: F.indexing_one_hot(s, i, axis=1), symbolic=True, capture_as_const=True)
+    traced(xm.tensor(x), xm.tensor(idx))
+    ops = [type(o) for o in traced.module.walk() if isinstance(o, T.MgbOp)]
+    assert T.IndexingOneHotOp in ops and T.ElemwiseOp not in ops and T.ReduceOp not in ops
+    with pytest.raises(ValueError, match=r"index has shape \(2, 5\), expected \(2, 3\)"):
+        F.indexing_one_hot(xm.tensor(x), xm.tensor(np.zeros((2, 5), np.int32)))
+    with pytest.raises(ValueError, match="indices must be integers"):
+        F.indexing_one_hot(xm.tensor(x), xm.tensor(idx.astype(np.float32)))
+    with pytest.raises(ValueError, match="2 or more dimensions"):
+        F.indexing_one_hot(xm.tensor(np.ones(3, np.float32)), xm.tensor(np.int32(0)), axis=0)
+
+
+@pytest.mark.parametrize("dump_format", [None, "FBS"])
+def test_indexing_one_hot_dump_reads_back(dump_format: str | None) -> None:
+    """Written as MegEngine's IndexingOneHot (param.Axis, tag 2) then the AxisAddRemove of the squeeze,
+    as MegEngine's tracer writes F.indexing_one_hot; read back to the same numbers."""
+    x = _randn(2, 5, 3)
+    idx = _picks(x.shape, 2, seed=3)
+    fn = lambda s, i: F.indexing_one_hot(s, i, axis=2) * 3.0  # noqa: E731
+    data, (y,) = _dump_read_run(fn, [x, idx], **({"dump_format": dump_format} if dump_format else {}))
+    np.testing.assert_array_equal(y, np.take_along_axis(x, idx[:, :, None], 2)[:, :, 0] * 3.0)
+    kinds = [o.kind for o in parse_file(data)[0].oprs]
+    raw = next(o for o in parse_file(data)[0].oprs if o.kind == "IndexingOneHot")
+    assert raw.type_name == "IndexingOneHot" and raw.param("Axis") == {"axis": 2}
+    assert kinds[kinds.index("IndexingOneHot") + 1] == "AxisAddRemove"
+    assert "IndexingOneHot" not in oprs.REFUSED and "IndexingSetOneHot" in oprs.REFUSED
+
+
+def _one_hot_inputs() -> list[np.ndarray]:
+    x = _randn(2, 7, 5, 3)
+    return [x, *(_picks(x.shape, a, seed=a) for a in range(4))]
+
+
+def _one_hot_model(x: xm.Tensor, *picks: xm.Tensor) -> tuple[xm.Tensor, ...]:
+    return tuple(F.indexing_one_hot(x, i, axis=a, keepdims=True) for a, i in enumerate(picks))
+
+
+@pytest.mark.parametrize("target", X86)
+def test_indexing_one_hot_c_kernel_x86(target: str) -> None:
+    require(target)
+    _compile_and_compare(_one_hot_model, _one_hot_inputs(), target)
+
+
+def test_indexing_one_hot_c_kernel_out_of_range_is_nan() -> None:
+    """The kernel never reads outside src: an index the reference refuses gives NaN."""
+    require("x86-avx2")
+    x = _randn(2, 4)
+    pick = lambda s, i: F.indexing_one_hot(s, i, axis=1)  # noqa: E731
+    compiled = compile_fn(pick, [x, np.array([1, 0], np.int32)], "x86-avx2")
+    (got,) = compiled.run([x, np.array([4, -1], np.int32)])
+    assert np.isnan(got).all()
+    (got,) = compiled.run([x, np.array([3, 0], np.int32)])
+    np.testing.assert_array_equal(got, [x[0, 3], x[1, 0]])
+
+
+@pytest.mark.skipif(toolchain_problem() is not None, reason=f"ARM toolchain: {toolchain_problem()}")
+def test_indexing_one_hot_c_kernel_arm_and_sanitized() -> None:
+    """The standalone runner (qemu, sanitizers) passes float32 buffers only: the indices are
+    constants of the model here."""
+    x, *picks = _one_hot_inputs()
+
+    def fn(a: xm.Tensor) -> tuple[xm.Tensor, ...]:
+        return _one_hot_model(a, *(xm.tensor(p) for p in picks))
+
+    _compile_and_compare(fn, [x], ARM)
+    if runs_here(parse_target("x86-avx2")):
+        _compile_and_compare(fn, [x], "x86-avx2", sanitize=True)
+
+
+def test_indexing_one_hot_gradient_matches_torch() -> None:
+    x = _randn(3, 6, 2)
+    idx = _picks(x.shape, 1)
+    g = _randn(3, 2, seed=5)
+    p = xm.Parameter(x)
+    gm = GradManager().attach([p])
+    with gm:
+        gm.backward(F.indexing_one_hot(p, xm.tensor(idx), axis=1), xm.tensor(g))
+    t = torch.from_numpy(x).requires_grad_()
+    picked = torch.gather(t, 1, torch.from_numpy(idx.astype(np.int64)).unsqueeze(1)).squeeze(1)
+    picked.backward(torch.from_numpy(g))
+    np.testing.assert_array_equal(p.grad.numpy(), t.grad.numpy())

@@ -158,6 +158,8 @@ OPRS: tuple[Opr, ...] = (
     Opr("Cumsum", "CumsumV1", "Cumsum", None, (T.CumsumOp,), params=ParamMap(
         ParamDef("Cumsum", 24, (("axis", "i", S.INT_MAX), ("exclusive", "?", True), ("reverse", "?", False))),
         {"axis": "axis", "exclusive": "exclusive", "reverse": "reverse"})),
+    Opr("IndexingOneHot", "IndexingOneHot", "IndexingOneHot", None, (T.IndexingOneHotOp,),
+        params=ParamMap("Axis", {"axis": "axis"})),
 )
 # fmt: on
 
@@ -225,7 +227,7 @@ REFUSED: dict[str, str] = {
         "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
         "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
-        "GroupLocalV2 GroupNorm Images2Neibs IncrMeshIndexing IndexingOneHot IndexingRemap IndexingSetOneHot "
+        "GroupLocalV2 GroupNorm Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "InstanceNorm LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
         "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose TopK "

@@ -620,6 +620,20 @@ def cumsum(
     return [np.ascontiguousarray(np.flip(y, axis) if reverse else y)]
 
 
+@kernel(T.IndexingOneHotOp)
+def indexing_one_hot(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int
+) -> list[np.ndarray]:
+    """``src`` at ``index`` along ``axis``; ValueError naming an index outside ``[0, n)`` (MegEngine
+    asserts on those at run time; negative indices do not count from the end)."""
+    src, index = args
+    idx = np.asarray(index, dtype=np.int64)
+    n = src.shape[axis]
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"index out of range for axis {axis} of size {n}: {idx.min()}..{idx.max()}")
+    return [np.take_along_axis(src, np.expand_dims(idx, axis), axis)]
+
+
 def run_op(
     op_cls: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], params: dict[str, Any]
 ) -> list[np.ndarray]:

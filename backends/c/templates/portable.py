@@ -1,8 +1,8 @@
 """Portable C templates (ISA ``generic``, so every x86 and ARM target has them) for the ops that
 segmentation, pose, GAN and transformer models add to classification networks: resampling
 (``resize``), transposed convolution (``deconv2d``), ``layer_norm``, ``batch_norm`` (inference, when
-no pass folded it), ``argmax``/``argmin`` (``arg_reduce``) and ``padding``; and the running sums
-(``cumsum``) of detection and sequence models.
+no pass folded it), ``argmax``/``argmin`` (``arg_reduce``) and ``padding``; the running sums
+(``cumsum``) and the per-row picks (``indexing_one_hot``) of detection and sequence models.
 
 Each computes what its reference kernel (``backends/reference/kernels.py``) computes, in the same
 order where float32 rounding could tell them apart; index tables that only depend on shapes (resize
@@ -492,4 +492,42 @@ static void {sym}(const {ctype}* x, {ctype}* y, unsigned char* ws, int nt) {{
         return "#include <stdint.h>\n"
 
 
-KERNEL_UNITS = (Resize(), Deconv2d(), LayerNorm(), BatchNorm(), ArgReduce(), Pad(), Cumsum())
+class IndexingOneHot(Template):
+    """``mgb.indexing_one_hot`` of float32 by int32 indices: one gather per output element. An index
+    outside ``[0, n)``, which MegEngine asserts against and the reference refuses, gives NaN here
+    rather than a read out of bounds."""
+
+    family = "indexing_one_hot"
+    ops = (T.IndexingOneHotOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.IndexingOneHotOp)
+        src, index = op.operands
+        if not is_f32(src, *op.results) or code(index) != "i32" or not _plain(src, index):
+            return None
+        return Lowered(axis_split(shape(src), op.params()["axis"]), [src, index])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("indexing_one_hot", f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        o, a, i = p["outer"], p["axis"], p["inner"]
+        return f"""
+static void {sym}(const float* x, const int32_t* index, float* y, unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(o * i)}
+  for (long t = 0; t < {o * i}; ++t) {{
+    const int32_t k = index[t];
+    y[t] = (k >= 0 && k < {a}) ? x[(t / {i}) * {a * i} + (long)k * {i} + t % {i}] : NAN;
+  }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return "#include <math.h>\n#include <stdint.h>\n"
+
+
+KERNEL_UNITS = (
+    Resize(), Deconv2d(), LayerNorm(), BatchNorm(), ArgReduce(), Pad(), Cumsum(), IndexingOneHot()
+)  # fmt: skip

@@ -173,17 +173,20 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // GENERIC: "mgb.resize"(%x) <{out_shape = array<i64: 9, 3>, imode = #mgb<interp linear>, format = #mgb<format nchw>}>
 // GENERIC: "mgb.const"() <{value = #mgb.weight<"1a2b3c4d5e6f7081">}> {name = "fc.weight"} : () -> tensor<2x3xf32>
 
-func.func @scans(%x: tensor<2x5x3xf32>, %n: tensor<4x6xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>) {
+func.func @scans(%x: tensor<2x5x3xf32>, %n: tensor<4x6xi32>, %i: tensor<2x3xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>) {
   %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
   %1 = mgb.cumsum %x {axis = 2 : i64, exclusive = true, reverse = true} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
   %2 = mgb.cumsum %n {axis = 0 : i64, reverse = true} : (tensor<4x6xi32>) -> tensor<4x6xi32>
-  func.return %0, %1, %2 : tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>
+  %3 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
+  func.return %0, %1, %2, %3 : tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>
 }
-// CHECK-LABEL: func.func @scans(%x: tensor<2x5x3xf32>, %n: tensor<4x6xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>) {
+// CHECK-LABEL: func.func @scans(%x: tensor<2x5x3xf32>, %n: tensor<4x6xi32>, %i: tensor<2x3xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>) {
 // CHECK-NEXT:  %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
 // CHECK-NEXT:  %1 = mgb.cumsum %x {axis = 2 : i64, exclusive = true, reverse = true} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
 // CHECK-NEXT:  %2 = mgb.cumsum %n {axis = 0 : i64, reverse = true} : (tensor<4x6xi32>) -> tensor<4x6xi32>
-// CHECK-NEXT:  func.return %0, %1, %2 : tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>
+// CHECK-NEXT:  %3 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
+// CHECK-NEXT:  func.return %0, %1, %2, %3 : tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>
 // CHECK-NEXT:  }
 // CHECK-NEXT:  }
 // GENERIC: "mgb.cumsum"(%x) <{axis = 2 : i64, exclusive = true, reverse = true}> : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
+// GENERIC: "mgb.indexing_one_hot"(%x, %i) <{axis = 1 : i64}> : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
