@@ -15,7 +15,9 @@ results into ``.grad`` of the attached tensors, as MegEngine does::
 Backward rules work on the arrays the op saw when it ran (not on the tensors' current data), so an
 in-place update between forward and backward, such as batch norm's running statistics, cannot
 change the gradient. Composite functions (``batch_norm`` in training mode, ``logsumexp``, losses)
-need no rule of their own: they are made of ops that have one.
+need no rule of their own: they are made of ops that have one. An op that declares
+``NO_GRADIENT`` in the dialect (index results, inference-only ops) has no rule: differentiating
+through it is a ``GradError`` naming the op and the reason.
 """
 
 from __future__ import annotations
@@ -771,15 +773,31 @@ def _layer_norm_backward(
     return out
 
 
-def _no_gradient(
+@register_backward(T.CumsumOp)
+def _cumsum_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    """Integer-valued results (indices): no gradient flows to the input."""
-    return [None] * len(inputs)
+    """Each input element is in the sums after it (before it, reversed): the gradient is the
+    output gradient summed the other way (MegEngine's rule)."""
+    (g,) = grads
+    assert g is not None
+    flipped = {**params, "reverse": not params["reverse"]}
+    return K.cumsum([g], [K.ResultSpec(g.shape, g.dtype)], **flipped)
 
 
-register_backward(T.ArgmaxOp)(_no_gradient)
-register_backward(T.ArgminOp)(_no_gradient)
+@register_backward(T.IndexingOneHotOp)
+def _indexing_one_hot_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """The output gradient goes back to the picked elements (MegEngine's IndexingSetOneHot into
+    zeros); the indices get none."""
+    (g,) = grads
+    assert g is not None
+    src, index = inputs
+    axis = params["axis"]
+    gx = np.zeros(src.shape, dtype=g.dtype)
+    np.put_along_axis(gx, np.expand_dims(np.asarray(index, np.int64), axis), g, axis)
+    return [gx, None]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -854,6 +872,9 @@ class _Tape:
                 continue
             rule = BACKWARD.get(e.op_cls)
             if rule is None:
+                why = e.op_cls.NO_GRADIENT
+                if why is not None:
+                    raise GradError(f"{e.op_cls.name} is not differentiable: {why} (op applied at {e.where})")
                 raise GradError(f"{e.op_cls.name} has no gradient rule (op applied at {e.where})")
             in_grads = rule(e.inputs, e.outputs, out_grads, e.params)
             for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):

@@ -254,6 +254,9 @@ class MgbOp(IRDLOperation):
     KEYWORD: ClassVar[str | None] = None  # a property printed as a bare leading keyword
     ACCEPTS_LAYOUTS: ClassVar[bool] = False  # operands may be in blocked layouts (dialects.layout)
     IGNORED_PROPS: ClassVar[tuple[str, ...]] = ("operandSegmentSizes",)
+    NO_GRADIENT: ClassVar[str | None] = None
+    """Why training has no gradient through this op (its results are indices, or it is for
+    inference only); None: differentiable, with its backward rule in ``compiler/autodiff.py``."""
 
     # -- construction -----------------------------------------------------------------------------
     @classmethod
@@ -1436,6 +1439,7 @@ class LayerNormOp(MgbOp):
 
 
 class _ArgBase(MgbOp):
+    NO_GRADIENT: ClassVar[str | None] = "its result is an index"
     src = operand_def(TensorType)
     output = result_def(TensorType)
     axis = prop_def(IntegerAttr[I64])
@@ -1466,6 +1470,62 @@ class ArgminOp(_ArgBase):
     """MegEngine's Argmin: int32 index of the (first) smallest value along ``axis``, kept as size 1."""
 
     name = "mgb.argmin"
+
+
+@irdl_op_definition
+class CumsumOp(MgbOp):
+    """MegEngine's Cumsum: running sums along ``axis`` in the input's dtype, from the start (or the
+    end with ``reverse``), each including its own element (or not, with ``exclusive``)."""
+
+    name = "mgb.cumsum"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    exclusive = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    reverse = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s, axis = _shape(src), params["axis"]
+        if isinstance(src.element_type, QuantizedType) or dtype_name(src.element_type) == "bool":
+            raise ShapeInferenceError(
+                cls.name, f"needs a float or integer input, got {dtype_name(src.element_type)}"
+            )
+        if not 0 <= axis < len(s):
+            raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {s}")
+        return [src]
+
+
+@irdl_op_definition
+class IndexingOneHotOp(MgbOp):
+    """MegEngine's IndexingOneHot: ``src`` picked along ``axis`` at ``index`` (int32, ``src``'s shape
+    without ``axis``, each in ``[0, src.shape[axis])``); the axis stays, with size 1."""
+
+    name = "mgb.indexing_one_hot"
+    src = operand_def(TensorType)
+    index = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, index = (_type(t) for t in operand_types)
+        s, axis = _shape(src), params["axis"]
+        if len(s) < 2:
+            raise ShapeInferenceError(cls.name, f"needs an input of 2 or more dimensions, got shape {s}")
+        if not 0 <= axis < len(s):
+            raise ShapeInferenceError(cls.name, f"axis {axis} out of range for shape {s}")
+        if index.element_type != IntegerType(32):
+            raise ShapeInferenceError(cls.name, f"index must be int32, got {dtype_name(index.element_type)}")
+        want = s[:axis] + s[axis + 1 :]
+        if _shape(index) != want:
+            raise ShapeInferenceError(cls.name, f"index has shape {_shape(index)}, expected {want} for {s}")
+        out = list(s)
+        out[axis] = 1
+        return [TensorType(src.element_type, out)]
 
 
 @irdl_op_definition
@@ -1576,6 +1636,8 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     IndexingSetMultiAxisVecOp,
     IndexingIncrMultiAxisVecOp,
     LinspaceOp,
+    CumsumOp,
+    IndexingOneHotOp,
 )
 
 Mgb = Dialect(

@@ -546,11 +546,31 @@ def test_checks_catch_a_wrong_rule(monkeypatch: pytest.MonkeyPatch) -> None:
         check_against_finite_differences(case, arrays)
 
 
-def test_every_op_with_a_kernel_has_a_gradient_rule() -> None:
+def test_every_op_with_a_kernel_has_a_gradient_rule_or_declares_none() -> None:
     from backends.reference.kernels import KERNELS
 
-    missing = sorted(op.name for op in KERNELS if op not in autodiff.BACKWARD and op is not T.ConstOp)
+    undeclared = [op for op in KERNELS if op not in autodiff.BACKWARD and op is not T.ConstOp]
+    missing = sorted(op.name for op in undeclared if op.NO_GRADIENT is None)
     assert missing == []
+    contradictions = sorted(op.name for op in autodiff.BACKWARD if op.NO_GRADIENT is not None)
+    assert contradictions == []  # a rule for an op that says it has no gradient
+
+
+def test_differentiating_through_an_op_without_gradient_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An op declaring NO_GRADIENT with a float result: backward through it is an error naming the
+    op and the reason; its index-valued siblings (argmax) simply carry no gradient."""
+    monkeypatch.delitem(autodiff.BACKWARD, T.SoftmaxOp)
+    monkeypatch.setattr(T.SoftmaxOp, "NO_GRADIENT", "declared inference-only by this test")
+    x = xm.Parameter(np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32))
+    gm = GradManager().attach([x])
+    with gm:
+        y = F.sum(F.softmax(x, axis=1) * 2.0)
+        with pytest.raises(GradError, match=r"mgb\.softmax is not differentiable: declared inference-only"):
+            gm.backward(y)
+    with gm:
+        y = F.sum(x * F.argmax(x, axis=1, keepdims=True).astype("float32"))
+        gm.backward(y)
+    np.testing.assert_array_equal(x.grad.numpy(), np.broadcast_to(np.argmax(x.numpy(), 1)[:, None], (2, 3)))
 
 
 def test_conv_bias_gradients_match_torch() -> None:

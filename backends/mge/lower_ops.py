@@ -276,10 +276,6 @@ def lower_typecvt(lw: Lowering, op: T.TypeCvtOp, p: dict[str, Any]) -> None:
     lw.simple(op, "TypeCvt", [("DType", {"dtype": from_element(value_elem(op.output))})])
 
 
-def lower_softmax(lw: Lowering, op: T.SoftmaxOp, p: dict[str, Any]) -> None:
-    lw.simple(op, "Softmax", [("Softmax", {"axis": p["axis"]})])
-
-
 def lower_batch_norm(lw: Lowering, op: T.BatchNormOp, p: dict[str, Any]) -> None:
     bn = {
         "param_dim": enums.number(p["param_dim"]),
@@ -327,11 +323,6 @@ def lower_layer_norm(lw: Lowering, op: T.LayerNormOp, p: dict[str, Any]) -> None
     vids = lw.add(wopr, [base, f"{base}:o1", f"{base}:o2"])
     for res, vid in zip(op.results, vids, strict=True):
         lw.ids[res] = vid
-
-
-def lower_arg_reduce(lw: Lowering, op: T.ArgmaxOp | T.ArgminOp, p: dict[str, Any]) -> None:
-    kind = "Argmax" if isinstance(op, T.ArgmaxOp) else "Argmin"
-    lw.simple(op, kind, [("Axis", {"axis": p["axis"]})])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,22 +1,27 @@
 """The MegEngine operators xmge reads and writes: one row per operator kind (spec A.5).
 
 A row holds everything about one kind: its registry names and C++ type name (from which the ids in
-a file follow), the ``mgb`` IR ops written as it, the function that reads it from a file
-(:mod:`backends.mge.read_ops`) and, for IR ops, the function that lowers them for writing. The
-container, the reader, the writer and ``trace.dump``'s naming all look kinds up here, so adding
-an operator is adding a row.
+a file follow), the ``mgb`` IR ops written as it and how it is read and written: for the common
+form (inputs = the op's operands, one param table whose fields are the op's properties) a
+:class:`~backends.mge.param_map.ParamMap`, from which reading and lowering follow; otherwise a
+function that reads it from a file (:mod:`backends.mge.read_ops`) and, for IR ops, one that lowers
+them for writing (:mod:`backends.mge.lower_ops`). The container, the reader, the writer and
+``trace.dump``'s naming all look kinds up here, so adding an operator is adding a row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from backends.mge import layouts
 from backends.mge import lower_ops as W
 from backends.mge import read_ops as R
-from backends.mge.schema import h_full, h_short
+from backends.mge import schema as S
+from backends.mge.param_map import ParamMap, lower_mapped, read_mapped
+from backends.mge.schema import ParamDef, h_full, h_short
 from dialects import tensor as T
 
 if TYPE_CHECKING:
@@ -50,6 +55,20 @@ class Opr:
     names_traced_ops: bool = True
     """Traced ops of ``ir_ops`` are named ``scope.kind`` like MegEngine's tracer does (Elemwise
     ops are named by their mode instead; quantized elemwise ops are not deduplicated by name)."""
+    params: ParamMap | None = None
+    """The common form: the operator is its one IR op, its params map to the op's properties;
+    ``read`` and ``lower`` follow from it."""
+
+    def __post_init__(self) -> None:
+        if self.params is None:
+            return
+        if len(self.ir_ops) != 1 or self.read is not None or self.lower is not None:
+            raise TypeError(f"{self.kind}: a row with a ParamMap has one IR op and no read/lower functions")
+        (cls,) = self.ir_ops
+        self.params.check(self.kind, cls)
+        # frozen: the derived functions are set once, here
+        object.__setattr__(self, "read", partial(read_mapped, self.params, cls))
+        object.__setattr__(self, "lower", partial(lower_mapped, self.params, self.kind))
 
     @property
     def persist_id(self) -> int:
@@ -110,13 +129,14 @@ OPRS: tuple[Opr, ...] = (
     Opr("Split", "Split", "Split", None, (T.SplitOp,), R.read_split, W.lower_split),
     Opr("BatchNorm", "BatchNormV1", "BatchNormForward", None,
         (T.BatchNormOp,), R.read_batch_norm, W.lower_batch_norm),
-    Opr("Softmax", "Softmax", "SoftmaxForward", "Softmax", (T.SoftmaxOp,), R.read_softmax, W.lower_softmax),
+    Opr("Softmax", "Softmax", "SoftmaxForward", "Softmax", (T.SoftmaxOp,),
+        params=ParamMap("Softmax", {"axis": "axis"})),
     Opr("Padding", "Padding", "PaddingForward", None, (T.PaddingOp,), R.read_padding, W.lower_padding),
     Opr("Resize", "ResizeV2", "ResizeForward", None, (T.ResizeOp,), R.read_resize, W.lower_resize),
     Opr("LayerNorm", "LayerNorm", "LayerNormForward", None,
         (T.LayerNormOp,), R.read_layer_norm, W.lower_layer_norm),
-    Opr("Argmax", "Argmax", "ArgmaxForward", None, (T.ArgmaxOp,), R.read_arg_reduce, W.lower_arg_reduce),
-    Opr("Argmin", "Argmin", "ArgminForward", None, (T.ArgminOp,), R.read_arg_reduce, W.lower_arg_reduce),
+    Opr("Argmax", "Argmax", "ArgmaxForward", None, (T.ArgmaxOp,), params=ParamMap("Axis", {"axis": "axis"})),
+    Opr("Argmin", "Argmin", "ArgminForward", None, (T.ArgminOp,), params=ParamMap("Axis", {"axis": "axis"})),
     Opr("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat", read=layouts.read_relayout_format),
     Opr("Identity", "Identity", "Identity", read=R.read_alias),
     Opr("Copy", "Copy", "Copy", read=R.read_alias),
@@ -135,9 +155,31 @@ OPRS: tuple[Opr, ...] = (
     Opr("IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", "IndexingIncrMultiAxisVec", None,
         (T.IndexingIncrMultiAxisVecOp,), R.read_indexing, W.lower_indexing),
     Opr("Linspace", "Linspace", "Linspace", None, (T.LinspaceOp,), R.read_linspace, W.lower_linspace),
+    Opr("Cumsum", "CumsumV1", "Cumsum", None, (T.CumsumOp,), params=ParamMap(
+        ParamDef("Cumsum", 24, (("axis", "i", S.INT_MAX), ("exclusive", "?", True), ("reverse", "?", False))),
+        {"axis": "axis", "exclusive": "exclusive", "reverse": "reverse"})),
+    Opr("IndexingOneHot", "IndexingOneHot", "IndexingOneHot", None, (T.IndexingOneHotOp,),
+        params=ParamMap("Axis", {"axis": "axis"})),
 )
 # fmt: on
 
+
+def _declared_params(rows: tuple[Opr, ...]) -> None:
+    """Add the param tables that rows declare themselves (a :class:`ParamDef` in their ParamMap)
+    to ``schema.PARAMS``, where the container, the serialiser and the verifier find every table.
+    ``backends/mge/__init__.py`` imports this module, so that happens before any of them runs."""
+    for row in rows:
+        table = row.params.table if row.params is not None else None
+        if not isinstance(table, ParamDef):
+            continue
+        known = S.PARAMS.get(table.name) or S.PARAMS_BY_TAG.get(table.tag)
+        if known is not None and known != table:
+            raise TypeError(f"{row.kind}: param.{table.name} (tag {table.tag}) clashes with {known}")
+        S.PARAMS[table.name] = table
+        S.PARAMS_BY_TAG[table.tag] = table
+
+
+_declared_params(OPRS)
 BY_KIND: dict[str, Opr] = {o.kind: o for o in OPRS}
 BY_IR_OP: dict[type[T.MgbOp], Opr] = {cls: o for o in OPRS for cls in o.ir_ops}
 _WRITTEN = [o for o in OPRS if o.regname is not None]
@@ -183,9 +225,9 @@ REFUSED: dict[str, str] = {
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
     **{name: _NICHE for name in (
         "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
-        "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CumsumV1 CvtColor DctChannelSelectV1 "
+        "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
-        "GroupLocalV2 GroupNorm Images2Neibs IncrMeshIndexing IndexingOneHot IndexingRemap IndexingSetOneHot "
+        "GroupLocalV2 GroupNorm Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "InstanceNorm LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
         "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose TopK "

@@ -538,13 +538,6 @@ def read_batch_norm(ctx: ReadContext, op: RawOpr) -> None:
     define(ctx, op, n - 1, ReadVar(type=res.type, ssa=res))  # type: ignore[arg-type]
 
 
-def read_softmax(ctx: ReadContext, op: RawOpr) -> None:
-    x = input_var(ctx, op, 0)
-    axis = int(op.param("Softmax")["axis"])
-    nd = len(shape_of(op, x, "input"))
-    emit_one(ctx, op, T.SoftmaxOp, [x], axis=axis + nd if axis < 0 else axis)
-
-
 def read_padding(ctx: ReadContext, op: RawOpr) -> None:
     p = op.param("Padding")
     x = input_var(ctx, op, 0)
@@ -618,11 +611,3 @@ def read_layer_norm(ctx: ReadContext, op: RawOpr) -> None:
         res = new.results[i]
         define(ctx, op, i, ReadVar(type=res.type, ssa=res, alias=True))  # type: ignore[arg-type]
     define(ctx, op, 0, ReadVar(type=new.results[0].type, ssa=new.results[0]))  # type: ignore[arg-type]
-
-
-def read_arg_reduce(ctx: ReadContext, op: RawOpr) -> None:
-    x = input_var(ctx, op, 0)
-    axis = int(op.param("Axis")["axis"])
-    nd = len(shape_of(op, x, "input"))
-    cls = T.ArgmaxOp if op.kind == "Argmax" else T.ArgminOp
-    emit_one(ctx, op, cls, [x], axis=axis + nd if axis < 0 else axis)

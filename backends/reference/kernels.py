@@ -605,6 +605,35 @@ def argmin(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: i
     return [np.argmin(args[0], axis=axis, keepdims=True).astype(np.int32)]
 
 
+@kernel(T.CumsumOp)
+def cumsum(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int, exclusive: bool, reverse: bool
+) -> list[np.ndarray]:
+    """One running sum per line along ``axis``, added element after element in the input's dtype
+    (``np.cumsum`` accumulates sequentially, as MegEngine does); ``exclusive`` shifts the sums by one
+    so that each leaves out its own element."""
+    x = np.flip(args[0], axis) if reverse else args[0]
+    y = np.cumsum(x, axis=axis, dtype=results[0].dtype)
+    if exclusive:
+        head = np.zeros_like(np.take(y, [0], axis=axis))
+        y = np.concatenate([head, np.delete(y, -1, axis=axis)], axis=axis)
+    return [np.ascontiguousarray(np.flip(y, axis) if reverse else y)]
+
+
+@kernel(T.IndexingOneHotOp)
+def indexing_one_hot(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int
+) -> list[np.ndarray]:
+    """``src`` at ``index`` along ``axis``; ValueError naming an index outside ``[0, n)`` (MegEngine
+    asserts on those at run time; negative indices do not count from the end)."""
+    src, index = args
+    idx = np.asarray(index, dtype=np.int64)
+    n = src.shape[axis]
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"index out of range for axis {axis} of size {n}: {idx.min()}..{idx.max()}")
+    return [np.take_along_axis(src, np.expand_dims(idx, axis), axis)]
+
+
 def run_op(
     op_cls: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], params: dict[str, Any]
 ) -> list[np.ndarray]:

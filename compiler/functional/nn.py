@@ -334,17 +334,20 @@ def one_hot(inp: Tensor, num_classes: int) -> Tensor:
 
 
 def indexing_one_hot(src: Tensor, index: Tensor, axis: int = 1, keepdims: bool = False) -> Tensor:
-    """``src`` picked at ``index`` along ``axis`` (index has src's shape without that axis);
-    a one-hot select (SWITCH_GT0) and a sum, so it traces with existing operators."""
+    """``src`` picked at ``index`` along ``axis`` (``index``: integers, ``src``'s shape without that
+    axis): MegEngine's IndexingOneHot operator, then the axis squeezed unless ``keepdims``."""
     src, index = as_tensor(src), as_tensor(index)
     ax = _axis("indexing_one_hot", axis, src.ndim)
+    if src.ndim < 2:
+        raise op_error("indexing_one_hot", f"src needs 2 or more dimensions, got shape {src.shape}")
     expected = src.shape[:ax] + src.shape[ax + 1 :]
     if index.shape != expected:
         raise op_error(
             "indexing_one_hot", f"index has shape {index.shape}, expected {expected} for src {src.shape}"
         )
-    mask = _one_hot_mask("indexing_one_hot", index, src.shape[ax], ax, src.dtype)
-    picked = _sum(_elemwise("SWITCH_GT0", mask, src, label="indexing_one_hot"), ax, keepdims=True)
+    if index.dtype.kind not in "iu":
+        raise op_error("indexing_one_hot", f"indices must be integers, got {index.dtype}")
+    (picked,) = apply(T.IndexingOneHotOp, [src, index.astype("int32")], label="indexing_one_hot", axis=ax)
     if keepdims:
         return picked
     from compiler.functional.tensor import squeeze

@@ -456,11 +456,23 @@ def linspace(start: float, stop: float, num: int, dtype: Any = "float32", device
     return Tensor(np.linspace(start, stop, num), dtype=dtype)
 
 
+def cumsum(inp: Tensor, axis: int) -> Tensor:
+    """Cumulative sums of ``inp`` along ``axis``, each including its own element (MegEngine's
+    ``Cumsum`` with ``exclusive=False, reverse=False``), in ``inp``'s dtype."""
+    inp = as_tensor(inp)
+    if inp.dtype.kind not in "fiu":
+        raise op_error("cumsum", f"needs a numeric input, got {inp.dtype}")
+    ax = _axis("cumsum", int(axis), inp.ndim)
+    (out,) = apply(T.CumsumOp, [inp], label="cumsum", axis=ax, exclusive=False, reverse=False)
+    return out
+
+
 __all__ = [
     "arange",
     "astype",
     "broadcast_to",
     "concat",
+    "cumsum",
     "dimshuffle",
     "expand_dims",
     "flatten",

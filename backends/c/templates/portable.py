@@ -1,7 +1,8 @@
 """Portable C templates (ISA ``generic``, so every x86 and ARM target has them) for the ops that
 segmentation, pose, GAN and transformer models add to classification networks: resampling
 (``resize``), transposed convolution (``deconv2d``), ``layer_norm``, ``batch_norm`` (inference, when
-no pass folded it), ``argmax``/``argmin`` (``arg_reduce``) and ``padding``.
+no pass folded it), ``argmax``/``argmin`` (``arg_reduce``) and ``padding``; the running sums
+(``cumsum``) and the per-row picks (``indexing_one_hot``) of detection and sequence models.
 
 Each computes what its reference kernel (``backends/reference/kernels.py``) computes, in the same
 order where float32 rounding could tell them apart; index tables that only depend on shapes (resize
@@ -435,4 +436,98 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
         return "#include <stdint.h>\n"
 
 
-KERNEL_UNITS = (Resize(), Deconv2d(), LayerNorm(), BatchNorm(), ArgReduce(), Pad())
+# ----------------------------------------------------------------------------------------------
+# Scans
+
+
+class Cumsum(Template):
+    """``mgb.cumsum`` of float32 or int32: per line along the axis one running sum, added element
+    after element in the reference's order (from the end with ``reverse``; stored before the add
+    with ``exclusive``), so float results are the reference's bit for bit; int32 sums wrap around as
+    numpy's do (added as unsigned: no signed overflow in C)."""
+
+    family = "cumsum"
+    ops = (T.CumsumOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.CumsumOp)
+        elem = code(op.operands[0])
+        if elem not in ("f32", "i32") or not _plain(*op.operands):
+            return None
+        p = op.params()
+        flags = {"exclusive": int(p["exclusive"]), "reverse": int(p["reverse"]), "elem": elem}
+        return Lowered({**axis_split(shape(op.operands[0]), p["axis"]), **flags}, [op.operands[0]])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        flags = ("excl" if p["exclusive"] else "", "rev" if p["reverse"] else "")
+        return sym_join("cumsum", f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", *flags, p["elem"])
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        o, a, i = p["outer"], p["axis"], p["inner"]
+        k = f"{a - 1} - j" if p["reverse"] else "j"
+        if p["elem"] == "f32":
+            ctype, acc, add, store = "float", "float", "s += xp[at];", "s"
+        else:
+            ctype, acc, add, store = "int32_t", "uint32_t", "s += (uint32_t)xp[at];", "(int32_t)s"
+        step = f"yp[at] = {store}; {add}" if p["exclusive"] else f"{add} yp[at] = {store};"
+        return f"""
+static void {sym}(const {ctype}* x, {ctype}* y, unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(o * a * i)}
+  for (long t = 0; t < {o * i}; ++t) {{
+    const long base = (t / {i}) * {a * i} + t % {i};
+    const {ctype}* xp = x + base;
+    {ctype}* yp = y + base;
+    {acc} s = 0;
+    for (long j = 0; j < {a}; ++j) {{
+      const long at = ({k}) * {i}L;
+      {step}
+    }}
+  }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return "#include <stdint.h>\n"
+
+
+class IndexingOneHot(Template):
+    """``mgb.indexing_one_hot`` of float32 by int32 indices: one gather per output element. An index
+    outside ``[0, n)``, which MegEngine asserts against and the reference refuses, gives NaN here
+    rather than a read out of bounds."""
+
+    family = "indexing_one_hot"
+    ops = (T.IndexingOneHotOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.IndexingOneHotOp)
+        src, index = op.operands
+        if not is_f32(src, *op.results) or code(index) != "i32" or not _plain(src, index):
+            return None
+        return Lowered(axis_split(shape(src), op.params()["axis"]), [src, index])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("indexing_one_hot", f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        o, a, i = p["outer"], p["axis"], p["inner"]
+        return f"""
+static void {sym}(const float* x, const int32_t* index, float* y, unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(o * i)}
+  for (long t = 0; t < {o * i}; ++t) {{
+    const int32_t k = index[t];
+    y[t] = (k >= 0 && k < {a}) ? x[(t / {i}) * {a * i} + (long)k * {i} + t % {i}] : NAN;
+  }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return "#include <math.h>\n#include <stdint.h>\n"
+
+
+KERNEL_UNITS = (
+    Resize(), Deconv2d(), LayerNorm(), BatchNorm(), ArgReduce(), Pad(), Cumsum(), IndexingOneHot()
+)  # fmt: skip

@@ -319,3 +319,52 @@ func.func @linspace_start(%s: tensor<2xf32>) -> tensor<4xf32> {
   func.return %0 : tensor<4xf32>
 }
 // CHECK: mgb.linspace: start must be a one-element float tensor
+
+// -----
+func.func @cumsum_axis(%x: tensor<2x5xf32>) -> tensor<2x5xf32> {
+  %0 = mgb.cumsum %x {axis = 2 : i64} : (tensor<2x5xf32>) -> tensor<2x5xf32>
+  func.return %0 : tensor<2x5xf32>
+}
+// CHECK: mgb.cumsum: axis 2 out of range for shape (2, 5)
+
+// -----
+func.func @cumsum_bool(%x: tensor<2x5xi1>) -> tensor<2x5xi1> {
+  %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5xi1>) -> tensor<2x5xi1>
+  func.return %0 : tensor<2x5xi1>
+}
+// CHECK: mgb.cumsum: needs a float or integer input, got bool
+
+// -----
+func.func @cumsum_result(%x: tensor<2x5xf32>) -> tensor<2x5xi32> {
+  %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5xf32>) -> tensor<2x5xi32>
+  func.return %0 : tensor<2x5xi32>
+}
+// CHECK: mgb.cumsum: result types tensor<2x5xi32> do not match the inferred tensor<2x5xf32>
+
+// -----
+func.func @indexing_one_hot_index_shape(%x: tensor<2x5x3xf32>, %i: tensor<2x5xi32>) -> tensor<2x1x3xf32> {
+  %0 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5x3xf32>, tensor<2x5xi32>) -> tensor<2x1x3xf32>
+  func.return %0 : tensor<2x1x3xf32>
+}
+// CHECK: mgb.indexing_one_hot: index has shape (2, 5), expected (2, 3) for (2, 5, 3)
+
+// -----
+func.func @indexing_one_hot_index_dtype(%x: tensor<2x5xf32>, %i: tensor<2xf32>) -> tensor<2x1xf32> {
+  %0 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5xf32>, tensor<2xf32>) -> tensor<2x1xf32>
+  func.return %0 : tensor<2x1xf32>
+}
+// CHECK: mgb.indexing_one_hot: index must be int32, got float32
+
+// -----
+func.func @indexing_one_hot_rank(%x: tensor<5xf32>, %i: tensor<i32>) -> tensor<1xf32> {
+  %0 = mgb.indexing_one_hot %x, %i {axis = 0 : i64} : (tensor<5xf32>, tensor<i32>) -> tensor<1xf32>
+  func.return %0 : tensor<1xf32>
+}
+// CHECK: mgb.indexing_one_hot: needs an input of 2 or more dimensions, got shape (5,)
+
+// -----
+func.func @indexing_one_hot_result(%x: tensor<2x5xf32>, %i: tensor<2xi32>) -> tensor<2xf32> {
+  %0 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5xf32>, tensor<2xi32>) -> tensor<2xf32>
+  func.return %0 : tensor<2xf32>
+}
+// CHECK: mgb.indexing_one_hot: result types tensor<2xf32> do not match the inferred tensor<2x1xf32>

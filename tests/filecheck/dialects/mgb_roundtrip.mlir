@@ -162,7 +162,6 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // CHECK-NEXT:  %q = mgb.const #mgb.weight<"0011223344556677"> : tensor<4xi8>
 // CHECK-NEXT:  func.return %w, %q : tensor<2x3xf32>, tensor<4xi8>
 // CHECK-NEXT:  }
-// CHECK-NEXT:  }
 
 // The generic form carries every property, defaults included, and the operand segments.
 // GENERIC: %1 = "mgb.conv_bias"(%x, %w, %b) <{stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, nonline_mode = #mgb<nonline relu>, operandSegmentSizes = array<i32: 1, 1, 1, 0>, {{.*}}}> : (tensor<2x4x8x8xf32>, tensor<6x4x3x3xf32>, tensor<1x6x1x1xf32>) -> tensor<2x6x4x4xf32>
@@ -173,3 +172,21 @@ func.func @consts() -> (tensor<2x3xf32>, tensor<4xi8>) {
 // GENERIC: "mgb.elemwise_multi_type"(%a, %b) <{mode = #mgb<elemwise_multi_type_mode qfuse_add_relu>}>
 // GENERIC: "mgb.resize"(%x) <{out_shape = array<i64: 9, 3>, imode = #mgb<interp linear>, format = #mgb<format nchw>}>
 // GENERIC: "mgb.const"() <{value = #mgb.weight<"1a2b3c4d5e6f7081">}> {name = "fc.weight"} : () -> tensor<2x3xf32>
+
+func.func @scans(%x: tensor<2x5x3xf32>, %n: tensor<4x6xi32>, %i: tensor<2x3xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>) {
+  %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
+  %1 = mgb.cumsum %x {axis = 2 : i64, exclusive = true, reverse = true} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
+  %2 = mgb.cumsum %n {axis = 0 : i64, reverse = true} : (tensor<4x6xi32>) -> tensor<4x6xi32>
+  %3 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
+  func.return %0, %1, %2, %3 : tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>
+}
+// CHECK-LABEL: func.func @scans(%x: tensor<2x5x3xf32>, %n: tensor<4x6xi32>, %i: tensor<2x3xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>) {
+// CHECK-NEXT:  %0 = mgb.cumsum %x {axis = 1 : i64} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
+// CHECK-NEXT:  %1 = mgb.cumsum %x {axis = 2 : i64, exclusive = true, reverse = true} : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
+// CHECK-NEXT:  %2 = mgb.cumsum %n {axis = 0 : i64, reverse = true} : (tensor<4x6xi32>) -> tensor<4x6xi32>
+// CHECK-NEXT:  %3 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
+// CHECK-NEXT:  func.return %0, %1, %2, %3 : tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }
+// GENERIC: "mgb.cumsum"(%x) <{axis = 2 : i64, exclusive = true, reverse = true}> : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
+// GENERIC: "mgb.indexing_one_hot"(%x, %i) <{axis = 1 : i64}> : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
