@@ -78,7 +78,8 @@ X = RNG.standard_normal((1, 8, 8, 8)).astype(np.float32)
 K = RNG.permutation(8 * 4 * 4).reshape(1, 8, 4, 4).astype(np.float32)
 OUTPUTS = ("pool", "concat", "reduce", "fc", "softmax", "bmm", "layer_norm", "argmax", "transpose",
            "subtensor", "axes", "broadcast", "pad", "resize", "deconv", "where", "argmin",
-           "qadd", "setitem", "incr", "gather", "scatter", "scatter_add", "arange")  # fmt: skip
+           "qadd", "setitem", "incr", "gather", "scatter", "scatter_add", "arange", "cumsum",
+           "one_hot_pick")  # fmt: skip
 EXACT = {"argmax", "argmin"}
 QUANTIZED_STEP = {"qadd": 0.1}
 
@@ -119,13 +120,15 @@ def every_op(x: Tensor, k: Tensor) -> tuple[Tensor, ...]:
     scattered = row * 1.0
     scattered[idx] = gathered * 2.0
     (scatter_add,) = apply(T.IndexingIncrMultiAxisVecOp, [row, gathered, idx], label="scatter_add", axes=(0,))
+    cumsum = F.cumsum(row, axis=1)
+    one_hot_pick = F.nn.indexing_one_hot(row, Tensor(np.arange(8, dtype=np.int32) % 16), axis=1)
     arange = F.arange(Tensor(np.float32(0.0)), red.shape[1] * 1.0 + F.zeros((1,)), 1.0) * 0.5
     return (
         pool, cat, red, fc, F.softmax(fc, axis=1), bmm, ln, amax, F.transpose(pool, (0, 2, 3, 1)),
         pool[:, 1:5, ::2], axes, bcast, F.nn.pad(pool, ((0, 0), (0, 0), (1, 1), (2, 0))),
         F.vision.interpolate(pool, size=(6, 6), mode="bilinear"),
         F.conv_transpose2d(e, w["deconv"], stride=2, padding=1), where, amin, qadd,
-        written, incr, gathered, scattered, scatter_add, arange,
+        written, incr, gathered, scattered, scatter_add, arange, cumsum, one_hot_pick,
     )  # fmt: skip
 
 
