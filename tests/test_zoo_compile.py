@@ -31,7 +31,6 @@ from backends.reference import run_module
 from compiler import hub, jit
 from compiler.driver.targets import host_target, parse_target, runs_here
 from compiler.random import seed
-from passes.lowering.kernels import LoweringError
 from tests.test_zoo_detection import SMALL as DENSE_SMALL
 from tests.test_zoo_gen import SMALL as GENERATOR_SMALL
 from tests.test_zoo_gen import _noise, _randomize_batch_norm_statistics
@@ -127,12 +126,6 @@ def _clip(entry: str, image_tower_only: bool) -> Builder:
     return build
 
 
-ARGMAX_I32 = (
-    "LoweringError: mgb.argmax (tensor<3x8xi32>): no kernel on ISAs avx512, avx2, generic; tried "
-    "arg_reduce -- CLIP's text tower takes the end-of-text position with argmax over int32 token ids, "
-    "and backends/c/templates/portable.py ArgReduce.match accepts float32 operands only"
-)
-
 ZOO: dict[str, ZooModel] = {
     "resnet18": ZooModel(_classifier("resnet:resnet18", num_classes=10)),
     "resnet50": ZooModel(_resnet50_small),
@@ -147,8 +140,8 @@ ZOO: dict[str, ZooModel] = {
     "dcgan_generator": ZooModel(_generator("dcgan_generator")),
     "wgan_generator": ZooModel(_generator("wgan_generator")),
     "bert": ZooModel(_bert),
-    "clip_vit_b_32": ZooModel(_clip("vit_b_32", False), host_bug=ARGMAX_I32, host_bug_raises=LoweringError),
-    "clip_rn50": ZooModel(_clip("rn50", False), host_bug=ARGMAX_I32, host_bug_raises=LoweringError),
+    "clip_vit_b_32": ZooModel(_clip("vit_b_32", False)),
+    "clip_rn50": ZooModel(_clip("rn50", False)),
     "clip_vit_b_32_image": ZooModel(_clip("vit_b_32", True)),
     "clip_rn50_image": ZooModel(_clip("rn50", True)),
 }  # fmt: skip

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from xdsl.ir import Operation
@@ -328,32 +328,39 @@ class ArgReduce(Template):
     ops = (T.ArgmaxOp, T.ArgminOp)
     priority = 100
 
+    # element types it reads: C type, and whether NaN needs its clause (integers have none)
+    ELEMENTS: ClassVar[dict[str, tuple[str, bool]]] = {"f32": ("float", True), "i32": ("int32_t", False)}
+
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ArgmaxOp | T.ArgminOp)
-        if not is_f32(op.operands[0]) or code(op.results[0]) != "i32" or not _plain(op.operands[0]):
+        elem = code(op.operands[0])
+        if elem not in self.ELEMENTS or code(op.results[0]) != "i32" or not _plain(op.operands[0]):
             return None
         kind = "max" if isinstance(op, T.ArgmaxOp) else "min"
         return Lowered(
-            {"kind": kind, **axis_split(shape(op.operands[0]), op.params()["axis"])}, [op.operands[0]]
+            {"kind": kind, "elem": elem, **axis_split(shape(op.operands[0]), op.params()["axis"])},
+            [op.operands[0]],
         )
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("arg" + p["kind"], f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", "f32")
+        return sym_join("arg" + p["kind"], f"o{p['outer']}", f"a{p['axis']}", f"i{p['inner']}", p["elem"])
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         o, a, i = p["outer"], p["axis"], p["inner"]
         better = ">" if p["kind"] == "max" else "<"
+        ctype, has_nan = self.ELEMENTS[p["elem"]]
+        nan_wins = " || (e != e && best == best)" if has_nan else ""
         return f"""
-static void {sym}(const float* x, int32_t* y, unsigned char* ws, int nt) {{
+static void {sym}(const {ctype}* x, int32_t* y, unsigned char* ws, int nt) {{
   (void)ws;
   {_par(o * a * i)}
   for (long t = 0; t < {o * i}; ++t) {{
-    const float* xp = x + (t / {i}) * {a * i} + t % {i};
-    float best = xp[0];
+    const {ctype}* xp = x + (t / {i}) * {a * i} + t % {i};
+    {ctype} best = xp[0];
     int32_t at = 0;
     for (int k = 1; k < {a}; ++k) {{
-      const float e = xp[(long)k * {i}];
-      if (e {better} best || (e != e && best == best)) {{ best = e; at = k; }}
+      const {ctype} e = xp[(long)k * {i}];
+      if (e {better} best{nan_wins}) {{ best = e; at = k; }}
     }}
     y[t] = at;
   }}
