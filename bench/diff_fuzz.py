@@ -165,14 +165,14 @@ class _Builder:
         stride = int(self.pick((1, 1, 2, 3)))
         dil = 1 if k == 1 else int(self.pick((1, 1, 2)))
         pad = int(self.rng.integers(0, k // 2 * dil + 2)) if k > 1 else int(self.pick((0, 0, 1)))
-        if kind == "group":
-            divisors = [g for g in range(2, c + 1) if c % g == 0]
-            if not divisors:
-                kind = "dense"
+        divisors = [g for g in range(2, c + 1) if c % g == 0]
+        if kind in ("group", "depthwise") and not divisors:  # one channel: grouping means nothing
+            kind = "dense"
         if kind == "transposed":
             oc = int(self.rng.integers(1, 9))
             stride = min(stride, 2)
-            pad = min(pad, (k - 1) * dil)
+            # the output must not be empty: (size - 1) * stride - 2 * pad + dil * (k - 1) + 1 > 0
+            pad = min(pad, (k - 1) * dil, ((min(h, w) - 1) * stride + dil * (k - 1)) // 2)
             wt = self.const(c, oc, k, k, scale=1 / np.sqrt(c * k * k))
             self.note(f"conv_transpose2d {x.shape} oc={oc} k={k} s={stride} p={pad} d={dil}")
             return F.conv_transpose2d(x, wt, stride=stride, padding=pad, dilation=dil)
@@ -457,7 +457,7 @@ class _Builder:
                 g = int(self.pick(divisors))
                 oc = g * int(self.rng.integers(1, 4))
                 shape: tuple[int, ...] = (g, oc // g, c // g, k, k)
-            elif kind == "depthwise":
+            elif kind == "depthwise" and c > 1:
                 g = oc = c
                 shape = (c, 1, 1, k, k)
             else:
