@@ -152,10 +152,9 @@ def test_bug_adaptive_max_pool_drops_nan() -> None:
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
 
 
-@pytest.mark.xfail(strict=True, reason="reference mgb.resize (NEAREST and LINEAR): its einsum with the "
-                   "interpolation matrices computes 0 * NaN, so one NaN/Inf input spreads over whole output "
-                   "rows and columns; the x86 kernels sample only the taps")  # fmt: skip
-def test_bug_reference_resize_spreads_nan() -> None:
+def test_reference_resize_keeps_nan_to_its_taps() -> None:
+    # was a bug: an einsum with the interpolation matrices computed 0 * NaN, so one NaN/Inf spread
+    # over whole output rows and columns
     x = _nan_input((1, 1, 4, 6))
     traced = xm.jit.trace(lambda t: interpolate(t, size=(8, 12), mode="nearest"), symbolic=True,
                           capture_as_const=True)  # fmt: skip

@@ -566,10 +566,26 @@ def interp_matrix(n_in: int, n_out: int, imode: Any, align_corners: bool = False
 def resize(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     (x,) = args
     oh, ow = p["out_shape"]
-    ah = interp_matrix(x.shape[2], oh, p["imode"])
-    aw = interp_matrix(x.shape[3], ow, p["imode"])
-    y = np.einsum("oh,nchw,pw->ncop", ah, x.astype(np.float64), aw)
+    y = _resample_axis(x.astype(np.float64), interp_matrix(x.shape[2], oh, p["imode"]), axis=2)
+    y = _resample_axis(y, interp_matrix(x.shape[3], ow, p["imode"]), axis=3)
     return [y.astype(results[0].dtype)]
+
+
+def _resample_axis(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
+    """``weights`` (n_out, n_in, at most two taps a row) applied along ``axis`` reading only the taps
+    that count: a NaN or Inf pixel reaches the outputs that sample it, not every output of its row
+    (a dense product would spread it through its zero weights)."""
+    first = np.argmax(weights != 0, axis=1)
+    last = weights.shape[1] - 1 - np.argmax(weights[:, ::-1] != 0, axis=1)
+    rows = np.arange(weights.shape[0])
+    w_first = weights[rows, first]
+    w_last = np.where(last != first, weights[rows, last], 0.0)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    near, far = np.take(x, first, axis=axis), np.take(x, last, axis=axis)
+    w_first, w_last = w_first.reshape(shape), w_last.reshape(shape)
+    with np.errstate(invalid="ignore"):
+        return w_first * near + np.where(w_last != 0, w_last * far, 0.0)
 
 
 def layer_norm_stats(x: np.ndarray, normalized_size: int, eps: float) -> tuple[np.ndarray, np.ndarray]:

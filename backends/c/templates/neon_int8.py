@@ -21,6 +21,14 @@ from xdsl.ir import Operation
 from backends.c.templates import sym_join
 from backends.c.templates.neon import _NEON_Q8, nchw44_int8
 from backends.c.templates.neon_gemm import ConvGemmNchw44, hybrid_panel_layout
+from backends.c.templates.requant import (
+    REQUANT_C,
+    bias_ctype,
+    exact,
+    int_activation,
+    post_processed,
+    result_expr,
+)
 from dialects.layout import Layout, LayoutSpec
 from passes.lowering.kernels import Lowered
 
@@ -44,6 +52,8 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         lowered = nchw44_int8(op, self.isa, dot=True) or nchw44_int8(op, self.isa, dot=False)
         if lowered is None or lowered.params["mode"] not in ("dense", "hybrid"):
             return None
+        if lowered.params["out"] != "q8" or lowered.params["act"] not in ("identity", "relu"):
+            return None  # other results and h-swish: the direct kernels
         return lowered
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -53,7 +63,7 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         return (HYBRID_MB, NB) if p["mode"] == "hybrid" else (MB, NB)
 
     def types(self, p: dict[str, Any]) -> tuple[str, str]:
-        return "int8_t", "int32_t"
+        return "int8_t", bias_ctype(p)
 
     def weight_type(self, p: dict[str, Any]) -> str:
         return "int16_t" if p["mode"] == "hybrid" else "int8_t"
@@ -70,7 +80,7 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         return np.ascontiguousarray(packed.astype(np.int16) if p["mode"] == "hybrid" else packed)
 
     def support(self, em: Any) -> str:
-        return "#include <stdint.h>\n" + _NEON_Q8
+        return "#include <stdint.h>\n" + _NEON_Q8 + REQUANT_C  # the direct kernels' text: emitted once
 
     def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
         hybrid = p["mode"] == "hybrid"
@@ -78,11 +88,12 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         lines = [
             f"static inline __attribute__((always_inline)) void {name}(const int8_t* restrict xb, "
             f"const {'int16_t' if hybrid else 'int8_t'}* restrict wk, int8_t* restrict yb, "
-            "const int32_t* restrict bb, "
+            f"const {bias_ctype(p)}* restrict bb, "
             "const int8_t* restrict rb) {",
             "  (void)bb; (void)rb;",
         ]
-        init = "vld1q_s32(bb + {o})" if p["bias"] else "vdupq_n_s32(0)"
+        # an int32 bias starts the accumulators; a float32 one joins after scaling (requant.py)
+        init = "vld1q_s32(bb + {o})" if p["bias"] and not post_processed(p) else "vdupq_n_s32(0)"
         lines += [f"  int32x4_t a{b}_{j} = {init.format(o=b * 4)};" for b in range(mb) for j in range(nb)]
         lines.append(f"  for (int cb = 0; cb < {geo['cbn']}; ++cb) {{")
         lines.append(f"    const int8_t* xc = xb + (long)cb * {geo['x_c']};")
@@ -98,15 +109,17 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
             lines += self._dot_step(p, mb, nb, xpix)
         lines.append("    }")
         lines.append("  }")
-        relu = int(p["act"] == "relu")
+        # the one requantization definition (requant.py), lane by lane
         for b in range(mb):
+            bias = f"bb[{b * 4} + k]" if p["bias"] else None
+            value = result_expr(p, "lanes[k]", bias)
             for j in range(nb):
                 lines.append(
-                    f"  xm_qstore_neon(yb + {b * geo['y_c'] + j * 4}, a{b}_{j}, {p['s_acc']!r}f, "
-                    f"{p['inv_out']!r}f, {relu});"
+                    f"  {{ int32_t lanes[4]; vst1q_s32(lanes, a{b}_{j}); for (int k = 0; k < 4; ++k) "
+                    f"{{ {int_activation(p, 'lanes[k]')} yb[{b * geo['y_c'] + j * 4} + k] = {value}; }} }}"
                 )
         lines.append("}")
-        return "\n".join(lines) + "\n"
+        return exact("\n".join(lines) + "\n")
 
     def _hybrid_step(self, p: dict[str, Any], mb: int, nb: int) -> list[str]:
         """One input channel and tap of a first layer: 8 output channels' int16 weights in one
