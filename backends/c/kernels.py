@@ -6,7 +6,8 @@ element types never accept the same op, so their relative order only matters wit
 
 * convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot-product
   register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
-  GEMM 195 (neon_gemm), NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100;
+  GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
+  int8 180; NCHW float32 depthwise 110, GEMM 100;
   NCHW int8: x86 depthwise 96, x86 dense 95, portable 90;
 * pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 x86 95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, int8 x86 95, other element types 90;
@@ -21,6 +22,7 @@ from backends.c.templates import (
     generic,
     nchw88,
     neon,
+    neon_depthwise,
     neon_gemm,
     neon_int8,
     portable,
@@ -43,5 +45,6 @@ KERNELS = KernelRegistry(
         *x86_int8.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
+        *neon_depthwise.KERNEL_UNITS,
     )
 )
