@@ -101,3 +101,48 @@ def test_arm_depthwise3x3_nchw44(target: str, isa: str, tol: float, monkeypatch:
         np.testing.assert_allclose(
             g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
         )
+
+
+# float16 elementwise and pooling (backends/c/templates/neon_fp16.py): odd sizes (tails of 4 and of 1
+# lanes), broadcasts along inner and outer dimensions, a scalar, NCHW44 tensors after a convolution
+EW_SHAPES = [(2, 3, 9, 11), (1, 12, 6, 7), (1, 4, 9, 3), (1, 5, 7, 3)]  # 594, 504, 108, 105 elements
+
+
+def elementwise_model(conv_w: np.ndarray) -> Callable[..., Any]:
+    def f(a: Tensor, b: Tensor, col: Tensor, z: Tensor, e: Tensor, g: Tensor) -> tuple[Tensor, ...]:
+        y = F.conv2d(z, Tensor(conv_w), padding=1)  # NCHW44 activations: (1, 12/4, 6, 7, 4)
+        return (
+            F.relu6(a * 3),
+            a + b,
+            a * col,  # broadcast over the last two dimensions
+            F.hswish(b * 4),
+            F.relu(a - b),
+            F.maximum(a, b) / (F.abs(b) + 1),
+            F.relu6(e * 2),  # a tail of 4 lanes
+            F.hswish(g) - 1,  # a tail of one lane
+            F.relu6(y),
+            F.hswish(y + 0.5),
+            F.max_pool2d(y, 3, stride=2, padding=1),
+            F.avg_pool2d(F.relu(y), 2, stride=2),
+            F.avg_pool2d(y, 3, stride=2, padding=1, mode="average"),
+        )
+
+    return f
+
+
+def test_arm_fp16_elementwise_and_pooling() -> None:
+    rng = np.random.default_rng(16)
+    a, b, z, e, g = ((rng.standard_normal(s) * 3).astype(np.float32) for s in (EW_SHAPES[0], *EW_SHAPES))
+    inputs = [a, b, rng.standard_normal((1, 3, 1, 1)).astype(np.float32), z, e, g]
+    conv_w = (rng.standard_normal((12, 12, 3, 3)) * 0.2).astype(np.float32)
+    c = _compile(elementwise_model(conv_w), inputs, "arm-fp16")
+    ir = c.ir("kernel-plan-memory")
+    families = set(re.findall(r'= "(\w+)" \["(\w+)"\]', ir))
+    assert {("elemwise_f16", "fp16"), ("pool2d_nchw44_f16", "fp16")} <= families
+    assert not any(f == "elemwise" for f, _ in families)  # no elementwise op widened to float32
+    want = run_module(c._stages["inference"], inputs)
+    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+        w = np.asarray(w, np.float32)
+        np.testing.assert_allclose(
+            g, w, rtol=1e-2, atol=1e-2 * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
+        )

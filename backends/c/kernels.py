@@ -9,8 +9,10 @@ element types never accept the same op, so their relative order only matters wit
   GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
   int8 180; NCHW float32 depthwise 110, GEMM 100;
   NCHW int8: x86 depthwise 96, x86 dense 95, portable 90;
-* pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 x86 95, portable 90;
-* elementwise, matrix multiplication, data movement: float32 100, int8 x86 95, other element types 90;
+* pooling: NCHW88 300, NCHW44 float16 210 (neon_fp16), NCHW44 200, NCHW float32 100, NCHW int8 x86
+  95, portable 90;
+* elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
+  (neon_fp16), int8 x86 95, other element types 90;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad.
 """
 
@@ -23,6 +25,7 @@ from backends.c.templates import (
     nchw88,
     neon,
     neon_depthwise,
+    neon_fp16,
     neon_gemm,
     neon_int8,
     portable,
@@ -46,5 +49,6 @@ KERNELS = KernelRegistry(
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_depthwise.KERNEL_UNITS,
+        *neon_fp16.KERNEL_UNITS,
     )
 )
