@@ -146,3 +146,36 @@ def test_arm_fp16_elementwise_and_pooling() -> None:
         np.testing.assert_allclose(
             g, w, rtol=1e-2, atol=1e-2 * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
         )
+
+
+def shuffle_model(w1: np.ndarray, w2: np.ndarray) -> Callable[..., Any]:
+    """ShuffleNetV2's data movement: NCHW44 convolutions around a channel shuffle (reshape, transpose),
+    channel slices and a concatenation, in plain layout (relayouts both ways)."""
+
+    def f(x: Tensor) -> tuple[Tensor, ...]:
+        y = F.relu(F.conv2d(x, Tensor(w1), padding=1))  # (1, 16, 6, 9) NCHW44
+        n, c, h, w = y.shape
+        s = y.reshape(n, 2, c // 2, h, w).transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
+        left, right = s[:, : c // 2], s[:, c // 2 :]
+        z = F.concat([F.conv2d(right, Tensor(w2)), left[:, :, 1:, :]], axis=2)
+        return s, z, y[:, :, ::2, 1:6].transpose(0, 1, 3, 2)
+
+    return f
+
+
+@pytest.mark.parametrize(("target", "isa", "tol"), [("arm-nchw44", "neon", 1e-4), ("arm-fp16", "fp16", 1e-2)])
+def test_arm_neon_relayout_and_copies(target: str, isa: str, tol: float) -> None:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 8, 6, 9)).astype(np.float32)  # 54 pixels: 8-, 4- and 1-pixel steps
+    w1 = (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((8, 8, 1, 1)) * 0.3).astype(np.float32)
+    c = _compile(shuffle_model(w1, w2), [x], target)
+    families = set(re.findall(r'= "(\w+)" \["(\w+)"\]', c.ir("kernel-plan-memory")))
+    assert {("relayout", isa), ("copy", isa)} <= families
+    assert "vst4" in c.source and "vld4" in c.source
+    want = run_module(c._stages["inference" if isa == "fp16" else "tensor"], [x])
+    for i, (g, w) in enumerate(zip(_run(c, [x]), want, strict=True)):
+        w = np.asarray(w, np.float32)
+        np.testing.assert_allclose(
+            g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
+        )

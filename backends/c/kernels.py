@@ -28,6 +28,7 @@ from backends.c.templates import (
     neon_fp16,
     neon_gemm,
     neon_int8,
+    neon_move,
     portable,
     typed,
     winograd,
@@ -50,5 +51,6 @@ KERNELS = KernelRegistry(
         *neon_int8.KERNEL_UNITS,
         *neon_depthwise.KERNEL_UNITS,
         *neon_fp16.KERNEL_UNITS,
+        *neon_move.KERNEL_UNITS,
     )
 )
