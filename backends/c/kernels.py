@@ -6,10 +6,13 @@ element types never accept the same op, so their relative order only matters wit
 
 * convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot-product
   register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
-  GEMM 195 (neon_gemm), NCHW44 float 190, NCHW44 int8 180; NCHW float32 depthwise 110, GEMM 100;
+  GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
+  int8 180; NCHW float32 depthwise 110, GEMM 100;
   NCHW int8: x86 depthwise 96, x86 dense 95, portable 90;
-* pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 x86 95, portable 90;
-* elementwise, matrix multiplication, data movement: float32 100, int8 x86 95, other element types 90;
+* pooling: NCHW88 300, NCHW44 float16 210 (neon_fp16), NCHW44 200, NCHW float32 100, NCHW int8 x86
+  95, portable 90;
+* elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
+  (neon_fp16), int8 x86 95, other element types 90;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad.
 """
 
@@ -21,8 +24,11 @@ from backends.c.templates import (
     generic,
     nchw88,
     neon,
+    neon_depthwise,
+    neon_fp16,
     neon_gemm,
     neon_int8,
+    neon_move,
     portable,
     typed,
     winograd,
@@ -43,5 +49,8 @@ KERNELS = KernelRegistry(
         *x86_int8.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
+        *neon_depthwise.KERNEL_UNITS,
+        *neon_fp16.KERNEL_UNITS,
+        *neon_move.KERNEL_UNITS,
     )
 )
