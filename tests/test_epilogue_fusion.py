@@ -58,6 +58,10 @@ CASES = [
     ("arm-fp16", "chan", "conv2d_nchw44"),
     ("arm-nchw44+plain-c", "dense", "conv2d_nchw44"),
     ("arm-nchw44+plain-c", "chan", "conv2d_nchw44"),
+    # float16 storage, float32 arithmetic
+    ("x86-avx2-nchw88+io16xc32", "dense", "conv2d_nchw88"),
+    ("x86-avx2-nchw88+io16xc32", "chan", "conv2d_nchw88_chan"),
+    ("arm-nchw44+io16xc32", "chan", "conv2d_nchw44"),
 ]
 
 # kind -> (input channels, output channels, kernel, stride, groups, input height x width)
@@ -68,6 +72,10 @@ GEOMETRY: dict[str, tuple[int, int, int, int, int, tuple[int, int]]] = {
     "group": (16, 24, 3, 1, 2, (7, 5)),
     "winograd": (16, 24, 3, 1, 1, (9, 11)),
 }
+
+
+def _float16(target: str) -> bool:
+    return "fp16" in target or "io16" in target
 
 
 def _skip_without_toolchain(target: str) -> None:
@@ -137,7 +145,7 @@ def _fused_state(compiled: CompiledModel) -> tuple[Declared, set[str]]:
 
 
 def _compare(got: list[np.ndarray], want: list[Any], target: str) -> None:
-    f16 = "fp16" in target
+    f16 = _float16(target)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         w = np.asarray(w, np.float32)
         np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"output {i}: NaN positions differ")
@@ -150,7 +158,7 @@ def _compare(got: list[np.ndarray], want: list[Any], target: str) -> None:
 @pytest.mark.parametrize(("target", "kind", "family"), CASES, ids=[f"{t}-{k}" for t, k, _ in CASES])
 def test_declared_epilogues_fuse_and_match_the_reference(target: str, kind: str, family: str) -> None:
     _skip_without_toolchain(target)
-    specials = "fp16" not in target  # float16 keeps the bias out of the kernel: finite values there
+    specials = not _float16(target)  # float16 keeps the bias out of the kernel: finite values there
     fn, x = _model(kind, specials)
     compiled = compile_fn(fn, [x], target)
     calls, modes = _fused_state(compiled)
@@ -170,7 +178,10 @@ def test_declared_epilogues_fuse_and_match_the_reference(target: str, kind: str,
         assert np.isnan(column).all()
 
 
-@pytest.mark.parametrize("target", ["x86-avx2-nchw88", "x86-avx512-nchw88", *ARM[:2]])
+@pytest.mark.parametrize(
+    "target",
+    ["x86-avx2-nchw88", "x86-avx512-nchw88", *ARM[:2], "x86-avx2-nchw88+io16xc32", "arm-nchw44+io16xc32"],
+)
 def test_mobilenet_v2_has_no_standalone_relu6(target: str) -> None:
     _skip_without_toolchain(target)
     from compiler.hub.mobilenet_v2 import mobilenet_v2
