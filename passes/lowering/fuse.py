@@ -1,12 +1,20 @@
 """``kernel-fuse-epilogue``: fold bias adds, residual adds and activations into the producing kernel.
 
-A convolution or matrix-multiplication call whose only user is an elementwise call absorbs it when the
-elementwise op is, with ``y`` that result:
+A kernel call whose only user is an elementwise call absorbs it when the producer's unit declares
+(:attr:`passes.lowering.kernels.KernelUnit.epilogues`, per element type of its result) the parts the
+elementwise op needs, with ``y`` that result:
 
-* ``add(y, b)`` / ``add(b, y)``: ``b`` a per-output-channel vector (per column for a matmul) becomes
-  the kernel's bias (two constant biases are summed); a tensor of ``y``'s shape becomes its residual;
+* ``add(y, b)`` / ``add(b, y)``: ``b`` a per-output-channel vector (per column for a matrix product)
+  becomes the kernel's bias (two constant biases are summed); a tensor of ``y``'s shape becomes its
+  residual;
 * ``relu(y)``, ``relu6(y)``, ``sigmoid(y)``, ``h_swish(y)``: the kernel's activation;
 * ``fuse_add_relu(y, z)`` etc.: both at once.
+
+A float16 result's activation may also sit between ``typecvt`` calls (``kernel-widen-f16`` computes
+an elementwise op without a float16 kernel in float32): ``typecvt(act(typecvt(y)))`` back to ``y``'s
+type is fused the same way. A float16 declaration promises the activation of the float16 result,
+rounded to float16, which is what the widened graph computes (for ReLU and ReLU6 bit for bit: they
+commute with rounding).
 
 Only a kernel without an activation absorbs more (the epilogue order is bias, residual, activation).
 The fused call takes the elementwise call's place, so a residual computed after the producer (ResNet's
@@ -16,24 +24,24 @@ shortcut branch) is available; the kernel is re-specialised through its template
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import kernel as K
-from dialects.dtypes import element_type
-from passes.lowering.kernels import KernelRegistry, const_array, shape
+from dialects.dtypes import dtype_name, element_type
+from passes.lowering.kernels import EpilogueSupport, KernelRegistry, const_array, shape
 from passes.lowering.select import ensure_def, kernel_target
 from passes.target import Target
 
-FUSABLE = {"conv2d_gemm", "conv2d_depthwise", "matmul_gemm", "conv2d_nchw88", "conv2d_nchw88_chan"}
 # elementwise mode -> (adds its other operand, activation it applies)
 EPILOGUE_MODES: dict[str, tuple[bool, str]] = {
     "add": (True, "identity"),
@@ -47,18 +55,37 @@ EPILOGUE_MODES: dict[str, tuple[bool, str]] = {
 }
 
 
-def _channels(family: str, params: dict[str, Any]) -> int:
-    if family == "matmul_gemm":
-        return params["n"]
-    return params["c"] if family in ("conv2d_depthwise", "conv2d_nchw88_chan") else params["oc"]
+def element_name(v: SSAValue) -> str | None:
+    """The ``dialects.dtypes`` name of a tensor value's element type (``float32``), else None."""
+    t = v.type
+    if not isinstance(t, TensorType):
+        return None
+    try:
+        return dtype_name(t.element_type)
+    except KeyError:
+        return None
 
 
-def _is_bias_shape(family: str, s: tuple[int, ...], out: tuple[int, ...], channels: int) -> bool:
-    if family == "matmul_gemm":
-        return s in ((channels,), (1, channels)) and len(out) == 2
-    if len(out) == 5:  # NCHW88: (1, C/8, 1, 1, 8)
-        return s == (1, out[1], 1, 1, out[4]) and out[1] * out[4] >= channels
-    return s in ((1, channels, 1, 1), (channels, 1, 1)) and len(out) == 4
+def _sole_producer(y: SSAValue) -> K.CallOp | None:
+    """The kernel call producing ``y`` when ``y`` is its only result and has no other user."""
+    producer = y.owner
+    if isinstance(producer, K.CallOp) and y.has_one_use() and len(producer.outputs) == 1:
+        return producer
+    return None
+
+
+def _epilogue_of(
+    producer: K.CallOp, kernels: KernelRegistry
+) -> tuple[EpilogueSupport, dict[str, Any]] | None:
+    """The producer's declared epilogue for its result type and its parameters, when it has not
+    applied an activation yet (nothing can follow the activation)."""
+    support = kernels.of(producer.definition()).epilogue(element_name(producer.outputs[0]) or "")
+    if support is None:
+        return None
+    params = producer.definition().param_values()
+    if params.get("act", "identity") != "identity":
+        return None
+    return support, params
 
 
 def try_fuse(module: ModuleOp, call: K.CallOp, kernels: KernelRegistry) -> bool:
@@ -71,38 +98,81 @@ def try_fuse(module: ModuleOp, call: K.CallOp, kernels: KernelRegistry) -> bool:
     adds, act = EPILOGUE_MODES[mode]
     args = list(call.args)
     for pos, y in enumerate(args[: 2 if adds else 1]):
-        producer = y.owner
-        if not isinstance(producer, K.CallOp) or not y.has_one_use() or len(producer.outputs) != 1:
+        producer = _sole_producer(y)
+        if producer is None or shape(call.outputs[0]) != shape(y):
             continue
-        pdef = producer.definition()
-        if pdef.family.data not in FUSABLE:
+        got = _epilogue_of(producer, kernels)
+        if got is None or act not in got[0].activations:
             continue
-        params = pdef.param_values()
-        if params["act"] != "identity" or shape(call.outputs[0]) != shape(y):
-            continue
-        if params.get("dtype", "f32") != "f32":  # float16 storage: epilogues stay in the graph
-            continue
+        support, params = got
         operands = list(producer.args)
-        new = dict(params)
-        new["act"] = act
-        if adds:
-            other = args[1 - pos]
-            if not _absorb_add(pdef.family.data, producer, operands, new, other, call):
-                continue
-        nd = ensure_def(module, kernels.of(pdef), new)
-        fused = K.CallOp(nd.sym, operands, [call.outputs[0].type])
-        for key, value in producer.attributes.items():
-            fused.attributes[key] = value
-        Rewriter.insert_op(fused, InsertPoint.before(call))
-        call.outputs[0].replace_all_uses_with(fused.outputs[0])
-        Rewriter.erase_op(call)
-        Rewriter.erase_op(producer)
+        new = {**params, "act": act}
+        if adds and not _absorb_add(support, producer, operands, new, args[1 - pos], call):
+            continue
+        _refuse(module, kernels, producer, new, operands, call.outputs[0], [call, producer])
         return True
-    return False
+    return not adds and _try_fuse_widened(module, call, act, kernels)
+
+
+def _is_typecvt(op: object) -> bool:
+    return isinstance(op, K.CallOp) and op.definition().family.data == "typecvt" and len(op.args) == 1
+
+
+def _try_fuse_widened(module: ModuleOp, call: K.CallOp, act: str, kernels: KernelRegistry) -> bool:
+    """``typecvt(act(typecvt(y)))`` with the outer conversion back to ``y``'s type: fuse ``act``."""
+    widened = call.args[0]
+    up = widened.owner
+    if not _is_typecvt(up) or not widened.has_one_use() or not call.outputs[0].has_one_use():
+        return False
+    assert isinstance(up, K.CallOp)
+    y = up.args[0]
+    producer = _sole_producer(y)
+    down = call.outputs[0].get_user_of_unique_use()
+    if producer is None or not _is_typecvt(down) or down.results[0].type != y.type:
+        return False
+    assert isinstance(down, K.CallOp)
+    got = _epilogue_of(producer, kernels)
+    if got is None or act not in got[0].activations:
+        return False
+    new = {**got[1], "act": act}
+    _refuse(module, kernels, producer, new, list(producer.args), down.outputs[0], [down, call, up, producer])
+    return True
+
+
+def _refuse(
+    module: ModuleOp,
+    kernels: KernelRegistry,
+    producer: K.CallOp,
+    params: dict[str, Any],
+    operands: list[SSAValue],
+    result: SSAValue,
+    absorbed: Sequence[Operation],
+) -> None:
+    """Replace ``producer`` by its re-specialisation computing ``result`` in place of the op that
+    defines it; ``absorbed`` (users first, ``producer`` last) are erased."""
+    nd = ensure_def(module, kernels.of(producer.definition()), params)
+    fused = K.CallOp(nd.sym, operands, [result.type])
+    for key, value in producer.attributes.items():
+        fused.attributes[key] = value
+    owner = result.owner
+    assert isinstance(owner, Operation)
+    Rewriter.insert_op(fused, InsertPoint.before(owner))
+    result.replace_all_uses_with(fused.outputs[0])
+    for op in absorbed:
+        Rewriter.erase_op(op)
+
+
+def _is_bias_shape(along: str, s: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """Whether an addend of shape ``s`` is one value per channel (or column) of a result ``out``."""
+    if along == "columns":
+        return len(out) == 2 and s in ((out[1],), (1, out[1]))
+    if len(out) == 5:  # a blocked layout (N, C/b, H, W, b): the bias in the same layout
+        return s == (1, out[1], 1, 1, out[4])
+    return len(out) == 4 and s in ((1, out[1], 1, 1), (out[1], 1, 1))
 
 
 def _absorb_add(
-    family: str,
+    support: EpilogueSupport,
     producer: K.CallOp,
     operands: list[SSAValue],
     new: dict[str, Any],
@@ -111,10 +181,9 @@ def _absorb_add(
 ) -> bool:
     """Fold ``+ other`` into the epilogue parameters and operands; False if it does not fit."""
     out = shape(producer.outputs[0])
-    channels = _channels(family, new)
     s = shape(other)
-    bias_at = 2 if new["bias"] else None
-    if _is_bias_shape(family, s, out, channels):
+    bias_at = 2 if new.get("bias") else None
+    if support.bias is not None and _is_bias_shape(support.bias, s, out):
         if bias_at is None:
             new["bias"] = 1
             operands.insert(2, other)
@@ -127,7 +196,7 @@ def _absorb_add(
         Rewriter.insert_op(w, InsertPoint.before(call))
         operands[bias_at] = w.output
         return True
-    if s == out and not new["residual"] and math.prod(s) > 0:
+    if support.residual and s == out and not new.get("residual") and math.prod(s) > 0:
         new["residual"] = 1
         operands.append(other)
         return True
@@ -136,7 +205,7 @@ def _absorb_add(
 
 @dataclass(frozen=True)
 class FuseEpiloguePass(ModulePass):
-    """Fuse bias, residual add and activation into the producing conv / matmul kernel."""
+    """Fuse bias, residual add and activation into the producing kernel, as its unit declares."""
 
     name = "kernel-fuse-epilogue"
     target: str | Target = "x86-avx2"

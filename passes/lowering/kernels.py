@@ -16,8 +16,8 @@ accepts is a :class:`LoweringError` naming the op, its scope and every family tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,9 +46,42 @@ class Lowered:
     operands: list[SSAValue | np.ndarray]
 
 
+# the activations a fused epilogue may apply (the ``act`` parameter of conv / matmul kernels)
+ACTIVATIONS = ("identity", "relu", "relu6", "sigmoid", "hswish")
+
+
+@dataclass(frozen=True)
+class EpilogueSupport:
+    """What a kernel applies to its result before the store, for one element type, in this order: a
+    bias (``"channels"``: per output channel, axis 1 of an NCHW or blocked result; ``"columns"``: per
+    column of a 2-D matrix product; ``None``: no bias can be fused), a residual of the result's
+    shape, then one of ``activations``. ``kernel-fuse-epilogue`` fuses exactly what this says."""
+
+    bias: str | None = None
+    residual: bool = False
+    activations: frozenset[str] = field(default_factory=lambda: frozenset({"identity"}))
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.activations) - set(ACTIVATIONS))
+        if unknown or "identity" not in self.activations:
+            raise KernelRegistryError(
+                f"an epilogue's activations must include 'identity' and come from {', '.join(ACTIVATIONS)}; "
+                f"got {', '.join(sorted(self.activations))}"
+            )
+        if self.bias not in (None, "channels", "columns"):
+            raise KernelRegistryError(
+                f"an epilogue's bias runs along 'channels' or 'columns', not {self.bias!r}"
+            )
+
+
+# the whole float32 epilogue (bias along the channels, residual, every activation)
+FULL_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=frozenset(ACTIVATIONS))
+
+
 class KernelUnit:
     """One kernel family on one ISA. Subclasses set ``family``, ``ops`` and ``priority`` and implement
-    :meth:`match` and :meth:`symbol` (and the backend's rendering)."""
+    :meth:`match` and :meth:`symbol` (and the backend's rendering). A unit whose kernel fuses an
+    epilogue declares it in ``epilogues``."""
 
     family: ClassVar[str]
     isa: str = "generic"
@@ -56,6 +89,13 @@ class KernelUnit:
     priority: ClassVar[int] = 0  # higher is tried first among the families of one op
     # operand index -> True when the kernel may write its result over that operand (same bytes)
     in_place_operand: ClassVar[int | None] = None
+    # result element type (``dialects.dtypes`` name: "float32", "float16") -> what its epilogue fuses;
+    # an element type not listed fuses nothing
+    epilogues: ClassVar[Mapping[str, EpilogueSupport]] = {}
+
+    def epilogue(self, element: str) -> EpilogueSupport | None:
+        """What this unit's kernel can fuse into a result of element type ``element``, or None."""
+        return self.epilogues.get(element)
 
     def match(self, op: Operation) -> Lowered | None:
         """The kernel's parameters and operands for ``op``, or None when this unit cannot run it."""
@@ -206,7 +246,10 @@ def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> tupl
 
 
 __all__ = [
+    "ACTIVATIONS",
+    "FULL_EPILOGUE",
     "VIEW_OPS",
+    "EpilogueSupport",
     "KernelRegistry",
     "KernelRegistryError",
     "KernelUnit",

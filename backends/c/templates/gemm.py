@@ -26,7 +26,7 @@ from xdsl.ir import Operation
 from backends.c.match import conv_common, gemm_blocking, is_f32
 from backends.c.templates import Template, sym_join
 from dialects import tensor as T
-from passes.lowering.kernels import Lowered, const_array, shape
+from passes.lowering.kernels import ACTIVATIONS, FULL_EPILOGUE, EpilogueSupport, Lowered, const_array, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -104,12 +104,17 @@ def _epilogue_args(p: dict[str, Any]) -> tuple[list[str], str]:
     return params, "xm_act_" + p["act"]
 
 
+# a matrix product's bias runs along its columns (the Linear layer's bias)
+MATMUL_EPILOGUE = EpilogueSupport(bias="columns", residual=True, activations=frozenset(ACTIVATIONS))
+
+
 class ConvGemm(Template):
     """``conv2d_gemm``: dense or grouped convolution, NCHW, float32, with a fused epilogue."""
 
     family = "conv2d_gemm"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 100
+    epilogues = {"float32": FULL_EPILOGUE}  # the tile epilogue calls xm_act_<act>: every activation
 
     def __init__(self, isa: str):
         self.isa = isa
@@ -346,6 +351,7 @@ class MatmulGemm(Template):
     family = "matmul_gemm"
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
     priority = 100
+    epilogues = {"float32": MATMUL_EPILOGUE}
 
     def __init__(self, isa: str):
         self.isa = isa

@@ -32,7 +32,7 @@ from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
-from passes.lowering.kernels import Lowered, broadcast_strides, collapse, shape
+from passes.lowering.kernels import FULL_EPILOGUE, Lowered, broadcast_strides, collapse, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -266,6 +266,7 @@ class ConvDepthwise(Template):
     family = "conv2d_depthwise"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 110  # before conv2d_gemm, which also runs depthwise convolutions (as groups)
+    epilogues = {"float32": FULL_EPILOGUE}  # xm_act_<act> on every output: every activation
 
     def match(self, op: Operation) -> Lowered | None:
         got = conv_common(op)

@@ -42,7 +42,7 @@ from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout, LayoutSpec
-from passes.lowering.kernels import Lowered, const_array, shape
+from passes.lowering.kernels import FULL_EPILOGUE, EpilogueSupport, Lowered, const_array, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -54,6 +54,13 @@ TILES_AVX2 = ((2, 6), (3, 4))
 UNITS = 64  # register tiles (row, column tile) that one filter chunk sweeps while it sits in L1
 I_CHAN = 8  # columns per channel-wise tile
 ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2, "sigmoid": 3, "hswish": 4}
+# float32: bias, residual, every activation (xm_n88_act). Float16 storage computes in float32 and
+# rounds once at the store: of the activations only those commuting with that rounding fuse, so the
+# fused kernel stores exactly what the convolution followed by the activation would
+EPILOGUES = {
+    "float32": FULL_EPILOGUE,
+    "float16": EpilogueSupport(activations=frozenset({"identity", "relu", "relu6"})),
+}
 DENSE_FILTERS = {"dense": Layout.KCRSc8k8, "group": Layout.GKCRSc8k8, "hybrid": Layout.KRSCk8}
 
 
@@ -393,6 +400,7 @@ class ConvNchw88(_Nchw88Base):
 
     family = "conv2d_nchw88"
     priority = 280
+    epilogues = EPILOGUES
 
     def match(self, op: Operation) -> Lowered | None:
         return conv_nchw88(op, chan=False)
@@ -671,6 +679,7 @@ class ConvNchw88Chan(_Nchw88Base):
 
     family = "conv2d_nchw88_chan"
     priority = 300  # channel-wise filters only
+    epilogues = EPILOGUES
 
     def match(self, op: Operation) -> Lowered | None:
         return conv_nchw88(op, chan=True)

@@ -61,7 +61,7 @@ from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
-from passes.lowering.kernels import Lowered, shape
+from passes.lowering.kernels import ACTIVATIONS, FULL_EPILOGUE, EpilogueSupport, Lowered, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -228,6 +228,32 @@ def float_tag(isa: str, dtype: str, acc: str) -> str:
 
 STORAGE = {"f32": "float", "f16": "float16_t"}
 
+# The float kernels' epilogue: float32 takes bias, residual and every activation. Float16 results take
+# the activations only: ReLU and ReLU6 on the accumulators (they commute with the rounding to float16),
+# sigmoid and h_swish on the stored float16 value, in float32: what the graph computes without fusion
+FLOAT_EPILOGUES = {
+    "float32": FULL_EPILOGUE,
+    "float16": EpilogueSupport(activations=frozenset(ACTIVATIONS)),
+}
+
+
+def relu6_helper(tag: str) -> str:
+    """``xm_relu6_<tag>(v)``: ``min(max(v, 0), 6)`` per lane with NaN kept, as the reference's (NEON
+    ``fmax``/``fmin`` return NaN when an operand is; the scalar form compares so that NaN passes).
+    Emitted beside the kernels that use it, so code without ReLU6 is unchanged."""
+    v = f"xm_v_{tag}"
+    if tag == "neon_f16":
+        body = "return vmin_f16(vmax_f16(a, vdup_n_f16(0)), vdup_n_f16(6));"
+    elif tag.startswith("neon"):
+        body = "return vminq_f32(vmaxq_f32(a, vdupq_n_f32(0.f)), vdupq_n_f32(6.f));"
+    else:
+        body = (
+            "for (int i = 0; i < 4; ++i) { a.v[i] = a.v[i] <= 0 ? 0 : a.v[i]; "
+            "a.v[i] = a.v[i] >= 6 ? 6 : a.v[i]; } return a;"
+        )
+    guard = f"XM_RELU6_{tag.upper()}"
+    return f"#ifndef {guard}\n#define {guard}\nstatic inline {v} xm_relu6_{tag}({v} a) {{ {body} }}\n#endif\n"
+
 
 MODES = {
     Layout.KCRSc4k4: "dense", Layout.KCRSk4c4: "dense", Layout.GKCRSc4k4: "group", Layout.GKCRSk4c4: "group",
@@ -335,6 +361,7 @@ class ConvNchw44(Template):
         self.kind = kind
         self.family = self.FAMILIES[kind]  # type: ignore[misc]
         self.priority = self.PRIORITIES[kind]  # type: ignore[misc]
+        self.epilogues = FLOAT_EPILOGUES if kind == "float" else {}  # type: ignore[misc]
         self.isa = isa
 
     def match(self, op: Operation) -> Lowered | None:
@@ -495,8 +522,10 @@ class ConvNchw44(Template):
                 fin = f"acc[j] = xm_add_{tag}(acc[j], xm_ld_{tag}(res + {roff}));"
             if p["act"] == "relu":
                 fin += f" acc[j] = xm_max0_{tag}(acc[j]);"
+            elif p["act"] == "relu6":
+                fin += f" acc[j] = xm_relu6_{tag}(acc[j]);"
             store = f"xm_st_{tag}(yo + (long)(ox + j) * {out_st['W']}, acc[j]);"
-            if p["act"] not in ("identity", "relu"):
+            if p["act"] not in ("identity", "relu", "relu6"):
                 store += (
                     f" for (int k = 0; k < 4; ++k) {{ {ctype}* e = yo + (long)(ox + j) * {out_st['W']} + k;"
                     f" *e = ({ctype})xm_act_{p['act']}((float)*e); }}"
@@ -536,7 +565,8 @@ class ConvNchw44(Template):
         args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
                 *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
                 "int nt"]  # fmt: skip
-        code = f"""
+        helpers = relu6_helper(tag) if is_float and p["act"] == "relu6" else ""
+        code = f"""{helpers}
 static void {sym}({", ".join(args)}) {{
   const {ctype}* x = (const {ctype}*)x_;
   const {ctype}* w = (const {ctype}*)w_;

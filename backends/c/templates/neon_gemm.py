@@ -32,7 +32,7 @@ from xdsl.ir import Operation
 from backends.c.templates import sym_join
 from backends.c.templates.neon import STORAGE, ConvNchw44, nchw44_float
 from dialects.layout import SPECS, Layout, LayoutSpec
-from passes.lowering.kernels import Lowered
+from passes.lowering.kernels import EpilogueSupport, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -66,6 +66,7 @@ class FloatVec:
     fma_lane: str  # acc + w * x[lane]
     zero: str
     relu: str
+    relu6: str  # min(max(v, 0), 6): NEON fmax / fmin return NaN when an operand is, as the reference
     add: str
 
     def ld_block(self, p: str) -> str:
@@ -87,14 +88,21 @@ class FloatVec:
 F32 = FloatVec(
     "f32", 4, 2, 8, "float32x4_t", "float32x4_t", "vld1q_f32({p})", "vld1q_f32({p})",
     "vfmaq_laneq_f32({a}, {w}, {x}, {c})", "vdupq_n_f32(0.f)", "vmaxq_f32({v}, vdupq_n_f32(0.f))",
-    "vaddq_f32({a}, {b})",
+    "vminq_f32(vmaxq_f32({v}, vdupq_n_f32(0.f)), vdupq_n_f32(6.f))", "vaddq_f32({a}, {b})",
 )  # fmt: skip
 F16 = FloatVec(
     "f16", 8, 4, 8, "float16x8_t", "float16x4_t", "vld1q_f16({p})", "vld1_f16({p})",
     "vfmaq_lane_f16({a}, {w}, {x}, {c})", "vdupq_n_f16(0)", "vmaxq_f16({v}, vdupq_n_f16(0))",
-    "vaddq_f16({a}, {b})",
+    "vminq_f16(vmaxq_f16({v}, vdupq_n_f16(0)), vdupq_n_f16(6))", "vaddq_f16({a}, {b})",
 )  # fmt: skip
 VECS = {"f32": F32, "f16": F16}
+# applied to the accumulators before the single store: float32 takes bias, residual, ReLU and ReLU6;
+# float16 (float16 arithmetic) the activations only, which commute with the accumulators' rounding
+GEMM_ACTIVATIONS = frozenset({"identity", "relu", "relu6"})
+EPILOGUES = {
+    "float32": EpilogueSupport(bias="channels", residual=True, activations=GEMM_ACTIVATIONS),
+    "float16": EpilogueSupport(activations=GEMM_ACTIVATIONS),
+}
 
 
 class ConvGemmNchw44(ConvNchw44):
@@ -102,6 +110,7 @@ class ConvGemmNchw44(ConvNchw44):
 
     family = "conv2d_nchw44_gemm"
     priority = 195  # ahead of the direct conv2d_nchw44 (190) for every dense float conv it accepts
+    epilogues = EPILOGUES
 
     def __init__(self, isa: str):
         self.kind = "float"
@@ -112,7 +121,7 @@ class ConvGemmNchw44(ConvNchw44):
         if lowered is None:
             return None
         p = lowered.params
-        if p["mode"] not in ("dense", "hybrid") or p["act"] not in ("identity", "relu"):
+        if p["mode"] not in ("dense", "hybrid") or p["act"] not in GEMM_ACTIVATIONS:
             return None
         if p["dtype"] == "f16" and (p["acc"] != "f16" or self.isa != "fp16"):
             return None  # float16 storage computed in float32 stays with the direct kernel
@@ -234,8 +243,8 @@ class ConvGemmNchw44(ConvNchw44):
                     else:
                         r = v.ld_block(ptrs[0])
                     lines.append(f"  {acc} = {v.add.format(a=acc, b=r)};")
-                if p["act"] == "relu":
-                    lines.append(f"  {acc} = {v.relu.format(v=acc)};")
+                if p["act"] in ("relu", "relu6"):
+                    lines.append(f"  {acc} = {getattr(v, p['act']).format(v=acc)};")
                 for half, b in enumerate(blocks):
                     lines.append("  " + v.st_block(f"yb + {b * ys_c + j * 4}", acc, half))
         lines.append("}")

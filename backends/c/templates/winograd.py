@@ -44,7 +44,7 @@ from backends.c.templates.nchw88 import (
     offset,
 )
 from dialects.layout import SPECS, Layout, winograd_filter_spec, winograd_tile_spec
-from passes.lowering.kernels import Lowered
+from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -188,6 +188,7 @@ class ConvWinogradNchw88(_Nchw88Base):
     family = "conv2d_winograd_nchw88"
     isa = "avx2"
     priority = 290  # ahead of the direct conv2d_nchw88 where winograd_tile says it wins
+    epilogues = {"float32": FULL_EPILOGUE}  # float32 only (winograd_tile); xm_n88_act per output vector
     vw: ClassVar[int] = 8  # output channels per filter vector
     jmax: ClassVar[int] = 2  # filter vectors per register tile
     imax: ClassVar[int] = 6  # tiles per register tile

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.match import conv_common, is_f32
-from backends.c.templates import generic, typed
+from backends.c.templates import gemm, generic, typed
 from backends.c.templates import sym_join as c_sym_join
 from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, ESIZE, _epilogue_name
 from backends.c.templates.requant import (
@@ -32,7 +32,7 @@ from backends.c.templates.requant import (
 from backends.c.templates.typed import CTYPES, deq, quant
 from backends.cuda.templates import CudaRender, linear, pointwise, unflatten
 from dialects import tensor as T
-from passes.lowering.kernels import KernelUnit, Lowered, const_array, shape
+from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered, const_array, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -71,9 +71,10 @@ class ConvDirect(CudaRender, KernelUnit):
     """``conv2d_gemm`` on CUDA: dense or grouped NCHW float32 convolution, one thread per output,
     filters as given (OIHW; a true convolution's filter flipped by the shared rule)."""
 
-    family = "conv2d_gemm"  # the family the epilogue fusion knows
+    family = "conv2d_gemm"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 100
+    epilogues = {"float32": FULL_EPILOGUE}  # epilogue(): xm_act_<act> of acc + bias + res
 
     def match(self, op: Operation) -> Lowered | None:
         got = conv_common(op)
@@ -148,6 +149,7 @@ class Matmul(CudaRender, KernelUnit):
     family = "matmul_gemm"
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
     priority = 100
+    epilogues = {"float32": gemm.MATMUL_EPILOGUE}
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
