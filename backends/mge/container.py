@@ -368,7 +368,7 @@ def v1_output_count(kind: str | None, nr_tensors: int, names: list[str] | None, 
         return max(nr_inputs - 1, 1)
     if kind == "BatchNorm":
         return 4
-    if kind == "LayerNorm":  # (dst, mean, rstd)
+    if kind in ("LayerNorm", "GroupNorm", "InstanceNorm"):  # (dst, mean, rstd)
         return 3
     if kind in ("MultipleDeviceTensorHolder", "MultipleDeviceTensorWithFormatHolder"):
         return nr_tensors

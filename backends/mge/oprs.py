@@ -135,6 +135,9 @@ OPRS: tuple[Opr, ...] = (
     Opr("Resize", "ResizeV2", "ResizeForward", None, (T.ResizeOp,), R.read_resize, W.lower_resize),
     Opr("LayerNorm", "LayerNorm", "LayerNormForward", None,
         (T.LayerNormOp,), R.read_layer_norm, W.lower_layer_norm),
+    # read as the mgb ops they compose; written as those ops
+    Opr("GroupNorm", "GroupNorm", "GroupNormForward", "GroupNorm", read=R.read_group_norm),
+    Opr("InstanceNorm", "InstanceNorm", "InstanceNormForward", "InstanceNorm", read=R.read_group_norm),
     Opr("Argmax", "Argmax", "ArgmaxForward", None, (T.ArgmaxOp,), params=ParamMap("Axis", {"axis": "axis"})),
     Opr("Argmin", "Argmin", "ArgminForward", None, (T.ArgminOp,), params=ParamMap("Axis", {"axis": "axis"})),
     Opr("RelayoutFormat", "RelayoutFormatV1", "RelayoutFormat", read=layouts.read_relayout_format),
@@ -227,8 +230,8 @@ REFUSED: dict[str, str] = {
         "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
         "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
-        "GroupLocalV2 GroupNorm Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
-        "InstanceNorm LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
+        "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
+        "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
         "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose TopK "
         "WarpAffineV2 WarpPerspectiveV2 Where"

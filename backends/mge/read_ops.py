@@ -611,3 +611,68 @@ def read_layer_norm(ctx: ReadContext, op: RawOpr) -> None:
         res = new.results[i]
         define(ctx, op, i, ReadVar(type=res.type, ssa=res, alias=True))  # type: ignore[arg-type]
     define(ctx, op, 0, ReadVar(type=new.results[0].type, ssa=new.results[0]))  # type: ignore[arg-type]
+
+
+def read_group_norm(ctx: ReadContext, op: RawOpr) -> None:
+    """GroupNorm / InstanceNorm (InstanceNorm = GroupNorm with one group per channel) as the
+    composition MegEngine's CPU kernel computes: per (sample, group) the mean and the biased
+    variance over C/G*H*W values, x̂ = (x - mean) / sqrt(var + eps), then weight/bias per channel.
+    Outputs (dst, mean, var) with the statistics shaped (N, G) in float32; MegEngine names the
+    last one ``rstd`` but its CPU kernel stores the variance there (its backward adds eps)."""
+    p = op.param("GroupNorm")
+    affine = bool(p["affine"])
+    n_in = 3 if affine else 1
+    if len(op.inputs) != n_in:
+        raise fail(op, f"{op.kind} with affine={affine} takes {n_in} inputs, has {len(op.inputs)}")
+    if enum_of(op, enums.Format, p["format"], "format") != enums.Format.NCHW:
+        raise unsupported(op, f"{op.kind} is read in format NCHW only")
+    x = input_var(ctx, op, 0)
+    shape = shape_of(op, x, "input")
+    if len(shape) != 4:
+        raise fail(op, f"{op.kind} takes a 4-d NCHW input, got shape {shape}")
+    assert x.type is not None
+    if x.type.encoding != TensorType(x.type.element_type, list(shape)).encoding:
+        raise unsupported(op, f"{op.kind} on a blocked-layout input is not supported by xmge")
+    n, c, h, w = shape
+    group = c if op.kind == "InstanceNorm" else int(p["group"])
+    if group <= 0 or c % group:
+        raise fail(op, f"{op.kind}: {c} channels do not split into {group} groups")
+    elem = x.type.element_type
+    dtype = numpy_dtype(elem)
+    if dtype != np.float32:
+        raise unsupported(op, f"{op.kind} on {dtype} is not supported by xmge (float32 only)")
+
+    def scalar(value: float) -> ReadVar:
+        return ReadVar(type=TensorType(elem, [1]), value=np.asarray([value], dtype))
+
+    def elemwise(mode: Any, a: ReadVar, b: ReadVar) -> ReadVar:
+        (out,) = emit_values(ctx, op, T.ElemwiseOp, [a, b], mode=mode)
+        return out
+
+    def reshape(v: ReadVar, target: list[int]) -> ReadVar:
+        (out,) = emit_values(ctx, op, T.ReshapeOp, [v], [TensorType(elem, target)])
+        return out
+
+    def mean_of_last(v: ReadVar) -> ReadVar:
+        (out,) = emit_values(ctx, op, T.ReduceOp, [v], mode=enums.ReduceMode.MEAN, axis=2)
+        return out
+
+    E = enums.ElemwiseMode
+    grouped = reshape(x, [n, group, c // group * h * w])
+    mean = mean_of_last(grouped)
+    centred = elemwise(E.SUB, grouped, mean)
+    var = mean_of_last(elemwise(E.MUL, centred, centred))
+    (std,) = emit_values(ctx, op, T.ElemwiseOp, [elemwise(E.ADD, var, scalar(float(p["eps"])))], mode=E.SQRT)
+    out = reshape(elemwise(E.TRUE_DIV, centred, std), [n, c, h, w])
+    if affine:
+        per_channel = []
+        for k, what in ((1, "weight"), (2, "bias")):
+            v = input_var(ctx, op, k)
+            if math.prod(shape_of(op, v, what)) != c:
+                raise fail(op, f"{op.kind}'s {what} has shape {shape_of(op, v, what)}, needs {c} values")
+            per_channel.append(reshape(v, [1, c, 1, 1]))
+        out = elemwise(E.ADD, elemwise(E.MUL, out, per_channel[0]), per_channel[1])
+    for i, stat in ((1, mean), (2, var)):
+        if i < len(op.outputs):
+            define(ctx, op, i, reshape(stat, [n, group]))
+    define(ctx, op, 0, out)

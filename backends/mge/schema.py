@@ -139,6 +139,12 @@ PARAMS: dict[str, ParamDef] = {
                 ("normalized_size", "Q", 1),
             ),
         ),
+        # InstanceNorm shares GroupNorm's table; format is Convolution's Format (NCHW)
+        ParamDef(
+            "GroupNorm",
+            92,
+            (("affine", "?", True), ("eps", "f", 1e-5), ("group", "I", 1), ("format", "I", 0)),
+        ),
     )
 }
 PARAMS_BY_TAG: dict[int, ParamDef] = {p.tag: p for p in PARAMS.values()}
