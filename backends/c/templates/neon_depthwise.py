@@ -30,7 +30,7 @@ from backends.c.templates import Template, sym_join
 from backends.c.templates.neon import STORAGE, nchw44_float
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
-from passes.lowering.kernels import Lowered
+from passes.lowering.kernels import EpilogueSupport, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -76,6 +76,12 @@ class ConvDepthwise3x3Nchw44(Template):
     family = "conv2d_nchw44_dw3x3"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 192  # ahead of the direct conv2d_nchw44 (190), which keeps every other channel-wise conv
+    # what kernel-fuse-epilogue may fold in: float16 takes only the activations whose fused result is
+    # what the unfused graph computes (bias and residual would round differently)
+    epilogues = {
+        "float32": EpilogueSupport(bias="channels", residual=True, activations=ACTIVATIONS),
+        "float16": EpilogueSupport(activations=ACTIVATIONS),
+    }
 
     def __init__(self, isa: str):
         self.isa = isa
