@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from backends.c.match import code, qparams, same_type
+from backends.c.match import code, dtype_key, qparams, same_type
 from backends.c.templates import Template
 from backends.c.templates.generic import _ptr_args
 from backends.c.templates.nchw88 import TypeCvtF16C
@@ -43,10 +43,10 @@ from backends.c.templates.requant import (
     inverse,
     post_processed,
     ratio,
-    result_expr,
 )
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
 from backends.reference.quant_kernels import Q_MODES
+from dialects import kernel as K
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, const_array
 
@@ -73,12 +73,34 @@ static inline __m512 xm_qround16(__m512 y) {
   const __m512 half = _mm512_mask_blend_ps(nonneg, _mm512_set1_ps(-0.5f), _mm512_set1_ps(0.5f));
   return _mm512_roundscale_ps(xm_qadd16(y, half), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
 }
-/* scaled_to int8: rounded, NaN to 0, clamped to [-128, 127] */
-static inline __m128i xm_qscaled16(__m512 y) {
+/* scaled_to int8, as float32 lanes: rounded, NaN to 0, clamped to [-128, 127] */
+static inline __m512 xm_qint16(__m512 y) {
   __m512 r = xm_qround16(y);
   r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
-  r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
-  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r));
+  return _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
+}
+static inline __m128i xm_qscaled16(__m512 y) {
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16(y)));
+}
+/* the same for the finite values of an accumulator's epilogue (no NaN): y + copysign(0.5, y) in one
+   ternary-logic op (a -0.0 takes -0.5 here, +0.5 above: both truncate to a zero) */
+static inline __m512 xm_qint16_finite(__m512 y) {
+  const __m512i sign = _mm512_set1_epi32((int)0x80000000u), half = _mm512_set1_epi32(0x3F000000);
+  const __m512 h = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(y), sign, half, 0xEA));
+  const __m512 r = _mm512_roundscale_ps(xm_qadd16(y, h), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  return _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
+}
+static inline __m128i xm_qscaled16_finite(__m512 y) {
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16_finite(y)));
+}
+/* a ReLU6 float island: an int8 value r (float lanes) of scale s dequantized, relu6 (numpy's
+   minimum(maximum(x, 0), 6)), quantized with 1.0f / s_out; the product is >= +0, so round_x86 is
+   trunc(y + 0.5f) and only 127 bounds it */
+static inline __m128i xm_qrelu6_island16(__m512 r, __m512 s, __m512 inv_out) {
+  const __m512 x = _mm512_min_ps(_mm512_max_ps(xm_qmul16(r, s), _mm512_setzero_ps()), _mm512_set1_ps(6.f));
+  const __m512 y = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
+  const __m512 t = _mm512_roundscale_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(t, _mm512_set1_ps(127.f))));
 }
 /* xm_qact's RELU (y < 0 ? 0 : y; max_ps returns its second operand on a NaN or two zeros) */
 static inline __m512 xm_qrelu16(__m512 y) { return _mm512_max_ps(_mm512_setzero_ps(), y); }
@@ -91,6 +113,12 @@ static inline __m512 xm_qhswish16(__m512 x) {
 static inline __m512 xm_qdeq16(__m512i q, __m512 scale) { return xm_qmul16(_mm512_cvtepi32_ps(q), scale); }
 static inline __mmask16 xm_q8_lanes(long n) {
   return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+/* the lanes t < len of a load of a row's bytes from column c0 that fall inside the row [0, iw) */
+static inline unsigned xm_q8_span(int c0, int len, int iw) {
+  const int lo = c0 < 0 ? -c0 : 0, hi = iw - c0 < len ? iw - c0 : len;
+  if (hi <= lo) return 0u;
+  return (unsigned)((((unsigned long long)1 << hi) - 1) & ~(((unsigned long long)1 << lo) - 1));
 }
 /* dst[i] = src[i * sw + off] for 0 <= i * sw + off < iw, else 0 (a padded im2col row) */
 static inline void xm_q8_row(int8_t* dst, const int8_t* src, int n, int off, int sw, int iw) {
@@ -174,7 +202,14 @@ def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> s
         y = f"xm_qmul16({y}, _mm512_set1_ps({f32(inverse(p['s_out']))}))"
     else:  # the TypeCvt QuantizedS32 -> QuantizedS8: one multiplication by s_acc / s_out
         y = f"xm_qdeq16({acc}, _mm512_set1_ps({f32(ratio(p['s_acc'], p['s_out']))}))"
-    return f"_mm_mask_storeu_epi8({dst}, {mask}, xm_qscaled16({y}));"
+    if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
+        _, s_island_out = p["island"]
+        q = (
+            f"xm_qrelu6_island16(xm_qint16_finite({y}), _mm512_set1_ps({f32(p['s_out'])}), "
+            f"_mm512_set1_ps({f32(inverse(s_island_out))}))"
+        )
+        return f"_mm_mask_storeu_epi8({dst}, {mask}, {q});"
+    return f"_mm_mask_storeu_epi8({dst}, {mask}, xm_qscaled16_finite({y}));"
 
 
 def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
@@ -414,16 +449,30 @@ class ConvDepthwiseQ8Vnni(Template):
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         otype = _out_ctype(p["out"])
-        # interior columns: every tap of the 16 lanes inside the row
-        lo = min(ow, max(0, -(-pw // sw)))
-        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
-        load = (
-            "_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)src))"
-            if sw == 1
-            else "_mm512_cvtepi8_epi32(_mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(0x7FFFFFFFu, src)))"
+        taps = fh * fw
+        # lane j of a vector of 16 output columns from q0 reads input column q0 * sw - pw + kw * dw +
+        # j * sw: a masked load (lanes outside the row read nothing, and never fault) is the padding
+        if sw == 1:
+            load = "_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m[{kw}], row + c0[{kw}]))"
+            span = 16
+        else:
+            load = ("_mm512_cvtepi8_epi32(_mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(m[{kw}], "
+                    "row + c0[{kw}])))")  # fmt: skip
+            span = 31
+        masks = "\n      ".join(
+            f"c0[{kw}] = q0 * {sw} - {pw} + {kw * dw}; m[{kw}] = xm_q8_span(c0[{kw}], {span}, {iw});"
+            for kw in range(fw)
         )
-        fb = "fbias[ch]" if p["bias"] and post_processed(p) else "0.f"
-        work = n * c * oh * ow * fh * fw
+        rows = "\n        ".join(
+            f"if ((unsigned)(iy0 + {kh * dh}) < {ih}u) {{"
+            f" const int8_t* row = xp + (long)(iy0 + {kh * dh}) * {iw};"
+            + "".join(
+                f" v = _mm512_dpwssd_epi32(v, {load.format(kw=kw)}, wv[{kh * fw + kw}]);" for kw in range(fw)
+            )
+            + " }"
+            for kh in range(fh)
+        )
+        work = n * c * oh * ow * taps
         return exact(f"""
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
@@ -435,39 +484,22 @@ static void {sym}({_kernel_args(p)}) {{
   for (int nc = 0; nc < {n * c}; ++nc) {{
     const int ch = nc % {c};
     const int8_t* xp = x + (long)nc * {ih * iw};
-    const int32_t* wp = w + (long)ch * {fh * fw};
-    const float fb = {fb}; (void)fb;
     {otype}* yp = y + (long)nc * {oh * ow};
-    for (int r = 0; r < {oh}; ++r) {{
-      {otype}* yr = yp + (long)r * {ow};
-      int q = {lo};
-      for (; q + 16 <= {hi}; q += 16) {{
-        __m512i v = _mm512_set1_epi32(bias[ch]);
-        for (int kh = 0; kh < {fh}; ++kh) {{
-          const int iy = r * {sh} - {ph} + kh * {dh};
-          if ((unsigned)iy >= {ih}u) continue;
-          const int8_t* row = xp + (long)iy * {iw} + q * {sw} - {pw};
-          for (int kw = 0; kw < {fw}; ++kw) {{
-            const int8_t* src = row + kw * {dw};
-            v = _mm512_dpwssd_epi32(v, {load}, _mm512_set1_epi32(wp[kh * {fw} + kw]));
-          }}
-        }}
+    const float fb = {"fbias[ch]" if p["bias"] and post_processed(p) else "0.f"}; (void)fb;
+    __m512i wv[{taps}];
+    for (int k = 0; k < {taps}; ++k) wv[k] = _mm512_set1_epi32(w[(long)ch * {taps} + k]);
+    const __m512i bv = _mm512_set1_epi32(bias[ch]);
+    for (int q0 = 0; q0 < {ow}; q0 += 16) {{
+      int c0[{fw}];
+      {"__mmask16" if sw == 1 else "__mmask32"} m[{fw}];
+      {masks}
+      const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
+      for (int r = 0; r < {oh}; ++r) {{
+        const int iy0 = r * {sh} - {ph};
+        __m512i v = bv;
+        {rows}
         {_vec_int_activation(p, "v")}
-        {_epilogue(p, "v", "fb", "yr + q", "0xFFFF")}
-      }}
-      for (int qq = 0; qq < {ow}; ++qq) {{
-        if (qq >= {lo} && qq < q) {{ qq = q - 1; continue; }}
-        int32_t a = bias[ch];
-        for (int kh = 0; kh < {fh}; ++kh) {{
-          const int iy = r * {sh} - {ph} + kh * {dh};
-          if ((unsigned)iy >= {ih}u) continue;
-          for (int kw = 0; kw < {fw}; ++kw) {{
-            const int ix = qq * {sw} - {pw} + kw * {dw};
-            if ((unsigned)ix < {iw}u) a += (int32_t)(int16_t)wp[kh * {fw} + kw] * xp[(long)iy * {iw} + ix];
-          }}
-        }}
-        {int_activation(p, "a")}
-        yr[qq] = {result_expr(p, "a", "fb")};
+        {_epilogue(p, "v", "fb", "yp + (long)r * " + str(ow) + " + q0", "out_mask")}
       }}
     }}
   }}
@@ -476,6 +508,70 @@ static void {sym}({_kernel_args(p)}) {{
 
     def support(self, em: CEmitter) -> str:
         return REQUANT_C + SUPPORT
+
+
+def relu6_island(op: Operation, producer_family: str) -> tuple[K.CallOp, tuple[float, float]] | None:
+    """The ReLU6 float island post-training quantization leaves after an int8 convolution
+    (MobileNetV2): ``op`` is ``typecvt f32 -> q8`` of ``relu6`` of ``typecvt q8 -> f32`` of a call of
+    ``producer_family``, each value read once. Returns that call and the island's (dequantization
+    scale, result scale); kernel-select lowered the producers already (program order)."""
+    if not isinstance(op, T.TypeCvtOp) or code(op.results[0]) != "q8" or qparams(op.results[0])[1]:
+        return None
+    chain: list[K.CallOp] = []
+    value = op.operands[0]
+    for family in ("elemwise", "typecvt", producer_family):
+        call = value.owner
+        if not isinstance(call, K.CallOp) or not value.has_one_use() or len(call.outputs) != 1:
+            return None
+        d = call.definition()
+        if d.family.data != family or (family == producer_family and d.isa.data != ISA):
+            return None
+        chain.append(call)
+        if family != producer_family:
+            value = call.args[0]
+    relu6, dequantize, producer = (c.definition().param_values() for c in chain)
+    if relu6.get("mode") != "relu6" or len(chain[0].args) != 1:
+        return None
+    if (dequantize["src"], dequantize["dst"], dequantize["zp_in"]) != ("q8", "f32", 0):
+        return None
+    if producer.get("out") != "q8" or np.float32(producer["s_out"]) != np.float32(dequantize["s_in"]):
+        return None
+    return chain[2], (float(dequantize["s_in"]), qparams(op.results[0])[0])
+
+
+class _Relu6Island:
+    """An int8 convolution with the ReLU6 float island after it (``typecvt -> relu6 -> typecvt``) as
+    one kernel: the convolution's own int8 result (rounded and saturated as the reference does) is
+    dequantized, clamped to [0, 6] and quantized again in its epilogue, on the same float32 operations
+    as the three ops. The unit serves the island's last ``typecvt``; the convolution's call and the
+    island's first two calls are then unused, and kernel-select drops them."""
+
+    ops = (T.TypeCvtOp,)
+    conv_family: str
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = relu6_island(op, self.conv_family)
+        if got is None:
+            return None
+        conv, island = got
+        params = {**conv.definition().param_values(), "island": list(island)}
+        return Lowered(params, list(conv.args))
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        key = dtype_key(("q8", "q8"), tuple(p["island"]), (0, 0))
+        return f"{super().symbol(p)}_relu6_{key}"  # type: ignore[misc]
+
+
+class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
+    family = "conv2d_q8_relu6_x86"
+    conv_family = Conv2dQ8Vnni.family
+    priority = 102  # ahead of the typecvt family (100), which takes every other typecvt
+
+
+class ConvDepthwiseQ8Relu6Vnni(_Relu6Island, ConvDepthwiseQ8Vnni):
+    family = "conv2d_dw_q8_relu6_x86"
+    conv_family = ConvDepthwiseQ8Vnni.family
+    priority = 101
 
 
 # ----------------------------------------------------------------------------------------------
@@ -669,6 +765,9 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 
 
 
-KERNEL_UNITS = (Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), ElemwiseQ8Vnni(), MaxPoolQ8Vnni(), TypeCvtQ8Vnni())
+KERNEL_UNITS = (
+    Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), Conv2dQ8Relu6Vnni(), ConvDepthwiseQ8Relu6Vnni(), ElemwiseQ8Vnni(),
+    MaxPoolQ8Vnni(), TypeCvtQ8Vnni(),
+)  # fmt: skip
 
 __all__ = ["ISA", "KERNEL_UNITS"]
