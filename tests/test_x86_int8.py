@@ -19,6 +19,7 @@ from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
 from tests.codegen_util import compile_fn, require
+from tests.test_int8_rounding import CASES as MGE_CASES
 
 TARGET = "x86-avx512-nchw88-vnni"
 
@@ -148,3 +149,94 @@ def test_vnni_target_needs_its_cpu_flag_and_avx512() -> None:
     assert parse_target("x86-avx512-vnni").isas[0] == "avx512vnni"
     with pytest.raises(TargetError, match="avx512"):
         parse_target("x86-avx2-vnni")
+
+
+# -- the tie-heavy model of tests/test_int8_kernels_exact.py and the real MegEngine nets -----------
+
+
+def test_vnni_tie_heavy_model_bit_exact() -> None:
+    """tests/test_int8_kernels_exact.py's model, whose data sit on rounding ties, on the VNNI target:
+    every int8 value equals the reference's (MegEngine's x86 requantization)."""
+    from tests.test_int8_kernels_exact import _inputs, _params
+    from tests.test_int8_kernels_exact import int8_model as tie_model
+
+    require(TARGET)
+    rng = np.random.default_rng(8)
+    params, inputs = _params(rng), _inputs(rng)
+    compiled = compile_fn(tie_model(params), inputs, TARGET)
+    kinds = _families(compiled)
+    for family in (*CONV_FAMILIES, "elemwise_q8_x86"):
+        assert (family, "avx512vnni") in kinds, f"{family} not selected: {sorted(kinds)}"
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    for threads in (1, 2):
+        got = compile_fn(tie_model(params), inputs, TARGET, threads=threads).run(inputs)
+        wrong = {}
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            w = np.asarray(w)
+            assert g.dtype == w.dtype, f"output {i}: {g.dtype}, the reference's {w.dtype}"
+            bad = np.count_nonzero(g.astype(np.int64) != w.astype(np.int64))
+            if bad:
+                wrong[i] = f"{bad} of {w.size}"
+        assert not wrong, f"{threads} thread(s): int8 values differing from the reference, by output: {wrong}"
+
+
+@pytest.mark.parametrize("case", MGE_CASES)
+def test_vnni_matches_megengine_int8_nets(case: str) -> None:
+    """The int8 MobileNetV2-style nets MegEngine 1.13 quantized and ran (tests/data/int8_mge): every int8
+    intermediate and the final output from the VNNI kernels equal MegEngine's."""
+    import compiler as xm
+    from compiler.lite import Network
+    from tests.test_int8_rounding import _assert_bit_exact, _case
+
+    require(TARGET)
+    path, x, expected = _case(case)
+    compiled = xm.compile(path, target=TARGET)
+    kinds = {f for f, isa in _families(compiled) if isa == "avx512vnni"}
+    assert {"conv2d_q8_x86", "conv2d_dw_q8_x86"} <= kinds, sorted(kinds)
+    names = list(Network(path).get_all_output_name())
+    for name, got in zip(names, compiled.run([x]), strict=True):
+        assert np.asarray(got).dtype == expected[name].dtype, name
+        _assert_bit_exact(got, expected[name], f"{case} on {TARGET}: {name}")
+
+
+def test_relu6_island_fused_into_the_convolution() -> None:
+    """MobileNetV2's int8 conv -> (typecvt, relu6, typecvt) islands become one kernel (dense, 1x1 and
+    depthwise convolutions, with and without bias), bit-exact with the three ops: island scales that
+    halve (ties), keep, and saturate at 6 (6 / 0.02 > 127)."""
+    require(TARGET)
+    rng = np.random.default_rng(5)
+    sx, sw = 1 / 40, 1 / 64
+
+    def qw(*shape: int) -> Tensor:
+        return Tensor(quantize(rng.integers(-40, 41, shape) * np.float32(sw), D.qint8(sw)), dtype=D.qint8(sw))
+
+    bias = Tensor(quantize(rng.standard_normal((1, 12, 1, 1)).astype(np.float32), D.qint32(sx * sw)),
+                  dtype=D.qint32(sx * sw))  # fmt: skip
+    dense, point, depth = qw(12, 5, 3, 3), qw(12, 12, 1, 1), qw(12, 1, 1, 3, 3)
+    qcba = F.quantized.conv_bias_activation
+
+    def island(t: Tensor, scale: float) -> Tensor:
+        return F.relu6(t.astype("float32")).astype(D.qint8(scale))
+
+    def fn(x: Tensor) -> tuple[Tensor, ...]:
+        xq = x.astype(D.qint8(sx))
+        a = island(qcba(xq, dense, bias, dtype=D.qint8(0.05), padding=1), 0.1)
+        b = island(qcba(a, point, None, dtype=D.qint8(0.04)), 0.02)
+        c = island(qcba(b, depth, bias, dtype=D.qint8(0.05), padding=1, groups=12), 0.05)
+        d = island(qcba(c, depth, None, dtype=D.qint8(0.03), stride=2, padding=1, groups=12), 0.06)
+        return tuple(t.astype("float32") for t in (a, b, c, d))
+
+    x = (rng.standard_normal((1, 5, 13, 37)) * 3).astype(np.float32)
+    for threads in (1, 2):
+        compiled = compile_fn(fn, [x], TARGET, threads=threads)
+        kinds = _families(compiled)
+        assert {("conv2d_q8_relu6_x86", "avx512vnni"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")} <= kinds
+        # no float relu6 left, and only the four outputs' dequantizations
+        assert "elemwise" not in {f for f, _ in kinds}, sorted(kinds)
+        assert compiled.ir("kernel-plan-memory").count("kernel.call @typecvt_q8_to_f32") == 4
+        got = compiled.run([x])
+        want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            np.testing.assert_array_equal(g, w, err_msg=f"island {i}, {threads} thread(s)")
+            assert np.abs(w).max() > 0
+    assert np.asarray(want[1]).max() == np.float32(127 * 0.02)  # the 0.02 island saturates

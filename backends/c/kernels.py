@@ -14,6 +14,8 @@ element types never accept the same op, so their relative order only matters wit
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
   (neon_fp16), int8 x86 95, other element types 90;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad.
+* typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
+  and 101 (depthwise), ahead of typecvt 100 (x86_int8.py).
 """
 
 from __future__ import annotations

@@ -55,6 +55,15 @@ def _weight_from(array: np.ndarray, before: Operation) -> SSAValue:
     return w.output
 
 
+def _drop_unread_calls(fn: func.FuncOp) -> None:
+    """Erase calls nothing reads: a unit may compute its operand's producers itself (an int8
+    convolution with the ReLU6 float island after it), leaving their calls without a reader. The
+    mgb graph had no dead ops (the inference passes end with dce), so nothing else is dropped."""
+    for o in reversed(list(fn.body.block.ops)):
+        if isinstance(o, K.CallOp) and not any(r.uses for r in o.results):
+            Rewriter.erase_op(o)
+
+
 @dataclass(frozen=True)
 class LowerToKernelPass(ModulePass):
     """Select a specialised kernel for every mgb op (prioritised kernel units, availability rules)."""
@@ -74,6 +83,7 @@ class LowerToKernelPass(ModulePass):
                 if isinstance(mop, func.ReturnOp):
                     continue
                 self._lower(op, mop, target)
+            _drop_unread_calls(fn)
 
     def _lower(self, module: ModuleOp, mop: Operation, target: Target) -> None:
         if isinstance(mop, T.ConstOp):

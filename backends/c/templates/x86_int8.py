@@ -3,22 +3,25 @@ NCHW convolutions (dense, 1x1, grouped; depthwise on its own), elementwise Q-mod
 Results are exact against :mod:`backends.reference.quant_kernels`.
 
 Dense convolutions are a GEMM over the im2col matrix. ``vpdpbusd`` multiplies *unsigned* bytes by
-signed bytes, so activations are packed as ``x + 128`` (``x ^ 0x80``; a padding zero becomes 128)
-and each output channel's bias absorbs ``-128 * sum(w)`` at pack time: exact in int32. The packed
-activations (workspace) are ``[K/4][P][4]`` bytes, K = IC/groups x FH x FW (zero-padded to 4 in the
-filter), P = OH x OW pixels padded to the tile width; filters are packed ``[OC/MR][K/4][MR][4]``.
-A register tile is MR output channels x NV vectors of 16 pixels (int32 accumulators); MR and NV are
-chosen per convolution to waste the fewest padded products. The output stays NCHW (pixels are the
-vector lanes), so these kernels slot into the plain int8 graph.
+signed bytes, so activations are packed as ``x + 128`` (``x ^ 0x80``; a padding zero becomes 128);
+the epilogue adds each output channel's ``-128 * sum(w)`` (an int32 operand made at selection time)
+to get the true accumulator, exactly. The packed activations (workspace) are ``[K/4][P][4]`` bytes,
+K = IC/groups x FH x FW (zero-padded to 4 in the filter), P = OH x OW pixels padded to the tile width;
+filters are packed ``[OC/MR][K/4][MR][4]``. A register tile is MR output channels x NV vectors of 16
+pixels (int32 accumulators); MR and NV are chosen per convolution to waste the fewest padded
+products. The output stays NCHW (pixels are the vector lanes), so these kernels slot into the plain
+int8 graph.
 
-Requantization repeats the reference's float32 arithmetic: ``(float)acc * s_acc`` then
-``* (1.f / s_out)``, rounded half away from zero (truncate, then step by the sign where the exact
-remainder is at least 0.5), saturated. RELU is applied to the integer accumulator first, as the
-reference does.
+Requantization is ``backends/c/templates/requant.py``'s definition on 16 lanes (``xm_q*16`` below):
+an integer bias joins the accumulator only where the reference adds it in int32; an 8-bit result with
+a bias or an activation is ``xm_qpost`` (the accumulator and the float32 bias scaled separately,
+added, activation, times ``1.0f / s_out``), otherwise one multiplication by ``s_acc / s_out``; then
+``trunc(y + copysign(0.5, y))`` in float32 (never ``cvtps``' ties-to-even), saturated. Products and
+sums are the explicitly rounded intrinsics, which no compiler contracts into an FMA.
 
 Depthwise convolutions take 16 output columns per vector: every tap widens 16 input bytes to int32
 lanes and multiply-adds with ``vpdpwssd`` against the tap weight in the low 16 bits (the high half is
-zero, so the sign-extension bits contribute nothing); border columns run scalar.
+zero, so the sign-extension bits contribute nothing); border columns run scalar (``result_expr``).
 """
 
 from __future__ import annotations
@@ -28,12 +31,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from backends.c.match import code, qparams, same_type
+from backends.c.match import code, dtype_key, qparams, same_type
 from backends.c.templates import Template
 from backends.c.templates.generic import _ptr_args
 from backends.c.templates.nchw88 import TypeCvtF16C
+from backends.c.templates.requant import (
+    REQUANT_C,
+    exact,
+    f32,
+    int_activation,
+    inverse,
+    post_processed,
+    ratio,
+)
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
 from backends.reference.quant_kernels import Q_MODES
+from dialects import kernel as K
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, const_array
 
@@ -48,24 +61,64 @@ PARALLEL_WORK = 1 << 20
 SUPPORT = r"""
 #ifndef XM_X86_INT8
 #define XM_X86_INT8
-/* the reference's requantization, scalar: roundf((float)acc * s_acc * inv), saturated to int8 */
-static inline int8_t xm_q8_requant(int32_t acc, float s_acc, float inv) {
-  const float r = roundf((float)acc * s_acc * inv);
-  return (int8_t)(r < -128.f ? -128.f : r > 127.f ? 127.f : r);
+/* requant.py's xm_qround / xm_qsat / xm_qhswish / xm_qpost on 16 lanes. Products and sums use the
+   explicitly rounded intrinsics (_mm512_mul_round_ps ...): a compiler never contracts them into an
+   FMA, which would skip the rounding of the product that decides the ties. */
+#define XM_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+static inline __m512 xm_qmul16(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, b, XM_RN); }
+static inline __m512 xm_qadd16(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, XM_RN); }
+/* round_x86: trunc(y + (y >= 0 ? 0.5f : -0.5f)), the addition in float32 (not cvtps' ties-to-even) */
+static inline __m512 xm_qround16(__m512 y) {
+  const __mmask16 nonneg = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GE_OQ);
+  const __m512 half = _mm512_mask_blend_ps(nonneg, _mm512_set1_ps(-0.5f), _mm512_set1_ps(0.5f));
+  return _mm512_roundscale_ps(xm_qadd16(y, half), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
 }
-/* the same on 16 lanes: round half away from zero from the exact remainder of a truncation */
-static inline __m128i xm_q8_requant16(__m512i acc, __m512 s_acc, __m512 inv) {
-  const __m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), s_acc), inv);
-  const __m512 t = _mm512_roundscale_ps(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 d = _mm512_abs_ps(_mm512_sub_ps(f, t));
-  const __mmask16 up = _mm512_cmp_ps_mask(d, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.f), _mm512_and_ps(f, _mm512_set1_ps(-0.f)));
-  __m512 r = _mm512_mask_add_ps(t, up, t, one);
-  r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
-  return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r));
+/* scaled_to int8, as float32 lanes: rounded, NaN to 0, clamped to [-128, 127] */
+static inline __m512 xm_qint16(__m512 y) {
+  __m512 r = xm_qround16(y);
+  r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
+  return _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
 }
+static inline __m128i xm_qscaled16(__m512 y) {
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16(y)));
+}
+/* the same for the finite values of an accumulator's epilogue (no NaN): y + copysign(0.5, y) in one
+   ternary-logic op (a -0.0 takes -0.5 here, +0.5 above: both truncate to a zero) */
+static inline __m512 xm_qint16_finite(__m512 y) {
+  const __m512i sign = _mm512_set1_epi32((int)0x80000000u), half = _mm512_set1_epi32(0x3F000000);
+  const __m512 h = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(y), sign, half, 0xEA));
+  const __m512 r = _mm512_roundscale_ps(xm_qadd16(y, h), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  return _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
+}
+static inline __m128i xm_qscaled16_finite(__m512 y) {
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16_finite(y)));
+}
+/* a ReLU6 float island: an int8 value r (float lanes) of scale s dequantized, relu6 (numpy's
+   minimum(maximum(x, 0), 6)), quantized with 1.0f / s_out; the product is >= +0, so round_x86 is
+   trunc(y + 0.5f) and only 127 bounds it */
+static inline __m128i xm_qrelu6_island16(__m512 r, __m512 s, __m512 inv_out) {
+  const __m512 x = _mm512_min_ps(_mm512_max_ps(xm_qmul16(r, s), _mm512_setzero_ps()), _mm512_set1_ps(6.f));
+  const __m512 y = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
+  const __m512 t = _mm512_roundscale_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(t, _mm512_set1_ps(127.f))));
+}
+/* xm_qact's RELU (y < 0 ? 0 : y; max_ps returns its second operand on a NaN or two zeros) */
+static inline __m512 xm_qrelu16(__m512 y) { return _mm512_max_ps(_mm512_setzero_ps(), y); }
+/* hswish_x86: x * min(max(x + 3, 0), 6) * (1.0f / 6) */
+static inline __m512 xm_qhswish16(__m512 x) {
+  __m512 r6 = xm_qadd16(x, _mm512_set1_ps(3.f));
+  r6 = _mm512_max_ps(_mm512_setzero_ps(), _mm512_min_ps(_mm512_set1_ps(6.f), r6));
+  return xm_qmul16(xm_qmul16(x, r6), _mm512_set1_ps(1.f / 6.f));
+}
+static inline __m512 xm_qdeq16(__m512i q, __m512 scale) { return xm_qmul16(_mm512_cvtepi32_ps(q), scale); }
 static inline __mmask16 xm_q8_lanes(long n) {
   return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+/* the lanes t < len of a load of a row's bytes from column c0 that fall inside the row [0, iw) */
+static inline unsigned xm_q8_span(int c0, int len, int iw) {
+  const int lo = c0 < 0 ? -c0 : 0, hi = iw - c0 < len ? iw - c0 : len;
+  if (hi <= lo) return 0u;
+  return (unsigned)((((unsigned long long)1 << hi) - 1) & ~(((unsigned long long)1 << lo) - 1));
 }
 /* dst[i] = src[i * sw + off] for 0 <= i * sw + off < iw, else 0 (a padded im2col row) */
 static inline void xm_q8_row(int8_t* dst, const int8_t* src, int n, int off, int sw, int iw) {
@@ -125,36 +178,44 @@ def _rq_params(p: dict[str, Any]) -> bool:
     return p["out"] in ("q32_same", "f32") or (p["out"] == "q8" and p["zp_out"] == 0)
 
 
-def _epilogue(p: dict[str, Any], acc: str, dst: str, mask: str) -> str:
-    """Vector epilogue: ``acc`` (int32 lanes, bias and RELU applied) stored at ``dst`` under ``mask``."""
-    if p["out"] == "q8":
-        return f"_mm_mask_storeu_epi8({dst}, {mask}, xm_q8_requant16({acc}, vs_acc, vinv));"
-    if p["out"] == "f32":
-        return f"_mm512_mask_storeu_ps({dst}, {mask}, _mm512_mul_ps(_mm512_cvtepi32_ps({acc}), vs_acc));"
-    return f"_mm512_mask_storeu_epi32({dst}, {mask}, {acc});"
+def _vec_int_activation(p: dict[str, Any], acc: str) -> str:
+    """``int_activation`` on int32 lanes: RELU on the accumulator where no float post-process runs."""
+    return f"{acc} = _mm512_max_epi32({acc}, _mm512_setzero_si512());" if int_activation(p, "a") else ""
 
 
-def _scalar_epilogue(p: dict[str, Any], acc: str) -> str:
-    if p["out"] == "q8":
-        return f"xm_q8_requant({acc}, s_acc, inv)"
-    if p["out"] == "f32":
-        return f"(float)({acc}) * s_acc"
-    return acc
-
-
-def _consts(p: dict[str, Any]) -> str:
-    s_acc, inv = float(np.float32(p["s_acc"])), float(np.float32(p["inv_out"]))
-    return (
-        f"const float s_acc = {s_acc!r}f, inv = {inv!r}f; (void)s_acc; (void)inv;\n"
-        "  const __m512 vs_acc = _mm512_set1_ps(s_acc), vinv = _mm512_set1_ps(inv);"
-        " (void)vs_acc; (void)vinv;"
-    )
+def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> str:
+    """Vector form of ``requant.result_expr``: the true accumulator ``acc`` (int32 lanes, integer
+    bias and RELU applied) stored at ``dst`` under ``mask``; ``fbias`` is the channel's float bias
+    (a C float) where the result is post-processed."""
+    out, act = p["out"], p["act"]
+    if out == "q32_same":
+        return f"_mm512_mask_storeu_epi32({dst}, {mask}, {acc});"
+    s_acc = f"_mm512_set1_ps({f32(p['s_acc'])})"
+    if out == "f32":
+        y = f"xm_qdeq16({acc}, {s_acc})"
+        return f"_mm512_mask_storeu_ps({dst}, {mask}, {'xm_qhswish16(' + y + ')' if act == 'hswish' else y});"
+    if post_processed(p):  # _post_process: scaled accumulator + scaled bias, activation, * 1/s_out
+        y = f"xm_qdeq16({acc}, {s_acc})"
+        if p["bias"]:
+            y = f"xm_qadd16({y}, _mm512_set1_ps({fbias}))"
+        y = {"relu": f"xm_qrelu16({y})", "hswish": f"xm_qhswish16({y})"}.get(act, y)
+        y = f"xm_qmul16({y}, _mm512_set1_ps({f32(inverse(p['s_out']))}))"
+    else:  # the TypeCvt QuantizedS32 -> QuantizedS8: one multiplication by s_acc / s_out
+        y = f"xm_qdeq16({acc}, _mm512_set1_ps({f32(ratio(p['s_acc'], p['s_out']))}))"
+    if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
+        _, s_island_out = p["island"]
+        q = (
+            f"xm_qrelu6_island16(xm_qint16_finite({y}), _mm512_set1_ps({f32(p['s_out'])}), "
+            f"_mm512_set1_ps({f32(inverse(s_island_out))}))"
+        )
+        return f"_mm_mask_storeu_epi8({dst}, {mask}, {q});"
+    return f"_mm_mask_storeu_epi8({dst}, {mask}, xm_qscaled16_finite({y}));"
 
 
 def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
     """The portable int8 convolution's parameters and operands, with the (flipped) filter's values."""
     lowered = Conv2dQ8.match(Conv2dQ8(), op)
-    if lowered is None or not _rq_params(lowered.params) or lowered.params["act"] not in ("identity", "relu"):
+    if lowered is None or not _rq_params(lowered.params):
         return None
     p, operands = dict(lowered.params), list(lowered.operands)
     w = operands[1]
@@ -165,19 +226,37 @@ def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray]
     return p, operands, wv
 
 
-def _bias_with(
-    p: dict[str, Any], operands: list[SSAValue | np.ndarray], extra: np.ndarray
-) -> np.ndarray | None:
-    """The int32 per-output-channel bias plus ``extra`` (int64), or None if it leaves int32."""
-    bias = np.zeros(p["oc"], np.int64)
+def _bias_operands(
+    p: dict[str, Any], operands: list[SSAValue | np.ndarray], correction: np.ndarray
+) -> list[np.ndarray] | None:
+    """The per-output-channel operands of the epilogue: int32 ``correction`` (the unsigned-offset
+    term, int64) plus the integer bias where the bias joins the accumulator, then the float32 bias
+    where the result is post-processed (``requant.bias_values`` made it); None if int32 overflows."""
+    total = np.asarray(correction, np.int64).copy()
+    extra: list[np.ndarray] = []
     if p["bias"]:
         b = operands[2]
         assert isinstance(b, np.ndarray)
-        bias += b.astype(np.int64).reshape(-1)
-    total = bias + extra
+        if post_processed(p):
+            extra.append(np.ascontiguousarray(b, np.float32).reshape(-1))
+        else:
+            total += b.astype(np.int64).reshape(-1)
     if np.abs(total).max(initial=0) >= 2**31:
         return None
-    return total.astype(np.int32)
+    return [total.astype(np.int32), *extra]
+
+
+def _kernel_args(p: dict[str, Any]) -> str:
+    fbias = ["const void* fb_"] if p["bias"] and post_processed(p) else []
+    return ", ".join(["const void* x_", "const void* w_", "const void* b_", *fbias, "void* y_",
+                      "unsigned char* ws", "int nt"])  # fmt: skip
+
+
+def _bias_decls(p: dict[str, Any]) -> str:
+    fbias = p["bias"] and post_processed(p)
+    return "const int32_t* bias = (const int32_t*)b_;" + (
+        " const float* fbias = (const float*)fb_;" if fbias else ""
+    )
 
 
 class Conv2dQ8Vnni(Template):
@@ -201,8 +280,8 @@ class Conv2dQ8Vnni(Template):
         if kk * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
         sums = wv.reshape(p["oc"], -1).sum(axis=1)
-        bias = _bias_with(p, operands, -128 * sums)
-        if bias is None:
+        biases = _bias_operands(p, operands, -128 * sums)
+        if biases is None:
             return None
         pixels = p["oh"] * p["ow"]
         ocg = p["oc"] // g
@@ -210,9 +289,9 @@ class Conv2dQ8Vnni(Template):
             TILES,
             key=lambda t: (-(-pixels // (16 * t[0])) * 16 * t[0] * -(-ocg // t[1]) * t[1], -t[0] * t[1]),
         )
-        p.update(bias=1, k=kk, k4=-(-kk // 4), nv=nv, mr=mr, pixels=pixels)
+        p.update(k=kk, k4=-(-kk // 4), nv=nv, mr=mr, pixels=pixels)
         p["ppad"] = -(-pixels // (16 * nv)) * 16 * nv
-        return Lowered(p, [operands[0], operands[1], bias])
+        return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p)
@@ -284,31 +363,31 @@ class Conv2dQ8Vnni(Template):
             + " }"
             for i in range(mr)
         )
-        relu = "_mm512_max_epi32(t, _mm512_setzero_si512())" if p["act"] == "relu" else "t"
         stores = []
         for i in range(mr):
             body = " ".join(
-                f"{{ const __m512i t = _mm512_add_epi32({acc[i][v]}, bv); const __m512i u = {relu}; "
-                f"{_epilogue(p, 'u', f'yo + p0 + {16 * v}', f'xm_q8_lanes({pixels} - p0 - {16 * v})')} }}"
+                f"{{ __m512i t = _mm512_add_epi32({acc[i][v]}, bv); {_vec_int_activation(p, 't')} "
+                f"{_epilogue(p, 't', 'fb', f'yo + p0 + {16 * v}', f'xm_q8_lanes({pixels} - p0 - {16 * v})')}"
+                " }"
                 for v in range(nv)
             )
+            fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
             stores.append(
                 f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
-                f" const __m512i bv = _mm512_set1_epi32(bias[o]);"
+                f" const __m512i bv = _mm512_set1_epi32(bias[o]); const float fb = {fb}; (void)fb;"
                 f" {otype}* yo = y + ((long)nn * {oc} + o) * {pixels}; {body} }}"
             )
         store = "\n        ".join(stores)
         work = n * oc * pixels * kk
-        return f"""
-static void {sym}(const void* x_, const void* w_, const void* b_, void* y_, unsigned char* ws, int nt) {{
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int32_t* wpk = (const int32_t*)w_;
-  const int32_t* bias = (const int32_t*)b_;
+  {_bias_decls(p)}
   {otype}* y = ({otype}*)y_;
   uint8_t* xp = (uint8_t*)ws;
   static const int8_t zero[{zero_len}];
   (void)zero;
-  {_consts(p)}
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   for (int nn = 0; nn < {n}; ++nn)
     for (int g = 0; g < {g}; ++g) {{
@@ -330,10 +409,10 @@ static void {sym}(const void* x_, const void* w_, const void* b_, void* y_, unsi
       }}
     }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
-        return SUPPORT
+        return REQUANT_C + SUPPORT
 
 
 class ConvDepthwiseQ8Vnni(Template):
@@ -351,11 +430,10 @@ class ConvDepthwiseQ8Vnni(Template):
         p, operands, wv = got
         if not (p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1) or p["sw"] > 2:
             return None
-        bias = _bias_with(p, operands, np.zeros(p["oc"], np.int64))
-        if bias is None:
+        biases = _bias_operands(p, operands, np.zeros(p["oc"], np.int64))
+        if biases is None:
             return None
-        p["bias"] = 1
-        return Lowered(p, [operands[0], operands[1], bias])
+        return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "vnni_dw_" + Conv2dQ8.symbol(Conv2dQ8(), p)
@@ -371,89 +449,146 @@ class ConvDepthwiseQ8Vnni(Template):
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         otype = _out_ctype(p["out"])
-        # interior columns: every tap of the 16 lanes inside the row
-        lo = min(ow, max(0, -(-pw // sw)))
-        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
-        load = (
-            "_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)src))"
-            if sw == 1
-            else "_mm512_cvtepi8_epi32(_mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(0x7FFFFFFFu, src)))"
+        taps = fh * fw
+        # lane j of a vector of 16 output columns from q0 reads input column q0 * sw - pw + kw * dw +
+        # j * sw: a masked load (lanes outside the row read nothing, and never fault) is the padding
+        if sw == 1:
+            load = "_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m[{kw}], row + c0[{kw}]))"
+            span = 16
+        else:
+            load = ("_mm512_cvtepi8_epi32(_mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(m[{kw}], "
+                    "row + c0[{kw}])))")  # fmt: skip
+            span = 31
+        masks = "\n      ".join(
+            f"c0[{kw}] = q0 * {sw} - {pw} + {kw * dw}; m[{kw}] = xm_q8_span(c0[{kw}], {span}, {iw});"
+            for kw in range(fw)
         )
-        relu_v = "v = _mm512_max_epi32(v, _mm512_setzero_si512());" if p["act"] == "relu" else ""
-        relu_s = "if (a < 0) a = 0;" if p["act"] == "relu" else ""
-        work = n * c * oh * ow * fh * fw
-        return f"""
-static void {sym}(const void* x_, const void* w_, const void* b_, void* y_, unsigned char* ws, int nt) {{
+        rows = "\n        ".join(
+            f"if ((unsigned)(iy0 + {kh * dh}) < {ih}u) {{"
+            f" const int8_t* row = xp + (long)(iy0 + {kh * dh}) * {iw};"
+            + "".join(
+                f" v = _mm512_dpwssd_epi32(v, {load.format(kw=kw)}, wv[{kh * fw + kw}]);" for kw in range(fw)
+            )
+            + " }"
+            for kh in range(fh)
+        )
+        work = n * c * oh * ow * taps
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int32_t* w = (const int32_t*)w_;
-  const int32_t* bias = (const int32_t*)b_;
+  {_bias_decls(p)}
   {otype}* y = ({otype}*)y_;
   (void)ws;
-  {_consts(p)}
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK // 4}L)
   for (int nc = 0; nc < {n * c}; ++nc) {{
     const int ch = nc % {c};
     const int8_t* xp = x + (long)nc * {ih * iw};
-    const int32_t* wp = w + (long)ch * {fh * fw};
     {otype}* yp = y + (long)nc * {oh * ow};
-    for (int r = 0; r < {oh}; ++r) {{
-      {otype}* yr = yp + (long)r * {ow};
-      int q = {lo};
-      for (; q + 16 <= {hi}; q += 16) {{
-        __m512i v = _mm512_set1_epi32(bias[ch]);
-        for (int kh = 0; kh < {fh}; ++kh) {{
-          const int iy = r * {sh} - {ph} + kh * {dh};
-          if ((unsigned)iy >= {ih}u) continue;
-          const int8_t* row = xp + (long)iy * {iw} + q * {sw} - {pw};
-          for (int kw = 0; kw < {fw}; ++kw) {{
-            const int8_t* src = row + kw * {dw};
-            v = _mm512_dpwssd_epi32(v, {load}, _mm512_set1_epi32(wp[kh * {fw} + kw]));
-          }}
-        }}
-        {relu_v}
-        {_epilogue(p, "v", "yr + q", "0xFFFF")}
-      }}
-      for (int qq = 0; qq < {ow}; ++qq) {{
-        if (qq >= {lo} && qq < q) {{ qq = q - 1; continue; }}
-        int32_t a = bias[ch];
-        for (int kh = 0; kh < {fh}; ++kh) {{
-          const int iy = r * {sh} - {ph} + kh * {dh};
-          if ((unsigned)iy >= {ih}u) continue;
-          for (int kw = 0; kw < {fw}; ++kw) {{
-            const int ix = qq * {sw} - {pw} + kw * {dw};
-            if ((unsigned)ix < {iw}u) a += (int32_t)(int16_t)wp[kh * {fw} + kw] * xp[(long)iy * {iw} + ix];
-          }}
-        }}
-        {relu_s}
-        yr[qq] = {_scalar_epilogue(p, "a")};
+    const float fb = {"fbias[ch]" if p["bias"] and post_processed(p) else "0.f"}; (void)fb;
+    __m512i wv[{taps}];
+    for (int k = 0; k < {taps}; ++k) wv[k] = _mm512_set1_epi32(w[(long)ch * {taps} + k]);
+    const __m512i bv = _mm512_set1_epi32(bias[ch]);
+    for (int q0 = 0; q0 < {ow}; q0 += 16) {{
+      int c0[{fw}];
+      {"__mmask16" if sw == 1 else "__mmask32"} m[{fw}];
+      {masks}
+      const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
+      for (int r = 0; r < {oh}; ++r) {{
+        const int iy0 = r * {sh} - {ph};
+        __m512i v = bv;
+        {rows}
+        {_vec_int_activation(p, "v")}
+        {_epilogue(p, "v", "fb", "yp + (long)r * " + str(ow) + " + q0", "out_mask")}
       }}
     }}
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
-        return SUPPORT
+        return REQUANT_C + SUPPORT
+
+
+def relu6_island(op: Operation, producer_family: str) -> tuple[K.CallOp, tuple[float, float]] | None:
+    """The ReLU6 float island post-training quantization leaves after an int8 convolution
+    (MobileNetV2): ``op`` is ``typecvt f32 -> q8`` of ``relu6`` of ``typecvt q8 -> f32`` of a call of
+    ``producer_family``, each value read once. Returns that call and the island's (dequantization
+    scale, result scale); kernel-select lowered the producers already (program order)."""
+    if not isinstance(op, T.TypeCvtOp) or code(op.results[0]) != "q8" or qparams(op.results[0])[1]:
+        return None
+    chain: list[K.CallOp] = []
+    value = op.operands[0]
+    for family in ("elemwise", "typecvt", producer_family):
+        call = value.owner
+        if not isinstance(call, K.CallOp) or not value.has_one_use() or len(call.outputs) != 1:
+            return None
+        d = call.definition()
+        if d.family.data != family or (family == producer_family and d.isa.data != ISA):
+            return None
+        chain.append(call)
+        if family != producer_family:
+            value = call.args[0]
+    relu6, dequantize, producer = (c.definition().param_values() for c in chain)
+    if relu6.get("mode") != "relu6" or len(chain[0].args) != 1:
+        return None
+    if (dequantize["src"], dequantize["dst"], dequantize["zp_in"]) != ("q8", "f32", 0):
+        return None
+    if producer.get("out") != "q8" or np.float32(producer["s_out"]) != np.float32(dequantize["s_in"]):
+        return None
+    return chain[2], (float(dequantize["s_in"]), qparams(op.results[0])[0])
+
+
+class _Relu6Island:
+    """An int8 convolution with the ReLU6 float island after it (``typecvt -> relu6 -> typecvt``) as
+    one kernel: the convolution's own int8 result (rounded and saturated as the reference does) is
+    dequantized, clamped to [0, 6] and quantized again in its epilogue, on the same float32 operations
+    as the three ops. The unit serves the island's last ``typecvt``; the convolution's call and the
+    island's first two calls are then unused, and kernel-select drops them."""
+
+    ops = (T.TypeCvtOp,)
+    conv_family: str
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = relu6_island(op, self.conv_family)
+        if got is None:
+            return None
+        conv, island = got
+        params = {**conv.definition().param_values(), "island": list(island)}
+        return Lowered(params, list(conv.args))
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        key = dtype_key(("q8", "q8"), tuple(p["island"]), (0, 0))
+        return f"{super().symbol(p)}_relu6_{key}"  # type: ignore[misc]
+
+
+class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
+    family = "conv2d_q8_relu6_x86"
+    conv_family = Conv2dQ8Vnni.family
+    priority = 102  # ahead of the typecvt family (100), which takes every other typecvt
+
+
+class ConvDepthwiseQ8Relu6Vnni(_Relu6Island, ConvDepthwiseQ8Vnni):
+    family = "conv2d_dw_q8_relu6_x86"
+    conv_family = ConvDepthwiseQ8Vnni.family
+    priority = 101
 
 
 # ----------------------------------------------------------------------------------------------
 # Elementwise and pooling
 
-# float modes with a vector form: C over __m512 a, b (dequantized operands)
+# float modes with a vector form: C over __m512 a, b (dequantized operands), the float32 operations
+# of requant.py / typed.py's QUANTIZED_ELEMWISE_C, each rounded (no contraction)
 VEC_MODES = {
-    "add": "_mm512_add_ps(a, b)",
-    "sub": "_mm512_sub_ps(a, b)",
-    "mul": "_mm512_mul_ps(a, b)",
-    "fuse_add_relu": "_mm512_max_ps(_mm512_add_ps(a, b), _mm512_setzero_ps())",
-    "relu": "_mm512_max_ps(a, _mm512_setzero_ps())",
+    "add": "xm_qadd16(a, b)",
+    "sub": "_mm512_sub_round_ps(a, b, XM_RN)",
+    "mul": "xm_qmul16(a, b)",
+    "fuse_add_relu": "xm_qrelu16(xm_qadd16(a, b))",
+    "relu": "xm_qrelu16(a)",
+    "h_swish": "xm_qhswish16(a)",
+    "fuse_add_h_swish": "xm_qhswish16(xm_qadd16(a, b))",
 }
-SCALAR_MODES = {
-    "add": "a + b",
-    "sub": "a - b",
-    "mul": "a * b",
-    "fuse_add_relu": "(a + b > 0.f ? a + b : 0.f)",
-    "relu": "(a > 0.f ? a : 0.f)",
-}
+UNARY_MODES = ("relu", "h_swish")
 
 
 class ElemwiseQ8Vnni(Template):
@@ -475,7 +610,7 @@ class ElemwiseQ8Vnni(Template):
             return None
         p = lowered.params
         arity = len(p["strides"])
-        if p["mode"] not in VEC_MODES or arity != (1 if p["mode"] == "relu" else 2):
+        if p["mode"] not in VEC_MODES or arity != (1 if p["mode"] in UNARY_MODES else 2):
             return None
         if set(p["dtypes"]) != {"q8"} or any(p["zps"]) or len(p["shape"]) != 1:
             return None
@@ -489,50 +624,31 @@ class ElemwiseQ8Vnni(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         arity = len(p["strides"])
         size = p["shape"][0]
-        scales = [float(np.float32(s)) for s in p["scales"]]
-        inv = float(np.float32(1.0) / np.float32(scales[arity]))
+        scales = p["scales"]
         names = "ab"[:arity]
         vloads = " ".join(
-            f"const __m512 {names[i]} = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32("
-            f"_mm_maskz_loadu_epi8(m, in{i} + i))), _mm512_set1_ps({scales[i]!r}f));"
+            f"const __m512 {names[i]} = xm_qdeq16(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, in{i} + i)), "
+            f"_mm512_set1_ps({f32(scales[i])}));"
             for i in range(arity)
         )
-        return f"""
+        return exact(f"""
 static void {sym}({_ptr_args(arity, 1)}) {{
   {" ".join(f"const int8_t* in{i} = (const int8_t*)in{i}_;" for i in range(arity))}
   int8_t* out = (int8_t*)out0_;
-  const __m512 vinv = _mm512_set1_ps({inv!r}f);
+  const __m512 vinv = _mm512_set1_ps({f32(inverse(scales[arity]))});
   (void)ws;
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {size} > 262144)
   for (long i = 0; i < {size}; i += 16) {{
     const __mmask16 m = xm_q8_lanes({size} - i);
     {vloads}
     const __m512 f = {VEC_MODES[p["mode"]]};
-    _mm_mask_storeu_epi8(out + i, m, xm_q8_requant_f(f, vinv));
+    _mm_mask_storeu_epi8(out + i, m, xm_qscaled16(xm_qmul16(f, vinv)));
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
-        return SUPPORT + REQUANT_F
-
-
-REQUANT_F = r"""
-#ifndef XM_X86_INT8_F
-#define XM_X86_INT8_F
-/* quantize 16 float lanes to int8: roundf(f * inv) saturated, as the reference's quantize */
-static inline __m128i xm_q8_requant_f(__m512 v, __m512 inv) {
-  const __m512 f = _mm512_mul_ps(v, inv);
-  const __m512 t = _mm512_roundscale_ps(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 d = _mm512_abs_ps(_mm512_sub_ps(f, t));
-  const __mmask16 up = _mm512_cmp_ps_mask(d, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.f), _mm512_and_ps(f, _mm512_set1_ps(-0.f)));
-  __m512 r = _mm512_mask_add_ps(t, up, t, one);
-  r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
-  return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r));
-}
-#endif
-"""
+        return REQUANT_C + SUPPORT
 
 
 class MaxPoolQ8Vnni(Template):
@@ -622,21 +738,19 @@ class TypeCvtQ8Vnni(TypeCvtF16C):
         if pair not in (("f32", "q8"), ("q8", "f32")) or p["zp_in"] or p["zp_out"]:
             return super().render(em, sym, p)
         size = p["size"]
-        if pair == ("f32", "q8"):
-            inv = float(np.float32(1.0) / np.float32(p["s_out"]))
+        if pair == ("f32", "q8"):  # quantize: x * (1.0f / s), rounded, saturated
             ctypes, body = ("float", "int8_t"), (
-                f"_mm_mask_storeu_epi8(out + i, m, xm_q8_requant_f(_mm512_maskz_loadu_ps(m, in + i), "
-                f"_mm512_set1_ps({inv!r}f)));"
+                "_mm_mask_storeu_epi8(out + i, m, xm_qscaled16(xm_qmul16(_mm512_maskz_loadu_ps(m, in + i), "
+                f"_mm512_set1_ps({f32(inverse(p['s_out']))}))));"
             )
-        else:
-            scale = float(np.float32(p["s_in"]))
+        else:  # dequantize: q * s
             ctypes, body = ("int8_t", "float"), (
-                "_mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32("
-                f"_mm_maskz_loadu_epi8(m, in + i))), _mm512_set1_ps({scale!r}f)));"
+                "_mm512_mask_storeu_ps(out + i, m, xm_qdeq16(_mm512_cvtepi8_epi32("
+                f"_mm_maskz_loadu_epi8(m, in + i)), _mm512_set1_ps({f32(p['s_in'])})));"
             )
         # the helpers travel with the function (include-guarded): support() must stay the portable
         # template's string, which the emitter then writes once for both
-        return SUPPORT + REQUANT_F + f"""
+        return REQUANT_C + SUPPORT + exact(f"""
 static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
   const {ctypes[0]}* in = (const {ctypes[0]}*)in_;
   {ctypes[1]}* out = ({ctypes[1]}*)out_;
@@ -647,10 +761,13 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
     {body}
   }}
 }}
-"""
+""")
 
 
 
-KERNEL_UNITS = (Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), ElemwiseQ8Vnni(), MaxPoolQ8Vnni(), TypeCvtQ8Vnni())
+KERNEL_UNITS = (
+    Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), Conv2dQ8Relu6Vnni(), ConvDepthwiseQ8Relu6Vnni(), ElemwiseQ8Vnni(),
+    MaxPoolQ8Vnni(), TypeCvtQ8Vnni(),
+)  # fmt: skip
 
 __all__ = ["ISA", "KERNEL_UNITS"]
