@@ -540,16 +540,17 @@ def convolution_backward_data(
     return [out.astype(results[0].dtype)]
 
 
-def interp_matrix(n_in: int, n_out: int, imode: Any, align_corners: bool = False) -> np.ndarray:
-    """(n_out, n_in) weights of 1-D resampling along one axis, as MegEngine's Resize computes them:
-    NEAREST takes ``floor(i * n_in / n_out)``; LINEAR samples at ``(i + 0.5) * n_in / n_out - 0.5``,
-    clamped to the edge pixels (with ``align_corners``: at ``i * (n_in - 1) / (n_out - 1)``)."""
-    m = np.zeros((n_out, n_in))
+def interp_taps(
+    n_in: int, n_out: int, imode: Any, align_corners: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, w_lo, w_hi) per output index of 1-D resampling along one axis, as MegEngine's Resize
+    reads its input: NEAREST takes ``floor(i * n_in / n_out)`` (``hi`` unused, weight 0); LINEAR
+    samples at ``(i + 0.5) * n_in / n_out - 0.5``, clamped to the edge pixels (with
+    ``align_corners``: at ``i * (n_in - 1) / (n_out - 1)``), from the two neighbouring pixels."""
     rows = np.arange(n_out)
     if imode == enums.InterpolationMode.NEAREST:
-        src = np.floor(rows * np.float32(n_in / n_out)).astype(np.int64)
-        m[rows, np.minimum(src, n_in - 1)] = 1.0
-        return m
+        lo = np.minimum(np.floor(rows * np.float32(n_in / n_out)).astype(np.int64), n_in - 1)
+        return lo, lo, np.ones(n_out), np.zeros(n_out)
     if align_corners:
         pos = rows * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
     else:
@@ -557,8 +558,16 @@ def interp_matrix(n_in: int, n_out: int, imode: Any, align_corners: bool = False
     lo = np.minimum(np.floor(pos).astype(np.int64), n_in - 1)
     hi = np.minimum(lo + 1, n_in - 1)
     frac = pos - lo
-    np.add.at(m, (rows, lo), 1.0 - frac)
-    np.add.at(m, (rows, hi), frac)
+    return lo, hi, 1.0 - frac, frac
+
+
+def interp_matrix(n_in: int, n_out: int, imode: Any, align_corners: bool = False) -> np.ndarray:
+    """(n_out, n_in) weights of :func:`interp_taps` as a dense matrix."""
+    lo, hi, w_lo, w_hi = interp_taps(n_in, n_out, imode, align_corners)
+    m = np.zeros((n_out, n_in))
+    rows = np.arange(n_out)
+    np.add.at(m, (rows, lo), w_lo)
+    np.add.at(m, (rows, hi), w_hi)
     return m
 
 
@@ -566,26 +575,26 @@ def interp_matrix(n_in: int, n_out: int, imode: Any, align_corners: bool = False
 def resize(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     (x,) = args
     oh, ow = p["out_shape"]
-    y = _resample_axis(x.astype(np.float64), interp_matrix(x.shape[2], oh, p["imode"]), axis=2)
-    y = _resample_axis(y, interp_matrix(x.shape[3], ow, p["imode"]), axis=3)
+    imode = p["imode"]
+    y = _resample_axis(x.astype(np.float64), interp_taps(x.shape[2], oh, imode), axis=2, imode=imode)
+    y = _resample_axis(y, interp_taps(x.shape[3], ow, imode), axis=3, imode=imode)
     return [y.astype(results[0].dtype)]
 
 
-def _resample_axis(x: np.ndarray, weights: np.ndarray, axis: int) -> np.ndarray:
-    """``weights`` (n_out, n_in, at most two taps a row) applied along ``axis`` reading only the taps
-    that count: a NaN or Inf pixel reaches the outputs that sample it, not every output of its row
-    (a dense product would spread it through its zero weights)."""
-    first = np.argmax(weights != 0, axis=1)
-    last = weights.shape[1] - 1 - np.argmax(weights[:, ::-1] != 0, axis=1)
-    rows = np.arange(weights.shape[0])
-    w_first = weights[rows, first]
-    w_last = np.where(last != first, weights[rows, last], 0.0)
+def _resample_axis(
+    x: np.ndarray, taps: tuple[np.ndarray, ...], axis: int, imode: Any
+) -> np.ndarray:
+    """Resampling along ``axis`` from the pixels MegEngine's kernel reads: one for NEAREST, the two
+    neighbours for LINEAR (a NaN/Inf there reaches the output even at weight 0, as ``0 * inf`` does in
+    MegEngine; pixels no output reads never matter, unlike in a dense matrix product)."""
+    lo, hi, w_lo, w_hi = taps
+    near = np.take(x, lo, axis=axis)
+    if imode == enums.InterpolationMode.NEAREST:
+        return near
     shape = [1] * x.ndim
     shape[axis] = -1
-    near, far = np.take(x, first, axis=axis), np.take(x, last, axis=axis)
-    w_first, w_last = w_first.reshape(shape), w_last.reshape(shape)
     with np.errstate(invalid="ignore"):
-        return w_first * near + np.where(w_last != 0, w_last * far, 0.0)
+        return w_lo.reshape(shape) * near + w_hi.reshape(shape) * np.take(x, hi, axis=axis)
 
 
 def layer_norm_stats(x: np.ndarray, normalized_size: int, eps: float) -> tuple[np.ndarray, np.ndarray]:

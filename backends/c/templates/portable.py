@@ -24,7 +24,7 @@ from xdsl.ir import Operation
 from backends.c.match import axis_split, code, esize, is_f32, same_plain_type
 from backends.c.templates import Template, sym_join
 from backends.c.templates.generic import BYTES_CTYPE, _par
-from backends.reference.kernels import interp_matrix
+from backends.reference.kernels import interp_taps
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
@@ -57,18 +57,10 @@ def _plain(*values: Any) -> bool:
 
 
 def resize_taps(n_in: int, n_out: int, imode: Any) -> tuple[list[int], list[int], list[float], list[float]]:
-    """Per output index: the two source indices and their weights, read off the reference's
-    interpolation matrix (nearest: one index, weight 1)."""
-    m = interp_matrix(n_in, n_out, imode)
-    lo, hi, w_lo, w_hi = [], [], [], []
-    for row in m:
-        nz = np.flatnonzero(row)
-        a, b = (int(nz[0]), int(nz[-1])) if len(nz) else (0, 0)
-        lo.append(a)
-        hi.append(b)
-        w_lo.append(float(row[a]))
-        w_hi.append(float(row[b]) if b != a else 0.0)
-    return lo, hi, w_lo, w_hi
+    """Per output index: the source indices MegEngine's kernel reads and their weights (the
+    reference's :func:`interp_taps`; nearest reads one index)."""
+    lo, hi, w_lo, w_hi = interp_taps(n_in, n_out, imode)
+    return [int(i) for i in lo], [int(i) for i in hi], [float(w) for w in w_lo], [float(w) for w in w_hi]
 
 
 class Resize(Template):
