@@ -10,7 +10,9 @@ element types never accept the same op, so their relative order only matters wit
   NCHW int8: x86 depthwise 96, x86 dense 95, portable 90;
 * pooling: NCHW88 300, NCHW44 200, NCHW float32 100, NCHW int8 x86 95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, int8 x86 95, other element types 90;
-* one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad.
+* one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
+  modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
+  linspace.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from backends.c.templates import (
     depthwise_x86,
     gemm,
     generic,
+    indexing,
     nchw88,
     neon,
     neon_gemm,
@@ -40,6 +43,7 @@ KERNELS = KernelRegistry(
         *winograd.KERNEL_UNITS,
         *neon.KERNEL_UNITS,
         *portable.KERNEL_UNITS,
+        *indexing.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
