@@ -100,7 +100,7 @@ static void {sym}({args}) {{
   const {t}* val = (const {t}*)val_;
   {t}* out = ({t}*)out_;
   if ((const void*)out != (const void*)src && {nbytes}UL) memcpy(out, src, {nbytes}UL);
-  (void)ws; (void)val;
+  (void)ws;
 {body}
 }}
 """
