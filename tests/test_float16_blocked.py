@@ -49,7 +49,6 @@ from dialects import layout as L
 from dialects import tensor as T
 from passes.inference import pipeline_for
 from passes.inference.float16 import COMPUTE_MODE_OPS, F16IOCompPass, F16IOF32CompPass
-from passes.lowering.kernels import LoweringError
 
 F16, F32 = Float16Type(), Float32Type()
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -295,10 +294,6 @@ def _compile_and_run(source: bytes, target: str) -> list[np.ndarray]:
         return compiled.run([X, K])
 
 
-@pytest.mark.xfail(
-    raises=LoweringError, strict=True,
-    reason="set_subtensor, the indexing ops and linspace have no C kernel yet (they run on the reference)",
-)  # fmt: skip
 @pytest.mark.parametrize("target", X86_TARGETS)
 @pytest.mark.parametrize("source", SOURCES)
 def test_compiled_x86(dumps: dict[str, bytes], want: list[np.ndarray], source: str, target: str) -> None:
@@ -308,10 +303,6 @@ def test_compiled_x86(dumps: dict[str, bytes], want: list[np.ndarray], source: s
 
 
 @pytest.mark.skipif(ARM_PROBLEM is not None, reason=f"ARM toolchain: {ARM_PROBLEM}")
-@pytest.mark.xfail(
-    raises=LoweringError, strict=True,
-    reason="set_subtensor, the indexing ops and linspace have no C kernel yet (they run on the reference)",
-)  # fmt: skip
 @pytest.mark.parametrize("target", ARM_TARGETS)
 @pytest.mark.parametrize("source", SOURCES)
 def test_compiled_arm(dumps: dict[str, bytes], want: list[np.ndarray], source: str, target: str) -> None:

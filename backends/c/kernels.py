@@ -13,7 +13,9 @@ element types never accept the same op, so their relative order only matters wit
   95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
   (neon_fp16), int8 x86 95, other element types 90;
-* one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad.
+* one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
+  modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
+  linspace.
 * typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
   and 101 (depthwise), ahead of typecvt 100 (x86_int8.py).
 """
@@ -24,6 +26,7 @@ from backends.c.templates import (
     depthwise_x86,
     gemm,
     generic,
+    indexing,
     nchw88,
     neon,
     neon_depthwise,
@@ -48,6 +51,7 @@ KERNELS = KernelRegistry(
         *winograd.KERNEL_UNITS,
         *neon.KERNEL_UNITS,
         *portable.KERNEL_UNITS,
+        *indexing.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,

@@ -31,14 +31,16 @@ class CudaRender:
 
 
 def unflatten(shape: Sequence[int], flat: str = "i") -> str:
-    """Lines declaring ``i0..`` (row-major indices of ``shape``) from the flat index ``flat``."""
+    """Lines declaring ``i0..`` (row-major indices of ``shape``) from the flat index ``flat``; each
+    marked used (nvcc -Werror: a one-element operand's index has stride 0 everywhere)."""
     nd = len(shape)
+    used = " ".join(f"(void)i{k};" for k in range(nd))
     if nd == 1:
-        return f"const long i0 = {flat};"
+        return f"const long i0 = {flat}; {used}"
     lines = [f"long r_ = {flat};"]
     for k in range(nd - 1, 0, -1):
         lines.append(f"const long i{k} = r_ % {shape[k]}L; r_ /= {shape[k]}L;")
-    lines.append("const long i0 = r_;")
+    lines.append(f"const long i0 = r_; {used}")
     return "\n    ".join(lines)
 
 
