@@ -96,6 +96,7 @@ FIELD_ENUMS: dict[tuple[str, str], Any] = {
     ("Padding", "padding_mode"): E.PaddingMode,
     ("Resize", "imode"): E.InterpolationMode,
     ("Resize", "format"): E.Format,
+    ("GroupNorm", "format"): E.Format,
 }
 
 # param tables MegEngine writes by hand in mgb_cpp_opr.fbs / schema.fbs, not from a pdef
