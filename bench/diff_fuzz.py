@@ -84,7 +84,6 @@ ACTIVATIONS = ("none", "relu", "sigmoid", "tanh", "relu6", "hswish", "leaky_relu
 KNOWN_SPECIAL_VALUE_BUGS: dict[str, str] = {
     "max_pool2d": "x86 max pooling drops NaN (the reference propagates it)",
     "adaptive_max_pool2d": "x86 adaptive max pooling drops NaN (the reference propagates it)",
-    "int32 elemwise": "int32 elemwise kernels overflow signed ints (UBSan) where numpy wraps",
 }
 
 

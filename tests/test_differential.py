@@ -178,10 +178,8 @@ def test_vnni_quantize_nan_is_zero() -> None:
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.xfail(strict=True, reason="int32 mgb.elemwise SUB (likewise ADD, MUL, NEGATE, ABS) on x86: "
-                   "signed overflow is undefined behaviour in the generated C (UBSan 'signed integer "
-                   "overflow'); the reference wraps as numpy does")  # fmt: skip
-def test_bug_int32_elemwise_overflow_is_undefined() -> None:
+def test_int32_elemwise_wraps_around() -> None:
+    # was a bug: signed overflow in the generated C (undefined behaviour; UBSan); the reference wraps
     require("x86-avx2")
     from tests.codegen_util import compile_fn
 

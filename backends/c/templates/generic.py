@@ -172,6 +172,14 @@ BOOL_RESULT_MODES = frozenset({"lt", "leq", "eq", "neq", "isnan", "isinf", "not"
 BOOL_OPERAND_MODES = frozenset({"not", "and", "or", "xor"})
 # modes also run on int32 operands (the expression is the same in integers)
 INT_MODES = frozenset({"add", "sub", "mul", "negate", "lt", "leq", "eq", "neq", "switch_gt0"})
+# int32 arithmetic wraps around as numpy's (and the reference's) does: computed in uint32, where C
+# defines overflow, instead of signed int32, where it is undefined behaviour
+INT_WRAPPING_C = {
+    "add": "(int32_t)((uint32_t)a + (uint32_t)b)",
+    "sub": "(int32_t)((uint32_t)a - (uint32_t)b)",
+    "mul": "(int32_t)((uint32_t)a * (uint32_t)b)",
+    "negate": "(int32_t)(0u - (uint32_t)a)",
+}
 
 
 def elemwise_codes(mode: str, codes: Sequence[str | None]) -> bool:
@@ -247,7 +255,8 @@ class Elemwise(Template):
         ins = [f"const {ctypes[i]}* in{i}" for i in range(n)]
         args = ", ".join([*ins, f"{ctypes[n]}* out0", "unsigned char* ws", "int nt"])
         loads = " ".join(f"const {ctypes[i]} {names[i]} = in{i}[x{i}];" for i in range(n))
-        body = f"{loads} out0[o] = {ELEMWISE_C[p['mode']]};"
+        expr = INT_WRAPPING_C.get(p["mode"]) if dtypes[0] == "i32" else None
+        body = f"{loads} out0[o] = {expr or ELEMWISE_C[p['mode']]};"
         total = math.prod(p["shape"])
         return (
             f"static void {sym}({args}) {{\n  (void)ws;\n"
