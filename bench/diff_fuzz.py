@@ -82,8 +82,6 @@ ACTIVATIONS = ("none", "relu", "sigmoid", "tanh", "relu6", "hswish", "leaky_relu
 # Graphs with such a step skip the special-valued input set unless ``include_known`` is set, so that
 # one known bug does not hide new ones.
 KNOWN_SPECIAL_VALUE_BUGS: dict[str, str] = {
-    "max_pool2d": "x86 max pooling drops NaN (the reference propagates it)",
-    "adaptive_max_pool2d": "x86 adaptive max pooling drops NaN (the reference propagates it)",
 }
 
 

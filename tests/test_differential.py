@@ -132,19 +132,17 @@ def _compiled_vs_reference(fn, x: np.ndarray, target: str) -> tuple[np.ndarray, 
     return compile(traced.module, target).run([x])[0], want
 
 
-@pytest.mark.xfail(strict=True, reason="mgb.pooling MAX on x86 (every target): NaN inputs are dropped, "
-                   "the reference (np.max) propagates them")  # fmt: skip
 @pytest.mark.parametrize("target", ["x86-avx2", "x86-avx512-nchw88"])
-def test_bug_max_pool_drops_nan(target: str) -> None:
+def test_max_pool_keeps_nan(target: str) -> None:
+    # was a bug: the x86 max pooling kernels dropped NaN inputs; the reference (np.max) propagates them
     require(target)
     got, want = _compiled_vs_reference(lambda t: F.max_pool2d(t, 2, 2), _nan_input((1, 2, 4, 4)), target)
     assert np.isnan(want).sum() == 2
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
 
 
-@pytest.mark.xfail(strict=True, reason="mgb.adaptive_pooling MAX on x86: NaN inputs are dropped, "
-                   "the reference propagates them")  # fmt: skip
-def test_bug_adaptive_max_pool_drops_nan() -> None:
+def test_adaptive_max_pool_keeps_nan() -> None:
+    # was a bug: the x86 adaptive max pooling kernel dropped NaN inputs
     require("x86-avx2")
     got, want = _compiled_vs_reference(
         lambda t: F.adaptive_max_pool2d(t, (2, 3)), _nan_input((1, 2, 4, 6)), "x86-avx2"

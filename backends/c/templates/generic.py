@@ -407,7 +407,9 @@ class Pool2d(Template):
         hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1)) // sw + 1))
         if mode == "max":
             # a comparison, not fmaxf: gcc calls libm's fmaxf (NaN rules) instead of vectorising
-            init, step = "-INFINITY", "{{ const float v_ = {v}; acc[q] = v_ > acc[q] ? v_ : acc[q]; }}"
+            # a NaN input wins and then stays (NaN compares false against everything), as the reference
+            init = "-INFINITY"
+            step = "{{ const float v_ = {v}; acc[q] = (v_ > acc[q] || v_ != v_) ? v_ : acc[q]; }}"
         else:
             init, step = "0.f", "acc[q] += {v};"
         checked = step.format(v="row[iww]")

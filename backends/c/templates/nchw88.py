@@ -786,7 +786,10 @@ class PoolNchw88(Template):
         y_at = offset(Layout.NCHW88, (n, cp, oh, ow), {"N": "n", "C/8": "cb", "H": "r", "W": "q"})
         ct = _ctype(dt)
         if mode == "max":
-            init, step = "_mm256_set1_ps(-INFINITY)", "a = _mm256_max_ps(a, {v});"
+            # MAXPS returns its second operand when either is NaN: a NaN input wins (v second), and a
+            # NaN already in the accumulator stays (blend back the unordered lanes), as the reference
+            init = "_mm256_set1_ps(-INFINITY)"
+            step = "a = _mm256_blendv_ps(_mm256_max_ps(a, {v}), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));"
             fin = "a"
         else:
             init, step = "_mm256_setzero_ps()", "a = _mm256_add_ps(a, {v});"
