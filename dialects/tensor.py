@@ -1104,6 +1104,15 @@ def _slice_shape(op: str, shape: Sequence[int], params: dict[str, Any]) -> list[
     return [d for i, d in enumerate(out) if i not in dropped]
 
 
+def _modified(op: str, src: TensorType, value: TensorType, want: list[int], what: str) -> list[TensorType]:
+    """The result of writing ``value`` over the ``want``-shaped ``what`` of ``src`` (set or incr):
+    ``src``'s type, once ``value`` has the selection's shape and ``src``'s dtype."""
+    if list(_shape(value)) != want:
+        raise ShapeInferenceError(op, f"value of shape {_shape(value)} for a {what} of shape {tuple(want)}")
+    _same_dtype(op, (src, value))
+    return [TensorType(src.element_type, _shape(src))]
+
+
 class _ModifySubtensorBase(MgbOp):
     """``src`` with the static slice (SubtensorOp's parameters) replaced by, or incremented by,
     ``value``, whose shape is the slice's; MegEngine's SetSubtensor / IncrSubtensor."""
@@ -1121,13 +1130,7 @@ class _ModifySubtensorBase(MgbOp):
     @classmethod
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
         src, value = (_type(t) for t in operand_types)
-        want = _slice_shape(cls.name, _shape(src), params)
-        if list(_shape(value)) != want:
-            raise ShapeInferenceError(
-                cls.name, f"value of shape {_shape(value)} for a slice of shape {tuple(want)}"
-            )
-        _same_dtype(cls.name, (src, value))
-        return [TensorType(src.element_type, _shape(src))]
+        return _modified(cls.name, src, value, _slice_shape(cls.name, _shape(src), params), "slice")
 
 
 @irdl_op_definition
@@ -1196,12 +1199,7 @@ class _ModifyIndexingBase(MgbOp):
     def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
         src, value, *indices = (_type(t) for t in operand_types)
         want = _vec_index_shape(cls.name, src, indices, params["axes"])
-        if list(_shape(value)) != want:
-            raise ShapeInferenceError(
-                cls.name, f"value of shape {_shape(value)} for a selection of shape {tuple(want)}"
-            )
-        _same_dtype(cls.name, (src, value))
-        return [TensorType(src.element_type, _shape(src))]
+        return _modified(cls.name, src, value, want, "selection")
 
 
 @irdl_op_definition
