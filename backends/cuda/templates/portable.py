@@ -189,12 +189,8 @@ class Matmul(CudaRender, KernelUnit):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         m, n, k = p["m"], p["n"], p["k"]
-        a_at = f"a[kk * {m}L + r]" if p["ta"] else f"a[r * {k}L + kk]"
-        b_at = f"b[j * {k}L + kk]" if p["tb"] else f"b[kk * {n}L + j]"
-        b_step = 0 if p["b_const"] else n * k
-        body = f"""const long j = i % {n}, r = i / {n} % {m}, bt = i / {m * n};
-    const float* a = a_ + bt * {m * k}L;
-    const float* b = b_ + bt * {b_step}L;
+        a_at, b_at, head = _matmul_thread(p, "float")
+        body = f"""{head}
     float acc = 0.f;
     for (int kk = 0; kk < {k}; ++kk) acc = fmaf({a_at}, {b_at}, acc);
     y[i] = {epilogue(p, "acc", "j", "i")};"""
@@ -408,6 +404,19 @@ class Pool2dQ8(CudaRender, typed.Pool2dQ8):
         return _pool(sym, p, "int8_t", "-128", "int32_t", "if (e > a) a = e;", result)
 
 
+def _matmul_thread(p: dict[str, Any], ctype: str) -> tuple[str, str, str]:
+    """One output element per thread of a (batched) matmul: the C expressions of A's and B's element
+    ``kk`` (transposes applied) and the code locating the thread's row, column and batch."""
+    m, n, k = p["m"], p["n"], p["k"]
+    a_at = f"a[kk * {m}L + r]" if p["ta"] else f"a[r * {k}L + kk]"
+    b_at = f"b[j * {k}L + kk]" if p["tb"] else f"b[kk * {n}L + j]"
+    b_step = 0 if p["b_const"] else n * k
+    head = f"""const long j = i % {n}, r = i / {n} % {m}, bt = i / {m * n};
+    const {ctype}* a = a_ + bt * {m * k}L;
+    const {ctype}* b = b_ + bt * {b_step}L;"""
+    return a_at, b_at, head
+
+
 def _out_type(p: dict[str, Any]) -> str:
     return {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
 
@@ -415,12 +424,8 @@ def _out_type(p: dict[str, Any]) -> str:
 class MatmulQ8(CudaRender, typed.MatmulQ8):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         m, n, k = p["m"], p["n"], p["k"]
-        a_at = f"a[kk * {m}L + r]" if p["ta"] else f"a[r * {k}L + kk]"
-        b_at = f"b[j * {k}L + kk]" if p["tb"] else f"b[kk * {n}L + j]"
-        b_step = 0 if p["b_const"] else n * k
-        body = f"""const long j = i % {n}, r = i / {n} % {m}, bt = i / {m * n};
-    const int8_t* a = a_ + bt * {m * k}L;
-    const int8_t* b = b_ + bt * {b_step}L;
+        a_at, b_at, head = _matmul_thread(p, "int8_t")
+        body = f"""{head}
     int32_t acc = 0;
     for (int kk = 0; kk < {k}; ++kk) acc += (int32_t){a_at} * {b_at};
     y[i] = {result_expr(p, "acc")};"""
