@@ -9,7 +9,10 @@ interpreter with random inputs. Outcomes:
   (the documented error types);
 * ``bug``: any other exception (type and message are reported);
 * ``memory``: MemoryError (the per-case address-space cap was hit);
-* ``timeout``: the case ran longer than ``--timeout`` seconds (5 by default);
+* ``timeout``: the case ran longer than ``--timeout`` seconds (5 by default), measured on the
+  ``--clock``: ``wall`` (default) or ``cpu`` (the worker's own CPU time, ITIMER_PROF: on a shared
+  machine a case waiting for a core is not a hang; a wall-clock watchdog at timeout + 10 s still
+  kills a worker that blocks without computing);
 * ``crash``: the worker process died (a segfault, an abort).
 
 Workers run with ``XMGE_MAX_TENSOR_BYTES`` at 4 MiB (:data:`FUZZ_TENSOR_BYTES`) unless the
@@ -122,7 +125,10 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise CaseTimeout
 
 
-def run_one(data: bytes, timeout_s: float) -> tuple[str, str]:
+CLOCKS = {"wall": (signal.ITIMER_REAL, signal.SIGALRM), "cpu": (signal.ITIMER_PROF, signal.SIGPROF)}
+
+
+def run_one(data: bytes, timeout_s: float, clock: str = "wall") -> tuple[str, str]:
     """(outcome, detail) of loading and running one file."""
     from backends.mge.fbs import MgeFormatError
     from backends.mge.reader import read_mge
@@ -130,8 +136,9 @@ def run_one(data: bytes, timeout_s: float) -> tuple[str, str]:
     from dialects.dtypes import numpy_dtype
 
     np.seterr(all="ignore")  # random inputs overflow float16 and int8 models: not a finding
-    old = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    timer, signum = CLOCKS[clock]
+    old = signal.signal(signum, _on_alarm)
+    signal.setitimer(timer, timeout_s)
     try:
         module = read_mge(data)
         rng = np.random.default_rng(0)
@@ -156,8 +163,8 @@ def run_one(data: bytes, timeout_s: float) -> tuple[str, str]:
             f"{type(exc).__name__}: {str(exc)[:160]} ({os.path.relpath(tb.filename, ROOT)}:{tb.lineno})",
         )
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(timer, 0)
+        signal.signal(signum, old)
 
 
 @dataclass
@@ -165,6 +172,9 @@ class Report:
     counts: Counter[str] = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
+    slowest_wall: float = 0.0
+    slowest_cpu: float = 0.0
+    over_1s: int = 0
 
     def add(self, case: Case, outcome: str, detail: str) -> None:
         self.counts[outcome] += 1
@@ -173,13 +183,25 @@ class Report:
             if len(self.examples[outcome]) < 20:
                 self.examples[outcome].append(f"case {case.index} ({case.seed}): {detail}")
 
+    def time(self, wall_s: float, cpu_s: float) -> None:
+        self.slowest_wall = max(self.slowest_wall, wall_s)
+        self.slowest_cpu = max(self.slowest_cpu, cpu_s)
+        self.over_1s += wall_s > 1.0
+
+    def line(self) -> str:
+        total = sum(self.counts.values())
+        return f"{total} cases: " + ", ".join(f"{o} {self.counts[o]}" for o in OUTCOMES)
+
     def bad(self) -> int:
         return sum(self.counts[o] for o in ("bug", "memory", "timeout", "crash"))
 
     def summary(self) -> str:
-        total = sum(self.counts.values())
-        parts = ", ".join(f"{o} {self.counts[o]}" for o in OUTCOMES)
-        lines = [f"{total} cases in {self.seconds:.1f}s: {parts}"]
+        lines = [f"{self.line().replace(' cases:', f' cases in {self.seconds:.1f}s:')}"]
+        if self.slowest_wall:
+            lines.append(
+                f"slowest case: {self.slowest_wall:.2f}s wall, {self.slowest_cpu:.2f}s CPU;"
+                f" {self.over_1s} cases over 1s wall"
+            )
         for outcome, items in self.examples.items():
             lines.append(f"  {outcome}:")
             lines.extend(f"    {x}" for x in items)
@@ -218,6 +240,7 @@ def _worker(
     step: int,
     timeout_s: float,
     mem_mb: int,
+    clock: str,
 ) -> None:
     import resource
 
@@ -229,13 +252,22 @@ def _worker(
         resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
     for case in cases(seeds, n, rng_seed, start, step):
         conn.send(("start", case.index))
-        outcome, detail = run_one(case.data, timeout_s)
-        conn.send(("done", case.index, outcome, detail))
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        outcome, detail = run_one(case.data, timeout_s, clock)
+        elapsed = (time.perf_counter() - wall0, time.process_time() - cpu0)
+        conn.send(("done", case.index, outcome, detail, elapsed))
     conn.send(("end",))
 
 
 def run_isolated(
-    seeds: Sequence[str], n: int, rng_seed: int, jobs: int, timeout_s: float, mem_mb: int
+    seeds: Sequence[str],
+    n: int,
+    rng_seed: int,
+    jobs: int,
+    timeout_s: float,
+    mem_mb: int,
+    clock: str = "wall",
+    progress_every: int = 0,
 ) -> Report:
     """Cases spread over ``jobs`` worker processes; a worker that dies (or hangs past the
     timeout's reach) counts its current case as a crash (timeout) and is restarted after it."""
@@ -247,7 +279,9 @@ def run_isolated(
 
     def launch(first: int, lane: int) -> None:
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_worker, args=(child, seeds, n, rng_seed, first, jobs, timeout_s, mem_mb))
+        p = ctx.Process(
+            target=_worker, args=(child, seeds, n, rng_seed, first, jobs, timeout_s, mem_mb, clock)
+        )
         p.start()
         child.close()
         running.append((p, parent, lane))
@@ -269,7 +303,12 @@ def run_isolated(
                     current[lane] = (msg[1], time.perf_counter())
                 elif msg[0] == "done":
                     report.add(Case(msg[1], case_seed(seeds, msg[1]), b""), msg[2], msg[3])
+                    report.time(*msg[4])
                     current.pop(lane, None)
+                    done = sum(report.counts.values())
+                    if progress_every and done % progress_every == 0:
+                        stamp = f"[{time.perf_counter() - t0:7.0f}s]"
+                        print(stamp, report.line(), file=sys.stderr, flush=True)
                 else:
                     finished = True
                     break
@@ -301,8 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds per case")
     ap.add_argument("--mem-mb", type=int, default=3072, help="address-space cap per worker (0: none)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="what --timeout measures")
+    ap.add_argument("--progress", type=int, default=0, help="print counts to stderr every N cases")
     args = ap.parse_args(argv)
-    report = run_isolated(args.seeds, args.cases, args.rng_seed, args.jobs, args.timeout, args.mem_mb)
+    report = run_isolated(
+        args.seeds, args.cases, args.rng_seed, args.jobs, args.timeout, args.mem_mb, args.clock, args.progress
+    )
     print(f"seeds: {' '.join(args.seeds)}")
     print(report.summary())
     return 1 if report.bad() else 0
