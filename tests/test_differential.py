@@ -192,3 +192,22 @@ def test_int32_elemwise_wraps_around() -> None:
         want = np.asarray(run_module(compiled._stages["tensor"], [x])[0])  # type: ignore[arg-type]
     got = compiled.run_runner([x], sanitize=True)[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("scalar, mode", [(1, "mul"), (0, "add")])
+def test_quantized_identity_constant_is_judged_by_its_real_value(scalar: int, mode: str) -> None:
+    # was a bug: arith-simplify removed ``q * 1`` by the stored integer 1, which for a qint8 constant of
+    # scale 0.05 is the real value 0.05 (eager and the unsimplified graph multiply by 0.05); a stored 0
+    # is a real 0, so ``q + 0`` still goes
+    def fn(t):  # type: ignore[no-untyped-def]
+        q = t.astype(D.qint8(0.05))
+        return (q * scalar if mode == "mul" else q + scalar).astype("float32")
+
+    x = np.array([[0.5, -1.0, 2.0, 0.05, 6.3, -6.4, 0.0, 1.25]], np.float32)
+    eager = fn(xm.tensor(x)).numpy()
+    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
+    traced(xm.tensor(x))
+    compiled = compile(traced, "ref")
+    got = compiled.run([x])
+    np.testing.assert_array_equal(np.asarray(got[0] if isinstance(got, list | tuple) else got), eager)
+    assert ("mgb.elemwise" in compiled.ir("inference")) == (mode == "mul")

@@ -34,6 +34,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from dialects import tensor as T
+from dialects.dtypes import QuantizedType
 from dialects.layout import Layout
 from passes.inference.common import (
     E,
@@ -65,7 +66,12 @@ def _is_splat(v: SSAValue, value: float) -> bool:
     if isinstance(v.owner, T.ConstOp) and "name" in v.owner.attributes:
         return False
     a = const_value(v)
-    return a is not None and a.size > 0 and bool(np.all(a == value))
+    if a is None or a.size == 0:
+        return False
+    elem = element(v)
+    if isinstance(elem, QuantizedType):  # stored integers: the real value is (q - zero_point) * scale
+        a = (a.astype(np.float32) - np.float32(elem.zero_point_value)) * np.float32(elem.scale_value)
+    return bool(np.all(a == value))
 
 
 def _forward_if_same_type(op: T.ElemwiseOp, x: SSAValue, rewriter: PatternRewriter) -> None:
