@@ -27,6 +27,8 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from dialects.errors import XmgeError
+
 
 @dataclass(frozen=True)
 class PlainDType:
@@ -84,7 +86,7 @@ _BY_NUMPY = {d.numpy: d for d in PLAIN_DTYPES}
 _BY_ELEMENT = {d.element: d for d in PLAIN_DTYPES}
 
 
-class DTypeError(TypeError):
+class DTypeError(XmgeError, TypeError):
     """A dtype that xmge does not support."""
 
 

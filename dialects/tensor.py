@@ -56,6 +56,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from dialects import enums
 from dialects.dtypes import DTypeError, QuantizedType, dtype_name, is_float
+from dialects.errors import XmgeError
 from dialects.weights import WeightAttr
 
 # ----------------------------------------------------------------------------------------------
@@ -209,7 +210,7 @@ def from_attr(attr: Attribute) -> Any:
     return attr
 
 
-class ShapeInferenceError(ValueError):
+class ShapeInferenceError(XmgeError, ValueError):
     """Operands that an op cannot accept; the message names the op and the problem."""
 
     def __init__(self, op_name: str, message: str):

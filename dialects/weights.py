@@ -19,6 +19,8 @@ from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 
+from dialects.errors import XmgeError
+
 _print_state = threading.local()
 
 
@@ -37,7 +39,7 @@ def printing_full_weights() -> bool:
     return getattr(_print_state, "full", False)
 
 
-class ElidedWeightError(ValueError):
+class ElidedWeightError(XmgeError, ValueError):
     """A constant whose data was elided in printed IR was needed for computation."""
 
 

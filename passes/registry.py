@@ -21,6 +21,7 @@ from types import ModuleType
 
 from xdsl.passes import ModulePass, get_pass_option_infos
 
+from dialects.errors import XmgeError
 from passes.canonicalize import MgbCanonicalizePass
 from passes.dce import MgbDeadCodeEliminationPass
 from passes.inference import INFERENCE_PASSES
@@ -40,7 +41,7 @@ BUILTIN_PASSES: tuple[type[ModulePass], ...] = (
 )
 
 
-class PluginError(Exception):
+class PluginError(XmgeError):
     """A plugin could not be loaded, or it defines a pass whose name is already taken."""
 
 

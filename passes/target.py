@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dialects.errors import XmgeError
+
 if TYPE_CHECKING:
     from passes.lowering.kernels import KernelRegistry
 
@@ -22,11 +24,11 @@ if TYPE_CHECKING:
 LAYOUT_FEATURES = ("nchw88", "nchw44", "nchw4", "nchw32", "chwn4", "nchw64")
 
 
-class TargetError(ValueError):
+class TargetError(XmgeError, ValueError):
     """A target string that does not parse or names something unknown."""
 
 
-class BackendError(ValueError):
+class BackendError(XmgeError, ValueError):
     """What a backend cannot do (sanitize under an emulator, save a model it never built, ...)."""
 
 

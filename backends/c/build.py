@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 
 from dialects.dtypes import QUANTIZED_STORAGE, DTypeError, element_type, numpy_dtype
+from dialects.errors import XmgeError
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 RUNTIME_FILES = ("xm_runtime.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
 
 
-class BuildError(RuntimeError):
+class BuildError(XmgeError, RuntimeError):
     pass
 
 

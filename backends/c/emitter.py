@@ -21,9 +21,10 @@ from backends.c.kernels import KERNELS
 from backends.c.templates import Template
 from dialects import kernel as K
 from dialects.dtypes import dtype_name
+from dialects.errors import XmgeError
 
 
-class EmitError(ValueError):
+class EmitError(XmgeError, ValueError):
     pass
 
 

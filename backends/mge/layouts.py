@@ -55,6 +55,7 @@ from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType
+from dialects.errors import XmgeError
 
 if TYPE_CHECKING:
     from backends.mge.container import RawOpr
@@ -93,7 +94,7 @@ def image2d_axis(t: object) -> int | None:
     return IMAGE2D_ALIGN_AXIS.get(lay) if lay is not None else None
 
 
-class LayoutWriteError(ValueError):
+class LayoutWriteError(XmgeError, ValueError):
     """A relayout with no MegEngine form (the message names it)."""
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.mge import schema as S
+from dialects.errors import XmgeError
 
 MAX_DEPTH = 64
 MAX_TABLES = 1_000_000
@@ -177,7 +178,7 @@ UNIONS: dict[str, dict[int, str]] = {
 }
 
 
-class FbsVerifyError(ValueError):
+class FbsVerifyError(XmgeError, ValueError):
     """The buffer would fail MegEngine's FlatBuffers verification (or a v1 container check)."""
 
 

@@ -59,12 +59,13 @@ from backends.reference.interpreter import InterpreterError
 from backends.reference.quant_kernels import dequantize
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, numpy_dtype, quantized_numpy_dtype
+from dialects.errors import XmgeError
 from dialects.weights import full_weights
 
 SMALL_INTEGER_INPUT_RANGE = (0, 4)
 
 
-class NumericsError(ValueError):
+class NumericsError(XmgeError, ValueError):
     """Bad input to the numeric check (an unknown input name, an unreadable file, a wrong shape)."""
 
 

@@ -31,6 +31,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from compiler.driver.numerics import add_verify_arguments, verify_for_cli
+from dialects.errors import XmgeError
 from dialects.layout import LayoutDialect
 from dialects.tensor import Mgb
 from dialects.weights import full_weights
@@ -48,7 +49,7 @@ from passes.registry import (
 DIALECT_ENTRY_POINT_GROUP = "xmge.dialects"
 
 
-class OptError(Exception):
+class OptError(XmgeError):
     """A usage error of ``xmge-opt``, reported as one line."""
 
 

@@ -16,8 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dialects.errors import XmgeError
 
-class InferenceOptionError(ValueError):
+
+class InferenceOptionError(XmgeError, ValueError):
     """Unknown, conflicting or not yet supported ``optimize_for_inference`` options."""
 
 

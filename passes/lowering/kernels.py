@@ -33,7 +33,7 @@ class LoweringError(XmgeError, ValueError):
     """No kernel can run an op on the chosen target."""
 
 
-class KernelRegistryError(LookupError):
+class KernelRegistryError(XmgeError, LookupError):
     """Two units that cannot coexist: the same family and ISA, or two families with one priority."""
 
 
