@@ -7,8 +7,9 @@ each, ``k4c4``: one ``sdot`` is 4 output x 4 input channels) and, for stride-1 c
 channels of 4 neighbouring pixels per 16-byte load, then issues 24 ``sdot``-by-element (``vdotq_laneq_s32``:
 lane ``j`` is pixel ``j``'s 4 channels); strided or left-over pixels broadcast their 4 channels
 (``ld1r``) into a plain ``sdot``. The int32 bias (at the accumulator's scale) is the accumulators'
-start; the epilogue is the direct kernels' exact requantization (``xm_qstore_neon``: integer ReLU,
-``float(acc) * s_acc * (1 / s_out)``, round half away from zero, saturate).
+start; the epilogue is requant.py's exact requantization on 4 lanes (:func:`scaled_vector`:
+``float(acc) * s_acc``, plus the bias, ReLU, times ``1 / s_out``; ``xm_qround4_neon``: ``trunc(y +
+copysign(0.5, y))``; saturating narrows to int8, 16 bytes per store).
 """
 
 from __future__ import annotations
@@ -25,14 +26,88 @@ from backends.c.templates.requant import (
     REQUANT_C,
     bias_ctype,
     exact,
-    int_activation,
+    f32,
+    inverse,
     post_processed,
-    result_expr,
+    ratio,
 )
 from dialects.layout import Layout, LayoutSpec
 from passes.lowering.kernels import Lowered
 
 MB, NB = 3, 8
+
+NEON_REQUANT_C = r"""#ifndef XM_NEON_REQUANT_DEFINED
+#define XM_NEON_REQUANT_DEFINED
+XM_EXACT_BEGIN
+/* requant.py's xm_qround on 4 lanes: trunc(y + copysign(0.5, y)) with the addition in float32;
+   vcvtq_s32_f32 truncates, saturates to int32 and turns NaN into 0, as xm_qsat does (zero point 0) */
+static inline __attribute__((always_inline)) int32x4_t xm_qround4_neon(float32x4_t y) {
+  const uint32x4_t sign = vandq_u32(vreinterpretq_u32_f32(y), vdupq_n_u32(0x80000000u));
+  const float32x4_t half = vreinterpretq_f32_u32(vorrq_u32(sign, vreinterpretq_u32_f32(vdupq_n_f32(0.5f))));
+  return vcvtq_s32_f32(vaddq_f32(y, half));
+}
+/* xm_qsat to int8 of 16 rounded values: saturating narrows, int32 -> int16 -> int8 */
+static inline __attribute__((always_inline)) int8x16_t xm_qnarrow16_neon(int32x4_t a, int32x4_t b,
+                                                                        int32x4_t c, int32x4_t d) {
+  const int16x8_t ab = vqmovn_high_s32(vqmovn_s32(a), b), cd = vqmovn_high_s32(vqmovn_s32(c), d);
+  return vqmovn_high_s16(vqmovn_s16(ab), cd);
+}
+static inline __attribute__((always_inline)) int8x8_t xm_qnarrow8_neon(int32x4_t a, int32x4_t b) {
+  return vqmovn_s16(vqmovn_high_s32(vqmovn_s32(a), b));
+}
+XM_EXACT_END
+#endif
+"""
+
+
+def scaled_vector(p: dict[str, Any], acc: str, bias: str | None) -> str:
+    """The float32x4 expression of :func:`requant.result_expr` before rounding, for an 8-bit result
+    without zero point: ``xm_qpost`` (``float(acc) * s_acc``, plus the float32 bias, ReLU, times
+    ``1 / s_out``) or, without bias and activation, ``float(acc) * (s_acc / s_out)``; the same float32
+    operations in the same order (no fused multiply-add: the kernel is :func:`exact`)."""
+    act = p.get("act", "identity")
+    if p["out"] != "q8" or p["zp_out"] or act not in ("identity", "relu"):
+        raise ValueError(f"no NEON requantization for out={p['out']} act={act} zp={p['zp_out']}")
+    y = f"vcvtq_f32_s32({acc})"
+    if not post_processed(p):
+        return f"vmulq_f32({y}, vdupq_n_f32({f32(ratio(p['s_acc'], p['s_out']))}))"
+    y = f"vmulq_f32({y}, vdupq_n_f32({f32(p['s_acc'])}))"
+    if p["bias"]:
+        y = f"vaddq_f32({y}, {bias})"
+    if act == "relu":  # y < 0 ? 0 : y; -0.0 and +0.0 round alike
+        y = f"vmaxq_f32({y}, vdupq_n_f32(0.f))"
+    return f"vmulq_f32({y}, vdupq_n_f32({f32(inverse(p['s_out']))}))"
+
+
+def requant_store(p: dict[str, Any], mb: int, nb: int, y_c: int) -> list[str]:
+    """Statements storing accumulators ``a{b}_{j}`` (output block ``b``, pixel ``j``: 4 channels) as
+    int8 at ``yb + b * y_c + j * 4``, four pixels (16 bytes) per saturating narrow where it can."""
+    lines = []
+    for b in range(mb):
+        bias = f"vld1q_f32(bb + {b * 4})" if p["bias"] else None
+        if bias:
+            lines.append(f"  {{ const float32x4_t bv{b} = {bias};")
+        else:
+            lines.append("  {")
+        for j in range(nb):
+            value = scaled_vector(p, f"a{b}_{j}", f"bv{b}")
+            lines.append(f"  const int32x4_t r{b}_{j} = xm_qround4_neon({value});")
+        j = 0
+        while j < nb:
+            dst = f"yb + {b * y_c + j * 4}"
+            if nb - j >= 4:
+                rs = ", ".join(f"r{b}_{j + k}" for k in range(4))
+                lines.append(f"  vst1q_s8({dst}, xm_qnarrow16_neon({rs}));")
+                j += 4
+            elif nb - j >= 2:
+                lines.append(f"  vst1_s8({dst}, xm_qnarrow8_neon(r{b}_{j}, r{b}_{j + 1}));")
+                j += 2
+            else:
+                narrow = f"vreinterpret_s32_s8(xm_qnarrow8_neon(r{b}_{j}, r{b}_{j}))"
+                lines.append(f"  vst1_lane_s32((int32_t*)({dst}), {narrow}, 0);")
+                j += 1
+        lines.append("  }")
+    return lines
 HYBRID_MB = 2  # first layers: 8 output channels, one int16x8 weight vector
 
 
@@ -82,6 +157,10 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
     def support(self, em: Any) -> str:
         return "#include <stdint.h>\n" + _NEON_Q8 + REQUANT_C  # the direct kernels' text: emitted once
 
+    def render(self, em: Any, sym: str, p: dict[str, Any]) -> str:
+        # the 4-lane requantization: guarded, so the first kernel that needs it defines it
+        return NEON_REQUANT_C + super().render(em, sym, p)
+
     def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
         hybrid = p["mode"] == "hybrid"
         xpix = p["sw"] * 4  # bytes between neighbouring output pixels' inputs
@@ -109,15 +188,7 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
             lines += self._dot_step(p, mb, nb, xpix)
         lines.append("    }")
         lines.append("  }")
-        # the one requantization definition (requant.py), lane by lane
-        for b in range(mb):
-            bias = f"bb[{b * 4} + k]" if p["bias"] else None
-            value = result_expr(p, "lanes[k]", bias)
-            for j in range(nb):
-                lines.append(
-                    f"  {{ int32_t lanes[4]; vst1q_s32(lanes, a{b}_{j}); for (int k = 0; k < 4; ++k) "
-                    f"{{ {int_activation(p, 'lanes[k]')} yb[{b * geo['y_c'] + j * 4} + k] = {value}; }} }}"
-                )
+        lines += requant_store(p, mb, nb, geo["y_c"])
         lines.append("}")
         return exact("\n".join(lines) + "\n")
 
