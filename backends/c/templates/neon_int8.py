@@ -164,8 +164,10 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         return "#include <stdint.h>\n" + _NEON_Q8 + REQUANT_C  # the direct kernels' text: emitted once
 
     def render(self, em: Any, sym: str, p: dict[str, Any]) -> str:
-        # the 4-lane requantization: guarded, so the first kernel that needs it defines it
-        return NEON_REQUANT_C + super().render(em, sym, p)
+        # the 4-lane requantization: guarded, so the first kernel that needs it defines it. The
+        # caller is exact too: gcc contracts the inlined tiles' multiply and add under the caller's
+        # options (an fmla there moves ties)
+        return NEON_REQUANT_C + exact(super().render(em, sym, p))
 
     def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
         hybrid = p["mode"] == "hybrid"
