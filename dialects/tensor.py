@@ -1536,6 +1536,7 @@ class ElemwiseMultiTypeOp(MgbOp):
 
     name = "mgb.elemwise_multi_type"
     KEYWORD: ClassVar[str | None] = "mode"
+    ACCEPTS_LAYOUTS: ClassVar[bool] = True  # as Elemwise: MegEngine's NCHWxx passes convert it too
     mode = prop_def(ElemwiseMultiTypeModeAttr)
     inputs = var_operand_def(TensorType)
     output = result_def(TensorType)
@@ -1549,9 +1550,10 @@ class ElemwiseMultiTypeOp(MgbOp):
         arity = multi_type_arity(mode)
         if len(types) != arity:
             raise ShapeInferenceError(op, f"takes {arity} inputs, got {len(types)}")
+        layout = _layout().common_layout(op, types)
         shape = broadcast_shapes(op, [_shape(t) for t in types])
         elem = multi_type_result_elem(op, mode, [t.element_type for t in types])
-        return [TensorType(elem, list(shape))]
+        return [_layout().with_layout(TensorType(elem, list(shape)), layout, shape)]
 
 
 def multi_type_arity(mode: Any) -> int:

@@ -72,11 +72,19 @@ SHARED = {
     ("elemwise_q", "generic", "fuse_add_relu"),
     ("elemwise_q", "generic", "relu"),
 }
+# int8 max pooling and same-shape elementwise ops: NEON kernels (backends/c/templates/neon_int8.py)
+NEON_Q8 = {
+    ("pool2d_nchw44_q8", "neon", "max"),
+    *(("elemwise_q8_neon", "neon", m) for m in ("fuse_add_relu", "relu")),
+}
+NEON_SHARED = (
+    (NEON_POOL - {("pool2d_nchw44", "neon", "max")}) | NEON_Q8 | {k for k in SHARED if k[0] != "elemwise_q"}
+)
 EXPECTED_KERNELS: dict[str, set[tuple[str, str, str]]] = {
-    "arm-nchw44": NEON_NCHW44 | NEON_POOL | SHARED,
+    "arm-nchw44": NEON_NCHW44 | NEON_SHARED,
     "arm-nchw44+plain-c": GENERIC_NCHW44 | {(f, "generic", m) for f, _, m in NEON_POOL} | SHARED,
-    "arm-fp16": NEON_NCHW44 | NEON_POOL | SHARED,
-    "arm-nchw44-dot": DOT | DOT_GEMM | {k for k in NEON_NCHW44 if k[2] == "chan"} | NEON_POOL | SHARED,
+    "arm-fp16": NEON_NCHW44 | NEON_SHARED,
+    "arm-nchw44-dot": DOT | DOT_GEMM | {k for k in NEON_NCHW44 if k[2] == "chan"} | NEON_SHARED,
 }
 INT8_FAMILIES = {f for kernels in EXPECTED_KERNELS.values() for f, _, _ in kernels}
 

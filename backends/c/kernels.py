@@ -13,6 +13,9 @@ element types never accept the same op, so their relative order only matters wit
   95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
   (neon_fp16), int8 x86 95, other element types 90;
+* one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
+  (neon_matvec), ahead of the float32 GEMM;
+* int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
@@ -33,6 +36,7 @@ from backends.c.templates import (
     neon_fp16,
     neon_gemm,
     neon_int8,
+    neon_matvec,
     neon_move,
     portable,
     typed,
@@ -55,6 +59,7 @@ KERNELS = KernelRegistry(
         *x86_int8.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
+        *neon_matvec.KERNEL_UNITS,
         *neon_depthwise.KERNEL_UNITS,
         *neon_fp16.KERNEL_UNITS,
         *neon_move.KERNEL_UNITS,

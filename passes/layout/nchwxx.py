@@ -11,10 +11,11 @@ Per NCHW conv (``mgb.convolution`` / ``mgb.conv_bias`` without z), P = 4 or 8:
 * group with Kg % P == 0 and Cg % P == 0: filter GKCRScPkP (DOT and int8: GKCRSk4c4);
 * anything else stays NCHW.
 
-Pooling, adaptive pooling, elementwise ops, typecvt, concat (axis 1) and reduce (H or W) follow a
-blocked input; everything else, graph outputs included, reads NCHW again. Afterwards, as MegEngine's
-ShuffleShuffleRemovePass does, a relayout that reads a typecvt (its only user) moves above it, so a
-dequantizing or float16 TypeCvt before an output runs in NCHW on the relaid-out tensor.
+Pooling, adaptive pooling, elementwise ops (ElemwiseMultiType too), typecvt, concat (axis 1) and
+reduce (H or W) follow a blocked input; everything else, graph outputs included, reads NCHW again.
+Afterwards, as MegEngine's ShuffleShuffleRemovePass does, a relayout that reads a typecvt (its only
+user) moves above it, so a dequantizing or float16 TypeCvt before an output runs in NCHW on the
+relaid-out tensor.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from xdsl.pattern_rewriter import RewritePattern
 
 from dialects import enums
 from dialects import layout as L
+from dialects import tensor as T
 from passes.layout.common import (
     ConvPlan,
     ConvRule,
@@ -148,7 +150,8 @@ def nchwxx_patterns(target: NchwxxTarget) -> list[RewritePattern]:
     return [
         ConvRule(lambda op, src, filt, rest, p: plan_nchwxx(target, op, src, filt, rest, p)),
         FollowPooling({target.activation: target.format}),
-        FollowElemwise(layouts),
+        # MegEngine converts ElemwiseMultiType (int8 residual adds: QFUSE_ADD_RELU) like Elemwise
+        FollowElemwise(layouts, kinds=(T.ElemwiseOp, T.TypeCvtOp, T.ElemwiseMultiTypeOp)),
         FollowConcat(layouts),
         FollowReduce(layouts),
     ]

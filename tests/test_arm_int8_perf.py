@@ -1,0 +1,166 @@
+"""The NEON int8 kernels of ``backends/c/templates/neon_int8.py`` under qemu: exact against the
+reference on odd shapes and rounding ties, the residual add kept in NCHW44, and instruction budgets
+(qemu's count of what the emulated core executes) that fail if a kernel falls back to scalar code."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import compiler as xm
+import compiler.functional as F
+from backends.c.cross import count_instructions, defined_functions, toolchain_problem
+from backends.reference import run_module
+from backends.reference.quant_kernels import quantize
+from compiler import dtype as D
+from compiler.driver.compile import CompiledModel, EmulationWarning, compile
+from compiler.tensor import Tensor
+
+_problem = toolchain_problem()
+pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
+
+TARGET = "arm-nchw44-dot"
+S_X = 1 / 16  # inputs on a grid of 1/16: sums of two at scale 1/8 land on ties
+
+
+def _conv(x: Tensor, oc: int, seed: int, scale: float, relu: bool = False) -> Tensor:
+    """An int8 1x1 conv_bias (NCHW44 on ARM) with integer-ish weights: outputs on rounding ties."""
+    rng = np.random.default_rng(seed)
+    ic = x.shape[1]
+    w = rng.integers(-3, 4, (oc, ic, 1, 1)).astype(np.float32)
+    wq = Tensor(quantize(w, D.qint8(1.0)), dtype=D.qint8(1.0))
+    b = rng.integers(-20, 20, (1, oc, 1, 1)).astype(np.float32) * S_X
+    bq = Tensor(quantize(b, D.qint32(S_X)), dtype=D.qint32(S_X))
+    mode = "relu" if relu else "identity"
+    return F.quantized.conv_bias_activation(x, wq, bq, dtype=D.qint8(scale), nonlinear_mode=mode)
+
+
+def _compile(fn: Callable[..., Any], inputs: list[np.ndarray]) -> CompiledModel:
+    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
+    traced(*[xm.tensor(x) for x in inputs])
+    return compile(traced, TARGET)
+
+
+def _exact(c: CompiledModel, inputs: list[np.ndarray]) -> None:
+    want = run_module(c._stages["tensor"], inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmulationWarning)
+        got = c.run(inputs)
+    differing = [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not np.array_equal(g, w)]
+    assert not differing, f"outputs {differing} differ from the reference"
+
+
+def _families(c: CompiledModel) -> str:
+    return c.ir("kernel-plan-memory")
+
+
+def _inputs(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(-40, 40, shape) * S_X).astype(np.float32)]
+
+
+# (height, width, window, stride, padding): stride 1 and 2 vector groups with edges, stride 3 edges only
+POOLS = [(7, 13, 3, 2, 1), (9, 20, 3, 1, 1), (8, 8, 2, 2, 0), (6, 11, 3, 3, 0), (5, 23, 5, 2, 2)]
+
+
+@pytest.mark.parametrize("h, w, k, s, p", POOLS)
+def test_max_pool_nchw44_q8_exact(h: int, w: int, k: int, s: int, p: int) -> None:
+    def f(x: Tensor) -> Tensor:
+        y = _conv(x.astype(D.qint8(S_X)), 8, 1, 1 / 8)
+        return F.max_pool2d(y, k, s, p).astype("float32")
+
+    inputs = _inputs((1, 4, h, w), 2)
+    c = _compile(f, inputs)
+    assert '"pool2d_nchw44_q8" ["neon"]' in _families(c)
+    _exact(c, inputs)
+
+
+@pytest.mark.parametrize("mode", ["qfuse_add_relu", "qadd", "qsub", "qmul"])
+def test_elemwise_q8_neon_exact_on_ties(mode: str) -> None:
+    # 4 x 5 x 7 = 140 elements: 8 vector steps and a 12-element tail
+    def f(x: Tensor) -> Tensor:
+        xq = x.astype(D.qint8(S_X))
+        a, b = _conv(xq, 4, 3, 1 / 8), _conv(xq, 4, 4, 1 / 8, relu=True)
+        out_scale = 1 / 4 if mode != "qmul" else 1 / 32
+        return F.quantized.elemwise_multi_type(a, b, mode=mode, dtype=D.qint8(out_scale)).astype("float32")
+
+    inputs = _inputs((1, 4, 5, 7), 5)
+    c = _compile(f, inputs)
+    ir = _families(c)
+    assert '"elemwise_q8_neon" ["neon"]' in ir
+    _exact(c, inputs)
+
+
+def test_residual_add_stays_nchw44() -> None:
+    """MegEngine's EnableNchwxxPass converts ElemwiseMultiType: no relayout around the residual add."""
+
+    def f(x: Tensor) -> Tensor:
+        xq = x.astype(D.qint8(S_X))
+        y = _conv(_conv(xq, 8, 6, 1 / 8, relu=True), 8, 7, 1 / 8)
+        z = _conv(xq, 8, 8, 1 / 8)
+        added = F.quantized.elemwise_multi_type(y, z, mode="qfuse_add_relu", dtype=D.qint8(1 / 4))
+        return _conv(added, 8, 9, 1 / 8).astype("float32")
+
+    inputs = _inputs((1, 4, 6, 6), 10)
+    c = _compile(f, inputs)
+    inference = str(c._stages["inference"])
+    (add,) = [line for line in inference.splitlines() if "mgb.elemwise_multi_type" in line]
+    assert add.count("#layout.fmt<nchw44>") == 3, add  # both operands and the result
+    # the only relayout out of NCHW44 feeds the output's typecvt
+    out_of_nchw44 = [
+        line for line in inference.splitlines() if "layout.relayout" in line and "nchw44>> ->" in line
+    ]
+    assert len(out_of_nchw44) == 1, inference
+    _exact(c, inputs)
+
+
+def _kernel_instructions(c: CompiledModel, inputs: list[np.ndarray]) -> dict[str, int]:
+    """Instructions each generated function executes in one inference (two minus one)."""
+    with tempfile.TemporaryDirectory(prefix="xmge-test-arm-int8-") as d:
+        wpath, xpath = os.path.join(d, "w.bin"), os.path.join(d, "x.bin")
+        with open(wpath, "wb") as fh:
+            fh.write(c.weights)
+        inputs[0].astype(np.float32).tofile(xpath)
+        functions = defined_functions(c.source)
+
+        def run(n: int) -> dict[str, int]:
+            cmd = [c.build.runner, wpath, "-n", str(n), "-w", "0", "-t", "1", "-i", xpath]
+            per: dict[str, int] = {}
+            for name, count in count_instructions(cmd, functions).per_function.items():
+                base = name.split(".", 1)[0]
+                per[base] = per.get(base, 0) + count
+            return per
+
+        two, one = run(2), run(1)
+    return {k: v - one.get(k, 0) for k, v in two.items()}
+
+
+def test_instruction_budgets() -> None:
+    """Per output byte: the residual add about 4.3 instructions (the portable loop: ~29), 3x3/2 max
+    pooling about 10 (the scalar NCHW44 loop: ~105), the sdot GEMM's requantization not a lane loop."""
+
+    def f(x: Tensor) -> Tensor:
+        xq = x.astype(D.qint8(S_X))
+        a, b = _conv(xq, 64, 11, 1 / 8, relu=True), _conv(xq, 64, 12, 1 / 8)
+        added = F.quantized.elemwise_multi_type(a, b, mode="qfuse_add_relu", dtype=D.qint8(1 / 4))
+        return F.max_pool2d(added, 3, 2, 1).astype("float32")
+
+    inputs = _inputs((1, 16, 32, 32), 13)
+    c = _compile(f, inputs)
+    counts = _kernel_instructions(c, inputs)
+    add = sum(v for k, v in counts.items() if k.startswith("neon_elemwise_q_fuse_add_relu"))
+    pool = sum(v for k, v in counts.items() if k.startswith("pool2d_nchw44_q8_neon"))
+    conv = sum(v for k, v in counts.items() if k.startswith("conv2d_nchw44_dot_gemm"))
+    size = 64 * 32 * 32
+    assert 0 < add < 6 * size, add
+    assert 0 < pool < 16 * size // 4, pool
+    # two 1x1 convs, 16 input channels: 4 sdot blocks per 4 outputs, about 3 instructions per output
+    # for the requantization; the old lane-by-lane epilogue alone cost ~10 per output plus calls
+    assert 0 < conv < 2 * 6 * size, conv
+    assert not any(k.startswith(("xm_qscaled", "xm_qpost", "xm_qround")) for k, v in counts.items() if v)
