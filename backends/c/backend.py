@@ -48,7 +48,7 @@ class X86Backend:
             raise TargetError(f"x86 features {', '.join(extensions)} need the avx512 feature")
         if "ioc16" in options and "fp16" not in features:
             raise TargetError(
-                "x86 +ioc16 (float16 compute) needs the fp16 feature (AVX512-FP16), e.g. x86-avx512-fp16+ioc16"
+                "x86 +ioc16 (float16 compute) needs the fp16 feature (AVX512-FP16): x86-avx512-fp16+ioc16"
             )
         if "ioc16" in options and "nchw88" in features:
             raise TargetError("x86 +ioc16 kernels are plain NCHW: drop nchw88 (x86-avx512-fp16+ioc16)")

@@ -48,7 +48,9 @@ if TYPE_CHECKING:
 ISA = "avx512fp16"
 LANES = 32  # float16 lanes of one zmm register
 # the GEMM register tile: MR rows (output channels) x NR columns (pixels, NR / 32 vectors each), K blocks
-MR, NR, KC = 12, 64, 256
+# 24 x 32: one vector per row, so every A value is an embedded broadcast of its FMA (a separate
+# vpbroadcastw would take the second FMA port); the packers below assume NR == LANES
+MR, NR, KC = 24, 32, 256
 ACTIVATIONS = frozenset({"identity", "relu", "relu6"})
 ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2}
 CONV_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=ACTIVATIONS)
@@ -119,7 +121,9 @@ def micro_kernel(mr: int = MR, nr: int = NR) -> str:
     lines = [
         "#ifndef XM_HUKR_EPI",
         "#define XM_HUKR_EPI",
-        "typedef struct { const xm_h* bias; const xm_h* cbias; const xm_h* res; long ldr; int act; } xm_hepi;",
+        "typedef struct {",
+        "  const xm_h* bias; const xm_h* cbias; const xm_h* res; long ldr; int act;",
+        "} xm_hepi;",
         "#endif",
         f"static inline void xm_hukr_{mr}x{nr}(long K, const xm_h* restrict A, const xm_h* restrict B,",
         "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi) {",
@@ -145,7 +149,9 @@ def micro_kernel(mr: int = MR, nr: int = NR) -> str:
         )
     for i in range(mr):
         lines.append(f"    if ({i} < mv) {{")
-        lines.append(f"      const __m512h rb = epi->bias ? _mm512_set1_ph(epi->bias[{i}]) : _mm512_setzero_ph();")
+        lines.append(
+            f"      const __m512h rb = epi->bias ? _mm512_set1_ph(epi->bias[{i}]) : _mm512_setzero_ph();"
+        )
         for j in range(nv):
             res = f"xm_h_loadn(epi->res + {i} * epi->ldr + {j * LANES}, nv - {j * LANES})"
             lines += [
@@ -196,6 +202,10 @@ class ConvGemmF16(Template):
             return None
         params.update({"mr": MR, "nr": NR, "kc": KC})
         params["pack"] = conv_pack_mode(params, NR)
+        # more filter than im2col bytes (deep layers, small images): the channel panels go outermost so
+        # that each weight is read from memory once, else the column panels
+        geo = self.geometry(params)
+        params["order"] = "m" if geo["MP"] * MR > geo["NP"] * NR else "n"
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -203,7 +213,8 @@ class ConvGemmF16(Template):
             self.family, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
             f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
             f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"], *_epilogue_words(p),
+            f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"], "mfirst" if p["order"] == "m" else "",
+            *_epilogue_words(p),
         )  # fmt: skip
 
     geometry = staticmethod(ConvGemm.geometry)
@@ -238,7 +249,8 @@ class ConvGemmF16(Template):
       const long p0 = (long)j * {nr};
       for (int k = 0; k < {K}; ++k)
         for (int v = 0; v < {nr // LANES}; ++v)
-          _mm512_storeu_ph(dst + (long)k * {nr} + v * 32, xm_h_loadn(xg + (long)k * {P} + p0 + v * 32, {P} - p0 - v * 32));"""
+          _mm512_storeu_ph(dst + (long)k * {nr} + v * 32,
+                           xm_h_loadn(xg + (long)k * {P} + p0 + v * 32, {P} - p0 - v * 32));"""
         if p["pack"] == "rows":
             return f"""
       const int orow = j / {geo["RP"]}, ow0 = (j % {geo["RP"]}) * {nr};
@@ -260,22 +272,29 @@ class ConvGemmF16(Template):
           }}
         }}
       }}"""
+        # a panel's NR pixels are runs along output rows: each run is one strided masked row load
         return f"""
-      int ihb[{nr}], iwb[{nr}];
-      for (int c = 0; c < {nr}; ++c) {{
-        const int q = j * {nr} + c;
-        if (q < {P}) {{ ihb[c] = (q / {ow}) * {sh} - {ph}; iwb[c] = (q % {ow}) * {sw} - {pw}; }}
-        else {{ ihb[c] = -(1 << 28); iwb[c] = 0; }}
+      int seg_r[{nr}], seg_c[{nr}], seg_n[{nr}], seg_o[{nr}], ns = 0;
+      const int q1 = (j + 1) * {nr} < {P} ? (j + 1) * {nr} : {P};
+      for (int q = j * {nr}; q < q1; ++ns) {{
+        seg_r[ns] = q / {ow}; seg_c[ns] = q % {ow}; seg_o[ns] = q - j * {nr};
+        seg_n[ns] = {ow} - seg_c[ns] < q1 - q ? {ow} - seg_c[ns] : q1 - q;
+        q += seg_n[ns];
       }}
+      const __m512i zero = _mm512_setzero_si512();
       int k = 0;
       for (int ic = 0; ic < {geo["icg"]}; ++ic) {{
         const xm_h* plane = xg + (long)ic * {ih * iw};
         for (int kh = 0; kh < {p["fh"]}; ++kh)
           for (int kw = 0; kw < {p["fw"]}; ++kw, ++k) {{
             xm_h* d = dst + (long)k * {nr};
-            for (int c = 0; c < {nr}; ++c) {{
-              const int ihh = ihb[c] + kh * {dh}, iww = iwb[c] + kw * {dw};
-              d[c] = ((unsigned)ihh < {ih}u && (unsigned)iww < {iw}u) ? plane[ihh * {iw} + iww] : (xm_h)0;
+            _mm512_storeu_si512(d, zero);
+            for (int t = 0; t < ns; ++t) {{
+              const int ihh = seg_r[t] * {sh} - {ph} + kh * {dh};
+              if ((unsigned)ihh >= {ih}u) continue;
+              const long base = (long)seg_c[t] * {sw} - {pw} + kw * {dw};
+              xm_h_storen(d + seg_o[t], seg_n[t],
+                          xm_h_row(plane + (long)ihh * {iw}, base, {sw}, seg_n[t], {iw}, zero));
             }}
           }}
       }}"""
@@ -286,35 +305,40 @@ class ConvGemmF16(Template):
         K, NP, MP, RP, ocg = geo["K"], geo["NP"], geo["MP"], geo["RP"], geo["ocg"]
         P = p["oh"] * p["ow"]
         extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+        )
         if p["pack"] == "rows":
-            cols = f"const int col0 = (j / {RP}) * {p['ow']} + (j % {RP}) * {nr}; const int nv0 = {p['ow']} - (j % {RP}) * {nr};"
+            cols = (
+                f"const int col0 = (j / {RP}) * {p['ow']} + (j % {RP}) * {nr}; "
+                f"const int nv0 = {p['ow']} - (j % {RP}) * {nr};"
+            )
         else:
             cols = f"const int col0 = j * {nr}; const int nv0 = {P} - col0;"
         bias = f"(const xm_h*)bias_ + g * {ocg} + m0" if p["bias"] else "0"
         res = f"resg + (long)m0 * {P} + col0" if p["residual"] else "0"
         resg = f"(const xm_h*)res_ + ((long)n * {p['oc']} + (long)g * {ocg}) * {P}" if p["residual"] else "0"
-        return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
-  xm_h* bp = (xm_h*)ws;
-  /* few column panels (deep layers, small images): split the channel panels between threads too */
-  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
-  const int mper = ({MP} + mch - 1) / mch;
-  for (int n = 0; n < {p["n"]}; ++n)
-  for (int g = 0; g < {p["groups"]}; ++g) {{
-    const xm_h* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {p["ih"] * p["iw"]};
-    xm_h* yg = y + ((long)n * {p["oc"]} + (long)g * {ocg}) * {P};
-    const xm_h* resg = {resg};
-    const xm_h* wg = w + (long)g * {MP * K * mr};
-    (void)resg;
+        call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
+          xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
+                            {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0);"""
+        if p["order"] == "m":
+            compute = f"""
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int j = 0; j < {NP}; ++j) {{
-      xm_h* dst = bp + (long)j * {K * nr};
-      {self._pack_panel(p, geo)}
-    }}
+    for (int mp = 0; mp < {MP}; ++mp) {{
+      const int m0 = mp * {mr};
+      const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        for (int j = 0; j < {NP}; ++j) {{
+          {cols}
+          const int nv = nv0 < {nr} ? nv0 : {nr};
+          const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+          {call}
+        }}
+      }}
+    }}"""
+        else:
+            compute = f"""
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int j = 0; j < {NP}; ++j)
     for (int mc = 0; mc < mch; ++mc) {{
@@ -327,12 +351,33 @@ static void {sym}({args}) {{
         for (int mp = mlo; mp < mhi; ++mp) {{
           const int m0 = mp * {mr};
           const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
-          const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
-          xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
-                            {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0);
+          {call}
         }}
       }}
+    }}"""
+        return f"""
+static void {sym}({args}) {{
+  const xm_h* x = (const xm_h*)x_;
+  const xm_h* w = (const xm_h*)w_;
+  xm_h* y = (xm_h*)y_;
+  xm_h* bp = (xm_h*)ws;
+  /* few column panels (deep layers, small images): split the channel panels between threads too */
+  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
+  const int mper = ({MP} + mch - 1) / mch;
+  (void)mper;
+  for (int n = 0; n < {p["n"]}; ++n)
+  for (int g = 0; g < {p["groups"]}; ++g) {{
+    const xm_h* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {p["ih"] * p["iw"]};
+    xm_h* yg = y + ((long)n * {p["oc"]} + (long)g * {ocg}) * {P};
+    const xm_h* resg = {resg};
+    const xm_h* wg = w + (long)g * {MP * K * mr};
+    (void)resg;
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j) {{
+      xm_h* dst = bp + (long)j * {K * nr};
+      {self._pack_panel(p, geo)}
     }}
+{compute}
   }}
 }}
 """
@@ -410,7 +455,9 @@ class MatmulF16(Template):
         mr, nr, kc = p["mr"], p["nr"], p["kc"]
         M, N, Kd, MP, NP = p["m"], p["n"], p["k"], geo["MP"], geo["NP"]
         extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(["const void* a_", "const void* b_", *extra, "void* y_", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            ["const void* a_", "const void* b_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+        )
         a_at = f"a0[(long)k * {M} + r]" if p["ta"] else f"a0[(long)r * {Kd} + k]"
         b_at = f"b0[(long)c * {Kd} + k]" if p["tb"] else f"b0[(long)k * {N} + c]"
         if p["b_const"]:
@@ -454,7 +501,8 @@ static void {sym}({args}) {{
           const int m0 = mp * {mr};
           const int mv = {M} - m0 < {mr} ? {M} - m0 : {mr};
           const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
-          xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr}, bp + (long)j * {Kd * nr} + (long)k0 * {nr},
+          xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr},
+                            bp + (long)j * {Kd * nr} + (long)k0 * {nr},
                             yb + (long)m0 * {N} + col0, {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0);
         }}
       }}
@@ -503,10 +551,13 @@ class ConvDepthwiseF16(Template):
         c, ih, iw, oh, ow, fh, fw = (p[k] for k in ("c", "ih", "iw", "oh", "ow", "fh", "fw"))
         sh, sw, ph, pw, dh, dw = (p[k] for k in ("sh", "sw", "ph", "pw", "dh", "dw"))
         extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"])
+        args = ", ".join(
+            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+        )
         bias = "_mm512_set1_ph(((const xm_h*)bias_)[ch])" if p["bias"] else "_mm512_setzero_ph()"
         res = (
-            f"v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + (long)nc * {oh * ow} + (long)r * {ow} + q, nv));"
+            "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + "
+            f"(long)nc * {oh * ow} + (long)r * {ow} + q, nv));"
             if p["residual"]
             else ""
         )
@@ -642,7 +693,8 @@ def _clamp6(x: str) -> str:
 
 
 def _hswish(x: str) -> str:
-    return f"_mm512_div_round_ph(_mm512_mul_round_ph({x}, {_clamp6(f'_mm512_add_ph({x}, {_S3})')}, {_R}), {_S6}, {_R})"
+    clamped = _clamp6(f"_mm512_add_ph({x}, {_S3})")
+    return f"_mm512_div_round_ph(_mm512_mul_round_ph({x}, {clamped}, {_R}), {_S6}, {_R})"
 
 
 ELEMWISE_X86: dict[str, str] = {
@@ -654,7 +706,9 @@ ELEMWISE_X86: dict[str, str] = {
     "true_div": f"_mm512_div_round_ph(a, b, {_R})",
     "max": "xm_h_max(a, b)",
     "min": "xm_h_min(a, b)",
-    "negate": "_mm512_castsi512_ph(_mm512_xor_si512(_mm512_castph_si512(a), _mm512_set1_epi16((short)0x8000)))",
+    "negate": (
+        "_mm512_castsi512_ph(_mm512_xor_si512(_mm512_castph_si512(a), _mm512_set1_epi16((short)0x8000)))"
+    ),
     "abs": "_mm512_abs_ph(a)",
     "square": f"_mm512_mul_round_ph(a, a, {_R})",
     "fuse_add_relu": f"_mm512_max_ph({_Z}, _mm512_add_ph(a, b))",
