@@ -7,6 +7,8 @@ the table of architectures with the backend object of each.
     x86-avx512-nchw88    AVX-512 micro-kernels (16 output channels per register) on NCHW88
     x86-avx512-...-vnni  + AVX512-VNNI int8 kernels (plain NCHW int8 graphs); the host target names
                          every extension feature its CPU has (backends/c/templates/x86_isa.py)
+    x86-avx512-fp16+ioc16  float16 storage and AVX512-FP16 arithmetic, plain NCHW (the fp16 feature alone
+                         keeps float32; +ioc16 without it is an error)
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:

@@ -14,6 +14,11 @@ median, so that a noisy shared machine penalises every runtime alike). Prints me
 (a register-only FMA loop compiled for the same ISA), and the slowest kernels of each model's best
 target (per-kernel profile build).
 
+float16 (``--ioc16``, on by default where the CPU has AVX512-FP16): the model compiled for
+``x86-avx512-fp16+ioc16`` (float16 storage and arithmetic inside, float32 in and out) joins the
+interleaved rounds; its table gives the latency against xmge's best float32 target at the same
+thread count (issue 14's goal: at most 0.6x) and the output's relative L2 error against float32.
+
 int8 (``--int8``, on by default): the float model is quantized post-training
 (``compiler.quantization.quantize`` with one calibration batch: the same graph, int8 convolutions)
 and compiled for the host target (its ``vnni`` feature selects the AVX512-VNNI kernels); the
@@ -48,6 +53,7 @@ from dialects import enums  # noqa: E402
 from dialects import tensor as T  # noqa: E402
 
 E = enums.ElemwiseMode
+IOC16_TARGET = "x86-avx512-fp16+ioc16"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,6 +259,8 @@ def main() -> None:  # noqa: C901 - one report
     ap.add_argument("--profile", type=int, default=6, help="kernels to list per model (0: no profile)")
     ap.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
                     help="also quantize each model and time xmge's int8 kernels (and ORT's QDQ int8)")
+    ap.add_argument("--ioc16", action=argparse.BooleanOptionalAction, default=True,
+                    help=f"also time {IOC16_TARGET} (float16 compute) where the CPU has AVX512-FP16")
     args = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -278,6 +286,10 @@ def main() -> None:  # noqa: C901 - one report
     )
     rows: list[str] = []
     int8_rows: list[str] = []
+    ioc16_rows: list[str] = []
+    ioc16 = args.ioc16 and runs_here(parse_target(IOC16_TARGET))
+    if args.ioc16 and not ioc16:
+        print(f"this CPU cannot run {IOC16_TARGET} (no AVX512-FP16): the float16 table is skipped")
     notes: list[str] = []
     try:
         import openvino
@@ -303,6 +315,9 @@ def main() -> None:  # noqa: C901 - one report
                 f"{name} {tgt}: compile {ctime:.1f} s (build {first.times.get('build', 0):.1f} s){budget}, "
                 f"arena {first.arena_size / 2**20:.1f} MiB, weights {first.weights_size / 2**20:.1f} MiB"
             )
+        half: dict[int, Any] = {}
+        if ioc16:
+            half = {t: compile(net, IOC16_TARGET, [x], threads=t) for t in threads}
         base = compiled[(targets[0], threads[0])]
         plain = inference_clean(base._stages["tensor"])  # type: ignore[arg-type]
         flops = conv_flops(plain)
@@ -344,11 +359,20 @@ def main() -> None:  # noqa: C901 - one report
                 runners["torch"] = run_torch
             if openvino is not None:
                 runners.update(openvino_runners(openvino, plain, x, t))
+            if t in half:
+                runners[IOC16_TARGET] = lambda m=half[t], a=x: m(a)
             ms = interleaved(runners, args.iters)
             for key in ("openvino f32", "openvino default"):
                 if key in ms:
                     notes.append(f"{name} {key} ({t} thr): {ms[key]:.2f} ms")
             f32_best[t] = min(ms[tgt] for tgt in targets)
+            if t in half:
+                y32 = compiled[(targets[0], t)](x)
+                rel = float(np.linalg.norm(half[t](x) - y32) / np.linalg.norm(y32))
+                h_ms = ms[IOC16_TARGET]
+                ioc16_rows.append(
+                    f"{name:<14}{t:>4}{h_ms:>10.2f}{f32_best[t]:>9.2f}{h_ms / f32_best[t]:>11.2f}{rel:>12.2e}"
+                )
             for tgt in targets:
                 xm_ms = ms[tgt]
                 if t == threads[0] and xm_ms < best_ms:
@@ -368,6 +392,7 @@ def main() -> None:  # noqa: C901 - one report
         if args.int8:
             int8_rows += int8_report(net, name, x, threads, f32_best, ort, args.iters, notes)
         print(f"{name} done", flush=True)
+    notes.append(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     print("\n".join(notes))
     print(header)
     print("\n".join(rows))
@@ -377,6 +402,9 @@ def main() -> None:  # noqa: C901 - one report
             f"{'ORT q ms':>9}{'x/ORTq':>7}  exact"
         )
         print("\n".join(int8_rows))
+    if ioc16_rows:
+        print(f"\n{'model':<14}{'thr':>4}{'ioc16 ms':>10}{'f32 ms':>9}{'ioc16/f32':>11}{'rel L2 err':>12}")
+        print("\n".join(ioc16_rows))
 
 
 if __name__ == "__main__":

@@ -106,11 +106,11 @@ def test_avx512_target_keeps_plain_nchw() -> None:
 
 def test_float16_option_errors() -> None:
     require(TARGET)
-    from compiler.driver.compile import CompileError
+    from compiler.driver.targets import TargetError
     from compiler.hub.convnet import ConvNet
 
     x = np.zeros((1, 1, 28, 28), np.float32)
-    with pytest.raises(CompileError, match="ioc16"):
+    with pytest.raises(TargetError, match="ioc16"):
         compile(ConvNet(), "x86-avx2-nchw88+ioc16", [x])
 
 

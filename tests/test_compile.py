@@ -235,7 +235,7 @@ def test_reference_target_and_errors() -> None:
     np.testing.assert_allclose(compiled(x), run_module(compiled._stages["tensor"], [x])[0], rtol=1e-5)  # type: ignore[arg-type]
     with pytest.raises(CompileError, match="example_inputs"):
         compile(net, "x86-avx2")
-    with pytest.raises(CompileError, match="not implemented"):
+    with pytest.raises(TargetError, match="ioc16.*needs the fp16 feature"):
         compile(net, "x86-avx2+ioc16", [x])
     with pytest.raises(CompileError, match="plain-c are not implemented by the cuda backend"):
         compile(net, parse_target("cuda-nchw4+plain-c"), [x])

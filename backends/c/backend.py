@@ -34,7 +34,7 @@ class X86Backend:
     """x86-64 with AVX2 (+ AVX-512): templates searched ``avx512``, ``avx2``, ``generic``."""
 
     name = "c-x86"
-    options: tuple[str, ...] = ("io16xc32",)
+    options: tuple[str, ...] = ("io16xc32", "ioc16")
     emulated = False
 
     kernels: KernelRegistry = KERNELS
@@ -46,11 +46,19 @@ class X86Backend:
         extensions = extension_isas(tuple(features))
         if extensions and "avx512" not in features:
             raise TargetError(f"x86 features {', '.join(extensions)} need the avx512 feature")
+        if "ioc16" in options and "fp16" not in features:
+            raise TargetError(
+                "x86 +ioc16 (float16 compute) needs the fp16 feature (AVX512-FP16): x86-avx512-fp16+ioc16"
+            )
+        if "ioc16" in options and "nchw88" in features:
+            raise TargetError("x86 +ioc16 kernels are plain NCHW: drop nchw88 (x86-avx512-fp16+ioc16)")
         return (*extensions, *base)
 
     def inference_options(self, features: Sequence[str], options: Sequence[str]) -> dict[str, bool]:
         layout = {"enable_nchw88": True} if "nchw88" in features else {}
-        return {**layout, **float16_options(features, options)}
+        # the fp16 feature only says the CPU computes in float16 (the host target names it): the float16
+        # mode is the target's option alone, unlike arm-fp16
+        return {**layout, **float16_options((), options)}
 
     def runs_here(self, target: Target) -> bool:
         from backends.c.templates.x86_isa import EXTENSIONS

@@ -19,6 +19,8 @@ element types never accept the same op, so their relative order only matters wit
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
+* float16 compute on AVX512-FP16 (x86_fp16.py, NCHW): depthwise convolution 108, GEMM convolution 104,
+  pooling 105, matrix multiplication 99, elementwise 97 (the elemwise_f16 family of neon_fp16);
 * typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
   and 101 (depthwise), ahead of typecvt 100 (x86_int8.py).
 """
@@ -41,6 +43,7 @@ from backends.c.templates import (
     portable,
     typed,
     winograd,
+    x86_fp16,
     x86_int8,
 )
 from passes.lowering.kernels import KernelRegistry
@@ -57,6 +60,7 @@ KERNELS = KernelRegistry(
         *portable.KERNEL_UNITS,
         *indexing.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
+        *x86_fp16.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,

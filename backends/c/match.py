@@ -51,10 +51,14 @@ ACT = {
 }
 
 
-def conv_common(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray]] | None:
+def conv_common(
+    op: Operation, element: str = "f32"
+) -> tuple[dict[str, Any], list[SSAValue | np.ndarray]] | None:
+    """Geometry, epilogue and operands of a plain NCHW convolution whose values are all of ``element``
+    (a :func:`code`: ``f32``, or ``f16`` for the float16-compute kernels)."""
     assert isinstance(op, T.ConvolutionOp | T.ConvBiasOp)
     p = op.params()
-    if p["format"] != enums.Format.NCHW or not is_f32(*op.operands, *op.results):
+    if p["format"] != enums.Format.NCHW or any(code(v) != element for v in (*op.operands, *op.results)):
         return None
     x, w = op.operands[0], op.operands[1]
     wv = const_array(w)

@@ -15,6 +15,11 @@ class X86Avx512VnniEmitter(X86Avx512Emitter):
     cflags = (*X86Avx512Emitter.cflags, "-mavx512vnni")
 
 
+class X86Avx512Fp16Emitter(X86Avx512Emitter):
+    name = "x86-avx512fp16"
+    cflags = (*X86Avx512Emitter.cflags, "-mavx512fp16")
+
+
 @dataclass(frozen=True)
 class Extension:
     feature: str  # the target word (``x86-avx512-nchw88-vnni``)
@@ -28,6 +33,10 @@ EXTENSIONS: tuple[Extension, ...] = (
     Extension(
         "vnni", "avx512vnni", frozenset({"avx512_vnni"}), X86Avx512VnniEmitter,
         "AVX512-VNNI int8 kernels (vpdpbusd)",
+    ),
+    Extension(
+        "fp16", "avx512fp16", frozenset({"avx512_fp16"}), X86Avx512Fp16Emitter,
+        "AVX512-FP16 float16 kernels (vfmadd231ph) for +ioc16",
     ),
 )  # fmt: skip
 

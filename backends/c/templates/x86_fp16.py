@@ -1,0 +1,783 @@
+"""Float16 kernels computing in AVX512-FP16 arithmetic (the ``avx512fp16`` ISA, ``x86-avx512-fp16+ioc16``):
+32 ``_Float16`` lanes per ``__m512h``, plain NCHW activations.
+
+* ``conv2d_gemm_f16``: dense and grouped convolutions as a packed GEMM, ``out[oc, p] = sum_k W[oc, k] *
+  col[k, p]`` (``k = (ic, kh, kw)``): the filter is packed ahead of time into ``MR``-row panels, the
+  im2col matrix at run time into ``NR``-column panels (a copy for 1x1 stride-1 convolutions, row-aligned
+  runs or a general gather otherwise, :func:`backends.c.templates.gemm.conv_pack_mode`). The micro-kernel
+  holds a ``12 x 64`` tile in 24 ``__m512h`` accumulators and issues 24 ``vfmadd231ph`` per ``k``
+  (768 multiply-adds) for 2 vector loads and 12 broadcasts; the epilogue (bias along the channels,
+  residual, ReLU / ReLU6) runs on the registers of the last ``K`` block before the single store.
+* ``matmul_f16``: (batched) matrix products on the same micro-kernel; a constant right-hand side (the
+  Linear layer's weight) is packed ahead of time; bias along the columns, residual, ReLU / ReLU6.
+* ``conv2d_dw_f16``: depthwise convolutions, 32 output columns per vector, every tap one FMA on a masked
+  load (stride 1: 32 consecutive inputs; stride 2: 64 inputs keeping the even lanes; other strides a
+  gather), so border columns need no scalar path.
+* ``pool2d_f16``: max pooling in float16, average pooling summed in float32 (as the reference does) and
+  rounded once; masked loads as in the depthwise kernel.
+* ``elemwise_f16`` (the ARM family, rendered for AVX512-FP16): the common modes, each operation rounded
+  to float16 as the reference's float16 numpy (``_round`` intrinsics keep gcc from contracting a
+  multiply and an add into one FMA).
+
+Float16 accumulation: a convolution's sum over ``K = C * R * S`` terms is accumulated in float16, so
+its error against the reference (float32 accumulation, rounded once) grows like ``sqrt(K)`` float16
+ulps of the partial sums (``tests/test_x86_fp16.py`` states the tolerances). Ops without a unit here
+(softmax, reductions, resize, sigmoid, ...) are computed in float32 by ``kernel-widen-f16``; data
+movement (concat, split, dimshuffle, subtensor) is the raw-word family of every element type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from backends.c.match import code, conv_common, pool_geometry, same_type
+from backends.c.templates import Template, sym_join
+from backends.c.templates.gemm import ConvGemm, conv_pack_mode
+from backends.c.templates.neon_fp16 import ElemwiseF16
+from dialects import enums
+from dialects import layout as L
+from dialects import tensor as T
+from passes.lowering.kernels import EpilogueSupport, Lowered, const_array, shape
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+ISA = "avx512fp16"
+LANES = 32  # float16 lanes of one zmm register
+# the GEMM register tile: MR rows (output channels) x NR columns (pixels, NR / 32 vectors each), K blocks
+# 24 x 32: one vector per row, so every A value is an embedded broadcast of its FMA (a separate
+# vpbroadcastw would take the second FMA port); the packers below assume NR == LANES
+MR, NR, KC = 24, 32, 256
+ACTIVATIONS = frozenset({"identity", "relu", "relu6"})
+ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2}
+CONV_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=ACTIVATIONS)
+MATMUL_EPILOGUE = EpilogueSupport(bias="columns", residual=True, activations=ACTIVATIONS)
+
+# helpers every unit here shares: masks, masked loads and stores, strided row loads, the activations
+COMMON = """#ifndef XM_H_COMMON
+#define XM_H_COMMON
+#include <stdint.h>
+typedef _Float16 xm_h;
+static inline __mmask32 xm_h_mask(long n) {
+  return n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? (__mmask32)0 : (__mmask32)((1u << n) - 1u);
+}
+static inline __m512h xm_h_loadn(const xm_h* p, long n) {
+  return _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(xm_h_mask(n), p));
+}
+static inline void xm_h_storen(xm_h* p, long n, __m512h v) {
+  _mm512_mask_storeu_epi16(p, xm_h_mask(n), _mm512_castph_si512(v));
+}
+/* maxph / minph return their second operand when either is NaN: v goes second, so NaN stays */
+static inline __m512h xm_h_act(__m512h v, int act) {
+  if (act == 1) return _mm512_max_ph(_mm512_setzero_ph(), v);
+  if (act == 2) return _mm512_min_ph(_mm512_set1_ph((xm_h)6), _mm512_max_ph(_mm512_setzero_ph(), v));
+  return v;
+}
+/* numpy's maximum / minimum: a NaN in either operand is the result */
+static inline __m512h xm_h_max(__m512h a, __m512h b) {
+  return _mm512_mask_blend_ph(_mm512_cmp_ph_mask(a, a, _CMP_UNORD_Q), _mm512_max_ph(a, b), a);
+}
+static inline __m512h xm_h_min(__m512h a, __m512h b) {
+  return _mm512_mask_blend_ph(_mm512_cmp_ph_mask(a, a, _CMP_UNORD_Q), _mm512_min_ph(a, b), a);
+}
+/* 32 halves row[base + l * s] for the lanes l < nv whose index lies in [0, len); other lanes are fill */
+static inline __m512h xm_h_row(const xm_h* row, long base, int s, long nv, long len, __m512i fill) {
+  if (s == 1) {
+    const long lo = base < 0 ? -base : 0, hi = len - base < nv ? len - base : nv;
+    const __mmask32 m = (__mmask32)(xm_h_mask(hi) & ~xm_h_mask(lo));
+    return _mm512_castsi512_ph(_mm512_mask_loadu_epi16(fill, m, row + base));
+  }
+  if (s == 2) {
+    /* 64 consecutive halves, then the even ones: the low word of each 32-bit lane */
+    const long lo = base < 0 ? -base : 0, hi = len - base < 2 * nv ? len - base : 2 * nv;
+    const __mmask32 m0 = (__mmask32)(xm_h_mask(hi) & ~xm_h_mask(lo));
+    const __mmask32 m1 = (__mmask32)(xm_h_mask(hi - 32) & ~xm_h_mask(lo - 32));
+    const __m512i a = _mm512_mask_loadu_epi16(fill, m0, row + base);
+    const __m512i b = _mm512_mask_loadu_epi16(fill, m1, row + base + 32);
+    return _mm512_castsi512_ph(_mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm512_cvtepi32_epi16(a)), _mm512_cvtepi32_epi16(b), 1));
+  }
+  xm_h t[32];
+  _mm512_storeu_si512(t, fill);
+  for (long l = 0; l < nv && l < 32; ++l) {
+    const long i = base + l * s;
+    if (i >= 0 && i < len) t[l] = row[i];
+  }
+  return _mm512_loadu_ph(t);
+}
+#endif
+"""
+
+
+def micro_kernel(mr: int = MR, nr: int = NR) -> str:
+    """``xm_hukr_<mr>x<nr>(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
+    float16; ``epi`` (the last K block only) adds the row bias, column bias and residual and applies the
+    activation before the store. Rows >= mv and columns >= nv are neither read nor written."""
+    nv = nr // LANES
+    c = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
+    lines = [
+        "#ifndef XM_HUKR_EPI",
+        "#define XM_HUKR_EPI",
+        "typedef struct {",
+        "  const xm_h* bias; const xm_h* cbias; const xm_h* res; long ldr; int act;",
+        "} xm_hepi;",
+        "#endif",
+        f"static inline void xm_hukr_{mr}x{nr}(long K, const xm_h* restrict A, const xm_h* restrict B,",
+        "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi) {",
+    ]
+    for i in range(mr):
+        for j in range(nv):
+            src = f"xm_h_loadn(C + {i} * ldc + {j * LANES}, nv - {j * LANES})"
+            lines.append(f"  __m512h {c[i][j]} = (first || {i} >= mv) ? _mm512_setzero_ph() : {src};")
+    lines += ["  #pragma GCC unroll 2", "  for (long k = 0; k < K; ++k) {"]
+    for j in range(nv):
+        lines.append(f"    const __m512h b{j} = _mm512_loadu_ph(B + k * {nr} + {j * LANES});")
+    for i in range(mr):
+        lines.append(f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);")
+        for j in range(nv):
+            lines.append(f"      {c[i][j]} = _mm512_fmadd_ph(a, b{j}, {c[i][j]});")
+        lines.append("    }")
+    lines.append("  }")
+    lines.append("  if (epi) {")
+    for j in range(nv):
+        lines.append(
+            f"    const __m512h cb{j} = epi->cbias ? xm_h_loadn(epi->cbias + {j * LANES}, nv - {j * LANES})"
+            " : _mm512_setzero_ph();"
+        )
+    for i in range(mr):
+        lines.append(f"    if ({i} < mv) {{")
+        lines.append(
+            f"      const __m512h rb = epi->bias ? _mm512_set1_ph(epi->bias[{i}]) : _mm512_setzero_ph();"
+        )
+        for j in range(nv):
+            res = f"xm_h_loadn(epi->res + {i} * epi->ldr + {j * LANES}, nv - {j * LANES})"
+            lines += [
+                f"      {c[i][j]} = _mm512_add_ph(_mm512_add_ph({c[i][j]}, rb), cb{j});",
+                f"      if (epi->res) {c[i][j]} = _mm512_add_ph({c[i][j]}, {res});",
+                f"      {c[i][j]} = xm_h_act({c[i][j]}, epi->act);",
+            ]
+        lines.append("    }")
+    lines.append("  }")
+    for i in range(mr):
+        stores = " ".join(
+            f"xm_h_storen(C + {i} * ldc + {j * LANES}, nv - {j * LANES}, {c[i][j]});" for j in range(nv)
+        )
+        lines.append(f"  if ({i} < mv) {{ {stores} }}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _epilogue_words(p: dict[str, Any]) -> list[str]:
+    return [
+        "bias" if p["bias"] else "",
+        "res" if p["residual"] else "",
+        p["act"].upper() if p["act"] != "identity" else "",
+    ]
+
+
+def _f16_compute(op: Operation) -> bool:
+    """Float16 arithmetic asked for: ``+io16xc32`` (compute_mode float32) stays with the float32-compute
+    kernels."""
+    return op.params().get("compute_mode", enums.ComputeMode.DEFAULT) != enums.ComputeMode.FLOAT32
+
+
+class ConvGemmF16(Template):
+    """``conv2d_gemm_f16``: dense or grouped NCHW float16 convolution by packed GEMM (module doc)."""
+
+    family = "conv2d_gemm_f16"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 104  # float16 only; the depthwise conv2d_dw_f16 (108) goes first
+    epilogues = {"float16": CONV_EPILOGUE}
+    isa = ISA
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_common(op, "f16")
+        if got is None or not _f16_compute(op):
+            return None
+        params, operands = got
+        if params["act"] not in ACTIVATIONS:
+            return None
+        params.update({"mr": MR, "nr": NR, "kc": KC})
+        params["pack"] = conv_pack_mode(params, NR)
+        # more filter than im2col bytes (deep layers, small images): the channel panels go outermost so
+        # that each weight is read from memory once, else the column panels
+        geo = self.geometry(params)
+        params["order"] = "m" if geo["MP"] * MR > geo["NP"] * NR else "n"
+        return Lowered(params, operands)
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            self.family, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
+            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
+            f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"], "mfirst" if p["order"] == "m" else "",
+            *_epilogue_words(p),
+        )  # fmt: skip
+
+    geometry = staticmethod(ConvGemm.geometry)
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        geo = self.geometry(p)
+        return geo["NP"] * geo["K"] * p["nr"] * 2
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        geo = self.geometry(p)
+        g, mr = p["groups"], p["mr"]
+        w = np.asarray(array, np.float16).reshape(g, geo["ocg"], geo["K"])
+        padded = np.zeros((g, geo["MP"] * mr, geo["K"]), np.float16)
+        padded[:, : geo["ocg"]] = w
+        # (G, MP, MR, K) -> (G, MP, K, MR): the micro-kernel reads MR consecutive rows per k
+        packed = padded.reshape(g, geo["MP"], mr, geo["K"]).transpose(0, 1, 3, 2)
+        return np.ascontiguousarray(packed), f"gemm_h{mr}"
+
+    def support(self, em: CEmitter) -> str:
+        return COMMON + micro_kernel()
+
+    def _pack_panel(self, p: dict[str, Any], geo: dict[str, int]) -> str:
+        """C statements filling panel ``j`` (``dst``, K x NR) of the im2col matrix of image ``xg``."""
+        nr, K = p["nr"], geo["K"]
+        ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
+        sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
+        P = oh * ow
+        if p["pack"] == "copy":
+            return f"""
+      const long p0 = (long)j * {nr};
+      for (int k = 0; k < {K}; ++k)
+        for (int v = 0; v < {nr // LANES}; ++v)
+          _mm512_storeu_ph(dst + (long)k * {nr} + v * 32,
+                           xm_h_loadn(xg + (long)k * {P} + p0 + v * 32, {P} - p0 - v * 32));"""
+        if p["pack"] == "rows":
+            return f"""
+      const int orow = j / {geo["RP"]}, ow0 = (j % {geo["RP"]}) * {nr};
+      const __m512i zero = _mm512_setzero_si512();
+      int k = 0;
+      for (int ic = 0; ic < {geo["icg"]}; ++ic) {{
+        const xm_h* plane = xg + (long)ic * {ih * iw};
+        for (int kh = 0; kh < {p["fh"]}; ++kh) {{
+          const int ihh = orow * {sh} - {ph} + kh * {dh};
+          for (int kw = 0; kw < {p["fw"]}; ++kw, ++k) {{
+            xm_h* d = dst + (long)k * {nr};
+            const int ok = (unsigned)ihh < {ih}u;
+            const xm_h* row = plane + (ok ? (long)ihh * {iw} : 0);
+            const long base = (long)ow0 * {sw} - {pw} + kw * {dw};
+            for (int v = 0; v < {nr // LANES}; ++v) {{
+              const long nv = ok ? {ow} - ow0 - v * 32 : 0;
+              _mm512_storeu_ph(d + v * 32, xm_h_row(row, base + v * {32 * sw}, {sw}, nv, {iw}, zero));
+            }}
+          }}
+        }}
+      }}"""
+        # a panel's NR pixels are runs along output rows: each run is one strided masked row load
+        return f"""
+      int seg_r[{nr}], seg_c[{nr}], seg_n[{nr}], seg_o[{nr}], ns = 0;
+      const int q1 = (j + 1) * {nr} < {P} ? (j + 1) * {nr} : {P};
+      for (int q = j * {nr}; q < q1; ++ns) {{
+        seg_r[ns] = q / {ow}; seg_c[ns] = q % {ow}; seg_o[ns] = q - j * {nr};
+        seg_n[ns] = {ow} - seg_c[ns] < q1 - q ? {ow} - seg_c[ns] : q1 - q;
+        q += seg_n[ns];
+      }}
+      const __m512i zero = _mm512_setzero_si512();
+      int k = 0;
+      for (int ic = 0; ic < {geo["icg"]}; ++ic) {{
+        const xm_h* plane = xg + (long)ic * {ih * iw};
+        for (int kh = 0; kh < {p["fh"]}; ++kh)
+          for (int kw = 0; kw < {p["fw"]}; ++kw, ++k) {{
+            xm_h* d = dst + (long)k * {nr};
+            _mm512_storeu_si512(d, zero);
+            for (int t = 0; t < ns; ++t) {{
+              const int ihh = seg_r[t] * {sh} - {ph} + kh * {dh};
+              if ((unsigned)ihh >= {ih}u) continue;
+              const long base = (long)seg_c[t] * {sw} - {pw} + kw * {dw};
+              xm_h_storen(d + seg_o[t], seg_n[t],
+                          xm_h_row(plane + (long)ihh * {iw}, base, {sw}, seg_n[t], {iw}, zero));
+            }}
+          }}
+      }}"""
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        geo = self.geometry(p)
+        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        K, NP, MP, RP, ocg = geo["K"], geo["NP"], geo["MP"], geo["RP"], geo["ocg"]
+        P = p["oh"] * p["ow"]
+        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
+        args = ", ".join(
+            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+        )
+        if p["pack"] == "rows":
+            cols = (
+                f"const int col0 = (j / {RP}) * {p['ow']} + (j % {RP}) * {nr}; "
+                f"const int nv0 = {p['ow']} - (j % {RP}) * {nr};"
+            )
+        else:
+            cols = f"const int col0 = j * {nr}; const int nv0 = {P} - col0;"
+        bias = f"(const xm_h*)bias_ + g * {ocg} + m0" if p["bias"] else "0"
+        res = f"resg + (long)m0 * {P} + col0" if p["residual"] else "0"
+        resg = f"(const xm_h*)res_ + ((long)n * {p['oc']} + (long)g * {ocg}) * {P}" if p["residual"] else "0"
+        call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
+          xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
+                            {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0);"""
+        if p["order"] == "m":
+            compute = f"""
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int mp = 0; mp < {MP}; ++mp) {{
+      const int m0 = mp * {mr};
+      const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        for (int j = 0; j < {NP}; ++j) {{
+          {cols}
+          const int nv = nv0 < {nr} ? nv0 : {nr};
+          const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+          {call}
+        }}
+      }}
+    }}"""
+        else:
+            compute = f"""
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j)
+    for (int mc = 0; mc < mch; ++mc) {{
+      {cols}
+      const int nv = nv0 < {nr} ? nv0 : {nr};
+      const int mlo = mc * mper, mhi = (mc + 1) * mper < {MP} ? (mc + 1) * mper : {MP};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+        for (int mp = mlo; mp < mhi; ++mp) {{
+          const int m0 = mp * {mr};
+          const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
+          {call}
+        }}
+      }}
+    }}"""
+        return f"""
+static void {sym}({args}) {{
+  const xm_h* x = (const xm_h*)x_;
+  const xm_h* w = (const xm_h*)w_;
+  xm_h* y = (xm_h*)y_;
+  xm_h* bp = (xm_h*)ws;
+  /* few column panels (deep layers, small images): split the channel panels between threads too */
+  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
+  const int mper = ({MP} + mch - 1) / mch;
+  (void)mper;
+  for (int n = 0; n < {p["n"]}; ++n)
+  for (int g = 0; g < {p["groups"]}; ++g) {{
+    const xm_h* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {p["ih"] * p["iw"]};
+    xm_h* yg = y + ((long)n * {p["oc"]} + (long)g * {ocg}) * {P};
+    const xm_h* resg = {resg};
+    const xm_h* wg = w + (long)g * {MP * K * mr};
+    (void)resg;
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j) {{
+      xm_h* dst = bp + (long)j * {K * nr};
+      {self._pack_panel(p, geo)}
+    }}
+{compute}
+  }}
+}}
+"""
+
+
+class MatmulF16(Template):
+    """``matmul_f16``: (batched) ``y = op(a) @ op(b)`` in float16 on the GEMM micro-kernel; a constant b
+    (a Linear layer's weight) is packed ahead of time. Epilogue: bias along the columns, residual,
+    ReLU / ReLU6."""
+
+    family = "matmul_f16"
+    ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
+    priority = 99  # float16 only (float32 matmul_gemm is 100, int8 95, other element types 90)
+    epilogues = {"float16": MATMUL_EPILOGUE}
+    isa = ISA
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
+        if any(code(v) != "f16" for v in (*op.operands, *op.results)) or not _f16_compute(op):
+            return None
+        if any(L.layout_of(v.type) is not None for v in (*op.operands, *op.results)):
+            return None
+        p = op.params()
+        a, b = op.operands
+        sa, sb = shape(a), shape(b)
+        batched = isinstance(op, T.BatchedMatrixMulOp)
+        params = {
+            "batch": sa[0] if batched else 1,
+            "m": sa[-1] if p["transpose_a"] else sa[-2], "k": sa[-2] if p["transpose_a"] else sa[-1],
+            "n": sb[-2] if p["transpose_b"] else sb[-1],
+            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])),
+            "b_const": int(not batched and const_array(b) is not None),
+            "bias": 0, "residual": 0, "act": "identity", "mr": MR, "nr": NR, "kc": KC,
+        }  # fmt: skip
+        return Lowered(params, [a, b])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            self.family, f"b{p['batch']}" if p["batch"] != 1 else "", f"m{p['m']}", f"n{p['n']}",
+            f"k{p['k']}", "ta" if p["ta"] else "", "tb" if p["tb"] else "", "bconst" if p["b_const"] else "",
+            *_epilogue_words(p),
+        )  # fmt: skip
+
+    @staticmethod
+    def geometry(p: dict[str, Any]) -> dict[str, int]:
+        return {"MP": -(-p["m"] // p["mr"]), "NP": -(-p["n"] // p["nr"])}
+
+    def _a_halves(self, p: dict[str, Any]) -> int:
+        # packed A, rounded up to 64 bytes so that packed B after it starts on a cache line
+        return -(-self.geometry(p)["MP"] * p["mr"] * p["k"] // 32) * 32
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        size = self._a_halves(p) * 2
+        if not p["b_const"]:
+            size += self.geometry(p)["NP"] * p["nr"] * p["k"] * 2
+        return size
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1 or not p["b_const"]:
+            return None
+        b = np.asarray(array, np.float16)
+        if p["tb"]:
+            b = b.T
+        nr, NP = p["nr"], self.geometry(p)["NP"]
+        padded = np.zeros((p["k"], NP * nr), np.float16)
+        padded[:, : p["n"]] = b
+        # (K, NP, NR) -> (NP, K, NR)
+        return np.ascontiguousarray(padded.reshape(p["k"], NP, nr).transpose(1, 0, 2)), f"gemm_hb{nr}"
+
+    def support(self, em: CEmitter) -> str:
+        return COMMON + micro_kernel()
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        geo = self.geometry(p)
+        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        M, N, Kd, MP, NP = p["m"], p["n"], p["k"], geo["MP"], geo["NP"]
+        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
+        args = ", ".join(
+            ["const void* a_", "const void* b_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+        )
+        a_at = f"a0[(long)k * {M} + r]" if p["ta"] else f"a0[(long)r * {Kd} + k]"
+        b_at = f"b0[(long)c * {Kd} + k]" if p["tb"] else f"b0[(long)k * {N} + c]"
+        if p["b_const"]:
+            bpack = "const xm_h* bp = b;"
+        else:
+            bpack = f"""xm_h* bp = ap + {self._a_halves(p)};
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j)
+      for (int k = 0; k < {Kd}; ++k)
+        for (int q = 0; q < {nr}; ++q) {{
+          const int c = j * {nr} + q;
+          bp[((long)j * {Kd} + k) * {nr} + q] = c < {N} ? {b_at} : (xm_h)0;
+        }}"""
+        cbias = "(const xm_h*)bias_ + col0" if p["bias"] else "0"
+        res = f"(const xm_h*)res_ + (long)bt * {M * N} + (long)m0 * {N} + col0" if p["residual"] else "0"
+        return f"""
+static void {sym}({args}) {{
+  const xm_h* a = (const xm_h*)a_;
+  const xm_h* b = (const xm_h*)b_;
+  xm_h* y = (xm_h*)y_;
+  xm_h* ap = (xm_h*)ws;
+  for (int bt = 0; bt < {p["batch"]}; ++bt) {{
+    const xm_h* a0 = a + (long)bt * {M * Kd};
+    const xm_h* b0 = b + (long)bt * {0 if p["b_const"] else N * Kd};
+    xm_h* yb = y + (long)bt * {M * N};
+    (void)b0;
+    for (int mp = 0; mp < {MP}; ++mp)
+      for (int k = 0; k < {Kd}; ++k)
+        for (int q = 0; q < {mr}; ++q) {{
+          const int r = mp * {mr} + q;
+          ap[((long)mp * {Kd} + k) * {mr} + q] = r < {M} ? {a_at} : (xm_h)0;
+        }}
+    {bpack}
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j) {{
+      const int col0 = j * {nr};
+      const int nv = {N} - col0 < {nr} ? {N} - col0 : {nr};
+      for (int k0 = 0; k0 < {Kd}; k0 += {kc}) {{
+        const long kl = {Kd} - k0 < {kc} ? {Kd} - k0 : {kc};
+        for (int mp = 0; mp < {MP}; ++mp) {{
+          const int m0 = mp * {mr};
+          const int mv = {M} - m0 < {mr} ? {M} - m0 : {mr};
+          const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
+          xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr},
+                            bp + (long)j * {Kd * nr} + (long)k0 * {nr},
+                            yb + (long)m0 * {N} + col0, {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0);
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+class ConvDepthwiseF16(Template):
+    """``conv2d_dw_f16``: NCHW float16 depthwise convolution, 32 output columns per vector (module doc)."""
+
+    family = "conv2d_dw_f16"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 108  # ahead of conv2d_gemm_f16 (104) for the depthwise convolutions it accepts
+    epilogues = {"float16": CONV_EPILOGUE}
+    isa = ISA
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_common(op, "f16")
+        if got is None or not _f16_compute(op):
+            return None
+        params, operands = got
+        if not (params["groups"] == params["ic"] == params["oc"]) or params["act"] not in ACTIVATIONS:
+            return None
+        params = {k: v for k, v in params.items() if k not in ("ic", "oc", "groups")}
+        params["c"] = shape(op.operands[0])[1]
+        return Lowered(params, operands)
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            self.family, f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}", f"k{p['fh']}x{p['fw']}",
+            f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
+            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "", *_epilogue_words(p),
+        )  # fmt: skip
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        return np.ascontiguousarray(np.asarray(array, np.float16).reshape(p["c"], -1)), "dw_h"
+
+    def support(self, em: CEmitter) -> str:
+        return COMMON
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        c, ih, iw, oh, ow, fh, fw = (p[k] for k in ("c", "ih", "iw", "oh", "ow", "fh", "fw"))
+        sh, sw, ph, pw, dh, dw = (p[k] for k in ("sh", "sw", "ph", "pw", "dh", "dw"))
+        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
+        args = ", ".join(
+            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+        )
+        bias = "_mm512_set1_ph(((const xm_h*)bias_)[ch])" if p["bias"] else "_mm512_setzero_ph()"
+        res = (
+            "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + "
+            f"(long)nc * {oh * ow} + (long)r * {ow} + q, nv));"
+            if p["residual"]
+            else ""
+        )
+        return f"""
+static void {sym}({args}) {{
+  const xm_h* x = (const xm_h*)x_;
+  const xm_h* w = (const xm_h*)w_;
+  xm_h* y = (xm_h*)y_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+  for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
+    const int ch = nc % {c};
+    const xm_h* xp = x + (long)nc * {ih * iw};
+    const xm_h* wp = w + (long)ch * {fh * fw};
+    xm_h* yp = y + (long)nc * {oh * ow};
+    const __m512h b = {bias};
+    const __m512i zero = _mm512_setzero_si512();
+    for (int q = 0; q < {ow}; q += 32) {{
+      const long nv = {ow} - q < 32 ? {ow} - q : 32;
+      for (int r = 0; r < {oh}; ++r) {{
+        __m512h v = b;
+        for (int kh = 0; kh < {fh}; ++kh) {{
+          const int ihh = r * {sh} - {ph} + kh * {dh};
+          if ((unsigned)ihh >= {ih}u) continue;
+          const xm_h* row = xp + (long)ihh * {iw};
+          for (int kw = 0; kw < {fw}; ++kw)
+            v = _mm512_fmadd_ph(_mm512_set1_ph(wp[kh * {fw} + kw]),
+                                xm_h_row(row, (long)q * {sw} - {pw} + kw * {dw}, {sw}, nv, {iw}, zero), v);
+        }}
+        {res}
+        xm_h_storen(yp + (long)r * {ow} + q, nv, xm_h_act(v, {ACT_CODES[p["act"]]}));
+      }}
+    }}
+  }}
+}}
+"""
+
+
+class PoolF16(Template):
+    """``pool2d_f16``: NCHW float16 max / average pooling, 32 output columns per vector (module doc)."""
+
+    family = "pool2d_f16"
+    ops = (T.PoolingOp, T.AdaptivePoolingOp)
+    priority = 105  # float16 NCHW only (float32 NCHW pooling is 100)
+    isa = ISA
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
+        if op.params()["format"] != enums.Format.NCHW or not same_type(op) or code(op.operands[0]) != "f16":
+            return None
+        if L.layout_of(op.operands[0].type) is not None:  # type: ignore[arg-type]
+            return None
+        params = pool_geometry(op)
+        return None if params is None else Lowered(params, [op.operands[0]])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            self.family, p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
+            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
+        )  # fmt: skip
+
+    def support(self, em: CEmitter) -> str:
+        return COMMON
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        tap = f"xm_h_row(row, (long)q * {sw} - {pw} + s, {sw}, nv, {iw}, fill)"
+        if p["mode"] == "max":
+            init = "__m512h a = _mm512_castsi512_ph(fill);"
+            acc = f"a = xm_h_max(a, {tap});"  # a NaN tap wins and stays, as in the reference
+            fin = "a"
+            fill = "_mm512_set1_epi16((short)0xFC00)"  # -inf: padding never wins
+        else:
+            # summed in float32, as the reference; exclude_padding divides by each column's tap count
+            init = "__m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps(), clo = lo, chi = lo;"
+            acc = (
+                f"const __m512h t = {tap}; const long i0 = (long)q * {sw} - {pw} + s; "
+                "lo = _mm512_add_ps(lo, _mm512_cvtxph_ps(_mm512_castph512_ph256(t))); "
+                "hi = _mm512_add_ps(hi, _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64("
+                "_mm512_castph_si512(t), 1)))); "
+                f"for (int l = 0; l < 32; ++l) cnt[l] += (i0 + l * {sw} >= 0 && i0 + l * {sw} < {iw});"
+            )
+            div = (
+                f"_mm512_set1_ps({float(fh * fw)}f)"
+                if p["mode"] == "average"
+                else "_mm512_max_ps(_mm512_loadu_ps(cnt + {h}), _mm512_set1_ps(1.f))"
+            )
+            fin = (
+                f"_mm512_castsi512_ph(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castph_si256("
+                f"_mm512_cvtxps_ph(_mm512_div_ps(lo, {div.format(h=0)})))), _mm256_castph_si256("
+                f"_mm512_cvtxps_ph(_mm512_div_ps(hi, {div.format(h=16)}))), 1))"
+            )
+            fill = "_mm512_setzero_si512()"
+            init = "float cnt[32] = {0}; " + init
+        return f"""
+static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
+  const xm_h* x = (const xm_h*)x_;
+  xm_h* y = (xm_h*)y_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+  for (int nc = 0; nc < {n * c}; ++nc) {{
+    const xm_h* xp = x + (long)nc * {ih * iw};
+    xm_h* yp = y + (long)nc * {oh * ow};
+    const __m512i fill = {fill};
+    for (int q = 0; q < {ow}; q += 32) {{
+      const long nv = {ow} - q < 32 ? {ow} - q : 32;
+      for (int r = 0; r < {oh}; ++r) {{
+        {init}
+        for (int kh = 0; kh < {fh}; ++kh) {{
+          const int ihh = r * {sh} - {ph} + kh;
+          if ((unsigned)ihh >= {ih}u) continue;
+          const xm_h* row = xp + (long)ihh * {iw};
+          for (int s = 0; s < {fw}; ++s) {{ {acc} }}
+        }}
+        xm_h_storen(yp + (long)r * {ow} + q, nv, {fin});
+      }}
+    }}
+  }}
+}}
+"""
+
+
+# mode -> expression over a, b, c (__m512h), each operation rounded to float16 as the reference's float16
+# numpy; maxph / minph return their second operand on NaN, so the data go second (xm_h_max / xm_h_min
+# keep a NaN of either operand)
+_R = "_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC"
+_Z, _S3, _S6 = "_mm512_setzero_ph()", "_mm512_set1_ph((xm_h)3)", "_mm512_set1_ph((xm_h)6)"
+
+
+def _clamp6(x: str) -> str:
+    return f"_mm512_min_ph({_S6}, _mm512_max_ph({_Z}, {x}))"
+
+
+def _hswish(x: str) -> str:
+    clamped = _clamp6(f"_mm512_add_ph({x}, {_S3})")
+    return f"_mm512_div_round_ph(_mm512_mul_round_ph({x}, {clamped}, {_R}), {_S6}, {_R})"
+
+
+ELEMWISE_X86: dict[str, str] = {
+    "relu": f"_mm512_max_ph({_Z}, a)",
+    "relu6": _clamp6("a"),
+    "add": "_mm512_add_ph(a, b)",
+    "sub": "_mm512_sub_ph(a, b)",
+    "mul": f"_mm512_mul_round_ph(a, b, {_R})",
+    "true_div": f"_mm512_div_round_ph(a, b, {_R})",
+    "max": "xm_h_max(a, b)",
+    "min": "xm_h_min(a, b)",
+    "negate": (
+        "_mm512_castsi512_ph(_mm512_xor_si512(_mm512_castph_si512(a), _mm512_set1_epi16((short)0x8000)))"
+    ),
+    "abs": "_mm512_abs_ph(a)",
+    "square": f"_mm512_mul_round_ph(a, a, {_R})",
+    "fuse_add_relu": f"_mm512_max_ph({_Z}, _mm512_add_ph(a, b))",
+    "h_swish": _hswish("a"),
+    "fuse_add_h_swish": _hswish("_mm512_add_round_ph(a, b, " + _R + ")"),
+    "hsigmoid": f"_mm512_div_round_ph({_clamp6(f'_mm512_add_ph(a, {_S3})')}, {_S6}, {_R})",
+    "fuse_mul_add3": f"_mm512_add_round_ph(_mm512_mul_round_ph(a, b, {_R}), c, {_R})",
+    "clip": "xm_h_min(xm_h_max(a, b), c)",
+}
+
+
+class ElemwiseF16Avx512(ElemwiseF16):
+    """``elemwise_f16`` on AVX512-FP16: the ARM unit's availability rule and parameters, 32 lanes per
+    step with a masked tail; operands broadcast along the innermost dimension are one ``set1``."""
+
+    def __init__(self) -> None:
+        super().__init__(ISA)
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ElemwiseOp)
+        out = op.results[0].type
+        # every operand in the result's layout (a blocked tensor broadcasts along whole blocked dims)
+        # or a single element
+        layout = L.layout_of(out)  # type: ignore[arg-type]
+        for v in op.operands:
+            if L.layout_of(v.type) != layout and int(np.prod(shape(v))) != 1:  # type: ignore[arg-type]
+                return None
+        lowered = super().match(op)
+        if lowered is None or lowered.params["mode"] not in ELEMWISE_X86:
+            return None
+        return lowered
+
+    def support(self, em: CEmitter) -> str:
+        return COMMON
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        dims, strides = p["shape"], p["strides"]
+        names = "abc"[: len(strides)]
+        inner, outer = dims[-1], dims[:-1]
+        ins = [f"const void* in{i}_" for i in range(len(strides))]
+        args = ", ".join([*ins, "void* out0_", "unsigned char* ws", "int nt"])
+        out_strides = [int(np.prod(dims[i + 1 :])) for i in range(len(dims))]
+
+        def offset(st: list[int] | tuple[int, ...]) -> str:
+            return " + ".join(f"i{d} * {s}L" for d, s in enumerate(st[:-1]) if s) or "0"
+
+        loads = []
+        for i, st in enumerate(strides):
+            ptr = f"in{i} + x{i}"
+            load = f"xm_h_loadn({ptr} + j, {inner} - j)" if st[-1] else f"_mm512_set1_ph(*({ptr}))"
+            loads.append(f"const __m512h {names[i]} = {load};")
+        body = [
+            *(f"const long x{i} = {offset(st)};" for i, st in enumerate(strides)),
+            f"const long o = {offset(out_strides)};",
+            f"for (long j = 0; j < {inner}; j += 32) {{",
+            "  " + " ".join(loads),
+            f"  xm_h_storen(out0 + o + j, {inner} - j, {ELEMWISE_X86[p['mode']]});",
+            "}",
+        ]
+        lines = [f"static void {sym}({args}) {{", "  (void)ws; (void)nt;"]
+        lines += [f"  const xm_h* in{i} = (const xm_h*)in{i}_;" for i in range(len(strides))]
+        lines.append("  xm_h* out0 = (xm_h*)out0_;")
+        for d, size in enumerate(outer):
+            lines.append(f"{'  ' * (d + 1)}for (long i{d} = 0; i{d} < {size}; ++i{d}) {{")
+        ind = "  " * (len(outer) + 1)
+        lines += [ind + b for b in body]
+        lines += ["  " * (d + 1) + "}" for d in range(len(outer) - 1, -1, -1)]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+KERNEL_UNITS = (ConvGemmF16(), MatmulF16(), ConvDepthwiseF16(), PoolF16(), ElemwiseF16Avx512())

@@ -1,0 +1,211 @@
+"""The AVX512-FP16 kernels (``backends/c/templates/x86_fp16.py``, ``x86-avx512-fp16+ioc16``) against the
+reference interpreter and whole models against the float32 reference.
+
+Float16 tolerance: the reference runs the same float16 graph but accumulates convolutions and matrix
+products in float32 and rounds once; the kernels accumulate in float16, so a result may differ by
+about ``sqrt(K)`` half-ulps of the partial sums (``K`` = taps x input channels, up to 2700 here).
+Each accumulating kernel's output must agree within ``1e-2 * max|want| + 1e-2 * |want|``; pooling
+and elementwise kernels are bit-exact. Whole models (float32 in and out, float16 inside) must be
+within a relative L2 error of 2% of the float32 reference's output (measured at 64x64: ResNet-18
+0.6%, MobileNetV2 1.3%, ShuffleNetV2 0.7%, ResNet-50 0.9%). Every case pins its kernel choice.
+Skipped, with the reason, on CPUs without AVX512-FP16."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import compiler.functional as F
+from backends.reference import run_module
+from compiler.tensor import Tensor
+from tests.codegen_util import compile_fn, require
+
+TARGET = "x86-avx512-fp16+ioc16"
+ISA = "avx512fp16"
+KERNEL_RTOL = 1e-2
+MODEL_REL_L2 = 2e-2
+
+# name, input (N, C, H, W), OC, kernel, stride, padding, dilation, groups
+CONVS = [
+    ("dense3x3_odd", (1, 13, 9, 11), 19, 3, 1, 1, 1, 1),
+    ("first_layer7x7_s2", (1, 3, 23, 21), 10, 7, 2, 3, 1, 1),
+    ("pointwise_n2", (2, 22, 5, 7), 7, 1, 1, 0, 1, 1),
+    ("pointwise_s2", (1, 9, 9, 9), 6, 1, 2, 0, 1, 1),
+    ("dense3x3_s2_wide", (1, 5, 40, 37), 9, 3, 2, 1, 1, 1),
+    ("rows_aligned", (1, 4, 12, 60), 5, 3, 1, 1, 1, 1),
+    ("group3", (1, 12, 6, 7), 9, 3, 1, 1, 1, 3),
+    ("dilated", (1, 4, 9, 9), 5, 3, 1, 2, 2, 1),
+    ("deep_k_blocks", (1, 300, 6, 6), 50, 3, 1, 1, 1, 1),
+    ("k_blocks_columns_first", (1, 40, 16, 16), 30, 3, 1, 1, 1, 1),
+    ("depthwise_s1", (1, 7, 19, 37), 7, 3, 1, 1, 1, 7),
+    ("depthwise_s2", (2, 5, 35, 70), 5, 3, 2, 1, 1, 5),
+    ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),
+    ("depthwise_s3", (1, 4, 11, 13), 4, 3, 3, 1, 1, 4),
+]
+
+
+def _conv_weights(rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for _, (_, ic, _, _), oc, k, *_rest, g in CONVS:
+        shape = (oc, ic, k, k) if g == 1 else (g, oc // g, ic // g, k, k)
+        fan_in = ic // g * k * k
+        w = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+        out.append((w, (rng.standard_normal(oc) * 0.2).astype(np.float32)))
+    return out
+
+
+def kernel_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.ndarray]]:
+    weights = _conv_weights(rng)
+    fc_w = Tensor((rng.standard_normal((70, 50)) * 0.2).astype(np.float32))
+    fc_b = Tensor(rng.standard_normal(70).astype(np.float32))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        convs = list(xs[: len(CONVS)])
+        pool_x, vec, lhs, rhs = xs[len(CONVS) :]
+        outs = []
+        for i, ((_, _, _, _, s, p, d, g), x, (w, b)) in enumerate(zip(CONVS, convs, weights, strict=True)):
+            y = F.conv2d(
+                x, Tensor(w), Tensor(b.reshape(1, -1, 1, 1)), stride=s, padding=p, dilation=d, groups=g
+            )
+            outs.append(F.relu(y) if i % 2 == 0 else (F.relu6(y) if i % 3 == 0 else y))
+        residual = outs[0] + outs[0] * 0.5  # conv + residual (epilogue) and elementwise mul
+        pools = (
+            F.max_pool2d(pool_x, 3, 2, 1),
+            F.avg_pool2d(pool_x, 2, 2),
+            F.avg_pool2d(pool_x, 3, 1, 1, mode="average_count_exclude_padding"),
+            F.adaptive_avg_pool2d(pool_x, 1),
+        )
+        elem = (
+            F.hswish(pool_x), F.maximum(pool_x, pool_x * 0.3), F.minimum(pool_x, 0.25), pool_x - 1.5,
+            pool_x / 3.0, F.abs(pool_x), F.clip(pool_x, -0.5, 0.7),
+        )  # fmt: skip
+        linear = F.relu(F.linear(vec, fc_w, fc_b))
+        product = F.matmul(lhs, rhs)  # both operands at run time, batched
+        return (*outs, residual, *pools, *elem, linear, product)
+
+    inputs = [rng.standard_normal(c[1]).astype(np.float32) for c in CONVS]
+    inputs += [
+        rng.standard_normal((2, 6, 17, 45)).astype(np.float32) * 2,
+        rng.standard_normal((3, 50)).astype(np.float32),
+        rng.standard_normal((2, 5, 40)).astype(np.float32),
+        rng.standard_normal((2, 40, 33)).astype(np.float32),
+    ]
+    return f, inputs
+
+
+NAMES = [c[0] for c in CONVS] + [
+    "residual", "max_pool", "avg_pool", "avg_pool_exclude", "global_avg", "hswish", "maximum", "minimum",
+    "sub", "div", "abs", "clip", "linear_relu", "batched_matmul",
+]  # fmt: skip
+# no accumulation (pooling sums in float32 as the reference; elementwise ops round each step as the
+# reference's float16 numpy): bit-exact
+EXACT = {"max_pool", "avg_pool", "avg_pool_exclude", "global_avg"} | {
+    "hswish", "maximum", "minimum", "sub", "div", "abs", "clip"
+}  # fmt: skip
+FAMILIES = {"conv2d_gemm_f16", "conv2d_dw_f16", "pool2d_f16", "matmul_f16", "elemwise_f16"}
+
+
+def _families(compiled: Any) -> set[tuple[str, str]]:
+    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
+
+
+def _assert_close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(NAMES) == len(want)
+    for name, g, w in zip(NAMES, got, want, strict=True):
+        w = np.asarray(w, np.float32)
+        assert g.shape == w.shape, name
+        assert np.abs(w).max() > 0, name
+        if name in EXACT:
+            np.testing.assert_array_equal(g, w, err_msg=name)
+            continue
+        tol = KERNEL_RTOL * float(np.abs(w).max()) + KERNEL_RTOL * np.abs(w)
+        bad = np.abs(np.asarray(g, np.float32) - w) > tol
+        assert not bad.any(), f"{name}: {bad.sum()} of {w.size} beyond float16 tolerance"
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[Callable[..., Any], list[np.ndarray]]:
+    return kernel_model(np.random.default_rng(5))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fp16_kernels_match_reference(
+    model: tuple[Callable[..., Any], list[np.ndarray]], threads: int
+) -> None:
+    require(TARGET)
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET, threads=threads)
+    kinds = _families(compiled)
+    for family in FAMILIES:
+        assert (family, ISA) in kinds, f"{family} not selected: {sorted(kinds)}"
+    # float16 compute throughout: the only conversions are the graph's float32 inputs and outputs
+    calls = re.findall(r"kernel.call @(\w+)", compiled.ir("kernel-plan-memory"))
+    assert sum(c.startswith("typecvt") for c in calls) == len(inputs) + len(NAMES)
+    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
+    _assert_close(compiled.run(inputs), want)
+
+
+def test_fp16_kernels_sanitized(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
+    require(TARGET)
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET)
+    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
+    _assert_close(compiled.run_runner(inputs, sanitize=True), want)
+
+
+def test_fp16_relu_and_max_pool_keep_nan() -> None:
+    require(TARGET)
+    x = np.ones((1, 2, 5, 40), np.float32)
+    x[0, 0, 1, 3] = np.nan
+    x[0, 1, 2, 33] = np.nan
+    compiled = compile_fn(lambda t: (F.relu(t - 2.0), F.max_pool2d(t, 3, 2, 1)), [x], TARGET)
+    want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
+    for g, w in zip(compiled.run([x]), want, strict=True):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(np.asarray(w)))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_fp16_models_against_float32(name: str) -> None:
+    """Float32 in and out, float16 inside: within MODEL_REL_L2 of the float32 reference."""
+    import importlib
+
+    require(TARGET)
+    from compiler.driver.compile import compile
+
+    module = "resnet" if name.startswith("resnet") else name
+    net = getattr(importlib.import_module(f"compiler.hub.{module}"), name)()
+    rng = np.random.default_rng(0)
+    for pname, t in net.named_tensors():  # non-trivial batch-norm statistics, as bench/bench_x86.py
+        if "running_var" in pname:
+            t._reset(rng.uniform(0.5, 2.0, t.shape).astype(np.float32))
+        elif "running_mean" in pname or pname.endswith("bias"):
+            t._reset(rng.uniform(-0.1, 0.1, t.shape).astype(np.float32))
+    net.eval()
+    x = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
+    compiled = compile(net, TARGET, [x])
+    kinds = {f for f, isa in _families(compiled) if isa == ISA}
+    assert "conv2d_gemm_f16" in kinds, sorted(kinds)
+    got = compiled.run([x])[0]
+    want = np.asarray(run_module(compiled._stages["tensor"], [x])[0], np.float32)  # type: ignore[arg-type]
+    assert got.dtype == np.float32
+    rel = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    assert rel < MODEL_REL_L2, f"{name}: relative L2 error {rel:.4f} against float32"
+
+
+def test_ioc16_target_words() -> None:
+    from backends.targets import TargetError, parse_target
+
+    t = parse_target(TARGET)
+    assert t.isas[0] == ISA and t.dump_options == ("enable_ioc16",)
+    # the fp16 feature alone keeps float32 (the host target names it whenever the CPU has it)
+    assert parse_target("x86-avx512-nchw88-fp16").dump_options == ("enable_nchw88",)
+    with pytest.raises(TargetError, match="needs the fp16 feature"):
+        parse_target("x86-avx512+ioc16")
+    with pytest.raises(TargetError, match="plain NCHW"):
+        parse_target("x86-avx512-nchw88-fp16+ioc16")
+    with pytest.raises(TargetError, match="need the avx512 feature"):
+        parse_target("x86-avx2-fp16+ioc16")
