@@ -81,7 +81,8 @@ FULL_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=froz
 class KernelUnit:
     """One kernel family on one ISA. Subclasses set ``family``, ``ops`` and ``priority`` and implement
     :meth:`match` and :meth:`symbol` (and the backend's rendering). A unit whose kernel fuses an
-    epilogue declares it in ``epilogues``."""
+    epilogue declares it in ``epilogues``; an elementwise unit whose calls may be fused into their
+    producer declares ``epilogue_consumer``."""
 
     family: ClassVar[str]
     isa: str = "generic"
@@ -92,6 +93,9 @@ class KernelUnit:
     # result element type (``dialects.dtypes`` name: "float32", "float16") -> what its epilogue fuses;
     # an element type not listed fuses nothing
     epilogues: ClassVar[Mapping[str, EpilogueSupport]] = {}
+    # True for an elementwise unit (its params carry the elementwise ``mode``) whose calls
+    # ``kernel-fuse-epilogue`` may fold into the kernel producing their operand
+    epilogue_consumer: ClassVar[bool] = False
 
     def epilogue(self, element: str) -> EpilogueSupport | None:
         """What this unit's kernel can fuse into a result of element type ``element``, or None."""
