@@ -17,6 +17,7 @@ import numpy as np
 
 from dialects import enums
 from dialects import tensor as T
+from dialects.dtypes import quantized_type_of
 
 E = enums.ElemwiseMode
 
@@ -37,6 +38,31 @@ def kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
         return fn
 
     return register
+
+
+# op class -> its semantics on quantized operands or results, for the ops whose kernel here serves
+# both: ``quant_kernels`` (which builds on this module, and which the package imports) registers them
+QUANTIZED_KERNELS: dict[type[T.MgbOp], Kernel] = {}
+
+
+def quantized_kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
+        QUANTIZED_KERNELS[op] = fn
+        return fn
+
+    return register
+
+
+def involved(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> bool:
+    """Whether any operand or result of an op is quantized."""
+    return any(quantized_type_of(a.dtype) is not None for a in args) or any(
+        quantized_type_of(r.dtype) is not None for r in results
+    )
+
+
+def quantized(op: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> Kernel | None:
+    """``op``'s quantized kernel when an operand or result of this call is quantized, else None."""
+    return QUANTIZED_KERNELS[op] if involved(args, results) else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -102,8 +128,8 @@ def conv2d_nchw(
 @kernel(T.ConvolutionOp)
 def convolution(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.convolution", p)
-    if Q.involved(args, results):
-        return Q.convolution(args, results, **p)
+    if (q := quantized(T.ConvolutionOp, args, results)) is not None:
+        return q(args, results, **p)
     x, w = args
     y = conv2d_nchw(x, w, **_conv_kwargs(p))
     return [y.astype(results[0].dtype, copy=False)]
@@ -115,8 +141,8 @@ NONLINEARITY: dict[Any, Callable[[np.ndarray], np.ndarray]] = {}
 @kernel(T.ConvBiasOp)
 def conv_bias(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.conv_bias", p)
-    if Q.involved(args, results):
-        return Q.conv_bias(args, results, **p)
+    if (q := quantized(T.ConvBiasOp, args, results)) is not None:
+        return q(args, results, **p)
     x, w, *rest = args
     y = conv2d_nchw(x, w, **_conv_kwargs(p))
     for extra in rest:
@@ -284,8 +310,8 @@ def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode:
     fn = ELEMWISE.get(mode)
     if fn is None:
         raise NotImplementedError(f"mgb.elemwise: mode {mode.name} has no reference kernel")
-    if Q.involved(args, results):
-        return Q.elemwise(args, results, mode=mode)
+    if (q := quantized(T.ElemwiseOp, args, results)) is not None:
+        return q(args, results, mode=mode)
     with np.errstate(invalid="ignore", over="ignore"):
         y = np.asarray(fn(*args))
     return [np.broadcast_to(y, results[0].shape).astype(results[0].dtype, copy=False)]
@@ -316,8 +342,8 @@ def pool2d_nchw(
 @kernel(T.PoolingOp)
 def pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.pooling", p)
-    if Q.involved(args, results):
-        return Q.pooling(args, results, **p)
+    if (q := quantized(T.PoolingOp, args, results)) is not None:
+        return q(args, results, **p)
     y = pool2d_nchw(args[0], mode=p["mode"], window=p["window"], stride=p["stride"], padding=p["padding"])
     return [y.astype(results[0].dtype, copy=False)]
 
@@ -334,8 +360,8 @@ def adaptive_pool_params(
 @kernel(T.AdaptivePoolingOp)
 def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.adaptive_pooling", p)
-    if Q.involved(args, results):
-        return Q.adaptive_pooling(args, results, **p)
+    if (q := quantized(T.AdaptivePoolingOp, args, results)) is not None:
+        return q(args, results, **p)
     x = args[0]
     window, stride = adaptive_pool_params(x.shape[2:], p["out_shape"])
     y = pool2d_nchw(x, mode=p["mode"], window=window, stride=stride, padding=(0, 0))
@@ -346,9 +372,11 @@ def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], 
 # Matrix multiplication
 
 
-def _matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[str, Any]) -> list[np.ndarray]:
-    if Q.involved(args, results):
-        return Q.matmul(args, results, **p)
+def _matmul(
+    op: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[str, Any]
+) -> list[np.ndarray]:
+    if (q := quantized(op, args, results)) is not None:
+        return q(args, results, **p)
     a, b = args
     if p.get("transpose_a"):
         a = np.swapaxes(a, -1, -2)
@@ -361,14 +389,14 @@ def _matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[s
 
 @kernel(T.MatrixMulOp)
 def matrix_mul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
-    return _matmul(args, results, p)
+    return _matmul(T.MatrixMulOp, args, results, p)
 
 
 @kernel(T.BatchedMatrixMulOp)
 def batched_matrix_mul(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any
 ) -> list[np.ndarray]:
-    return _matmul(args, results, p)
+    return _matmul(T.BatchedMatrixMulOp, args, results, p)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -446,8 +474,8 @@ def reduce(
 
 @kernel(T.TypeCvtOp)
 def typecvt(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
-    if Q.involved(args, results):
-        return Q.typecvt(args, results)
+    if (q := quantized(T.TypeCvtOp, args, results)) is not None:
+        return q(args, results)
     return [args[0].astype(results[0].dtype)]
 
 
@@ -744,6 +772,3 @@ def linspace(
     start, stop = (float(np.asarray(a).reshape(-1)[0]) for a in args)
     return [np.linspace(start, stop, num, endpoint=endpoint).astype(np.float32)]
 
-
-# quantized operands: their semantics live in quant_kernels (imported last: it builds on this module)
-from backends.reference import quant_kernels as Q  # noqa: E402
