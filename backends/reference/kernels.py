@@ -89,6 +89,19 @@ def _windows(x: np.ndarray, fh: int, fw: int, stride: Sequence[int], dilation: S
     )
 
 
+def dense_filter(w: np.ndarray, sparse: Any, mode: Any) -> tuple[np.ndarray, int]:
+    """A convolution's filter as (OC, IC/G, FH, FW) for cross-correlation (flipped for a true
+    convolution) and its group count."""
+    if sparse == enums.ConvSparse.GROUP:
+        groups = w.shape[0]
+        w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:])
+    else:
+        groups = 1
+    if mode == enums.ConvMode.CONVOLUTION:
+        w = w[..., ::-1, ::-1]
+    return w, groups
+
+
 def conv2d_nchw(
     x: np.ndarray,
     w: np.ndarray,
@@ -101,13 +114,7 @@ def conv2d_nchw(
     acc_dtype: np.dtype | None = None,
 ) -> np.ndarray:
     """NCHW convolution; ``w`` is (OC, IC, FH, FW) or, with sparse=GROUP, (G, OC/G, IC/G, FH, FW)."""
-    if sparse == enums.ConvSparse.GROUP:
-        groups = w.shape[0]
-        w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:])
-    else:
-        groups = 1
-    if mode == enums.ConvMode.CONVOLUTION:
-        w = w[..., ::-1, ::-1]
+    w, groups = dense_filter(w, sparse, mode)
     acc = acc_dtype or (np.float32 if x.dtype.kind == "f" else np.int32)
     oc, icpg, fh, fw = w.shape
     xp = _pad_nchw(x.astype(acc, copy=False), padding[0], padding[1])
