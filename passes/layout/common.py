@@ -33,19 +33,11 @@ from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, is_float
 from passes.layout.canonicalize import RELAYOUT_PATTERNS
+from passes.values import shape as shape
+from passes.values import tensor_type as tensor_type
 
 Format = enums.Format
 Layout = L.Layout
-
-
-def tensor_type(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
-def shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(tensor_type(v).get_shape())
 
 
 def is_qint8(v: SSAValue) -> bool:

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from dialects import kernel as K
 from dialects import tensor as T
 from dialects.errors import XmgeError
+from passes.values import shape as shape
 
 
 class LoweringError(XmgeError, ValueError):
@@ -201,14 +202,9 @@ def op_title(op: Operation) -> str:
             return f"{op.name} {getattr(value, 'value', value)}"
     return op.name
 
+
 # ops that become a kernel.view (same bytes, new shape)
 VIEW_OPS: tuple[type[Operation], ...] = (T.ReshapeOp, T.AxisAddRemoveOp)
-
-
-def shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
 
 
 def const_array(v: SSAValue) -> np.ndarray | None:
