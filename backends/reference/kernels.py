@@ -32,25 +32,25 @@ Kernel = Callable[..., list[np.ndarray]]
 KERNELS: dict[type[T.MgbOp], Kernel] = {}
 
 
-def kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
-    def register(fn: Kernel) -> Kernel:
-        KERNELS[op] = fn
-        return fn
-
-    return register
-
-
 # op class -> its semantics on quantized operands or results, for the ops whose kernel here serves
 # both: ``quant_kernels`` (which builds on this module, and which the package imports) registers them
 QUANTIZED_KERNELS: dict[type[T.MgbOp], Kernel] = {}
 
 
-def quantized_kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+def _registering(table: dict[type[T.MgbOp], Kernel], op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
     def register(fn: Kernel) -> Kernel:
-        QUANTIZED_KERNELS[op] = fn
+        table[op] = fn
         return fn
 
     return register
+
+
+def kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+    return _registering(KERNELS, op)
+
+
+def quantized_kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+    return _registering(QUANTIZED_KERNELS, op)
 
 
 def involved(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> bool:
@@ -616,9 +616,7 @@ def resize(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) 
     return [y.astype(results[0].dtype)]
 
 
-def _resample_axis(
-    x: np.ndarray, taps: tuple[np.ndarray, ...], axis: int, imode: Any
-) -> np.ndarray:
+def _resample_axis(x: np.ndarray, taps: tuple[np.ndarray, ...], axis: int, imode: Any) -> np.ndarray:
     """Resampling along ``axis`` from the pixels MegEngine's kernel reads: one for NEAREST, the two
     neighbours for LINEAR (a NaN/Inf there reaches the output even at weight 0, as ``0 * inf`` does in
     MegEngine; pixels no output reads never matter, unlike in a dense matrix product)."""
@@ -778,4 +776,3 @@ def linspace(
 ) -> list[np.ndarray]:
     start, stop = (float(np.asarray(a).reshape(-1)[0]) for a in args)
     return [np.linspace(start, stop, num, endpoint=endpoint).astype(np.float32)]
-
