@@ -274,13 +274,7 @@ def conv2d_backward(
     """(dx, dw) of ``kernels.conv2d_nchw``: the weight gradient correlates the input windows with
     ``g``; the input gradient scatters ``g @ w`` back over the windows (col2im)."""
     wshape = w.shape
-    if sparse == enums.ConvSparse.GROUP:
-        groups = w.shape[0]
-        w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:])
-    else:
-        groups = 1
-    if mode == enums.ConvMode.CONVOLUTION:
-        w = w[..., ::-1, ::-1]
+    w, groups = K.dense_filter(w, sparse, mode)
     oc, icpg, fh, fw = w.shape
     ocpg = oc // groups
     ph, pw = padding

@@ -17,6 +17,7 @@ from backends.mge import oprs as O
 from backends.mge import schema as S
 from backends.mge.dtypes import RawDType, storage_bytes
 from backends.mge.fbs import Buffer, MgeFormatError, Table
+from backends.mge.records import Metadata
 
 V1_MAGIC = 0x4342474D  # "MGBC"
 V1_MAGIC_COMPAT = 0x5342474D  # "MGBS"
@@ -77,11 +78,10 @@ class RawOpr:
 
 
 @dataclass
-class RawMetadata:
+class RawMetadata(Metadata):
+    """The metadata table as read: absent unless ``present`` (then not valid either)."""
+
     is_valid: bool = False
-    graph_modified: bool = False
-    optimize_options: int = 0
-    user_info: bytes = b""
     present: bool = False
 
 
@@ -268,15 +268,70 @@ def _expect_size(t: Table, shape: tuple[int, ...], dtype: RawDType | None, have:
 # FBS v2
 
 
-def _parse_v2(view: memoryview, start: int) -> RawGraph:
-    size = _u32(view, start, "FlatBuffer size prefix")
-    if size > len(view) - start - 4:
+@dataclass(frozen=True)
+class _OperatorSlots:
+    """Where an Operator table keeps the fields both versions have (their schemas number them
+    differently, spec A.5/A.6)."""
+
+    name: int
+    params: tuple[int, int, int, int]  # param type, param, additional types, additional params
+    inputs: int
+    output_dtype: int
+    priority: int
+    blobs: int
+    blobs_field: str
+
+
+_V1_OPERATOR = _OperatorSlots(12, (1, 2, 10, 11), 3, 6, 8, 9, "blobs")
+_V2_OPERATOR = _OperatorSlots(2, (3, 4, 5, 6), 7, 10, 13, 14, "custom_data")
+
+
+def _raw_opr(
+    ot: Table,
+    slots: _OperatorSlots,
+    index: int,
+    type_name: str,
+    type_id: int,
+    version: int,
+    kind: str | None,
+    outputs: list[int],
+    output_names: list[str] | None,
+    tensors: list[RawTensor],
+) -> RawOpr:
+    """An operator record from its table, given what the two versions find differently."""
+    blobs = (bt.bytes_view(0, "data") for bt in ot.tables(slots.blobs, slots.blobs_field) or [])
+    return RawOpr(
+        index=index,
+        offset=ot.buf.file_offset + ot.pos,
+        type_name=type_name,
+        type_id=type_id,
+        opr_version=version,
+        kind=kind,
+        name=ot.string(slots.name, "name"),
+        params=_params(ot, *slots.params),
+        inputs=list(ot.scalars(slots.inputs, "I", "inputs") or []),
+        outputs=outputs,
+        output_names=output_names,
+        output_dtype=_dtype(ot.table(slots.output_dtype, "output_dtype")),
+        tensors=tensors,
+        priority=ot.scalar(slots.priority, "i", 0),
+        blobs=[bytes(b[0]) for b in blobs if b],
+    )
+
+
+def _size_prefixed(view: memoryview, pos: int, what: str, identifier: bytes) -> tuple[Table, int]:
+    """The root table of the size-prefixed FlatBuffer at ``pos`` and its size (without the prefix)."""
+    size = _u32(view, pos, "FlatBuffer size prefix")
+    if size > len(view) - pos - 4:
         raise MgeFormatError(
-            f"file truncated: the graph's FlatBuffer claims {size} bytes, {len(view) - start - 4} remain",
-            start,
+            f"file truncated: the graph's FlatBuffer claims {size} bytes, {len(view) - pos - 4} remain", pos
         )
-    buf = Buffer(view[start + 4 : start + 4 + size], start + 4, "FBS v2 graph")
-    root = buf.root(V2_IDENTIFIER)
+    return Buffer(view[pos + 4 : pos + 4 + size], pos + 4, what).root(identifier), size
+
+
+def _parse_v2(view: memoryview, start: int) -> RawGraph:
+    root, size = _size_prefixed(view, start, "FBS v2 graph", V2_IDENTIFIER)
+    buf = root.buf
     oprs_t = root.tables(2, "oprs") or []
     oprs: list[RawOpr] = []
     nvars = 0
@@ -311,29 +366,8 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
                     _image2d_axis(tt),
                 )
             )
-        oprs.append(
-            RawOpr(
-                index=i,
-                offset=buf.file_offset + ot.pos,
-                type_name=type_name,
-                type_id=type_id,
-                opr_version=version,
-                kind=kind_t.kind if kind_t else None,
-                name=ot.string(2, "name"),
-                params=_params(ot, 3, 4, 5, 6),
-                inputs=list(ot.scalars(7, "I", "inputs") or []),
-                outputs=outputs,
-                output_names=None,
-                output_dtype=_dtype(ot.table(10, "output_dtype")),
-                tensors=tensors,
-                priority=ot.scalar(13, "i", 0),
-                blobs=[
-                    bytes(b[0])
-                    for b in (bt.bytes_view(0, "data") for bt in ot.tables(14, "custom_data") or [])
-                    if b
-                ],
-            )
-        )
+        kind = kind_t.kind if kind_t else None
+        oprs.append(_raw_opr(ot, _V2_OPERATOR, i, type_name, type_id, version, kind, outputs, None, tensors))
     names: dict[int, str] = {}
     for vid, mt in enumerate(root.tables(3, "middle_tensors") or []):
         name = mt.string(0, "name")
@@ -388,14 +422,8 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
             start + (16 if kind == "FBS" else 8),
         )
     fbs_pos = blobs_start + offset_to_fbs
-    size = _u32(view, fbs_pos, "FlatBuffer size prefix")
-    if size > len(view) - fbs_pos - 4:
-        raise MgeFormatError(
-            f"file truncated: the graph's FlatBuffer claims {size} bytes, {len(view) - fbs_pos - 4} remain",
-            fbs_pos,
-        )
-    buf = Buffer(view[fbs_pos + 4 : fbs_pos + 4 + size], fbs_pos + 4, "FBS v1 graph")
-    root = buf.root(V1_IDENTIFIER)
+    root, size = _size_prefixed(view, fbs_pos, "FBS v1 graph", V1_IDENTIFIER)
+    buf = root.buf
     by_id = O.BY_SHORT_ID if kind == "FBS_MGBS" else O.BY_PERSIST_ID
     blob_pos = blobs_start
     oprs: list[RawOpr] = []
@@ -426,9 +454,10 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
             tensors.append(
                 RawTensor(tt.string(0, "name"), shape, dt, data, pos, _comp_node(tt.table(2, "cn")))
             )
+        opr_kind = kind_t.kind if kind_t else None
         out_names = ot.strings(5, "output_name")
         v1_inputs = ot.scalars(3, "I", "inputs") or []
-        n_out = v1_output_count(kind_t.kind if kind_t else None, len(tensors), out_names, len(v1_inputs))
+        n_out = v1_output_count(opr_kind, len(tensors), out_names, len(v1_inputs))
         outputs = list(range(nvars, nvars + n_out))
         if out_names:
             for vid, nm in zip(outputs, out_names, strict=True):
@@ -436,25 +465,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
                     names[vid] = nm
         nvars += n_out
         oprs.append(
-            RawOpr(
-                index=i,
-                offset=buf.file_offset + ot.pos,
-                type_name=type_name,
-                type_id=type_id,
-                opr_version=1,
-                kind=kind_t.kind if kind_t else None,
-                name=ot.string(12, "name"),
-                params=_params(ot, 1, 2, 10, 11),
-                inputs=list(ot.scalars(3, "I", "inputs") or []),
-                outputs=outputs,
-                output_names=out_names,
-                output_dtype=_dtype(ot.table(6, "output_dtype")),
-                tensors=tensors,
-                priority=ot.scalar(8, "i", 0),
-                blobs=[
-                    bytes(b[0]) for b in (bt.bytes_view(0, "data") for bt in ot.tables(9, "blobs") or []) if b
-                ],
-            )
+            _raw_opr(ot, _V1_OPERATOR, i, type_name, type_id, 1, opr_kind, outputs, out_names, tensors)
         )
     outputs = [root.unpack_at(p, "I") for p in root.structs(4, 8, "output_vars_idx") or []]
     meta = _metadata(root.table(5, "metadata"), options_slot=3, user_info_slot=2)

@@ -159,26 +159,26 @@ class Table:
         start, n = v
         return list(np.frombuffer(self.buf.data, dtype=np.dtype("<" + fmt), count=n, offset=start).tolist())
 
-    def tables(self, slot: int, what: str) -> list[Table] | None:
+    def _targets(self, slot: int, what: str) -> list[int] | None:
+        """Where the offsets of a vector of tables or strings point."""
         v = self._vector(slot, 4, what)
         if v is None:
             return None
         start, n = v
-        out = []
-        for i in range(n):
-            p = start + 4 * i
-            out.append(Table(self.buf, p + self.buf.unpack(_U32, p, what), f"{self.what}.{what}[{i}]"))
-        return out
+        return [p + self.buf.unpack(_U32, p, what) for p in range(start, start + 4 * n, 4)]
+
+    def tables(self, slot: int, what: str) -> list[Table] | None:
+        targets = self._targets(slot, what)
+        if targets is None:
+            return None
+        return [Table(self.buf, q, f"{self.what}.{what}[{i}]") for i, q in enumerate(targets)]
 
     def strings(self, slot: int, what: str) -> list[str] | None:
-        v = self._vector(slot, 4, what)
-        if v is None:
+        targets = self._targets(slot, what)
+        if targets is None:
             return None
-        start, n = v
         out = []
-        for i in range(n):
-            p = start + 4 * i
-            q = p + self.buf.unpack(_U32, p, what)
+        for i, q in enumerate(targets):
             ln = self.buf.unpack(_U32, q, what)
             self.buf.check(q + 4, ln, f"{what}[{i}]")
             try:

@@ -67,6 +67,11 @@ def _param_tables() -> dict[str, dict[int, Kind]]:
     return out
 
 
+# the slots every tensor record of both versions starts with: name, shape, comp node, dtype
+_TENSOR_HEAD: dict[int, Kind] = {0: ("str",), 1: ("vs", "I"), 2: ("t", "CompNode"), 3: ("t", "DType")}
+# v2: a MiddleTensor is a Tensor without its data (slot 6)
+_V2_MIDDLE_TENSOR: dict[int, Kind] = {**_TENSOR_HEAD, 4: ("ut",), 5: ("u", "TensorFormat", 4)}
+
 _COMMON: dict[str, dict[int, Kind]] = {
     "DType": {0: ("s", "b"), 1: ("ut",), 2: ("u", "DTypeParam", 1)},
     "LinearQuantizationParam": {0: ("s", "f"), 1: ("s", "B")},
@@ -100,14 +105,7 @@ V1_SCHEMA: dict[str, dict[int, Kind]] = {
         11: ("vu", "OperatorParam", 10),
         12: ("str",),
     },
-    "Tensor": {
-        0: ("str",),
-        1: ("vs", "I"),
-        2: ("t", "CompNode"),
-        3: ("t", "DType"),
-        4: ("s", "I"),
-        5: ("s", "I"),
-    },
+    "Tensor": {**_TENSOR_HEAD, 4: ("s", "I"), 5: ("s", "I")},
     "Metadata": {0: ("s", "?"), 1: ("s", "?"), 2: ("str",), 3: ("s", "Q")},
 }
 
@@ -140,23 +138,8 @@ V2_SCHEMA: dict[str, dict[int, Kind]] = {
         13: ("s", "i"),
         14: ("vt", "Blob"),
     },
-    "Tensor": {
-        0: ("str",),
-        1: ("vs", "I"),
-        2: ("t", "CompNode"),
-        3: ("t", "DType"),
-        4: ("ut",),
-        5: ("u", "TensorFormat", 4),
-        6: ("vs", "B"),
-    },
-    "MiddleTensor": {
-        0: ("str",),
-        1: ("vs", "I"),
-        2: ("t", "CompNode"),
-        3: ("t", "DType"),
-        4: ("ut",),
-        5: ("u", "TensorFormat", 4),
-    },
+    "Tensor": {**_V2_MIDDLE_TENSOR, 6: ("vs", "B")},
+    "MiddleTensor": _V2_MIDDLE_TENSOR,
     "Metadata": {0: ("s", "?"), 1: ("s", "?"), 2: ("s", "Q"), 3: ("str",)},
     "OutputVar": {0: ("s", "I"), 1: ("s", "I")},
     "OutputAlias": {0: ("s", "I"), 1: ("str",)},

@@ -183,18 +183,29 @@ def _concat(g: OnnxGraph, op: T.ConcatOp, p: dict[str, Any], ins: list[str], out
     g.node("Concat", ins, [out], axis=int(p["axis"]))
 
 
-ONNX_EXPORTERS: dict[type[T.MgbOp], Exporter] = {
-    T.ConvolutionOp: _conv,
-    T.ConvBiasOp: _conv,
-    T.ElemwiseOp: _elemwise,
-    T.PoolingOp: _pooling,
-    T.ReshapeOp: _reshape,
-    T.AxisAddRemoveOp: _reshape,
-    T.MatrixMulOp: _matmul,
-    T.DimshuffleOp: _dimshuffle,
-    T.SubtensorOp: _subtensor,
-    T.ConcatOp: _concat,
+# the tensor ops the ONNX path covers -> the name of the handler that exports each (here) and runs
+# it with PyTorch (``torch_runner``): both modules name their handlers ``_<name>``, so the two tables
+# cover the same ops
+ONNX_OPS: dict[type[T.MgbOp], str] = {
+    T.ConvolutionOp: "conv",
+    T.ConvBiasOp: "conv",
+    T.ElemwiseOp: "elemwise",
+    T.PoolingOp: "pooling",
+    T.ReshapeOp: "reshape",
+    T.AxisAddRemoveOp: "reshape",
+    T.MatrixMulOp: "matmul",
+    T.DimshuffleOp: "dimshuffle",
+    T.SubtensorOp: "subtensor",
+    T.ConcatOp: "concat",
 }
+
+
+def handlers(namespace: dict[str, Any]) -> dict[type[T.MgbOp], Any]:
+    """``ONNX_OPS`` with each name replaced by the function ``_<name>`` of ``namespace``."""
+    return {op: namespace[f"_{name}"] for op, name in ONNX_OPS.items()}
+
+
+ONNX_EXPORTERS: dict[type[T.MgbOp], Exporter] = handlers(globals())
 
 
 def to_onnx(module: ModuleOp, path: str) -> None:

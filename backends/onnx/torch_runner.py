@@ -12,7 +12,7 @@ import torch.nn.functional as TF
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from backends.onnx.export import only_function, shape_of, subtensor_slices
+from backends.onnx.export import handlers, only_function, shape_of, subtensor_slices
 from dialects import enums
 from dialects import tensor as T
 
@@ -110,18 +110,7 @@ def _concat(op: T.ConcatOp, p: dict[str, Any], a: list[torch.Tensor]) -> torch.T
     return torch.cat(a, dim=int(p["axis"]))
 
 
-TORCH_KERNELS: dict[type[T.MgbOp], Kernel] = {
-    T.ConvolutionOp: _conv,
-    T.ConvBiasOp: _conv,
-    T.ElemwiseOp: _elemwise,
-    T.PoolingOp: _pooling,
-    T.ReshapeOp: _reshape,
-    T.AxisAddRemoveOp: _reshape,
-    T.MatrixMulOp: _matmul,
-    T.DimshuffleOp: _dimshuffle,
-    T.SubtensorOp: _subtensor,
-    T.ConcatOp: _concat,
-}
+TORCH_KERNELS: dict[type[T.MgbOp], Kernel] = handlers(globals())
 
 
 def torch_runner(module: ModuleOp) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from dialects import enums
 from dialects import tensor as T
+from dialects.dtypes import quantized_type_of
 
 E = enums.ElemwiseMode
 
@@ -31,12 +32,37 @@ Kernel = Callable[..., list[np.ndarray]]
 KERNELS: dict[type[T.MgbOp], Kernel] = {}
 
 
-def kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+# op class -> its semantics on quantized operands or results, for the ops whose kernel here serves
+# both: ``quant_kernels`` (which builds on this module, and which the package imports) registers them
+QUANTIZED_KERNELS: dict[type[T.MgbOp], Kernel] = {}
+
+
+def _registering(table: dict[type[T.MgbOp], Kernel], op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
     def register(fn: Kernel) -> Kernel:
-        KERNELS[op] = fn
+        table[op] = fn
         return fn
 
     return register
+
+
+def kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+    return _registering(KERNELS, op)
+
+
+def quantized_kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
+    return _registering(QUANTIZED_KERNELS, op)
+
+
+def involved(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> bool:
+    """Whether any operand or result of an op is quantized."""
+    return any(quantized_type_of(a.dtype) is not None for a in args) or any(
+        quantized_type_of(r.dtype) is not None for r in results
+    )
+
+
+def quantized(op: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> Kernel | None:
+    """``op``'s quantized kernel when an operand or result of this call is quantized, else None."""
+    return QUANTIZED_KERNELS[op] if involved(args, results) else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -63,6 +89,19 @@ def _windows(x: np.ndarray, fh: int, fw: int, stride: Sequence[int], dilation: S
     )
 
 
+def dense_filter(w: np.ndarray, sparse: Any, mode: Any) -> tuple[np.ndarray, int]:
+    """A convolution's filter as (OC, IC/G, FH, FW) for cross-correlation (flipped for a true
+    convolution) and its group count."""
+    if sparse == enums.ConvSparse.GROUP:
+        groups = w.shape[0]
+        w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:])
+    else:
+        groups = 1
+    if mode == enums.ConvMode.CONVOLUTION:
+        w = w[..., ::-1, ::-1]
+    return w, groups
+
+
 def conv2d_nchw(
     x: np.ndarray,
     w: np.ndarray,
@@ -75,13 +114,7 @@ def conv2d_nchw(
     acc_dtype: np.dtype | None = None,
 ) -> np.ndarray:
     """NCHW convolution; ``w`` is (OC, IC, FH, FW) or, with sparse=GROUP, (G, OC/G, IC/G, FH, FW)."""
-    if sparse == enums.ConvSparse.GROUP:
-        groups = w.shape[0]
-        w = w.reshape(w.shape[0] * w.shape[1], *w.shape[2:])
-    else:
-        groups = 1
-    if mode == enums.ConvMode.CONVOLUTION:
-        w = w[..., ::-1, ::-1]
+    w, groups = dense_filter(w, sparse, mode)
     acc = acc_dtype or (np.float32 if x.dtype.kind == "f" else np.int32)
     oc, icpg, fh, fw = w.shape
     xp = _pad_nchw(x.astype(acc, copy=False), padding[0], padding[1])
@@ -102,8 +135,8 @@ def conv2d_nchw(
 @kernel(T.ConvolutionOp)
 def convolution(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.convolution", p)
-    if Q.involved(args, results):
-        return Q.convolution(args, results, **p)
+    if (q := quantized(T.ConvolutionOp, args, results)) is not None:
+        return q(args, results, **p)
     x, w = args
     y = conv2d_nchw(x, w, **_conv_kwargs(p))
     return [y.astype(results[0].dtype, copy=False)]
@@ -115,8 +148,8 @@ NONLINEARITY: dict[Any, Callable[[np.ndarray], np.ndarray]] = {}
 @kernel(T.ConvBiasOp)
 def conv_bias(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.conv_bias", p)
-    if Q.involved(args, results):
-        return Q.conv_bias(args, results, **p)
+    if (q := quantized(T.ConvBiasOp, args, results)) is not None:
+        return q(args, results, **p)
     x, w, *rest = args
     y = conv2d_nchw(x, w, **_conv_kwargs(p))
     for extra in rest:
@@ -284,8 +317,8 @@ def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode:
     fn = ELEMWISE.get(mode)
     if fn is None:
         raise NotImplementedError(f"mgb.elemwise: mode {mode.name} has no reference kernel")
-    if Q.involved(args, results):
-        return Q.elemwise(args, results, mode=mode)
+    if (q := quantized(T.ElemwiseOp, args, results)) is not None:
+        return q(args, results, mode=mode)
     with np.errstate(invalid="ignore", over="ignore"):
         y = np.asarray(fn(*args))
     return [np.broadcast_to(y, results[0].shape).astype(results[0].dtype, copy=False)]
@@ -316,8 +349,8 @@ def pool2d_nchw(
 @kernel(T.PoolingOp)
 def pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.pooling", p)
-    if Q.involved(args, results):
-        return Q.pooling(args, results, **p)
+    if (q := quantized(T.PoolingOp, args, results)) is not None:
+        return q(args, results, **p)
     y = pool2d_nchw(args[0], mode=p["mode"], window=p["window"], stride=p["stride"], padding=p["padding"])
     return [y.astype(results[0].dtype, copy=False)]
 
@@ -334,8 +367,8 @@ def adaptive_pool_params(
 @kernel(T.AdaptivePoolingOp)
 def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     _require_nchw("mgb.adaptive_pooling", p)
-    if Q.involved(args, results):
-        return Q.adaptive_pooling(args, results, **p)
+    if (q := quantized(T.AdaptivePoolingOp, args, results)) is not None:
+        return q(args, results, **p)
     x = args[0]
     window, stride = adaptive_pool_params(x.shape[2:], p["out_shape"])
     y = pool2d_nchw(x, mode=p["mode"], window=window, stride=stride, padding=(0, 0))
@@ -346,9 +379,11 @@ def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], 
 # Matrix multiplication
 
 
-def _matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[str, Any]) -> list[np.ndarray]:
-    if Q.involved(args, results):
-        return Q.matmul(args, results, **p)
+def _matmul(
+    op: type[T.MgbOp], args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[str, Any]
+) -> list[np.ndarray]:
+    if (q := quantized(op, args, results)) is not None:
+        return q(args, results, **p)
     a, b = args
     if p.get("transpose_a"):
         a = np.swapaxes(a, -1, -2)
@@ -361,14 +396,14 @@ def _matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], p: dict[s
 
 @kernel(T.MatrixMulOp)
 def matrix_mul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
-    return _matmul(args, results, p)
+    return _matmul(T.MatrixMulOp, args, results, p)
 
 
 @kernel(T.BatchedMatrixMulOp)
 def batched_matrix_mul(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any
 ) -> list[np.ndarray]:
-    return _matmul(args, results, p)
+    return _matmul(T.BatchedMatrixMulOp, args, results, p)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -446,8 +481,8 @@ def reduce(
 
 @kernel(T.TypeCvtOp)
 def typecvt(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
-    if Q.involved(args, results):
-        return Q.typecvt(args, results)
+    if (q := quantized(T.TypeCvtOp, args, results)) is not None:
+        return q(args, results)
     return [args[0].astype(results[0].dtype)]
 
 
@@ -581,9 +616,7 @@ def resize(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) 
     return [y.astype(results[0].dtype)]
 
 
-def _resample_axis(
-    x: np.ndarray, taps: tuple[np.ndarray, ...], axis: int, imode: Any
-) -> np.ndarray:
+def _resample_axis(x: np.ndarray, taps: tuple[np.ndarray, ...], axis: int, imode: Any) -> np.ndarray:
     """Resampling along ``axis`` from the pixels MegEngine's kernel reads: one for NEAREST, the two
     neighbours for LINEAR (a NaN/Inf there reaches the output even at weight 0, as ``0 * inf`` does in
     MegEngine; pixels no output reads never matter, unlike in a dense matrix product)."""
@@ -743,7 +776,3 @@ def linspace(
 ) -> list[np.ndarray]:
     start, stop = (float(np.asarray(a).reshape(-1)[0]) for a in args)
     return [np.linspace(start, stop, num, endpoint=endpoint).astype(np.float32)]
-
-
-# quantized operands: their semantics live in quant_kernels (imported last: it builds on this module)
-from backends.reference import quant_kernels as Q  # noqa: E402

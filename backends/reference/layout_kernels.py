@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.reference import kernels as K
+import backends.reference.kernels as K
 from backends.reference.kernels import ResultSpec
 from dialects import enums
 from dialects import layout as L

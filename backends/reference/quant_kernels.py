@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.reference import kernels as K
+import backends.reference.kernels as K
 from backends.reference.kernels import ResultSpec, kernel
 from dialects import enums
 from dialects import tensor as T
@@ -49,11 +49,6 @@ QM = enums.ElemwiseMultiTypeMode
 def qtype(dtype: np.dtype) -> QuantizedType | None:
     """The quantization parameters a numpy dtype carries, or None."""
     return quantized_type_of(dtype)
-
-
-def involved(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> bool:
-    """Whether any operand or result of an op is quantized."""
-    return any(qtype(a.dtype) is not None for a in args) or any(qtype(r.dtype) is not None for r in results)
 
 
 def _need(a: np.ndarray, what: str) -> QuantizedType:
@@ -188,12 +183,14 @@ def _conv_acc(x: np.ndarray, w: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     return acc.astype(np.int64)
 
 
+@K.quantized_kernel(T.ConvolutionOp)
 def convolution(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     x, w = args
     acc = _conv_acc(x, w, p)
     return [from_accumulator(acc, _acc_scale(x, w, "mgb.convolution"), results[0])]
 
 
+@K.quantized_kernel(T.ConvBiasOp)
 def conv_bias(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     x, w, *rest = args
     scale = _acc_scale(x, w, "mgb.conv_bias")
@@ -231,6 +228,8 @@ def _post_process(
     return scaled_to(np.broadcast_to(_mul32(y, inverse_scale(spec.dtype)), spec.shape), spec.dtype)
 
 
+@K.quantized_kernel(T.MatrixMulOp)
+@K.quantized_kernel(T.BatchedMatrixMulOp)
 def matmul(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     a, b = args
     scale = _acc_scale(a, b, "mgb.matrix_mul")
@@ -277,6 +276,7 @@ def float_op(mode: Any) -> Any:
     return QUANTIZED_ELEMWISE.get(mode) or K.ELEMWISE.get(mode)
 
 
+@K.quantized_kernel(T.ElemwiseOp)
 def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any) -> list[np.ndarray]:
     fn = float_op(mode)
     if fn is None:
@@ -284,6 +284,7 @@ def elemwise(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode:
     return [elemwise_float(fn, args, results[0])]
 
 
+@K.quantized_kernel(T.TypeCvtOp)
 def typecvt(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
     (x,), (spec,) = args, results
     q_in, q_out = qtype(x.dtype), qtype(spec.dtype)
@@ -337,10 +338,12 @@ def _pool(
     return _requantize_like(y, x, spec)
 
 
+@K.quantized_kernel(T.PoolingOp)
 def pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     return [_pool(args[0], results[0], p["mode"], p["window"], p["stride"], p["padding"])]
 
 
+@K.quantized_kernel(T.AdaptivePoolingOp)
 def adaptive_pooling(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
     x = args[0]
     window, stride = K.adaptive_pool_params(x.shape[2:], p["out_shape"])

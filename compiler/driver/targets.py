@@ -4,17 +4,9 @@ lives in :mod:`passes.target`, below the passes that read it)."""
 
 from __future__ import annotations
 
-from backends.targets import ARCHES, OPTIONS, cpu_flags, host_target, parse_target, runs_here
-from passes.target import LAYOUT_FEATURES, Target, TargetError
+# this module re-exports backends.targets' public names (its __all__ is the one list of them)
+from backends.targets import *  # noqa: F403
+from backends.targets import __all__ as _backend_names
+from passes.target import LAYOUT_FEATURES as LAYOUT_FEATURES
 
-__all__ = [
-    "ARCHES",
-    "LAYOUT_FEATURES",
-    "OPTIONS",
-    "Target",
-    "TargetError",
-    "cpu_flags",
-    "host_target",
-    "parse_target",
-    "runs_here",
-]
+__all__ = [*_backend_names, "LAYOUT_FEATURES"]

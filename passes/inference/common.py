@@ -17,21 +17,13 @@ from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import is_float, numpy_dtype
 from dialects.weights import WeightAttr
+from passes.values import shape as shape
+from passes.values import tensor_type as tensor_type
 
 E = enums.ElemwiseMode
 
 # attributes that name an op after its module/parameter; a rewrite keeps them on the new op
 NAMING_ATTRS = ("scope", "name")
-
-
-def tensor_type(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
-def shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(tensor_type(v).get_shape())
 
 
 def element(v: SSAValue) -> Attribute:

@@ -13,7 +13,7 @@ graph outputs included.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,19 +33,11 @@ from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, is_float
 from passes.layout.canonicalize import RELAYOUT_PATTERNS
+from passes.values import shape as shape
+from passes.values import tensor_type as tensor_type
 
 Format = enums.Format
 Layout = L.Layout
-
-
-def tensor_type(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
-def shape(v: SSAValue) -> tuple[int, ...]:
-    return tuple(tensor_type(v).get_shape())
 
 
 def is_qint8(v: SSAValue) -> bool:
@@ -297,14 +289,28 @@ class ConvRule(RewritePattern):
         if plan is None:
             return
         src, filt, rest, p = parts
-        lay = L.conv_operand_layouts(plan.format, p["sparse"], L.SPECS[plan.filter].rank)
-        assert lay.filter == plan.filter
-        operands = [
-            as_layout(src, lay.src, rewriter, op),
-            as_layout(filt, lay.filter, rewriter, op),
-            *(as_layout(v, lay.dst, rewriter, op) for v in rest),
-        ]
-        new = type(op).make(
-            operands, [blocked_result_type(op.results[0], lay.dst)], **{**p, "format": plan.format}
-        )
-        replace_with_blocked(op, new, rewriter)
+        rewrite_conv(op, plan, src, filt, rest, p, rewriter)
+
+
+def rewrite_conv(
+    op: Operation,
+    plan: ConvPlan,
+    src: SSAValue,
+    filt: SSAValue,
+    rest: Sequence[SSAValue],
+    p: dict[str, Any],
+    rewriter: PatternRewriter,
+) -> None:
+    """Replace the convolution ``op`` by its form in ``plan``'s format: each operand converted to
+    the layout that format gives it, the result converted back for the ops that read it."""
+    lay = L.conv_operand_layouts(plan.format, p["sparse"], L.SPECS[plan.filter].rank)
+    assert lay.filter == plan.filter
+    operands = [
+        as_layout(src, lay.src, rewriter, op),
+        as_layout(filt, lay.filter, rewriter, op),
+        *(as_layout(v, lay.dst, rewriter, op) for v in rest),
+    ]
+    new = type(op).make(
+        operands, [blocked_result_type(op.results[0], lay.dst)], **{**p, "format": plan.format}
+    )
+    replace_with_blocked(op, new, rewriter)

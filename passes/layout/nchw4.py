@@ -45,6 +45,7 @@ from passes.layout.common import (
     is_qint8,
     replace_with_blocked,
     rewrite,
+    rewrite_conv,
     shape,
     tensor_type,
 )
@@ -125,17 +126,8 @@ class ReblockConv(RewritePattern):
         plan = self.plan(op, p)
         if plan is None:
             return
-        lay = L.conv_operand_layouts(plan.format, p["sparse"], L.SPECS[plan.filter].rank)
         src, filt, *rest = op.operands
-        operands = [
-            as_layout(src, lay.src, rewriter, op),
-            as_layout(filt, lay.filter, rewriter, op),
-            *(as_layout(v, lay.dst, rewriter, op) for v in rest),
-        ]
-        new = type(op).make(
-            operands, [blocked_result_type(op.results[0], lay.dst)], **{**p, "format": plan.format}
-        )
-        replace_with_blocked(op, new, rewriter)
+        rewrite_conv(op, plan, src, filt, rest, p, rewriter)
 
 
 def plan_nchw32(op: Operation, p: dict[str, Any]) -> ConvPlan | None:

@@ -88,14 +88,9 @@ def _epilogue_of(
     return support, params
 
 
-# the elementwise families whose calls can fold into their producer (float32 / any type, and the
-# native float16 NEON one); their params carry the elementwise ``mode``
-ELEMENTWISE_FAMILIES = ("elemwise", "elemwise_f16")
-
-
 def try_fuse(module: ModuleOp, call: K.CallOp, kernels: KernelRegistry) -> bool:
     d = call.definition()
-    if d.family.data not in ELEMENTWISE_FAMILIES:
+    if not kernels.of(d).epilogue_consumer:
         return False
     mode = d.param_values()["mode"]
     if mode not in EPILOGUE_MODES:

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from dialects import kernel as K
 from dialects import tensor as T
 from dialects.errors import XmgeError
+from passes.values import shape as shape
 
 
 class LoweringError(XmgeError, ValueError):
@@ -81,7 +82,8 @@ FULL_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=froz
 class KernelUnit:
     """One kernel family on one ISA. Subclasses set ``family``, ``ops`` and ``priority`` and implement
     :meth:`match` and :meth:`symbol` (and the backend's rendering). A unit whose kernel fuses an
-    epilogue declares it in ``epilogues``."""
+    epilogue declares it in ``epilogues``; an elementwise unit whose calls may be fused into their
+    producer declares ``epilogue_consumer``."""
 
     family: ClassVar[str]
     isa: str = "generic"
@@ -92,6 +94,9 @@ class KernelUnit:
     # result element type (``dialects.dtypes`` name: "float32", "float16") -> what its epilogue fuses;
     # an element type not listed fuses nothing
     epilogues: ClassVar[Mapping[str, EpilogueSupport]] = {}
+    # True for an elementwise unit (its params carry the elementwise ``mode``) whose calls
+    # ``kernel-fuse-epilogue`` may fold into the kernel producing their operand
+    epilogue_consumer: ClassVar[bool] = False
 
     def epilogue(self, element: str) -> EpilogueSupport | None:
         """What this unit's kernel can fuse into a result of element type ``element``, or None."""
@@ -197,14 +202,9 @@ def op_title(op: Operation) -> str:
             return f"{op.name} {getattr(value, 'value', value)}"
     return op.name
 
+
 # ops that become a kernel.view (same bytes, new shape)
 VIEW_OPS: tuple[type[Operation], ...] = (T.ReshapeOp, T.AxisAddRemoveOp)
-
-
-def shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
 
 
 def const_array(v: SSAValue) -> np.ndarray | None:

@@ -221,6 +221,7 @@ def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body:
 
 class Elemwise(Template):
     family = "elemwise"
+    epilogue_consumer = True
     ops = (T.ElemwiseOp,)
     priority = 100
 

@@ -73,6 +73,7 @@ class ElemwiseF16(Template):
     """``elemwise_f16``: float16 elementwise ops along a contiguous innermost dimension (module doc)."""
 
     family = "elemwise_f16"
+    epilogue_consumer = True
     ops = (T.ElemwiseOp,)
     priority = 97  # float16 only: no other elementwise family accepts these ops
 
