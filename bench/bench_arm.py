@@ -24,6 +24,9 @@ has it, so its float32 figures run under ``-cpu cortex-a72`` (ARMv8.0: no FP16, 
 its float16 and int8 ones under ``-cpu max``, as xmge's.
 
     .venv/bin/python bench/bench_arm.py --ncnn [--size 64] [--ncnn-models resnet18,mobilenet_v2]
+
+The ``wino`` column lists the Winograd tiles (``f6``, ``f4``, ``f2``: neon_winograd.py) the xmge build
+ran its 3x3 stride-1 convolutions with (``-``: none; those stay on the register-blocked GEMM).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from typing import Any
@@ -162,7 +166,8 @@ def compare_ncnn(args: argparse.Namespace) -> list[dict[str, Any]]:
     if isinstance(paths, str):
         print(f"bench_arm: ncnn column skipped: {paths}")
     rows = []
-    head = f"{'model':14} {'precision':9} {'xmge target':16} {'xmge insns':>14} {'ncnn insns':>14} ratio"
+    head = f"{'model':14} {'precision':9} {'xmge target':16} {'xmge insns':>14} {'ncnn insns':>14}"
+    head += f" {'ratio':>7} wino"
     print(f"{head}   (per inference, {args.size}x{args.size}, batch 1, 1 thread)")
     wanted = args.ncnn_models.split(",")
     for precision in args.precisions.split(","):
@@ -175,7 +180,10 @@ def compare_ncnn(args: argparse.Namespace) -> list[dict[str, Any]]:
             net.eval()
             x = np.random.default_rng(0).random((1, 3, args.size, args.size), dtype=np.float32)
             model = quantize(net, [x]) if precision == "int8" else net
-            ours = xmge_per_inference(compile(model, target, [x]), x)
+            compiled = compile(model, target, [x])
+            ours = xmge_per_inference(compiled, x)
+            # distinct Winograd convolution kernels (neon_winograd.py), by tile: what 3x3 stride-1 layers ran
+            wino = sorted(set(re.findall(r"static void conv2d_nchw44_winograd_\w+?_(f\d)_", compiled.source)))
             theirs = None
             if not isinstance(paths, str):
                 exe, folder = paths
@@ -183,9 +191,10 @@ def compare_ncnn(args: argparse.Namespace) -> list[dict[str, Any]]:
                 theirs = ncnn_per_inference(exe, param_path, args.size, cpu)
             ratio = f"{ours / theirs:.2f}x" if theirs else ""
             line = f"{name:14} {precision:9} {target:16} {ours:>14,} {theirs or 0:>14,} {ratio:>7}"
+            line += f" {','.join(wino) or '-'}"
             print(line, flush=True)
             rows.append({"model": name, "precision": precision, "target": target, "size": args.size,
-                         "xmge": ours, "ncnn": theirs})  # fmt: skip
+                         "xmge": ours, "ncnn": theirs, "winograd_tiles": wino})  # fmt: skip
     return rows
 
 

@@ -9,6 +9,7 @@ element types never accept the same op, so their relative order only matters wit
   GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
   int8 180; NCHW float32 depthwise 110, GEMM 100;
   NCHW int8: x86 depthwise 96, x86 dense 95, portable 90;
+  NCHW44 float Winograd 197 (neon_winograd: 3x3 stride 1 where its cost model beats the GEMM);
 * pooling: NCHW88 300, NCHW44 float16 210 (neon_fp16), NCHW44 200, NCHW float32 100, NCHW int8 x86
   95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
@@ -40,6 +41,7 @@ from backends.c.templates import (
     neon_int8,
     neon_matvec,
     neon_move,
+    neon_winograd,
     portable,
     typed,
     winograd,
@@ -67,5 +69,6 @@ KERNELS = KernelRegistry(
         *neon_depthwise.KERNEL_UNITS,
         *neon_fp16.KERNEL_UNITS,
         *neon_move.KERNEL_UNITS,
+        *neon_winograd.KERNEL_UNITS,
     )
 )

@@ -43,57 +43,12 @@ from backends.c.templates.nchw88 import (
     conv_nchw88,
     offset,
 )
+from backends.c.templates.winograd_transforms import TRANSFORMS, transform_filter
 from dialects.layout import SPECS, Layout, winograd_filter_spec, winograd_tile_spec
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
-
-F = Fraction
-# (B^T, G, A^T) of F(m, 3) (Lavin & Gray), exact
-TRANSFORMS: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
-    2: (
-        [
-            [F(1), F(0), F(-1), F(0)],
-            [F(0), F(1), F(1), F(0)],
-            [F(0), F(-1), F(1), F(0)],
-            [F(0), F(1), F(0), F(-1)],
-        ],
-        [[F(1), F(0), F(0)], [F(1, 2), F(1, 2), F(1, 2)], [F(1, 2), F(-1, 2), F(1, 2)], [F(0), F(0), F(1)]],
-        [[F(1), F(1), F(1), F(0)], [F(0), F(1), F(-1), F(-1)]],
-    ),
-    4: (
-        [
-            [F(4), F(0), F(-5), F(0), F(1), F(0)],
-            [F(0), F(-4), F(-4), F(1), F(1), F(0)],
-            [F(0), F(4), F(-4), F(-1), F(1), F(0)],
-            [F(0), F(-2), F(-1), F(2), F(1), F(0)],
-            [F(0), F(2), F(-1), F(-2), F(1), F(0)],
-            [F(0), F(4), F(0), F(-5), F(0), F(1)],
-        ],
-        [
-            [F(1, 4), F(0), F(0)],
-            [F(-1, 6), F(-1, 6), F(-1, 6)],
-            [F(-1, 6), F(1, 6), F(-1, 6)],
-            [F(1, 24), F(1, 12), F(1, 6)],
-            [F(1, 24), F(-1, 12), F(1, 6)],
-            [F(0), F(0), F(1)],
-        ],
-        [
-            [F(1), F(1), F(1), F(1), F(1), F(0)],
-            [F(0), F(1), F(-1), F(2), F(-2), F(0)],
-            [F(0), F(1), F(1), F(4), F(4), F(0)],
-            [F(0), F(1), F(-1), F(8), F(-8), F(1)],
-        ],
-    ),
-}
-
-
-def transform_filter(g: np.ndarray, m: int) -> np.ndarray:
-    """``U = G g G^T`` of logical ``(K, C, 3, 3)`` filters: ``(K, C, A, A)``, computed in float64."""
-    G = np.array(TRANSFORMS[m][1], np.float64)
-    return np.einsum("ik,ockl,jl->ocij", G, np.asarray(g, np.float64), G).astype(np.float32)
-
 
 def _lin(row: Sequence[Fraction], terms: Sequence[str], add: str, sub: str, fma: str, set1: str) -> str:
     """C expression of ``sum row[k] * terms[k]`` with vector intrinsics (zeros dropped)."""
