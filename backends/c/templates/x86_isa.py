@@ -5,14 +5,23 @@ emitter (compiler flags) its templates render with. One table, read by the x86 b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from backends.c.emitter import CEmitter, X86Avx512Emitter
+from backends.c.templates.x86_amx_os import amx_permitted
 
 
 class X86Avx512VnniEmitter(X86Avx512Emitter):
     name = "x86-avx512vnni"
     cflags = (*X86Avx512Emitter.cflags, "-mavx512vnni")
+
+
+class X86AmxEmitter(X86Avx512VnniEmitter):
+    """AMX tiles; the kernels keep a VNNI path for a process the kernel refuses tile data."""
+
+    name = "x86-amx"
+    cflags = (*X86Avx512VnniEmitter.cflags, "-mamx-tile", "-mamx-int8", "-mamx-bf16")
 
 
 @dataclass(frozen=True)
@@ -22,6 +31,8 @@ class Extension:
     cpu_flags: frozenset[str]  # /proc/cpuinfo flags the code needs
     emitter: type[CEmitter]
     description: str
+    # what the operating system must allow beyond the CPU flags (asked by host_target only)
+    permitted: Callable[[], bool] = lambda: True
 
 
 EXTENSIONS: tuple[Extension, ...] = (
@@ -29,12 +40,19 @@ EXTENSIONS: tuple[Extension, ...] = (
         "vnni", "avx512vnni", frozenset({"avx512_vnni"}), X86Avx512VnniEmitter,
         "AVX512-VNNI int8 kernels (vpdpbusd)",
     ),
+    Extension(
+        "amx", "amx", frozenset({"amx_tile", "amx_int8", "avx512_vnni"}), X86AmxEmitter,
+        "AMX-INT8 tile convolutions (tdpbsud), a VNNI path where Linux refuses tile data; "
+        "+bf16: AMX-BF16 float32 convolutions (tdpbf16ps)",
+        amx_permitted,
+    ),
 )  # fmt: skip
 
 
 def extension_isas(features: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The extension ISAs a target's features add, most specific first."""
-    return tuple(e.isa for e in EXTENSIONS if e.feature in features)
+    """The extension ISAs a target's features add, most specific first (a later row builds on the
+    earlier ones: AMX kernels keep a VNNI path)."""
+    return tuple(e.isa for e in reversed(EXTENSIONS) if e.feature in features)
 
 
 def extension_cflags(isas: tuple[str, ...] | list[str]) -> tuple[str, ...]:
