@@ -96,8 +96,16 @@ def _ceil(a: int, b: int) -> int:
 
 
 class Conv2dQ8Amx(Template):
-    """Dense and grouped int8 NCHW convolution on AMX-INT8 tiles (the VNNI im2col as B tiles,
-    filters packed as A tiles), requantized in the work item's epilogue; VNNI path without AMX."""
+    """Dense and grouped int8 NCHW convolution on AMX-INT8 tiles, requantized in the work item's
+    epilogue; the same integers by VNNI where the process has no tile data.
+
+    Two ways to form the B tiles (``mode``): ``im2col``, the VNNI kernel's ``[K/4][P][4]`` matrix
+    (1x1 and strided convolutions, few channels), and ``direct`` for stride-1 convolutions with at
+    least 32 channels per group: the input is packed once, padded, as ``[C/4][H + 2ph][Wp][4]``
+    (channel quads interleaved, ``x + 128``), and a B tile for one filter tap and 64 channels is
+    read straight from it (16 quads at the plane stride, 16 pixels of one output row shifted by the
+    tap): no im2col, a ninth of the packing of a 3x3 convolution. There K runs tap-major
+    (``k = tap * Cp + c``, channels padded to 64) and a pixel block is 16 columns of one row."""
 
     family = "conv2d_q8_amx"
     isa = ISA
@@ -112,36 +120,50 @@ class Conv2dQ8Amx(Template):
         g = p["groups"]
         if g == p["ic"] == p["oc"] and g > 1:
             return None  # depthwise: no GEMM to tile (conv2d_dw_q8_x86)
-        kk = (p["ic"] // g) * p["fh"] * p["fw"]
-        if _ceil(kk, TILE_K) * 255 * 128 >= 2**30:
+        icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
+        direct = (p["sh"], p["sw"]) == (1, 1) and taps > 1 and icg >= 32
+        kk = icg * taps
+        kp = taps * _ceil(icg, TILE_K) if direct else _ceil(kk, TILE_K)
+        if kp * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
         biases = _bias_operands(p, operands, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
-        pixels, ocg = p["oh"] * p["ow"], p["oc"] // g
+        pixels = p["oh"] * p["ow"]
+        # pixel blocks of 16: runs of the flattened output (im2col) or 16 columns of one row (direct)
+        blocks = p["oh"] * -(-p["ow"] // 16) if direct else -(-pixels // 16)
         mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
-        nt_ = 2 if pixels > 16 else 1
-        p.update(k=kk, kp=_ceil(kk, TILE_K), pixels=pixels, mt=mt, ntile=nt_)
-        p.update(ocp=_ceil(ocg, TILE_ROWS * mt), ppad=_ceil(pixels, 16 * nt_))
+        ntile = 2 if blocks > 1 else 1
+        p.update(mode="direct" if direct else "im2col", k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
+        p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=_ceil(pixels, 16 * ntile))
+        if direct:
+            # the padded width holds every 16-column block shifted by the last tap
+            wp = _ceil(p["ow"], 16) + (p["fw"] - 1) * p["dw"]
+            p.update(cp=_ceil(icg, TILE_K), hp=p["ih"] + 2 * p["ph"], wp=wp)
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p)
 
     def workspace(self, p: dict[str, Any]) -> int:
-        return p["kp"] // 4 * p["ppad"] * 4
+        if p["mode"] == "direct":
+            return p["cp"] * p["hp"] * p["wp"]
+        return p["kp"] * p["ppad"]
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
         g, ocp, kp = p["groups"], p["ocp"], p["kp"]
-        ocg = p["oc"] // g
-        w = np.asarray(array).view(np.int8).reshape(g, ocg, p["k"])
+        ocg, icg, taps = p["oc"] // g, p["ic"] // g, p["fh"] * p["fw"]
+        w = np.asarray(array).view(np.int8).reshape(g, ocg, icg, taps)
         full = np.zeros((g, ocp, kp), np.int8)
-        full[:, :ocg, : p["k"]] = w
+        if p["mode"] == "direct":  # k = tap * Cp + c
+            full.reshape(g, ocp, taps, p["cp"])[:, :ocg, :, :icg] = w.transpose(0, 1, 3, 2)
+        else:  # k = (c * FH + r) * FW + s
+            full[:, :ocg, : p["k"]] = w.reshape(g, ocg, -1)
         # [G][OC/16][K/64][16][64]: one A tile (16 channels x 64 k) is 1 KiB of contiguous bytes
         tiles = full.reshape(g, ocp // TILE_ROWS, TILE_ROWS, kp // TILE_K, TILE_K).transpose(0, 1, 3, 2, 4)
-        return np.ascontiguousarray(tiles), "amx_a16x64"
+        return np.ascontiguousarray(tiles), f"amx_{p['mode']}_a16x64"
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
@@ -149,49 +171,85 @@ class Conv2dQ8Amx(Template):
             p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
         )
         icg, ocg = ic // g, oc // g
-        kk, kp, pixels, ppad = p["k"], p["kp"], p["pixels"], p["ppad"]
-        mt, ntl, ocp = p["mt"], p["ntile"], p["ocp"]
-        k4p, kb = kp // 4, kp // TILE_K
-        row = ppad * 4  # bytes between two k-quads of the packed activations (a B tile's stride)
-        ocb, pb = ocp // (TILE_ROWS * mt), ppad // (16 * ntl)
+        kk, kp, pixels = p["k"], p["kp"], p["pixels"]
+        mt, ntl, ocp, blocks = p["mt"], p["ntile"], p["ocp"], p["blocks"]
+        direct = p["mode"] == "direct"
+        kb = kp // TILE_K
+        ocb, pb = ocp // (TILE_ROWS * mt), -(-blocks // ntl)
         bw, bh = 16 * ntl, TILE_ROWS * mt  # a work item's pixels and channels
         otype = _out_ctype(p["out"])
-        pack = self._pack_activations(p, k4p, row)
+        if direct:
+            wp, plane, cbn = p["wp"], p["hp"] * p["wp"] * 4, p["cp"] // TILE_K
+            stride = plane  # bytes between two channel quads: a B tile's row stride
+            pack = self._pack_padded(p)
+            xblocks = -(-ow // 16)
+            tap_offsets = ", ".join(str((r * dh * wp + s * dw) * 4) for r in range(fh) for s in range(fw))
+            # block b: output row b / xblocks, columns from b % xblocks * 16; a block past the last
+            # (an odd count) computes block 0 again and stores nothing
+            blocks_c = " ".join(
+                f"const int b{j} = t / {ocb} * {ntl} + {j} < {blocks} ? t / {ocb} * {ntl} + {j} : 0;"
+                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
+                f" const uint8_t* xb{j} = xp + ((long)oy{j} * {wp} + ox{j}) * 4;"
+                f" const long out{j} = (long)oy{j} * {ow} + ox{j};"
+                f" const __mmask16 m{j} = t / {ocb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0;"
+                for j in range(ntl)
+            )
+            tap_table = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};"
+            koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * plane})"
+        else:
+            row = p["ppad"] * 4
+            stride = row  # bytes between two k-quads of the im2col matrix
+            pack = self._pack_im2col(p, kp // 4, row)
+            blocks_c = " ".join(
+                f"const uint8_t* xb{j} = xp + (long)(t / {ocb} * {bw} + {16 * j}) * 4;"
+                f" const long out{j} = t / {ocb} * {bw} + {16 * j};"
+                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - out{j});"
+                for j in range(ntl)
+            )
+            tap_table = ""
+            koff = f"(long)kt * {TILE_ROWS * row}"
         # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7
-        amx = "\n          ".join(
+        amx = "\n            ".join(
             [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
-            + [f"for (int kt = 0; kt < {kb}; ++kt) {{"]
+            + [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {koff};"]
             + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
                for i in range(mt)]
-            + [f"  _tile_loadd({6 + j}, xb + (long)kt * {TILE_ROWS * row} + {64 * j}, {row});"
-               for j in range(ntl)]
+            + [f"  _tile_loadd({6 + j}, xb{j} + ko, {stride});" for j in range(ntl)]
             + [f"  _tile_dpbsud({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
             + ["}"]
             + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
                for i in range(mt) for j in range(ntl)]
         )  # fmt: skip
         lanes = [f"c{r}" for r in range(TILE_ROWS)]
-        vnni = f"""for (int i = 0; i < {mt}; ++i)
-            for (int j = 0; j < {ntl}; ++j) {{
+        vnni_blocks = "\n".join(
+            f"""
+            for (int i = 0; i < {mt}; ++i) {{
               {" ".join(f"__m512i {c} = _mm512_setzero_si512();" for c in lanes)}
               const int8_t* a = wa + (long)i * {kb * TILE_BYTES};
-              for (int kq = 0; kq < {k4p}; ++kq) {{
-                const __m512i b = _mm512_loadu_si512((const void*)(xb + (long)kq * {row} + 64 * j));
-                const int32_t* ak = (const int32_t*)(a + (kq >> 4) * {TILE_BYTES} + (kq & 15) * 4);
-                {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
-                          for r, c in enumerate(lanes))}
+              for (int kt = 0; kt < {kb}; ++kt) {{
+                const uint8_t* bt = xb{j} + {koff};
+                const int8_t* at = a + (long)kt * {TILE_BYTES};
+                for (int q = 0; q < {TILE_ROWS}; ++q) {{
+                  const __m512i b = _mm512_loadu_si512((const void*)(bt + (long)q * {stride}));
+                  const int32_t* ak = (const int32_t*)(at + q * 4);
+                  {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
+                            for r, c in enumerate(lanes))}
+                }}
               }}
-              {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][16 * j], {c});"
+              {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
                         for r, c in enumerate(lanes))}
-            }}"""  # fmt: skip
+            }}"""
+            for j in range(ntl)
+        )  # fmt: skip
         fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
         stores = " ".join(
-            f"{{ __m512i t = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
-            f"{_vec_int_activation(p, 't')} "
-            f"{_epilogue(p, 't', 'fb', f'yo + p0 + {16 * j}', f'xm_q8_lanes({pixels} - p0 - {16 * j})')} }}"
+            f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
+            f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'm{j}')} }}"
             for j in range(ntl)
         )
         work = n * oc * pixels * kk
+        # a row of zero channels: the padding of the last channel quad
+        zero_len = iw if direct else pixels if (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) else 1
         return exact(f"""
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
@@ -199,8 +257,9 @@ static void {sym}({_kernel_args(p)}) {{
   {_bias_decls(p)}
   {otype}* y = ({otype}*)y_;
   uint8_t* xp = (uint8_t*)ws;
-  static const int8_t zero[{pixels if (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) else 1}];
+  static const int8_t zero[{zero_len}];
   (void)zero;
+  {tap_table}
   const int use_amx = xm_amx_ready();
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   {{
@@ -211,14 +270,13 @@ static void {sym}({_kernel_args(p)}) {{
         (void)xg;{pack}
         #pragma omp for schedule(static)
         for (int t = 0; t < {pb * ocb}; ++t) {{
-          const int p0 = t / {ocb} * {bw}, o0 = t % {ocb} * {bh};
-          const uint8_t* xb = xp + (long)p0 * 4;
+          const int o0 = t % {ocb} * {bh};
+          {blocks_c}
           const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
           int32_t acc[{bh}][{bw}] __attribute__((aligned(64)));
           if (use_amx) {{
-          {amx}
-          }} else {{
-            {vnni}
+            {amx}
+          }} else {{{vnni_blocks}
           }}
           for (int r = 0; r < {bh} && o0 + r < {ocg}; ++r) {{
             const int o = g * {ocg} + o0 + r;
@@ -235,7 +293,27 @@ static void {sym}({_kernel_args(p)}) {{
 """)
 
     @staticmethod
-    def _pack_activations(p: dict[str, Any], k4p: int, row: int) -> str:
+    def _pack_padded(p: dict[str, Any]) -> str:
+        """The direct mode's input: ``[Cp/4][H + 2ph][Wp][4]`` bytes ``x + 128``, the padding (rows,
+        columns, channels up to Cp) 128, a zero activation."""
+        ih, iw, ph, pw, hp, wp, cp = (p[k] for k in ("ih", "iw", "ph", "pw", "hp", "wp", "cp"))
+        icg = p["ic"] // p["groups"]
+        return f"""
+        #pragma omp for schedule(static)
+        for (int item = 0; item < {cp // 4 * hp}; ++item) {{
+          const int cq = item / {hp}, yy = item % {hp}, iy = yy - {ph};
+          uint8_t* dst = xp + (long)item * {wp * 4};
+          if ((unsigned)iy >= {ih}u || 4 * cq >= {icg}) {{ memset(dst, 0x80, {wp * 4}); continue; }}
+          const int8_t* r[4];
+          for (int j = 0; j < 4; ++j)
+            r[j] = 4 * cq + j < {icg} ? xg + ((long)(4 * cq + j) * {ih} + iy) * {iw} : zero;
+          memset(dst, 0x80, {pw * 4});
+          xm_q8_quad(dst + {pw * 4}, r[0], r[1], r[2], r[3], {iw});
+          memset(dst + {(pw + iw) * 4}, 0x80, {(wp - pw - iw) * 4});
+        }}"""
+
+    @staticmethod
+    def _pack_im2col(p: dict[str, Any], k4p: int, row: int) -> str:
         """The VNNI kernel's im2col (``[K/4][P][4]`` bytes ``x + 128``), over K padded to whole B tiles:
         the padding quads (zero filters) and pixels are 128, a zero activation."""
         ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
