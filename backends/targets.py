@@ -7,8 +7,7 @@ the table of architectures with the backend object of each.
     x86-avx512-nchw88    AVX-512 micro-kernels (16 output channels per register) on NCHW88
     x86-avx512-...-vnni  + AVX512-VNNI int8 kernels (plain NCHW int8 graphs); the host target names
                          every extension feature its CPU has (backends/c/templates/x86_isa.py)
-    x86-avx512-...-amx   + AMX-INT8 tile convolutions (VNNI path where Linux refuses tile data);
-                         +bf16: float32 convolutions on AMX-BF16 tiles (bf16 inputs, fp32 sums)
+    x86-avx512-...-amx   + AMX-INT8 tile convolutions (a VNNI path where Linux refuses tile data)
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:

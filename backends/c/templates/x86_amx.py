@@ -187,11 +187,11 @@ class Conv2dQ8Amx(Template):
             # block b: output row b / xblocks, columns from b % xblocks * 16; a block past the last
             # (an odd count) computes block 0 again and stores nothing
             blocks_c = " ".join(
-                f"const int b{j} = t / {ocb} * {ntl} + {j} < {blocks} ? t / {ocb} * {ntl} + {j} : 0;"
+                f"const int b{j} = t % {pb} * {ntl} + {j} < {blocks} ? t % {pb} * {ntl} + {j} : 0;"
                 f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
                 f" const uint8_t* xb{j} = xp + ((long)oy{j} * {wp} + ox{j}) * 4;"
                 f" const long out{j} = (long)oy{j} * {ow} + ox{j};"
-                f" const __mmask16 m{j} = t / {ocb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0;"
+                f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0;"
                 for j in range(ntl)
             )
             tap_table = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};"
@@ -201,8 +201,8 @@ class Conv2dQ8Amx(Template):
             stride = row  # bytes between two k-quads of the im2col matrix
             pack = self._pack_im2col(p, kp // 4, row)
             blocks_c = " ".join(
-                f"const uint8_t* xb{j} = xp + (long)(t / {ocb} * {bw} + {16 * j}) * 4;"
-                f" const long out{j} = t / {ocb} * {bw} + {16 * j};"
+                f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;"
+                f" const long out{j} = t % {pb} * {bw} + {16 * j};"
                 f" const __mmask16 m{j} = xm_q8_lanes({pixels} - out{j});"
                 for j in range(ntl)
             )
@@ -270,7 +270,7 @@ static void {sym}({_kernel_args(p)}) {{
         (void)xg;{pack}
         #pragma omp for schedule(static)
         for (int t = 0; t < {pb * ocb}; ++t) {{
-          const int o0 = t % {ocb} * {bh};
+          const int o0 = t / {pb} * {bh};  // channel blocks outer: a block's filters stay in cache
           {blocks_c}
           const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
           int32_t acc[{bh}][{bw}] __attribute__((aligned(64)));

@@ -21,7 +21,7 @@ class X86AmxEmitter(X86Avx512VnniEmitter):
     """AMX tiles; the kernels keep a VNNI path for a process the kernel refuses tile data."""
 
     name = "x86-amx"
-    cflags = (*X86Avx512VnniEmitter.cflags, "-mamx-tile", "-mamx-int8", "-mamx-bf16")
+    cflags = (*X86Avx512VnniEmitter.cflags, "-mamx-tile", "-mamx-int8")
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,7 @@ EXTENSIONS: tuple[Extension, ...] = (
     ),
     Extension(
         "amx", "amx", frozenset({"amx_tile", "amx_int8", "avx512_vnni"}), X86AmxEmitter,
-        "AMX-INT8 tile convolutions (tdpbsud), a VNNI path where Linux refuses tile data; "
-        "+bf16: AMX-BF16 float32 convolutions (tdpbf16ps)",
+        "AMX-INT8 tile convolutions (tdpbsud), a VNNI path where Linux refuses tile data",
         amx_permitted,
     ),
 )  # fmt: skip
