@@ -9,6 +9,7 @@ the table of architectures with the backend object of each.
                          every extension feature its CPU has (backends/c/templates/x86_isa.py)
     x86-avx512-fp16+ioc16  float16 storage and AVX512-FP16 arithmetic, plain NCHW (the fp16 feature alone
                          keeps float32; +ioc16 without it is an error)
+    x86-avx512-...-amx   + AMX-INT8 tile convolutions (a VNNI path where Linux refuses tile data)
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
@@ -115,13 +116,16 @@ def parse_target(text: str) -> Target:
 def host_target() -> Target:
     """The best x86 target this machine runs (from /proc/cpuinfo), or ``ref`` elsewhere: NCHW88 with
     AVX-512 micro-kernels where the CPU has AVX-512 (plus the extension features it has, e.g.
-    ``-vnni`` for the int8 kernels), else AVX2 with NCHW88 (``bench/bench_x86.py``
-    measures every x86 target; the blocked layout wins on ResNet-18 and MobileNetV2, plain NCHW with
-    AVX-512 GEMMs on ResNet-50 and ShuffleNetV2, so ``x86-avx512`` stays a target of its own)."""
+    ``-vnni`` for the int8 kernels, ``-amx`` where Linux also grants AMX tile data), else AVX2 with
+    NCHW88 (``bench/bench_x86.py`` measures every x86 target; the blocked layout wins on ResNet-18
+    and MobileNetV2, plain NCHW with AVX-512 GEMMs on ResNet-50 and ShuffleNetV2, so ``x86-avx512``
+    stays a target of its own)."""
     for text in ("x86-avx512-nchw88", "x86-avx2-nchw88"):
         if runs_here(parse_target(text)):
             if "avx512" in text:
-                text += "".join(f"-{e.feature}" for e in X86_EXTENSIONS if e.cpu_flags <= cpu_flags())
+                text += "".join(
+                    f"-{e.feature}" for e in X86_EXTENSIONS if e.cpu_flags <= cpu_flags() and e.permitted()
+                )
             return parse_target(text)
     return parse_target("ref")
 

@@ -21,7 +21,9 @@ thread count (issue 14's goal: at most 0.6x) and the output's relative L2 error 
 
 int8 (``--int8``, on by default): the float model is quantized post-training
 (``compiler.quantization.quantize`` with one calibration batch: the same graph, int8 convolutions)
-and compiled for the host target (its ``vnni`` feature selects the AVX512-VNNI kernels); the
+and compiled for the host target (its ``vnni`` feature selects the AVX512-VNNI kernels, ``amx``
+the AMX-INT8 tile convolutions where Linux grants tile data; then the ``vnni ms`` column is the same
+target without ``amx``, timed in the same interleaved rounds); the
 int8 table gives its latency against xmge's best float32 target at the same thread count, the
 outputs' exactness against the reference interpreter, and ONNX Runtime's int8 latency on a QDQ
 model that ``onnxruntime.quantization.quantize_static`` makes from the same float ONNX graph
@@ -210,17 +212,26 @@ def int8_report(
     from compiler.driver.targets import host_target
     from compiler.quantization import quantize
 
-    target = str(host_target())
+    host = host_target()
+    target = str(host)
+    # the amx column's baseline: the same target on the VNNI kernels
+    vnni_target = target.replace("-amx", "") if "amx" in host.features else None
     qnet = quantize(net, [x])
     first = compile(qnet, target, [x], threads=threads[0])
     models = {threads[0]: first}
     for t in threads[1:]:
         models[t] = compile(first._stages["tensor"], target, threads=t)  # type: ignore[arg-type]
+    vnni_models = {
+        t: compile(first._stages["tensor"], vnni_target, threads=t)  # type: ignore[arg-type]
+        for t in (threads if vnni_target else ())
+    }
     want = run_module(first._stages["tensor"], [x])[0]  # type: ignore[arg-type]
-    exact = all(np.array_equal(m(x), want) for m in models.values())
+    exact = all(np.array_equal(m(x), want) for m in (*models.values(), *vnni_models.values()))
     rows = []
     for t in threads:
         runners: dict[str, Any] = {"int8": lambda m=models[t]: m(x)}
+        if t in vnni_models:
+            runners["vnni"] = lambda m=vnni_models[t]: m(x)
         if ort is not None:
             try:
                 session, in_name = ort_qdq_session(ort, inference_clean_of(net, x), x, t)
@@ -229,8 +240,9 @@ def int8_report(
                 notes.append(f"{name}: ORT QDQ int8 model not made ({type(exc).__name__}: {exc})")
         ms = interleaved(runners, iters)
         q, f, o = ms["int8"], f32_best.get(t, math.nan), ms.get("ortq", math.nan)
+        v = ms.get("vnni", math.nan)
         rows.append(
-            f"{name:<14}{target:<26}{t:>4}{q:>9.2f}{f:>9.2f}{q / f:>9.2f}{o:>9.2f}{q / o:>7.2f}  "
+            f"{name:<14}{target:<30}{t:>4}{q:>9.2f}{v:>9.2f}{f:>9.2f}{q / f:>9.2f}{o:>9.2f}{q / o:>7.2f}  "
             + ("yes" if exact else "NO")
         )
     if first.times:
@@ -398,8 +410,8 @@ def main() -> None:  # noqa: C901 - one report
     print("\n".join(rows))
     if int8_rows:
         print(
-            f"\n{'model':<14}{'int8 target':<26}{'thr':>4}{'int8 ms':>9}{'f32 ms':>9}{'int8/f32':>9}"
-            f"{'ORT q ms':>9}{'x/ORTq':>7}  exact"
+            f"\n{'model':<14}{'int8 target':<30}{'thr':>4}{'int8 ms':>9}{'vnni ms':>9}{'f32 ms':>9}"
+            f"{'int8/f32':>9}{'ORT q ms':>9}{'x/ORTq':>7}  exact"
         )
         print("\n".join(int8_rows))
     if ioc16_rows:

@@ -8,7 +8,7 @@ element types never accept the same op, so their relative order only matters wit
   register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
   GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
   int8 180; NCHW float32 depthwise 110, GEMM 100;
-  NCHW int8: x86 depthwise 96, x86 dense 95, portable 90;
+  NCHW int8: x86 AMX dense 97 (x86_amx), x86 depthwise 96, x86 dense 95, portable 90;
   NCHW44 float Winograd 197 (neon_winograd: 3x3 stride 1 where its cost model beats the GEMM);
 * pooling: NCHW88 300, NCHW44 float16 210 (neon_fp16), NCHW44 200, NCHW float32 100, NCHW int8 x86
   95, portable 90;
@@ -45,6 +45,7 @@ from backends.c.templates import (
     portable,
     typed,
     winograd,
+    x86_amx,
     x86_fp16,
     x86_int8,
 )
@@ -63,6 +64,7 @@ KERNELS = KernelRegistry(
         *indexing.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
         *x86_fp16.KERNEL_UNITS,
+        *x86_amx.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,

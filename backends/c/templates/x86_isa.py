@@ -5,9 +5,11 @@ emitter (compiler flags) its templates render with. One table, read by the x86 b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from backends.c.emitter import CEmitter, X86Avx512Emitter
+from backends.c.templates.x86_amx_os import amx_permitted
 
 
 class X86Avx512VnniEmitter(X86Avx512Emitter):
@@ -20,6 +22,13 @@ class X86Avx512Fp16Emitter(X86Avx512Emitter):
     cflags = (*X86Avx512Emitter.cflags, "-mavx512fp16")
 
 
+class X86AmxEmitter(X86Avx512VnniEmitter):
+    """AMX tiles; the kernels keep a VNNI path for a process the kernel refuses tile data."""
+
+    name = "x86-amx"
+    cflags = (*X86Avx512VnniEmitter.cflags, "-mamx-tile", "-mamx-int8")
+
+
 @dataclass(frozen=True)
 class Extension:
     feature: str  # the target word (``x86-avx512-nchw88-vnni``)
@@ -27,6 +36,8 @@ class Extension:
     cpu_flags: frozenset[str]  # /proc/cpuinfo flags the code needs
     emitter: type[CEmitter]
     description: str
+    # what the operating system must allow beyond the CPU flags (asked by host_target only)
+    permitted: Callable[[], bool] = lambda: True
 
 
 EXTENSIONS: tuple[Extension, ...] = (
@@ -38,12 +49,18 @@ EXTENSIONS: tuple[Extension, ...] = (
         "fp16", "avx512fp16", frozenset({"avx512_fp16"}), X86Avx512Fp16Emitter,
         "AVX512-FP16 float16 kernels (vfmadd231ph) for +ioc16",
     ),
+    Extension(
+        "amx", "amx", frozenset({"amx_tile", "amx_int8", "avx512_vnni"}), X86AmxEmitter,
+        "AMX-INT8 tile convolutions (tdpbsud), a VNNI path where Linux refuses tile data",
+        amx_permitted,
+    ),
 )  # fmt: skip
 
 
 def extension_isas(features: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The extension ISAs a target's features add, most specific first."""
-    return tuple(e.isa for e in EXTENSIONS if e.feature in features)
+    """The extension ISAs a target's features add, most specific first (a later row builds on the
+    earlier ones: AMX kernels keep a VNNI path)."""
+    return tuple(e.isa for e in reversed(EXTENSIONS) if e.feature in features)
 
 
 def extension_cflags(isas: tuple[str, ...] | list[str]) -> tuple[str, ...]:

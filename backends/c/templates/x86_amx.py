@@ -1,0 +1,354 @@
+"""int8 convolutions on AMX tiles (ISA ``amx``, the ``amx`` feature of x86 targets), exact against
+:mod:`backends.reference.quant_kernels` like the AVX512-VNNI kernels they sit in front of.
+
+Dense, 1x1 and grouped NCHW convolutions are a GEMM ``acc[oc][pixel] = sum_k w[oc][k] * x[k][pixel]``
+on 16x16 int32 accumulator tiles. The activations are packed exactly as the VNNI kernel packs them
+(``backends/c/templates/x86_int8.py``): the im2col matrix ``[K/4][P][4]`` as ``x + 128``, which is
+already AMX's B-tile layout (a tile row holds four consecutive k of 16 pixels); ``tdpbsud`` multiplies
+signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
+``-128 * sum(w)`` as the VNNI one does. Filters are packed at compile time as A tiles,
+``[G][OC/16][K/64][16 channels][64 k]`` (zero-padded), so one tile load is 1 KiB of contiguous bytes.
+A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
+eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
+(``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the output
+stays NCHW.
+
+Linux hands out AMX tile data only on request: ``xm_amx_ready`` asks once per model
+(``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and caches the answer; where it is refused
+(or ``XMGE_AMX=0``) every kernel computes the same integer block with ``vpdpbusd`` on the same packed
+operands, so both paths give the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from backends.c.templates import Template
+from backends.c.templates.requant import REQUANT_C, exact, post_processed
+from backends.c.templates.typed import Conv2dQ8
+from backends.c.templates.x86_amx_os import AMX_ENV
+from backends.c.templates.x86_int8 import (
+    PARALLEL_WORK,
+    SUPPORT,
+    _bias_decls,
+    _bias_operands,
+    _conv_q8,
+    _epilogue,
+    _kernel_args,
+    _out_ctype,
+    _vec_int_activation,
+)
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+ISA = "amx"
+TILE_ROWS = 16  # rows of every tile: channels (A, accumulators) or groups of four k (B)
+TILE_K = 64  # bytes of a tile row: k per A row, 16 pixels x 4 k per B row
+TILE_BYTES = TILE_ROWS * TILE_K
+
+AMX_SUPPORT = rf"""
+#ifndef XM_AMX_SUPPORT
+#define XM_AMX_SUPPORT
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* Linux grants AMX tile data (XFEATURE_XTILEDATA, 18) only to a process that asks with
+   arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023); a tile instruction before that is SIGILL. Asked once
+   (the answer is cached; asking twice is harmless, so a race costs nothing); {AMX_ENV}=0 refuses. */
+static int xm_amx_state; /* 0: not asked yet, 1: granted, -1: refused */
+static int xm_amx_ready(void) {{
+  int state = __atomic_load_n(&xm_amx_state, __ATOMIC_ACQUIRE);
+  if (state == 0) {{
+    const char* env = getenv("{AMX_ENV}");
+    const int off = env && (!strcmp(env, "0") || !strcmp(env, "off") || !strcmp(env, "no") ||
+                            !strcmp(env, "false"));
+    state = !off && syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
+    __atomic_store_n(&xm_amx_state, state, __ATOMIC_RELEASE);
+  }}
+  return state > 0;
+}}
+/* palette 1, all eight tiles {TILE_ROWS} rows of {TILE_K} bytes (tile state is per thread) */
+typedef struct {{
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+}} xm_amx_config_t;
+static inline void xm_amx_configure(void) {{
+  xm_amx_config_t c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int i = 0; i < 8; ++i) {{ c.colsb[i] = {TILE_K}; c.rows[i] = {TILE_ROWS}; }}
+  _tile_loadconfig(&c);
+}}
+#endif
+"""
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+class Conv2dQ8Amx(Template):
+    """Dense and grouped int8 NCHW convolution on AMX-INT8 tiles, requantized in the work item's
+    epilogue; the same integers by VNNI where the process has no tile data.
+
+    Two ways to form the B tiles (``mode``): ``im2col``, the VNNI kernel's ``[K/4][P][4]`` matrix
+    (1x1 and strided convolutions, few channels), and ``direct`` for stride-1 convolutions with at
+    least 32 channels per group: the input is packed once, padded, as ``[C/4][H + 2ph][Wp][4]``
+    (channel quads interleaved, ``x + 128``), and a B tile for one filter tap and 64 channels is
+    read straight from it (16 quads at the plane stride, 16 pixels of one output row shifted by the
+    tap): no im2col, a ninth of the packing of a 3x3 convolution. There K runs tap-major
+    (``k = tap * Cp + c``, channels padded to 64) and a pixel block is 16 columns of one row."""
+
+    family = "conv2d_q8_amx"
+    isa = ISA
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 97  # ahead of the VNNI conv2d_q8_x86 (95) and its depthwise (96, which this declines)
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = _conv_q8(op)
+        if got is None:
+            return None
+        p, operands, wv = got
+        g = p["groups"]
+        if g == p["ic"] == p["oc"] and g > 1:
+            return None  # depthwise: no GEMM to tile (conv2d_dw_q8_x86)
+        icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
+        direct = (p["sh"], p["sw"]) == (1, 1) and taps > 1 and icg >= 32
+        kk = icg * taps
+        kp = taps * _ceil(icg, TILE_K) if direct else _ceil(kk, TILE_K)
+        if kp * 255 * 128 >= 2**30:
+            return None  # the unsigned-offset accumulator could leave int32
+        biases = _bias_operands(p, operands, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
+        if biases is None:
+            return None
+        pixels = p["oh"] * p["ow"]
+        # pixel blocks of 16: runs of the flattened output (im2col) or 16 columns of one row (direct)
+        blocks = p["oh"] * -(-p["ow"] // 16) if direct else -(-pixels // 16)
+        mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
+        ntile = 2 if blocks > 1 else 1
+        p.update(mode="direct" if direct else "im2col", k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
+        p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=_ceil(pixels, 16 * ntile))
+        if direct:
+            # the padded width holds every 16-column block shifted by the last tap
+            wp = _ceil(p["ow"], 16) + (p["fw"] - 1) * p["dw"]
+            p.update(cp=_ceil(icg, TILE_K), hp=p["ih"] + 2 * p["ph"], wp=wp)
+        return Lowered(p, [operands[0], operands[1], *biases])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        if p["mode"] == "direct":
+            return p["cp"] * p["hp"] * p["wp"]
+        return p["kp"] * p["ppad"]
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        g, ocp, kp = p["groups"], p["ocp"], p["kp"]
+        ocg, icg, taps = p["oc"] // g, p["ic"] // g, p["fh"] * p["fw"]
+        w = np.asarray(array).view(np.int8).reshape(g, ocg, icg, taps)
+        full = np.zeros((g, ocp, kp), np.int8)
+        if p["mode"] == "direct":  # k = tap * Cp + c
+            full.reshape(g, ocp, taps, p["cp"])[:, :ocg, :, :icg] = w.transpose(0, 1, 3, 2)
+        else:  # k = (c * FH + r) * FW + s
+            full[:, :ocg, : p["k"]] = w.reshape(g, ocg, -1)
+        # [G][OC/16][K/64][16][64]: one A tile (16 channels x 64 k) is 1 KiB of contiguous bytes
+        tiles = full.reshape(g, ocp // TILE_ROWS, TILE_ROWS, kp // TILE_K, TILE_K).transpose(0, 1, 3, 2, 4)
+        return np.ascontiguousarray(tiles), f"amx_{p['mode']}_a16x64"
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw, dh, dw, g = (
+            p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
+        )
+        icg, ocg = ic // g, oc // g
+        kk, kp, pixels = p["k"], p["kp"], p["pixels"]
+        mt, ntl, ocp, blocks = p["mt"], p["ntile"], p["ocp"], p["blocks"]
+        direct = p["mode"] == "direct"
+        kb = kp // TILE_K
+        ocb, pb = ocp // (TILE_ROWS * mt), -(-blocks // ntl)
+        bw, bh = 16 * ntl, TILE_ROWS * mt  # a work item's pixels and channels
+        otype = _out_ctype(p["out"])
+        if direct:
+            wp, plane, cbn = p["wp"], p["hp"] * p["wp"] * 4, p["cp"] // TILE_K
+            stride = plane  # bytes between two channel quads: a B tile's row stride
+            pack = self._pack_padded(p)
+            xblocks = -(-ow // 16)
+            tap_offsets = ", ".join(str((r * dh * wp + s * dw) * 4) for r in range(fh) for s in range(fw))
+            # block b: output row b / xblocks, columns from b % xblocks * 16; a block past the last
+            # (an odd count) computes block 0 again and stores nothing
+            blocks_c = " ".join(
+                f"const int b{j} = t % {pb} * {ntl} + {j} < {blocks} ? t % {pb} * {ntl} + {j} : 0;"
+                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
+                f" const uint8_t* xb{j} = xp + ((long)oy{j} * {wp} + ox{j}) * 4;"
+                f" const long out{j} = (long)oy{j} * {ow} + ox{j};"
+                f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0;"
+                for j in range(ntl)
+            )
+            tap_table = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};"
+            koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * plane})"
+        else:
+            row = p["ppad"] * 4
+            stride = row  # bytes between two k-quads of the im2col matrix
+            pack = self._pack_im2col(p, kp // 4, row)
+            blocks_c = " ".join(
+                f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;"
+                f" const long out{j} = t % {pb} * {bw} + {16 * j};"
+                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - out{j});"
+                for j in range(ntl)
+            )
+            tap_table = ""
+            koff = f"(long)kt * {TILE_ROWS * row}"
+        # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7
+        amx = "\n            ".join(
+            [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
+            + [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {koff};"]
+            + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
+               for i in range(mt)]
+            + [f"  _tile_loadd({6 + j}, xb{j} + ko, {stride});" for j in range(ntl)]
+            + [f"  _tile_dpbsud({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
+            + ["}"]
+            + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
+               for i in range(mt) for j in range(ntl)]
+        )  # fmt: skip
+        lanes = [f"c{r}" for r in range(TILE_ROWS)]
+        vnni_blocks = "\n".join(
+            f"""
+            for (int i = 0; i < {mt}; ++i) {{
+              {" ".join(f"__m512i {c} = _mm512_setzero_si512();" for c in lanes)}
+              const int8_t* a = wa + (long)i * {kb * TILE_BYTES};
+              for (int kt = 0; kt < {kb}; ++kt) {{
+                const uint8_t* bt = xb{j} + {koff};
+                const int8_t* at = a + (long)kt * {TILE_BYTES};
+                for (int q = 0; q < {TILE_ROWS}; ++q) {{
+                  const __m512i b = _mm512_loadu_si512((const void*)(bt + (long)q * {stride}));
+                  const int32_t* ak = (const int32_t*)(at + q * 4);
+                  {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
+                            for r, c in enumerate(lanes))}
+                }}
+              }}
+              {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
+                        for r, c in enumerate(lanes))}
+            }}"""
+            for j in range(ntl)
+        )  # fmt: skip
+        fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
+        stores = " ".join(
+            f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
+            f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'm{j}')} }}"
+            for j in range(ntl)
+        )
+        work = n * oc * pixels * kk
+        # a row of zero channels: the padding of the last channel quad
+        zero_len = iw if direct else pixels if (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) else 1
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int8_t* wpk = (const int8_t*)w_;
+  {_bias_decls(p)}
+  {otype}* y = ({otype}*)y_;
+  uint8_t* xp = (uint8_t*)ws;
+  static const int8_t zero[{zero_len}];
+  (void)zero;
+  {tap_table}
+  const int use_amx = xm_amx_ready();
+  #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
+  {{
+    if (use_amx) xm_amx_configure();
+    for (int nn = 0; nn < {n}; ++nn)
+      for (int g = 0; g < {g}; ++g) {{
+        const int8_t* xg = x + ((long)nn * {ic} + (long)g * {icg}) * {ih * iw};
+        (void)xg;{pack}
+        #pragma omp for schedule(static)
+        for (int t = 0; t < {pb * ocb}; ++t) {{
+          const int o0 = t / {pb} * {bh};  // channel blocks outer: a block's filters stay in cache
+          {blocks_c}
+          const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
+          int32_t acc[{bh}][{bw}] __attribute__((aligned(64)));
+          if (use_amx) {{
+            {amx}
+          }} else {{{vnni_blocks}
+          }}
+          for (int r = 0; r < {bh} && o0 + r < {ocg}; ++r) {{
+            const int o = g * {ocg} + o0 + r;
+            const __m512i bv = _mm512_set1_epi32(bias[o]);
+            const float fb = {fb}; (void)fb;
+            {otype}* yo = y + ((long)nn * {oc} + o) * {pixels};
+            {stores}
+          }}
+        }}
+      }}
+    if (use_amx) _tile_release();
+  }}
+}}
+""")
+
+    @staticmethod
+    def _pack_padded(p: dict[str, Any]) -> str:
+        """The direct mode's input: ``[Cp/4][H + 2ph][Wp][4]`` bytes ``x + 128``, the padding (rows,
+        columns, channels up to Cp) 128, a zero activation."""
+        ih, iw, ph, pw, hp, wp, cp = (p[k] for k in ("ih", "iw", "ph", "pw", "hp", "wp", "cp"))
+        icg = p["ic"] // p["groups"]
+        return f"""
+        #pragma omp for schedule(static)
+        for (int item = 0; item < {cp // 4 * hp}; ++item) {{
+          const int cq = item / {hp}, yy = item % {hp}, iy = yy - {ph};
+          uint8_t* dst = xp + (long)item * {wp * 4};
+          if ((unsigned)iy >= {ih}u || 4 * cq >= {icg}) {{ memset(dst, 0x80, {wp * 4}); continue; }}
+          const int8_t* r[4];
+          for (int j = 0; j < 4; ++j)
+            r[j] = 4 * cq + j < {icg} ? xg + ((long)(4 * cq + j) * {ih} + iy) * {iw} : zero;
+          memset(dst, 0x80, {pw * 4});
+          xm_q8_quad(dst + {pw * 4}, r[0], r[1], r[2], r[3], {iw});
+          memset(dst + {(pw + iw) * 4}, 0x80, {(wp - pw - iw) * 4});
+        }}"""
+
+    @staticmethod
+    def _pack_im2col(p: dict[str, Any], k4p: int, row: int) -> str:
+        """The VNNI kernel's im2col (``[K/4][P][4]`` bytes ``x + 128``), over K padded to whole B tiles:
+        the padding quads (zero filters) and pixels are 128, a zero activation."""
+        ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
+        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+        kk, pixels, ppad = p["k"], p["pixels"], p["ppad"]
+        if (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+            return f"""
+        #pragma omp for schedule(static)
+        for (int kq = 0; kq < {k4p}; ++kq) {{
+          const int8_t* r[4];
+          for (int j = 0; j < 4; ++j) r[j] = 4 * kq + j < {kk} ? xg + (long)(4 * kq + j) * {pixels} : zero;
+          xm_q8_quad(xp + (long)kq * {row}, r[0], r[1], r[2], r[3], {pixels});
+          memset(xp + (long)kq * {row} + {pixels * 4}, 0x80, {(ppad - pixels) * 4});
+        }}"""
+        return f"""
+        #pragma omp for schedule(static)
+        for (int item = 0; item < {k4p * oh}; ++item) {{
+          const int kq = item / {oh}, oy = item % {oh};
+          int8_t rows[4][{ow}];
+          for (int j = 0; j < 4; ++j) {{
+            const int k = 4 * kq + j;
+            const int c = k / {fh * fw}, r = k / {fw} % {fh}, s = k % {fw};
+            const int iy = oy * {sh} - {ph} + r * {dh};
+            if (k >= {kk} || (unsigned)iy >= {ih}u) memset(rows[j], 0, {ow});
+            else xm_q8_row(rows[j], xg + ((long)c * {ih} + iy) * {iw}, {ow}, s * {dw} - {pw}, {sw}, {iw});
+          }}
+          uint8_t* dst = xp + (long)kq * {row} + (long)oy * {ow * 4};
+          xm_q8_quad(dst, rows[0], rows[1], rows[2], rows[3], {ow});
+          if (oy == {oh - 1}) memset(dst + {ow * 4}, 0x80, {(ppad - pixels) * 4});
+        }}"""
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C + SUPPORT + AMX_SUPPORT
+
+
+KERNEL_UNITS = (Conv2dQ8Amx(),)
+
+__all__ = ["ISA", "KERNEL_UNITS"]

@@ -1,0 +1,182 @@
+"""The AMX-INT8 convolutions (``backends/c/templates/x86_amx.py``) exactly against the reference
+interpreter: both ways of forming B tiles (the im2col matrix; the padded input read per filter tap)
+on odd shapes (channel counts that fill no tile, rows that fill no 16-column block, K that fills no
+64-byte tile row, an odd number of pixel blocks), groups, dilation, batches, on one and two threads;
+the same bytes from the VNNI path a process takes when Linux refuses it tile data (forced with
+``XMGE_AMX=0``), and under ASan/UBSan. Skipped with the reason where the CPU lacks AMX-INT8."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import compiler.functional as F
+from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
+from backends.reference import run_module
+from backends.reference.quant_kernels import quantize
+from compiler import dtype as D
+from compiler.tensor import Tensor
+from tests.codegen_util import compile_fn, require
+
+TARGET = "x86-avx512-vnni-amx"
+
+# name, input (N, C, H, W), OC, kernel, stride, padding, dilation, groups, B-tile mode
+CASES = [
+    ("direct3x3_odd", (1, 37, 9, 21), 19, 3, 1, 1, 1, 1, "direct"),
+    ("direct3x3_wide_oc", (2, 64, 7, 33), 40, 3, 1, 1, 1, 1, "direct"),
+    ("direct5x5_dilated", (1, 70, 11, 12), 33, 5, 1, 4, 2, 1, "direct"),
+    ("direct_group2_nopad", (1, 66, 8, 18), 34, 3, 1, 0, 1, 2, "direct"),
+    ("im2col3x3_few_channels", (1, 13, 9, 11), 19, 3, 1, 1, 1, 1, "im2col"),
+    ("im2col7x7_s2", (1, 3, 23, 21), 17, 7, 2, 3, 1, 1, "im2col"),
+    ("pointwise_n2", (2, 70, 5, 7), 35, 1, 1, 0, 1, 1, "im2col"),
+    ("pointwise_s2", (1, 40, 9, 9), 6, 1, 2, 0, 1, 1, "im2col"),
+    ("im2col3x3_s2_group3", (1, 48, 13, 10), 33, 3, 2, 1, 1, 3, "im2col"),
+]
+
+
+def require_amx() -> None:
+    require(TARGET)
+    if not amx_permitted():
+        pytest.skip(
+            "Linux refuses this process AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM) or XMGE_AMX=0: "
+            "only the VNNI path runs here (test_vnni_path_gives_the_same_bytes covers it)"
+        )
+
+
+def amx_model(rng: np.random.Generator) -> Callable[..., Any]:
+    sx = 1 / 40
+    params = []
+    for _, (_, ic, _, _), oc, k, *_rest, g, _mode in CASES:
+        shape = (oc, ic, k, k) if g == 1 else (g, oc // g, ic // g, k, k)
+        w = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        sw = float(np.abs(w).max()) / 127
+        b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
+        params.append((
+            Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw)),
+            Tensor(quantize(b, D.qint32(np.float32(sx) * np.float32(sw))), dtype=D.qint32(float(sx * sw))),
+        ))  # fmt: skip
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, _, _, s, p, d, g, _), x, (wq, bq)) in enumerate(zip(CASES, xs, params, strict=True)):
+            xq = x.astype(D.qint8(sx))
+            if i % 3 == 2:  # no bias, identity: the accumulator times s_acc / s_out
+                y = F.quantized.conv_bias_activation(
+                    xq, wq, None, dtype=D.qint8(0.3), stride=s, padding=p, dilation=d, groups=g
+                )
+            else:  # bias, RELU or identity: the float post-process
+                y = F.quantized.conv_bias_activation(
+                    xq, wq, bq, dtype=D.qint8(0.05 + 0.01 * i), stride=s, padding=p, dilation=d, groups=g,
+                    nonlinear_mode="relu" if i % 3 == 0 else "identity",
+                )  # fmt: skip
+            outs.append(y.astype("float32"))
+        return tuple(outs)
+
+    return f
+
+
+def _families(compiled: Any) -> set[tuple[str, str]]:
+    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[Callable[..., Any], list[np.ndarray]]:
+    rng = np.random.default_rng(14)
+    fn = amx_model(rng)
+    # values beyond the int8 range saturate on input: -128 and 127 are exercised
+    return fn, [(rng.standard_normal(c[1]) * 2).astype(np.float32) for c in CASES]
+
+
+def _check(got: list[np.ndarray], want: list[np.ndarray], what: str) -> None:
+    for (name, *_), g, w in zip(CASES, got, want, strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=f"{name} ({what})")
+        assert np.abs(w).max() > 0, name
+
+
+def test_amx_tiles_cover_both_modes(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
+    """Every case is an AMX convolution, in the B-tile mode the table names (no case silently falls to
+    the VNNI or portable kernel), and the library holds the tile instructions."""
+    require(TARGET)
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET)
+    kinds = _families(compiled)
+    assert ("conv2d_q8_amx", "amx") in kinds, sorted(kinds)
+    assert not {f for f, _ in kinds} & {"conv2d_q8_x86", "conv2d_q8"}, sorted(kinds)
+    modes = re.findall(r'"conv2d_q8_amx" \["amx"\] \{[^}]*mode = "(\w+)"', compiled.ir("kernel-plan-memory"))
+    assert sorted(modes) == sorted(c[-1] for c in CASES), modes
+    disassembly = subprocess.run(["objdump", "-d", compiled.build.library], capture_output=True, text=True)
+    for instruction in ("ldtilecfg", "tdpbsud", "tilestored", "tilerelease"):
+        assert instruction in disassembly.stdout, instruction
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_int8_convolutions_exact(
+    model: tuple[Callable[..., Any], list[np.ndarray]], threads: int
+) -> None:
+    require_amx()
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET, threads=threads)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    _check(compiled.run(inputs), want, f"AMX, {threads} thread(s)")
+
+
+def test_vnni_path_gives_the_same_bytes(
+    model: tuple[Callable[..., Any], list[np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path a process without tile data takes (the model asks Linux once; ``XMGE_AMX=0`` makes
+    it take the refusal) computes the same integers on the same packed operands: the same outputs."""
+    require(TARGET)
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET, threads=2)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    monkeypatch.setenv(AMX_ENV, "0")  # the runner is a new process: it reads the variable afresh
+    _check(compiled.run_runner(inputs), want, "VNNI path")
+    assert not amx_permitted()
+
+
+def test_amx_int8_convolutions_sanitized(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
+    require_amx()
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, TARGET)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    _check(compiled.run_runner(inputs, sanitize=True), want, "ASan/UBSan")
+
+
+def test_amx_tie_heavy_model_bit_exact() -> None:
+    """tests/test_int8_kernels_exact.py's model, whose data sit on rounding ties, with its dense
+    convolutions on AMX tiles: every int8 value equals the reference's."""
+    from tests.test_int8_kernels_exact import _inputs, _params
+    from tests.test_int8_kernels_exact import int8_model as tie_model
+
+    require_amx()
+    rng = np.random.default_rng(8)
+    params, inputs = _params(rng), _inputs(rng)
+    compiled = compile_fn(tie_model(params), inputs, TARGET, threads=2)
+    assert ("conv2d_q8_amx", "amx") in _families(compiled)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    for i, (g, w) in enumerate(zip(compiled.run(inputs), want, strict=True)):
+        np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"output {i}")
+
+
+def test_amx_target_words() -> None:
+    from backends.targets import TargetError, parse_target
+
+    assert parse_target("x86-avx512-vnni-amx").isas[:2] == ("amx", "avx512vnni")
+    assert parse_target("x86-avx512-nchw88-amx").isas[0] == "amx"
+    with pytest.raises(TargetError, match="avx512"):
+        parse_target("x86-avx2-amx")
+
+
+def test_host_target_names_amx_only_when_permitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from backends.targets import cpu_flags, host_target
+
+    if not {"amx_tile", "amx_int8", "avx512_vnni"} <= cpu_flags():
+        pytest.skip("this CPU has no AMX-INT8")
+    assert ("amx" in host_target().features) == amx_permitted()
+    monkeypatch.setenv(AMX_ENV, "0")
+    assert "amx" not in host_target().features
