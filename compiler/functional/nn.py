@@ -101,6 +101,21 @@ def _mode(label: str, enum: type[Any], value: str, what: str) -> Any:
         raise op_error(label, f"unknown {what} {value!r}") from None
 
 
+def _add_channel_bias(label: str, out: Tensor, bias: Tensor | None) -> Tensor:
+    """``out`` plus one bias value per channel (axis 1); the bias is (OC,) or (1, OC, 1, ...)."""
+    if bias is None:
+        return out
+    bias = as_tensor(bias)
+    oc = out.shape[1]
+    shape = (1, oc) + (1,) * (out.ndim - 2)
+    if bias.size != oc:
+        raise op_error(label, f"bias has shape {bias.shape}, expected {shape} for {oc} output channels")
+    if bias.shape != shape:
+        # a (OC,) bias would otherwise broadcast along the last axis
+        bias = reshape(bias, shape)
+    return _elemwise("ADD", out, bias, label=f"{label} bias")
+
+
 def conv2d(
     inp: Tensor,
     weight: Tensor,
@@ -132,18 +147,7 @@ def conv2d(
         mode=mode,
         compute_mode=cmode,
     )
-    if bias is not None:
-        bias = as_tensor(bias)
-        oc = out.shape[1]
-        if bias.size != oc:
-            raise op_error(
-                "conv2d", f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} output channels"
-            )
-        if bias.shape != (1, oc, 1, 1):
-            # a (OC,) bias would otherwise broadcast along the width axis
-            bias = reshape(bias, (1, oc, 1, 1))
-        out = _elemwise("ADD", out, bias, label="conv2d bias")
-    return out
+    return _add_channel_bias("conv2d", out, bias)
 
 
 def conv_transpose2d(
@@ -181,13 +185,7 @@ def conv_transpose2d(
         sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
         compute_mode=cmode,
     )
-    if bias is not None:
-        bias = as_tensor(bias)
-        oc = out.shape[1]
-        if bias.size != oc:
-            raise op_error(label, f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} channels")
-        out = _elemwise("ADD", out, reshape(bias, (1, oc, 1, 1)), label=f"{label} bias")
-    return out
+    return _add_channel_bias(label, out, bias)
 
 
 def layer_norm(
@@ -271,14 +269,7 @@ def conv1d(
         expand_dims(inp, 3), expand_dims(weight, 3), None, (stride, 1), (padding, 0), (dilation, 1), groups,
         conv_mode, compute_mode,
     )  # fmt: skip
-    out = squeeze(out, 3)
-    if bias is not None:
-        bias = as_tensor(bias)
-        oc = out.shape[1]
-        if bias.size != oc:
-            raise op_error("conv1d", f"bias has shape {bias.shape}, expected (1, {oc}, 1)")
-        out = _elemwise("ADD", out, reshape(bias, (1, oc, 1)), label="conv1d bias")
-    return out
+    return _add_channel_bias("conv1d", squeeze(out, 3), bias)
 
 
 def group_norm(
