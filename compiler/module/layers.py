@@ -25,6 +25,18 @@ def _uniform(shape: Sequence[int], bound: float) -> Parameter:
     return Parameter(generator().uniform(-bound, bound, size=tuple(shape)).astype(np.float32))
 
 
+# what a Conv2d is built from besides its bias flag: the float -> QAT -> quantized conversions copy these
+_CONV2D_HYPERPARAMETERS = (
+    "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "conv_mode",
+    "compute_mode",
+)  # fmt: skip
+
+
+def _conv2d_hyperparameters(conv: Any) -> dict[str, Any]:
+    """The constructor arguments (but ``bias``) that rebuild ``conv``, a Conv2d of any flavour."""
+    return {name: getattr(conv, name) for name in _CONV2D_HYPERPARAMETERS}
+
+
 class _ConvNd(Module):
     """What Conv2d and ConvTranspose2d share: hyper-parameters, the group check, the weight (its two
     channel axes in the order the op reads them) and the (1, OC, 1, 1) bias."""

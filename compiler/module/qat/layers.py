@@ -21,18 +21,7 @@ from compiler.tensor import Tensor
 
 
 def _conv_args(m: Any) -> dict[str, Any]:
-    return {
-        "in_channels": m.in_channels,
-        "out_channels": m.out_channels,
-        "kernel_size": m.kernel_size,
-        "stride": m.stride,
-        "padding": m.padding,
-        "dilation": m.dilation,
-        "groups": m.groups,
-        "bias": m.bias is not None,
-        "conv_mode": m.conv_mode,
-        "compute_mode": m.compute_mode,
-    }
+    return {**_layers._conv2d_hyperparameters(m), "bias": m.bias is not None}
 
 
 class Conv2d(_layers.Conv2d, QATModule):

@@ -13,6 +13,7 @@ import numpy as np
 import compiler.dtype as D
 import compiler.functional as F
 from compiler.core import op_error
+from compiler.module.layers import _conv2d_hyperparameters
 from compiler.module.module import Module
 from compiler.module.quantized.module import QuantizedModule
 from compiler.tensor import Parameter, Tensor
@@ -76,10 +77,8 @@ class Conv2d(QuantizedModule):
     @classmethod
     def _from_conv(cls, qat_module: Any, conv: Any, weight: Tensor, bias: Tensor | None) -> Conv2d:
         q = cls(
-            conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
-            conv.groups, conv.conv_mode, conv.compute_mode, dtype=qat_module.get_activation_dtype(),
-            name=qat_module.name,
-        )  # fmt: skip
+            **_conv2d_hyperparameters(conv), dtype=qat_module.get_activation_dtype(), name=qat_module.name
+        )
         q.weight = _quantized_param(weight.astype(qat_module.get_weight_dtype()))
         bias_value = np.zeros((1, conv.out_channels, 1, 1), np.float32) if bias is None else bias.numpy()
         q.bias = Parameter(np.asarray(bias_value, np.float32).reshape(1, conv.out_channels, 1, 1))
