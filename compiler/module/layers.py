@@ -25,15 +25,18 @@ def _uniform(shape: Sequence[int], bound: float) -> Parameter:
     return Parameter(generator().uniform(-bound, bound, size=tuple(shape)).astype(np.float32))
 
 
-# what a Conv2d is built from besides its bias flag: the float -> QAT -> quantized conversions copy these
-_CONV2D_HYPERPARAMETERS = (
-    "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "conv_mode",
-    "compute_mode",
-)  # fmt: skip
+# what a Conv2d of any flavour (float, QAT, quantized) passes to its convolution op, by keyword
+_CONV2D_OP_PARAMETERS = ("stride", "padding", "dilation", "groups", "conv_mode", "compute_mode")
+# what it is built from besides its bias flag: the float -> QAT -> quantized conversions copy these
+_CONV2D_HYPERPARAMETERS = ("in_channels", "out_channels", "kernel_size", *_CONV2D_OP_PARAMETERS)
+
+
+def _conv2d_op_args(conv: Any) -> dict[str, Any]:
+    return {name: getattr(conv, name) for name in _CONV2D_OP_PARAMETERS}
 
 
 def _conv2d_hyperparameters(conv: Any) -> dict[str, Any]:
-    """The constructor arguments (but ``bias``) that rebuild ``conv``, a Conv2d of any flavour."""
+    """The constructor arguments (but ``bias``) that rebuild ``conv``."""
     return {name: getattr(conv, name) for name in _CONV2D_HYPERPARAMETERS}
 
 
@@ -107,17 +110,7 @@ class Conv2d(_ConvNd):
         )  # fmt: skip
 
     def forward(self, inp: Tensor) -> Tensor:
-        return F.conv2d(
-            inp,
-            self.weight,
-            self.bias,
-            self.stride,
-            self.padding,
-            self.dilation,
-            self.groups,
-            self.conv_mode,
-            self.compute_mode,
-        )
+        return F.conv2d(inp, self.weight, self.bias, **_conv2d_op_args(self))
 
 
 class ConvTranspose2d(_ConvNd):

@@ -13,7 +13,7 @@ import numpy as np
 import compiler.dtype as D
 import compiler.functional as F
 from compiler.core import op_error
-from compiler.module.layers import _conv2d_hyperparameters
+from compiler.module.layers import _conv2d_hyperparameters, _conv2d_op_args
 from compiler.module.module import Module
 from compiler.module.quantized.module import QuantizedModule
 from compiler.tensor import Parameter, Tensor
@@ -57,18 +57,9 @@ class Conv2d(QuantizedModule):
     def calc_conv_quantized(self, inp: Tensor, nonlinear_mode: str = "identity") -> Tensor:
         assert self.weight is not None and self.bias is not None
         bias = self.bias.astype(_bias_dtype(type(self).__name__, inp, self.weight))
+        conv_args = _conv2d_op_args(self)
         return F.quantized.conv_bias_activation(
-            inp,
-            self.weight,
-            bias,
-            dtype=self.output_dtype,
-            stride=self.stride,
-            padding=self.padding,
-            dilation=self.dilation,
-            groups=self.groups,
-            conv_mode=self.conv_mode,
-            compute_mode=self.compute_mode,
-            nonlinear_mode=nonlinear_mode,
+            inp, self.weight, bias, dtype=self.output_dtype, nonlinear_mode=nonlinear_mode, **conv_args
         )
 
     def forward(self, inp: Tensor) -> Tensor:
