@@ -170,6 +170,56 @@ CASES: list[tuple[str, type[Exception], str, Callable[[], Any], tuple[str, ...]]
     ("linear_module_input", OpError, "linear", lambda: M.Linear(3, 4)(T(2, 5)), ("must be 3",)),
     ("bn_module_input", OpError, "BatchNorm2d", lambda: M.BatchNorm2d(3)(T(2, 3)), ("4-D",)),
     ("sequential_item", TypeError, "Sequential", lambda: M.Sequential(M.ReLU(), 3), ("int",)),
+    # the grouped-weight, mode and index checks each function shares with its siblings
+    (
+        "deconv_groups",
+        OpError,
+        "conv_transpose2d",
+        lambda: F.conv_transpose2d(T(1, 3, 5, 5), T(3, 2, 3, 3), groups=2),
+        ("3 input channels",),
+    ),
+    (
+        "deconv_compute",
+        OpError,
+        "conv_transpose2d",
+        lambda: F.conv_transpose2d(T(1, 2, 5, 5), T(2, 2, 3, 3), compute_mode="x"),
+        ("unknown compute_mode 'x'",),
+    ),
+    (
+        "conv_bias_act_groups",
+        OpError,
+        "conv_bias_activation",
+        lambda: F.quantized.conv_bias_activation(T(1, 4, 5, 5), T(4, 2, 3, 3), groups=0),
+        ("groups must be positive",),
+    ),
+    (
+        "conv_bias_act_group_weight",
+        OpError,
+        "conv_bias_activation",
+        lambda: F.quantized.conv_bias_activation(T(1, 4, 5, 5), T(3, 1, 2, 3, 3), groups=2),
+        ("3 groups",),
+    ),
+    (
+        "conv_bias_act_mode",
+        OpError,
+        "conv_bias_activation",
+        lambda: F.quantized.conv_bias_activation(T(1, 4, 5, 5), T(2, 4, 3, 3), nonlinear_mode="x"),
+        ("unknown nonlinear_mode 'x'",),
+    ),
+    (
+        "cross_entropy_label_shape",
+        OpError,
+        "cross_entropy",
+        lambda: F.nn.cross_entropy(T(2, 5), T(3, dtype=np.int32)),
+        ("label has shape (3,), expected (2,) for pred (2, 5)",),
+    ),
+    (
+        "cross_entropy_label_dtype",
+        OpError,
+        "cross_entropy",
+        lambda: F.nn.cross_entropy(T(2, 5), T(2)),
+        ("indices must be integers",),
+    ),
 ]
 
 

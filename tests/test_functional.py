@@ -655,6 +655,32 @@ def test_conv_transpose2d_matches_torch(case: tuple[Any, ...]) -> None:
         check(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "conv,x,w,bias_shape",
+    [
+        (F.conv2d, (1, 2, 5, 5), (4, 2, 3, 3), (1, 4, 1, 1)),
+        (F.conv_transpose2d, (1, 2, 5, 5), (2, 4, 3, 3), (1, 4, 1, 1)),
+        (F.nn.conv1d, (1, 2, 5), (4, 2, 3), (1, 4, 1)),
+    ],
+    ids=["conv2d", "conv_transpose2d", "conv1d"],
+)
+def test_conv_bias_reshapes_only_a_flat_bias(
+    conv: Callable[..., Any], x: Any, w: Any, bias_shape: Any
+) -> None:
+    """A bias already shaped (1, OC, 1...) is added as it is (as MegEngine's ``output += bias``); a
+    flat (OC,) one is reshaped to it first, so it broadcasts over the channels."""
+    from dialects import tensor as T
+
+    xs, ws, b = rand(*x), rand(*w), rand(*bias_shape)
+    for bias, reshapes in ((b, 0), (b.reshape(-1), 1)):
+        traced = jit.trace(lambda i, k, c: conv(i, k, c), symbolic=True, capture_as_const=True)
+        got = traced(xm.tensor(xs), xm.tensor(ws), xm.tensor(bias))
+        want = conv(xm.tensor(xs), xm.tensor(ws)).numpy() + b
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6)
+        ops = [op for op in traced.module.walk() if isinstance(op, T.ReshapeOp)]
+        assert len(ops) == reshapes
+
+
 def test_conv_transpose2d_rejects_bad_output_padding() -> None:
     with pytest.raises(Exception, match="output_padding"):
         F.conv_transpose2d(xm.tensor(rand(1, 2, 3, 3)), xm.tensor(rand(2, 2, 3, 3)), output_padding=1)

@@ -58,7 +58,7 @@ def cross_entropy(
 ) -> Tensor:
     """Cross entropy of class scores ``pred`` (logits, or probabilities when ``with_logits=False``)
     against integer ``label``, which has ``pred``'s shape without ``axis``."""
-    from compiler.functional.nn import logsumexp  # nn re-exports this module's losses
+    from compiler.functional.nn import _check_picks, logsumexp  # nn re-exports this module's losses
 
     pred, label = as_tensor(pred), as_tensor(label)
     if pred.ndim != label.ndim + 1:
@@ -69,13 +69,7 @@ def cross_entropy(
     if not -pred.ndim <= axis < pred.ndim:
         raise op_error("cross_entropy", f"axis {axis} is out of range for pred of shape {pred.shape}")
     axis %= pred.ndim
-    expected = pred.shape[:axis] + pred.shape[axis + 1 :]
-    if label.shape != expected:
-        raise op_error(
-            "cross_entropy", f"label has shape {label.shape}, expected {expected} for pred {pred.shape}"
-        )
-    if label.dtype.kind not in "iu":
-        raise op_error("cross_entropy", f"label must hold integer class indices, got {label.dtype}")
+    _check_picks("cross_entropy", label, pred, axis, ("label", "pred"))
     classes = pred.shape[axis]
     if label.size and (int(label._data.min()) < 0 or int(label._data.max()) >= classes):
         raise op_error(

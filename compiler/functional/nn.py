@@ -78,6 +78,44 @@ def _pair(label: str, v: int | Sequence[int], name: str) -> tuple[int, int]:
     return vals  # type: ignore[return-value]
 
 
+def _grouped_weight(label: str, weight: Tensor, groups: int, first_axis: str) -> Tensor:
+    """``weight`` as a group convolution reads it: a 4-D weight split into (G, C/G, ...) along its
+    first axis (``first_axis`` names those channels in errors), a 5-D one checked to hold ``groups``."""
+    if groups < 1:
+        raise op_error(label, f"groups must be positive, got {groups}")
+    if groups > 1 and weight.ndim == 4:
+        channels = weight.shape[0]
+        if channels % groups:
+            raise op_error(label, f"{channels} {first_axis} channels cannot be split into {groups} groups")
+        weight = reshape(weight, (groups, channels // groups, *weight.shape[1:]))
+    if groups > 1 and weight.ndim == 5 and weight.shape[0] != groups:
+        raise op_error(label, f"weight {weight.shape} has {weight.shape[0]} groups, groups={groups}")
+    return weight
+
+
+def _mode(label: str, enum: type[Any], value: str, what: str) -> Any:
+    """The member of ``enum`` that MegEngine's lower-case mode string ``value`` names."""
+    try:
+        return enum[value.upper()]
+    except KeyError:
+        raise op_error(label, f"unknown {what} {value!r}") from None
+
+
+def _add_channel_bias(label: str, out: Tensor, bias: Tensor | None) -> Tensor:
+    """``out`` plus one bias value per channel (axis 1); the bias is (OC,) or (1, OC, 1, ...)."""
+    if bias is None:
+        return out
+    bias = as_tensor(bias)
+    oc = out.shape[1]
+    shape = (1, oc) + (1,) * (out.ndim - 2)
+    if bias.size != oc:
+        raise op_error(label, f"bias has shape {bias.shape}, expected {shape} for {oc} output channels")
+    if bias.shape != shape:
+        # a (OC,) bias would otherwise broadcast along the last axis
+        bias = reshape(bias, shape)
+    return _elemwise("ADD", out, bias, label=f"{label} bias")
+
+
 def conv2d(
     inp: Tensor,
     weight: Tensor,
@@ -93,25 +131,11 @@ def conv2d(
     inp, weight = as_tensor(inp), as_tensor(weight)
     if inp.ndim != 4:
         raise op_error("conv2d", f"input must be 4-D NCHW, got shape {inp.shape}")
-    if groups < 1:
-        raise op_error("conv2d", f"groups must be positive, got {groups}")
-    if groups > 1 and weight.ndim == 4:
-        oc = weight.shape[0]
-        if oc % groups:
-            raise op_error("conv2d", f"{oc} output channels cannot be split into {groups} groups")
-        weight = reshape(weight, (groups, oc // groups, *weight.shape[1:]))
-    if groups > 1 and weight.ndim == 5 and weight.shape[0] != groups:
-        raise op_error("conv2d", f"weight {weight.shape} has {weight.shape[0]} groups, groups={groups}")
+    weight = _grouped_weight("conv2d", weight, groups, "output")
     if inp.dtype != weight.dtype:
         raise op_error("conv2d", f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
-    try:
-        mode = enums.ConvMode[conv_mode.upper()]
-    except KeyError:
-        raise op_error("conv2d", f"unknown conv_mode {conv_mode!r}") from None
-    try:
-        cmode = enums.ComputeMode[compute_mode.upper()]
-    except KeyError:
-        raise op_error("conv2d", f"unknown compute_mode {compute_mode!r}") from None
+    mode = _mode("conv2d", enums.ConvMode, conv_mode, "conv_mode")
+    cmode = _mode("conv2d", enums.ComputeMode, compute_mode, "compute_mode")
     (out,) = apply(
         T.ConvolutionOp,
         [inp, weight],
@@ -123,18 +147,7 @@ def conv2d(
         mode=mode,
         compute_mode=cmode,
     )
-    if bias is not None:
-        bias = as_tensor(bias)
-        oc = out.shape[1]
-        if bias.size != oc:
-            raise op_error(
-                "conv2d", f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} output channels"
-            )
-        if bias.shape != (1, oc, 1, 1):
-            # a (OC,) bias would otherwise broadcast along the width axis
-            bias = reshape(bias, (1, oc, 1, 1))
-        out = _elemwise("ADD", out, bias, label="conv2d bias")
-    return out
+    return _add_channel_bias("conv2d", out, bias)
 
 
 def conv_transpose2d(
@@ -155,21 +168,10 @@ def conv_transpose2d(
     inp, weight = as_tensor(inp), as_tensor(weight)
     if inp.ndim != 4:
         raise op_error(label, f"input must be 4-D NCHW, got shape {inp.shape}")
-    if groups < 1:
-        raise op_error(label, f"groups must be positive, got {groups}")
-    if groups > 1 and weight.ndim == 4:
-        ic = weight.shape[0]
-        if ic % groups:
-            raise op_error(label, f"{ic} input channels cannot be split into {groups} groups")
-        weight = reshape(weight, (groups, ic // groups, *weight.shape[1:]))
-    if groups > 1 and weight.ndim == 5 and weight.shape[0] != groups:
-        raise op_error(label, f"weight {weight.shape} has {weight.shape[0]} groups, groups={groups}")
+    weight = _grouped_weight(label, weight, groups, "input")
     if conv_mode.lower() != "cross_correlation":
         raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
-    try:
-        cmode = enums.ComputeMode[compute_mode.upper()]
-    except KeyError:
-        raise op_error(label, f"unknown compute_mode {compute_mode!r}") from None
+    cmode = _mode(label, enums.ComputeMode, compute_mode, "compute_mode")
     if inp.dtype != weight.dtype:
         raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
     (out,) = apply(
@@ -183,13 +185,7 @@ def conv_transpose2d(
         sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
         compute_mode=cmode,
     )
-    if bias is not None:
-        bias = as_tensor(bias)
-        oc = out.shape[1]
-        if bias.size != oc:
-            raise op_error(label, f"bias has shape {bias.shape}, expected (1, {oc}, 1, 1) for {oc} channels")
-        out = _elemwise("ADD", out, reshape(bias, (1, oc, 1, 1)), label=f"{label} bias")
-    return out
+    return _add_channel_bias(label, out, bias)
 
 
 def layer_norm(
@@ -273,14 +269,7 @@ def conv1d(
         expand_dims(inp, 3), expand_dims(weight, 3), None, (stride, 1), (padding, 0), (dilation, 1), groups,
         conv_mode, compute_mode,
     )  # fmt: skip
-    out = squeeze(out, 3)
-    if bias is not None:
-        bias = as_tensor(bias)
-        oc = out.shape[1]
-        if bias.size != oc:
-            raise op_error("conv1d", f"bias has shape {bias.shape}, expected (1, {oc}, 1)")
-        out = _elemwise("ADD", out, reshape(bias, (1, oc, 1)), label="conv1d bias")
-    return out
+    return _add_channel_bias("conv1d", squeeze(out, 3), bias)
 
 
 def group_norm(
@@ -313,13 +302,29 @@ def group_norm(
     return out
 
 
+def _check_integers(label: str, index: Tensor) -> None:
+    if index.dtype.kind not in "iu":
+        raise op_error(label, f"indices must be integers, got {index.dtype}")
+
+
+def _check_picks(label: str, index: Tensor, src: Tensor, axis: int, names: tuple[str, str]) -> None:
+    """``index`` picks one entry of ``src`` along ``axis`` per position: integers shaped as ``src``
+    without that axis. ``names``: what the caller calls the two, for the errors."""
+    index_name, src_name = names
+    expected = src.shape[:axis] + src.shape[axis + 1 :]
+    if index.shape != expected:
+        raise op_error(
+            label, f"{index_name} has shape {index.shape}, expected {expected} for {src_name} {src.shape}"
+        )
+    _check_integers(label, index)
+
+
 def _one_hot_mask(label: str, index: Tensor, num_classes: int, axis: int, dtype: Any) -> Tensor:
     """``index`` compared with 0..num_classes-1 laid along a new axis ``axis``, as ``dtype``."""
     from compiler.functional.tensor import expand_dims
 
     index = as_tensor(index)
-    if index.dtype.kind not in "iu":
-        raise op_error(label, f"indices must be integers, got {index.dtype}")
+    _check_integers(label, index)
     index = index.astype("int32")
     classes_shape = [1] * (index.ndim + 1)
     classes_shape[axis] = num_classes
@@ -340,13 +345,7 @@ def indexing_one_hot(src: Tensor, index: Tensor, axis: int = 1, keepdims: bool =
     ax = _axis("indexing_one_hot", axis, src.ndim)
     if src.ndim < 2:
         raise op_error("indexing_one_hot", f"src needs 2 or more dimensions, got shape {src.shape}")
-    expected = src.shape[:ax] + src.shape[ax + 1 :]
-    if index.shape != expected:
-        raise op_error(
-            "indexing_one_hot", f"index has shape {index.shape}, expected {expected} for src {src.shape}"
-        )
-    if index.dtype.kind not in "iu":
-        raise op_error("indexing_one_hot", f"indices must be integers, got {index.dtype}")
+    _check_picks("indexing_one_hot", index, src, ax, ("index", "src"))
     (picked,) = apply(T.IndexingOneHotOp, [src, index.astype("int32")], label="indexing_one_hot", axis=ax)
     if keepdims:
         return picked
@@ -412,10 +411,7 @@ def avg_pool2d(
     padding: Any = 0,
     mode: str = "average_count_exclude_padding",
 ) -> Tensor:
-    try:
-        pmode = enums.PoolingMode[mode.upper()]
-    except KeyError:
-        raise op_error("avg_pool2d", f"unknown mode {mode!r}") from None
+    pmode = _mode("avg_pool2d", enums.PoolingMode, mode, "mode")
     return _pool("avg_pool2d", pmode, inp, kernel_size, stride, padding)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from compiler.core import apply, op_error
-from compiler.functional.nn import _pair
+from compiler.functional.nn import _grouped_weight, _mode, _pair
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -47,23 +47,16 @@ def conv_bias_activation(
     ``qint8(s)``; by default ``qint32(s_inp * s_weight)`` for quantized operands)."""
     label = "conv_bias_activation"
     inp, weight = as_tensor(inp), as_tensor(weight)
-    if groups > 1 and weight.ndim == 4:
-        oc = weight.shape[0]
-        if oc % groups:
-            raise op_error(label, f"{oc} output channels cannot be split into {groups} groups")
-        weight = weight.reshape(groups, oc // groups, *weight.shape[1:])
-    try:
-        params = {
-            "stride": _pair(label, stride, "stride"),
-            "padding": _pair(label, padding, "padding"),
-            "dilation": _pair(label, dilation, "dilation"),
-            "sparse": enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
-            "mode": enums.ConvMode[conv_mode.upper()],
-            "compute_mode": enums.ComputeMode[compute_mode.upper()],
-            "nonline_mode": enums.NonlineMode[nonlinear_mode.upper()],
-        }
-    except KeyError as exc:
-        raise op_error(label, f"unknown mode {exc.args[0]!r}") from None
+    weight = _grouped_weight(label, weight, groups, "output")
+    params = {
+        "stride": _pair(label, stride, "stride"),
+        "padding": _pair(label, padding, "padding"),
+        "dilation": _pair(label, dilation, "dilation"),
+        "sparse": enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+        "mode": _mode(label, enums.ConvMode, conv_mode, "conv_mode"),
+        "compute_mode": _mode(label, enums.ComputeMode, compute_mode, "compute_mode"),
+        "nonline_mode": _mode(label, enums.NonlineMode, nonlinear_mode, "nonlinear_mode"),
+    }
     inputs = [inp, weight] + ([as_tensor(bias)] if bias is not None else [])
     full = T.ConvBiasOp.params_with_defaults({k: T.to_attr(v) for k, v in params.items()})
     rt = _result_type(label, T.ConvBiasOp, inputs, dtype, **full)
@@ -75,10 +68,7 @@ def elemwise_multi_type(*inputs: Tensor, mode: str, dtype: Any = None) -> Tensor
     """ElemwiseMultiType (MegEngine's ``_elemwise_multi_type``): ``mode`` is e.g. ``"qadd"`` or
     ``"qfuse_add_relu"``; the result has dtype ``dtype`` (default: the first quantized input's)."""
     label = f"elemwise_multi_type {mode}"
-    try:
-        m = enums.ElemwiseMultiTypeMode[mode.upper()]
-    except KeyError:
-        raise op_error(label, f"unknown mode {mode!r}") from None
+    m = _mode(label, enums.ElemwiseMultiTypeMode, mode, "mode")
     tensors = [as_tensor(t) for t in inputs]
     rt = _result_type(label, T.ElemwiseMultiTypeOp, tensors, dtype, mode=m)
     (out,) = apply(T.ElemwiseMultiTypeOp, tensors, label=label, result_types=[rt], mode=m)

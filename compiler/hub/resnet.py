@@ -7,7 +7,7 @@ The only departure: the final average pool covers whatever spatial extent is lef
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import compiler.functional as F
@@ -99,25 +99,75 @@ DEPTHS: dict[int, tuple[Block, tuple[int, int, int, int]]] = {
 }
 
 
-def _make_stage(
-    net: Any, block: Block, channels: int, blocks: int, stride: int, dilate: bool, norm: Norm
-) -> M.Sequential:
-    """One stage ``layerN`` of ``net`` (a ResNet or a ResNet backbone), advancing its running
-    ``in_channels`` and ``dilation`` (a dilated stage trades its stride for dilation)."""
-    previous_dilation = net.dilation
-    if dilate:
-        net.dilation *= stride
-        stride = 1
-    layers: list[M.Module] = [
-        block(net.in_channels, channels, stride, net.groups, net.base_width, previous_dilation, norm)
-    ]
-    net.in_channels = channels * block.expansion
-    for _ in range(1, blocks):
-        layers.append(block(net.in_channels, channels, 1, net.groups, net.base_width, net.dilation, norm))
-    return M.Sequential(*layers)
+class _ResNetTrunk(M.Module):
+    """What ResNet and the zoo's detection backbone share: the stem (``conv1``, ``bn1``,
+    ``maxpool``) and the stages ``layer1``..``layer4`` of ``width * 2**i`` base channels, each
+    block stride 2 but the first (a dilated stage trades its stride for dilation)."""
+
+    def __init__(
+        self,
+        block: Block,
+        layers: Sequence[int],
+        width: int = 64,
+        groups: int = 1,
+        width_per_group: int = 64,
+        replace_stride_with_dilation: Sequence[bool] | None = None,
+        norm: Norm = M.BatchNorm2d,
+    ) -> None:
+        super().__init__()
+        if len(layers) != 4:
+            raise ValueError(f"a ResNet has 4 stages, got layers={list(layers)}")
+        dilate = list(replace_stride_with_dilation or (False, False, False))
+        if len(dilate) != 3:
+            raise ValueError(f"replace_stride_with_dilation should have 3 entries, got {dilate}")
+        self.block = block
+        self.width = width
+        self.groups = groups
+        self.base_width = width_per_group
+        self.in_channels = width
+        self.dilation = 1
+        self.conv1 = M.Conv2d(3, width, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = norm(width)
+        self.maxpool = M.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, width, layers[0], norm=norm)
+        self.layer2 = self._make_layer(block, width * 2, layers[1], stride=2, dilate=dilate[0], norm=norm)
+        self.layer3 = self._make_layer(block, width * 4, layers[2], stride=2, dilate=dilate[1], norm=norm)
+        self.layer4 = self._make_layer(block, width * 8, layers[3], stride=2, dilate=dilate[2], norm=norm)
+
+    def _make_layer(
+        self,
+        block: Block,
+        channels: int,
+        blocks: int,
+        stride: int = 1,
+        dilate: bool = False,
+        norm: Norm = M.BatchNorm2d,
+    ) -> M.Sequential:
+        """One stage, advancing the running ``in_channels`` and ``dilation``."""
+        previous_dilation = self.dilation
+        if dilate:
+            self.dilation *= stride
+            stride = 1
+        layers: list[M.Module] = [
+            block(self.in_channels, channels, stride, self.groups, self.base_width, previous_dilation, norm)
+        ]
+        self.in_channels = channels * block.expansion
+        for _ in range(1, blocks):
+            layers.append(
+                block(self.in_channels, channels, 1, self.groups, self.base_width, self.dilation, norm)
+            )
+        return M.Sequential(*layers)
+
+    def _features(self, x: Tensor) -> Iterator[tuple[str, Tensor]]:
+        """``("stem", ...)`` then ``("res2", ...)``..``("res5", ...)``, strides 4..32."""
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        yield "stem", x
+        for i, layer in enumerate((self.layer1, self.layer2, self.layer3, self.layer4), start=2):
+            x = layer(x)
+            yield f"res{i}", x
 
 
-class ResNet(M.Module):
+class ResNet(_ResNetTrunk):
     def __init__(
         self,
         block: Block,
@@ -129,21 +179,7 @@ class ResNet(M.Module):
         replace_stride_with_dilation: Sequence[bool] | None = None,
         norm: Norm = M.BatchNorm2d,
     ) -> None:
-        super().__init__()
-        self.in_channels = 64
-        self.dilation = 1
-        dilate = list(replace_stride_with_dilation or (False, False, False))
-        if len(dilate) != 3:
-            raise ValueError(f"replace_stride_with_dilation should have 3 entries, got {dilate}")
-        self.groups = groups
-        self.base_width = width_per_group
-        self.conv1 = M.Conv2d(3, self.in_channels, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = norm(self.in_channels)
-        self.maxpool = M.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(block, 64, layers[0], norm=norm)
-        self.layer2 = self._make_layer(block, 128, layers[1], stride=2, dilate=dilate[0], norm=norm)
-        self.layer3 = self._make_layer(block, 256, layers[2], stride=2, dilate=dilate[1], norm=norm)
-        self.layer4 = self._make_layer(block, 512, layers[3], stride=2, dilate=dilate[2], norm=norm)
+        super().__init__(block, layers, 64, groups, width_per_group, replace_stride_with_dilation, norm)
         self.fc = M.Linear(512 * block.expansion, num_classes)
         if zero_init_residual:
             for m in self.modules():
@@ -151,25 +187,8 @@ class ResNet(M.Module):
                 if isinstance(m, BasicBlock | Bottleneck) and last_bn is not None:
                     last_bn.weight._reset(last_bn.weight.numpy() * 0)
 
-    def _make_layer(
-        self,
-        block: Block,
-        channels: int,
-        blocks: int,
-        stride: int = 1,
-        dilate: bool = False,
-        norm: Norm = M.BatchNorm2d,
-    ) -> M.Sequential:
-        return _make_stage(self, block, channels, blocks, stride, dilate, norm)
-
     def extract_features(self, x: Tensor) -> dict[str, Tensor]:
-        outputs = {}
-        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
-        outputs["stem"] = x
-        for i, layer in enumerate((self.layer1, self.layer2, self.layer3, self.layer4), start=2):
-            x = layer(x)
-            outputs[f"res{i}"] = x
-        return outputs
+        return dict(self._features(x))
 
     def forward(self, x: Tensor) -> Tensor:
         x = self.extract_features(x)["res5"]

@@ -25,6 +25,21 @@ def _uniform(shape: Sequence[int], bound: float) -> Parameter:
     return Parameter(generator().uniform(-bound, bound, size=tuple(shape)).astype(np.float32))
 
 
+# what a Conv2d of any flavour (float, QAT, quantized) passes to its convolution op, by keyword
+_CONV2D_OP_PARAMETERS = ("stride", "padding", "dilation", "groups", "conv_mode", "compute_mode")
+# what it is built from besides its bias flag: the float -> QAT -> quantized conversions copy these
+_CONV2D_HYPERPARAMETERS = ("in_channels", "out_channels", "kernel_size", *_CONV2D_OP_PARAMETERS)
+
+
+def _conv2d_op_args(conv: Any) -> dict[str, Any]:
+    return {name: getattr(conv, name) for name in _CONV2D_OP_PARAMETERS}
+
+
+def _conv2d_hyperparameters(conv: Any) -> dict[str, Any]:
+    """The constructor arguments (but ``bias``) that rebuild ``conv``."""
+    return {name: getattr(conv, name) for name in _CONV2D_HYPERPARAMETERS}
+
+
 class _ConvNd(Module):
     """What Conv2d and ConvTranspose2d share: hyper-parameters, the group check, the weight (its two
     channel axes in the order the op reads them) and the (1, OC, 1, 1) bias."""
@@ -95,17 +110,7 @@ class Conv2d(_ConvNd):
         )  # fmt: skip
 
     def forward(self, inp: Tensor) -> Tensor:
-        return F.conv2d(
-            inp,
-            self.weight,
-            self.bias,
-            self.stride,
-            self.padding,
-            self.dilation,
-            self.groups,
-            self.conv_mode,
-            self.compute_mode,
-        )
+        return F.conv2d(inp, self.weight, self.bias, **_conv2d_op_args(self))
 
 
 class ConvTranspose2d(_ConvNd):

@@ -21,26 +21,12 @@ from compiler.tensor import Tensor
 
 
 def _conv_args(m: Any) -> dict[str, Any]:
-    return {
-        "in_channels": m.in_channels,
-        "out_channels": m.out_channels,
-        "kernel_size": m.kernel_size,
-        "stride": m.stride,
-        "padding": m.padding,
-        "dilation": m.dilation,
-        "groups": m.groups,
-        "bias": m.bias is not None,
-        "conv_mode": m.conv_mode,
-        "compute_mode": m.compute_mode,
-    }
+    return {**_layers._conv2d_hyperparameters(m), "bias": m.bias is not None}
 
 
 class Conv2d(_layers.Conv2d, QATModule):
     def calc_conv(self, inp: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return F.conv2d(
-            inp, weight, bias, self.stride, self.padding, self.dilation, self.groups, self.conv_mode,
-            self.compute_mode,
-        )  # fmt: skip
+        return F.conv2d(inp, weight, bias, **_layers._conv2d_op_args(self))
 
     def calc_conv_qat(self, inp: Tensor) -> Tensor:
         w_qat = self.apply_quant_weight(self.weight)
@@ -98,11 +84,8 @@ class _ConvBnActivation2d(_conv_bn._ConvBnActivation2d, QATModule):
         else:
             bn_mean, bn_var = self.bn.running_mean, self.bn.running_var
         w_fold, b_fold = self.fold_weight_bias(bn_mean, bn_var)
-        conv = self.conv
-        return F.conv2d(
-            inp, w_fold, self.apply_quant_bias(b_fold, inp, w_fold), conv.stride, conv.padding, conv.dilation,
-            conv.groups, conv.conv_mode, conv.compute_mode,
-        )  # fmt: skip
+        b_qat = self.apply_quant_bias(b_fold, inp, w_fold)
+        return F.conv2d(inp, w_fold, b_qat, **_layers._conv2d_op_args(self.conv))
 
     @classmethod
     def from_float_module(cls, float_module: Module) -> _ConvBnActivation2d:

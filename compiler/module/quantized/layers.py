@@ -13,6 +13,7 @@ import numpy as np
 import compiler.dtype as D
 import compiler.functional as F
 from compiler.core import op_error
+from compiler.module.layers import _conv2d_hyperparameters, _conv2d_op_args
 from compiler.module.module import Module
 from compiler.module.quantized.module import QuantizedModule
 from compiler.tensor import Parameter, Tensor
@@ -56,18 +57,9 @@ class Conv2d(QuantizedModule):
     def calc_conv_quantized(self, inp: Tensor, nonlinear_mode: str = "identity") -> Tensor:
         assert self.weight is not None and self.bias is not None
         bias = self.bias.astype(_bias_dtype(type(self).__name__, inp, self.weight))
+        conv_args = _conv2d_op_args(self)
         return F.quantized.conv_bias_activation(
-            inp,
-            self.weight,
-            bias,
-            dtype=self.output_dtype,
-            stride=self.stride,
-            padding=self.padding,
-            dilation=self.dilation,
-            groups=self.groups,
-            conv_mode=self.conv_mode,
-            compute_mode=self.compute_mode,
-            nonlinear_mode=nonlinear_mode,
+            inp, self.weight, bias, dtype=self.output_dtype, nonlinear_mode=nonlinear_mode, **conv_args
         )
 
     def forward(self, inp: Tensor) -> Tensor:
@@ -76,10 +68,8 @@ class Conv2d(QuantizedModule):
     @classmethod
     def _from_conv(cls, qat_module: Any, conv: Any, weight: Tensor, bias: Tensor | None) -> Conv2d:
         q = cls(
-            conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
-            conv.groups, conv.conv_mode, conv.compute_mode, dtype=qat_module.get_activation_dtype(),
-            name=qat_module.name,
-        )  # fmt: skip
+            **_conv2d_hyperparameters(conv), dtype=qat_module.get_activation_dtype(), name=qat_module.name
+        )
         q.weight = _quantized_param(weight.astype(qat_module.get_weight_dtype()))
         bias_value = np.zeros((1, conv.out_channels, 1, 1), np.float32) if bias is None else bias.numpy()
         q.bias = Parameter(np.asarray(bias_value, np.float32).reshape(1, conv.out_channels, 1, 1))
