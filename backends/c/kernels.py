@@ -38,6 +38,7 @@ from backends.c.templates import (
     typed,
     winograd,
     x86_int8,
+    x86_int8_gemm,
 )
 from passes.lowering.kernels import KernelRegistry
 
@@ -53,6 +54,7 @@ KERNELS = KernelRegistry(
         *portable.KERNEL_UNITS,
         *indexing.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
+        *x86_int8_gemm.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_depthwise.KERNEL_UNITS,
