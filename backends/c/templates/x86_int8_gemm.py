@@ -278,7 +278,16 @@ class Conv2dQ8Vnni(Template):
         nph = len(rows) * len(cols)
         ocg, taps = oc // g, fh * fw
         ocb = -(-ocg // mr)
-        tiles = (ppad // (16 * nv)) * ocb
+        ptiles = ppad // (16 * nv)
+        tiles = ptiles * ocb
+        # the inner tile loop walks the smaller operand, so that the larger one streams through the
+        # caches once: the weights (deep layers with few pixels) or the planes
+        weights_first = ocg * c4 * 4 * taps > nph * plane * 4 * c4
+        tile_of = (
+            f"const int o0 = t / {ptiles} * {mr}, p0 = t % {ptiles} * {16 * nv};"
+            if weights_first
+            else f"const int p0 = t / {ocb} * {16 * nv}, o0 = t % {ocb} * {mr};"
+        )
         otype = _out_ctype(p["out"])
         acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
         decl = " ".join(f"__m512i {a} = _mm512_setzero_si512();" for row in acc for a in row)
@@ -331,7 +340,7 @@ static void {sym}({_kernel_args(p)}) {{
       {self._pack_code(p)}
       #pragma omp for schedule(static)
       for (int t = 0; t < {tiles}; ++t) {{
-        const int p0 = t / {ocb} * {16 * nv}, o0 = t % {ocb} * {mr};
+        {tile_of}
         int32_t acc[{mr * nv * 16}] __attribute__((aligned(64)));
         {sym}_tile(planes + (long)p0 * 4, wpk + ((long)g * {ocb} + o0 / {mr}) * {c4 * taps * mr}, acc);
         {self._store_code(p)}
