@@ -2,15 +2,9 @@
 NCHW convolutions (dense, 1x1, grouped; depthwise on its own), elementwise Q-modes and max pooling.
 Results are exact against :mod:`backends.reference.quant_kernels`.
 
-Dense convolutions are a GEMM over the im2col matrix. ``vpdpbusd`` multiplies *unsigned* bytes by
-signed bytes, so activations are packed as ``x + 128`` (``x ^ 0x80``; a padding zero becomes 128);
-the epilogue adds each output channel's ``-128 * sum(w)`` (an int32 operand made at selection time)
-to get the true accumulator, exactly. The packed activations (workspace) are ``[K/4][P][4]`` bytes,
-K = IC/groups x FH x FW (zero-padded to 4 in the filter), P = OH x OW pixels padded to the tile width;
-filters are packed ``[OC/MR][K/4][MR][4]``. A register tile is MR output channels x NV vectors of 16
-pixels (int32 accumulators); MR and NV are chosen per convolution to waste the fewest padded
-products. The output stays NCHW (pixels are the vector lanes), so these kernels slot into the plain
-int8 graph.
+Dense, 1x1 and grouped convolutions are :mod:`backends.c.templates.x86_int8_gemm` (a register-tiled
+``vpdpbusd`` GEMM over 4-channel ``x + 128`` planes; its units take the helpers below). The outputs
+stay NCHW (pixels are the vector lanes), so these kernels slot into the plain int8 graph.
 
 Requantization is ``backends/c/templates/requant.py``'s definition on 16 lanes (``xm_q*16`` below):
 an integer bias joins the accumulator only where the reference adds it in int32; an 8-bit result with
