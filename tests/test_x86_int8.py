@@ -32,10 +32,15 @@ CASES = [
     ("dense3x3_s2_wide", (1, 5, 40, 37), 9, 3, 2, 1, 1, 1),
     ("group3", (1, 12, 6, 7), 9, 3, 1, 1, 1, 3),
     ("dilated", (1, 4, 9, 9), 5, 3, 1, 2, 2, 1),
+    ("dilated_s2_n2", (2, 6, 17, 15), 11, 3, 2, 2, 2, 1),  # taps in both phases of each axis
+    ("kernel5_s3", (1, 5, 16, 19), 17, 5, 3, 2, 1, 1),  # 3 x 3 phases, a ragged last row
+    ("pointwise_wide", (1, 33, 3, 40), 21, 1, 1, 0, 1, 1),  # one plane row per channel, 120 pixels
+    ("group2_s2", (2, 10, 11, 9), 6, 3, 2, 0, 1, 2),  # no padding: Wq < 16, a vector spans 3 rows
     ("depthwise_s1", (1, 7, 19, 37), 7, 3, 1, 1, 1, 7),
     ("depthwise_s2", (2, 5, 35, 36), 5, 3, 2, 1, 1, 5),
     ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),
 ]
+NAMES = [c[0] for c in CASES]
 CONV_FAMILIES = {"conv2d_q8_x86", "conv2d_dw_q8_x86"}
 
 
@@ -67,9 +72,10 @@ def int8_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., An
                 )  # fmt: skip
             )
         pooled = F.max_pool2d(outs[0], 3, 2, 1)
-        pooled_s1 = F.max_pool2d(outs[8], 2, 1, 0)
+        pooled_s1 = F.max_pool2d(outs[NAMES.index("depthwise_s2")], 2, 1, 0)
         added = F.quantized.elemwise_multi_type(outs[1], outs[1], mode="qfuse_add_relu", dtype=D.qint8(0.1))
-        summed = F.quantized.elemwise_multi_type(outs[7], outs[7], mode="qadd", dtype=D.qint8(0.07))
+        dw = outs[NAMES.index("depthwise_s1")]
+        summed = F.quantized.elemwise_multi_type(dw, dw, mode="qadd", dtype=D.qint8(0.07))
         # a float island (dequantize, RELU6, quantize) as PTQ leaves MobileNetV2's RELU6
         island = F.relu6(outs[2].astype("float32")).astype(D.qint8(0.03))
         # the portable int8 matmul (its helpers) beside the typecvt kernels in one translation unit
@@ -108,7 +114,7 @@ def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarra
     assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
     got = compiled.run(inputs)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
-    names = [c[0] for c in CASES] + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]
+    names = NAMES + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]
     for name, g, w in zip(names, got, want, strict=True):
         np.testing.assert_array_equal(g, w, err_msg=name)
         assert np.abs(w).max() > 0, name

@@ -48,6 +48,7 @@ from backends.c.templates import (
     x86_amx,
     x86_fp16,
     x86_int8,
+    x86_int8_gemm,
 )
 from passes.lowering.kernels import KernelRegistry
 
@@ -65,6 +66,7 @@ KERNELS = KernelRegistry(
         *x86_int8.KERNEL_UNITS,
         *x86_fp16.KERNEL_UNITS,
         *x86_amx.KERNEL_UNITS,
+        *x86_int8_gemm.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,

@@ -2,15 +2,9 @@
 NCHW convolutions (dense, 1x1, grouped; depthwise on its own), elementwise Q-modes and max pooling.
 Results are exact against :mod:`backends.reference.quant_kernels`.
 
-Dense convolutions are a GEMM over the im2col matrix. ``vpdpbusd`` multiplies *unsigned* bytes by
-signed bytes, so activations are packed as ``x + 128`` (``x ^ 0x80``; a padding zero becomes 128);
-the epilogue adds each output channel's ``-128 * sum(w)`` (an int32 operand made at selection time)
-to get the true accumulator, exactly. The packed activations (workspace) are ``[K/4][P][4]`` bytes,
-K = IC/groups x FH x FW (zero-padded to 4 in the filter), P = OH x OW pixels padded to the tile width;
-filters are packed ``[OC/MR][K/4][MR][4]``. A register tile is MR output channels x NV vectors of 16
-pixels (int32 accumulators); MR and NV are chosen per convolution to waste the fewest padded
-products. The output stays NCHW (pixels are the vector lanes), so these kernels slot into the plain
-int8 graph.
+Dense, 1x1 and grouped convolutions are :mod:`backends.c.templates.x86_int8_gemm` (a register-tiled
+``vpdpbusd`` GEMM over 4-channel ``x + 128`` planes; its units take the helpers below). The outputs
+stay NCHW (pixels are the vector lanes), so these kernels slot into the plain int8 graph.
 
 Requantization is ``backends/c/templates/requant.py``'s definition on 16 lanes (``xm_q*16`` below):
 an integer bias joins the accumulator only where the reference adds it in int32; an 8-bit result with
@@ -183,17 +177,17 @@ def _vec_int_activation(p: dict[str, Any], acc: str) -> str:
     return f"{acc} = _mm512_max_epi32({acc}, _mm512_setzero_si512());" if int_activation(p, "a") else ""
 
 
-def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> str:
-    """Vector form of ``requant.result_expr``: the true accumulator ``acc`` (int32 lanes, integer
-    bias and RELU applied) stored at ``dst`` under ``mask``; ``fbias`` is the channel's float bias
-    (a C float) where the result is post-processed."""
+def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, str]:
+    """Vector form of ``requant.result_expr``: the stored value of the true accumulator ``acc`` (int32
+    lanes, integer bias and RELU applied) as (C vector type, expression, masked store intrinsic);
+    ``fbias`` is the channel's float bias (a C float) where the result is post-processed."""
     out, act = p["out"], p["act"]
     if out == "q32_same":
-        return f"_mm512_mask_storeu_epi32({dst}, {mask}, {acc});"
+        return "__m512i", acc, "_mm512_mask_storeu_epi32"
     s_acc = f"_mm512_set1_ps({f32(p['s_acc'])})"
     if out == "f32":
         y = f"xm_qdeq16({acc}, {s_acc})"
-        return f"_mm512_mask_storeu_ps({dst}, {mask}, {'xm_qhswish16(' + y + ')' if act == 'hswish' else y});"
+        return "__m512", f"xm_qhswish16({y})" if act == "hswish" else y, "_mm512_mask_storeu_ps"
     if post_processed(p):  # _post_process: scaled accumulator + scaled bias, activation, * 1/s_out
         y = f"xm_qdeq16({acc}, {s_acc})"
         if p["bias"]:
@@ -208,8 +202,14 @@ def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> s
             f"xm_qrelu6_island16(xm_qint16_finite({y}), _mm512_set1_ps({f32(p['s_out'])}), "
             f"_mm512_set1_ps({f32(inverse(s_island_out))}))"
         )
-        return f"_mm_mask_storeu_epi8({dst}, {mask}, {q});"
-    return f"_mm_mask_storeu_epi8({dst}, {mask}, xm_qscaled16_finite({y}));"
+        return "__m128i", q, "_mm_mask_storeu_epi8"
+    return "__m128i", f"xm_qscaled16_finite({y})", "_mm_mask_storeu_epi8"
+
+
+def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> str:
+    """:func:`_epilogue_value` stored at ``dst`` under ``mask``."""
+    _, value, store = _epilogue_value(p, acc, fbias)
+    return f"{store}({dst}, {mask}, {value});"
 
 
 def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
@@ -257,162 +257,6 @@ def _bias_decls(p: dict[str, Any]) -> str:
     return "const int32_t* bias = (const int32_t*)b_;" + (
         " const float* fbias = (const float*)fb_;" if fbias else ""
     )
-
-
-class Conv2dQ8Vnni(Template):
-    """Dense and grouped int8 NCHW convolution: im2col packed for ``vpdpbusd``, register-tiled GEMM,
-    bias, RELU and requantization fused in the tile's epilogue."""
-
-    family = "conv2d_q8_x86"
-    isa = ISA
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
-    priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
-
-    def match(self, op: Operation) -> Lowered | None:
-        got = _conv_q8(op)
-        if got is None:
-            return None
-        p, operands, wv = got
-        g = p["groups"]
-        if g == p["ic"] == p["oc"] and g > 1:
-            return None  # depthwise: conv2d_dw_q8_x86
-        kk = (p["ic"] // g) * p["fh"] * p["fw"]
-        if kk * 255 * 128 >= 2**30:
-            return None  # the unsigned-offset accumulator could leave int32
-        sums = wv.reshape(p["oc"], -1).sum(axis=1)
-        biases = _bias_operands(p, operands, -128 * sums)
-        if biases is None:
-            return None
-        pixels = p["oh"] * p["ow"]
-        ocg = p["oc"] // g
-        nv, mr = min(
-            TILES,
-            key=lambda t: (-(-pixels // (16 * t[0])) * 16 * t[0] * -(-ocg // t[1]) * t[1], -t[0] * t[1]),
-        )
-        p.update(k=kk, k4=-(-kk // 4), nv=nv, mr=mr, pixels=pixels)
-        p["ppad"] = -(-pixels // (16 * nv)) * 16 * nv
-        return Lowered(p, [operands[0], operands[1], *biases])
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p)
-
-    def workspace(self, p: dict[str, Any]) -> int:
-        return p["k4"] * p["ppad"] * 4
-
-    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1:
-            return None
-        g, mr, k4 = p["groups"], p["mr"], p["k4"]
-        ocg = p["oc"] // g
-        ocb = -(-ocg // mr)
-        w = np.asarray(array).view(np.int8).reshape(g, ocg, p["k"])
-        full = np.zeros((g, ocb * mr, k4 * 4), np.int8)
-        full[:, :ocg, : p["k"]] = w
-        # [G][OC/MR][K/4][MR][4]: one tile row's four bytes are one broadcast dword
-        packed = full.reshape(g, ocb, mr, k4, 4).transpose(0, 1, 3, 2, 4)
-        return np.ascontiguousarray(packed), f"vnni_mr{mr}"
-
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
-        fh, fw, sh, sw, ph, pw, dh, dw, g = (
-            p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
-        )
-        icg, ocg = ic // g, oc // g
-        kk, k4, nv, mr, pixels, ppad = (p[k] for k in ("k", "k4", "nv", "mr", "pixels", "ppad"))
-        ocb = -(-ocg // mr)
-        tiles = (ppad // (16 * nv)) * ocb
-        otype = _out_ctype(p["out"])
-        pointwise = (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
-        if pointwise:
-            pack = f"""
-      #pragma omp for schedule(static)
-      for (int kq = 0; kq < {k4}; ++kq) {{
-        const int8_t* r[4];
-        for (int j = 0; j < 4; ++j)
-          r[j] = 4 * kq + j < {kk} ? xg + (long)(4 * kq + j) * {pixels} : zero;
-        xm_q8_quad(xp + (long)kq * {ppad * 4}, r[0], r[1], r[2], r[3], {pixels});
-        memset(xp + (long)kq * {ppad * 4} + {pixels * 4}, 0x80, {(ppad - pixels) * 4});
-      }}"""
-            zero_len = pixels
-        else:
-            pack = f"""
-      #pragma omp for schedule(static)
-      for (int item = 0; item < {k4 * oh}; ++item) {{
-        const int kq = item / {oh}, oy = item % {oh};
-        int8_t rows[4][{ow}];
-        for (int j = 0; j < 4; ++j) {{
-          const int k = 4 * kq + j;
-          const int c = k / {fh * fw}, r = k / {fw} % {fh}, s = k % {fw};
-          const int iy = oy * {sh} - {ph} + r * {dh};
-          if (k >= {kk} || (unsigned)iy >= {ih}u) memset(rows[j], 0, {ow});
-          else xm_q8_row(rows[j], xg + ((long)c * {ih} + iy) * {iw}, {ow}, s * {dw} - {pw}, {sw}, {iw});
-        }}
-        uint8_t* dst = xp + (long)kq * {ppad * 4} + (long)oy * {ow * 4};
-        xm_q8_quad(dst, rows[0], rows[1], rows[2], rows[3], {ow});
-        if (oy == {oh - 1}) memset(dst + {ow * 4}, 0x80, {(ppad - pixels) * 4});
-      }}"""
-            zero_len = 1
-        acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
-        decl = " ".join(f"__m512i {a} = _mm512_setzero_si512();" for row in acc for a in row)
-        loads = " ".join(
-            f"const __m512i b{v} = _mm512_loadu_si512((const void*)(bk + {64 * v}));" for v in range(nv)
-        )
-        fmas = "\n          ".join(
-            f"{{ const __m512i a = _mm512_set1_epi32(ak[{i}]); "
-            + " ".join(f"{acc[i][v]} = _mm512_dpbusd_epi32({acc[i][v]}, b{v}, a);" for v in range(nv))
-            + " }"
-            for i in range(mr)
-        )
-        stores = []
-        for i in range(mr):
-            body = " ".join(
-                f"{{ __m512i t = _mm512_add_epi32({acc[i][v]}, bv); {_vec_int_activation(p, 't')} "
-                f"{_epilogue(p, 't', 'fb', f'yo + p0 + {16 * v}', f'xm_q8_lanes({pixels} - p0 - {16 * v})')}"
-                " }"
-                for v in range(nv)
-            )
-            fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
-            stores.append(
-                f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
-                f" const __m512i bv = _mm512_set1_epi32(bias[o]); const float fb = {fb}; (void)fb;"
-                f" {otype}* yo = y + ((long)nn * {oc} + o) * {pixels}; {body} }}"
-            )
-        store = "\n        ".join(stores)
-        work = n * oc * pixels * kk
-        return exact(f"""
-static void {sym}({_kernel_args(p)}) {{
-  const int8_t* x = (const int8_t*)x_;
-  const int32_t* wpk = (const int32_t*)w_;
-  {_bias_decls(p)}
-  {otype}* y = ({otype}*)y_;
-  uint8_t* xp = (uint8_t*)ws;
-  static const int8_t zero[{zero_len}];
-  (void)zero;
-  #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
-  for (int nn = 0; nn < {n}; ++nn)
-    for (int g = 0; g < {g}; ++g) {{
-      const int8_t* xg = x + ((long)nn * {ic} + (long)g * {icg}) * {ih * iw};
-      (void)xg;{pack}
-      #pragma omp for schedule(static)
-      for (int t = 0; t < {tiles}; ++t) {{
-        const int p0 = t / {ocb} * {16 * nv}, o0 = t % {ocb} * {mr};
-        const uint8_t* bp = xp + (long)p0 * 4;
-        const int32_t* ap = wpk + ((long)g * {ocb} + o0 / {mr}) * {k4 * mr};
-        {decl}
-        for (int kq = 0; kq < {k4}; ++kq) {{
-          const uint8_t* bk = bp + (long)kq * {ppad * 4};
-          const int32_t* ak = ap + kq * {mr};
-          {loads}
-          {fmas}
-        }}
-        {store}
-      }}
-    }}
-}}
-""")
-
-    def support(self, em: CEmitter) -> str:
-        return REQUANT_C + SUPPORT
 
 
 class ConvDepthwiseQ8Vnni(Template):
@@ -560,12 +404,6 @@ class _Relu6Island:
     def symbol(self, p: dict[str, Any]) -> str:
         key = dtype_key(("q8", "q8"), tuple(p["island"]), (0, 0))
         return f"{super().symbol(p)}_relu6_{key}"  # type: ignore[misc]
-
-
-class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
-    family = "conv2d_q8_relu6_x86"
-    conv_family = Conv2dQ8Vnni.family
-    priority = 102  # ahead of the typecvt family (100), which takes every other typecvt
 
 
 class ConvDepthwiseQ8Relu6Vnni(_Relu6Island, ConvDepthwiseQ8Vnni):
@@ -766,8 +604,7 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 
 
 KERNEL_UNITS = (
-    Conv2dQ8Vnni(), ConvDepthwiseQ8Vnni(), Conv2dQ8Relu6Vnni(), ConvDepthwiseQ8Relu6Vnni(), ElemwiseQ8Vnni(),
-    MaxPoolQ8Vnni(), TypeCvtQ8Vnni(),
+    ConvDepthwiseQ8Vnni(), ConvDepthwiseQ8Relu6Vnni(), ElemwiseQ8Vnni(), MaxPoolQ8Vnni(), TypeCvtQ8Vnni(),
 )  # fmt: skip
 
 __all__ = ["ISA", "KERNEL_UNITS"]

@@ -1,0 +1,364 @@
+"""The AVX512-VNNI int8 convolution GEMM (family ``conv2d_q8_x86``: dense, 1x1 and grouped NCHW
+convolutions), register-blocked, without an im2col.
+
+``vpdpbusd`` multiplies four *unsigned* bytes by four signed bytes per int32 lane, so the activations
+are packed once per call as ``x + 128`` (``x ^ 0x80``; a padding zero becomes 128) into *planes* of
+4-channel dwords: ``[IC/4][phase][Hq][Wq][4]`` bytes. A stride ``(sh, sw)`` splits the padded input
+into ``sh x sw`` phases (rows ``sh*i + a``, columns ``sw*j + b``; only the phases some tap reads are
+packed), which turns every convolution into a stride-1 one over the planes: output pixel
+``q = oy*Wq + ox`` reads, for tap ``(r, s)``, the dword at ``q + (r*dh // sh)*Wq + (s*dw // sw)`` of
+phase ``((r*dh) % sh, (s*dw) % sw)``. So a vector of 16 consecutive ``q`` is one unaligned 64-byte load
+per tap and channel quadruple (no im2col: the packed input is the size of the input). The columns
+``ox >= OW`` of that pixel space are computed and never stored (``Wq - OW`` of every ``Wq``: 2 of 58 for
+a 3x3 convolution on 56 columns, none for a 1x1 one).
+
+Filters are packed at compile time ``[G][OC/MR][IC/4][FH*FW][MR][4]`` (the dword a register tile row
+broadcasts), and each output channel's offset correction ``-128 * sum(w)`` joins its int32 bias
+operand. A register tile is MR output channels x NV vectors of 16 pixels (int32 accumulators, all taps
+of a channel quadruple unrolled); MR and NV are chosen per convolution by a cycle estimate (padded
+products, loads, the epilogue). The epilogue is ``x86_int8._epilogue_value``: requant.py's
+definition on 16 lanes, bit-exact with the reference.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from backends.c.templates import Template
+from backends.c.templates.requant import REQUANT_C, exact, post_processed
+from backends.c.templates.typed import Conv2dQ8
+from backends.c.templates.x86_int8 import (
+    ISA,
+    PARALLEL_WORK,
+    SUPPORT,
+    _bias_decls,
+    _bias_operands,
+    _conv_q8,
+    _epilogue_value,
+    _kernel_args,
+    _out_ctype,
+    _Relu6Island,
+    _vec_int_activation,
+)
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+VREGS = 32  # zmm registers: accumulators, the NV activation vectors and one broadcast weight
+DPBUSD_LATENCY = 6  # cycles (5, and a margin): a tile needs twice as many accumulators to issue two a cycle
+EPILOGUE_CYCLES = 8  # requantization and store of one vector, about
+
+GEMM_SUPPORT = r"""
+#ifndef XM_X86_INT8_GEMM
+#define XM_X86_INT8_GEMM
+/* acc += the four u8 x s8 products of each lane of b (unsigned) and a (signed): vpdpbusd in inline
+   assembly, as GCC 12 copies and spills every accumulator of _mm512_dpbusd_epi32 on each step of a
+   register tile of more than about 16 of them */
+#define XM_DPBUSD(acc, b, a) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(b), "v"(a))
+/* 16 bytes row[c0 + t*sw] for the t whose column lies in [0, iw), else 0 (strides 1 and 2 load
+   under a mask: the lanes outside the row read nothing, and never fault) */
+static inline __m128i xm_q8_gather16(const int8_t* row, int c0, int sw, int iw) {
+  if (!row) return _mm_setzero_si128();
+  const uintptr_t at = (uintptr_t)row + (uintptr_t)(intptr_t)c0;
+  if (sw == 1) return _mm_maskz_loadu_epi8((__mmask16)xm_q8_span(c0, 16, iw), (const void*)at);
+  if (sw == 2)
+    return _mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8((__mmask32)xm_q8_span(c0, 31, iw), (const void*)at));
+  int8_t v[16];
+  for (int t = 0; t < 16; ++t) {
+    const int c = c0 + t * sw;
+    v[t] = (unsigned)c < (unsigned)iw ? row[c] : 0;
+  }
+  return _mm_loadu_si128((const __m128i*)v);
+}
+/* n <= 16 pixels of four channel rows as n dwords (channel bytes in order), each byte plus 128 */
+static inline void xm_q8_quad16(uint8_t* dst, __m128i a, __m128i b, __m128i c, __m128i d, int n) {
+  const __m128i flip = _mm_set1_epi8((char)0x80);
+  const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+  const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+  __m512i v = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
+  v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(ab0, cd0), 1);
+  v = _mm512_inserti32x4(v, _mm_unpacklo_epi16(ab1, cd1), 2);
+  v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(ab1, cd1), 3);
+  v = _mm512_xor_si512(v, _mm512_broadcast_i32x4(flip));
+  const __mmask64 m = n >= 16 ? ~(__mmask64)0 : (((__mmask64)1 << (4 * n)) - 1);
+  _mm512_mask_storeu_epi8(dst, m, v);
+}
+#endif
+"""
+
+
+def _phases(f: int, d: int, s: int) -> list[int]:
+    """The phases (input index mod stride) the taps of one axis read."""
+    return sorted({(t * d) % s for t in range(f)})
+
+
+def _geometry(p: dict[str, Any]) -> dict[str, Any]:
+    """The plane layout of a convolution (see the module docstring)."""
+    fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
+    rows, cols = _phases(fh, dh, sh), _phases(fw, dw, sw)
+    hq, wq = p["oh"] + (fh - 1) * dh // sh, p["ow"] + (fw - 1) * dw // sw
+    c4 = -(-(p["ic"] // p["groups"]) // 4)
+    return {"row_phases": rows, "col_phases": cols, "hq": hq, "wq": wq, "c4": c4}
+
+
+def choose_tile(pixels: int, ocg: int, steps: int) -> tuple[int, int]:
+    """(NV, MR) of the register tile with the fewest estimated cycles: ``steps`` dword steps of
+    ``vpdpbusd`` (two per cycle, latency DPBUSD_LATENCY) and loads (an unaligned activation vector a
+    cycle, two weight broadcasts) per tile, plus the epilogue of each vector."""
+    best: tuple[float, int, int] | None = None
+    for nv in range(1, 7):
+        for mr in range(1, 15):
+            if nv * mr > 28 or nv * mr + nv + 1 > VREGS:
+                continue
+            step = max(nv * mr / 2, nv + mr / 2, DPBUSD_LATENCY)
+            tiles = -(-pixels // (16 * nv)) * -(-ocg // mr)
+            cycles = tiles * (steps * step + EPILOGUE_CYCLES * nv * mr)
+            if best is None or cycles < best[0]:
+                best = (cycles, nv, mr)
+    assert best is not None
+    return best[1], best[2]
+
+
+class Conv2dQ8Vnni(Template):
+    """Dense and grouped int8 NCHW convolution: activations packed into 4-channel planes (+128),
+    register-tiled ``vpdpbusd`` GEMM, bias, RELU and requantization fused in the tile's epilogue."""
+
+    family = "conv2d_q8_x86"
+    isa = ISA
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = _conv_q8(op)
+        if got is None:
+            return None
+        p, operands, wv = got
+        g = p["groups"]
+        if g == p["ic"] == p["oc"] and g > 1:
+            return None  # depthwise: conv2d_dw_q8_x86
+        kk = (p["ic"] // g) * p["fh"] * p["fw"]
+        if kk * 255 * 128 >= 2**30:
+            return None  # the unsigned-offset accumulator could leave int32
+        sums = wv.reshape(p["oc"], -1).sum(axis=1)
+        biases = _bias_operands(p, operands, -128 * sums)
+        if biases is None:
+            return None
+        geo = _geometry(p)
+        pixels = p["oh"] * geo["wq"]
+        nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"])
+        ppad = -(-pixels // (16 * nv)) * 16 * nv
+        # a plane holds every dword a tile may read: ppad + the farthest tap's offset, in 64 bytes
+        plane = -(-(ppad + (geo["hq"] - p["oh"]) * geo["wq"] + geo["wq"]) // 16) * 16
+        p.update(geo, nv=nv, mr=mr, pixels=pixels, ppad=ppad, plane=plane)
+        return Lowered(p, [operands[0], operands[1], *biases])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        phases = len(p["row_phases"]) * len(p["col_phases"])
+        return p["c4"] * phases * p["plane"] * 4 + 64  # + 64: the planes start on a cache line
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        g, mr, c4 = p["groups"], p["mr"], p["c4"]
+        ocg, icg, taps = p["oc"] // g, p["ic"] // g, p["fh"] * p["fw"]
+        ocb = -(-ocg // mr)
+        w = np.asarray(array).view(np.int8).reshape(g, ocg, icg, taps)
+        full = np.zeros((g, ocb * mr, c4 * 4, taps), np.int8)
+        full[:, :ocg, :icg] = w
+        # [G][OC/MR][IC/4][tap][MR][4]: one tile row's four channel bytes are one broadcast dword
+        packed = full.reshape(g, ocb, mr, c4, 4, taps).transpose(0, 1, 3, 5, 2, 4)
+        return np.ascontiguousarray(packed), f"vnni_planes_mr{mr}"
+
+    def _pack_code(self, p: dict[str, Any]) -> str:
+        """The parallel loop packing one image and group into planes."""
+        ih, iw = p["ih"], p["iw"]
+        sh, sw, ph, pw = p["sh"], p["sw"], p["ph"], p["pw"]
+        hq, wq, c4, plane = p["hq"], p["wq"], p["c4"], p["plane"]
+        rows, cols = p["row_phases"], p["col_phases"]
+        nph = len(rows) * len(cols)
+        icg = p["ic"] // p["groups"]
+        # a plane without padding or phases is the channel itself: one row of hq * wq pixels
+        flat = (sh, sw, ph, pw, hq, wq) == (1, 1, 0, 0, ih, iw)
+        lines, length = (1, hq * wq) if flat else (hq, wq)
+        return f"""
+      #pragma omp for schedule(static)
+      for (int item = 0; item < {c4 * nph * lines}; ++item) {{
+        const int cq = item / {nph * lines}, phase = item / {lines} % {nph}, i = item % {lines};
+        static const int row_phase[] = {{{", ".join(str(a) for a in rows)}}};
+        static const int col_phase[] = {{{", ".join(str(b) for b in cols)}}};
+        const int a = row_phase[phase / {len(cols)}], b = col_phase[phase % {len(cols)}];
+        const int iy = i * {sh} + a - {ph};
+        const int8_t* src[4];
+        for (int j = 0; j < 4; ++j) {{
+          const int c = 4 * cq + j;
+          src[j] = c < {icg} && (unsigned)iy < {ih}u ? xg + ((long)c * {ih} + iy) * {iw} : NULL;
+        }}
+        uint8_t* dst = planes + ((long)(cq * {nph} + phase) * {plane} + (long)i * {length}) * 4;
+        for (int c0 = 0; c0 < {length}; c0 += 16) {{
+          const int col = c0 * {sw} + b - {pw};
+          xm_q8_quad16(dst + 4 * c0, xm_q8_gather16(src[0], col, {sw}, {length if flat else iw}),
+                       xm_q8_gather16(src[1], col, {sw}, {length if flat else iw}),
+                       xm_q8_gather16(src[2], col, {sw}, {length if flat else iw}),
+                       xm_q8_gather16(src[3], col, {sw}, {length if flat else iw}), {length} - c0);
+        }}
+        if (i == {lines - 1}) memset(dst + {length * 4}, 0x80, {(plane - hq * wq) * 4});
+      }}"""
+
+    def _store_code(self, p: dict[str, Any]) -> str:
+        """The tile's epilogue: requantize each accumulator (``acc``, MR x NV vectors) and store the
+        lanes of real pixels."""
+        oh, ow, wq, nv, mr, pixels = (p[k] for k in ("oh", "ow", "wq", "nv", "mr", "pixels"))
+        oc, ocg = p["oc"], p["oc"] // p["groups"]
+        otype = _out_ctype(p["out"])
+        vtype, _, store = _epilogue_value(p, "t", "fb")
+        contiguous = wq == ow
+        segments = 16 // wq + 2
+        prologue = ""
+        if not contiguous:
+            # the runs of one vector's lanes that are real pixels of one output row: (mask, the
+            # output offset of lane 0), the same for every channel of the tile
+            prologue = f"""
+        long seg_at[{nv}][{segments}]; __mmask16 seg_mask[{nv}][{segments}]; int segs[{nv}];
+        for (int v = 0; v < {nv}; ++v) {{
+          const int q0 = p0 + 16 * v, end = q0 + 16 < {pixels} ? q0 + 16 : {pixels};
+          int k = 0;
+          for (int q = q0; q < end;) {{
+            const int oy = q / {wq}, ox = q - oy * {wq};
+            const int run = end - q < {wq} - ox ? end - q : {wq} - ox;
+            if (ox < {ow}) {{
+              const int len = run < {ow} - ox ? run : {ow} - ox;
+              seg_mask[v][k] = (__mmask16)(((1u << len) - 1) << (q - q0));
+              seg_at[v][k] = (long)oy * {ow} + ox - (q - q0);
+              ++k;
+            }}
+            q += run;
+          }}
+          segs[v] = k;
+        }}"""
+        fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
+        rows = []
+        for i in range(mr):
+            body = []
+            for v in range(nv):
+                _, value, _ = _epilogue_value(p, "t", "fb")
+                if contiguous:
+                    put = f"{store}(yo + p0 + {16 * v}, xm_q8_lanes({pixels} - p0 - {16 * v}), r);"
+                else:
+                    put = (
+                        f"for (int k = 0; k < segs[{v}]; ++k) {store}((void*)((uintptr_t)yo + "
+                        f"(uintptr_t)(seg_at[{v}][k] * (long)sizeof({otype}))), seg_mask[{v}][k], r);"
+                    )
+                body.append(
+                    f"{{ __m512i t = _mm512_add_epi32(_mm512_load_si512(acc + {(i * nv + v) * 16}), bv); "
+                    f"{_vec_int_activation(p, 't')} "
+                    f"const {vtype} r = {value}; {put} }}"
+                )
+            rows.append(
+                f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
+                f" const __m512i bv = _mm512_set1_epi32(bias[o]); const float fb = {fb}; (void)fb;"
+                f" {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};\n          "
+                + "\n          ".join(body)
+                + " }"
+            )
+        return prologue + "\n        " + "\n        ".join(rows)
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
+        fh, fw, sh, sw, dh, dw, g = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "groups"))
+        nv, mr, ppad, wq, c4, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c4", "plane"))
+        rows, cols = p["row_phases"], p["col_phases"]
+        nph = len(rows) * len(cols)
+        ocg, taps = oc // g, fh * fw
+        ocb = -(-ocg // mr)
+        ptiles = ppad // (16 * nv)
+        tiles = ptiles * ocb
+        # the inner tile loop walks the smaller operand, so that the larger one streams through the
+        # caches once: the weights (deep layers with few pixels) or the planes
+        weights_first = ocg * c4 * 4 * taps > nph * plane * 4 * c4
+        tile_of = (
+            f"const int o0 = t / {ptiles} * {mr}, p0 = t % {ptiles} * {16 * nv};"
+            if weights_first
+            else f"const int p0 = t / {ocb} * {16 * nv}, o0 = t % {ocb} * {mr};"
+        )
+        otype = _out_ctype(p["out"])
+        acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
+        decl = " ".join(f"__m512i {a} = _mm512_setzero_si512();" for row in acc for a in row)
+        spill = " ".join(
+            f"_mm512_store_si512(acc + {16 * (i * nv + v)}, {name});"
+            for i, row in enumerate(acc)
+            for v, name in enumerate(row)
+        )
+        # the byte offset of each tap's dwords from a tile's first pixel in its channel quadruple
+        offsets = [
+            ((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane + (r * dh // sh) * wq
+             + s * dw // sw) * 4
+            for r in range(fh)
+            for s in range(fw)
+        ]  # fmt: skip
+        loads = " ".join(
+            f"const __m512i b{v} = _mm512_loadu_si512((const void*)(bk + {64 * v}));" for v in range(nv)
+        )
+        fmas = "\n            ".join(
+            f"{{ const __m512i a = _mm512_set1_epi32(ak[{i}]); "
+            + " ".join(f"XM_DPBUSD({acc[i][v]}, b{v}, a);" for v in range(nv))
+            + " }"
+            for i in range(mr)
+        )
+        work = n * oc * p["oh"] * p["ow"] * (ic // g) * taps
+        # the micro-kernel is a function of its own: the epilogue's constants, which a compiler keeps
+        # in registers across the tile loop, then cost no accumulator registers (spills otherwise)
+        return exact(f"""
+static __attribute__((noinline)) void {sym}_tile(const uint8_t* bp, const int32_t* ak, int32_t* acc) {{
+  static const int tap_offset[{taps}] = {{{", ".join(map(str, offsets))}}};
+  {decl}
+  for (int cq = 0; cq < {c4}; ++cq, bp += {nph * plane * 4})
+    for (int tap = 0; tap < {taps}; ++tap, ak += {mr}) {{
+      const uint8_t* bk = bp + tap_offset[tap];
+      {loads}
+      {fmas}
+    }}
+  {spill}
+}}
+static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int32_t* wpk = (const int32_t*)w_;
+  {_bias_decls(p)}
+  {otype}* y = ({otype}*)y_;
+  uint8_t* planes = (uint8_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
+  for (int nn = 0; nn < {n}; ++nn)
+    for (int g = 0; g < {g}; ++g) {{
+      const int8_t* xg = x + ((long)nn * {ic} + (long)g * {ic // g}) * {ih * iw};
+      {self._pack_code(p)}
+      #pragma omp for schedule(static)
+      for (int t = 0; t < {tiles}; ++t) {{
+        {tile_of}
+        int32_t acc[{mr * nv * 16}] __attribute__((aligned(64)));
+        {sym}_tile(planes + (long)p0 * 4, wpk + ((long)g * {ocb} + o0 / {mr}) * {c4 * taps * mr}, acc);
+        {self._store_code(p)}
+      }}
+    }}
+}}
+""")
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C + SUPPORT + GEMM_SUPPORT
+
+
+class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
+    family = "conv2d_q8_relu6_x86"
+    conv_family = Conv2dQ8Vnni.family
+    priority = 102  # ahead of the typecvt family (100), which takes every other typecvt
+
+
+KERNEL_UNITS = (Conv2dQ8Vnni(), Conv2dQ8Relu6Vnni())
+
+__all__ = ["KERNEL_UNITS", "choose_tile"]
