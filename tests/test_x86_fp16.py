@@ -45,6 +45,8 @@ CONVS = [
     ("depthwise_s2", (2, 5, 35, 70), 5, 3, 2, 1, 1, 5),
     ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),
     ("depthwise_s3", (1, 4, 11, 13), 4, 3, 3, 1, 1, 4),
+    ("winograd_n2_odd", (2, 40, 17, 19), 33, 3, 1, 1, 1, 1),
+    ("winograd_pad0_two_chunks", (1, 24, 10, 75), 40, 3, 1, 0, 1, 1),
 ]
 
 
@@ -106,7 +108,14 @@ NAMES = [c[0] for c in CONVS] + [
 EXACT = {"max_pool", "avg_pool", "avg_pool_exclude", "global_avg"} | {
     "hswish", "maximum", "minimum", "sub", "div", "abs", "clip"
 }  # fmt: skip
-FAMILIES = {"conv2d_gemm_f16", "conv2d_dw_f16", "pool2d_f16", "matmul_f16", "elemwise_f16"}
+FAMILIES = {
+    "conv2d_gemm_f16",
+    "conv2d_winograd_f16",
+    "conv2d_dw_f16",
+    "pool2d_f16",
+    "matmul_f16",
+    "elemwise_f16",
+}
 
 
 def _families(compiled: Any) -> set[tuple[str, str]]:
@@ -155,6 +164,83 @@ def test_fp16_kernels_sanitized(model: tuple[Callable[..., Any], list[np.ndarray
     compiled = compile_fn(fn, inputs, TARGET)
     want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
     _assert_close(compiled.run_runner(inputs, sanitize=True), want)
+
+
+# Winograd F(m, 3) cases: batch 2, odd sizes, padding 0 / 1 / 2 (outputs wider than the input),
+# more than 32 tiles per tile row, a fused residual and ReLU6; input, output channels, H, W, padding
+WINOGRAD = [
+    ((2, 21, 11, 13), 18, 1),
+    ((1, 24, 10, 75), 40, 0),
+    ((1, 16, 5, 6), 35, 2),
+    ((1, 48, 8, 8), 24, 1),
+]
+# F(4, 3)'s output transform multiplies M's float16 accumulation error by up to 8 (module doc of
+# x86_fp16_winograd.py): measured up to 4% of the output's scale at 512 channels
+WINOGRAD_F4_RTOL = 5e-2
+
+
+def winograd_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.ndarray]]:
+    convs = []
+    for (_, ic, _, _), oc, _ in WINOGRAD:
+        w = (rng.standard_normal((oc, ic, 3, 3)) / np.sqrt(9 * ic)).astype(np.float32)
+        convs.append((Tensor(w), Tensor((rng.standard_normal((1, oc, 1, 1)) * 0.2).astype(np.float32))))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, (((_, _, pad), (w, b)), x) in enumerate(
+            zip(zip(WINOGRAD, convs, strict=True), xs[: len(WINOGRAD)], strict=True)
+        ):
+            y = F.conv2d(x, w, b, padding=pad)
+            outs.append(F.relu6(y + xs[-1]) if i == len(WINOGRAD) - 1 else (F.relu(y) if i % 2 else y))
+        return tuple(outs)
+
+    inputs = [np.abs(rng.standard_normal(s)).astype(np.float32) for s, _, _ in WINOGRAD]
+    (n, _, h, w), oc, pad = WINOGRAD[-1]
+    inputs.append(rng.standard_normal((n, oc, h + 2 * pad - 2, w + 2 * pad - 2)).astype(np.float32))
+    return f, inputs
+
+
+@pytest.mark.parametrize(
+    ("tile", "threads", "sanitize"), [(2, 1, False), (2, 2, False), (4, 2, False), (2, 1, True)]
+)
+def test_fp16_winograd_matches_reference(
+    monkeypatch: pytest.MonkeyPatch, tile: int, threads: int, sanitize: bool
+) -> None:
+    """Every case on F(tile, 3), forced whatever the cost model says, against the reference."""
+    from backends.c.templates import x86_fp16_winograd
+
+    require(TARGET)
+    monkeypatch.setattr(x86_fp16_winograd.KERNEL_UNITS[0], "tiles", (tile,))
+    monkeypatch.setattr(x86_fp16_winograd, "WINOGRAD_MARGIN", float("inf"))
+    fn, inputs = winograd_model(np.random.default_rng(11))
+    compiled = compile_fn(fn, inputs, TARGET, threads=threads)
+    plan = compiled.ir("kernel-plan-memory")
+    assert plan.count(f"conv2d_winograd_f16_f{tile}_") >= len(WINOGRAD), plan
+    assert "conv2d_gemm_f16" not in plan and "_res_RELU6" in plan  # the residual and ReLU6 are fused
+    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
+    got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
+    rtol = KERNEL_RTOL if tile == 2 else WINOGRAD_F4_RTOL
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        w = np.asarray(w, np.float32)
+        assert g.shape == w.shape
+        bad = np.abs(g - w) > rtol * float(np.abs(w).max()) + rtol * np.abs(w)
+        assert not bad.any(), f"case {i}: {bad.sum()} of {w.size} beyond F({tile}, 3)'s tolerance"
+
+
+def test_fp16_winograd_choice() -> None:
+    """F(2, 3) for ResNet's 56x56 .. 14x14 3x3 layers; the direct GEMM at 7x7x512 (one tile panel, U
+    streamed from memory), for few channels and for strided or 5x5 convolutions."""
+    from backends.c.templates.x86_fp16_winograd import winograd_tile
+
+    def conv(c: int, hw: int, k: int = 3, s: int = 1, ic: int | None = None) -> dict[str, Any]:
+        return {"ic": ic or c, "oc": c, "oh": hw, "ow": hw, "fh": k, "fw": k, "sh": s, "sw": s, "dh": 1,
+                "dw": 1, "groups": 1}  # fmt: skip
+
+    assert [winograd_tile(conv(c, hw), (2,)) for c, hw in ((64, 56), (128, 28), (256, 14))] == [2, 2, 2]
+    assert winograd_tile(conv(512, 7), (2,)) is None
+    assert winograd_tile(conv(64, 56, ic=3), (2,)) is None
+    assert winograd_tile(conv(64, 56, s=2), (2,)) is None
+    assert winograd_tile(conv(64, 56, k=5), (2,)) is None
 
 
 def test_fp16_relu_and_max_pool_keep_nan() -> None:

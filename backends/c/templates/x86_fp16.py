@@ -167,7 +167,9 @@ def micro_kernel(mr: int = MR, nr: int = NR) -> str:
         )
         lines.append(f"  if ({i} < mv) {{ {stores} }}")
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    # one definition per translation unit: the Winograd unit (x86_fp16_winograd.py) shares it
+    guard = f"XM_HUKR_{mr}X{nr}"
+    return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
 
 
 def _epilogue_words(p: dict[str, Any]) -> list[str]:
