@@ -64,10 +64,12 @@ def kernel_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.
     weights = _conv_weights(rng)
     fc_w = Tensor((rng.standard_normal((70, 50)) * 0.2).astype(np.float32))
     fc_b = Tensor(rng.standard_normal(70).astype(np.float32))
+    head_w = Tensor((rng.standard_normal((75, 203)) / np.sqrt(203)).astype(np.float32))
+    head_b = Tensor(rng.standard_normal(75).astype(np.float32))
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
         convs = list(xs[: len(CONVS)])
-        pool_x, vec, lhs, rhs = xs[len(CONVS) :]
+        pool_x, vec, lhs, rhs, row = xs[len(CONVS) :]
         outs = []
         for i, ((_, _, _, _, s, p, d, g), x, (w, b)) in enumerate(zip(CONVS, convs, weights, strict=True)):
             y = F.conv2d(
@@ -80,6 +82,7 @@ def kernel_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.
             F.avg_pool2d(pool_x, 2, 2),
             F.avg_pool2d(pool_x, 3, 1, 1, mode="average_count_exclude_padding"),
             F.adaptive_avg_pool2d(pool_x, 1),
+            F.avg_pool2d(pool_x, 3, 2, 0, mode="average_count_exclude_padding"),  # nothing to exclude
         )
         elem = (
             F.hswish(pool_x), F.maximum(pool_x, pool_x * 0.3), F.minimum(pool_x, 0.25), pool_x - 1.5,
@@ -87,7 +90,8 @@ def kernel_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.
         )  # fmt: skip
         linear = F.relu(F.linear(vec, fc_w, fc_b))
         product = F.matmul(lhs, rhs)  # both operands at run time, batched
-        return (*outs, residual, *pools, *elem, linear, product)
+        head = F.relu6(F.linear(row, head_w, head_b))  # one row: the dot-product path of matmul_f16
+        return (*outs, residual, *pools, *elem, linear, product, head)
 
     inputs = [rng.standard_normal(c[1]).astype(np.float32) for c in CONVS]
     inputs += [
@@ -95,17 +99,18 @@ def kernel_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.
         rng.standard_normal((3, 50)).astype(np.float32),
         rng.standard_normal((2, 5, 40)).astype(np.float32),
         rng.standard_normal((2, 40, 33)).astype(np.float32),
+        rng.standard_normal((1, 203)).astype(np.float32),
     ]
     return f, inputs
 
 
 NAMES = [c[0] for c in CONVS] + [
-    "residual", "max_pool", "avg_pool", "avg_pool_exclude", "global_avg", "hswish", "maximum", "minimum",
-    "sub", "div", "abs", "clip", "linear_relu", "batched_matmul",
+    "residual", "max_pool", "avg_pool", "avg_pool_exclude", "global_avg", "avg_pool_exclude_unpadded",
+    "hswish", "maximum", "minimum", "sub", "div", "abs", "clip", "linear_relu", "batched_matmul", "head_row",
 ]  # fmt: skip
 # no accumulation (pooling sums in float32 as the reference; elementwise ops round each step as the
 # reference's float16 numpy): bit-exact
-EXACT = {"max_pool", "avg_pool", "avg_pool_exclude", "global_avg"} | {
+EXACT = {"max_pool", "avg_pool", "avg_pool_exclude", "global_avg", "avg_pool_exclude_unpadded"} | {
     "hswish", "maximum", "minimum", "sub", "div", "abs", "clip"
 }  # fmt: skip
 FAMILIES = {

@@ -432,6 +432,8 @@ class MatmulF16(Template):
         return -(-self.geometry(p)["MP"] * p["mr"] * p["k"] // 32) * 32
 
     def workspace(self, p: dict[str, Any]) -> int:
+        if p["b_const"] and p["m"] == 1:
+            return 0  # _render_row reads a and the packed b in place
         size = self._a_halves(p) * 2
         if not p["b_const"]:
             size += self.geometry(p)["NP"] * p["nr"] * p["k"] * 2
@@ -473,6 +475,8 @@ class MatmulF16(Template):
           const int c = j * {nr} + q;
           bp[((long)j * {Kd} + k) * {nr} + q] = c < {N} ? {b_at} : (xm_h)0;
         }}"""
+        if p["b_const"] and M == 1:
+            return self._render_row(sym, args, p)
         cbias = "(const xm_h*)bias_ + col0" if p["bias"] else "0"
         res = f"(const xm_h*)res_ + (long)bt * {M * N} + (long)m0 * {N} + col0" if p["residual"] else "0"
         return f"""
@@ -509,6 +513,42 @@ static void {sym}({args}) {{
         }}
       }}
     }}
+  }}
+}}
+"""
+
+    def _render_row(self, sym: str, args: str, p: dict[str, Any]) -> str:
+        """One row times a constant matrix (a classifier head): the micro-kernel would fill 1 of its 24
+        rows, so each column panel is a dot product over K in 4 independent accumulators instead,
+        streaming the packed ``b`` once."""
+        nr, Kd, N, NP = p["nr"], p["k"], p["n"], self.geometry(p)["NP"]
+        k4 = Kd - Kd % 4
+        bias = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)bias_ + col0, nv));" if p["bias"] else ""
+        res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + col0, nv));" if p["residual"] else ""
+        return f"""
+static void {sym}({args}) {{
+  const xm_h* a = (const xm_h*)a_;
+  const xm_h* b = (const xm_h*)b_;
+  xm_h* y = (xm_h*)y_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+  for (int j = 0; j < {NP}; ++j) {{
+    const xm_h* bp = b + (long)j * {Kd * nr};
+    const int col0 = j * {nr};
+    const long nv = {N} - col0 < {nr} ? {N} - col0 : {nr};
+    __m512h s0 = _mm512_setzero_ph(), s1 = s0, s2 = s0, s3 = s0;
+    for (int k = 0; k < {k4}; k += 4) {{
+      s0 = _mm512_fmadd_ph(_mm512_set1_ph(a[k]), _mm512_loadu_ph(bp + (long)k * {nr}), s0);
+      s1 = _mm512_fmadd_ph(_mm512_set1_ph(a[k + 1]), _mm512_loadu_ph(bp + (long)(k + 1) * {nr}), s1);
+      s2 = _mm512_fmadd_ph(_mm512_set1_ph(a[k + 2]), _mm512_loadu_ph(bp + (long)(k + 2) * {nr}), s2);
+      s3 = _mm512_fmadd_ph(_mm512_set1_ph(a[k + 3]), _mm512_loadu_ph(bp + (long)(k + 3) * {nr}), s3);
+    }}
+    for (int k = {k4}; k < {Kd}; ++k)
+      s0 = _mm512_fmadd_ph(_mm512_set1_ph(a[k]), _mm512_loadu_ph(bp + (long)k * {nr}), s0);
+    __m512h v = _mm512_add_ph(_mm512_add_ph(s0, s1), _mm512_add_ph(s2, s3));
+    {bias}
+    {res}
+    xm_h_storen(y + col0, nv, xm_h_act(v, {ACT_CODES[p["act"]]}));
   }}
 }}
 """
@@ -628,7 +668,10 @@ class PoolF16(Template):
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
         tap = f"xm_h_row(row, (long)q * {sw} - {pw} + s, {sw}, nv, {iw}, fill)"
-        if p["mode"] == "max":
+        mode = p["mode"]
+        if mode != "max" and ph == pw == 0 and (oh - 1) * sh + fh <= ih and (ow - 1) * sw + fw <= iw:
+            mode = "average"  # no window reaches past the input: nothing to exclude, no per-lane counts
+        if mode == "max":
             init = "__m512h a = _mm512_castsi512_ph(fill);"
             acc = f"a = xm_h_max(a, {tap});"  # a NaN tap wins and stays, as in the reference
             fin = "a"
@@ -645,7 +688,7 @@ class PoolF16(Template):
             )
             div = (
                 f"_mm512_set1_ps({float(fh * fw)}f)"
-                if p["mode"] == "average"
+                if mode == "average"
                 else "_mm512_max_ps(_mm512_loadu_ps(cnt + {h}), _mm512_set1_ps(1.f))"
             )
             fin = (
