@@ -47,6 +47,7 @@ CONVS = [
     ("depthwise_s3", (1, 4, 11, 13), 4, 3, 3, 1, 1, 4),
     ("winograd_n2_odd", (2, 40, 17, 19), 33, 3, 1, 1, 1, 1),
     ("winograd_pad0_two_chunks", (1, 24, 10, 75), 40, 3, 1, 0, 1, 1),
+    ("stem5x5_s2_n2", (2, 3, 30, 70), 20, 5, 2, 2, 1, 1),
 ]
 
 
@@ -246,6 +247,47 @@ def test_fp16_winograd_choice() -> None:
     assert winograd_tile(conv(64, 56, ic=3), (2,)) is None
     assert winograd_tile(conv(64, 56, s=2), (2,)) is None
     assert winograd_tile(conv(64, 56, k=5), (2,)) is None
+
+
+# first-layer direct kernel cases: input (N, C, H, W), OC, kernel, stride (rows, columns), padding
+STEMS = [
+    ((1, 3, 37, 45), 64, 7, (2, 2), 3),
+    ((2, 1, 9, 40), 17, 3, (1, 1), 1),
+    ((1, 4, 12, 71), 5, (3, 5), (3, 2), (0, 2)),
+]
+
+
+@pytest.mark.parametrize(("threads", "sanitize"), [(1, False), (2, False), (1, True)])
+def test_fp16_stem_matches_reference(threads: int, sanitize: bool) -> None:
+    """conv2d_stem_f16 with a fused residual and ReLU6: batch 2, odd widths, row / column strides,
+    partial channel groups, asymmetric kernels and padding."""
+    require(TARGET)
+    rng = np.random.default_rng(3)
+    weights = []
+    for (_, ic, _, _), oc, k, _, _ in STEMS:
+        kh, kw = (k, k) if isinstance(k, int) else k
+        w = (rng.standard_normal((oc, ic, kh, kw)) / np.sqrt(ic * kh * kw)).astype(np.float32)
+        weights.append((Tensor(w), Tensor((rng.standard_normal((1, oc, 1, 1)) * 0.2).astype(np.float32))))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, _, stride, pad), (w, b), x) in enumerate(zip(STEMS, weights, xs[:3], strict=True)):
+            y = F.conv2d(x, w, b, stride=stride, padding=pad)
+            outs.append(F.relu6(y + xs[3]) if i == 0 else F.relu(y))
+        return tuple(outs)
+
+    inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in STEMS]
+    inputs.append(rng.standard_normal((1, 64, 19, 23)).astype(np.float32))
+    compiled = compile_fn(f, inputs, TARGET, threads=threads)
+    plan = compiled.ir("kernel-plan-memory")
+    assert plan.count("kernel.call @conv2d_stem_f16") == len(STEMS) and "_res_RELU6" in plan, plan
+    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
+    got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        w = np.asarray(w, np.float32)
+        assert g.shape == w.shape
+        bad = np.abs(g - w) > KERNEL_RTOL * float(np.abs(w).max()) + KERNEL_RTOL * np.abs(w)
+        assert not bad.any(), f"stem case {i}: {bad.sum()} of {w.size} beyond float16 tolerance"
 
 
 def test_fp16_relu_and_max_pool_keep_nan() -> None:
