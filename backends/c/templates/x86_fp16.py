@@ -51,6 +51,9 @@ LANES = 32  # float16 lanes of one zmm register
 # 24 x 32: one vector per row, so every A value is an embedded broadcast of its FMA (a separate
 # vpbroadcastw would take the second FMA port); the packers below assume NR == LANES
 MR, NR, KC = 24, 32, 256
+# the narrower tile for output channel counts that are multiples of 16 but not of 24 (64, 128: 11% of
+# the 24-row tiles' rows would be padding)
+MR_NARROW = 16
 ACTIVATIONS = frozenset({"identity", "relu", "relu6"})
 ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2}
 CONV_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=ACTIVATIONS)
@@ -172,6 +175,11 @@ def micro_kernel(mr: int = MR, nr: int = NR) -> str:
     return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
 
 
+def conv_rows(channels: int) -> int:
+    """The GEMM tile's rows (output channels) for a convolution group of ``channels`` outputs."""
+    return MR_NARROW if channels % MR_NARROW == 0 and channels % MR != 0 else MR
+
+
 def _epilogue_words(p: dict[str, Any]) -> list[str]:
     return [
         "bias" if p["bias"] else "",
@@ -202,12 +210,12 @@ class ConvGemmF16(Template):
         params, operands = got
         if params["act"] not in ACTIVATIONS:
             return None
-        params.update({"mr": MR, "nr": NR, "kc": KC})
+        params.update({"mr": conv_rows(params["oc"] // params["groups"]), "nr": NR, "kc": KC})
         params["pack"] = conv_pack_mode(params, NR)
         # more filter than im2col bytes (deep layers, small images): the channel panels go outermost so
         # that each weight is read from memory once, else the column panels
         geo = self.geometry(params)
-        params["order"] = "m" if geo["MP"] * MR > geo["NP"] * NR else "n"
+        params["order"] = "m" if geo["MP"] * params["mr"] > geo["NP"] * NR else "n"
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -238,7 +246,7 @@ class ConvGemmF16(Template):
         return np.ascontiguousarray(packed), f"gemm_h{mr}"
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + micro_kernel()
+        return COMMON + micro_kernel() + micro_kernel(MR_NARROW)
 
     def _pack_panel(self, p: dict[str, Any], geo: dict[str, int]) -> str:
         """C statements filling panel ``j`` (``dst``, K x NR) of the im2col matrix of image ``xg``."""
