@@ -4,12 +4,15 @@
 * ``conv2d_gemm_f16``: dense and grouped convolutions as a packed GEMM, ``out[oc, p] = sum_k W[oc, k] *
   col[k, p]`` (``k = (ic, kh, kw)``): the filter is packed ahead of time into ``MR``-row panels, the
   im2col matrix at run time into ``NR``-column panels (a copy for 1x1 stride-1 convolutions, row-aligned
-  runs or a general gather otherwise, :func:`backends.c.templates.gemm.conv_pack_mode`). The micro-kernel
-  holds a ``12 x 64`` tile in 24 ``__m512h`` accumulators and issues 24 ``vfmadd231ph`` per ``k``
-  (768 multiply-adds) for 2 vector loads and 12 broadcasts; the epilogue (bias along the channels,
+  runs or a general gather otherwise, :func:`backends.c.templates.gemm.conv_pack_mode`); 3x3 stride-1
+  layers that Winograd wins are ``x86_fp16_winograd.py``'s, first layers ``x86_fp16_stem.py``'s. The
+  micro-kernel holds a ``24 x 32`` tile (``16 x 32`` for 64 or 128 output channels) in one ``__m512h``
+  accumulator per row and issues one embedded-broadcast ``vfmadd231ph`` per row and ``k`` for one
+  vector load; the epilogue (bias along the channels,
   residual, ReLU / ReLU6) runs on the registers of the last ``K`` block before the single store.
 * ``matmul_f16``: (batched) matrix products on the same micro-kernel; a constant right-hand side (the
-  Linear layer's weight) is packed ahead of time; bias along the columns, residual, ReLU / ReLU6.
+  Linear layer's weight) is packed ahead of time; bias along the columns, residual, ReLU / ReLU6. One
+  row times a constant matrix (a classifier head) is a dot product per column panel instead.
 * ``conv2d_dw_f16``: depthwise convolutions, 32 output columns per vector, every tap one FMA on a masked
   load (stride 1: 32 consecutive inputs; stride 2: 64 inputs keeping the even lanes; other strides a
   gather), so border columns need no scalar path.
