@@ -20,7 +20,8 @@ element types never accept the same op, so their relative order only matters wit
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
-* float16 compute on AVX512-FP16 (x86_fp16.py, NCHW): depthwise convolution 108, GEMM convolution 104,
+* float16 compute on AVX512-FP16 (x86_fp16.py, NCHW): depthwise convolution 108, Winograd 3x3 106
+  (x86_fp16_winograd.py), first-layer direct 105 (x86_fp16_stem.py), GEMM convolution 104,
   pooling 105, matrix multiplication 99, elementwise 97 (the elemwise_f16 family of neon_fp16);
 * typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
   and 101 (depthwise), ahead of typecvt 100 (x86_int8.py).
@@ -47,6 +48,8 @@ from backends.c.templates import (
     winograd,
     x86_amx,
     x86_fp16,
+    x86_fp16_stem,
+    x86_fp16_winograd,
     x86_int8,
     x86_int8_gemm,
 )
@@ -67,6 +70,8 @@ KERNELS = KernelRegistry(
         *x86_fp16.KERNEL_UNITS,
         *x86_amx.KERNEL_UNITS,
         *x86_int8_gemm.KERNEL_UNITS,
+        *x86_fp16_winograd.KERNEL_UNITS,
+        *x86_fp16_stem.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,

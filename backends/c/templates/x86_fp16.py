@@ -4,12 +4,15 @@
 * ``conv2d_gemm_f16``: dense and grouped convolutions as a packed GEMM, ``out[oc, p] = sum_k W[oc, k] *
   col[k, p]`` (``k = (ic, kh, kw)``): the filter is packed ahead of time into ``MR``-row panels, the
   im2col matrix at run time into ``NR``-column panels (a copy for 1x1 stride-1 convolutions, row-aligned
-  runs or a general gather otherwise, :func:`backends.c.templates.gemm.conv_pack_mode`). The micro-kernel
-  holds a ``12 x 64`` tile in 24 ``__m512h`` accumulators and issues 24 ``vfmadd231ph`` per ``k``
-  (768 multiply-adds) for 2 vector loads and 12 broadcasts; the epilogue (bias along the channels,
+  runs or a general gather otherwise, :func:`backends.c.templates.gemm.conv_pack_mode`); 3x3 stride-1
+  layers that Winograd wins are ``x86_fp16_winograd.py``'s, first layers ``x86_fp16_stem.py``'s. The
+  micro-kernel holds a ``24 x 32`` tile (``16 x 32`` for 64 or 128 output channels) in one ``__m512h``
+  accumulator per row and issues one embedded-broadcast ``vfmadd231ph`` per row and ``k`` for one
+  vector load; the epilogue (bias along the channels,
   residual, ReLU / ReLU6) runs on the registers of the last ``K`` block before the single store.
 * ``matmul_f16``: (batched) matrix products on the same micro-kernel; a constant right-hand side (the
-  Linear layer's weight) is packed ahead of time; bias along the columns, residual, ReLU / ReLU6.
+  Linear layer's weight) is packed ahead of time; bias along the columns, residual, ReLU / ReLU6. One
+  row times a constant matrix (a classifier head) is a dot product per column panel instead.
 * ``conv2d_dw_f16``: depthwise convolutions, 32 output columns per vector, every tap one FMA on a masked
   load (stride 1: 32 consecutive inputs; stride 2: 64 inputs keeping the even lanes; other strides a
   gather), so border columns need no scalar path.
@@ -51,6 +54,9 @@ LANES = 32  # float16 lanes of one zmm register
 # 24 x 32: one vector per row, so every A value is an embedded broadcast of its FMA (a separate
 # vpbroadcastw would take the second FMA port); the packers below assume NR == LANES
 MR, NR, KC = 24, 32, 256
+# the narrower tile for output channel counts that are multiples of 16 but not of 24 (64, 128: 11% of
+# the 24-row tiles' rows would be padding)
+MR_NARROW = 16
 ACTIVATIONS = frozenset({"identity", "relu", "relu6"})
 ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2}
 CONV_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=ACTIVATIONS)
@@ -167,7 +173,14 @@ def micro_kernel(mr: int = MR, nr: int = NR) -> str:
         )
         lines.append(f"  if ({i} < mv) {{ {stores} }}")
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    # one definition per translation unit: the Winograd unit (x86_fp16_winograd.py) shares it
+    guard = f"XM_HUKR_{mr}X{nr}"
+    return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
+
+
+def conv_rows(channels: int) -> int:
+    """The GEMM tile's rows (output channels) for a convolution group of ``channels`` outputs."""
+    return MR_NARROW if channels % MR_NARROW == 0 and channels % MR != 0 else MR
 
 
 def _epilogue_words(p: dict[str, Any]) -> list[str]:
@@ -200,12 +213,12 @@ class ConvGemmF16(Template):
         params, operands = got
         if params["act"] not in ACTIVATIONS:
             return None
-        params.update({"mr": MR, "nr": NR, "kc": KC})
+        params.update({"mr": conv_rows(params["oc"] // params["groups"]), "nr": NR, "kc": KC})
         params["pack"] = conv_pack_mode(params, NR)
         # more filter than im2col bytes (deep layers, small images): the channel panels go outermost so
         # that each weight is read from memory once, else the column panels
         geo = self.geometry(params)
-        params["order"] = "m" if geo["MP"] * MR > geo["NP"] * NR else "n"
+        params["order"] = "m" if geo["MP"] * params["mr"] > geo["NP"] * NR else "n"
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -236,7 +249,7 @@ class ConvGemmF16(Template):
         return np.ascontiguousarray(packed), f"gemm_h{mr}"
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + micro_kernel()
+        return COMMON + micro_kernel() + micro_kernel(MR_NARROW)
 
     def _pack_panel(self, p: dict[str, Any], geo: dict[str, int]) -> str:
         """C statements filling panel ``j`` (``dst``, K x NR) of the im2col matrix of image ``xg``."""
@@ -430,6 +443,8 @@ class MatmulF16(Template):
         return -(-self.geometry(p)["MP"] * p["mr"] * p["k"] // 32) * 32
 
     def workspace(self, p: dict[str, Any]) -> int:
+        if p["b_const"] and p["m"] == 1:
+            return 0  # _render_row reads a and the packed b in place
         size = self._a_halves(p) * 2
         if not p["b_const"]:
             size += self.geometry(p)["NP"] * p["nr"] * p["k"] * 2
@@ -471,6 +486,8 @@ class MatmulF16(Template):
           const int c = j * {nr} + q;
           bp[((long)j * {Kd} + k) * {nr} + q] = c < {N} ? {b_at} : (xm_h)0;
         }}"""
+        if p["b_const"] and M == 1:
+            return self._render_row(sym, args, p)
         cbias = "(const xm_h*)bias_ + col0" if p["bias"] else "0"
         res = f"(const xm_h*)res_ + (long)bt * {M * N} + (long)m0 * {N} + col0" if p["residual"] else "0"
         return f"""
@@ -507,6 +524,42 @@ static void {sym}({args}) {{
         }}
       }}
     }}
+  }}
+}}
+"""
+
+    def _render_row(self, sym: str, args: str, p: dict[str, Any]) -> str:
+        """One row times a constant matrix (a classifier head): the micro-kernel would fill 1 of its 24
+        rows, so each column panel is a dot product over K in 4 independent accumulators instead,
+        streaming the packed ``b`` once."""
+        nr, Kd, N, NP = p["nr"], p["k"], p["n"], self.geometry(p)["NP"]
+        k4 = Kd - Kd % 4
+        bias = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)bias_ + col0, nv));" if p["bias"] else ""
+        res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + col0, nv));" if p["residual"] else ""
+        return f"""
+static void {sym}({args}) {{
+  const xm_h* a = (const xm_h*)a_;
+  const xm_h* b = (const xm_h*)b_;
+  xm_h* y = (xm_h*)y_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+  for (int j = 0; j < {NP}; ++j) {{
+    const xm_h* bp = b + (long)j * {Kd * nr};
+    const int col0 = j * {nr};
+    const long nv = {N} - col0 < {nr} ? {N} - col0 : {nr};
+    __m512h s0 = _mm512_setzero_ph(), s1 = s0, s2 = s0, s3 = s0;
+    for (int k = 0; k < {k4}; k += 4) {{
+      s0 = _mm512_fmadd_ph(_mm512_set1_ph(a[k]), _mm512_loadu_ph(bp + (long)k * {nr}), s0);
+      s1 = _mm512_fmadd_ph(_mm512_set1_ph(a[k + 1]), _mm512_loadu_ph(bp + (long)(k + 1) * {nr}), s1);
+      s2 = _mm512_fmadd_ph(_mm512_set1_ph(a[k + 2]), _mm512_loadu_ph(bp + (long)(k + 2) * {nr}), s2);
+      s3 = _mm512_fmadd_ph(_mm512_set1_ph(a[k + 3]), _mm512_loadu_ph(bp + (long)(k + 3) * {nr}), s3);
+    }}
+    for (int k = {k4}; k < {Kd}; ++k)
+      s0 = _mm512_fmadd_ph(_mm512_set1_ph(a[k]), _mm512_loadu_ph(bp + (long)k * {nr}), s0);
+    __m512h v = _mm512_add_ph(_mm512_add_ph(s0, s1), _mm512_add_ph(s2, s3));
+    {bias}
+    {res}
+    xm_h_storen(y + col0, nv, xm_h_act(v, {ACT_CODES[p["act"]]}));
   }}
 }}
 """
@@ -626,7 +679,10 @@ class PoolF16(Template):
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
         tap = f"xm_h_row(row, (long)q * {sw} - {pw} + s, {sw}, nv, {iw}, fill)"
-        if p["mode"] == "max":
+        mode = p["mode"]
+        if mode != "max" and ph == pw == 0 and (oh - 1) * sh + fh <= ih and (ow - 1) * sw + fw <= iw:
+            mode = "average"  # no window reaches past the input: nothing to exclude, no per-lane counts
+        if mode == "max":
             init = "__m512h a = _mm512_castsi512_ph(fill);"
             acc = f"a = xm_h_max(a, {tap});"  # a NaN tap wins and stays, as in the reference
             fin = "a"
@@ -643,7 +699,7 @@ class PoolF16(Template):
             )
             div = (
                 f"_mm512_set1_ps({float(fh * fw)}f)"
-                if p["mode"] == "average"
+                if mode == "average"
                 else "_mm512_max_ps(_mm512_loadu_ps(cnt + {h}), _mm512_set1_ps(1.f))"
             )
             fin = (

@@ -1,0 +1,348 @@
+"""Winograd ``F(m x m, 3 x 3)`` (``m`` = 2 or 4) for dense 3x3 stride-1 NCHW float16 convolutions on
+AVX512-FP16 (``x86-avx512-fp16+ioc16``): ``conv2d_winograd_f16``.
+
+``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile, summed over input channels, with the
+Lavin & Gray matrices of :data:`backends.c.templates.winograd.TRANSFORMS` (one source of the points).
+The filter transform ``U = G g G^T`` is computed in float64 ahead of time and rounded once to float16.
+At run time, for the whole layer:
+
+1. input transform: per input channel and row of tiles, 32 tiles at a time (lane ``l`` = tile
+   ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, border taps read as
+   zero), ``V = B^T d B`` in float32, rounded to float16 and stored straight into the GEMM's packed
+   ``B`` panels (tiles flattened over rows, 32 per panel, so a narrow image wastes no panel lanes);
+2. one GEMM per transform point ``M[pt] = U[pt] (OC x IC) . V[pt] (IC x tiles)`` on the float16
+   ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (float16 accumulation);
+3. output transform: ``A^T M A`` in float32, plus the bias, rounded to float16, the ``m`` tile columns
+   interleaved into output rows (``vpermt2w``), residual and ReLU / ReLU6, masked stores at borders.
+
+Numerics (``tests/test_x86_fp16.py``, ``docs/ARCHITECTURE.md``): the transforms in float32 keep the
+rounding to the two float16 roundings of ``V`` and ``M`` and the float16 accumulation of the GEMM; the
+output transform's coefficients (up to 8 for ``F(4, 3)``) amplify the accumulation error of ``M``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from backends.c.match import conv_common
+from backends.c.templates import Template, sym_join
+from backends.c.templates.nchw88 import _guarded
+from backends.c.templates.winograd import TRANSFORMS, _lin, transform_filter
+from backends.c.templates.x86_fp16 import (
+    ACT_CODES,
+    ACTIVATIONS,
+    COMMON,
+    CONV_EPILOGUE,
+    ISA,
+    KC,
+    LANES,
+    MR,
+    NR,
+    _epilogue_words,
+    _f16_compute,
+    micro_kernel,
+)
+from dialects import tensor as T
+from passes.lowering.kernels import Lowered
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+# stride-m row loads (32 tiles' tap k: row[base + m * l]) and the zip of the output transform
+WINO_HELPERS = """/* 32 halves row[base + 4 l] (lanes l < nv, indices in [0, len), else zero): 4 masked loads
+   of 32, the 16 words 0 mod 4 of each pair picked by one vpermt2w, the halves blended */
+static inline __m512h xm_h_row4(const xm_h* row, long base, long nv, long len) {
+  const long lo = base < 0 ? -base : 0, hi = len - base < 4 * nv ? len - base : 4 * nv;
+  __m512i q[4];
+  for (int i = 0; i < 4; ++i) {
+    const __mmask32 m = (__mmask32)(xm_h_mask(hi - 32 * i) & ~xm_h_mask(lo - 32 * i));
+    q[i] = m ? _mm512_maskz_loadu_epi16(m, row + base + 32 * i) : _mm512_setzero_si512();
+  }
+  const __m512i idx = _mm512_set_epi16(60, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0,
+                                       60, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
+  const __m512i a = _mm512_permutex2var_epi16(q[0], idx, q[1]);
+  const __m512i b = _mm512_permutex2var_epi16(q[2], idx, q[3]);
+  return _mm512_castsi512_ph(_mm512_mask_blend_epi16((__mmask32)0xFFFF0000u, a, b));
+}
+/* lo = a0 b0 a1 b1 ... a15 b15, hi = a16 b16 ... a31 b31 */
+static inline void xm_h_zip(__m512h a, __m512h b, __m512h* lo, __m512h* hi) {
+  const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                      39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i ih = _mm512_add_epi16(il, _mm512_set1_epi16(16));
+  *lo = _mm512_castsi512_ph(_mm512_permutex2var_epi16(_mm512_castph_si512(a), il, _mm512_castph_si512(b)));
+  *hi = _mm512_castsi512_ph(_mm512_permutex2var_epi16(_mm512_castph_si512(a), ih, _mm512_castph_si512(b)));
+}
+static inline __m512 xm_h_lo_ps(__m512h v) { return _mm512_cvtxph_ps(_mm512_castph512_ph256(v)); }
+static inline __m512 xm_h_hi_ps(__m512h v) {
+  return _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64(_mm512_castph_si512(v), 1)));
+}
+static inline __m512h xm_h_from_ps(__m512 lo, __m512 hi) {
+  return _mm512_castsi512_ph(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castph_si256(
+      _mm512_cvtxps_ph(lo))), _mm256_castph_si256(_mm512_cvtxps_ph(hi)), 1));
+}
+"""
+
+_PS = {"add": "_mm512_add_ps", "sub": "_mm512_sub_ps", "fma": "_mm512_fmadd_ps", "set1": "_mm512_set1_ps"}
+
+
+def transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, n_in: int) -> list[str]:
+    """Float32 statements ``dst = mat . src . mat^T`` over ``__m512`` arrays ``src[i * n_in + j]``
+    into ``dst[i * len(mat) + j]`` (zero coefficients dropped, +-1 as adds / subtracts)."""
+    n_out = len(mat)
+    lines = []
+    for i in range(n_out):  # t[i][j] = sum_k mat[i][k] src[k][j]
+        for j in range(n_in):
+            e = _lin(mat[i], [f"{src}[{k * n_in + j}]" for k in range(n_in)], **_PS)
+            lines.append(f"const __m512 {dst}t{i}_{j} = {e};")
+    for i in range(n_out):  # dst[i][j] = sum_k t[i][k] mat[j][k]
+        for j in range(n_out):
+            e = _lin(mat[j], [f"{dst}t{i}_{k}" for k in range(n_in)], **_PS)
+            lines.append(f"{dst}[{i * n_out + j}] = {e};")
+    return [s.replace("_MUL_", "_mm512_mul_ps") for s in lines]
+
+
+# F(m, 3) against the direct GEMM (9 taps per output): m = 4 does 36 / 16 = 2.25 multiply-adds per
+# output, m = 2 16 / 4 = 4, the direct kernel 9; the transforms cost about as much as 8 output channels
+# of GEMM per tile, so layers with few channels or few tiles stay direct. Winograd must also win by
+# WINOGRAD_MARGIN: its U is 16 / 9 (F(2, 3)) of the filter, and with one tile panel (7x7x512) the layer
+# streams U from memory once, slower than the direct GEMM (measured 1.0 vs 0.8 ms)
+WINOGRAD_MIN_CHANNELS = 16
+TRANSFORM_COST_CHANNELS = 8
+WINOGRAD_MARGIN = 0.8
+# F(4, 3) in float16 is 3-4x less accurate than the direct GEMM (max error 2-4% of the output's scale
+# against 0.5-1.3% direct, at 64-512 channels) and was not faster than F(2, 3) (56x56x64: 0.67 vs
+# 0.74 ms); F(2, 3) is more accurate than the direct GEMM (each point's sum runs over IC terms, not
+# 9 IC): only F(2, 3) is chosen
+DEFAULT_TILES = (2,)
+
+
+def winograd_cost(p: dict[str, Any], m: int) -> float:
+    """Vector multiply-add equivalents of ``F(m, 3)`` for a conv's parameters (tile lanes padded to 32)."""
+    a = m + 2
+    tiles = -(-p["oh"] // m) * -(-p["ow"] // m)
+    lanes = -(-tiles // LANES) * LANES
+    ocp = -(-p["oc"] // MR) * MR
+    return a * a * lanes * (ocp * p["ic"] + TRANSFORM_COST_CHANNELS * (p["ic"] + p["oc"]))
+
+
+def direct_cost(p: dict[str, Any]) -> float:
+    lanes = -(-(p["oh"] * p["ow"]) // LANES) * LANES
+    return 9 * lanes * -(-p["oc"] // MR) * MR * p["ic"]
+
+
+def winograd_tile(p: dict[str, Any], tiles: Sequence[int]) -> int | None:
+    """The cheapest ``F(m, 3)`` among ``tiles`` for a conv's parameters, None where the direct GEMM is
+    cheaper or the conv is not a dense 3x3 stride-1 one."""
+    if p["groups"] != 1 or (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (3, 3, 1, 1, 1, 1):
+        return None
+    if min(p["ic"], p["oc"]) < WINOGRAD_MIN_CHANNELS:
+        return None
+    best = min(tiles, key=lambda m: winograd_cost(p, m), default=None)
+    return best if best is not None and winograd_cost(p, best) < WINOGRAD_MARGIN * direct_cost(p) else None
+
+
+class ConvWinogradF16(Template):
+    """``conv2d_winograd_f16``: dense 3x3 stride-1 NCHW float16 convolution by ``F(m x m, 3 x 3)``
+    (module doc)."""
+
+    family = "conv2d_winograd_f16"
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 106  # ahead of conv2d_gemm_f16 (104) where winograd_tile says it wins
+    epilogues = {"float16": CONV_EPILOGUE}
+    isa = ISA
+    tiles: tuple[int, ...] = DEFAULT_TILES  # the F(m, 3) candidates
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_common(op, "f16")
+        if got is None or not _f16_compute(op):
+            return None
+        params, operands = got
+        if params["act"] not in ACTIVATIONS:
+            return None
+        m = winograd_tile(params, self.tiles)
+        if m is None:
+            return None
+        params = {k: v for k, v in params.items() if k not in ("fh", "fw", "sh", "sw", "dh", "dw", "groups")}
+        params.update({"m": m, "mr": MR, "nr": NR, "kc": KC})
+        return Lowered(params, operands)
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(
+            self.family, f"f{p['m']}", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
+            f"p{p['ph']}x{p['pw']}", *_epilogue_words(p),
+        )  # fmt: skip
+
+    @staticmethod
+    def geometry(p: dict[str, Any]) -> dict[str, int]:
+        m = p["m"]
+        th, tw = -(-p["oh"] // m), -(-p["ow"] // m)
+        tiles = th * tw
+        np_ = -(-tiles // p["nr"])
+        return {"A": m + 2, "TH": th, "TW": tw, "T": tiles, "NP": np_, "MP": -(-p["oc"] // p["mr"])}
+
+    def _sizes(self, p: dict[str, Any]) -> tuple[int, int]:
+        """Halves of the packed V and of M (both rounded up to 64 bytes)."""
+        geo = self.geometry(p)
+        pts, cols = geo["A"] ** 2, geo["NP"] * p["nr"]
+        v = -(-pts * p["ic"] * cols // 32) * 32
+        return v, pts * geo["MP"] * p["mr"] * cols
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        return sum(self._sizes(p)) * 2
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        geo = self.geometry(p)
+        a, mp, mr, ic, oc = geo["A"], geo["MP"], p["mr"], p["ic"], p["oc"]
+        u = transform_filter(np.asarray(array, np.float32).reshape(oc, ic, 3, 3), p["m"])  # (OC, IC, A, A)
+        padded = np.zeros((a * a, mp * mr, ic), np.float16)
+        padded[:, :oc] = u.reshape(oc, ic, a * a).transpose(2, 0, 1)
+        # (PT, MP, MR, IC) -> (PT, MP, IC, MR): the micro-kernel's A panels, one GEMM per point
+        packed = padded.reshape(a * a, mp, mr, ic).transpose(0, 1, 3, 2)
+        return np.ascontiguousarray(packed), f"winograd_h{p['m']}_{mr}"
+
+    def support(self, em: CEmitter) -> str:
+        return COMMON + micro_kernel() + _guarded("H_WINO", WINO_HELPERS)
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        geo = self.geometry(p)
+        m, mr, nr, kc = p["m"], p["mr"], p["nr"], p["kc"]
+        a, th, tw, tiles, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["T"], geo["NP"], geo["MP"]
+        n, ic, ih, iw, oc, oh, ow, ph, pw = (
+            p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow", "ph", "pw")
+        )
+        bt, _, at = TRANSFORMS[m]
+        v_halves, _ = self._sizes(p)
+        cols, pts = NP * nr, a * a
+        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
+        args = ", ".join(
+            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+        )
+        row_load = (
+            "xm_h_row4(row, base, nt_, " + str(iw) + ")"
+            if m == 4
+            else (f"xm_h_row(row, base, 2, nt_, {iw}, _mm512_setzero_si512())")
+        )
+        in_tf = "\n        ".join(transform_2d(bt, "d", "v", a))
+        out_tf = "\n          ".join(transform_2d(at, "q", "o", a))
+        bias = "(float)((const xm_h*)bias_)[oc_]" if p["bias"] else "0.f"
+        if m == 4:
+            zip_row = """__m512h ac0, ac1, bd0, bd1, z[4];
+            xm_h_zip(r[0], r[2], &ac0, &ac1); xm_h_zip(r[1], r[3], &bd0, &bd1);
+            xm_h_zip(ac0, bd0, &z[0], &z[1]); xm_h_zip(ac1, bd1, &z[2], &z[3]);"""
+        else:
+            zip_row = "__m512h z[2]; xm_h_zip(r[0], r[1], &z[0], &z[1]);"
+        res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff + q0, cnt));" if p["residual"] else ""
+        return f"""
+static void {sym}({args}) {{
+  const xm_h* x = (const xm_h*)x_;
+  const xm_h* w = (const xm_h*)w_;
+  xm_h* y = (xm_h*)y_;
+  xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] */
+  xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] */
+  for (int n = 0; n < {n}; ++n) {{
+    const xm_h* xn = x + (long)n * {ic * ih * iw};
+    /* 1. input transform, straight into the packed B panels */
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int c = 0; c < {ic}; ++c) {{
+      const xm_h* plane = xn + (long)c * {ih * iw};
+      for (int ty = 0; ty < {th}; ++ty)
+        for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
+          const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
+          __m512 dl[{pts}], dh[{pts}], vl[{pts}], vh[{pts}];
+          for (int i = 0; i < {a}; ++i) {{
+            const int yy = ty * {m} - {ph} + i;
+            const int ok = (unsigned)yy < {ih}u;
+            const xm_h* row = plane + (ok ? (long)yy * {iw} : 0);
+            for (int k = 0; k < {a}; ++k) {{
+              const long base = (long)tx0 * {m} - {pw} + k;
+              const __m512h dv = ok ? {row_load} : _mm512_setzero_ph();
+              dl[i * {a} + k] = xm_h_lo_ps(dv); dh[i * {a} + k] = xm_h_hi_ps(dv);
+            }}
+          }}
+          {{ const __m512* d = dl; __m512* v = vl;
+        {in_tf}
+          }}
+          {{ const __m512* d = dh; __m512* v = vh;
+        {in_tf}
+          }}
+          /* tiles t0 .. t0 + nt_ - 1 of the flattened order: the rest of panel j0, then panel j0 + 1 */
+          const long t0 = (long)ty * {tw} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
+          const __mmask32 m0 = xm_h_mask(nt_ < {nr} - off ? nt_ : {nr} - off);
+          const __mmask32 m1 = (__mmask32)(xm_h_mask(nt_) & ~xm_h_mask({nr} - off));
+          for (int pt = 0; pt < {pts}; ++pt) {{
+            const __m512i hv = _mm512_castph_si512(xm_h_from_ps(vl[pt], vh[pt]));
+            xm_h* dst = vp + (((long)pt * {NP} + j0) * {ic} + c) * {nr};
+            _mm512_mask_storeu_epi16(dst + off, m0, hv);
+            if (m1) _mm512_mask_storeu_epi16(dst + {ic * nr} - ({nr} - off), m1, hv);
+          }}
+        }}
+      /* the last panel's lanes past the last tile: zeros, so that the GEMM reads defined values */
+      if ({tiles % nr})
+        for (int pt = 0; pt < {pts}; ++pt)
+          _mm512_mask_storeu_epi16(vp + (((long)pt * {NP} + {NP - 1}) * {ic} + c) * {nr},
+                                   (__mmask32)~xm_h_mask({tiles % nr}), _mm512_setzero_si512());
+    }}
+    /* 2. one GEMM per transform point: M[pt] (OC x tiles) = U[pt] (OC x IC) . V[pt] (IC x tiles) */
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int pt = 0; pt < {pts}; ++pt)
+      for (int j = 0; j < {NP}; ++j) {{
+        const int nv = {tiles} - j * {nr} < {nr} ? {tiles} - j * {nr} : {nr};
+        for (int k0 = 0; k0 < {ic}; k0 += {kc}) {{
+          const long kl = {ic} - k0 < {kc} ? {ic} - k0 : {kc};
+          const xm_h* B = vp + (((long)pt * {NP} + j) * {ic} + k0) * {nr};
+          for (int mp = 0; mp < {MP}; ++mp)
+            xm_hukr_{mr}x{nr}(kl, w + (((long)pt * {MP} + mp) * {ic} + k0) * {mr}, B,
+                              mb + ((long)pt * {MP * mr} + (long)mp * {mr}) * {cols} + (long)j * {nr},
+                              {cols}, k0 == 0, {mr}, nv, 0);
+        }}
+      }}
+    /* 3. output transform, bias, interleave, residual, activation */
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int oc_ = 0; oc_ < {oc}; ++oc_) {{
+      const __m512 bv = _mm512_set1_ps({bias});
+      for (int ty = 0; ty < {th}; ++ty)
+        for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
+          const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
+          const long t0 = (long)ty * {tw} + tx0;
+          __m512 ql[{pts}], qh[{pts}], ol[{m * m}], oh_[{m * m}];
+          for (int pt = 0; pt < {pts}; ++pt) {{
+            const __m512h mv = xm_h_loadn(mb + ((long)pt * {MP * mr} + oc_) * {cols} + t0, nt_);
+            ql[pt] = xm_h_lo_ps(mv); qh[pt] = xm_h_hi_ps(mv);
+          }}
+          {{ const __m512* q = ql; __m512* o = ol;
+          {out_tf}
+          }}
+          {{ const __m512* q = qh; __m512* o = oh_;
+          {out_tf}
+          }}
+          for (int i = 0; i < {m}; ++i) {{
+            const int yy = ty * {m} + i;
+            if (yy >= {oh}) break;
+            __m512h r[{m}];
+            for (int jj = 0; jj < {m}; ++jj)
+              r[jj] = xm_h_from_ps(_mm512_add_ps(ol[i * {m} + jj], bv), _mm512_add_ps(oh_[i * {m} + jj], bv));
+            {zip_row}
+            const long yoff = ((long)n * {oc} + oc_) * {oh * ow} + (long)yy * {ow};
+            for (int qv = 0; qv < {m}; ++qv) {{
+              const long q0 = (long)tx0 * {m} + qv * 32, cnt = {ow} - q0;
+              if (cnt <= 0) break;
+              __m512h v = z[qv];
+              {res}
+              xm_h_storen(y + yoff + q0, cnt, xm_h_act(v, {ACT_CODES[p["act"]]}));
+            }}
+          }}
+        }}
+    }}
+  }}
+}}
+"""
+
+
+KERNEL_UNITS = (ConvWinogradF16(),)
