@@ -211,8 +211,15 @@ def ort_qdq_session(ort: Any, plain: ModuleOp, x: np.ndarray, threads: int) -> A
 
 
 def int8_report(
-    net: Any, name: str, x: np.ndarray, threads: list[int], f32_best: dict[int, float], ort: Any,
-    iters: int, notes: list[str], ov_default: dict[int, float] | None = None,
+    net: Any,
+    name: str,
+    x: np.ndarray,
+    threads: list[int],
+    f32_best: dict[int, float],
+    ort: Any,
+    iters: int,
+    notes: list[str],
+    ov_default: dict[int, float] | None = None,
 ) -> list[str]:
     """Rows of the int8 table for one model (see the module docstring)."""
     from backends.reference import run_module
@@ -277,12 +284,24 @@ def main() -> None:  # noqa: C901 - one report
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--iters", type=int, default=21)
     ap.add_argument("--profile", type=int, default=6, help="kernels to list per model (0: no profile)")
-    ap.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
-                    help="also quantize each model and time xmge's int8 kernels (and ORT's QDQ int8)")
-    ap.add_argument("--ioc16", action=argparse.BooleanOptionalAction, default=True,
-                    help=f"also time {IOC16_TARGET} (float16 compute) where the CPU has AVX512-FP16")
-    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
-                    help=f"also time {BF16_TARGET} (bfloat16 inputs) where the CPU has AMX-BF16")
+    ap.add_argument(
+        "--int8",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also quantize each model and time xmge's int8 kernels (and ORT's QDQ int8)",
+    )
+    ap.add_argument(
+        "--ioc16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"also time {IOC16_TARGET} (float16 compute) where the CPU has AVX512-FP16",
+    )
+    ap.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"also time {BF16_TARGET} (bfloat16 inputs) where the CPU has AMX-BF16",
+    )
     args = ap.parse_args()
     try:
         import onnxruntime as ort
