@@ -10,6 +10,8 @@ the table of architectures with the backend object of each.
     x86-avx512-fp16+ioc16  float16 storage and AVX512-FP16 arithmetic, plain NCHW (the fp16 feature alone
                          keeps float32; +ioc16 without it is an error)
     x86-avx512-...-amx   + AMX-INT8 tile convolutions (a VNNI path where Linux refuses tile data)
+    x86-avx512-amx+bf16  float32 convolutions and matrix products on AMX-BF16 tiles: inputs rounded to
+                         bfloat16, float32 accumulation (opt-in: a looser numeric contract)
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
@@ -64,7 +66,7 @@ ARCHES: dict[str, Arch] = {
         "CUDA kernels (nvcc; a CPU harness without a GPU)", ("nchw4", "nchw32", "chwn4", "nchw64"), CUDA
     ),
 }
-OPTIONS = ("ioc16", "io16xc32", "fuse-z", "plain-c")
+OPTIONS = ("ioc16", "io16xc32", "fuse-z", "plain-c", "bf16")
 
 
 @cache

@@ -28,7 +28,13 @@ int8 table gives its latency against xmge's best float32 target at the same thre
 outputs' exactness against the reference interpreter, and ONNX Runtime's int8 latency on a QDQ
 model that ``onnxruntime.quantization.quantize_static`` makes from the same float ONNX graph
 (activations u8, weights s8, its own calibration on the same batch). OpenVINO's columns appear when
-``openvino`` is importable (float32, and its default CPU inference precision), else a note says so.
+``openvino`` is importable (float32, and its default CPU inference precision: bfloat16 on AMX), else
+a note says so; the int8 table's ``OV def`` column is OpenVINO's default.
+
+bfloat16 (``--bf16``, on by default where the CPU has AMX-BF16 and Linux grants tile data): the model
+compiled for ``x86-avx512-vnni-amx+bf16`` (float32 convolutions and matrix products on bfloat16
+inputs) joins the interleaved rounds; its table gives the latency against xmge's best float32 target
+and OpenVINO's default, and the output's error against float32 (relative L2, max abs / max |y|).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from dialects import tensor as T  # noqa: E402
 
 E = enums.ElemwiseMode
 IOC16_TARGET = "x86-avx512-fp16+ioc16"
+BF16_TARGET = "x86-avx512-vnni-amx+bf16"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,8 +211,15 @@ def ort_qdq_session(ort: Any, plain: ModuleOp, x: np.ndarray, threads: int) -> A
 
 
 def int8_report(
-    net: Any, name: str, x: np.ndarray, threads: list[int], f32_best: dict[int, float], ort: Any,
-    iters: int, notes: list[str],
+    net: Any,
+    name: str,
+    x: np.ndarray,
+    threads: list[int],
+    f32_best: dict[int, float],
+    ort: Any,
+    iters: int,
+    notes: list[str],
+    ov_default: dict[int, float] | None = None,
 ) -> list[str]:
     """Rows of the int8 table for one model (see the module docstring)."""
     from backends.reference import run_module
@@ -241,9 +255,10 @@ def int8_report(
         ms = interleaved(runners, iters)
         q, f, o = ms["int8"], f32_best.get(t, math.nan), ms.get("ortq", math.nan)
         v = ms.get("vnni", math.nan)
+        ov = (ov_default or {}).get(t, math.nan)
         rows.append(
-            f"{name:<14}{target:<30}{t:>4}{q:>9.2f}{v:>9.2f}{f:>9.2f}{q / f:>9.2f}{o:>9.2f}{q / o:>7.2f}  "
-            + ("yes" if exact else "NO")
+            f"{name:<14}{target:<30}{t:>4}{q:>9.2f}{v:>9.2f}{f:>9.2f}{q / f:>9.2f}{o:>9.2f}{q / o:>7.2f}"
+            f"{ov:>9.2f}{q / ov:>7.2f}  " + ("yes" if exact else "NO")
         )
     if first.times:
         notes.append(f"{name} int8 {target}: compile {sum(first.times.values()):.1f} s")
@@ -269,10 +284,24 @@ def main() -> None:  # noqa: C901 - one report
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--iters", type=int, default=21)
     ap.add_argument("--profile", type=int, default=6, help="kernels to list per model (0: no profile)")
-    ap.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
-                    help="also quantize each model and time xmge's int8 kernels (and ORT's QDQ int8)")
-    ap.add_argument("--ioc16", action=argparse.BooleanOptionalAction, default=True,
-                    help=f"also time {IOC16_TARGET} (float16 compute) where the CPU has AVX512-FP16")
+    ap.add_argument(
+        "--int8",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also quantize each model and time xmge's int8 kernels (and ORT's QDQ int8)",
+    )
+    ap.add_argument(
+        "--ioc16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"also time {IOC16_TARGET} (float16 compute) where the CPU has AVX512-FP16",
+    )
+    ap.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"also time {BF16_TARGET} (bfloat16 inputs) where the CPU has AMX-BF16",
+    )
     args = ap.parse_args()
     try:
         import onnxruntime as ort
@@ -302,6 +331,12 @@ def main() -> None:  # noqa: C901 - one report
     ioc16 = args.ioc16 and runs_here(parse_target(IOC16_TARGET))
     if args.ioc16 and not ioc16:
         print(f"this CPU cannot run {IOC16_TARGET} (no AVX512-FP16): the float16 table is skipped")
+    bf16_rows: list[str] = []
+    from backends.c.templates.x86_amx_os import amx_permitted
+
+    bf16 = args.bf16 and runs_here(parse_target(BF16_TARGET)) and amx_permitted()
+    if args.bf16 and not bf16:
+        print(f"this CPU or process cannot run {BF16_TARGET} on tiles: the bfloat16 table is skipped")
     notes: list[str] = []
     try:
         import openvino
@@ -327,6 +362,10 @@ def main() -> None:  # noqa: C901 - one report
                 f"{name} {tgt}: compile {ctime:.1f} s (build {first.times.get('build', 0):.1f} s){budget}, "
                 f"arena {first.arena_size / 2**20:.1f} MiB, weights {first.weights_size / 2**20:.1f} MiB"
             )
+        brain: dict[int, Any] = {}
+        if bf16:
+            brain = {t: compile(net, BF16_TARGET, [x], threads=t) for t in threads}
+        ov_default: dict[int, float] = {}
         half: dict[int, Any] = {}
         if ioc16:
             half = {t: compile(net, IOC16_TARGET, [x], threads=t) for t in threads}
@@ -373,7 +412,11 @@ def main() -> None:  # noqa: C901 - one report
                 runners.update(openvino_runners(openvino, plain, x, t))
             if t in half:
                 runners[IOC16_TARGET] = lambda m=half[t], a=x: m(a)
+            if t in brain:
+                runners[BF16_TARGET] = lambda m=brain[t], a=x: m(a)
             ms = interleaved(runners, args.iters)
+            if "openvino default" in ms:
+                ov_default[t] = ms["openvino default"]
             for key in ("openvino f32", "openvino default"):
                 if key in ms:
                     notes.append(f"{name} {key} ({t} thr): {ms[key]:.2f} ms")
@@ -384,6 +427,16 @@ def main() -> None:  # noqa: C901 - one report
                 h_ms = ms[IOC16_TARGET]
                 ioc16_rows.append(
                     f"{name:<14}{t:>4}{h_ms:>10.2f}{f32_best[t]:>9.2f}{h_ms / f32_best[t]:>11.2f}{rel:>12.2e}"
+                )
+            if t in brain:
+                y32 = compiled[(targets[0], t)](x)
+                yb = brain[t](x)
+                rel = float(np.linalg.norm(yb - y32) / np.linalg.norm(y32))
+                mx = float(np.abs(yb - y32).max() / np.abs(y32).max())
+                b_ms, ov = ms[BF16_TARGET], ov_default.get(t, math.nan)
+                bf16_rows.append(
+                    f"{name:<14}{t:>4}{b_ms:>9.2f}{f32_best[t]:>9.2f}{b_ms / f32_best[t]:>10.2f}{ov:>9.2f}"
+                    f"{b_ms / ov:>8.2f}{rel:>12.2e}{mx:>12.2e}"
                 )
             for tgt in targets:
                 xm_ms = ms[tgt]
@@ -402,7 +455,7 @@ def main() -> None:  # noqa: C901 - one report
             notes.append(f"{name} {best_target} (fastest, 1 thread) slowest kernels of {total:.2f} ms:")
             notes += [f"    {v:7.3f} ms {100 * v / total:4.1f}%  {k}" for k, v in prof[: args.profile]]
         if args.int8:
-            int8_rows += int8_report(net, name, x, threads, f32_best, ort, args.iters, notes)
+            int8_rows += int8_report(net, name, x, threads, f32_best, ort, args.iters, notes, ov_default)
         print(f"{name} done", flush=True)
     notes.append(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     print("\n".join(notes))
@@ -411,9 +464,15 @@ def main() -> None:  # noqa: C901 - one report
     if int8_rows:
         print(
             f"\n{'model':<14}{'int8 target':<30}{'thr':>4}{'int8 ms':>9}{'vnni ms':>9}{'f32 ms':>9}"
-            f"{'int8/f32':>9}{'ORT q ms':>9}{'x/ORTq':>7}  exact"
+            f"{'int8/f32':>9}{'ORT q ms':>9}{'x/ORTq':>7}{'OV def':>9}{'x/OV':>7}  exact"
         )
         print("\n".join(int8_rows))
+    if bf16_rows:
+        print(
+            f"\n{'model':<14}{'thr':>4}{'bf16 ms':>9}{'f32 ms':>9}{'bf16/f32':>10}{'OV def':>9}{'x/OV':>8}"
+            f"{'rel L2 err':>12}{'max/scale':>12}"
+        )
+        print("\n".join(bf16_rows))
     if ioc16_rows:
         print(f"\n{'model':<14}{'thr':>4}{'ioc16 ms':>10}{'f32 ms':>9}{'ioc16/f32':>11}{'rel L2 err':>12}")
         print("\n".join(ioc16_rows))

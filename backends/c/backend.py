@@ -34,16 +34,23 @@ class X86Backend:
     """x86-64 with AVX2 (+ AVX-512): templates searched ``avx512``, ``avx2``, ``generic``."""
 
     name = "c-x86"
-    options: tuple[str, ...] = ("io16xc32", "ioc16")
+    options: tuple[str, ...] = ("io16xc32", "ioc16", "bf16")
     emulated = False
 
     kernels: KernelRegistry = KERNELS
 
     def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
-        from backends.c.templates.x86_isa import extension_isas
+        from backends.c.templates.x86_isa import OPTION_EXTENSIONS, extension_isas
 
         base = ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
-        extensions = extension_isas(tuple(features))
+        for o in OPTION_EXTENSIONS:
+            if o.option in options and o.feature not in features:
+                raise TargetError(
+                    f"x86 +{o.option} needs the {o.feature} feature: x86-avx512-{o.feature}+{o.option}"
+                )
+        if "bf16" in options and ({"ioc16", "io16xc32"} & set(options) or "nchw88" in features):
+            raise TargetError("x86 +bf16 kernels are plain NCHW float32: no nchw88, +ioc16 or +io16xc32")
+        extensions = extension_isas(tuple(features), tuple(options))
         if extensions and "avx512" not in features:
             raise TargetError(f"x86 features {', '.join(extensions)} need the avx512 feature")
         if "ioc16" in options and "fp16" not in features:
@@ -61,11 +68,12 @@ class X86Backend:
         return {**layout, **float16_options((), options)}
 
     def runs_here(self, target: Target) -> bool:
-        from backends.c.templates.x86_isa import EXTENSIONS
+        from backends.c.templates.x86_isa import EXTENSIONS, OPTION_EXTENSIONS
         from backends.targets import cpu_flags
 
         needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
         needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))
+        needed = needed.union(*(o.cpu_flags for o in OPTION_EXTENSIONS if o.option in target.options))
         return needed <= cpu_flags()
 
     def emitter(self, target: Target) -> type[CEmitter]:

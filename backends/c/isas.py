@@ -15,6 +15,6 @@ ISA_EMITTERS: dict[str, type[CEmitter]] = {
     "fp16": ArmFp16Emitter,
 }
 
-from backends.c.templates.x86_isa import EXTENSIONS  # noqa: E402 - the emitters above come first
+from backends.c.templates.x86_isa import EXTENSIONS, OPTION_EXTENSIONS  # noqa: E402 - emitters first
 
-ISA_EMITTERS.update({e.isa: e.emitter for e in EXTENSIONS})
+ISA_EMITTERS.update({e.isa: e.emitter for e in (*EXTENSIONS, *OPTION_EXTENSIONS)})

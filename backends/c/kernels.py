@@ -9,11 +9,13 @@ element types never accept the same op, so their relative order only matters wit
   GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
   int8 180; NCHW float32 depthwise 110, GEMM 100;
   NCHW int8: x86 AMX dense 97 (x86_amx), x86 depthwise 96, x86 dense 95, portable 90;
+  NCHW float32 with +bf16: AMX-BF16 dense 107 (x86_amx_bf16), behind the float32 depthwise 110;
   NCHW44 float Winograd 197 (neon_winograd: 3x3 stride 1 where its cost model beats the GEMM);
 * pooling: NCHW88 300, NCHW44 float16 210 (neon_fp16), NCHW44 200, NCHW float32 100, NCHW int8 x86
   95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
   (neon_fp16), int8 x86 95, other element types 90;
+* float32 matrix multiplication with +bf16: AMX-BF16 101 (x86_amx_bf16), ahead of the GEMM;
 * one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
   (neon_matvec), ahead of the float32 GEMM;
 * int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94;
@@ -47,6 +49,7 @@ from backends.c.templates import (
     typed,
     winograd,
     x86_amx,
+    x86_amx_bf16,
     x86_fp16,
     x86_fp16_stem,
     x86_fp16_winograd,
@@ -72,6 +75,7 @@ KERNELS = KernelRegistry(
         *x86_int8_gemm.KERNEL_UNITS,
         *x86_fp16_winograd.KERNEL_UNITS,
         *x86_fp16_stem.KERNEL_UNITS,
+        *x86_amx_bf16.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,

@@ -29,6 +29,14 @@ class X86AmxEmitter(X86Avx512VnniEmitter):
     cflags = (*X86Avx512VnniEmitter.cflags, "-mamx-tile", "-mamx-int8")
 
 
+class X86AmxBf16Emitter(X86AmxEmitter):
+    """AMX-BF16 tiles for ``+bf16`` (float32 convolutions and matrix products on bfloat16 inputs); the
+    kernels keep an AVX512-BF16 path for a process the kernel refuses tile data."""
+
+    name = "x86-amx-bf16"
+    cflags = (*X86AmxEmitter.cflags, "-mamx-bf16", "-mavx512bf16")
+
+
 @dataclass(frozen=True)
 class Extension:
     feature: str  # the target word (``x86-avx512-nchw88-vnni``)
@@ -57,16 +65,41 @@ EXTENSIONS: tuple[Extension, ...] = (
 )  # fmt: skip
 
 
-def extension_isas(features: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """The extension ISAs a target's features add, most specific first (a later row builds on the
-    earlier ones: AMX kernels keep a VNNI path)."""
-    return tuple(e.isa for e in reversed(EXTENSIONS) if e.feature in features)
+@dataclass(frozen=True)
+class OptionExtension:
+    """An extension a target *option* turns on (``+bf16``): a different numeric contract, so never
+    implied by the host's CPU flags the way a feature row is."""
+
+    option: str  # the target option word (``x86-avx512-amx+bf16``)
+    isa: str  # the template ISA searched ahead of the feature rows' ISAs
+    feature: str  # the target feature it builds on (its kernels' fallback and tile set-up)
+    cpu_flags: frozenset[str]
+    emitter: type[CEmitter]
+    description: str
+
+
+OPTION_EXTENSIONS: tuple[OptionExtension, ...] = (
+    OptionExtension(
+        "bf16", "amxbf16", "amx", frozenset({"amx_bf16", "avx512_bf16"}), X86AmxBf16Emitter,
+        "float32 convolutions and matrix products on AMX-BF16 tiles (tdpbf16ps): inputs rounded to "
+        "bfloat16, float32 accumulation",
+    ),
+)  # fmt: skip
+
+
+def extension_isas(
+    features: tuple[str, ...] | list[str], options: tuple[str, ...] | list[str] = ()
+) -> tuple[str, ...]:
+    """The extension ISAs a target's options and features add, most specific first (a later row
+    builds on the earlier ones: AMX kernels keep a VNNI path)."""
+    chosen = tuple(o.isa for o in OPTION_EXTENSIONS if o.option in options)
+    return (*chosen, *(e.isa for e in reversed(EXTENSIONS) if e.feature in features))
 
 
 def extension_cflags(isas: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """Compiler flags every extension ISA in ``isas`` needs (one translation unit holds them all)."""
     flags: list[str] = []
-    for e in EXTENSIONS:
+    for e in (*EXTENSIONS, *OPTION_EXTENSIONS):
         if e.isa in isas:
             flags += [f for f in e.emitter.cflags if f not in flags]
     return tuple(flags)
