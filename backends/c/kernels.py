@@ -4,7 +4,8 @@ side effects). Both C backends hand it to the lowering passes; a target's ISA or
 Priorities order the families that serve one op (higher first). Families of different layouts or
 element types never accept the same op, so their relative order only matters within a group:
 
-* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot-product
+* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 ``smmla``
+  packed GEMM 210 (neon_i8mm, ``i8mm`` targets), NCHW44 int8 dot-product
   register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
   GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
   int8 180; NCHW float32 depthwise 110, GEMM 100;
@@ -35,6 +36,7 @@ from backends.c.templates import (
     neon_depthwise,
     neon_fp16,
     neon_gemm,
+    neon_i8mm,
     neon_int8,
     neon_matvec,
     neon_move,
@@ -59,6 +61,7 @@ KERNELS = KernelRegistry(
         *x86_int8.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
+        *neon_i8mm.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,
         *neon_depthwise.KERNEL_UNITS,
         *neon_fp16.KERNEL_UNITS,
