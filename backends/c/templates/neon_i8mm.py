@@ -35,7 +35,7 @@ from backends.c.templates.requant import bias_ctype, exact, post_processed
 from dialects.layout import SPECS, Layout
 from passes.lowering.kernels import Lowered
 
-NB = 12  # output pixels per register tile (6 pairs)
+NB = 10  # output pixels per register tile (5 pairs)
 MB = 2  # blocks of 4 output channels per register tile (4 pairs)
 STEP = 8  # bytes of K per smmla operand row
 MARGIN = 64  # bytes past the padded copy that the 8-byte row loads of a first layer may touch
@@ -124,10 +124,12 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
         ]
         lines += [f"  int32x4_t c{i}_{j} = vdupq_n_s32(0);" for i in range(pairs) for j in range(pix_pairs)]
         lines.append(f"  for (int k = 0; k < {geo['steps']}; ++k) {{")
-        lines += [f"    const int8x16_t w{i} = vld1q_s8(wa + {16 * i});" for i in range(pairs)]
+        # the weights in one multi-register load (ld1 {v0-v3}); the pixel pairs one at a time (24
+        # accumulators, 4 weights: a wider load of pixels spills)
+        lines.append(f"    const int8x16x{pairs}_t w = vld1q_s8_x{pairs}(wa);")
         for j in range(pix_pairs):
             lines.append(f"    {{ const int8x16_t xv = vld1q_s8(xb + {16 * j});")
-            lines += [f"      c{i}_{j} = vmmlaq_s32(c{i}_{j}, w{i}, xv);" for i in range(pairs)]
+            lines += [f"      c{i}_{j} = vmmlaq_s32(c{i}_{j}, w.val[{i}], xv);" for i in range(pairs)]
             lines.append("    }")
         lines.append(f"    wa += {4 * 16}; xb += {NB // 2 * 16};")
         lines.append("  }")
@@ -147,7 +149,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
 
     def _pack_body(self, p: dict[str, Any], geo: dict[str, int], quad: bool) -> str:
         """C statements packing the steps of pixels ``pa``, ``pb`` (pairs ``d``, and with ``quad``
-        also ``pc``, ``pd`` into ``d + 16``) from the input at ``xp``."""
+        the next two pixels into ``d + e``: the next pair, maybe in the next tile) from ``xp``."""
         if p["mode"] == "hybrid":
             return f"""
     for (int c = 0; c < {p["ic"]}; ++c) for (int r = 0; r < {p["fh"]}; ++r)
@@ -169,7 +171,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
                 return (
                     f"const int32x4_t lo = {lo_v}, hi = {hi_v};\n"
                     "        vst1q_s8(d, vreinterpretq_s8_s32(vzip1q_s32(lo, hi)));\n"
-                    "        vst1q_s8(d + 16, vreinterpretq_s8_s32(vzip2q_s32(lo, hi)));"
+                    "        vst1q_s8(d + e, vreinterpretq_s8_s32(vzip2q_s32(lo, hi)));"
                 )
             hi_o = f"o + {geo['x_c']}"
             code = "int32x4_t v = vdupq_n_s32(0);"
@@ -249,6 +251,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
       if (p0 + 3 >= {pixels} || ox + 3 >= {ow}) continue;
       const int8_t* pa = xp + (long)oy * {sh * xs["H"]} + (long)ox * {sw * lane};
       int8_t* d = packed + (long)(p0 / {NB}) * {ks * NB * STEP} + (p0 % {NB}) * {STEP};
+      const long e = (long)((p0 + 2) / {NB}) * {ks * NB * STEP} + ((p0 + 2) % {NB}) * {STEP} - (d - packed);
       {self._pack_body(p, geo, quad=True)}
     }}"""
         pair_skip = ""
