@@ -113,13 +113,20 @@ FIRST = [
 
 @needs_toolchain
 @pytest.mark.parametrize("n, ic, oc, h, w, k, s, p", FIRST)
-def test_first_layer_mmla_exact(n: int, ic: int, oc: int, h: int, w: int, k: int, s: int, p: int) -> None:
+@pytest.mark.parametrize(
+    "target, family",
+    [(TARGET, '"conv2d_nchw44_mmla" ["i8mm"]'), ("arm-nchw44-dot", '"conv2d_nchw44_dot_im2col" ["dot"]')],
+)
+def test_first_layer_exact(
+    n: int, ic: int, oc: int, h: int, w: int, k: int, s: int, p: int, target: str, family: str
+) -> None:
     def f(x: Tensor) -> Tensor:
-        return _conv(x.astype(D.qint8(S_X)), oc, 4, 1 / 4, k, s, p, relu=True).astype("float32")
+        # two input channels: identity, the int32 bias in the accumulators
+        return _conv(x.astype(D.qint8(S_X)), oc, 4, 1 / 4, k, s, p, relu=ic != 2).astype("float32")
 
     inputs = _inputs((n, ic, h, w), 5)
-    c = _compile(f, inputs)
-    assert '"conv2d_nchw44_mmla" ["i8mm"]' in c.ir("kernel-plan-memory")
+    c = _compile(f, inputs, target)
+    assert family in c.ir("kernel-plan-memory")
     _exact(c, inputs)
 
 

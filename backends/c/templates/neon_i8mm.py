@@ -37,6 +37,7 @@ from passes.lowering.kernels import Lowered
 
 NB = 10  # output pixels per register tile (5 pairs)
 MB = 2  # blocks of 4 output channels per register tile (4 pairs)
+DOT_NB, DOT_MB = 8, 3  # the sdot first layer's tile: 3 blocks x 8 pixels (24 accumulators)
 STEP = 8  # bytes of K per smmla operand row
 MARGIN = 64  # bytes past the padded copy that the 8-byte row loads of a first layer may touch
 
@@ -48,10 +49,11 @@ def steps(p: dict[str, Any]) -> int:
     return -(-p["ic"] // 8) * p["fh"] * p["fw"]
 
 
-def gemm_filter(logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
-    """The logical ``(K, C, R, S)`` int8 filter as ``[K/8 panels][steps][4 pairs][2 channels][8]``."""
+def filter_rows(logical: np.ndarray, p: dict[str, Any], panel: int) -> np.ndarray:
+    """The logical ``(K, C, R, S)`` int8 filter as ``(K rounded up to panel, steps, 8)``: each output
+    channel's K in steps of 8 bytes, zero where K is padded."""
     oc, ic, fh, fw = logical.shape
-    oc8 = -(-oc // 8) * 8
+    oc8 = -(-oc // panel) * panel
     if p["mode"] == "hybrid":
         sw8 = -(-fw // STEP) * STEP
         w = np.zeros((oc8, ic, fh, sw8), np.int8)
@@ -62,8 +64,21 @@ def gemm_filter(logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
         w = np.zeros((oc8, ic8, fh, fw), np.int8)
         w[:oc, :ic] = logical
         rows = w.reshape(oc8, ic8 // 8, 8, fh, fw).transpose(0, 1, 3, 4, 2).reshape(oc8, -1, STEP)
+    return rows
+
+
+def gemm_filter(logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
+    """The filter as ``smmla`` panels: ``[K/8 panels][steps][4 pairs][2 channels][8]``."""
+    rows = filter_rows(logical, p, 4 * MB)
     ks = rows.shape[1]
-    return np.ascontiguousarray(rows.reshape(oc8 // 8, 4, 2, ks, STEP).transpose(0, 3, 1, 2, 4))
+    return np.ascontiguousarray(rows.reshape(-1, 2 * MB, 2, ks, STEP).transpose(0, 3, 1, 2, 4))
+
+
+def dot_filter(logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
+    """The filter as ``sdot`` panels: ``[K/12 panels][steps][2 halves][3 blocks][4 channels][4]``."""
+    rows = filter_rows(logical, p, 4 * DOT_MB)
+    ks = rows.shape[1]
+    return np.ascontiguousarray(rows.reshape(-1, DOT_MB, 4, ks, 2, 4).transpose(0, 3, 4, 1, 2, 5))
 
 
 class ConvMmlaNchw44(ConvDotGemmNchw44):
@@ -72,6 +87,8 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
 
     family = "conv2d_nchw44_mmla"
     priority = 210  # ahead of the sdot GEMM (205) on targets with i8mm
+    nb, mb = NB, MB  # register tile: pixels, blocks of 4 output channels
+    group = 2  # pixels packed together (a pair: one smmla operand)
 
     def __init__(self, isa: str = "i8mm"):
         super().__init__(isa)
@@ -89,7 +106,10 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
             return None
         source = Layout.KRSCk4 if p["mode"] == "hybrid" else self.source_layout
         logical = SPECS[source].unpack(np.asarray(array), (p["oc"], p["ic"], p["fh"], p["fw"]))
-        return gemm_filter(np.asarray(logical, np.int8), p), f"{self.family}_{p['mode']}"
+        return self.pack_filter(np.asarray(logical, np.int8), p), f"{self.family}_{p['mode']}"
+
+    def pack_filter(self, logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
+        return gemm_filter(logical, p)
 
     # -- geometry --------------------------------------------------------------------------------
     def _copies(self, p: dict[str, Any]) -> bool:
@@ -104,10 +124,10 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
         return -(-(p["ic"] * ihp * iwp + MARGIN) // 64) * 64  # NCHW44 or plain: ic planes
 
     def _tiles(self, p: dict[str, Any]) -> int:
-        return -(-(p["oh"] * p["ow"]) // NB)
+        return -(-(p["oh"] * p["ow"]) // self.nb)
 
     def workspace(self, p: dict[str, Any]) -> int:
-        return self._copy_bytes(p) + self._tiles(p) * steps(p) * NB * STEP
+        return self._copy_bytes(p) + self._tiles(p) * steps(p) * self.nb * STEP
 
     # -- code ------------------------------------------------------------------------------------
     def render(self, em: Any, sym: str, p: dict[str, Any]) -> str:
@@ -131,7 +151,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
             lines.append(f"    {{ const int8x16_t xv = vld1q_s8(xb + {16 * j});")
             lines += [f"      c{i}_{j} = vmmlaq_s32(c{i}_{j}, w.val[{i}], xv);" for i in range(pairs)]
             lines.append("    }")
-        lines.append(f"    wa += {4 * 16}; xb += {NB // 2 * 16};")
+        lines.append(f"    wa += {4 * 16}; xb += {NB * STEP};")
         lines.append("  }")
         # [k p, k p', k' p, k' p'] of channel pairs (4b, 4b+1) and (4b+2, 4b+3): even lanes are
         # pixel p's 4 channels, odd lanes pixel p''s
@@ -153,7 +173,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
         if p["mode"] == "hybrid":
             return f"""
     for (int c = 0; c < {p["ic"]}; ++c) for (int r = 0; r < {p["fh"]}; ++r)
-      for (int g = 0; g < {-(-p["fw"] // STEP)}; ++g, d += {NB // 2 * 16}) {{
+      for (int g = 0; g < {-(-p["fw"] // STEP)}; ++g, d += {self.nb * STEP}) {{
         const long o = (long)c * {geo["x_c"]} + (long)r * {p["dh"] * geo["x_h"]} + g * {STEP};
         vst1q_s8(d, vcombine_s8(vld1_s8(pa + o), vld1_s8(pb + o)));
       }}"""
@@ -185,7 +205,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
                 return ""
             return f"""
     for (int g = {first}; g < {last}; ++g) for (int r = 0; r < {p["fh"]}; ++r)
-      for (int s = 0; s < {p["fw"]}; ++s, d += {NB // 2 * 16}) {{
+      for (int s = 0; s < {p["fw"]}; ++s, d += {NB * STEP}) {{
         const long o = (long)g * {2 * geo["x_c"]} + (long)r * {p["dh"] * geo["x_h"]} + {lane};
         {step(hi)}
       }}"""
@@ -210,7 +230,8 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
         geo = {"steps": ks, "x_c": xs["C/4"], "x_h": xs["H"], "y_c": ys["C/4"]}
         pixels = oh * ow
         tiles = self._tiles(p)
-        panels = -(-oc // 8)
+        NB, MB, G = self.nb, self.mb, self.group  # noqa: N806 - the tile's constants
+        panels = -(-oc // (4 * MB))
         mb_tail = (oc // 4) - (panels - 1) * MB
         nb_tail = pixels - (tiles - 1) * NB
         variants = sorted({(mb, nb) for mb in {MB, mb_tail} for nb in {NB, nb_tail}})
@@ -254,6 +275,11 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
       const long e = (long)((p0 + 2) / {NB}) * {ks * NB * STEP} + ((p0 + 2) % {NB}) * {STEP} - (d - packed);
       {self._pack_body(p, geo, quad=True)}
     }}"""
+        pixel_pointers = "\n      ".join(
+            f"const int q{i} = p0 + {i} < {pixels} ? p0 + {i} : {pixels - 1}; const int8_t* p{'abcd'[i]} = "
+            f"xp + (long)(q{i} / {ow}) * {sh * xs['H']} + (long)(q{i} % {ow}) * {sw * lane};"
+            for i in range(G)
+        )
         pair_skip = ""
         if quads:  # the pairs of a packed quad
             pair_skip = f"if ((p0 | 3) < {pixels} && (p0 & ~3) % {ow} + 3 < {ow}) continue;"
@@ -269,20 +295,18 @@ static void {sym}(const void* x_, const void* w_, {"const void* bias_, " if p["b
   for (int nn = 0; nn < {n}; ++nn) {{{copy}
     {quad_loop}
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int pp = 0; pp < {tiles * NB // 2}; ++pp) {{
-      const int p0 = 2 * pp;
+    for (int pp = 0; pp < {tiles * NB // G}; ++pp) {{
+      const int p0 = {G} * pp;
       {pair_skip}
       /* pixels past the last one repeat it: their results are never stored */
-      const int qa = p0 < {pixels} ? p0 : {pixels - 1}, qb = p0 + 1 < {pixels} ? p0 + 1 : {pixels - 1};
-      const int8_t* pa = xp + (long)(qa / {ow}) * {sh * xs["H"]} + (long)(qa % {ow}) * {sw * lane};
-      const int8_t* pb = xp + (long)(qb / {ow}) * {sh * xs["H"]} + (long)(qb % {ow}) * {sw * lane};
-      int8_t* d = packed + (long)(p0 / {NB}) * {ks * NB * STEP} + (p0 % {NB}) * {STEP};
+      {pixel_pointers}
+      int8_t* d = packed + (long)(p0 / {NB}) * {ks * NB * STEP} + (p0 % {NB}) * {STEP * 2 // G};
       {self._pack_body(p, geo, quad=False)}
     }}
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int kp = 0; kp < {panels}; ++kp)
       for (int t = 0; t < {tiles}; ++t) {{
-        const int8_t* wa = w + (long)kp * {ks * 4 * 16};
+        const int8_t* wa = w + (long)kp * {ks * MB * 32};
         const int8_t* xb = packed + (long)t * {ks * NB * STEP};
         int8_t* yb = y + (long)nn * {ys["N"]} + (long)kp * {MB * ys["C/4"]} + (long)t * {NB * 4};
         const {bias_ctype(p)}* bb = bias ? bias + (long)kp * {4 * MB} : 0;
@@ -293,4 +317,68 @@ static void {sym}(const void* x_, const void* w_, {"const void* bias_, " if p["b
 """
 
 
-KERNEL_UNITS = (ConvMmlaNchw44(),)
+class ConvDotIm2colNchw44(ConvMmlaNchw44):
+    """``conv2d_nchw44_dot_im2col``: int8 first layers (plain NCHW input, 1-3 channels) on targets
+    with ``sdot`` but no ``smmla``: the same packed input, each 8-byte step split into two 4-byte
+    halves of 8 pixels (``uzp`` of two pairs), 3 blocks of 4 output channels x 8 pixels, ``sdot`` by
+    lane (48 per step); the direct GEMM's register tiles reach a first layer one input channel and
+    tap at a time (16-bit ``smlal``)."""
+
+    family = "conv2d_nchw44_dot_im2col"
+    priority = 207  # ahead of the sdot GEMM (205); behind smmla (210)
+    nb, mb = DOT_NB, DOT_MB
+    group = 4
+
+    def __init__(self, isa: str = "dot"):
+        super().__init__(isa)
+
+    def match(self, op: Operation) -> Lowered | None:
+        lowered = super().match(op)
+        return lowered if lowered is not None and lowered.params["mode"] == "hybrid" else None
+
+    def pack_filter(self, logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
+        return dot_filter(logical, p)
+
+    def _pack_body(self, p: dict[str, Any], geo: dict[str, int], quad: bool) -> str:
+        half = self.nb * 4  # the second 4 bytes of a step: after the first of every pixel
+        return f"""
+    for (int c = 0; c < {p["ic"]}; ++c) for (int r = 0; r < {p["fh"]}; ++r)
+      for (int g = 0; g < {-(-p["fw"] // STEP)}; ++g, d += {self.nb * STEP}) {{
+        const long o = (long)c * {geo["x_c"]} + (long)r * {p["dh"] * geo["x_h"]} + g * {STEP};
+        const int32x4_t ab = vreinterpretq_s32_s8(vcombine_s8(vld1_s8(pa + o), vld1_s8(pb + o)));
+        const int32x4_t cd = vreinterpretq_s32_s8(vcombine_s8(vld1_s8(pc + o), vld1_s8(pd + o)));
+        vst1q_s8(d, vreinterpretq_s8_s32(vuzp1q_s32(ab, cd)));
+        vst1q_s8(d + {half}, vreinterpretq_s8_s32(vuzp2q_s32(ab, cd)));
+      }}"""
+
+    def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
+        quads = -(-nb // 4)
+        lines = [
+            f"static inline __attribute__((always_inline)) void {name}(const int8_t* restrict wa, "
+            f"const int8_t* restrict xb, int8_t* restrict yb, const {bias_ctype(p)}* restrict bb) {{",
+            "  (void)bb;",
+        ]
+        int_bias = p["bias"] and not post_processed(p)
+        init = "vld1q_s32(bb + {o})" if int_bias else "vdupq_n_s32(0)"
+        lines += [f"  int32x4_t a{b}_{j} = {init.format(o=4 * b)};" for b in range(mb) for j in range(nb)]
+        lines.append(f"  for (int k = 0; k < {geo['steps']}; ++k) {{")
+        for h in range(2):
+            lines += [
+                f"    const int8x16_t w{h}{b} = vld1q_s8(wa + {16 * (h * self.mb + b)});"
+                for b in range(mb)
+            ]
+            for g in range(quads):
+                lines.append(f"    {{ const int8x16_t xv = vld1q_s8(xb + {h * self.nb * 4 + 16 * g});")
+                for j in range(4 * g, min(nb, 4 * g + 4)):
+                    lane = j - 4 * g
+                    dots = [f"a{b}_{j} = vdotq_laneq_s32(a{b}_{j}, w{h}{b}, xv, {lane});" for b in range(mb)]
+                    lines += ["      " + d for d in dots]
+                lines.append("    }")
+        lines.append(f"    wa += {2 * self.mb * 16}; xb += {self.nb * STEP};")
+        lines.append("  }")
+        lines += requant_store(p, mb, nb, geo["y_c"])
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+KERNEL_UNITS = (ConvMmlaNchw44(), ConvDotIm2colNchw44())
