@@ -167,6 +167,11 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
         lines.append("}")
         return "\n".join(lines) + "\n"
 
+    def _row_quads(self, p: dict[str, Any]) -> bool:
+        """Whether 4 pixels of one row take one load per block: stride 1, or stride 2 from the padded
+        copy (the even pixels of a de-interleaving load, which may read past the row)."""
+        return p["mode"] != "hybrid" and (p["sw"] == 1 or (p["sw"] == 2 and self._copies(p)))
+
     def _pack_body(self, p: dict[str, Any], geo: dict[str, int], quad: bool) -> str:
         """C statements packing the steps of pixels ``pa``, ``pb`` (pairs ``d``, and with ``quad``
         the next two pixels into ``d + e``: the next pair, maybe in the next tile) from ``xp``."""
@@ -262,7 +267,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
         else:
             copy = f"\n    const int8_t* xp = x + (long)nn * {xin['N']};"
         # four pixels of one row, two loads per block: stride 1, or stride 2 from the padded copy
-        quads = not hybrid and (sw == 1 or (sw == 2 and copies))
+        quads = G == 2 and self._row_quads(p)
         quad_loop = ""
         if quads:
             quad_loop = f"""
@@ -318,11 +323,16 @@ static void {sym}(const void* x_, const void* w_, {"const void* bias_, " if p["b
 
 
 class ConvDotIm2colNchw44(ConvMmlaNchw44):
-    """``conv2d_nchw44_dot_im2col``: int8 first layers (plain NCHW input, 1-3 channels) on targets
-    with ``sdot`` but no ``smmla``: the same packed input, each 8-byte step split into two 4-byte
-    halves of 8 pixels (``uzp`` of two pairs), 3 blocks of 4 output channels x 8 pixels, ``sdot`` by
-    lane (48 per step); the direct GEMM's register tiles reach a first layer one input channel and
-    tap at a time (16-bit ``smlal``)."""
+    """``conv2d_nchw44_dot_im2col``: the packed-input GEMM on targets with ``sdot`` but no ``smmla``:
+    each 8-byte step as two 4-byte halves of 8 pixels (first layers: ``uzp`` of two pairs), register
+    tiles of 3 blocks of 4 output channels x 8 pixels, ``sdot`` by lane (24 per half-step).
+
+    Against the sdot GEMM reading NCHW44 rows (``conv2d_nchw44_dot_gemm``): a first layer there is
+    one input channel and tap at a time (16-bit ``smlal``), rows shorter than 8 pixels leave its tiles
+    part empty and strided pixels take one broadcast load each. ResNet-18 int8 at 64x64: the 7x7/2
+    layer 3.67M -> 1.23M instructions, the 2x2 512-channel 3x3 layers 1.62M -> 0.92M, the stride-2
+    3x3 layers ~0.95M -> ~0.42M, the 16x16 64-channel ones 0.92M -> 0.88M. 1x1 stride-1 layers
+    without padding stay with it (no packing needed)."""
 
     family = "conv2d_nchw44_dot_im2col"
     priority = 207  # ahead of the sdot GEMM (205); behind smmla (210)
@@ -334,13 +344,17 @@ class ConvDotIm2colNchw44(ConvMmlaNchw44):
 
     def match(self, op: Operation) -> Lowered | None:
         lowered = super().match(op)
-        return lowered if lowered is not None and lowered.params["mode"] == "hybrid" else None
+        if lowered is None or self.flat(lowered.params):
+            return None  # a 1x1 stride-1 layer is a GEMM over the NCHW44 rows already (priority 205)
+        return lowered
 
     def pack_filter(self, logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
         return dot_filter(logical, p)
 
     def _pack_body(self, p: dict[str, Any], geo: dict[str, int], quad: bool) -> str:
         half = self.nb * 4  # the second 4 bytes of a step: after the first of every pixel
+        if p["mode"] != "hybrid":
+            return self._dense_body(p, geo, half)
         return f"""
     for (int c = 0; c < {p["ic"]}; ++c) for (int r = 0; r < {p["fh"]}; ++r)
       for (int g = 0; g < {-(-p["fw"] // STEP)}; ++g, d += {self.nb * STEP}) {{
@@ -350,6 +364,38 @@ class ConvDotIm2colNchw44(ConvMmlaNchw44):
         vst1q_s8(d, vreinterpretq_s8_s32(vuzp1q_s32(ab, cd)));
         vst1q_s8(d + {half}, vreinterpretq_s8_s32(vuzp2q_s32(ab, cd)));
       }}"""
+
+    def _dense_body(self, p: dict[str, Any], geo: dict[str, int], half: int) -> str:
+        """A dense layer's step for pixels ``pa``..``pd``: block ``2g`` (4 pixels x 4 channels) at
+        ``d``, block ``2g + 1`` at ``d + half`` (zero past the last block); 4 pixels of one row by one
+        load per block, other groups one 32-bit lane at a time."""
+        blocks = p["ic"] // 4
+        x_c = geo["x_c"]
+
+        def nest(fast: bool) -> str:
+            if fast and p["sw"] == 1:
+                ld = "vreinterpretq_s32_s8(vld1q_s8(pa + {o}))"
+            elif fast:
+                ld = "vld2q_s32((const int32_t*)(pa + {o})).val[0]"
+            else:
+                ld = "vld1q_dup_s32((const int32_t*)(pa + {o}))"
+                for lane, ptr in enumerate(("pb", "pc", "pd"), 1):
+                    ld = f"vld1q_lane_s32((const int32_t*)({ptr} + {{o}}), {ld}, {lane})"
+            hi = f"(2 * g + 1 < {blocks} ? {ld.format(o=f'o + {x_c}')} : vdupq_n_s32(0))"
+            return f"""
+      for (int g = 0; g < {-(-blocks // 2)}; ++g) for (int r = 0; r < {p["fh"]}; ++r)
+        for (int s = 0; s < {p["fw"]}; ++s, d += {self.nb * STEP}) {{
+          const long o = (long)g * {2 * x_c} + (long)r * {p["dh"] * geo["x_h"]} + (long)s * {p["dw"] * 4};
+          vst1q_s8(d, vreinterpretq_s8_s32({ld.format(o="o")}));
+          vst1q_s8(d + {half}, vreinterpretq_s8_s32({hi}));
+        }}"""
+
+        if not self._row_quads(p):
+            return nest(False)
+        return f"""
+    if (p0 + 3 < {p["oh"] * p["ow"]} && p0 % {p["ow"]} + 3 < {p["ow"]}) {{{nest(True)}
+    }} else {{{nest(False)}
+    }}"""
 
     def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
         quads = -(-nb // 4)
@@ -361,20 +407,17 @@ class ConvDotIm2colNchw44(ConvMmlaNchw44):
         int_bias = p["bias"] and not post_processed(p)
         init = "vld1q_s32(bb + {o})" if int_bias else "vdupq_n_s32(0)"
         lines += [f"  int32x4_t a{b}_{j} = {init.format(o=4 * b)};" for b in range(mb) for j in range(nb)]
-        lines.append(f"  for (int k = 0; k < {geo['steps']}; ++k) {{")
-        for h in range(2):
-            lines += [
-                f"    const int8x16_t w{h}{b} = vld1q_s8(wa + {16 * (h * self.mb + b)});"
-                for b in range(mb)
-            ]
-            for g in range(quads):
-                lines.append(f"    {{ const int8x16_t xv = vld1q_s8(xb + {h * self.nb * 4 + 16 * g});")
-                for j in range(4 * g, min(nb, 4 * g + 4)):
-                    lane = j - 4 * g
-                    dots = [f"a{b}_{j} = vdotq_laneq_s32(a{b}_{j}, w{h}{b}, xv, {lane});" for b in range(mb)]
-                    lines += ["      " + d for d in dots]
-                lines.append("    }")
-        lines.append(f"    wa += {2 * self.mb * 16}; xb += {self.nb * STEP};")
+        # one 4-byte half-step per iteration (the halves are consecutive in both packings): the
+        # loop body of two halves made gcc keep 6 weights live and spill accumulators
+        lines.append(f"  for (int k = 0; k < {2 * geo['steps']}; ++k) {{")
+        lines += [f"    const int8x16_t w{b} = vld1q_s8(wa + {16 * b});" for b in range(mb)]
+        for g in range(quads):
+            lines.append(f"    {{ const int8x16_t xv = vld1q_s8(xb + {16 * g});")
+            for j in range(4 * g, min(nb, 4 * g + 4)):
+                dots = [f"a{b}_{j} = vdotq_laneq_s32(a{b}_{j}, w{b}, xv, {j - 4 * g});" for b in range(mb)]
+                lines += ["      " + d for d in dots]
+            lines.append("    }")
+        lines.append(f"    wa += {self.mb * 16}; xb += {self.nb * 4};")
         lines.append("  }")
         lines += requant_store(p, mb, nb, geo["y_c"])
         lines.append("}")
