@@ -165,3 +165,50 @@ def test_instruction_budgets() -> None:
     assert 0 < mmla < macs / 32 * 1.9, mmla
     assert 0 < dot < macs / 16 * 1.6, dot
     assert mmla < 0.7 * dot, (mmla, dot)
+
+
+# --- the ends of an int8 network (backends/c/templates/neon_int8_ends.py) ----------------------
+
+
+@needs_toolchain
+@pytest.mark.parametrize("size", [1, 16, 45])
+def test_typecvt_neon_exact(size: int) -> None:
+    """float32 -> int8 on ties (x.5 after scaling), saturation, NaN and infinities; int8 -> float32;
+    int32 accumulators -> int8; sizes below, at and past a 16-lane step."""
+
+    def f(x: Tensor) -> tuple[Tensor, ...]:
+        q = x.astype(D.qint8(0.5))
+        acc = q.astype(D.qint32(0.5))
+        return q.astype("float32"), acc.astype(D.qint8(1.5)).astype("float32")
+
+    rng = np.random.default_rng(size)
+    x = (rng.integers(-300, 300, size) * 0.25).astype(np.float32)
+    specials = np.array([np.nan, np.inf, -np.inf, 1e30], np.float32)
+    x[: min(size, 4)] = specials[: min(size, 4)] if size > 1 else x[:1]
+    inputs = [x.reshape(1, size)]
+    c = _compile(f, inputs)
+    ir = c.ir("kernel-plan-memory")
+    assert ir.count('"typecvt" ["neon"]') >= 3, ir
+    _exact(c, inputs)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("m, n, k", [(1, 10, 512), (3, 7, 37), (2, 4, 16)])
+def test_matmul_q8_dot_exact(m: int, n: int, k: int) -> None:
+    """``a @ b^T`` int8 with sdot (rows of 4, K in 16-byte steps and a scalar rest): the int32
+    accumulators themselves, and requantized as a classifier head's."""
+    from compiler.core import apply
+    from dialects import tensor as T
+
+    rng = np.random.default_rng(k)
+    w = rng.integers(-127, 128, (n, k)).astype(np.float32)
+    wq = Tensor(quantize(w, D.qint8(1.0)), dtype=D.qint8(1.0))
+
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        (acc,) = apply(T.MatrixMulOp, [x.astype(D.qint8(S_X)), wq], label="linear", transpose_b=True)
+        return acc.astype("float32"), acc.astype(D.qint8(k / 4)).astype("float32")
+
+    inputs = [(rng.integers(-127, 128, (m, k)) * S_X).astype(np.float32)]
+    c = _compile(f, inputs, "arm-nchw44-dot")
+    assert '"matmul_q8" ["dot"]' in c.ir("kernel-plan-memory")
+    _exact(c, inputs)

@@ -83,12 +83,14 @@ NEON_Q8 = {
 NEON_SHARED = (
     (NEON_POOL - {("pool2d_nchw44", "neon", "max")}) | NEON_Q8 | {k for k in SHARED if k[0] != "elemwise_q"}
 )
+# with the dot product, int8 matrix products are sdot kernels (backends/c/templates/neon_int8_ends.py)
+DOT_SHARED = (NEON_SHARED - {("matmul_q8", "generic", "")}) | {("matmul_q8", "dot", "")}
 EXPECTED_KERNELS: dict[str, set[tuple[str, str, str]]] = {
     "arm-nchw44": NEON_NCHW44 | NEON_SHARED,
     "arm-nchw44+plain-c": GENERIC_NCHW44 | {(f, "generic", m) for f, _, m in NEON_POOL} | SHARED,
     "arm-fp16": NEON_NCHW44 | NEON_SHARED,
-    "arm-nchw44-dot": DOT | DOT_GEMM | DOT_IM2COL | {k for k in NEON_NCHW44 if k[2] == "chan"} | NEON_SHARED,
-    "arm-nchw44-dot-i8mm": DOT | MMLA | {k for k in NEON_NCHW44 if k[2] == "chan"} | NEON_SHARED,
+    "arm-nchw44-dot": DOT | DOT_GEMM | DOT_IM2COL | {k for k in NEON_NCHW44 if k[2] == "chan"} | DOT_SHARED,
+    "arm-nchw44-dot-i8mm": DOT | MMLA | {k for k in NEON_NCHW44 if k[2] == "chan"} | DOT_SHARED,
 }
 INT8_FAMILIES = {f for kernels in EXPECTED_KERNELS.values() for f, _, _ in kernels}
 

@@ -16,7 +16,9 @@ element types never accept the same op, so their relative order only matters wit
   (neon_fp16), int8 x86 95, other element types 90;
 * one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
   (neon_matvec), ahead of the float32 GEMM;
-* int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94;
+* int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94; float32 / int32
+  <-> int8 typecvt (``neon``) and the ``sdot`` int8 matmul (``dot``) are their families' units on
+  those ISAs (neon_int8_ends);
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
@@ -38,6 +40,7 @@ from backends.c.templates import (
     neon_gemm,
     neon_i8mm,
     neon_int8,
+    neon_int8_ends,
     neon_matvec,
     neon_move,
     portable,
@@ -62,6 +65,7 @@ KERNELS = KernelRegistry(
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_i8mm.KERNEL_UNITS,
+        *neon_int8_ends.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,
         *neon_depthwise.KERNEL_UNITS,
         *neon_fp16.KERNEL_UNITS,
