@@ -87,6 +87,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
 
     family = "conv2d_nchw44_mmla"
     priority = 210  # ahead of the sdot GEMM (205) on targets with i8mm
+    modes = ("dense", "hybrid")
     nb, mb = NB, MB  # register tile: pixels, blocks of 4 output channels
     group = 2  # pixels packed together (a pair: one smmla operand)
 
