@@ -14,6 +14,7 @@ the table of architectures with the backend object of each.
                          bfloat16, float32 accumulation (opt-in: a looser numeric contract)
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
+    arm-nchw44-dot-i8mm  + ARMv8.6 int8 matrix multiply (smmla) for the int8 convolutions
     arm-fp16+ioc16       AArch64, NCHW44, float16 compute with ARMv8.2 FP16 arithmetic (+io16xc32:
                          float16 storage, float32 compute)
     arm-nchw44+plain-c   the same kernels as portable scalar C (a baseline for instruction counts)
@@ -61,7 +62,7 @@ class Arch:
 ARCHES: dict[str, Arch] = {
     "ref": Arch("the reference interpreter", (), REFERENCE),
     "x86": Arch("x86-64 C kernels", ("avx2", "avx512", "nchw88", *(e.feature for e in X86_EXTENSIONS)), X86),
-    "arm": Arch("AArch64 NEON C kernels", ("nchw44", "dot", "fp16"), ARM),
+    "arm": Arch("AArch64 NEON C kernels", ("nchw44", "dot", "fp16", "i8mm"), ARM),
     "cuda": Arch(
         "CUDA kernels (nvcc; a CPU harness without a GPU)", ("nchw4", "nchw32", "chwn4", "nchw64"), CUDA
     ),

@@ -14,7 +14,8 @@ instructions) and ``scalar``.
 
 ``--ncnn`` compares instructions per inference with ncnn instead (issue 19): ResNet-18, MobileNetV2
 and ShuffleNetV2 (1.0x) in float32 (``arm-nchw44``), float16 (``arm-fp16``) and int8 ResNet-18
-(``arm-nchw44-dot``), batch 1, ``--size`` x ``--size`` (224 by default), one thread. Both sides
+(``arm-nchw44-dot``; ``int8-i8mm``: ``arm-nchw44-dot-i8mm``, the ``smmla`` convolutions), batch 1,
+``--size`` x ``--size`` (224 by default), one thread. Both sides
 count every instruction the emulated process executes, for 2 inferences minus 1 (loading, warm-up and
 set-up cancel). ncnn is built from source beside the project (nothing of it is committed):
 ``$XMGE_NCNN_BUILD`` (default ``/work/ncnn-build``, holding ``benchmark/benchncnn``) and its source
@@ -90,6 +91,8 @@ NCNN_MODES: dict[str, tuple[str, str, tuple[str, ...], dict[str, str]]] = {
     "fp32": ("arm-nchw44", "cortex-a72", tuple(NCNN_MODELS), {}),
     "fp16": ("arm-fp16", "max", tuple(NCNN_MODELS), {}),
     "int8": ("arm-nchw44-dot", "max", ("resnet18",), {"resnet18": "resnet18_int8.param"}),
+    # the same int8 model with the ARMv8.6 matrix multiply (smmla) convolutions
+    "int8-i8mm": ("arm-nchw44-dot-i8mm", "max", ("resnet18",), {"resnet18": "resnet18_int8.param"}),
 }
 
 
@@ -179,7 +182,7 @@ def compare_ncnn(args: argparse.Namespace) -> list[dict[str, Any]]:
             net = getattr(importlib.import_module(f"compiler.hub.{module}"), fn)()
             net.eval()
             x = np.random.default_rng(0).random((1, 3, args.size, args.size), dtype=np.float32)
-            model = quantize(net, [x]) if precision == "int8" else net
+            model = quantize(net, [x]) if precision.startswith("int8") else net
             compiled = compile(model, target, [x])
             ours = xmge_per_inference(compiled, x)
             # distinct Winograd convolution kernels (neon_winograd.py), by tile: what 3x3 stride-1 layers ran

@@ -60,8 +60,11 @@ def full_int8_model(weights: list[tuple[np.ndarray, np.ndarray]], fc: np.ndarray
 NEON_NCHW44 = {("conv2d_nchw44_q8", "neon", m) for m in ("dense", "group", "chan", "hybrid")}
 GENERIC_NCHW44 = {("conv2d_nchw44_q8", "generic", m) for m in ("dense", "group", "chan", "hybrid")}
 DOT = {("conv2d_nchw44_dot", "dot", "group")}
-# dense and first layers: the register-blocked sdot / smlal GEMM (backends/c/templates/neon_int8.py)
-DOT_GEMM = {("conv2d_nchw44_dot_gemm", "dot", m) for m in ("dense", "hybrid")}
+# 1x1 stride-1 layers: the register-blocked sdot GEMM (backends/c/templates/neon_int8.py); other dense
+# and first layers: the packed-input GEMM on sdot, or with i8mm on smmla (neon_i8mm.py)
+DOT_GEMM = {("conv2d_nchw44_dot_gemm", "dot", "dense")}
+DOT_IM2COL = {("conv2d_nchw44_dot_im2col", "dot", m) for m in ("dense", "hybrid")}
+MMLA = {("conv2d_nchw44_mmla", "i8mm", m) for m in ("dense", "hybrid")}
 NEON_POOL = {("pool2d_nchw44", "neon", m) for m in ("max", "average")}
 SHARED = {
     ("conv2d_q8", "generic", ""),  # odd channel counts stay NCHW
@@ -80,11 +83,14 @@ NEON_Q8 = {
 NEON_SHARED = (
     (NEON_POOL - {("pool2d_nchw44", "neon", "max")}) | NEON_Q8 | {k for k in SHARED if k[0] != "elemwise_q"}
 )
+# with the dot product, int8 matrix products are sdot kernels (backends/c/templates/neon_int8_ends.py)
+DOT_SHARED = (NEON_SHARED - {("matmul_q8", "generic", "")}) | {("matmul_q8", "dot", "")}
 EXPECTED_KERNELS: dict[str, set[tuple[str, str, str]]] = {
     "arm-nchw44": NEON_NCHW44 | NEON_SHARED,
     "arm-nchw44+plain-c": GENERIC_NCHW44 | {(f, "generic", m) for f, _, m in NEON_POOL} | SHARED,
     "arm-fp16": NEON_NCHW44 | NEON_SHARED,
-    "arm-nchw44-dot": DOT | DOT_GEMM | {k for k in NEON_NCHW44 if k[2] == "chan"} | NEON_SHARED,
+    "arm-nchw44-dot": DOT | DOT_GEMM | DOT_IM2COL | {k for k in NEON_NCHW44 if k[2] == "chan"} | DOT_SHARED,
+    "arm-nchw44-dot-i8mm": DOT | MMLA | {k for k in NEON_NCHW44 if k[2] == "chan"} | DOT_SHARED,
 }
 INT8_FAMILIES = {f for kernels in EXPECTED_KERNELS.values() for f, _, _ in kernels}
 

@@ -146,14 +146,20 @@ def test_float32_kernels(data: Any, target: str) -> None:
         )
 
 
-@pytest.mark.parametrize("target", ["arm-nchw44-dot", "arm-nchw44-dot+plain-c"])
+# int8 dense and first layers: sdot GEMMs (neon_int8.py, neon_i8mm.py), smmla with i8mm
+DOT_FAMILIES = (
+    "conv2d_nchw44_dot", "conv2d_nchw44_dot_gemm", "conv2d_nchw44_dot_im2col", "conv2d_nchw44_mmla",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["arm-nchw44-dot", "arm-nchw44-dot-i8mm", "arm-nchw44-dot+plain-c"])
 def test_int8_kernels_exact(data: Any, target: str) -> None:
     inputs, weights = data
     c = _compile(int8_model(weights), inputs, target)
     ir = c.ir("kernel-plan-memory")
-    assert _modes(c, "conv2d_nchw44_dot", "conv2d_nchw44_dot_gemm") >= {"dense", "group"}
+    assert _modes(c, *DOT_FAMILIES) >= {"dense", "group"}
     assert "chan" in _modes(c, "conv2d_nchw44_q8")
-    assert _modes(c, "conv2d_nchw44_dot", "conv2d_nchw44_dot_gemm", "conv2d_nchw44_q8") == FLOAT_MODES
+    assert _modes(c, *DOT_FAMILIES, "conv2d_nchw44_q8") == FLOAT_MODES
     assert '"conv2d_q8"' in ir  # the odd-channel conv stays NCHW
     want = run_module(c._stages["tensor"], inputs)
     for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):

@@ -51,7 +51,7 @@ SLOW: set[tuple[str, str]] = set()  # every case takes seconds with warm caches;
 def _cases() -> list[Any]:
     out = []
     for name in MODELS:
-        for target in ("arm-nchw44", "arm-nchw44-dot", "arm-fp16"):
+        for target in ("arm-nchw44", "arm-nchw44-dot", "arm-nchw44-dot-i8mm", "arm-fp16"):
             marks = [pytest.mark.slow] if (name, target) in SLOW else []
             out.append(pytest.param(name, target, marks=marks, id=f"{name}-{target}"))
     return out
@@ -80,7 +80,12 @@ def test_model_matches_reference(name: str, target: str) -> None:
     scale = max(1.0, float(np.abs(want).max()))
     if "dot" in target:
         ir = compiled.ir("kernel-plan-memory")
-        assert '"conv2d_nchw44_dot_gemm" ["dot"]' in ir
+        # the register-blocked int8 GEMMs: smmla with i8mm; sdot on NCHW44 rows (1x1) or packed input
+        if "i8mm" in target:
+            families = ['"conv2d_nchw44_mmla" ["i8mm"]']
+        else:
+            families = ['"conv2d_nchw44_dot_gemm" ["dot"]', '"conv2d_nchw44_dot_im2col" ["dot"]']
+        assert any(f in ir for f in families), ir
         np.testing.assert_array_equal(got, want)
     elif "fp16" in target:
         assert '"conv2d_nchw44_gemm" ["fp16"]' in compiled.ir("kernel-plan-memory")

@@ -8,6 +8,7 @@ static runner, qemu) because the code cannot run on the x86 host.
 * ``neon``  float32 NEON (``arm``, ``arm-nchw44``)
 * ``dot``   + ARMv8.2 dot product, ``vdotq_s32`` (``arm-nchw44-dot``)
 * ``fp16``  + ARMv8.2 FP16 arithmetic (``arm-fp16``)
+* ``i8mm``  + int8 matrix multiply, ``vmmlaq_s32`` (``arm-nchw44-dot-i8mm``; searched before ``dot``)
 * ``generic`` on ARM (``+plain-c``): the same kernels from the same templates rendered as portable
   scalar C and compiled with auto-vectorisation off: the baseline of ``bench/bench_arm.py``.
 """
@@ -65,6 +66,13 @@ class ArmFp16Emitter(ArmNeonEmitter):
     name = "arm-fp16"
 
 
+class ArmI8mmEmitter(ArmNeonEmitter):
+    """+ the ARMv8.6 int8 matrix multiply (``smmla``, ``vmmlaq_s32``; ``arm-nchw44-dot-i8mm``)."""
+
+    name = "arm-i8mm"
+    cflags = (*ARM_CFLAGS[:-1], ARM_MARCH + "+i8mm")
+
+
 class ArmPlainEmitter(CEmitter):
     """Portable C for AArch64 with gcc's auto-vectoriser off: the scalar baseline."""
 
@@ -78,4 +86,11 @@ class ArmPlainEmitter(CEmitter):
 
 
 
-__all__ = ["ARM_CFLAGS", "ArmDotEmitter", "ArmFp16Emitter", "ArmNeonEmitter", "ArmPlainEmitter"]
+__all__ = [
+    "ARM_CFLAGS",
+    "ArmDotEmitter",
+    "ArmFp16Emitter",
+    "ArmI8mmEmitter",
+    "ArmNeonEmitter",
+    "ArmPlainEmitter",
+]

@@ -187,7 +187,8 @@ class X86Backend:
 
 class ArmBackend(X86Backend):
     """AArch64 NEON: cross-built with ``aarch64-linux-gnu-gcc``, run under ``qemu-aarch64 -cpu max``.
-    Templates searched (``dot`` | ``fp16``), ``neon``, ``generic``; ``+plain-c``: ``generic`` only."""
+    Templates searched (``i8mm`` ``dot`` | ``fp16``), ``neon``, ``generic``; ``+plain-c``: ``generic``
+    only."""
 
     name = "c-arm"
     options = ("ioc16", "io16xc32", "fuse-z", "plain-c")
@@ -196,7 +197,9 @@ class ArmBackend(X86Backend):
     def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
         if "plain-c" in options:
             return ("generic",)
-        extension = tuple(f for f in ("dot", "fp16") if f in features)
+        if "i8mm" in features and "dot" not in features:
+            raise TargetError("arm feature i8mm extends the dot-product target: write arm-nchw44-dot-i8mm")
+        extension = tuple(f for f in ("i8mm", "dot", "fp16") if f in features)
         return (*extension, "neon", "generic")
 
     def inference_options(self, features: Sequence[str], options: Sequence[str]) -> dict[str, bool]:

@@ -3,7 +3,7 @@ its templates render with: the one table the shared generators and the backends 
 
 from __future__ import annotations
 
-from backends.c.arm import ArmDotEmitter, ArmFp16Emitter, ArmNeonEmitter
+from backends.c.arm import ArmDotEmitter, ArmFp16Emitter, ArmI8mmEmitter, ArmNeonEmitter
 from backends.c.emitter import CEmitter, X86Avx2Emitter, X86Avx512Emitter
 
 ISA_EMITTERS: dict[str, type[CEmitter]] = {
@@ -13,6 +13,7 @@ ISA_EMITTERS: dict[str, type[CEmitter]] = {
     "neon": ArmNeonEmitter,
     "dot": ArmDotEmitter,
     "fp16": ArmFp16Emitter,
+    "i8mm": ArmI8mmEmitter,
 }
 
 from backends.c.templates.x86_isa import EXTENSIONS, OPTION_EXTENSIONS  # noqa: E402 - emitters first

@@ -4,7 +4,8 @@ side effects). Both C backends hand it to the lowering passes; a target's ISA or
 Priorities order the families that serve one op (higher first). Families of different layouts or
 element types never accept the same op, so their relative order only matters within a group:
 
-* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 dot-product
+* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 ``smmla``
+  packed GEMM 210 (neon_i8mm, ``i8mm`` targets), NCHW44 int8 dot-product
   register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
   GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
   int8 180; NCHW float32 depthwise 110, GEMM 100;
@@ -18,7 +19,9 @@ element types never accept the same op, so their relative order only matters wit
 * float32 matrix multiplication with +bf16: AMX-BF16 101 (x86_amx_bf16), ahead of the GEMM;
 * one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
   (neon_matvec), ahead of the float32 GEMM;
-* int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94;
+* int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94; float32 / int32
+  <-> int8 typecvt (``neon``) and the ``sdot`` int8 matmul (``dot``) are their families' units on
+  those ISAs (neon_int8_ends);
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
@@ -41,7 +44,9 @@ from backends.c.templates import (
     neon_depthwise,
     neon_fp16,
     neon_gemm,
+    neon_i8mm,
     neon_int8,
+    neon_int8_ends,
     neon_matvec,
     neon_move,
     neon_winograd,
@@ -78,6 +83,8 @@ KERNELS = KernelRegistry(
         *x86_amx_bf16.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
+        *neon_i8mm.KERNEL_UNITS,
+        *neon_int8_ends.KERNEL_UNITS,
         *neon_matvec.KERNEL_UNITS,
         *neon_depthwise.KERNEL_UNITS,
         *neon_fp16.KERNEL_UNITS,

@@ -10,6 +10,10 @@ lane ``j`` is pixel ``j``'s 4 channels); strided or left-over pixels broadcast t
 start; the epilogue is requant.py's exact requantization on 4 lanes (:func:`scaled_vector`:
 ``float(acc) * s_acc``, plus the bias, ReLU, times ``1 / s_out``; ``xm_qround4_neon``: ``trunc(y +
 copysign(0.5, y))``; saturating narrows to int8, 16 bytes per store).
+
+It serves the 1x1 stride-1 layers (already a GEMM over the NCHW44 rows); the other dense layers and
+the first layers go to the packed-input GEMMs of :mod:`backends.c.templates.neon_i8mm` (``sdot``, or
+``smmla`` with ``i8mm``), which take this unit's rule, requantization and symbols.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from backends.c.match import code, pool_geometry, same_type
 from backends.c.templates import Template, sym_join
 from backends.c.templates.generic import _ptr_args
 from backends.c.templates.neon import _NEON_Q8, nchw44_int8
-from backends.c.templates.neon_gemm import ConvGemmNchw44, hybrid_panel_layout
+from backends.c.templates.neon_gemm import ConvGemmNchw44
 from backends.c.templates.requant import (
     REQUANT_C,
     bias_ctype,
@@ -41,7 +45,6 @@ from dialects.layout import SPECS, Layout, LayoutSpec
 from passes.lowering.kernels import Lowered
 
 MB, NB = 3, 8
-HYBRID_MB = 2  # first layers: 8 output channels, one int16x8 weight vector
 
 NEON_REQUANT_C = r"""#ifndef XM_NEON_REQUANT_DEFINED
 #define XM_NEON_REQUANT_DEFINED
@@ -128,10 +131,15 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         self.kind = "dot"
         self.isa = isa
 
+    # dense layers (k4c4 filters); the packed-input GEMMs (neon_i8mm.py) add first layers (plain NCHW
+    # input, KRSCk4 filters)
+    modes: tuple[str, ...] = ("dense",)
+
     def match(self, op: Operation) -> Lowered | None:
-        # dense layers with k4c4 filters; first layers (plain NCHW input, KRSCk4 filters) widen to int16
-        lowered = nchw44_int8(op, self.isa, dot=True) or nchw44_int8(op, self.isa, dot=False)
-        if lowered is None or lowered.params["mode"] not in ("dense", "hybrid"):
+        lowered = nchw44_int8(op, self.isa, dot=True)
+        if lowered is None and "hybrid" in self.modes:
+            lowered = nchw44_int8(op, self.isa, dot=False)
+        if lowered is None or lowered.params["mode"] not in self.modes:
             return None
         if lowered.params["out"] != "q8" or lowered.params["act"] not in ("identity", "relu"):
             return None  # other results and h-swish: the direct kernels
@@ -141,24 +149,21 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         return sym_join(super().symbol(p), f"q{p['qid']}")
 
     def tiling(self, p: dict[str, Any]) -> tuple[int, int]:
-        return (HYBRID_MB, NB) if p["mode"] == "hybrid" else (MB, NB)
+        return MB, NB
 
     def types(self, p: dict[str, Any]) -> tuple[str, str]:
         return "int8_t", bias_ctype(p)
 
     def weight_type(self, p: dict[str, Any]) -> str:
-        return "int16_t" if p["mode"] == "hybrid" else "int8_t"
+        return "int8_t"
 
     def panel(self, mb: int, mode: str) -> LayoutSpec:
-        if mode == "hybrid":
-            return hybrid_panel_layout(mb)
         # per panel, input block and tap: mb blocks of 16 bytes, each output-channel major (k4c4)
         return LayoutSpec("KCRS", f"K/{4 * mb} C/4 R S K%{4 * mb} C%4")
 
     def pack_panels(self, logical: np.ndarray, p: dict[str, Any], mb: int) -> np.ndarray:
         packed = self.panel(mb, p["mode"]).pack(logical)
-        # a first layer's weights are widened ahead of time for the int16 multiply-adds (smlal)
-        return np.ascontiguousarray(packed.astype(np.int16) if p["mode"] == "hybrid" else packed)
+        return np.ascontiguousarray(packed)
 
     def support(self, em: Any) -> str:
         return "#include <stdint.h>\n" + _NEON_Q8 + REQUANT_C  # the direct kernels' text: emitted once
@@ -170,11 +175,10 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         return NEON_REQUANT_C + exact(super().render(em, sym, p))
 
     def _tile(self, name: str, p: dict[str, Any], mb: int, nb: int, geo: dict[str, int]) -> str:
-        hybrid = p["mode"] == "hybrid"
         xpix = p["sw"] * 4  # bytes between neighbouring output pixels' inputs
         lines = [
             f"static inline __attribute__((always_inline)) void {name}(const int8_t* restrict xb, "
-            f"const {'int16_t' if hybrid else 'int8_t'}* restrict wk, int8_t* restrict yb, "
+            "const int8_t* restrict wk, int8_t* restrict yb, "
             f"const {bias_ctype(p)}* restrict bb, "
             "const int8_t* restrict rb) {",
             "  (void)bb; (void)rb;",
@@ -186,41 +190,16 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
         lines.append(f"    const int8_t* xc = xb + (long)cb * {geo['x_c']};")
         if p["fh"] * p["fw"] > 1:
             lines.append(f"    for (int r = 0; r < {p['fh']}; ++r) for (int s = 0; s < {p['fw']}; ++s) {{")
-            tap = f"(long)r * {p['dh'] * geo['x_h']} + s * {p['dw'] * (1 if hybrid else 4)}"
+            tap = f"(long)r * {p['dh'] * geo['x_h']} + s * {p['dw'] * 4}"
             lines.append(f"    const int8_t* xt = xc + {tap};")
         else:
             lines.append("    { const int8_t* xt = xc;")
-        if hybrid:
-            lines += self._hybrid_step(p, mb, nb)
-        else:
-            lines += self._dot_step(p, mb, nb, xpix)
+        lines += self._dot_step(p, mb, nb, xpix)
         lines.append("    }")
         lines.append("  }")
         lines += requant_store(p, mb, nb, geo["y_c"])
         lines.append("}")
         return exact("\n".join(lines) + "\n")
-
-    def _hybrid_step(self, p: dict[str, Any], mb: int, nb: int) -> list[str]:
-        """One input channel and tap of a first layer: 8 output channels' int16 weights in one
-        vector (block 0 low, block 1 high), 8 pixels widened to int16 per load (stride 2: the even
-        half of a de-interleaving load from the padded copy), ``smlal``/``smlal2`` by lane."""
-        sw = p["sw"]
-        lines = ["    const int16x8_t w = vld1q_s16(wk);", f"    wk += {4 * HYBRID_MB};"]
-        grouped = nb // 8 * 8 if sw == 1 or (sw == 2 and self._needs_pad(p)) else 0
-        for g in range(grouped // 8):
-            load = f"vld1_s8(xt + {8 * g})" if sw == 1 else f"vld2_s8(xt + {16 * g}).val[0]"
-            lines.append(f"    {{ const int16x8_t xv = vmovl_s8({load});")
-            for jj in range(8):
-                j = 8 * g + jj
-                lines.append(f"      a0_{j} = vmlal_laneq_s16(a0_{j}, vget_low_s16(w), xv, {jj});")
-                if mb > 1:
-                    lines.append(f"      a1_{j} = vmlal_high_laneq_s16(a1_{j}, w, xv, {jj});")
-            lines.append("    }")
-        for j in range(grouped, nb):
-            lines.append(f"    a0_{j} = vmlal_n_s16(a0_{j}, vget_low_s16(w), xt[{j * sw}]);")
-            if mb > 1:
-                lines.append(f"    a1_{j} = vmlal_high_n_s16(a1_{j}, w, xt[{j * sw}]);")
-        return lines
 
     def _dot_step(self, p: dict[str, Any], mb: int, nb: int, xpix: int) -> list[str]:
         """One input block and tap of a dense layer: ``mb`` 16-byte weight blocks, ``sdot``."""
