@@ -79,34 +79,33 @@ def _forward_if_same_type(op: T.ElemwiseOp, x: SSAValue, rewriter: PatternRewrit
         rewriter.replace(op, [], [x])
 
 
-class RemoveAddZero(RewritePattern):
-    """``x + 0``, ``0 + x``, ``x - 0``  ==>  ``x`` (when the constant does not broadcast ``x``)"""
+@dataclass(frozen=True)
+class RemoveNeutralOperand(RewritePattern):
+    """``x op e``, ``e op x`` and ``x inverse e``  ==>  ``x``, with ``e`` the neutral element of the
+    commutative ``op`` (when the constant does not broadcast ``x``)."""
+
+    op_mode: E
+    inverse_mode: E
+    neutral: float
+    inverse_on_floats_only: bool = False
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
         mode = mode_of(op)
-        if mode == E.ADD:
+        if mode == self.op_mode:
             for i in (0, 1):
-                if _is_splat(op.inputs[1 - i], 0):
+                if _is_splat(op.inputs[1 - i], self.neutral):
                     _forward_if_same_type(op, op.inputs[i], rewriter)
                     return
-        elif mode == E.SUB and _is_splat(op.inputs[1], 0):
-            _forward_if_same_type(op, op.inputs[0], rewriter)
+        elif mode == self.inverse_mode and _is_splat(op.inputs[1], self.neutral):
+            if is_float_value(op.output) or not self.inverse_on_floats_only:
+                _forward_if_same_type(op, op.inputs[0], rewriter)
 
 
-class RemoveMulOne(RewritePattern):
-    """``x * 1``, ``1 * x``, ``x / 1``  ==>  ``x`` (when the constant does not broadcast ``x``)"""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
-        mode = mode_of(op)
-        if mode == E.MUL:
-            for i in (0, 1):
-                if _is_splat(op.inputs[1 - i], 1):
-                    _forward_if_same_type(op, op.inputs[i], rewriter)
-                    return
-        elif mode == E.TRUE_DIV and _is_splat(op.inputs[1], 1) and is_float_value(op.output):
-            _forward_if_same_type(op, op.inputs[0], rewriter)
+REMOVE_ADD_ZERO = RemoveNeutralOperand(E.ADD, E.SUB, 0)
+"""``x + 0``, ``0 + x``, ``x - 0``  ==>  ``x``"""
+REMOVE_MUL_ONE = RemoveNeutralOperand(E.MUL, E.TRUE_DIV, 1, inverse_on_floats_only=True)
+"""``x * 1``, ``1 * x``, ``x / 1`` (floats)  ==>  ``x``"""
 
 
 class RemoveDoubleNegate(RewritePattern):
@@ -127,7 +126,7 @@ class ArithSimplifyPass(ModulePass):
     name = "arith-simplify"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _walk([RemoveAddZero(), RemoveMulOne(), RemoveDoubleNegate()], ctx, op)
+        _walk([REMOVE_ADD_ZERO, REMOVE_MUL_ONE, RemoveDoubleNegate()], ctx, op)
 
 
 # ----------------------------------------------------------------------------------------------
