@@ -46,6 +46,7 @@ from passes.inference.common import (
     layout_of,
     mode_of,
     only_user,
+    replace_absorbing,
     replace_keeping_names,
     shape,
     single_use,
@@ -232,8 +233,7 @@ class FuseAddNonlinearity(RewritePattern):
         add = src.owner
         if _is_add(add) and single_use(src) and src.type == op.output.type:
             assert isinstance(add, T.ElemwiseOp)
-            replace_keeping_names(rewriter, op, elemwise(fused, list(add.inputs)))
-            rewriter.erase(add)
+            replace_absorbing(rewriter, op, elemwise(fused, list(add.inputs)), add)
 
 
 class FuseMulAdd3(RewritePattern):
@@ -249,8 +249,7 @@ class FuseMulAdd3(RewritePattern):
             if mode_of(mul) == E.MUL and single_use(m):
                 assert isinstance(mul, T.ElemwiseOp)
                 a, b = mul.inputs
-                replace_keeping_names(rewriter, op, elemwise(E.FUSE_MUL_ADD3, [a, b, op.inputs[1 - i]]))
-                rewriter.erase(mul)
+                replace_absorbing(rewriter, op, elemwise(E.FUSE_MUL_ADD3, [a, b, op.inputs[1 - i]]), mul)
                 return
 
 

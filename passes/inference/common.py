@@ -99,6 +99,16 @@ def replace_keeping_names(rewriter: PatternRewriter, old: Operation, new: Operat
     rewriter.replace(old, new)
 
 
+def replace_absorbing(
+    rewriter: PatternRewriter, old: Operation, new: Operation, *absorbed: Operation
+) -> None:
+    """Replace ``old`` by ``new``, names kept, and erase the producers ``new`` computes in their
+    place (``old`` was their only user)."""
+    replace_keeping_names(rewriter, old, new)
+    for producer in absorbed:
+        rewriter.erase(producer)
+
+
 def elemwise(mode: Any, operands: list[SSAValue]) -> T.ElemwiseOp:
     op = T.ElemwiseOp.make(operands, mode=mode)
     assert isinstance(op, T.ElemwiseOp)

@@ -31,7 +31,7 @@ from passes.inference.common import (
     const_value,
     is_float_value,
     mode_of,
-    replace_keeping_names,
+    replace_absorbing,
     shape,
     single_use,
 )
@@ -57,8 +57,7 @@ class FoldReduceMean(RewritePattern):
         if op.output.type != red.output.type:
             return
         mean = T.ReduceOp.make([red.src], [red.output.type], **{**p, "mode": R.MEAN})
-        replace_keeping_names(rewriter, op, mean)
-        rewriter.erase(red)
+        replace_absorbing(rewriter, op, mean, red)
 
 
 class FoldGlobalPooling(RewritePattern):
@@ -82,9 +81,7 @@ class FoldGlobalPooling(RewritePattern):
         if shape(op.output) != (xs[0], xs[1], 1, 1) or not is_float_value(x):
             return
         pool = T.AdaptivePoolingOp.make([x], [op.output.type], mode=mode, out_shape=(1, 1))
-        replace_keeping_names(rewriter, op, pool)
-        rewriter.erase(red)
-        rewriter.erase(reshape)
+        replace_absorbing(rewriter, op, pool, red, reshape)
 
 
 @dataclass(frozen=True)
