@@ -33,6 +33,7 @@ from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import DTypeError, QuantizedType, element_type, is_float, numpy_dtype
 from dialects.errors import XmgeError
+from dialects.registration import registering
 
 E = enums.ElemwiseMode
 MIN_OPSET, MAX_OPSET = 11, 21
@@ -422,12 +423,7 @@ _HANDLERS: dict[str, Handler] = {}
 
 
 def handles(*op_types: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for t in op_types:
-            _HANDLERS[t] = fn
-        return fn
-
-    return register
+    return registering(_HANDLERS, *op_types)
 
 
 # ----------------------------------------------------------------------------------------------
