@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.dialects.builtin import TensorType
 
-from backends.mge import layouts
+import backends.mge.layouts as layouts
 from backends.mge.dtypes import to_element
 from backends.mge.read_context import (
     ReadContext,

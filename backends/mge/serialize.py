@@ -14,7 +14,7 @@ from typing import Any
 import flatbuffers
 import xxhash
 
-from backends.mge import schema as S
+import backends.mge.schema as S
 from backends.mge.dtypes import RawDType
 from backends.mge.fbs import TableWriter, write_bytes, write_offsets, write_structs, write_vector
 from backends.mge.oprs import BY_KIND
