@@ -203,51 +203,39 @@ _NICHE = "not produced by the model zoo's inference graphs; not supported by xmg
 # MegEngine 1.13 operators (registry names, as in tests/data/mge_opr_registry_1_13.txt) that xmge
 # refuses to read, each with the reason its error gives.
 REFUSED: dict[str, str] = {
-    **{
-        name: _TRAINING
-        for name in (
-            "AdaptivePoolingBackwardV1 AddUpdate ArgsortBackward BatchNormBackwardV1 Convolution3DBackwardData "
-            "Convolution3DBackwardFilter ConvolutionBackwardFilterV2 CorrelationBackwardData1 "
-            "CorrelationBackwardData2 DeformableConvBackwardDataV1 DeformableConvBackwardFilterV1 "
-            "DeformablePSROIPoolingBackward DiagBackward DropoutBackward FakeQuantBackward GeneralNormBackward "
-            "GroupLocalBackwardDataV2 GroupLocalBackwardFilterV2 GroupNormBackward Images2NeibsBackward "
-            "IndexingRemapBackward InstanceNormBackward LRNBackward LSQBackward LSTMBackward LayerNormBackward "
-            "LocalBackwardDataV2 LocalBackwardFilterV2 LocalShareBackwardDataV1 LocalShareBackwardFilterV1 "
-            "MultiHeadAttnBackward PaddingBackward PoolingBackwardV1 RNNBackward ROIAlignBackwardV1 "
-            "ROIPoolingBackward RemapBackwardDataV1 RemapBackwardMatV1 ResizeBackward ShuffleRNGBackward "
-            "SlidingWindowTransposeBackward SoftmaxBackward TQTBackward WarpPerspectiveBackwardDataV2 "
-            "WarpPerspectiveBackwardMatV2 WhereBackward VirtualGrad CheckNonFinite FakeQuant TQT LSQ"
-        ).split()
-    },
-    **{
-        name: _RANDOM
-        for name in (
-            "BetaRNG ExponentialRNG GammaRNG GaussianRNGV1 MultinomialRNG PermutationRNG PoissonRNG ShuffleRNG "
-            "UniformRNGV1 Dropout"
-        ).split()
-    },
-    **{
-        name: _CONTROL
-        for name in (
-            "CondExecMark CondExecMarkIfNeed CondExecMerge CondExecPred CondExecPredLogical Sleep "
-            "PersistentOutputStorage VolatileSharedDeviceTensor SharedDeviceTensorWithFormat AssertEqual Alloc"
-        ).split()
-    },
+    **{name: _TRAINING for name in (
+        "AdaptivePoolingBackwardV1 AddUpdate ArgsortBackward BatchNormBackwardV1 Convolution3DBackwardData "
+        "Convolution3DBackwardFilter ConvolutionBackwardFilterV2 CorrelationBackwardData1 "
+        "CorrelationBackwardData2 DeformableConvBackwardDataV1 DeformableConvBackwardFilterV1 "
+        "DeformablePSROIPoolingBackward DiagBackward DropoutBackward FakeQuantBackward GeneralNormBackward "
+        "GroupLocalBackwardDataV2 GroupLocalBackwardFilterV2 GroupNormBackward Images2NeibsBackward "
+        "IndexingRemapBackward InstanceNormBackward LRNBackward LSQBackward LSTMBackward LayerNormBackward "
+        "LocalBackwardDataV2 LocalBackwardFilterV2 LocalShareBackwardDataV1 LocalShareBackwardFilterV1 "
+        "MultiHeadAttnBackward PaddingBackward PoolingBackwardV1 RNNBackward ROIAlignBackwardV1 "
+        "ROIPoolingBackward RemapBackwardDataV1 RemapBackwardMatV1 ResizeBackward ShuffleRNGBackward "
+        "SlidingWindowTransposeBackward SoftmaxBackward TQTBackward WarpPerspectiveBackwardDataV2 "
+        "WarpPerspectiveBackwardMatV2 WhereBackward VirtualGrad CheckNonFinite FakeQuant TQT LSQ"
+    ).split()},
+    **{name: _RANDOM for name in (
+        "BetaRNG ExponentialRNG GammaRNG GaussianRNGV1 MultinomialRNG PermutationRNG PoissonRNG ShuffleRNG "
+        "UniformRNGV1 Dropout"
+    ).split()},
+    **{name: _CONTROL for name in (
+        "CondExecMark CondExecMarkIfNeed CondExecMerge CondExecPred CondExecPredLogical Sleep "
+        "PersistentOutputStorage VolatileSharedDeviceTensor SharedDeviceTensorWithFormat AssertEqual Alloc"
+    ).split()},
     **{name: _DYNAMIC for name in "CondTake NonZero".split()},
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
-    **{
-        name: _NICHE
-        for name in (
-            "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
-            "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
-            "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
-            "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
-            "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
-            "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
-            "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose TopK "
-            "WarpAffineV2 WarpPerspectiveV2 Where"
-        ).split()
-    },
+    **{name: _NICHE for name in (
+        "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
+        "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
+        "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
+        "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
+        "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
+        "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
+        "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose TopK "
+        "WarpAffineV2 WarpPerspectiveV2 Where"
+    ).split()},
 }
 
 # Known ids of operators xmge does not read, so errors can name them (and say why).
