@@ -25,9 +25,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -38,6 +36,7 @@ from dialects.dtypes import QuantizedType
 from dialects.layout import Layout
 from passes.inference.common import (
     E,
+    apply_patterns,
     const_value,
     element,
     elemwise,
@@ -51,11 +50,6 @@ from passes.inference.common import (
     shape,
     single_use,
 )
-
-
-def _walk(patterns: list[RewritePattern], ctx: Context, module: ModuleOp) -> None:
-    PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(module)
-
 
 # ----------------------------------------------------------------------------------------------
 # arith-simplify
@@ -127,7 +121,7 @@ class ArithSimplifyPass(ModulePass):
     name = "arith-simplify"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _walk([REMOVE_ADD_ZERO, REMOVE_MUL_ONE, RemoveDoubleNegate()], ctx, op)
+        apply_patterns(op, [REMOVE_ADD_ZERO, REMOVE_MUL_ONE, RemoveDoubleNegate()], ctx)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -205,7 +199,7 @@ class ReorderArithChainPass(ModulePass):
     name = "reorder-arith-chain"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _walk([GroupAddConstants()], ctx, op)
+        apply_patterns(op, [GroupAddConstants()], ctx)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,4 +254,4 @@ class ArithFusePass(ModulePass):
     name = "arith-fuse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _walk([FuseAddNonlinearity(), FuseMulAdd3()], ctx, op)
+        apply_patterns(op, [FuseAddNonlinearity(), FuseMulAdd3()], ctx)

@@ -24,9 +24,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -35,6 +33,7 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
+    apply_patterns,
     copy_naming,
     element,
     is_const,
@@ -166,8 +165,7 @@ class FuseConvBiasNonlinearityPass(ModulePass):
     name = "fuse-conv-bias-nonlinearity"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        patterns: list[RewritePattern] = [FuseConvAddBias(), FuseConvNonlinearity()]
-        PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(op)
+        apply_patterns(op, [FuseConvAddBias(), FuseConvNonlinearity()], ctx)
 
 
 @dataclass(frozen=True)
@@ -177,4 +175,4 @@ class FuseConvBiasWithZPass(ModulePass):
     name = "fuse-conv-bias-with-z"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(GreedyRewritePatternApplier([FuseConvBiasZ()], ctx=ctx)).rewrite_module(op)
+        apply_patterns(op, [FuseConvBiasZ()], ctx)

@@ -17,9 +17,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -28,6 +26,7 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
+    apply_patterns,
     const_value,
     is_float_value,
     mode_of,
@@ -91,5 +90,4 @@ class FuseGrainPass(ModulePass):
     name = "fuse-grain"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        applier = GreedyRewritePatternApplier([FoldReduceMean(), FoldGlobalPooling()], ctx=ctx)
-        PatternRewriteWalker(applier).rewrite_module(op)
+        apply_patterns(op, [FoldReduceMean(), FoldGlobalPooling()], ctx)
