@@ -36,6 +36,7 @@ from compiler.tensor import Tensor
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
+from dialects.registration import registering
 
 Array = np.ndarray
 # rule(inputs, outputs, output_grads, params) -> one gradient (or None) per input
@@ -51,11 +52,7 @@ class GradError(XmgeError, RuntimeError):
 
 
 def register_backward(op_cls: type[T.MgbOp]) -> Callable[[BackwardRule], BackwardRule]:
-    def register(fn: BackwardRule) -> BackwardRule:
-        BACKWARD[op_cls] = fn
-        return fn
-
-    return register
+    return registering(BACKWARD, op_cls)
 
 
 def _is_float(a: Array) -> bool:
@@ -107,12 +104,7 @@ _ZERO_GRAD_MODES = {
 
 
 def _ew(*modes: Any) -> Callable[[ElemwiseRule], ElemwiseRule]:
-    def register(fn: ElemwiseRule) -> ElemwiseRule:
-        for m in modes:
-            ELEMWISE_BACKWARD[m] = fn
-        return fn
-
-    return register
+    return registering(ELEMWISE_BACKWARD, *modes)
 
 
 def _sig(x: Array) -> Array:

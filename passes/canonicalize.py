@@ -29,41 +29,16 @@ def _forward(op: Operation, value: SSAValue, rewriter: PatternRewriter) -> None:
     rewriter.replace(op, [], [value])
 
 
-def _remove_if_same_type(op: T.MgbOp, src: SSAValue, rewriter: PatternRewriter) -> None:
-    if src.type == op.results[0].type:
-        _forward(op, src, rewriter)
-
-
-class RemoveIdentityReshape(RewritePattern):
-    """``reshape(x : T) -> T``  ==>  ``x``"""
+class RemoveIdentityCast(RewritePattern):
+    """``reshape | broadcast | typecvt | axis_add_remove (x : T) -> T``  ==>  ``x`` (for
+    ``axis_add_remove``: no axes, or adds undone by removes)"""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: T.ReshapeOp, rewriter: PatternRewriter) -> None:
-        _remove_if_same_type(op, op.src, rewriter)
-
-
-class RemoveIdentityBroadcast(RewritePattern):
-    """``broadcast(x : T) -> T``  ==>  ``x``"""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: T.BroadcastOp, rewriter: PatternRewriter) -> None:
-        _remove_if_same_type(op, op.src, rewriter)
-
-
-class RemoveIdentityTypeCvt(RewritePattern):
-    """``typecvt(x : T) -> T``  ==>  ``x``"""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: T.TypeCvtOp, rewriter: PatternRewriter) -> None:
-        _remove_if_same_type(op, op.src, rewriter)
-
-
-class RemoveIdentityAxisAddRemove(RewritePattern):
-    """``axis_add_remove(x : T) -> T`` (no axes, or adds undone by removes)  ==>  ``x``"""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: T.AxisAddRemoveOp, rewriter: PatternRewriter) -> None:
-        _remove_if_same_type(op, op.src, rewriter)
+    def match_and_rewrite(
+        self, op: T.ReshapeOp | T.BroadcastOp | T.TypeCvtOp | T.AxisAddRemoveOp, rewriter: PatternRewriter
+    ) -> None:
+        if op.src.type == op.output.type:
+            _forward(op, op.src, rewriter)
 
 
 class RemoveIdentityDimshuffle(RewritePattern):
@@ -148,15 +123,20 @@ class FoldTypeCvtRoundTrip(RewritePattern):
             _forward(op, inner.src, rewriter)
 
 
+_REMOVE_IDENTITY_CAST = RemoveIdentityCast()
+
 PATTERNS_BY_OP: dict[type[T.MgbOp], tuple[RewritePattern, ...]] = {
-    T.ReshapeOp: (RemoveIdentityReshape(), FoldReshapeOfReshape()),
-    T.BroadcastOp: (RemoveIdentityBroadcast(),),
-    T.TypeCvtOp: (RemoveIdentityTypeCvt(), FoldTypeCvtRoundTrip()),
-    T.AxisAddRemoveOp: (RemoveIdentityAxisAddRemove(),),
+    T.ReshapeOp: (_REMOVE_IDENTITY_CAST, FoldReshapeOfReshape()),
+    T.BroadcastOp: (_REMOVE_IDENTITY_CAST,),
+    T.TypeCvtOp: (_REMOVE_IDENTITY_CAST, FoldTypeCvtRoundTrip()),
+    T.AxisAddRemoveOp: (_REMOVE_IDENTITY_CAST,),
     T.DimshuffleOp: (RemoveIdentityDimshuffle(), MergeDimshuffles()),
 }
 
-ALL_PATTERNS: tuple[RewritePattern, ...] = tuple(p for ps in PATTERNS_BY_OP.values() for p in ps)
+# each pattern once (several ops share one), in the order of the table
+ALL_PATTERNS: tuple[RewritePattern, ...] = tuple(
+    dict.fromkeys(p for ps in PATTERNS_BY_OP.values() for p in ps)
+)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import pytest
 
 from backends.reference import run_module
 from compiler.driver.compile import CompileError, compile
+from compiler.driver.demo import randomise_statistics
 from compiler.driver.targets import TargetError, parse_target
 from compiler.hub.convnet import ConvNet
 from compiler.hub.resnet import resnet18
@@ -70,15 +71,6 @@ def test_bad_targets(text: str, message: str) -> None:
 
 
 # -- whole models ---------------------------------------------------------------------------------
-def _randomise(net, rng: np.random.Generator) -> None:  # type: ignore[no-untyped-def]
-    """Non-trivial biases and BN statistics, so that folding and fused epilogues are exercised."""
-    for name, t in net.named_tensors():
-        if "running_var" in name:
-            t._reset(rng.uniform(0.5, 2.0, t.shape).astype(np.float32))
-        elif "running_mean" in name or name.endswith("bias"):
-            t._reset(rng.uniform(-0.3, 0.3, t.shape).astype(np.float32))
-
-
 def _check_model(net, x: np.ndarray, target: str, threads: int = 1):  # type: ignore[no-untyped-def]
     require(target)
     compiled = compile(net, target, [x], threads=threads)
@@ -91,7 +83,7 @@ def _check_model(net, x: np.ndarray, target: str, threads: int = 1):  # type: ig
 def test_convnet_plan(target: str) -> None:
     rng = np.random.default_rng(0)
     net = ConvNet()
-    _randomise(net, rng)
+    randomise_statistics(net, rng, spread=0.3)
     x = rng.standard_normal((1, 1, 28, 28)).astype(np.float32)
     compiled = _check_model(net, x, target)
     # conv1 (23040 B) and conv2's input, pooled, never live together with everything else: the
@@ -105,7 +97,7 @@ def test_convnet_plan(target: str) -> None:
 def test_resnet18_small_input(target: str) -> None:
     rng = np.random.default_rng(1)
     net = resnet18(num_classes=37)
-    _randomise(net, rng)
+    randomise_statistics(net, rng, spread=0.3)
     x = rng.standard_normal((1, 3, 48, 48)).astype(np.float32)
     compiled = _check_model(net, x, target)
     # liveness reuse: the largest intermediate is the stem's 64x24x24 output; at most a few of the
@@ -137,7 +129,7 @@ SMALL_MODELS = [
 def test_model_zoo(name: str, kwargs: dict, shape: tuple[int, ...], target: str) -> None:
     rng = np.random.default_rng(11)
     net = _hub(name, **kwargs)
-    _randomise(net, rng)
+    randomise_statistics(net, rng, spread=0.3)
     net.eval()
     compiled = _check_model(net, rng.standard_normal(shape).astype(np.float32), target)
     blocked = "nchw88" in compiled.ir("c")
@@ -153,7 +145,7 @@ def test_model_zoo(name: str, kwargs: dict, shape: tuple[int, ...], target: str)
 def test_model_zoo_224(name: str, target: str) -> None:
     rng = np.random.default_rng(12)
     net = _hub(name)
-    _randomise(net, rng)
+    randomise_statistics(net, rng, spread=0.3)
     net.eval()
     _check_model(net, rng.standard_normal((1, 3, 224, 224)).astype(np.float32), target)
 
@@ -161,7 +153,7 @@ def test_model_zoo_224(name: str, target: str) -> None:
 def test_resnet18_two_threads() -> None:
     rng = np.random.default_rng(2)
     net = resnet18(num_classes=10)
-    _randomise(net, rng)
+    randomise_statistics(net, rng, spread=0.3)
     _check_model(net, rng.standard_normal((2, 3, 32, 32)).astype(np.float32), "x86-avx2", threads=2)
 
 
@@ -179,7 +171,7 @@ def test_stages_save_and_runner(tmp_path) -> None:  # type: ignore[no-untyped-de
     require("x86-avx2")
     rng = np.random.default_rng(3)
     net = ConvNet()
-    _randomise(net, rng)
+    randomise_statistics(net, rng, spread=0.3)
     x = rng.standard_normal((1, 1, 28, 28)).astype(np.float32)
     compiled = compile(net, "x86-avx2", [x])
     assert compiled.stages == [
@@ -248,7 +240,7 @@ def test_resnet50(target: str) -> None:
 
     rng = np.random.default_rng(5)
     net = resnet50(num_classes=100)
-    _randomise(net, rng)
+    randomise_statistics(net, rng, spread=0.3)
     _check_model(net, rng.standard_normal((1, 3, 64, 64)).astype(np.float32), target)
 
 

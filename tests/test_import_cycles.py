@@ -85,7 +85,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["compiler", "dialects", "passes", "backends.reference"])
+@pytest.mark.parametrize("package", ["compiler", "dialects", "passes", "backends.reference", "backends.mge"])
 def test_no_import_time_cycles(package: str) -> None:
     graph = import_graph((package,))
     assert len(graph) > 5, "the package was not found"

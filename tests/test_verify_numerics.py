@@ -24,6 +24,7 @@ import compiler as xm
 from backends.reference import run_module
 from compiler import jit
 from compiler.driver.compile import kernel_passes, to_module
+from compiler.driver.demo import randomise_statistics
 from compiler.driver.numerics import (
     CODE_TOLERANCE,
     REFERENCE_TOLERANCE,
@@ -67,15 +68,6 @@ def _ctx() -> Context:
     return ctx
 
 
-def _randomise(net: Any, rng: np.random.Generator) -> None:
-    """Non-trivial biases and BN statistics, so that BN folding and fusions change arithmetic."""
-    for name, t in net.named_tensors():
-        if "running_var" in name:
-            t._reset(rng.uniform(0.5, 2.0, t.shape).astype(np.float32))
-        elif "running_mean" in name or name.endswith("bias"):
-            t._reset(rng.uniform(-0.3, 0.3, t.shape).astype(np.float32))
-
-
 # -- the hub models, small ---------------------------------------------------------------------
 
 
@@ -91,7 +83,7 @@ def _float(module: str, fn: str, *shapes: tuple[int, ...], **kwargs: Any) -> Hub
         import importlib
 
         net = getattr(importlib.import_module(f"compiler.hub.{module}"), fn)(**kwargs)
-        _randomise(net, np.random.default_rng(3))
+        randomise_statistics(net, np.random.default_rng(3), spread=0.3)
         return net
 
     return HubCase(build, shapes)

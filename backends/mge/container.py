@@ -13,8 +13,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.mge import oprs as O
-from backends.mge import schema as S
+import backends.mge.oprs as O
+import backends.mge.schema as S
 from backends.mge.dtypes import RawDType, storage_bytes
 from backends.mge.fbs import Buffer, MgeFormatError, Table
 from backends.mge.records import Metadata

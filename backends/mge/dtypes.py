@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.ir import Attribute
 
-from backends.mge import schema as S
+import backends.mge.schema as S
 from backends.mge.fbs import MgeFormatError
 from dialects.dtypes import QuantizedType, dtype_name, element_type
 

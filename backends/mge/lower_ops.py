@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects.builtin import StringAttr, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from backends.mge import schema as S
+import backends.mge.schema as S
 from backends.mge.dtypes import RawDType, from_element
 from backends.mge.records import MgeWriteError, WOpr
 from dialects import enums

@@ -21,7 +21,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from backends.mge import layouts
+import backends.mge.layouts as layouts
 from backends.mge.dtypes import FOUR_BIT, RawDType, from_element, pack_4bit
 from backends.mge.lower_ops import attr_str, value_elem, value_shape
 from backends.mge.oprs import BY_IR_OP

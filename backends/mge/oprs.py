@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from backends.mge import layouts
-from backends.mge import lower_ops as W
-from backends.mge import read_ops as R
-from backends.mge import schema as S
+import backends.mge.layouts as layouts
+import backends.mge.lower_ops as W
+import backends.mge.read_ops as R
+import backends.mge.schema as S
 from backends.mge.param_map import ParamMap, lower_mapped, read_mapped
 from backends.mge.schema import ParamDef, h_full, h_short
 from dialects import tensor as T

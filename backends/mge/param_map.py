@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects.utils import EnumAttribute
 from xdsl.irdl import BaseAttr, OperandDef
 
-from backends.mge import schema as S
+import backends.mge.schema as S
 from backends.mge.read_context import define, emit_values, enum_of, fail, input_var, shape_of, unsupported
 from backends.mge.records import WOpr
 from dialects import enums

@@ -264,17 +264,8 @@ def evaluate(
             result_types = cls.infer(types, **full)
     except _BAD_PARAMS as exc:
         raise fail(op, f"invalid operands or params: {exc}") from exc
-    specs = []
-    for t in result_types:
-        dtype = numpy_dtype(t.element_type)
-        specs.append(ResultSpec(tuple(t.get_shape()), dtype))
-        ctx.folded_bytes += math.prod(t.get_shape()) * dtype.itemsize
-    cap = max_folded_bytes()
-    if ctx.folded_bytes > cap:
-        raise fail(
-            op,
-            f"the values evaluated while loading exceed {cap} bytes ({MAX_FOLDED_BYTES_ENV})",
-        )
+    specs = [ResultSpec(tuple(t.get_shape()), numpy_dtype(t.element_type)) for t in result_types]
+    _count_folded(ctx, op, sum(math.prod(s.shape) * s.dtype.itemsize for s in specs))
     try:
         outs = kernel([v.value for v in operands], specs, **full)
     except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError, NotImplementedError) as exc:
@@ -285,7 +276,16 @@ def evaluate(
     ]
 
 
+def _count_folded(ctx: ReadContext, op: RawOpr, nbytes: int) -> None:
+    """Add ``nbytes`` to the values evaluated while reading; past the cap the graph is refused."""
+    ctx.folded_bytes += nbytes
+    cap = max_folded_bytes()
+    if ctx.folded_bytes > cap:
+        raise fail(op, f"the values evaluated while loading exceed {cap} bytes ({MAX_FOLDED_BYTES_ENV})")
+
+
 def _known(value: np.ndarray) -> ReadVar:
+    """A value known while reading (computed from shapes or small constants), as a var."""
     from dialects.dtypes import element_type
 
     if value.ndim == 0:
@@ -336,20 +336,13 @@ def const_var(ctx: ReadContext, op: RawOpr, t: RawTensor) -> ReadVar:
 
 def fold_const(ctx: ReadContext, op: RawOpr, value: np.ndarray, inputs: Sequence[ReadVar]) -> None:
     """Define output 0 as a load-time value (shape arithmetic)."""
-    from dialects.dtypes import element_type
-
     value = np.asarray(value)
-    if value.ndim == 0:
-        value = value.reshape(1)  # MegEngine has no 0-d vars: scalars are shape (1,)
     if value.dtype == np.int64:
         if value.size and (value.max() > np.iinfo(np.int32).max or value.min() < np.iinfo(np.int32).min):
             raise fail(op, f"shape value {value.tolist()} does not fit in int32")
         value = value.astype(np.int32)
-    ctx.folded_bytes += value.nbytes
-    if ctx.folded_bytes > max_folded_bytes():
-        raise fail(op, f"the values evaluated while loading exceed {max_folded_bytes()} bytes")
-    ttype = TensorType(element_type(value.dtype), list(value.shape))
-    define(ctx, op, 0, ReadVar(type=ttype, value=value, shape_only=True))
+    _count_folded(ctx, op, value.nbytes)
+    define(ctx, op, 0, _known(value))
 
 
 def foldable(inputs: Sequence[ReadVar]) -> bool:

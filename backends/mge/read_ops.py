@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.dialects.builtin import TensorType
 
-from backends.mge import layouts
+import backends.mge.layouts as layouts
 from backends.mge.dtypes import to_element
 from backends.mge.read_context import (
     ReadContext,
@@ -162,33 +162,34 @@ def read_typecvt(ctx: ReadContext, op: RawOpr) -> None:
 
 def read_pooling(ctx: ReadContext, op: RawOpr) -> None:
     p = op.param("Pooling")
-    fmt = _tensor_format(op, p)
-    emit_one(
-        ctx,
-        op,
-        T.PoolingOp,
-        [input_var(ctx, op, 0)],
-        mode=enum_of(op, enums.PoolingMode, p["mode"], "mode"),
-        window=(p["window_h"], p["window_w"]),
-        stride=(p["stride_h"], p["stride_w"]),
-        padding=(p["pad_h"], p["pad_w"]),
-        format=fmt,
-    )
+    window = {
+        "window": (p["window_h"], p["window_w"]),
+        "stride": (p["stride_h"], p["stride_w"]),
+        "padding": (p["pad_h"], p["pad_w"]),
+    }
+    _emit_pooling(ctx, op, T.PoolingOp, p, window)
 
 
 def read_adaptive_pooling(ctx: ReadContext, op: RawOpr) -> None:
     p = op.param("AdaptivePooling")
-    fmt = _tensor_format(op, p)
     out = int_values(op, input_var(ctx, op, 1), "the output shape")
     if len(out) != 2:
         raise fail(op, f"output shape must have 2 values, got {out}")
+    _emit_pooling(ctx, op, T.AdaptivePoolingOp, p, {"out_shape": tuple(out)})
+
+
+def _emit_pooling(
+    ctx: ReadContext, op: RawOpr, cls: type[T.MgbOp], p: dict[str, Any], window: dict[str, Any]
+) -> None:
+    """Either pooling of input 0: the mode and tensor format its table ``p`` holds, and its window."""
+    fmt = _tensor_format(op, p)
     emit_one(
         ctx,
         op,
-        T.AdaptivePoolingOp,
+        cls,
         [input_var(ctx, op, 0)],
         mode=enum_of(op, enums.PoolingMode, p["mode"], "mode"),
-        out_shape=tuple(out),
+        **window,
         format=fmt,
     )
 

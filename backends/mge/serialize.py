@@ -8,16 +8,17 @@ from :data:`backends.mge.schema.PARAMS`.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import flatbuffers
 import xxhash
 
-from backends.mge import schema as S
+import backends.mge.schema as S
 from backends.mge.dtypes import RawDType
 from backends.mge.fbs import TableWriter, write_bytes, write_offsets, write_structs, write_vector
 from backends.mge.oprs import BY_KIND
-from backends.mge.records import LoweredGraph, Metadata, WOpr
+from backends.mge.records import LoweredGraph, Metadata, WOpr, WTensor
 
 COMP_NODE = "xpux:0"  # what the tracer writes: "any device"
 
@@ -78,14 +79,32 @@ def _params_fields(
     return first, add_types, add_vals
 
 
+@dataclass(frozen=True)
+class Naming:
+    """What a graph keeps besides its computation (``trace.dump``'s ``keep_*`` keywords): var names
+    (0 none, 1 the outputs', 2 all), operator names and operator priorities."""
+
+    keep_var_name: int = 1
+    keep_opr_name: bool = False
+    keep_opr_priority: bool = False
+
+
+def _tensor_head(b: flatbuffers.Builder, t: WTensor, cache: dict[str, int]) -> TableWriter:
+    """A Tensor table with the slots both versions start it with: name, shape, comp node, dtype."""
+    shape = write_vector(b, "I", list(t.shape))
+    name = b.CreateString(t.name) if t.name is not None else None
+    dt = _write_dtype(b, t.dtype)
+    cn = _comp_node(b, cache)
+    return TableWriter(b).offset(0, name).offset(1, shape).offset(2, cn).offset(3, dt)
+
+
+def _opr_name(b: flatbuffers.Builder, g: LoweredGraph, opr: WOpr, naming: Naming) -> int | None:
+    """The operator's name (its first output's when it has none), where the names are kept."""
+    return b.CreateString(opr.name or g.var_names[opr.outputs[0]]) if naming.keep_opr_name else None
+
+
 def serialize_v2(
-    g: LoweredGraph,
-    meta: Metadata,
-    *,
-    keep_var_name: int = 1,
-    keep_opr_name: bool = False,
-    keep_opr_priority: bool = False,
-    model_version: int = 2,
+    g: LoweredGraph, meta: Metadata, naming: Naming = Naming(), *, model_version: int = 2
 ) -> bytes:
     b = flatbuffers.Builder(1024 + sum(len(t.data or b"") for o in g.oprs for t in o.tensors))
     cache: dict[str, int] = {}
@@ -97,11 +116,7 @@ def serialize_v2(
         tensor_offs = []
         for t in opr.tensors:
             data = write_bytes(b, t.data) if t.data is not None else None
-            shape = write_vector(b, "I", list(t.shape))
-            name = b.CreateString(t.name) if t.name is not None else None
-            dt = _write_dtype(b, t.dtype)
-            cn = _comp_node(b, cache)
-            tw = TableWriter(b).offset(0, name).offset(1, shape).offset(2, cn).offset(3, dt)
+            tw = _tensor_head(b, t, cache)
             if t.image2d_axis is None:
                 tw.scalar(4, "B", S.DEFAULT_TENSOR_FORMAT).offset(5, default_format)
             else:
@@ -114,19 +129,19 @@ def serialize_v2(
         inputs = write_vector(b, "I", opr.inputs)
         outputs = write_vector(b, "I", opr.outputs)
         tname = b.CreateString(type_name)
-        oname = b.CreateString(opr.name or g.var_names[opr.outputs[0]]) if keep_opr_name else None
+        oname = _opr_name(b, g, opr, naming)
         odt = _write_dtype(b, opr.output_dtype) if opr.output_dtype is not None else None
         tw = TableWriter(b).offset(0, tname).scalar(1, "Q", type_id).offset(2, oname)
         if first is not None:
             tw.scalar(3, "B", first[0]).offset(4, first[1])
         tw.offset(5, add_types).offset(6, add_vals).offset(7, inputs).offset(8, outputs)
         tw.offset(10, odt).offset(11, tensors).scalar(12, "I", version)
-        if keep_opr_priority:
+        if naming.keep_opr_priority:
             tw.scalar(13, "i", opr.priority)
         opr_offsets.append(tw.finish())
     oprs = write_offsets(b, opr_offsets)
     middle = None
-    if keep_var_name >= 1:
+    if naming.keep_var_name >= 1:
         mts = []
         for name in g.var_names:
             s = b.CreateString(name)
@@ -169,14 +184,7 @@ def _write_metadata(b: flatbuffers.Builder, meta: Metadata, v2: bool) -> int:
     return tw.finish()
 
 
-def serialize_v1(
-    g: LoweredGraph,
-    meta: Metadata,
-    *,
-    keep_var_name: int = 1,
-    keep_opr_name: bool = False,
-    keep_opr_priority: bool = False,
-) -> bytes:
+def serialize_v1(g: LoweredGraph, meta: Metadata, naming: Naming = Naming()) -> bytes:
     b = flatbuffers.Builder(1024)
     cache: dict[str, int] = {}
     blobs: list[bytes] = []
@@ -186,12 +194,7 @@ def serialize_v1(
         otype = BY_KIND[opr.kind]
         tensor_offs = []
         for t in opr.tensors:
-            shape = write_vector(b, "I", list(t.shape))
-            name = b.CreateString(t.name) if t.name is not None else None
-            dt = _write_dtype(b, t.dtype)
-            cn = _comp_node(b, cache)
-            tw = TableWriter(b).offset(0, name).offset(1, shape).offset(2, cn).offset(3, dt)
-            tw.scalar(4, "I", len(t.data or b"")).scalar(5, "I", 0)
+            tw = _tensor_head(b, t, cache).scalar(4, "I", len(t.data or b"")).scalar(5, "I", 0)
             tensor_offs.append(tw.finish())
             if t.data:
                 blobs.append(t.data)
@@ -199,15 +202,15 @@ def serialize_v1(
         first, add_types, add_vals = _params_fields(b, opr)
         inputs = write_vector(b, "I", opr.inputs)
         out_names = None
-        if keep_var_name >= 2 or (keep_var_name == 1 and out_set.intersection(opr.outputs)):
+        if naming.keep_var_name >= 2 or (naming.keep_var_name == 1 and out_set.intersection(opr.outputs)):
             out_names = write_offsets(b, [b.CreateString(g.var_names[v]) for v in opr.outputs])
-        oname = b.CreateString(opr.name or g.var_names[opr.outputs[0]]) if keep_opr_name else None
+        oname = _opr_name(b, g, opr, naming)
         odt = _write_dtype(b, opr.output_dtype) if opr.output_dtype is not None else None
         tw = TableWriter(b).scalar(0, "Q", otype.persist_id)
         if first is not None:
             tw.scalar(1, "B", first[0]).offset(2, first[1])
         tw.offset(3, inputs).offset(5, out_names).offset(6, odt).offset(7, tensors)
-        if keep_opr_priority:
+        if naming.keep_opr_priority:
             tw.scalar(8, "i", opr.priority)
         tw.offset(10, add_types).offset(11, add_vals).offset(12, oname)
         opr_offsets.append(tw.finish())

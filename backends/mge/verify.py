@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.mge import schema as S
+import backends.mge.schema as S
 from dialects.errors import XmgeError
 
 MAX_DEPTH = 64

@@ -25,7 +25,7 @@ from backends.mge.records import (
     Metadata,
     MgeWriteError,
 )
-from backends.mge.serialize import serialize_v1, serialize_v2
+from backends.mge.serialize import Naming, serialize_v1, serialize_v2
 
 __all__ = [
     "FORMATS",
@@ -92,14 +92,10 @@ def write_graph(
     for i, opr in enumerate(g.oprs):
         opr.priority = opr.priority or i + 1  # keep_opr_priority: the operator's id when unset
     meta = metadata or _func_metadata(fn)
-    kwargs = {
-        "keep_var_name": keep_var_name,
-        "keep_opr_name": keep_opr_name,
-        "keep_opr_priority": keep_opr_priority,
-    }
+    naming = Naming(keep_var_name, keep_opr_name, keep_opr_priority)
     if dump_format == "FBS_V2":
-        return WriteResult(serialize_v2(g, meta, model_version=model_version, **kwargs), g, 0)
-    data = serialize_v1(g, meta, **kwargs)
+        return WriteResult(serialize_v2(g, meta, naming, model_version=model_version), g, 0)
+    data = serialize_v1(g, meta, naming)
     return WriteResult(data, g, parse_file(data)[0].graph_hash or 0)
 
 

@@ -33,6 +33,7 @@ from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import DTypeError, QuantizedType, element_type, is_float, numpy_dtype
 from dialects.errors import XmgeError
+from dialects.registration import registering
 
 E = enums.ElemwiseMode
 MIN_OPSET, MAX_OPSET = 11, 21
@@ -422,12 +423,7 @@ _HANDLERS: dict[str, Handler] = {}
 
 
 def handles(*op_types: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for t in op_types:
-            _HANDLERS[t] = fn
-        return fn
-
-    return register
+    return registering(_HANDLERS, *op_types)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -682,13 +678,40 @@ def _require_2d(node: _Node, rank: int) -> None:
         raise node.fail(f"only 2-D (NCHW) inputs are supported, got a rank-{rank} input")
 
 
+@dataclass(frozen=True)
+class _ConvAttrs:
+    """What Conv and ConvTranspose read alike: the input and weight shapes (2-D only), groups,
+    strides and dilations."""
+
+    xs: tuple[int, ...]
+    ws: tuple[int, ...]
+    group: int
+    stride: list[int]
+    dilation: list[int]
+
+    @staticmethod
+    def of(node: _Node) -> _ConvAttrs:
+        xs, ws = node.shape(0), node.shape(1)
+        _require_2d(node, len(xs))
+        group = int(node.attr("group", 1))
+        stride = [int(s) for s in node.attr("strides", [1, 1])]
+        dilation = [int(d) for d in node.attr("dilations", [1, 1])]
+        return _ConvAttrs(xs, ws, group, stride, dilation)
+
+    def weight(self, node: _Node) -> tuple[SSAValue, Any]:
+        """The weight with its groups split off (MegEngine's GROUP form), and the sparse mode."""
+        w, ws, group = node.ssa(1), self.ws, self.group
+        if group == 1:
+            return w, enums.ConvSparse.DENSE
+        if ws[0] % group:
+            raise node.fail(f"the weight's first axis ({ws[0]} channels) cannot be split into {group} groups")
+        return node.reshape(w, (group, ws[0] // group, *ws[1:])), enums.ConvSparse.GROUP
+
+
 @handles("Conv")
 def _conv(node: _Node) -> list[_Value | None]:
-    xs, ws = node.shape(0), node.shape(1)
-    _require_2d(node, len(xs))
-    group = int(node.attr("group", 1))
-    stride = [int(s) for s in node.attr("strides", [1, 1])]
-    dilation = [int(d) for d in node.attr("dilations", [1, 1])]
+    a = _ConvAttrs.of(node)
+    xs, ws, stride, dilation = a.xs, a.ws, a.stride, a.dilation
     kernel = list(node.attr("kernel_shape", ws[2:]))
     if list(ws[2:]) != kernel:
         raise node.fail(f"kernel_shape {kernel} differs from the weight's {ws[2:]}")
@@ -702,13 +725,7 @@ def _conv(node: _Node) -> list[_Value | None]:
             front=(0, 0, begin[0] - sym[0], begin[1] - sym[1]),
             back=(0, 0, end[0] - sym[0], end[1] - sym[1]),
         )
-    w = node.ssa(1)
-    sparse = enums.ConvSparse.DENSE
-    if group > 1:
-        if ws[0] % group:
-            raise node.fail(f"{ws[0]} output channels cannot be split into {group} groups")
-        w = node.reshape(w, (group, ws[0] // group, *ws[1:]))
-        sparse = enums.ConvSparse.GROUP
+    w, sparse = a.weight(node)
     y = node.emit1(
         T.ConvolutionOp,
         [x, w],
@@ -746,11 +763,8 @@ def _named_reshape(node: _Node, v: _Value, shape: tuple[int, ...]) -> SSAValue:
 
 @handles("ConvTranspose")
 def _conv_transpose(node: _Node) -> list[_Value | None]:
-    xs, ws = node.shape(0), node.shape(1)
-    _require_2d(node, len(xs))
-    group = int(node.attr("group", 1))
-    stride = [int(s) for s in node.attr("strides", [1, 1])]
-    dilation = [int(d) for d in node.attr("dilations", [1, 1])]
+    a = _ConvAttrs.of(node)
+    xs, ws, stride, dilation = a.xs, a.ws, a.stride, a.dilation
     kernel = [int(k) for k in ws[2:]]
     out_pad = [int(p) for p in node.attr("output_padding", [0, 0])]
     full = [stride[i] * (xs[2 + i] - 1) + dilation[i] * (kernel[i] - 1) + 1 for i in range(2)]
@@ -770,11 +784,7 @@ def _conv_transpose(node: _Node) -> list[_Value | None]:
         end = [t - b for t, b in zip(total, begin, strict=True)]
     else:
         begin, end = _spatial_pads(node, xs[2:], kernel, stride, dilation)
-    w = node.ssa(1)
-    sparse = enums.ConvSparse.DENSE
-    if group > 1:
-        w = node.reshape(w, (group, ws[0] // group, *ws[1:]))
-        sparse = enums.ConvSparse.GROUP
+    w, sparse = a.weight(node)
     params = {"stride": tuple(stride), "dilation": tuple(dilation), "sparse": sparse}
     if begin == end and all(p < s for p, s in zip(out_pad, stride, strict=True)):
         y = node.emit1(

@@ -18,6 +18,7 @@ import numpy as np
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import quantized_type_of
+from dialects.registration import registering
 
 E = enums.ElemwiseMode
 
@@ -37,20 +38,12 @@ KERNELS: dict[type[T.MgbOp], Kernel] = {}
 QUANTIZED_KERNELS: dict[type[T.MgbOp], Kernel] = {}
 
 
-def _registering(table: dict[type[T.MgbOp], Kernel], op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
-    def register(fn: Kernel) -> Kernel:
-        table[op] = fn
-        return fn
-
-    return register
-
-
 def kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
-    return _registering(KERNELS, op)
+    return registering(KERNELS, op)
 
 
 def quantized_kernel(op: type[T.MgbOp]) -> Callable[[Kernel], Kernel]:
-    return _registering(QUANTIZED_KERNELS, op)
+    return registering(QUANTIZED_KERNELS, op)
 
 
 def involved(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> bool:

@@ -28,13 +28,15 @@ from compiler.hub.convnet import ConvNet
 from compiler.hub.resnet import resnet18
 
 
-def _randomise(net: Any, rng: np.random.Generator) -> None:
-    """Non-trivial batch-norm statistics and biases (as trained weights would have)."""
+def randomise_statistics(net: Any, rng: np.random.Generator, spread: float = 0.2) -> None:
+    """Non-trivial batch-norm statistics and biases, as trained weights would have (variances in
+    [0.5, 2], means and biases in [-spread, spread]), so that folding and fused epilogues change
+    the arithmetic."""
     for name, t in net.named_tensors():
         if "running_var" in name:
             t._reset(rng.uniform(0.5, 2.0, t.shape).astype(np.float32))
         elif "running_mean" in name or name.endswith("bias"):
-            t._reset(rng.uniform(-0.2, 0.2, t.shape).astype(np.float32))
+            t._reset(rng.uniform(-spread, spread, t.shape).astype(np.float32))
 
 
 def _ort_ms(tensor_ir: Any, x: np.ndarray, threads: int) -> tuple[float, np.ndarray] | str:
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"target {target} (host: {host_target()})\n")
     with tempfile.TemporaryDirectory(prefix="xmge-demo-") as workdir:
         convnet = ConvNet()
-        _randomise(convnet, rng)
+        randomise_statistics(convnet, rng)
         run_one(
             "convnet",
             convnet,
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         print()
         net = resnet18()
-        _randomise(net, rng)
+        randomise_statistics(net, rng)
         x = rng.standard_normal((1, 3, args.size, args.size)).astype(np.float32)
         run_one("resnet18", net, x, target, args.threads, workdir)
 

@@ -25,9 +25,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -38,6 +36,7 @@ from dialects.dtypes import QuantizedType
 from dialects.layout import Layout
 from passes.inference.common import (
     E,
+    apply_patterns,
     const_value,
     element,
     elemwise,
@@ -46,15 +45,11 @@ from passes.inference.common import (
     layout_of,
     mode_of,
     only_user,
+    replace_absorbing,
     replace_keeping_names,
     shape,
     single_use,
 )
-
-
-def _walk(patterns: list[RewritePattern], ctx: Context, module: ModuleOp) -> None:
-    PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(module)
-
 
 # ----------------------------------------------------------------------------------------------
 # arith-simplify
@@ -79,34 +74,33 @@ def _forward_if_same_type(op: T.ElemwiseOp, x: SSAValue, rewriter: PatternRewrit
         rewriter.replace(op, [], [x])
 
 
-class RemoveAddZero(RewritePattern):
-    """``x + 0``, ``0 + x``, ``x - 0``  ==>  ``x`` (when the constant does not broadcast ``x``)"""
+@dataclass(frozen=True)
+class RemoveNeutralOperand(RewritePattern):
+    """``x op e``, ``e op x`` and ``x inverse e``  ==>  ``x``, with ``e`` the neutral element of the
+    commutative ``op`` (when the constant does not broadcast ``x``)."""
+
+    op_mode: E
+    inverse_mode: E
+    neutral: float
+    inverse_on_floats_only: bool = False
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
         mode = mode_of(op)
-        if mode == E.ADD:
+        if mode == self.op_mode:
             for i in (0, 1):
-                if _is_splat(op.inputs[1 - i], 0):
+                if _is_splat(op.inputs[1 - i], self.neutral):
                     _forward_if_same_type(op, op.inputs[i], rewriter)
                     return
-        elif mode == E.SUB and _is_splat(op.inputs[1], 0):
-            _forward_if_same_type(op, op.inputs[0], rewriter)
+        elif mode == self.inverse_mode and _is_splat(op.inputs[1], self.neutral):
+            if is_float_value(op.output) or not self.inverse_on_floats_only:
+                _forward_if_same_type(op, op.inputs[0], rewriter)
 
 
-class RemoveMulOne(RewritePattern):
-    """``x * 1``, ``1 * x``, ``x / 1``  ==>  ``x`` (when the constant does not broadcast ``x``)"""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
-        mode = mode_of(op)
-        if mode == E.MUL:
-            for i in (0, 1):
-                if _is_splat(op.inputs[1 - i], 1):
-                    _forward_if_same_type(op, op.inputs[i], rewriter)
-                    return
-        elif mode == E.TRUE_DIV and _is_splat(op.inputs[1], 1) and is_float_value(op.output):
-            _forward_if_same_type(op, op.inputs[0], rewriter)
+REMOVE_ADD_ZERO = RemoveNeutralOperand(E.ADD, E.SUB, 0)
+"""``x + 0``, ``0 + x``, ``x - 0``  ==>  ``x``"""
+REMOVE_MUL_ONE = RemoveNeutralOperand(E.MUL, E.TRUE_DIV, 1, inverse_on_floats_only=True)
+"""``x * 1``, ``1 * x``, ``x / 1`` (floats)  ==>  ``x``"""
 
 
 class RemoveDoubleNegate(RewritePattern):
@@ -127,7 +121,7 @@ class ArithSimplifyPass(ModulePass):
     name = "arith-simplify"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _walk([RemoveAddZero(), RemoveMulOne(), RemoveDoubleNegate()], ctx, op)
+        apply_patterns(op, [REMOVE_ADD_ZERO, REMOVE_MUL_ONE, RemoveDoubleNegate()], ctx)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -205,7 +199,7 @@ class ReorderArithChainPass(ModulePass):
     name = "reorder-arith-chain"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _walk([GroupAddConstants()], ctx, op)
+        apply_patterns(op, [GroupAddConstants()], ctx)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,8 +227,7 @@ class FuseAddNonlinearity(RewritePattern):
         add = src.owner
         if _is_add(add) and single_use(src) and src.type == op.output.type:
             assert isinstance(add, T.ElemwiseOp)
-            replace_keeping_names(rewriter, op, elemwise(fused, list(add.inputs)))
-            rewriter.erase(add)
+            replace_absorbing(rewriter, op, elemwise(fused, list(add.inputs)), add)
 
 
 class FuseMulAdd3(RewritePattern):
@@ -250,8 +243,7 @@ class FuseMulAdd3(RewritePattern):
             if mode_of(mul) == E.MUL and single_use(m):
                 assert isinstance(mul, T.ElemwiseOp)
                 a, b = mul.inputs
-                replace_keeping_names(rewriter, op, elemwise(E.FUSE_MUL_ADD3, [a, b, op.inputs[1 - i]]))
-                rewriter.erase(mul)
+                replace_absorbing(rewriter, op, elemwise(E.FUSE_MUL_ADD3, [a, b, op.inputs[1 - i]]), mul)
                 return
 
 
@@ -262,4 +254,4 @@ class ArithFusePass(ModulePass):
     name = "arith-fuse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _walk([FuseAddNonlinearity(), FuseMulAdd3()], ctx, op)
+        apply_patterns(op, [FuseAddNonlinearity(), FuseMulAdd3()], ctx)

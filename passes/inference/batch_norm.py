@@ -18,9 +18,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -29,6 +27,7 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
+    apply_patterns,
     const_value,
     copy_naming,
     elemwise,
@@ -103,5 +102,4 @@ class FoldBatchNormPass(ModulePass):
     name = "fold-batch-norm"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        patterns: list[RewritePattern] = [FoldBatchNormIntoConv(), BatchNormToMulAdd()]
-        PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(op)
+        apply_patterns(op, [FoldBatchNormIntoConv(), BatchNormToMulAdd()], ctx)

@@ -7,9 +7,15 @@ import math
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
 from xdsl.rewriter import InsertPoint
 
 from dialects import enums
@@ -93,10 +99,25 @@ def copy_naming(src: Operation, dst: Operation) -> None:
             dst.attributes[key] = src.attributes[key]
 
 
+def apply_patterns(module: ModuleOp, patterns: list[RewritePattern], ctx: Context | None) -> None:
+    """Apply ``patterns`` to ``module`` greedily, to a fixed point."""
+    PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(module)
+
+
 def replace_keeping_names(rewriter: PatternRewriter, old: Operation, new: Operation) -> None:
     """Replace ``old`` by ``new`` (inserted before it), carrying ``scope``/``name`` over."""
     copy_naming(old, new)
     rewriter.replace(old, new)
+
+
+def replace_absorbing(
+    rewriter: PatternRewriter, old: Operation, new: Operation, *absorbed: Operation
+) -> None:
+    """Replace ``old`` by ``new``, names kept, and erase the producers ``new`` computes in their
+    place (``old`` was their only user)."""
+    replace_keeping_names(rewriter, old, new)
+    for producer in absorbed:
+        rewriter.erase(producer)
 
 
 def elemwise(mode: Any, operands: list[SSAValue]) -> T.ElemwiseOp:

@@ -24,9 +24,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -35,11 +33,12 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
+    apply_patterns,
     copy_naming,
     element,
     is_const,
     mode_of,
-    replace_keeping_names,
+    replace_absorbing,
     shape,
     single_use,
 )
@@ -99,42 +98,39 @@ class FuseConvAddBias(RewritePattern):
             if not valid or element(bias) != element(op.output) or op.output.type != conv.output.type:
                 continue
             new = conv_bias(conv, [conv.src, conv.filter, bias], op.output, nonline)
-            replace_keeping_names(rewriter, op, new)
-            rewriter.erase(conv)
+            replace_absorbing(rewriter, op, new, conv)
             return
+
+
+def _activation_host(v: SSAValue) -> tuple[T.ConvolutionOp | T.ConvBiasOp, list[SSAValue]] | None:
+    """The conv producing ``v`` that can take an activation applied to ``v``, with the operands of
+    the ConvBias it becomes: an NCHW convolution (x, w), or an NCHW ConvBias with its bias and
+    neither z nor an activation yet (x, w, b); ``v`` has no other reader."""
+    conv = fusable_conv(v)
+    if conv is not None:
+        return conv, [conv.src, conv.filter]
+    cb = v.owner
+    if not isinstance(cb, T.ConvBiasOp) or not single_use(v) or len(cb.operands) != 3:
+        return None
+    p = cb.params()
+    if p["nonline_mode"] != N.IDENTITY or p["format"] != enums.Format.NCHW:
+        return None
+    return cb, list(cb.operands)
 
 
 class FuseConvNonlinearity(RewritePattern):
-    """``relu(conv(x, w))`` (or sigmoid/h_swish)  ==>  ``conv_bias(x, w) {nonline_mode = relu}``"""
+    """``relu(conv(x, w))``  ==>  ``conv_bias(x, w) {nonline_mode = relu}`` and
+    ``relu(conv_bias(x, w, b))`` (identity, no z)  ==>  ``conv_bias(x, w, b) {nonline_mode = relu}``
+    (or sigmoid/h_swish)"""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
         nonline = UNARY_NONLINE.get(mode_of(op))
-        if nonline is None:
+        host = _activation_host(op.inputs[0]) if nonline is not None and op.inputs else None
+        if host is None or op.output.type != host[0].output.type:
             return
-        conv = fusable_conv(op.inputs[0])
-        if conv is None or op.output.type != conv.output.type:
-            return
-        replace_keeping_names(rewriter, op, conv_bias(conv, [conv.src, conv.filter], op.output, nonline))
-        rewriter.erase(conv)
-
-
-class FuseConvBiasNonlinearity(RewritePattern):
-    """``relu(conv_bias(x, w, b))`` (identity, no z)  ==>  ``conv_bias(x, w, b) {nonline_mode = relu}``"""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: T.ElemwiseOp, rewriter: PatternRewriter) -> None:
-        nonline = UNARY_NONLINE.get(mode_of(op))
-        cb = op.inputs[0].owner if op.inputs else None
-        if nonline is None or not isinstance(cb, T.ConvBiasOp) or not single_use(op.inputs[0]):
-            return
-        p = cb.params()
-        if len(cb.operands) != 3 or p["nonline_mode"] != N.IDENTITY or p["format"] != enums.Format.NCHW:
-            return
-        if op.output.type != cb.output.type:
-            return
-        replace_keeping_names(rewriter, op, conv_bias(cb, list(cb.operands), op.output, nonline))
-        rewriter.erase(cb)
+        conv, operands = host
+        replace_absorbing(rewriter, op, conv_bias(conv, operands, op.output, nonline), conv)
 
 
 class FuseConvBiasZ(RewritePattern):
@@ -158,8 +154,7 @@ class FuseConvBiasZ(RewritePattern):
             z = op.inputs[1 - i]
             if z.type != cb.output.type or op.output.type != cb.output.type:
                 continue
-            replace_keeping_names(rewriter, op, conv_bias(cb, [*cb.operands, z], op.output, nonline))
-            rewriter.erase(cb)
+            replace_absorbing(rewriter, op, conv_bias(cb, [*cb.operands, z], op.output, nonline), cb)
             return
 
 
@@ -170,12 +165,7 @@ class FuseConvBiasNonlinearityPass(ModulePass):
     name = "fuse-conv-bias-nonlinearity"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        patterns: list[RewritePattern] = [
-            FuseConvAddBias(),
-            FuseConvNonlinearity(),
-            FuseConvBiasNonlinearity(),
-        ]
-        PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(op)
+        apply_patterns(op, [FuseConvAddBias(), FuseConvNonlinearity()], ctx)
 
 
 @dataclass(frozen=True)
@@ -185,4 +175,4 @@ class FuseConvBiasWithZPass(ModulePass):
     name = "fuse-conv-bias-with-z"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(GreedyRewritePatternApplier([FuseConvBiasZ()], ctx=ctx)).rewrite_module(op)
+        apply_patterns(op, [FuseConvBiasZ()], ctx)

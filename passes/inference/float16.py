@@ -28,7 +28,6 @@ from xdsl.dialects.builtin import Float16Type, Float32Type, ModuleOp, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
     PatternRewriteWalker,
     RewritePattern,
@@ -40,7 +39,7 @@ from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.tensor import ShapeInferenceError
-from passes.inference.common import make_const, tensor_type
+from passes.inference.common import apply_patterns, make_const, tensor_type
 
 F32, F16 = Float32Type(), Float16Type()
 
@@ -226,8 +225,7 @@ class _ConvertF32ToF16(ModulePass):
     F32_COMP: ClassVar[bool] = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        sources: list[RewritePattern] = [ConvertInputsToF16(), ConvertConstToF16()]
-        PatternRewriteWalker(GreedyRewritePatternApplier(sources, ctx=ctx)).rewrite_module(op)
+        apply_patterns(op, [ConvertInputsToF16(), ConvertConstToF16()], ctx)
         # one walk in program order: each op is rebuilt after every producer of its operands
         for pattern in (RebuildOpInF16(self.F32_COMP), RestoreF32Outputs()):
             PatternRewriteWalker(pattern, apply_recursively=False).rewrite_module(op)

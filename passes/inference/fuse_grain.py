@@ -17,9 +17,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -28,10 +26,11 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
+    apply_patterns,
     const_value,
     is_float_value,
     mode_of,
-    replace_keeping_names,
+    replace_absorbing,
     shape,
     single_use,
 )
@@ -57,8 +56,7 @@ class FoldReduceMean(RewritePattern):
         if op.output.type != red.output.type:
             return
         mean = T.ReduceOp.make([red.src], [red.output.type], **{**p, "mode": R.MEAN})
-        replace_keeping_names(rewriter, op, mean)
-        rewriter.erase(red)
+        replace_absorbing(rewriter, op, mean, red)
 
 
 class FoldGlobalPooling(RewritePattern):
@@ -82,9 +80,7 @@ class FoldGlobalPooling(RewritePattern):
         if shape(op.output) != (xs[0], xs[1], 1, 1) or not is_float_value(x):
             return
         pool = T.AdaptivePoolingOp.make([x], [op.output.type], mode=mode, out_shape=(1, 1))
-        replace_keeping_names(rewriter, op, pool)
-        rewriter.erase(red)
-        rewriter.erase(reshape)
+        replace_absorbing(rewriter, op, pool, red, reshape)
 
 
 @dataclass(frozen=True)
@@ -94,5 +90,4 @@ class FuseGrainPass(ModulePass):
     name = "fuse-grain"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        applier = GreedyRewritePatternApplier([FoldReduceMean(), FoldGlobalPooling()], ctx=ctx)
-        PatternRewriteWalker(applier).rewrite_module(op)
+        apply_patterns(op, [FoldReduceMean(), FoldGlobalPooling()], ctx)

@@ -14,9 +14,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -24,7 +22,7 @@ from xdsl.rewriter import InsertPoint
 
 from dialects import enums
 from dialects import tensor as T
-from passes.inference.common import copy_naming, single_use
+from passes.inference.common import apply_patterns, copy_naming, single_use
 
 
 class SplitReduceSqueeze(RewritePattern):
@@ -75,5 +73,4 @@ class SplitReduceSqueezePass(ModulePass):
     name = "split-reduce-squeeze"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        applier = GreedyRewritePatternApplier([SplitReduceSqueeze()], ctx=ctx)
-        PatternRewriteWalker(applier).rewrite_module(op)
+        apply_patterns(op, [SplitReduceSqueeze()], ctx)

@@ -20,16 +20,14 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
 )
 
 from backends.reference.interpreter import result_specs
 from backends.reference.kernels import KERNELS
 from dialects import tensor as T
-from passes.inference.common import const_of_type, const_value, tensor_type
+from passes.inference.common import apply_patterns, const_of_type, const_value, tensor_type
 
 
 @dataclass
@@ -71,5 +69,4 @@ class ParamFusePass(ModulePass):
     """Most bytes one fold may add to the parameters (-1: no limit)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        applier = GreedyRewritePatternApplier([FoldConstantOp(self.max_growth)], ctx=ctx)
-        PatternRewriteWalker(applier).rewrite_module(op)
+        apply_patterns(op, [FoldConstantOp(self.max_growth)], ctx)

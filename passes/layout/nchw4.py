@@ -17,6 +17,8 @@ convs alone, "FIXME" in its source), so it is changed by the conv-bias fusion al
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,78 +187,10 @@ def nchw4_patterns() -> list[RewritePattern]:
     ]
 
 
-def _prepare(module: ModuleOp, fuse: bool, ctx: Context | None) -> None:
-    if fuse:
-        fuse_conv_bias_nonlinearity(module, ctx)
-    rewrite(module, nchw4_patterns(), ctx)
-
-
 @dataclass(frozen=True)
-class EnableNchw4Pass(ModulePass):
-    """enable_nchw4: quantized int8 convs in NCHW4 (float graphs only get conv-bias fusion)."""
-
-    name = "enable-nchw4"
-
-    fuse: bool = True
-    """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _prepare(op, self.fuse, ctx)
-        hoist_relayouts_over_typecvt(op, ctx)
-
-
-@dataclass(frozen=True)
-class EnableNchw32Pass(ModulePass):
-    """enable_nchw32: NCHW4 first, then qint8 convs with 32-multiple channels in NCHW32 (tensor cores)."""
-
-    name = "enable-nchw32"
-
-    fuse: bool = True
-    """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _prepare(op, self.fuse, ctx)
-        follow = frozenset({Layout.NCHW32})
-        rewrite(
-            op,
-            [
-                ReblockConv(Format.NCHW4, plan_nchw32),
-                FollowPooling({Layout.NCHW32: Format.NCHW32}, False, Layout.NCHW4, Format.NCHW4),
-                FollowElemwise(follow, Layout.NCHW4),
-            ],
-            ctx,
-        )
-        hoist_relayouts_over_typecvt(op, ctx)
-
-
-@dataclass(frozen=True)
-class EnableChwn4Pass(ModulePass):
-    """enable_chwn4: NCHW4 first, then qint8 dense conv-bias ops in CHWN4."""
-
-    name = "enable-chwn4"
-
-    fuse: bool = True
-    """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _prepare(op, self.fuse, ctx)
-        rewrite(
-            op,
-            [
-                ReblockConv(Format.NCHW4, plan_chwn4),
-                FollowPooling({Layout.CHWN4: Format.CHWN4}, False, Layout.NCHW4, Format.NCHW4),
-                FollowElemwise(frozenset({Layout.CHWN4}), Layout.NCHW4),
-            ],
-            ctx,
-        )
-        hoist_relayouts_over_typecvt(op, ctx)
-
-
-@dataclass(frozen=True)
-class EnableNchw64Pass(ModulePass):
-    """enable_nchw64: per quantized dense conv NCHW32 / NCHW4 (int8) or NCHW64 (int4)."""
-
-    name = "enable-nchw64"
+class _NvidiaLayoutPass(ModulePass, ABC):
+    """A pass of this family: optionally the conv-bias fusion, its rewrite stages in order, then
+    the relayouts hoisted over type conversions."""
 
     fuse: bool = True
     """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
@@ -264,14 +198,69 @@ class EnableNchw64Pass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.fuse:
             fuse_conv_bias_nonlinearity(op, ctx)
+        for patterns in self.stages():
+            rewrite(op, patterns, ctx)
+        hoist_relayouts_over_typecvt(op, ctx)
+
+    @abstractmethod
+    def stages(self) -> list[list[RewritePattern]]:
+        """The pattern sets applied one after another (each to a fixed point)."""
+
+
+@dataclass(frozen=True)
+class EnableNchw4Pass(_NvidiaLayoutPass):
+    """enable_nchw4: quantized int8 convs in NCHW4 (float graphs only get conv-bias fusion)."""
+
+    name = "enable-nchw4"
+
+    def stages(self) -> list[list[RewritePattern]]:
+        return [nchw4_patterns()]
+
+
+@dataclass(frozen=True)
+class EnableNchw32Pass(_NvidiaLayoutPass):
+    """enable_nchw32: NCHW4 first, then qint8 convs with 32-multiple channels in NCHW32 (tensor cores)."""
+
+    name = "enable-nchw32"
+
+    def stages(self) -> list[list[RewritePattern]]:
+        return [nchw4_patterns(), _reblock_nchw4(Layout.NCHW32, Format.NCHW32, plan_nchw32)]
+
+
+@dataclass(frozen=True)
+class EnableChwn4Pass(_NvidiaLayoutPass):
+    """enable_chwn4: NCHW4 first, then qint8 dense conv-bias ops in CHWN4."""
+
+    name = "enable-chwn4"
+
+    def stages(self) -> list[list[RewritePattern]]:
+        return [nchw4_patterns(), _reblock_nchw4(Layout.CHWN4, Format.CHWN4, plan_chwn4)]
+
+
+def _reblock_nchw4(
+    layout: Layout, fmt: Format, plan: Callable[[Operation, dict[str, Any]], ConvPlan | None]
+) -> list[RewritePattern]:
+    """Convs already in NCHW4 that ``plan`` accepts move on to ``layout``; pooling and elementwise
+    ops follow them (anything else reads NCHW4)."""
+    return [
+        ReblockConv(Format.NCHW4, plan),
+        FollowPooling({layout: fmt}, False, Layout.NCHW4, Format.NCHW4),
+        FollowElemwise(frozenset({layout}), Layout.NCHW4),
+    ]
+
+
+@dataclass(frozen=True)
+class EnableNchw64Pass(_NvidiaLayoutPass):
+    """enable_nchw64: per quantized dense conv NCHW32 / NCHW4 (int8) or NCHW64 (int4)."""
+
+    name = "enable-nchw64"
+
+    def stages(self) -> list[list[RewritePattern]]:
         layouts = {Layout.NCHW4: Format.NCHW4, Layout.NCHW32: Format.NCHW32, Layout.NCHW64: Format.NCHW64}
-        rewrite(
-            op,
+        return [
             [
                 ConvRule(plan_nchw64),
                 FollowPooling(layouts, adaptive=False),
                 FollowElemwise(frozenset(layouts)),
-            ],
-            ctx,
-        )
-        hoist_relayouts_over_typecvt(op, ctx)
+            ]
+        ]

@@ -29,17 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import kernel as K
 from dialects.dtypes import dtype_name, element_type
 from passes.lowering.kernels import EpilogueSupport, KernelRegistry, const_array, shape
-from passes.lowering.select import ensure_def, kernel_target
+from passes.lowering.select import ensure_def
+from passes.lowering.target_pass import KernelTargetPass, functions
 from passes.target import Target
 
 # elementwise mode -> (adds its other operand, activation it applies)
@@ -204,27 +202,25 @@ def _absorb_add(
 
 
 @dataclass(frozen=True)
-class FuseEpiloguePass(ModulePass):
+class FuseEpiloguePass(KernelTargetPass):
     """Fuse bias, residual add and activation into the producing kernel, as its unit declares."""
 
     name = "kernel-fuse-epilogue"
-    target: str | Target = "x86-avx2"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        kernels = kernel_target(self.target).kernels
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
+    def apply_for(self, module: ModuleOp, target: Target) -> None:
+        for fn in functions(module):
             changed = True
             while changed:
                 changed = False
                 for call in [c for c in fn.body.block.ops if isinstance(c, K.CallOp)]:
-                    if call.parent is not None and try_fuse(op, call, kernels):
+                    if call.parent is not None and try_fuse(module, call, target.kernels):
                         changed = True
-        remove_unused(op)
+        remove_unused(module)
 
 
 def remove_unused(module: ModuleOp) -> None:
     """Drop defs no call uses, and weights and views nothing reads."""
-    for fn in [f for f in module.ops if isinstance(f, func.FuncOp)]:
+    for fn in functions(module):
         for o in reversed(list(fn.body.block.ops)):
             if isinstance(o, K.WeightOp | K.ViewOp) and not o.results[0].uses:
                 Rewriter.erase_op(o)

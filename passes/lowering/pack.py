@@ -7,33 +7,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import kernel as K
 from dialects.dtypes import element_type
 from passes.lowering.fuse import remove_unused
-from passes.lowering.select import kernel_target
+from passes.lowering.target_pass import KernelTargetPass, functions
 from passes.target import Target
 
 
 @dataclass(frozen=True)
-class PackWeightsPass(ModulePass):
+class PackWeightsPass(KernelTargetPass):
     """Pack constant kernel operands ahead of time into the layout their kernel reads."""
 
     name = "kernel-pack-weights"
-    target: str | Target = "x86-avx2"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        kernels = kernel_target(self.target).kernels
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
+    def apply_for(self, module: ModuleOp, target: Target) -> None:
+        for fn in functions(module):
             done: dict[tuple[int, str, tuple[int, ...]], K.WeightOp] = {}
             for call in [c for c in fn.body.block.ops if isinstance(c, K.CallOp)]:
                 d = call.definition()
-                unit = kernels.of(d)
+                unit = target.kernels.of(d)
                 params = d.param_values()
                 for i, v in enumerate(call.args):
                     w = v.owner
@@ -52,4 +47,4 @@ class PackWeightsPass(ModulePass):
                         Rewriter.insert_op(packed, InsertPoint.before(w))
                         done[key] = packed
                     call.operands[i] = packed.output
-        remove_unused(op)
+        remove_unused(module)

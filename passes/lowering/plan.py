@@ -29,7 +29,8 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from dialects import kernel as K
 from passes.lowering.fuse import remove_unused
 from passes.lowering.kernels import KernelRegistry, collapse
-from passes.lowering.select import ensure_def, kernel_target
+from passes.lowering.select import ensure_def
+from passes.lowering.target_pass import DEFAULT_KERNEL_TARGET, functions, kernel_target
 from passes.target import Target
 
 
@@ -169,12 +170,13 @@ class PlanMemoryPass(ModulePass):
     """Plan all buffers statically in one arena (liveness reuse, in place, zero-copy views)."""
 
     name = "kernel-plan-memory"
+    # not a KernelTargetPass: ``threads`` comes first, as a positional argument and in the options
     threads: int = 1
-    target: str | Target = "x86-avx2"
+    target: str | Target = DEFAULT_KERNEL_TARGET
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         kernels = kernel_target(self.target).kernels
         remove_unused(op)
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
+        for fn in functions(op):
             plan_function(op, fn, self.threads, kernels)
             K.check_plan(fn)

@@ -12,18 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import kernel as K
 from dialects import tensor as T
 from dialects.dtypes import element_type
 from passes.lowering.kernels import VIEW_OPS, KernelUnit, LoweringError
-from passes.target import Target, TargetError, resolve_target
+from passes.lowering.target_pass import KernelTargetPass, functions, kernel_target
+from passes.target import Target, TargetError
 
 
 def ensure_def(module: ModuleOp, unit: KernelUnit, params: dict[str, Any]) -> K.KernelDefOp:
@@ -39,14 +38,6 @@ def ensure_def(module: ModuleOp, unit: KernelUnit, params: dict[str, Any]) -> K.
     else:
         module.body.block.insert_op_before(d, first)
     return d
-
-
-def kernel_target(target: Target | str) -> Target:
-    """The pass option as a target that generates kernels (a :class:`LoweringError` otherwise)."""
-    t = resolve_target(target)
-    if not t.isas or t.backend is None or t.backend.kernels is None:
-        raise LoweringError(f"target {str(t)!r} does not generate kernels")
-    return t
 
 
 def _weight_from(array: np.ndarray, before: Operation) -> SSAValue:
@@ -65,24 +56,22 @@ def _drop_unread_calls(fn: func.FuncOp) -> None:
 
 
 @dataclass(frozen=True)
-class LowerToKernelPass(ModulePass):
+class LowerToKernelPass(KernelTargetPass):
     """Select a specialised kernel for every mgb op (prioritised kernel units, availability rules)."""
 
     name = "kernel-select"
-    target: str | Target = "x86-avx2"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def apply_for(self, module: ModuleOp, target: Target) -> None:
         from passes.lowering.widen import WidenF16Pass
 
-        target = kernel_target(self.target)
         # a float16 graph (an io16xc32 / ioc16 dump) on any target: the float16 ops no kernel
         # computes in float16 run in float32 (a no-op where kernel-widen-f16 already ran)
-        WidenF16Pass(target).apply(ctx, op)
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
+        WidenF16Pass(target).apply_for(module, target)
+        for fn in functions(module):
             for mop in list(fn.body.block.ops):
                 if isinstance(mop, func.ReturnOp):
                     continue
-                self._lower(op, mop, target)
+                self._lower(module, mop, target)
             _drop_unread_calls(fn)
 
     def _lower(self, module: ModuleOp, mop: Operation, target: Target) -> None:

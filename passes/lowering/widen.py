@@ -14,18 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import Float16Type, Float32Type, ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import tensor as T
 from dialects.layout import RelayoutOp
 from dialects.weights import WeightAttr
 from passes.lowering.kernels import VIEW_OPS, LoweringError
-from passes.lowering.select import kernel_target
+from passes.lowering.target_pass import KernelTargetPass, functions
 from passes.target import Target
 
 F16, F32 = Float16Type(), Float32Type()
@@ -82,15 +79,13 @@ def widen(op: T.MgbOp) -> None:
 
 
 @dataclass(frozen=True)
-class WidenF16Pass(ModulePass):
+class WidenF16Pass(KernelTargetPass):
     """Compute in float32 the float16 ops that have no float16 kernel on the target."""
 
     name = "kernel-widen-f16"
-    target: str | Target = "x86-avx2"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        target = kernel_target(self.target)
-        for fn in [f for f in op.ops if isinstance(f, func.FuncOp)]:
+    def apply_for(self, module: ModuleOp, target: Target) -> None:
+        for fn in functions(module):
             for mop in list(fn.body.block.ops):
                 if not isinstance(mop, T.MgbOp) or isinstance(
                     mop, (T.ConstOp, T.TypeCvtOp, RelayoutOp, *VIEW_OPS)
