@@ -182,6 +182,16 @@ INT_WRAPPING_C = {
 }
 
 
+def elemwise_c(p: dict[str, Any]) -> tuple[list[str], str]:
+    """The C types of an elementwise kernel's operands and result (``p["dtypes"]``, float32 when
+    absent) and the C expression computing one element: the one definition the C and CUDA kernels
+    render."""
+    n = len(p["strides"])
+    dtypes = p.get("dtypes", ("f32",) * (n + 1))
+    expr = INT_WRAPPING_C.get(p["mode"]) if dtypes[0] == "i32" else None
+    return [ELEM_CTYPES[c] for c in dtypes], expr or ELEMWISE_C[p["mode"]]
+
+
 def elemwise_codes(mode: str, codes: Sequence[str | None]) -> bool:
     """Whether the portable elementwise kernel runs ``mode`` on these element-type codes (operands,
     then the result): float32 (or int32 for :data:`INT_MODES`) operands, bool ones for the logical
@@ -250,13 +260,11 @@ class Elemwise(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n = len(p["strides"])
         names = "abcd"[:n]
-        dtypes = p.get("dtypes", ("f32",) * (n + 1))
-        ctypes = [ELEM_CTYPES[c] for c in dtypes]
+        ctypes, expr = elemwise_c(p)
         ins = [f"const {ctypes[i]}* in{i}" for i in range(n)]
         args = ", ".join([*ins, f"{ctypes[n]}* out0", "unsigned char* ws", "int nt"])
         loads = " ".join(f"const {ctypes[i]} {names[i]} = in{i}[x{i}];" for i in range(n))
-        expr = INT_WRAPPING_C.get(p["mode"]) if dtypes[0] == "i32" else None
-        body = f"{loads} out0[o] = {expr or ELEMWISE_C[p['mode']]};"
+        body = f"{loads} out0[o] = {expr};"
         total = math.prod(p["shape"])
         return (
             f"static void {sym}({args}) {{\n  (void)ws;\n"
@@ -607,6 +615,18 @@ class _Chunks(Template):
 
     gather: ClassVar[bool]
 
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, self.ops)
+        elem = moved_elements(op, blocked=True)
+        if elem is None:
+            return None
+        axis = op.params()["axis"]
+        # the one tensor spanning whole rows, and the pieces each holding a chunk of every row
+        whole, pieces = (op.results[0], op.operands) if self.gather else (op.operands[0], op.results)
+        chunks = tuple(math.prod(shape(v)[axis:]) for v in pieces)
+        outer = math.prod(shape(whole)[:axis])
+        return Lowered({"outer": outer, "chunks": chunks, "elem": elem}, list(op.operands))
+
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(self.family, f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), p["elem"])
 
@@ -667,33 +687,12 @@ class Concat(_Chunks):
     priority = 100
     gather = True
 
-    def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.ConcatOp)
-        elem = moved_elements(op, blocked=True)
-        if elem is None:
-            return None
-        axis = op.params()["axis"]
-        out = shape(op.results[0])
-        outer = math.prod(out[:axis])
-        chunks = tuple(math.prod(shape(v)[axis:]) for v in op.operands)
-        return Lowered({"outer": outer, "chunks": chunks, "elem": elem}, list(op.operands))
-
 
 class Split(_Chunks):
     family = "split"
     ops = (T.SplitOp,)
     priority = 100
     gather = False
-
-    def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.SplitOp)
-        elem = moved_elements(op, blocked=True)
-        if elem is None:
-            return None
-        axis = op.params()["axis"]
-        src = shape(op.operands[0])
-        chunks = tuple(math.prod(shape(r)[axis:]) for r in op.results)
-        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks, "elem": elem}, [op.operands[0]])
 
 
 KERNEL_UNITS = (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split())

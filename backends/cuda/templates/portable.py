@@ -20,7 +20,7 @@ from xdsl.ir import Operation
 from backends.c.match import conv_common, is_f32
 from backends.c.templates import gemm, generic, typed
 from backends.c.templates import sym_join as c_sym_join
-from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, ESIZE, _epilogue_name
+from backends.c.templates.generic import BYTES_CTYPE, ESIZE, _epilogue_name
 from backends.c.templates.requant import (
     REQUANT_C,
     bias_ctype,
@@ -241,12 +241,14 @@ def _pool(sym: str, p: dict[str, Any], elem: str, init: str, acc_t: str, max_ste
 
 class Elemwise(CudaRender, generic.Elemwise):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        # the operand and result types follow the op's (int32, bool), as in the C kernel
         n = len(p["strides"])
+        ctypes, expr = generic.elemwise_c(p)
         loads = " ".join(
-            f"const float {'abcd'[k]} = in{k}[{linear(st)}];" for k, st in enumerate(p["strides"])
+            f"const {ctypes[k]} {'abcd'[k]} = in{k}[{linear(st)}];" for k, st in enumerate(p["strides"])
         )
-        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {ELEMWISE_C[p['mode']]};"
-        args = [*(("const float*", f"in{k}") for k in range(n)), ("float*", "out0")]
+        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {expr};"
+        args = [*((f"const {ctypes[k]}*", f"in{k}") for k in range(n)), (f"{ctypes[n]}*", "out0")]
         return pointwise(sym, args, math.prod(p["shape"]), body)
 
 
