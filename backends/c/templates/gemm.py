@@ -24,7 +24,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.match import conv_common, gemm_blocking, is_f32
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
 from dialects import tensor as T
 from passes.lowering.kernels import ACTIVATIONS, FULL_EPILOGUE, EpilogueSupport, Lowered, const_array, shape
 
@@ -137,21 +137,11 @@ class ConvGemm(Template):
         return sym_join(
             "conv2d_gemm",
             self.isa,
-            f"n{p['n']}",
-            f"ic{p['ic']}",
-            f"{p['ih']}x{p['iw']}",
-            f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "",
+            *conv_sym(p),
             p["pack"],
             "mfirst" if p.get("order") == "m" else "",
             "f32",
-            "bias" if p["bias"] else "",
-            "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
+            epilogue_sym(p),
         )
 
     @staticmethod
@@ -387,9 +377,7 @@ class MatmulGemm(Template):
             "tb" if p["tb"] else "",
             "bconst" if p["b_const"] else "",
             "f32",
-            "bias" if p["bias"] else "",
-            "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
+            epilogue_sym(p),
         )
 
     @staticmethod

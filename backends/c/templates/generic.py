@@ -27,7 +27,7 @@ from backends.c.match import (
     same_plain_type,
     strided_view,
 )
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, epilogue_sym, plane_sym, sym_join
 from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
 from dialects import layout as L
@@ -72,16 +72,6 @@ def moved_elements(op: Operation, blocked: bool = False) -> str | None:
 
 def _par(work: int) -> str:
     return _PAR.format(work=work)
-
-
-def _epilogue_name(p: dict[str, Any]) -> str:
-    act = p.get("act", "identity")
-    words = (
-        "bias" if p.get("bias") else "",
-        "res" if p.get("residual") else "",
-        act.upper() if act != "identity" else "",
-    )
-    return "_".join(w for w in words if w)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,18 +287,7 @@ class ConvDepthwise(Template):
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "conv2d_dw",
-            f"n{p['n']}",
-            f"c{p['c']}",
-            f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            "f32",
-            _epilogue_name(p),
-        )
+        return sym_join("conv2d_dw", *plane_sym(p, dilation=None), "f32", epilogue_sym(p))
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
@@ -393,17 +372,7 @@ class Pool2d(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "pool2d",
-            p["mode"],
-            f"n{p['n']}",
-            f"c{p['c']}",
-            f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            "f32",
-        )
+        return sym_join("pool2d", p["mode"], *plane_sym(p), "f32")
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]

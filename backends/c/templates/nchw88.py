@@ -36,7 +36,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.match import ACT, code, logical, pool_geometry, storage
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
 from backends.c.templates.typed import Relayout, TypeCvt
 from dialects import enums
 from dialects import layout as L
@@ -431,14 +431,7 @@ class ConvNchw88(_Nchw88Base):
         return dense_ukr(j, i, cb, dt, x_ow).replace("xm_n88_conv_", "xm_n88_avx2_conv_")
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "conv2d_nchw88", p["mode"], f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "", p["dtype"],
-            "bias" if p["bias"] else "", "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
-        )  # fmt: skip
+        return sym_join("conv2d_nchw88", p["mode"], *conv_sym(p), p["dtype"], epilogue_sym(p))
 
     def workspace(self, p: dict[str, Any]) -> int:
         geo = self._geometry(p)
@@ -685,13 +678,7 @@ class ConvNchw88Chan(_Nchw88Base):
         return conv_nchw88(op, chan=True)
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "conv2d_nchw88_chan", f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}", f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "", p["dtype"],
-            "bias" if p["bias"] else "", "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
-        )  # fmt: skip
+        return sym_join("conv2d_nchw88_chan", *plane_sym(p, dilation=None), p["dtype"], epilogue_sym(p))
 
     def workspace(self, p: dict[str, Any]) -> int:
         geo = self._geometry(p)
@@ -772,10 +759,7 @@ class PoolNchw88(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "pool2d_nchw88", p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", p["dtype"],
-        )  # fmt: skip
+        return sym_join("pool2d_nchw88", p["mode"], *plane_sym(p), p["dtype"])
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         dt, mode = p["dtype"], p["mode"]

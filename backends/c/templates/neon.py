@@ -43,7 +43,7 @@ from backends.c.match import (
     requant_params,
     same_type,
 )
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
 from backends.c.templates.requant import (
     CTYPES as OUT_CTYPES,
 )
@@ -375,19 +375,9 @@ class ConvNchw44(Template):
             self.family,
             self.isa,
             p["mode"],
-            f"n{p['n']}",
-            f"ic{p['ic']}",
-            f"{p['ih']}x{p['iw']}",
-            f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "",
+            *conv_sym(p),
             p["dtype"] + ("c32" if p.get("acc") == "f32" and p["dtype"] == "f16" else ""),
-            "bias" if p["bias"] else "",
-            "res" if p.get("residual") else "",
-            p["act"].upper() if p["act"] != "identity" else "",
+            epilogue_sym(p),
             f"q{p['qid']}" if "qid" in p else "",
         )
 
@@ -626,9 +616,7 @@ class PoolNchw44(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("pool2d_nchw44", self.isa, p["mode"], f"n{p['n']}", f"c{p['c']}",
-                        f"{p['ih']}x{p['iw']}", f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}",
-                        f"p{p['ph']}x{p['pw']}", p["dtype"])  # fmt: skip
+        return sym_join("pool2d_nchw44", self.isa, p["mode"], *plane_sym(p), p["dtype"])
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))

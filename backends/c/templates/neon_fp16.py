@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.match import code, pool_geometry, same_type
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, plane_sym, sym_join
 from dialects import enums
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
@@ -170,10 +170,7 @@ class PoolF16Nchw44(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-        )  # fmt: skip
+        return sym_join(self.family, p["mode"], *plane_sym(p))
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.match import conv_common, is_f32
-from backends.c.templates import gemm, generic, typed
+from backends.c.templates import conv_sym, epilogue_sym, gemm, generic, typed
 from backends.c.templates import sym_join as c_sym_join
-from backends.c.templates.generic import BYTES_CTYPE, ESIZE, _epilogue_name
+from backends.c.templates.generic import BYTES_CTYPE, ESIZE
 from backends.c.templates.requant import (
     REQUANT_C,
     bias_ctype,
@@ -83,17 +83,9 @@ class ConvDirect(CudaRender, KernelUnit):
     def symbol(self, p: dict[str, Any]) -> str:
         return c_sym_join(
             "conv2d_cuda",
-            f"n{p['n']}",
-            f"ic{p['ic']}",
-            f"{p['ih']}x{p['iw']}",
-            f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}",
-            f"g{p['groups']}",
+            *conv_sym(p, explicit=True),
             "f32",
-            _epilogue_name(p),
+            epilogue_sym(p),
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
@@ -184,7 +176,7 @@ class Matmul(CudaRender, KernelUnit):
             "tb" if p["tb"] else "",
             "bconst" if p["b_const"] else "",
             "f32",
-            _epilogue_name(p),
+            epilogue_sym(p),
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
