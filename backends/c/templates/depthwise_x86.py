@@ -26,13 +26,9 @@ class ConvDepthwiseAvx2(ConvDepthwise):
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
         sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
         c = p["c"]
-        extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
-        args = ", ".join(
-            ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
-        )
+        args = self.arguments(p)
         # interior columns: every tap in range (the vector loop reads sw * 8 floats from q * sw + off)
-        lo = min(ow, max(0, -(-pw // sw)))
-        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
+        lo, hi = self.interior(p)
         if sw == 2:  # 16 floats loaded per 8 outputs: the last vector may not read past the row
             hi = max(lo, min(hi, (iw - 16 + pw - (fw - 1) * dw) // 2 + 8))
         load = (

@@ -333,6 +333,28 @@ static void {sym}({args}) {{
 """
 
 
+def matmul_common(op: Operation) -> Lowered | None:
+    """A float32 (batched) matrix multiply's geometry (``batch m n k``, transposes ``ta tb``, whether
+    b is a constant to pack ahead of time) and a plain epilogue, for every float matmul kernel."""
+    assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
+    if not is_f32(*op.operands, *op.results):
+        return None
+    p = op.params()
+    a, b = op.operands
+    sa, sb = shape(a), shape(b)
+    batched = isinstance(op, T.BatchedMatrixMulOp)
+    params = {
+        "batch": sa[0] if batched else 1,
+        "m": sa[-1] if p["transpose_a"] else sa[-2],
+        "n": sb[-2] if p["transpose_b"] else sb[-1],
+        "k": sa[-2] if p["transpose_a"] else sa[-1],
+        "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])),
+        "b_const": int(not batched and const_array(b) is not None),
+        "bias": 0, "residual": 0, "act": "identity",
+    }  # fmt: skip
+    return Lowered(params, [a, b])
+
+
 class MatmulGemm(Template):
     """``matmul_gemm``: (batched) ``y = op(a) @ op(b)`` with ``op`` an optional transpose; a constant b
     is packed ahead of time (the Linear layer's weight), otherwise both sides are packed at run time.
@@ -347,23 +369,10 @@ class MatmulGemm(Template):
         self.isa = isa
 
     def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-        if not is_f32(*op.operands, *op.results):
-            return None
-        p = op.params()
-        a, b = op.operands
-        sa, sb = shape(a), shape(b)
-        batched = isinstance(op, T.BatchedMatrixMulOp)
-        m = sa[-1] if p["transpose_a"] else sa[-2]
-        k = sa[-2] if p["transpose_a"] else sa[-1]
-        n = sb[-2] if p["transpose_b"] else sb[-1]
-        b_const = int(not batched and const_array(b) is not None)
-        params = {
-            "batch": sa[0] if batched else 1, "m": m, "n": n, "k": k,
-            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])), "b_const": b_const,
-            "bias": 0, "residual": 0, "act": "identity", **gemm_blocking(self.isa),
-        }  # fmt: skip
-        return Lowered(params, [a, b])
+        lowered = matmul_common(op)
+        if lowered is not None:
+            lowered.params.update(gemm_blocking(self.isa))
+        return lowered
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(

@@ -294,17 +294,27 @@ class ConvDepthwise(Template):
             return None
         return np.ascontiguousarray(np.asarray(array, np.float32).reshape(p["c"], p["fh"] * p["fw"])), "dw"
 
+    @staticmethod
+    def arguments(p: dict[str, Any]) -> str:
+        """The kernel's C parameters: input, packed filter, the epilogue's addends, output, ws, nt."""
+        extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
+        return ", ".join(
+            ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
+        )
+
+    @staticmethod
+    def interior(p: dict[str, Any]) -> tuple[int, int]:
+        """The output columns ``[lo, hi)`` whose every tap is inside the row: no checks in their loop."""
+        ow, iw, sw, pw = p["ow"], p["iw"], p["sw"], p["pw"]
+        lo = min(ow, max(0, -(-pw // sw)))
+        return lo, max(lo, min(ow, (iw - 1 + pw - (p["fw"] - 1) * p["dw"]) // sw + 1))
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
         sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
         c = p["c"]
-        extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
-        args = ", ".join(
-            ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
-        )
-        # interior columns: every tap in range, so no checks in the vectorisable loop
-        lo = min(ow, max(0, -(-pw // sw)))
-        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
+        args = self.arguments(p)
+        lo, hi = self.interior(p)
         bias = "bias[ch]" if p["bias"] else "0.f"
         res = f"res[(long)nc * {oh * ow} + (long)r * {ow} + q]" if p["residual"] else "0.f"
         return f"""

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation, SSAValue
 
-from backends.c.match import code, esize, row_major
+from backends.c.match import code, esize, row_major, slice_view
 from backends.c.templates import Template, sym_join
 from backends.c.templates.generic import BYTES_CTYPE, _par, _strided_loops
 from backends.c.templates.requant import REQUANT_C, exact
@@ -108,25 +108,6 @@ static void {sym}({args}) {{
 
 # ----------------------------------------------------------------------------------------------
 # Static slices: set_subtensor / incr_subtensor
-
-
-def slice_view(s: Sequence[int], p: dict[str, Any]) -> tuple[tuple[int, ...], list[int], int]:
-    """(shape of the selected slice without dropped axes, element strides into ``s``, element
-    offset) of SubtensorOp-style parameters: the value's element at a row-major index of the slice
-    shape sits at ``offset + sum(idx * strides)`` of the source."""
-    src = row_major(tuple(s))
-    full, strides, offset, dropped = list(s), list(src), 0, set()
-    for axis, start, stop, step, drop in zip(
-        p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
-    ):
-        r = range(*slice(start, stop, step).indices(s[axis]))
-        offset += (r.start if len(r) else 0) * src[axis]
-        strides[axis] = src[axis] * step
-        full[axis] = len(r)
-        if drop:
-            dropped.add(axis)
-    keep = [i for i in range(len(s)) if i not in dropped]
-    return tuple(full[i] for i in keep), [strides[i] for i in keep], offset
 
 
 class ModifySubtensor(Template):

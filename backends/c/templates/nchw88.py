@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import ACT, code, logical, pool_geometry, storage
+from backends.c.match import code, conv_bias_epilogue, logical, pool_geometry, storage
 from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
 from backends.c.templates.typed import Relayout, TypeCvt
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout, LayoutSpec
-from passes.lowering.kernels import FULL_EPILOGUE, EpilogueSupport, Lowered, const_array, shape
+from passes.lowering.kernels import FULL_EPILOGUE, EpilogueSupport, Lowered, const_array
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -355,26 +355,13 @@ def conv_nchw88(op: Operation, chan: bool) -> Lowered | None:
         params.update(mode=mode, ic=ic, oc=oc, groups=groups)
     operands: list[Any] = [x, w]
     if isinstance(op, T.ConvBiasOp):
-        params["act"] = ACT.get(p["nonline_mode"], "")
-        if not params["act"]:
+        if any(L.layout_of(v.type) != Layout.NCHW88 for v in rest):  # type: ignore[arg-type]
             return None
-        bias = residual = None
         # a constant per-channel bias (read as float32) and/or a full-shape addend (bias or z)
-        for v in rest:
-            if L.layout_of(v.type) != Layout.NCHW88:  # type: ignore[arg-type]
-                return None
-            if logical(v) == (1, oc, 1, 1) and bias is None and const_array(v) is not None:
-                bias = v
-            elif shape(v) == shape(op.results[0]) and residual is None:
-                residual = v
-            else:
-                return None
-        if bias is not None:
-            params["bias"] = 1
-            operands.append(bias)
-        if residual is not None:
-            params["residual"] = 1
-            operands.append(residual)
+        if not conv_bias_epilogue(
+            op, params, operands, lambda v: logical(v) == (1, oc, 1, 1) and const_array(v) is not None
+        ):
+            return None
     return Lowered(params, operands)
 
 

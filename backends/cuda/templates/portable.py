@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
-from backends.c.match import conv_common, is_f32
+from backends.c.match import conv_common
 from backends.c.templates import conv_sym, epilogue_sym, gemm, generic, typed
 from backends.c.templates import sym_join as c_sym_join
 from backends.c.templates.generic import BYTES_CTYPE, ESIZE
@@ -32,7 +32,7 @@ from backends.c.templates.requant import (
 from backends.c.templates.typed import CTYPES, deq, quant
 from backends.cuda.templates import CudaRender, linear, pointwise, unflatten
 from dialects import tensor as T
-from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered, const_array, shape
+from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -144,26 +144,7 @@ class Matmul(CudaRender, KernelUnit):
     epilogues = {"float32": gemm.MATMUL_EPILOGUE}
 
     def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-        if not is_f32(*op.operands, *op.results):
-            return None
-        p = op.params()
-        a, b = op.operands
-        sa, sb = shape(a), shape(b)
-        batched = isinstance(op, T.BatchedMatrixMulOp)
-        params = {
-            "batch": sa[0] if batched else 1,
-            "m": sa[-1] if p["transpose_a"] else sa[-2],
-            "k": sa[-2] if p["transpose_a"] else sa[-1],
-            "n": sb[-2] if p["transpose_b"] else sb[-1],
-            "ta": int(bool(p["transpose_a"])),
-            "tb": int(bool(p["transpose_b"])),
-            "b_const": int(not batched and const_array(b) is not None),
-            "bias": 0,
-            "residual": 0,
-            "act": "identity",
-        }
-        return Lowered(params, [a, b])
+        return gemm.matmul_common(op)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return c_sym_join(
