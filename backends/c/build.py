@@ -24,10 +24,25 @@ from typing import Any
 import numpy as np
 
 from dialects.dtypes import QUANTIZED_STORAGE, DTypeError, element_type, numpy_dtype
+from dialects.errors import XmgeError
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 RUNTIME_FILES = ("xm_runtime.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
+
+
+# the runner's exit status and stderr prefix when xm_run fails (runtime/runner.c)
+RUN_FAILED_STATUS = 3
+RUN_FAILED_PREFIX = "runner: run failed: "
+
+
+class RunError(XmgeError):
+    """A compiled model's run failed (``xm_run`` returned nonzero): a kernel met an index out of range
+    (the message names the kernel, the index and the axis size; the reference interpreter raises on
+    the same input), or a CUDA runtime call failed. The outputs are not the model's answer."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"the compiled model's run failed: {reason}")
 
 
 class BuildError(RuntimeError):
@@ -163,6 +178,7 @@ class LoadedModel:
         lib.xm_create.restype = ctypes.c_void_p
         lib.xm_create.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_int]
         lib.xm_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.xm_run.restype = ctypes.c_int
         lib.xm_destroy.argtypes = [ctypes.c_void_p]
         lib.xm_last_error.restype = ctypes.c_char_p
         lib.xm_get_input.restype = ctypes.POINTER(_Info)
@@ -202,7 +218,8 @@ class LoadedModel:
         outs = [np.empty(shape, dt) for (_, shape), dt in zip(self.outputs, self.output_dtypes, strict=True)]
         in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
-        self.lib.xm_run(self.handle, in_ptrs, out_ptrs)
+        if self.lib.xm_run(self.handle, in_ptrs, out_ptrs) != 0:
+            raise RunError(self.lib.xm_last_error().decode(errors="replace"))
         return outs
 
     def close(self) -> None:

@@ -12,9 +12,10 @@ Semantics are the reference's (``backends/reference/kernels.py``):
   integers, bool as logical or. Quantized incr is refused, as MegEngine's IndexingIncrMultiAxisVec
   and IncrSubtensor do (their sum of stored values has no meaning).
 * Index tensors are int32 operands read at run time; a negative index counts from the end. The
-  reference (and MegEngine) raise on an index outside ``[-size, size)``; the C runtime has no error
-  channel from a kernel, so an out-of-range index is clamped to the nearest valid one: a kernel never
-  reads or writes outside its tensors.
+  reference (and MegEngine) raise on an index outside ``[-size, size)``; so does the compiled model:
+  the kernel reports it through the runtime's error channel (``xm_index_error``: ``xm_run`` returns
+  nonzero, Python raises :class:`backends.c.build.RunError` naming the kernel, the index and the axis
+  size) and meanwhile reads element 0 in its place, never outside its tensors.
 * Repeated indices: the set form keeps the last value and the incr form accumulates, in the row-major
   order of the selection (numpy's ``x[idx] = v`` and ``np.add.at``). The loops run over the
   non-indexed leading axes (in parallel: they address distinct elements), then the index positions
@@ -252,9 +253,13 @@ class Indexing(Template):
         b_shape, b_strides = g["b"]
         offsets = []
         for k, (size, stride) in enumerate(zip(g["sizes"], g["astrides"], strict=True)):
+            # out of range: the run fails naming this kernel (xm_run's error), and the walk reads
+            # element 0 meanwhile, never outside the tensor
             offsets.append(
                 f"{{ long v = idx{k}[x{k}]; if (v < 0) v += {size};"
-                f" v = v < 0 ? 0 : v > {size - 1} ? {size - 1} : v; off += v * {stride}L; }}"
+                f" if ((unsigned long)v >= {size}ul) {{"
+                f' xm_index_error("{sym}", idx{k}[x{k}], {size}); v = 0; }}'
+                f" off += v * {stride}L; }}"
             )
         table = _strided_loops(
             b_shape, b_strides, "long off = 0; " + " ".join(offsets) + " base[o] = off;", g["nb"]

@@ -491,8 +491,9 @@ static void {sym}(const {ctype}* x, {ctype}* y, unsigned char* ws, int nt) {{
 
 class IndexingOneHot(Template):
     """``mgb.indexing_one_hot`` of float32 by int32 indices: one gather per output element. An index
-    outside ``[0, n)``, which MegEngine asserts against and the reference refuses, gives NaN here
-    rather than a read out of bounds."""
+    outside ``[0, n)``, which MegEngine asserts against and the reference refuses, fails the run
+    (``xm_index_error``: :class:`backends.c.build.RunError` naming the kernel) and gives NaN meanwhile,
+    never a read out of bounds."""
 
     family = "indexing_one_hot"
     ops = (T.IndexingOneHotOp,)
@@ -516,6 +517,7 @@ static void {sym}(const float* x, const int32_t* index, float* y, unsigned char*
   {_par(o * i)}
   for (long t = 0; t < {o * i}; ++t) {{
     const int32_t k = index[t];
+    if (k < 0 || k >= {a}) xm_index_error("{sym}", k, {a});
     y[t] = (k >= 0 && k < {a}) ? x[(t / {i}) * {a * i} + (long)k * {i} + t % {i}] : NAN;
   }}
 }}
