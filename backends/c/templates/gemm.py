@@ -355,6 +355,15 @@ def matmul_common(op: Operation) -> Lowered | None:
     return Lowered(params, [a, b])
 
 
+def matmul_sym(p: dict[str, Any], *, explicit: bool = False) -> tuple[str, ...]:
+    """Symbol words naming a matmul's geometry (:func:`matmul_common`): the batch always
+    (``explicit``) or unless 1, ``m n k``, the transposes and a constant b."""
+    return (
+        f"b{p['batch']}" if explicit or p["batch"] != 1 else "", f"m{p['m']}", f"n{p['n']}", f"k{p['k']}",
+        "ta" if p["ta"] else "", "tb" if p["tb"] else "", "bconst" if p["b_const"] else "",
+    )  # fmt: skip
+
+
 class MatmulGemm(Template):
     """``matmul_gemm``: (batched) ``y = op(a) @ op(b)`` with ``op`` an optional transpose; a constant b
     is packed ahead of time (the Linear layer's weight), otherwise both sides are packed at run time.
@@ -378,13 +387,7 @@ class MatmulGemm(Template):
         return sym_join(
             "matmul_gemm",
             self.isa,
-            f"b{p['batch']}" if p["batch"] != 1 else "",
-            f"m{p['m']}",
-            f"n{p['n']}",
-            f"k{p['k']}",
-            "ta" if p["ta"] else "",
-            "tb" if p["tb"] else "",
-            "bconst" if p["b_const"] else "",
+            *matmul_sym(p),
             "f32",
             epilogue_sym(p),
         )

@@ -295,12 +295,22 @@ class ConvDepthwise(Template):
         return np.ascontiguousarray(np.asarray(array, np.float32).reshape(p["c"], p["fh"] * p["fw"])), "dw"
 
     @staticmethod
-    def arguments(p: dict[str, Any]) -> str:
-        """The kernel's C parameters: input, packed filter, the epilogue's addends, output, ws, nt."""
+    def head(sym: str, p: dict[str, Any]) -> str:
+        """The C function's head and the loop over (image, channel) planes with each plane's input,
+        filter and output pointers (``xp``, ``wp``, ``yp``): how every depthwise kernel opens."""
         extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
-        return ", ".join(
+        args = ", ".join(
             ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
         )
+        c, oh, ow, fh, fw = p["c"], p["oh"], p["ow"], p["fh"], p["fw"]
+        return f"""static void {sym}({args}) {{
+  (void)ws;
+  {_par(p["n"] * c * oh * ow * fh * fw)}
+  for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
+    const int ch = nc % {c};
+    const float* xp = x + (long)nc * {p["ih"] * p["iw"]};
+    const float* wp = w + (long)ch * {fh * fw};
+    float* yp = y + (long)nc * {oh * ow};"""
 
     @staticmethod
     def interior(p: dict[str, Any]) -> tuple[int, int]:
@@ -312,20 +322,11 @@ class ConvDepthwise(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
         sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
-        c = p["c"]
-        args = self.arguments(p)
         lo, hi = self.interior(p)
         bias = "bias[ch]" if p["bias"] else "0.f"
         res = f"res[(long)nc * {oh * ow} + (long)r * {ow} + q]" if p["residual"] else "0.f"
         return f"""
-static void {sym}({args}) {{
-  (void)ws;
-  {_par(p["n"] * c * oh * ow * fh * fw)}
-  for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
-    const int ch = nc % {c};
-    const float* xp = x + (long)nc * {ih * iw};
-    const float* wp = w + (long)ch * {fh * fw};
-    float* yp = y + (long)nc * {oh * ow};
+{self.head(sym, p)}
     for (int r = 0; r < {oh}; ++r) {{
       float acc[{ow}];
       for (int q = 0; q < {ow}; ++q) acc[q] = 0.f;

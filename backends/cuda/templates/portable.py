@@ -149,13 +149,7 @@ class Matmul(CudaRender, KernelUnit):
     def symbol(self, p: dict[str, Any]) -> str:
         return c_sym_join(
             "matmul_cuda",
-            f"b{p['batch']}",
-            f"m{p['m']}",
-            f"n{p['n']}",
-            f"k{p['k']}",
-            "ta" if p["ta"] else "",
-            "tb" if p["tb"] else "",
-            "bconst" if p["b_const"] else "",
+            *gemm.matmul_sym(p, explicit=True),
             "f32",
             epilogue_sym(p),
         )
