@@ -79,3 +79,21 @@ def epilogue_sym(p: dict[str, Any]) -> str:
         act.upper() if act != "identity" else "",
     )
     return "_".join(w for w in words if w)
+
+
+def window_taps(p: dict[str, Any], body: list[str], indent: str) -> str:
+    """The C loops over the taps of output ``(oy, ox)``'s window (``fh fw sh sw ph pw``) that lie in the
+    ``ih x iw`` input, at row ``yy`` and column ``xx``, running ``body`` (lines) on each; every line
+    indented by ``indent``, no newline after the last."""
+    lines = [
+        f"for (int r = 0; r < {p['fh']}; ++r) {{",
+        f"  const int yy = oy * {p['sh']} - {p['ph']} + r;",
+        f"  if ((unsigned)yy >= {p['ih']}u) continue;",
+        f"  for (int s = 0; s < {p['fw']}; ++s) {{",
+        f"    const int xx = ox * {p['sw']} - {p['pw']} + s;",
+        f"    if ((unsigned)xx >= {p['iw']}u) continue;",
+        *(f"    {line}" for line in body),
+        "  }",
+        "}",
+    ]
+    return "\n".join(indent + line for line in lines)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.match import code, pool_geometry, same_type
-from backends.c.templates import Template, plane_sym, sym_join
+from backends.c.templates import Template, plane_sym, sym_join, window_taps
 from dialects import enums
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
@@ -200,15 +200,7 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
       for (int oy = 0; oy < {oh}; ++oy)
         for (int ox = 0; ox < {ow}; ++ox) {{
           {init}
-          for (int r = 0; r < {fh}; ++r) {{
-            const int yy = oy * {sh} - {ph} + r;
-            if ((unsigned)yy >= {ih}u) continue;
-            for (int s = 0; s < {fw}; ++s) {{
-              const int xx = ox * {sw} - {pw} + s;
-              if ((unsigned)xx >= {iw}u) continue;
-              {acc}
-            }}
-          }}
+{window_taps(p, [acc], " " * 10)}
           vst1_f16(yb + (long)oy * {ys["H"]} + (long)ox * {ys["W"]}, {fin});
         }}
     }}
