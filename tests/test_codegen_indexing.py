@@ -5,9 +5,9 @@ increments by int32 index tensors given at run time, with negative and repeated 
 on consecutive axes and on separated axes with broadcast indices) on odd shapes, for float32,
 float16, int32, int8 and qint8 elements, and ``linspace`` with and without its endpoint. x86
 targets run natively (and under ASan/UBSan), ARM targets under qemu, ``cuda`` through nvcc (and the
-CPU harness without a GPU). Out-of-range indices are
-clamped (the reference raises; a kernel has no error channel) and never touch memory outside the
-tensors (checked under the sanitizers). The reference itself is checked against PyTorch."""
+CPU harness without a GPU). An out-of-range index fails the run as it fails the reference's
+(``RunError`` naming the kernel, in process and from the runner) and touches no memory outside the
+tensors meanwhile (checked under the sanitizers). The reference itself is checked against PyTorch."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import compiler.functional as F
+from backends.c.build import RunError
 from backends.c.cross import toolchain_problem
 from backends.c.kernels import KERNELS
 from backends.cuda.build import nvcc
@@ -57,17 +58,17 @@ def _linspace(start: Tensor, stop: Tensor, num: int, endpoint: bool) -> Tensor:
 
 
 def indexing_model(
-    rng: np.random.Generator, small: bool = False, clamp: bool = False
+    rng: np.random.Generator, small: bool = False, out_of_range: bool = False
 ) -> tuple[Callable[..., Any], list[np.ndarray]]:
     """(function, inputs): every form of the six ops; the index tensors are inputs (run-time values)
-    with negative and repeated entries; ``clamp``: some entries out of range too."""
+    with negative and repeated entries; ``out_of_range``: some entries out of range too."""
     n0, n1, n2 = (3, 5, 4) if small else (5, 7, 9)
     x = rng.standard_normal((n0, n1, n2)).astype(np.float32)
     # axis 1: repeated and negative entries; axes 0 and 2 broadcast against each other ((2, 1), (3,))
     i1 = np.array([1, -1, 3, 1, -5, 1], np.int32)
     i0 = rng.integers(-n0, n0, (2, 1)).astype(np.int32)
     i2 = np.array([0, n2 - 1, -n2], np.int32)
-    if clamp:
+    if out_of_range:
         i1[0], i0[1, 0], i2[1] = n1 + 3, -n0 - 2, 2**31 - 1
     start, stop = np.array([-1.25], np.float32), np.array([2.5], np.float32)
 
@@ -126,16 +127,6 @@ def indexing_model(
     return fn, [x, i1, i0, i2, start, stop]
 
 
-def _clamped(indices: list[np.ndarray], sizes: list[int]) -> list[np.ndarray]:
-    """What the kernels read for out-of-range indices: wrapped once, then clamped into the axis."""
-    out = []
-    for idx, size in zip(indices, sizes, strict=True):
-        v = idx.astype(np.int64)
-        v = np.where(v < 0, v + size, v)
-        out.append(np.clip(v, 0, size - 1).astype(np.int32))
-    return out
-
-
 def _compare(got: list[np.ndarray], want: list[Any], what: str) -> None:
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -183,18 +174,30 @@ def test_x86_sanitized() -> None:
     _check("x86-avx2", small=True, sanitize=True)
 
 
-def test_out_of_range_indices_are_clamped_in_bounds() -> None:
-    """The reference raises on them; the kernels clamp each index into its axis, under ASan/UBSan."""
+def test_out_of_range_indices_fail_the_run() -> None:
+    """Was issue 16: the kernels clamped an out-of-range index where the reference raises, a silently
+    different answer. Now the run fails naming the kernel and the index, in process and from the
+    runner (under ASan/UBSan: no access outside the tensors meanwhile), and the next run is clean."""
     require("x86-avx2")
-    fn, inputs = indexing_model(np.random.default_rng(8), small=True, clamp=False)
-    compiled = compile_fn(fn, inputs, "x86-avx2")
-    _, bad = indexing_model(np.random.default_rng(8), small=True, clamp=True)
-    x, *indices, lo, hi = bad
+    fn, good = indexing_model(np.random.default_rng(8), small=True)
+    compiled = compile_fn(fn, good, "x86-avx2")
+    _, bad = indexing_model(np.random.default_rng(8), small=True, out_of_range=True)
     with pytest.raises(InterpreterError, match="index out of range"):
         run_module(compiled._stages["tensor"], bad)  # type: ignore[arg-type]
-    fixed = [x, *_clamped(indices, [x.shape[1], x.shape[0], x.shape[2]]), lo, hi]
-    want = run_module(compiled._stages["tensor"], fixed)  # type: ignore[arg-type]
-    _compare(_run(compiled, bad, sanitize=True), want, "clamped indices (sanitized)")
+    x, i1, i0, i2, lo, hi = good
+    n0, n1, n2 = x.shape
+    # one bad index at a time: each index operand's check names it (the first failure of a run wins)
+    for k, (value, size) in enumerate([(n1 + 3, n1), (-n0 - 2, n0), (2**31 - 1, n2)]):
+        indices = [i1.copy(), i0.copy(), i2.copy()]
+        indices[k].flat[1] = value
+        with pytest.raises(
+            RunError, match=rf"indexing_\w+: index {value} is out of range for an axis of size {size}"
+        ):
+            compiled.run([x, *indices, lo, hi])
+    with pytest.raises(RunError, match="out of range"):
+        _run(compiled, bad, sanitize=True)
+    want = run_module(compiled._stages["tensor"], good)  # type: ignore[arg-type]
+    _compare(_run(compiled, good), want, "a good run after a failed one")
 
 
 def test_modifying_ops_run_in_place() -> None:

@@ -101,6 +101,27 @@ def test_float_model_matches_reference(name: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
 
 
+def test_int32_and_bool_elemwise_match_reference() -> None:
+    # was a bug (issue 16): the CUDA elementwise kernel declared every operand and result float, so
+    # int32 products read int32 bits as float (denormals multiplied to 0) and comparisons wrote floats
+    # into bool buffers; int32 arithmetic also wraps around as the reference's does
+    x = np.array([[-3e9, -1e9, 5.0, 3e9, -7.0, 123456.0, 0.0, 65537.0]], np.float32)
+
+    def fn(t: Tensor) -> tuple[Tensor, ...]:
+        i = t.astype("int32")
+        three = Tensor(np.int32(-3))
+        return (
+            (i * i).astype("float32"), (i * three).astype("float32"), (i - three).astype("float32"),
+            (i < three).astype("float32"), (-i).astype("float32"),
+        )  # fmt: skip
+
+    compiled = compile_fn(fn, [x], "cuda")
+    assert ("elemwise", "generic") in _families(compiled)
+    want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
+    for k, (got, ref) in enumerate(zip(compiled.run([x]), want, strict=True)):
+        np.testing.assert_array_equal(got, np.asarray(ref), err_msg=f"output {k}")
+
+
 @pytest.fixture(scope="module")
 def int8_resnet() -> tuple[Any, np.ndarray]:
     from compiler.random import seed

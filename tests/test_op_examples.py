@@ -15,6 +15,7 @@ import torch
 
 import compiler as xm
 import compiler.functional as F
+from backends.c.build import RunError
 from backends.c.cross import toolchain_problem
 from backends.mge import oprs
 from backends.mge import schema as S
@@ -276,14 +277,17 @@ def test_indexing_one_hot_c_kernel_x86(target: str) -> None:
     _compile_and_compare(_one_hot_model, _one_hot_inputs(), target)
 
 
-def test_indexing_one_hot_c_kernel_out_of_range_is_nan() -> None:
-    """The kernel never reads outside src: an index the reference refuses gives NaN."""
+def test_indexing_one_hot_c_kernel_out_of_range_fails_the_run() -> None:
+    """An index the reference refuses fails the compiled run too, naming the kernel (issue 16: it was a
+    silent NaN); the kernel never reads outside src, and the next run is clean."""
     require("x86-avx2")
     x = _randn(2, 4)
     pick = lambda s, i: F.indexing_one_hot(s, i, axis=1)  # noqa: E731
     compiled = compile_fn(pick, [x, np.array([1, 0], np.int32)], "x86-avx2")
-    (got,) = compiled.run([x, np.array([4, -1], np.int32)])
-    assert np.isnan(got).all()
+    with pytest.raises(
+        RunError, match=r"indexing_one_hot_\w+: index (4|-1) is out of range for an axis of size 4"
+    ):
+        compiled.run([x, np.array([4, -1], np.int32)])
     (got,) = compiled.run([x, np.array([3, 0], np.int32)])
     np.testing.assert_array_equal(got, [x[0, 3], x[1, 0]])
 

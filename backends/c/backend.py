@@ -18,7 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from backends.c.build import Build, LoadedModel, build, runtime_sources, storage_dtype
+from backends.c.build import (
+    RUN_FAILED_PREFIX,
+    RUN_FAILED_STATUS,
+    Build,
+    LoadedModel,
+    RunError,
+    build,
+    runtime_sources,
+    storage_dtype,
+)
 from backends.c.emitter import CEmitter
 from backends.c.isas import ISA_EMITTERS
 from backends.c.kernels import KERNELS
@@ -143,6 +152,9 @@ class X86Backend:
                 os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1"
             )
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode == RUN_FAILED_STATUS and RUN_FAILED_PREFIX in proc.stderr:
+                reason = proc.stderr.split(RUN_FAILED_PREFIX, 1)[1].splitlines()[0]
+                raise RunError(reason)
             if proc.returncode != 0:
                 raise BackendError(
                     f"runner failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -29,6 +29,20 @@ from dialects.errors import XmgeError
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 RUNTIME_FILES = ("xm_runtime.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
+
+
+# the runner's exit status and stderr prefix when xm_run fails (runtime/runner.c)
+RUN_FAILED_STATUS = 3
+RUN_FAILED_PREFIX = "runner: run failed: "
+
+
+class RunError(XmgeError):
+    """A compiled model's run failed (``xm_run`` returned nonzero): a kernel met an index out of range
+    (the message names the kernel, the index and the axis size; the reference interpreter raises on
+    the same input), or a CUDA runtime call failed. The outputs are not the model's answer."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"the compiled model's run failed: {reason}")
 
 
 class BuildError(XmgeError, RuntimeError):
@@ -86,33 +100,53 @@ def cached_build(
     ``salt``, the compiler's version, ``flags`` and every source; ``runner_flags`` link the runner
     (``-static`` for qemu) and ``launcher`` is what runs it."""
     sources = {"model.c": model_c, **runtime_sources()}
-    h = hashlib.sha256(salt)
-    h.update(compiler_version(cc).encode())
-    h.update("\0".join(flags).encode())
-    for name in sorted(sources):
-        h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
-    key = prefix + h.hexdigest()[:24]
-    root = cache_root()
-    final = os.path.join(root, key)
-    lib, runner = os.path.join(final, "libxmge_model.so"), os.path.join(final, "runner")
-    if os.path.isfile(lib) and os.path.isfile(runner):
-        return Build(final, lib, runner, True, launcher)
-    os.makedirs(root, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=key + ".", dir=root)
-    try:
-        for name, text in sources.items():
-            with open(os.path.join(work, name), "w") as f:
-                f.write(text)
+
+    def fill(work: str) -> None:
+        write_sources(work, sources)
         objs = []
         for src in ("model.c", "xm_runtime.c", "runner.c"):
             obj = src[:-2] + ".o"
-            _run([cc, *flags, "-c", src, "-o", obj], work)
+            run_tool([cc, *flags, "-c", src, "-o", obj], work)
             objs.append(obj)
         link = [*flags, "-lm"]
-        _run([cc, "-shared", "model.o", "xm_runtime.o", "-o", "libxmge_model.so", *link], work)
-        _run([cc, *runner_flags, "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *link], work)
+        run_tool([cc, "-shared", "model.o", "xm_runtime.o", "-o", "libxmge_model.so", *link], work)
+        run_tool([cc, *runner_flags, "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *link], work)
         for obj in objs:
             os.remove(os.path.join(work, obj))
+
+    final, cached = cached_dir(
+        cache_key(prefix, cc, flags, sources, salt), ("libxmge_model.so", "runner"), fill
+    )
+    return Build(
+        final, os.path.join(final, "libxmge_model.so"), os.path.join(final, "runner"), cached, launcher
+    )
+
+
+def cache_key(
+    prefix: str, compiler: str, flags: Sequence[str], sources: dict[str, str], salt: bytes = b""
+) -> str:
+    """A build's cache directory name: ``prefix`` and the hash of ``salt``, the compiler's version,
+    ``flags`` and every source (name and text)."""
+    h = hashlib.sha256(salt)
+    h.update(compiler_version(compiler).encode())
+    h.update("\0".join(flags).encode())
+    for name in sorted(sources):
+        h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
+    return prefix + h.hexdigest()[:24]
+
+
+def cached_dir(key: str, outputs: Sequence[str], fill: Callable[[str], None]) -> tuple[str, bool]:
+    """(the cache directory ``key`` holding ``outputs``, whether it was there already), filled by
+    ``fill(workdir)`` if missing (in a temporary sibling renamed into place, so concurrent builds never
+    see half a build)."""
+    root = cache_root()
+    final = os.path.join(root, key)
+    if all(os.path.isfile(os.path.join(final, o)) for o in outputs):
+        return final, True
+    os.makedirs(root, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=key + ".", dir=root)
+    try:
+        fill(work)
         try:
             os.rename(work, final)
         except OSError:  # another process finished the same build first
@@ -120,13 +154,21 @@ def cached_build(
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return Build(final, lib, runner, False, launcher)
+    return final, False
 
 
-def _run(cmd: list[str], cwd: str) -> None:
+def write_sources(work: str, sources: dict[str, str]) -> None:
+    for name, text in sources.items():
+        with open(os.path.join(work, name), "w") as f:
+            f.write(text)
+
+
+def run_tool(cmd: list[str], cwd: str) -> str:
+    """Run a compiler or linker in ``cwd``; its output, or a :class:`BuildError` with the tail of it."""
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stderr[-4000:]}")
+        raise BuildError(f"{' '.join(cmd)} failed in {cwd}:\n{(proc.stderr + proc.stdout)[-6000:]}")
+    return proc.stdout + proc.stderr
 
 
 def storage_dtype(name: str, shape: Sequence[int], nbytes: int) -> np.dtype:
@@ -164,6 +206,7 @@ class LoadedModel:
         lib.xm_create.restype = ctypes.c_void_p
         lib.xm_create.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_int]
         lib.xm_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.xm_run.restype = ctypes.c_int
         lib.xm_destroy.argtypes = [ctypes.c_void_p]
         lib.xm_last_error.restype = ctypes.c_char_p
         lib.xm_get_input.restype = ctypes.POINTER(_Info)
@@ -203,7 +246,8 @@ class LoadedModel:
         outs = [np.empty(shape, dt) for (_, shape), dt in zip(self.outputs, self.output_dtypes, strict=True)]
         in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
-        self.lib.xm_run(self.handle, in_ptrs, out_ptrs)
+        if self.lib.xm_run(self.handle, in_ptrs, out_ptrs) != 0:
+            raise RunError(self.lib.xm_last_error().decode(errors="replace"))
         return outs
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,30 +80,37 @@ def conv_common(
         "bias": 0, "residual": 0, "act": "identity",
     }  # fmt: skip
     operands: list[SSAValue | np.ndarray] = [x, w_operand]
-    bias = residual = None
-    if isinstance(op, T.ConvBiasOp):
-        params["act"] = ACT.get(p["nonline_mode"], "")
-        if not params["act"]:
-            return None
-        extra = list(op.operands[2:])
-        for v in extra:
-            if math.prod(shape(v)) == oc and shape(v) in ((1, oc, 1, 1), (oc,)):
-                if bias is not None:
-                    return None
-                bias = v
-            elif shape(v) == shape(op.results[0]):
-                if residual is not None:
-                    return None
-                residual = v
-            else:
-                return None
-    if bias is not None:
-        params["bias"] = 1
-        operands.append(bias)
-    if residual is not None:
-        params["residual"] = 1
-        operands.append(residual)
+    if isinstance(op, T.ConvBiasOp) and not conv_bias_epilogue(
+        op, params, operands, lambda v: shape(v) in ((1, oc, 1, 1), (oc,))
+    ):
+        return None
     return params, operands
+
+
+def conv_bias_epilogue(
+    op: T.ConvBiasOp, params: dict[str, Any], operands: list[Any], is_bias: Callable[[SSAValue], bool]
+) -> bool:
+    """A ConvBias's fused epilogue into a kernel's parameters: its activation as ``params["act"]``,
+    then its addends after the filter (a per-channel bias where ``is_bias`` accepts one, an addend of
+    the result's shape, each at most once) appended to ``operands`` with ``params["bias"]`` /
+    ``params["residual"]`` set. False where the kernel cannot fuse it (another activation or
+    addend)."""
+    params["act"] = ACT.get(op.params()["nonline_mode"], "")
+    if not params["act"]:
+        return False
+    bias = residual = None
+    for v in op.operands[2:]:
+        if bias is None and is_bias(v):
+            bias = v
+        elif residual is None and shape(v) == shape(op.results[0]):
+            residual = v
+        else:
+            return False
+    for key, v in (("bias", bias), ("residual", residual)):
+        if v is not None:
+            params[key] = 1
+            operands.append(v)
+    return True
 
 
 def axis_split(s: tuple[int, ...], axis: int) -> dict[str, int]:
@@ -124,19 +132,26 @@ def strided_view(op: Operation) -> tuple[tuple[int, ...], list[int], int]:
     if isinstance(op, T.BroadcastOp):
         return out, list(broadcast_strides(s, out)), 0
     assert isinstance(op, T.SubtensorOp)
-    p = op.params()
-    full_shape, strides, offset, dropped = list(s), list(src), 0, set()
+    return slice_view(s, op.params())
+
+
+def slice_view(s: Sequence[int], p: dict[str, Any]) -> tuple[tuple[int, ...], list[int], int]:
+    """(shape of the selected slice without dropped axes, element strides into ``s``, element
+    offset) of SubtensorOp-style parameters: the value's element at a row-major index of the slice
+    shape sits at ``offset + sum(idx * strides)`` of the source."""
+    src = row_major(tuple(s))
+    full, strides, offset, dropped = list(s), list(src), 0, set()
     for axis, start, stop, step, drop in zip(
         p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
     ):
         r = range(*slice(start, stop, step).indices(s[axis]))
         offset += (r.start if len(r) else 0) * src[axis]
         strides[axis] = src[axis] * step
-        full_shape[axis] = len(r)
+        full[axis] = len(r)
         if drop:
             dropped.add(axis)
     keep = [i for i in range(len(s)) if i not in dropped]
-    return tuple(full_shape[i] for i in keep), [strides[i] for i in keep], offset
+    return tuple(full[i] for i in keep), [strides[i] for i in keep], offset
 
 
 INT_CODES = {(1, True): "b1", (32, True): "i32", (16, True): "i16", (8, True): "i8", (8, False): "ui8"}

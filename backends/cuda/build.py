@@ -9,18 +9,15 @@ kernel, registers, spill stores / loads and shared memory from ``-Xptxas -v``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from backends.c.build import BuildError, cache_root, compiler_version
+from backends.c.build import cache_key, cached_dir, run_tool, write_sources
 from backends.c.build import runtime_sources as c_runtime_sources
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
@@ -59,48 +56,6 @@ class CudaBuild:
     launcher: tuple[str, ...] = ()
 
 
-def _key(prefix: str, compiler: str, flags: Sequence[str], sources: dict[str, str]) -> str:
-    h = hashlib.sha256(compiler_version(compiler).encode())
-    h.update("\0".join(flags).encode())
-    for name in sorted(sources):
-        h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
-    return prefix + h.hexdigest()[:24]
-
-
-def _cached(key: str, outputs: Sequence[str], fill: callable) -> tuple[str, bool]:  # type: ignore[valid-type]
-    """The cache directory ``key`` holding ``outputs``, filled by ``fill(workdir)`` if missing
-    (in a temporary sibling renamed into place, so concurrent builds never see half a build)."""
-    root = cache_root()
-    final = os.path.join(root, key)
-    if all(os.path.isfile(os.path.join(final, o)) for o in outputs):
-        return final, True
-    os.makedirs(root, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=key + ".", dir=root)
-    try:
-        fill(work)
-        try:
-            os.rename(work, final)
-        except OSError:  # another process finished the same build first
-            shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return final, False
-
-
-def _write_sources(work: str, sources: dict[str, str]) -> None:
-    for name, text in sources.items():
-        with open(os.path.join(work, name), "w") as f:
-            f.write(text)
-
-
-def _run(cmd: list[str], cwd: str) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)} failed in {cwd}:\n{(proc.stderr + proc.stdout)[-6000:]}")
-    return proc.stdout + proc.stderr
-
-
 PTXAS_FUNCTION = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+)'")
 PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 PTXAS_USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
@@ -131,19 +86,19 @@ def nvcc_build(model_cu: str, flags: Sequence[str]) -> tuple[str, bool]:
     nv_flags = [*flags, "-Werror", "all-warnings", "-Xptxas", "-v"]
 
     def fill(work: str) -> None:
-        _write_sources(work, sources)
-        log = _run([cc, *nv_flags, "-c", "model.cu", "-o", "model.o"], work)
-        _run([cc, *flags, "-c", "xm_cuda_runtime.cu", "-o", "xm_cuda_runtime.o"], work)
-        _run([cc, "-O2", "-Xcompiler", "-fPIC", "-c", "runner.c", "-o", "runner.o"], work)
-        _run([cc, *flags, "-shared", "model.o", "xm_cuda_runtime.o", "-o", "libxmge_model.so"], work)
-        _run([cc, *flags, "model.o", "xm_cuda_runtime.o", "runner.o", "-o", "runner"], work)
+        write_sources(work, sources)
+        log = run_tool([cc, *nv_flags, "-c", "model.cu", "-o", "model.o"], work)
+        run_tool([cc, *flags, "-c", "xm_cuda_runtime.cu", "-o", "xm_cuda_runtime.o"], work)
+        run_tool([cc, "-O2", "-Xcompiler", "-fPIC", "-c", "runner.c", "-o", "runner.o"], work)
+        run_tool([cc, *flags, "-shared", "model.o", "xm_cuda_runtime.o", "-o", "libxmge_model.so"], work)
+        run_tool([cc, *flags, "model.o", "xm_cuda_runtime.o", "runner.o", "-o", "runner"], work)
         with open(os.path.join(work, "resources.json"), "w") as f:
             json.dump(parse_ptxas(log), f, indent=1)
         for obj in ("model.o", "xm_cuda_runtime.o", "runner.o"):
             os.remove(os.path.join(work, obj))
 
-    return _cached(
-        _key("cuda-", cc, nv_flags, sources), ("libxmge_model.so", "runner", "resources.json"), fill
+    return cached_dir(
+        cache_key("cuda-", cc, nv_flags, sources), ("libxmge_model.so", "runner", "resources.json"), fill
     )
 
 
@@ -152,13 +107,13 @@ def harness_build(model_cu: str, cxx: str = "g++") -> tuple[str, bool]:
     sources = {"model.cu": model_cu, **runtime_sources()}
 
     def fill(work: str) -> None:
-        _write_sources(work, sources)
-        _run(
+        write_sources(work, sources)
+        run_tool(
             [cxx, *HARNESS_FLAGS, "-shared", "model.cu", "xm_cuda_runtime.cu", "-o", "libxmge_model_cpu.so"],
             work,
         )
 
-    return _cached(_key("cudacpu-", cxx, HARNESS_FLAGS, sources), ("libxmge_model_cpu.so",), fill)
+    return cached_dir(cache_key("cudacpu-", cxx, HARNESS_FLAGS, sources), ("libxmge_model_cpu.so",), fill)
 
 
 def build(model_cu: str, flags: Sequence[str], *, native: bool = True) -> CudaBuild:

@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
     else { fprintf(stderr, "runner: unknown argument %s\n", argv[a]); return 2; }
   }
   if (iters < 1) iters = 1;
+  if (warmup < 0) warmup = 0;
   unsigned long wsize = 0;
   void* weights = read_file(argv[1], &wsize);
   xm_model* m = xm_create(weights, wsize, threads);
@@ -126,16 +127,24 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < xm_get_num_outputs(); ++i) outs[i] = malloc(xm_get_output(i)->nbytes);
   double* times = (double*)malloc(sizeof(double) * (size_t)iters);
-  for (int r = 0; r < warmup; ++r) xm_run(m, (const void* const*)ins, outs);
-  for (int r = 0; r < iters; ++r) {
+  int status = 0;
+  for (int r = 0; r < warmup + iters && !status; ++r) {
     double t0 = now_ms();
-    xm_run(m, (const void* const*)ins, outs);
-    times[r] = now_ms() - t0;
+    if (xm_run(m, (const void* const*)ins, outs)) {
+      /* the exit status and prefix the Python side (backends/c/backend.py: run_runner) recognises;
+         everything is still freed below (the sanitizer builds check for leaks) */
+      fprintf(stderr, "runner: run failed: %s\n", xm_last_error());
+      status = 3;
+    } else if (r >= warmup) {
+      times[r - warmup] = now_ms() - t0;
+    }
   }
-  qsort(times, (size_t)iters, sizeof(double), cmp);
-  printf("arena %lu bytes, weights %lu bytes\n", xm_get_arena_size(), xm_get_weights_size());
-  printf("median %.3f ms, min %.3f ms over %d runs\n", times[iters / 2], times[0], iters);
-  for (int i = 0; i < xm_get_num_outputs() && i < nout; ++i) {
+  if (!status) {
+    qsort(times, (size_t)iters, sizeof(double), cmp);
+    printf("arena %lu bytes, weights %lu bytes\n", xm_get_arena_size(), xm_get_weights_size());
+    printf("median %.3f ms, min %.3f ms over %d runs\n", times[iters / 2], times[0], iters);
+  }
+  for (int i = 0; i < xm_get_num_outputs() && i < nout && !status; ++i) {
     FILE* f = fopen(out_paths[i], "wb");
     if (!f || fwrite(outs[i], 1, xm_get_output(i)->nbytes, f) != xm_get_output(i)->nbytes) {
       fprintf(stderr, "runner: cannot write %s\n", out_paths[i]);
@@ -148,5 +157,5 @@ int main(int argc, char** argv) {
   free(times);
   free(weights);
   xm_destroy(m);
-  return 0;
+  return status;
 }

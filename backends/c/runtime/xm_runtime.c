@@ -12,6 +12,8 @@ struct xm_model {
 };
 
 static char xm_error[256];
+/* set by the first xm_index_error of a run (kernels run on OpenMP threads: claimed atomically) */
+static int xm_failed;
 
 const char* xm_last_error(void) { return xm_error; }
 
@@ -41,10 +43,17 @@ xm_model* xm_create(const void* weights, unsigned long weights_size, int threads
   return m;
 }
 
+void xm_index_error(const char* kernel, long index, long size) {
+  if (__atomic_exchange_n(&xm_failed, 1, __ATOMIC_ACQ_REL)) return;
+  snprintf(xm_error, sizeof xm_error, "%s: index %ld is out of range for an axis of size %ld", kernel, index,
+           size);
+}
+
 int xm_run(xm_model* m, const void* const* inputs, void* const* outputs) {
   if (!m) return -1;
+  __atomic_store_n(&xm_failed, 0, __ATOMIC_RELEASE);
   xm_model_run_impl((void* const*)inputs, outputs, m->arena, m->weights, m->threads);
-  return 0;
+  return __atomic_load_n(&xm_failed, __ATOMIC_ACQUIRE) ? 1 : 0;
 }
 
 void xm_destroy(xm_model* m) {

@@ -2,6 +2,7 @@
  *
  *   xm_model* m = xm_create(weights, weights_size, threads);   // the only allocations
  *   xm_run(m, inputs, outputs);                                // no allocation, reentrant per model
+ *                                                              // 0, else xm_last_error() says why
  *   xm_destroy(m);
  *
  * Inputs and outputs are caller-owned buffers, dense row-major, of the sizes in xm_inputs[] /
@@ -38,7 +39,13 @@ void xm_model_run_impl(void* const* in, void* const* out, unsigned char* arena, 
 
 /* runtime (xm_runtime.c) */
 xm_model* xm_create(const void* weights, unsigned long weights_size, int threads);
+/* 0 on success; nonzero when the run failed, with the reason in xm_last_error(): a kernel met an index
+   out of range (the run still completes without touching memory outside any tensor, but its outputs
+   are not the model's answer) or, on CUDA, a runtime call failed */
 int xm_run(xm_model* m, const void* const* inputs, void* const* outputs);
+/* called by a generated kernel (any thread) on an index outside [-size, size): the first one of a run
+   becomes xm_run's error, naming the kernel */
+void xm_index_error(const char* kernel, long index, long size);
 void xm_destroy(xm_model* m);
 const char* xm_last_error(void);
 int xm_get_num_inputs(void);

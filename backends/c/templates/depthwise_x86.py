@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates.generic import ConvDepthwise, _par
+from backends.c.templates.generic import ConvDepthwise
 from backends.c.templates.nchw88 import ACT_CODES, COMMON
 
 if TYPE_CHECKING:
@@ -25,14 +25,8 @@ class ConvDepthwiseAvx2(ConvDepthwise):
             return super().render(em, sym, p)
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
         sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
-        c = p["c"]
-        extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
-        args = ", ".join(
-            ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
-        )
         # interior columns: every tap in range (the vector loop reads sw * 8 floats from q * sw + off)
-        lo = min(ow, max(0, -(-pw // sw)))
-        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
+        lo, hi = self.interior(p)
         if sw == 2:  # 16 floats loaded per 8 outputs: the last vector may not read past the row
             hi = max(lo, min(hi, (iw - 16 + pw - (fw - 1) * dw) // 2 + 8))
         load = (
@@ -47,14 +41,7 @@ class ConvDepthwiseAvx2(ConvDepthwise):
         res_s = "rr[qq]" if p["residual"] else "0.f"
         rrow = f"res + (long)nc * {oh * ow} + (long)r * {ow}" if p["residual"] else "0"
         return f"""{COMMON}
-static void {sym}({args}) {{
-  (void)ws;
-  {_par(p["n"] * c * oh * ow * fh * fw)}
-  for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
-    const int ch = nc % {c};
-    const float* xp = x + (long)nc * {ih * iw};
-    const float* wp = w + (long)ch * {fh * fw};
-    float* yp = y + (long)nc * {oh * ow};
+{self.head(sym, p)}
     const __m256 bv = {bias_v};
     for (int r = 0; r < {oh}; ++r) {{
       float* yr = yp + (long)r * {ow};

@@ -24,7 +24,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.match import conv_common, gemm_blocking, is_f32
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
 from dialects import tensor as T
 from passes.lowering.kernels import ACTIVATIONS, FULL_EPILOGUE, EpilogueSupport, Lowered, const_array, shape
 
@@ -137,21 +137,11 @@ class ConvGemm(Template):
         return sym_join(
             "conv2d_gemm",
             self.isa,
-            f"n{p['n']}",
-            f"ic{p['ic']}",
-            f"{p['ih']}x{p['iw']}",
-            f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "",
+            *conv_sym(p),
             p["pack"],
             "mfirst" if p.get("order") == "m" else "",
             "f32",
-            "bias" if p["bias"] else "",
-            "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
+            epilogue_sym(p),
         )
 
     @staticmethod
@@ -343,6 +333,37 @@ static void {sym}({args}) {{
 """
 
 
+def matmul_common(op: Operation) -> Lowered | None:
+    """A float32 (batched) matrix multiply's geometry (``batch m n k``, transposes ``ta tb``, whether
+    b is a constant to pack ahead of time) and a plain epilogue, for every float matmul kernel."""
+    assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
+    if not is_f32(*op.operands, *op.results):
+        return None
+    p = op.params()
+    a, b = op.operands
+    sa, sb = shape(a), shape(b)
+    batched = isinstance(op, T.BatchedMatrixMulOp)
+    params = {
+        "batch": sa[0] if batched else 1,
+        "m": sa[-1] if p["transpose_a"] else sa[-2],
+        "n": sb[-2] if p["transpose_b"] else sb[-1],
+        "k": sa[-2] if p["transpose_a"] else sa[-1],
+        "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])),
+        "b_const": int(not batched and const_array(b) is not None),
+        "bias": 0, "residual": 0, "act": "identity",
+    }  # fmt: skip
+    return Lowered(params, [a, b])
+
+
+def matmul_sym(p: dict[str, Any], *, explicit: bool = False) -> tuple[str, ...]:
+    """Symbol words naming a matmul's geometry (:func:`matmul_common`): the batch always
+    (``explicit``) or unless 1, ``m n k``, the transposes and a constant b."""
+    return (
+        f"b{p['batch']}" if explicit or p["batch"] != 1 else "", f"m{p['m']}", f"n{p['n']}", f"k{p['k']}",
+        "ta" if p["ta"] else "", "tb" if p["tb"] else "", "bconst" if p["b_const"] else "",
+    )  # fmt: skip
+
+
 class MatmulGemm(Template):
     """``matmul_gemm``: (batched) ``y = op(a) @ op(b)`` with ``op`` an optional transpose; a constant b
     is packed ahead of time (the Linear layer's weight), otherwise both sides are packed at run time.
@@ -357,39 +378,18 @@ class MatmulGemm(Template):
         self.isa = isa
 
     def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-        if not is_f32(*op.operands, *op.results):
-            return None
-        p = op.params()
-        a, b = op.operands
-        sa, sb = shape(a), shape(b)
-        batched = isinstance(op, T.BatchedMatrixMulOp)
-        m = sa[-1] if p["transpose_a"] else sa[-2]
-        k = sa[-2] if p["transpose_a"] else sa[-1]
-        n = sb[-2] if p["transpose_b"] else sb[-1]
-        b_const = int(not batched and const_array(b) is not None)
-        params = {
-            "batch": sa[0] if batched else 1, "m": m, "n": n, "k": k,
-            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])), "b_const": b_const,
-            "bias": 0, "residual": 0, "act": "identity", **gemm_blocking(self.isa),
-        }  # fmt: skip
-        return Lowered(params, [a, b])
+        lowered = matmul_common(op)
+        if lowered is not None:
+            lowered.params.update(gemm_blocking(self.isa))
+        return lowered
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
             "matmul_gemm",
             self.isa,
-            f"b{p['batch']}" if p["batch"] != 1 else "",
-            f"m{p['m']}",
-            f"n{p['n']}",
-            f"k{p['k']}",
-            "ta" if p["ta"] else "",
-            "tb" if p["tb"] else "",
-            "bconst" if p["b_const"] else "",
+            *matmul_sym(p),
             "f32",
-            "bias" if p["bias"] else "",
-            "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
+            epilogue_sym(p),
         )
 
     @staticmethod

@@ -27,7 +27,7 @@ from backends.c.match import (
     same_plain_type,
     strided_view,
 )
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, epilogue_sym, plane_sym, sym_join
 from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
 from dialects import layout as L
@@ -72,16 +72,6 @@ def moved_elements(op: Operation, blocked: bool = False) -> str | None:
 
 def _par(work: int) -> str:
     return _PAR.format(work=work)
-
-
-def _epilogue_name(p: dict[str, Any]) -> str:
-    act = p.get("act", "identity")
-    words = (
-        "bias" if p.get("bias") else "",
-        "res" if p.get("residual") else "",
-        act.upper() if act != "identity" else "",
-    )
-    return "_".join(w for w in words if w)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -182,6 +172,16 @@ INT_WRAPPING_C = {
 }
 
 
+def elemwise_c(p: dict[str, Any]) -> tuple[list[str], str]:
+    """The C types of an elementwise kernel's operands and result (``p["dtypes"]``, float32 when
+    absent) and the C expression computing one element: the one definition the C and CUDA kernels
+    render."""
+    n = len(p["strides"])
+    dtypes = p.get("dtypes", ("f32",) * (n + 1))
+    expr = INT_WRAPPING_C.get(p["mode"]) if dtypes[0] == "i32" else None
+    return [ELEM_CTYPES[c] for c in dtypes], expr or ELEMWISE_C[p["mode"]]
+
+
 def elemwise_codes(mode: str, codes: Sequence[str | None]) -> bool:
     """Whether the portable elementwise kernel runs ``mode`` on these element-type codes (operands,
     then the result): float32 (or int32 for :data:`INT_MODES`) operands, bool ones for the logical
@@ -251,13 +251,11 @@ class Elemwise(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n = len(p["strides"])
         names = "abcd"[:n]
-        dtypes = p.get("dtypes", ("f32",) * (n + 1))
-        ctypes = [ELEM_CTYPES[c] for c in dtypes]
+        ctypes, expr = elemwise_c(p)
         ins = [f"const {ctypes[i]}* in{i}" for i in range(n)]
         args = ", ".join([*ins, f"{ctypes[n]}* out0", "unsigned char* ws", "int nt"])
         loads = " ".join(f"const {ctypes[i]} {names[i]} = in{i}[x{i}];" for i in range(n))
-        expr = INT_WRAPPING_C.get(p["mode"]) if dtypes[0] == "i32" else None
-        body = f"{loads} out0[o] = {expr or ELEMWISE_C[p['mode']]};"
+        body = f"{loads} out0[o] = {expr};"
         total = math.prod(p["shape"])
         return (
             f"static void {sym}({args}) {{\n  (void)ws;\n"
@@ -290,46 +288,46 @@ class ConvDepthwise(Template):
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "conv2d_dw",
-            f"n{p['n']}",
-            f"c{p['c']}",
-            f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            "f32",
-            _epilogue_name(p),
-        )
+        return sym_join("conv2d_dw", *plane_sym(p, dilation=None), "f32", epilogue_sym(p))
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
         return np.ascontiguousarray(np.asarray(array, np.float32).reshape(p["c"], p["fh"] * p["fw"])), "dw"
 
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
-        sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
-        c = p["c"]
+    @staticmethod
+    def head(sym: str, p: dict[str, Any]) -> str:
+        """The C function's head and the loop over (image, channel) planes with each plane's input,
+        filter and output pointers (``xp``, ``wp``, ``yp``): how every depthwise kernel opens."""
         extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
         args = ", ".join(
             ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
         )
-        # interior columns: every tap in range, so no checks in the vectorisable loop
-        lo = min(ow, max(0, -(-pw // sw)))
-        hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1) * dw) // sw + 1))
-        bias = "bias[ch]" if p["bias"] else "0.f"
-        res = f"res[(long)nc * {oh * ow} + (long)r * {ow} + q]" if p["residual"] else "0.f"
-        return f"""
-static void {sym}({args}) {{
+        c, oh, ow, fh, fw = p["c"], p["oh"], p["ow"], p["fh"], p["fw"]
+        return f"""static void {sym}({args}) {{
   (void)ws;
   {_par(p["n"] * c * oh * ow * fh * fw)}
   for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
     const int ch = nc % {c};
-    const float* xp = x + (long)nc * {ih * iw};
+    const float* xp = x + (long)nc * {p["ih"] * p["iw"]};
     const float* wp = w + (long)ch * {fh * fw};
-    float* yp = y + (long)nc * {oh * ow};
+    float* yp = y + (long)nc * {oh * ow};"""
+
+    @staticmethod
+    def interior(p: dict[str, Any]) -> tuple[int, int]:
+        """The output columns ``[lo, hi)`` whose every tap is inside the row: no checks in their loop."""
+        ow, iw, sw, pw = p["ow"], p["iw"], p["sw"], p["pw"]
+        lo = min(ow, max(0, -(-pw // sw)))
+        return lo, max(lo, min(ow, (iw - 1 + pw - (p["fw"] - 1) * p["dw"]) // sw + 1))
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
+        sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
+        lo, hi = self.interior(p)
+        bias = "bias[ch]" if p["bias"] else "0.f"
+        res = f"res[(long)nc * {oh * ow} + (long)r * {ow} + q]" if p["residual"] else "0.f"
+        return f"""
+{self.head(sym, p)}
     for (int r = 0; r < {oh}; ++r) {{
       float acc[{ow}];
       for (int q = 0; q < {ow}; ++q) acc[q] = 0.f;
@@ -386,17 +384,7 @@ class Pool2d(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "pool2d",
-            p["mode"],
-            f"n{p['n']}",
-            f"c{p['c']}",
-            f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            "f32",
-        )
+        return sym_join("pool2d", p["mode"], *plane_sym(p), "f32")
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
@@ -608,6 +596,18 @@ class _Chunks(Template):
 
     gather: ClassVar[bool]
 
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, self.ops)
+        elem = moved_elements(op, blocked=True)
+        if elem is None:
+            return None
+        axis = op.params()["axis"]
+        # the one tensor spanning whole rows, and the pieces each holding a chunk of every row
+        whole, pieces = (op.results[0], op.operands) if self.gather else (op.operands[0], op.results)
+        chunks = tuple(math.prod(shape(v)[axis:]) for v in pieces)
+        outer = math.prod(shape(whole)[:axis])
+        return Lowered({"outer": outer, "chunks": chunks, "elem": elem}, list(op.operands))
+
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(self.family, f"o{p['outer']}", "c" + "x".join(map(str, p["chunks"])), p["elem"])
 
@@ -668,33 +668,12 @@ class Concat(_Chunks):
     priority = 100
     gather = True
 
-    def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.ConcatOp)
-        elem = moved_elements(op, blocked=True)
-        if elem is None:
-            return None
-        axis = op.params()["axis"]
-        out = shape(op.results[0])
-        outer = math.prod(out[:axis])
-        chunks = tuple(math.prod(shape(v)[axis:]) for v in op.operands)
-        return Lowered({"outer": outer, "chunks": chunks, "elem": elem}, list(op.operands))
-
 
 class Split(_Chunks):
     family = "split"
     ops = (T.SplitOp,)
     priority = 100
     gather = False
-
-    def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.SplitOp)
-        elem = moved_elements(op, blocked=True)
-        if elem is None:
-            return None
-        axis = op.params()["axis"]
-        src = shape(op.operands[0])
-        chunks = tuple(math.prod(shape(r)[axis:]) for r in op.results)
-        return Lowered({"outer": math.prod(src[:axis]), "chunks": chunks, "elem": elem}, [op.operands[0]])
 
 
 KERNEL_UNITS = (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split())

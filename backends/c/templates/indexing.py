@@ -12,9 +12,10 @@ Semantics are the reference's (``backends/reference/kernels.py``):
   integers, bool as logical or. Quantized incr is refused, as MegEngine's IndexingIncrMultiAxisVec
   and IncrSubtensor do (their sum of stored values has no meaning).
 * Index tensors are int32 operands read at run time; a negative index counts from the end. The
-  reference (and MegEngine) raise on an index outside ``[-size, size)``; the C runtime has no error
-  channel from a kernel, so an out-of-range index is clamped to the nearest valid one: a kernel never
-  reads or writes outside its tensors.
+  reference (and MegEngine) raise on an index outside ``[-size, size)``; so does the compiled model:
+  the kernel reports it through the runtime's error channel (``xm_index_error``: ``xm_run`` returns
+  nonzero, Python raises :class:`backends.c.build.RunError` naming the kernel, the index and the axis
+  size) and meanwhile reads element 0 in its place, never outside its tensors.
 * Repeated indices: the set form keeps the last value and the incr form accumulates, in the row-major
   order of the selection (numpy's ``x[idx] = v`` and ``np.add.at``). The loops run over the
   non-indexed leading axes (in parallel: they address distinct elements), then the index positions
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation, SSAValue
 
-from backends.c.match import code, esize, row_major
+from backends.c.match import code, esize, row_major, slice_view
 from backends.c.templates import Template, sym_join
 from backends.c.templates.generic import BYTES_CTYPE, _par, _strided_loops
 from backends.c.templates.requant import REQUANT_C, exact
@@ -108,25 +109,6 @@ static void {sym}({args}) {{
 
 # ----------------------------------------------------------------------------------------------
 # Static slices: set_subtensor / incr_subtensor
-
-
-def slice_view(s: Sequence[int], p: dict[str, Any]) -> tuple[tuple[int, ...], list[int], int]:
-    """(shape of the selected slice without dropped axes, element strides into ``s``, element
-    offset) of SubtensorOp-style parameters: the value's element at a row-major index of the slice
-    shape sits at ``offset + sum(idx * strides)`` of the source."""
-    src = row_major(tuple(s))
-    full, strides, offset, dropped = list(s), list(src), 0, set()
-    for axis, start, stop, step, drop in zip(
-        p["axes"], p["starts"], p["stops"], p["steps"], p["drop"], strict=True
-    ):
-        r = range(*slice(start, stop, step).indices(s[axis]))
-        offset += (r.start if len(r) else 0) * src[axis]
-        strides[axis] = src[axis] * step
-        full[axis] = len(r)
-        if drop:
-            dropped.add(axis)
-    keep = [i for i in range(len(s)) if i not in dropped]
-    return tuple(full[i] for i in keep), [strides[i] for i in keep], offset
 
 
 class ModifySubtensor(Template):
@@ -271,9 +253,13 @@ class Indexing(Template):
         b_shape, b_strides = g["b"]
         offsets = []
         for k, (size, stride) in enumerate(zip(g["sizes"], g["astrides"], strict=True)):
+            # out of range: the run fails naming this kernel (xm_run's error), and the walk reads
+            # element 0 meanwhile, never outside the tensor
             offsets.append(
                 f"{{ long v = idx{k}[x{k}]; if (v < 0) v += {size};"
-                f" v = v < 0 ? 0 : v > {size - 1} ? {size - 1} : v; off += v * {stride}L; }}"
+                f" if ((unsigned long)v >= {size}ul) {{"
+                f' xm_index_error("{sym}", idx{k}[x{k}], {size}); v = 0; }}'
+                f" off += v * {stride}L; }}"
             )
         table = _strided_loops(
             b_shape, b_strides, "long off = 0; " + " ".join(offsets) + " base[o] = off;", g["nb"]

@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import ACT, code, logical, pool_geometry, storage
-from backends.c.templates import Template, sym_join
+from backends.c.match import code, conv_bias_epilogue, logical, pool_geometry, storage
+from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
 from backends.c.templates.typed import Relayout, TypeCvt
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout, LayoutSpec
-from passes.lowering.kernels import FULL_EPILOGUE, EpilogueSupport, Lowered, const_array, shape
+from passes.lowering.kernels import FULL_EPILOGUE, EpilogueSupport, Lowered, const_array
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -355,26 +355,13 @@ def conv_nchw88(op: Operation, chan: bool) -> Lowered | None:
         params.update(mode=mode, ic=ic, oc=oc, groups=groups)
     operands: list[Any] = [x, w]
     if isinstance(op, T.ConvBiasOp):
-        params["act"] = ACT.get(p["nonline_mode"], "")
-        if not params["act"]:
+        if any(L.layout_of(v.type) != Layout.NCHW88 for v in rest):  # type: ignore[arg-type]
             return None
-        bias = residual = None
         # a constant per-channel bias (read as float32) and/or a full-shape addend (bias or z)
-        for v in rest:
-            if L.layout_of(v.type) != Layout.NCHW88:  # type: ignore[arg-type]
-                return None
-            if logical(v) == (1, oc, 1, 1) and bias is None and const_array(v) is not None:
-                bias = v
-            elif shape(v) == shape(op.results[0]) and residual is None:
-                residual = v
-            else:
-                return None
-        if bias is not None:
-            params["bias"] = 1
-            operands.append(bias)
-        if residual is not None:
-            params["residual"] = 1
-            operands.append(residual)
+        if not conv_bias_epilogue(
+            op, params, operands, lambda v: logical(v) == (1, oc, 1, 1) and const_array(v) is not None
+        ):
+            return None
     return Lowered(params, operands)
 
 
@@ -431,14 +418,7 @@ class ConvNchw88(_Nchw88Base):
         return dense_ukr(j, i, cb, dt, x_ow).replace("xm_n88_conv_", "xm_n88_avx2_conv_")
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "conv2d_nchw88", p["mode"], f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "", p["dtype"],
-            "bias" if p["bias"] else "", "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
-        )  # fmt: skip
+        return sym_join("conv2d_nchw88", p["mode"], *conv_sym(p), p["dtype"], epilogue_sym(p))
 
     def workspace(self, p: dict[str, Any]) -> int:
         geo = self._geometry(p)
@@ -685,13 +665,7 @@ class ConvNchw88Chan(_Nchw88Base):
         return conv_nchw88(op, chan=True)
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "conv2d_nchw88_chan", f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}", f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "", p["dtype"],
-            "bias" if p["bias"] else "", "res" if p["residual"] else "",
-            p["act"].upper() if p["act"] != "identity" else "",
-        )  # fmt: skip
+        return sym_join("conv2d_nchw88_chan", *plane_sym(p, dilation=None), p["dtype"], epilogue_sym(p))
 
     def workspace(self, p: dict[str, Any]) -> int:
         geo = self._geometry(p)
@@ -772,10 +746,7 @@ class PoolNchw88(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "pool2d_nchw88", p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", p["dtype"],
-        )  # fmt: skip
+        return sym_join("pool2d_nchw88", p["mode"], *plane_sym(p), p["dtype"])
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         dt, mode = p["dtype"], p["mode"]

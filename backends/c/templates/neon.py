@@ -43,7 +43,7 @@ from backends.c.match import (
     requant_params,
     same_type,
 )
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join, window_taps
 from backends.c.templates.requant import (
     CTYPES as OUT_CTYPES,
 )
@@ -375,19 +375,9 @@ class ConvNchw44(Template):
             self.family,
             self.isa,
             p["mode"],
-            f"n{p['n']}",
-            f"ic{p['ic']}",
-            f"{p['ih']}x{p['iw']}",
-            f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "",
+            *conv_sym(p),
             p["dtype"] + ("c32" if p.get("acc") == "f32" and p["dtype"] == "f16" else ""),
-            "bias" if p["bias"] else "",
-            "res" if p.get("residual") else "",
-            p["act"].upper() if p["act"] != "identity" else "",
+            epilogue_sym(p),
             f"q{p['qid']}" if "qid" in p else "",
         )
 
@@ -626,9 +616,7 @@ class PoolNchw44(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("pool2d_nchw44", self.isa, p["mode"], f"n{p['n']}", f"c{p['c']}",
-                        f"{p['ih']}x{p['iw']}", f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}",
-                        f"p{p['ph']}x{p['pw']}", p["dtype"])  # fmt: skip
+        return sym_join("pool2d_nchw44", self.isa, p["mode"], *plane_sym(p), p["dtype"])
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
@@ -654,34 +642,22 @@ class PoolNchw44(Template):
             fin = f"({ctype})(a[k] / (float)cn)"
         cn = str(fh * fw) if mode == "average" else "cnt"
         vec = self.isa != "generic" and dtype == "f32" and mode == "max"  # NEON: a pixel is a vector
+        scalar_tap = [
+            f"const {ctype}* e4 = xb + (long)yy * {xs['H']} + (long)xx * {xs['W']};",
+            f"for (int k = 0; k < 4; ++k) {{ const {acc_t} e = ({acc_t})e4[k]; {step} }}",
+            "++cnt;",
+        ]
         body_scalar = f"""
           {acc_t} a[4] = {{{init}, {init}, {init}, {init}}};
           int cnt = 0;
-          for (int r = 0; r < {fh}; ++r) {{
-            const int yy = oy * {sh} - {ph} + r;
-            if ((unsigned)yy >= {ih}u) continue;
-            for (int s = 0; s < {fw}; ++s) {{
-              const int xx = ox * {sw} - {pw} + s;
-              if ((unsigned)xx >= {iw}u) continue;
-              const {ctype}* e4 = xb + (long)yy * {xs["H"]} + (long)xx * {xs["W"]};
-              for (int k = 0; k < 4; ++k) {{ const {acc_t} e = ({acc_t})e4[k]; {step} }}
-              ++cnt;
-            }}
-          }}
+{window_taps(p, scalar_tap, " " * 10)}
           const int cn = {cn};
           (void)cn;
           for (int k = 0; k < 4; ++k) yb[(long)oy * {ys["H"]} + (long)ox * {ys["W"]} + k] = {fin};"""
+        neon_tap = f"a = vmaxq_f32(a, vld1q_f32(xb + (long)yy * {xs['H']} + (long)xx * {xs['W']}));"
         body_neon = f"""
           float32x4_t a = vdupq_n_f32(-INFINITY);
-          for (int r = 0; r < {fh}; ++r) {{
-            const int yy = oy * {sh} - {ph} + r;
-            if ((unsigned)yy >= {ih}u) continue;
-            for (int s = 0; s < {fw}; ++s) {{
-              const int xx = ox * {sw} - {pw} + s;
-              if ((unsigned)xx >= {iw}u) continue;
-              a = vmaxq_f32(a, vld1q_f32(xb + (long)yy * {xs["H"]} + (long)xx * {xs["W"]}));
-            }}
-          }}
+{window_taps(p, [neon_tap], " " * 10)}
           vst1q_f32(yb + (long)oy * {ys["H"]} + (long)ox * {ys["W"]}, a);"""
         body = body_neon if vec else body_scalar
         return f"""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.match import code, pool_geometry, same_type
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, plane_sym, sym_join, window_taps
 from dialects import enums
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
@@ -171,10 +171,7 @@ class PoolF16Nchw44(Template):
         return Lowered(params, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-        )  # fmt: skip
+        return sym_join(self.family, p["mode"], *plane_sym(p))
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
@@ -204,15 +201,7 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
       for (int oy = 0; oy < {oh}; ++oy)
         for (int ox = 0; ox < {ow}; ++ox) {{
           {init}
-          for (int r = 0; r < {fh}; ++r) {{
-            const int yy = oy * {sh} - {ph} + r;
-            if ((unsigned)yy >= {ih}u) continue;
-            for (int s = 0; s < {fw}; ++s) {{
-              const int xx = ox * {sw} - {pw} + s;
-              if ((unsigned)xx >= {iw}u) continue;
-              {acc}
-            }}
-          }}
+{window_taps(p, [acc], " " * 10)}
           vst1_f16(yb + (long)oy * {ys["H"]} + (long)ox * {ys["W"]}, {fin});
         }}
     }}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import sym_join
+from backends.c.templates import conv_sym, epilogue_sym, sym_join
 from backends.c.templates.neon import STORAGE, ConvNchw44, nchw44_float
 from dialects.layout import SPECS, Layout, LayoutSpec
 from passes.lowering.kernels import EpilogueSupport, Lowered
@@ -128,13 +128,8 @@ class ConvGemmNchw44(ConvNchw44):
         return lowered
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, self.isa, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "", p["dtype"],
-            "bias" if p["bias"] else "", "res" if p.get("residual") else "",
-            p["act"].upper() if p["act"] != "identity" else "",
-        )  # fmt: skip
+        # dense convolutions only: conv_sym writes no groups word
+        return sym_join(self.family, self.isa, *conv_sym(p), p["dtype"], epilogue_sym(p))
 
     source_layout = Layout.KCRSc4k4
 

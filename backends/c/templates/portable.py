@@ -22,7 +22,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.match import axis_split, code, esize, is_f32, same_plain_type
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, conv_sym, sym_join
 from backends.c.templates.generic import BYTES_CTYPE, _par
 from backends.reference.kernels import interp_taps
 from dialects import enums
@@ -163,11 +163,9 @@ class Deconv2d(Template):
         return Lowered(params, [x, w])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            "deconv2d", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"{p['oh']}x{p['ow']}", f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}", f"g{p['groups']}", "flip" if p["flip"] else "", "f32",
-        )  # fmt: skip
+        words = conv_sym(p, explicit=True)  # the output size goes after the input's, before the window
+        flip = "flip" if p["flip"] else ""
+        return sym_join("deconv2d", *words[:4], f"{p['oh']}x{p['ow']}", *words[4:], flip, "f32")
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
@@ -493,8 +491,9 @@ static void {sym}(const {ctype}* x, {ctype}* y, unsigned char* ws, int nt) {{
 
 class IndexingOneHot(Template):
     """``mgb.indexing_one_hot`` of float32 by int32 indices: one gather per output element. An index
-    outside ``[0, n)``, which MegEngine asserts against and the reference refuses, gives NaN here
-    rather than a read out of bounds."""
+    outside ``[0, n)``, which MegEngine asserts against and the reference refuses, fails the run
+    (``xm_index_error``: :class:`backends.c.build.RunError` naming the kernel) and gives NaN meanwhile,
+    never a read out of bounds."""
 
     family = "indexing_one_hot"
     ops = (T.IndexingOneHotOp,)
@@ -518,6 +517,7 @@ static void {sym}(const float* x, const int32_t* index, float* y, unsigned char*
   {_par(o * i)}
   for (long t = 0; t < {o * i}; ++t) {{
     const int32_t k = index[t];
+    if (k < 0 || k >= {a}) xm_index_error("{sym}", k, {a});
     y[t] = (k >= 0 && k < {a}) ? x[(t / {i}) * {a * i} + (long)k * {i} + t % {i}] : NAN;
   }}
 }}

@@ -33,7 +33,7 @@ from backends.c.match import (
     requant_params,
     same_type,
 )
-from backends.c.templates import Template, sym_join
+from backends.c.templates import Template, conv_sym, plane_sym, sym_join, window_taps
 from backends.c.templates.generic import (
     BOOL_RESULT_MODES,
     BYTES_CTYPE,
@@ -286,13 +286,11 @@ class Pool2dQ8(Template):
 
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("pool2d_q8", p["mode"], f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
-                        f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}",
-                        f"p{p['ph']}x{p['pw']}")  # fmt: skip
+        return sym_join("pool2d_q8", p["mode"], *plane_sym(p))
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
-        sh, sw, ph, pw, mode = p["sh"], p["sw"], p["ph"], p["pw"], p["mode"]
+        mode = p["mode"]
         step = "if (e > a) a = e;" if mode == "max" else "a += e;"
         init = "-128" if mode == "max" else "0"
         cn = str(fh * fw) if mode == "average" else "cnt"
@@ -307,15 +305,7 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
     for (int oy = 0; oy < {oh}; ++oy)
       for (int ox = 0; ox < {ow}; ++ox) {{
         int32_t a = {init}; int cnt = 0;
-        for (int r = 0; r < {fh}; ++r) {{
-          const int yy = oy * {sh} - {ph} + r;
-          if ((unsigned)yy >= {ih}u) continue;
-          for (int s = 0; s < {fw}; ++s) {{
-            const int xx = ox * {sw} - {pw} + s;
-            if ((unsigned)xx >= {iw}u) continue;
-            const int32_t e = x[(long)nc * {ih * iw} + yy * {iw} + xx]; {step} ++cnt;
-          }}
-        }}
+{window_taps(p, [f"const int32_t e = x[(long)nc * {ih * iw} + yy * {iw} + xx]; {step} ++cnt;"], " " * 8)}
         const int32_t cn = {cn}; (void)cn;
         y[(long)nc * {oh * ow} + oy * {ow} + ox] = (int8_t){fin};
       }}
@@ -443,10 +433,8 @@ class Conv2dQ8(Template):
 
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("conv2d_q8", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-                        f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-                        f"d{p['dh']}x{p['dw']}", f"g{p['groups']}", "bias" if p["bias"] else "",
-                        p["act"].upper(), p["out"], p["qid"])  # fmt: skip
+        bias = "bias" if p["bias"] else ""
+        return sym_join("conv2d_q8", *conv_sym(p, explicit=True), bias, p["act"].upper(), p["out"], p["qid"])
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))

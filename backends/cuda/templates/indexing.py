@@ -9,6 +9,9 @@ parameters, symbols and semantics): ``modify_subtensor``, ``indexing`` and ``lin
   in the reference's order (incr), without atomics.
 * Index offsets are computed per thread from the int32 index tensors (wrapped, then clamped into
   the axis: a kernel never touches memory outside its tensors); no workspace.
+* Unlike the C kernels, an index outside ``[-size, size)`` does not fail the run (the device has no
+  error channel back to ``xm_run`` yet): it is clamped into the axis, where the reference interpreter
+  and the C targets raise. Check indices on the host first where they may be out of range.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from backends.c.match import acc_scale, code, dtype_key, pool_geometry, qparams, requant_params
-from backends.c.templates import sym_join
+from backends.c.templates import conv_sym, plane_sym, sym_join
 from backends.c.templates.generic import BYTES_CTYPE
 from backends.c.templates.requant import (
     INT8_ACT,
@@ -174,15 +174,7 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
             "conv2d_q8",
             self.isa,
             p["x"],
-            f"n{p['n']}",
-            f"ic{p['ic']}",
-            f"{p['ih']}x{p['iw']}",
-            f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}",
-            f"g{p['groups']}",
+            *conv_sym(p, explicit=True),
             "bias" if p["bias"] else "",
             "z" if p["z"] else "",
             p["act"].upper(),
@@ -362,12 +354,7 @@ class PoolBlockedQ8(CudaRender, KernelUnit):
             "pool2d_q8",
             p["layout"],
             p["mode"],
-            f"n{p['n']}",
-            f"c{p['c']}",
-            f"{p['ih']}x{p['iw']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
+            *plane_sym(p),
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:

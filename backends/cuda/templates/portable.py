@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
-from backends.c.match import conv_common, is_f32
-from backends.c.templates import gemm, generic, typed
+from backends.c.match import conv_common
+from backends.c.templates import conv_sym, epilogue_sym, gemm, generic, typed
 from backends.c.templates import sym_join as c_sym_join
-from backends.c.templates.generic import BYTES_CTYPE, ELEMWISE_C, ESIZE, _epilogue_name
+from backends.c.templates.generic import BYTES_CTYPE, ESIZE
 from backends.c.templates.requant import (
     REQUANT_C,
     bias_ctype,
@@ -32,7 +32,7 @@ from backends.c.templates.requant import (
 from backends.c.templates.typed import CTYPES, deq, quant
 from backends.cuda.templates import CudaRender, linear, pointwise, unflatten
 from dialects import tensor as T
-from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered, const_array, shape
+from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -83,17 +83,9 @@ class ConvDirect(CudaRender, KernelUnit):
     def symbol(self, p: dict[str, Any]) -> str:
         return c_sym_join(
             "conv2d_cuda",
-            f"n{p['n']}",
-            f"ic{p['ic']}",
-            f"{p['ih']}x{p['iw']}",
-            f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}",
-            f"s{p['sh']}x{p['sw']}",
-            f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}",
-            f"g{p['groups']}",
+            *conv_sym(p, explicit=True),
             "f32",
-            _epilogue_name(p),
+            epilogue_sym(p),
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
@@ -152,39 +144,14 @@ class Matmul(CudaRender, KernelUnit):
     epilogues = {"float32": gemm.MATMUL_EPILOGUE}
 
     def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-        if not is_f32(*op.operands, *op.results):
-            return None
-        p = op.params()
-        a, b = op.operands
-        sa, sb = shape(a), shape(b)
-        batched = isinstance(op, T.BatchedMatrixMulOp)
-        params = {
-            "batch": sa[0] if batched else 1,
-            "m": sa[-1] if p["transpose_a"] else sa[-2],
-            "k": sa[-2] if p["transpose_a"] else sa[-1],
-            "n": sb[-2] if p["transpose_b"] else sb[-1],
-            "ta": int(bool(p["transpose_a"])),
-            "tb": int(bool(p["transpose_b"])),
-            "b_const": int(not batched and const_array(b) is not None),
-            "bias": 0,
-            "residual": 0,
-            "act": "identity",
-        }
-        return Lowered(params, [a, b])
+        return gemm.matmul_common(op)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return c_sym_join(
             "matmul_cuda",
-            f"b{p['batch']}",
-            f"m{p['m']}",
-            f"n{p['n']}",
-            f"k{p['k']}",
-            "ta" if p["ta"] else "",
-            "tb" if p["tb"] else "",
-            "bconst" if p["b_const"] else "",
+            *gemm.matmul_sym(p, explicit=True),
             "f32",
-            _epilogue_name(p),
+            epilogue_sym(p),
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
@@ -241,12 +208,14 @@ def _pool(sym: str, p: dict[str, Any], elem: str, init: str, acc_t: str, max_ste
 
 class Elemwise(CudaRender, generic.Elemwise):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        # the operand and result types follow the op's (int32, bool), as in the C kernel
         n = len(p["strides"])
+        ctypes, expr = generic.elemwise_c(p)
         loads = " ".join(
-            f"const float {'abcd'[k]} = in{k}[{linear(st)}];" for k, st in enumerate(p["strides"])
+            f"const {ctypes[k]} {'abcd'[k]} = in{k}[{linear(st)}];" for k, st in enumerate(p["strides"])
         )
-        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {ELEMWISE_C[p['mode']]};"
-        args = [*(("const float*", f"in{k}") for k in range(n)), ("float*", "out0")]
+        body = f"{unflatten(p['shape'])}\n    {loads}\n    out0[i] = {expr};"
+        args = [*((f"const {ctypes[k]}*", f"in{k}") for k in range(n)), (f"{ctypes[n]}*", "out0")]
         return pointwise(sym, args, math.prod(p["shape"]), body)
 
 
