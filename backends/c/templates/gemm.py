@@ -18,7 +18,7 @@ runs on each finished tile while it is still in L1.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from xdsl.ir import Operation
@@ -108,6 +108,16 @@ def _epilogue_args(p: dict[str, Any]) -> tuple[list[str], str]:
 MATMUL_EPILOGUE = EpilogueSupport(bias="columns", residual=True, activations=frozenset(ACTIVATIONS))
 
 
+def filter_panels(array: np.ndarray, p: dict[str, Any], geo: dict[str, int], dtype: Any) -> np.ndarray:
+    """Filters ``(OC, IC/G, FH, FW)`` as the GEMM micro-kernels' A panels ``(G, MP, K, MR)`` of
+    ``dtype``, output channels zero-padded to whole panels: the micro-kernel reads MR consecutive
+    rows per k."""
+    g, mr = p["groups"], p["mr"]
+    padded = np.zeros((g, geo["MP"] * mr, geo["K"]), dtype)
+    padded[:, : geo["ocg"]] = np.asarray(array, dtype).reshape(g, geo["ocg"], geo["K"])
+    return np.ascontiguousarray(padded.reshape(g, geo["MP"], mr, geo["K"]).transpose(0, 1, 3, 2))
+
+
 class ConvGemm(Template):
     """``conv2d_gemm``: dense or grouped convolution, NCHW, float32, with a fused epilogue."""
 
@@ -158,21 +168,19 @@ class ConvGemm(Template):
             npan = -(-(p["oh"] * p["ow"]) // nr)
         return {"icg": icg, "ocg": ocg, "K": k, "MP": -(-ocg // mr), "NP": npan, "RP": rp}
 
+    # the element type of the packed panels (filters at compile time, im2col in the workspace) and the
+    # packed filters' layout tag
+    panel_dtype: ClassVar[type[np.generic]] = np.float32
+    panel_tag: ClassVar[str] = "gemm_a"
+
     def workspace(self, p: dict[str, Any]) -> int:
         geo = self.geometry(p)
-        return geo["NP"] * geo["K"] * p["nr"] * 4
+        return geo["NP"] * geo["K"] * p["nr"] * np.dtype(self.panel_dtype).itemsize
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
-        geo = self.geometry(p)
-        g, mr = p["groups"], p["mr"]
-        w = np.asarray(array, np.float32).reshape(g, geo["ocg"], geo["K"])
-        padded = np.zeros((g, geo["MP"] * mr, geo["K"]), np.float32)
-        padded[:, : geo["ocg"]] = w
-        # (G, MP, MR, K) -> (G, MP, K, MR): the micro-kernel reads MR consecutive rows per k
-        packed = padded.reshape(g, geo["MP"], mr, geo["K"]).transpose(0, 1, 3, 2)
-        return np.ascontiguousarray(packed), f"gemm_a{mr}"
+        return filter_panels(array, p, self.geometry(p), self.panel_dtype), f"{self.panel_tag}{p['mr']}"
 
     def support(self, em: CEmitter) -> str:
         knobs = _knobs(self.isa)

@@ -197,14 +197,19 @@ def _f16_compute(op: Operation) -> bool:
     return op.params().get("compute_mode", enums.ComputeMode.DEFAULT) != enums.ComputeMode.FLOAT32
 
 
-class ConvGemmF16(Template):
-    """``conv2d_gemm_f16``: dense or grouped NCHW float16 convolution by packed GEMM (module doc)."""
+class ConvGemmF16(ConvGemm):
+    """``conv2d_gemm_f16``: dense or grouped NCHW float16 convolution by packed GEMM (module doc); the
+    float32 GEMM's geometry, workspace and filter packing on float16 panels."""
 
     family = "conv2d_gemm_f16"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 104  # float16 only; the depthwise conv2d_dw_f16 (108) goes first
     epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
+    panel_dtype = np.float16
+    panel_tag = "gemm_h"
+
+    def __init__(self) -> None:
+        super().__init__(ISA)
 
     def match(self, op: Operation) -> Lowered | None:
         got = conv_common(op, "f16")
@@ -229,24 +234,6 @@ class ConvGemmF16(Template):
             f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"], "mfirst" if p["order"] == "m" else "",
             *_epilogue_words(p),
         )  # fmt: skip
-
-    geometry = staticmethod(ConvGemm.geometry)
-
-    def workspace(self, p: dict[str, Any]) -> int:
-        geo = self.geometry(p)
-        return geo["NP"] * geo["K"] * p["nr"] * 2
-
-    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1:
-            return None
-        geo = self.geometry(p)
-        g, mr = p["groups"], p["mr"]
-        w = np.asarray(array, np.float16).reshape(g, geo["ocg"], geo["K"])
-        padded = np.zeros((g, geo["MP"] * mr, geo["K"]), np.float16)
-        padded[:, : geo["ocg"]] = w
-        # (G, MP, MR, K) -> (G, MP, K, MR): the micro-kernel reads MR consecutive rows per k
-        packed = padded.reshape(g, geo["MP"], mr, geo["K"]).transpose(0, 1, 3, 2)
-        return np.ascontiguousarray(packed), f"gemm_h{mr}"
 
     def support(self, em: CEmitter) -> str:
         return COMMON + micro_kernel() + micro_kernel(MR_NARROW)
