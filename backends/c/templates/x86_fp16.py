@@ -197,6 +197,15 @@ def _f16_compute(op: Operation) -> bool:
     return op.params().get("compute_mode", enums.ComputeMode.DEFAULT) != enums.ComputeMode.FLOAT32
 
 
+def f16_conv(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
+    """``conv_common``'s parameters and operands of a float16-compute convolution whose activation the
+    float16 epilogue applies (every float16 conv unit starts here), else None."""
+    got = conv_common(op, "f16")
+    if got is None or not _f16_compute(op) or got[0]["act"] not in ACTIVATIONS:
+        return None
+    return got
+
+
 class ConvGemmF16(ConvGemm):
     """``conv2d_gemm_f16``: dense or grouped NCHW float16 convolution by packed GEMM (module doc); the
     float32 GEMM's geometry, workspace and filter packing on float16 panels."""
@@ -212,12 +221,10 @@ class ConvGemmF16(ConvGemm):
         super().__init__(ISA)
 
     def match(self, op: Operation) -> Lowered | None:
-        got = conv_common(op, "f16")
-        if got is None or not _f16_compute(op):
+        got = f16_conv(op)
+        if got is None:
             return None
         params, operands = got
-        if params["act"] not in ACTIVATIONS:
-            return None
         params.update({"mr": conv_rows(params["oc"] // params["groups"]), "nr": NR, "kc": KC})
         params["pack"] = conv_pack_mode(params, NR)
         # more filter than im2col bytes (deep layers, small images): the channel panels go outermost so
@@ -562,11 +569,11 @@ class ConvDepthwiseF16(Template):
     isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
-        got = conv_common(op, "f16")
-        if got is None or not _f16_compute(op):
+        got = f16_conv(op)
+        if got is None:
             return None
         params, operands = got
-        if not (params["groups"] == params["ic"] == params["oc"]) or params["act"] not in ACTIVATIONS:
+        if not (params["groups"] == params["ic"] == params["oc"]):
             return None
         params = {k: v for k, v in params.items() if k not in ("ic", "oc", "groups")}
         params["c"] = shape(op.operands[0])[1]

@@ -19,17 +19,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import conv_common
 from backends.c.templates import Template, sym_join
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
-    ACTIVATIONS,
     COMMON,
     CONV_EPILOGUE,
     ISA,
     LANES,
     _epilogue_words,
-    _f16_compute,
+    f16_conv,
 )
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
@@ -52,11 +50,11 @@ class ConvStemF16(Template):
     isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
-        got = conv_common(op, "f16")
-        if got is None or not _f16_compute(op):
+        got = f16_conv(op)
+        if got is None:
             return None
         params, operands = got
-        if params["act"] not in ACTIVATIONS or params["groups"] != 1 or params["ic"] > STEM_MAX_CHANNELS:
+        if params["groups"] != 1 or params["ic"] > STEM_MAX_CHANNELS:
             return None
         if params["sw"] not in STEM_STRIDES or (params["dh"], params["dw"]) != (1, 1):
             return None

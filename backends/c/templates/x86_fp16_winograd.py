@@ -29,13 +29,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import conv_common
 from backends.c.templates import Template, sym_join
 from backends.c.templates.nchw88 import _guarded
 from backends.c.templates.winograd import TRANSFORMS, _lin, transform_filter
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
-    ACTIVATIONS,
     COMMON,
     CONV_EPILOGUE,
     ISA,
@@ -44,7 +42,7 @@ from backends.c.templates.x86_fp16 import (
     MR,
     NR,
     _epilogue_words,
-    _f16_compute,
+    f16_conv,
     micro_kernel,
 )
 from dialects import tensor as T
@@ -158,12 +156,10 @@ class ConvWinogradF16(Template):
     tiles: tuple[int, ...] = DEFAULT_TILES  # the F(m, 3) candidates
 
     def match(self, op: Operation) -> Lowered | None:
-        got = conv_common(op, "f16")
-        if got is None or not _f16_compute(op):
+        got = f16_conv(op)
+        if got is None:
             return None
         params, operands = got
-        if params["act"] not in ACTIVATIONS:
-            return None
         m = winograd_tile(params, self.tiles)
         if m is None:
             return None
