@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import conv_common, is_f32
+from backends.c.match import conv_common
 from backends.c.templates import Template, sym_join
-from backends.c.templates.gemm import MATMUL_EPILOGUE, _epilogue_args
+from backends.c.templates.gemm import MATMUL_EPILOGUE, _epilogue_args, matmul_common, matmul_sym
 from backends.c.templates.x86_amx import AMX_SUPPORT, TILE_BYTES, TILE_ROWS
 from dialects import tensor as T
-from passes.lowering.kernels import FULL_EPILOGUE, Lowered, const_array, shape
+from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -441,35 +441,22 @@ class MatmulBf16Amx(Template):
     epilogues = {"float32": MATMUL_EPILOGUE}
 
     def match(self, op: Operation) -> Lowered | None:
-        assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-        if not is_f32(*op.operands, *op.results):
+        got = matmul_common(op)
+        if got is None:
             return None
-        p = op.params()
-        a, b = op.operands
-        sa, sb = shape(a), shape(b)
-        batched = isinstance(op, T.BatchedMatrixMulOp)
-        m = sa[-1] if p["transpose_a"] else sa[-2]
-        k = sa[-2] if p["transpose_a"] else sa[-1]
-        n = sb[-2] if p["transpose_b"] else sb[-1]
+        params = got.params
+        m, n, k = params["m"], params["n"], params["k"]
         if m * n * k == 0:
             return None
         mb, nb = -(-m // TILE_ROWS), -(-n // 16)
-        params = {
-            "batch": sa[0] if batched else 1, "m": m, "n": n, "k": k, "kp": _ceil(k, TILE_BF16),
-            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])),
-            "b_const": int(not batched and const_array(b) is not None),
-            "mt": 2 if mb > 1 else 1, "ntile": 2 if nb > 1 else 1,
-            "bias": 0, "residual": 0, "act": "identity",
-        }  # fmt: skip
+        params.update(kp=_ceil(k, TILE_BF16), mt=2 if mb > 1 else 1, ntile=2 if nb > 1 else 1)
         params["mbp"] = _ceil(mb, params["mt"])
         params["nbp"] = _ceil(nb, params["ntile"])
-        return Lowered(params, [a, b])
+        return got
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            "matmul_bf16_amx", f"b{p['batch']}" if p["batch"] != 1 else "", f"m{p['m']}", f"n{p['n']}",
-            f"k{p['k']}", "ta" if p["ta"] else "", "tb" if p["tb"] else "", "bconst" if p["b_const"] else "",
-            "bias" if p["bias"] else "", "res" if p["residual"] else "",
+            "matmul_bf16_amx", *matmul_sym(p), "bias" if p["bias"] else "", "res" if p["residual"] else "",
             p["act"].upper() if p["act"] != "identity" else "",
         )  # fmt: skip
 
