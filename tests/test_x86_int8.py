@@ -205,11 +205,20 @@ def test_vnni_matches_megengine_int8_nets(case: str) -> None:
         _assert_bit_exact(got, expected[name], f"{case} on {TARGET}: {name}")
 
 
-def test_relu6_island_fused_into_the_convolution() -> None:
+AMX_TARGET = "x86-avx512-vnni-amx"
+# the families serving an island after a dense and after a depthwise convolution, by target
+ISLAND_FAMILIES = {
+    TARGET: {("conv2d_q8_relu6_x86", "avx512vnni"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")},
+    AMX_TARGET: {("conv2d_q8_relu6_amx", "amx"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")},
+}
+
+
+@pytest.mark.parametrize("target", [TARGET, AMX_TARGET])
+def test_relu6_island_fused_into_the_convolution(target: str) -> None:
     """MobileNetV2's int8 conv -> (typecvt, relu6, typecvt) islands become one kernel (dense, 1x1 and
-    depthwise convolutions, with and without bias), bit-exact with the three ops: island scales that
-    halve (ties), keep, and saturate at 6 (6 / 0.02 > 127)."""
-    require(TARGET)
+    depthwise convolutions, with and without bias; VNNI and AMX dense convolutions), bit-exact with
+    the three ops: island scales that halve (ties), keep, and saturate at 6 (6 / 0.02 > 127)."""
+    require(target)
     rng = np.random.default_rng(5)
     sx, sw = 1 / 40, 1 / 64
 
@@ -234,9 +243,9 @@ def test_relu6_island_fused_into_the_convolution() -> None:
 
     x = (rng.standard_normal((1, 5, 13, 37)) * 3).astype(np.float32)
     for threads in (1, 2):
-        compiled = compile_fn(fn, [x], TARGET, threads=threads)
+        compiled = compile_fn(fn, [x], target, threads=threads)
         kinds = _families(compiled)
-        assert {("conv2d_q8_relu6_x86", "avx512vnni"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")} <= kinds
+        assert ISLAND_FAMILIES[target] <= kinds, sorted(kinds)
         # no float relu6 left, and only the four outputs' dequantizations
         assert "elemwise" not in {f for f, _ in kinds}, sorted(kinds)
         assert compiled.ir("kernel-plan-memory").count("kernel.call @typecvt_q8_to_f32") == 4

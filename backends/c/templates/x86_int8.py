@@ -354,11 +354,14 @@ static void {sym}({_kernel_args(p)}) {{
         return REQUANT_C + SUPPORT
 
 
-def relu6_island(op: Operation, producer_family: str) -> tuple[K.CallOp, tuple[float, float]] | None:
+def relu6_island(
+    op: Operation, producer_family: str, producer_isa: str = ISA
+) -> tuple[K.CallOp, tuple[float, float]] | None:
     """The ReLU6 float island post-training quantization leaves after an int8 convolution
     (MobileNetV2): ``op`` is ``typecvt f32 -> q8`` of ``relu6`` of ``typecvt q8 -> f32`` of a call of
-    ``producer_family``, each value read once. Returns that call and the island's (dequantization
-    scale, result scale); kernel-select lowered the producers already (program order)."""
+    ``producer_family`` (template ISA ``producer_isa``: the VNNI or the AMX convolutions), each value
+    read once. Returns that call and the island's (dequantization scale, result scale); kernel-select
+    lowered the producers already (program order)."""
     if not isinstance(op, T.TypeCvtOp) or code(op.results[0]) != "q8" or qparams(op.results[0])[1]:
         return None
     chain: list[K.CallOp] = []
@@ -368,7 +371,7 @@ def relu6_island(op: Operation, producer_family: str) -> tuple[K.CallOp, tuple[f
         if not isinstance(call, K.CallOp) or not value.has_one_use() or len(call.outputs) != 1:
             return None
         d = call.definition()
-        if d.family.data != family or (family == producer_family and d.isa.data != ISA):
+        if d.family.data != family or (family == producer_family and d.isa.data != producer_isa):
             return None
         chain.append(call)
         if family != producer_family:
@@ -388,13 +391,15 @@ class _Relu6Island:
     one kernel: the convolution's own int8 result (rounded and saturated as the reference does) is
     dequantized, clamped to [0, 6] and quantized again in its epilogue, on the same float32 operations
     as the three ops. The unit serves the island's last ``typecvt``; the convolution's call and the
-    island's first two calls are then unused, and kernel-select drops them."""
+    island's first two calls are then unused, and kernel-select drops them. Mixed into a convolution
+    unit (its ``isa`` is the convolution's)."""
 
     ops = (T.TypeCvtOp,)
     conv_family: str
+    isa: str
 
     def match(self, op: Operation) -> Lowered | None:
-        got = relu6_island(op, self.conv_family)
+        got = relu6_island(op, self.conv_family, self.isa)
         if got is None:
             return None
         conv, island = got
