@@ -255,3 +255,53 @@ def test_relu6_island_fused_into_the_convolution(target: str) -> None:
             np.testing.assert_array_equal(g, w, err_msg=f"island {i}, {threads} thread(s)")
             assert np.abs(w).max() > 0
     assert np.asarray(want[1]).max() == np.float32(127 * 0.02)  # the 0.02 island saturates
+
+
+# (convolution's output scale, island's scale, the island's vector form: x86_int8.island_form)
+ISLAND_FORMS = [
+    (0.5, 0.5, "clamp"), (0.5, 6 / 127, "scale"), (0.5, 1.0, "scale"), (0.05, 0.24666667, "float"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("target", [TARGET, AMX_TARGET])
+def test_island_forms_exact_on_every_int8_value(target: str) -> None:
+    """Every vector form of a fused ReLU6 island (the clamp, one product, the island's own operations)
+    after dense 1x1 (with bias) and depthwise convolutions whose results take every int8 value,
+    saturate both ways and sit on rounding ties (acc / 2): the reference's bytes."""
+    from backends.c.templates.x86_int8 import island_form
+
+    require(target)
+    sx = 0.25
+    values = np.arange(-128, 128, dtype=np.float32).reshape(16, 16)
+    x = (np.stack([np.roll(values, 37 * c) for c in range(4)])[None] * sx).astype(np.float32)
+    taps = np.arange(1, 5, dtype=np.float32)
+    point = Tensor(quantize(np.diag(taps).reshape(4, 4, 1, 1), D.qint8(1.0)), dtype=D.qint8(1.0))
+    center = np.zeros((4, 1, 1, 3, 3), np.float32)
+    center[:, 0, 0, 1, 1] = taps
+    depth = Tensor(quantize(center, D.qint8(1.0)), dtype=D.qint8(1.0))
+    bias_values = np.float32([1, -1, 3, 0]).reshape(1, 4, 1, 1) * sx
+    bias = Tensor(quantize(bias_values, D.qint32(sx)), dtype=D.qint32(sx))
+    qcba = F.quantized.conv_bias_activation
+
+    def fn(t: Tensor) -> tuple[Tensor, ...]:
+        xq = t.astype(D.qint8(sx))
+        outs = []
+        for s_conv, s_island, _ in ISLAND_FORMS:
+            for y in (qcba(xq, point, bias, dtype=D.qint8(s_conv)),
+                      qcba(xq, depth, None, dtype=D.qint8(s_conv), padding=1, groups=4)):  # fmt: skip
+                outs.append(F.relu6(y.astype("float32")).astype(D.qint8(s_island)).astype("float32"))
+        return tuple(outs)
+
+    assert [island_form(float(np.float32(a)), float(np.float32(b)))[0] for a, b, _ in ISLAND_FORMS] == [
+        f for _, _, f in ISLAND_FORMS
+    ]
+    for threads in (1, 2):
+        compiled = compile_fn(fn, [x], target, threads=threads)
+        assert ISLAND_FAMILIES[target] <= _families(compiled)
+        for helper in ("clamp16(xm_", "scale16(xm_qtrunc16", "float16(xm_qtrunc16"):
+            assert "xm_qisland_" + helper in compiled.source, helper
+        got = compiled.run([x])
+        want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}, {threads} thread(s)")
+        assert {float(np.asarray(w).max()) for w in want[:2]} == {6.0}  # the clamp form's 12 * 0.5

@@ -20,6 +20,7 @@ zero, so the sign-extension bits contribute nothing); border columns run scalar 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,9 +40,12 @@ from backends.c.templates.requant import (
     ratio,
 )
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
-from backends.reference.quant_kernels import Q_MODES
+from backends.reference.kernels import ELEMWISE as REF_ELEMWISE
+from backends.reference.quant_kernels import Q_MODES, dequantize, quantize
+from dialects import enums
 from dialects import kernel as K
 from dialects import tensor as T
+from dialects.dtypes import quantized_numpy_dtype
 from passes.lowering.kernels import Lowered, const_array
 
 if TYPE_CHECKING:
@@ -76,25 +80,48 @@ static inline __m512 xm_qint16(__m512 y) {
 static inline __m128i xm_qscaled16(__m512 y) {
   return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16(y)));
 }
-/* the same for the finite values of an accumulator's epilogue (no NaN): y + copysign(0.5, y) in one
-   ternary-logic op (a -0.0 takes -0.5 here, +0.5 above: both truncate to a zero) */
-static inline __m512 xm_qint16_finite(__m512 y) {
+/* the same for the finite values of an accumulator's epilogue (no NaN), as int8 lanes:
+   y + copysign(0.5, y) in one ternary-logic op (a -0.0 takes -0.5 here, +0.5 above: both truncate
+   to a zero), capped at 127 (a larger value could leave int32), the truncating conversion, and
+   vpmovsdb's signed saturation for the lower bound (a value below -2^31 converts to INT_MIN) */
+static inline __m128i xm_qscaled16_finite(__m512 y) {
   const __m512i sign = _mm512_set1_epi32((int)0x80000000u), half = _mm512_set1_epi32(0x3F000000);
   const __m512 h = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(y), sign, half, 0xEA));
-  const __m512 r = _mm512_roundscale_ps(xm_qadd16(y, h), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  return _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
+  const __m512 v = _mm512_min_ps(xm_qadd16(y, h), _mm512_set1_ps(127.f));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
 }
-static inline __m128i xm_qscaled16_finite(__m512 y) {
-  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16_finite(y)));
+/* the same for y >= +-0 (after a RELU): y + 0.5 */
+static inline __m128i xm_qscaled16_nonneg(__m512 y) {
+  const __m512 v = _mm512_min_ps(xm_qadd16(y, _mm512_set1_ps(0.5f)), _mm512_set1_ps(127.f));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
 }
-/* a ReLU6 float island: an int8 value r (float lanes) of scale s dequantized, relu6 (numpy's
-   minimum(maximum(x, 0), 6)), quantized with 1.0f / s_out; the product is >= +0, so round_x86 is
-   trunc(y + 0.5f) and only 127 bounds it */
-static inline __m128i xm_qrelu6_island16(__m512 r, __m512 s, __m512 inv_out) {
-  const __m512 x = _mm512_min_ps(_mm512_max_ps(xm_qmul16(r, s), _mm512_setzero_ps()), _mm512_set1_ps(6.f));
-  const __m512 y = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
-  const __m512 t = _mm512_roundscale_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(t, _mm512_set1_ps(127.f))));
+/* A ReLU6 float island after the int8 result r = round_x86(y) saturated: the island maps every r <= 0
+   to 0 (checked at compile time), so it reads max(r, 0) = trunc(y + 0.5) clamped to [0, hi]: exactly,
+   as y < 0 gives 0 either way. hi = 127: the island's own operations follow (xm_qisland_*); a smaller
+   hi where the island is that clamp (xm_qisland_clamp16, done) */
+static inline __m512 xm_qisland_in16(__m512 y, float hi) {
+  const __m512 v = _mm512_max_ps(xm_qadd16(y, _mm512_set1_ps(0.5f)), _mm512_setzero_ps());
+  return _mm512_min_ps(v, _mm512_set1_ps(hi));
+}
+static inline __m128i xm_qisland_clamp16(__m512 y, float hi) {
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qisland_in16(y, hi)));
+}
+/* r (float lanes of integers in [0, 127]) to the island's result: trunc(min(r * k + 0.5, hi)), for
+   a k checked against every r at compile time (hi = 127: vpmovsdb's saturation is the bound) */
+static inline __m128i xm_qisland_scale16(__m512 r, __m512 k, float hi) {
+  __m512 v = xm_qadd16(xm_qmul16(r, k), _mm512_set1_ps(0.5f));
+  if (hi < 127.f) v = _mm512_min_ps(v, _mm512_set1_ps(hi));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
+}
+/* the island's own float32 operations on r in [0, 127] (dequantize by s, relu6: only 6 bounds it,
+   quantize by 1.0f / s_out: a product >= +0, so round_x86 is trunc(y + 0.5f)), saturated at 127 */
+static inline __m128i xm_qisland_float16(__m512 r, __m512 s, __m512 inv_out) {
+  const __m512 x = _mm512_min_ps(xm_qmul16(r, s), _mm512_set1_ps(6.f));
+  const __m512 v = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
+}
+static inline __m512 xm_qtrunc16(__m512 v) {
+  return _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
 }
 /* xm_qact's RELU (y < 0 ? 0 : y; max_ps returns its second operand on a NaN or two zeros) */
 static inline __m512 xm_qrelu16(__m512 y) { return _mm512_max_ps(_mm512_setzero_ps(), y); }
@@ -197,13 +224,61 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, 
     else:  # the TypeCvt QuantizedS32 -> QuantizedS8: one multiplication by s_acc / s_out
         y = f"xm_qdeq16({acc}, _mm512_set1_ps({f32(ratio(p['s_acc'], p['s_out']))}))"
     if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
-        _, s_island_out = p["island"]
-        q = (
-            f"xm_qrelu6_island16(xm_qint16_finite({y}), _mm512_set1_ps({f32(p['s_out'])}), "
-            f"_mm512_set1_ps({f32(inverse(s_island_out))}))"
-        )
-        return "__m128i", q, "_mm_mask_storeu_epi8"
-    return "__m128i", f"xm_qscaled16_finite({y})", "_mm_mask_storeu_epi8"
+        return "__m128i", _island_value(y, *p["island"]), "_mm_mask_storeu_epi8"
+    nonneg = post_processed(p) and act == "relu"
+    return "__m128i", f"xm_qscaled16_{'nonneg' if nonneg else 'finite'}({y})", "_mm_mask_storeu_epi8"
+
+
+def island_table(s_in: float, s_out: float) -> np.ndarray:
+    """The ReLU6 float island of every int8 value r in [-128, 127] (index r + 128), by the reference's
+    own operations: ``quantize(relu6(dequantize(r)))``."""
+    r = np.arange(-128, 128).astype(np.int8).view(quantized_numpy_dtype("qint8", s_in))
+    x = REF_ELEMWISE[enums.ElemwiseMode.RELU6](dequantize(r))
+    return quantize(x, quantized_numpy_dtype("qint8", s_out)).view(np.int8).astype(np.int64)
+
+
+@functools.cache
+def island_form(s_in: float, s_out: float) -> tuple[str, float, int]:
+    """The cheapest vector form of a ReLU6 island that gives the reference's value for every int8 r,
+    checked exhaustively (the float32 operations of the C helpers, emulated in numpy), as (form, k,
+    hi), hi the island's largest value: ``"clamp"``, the island is ``clamp(r, 0, hi)`` (equal
+    scales); ``"scale"``, ``min(trunc(r * k + 0.5), hi)`` (one product instead of the island's two,
+    and no clamp at 6 but the last one); else ``"float"``, the island's own operations. Each form
+    maps r <= 0 to 0, which the island does for every scale."""
+    want = island_table(s_in, s_out)
+    r = np.arange(-128, 128, dtype=np.float32)
+    if want[:129].any():
+        raise AssertionError(f"a ReLU6 island ({s_in}, {s_out}) maps a value r <= 0 off zero")
+    rp = np.maximum(r, np.float32(0))
+    hi = int(want[-1])
+    if np.array_equal(want, np.minimum(rp, hi)):
+        return "clamp", 0.0, hi
+    f = np.float32
+    s, inv = f(s_in), f(inverse(s_out))
+    candidates = [np.multiply(s, inv, dtype=f), f(s / f(s_out))]
+    for k0 in list(candidates):  # and a few neighbours: any k that matches every r is as good
+        for step in (1, -1, 2, -2):
+            k = k0
+            for _ in range(abs(step)):
+                k = np.nextafter(k, f(np.inf) if step > 0 else f(0))
+            candidates.append(k)
+    for k in candidates:
+        got = np.trunc(np.minimum(np.add(np.multiply(rp, k, dtype=f), f(0.5), dtype=f), f(hi)))
+        if np.array_equal(want, got):
+            return "scale", float(k), hi
+    return "float", 0.0, hi
+
+
+def _island_value(y: str, s_in: float, s_out: float) -> str:
+    """The int8 lanes of the island after the convolution's scaled value ``y`` (see island_form)."""
+    form, k, hi = island_form(float(np.float32(s_in)), float(np.float32(s_out)))
+    if form == "clamp":
+        return f"xm_qisland_clamp16({y}, {hi}.f)"
+    r = f"xm_qtrunc16(xm_qisland_in16({y}, 127.f))"
+    if form == "scale":
+        return f"xm_qisland_scale16({r}, _mm512_set1_ps({f32(k)}), {hi}.f)"
+    return (f"xm_qisland_float16({r}, _mm512_set1_ps({f32(s_in)}), "
+            f"_mm512_set1_ps({f32(inverse(s_out))}))")  # fmt: skip
 
 
 def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> str:
