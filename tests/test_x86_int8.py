@@ -38,10 +38,14 @@ CASES = [
     ("group2_s2", (2, 10, 11, 9), 6, 3, 2, 0, 1, 2),  # no padding: Wq < 16, a vector spans 3 rows
     ("depthwise_s1", (1, 7, 19, 37), 7, 3, 1, 1, 1, 7),
     ("depthwise_s2", (2, 5, 35, 36), 5, 3, 2, 1, 1, 5),
-    ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),
+    ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),  # wider than 4 taps: the widen mode
+    ("depthwise_s2_nopad_n2", (2, 18, 9, 8), 18, 3, 2, 0, 1, 18),  # 4 x 3 outputs: one row block
+    ("depthwise2x2", (1, 17, 6, 21), 17, 2, 1, 1, 1, 17),  # 7 rows (a partial block), 2 column blocks
 ]
 NAMES = [c[0] for c in CASES]
 CONV_FAMILIES = {"conv2d_q8_x86", "conv2d_dw_q8_x86"}
+# both depthwise modes (x86_int8.ConvDepthwiseQ8Vnni): vpdpbusd on row windows, vpdpwssd on widened taps
+DW_SYMBOLS = ("vnni_dww_", "vnni_dw_")
 
 
 def _weights(rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -112,6 +116,8 @@ def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarra
     for family in (*CONV_FAMILIES, "elemwise_q8_x86", "pool2d_q8_x86", "typecvt"):
         assert (family, "avx512vnni") in kinds, f"{family} not selected: {sorted(kinds)}"
     assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
+    for symbol in DW_SYMBOLS:
+        assert f"kernel.call @{symbol}conv2d" in compiled.ir("kernel-plan-memory"), symbol
     got = compiled.run(inputs)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     names = NAMES + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]

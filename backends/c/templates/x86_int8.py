@@ -55,6 +55,7 @@ ISA = "avx512vnni"
 TILES = ((3, 8), (4, 6), (2, 12))  # (vectors of 16 pixels, output channels) per register tile
 # below this many multiply-adds a kernel runs on one thread (a barrier costs more than it saves)
 PARALLEL_WORK = 1 << 20
+DW_ROWS = 4  # output rows of a depthwise block (window mode): each input row's windows built once
 
 SUPPORT = r"""
 #ifndef XM_X86_INT8
@@ -140,6 +141,27 @@ static inline unsigned xm_q8_span(int c0, int len, int iw) {
   const int lo = c0 < 0 ? -c0 : 0, hi = iw - c0 < len ? iw - c0 : len;
   if (hi <= lo) return 0u;
   return (unsigned)((((unsigned long long)1 << hi) - 1) & ~(((unsigned long long)1 << lo) - 1));
+}
+/* the same as a 64-lane mask, for spans up to 63 bytes */
+static inline __mmask64 xm_q8_span64(int c0, int len, int iw) {
+  const int lo = c0 < 0 ? -c0 : 0, hi = iw - c0 < len ? iw - c0 : len;
+  if (hi <= lo) return 0;
+  return (__mmask64)((((unsigned long long)1 << hi) - 1) & ~(((unsigned long long)1 << lo) - 1));
+}
+/* acc += the four u8 x s8 products of each lane of b (unsigned) and a (signed): vpdpbusd in inline
+   assembly, as GCC 12 copies and spills every accumulator of _mm512_dpbusd_epi32 on each step of a
+   register tile of more than about 16 of them (x86_int8_gemm), and in long unrolled blocks */
+#define XM_DPBUSD(acc, b, a) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(b), "v"(a))
+/* the windows of one input row for 16 output columns of a depthwise filter row: lane j's dword the
+   four bytes (+ 128) from column c0 + j * stride (perm and shuf encode the stride); the bytes the
+   span mask m leaves out, and a row outside [0, ih), are padding: 128 */
+static inline __m512i xm_q8_window16(const int8_t* xp, int iy, int c0, __mmask64 m, __m512i perm,
+                                     __m512i shuf, int ih, int iw) {
+  if ((unsigned)iy >= (unsigned)ih) return _mm512_set1_epi8((char)0x80);
+  const uintptr_t at = (uintptr_t)(xp + (long)iy * iw) + (uintptr_t)(intptr_t)c0;
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, (const void*)at), flip);
+  return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(perm, v), shuf);
 }
 /* dst[i] = src[i * sw + off] for 0 <= i * sw + off < iw, else 0 (a padded im2col row) */
 static inline void xm_q8_row(int8_t* dst, const int8_t* src, int n, int off, int sw, int iw) {
@@ -335,7 +357,17 @@ def _bias_decls(p: dict[str, Any]) -> str:
 
 
 class ConvDepthwiseQ8Vnni(Template):
-    """Depthwise int8 NCHW convolution: 16 output columns per vector, one ``vpdpwssd`` per tap."""
+    """Depthwise int8 NCHW convolution, 16 output columns per vector (pixels are the lanes).
+
+    Filters up to 4 taps wide (undilated, strides 1 and 2: MobileNetV2's 3x3) run as ``window``:
+    ``vpdpbusd`` takes one filter row per instruction, each lane's dword the four input bytes its
+    output column reads (``x + 128``, unsigned; the channel's ``-128 * sum(w)`` joins its bias), built
+    from one masked 64-byte row load by a ``vpermd`` (each 128-bit lane the 16 bytes its four outputs
+    read) and a ``vpshufb`` (the four overlapping windows). A block of ``DW_ROWS`` output rows builds
+    each input row's windows once and multiply-adds them into every output row that reads them.
+    Other filters (``widen``) widen every tap's 16 input bytes to int32 lanes and multiply-add with
+    ``vpdpwssd`` against the tap weight in the low 16 bits (the high half is zero, so the
+    sign-extension bits contribute nothing)."""
 
     family = "conv2d_dw_q8_x86"
     isa = ISA
@@ -349,22 +381,90 @@ class ConvDepthwiseQ8Vnni(Template):
         p, operands, wv = got
         if not (p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1) or p["sw"] > 2:
             return None
-        biases = _bias_operands(p, operands, np.zeros(p["oc"], np.int64))
+        window = p["fw"] <= 4 and p["dw"] == 1
+        correction = -128 * wv.reshape(p["oc"], -1).sum(axis=1) if window else np.zeros(p["oc"], np.int64)
+        biases = _bias_operands(p, operands, correction)
         if biases is None:
             return None
+        p["mode"] = "window" if window else "widen"
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "vnni_dw_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        return f"vnni_dw{'w' if p['mode'] == 'window' else ''}_" + Conv2dQ8.symbol(Conv2dQ8(), p)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
+        w = np.asarray(array).view(np.int8)
+        if p["mode"] == "window":  # [C][FH] dwords: a filter row's bytes, zero-padded to four
+            rows = np.zeros((p["oc"], p["fh"], 4), np.int8)
+            rows[:, :, : p["fw"]] = w.reshape(p["oc"], p["fh"], p["fw"])
+            return np.ascontiguousarray(rows).view(np.int32).reshape(-1), "dw_rows4"
         # each tap weight as an int32 whose high 16 bits are zero (the vpdpwssd pair partner)
-        w = np.asarray(array).view(np.int8).astype(np.int32).reshape(-1) & 0xFFFF
-        return np.ascontiguousarray(w.astype(np.int32)), "dw_w16"
+        w16 = w.astype(np.int32).reshape(-1) & 0xFFFF
+        return np.ascontiguousarray(w16.astype(np.int32)), "dw_w16"
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        return self._render_window(sym, p) if p["mode"] == "window" else self._render_widen(sym, p)
+
+    def _render_window(self, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
+        fh, sh, sw, ph, pw = (p[k] for k in ("fh", "sh", "sw", "ph", "pw"))
+        otype = _out_ctype(p["out"])
+        rows = min(DW_ROWS, oh)
+        span = 15 * sw + 4  # the bytes 16 output columns read: columns c0 + [0, 15 * sw + 4)
+        # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
+        perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
+        shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))
+        steps = []
+        for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
+            uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
+            steps.append(
+                f"{{ const __m512i x = xm_q8_window16(xp, iy0 + {t}, c0, m, perm, shuf, {ih}, {iw});"
+                + "".join(f" XM_DPBUSD(a{r}, x, wr[{kh}]);" for r, kh in uses)
+                + " }"
+            )
+        block = "\n        ".join(steps)
+        stores = "\n          ".join(
+            f"if (r0 + {r} < {oh}) {{ {_vec_int_activation(p, f'a{r}')} "
+            f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
+            for r in range(rows)
+        )
+        work = n * c * oh * ow * fh * p["fw"]
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int32_t* w = (const int32_t*)w_;
+  {_bias_decls(p)}
+  {otype}* y = ({otype}*)y_;
+  (void)ws;
+  const __m512i perm = _mm512_setr_epi32({perm});
+  const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK // 4}L)
+  for (int nc = 0; nc < {n * c}; ++nc) {{
+    const int ch = nc % {c};
+    const int8_t* xp = x + (long)nc * {ih * iw};
+    {otype}* yp = y + (long)nc * {oh * ow};
+    const float fb = {"fbias[ch]" if p["bias"] and post_processed(p) else "0.f"}; (void)fb;
+    __m512i wr[{fh}];
+    for (int k = 0; k < {fh}; ++k) wr[k] = _mm512_set1_epi32(w[(long)ch * {fh} + k]);
+    const __m512i bv = _mm512_set1_epi32(bias[ch]);
+    for (int q0 = 0; q0 < {ow}; q0 += 16) {{
+      const int c0 = q0 * {sw} - {pw};
+      const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
+      const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
+      for (int r0 = 0; r0 < {oh}; r0 += {rows}) {{
+        const int iy0 = r0 * {sh} - {ph};
+        {" ".join(f"__m512i a{r} = bv;" for r in range(rows))}
+        {block}
+        {stores}
+      }}
+    }}
+  }}
+}}
+""")
+
+    def _render_widen(self, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         otype = _out_ctype(p["out"])
