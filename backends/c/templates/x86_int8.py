@@ -13,9 +13,10 @@ added, activation, times ``1.0f / s_out``), otherwise one multiplication by ``s_
 ``trunc(y + copysign(0.5, y))`` in float32 (never ``cvtps``' ties-to-even), saturated. Products and
 sums are the explicitly rounded intrinsics, which no compiler contracts into an FMA.
 
-Depthwise convolutions take 16 output columns per vector: every tap widens 16 input bytes to int32
-lanes and multiply-adds with ``vpdpwssd`` against the tap weight in the low 16 bits (the high half is
-zero, so the sign-extension bits contribute nothing); border columns run scalar (``result_expr``).
+Depthwise convolutions take 16 output columns per vector (``ConvDepthwiseQ8Vnni``: ``vpdpbusd`` on
+row windows for filters up to 4 taps wide, ``vpdpwssd`` per widened tap for the others); borders are
+masked loads. A ReLU6 float island after a convolution runs in its epilogue, in the cheapest form
+that :func:`island_form` proves equal to the reference on every int8 value.
 """
 
 from __future__ import annotations
