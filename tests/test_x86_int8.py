@@ -311,3 +311,6 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             np.testing.assert_array_equal(g, w, err_msg=f"output {i}, {threads} thread(s)")
         assert {float(np.asarray(w).max()) for w in want[:2]} == {6.0}  # the clamp form's 12 * 0.5
+    # the last build (2 threads) once more under ASan/UBSan
+    for g, w in zip(compiled.run_runner([x], sanitize=True), want, strict=True):
+        np.testing.assert_array_equal(g, w)
