@@ -24,7 +24,9 @@ int8 (``--int8``, on by default): the float model is quantized post-training
 and compiled for the host target (its ``vnni`` feature selects the AVX512-VNNI kernels, ``amx``
 the AMX-INT8 tile convolutions where Linux grants tile data; then the ``vnni ms`` column is the same
 target without ``amx``, timed in the same interleaved rounds); the
-int8 table gives its latency against xmge's best float32 target at the same thread count, the
+int8 table gives its latency against xmge's best float32 target at the same thread count (timed in
+the same interleaved rounds; ``cpu i/f``: the ratio of single-thread CPU times, which a shared
+machine's load does not skew), the
 outputs' exactness against the reference interpreter, and ONNX Runtime's int8 latency on a QDQ
 model that ``onnxruntime.quantization.quantize_static`` makes from the same float ONNX graph
 (activations u8, weights s8, its own calibration on the same batch). OpenVINO's columns appear when
@@ -210,18 +212,34 @@ def ort_qdq_session(ort: Any, plain: ModuleOp, x: np.ndarray, threads: int) -> A
         return ort.InferenceSession(qp, so, providers=["CPUExecutionProvider"]), name
 
 
+def cpu_medians(runners: dict[str, Any], iters: int) -> dict[str, float]:
+    """Median CPU time (ms, this thread's clock) of each runner, runs interleaved one by one: on a
+    shared machine, what a single-threaded model costs regardless of the other processes."""
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    for run in runners.values():
+        run()
+    for _ in range(iters):
+        for k, run in runners.items():
+            t0 = time.thread_time()
+            run()
+            times[k].append((time.thread_time() - t0) * 1e3)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
 def int8_report(
     net: Any,
     name: str,
     x: np.ndarray,
     threads: list[int],
-    f32_best: dict[int, float],
+    f32_models: dict[int, Any],
     ort: Any,
     iters: int,
     notes: list[str],
     ov_default: dict[int, float] | None = None,
 ) -> list[str]:
-    """Rows of the int8 table for one model (see the module docstring)."""
+    """Rows of the int8 table for one model (see the module docstring): the fastest float32 model
+    runs in the same interleaved rounds (one load for both sides of the ratio), and at one thread
+    the ratio of CPU times too."""
     from backends.reference import run_module
     from compiler.driver.targets import host_target
     from compiler.quantization import quantize
@@ -243,7 +261,7 @@ def int8_report(
     exact = all(np.array_equal(m(x), want) for m in (*models.values(), *vnni_models.values()))
     rows = []
     for t in threads:
-        runners: dict[str, Any] = {"int8": lambda m=models[t]: m(x)}
+        runners: dict[str, Any] = {"int8": lambda m=models[t]: m(x), "f32": lambda m=f32_models[t]: m(x)}
         if t in vnni_models:
             runners["vnni"] = lambda m=vnni_models[t]: m(x)
         if ort is not None:
@@ -253,12 +271,14 @@ def int8_report(
             except Exception as exc:  # noqa: BLE001 - a missing quantizer is a note, not a failure
                 notes.append(f"{name}: ORT QDQ int8 model not made ({type(exc).__name__}: {exc})")
         ms = interleaved(runners, iters)
-        q, f, o = ms["int8"], f32_best.get(t, math.nan), ms.get("ortq", math.nan)
+        q, f, o = ms["int8"], ms["f32"], ms.get("ortq", math.nan)
         v = ms.get("vnni", math.nan)
+        cpu = cpu_medians({k: runners[k] for k in ("int8", "f32")}, iters) if t == 1 else {}
+        c = cpu.get("int8", math.nan) / cpu.get("f32", math.nan)
         ov = (ov_default or {}).get(t, math.nan)
         rows.append(
-            f"{name:<14}{target:<30}{t:>4}{q:>9.2f}{v:>9.2f}{f:>9.2f}{q / f:>9.2f}{o:>9.2f}{q / o:>7.2f}"
-            f"{ov:>9.2f}{q / ov:>7.2f}  " + ("yes" if exact else "NO")
+            f"{name:<14}{target:<30}{t:>4}{q:>9.2f}{v:>9.2f}{f:>9.2f}{q / f:>9.2f}{c:>9.2f}{o:>9.2f}"
+            f"{q / o:>7.2f}{ov:>9.2f}{q / ov:>7.2f}  " + ("yes" if exact else "NO")
         )
     if first.times:
         notes.append(f"{name} int8 {target}: compile {sum(first.times.values()):.1f} s")
@@ -455,7 +475,8 @@ def main() -> None:  # noqa: C901 - one report
             notes.append(f"{name} {best_target} (fastest, 1 thread) slowest kernels of {total:.2f} ms:")
             notes += [f"    {v:7.3f} ms {100 * v / total:4.1f}%  {k}" for k, v in prof[: args.profile]]
         if args.int8:
-            int8_rows += int8_report(net, name, x, threads, f32_best, ort, args.iters, notes, ov_default)
+            best = {t: compiled[(best_target, t)] for t in threads}
+            int8_rows += int8_report(net, name, x, threads, best, ort, args.iters, notes, ov_default)
         print(f"{name} done", flush=True)
     notes.append(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     print("\n".join(notes))
@@ -464,7 +485,7 @@ def main() -> None:  # noqa: C901 - one report
     if int8_rows:
         print(
             f"\n{'model':<14}{'int8 target':<30}{'thr':>4}{'int8 ms':>9}{'vnni ms':>9}{'f32 ms':>9}"
-            f"{'int8/f32':>9}{'ORT q ms':>9}{'x/ORTq':>7}{'OV def':>9}{'x/OV':>7}  exact"
+            f"{'int8/f32':>9}{'cpu i/f':>9}{'ORT q ms':>9}{'x/ORTq':>7}{'OV def':>9}{'x/OV':>7}  exact"
         )
         print("\n".join(int8_rows))
     if bf16_rows:

@@ -38,10 +38,14 @@ CASES = [
     ("group2_s2", (2, 10, 11, 9), 6, 3, 2, 0, 1, 2),  # no padding: Wq < 16, a vector spans 3 rows
     ("depthwise_s1", (1, 7, 19, 37), 7, 3, 1, 1, 1, 7),
     ("depthwise_s2", (2, 5, 35, 36), 5, 3, 2, 1, 1, 5),
-    ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),
+    ("depthwise5x5", (1, 3, 7, 20), 3, 5, 1, 2, 1, 3),  # wider than 4 taps: the widen mode
+    ("depthwise_s2_nopad_n2", (2, 18, 9, 8), 18, 3, 2, 0, 1, 18),  # 4 x 3 outputs: one row block
+    ("depthwise2x2", (1, 17, 6, 21), 17, 2, 1, 1, 1, 17),  # 7 rows (a partial block), 2 column blocks
 ]
 NAMES = [c[0] for c in CASES]
 CONV_FAMILIES = {"conv2d_q8_x86", "conv2d_dw_q8_x86"}
+# both depthwise modes (x86_int8.ConvDepthwiseQ8Vnni): vpdpbusd on row windows, vpdpwssd on widened taps
+DW_SYMBOLS = ("vnni_dww_", "vnni_dw_")
 
 
 def _weights(rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -112,6 +116,8 @@ def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarra
     for family in (*CONV_FAMILIES, "elemwise_q8_x86", "pool2d_q8_x86", "typecvt"):
         assert (family, "avx512vnni") in kinds, f"{family} not selected: {sorted(kinds)}"
     assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
+    for symbol in DW_SYMBOLS:
+        assert f"kernel.call @{symbol}conv2d" in compiled.ir("kernel-plan-memory"), symbol
     got = compiled.run(inputs)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     names = NAMES + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]
@@ -205,11 +211,20 @@ def test_vnni_matches_megengine_int8_nets(case: str) -> None:
         _assert_bit_exact(got, expected[name], f"{case} on {TARGET}: {name}")
 
 
-def test_relu6_island_fused_into_the_convolution() -> None:
+AMX_TARGET = "x86-avx512-vnni-amx"
+# the families serving an island after a dense and after a depthwise convolution, by target
+ISLAND_FAMILIES = {
+    TARGET: {("conv2d_q8_relu6_x86", "avx512vnni"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")},
+    AMX_TARGET: {("conv2d_q8_relu6_amx", "amx"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")},
+}
+
+
+@pytest.mark.parametrize("target", [TARGET, AMX_TARGET])
+def test_relu6_island_fused_into_the_convolution(target: str) -> None:
     """MobileNetV2's int8 conv -> (typecvt, relu6, typecvt) islands become one kernel (dense, 1x1 and
-    depthwise convolutions, with and without bias), bit-exact with the three ops: island scales that
-    halve (ties), keep, and saturate at 6 (6 / 0.02 > 127)."""
-    require(TARGET)
+    depthwise convolutions, with and without bias; VNNI and AMX dense convolutions), bit-exact with
+    the three ops: island scales that halve (ties), keep, and saturate at 6 (6 / 0.02 > 127)."""
+    require(target)
     rng = np.random.default_rng(5)
     sx, sw = 1 / 40, 1 / 64
 
@@ -234,9 +249,9 @@ def test_relu6_island_fused_into_the_convolution() -> None:
 
     x = (rng.standard_normal((1, 5, 13, 37)) * 3).astype(np.float32)
     for threads in (1, 2):
-        compiled = compile_fn(fn, [x], TARGET, threads=threads)
+        compiled = compile_fn(fn, [x], target, threads=threads)
         kinds = _families(compiled)
-        assert {("conv2d_q8_relu6_x86", "avx512vnni"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")} <= kinds
+        assert ISLAND_FAMILIES[target] <= kinds, sorted(kinds)
         # no float relu6 left, and only the four outputs' dequantizations
         assert "elemwise" not in {f for f, _ in kinds}, sorted(kinds)
         assert compiled.ir("kernel-plan-memory").count("kernel.call @typecvt_q8_to_f32") == 4
@@ -246,3 +261,56 @@ def test_relu6_island_fused_into_the_convolution() -> None:
             np.testing.assert_array_equal(g, w, err_msg=f"island {i}, {threads} thread(s)")
             assert np.abs(w).max() > 0
     assert np.asarray(want[1]).max() == np.float32(127 * 0.02)  # the 0.02 island saturates
+
+
+# (convolution's output scale, island's scale, the island's vector form: x86_int8.island_form)
+ISLAND_FORMS = [
+    (0.5, 0.5, "clamp"), (0.5, 6 / 127, "scale"), (0.5, 1.0, "scale"), (0.05, 0.24666667, "float"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("target", [TARGET, AMX_TARGET])
+def test_island_forms_exact_on_every_int8_value(target: str) -> None:
+    """Every vector form of a fused ReLU6 island (the clamp, one product, the island's own operations)
+    after dense 1x1 (with bias) and depthwise convolutions whose results take every int8 value,
+    saturate both ways and sit on rounding ties (acc / 2): the reference's bytes."""
+    from backends.c.templates.x86_int8 import island_form
+
+    require(target)
+    sx = 0.25
+    values = np.arange(-128, 128, dtype=np.float32).reshape(16, 16)
+    x = (np.stack([np.roll(values, 37 * c) for c in range(4)])[None] * sx).astype(np.float32)
+    taps = np.arange(1, 5, dtype=np.float32)
+    point = Tensor(quantize(np.diag(taps).reshape(4, 4, 1, 1), D.qint8(1.0)), dtype=D.qint8(1.0))
+    center = np.zeros((4, 1, 1, 3, 3), np.float32)
+    center[:, 0, 0, 1, 1] = taps
+    depth = Tensor(quantize(center, D.qint8(1.0)), dtype=D.qint8(1.0))
+    bias_values = np.float32([1, -1, 3, 0]).reshape(1, 4, 1, 1) * sx
+    bias = Tensor(quantize(bias_values, D.qint32(sx)), dtype=D.qint32(sx))
+    qcba = F.quantized.conv_bias_activation
+
+    def fn(t: Tensor) -> tuple[Tensor, ...]:
+        xq = t.astype(D.qint8(sx))
+        outs = []
+        for s_conv, s_island, _ in ISLAND_FORMS:
+            for y in (qcba(xq, point, bias, dtype=D.qint8(s_conv)),
+                      qcba(xq, depth, None, dtype=D.qint8(s_conv), padding=1, groups=4)):  # fmt: skip
+                outs.append(F.relu6(y.astype("float32")).astype(D.qint8(s_island)).astype("float32"))
+        return tuple(outs)
+
+    assert [island_form(float(np.float32(a)), float(np.float32(b)))[0] for a, b, _ in ISLAND_FORMS] == [
+        f for _, _, f in ISLAND_FORMS
+    ]
+    for threads in (1, 2):
+        compiled = compile_fn(fn, [x], target, threads=threads)
+        assert ISLAND_FAMILIES[target] <= _families(compiled)
+        for helper in ("clamp16(xm_", "scale16(xm_qtrunc16", "float16(xm_qtrunc16"):
+            assert "xm_qisland_" + helper in compiled.source, helper
+        got = compiled.run([x])
+        want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}, {threads} thread(s)")
+        assert {float(np.asarray(w).max()) for w in want[:2]} == {6.0}  # the clamp form's 12 * 0.5
+    # the last build (2 threads) once more under ASan/UBSan
+    for g, w in zip(compiled.run_runner([x], sanitize=True), want, strict=True):
+        np.testing.assert_array_equal(g, w)

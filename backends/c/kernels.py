@@ -29,7 +29,7 @@ element types never accept the same op, so their relative order only matters wit
   (x86_fp16_winograd.py), first-layer direct 105 (x86_fp16_stem.py), GEMM convolution 104,
   pooling 105, matrix multiplication 99, elementwise 97 (the elemwise_f16 family of neon_fp16);
 * typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
-  and 101 (depthwise), ahead of typecvt 100 (x86_int8.py).
+  and 101 (depthwise), ahead of typecvt 100 (x86_int8.py); 103 for the AMX one (x86_int8_amx_island).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from backends.c.templates import (
     x86_fp16_stem,
     x86_fp16_winograd,
     x86_int8,
+    x86_int8_amx_island,
     x86_int8_gemm,
 )
 from passes.lowering.kernels import KernelRegistry
@@ -81,6 +82,7 @@ KERNELS = KernelRegistry(
         *x86_fp16_winograd.KERNEL_UNITS,
         *x86_fp16_stem.KERNEL_UNITS,
         *x86_amx_bf16.KERNEL_UNITS,
+        *x86_int8_amx_island.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_i8mm.KERNEL_UNITS,

@@ -13,13 +13,15 @@ added, activation, times ``1.0f / s_out``), otherwise one multiplication by ``s_
 ``trunc(y + copysign(0.5, y))`` in float32 (never ``cvtps``' ties-to-even), saturated. Products and
 sums are the explicitly rounded intrinsics, which no compiler contracts into an FMA.
 
-Depthwise convolutions take 16 output columns per vector: every tap widens 16 input bytes to int32
-lanes and multiply-adds with ``vpdpwssd`` against the tap weight in the low 16 bits (the high half is
-zero, so the sign-extension bits contribute nothing); border columns run scalar (``result_expr``).
+Depthwise convolutions take 16 output columns per vector (``ConvDepthwiseQ8Vnni``: ``vpdpbusd`` on
+row windows for filters up to 4 taps wide, ``vpdpwssd`` per widened tap for the others); borders are
+masked loads. A ReLU6 float island after a convolution runs in its epilogue, in the cheapest form
+that :func:`island_form` proves equal to the reference on every int8 value.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,9 +41,12 @@ from backends.c.templates.requant import (
     ratio,
 )
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
-from backends.reference.quant_kernels import Q_MODES
+from backends.reference.kernels import ELEMWISE as REF_ELEMWISE
+from backends.reference.quant_kernels import Q_MODES, dequantize, quantize
+from dialects import enums
 from dialects import kernel as K
 from dialects import tensor as T
+from dialects.dtypes import quantized_numpy_dtype
 from passes.lowering.kernels import Lowered, const_array
 
 if TYPE_CHECKING:
@@ -51,6 +56,7 @@ ISA = "avx512vnni"
 TILES = ((3, 8), (4, 6), (2, 12))  # (vectors of 16 pixels, output channels) per register tile
 # below this many multiply-adds a kernel runs on one thread (a barrier costs more than it saves)
 PARALLEL_WORK = 1 << 20
+DW_ROWS = 4  # output rows of a depthwise block (window mode): each input row's windows built once
 
 SUPPORT = r"""
 #ifndef XM_X86_INT8
@@ -76,25 +82,48 @@ static inline __m512 xm_qint16(__m512 y) {
 static inline __m128i xm_qscaled16(__m512 y) {
   return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16(y)));
 }
-/* the same for the finite values of an accumulator's epilogue (no NaN): y + copysign(0.5, y) in one
-   ternary-logic op (a -0.0 takes -0.5 here, +0.5 above: both truncate to a zero) */
-static inline __m512 xm_qint16_finite(__m512 y) {
+/* the same for the finite values of an accumulator's epilogue (no NaN), as int8 lanes:
+   y + copysign(0.5, y) in one ternary-logic op (a -0.0 takes -0.5 here, +0.5 above: both truncate
+   to a zero), capped at 127 (a larger value could leave int32), the truncating conversion, and
+   vpmovsdb's signed saturation for the lower bound (a value below -2^31 converts to INT_MIN) */
+static inline __m128i xm_qscaled16_finite(__m512 y) {
   const __m512i sign = _mm512_set1_epi32((int)0x80000000u), half = _mm512_set1_epi32(0x3F000000);
   const __m512 h = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(y), sign, half, 0xEA));
-  const __m512 r = _mm512_roundscale_ps(xm_qadd16(y, h), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  return _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.f)), _mm512_set1_ps(127.f));
+  const __m512 v = _mm512_min_ps(xm_qadd16(y, h), _mm512_set1_ps(127.f));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
 }
-static inline __m128i xm_qscaled16_finite(__m512 y) {
-  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qint16_finite(y)));
+/* the same for y >= +-0 (after a RELU): y + 0.5 */
+static inline __m128i xm_qscaled16_nonneg(__m512 y) {
+  const __m512 v = _mm512_min_ps(xm_qadd16(y, _mm512_set1_ps(0.5f)), _mm512_set1_ps(127.f));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
 }
-/* a ReLU6 float island: an int8 value r (float lanes) of scale s dequantized, relu6 (numpy's
-   minimum(maximum(x, 0), 6)), quantized with 1.0f / s_out; the product is >= +0, so round_x86 is
-   trunc(y + 0.5f) and only 127 bounds it */
-static inline __m128i xm_qrelu6_island16(__m512 r, __m512 s, __m512 inv_out) {
-  const __m512 x = _mm512_min_ps(_mm512_max_ps(xm_qmul16(r, s), _mm512_setzero_ps()), _mm512_set1_ps(6.f));
-  const __m512 y = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
-  const __m512 t = _mm512_roundscale_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(t, _mm512_set1_ps(127.f))));
+/* A ReLU6 float island after the int8 result r = round_x86(y) saturated: the island maps every r <= 0
+   to 0 (checked at compile time), so it reads max(r, 0) = trunc(y + 0.5) clamped to [0, hi]: exactly,
+   as y < 0 gives 0 either way. hi = 127: the island's own operations follow (xm_qisland_*); a smaller
+   hi where the island is that clamp (xm_qisland_clamp16, done) */
+static inline __m512 xm_qisland_in16(__m512 y, float hi) {
+  const __m512 v = _mm512_max_ps(xm_qadd16(y, _mm512_set1_ps(0.5f)), _mm512_setzero_ps());
+  return _mm512_min_ps(v, _mm512_set1_ps(hi));
+}
+static inline __m128i xm_qisland_clamp16(__m512 y, float hi) {
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qisland_in16(y, hi)));
+}
+/* r (float lanes of integers in [0, 127]) to the island's result: trunc(min(r * k + 0.5, hi)), for
+   a k checked against every r at compile time (hi = 127: vpmovsdb's saturation is the bound) */
+static inline __m128i xm_qisland_scale16(__m512 r, __m512 k, float hi) {
+  __m512 v = xm_qadd16(xm_qmul16(r, k), _mm512_set1_ps(0.5f));
+  if (hi < 127.f) v = _mm512_min_ps(v, _mm512_set1_ps(hi));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
+}
+/* the island's own float32 operations on r in [0, 127] (dequantize by s, relu6: only 6 bounds it,
+   quantize by 1.0f / s_out: a product >= +0, so round_x86 is trunc(y + 0.5f)), saturated at 127 */
+static inline __m128i xm_qisland_float16(__m512 r, __m512 s, __m512 inv_out) {
+  const __m512 x = _mm512_min_ps(xm_qmul16(r, s), _mm512_set1_ps(6.f));
+  const __m512 v = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
+  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
+}
+static inline __m512 xm_qtrunc16(__m512 v) {
+  return _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
 }
 /* xm_qact's RELU (y < 0 ? 0 : y; max_ps returns its second operand on a NaN or two zeros) */
 static inline __m512 xm_qrelu16(__m512 y) { return _mm512_max_ps(_mm512_setzero_ps(), y); }
@@ -113,6 +142,27 @@ static inline unsigned xm_q8_span(int c0, int len, int iw) {
   const int lo = c0 < 0 ? -c0 : 0, hi = iw - c0 < len ? iw - c0 : len;
   if (hi <= lo) return 0u;
   return (unsigned)((((unsigned long long)1 << hi) - 1) & ~(((unsigned long long)1 << lo) - 1));
+}
+/* the same as a 64-lane mask, for spans up to 63 bytes */
+static inline __mmask64 xm_q8_span64(int c0, int len, int iw) {
+  const int lo = c0 < 0 ? -c0 : 0, hi = iw - c0 < len ? iw - c0 : len;
+  if (hi <= lo) return 0;
+  return (__mmask64)((((unsigned long long)1 << hi) - 1) & ~(((unsigned long long)1 << lo) - 1));
+}
+/* acc += the four u8 x s8 products of each lane of b (unsigned) and a (signed): vpdpbusd in inline
+   assembly, as GCC 12 copies and spills every accumulator of _mm512_dpbusd_epi32 on each step of a
+   register tile of more than about 16 of them (x86_int8_gemm), and in long unrolled blocks */
+#define XM_DPBUSD(acc, b, a) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(b), "v"(a))
+/* the windows of one input row for 16 output columns of a depthwise filter row: lane j's dword the
+   four bytes (+ 128) from column c0 + j * stride (perm and shuf encode the stride); the bytes the
+   span mask m leaves out, and a row outside [0, ih), are padding: 128 */
+static inline __m512i xm_q8_window16(const int8_t* xp, int iy, int c0, __mmask64 m, __m512i perm,
+                                     __m512i shuf, int ih, int iw) {
+  if ((unsigned)iy >= (unsigned)ih) return _mm512_set1_epi8((char)0x80);
+  const uintptr_t at = (uintptr_t)(xp + (long)iy * iw) + (uintptr_t)(intptr_t)c0;
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, (const void*)at), flip);
+  return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(perm, v), shuf);
 }
 /* dst[i] = src[i * sw + off] for 0 <= i * sw + off < iw, else 0 (a padded im2col row) */
 static inline void xm_q8_row(int8_t* dst, const int8_t* src, int n, int off, int sw, int iw) {
@@ -197,13 +247,61 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, 
     else:  # the TypeCvt QuantizedS32 -> QuantizedS8: one multiplication by s_acc / s_out
         y = f"xm_qdeq16({acc}, _mm512_set1_ps({f32(ratio(p['s_acc'], p['s_out']))}))"
     if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
-        _, s_island_out = p["island"]
-        q = (
-            f"xm_qrelu6_island16(xm_qint16_finite({y}), _mm512_set1_ps({f32(p['s_out'])}), "
-            f"_mm512_set1_ps({f32(inverse(s_island_out))}))"
-        )
-        return "__m128i", q, "_mm_mask_storeu_epi8"
-    return "__m128i", f"xm_qscaled16_finite({y})", "_mm_mask_storeu_epi8"
+        return "__m128i", _island_value(y, *p["island"]), "_mm_mask_storeu_epi8"
+    nonneg = post_processed(p) and act == "relu"
+    return "__m128i", f"xm_qscaled16_{'nonneg' if nonneg else 'finite'}({y})", "_mm_mask_storeu_epi8"
+
+
+def island_table(s_in: float, s_out: float) -> np.ndarray:
+    """The ReLU6 float island of every int8 value r in [-128, 127] (index r + 128), by the reference's
+    own operations: ``quantize(relu6(dequantize(r)))``."""
+    r = np.arange(-128, 128).astype(np.int8).view(quantized_numpy_dtype("qint8", s_in))
+    x = REF_ELEMWISE[enums.ElemwiseMode.RELU6](dequantize(r))
+    return quantize(x, quantized_numpy_dtype("qint8", s_out)).view(np.int8).astype(np.int64)
+
+
+@functools.cache
+def island_form(s_in: float, s_out: float) -> tuple[str, float, int]:
+    """The cheapest vector form of a ReLU6 island that gives the reference's value for every int8 r,
+    checked exhaustively (the float32 operations of the C helpers, emulated in numpy), as (form, k,
+    hi), hi the island's largest value: ``"clamp"``, the island is ``clamp(r, 0, hi)`` (equal
+    scales); ``"scale"``, ``min(trunc(r * k + 0.5), hi)`` (one product instead of the island's two,
+    and no clamp at 6 but the last one); else ``"float"``, the island's own operations. Each form
+    maps r <= 0 to 0, which the island does for every scale."""
+    want = island_table(s_in, s_out)
+    r = np.arange(-128, 128, dtype=np.float32)
+    if want[:129].any():
+        raise AssertionError(f"a ReLU6 island ({s_in}, {s_out}) maps a value r <= 0 off zero")
+    rp = np.maximum(r, np.float32(0))
+    hi = int(want[-1])
+    if np.array_equal(want, np.minimum(rp, hi)):
+        return "clamp", 0.0, hi
+    f = np.float32
+    s, inv = f(s_in), f(inverse(s_out))
+    candidates = [np.multiply(s, inv, dtype=f), f(s / f(s_out))]
+    for k0 in list(candidates):  # and a few neighbours: any k that matches every r is as good
+        for step in (1, -1, 2, -2):
+            k = k0
+            for _ in range(abs(step)):
+                k = np.nextafter(k, f(np.inf) if step > 0 else f(0))
+            candidates.append(k)
+    for k in candidates:
+        got = np.trunc(np.minimum(np.add(np.multiply(rp, k, dtype=f), f(0.5), dtype=f), f(hi)))
+        if np.array_equal(want, got):
+            return "scale", float(k), hi
+    return "float", 0.0, hi
+
+
+def _island_value(y: str, s_in: float, s_out: float) -> str:
+    """The int8 lanes of the island after the convolution's scaled value ``y`` (see island_form)."""
+    form, k, hi = island_form(float(np.float32(s_in)), float(np.float32(s_out)))
+    if form == "clamp":
+        return f"xm_qisland_clamp16({y}, {hi}.f)"
+    r = f"xm_qtrunc16(xm_qisland_in16({y}, 127.f))"
+    if form == "scale":
+        return f"xm_qisland_scale16({r}, _mm512_set1_ps({f32(k)}), {hi}.f)"
+    return (f"xm_qisland_float16({r}, _mm512_set1_ps({f32(s_in)}), "
+            f"_mm512_set1_ps({f32(inverse(s_out))}))")  # fmt: skip
 
 
 def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> str:
@@ -260,7 +358,17 @@ def _bias_decls(p: dict[str, Any]) -> str:
 
 
 class ConvDepthwiseQ8Vnni(Template):
-    """Depthwise int8 NCHW convolution: 16 output columns per vector, one ``vpdpwssd`` per tap."""
+    """Depthwise int8 NCHW convolution, 16 output columns per vector (pixels are the lanes).
+
+    Filters up to 4 taps wide (undilated, strides 1 and 2: MobileNetV2's 3x3) run as ``window``:
+    ``vpdpbusd`` takes one filter row per instruction, each lane's dword the four input bytes its
+    output column reads (``x + 128``, unsigned; the channel's ``-128 * sum(w)`` joins its bias), built
+    from one masked 64-byte row load by a ``vpermd`` (each 128-bit lane the 16 bytes its four outputs
+    read) and a ``vpshufb`` (the four overlapping windows). A block of ``DW_ROWS`` output rows builds
+    each input row's windows once and multiply-adds them into every output row that reads them.
+    Other filters (``widen``) widen every tap's 16 input bytes to int32 lanes and multiply-add with
+    ``vpdpwssd`` against the tap weight in the low 16 bits (the high half is zero, so the
+    sign-extension bits contribute nothing)."""
 
     family = "conv2d_dw_q8_x86"
     isa = ISA
@@ -274,22 +382,90 @@ class ConvDepthwiseQ8Vnni(Template):
         p, operands, wv = got
         if not (p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1) or p["sw"] > 2:
             return None
-        biases = _bias_operands(p, operands, np.zeros(p["oc"], np.int64))
+        window = p["fw"] <= 4 and p["dw"] == 1
+        correction = -128 * wv.reshape(p["oc"], -1).sum(axis=1) if window else np.zeros(p["oc"], np.int64)
+        biases = _bias_operands(p, operands, correction)
         if biases is None:
             return None
+        p["mode"] = "window" if window else "widen"
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "vnni_dw_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        return f"vnni_dw{'w' if p['mode'] == 'window' else ''}_" + Conv2dQ8.symbol(Conv2dQ8(), p)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
+        w = np.asarray(array).view(np.int8)
+        if p["mode"] == "window":  # [C][FH] dwords: a filter row's bytes, zero-padded to four
+            rows = np.zeros((p["oc"], p["fh"], 4), np.int8)
+            rows[:, :, : p["fw"]] = w.reshape(p["oc"], p["fh"], p["fw"])
+            return np.ascontiguousarray(rows).view(np.int32).reshape(-1), "dw_rows4"
         # each tap weight as an int32 whose high 16 bits are zero (the vpdpwssd pair partner)
-        w = np.asarray(array).view(np.int8).astype(np.int32).reshape(-1) & 0xFFFF
-        return np.ascontiguousarray(w.astype(np.int32)), "dw_w16"
+        w16 = w.astype(np.int32).reshape(-1) & 0xFFFF
+        return np.ascontiguousarray(w16.astype(np.int32)), "dw_w16"
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        return self._render_window(sym, p) if p["mode"] == "window" else self._render_widen(sym, p)
+
+    def _render_window(self, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
+        fh, sh, sw, ph, pw = (p[k] for k in ("fh", "sh", "sw", "ph", "pw"))
+        otype = _out_ctype(p["out"])
+        rows = min(DW_ROWS, oh)
+        span = 15 * sw + 4  # the bytes 16 output columns read: columns c0 + [0, 15 * sw + 4)
+        # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
+        perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
+        shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))
+        steps = []
+        for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
+            uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
+            steps.append(
+                f"{{ const __m512i x = xm_q8_window16(xp, iy0 + {t}, c0, m, perm, shuf, {ih}, {iw});"
+                + "".join(f" XM_DPBUSD(a{r}, x, wr[{kh}]);" for r, kh in uses)
+                + " }"
+            )
+        block = "\n        ".join(steps)
+        stores = "\n          ".join(
+            f"if (r0 + {r} < {oh}) {{ {_vec_int_activation(p, f'a{r}')} "
+            f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
+            for r in range(rows)
+        )
+        work = n * c * oh * ow * fh * p["fw"]
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int32_t* w = (const int32_t*)w_;
+  {_bias_decls(p)}
+  {otype}* y = ({otype}*)y_;
+  (void)ws;
+  const __m512i perm = _mm512_setr_epi32({perm});
+  const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK // 4}L)
+  for (int nc = 0; nc < {n * c}; ++nc) {{
+    const int ch = nc % {c};
+    const int8_t* xp = x + (long)nc * {ih * iw};
+    {otype}* yp = y + (long)nc * {oh * ow};
+    const float fb = {"fbias[ch]" if p["bias"] and post_processed(p) else "0.f"}; (void)fb;
+    __m512i wr[{fh}];
+    for (int k = 0; k < {fh}; ++k) wr[k] = _mm512_set1_epi32(w[(long)ch * {fh} + k]);
+    const __m512i bv = _mm512_set1_epi32(bias[ch]);
+    for (int q0 = 0; q0 < {ow}; q0 += 16) {{
+      const int c0 = q0 * {sw} - {pw};
+      const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
+      const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
+      for (int r0 = 0; r0 < {oh}; r0 += {rows}) {{
+        const int iy0 = r0 * {sh} - {ph};
+        {" ".join(f"__m512i a{r} = bv;" for r in range(rows))}
+        {block}
+        {stores}
+      }}
+    }}
+  }}
+}}
+""")
+
+    def _render_widen(self, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         otype = _out_ctype(p["out"])
@@ -354,11 +530,14 @@ static void {sym}({_kernel_args(p)}) {{
         return REQUANT_C + SUPPORT
 
 
-def relu6_island(op: Operation, producer_family: str) -> tuple[K.CallOp, tuple[float, float]] | None:
+def relu6_island(
+    op: Operation, producer_family: str, producer_isa: str = ISA
+) -> tuple[K.CallOp, tuple[float, float]] | None:
     """The ReLU6 float island post-training quantization leaves after an int8 convolution
     (MobileNetV2): ``op`` is ``typecvt f32 -> q8`` of ``relu6`` of ``typecvt q8 -> f32`` of a call of
-    ``producer_family``, each value read once. Returns that call and the island's (dequantization
-    scale, result scale); kernel-select lowered the producers already (program order)."""
+    ``producer_family`` (template ISA ``producer_isa``: the VNNI or the AMX convolutions), each value
+    read once. Returns that call and the island's (dequantization scale, result scale); kernel-select
+    lowered the producers already (program order)."""
     if not isinstance(op, T.TypeCvtOp) or code(op.results[0]) != "q8" or qparams(op.results[0])[1]:
         return None
     chain: list[K.CallOp] = []
@@ -368,7 +547,7 @@ def relu6_island(op: Operation, producer_family: str) -> tuple[K.CallOp, tuple[f
         if not isinstance(call, K.CallOp) or not value.has_one_use() or len(call.outputs) != 1:
             return None
         d = call.definition()
-        if d.family.data != family or (family == producer_family and d.isa.data != ISA):
+        if d.family.data != family or (family == producer_family and d.isa.data != producer_isa):
             return None
         chain.append(call)
         if family != producer_family:
@@ -388,13 +567,15 @@ class _Relu6Island:
     one kernel: the convolution's own int8 result (rounded and saturated as the reference does) is
     dequantized, clamped to [0, 6] and quantized again in its epilogue, on the same float32 operations
     as the three ops. The unit serves the island's last ``typecvt``; the convolution's call and the
-    island's first two calls are then unused, and kernel-select drops them."""
+    island's first two calls are then unused, and kernel-select drops them. Mixed into a convolution
+    unit (its ``isa`` is the convolution's)."""
 
     ops = (T.TypeCvtOp,)
     conv_family: str
+    isa: str
 
     def match(self, op: Operation) -> Lowered | None:
-        got = relu6_island(op, self.conv_family)
+        got = relu6_island(op, self.conv_family, self.isa)
         if got is None:
             return None
         conv, island = got

@@ -56,10 +56,6 @@ EPILOGUE_CYCLES = 8  # requantization and store of one vector, about
 GEMM_SUPPORT = r"""
 #ifndef XM_X86_INT8_GEMM
 #define XM_X86_INT8_GEMM
-/* acc += the four u8 x s8 products of each lane of b (unsigned) and a (signed): vpdpbusd in inline
-   assembly, as GCC 12 copies and spills every accumulator of _mm512_dpbusd_epi32 on each step of a
-   register tile of more than about 16 of them */
-#define XM_DPBUSD(acc, b, a) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(b), "v"(a))
 /* 16 bytes row[c0 + t*sw] for the t whose column lies in [0, iw), else 0 (strides 1 and 2 load
    under a mask: the lanes outside the row read nothing, and never fault) */
 static inline __m128i xm_q8_gather16(const int8_t* row, int c0, int sw, int iw) {
