@@ -116,3 +116,15 @@ def fuzz(n_per_file: int, seed: int = 0) -> int:
 
 def test_fuzz_mutated_golden_files_bounded() -> None:
     assert fuzz(150) == 450
+
+
+def test_elemwise_mode_of_another_arity_on_constants_is_a_format_error() -> None:
+    # found by the long fuzz run: one byte turned an Elemwise's mode into COND_LEQ_MOV (3 inputs) on
+    # two shape constants; the reader folded it by calling the mode's function with two arguments
+    # (TypeError) instead of rejecting the operator
+    data = bytearray(_golden("int8", "nchw44"))
+    offset = 1488  # the mode field of operator #18 (Elemwise) in this file
+    assert data[offset] == 21, "tests/data/int8/nchw44.mge changed: find the Elemwise mode byte again"
+    data[offset] = 34
+    with pytest.raises(MgeFormatError, match=r"Elemwise.*takes 3 inputs, got 2.*byte offset"):
+        read_mge(bytes(data))

@@ -110,6 +110,8 @@ def read_elemwise(ctx: ReadContext, op: RawOpr) -> None:
     ins = [input_var(ctx, op, k) for k in range(len(op.inputs))]
     if not ins:
         raise fail(op, "has no inputs")
+    if len(ins) != T.ELEMWISE_ARITY[mode]:  # before folding calls the mode's function with them
+        raise fail(op, f"elemwise {mode.name} takes {T.ELEMWISE_ARITY[mode]} inputs, got {len(ins)}")
     if foldable(ins):
         from backends.reference.kernels import ELEMWISE
 
