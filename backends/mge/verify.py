@@ -118,12 +118,7 @@ class _Verifier:
             raise self.fail(f"{what}: tables nested deeper than {MAX_DEPTH}", pos)
         if self.census.tables > MAX_TABLES:
             raise self.fail(f"more than {MAX_TABLES} tables", pos)
-        soff = self.scalar("i", pos, what + " (table start)")
-        vt = pos - soff
-        vt_len = self.scalar("H", vt, what + " vtable size")
-        if vt_len % 2 or vt_len < 4:
-            raise self.fail(f"{what}: invalid vtable size {vt_len}", vt)
-        self.check(vt, vt_len, what + " vtable")
+        vt, vt_len = self._vtable(pos, what)
         obj_len = struct.unpack_from("<H", self.buf, vt + 2)[0]
         if obj_len < 4:
             raise self.fail(f"{what}: invalid table size {obj_len}", vt + 2)
@@ -198,17 +193,20 @@ class _Verifier:
         if kind is None:
             # MegEngine knows more params than xmge; check the table's frame only
             self.census.unknown_union_tags.add((union, tag))
-            self._opaque_table(target, what)
+            self._vtable(target, what)
             return
         self.table(target, kind, f"{what}<{kind}>")
 
-    def _opaque_table(self, pos: int, what: str) -> None:
+    def _vtable(self, pos: int, what: str) -> tuple[int, int]:
+        """The position and size of the vtable of the table at ``pos``, checked: a table's frame
+        (all that is checked of a table of a kind xmge does not know)."""
         soff = self.scalar("i", pos, what + " (table start)")
         vt = pos - soff
         vt_len = self.scalar("H", vt, what + " vtable size")
         if vt_len % 2 or vt_len < 4:
             raise self.fail(f"{what}: invalid vtable size {vt_len}", vt)
         self.check(vt, vt_len, what + " vtable")
+        return vt, vt_len
 
 
 def verify_buffer(buf: bytes, identifier: bytes) -> Census:
