@@ -8,20 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
 
 from dialects import tensor as T
 from dialects.dtypes import dtype_name
+from passes.pattern_pass import PatternPass
 
 
 def _forward(op: Operation, value: SSAValue, rewriter: PatternRewriter) -> None:
@@ -140,14 +137,14 @@ ALL_PATTERNS: tuple[RewritePattern, ...] = tuple(
 
 
 @dataclass(frozen=True)
-class MgbCanonicalizePass(ModulePass):
+class MgbCanonicalizePass(PatternPass):
     """Removes no-op reshape/broadcast/typecvt/dimshuffle ops and merges chains of them."""
 
     name = "mgb-canonicalize"
+    PATTERNS = ALL_PATTERNS
 
     dce: bool = True
     """Also erase ops left without uses (xDSL's greedy driver does this by default)."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        applier = GreedyRewritePatternApplier(list(ALL_PATTERNS), ctx=ctx, dce_enabled=self.dce)
-        PatternRewriteWalker(applier).rewrite_module(op)
+    def erases_dead_ops(self) -> bool:
+        return self.dce

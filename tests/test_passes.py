@@ -24,6 +24,8 @@ from dialects.dtypes import numpy_dtype
 from passes import BUILTIN_PASSES, builtin_passes, describe
 from passes.canonicalize import MgbCanonicalizePass, compose_dimshuffles
 from passes.dce import MgbDeadCodeEliminationPass
+from passes.inference.param_fuse import ParamFusePass
+from passes.pattern_pass import PatternPass
 from tests.filecheck.runner import execute, filecheck_files, run_lines
 
 RUNS = [r for f in filecheck_files("passes") for r in run_lines(f)]
@@ -51,6 +53,28 @@ def test_pipeline_spec_builds_passes_with_options() -> None:
     factories = {c.name: (lambda c=c: c) for c in BUILTIN_PASSES}
     pipe = PassPipeline.parse_spec(factories, "mgb-canonicalize{dce=false},mgb-dce{consts=false}")
     assert pipe.passes == (MgbCanonicalizePass(dce=False), MgbDeadCodeEliminationPass(consts=False))
+
+
+def test_pattern_passes_declare_patterns_not_options() -> None:
+    """``PatternPass.PATTERNS`` is a class constant: it adds no option, and the pattern passes'
+    options are exactly the fields they declare (what ``--list-passes`` prints)."""
+    pattern_passes = [c for c in BUILTIN_PASSES if issubclass(c, PatternPass)]
+    names = {c.name for c in pattern_passes}
+    assert {"arith-fuse", "fold-batch-norm", "mgb-canonicalize", "param-fuse"} <= names
+    for cls in pattern_passes:
+        assert cls().patterns(), cls.name
+        assert "PATTERNS" not in {f.name for f in dataclasses.fields(cls)}
+    assert [f.name for f in dataclasses.fields(ParamFusePass)] == ["max_growth"]
+    assert ParamFusePass(max_growth=7).patterns()[0].max_growth == 7  # type: ignore[attr-defined]
+
+
+def test_pattern_pass_without_patterns_is_refused_by_name() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Empty(PatternPass):
+        name = "empty-pattern-pass"
+
+    with pytest.raises(NotImplementedError, match="'empty-pattern-pass'.*declares no patterns"):
+        Empty().apply(Context(), ModuleOp([]))
 
 
 def test_compose_dimshuffles_matches_numpy(rng: np.random.Generator) -> None:

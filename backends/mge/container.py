@@ -13,10 +13,12 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import backends.mge.fbs_schema as F
 import backends.mge.oprs as O
 import backends.mge.schema as S
 from backends.mge.dtypes import RawDType, storage_bytes
 from backends.mge.fbs import Buffer, MgeFormatError, Table
+from backends.mge.fbs_schema import COMMON, V1, V2, TableDef
 from backends.mge.records import Metadata
 
 V1_MAGIC = 0x4342474D  # "MGBC"
@@ -159,18 +161,18 @@ def parse_file(data: bytes | memoryview) -> list[RawGraph]:
 def _dtype(t: Table | None) -> RawDType | None:
     if t is None:
         return None
-    code = t.scalar(0, "b", 0)
+    code = t.scalar(COMMON.DType.type, "b", 0)
     if not 0 <= code < len(S.DTYPE_FILE_ENUM):
         raise t.buf.fail(f"unknown dtype number {code}", t.pos)
     name = S.DTYPE_FILE_ENUM[code]
-    ptype = t.scalar(1, "B", 0)
+    ptype = t.scalar(COMMON.DType.param_type, "B", 0)
     scale = zp = None
-    if ptype == S.LINEAR_QUANTIZATION_PARAM:
-        q = t.table(2, "param")
+    if ptype == F.LINEAR_QUANTIZATION_PARAM:
+        q = t.table(COMMON.DType.param, "param")
         if q is not None:
-            scale = float(q.scalar(0, "f", 0.0))
+            scale = float(q.scalar(COMMON.LinearQuantizationParam.scale, "f", 0.0))
             if name in S.ASYMMETRIC:
-                zp = int(q.scalar(1, "B", 0))
+                zp = int(q.scalar(COMMON.LinearQuantizationParam.zero_point, "B", 0))
     elif ptype != 0:
         raise t.buf.fail(f"unknown dtype param type {ptype}", t.pos)
     if name.startswith("Quantized") and scale is None:
@@ -207,13 +209,13 @@ def _param(tag: int, t: Table | None) -> RawParam:
     return RawParam(pdef.name, values)
 
 
-def _params(t: Table, type_slot: int, value_slot: int, add_type_slot: int, add_slot: int) -> list[RawParam]:
+def _params(t: Table, operator: TableDef) -> list[RawParam]:
     out = []
-    tag = t.scalar(type_slot, "B", 0)
+    tag = t.scalar(operator.param_type, "B", 0)
     if tag:
-        out.append(_param(tag, t.table(value_slot, "param")))
-    tags = t.scalars(add_type_slot, "B", "additional_params_type") or []
-    tables = t.tables(add_slot, "additional_params") or []
+        out.append(_param(tag, t.table(operator.param, "param")))
+    tags = t.scalars(operator.additional_params_type, "B", "additional_params_type") or []
+    tables = t.tables(operator.additional_params, "additional_params") or []
     if len(tags) != len(tables):
         raise t.buf.fail("additional_params and their types differ in length", t.pos)
     for tag_i, tab in zip(tags, tables, strict=True):
@@ -221,34 +223,34 @@ def _params(t: Table, type_slot: int, value_slot: int, add_type_slot: int, add_s
     return out
 
 
-def _metadata(mt: Table | None, options_slot: int, user_info_slot: int) -> RawMetadata:
+def _metadata(mt: Table | None, metadata: TableDef) -> RawMetadata:
     """The Metadata table; V1 and V2 swap the slots of optimize_options and user_info (A.8)."""
     if mt is None:
         return RawMetadata()
-    ui = mt.bytes_view(user_info_slot, "user_info")
+    ui = mt.bytes_view(metadata.user_info, "user_info")
     return RawMetadata(
-        is_valid=bool(mt.scalar(0, "?", False)),
-        graph_modified=bool(mt.scalar(1, "?", False)),
-        optimize_options=int(mt.scalar(options_slot, "Q", 0)),
+        is_valid=bool(mt.scalar(metadata.is_valid, "?", False)),
+        graph_modified=bool(mt.scalar(metadata.graph_modified, "?", False)),
+        optimize_options=int(mt.scalar(metadata.optimize_options, "Q", 0)),
         user_info=b"" if ui is None else bytes(ui[0]),
         present=True,
     )
 
 
 def _comp_node(t: Table | None) -> str | None:
-    return None if t is None else t.string(0, "logical_locator")
+    return None if t is None else t.string(COMMON.CompNode.logical_locator, "logical_locator")
 
 
 def _image2d_axis(t: Table) -> int | None:
     """``align_axis`` of a v2 tensor in Image2DPackedTensorFormat (union tag 2), else ``None``."""
-    if t.scalar(4, "B", 0) != S.IMAGE2D_TENSOR_FORMAT:
+    if t.scalar(V2.Tensor.format_type, "B", 0) != F.IMAGE2D_TENSOR_FORMAT:
         return None
-    fmt = t.table(5, "format")
-    return None if fmt is None else int(fmt.scalar(0, "B", 0))
+    fmt = t.table(V2.Tensor.format, "format")
+    return None if fmt is None else int(fmt.scalar(V2.Image2DPackedTensorFormat.align_axis, "B", 0))
 
 
-def _shape(t: Table) -> tuple[int, ...]:
-    shape = tuple(t.scalars(1, "I", "shape") or ())
+def _shape(t: Table, tensor: TableDef) -> tuple[int, ...]:
+    shape = tuple(t.scalars(tensor.shape, "I", "shape") or ())
     if len(shape) > 7:
         raise t.buf.fail(f"tensor has {len(shape)} dimensions, MegEngine allows at most 7", t.pos)
     return shape
@@ -268,27 +270,10 @@ def _expect_size(t: Table, shape: tuple[int, ...], dtype: RawDType | None, have:
 # FBS v2
 
 
-@dataclass(frozen=True)
-class _OperatorSlots:
-    """Where an Operator table keeps the fields both versions have (their schemas number them
-    differently, spec A.5/A.6)."""
-
-    name: int
-    params: tuple[int, int, int, int]  # param type, param, additional types, additional params
-    inputs: int
-    output_dtype: int
-    priority: int
-    blobs: int
-    blobs_field: str
-
-
-_V1_OPERATOR = _OperatorSlots(12, (1, 2, 10, 11), 3, 6, 8, 9, "blobs")
-_V2_OPERATOR = _OperatorSlots(2, (3, 4, 5, 6), 7, 10, 13, 14, "custom_data")
-
-
 def _raw_opr(
     ot: Table,
-    slots: _OperatorSlots,
+    operator: TableDef,
+    blobs_field: str,
     index: int,
     type_name: str,
     type_id: int,
@@ -298,8 +283,10 @@ def _raw_opr(
     output_names: list[str] | None,
     tensors: list[RawTensor],
 ) -> RawOpr:
-    """An operator record from its table, given what the two versions find differently."""
-    blobs = (bt.bytes_view(0, "data") for bt in ot.tables(slots.blobs, slots.blobs_field) or [])
+    """An operator record from its table (``operator``: its version's schema, which calls the blob
+    list ``blobs_field``), given what the two versions find differently."""
+    blob_tables = ot.tables(getattr(operator, blobs_field), blobs_field) or []
+    blobs = (bt.bytes_view(COMMON.Blob.data, "data") for bt in blob_tables)
     return RawOpr(
         index=index,
         offset=ot.buf.file_offset + ot.pos,
@@ -307,14 +294,14 @@ def _raw_opr(
         type_id=type_id,
         opr_version=version,
         kind=kind,
-        name=ot.string(slots.name, "name"),
-        params=_params(ot, *slots.params),
-        inputs=list(ot.scalars(slots.inputs, "I", "inputs") or []),
+        name=ot.string(operator.name, "name"),
+        params=_params(ot, operator),
+        inputs=list(ot.scalars(operator.inputs, "I", "inputs") or []),
         outputs=outputs,
         output_names=output_names,
-        output_dtype=_dtype(ot.table(slots.output_dtype, "output_dtype")),
+        output_dtype=_dtype(ot.table(operator.output_dtype, "output_dtype")),
         tensors=tensors,
-        priority=ot.scalar(slots.priority, "i", 0),
+        priority=ot.scalar(operator.priority, "i", 0),
         blobs=[bytes(b[0]) for b in blobs if b],
     )
 
@@ -332,15 +319,15 @@ def _size_prefixed(view: memoryview, pos: int, what: str, identifier: bytes) -> 
 def _parse_v2(view: memoryview, start: int) -> RawGraph:
     root, size = _size_prefixed(view, start, "FBS v2 graph", V2_IDENTIFIER)
     buf = root.buf
-    oprs_t = root.tables(2, "oprs") or []
+    oprs_t = root.tables(V2.Model.oprs, "oprs") or []
     oprs: list[RawOpr] = []
     nvars = 0
     for i, ot in enumerate(oprs_t):
-        type_name = ot.string(0, "type") or ""
-        type_id = ot.scalar(1, "Q", 0)
-        version = ot.scalar(12, "I", 1)
+        type_name = ot.string(V2.Operator.type, "type") or ""
+        type_id = ot.scalar(V2.Operator.type_id, "Q", 0)
+        version = ot.scalar(V2.Operator.opr_version, "I", 1)
         kind_t = O.BY_V2_ID.get((type_id, version))
-        outputs = list(ot.scalars(8, "I", "outputs") or [])
+        outputs = list(ot.scalars(V2.Operator.outputs, "I", "outputs") or [])
         for o in outputs:
             if o != nvars:
                 raise buf.fail(
@@ -348,44 +335,49 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
                 )
             nvars += 1
         tensors = []
-        for tt in ot.tables(11, "tensors") or []:
-            dt = _dtype(tt.table(3, "dtype"))
-            shape = _shape(tt)
-            raw = tt.bytes_view(6, "data")
+        for tt in ot.tables(V2.Operator.tensors, "tensors") or []:
+            dt = _dtype(tt.table(V2.Tensor.dtype, "dtype"))
+            shape = _shape(tt, V2.Tensor)
+            raw = tt.bytes_view(V2.Tensor.data, "data")
             data, pos = (None, 0) if raw is None else raw
             if data is not None:
                 _expect_size(tt, shape, dt, len(data))
             tensors.append(
                 RawTensor(
-                    tt.string(0, "name"),
+                    tt.string(V2.Tensor.name, "name"),
                     shape,
                     dt,
                     data,
                     buf.file_offset + pos,
-                    _comp_node(tt.table(2, "cn")),
+                    _comp_node(tt.table(V2.Tensor.comp_node, "cn")),
                     _image2d_axis(tt),
                 )
             )
         kind = kind_t.kind if kind_t else None
-        oprs.append(_raw_opr(ot, _V2_OPERATOR, i, type_name, type_id, version, kind, outputs, None, tensors))
+        oprs.append(
+            _raw_opr(
+                ot, V2.Operator, "custom_data", i, type_name, type_id, version, kind, outputs, None, tensors
+            )
+        )
     names: dict[int, str] = {}
-    for vid, mt in enumerate(root.tables(3, "middle_tensors") or []):
-        name = mt.string(0, "name")
+    for vid, mt in enumerate(root.tables(V2.Model.middle_tensors, "middle_tensors") or []):
+        name = mt.string(V2.MiddleTensor.name, "name")
         if name:
             names[vid] = name
-    outputs = [ov.scalar(0, "I", 0) for ov in root.tables(4, "output_vars_idx") or []]
-    meta = _metadata(root.table(7, "metadata"), options_slot=2, user_info_slot=3)
+    output_vars = root.tables(V2.Model.output_vars_idx, "output_vars_idx") or []
+    outputs = [ov.scalar(V2.OutputVar.compact_id, "I", 0) for ov in output_vars]
+    meta = _metadata(root.table(V2.Model.metadata, "metadata"), V2.Metadata)
     return RawGraph(
         format="FBS_V2",
         offset=start,
         size=4 + size,
-        version=root.scalar(0, "I", 0),
-        model_version=root.scalar(1, "I", 0),
+        version=root.scalar(V2.Model.mge_version, "I", 0),
+        model_version=root.scalar(V2.Model.model_version, "I", 0),
         oprs=oprs,
         outputs=outputs,
         var_names=names,
         metadata=meta,
-        nr_shared_tensor=root.scalar(6, "I", 0),
+        nr_shared_tensor=root.scalar(V2.Model.nr_shared_tensor, "I", 0),
         nr_vars=nvars,
     )
 
@@ -429,16 +421,16 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
     oprs: list[RawOpr] = []
     names: dict[int, str] = {}
     nvars = 0
-    for i, ot in enumerate(root.tables(3, "oprs") or []):
-        type_id = ot.scalar(0, "Q", 0)
+    for i, ot in enumerate(root.tables(V1.Graph.oprs, "oprs") or []):
+        type_id = ot.scalar(V1.Operator.type_id, "Q", 0)
         kind_t = by_id.get(type_id)
         type_name = kind_t.regname if kind_t else O.KNOWN_NAMES.get(type_id, f"<unknown type id {type_id}>")
         tensors = []
-        for tt in ot.tables(7, "tensors") or []:
-            dt = _dtype(tt.table(3, "dtype"))
-            shape = _shape(tt)
-            data_size = tt.scalar(4, "I", 0)
-            skip = tt.scalar(5, "I", 0)
+        for tt in ot.tables(V1.Operator.tensors, "tensors") or []:
+            dt = _dtype(tt.table(V1.Tensor.dtype, "dtype"))
+            shape = _shape(tt, V1.Tensor)
+            data_size = tt.scalar(V1.Tensor.data_size, "I", 0)
+            skip = tt.scalar(V1.Tensor.offset, "I", 0)
             data = None
             pos = blob_pos + skip
             if data_size:
@@ -452,11 +444,18 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
                 _expect_size(tt, shape, dt, data_size)
                 blob_pos = pos + data_size
             tensors.append(
-                RawTensor(tt.string(0, "name"), shape, dt, data, pos, _comp_node(tt.table(2, "cn")))
+                RawTensor(
+                    tt.string(V1.Tensor.name, "name"),
+                    shape,
+                    dt,
+                    data,
+                    pos,
+                    _comp_node(tt.table(V1.Tensor.comp_node, "cn")),
+                )
             )
         opr_kind = kind_t.kind if kind_t else None
-        out_names = ot.strings(5, "output_name")
-        v1_inputs = ot.scalars(3, "I", "inputs") or []
+        out_names = ot.strings(V1.Operator.output_name, "output_name")
+        v1_inputs = ot.scalars(V1.Operator.inputs, "I", "inputs") or []
         n_out = v1_output_count(opr_kind, len(tensors), out_names, len(v1_inputs))
         outputs = list(range(nvars, nvars + n_out))
         if out_names:
@@ -465,21 +464,25 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
                     names[vid] = nm
         nvars += n_out
         oprs.append(
-            _raw_opr(ot, _V1_OPERATOR, i, type_name, type_id, 1, opr_kind, outputs, out_names, tensors)
+            _raw_opr(
+                ot, V1.Operator, "blobs", i, type_name, type_id, 1, opr_kind, outputs, out_names, tensors
+            )
         )
-    outputs = [root.unpack_at(p, "I") for p in root.structs(4, 8, "output_vars_idx") or []]
-    meta = _metadata(root.table(5, "metadata"), options_slot=3, user_info_slot=2)
+    output_var_size = V1.structs["OutputVar"][0]
+    output_vars = root.structs(V1.Graph.output_vars_idx, output_var_size, "output_vars_idx") or []
+    outputs = [root.unpack_at(p, "I") for p in output_vars]
+    meta = _metadata(root.table(V1.Graph.metadata, "metadata"), V1.Metadata)
     return RawGraph(
         format=kind,
         offset=start,
         size=fbs_pos + 4 + size - start,
-        version=root.scalar(0, "I", 0),
+        version=root.scalar(V1.Graph.mgb_version, "I", 0),
         model_version=None,
         oprs=oprs,
         outputs=outputs,
         var_names=names,
         metadata=meta,
-        nr_shared_tensor=root.scalar(2, "I", 0),
-        graph_hash=root.scalar(1, "Q", 0),
+        nr_shared_tensor=root.scalar(V1.Graph.nr_shared_tensor, "I", 0),
+        graph_hash=root.scalar(V1.Graph.hash, "Q", 0),
         nr_vars=nvars,
     )

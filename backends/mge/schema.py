@@ -201,11 +201,7 @@ DTYPE_TO_XMGE: dict[str, str] = {
 }
 XMGE_TO_DTYPE: dict[str, str] = {v: k for k, v in DTYPE_TO_XMGE.items() if k != "Byte"}
 ASYMMETRIC = {"Quantized8Asymm", "Quantized4Asymm"}
-LINEAR_QUANTIZATION_PARAM = 1  # union DTypeParam tag
-# union TensorFormat tags (A.4.1)
-DEFAULT_TENSOR_FORMAT = 1
-IMAGE2D_TENSOR_FORMAT = 2
-LOWBITS_ALIGNED_TENSOR_FORMAT = 3
+# the union tags (DTypeParam, TensorFormat) follow from their declarations in fbs_schema.py
 
 # ----------------------------------------------------------------------------------------------
 # Operator ids (A.5); the operators themselves are the rows of backends/mge/oprs.py

@@ -14,9 +14,11 @@ from typing import Any
 import flatbuffers
 import xxhash
 
+import backends.mge.fbs_schema as F
 import backends.mge.schema as S
 from backends.mge.dtypes import RawDType
 from backends.mge.fbs import TableWriter, write_bytes, write_offsets, write_structs, write_vector
+from backends.mge.fbs_schema import COMMON, V1, V2, TableDef
 from backends.mge.oprs import BY_KIND
 from backends.mge.records import LoweredGraph, Metadata, WOpr, WTensor
 
@@ -25,14 +27,15 @@ COMP_NODE = "xpux:0"  # what the tracer writes: "any device"
 
 def _write_dtype(b: flatbuffers.Builder, dt: RawDType) -> int:
     q = None
+    quant, dtype = COMMON.LinearQuantizationParam, COMMON.DType
     if dt.scale is not None:
-        tw = TableWriter(b).scalar(0, "f", float(dt.scale))
+        tw = TableWriter(b).scalar(quant.scale, "f", float(dt.scale))
         if dt.zero_point is not None:
-            tw.scalar(1, "B", int(dt.zero_point))
+            tw.scalar(quant.zero_point, "B", int(dt.zero_point))
         q = tw.finish()
-    tw = TableWriter(b).scalar(0, "b", S.DTYPE_FILE_ENUM.index(dt.name))
+    tw = TableWriter(b).scalar(dtype.type, "b", S.DTYPE_FILE_ENUM.index(dt.name))
     if q is not None:
-        tw.scalar(1, "B", S.LINEAR_QUANTIZATION_PARAM).offset(2, q)
+        tw.scalar(dtype.param_type, "B", F.LINEAR_QUANTIZATION_PARAM).offset(dtype.param, q)
     return tw.finish()
 
 
@@ -63,7 +66,7 @@ def _comp_node(b: flatbuffers.Builder, cache: dict[str, int]) -> int:
     # one shared CompNode table: every tensor names the same device
     if "cn" not in cache:
         s = b.CreateString(COMP_NODE)
-        cache["cn"] = TableWriter(b).offset(0, s).finish()
+        cache["cn"] = TableWriter(b).offset(COMMON.CompNode.logical_locator, s).finish()
     return cache["cn"]
 
 
@@ -79,6 +82,19 @@ def _params_fields(
     return first, add_types, add_vals
 
 
+def _params_slots(
+    tw: TableWriter,
+    operator: TableDef,
+    first: tuple[int, int] | None,
+    add_types: int | None,
+    add_vals: int | None,
+) -> None:
+    """The operator's param union and its additional params (``operator``: its version's schema)."""
+    if first is not None:
+        tw.scalar(operator.param_type, "B", first[0]).offset(operator.param, first[1])
+    tw.offset(operator.additional_params_type, add_types).offset(operator.additional_params, add_vals)
+
+
 @dataclass(frozen=True)
 class Naming:
     """What a graph keeps besides its computation (``trace.dump``'s ``keep_*`` keywords): var names
@@ -89,13 +105,15 @@ class Naming:
     keep_opr_priority: bool = False
 
 
-def _tensor_head(b: flatbuffers.Builder, t: WTensor, cache: dict[str, int]) -> TableWriter:
-    """A Tensor table with the slots both versions start it with: name, shape, comp node, dtype."""
+def _tensor_head(b: flatbuffers.Builder, t: WTensor, cache: dict[str, int], tensor: TableDef) -> TableWriter:
+    """A Tensor table (``tensor``: its version's schema) with the fields both versions start it
+    with: name, shape, comp node, dtype."""
     shape = write_vector(b, "I", list(t.shape))
     name = b.CreateString(t.name) if t.name is not None else None
     dt = _write_dtype(b, t.dtype)
     cn = _comp_node(b, cache)
-    return TableWriter(b).offset(0, name).offset(1, shape).offset(2, cn).offset(3, dt)
+    tw = TableWriter(b).offset(tensor.name, name).offset(tensor.shape, shape)
+    return tw.offset(tensor.comp_node, cn).offset(tensor.dtype, dt)
 
 
 def _opr_name(b: flatbuffers.Builder, g: LoweredGraph, opr: WOpr, naming: Naming) -> int | None:
@@ -116,13 +134,15 @@ def serialize_v2(
         tensor_offs = []
         for t in opr.tensors:
             data = write_bytes(b, t.data) if t.data is not None else None
-            tw = _tensor_head(b, t, cache)
+            tw = _tensor_head(b, t, cache, V2.Tensor)
             if t.image2d_axis is None:
-                tw.scalar(4, "B", S.DEFAULT_TENSOR_FORMAT).offset(5, default_format)
+                tw.scalar(V2.Tensor.format_type, "B", F.DEFAULT_TENSOR_FORMAT)
+                tw.offset(V2.Tensor.format, default_format)
             else:
-                image = TableWriter(b).scalar(0, "B", t.image2d_axis).finish()
-                tw.scalar(4, "B", S.IMAGE2D_TENSOR_FORMAT).offset(5, image)
-            tw.offset(6, data)
+                align_axis = V2.Image2DPackedTensorFormat.align_axis
+                image = TableWriter(b).scalar(align_axis, "B", t.image2d_axis).finish()
+                tw.scalar(V2.Tensor.format_type, "B", F.IMAGE2D_TENSOR_FORMAT).offset(V2.Tensor.format, image)
+            tw.offset(V2.Tensor.data, data)
             tensor_offs.append(tw.finish())
         tensors = write_offsets(b, tensor_offs) if tensor_offs else None
         first, add_types, add_vals = _params_fields(b, opr)
@@ -131,13 +151,13 @@ def serialize_v2(
         tname = b.CreateString(type_name)
         oname = _opr_name(b, g, opr, naming)
         odt = _write_dtype(b, opr.output_dtype) if opr.output_dtype is not None else None
-        tw = TableWriter(b).offset(0, tname).scalar(1, "Q", type_id).offset(2, oname)
-        if first is not None:
-            tw.scalar(3, "B", first[0]).offset(4, first[1])
-        tw.offset(5, add_types).offset(6, add_vals).offset(7, inputs).offset(8, outputs)
-        tw.offset(10, odt).offset(11, tensors).scalar(12, "I", version)
+        o = V2.Operator
+        tw = TableWriter(b).offset(o.type, tname).scalar(o.type_id, "Q", type_id).offset(o.name, oname)
+        _params_slots(tw, o, first, add_types, add_vals)
+        tw.offset(o.inputs, inputs).offset(o.outputs, outputs)
+        tw.offset(o.output_dtype, odt).offset(o.tensors, tensors).scalar(o.opr_version, "I", version)
         if naming.keep_opr_priority:
-            tw.scalar(13, "i", opr.priority)
+            tw.scalar(o.priority, "i", opr.priority)
         opr_offsets.append(tw.finish())
     oprs = write_offsets(b, opr_offsets)
     middle = None
@@ -145,21 +165,29 @@ def serialize_v2(
         mts = []
         for name in g.var_names:
             s = b.CreateString(name)
-            mts.append(TableWriter(b).offset(0, s).finish())
+            mts.append(TableWriter(b).offset(V2.MiddleTensor.name, s).finish())
         middle = write_offsets(b, mts)
-    outs = write_offsets(b, [TableWriter(b).scalar(0, "I", v).scalar(1, "I", v).finish() for v in g.outputs])
+    ov = V2.OutputVar
+    outs = write_offsets(
+        b,
+        [
+            TableWriter(b).scalar(ov.compact_id, "I", v).scalar(ov.original_id, "I", v).finish()
+            for v in g.outputs
+        ],
+    )
     alias = write_offsets(b, [])
-    md = _write_metadata(b, meta, v2=True)
+    md = _write_metadata(b, meta, V2.Metadata)
+    m = V2.Model
     root = (
         TableWriter(b)
-        .scalar(0, "I", S.MGB_VERSION)
-        .scalar(1, "I", model_version)
-        .offset(2, oprs)
-        .offset(3, middle)
-        .offset(4, outs)
-        .offset(5, alias)
-        .scalar(6, "I", _nr_shared_tensors(g))
-        .offset(7, md)
+        .scalar(m.mge_version, "I", S.MGB_VERSION)
+        .scalar(m.model_version, "I", model_version)
+        .offset(m.oprs, oprs)
+        .offset(m.middle_tensors, middle)
+        .offset(m.output_vars_idx, outs)
+        .offset(m.output_alias, alias)
+        .scalar(m.nr_shared_tensor, "I", _nr_shared_tensors(g))
+        .offset(m.metadata, md)
         .finish()
     )
     b.FinishSizePrefixed(root, b"mgv2")
@@ -172,15 +200,15 @@ def _nr_shared_tensors(g: LoweredGraph) -> int:
     return sum(len(o.tensors) for o in g.oprs if o.kind in holders)
 
 
-def _write_metadata(b: flatbuffers.Builder, meta: Metadata, v2: bool) -> int:
+def _write_metadata(b: flatbuffers.Builder, meta: Metadata, metadata: TableDef) -> int:
+    """The Metadata table (``metadata``: its version's schema; V1 and V2 swap the slots of
+    optimize_options and user_info, A.8)."""
     # a FlatBuffers string: the verifier insists on the terminating NUL (pickle bytes are not UTF-8,
     # MegEngine stores them raw all the same)
     ui = b.CreateString(bytes(meta.user_info))
-    tw = TableWriter(b).scalar(0, "?", meta.is_valid).scalar(1, "?", meta.graph_modified)
-    if v2:
-        tw.scalar(2, "Q", meta.optimize_options).offset(3, ui)
-    else:
-        tw.offset(2, ui).scalar(3, "Q", meta.optimize_options)
+    tw = TableWriter(b).scalar(metadata.is_valid, "?", meta.is_valid)
+    tw.scalar(metadata.graph_modified, "?", meta.graph_modified)
+    tw.scalar(metadata.optimize_options, "Q", meta.optimize_options).offset(metadata.user_info, ui)
     return tw.finish()
 
 
@@ -194,7 +222,8 @@ def serialize_v1(g: LoweredGraph, meta: Metadata, naming: Naming = Naming()) -> 
         otype = BY_KIND[opr.kind]
         tensor_offs = []
         for t in opr.tensors:
-            tw = _tensor_head(b, t, cache).scalar(4, "I", len(t.data or b"")).scalar(5, "I", 0)
+            tw = _tensor_head(b, t, cache, V1.Tensor)
+            tw.scalar(V1.Tensor.data_size, "I", len(t.data or b"")).scalar(V1.Tensor.offset, "I", 0)
             tensor_offs.append(tw.finish())
             if t.data:
                 blobs.append(t.data)
@@ -206,27 +235,30 @@ def serialize_v1(g: LoweredGraph, meta: Metadata, naming: Naming = Naming()) -> 
             out_names = write_offsets(b, [b.CreateString(g.var_names[v]) for v in opr.outputs])
         oname = _opr_name(b, g, opr, naming)
         odt = _write_dtype(b, opr.output_dtype) if opr.output_dtype is not None else None
-        tw = TableWriter(b).scalar(0, "Q", otype.persist_id)
-        if first is not None:
-            tw.scalar(1, "B", first[0]).offset(2, first[1])
-        tw.offset(3, inputs).offset(5, out_names).offset(6, odt).offset(7, tensors)
+        o = V1.Operator
+        tw = TableWriter(b).scalar(o.type_id, "Q", otype.persist_id)
+        _params_slots(tw, o, first, add_types, add_vals)
+        tw.offset(o.inputs, inputs).offset(o.output_name, out_names)
+        tw.offset(o.output_dtype, odt).offset(o.tensors, tensors)
         if naming.keep_opr_priority:
-            tw.scalar(8, "i", opr.priority)
-        tw.offset(10, add_types).offset(11, add_vals).offset(12, oname)
+            tw.scalar(o.priority, "i", opr.priority)
+        tw.offset(o.name, oname)
         opr_offsets.append(tw.finish())
     oprs = write_offsets(b, opr_offsets)
-    outs = write_structs(b, 8, 4, [struct.pack("<II", v, v) for v in g.outputs])
-    md = _write_metadata(b, meta, v2=False)
+    size, align = V1.structs["OutputVar"]
+    outs = write_structs(b, size, align, [struct.pack("<II", v, v) for v in g.outputs])
+    md = _write_metadata(b, meta, V1.Metadata)
     # The graph hash only has to be non-zero and stable; hash what has been built so far.
     graph_hash = xxhash.xxh64_intdigest(bytes(b.Bytes[b.Head() :]), S.GRAPH_HASH_SEED) or 1
+    gr = V1.Graph
     root = (
         TableWriter(b)
-        .scalar(0, "I", S.MGB_VERSION)
-        .scalar(1, "Q", graph_hash)
-        .scalar(2, "I", 0)
-        .offset(3, oprs)
-        .offset(4, outs)
-        .offset(5, md)
+        .scalar(gr.mgb_version, "I", S.MGB_VERSION)
+        .scalar(gr.hash, "Q", graph_hash)
+        .scalar(gr.nr_shared_tensor, "I", 0)
+        .offset(gr.oprs, oprs)
+        .offset(gr.output_vars_idx, outs)
+        .offset(gr.metadata, md)
         .finish()
     )
     # Size-prefixed like MegEngine's dumper: the v1 loader verifies the buffer *including* its

@@ -5,7 +5,7 @@ MegEngine 1.13 runs ``flatbuffers::Verifier`` over every graph before it reads a
 refuses the whole file with "model verification failed (invalid or corrupted model?)" when one
 check fails. xmge's own reader is more forgiving (it only checks bounds), so a file it reads back
 can still be one MegEngine refuses. This module repeats the verifier's checks against the schemas
-of spec A.4 so that tests catch such files without MegEngine:
+of spec A.4 (:mod:`backends.mge.fbs_schema`) so that tests catch such files without MegEngine:
 
 * the buffer is size-prefixed and **alignment is relative to the size word** (the verifier's
   ``buf_`` points at it): every scalar field is aligned to its size (8-byte ``hash``,
@@ -33,132 +33,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import backends.mge.schema as S
+import backends.mge.fbs_schema as F
+from backends.mge.fbs_schema import Kind
 from dialects.errors import XmgeError
 
 MAX_DEPTH = 64
 MAX_TABLES = 1_000_000
 MAX_BUFFER_SIZE = 2**31 - 1
 
-# field kinds: ("s", fmt) scalar; ("t", name) table; ("str",); ("vs", fmt) vector of scalars;
-# ("vt", name) vector of tables; ("vstr",); ("vstruct", size, align); ("u", union, type_slot);
-# ("vu", union, type_slot) vector of unions; ("ut",) a union's type byte, ("vut",) its vector.
-Kind = tuple[Any, ...]
-
 _SCALAR_SIZE = {"b": 1, "B": 1, "?": 1, "h": 2, "H": 2, "i": 4, "I": 4, "f": 4, "q": 8, "Q": 8, "d": 8}
-
-
-def _param_tables() -> dict[str, dict[int, Kind]]:
-    out: dict[str, dict[int, Kind]] = {}
-    for pdef in S.PARAMS.values():
-        if pdef.name == "DType":
-            continue
-        fields: dict[int, Kind] = {}
-        for slot, (_name, fmt, _default) in enumerate(pdef.fields):
-            if fmt == "vec_i":
-                fields[slot] = ("vs", "i")
-            elif fmt == "vec_axisdesc":
-                fields[slot] = ("vstruct", S.AXIS_DESC_SIZE, 4)
-            elif fmt == "vec_indexdesc":
-                fields[slot] = ("vstruct", S.INDEX_DESC_SIZE, 1)
-            else:
-                fields[slot] = ("s", fmt)
-        out["param." + pdef.name] = fields
-    return out
-
-
-# the slots every tensor record of both versions starts with: name, shape, comp node, dtype
-_TENSOR_HEAD: dict[int, Kind] = {0: ("str",), 1: ("vs", "I"), 2: ("t", "CompNode"), 3: ("t", "DType")}
-# v2: a MiddleTensor is a Tensor without its data (slot 6)
-_V2_MIDDLE_TENSOR: dict[int, Kind] = {**_TENSOR_HEAD, 4: ("ut",), 5: ("u", "TensorFormat", 4)}
-
-_COMMON: dict[str, dict[int, Kind]] = {
-    "DType": {0: ("s", "b"), 1: ("ut",), 2: ("u", "DTypeParam", 1)},
-    "LinearQuantizationParam": {0: ("s", "f"), 1: ("s", "B")},
-    "CompNode": {0: ("str",)},
-    "Blob": {0: ("vs", "B")},
-    **_param_tables(),
-}
-
-V1_SCHEMA: dict[str, dict[int, Kind]] = {
-    **_COMMON,
-    "Graph": {
-        0: ("s", "I"),
-        1: ("s", "Q"),
-        2: ("s", "I"),
-        3: ("vt", "Operator"),
-        4: ("vstruct", 8, 4),
-        5: ("t", "Metadata"),
-    },
-    "Operator": {
-        0: ("s", "Q"),
-        1: ("ut",),
-        2: ("u", "OperatorParam", 1),
-        3: ("vs", "I"),
-        4: ("vt", "CompNode"),
-        5: ("vstr",),
-        6: ("t", "DType"),
-        7: ("vt", "Tensor"),
-        8: ("s", "i"),
-        9: ("vt", "Blob"),
-        10: ("vut",),
-        11: ("vu", "OperatorParam", 10),
-        12: ("str",),
-    },
-    "Tensor": {**_TENSOR_HEAD, 4: ("s", "I"), 5: ("s", "I")},
-    "Metadata": {0: ("s", "?"), 1: ("s", "?"), 2: ("str",), 3: ("s", "Q")},
-}
-
-V2_SCHEMA: dict[str, dict[int, Kind]] = {
-    **_COMMON,
-    "Model": {
-        0: ("s", "I"),
-        1: ("s", "I"),
-        2: ("vt", "Operator"),
-        3: ("vt", "MiddleTensor"),
-        4: ("vt", "OutputVar"),
-        5: ("vt", "OutputAlias"),
-        6: ("s", "I"),
-        7: ("t", "Metadata"),
-    },
-    "Operator": {
-        0: ("str",),
-        1: ("s", "Q"),
-        2: ("str",),
-        3: ("ut",),
-        4: ("u", "OperatorParam", 3),
-        5: ("vut",),
-        6: ("vu", "OperatorParam", 5),
-        7: ("vs", "I"),
-        8: ("vs", "I"),
-        9: ("vt", "CompNode"),
-        10: ("t", "DType"),
-        11: ("vt", "Tensor"),
-        12: ("s", "I"),
-        13: ("s", "i"),
-        14: ("vt", "Blob"),
-    },
-    "Tensor": {**_V2_MIDDLE_TENSOR, 6: ("vs", "B")},
-    "MiddleTensor": _V2_MIDDLE_TENSOR,
-    "Metadata": {0: ("s", "?"), 1: ("s", "?"), 2: ("s", "Q"), 3: ("str",)},
-    "OutputVar": {0: ("s", "I"), 1: ("s", "I")},
-    "OutputAlias": {0: ("s", "I"), 1: ("str",)},
-    "DefaultTensorFormat": {},
-    "Image2DPackedTensorFormat": {0: ("s", "B")},
-    "LowbitsAlignedTensorFormat": {0: ("s", "B"), 1: ("s", "B")},
-}
-
-UNIONS: dict[str, dict[int, str]] = {
-    "OperatorParam": {
-        p.tag: ("DType" if p.name == "DType" else "param." + p.name) for p in S.PARAMS.values()
-    },
-    "DTypeParam": {S.LINEAR_QUANTIZATION_PARAM: "LinearQuantizationParam"},
-    "TensorFormat": {
-        1: "DefaultTensorFormat",
-        2: "Image2DPackedTensorFormat",
-        3: "LowbitsAlignedTensorFormat",
-    },
-}
 
 
 class FbsVerifyError(XmgeError, ValueError):
@@ -175,10 +58,13 @@ class Census:
 
 
 class _Verifier:
-    def __init__(self, buf: bytes, schema: dict[str, dict[int, Kind]], what: str):
+    def __init__(
+        self, buf: bytes, schema: dict[str, dict[int, Kind]], unions: dict[str, dict[int, str]], what: str
+    ):
         self.buf = buf
         self.size = len(buf)
         self.schema = schema
+        self.unions = unions
         self.what = what
         self.depth = 0
         self.census = Census()
@@ -232,12 +118,7 @@ class _Verifier:
             raise self.fail(f"{what}: tables nested deeper than {MAX_DEPTH}", pos)
         if self.census.tables > MAX_TABLES:
             raise self.fail(f"more than {MAX_TABLES} tables", pos)
-        soff = self.scalar("i", pos, what + " (table start)")
-        vt = pos - soff
-        vt_len = self.scalar("H", vt, what + " vtable size")
-        if vt_len % 2 or vt_len < 4:
-            raise self.fail(f"{what}: invalid vtable size {vt_len}", vt)
-        self.check(vt, vt_len, what + " vtable")
+        vt, vt_len = self._vtable(pos, what)
         obj_len = struct.unpack_from("<H", self.buf, vt + 2)[0]
         if obj_len < 4:
             raise self.fail(f"{what}: invalid table size {obj_len}", vt + 2)
@@ -308,31 +189,29 @@ class _Verifier:
     def union(self, union: str, tag: int, target: int, what: str) -> None:
         if tag == 0:
             raise self.fail(f"{what}: union value with type NONE", target)
-        kind = UNIONS[union].get(tag)
+        kind = self.unions[union].get(tag)
         if kind is None:
             # MegEngine knows more params than xmge; check the table's frame only
             self.census.unknown_union_tags.add((union, tag))
-            self._opaque_table(target, what)
+            self._vtable(target, what)
             return
         self.table(target, kind, f"{what}<{kind}>")
 
-    def _opaque_table(self, pos: int, what: str) -> None:
+    def _vtable(self, pos: int, what: str) -> tuple[int, int]:
+        """The position and size of the vtable of the table at ``pos``, checked: a table's frame
+        (all that is checked of a table of a kind xmge does not know)."""
         soff = self.scalar("i", pos, what + " (table start)")
         vt = pos - soff
         vt_len = self.scalar("H", vt, what + " vtable size")
         if vt_len % 2 or vt_len < 4:
             raise self.fail(f"{what}: invalid vtable size {vt_len}", vt)
         self.check(vt, vt_len, what + " vtable")
+        return vt, vt_len
 
 
 def verify_buffer(buf: bytes, identifier: bytes) -> Census:
     """Verify one size-prefixed graph buffer (size word included), like MegEngine's loaders."""
-    if identifier == b"mgb1":
-        schema, root_kind = V1_SCHEMA, "Graph"
-    elif identifier == b"mgv2":
-        schema, root_kind = V2_SCHEMA, "Model"
-    else:
-        raise ValueError(f"unknown identifier {identifier!r}")
+    root_kind, schema, unions = F.verifier_schema(identifier)
     what = f"{identifier.decode()} graph"
     buf = bytes(buf)
     if len(buf) < 12:
@@ -344,7 +223,7 @@ def verify_buffer(buf: bytes, identifier: bytes) -> Census:
         raise FbsVerifyError(f"{what}: size word {size} but {len(buf) - 4} bytes follow it")
     if buf[8:12] != identifier:
         raise FbsVerifyError(f"{what}: identifier {buf[8:12]!r}, expected {identifier!r}")
-    v = _Verifier(buf, {k: dict(f) for k, f in schema.items()}, what)
+    v = _Verifier(buf, schema, unions, what)
     v.table(v.offset(4, "root"), root_kind, root_kind)
     return v.census
 
@@ -364,13 +243,13 @@ def _v1_blob_sizes(buf: bytes) -> list[int]:
 
     root = Buffer(buf[4:], 0, "FBS v1 graph").root(b"mgb1")
     out = []
-    for ot in root.tables(3, "oprs") or []:
-        for tt in ot.tables(7, "tensors") or []:
-            if tt.scalar(5, "I", 0) != 0:
+    for ot in root.tables(F.V1.Graph.oprs, "oprs") or []:
+        for tt in ot.tables(F.V1.Operator.tensors, "tensors") or []:
+            if tt.scalar(F.V1.Tensor.offset, "I", 0) != 0:
                 raise FbsVerifyError(
                     "FBS v1 tensor with a non-zero offset (MegEngine's dumper never skips bytes)"
                 )
-            out.append(tt.scalar(4, "I", 0))
+            out.append(tt.scalar(F.V1.Tensor.data_size, "I", 0))
     return out
 
 

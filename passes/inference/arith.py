@@ -20,10 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     RewritePattern,
@@ -36,7 +33,6 @@ from dialects.dtypes import QuantizedType
 from dialects.layout import Layout
 from passes.inference.common import (
     E,
-    apply_patterns,
     const_value,
     element,
     elemwise,
@@ -50,6 +46,7 @@ from passes.inference.common import (
     shape,
     single_use,
 )
+from passes.pattern_pass import PatternPass
 
 # ----------------------------------------------------------------------------------------------
 # arith-simplify
@@ -115,13 +112,11 @@ class RemoveDoubleNegate(RewritePattern):
 
 
 @dataclass(frozen=True)
-class ArithSimplifyPass(ModulePass):
+class ArithSimplifyPass(PatternPass):
     """Removes arithmetic identities: x+0, x-0, x*1, x/1, -(-x)."""
 
     name = "arith-simplify"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [REMOVE_ADD_ZERO, REMOVE_MUL_ONE, RemoveDoubleNegate()], ctx)
+    PATTERNS = (REMOVE_ADD_ZERO, REMOVE_MUL_ONE, RemoveDoubleNegate())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,13 +188,11 @@ def _is_scalar(v: SSAValue) -> bool:
 
 
 @dataclass(frozen=True)
-class ReorderArithChainPass(ModulePass):
+class ReorderArithChainPass(PatternPass):
     """Moves the constants of ADD chains to the end and sums them into one constant."""
 
     name = "reorder-arith-chain"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [GroupAddConstants()], ctx)
+    PATTERNS = (GroupAddConstants(),)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,10 +241,8 @@ class FuseMulAdd3(RewritePattern):
 
 
 @dataclass(frozen=True)
-class ArithFusePass(ModulePass):
+class ArithFusePass(PatternPass):
     """Fuses elemwise chains into MegEngine's fused modes (FUSE_ADD_RELU, FUSE_MUL_ADD3, ...)."""
 
     name = "arith-fuse"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [FuseAddNonlinearity(), FuseMulAdd3()], ctx)
+    PATTERNS = (FuseAddNonlinearity(), FuseMulAdd3())

@@ -14,9 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     RewritePattern,
@@ -27,7 +24,6 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
-    apply_patterns,
     const_value,
     copy_naming,
     elemwise,
@@ -37,6 +33,7 @@ from passes.inference.common import (
     shape,
     single_use,
 )
+from passes.pattern_pass import PatternPass
 
 
 def _affine(bn: T.BatchNormOp) -> tuple[np.ndarray, np.ndarray] | None:
@@ -96,10 +93,8 @@ class BatchNormToMulAdd(RewritePattern):
 
 
 @dataclass(frozen=True)
-class FoldBatchNormPass(ModulePass):
+class FoldBatchNormPass(PatternPass):
     """Folds inference BatchNorm into the preceding conv's weights, or into FUSE_MUL_ADD3."""
 
     name = "fold-batch-norm"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [FoldBatchNormIntoConv(), BatchNormToMulAdd()], ctx)
+    PATTERNS = (FoldBatchNormIntoConv(), BatchNormToMulAdd())

@@ -7,15 +7,9 @@ import math
 from typing import Any
 
 import numpy as np
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
-from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
-    PatternRewriter,
-    PatternRewriteWalker,
-    RewritePattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
 
 from dialects import enums
@@ -97,11 +91,6 @@ def copy_naming(src: Operation, dst: Operation) -> None:
     for key in NAMING_ATTRS:
         if key in src.attributes:
             dst.attributes[key] = src.attributes[key]
-
-
-def apply_patterns(module: ModuleOp, patterns: list[RewritePattern], ctx: Context | None) -> None:
-    """Apply ``patterns`` to ``module`` greedily, to a fixed point."""
-    PatternRewriteWalker(GreedyRewritePatternApplier(patterns, ctx=ctx)).rewrite_module(module)
 
 
 def replace_keeping_names(rewriter: PatternRewriter, old: Operation, new: Operation) -> None:

@@ -19,10 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     RewritePattern,
@@ -33,7 +30,6 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
-    apply_patterns,
     copy_naming,
     element,
     is_const,
@@ -42,6 +38,7 @@ from passes.inference.common import (
     shape,
     single_use,
 )
+from passes.pattern_pass import PatternPass
 
 N = enums.NonlineMode
 
@@ -159,20 +156,16 @@ class FuseConvBiasZ(RewritePattern):
 
 
 @dataclass(frozen=True)
-class FuseConvBiasNonlinearityPass(ModulePass):
+class FuseConvBiasNonlinearityPass(PatternPass):
     """Fuses conv + bias + RELU/SIGMOID/H_SWISH into ConvBias (enable_fuse_conv_bias_nonlinearity)."""
 
     name = "fuse-conv-bias-nonlinearity"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [FuseConvAddBias(), FuseConvNonlinearity()], ctx)
+    PATTERNS = (FuseConvAddBias(), FuseConvNonlinearity())
 
 
 @dataclass(frozen=True)
-class FuseConvBiasWithZPass(ModulePass):
+class FuseConvBiasWithZPass(PatternPass):
     """Fuses ConvBias + a same-shaped z (+ RELU) into ConvBias(x, w, b, z) (enable_fuse_conv_bias_with_z)."""
 
     name = "fuse-conv-bias-with-z"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [FuseConvBiasZ()], ctx)
+    PATTERNS = (FuseConvBiasZ(),)

@@ -39,7 +39,8 @@ from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.tensor import ShapeInferenceError
-from passes.inference.common import apply_patterns, make_const, tensor_type
+from passes.inference.common import make_const, tensor_type
+from passes.pattern_pass import apply_patterns
 
 F32, F16 = Float32Type(), Float16Type()
 

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     RewritePattern,
@@ -26,7 +23,6 @@ from dialects import enums
 from dialects import tensor as T
 from passes.inference.common import (
     E,
-    apply_patterns,
     const_value,
     is_float_value,
     mode_of,
@@ -34,6 +30,7 @@ from passes.inference.common import (
     shape,
     single_use,
 )
+from passes.pattern_pass import PatternPass
 
 R = enums.ReduceMode
 
@@ -84,10 +81,8 @@ class FoldGlobalPooling(RewritePattern):
 
 
 @dataclass(frozen=True)
-class FuseGrainPass(ModulePass):
+class FuseGrainPass(PatternPass):
     """Folds sum/size into MEAN and reshape+reduce global pooling into AdaptivePooling."""
 
     name = "fuse-grain"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [FoldReduceMean(), FoldGlobalPooling()], ctx)
+    PATTERNS = (FoldReduceMean(), FoldGlobalPooling())

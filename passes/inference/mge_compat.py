@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     RewritePattern,
@@ -22,7 +19,8 @@ from xdsl.rewriter import InsertPoint
 
 from dialects import enums
 from dialects import tensor as T
-from passes.inference.common import apply_patterns, copy_naming, single_use
+from passes.inference.common import copy_naming, single_use
+from passes.pattern_pass import PatternPass
 
 
 class SplitReduceSqueeze(RewritePattern):
@@ -67,10 +65,8 @@ class SplitReduceSqueeze(RewritePattern):
 
 
 @dataclass(frozen=True)
-class SplitReduceSqueezePass(ModulePass):
+class SplitReduceSqueezePass(PatternPass):
     """Interleaves multi-axis reduce+squeeze as MegEngine's frontend emits it (dump-order fix-up)."""
 
     name = "split-reduce-squeeze"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [SplitReduceSqueeze()], ctx)
+    PATTERNS = (SplitReduceSqueeze(),)

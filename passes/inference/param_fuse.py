@@ -15,10 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
     RewritePattern,
@@ -27,7 +24,8 @@ from xdsl.pattern_rewriter import (
 from backends.reference.interpreter import result_specs
 from backends.reference.kernels import KERNELS
 from dialects import tensor as T
-from passes.inference.common import apply_patterns, const_of_type, const_value, tensor_type
+from passes.inference.common import const_of_type, const_value, tensor_type
+from passes.pattern_pass import PatternPass
 
 
 @dataclass
@@ -60,7 +58,7 @@ class FoldConstantOp(RewritePattern):
 
 
 @dataclass(frozen=True)
-class ParamFusePass(ModulePass):
+class ParamFusePass(PatternPass):
     """Constant folding: evaluates ops whose operands are all constants (reference kernels)."""
 
     name = "param-fuse"
@@ -68,5 +66,5 @@ class ParamFusePass(ModulePass):
     max_growth: int = 1 << 20
     """Most bytes one fold may add to the parameters (-1: no limit)."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_patterns(op, [FoldConstantOp(self.max_growth)], ctx)
+    def patterns(self) -> tuple[RewritePattern, ...]:
+        return (FoldConstantOp(self.max_growth),)

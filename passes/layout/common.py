@@ -21,9 +21,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
 )
 from xdsl.rewriter import InsertPoint
@@ -33,6 +31,7 @@ from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, is_float
 from passes.layout.canonicalize import RELAYOUT_PATTERNS
+from passes.pattern_pass import apply_patterns
 from passes.values import shape as shape
 from passes.values import tensor_type as tensor_type
 
@@ -263,8 +262,7 @@ def bias_kind(bias: SSAValue, out: SSAValue) -> str | None:
 
 def rewrite(module: ModuleOp, patterns: list[RewritePattern], ctx: Context | None = None) -> None:
     """Apply ``patterns`` with the relayout canonicalizations to a fixed point."""
-    applier = GreedyRewritePatternApplier([*patterns, *RELAYOUT_PATTERNS], ctx=ctx)
-    PatternRewriteWalker(applier).rewrite_module(module)
+    apply_patterns(module, [*patterns, *RELAYOUT_PATTERNS], ctx)
 
 
 def fuse_conv_bias_nonlinearity(module: ModuleOp, ctx: Context | None = None) -> None:
