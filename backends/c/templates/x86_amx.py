@@ -8,10 +8,11 @@ already AMX's B-tile layout (a tile row holds four consecutive k of 16 pixels); 
 signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
 ``-128 * sum(w)`` as the VNNI one does. Filters are packed at compile time as A tiles,
 ``[G][OC/16][K/64][16 channels][64 k]`` (zero-padded), so one tile load is 1 KiB of contiguous bytes.
-A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
-eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
-(``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the output
-stays NCHW.
+Where a group has at least 32 channels, B tiles are read straight from ``x86_int8_gemm``'s phase
+planes instead (see :class:`Conv2dQ8Amx`). A work item is up to 32 channels x 32 pixels: four
+accumulator tiles, two A and two B tiles (all eight tiles, each 16 rows of 64 bytes), stored to a
+4 KiB block the requantization epilogue (``x86_int8``'s ``_epilogue``: ``requant.py``'s definition
+on 16 lanes) reads row by row, so the output stays NCHW.
 
 Linux hands out AMX tile data only on request: ``xm_amx_ready`` asks once per model
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and caches the answer; where it is refused
@@ -41,6 +42,7 @@ from backends.c.templates.x86_int8 import (
     _out_ctype,
     _vec_int_activation,
 )
+from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT, Conv2dQ8Vnni, _geometry
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
@@ -100,12 +102,16 @@ class Conv2dQ8Amx(Template):
     epilogue; the same integers by VNNI where the process has no tile data.
 
     Two ways to form the B tiles (``mode``): ``im2col``, the VNNI kernel's ``[K/4][P][4]`` matrix
-    (1x1 and strided convolutions, few channels), and ``direct`` for stride-1 convolutions with at
-    least 32 channels per group: the input is packed once, padded, as ``[C/4][H + 2ph][Wp][4]``
-    (channel quads interleaved, ``x + 128``), and a B tile for one filter tap and 64 channels is
-    read straight from it (16 quads at the plane stride, 16 pixels of one output row shifted by the
-    tap): no im2col, a ninth of the packing of a 3x3 convolution. There K runs tap-major
-    (``k = tap * Cp + c``, channels padded to 64) and a pixel block is 16 columns of one row."""
+    (fewer than 32 channels per group), and ``direct``, any stride: the input is packed once into
+    ``x86_int8_gemm``'s phase planes, ``[Cp/4][phase][Hq][Wq][4]`` (channel quads interleaved,
+    ``x + 128``, channels padded to 64; a stride ``s`` splits the padded input into its ``s x s``
+    phases, which makes every tap a stride-1 shift), and a B tile for one filter tap and 64 channels
+    is read straight from it: 16 quads at the quad stride, 16 consecutive pixels ``q = oy * Wq + ox``
+    of the tap's phase shifted by the tap. No im2col: the packing is the size of the input. K runs
+    tap-major (``k = tap * Cp + c``); a pixel block is 16 pixels of that one long run over the rows,
+    whose ``Wq - OW`` columns past each row are computed and dropped by compressing the real lanes
+    (consecutive in the output) before the epilogue: a 7-pixel-wide 3x3 layer computes 9 columns
+    per row, not 16."""
 
     family = "conv2d_q8_amx"
     isa = ISA
@@ -121,7 +127,7 @@ class Conv2dQ8Amx(Template):
         if g == p["ic"] == p["oc"] and g > 1:
             return None  # depthwise: no GEMM to tile (conv2d_dw_q8_x86)
         icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
-        direct = (p["sh"], p["sw"]) == (1, 1) and taps > 1 and icg >= 32
+        direct = icg >= 32
         kk = icg * taps
         kp = taps * _ceil(icg, TILE_K) if direct else _ceil(kk, TILE_K)
         if kp * 255 * 128 >= 2**30:
@@ -129,25 +135,31 @@ class Conv2dQ8Amx(Template):
         biases = _bias_operands(p, operands, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
-        pixels = p["oh"] * p["ow"]
-        # pixel blocks of 16: runs of the flattened output (im2col) or 16 columns of one row (direct)
-        blocks = p["oh"] * -(-p["ow"] // 16) if direct else -(-pixels // 16)
         mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
-        ntile = 2 if blocks > 1 else 1
-        p.update(mode="direct" if direct else "im2col", k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
-        p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=_ceil(pixels, 16 * ntile))
         if direct:
-            # the padded width holds every 16-column block shifted by the last tap
-            wp = _ceil(p["ow"], 16) + (p["fw"] - 1) * p["dw"]
-            p.update(cp=_ceil(icg, TILE_K), hp=p["ih"] + 2 * p["ph"], wp=wp)
+            # the phase planes of x86_int8_gemm: output pixel q = oy * wq + ox, one long run over
+            # the rows (the wq - ow columns past each row are computed and dropped)
+            geo = _geometry(p)
+            pixels = p["oh"] * geo["wq"]
+        else:
+            geo, pixels = {}, p["oh"] * p["ow"]
+        blocks = -(-pixels // 16)
+        ntile = 2 if blocks > 1 else 1
+        ppad = _ceil(pixels, 16 * ntile)
+        p.update(mode="direct" if direct else "im2col", k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
+        p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=ppad)
+        if direct:
+            # a plane holds every dword a B tile reads: the last block plus the farthest tap
+            reach = (p["fh"] - 1) * p["dh"] // p["sh"] * geo["wq"] + (p["fw"] - 1) * p["dw"] // p["sw"]
+            p.update(geo, cp=_ceil(icg, TILE_K), plane=_ceil(ppad + reach, 16))
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p)
 
     def workspace(self, p: dict[str, Any]) -> int:
-        if p["mode"] == "direct":
-            return p["cp"] * p["hp"] * p["wp"]
+        if p["mode"] == "direct":  # + 64: the planes start on a cache line
+            return p["cp"] * len(p["row_phases"]) * len(p["col_phases"]) * p["plane"] + 64
         return p["kp"] * p["ppad"]
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
@@ -179,23 +191,34 @@ class Conv2dQ8Amx(Template):
         bw, bh = 16 * ntl, TILE_ROWS * mt  # a work item's pixels and channels
         otype = _out_ctype(p["out"])
         if direct:
-            wp, plane, cbn = p["wp"], p["hp"] * p["wp"] * 4, p["cp"] // TILE_K
-            stride = plane  # bytes between two channel quads: a B tile's row stride
-            pack = self._pack_padded(p)
-            xblocks = -(-ow // 16)
-            tap_offsets = ", ".join(str((r * dh * wp + s * dw) * 4) for r in range(fh) for s in range(fw))
-            # block b: output row b / xblocks, columns from b % xblocks * 16; a block past the last
-            # (an odd count) computes block 0 again and stores nothing
+            rows, cols, wq, plane = p["row_phases"], p["col_phases"], p["wq"], p["plane"]
+            nph, cbn = len(rows) * len(cols), p["cp"] // TILE_K
+            stride = nph * plane * 4  # bytes between two channel quads: a B tile's row stride
+            pack = "\n" + Conv2dQ8Vnni._pack_code(Conv2dQ8Vnni(), {**p, "c4": p["cp"] // 4})
+            # each tap's dwords: its phase's plane, shifted by the tap's whole strides
+            tap_offsets = ", ".join(
+                str(((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane
+                     + r * dh // sh * wq + s * dw // sw) * 4)
+                for r in range(fh)
+                for s in range(fw)
+            )  # fmt: skip
+            # lane l of a block at q holds a real pixel iff (q + l) % wq < ow; those pixels are
+            # consecutive in the output, from q / wq * ow + min(q % wq, ow)
+            real = [sum(1 << lane for lane in range(16) if (q + lane) % wq < ow) for q in range(wq)]
+            real_c = "" if wq == ow else f" & real[q{{j}} % {wq}]"
             blocks_c = " ".join(
-                f"const int b{j} = t % {pb} * {ntl} + {j} < {blocks} ? t % {pb} * {ntl} + {j} : 0;"
-                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
-                f" const uint8_t* xb{j} = xp + ((long)oy{j} * {wp} + ox{j}) * 4;"
-                f" const long out{j} = (long)oy{j} * {ow} + ox{j};"
-                f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0;"
+                f"const long q{j} = (long)(t % {pb} * {ntl} + {j}) * 16;"
+                f" const uint8_t* xb{j} = planes + q{j} * 4;"
+                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - q{j}){real_c.format(j=j)};"
+                f" const long out{j} = q{j} / {wq} * {ow} + (q{j} % {wq} < {ow} ? q{j} % {wq} : {ow});"
+                f" const __mmask16 n{j} = xm_q8_lanes(__builtin_popcount(m{j}));"
                 for j in range(ntl)
             )
             tap_table = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};"
-            koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * plane})"
+            if wq != ow:
+                tap_table += f" static const __mmask16 real[{wq}] = {{{', '.join(map(str, real))}}};"
+            koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * stride})"
+            compress = wq != ow
         else:
             row = p["ppad"] * 4
             stride = row  # bytes between two k-quads of the im2col matrix
@@ -203,11 +226,12 @@ class Conv2dQ8Amx(Template):
             blocks_c = " ".join(
                 f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;"
                 f" const long out{j} = t % {pb} * {bw} + {16 * j};"
-                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - out{j});"
+                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - out{j}), n{j} = m{j};"
                 for j in range(ntl)
             )
             tap_table = ""
             koff = f"(long)kt * {TILE_ROWS * row}"
+            compress = False
         # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7
         amx = "\n            ".join(
             [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
@@ -244,12 +268,13 @@ class Conv2dQ8Amx(Template):
         fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
         stores = " ".join(
             f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
-            f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'm{j}')} }}"
+            + (f"v = _mm512_maskz_compress_epi32(m{j}, v); " if compress else "")
+            + f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'n{j}')} }}"
             for j in range(ntl)
         )
-        work = n * oc * pixels * kk
+        work = n * oc * oh * ow * kk
         # a row of zero channels: the padding of the last channel quad
-        zero_len = iw if direct else pixels if (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) else 1
+        zero_len = pixels if not direct and (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) else 1
         return exact(f"""
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
@@ -257,6 +282,8 @@ static void {sym}({_kernel_args(p)}) {{
   {_bias_decls(p)}
   {otype}* y = ({otype}*)y_;
   uint8_t* xp = (uint8_t*)ws;
+  uint8_t* planes = (uint8_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  (void)planes;
   static const int8_t zero[{zero_len}];
   (void)zero;
   {tap_table}
@@ -282,7 +309,7 @@ static void {sym}({_kernel_args(p)}) {{
             const int o = g * {ocg} + o0 + r;
             const __m512i bv = _mm512_set1_epi32(bias[o]);
             const float fb = {fb}; (void)fb;
-            {otype}* yo = y + ((long)nn * {oc} + o) * {pixels};
+            {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
             {stores}
           }}
         }}
@@ -291,26 +318,6 @@ static void {sym}({_kernel_args(p)}) {{
   }}
 }}
 """)
-
-    @staticmethod
-    def _pack_padded(p: dict[str, Any]) -> str:
-        """The direct mode's input: ``[Cp/4][H + 2ph][Wp][4]`` bytes ``x + 128``, the padding (rows,
-        columns, channels up to Cp) 128, a zero activation."""
-        ih, iw, ph, pw, hp, wp, cp = (p[k] for k in ("ih", "iw", "ph", "pw", "hp", "wp", "cp"))
-        icg = p["ic"] // p["groups"]
-        return f"""
-        #pragma omp for schedule(static)
-        for (int item = 0; item < {cp // 4 * hp}; ++item) {{
-          const int cq = item / {hp}, yy = item % {hp}, iy = yy - {ph};
-          uint8_t* dst = xp + (long)item * {wp * 4};
-          if ((unsigned)iy >= {ih}u || 4 * cq >= {icg}) {{ memset(dst, 0x80, {wp * 4}); continue; }}
-          const int8_t* r[4];
-          for (int j = 0; j < 4; ++j)
-            r[j] = 4 * cq + j < {icg} ? xg + ((long)(4 * cq + j) * {ih} + iy) * {iw} : zero;
-          memset(dst, 0x80, {pw * 4});
-          xm_q8_quad(dst + {pw * 4}, r[0], r[1], r[2], r[3], {iw});
-          memset(dst + {(pw + iw) * 4}, 0x80, {(wp - pw - iw) * 4});
-        }}"""
 
     @staticmethod
     def _pack_im2col(p: dict[str, Any], k4p: int, row: int) -> str:
@@ -346,7 +353,7 @@ static void {sym}({_kernel_args(p)}) {{
         }}"""
 
     def support(self, em: CEmitter) -> str:
-        return REQUANT_C + SUPPORT + AMX_SUPPORT
+        return REQUANT_C + SUPPORT + GEMM_SUPPORT + AMX_SUPPORT
 
 
 KERNEL_UNITS = (Conv2dQ8Amx(),)
