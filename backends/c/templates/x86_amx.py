@@ -101,8 +101,12 @@ class Conv2dQ8Amx(Template):
     """Dense and grouped int8 NCHW convolution on AMX-INT8 tiles, requantized in the work item's
     epilogue; the same integers by VNNI where the process has no tile data.
 
-    Two ways to form the B tiles (``mode``): ``im2col``, the VNNI kernel's ``[K/4][P][4]`` matrix
-    (fewer than 32 channels per group), and ``direct``, any stride: the input is packed once into
+    Three ways to form the B tiles (``mode``, chosen by ``_mode``). ``im2col``, the VNNI kernel's
+    ``[K/4][P][4]`` matrix. ``rows``, for few channels (a stem's 7x7 stride-2 convolution on 3):
+    the input rows packed once with the columns already expanded by the column taps,
+    ``[R][CQ][OW][4]`` with a quad holding four (channel, filter column) pairs, so that an output
+    row's K is ``FH * CQ`` consecutive quads (B tiles at the quad stride, 16 columns of one output
+    row), a fraction ``sh / fh`` of the im2col's packing. ``direct``, any stride: the input is packed once into
     ``x86_int8_gemm``'s phase planes, ``[Cp/4][phase][Hq][Wq][4]`` (channel quads interleaved,
     ``x + 128``, channels padded to 64; a stride ``s`` splits the padded input into its ``s x s``
     phases, which makes every tap a stride-1 shift), and a B tile for one filter tap and 64 channels
@@ -127,32 +131,63 @@ class Conv2dQ8Amx(Template):
         if g == p["ic"] == p["oc"] and g > 1:
             return None  # depthwise: no GEMM to tile (conv2d_dw_q8_x86)
         icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
-        direct = icg >= 32
         kk = icg * taps
-        kp = taps * _ceil(icg, TILE_K) if direct else _ceil(kk, TILE_K)
+        mode = self._mode(p)
+        if mode == "direct":
+            kp = taps * _ceil(icg, TILE_K)
+        elif mode == "rows":
+            kp = _ceil(p["fh"] * self._row_quads(p) * 4, TILE_K)
+        else:
+            kp = _ceil(kk, TILE_K)
         if kp * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
         biases = _bias_operands(p, operands, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
         mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
-        if direct:
+        geo: dict[str, Any] = {}
+        if mode == "direct":
             # the phase planes of x86_int8_gemm: output pixel q = oy * wq + ox, one long run over
             # the rows (the wq - ow columns past each row are computed and dropped)
             geo = _geometry(p)
             pixels = p["oh"] * geo["wq"]
+            blocks = -(-pixels // 16)
+        elif mode == "rows":  # 16 columns of one output row a block
+            pixels = p["oh"] * p["ow"]
+            blocks = p["oh"] * -(-p["ow"] // 16)
         else:
-            geo, pixels = {}, p["oh"] * p["ow"]
-        blocks = -(-pixels // 16)
+            pixels = p["oh"] * p["ow"]
+            blocks = -(-pixels // 16)
         ntile = 2 if blocks > 1 else 1
         ppad = _ceil(pixels, 16 * ntile)
-        p.update(mode="direct" if direct else "im2col", k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
+        p.update(mode=mode, k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
         p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=ppad)
-        if direct:
+        if mode == "direct":
             # a plane holds every dword a B tile reads: the last block plus the farthest tap
             reach = (p["fh"] - 1) * p["dh"] // p["sh"] * geo["wq"] + (p["fw"] - 1) * p["dw"] // p["sw"]
             p.update(geo, cp=_ceil(icg, TILE_K), plane=_ceil(ppad + reach, 16))
+        elif mode == "rows":
+            p.update(cq=self._row_quads(p), rows=(p["oh"] - 1) * p["sh"] + p["fh"])
         return Lowered(p, [operands[0], operands[1], *biases])
+
+    @staticmethod
+    def _row_quads(p: dict[str, Any]) -> int:
+        """Quads of (channel, filter column) pairs in one row of the ``rows`` mode's input."""
+        return -(-(p["ic"] // p["groups"]) * p["fw"] // 4)
+
+    def _mode(self, p: dict[str, Any]) -> str:
+        """``direct`` for 32 or more channels per group; for fewer, ``rows`` where its padded
+        products are within an eighth of the im2col's (the packing is then a fraction ``sh / fh`` of
+        the im2col's), else ``im2col``."""
+        icg, oh, ow, fh = p["ic"] // p["groups"], p["oh"], p["ow"], p["fh"]
+        if icg >= 32:
+            return "direct"
+        if p["dh"] == 1 and fh > p["sh"]:
+            rows_cost = _ceil(fh * self._row_quads(p) * 4, TILE_K) * oh * _ceil(ow, 16)
+            im2col_cost = _ceil(icg * fh * p["fw"], TILE_K) * _ceil(oh * ow, 16)
+            if 8 * rows_cost <= 9 * im2col_cost:
+                return "rows"
+        return "im2col"
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p)
@@ -160,6 +195,8 @@ class Conv2dQ8Amx(Template):
     def workspace(self, p: dict[str, Any]) -> int:
         if p["mode"] == "direct":  # + 64: the planes start on a cache line
             return p["cp"] * len(p["row_phases"]) * len(p["col_phases"]) * p["plane"] + 64
+        if p["mode"] == "rows":  # + 16 quads: the last K tile's zero-filter rows; + 16: the last block
+            return ((p["rows"] * p["cq"] + TILE_ROWS) * p["ow"] + 16) * 4
         return p["kp"] * p["ppad"]
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
@@ -171,6 +208,10 @@ class Conv2dQ8Amx(Template):
         full = np.zeros((g, ocp, kp), np.int8)
         if p["mode"] == "direct":  # k = tap * Cp + c
             full.reshape(g, ocp, taps, p["cp"])[:, :ocg, :, :icg] = w.transpose(0, 1, 3, 2)
+        elif p["mode"] == "rows":  # k = r * 4CQ + c * FW + s
+            fh, fw, cq4 = p["fh"], p["fw"], 4 * p["cq"]
+            rows = w.reshape(g, ocg, icg, fh, fw).transpose(0, 1, 3, 2, 4).reshape(g, ocg, fh, icg * fw)
+            full[:, :ocg, : fh * cq4].reshape(g, ocg, fh, cq4)[..., : icg * fw] = rows
         else:  # k = (c * FH + r) * FW + s
             full[:, :ocg, : p["k"]] = w.reshape(g, ocg, -1)
         # [G][OC/16][K/64][16][64]: one A tile (16 channels x 64 k) is 1 KiB of contiguous bytes
@@ -219,6 +260,25 @@ class Conv2dQ8Amx(Template):
                 tap_table += f" static const __mmask16 real[{wq}] = {{{', '.join(map(str, real))}}};"
             koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * stride})"
             compress = wq != ow
+        elif p["mode"] == "rows":
+            cq, line = p["cq"], ow * 4  # line: bytes between two quads, a B tile's row stride
+            stride = line
+            pack = self._pack_rows(p)
+            xblocks = -(-ow // 16)
+            # block b: output row b / xblocks, columns from b % xblocks * 16, K from the quads of
+            # input row oy * sh on; a block past the last (an odd count) reads block 0, stores nothing
+            blocks_c = " ".join(
+                f"const int b{j} = t % {pb} * {ntl} + {j} < {blocks} ? t % {pb} * {ntl} + {j} : 0;"
+                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
+                f" const uint8_t* xb{j} = xp + ((long)oy{j} * {sh * cq * ow} + ox{j}) * 4;"
+                f" const long out{j} = (long)oy{j} * {ow} + ox{j};"
+                f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0,"
+                f" n{j} = m{j};"
+                for j in range(ntl)
+            )
+            tap_table = ""
+            koff = f"(long)kt * {TILE_ROWS * line}"
+            compress = False
         else:
             row = p["ppad"] * 4
             stride = row  # bytes between two k-quads of the im2col matrix
@@ -318,6 +378,30 @@ static void {sym}({_kernel_args(p)}) {{
   }}
 }}
 """)
+
+    @staticmethod
+    def _pack_rows(p: dict[str, Any]) -> str:
+        """The ``rows`` mode's input: ``[R][CQ][OW][4]`` bytes ``x + 128`` for the R padded input rows
+        the output reads, a quad holding four (channel, filter column) pairs, each already shifted
+        by its column tap and strided (an im2col along the columns only): the K of an output row is
+        then the ``FH * CQ`` consecutive quads from its first input row on. The padding (rows,
+        columns, pairs past ``ICg * FW``, 16 quads past the end for the last K tile) is 128."""
+        ih, iw, ow, fw, sw, ph, pw, dw = (p[k] for k in ("ih", "iw", "ow", "fw", "sw", "ph", "pw", "dw"))
+        cq, rows, pairs = p["cq"], p["rows"], p["ic"] // p["groups"] * p["fw"]
+        return f"""
+        #pragma omp for schedule(static)
+        for (int item = 0; item < {rows * cq}; ++item) {{
+          const int iy = item / {cq} - {ph}, j = item % {cq};
+          int8_t rows[4][{ow}];
+          for (int e = 0; e < 4; ++e) {{
+            const int k = 4 * j + e, c = k / {fw}, s = k % {fw};
+            if (k >= {pairs} || (unsigned)iy >= {ih}u) memset(rows[e], 0, {ow});
+            else xm_q8_row(rows[e], xg + ((long)c * {ih} + iy) * {iw}, {ow}, s * {dw} - {pw}, {sw}, {iw});
+          }}
+          uint8_t* dst = xp + (long)item * {ow * 4};
+          xm_q8_quad(dst, rows[0], rows[1], rows[2], rows[3], {ow});
+          if (item == {rows * cq - 1}) memset(dst + {ow * 4}, 0x80, {(TILE_ROWS * ow + 16) * 4});
+        }}"""
 
     @staticmethod
     def _pack_im2col(p: dict[str, Any], k4p: int, row: int) -> str:
