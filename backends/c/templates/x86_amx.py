@@ -106,9 +106,9 @@ class Conv2dQ8Amx(Template):
     the input rows packed once with the columns already expanded by the column taps,
     ``[R][CQ][OW][4]`` with a quad holding four (channel, filter column) pairs, so that an output
     row's K is ``FH * CQ`` consecutive quads (B tiles at the quad stride, 16 columns of one output
-    row), a fraction ``sh / fh`` of the im2col's packing. ``direct``, any stride: the input is packed once into
-    ``x86_int8_gemm``'s phase planes, ``[Cp/4][phase][Hq][Wq][4]`` (channel quads interleaved,
-    ``x + 128``, channels padded to 64; a stride ``s`` splits the padded input into its ``s x s``
+    row), a fraction ``sh / fh`` of the im2col's packing. ``direct``, any stride: the input is
+    packed once into ``x86_int8_gemm``'s phase planes, ``[Cp/4][phase][Hq][Wq][4]`` (channel quads
+    interleaved, ``x + 128``, channels padded to 64; a stride ``s`` splits the padded input into its ``s x s``
     phases, which makes every tap a stride-1 shift), and a B tile for one filter tap and 64 channels
     is read straight from it: 16 quads at the quad stride, 16 consecutive pixels ``q = oy * Wq + ox``
     of the tap's phase shifted by the tap. No im2col: the packing is the size of the input. K runs
@@ -220,133 +220,88 @@ class Conv2dQ8Amx(Template):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
-        fh, fw, sh, sw, ph, pw, dh, dw, g = (
-            p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
-        )
-        icg, ocg = ic // g, oc // g
-        kk, kp, pixels = p["k"], p["kp"], p["pixels"]
-        mt, ntl, ocp, blocks = p["mt"], p["ntile"], p["ocp"], p["blocks"]
-        direct = p["mode"] == "direct"
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        g, icg, ocg = p["groups"], ic // p["groups"], oc // p["groups"]
+        kp, mt, ntl, ocp = p["kp"], p["mt"], p["ntile"], p["ocp"]
         kb = kp // TILE_K
-        ocb, pb = ocp // (TILE_ROWS * mt), -(-blocks // ntl)
+        ocb, pb = ocp // (TILE_ROWS * mt), -(-p["blocks"] // ntl)
         bw, bh = 16 * ntl, TILE_ROWS * mt  # a work item's pixels and channels
         otype = _out_ctype(p["out"])
-        if direct:
-            rows, cols, wq, plane = p["row_phases"], p["col_phases"], p["wq"], p["plane"]
-            nph, cbn = len(rows) * len(cols), p["cp"] // TILE_K
-            stride = nph * plane * 4  # bytes between two channel quads: a B tile's row stride
-            pack = "\n" + Conv2dQ8Vnni._pack_code(Conv2dQ8Vnni(), {**p, "c4": p["cp"] // 4})
-            # each tap's dwords: its phase's plane, shifted by the tap's whole strides
-            tap_offsets = ", ".join(
-                str(((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane
-                     + r * dh // sh * wq + s * dw // sw) * 4)
-                for r in range(fh)
-                for s in range(fw)
-            )  # fmt: skip
-            # lane l of a block at q holds a real pixel iff (q + l) % wq < ow; those pixels are
-            # consecutive in the output, from q / wq * ow + min(q % wq, ow)
-            real = [sum(1 << lane for lane in range(16) if (q + lane) % wq < ow) for q in range(wq)]
-            real_c = "" if wq == ow else f" & real[q{{j}} % {wq}]"
-            blocks_c = " ".join(
-                f"const long q{j} = (long)(t % {pb} * {ntl} + {j}) * 16;"
-                f" const uint8_t* xb{j} = planes + q{j} * 4;"
-                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - q{j}){real_c.format(j=j)};"
-                f" const long out{j} = q{j} / {wq} * {ow} + (q{j} % {wq} < {ow} ? q{j} % {wq} : {ow});"
-                f" const __mmask16 n{j} = xm_q8_lanes(__builtin_popcount(m{j}));"
-                for j in range(ntl)
-            )
-            tap_table = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};"
-            if wq != ow:
-                tap_table += f" static const __mmask16 real[{wq}] = {{{', '.join(map(str, real))}}};"
-            koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * stride})"
-            compress = wq != ow
-        elif p["mode"] == "rows":
-            cq, line = p["cq"], ow * 4  # line: bytes between two quads, a B tile's row stride
-            stride = line
-            pack = self._pack_rows(p)
-            xblocks = -(-ow // 16)
-            # block b: output row b / xblocks, columns from b % xblocks * 16, K from the quads of
-            # input row oy * sh on; a block past the last (an odd count) reads block 0, stores nothing
-            blocks_c = " ".join(
-                f"const int b{j} = t % {pb} * {ntl} + {j} < {blocks} ? t % {pb} * {ntl} + {j} : 0;"
-                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
-                f" const uint8_t* xb{j} = xp + ((long)oy{j} * {sh * cq * ow} + ox{j}) * 4;"
-                f" const long out{j} = (long)oy{j} * {ow} + ox{j};"
-                f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0,"
-                f" n{j} = m{j};"
-                for j in range(ntl)
-            )
-            tap_table = ""
-            koff = f"(long)kt * {TILE_ROWS * line}"
-            compress = False
-        else:
-            row = p["ppad"] * 4
-            stride = row  # bytes between two k-quads of the im2col matrix
-            pack = self._pack_im2col(p, kp // 4, row)
-            blocks_c = " ".join(
-                f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;"
-                f" const long out{j} = t % {pb} * {bw} + {16 * j};"
-                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - out{j}), n{j} = m{j};"
-                for j in range(ntl)
-            )
-            tap_table = ""
-            koff = f"(long)kt * {TILE_ROWS * row}"
-            compress = False
-        # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7
-        amx = "\n            ".join(
+        plan = {"direct": self._direct_plan, "rows": self._rows_plan, "im2col": self._im2col_plan}
+        stride, pack, inputs_c, outputs_c, koff, tables, compress = plan[p["mode"]](p, pb)
+        # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7. The
+        # previous work item's epilogue runs in slices between this one's tile products, so that the
+        # vector units requantize while the tile unit multiplies
+        amx = "\n              ".join(
             [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
             + [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {koff};"]
             + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
                for i in range(mt)]
             + [f"  _tile_loadd({6 + j}, xb{j} + ko, {stride});" for j in range(ntl)]
             + [f"  _tile_dpbsud({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
-            + ["}"]
+            + [f"  if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, kt * {bh} / {kb},"
+               f" (kt + 1) * {bh} / {kb}, nn, g, y, bias, fbias);", "}"]
             + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
                for i in range(mt) for j in range(ntl)]
         )  # fmt: skip
         lanes = [f"c{r}" for r in range(TILE_ROWS)]
         vnni_blocks = "\n".join(
             f"""
-            for (int i = 0; i < {mt}; ++i) {{
-              {" ".join(f"__m512i {c} = _mm512_setzero_si512();" for c in lanes)}
-              const int8_t* a = wa + (long)i * {kb * TILE_BYTES};
-              for (int kt = 0; kt < {kb}; ++kt) {{
-                const uint8_t* bt = xb{j} + {koff};
-                const int8_t* at = a + (long)kt * {TILE_BYTES};
-                for (int q = 0; q < {TILE_ROWS}; ++q) {{
-                  const __m512i b = _mm512_loadu_si512((const void*)(bt + (long)q * {stride}));
-                  const int32_t* ak = (const int32_t*)(at + q * 4);
-                  {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
-                            for r, c in enumerate(lanes))}
+              for (int i = 0; i < {mt}; ++i) {{
+                {" ".join(f"__m512i {c} = _mm512_setzero_si512();" for c in lanes)}
+                const int8_t* a = wa + (long)i * {kb * TILE_BYTES};
+                for (int kt = 0; kt < {kb}; ++kt) {{
+                  const uint8_t* bt = xb{j} + {koff};
+                  const int8_t* at = a + (long)kt * {TILE_BYTES};
+                  for (int q = 0; q < {TILE_ROWS}; ++q) {{
+                    const __m512i b = _mm512_loadu_si512((const void*)(bt + (long)q * {stride}));
+                    const int32_t* ak = (const int32_t*)(at + q * 4);
+                    {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
+                              for r, c in enumerate(lanes))}
+                  }}
                 }}
-              }}
-              {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
-                        for r, c in enumerate(lanes))}
-            }}"""
+                {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
+                          for r, c in enumerate(lanes))}
+              }}"""
             for j in range(ntl)
         )  # fmt: skip
-        fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
+        has_fbias = p["bias"] and post_processed(p)
         stores = " ".join(
             f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
             + (f"v = _mm512_maskz_compress_epi32(m{j}, v); " if compress else "")
             + f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'n{j}')} }}"
             for j in range(ntl)
         )
-        work = n * oc * oh * ow * kk
+        work = n * oc * oh * ow * p["k"]
         # a row of zero channels: the padding of the last channel quad
-        zero_len = pixels if not direct and (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) else 1
+        pointwise = p["mode"] == "im2col" and (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
         return exact(f"""
+/* requantize and store rows [r0, r1) of work item t's accumulator block */
+static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*acc)[{bw}], int t, int r0,
+    int r1, int nn, int g, {otype}* y, const int32_t* bias, const float* fbias) {{
+  {tables}
+  const int o0 = t / {pb} * {bh};
+  {outputs_c}
+  (void)fbias;
+  for (int r = r0; r < r1 && o0 + r < {ocg}; ++r) {{
+    const int o = g * {ocg} + o0 + r;
+    const __m512i bv = _mm512_set1_epi32(bias[o]);
+    const float fb = {"fbias[o]" if has_fbias else "0.f"}; (void)fb;
+    {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
+    {stores}
+  }}
+}}
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int8_t* wpk = (const int8_t*)w_;
   {_bias_decls(p)}
+  {"" if has_fbias else "const float* fbias = NULL;"}
   {otype}* y = ({otype}*)y_;
   uint8_t* xp = (uint8_t*)ws;
   uint8_t* planes = (uint8_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
   (void)planes;
-  static const int8_t zero[{zero_len}];
+  static const int8_t zero[{p["pixels"] if pointwise else 1}];
   (void)zero;
-  {tap_table}
   const int use_amx = xm_amx_ready();
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   {{
@@ -355,29 +310,107 @@ static void {sym}({_kernel_args(p)}) {{
       for (int g = 0; g < {g}; ++g) {{
         const int8_t* xg = x + ((long)nn * {ic} + (long)g * {icg}) * {ih * iw};
         (void)xg;{pack}
+        /* one chunk of consecutive work items a thread, software-pipelined: item t's products,
+           then item t - 1's epilogue (two accumulator blocks) */
         #pragma omp for schedule(static)
-        for (int t = 0; t < {pb * ocb}; ++t) {{
-          const int o0 = t / {pb} * {bh};  // channel blocks outer: a block's filters stay in cache
-          {blocks_c}
-          const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
-          int32_t acc[{bh}][{bw}] __attribute__((aligned(64)));
-          if (use_amx) {{
-            {amx}
-          }} else {{{vnni_blocks}
+        for (int chunk = 0; chunk < nt; ++chunk) {{
+          const int t0 = (int)({pb * ocb}L * chunk / nt), t1 = (int)({pb * ocb}L * (chunk + 1) / nt);
+          int32_t accs[2][{bh}][{bw}] __attribute__((aligned(64)));
+          for (int t = t0; t < t1; ++t) {{
+            // channel blocks outer: a block's filters stay in cache
+            const int o0 = t / {pb} * {bh};
+            {inputs_c}
+            const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
+            int32_t (*acc)[{bw}] = accs[t & 1];
+            if (use_amx) {{
+              {amx}
+            }} else {{{vnni_blocks}
+              if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, 0, {bh}, nn, g, y, bias, fbias);
+            }}
           }}
-          for (int r = 0; r < {bh} && o0 + r < {ocg}; ++r) {{
-            const int o = g * {ocg} + o0 + r;
-            const __m512i bv = _mm512_set1_epi32(bias[o]);
-            const float fb = {fb}; (void)fb;
-            {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
-            {stores}
-          }}
+          if (t1 > t0) {sym}_store(accs[(t1 - 1) & 1], t1 - 1, 0, {bh}, nn, g, y, bias, fbias);
         }}
       }}
     if (use_amx) _tile_release();
   }}
 }}
 """)
+
+    def _direct_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
+        """The direct mode's B-tile row stride, packing, per-item input and output code (of ``t``),
+        K-tile offset, tables and whether lanes are compressed (see the class docstring)."""
+        fh, fw, sh, sw, dh, dw, ow = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "ow"))
+        rows, cols, wq, plane, ntl = p["row_phases"], p["col_phases"], p["wq"], p["plane"], p["ntile"]
+        nph, cbn = len(rows) * len(cols), p["cp"] // TILE_K
+        stride = nph * plane * 4  # bytes between two channel quads: a B tile's row stride
+        pack = "\n" + Conv2dQ8Vnni._pack_code(Conv2dQ8Vnni(), {**p, "c4": p["cp"] // 4})
+        # each tap's dwords: its phase's plane, shifted by the tap's whole strides
+        tap_offsets = ", ".join(
+            str(((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane
+                 + r * dh // sh * wq + s * dw // sw) * 4)
+            for r in range(fh)
+            for s in range(fw)
+        )  # fmt: skip
+        inputs_c = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};" + "".join(
+            f" const uint8_t* xb{j} = planes + (long)(t % {pb} * {ntl} + {j}) * 64;" for j in range(ntl)
+        )
+        # lane l of a block at q holds a real pixel iff (q + l) % wq < ow; those pixels are
+        # consecutive in the output, from q / wq * ow + min(q % wq, ow)
+        compress = wq != ow
+        real = [sum(1 << lane for lane in range(16) if (q + lane) % wq < ow) for q in range(wq)]
+        tables = f"static const __mmask16 real[{wq}] = {{{', '.join(map(str, real))}}};" if compress else ""
+        real_c = f" & real[q{{j}} % {wq}]" if compress else ""
+        outputs_c = " ".join(
+            f"const long q{j} = (long)(t % {pb} * {ntl} + {j}) * 16;"
+            f" const __mmask16 m{j} = xm_q8_lanes({p['pixels']} - q{j}){real_c.format(j=j)};"
+            f" const long out{j} = q{j} / {wq} * {ow} + (q{j} % {wq} < {ow} ? q{j} % {wq} : {ow});"
+            f" const __mmask16 n{j} = xm_q8_lanes(__builtin_popcount(m{j}));"
+            for j in range(ntl)
+        )
+        koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * stride})"
+        return stride, pack, inputs_c, outputs_c, koff, tables, compress
+
+    def _rows_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
+        """The rows mode's (see :meth:`_direct_plan`): a block is 16 columns of one output row, its K
+        the quads from input row ``oy * sh`` on; a block past the last (an odd count) reads block 0
+        and stores nothing."""
+        ow, sh, cq, ntl, blocks = p["ow"], p["sh"], p["cq"], p["ntile"], p["blocks"]
+        line = ow * 4  # bytes between two quads: a B tile's row stride
+        xblocks = -(-ow // 16)
+
+        def block(j: int) -> str:
+            b = f"t % {pb} * {ntl} + {j}"
+            return (
+                f"const int b{j} = {b} < {blocks} ? {b} : 0;"
+                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
+            )
+
+        inputs_c = " ".join(
+            f"{block(j)} const uint8_t* xb{j} = xp + ((long)oy{j} * {sh * cq * ow} + ox{j}) * 4;"
+            for j in range(ntl)
+        )
+        outputs_c = " ".join(
+            f"{block(j)} const long out{j} = (long)oy{j} * {ow} + ox{j};"
+            f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0,"
+            f" n{j} = m{j};"
+            for j in range(ntl)
+        )
+        return line, self._pack_rows(p), inputs_c, outputs_c, f"(long)kt * {TILE_ROWS * line}", "", False
+
+    def _im2col_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
+        """The im2col mode's (see :meth:`_direct_plan`): a block is 16 pixels of the flat output."""
+        row, bw, ntl = p["ppad"] * 4, 32 if p["ntile"] == 2 else 16, p["ntile"]
+        inputs_c = " ".join(
+            f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;" for j in range(ntl)
+        )
+        outputs_c = " ".join(
+            f"const long out{j} = t % {pb} * {bw} + {16 * j};"
+            f" const __mmask16 m{j} = xm_q8_lanes({p['pixels']} - out{j}), n{j} = m{j};"
+            for j in range(ntl)
+        )
+        pack = self._pack_im2col(p, p["kp"] // 4, row)
+        # row: bytes between two k-quads of the im2col matrix, a B tile's row stride
+        return row, pack, inputs_c, outputs_c, f"(long)kt * {TILE_ROWS * row}", "", False
 
     @staticmethod
     def _pack_rows(p: dict[str, Any]) -> str:
