@@ -186,3 +186,48 @@ def test_host_target_names_amx_only_when_permitted(monkeypatch: pytest.MonkeyPat
     assert ("amx" in host_target().features) == amx_permitted()
     monkeypatch.setenv(AMX_ENV, "0")
     assert "amx" not in host_target().features
+
+
+# name, M, K, N, transpose_a, transpose_b: a classifier head (one row), odd sizes that fill no tile
+MATMULS = [
+    ("head", 1, 512, 1000, False, True),
+    ("odd", 37, 150, 70, False, False),
+    ("odd_ta", 19, 65, 33, True, True),
+]
+
+
+def matmul_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.ndarray]]:
+    sx, sw = 1 / 20, 1 / 50
+    weights = []
+    for _, _, k, n, _, tb in MATMULS:
+        w = rng.integers(-128, 128, (n, k) if tb else (k, n)).astype(np.int8)
+        weights.append(Tensor(w.astype(np.float32) * sw, dtype=D.qint8(sw)))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for (_, _, _, _, ta, tb), x, wq in zip(MATMULS, xs, weights, strict=True):
+            y = F.matmul(x.astype(D.qint8(sx)), wq, transpose_a=ta, transpose_b=tb)
+            outs.append(y.astype(D.qint8(0.75)).astype("float32"))  # requantized to int8
+        return tuple(outs)
+
+    inputs = [(rng.standard_normal((k, m) if ta else (m, k)) * 3).astype(np.float32)
+              for _, m, k, _, ta, _ in MATMULS]  # fmt: skip
+    return f, inputs
+
+
+def test_amx_int8_matmul_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """int8 matrix products with a constant right operand on AMX tiles (tdpbssd, one and two
+    threads) and on the path without tile data: the reference's integers."""
+    require(TARGET)
+    fn, inputs = matmul_model(np.random.default_rng(5))
+    for threads in (1, 2):
+        compiled = compile_fn(fn, inputs, TARGET, threads=threads)
+        assert ("matmul_q8_amx", "amx") in _families(compiled)
+        want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+        if amx_permitted():
+            for (name, *_), g, w in zip(MATMULS, compiled.run(inputs), want, strict=True):
+                np.testing.assert_array_equal(g, w, err_msg=f"{name} (AMX, {threads} threads)")
+    monkeypatch.setenv(AMX_ENV, "0")
+    for (name, *_), g, w in zip(MATMULS, compiled.run_runner(inputs), want, strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=f"{name} (no tile data)")
+        assert np.abs(w).max() > 0, name
