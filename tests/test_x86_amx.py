@@ -1,8 +1,10 @@
-"""The AMX-INT8 convolutions (``backends/c/templates/x86_amx.py``) exactly against the reference
-interpreter: both ways of forming B tiles (the im2col matrix; the padded input read per filter tap)
-on odd shapes (channel counts that fill no tile, rows that fill no 16-column block, K that fills no
-64-byte tile row, an odd number of pixel blocks), groups, dilation, batches, on one and two threads;
-the same bytes from the VNNI path a process takes when Linux refuses it tile data (forced with
+"""The AMX-INT8 kernels (``backends/c/templates/x86_amx.py``, ``x86_amx_matmul.py``) exactly against
+the reference interpreter: the three ways of forming B tiles (the im2col matrix; the phase planes
+read per filter tap, any stride, one long pixel run over the rows; the column-expanded rows of a
+few-channel convolution) on odd shapes (channel counts that fill no tile, rows that fill no
+16-column block, K that fills no 64-byte tile row, an odd number of pixel blocks), stride 2, groups,
+dilation, batches, on one and two threads; int8 matrix products with a constant right operand; the
+same bytes from the path a process takes when Linux refuses it tile data (forced with
 ``XMGE_AMX=0``), and under ASan/UBSan. Skipped with the reason where the CPU lacks AMX-INT8."""
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def _check(got: list[np.ndarray], want: list[np.ndarray], what: str) -> None:
         assert np.abs(w).max() > 0, name
 
 
-def test_amx_tiles_cover_both_modes(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
+def test_amx_tiles_cover_every_mode(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
     """Every case is an AMX convolution, in the B-tile mode the table names (no case silently falls to
     the VNNI or portable kernel), and the library holds the tile instructions."""
     require(TARGET)

@@ -2,17 +2,18 @@
 :mod:`backends.reference.quant_kernels` like the AVX512-VNNI kernels they sit in front of.
 
 Dense, 1x1 and grouped NCHW convolutions are a GEMM ``acc[oc][pixel] = sum_k w[oc][k] * x[k][pixel]``
-on 16x16 int32 accumulator tiles. The activations are packed exactly as the VNNI kernel packs them
-(``backends/c/templates/x86_int8.py``): the im2col matrix ``[K/4][P][4]`` as ``x + 128``, which is
-already AMX's B-tile layout (a tile row holds four consecutive k of 16 pixels); ``tdpbsud`` multiplies
-signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
+on 16x16 int32 accumulator tiles. The activations are packed as ``x + 128`` in quads of four k per
+pixel, which is AMX's B-tile layout (a tile row holds four consecutive k of 16 pixels): the phase
+planes of ``x86_int8_gemm`` (32 or more channels per group, any stride), column-expanded input rows
+(few channels) or the VNNI kernel's im2col (``x86_int8``); see :class:`Conv2dQ8Amx`. ``tdpbsud``
+multiplies signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
 ``-128 * sum(w)`` as the VNNI one does. Filters are packed at compile time as A tiles,
 ``[G][OC/16][K/64][16 channels][64 k]`` (zero-padded), so one tile load is 1 KiB of contiguous bytes.
-Where a group has at least 32 channels, B tiles are read straight from ``x86_int8_gemm``'s phase
-planes instead (see :class:`Conv2dQ8Amx`). A work item is up to 32 channels x 32 pixels: four
-accumulator tiles, two A and two B tiles (all eight tiles, each 16 rows of 64 bytes), stored to a
-4 KiB block the requantization epilogue (``x86_int8``'s ``_epilogue``: ``requant.py``'s definition
-on 16 lanes) reads row by row, so the output stays NCHW.
+A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
+eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
+(``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the
+output stays NCHW. Work items are software-pipelined: a thread requantizes item ``t - 1`` in slices
+between the tile products of item ``t``, so that the vector units work while the tile unit does.
 
 Linux hands out AMX tile data only on request: ``xm_amx_ready`` asks once per model
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and caches the answer; where it is refused
