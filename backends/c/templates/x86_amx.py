@@ -5,7 +5,8 @@ Dense, 1x1 and grouped NCHW convolutions are a GEMM ``acc[oc][pixel] = sum_k w[o
 on 16x16 int32 accumulator tiles. The activations are packed as ``x + 128`` in quads of four k per
 pixel, which is AMX's B-tile layout (a tile row holds four consecutive k of 16 pixels): the phase
 planes of ``x86_int8_gemm`` (32 or more channels per group, any stride), column-expanded input rows
-(few channels) or the VNNI kernel's im2col (``x86_int8``); see :class:`Conv2dQ8Amx`. ``tdpbsud``
+(few channels) or the VNNI kernel's im2col (``x86_int8``; a 1x1 stride-1 convolution's is its
+input); see :class:`Conv2dQ8Amx`. ``tdpbsud``
 multiplies signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
 ``-128 * sum(w)`` as the VNNI one does. Filters are packed at compile time as A tiles,
 ``[G][OC/16][K/64][16 channels][64 k]`` (zero-padded), so one tile load is 1 KiB of contiguous bytes.
@@ -177,10 +178,14 @@ class Conv2dQ8Amx(Template):
         return -(-(p["ic"] // p["groups"]) * p["fw"] // 4)
 
     def _mode(self, p: dict[str, Any]) -> str:
-        """``direct`` for 32 or more channels per group; for fewer, ``rows`` where its padded
-        products are within an eighth of the im2col's (the packing is then a fraction ``sh / fh`` of
-        the im2col's), else ``im2col``."""
+        """``im2col`` for unpadded 1x1 stride-1 convolutions (their im2col is the input, quads
+        interleaved, in one pass per channel quad: faster to pack than the planes); else ``direct``
+        for 32 or more channels per group; for fewer, ``rows`` where its padded products are within
+        an eighth of the im2col's (the packing is then a fraction ``sh / fh`` of the im2col's), else
+        ``im2col``."""
         icg, oh, ow, fh = p["ic"] // p["groups"], p["oh"], p["ow"], p["fh"]
+        if (fh, p["fw"], p["sh"], p["sw"], p["ph"], p["pw"]) == (1, 1, 1, 1, 0, 0):
+            return "im2col"
         if icg >= 32:
             return "direct"
         if p["dh"] == 1 and fh > p["sh"]:
