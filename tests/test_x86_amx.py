@@ -1,8 +1,10 @@
-"""The AMX-INT8 convolutions (``backends/c/templates/x86_amx.py``) exactly against the reference
-interpreter: both ways of forming B tiles (the im2col matrix; the padded input read per filter tap)
-on odd shapes (channel counts that fill no tile, rows that fill no 16-column block, K that fills no
-64-byte tile row, an odd number of pixel blocks), groups, dilation, batches, on one and two threads;
-the same bytes from the VNNI path a process takes when Linux refuses it tile data (forced with
+"""The AMX-INT8 kernels (``backends/c/templates/x86_amx.py``, ``x86_amx_matmul.py``) exactly against
+the reference interpreter: the three ways of forming B tiles (the im2col matrix; the phase planes
+read per filter tap, any stride, one long pixel run over the rows; the column-expanded rows of a
+few-channel convolution) on odd shapes (channel counts that fill no tile, rows that fill no
+16-column block, K that fills no 64-byte tile row, an odd number of pixel blocks), stride 2, groups,
+dilation, batches, on one and two threads; int8 matrix products with a constant right operand; the
+same bytes from the path a process takes when Linux refuses it tile data (forced with
 ``XMGE_AMX=0``), and under ASan/UBSan. Skipped with the reason where the CPU lacks AMX-INT8."""
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ CASES = [
     ("im2col3x3_few_channels", (1, 13, 9, 11), 19, 3, 1, 1, 1, 1, "im2col"),
     ("im2col7x7_s2", (1, 3, 23, 21), 17, 7, 2, 3, 1, 1, "im2col"),
     ("pointwise_n2", (2, 70, 5, 7), 35, 1, 1, 0, 1, 1, "im2col"),
-    ("pointwise_s2", (1, 40, 9, 9), 6, 1, 2, 0, 1, 1, "im2col"),
+    ("pointwise_s2", (1, 40, 9, 9), 6, 1, 2, 0, 1, 1, "direct"),
     ("im2col3x3_s2_group3", (1, 48, 13, 10), 33, 3, 2, 1, 1, 3, "im2col"),
+    ("direct3x3_s2_odd", (2, 67, 15, 13), 45, 3, 2, 1, 1, 1, "direct"),
+    ("direct3x3_7wide", (1, 64, 7, 7), 48, 3, 1, 1, 1, 1, "direct"),
+    ("direct5x5_s2_group2_dilated", (1, 96, 17, 14), 34, 5, 2, 3, 2, 2, "direct"),
+    ("rows7x7_s2_stem", (1, 3, 41, 63), 20, 7, 2, 3, 1, 1, "rows"),
+    ("rows5x5_n2", (2, 13, 17, 47), 18, 5, 1, 2, 1, 1, "rows"),
+    ("rows3x3_group3", (1, 24, 12, 31), 33, 3, 1, 1, 1, 3, "rows"),
 ]
 
 
@@ -98,7 +106,7 @@ def _check(got: list[np.ndarray], want: list[np.ndarray], what: str) -> None:
         assert np.abs(w).max() > 0, name
 
 
-def test_amx_tiles_cover_both_modes(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
+def test_amx_tiles_cover_every_mode(model: tuple[Callable[..., Any], list[np.ndarray]]) -> None:
     """Every case is an AMX convolution, in the B-tile mode the table names (no case silently falls to
     the VNNI or portable kernel), and the library holds the tile instructions."""
     require(TARGET)
@@ -180,3 +188,48 @@ def test_host_target_names_amx_only_when_permitted(monkeypatch: pytest.MonkeyPat
     assert ("amx" in host_target().features) == amx_permitted()
     monkeypatch.setenv(AMX_ENV, "0")
     assert "amx" not in host_target().features
+
+
+# name, M, K, N, transpose_a, transpose_b: a classifier head (one row), odd sizes that fill no tile
+MATMULS = [
+    ("head", 1, 512, 1000, False, True),
+    ("odd", 37, 150, 70, False, False),
+    ("odd_ta", 19, 65, 33, True, True),
+]
+
+
+def matmul_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.ndarray]]:
+    sx, sw = 1 / 20, 1 / 50
+    weights = []
+    for _, _, k, n, _, tb in MATMULS:
+        w = rng.integers(-128, 128, (n, k) if tb else (k, n)).astype(np.int8)
+        weights.append(Tensor(w.astype(np.float32) * sw, dtype=D.qint8(sw)))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for (_, _, _, _, ta, tb), x, wq in zip(MATMULS, xs, weights, strict=True):
+            y = F.matmul(x.astype(D.qint8(sx)), wq, transpose_a=ta, transpose_b=tb)
+            outs.append(y.astype(D.qint8(0.75)).astype("float32"))  # requantized to int8
+        return tuple(outs)
+
+    inputs = [(rng.standard_normal((k, m) if ta else (m, k)) * 3).astype(np.float32)
+              for _, m, k, _, ta, _ in MATMULS]  # fmt: skip
+    return f, inputs
+
+
+def test_amx_int8_matmul_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """int8 matrix products with a constant right operand on AMX tiles (tdpbssd, one and two
+    threads) and on the path without tile data: the reference's integers."""
+    require(TARGET)
+    fn, inputs = matmul_model(np.random.default_rng(5))
+    for threads in (1, 2):
+        compiled = compile_fn(fn, inputs, TARGET, threads=threads)
+        assert ("matmul_q8_amx", "amx") in _families(compiled)
+        want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+        if amx_permitted():
+            for (name, *_), g, w in zip(MATMULS, compiled.run(inputs), want, strict=True):
+                np.testing.assert_array_equal(g, w, err_msg=f"{name} (AMX, {threads} threads)")
+    monkeypatch.setenv(AMX_ENV, "0")
+    for (name, *_), g, w in zip(MATMULS, compiled.run_runner(inputs), want, strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=f"{name} (no tile data)")
+        assert np.abs(w).max() > 0, name

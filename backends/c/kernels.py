@@ -17,6 +17,7 @@ element types never accept the same op, so their relative order only matters wit
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
   (neon_fp16), int8 x86 95, other element types 90;
 * float32 matrix multiplication with +bf16: AMX-BF16 101 (x86_amx_bf16), ahead of the GEMM;
+* int8 matrix multiplication with a constant right operand: AMX-INT8 96 (x86_amx_matmul);
 * one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
   (neon_matvec), ahead of the float32 GEMM;
 * int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94; float32 / int32
@@ -55,6 +56,7 @@ from backends.c.templates import (
     winograd,
     x86_amx,
     x86_amx_bf16,
+    x86_amx_matmul,
     x86_fp16,
     x86_fp16_stem,
     x86_fp16_winograd,
@@ -83,6 +85,7 @@ KERNELS = KernelRegistry(
         *x86_fp16_stem.KERNEL_UNITS,
         *x86_amx_bf16.KERNEL_UNITS,
         *x86_int8_amx_island.KERNEL_UNITS,
+        *x86_amx_matmul.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,
         *neon_i8mm.KERNEL_UNITS,

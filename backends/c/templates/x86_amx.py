@@ -2,16 +2,19 @@
 :mod:`backends.reference.quant_kernels` like the AVX512-VNNI kernels they sit in front of.
 
 Dense, 1x1 and grouped NCHW convolutions are a GEMM ``acc[oc][pixel] = sum_k w[oc][k] * x[k][pixel]``
-on 16x16 int32 accumulator tiles. The activations are packed exactly as the VNNI kernel packs them
-(``backends/c/templates/x86_int8.py``): the im2col matrix ``[K/4][P][4]`` as ``x + 128``, which is
-already AMX's B-tile layout (a tile row holds four consecutive k of 16 pixels); ``tdpbsud`` multiplies
-signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
+on 16x16 int32 accumulator tiles. The activations are packed as ``x + 128`` in quads of four k per
+pixel, which is AMX's B-tile layout (a tile row holds four consecutive k of 16 pixels): the phase
+planes of ``x86_int8_gemm`` (32 or more channels per group, any stride), column-expanded input rows
+(few channels) or the VNNI kernel's im2col (``x86_int8``; a 1x1 stride-1 convolution's is its
+input); see :class:`Conv2dQ8Amx`. ``tdpbsud``
+multiplies signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
 ``-128 * sum(w)`` as the VNNI one does. Filters are packed at compile time as A tiles,
 ``[G][OC/16][K/64][16 channels][64 k]`` (zero-padded), so one tile load is 1 KiB of contiguous bytes.
 A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
 eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
-(``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the output
-stays NCHW.
+(``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the
+output stays NCHW. Work items are software-pipelined: a thread requantizes item ``t - 1`` in slices
+between the tile products of item ``t``, so that the vector units work while the tile unit does.
 
 Linux hands out AMX tile data only on request: ``xm_amx_ready`` asks once per model
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and caches the answer; where it is refused
@@ -41,6 +44,7 @@ from backends.c.templates.x86_int8 import (
     _out_ctype,
     _vec_int_activation,
 )
+from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT, Conv2dQ8Vnni, _geometry
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
@@ -99,13 +103,21 @@ class Conv2dQ8Amx(Template):
     """Dense and grouped int8 NCHW convolution on AMX-INT8 tiles, requantized in the work item's
     epilogue; the same integers by VNNI where the process has no tile data.
 
-    Two ways to form the B tiles (``mode``): ``im2col``, the VNNI kernel's ``[K/4][P][4]`` matrix
-    (1x1 and strided convolutions, few channels), and ``direct`` for stride-1 convolutions with at
-    least 32 channels per group: the input is packed once, padded, as ``[C/4][H + 2ph][Wp][4]``
-    (channel quads interleaved, ``x + 128``), and a B tile for one filter tap and 64 channels is
-    read straight from it (16 quads at the plane stride, 16 pixels of one output row shifted by the
-    tap): no im2col, a ninth of the packing of a 3x3 convolution. There K runs tap-major
-    (``k = tap * Cp + c``, channels padded to 64) and a pixel block is 16 columns of one row."""
+    Three ways to form the B tiles (``mode``, chosen by ``_mode``). ``im2col``, the VNNI kernel's
+    ``[K/4][P][4]`` matrix. ``rows``, for few channels (a stem's 7x7 stride-2 convolution on 3):
+    the input rows packed once with the columns already expanded by the column taps,
+    ``[R][CQ][OW][4]`` with a quad holding four (channel, filter column) pairs, so that an output
+    row's K is ``FH * CQ`` consecutive quads (B tiles at the quad stride, 16 columns of one output
+    row), a fraction ``sh / fh`` of the im2col's packing. ``direct``, any stride: the input is
+    packed once into ``x86_int8_gemm``'s phase planes, ``[Cp/4][phase][Hq][Wq][4]`` (channel quads
+    interleaved, ``x + 128``, channels padded to 64; a stride ``s`` splits the padded input into its ``s x s``
+    phases, which makes every tap a stride-1 shift), and a B tile for one filter tap and 64 channels
+    is read straight from it: 16 quads at the quad stride, 16 consecutive pixels ``q = oy * Wq + ox``
+    of the tap's phase shifted by the tap. No im2col: the packing is the size of the input. K runs
+    tap-major (``k = tap * Cp + c``); a pixel block is 16 pixels of that one long run over the rows,
+    whose ``Wq - OW`` columns past each row are computed and dropped by compressing the real lanes
+    (consecutive in the output) before the epilogue: a 7-pixel-wide 3x3 layer computes 9 columns
+    per row, not 16."""
 
     family = "conv2d_q8_amx"
     isa = ISA
@@ -121,33 +133,76 @@ class Conv2dQ8Amx(Template):
         if g == p["ic"] == p["oc"] and g > 1:
             return None  # depthwise: no GEMM to tile (conv2d_dw_q8_x86)
         icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
-        direct = (p["sh"], p["sw"]) == (1, 1) and taps > 1 and icg >= 32
         kk = icg * taps
-        kp = taps * _ceil(icg, TILE_K) if direct else _ceil(kk, TILE_K)
+        mode = self._mode(p)
+        if mode == "direct":
+            kp = taps * _ceil(icg, TILE_K)
+        elif mode == "rows":
+            kp = _ceil(p["fh"] * self._row_quads(p) * 4, TILE_K)
+        else:
+            kp = _ceil(kk, TILE_K)
         if kp * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
         biases = _bias_operands(p, operands, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
-        pixels = p["oh"] * p["ow"]
-        # pixel blocks of 16: runs of the flattened output (im2col) or 16 columns of one row (direct)
-        blocks = p["oh"] * -(-p["ow"] // 16) if direct else -(-pixels // 16)
         mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
+        geo: dict[str, Any] = {}
+        if mode == "direct":
+            # the phase planes of x86_int8_gemm: output pixel q = oy * wq + ox, one long run over
+            # the rows (the wq - ow columns past each row are computed and dropped)
+            geo = _geometry(p)
+            pixels = p["oh"] * geo["wq"]
+            blocks = -(-pixels // 16)
+        elif mode == "rows":  # 16 columns of one output row a block
+            pixels = p["oh"] * p["ow"]
+            blocks = p["oh"] * -(-p["ow"] // 16)
+        else:
+            pixels = p["oh"] * p["ow"]
+            blocks = -(-pixels // 16)
         ntile = 2 if blocks > 1 else 1
-        p.update(mode="direct" if direct else "im2col", k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
-        p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=_ceil(pixels, 16 * ntile))
-        if direct:
-            # the padded width holds every 16-column block shifted by the last tap
-            wp = _ceil(p["ow"], 16) + (p["fw"] - 1) * p["dw"]
-            p.update(cp=_ceil(icg, TILE_K), hp=p["ih"] + 2 * p["ph"], wp=wp)
+        ppad = _ceil(pixels, 16 * ntile)
+        p.update(mode=mode, k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
+        p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=ppad)
+        if mode == "direct":
+            # a plane holds every dword a B tile reads: the last block plus the farthest tap
+            reach = (p["fh"] - 1) * p["dh"] // p["sh"] * geo["wq"] + (p["fw"] - 1) * p["dw"] // p["sw"]
+            p.update(geo, cp=_ceil(icg, TILE_K), plane=_ceil(ppad + reach, 16))
+        elif mode == "rows":
+            p.update(cq=self._row_quads(p), rows=(p["oh"] - 1) * p["sh"] + p["fh"])
         return Lowered(p, [operands[0], operands[1], *biases])
+
+    @staticmethod
+    def _row_quads(p: dict[str, Any]) -> int:
+        """Quads of (channel, filter column) pairs in one row of the ``rows`` mode's input."""
+        return -(-(p["ic"] // p["groups"]) * p["fw"] // 4)
+
+    def _mode(self, p: dict[str, Any]) -> str:
+        """``im2col`` for unpadded 1x1 stride-1 convolutions (their im2col is the input, quads
+        interleaved, in one pass per channel quad: faster to pack than the planes); else ``direct``
+        for 32 or more channels per group; for fewer, ``rows`` where its padded products are within
+        an eighth of the im2col's (the packing is then a fraction ``sh / fh`` of the im2col's), else
+        ``im2col``."""
+        icg, oh, ow, fh = p["ic"] // p["groups"], p["oh"], p["ow"], p["fh"]
+        if (fh, p["fw"], p["sh"], p["sw"], p["ph"], p["pw"]) == (1, 1, 1, 1, 0, 0):
+            return "im2col"
+        if icg >= 32:
+            return "direct"
+        if p["dh"] == 1 and fh > p["sh"]:
+            rows_cost = _ceil(fh * self._row_quads(p) * 4, TILE_K) * oh * _ceil(ow, 16)
+            im2col_cost = _ceil(icg * fh * p["fw"], TILE_K) * _ceil(oh * ow, 16)
+            if 8 * rows_cost <= 9 * im2col_cost:
+                return "rows"
+        return "im2col"
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p)
 
     def workspace(self, p: dict[str, Any]) -> int:
-        if p["mode"] == "direct":
-            return p["cp"] * p["hp"] * p["wp"]
+        if p["mode"] == "direct":  # + 64: the planes start on a cache line
+            return p["cp"] * len(p["row_phases"]) * len(p["col_phases"]) * p["plane"] + 64
+        if p["mode"] == "rows":  # + 16 quads: the last K tile's zero-filter rows; + 16: the last block
+            return ((p["rows"] * p["cq"] + TILE_ROWS) * p["ow"] + 16) * 4
         return p["kp"] * p["ppad"]
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
@@ -159,6 +214,10 @@ class Conv2dQ8Amx(Template):
         full = np.zeros((g, ocp, kp), np.int8)
         if p["mode"] == "direct":  # k = tap * Cp + c
             full.reshape(g, ocp, taps, p["cp"])[:, :ocg, :, :icg] = w.transpose(0, 1, 3, 2)
+        elif p["mode"] == "rows":  # k = r * 4CQ + c * FW + s
+            fh, fw, cq4 = p["fh"], p["fw"], 4 * p["cq"]
+            rows = w.reshape(g, ocg, icg, fh, fw).transpose(0, 1, 3, 2, 4).reshape(g, ocg, fh, icg * fw)
+            full[:, :ocg, : fh * cq4].reshape(g, ocg, fh, cq4)[..., : icg * fw] = rows
         else:  # k = (c * FH + r) * FW + s
             full[:, :ocg, : p["k"]] = w.reshape(g, ocg, -1)
         # [G][OC/16][K/64][16][64]: one A tile (16 channels x 64 k) is 1 KiB of contiguous bytes
@@ -167,99 +226,88 @@ class Conv2dQ8Amx(Template):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
-        fh, fw, sh, sw, ph, pw, dh, dw, g = (
-            p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
-        )
-        icg, ocg = ic // g, oc // g
-        kk, kp, pixels = p["k"], p["kp"], p["pixels"]
-        mt, ntl, ocp, blocks = p["mt"], p["ntile"], p["ocp"], p["blocks"]
-        direct = p["mode"] == "direct"
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        g, icg, ocg = p["groups"], ic // p["groups"], oc // p["groups"]
+        kp, mt, ntl, ocp = p["kp"], p["mt"], p["ntile"], p["ocp"]
         kb = kp // TILE_K
-        ocb, pb = ocp // (TILE_ROWS * mt), -(-blocks // ntl)
+        ocb, pb = ocp // (TILE_ROWS * mt), -(-p["blocks"] // ntl)
         bw, bh = 16 * ntl, TILE_ROWS * mt  # a work item's pixels and channels
         otype = _out_ctype(p["out"])
-        if direct:
-            wp, plane, cbn = p["wp"], p["hp"] * p["wp"] * 4, p["cp"] // TILE_K
-            stride = plane  # bytes between two channel quads: a B tile's row stride
-            pack = self._pack_padded(p)
-            xblocks = -(-ow // 16)
-            tap_offsets = ", ".join(str((r * dh * wp + s * dw) * 4) for r in range(fh) for s in range(fw))
-            # block b: output row b / xblocks, columns from b % xblocks * 16; a block past the last
-            # (an odd count) computes block 0 again and stores nothing
-            blocks_c = " ".join(
-                f"const int b{j} = t % {pb} * {ntl} + {j} < {blocks} ? t % {pb} * {ntl} + {j} : 0;"
-                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
-                f" const uint8_t* xb{j} = xp + ((long)oy{j} * {wp} + ox{j}) * 4;"
-                f" const long out{j} = (long)oy{j} * {ow} + ox{j};"
-                f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0;"
-                for j in range(ntl)
-            )
-            tap_table = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};"
-            koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * plane})"
-        else:
-            row = p["ppad"] * 4
-            stride = row  # bytes between two k-quads of the im2col matrix
-            pack = self._pack_im2col(p, kp // 4, row)
-            blocks_c = " ".join(
-                f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;"
-                f" const long out{j} = t % {pb} * {bw} + {16 * j};"
-                f" const __mmask16 m{j} = xm_q8_lanes({pixels} - out{j});"
-                for j in range(ntl)
-            )
-            tap_table = ""
-            koff = f"(long)kt * {TILE_ROWS * row}"
-        # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7
-        amx = "\n            ".join(
+        plan = {"direct": self._direct_plan, "rows": self._rows_plan, "im2col": self._im2col_plan}
+        stride, pack, inputs_c, outputs_c, koff, tables, compress = plan[p["mode"]](p, pb)
+        # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7. The
+        # previous work item's epilogue runs in slices between this one's tile products, so that the
+        # vector units requantize while the tile unit multiplies
+        amx = "\n              ".join(
             [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
             + [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {koff};"]
             + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
                for i in range(mt)]
             + [f"  _tile_loadd({6 + j}, xb{j} + ko, {stride});" for j in range(ntl)]
             + [f"  _tile_dpbsud({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
-            + ["}"]
+            + [f"  if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, kt * {bh} / {kb},"
+               f" (kt + 1) * {bh} / {kb}, nn, g, y, bias, fbias);", "}"]
             + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
                for i in range(mt) for j in range(ntl)]
         )  # fmt: skip
         lanes = [f"c{r}" for r in range(TILE_ROWS)]
         vnni_blocks = "\n".join(
             f"""
-            for (int i = 0; i < {mt}; ++i) {{
-              {" ".join(f"__m512i {c} = _mm512_setzero_si512();" for c in lanes)}
-              const int8_t* a = wa + (long)i * {kb * TILE_BYTES};
-              for (int kt = 0; kt < {kb}; ++kt) {{
-                const uint8_t* bt = xb{j} + {koff};
-                const int8_t* at = a + (long)kt * {TILE_BYTES};
-                for (int q = 0; q < {TILE_ROWS}; ++q) {{
-                  const __m512i b = _mm512_loadu_si512((const void*)(bt + (long)q * {stride}));
-                  const int32_t* ak = (const int32_t*)(at + q * 4);
-                  {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
-                            for r, c in enumerate(lanes))}
+              for (int i = 0; i < {mt}; ++i) {{
+                {" ".join(f"__m512i {c} = _mm512_setzero_si512();" for c in lanes)}
+                const int8_t* a = wa + (long)i * {kb * TILE_BYTES};
+                for (int kt = 0; kt < {kb}; ++kt) {{
+                  const uint8_t* bt = xb{j} + {koff};
+                  const int8_t* at = a + (long)kt * {TILE_BYTES};
+                  for (int q = 0; q < {TILE_ROWS}; ++q) {{
+                    const __m512i b = _mm512_loadu_si512((const void*)(bt + (long)q * {stride}));
+                    const int32_t* ak = (const int32_t*)(at + q * 4);
+                    {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
+                              for r, c in enumerate(lanes))}
+                  }}
                 }}
-              }}
-              {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
-                        for r, c in enumerate(lanes))}
-            }}"""
+                {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
+                          for r, c in enumerate(lanes))}
+              }}"""
             for j in range(ntl)
         )  # fmt: skip
-        fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
+        has_fbias = p["bias"] and post_processed(p)
         stores = " ".join(
             f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
-            f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'm{j}')} }}"
+            + (f"v = _mm512_maskz_compress_epi32(m{j}, v); " if compress else "")
+            + f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'n{j}')} }}"
             for j in range(ntl)
         )
-        work = n * oc * pixels * kk
+        work = n * oc * oh * ow * p["k"]
         # a row of zero channels: the padding of the last channel quad
-        zero_len = iw if direct else pixels if (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) else 1
+        pointwise = p["mode"] == "im2col" and (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
         return exact(f"""
+/* requantize and store rows [r0, r1) of work item t's accumulator block */
+static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*acc)[{bw}], int t, int r0,
+    int r1, int nn, int g, {otype}* y, const int32_t* bias, const float* fbias) {{
+  {tables}
+  const int o0 = t / {pb} * {bh};
+  {outputs_c}
+  (void)fbias;
+  for (int r = r0; r < r1 && o0 + r < {ocg}; ++r) {{
+    const int o = g * {ocg} + o0 + r;
+    const __m512i bv = _mm512_set1_epi32(bias[o]);
+    const float fb = {"fbias[o]" if has_fbias else "0.f"}; (void)fb;
+    {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
+    {stores}
+  }}
+}}
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int8_t* wpk = (const int8_t*)w_;
   {_bias_decls(p)}
+  {"" if has_fbias else "const float* fbias = NULL;"}
   {otype}* y = ({otype}*)y_;
   uint8_t* xp = (uint8_t*)ws;
-  static const int8_t zero[{zero_len}];
+  uint8_t* planes = (uint8_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  (void)planes;
+  static const int8_t zero[{p["pixels"] if pointwise else 1}];
   (void)zero;
-  {tap_table}
   const int use_amx = xm_amx_ready();
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   {{
@@ -268,23 +316,25 @@ static void {sym}({_kernel_args(p)}) {{
       for (int g = 0; g < {g}; ++g) {{
         const int8_t* xg = x + ((long)nn * {ic} + (long)g * {icg}) * {ih * iw};
         (void)xg;{pack}
+        /* one chunk of consecutive work items a thread, software-pipelined: item t's products,
+           then item t - 1's epilogue (two accumulator blocks) */
         #pragma omp for schedule(static)
-        for (int t = 0; t < {pb * ocb}; ++t) {{
-          const int o0 = t / {pb} * {bh};  // channel blocks outer: a block's filters stay in cache
-          {blocks_c}
-          const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
-          int32_t acc[{bh}][{bw}] __attribute__((aligned(64)));
-          if (use_amx) {{
-            {amx}
-          }} else {{{vnni_blocks}
+        for (int chunk = 0; chunk < nt; ++chunk) {{
+          const int t0 = (int)({pb * ocb}L * chunk / nt), t1 = (int)({pb * ocb}L * (chunk + 1) / nt);
+          int32_t accs[2][{bh}][{bw}] __attribute__((aligned(64)));
+          for (int t = t0; t < t1; ++t) {{
+            // channel blocks outer: a block's filters stay in cache
+            const int o0 = t / {pb} * {bh};
+            {inputs_c}
+            const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
+            int32_t (*acc)[{bw}] = accs[t & 1];
+            if (use_amx) {{
+              {amx}
+            }} else {{{vnni_blocks}
+              if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, 0, {bh}, nn, g, y, bias, fbias);
+            }}
           }}
-          for (int r = 0; r < {bh} && o0 + r < {ocg}; ++r) {{
-            const int o = g * {ocg} + o0 + r;
-            const __m512i bv = _mm512_set1_epi32(bias[o]);
-            const float fb = {fb}; (void)fb;
-            {otype}* yo = y + ((long)nn * {oc} + o) * {pixels};
-            {stores}
-          }}
+          if (t1 > t0) {sym}_store(accs[(t1 - 1) & 1], t1 - 1, 0, {bh}, nn, g, y, bias, fbias);
         }}
       }}
     if (use_amx) _tile_release();
@@ -292,24 +342,104 @@ static void {sym}({_kernel_args(p)}) {{
 }}
 """)
 
+    def _direct_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
+        """The direct mode's B-tile row stride, packing, per-item input and output code (of ``t``),
+        K-tile offset, tables and whether lanes are compressed (see the class docstring)."""
+        fh, fw, sh, sw, dh, dw, ow = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "ow"))
+        rows, cols, wq, plane, ntl = p["row_phases"], p["col_phases"], p["wq"], p["plane"], p["ntile"]
+        nph, cbn = len(rows) * len(cols), p["cp"] // TILE_K
+        stride = nph * plane * 4  # bytes between two channel quads: a B tile's row stride
+        pack = "\n" + Conv2dQ8Vnni._pack_code(Conv2dQ8Vnni(), {**p, "c4": p["cp"] // 4})
+        # each tap's dwords: its phase's plane, shifted by the tap's whole strides
+        tap_offsets = ", ".join(
+            str(((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane
+                 + r * dh // sh * wq + s * dw // sw) * 4)
+            for r in range(fh)
+            for s in range(fw)
+        )  # fmt: skip
+        inputs_c = f"static const long tap_off[{fh * fw}] = {{{tap_offsets}}};" + "".join(
+            f" const uint8_t* xb{j} = planes + (long)(t % {pb} * {ntl} + {j}) * 64;" for j in range(ntl)
+        )
+        # lane l of a block at q holds a real pixel iff (q + l) % wq < ow; those pixels are
+        # consecutive in the output, from q / wq * ow + min(q % wq, ow)
+        compress = wq != ow
+        real = [sum(1 << lane for lane in range(16) if (q + lane) % wq < ow) for q in range(wq)]
+        tables = f"static const __mmask16 real[{wq}] = {{{', '.join(map(str, real))}}};" if compress else ""
+        real_c = f" & real[q{{j}} % {wq}]" if compress else ""
+        outputs_c = " ".join(
+            f"const long q{j} = (long)(t % {pb} * {ntl} + {j}) * 16;"
+            f" const __mmask16 m{j} = xm_q8_lanes({p['pixels']} - q{j}){real_c.format(j=j)};"
+            f" const long out{j} = q{j} / {wq} * {ow} + (q{j} % {wq} < {ow} ? q{j} % {wq} : {ow});"
+            f" const __mmask16 n{j} = xm_q8_lanes(__builtin_popcount(m{j}));"
+            for j in range(ntl)
+        )
+        koff = f"(tap_off[kt / {cbn}] + (long)(kt % {cbn}) * {TILE_ROWS * stride})"
+        return stride, pack, inputs_c, outputs_c, koff, tables, compress
+
+    def _rows_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
+        """The rows mode's (see :meth:`_direct_plan`): a block is 16 columns of one output row, its K
+        the quads from input row ``oy * sh`` on; a block past the last (an odd count) reads block 0
+        and stores nothing."""
+        ow, sh, cq, ntl, blocks = p["ow"], p["sh"], p["cq"], p["ntile"], p["blocks"]
+        line = ow * 4  # bytes between two quads: a B tile's row stride
+        xblocks = -(-ow // 16)
+
+        def block(j: int) -> str:
+            b = f"t % {pb} * {ntl} + {j}"
+            return (
+                f"const int b{j} = {b} < {blocks} ? {b} : 0;"
+                f" const int oy{j} = b{j} / {xblocks}, ox{j} = b{j} % {xblocks} * 16;"
+            )
+
+        inputs_c = " ".join(
+            f"{block(j)} const uint8_t* xb{j} = xp + ((long)oy{j} * {sh * cq * ow} + ox{j}) * 4;"
+            for j in range(ntl)
+        )
+        outputs_c = " ".join(
+            f"{block(j)} const long out{j} = (long)oy{j} * {ow} + ox{j};"
+            f" const __mmask16 m{j} = t % {pb} * {ntl} + {j} < {blocks} ? xm_q8_lanes({ow} - ox{j}) : 0,"
+            f" n{j} = m{j};"
+            for j in range(ntl)
+        )
+        return line, self._pack_rows(p), inputs_c, outputs_c, f"(long)kt * {TILE_ROWS * line}", "", False
+
+    def _im2col_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
+        """The im2col mode's (see :meth:`_direct_plan`): a block is 16 pixels of the flat output."""
+        row, bw, ntl = p["ppad"] * 4, 32 if p["ntile"] == 2 else 16, p["ntile"]
+        inputs_c = " ".join(
+            f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;" for j in range(ntl)
+        )
+        outputs_c = " ".join(
+            f"const long out{j} = t % {pb} * {bw} + {16 * j};"
+            f" const __mmask16 m{j} = xm_q8_lanes({p['pixels']} - out{j}), n{j} = m{j};"
+            for j in range(ntl)
+        )
+        pack = self._pack_im2col(p, p["kp"] // 4, row)
+        # row: bytes between two k-quads of the im2col matrix, a B tile's row stride
+        return row, pack, inputs_c, outputs_c, f"(long)kt * {TILE_ROWS * row}", "", False
+
     @staticmethod
-    def _pack_padded(p: dict[str, Any]) -> str:
-        """The direct mode's input: ``[Cp/4][H + 2ph][Wp][4]`` bytes ``x + 128``, the padding (rows,
-        columns, channels up to Cp) 128, a zero activation."""
-        ih, iw, ph, pw, hp, wp, cp = (p[k] for k in ("ih", "iw", "ph", "pw", "hp", "wp", "cp"))
-        icg = p["ic"] // p["groups"]
+    def _pack_rows(p: dict[str, Any]) -> str:
+        """The ``rows`` mode's input: ``[R][CQ][OW][4]`` bytes ``x + 128`` for the R padded input rows
+        the output reads, a quad holding four (channel, filter column) pairs, each already shifted
+        by its column tap and strided (an im2col along the columns only): the K of an output row is
+        then the ``FH * CQ`` consecutive quads from its first input row on. The padding (rows,
+        columns, pairs past ``ICg * FW``, 16 quads past the end for the last K tile) is 128."""
+        ih, iw, ow, fw, sw, ph, pw, dw = (p[k] for k in ("ih", "iw", "ow", "fw", "sw", "ph", "pw", "dw"))
+        cq, rows, pairs = p["cq"], p["rows"], p["ic"] // p["groups"] * p["fw"]
         return f"""
         #pragma omp for schedule(static)
-        for (int item = 0; item < {cp // 4 * hp}; ++item) {{
-          const int cq = item / {hp}, yy = item % {hp}, iy = yy - {ph};
-          uint8_t* dst = xp + (long)item * {wp * 4};
-          if ((unsigned)iy >= {ih}u || 4 * cq >= {icg}) {{ memset(dst, 0x80, {wp * 4}); continue; }}
-          const int8_t* r[4];
-          for (int j = 0; j < 4; ++j)
-            r[j] = 4 * cq + j < {icg} ? xg + ((long)(4 * cq + j) * {ih} + iy) * {iw} : zero;
-          memset(dst, 0x80, {pw * 4});
-          xm_q8_quad(dst + {pw * 4}, r[0], r[1], r[2], r[3], {iw});
-          memset(dst + {(pw + iw) * 4}, 0x80, {(wp - pw - iw) * 4});
+        for (int item = 0; item < {rows * cq}; ++item) {{
+          const int iy = item / {cq} - {ph}, j = item % {cq};
+          int8_t rows[4][{ow}];
+          for (int e = 0; e < 4; ++e) {{
+            const int k = 4 * j + e, c = k / {fw}, s = k % {fw};
+            if (k >= {pairs} || (unsigned)iy >= {ih}u) memset(rows[e], 0, {ow});
+            else xm_q8_row(rows[e], xg + ((long)c * {ih} + iy) * {iw}, {ow}, s * {dw} - {pw}, {sw}, {iw});
+          }}
+          uint8_t* dst = xp + (long)item * {ow * 4};
+          xm_q8_quad(dst, rows[0], rows[1], rows[2], rows[3], {ow});
+          if (item == {rows * cq - 1}) memset(dst + {ow * 4}, 0x80, {(TILE_ROWS * ow + 16) * 4});
         }}"""
 
     @staticmethod
@@ -346,7 +476,7 @@ static void {sym}({_kernel_args(p)}) {{
         }}"""
 
     def support(self, em: CEmitter) -> str:
-        return REQUANT_C + SUPPORT + AMX_SUPPORT
+        return REQUANT_C + SUPPORT + GEMM_SUPPORT + AMX_SUPPORT
 
 
 KERNEL_UNITS = (Conv2dQ8Amx(),)
