@@ -11,8 +11,9 @@ vector per pixel, then issues ``4 MB / L * NB`` by-lane FMAs (``L`` lanes per ac
 float32; 8 in float16, where one ``.8h`` accumulator holds two output blocks of a pixel):
 
 * float32 ``MB = 2, NB = 8``: 16 accumulators, 8 weight vectors, 64 ``fmla`` per 2 + 8 loads;
-* float16 ``MB = 4, NB = 8``: 16 ``.8h`` accumulators (32 output channels x 8 pixels), 8 weight
-  vectors, 64 ``fmla .8h`` (512 multiply-adds) per 4 + 8 loads.
+* float16 ``MB = 4, NB = 8``: 16 ``.8h`` accumulators (16 output channels x 8 pixels), 8 weight
+  vectors, 64 ``fmla .8h`` (512 multiply-adds) per 8 + 4 loads (two pixels per load), the ``fmla``s
+  as inline assembly (:func:`_step_f16_asm`: gcc's ``vfmaq_lane_f16`` spills).
 
 The epilogue (bias, residual, ReLU) runs on the registers before the single store. Float16 here is
 float16 arithmetic (``+ioc16``, the ``fp16`` ISA); ``+io16xc32`` stays with the direct kernels.
@@ -104,6 +105,43 @@ EPILOGUES = {
     "float16": EpilogueSupport(activations=GEMM_ACTIVATIONS),
 }
 
+
+def _step_f16_asm(na: int, nb: int, xpix: int) -> list[str]:
+    """One input block and tap of the float16 tile (``na`` accumulators per pixel, ``nb`` pixels ``xpix``
+    elements apart): the ``fmla``s as inline assembly. Written with ``vfmaq_lane_f16``, gcc 12 breaks
+    each lane out of the loaded pixel vector (an ``ldr h`` per lane, spills, ``mov`` shuffles: ~2.7
+    instructions per ``fmla``) because the by-element half-precision ``fmla`` reads only v0-v15. Here
+    the pixel vectors are ``x`` operands (v0-v15), the weights and accumulators ``w``; the assembly is
+    cut into groups of pixels to stay within gcc's 30 operands per statement."""
+    wpair = [(i, c) for c in range(4) for i in range(na)]
+    lines = [f"    const float16x8_t w{i}_{c} = vld1q_f16(wk + {16 * c + 8 * i});" for i, c in wpair]
+    lines.append("    wk += 64;")
+    # neighbouring pixels (xpix 4) share a register: pixel j is register j // 2 from lane 4 (j % 2)
+    pair = xpix == 4
+    regs: dict[int, tuple[str, int]] = {}
+    for j in range(nb):
+        if pair and j + 1 < nb and j % 2 == 0:
+            lines.append(f"    const float16x8_t x{j} = vld1q_f16(xt + {4 * j});")
+            regs[j], regs[j + 1] = (f"x{j}", 0), (f"x{j}", 4)
+        elif j not in regs:
+            low = f"vld1_f16(xt + {xpix * j})"
+            lines.append(f"    const float16x8_t x{j} = vcombine_f16({low}, vdup_n_f16(0));")
+            regs[j] = (f"x{j}", 0)
+    group = 4 if na == 2 else 8
+    for g in range(0, nb, group):
+        pix = range(g, min(nb, g + group))
+        asm = [
+            f"fmla %[a{i}_{j}].8h, %[w{i}_{c}].8h, %[{regs[j][0]}].h[{regs[j][1] + c}]"
+            for c in range(4)
+            for j in pix
+            for i in range(na)
+        ]
+        outs = ", ".join(f'[a{i}_{j}] "+w"(a{i}_{j})' for j in pix for i in range(na))
+        ins = [f'[w{i}_{c}] "w"(w{i}_{c})' for i, c in wpair]
+        ins += [f'[{r}] "x"({r})' for r in dict.fromkeys(regs[j][0] for j in pix)]
+        body = "\\n\\t".join(asm)
+        lines += [f'    __asm__("{body}"', f"      : {outs}", f"      : {', '.join(ins)});"]
+    return lines
 
 class ConvGemmNchw44(ConvNchw44):
     """``conv2d_nchw44_gemm``: dense float NCHW44 convolution by register-blocked implicit GEMM."""
@@ -208,6 +246,8 @@ class ConvGemmNchw44(ConvNchw44):
             lines.append(f"    {{ const {ctype}* xt = xc;")
         if hybrid:
             lines += self._hybrid_step(p, v, na, nb)
+        elif v.dtype == "f16":
+            lines += _step_f16_asm(na, nb, xpix)
         else:
             lines += [
                 f"    const {v.acc_t} w{i}_{c} = {v.ld_acc.format(p=f'wk + {c * wstride + i * v.lanes}')};"
