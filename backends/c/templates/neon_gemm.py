@@ -13,7 +13,7 @@ float32; 8 in float16, where one ``.8h`` accumulator holds two output blocks of 
 * float32 ``MB = 2, NB = 8``: 16 accumulators, 8 weight vectors, 64 ``fmla`` per 2 + 8 loads;
 * float16 ``MB = 4, NB = 8``: 16 ``.8h`` accumulators (16 output channels x 8 pixels), 8 weight
   vectors, 64 ``fmla .8h`` (512 multiply-adds) per 8 + 4 loads (two pixels per load), the ``fmla``s
-  as inline assembly (:func:`_step_f16_asm`: gcc's ``vfmaq_lane_f16`` spills).
+  as inline assembly (:func:`fmla_f16_asm`: gcc's ``vfmaq_lane_f16`` spills).
 
 The epilogue (bias, residual, ReLU) runs on the registers before the single store. Float16 here is
 float16 arithmetic (``+ioc16``, the ``fp16`` ISA); ``+io16xc32`` stays with the direct kernels.
@@ -64,7 +64,7 @@ class FloatVec:
     x_t: str
     ld_acc: str  # a full accumulator from memory (weights, bias)
     ld_x: str
-    fma_lane: str  # acc + w * x[lane]
+    fma_lane: str  # acc + w * x[lane] (float32; float16's is inline assembly: fmla_f16_asm)
     zero: str
     relu: str
     relu6: str  # min(max(v, 0), 6): NEON fmax / fmin return NaN when an operand is, as the reference
@@ -93,7 +93,7 @@ F32 = FloatVec(
 )  # fmt: skip
 F16 = FloatVec(
     "f16", 8, 4, 8, "float16x8_t", "float16x4_t", "vld1q_f16({p})", "vld1_f16({p})",
-    "vfmaq_lane_f16({a}, {w}, {x}, {c})", "vdupq_n_f16(0)", "vmaxq_f16({v}, vdupq_n_f16(0))",
+    "", "vdupq_n_f16(0)", "vmaxq_f16({v}, vdupq_n_f16(0))",
     "vminq_f16(vmaxq_f16({v}, vdupq_n_f16(0)), vdupq_n_f16(6))", "vaddq_f16({a}, {b})",
 )  # fmt: skip
 VECS = {"f32": F32, "f16": F16}
@@ -106,42 +106,51 @@ EPILOGUES = {
 }
 
 
-def _step_f16_asm(na: int, nb: int, xpix: int) -> list[str]:
-    """One input block and tap of the float16 tile (``na`` accumulators per pixel, ``nb`` pixels ``xpix``
-    elements apart): the ``fmla``s as inline assembly. Written with ``vfmaq_lane_f16``, gcc 12 breaks
-    each lane out of the loaded pixel vector (an ``ldr h`` per lane, spills, ``mov`` shuffles: ~2.7
-    instructions per ``fmla``) because the by-element half-precision ``fmla`` reads only v0-v15. Here
-    the pixel vectors are ``x`` operands (v0-v15), the weights and accumulators ``w``; the assembly is
-    cut into groups of pixels to stay within gcc's 30 operands per statement."""
+def fmla_f16_asm(fmas: list[tuple[str, str, str, int]], indent: str) -> list[str]:
+    """``acc += w * x[lane]`` for each ``(acc, w, x, lane)`` (float16x8_t variables; ``x`` may be a
+    float16x4_t) as one inline-assembly statement of by-element ``fmla .8h``. Written with
+    ``vfmaq_lane_f16``, gcc 12 breaks each lane out of the pixel vector (an ``ldr h`` or a GPR
+    round trip per lane, spills, ``mov`` shuffles: ~2.7 instructions per ``fmla``), because the
+    half-precision by-element form reads only v0-v15: here ``x`` is an ``x`` operand (v0-v15), the
+    rest ``w``. gcc takes at most 30 operands (an accumulator counts twice): callers cut their
+    products into statements of a few pixels."""
+    accs = list(dict.fromkeys(a for a, _, _, _ in fmas))
+    srcs = list(dict.fromkeys(w for _, w, _, _ in fmas)), list(dict.fromkeys(x for _, _, x, _ in fmas))
+    assert 2 * len(accs) + len(srcs[0]) + len(srcs[1]) <= 30, "too many operands for one asm statement"
+    body = "\\n\\t".join(f"fmla %[{a}].8h, %[{w}].8h, %[{x}].h[{lane}]" for a, w, x, lane in fmas)
+    outs = ", ".join(f'[{a}] "+w"({a})' for a in accs)
+    ins = ", ".join([*(f'[{w}] "w"({w})' for w in srcs[0]), *(f'[{x}] "x"({x})' for x in srcs[1])])
+    return [f'{indent}__asm__("{body}"', f"{indent}  : {outs}", f"{indent}  : {ins});"]
+
+
+def _step_f16(na: int, nb: int, xpix: int) -> list[str]:
+    """One input block and tap of the float16 tile (``na`` accumulators per pixel, ``nb`` pixels
+    ``xpix`` elements apart): 4 na weight vectors, neighbouring pixels two per load, the ``fmla``s in
+    :func:`fmla_f16_asm` statements of 4 (na 2) or 8 pixels."""
     wpair = [(i, c) for c in range(4) for i in range(na)]
     lines = [f"    const float16x8_t w{i}_{c} = vld1q_f16(wk + {16 * c + 8 * i});" for i, c in wpair]
     lines.append("    wk += 64;")
     # neighbouring pixels (xpix 4) share a register: pixel j is register j // 2 from lane 4 (j % 2)
-    pair = xpix == 4
     regs: dict[int, tuple[str, int]] = {}
     for j in range(nb):
-        if pair and j + 1 < nb and j % 2 == 0:
+        if xpix == 4 and j + 1 < nb and j % 2 == 0:
             lines.append(f"    const float16x8_t x{j} = vld1q_f16(xt + {4 * j});")
             regs[j], regs[j + 1] = (f"x{j}", 0), (f"x{j}", 4)
         elif j not in regs:
-            low = f"vld1_f16(xt + {xpix * j})"
-            lines.append(f"    const float16x8_t x{j} = vcombine_f16({low}, vdup_n_f16(0));")
+            lines.append(f"    const float16x4_t x{j} = vld1_f16(xt + {xpix * j});")
             regs[j] = (f"x{j}", 0)
     group = 4 if na == 2 else 8
     for g in range(0, nb, group):
         pix = range(g, min(nb, g + group))
-        asm = [
-            f"fmla %[a{i}_{j}].8h, %[w{i}_{c}].8h, %[{regs[j][0]}].h[{regs[j][1] + c}]"
+        fmas = [
+            (f"a{i}_{j}", f"w{i}_{c}", regs[j][0], regs[j][1] + c)
             for c in range(4)
             for j in pix
             for i in range(na)
         ]
-        outs = ", ".join(f'[a{i}_{j}] "+w"(a{i}_{j})' for j in pix for i in range(na))
-        ins = [f'[w{i}_{c}] "w"(w{i}_{c})' for i, c in wpair]
-        ins += [f'[{r}] "x"({r})' for r in dict.fromkeys(regs[j][0] for j in pix)]
-        body = "\\n\\t".join(asm)
-        lines += [f'    __asm__("{body}"', f"      : {outs}", f"      : {', '.join(ins)});"]
+        lines += fmla_f16_asm(fmas, "    ")
     return lines
+
 
 class ConvGemmNchw44(ConvNchw44):
     """``conv2d_nchw44_gemm``: dense float NCHW44 convolution by register-blocked implicit GEMM."""
@@ -247,7 +256,7 @@ class ConvGemmNchw44(ConvNchw44):
         if hybrid:
             lines += self._hybrid_step(p, v, na, nb)
         elif v.dtype == "f16":
-            lines += _step_f16_asm(na, nb, xpix)
+            lines += _step_f16(na, nb, xpix)
         else:
             lines += [
                 f"    const {v.acc_t} w{i}_{c} = {v.ld_acc.format(p=f'wk + {c * wstride + i * v.lanes}')};"
@@ -300,12 +309,16 @@ class ConvGemmNchw44(ConvNchw44):
             else:
                 load = f"vld2_f16(xt + {8 * g}).val[0]" if f16 else f"vld2q_f32(xt + {8 * g}).val[0]"
             lines.append(f"    {{ const {v.x_t} xv = {load};")
-            for jj in range(4):
-                j = 4 * g + jj
-                lines += [
-                    f"      a{i}_{j} = {v.fma_lane.format(a=f'a{i}_{j}', w=f'w{i}', x='xv', c=jj)};"
-                    for i in range(na)
-                ]
+            if f16:
+                fmas = [(f"a{i}_{4 * g + jj}", f"w{i}", "xv", jj) for jj in range(4) for i in range(na)]
+                lines += fmla_f16_asm(fmas, "      ")
+            else:
+                for jj in range(4):
+                    j = 4 * g + jj
+                    lines += [
+                        f"      a{i}_{j} = {v.fma_lane.format(a=f'a{i}_{j}', w=f'w{i}', x='xv', c=jj)};"
+                        for i in range(na)
+                    ]
             lines.append("    }")
         fman = "vfmaq_n_f16" if f16 else "vfmaq_n_f32"
         for j in range(grouped, nb):
