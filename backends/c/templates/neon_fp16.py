@@ -22,6 +22,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import code, pool_geometry, same_type
 from backends.c.templates import Template, plane_sym, sym_join, window_taps
+from backends.c.templates.neon_move import flat_offset, loop_nest
 from dialects import enums
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
@@ -107,13 +108,9 @@ class ElemwiseF16(Template):
         n_in = len(strides)
         names = "abc"[:n_in]
         inner = dims[-1]
-        outer = dims[:-1]
         ins = [f"const float16_t* in{i}" for i in range(n_in)]
         args = ", ".join([*ins, "float16_t* out0", "unsigned char* ws", "int nt"])
         out_strides = [math.prod(dims[i + 1 :]) for i in range(len(dims))]
-
-        def offset(st: list[int] | tuple[int, ...]) -> str:
-            return " + ".join(f"i{d} * {s}L" for d, s in enumerate(st[:-1]) if s) or "0"
 
         def step(width: int) -> str:
             """One ``width``-lane (8, 4 or 1) step at inner index ``j``."""
@@ -134,21 +131,14 @@ class ElemwiseF16(Template):
             return " ".join(loads) + " " + store.format(p="out0 + o + j", v=expr) + ";"
 
         body = [
-            *(f"const long x{i} = {offset(st)};" for i, st in enumerate(strides)),
-            f"const long o = {offset(out_strides)};",
+            *(f"const long x{i} = {flat_offset(st[:-1])};" for i, st in enumerate(strides)),
+            f"const long o = {flat_offset(out_strides[:-1])};",
             "long j = 0;",
             f"for (; j + 8 <= {inner}; j += 8) {{ {step(8)} }}",
             f"if (j + 4 <= {inner}) {{ {step(4)} j += 4; }}" if inner % 8 >= 4 else "",
             f"for (; j < {inner}; ++j) {{ {step(1)} }}" if inner % 4 else "",
         ]
-        lines = [f"static void {sym}({args}) {{", "  (void)ws; (void)nt;"]
-        for d, size in enumerate(outer):
-            lines.append(f"{'  ' * (d + 1)}for (long i{d} = 0; i{d} < {size}; ++i{d}) {{")
-        ind = "  " * (len(outer) + 1)
-        lines += [ind + b for b in body if b]
-        lines += ["  " * (d + 1) + "}" for d in range(len(outer) - 1, -1, -1)]
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return loop_nest([f"static void {sym}({args}) {{", "  (void)ws; (void)nt;"], dims[:-1], body)
 
 
 class PoolF16Nchw44(Template):
