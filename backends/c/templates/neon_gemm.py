@@ -248,7 +248,10 @@ class ConvGemmNchw44(ConvNchw44):
         hybrid = p["mode"] == "hybrid"
         lane = 1 if hybrid else 4
         if p["fh"] * p["fw"] > 1:
-            lines.append(f"    for (int r = 0; r < {p['fh']}; ++r) for (int s = 0; s < {p['fw']}; ++s) {{")
+            # a first layer's step is short (na weights, a few pixel loads): unrolled, no loop overhead
+            unroll = [f"    #pragma GCC unroll {p['fh'] * p['fw']}"] if hybrid else []
+            lines += [*unroll, f"    for (int r = 0; r < {p['fh']}; ++r)"]
+            lines += [*unroll, f"    for (int s = 0; s < {p['fw']}; ++s) {{"]
             tap = f"(long)r * {p['dh'] * geo['x_h']} + s * {p['dw'] * lane}"
             lines.append(f"    const {ctype}* xt = xc + {tap};")
         else:
