@@ -85,6 +85,11 @@ class FloatVec:
             return f"vst1q_f32({p}, {v});"
         return f"vst1_f16({p}, {'vget_low_f16' if half == 0 else 'vget_high_f16'}({v}));"
 
+    def zip(self, v0: str, v1: str, half: int) -> str:
+        """float16: block ``half`` (the low or high 4 lanes) of two pixels' accumulators, side by side."""
+        zip_ = "vzip1q_f64" if half == 0 else "vzip2q_f64"
+        return f"vreinterpretq_f16_f64({zip_}(vreinterpretq_f64_f16({v0}), vreinterpretq_f64_f16({v1})))"
+
 
 F32 = FloatVec(
     "f32", 4, 2, 8, "float32x4_t", "float32x4_t", "vld1q_f32({p})", "vld1q_f32({p})",
@@ -127,17 +132,26 @@ def _step_f16(na: int, nb: int, xpix: int) -> list[str]:
     """One input block and tap of the float16 tile (``na`` accumulators per pixel, ``nb`` pixels
     ``xpix`` elements apart): 4 na weight vectors, neighbouring pixels two per load, the ``fmla``s in
     :func:`fmla_f16_asm` statements of 4 (na 2) or 8 pixels."""
+    # the operands sit in fixed registers, weights v0-v7 and pixels v8-v15, so that the accumulators
+    # get v16-v31: left to choose, gcc puts some in v8-v15 and moves them out of the pixels' way
+    # around every statement
     wpair = [(i, c) for c in range(4) for i in range(na)]
-    lines = [f"    const float16x8_t w{i}_{c} = vld1q_f16(wk + {16 * c + 8 * i});" for i, c in wpair]
+    lines = [
+        f'    register float16x8_t w{i}_{c} __asm__("v{k}") = vld1q_f16(wk + {16 * c + 8 * i});'
+        for k, (i, c) in enumerate(wpair)
+    ]
     lines.append("    wk += 64;")
     # neighbouring pixels (xpix 4) share a register: pixel j is register j // 2 from lane 4 (j % 2)
     regs: dict[int, tuple[str, int]] = {}
     for j in range(nb):
-        if xpix == 4 and j + 1 < nb and j % 2 == 0:
-            lines.append(f"    const float16x8_t x{j} = vld1q_f16(xt + {4 * j});")
+        if j in regs:
+            continue
+        reg = f'__asm__("v{8 + len(set(regs.values()))}")'
+        if xpix == 4 and j + 1 < nb:
+            lines.append(f"    register float16x8_t x{j} {reg} = vld1q_f16(xt + {4 * j});")
             regs[j], regs[j + 1] = (f"x{j}", 0), (f"x{j}", 4)
-        elif j not in regs:
-            lines.append(f"    const float16x4_t x{j} = vld1_f16(xt + {xpix * j});")
+        else:
+            lines.append(f"    register float16x4_t x{j} {reg} = vld1_f16(xt + {xpix * j});")
             regs[j] = (f"x{j}", 0)
     group = 4 if na == 2 else 8
     for g in range(0, nb, group):
@@ -277,10 +291,24 @@ class ConvGemmNchw44(ConvNchw44):
         lines.append("    }")
         lines.append("  }")
         # epilogue: residual, activation, store (bias was the accumulators' start)
+        act = getattr(v, p["act"]) if p["act"] in ("relu", "relu6") else None
         for i in range(na):
-            for j in range(nb):
+            blocks = [b for b in (i * kv, i * kv + 1) if b < mb][:kv]
+            # float16: a pixel pair's accumulators hold two blocks each; zipped, each block's two
+            # pixels are one vector (one residual load, one store) instead of two halves
+            pairs = nb // 2 if kv == 2 else 0
+            for j in range(0, 2 * pairs, 2):
+                for half, b in enumerate(blocks):
+                    o = f"o{i}_{j}_{half}"
+                    lines.append(f"  {v.acc_t} {o} = {v.zip(f'a{i}_{j}', f'a{i}_{j + 1}', half)};")
+                    if p.get("residual"):
+                        r = v.ld_acc.format(p=f"rb + {b * ys_c + j * 4}")
+                        lines.append(f"  {o} = {v.add.format(a=o, b=r)};")
+                    if act:
+                        lines.append(f"  {o} = {act.format(v=o)};")
+                    lines.append(f"  vst1q_f16(yb + {b * ys_c + j * 4}, {o});")
+            for j in range(2 * pairs, nb):
                 acc = f"a{i}_{j}"
-                blocks = [b for b in (i * kv, i * kv + 1) if b < mb][:kv]
                 if p.get("residual"):
                     ptrs = [f"rb + {b * ys_c + j * 4}" for b in blocks]
                     if kv == 1:
@@ -290,8 +318,8 @@ class ConvGemmNchw44(ConvNchw44):
                     else:
                         r = v.ld_block(ptrs[0])
                     lines.append(f"  {acc} = {v.add.format(a=acc, b=r)};")
-                if p["act"] in ("relu", "relu6"):
-                    lines.append(f"  {acc} = {getattr(v, p['act']).format(v=acc)};")
+                if act:
+                    lines.append(f"  {acc} = {act.format(v=acc)};")
                 for half, b in enumerate(blocks):
                     lines.append("  " + v.st_block(f"yb + {b * ys_c + j * 4}", acc, half))
         lines.append("}")
