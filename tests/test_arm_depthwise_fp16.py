@@ -176,3 +176,54 @@ def test_arm_neon_relayout_and_copies(target: str, isa: str, tol: float) -> None
         np.testing.assert_allclose(
             g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
         )
+
+
+# float16 max pooling with clamped window taps (neon_fp16.PoolF16Nchw44.clamps_exactly): input shape,
+# window, stride, padding; odd and tiny sizes (all-border rows), stride 1 and 2, batch 2, a 5x5 window
+MAXPOOL_CASES = [
+    ((2, 8, 9, 11), 3, 2, 1),
+    ((1, 12, 7, 6), 3, 1, 1),
+    ((1, 4, 5, 5), 2, 2, 0),
+    ((1, 8, 3, 3), 3, 1, 1),
+    ((1, 4, 6, 13), 5, 1, 2),
+    ((1, 8, 10, 7), 3, 2, 0),
+]
+
+
+def _max_pool(y: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
+    """numpy max pooling (out-of-range taps excluded): what the kernel must give on its own input."""
+    p = np.pad(y, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
+    oh, ow = (y.shape[2] + 2 * pad - k) // stride + 1, (y.shape[3] + 2 * pad - k) // stride + 1
+    taps = [
+        p[:, :, r : r + stride * oh : stride, s : s + stride * ow : stride]
+        for r in range(k)
+        for s in range(k)
+    ]
+    return np.max(np.stack(taps), axis=0)
+
+
+def test_arm_fp16_max_pooling_clamped_taps() -> None:
+    rng = np.random.default_rng(23)
+    inputs = [(rng.standard_normal(s) * 3).astype(np.float32) for s, *_ in MAXPOOL_CASES]
+    inputs[0][1, 2, 0, 0] = np.nan  # a NaN in a corner window (read again through the clamped taps)
+    weights = [(rng.standard_normal((s[1], s[1], 1, 1)) * 0.5).astype(np.float32) for s, *_ in MAXPOOL_CASES]
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for (_, k, stride, pad), x, w in zip(MAXPOOL_CASES, xs, weights, strict=True):
+            y = F.conv2d(x, Tensor(w))  # NCHW44 activations
+            outs += [y, F.max_pool2d(y, k, stride=stride, padding=pad)]
+        return tuple(outs)
+
+    c = _compile(f, inputs, "arm-fp16")
+    assert c.source.count("static void pool2d_nchw44_f16_max") == len(MAXPOOL_CASES)
+    assert "if ((unsigned)xx" not in c.source  # every case takes the clamped kernel, no per-tap checks
+    got = _run(c, inputs)
+    want = run_module(c._stages["inference"], inputs)
+    for i, (_, k, stride, pad) in enumerate(MAXPOOL_CASES):
+        y, pooled = got[2 * i], got[2 * i + 1]
+        # exact on the kernel's own input; within float16 rounding of the reference graph
+        np.testing.assert_array_equal(pooled, _max_pool(y, k, stride, pad), err_msg=f"case {i}")
+        w = np.asarray(want[2 * i + 1], np.float32)
+        np.testing.assert_allclose(pooled, w, rtol=1e-2, atol=1e-2 * float(np.nanmax(np.abs(w))))
+    assert np.isnan(got[1][1, :, 0, 0]).all()

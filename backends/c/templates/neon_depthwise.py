@@ -67,6 +67,12 @@ F16 = DwVec(
     "vfma_f16({a}, {x}, {w})", "vmax_f16({a}, {b})", "vmin_f16({a}, {b})", "vadd_f16({a}, {b})",
     "vdup_n_f16({x})",
 )  # fmt: skip
+# float16 output pixel pairs: one full .8h register per accumulator (the interior tiles' epilogue)
+F16_PAIR = DwVec(
+    "f16", 8, "float16x8_t", "float16x8_t", "vld1q_f16({p})", "vst1q_f16({p}, {v})",
+    "vfmaq_f16({a}, {x}, {w})", "vmaxq_f16({a}, {b})", "vminq_f16({a}, {b})", "vaddq_f16({a}, {b})",
+    "vdupq_n_f16({x})",
+)  # fmt: skip
 VECS = {"f32": F32, "f16": F16}
 
 
@@ -195,8 +201,8 @@ class ConvDepthwise3x3Nchw44(Template):
         )  # fmt: skip
 
     def _epilogue_d(self, p: dict[str, Any], v: DwVec, a: str, off: str) -> list[str]:
-        """Residual, activation and store of one pixel's accumulator ``a`` at output offset ``off``
-        (elements from the row start, a C expression)."""
+        """Residual, activation and store of accumulator ``a`` (one pixel, or ``F16_PAIR``'s two) at
+        output offset ``off`` (elements from the row start, a C expression)."""
         out = []
         if p.get("residual"):
             out.append(f"{a} = {v.add_d.format(a=a, b=v.ld_d.format(p=f'rr + {off}'))};")
@@ -267,14 +273,7 @@ class ConvDepthwise3x3Nchw44(Template):
                     out.append(f"  as = vfma_f16(as, {xv}, w{r}{s});")
             out.append("}")
         for k in range(npair):
-            a = f"a{k}"
-            if p.get("residual"):
-                out.append(f"{a} = vaddq_f16({a}, vld1q_f16(rr + ({ox} + {2 * k}) * 4));")
-            if p["act"] in ("relu", "relu6"):
-                out.append(f"{a} = vmaxq_f16({a}, vdupq_n_f16(0));")
-            if p["act"] == "relu6":
-                out.append(f"{a} = vminq_f16({a}, vdupq_n_f16(6));")
-            out.append(f"vst1q_f16(yr + ({ox} + {2 * k}) * 4, {a});")
+            out += self._epilogue_d(p, F16_PAIR, f"a{k}", f"({ox} + {2 * k}) * 4")
         if single:
             out += self._epilogue_d(p, F16, "as", f"({ox} + {2 * npair}) * 4")
         return out

@@ -10,7 +10,9 @@ NCHW44 pooling template's scalar loop.
   the reference interpreter's float16 numpy does (``h_swish`` is ``x * clip(x + 3, 0, 6)`` then
   ``/ 6``, no fused multiply-add).
 * ``pool2d_nchw44_f16``: max pooling of NCHW44 float16 activations, a pixel's 4 channels one ``.4h``
-  vector; average pooling sums in float32 (``fcvtl``) and divides once, as the scalar template.
+  vector, its window's taps unrolled with out-of-range taps read from the nearest in-range row and
+  column (exact for max; no per-tap bounds checks: ShuffleNetV2's 3x3/2 pool 64x64 165k -> 27k
+  instructions); average pooling sums in float32 (``fcvtl``) and divides once, as the scalar template.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import code, pool_geometry, same_type
 from backends.c.templates import Template, plane_sym, sym_join, window_taps
+from backends.c.templates.neon_move import flat_offset, loop_nest
 from dialects import enums
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
@@ -107,13 +110,9 @@ class ElemwiseF16(Template):
         n_in = len(strides)
         names = "abc"[:n_in]
         inner = dims[-1]
-        outer = dims[:-1]
         ins = [f"const float16_t* in{i}" for i in range(n_in)]
         args = ", ".join([*ins, "float16_t* out0", "unsigned char* ws", "int nt"])
         out_strides = [math.prod(dims[i + 1 :]) for i in range(len(dims))]
-
-        def offset(st: list[int] | tuple[int, ...]) -> str:
-            return " + ".join(f"i{d} * {s}L" for d, s in enumerate(st[:-1]) if s) or "0"
 
         def step(width: int) -> str:
             """One ``width``-lane (8, 4 or 1) step at inner index ``j``."""
@@ -134,21 +133,14 @@ class ElemwiseF16(Template):
             return " ".join(loads) + " " + store.format(p="out0 + o + j", v=expr) + ";"
 
         body = [
-            *(f"const long x{i} = {offset(st)};" for i, st in enumerate(strides)),
-            f"const long o = {offset(out_strides)};",
+            *(f"const long x{i} = {flat_offset(st[:-1])};" for i, st in enumerate(strides)),
+            f"const long o = {flat_offset(out_strides[:-1])};",
             "long j = 0;",
             f"for (; j + 8 <= {inner}; j += 8) {{ {step(8)} }}",
             f"if (j + 4 <= {inner}) {{ {step(4)} j += 4; }}" if inner % 8 >= 4 else "",
             f"for (; j < {inner}; ++j) {{ {step(1)} }}" if inner % 4 else "",
         ]
-        lines = [f"static void {sym}({args}) {{", "  (void)ws; (void)nt;"]
-        for d, size in enumerate(outer):
-            lines.append(f"{'  ' * (d + 1)}for (long i{d} = 0; i{d} < {size}; ++i{d}) {{")
-        ind = "  " * (len(outer) + 1)
-        lines += [ind + b for b in body if b]
-        lines += ["  " * (d + 1) + "}" for d in range(len(outer) - 1, -1, -1)]
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return loop_nest([f"static void {sym}({args}) {{", "  (void)ws; (void)nt;"], dims[:-1], body)
 
 
 class PoolF16Nchw44(Template):
@@ -173,7 +165,73 @@ class PoolF16Nchw44(Template):
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(self.family, p["mode"], *plane_sym(p))
 
+    @staticmethod
+    def clamps_exactly(p: dict[str, Any]) -> bool:
+        """Max pooling may read a window's out-of-range taps from its nearest in-range row and column
+        (max is idempotent: a tap read twice changes nothing) when every window holds an in-range
+        tap; small windows only (every tap is unrolled)."""
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        inside = (
+            ph < fh and pw < fw and (p["oh"] - 1) * sh - ph < p["ih"] and (p["ow"] - 1) * sw - pw < p["iw"]
+        )
+        return p["mode"] == "max" and inside and fh * fw <= 25
+
+    def _render_max_clamped(self, sym: str, p: dict[str, Any]) -> str:
+        """Max pooling without per-tap bounds checks: each output row reads its window rows clamped
+        into the image; interior columns (every tap inside the row) in a loop, the few border
+        columns unrolled with their taps clamped when rendering."""
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        xs = SPECS[Layout.NCHW44].dim_strides((n, c, ih, iw))
+        ys = SPECS[Layout.NCHW44].dim_strides((n, c, oh, ow))
+        lo = min(ow, -(-pw // sw))
+        hi = max(lo, min(ow, (iw - fw + pw) // sw + 1)) if iw - fw + pw >= 0 else lo
+
+        def window(col: str, taps: list[str]) -> list[str]:
+            loads = [f"vld1_f16(x{r} + {col}{t})" for r in range(fh) for t in taps]
+            return [f"float16x4_t a = {loads[0]};", *(f"a = vmax_f16(a, {v});" for v in loads[1:])]
+
+        rows = []
+        for r in range(fh):
+            clamp = f"yy{r} < 0 ? 0 : yy{r} > {ih - 1} ? {ih - 1} : yy{r}"
+            rows.append(f"int yy{r} = oy * {sh} + {r - ph}; yy{r} = {clamp};")
+            rows.append(f"const float16_t* x{r} = xb + (long)yy{r} * {xs['H']};")
+        body = [f"for (int ox = {lo}; ox < {hi}; ++ox) {{"] if hi > lo else []
+        if hi > lo:
+            taps = [f" {'-' if s < pw else '+'} {4 * abs(s - pw)}" for s in range(fw)]
+            body += ["  " + t for t in window(f"(long)ox * {4 * sw}", taps)]
+            body += ["  vst1_f16(yr + (long)ox * 4, a);", "}"]
+        for ox in [*range(lo), *range(hi, ow)]:
+            cols = sorted({min(iw - 1, max(0, ox * sw - pw + s)) for s in range(fw)})
+            body += [
+                "{",
+                *("  " + t for t in window("", [str(4 * x) for x in cols])),
+                f"  vst1_f16(yr + {4 * ox}, a);",
+                "}",
+            ]
+        inner = "\n".join(
+            "        " + line for line in [*rows, f"float16_t* yr = yb + (long)oy * {ys['H']};", *body]
+        )
+        return f"""
+static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
+  const float16_t* x = (const float16_t*)x_;
+  float16_t* y = (float16_t*)y_;
+  (void)ws;
+  #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+  for (int nn = 0; nn < {n}; ++nn)
+    for (int cb = 0; cb < {c // 4}; ++cb) {{
+      const float16_t* xb = x + (long)nn * {xs["N"]} + (long)cb * {xs["C/4"]};
+      float16_t* yb = y + (long)nn * {ys["N"]} + (long)cb * {ys["C/4"]};
+      for (int oy = 0; oy < {oh}; ++oy) {{
+{inner}
+      }}
+    }}
+}}
+"""
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        if self.clamps_exactly(p):
+            return self._render_max_clamped(sym, p)
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
         xs = SPECS[Layout.NCHW44].dim_strides((n, c, ih, iw))

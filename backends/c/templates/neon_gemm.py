@@ -11,8 +11,9 @@ vector per pixel, then issues ``4 MB / L * NB`` by-lane FMAs (``L`` lanes per ac
 float32; 8 in float16, where one ``.8h`` accumulator holds two output blocks of a pixel):
 
 * float32 ``MB = 2, NB = 8``: 16 accumulators, 8 weight vectors, 64 ``fmla`` per 2 + 8 loads;
-* float16 ``MB = 4, NB = 8``: 16 ``.8h`` accumulators (32 output channels x 8 pixels), 8 weight
-  vectors, 64 ``fmla .8h`` (512 multiply-adds) per 4 + 8 loads.
+* float16 ``MB = 4, NB = 8``: 16 ``.8h`` accumulators (16 output channels x 8 pixels), 8 weight
+  vectors, 64 ``fmla .8h`` (512 multiply-adds) per 8 + 4 loads (two pixels per load), the ``fmla``s
+  as inline assembly (:func:`fmla_f16_asm`: gcc's ``vfmaq_lane_f16`` spills).
 
 The epilogue (bias, residual, ReLU) runs on the registers before the single store. Float16 here is
 float16 arithmetic (``+ioc16``, the ``fp16`` ISA); ``+io16xc32`` stays with the direct kernels.
@@ -63,7 +64,7 @@ class FloatVec:
     x_t: str
     ld_acc: str  # a full accumulator from memory (weights, bias)
     ld_x: str
-    fma_lane: str  # acc + w * x[lane]
+    fma_lane: str  # acc + w * x[lane] (float32; float16's is inline assembly: fmla_f16_asm)
     zero: str
     relu: str
     relu6: str  # min(max(v, 0), 6): NEON fmax / fmin return NaN when an operand is, as the reference
@@ -84,6 +85,11 @@ class FloatVec:
             return f"vst1q_f32({p}, {v});"
         return f"vst1_f16({p}, {'vget_low_f16' if half == 0 else 'vget_high_f16'}({v}));"
 
+    def zip(self, v0: str, v1: str, half: int) -> str:
+        """float16: block ``half`` (the low or high 4 lanes) of two pixels' accumulators, side by side."""
+        zip_ = "vzip1q_f64" if half == 0 else "vzip2q_f64"
+        return f"vreinterpretq_f16_f64({zip_}(vreinterpretq_f64_f16({v0}), vreinterpretq_f64_f16({v1})))"
+
 
 F32 = FloatVec(
     "f32", 4, 2, 8, "float32x4_t", "float32x4_t", "vld1q_f32({p})", "vld1q_f32({p})",
@@ -92,7 +98,7 @@ F32 = FloatVec(
 )  # fmt: skip
 F16 = FloatVec(
     "f16", 8, 4, 8, "float16x8_t", "float16x4_t", "vld1q_f16({p})", "vld1_f16({p})",
-    "vfmaq_lane_f16({a}, {w}, {x}, {c})", "vdupq_n_f16(0)", "vmaxq_f16({v}, vdupq_n_f16(0))",
+    "", "vdupq_n_f16(0)", "vmaxq_f16({v}, vdupq_n_f16(0))",
     "vminq_f16(vmaxq_f16({v}, vdupq_n_f16(0)), vdupq_n_f16(6))", "vaddq_f16({a}, {b})",
 )  # fmt: skip
 VECS = {"f32": F32, "f16": F16}
@@ -103,6 +109,61 @@ EPILOGUES = {
     "float32": EpilogueSupport(bias="channels", residual=True, activations=GEMM_ACTIVATIONS),
     "float16": EpilogueSupport(activations=GEMM_ACTIVATIONS),
 }
+
+
+def fmla_f16_asm(fmas: list[tuple[str, str, str, int]], indent: str) -> list[str]:
+    """``acc += w * x[lane]`` for each ``(acc, w, x, lane)`` (float16x8_t variables; ``x`` may be a
+    float16x4_t) as one inline-assembly statement of by-element ``fmla .8h``. Written with
+    ``vfmaq_lane_f16``, gcc 12 breaks each lane out of the pixel vector (an ``ldr h`` or a GPR
+    round trip per lane, spills, ``mov`` shuffles: ~2.7 instructions per ``fmla``), because the
+    half-precision by-element form reads only v0-v15: here ``x`` is an ``x`` operand (v0-v15), the
+    rest ``w``. gcc takes at most 30 operands (an accumulator counts twice): callers cut their
+    products into statements of a few pixels."""
+    accs = list(dict.fromkeys(a for a, _, _, _ in fmas))
+    srcs = list(dict.fromkeys(w for _, w, _, _ in fmas)), list(dict.fromkeys(x for _, _, x, _ in fmas))
+    assert 2 * len(accs) + len(srcs[0]) + len(srcs[1]) <= 30, "too many operands for one asm statement"
+    body = "\\n\\t".join(f"fmla %[{a}].8h, %[{w}].8h, %[{x}].h[{lane}]" for a, w, x, lane in fmas)
+    outs = ", ".join(f'[{a}] "+w"({a})' for a in accs)
+    ins = ", ".join([*(f'[{w}] "w"({w})' for w in srcs[0]), *(f'[{x}] "x"({x})' for x in srcs[1])])
+    return [f'{indent}__asm__("{body}"', f"{indent}  : {outs}", f"{indent}  : {ins});"]
+
+
+def _step_f16(na: int, nb: int, xpix: int) -> list[str]:
+    """One input block and tap of the float16 tile (``na`` accumulators per pixel, ``nb`` pixels
+    ``xpix`` elements apart): 4 na weight vectors, neighbouring pixels two per load, the ``fmla``s in
+    :func:`fmla_f16_asm` statements of 4 (na 2) or 8 pixels."""
+    # the operands sit in fixed registers, weights v0-v7 and pixels v8-v15, so that the accumulators
+    # get v16-v31: left to choose, gcc puts some in v8-v15 and moves them out of the pixels' way
+    # around every statement
+    wpair = [(i, c) for c in range(4) for i in range(na)]
+    lines = [
+        f'    register float16x8_t w{i}_{c} __asm__("v{k}") = vld1q_f16(wk + {16 * c + 8 * i});'
+        for k, (i, c) in enumerate(wpair)
+    ]
+    lines.append("    wk += 64;")
+    # neighbouring pixels (xpix 4) share a register: pixel j is register j // 2 from lane 4 (j % 2)
+    regs: dict[int, tuple[str, int]] = {}
+    for j in range(nb):
+        if j in regs:
+            continue
+        reg = f'__asm__("v{8 + len(set(regs.values()))}")'
+        if xpix == 4 and j + 1 < nb:
+            lines.append(f"    register float16x8_t x{j} {reg} = vld1q_f16(xt + {4 * j});")
+            regs[j], regs[j + 1] = (f"x{j}", 0), (f"x{j}", 4)
+        else:
+            lines.append(f"    register float16x4_t x{j} {reg} = vld1_f16(xt + {xpix * j});")
+            regs[j] = (f"x{j}", 0)
+    group = 4 if na == 2 else 8
+    for g in range(0, nb, group):
+        pix = range(g, min(nb, g + group))
+        fmas = [
+            (f"a{i}_{j}", f"w{i}_{c}", regs[j][0], regs[j][1] + c)
+            for c in range(4)
+            for j in pix
+            for i in range(na)
+        ]
+        lines += fmla_f16_asm(fmas, "    ")
+    return lines
 
 
 class ConvGemmNchw44(ConvNchw44):
@@ -201,13 +262,18 @@ class ConvGemmNchw44(ConvNchw44):
         hybrid = p["mode"] == "hybrid"
         lane = 1 if hybrid else 4
         if p["fh"] * p["fw"] > 1:
-            lines.append(f"    for (int r = 0; r < {p['fh']}; ++r) for (int s = 0; s < {p['fw']}; ++s) {{")
+            # a first layer's step is short (na weights, a few pixel loads): unrolled, no loop overhead
+            unroll = [f"    #pragma GCC unroll {p['fh'] * p['fw']}"] if hybrid else []
+            lines += [*unroll, f"    for (int r = 0; r < {p['fh']}; ++r)"]
+            lines += [*unroll, f"    for (int s = 0; s < {p['fw']}; ++s) {{"]
             tap = f"(long)r * {p['dh'] * geo['x_h']} + s * {p['dw'] * lane}"
             lines.append(f"    const {ctype}* xt = xc + {tap};")
         else:
             lines.append(f"    {{ const {ctype}* xt = xc;")
         if hybrid:
             lines += self._hybrid_step(p, v, na, nb)
+        elif v.dtype == "f16":
+            lines += _step_f16(na, nb, xpix)
         else:
             lines += [
                 f"    const {v.acc_t} w{i}_{c} = {v.ld_acc.format(p=f'wk + {c * wstride + i * v.lanes}')};"
@@ -225,10 +291,24 @@ class ConvGemmNchw44(ConvNchw44):
         lines.append("    }")
         lines.append("  }")
         # epilogue: residual, activation, store (bias was the accumulators' start)
+        act = getattr(v, p["act"]) if p["act"] in ("relu", "relu6") else None
         for i in range(na):
-            for j in range(nb):
+            blocks = [b for b in (i * kv, i * kv + 1) if b < mb][:kv]
+            # float16: a pixel pair's accumulators hold two blocks each; zipped, each block's two
+            # pixels are one vector (one residual load, one store) instead of two halves
+            pairs = nb // 2 if kv == 2 else 0
+            for j in range(0, 2 * pairs, 2):
+                for half, b in enumerate(blocks):
+                    o = f"o{i}_{j}_{half}"
+                    lines.append(f"  {v.acc_t} {o} = {v.zip(f'a{i}_{j}', f'a{i}_{j + 1}', half)};")
+                    if p.get("residual"):
+                        r = v.ld_acc.format(p=f"rb + {b * ys_c + j * 4}")
+                        lines.append(f"  {o} = {v.add.format(a=o, b=r)};")
+                    if act:
+                        lines.append(f"  {o} = {act.format(v=o)};")
+                    lines.append(f"  vst1q_f16(yb + {b * ys_c + j * 4}, {o});")
+            for j in range(2 * pairs, nb):
                 acc = f"a{i}_{j}"
-                blocks = [b for b in (i * kv, i * kv + 1) if b < mb][:kv]
                 if p.get("residual"):
                     ptrs = [f"rb + {b * ys_c + j * 4}" for b in blocks]
                     if kv == 1:
@@ -238,8 +318,8 @@ class ConvGemmNchw44(ConvNchw44):
                     else:
                         r = v.ld_block(ptrs[0])
                     lines.append(f"  {acc} = {v.add.format(a=acc, b=r)};")
-                if p["act"] in ("relu", "relu6"):
-                    lines.append(f"  {acc} = {getattr(v, p['act']).format(v=acc)};")
+                if act:
+                    lines.append(f"  {acc} = {act.format(v=acc)};")
                 for half, b in enumerate(blocks):
                     lines.append("  " + v.st_block(f"yb + {b * ys_c + j * 4}", acc, half))
         lines.append("}")
@@ -260,12 +340,16 @@ class ConvGemmNchw44(ConvNchw44):
             else:
                 load = f"vld2_f16(xt + {8 * g}).val[0]" if f16 else f"vld2q_f32(xt + {8 * g}).val[0]"
             lines.append(f"    {{ const {v.x_t} xv = {load};")
-            for jj in range(4):
-                j = 4 * g + jj
-                lines += [
-                    f"      a{i}_{j} = {v.fma_lane.format(a=f'a{i}_{j}', w=f'w{i}', x='xv', c=jj)};"
-                    for i in range(na)
-                ]
+            if f16:
+                fmas = [(f"a{i}_{4 * g + jj}", f"w{i}", "xv", jj) for jj in range(4) for i in range(na)]
+                lines += fmla_f16_asm(fmas, "      ")
+            else:
+                for jj in range(4):
+                    j = 4 * g + jj
+                    lines += [
+                        f"      a{i}_{j} = {v.fma_lane.format(a=f'a{i}_{j}', w=f'w{i}', x='xv', c=jj)};"
+                        for i in range(na)
+                    ]
             lines.append("    }")
         fman = "vfmaq_n_f16" if f16 else "vfmaq_n_f32"
         for j in range(grouped, nb):

@@ -16,6 +16,7 @@ availability rules and parameters they keep.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from backends.c.templates.generic import BYTES_CTYPE, ESIZE, Copy
@@ -26,6 +27,24 @@ if TYPE_CHECKING:
 
 # element bytes -> (lane type suffix, lanes per q register)
 LANES = {2: ("u16", 8), 4: ("u32", 4)}
+
+
+def flat_offset(strides: Sequence[int]) -> str:
+    """The C offset ``i0 * s0 + i1 * s1 + ...`` of :func:`loop_nest`'s indices (``0`` when none)."""
+    return " + ".join(f"i{d} * {s}L" for d, s in enumerate(strides) if s) or "0"
+
+
+def loop_nest(head: list[str], outer: Sequence[int], body: list[str]) -> str:
+    """A C function: ``head`` (its signature line and set-up), then ``body`` (empty lines dropped)
+    inside one ``for (long iD ...)`` loop per ``outer`` dimension."""
+    lines = list(head)
+    for d, size in enumerate(outer):
+        lines.append(f"{'  ' * (d + 1)}for (long i{d} = 0; i{d} < {size}; ++i{d}) {{")
+    ind = "  " * (len(outer) + 1)
+    lines += [ind + b for b in body if b]
+    lines += ["  " * (d + 1) + "}" for d in range(len(outer) - 1, -1, -1)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 class RelayoutNeon(Relayout):
@@ -100,8 +119,7 @@ class CopyNeon(Copy):
         t, (sfx, lanes) = ("float", ("f32", 4)) if p["elem"] == "f32" else (BYTES_CTYPE[esize], LANES[esize])
         inner = dims[-1]
         out_strides = [math.prod(dims[i + 1 :]) for i in range(len(dims))]
-        src = " + ".join(f"i{d} * {s}L" for d, s in enumerate(strides[:-1]) if s) or "0"
-        dst = " + ".join(f"i{d} * {s}L" for d, s in enumerate(out_strides[:-1]) if s) or "0"
+        src, dst = flat_offset(strides[:-1]), flat_offset(out_strides[:-1])
         body = [
             f"const {t}* s = in0 + {p['offset']}L + {src};",
             f"{t}* d = out0 + {dst};",
@@ -112,20 +130,13 @@ class CopyNeon(Copy):
             else "",
             f"for (; j < {inner}; ++j) d[j] = s[j];" if inner % (lanes // 2) else "",
         ]
-        lines = [
+        head = [
             f"static void {sym}(const void* in0_, void* out0_, unsigned char* ws, int nt) {{",
             f"  const {t}* in0 = (const {t}*)in0_;",
             f"  {t}* out0 = ({t}*)out0_;",
             "  (void)ws; (void)nt;",
         ]
-        outer = dims[:-1]
-        for d, size in enumerate(outer):
-            lines.append(f"{'  ' * (d + 1)}for (long i{d} = 0; i{d} < {size}; ++i{d}) {{")
-        ind = "  " * (len(outer) + 1)
-        lines += [ind + b for b in body if b]
-        lines += ["  " * (d + 1) + "}" for d in range(len(outer) - 1, -1, -1)]
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return loop_nest(head, dims[:-1], body)
 
 
 KERNEL_UNITS = (
