@@ -74,6 +74,37 @@ def _par(work: int) -> str:
     return _PAR.format(work=work)
 
 
+# Threads for the vectorised float32 kernels (x86 NCHW88, Winograd, packed GEMM, depthwise). One
+# parallel region costs a fork and a join: a few microseconds with the other thread spinning, tens
+# when it has to be woken. A kernel runs on a thread only for every MIN_WORK_PER_THREAD units of
+# its work (multiply-adds; window taps for pooling), about 5-10 us of vectorised work on one core,
+# so that the region's cost stays small against each thread's share; below two shares it opens no
+# parallel region at all (the 7x7 and 14x14 layers of MobileNetV2 and ShuffleNetV2 with few channels).
+MIN_WORK_PER_THREAD = 1 << 18
+
+
+def parallel_threads(work: int) -> int:
+    """The most threads a kernel of ``work`` units runs on (1: no parallel region)."""
+    return max(1, work // MIN_WORK_PER_THREAD)
+
+
+def omp_parallel(work: int, construct: str = "parallel for schedule(static)") -> str:
+    """``#pragma omp <construct>`` on at most :func:`parallel_threads` of the model's ``nt`` threads,
+    or nothing where ``work`` is too small for two threads (the loop then runs in the caller)."""
+    cap = parallel_threads(work)
+    if cap < 2:
+        return ""
+    return f"#pragma omp {construct} num_threads(nt < {cap} ? nt : {cap}) if(nt > 1)"
+
+
+def omp_for(region: str, collapse: int = 1) -> str:
+    """The worksharing ``for`` inside a region opened by :func:`omp_parallel` (nothing without one):
+    several loops of one kernel share one region, each ending at the implicit barrier."""
+    if not region:
+        return ""
+    return "#pragma omp for schedule(static)" + (f" collapse({collapse})" if collapse > 1 else "")
+
+
 # ----------------------------------------------------------------------------------------------
 # Elementwise
 
@@ -296,9 +327,10 @@ class ConvDepthwise(Template):
         return np.ascontiguousarray(np.asarray(array, np.float32).reshape(p["c"], p["fh"] * p["fw"])), "dw"
 
     @staticmethod
-    def head(sym: str, p: dict[str, Any]) -> str:
+    def head(sym: str, p: dict[str, Any], pragma: str | None = None) -> str:
         """The C function's head and the loop over (image, channel) planes with each plane's input,
-        filter and output pointers (``xp``, ``wp``, ``yp``): how every depthwise kernel opens."""
+        filter and output pointers (``xp``, ``wp``, ``yp``): how every depthwise kernel opens.
+        ``pragma``: the planes' parallel loop (default: the portable kernels' threshold)."""
         extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
         args = ", ".join(
             ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
@@ -306,7 +338,7 @@ class ConvDepthwise(Template):
         c, oh, ow, fh, fw = p["c"], p["oh"], p["ow"], p["fh"], p["fw"]
         return f"""static void {sym}({args}) {{
   (void)ws;
-  {_par(p["n"] * c * oh * ow * fh * fw)}
+  {_par(p["n"] * c * oh * ow * fh * fw) if pragma is None else pragma}
   for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
     const int ch = nc % {c};
     const float* xp = x + (long)nc * {p["ih"] * p["iw"]};
