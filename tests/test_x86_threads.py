@@ -109,9 +109,11 @@ def test_padded_conv_copies_and_computes_in_one_region() -> None:
     kernels = _kernels(compiled.ir("c"), "conv2d_")
     dense = next(b for k, b in kernels.items() if k.startswith("conv2d_nchw88_dense"))
     wino = next(b for k, b in kernels.items() if k.startswith("conv2d_winograd"))
-    # dense: the padded copy and the convolution; Winograd: the copy and three steps per tile batch
+    # dense: the padded copy and the convolution; Winograd: the copy and three steps per tile batch;
+    # the last loop of each ends at the region's join, not at a barrier of its own
     assert (dense.count("#pragma omp parallel"), dense.count("#pragma omp for")) == (1, 2)
     assert (wino.count("#pragma omp parallel"), wino.count("#pragma omp for")) == (1, 4)
+    assert dense.count(" nowait") == wino.count(" nowait") == 1
 
 
 def test_parallel_threshold() -> None:
@@ -121,6 +123,7 @@ def test_parallel_threshold() -> None:
     region = omp_parallel(5 * MIN_WORK_PER_THREAD, "parallel")
     assert region == "#pragma omp parallel num_threads(nt < 5 ? nt : 5) if(nt > 1)"
     assert omp_for(region, 2) == "#pragma omp for schedule(static) collapse(2)"
+    assert omp_for(region, nowait=True) == "#pragma omp for schedule(static) nowait"
 
 
 def test_balanced_blocks() -> None:

@@ -192,6 +192,7 @@ class ConvGemm(Template):
         P = oh * ow
         # one region for the packing and the product of every (image, group)
         region = omp_parallel(p["n"] * p["oc"] * P * K, "parallel")
+        last = p["n"] * p["groups"] == 1  # no later packing rewrites what the product reads
         if p["pack"] == "copy":
             pack = f"""
       const int p0 = j * {nr}; const int nv = {P} - p0 < {nr} ? {P} - p0 : {nr};
@@ -259,7 +260,7 @@ class ConvGemm(Template):
         epi_res = f"resg[(long)(m0 + i) * {P} + col0 + c]" if p["residual"] else "0.f"
         if p.get("order") == "m":
             compute = f"""
-    {omp_for(region)}
+    {omp_for(region, nowait=last)}
     for (int mp = 0; mp < {MP}; ++mp) {{
       const int m0 = mp * {mr};
       const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
@@ -284,7 +285,7 @@ class ConvGemm(Template):
     }}"""
         else:
             compute = f"""
-    {omp_for(region, 2)}
+    {omp_for(region, 2, nowait=last)}
     for (int j = 0; j < {NP}; ++j)
     for (int mc = 0; mc < {mchunks}; ++mc) {{
       {cols}
@@ -472,7 +473,7 @@ static void {sym}({args}) {{
           ap[((long)mp * {Kd} + k) * {mr} + q] = r < {M} ? {a_at} : 0.f;
         }}
     {bpack}
-    {omp_for(region)}
+    {omp_for(region, nowait=p["batch"] == 1)}
     for (int j = 0; j < {NP}; ++j) {{
       const int col0 = j * {nr};
       const int nv = {N} - col0 < {nr} ? {N} - col0 : {nr};

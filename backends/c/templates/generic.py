@@ -97,12 +97,17 @@ def omp_parallel(work: int, construct: str = "parallel for schedule(static)") ->
     return f"#pragma omp {construct} num_threads(nt < {cap} ? nt : {cap}) if(nt > 1)"
 
 
-def omp_for(region: str, collapse: int = 1) -> str:
+def omp_for(region: str, collapse: int = 1, nowait: bool = False) -> str:
     """The worksharing ``for`` inside a region opened by :func:`omp_parallel` (nothing without one):
-    several loops of one kernel share one region, each ending at the implicit barrier."""
+    several loops of one kernel share one region, each ending at a barrier unless ``nowait`` (the
+    last loop of the region, whose end is the join, or one that no later loop depends on)."""
     if not region:
         return ""
-    return "#pragma omp for schedule(static)" + (f" collapse({collapse})" if collapse > 1 else "")
+    return (
+        "#pragma omp for schedule(static)"
+        + (f" collapse({collapse})" if collapse > 1 else "")
+        + (" nowait" if nowait else "")
+    )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -547,7 +547,7 @@ static void {sym}({args}) {{
     (void)rn;
     {pad_body}
     const float* xb = (const float*){xbase};
-    {omp_for(region, 2)}
+    {omp_for(region, 2, nowait=n == 1 or not geo["copy"])}
     for (int t = 0; t < {g * tiles}; ++t)
     for (int ub = 0; ub < {nub}; ++ub) {{
       const int gg = t / {tiles}, j0 = (t % {tiles}) * {tile_blocks};
@@ -750,7 +750,7 @@ static void {sym}({args}) {{
     (void)rn;
     {pad_body}
     const float* xb = (const float*){xbase};
-    {omp_for(region, 2)}
+    {omp_for(region, 2, nowait=n == 1 or not geo["copy"])}
     for (int cb = 0; cb < {cp // VEC}; ++cb)
     for (int r = 0; r < {oh}; ++r)
       for (int q0 = 0; q0 < {ow}; q0 += {I_CHAN}) {{

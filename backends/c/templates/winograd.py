@@ -283,7 +283,9 @@ class ConvWinogradNchw88(_Nchw88Base):
         kt = ocp // panel  # output-channel panels per point
         ocv = -(-oc // self.vw) * self.vw  # output channels in whole filter vectors
         ind = "\n          "
-        # one region for the padded copy and every tile batch's three steps (a barrier between steps)
+        # one region for the padded copy and every tile batch's three steps (a barrier between steps;
+        # none after the output transform: the next batch's GEMM, which rewrites M, waits behind the
+        # input transform's barrier, and that transform writes only V)
         region = omp_parallel(n * oc * oh * ow * ic * 9, "parallel")
         par2 = omp_for(region, 2)
         return f"""
@@ -336,7 +338,7 @@ static void {sym}({args}) {{
             {ind.join(gemm_calls)}
           }}
         }}
-      {par2}
+      {omp_for(region, 2, nowait=True)}
       for (int tl = 0; tl < tn; ++tl)
         for (int ob = 0; ob < {-(-oc // VEC)}; ++ob) {{
           const int th = (t0 + tl) / {tw}, tw = (t0 + tl) % {tw};
