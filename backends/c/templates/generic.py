@@ -235,14 +235,18 @@ def elemwise_codes(mode: str, codes: Sequence[str | None]) -> bool:
     return out == ("b1" if mode in BOOL_RESULT_MODES else operand)
 
 
-def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int) -> str:
-    """Nested loops over ``shape``; ``body`` uses ``o`` (output offset) and ``x0..`` (operand offsets)."""
+def _strided_loops(
+    shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int, pragma: str | None = None
+) -> str:
+    """Nested loops over ``shape``; ``body`` uses ``o`` (output offset) and ``x0..`` (operand offsets).
+    The outer loop is shared over threads by ``pragma`` (default: the portable threshold on
+    ``nt_work``); one of a single iteration opens no region."""
     nd = len(shape)
     lines = []
     out_strides = [math.prod(shape[i + 1 :]) for i in range(nd)]
     for i, d in enumerate(shape):
-        if i == 0:
-            lines.append(_par(nt_work))
+        if i == 0 and d > 1:
+            lines.append(_par(nt_work) if pragma is None else pragma)
         lines.append(f"{'  ' * i}for (long i{i} = 0; i{i} < {d}; ++i{i}) {{")
     ind = "  " * nd
     o = " + ".join(f"i{i} * {out_strides[i]}L" for i in range(nd))
@@ -610,9 +614,10 @@ class Copy(Template):
         if p["elem"] != "f32":
             return self._render_bytes(sym, p)
         body = f"out0[o] = in0[{p['offset']}L + x0];"
+        size = math.prod(p["shape"])  # floats moved: the work of a vectorised copy
         return (
             f"static void {sym}(const float* in0, float* out0, unsigned char* ws, int nt) {{\n  (void)ws;\n"
-            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
+            + _strided_loops(p["shape"], [p["strides"]], body, size, omp_parallel(size))
             + "\n}\n"
         )
 
@@ -663,7 +668,8 @@ class _Chunks(Template):
                     "int nt",
                 ]
             )
-            prologue = ["(void)ws;", _par(outer * total)]
+            # rows of memcpy: a region only for several rows of enough floats for two threads
+            prologue = ["(void)ws;", omp_parallel(outer * total) if outer > 1 else "(void)nt;"]
             rows = [
                 (f"{wide}0 + r * {total}L + {off}", f"{narrow}{i} + r * {c}L", c * 4)
                 for i, c, off in _runs(chunks)
