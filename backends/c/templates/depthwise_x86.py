@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates.generic import ConvDepthwise
+from backends.c.templates.generic import ConvDepthwise, omp_parallel
 from backends.c.templates.nchw88 import ACT_CODES, COMMON
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class ConvDepthwiseAvx2(ConvDepthwise):
         res_s = "rr[qq]" if p["residual"] else "0.f"
         rrow = f"res + (long)nc * {oh * ow} + (long)r * {ow}" if p["residual"] else "0"
         return f"""{COMMON}
-{self.head(sym, p)}
+{self.head(sym, p, omp_parallel(p["n"] * p["c"] * oh * ow * fh * fw))}
     const __m256 bv = {bias_v};
     for (int r = 0; r < {oh}; ++r) {{
       float* yr = yp + (long)r * {ow};

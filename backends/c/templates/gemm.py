@@ -25,6 +25,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import conv_common, gemm_blocking, is_f32
 from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
+from backends.c.templates.generic import omp_for, omp_parallel
 from dialects import tensor as T
 from passes.lowering.kernels import ACTIVATIONS, FULL_EPILOGUE, EpilogueSupport, Lowered, const_array, shape
 
@@ -197,6 +198,9 @@ class ConvGemm(Template):
         sh, sw, ph, pw, dh, dw = p["sh"], p["sw"], p["ph"], p["pw"], p["dh"], p["dw"]
         K, NP, MP, RP = geo["K"], geo["NP"], geo["MP"], geo["RP"]
         P = oh * ow
+        # one region for the packing and the product of every (image, group)
+        region = omp_parallel(p["n"] * p["oc"] * P * K, "parallel")
+        last = p["n"] * p["groups"] == 1  # no later packing rewrites what the product reads
         if p["pack"] == "copy":
             pack = f"""
       const int p0 = j * {nr}; const int nv = {P} - p0 < {nr} ? {P} - p0 : {nr};
@@ -264,7 +268,7 @@ class ConvGemm(Template):
         epi_res = f"resg[(long)(m0 + i) * {P} + col0 + c]" if p["residual"] else "0.f"
         if p.get("order") == "m":
             compute = f"""
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    {omp_for(region, nowait=last)}
     for (int mp = 0; mp < {MP}; ++mp) {{
       const int m0 = mp * {mr};
       const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
@@ -289,7 +293,7 @@ class ConvGemm(Template):
     }}"""
         else:
             compute = f"""
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    {omp_for(region, 2, nowait=last)}
     for (int j = 0; j < {NP}; ++j)
     for (int mc = 0; mc < {mchunks}; ++mc) {{
       {cols}
@@ -323,6 +327,7 @@ static void {sym}({args}) {{
   const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
   const int mper = ({MP} + mch - 1) / mch;
   (void)mper;
+  {region}
   for (int n = 0; n < {p["n"]}; ++n)
   for (int g = 0; g < {p["groups"]}; ++g) {{
     const float* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {ih * iw};
@@ -330,7 +335,7 @@ static void {sym}({args}) {{
     const float* resg = {resg};
     const float* wg = w + (long)g * {MP * K * mr};
     (void)resg;
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    {omp_for(region)}
     for (int j = 0; j < {NP}; ++j) {{
       float* dst = bp + (long)j * {K * nr};
       {pack}
@@ -442,12 +447,14 @@ class MatmulGemm(Template):
         )
         a_at = "a0[(long)k * " + str(M) + " + r]" if p["ta"] else "a0[(long)r * " + str(Kd) + " + k]"
         b_at = "b0[(long)c * " + str(Kd) + " + k]" if p["tb"] else "b0[(long)k * " + str(N) + " + c]"
+        # one region for both packings and the product of every batch
+        region = omp_parallel(p["batch"] * M * N * Kd, "parallel")
         if p["b_const"]:
             bpack = "const float* bp = b;"
         else:
             bpack = f"""
     float* bp = ap + {self._a_floats(p)};
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    {omp_for(region)}
     for (int j = 0; j < {NP}; ++j)
       for (int k = 0; k < {Kd}; ++k)
         for (int q = 0; q < {nr}; ++q) {{
@@ -459,12 +466,14 @@ class MatmulGemm(Template):
         return f"""
 static void {sym}({args}) {{
   float* ap = (float*)ws;
+  {region}
   for (int bt = 0; bt < {p["batch"]}; ++bt) {{
     const float* a0 = a + (long)bt * {M * Kd};
     const float* b0 = b + (long)bt * {0 if p["b_const"] else N * Kd};
     float* yb = y + (long)bt * {M * N};
     const float* rb = {"res + (long)bt * " + str(M * N) if p["residual"] else "0"};
     (void)b0; (void)rb;
+    {omp_for(region)}
     for (int mp = 0; mp < {MP}; ++mp)
       for (int k = 0; k < {Kd}; ++k)
         for (int q = 0; q < {mr}; ++q) {{
@@ -472,7 +481,7 @@ static void {sym}({args}) {{
           ap[((long)mp * {Kd} + k) * {mr} + q] = r < {M} ? {a_at} : 0.f;
         }}
     {bpack}
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    {omp_for(region, nowait=p["batch"] == 1)}
     for (int j = 0; j < {NP}; ++j) {{
       const int col0 = j * {nr};
       const int nv = {N} - col0 < {nr} ? {N} - col0 : {nr};

@@ -74,6 +74,42 @@ def _par(work: int) -> str:
     return _PAR.format(work=work)
 
 
+# Threads for the vectorised float32 kernels (x86 NCHW88, Winograd, packed GEMM, depthwise). One
+# parallel region costs a fork and a join: a few microseconds with the other thread spinning, tens
+# when it has to be woken. A kernel runs on a thread only for every MIN_WORK_PER_THREAD units of
+# its work (multiply-adds; window taps for pooling), about 5-10 us of vectorised work on one core,
+# so that the region's cost stays small against each thread's share; below two shares it opens no
+# parallel region at all (the 7x7 and 14x14 layers of MobileNetV2 and ShuffleNetV2 with few channels).
+MIN_WORK_PER_THREAD = 1 << 18
+
+
+def parallel_threads(work: int) -> int:
+    """The most threads a kernel of ``work`` units runs on (1: no parallel region)."""
+    return max(1, work // MIN_WORK_PER_THREAD)
+
+
+def omp_parallel(work: int, construct: str = "parallel for schedule(static)") -> str:
+    """``#pragma omp <construct>`` on at most :func:`parallel_threads` of the model's ``nt`` threads,
+    or nothing where ``work`` is too small for two threads (the loop then runs in the caller)."""
+    cap = parallel_threads(work)
+    if cap < 2:
+        return ""
+    return f"#pragma omp {construct} num_threads(nt < {cap} ? nt : {cap}) if(nt > 1)"
+
+
+def omp_for(region: str, collapse: int = 1, nowait: bool = False) -> str:
+    """The worksharing ``for`` inside a region opened by :func:`omp_parallel` (nothing without one):
+    several loops of one kernel share one region, each ending at a barrier unless ``nowait`` (the
+    last loop of the region, whose end is the join, or one that no later loop depends on)."""
+    if not region:
+        return ""
+    return (
+        "#pragma omp for schedule(static)"
+        + (f" collapse({collapse})" if collapse > 1 else "")
+        + (" nowait" if nowait else "")
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # Elementwise
 
@@ -199,14 +235,18 @@ def elemwise_codes(mode: str, codes: Sequence[str | None]) -> bool:
     return out == ("b1" if mode in BOOL_RESULT_MODES else operand)
 
 
-def _strided_loops(shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int) -> str:
-    """Nested loops over ``shape``; ``body`` uses ``o`` (output offset) and ``x0..`` (operand offsets)."""
+def _strided_loops(
+    shape: Sequence[int], strides: Sequence[Sequence[int]], body: str, nt_work: int, pragma: str | None = None
+) -> str:
+    """Nested loops over ``shape``; ``body`` uses ``o`` (output offset) and ``x0..`` (operand offsets).
+    The outer loop is shared over threads by ``pragma`` (default: the portable threshold on
+    ``nt_work``); one of a single iteration opens no region."""
     nd = len(shape)
     lines = []
     out_strides = [math.prod(shape[i + 1 :]) for i in range(nd)]
     for i, d in enumerate(shape):
-        if i == 0:
-            lines.append(_par(nt_work))
+        if i == 0 and d > 1:
+            lines.append(_par(nt_work) if pragma is None else pragma)
         lines.append(f"{'  ' * i}for (long i{i} = 0; i{i} < {d}; ++i{i}) {{")
     ind = "  " * nd
     o = " + ".join(f"i{i} * {out_strides[i]}L" for i in range(nd))
@@ -296,9 +336,10 @@ class ConvDepthwise(Template):
         return np.ascontiguousarray(np.asarray(array, np.float32).reshape(p["c"], p["fh"] * p["fw"])), "dw"
 
     @staticmethod
-    def head(sym: str, p: dict[str, Any]) -> str:
+    def head(sym: str, p: dict[str, Any], pragma: str | None = None) -> str:
         """The C function's head and the loop over (image, channel) planes with each plane's input,
-        filter and output pointers (``xp``, ``wp``, ``yp``): how every depthwise kernel opens."""
+        filter and output pointers (``xp``, ``wp``, ``yp``): how every depthwise kernel opens.
+        ``pragma``: the planes' parallel loop (default: the portable kernels' threshold)."""
         extra = (["const float* bias"] if p["bias"] else []) + (["const float* res"] if p["residual"] else [])
         args = ", ".join(
             ["const float* x", "const float* w", *extra, "float* y", "unsigned char* ws", "int nt"]
@@ -306,7 +347,7 @@ class ConvDepthwise(Template):
         c, oh, ow, fh, fw = p["c"], p["oh"], p["ow"], p["fh"], p["fw"]
         return f"""static void {sym}({args}) {{
   (void)ws;
-  {_par(p["n"] * c * oh * ow * fh * fw)}
+  {_par(p["n"] * c * oh * ow * fh * fw) if pragma is None else pragma}
   for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
     const int ch = nc % {c};
     const float* xp = x + (long)nc * {p["ih"] * p["iw"]};
@@ -573,9 +614,10 @@ class Copy(Template):
         if p["elem"] != "f32":
             return self._render_bytes(sym, p)
         body = f"out0[o] = in0[{p['offset']}L + x0];"
+        size = math.prod(p["shape"])  # floats moved: the work of a vectorised copy
         return (
             f"static void {sym}(const float* in0, float* out0, unsigned char* ws, int nt) {{\n  (void)ws;\n"
-            + _strided_loops(p["shape"], [p["strides"]], body, math.prod(p["shape"]))
+            + _strided_loops(p["shape"], [p["strides"]], body, size, omp_parallel(size))
             + "\n}\n"
         )
 
@@ -626,7 +668,8 @@ class _Chunks(Template):
                     "int nt",
                 ]
             )
-            prologue = ["(void)ws;", _par(outer * total)]
+            # rows of memcpy: a region only for several rows of enough floats for two threads
+            prologue = ["(void)ws;", omp_parallel(outer * total) if outer > 1 else "(void)nt;"]
             rows = [
                 (f"{wide}0 + r * {total}L + {off}", f"{narrow}{i} + r * {c}L", c * 4)
                 for i, c, off in _runs(chunks)

@@ -37,6 +37,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import code, conv_bias_epilogue, logical, pool_geometry, storage
 from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
+from backends.c.templates.generic import omp_for, omp_parallel
 from backends.c.templates.typed import Relayout, TypeCvt
 from dialects import enums
 from dialects import layout as L
@@ -257,10 +258,11 @@ def _dispatch(name: str, variants: Sequence[tuple[str, str]], args: str) -> str:
 
 
 def _pad_copy(
-    dt: str, src_layout: Layout | None, c: int, ih: int, iw: int, ph: int, pw: int
+    dt: str, src_layout: Layout | None, c: int, ih: int, iw: int, ph: int, pw: int, omp: str = ""
 ) -> tuple[str, int]:
     """C statements copying image ``n`` of ``x`` into ``xs`` (float32, zero borders written row by
-    row), and the float count of the padded copy. Both tensors are indexed through their layouts."""
+    row), and the float count of the padded copy. Both tensors are indexed through their layouts.
+    ``omp``: the worksharing pragma of the (channel block, row) loop inside the caller's region."""
     ihp, iwp = ih + 2 * ph, iw + 2 * pw
     if src_layout is None:  # plain NCHW (hybrid first layer): one padded plane per channel
         shp, pshp = (1, c, ih, iw), (1, c, ihp, iwp)
@@ -268,6 +270,7 @@ def _pad_copy(
         x_at = offset(None, shp, {"C": "ch", "H": "rp - " + str(ph), "W": "q"})
         conv = "(float)" if dt == "f32" else "xm_h2f"
         body = f"""
+    {omp}
     for (int ch = 0; ch < {c}; ++ch)
       for (int rp = 0; rp < {ihp}; ++rp) {{
         float* d = xs + {row};
@@ -284,7 +287,7 @@ def _pad_copy(
     x_at = offset(src_layout, shp, {"C/8": "cb", "H": "rp - " + str(ph), "W": "q"})
     wst = pst["W"]
     body = f"""
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    {omp}
     for (int cb = 0; cb < {cb}; ++cb)
       for (int rp = 0; rp < {ihp}; ++rp) {{
         float* d = xs + {row};
@@ -305,6 +308,31 @@ H2F = """#ifndef XM_H2F
 static inline float xm_h2f(uint16_t h) { return _cvtsh_ss(h); }
 #endif
 """
+
+
+def static_share(sizes: Sequence[int], threads: int) -> float:
+    """The busiest thread's work over the mean, for OpenMP's ``schedule(static)`` (contiguous
+    ranges, the first ``len % threads`` one iteration longer) of iterations of these sizes."""
+    q, r = divmod(len(sizes), threads)
+    starts = [t * q + min(t, r) for t in range(threads + 1)]
+    busiest = max(sum(sizes[starts[t] : starts[t + 1]]) for t in range(threads))
+    return busiest * threads / max(1, sum(sizes))
+
+
+def balanced_block(items: int, units: int, block: int, threads: Sequence[int] = (2,)) -> int:
+    """Units per block of a parallel loop over ``items`` x (``units`` in blocks): ``block`` or a
+    smaller one (down to a quarter) whose blocks a static schedule shares out most evenly over
+    ``threads`` (ties go to the larger block, which sweeps each L1 filter chunk over more units).
+    A 1x1 convolution at 7x7 or 14x14 has 3 or 5 output-channel tiles of one block each: two
+    threads would do 2 and 1 (or 3 and 2) tiles; halved blocks make that 3 and 3 (5 and 5)."""
+
+    def cost(b: int) -> float:
+        per_item = [min(b, units - u) for u in range(0, units, b)]
+        return max(static_share(per_item * items, t) for t in threads)
+
+    candidates = range(block, max(1, block // 4) - 1, -1)
+    best = min(cost(b) for b in candidates)
+    return next(b for b in candidates if cost(b) <= best * 1.02)
 
 
 def _signature(ct: str, p: dict[str, Any]) -> tuple[str, str]:
@@ -475,11 +503,15 @@ class ConvNchw88(_Nchw88Base):
         # output positions: (row, column tile) units, in blocks of about UNITS per chunk sweep
         tpr = -(-ow // cols)
         units = oh * tpr
+        region = omp_parallel(n * oc * oh * ow * icg * fh * fw, "parallel")
         ublk = -(-units // -(-units // UNITS))
+        if region:  # several threads: blocks that share out evenly (one thread keeps the L1 blocking)
+            ublk = balanced_block(g * tiles, units, ublk)
         nub = -(-units // ublk)
         ct = _ctype(dt)
         args, casts = _signature(ct, p)
-        pad_body, _ = _pad_copy(dt, src_layout, ic, ih, iw, p["ph"], p["pw"]) if geo["copy"] else ("", 0)
+        pad_omp = omp_for(region, 2)
+        pad_body = _pad_copy(dt, src_layout, ic, ih, iw, p["ph"], p["pw"], pad_omp)[0] if geo["copy"] else ""
         x_img = offset(src_layout, (n, icp, ih, iw), {"N": "n"})
         y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
@@ -507,6 +539,7 @@ static void {sym}({args}) {{
   {casts}
   float* xs = (float*)ws;
   (void)xs;
+  {region}
   for (int n = 0; n < {n}; ++n) {{
     const {ct}* xn = x + {x_img};
     {ct}* yn = y + {y_img};
@@ -514,7 +547,7 @@ static void {sym}({args}) {{
     (void)rn;
     {pad_body}
     const float* xb = (const float*){xbase};
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    {omp_for(region, 2, nowait=n == 1 or not geo["copy"])}
     for (int t = 0; t < {g * tiles}; ++t)
     for (int ub = 0; ub < {nub}; ++ub) {{
       const int gg = t / {tiles}, j0 = (t % {tiles}) * {tile_blocks};
@@ -684,7 +717,11 @@ class ConvNchw88Chan(_Nchw88Base):
         wst = strides(Layout.C11RSc8, (c, 1, 1, fh, fw))
         ct = _ctype(dt)
         args, casts = _signature(ct, p)
-        pad_body, _ = _pad_copy(dt, Layout.NCHW88, c, ih, iw, p["ph"], p["pw"]) if geo["copy"] else ("", 0)
+        region = omp_parallel(n * cp * oh * ow * fh * fw, "parallel")
+        pad_omp = omp_for(region, 2)
+        pad_body = ""
+        if geo["copy"]:
+            pad_body = _pad_copy(dt, Layout.NCHW88, c, ih, iw, p["ph"], p["pw"], pad_omp)[0]
         x_img = offset(Layout.NCHW88, (n, cp, ih, iw), {"N": "n"})
         y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
         x_at = offset(Layout.NCHW88, src_shape, {"C/8": "cb", "H": f"r * {sh}", "W": f"q0 * {sw}"})
@@ -705,6 +742,7 @@ static void {sym}({args}) {{
   {casts}
   float* xs = (float*)ws;
   (void)xs;
+  {region}
   for (int n = 0; n < {n}; ++n) {{
     const {ct}* xn = x + {x_img};
     {ct}* yn = y + {y_img};
@@ -712,7 +750,7 @@ static void {sym}({args}) {{
     (void)rn;
     {pad_body}
     const float* xb = (const float*){xbase};
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    {omp_for(region, 2, nowait=n == 1 or not geo["copy"])}
     for (int cb = 0; cb < {cp // VEC}; ++cb)
     for (int r = 0; r < {oh}; ++r)
       for (int q0 = 0; q0 < {ow}; q0 += {I_CHAN}) {{
@@ -771,7 +809,7 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
   const {ct}* x = (const {ct}*)x_;
   {ct}* y = ({ct}*)y_;
   (void)ws;
-  #pragma omp parallel for collapse(3) schedule(static) num_threads(nt) if(nt > 1)
+  {omp_parallel(n * cp * oh * ow * fh * fw, "parallel for collapse(3) schedule(static)")}
   for (int n = 0; n < {n}; ++n)
   for (int cb = 0; cb < {cp // VEC}; ++cb)
   for (int r = 0; r < {oh}; ++r)

@@ -33,6 +33,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import sym_join
+from backends.c.templates.generic import omp_for, omp_parallel
 from backends.c.templates.nchw88 import (
     ACT_CODES,
     COMMON,
@@ -282,18 +283,24 @@ class ConvWinogradNchw88(_Nchw88Base):
         kt = ocp // panel  # output-channel panels per point
         ocv = -(-oc // self.vw) * self.vw  # output channels in whole filter vectors
         ind = "\n          "
+        # one region for the padded copy and every tile batch's three steps (a barrier between steps;
+        # none after the output transform: the next batch's GEMM, which rewrites M, waits behind the
+        # input transform's barrier, and that transform writes only V)
+        region = omp_parallel(n * oc * oh * ow * ic * 9, "parallel")
+        par2 = omp_for(region, 2)
         return f"""
 static void {sym}({args}) {{
   {casts}
   float* xs = (float*)ws;
   float* V = xs + {xs_n};
   float* Mb = V + {v_n};
+  {region}
   for (int n = 0; n < {n}; ++n) {{
     const float* xn = x + {x_img};
     float* yn = y + {y_img};
     const float* rn = {"res + " + y_img if p["residual"] else "0"};
     (void)rn;
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    {par2}
     for (int cb = 0; cb < {icp // VEC}; ++cb)
       for (int rp = 0; rp < {hp}; ++rp) {{
         float* d = xs + {d_row};
@@ -305,7 +312,7 @@ static void {sym}({args}) {{
       }}
     for (int t0 = 0; t0 < {nt_tiles}; t0 += {tb}) {{
       const int tn = {nt_tiles} - t0 < {tb} ? {nt_tiles} - t0 : {tb};
-      #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+      {par2}
       for (int tl = 0; tl < {tb}; ++tl)
         for (int cb = 0; cb < {icp // VEC}; ++cb) {{
           float* vp = V + (long)tl * {vst["N"]} + cb * {VEC};
@@ -318,7 +325,7 @@ static void {sym}({args}) {{
           const float* dp = xs + {patch};
           {ind.join(in_t)}
         }}
-      #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+      {par2}
       for (int e = 0; e < {a * a}; ++e)
         for (int kt = 0; kt < {kt}; ++kt) {{
           const int k0 = kt * {self.jmax * self.vw};
@@ -331,7 +338,7 @@ static void {sym}({args}) {{
             {ind.join(gemm_calls)}
           }}
         }}
-      #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+      {omp_for(region, 2, nowait=True)}
       for (int tl = 0; tl < tn; ++tl)
         for (int ob = 0; ob < {-(-oc // VEC)}; ++ob) {{
           const int th = (t0 + tl) / {tw}, tw = (t0 + tl) % {tw};
