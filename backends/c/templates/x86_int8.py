@@ -357,6 +357,24 @@ def _bias_decls(p: dict[str, Any]) -> str:
     )
 
 
+def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str, count: int) -> str:
+    """The opening of an int8 depthwise kernel's loop over (image, channel) planes: the plane's input and
+    output pointers, its float bias where the result is post-processed, its ``count`` int32 weight pairs
+    broadcast into ``weights[]`` and its integer bias ``bv``."""
+    n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
+    fbias = "fbias[ch]" if p["bias"] and post_processed(p) else "0.f"
+    threaded = f"nt > 1 && {work}L > {PARALLEL_WORK // 4}L"
+    return f"""#pragma omp parallel for schedule(static) num_threads(nt) if({threaded})
+  for (int nc = 0; nc < {n * c}; ++nc) {{
+    const int ch = nc % {c};
+    const int8_t* xp = x + (long)nc * {ih * iw};
+    {otype}* yp = y + (long)nc * {oh * ow};
+    const float fb = {fbias}; (void)fb;
+    __m512i {weights}[{count}];
+    for (int k = 0; k < {count}; ++k) {weights}[k] = _mm512_set1_epi32(w[(long)ch * {count} + k]);
+    const __m512i bv = _mm512_set1_epi32(bias[ch]);"""
+
+
 class ConvDepthwiseQ8Vnni(Template):
     """Depthwise int8 NCHW convolution, 16 output columns per vector (pixels are the lanes).
 
@@ -441,15 +459,7 @@ static void {sym}({_kernel_args(p)}) {{
   (void)ws;
   const __m512i perm = _mm512_setr_epi32({perm});
   const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
-  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK // 4}L)
-  for (int nc = 0; nc < {n * c}; ++nc) {{
-    const int ch = nc % {c};
-    const int8_t* xp = x + (long)nc * {ih * iw};
-    {otype}* yp = y + (long)nc * {oh * ow};
-    const float fb = {"fbias[ch]" if p["bias"] and post_processed(p) else "0.f"}; (void)fb;
-    __m512i wr[{fh}];
-    for (int k = 0; k < {fh}; ++k) wr[k] = _mm512_set1_epi32(w[(long)ch * {fh} + k]);
-    const __m512i bv = _mm512_set1_epi32(bias[ch]);
+  {_depthwise_plane_loop(p, work, otype, "wr", fh)}
     for (int q0 = 0; q0 < {ow}; q0 += 16) {{
       const int c0 = q0 * {sw} - {pw};
       const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
@@ -500,15 +510,7 @@ static void {sym}({_kernel_args(p)}) {{
   {_bias_decls(p)}
   {otype}* y = ({otype}*)y_;
   (void)ws;
-  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK // 4}L)
-  for (int nc = 0; nc < {n * c}; ++nc) {{
-    const int ch = nc % {c};
-    const int8_t* xp = x + (long)nc * {ih * iw};
-    {otype}* yp = y + (long)nc * {oh * ow};
-    const float fb = {"fbias[ch]" if p["bias"] and post_processed(p) else "0.f"}; (void)fb;
-    __m512i wv[{taps}];
-    for (int k = 0; k < {taps}; ++k) wv[k] = _mm512_set1_epi32(w[(long)ch * {taps} + k]);
-    const __m512i bv = _mm512_set1_epi32(bias[ch]);
+  {_depthwise_plane_loop(p, work, otype, "wv", taps)}
     for (int q0 = 0; q0 < {ow}; q0 += 16) {{
       int c0[{fw}];
       {"__mmask16" if sw == 1 else "__mmask32"} m[{fw}];
