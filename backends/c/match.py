@@ -22,7 +22,7 @@ from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, numpy_dtype
-from passes.lowering.kernels import broadcast_strides, const_array, shape
+from passes.lowering.kernels import Lowered, broadcast_strides, const_array, shape
 
 
 def dtype_key(codes: tuple[str, ...], scales: tuple[float, ...], zps: tuple[int, ...]) -> str:
@@ -85,6 +85,21 @@ def conv_common(
     ):
         return None
     return params, operands
+
+
+def depthwise_lowered(
+    op: Operation, got: tuple[dict[str, Any], list[SSAValue | np.ndarray]] | None
+) -> Lowered | None:
+    """:func:`conv_common`'s result as a depthwise kernel's (one filter per channel: ``c`` in place of
+    ``ic``/``oc``/``groups``), or None where the convolution is not depthwise."""
+    if got is None:
+        return None
+    params, operands = got
+    if not (params["groups"] == params["ic"] == params["oc"]):
+        return None
+    params = {k: v for k, v in params.items() if k not in ("ic", "oc", "groups")}
+    params["c"] = shape(op.operands[0])[1]
+    return Lowered(params, operands)
 
 
 def conv_bias_epilogue(

@@ -22,6 +22,7 @@ from backends.c.match import (
     axis_split,
     code,
     conv_common,
+    depthwise_lowered,
     esize,
     is_f32,
     same_plain_type,
@@ -317,15 +318,7 @@ class ConvDepthwise(Template):
     epilogues = {"float32": FULL_EPILOGUE}  # xm_act_<act> on every output: every activation
 
     def match(self, op: Operation) -> Lowered | None:
-        got = conv_common(op)
-        if got is None:
-            return None
-        params, operands = got
-        if not (params["groups"] == params["ic"] == params["oc"]):
-            return None
-        params = {k: v for k, v in params.items() if k not in ("ic", "oc", "groups")}
-        params["c"] = shape(op.operands[0])[1]
-        return Lowered(params, operands)
+        return depthwise_lowered(op, conv_common(op))
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("conv2d_dw", *plane_sym(p, dilation=None), "f32", epilogue_sym(p))

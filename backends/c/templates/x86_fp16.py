@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import code, conv_common, pool_geometry, same_type
+from backends.c.match import code, conv_common, depthwise_lowered, pool_geometry, same_type
 from backends.c.templates import Template, sym_join
 from backends.c.templates.gemm import ConvGemm, conv_pack_mode
 from backends.c.templates.neon_fp16 import ElemwiseF16
@@ -569,15 +569,7 @@ class ConvDepthwiseF16(Template):
     isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
-        got = f16_conv(op)
-        if got is None:
-            return None
-        params, operands = got
-        if not (params["groups"] == params["ic"] == params["oc"]):
-            return None
-        params = {k: v for k, v in params.items() if k not in ("ic", "oc", "groups")}
-        params["c"] = shape(op.operands[0])[1]
-        return Lowered(params, operands)
+        return depthwise_lowered(op, f16_conv(op))
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
