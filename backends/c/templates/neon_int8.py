@@ -37,8 +37,7 @@ from backends.c.templates.requant import (
     post_processed,
     ratio,
 )
-from backends.c.templates.typed import ElemwiseQ
-from backends.reference.quant_kernels import Q_MODES
+from backends.c.templates.typed import ElemwiseQ, contiguous_q8_elemwise
 from dialects import enums
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout, LayoutSpec
@@ -244,20 +243,7 @@ class ElemwiseQ8Neon(Template):
         self.isa = isa
 
     def match(self, op: Operation) -> Lowered | None:
-        if isinstance(op, T.ElemwiseMultiTypeOp) and op.params()["mode"] not in Q_MODES:
-            return None
-        lowered = ElemwiseQ.match(ElemwiseQ(), op)
-        if lowered is None:
-            return None
-        p = lowered.params
-        arity = 1 if p["mode"] == "relu" else 2
-        if p["mode"] not in Q8_VEC_MODES or len(p["strides"]) != arity:
-            return None
-        if set(p["dtypes"]) != {"q8"} or any(p["zps"]) or len(p["shape"]) != 1:
-            return None
-        if any(s != (1,) for s in p["strides"]):
-            return None  # broadcasts stay portable
-        return lowered
+        return contiguous_q8_elemwise(op, Q8_VEC_MODES, ("relu",))
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "neon_" + ElemwiseQ.symbol(ElemwiseQ(), p)

@@ -228,6 +228,23 @@ def elemwise_q(op: Operation, float_mode: str) -> Lowered | None:
     return Lowered(params, list(op.operands))
 
 
+def contiguous_q8_elemwise(op: Operation, modes: Any, unary: Any) -> Lowered | None:
+    """:class:`ElemwiseQ`'s lowering of ``op`` where a vector kernel takes it: a mode of ``modes`` with
+    its arity (one input for the modes in ``unary``, else two), qint8 operands without zero points, one
+    contiguous dimension and no broadcast (broadcasts stay portable)."""
+    lowered = ElemwiseQ.match(ElemwiseQ(), op)
+    if lowered is None:
+        return None
+    p = lowered.params
+    if p["mode"] not in modes or len(p["strides"]) != (1 if p["mode"] in unary else 2):
+        return None
+    if set(p["dtypes"]) != {"q8"} or any(p["zps"]) or len(p["shape"]) != 1:
+        return None
+    if any(s != (1,) for s in p["strides"]):
+        return None
+    return lowered
+
+
 class ElemwiseQ(Template):
     """``out = quantize(f(dequantize(a), dequantize(b), ...))`` with any broadcast."""
 

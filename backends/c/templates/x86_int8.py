@@ -40,9 +40,9 @@ from backends.c.templates.requant import (
     post_processed,
     ratio,
 )
-from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
+from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8, contiguous_q8_elemwise
 from backends.reference.kernels import ELEMWISE as REF_ELEMWISE
-from backends.reference.quant_kernels import Q_MODES, dequantize, quantize
+from backends.reference.quant_kernels import dequantize, quantize
 from dialects import enums
 from dialects import kernel as K
 from dialects import tensor as T
@@ -622,22 +622,7 @@ class ElemwiseQ8Vnni(Template):
     priority = 95  # ahead of the portable elemwise_q (90), behind float32 elemwise (100)
 
     def match(self, op: Operation) -> Lowered | None:
-        if isinstance(op, T.ElemwiseMultiTypeOp):
-            mode = op.params()["mode"]
-            if mode not in Q_MODES:
-                return None
-        lowered = ElemwiseQ.match(ElemwiseQ(), op)
-        if lowered is None:
-            return None
-        p = lowered.params
-        arity = len(p["strides"])
-        if p["mode"] not in VEC_MODES or arity != (1 if p["mode"] in UNARY_MODES else 2):
-            return None
-        if set(p["dtypes"]) != {"q8"} or any(p["zps"]) or len(p["shape"]) != 1:
-            return None
-        if any(s != (1,) for s in p["strides"]):
-            return None  # broadcasts stay portable
-        return lowered
+        return contiguous_q8_elemwise(op, VEC_MODES, UNARY_MODES)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return "vnni_" + ElemwiseQ.symbol(ElemwiseQ(), p)
