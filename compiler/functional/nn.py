@@ -78,6 +78,23 @@ def _pair(label: str, v: int | Sequence[int], name: str) -> tuple[int, int]:
     return vals  # type: ignore[return-value]
 
 
+def _conv_geometry(
+    label: str,
+    stride: int | Sequence[int],
+    padding: int | Sequence[int],
+    dilation: int | Sequence[int],
+    groups: int,
+) -> dict[str, Any]:
+    """The window parameters every 2-D convolution op takes (ConvolutionOp, ConvBiasOp,
+    ConvolutionBackwardDataOp), by keyword; ``groups`` > 1 selects the grouped filter layout."""
+    return {
+        "stride": _pair(label, stride, "stride"),
+        "padding": _pair(label, padding, "padding"),
+        "dilation": _pair(label, dilation, "dilation"),
+        "sparse": enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+    }
+
+
 def _grouped_weight(label: str, weight: Tensor, groups: int, first_axis: str) -> Tensor:
     """``weight`` as a group convolution reads it: a 4-D weight split into (G, C/G, ...) along its
     first axis (``first_axis`` names those channels in errors), a 5-D one checked to hold ``groups``."""
@@ -140,10 +157,7 @@ def conv2d(
         T.ConvolutionOp,
         [inp, weight],
         label="conv2d",
-        stride=_pair("conv2d", stride, "stride"),
-        padding=_pair("conv2d", padding, "padding"),
-        dilation=_pair("conv2d", dilation, "dilation"),
-        sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+        **_conv_geometry("conv2d", stride, padding, dilation, groups),
         mode=mode,
         compute_mode=cmode,
     )
@@ -178,11 +192,8 @@ def conv_transpose2d(
         T.ConvolutionBackwardDataOp,
         [weight, inp],
         label=label,
-        stride=_pair(label, stride, "stride"),
-        padding=_pair(label, padding, "padding"),
-        dilation=_pair(label, dilation, "dilation"),
+        **_conv_geometry(label, stride, padding, dilation, groups),
         output_padding=_pair(label, output_padding, "output_padding"),
-        sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
         compute_mode=cmode,
     )
     return _add_channel_bias(label, out, bias)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from compiler.core import apply, op_error
-from compiler.functional.nn import _grouped_weight, _mode, _pair
+from compiler.functional.nn import _conv_geometry, _grouped_weight, _mode
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -49,10 +49,7 @@ def conv_bias_activation(
     inp, weight = as_tensor(inp), as_tensor(weight)
     weight = _grouped_weight(label, weight, groups, "output")
     params = {
-        "stride": _pair(label, stride, "stride"),
-        "padding": _pair(label, padding, "padding"),
-        "dilation": _pair(label, dilation, "dilation"),
-        "sparse": enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+        **_conv_geometry(label, stride, padding, dilation, groups),
         "mode": _mode(label, enums.ConvMode, conv_mode, "conv_mode"),
         "compute_mode": _mode(label, enums.ComputeMode, compute_mode, "compute_mode"),
         "nonline_mode": _mode(label, enums.NonlineMode, nonlinear_mode, "nonlinear_mode"),
