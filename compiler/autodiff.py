@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Attribute
 
 from backends.reference import kernels as K
-from compiler.core import XmgeError, pop_recorder, push_recorder, user_location
+from compiler.core import AppliedOp, XmgeError, pop_recorder, push_recorder, user_location
 from compiler.tensor import Tensor
 from dialects import enums
 from dialects import layout as L
@@ -823,14 +822,8 @@ class _Tape:
     def track(self, t: Tensor) -> None:
         self.tracked[id(t)] = t
 
-    def record(
-        self,
-        op_cls: type[T.MgbOp],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        params: dict[str, Any],
-        result_types: Sequence[Attribute],
-    ) -> None:
+    def record(self, applied: AppliedOp) -> None:
+        inputs, outputs = applied.inputs, applied.outputs
         if not any(id(t) in self.tracked for t in inputs):
             return
         float_outs = [t for t in outputs if t.dtype.kind == "f"]
@@ -840,13 +833,13 @@ class _Tape:
             self.tracked[id(t)] = t
         self.entries.append(
             _Entry(
-                op_cls,
-                _full_params(op_cls, params),
+                applied.op_cls,
+                _full_params(applied.op_cls, applied.params),
                 [id(t) for t in inputs],
                 [t._data for t in inputs],
                 [id(t) for t in outputs],
                 [t._data for t in outputs],
-                None if op_cls in BACKWARD else user_location(),
+                None if applied.op_cls in BACKWARD else user_location(),
             )
         )
 

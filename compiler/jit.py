@@ -18,11 +18,11 @@ import numpy as np
 from xdsl.builder import Builder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.ir import Block, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 import compiler.dump as dump_module
-from compiler.core import XmgeError, pop_recorder, push_recorder, tensor_type_of
+from compiler.core import AppliedOp, XmgeError, pop_recorder, push_recorder, tensor_type_of
 from compiler.module.module import Module, current_scope
 from compiler.tensor import Tensor
 from dialects import tensor as T
@@ -73,21 +73,14 @@ class Trace:
             self._bind(t, v)
         return v
 
-    def record(
-        self,
-        op_cls: type[T.MgbOp],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        params: dict[str, Any],
-        result_types: Sequence[Attribute],
-    ) -> None:
-        operands = [self.value_of(t) for t in inputs]
-        op = op_cls.make(operands, list(result_types), **params)
+    def record(self, applied: AppliedOp) -> None:
+        operands = [self.value_of(t) for t in applied.inputs]
+        op = applied.op_cls.make(operands, list(applied.result_types), **applied.params)
         scope = current_scope()
         if scope:
             op.attributes["scope"] = StringAttr(scope)
         self.builder.insert(op)
-        for t, r in zip(outputs, op.results, strict=True):
+        for t, r in zip(applied.outputs, op.results, strict=True):
             self._bind(t, r)
 
     def finish(self, outputs: Sequence[Tensor], output_names: Sequence[str] | None = None) -> ModuleOp:

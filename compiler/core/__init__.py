@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -62,15 +63,20 @@ def op_error(label: str, message: str) -> OpError:
     return OpError(f"{label}: {message} (at {user_location()})")
 
 
+@dataclass(frozen=True)
+class AppliedOp:
+    """One eager application of an op, as the recorders see it. ``params`` holds only what the
+    caller passed (no defaults), as given, not converted to attributes."""
+
+    op_cls: type[MgbOp]
+    inputs: Sequence[Tensor]
+    outputs: Sequence[Tensor]
+    params: dict[str, Any]
+    result_types: Sequence[Attribute]
+
+
 class Recorder(Protocol):
-    def record(
-        self,
-        op_cls: type[MgbOp],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        params: dict[str, Any],
-        result_types: Sequence[Attribute],
-    ) -> None: ...
+    def record(self, applied: AppliedOp) -> None: ...
 
 
 _recorders: list[Recorder] = []
@@ -134,6 +140,7 @@ def apply(
     outs = KERNELS[op_cls](arrays, specs, **full)
     # quantized results carry their parameters in the numpy dtype (MegEngine's metadata)
     tensors = [Tensor._from_array(conform(np.asarray(o), s.dtype)) for o, s in zip(outs, specs, strict=True)]
+    applied = AppliedOp(op_cls, inputs, tensors, params, result_types)
     for rec in _recorders:
-        rec.record(op_cls, inputs, tensors, params, result_types)
+        rec.record(applied)
     return tensors

@@ -39,7 +39,7 @@ import numpy as np
 
 import compiler.traced_module.policy as policy
 import compiler.traced_module.pytree as pytree
-from compiler.core import pop_recorder, push_recorder
+from compiler.core import AppliedOp, pop_recorder, push_recorder
 from compiler.module.module import Module
 from compiler.tensor import Tensor
 from compiler.traced_module.expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input
@@ -799,28 +799,23 @@ class _Tracer:
         frame.record_call(make, args, kwargs, out, method.strip("_"))
 
     # core recorder: ops no wrapper saw (called through a function object taken before tracing)
-    def record(
-        self,
-        op_cls: type,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        params: dict[str, Any],
-        result_types: Sequence[Any],
-    ) -> None:
+    def record(self, applied: AppliedOp) -> None:
         if not self.recording:
             return
         frame = self.frames[-1]
-        nodes = [frame.node_for(t) for t in inputs]
+        nodes = [frame.node_for(t) for t in applied.inputs]
         g = frame.graph
+        op_name = applied.op_cls.__name__
         expr = frame.add(
             Apply(
                 g._next_expr_id(),
-                op_cls.__name__,
+                op_name,
                 nodes,
-                {k: policy.encode_param(v) for k, v in params.items()},
+                {k: policy.encode_param(v) for k, v in applied.params.items()},
             )
         )
-        base = op_cls.__name__.removesuffix("Op").lower()
+        base = op_name.removesuffix("Op").lower()
+        outputs = applied.outputs
         for i, t in enumerate(outputs):
             frame.bind(t, g._tensor_node(expr, f"{base}_out" + (f"_{i}" if len(outputs) > 1 else ""), t))
 
