@@ -110,6 +110,41 @@ def resnet_fpn_p3_p7(
     )
 
 
+class OneStageDetector(M.Module):
+    """What RetinaNet and FCOS share: the ResNet + FPN backbone (P3-P7), a ``head`` (set by the
+    subclass) that maps the levels to lists of per-level outputs, and the forward that returns each
+    output concatenated over the levels, one row per anchor or point."""
+
+    head: M.Module
+
+    def __init__(
+        self,
+        depth: int,
+        layers: Sequence[int] | None,
+        width: int,
+        fpn_channels: int,
+        num_classes: int,
+        p6_from: str,
+    ) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.backbone = resnet_fpn_p3_p7(depth, layers, width, fpn_channels, p6_from)
+        self.in_features = list(self.backbone.out_features)
+
+    def output_channels(self) -> tuple[int, ...]:
+        """The channels per anchor or point of each head output, in the head's order."""
+        raise NotImplementedError
+
+    def forward(self, image: Tensor) -> tuple[Tensor, ...]:
+        """``image``: (N, 3, H, W) BGR in 0..255 -> the head's outputs, each (N, rows, channels)."""
+        features = self.backbone(preprocess_image(image))
+        per_level = self.head([features[f] for f in self.in_features])
+        return tuple(
+            flatten_levels(levels, channels)
+            for levels, channels in zip(per_level, self.output_channels(), strict=True)
+        )
+
+
 def init_head(head: M.Module, cls_score: M.Conv2d) -> None:
     """The zoo's detection-head init: every conv N(0, 0.01) with a zero bias, then the class
     scores' bias at the focal-loss prior."""

@@ -15,7 +15,7 @@ import numpy as np
 import compiler.functional as F
 import compiler.module as M
 from compiler import hub
-from compiler.hub._fpn import flatten_levels, init_head, preprocess_image, resnet_fpn_p3_p7
+from compiler.hub._fpn import OneStageDetector, init_head
 from compiler.tensor import Parameter, Tensor
 
 __all__ = [
@@ -72,7 +72,10 @@ class PointHead(M.Module):
         return logits, offsets, ctrness
 
 
-class FCOS(M.Module):
+class FCOS(OneStageDetector):
+    """Outputs: class logits ``(N, points, num_classes)``, ltrb distances ``(N, points, 4)`` and
+    centerness logits ``(N, points, 1)``."""
+
     def __init__(
         self,
         depth: int = 50,
@@ -83,21 +86,11 @@ class FCOS(M.Module):
         num_convs: int = 4,
         num_groups: int = 32,
     ) -> None:
-        super().__init__()
-        self.num_classes = num_classes
-        self.backbone = resnet_fpn_p3_p7(depth, layers, width, fpn_channels, p6_from="p5")
-        self.in_features = list(self.backbone.out_features)
+        super().__init__(depth, layers, width, fpn_channels, num_classes, p6_from="p5")
         self.head = PointHead(fpn_channels, num_classes, STRIDES, num_convs, num_groups)
 
-    def forward(self, image: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``image``: (N, 3, H, W) BGR in 0..255 -> (class logits, ltrb distances, centerness)."""
-        features = self.backbone(preprocess_image(image))
-        logits, offsets, ctrness = self.head([features[f] for f in self.in_features])
-        return (
-            flatten_levels(logits, self.num_classes),
-            flatten_levels(offsets, 4),
-            flatten_levels(ctrness, 1),
-        )
+    def output_channels(self) -> tuple[int, ...]:
+        return (self.num_classes, 4, 1)
 
     def scores(self, image: Tensor) -> tuple[Tensor, Tensor]:
         """The zoo's test-time score sqrt(sigmoid(logit) * sigmoid(centerness)) and distances."""

@@ -14,7 +14,7 @@ from typing import Any
 import compiler.functional as F
 import compiler.module as M
 from compiler import hub
-from compiler.hub._fpn import flatten_levels, init_head, preprocess_image, resnet_fpn_p3_p7
+from compiler.hub._fpn import OneStageDetector, init_head
 from compiler.tensor import Tensor
 
 __all__ = [
@@ -52,7 +52,9 @@ class BoxHead(M.Module):
         return logits, offsets
 
 
-class RetinaNet(M.Module):
+class RetinaNet(OneStageDetector):
+    """Outputs: class logits ``(N, anchors, num_classes)`` and box offsets ``(N, anchors, 4)``."""
+
     def __init__(
         self,
         depth: int = 50,
@@ -63,17 +65,11 @@ class RetinaNet(M.Module):
         num_anchors: int = ANCHORS_PER_LOCATION,
         num_convs: int = 4,
     ) -> None:
-        super().__init__()
-        self.num_classes = num_classes
-        self.backbone = resnet_fpn_p3_p7(depth, layers, width, fpn_channels, p6_from="res5")
-        self.in_features = list(self.backbone.out_features)
+        super().__init__(depth, layers, width, fpn_channels, num_classes, p6_from="res5")
         self.head = BoxHead(fpn_channels, num_classes, num_anchors, num_convs)
 
-    def forward(self, image: Tensor) -> tuple[Tensor, Tensor]:
-        """``image``: (N, 3, H, W) BGR in 0..255 -> (class logits, box offsets) per anchor."""
-        features = self.backbone(preprocess_image(image))
-        logits, offsets = self.head([features[f] for f in self.in_features])
-        return flatten_levels(logits, self.num_classes), flatten_levels(offsets, 4)
+    def output_channels(self) -> tuple[int, ...]:
+        return (self.num_classes, 4)
 
     def scores(self, image: Tensor) -> tuple[Tensor, Tensor]:
         """Per-anchor class probabilities (sigmoid, as the zoo's test path) and box offsets."""
