@@ -54,6 +54,14 @@ def register_backward(op_cls: type[T.MgbOp]) -> Callable[[BackwardRule], Backwar
     return registering(BACKWARD, op_cls)
 
 
+def _only_grad(grads: Sequence[Array | None]) -> Array:
+    """The output gradient of a one-result op: the tape runs a rule only when a gradient reached
+    one of the op's results, so for a single result it is there."""
+    (g,) = grads
+    assert g is not None
+    return g
+
+
 def _is_float(a: Array) -> bool:
     return a.dtype.kind == "f"
 
@@ -311,8 +319,7 @@ def _convolution_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
     x, w = inputs
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     dx, dw = conv2d_backward(x, w, g, **_conv_params(params))
     return [dx, dw]
 
@@ -322,8 +329,7 @@ def _conv_bias_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
     x, w, *rest = inputs
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     y = outputs[0].astype(np.float32)
     nl = params["nonline_mode"]
     N = enums.NonlineMode
@@ -379,8 +385,7 @@ def pool2d_backward(
 def _pooling_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     dx = pool2d_backward(
         inputs[0],
         g,
@@ -396,8 +401,7 @@ def _pooling_backward(
 def _adaptive_pooling_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x = inputs[0]
     window, stride = K.adaptive_pool_params(x.shape[2:], params["out_shape"])
     return [pool2d_backward(x, g, mode=params["mode"], window=window, stride=stride, padding=(0, 0))]
@@ -411,8 +415,7 @@ def _matmul_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
     a, b = inputs
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     if not _is_float(a):
         return [None, None]
     ta, tb = bool(params.get("transpose_a")), bool(params.get("transpose_b"))
@@ -437,8 +440,7 @@ register_backward(T.BatchedMatrixMulOp)(_matmul_backward)
 def _reshape_back(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     return [g.reshape(inputs[0].shape)]
 
 
@@ -450,8 +452,7 @@ register_backward(T.AxisAddRemoveOp)(_reshape_back)
 def _broadcast_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     return [unbroadcast(g, inputs[0].shape).astype(inputs[0].dtype, copy=False)]
 
 
@@ -459,8 +460,7 @@ def _broadcast_backward(
 def _dimshuffle_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x = inputs[0]
     perm = [p for p in params["pattern"] if p != -1]
     moved = g.reshape([x.shape[p] for p in perm])  # drop the size-1 axes the pattern inserted
@@ -471,8 +471,7 @@ def _dimshuffle_backward(
 def _concat_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     bounds = np.cumsum([x.shape[params["axis"]] for x in inputs])[:-1]
     return list(np.split(g, bounds, axis=params["axis"]))
 
@@ -489,8 +488,7 @@ def _split_backward(
 def _subtensor_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x = inputs[0]
     index: list[Any] = [slice(None)] * x.ndim
     keys = ("axes", "starts", "stops", "steps", "drop")
@@ -512,8 +510,7 @@ def _slice_of(params: dict[str, Any], ndim: int) -> tuple[Any, ...]:
 def _set_subtensor_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     index = _slice_of(params, g.ndim)
     gx = np.array(g, copy=True)
     gx[index] = 0  # the overwritten elements do not reach the output
@@ -524,8 +521,7 @@ def _set_subtensor_backward(
 def _incr_subtensor_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     index = _slice_of(params, g.ndim)
     return [g, np.asarray(g[index]).reshape(np.shape(inputs[1]))]
 
@@ -540,8 +536,7 @@ def _vec_of(shape: Sequence[int], indices: Sequence[Array], params: dict[str, An
 def _indexing_multi_axis_vec_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x = inputs[0]
     gx = np.zeros(x.shape, g.dtype)
     np.add.at(gx, _vec_of(x.shape, inputs[1:], params), g)  # repeated indices gather repeatedly
@@ -552,8 +547,7 @@ def _indexing_multi_axis_vec_backward(
 def _indexing_set_multi_axis_vec_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     index = _vec_of(g.shape, inputs[2:], params)
     gx = np.array(g, copy=True)
     gx[index] = 0
@@ -566,8 +560,7 @@ def _indexing_set_multi_axis_vec_backward(
 def _indexing_incr_multi_axis_vec_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     index = _vec_of(g.shape, inputs[2:], params)
     return [g, np.asarray(g[index]).reshape(np.shape(inputs[1])), *(None for _ in inputs[2:])]
 
@@ -577,8 +570,7 @@ def _linspace_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
     """value[i] = start + (stop - start) * i / d with d = num - 1 (endpoint) or num."""
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     num = int(params["num"])
     d = (num - 1) if params["endpoint"] else num
     w = np.arange(num, dtype=np.float64) / d if d > 0 else np.zeros(num)
@@ -597,8 +589,7 @@ def _padding_backward(
 ) -> list[Array | None]:
     """Padding acts axis by axis (np.pad too), so its gradient folds each axis back separately:
     the padded index map says which source element every output position copies (-1: the constant)."""
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x = inputs[0]
     np_mode = {
         enums.PaddingMode.CONSTANT: "constant",
@@ -626,8 +617,7 @@ def _padding_backward(
 def _reduce_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x, y = inputs[0], outputs[0]
     if not _is_float(x):
         return [None]
@@ -658,8 +648,7 @@ def _reduce_backward(
 def _typecvt_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x = inputs[0]
     if not (_is_float(x) and _is_float(outputs[0])):
         return [None]  # through an integer or bool value no gradient flows
@@ -670,8 +659,7 @@ def _typecvt_backward(
 def _softmax_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     y = outputs[0].astype(np.float32)
     g32 = g.astype(np.float32)
     gx = y * (g32 - (g32 * y).sum(axis=params["axis"], keepdims=True))
@@ -684,8 +672,7 @@ def _batch_norm_backward(
 ) -> list[Array | None]:
     """Inference-mode batch norm, y = (x - mean) * rsqrt(var + eps) * scale + bias, with gradients
     for all five operands (training mode is composed of other ops in ``F.batch_norm``)."""
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x, scale, bias, mean, var = inputs
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     s, m, v = (a.reshape(shape).astype(np.float32) for a in (scale, mean, var))
@@ -712,8 +699,7 @@ def _convolution_backward_data_backward(
     """y = conv_transpose(filter, diff) is the adjoint of the convolution ``diff = conv(y, filter)``,
     so d(diff) is that convolution of g, and d(filter) is its weight gradient."""
     filt, diff = inputs
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     conv = _conv_params(params)
     gd = K.conv2d_nchw(g.astype(np.float32), filt.astype(np.float32), **conv)
     _, gf = conv2d_backward(g.astype(np.float32), filt.astype(np.float32), diff.astype(np.float32), **conv)
@@ -726,8 +712,7 @@ def _resize_backward(
 ) -> list[Array | None]:
     """Resize is y = Ah x Aw^T per image, so dx = Ah^T g Aw."""
     (x,) = inputs
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
     aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
     return [np.einsum("oh,ncop,pw->nchw", ah, g.astype(np.float64), aw).astype(x.dtype)]
@@ -764,8 +749,7 @@ def _cumsum_backward(
 ) -> list[Array | None]:
     """Each input element is in the sums after it (before it, reversed): the gradient is the
     output gradient summed the other way (MegEngine's rule)."""
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     flipped = {**params, "reverse": not params["reverse"]}
     return K.cumsum([g], [K.ResultSpec(g.shape, g.dtype)], **flipped)
 
@@ -776,8 +760,7 @@ def _indexing_one_hot_backward(
 ) -> list[Array | None]:
     """The output gradient goes back to the picked elements (MegEngine's IndexingSetOneHot into
     zeros); the indices get none."""
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     src, index = inputs
     axis = params["axis"]
     gx = np.zeros(src.shape, dtype=g.dtype)
@@ -976,8 +959,7 @@ def _relayout_backward(
 ) -> list[Array | None]:
     # The gradient lives in the result's layout; the inverse relayout brings it back. Channels the
     # forward padded with zeros are dropped by unpacking to the input's logical shape.
-    (g,) = grads
-    assert g is not None
+    g = _only_grad(grads)
     x = inputs[0]
     src, dst, channels = params["src"], params["dst"], params["channels"]
     logical = tuple(x.shape) if src is None else tuple(L.SPECS[src].logical_shape(x.shape, channels))
