@@ -292,6 +292,8 @@ def _plain_reconstructor(cls: Any, base: Any, state: Any) -> Any:
     return object.__new__(cls)
 
 
+# builtins a state dict or checkpoint may hold (object: protocols 0/1 name it for plain objects)
+_SAFE_BUILTINS = (set, frozenset, complex, slice, range, bytearray, object)
 # numpy scalar types, which MegEngine's older files pass as a tensor's dtype
 _NUMPY_SCALAR_TYPES = (
     "bool_ int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 complex64 complex128"
@@ -307,20 +309,13 @@ def _safe_globals() -> dict[tuple[str, str], Any]:
         ("numpy", "dtype"): np.dtype,
         ("_codecs", "encode"): _latin1_encode,
         ("collections", "OrderedDict"): collections.OrderedDict,
-        ("builtins", "set"): set,
-        ("builtins", "frozenset"): frozenset,
-        ("builtins", "complex"): complex,
-        ("builtins", "slice"): slice,
-        ("builtins", "range"): range,
-        ("builtins", "bytearray"): bytearray,
         ("copyreg", "_reconstructor"): _plain_reconstructor,
-        ("builtins", "object"): object,
-        ("compiler.tensor", "Tensor"): Tensor,
-        ("compiler.tensor", "Parameter"): Parameter,
-        # MegEngine's tensors become xmge's (MegEngine's pickle form is rebuilt explicitly below)
-        ("megengine.tensor", "Tensor"): Tensor,
-        ("megengine.tensor", "Parameter"): Parameter,
     }
+    for builtin in _SAFE_BUILTINS:
+        table[("builtins", builtin.__name__)] = builtin
+    # MegEngine's tensors become xmge's (MegEngine's pickle form is rebuilt explicitly below)
+    for tensor_module in ("compiler.tensor", "megengine.tensor"):
+        table[(tensor_module, "Tensor")], table[(tensor_module, "Parameter")] = Tensor, Parameter
     for name in _NUMPY_SCALAR_TYPES:
         table[("numpy", name)] = getattr(np, name)
     # arrays and scalars are pickled under numpy.core (numpy 1, MegEngine's files) or numpy._core
