@@ -4,15 +4,14 @@
 The units are the VNNI families' (``conv2d_q8_x86``, ``conv2d_q8_relu6_x86``) on the ``avx2`` ISA, so
 a target's ISA order picks them exactly where no ``avx512vnni`` unit is searched first.
 
-Products are ``vpmaddwd`` on sign-extended int16 pairs: two channels of an int8 activation times two
-channels of an int8 weight, summed into each int32 lane. That is exact for every int8 input (the
-largest pair, ``2 * (-128) * (-128) = 32768``, fits the int32 lane), where ``vpmaddubsw``'s ``u8 x s8``
-pairs saturate at int16 (``2 * 255 * 127`` with the ``x + 128`` offset VNNI uses). The activations are
-therefore packed as int16 without an offset (so no ``-128 * sum(w)`` correction either) into the
-VNNI GEMM's stride phases (``x86_int8_gemm``): planes of 2-channel dwords,
-``[IC/2][phase][Hq][Wq][2]`` int16; a tap of a stride-1 plane is one unaligned 32-byte load of 8
-consecutive pixels. Filters are packed ``[G][OC/MR][IC/2][FH*FW][MR][2]`` int16 (one broadcast dword
-per tile row and channel pair).
+The GEMM is x86_int8_gemm's (the same stride phases, planes of 4-channel dwords and filter packing),
+with ``vpmaddubsw`` (u8 x s8 pairs summed into int16) then ``vpmaddwd`` by ones for ``vpdpbusd``.
+``vpmaddubsw`` saturates at int16, so VNNI's ``x + 128`` activations (``2 * 255 * 127`` overflows) are
+not used: the planes hold ``x`` itself, and each call checks while packing whether any activation is
+negative. None (the input of a convolution after a RELU: every ResNet convolution but the stem) is the
+fast case: ``x`` is a 7-bit unsigned operand and ``2 * 127 * 128`` fits int16, exact for every weight.
+Otherwise every byte is split ``x = (x & 127) - 128 * (x < 0)``, two exact ``vpmaddubsw`` (7-bit and
+1-bit operands) weighted 1 and -128 by the ``vpmaddwd``. Both are exact for every int8 input.
 
 The epilogue is requant.py's definition on 8 lanes (``xm_q*8``, the AVX2 spelling of x86_int8's
 ``xm_q*16``), bit-exact with the reference; it is compiled without floating-point contraction, the
@@ -39,7 +38,8 @@ from backends.c.templates.x86_int8 import (
     _Relu6Island,
     island_form,
 )
-from backends.c.templates.x86_int8_gemm import _phases
+from backends.c.templates.x86_int8_gemm import Conv2dQ8Vnni
+from backends.c.templates.x86_int8_gemm import _geometry as gemm_geometry
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 ISA = "avx2"
-VREGS = 16  # ymm registers: accumulators, the NV activation vectors, a broadcast weight, a product
+VREGS = 16  # ymm registers
 EPILOGUE_CYCLES = 10  # requantization and store of one vector of 8 pixels, about
 
 SUPPORT = r"""
@@ -59,7 +59,9 @@ XM_EXACT_BEGIN
    plain products and sums, which XM_EXACT_BEGIN keeps from being contracted into an FMA */
 static inline __m256 xm_qmul8(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 static inline __m256 xm_qadd8(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-static inline __m256 xm_qtrunc8(__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+static inline __m256 xm_qtrunc8(__m256 v) {
+  return _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+}
 /* round_x86: trunc(y + (y >= 0 ? 0.5f : -0.5f)), the addition in float32 */
 static inline __m256 xm_qround8(__m256 y) {
   const __m256 nonneg = _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GE_OQ);
@@ -157,19 +159,21 @@ static inline __m128i xm_q8_gather16_avx2(const int8_t* row, int c0, int sw, int
   }
   return _mm_loadu_si128((const __m128i*)v);
 }
-/* n pixels (at most 16) of two channel rows as n int16 pairs (channel a, channel b) */
-static inline void xm_q8_pair16(int16_t* dst, __m128i a, __m128i b, int n) {
-  const __m256i lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
-  const __m256i hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
+/* n pixels (at most 16) of four channel rows as n dwords (channel bytes in order) */
+static inline void xm_q8_quad16_avx2(int8_t* dst, __m128i a, __m128i b, __m128i c, __m128i d, int n) {
+  const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+  const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+  const __m256i lo = _mm256_set_m128i(_mm_unpackhi_epi16(ab0, cd0), _mm_unpacklo_epi16(ab0, cd0));
+  const __m256i hi = _mm256_set_m128i(_mm_unpackhi_epi16(ab1, cd1), _mm_unpacklo_epi16(ab1, cd1));
   if (n >= 16) {
     _mm256_storeu_si256((__m256i*)dst, lo);
-    _mm256_storeu_si256((__m256i*)(dst + 16), hi);
+    _mm256_storeu_si256((__m256i*)(dst + 32), hi);
     return;
   }
-  int16_t t[32];
+  int8_t t[64];
   _mm256_storeu_si256((__m256i*)t, lo);
-  _mm256_storeu_si256((__m256i*)(t + 16), hi);
-  memcpy(dst, t, (size_t)n * 2 * sizeof(int16_t));
+  _mm256_storeu_si256((__m256i*)(t + 32), hi);
+  memcpy(dst, t, (size_t)n * 4);
 }
 #endif
 """
@@ -217,24 +221,17 @@ def epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, s
     return "__m128i", f"xm_qscaled8_{'nonneg' if nonneg else 'finite'}({y})", "xm_q8_put8"
 
 
-def _geometry(p: dict[str, Any]) -> dict[str, Any]:
-    """The plane layout of a convolution: x86_int8_gemm's phases, 2-channel pairs."""
-    fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
-    hq, wq = p["oh"] + (fh - 1) * dh // sh, p["ow"] + (fw - 1) * dw // sw
-    c2 = -(-(p["ic"] // p["groups"]) // 2)
-    return {"row_phases": _phases(fh, dh, sh), "col_phases": _phases(fw, dw, sw), "hq": hq, "wq": wq, "c2": c2}
-
-
 def choose_tile(pixels: int, ocg: int, steps: int) -> tuple[int, int]:
-    """(NV, MR) of the register tile with the fewest estimated cycles: ``steps`` pair steps, each
-    ``vpmaddwd`` + ``vpaddd`` per accumulator (three vector ports, the products on two) and the loads
-    (NV activation vectors, MR weight broadcasts, two a cycle), plus the epilogue of each vector."""
+    """(NV, MR) of the register tile with the fewest estimated cycles: ``steps`` dword steps of
+    ``vpmaddubsw``, ``vpmaddwd`` and ``vpaddd`` per accumulator (three vector ports, the products on
+    two) and the loads (NV activation vectors, MR weight broadcasts, two a cycle), plus the epilogue
+    of each vector. Registers: accumulators, NV activations, a broadcast, the ones and a product."""
     best: tuple[float, int, int] | None = None
     for nv in range(1, 5):
         for mr in range(1, 13):
-            if mr * nv + nv + 2 > VREGS:
+            if mr * nv + nv + 3 > VREGS:
                 continue
-            step = max(2 * mr * nv / 3, mr * nv / 2, (nv + mr) / 2, 1)
+            step = max(mr * nv, (nv + mr) / 2)
             tiles = -(-pixels // (8 * nv)) * -(-ocg // mr)
             cycles = tiles * (steps * step + EPILOGUE_CYCLES * nv * mr)
             if best is None or cycles < best[0]:
@@ -244,8 +241,10 @@ def choose_tile(pixels: int, ocg: int, steps: int) -> tuple[int, int]:
 
 
 class Conv2dQ8Avx2(Template):
-    """Dense and grouped int8 NCHW convolution on AVX2: activations packed into 2-channel int16 planes,
-    register-tiled ``vpmaddwd`` GEMM, bias, RELU and requantization fused in the tile's epilogue."""
+    """Dense and grouped int8 NCHW convolution on AVX2: x86_int8_gemm's planes (without its ``+ 128``)
+    and filter packing, a register-tiled ``vpmaddubsw`` GEMM (7-bit activations, or each byte split
+    where the call's input has a negative one), bias, RELU and requantization fused in the tile's
+    epilogue."""
 
     family = "conv2d_q8_x86"
     isa = ISA
@@ -265,9 +264,9 @@ class Conv2dQ8Avx2(Template):
         biases = _bias_operands(p, operands, np.zeros(p["oc"], np.int64))
         if biases is None:
             return None
-        geo = _geometry(p)
+        geo = gemm_geometry(p)
         pixels = p["oh"] * geo["wq"]
-        nv, mr = choose_tile(pixels, p["oc"] // g, geo["c2"] * p["fh"] * p["fw"])
+        nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"])
         ppad = -(-pixels // (8 * nv)) * 8 * nv
         # a plane holds every dword a tile may read: ppad + the farthest tap's offset, in 32 bytes
         plane = -(-(ppad + (geo["hq"] - p["oh"]) * geo["wq"] + geo["wq"]) // 8) * 8
@@ -279,26 +278,18 @@ class Conv2dQ8Avx2(Template):
 
     def workspace(self, p: dict[str, Any]) -> int:
         phases = len(p["row_phases"]) * len(p["col_phases"])
-        return p["c2"] * phases * p["plane"] * 4 + 64  # + 64: the planes start on a cache line
+        return p["c4"] * phases * p["plane"] * 4 + 64  # + 64: the planes start on a cache line
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1:
-            return None
-        g, mr, c2 = p["groups"], p["mr"], p["c2"]
-        ocg, icg, taps = p["oc"] // g, p["ic"] // g, p["fh"] * p["fw"]
-        ocb = -(-ocg // mr)
-        w = np.asarray(array).view(np.int8).reshape(g, ocg, icg, taps)
-        full = np.zeros((g, ocb * mr, c2 * 2, taps), np.int16)
-        full[:, :ocg, :icg] = w
-        # [G][OC/MR][IC/2][tap][MR][2]: one tile row's two channel weights are one broadcast dword
-        packed = full.reshape(g, ocb, mr, c2, 2, taps).transpose(0, 1, 3, 5, 2, 4)
-        return np.ascontiguousarray(packed), f"avx2_pairs_mr{mr}"
+        # x86_int8_gemm's [G][OC/MR][IC/4][tap][MR][4]: one broadcast dword per tile row
+        return Conv2dQ8Vnni.pack(Conv2dQ8Vnni(), operand, array, p)
 
     def _pack_code(self, p: dict[str, Any]) -> str:
-        """The parallel loop packing one image and group into planes."""
+        """The parallel loop packing one image and group into planes; ``negative`` becomes 1 when an
+        activation is negative."""
         ih, iw = p["ih"], p["iw"]
         sh, sw, ph, pw = p["sh"], p["sw"], p["ph"], p["pw"]
-        hq, wq, c2, plane = p["hq"], p["wq"], p["c2"], p["plane"]
+        hq, wq, c4, plane = p["hq"], p["wq"], p["c4"], p["plane"]
         rows, cols = p["row_phases"], p["col_phases"]
         nph = len(rows) * len(cols)
         icg = p["ic"] // p["groups"]
@@ -306,27 +297,35 @@ class Conv2dQ8Avx2(Template):
         flat = (sh, sw, ph, pw, hq, wq) == (1, 1, 0, 0, ih, iw)
         lines, length = (1, hq * wq) if flat else (hq, wq)
         row_len = length if flat else iw
+        gathers = ", ".join(f"xm_q8_gather16_avx2(src[{j}], col, {sw}, {row_len})" for j in range(4))
         return f"""
+      int signs = 0;
       #pragma omp for schedule(static)
-      for (int item = 0; item < {c2 * nph * lines}; ++item) {{
-        const int cp = item / {nph * lines}, phase = item / {lines} % {nph}, i = item % {lines};
+      for (int item = 0; item < {c4 * nph * lines}; ++item) {{
+        const int cq = item / {nph * lines}, phase = item / {lines} % {nph}, i = item % {lines};
         static const int row_phase[] = {{{", ".join(str(a) for a in rows)}}};
         static const int col_phase[] = {{{", ".join(str(b) for b in cols)}}};
         const int a = row_phase[phase / {len(cols)}], b = col_phase[phase % {len(cols)}];
         const int iy = i * {sh} + a - {ph};
-        const int8_t* src[2];
-        for (int j = 0; j < 2; ++j) {{
-          const int c = 2 * cp + j;
+        const int8_t* src[4];
+        for (int j = 0; j < 4; ++j) {{
+          const int c = 4 * cq + j;
           src[j] = c < {icg} && (unsigned)iy < {ih}u ? xg + ((long)c * {ih} + iy) * {iw} : NULL;
         }}
-        int16_t* dst = planes + ((long)(cp * {nph} + phase) * {plane} + (long)i * {length}) * 2;
+        int8_t* dst = planes + ((long)(cq * {nph} + phase) * {plane} + (long)i * {length}) * 4;
         for (int c0 = 0; c0 < {length}; c0 += 16) {{
           const int col = c0 * {sw} + b - {pw};
-          xm_q8_pair16(dst + 2 * c0, xm_q8_gather16_avx2(src[0], col, {sw}, {row_len}),
-                       xm_q8_gather16_avx2(src[1], col, {sw}, {row_len}), {length} - c0 < 16 ? {length} - c0 : 16);
+          const __m128i q[4] = {{{gathers}}};
+          signs |= _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(q[0], q[1]), _mm_or_si128(q[2], q[3])));
+          xm_q8_quad16_avx2(dst + 4 * c0, q[0], q[1], q[2], q[3], {length} - c0 < 16 ? {length} - c0 : 16);
         }}
-        if (i == {lines - 1}) memset(dst + {length * 2}, 0, {(plane - hq * wq) * 4});
-      }}"""
+        if (i == {lines - 1}) memset(dst + {length * 4}, 0, {(plane - hq * wq) * 4});
+      }}
+      if (signs) {{
+        #pragma omp atomic write
+        negative[nn * {p["groups"]} + g] = 1;
+      }}
+      #pragma omp barrier"""
 
     def _store_code(self, p: dict[str, Any]) -> str:
         """The tile's epilogue: requantize each accumulator (``acc``, MR x NV vectors) and store the
@@ -366,15 +365,17 @@ class Conv2dQ8Avx2(Template):
             for v in range(nv):
                 if contiguous:
                     q = f"p0 + {8 * v}"
-                    store = f"if ({q} < {pixels}) {put}(yo + {q}, r, 0, {pixels} - ({q}) < 8 ? {pixels} - ({q}) : 8);"
+                    end = f"{pixels} - ({q}) < 8 ? {pixels} - ({q}) : 8"
+                    store = f"if ({q} < {pixels}) {put}(yo + {q}, r, 0, {end});"
                 else:
                     store = (
                         f"for (int k = 0; k < segs[{v}]; ++k) "
                         f"{put}(yo + seg_at[{v}][k], r, seg_lo[{v}][k], seg_hi[{v}][k]);"
                     )
                 body.append(
-                    f"{{ __m256i t = _mm256_add_epi32(_mm256_load_si256((const __m256i*)(acc + {(i * nv + v) * 8})), bv); "
-                    f"{_vec_int_activation(p, 't')} const {vtype} r = {value}; {store} }}"
+                    f"{{ __m256i t = _mm256_load_si256((const __m256i*)(acc + {(i * nv + v) * 8}));"
+                    f" t = _mm256_add_epi32(t, bv); {_vec_int_activation(p, 't')}"
+                    f" const {vtype} r = {value}; {store} }}"
                 )
             rows.append(
                 f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
@@ -385,10 +386,66 @@ class Conv2dQ8Avx2(Template):
             )
         return prologue + "\n        " + "\n        ".join(rows)
 
+    def _tile_code(self, sym: str, p: dict[str, Any], offsets: list[int], split: bool) -> str:
+        """The micro-kernel: MR x NV accumulators over every channel quadruple and tap, 7-bit
+        activations (``split`` false) or each byte split into its low 7 bits and its sign."""
+        nv, mr, c4, plane = (p[k] for k in ("nv", "mr", "c4", "plane"))
+        nph = len(p["row_phases"]) * len(p["col_phases"])
+        acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
+        decl = " ".join(f"__m256i {a} = _mm256_setzero_si256();" for row in acc for a in row)
+        spill = " ".join(
+            f"_mm256_store_si256((__m256i*)(acc + {8 * (i * nv + v)}), {name});"
+            for i, row in enumerate(acc)
+            for v, name in enumerate(row)
+        )
+        loads = " ".join(
+            f"const __m256i b{v} = _mm256_loadu_si256((const __m256i*)(bk + {32 * v}));" for v in range(nv)
+        )
+        if split:  # x = (x & 127) - 128 * (x < 0): the low bits weighted 1, the sign bit -128
+            loads += " " + " ".join(
+                f"const __m256i l{v} = _mm256_and_si256(b{v}, low7),"
+                f" s{v} = _mm256_and_si256(_mm256_srli_epi16(b{v}, 7), one8);"
+                for v in range(nv)
+            )
+            product = (
+                "_mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(l{v}, a), ones), "
+                "_mm256_madd_epi16(_mm256_maddubs_epi16(s{v}, a), m128))"
+            )
+        else:
+            product = "_mm256_madd_epi16(_mm256_maddubs_epi16(b{v}, a), ones)"
+        products = "\n      ".join(
+            f"{{ const __m256i a = _mm256_set1_epi32(ak[{i}]);"
+            + "".join(
+                f" {acc[i][v]} = _mm256_add_epi32({acc[i][v]}, {product.format(v=v)});" for v in range(nv)
+            )
+            + " }"
+            for i in range(mr)
+        )
+        name = f"{sym}_tile_{'s8' if split else 'u7'}"
+        constants = "const __m256i ones = _mm256_set1_epi16(1);"
+        if split:
+            constants += (
+                " const __m256i m128 = _mm256_set1_epi16(-128), low7 = _mm256_set1_epi8(0x7F),"
+                " one8 = _mm256_set1_epi8(1);"
+            )
+        return f"""
+static __attribute__((noinline)) void {name}(const int8_t* bp, const int32_t* ak, int32_t* acc) {{
+  static const int tap_offset[{len(offsets)}] = {{{", ".join(map(str, offsets))}}};
+  {constants}
+  {decl}
+  for (int cq = 0; cq < {c4}; ++cq, bp += {nph * plane * 4})
+    for (int tap = 0; tap < {len(offsets)}; ++tap, ak += {mr}) {{
+      const int8_t* bk = bp + tap_offset[tap];
+      {loads}
+      {products}
+    }}
+  {spill}
+}}"""
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
         fh, fw, sh, sw, dh, dw, g = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "groups"))
-        nv, mr, ppad, wq, c2, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c2", "plane"))
+        nv, mr, ppad, wq, c4, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c4", "plane"))
         rows, cols = p["row_phases"], p["col_phases"]
         nph = len(rows) * len(cols)
         ocg, taps = oc // g, fh * fw
@@ -397,66 +454,47 @@ class Conv2dQ8Avx2(Template):
         tiles = ptiles * ocb
         # the inner tile loop walks the smaller operand, so that the larger one streams through the
         # caches once: the weights (deep layers with few pixels) or the planes
-        weights_first = ocg * c2 * 4 * taps > nph * plane * 4 * c2
+        weights_first = ocg * c4 * 4 * taps > nph * plane * 4 * c4
         tile_of = (
             f"const int o0 = t / {ptiles} * {mr}, p0 = t % {ptiles} * {8 * nv};"
             if weights_first
             else f"const int p0 = t / {ocb} * {8 * nv}, o0 = t % {ocb} * {mr};"
         )
         otype = _out_ctype(p["out"])
-        acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
-        decl = " ".join(f"__m256i {a} = _mm256_setzero_si256();" for row in acc for a in row)
-        spill = " ".join(
-            f"_mm256_store_si256((__m256i*)(acc + {8 * (i * nv + v)}), {name});"
-            for i, row in enumerate(acc)
-            for v, name in enumerate(row)
-        )
-        # the byte offset of each tap's dwords from a tile's first pixel in its channel pair
+        # the byte offset of each tap's dwords from a tile's first pixel in its channel quadruple
         offsets = [
             ((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane + (r * dh // sh) * wq
              + s * dw // sw) * 4
             for r in range(fh)
             for s in range(fw)
         ]  # fmt: skip
-        loads = " ".join(
-            f"const __m256i b{v} = _mm256_loadu_si256((const __m256i*)(bk + {32 * v}));" for v in range(nv)
-        )
-        products = "\n            ".join(
-            f"{{ const __m256i a = _mm256_set1_epi32(ak[{i}]); "
-            + " ".join(f"{acc[i][v]} = _mm256_add_epi32({acc[i][v]}, _mm256_madd_epi16(b{v}, a));" for v in range(nv))
-            + " }"
-            for i in range(mr)
-        )
         work = n * oc * p["oh"] * p["ow"] * (ic // g) * taps
-        # the micro-kernel is a function of its own: the epilogue's constants then cost no registers
+        # the micro-kernels are functions of their own: the epilogue's constants then cost no registers
         return exact(f"""
-static __attribute__((noinline)) void {sym}_tile(const uint8_t* bp, const int32_t* ak, int32_t* acc) {{
-  static const int tap_offset[{taps}] = {{{", ".join(map(str, offsets))}}};
-  {decl}
-  for (int cp = 0; cp < {c2}; ++cp, bp += {nph * plane * 4})
-    for (int tap = 0; tap < {taps}; ++tap, ak += {mr}) {{
-      const uint8_t* bk = bp + tap_offset[tap];
-      {loads}
-      {products}
-    }}
-  {spill}
-}}
+{self._tile_code(sym, p, offsets, split=False)}
+{self._tile_code(sym, p, offsets, split=True)}
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int32_t* wpk = (const int32_t*)w_;
   {_bias_decls(p)}
   {otype}* y = ({otype}*)y_;
-  int16_t* planes = (int16_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  int8_t* planes = (int8_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  int negative[{n * g}] = {{0}};  /* per image and group: an activation below zero (the split kernel) */
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   for (int nn = 0; nn < {n}; ++nn)
     for (int g = 0; g < {g}; ++g) {{
       const int8_t* xg = x + ((long)nn * {ic} + (long)g * {ic // g}) * {ih * iw};
       {self._pack_code(p)}
+      int split;
+      #pragma omp atomic read
+      split = negative[nn * {g} + g];
       #pragma omp for schedule(static)
       for (int t = 0; t < {tiles}; ++t) {{
         {tile_of}
         int32_t acc[{mr * nv * 8}] __attribute__((aligned(32)));
-        {sym}_tile((const uint8_t*)planes + (long)p0 * 4, wpk + ((long)g * {ocb} + o0 / {mr}) * {c2 * taps * mr}, acc);
+        const int8_t* bp = planes + (long)p0 * 4;
+        const int32_t* ak = wpk + ((long)g * {ocb} + o0 / {mr}) * {c4 * taps * mr};
+        if (split) {sym}_tile_s8(bp, ak, acc); else {sym}_tile_u7(bp, ak, acc);
         {self._store_code(p)}
       }}
     }}
