@@ -62,6 +62,7 @@ from backends.c.templates import (
     x86_fp16_winograd,
     x86_int8,
     x86_int8_amx_island,
+    x86_int8_avx2,
     x86_int8_gemm,
 )
 from passes.lowering.kernels import KernelRegistry
@@ -81,6 +82,7 @@ KERNELS = KernelRegistry(
         *x86_fp16.KERNEL_UNITS,
         *x86_amx.KERNEL_UNITS,
         *x86_int8_gemm.KERNEL_UNITS,
+        *x86_int8_avx2.KERNEL_UNITS,
         *x86_fp16_winograd.KERNEL_UNITS,
         *x86_fp16_stem.KERNEL_UNITS,
         *x86_amx_bf16.KERNEL_UNITS,
