@@ -76,6 +76,7 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 from dialects.dtypes import numpy_dtype
+from dialects.syntax import attach_attrs, parse_arrow_types, print_arrow_types, print_attr_dict
 from dialects.weights import WeightAttr
 
 ALIGN = 64  # bytes: every planned buffer starts on a cache line (and a full AVX-512 vector)
@@ -321,14 +322,8 @@ class WeightOp(IRDLOperation):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_attribute(self.value)
-        attrs: dict[str, Attribute] = dict(self.attributes)
-        if self.packing.data:
-            attrs["packing"] = self.packing
-        if self.place is not None:
-            attrs["place"] = self.place
-        if attrs:
-            printer.print_string(" ")
-            printer.print_attr_dict(attrs)
+        packing = self.packing if self.packing.data else None
+        print_attr_dict(printer, self.attributes, {"packing": packing, "place": self.place})
         printer.print_string(" : ")
         printer.print_attribute(self.output.type)
 
@@ -342,14 +337,7 @@ class WeightOp(IRDLOperation):
         t = parser.parse_type()
         if not isinstance(t, TensorType):
             parser.raise_error("kernel.weight must produce a tensor")
-        packing = attrs.pop("packing", StringAttr(""))
-        place = attrs.pop("place", None)
-        op = cls(value, t)
-        op.properties["packing"] = packing
-        if place is not None:
-            op.properties["place"] = place
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls(value, t), attrs, "packing", "place")
 
 
 @irdl_op_definition
@@ -388,12 +376,7 @@ class CallOp(IRDLOperation):
         printer.print_string(f" @{self.callee.string_value()}(")
         printer.print_list(self.args, printer.print_operand)
         printer.print_string(")")
-        attrs: dict[str, Attribute] = dict(self.attributes)
-        if self.places is not None:
-            attrs["places"] = self.places
-        if attrs:
-            printer.print_string(" ")
-            printer.print_attr_dict(attrs)
+        print_attr_dict(printer, self.attributes, {"places": self.places})
         printer.print_string(" : ")
         printer.print_function_type(self.args.types, self.outputs.types)
 
@@ -408,12 +391,7 @@ class CallOp(IRDLOperation):
         parser.parse_punctuation(":")
         fty = parser.parse_function_type()
         args = parser.resolve_operands(unresolved, fty.inputs.data, pos)
-        op = cls(callee, args, fty.outputs.data)
-        places = attrs.pop("places", None)
-        if places is not None:
-            op.properties["places"] = places
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls(callee, args, fty.outputs.data), attrs, "places")
 
 
 def _symbol_table_of(op: Operation) -> Operation | None:
@@ -447,31 +425,17 @@ class ViewOp(IRDLOperation):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_operand(self.src)
-        if self.place is not None or self.attributes:
-            printer.print_string(" ")
-            extra = {"place": self.place} if self.place is not None else {}
-            printer.print_attr_dict({**extra, **self.attributes})
-        printer.print_string(" : ")
-        printer.print_attribute(self.src.type)
-        printer.print_string(" -> ")
-        printer.print_attribute(self.output.type)
+        print_attr_dict(printer, {"place": self.place}, self.attributes)
+        print_arrow_types(printer, self.src.type, self.output.type)
 
     @classmethod
     def parse(cls, parser: Parser) -> ViewOp:
         src = parser.parse_unresolved_operand()
         attrs = dict(parser.parse_optional_attr_dict())
-        parser.parse_punctuation(":")
-        st = parser.parse_type()
-        parser.parse_punctuation("->")
-        ot = parser.parse_type()
+        st, ot = parse_arrow_types(parser)
         if not isinstance(ot, TensorType):
             parser.raise_error("kernel.view must produce a tensor")
-        op = cls(parser.resolve_operand(src, st), ot)
-        place = attrs.pop("place", None)
-        if place is not None:
-            op.properties["place"] = place
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls(parser.resolve_operand(src, st), ot), attrs, "place")
 
 
 Kernel = Dialect("kernel", [KernelDefOp, WeightOp, CallOp, ViewOp], [SpaceAttr, PlaceAttr, PlanAttr])

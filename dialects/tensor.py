@@ -57,6 +57,7 @@ from xdsl.utils.exceptions import VerifyException
 from dialects import enums
 from dialects.dtypes import DTypeError, QuantizedType, dtype_name, is_float
 from dialects.errors import XmgeError
+from dialects.syntax import attach_attrs, print_attr_dict
 from dialects.weights import WeightAttr
 
 # ----------------------------------------------------------------------------------------------
@@ -338,9 +339,7 @@ class MgbOp(IRDLOperation):
         if self.operands:
             printer.print_string(" ")
             printer.print_list(self.operands, printer.print_operand)
-        if props or self.attributes:
-            printer.print_string(" ")
-            printer.print_attr_dict({**props, **self.attributes})
+        print_attr_dict(printer, props, self.attributes)
         printer.print_string(" : ")
         printer.print_function_type(self.operand_types, self.result_types)
 
@@ -362,12 +361,8 @@ class MgbOp(IRDLOperation):
         fn_type = parser.parse_function_type()
         operands = parser.resolve_operands(unresolved, fn_type.inputs.data, pos)
         declared = cls.get_irdl_definition().properties
-        for k in list(attrs):
-            if k in declared:
-                props[k] = attrs.pop(k)
-        op = cls._create(list(operands), list(fn_type.outputs.data), props)
-        op.attributes.update(attrs)
-        return op
+        props.update({k: attrs.pop(k) for k in list(attrs) if k in declared})
+        return attach_attrs(cls._create(list(operands), list(fn_type.outputs.data), props), attrs)
 
 
 def _verify_tensor_types(op: IRDLOperation) -> None:
@@ -492,9 +487,7 @@ class ConstOp(MgbOp):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_attribute(self.value)
-        if self.attributes:
-            printer.print_string(" ")
-            printer.print_attr_dict(self.attributes)
+        print_attr_dict(printer, self.attributes)
         printer.print_string(" : ")
         printer.print_attribute(self.output.type)
 
@@ -507,9 +500,7 @@ class ConstOp(MgbOp):
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         t = parser.parse_type()
-        op = cls.create(result_types=[t], properties={"value": value})
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls.create(result_types=[t], properties={"value": value}), attrs)
 
 
 def _accumulator_elem(op: str, src: TensorType, filt: TensorType) -> Attribute:
