@@ -39,13 +39,11 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
     FlatSymbolRefAttr,
-    FloatAttr,
     IntAttr,
     IntegerAttr,
     StringAttr,
     SymbolRefAttr,
     TensorType,
-    f64,
     i64,
 )
 from xdsl.dialects.utils import EnumAttribute
@@ -77,6 +75,7 @@ from xdsl.utils.str_enum import StrEnum
 
 from dialects.dtypes import numpy_dtype
 from dialects.syntax import attach_attrs, parse_arrow_types, print_arrow_types, print_attr_dict
+from dialects.values import scalar_attr, scalar_value
 from dialects.weights import WeightAttr
 
 ALIGN = 64  # bytes: every planned buffer starts on a cache line (and a full AVX-512 vector)
@@ -182,14 +181,9 @@ def params_attr(params: dict[str, Any]) -> DictionaryAttr:
     """A kernel's parameters as a dictionary attribute (ints, floats, strings, bools, int tuples)."""
 
     def conv(v: Any) -> Attribute:
-        if isinstance(v, bool):
-            return IntegerAttr(int(v), i64)
-        if isinstance(v, int):
-            return IntegerAttr(v, i64)
-        if isinstance(v, float):
-            return FloatAttr(v, f64)
-        if isinstance(v, str):
-            return StringAttr(v)
+        scalar = scalar_attr(v, i64)
+        if scalar is not None:
+            return scalar
         if isinstance(v, tuple | list):
             return ArrayAttr([conv(x) for x in v])
         raise TypeError(f"kernel parameter value {v!r} has no attribute form")
@@ -201,12 +195,9 @@ def params_value(attr: DictionaryAttr) -> dict[str, Any]:
     """Inverse of :func:`params_attr` (bools come back as ints)."""
 
     def conv(a: Attribute) -> Any:
-        if isinstance(a, IntegerAttr):
-            return a.value.data
-        if isinstance(a, FloatAttr):
-            return float(a.value.data)
-        if isinstance(a, StringAttr):
-            return a.data
+        scalar = scalar_value(a)
+        if scalar is not None:
+            return scalar
         if isinstance(a, ArrayAttr):
             return tuple(conv(x) for x in a.data)
         raise TypeError(f"unexpected kernel parameter attribute {a}")

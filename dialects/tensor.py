@@ -28,7 +28,6 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     IntegerType,
-    StringAttr,
     TensorType,
     f64,
     i64,
@@ -58,6 +57,7 @@ from dialects import enums
 from dialects.dtypes import DTypeError, QuantizedType, dtype_name, is_float
 from dialects.errors import XmgeError
 from dialects.syntax import attach_attrs, print_attr_dict
+from dialects.values import scalar_attr, scalar_value
 from dialects.weights import WeightAttr
 
 # ----------------------------------------------------------------------------------------------
@@ -176,14 +176,9 @@ def to_attr(value: Any) -> Attribute:
         return value
     if type(value) in ENUM_ATTRS:
         return ENUM_ATTRS[type(value)](value)
-    if isinstance(value, bool):
-        return IntegerAttr(int(value), IntegerType(1))
-    if isinstance(value, int):
-        return IntegerAttr(value, i64)
-    if isinstance(value, float):
-        return FloatAttr(value, f64)
-    if isinstance(value, str):
-        return StringAttr(value)
+    scalar = scalar_attr(value, IntegerType(1))
+    if scalar is not None:
+        return scalar
     if isinstance(value, tuple | list):
         items = list(value)
         if items and all(type(v) in ENUM_ATTRS for v in items):
@@ -197,13 +192,9 @@ def from_attr(attr: Attribute) -> Any:
     """The Python parameter value of a property attribute (inverse of :func:`to_attr`)."""
     if isinstance(attr, EnumAttribute):
         return attr.data
-    if isinstance(attr, IntegerAttr):
-        value = attr.value.data
-        return bool(value) if attr.type == IntegerType(1) else value
-    if isinstance(attr, FloatAttr):
-        return float(attr.value.data)
-    if isinstance(attr, StringAttr):
-        return attr.data
+    scalar = scalar_value(attr)
+    if scalar is not None:
+        return scalar
     if isinstance(attr, DenseArrayBase):
         return tuple(int(v) for v in attr.get_values())
     if isinstance(attr, ArrayAttr):
