@@ -74,7 +74,7 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 from dialects.dtypes import numpy_dtype
-from dialects.syntax import attach_attrs, parse_arrow_types, print_arrow_types, print_attr_dict
+from dialects.syntax import attach_attrs, parse_unary, print_attr_dict, print_unary
 from dialects.values import scalar_attr, scalar_value
 from dialects.weights import WeightAttr
 
@@ -414,19 +414,14 @@ class ViewOp(IRDLOperation):
             raise VerifyException(f"kernel.view: {s} and {o} do not hold the same elements")
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.src)
-        print_attr_dict(printer, {"place": self.place}, self.attributes)
-        print_arrow_types(printer, self.src.type, self.output.type)
+        print_unary(printer, self, {"place": self.place})
 
     @classmethod
     def parse(cls, parser: Parser) -> ViewOp:
-        src = parser.parse_unresolved_operand()
-        attrs = dict(parser.parse_optional_attr_dict())
-        st, ot = parse_arrow_types(parser)
+        src, ot, attrs = parse_unary(parser)
         if not isinstance(ot, TensorType):
             parser.raise_error("kernel.view must produce a tensor")
-        return attach_attrs(cls(parser.resolve_operand(src, st), ot), attrs, "place")
+        return attach_attrs(cls(src, ot), attrs, "place")
 
 
 Kernel = Dialect("kernel", [KernelDefOp, WeightOp, CallOp, ViewOp], [SpaceAttr, PlaceAttr, PlanAttr])

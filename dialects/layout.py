@@ -55,7 +55,7 @@ from xdsl.utils.str_enum import StrEnum
 
 from dialects import enums
 from dialects import tensor as T
-from dialects.syntax import attach_attrs, parse_arrow_types, print_arrow_types, print_attr_dict
+from dialects.syntax import attach_attrs, parse_unary, print_unary
 
 Format = enums.Format
 ConvSparse = enums.ConvSparse
@@ -654,17 +654,11 @@ class RelayoutOp(T.MgbOp):
             )
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        print_attr_dict(printer, {"channels": self.channels}, self.attributes)
-        print_arrow_types(printer, self.input.type, self.output.type)
+        print_unary(printer, self, {"channels": self.channels})
 
     @classmethod
     def parse(cls, parser: Parser) -> RelayoutOp:
-        operand = parser.parse_unresolved_operand()
-        attrs = parser.parse_optional_attr_dict()
-        src, dst = parse_arrow_types(parser)
-        (value,) = parser.resolve_operands([operand], [src], parser.pos)
+        value, dst, attrs = parse_unary(parser)
         return attach_attrs(cls.create(operands=[value], result_types=[dst]), attrs, "channels")
 
 

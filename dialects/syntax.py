@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar
 
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
@@ -25,20 +25,25 @@ def print_attr_dict(printer: Printer, *parts: Mapping[str, Attribute | None]) ->
         printer.print_attr_dict(attrs)
 
 
-def print_arrow_types(printer: Printer, src: Attribute, dst: Attribute) -> None:
-    """`` : src -> dst``, the types of a one-operand, one-result op."""
+def print_unary(printer: Printer, op: Operation, properties: Mapping[str, Attribute | None]) -> None:
+    """`` %operand {properties and attributes} : T -> U``, the form of a one-operand, one-result op."""
+    printer.print_string(" ")
+    printer.print_operand(op.operands[0])
+    print_attr_dict(printer, properties, op.attributes)
     printer.print_string(" : ")
-    printer.print_attribute(src)
+    printer.print_attribute(op.operands[0].type)
     printer.print_string(" -> ")
-    printer.print_attribute(dst)
+    printer.print_attribute(op.results[0].type)
 
 
-def parse_arrow_types(parser: Parser) -> tuple[Attribute, Attribute]:
-    """The two types of :func:`print_arrow_types`."""
+def parse_unary(parser: Parser) -> tuple[SSAValue, Attribute, dict[str, Attribute]]:
+    """The operand, result type and attribute dictionary of :func:`print_unary`'s form."""
+    operand = parser.parse_unresolved_operand()
+    attrs = dict(parser.parse_optional_attr_dict())
     parser.parse_punctuation(":")
     src = parser.parse_type()
     parser.parse_punctuation("->")
-    return src, parser.parse_type()
+    return parser.resolve_operand(operand, src), parser.parse_type(), attrs
 
 
 def attach_attrs(op: OpT, attrs: dict[str, Attribute], *properties: str) -> OpT:
