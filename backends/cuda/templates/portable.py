@@ -19,6 +19,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import conv_common
 from backends.c.templates import conv_sym, epilogue_sym, gemm, generic, typed
+from backends.c.templates import strided_index as linear
 from backends.c.templates import sym_join as c_sym_join
 from backends.c.templates.generic import BYTES_CTYPE, ESIZE
 from backends.c.templates.requant import (
@@ -30,7 +31,7 @@ from backends.c.templates.requant import (
     result_expr,
 )
 from backends.c.templates.typed import CTYPES, deq, quant
-from backends.cuda.templates import CudaRender, linear, pointwise, unflatten
+from backends.cuda.templates import CudaRender, pointwise, unflatten
 from dialects import tensor as T
 from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered
 
@@ -307,21 +308,13 @@ class Relayout(CudaRender, typed.Relayout):
     index space; padding written as zero into a blocked destination."""
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        split, lst, pst, bounds = p["split"], p["lstrides"], p["pstrides"], p["bounds"]
-        to_blocked = p["dst"] != "plain"
-        dst_st, src_st = (pst, lst) if to_blocked else (lst, pst)
+        split = p["split"]
+        to_blocked, valid, src, dst = self.walk(p)
         t = BYTES_CTYPE[p["esize"]]
-        valid = (
-            " && ".join(
-                f"(i{o} * {split[k]} + i{k}) < {n}" if k >= 0 else f"i{o} < {n}" for o, k, n in bounds
-            )
-            or "1"
-        )
-        move = (
-            f"out[{linear(dst_st)}] = ({valid}) ? in[{linear(src_st)}] : ({t})0;"
-            if to_blocked
-            else f"if ({valid}) out[{linear(dst_st)}] = in[{linear(src_st)}];"
-        )
+        if to_blocked:
+            move = f"out[{dst}] = ({valid}) ? in[{src}] : ({t})0;"
+        else:
+            move = f"if ({valid}) out[{dst}] = in[{src}];"
         body = f"{unflatten(split)}\n    {move}"
         return pointwise(sym, [(f"const {t}*", "in"), (f"{t}*", "out")], math.prod(split), body)
 
