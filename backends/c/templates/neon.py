@@ -310,6 +310,26 @@ def nchw44_common(
     return params, operands, flayout
 
 
+def conv_args(p: dict[str, Any]) -> str:
+    """The C parameters of a NEON convolution kernel: input, filter, the bias and residual it fuses,
+    output, workspace and thread count."""
+    return ", ".join(
+        ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
+         *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws", "int nt"]
+    )  # fmt: skip
+
+
+def conv_head(sym: str, p: dict[str, Any], ctype: str, wtype: str, btype: str) -> str:
+    """A NEON convolution kernel's signature line and the typed input, filter, output, bias and
+    residual pointers (the absent ones null)."""
+    return f"""static void {sym}({conv_args(p)}) {{
+  const {ctype}* x = (const {ctype}*)x_;
+  const {wtype}* w = (const {wtype}*)w_;
+  {ctype}* y = ({ctype}*)y_;
+  const {btype}* bias = {"(const " + btype + "*)bias_" if p["bias"] else "0"};
+  const {ctype}* res = {"(const " + ctype + "*)res_" if p.get("residual") else "0"};"""
+
+
 def nchw44_float(op: Operation, isa: str) -> Lowered | None:
     got = nchw44_common(op, isa)
     if got is None:
@@ -583,12 +603,9 @@ class ConvNchw44(Template):
         else:
             pad_code = f"\n    const {ctype}* xp = x + (long)nn * {x_img};"
 
-        args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
-                *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
-                "int nt"]  # fmt: skip
         helpers = relu6_helper(tag) if is_float and p["act"] == "relu6" else ""
         code = f"""{helpers}
-static void {sym}({", ".join(args)}) {{
+static void {sym}({conv_args(p)}) {{
   const {ctype}* x = (const {ctype}*)x_;
   const {ctype}* w = (const {ctype}*)w_;
   {otype}* y = ({otype}*)y_;

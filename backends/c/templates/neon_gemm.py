@@ -31,7 +31,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import conv_sym, epilogue_sym, sym_join
-from backends.c.templates.neon import STORAGE, ConvNchw44, nchw44_float
+from backends.c.templates.neon import STORAGE, ConvNchw44, conv_head, nchw44_float
 from dialects.layout import SPECS, Layout, LayoutSpec
 from passes.lowering.kernels import EpilogueSupport, Lowered
 
@@ -406,16 +406,8 @@ class ConvGemmNchw44(ConvNchw44):
         y_row = f"y + (long)nn * {ys['N']} + (long)kp * {mb_full * ys['C/4']} + (long)oy * {ys['H']}"
         r_row = f"res + (long)nn * {ys['N']} + (long)kp * {mb_full * ys['C/4']} + (long)oy * {ys['H']}"
         pad_code = self._input_of_image(p, ctype, pad, geo["cbn"], self.workspace(p))
-        args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
-                *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
-                "int nt"]  # fmt: skip
         return f"""{tiles}
-static void {sym}({", ".join(args)}) {{
-  const {ctype}* x = (const {ctype}*)x_;
-  const {wtype}* w = (const {wtype}*)w_;
-  {ctype}* y = ({ctype}*)y_;
-  const {btype}* bias = {"(const " + btype + "*)bias_" if p["bias"] else "0"};
-  const {ctype}* res = {"(const " + ctype + "*)res_" if p.get("residual") else "0"};
+{conv_head(sym, p, ctype, wtype, btype)}
   (void)ws; (void)bias; (void)res;
   for (int nn = 0; nn < {n}; ++nn) {{{pad_code}
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)

@@ -144,10 +144,10 @@ class Relayout(Template):
         )
 
     @staticmethod
-    def walk(p: dict[str, Any]) -> tuple[bool, str, str, str]:
-        """Per index ``i0..`` of the split (padded) index space: whether the walk writes a blocked
-        destination, the C condition that the element is not padding, and the source and
-        destination offsets."""
+    def move(p: dict[str, Any], zero: str) -> str:
+        """The C statement moving element ``(i0..)`` of the split (padded) index space from ``in`` to
+        ``out``: padding written as ``zero`` into a blocked destination, skipped from a blocked
+        source."""
         split, lst, pst, bounds = p["split"], p["lstrides"], p["pstrides"], p["bounds"]
         to_blocked = p["dst"] != "plain"
         dst_st, src_st = (pst, lst) if to_blocked else (lst, pst)
@@ -157,16 +157,15 @@ class Relayout(Template):
             )
             or "1"
         )
-        return to_blocked, valid, strided_index(src_st), strided_index(dst_st)
+        src, dst = strided_index(src_st), strided_index(dst_st)
+        if to_blocked:
+            return f"out[{dst}] = ({valid}) ? in[{src}] : {zero};"
+        return f"if ({valid}) out[{dst}] = in[{src}];"
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         shape = p["split"]
-        to_blocked, valid, src, dst = self.walk(p)
+        body = self.move(p, "0")
         t = BYTES_CTYPE[p["esize"]]
-        if to_blocked:
-            body = f"out[{dst}] = ({valid}) ? in[{src}] : 0;"
-        else:
-            body = f"if ({valid}) out[{dst}] = in[{src}];"
         loops = [f"{'  ' * k}for (long i{k} = 0; i{k} < {d}; ++i{k})" for k, d in enumerate(shape)]
         return f"""
 static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{

@@ -309,13 +309,8 @@ class Relayout(CudaRender, typed.Relayout):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         split = p["split"]
-        to_blocked, valid, src, dst = self.walk(p)
         t = BYTES_CTYPE[p["esize"]]
-        if to_blocked:
-            move = f"out[{dst}] = ({valid}) ? in[{src}] : ({t})0;"
-        else:
-            move = f"if ({valid}) out[{dst}] = in[{src}];"
-        body = f"{unflatten(split)}\n    {move}"
+        body = f"{unflatten(split)}\n    {self.move(p, f'({t})0')}"
         return pointwise(sym, [(f"const {t}*", "in"), (f"{t}*", "out")], math.prod(split), body)
 
 
