@@ -39,13 +39,11 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
     FlatSymbolRefAttr,
-    FloatAttr,
     IntAttr,
     IntegerAttr,
     StringAttr,
     SymbolRefAttr,
     TensorType,
-    f64,
     i64,
 )
 from xdsl.dialects.utils import EnumAttribute
@@ -76,6 +74,8 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 from dialects.dtypes import numpy_dtype
+from dialects.syntax import attach_attrs, parse_unary, print_attr_dict, print_unary
+from dialects.values import scalar_attr, scalar_value
 from dialects.weights import WeightAttr
 
 ALIGN = 64  # bytes: every planned buffer starts on a cache line (and a full AVX-512 vector)
@@ -181,14 +181,9 @@ def params_attr(params: dict[str, Any]) -> DictionaryAttr:
     """A kernel's parameters as a dictionary attribute (ints, floats, strings, bools, int tuples)."""
 
     def conv(v: Any) -> Attribute:
-        if isinstance(v, bool):
-            return IntegerAttr(int(v), i64)
-        if isinstance(v, int):
-            return IntegerAttr(v, i64)
-        if isinstance(v, float):
-            return FloatAttr(v, f64)
-        if isinstance(v, str):
-            return StringAttr(v)
+        scalar = scalar_attr(v, i64)
+        if scalar is not None:
+            return scalar
         if isinstance(v, tuple | list):
             return ArrayAttr([conv(x) for x in v])
         raise TypeError(f"kernel parameter value {v!r} has no attribute form")
@@ -200,12 +195,9 @@ def params_value(attr: DictionaryAttr) -> dict[str, Any]:
     """Inverse of :func:`params_attr` (bools come back as ints)."""
 
     def conv(a: Attribute) -> Any:
-        if isinstance(a, IntegerAttr):
-            return a.value.data
-        if isinstance(a, FloatAttr):
-            return float(a.value.data)
-        if isinstance(a, StringAttr):
-            return a.data
+        scalar = scalar_value(a)
+        if scalar is not None:
+            return scalar
         if isinstance(a, ArrayAttr):
             return tuple(conv(x) for x in a.data)
         raise TypeError(f"unexpected kernel parameter attribute {a}")
@@ -321,14 +313,8 @@ class WeightOp(IRDLOperation):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_attribute(self.value)
-        attrs: dict[str, Attribute] = dict(self.attributes)
-        if self.packing.data:
-            attrs["packing"] = self.packing
-        if self.place is not None:
-            attrs["place"] = self.place
-        if attrs:
-            printer.print_string(" ")
-            printer.print_attr_dict(attrs)
+        packing = self.packing if self.packing.data else None
+        print_attr_dict(printer, self.attributes, {"packing": packing, "place": self.place})
         printer.print_string(" : ")
         printer.print_attribute(self.output.type)
 
@@ -342,14 +328,7 @@ class WeightOp(IRDLOperation):
         t = parser.parse_type()
         if not isinstance(t, TensorType):
             parser.raise_error("kernel.weight must produce a tensor")
-        packing = attrs.pop("packing", StringAttr(""))
-        place = attrs.pop("place", None)
-        op = cls(value, t)
-        op.properties["packing"] = packing
-        if place is not None:
-            op.properties["place"] = place
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls(value, t), attrs, "packing", "place")
 
 
 @irdl_op_definition
@@ -388,12 +367,7 @@ class CallOp(IRDLOperation):
         printer.print_string(f" @{self.callee.string_value()}(")
         printer.print_list(self.args, printer.print_operand)
         printer.print_string(")")
-        attrs: dict[str, Attribute] = dict(self.attributes)
-        if self.places is not None:
-            attrs["places"] = self.places
-        if attrs:
-            printer.print_string(" ")
-            printer.print_attr_dict(attrs)
+        print_attr_dict(printer, self.attributes, {"places": self.places})
         printer.print_string(" : ")
         printer.print_function_type(self.args.types, self.outputs.types)
 
@@ -408,12 +382,7 @@ class CallOp(IRDLOperation):
         parser.parse_punctuation(":")
         fty = parser.parse_function_type()
         args = parser.resolve_operands(unresolved, fty.inputs.data, pos)
-        op = cls(callee, args, fty.outputs.data)
-        places = attrs.pop("places", None)
-        if places is not None:
-            op.properties["places"] = places
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls(callee, args, fty.outputs.data), attrs, "places")
 
 
 def _symbol_table_of(op: Operation) -> Operation | None:
@@ -445,33 +414,14 @@ class ViewOp(IRDLOperation):
             raise VerifyException(f"kernel.view: {s} and {o} do not hold the same elements")
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.src)
-        if self.place is not None or self.attributes:
-            printer.print_string(" ")
-            extra = {"place": self.place} if self.place is not None else {}
-            printer.print_attr_dict({**extra, **self.attributes})
-        printer.print_string(" : ")
-        printer.print_attribute(self.src.type)
-        printer.print_string(" -> ")
-        printer.print_attribute(self.output.type)
+        print_unary(printer, self, {"place": self.place})
 
     @classmethod
     def parse(cls, parser: Parser) -> ViewOp:
-        src = parser.parse_unresolved_operand()
-        attrs = dict(parser.parse_optional_attr_dict())
-        parser.parse_punctuation(":")
-        st = parser.parse_type()
-        parser.parse_punctuation("->")
-        ot = parser.parse_type()
+        src, ot, attrs = parse_unary(parser)
         if not isinstance(ot, TensorType):
             parser.raise_error("kernel.view must produce a tensor")
-        op = cls(parser.resolve_operand(src, st), ot)
-        place = attrs.pop("place", None)
-        if place is not None:
-            op.properties["place"] = place
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls(src, ot), attrs, "place")
 
 
 Kernel = Dialect("kernel", [KernelDefOp, WeightOp, CallOp, ViewOp], [SpaceAttr, PlaceAttr, PlanAttr])

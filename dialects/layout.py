@@ -55,6 +55,7 @@ from xdsl.utils.str_enum import StrEnum
 
 from dialects import enums
 from dialects import tensor as T
+from dialects.syntax import attach_attrs, parse_unary, print_unary
 
 Format = enums.Format
 ConvSparse = enums.ConvSparse
@@ -653,32 +654,12 @@ class RelayoutOp(T.MgbOp):
             )
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        attrs = dict(self.attributes)
-        if self.channels is not None:
-            attrs = {"channels": self.channels, **attrs}
-        if attrs:
-            printer.print_string(" ")
-            printer.print_attr_dict(attrs)
-        printer.print_string(" : ")
-        printer.print_attribute(self.input.type)
-        printer.print_string(" -> ")
-        printer.print_attribute(self.output.type)
+        print_unary(printer, self, {"channels": self.channels})
 
     @classmethod
     def parse(cls, parser: Parser) -> RelayoutOp:
-        operand = parser.parse_unresolved_operand()
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        src = parser.parse_type()
-        parser.parse_punctuation("->")
-        dst = parser.parse_type()
-        (value,) = parser.resolve_operands([operand], [src], parser.pos)
-        props = {"channels": attrs.pop("channels")} if "channels" in attrs else {}
-        op = cls.create(operands=[value], result_types=[dst], properties=props)
-        op.attributes.update(attrs)
-        return op
+        value, dst, attrs = parse_unary(parser)
+        return attach_attrs(cls.create(operands=[value], result_types=[dst]), attrs, "channels")
 
 
 def relayout_array(

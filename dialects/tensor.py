@@ -28,7 +28,6 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     IntegerType,
-    StringAttr,
     TensorType,
     f64,
     i64,
@@ -57,6 +56,8 @@ from xdsl.utils.exceptions import VerifyException
 from dialects import enums
 from dialects.dtypes import DTypeError, QuantizedType, dtype_name, is_float
 from dialects.errors import XmgeError
+from dialects.syntax import attach_attrs, print_attr_dict
+from dialects.values import scalar_attr, scalar_value
 from dialects.weights import WeightAttr
 
 # ----------------------------------------------------------------------------------------------
@@ -175,14 +176,9 @@ def to_attr(value: Any) -> Attribute:
         return value
     if type(value) in ENUM_ATTRS:
         return ENUM_ATTRS[type(value)](value)
-    if isinstance(value, bool):
-        return IntegerAttr(int(value), IntegerType(1))
-    if isinstance(value, int):
-        return IntegerAttr(value, i64)
-    if isinstance(value, float):
-        return FloatAttr(value, f64)
-    if isinstance(value, str):
-        return StringAttr(value)
+    scalar = scalar_attr(value, IntegerType(1))
+    if scalar is not None:
+        return scalar
     if isinstance(value, tuple | list):
         items = list(value)
         if items and all(type(v) in ENUM_ATTRS for v in items):
@@ -196,13 +192,9 @@ def from_attr(attr: Attribute) -> Any:
     """The Python parameter value of a property attribute (inverse of :func:`to_attr`)."""
     if isinstance(attr, EnumAttribute):
         return attr.data
-    if isinstance(attr, IntegerAttr):
-        value = attr.value.data
-        return bool(value) if attr.type == IntegerType(1) else value
-    if isinstance(attr, FloatAttr):
-        return float(attr.value.data)
-    if isinstance(attr, StringAttr):
-        return attr.data
+    scalar = scalar_value(attr)
+    if scalar is not None:
+        return scalar
     if isinstance(attr, DenseArrayBase):
         return tuple(int(v) for v in attr.get_values())
     if isinstance(attr, ArrayAttr):
@@ -338,9 +330,7 @@ class MgbOp(IRDLOperation):
         if self.operands:
             printer.print_string(" ")
             printer.print_list(self.operands, printer.print_operand)
-        if props or self.attributes:
-            printer.print_string(" ")
-            printer.print_attr_dict({**props, **self.attributes})
+        print_attr_dict(printer, props, self.attributes)
         printer.print_string(" : ")
         printer.print_function_type(self.operand_types, self.result_types)
 
@@ -362,12 +352,8 @@ class MgbOp(IRDLOperation):
         fn_type = parser.parse_function_type()
         operands = parser.resolve_operands(unresolved, fn_type.inputs.data, pos)
         declared = cls.get_irdl_definition().properties
-        for k in list(attrs):
-            if k in declared:
-                props[k] = attrs.pop(k)
-        op = cls._create(list(operands), list(fn_type.outputs.data), props)
-        op.attributes.update(attrs)
-        return op
+        props.update({k: attrs.pop(k) for k in list(attrs) if k in declared})
+        return attach_attrs(cls._create(list(operands), list(fn_type.outputs.data), props), attrs)
 
 
 def _verify_tensor_types(op: IRDLOperation) -> None:
@@ -492,9 +478,7 @@ class ConstOp(MgbOp):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_attribute(self.value)
-        if self.attributes:
-            printer.print_string(" ")
-            printer.print_attr_dict(self.attributes)
+        print_attr_dict(printer, self.attributes)
         printer.print_string(" : ")
         printer.print_attribute(self.output.type)
 
@@ -507,9 +491,7 @@ class ConstOp(MgbOp):
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         t = parser.parse_type()
-        op = cls.create(result_types=[t], properties={"value": value})
-        op.attributes.update(attrs)
-        return op
+        return attach_attrs(cls.create(result_types=[t], properties={"value": value}), attrs)
 
 
 def _accumulator_elem(op: str, src: TensorType, filt: TensorType) -> Attribute:

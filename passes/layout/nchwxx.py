@@ -21,7 +21,7 @@ relaid-out tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -169,48 +169,44 @@ def convert_nchwxx(
 
 
 @dataclass(frozen=True)
-class EnableNchw44Pass(ModulePass):
+class _EnableNchwxxPass(ModulePass):
+    """The enable_nchwXX passes: one target and padding mode each, the same options and steps."""
+
+    TARGET: ClassVar[NchwxxTarget]
+    PADDING: ClassVar[str]  # pad_channels' mode: pads output channels to the target's block size
+
+    fuse: bool = True
+    """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
+
+    padding: bool = True
+    """Pad output channels to a multiple of the block size first (``padding-channel``)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        convert_nchwxx(op, self.TARGET, self.PADDING, fuse=self.fuse, pad=self.padding, ctx=ctx)
+
+
+@dataclass(frozen=True)
+class EnableNchw44Pass(_EnableNchwxxPass):
     """enable_nchw44: float and int8 convs in NCHW44 (4-channel blocks), hybrid first layer, padding to 4."""
 
     name = "enable-nchw44"
-
-    fuse: bool = True
-    """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
-
-    padding: bool = True
-    """Pad output channels to a multiple of 4 first (``padding-channel``)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        convert_nchwxx(op, NCHW44, "nchw44", fuse=self.fuse, pad=self.padding, ctx=ctx)
+    TARGET = NCHW44
+    PADDING = "nchw44"
 
 
 @dataclass(frozen=True)
-class EnableNchw88Pass(ModulePass):
+class EnableNchw88Pass(_EnableNchwxxPass):
     """enable_nchw88: float convs in NCHW88 (8-channel blocks), hybrid first layer, padding to 8."""
 
     name = "enable-nchw88"
-
-    fuse: bool = True
-    """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
-
-    padding: bool = True
-    """Pad output channels to a multiple of 8 first (``padding-channel``)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        convert_nchwxx(op, NCHW88, "nchw88", fuse=self.fuse, pad=self.padding, ctx=ctx)
+    TARGET = NCHW88
+    PADDING = "nchw88"
 
 
 @dataclass(frozen=True)
-class EnableNchw44DotPass(ModulePass):
+class EnableNchw44DotPass(_EnableNchwxxPass):
     """enable_nchw44_dot: int8 convs in NCHW44_DOT (dot-product filters), float convs in NCHW44."""
 
     name = "enable-nchw44-dot"
-
-    fuse: bool = True
-    """Fuse conv + bias + nonlinearity first (MegEngine always does with a layout option)."""
-
-    padding: bool = True
-    """Pad output channels to a multiple of 4 first (``padding-channel``)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        convert_nchwxx(op, NCHW44_DOT, "nchw44_dot", fuse=self.fuse, pad=self.padding, ctx=ctx)
+    TARGET = NCHW44_DOT
+    PADDING = "nchw44_dot"

@@ -14,6 +14,7 @@ overrides it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from passes.lowering.kernels import KernelUnit
@@ -79,6 +80,11 @@ def epilogue_sym(p: dict[str, Any]) -> str:
         act.upper() if act != "identity" else "",
     )
     return "_".join(w for w in words if w)
+
+
+def strided_index(strides: Sequence[int]) -> str:
+    """The C offset ``i0 * s0 + i1 * s1 + ...`` of loop indices ``i0..`` (``0`` when every stride is 0)."""
+    return " + ".join(f"i{k} * {s}L" for k, s in enumerate(strides) if s) or "0"
 
 
 def window_taps(p: dict[str, Any], body: list[str], indent: str) -> str:

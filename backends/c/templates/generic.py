@@ -28,7 +28,7 @@ from backends.c.match import (
     same_plain_type,
     strided_view,
 )
-from backends.c.templates import Template, epilogue_sym, plane_sym, sym_join
+from backends.c.templates import Template, epilogue_sym, plane_sym, strided_index, sym_join
 from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
 from dialects import layout as L
@@ -253,8 +253,7 @@ def _strided_loops(
     o = " + ".join(f"i{i} * {out_strides[i]}L" for i in range(nd))
     lines.append(f"{ind}const long o = {o};")
     for k, st in enumerate(strides):
-        expr = " + ".join(f"i{i} * {s}L" for i, s in enumerate(st) if s) or "0"
-        lines.append(f"{ind}const long x{k} = {expr};")
+        lines.append(f"{ind}const long x{k} = {strided_index(st)};")
     lines.append(f"{ind}{body}")
     lines.extend("  " * i + "}" for i in range(nd - 1, -1, -1))
     return "\n".join(lines)

@@ -310,6 +310,26 @@ def nchw44_common(
     return params, operands, flayout
 
 
+def conv_args(p: dict[str, Any]) -> str:
+    """The C parameters of a NEON convolution kernel: input, filter, the bias and residual it fuses,
+    output, workspace and thread count."""
+    return ", ".join(
+        ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
+         *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws", "int nt"]
+    )  # fmt: skip
+
+
+def conv_head(sym: str, p: dict[str, Any], ctype: str, wtype: str, btype: str) -> str:
+    """A NEON convolution kernel's signature line and the typed input, filter, output, bias and
+    residual pointers (the absent ones null)."""
+    return f"""static void {sym}({conv_args(p)}) {{
+  const {ctype}* x = (const {ctype}*)x_;
+  const {wtype}* w = (const {wtype}*)w_;
+  {ctype}* y = ({ctype}*)y_;
+  const {btype}* bias = {"(const " + btype + "*)bias_" if p["bias"] else "0"};
+  const {ctype}* res = {"(const " + ctype + "*)res_" if p.get("residual") else "0"};"""
+
+
 def nchw44_float(op: Operation, isa: str) -> Lowered | None:
     got = nchw44_common(op, isa)
     if got is None:
@@ -389,6 +409,37 @@ class ConvNchw44(Template):
 
     def _needs_pad(self, p: dict[str, Any]) -> bool:
         return bool(p["ph"] or p["pw"])
+
+    def _strides(self, p: dict[str, Any], padded: bool) -> tuple[dict[str, int], ...]:
+        """Per dimension (``N``, ``C/4``, ``H``): the strides of the input, of the input the kernel reads
+        (the zero-padded copy of one image when ``padded``) and of the output; a hybrid (first) layer's
+        input is plain NCHW."""
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        ihp, iwp = self._padded(p)
+        nchw44 = SPECS[Layout.NCHW44]
+        if p["mode"] == "hybrid":
+            xin = {"N": ic * ih * iw, "C/4": ih * iw, "H": iw}
+            xs = {"N": 0, "C/4": ihp * iwp, "H": iwp} if padded else xin
+        else:
+            xin = nchw44.dim_strides((n, ic, ih, iw))
+            xs = nchw44.dim_strides((1, ic, ihp, iwp)) if padded else xin
+        return xin, xs, nchw44.dim_strides((n, oc, oh, ow))
+
+    def _input_of_image(self, p: dict[str, Any], ctype: str, padded: bool, channels: int, nbytes: int) -> str:
+        """C (after a newline) pointing ``xp`` at image ``nn`` of the input: the input itself, or its
+        zero-padded copy of ``channels`` planes (``nbytes`` in all) written into the workspace."""
+        xin, xs, _ = self._strides(p, padded)
+        if not padded:
+            return f"\n    const {ctype}* xp = x + (long)nn * {xin['N']};"
+        lane = 1 if p["mode"] == "hybrid" else 4  # input elements per pixel and channel step
+        row_bytes = p["iw"] * lane * self._esize(p)
+        return f"""
+    {ctype}* xp = ({ctype}*)ws;
+    memset(xp, 0, {nbytes});
+    for (int c = 0; c < {channels}; ++c)
+      for (int yy = 0; yy < {p["ih"]}; ++yy)
+        memcpy(xp + (long)c * {xs["C/4"]} + (long)(yy + {p["ph"]}) * {xs["H"]} + {p["pw"] * lane},
+               x + (long)nn * {xin["N"]} + (long)c * {xin["C/4"]} + (long)yy * {xin["H"]}, {row_bytes});"""
 
     def workspace(self, p: dict[str, Any]) -> int:
         if not self._needs_pad(p):
@@ -552,12 +603,9 @@ class ConvNchw44(Template):
         else:
             pad_code = f"\n    const {ctype}* xp = x + (long)nn * {x_img};"
 
-        args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
-                *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
-                "int nt"]  # fmt: skip
         helpers = relu6_helper(tag) if is_float and p["act"] == "relu6" else ""
         code = f"""{helpers}
-static void {sym}({", ".join(args)}) {{
+static void {sym}({conv_args(p)}) {{
   const {ctype}* x = (const {ctype}*)x_;
   const {ctype}* w = (const {ctype}*)w_;
   {otype}* y = ({otype}*)y_;

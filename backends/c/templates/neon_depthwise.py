@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.templates import Template, sym_join
-from backends.c.templates.neon import STORAGE, nchw44_float
+from backends.c.templates.neon import STORAGE, conv_args, nchw44_float
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
 from passes.lowering.kernels import EpilogueSupport, Lowered
@@ -132,7 +132,7 @@ class ConvDepthwise3x3Nchw44(Template):
         tile = v.tile
         full_end = lo + (hi - lo) // tile * tile
 
-        lines = [f"static void {sym}({self._args(p)}) {{"]
+        lines = [f"static void {sym}({conv_args(p)}) {{"]
         lines.append(f"  const {ctype}* x = (const {ctype}*)x_;")
         lines.append(f"  const {ctype}* w = (const {ctype}*)w_;")
         lines.append(f"  {ctype}* y = ({ctype}*)y_;")
@@ -193,12 +193,6 @@ class ConvDepthwise3x3Nchw44(Template):
         lines.append("  }")
         lines.append("}")
         return "\n" + "\n".join(lines) + "\n"
-
-    def _args(self, p: dict[str, Any]) -> str:
-        return ", ".join(
-            ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
-             *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws", "int nt"]
-        )  # fmt: skip
 
     def _epilogue_d(self, p: dict[str, Any], v: DwVec, a: str, off: str) -> list[str]:
         """Residual, activation and store of accumulator ``a`` (one pixel, or ``F16_PAIR``'s two) at

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.match import code, pool_geometry, same_type
-from backends.c.templates import Template, plane_sym, sym_join, window_taps
-from backends.c.templates.neon_move import flat_offset, loop_nest
+from backends.c.templates import Template, plane_sym, strided_index, sym_join, window_taps
+from backends.c.templates.neon_move import loop_nest
 from dialects import enums
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
@@ -133,8 +133,8 @@ class ElemwiseF16(Template):
             return " ".join(loads) + " " + store.format(p="out0 + o + j", v=expr) + ";"
 
         body = [
-            *(f"const long x{i} = {flat_offset(st[:-1])};" for i, st in enumerate(strides)),
-            f"const long o = {flat_offset(out_strides[:-1])};",
+            *(f"const long x{i} = {strided_index(st[:-1])};" for i, st in enumerate(strides)),
+            f"const long o = {strided_index(out_strides[:-1])};",
             "long j = 0;",
             f"for (; j + 8 <= {inner}; j += 8) {{ {step(8)} }}",
             f"if (j + 4 <= {inner}) {{ {step(4)} j += 4; }}" if inner % 8 >= 4 else "",

@@ -31,7 +31,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import conv_sym, epilogue_sym, sym_join
-from backends.c.templates.neon import STORAGE, ConvNchw44, nchw44_float
+from backends.c.templates.neon import STORAGE, ConvNchw44, conv_head, nchw44_float
 from dialects.layout import SPECS, Layout, LayoutSpec
 from passes.lowering.kernels import EpilogueSupport, Lowered
 
@@ -364,20 +364,13 @@ class ConvGemmNchw44(ConvNchw44):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         mb_full, nb_full = self.tiling(p)
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
-        ph, pw = p["ph"], p["pw"]
         ctype, btype = self.types(p)
         wtype = self.weight_type(p)
         pad = self._needs_pad(p)
         ihp, iwp = self._padded(p)
         hybrid = p["mode"] == "hybrid"
         lane = 1 if hybrid else 4  # input elements per pixel and channel step (plain NCHW: 1)
-        if hybrid:  # a first layer: plain NCHW input
-            xin = {"N": ic * ih * iw, "C/4": ih * iw, "H": iw}
-            xs = {"N": 0, "C/4": ihp * iwp, "H": iwp} if pad else xin
-        else:
-            xin = SPECS[Layout.NCHW44].dim_strides((n, ic, ih, iw))
-            xs = SPECS[Layout.NCHW44].dim_strides((1, ic, ihp, iwp)) if pad else xin
-        ys = SPECS[Layout.NCHW44].dim_strides((n, oc, oh, ow))
+        _, xs, ys = self._strides(p, pad)
         kblocks = oc // 4
         kp_n = -(-kblocks // mb_full)
         mb_tail = kblocks - (kp_n - 1) * mb_full
@@ -412,27 +405,9 @@ class ConvGemmNchw44(ConvNchw44):
         x_row = f"xp + (long)oy * {p['sh'] * xs['H']}"
         y_row = f"y + (long)nn * {ys['N']} + (long)kp * {mb_full * ys['C/4']} + (long)oy * {ys['H']}"
         r_row = f"res + (long)nn * {ys['N']} + (long)kp * {mb_full * ys['C/4']} + (long)oy * {ys['H']}"
-        row_bytes = iw * lane * self._esize(p)
-        if pad:
-            pad_code = f"""
-    {ctype}* xp = ({ctype}*)ws;
-    memset(xp, 0, {self.workspace(p)});
-    for (int c = 0; c < {geo["cbn"]}; ++c)
-      for (int yy = 0; yy < {ih}; ++yy)
-        memcpy(xp + (long)c * {xs["C/4"]} + (long)(yy + {ph}) * {xs["H"]} + {pw * lane},
-               x + (long)nn * {xin["N"]} + (long)c * {xin["C/4"]} + (long)yy * {xin["H"]}, {row_bytes});"""
-        else:
-            pad_code = f"\n    const {ctype}* xp = x + (long)nn * {xin['N']};"
-        args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
-                *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
-                "int nt"]  # fmt: skip
+        pad_code = self._input_of_image(p, ctype, pad, geo["cbn"], self.workspace(p))
         return f"""{tiles}
-static void {sym}({", ".join(args)}) {{
-  const {ctype}* x = (const {ctype}*)x_;
-  const {wtype}* w = (const {wtype}*)w_;
-  {ctype}* y = ({ctype}*)y_;
-  const {btype}* bias = {"(const " + btype + "*)bias_" if p["bias"] else "0"};
-  const {ctype}* res = {"(const " + ctype + "*)res_" if p.get("residual") else "0"};
+{conv_head(sym, p, ctype, wtype, btype)}
   (void)ws; (void)bias; (void)res;
   for (int nn = 0; nn < {n}; ++nn) {{{pad_code}
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)

@@ -220,18 +220,12 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
 
     def _render(self, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
-        ph, pw, sh, sw = p["ph"], p["pw"], p["sh"], p["sw"]
+        sh, sw = p["sh"], p["sw"]
         hybrid = p["mode"] == "hybrid"
         lane = 1 if hybrid else 4  # bytes per pixel and channel step of the input
         ihp, iwp = self._padded(p)
         copies = self._copies(p)
-        if hybrid:
-            xin = {"N": ic * ih * iw, "C/4": ih * iw, "H": iw}
-            xs = {"N": 0, "C/4": ihp * iwp, "H": iwp} if copies else xin
-        else:
-            xin = SPECS[Layout.NCHW44].dim_strides((n, ic, ih, iw))
-            xs = SPECS[Layout.NCHW44].dim_strides((1, ic, ihp, iwp)) if copies else xin
-        ys = SPECS[Layout.NCHW44].dim_strides((n, oc, oh, ow))
+        _, xs, ys = self._strides(p, copies)
         ks = steps(p)
         geo = {"steps": ks, "x_c": xs["C/4"], "x_h": xs["H"], "y_c": ys["C/4"]}
         pixels = oh * ow
@@ -255,18 +249,7 @@ class ConvMmlaNchw44(ConvDotGemmNchw44):
         if mb_tail != MB:
             dispatch = f"if (kp == {panels - 1}) {by_pixels(mb_tail)} else {dispatch}"
         copy_bytes = self._copy_bytes(p)
-        if copies:
-            row_bytes = iw * lane
-            channels = ic if hybrid else ic // 4
-            copy = f"""
-    int8_t* xp = (int8_t*)ws;
-    memset(xp, 0, {copy_bytes});
-    for (int c = 0; c < {channels}; ++c)
-      for (int yy = 0; yy < {ih}; ++yy)
-        memcpy(xp + (long)c * {xs["C/4"]} + (long)(yy + {ph}) * {xs["H"]} + {pw * lane},
-               x + (long)nn * {xin["N"]} + (long)c * {xin["C/4"]} + (long)yy * {xin["H"]}, {row_bytes});"""
-        else:
-            copy = f"\n    const int8_t* xp = x + (long)nn * {xin['N']};"
+        copy = self._input_of_image(p, "int8_t", copies, ic if hybrid else ic // 4, copy_bytes)
         # four pixels of one row, two loads per block: stride 1, or stride 2 from the padded copy
         quads = G == 2 and self._row_quads(p)
         quad_loop = ""

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from backends.c.templates import strided_index
 from backends.c.templates.generic import BYTES_CTYPE, ESIZE, Copy
 from backends.c.templates.typed import Relayout
 
@@ -27,11 +28,6 @@ if TYPE_CHECKING:
 
 # element bytes -> (lane type suffix, lanes per q register)
 LANES = {2: ("u16", 8), 4: ("u32", 4)}
-
-
-def flat_offset(strides: Sequence[int]) -> str:
-    """The C offset ``i0 * s0 + i1 * s1 + ...`` of :func:`loop_nest`'s indices (``0`` when none)."""
-    return " + ".join(f"i{d} * {s}L" for d, s in enumerate(strides) if s) or "0"
 
 
 def loop_nest(head: list[str], outer: Sequence[int], body: list[str]) -> str:
@@ -119,7 +115,7 @@ class CopyNeon(Copy):
         t, (sfx, lanes) = ("float", ("f32", 4)) if p["elem"] == "f32" else (BYTES_CTYPE[esize], LANES[esize])
         inner = dims[-1]
         out_strides = [math.prod(dims[i + 1 :]) for i in range(len(dims))]
-        src, dst = flat_offset(strides[:-1]), flat_offset(out_strides[:-1])
+        src, dst = strided_index(strides[:-1]), strided_index(out_strides[:-1])
         body = [
             f"const {t}* s = in0 + {p['offset']}L + {src};",
             f"{t}* d = out0 + {dst};",

@@ -30,7 +30,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import sym_join
-from backends.c.templates.neon import STORAGE
+from backends.c.templates.neon import STORAGE, conv_head
 from backends.c.templates.neon_gemm import VECS, ConvGemmNchw44
 from backends.c.templates.winograd_transforms import (
     TRANSFORMS,
@@ -335,16 +335,8 @@ static void {sym}_out(const {ctype}* restrict M, {ctype}* restrict y, const {cty
         blocks = f"for (int b = 0; b < {nfull}; ++b) {{ {block(f'b * {tb}', tb)} }}" if nfull else ""
         if last:
             blocks += "\n    " + block(str(nfull * tb), last)
-        args = ["const void* x_", "const void* w_", *(["const void* bias_"] if p["bias"] else []),
-                *(["const void* res_"] if p.get("residual") else []), "void* y_", "unsigned char* ws",
-                "int nt"]  # fmt: skip
         return f"""{tiles_c}{gemms}{self._input_transform(sym, p, g)}{self._output_transform(sym, p, g)}
-static void {sym}({", ".join(args)}) {{
-  const {ctype}* x = (const {ctype}*)x_;
-  const {ctype}* w = (const {ctype}*)w_;
-  {ctype}* y = ({ctype}*)y_;
-  const {ctype}* bias = {"(const " + ctype + "*)bias_" if p["bias"] else "0"};
-  const {ctype}* res = {"(const " + ctype + "*)res_" if p.get("residual") else "0"};
+{conv_head(sym, p, ctype, ctype, ctype)}
   {ctype}* xs = ({ctype}*)ws;
   {ctype}* V = xs + {xs_n};
   {ctype}* M = V + {v_n};

@@ -33,7 +33,7 @@ from backends.c.match import (
     requant_params,
     same_type,
 )
-from backends.c.templates import Template, conv_sym, plane_sym, sym_join, window_taps
+from backends.c.templates import Template, conv_sym, plane_sym, strided_index, sym_join, window_taps
 from backends.c.templates.generic import (
     BOOL_RESULT_MODES,
     BYTES_CTYPE,
@@ -143,23 +143,29 @@ class Relayout(Template):
             "relayout", p["src"], "to", p["dst"], "x".join(map(str, p["logical"])), f"e{p['esize']}"
         )
 
-    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        shape, lst, pst, bounds = p["split"], p["lstrides"], p["pstrides"], p["bounds"]
+    @staticmethod
+    def move(p: dict[str, Any], zero: str) -> str:
+        """The C statement moving element ``(i0..)`` of the split (padded) index space from ``in`` to
+        ``out``: padding written as ``zero`` into a blocked destination, skipped from a blocked
+        source."""
+        split, lst, pst, bounds = p["split"], p["lstrides"], p["pstrides"], p["bounds"]
         to_blocked = p["dst"] != "plain"
         dst_st, src_st = (pst, lst) if to_blocked else (lst, pst)
-        t = BYTES_CTYPE[p["esize"]]
         valid = (
             " && ".join(
-                f"(i{o} * {shape[i]} + i{i}) < {n}" if i >= 0 else f"i{o} < {n}" for o, i, n in bounds
+                f"(i{o} * {split[k]} + i{k}) < {n}" if k >= 0 else f"i{o} < {n}" for o, k, n in bounds
             )
             or "1"
         )
-        src = " + ".join(f"i{k} * {s}L" for k, s in enumerate(src_st) if s) or "0"
-        dst = " + ".join(f"i{k} * {s}L" for k, s in enumerate(dst_st) if s) or "0"
+        src, dst = strided_index(src_st), strided_index(dst_st)
         if to_blocked:
-            body = f"out[{dst}] = ({valid}) ? in[{src}] : 0;"
-        else:
-            body = f"if ({valid}) out[{dst}] = in[{src}];"
+            return f"out[{dst}] = ({valid}) ? in[{src}] : {zero};"
+        return f"if ({valid}) out[{dst}] = in[{src}];"
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        shape = p["split"]
+        body = self.move(p, "0")
+        t = BYTES_CTYPE[p["esize"]]
         loops = [f"{'  ' * k}for (long i{k} = 0; i{k} < {d}; ++i{k})" for k, d in enumerate(shape)]
         return f"""
 static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{

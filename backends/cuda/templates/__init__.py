@@ -44,11 +44,6 @@ def unflatten(shape: Sequence[int], flat: str = "i") -> str:
     return "\n    ".join(lines)
 
 
-def linear(strides: Sequence[int]) -> str:
-    """``sum(i_k * strides[k])`` as C (``0`` when every stride is 0)."""
-    return " + ".join(f"i{k} * {s}L" for k, s in enumerate(strides) if s) or "0"
-
-
 def pointwise(sym: str, args: Sequence[tuple[str, str]], total: int, body: str) -> str:
     """A kernel running ``body`` once per flat index ``i < total`` and its launcher.
 

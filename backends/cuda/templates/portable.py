@@ -19,6 +19,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import conv_common
 from backends.c.templates import conv_sym, epilogue_sym, gemm, generic, typed
+from backends.c.templates import strided_index as linear
 from backends.c.templates import sym_join as c_sym_join
 from backends.c.templates.generic import BYTES_CTYPE, ESIZE
 from backends.c.templates.requant import (
@@ -30,7 +31,7 @@ from backends.c.templates.requant import (
     result_expr,
 )
 from backends.c.templates.typed import CTYPES, deq, quant
-from backends.cuda.templates import CudaRender, linear, pointwise, unflatten
+from backends.cuda.templates import CudaRender, pointwise, unflatten
 from dialects import tensor as T
 from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered
 
@@ -61,6 +62,27 @@ def epilogue_args(p: dict[str, Any]) -> list[tuple[str, str]]:
     return [("const float*", "bias")] * bool(p.get("bias")) + [("const float*", "res")] * bool(
         p.get("residual")
     )
+
+
+def _float_args(p: dict[str, Any], a: str, b: str) -> list[tuple[str, str]]:
+    """The kernel parameters of a float32 conv or matmul: inputs ``a`` and ``b``, the fused bias and
+    residual, the output ``y``."""
+    return [("const float*", a), ("const float*", b), *epilogue_args(p), ("float*", "y")]
+
+
+def _window_rows(p: dict[str, Any], indent: str, dilated: bool) -> str:
+    """The opening lines of the loops over output ``(oy, ox)``'s window taps: row ``r`` at input row
+    ``yy`` (rows outside the input skipped), then column ``s`` at input column ``xx``, which the
+    caller checks; it closes both loops. Lines after the first are indented by ``indent``."""
+    r_step, s_step = (f" * {p['dh']}", f" * {p['dw']}") if dilated else ("", "")
+    lines = [
+        f"for (int r = 0; r < {p['fh']}; ++r) {{",
+        f"  const int yy = (int)oy * {p['sh']} - {p['ph']} + r{r_step};",
+        f"  if ((unsigned)yy >= {p['ih']}u) continue;",
+        f"  for (int s = 0; s < {p['fw']}; ++s) {{",
+        f"    const int xx = (int)ox * {p['sw']} - {p['pw']} + s{s_step};",
+    ]
+    return f"\n{indent}".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,18 +120,13 @@ class ConvDirect(CudaRender, KernelUnit):
     const float* wo = w + o * {icg * fh * fw}L;
     float acc = 0.f;
     for (int c = 0; c < {icg}; ++c)
-      for (int r = 0; r < {fh}; ++r) {{
-        const int yy = (int)oy * {sh} - {ph} + r * {dh};
-        if ((unsigned)yy >= {ih}u) continue;
-        for (int s = 0; s < {fw}; ++s) {{
-          const int xx = (int)ox * {sw} - {pw} + s * {dw};
+      {_window_rows(p, "      ", True)}
           if ((unsigned)xx < {iw}u)
             acc = fmaf(xg[c * {ih * iw}L + yy * {iw} + xx], wo[(c * {fh} + r) * {fw} + s], acc);
         }}
       }}
     y[i] = {epilogue(p, "acc", "o", "i")};"""
-        args = [("const float*", "x"), ("const float*", "w"), *epilogue_args(p), ("float*", "y")]
-        return pointwise(sym, args, n * oc * oh * ow, body)
+        return pointwise(sym, _float_args(p, "x", "w"), n * oc * oh * ow, body)
 
 
 class ConvDepthwise(CudaRender, generic.ConvDepthwise):
@@ -122,17 +139,12 @@ class ConvDepthwise(CudaRender, generic.ConvDepthwise):
     const float* xp = x + nc * {ih * iw}L;
     const float* wp = w + ch * {fh * fw};
     float acc = 0.f;
-    for (int r = 0; r < {fh}; ++r) {{
-      const int yy = (int)oy * {sh} - {ph} + r * {dh};
-      if ((unsigned)yy >= {ih}u) continue;
-      for (int s = 0; s < {fw}; ++s) {{
-        const int xx = (int)ox * {sw} - {pw} + s * {dw};
+    {_window_rows(p, "    ", True)}
         if ((unsigned)xx < {iw}u) acc = fmaf(xp[yy * {iw} + xx], wp[r * {fw} + s], acc);
       }}
     }}
     y[i] = {epilogue(p, "acc", "ch", "i")};"""
-        args = [("const float*", "x"), ("const float*", "w"), *epilogue_args(p), ("float*", "y")]
-        return pointwise(sym, args, p["n"] * c * oh * ow, body)
+        return pointwise(sym, _float_args(p, "x", "w"), p["n"] * c * oh * ow, body)
 
 
 class Matmul(CudaRender, KernelUnit):
@@ -161,8 +173,7 @@ class Matmul(CudaRender, KernelUnit):
     float acc = 0.f;
     for (int kk = 0; kk < {k}; ++kk) acc = fmaf({a_at}, {b_at}, acc);
     y[i] = {epilogue(p, "acc", "j", "i")};"""
-        args = [("const float*", "a_"), ("const float*", "b_"), *epilogue_args(p), ("float*", "y")]
-        return pointwise(sym, args, p["batch"] * m * n, body)
+        return pointwise(sym, _float_args(p, "a_", "b_"), p["batch"] * m * n, body)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,18 +194,14 @@ def _float_pool_result(p: dict[str, Any]) -> str:
 
 
 def _pool(sym: str, p: dict[str, Any], elem: str, init: str, acc_t: str, max_step: str, result: str) -> str:
-    ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
+    ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
     step = max_step if p["mode"] == "max" else "a += e;"
     init = init if p["mode"] == "max" else "0"
     body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh}, nc = i / {ow * oh};
     const {elem}* xp = x + nc * {ih * iw}L;
     {acc_t} a = {init};
     int cnt = 0;
-    for (int r = 0; r < {fh}; ++r) {{
-      const int yy = (int)oy * {p["sh"]} - {p["ph"]} + r;
-      if ((unsigned)yy >= {ih}u) continue;
-      for (int s = 0; s < {fw}; ++s) {{
-        const int xx = (int)ox * {p["sw"]} - {p["pw"]} + s;
+    {_window_rows(p, "    ", False)}
         if ((unsigned)xx >= {iw}u) continue;
         const {acc_t} e = xp[yy * {iw} + xx];
         {step}
@@ -307,22 +314,9 @@ class Relayout(CudaRender, typed.Relayout):
     index space; padding written as zero into a blocked destination."""
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        split, lst, pst, bounds = p["split"], p["lstrides"], p["pstrides"], p["bounds"]
-        to_blocked = p["dst"] != "plain"
-        dst_st, src_st = (pst, lst) if to_blocked else (lst, pst)
+        split = p["split"]
         t = BYTES_CTYPE[p["esize"]]
-        valid = (
-            " && ".join(
-                f"(i{o} * {split[k]} + i{k}) < {n}" if k >= 0 else f"i{o} < {n}" for o, k, n in bounds
-            )
-            or "1"
-        )
-        move = (
-            f"out[{linear(dst_st)}] = ({valid}) ? in[{linear(src_st)}] : ({t})0;"
-            if to_blocked
-            else f"if ({valid}) out[{linear(dst_st)}] = in[{linear(src_st)}];"
-        )
-        body = f"{unflatten(split)}\n    {move}"
+        body = f"{unflatten(split)}\n    {self.move(p, f'({t})0')}"
         return pointwise(sym, [(f"const {t}*", "in"), (f"{t}*", "out")], math.prod(split), body)
 
 
@@ -416,11 +410,7 @@ class Conv2dQ8(CudaRender, typed.Conv2dQ8):
     const int8_t* wo = w + o * {icg * fh * fw}L;
     int32_t acc = {"bias[o]" if p["bias"] and not post_processed(p) else "0"};
     for (int c = 0; c < {icg}; ++c)
-      for (int r = 0; r < {fh}; ++r) {{
-        const int yy = (int)oy * {sh} - {ph} + r * {dh};
-        if ((unsigned)yy >= {ih}u) continue;
-        for (int s = 0; s < {fw}; ++s) {{
-          const int xx = (int)ox * {sw} - {pw} + s * {dw};
+      {_window_rows(p, "      ", True)}
           if ((unsigned)xx < {iw}u)
             acc += (int32_t)xg[c * {ih * iw}L + yy * {iw} + xx] * wo[(c * {fh} + r) * {fw} + s];
         }}
