@@ -30,18 +30,21 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import Template
-from backends.c.templates.requant import REQUANT_C, exact, post_processed
+from backends.c.templates.requant import REQUANT_C, exact
 from backends.c.templates.typed import Conv2dQ8
 from backends.c.templates.x86_amx_os import AMX_ENV
 from backends.c.templates.x86_int8 import (
     PARALLEL_WORK,
     SUPPORT,
+    _affine_tag,
     _bias_decls,
-    _bias_operands,
+    _bias_vector,
     _conv_q8,
     _epilogue,
+    _has_fbias,
     _kernel_args,
     _out_ctype,
+    _requant_operands,
     _vec_int_activation,
 )
 from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT, Conv2dQ8Vnni, _geometry
@@ -143,7 +146,7 @@ class Conv2dQ8Amx(Template):
             kp = _ceil(kk, TILE_K)
         if kp * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
-        biases = _bias_operands(p, operands, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
+        biases = _requant_operands(p, operands, wv, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
         mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
@@ -196,7 +199,7 @@ class Conv2dQ8Amx(Template):
         return "im2col"
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
         if p["mode"] == "direct":  # + 64: the planes start on a cache line
@@ -271,7 +274,7 @@ class Conv2dQ8Amx(Template):
               }}"""
             for j in range(ntl)
         )  # fmt: skip
-        has_fbias = p["bias"] and post_processed(p)
+        has_fbias = _has_fbias(p)
         stores = " ".join(
             f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
             + (f"v = _mm512_maskz_compress_epi32(m{j}, v); " if compress else "")
@@ -291,7 +294,7 @@ static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*ac
   (void)fbias;
   for (int r = r0; r < r1 && o0 + r < {ocg}; ++r) {{
     const int o = g * {ocg} + o0 + r;
-    const __m512i bv = _mm512_set1_epi32(bias[o]);
+    const __m512i bv = {_bias_vector(p, "o")};
     const float fb = {"fbias[o]" if has_fbias else "0.f"}; (void)fb;
     {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
     {stores}

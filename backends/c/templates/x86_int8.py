@@ -41,6 +41,7 @@ from backends.c.templates.requant import (
     ratio,
 )
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8, contiguous_q8_elemwise
+from backends.c.templates.x86_int8_requant import affine_requant
 from backends.reference.kernels import ELEMWISE as REF_ELEMWISE
 from backends.reference.quant_kernels import dequantize, quantize
 from dialects import enums
@@ -121,6 +122,21 @@ static inline __m128i xm_qisland_float16(__m512 r, __m512 s, __m512 inv_out) {
   const __m512 x = _mm512_min_ps(xm_qmul16(r, s), _mm512_set1_ps(6.f));
   const __m512 v = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
   return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
+}
+/* x86_int8_requant's affine epilogue: floor(u * a + b) of the raw accumulator u, the product and the
+   sum rounded as the check emulated them, the conversion rounding down */
+static inline __m512i xm_qaffine16(__m512i u, __m512 a, __m512 b) {
+  const __m512 y = xm_qadd16(xm_qmul16(_mm512_cvtepi32_ps(u), a), b);
+  return _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+}
+/* its result through a ReLU6 island that is a clamp: the int8 lanes of min(r, hi) (r >= 0 already) */
+static inline __m128i xm_qaffine_clamp16(__m512i r, int hi) {
+  return _mm512_cvtsepi32_epi8(_mm512_min_epi32(r, _mm512_set1_epi32(hi)));
+}
+/* its result through a ReLU6 island: r clamped to [0, 127] as float lanes */
+static inline __m512 xm_qaffine_island16(__m512i r) {
+  const __m512i nonneg = _mm512_max_epi32(r, _mm512_setzero_si512());
+  return _mm512_cvtepi32_ps(_mm512_min_epi32(nonneg, _mm512_set1_epi32(127)));
 }
 static inline __m512 xm_qtrunc16(__m512 v) {
   return _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -224,6 +240,8 @@ def _rq_params(p: dict[str, Any]) -> bool:
 
 def _vec_int_activation(p: dict[str, Any], acc: str) -> str:
     """``int_activation`` on int32 lanes: RELU on the accumulator where no float post-process runs."""
+    if p.get("affine"):
+        return ""  # the affine epilogue's clamp
     return f"{acc} = _mm512_max_epi32({acc}, _mm512_setzero_si512());" if int_activation(p, "a") else ""
 
 
@@ -234,6 +252,8 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, 
     out, act = p["out"], p["act"]
     if out == "q32_same":
         return "__m512i", acc, "_mm512_mask_storeu_epi32"
+    if p.get("affine"):
+        return _affine_value(p, acc, fbias)
     s_acc = f"_mm512_set1_ps({f32(p['s_acc'])})"
     if out == "f32":
         y = f"xm_qdeq16({acc}, {s_acc})"
@@ -250,6 +270,28 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, 
         return "__m128i", _island_value(y, *p["island"]), "_mm_mask_storeu_epi8"
     nonneg = post_processed(p) and act == "relu"
     return "__m128i", f"xm_qscaled16_{'nonneg' if nonneg else 'finite'}({y})", "_mm_mask_storeu_epi8"
+
+
+def _affine_value(p: dict[str, Any], acc: str, b: str) -> tuple[str, str, str]:
+    """``_epilogue_value`` of an ``x86_int8_requant`` convolution: ``acc`` is the raw accumulator
+    (no integer bias: the channel's ``b`` holds it), ``b`` the channel's float32 offset."""
+    a, lo = p["affine"]
+    r = f"xm_qaffine16({acc}, _mm512_set1_ps({f32(a)}), _mm512_set1_ps({b}))"
+    if lo == 0:
+        r = f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+    island = p.get("island")
+    if not island:
+        return "__m128i", f"_mm512_cvtsepi32_epi8({r})", "_mm_mask_storeu_epi8"
+    form, k, hi = island_form(float(np.float32(island[0])), float(np.float32(island[1])))
+    if form == "clamp":
+        r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+        value = f"xm_qaffine_clamp16({r}, {hi})"
+    elif form == "scale":
+        value = f"xm_qisland_scale16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(k)}), {hi}.f)"
+    else:
+        value = (f"xm_qisland_float16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(island[0])}), "
+                 f"_mm512_set1_ps({f32(inverse(island[1]))}))")  # fmt: skip
+    return "__m128i", value, "_mm_mask_storeu_epi8"
 
 
 def island_table(s_in: float, s_out: float) -> np.ndarray:
@@ -344,14 +386,50 @@ def _bias_operands(
     return [total.astype(np.int32), *extra]
 
 
+def _requant_operands(
+    p: dict[str, Any],
+    operands: list[SSAValue | np.ndarray],
+    wv: np.ndarray,
+    correction: np.ndarray,
+    x_range: tuple[int, int] = (0, 255),
+) -> list[np.ndarray] | None:
+    """``_bias_operands``, and where ``x86_int8_requant`` proves its shorter epilogue exact, that
+    epilogue: ``p["affine"] = [a, lo]`` and each channel's float32 offset in the float bias's place
+    (the integer bias then joins nothing: the accumulators stay raw)."""
+    biases = _bias_operands(p, operands, correction)
+    if biases is None:
+        return None
+    fb = biases[1] if len(biases) > 1 else None
+    got = affine_requant(p, wv, biases[0].astype(np.int64), fb, x_range)
+    if got is None:
+        return biases
+    p["affine"] = [got.a, got.lo]
+    return [np.zeros_like(biases[0]), got.b]
+
+
+def _affine_tag(p: dict[str, Any]) -> str:
+    """A symbol's mark of the affine epilogue (two convolutions of one shape may differ there)."""
+    return "_aff" if p.get("affine") else ""
+
+
+def _bias_vector(p: dict[str, Any], channel: str) -> str:
+    """The channel's integer bias on 16 lanes (zero for the affine epilogue, which reads raw sums)."""
+    return "_mm512_setzero_si512()" if p.get("affine") else f"_mm512_set1_epi32(bias[{channel}])"
+
+
+def _has_fbias(p: dict[str, Any]) -> bool:
+    """Whether the kernel takes a float32 per-channel operand (the bias, or the affine offsets)."""
+    return bool(p["bias"] and post_processed(p)) or bool(p.get("affine"))
+
+
 def _kernel_args(p: dict[str, Any]) -> str:
-    fbias = ["const void* fb_"] if p["bias"] and post_processed(p) else []
+    fbias = ["const void* fb_"] if _has_fbias(p) else []
     return ", ".join(["const void* x_", "const void* w_", "const void* b_", *fbias, "void* y_",
                       "unsigned char* ws", "int nt"])  # fmt: skip
 
 
 def _bias_decls(p: dict[str, Any]) -> str:
-    fbias = p["bias"] and post_processed(p)
+    fbias = _has_fbias(p)
     return "const int32_t* bias = (const int32_t*)b_;" + (
         " const float* fbias = (const float*)fb_;" if fbias else ""
     )
@@ -362,7 +440,7 @@ def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str
     output pointers, its float bias where the result is post-processed, its ``count`` int32 weight pairs
     broadcast into ``weights[]`` and its integer bias ``bv``."""
     n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
-    fbias = "fbias[ch]" if p["bias"] and post_processed(p) else "0.f"
+    fbias = "fbias[ch]" if _has_fbias(p) else "0.f"
     threaded = f"nt > 1 && {work}L > {PARALLEL_WORK // 4}L"
     return f"""#pragma omp parallel for schedule(static) num_threads(nt) if({threaded})
   for (int nc = 0; nc < {n * c}; ++nc) {{
@@ -372,7 +450,7 @@ def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str
     const float fb = {fbias}; (void)fb;
     __m512i {weights}[{count}];
     for (int k = 0; k < {count}; ++k) {weights}[k] = _mm512_set1_epi32(w[(long)ch * {count} + k]);
-    const __m512i bv = _mm512_set1_epi32(bias[ch]);"""
+    const __m512i bv = {_bias_vector(p, "ch")};"""
 
 
 class ConvDepthwiseQ8Vnni(Template):
@@ -402,14 +480,15 @@ class ConvDepthwiseQ8Vnni(Template):
             return None
         window = p["fw"] <= 4 and p["dw"] == 1
         correction = -128 * wv.reshape(p["oc"], -1).sum(axis=1) if window else np.zeros(p["oc"], np.int64)
-        biases = _bias_operands(p, operands, correction)
+        biases = _requant_operands(p, operands, wv, correction, (0, 255) if window else (-128, 127))
         if biases is None:
             return None
         p["mode"] = "window" if window else "widen"
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return f"vnni_dw{'w' if p['mode'] == 'window' else ''}_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        kind = "dww" if p["mode"] == "window" else "dw"
+        return f"vnni_{kind}_{Conv2dQ8.symbol(Conv2dQ8(), p)}{_affine_tag(p)}"
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:

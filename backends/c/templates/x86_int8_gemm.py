@@ -28,19 +28,22 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import Template
-from backends.c.templates.requant import REQUANT_C, exact, post_processed
+from backends.c.templates.requant import REQUANT_C, exact
 from backends.c.templates.typed import Conv2dQ8
 from backends.c.templates.x86_int8 import (
     ISA,
     PARALLEL_WORK,
     SUPPORT,
+    _affine_tag,
     _bias_decls,
-    _bias_operands,
+    _bias_vector,
     _conv_q8,
     _epilogue_value,
+    _has_fbias,
     _kernel_args,
     _out_ctype,
     _Relu6Island,
+    _requant_operands,
     _vec_int_activation,
 )
 from dialects import tensor as T
@@ -141,7 +144,7 @@ class Conv2dQ8Vnni(Template):
         if kk * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
         sums = wv.reshape(p["oc"], -1).sum(axis=1)
-        biases = _bias_operands(p, operands, -128 * sums)
+        biases = _requant_operands(p, operands, wv, -128 * sums)
         if biases is None:
             return None
         geo = _geometry(p)
@@ -154,7 +157,7 @@ class Conv2dQ8Vnni(Template):
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
         phases = len(p["row_phases"]) * len(p["col_phases"])
@@ -239,7 +242,7 @@ class Conv2dQ8Vnni(Template):
           }}
           segs[v] = k;
         }}"""
-        fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
+        fb = "fbias[o]" if _has_fbias(p) else "0.f"
         rows = []
         for i in range(mr):
             body = []
@@ -259,7 +262,7 @@ class Conv2dQ8Vnni(Template):
                 )
             rows.append(
                 f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
-                f" const __m512i bv = _mm512_set1_epi32(bias[o]); const float fb = {fb}; (void)fb;"
+                f" const __m512i bv = {_bias_vector(p, 'o')}; const float fb = {fb}; (void)fb;"
                 f" {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};\n          "
                 + "\n          ".join(body)
                 + " }"
