@@ -39,7 +39,7 @@ from backends.c.templates.x86_int8 import (
     _affine_tag,
     _bias_decls,
     _bias_vector,
-    _conv_q8,
+    _dense_conv_q8,
     _epilogue,
     _has_fbias,
     _kernel_args,
@@ -128,13 +128,11 @@ class Conv2dQ8Amx(Template):
     priority = 97  # ahead of the VNNI conv2d_q8_x86 (95) and its depthwise (96, which this declines)
 
     def match(self, op: Operation) -> Lowered | None:
-        got = _conv_q8(op)
+        got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
         if got is None:
             return None
         p, operands, wv = got
         g = p["groups"]
-        if g == p["ic"] == p["oc"] and g > 1:
-            return None  # depthwise: no GEMM to tile (conv2d_dw_q8_x86)
         icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
         kk = icg * taps
         mode = self._mode(p)

@@ -435,6 +435,27 @@ def _bias_decls(p: dict[str, Any]) -> str:
     )
 
 
+def _depthwise_signature(sym: str, p: dict[str, Any], otype: str) -> str:
+    """An int8 depthwise kernel's signature and its operand pointers (no workspace)."""
+    return f"""static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int32_t* w = (const int32_t*)w_;
+  {_bias_decls(p)}
+  {otype}* y = ({otype}*)y_;
+  (void)ws;"""
+
+
+def _dense_conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
+    """``_conv_q8`` of a dense or grouped convolution (None for a depthwise one: its own family)."""
+    got = _conv_q8(op)
+    if got is None:
+        return None
+    p = got[0]
+    if p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1:
+        return None
+    return got
+
+
 def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str, count: int) -> str:
     """The opening of an int8 depthwise kernel's loop over (image, channel) planes: the plane's input and
     output pointers, its float bias where the result is post-processed, its ``count`` int32 weight pairs
@@ -530,12 +551,7 @@ class ConvDepthwiseQ8Vnni(Template):
         )
         work = n * c * oh * ow * fh * p["fw"]
         return exact(f"""
-static void {sym}({_kernel_args(p)}) {{
-  const int8_t* x = (const int8_t*)x_;
-  const int32_t* w = (const int32_t*)w_;
-  {_bias_decls(p)}
-  {otype}* y = ({otype}*)y_;
-  (void)ws;
+{_depthwise_signature(sym, p, otype)}
   const __m512i perm = _mm512_setr_epi32({perm});
   const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
   {_depthwise_plane_loop(p, work, otype, "wr", fh)}
@@ -583,12 +599,7 @@ static void {sym}({_kernel_args(p)}) {{
         )
         work = n * c * oh * ow * taps
         return exact(f"""
-static void {sym}({_kernel_args(p)}) {{
-  const int8_t* x = (const int8_t*)x_;
-  const int32_t* w = (const int32_t*)w_;
-  {_bias_decls(p)}
-  {otype}* y = ({otype}*)y_;
-  (void)ws;
+{_depthwise_signature(sym, p, otype)}
   {_depthwise_plane_loop(p, work, otype, "wv", taps)}
     for (int q0 = 0; q0 < {ow}; q0 += 16) {{
       int c0[{fw}];

@@ -37,7 +37,7 @@ from backends.c.templates.x86_int8 import (
     _affine_tag,
     _bias_decls,
     _bias_vector,
-    _conv_q8,
+    _dense_conv_q8,
     _epilogue_value,
     _has_fbias,
     _kernel_args,
@@ -133,13 +133,11 @@ class Conv2dQ8Vnni(Template):
     priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
 
     def match(self, op: Operation) -> Lowered | None:
-        got = _conv_q8(op)
+        got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
         if got is None:
             return None
         p, operands, wv = got
         g = p["groups"]
-        if g == p["ic"] == p["oc"] and g > 1:
-            return None  # depthwise: conv2d_dw_q8_x86
         kk = (p["ic"] // g) * p["fh"] * p["fw"]
         if kk * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
