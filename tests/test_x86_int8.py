@@ -303,7 +303,9 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
     ]
     for threads in (1, 2):
         compiled = compile_fn(fn, [x], target, threads=threads)
-        assert ISLAND_FAMILIES[target] <= _families(compiled)
+        # the VNNI units on both targets: a 1x1 convolution on 4 channels stays off AMX tiles
+        # (x86_amx.VNNI_POINTWISE_K)
+        assert ISLAND_FAMILIES[TARGET] <= _families(compiled)
         # each form, after the exact epilogue or the affine one (x86_int8_requant)
         for exact_form, affine_form in (
             ("xm_qisland_clamp16(xm_", "xm_qaffine_clamp16("),
@@ -311,7 +313,8 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
             ("xm_qisland_float16(xm_qtrunc16", "xm_qisland_float16(xm_qaffine_island16"),
         ):
             assert exact_form in compiled.source or affine_form in compiled.source, exact_form
-        assert "xm_qaffine16(" in compiled.source  # the affine epilogue takes some of these convolutions
+        # the affine epilogue takes some of these convolutions (a call, not the helper's definition)
+        assert re.search(r"xm_qaffine16\((?!__m512i)", compiled.source)
         got = compiled.run([x])
         want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -347,7 +350,8 @@ def test_affine_requant_equals_the_exact_epilogue(act: str) -> None:
             lo, hi = np.minimum(w[c] * 0, w[c] * 255).sum(), np.maximum(w[c] * 0, w[c] * 255).sum()
             u = np.arange(lo, hi + 1, dtype=np.int64)[None, :]
             want = _exact(u, p, shift[c : c + 1], None if fb is None else fb[c : c + 1]).clip(got.lo, 127)
-            np.testing.assert_array_equal(_fast(u, np.float32(got.a), got.b[c : c + 1], got.lo), want)
+            if got.ok[c]:
+                np.testing.assert_array_equal(_fast(u, got.a[c], got.b[c : c + 1], got.lo), want)
     assert accepted >= 3
     hswish = {"out": "q8", "zp_out": 0, "act": "hswish", "bias": 0, "s_acc": 1e-3, "s_out": 0.1}
     assert affine_requant(hswish, np.ones((2, 3), np.int64), np.zeros(2, np.int64), None, (0, 255)) is None

@@ -22,6 +22,7 @@ that :func:`island_form` proves equal to the reference on every int8 value.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -240,8 +241,6 @@ def _rq_params(p: dict[str, Any]) -> bool:
 
 def _vec_int_activation(p: dict[str, Any], acc: str) -> str:
     """``int_activation`` on int32 lanes: RELU on the accumulator where no float post-process runs."""
-    if p.get("affine"):
-        return ""  # the affine epilogue's clamp
     return f"{acc} = _mm512_max_epi32({acc}, _mm512_setzero_si512());" if int_activation(p, "a") else ""
 
 
@@ -252,8 +251,6 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, 
     out, act = p["out"], p["act"]
     if out == "q32_same":
         return "__m512i", acc, "_mm512_mask_storeu_epi32"
-    if p.get("affine"):
-        return _affine_value(p, acc, fbias)
     s_acc = f"_mm512_set1_ps({f32(p['s_acc'])})"
     if out == "f32":
         y = f"xm_qdeq16({acc}, {s_acc})"
@@ -272,11 +269,11 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, 
     return "__m128i", f"xm_qscaled16_{'nonneg' if nonneg else 'finite'}({y})", "_mm_mask_storeu_epi8"
 
 
-def _affine_value(p: dict[str, Any], acc: str, b: str) -> tuple[str, str, str]:
-    """``_epilogue_value`` of an ``x86_int8_requant`` convolution: ``acc`` is the raw accumulator
-    (no integer bias: the channel's ``b`` holds it), ``b`` the channel's float32 offset."""
-    a, lo = p["affine"]
-    r = f"xm_qaffine16({acc}, _mm512_set1_ps({f32(a)}), _mm512_set1_ps({b}))"
+def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
+    """``_epilogue_value`` of an ``x86_int8_requant`` channel: ``acc`` is the raw accumulator (its
+    integer bias is 0: the channel's offset ``fo`` holds it), ``fa`` the channel's slope."""
+    lo, _ = p["affine"]
+    r = f"xm_qaffine16({acc}, _mm512_set1_ps(fa), _mm512_set1_ps(fo))"
     if lo == 0:
         r = f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
     island = p.get("island")
@@ -346,10 +343,23 @@ def _island_value(y: str, s_in: float, s_out: float) -> str:
             f"_mm512_set1_ps({f32(inverse(s_out))}))")  # fmt: skip
 
 
+def _epilogue_stmt(p: dict[str, Any], acc: str, fbias: str, put: Callable[[str, str, str], str]) -> str:
+    """The statements storing accumulator ``acc`` (integer bias added): the integer activation and
+    :func:`_epilogue_value`, or for an ``x86_int8_requant`` convolution its affine form on the
+    channels that have one (``fa != 0``). ``put(vector type, value, store intrinsic)`` stores."""
+    exact_p = {k: v for k, v in p.items() if k != "affine"}
+    exact_code = f"{_vec_int_activation(exact_p, acc)} {put(*_epilogue_value(exact_p, acc, fbias))}".strip()
+    if not p.get("affine"):
+        return exact_code
+    fast_code = put(*_affine_value(p, acc))
+    if p["affine"][1]:  # every channel
+        return fast_code
+    return f"if (fa != 0.f) {{ {fast_code} }} else {{ {exact_code} }}"
+
+
 def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> str:
-    """:func:`_epilogue_value` stored at ``dst`` under ``mask``."""
-    _, value, store = _epilogue_value(p, acc, fbias)
-    return f"{store}({dst}, {mask}, {value});"
+    """:func:`_epilogue_stmt` stored at ``dst`` under ``mask``."""
+    return _epilogue_stmt(p, acc, fbias, lambda _, value, store: f"{store}({dst}, {mask}, {value});")
 
 
 def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
@@ -393,9 +403,10 @@ def _requant_operands(
     correction: np.ndarray,
     x_range: tuple[int, int] = (0, 255),
 ) -> list[np.ndarray] | None:
-    """``_bias_operands``, and where ``x86_int8_requant`` proves its shorter epilogue exact, that
-    epilogue: ``p["affine"] = [a, lo]`` and each channel's float32 offset in the float bias's place
-    (the integer bias then joins nothing: the accumulators stay raw)."""
+    """``_bias_operands``, and where ``x86_int8_requant`` proves its shorter epilogue exact for some
+    channels, that epilogue: ``p["affine"] = [lo, every channel]`` and one more operand, float32
+    ``[slopes][offsets]`` (slope 0: the exact epilogue), those channels' integer bias 0 (their
+    offset holds it)."""
     biases = _bias_operands(p, operands, correction)
     if biases is None:
         return None
@@ -403,8 +414,8 @@ def _requant_operands(
     got = affine_requant(p, wv, biases[0].astype(np.int64), fb, x_range)
     if got is None:
         return biases
-    p["affine"] = [got.a, got.lo]
-    return [np.zeros_like(biases[0]), got.b]
+    p["affine"] = [got.lo, int(got.ok.all())]
+    return [np.where(got.ok, 0, biases[0]).astype(np.int32), *biases[1:], np.concatenate([got.a, got.b])]
 
 
 def _affine_tag(p: dict[str, Any]) -> str:
@@ -413,17 +424,27 @@ def _affine_tag(p: dict[str, Any]) -> str:
 
 
 def _bias_vector(p: dict[str, Any], channel: str) -> str:
-    """The channel's integer bias on 16 lanes (zero for the affine epilogue, which reads raw sums)."""
-    return "_mm512_setzero_si512()" if p.get("affine") else f"_mm512_set1_epi32(bias[{channel}])"
+    """The channel's integer bias on 16 lanes (zero where every channel is affine: raw sums)."""
+    if p.get("affine") and p["affine"][1]:
+        return "_mm512_setzero_si512()"
+    return f"_mm512_set1_epi32(bias[{channel}])"
+
+
+def _affine_decls(p: dict[str, Any], channel: str) -> str:
+    """The channel's affine slope ``fa`` and offset ``fo`` (x86_int8_requant), where it has them."""
+    if not p.get("affine"):
+        return ""
+    return f" const float fa = afc[{channel}], fo = afc[{p['oc']} + {channel}]; (void)fa; (void)fo;"
 
 
 def _has_fbias(p: dict[str, Any]) -> bool:
-    """Whether the kernel takes a float32 per-channel operand (the bias, or the affine offsets)."""
-    return bool(p["bias"] and post_processed(p)) or bool(p.get("affine"))
+    """Whether the kernel takes the float32 bias operand."""
+    return bool(p["bias"] and post_processed(p))
 
 
 def _kernel_args(p: dict[str, Any]) -> str:
     fbias = ["const void* fb_"] if _has_fbias(p) else []
+    fbias += ["const void* af_"] if p.get("affine") else []
     return ", ".join(["const void* x_", "const void* w_", "const void* b_", *fbias, "void* y_",
                       "unsigned char* ws", "int nt"])  # fmt: skip
 
@@ -432,7 +453,7 @@ def _bias_decls(p: dict[str, Any]) -> str:
     fbias = _has_fbias(p)
     return "const int32_t* bias = (const int32_t*)b_;" + (
         " const float* fbias = (const float*)fb_;" if fbias else ""
-    )
+    ) + (" const float* afc = (const float*)af_;" if p.get("affine") else "")
 
 
 def _depthwise_signature(sym: str, p: dict[str, Any], otype: str) -> str:
@@ -471,7 +492,7 @@ def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str
     const float fb = {fbias}; (void)fb;
     __m512i {weights}[{count}];
     for (int k = 0; k < {count}; ++k) {weights}[k] = _mm512_set1_epi32(w[(long)ch * {count} + k]);
-    const __m512i bv = {_bias_vector(p, "ch")};"""
+    const __m512i bv = {_bias_vector(p, "ch")};{_affine_decls(p, "ch")}"""
 
 
 class ConvDepthwiseQ8Vnni(Template):
@@ -545,7 +566,7 @@ class ConvDepthwiseQ8Vnni(Template):
             )
         block = "\n        ".join(steps)
         stores = "\n          ".join(
-            f"if (r0 + {r} < {oh}) {{ {_vec_int_activation(p, f'a{r}')} "
+            f"if (r0 + {r} < {oh}) {{ "
             f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
             for r in range(rows)
         )
@@ -610,7 +631,6 @@ class ConvDepthwiseQ8Vnni(Template):
         const int iy0 = r * {sh} - {ph};
         __m512i v = bv;
         {rows}
-        {_vec_int_activation(p, "v")}
         {_epilogue(p, "v", "fb", "yp + (long)r * " + str(ow) + " + q0", "out_mask")}
       }}
     }}

@@ -22,6 +22,7 @@ definition on 16 lanes, bit-exact with the reference.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,17 +35,17 @@ from backends.c.templates.x86_int8 import (
     ISA,
     PARALLEL_WORK,
     SUPPORT,
+    _affine_decls,
     _affine_tag,
     _bias_decls,
     _bias_vector,
     _dense_conv_q8,
-    _epilogue_value,
+    _epilogue_stmt,
     _has_fbias,
     _kernel_args,
     _out_ctype,
     _Relu6Island,
     _requant_operands,
-    _vec_int_activation,
 )
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
@@ -209,13 +210,24 @@ class Conv2dQ8Vnni(Template):
         if (i == {lines - 1}) memset(dst + {length * 4}, 0x80, {(plane - hq * wq) * 4});
       }}"""
 
+    @staticmethod
+    def _put(p: dict[str, Any], v: int, vtype: str, value: str, store: str) -> str:
+        """Vector ``v`` of a tile row's result ``value`` stored: its real pixels (see _store_code)."""
+        value = f"const {vtype} r = {value};"
+        if p["wq"] == p["ow"]:
+            lanes = f"xm_q8_lanes({p['pixels']} - p0 - {16 * v})"
+            return f"{{ {value} {store}(yo + p0 + {16 * v}, {lanes}, r); }}"
+        return (
+            f"{{ {value} for (int k = 0; k < segs[{v}]; ++k) {store}((void*)((uintptr_t)yo + "
+            f"(uintptr_t)(seg_at[{v}][k] * (long)sizeof({_out_ctype(p['out'])}))), seg_mask[{v}][k], r); }}"
+        )
+
     def _store_code(self, p: dict[str, Any]) -> str:
         """The tile's epilogue: requantize each accumulator (``acc``, MR x NV vectors) and store the
         lanes of real pixels."""
         oh, ow, wq, nv, mr, pixels = (p[k] for k in ("oh", "ow", "wq", "nv", "mr", "pixels"))
         oc, ocg = p["oc"], p["oc"] // p["groups"]
         otype = _out_ctype(p["out"])
-        vtype, _, store = _epilogue_value(p, "t", "fb")
         contiguous = wq == ow
         segments = 16 // wq + 2
         prologue = ""
@@ -245,22 +257,14 @@ class Conv2dQ8Vnni(Template):
         for i in range(mr):
             body = []
             for v in range(nv):
-                _, value, _ = _epilogue_value(p, "t", "fb")
-                if contiguous:
-                    put = f"{store}(yo + p0 + {16 * v}, xm_q8_lanes({pixels} - p0 - {16 * v}), r);"
-                else:
-                    put = (
-                        f"for (int k = 0; k < segs[{v}]; ++k) {store}((void*)((uintptr_t)yo + "
-                        f"(uintptr_t)(seg_at[{v}][k] * (long)sizeof({otype}))), seg_mask[{v}][k], r);"
-                    )
                 body.append(
                     f"{{ __m512i t = _mm512_add_epi32(_mm512_load_si512(acc + {(i * nv + v) * 16}), bv); "
-                    f"{_vec_int_activation(p, 't')} "
-                    f"const {vtype} r = {value}; {put} }}"
+                    f"{_epilogue_stmt(p, 't', 'fb', functools.partial(self._put, p, v))} }}"
                 )
             rows.append(
                 f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
                 f" const __m512i bv = {_bias_vector(p, 'o')}; const float fb = {fb}; (void)fb;"
+                f"{_affine_decls(p, 'o')}"
                 f" {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};\n          "
                 + "\n          ".join(body)
                 + " }"

@@ -32,14 +32,17 @@ from backends.c.templates.requant import inverse, post_processed, ratio
 from backends.reference.quant_kernels import round_x86
 
 F32 = np.float32
+SLOPE_TRIES = 8  # ulps either side of the scale tried as a channel's slope
 
 
 @dataclass(frozen=True)
 class AffineRequant:
-    """``G(u) = clamp(floor(f32(f32(f32(u) * a) + b[c])), lo, 127)`` per output channel ``c``."""
+    """``G(u) = clamp(floor(f32(f32(f32(u) * a[c]) + b[c])), lo, 127)`` for the output channels
+    ``c`` where ``ok[c]``; the others keep the exact epilogue."""
 
-    a: float
+    a: np.ndarray  # float32, one per output channel (0 where not ok)
     b: np.ndarray  # float32, one per output channel
+    ok: np.ndarray  # bool, one per output channel
     lo: int  # -128, or 0 after a RELU
 
 
@@ -88,10 +91,9 @@ def affine_requant(
         offset_c = np.zeros(len(w))
     if not scale > 0:
         return None
-    a = F32(scale)
     # G stays inside int32 on the whole range (its conversion would give INT_MIN otherwise)
-    b = (offset_c + offset + 0.5 + shift * float(a)).astype(F32)
-    if max(np.abs(u_lo).max(initial=0), np.abs(u_hi).max(initial=0)) * float(a) + np.abs(b).max() >= 2**30:
+    b_est = offset_c + offset + 0.5 + shift * scale
+    if max(np.abs(u_lo).max(initial=0), np.abs(u_hi).max(initial=0)) * scale + np.abs(b_est).max() >= 2**29:
         return None
     lo = 0 if p["act"] == "relu" else -128
     levels = np.arange(lo + 1, 128, dtype=np.int64)[None, :]
@@ -107,25 +109,43 @@ def affine_requant(
         t = t + up - down
     else:
         return None
-    # b's interval: G(T - 1) < j <= G(T) for every level (in reals, then checked in float32)
     has_below = t > u_lo[:, None]
     has_at = t <= u_hi[:, None]
-    p_at = np.multiply(np.minimum(t, u_hi[:, None]).astype(F32), a, dtype=F32).astype(np.float64)
-    p_below = np.multiply((t - 1).astype(F32), a, dtype=F32).astype(np.float64)
-    b_min = np.where(has_at, levels - p_at, -np.inf).max(axis=1)
-    b_max = np.where(has_below, levels - p_below, np.inf).min(axis=1)
-    one_sided = np.where(np.isfinite(b_min), b_min + 0.5 * scale, b_max - 0.5 * scale)
-    b = np.where(np.isfinite(b_min) & np.isfinite(b_max), (b_min + b_max) / 2, one_sided).astype(F32)
-    if not np.isfinite(b).all():
+    at, below = np.minimum(t, u_hi[:, None]), t - 1
+    want_lo = _exact(u_lo[:, None], p, shift, fb).clip(lo, 127)[:, 0]
+    a_c = np.zeros(len(w), F32)
+    b_c = np.zeros(len(w), F32)
+    ok = np.zeros(len(w), bool)
+    for a_try in _neighbours(F32(scale), SLOPE_TRIES):
+        # b's interval: G(T - 1) < j <= G(T) for every level (in reals, then checked in float32)
+        p_at = np.multiply(at.astype(F32), a_try, dtype=F32).astype(np.float64)
+        p_below = np.multiply(below.astype(F32), a_try, dtype=F32).astype(np.float64)
+        b_min = np.where(has_at, levels - p_at, -np.inf).max(axis=1)
+        b_max = np.where(has_below, levels - p_below, np.inf).min(axis=1)
+        one_sided = np.where(np.isfinite(b_min), b_min + 0.5 * scale, b_max - 0.5 * scale)
+        b = np.where(np.isfinite(b_min) & np.isfinite(b_max), (b_min + b_max) / 2, one_sided).astype(F32)
+        b = np.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0)
+        good = np.where(has_at, _fast(at, a_try, b, lo) >= levels, True).all(axis=1)
+        good &= np.where(has_below, _fast(below, a_try, b, lo) < levels, True).all(axis=1)
+        # both functions take the same value at u_lo (each level's check covers the rest)
+        good &= _fast(u_lo[:, None], a_try, b, lo)[:, 0] == want_lo
+        new = good & ~ok
+        a_c[new], b_c[new] = a_try, b[new]
+        ok |= new
+        if ok.all():
+            break
+    if not ok.any():
         return None
-    ok = np.where(has_at, _fast(np.minimum(t, u_hi[:, None]), a, b, lo) >= levels, True)
-    ok &= np.where(has_below, _fast(t - 1, a, b, lo) < levels, True)
-    # the ends of the range: both functions take the same value at u_lo (each level's check covers
-    # the rest)
-    ends = _fast(u_lo[:, None], a, b, lo) == _exact(u_lo[:, None], p, shift, fb).clip(lo, 127)
-    if not (ok.all() and ends.all()):
-        return None
-    return AffineRequant(float(a), b, lo)
+    return AffineRequant(a_c, b_c, ok, lo)
+
+
+def _neighbours(a: np.float32, count: int) -> list[np.float32]:
+    """``a`` and the float32 values up to ``count`` ulps either side, nearest first."""
+    out, up, down = [a], a, a
+    for _ in range(count):
+        up, down = np.nextafter(up, F32(np.inf)), np.nextafter(down, F32(0))
+        out += [up, down]
+    return out
 
 
 __all__ = ["AffineRequant", "affine_requant"]
