@@ -105,6 +105,26 @@ static inline void xm_amx_configure(void) {{
 VNNI_POINTWISE_K = 32
 
 
+def amx_tile_block(
+    mt: int, ntl: int, kb: int, b_loads: list[str], instruction: str, indent: str, prologue: str = ""
+) -> str:
+    """One work item's tile products: accumulators ``i * ntl + j`` (0-3) zeroed, per K tile ``kt``
+    (``prologue`` first) the A tiles 4-5 (``wa``, 64-byte rows), the B tiles 6-7 (``b_loads``, one
+    load statement each), ``instruction`` on every pair, then the accumulators stored to ``acc``;
+    the statements joined by ``indent``."""
+    return indent.join(
+        [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
+        + [f"for (int kt = 0; kt < {kb}; ++kt) {{"]
+        + ([f"  {prologue}"] if prologue else [])
+        + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});" for i in range(mt)]
+        + [f"  {load}" for load in b_loads]
+        + [f"  {instruction}({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
+        + ["}"]
+        + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {ntl * 64});"
+           for i in range(mt) for j in range(ntl)]
+    )  # fmt: skip
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b) * b
 
