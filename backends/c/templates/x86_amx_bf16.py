@@ -36,7 +36,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import conv_common
 from backends.c.templates import Template, sym_join
-from backends.c.templates.gemm import MATMUL_EPILOGUE, _epilogue_args, matmul_common, matmul_sym
+from backends.c.templates.gemm import MATMUL_EPILOGUE, _epilogue_args, constant_b, matmul_common, matmul_sym
 from backends.c.templates.x86_amx import AMX_SUPPORT, TILE_BYTES, TILE_ROWS, amx_tile_block
 from dialects import tensor as T
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
@@ -459,11 +459,9 @@ class MatmulBf16Amx(Template):
         return self._a_bytes(p) + (0 if p["b_const"] else p["nbp"] * p["kp"] * 16 * 2)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1 or not p["b_const"]:
+        b = constant_b(operand, array, p)
+        if b is None:
             return None
-        b = np.asarray(array, np.float32)
-        if p["tb"]:
-            b = b.T
         full = np.zeros((p["kp"], p["nbp"] * 16), np.float32)
         full[: p["k"], : p["n"]] = b
         # (K/32, 16 pairs, 2, NB, 16) -> (NB, K/32, 16 pairs, 16 columns, 2)
