@@ -36,10 +36,9 @@ from backends.c.templates.x86_amx_os import AMX_ENV
 from backends.c.templates.x86_int8 import (
     PARALLEL_WORK,
     SUPPORT,
-    _affine_decls,
     _affine_tag,
     _bias_decls,
-    _bias_vector,
+    _channel_vectors,
     _dense_conv_q8,
     _epilogue,
     _has_fbias,
@@ -321,8 +320,8 @@ static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*ac
   (void)fbias; (void)afc;
   for (int r = r0; r < r1 && o0 + r < {ocg}; ++r) {{
     const int o = g * {ocg} + o0 + r;
-    const __m512i bv = {_bias_vector(p, "o")};
-    const float fb = {"fbias[o]" if has_fbias else "0.f"}; (void)fb;{_affine_decls(p, "o")}
+    {_channel_vectors(p, "o")}
+    const float fb = {"fbias[o]" if has_fbias else "0.f"}; (void)fb;
     {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
     {stores}
   }}

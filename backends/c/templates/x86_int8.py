@@ -437,6 +437,12 @@ def _affine_decls(p: dict[str, Any], channel: str) -> str:
     return f" const float fa = afc[{channel}], fo = afc[{p['oc']} + {channel}]; (void)fa; (void)fo;"
 
 
+def _channel_vectors(p: dict[str, Any], channel: str) -> str:
+    """A kernel's per-channel declarations: the integer bias ``bv`` on 16 lanes and, with the affine
+    epilogue, the channel's slope and offset."""
+    return f"const __m512i bv = {_bias_vector(p, channel)};{_affine_decls(p, channel)}"
+
+
 def _has_fbias(p: dict[str, Any]) -> bool:
     """Whether the kernel takes the float32 bias operand."""
     return bool(p["bias"] and post_processed(p))
@@ -492,7 +498,7 @@ def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str
     const float fb = {fbias}; (void)fb;
     __m512i {weights}[{count}];
     for (int k = 0; k < {count}; ++k) {weights}[k] = _mm512_set1_epi32(w[(long)ch * {count} + k]);
-    const __m512i bv = {_bias_vector(p, "ch")};{_affine_decls(p, "ch")}"""
+    {_channel_vectors(p, "ch")}"""
 
 
 class ConvDepthwiseQ8Vnni(Template):

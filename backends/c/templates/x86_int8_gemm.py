@@ -35,10 +35,9 @@ from backends.c.templates.x86_int8 import (
     ISA,
     PARALLEL_WORK,
     SUPPORT,
-    _affine_decls,
     _affine_tag,
     _bias_decls,
-    _bias_vector,
+    _channel_vectors,
     _dense_conv_q8,
     _epilogue_stmt,
     _has_fbias,
@@ -263,8 +262,7 @@ class Conv2dQ8Vnni(Template):
                 )
             rows.append(
                 f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
-                f" const __m512i bv = {_bias_vector(p, 'o')}; const float fb = {fb}; (void)fb;"
-                f"{_affine_decls(p, 'o')}"
+                f" {_channel_vectors(p, 'o')} const float fb = {fb}; (void)fb;"
                 f" {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};\n          "
                 + "\n          ".join(body)
                 + " }"
