@@ -12,6 +12,10 @@ a bias or an activation is ``xm_qpost`` (the accumulator and the float32 bias sc
 added, activation, times ``1.0f / s_out``), otherwise one multiplication by ``s_acc / s_out``; then
 ``trunc(y + copysign(0.5, y))`` in float32 (never ``cvtps``' ties-to-even), saturated. Products and
 sums are the explicitly rounded intrinsics, which no compiler contracts into an FMA.
+Where :mod:`backends.c.templates.x86_int8_requant` proves it equal over every accumulator a channel
+can produce, a channel's int8 result is instead ``floor(u * a + b)`` of its raw accumulator (one
+product, one sum, a conversion rounding down): ``p["affine"]``, the slopes and offsets one more
+operand, the other channels on the exact epilogue behind a per-channel test.
 
 Depthwise convolutions take 16 output columns per vector (``ConvDepthwiseQ8Vnni``: ``vpdpbusd`` on
 row windows for filters up to 4 taps wide, ``vpdpwssd`` per widened tap for the others); borders are
