@@ -303,9 +303,18 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
     ]
     for threads in (1, 2):
         compiled = compile_fn(fn, [x], target, threads=threads)
-        assert ISLAND_FAMILIES[target] <= _families(compiled)
-        for helper in ("clamp16(xm_", "scale16(xm_qtrunc16", "float16(xm_qtrunc16"):
-            assert "xm_qisland_" + helper in compiled.source, helper
+        # the VNNI units on both targets: a 1x1 convolution on 4 channels stays off AMX tiles
+        # (x86_amx.VNNI_POINTWISE_K)
+        assert ISLAND_FAMILIES[TARGET] <= _families(compiled)
+        # each form, after the exact epilogue or the affine one (x86_int8_requant)
+        for exact_form, affine_form in (
+            ("xm_qisland_clamp16(xm_", "xm_qaffine_clamp16("),
+            ("xm_qisland_scale16(xm_qtrunc16", "xm_qisland_scale16(xm_qaffine_island16"),
+            ("xm_qisland_float16(xm_qtrunc16", "xm_qisland_float16(xm_qaffine_island16"),
+        ):
+            assert exact_form in compiled.source or affine_form in compiled.source, exact_form
+        # the affine epilogue takes some of these convolutions (a call, not the helper's definition)
+        assert re.search(r"xm_qaffine16\((?!__m512i)", compiled.source)
         got = compiled.run([x])
         want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -314,3 +323,35 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
     # the last build (2 threads) once more under ASan/UBSan
     for g, w in zip(compiled.run_runner([x], sanitize=True), want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("act", ["identity", "relu"])
+def test_affine_requant_equals_the_exact_epilogue(act: str) -> None:
+    """x86_int8_requant's shorter epilogue, where it is accepted, gives the exact epilogue's int8
+    value for every accumulator the convolution can produce (enumerated), and h-swish (not monotone)
+    keeps the exact one."""
+    from backends.c.templates.x86_int8_requant import _exact, _fast, affine_requant
+
+    rng = np.random.default_rng(7)
+    accepted = 0
+    for trial in range(12):
+        oc = 5
+        wv = rng.integers(-40, 41, size=(oc, 1, 1, 3)).astype(np.int64)
+        shift = -128 * wv.reshape(oc, -1).sum(axis=1) + rng.integers(-500, 500, oc)
+        fb = rng.uniform(-2, 2, oc).astype(np.float32) if trial % 2 else None
+        p = {"out": "q8", "zp_out": 0, "act": act, "bias": int(fb is not None),
+             "s_acc": float(rng.uniform(1e-4, 3e-3)), "s_out": float(rng.uniform(0.02, 0.2))}  # fmt: skip
+        got = affine_requant(p, wv, shift, fb, (0, 255))
+        if got is None:
+            continue
+        accepted += 1
+        w = wv.reshape(oc, -1)
+        for c in range(oc):
+            lo, hi = np.minimum(w[c] * 0, w[c] * 255).sum(), np.maximum(w[c] * 0, w[c] * 255).sum()
+            u = np.arange(lo, hi + 1, dtype=np.int64)[None, :]
+            want = _exact(u, p, shift[c : c + 1], None if fb is None else fb[c : c + 1]).clip(got.lo, 127)
+            if got.ok[c]:
+                np.testing.assert_array_equal(_fast(u, got.a[c], got.b[c : c + 1], got.lo), want)
+    assert accepted >= 3
+    hswish = {"out": "q8", "zp_out": 0, "act": "hswish", "bias": 0, "s_acc": 1e-3, "s_out": 0.1}
+    assert affine_requant(hswish, np.ones((2, 3), np.int64), np.zeros(2, np.int64), None, (0, 255)) is None

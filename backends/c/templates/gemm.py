@@ -421,11 +421,9 @@ class MatmulGemm(Template):
         return size
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1 or not p["b_const"]:
+        b = constant_b(operand, array, p)
+        if b is None:
             return None
-        b = np.asarray(array, np.float32)
-        if p["tb"]:
-            b = b.T
         geo = self.geometry(p)
         nr = p["nr"]
         padded = np.zeros((p["k"], geo["NP"] * nr), np.float32)
@@ -522,3 +520,12 @@ def conv_pack_mode(p: dict[str, Any], nr: int) -> str:
 # the shared GEMM generator with each ISA's knobs (scalar knobs for the portable build)
 GEMM_ISAS = ("avx512", "avx2", "neon", "generic")
 KERNEL_UNITS = (*(ConvGemm(isa) for isa in GEMM_ISAS), *(MatmulGemm(isa) for isa in GEMM_ISAS))
+
+
+def constant_b(operand: int, array: np.ndarray, p: dict[str, Any]) -> np.ndarray | None:
+    """A float matrix product's constant right operand as float32 ``[K][N]`` (``transpose_b``
+    undone), the matrix the units pack; None for another operand or a run-time ``b``."""
+    if operand != 1 or not p["b_const"]:
+        return None
+    b = np.asarray(array, np.float32)
+    return b.T if p["tb"] else b

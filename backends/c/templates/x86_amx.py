@@ -30,19 +30,21 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import Template
-from backends.c.templates.requant import REQUANT_C, exact, post_processed
+from backends.c.templates.requant import REQUANT_C, exact
 from backends.c.templates.typed import Conv2dQ8
 from backends.c.templates.x86_amx_os import AMX_ENV
 from backends.c.templates.x86_int8 import (
     PARALLEL_WORK,
     SUPPORT,
+    _affine_tag,
     _bias_decls,
-    _bias_operands,
-    _conv_q8,
+    _channel_vectors,
+    _dense_conv_q8,
     _epilogue,
+    _has_fbias,
     _kernel_args,
     _out_ctype,
-    _vec_int_activation,
+    _requant_operands,
 )
 from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT, Conv2dQ8Vnni, _geometry
 from dialects import tensor as T
@@ -95,6 +97,33 @@ static inline void xm_amx_configure(void) {{
 """
 
 
+# 1x1 convolutions on this few channels per group stay on the VNNI GEMM: a tile's K (64) is at most
+# half used, the products cost less than the requantization, and the VNNI register tile skips the
+# accumulators' round trip through memory (MobileNetV2's 16 -> 96 at 112x112: 0.73 -> 0.65 ms CPU
+# per run of the conv alone; 24 -> 144 at 56x56: 0.256 -> 0.245; 32 channels: equal)
+VNNI_POINTWISE_K = 32
+
+
+def amx_tile_block(
+    mt: int, ntl: int, kb: int, b_loads: list[str], instruction: str, indent: str, prologue: str = ""
+) -> str:
+    """One work item's tile products: accumulators ``i * ntl + j`` (0-3) zeroed, per K tile ``kt``
+    (``prologue`` first) the A tiles 4-5 (``wa``, 64-byte rows), the B tiles 6-7 (``b_loads``, one
+    load statement each), ``instruction`` on every pair, then the accumulators stored to ``acc``;
+    the statements joined by ``indent``."""
+    return indent.join(
+        [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
+        + [f"for (int kt = 0; kt < {kb}; ++kt) {{"]
+        + ([f"  {prologue}"] if prologue else [])
+        + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});" for i in range(mt)]
+        + [f"  {load}" for load in b_loads]
+        + [f"  {instruction}({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
+        + ["}"]
+        + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {ntl * 64});"
+           for i in range(mt) for j in range(ntl)]
+    )  # fmt: skip
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b) * b
 
@@ -125,15 +154,15 @@ class Conv2dQ8Amx(Template):
     priority = 97  # ahead of the VNNI conv2d_q8_x86 (95) and its depthwise (96, which this declines)
 
     def match(self, op: Operation) -> Lowered | None:
-        got = _conv_q8(op)
+        got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
         if got is None:
             return None
         p, operands, wv = got
         g = p["groups"]
-        if g == p["ic"] == p["oc"] and g > 1:
-            return None  # depthwise: no GEMM to tile (conv2d_dw_q8_x86)
         icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
         kk = icg * taps
+        if taps == 1 and kk <= VNNI_POINTWISE_K:
+            return None  # conv2d_q8_x86 (see VNNI_POINTWISE_K)
         mode = self._mode(p)
         if mode == "direct":
             kp = taps * _ceil(icg, TILE_K)
@@ -143,7 +172,7 @@ class Conv2dQ8Amx(Template):
             kp = _ceil(kk, TILE_K)
         if kp * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
-        biases = _bias_operands(p, operands, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
+        biases = _requant_operands(p, operands, wv, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
         mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
@@ -196,7 +225,7 @@ class Conv2dQ8Amx(Template):
         return "im2col"
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
         if p["mode"] == "direct":  # + 64: the planes start on a cache line
@@ -246,7 +275,7 @@ class Conv2dQ8Amx(Template):
             + [f"  _tile_loadd({6 + j}, xb{j} + ko, {stride});" for j in range(ntl)]
             + [f"  _tile_dpbsud({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
             + [f"  if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, kt * {bh} / {kb},"
-               f" (kt + 1) * {bh} / {kb}, nn, g, y, bias, fbias);", "}"]
+               f" (kt + 1) * {bh} / {kb}, nn, g, y, bias, fbias, afc);", "}"]
             + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
                for i in range(mt) for j in range(ntl)]
         )  # fmt: skip
@@ -271,11 +300,11 @@ class Conv2dQ8Amx(Template):
               }}"""
             for j in range(ntl)
         )  # fmt: skip
-        has_fbias = p["bias"] and post_processed(p)
+        has_fbias = _has_fbias(p)
         stores = " ".join(
             f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
             + (f"v = _mm512_maskz_compress_epi32(m{j}, v); " if compress else "")
-            + f"{_vec_int_activation(p, 'v')} {_epilogue(p, 'v', 'fb', f'yo + out{j}', f'n{j}')} }}"
+            + f"{_epilogue(p, 'v', 'fb', f'yo + out{j}', f'n{j}')} }}"
             for j in range(ntl)
         )
         work = n * oc * oh * ow * p["k"]
@@ -284,14 +313,14 @@ class Conv2dQ8Amx(Template):
         return exact(f"""
 /* requantize and store rows [r0, r1) of work item t's accumulator block */
 static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*acc)[{bw}], int t, int r0,
-    int r1, int nn, int g, {otype}* y, const int32_t* bias, const float* fbias) {{
+    int r1, int nn, int g, {otype}* y, const int32_t* bias, const float* fbias, const float* afc) {{
   {tables}
   const int o0 = t / {pb} * {bh};
   {outputs_c}
-  (void)fbias;
+  (void)fbias; (void)afc;
   for (int r = r0; r < r1 && o0 + r < {ocg}; ++r) {{
     const int o = g * {ocg} + o0 + r;
-    const __m512i bv = _mm512_set1_epi32(bias[o]);
+    {_channel_vectors(p, "o")}
     const float fb = {"fbias[o]" if has_fbias else "0.f"}; (void)fb;
     {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
     {stores}
@@ -301,7 +330,7 @@ static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int8_t* wpk = (const int8_t*)w_;
   {_bias_decls(p)}
-  {"" if has_fbias else "const float* fbias = NULL;"}
+  {"" if has_fbias else "const float* fbias = NULL;"}{"" if p.get("affine") else " const float* afc = NULL;"}
   {otype}* y = ({otype}*)y_;
   uint8_t* xp = (uint8_t*)ws;
   uint8_t* planes = (uint8_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
@@ -331,10 +360,10 @@ static void {sym}({_kernel_args(p)}) {{
             if (use_amx) {{
               {amx}
             }} else {{{vnni_blocks}
-              if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, 0, {bh}, nn, g, y, bias, fbias);
+              if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, 0, {bh}, nn, g, y, bias, fbias, afc);
             }}
           }}
-          if (t1 > t0) {sym}_store(accs[(t1 - 1) & 1], t1 - 1, 0, {bh}, nn, g, y, bias, fbias);
+          if (t1 > t0) {sym}_store(accs[(t1 - 1) & 1], t1 - 1, 0, {bh}, nn, g, y, bias, fbias, afc);
         }}
       }}
     if (use_amx) _tile_release();

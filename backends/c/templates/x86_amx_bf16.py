@@ -36,8 +36,8 @@ from xdsl.ir import Operation
 
 from backends.c.match import conv_common
 from backends.c.templates import Template, sym_join
-from backends.c.templates.gemm import MATMUL_EPILOGUE, _epilogue_args, matmul_common, matmul_sym
-from backends.c.templates.x86_amx import AMX_SUPPORT, TILE_BYTES, TILE_ROWS
+from backends.c.templates.gemm import MATMUL_EPILOGUE, _epilogue_args, constant_b, matmul_common, matmul_sym
+from backends.c.templates.x86_amx import AMX_SUPPORT, TILE_BYTES, TILE_ROWS, amx_tile_block
 from dialects import tensor as T
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
@@ -116,16 +116,8 @@ def tile_products(
     """C computing ``acc[16 mt][16 ntl]`` (float or int32) = A tiles ``wa`` (``[mt][kb]`` tiles of
     1 KiB, rows of 64 bytes) x B tiles at ``xb<j> + <b_offset of kt>`` (rows ``b_stride`` bytes
     apart): on AMX tiles (accumulators 0-3, A 4-5, B 6-7) when ``use_amx``, else ``fallback``."""
-    amx = "\n            ".join(
-        [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
-        + [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {b_offset};"]
-        + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, 64);" for i in range(mt)]
-        + [f"  _tile_loadd({6 + j}, xb{j} + ko, {b_stride});" for j in range(ntl)]
-        + [f"  {instruction}({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
-        + ["}"]
-        + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {16 * ntl * 4});"
-           for i in range(mt) for j in range(ntl)]
-    )  # fmt: skip
+    b_loads = [f"_tile_loadd({6 + j}, xb{j} + ko, {b_stride});" for j in range(ntl)]
+    amx = amx_tile_block(mt, ntl, kb, b_loads, instruction, "\n            ", f"const long ko = {b_offset};")
     return f"""
           if (use_amx) {{
             {amx}
@@ -467,11 +459,9 @@ class MatmulBf16Amx(Template):
         return self._a_bytes(p) + (0 if p["b_const"] else p["nbp"] * p["kp"] * 16 * 2)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1 or not p["b_const"]:
+        b = constant_b(operand, array, p)
+        if b is None:
             return None
-        b = np.asarray(array, np.float32)
-        if p["tb"]:
-            b = b.T
         full = np.zeros((p["kp"], p["nbp"] * 16), np.float32)
         full[: p["k"], : p["n"]] = b
         # (K/32, 16 pairs, 2, NB, 16) -> (NB, K/32, 16 pairs, 16 columns, 2)

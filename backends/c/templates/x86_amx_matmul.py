@@ -21,7 +21,7 @@ from xdsl.ir import Operation
 from backends.c.templates import sym_join
 from backends.c.templates.requant import REQUANT_C, exact, result_expr
 from backends.c.templates.typed import HEADER, MatmulQ8
-from backends.c.templates.x86_amx import AMX_SUPPORT, ISA, TILE_BYTES, TILE_K, TILE_ROWS
+from backends.c.templates.x86_amx import AMX_SUPPORT, ISA, TILE_BYTES, TILE_K, TILE_ROWS, amx_tile_block
 from backends.c.templates.x86_int8 import PARALLEL_WORK
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, const_array
@@ -77,17 +77,8 @@ class MatmulQ8Amx(MatmulQ8):
         otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], "int8_t")
         a_at = f"a[(long)kk * {M} + r]" if p["ta"] else f"a[(long)r * {K} + kk]"
         # tiles: accumulators 0-3 (row block i, column block j at i * ntl + j), A 4-5, B 6-7
-        amx = "\n          ".join(
-            [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
-            + [f"for (int kt = 0; kt < {kb}; ++kt) {{"]
-            + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
-               for i in range(mt)]
-            + [f"  _tile_loadd({6 + j}, xb{j} + (long)kt * {TILE_BYTES}, 64);" for j in range(ntl)]
-            + [f"  _tile_dpbssd({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
-            + ["}"]
-            + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {ntl * 64});"
-               for i in range(mt) for j in range(ntl)]
-        )  # fmt: skip
+        b_loads = [f"_tile_loadd({6 + j}, xb{j} + (long)kt * {TILE_BYTES}, 64);" for j in range(ntl)]
+        amx = amx_tile_block(mt, ntl, kb, b_loads, "_tile_dpbssd", "\n          ")
         blocks_c = " ".join(
             f"const uint8_t* xb{j} = bp + (long)(t % {nbp // ntl} * {ntl} + {j}) * {kb * TILE_BYTES};"
             for j in range(ntl)

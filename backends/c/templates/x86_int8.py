@@ -12,6 +12,10 @@ a bias or an activation is ``xm_qpost`` (the accumulator and the float32 bias sc
 added, activation, times ``1.0f / s_out``), otherwise one multiplication by ``s_acc / s_out``; then
 ``trunc(y + copysign(0.5, y))`` in float32 (never ``cvtps``' ties-to-even), saturated. Products and
 sums are the explicitly rounded intrinsics, which no compiler contracts into an FMA.
+Where :mod:`backends.c.templates.x86_int8_requant` proves it equal over every accumulator a channel
+can produce, a channel's int8 result is instead ``floor(u * a + b)`` of its raw accumulator (one
+product, one sum, a conversion rounding down): ``p["affine"]``, the slopes and offsets one more
+operand, the other channels on the exact epilogue behind a per-channel test.
 
 Depthwise convolutions take 16 output columns per vector (``ConvDepthwiseQ8Vnni``: ``vpdpbusd`` on
 row windows for filters up to 4 taps wide, ``vpdpwssd`` per widened tap for the others); borders are
@@ -22,6 +26,7 @@ that :func:`island_form` proves equal to the reference on every int8 value.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,6 +46,7 @@ from backends.c.templates.requant import (
     ratio,
 )
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8, contiguous_q8_elemwise
+from backends.c.templates.x86_int8_requant import affine_requant
 from backends.reference.kernels import ELEMWISE as REF_ELEMWISE
 from backends.reference.quant_kernels import dequantize, quantize
 from dialects import enums
@@ -121,6 +127,21 @@ static inline __m128i xm_qisland_float16(__m512 r, __m512 s, __m512 inv_out) {
   const __m512 x = _mm512_min_ps(xm_qmul16(r, s), _mm512_set1_ps(6.f));
   const __m512 v = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
   return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
+}
+/* x86_int8_requant's affine epilogue: floor(u * a + b) of the raw accumulator u, the product and the
+   sum rounded as the check emulated them, the conversion rounding down */
+static inline __m512i xm_qaffine16(__m512i u, __m512 a, __m512 b) {
+  const __m512 y = xm_qadd16(xm_qmul16(_mm512_cvtepi32_ps(u), a), b);
+  return _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+}
+/* its result through a ReLU6 island that is a clamp: the int8 lanes of min(r, hi) (r >= 0 already) */
+static inline __m128i xm_qaffine_clamp16(__m512i r, int hi) {
+  return _mm512_cvtsepi32_epi8(_mm512_min_epi32(r, _mm512_set1_epi32(hi)));
+}
+/* its result through a ReLU6 island: r clamped to [0, 127] as float lanes */
+static inline __m512 xm_qaffine_island16(__m512i r) {
+  const __m512i nonneg = _mm512_max_epi32(r, _mm512_setzero_si512());
+  return _mm512_cvtepi32_ps(_mm512_min_epi32(nonneg, _mm512_set1_epi32(127)));
 }
 static inline __m512 xm_qtrunc16(__m512 v) {
   return _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -252,6 +273,28 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, 
     return "__m128i", f"xm_qscaled16_{'nonneg' if nonneg else 'finite'}({y})", "_mm_mask_storeu_epi8"
 
 
+def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
+    """``_epilogue_value`` of an ``x86_int8_requant`` channel: ``acc`` is the raw accumulator (its
+    integer bias is 0: the channel's offset ``fo`` holds it), ``fa`` the channel's slope."""
+    lo, _ = p["affine"]
+    r = f"xm_qaffine16({acc}, _mm512_set1_ps(fa), _mm512_set1_ps(fo))"
+    if lo == 0:
+        r = f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+    island = p.get("island")
+    if not island:
+        return "__m128i", f"_mm512_cvtsepi32_epi8({r})", "_mm_mask_storeu_epi8"
+    form, k, hi = island_form(float(np.float32(island[0])), float(np.float32(island[1])))
+    if form == "clamp":
+        r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+        value = f"xm_qaffine_clamp16({r}, {hi})"
+    elif form == "scale":
+        value = f"xm_qisland_scale16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(k)}), {hi}.f)"
+    else:
+        value = (f"xm_qisland_float16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(island[0])}), "
+                 f"_mm512_set1_ps({f32(inverse(island[1]))}))")  # fmt: skip
+    return "__m128i", value, "_mm_mask_storeu_epi8"
+
+
 def island_table(s_in: float, s_out: float) -> np.ndarray:
     """The ReLU6 float island of every int8 value r in [-128, 127] (index r + 128), by the reference's
     own operations: ``quantize(relu6(dequantize(r)))``."""
@@ -304,10 +347,23 @@ def _island_value(y: str, s_in: float, s_out: float) -> str:
             f"_mm512_set1_ps({f32(inverse(s_out))}))")  # fmt: skip
 
 
+def _epilogue_stmt(p: dict[str, Any], acc: str, fbias: str, put: Callable[[str, str, str], str]) -> str:
+    """The statements storing accumulator ``acc`` (integer bias added): the integer activation and
+    :func:`_epilogue_value`, or for an ``x86_int8_requant`` convolution its affine form on the
+    channels that have one (``fa != 0``). ``put(vector type, value, store intrinsic)`` stores."""
+    exact_p = {k: v for k, v in p.items() if k != "affine"}
+    exact_code = f"{_vec_int_activation(exact_p, acc)} {put(*_epilogue_value(exact_p, acc, fbias))}".strip()
+    if not p.get("affine"):
+        return exact_code
+    fast_code = put(*_affine_value(p, acc))
+    if p["affine"][1]:  # every channel
+        return fast_code
+    return f"if (fa != 0.f) {{ {fast_code} }} else {{ {exact_code} }}"
+
+
 def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> str:
-    """:func:`_epilogue_value` stored at ``dst`` under ``mask``."""
-    _, value, store = _epilogue_value(p, acc, fbias)
-    return f"{store}({dst}, {mask}, {value});"
+    """:func:`_epilogue_stmt` stored at ``dst`` under ``mask``."""
+    return _epilogue_stmt(p, acc, fbias, lambda _, value, store: f"{store}({dst}, {mask}, {value});")
 
 
 def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
@@ -344,17 +400,91 @@ def _bias_operands(
     return [total.astype(np.int32), *extra]
 
 
+def _requant_operands(
+    p: dict[str, Any],
+    operands: list[SSAValue | np.ndarray],
+    wv: np.ndarray,
+    correction: np.ndarray,
+    x_range: tuple[int, int] = (0, 255),
+) -> list[np.ndarray] | None:
+    """``_bias_operands``, and where ``x86_int8_requant`` proves its shorter epilogue exact for some
+    channels, that epilogue: ``p["affine"] = [lo, every channel]`` and one more operand, float32
+    ``[slopes][offsets]`` (slope 0: the exact epilogue), those channels' integer bias 0 (their
+    offset holds it)."""
+    biases = _bias_operands(p, operands, correction)
+    if biases is None:
+        return None
+    fb = biases[1] if len(biases) > 1 else None
+    got = affine_requant(p, wv, biases[0].astype(np.int64), fb, x_range)
+    if got is None:
+        return biases
+    p["affine"] = [got.lo, int(got.ok.all())]
+    return [np.where(got.ok, 0, biases[0]).astype(np.int32), *biases[1:], np.concatenate([got.a, got.b])]
+
+
+def _affine_tag(p: dict[str, Any]) -> str:
+    """A symbol's mark of the affine epilogue (two convolutions of one shape may differ there)."""
+    return "_aff" if p.get("affine") else ""
+
+
+def _bias_vector(p: dict[str, Any], channel: str) -> str:
+    """The channel's integer bias on 16 lanes (zero where every channel is affine: raw sums)."""
+    if p.get("affine") and p["affine"][1]:
+        return "_mm512_setzero_si512()"
+    return f"_mm512_set1_epi32(bias[{channel}])"
+
+
+def _affine_decls(p: dict[str, Any], channel: str) -> str:
+    """The channel's affine slope ``fa`` and offset ``fo`` (x86_int8_requant), where it has them."""
+    if not p.get("affine"):
+        return ""
+    return f" const float fa = afc[{channel}], fo = afc[{p['oc']} + {channel}]; (void)fa; (void)fo;"
+
+
+def _channel_vectors(p: dict[str, Any], channel: str) -> str:
+    """A kernel's per-channel declarations: the integer bias ``bv`` on 16 lanes and, with the affine
+    epilogue, the channel's slope and offset."""
+    return f"const __m512i bv = {_bias_vector(p, channel)};{_affine_decls(p, channel)}"
+
+
+def _has_fbias(p: dict[str, Any]) -> bool:
+    """Whether the kernel takes the float32 bias operand."""
+    return bool(p["bias"] and post_processed(p))
+
+
 def _kernel_args(p: dict[str, Any]) -> str:
-    fbias = ["const void* fb_"] if p["bias"] and post_processed(p) else []
+    fbias = ["const void* fb_"] if _has_fbias(p) else []
+    fbias += ["const void* af_"] if p.get("affine") else []
     return ", ".join(["const void* x_", "const void* w_", "const void* b_", *fbias, "void* y_",
                       "unsigned char* ws", "int nt"])  # fmt: skip
 
 
 def _bias_decls(p: dict[str, Any]) -> str:
-    fbias = p["bias"] and post_processed(p)
+    fbias = _has_fbias(p)
     return "const int32_t* bias = (const int32_t*)b_;" + (
         " const float* fbias = (const float*)fb_;" if fbias else ""
-    )
+    ) + (" const float* afc = (const float*)af_;" if p.get("affine") else "")
+
+
+def _depthwise_signature(sym: str, p: dict[str, Any], otype: str) -> str:
+    """An int8 depthwise kernel's signature and its operand pointers (no workspace)."""
+    return f"""static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int32_t* w = (const int32_t*)w_;
+  {_bias_decls(p)}
+  {otype}* y = ({otype}*)y_;
+  (void)ws;"""
+
+
+def _dense_conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
+    """``_conv_q8`` of a dense or grouped convolution (None for a depthwise one: its own family)."""
+    got = _conv_q8(op)
+    if got is None:
+        return None
+    p = got[0]
+    if p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1:
+        return None
+    return got
 
 
 def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str, count: int) -> str:
@@ -362,7 +492,7 @@ def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str
     output pointers, its float bias where the result is post-processed, its ``count`` int32 weight pairs
     broadcast into ``weights[]`` and its integer bias ``bv``."""
     n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
-    fbias = "fbias[ch]" if p["bias"] and post_processed(p) else "0.f"
+    fbias = "fbias[ch]" if _has_fbias(p) else "0.f"
     threaded = f"nt > 1 && {work}L > {PARALLEL_WORK // 4}L"
     return f"""#pragma omp parallel for schedule(static) num_threads(nt) if({threaded})
   for (int nc = 0; nc < {n * c}; ++nc) {{
@@ -372,7 +502,7 @@ def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str
     const float fb = {fbias}; (void)fb;
     __m512i {weights}[{count}];
     for (int k = 0; k < {count}; ++k) {weights}[k] = _mm512_set1_epi32(w[(long)ch * {count} + k]);
-    const __m512i bv = _mm512_set1_epi32(bias[ch]);"""
+    {_channel_vectors(p, "ch")}"""
 
 
 class ConvDepthwiseQ8Vnni(Template):
@@ -402,14 +532,15 @@ class ConvDepthwiseQ8Vnni(Template):
             return None
         window = p["fw"] <= 4 and p["dw"] == 1
         correction = -128 * wv.reshape(p["oc"], -1).sum(axis=1) if window else np.zeros(p["oc"], np.int64)
-        biases = _bias_operands(p, operands, correction)
+        biases = _requant_operands(p, operands, wv, correction, (0, 255) if window else (-128, 127))
         if biases is None:
             return None
         p["mode"] = "window" if window else "widen"
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return f"vnni_dw{'w' if p['mode'] == 'window' else ''}_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        kind = "dww" if p["mode"] == "window" else "dw"
+        return f"vnni_{kind}_{Conv2dQ8.symbol(Conv2dQ8(), p)}{_affine_tag(p)}"
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
@@ -445,18 +576,13 @@ class ConvDepthwiseQ8Vnni(Template):
             )
         block = "\n        ".join(steps)
         stores = "\n          ".join(
-            f"if (r0 + {r} < {oh}) {{ {_vec_int_activation(p, f'a{r}')} "
+            f"if (r0 + {r} < {oh}) {{ "
             f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
             for r in range(rows)
         )
         work = n * c * oh * ow * fh * p["fw"]
         return exact(f"""
-static void {sym}({_kernel_args(p)}) {{
-  const int8_t* x = (const int8_t*)x_;
-  const int32_t* w = (const int32_t*)w_;
-  {_bias_decls(p)}
-  {otype}* y = ({otype}*)y_;
-  (void)ws;
+{_depthwise_signature(sym, p, otype)}
   const __m512i perm = _mm512_setr_epi32({perm});
   const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
   {_depthwise_plane_loop(p, work, otype, "wr", fh)}
@@ -504,12 +630,7 @@ static void {sym}({_kernel_args(p)}) {{
         )
         work = n * c * oh * ow * taps
         return exact(f"""
-static void {sym}({_kernel_args(p)}) {{
-  const int8_t* x = (const int8_t*)x_;
-  const int32_t* w = (const int32_t*)w_;
-  {_bias_decls(p)}
-  {otype}* y = ({otype}*)y_;
-  (void)ws;
+{_depthwise_signature(sym, p, otype)}
   {_depthwise_plane_loop(p, work, otype, "wv", taps)}
     for (int q0 = 0; q0 < {ow}; q0 += 16) {{
       int c0[{fw}];
@@ -520,7 +641,6 @@ static void {sym}({_kernel_args(p)}) {{
         const int iy0 = r * {sh} - {ph};
         __m512i v = bv;
         {rows}
-        {_vec_int_activation(p, "v")}
         {_epilogue(p, "v", "fb", "yp + (long)r * " + str(ow) + " + q0", "out_mask")}
       }}
     }}

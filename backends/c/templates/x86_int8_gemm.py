@@ -22,26 +22,29 @@ definition on 16 lanes, bit-exact with the reference.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import Template
-from backends.c.templates.requant import REQUANT_C, exact, post_processed
+from backends.c.templates.requant import REQUANT_C, exact
 from backends.c.templates.typed import Conv2dQ8
 from backends.c.templates.x86_int8 import (
     ISA,
     PARALLEL_WORK,
     SUPPORT,
+    _affine_tag,
     _bias_decls,
-    _bias_operands,
-    _conv_q8,
-    _epilogue_value,
+    _channel_vectors,
+    _dense_conv_q8,
+    _epilogue_stmt,
+    _has_fbias,
     _kernel_args,
     _out_ctype,
     _Relu6Island,
-    _vec_int_activation,
+    _requant_operands,
 )
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
@@ -130,18 +133,16 @@ class Conv2dQ8Vnni(Template):
     priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
 
     def match(self, op: Operation) -> Lowered | None:
-        got = _conv_q8(op)
+        got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
         if got is None:
             return None
         p, operands, wv = got
         g = p["groups"]
-        if g == p["ic"] == p["oc"] and g > 1:
-            return None  # depthwise: conv2d_dw_q8_x86
         kk = (p["ic"] // g) * p["fh"] * p["fw"]
         if kk * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
         sums = wv.reshape(p["oc"], -1).sum(axis=1)
-        biases = _bias_operands(p, operands, -128 * sums)
+        biases = _requant_operands(p, operands, wv, -128 * sums)
         if biases is None:
             return None
         geo = _geometry(p)
@@ -154,7 +155,7 @@ class Conv2dQ8Vnni(Template):
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p)
+        return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
         phases = len(p["row_phases"]) * len(p["col_phases"])
@@ -208,13 +209,24 @@ class Conv2dQ8Vnni(Template):
         if (i == {lines - 1}) memset(dst + {length * 4}, 0x80, {(plane - hq * wq) * 4});
       }}"""
 
+    @staticmethod
+    def _put(p: dict[str, Any], v: int, vtype: str, value: str, store: str) -> str:
+        """Vector ``v`` of a tile row's result ``value`` stored: its real pixels (see _store_code)."""
+        value = f"const {vtype} r = {value};"
+        if p["wq"] == p["ow"]:
+            lanes = f"xm_q8_lanes({p['pixels']} - p0 - {16 * v})"
+            return f"{{ {value} {store}(yo + p0 + {16 * v}, {lanes}, r); }}"
+        return (
+            f"{{ {value} for (int k = 0; k < segs[{v}]; ++k) {store}((void*)((uintptr_t)yo + "
+            f"(uintptr_t)(seg_at[{v}][k] * (long)sizeof({_out_ctype(p['out'])}))), seg_mask[{v}][k], r); }}"
+        )
+
     def _store_code(self, p: dict[str, Any]) -> str:
         """The tile's epilogue: requantize each accumulator (``acc``, MR x NV vectors) and store the
         lanes of real pixels."""
         oh, ow, wq, nv, mr, pixels = (p[k] for k in ("oh", "ow", "wq", "nv", "mr", "pixels"))
         oc, ocg = p["oc"], p["oc"] // p["groups"]
         otype = _out_ctype(p["out"])
-        vtype, _, store = _epilogue_value(p, "t", "fb")
         contiguous = wq == ow
         segments = 16 // wq + 2
         prologue = ""
@@ -239,27 +251,18 @@ class Conv2dQ8Vnni(Template):
           }}
           segs[v] = k;
         }}"""
-        fb = "fbias[o]" if p["bias"] and post_processed(p) else "0.f"
+        fb = "fbias[o]" if _has_fbias(p) else "0.f"
         rows = []
         for i in range(mr):
             body = []
             for v in range(nv):
-                _, value, _ = _epilogue_value(p, "t", "fb")
-                if contiguous:
-                    put = f"{store}(yo + p0 + {16 * v}, xm_q8_lanes({pixels} - p0 - {16 * v}), r);"
-                else:
-                    put = (
-                        f"for (int k = 0; k < segs[{v}]; ++k) {store}((void*)((uintptr_t)yo + "
-                        f"(uintptr_t)(seg_at[{v}][k] * (long)sizeof({otype}))), seg_mask[{v}][k], r);"
-                    )
                 body.append(
                     f"{{ __m512i t = _mm512_add_epi32(_mm512_load_si512(acc + {(i * nv + v) * 16}), bv); "
-                    f"{_vec_int_activation(p, 't')} "
-                    f"const {vtype} r = {value}; {put} }}"
+                    f"{_epilogue_stmt(p, 't', 'fb', functools.partial(self._put, p, v))} }}"
                 )
             rows.append(
                 f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
-                f" const __m512i bv = _mm512_set1_epi32(bias[o]); const float fb = {fb}; (void)fb;"
+                f" {_channel_vectors(p, 'o')} const float fb = {fb}; (void)fb;"
                 f" {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};\n          "
                 + "\n          ".join(body)
                 + " }"
