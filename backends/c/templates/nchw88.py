@@ -37,6 +37,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import code, conv_bias_epilogue, logical, pool_geometry, storage
 from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
+from backends.c.templates.gemm import broadcast_fma
 from backends.c.templates.generic import omp_for, omp_parallel
 from backends.c.templates.typed import Relayout, TypeCvt
 from dialects import enums
@@ -164,13 +165,15 @@ def _fma_loop(
     ]
     for c in range(cb):
         lines.append("    {")
-        for a in range(j):
-            lines.append(f"    const {vtype} w{a} = {load_w(f'wp + {a} * w_j + {c * lanes}')};")
-        for b in range(i):
-            lines.append(f"    {{ const {vtype} xb = {bcast_x(f'xp + {b * x_ow + c}')};")
-            for a in range(j):
-                lines.append(f"      c{a}_{b} = {fma}(w{a}, xb, c{a}_{b});")
-            lines.append("    }")
+        lines += broadcast_fma(
+            vtype,
+            [load_w(f"wp + {a} * w_j + {c * lanes}") for a in range(j)],
+            [bcast_x(f"xp + {b * x_ow + c}") for b in range(i)],
+            lambda b, a: f"c{a}_{b}",
+            lambda x, w, acc: f"{fma}({w}, {x}, {acc})",
+            vec="w",
+            scalar="xb",
+        )
         lines.append("    }")
     lines.append("  }")
     return lines
@@ -351,6 +354,39 @@ def _signature(ct: str, p: dict[str, Any]) -> tuple[str, str]:
         [*(f"const {types[a]}* {a} = (const {types[a]}*){a}_;" for a in names), f"{ct}* y = ({ct}*)y_;"]
     )
     return args, casts
+
+
+def _conv_opening(
+    sym: str,
+    args: str,
+    casts: str,
+    ct: str,
+    p: dict[str, Any],
+    region: str,
+    x_img: str,
+    y_img: str,
+    pad_body: str,
+    xbase: str,
+    copy: bool,
+) -> str:
+    """The C opening of an NCHW88 convolution (dense and channel-wise): typed views of the
+    arguments, the parallel region, the image loop with the image's input / output / residual
+    pointers and padded copy, the source ``xb`` (``xbase``: the copy or the input) and the
+    worksharing pragma of the caller's loop over the image's work, which follows."""
+    n = p["n"]
+    return f"""static void {sym}({args}) {{
+  {casts}
+  float* xs = (float*)ws;
+  (void)xs;
+  {region}
+  for (int n = 0; n < {n}; ++n) {{
+    const {ct}* xn = x + {x_img};
+    {ct}* yn = y + {y_img};
+    const {ct}* rn = {"res + " + y_img if p["residual"] else "0"};
+    (void)rn;
+    {pad_body}
+    const float* xb = (const float*){xbase};
+    {omp_for(region, 2, nowait=n == 1 or not copy)}"""
 
 
 FILTER_MODES = {
@@ -541,19 +577,7 @@ class ConvNchw88(_Nchw88Base):
         )
         xbase = "xs" if geo["copy"] else "xn"
         return f"""{COMMON}{self.common}{H2F if dt == "f16" else ""}{shared}
-static void {sym}({args}) {{
-  {casts}
-  float* xs = (float*)ws;
-  (void)xs;
-  {region}
-  for (int n = 0; n < {n}; ++n) {{
-    const {ct}* xn = x + {x_img};
-    {ct}* yn = y + {y_img};
-    const {ct}* rn = {"res + " + y_img if p["residual"] else "0"};
-    (void)rn;
-    {pad_body}
-    const float* xb = (const float*){xbase};
-    {omp_for(region, 2, nowait=n == 1 or not geo["copy"])}
+{_conv_opening(sym, args, casts, ct, p, region, x_img, y_img, pad_body, xbase, geo["copy"])}
     for (int t = 0; t < {g * tiles}; ++t)
     for (int ub = 0; ub < {nub}; ++ub) {{
       const int gg = t / {tiles}, j0 = (t % {tiles}) * {tile_blocks};
@@ -744,19 +768,7 @@ class ConvNchw88Chan(_Nchw88Base):
         )
         xbase = "xs" if geo["copy"] else "xn"
         return f"""{COMMON}{shared}
-static void {sym}({args}) {{
-  {casts}
-  float* xs = (float*)ws;
-  (void)xs;
-  {region}
-  for (int n = 0; n < {n}; ++n) {{
-    const {ct}* xn = x + {x_img};
-    {ct}* yn = y + {y_img};
-    const {ct}* rn = {"res + " + y_img if p["residual"] else "0"};
-    (void)rn;
-    {pad_body}
-    const float* xb = (const float*){xbase};
-    {omp_for(region, 2, nowait=n == 1 or not geo["copy"])}
+{_conv_opening(sym, args, casts, ct, p, region, x_img, y_img, pad_body, xbase, geo["copy"])}
     for (int cb = 0; cb < {cp // VEC}; ++cb)
     for (int r = 0; r < {oh}; ++r)
       for (int q0 = 0; q0 < {ow}; q0 += {I_CHAN}) {{

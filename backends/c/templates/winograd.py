@@ -33,6 +33,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import sym_join
+from backends.c.templates.gemm import broadcast_fma
 from backends.c.templates.generic import omp_for, omp_parallel
 from backends.c.templates.nchw88 import (
     ACT_CODES,
@@ -101,11 +102,15 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int) -> str:
     ]
     lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
     lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
-    lines += [f"    const {vt} w{a} = {ld}(up + {a * vw});" for a in range(j)]
-    for b in range(i):
-        lines.append(f"    {{ const {vt} x = {bcast.format(o=f'{b} * ldv')};")
-        lines += [f"      c{a}_{b} = {fma}(w{a}, x, c{a}_{b});" for a in range(j)]
-        lines.append("    }")
+    lines += broadcast_fma(
+        vt,
+        [f"{ld}(up + {a * vw})" for a in range(j)],
+        [bcast.format(o=f"{b} * ldv") for b in range(i)],
+        lambda b, a: f"c{a}_{b}",
+        lambda x, w, acc: f"{fma}({w}, {x}, {acc})",
+        vec="w",
+        scalar="x",
+    )
     lines.append("  }")
     lines += [f"  {st}(mo + {b} * ldm + {a * vw}, c{a}_{b});" for a in range(j) for b in range(i)]
     lines.append("}")
