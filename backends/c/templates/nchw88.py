@@ -312,6 +312,21 @@ def _pad_copy(
     return body, cb * VEC * ihp * iwp
 
 
+def _subsample_copy(dt: str, p: dict[str, Any], omp: str) -> str:
+    """C statements copying every ``sh``-th row and ``sw``-th column of image ``n`` of ``x``
+    (NCHW88, ``dt``) into ``xs`` (float32 NCHW88, ``OH x OW``): the input of a strided 1x1
+    convolution seen as a stride-1 one. ``omp``: as :func:`_pad_copy`'s."""
+    cb = -(-p["ic"] // VEC)
+    shp, sshp = (1, cb * VEC, p["ih"], p["iw"]), (1, cb * VEC, p["oh"], p["ow"])
+    d_at = offset(Layout.NCHW88, sshp, {"C/8": "cb", "H": "r", "W": "q"})
+    x_at = offset(Layout.NCHW88, shp, {"C/8": "cb", "H": f"r * {p['sh']}", "W": f"q * {p['sw']}"})
+    return f"""
+    {omp}
+    for (int cb = 0; cb < {cb}; ++cb)
+      for (int r = 0; r < {p["oh"]}; ++r)
+        for (int q = 0; q < {p["ow"]}; ++q) _mm256_storeu_ps(xs + {d_at}, {_ld(dt, f"xn + {x_at}")});"""
+
+
 H2F = """#ifndef XM_H2F
 #define XM_H2F
 static inline float xm_h2f(uint16_t h) { return _cvtsh_ss(h); }
@@ -490,7 +505,17 @@ class ConvNchw88(_Nchw88Base):
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("conv2d_nchw88", p["mode"], *conv_sym(p), p["dtype"], epilogue_sym(p))
 
+    @staticmethod
+    def _subsampled(p: dict[str, Any]) -> bool:
+        """A strided 1x1 convolution without padding: every ``sh``-th row and ``sw``-th column of
+        the input, copied once into the workspace, make it a stride-1 one, which runs as one row of
+        ``OH * OW`` columns (ResNet-50's downsampling 1x1 convs: 7 or 28 columns a row otherwise)."""
+        geometry = (p["fh"], p["fw"], p["ph"], p["pw"])
+        return p["mode"] != "hybrid" and geometry == (1, 1, 0, 0) and (p["sh"], p["sw"]) != (1, 1)
+
     def workspace(self, p: dict[str, Any]) -> int:
+        if self._subsampled(p):
+            return -(-p["ic"] // VEC) * VEC * p["oh"] * p["ow"] * 4
         geo = self._geometry(p)
         if not geo["copy"]:
             return 0
@@ -499,7 +524,11 @@ class ConvNchw88(_Nchw88Base):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         pointwise = (p["fh"], p["fw"], p["sh"], p["sw"], p["ph"], p["pw"]) == (1, 1, 1, 1, 0, 0)
-        if pointwise and p["mode"] != "hybrid":
+        subsampled = self._subsampled(p)
+        given = p  # the convolution's own input geometry (the remaps below change its view)
+        if subsampled:
+            p = {**p, "ih": p["oh"], "iw": p["ow"], "sh": 1, "sw": 1}
+        if (pointwise or subsampled) and p["mode"] != "hybrid":
             # a 1x1 stride-1 conv maps pixel to pixel: H x W is one row of H * W columns in NCHW88
             # (W is contiguous in H), so the register tiles never straddle a short row's end
             p = {**p, "ih": 1, "iw": p["ih"] * p["iw"], "oh": 1, "ow": p["oh"] * p["ow"]}
@@ -507,6 +536,8 @@ class ConvNchw88(_Nchw88Base):
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
         fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
         geo = self._geometry(p)
+        if subsampled:  # the subsampled copy is the source
+            geo = {"copy": True, "ihp": ih, "iwp": iw}
         hybrid = mode == "hybrid"
         icg, ocg = ic // g, oc // g
         ocp = -(-oc // VEC) * VEC
@@ -554,7 +585,9 @@ class ConvNchw88(_Nchw88Base):
         args, casts = _signature(ct, p)
         pad_omp = omp_for(region, 2)
         pad_body = _pad_copy(dt, src_layout, ic, ih, iw, p["ph"], p["pw"], pad_omp)[0] if geo["copy"] else ""
-        x_img = offset(src_layout, (n, icp, ih, iw), {"N": "n"})
+        if subsampled:
+            pad_body = _subsample_copy(dt, given, pad_omp)
+        x_img = offset(src_layout, (n, icp, given["ih"], given["iw"]), {"N": "n"})
         y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gc * {x_k * (1 if hybrid else icg // VEC)}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
