@@ -29,7 +29,8 @@ CASES = [
     (1, 8, 11, 10, 16, 3, 2, 0, 1, 1, "hswish"),  # dense, stride 2, no padding
     (1, 16, 10, 10, 16, 3, 1, 2, 2, 1, "sigmoid"),  # dense, dilation 2
     (1, 32, 7, 7, 40, 1, 1, 0, 1, 1, "relu"),  # 1x1, 7 columns: 6 + 1 tiles
-    (2, 16, 9, 9, 32, 1, 2, 0, 1, 1, "none"),  # 1x1 stride 2, batch 2
+    (2, 16, 9, 9, 32, 1, 2, 0, 1, 1, "none"),  # 1x1 stride 2, batch 2 (subsampled copy, one row)
+    (2, 20, 13, 11, 24, 1, 2, 0, 1, 1, "residual"),  # 1x1 stride 2, IC not whole blocks, odd sizes
     (1, 32, 8, 9, 32, 3, 1, 1, 1, 2, "relu"),  # group GKCRSc8k8, 2 groups of 16
     (1, 24, 15, 17, 24, 3, 1, 1, 1, 24, "relu"),  # channel-wise C11RSc8
     (2, 16, 14, 13, 16, 3, 2, 1, 1, 16, "residual"),  # channel-wise, stride 2, batch 2

@@ -61,14 +61,16 @@ def test_winograd_selected_by_default() -> None:
     cases = [
         (1, 64, 28, 28, 64, 3, 1, 1, 1, 1, "relu"),  # Winograd F(4, 3)
         (1, 32, 7, 7, 32, 3, 1, 1, 1, 1, "relu"),  # 7 x 7: F(2, 3)
+        (1, 32, 14, 14, 32, 3, 1, 1, 1, 1, "residual"),  # 14 x 14: F(2, 3) (F(4, 3) would pad to 16 x 16)
+        (1, 512, 9, 9, 512, 3, 1, 1, 1, 1, "relu"),  # 9 x 9, F(2, 3)'s U too large: F(4, 3)
         (1, 8, 12, 12, 16, 3, 1, 1, 1, 1, "relu"),  # too few channels: direct
         (1, 32, 16, 16, 32, 3, 2, 1, 1, 1, "none"),  # stride 2: direct
     ]
     fn, inputs = _conv_model(cases, np.random.default_rng(1))
     compiled = check(fn, inputs, TARGETS[0], threads=2)
     source = compiled.ir("c")
-    assert source.count("static void conv2d_winograd_nchw88_f4_") == 1
-    assert source.count("static void conv2d_winograd_nchw88_f2_") == 1
+    assert source.count("static void conv2d_winograd_nchw88_f4_") == 2
+    assert source.count("static void conv2d_winograd_nchw88_f2_") == 2
     assert source.count("static void conv2d_nchw88_dense_") == 2
 
 

@@ -18,6 +18,7 @@ runs on each finished tile while it is still in L1.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -37,6 +38,26 @@ def _knobs(isa: str) -> type[CEmitter]:
     from backends.c.isas import ISA_EMITTERS
 
     return ISA_EMITTERS[isa]
+
+
+def broadcast_fma(
+    vtype: str,
+    loads: Sequence[str],
+    broadcasts: Sequence[str],
+    acc: Callable[[int, int], str],
+    fma: Callable[[str, str, str], str],
+    vec: str,
+    scalar: str,
+) -> list[str]:
+    """One reduction step of a register tile (every x86 micro-kernel's inner body): the vectors
+    ``loads`` into ``{vec}0, {vec}1, ...``, then per broadcast scalar ``i`` (named ``scalar``) one
+    ``fma(scalar, vector, accumulator)`` into each accumulator ``acc(i, j)``."""
+    lines = [f"    const {vtype} {vec}{j} = {load};" for j, load in enumerate(loads)]
+    for i, bcast in enumerate(broadcasts):
+        lines.append(f"    {{ const {vtype} {scalar} = {bcast};")
+        lines += [f"      {acc(i, j)} = {fma(scalar, f'{vec}{j}', acc(i, j))};" for j in range(len(loads))]
+        lines.append("    }")
+    return lines
 
 
 def micro_kernel(isa: str, mr: int, nr: int) -> str:
@@ -66,13 +87,15 @@ def micro_kernel(isa: str, mr: int, nr: int) -> str:
                 lines.append(f"  {em.vtype} {c[i][j]} = {guard} ? {src} : {em.zero};")
         lines.append("  #pragma GCC unroll 2")
         lines.append("  for (long k = 0; k < K; ++k) {")
-        for j in range(nv):
-            lines.append(f"    const {em.vtype} b{j} = {em.load.format(p=f'B + k * {nr} + {j * em.vec}')};")
-        for i in range(mr):
-            lines.append(f"    {{ const {em.vtype} a = {em.set1.format(x=f'A[k * {mr} + {i}]')};")
-            for j in range(nv):
-                lines.append(f"      {c[i][j]} = {em.fma.format(a='a', b=f'b{j}', c=c[i][j])};")
-            lines.append("    }")
+        lines += broadcast_fma(
+            em.vtype,
+            [em.load.format(p=f"B + k * {nr} + {j * em.vec}") for j in range(nv)],
+            [em.set1.format(x=f"A[k * {mr} + {i}]") for i in range(mr)],
+            lambda i, j: c[i][j],
+            lambda a, b, acc: em.fma.format(a=a, b=b, c=acc),
+            vec="b",
+            scalar="a",
+        )
         lines.append("  }")
         for i in range(mr):
             for j in range(nv):
@@ -85,6 +108,12 @@ def micro_kernel(isa: str, mr: int, nr: int) -> str:
         return lines
 
     return "\n".join(body(False) + body(True)) + "\n"
+
+
+def isa_micro_kernel(isa: str) -> str:
+    """The micro-kernel of the ISA's own register tile (its emitter's ``gemm_mr`` x ``gemm_nr``)."""
+    knobs = _knobs(isa)
+    return micro_kernel(isa, knobs.gemm_mr, knobs.gemm_nr)
 
 
 def _tile_call(isa: str, mr: int, nr: int) -> str:
@@ -184,8 +213,7 @@ class ConvGemm(Template):
         return filter_panels(array, p, self.geometry(p), self.panel_dtype), f"{self.panel_tag}{p['mr']}"
 
     def support(self, em: CEmitter) -> str:
-        knobs = _knobs(self.isa)
-        return micro_kernel(self.isa, knobs.gemm_mr, knobs.gemm_nr)
+        return isa_micro_kernel(self.isa)
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
@@ -432,8 +460,7 @@ class MatmulGemm(Template):
         return np.ascontiguousarray(padded.reshape(p["k"], geo["NP"], nr).transpose(1, 0, 2)), f"gemm_b{nr}"
 
     def support(self, em: CEmitter) -> str:
-        em_isa = _knobs(self.isa)
-        return micro_kernel(self.isa, em_isa.gemm_mr, em_isa.gemm_nr)
+        return isa_micro_kernel(self.isa)
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)

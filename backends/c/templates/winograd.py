@@ -33,6 +33,7 @@ import numpy as np
 from xdsl.ir import Operation
 
 from backends.c.templates import sym_join
+from backends.c.templates.gemm import broadcast_fma
 from backends.c.templates.generic import omp_for, omp_parallel
 from backends.c.templates.nchw88 import (
     ACT_CODES,
@@ -101,11 +102,15 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int) -> str:
     ]
     lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
     lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
-    lines += [f"    const {vt} w{a} = {ld}(up + {a * vw});" for a in range(j)]
-    for b in range(i):
-        lines.append(f"    {{ const {vt} x = {bcast.format(o=f'{b} * ldv')};")
-        lines += [f"      c{a}_{b} = {fma}(w{a}, x, c{a}_{b});" for a in range(j)]
-        lines.append("    }")
+    lines += broadcast_fma(
+        vt,
+        [f"{ld}(up + {a * vw})" for a in range(j)],
+        [bcast.format(o=f"{b} * ldv") for b in range(i)],
+        lambda b, a: f"c{a}_{b}",
+        lambda x, w, acc: f"{fma}({w}, {x}, {acc})",
+        vec="w",
+        scalar="x",
+    )
     lines.append("  }")
     lines += [f"  {st}(mo + {b} * ldm + {a * vw}, c{a}_{b});" for a in range(j) for b in range(i)]
     lines.append("}")
@@ -114,12 +119,15 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int) -> str:
 
 # Winograd F(m x m, 3 x 3) where it beats the direct kernels (measured per layer with
 # bench/bench_x86.py's profiles on AVX2 and AVX-512: F(4, 3) 1.7-5x faster from 8x8 outputs and 16
-# channels up; at 7x7 the 4x4 tiles waste 30% and U is 4x the filter, F(2, 3) wins there, except
-# with very many channels: in a whole model ResNet's 7x7x512 U (16 MiB) streams from memory, slower
-# than the direct kernel's 9 MiB of filters)
+# channels up). Below 16x16 outputs F(4, 3)'s tiles waste a quarter of the work or more (14x14 is
+# 16x16 of tiles) and its U is 4x the filter, against F(2, 3)'s 16/9: F(2, 3) wins there (AVX-512,
+# ResNet-50's 14x14 256-channel conv: 0.85 ms F(4, 3), 0.77 ms F(2, 3)), except with very many
+# channels: ResNet's 7x7x512 F(2, 3) U (16 MiB) streams from memory, slower than the direct kernel's
+# 9 MiB of filters (1.5 ms direct, 2.3 ms F(2, 3)); from 8x8 up F(4, 3) is still ahead of direct
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_F2_MAX_MACS = 256 * 256  # IC x OC of an F(2, 3) conv
-WINOGRAD_F4_MIN_SPATIAL = 8
+WINOGRAD_F4_MIN_SPATIAL = 16  # F(4, 3) from here; F(2, 3) below where the channels allow
+WINOGRAD_F4_FALLBACK_SPATIAL = 8  # F(4, 3) from here where F(2, 3)'s U is too large
 WINOGRAD_F2_MIN_SPATIAL = 4
 
 
@@ -134,8 +142,9 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
     spatial = min(p["oh"], p["ow"])
     if spatial >= WINOGRAD_F4_MIN_SPATIAL:
         return 4
-    small = spatial >= WINOGRAD_F2_MIN_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F2_MAX_MACS
-    return 2 if small else None
+    if spatial >= WINOGRAD_F2_MIN_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F2_MAX_MACS:
+        return 2
+    return 4 if spatial >= WINOGRAD_F4_FALLBACK_SPATIAL else None
 
 
 class ConvWinogradNchw88(_Nchw88Base):
@@ -146,8 +155,8 @@ class ConvWinogradNchw88(_Nchw88Base):
     priority = 290  # ahead of the direct conv2d_nchw88 where winograd_tile says it wins
     epilogues = {"float32": FULL_EPILOGUE}  # float32 only (winograd_tile); xm_n88_act per output vector
     vw: ClassVar[int] = 8  # output channels per filter vector
-    jmax: ClassVar[int] = 2  # filter vectors per register tile
-    imax: ClassVar[int] = 6  # tiles per register tile
+    jmax: ClassVar[int] = 2  # filter vectors per register tile (U's panel: jmax * vw output channels)
+    imax: ClassVar[int] = 6  # tiles per register tile at most
     budget: ClassVar[int] = 768 * 1024  # bytes of V + M per tile block (L2-resident)
     l2: ClassVar[int] = 2 * 1024 * 1024  # V + M of every tile up to this: one block
 
@@ -183,11 +192,14 @@ class ConvWinogradNchw88(_Nchw88Base):
         groups = max(1, min(-(-th * tw // self.imax), budget // (per_tile * self.imax)))
         tb = groups * self.imax
         nblk = -(-th * tw // tb)
-        per_blk = -(-th * tw // nblk)
-        tb = -(-per_blk // self.imax) * self.imax  # balance the blocks
+        tb = -(-th * tw // nblk)  # balance the blocks
+        # tiles per register tile: the block's tiles shared evenly by as few register tiles as
+        # imax allows (49 tiles: 5 x 10, not 4 x 12 + 1, whose last tile is one broadcast per
+        # 2 FMAs; ResNet-50's 14x14 256-channel conv 0.95 -> 0.78 ms)
+        ib = -(-tb // -(-tb // self.imax))
         return {
-            "A": a, "TH": th, "TW": tw, "T": th * tw, "TB": tb, "NBLK": nblk, "ICP": icp, "OCP": ocp,
-            "HP": th * m + 2, "WP": tw * m + 2,
+            "A": a, "TH": th, "TW": tw, "T": th * tw, "TB": tb, "IB": ib, "NBLK": nblk, "ICP": icp,
+            "OCP": ocp, "HP": th * m + 2, "WP": tw * m + 2,
         }  # fmt: skip
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int, int]:
@@ -209,17 +221,14 @@ class ConvWinogradNchw88(_Nchw88Base):
         return np.ascontiguousarray(winograd_filter_spec(panel).pack(u)), f"winograd_f{p['m']}_k{panel}"
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + "".join(
-            _guarded(f"WINO_{self.isa}_GEMM_{j}x{i}".upper(), gemm_ukr(self.isa, self.vw, j, i))
-            for j in range(1, self.jmax + 1)
-            for i in range(1, self.imax + 1)
-        )
+        return COMMON
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         m, n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("m", "n", "ic", "ih", "iw", "oc", "oh", "ow"))
         ph, pw = p["ph"], p["pw"]
         geo = self.geometry(p)
         a, tw, nt_tiles, tb, icp, ocp = geo["A"], geo["TW"], geo["T"], geo["TB"], geo["ICP"], geo["OCP"]
+        ib = geo["IB"]
         hp, wp = geo["HP"], geo["WP"]
         bt, _, at = TRANSFORMS[m]
         xs_n, v_n, _ = self._sizes(p)
@@ -276,9 +285,7 @@ class ConvWinogradNchw88(_Nchw88Base):
         gemm_calls = []
         for j in range(1, self.jmax + 1):
             call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}); break;"
-            variants = " ".join(
-                f"case {i}: xm_wino_{self.isa}_gemm_{j}x{i}{call}" for i in range(1, self.imax + 1)
-            )
+            variants = " ".join(f"case {i}: xm_wino_{self.isa}_gemm_{j}x{i}{call}" for i in range(1, ib + 1))
             gemm_calls.append(f"if (jv == {j}) switch (iv) {{ {variants} default: break; }}")
         kt = ocp // panel  # output-channel panels per point
         ocv = -(-oc // self.vw) * self.vw  # output channels in whole filter vectors
@@ -288,7 +295,13 @@ class ConvWinogradNchw88(_Nchw88Base):
         # input transform's barrier, and that transform writes only V)
         region = omp_parallel(n * oc * oh * ow * ic * 9, "parallel")
         par2 = omp_for(region, 2)
-        return f"""
+        # the register tiles this conv calls, emitted once per translation unit
+        ukrs = "".join(
+            _guarded(f"WINO_{self.isa}_GEMM_{j}x{i}".upper(), gemm_ukr(self.isa, self.vw, j, i))
+            for j in range(1, self.jmax + 1)
+            for i in range(1, ib + 1)
+        )
+        return f"""{ukrs}
 static void {sym}({args}) {{
   {casts}
   float* xs = (float*)ws;
@@ -331,8 +344,8 @@ static void {sym}({args}) {{
           const int k0 = kt * {self.jmax * self.vw};
           const int jv = ({ocv} - k0) / {self.vw} < {self.jmax} ? ({ocv} - k0) / {self.vw} : {self.jmax};
           const float* ub = w + (long)e * {ust["S"]} + (long)kt * {ust[f"K/{panel}"]};
-          for (int i0 = 0; i0 < tn; i0 += {self.imax}) {{
-            const int iv = tn - i0 < {self.imax} ? tn - i0 : {self.imax};
+          for (int i0 = 0; i0 < tn; i0 += {ib}) {{
+            const int iv = tn - i0 < {ib} ? tn - i0 : {ib};
             const float* vb = V + (long)e * {vst["S"]} + (long)i0 * {vst["N"]};
             float* mb = Mb + (long)e * {mst["S"]} + (long)i0 * {mst["N"]} + k0;
             {ind.join(gemm_calls)}
