@@ -38,12 +38,12 @@ from xdsl.ir import Operation
 
 from backends.c.match import code, conv_common, depthwise_lowered, pool_geometry, same_type
 from backends.c.templates import Template, sym_join
-from backends.c.templates.gemm import ConvGemm, conv_pack_mode
+from backends.c.templates.gemm import ConvGemm, MatmulGemm, conv_pack_mode, matmul_common, matmul_sym
 from backends.c.templates.neon_fp16 import ElemwiseF16
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
-from passes.lowering.kernels import EpilogueSupport, Lowered, const_array, shape
+from passes.lowering.kernels import EpilogueSupport, Lowered, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -390,71 +390,44 @@ static void {sym}({args}) {{
 """
 
 
-class MatmulF16(Template):
+class MatmulF16(MatmulGemm):
     """``matmul_f16``: (batched) ``y = op(a) @ op(b)`` in float16 on the GEMM micro-kernel; a constant b
     (a Linear layer's weight) is packed ahead of time. Epilogue: bias along the columns, residual,
-    ReLU / ReLU6."""
+    ReLU / ReLU6. The float32 ``matmul_gemm``'s geometry, workspace and b packing on float16 panels."""
 
     family = "matmul_f16"
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
     priority = 99  # float16 only (float32 matmul_gemm is 100, int8 95, other element types 90)
     epilogues = {"float16": MATMUL_EPILOGUE}
-    isa = ISA
+
+    def __init__(self) -> None:
+        super().__init__(ISA)
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-        if any(code(v) != "f16" for v in (*op.operands, *op.results)) or not _f16_compute(op):
+        if not _f16_compute(op) or any(L.layout_of(v.type) is not None for v in (*op.operands, *op.results)):
             return None
-        if any(L.layout_of(v.type) is not None for v in (*op.operands, *op.results)):
-            return None
-        p = op.params()
-        a, b = op.operands
-        sa, sb = shape(a), shape(b)
-        batched = isinstance(op, T.BatchedMatrixMulOp)
-        params = {
-            "batch": sa[0] if batched else 1,
-            "m": sa[-1] if p["transpose_a"] else sa[-2], "k": sa[-2] if p["transpose_a"] else sa[-1],
-            "n": sb[-2] if p["transpose_b"] else sb[-1],
-            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])),
-            "b_const": int(not batched and const_array(b) is not None),
-            "bias": 0, "residual": 0, "act": "identity", "mr": MR, "nr": NR, "kc": KC,
-        }  # fmt: skip
-        return Lowered(params, [a, b])
+        lowered = matmul_common(op, "f16")
+        if lowered is not None:
+            lowered.params.update({"mr": MR, "nr": NR, "kc": KC})
+        return lowered
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, f"b{p['batch']}" if p["batch"] != 1 else "", f"m{p['m']}", f"n{p['n']}",
-            f"k{p['k']}", "ta" if p["ta"] else "", "tb" if p["tb"] else "", "bconst" if p["b_const"] else "",
-            *_epilogue_words(p),
-        )  # fmt: skip
+        return sym_join(self.family, *matmul_sym(p), *_epilogue_words(p))
 
-    @staticmethod
-    def geometry(p: dict[str, Any]) -> dict[str, int]:
-        return {"MP": -(-p["m"] // p["mr"]), "NP": -(-p["n"] // p["nr"])}
-
-    def _a_halves(self, p: dict[str, Any]) -> int:
-        # packed A, rounded up to 64 bytes so that packed B after it starts on a cache line
+    def _a_floats(self, p: dict[str, Any]) -> int:
+        # packed A in halves, rounded up to 64 bytes so that packed B after it starts on a cache line
         return -(-self.geometry(p)["MP"] * p["mr"] * p["k"] // 32) * 32
 
     def workspace(self, p: dict[str, Any]) -> int:
         if p["b_const"] and p["m"] == 1:
             return 0  # _render_row reads a and the packed b in place
-        size = self._a_halves(p) * 2
-        if not p["b_const"]:
-            size += self.geometry(p)["NP"] * p["nr"] * p["k"] * 2
-        return size
+        return super().workspace(p) // 2  # the float32 unit's sizes count 4-byte elements, halves 2
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1 or not p["b_const"]:
-            return None
-        b = np.asarray(array, np.float16)
-        if p["tb"]:
-            b = b.T
-        nr, NP = p["nr"], self.geometry(p)["NP"]
-        padded = np.zeros((p["k"], NP * nr), np.float16)
-        padded[:, : p["n"]] = b
-        # (K, NP, NR) -> (NP, K, NR)
-        return np.ascontiguousarray(padded.reshape(p["k"], NP, nr).transpose(1, 0, 2)), f"gemm_hb{nr}"
+        got = super().pack(operand, array, p)
+        # float16 -> float32 -> float16 is exact: the same panels as packing in float16
+        return None if got is None else (got[0].astype(np.float16), f"gemm_hb{p['nr']}")
 
     def support(self, em: CEmitter) -> str:
         return COMMON + micro_kernel()
@@ -472,7 +445,7 @@ class MatmulF16(Template):
         if p["b_const"]:
             bpack = "const xm_h* bp = b;"
         else:
-            bpack = f"""xm_h* bp = ap + {self._a_halves(p)};
+            bpack = f"""xm_h* bp = ap + {self._a_floats(p)};
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int j = 0; j < {NP}; ++j)
       for (int k = 0; k < {Kd}; ++k)
