@@ -293,6 +293,67 @@ def test_fp16_stem_matches_reference(threads: int, sanitize: bool) -> None:
         assert not bad.any(), f"stem case {i}: {bad.sum()} of {w.size} beyond float16 tolerance"
 
 
+# small-output (pixels x channels tile) kernel cases: input (N, C, H, W), OC, kernel, stride, padding,
+# dilation: both tiles (7 x 4 for 128-channel panels, 14 x 2 for 64), a partial last pixel tile, batch 2,
+# strides, a 5x5 kernel, dilation, two channel panels (split by pixel tiles between 2 threads)
+PIXROWS = [
+    ((2, 19, 7, 7), 128, 3, 1, 1, 1),
+    ((1, 37, 9, 11), 64, 3, 2, 1, 1),
+    ((1, 24, 13, 12), 192, 5, 1, 2, 1),
+    ((1, 16, 10, 10), 128, 3, 1, 2, 2),
+    ((1, 40, 8, 9), 256, 3, 2, 1, 1),
+]
+
+
+@pytest.mark.parametrize(("threads", "sanitize"), [(1, False), (2, False), (1, True)])
+def test_fp16_pixrows_matches_reference(threads: int, sanitize: bool) -> None:
+    """conv2d_pixrows_f16 with and without a fused residual (ReLU6, ReLU, none) against the reference."""
+    require(TARGET)
+    rng = np.random.default_rng(7)
+    weights = []
+    for (_, ic, _, _), oc, k, *_ in PIXROWS:
+        w = (rng.standard_normal((oc, ic, k, k)) / np.sqrt(ic * k * k)).astype(np.float32)
+        weights.append((Tensor(w), Tensor((rng.standard_normal((1, oc, 1, 1)) * 0.2).astype(np.float32))))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, _, s, pad, d), (w, b), x) in enumerate(zip(PIXROWS, weights, xs, strict=False)):
+            y = F.conv2d(x, w, b, stride=s, padding=pad, dilation=d)
+            outs.append(F.relu6(y + xs[-1]) if i == 2 else (F.relu(y) if i % 2 else y))
+        return tuple(outs)
+
+    inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in PIXROWS]
+    inputs.append(rng.standard_normal((1, 192, 13, 12)).astype(np.float32))
+    compiled = compile_fn(f, inputs, TARGET, threads=threads)
+    plan = compiled.ir("kernel-plan-memory")
+    assert plan.count("kernel.call @conv2d_pixrows_f16") == len(PIXROWS) and "_res_RELU6" in plan, plan
+    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
+    got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        w = np.asarray(w, np.float32)
+        assert g.shape == w.shape
+        bad = np.abs(g - w) > KERNEL_RTOL * float(np.abs(w).max()) + KERNEL_RTOL * np.abs(w)
+        assert not bad.any(), f"pixrows case {i}: {bad.sum()} of {w.size} beyond float16 tolerance"
+
+
+def test_fp16_pixrows_choice() -> None:
+    """The small-output kernel for ResNet's 3x3 7x7 layers and strided 3x3 layers down to 14x14; not for
+    1x1 convolutions, the layers Winograd takes, large outputs or channel counts off its tiles."""
+    from backends.c.templates.x86_fp16_pixrows import ConvPixelRowsF16
+
+    def picks(ic: int, hw: int, oc: int, k: int = 3, s: int = 1) -> bool:
+        x = np.zeros((1, ic, hw, hw), np.float32)
+        w = Tensor(np.zeros((oc, ic, k, k), np.float32))
+        compiled = compile_fn(lambda t: F.conv2d(t, w, stride=s, padding=k // 2), [x], TARGET)
+        return "conv2d_pixrows_f16" in compiled.ir("kernel-plan-memory")
+
+    require(TARGET)
+    assert ConvPixelRowsF16.priority > 108  # tried first: it declines what the other units keep
+    assert picks(512, 7, 512) and picks(256, 14, 512, s=2) and picks(128, 28, 256, s=2)
+    assert not picks(256, 14, 256)  # Winograd F(2, 3)
+    assert not picks(256, 14, 512, k=1, s=2) and not picks(64, 56, 128, s=2) and not picks(64, 7, 48)
+
+
 def test_fp16_relu_and_max_pool_keep_nan() -> None:
     require(TARGET)
     x = np.ones((1, 2, 5, 40), np.float32)

@@ -67,6 +67,21 @@ static inline __m512h xm_h_row4(const xm_h* row, long base, long nv, long len) {
   const __m512i b = _mm512_permutex2var_epi16(q[2], idx, q[3]);
   return _mm512_castsi512_ph(_mm512_mask_blend_epi16((__mmask32)0xFFFF0000u, a, b));
 }
+/* F(2, 3)'s 4 taps of 32 tiles: t[k] lane l = row[base + 2 l + k] (lanes l < nv, indices in [0, len),
+   else zero): taps 0, 1 the even and odd words of 64 halves from base, taps 2, 3 those from base + 2 */
+static inline void xm_h_taps2(const xm_h* row, long base, long nv, long len, __m512h* t) {
+  const __m512i ev = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,
+                                      30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_add_epi16(ev, _mm512_set1_epi16(1));
+  for (int s = 0; s < 4; s += 2) {
+    const long b = base + s, lo = b < 0 ? -b : 0, hi = len - b < 2 * nv ? len - b : 2 * nv;
+    const __m512i q0 = _mm512_maskz_loadu_epi16((__mmask32)(xm_h_mask(hi) & ~xm_h_mask(lo)), row + b);
+    const __m512i q1 = _mm512_maskz_loadu_epi16((__mmask32)(xm_h_mask(hi - 32) & ~xm_h_mask(lo - 32)),
+                                                row + b + 32);
+    t[s] = _mm512_castsi512_ph(_mm512_permutex2var_epi16(q0, ev, q1));
+    t[s + 1] = _mm512_castsi512_ph(_mm512_permutex2var_epi16(q0, od, q1));
+  }
+}
 /* lo = a0 b0 a1 b1 ... a15 b15, hi = a16 b16 ... a31 b31 */
 static inline void xm_h_zip(__m512h a, __m512h b, __m512h* lo, __m512h* hi) {
   const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
@@ -86,22 +101,32 @@ static inline __m512h xm_h_from_ps(__m512 lo, __m512 hi) {
 """
 
 _PS = {"add": "_mm512_add_ps", "sub": "_mm512_sub_ps", "fma": "_mm512_fmadd_ps", "set1": "_mm512_set1_ps"}
+_PH = {"add": "_mm512_add_ph", "sub": "_mm512_sub_ph", "fma": "_mm512_fmadd_ph", "set1": "_mm512_set1_ph"}
 
 
-def transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, n_in: int) -> list[str]:
-    """Float32 statements ``dst = mat . src . mat^T`` over ``__m512`` arrays ``src[i * n_in + j]``
-    into ``dst[i * len(mat) + j]`` (zero coefficients dropped, +-1 as adds / subtracts)."""
+def unit_entries(mat: Sequence[Sequence[Fraction]]) -> bool:
+    """Every coefficient 0 or +-1 (F(2, 3)'s ``B^T``): the transform is adds and subtracts only."""
+    return all(c in (0, 1, -1) for row in mat for c in row)
+
+
+def transform_2d(
+    mat: Sequence[Sequence[Fraction]], src: str, dst: str, n_in: int, half: bool = False
+) -> list[str]:
+    """Statements ``dst = mat . src . mat^T`` over ``__m512`` (float32) or, ``half``, ``__m512h`` arrays
+    ``src[i * n_in + j]`` into ``dst[i * len(mat) + j]`` (zero coefficients dropped, +-1 as adds /
+    subtracts)."""
+    ops, vtype = (_PH, "__m512h") if half else (_PS, "__m512")
     n_out = len(mat)
     lines = []
     for i in range(n_out):  # t[i][j] = sum_k mat[i][k] src[k][j]
         for j in range(n_in):
-            e = _lin(mat[i], [f"{src}[{k * n_in + j}]" for k in range(n_in)], **_PS)
-            lines.append(f"const __m512 {dst}t{i}_{j} = {e};")
+            e = _lin(mat[i], [f"{src}[{k * n_in + j}]" for k in range(n_in)], **ops)
+            lines.append(f"const {vtype} {dst}t{i}_{j} = {e};")
     for i in range(n_out):  # dst[i][j] = sum_k t[i][k] mat[j][k]
         for j in range(n_out):
-            e = _lin(mat[j], [f"{dst}t{i}_{k}" for k in range(n_in)], **_PS)
+            e = _lin(mat[j], [f"{dst}t{i}_{k}" for k in range(n_in)], **ops)
             lines.append(f"{dst}[{i * n_out + j}] = {e};")
-    return [s.replace("_MUL_", "_mm512_mul_ps") for s in lines]
+    return [s.replace("_MUL_", "_mm512_mul_ph" if half else "_mm512_mul_ps") for s in lines]
 
 
 # F(m, 3) against the direct GEMM (9 taps per output): m = 4 does 36 / 16 = 2.25 multiply-adds per
@@ -225,7 +250,33 @@ class ConvWinogradF16(Template):
             if m == 4
             else (f"xm_h_row(row, base, 2, nt_, {iw}, _mm512_setzero_si512())")
         )
-        in_tf = "\n        ".join(transform_2d(bt, "d", "v", a))
+        # B^T of F(2, 3) is adds and subtracts: in float16 on all 32 lanes (V is stored as float16 anyway;
+        # each V value is two roundings instead of one), else float32 in two halves of 16
+        half = unit_entries(bt)
+        in_tf = "\n        ".join(transform_2d(bt, "d", "v", a, half))
+        if half:
+            in_regs = f"__m512h d[{a * a}], v[{a * a}];"
+            keep = "d[i * " + str(a) + " + k] = dv;"
+            in_body = "{\n        " + in_tf + "\n          }"
+            packed = "_mm512_castph_si512(v[pt])"
+        else:
+            in_regs = f"__m512 dl[{a * a}], dh[{a * a}], vl[{a * a}], vh[{a * a}];"
+            keep = "dl[i * " + str(a) + " + k] = xm_h_lo_ps(dv); dh[i * " + str(a) + " + k] = xm_h_hi_ps(dv);"
+            in_body = (
+                "{ const __m512* d = dl; __m512* v = vl;\n        " + in_tf + "\n          }\n"
+                "          { const __m512* d = dh; __m512* v = vh;\n        " + in_tf + "\n          }"
+            )
+            packed = "_mm512_castph_si512(xm_h_from_ps(vl[pt], vh[pt]))"
+        if m == 2:
+            fill = (
+                f"if (ok) xm_h_taps2(row, (long)tx0 * 2 - {pw}, nt_, {iw}, tap); "
+                "else tap[0] = tap[1] = tap[2] = tap[3] = _mm512_setzero_ph();"
+            )
+        else:
+            fill = (
+                f"for (int k = 0; k < {a}; ++k) {{ const long base = (long)tx0 * {m} - {pw} + k; "
+                f"tap[k] = ok ? {row_load} : _mm512_setzero_ph(); }}"
+            )
         out_tf = "\n          ".join(transform_2d(at, "q", "o", a))
         bias = "(float)((const xm_h*)bias_)[oc_]" if p["bias"] else "0.f"
         if m == 4:
@@ -251,29 +302,25 @@ static void {sym}({args}) {{
       for (int ty = 0; ty < {th}; ++ty)
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
-          __m512 dl[{pts}], dh[{pts}], vl[{pts}], vh[{pts}];
+          {in_regs}
           for (int i = 0; i < {a}; ++i) {{
             const int yy = ty * {m} - {ph} + i;
             const int ok = (unsigned)yy < {ih}u;
             const xm_h* row = plane + (ok ? (long)yy * {iw} : 0);
+            __m512h tap[{a}];
+            {fill}
             for (int k = 0; k < {a}; ++k) {{
-              const long base = (long)tx0 * {m} - {pw} + k;
-              const __m512h dv = ok ? {row_load} : _mm512_setzero_ph();
-              dl[i * {a} + k] = xm_h_lo_ps(dv); dh[i * {a} + k] = xm_h_hi_ps(dv);
+              const __m512h dv = tap[k];
+              {keep}
             }}
           }}
-          {{ const __m512* d = dl; __m512* v = vl;
-        {in_tf}
-          }}
-          {{ const __m512* d = dh; __m512* v = vh;
-        {in_tf}
-          }}
+          {in_body}
           /* tiles t0 .. t0 + nt_ - 1 of the flattened order: the rest of panel j0, then panel j0 + 1 */
           const long t0 = (long)ty * {tw} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
           const __mmask32 m0 = xm_h_mask(nt_ < {nr} - off ? nt_ : {nr} - off);
           const __mmask32 m1 = (__mmask32)(xm_h_mask(nt_) & ~xm_h_mask({nr} - off));
           for (int pt = 0; pt < {pts}; ++pt) {{
-            const __m512i hv = _mm512_castph_si512(xm_h_from_ps(vl[pt], vh[pt]));
+            const __m512i hv = {packed};
             xm_h* dst = vp + (((long)pt * {NP} + j0) * {ic} + c) * {nr};
             _mm512_mask_storeu_epi16(dst + off, m0, hv);
             if (m1) _mm512_mask_storeu_epi16(dst + {ic * nr} - ({nr} - off), m1, hv);
