@@ -650,12 +650,16 @@ class PoolF16(Template):
             # summed in float32, as the reference; exclude_padding divides by each column's tap count
             init = "__m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps(), clo = lo, chi = lo;"
             acc = (
-                f"const __m512h t = {tap}; const long i0 = (long)q * {sw} - {pw} + s; "
+                f"const __m512h t = {tap}; "
                 "lo = _mm512_add_ps(lo, _mm512_cvtxph_ps(_mm512_castph512_ph256(t))); "
                 "hi = _mm512_add_ps(hi, _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64("
                 "_mm512_castph_si512(t), 1)))); "
-                f"for (int l = 0; l < 32; ++l) cnt[l] += (i0 + l * {sw} >= 0 && i0 + l * {sw} < {iw});"
             )
+            if mode != "average":  # per-lane tap counts only where a window can reach the padding
+                acc += (
+                    f"const long i0 = (long)q * {sw} - {pw} + s; "
+                    f"for (int l = 0; l < 32; ++l) cnt[l] += (i0 + l * {sw} >= 0 && i0 + l * {sw} < {iw});"
+                )
             div = (
                 f"_mm512_set1_ps({float(fh * fw)}f)"
                 if mode == "average"
@@ -667,7 +671,7 @@ class PoolF16(Template):
                 f"_mm512_cvtxps_ph(_mm512_div_ps(hi, {div.format(h=16)}))), 1))"
             )
             fill = "_mm512_setzero_si512()"
-            init = "float cnt[32] = {0}; " + init
+            init = init if mode == "average" else "float cnt[32] = {0}; " + init
         return f"""
 static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
   const xm_h* x = (const xm_h*)x_;
