@@ -118,12 +118,13 @@ static inline __m512h xm_h_row(const xm_h* row, long base, int s, long nv, long 
 """
 
 
-def micro_kernel(mr: int = MR, nr: int = NR) -> str:
-    """``xm_hukr_<mr>x<nr>(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
-    float16; ``epi`` (the last K block only) adds the row bias, column bias and residual and applies the
-    activation before the store. Rows >= mv and columns >= nv are neither read nor written."""
-    nv = nr // LANES
-    c = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
+def micro_kernel(mr: int = MR) -> str:
+    """``xm_hukr_<mr>x32(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
+    float16, one vector of ``NR == LANES`` columns per row; ``epi`` (the last K block only) adds the row
+    bias, column bias and residual and applies the activation before the store. Rows >= mv and columns
+    >= nv are neither read nor written."""
+    rows = [f"c{i}_0" for i in range(mr)]
+    res_row = "xm_h_loadn(epi->res + {i} * epi->ldr + 0, nv - 0)"
     lines = [
         "#ifndef XM_HUKR_EPI",
         "#define XM_HUKR_EPI",
@@ -131,50 +132,42 @@ def micro_kernel(mr: int = MR, nr: int = NR) -> str:
         "  const xm_h* bias; const xm_h* cbias; const xm_h* res; long ldr; int act;",
         "} xm_hepi;",
         "#endif",
-        f"static inline void xm_hukr_{mr}x{nr}(long K, const xm_h* restrict A, const xm_h* restrict B,",
+        f"static inline void xm_hukr_{mr}x{NR}(long K, const xm_h* restrict A, const xm_h* restrict B,",
         "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi) {",
     ]
-    for i in range(mr):
-        for j in range(nv):
-            src = f"xm_h_loadn(C + {i} * ldc + {j * LANES}, nv - {j * LANES})"
-            lines.append(f"  __m512h {c[i][j]} = (first || {i} >= mv) ? _mm512_setzero_ph() : {src};")
+    lines += [
+        f"  __m512h {c} = (first || {i} >= mv) ? _mm512_setzero_ph() : xm_h_loadn(C + {i} * ldc + 0, nv - 0);"
+        for i, c in enumerate(rows)
+    ]
     lines += ["  #pragma GCC unroll 2", "  for (long k = 0; k < K; ++k) {"]
-    for j in range(nv):
-        lines.append(f"    const __m512h b{j} = _mm512_loadu_ph(B + k * {nr} + {j * LANES});")
-    for i in range(mr):
-        lines.append(f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);")
-        for j in range(nv):
-            lines.append(f"      {c[i][j]} = _mm512_fmadd_ph(a, b{j}, {c[i][j]});")
+    lines.append(f"    const __m512h b0 = _mm512_loadu_ph(B + k * {NR} + 0);")
+    for i, c in enumerate(rows):  # each A value an embedded broadcast of its one FMA
+        lines += [
+            f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);",
+            f"      {c} = _mm512_fmadd_ph(a, b0, {c});",
+        ]
         lines.append("    }")
+    lines += [
+        "  }",
+        "  if (epi) {",
+        "    const __m512h cb0 = epi->cbias ? xm_h_loadn(epi->cbias + 0, nv - 0) : _mm512_setzero_ph();",
+    ]
+    for i, c in enumerate(rows):
+        lines += [
+            f"    if ({i} < mv) {{",
+            f"      const __m512h rb = epi->bias ? _mm512_set1_ph(epi->bias[{i}]) : _mm512_setzero_ph();",
+            f"      {c} = _mm512_add_ph(_mm512_add_ph({c}, rb), cb0);",
+            f"      if (epi->res) {c} = _mm512_add_ph({c}, {res_row.format(i=i)});",
+            f"      {c} = xm_h_act({c}, epi->act);",
+            "    }",
+        ]
     lines.append("  }")
-    lines.append("  if (epi) {")
-    for j in range(nv):
-        lines.append(
-            f"    const __m512h cb{j} = epi->cbias ? xm_h_loadn(epi->cbias + {j * LANES}, nv - {j * LANES})"
-            " : _mm512_setzero_ph();"
-        )
-    for i in range(mr):
-        lines.append(f"    if ({i} < mv) {{")
-        lines.append(
-            f"      const __m512h rb = epi->bias ? _mm512_set1_ph(epi->bias[{i}]) : _mm512_setzero_ph();"
-        )
-        for j in range(nv):
-            res = f"xm_h_loadn(epi->res + {i} * epi->ldr + {j * LANES}, nv - {j * LANES})"
-            lines += [
-                f"      {c[i][j]} = _mm512_add_ph(_mm512_add_ph({c[i][j]}, rb), cb{j});",
-                f"      if (epi->res) {c[i][j]} = _mm512_add_ph({c[i][j]}, {res});",
-                f"      {c[i][j]} = xm_h_act({c[i][j]}, epi->act);",
-            ]
-        lines.append("    }")
-    lines.append("  }")
-    for i in range(mr):
-        stores = " ".join(
-            f"xm_h_storen(C + {i} * ldc + {j * LANES}, nv - {j * LANES}, {c[i][j]});" for j in range(nv)
-        )
-        lines.append(f"  if ({i} < mv) {{ {stores} }}")
+    lines += [
+        f"  if ({i} < mv) {{ xm_h_storen(C + {i} * ldc + 0, nv - 0, {c}); }}" for i, c in enumerate(rows)
+    ]
     lines.append("}")
     # one definition per translation unit: the Winograd unit (x86_fp16_winograd.py) shares it
-    guard = f"XM_HUKR_{mr}X{nr}"
+    guard = f"XM_HUKR_{mr}X{NR}"
     return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
 
 
