@@ -199,6 +199,58 @@ def f16_conv(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
     return got
 
 
+# the GEMM units' thread split: with few column panels (deep layers, small images) the row panels are
+# split between threads too (mch chunks of mper panels; the "n" order's inner loop)
+THREAD_SPLIT = (
+    "  /* few column panels (deep layers, small images): split the channel panels between threads too */\n"
+    "  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;\n"
+    "  const int mper = ({MP} + mch - 1) / mch;\n"
+    "  (void)mper;"
+)
+
+
+def gemm_sweep(order: str, geo: dict[str, int], p: dict[str, Any], rows: int, cols: str, call: str) -> str:
+    """The loops over a packed GEMM's ``MP`` row panels, ``K`` blocks and ``NP`` column panels around
+    ``call`` (a micro-kernel call on ``kl``, ``mp``, ``m0``, ``mv``, ``j``, ``nv`` and the packed B block
+    ``B``), ``rows`` rows in all; ``cols`` declares the panel's first column ``col0`` and ``nv0``. Order
+    ``m``: row panels outermost (each A panel, the filter, read once), else column panels outermost
+    with :data:`THREAD_SPLIT`'s ``mch`` chunks of row panels."""
+    mr, nr, kc, K, NP, MP = p["mr"], p["nr"], p["kc"], geo["K"], geo["NP"], geo["MP"]
+    if order == "m":
+        return f"""
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int mp = 0; mp < {MP}; ++mp) {{
+      const int m0 = mp * {mr};
+      const int mv = {rows} - m0 < {mr} ? {rows} - m0 : {mr};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        for (int j = 0; j < {NP}; ++j) {{
+          {cols}
+          const int nv = nv0 < {nr} ? nv0 : {nr};
+          const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+          {call}
+        }}
+      }}
+    }}"""
+    return f"""
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j)
+    for (int mc = 0; mc < mch; ++mc) {{
+      {cols}
+      const int nv = nv0 < {nr} ? nv0 : {nr};
+      const int mlo = mc * mper, mhi = (mc + 1) * mper < {MP} ? (mc + 1) * mper : {MP};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+        for (int mp = mlo; mp < mhi; ++mp) {{
+          const int m0 = mp * {mr};
+          const int mv = {rows} - m0 < {mr} ? {rows} - m0 : {mr};
+          {call}
+        }}
+      }}
+    }}"""
+
+
 class ConvGemmF16(ConvGemm):
     """``conv2d_gemm_f16``: dense or grouped NCHW float16 convolution by packed GEMM (module doc); the
     float32 GEMM's geometry, workspace and filter packing on float16 panels."""
@@ -301,7 +353,7 @@ class ConvGemmF16(ConvGemm):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
-        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        mr, nr = p["mr"], p["nr"]
         K, NP, MP, RP, ocg = geo["K"], geo["NP"], geo["MP"], geo["RP"], geo["ocg"]
         P = p["oh"] * p["ow"]
         extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
@@ -321,50 +373,14 @@ class ConvGemmF16(ConvGemm):
         call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
           xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
                             {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0);"""
-        if p["order"] == "m":
-            compute = f"""
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int mp = 0; mp < {MP}; ++mp) {{
-      const int m0 = mp * {mr};
-      const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
-      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
-        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
-        for (int j = 0; j < {NP}; ++j) {{
-          {cols}
-          const int nv = nv0 < {nr} ? nv0 : {nr};
-          const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
-          {call}
-        }}
-      }}
-    }}"""
-        else:
-            compute = f"""
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
-    for (int j = 0; j < {NP}; ++j)
-    for (int mc = 0; mc < mch; ++mc) {{
-      {cols}
-      const int nv = nv0 < {nr} ? nv0 : {nr};
-      const int mlo = mc * mper, mhi = (mc + 1) * mper < {MP} ? (mc + 1) * mper : {MP};
-      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
-        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
-        const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
-        for (int mp = mlo; mp < mhi; ++mp) {{
-          const int m0 = mp * {mr};
-          const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
-          {call}
-        }}
-      }}
-    }}"""
+        compute = gemm_sweep(p["order"], geo, p, ocg, cols, call)
         return f"""
 static void {sym}({args}) {{
   const xm_h* x = (const xm_h*)x_;
   const xm_h* w = (const xm_h*)w_;
   xm_h* y = (xm_h*)y_;
   xm_h* bp = (xm_h*)ws;
-  /* few column panels (deep layers, small images): split the channel panels between threads too */
-  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
-  const int mper = ({MP} + mch - 1) / mch;
-  (void)mper;
+{THREAD_SPLIT.format(NP=NP, MP=MP)}
   for (int n = 0; n < {p["n"]}; ++n)
   for (int g = 0; g < {p["groups"]}; ++g) {{
     const xm_h* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {p["ih"] * p["iw"]};
@@ -427,7 +443,7 @@ class MatmulF16(MatmulGemm):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
-        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        mr, nr = p["mr"], p["nr"]
         M, N, Kd, MP, NP = p["m"], p["n"], p["k"], geo["MP"], geo["NP"]
         extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
         args = ", ".join(
@@ -450,12 +466,18 @@ class MatmulF16(MatmulGemm):
             return self._render_row(sym, args, p)
         cbias = "(const xm_h*)bias_ + col0" if p["bias"] else "0"
         res = f"(const xm_h*)res_ + (long)bt * {M * N} + (long)m0 * {N} + col0" if p["residual"] else "0"
+        call = f"""const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
+          xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr}, B, yb + (long)m0 * {N} + col0,
+                            {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0);"""
+        cols = f"const int col0 = j * {nr}; const int nv0 = {N} - col0;"
+        sweep = gemm_sweep("n", {**geo, "K": Kd}, p, M, cols, call)
         return f"""
 static void {sym}({args}) {{
   const xm_h* a = (const xm_h*)a_;
   const xm_h* b = (const xm_h*)b_;
   xm_h* y = (xm_h*)y_;
   xm_h* ap = (xm_h*)ws;
+{THREAD_SPLIT.format(NP=NP, MP=MP)}
   for (int bt = 0; bt < {p["batch"]}; ++bt) {{
     const xm_h* a0 = a + (long)bt * {M * Kd};
     const xm_h* b0 = b + (long)bt * {0 if p["b_const"] else N * Kd};
@@ -467,23 +489,7 @@ static void {sym}({args}) {{
           const int r = mp * {mr} + q;
           ap[((long)mp * {Kd} + k) * {mr} + q] = r < {M} ? {a_at} : (xm_h)0;
         }}
-    {bpack}
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int j = 0; j < {NP}; ++j) {{
-      const int col0 = j * {nr};
-      const int nv = {N} - col0 < {nr} ? {N} - col0 : {nr};
-      for (int k0 = 0; k0 < {Kd}; k0 += {kc}) {{
-        const long kl = {Kd} - k0 < {kc} ? {Kd} - k0 : {kc};
-        for (int mp = 0; mp < {MP}; ++mp) {{
-          const int m0 = mp * {mr};
-          const int mv = {M} - m0 < {mr} ? {M} - m0 : {mr};
-          const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
-          xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr},
-                            bp + (long)j * {Kd * nr} + (long)k0 * {nr},
-                            yb + (long)m0 * {N} + col0, {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0);
-        }}
-      }}
-    }}
+    {bpack}{sweep}
   }}
 }}
 """
