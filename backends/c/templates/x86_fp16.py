@@ -190,6 +190,23 @@ def _f16_compute(op: Operation) -> bool:
     return op.params().get("compute_mode", enums.ComputeMode.DEFAULT) != enums.ComputeMode.FLOAT32
 
 
+def f16_args(p: dict[str, Any], a: str = "x", b: str = "w") -> str:
+    """A float16 conv / matmul kernel's C parameters: inputs ``a_`` and ``b_``, the bias and residual its
+    epilogue takes, ``y_``, the workspace and the thread count."""
+    extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
+    return ", ".join(
+        [f"const void* {a}_", f"const void* {b}_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+    )
+
+
+def f16_head(sym: str, p: dict[str, Any], a: str = "x", b: str = "w") -> str:
+    """The kernel's signature (:func:`f16_args`) and first lines: its inputs and output as ``xm_h``."""
+    return f"""static void {sym}({f16_args(p, a, b)}) {{
+  const xm_h* {a} = (const xm_h*){a}_;
+  const xm_h* {b} = (const xm_h*){b}_;
+  xm_h* y = (xm_h*)y_;"""
+
+
 def f16_conv(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
     """``conv_common``'s parameters and operands of a float16-compute convolution whose activation the
     float16 epilogue applies (every float16 conv unit starts here), else None."""
@@ -356,10 +373,6 @@ class ConvGemmF16(ConvGemm):
         mr, nr = p["mr"], p["nr"]
         K, NP, MP, RP, ocg = geo["K"], geo["NP"], geo["MP"], geo["RP"], geo["ocg"]
         P = p["oh"] * p["ow"]
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         if p["pack"] == "rows":
             cols = (
                 f"const int col0 = (j / {RP}) * {p['ow']} + (j % {RP}) * {nr}; "
@@ -375,10 +388,7 @@ class ConvGemmF16(ConvGemm):
                             {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0);"""
         compute = gemm_sweep(p["order"], geo, p, ocg, cols, call)
         return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p)}
   xm_h* bp = (xm_h*)ws;
 {THREAD_SPLIT.format(NP=NP, MP=MP)}
   for (int n = 0; n < {p["n"]}; ++n)
@@ -445,10 +455,6 @@ class MatmulF16(MatmulGemm):
         geo = self.geometry(p)
         mr, nr = p["mr"], p["nr"]
         M, N, Kd, MP, NP = p["m"], p["n"], p["k"], geo["MP"], geo["NP"]
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* a_", "const void* b_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         a_at = f"a0[(long)k * {M} + r]" if p["ta"] else f"a0[(long)r * {Kd} + k]"
         b_at = f"b0[(long)c * {Kd} + k]" if p["tb"] else f"b0[(long)k * {N} + c]"
         if p["b_const"]:
@@ -463,7 +469,7 @@ class MatmulF16(MatmulGemm):
           bp[((long)j * {Kd} + k) * {nr} + q] = c < {N} ? {b_at} : (xm_h)0;
         }}"""
         if p["b_const"] and M == 1:
-            return self._render_row(sym, args, p)
+            return self._render_row(sym, p)
         cbias = "(const xm_h*)bias_ + col0" if p["bias"] else "0"
         res = f"(const xm_h*)res_ + (long)bt * {M * N} + (long)m0 * {N} + col0" if p["residual"] else "0"
         call = f"""const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
@@ -472,10 +478,7 @@ class MatmulF16(MatmulGemm):
         cols = f"const int col0 = j * {nr}; const int nv0 = {N} - col0;"
         sweep = gemm_sweep("n", {**geo, "K": Kd}, p, M, cols, call)
         return f"""
-static void {sym}({args}) {{
-  const xm_h* a = (const xm_h*)a_;
-  const xm_h* b = (const xm_h*)b_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p, "a", "b")}
   xm_h* ap = (xm_h*)ws;
 {THREAD_SPLIT.format(NP=NP, MP=MP)}
   for (int bt = 0; bt < {p["batch"]}; ++bt) {{
@@ -494,7 +497,7 @@ static void {sym}({args}) {{
 }}
 """
 
-    def _render_row(self, sym: str, args: str, p: dict[str, Any]) -> str:
+    def _render_row(self, sym: str, p: dict[str, Any]) -> str:
         """One row times a constant matrix (a classifier head): the micro-kernel would fill 1 of its 24
         rows, so each column panel is a dot product over K in 4 independent accumulators instead,
         streaming the packed ``b`` once."""
@@ -503,10 +506,7 @@ static void {sym}({args}) {{
         bias = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)bias_ + col0, nv));" if p["bias"] else ""
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + col0, nv));" if p["residual"] else ""
         return f"""
-static void {sym}({args}) {{
-  const xm_h* a = (const xm_h*)a_;
-  const xm_h* b = (const xm_h*)b_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p, "a", "b")}
   (void)ws;
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
   for (int j = 0; j < {NP}; ++j) {{
@@ -561,10 +561,6 @@ class ConvDepthwiseF16(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         c, ih, iw, oh, ow, fh, fw = (p[k] for k in ("c", "ih", "iw", "oh", "ow", "fh", "fw"))
         sh, sw, ph, pw, dh, dw = (p[k] for k in ("sh", "sw", "ph", "pw", "dh", "dw"))
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         bias = "_mm512_set1_ph(((const xm_h*)bias_)[ch])" if p["bias"] else "_mm512_setzero_ph()"
         res = (
             "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + "
@@ -573,10 +569,7 @@ class ConvDepthwiseF16(Template):
             else ""
         )
         return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p)}
   (void)ws;
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
   for (int nc = 0; nc < {p["n"] * c}; ++nc) {{

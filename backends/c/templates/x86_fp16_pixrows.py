@@ -35,6 +35,7 @@ from backends.c.templates.x86_fp16 import (
     LANES,
     _epilogue_words,
     f16_conv,
+    f16_head,
 )
 from backends.c.templates.x86_fp16_winograd import DEFAULT_TILES, winograd_tile
 from dialects import tensor as T
@@ -179,18 +180,11 @@ class ConvPixelRowsF16(Template):
         K, P, TILES_, PANELS, W, LDT = (geo[k] for k in ("K", "P", "TILES", "PANELS", "W", "LDT"))
         ic, ih, iw, oc, oh, ow = (p[k] for k in ("ic", "ih", "iw", "oc", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         act = ACT_CODES[p["act"]]
         bias = f"(const xm_h*)bias_ + pn * {W}" if p["bias"] else "(const xm_h*)0"
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yo, nv));" if p["residual"] else ""
         return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p)}
   uint32_t* col = (uint32_t*)ws;   /* [K][P], each half twice */
   xm_h* t = (xm_h*)(col + {geo["COL"]});  /* [TILES * PR][LDT]: the output transposed */
   /* few channel panels: split the pixel tiles between threads too */

@@ -27,6 +27,7 @@ from backends.c.templates.x86_fp16 import (
     ISA,
     LANES,
     _epilogue_words,
+    f16_args,
     f16_conv,
 )
 from dialects import tensor as T
@@ -104,10 +105,7 @@ class ConvStemF16(Template):
             for kh in range(fh)
             for kw in range(fw)
         ]
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
+        args = f16_args(p)
         acc = [f"c{i}" for i in range(mr)]
         fmas = "\n".join(
             f"        {c} = _mm512_fmadd_ph(_mm512_set1_ph(a[{i}]), b, {c});" for i, c in enumerate(acc)

@@ -43,6 +43,7 @@ from backends.c.templates.x86_fp16 import (
     NR,
     _epilogue_words,
     f16_conv,
+    f16_head,
     micro_kernel,
 )
 from dialects import tensor as T
@@ -241,10 +242,6 @@ class ConvWinogradF16(Template):
         bt, _, at = TRANSFORMS[m]
         v_halves, _ = self._sizes(p)
         cols, pts = NP * nr, a * a
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         row_load = (
             "xm_h_row4(row, base, nt_, " + str(iw) + ")"
             if m == 4
@@ -287,10 +284,7 @@ class ConvWinogradF16(Template):
             zip_row = "__m512h z[2]; xm_h_zip(r[0], r[1], &z[0], &z[1]);"
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff + q0, cnt));" if p["residual"] else ""
         return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p)}
   xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] */
   xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] */
   for (int n = 0; n < {n}; ++n) {{
