@@ -145,6 +145,31 @@ def _assert_close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
         assert not bad.any(), f"{name}: {bad.sum()} of {w.size} beyond float16 tolerance"
 
 
+def _assert_cases_close(
+    compiled: Any, inputs: list[np.ndarray], sanitize: bool, label: str, rtol: float
+) -> None:
+    """Every output of ``compiled`` (under ASan/UBSan when ``sanitize``) within ``rtol`` of the reference
+    interpreter's on the same inference graph."""
+    want = run_module(compiled._stages["inference"], inputs)
+    got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        w = np.asarray(w, np.float32)
+        assert g.shape == w.shape
+        bad = np.abs(g - w) > rtol * float(np.abs(w).max()) + rtol * np.abs(w)
+        assert not bad.any(), f"{label} case {i}: {bad.sum()} of {w.size} beyond float16 tolerance"
+
+
+def _assert_fused_family_matches(
+    f: Callable[..., Any], inputs: list[np.ndarray], threads: int, sanitize: bool, family: str, count: int
+) -> None:
+    """``count`` calls of ``family``, one of them with a fused residual and ReLU6, and every output within
+    the float16 tolerance of the reference."""
+    compiled = compile_fn(f, inputs, TARGET, threads=threads)
+    plan = compiled.ir("kernel-plan-memory")
+    assert plan.count(f"kernel.call @{family}") == count and "_res_RELU6" in plan, plan
+    _assert_cases_close(compiled, inputs, sanitize, family, KERNEL_RTOL)
+
+
 @pytest.fixture(scope="module")
 def model() -> tuple[Callable[..., Any], list[np.ndarray]]:
     return kernel_model(np.random.default_rng(5))
@@ -226,14 +251,9 @@ def test_fp16_winograd_matches_reference(
     plan = compiled.ir("kernel-plan-memory")
     assert plan.count(f"conv2d_winograd_f16_f{tile}_") >= len(WINOGRAD), plan
     assert "conv2d_gemm_f16" not in plan and "_res_RELU6" in plan  # the residual and ReLU6 are fused
-    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
-    got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
-    rtol = KERNEL_RTOL if tile == 2 else WINOGRAD_F4_RTOL
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        w = np.asarray(w, np.float32)
-        assert g.shape == w.shape
-        bad = np.abs(g - w) > rtol * float(np.abs(w).max()) + rtol * np.abs(w)
-        assert not bad.any(), f"case {i}: {bad.sum()} of {w.size} beyond F({tile}, 3)'s tolerance"
+    _assert_cases_close(
+        compiled, inputs, sanitize, f"F({tile}, 3)", KERNEL_RTOL if tile == 2 else WINOGRAD_F4_RTOL
+    )
 
 
 def test_fp16_winograd_choice() -> None:
@@ -281,16 +301,7 @@ def test_fp16_stem_matches_reference(threads: int, sanitize: bool) -> None:
 
     inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in STEMS]
     inputs.append(rng.standard_normal((1, 64, 19, 23)).astype(np.float32))
-    compiled = compile_fn(f, inputs, TARGET, threads=threads)
-    plan = compiled.ir("kernel-plan-memory")
-    assert plan.count("kernel.call @conv2d_stem_f16") == len(STEMS) and "_res_RELU6" in plan, plan
-    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
-    got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        w = np.asarray(w, np.float32)
-        assert g.shape == w.shape
-        bad = np.abs(g - w) > KERNEL_RTOL * float(np.abs(w).max()) + KERNEL_RTOL * np.abs(w)
-        assert not bad.any(), f"stem case {i}: {bad.sum()} of {w.size} beyond float16 tolerance"
+    _assert_fused_family_matches(f, inputs, threads, sanitize, "conv2d_stem_f16", len(STEMS))
 
 
 # small-output (pixels x channels tile) kernel cases: input (N, C, H, W), OC, kernel, stride, padding,
@@ -324,16 +335,7 @@ def test_fp16_pixrows_matches_reference(threads: int, sanitize: bool) -> None:
 
     inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in PIXROWS]
     inputs.append(rng.standard_normal((1, 192, 13, 12)).astype(np.float32))
-    compiled = compile_fn(f, inputs, TARGET, threads=threads)
-    plan = compiled.ir("kernel-plan-memory")
-    assert plan.count("kernel.call @conv2d_pixrows_f16") == len(PIXROWS) and "_res_RELU6" in plan, plan
-    want = run_module(compiled._stages["inference"], inputs)  # type: ignore[arg-type]
-    got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        w = np.asarray(w, np.float32)
-        assert g.shape == w.shape
-        bad = np.abs(g - w) > KERNEL_RTOL * float(np.abs(w).max()) + KERNEL_RTOL * np.abs(w)
-        assert not bad.any(), f"pixrows case {i}: {bad.sum()} of {w.size} beyond float16 tolerance"
+    _assert_fused_family_matches(f, inputs, threads, sanitize, "conv2d_pixrows_f16", len(PIXROWS))
 
 
 def test_fp16_pixrows_choice() -> None:

@@ -216,6 +216,30 @@ def f16_conv(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
     return got
 
 
+def conv_words(p: dict[str, Any]) -> tuple[str, ...]:
+    """Symbol words of a convolution's geometry: batch, channels, image, kernel, stride, padding and the
+    dilation where it is not 1."""
+    dil = (p.get("dh", 1), p.get("dw", 1))
+    return (
+        f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}", f"k{p['fh']}x{p['fw']}",
+        f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", f"d{dil[0]}x{dil[1]}" if dil != (1, 1) else "",
+    )  # fmt: skip
+
+
+class ConvUnitF16(Template):
+    """What the float16 NCHW convolution units share: their ops, epilogue and ISA, and ``dense``, the
+    start of a match that takes ungrouped convolutions only."""
+
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    epilogues = {"float16": CONV_EPILOGUE}
+    isa = ISA
+
+    @staticmethod
+    def dense(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
+        got = f16_conv(op)
+        return None if got is None or got[0]["groups"] != 1 else got
+
+
 # the GEMM units' thread split: with few column panels (deep layers, small images) the row panels are
 # split between threads too (mch chunks of mper panels; the "n" order's inner loop)
 THREAD_SPLIT = (
@@ -297,11 +321,8 @@ class ConvGemmF16(ConvGemm):
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            self.family, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"], "mfirst" if p["order"] == "m" else "",
-            *_epilogue_words(p),
+            self.family, *conv_words(p), f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"],
+            "mfirst" if p["order"] == "m" else "", *_epilogue_words(p),
         )  # fmt: skip
 
     def support(self, em: CEmitter) -> str:
@@ -531,14 +552,11 @@ class MatmulF16(MatmulGemm):
 """
 
 
-class ConvDepthwiseF16(Template):
+class ConvDepthwiseF16(ConvUnitF16):
     """``conv2d_dw_f16``: NCHW float16 depthwise convolution, 32 output columns per vector (module doc)."""
 
     family = "conv2d_dw_f16"
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 108  # ahead of conv2d_gemm_f16 (104) for the depthwise convolutions it accepts
-    epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
         return depthwise_lowered(op, f16_conv(op))

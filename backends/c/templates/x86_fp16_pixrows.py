@@ -26,19 +26,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import Template, sym_join
+from backends.c.templates import sym_join
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
     COMMON,
-    CONV_EPILOGUE,
-    ISA,
     LANES,
+    ConvUnitF16,
     _epilogue_words,
-    f16_conv,
+    conv_words,
     f16_head,
 )
 from backends.c.templates.x86_fp16_winograd import DEFAULT_TILES, winograd_tile
-from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
@@ -111,25 +109,22 @@ def micro_kernel(pr: int, ov: int) -> str:
     return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
 
 
-class ConvPixelRowsF16(Template):
+class ConvPixelRowsF16(ConvUnitF16):
     """``conv2d_pixrows_f16``: dense NCHW float16 convolution of a small output, pixels x channels tiles
     (module doc)."""
 
     family = "conv2d_pixrows_f16"
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
     # tried before every other float16 conv family: it takes no grouped convolution (the depthwise 108's)
     # and leaves to Winograd (106) the layers winograd_tile gives it, to the GEMM (104) the rest
     priority = 109
-    epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
-        got = f16_conv(op)
+        got = self.dense(op)
         if got is None:
             return None
         params, operands = got
         shape = tile_shape(params["oc"])
-        if params["groups"] != 1 or shape is None or params["oh"] * params["ow"] > MAX_PIXELS:
+        if shape is None or params["oh"] * params["ow"] > MAX_PIXELS:
             return None
         # 1x1: no im2col to amortise, and the GEMM's copy panels were as fast or faster (measured)
         if params["fh"] * params["fw"] == 1 or winograd_tile(params, DEFAULT_TILES) is not None:
@@ -138,11 +133,7 @@ class ConvPixelRowsF16(Template):
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "", *_epilogue_words(p),
-        )  # fmt: skip
+        return sym_join(self.family, *conv_words(p), *_epilogue_words(p))
 
     @staticmethod
     def geometry(p: dict[str, Any]) -> dict[str, int]:

@@ -19,18 +19,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import Template, sym_join
+from backends.c.templates import sym_join
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
     COMMON,
-    CONV_EPILOGUE,
-    ISA,
     LANES,
+    ConvUnitF16,
     _epilogue_words,
+    conv_words,
     f16_args,
-    f16_conv,
 )
-from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
@@ -41,21 +39,18 @@ STEM_MAX_CHANNELS = 4  # input channels: deeper layers are the GEMM's, whose pan
 STEM_STRIDES = (1, 2)
 
 
-class ConvStemF16(Template):
+class ConvStemF16(ConvUnitF16):
     """``conv2d_stem_f16``: direct NCHW float16 convolution of a few input channels (module doc)."""
 
     family = "conv2d_stem_f16"
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 105  # ahead of conv2d_gemm_f16 (104); the Winograd unit (106) needs 16 channels
-    epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
-        got = f16_conv(op)
+        got = self.dense(op)
         if got is None:
             return None
         params, operands = got
-        if params["groups"] != 1 or params["ic"] > STEM_MAX_CHANNELS:
+        if params["ic"] > STEM_MAX_CHANNELS:
             return None
         if params["sw"] not in STEM_STRIDES or (params["dh"], params["dw"]) != (1, 1):
             return None
@@ -63,10 +58,7 @@ class ConvStemF16(Template):
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", *_epilogue_words(p),
-        )  # fmt: skip
+        return sym_join(self.family, *conv_words(p), *_epilogue_words(p))
 
     @staticmethod
     def geometry(p: dict[str, Any]) -> dict[str, int]:

@@ -29,24 +29,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import Template, sym_join
+from backends.c.templates import sym_join
 from backends.c.templates.nchw88 import _guarded
 from backends.c.templates.winograd import TRANSFORMS, _lin, transform_filter
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
     COMMON,
-    CONV_EPILOGUE,
-    ISA,
     KC,
     LANES,
     MR,
     NR,
+    ConvUnitF16,
     _epilogue_words,
-    f16_conv,
     f16_head,
     micro_kernel,
 )
-from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
@@ -170,19 +167,16 @@ def winograd_tile(p: dict[str, Any], tiles: Sequence[int]) -> int | None:
     return best if best is not None and winograd_cost(p, best) < WINOGRAD_MARGIN * direct_cost(p) else None
 
 
-class ConvWinogradF16(Template):
+class ConvWinogradF16(ConvUnitF16):
     """``conv2d_winograd_f16``: dense 3x3 stride-1 NCHW float16 convolution by ``F(m x m, 3 x 3)``
     (module doc)."""
 
     family = "conv2d_winograd_f16"
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 106  # ahead of conv2d_gemm_f16 (104) where winograd_tile says it wins
-    epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
     tiles: tuple[int, ...] = DEFAULT_TILES  # the F(m, 3) candidates
 
     def match(self, op: Operation) -> Lowered | None:
-        got = f16_conv(op)
+        got = self.dense(op)
         if got is None:
             return None
         params, operands = got
