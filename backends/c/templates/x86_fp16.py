@@ -651,6 +651,8 @@ class PoolF16(Template):
         mode = p["mode"]
         if mode != "max" and ph == pw == 0 and (oh - 1) * sh + fh <= ih and (ow - 1) * sw + fw <= iw:
             mode = "average"  # no window reaches past the input: nothing to exclude, no per-lane counts
+        if mode == "average" and oh == ow == 1:
+            return self._render_global(sym, p)
         if mode == "max":
             init = "__m512h a = _mm512_castsi512_ph(fill);"
             acc = f"a = xm_h_max(a, {tap});"  # a NaN tap wins and stays, as in the reference
@@ -705,6 +707,29 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
         xm_h_storen(yp + (long)r * {ow} + q, nv, {fin});
       }}
     }}
+  }}
+}}
+"""
+
+
+    @staticmethod
+    def _render_global(sym: str, p: dict[str, Any]) -> str:
+        """One unpadded average per plane (a global pool): the vector path would fill one lane of 32, so
+        each plane is summed by scalars, in float32 and in the vector path's tap order (the same
+        result), and divided once."""
+        n, c, ih, iw, fh, fw = (p[k] for k in ("n", "c", "ih", "iw", "fh", "fw"))
+        return f"""
+static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
+  const xm_h* x = (const xm_h*)x_;
+  xm_h* y = (xm_h*)y_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+  for (int nc = 0; nc < {n * c}; ++nc) {{
+    const xm_h* xp = x + (long)nc * {ih * iw};
+    float s = 0.f;
+    for (int kh = 0; kh < {fh}; ++kh)
+      for (int kw = 0; kw < {fw}; ++kw) s += (float)xp[kh * {iw} + kw];
+    y[nc] = (xm_h)(s / {float(fh * fw)}f);
   }}
 }}
 """
