@@ -235,17 +235,24 @@ def winograd_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[n
 
 
 @pytest.mark.parametrize(
-    ("tile", "threads", "sanitize"), [(2, 1, False), (2, 2, False), (4, 2, False), (2, 1, True)]
-)
+    ("tile", "threads", "sanitize", "row_bands"),
+    [
+        (2, 1, False, False), (2, 2, False, False), (4, 2, False, False), (2, 1, True, False),
+        (2, 2, False, True), (2, 1, True, True),
+    ],
+)  # fmt: skip
 def test_fp16_winograd_matches_reference(
-    monkeypatch: pytest.MonkeyPatch, tile: int, threads: int, sanitize: bool
+    monkeypatch: pytest.MonkeyPatch, tile: int, threads: int, sanitize: bool, row_bands: bool
 ) -> None:
-    """Every case on F(tile, 3), forced whatever the cost model says, against the reference."""
+    """Every case on F(tile, 3), forced whatever the cost model says, against the reference; with
+    ``row_bands`` every tile row is its own band (a partial last panel in each)."""
     from backends.c.templates import x86_fp16_winograd
 
     require(TARGET)
     monkeypatch.setattr(x86_fp16_winograd.KERNEL_UNITS[0], "tiles", (tile,))
     monkeypatch.setattr(x86_fp16_winograd, "WINOGRAD_MARGIN", float("inf"))
+    if row_bands:
+        monkeypatch.setattr(x86_fp16_winograd, "BAND_BYTES", 1)
     fn, inputs = winograd_model(np.random.default_rng(11))
     compiled = compile_fn(fn, inputs, TARGET, threads=threads)
     plan = compiled.ir("kernel-plan-memory")

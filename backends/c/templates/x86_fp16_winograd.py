@@ -140,6 +140,7 @@ WINOGRAD_MARGIN = 0.8
 # 0.74 ms); F(2, 3) is more accurate than the direct GEMM (each point's sum runs over IC terms, not
 # 9 IC): only F(2, 3) is chosen
 DEFAULT_TILES = (2,)
+BAND_BYTES = 1 << 20  # V and M of one band of tile rows: half of a Sapphire Rapids core's L2
 
 
 def winograd_cost(p: dict[str, Any], m: int) -> float:
@@ -197,9 +198,12 @@ class ConvWinogradF16(ConvUnitF16):
     def geometry(p: dict[str, Any]) -> dict[str, int]:
         m = p["m"]
         th, tw = -(-p["oh"] // m), -(-p["ow"] // m)
-        tiles = th * tw
-        np_ = -(-tiles // p["nr"])
-        return {"A": m + 2, "TH": th, "TW": tw, "T": tiles, "NP": np_, "MP": -(-p["oc"] // p["mr"])}
+        mp = -(-p["oc"] // p["mr"])
+        # bands of BR tile rows whose V and M stay in L2 (a 56x56x64 layer's whole V and M are 3.2 MB)
+        tile_bytes = (m + 2) ** 2 * (p["ic"] + mp * p["mr"]) * 2
+        br = max(1, min(th, BAND_BYTES // (tw * tile_bytes)))
+        np_ = -(-br * tw // p["nr"])  # panels of the largest band
+        return {"A": m + 2, "TH": th, "TW": tw, "BR": br, "NP": np_, "MP": mp}
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int]:
         """Halves of the packed V and of M (both rounded up to 64 bytes)."""
@@ -229,7 +233,7 @@ class ConvWinogradF16(ConvUnitF16):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
         m, mr, nr, kc = p["m"], p["mr"], p["nr"], p["kc"]
-        a, th, tw, tiles, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["T"], geo["NP"], geo["MP"]
+        a, th, tw, br, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["BR"], geo["NP"], geo["MP"]
         n, ic, ih, iw, oc, oh, ow, ph, pw = (
             p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow", "ph", "pw")
         )
@@ -279,15 +283,19 @@ class ConvWinogradF16(ConvUnitF16):
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff + q0, cnt));" if p["residual"] else ""
         return f"""
 {f16_head(sym, p)}
-  xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] */
-  xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] */
-  for (int n = 0; n < {n}; ++n) {{
+  xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] of one band */
+  xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] of one band */
+  for (int n = 0; n < {n}; ++n)
+  for (int ty0 = 0; ty0 < {th}; ty0 += {br}) {{
     const xm_h* xn = x + (long)n * {ic * ih * iw};
+    /* tile rows ty0 .. ty1 - 1: bt_ tiles flattened from 0 into bnp panels */
+    const int ty1 = ty0 + {br} < {th} ? ty0 + {br} : {th};
+    const int bt_ = (ty1 - ty0) * {tw}, bnp = (bt_ + {nr - 1}) / {nr};
     /* 1. input transform, straight into the packed B panels */
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int c = 0; c < {ic}; ++c) {{
       const xm_h* plane = xn + (long)c * {ih * iw};
-      for (int ty = 0; ty < {th}; ++ty)
+      for (int ty = ty0; ty < ty1; ++ty)
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
           {in_regs}
@@ -304,7 +312,7 @@ class ConvWinogradF16(ConvUnitF16):
           }}
           {in_body}
           /* tiles t0 .. t0 + nt_ - 1 of the flattened order: the rest of panel j0, then panel j0 + 1 */
-          const long t0 = (long)ty * {tw} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
+          const long t0 = (long)(ty - ty0) * {tw} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
           const __mmask32 m0 = xm_h_mask(nt_ < {nr} - off ? nt_ : {nr} - off);
           const __mmask32 m1 = (__mmask32)(xm_h_mask(nt_) & ~xm_h_mask({nr} - off));
           for (int pt = 0; pt < {pts}; ++pt) {{
@@ -315,16 +323,16 @@ class ConvWinogradF16(ConvUnitF16):
           }}
         }}
       /* the last panel's lanes past the last tile: zeros, so that the GEMM reads defined values */
-      if ({tiles % nr})
+      if (bt_ % {nr})
         for (int pt = 0; pt < {pts}; ++pt)
-          _mm512_mask_storeu_epi16(vp + (((long)pt * {NP} + {NP - 1}) * {ic} + c) * {nr},
-                                   (__mmask32)~xm_h_mask({tiles % nr}), _mm512_setzero_si512());
+          _mm512_mask_storeu_epi16(vp + (((long)pt * {NP} + bnp - 1) * {ic} + c) * {nr},
+                                   (__mmask32)~xm_h_mask(bt_ % {nr}), _mm512_setzero_si512());
     }}
     /* 2. one GEMM per transform point: M[pt] (OC x tiles) = U[pt] (OC x IC) . V[pt] (IC x tiles) */
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int pt = 0; pt < {pts}; ++pt)
-      for (int j = 0; j < {NP}; ++j) {{
-        const int nv = {tiles} - j * {nr} < {nr} ? {tiles} - j * {nr} : {nr};
+      for (int j = 0; j < bnp; ++j) {{
+        const int nv = bt_ - j * {nr} < {nr} ? bt_ - j * {nr} : {nr};
         for (int k0 = 0; k0 < {ic}; k0 += {kc}) {{
           const long kl = {ic} - k0 < {kc} ? {ic} - k0 : {kc};
           const xm_h* B = vp + (((long)pt * {NP} + j) * {ic} + k0) * {nr};
@@ -338,10 +346,10 @@ class ConvWinogradF16(ConvUnitF16):
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int oc_ = 0; oc_ < {oc}; ++oc_) {{
       const __m512 bv = _mm512_set1_ps({bias});
-      for (int ty = 0; ty < {th}; ++ty)
+      for (int ty = ty0; ty < ty1; ++ty)
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
-          const long t0 = (long)ty * {tw} + tx0;
+          const long t0 = (long)(ty - ty0) * {tw} + tx0;
           __m512 ql[{pts}], qh[{pts}], ol[{m * m}], oh_[{m * m}];
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512h mv = xm_h_loadn(mb + ((long)pt * {MP * mr} + oc_) * {cols} + t0, nt_);
