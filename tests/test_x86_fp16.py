@@ -8,8 +8,8 @@ about ``sqrt(K)`` half-ulps of the partial sums (``K`` = taps x input channels, 
 Each accumulating kernel's output must agree within ``1e-2 * max|want| + 1e-2 * |want|`` (Winograd
 F(4, 3), not chosen by default, within 5e-2); pooling and elementwise kernels are bit-exact. Whole
 models (float32 in and out, float16 inside) must be within a relative L2 error of 2% of the float32
-reference's output (measured at 64x64: ResNet-18 0.5%, MobileNetV2 1.0%; at 224x224 ResNet-18 0.2%,
-ResNet-50 0.4%). Every case pins its kernel choice.
+reference's output (measured at 64x64: ResNet-18 0.5%, MobileNetV2 1.0%; at 224x224 ResNet-18 0.23%,
+ResNet-50 0.38%). Every case pins its kernel choice.
 Skipped, with the reason, on CPUs without AVX512-FP16."""
 
 from __future__ import annotations

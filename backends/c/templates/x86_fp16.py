@@ -5,7 +5,8 @@
   col[k, p]`` (``k = (ic, kh, kw)``): the filter is packed ahead of time into ``MR``-row panels, the
   im2col matrix at run time into ``NR``-column panels (a copy for 1x1 stride-1 convolutions, row-aligned
   runs or a general gather otherwise, :func:`backends.c.templates.gemm.conv_pack_mode`); 3x3 stride-1
-  layers that Winograd wins are ``x86_fp16_winograd.py``'s, first layers ``x86_fp16_stem.py``'s. The
+  layers that Winograd wins are ``x86_fp16_winograd.py``'s, first layers ``x86_fp16_stem.py``'s, small
+  outputs ``x86_fp16_pixrows.py``'s (pixels x channels tiles). The
   micro-kernel holds a ``24 x 32`` tile (``16 x 32`` for 64 or 128 output channels) in one ``__m512h``
   accumulator per row and issues one embedded-broadcast ``vfmadd231ph`` per row and ``k`` for one
   vector load; the epilogue (bias along the channels,
@@ -710,7 +711,6 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
   }}
 }}
 """
-
 
     @staticmethod
     def _render_global(sym: str, p: dict[str, Any]) -> str:

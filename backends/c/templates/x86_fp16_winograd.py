@@ -4,19 +4,23 @@ AVX512-FP16 (``x86-avx512-fp16+ioc16``): ``conv2d_winograd_f16``.
 ``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile, summed over input channels, with the
 Lavin & Gray matrices of :data:`backends.c.templates.winograd.TRANSFORMS` (one source of the points).
 The filter transform ``U = G g G^T`` is computed in float64 ahead of time and rounded once to float16.
-At run time, for the whole layer:
+At run time, by bands of tile rows whose ``V`` and ``M`` fit :data:`BAND_BYTES` (L2; one band for
+most layers, 4 at 56x56x64):
 
 1. input transform: per input channel and row of tiles, 32 tiles at a time (lane ``l`` = tile
-   ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, border taps read as
-   zero), ``V = B^T d B`` in float32, rounded to float16 and stored straight into the GEMM's packed
-   ``B`` panels (tiles flattened over rows, 32 per panel, so a narrow image wastes no panel lanes);
+   ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, for ``F(2, 3)`` a
+   row's 4 taps from 4 loads and 4 ``vpermt2w``, border taps read as zero), ``V = B^T d B`` (in float16
+   where ``B^T`` is adds and subtracts, ``F(2, 3)``, else in float32 and rounded to float16) stored
+   straight into the GEMM's packed ``B`` panels (the band's tiles flattened over rows, 32 per panel, so
+   a narrow image wastes no panel lanes);
 2. one GEMM per transform point ``M[pt] = U[pt] (OC x IC) . V[pt] (IC x tiles)`` on the float16
    ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (float16 accumulation);
 3. output transform: ``A^T M A`` in float32, plus the bias, rounded to float16, the ``m`` tile columns
    interleaved into output rows (``vpermt2w``), residual and ReLU / ReLU6, masked stores at borders.
 
-Numerics (``tests/test_x86_fp16.py``, ``docs/ARCHITECTURE.md``): the transforms in float32 keep the
-rounding to the two float16 roundings of ``V`` and ``M`` and the float16 accumulation of the GEMM; the
+Numerics (``tests/test_x86_fp16.py``, ``docs/ARCHITECTURE.md``): the output transform in float32 (and
+``F(4, 3)``'s input transform) keeps the rounding to the float16 roundings of ``V`` (two for
+``F(2, 3)``'s float16 input transform) and ``M`` and the float16 accumulation of the GEMM; the
 output transform's coefficients (up to 8 for ``F(4, 3)``) amplify the accumulation error of ``M``.
 """
 
