@@ -653,7 +653,7 @@ class PoolF16(Template):
         if mode != "max" and ph == pw == 0 and (oh - 1) * sh + fh <= ih and (ow - 1) * sw + fw <= iw:
             mode = "average"  # no window reaches past the input: nothing to exclude, no per-lane counts
         if mode == "average" and oh == ow == 1:
-            return self._render_global(sym, p)
+            return self._plane_loop(sym, p, self._global_body(p))
         if mode == "max":
             init = "__m512h a = _mm512_castsi512_ph(fill);"
             acc = f"a = xm_h_max(a, {tap});"  # a NaN tap wins and stays, as in the reference
@@ -685,15 +685,10 @@ class PoolF16(Template):
             )
             fill = "_mm512_setzero_si512()"
             init = init if mode == "average" else "float cnt[32] = {0}; " + init
-        return f"""
-static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
-  const xm_h* x = (const xm_h*)x_;
-  xm_h* y = (xm_h*)y_;
-  (void)ws;
-  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-  for (int nc = 0; nc < {n * c}; ++nc) {{
-    const xm_h* xp = x + (long)nc * {ih * iw};
-    xm_h* yp = y + (long)nc * {oh * ow};
+        return self._plane_loop(
+            sym,
+            p,
+            f"""
     const __m512i fill = {fill};
     for (int q = 0; q < {ow}; q += 32) {{
       const long nv = {ow} - q < 32 ? {ow} - q : 32;
@@ -707,32 +702,36 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
         }}
         xm_h_storen(yp + (long)r * {ow} + q, nv, {fin});
       }}
-    }}
-  }}
-}}
-"""
+    }}""",
+        )
 
     @staticmethod
-    def _render_global(sym: str, p: dict[str, Any]) -> str:
-        """One unpadded average per plane (a global pool): the vector path would fill one lane of 32, so
-        each plane is summed by scalars, in float32 and in the vector path's tap order (the same
-        result), and divided once."""
-        n, c, ih, iw, fh, fw = (p[k] for k in ("n", "c", "ih", "iw", "fh", "fw"))
+    def _plane_loop(sym: str, p: dict[str, Any], body: str) -> str:
+        """The pooling function: ``body`` once per (image, channel) plane ``xp``, output plane ``yp``."""
         return f"""
 static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
   const xm_h* x = (const xm_h*)x_;
   xm_h* y = (xm_h*)y_;
   (void)ws;
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-  for (int nc = 0; nc < {n * c}; ++nc) {{
-    const xm_h* xp = x + (long)nc * {ih * iw};
-    float s = 0.f;
-    for (int kh = 0; kh < {fh}; ++kh)
-      for (int kw = 0; kw < {fw}; ++kw) s += (float)xp[kh * {iw} + kw];
-    y[nc] = (xm_h)(s / {float(fh * fw)}f);
+  for (int nc = 0; nc < {p["n"] * p["c"]}; ++nc) {{
+    const xm_h* xp = x + (long)nc * {p["ih"] * p["iw"]};
+    xm_h* yp = y + (long)nc * {p["oh"] * p["ow"]};{body}
   }}
 }}
 """
+
+    @staticmethod
+    def _global_body(p: dict[str, Any]) -> str:
+        """One unpadded average per plane (a global pool): the vector path would fill one lane of 32, so
+        each plane is summed by scalars, in float32 and in the vector path's tap order (the same
+        result), and divided once."""
+        fh, fw = p["fh"], p["fw"]
+        return f"""
+    float s = 0.f;
+    for (int kh = 0; kh < {fh}; ++kh)
+      for (int kw = 0; kw < {fw}; ++kw) s += (float)xp[kh * {p["iw"]} + kw];
+    yp[0] = (xm_h)(s / {float(fh * fw)}f);"""
 
 
 # mode -> expression over a, b, c (__m512h), each operation rounded to float16 as the reference's float16
