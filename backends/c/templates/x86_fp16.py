@@ -228,8 +228,8 @@ def conv_words(p: dict[str, Any]) -> tuple[str, ...]:
 
 
 class ConvUnitF16(Template):
-    """What the float16 NCHW convolution units share: their ops, epilogue and ISA, and ``dense``, the
-    start of a match that takes ungrouped convolutions only."""
+    """What the float16 NCHW convolution units share: their ops, epilogue and ISA, ``dense``, the start
+    of a match that takes ungrouped convolutions only, and a symbol naming the geometry and epilogue."""
 
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     epilogues = {"float16": CONV_EPILOGUE}
@@ -239,6 +239,9 @@ class ConvUnitF16(Template):
     def dense(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
         got = f16_conv(op)
         return None if got is None or got[0]["groups"] != 1 else got
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(self.family, *conv_words(p), *_epilogue_words(p))
 
 
 # the GEMM units' thread split: with few column panels (deep layers, small images) the row panels are

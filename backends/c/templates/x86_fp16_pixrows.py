@@ -26,14 +26,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import sym_join
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
     COMMON,
     LANES,
     ConvUnitF16,
-    _epilogue_words,
-    conv_words,
     f16_head,
 )
 from backends.c.templates.x86_fp16_winograd import DEFAULT_TILES, winograd_tile
@@ -131,9 +128,6 @@ class ConvPixelRowsF16(ConvUnitF16):
             return None
         params.update({"pr": shape[0], "ov": shape[1], "kc": KC})
         return Lowered(params, operands)
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(self.family, *conv_words(p), *_epilogue_words(p))
 
     @staticmethod
     def geometry(p: dict[str, Any]) -> dict[str, int]:

@@ -19,14 +19,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import sym_join
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
     COMMON,
     LANES,
     ConvUnitF16,
-    _epilogue_words,
-    conv_words,
     f16_args,
 )
 from passes.lowering.kernels import Lowered
@@ -56,9 +53,6 @@ class ConvStemF16(ConvUnitF16):
             return None
         params = {k: v for k, v in params.items() if k not in ("dh", "dw", "groups")}
         return Lowered(params, operands)
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(self.family, *conv_words(p), *_epilogue_words(p))
 
     @staticmethod
     def geometry(p: dict[str, Any]) -> dict[str, int]:
