@@ -80,8 +80,9 @@ def test_c_registry_orders_families_by_priority() -> None:
         "conv2d_nchw44_mmla", "conv2d_nchw44_dot_im2col", "conv2d_nchw44_dot_gemm", "conv2d_nchw44_dot",
         "conv2d_nchw44_winograd", "conv2d_nchw44_gemm", "conv2d_nchw44_dw3x3",
         "conv2d_nchw44", "conv2d_nchw44_q8",
-        "conv2d_depthwise", "conv2d_dw_f16", "conv2d_bf16_amx", "conv2d_winograd_f16", "conv2d_stem_f16",
-        "conv2d_gemm_f16", "conv2d_gemm", "conv2d_q8_amx", "conv2d_dw_q8_x86", "conv2d_q8_x86", "conv2d_q8",
+        "conv2d_depthwise", "conv2d_pixrows_f16", "conv2d_dw_f16", "conv2d_bf16_amx", "conv2d_winograd_f16",
+        "conv2d_stem_f16", "conv2d_gemm_f16", "conv2d_gemm", "conv2d_q8_amx", "conv2d_dw_q8_x86",
+        "conv2d_q8_x86", "conv2d_q8",
     ]  # fmt: skip
     # the generic GEMM is listed with the others of its family, not by the ARM module
     gemm_isas = {u.isa for u in KERNELS.units() if u.family == "conv2d_gemm"}

@@ -26,7 +26,8 @@ element types never accept the same op, so their relative order only matters wit
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
-* float16 compute on AVX512-FP16 (x86_fp16.py, NCHW): depthwise convolution 108, Winograd 3x3 106
+* float16 compute on AVX512-FP16 (x86_fp16.py, NCHW): small-output convolution 109
+  (x86_fp16_pixrows.py, declining what the others keep), depthwise convolution 108, Winograd 3x3 106
   (x86_fp16_winograd.py), first-layer direct 105 (x86_fp16_stem.py), GEMM convolution 104,
   pooling 105, matrix multiplication 99, elementwise 97 (the elemwise_f16 family of neon_fp16);
 * typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
@@ -58,6 +59,7 @@ from backends.c.templates import (
     x86_amx_bf16,
     x86_amx_matmul,
     x86_fp16,
+    x86_fp16_pixrows,
     x86_fp16_stem,
     x86_fp16_winograd,
     x86_int8,
@@ -85,6 +87,7 @@ KERNELS = KernelRegistry(
         *x86_int8_avx2.KERNEL_UNITS,
         *x86_fp16_winograd.KERNEL_UNITS,
         *x86_fp16_stem.KERNEL_UNITS,
+        *x86_fp16_pixrows.KERNEL_UNITS,
         *x86_amx_bf16.KERNEL_UNITS,
         *x86_int8_amx_island.KERNEL_UNITS,
         *x86_amx_matmul.KERNEL_UNITS,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import conv_common, gemm_blocking, is_f32
+from backends.c.match import code, conv_common, gemm_blocking
 from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
 from backends.c.templates.generic import omp_for, omp_parallel
 from dialects import tensor as T
@@ -374,11 +374,12 @@ static void {sym}({args}) {{
 """
 
 
-def matmul_common(op: Operation) -> Lowered | None:
-    """A float32 (batched) matrix multiply's geometry (``batch m n k``, transposes ``ta tb``, whether
-    b is a constant to pack ahead of time) and a plain epilogue, for every float matmul kernel."""
+def matmul_common(op: Operation, element: str = "f32") -> Lowered | None:
+    """A (batched) matrix multiply's geometry (``batch m n k``, transposes ``ta tb``, whether b is a
+    constant to pack ahead of time) and a plain epilogue, for every float matmul kernel: operands and
+    result of element-type code ``element`` (:func:`backends.c.match.code`), float32 unless told."""
     assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-    if not is_f32(*op.operands, *op.results):
+    if any(code(v) != element for v in (*op.operands, *op.results)):
         return None
     p = op.params()
     a, b = op.operands

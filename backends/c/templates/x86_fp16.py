@@ -5,7 +5,8 @@
   col[k, p]`` (``k = (ic, kh, kw)``): the filter is packed ahead of time into ``MR``-row panels, the
   im2col matrix at run time into ``NR``-column panels (a copy for 1x1 stride-1 convolutions, row-aligned
   runs or a general gather otherwise, :func:`backends.c.templates.gemm.conv_pack_mode`); 3x3 stride-1
-  layers that Winograd wins are ``x86_fp16_winograd.py``'s, first layers ``x86_fp16_stem.py``'s. The
+  layers that Winograd wins are ``x86_fp16_winograd.py``'s, first layers ``x86_fp16_stem.py``'s, small
+  outputs ``x86_fp16_pixrows.py``'s (pixels x channels tiles). The
   micro-kernel holds a ``24 x 32`` tile (``16 x 32`` for 64 or 128 output channels) in one ``__m512h``
   accumulator per row and issues one embedded-broadcast ``vfmadd231ph`` per row and ``k`` for one
   vector load; the epilogue (bias along the channels,
@@ -38,12 +39,12 @@ from xdsl.ir import Operation
 
 from backends.c.match import code, conv_common, depthwise_lowered, pool_geometry, same_type
 from backends.c.templates import Template, sym_join
-from backends.c.templates.gemm import ConvGemm, conv_pack_mode
+from backends.c.templates.gemm import ConvGemm, MatmulGemm, conv_pack_mode, matmul_common, matmul_sym
 from backends.c.templates.neon_fp16 import ElemwiseF16
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
-from passes.lowering.kernels import EpilogueSupport, Lowered, const_array, shape
+from passes.lowering.kernels import EpilogueSupport, Lowered, shape
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -118,12 +119,13 @@ static inline __m512h xm_h_row(const xm_h* row, long base, int s, long nv, long 
 """
 
 
-def micro_kernel(mr: int = MR, nr: int = NR) -> str:
-    """``xm_hukr_<mr>x<nr>(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
-    float16; ``epi`` (the last K block only) adds the row bias, column bias and residual and applies the
-    activation before the store. Rows >= mv and columns >= nv are neither read nor written."""
-    nv = nr // LANES
-    c = [[f"c{i}_{j}" for j in range(nv)] for i in range(mr)]
+def micro_kernel(mr: int = MR) -> str:
+    """``xm_hukr_<mr>x32(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
+    float16, one vector of ``NR == LANES`` columns per row; ``epi`` (the last K block only) adds the row
+    bias, column bias and residual and applies the activation before the store. Rows >= mv and columns
+    >= nv are neither read nor written."""
+    rows = [f"c{i}_0" for i in range(mr)]
+    res_row = "xm_h_loadn(epi->res + {i} * epi->ldr + 0, nv - 0)"
     lines = [
         "#ifndef XM_HUKR_EPI",
         "#define XM_HUKR_EPI",
@@ -131,50 +133,42 @@ def micro_kernel(mr: int = MR, nr: int = NR) -> str:
         "  const xm_h* bias; const xm_h* cbias; const xm_h* res; long ldr; int act;",
         "} xm_hepi;",
         "#endif",
-        f"static inline void xm_hukr_{mr}x{nr}(long K, const xm_h* restrict A, const xm_h* restrict B,",
+        f"static inline void xm_hukr_{mr}x{NR}(long K, const xm_h* restrict A, const xm_h* restrict B,",
         "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi) {",
     ]
-    for i in range(mr):
-        for j in range(nv):
-            src = f"xm_h_loadn(C + {i} * ldc + {j * LANES}, nv - {j * LANES})"
-            lines.append(f"  __m512h {c[i][j]} = (first || {i} >= mv) ? _mm512_setzero_ph() : {src};")
+    lines += [
+        f"  __m512h {c} = (first || {i} >= mv) ? _mm512_setzero_ph() : xm_h_loadn(C + {i} * ldc + 0, nv - 0);"
+        for i, c in enumerate(rows)
+    ]
     lines += ["  #pragma GCC unroll 2", "  for (long k = 0; k < K; ++k) {"]
-    for j in range(nv):
-        lines.append(f"    const __m512h b{j} = _mm512_loadu_ph(B + k * {nr} + {j * LANES});")
-    for i in range(mr):
-        lines.append(f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);")
-        for j in range(nv):
-            lines.append(f"      {c[i][j]} = _mm512_fmadd_ph(a, b{j}, {c[i][j]});")
+    lines.append(f"    const __m512h b0 = _mm512_loadu_ph(B + k * {NR} + 0);")
+    for i, c in enumerate(rows):  # each A value an embedded broadcast of its one FMA
+        lines += [
+            f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);",
+            f"      {c} = _mm512_fmadd_ph(a, b0, {c});",
+        ]
         lines.append("    }")
+    lines += [
+        "  }",
+        "  if (epi) {",
+        "    const __m512h cb0 = epi->cbias ? xm_h_loadn(epi->cbias + 0, nv - 0) : _mm512_setzero_ph();",
+    ]
+    for i, c in enumerate(rows):
+        lines += [
+            f"    if ({i} < mv) {{",
+            f"      const __m512h rb = epi->bias ? _mm512_set1_ph(epi->bias[{i}]) : _mm512_setzero_ph();",
+            f"      {c} = _mm512_add_ph(_mm512_add_ph({c}, rb), cb0);",
+            f"      if (epi->res) {c} = _mm512_add_ph({c}, {res_row.format(i=i)});",
+            f"      {c} = xm_h_act({c}, epi->act);",
+            "    }",
+        ]
     lines.append("  }")
-    lines.append("  if (epi) {")
-    for j in range(nv):
-        lines.append(
-            f"    const __m512h cb{j} = epi->cbias ? xm_h_loadn(epi->cbias + {j * LANES}, nv - {j * LANES})"
-            " : _mm512_setzero_ph();"
-        )
-    for i in range(mr):
-        lines.append(f"    if ({i} < mv) {{")
-        lines.append(
-            f"      const __m512h rb = epi->bias ? _mm512_set1_ph(epi->bias[{i}]) : _mm512_setzero_ph();"
-        )
-        for j in range(nv):
-            res = f"xm_h_loadn(epi->res + {i} * epi->ldr + {j * LANES}, nv - {j * LANES})"
-            lines += [
-                f"      {c[i][j]} = _mm512_add_ph(_mm512_add_ph({c[i][j]}, rb), cb{j});",
-                f"      if (epi->res) {c[i][j]} = _mm512_add_ph({c[i][j]}, {res});",
-                f"      {c[i][j]} = xm_h_act({c[i][j]}, epi->act);",
-            ]
-        lines.append("    }")
-    lines.append("  }")
-    for i in range(mr):
-        stores = " ".join(
-            f"xm_h_storen(C + {i} * ldc + {j * LANES}, nv - {j * LANES}, {c[i][j]});" for j in range(nv)
-        )
-        lines.append(f"  if ({i} < mv) {{ {stores} }}")
+    lines += [
+        f"  if ({i} < mv) {{ xm_h_storen(C + {i} * ldc + 0, nv - 0, {c}); }}" for i, c in enumerate(rows)
+    ]
     lines.append("}")
     # one definition per translation unit: the Winograd unit (x86_fp16_winograd.py) shares it
-    guard = f"XM_HUKR_{mr}X{nr}"
+    guard = f"XM_HUKR_{mr}X{NR}"
     return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
 
 
@@ -197,6 +191,23 @@ def _f16_compute(op: Operation) -> bool:
     return op.params().get("compute_mode", enums.ComputeMode.DEFAULT) != enums.ComputeMode.FLOAT32
 
 
+def f16_args(p: dict[str, Any], a: str = "x", b: str = "w") -> str:
+    """A float16 conv / matmul kernel's C parameters: inputs ``a_`` and ``b_``, the bias and residual its
+    epilogue takes, ``y_``, the workspace and the thread count."""
+    extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
+    return ", ".join(
+        [f"const void* {a}_", f"const void* {b}_", *extra, "void* y_", "unsigned char* ws", "int nt"]
+    )
+
+
+def f16_head(sym: str, p: dict[str, Any], a: str = "x", b: str = "w") -> str:
+    """The kernel's signature (:func:`f16_args`) and first lines: its inputs and output as ``xm_h``."""
+    return f"""static void {sym}({f16_args(p, a, b)}) {{
+  const xm_h* {a} = (const xm_h*){a}_;
+  const xm_h* {b} = (const xm_h*){b}_;
+  xm_h* y = (xm_h*)y_;"""
+
+
 def f16_conv(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
     """``conv_common``'s parameters and operands of a float16-compute convolution whose activation the
     float16 epilogue applies (every float16 conv unit starts here), else None."""
@@ -204,6 +215,85 @@ def f16_conv(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
     if got is None or not _f16_compute(op) or got[0]["act"] not in ACTIVATIONS:
         return None
     return got
+
+
+def conv_words(p: dict[str, Any]) -> tuple[str, ...]:
+    """Symbol words of a convolution's geometry: batch, channels, image, kernel, stride, padding and the
+    dilation where it is not 1."""
+    dil = (p.get("dh", 1), p.get("dw", 1))
+    return (
+        f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}", f"k{p['fh']}x{p['fw']}",
+        f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", f"d{dil[0]}x{dil[1]}" if dil != (1, 1) else "",
+    )  # fmt: skip
+
+
+class ConvUnitF16(Template):
+    """What the float16 NCHW convolution units share: their ops, epilogue and ISA, ``dense``, the start
+    of a match that takes ungrouped convolutions only, and a symbol naming the geometry and epilogue."""
+
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    epilogues = {"float16": CONV_EPILOGUE}
+    isa = ISA
+
+    @staticmethod
+    def dense(op: Operation) -> tuple[dict[str, Any], list[Any]] | None:
+        got = f16_conv(op)
+        return None if got is None or got[0]["groups"] != 1 else got
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(self.family, *conv_words(p), *_epilogue_words(p))
+
+
+# the GEMM units' thread split: with few column panels (deep layers, small images) the row panels are
+# split between threads too (mch chunks of mper panels; the "n" order's inner loop)
+THREAD_SPLIT = (
+    "  /* few column panels (deep layers, small images): split the channel panels between threads too */\n"
+    "  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;\n"
+    "  const int mper = ({MP} + mch - 1) / mch;\n"
+    "  (void)mper;"
+)
+
+
+def gemm_sweep(order: str, geo: dict[str, int], p: dict[str, Any], rows: int, cols: str, call: str) -> str:
+    """The loops over a packed GEMM's ``MP`` row panels, ``K`` blocks and ``NP`` column panels around
+    ``call`` (a micro-kernel call on ``kl``, ``mp``, ``m0``, ``mv``, ``j``, ``nv`` and the packed B block
+    ``B``), ``rows`` rows in all; ``cols`` declares the panel's first column ``col0`` and ``nv0``. Order
+    ``m``: row panels outermost (each A panel, the filter, read once), else column panels outermost
+    with :data:`THREAD_SPLIT`'s ``mch`` chunks of row panels."""
+    mr, nr, kc, K, NP, MP = p["mr"], p["nr"], p["kc"], geo["K"], geo["NP"], geo["MP"]
+    if order == "m":
+        return f"""
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    for (int mp = 0; mp < {MP}; ++mp) {{
+      const int m0 = mp * {mr};
+      const int mv = {rows} - m0 < {mr} ? {rows} - m0 : {mr};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        for (int j = 0; j < {NP}; ++j) {{
+          {cols}
+          const int nv = nv0 < {nr} ? nv0 : {nr};
+          const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+          {call}
+        }}
+      }}
+    }}"""
+    return f"""
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
+    for (int j = 0; j < {NP}; ++j)
+    for (int mc = 0; mc < mch; ++mc) {{
+      {cols}
+      const int nv = nv0 < {nr} ? nv0 : {nr};
+      const int mlo = mc * mper, mhi = (mc + 1) * mper < {MP} ? (mc + 1) * mper : {MP};
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+        for (int mp = mlo; mp < mhi; ++mp) {{
+          const int m0 = mp * {mr};
+          const int mv = {rows} - m0 < {mr} ? {rows} - m0 : {mr};
+          {call}
+        }}
+      }}
+    }}"""
 
 
 class ConvGemmF16(ConvGemm):
@@ -235,11 +325,8 @@ class ConvGemmF16(ConvGemm):
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            self.family, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}",
-            f"d{p['dh']}x{p['dw']}" if (p["dh"], p["dw"]) != (1, 1) else "",
-            f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"], "mfirst" if p["order"] == "m" else "",
-            *_epilogue_words(p),
+            self.family, *conv_words(p), f"g{p['groups']}" if p["groups"] != 1 else "", p["pack"],
+            "mfirst" if p["order"] == "m" else "", *_epilogue_words(p),
         )  # fmt: skip
 
     def support(self, em: CEmitter) -> str:
@@ -308,13 +395,9 @@ class ConvGemmF16(ConvGemm):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
-        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        mr, nr = p["mr"], p["nr"]
         K, NP, MP, RP, ocg = geo["K"], geo["NP"], geo["MP"], geo["RP"], geo["ocg"]
         P = p["oh"] * p["ow"]
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         if p["pack"] == "rows":
             cols = (
                 f"const int col0 = (j / {RP}) * {p['ow']} + (j % {RP}) * {nr}; "
@@ -328,50 +411,11 @@ class ConvGemmF16(ConvGemm):
         call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
           xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
                             {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0);"""
-        if p["order"] == "m":
-            compute = f"""
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int mp = 0; mp < {MP}; ++mp) {{
-      const int m0 = mp * {mr};
-      const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
-      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
-        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
-        for (int j = 0; j < {NP}; ++j) {{
-          {cols}
-          const int nv = nv0 < {nr} ? nv0 : {nr};
-          const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
-          {call}
-        }}
-      }}
-    }}"""
-        else:
-            compute = f"""
-    #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
-    for (int j = 0; j < {NP}; ++j)
-    for (int mc = 0; mc < mch; ++mc) {{
-      {cols}
-      const int nv = nv0 < {nr} ? nv0 : {nr};
-      const int mlo = mc * mper, mhi = (mc + 1) * mper < {MP} ? (mc + 1) * mper : {MP};
-      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
-        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
-        const xm_h* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
-        for (int mp = mlo; mp < mhi; ++mp) {{
-          const int m0 = mp * {mr};
-          const int mv = {ocg} - m0 < {mr} ? {ocg} - m0 : {mr};
-          {call}
-        }}
-      }}
-    }}"""
+        compute = gemm_sweep(p["order"], geo, p, ocg, cols, call)
         return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p)}
   xm_h* bp = (xm_h*)ws;
-  /* few column panels (deep layers, small images): split the channel panels between threads too */
-  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
-  const int mper = ({MP} + mch - 1) / mch;
-  (void)mper;
+{THREAD_SPLIT.format(NP=NP, MP=MP)}
   for (int n = 0; n < {p["n"]}; ++n)
   for (int g = 0; g < {p["groups"]}; ++g) {{
     const xm_h* xg = x + ((long)n * {p["ic"]} + (long)g * {geo["icg"]}) * {p["ih"] * p["iw"]};
@@ -390,89 +434,58 @@ static void {sym}({args}) {{
 """
 
 
-class MatmulF16(Template):
+class MatmulF16(MatmulGemm):
     """``matmul_f16``: (batched) ``y = op(a) @ op(b)`` in float16 on the GEMM micro-kernel; a constant b
     (a Linear layer's weight) is packed ahead of time. Epilogue: bias along the columns, residual,
-    ReLU / ReLU6."""
+    ReLU / ReLU6. The float32 ``matmul_gemm``'s geometry, workspace and b packing on float16 panels."""
 
     family = "matmul_f16"
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
     priority = 99  # float16 only (float32 matmul_gemm is 100, int8 95, other element types 90)
     epilogues = {"float16": MATMUL_EPILOGUE}
-    isa = ISA
+
+    def __init__(self) -> None:
+        super().__init__(ISA)
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.MatrixMulOp | T.BatchedMatrixMulOp)
-        if any(code(v) != "f16" for v in (*op.operands, *op.results)) or not _f16_compute(op):
+        if not _f16_compute(op) or any(L.layout_of(v.type) is not None for v in (*op.operands, *op.results)):
             return None
-        if any(L.layout_of(v.type) is not None for v in (*op.operands, *op.results)):
-            return None
-        p = op.params()
-        a, b = op.operands
-        sa, sb = shape(a), shape(b)
-        batched = isinstance(op, T.BatchedMatrixMulOp)
-        params = {
-            "batch": sa[0] if batched else 1,
-            "m": sa[-1] if p["transpose_a"] else sa[-2], "k": sa[-2] if p["transpose_a"] else sa[-1],
-            "n": sb[-2] if p["transpose_b"] else sb[-1],
-            "ta": int(bool(p["transpose_a"])), "tb": int(bool(p["transpose_b"])),
-            "b_const": int(not batched and const_array(b) is not None),
-            "bias": 0, "residual": 0, "act": "identity", "mr": MR, "nr": NR, "kc": KC,
-        }  # fmt: skip
-        return Lowered(params, [a, b])
+        lowered = matmul_common(op, "f16")
+        if lowered is not None:
+            lowered.params.update({"mr": MR, "nr": NR, "kc": KC})
+        return lowered
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, f"b{p['batch']}" if p["batch"] != 1 else "", f"m{p['m']}", f"n{p['n']}",
-            f"k{p['k']}", "ta" if p["ta"] else "", "tb" if p["tb"] else "", "bconst" if p["b_const"] else "",
-            *_epilogue_words(p),
-        )  # fmt: skip
+        return sym_join(self.family, *matmul_sym(p), *_epilogue_words(p))
 
-    @staticmethod
-    def geometry(p: dict[str, Any]) -> dict[str, int]:
-        return {"MP": -(-p["m"] // p["mr"]), "NP": -(-p["n"] // p["nr"])}
-
-    def _a_halves(self, p: dict[str, Any]) -> int:
-        # packed A, rounded up to 64 bytes so that packed B after it starts on a cache line
+    def _a_floats(self, p: dict[str, Any]) -> int:
+        # packed A in halves, rounded up to 64 bytes so that packed B after it starts on a cache line
         return -(-self.geometry(p)["MP"] * p["mr"] * p["k"] // 32) * 32
 
     def workspace(self, p: dict[str, Any]) -> int:
         if p["b_const"] and p["m"] == 1:
             return 0  # _render_row reads a and the packed b in place
-        size = self._a_halves(p) * 2
-        if not p["b_const"]:
-            size += self.geometry(p)["NP"] * p["nr"] * p["k"] * 2
-        return size
+        return super().workspace(p) // 2  # the float32 unit's sizes count 4-byte elements, halves 2
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
-        if operand != 1 or not p["b_const"]:
-            return None
-        b = np.asarray(array, np.float16)
-        if p["tb"]:
-            b = b.T
-        nr, NP = p["nr"], self.geometry(p)["NP"]
-        padded = np.zeros((p["k"], NP * nr), np.float16)
-        padded[:, : p["n"]] = b
-        # (K, NP, NR) -> (NP, K, NR)
-        return np.ascontiguousarray(padded.reshape(p["k"], NP, nr).transpose(1, 0, 2)), f"gemm_hb{nr}"
+        got = super().pack(operand, array, p)
+        # float16 -> float32 -> float16 is exact: the same panels as packing in float16
+        return None if got is None else (got[0].astype(np.float16), f"gemm_hb{p['nr']}")
 
     def support(self, em: CEmitter) -> str:
         return COMMON + micro_kernel()
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
-        mr, nr, kc = p["mr"], p["nr"], p["kc"]
+        mr, nr = p["mr"], p["nr"]
         M, N, Kd, MP, NP = p["m"], p["n"], p["k"], geo["MP"], geo["NP"]
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* a_", "const void* b_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         a_at = f"a0[(long)k * {M} + r]" if p["ta"] else f"a0[(long)r * {Kd} + k]"
         b_at = f"b0[(long)c * {Kd} + k]" if p["tb"] else f"b0[(long)k * {N} + c]"
         if p["b_const"]:
             bpack = "const xm_h* bp = b;"
         else:
-            bpack = f"""xm_h* bp = ap + {self._a_halves(p)};
+            bpack = f"""xm_h* bp = ap + {self._a_floats(p)};
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int j = 0; j < {NP}; ++j)
       for (int k = 0; k < {Kd}; ++k)
@@ -481,15 +494,18 @@ class MatmulF16(Template):
           bp[((long)j * {Kd} + k) * {nr} + q] = c < {N} ? {b_at} : (xm_h)0;
         }}"""
         if p["b_const"] and M == 1:
-            return self._render_row(sym, args, p)
+            return self._render_row(sym, p)
         cbias = "(const xm_h*)bias_ + col0" if p["bias"] else "0"
         res = f"(const xm_h*)res_ + (long)bt * {M * N} + (long)m0 * {N} + col0" if p["residual"] else "0"
+        call = f"""const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
+          xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr}, B, yb + (long)m0 * {N} + col0,
+                            {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0);"""
+        cols = f"const int col0 = j * {nr}; const int nv0 = {N} - col0;"
+        sweep = gemm_sweep("n", {**geo, "K": Kd}, p, M, cols, call)
         return f"""
-static void {sym}({args}) {{
-  const xm_h* a = (const xm_h*)a_;
-  const xm_h* b = (const xm_h*)b_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p, "a", "b")}
   xm_h* ap = (xm_h*)ws;
+{THREAD_SPLIT.format(NP=NP, MP=MP)}
   for (int bt = 0; bt < {p["batch"]}; ++bt) {{
     const xm_h* a0 = a + (long)bt * {M * Kd};
     const xm_h* b0 = b + (long)bt * {0 if p["b_const"] else N * Kd};
@@ -501,28 +517,12 @@ static void {sym}({args}) {{
           const int r = mp * {mr} + q;
           ap[((long)mp * {Kd} + k) * {mr} + q] = r < {M} ? {a_at} : (xm_h)0;
         }}
-    {bpack}
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int j = 0; j < {NP}; ++j) {{
-      const int col0 = j * {nr};
-      const int nv = {N} - col0 < {nr} ? {N} - col0 : {nr};
-      for (int k0 = 0; k0 < {Kd}; k0 += {kc}) {{
-        const long kl = {Kd} - k0 < {kc} ? {Kd} - k0 : {kc};
-        for (int mp = 0; mp < {MP}; ++mp) {{
-          const int m0 = mp * {mr};
-          const int mv = {M} - m0 < {mr} ? {M} - m0 : {mr};
-          const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
-          xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr},
-                            bp + (long)j * {Kd * nr} + (long)k0 * {nr},
-                            yb + (long)m0 * {N} + col0, {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0);
-        }}
-      }}
-    }}
+    {bpack}{sweep}
   }}
 }}
 """
 
-    def _render_row(self, sym: str, args: str, p: dict[str, Any]) -> str:
+    def _render_row(self, sym: str, p: dict[str, Any]) -> str:
         """One row times a constant matrix (a classifier head): the micro-kernel would fill 1 of its 24
         rows, so each column panel is a dot product over K in 4 independent accumulators instead,
         streaming the packed ``b`` once."""
@@ -531,10 +531,7 @@ static void {sym}({args}) {{
         bias = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)bias_ + col0, nv));" if p["bias"] else ""
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + col0, nv));" if p["residual"] else ""
         return f"""
-static void {sym}({args}) {{
-  const xm_h* a = (const xm_h*)a_;
-  const xm_h* b = (const xm_h*)b_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p, "a", "b")}
   (void)ws;
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
   for (int j = 0; j < {NP}; ++j) {{
@@ -559,14 +556,11 @@ static void {sym}({args}) {{
 """
 
 
-class ConvDepthwiseF16(Template):
+class ConvDepthwiseF16(ConvUnitF16):
     """``conv2d_dw_f16``: NCHW float16 depthwise convolution, 32 output columns per vector (module doc)."""
 
     family = "conv2d_dw_f16"
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 108  # ahead of conv2d_gemm_f16 (104) for the depthwise convolutions it accepts
-    epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
         return depthwise_lowered(op, f16_conv(op))
@@ -589,10 +583,6 @@ class ConvDepthwiseF16(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         c, ih, iw, oh, ow, fh, fw = (p[k] for k in ("c", "ih", "iw", "oh", "ow", "fh", "fw"))
         sh, sw, ph, pw, dh, dw = (p[k] for k in ("sh", "sw", "ph", "pw", "dh", "dw"))
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         bias = "_mm512_set1_ph(((const xm_h*)bias_)[ch])" if p["bias"] else "_mm512_setzero_ph()"
         res = (
             "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + "
@@ -601,10 +591,7 @@ class ConvDepthwiseF16(Template):
             else ""
         )
         return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
+{f16_head(sym, p)}
   (void)ws;
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
   for (int nc = 0; nc < {p["n"] * c}; ++nc) {{
@@ -668,6 +655,8 @@ class PoolF16(Template):
         mode = p["mode"]
         if mode != "max" and ph == pw == 0 and (oh - 1) * sh + fh <= ih and (ow - 1) * sw + fw <= iw:
             mode = "average"  # no window reaches past the input: nothing to exclude, no per-lane counts
+        if mode == "average" and oh == ow == 1:
+            return self._plane_loop(sym, p, self._global_body(p))
         if mode == "max":
             init = "__m512h a = _mm512_castsi512_ph(fill);"
             acc = f"a = xm_h_max(a, {tap});"  # a NaN tap wins and stays, as in the reference
@@ -677,12 +666,16 @@ class PoolF16(Template):
             # summed in float32, as the reference; exclude_padding divides by each column's tap count
             init = "__m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps(), clo = lo, chi = lo;"
             acc = (
-                f"const __m512h t = {tap}; const long i0 = (long)q * {sw} - {pw} + s; "
+                f"const __m512h t = {tap}; "
                 "lo = _mm512_add_ps(lo, _mm512_cvtxph_ps(_mm512_castph512_ph256(t))); "
                 "hi = _mm512_add_ps(hi, _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64("
                 "_mm512_castph_si512(t), 1)))); "
-                f"for (int l = 0; l < 32; ++l) cnt[l] += (i0 + l * {sw} >= 0 && i0 + l * {sw} < {iw});"
             )
+            if mode != "average":  # per-lane tap counts only where a window can reach the padding
+                acc += (
+                    f"const long i0 = (long)q * {sw} - {pw} + s; "
+                    f"for (int l = 0; l < 32; ++l) cnt[l] += (i0 + l * {sw} >= 0 && i0 + l * {sw} < {iw});"
+                )
             div = (
                 f"_mm512_set1_ps({float(fh * fw)}f)"
                 if mode == "average"
@@ -694,16 +687,11 @@ class PoolF16(Template):
                 f"_mm512_cvtxps_ph(_mm512_div_ps(hi, {div.format(h=16)}))), 1))"
             )
             fill = "_mm512_setzero_si512()"
-            init = "float cnt[32] = {0}; " + init
-        return f"""
-static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
-  const xm_h* x = (const xm_h*)x_;
-  xm_h* y = (xm_h*)y_;
-  (void)ws;
-  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-  for (int nc = 0; nc < {n * c}; ++nc) {{
-    const xm_h* xp = x + (long)nc * {ih * iw};
-    xm_h* yp = y + (long)nc * {oh * ow};
+            init = init if mode == "average" else "float cnt[32] = {0}; " + init
+        return self._plane_loop(
+            sym,
+            p,
+            f"""
     const __m512i fill = {fill};
     for (int q = 0; q < {ow}; q += 32) {{
       const long nv = {ow} - q < 32 ? {ow} - q : 32;
@@ -717,10 +705,36 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
         }}
         xm_h_storen(yp + (long)r * {ow} + q, nv, {fin});
       }}
-    }}
+    }}""",
+        )
+
+    @staticmethod
+    def _plane_loop(sym: str, p: dict[str, Any], body: str) -> str:
+        """The pooling function: ``body`` once per (image, channel) plane ``xp``, output plane ``yp``."""
+        return f"""
+static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
+  const xm_h* x = (const xm_h*)x_;
+  xm_h* y = (xm_h*)y_;
+  (void)ws;
+  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+  for (int nc = 0; nc < {p["n"] * p["c"]}; ++nc) {{
+    const xm_h* xp = x + (long)nc * {p["ih"] * p["iw"]};
+    xm_h* yp = y + (long)nc * {p["oh"] * p["ow"]};{body}
   }}
 }}
 """
+
+    @staticmethod
+    def _global_body(p: dict[str, Any]) -> str:
+        """One unpadded average per plane (a global pool): the vector path would fill one lane of 32, so
+        each plane is summed by scalars, in float32 and in the vector path's tap order (the same
+        result), and divided once."""
+        fh, fw = p["fh"], p["fw"]
+        return f"""
+    float s = 0.f;
+    for (int kh = 0; kh < {fh}; ++kh)
+      for (int kw = 0; kw < {fw}; ++kw) s += (float)xp[kh * {p["iw"]} + kw];
+    yp[0] = (xm_h)(s / {float(fh * fw)}f);"""
 
 
 # mode -> expression over a, b, c (__m512h), each operation rounded to float16 as the reference's float16

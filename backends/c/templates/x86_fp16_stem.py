@@ -19,17 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import Template, sym_join
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
     COMMON,
-    CONV_EPILOGUE,
-    ISA,
     LANES,
-    _epilogue_words,
-    f16_conv,
+    ConvUnitF16,
+    f16_args,
 )
-from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
@@ -40,32 +36,23 @@ STEM_MAX_CHANNELS = 4  # input channels: deeper layers are the GEMM's, whose pan
 STEM_STRIDES = (1, 2)
 
 
-class ConvStemF16(Template):
+class ConvStemF16(ConvUnitF16):
     """``conv2d_stem_f16``: direct NCHW float16 convolution of a few input channels (module doc)."""
 
     family = "conv2d_stem_f16"
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 105  # ahead of conv2d_gemm_f16 (104); the Winograd unit (106) needs 16 channels
-    epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
-        got = f16_conv(op)
+        got = self.dense(op)
         if got is None:
             return None
         params, operands = got
-        if params["groups"] != 1 or params["ic"] > STEM_MAX_CHANNELS:
+        if params["ic"] > STEM_MAX_CHANNELS:
             return None
         if params["sw"] not in STEM_STRIDES or (params["dh"], params["dw"]) != (1, 1):
             return None
         params = {k: v for k, v in params.items() if k not in ("dh", "dw", "groups")}
         return Lowered(params, operands)
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(
-            self.family, f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
-            f"k{p['fh']}x{p['fw']}", f"s{p['sh']}x{p['sw']}", f"p{p['ph']}x{p['pw']}", *_epilogue_words(p),
-        )  # fmt: skip
 
     @staticmethod
     def geometry(p: dict[str, Any]) -> dict[str, int]:
@@ -104,10 +91,7 @@ class ConvStemF16(Template):
             for kh in range(fh)
             for kw in range(fw)
         ]
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
+        args = f16_args(p)
         acc = [f"c{i}" for i in range(mr)]
         fmas = "\n".join(
             f"        {c} = _mm512_fmadd_ph(_mm512_set1_ph(a[{i}]), b, {c});" for i, c in enumerate(acc)

@@ -4,19 +4,23 @@ AVX512-FP16 (``x86-avx512-fp16+ioc16``): ``conv2d_winograd_f16``.
 ``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile, summed over input channels, with the
 Lavin & Gray matrices of :data:`backends.c.templates.winograd.TRANSFORMS` (one source of the points).
 The filter transform ``U = G g G^T`` is computed in float64 ahead of time and rounded once to float16.
-At run time, for the whole layer:
+At run time, by bands of tile rows whose ``V`` and ``M`` fit :data:`BAND_BYTES` (L2; one band for
+most layers, 4 at 56x56x64):
 
 1. input transform: per input channel and row of tiles, 32 tiles at a time (lane ``l`` = tile
-   ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, border taps read as
-   zero), ``V = B^T d B`` in float32, rounded to float16 and stored straight into the GEMM's packed
-   ``B`` panels (tiles flattened over rows, 32 per panel, so a narrow image wastes no panel lanes);
+   ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, for ``F(2, 3)`` a
+   row's 4 taps from 4 loads and 4 ``vpermt2w``, border taps read as zero), ``V = B^T d B`` (in float16
+   where ``B^T`` is adds and subtracts, ``F(2, 3)``, else in float32 and rounded to float16) stored
+   straight into the GEMM's packed ``B`` panels (the band's tiles flattened over rows, 32 per panel, so
+   a narrow image wastes no panel lanes);
 2. one GEMM per transform point ``M[pt] = U[pt] (OC x IC) . V[pt] (IC x tiles)`` on the float16
    ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (float16 accumulation);
 3. output transform: ``A^T M A`` in float32, plus the bias, rounded to float16, the ``m`` tile columns
    interleaved into output rows (``vpermt2w``), residual and ReLU / ReLU6, masked stores at borders.
 
-Numerics (``tests/test_x86_fp16.py``, ``docs/ARCHITECTURE.md``): the transforms in float32 keep the
-rounding to the two float16 roundings of ``V`` and ``M`` and the float16 accumulation of the GEMM; the
+Numerics (``tests/test_x86_fp16.py``, ``docs/ARCHITECTURE.md``): the output transform in float32 (and
+``F(4, 3)``'s input transform) keeps the rounding to the float16 roundings of ``V`` (two for
+``F(2, 3)``'s float16 input transform) and ``M`` and the float16 accumulation of the GEMM; the
 output transform's coefficients (up to 8 for ``F(4, 3)``) amplify the accumulation error of ``M``.
 """
 
@@ -29,23 +33,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates import Template, sym_join
+from backends.c.templates import sym_join
 from backends.c.templates.nchw88 import _guarded
 from backends.c.templates.winograd import TRANSFORMS, _lin, transform_filter
 from backends.c.templates.x86_fp16 import (
     ACT_CODES,
     COMMON,
-    CONV_EPILOGUE,
-    ISA,
     KC,
     LANES,
     MR,
     NR,
+    ConvUnitF16,
     _epilogue_words,
-    f16_conv,
+    f16_head,
     micro_kernel,
 )
-from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
@@ -67,6 +69,21 @@ static inline __m512h xm_h_row4(const xm_h* row, long base, long nv, long len) {
   const __m512i b = _mm512_permutex2var_epi16(q[2], idx, q[3]);
   return _mm512_castsi512_ph(_mm512_mask_blend_epi16((__mmask32)0xFFFF0000u, a, b));
 }
+/* F(2, 3)'s 4 taps of 32 tiles: t[k] lane l = row[base + 2 l + k] (lanes l < nv, indices in [0, len),
+   else zero): taps 0, 1 the even and odd words of 64 halves from base, taps 2, 3 those from base + 2 */
+static inline void xm_h_taps2(const xm_h* row, long base, long nv, long len, __m512h* t) {
+  const __m512i ev = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32,
+                                      30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_add_epi16(ev, _mm512_set1_epi16(1));
+  for (int s = 0; s < 4; s += 2) {
+    const long b = base + s, lo = b < 0 ? -b : 0, hi = len - b < 2 * nv ? len - b : 2 * nv;
+    const __m512i q0 = _mm512_maskz_loadu_epi16((__mmask32)(xm_h_mask(hi) & ~xm_h_mask(lo)), row + b);
+    const __m512i q1 = _mm512_maskz_loadu_epi16((__mmask32)(xm_h_mask(hi - 32) & ~xm_h_mask(lo - 32)),
+                                                row + b + 32);
+    t[s] = _mm512_castsi512_ph(_mm512_permutex2var_epi16(q0, ev, q1));
+    t[s + 1] = _mm512_castsi512_ph(_mm512_permutex2var_epi16(q0, od, q1));
+  }
+}
 /* lo = a0 b0 a1 b1 ... a15 b15, hi = a16 b16 ... a31 b31 */
 static inline void xm_h_zip(__m512h a, __m512h b, __m512h* lo, __m512h* hi) {
   const __m512i il = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
@@ -86,22 +103,32 @@ static inline __m512h xm_h_from_ps(__m512 lo, __m512 hi) {
 """
 
 _PS = {"add": "_mm512_add_ps", "sub": "_mm512_sub_ps", "fma": "_mm512_fmadd_ps", "set1": "_mm512_set1_ps"}
+_PH = {"add": "_mm512_add_ph", "sub": "_mm512_sub_ph", "fma": "_mm512_fmadd_ph", "set1": "_mm512_set1_ph"}
 
 
-def transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, n_in: int) -> list[str]:
-    """Float32 statements ``dst = mat . src . mat^T`` over ``__m512`` arrays ``src[i * n_in + j]``
-    into ``dst[i * len(mat) + j]`` (zero coefficients dropped, +-1 as adds / subtracts)."""
+def unit_entries(mat: Sequence[Sequence[Fraction]]) -> bool:
+    """Every coefficient 0 or +-1 (F(2, 3)'s ``B^T``): the transform is adds and subtracts only."""
+    return all(c in (0, 1, -1) for row in mat for c in row)
+
+
+def transform_2d(
+    mat: Sequence[Sequence[Fraction]], src: str, dst: str, n_in: int, half: bool = False
+) -> list[str]:
+    """Statements ``dst = mat . src . mat^T`` over ``__m512`` (float32) or, ``half``, ``__m512h`` arrays
+    ``src[i * n_in + j]`` into ``dst[i * len(mat) + j]`` (zero coefficients dropped, +-1 as adds /
+    subtracts)."""
+    ops, vtype = (_PH, "__m512h") if half else (_PS, "__m512")
     n_out = len(mat)
     lines = []
     for i in range(n_out):  # t[i][j] = sum_k mat[i][k] src[k][j]
         for j in range(n_in):
-            e = _lin(mat[i], [f"{src}[{k * n_in + j}]" for k in range(n_in)], **_PS)
-            lines.append(f"const __m512 {dst}t{i}_{j} = {e};")
+            e = _lin(mat[i], [f"{src}[{k * n_in + j}]" for k in range(n_in)], **ops)
+            lines.append(f"const {vtype} {dst}t{i}_{j} = {e};")
     for i in range(n_out):  # dst[i][j] = sum_k t[i][k] mat[j][k]
         for j in range(n_out):
-            e = _lin(mat[j], [f"{dst}t{i}_{k}" for k in range(n_in)], **_PS)
+            e = _lin(mat[j], [f"{dst}t{i}_{k}" for k in range(n_in)], **ops)
             lines.append(f"{dst}[{i * n_out + j}] = {e};")
-    return [s.replace("_MUL_", "_mm512_mul_ps") for s in lines]
+    return [s.replace("_MUL_", "_mm512_mul_ph" if half else "_mm512_mul_ps") for s in lines]
 
 
 # F(m, 3) against the direct GEMM (9 taps per output): m = 4 does 36 / 16 = 2.25 multiply-adds per
@@ -117,6 +144,7 @@ WINOGRAD_MARGIN = 0.8
 # 0.74 ms); F(2, 3) is more accurate than the direct GEMM (each point's sum runs over IC terms, not
 # 9 IC): only F(2, 3) is chosen
 DEFAULT_TILES = (2,)
+BAND_BYTES = 1 << 20  # V and M of one band of tile rows: half of a Sapphire Rapids core's L2
 
 
 def winograd_cost(p: dict[str, Any], m: int) -> float:
@@ -144,19 +172,16 @@ def winograd_tile(p: dict[str, Any], tiles: Sequence[int]) -> int | None:
     return best if best is not None and winograd_cost(p, best) < WINOGRAD_MARGIN * direct_cost(p) else None
 
 
-class ConvWinogradF16(Template):
+class ConvWinogradF16(ConvUnitF16):
     """``conv2d_winograd_f16``: dense 3x3 stride-1 NCHW float16 convolution by ``F(m x m, 3 x 3)``
     (module doc)."""
 
     family = "conv2d_winograd_f16"
-    ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 106  # ahead of conv2d_gemm_f16 (104) where winograd_tile says it wins
-    epilogues = {"float16": CONV_EPILOGUE}
-    isa = ISA
     tiles: tuple[int, ...] = DEFAULT_TILES  # the F(m, 3) candidates
 
     def match(self, op: Operation) -> Lowered | None:
-        got = f16_conv(op)
+        got = self.dense(op)
         if got is None:
             return None
         params, operands = got
@@ -177,9 +202,12 @@ class ConvWinogradF16(Template):
     def geometry(p: dict[str, Any]) -> dict[str, int]:
         m = p["m"]
         th, tw = -(-p["oh"] // m), -(-p["ow"] // m)
-        tiles = th * tw
-        np_ = -(-tiles // p["nr"])
-        return {"A": m + 2, "TH": th, "TW": tw, "T": tiles, "NP": np_, "MP": -(-p["oc"] // p["mr"])}
+        mp = -(-p["oc"] // p["mr"])
+        # bands of BR tile rows whose V and M stay in L2 (a 56x56x64 layer's whole V and M are 3.2 MB)
+        tile_bytes = (m + 2) ** 2 * (p["ic"] + mp * p["mr"]) * 2
+        br = max(1, min(th, BAND_BYTES // (tw * tile_bytes)))
+        np_ = -(-br * tw // p["nr"])  # panels of the largest band
+        return {"A": m + 2, "TH": th, "TW": tw, "BR": br, "NP": np_, "MP": mp}
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int]:
         """Halves of the packed V and of M (both rounded up to 64 bytes)."""
@@ -209,23 +237,45 @@ class ConvWinogradF16(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
         m, mr, nr, kc = p["m"], p["mr"], p["nr"], p["kc"]
-        a, th, tw, tiles, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["T"], geo["NP"], geo["MP"]
+        a, th, tw, br, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["BR"], geo["NP"], geo["MP"]
         n, ic, ih, iw, oc, oh, ow, ph, pw = (
             p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow", "ph", "pw")
         )
         bt, _, at = TRANSFORMS[m]
         v_halves, _ = self._sizes(p)
         cols, pts = NP * nr, a * a
-        extra = (["const void* bias_"] if p["bias"] else []) + (["const void* res_"] if p["residual"] else [])
-        args = ", ".join(
-            ["const void* x_", "const void* w_", *extra, "void* y_", "unsigned char* ws", "int nt"]
-        )
         row_load = (
             "xm_h_row4(row, base, nt_, " + str(iw) + ")"
             if m == 4
             else (f"xm_h_row(row, base, 2, nt_, {iw}, _mm512_setzero_si512())")
         )
-        in_tf = "\n        ".join(transform_2d(bt, "d", "v", a))
+        # B^T of F(2, 3) is adds and subtracts: in float16 on all 32 lanes (V is stored as float16 anyway;
+        # each V value is two roundings instead of one), else float32 in two halves of 16
+        half = unit_entries(bt)
+        in_tf = "\n        ".join(transform_2d(bt, "d", "v", a, half))
+        if half:
+            in_regs = f"__m512h d[{a * a}], v[{a * a}];"
+            keep = "d[i * " + str(a) + " + k] = dv;"
+            in_body = "{\n        " + in_tf + "\n          }"
+            packed = "_mm512_castph_si512(v[pt])"
+        else:
+            in_regs = f"__m512 dl[{a * a}], dh[{a * a}], vl[{a * a}], vh[{a * a}];"
+            keep = "dl[i * " + str(a) + " + k] = xm_h_lo_ps(dv); dh[i * " + str(a) + " + k] = xm_h_hi_ps(dv);"
+            in_body = (
+                "{ const __m512* d = dl; __m512* v = vl;\n        " + in_tf + "\n          }\n"
+                "          { const __m512* d = dh; __m512* v = vh;\n        " + in_tf + "\n          }"
+            )
+            packed = "_mm512_castph_si512(xm_h_from_ps(vl[pt], vh[pt]))"
+        if m == 2:
+            fill = (
+                f"if (ok) xm_h_taps2(row, (long)tx0 * 2 - {pw}, nt_, {iw}, tap); "
+                "else tap[0] = tap[1] = tap[2] = tap[3] = _mm512_setzero_ph();"
+            )
+        else:
+            fill = (
+                f"for (int k = 0; k < {a}; ++k) {{ const long base = (long)tx0 * {m} - {pw} + k; "
+                f"tap[k] = ok ? {row_load} : _mm512_setzero_ph(); }}"
+            )
         out_tf = "\n          ".join(transform_2d(at, "q", "o", a))
         bias = "(float)((const xm_h*)bias_)[oc_]" if p["bias"] else "0.f"
         if m == 4:
@@ -236,60 +286,57 @@ class ConvWinogradF16(Template):
             zip_row = "__m512h z[2]; xm_h_zip(r[0], r[1], &z[0], &z[1]);"
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff + q0, cnt));" if p["residual"] else ""
         return f"""
-static void {sym}({args}) {{
-  const xm_h* x = (const xm_h*)x_;
-  const xm_h* w = (const xm_h*)w_;
-  xm_h* y = (xm_h*)y_;
-  xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] */
-  xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] */
-  for (int n = 0; n < {n}; ++n) {{
+{f16_head(sym, p)}
+  xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] of one band */
+  xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] of one band */
+  for (int n = 0; n < {n}; ++n)
+  for (int ty0 = 0; ty0 < {th}; ty0 += {br}) {{
     const xm_h* xn = x + (long)n * {ic * ih * iw};
+    /* tile rows ty0 .. ty1 - 1: bt_ tiles flattened from 0 into bnp panels */
+    const int ty1 = ty0 + {br} < {th} ? ty0 + {br} : {th};
+    const int bt_ = (ty1 - ty0) * {tw}, bnp = (bt_ + {nr - 1}) / {nr};
     /* 1. input transform, straight into the packed B panels */
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int c = 0; c < {ic}; ++c) {{
       const xm_h* plane = xn + (long)c * {ih * iw};
-      for (int ty = 0; ty < {th}; ++ty)
+      for (int ty = ty0; ty < ty1; ++ty)
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
-          __m512 dl[{pts}], dh[{pts}], vl[{pts}], vh[{pts}];
+          {in_regs}
           for (int i = 0; i < {a}; ++i) {{
             const int yy = ty * {m} - {ph} + i;
             const int ok = (unsigned)yy < {ih}u;
             const xm_h* row = plane + (ok ? (long)yy * {iw} : 0);
+            __m512h tap[{a}];
+            {fill}
             for (int k = 0; k < {a}; ++k) {{
-              const long base = (long)tx0 * {m} - {pw} + k;
-              const __m512h dv = ok ? {row_load} : _mm512_setzero_ph();
-              dl[i * {a} + k] = xm_h_lo_ps(dv); dh[i * {a} + k] = xm_h_hi_ps(dv);
+              const __m512h dv = tap[k];
+              {keep}
             }}
           }}
-          {{ const __m512* d = dl; __m512* v = vl;
-        {in_tf}
-          }}
-          {{ const __m512* d = dh; __m512* v = vh;
-        {in_tf}
-          }}
+          {in_body}
           /* tiles t0 .. t0 + nt_ - 1 of the flattened order: the rest of panel j0, then panel j0 + 1 */
-          const long t0 = (long)ty * {tw} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
+          const long t0 = (long)(ty - ty0) * {tw} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
           const __mmask32 m0 = xm_h_mask(nt_ < {nr} - off ? nt_ : {nr} - off);
           const __mmask32 m1 = (__mmask32)(xm_h_mask(nt_) & ~xm_h_mask({nr} - off));
           for (int pt = 0; pt < {pts}; ++pt) {{
-            const __m512i hv = _mm512_castph_si512(xm_h_from_ps(vl[pt], vh[pt]));
+            const __m512i hv = {packed};
             xm_h* dst = vp + (((long)pt * {NP} + j0) * {ic} + c) * {nr};
             _mm512_mask_storeu_epi16(dst + off, m0, hv);
             if (m1) _mm512_mask_storeu_epi16(dst + {ic * nr} - ({nr} - off), m1, hv);
           }}
         }}
       /* the last panel's lanes past the last tile: zeros, so that the GEMM reads defined values */
-      if ({tiles % nr})
+      if (bt_ % {nr})
         for (int pt = 0; pt < {pts}; ++pt)
-          _mm512_mask_storeu_epi16(vp + (((long)pt * {NP} + {NP - 1}) * {ic} + c) * {nr},
-                                   (__mmask32)~xm_h_mask({tiles % nr}), _mm512_setzero_si512());
+          _mm512_mask_storeu_epi16(vp + (((long)pt * {NP} + bnp - 1) * {ic} + c) * {nr},
+                                   (__mmask32)~xm_h_mask(bt_ % {nr}), _mm512_setzero_si512());
     }}
     /* 2. one GEMM per transform point: M[pt] (OC x tiles) = U[pt] (OC x IC) . V[pt] (IC x tiles) */
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int pt = 0; pt < {pts}; ++pt)
-      for (int j = 0; j < {NP}; ++j) {{
-        const int nv = {tiles} - j * {nr} < {nr} ? {tiles} - j * {nr} : {nr};
+      for (int j = 0; j < bnp; ++j) {{
+        const int nv = bt_ - j * {nr} < {nr} ? bt_ - j * {nr} : {nr};
         for (int k0 = 0; k0 < {ic}; k0 += {kc}) {{
           const long kl = {ic} - k0 < {kc} ? {ic} - k0 : {kc};
           const xm_h* B = vp + (((long)pt * {NP} + j) * {ic} + k0) * {nr};
@@ -303,10 +350,10 @@ static void {sym}({args}) {{
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int oc_ = 0; oc_ < {oc}; ++oc_) {{
       const __m512 bv = _mm512_set1_ps({bias});
-      for (int ty = 0; ty < {th}; ++ty)
+      for (int ty = ty0; ty < ty1; ++ty)
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
-          const long t0 = (long)ty * {tw} + tx0;
+          const long t0 = (long)(ty - ty0) * {tw} + tx0;
           __m512 ql[{pts}], qh[{pts}], ol[{m * m}], oh_[{m * m}];
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512h mv = xm_h_loadn(mb + ((long)pt * {MP * mr} + oc_) * {cols} + t0, nt_);
