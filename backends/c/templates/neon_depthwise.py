@@ -255,7 +255,6 @@ class ConvDepthwise3x3Nchw44(FloatConvNchw44):
         return out
 
 
-
 def _straddle(name: str, k: int) -> str:
     """The pixel pair straddling registers ``{name}k`` and ``{name}k+1``: the upper half of the first
     and the lower half of the second."""

@@ -171,7 +171,7 @@ class ConvGemmNchw44(FloatConvNchw44, ConvNchw44):
     family = "conv2d_nchw44_gemm"
     priority = 195  # ahead of the direct conv2d_nchw44 (190) for every dense float conv it accepts
     epilogues = EPILOGUES
-    kind = "float"
+    kind = "float"  # the direct kernel's float helpers (support code, filter layouts) apply
 
     def accepts(self, p: dict[str, Any]) -> bool:
         return p["mode"] in ("dense", "hybrid") and p["act"] in GEMM_ACTIVATIONS

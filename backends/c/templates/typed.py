@@ -354,6 +354,7 @@ static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, i
     const int8_t* b = (const int8_t*)b_ + (long)bt * {n * k if not p["b_const"] else 0};
     {otype}* y = ({otype}*)y_ + (long)bt * {m * n};"""
 
+
 class MatmulQ8(Template):
     """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
 
