@@ -759,8 +759,29 @@ def _pool_out(op: str, size: int, window: int, stride: int, pad: int) -> int:
     return extent // stride + 1
 
 
+class _PoolingBase(MgbOp):
+    """Pooling and AdaptivePooling: one 4-D NCHW input (or a blocked layout's, which the layout
+    dialect infers), the output's channels and batch those of the input; each op says its output
+    height and width (:meth:`output_hw`)."""
+
+    @classmethod
+    def output_hw(cls, s: tuple[int, ...], params: dict[str, Any]) -> tuple[int, int]:
+        raise NotImplementedError
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            return _layout().infer_pooling(cls, [src], params)
+        s = _shape(src)
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+        oh, ow = cls.output_hw(s, params)
+        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+
+
 @irdl_op_definition
-class PoolingOp(MgbOp):
+class PoolingOp(_PoolingBase):
     name = "mgb.pooling"
     KEYWORD: ClassVar[str | None] = "mode"
     ACCEPTS_LAYOUTS: ClassVar[bool] = True
@@ -774,13 +795,7 @@ class PoolingOp(MgbOp):
     traits = traits_def(Pure())
 
     @classmethod
-    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
-        (src,) = (_type(t) for t in operand_types)
-        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
-            return _layout().infer_pooling(cls, [src], params)
-        s = _shape(src)
-        if len(s) != 4:
-            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+    def output_hw(cls, s: tuple[int, ...], params: dict[str, Any]) -> tuple[int, int]:
         window = _ints(params["window"], 2, "window", cls.name)
         stride = _ints(params["stride"], 2, "stride", cls.name)
         padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
@@ -792,11 +807,11 @@ class PoolingOp(MgbOp):
             raise ShapeInferenceError(cls.name, f"padding {padding} must be smaller than the window {window}")
         oh = _pool_out(cls.name, s[2], window[0], stride[0], padding[0])
         ow = _pool_out(cls.name, s[3], window[1], stride[1], padding[1])
-        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+        return oh, ow
 
 
 @irdl_op_definition
-class AdaptivePoolingOp(MgbOp):
+class AdaptivePoolingOp(_PoolingBase):
     name = "mgb.adaptive_pooling"
     KEYWORD: ClassVar[str | None] = "mode"
     ACCEPTS_LAYOUTS: ClassVar[bool] = True
@@ -808,17 +823,11 @@ class AdaptivePoolingOp(MgbOp):
     traits = traits_def(Pure())
 
     @classmethod
-    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
-        (src,) = (_type(t) for t in operand_types)
-        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
-            return _layout().infer_pooling(cls, [src], params)
-        s = _shape(src)
-        if len(s) != 4:
-            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+    def output_hw(cls, s: tuple[int, ...], params: dict[str, Any]) -> tuple[int, int]:
         oh, ow = _ints(params["out_shape"], 2, "out_shape", cls.name)
         if oh < 1 or ow < 1:
             raise ShapeInferenceError(cls.name, f"invalid output size {(oh, ow)}")
-        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+        return oh, ow
 
 
 _FALSE = IntegerAttr(0, IntegerType(1))

@@ -347,6 +347,26 @@ def nchw44_float(op: Operation, isa: str) -> Lowered | None:
     return Lowered(params, operands)
 
 
+class FloatConvNchw44(Template):
+    """A float NCHW44 convolution unit of one ISA: :func:`nchw44_float`'s convolutions that
+    :meth:`accepts` keeps, float16 ones only when computed in float16 on the ``fp16`` ISA."""
+
+    def __init__(self, isa: str):
+        self.isa = isa
+
+    def accepts(self, p: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def match(self, op: Operation) -> Lowered | None:
+        lowered = nchw44_float(op, self.isa)
+        if lowered is None or not self.accepts(lowered.params):
+            return None
+        p = lowered.params
+        if p["dtype"] == "f16" and (p["acc"] != "f16" or self.isa != "fp16"):
+            return None  # float16 storage computed in float32 stays with the direct kernel
+        return lowered
+
+
 def nchw44_int8(op: Operation, isa: str, dot: bool) -> Lowered | None:
     got = nchw44_common(op, isa)
     if got is None:
@@ -708,7 +728,17 @@ class PoolNchw44(Template):
 {window_taps(p, [neon_tap], " " * 10)}
           vst1q_f32(yb + (long)oy * {ys["H"]} + (long)ox * {ys["W"]}, a);"""
         body = body_neon if vec else body_scalar
-        return f"""
+        return pool_planes(sym, ctype, n, c, xs, ys, f"""      for (int oy = 0; oy < {oh}; ++oy)
+        for (int ox = 0; ox < {ow}; ++ox) {{{body}
+        }}""")
+
+
+def pool_planes(
+    sym: str, ctype: str, n: int, c: int, xs: dict[str, int], ys: dict[str, int], body: str
+) -> str:
+    """An NCHW44 pooling kernel over ``ctype`` activations: ``body`` run once per (image, 4-channel
+    block) plane, in parallel, with ``xb``/``yb`` at the plane's input and output."""
+    return f"""
 static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
   const {ctype}* x = (const {ctype}*)x_;
   {ctype}* y = ({ctype}*)y_;
@@ -718,9 +748,7 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
     for (int cb = 0; cb < {c // 4}; ++cb) {{
       const {ctype}* xb = x + (long)nn * {xs["N"]} + (long)cb * {xs["C/4"]};
       {ctype}* yb = y + (long)nn * {ys["N"]} + (long)cb * {ys["C/4"]};
-      for (int oy = 0; oy < {oh}; ++oy)
-        for (int ox = 0; ox < {ow}; ++ox) {{{body}
-        }}
+{body}
     }}
 }}
 """

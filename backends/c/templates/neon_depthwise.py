@@ -21,16 +21,15 @@ ReLU6) runs on the registers before the single store. Float16 computes in float1
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xdsl.ir import Operation
-
-from backends.c.templates import Template, sym_join
-from backends.c.templates.neon import STORAGE, conv_args, nchw44_float
+from backends.c.templates import sym_join
+from backends.c.templates.neon import STORAGE, FloatConvNchw44, conv_args
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
-from passes.lowering.kernels import EpilogueSupport, Lowered
+from passes.lowering.kernels import EpilogueSupport
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -76,7 +75,7 @@ F16_PAIR = DwVec(
 VECS = {"f32": F32, "f16": F16}
 
 
-class ConvDepthwise3x3Nchw44(Template):
+class ConvDepthwise3x3Nchw44(FloatConvNchw44):
     """``conv2d_nchw44_dw3x3``: channel-wise 3x3 NCHW44 convolution, stride 1 or 2 (see the module doc)."""
 
     family = "conv2d_nchw44_dw3x3"
@@ -89,21 +88,10 @@ class ConvDepthwise3x3Nchw44(Template):
         "float16": EpilogueSupport(activations=ACTIVATIONS),
     }
 
-    def __init__(self, isa: str):
-        self.isa = isa
-
-    def match(self, op: Operation) -> Lowered | None:
-        lowered = nchw44_float(op, self.isa)
-        if lowered is None:
-            return None
-        p = lowered.params
+    def accepts(self, p: dict[str, Any]) -> bool:
         if p["mode"] != "chan" or (p["fh"], p["fw"], p["dh"], p["dw"]) != (3, 3, 1, 1):
-            return None
-        if p["sh"] != p["sw"] or p["sw"] not in (1, 2) or p["act"] not in ACTIVATIONS:
-            return None
-        if p["dtype"] == "f16" and (p["acc"] != "f16" or self.isa != "fp16"):
-            return None  # float16 storage computed in float32 stays with the direct kernel
-        return lowered
+            return False
+        return p["sh"] == p["sw"] and p["sw"] in (1, 2) and p["act"] in ACTIVATIONS
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
@@ -243,10 +231,7 @@ class ConvDepthwise3x3Nchw44(Template):
                 # L_m: input pixels (2m, 2m + 1); the pair at an odd start is an ext of two
                 for m in range(npair + 1):
                     out.append(f"  const float16x8_t L{m} = vld1q_f16({xr} + (ix + {2 * m}) * 4);")
-                for k in range(npair):
-                    out.append(f"  a{k} = vfmaq_f16(a{k}, L{k}, W{r}0);")
-                    out.append(f"  a{k} = vfmaq_f16(a{k}, vextq_f16(L{k}, L{k + 1}, 4), W{r}1);")
-                    out.append(f"  a{k} = vfmaq_f16(a{k}, L{k + 1}, W{r}2);")
+                out += _pair_fmas(r, npair, lambda k: (f"L{k}", _straddle("L", k), f"L{k + 1}"))
             elif npair:
                 # pixels 4k .. 4k + 3 split into E_k = (4k, 4k + 2) and O_k = (4k + 1, 4k + 3)
                 for k in range(npair):
@@ -256,10 +241,7 @@ class ConvDepthwise3x3Nchw44(Template):
                     out.append(f"  const float16x8_t O{k} = vreinterpretq_f16_u64(P{k}.val[1]);")
                 last = f"vld1_f16({xr} + (ix + {4 * npair}) * 4)"
                 out.append(f"  const float16x8_t E{npair} = vcombine_f16({last}, {last});")
-                for k in range(npair):
-                    out.append(f"  a{k} = vfmaq_f16(a{k}, E{k}, W{r}0);")
-                    out.append(f"  a{k} = vfmaq_f16(a{k}, O{k}, W{r}1);")
-                    out.append(f"  a{k} = vfmaq_f16(a{k}, vextq_f16(E{k}, E{k + 1}, 4), W{r}2);")
+                out += _pair_fmas(r, npair, lambda k: (f"E{k}", f"O{k}", _straddle("E", k)))
             if single:
                 j = 2 * npair
                 for s in range(3):
@@ -271,6 +253,18 @@ class ConvDepthwise3x3Nchw44(Template):
         if single:
             out += self._epilogue_d(p, F16, "as", f"({ox} + {2 * npair}) * 4")
         return out
+
+
+def _straddle(name: str, k: int) -> str:
+    """The pixel pair straddling registers ``{name}k`` and ``{name}k+1``: the upper half of the first
+    and the lower half of the second."""
+    return f"vextq_f16({name}{k}, {name}{k + 1}, 4)"
+
+
+def _pair_fmas(r: int, npair: int, taps: Callable[[int], tuple[str, str, str]]) -> list[str]:
+    """Filter row ``r``'s three taps on each float16 accumulator pair ``a{k}``: ``taps(k)`` names the
+    input pixel pairs under taps 0, 1 and 2."""
+    return [f"  a{k} = vfmaq_f16(a{k}, {x}, W{r}{s});" for k in range(npair) for s, x in enumerate(taps(k))]
 
 
 KERNEL_UNITS = tuple(ConvDepthwise3x3Nchw44(isa) for isa in ("neon", "fp16"))

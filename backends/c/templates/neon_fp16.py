@@ -24,6 +24,7 @@ from xdsl.ir import Operation
 
 from backends.c.match import code, pool_geometry, same_type
 from backends.c.templates import Template, plane_sym, strided_index, sym_join, window_taps
+from backends.c.templates.neon import pool_planes
 from backends.c.templates.neon_move import loop_nest
 from dialects import enums
 from dialects import tensor as T
@@ -143,25 +144,6 @@ class ElemwiseF16(Template):
         return loop_nest([f"static void {sym}({args}) {{", "  (void)ws; (void)nt;"], dims[:-1], body)
 
 
-def _plane_loops(sym: str, n: int, c: int, xs: dict[str, int], ys: dict[str, int], body: str) -> str:
-    """An NCHW44 float16 pooling kernel: ``body`` run once per (image, 4-channel block) plane with
-    ``xb``/``yb`` at the plane's input and output."""
-    return f"""
-static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
-  const float16_t* x = (const float16_t*)x_;
-  float16_t* y = (float16_t*)y_;
-  (void)ws;
-  #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
-  for (int nn = 0; nn < {n}; ++nn)
-    for (int cb = 0; cb < {c // 4}; ++cb) {{
-      const float16_t* xb = x + (long)nn * {xs["N"]} + (long)cb * {xs["C/4"]};
-      float16_t* yb = y + (long)nn * {ys["N"]} + (long)cb * {ys["C/4"]};
-{body}
-    }}
-}}
-"""
-
-
 class PoolF16Nchw44(Template):
     """``pool2d_nchw44_f16``: max / average pooling of float16 NCHW44 activations, one ``.4h`` per pixel."""
 
@@ -231,7 +213,7 @@ class PoolF16Nchw44(Template):
         inner = "\n".join(
             "        " + line for line in [*rows, f"float16_t* yr = yb + (long)oy * {ys['H']};", *body]
         )
-        return _plane_loops(sym, n, c, xs, ys, f"""      for (int oy = 0; oy < {oh}; ++oy) {{
+        return pool_planes(sym, "float16_t", n, c, xs, ys, f"""      for (int oy = 0; oy < {oh}; ++oy) {{
 {inner}
       }}""")
 
@@ -252,7 +234,7 @@ class PoolF16Nchw44(Template):
             acc = f"a = vaddq_f32(a, vcvt_f32_f16(vld1_f16({pix}))); ++cnt;"
             count = str(fh * fw) if p["mode"] == "average" else "cnt"
             fin = f"vcvt_f16_f32(vdivq_f32(a, vdupq_n_f32((float){count})))"
-        return _plane_loops(sym, n, c, xs, ys, f"""      for (int oy = 0; oy < {oh}; ++oy)
+        return pool_planes(sym, "float16_t", n, c, xs, ys, f"""      for (int oy = 0; oy < {oh}; ++oy)
         for (int ox = 0; ox < {ow}; ++ox) {{
           {init}
 {window_taps(p, [acc], " " * 10)}

@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.ir import Operation
 
 from backends.c.templates import conv_sym, epilogue_sym, sym_join
-from backends.c.templates.neon import STORAGE, ConvNchw44, conv_head, nchw44_float
+from backends.c.templates.neon import STORAGE, ConvNchw44, FloatConvNchw44, conv_head
 from dialects.layout import SPECS, Layout, LayoutSpec
-from passes.lowering.kernels import EpilogueSupport, Lowered
+from passes.lowering.kernels import EpilogueSupport
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -166,27 +165,16 @@ def _step_f16(na: int, nb: int, xpix: int) -> list[str]:
     return lines
 
 
-class ConvGemmNchw44(ConvNchw44):
+class ConvGemmNchw44(FloatConvNchw44, ConvNchw44):
     """``conv2d_nchw44_gemm``: dense float NCHW44 convolution by register-blocked implicit GEMM."""
 
     family = "conv2d_nchw44_gemm"
     priority = 195  # ahead of the direct conv2d_nchw44 (190) for every dense float conv it accepts
     epilogues = EPILOGUES
+    kind = "float"  # the direct kernel's float helpers (support code, filter layouts) apply
 
-    def __init__(self, isa: str):
-        self.kind = "float"
-        self.isa = isa
-
-    def match(self, op: Operation) -> Lowered | None:
-        lowered = nchw44_float(op, self.isa)
-        if lowered is None:
-            return None
-        p = lowered.params
-        if p["mode"] not in ("dense", "hybrid") or p["act"] not in GEMM_ACTIVATIONS:
-            return None
-        if p["dtype"] == "f16" and (p["acc"] != "f16" or self.isa != "fp16"):
-            return None  # float16 storage computed in float32 stays with the direct kernel
-        return lowered
+    def accepts(self, p: dict[str, Any]) -> bool:
+        return p["mode"] in ("dense", "hybrid") and p["act"] in GEMM_ACTIVATIONS
 
     def symbol(self, p: dict[str, Any]) -> str:
         # dense convolutions only: conv_sym writes no groups word

@@ -26,7 +26,7 @@ from xdsl.ir import Operation
 from backends.c.match import code, pool_geometry, same_type
 from backends.c.templates import Template, sym_join
 from backends.c.templates.generic import _ptr_args
-from backends.c.templates.neon import _NEON_Q8, nchw44_int8
+from backends.c.templates.neon import _NEON_Q8, nchw44_int8, pool_planes
 from backends.c.templates.neon_gemm import ConvGemmNchw44
 from backends.c.templates.requant import (
     REQUANT_C,
@@ -344,17 +344,7 @@ class MaxPoolQ8Nchw44(Template):
             pixels = "(const int32_t*)(xr + (long)(ox * 2 - {pw} + s) * 4)"
             tap = f"vreinterpretq_s8_s32(vld2q_s32({pixels}).val[0])"
         tap = tap.format(pw=pw)
-        return f"""
-static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
-  const int8_t* x = (const int8_t*)x_;
-  int8_t* y = (int8_t*)y_;
-  (void)ws;
-  #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
-  for (int nn = 0; nn < {n}; ++nn)
-    for (int cb = 0; cb < {c // 4}; ++cb) {{
-      const int8_t* xb = x + (long)nn * {xs["N"]} + (long)cb * {xs["C/4"]};
-      int8_t* yb = y + (long)nn * {ys["N"]} + (long)cb * {ys["C/4"]};
-      for (int oy = 0; oy < {oh}; ++oy) {{
+        return pool_planes(sym, "int8_t", n, c, xs, ys, f"""      for (int oy = 0; oy < {oh}; ++oy) {{
         const int r0 = oy * {sh} - {ph} < 0 ? {ph} - oy * {sh} : 0;
         const int r1 = oy * {sh} - {ph} + {fh} > {ih} ? {ih} - oy * {sh} + {ph} : {fh};
         int8_t* yr = yb + (long)oy * {ys["H"]};
@@ -380,10 +370,7 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
           }}
           vst1_lane_s32((int32_t*)(yr + (long)ox * 4), vreinterpret_s32_s8(m), 0);
         }}
-      }}
-    }}
-}}
-"""
+      }}""")
 
 
 KERNEL_UNITS = (ConvDotGemmNchw44(), ElemwiseQ8Neon(), MaxPoolQ8Nchw44())

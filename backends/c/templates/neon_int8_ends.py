@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from backends.c.templates.neon_int8 import NEON_REQUANT_C
+from backends.c.templates.requant import CTYPES as OUT_CTYPES
 from backends.c.templates.requant import exact, f32, inverse, ratio, result_expr
-from backends.c.templates.typed import MatmulQ8, TypeCvt
+from backends.c.templates.typed import MatmulQ8, TypeCvt, matmul_q8_head
 
 # (source, destination) -> (C types, the int8x16 / float32 body of 16 elements at ``in + i``)
 _CONVERSIONS = {
@@ -98,19 +99,13 @@ class MatmulQ8Dot(MatmulQ8):
             return super().render(em, sym, p)
         m, n, k = p["m"], p["n"], p["k"]
         k16 = k // 16 * 16
-        otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], "int8_t")
+        otype = OUT_CTYPES[p["out"]]
         store = "\n".join(
             f"        {{ int32_t acc = vaddvq_s32(s{r}); for (int kk = {k16}; kk < {k}; ++kk) "
             f"acc += (int32_t)ai[kk] * b{r}[kk]; yi[j + {r}] = {result_expr(p, 'acc')}; }}"
             for r in range(4)
         )
-        return exact(f"""
-static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, int nt) {{
-  (void)ws;
-  for (int bt = 0; bt < {p["batch"]}; ++bt) {{
-    const int8_t* a = (const int8_t*)a_ + (long)bt * {m * k};
-    const int8_t* b = (const int8_t*)b_ + (long)bt * {n * k if not p["b_const"] else 0};
-    {otype}* y = ({otype}*)y_ + (long)bt * {m * n};
+        return exact(f"""{matmul_q8_head(sym, p)}
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {m * n * k} > 1048576)
     for (int i = 0; i < {m}; ++i) {{
       const int8_t* ai = a + (long)i * {k};

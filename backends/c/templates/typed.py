@@ -42,6 +42,7 @@ from backends.c.templates.generic import (
     _ptr_args,
     _strided_loops,
 )
+from backends.c.templates.requant import CTYPES as OUT_CTYPES
 from backends.c.templates.requant import (
     INT8_ACT,
     QRANGE,
@@ -339,6 +340,21 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
         return HEADER
 
 
+def matmul_q8_head(sym: str, p: dict[str, Any]) -> str:
+    """The opening of an int8 (batched) matmul kernel up to its batch loop's body: per batch ``bt``,
+    ``a``, ``b`` (one matrix when constant) and the result ``y`` (``OUT_CTYPES[p["out"]]``) at its
+    matrices."""
+    m, n, k = p["m"], p["n"], p["k"]
+    otype = OUT_CTYPES[p["out"]]
+    return f"""
+static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, int nt) {{
+  (void)ws;
+  for (int bt = 0; bt < {p["batch"]}; ++bt) {{
+    const int8_t* a = (const int8_t*)a_ + (long)bt * {m * k};
+    const int8_t* b = (const int8_t*)b_ + (long)bt * {n * k if not p["b_const"] else 0};
+    {otype}* y = ({otype}*)y_ + (long)bt * {m * n};"""
+
+
 class MatmulQ8(Template):
     """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
 
@@ -374,14 +390,7 @@ class MatmulQ8(Template):
         M, N, Kd = p["m"], p["n"], p["k"]
         a_at = f"a[(long)kk * {M} + i]" if p["ta"] else f"a[(long)i * {Kd} + kk]"
         b_at = f"b[(long)j * {Kd} + kk]" if p["tb"] else f"b[(long)kk * {N} + j]"
-        otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
-        return exact(f"""
-static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, int nt) {{
-  (void)ws;
-  for (int bt = 0; bt < {p["batch"]}; ++bt) {{
-    const int8_t* a = (const int8_t*)a_ + (long)bt * {M * Kd};
-    const int8_t* b = (const int8_t*)b_ + (long)bt * {N * Kd if not p["b_const"] else 0};
-    {otype}* y = ({otype}*)y_ + (long)bt * {M * N};
+        return exact(f"""{matmul_q8_head(sym, p)}
     {_par(M * N * Kd)}
     for (int i = 0; i < {M}; ++i)
       for (int j = 0; j < {N}; ++j) {{
@@ -466,7 +475,7 @@ class Conv2dQ8(Template):
         )
         icg, ocg = ic // g, oc // g
         int_bias = p["bias"] and not post_processed(p)
-        otype = {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
+        otype = OUT_CTYPES[p["out"]]
         args = ["const void* x_", "const void* w_", *(["const void* b_"] if p["bias"] else []), "void* y_",
                 "unsigned char* ws", "int nt"]  # fmt: skip
         return exact(f"""

@@ -44,13 +44,12 @@ def unflatten(shape: Sequence[int], flat: str = "i") -> str:
     return "\n    ".join(lines)
 
 
-def pointwise(sym: str, args: Sequence[tuple[str, str]], total: int, body: str) -> str:
-    """A kernel running ``body`` once per flat index ``i < total`` and its launcher.
-
-    ``args``: (C type of the kernel parameter, its name), inputs first, then outputs; the launcher
-    takes each as ``const void*`` / ``void*`` (by constness) and casts."""
+def kernel_args(args: Sequence[tuple[str, str]]) -> tuple[str, str, str]:
+    """For kernel parameters ``args`` ((C type, name), inputs first, then outputs): the kernel's
+    parameter list, its launcher's (each as ``const void* name_`` / ``void* name_`` by constness,
+    then ``ws`` and ``nt``) and the casts with which the launcher passes them on."""
     params = ", ".join(f"{t} {n}" for t, n in args)
-    launcher_params = ", ".join(
+    launcher = ", ".join(
         [
             *(f"{'const void*' if t.startswith('const') else 'void*'} {n}_" for t, n in args),
             "unsigned char* ws",
@@ -58,16 +57,28 @@ def pointwise(sym: str, args: Sequence[tuple[str, str]], total: int, body: str) 
         ]
     )
     casts = ", ".join(f"({t}){n}_" for t, n in args)
-    blocks = max(1, math.ceil(total / BLOCK))
+    return params, launcher, casts
+
+
+def thread_kernel(sym: str, params: str, threads: int, body: str) -> str:
+    """The kernel ``<sym>_k(params)`` running ``body`` once per flat index ``i < threads``."""
     return f"""
 extern "C" __global__ void __launch_bounds__({BLOCK}) {sym}_k({params}) {{
   const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= {total}L) return;
+  if (i >= {threads}L) return;
   {{
     {body}
   }}
 }}
-static void {sym}({launcher_params}) {{
+"""
+
+
+def pointwise(sym: str, args: Sequence[tuple[str, str]], total: int, body: str) -> str:
+    """A kernel running ``body`` once per flat index ``i < total`` and its launcher (``args`` as
+    :func:`kernel_args` takes them)."""
+    params, launcher, casts = kernel_args(args)
+    blocks = max(1, math.ceil(total / BLOCK))
+    return thread_kernel(sym, params, total, body) + f"""static void {sym}({launcher}) {{
   (void)ws; (void)nt;
   XM_LAUNCH({sym}_k, dim3({blocks}), dim3({BLOCK}), {casts});
 }}

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from backends.c.templates import indexing as C
 from backends.c.templates.generic import BYTES_CTYPE
 from backends.c.templates.requant import REQUANT_C, exact
-from backends.cuda.templates import BLOCK, CudaRender
+from backends.cuda.templates import BLOCK, CudaRender, kernel_args, thread_kernel
 from backends.cuda.templates.portable import CUDA_TYPES
 
 if TYPE_CHECKING:
@@ -65,15 +65,7 @@ def _kernel(
 ) -> str:
     """A one-thread-per-index kernel and its launcher (the launcher first copying ``src`` into
     ``out`` for the modifying kernels, unless they are one buffer)."""
-    params = ", ".join(f"{t} {n}" for t, n in args)
-    launcher = ", ".join(
-        [
-            *(f"{'const void*' if t.startswith('const') else 'void*'} {n}_" for t, n in args),
-            "unsigned char* ws",
-            "int nt",
-        ]
-    )
-    casts = ", ".join(f"({t}){n}_" for t, n in args)
+    params, launcher, casts = kernel_args(args)
     copy = (
         f"  if (out_ != src_ && {copy_bytes}UL) cudaMemcpyAsync(out_, src_, {copy_bytes}UL, "
         "cudaMemcpyDeviceToDevice, xm_stream);\n"
@@ -85,15 +77,7 @@ def _kernel(
         if threads
         else f"  (void)({sym}_k);\n"
     )
-    return f"""
-extern "C" __global__ void __launch_bounds__({BLOCK}) {sym}_k({params}) {{
-  const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= {threads}L) return;
-  {{
-    {body}
-  }}
-}}
-static void {sym}({launcher}) {{
+    return thread_kernel(sym, params, threads, body) + f"""static void {sym}({launcher}) {{
   (void)ws; (void)nt;
 {copy}{launch}}}
 """

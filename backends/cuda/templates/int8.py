@@ -25,20 +25,10 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from backends.c.match import acc_scale, code, dtype_key, pool_geometry, qparams, requant_params
-from backends.c.templates import conv_sym, plane_sym, sym_join
+from backends.c.templates import conv_sym, plane_sym, requant, sym_join
 from backends.c.templates.generic import BYTES_CTYPE
-from backends.c.templates.requant import (
-    INT8_ACT,
-    REQUANT_C,
-    bias_ctype,
-    bias_values,
-    exact,
-    int_activation,
-    post_processed,
-    result_expr,
-)
-from backends.cuda.templates import CudaRender, pointwise
-from backends.cuda.templates.portable import _out_type, int_average
+from backends.cuda.templates import CudaRender, kernel_args, pointwise
+from backends.cuda.templates.portable import int_average
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
@@ -148,13 +138,13 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
             return None
         operands: list[SSAValue | np.ndarray] = [x, w]
         if isinstance(op, T.ConvBiasOp):
-            act = INT8_ACT.get(p["nonline_mode"])
+            act = requant.INT8_ACT.get(p["nonline_mode"])
             if act is None or len(rest) > 2:
                 return None
             params["act"] = act
             if rest:
                 params["bias"] = 1
-                bias = bias_values(rest[0], scale, params)
+                bias = requant.bias_values(rest[0], scale, params)
                 if bias is None or bias.size != ocp:
                     return None
                 operands.append(bias)
@@ -184,25 +174,25 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
 
     def _epilogue(self, p: dict[str, Any], k: str, y_at: str) -> str:
         lines = []
-        if p["bias"] and not post_processed(p):
+        if p["bias"] and not requant.post_processed(p):
             lines.append(f"acc += bias[{k}];")
         if p["z"]:
             lines.append(f"acc += {_z_term(p, f'z[{y_at}]')};")
-        lines.append(int_activation(p, "acc"))
-        lines.append(f"y[{y_at}] = {result_expr(p, 'acc', f'bias[{k}]')};")
+        lines.append(requant.int_activation(p, "acc"))
+        lines.append(f"y[{y_at}] = {requant.result_expr(p, 'acc', f'bias[{k}]')};")
         return "\n    ".join(line for line in lines if line)
 
     def support(self, em: CEmitter) -> str:
-        return REQUANT_C
+        return requant.REQUANT_C
 
     def _args(self, p: dict[str, Any]) -> list[tuple[str, str]]:
         ztype = "int8_t" if p.get("zcode") == "q8" else "int32_t"
         return [
             ("const int8_t*", "x"),
             ("const int8_t*", "w"),
-            *([(f"const {bias_ctype(p)}*", "bias")] * p["bias"]),
+            *([(f"const {requant.bias_ctype(p)}*", "bias")] * p["bias"]),
             *([(f"const {ztype}*", "z")] * p["z"]),
-            (f"{_out_type(p)}*", "y"),
+            (f"{requant.CTYPES[p['out']]}*", "y"),
         ]
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
@@ -234,7 +224,7 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
       }}
     }}
     {self._epilogue(p, "k", y_at)}"""
-        return exact(pointwise(sym, self._args(p), n * oc * oh * ow, body))
+        return requant.exact(pointwise(sym, self._args(p), n * oc * oh * ow, body))
 
 
 MMA_TILE = 16  # WMMA int8 m16n16k16
@@ -263,18 +253,9 @@ class ConvNchw32Mma(ConvBlockedQ8):
         x_at = offset_expr(p["x"], p["xshape"], {"N": "nn", "C": "c0 + col", "H": "yy", "W": "xx"})
         w_at = offset_expr(p["w"], p["wshape"], {"K": "k", "C": "c0 + col", "R": "r", "S": "s"})
         y_at = offset_expr(p["y"], p["yshape"], {"N": "nn", "C": "k", "H": "oy", "W": "ox"})
-        args = self._args(p)
-        params = ", ".join(f"{a} {b}" for a, b in args)
-        launcher = ", ".join(
-            [
-                *(f"{'const void*' if a.startswith('const') else 'void*'} {b}_" for a, b in args),
-                "unsigned char* ws",
-                "int nt",
-            ]
-        )
-        casts = ", ".join(f"({a}){b}_" for a, b in args)
+        params, launcher, casts = kernel_args(self._args(p))
         grid = f"dim3({math.ceil(pixels / t)}, {oc // t})"
-        return exact(f"""
+        return requant.exact(f"""
 extern "C" __global__ void __launch_bounds__(32) {sym}_k({params}) {{
   using namespace nvcuda;
   __shared__ __align__(32) signed char a_tile[{t * t}];

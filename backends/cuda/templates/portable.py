@@ -13,6 +13,7 @@ activation), ``conv2d_depthwise``, ``matmul_gemm``, ``pool2d``, ``elemwise``, ``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
@@ -22,6 +23,7 @@ from backends.c.templates import conv_sym, epilogue_sym, gemm, generic, typed
 from backends.c.templates import strided_index as linear
 from backends.c.templates import sym_join as c_sym_join
 from backends.c.templates.generic import BYTES_CTYPE, ESIZE
+from backends.c.templates.requant import CTYPES as OUT_CTYPES
 from backends.c.templates.requant import (
     REQUANT_C,
     bias_ctype,
@@ -85,6 +87,33 @@ def _window_rows(p: dict[str, Any], indent: str, dilated: bool) -> str:
     return f"\n{indent}".join(lines)
 
 
+def _conv_outputs(p: dict[str, Any]) -> int:
+    return p["n"] * p["oc"] * p["oh"] * p["ow"]
+
+
+def _conv_taps(p: dict[str, Any], elem: str, acc_decl: str, multiply_add: Callable[[str, str], str]) -> str:
+    """A dense or grouped NCHW convolution's thread up to its epilogue: the output index ``(nn, o, oy,
+    ox)`` of thread ``i``, ``xg`` at the input channels of ``o``'s group and ``wo`` at ``o``'s filter
+    (both of C type ``elem``), ``acc_decl`` declaring ``acc``, then ``multiply_add(x_tap, w_tap)``
+    over every in-range tap (the float32 and int8 convolutions differ only in these)."""
+    ic, ih, iw, oc, oh, ow = (p[k] for k in ("ic", "ih", "iw", "oc", "oh", "ow"))
+    fh, fw = p["fh"], p["fw"]
+    icg, ocg = ic // p["groups"], oc // p["groups"]
+    x_tap = f"xg[c * {ih * iw}L + yy * {iw} + xx]"
+    w_tap = f"wo[(c * {fh} + r) * {fw} + s]"
+    return f"""const long ox = i % {ow}, oy = i / {ow} % {oh};
+    const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
+    const {elem}* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
+    const {elem}* wo = w + o * {icg * fh * fw}L;
+    {acc_decl}
+    for (int c = 0; c < {icg}; ++c)
+      {_window_rows(p, "      ", True)}
+          if ((unsigned)xx < {iw}u)
+            {multiply_add(x_tap, w_tap)}
+        }}
+      }}"""
+
+
 # ----------------------------------------------------------------------------------------------
 # float32 convolution and matrix multiplication
 
@@ -111,22 +140,10 @@ class ConvDirect(CudaRender, KernelUnit):
         )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
-        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
-        icg, ocg = ic // p["groups"], oc // p["groups"]
-        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh};
-    const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
-    const float* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
-    const float* wo = w + o * {icg * fh * fw}L;
-    float acc = 0.f;
-    for (int c = 0; c < {icg}; ++c)
-      {_window_rows(p, "      ", True)}
-          if ((unsigned)xx < {iw}u)
-            acc = fmaf(xg[c * {ih * iw}L + yy * {iw} + xx], wo[(c * {fh} + r) * {fw} + s], acc);
-        }}
-      }}
+        taps = _conv_taps(p, "float", "float acc = 0.f;", lambda x, w: f"acc = fmaf({x}, {w}, acc);")
+        body = f"""{taps}
     y[i] = {epilogue(p, "acc", "o", "i")};"""
-        return pointwise(sym, _float_args(p, "x", "w"), n * oc * oh * ow, body)
+        return pointwise(sym, _float_args(p, "x", "w"), _conv_outputs(p), body)
 
 
 class ConvDepthwise(CudaRender, generic.ConvDepthwise):
@@ -380,10 +397,6 @@ def _matmul_thread(p: dict[str, Any], ctype: str) -> tuple[str, str, str]:
     return a_at, b_at, head
 
 
-def _out_type(p: dict[str, Any]) -> str:
-    return {"q32_same": "int32_t", "f32": "float"}.get(p["out"], CTYPES.get(p["out"], "int8_t"))
-
-
 class MatmulQ8(CudaRender, typed.MatmulQ8):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         m, n, k = p["m"], p["n"], p["k"]
@@ -392,7 +405,7 @@ class MatmulQ8(CudaRender, typed.MatmulQ8):
     int32_t acc = 0;
     for (int kk = 0; kk < {k}; ++kk) acc += (int32_t){a_at} * {b_at};
     y[i] = {result_expr(p, "acc")};"""
-        args = [("const int8_t*", "a_"), ("const int8_t*", "b_"), (f"{_out_type(p)}*", "y")]
+        args = [("const int8_t*", "a_"), ("const int8_t*", "b_"), (f"{OUT_CTYPES[p['out']]}*", "y")]
         return exact(pointwise(sym, args, p["batch"] * m * n, body))
 
     def support(self, em: CEmitter) -> str:
@@ -401,29 +414,18 @@ class MatmulQ8(CudaRender, typed.MatmulQ8):
 
 class Conv2dQ8(CudaRender, typed.Conv2dQ8):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
-        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
-        icg, ocg = ic // p["groups"], oc // p["groups"]
-        body = f"""const long ox = i % {ow}, oy = i / {ow} % {oh};
-    const long o = i / {ow * oh} % {oc}, nn = i / {ow * oh * oc};
-    const int8_t* xg = x + (nn * {ic} + o / {ocg} * {icg}) * {ih * iw}L;
-    const int8_t* wo = w + o * {icg * fh * fw}L;
-    int32_t acc = {"bias[o]" if p["bias"] and not post_processed(p) else "0"};
-    for (int c = 0; c < {icg}; ++c)
-      {_window_rows(p, "      ", True)}
-          if ((unsigned)xx < {iw}u)
-            acc += (int32_t)xg[c * {ih * iw}L + yy * {iw} + xx] * wo[(c * {fh} + r) * {fw} + s];
-        }}
-      }}
+        acc = f"int32_t acc = {'bias[o]' if p['bias'] and not post_processed(p) else '0'};"
+        taps = _conv_taps(p, "int8_t", acc, lambda x, w: f"acc += (int32_t){x} * {w};")
+        body = f"""{taps}
     {int_activation(p, "acc")}
     y[i] = {result_expr(p, "acc", "bias[o]")};"""
         args = [
             ("const int8_t*", "x"),
             ("const int8_t*", "w"),
             *([(f"const {bias_ctype(p)}*", "bias")] * p["bias"]),
-            (f"{_out_type(p)}*", "y"),
+            (f"{OUT_CTYPES[p['out']]}*", "y"),
         ]
-        return exact(pointwise(sym, args, n * oc * oh * ow, body))
+        return exact(pointwise(sym, args, _conv_outputs(p), body))
 
     def support(self, em: CEmitter) -> str:
         return REQUANT_C
