@@ -1,7 +1,8 @@
 """``conv2d_nchw88_dw3x3`` (float32 depthwise 3x3 NCHW88, stride 1 and 2, padding 0 and 1, no padded
 copy) against the reference interpreter and PyTorch: odd spatial sizes, rows narrower than a register
 block, batch 2, every fused epilogue (channel counts that are not multiples of 8 stay plain NCHW, on
-the plain depthwise kernel, in the same model), bit-identical results on 1 and 2 threads, and once under ASan/UBSan.
+the plain depthwise kernel, in the same model), bit-identical results on 1 and 2 threads, and once
+under ASan/UBSan.
 """
 
 from __future__ import annotations
