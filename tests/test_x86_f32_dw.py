@@ -50,6 +50,8 @@ def test_depthwise_3x3_matches_reference(target: str) -> None:
     assert "conv2d_nchw88_chan" not in source  # every blocked case is this kernel's
     assert source.count("static void conv2d_dw_") == len(PLAIN_CASES)
     assert "zrow" in source
+    # AVX-512: stride 1 runs zmm registers of two adjacent columns
+    assert ("_mm512_fmadd_ps(v, z" in source) == ("avx512" in target)
 
 
 def test_depthwise_3x3_matches_torch() -> None:

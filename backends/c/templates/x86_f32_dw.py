@@ -21,6 +21,7 @@ computed by one thread in the same order, so results are bit-identical on any th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
@@ -30,6 +31,7 @@ from backends.c.templates.generic import omp_parallel
 from backends.c.templates.nchw88 import (
     ACT_CODES,
     COMMON,
+    COMMON512,
     EPILOGUES,
     VEC,
     _Nchw88Base,
@@ -53,61 +55,101 @@ def interior_columns(iw: int, ow: int, sw: int, pw: int) -> tuple[int, int]:
     return lo, max(lo, hi)
 
 
-def _column_block(cols: list[int], sw: int, pw: int, iw: int, q0: str) -> list[str]:
-    """C statements computing output columns ``q0 + cols[i]`` (``q0`` a C expression of the block's
-    first column) into ``a{i}``: per filter row, each input vector the block reads is loaded once and
-    fed to every accumulator whose tap it is. ``iw`` > 0 drops taps outside ``[0, iw)`` (border
-    columns, whose absolute column ``q0`` is then a constant)."""
-    lines = [f"    __m256 a{i} = bv;" for i in range(len(cols))]
+@dataclass(frozen=True)
+class Vec:
+    """A register form of an output block: ``cols`` adjacent NCHW88 columns (8 channels each) per
+    register, its C type and intrinsics, and the names of the filter and bias registers."""
+
+    cols: int
+    ctype: str
+    load: str
+    store: str
+    fma: str
+    add: str
+    act: str
+    weight: str
+    bias: str
+
+
+YMM = Vec(1, "__m256", "_mm256_loadu_ps", "_mm256_storeu_ps", "_mm256_fmadd_ps", "_mm256_add_ps",
+          "xm_n88_act", "w", "bv")  # fmt: skip
+# two adjacent columns per zmm (stride 1 only: the 16 floats at input column t are columns t, t+1,
+# exactly the taps of two neighbouring outputs); filters and bias broadcast to both halves
+ZMM = Vec(2, "__m512", "_mm512_loadu_ps", "_mm512_storeu_ps", "_mm512_fmadd_ps", "_mm512_add_ps",
+          "xm_dw_act512", "z", "bz")  # fmt: skip
+
+ACT512 = """#ifndef XM_DW_ACT512
+#define XM_DW_ACT512
+static inline __m512 xm_dw_act512(__m512 v, int act) {
+  switch (act) {
+    /* maxps / minps return their second operand when either is NaN: v goes second, so NaN stays */
+    case 0: return v;
+    case 1: return _mm512_max_ps(_mm512_setzero_ps(), v);
+    case 2: return _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_max_ps(_mm512_setzero_ps(), v));
+    default: return xm_n88_act512(v, act);
+  }
+}
+#endif
+"""
+
+
+def _column_block(vec: Vec, n: int, sw: int, pw: int, iw: int, q0: str) -> list[str]:
+    """C statements computing ``n`` registers of output columns from ``q0`` (a C expression) into
+    ``a{i}``: per filter row, each input vector the block reads is loaded once and fed to every
+    accumulator whose tap it is. ``iw`` > 0 drops taps outside ``[0, iw)`` (border columns, whose
+    absolute column ``q0`` is then a constant)."""
+    assert vec.cols == 1 or (sw == 1 and not iw)
+    lines = [f"    {vec.ctype} a{i} = {vec.bias};" for i in range(n)]
     for kh in range(K):
         uses: dict[int, list[tuple[int, int]]] = {}  # input column (from q0 * sw - pw) -> (acc, kw)
-        for i, c in enumerate(cols):
+        for i in range(n):
             for kw in range(K):
-                t = c * sw + kw
+                t = i * vec.cols * sw + kw
                 if iw and not 0 <= int(q0) * sw - pw + t < iw:
                     continue
                 uses.setdefault(t, []).append((i, kw))
         for t in sorted(uses):
             lines.append(
-                f"    {{ const __m256 v = _mm256_loadu_ps(x{kh} + ({q0} * {sw} - {pw} + {t}) * {VEC});"
+                f"    {{ const {vec.ctype} v = {vec.load}(x{kh} + ({q0} * {sw} - {pw} + {t}) * {VEC});"
             )
-            lines += [f"      a{i} = _mm256_fmadd_ps(v, w{kh}{kw}, a{i});" for i, kw in uses[t]]
+            lines += [f"      a{i} = {vec.fma}(v, {vec.weight}{kh}{kw}, a{i});" for i, kw in uses[t]]
             lines.append("    }")
     return lines
 
 
-def _store_block(n: int, q0: str, residual: bool, act: int) -> list[str]:
+def _store_block(vec: Vec, n: int, q0: str, residual: bool, act: int) -> list[str]:
     lines = []
     for i in range(n):
-        col = f"({q0} + {i}) * {VEC}"
+        col = f"({q0} + {i * vec.cols}) * {VEC}"
         if residual:
-            lines.append(f"    a{i} = _mm256_add_ps(a{i}, _mm256_loadu_ps(rr + {col}));")
-        lines.append(f"    _mm256_storeu_ps(yr + {col}, xm_n88_act(a{i}, {act}));")
+            lines.append(f"    a{i} = {vec.add}(a{i}, {vec.load}(rr + {col}));")
+        lines.append(f"    {vec.store}(yr + {col}, {vec.act}(a{i}, {act}));")
     return lines
 
 
-def row_code(iw: int, ow: int, sw: int, pw: int, block: int, residual: bool, act: int) -> str:
-    """One output row of one channel block: peeled border columns, then the interior in register
-    blocks of ``block`` columns and one narrower block for the remainder."""
+def _block(vec: Vec, n: int, sw: int, pw: int, iw: int, q0: str, residual: bool, act: int) -> list[str]:
+    return ["  {", *_column_block(vec, n, sw, pw, iw, q0), *_store_block(vec, n, q0, residual, act), "  }"]
+
+
+def row_code(iw: int, ow: int, sw: int, pw: int, vec: Vec, regs: int, residual: bool, act: int) -> str:
+    """One output row of one channel block: peeled border columns (ymm), the interior in register
+    blocks of ``regs`` registers of ``vec``, then one narrower block of ``vec`` and a last ymm
+    column for the remainder."""
     lo, hi = interior_columns(iw, ow, sw, pw)
     lines: list[str] = []
     for q in [*range(lo), *range(hi, ow)]:  # border columns: constant q, out-of-range taps dropped
-        lines.append("  {")
-        lines += _column_block([0], sw, pw, iw, str(q))
-        lines += _store_block(1, str(q), residual, act)
-        lines.append("  }")
-    full, rest = divmod(hi - lo, block)
+        lines += _block(YMM, 1, sw, pw, iw, str(q), residual, act)
+    span = vec.cols * regs
+    full, rest = divmod(hi - lo, span)
     if full:
-        lines.append(f"  for (int q0 = {lo}; q0 < {lo + full * block}; q0 += {block}) {{")
-        lines += _column_block(list(range(block)), sw, pw, 0, "q0")
-        lines += _store_block(block, "q0", residual, act)
-        lines.append("  }")
-    if rest:
-        q0 = str(lo + full * block)
-        lines.append("  {")
-        lines += _column_block(list(range(rest)), sw, pw, 0, q0)
-        lines += _store_block(rest, q0, residual, act)
-        lines.append("  }")
+        lines.append(f"  for (int q0 = {lo}; q0 < {lo + full * span}; q0 += {span})")
+        lines += _block(vec, regs, sw, pw, 0, "q0", residual, act)
+    q = lo + full * span
+    if rest >= vec.cols:
+        lines += _block(vec, rest // vec.cols, sw, pw, 0, str(q), residual, act)
+        q += rest // vec.cols * vec.cols
+    if q < hi:
+        lines += _block(YMM, hi - q, sw, pw, 0, str(q), residual, act)
     return "\n".join(lines)
 
 
@@ -119,6 +161,10 @@ class ConvNchw88Dw3x3(_Nchw88Base):
     priority = 305  # ahead of conv2d_nchw88_chan (300), which serves every other channel-wise conv
     epilogues = EPILOGUES
     block = 4  # output columns per register block: 4 accumulators + 9 filters + loads in 16 ymm
+
+    def vector(self, stride: int) -> tuple[Vec, int]:
+        """The register form of the interior blocks and the registers per block."""
+        return YMM, self.block
 
     def match(self, op: Operation) -> Lowered | None:
         lowered = conv_nchw88(op, chan=True)
@@ -152,23 +198,28 @@ class ConvNchw88Dw3x3(_Nchw88Base):
         x_row = offset(Layout.NCHW88, in_shape, {"N": "n", "C/8": "b", "H": "ihh"})
         y_row = offset(Layout.NCHW88, out_shape, {"N": "n", "C/8": "b", "H": "r"})
         w_blk = offset(Layout.C11RSc8, w_shape, {"G/8": "b"})
+        vec, regs = self.vector(s)
         weights = "\n".join(
             f"    const __m256 w{kh}{kw} = _mm256_loadu_ps(wb + {kh * wst['R'] + kw * wst['S']});"
+            + (f" const __m512 z{kh}{kw} = _mm512_broadcast_f32x8(w{kh}{kw});" if vec is ZMM else "")
             for kh in range(K)
             for kw in range(K)
         )
+        bias = "_mm256_loadu_ps(bias + b * 8)" if p["bias"] else "_mm256_setzero_ps()"
+        if vec is ZMM:
+            bias += ";\n    const __m512 bz = _mm512_broadcast_f32x8(bv)"
         rows = "\n".join(
             f"    const int ih{kh} = r * {s} - {ph} + {kh};\n"
             f"    const float* x{kh} = (unsigned)ih{kh} < {ih}u ? x + {x_row.replace('ihh', f'ih{kh}')}"
             " : zrow;"
             for kh in range(K)
         )
-        body = row_code(iw, ow, s, pw, self.block, bool(p["residual"]), ACT_CODES[p["act"]])
+        body = row_code(iw, ow, s, pw, vec, regs, bool(p["residual"]), ACT_CODES[p["act"]])
         names = ["x", "w", *(["bias"] if p["bias"] else []), *(["res"] if p["residual"] else [])]
         args = ", ".join([*(f"const void* {a}_" for a in names), "void* y_", "unsigned char* ws", "int nt"])
         casts = " ".join(f"const float* {a} = (const float*){a}_;" for a in names)
         region = omp_parallel(n * cb * VEC * oh * ow * K * K, "parallel for schedule(static) collapse(3)")
-        return f"""{COMMON}
+        return f"""{COMMON}{COMMON512 + ACT512 if vec is ZMM else ""}
 static void {sym}({args}) {{
   {casts}
   float* y = (float*)y_;
@@ -181,7 +232,7 @@ static void {sym}({args}) {{
   for (int r = 0; r < {oh}; ++r) {{
     const float* wb = w + {w_blk};
 {weights}
-    const __m256 bv = {"_mm256_loadu_ps(bias + b * 8)" if p["bias"] else "_mm256_setzero_ps()"};
+    const __m256 bv = {bias};
 {rows}
     float* yr = y + {y_row};
     const float* rr = {"res + " + y_row if p["residual"] else "0"};
@@ -193,10 +244,15 @@ static void {sym}({args}) {{
 
 
 class ConvNchw88Dw3x3Avx512(ConvNchw88Dw3x3):
-    """The same kernel with AVX-512VL's 32 ymm registers: register blocks of 8 columns."""
+    """The same kernel on AVX-512: stride 1 in zmm registers of two adjacent columns (half the FMAs
+    of ymm), blocks of 8 (16 columns; 8 accumulators + 9 filters + loads in 32 registers);
+    stride 2 (whose two outputs' taps are not adjacent) in blocks of 8 ymm columns."""
 
     isa = "avx512"
     block = 8
+
+    def vector(self, stride: int) -> tuple[Vec, int]:
+        return (ZMM if stride == 1 else YMM), self.block
 
 
 KERNEL_UNITS = (ConvNchw88Dw3x3(), ConvNchw88Dw3x3Avx512())
