@@ -29,6 +29,7 @@ CASES = [
     (1, 8, 4, 4, 8, 3, 2, 1, 1, 8, "relu"),  # stride 2 on an even size (right column in range)
     (1, 32, 23, 37, 32, 3, 1, 1, 1, 32, "residual"),  # 35 interior columns: 4 blocks + 3 / 8 + 3
     (1, 16, 21, 19, 16, 3, 2, 1, 1, 16, "none"),  # stride 2, odd: right border column in range
+    (1, 16, 6, 20, 16, 3, 1, 1, 1, 16, "residual"),  # even rows: AVX-512 pairs of rows, no lone row
 ]
 # channels not a multiple of 8: the layer stays plain NCHW (conv2d_depthwise), between NCHW88 ones
 PLAIN_CASES = [

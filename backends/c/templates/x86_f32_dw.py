@@ -93,63 +93,79 @@ static inline __m512 xm_dw_act512(__m512 v, int act) {
 """
 
 
-def _column_block(vec: Vec, n: int, sw: int, pw: int, iw: int, q0: str) -> list[str]:
-    """C statements computing ``n`` registers of output columns from ``q0`` (a C expression) into
-    ``a{i}``: per filter row, each input vector the block reads is loaded once and fed to every
-    accumulator whose tap it is. ``iw`` > 0 drops taps outside ``[0, iw)`` (border columns, whose
-    absolute column ``q0`` is then a constant)."""
+def _column_block(vec: Vec, n: int, rows: int, sw: int, pw: int, iw: int, q0: str) -> list[str]:
+    """C statements computing ``rows`` output rows x ``n`` registers of output columns from ``q0``
+    (a C expression) into ``a{row}_{i}``: each input vector the block reads (input row ``u`` at
+    ``x{u}``) is loaded once and fed to every accumulator whose tap it is. ``iw`` > 0 drops taps
+    outside ``[0, iw)`` (border columns, whose absolute column ``q0`` is then a constant)."""
     assert vec.cols == 1 or (sw == 1 and not iw)
-    lines = [f"    {vec.ctype} a{i} = {vec.bias};" for i in range(n)]
-    for kh in range(K):
-        uses: dict[int, list[tuple[int, int]]] = {}  # input column (from q0 * sw - pw) -> (acc, kw)
-        for i in range(n):
-            for kw in range(K):
-                t = i * vec.cols * sw + kw
-                if iw and not 0 <= int(q0) * sw - pw + t < iw:
-                    continue
-                uses.setdefault(t, []).append((i, kw))
+    lines = [f"    {vec.ctype} a{j}_{i} = {vec.bias};" for j in range(rows) for i in range(n)]
+    for u in range((rows - 1) * sw + K):
+        uses: dict[int, list[tuple[int, int, int, int]]] = {}  # input column -> (row, acc, kh, kw)
+        for j in range(rows):
+            kh = u - j * sw
+            if not 0 <= kh < K:
+                continue
+            for i in range(n):
+                for kw in range(K):
+                    t = i * vec.cols * sw + kw  # from input column q0 * sw - pw
+                    if iw and not 0 <= int(q0) * sw - pw + t < iw:
+                        continue
+                    uses.setdefault(t, []).append((j, i, kh, kw))
         for t in sorted(uses):
             lines.append(
-                f"    {{ const {vec.ctype} v = {vec.load}(x{kh} + ({q0} * {sw} - {pw} + {t}) * {VEC});"
+                f"    {{ const {vec.ctype} v = {vec.load}(x{u} + ({q0} * {sw} - {pw} + {t}) * {VEC});"
             )
-            lines += [f"      a{i} = {vec.fma}(v, {vec.weight}{kh}{kw}, a{i});" for i, kw in uses[t]]
+            lines += [
+                f"      a{j}_{i} = {vec.fma}(v, {vec.weight}{kh}{kw}, a{j}_{i});" for j, i, kh, kw in uses[t]
+            ]
             lines.append("    }")
     return lines
 
 
-def _store_block(vec: Vec, n: int, q0: str, residual: bool, act: int) -> list[str]:
+def _store_block(vec: Vec, n: int, rows: int, q0: str, residual: bool, act: int) -> list[str]:
     lines = []
-    for i in range(n):
-        col = f"({q0} + {i * vec.cols}) * {VEC}"
-        if residual:
-            lines.append(f"    a{i} = {vec.add}(a{i}, {vec.load}(rr + {col}));")
-        lines.append(f"    {vec.store}(yr + {col}, {vec.act}(a{i}, {act}));")
+    for j in range(rows):
+        for i in range(n):
+            col = f"({q0} + {i * vec.cols}) * {VEC}"
+            if residual:
+                lines.append(f"    a{j}_{i} = {vec.add}(a{j}_{i}, {vec.load}(rr{j} + {col}));")
+            lines.append(f"    {vec.store}(yr{j} + {col}, {vec.act}(a{j}_{i}, {act}));")
     return lines
 
 
-def _block(vec: Vec, n: int, sw: int, pw: int, iw: int, q0: str, residual: bool, act: int) -> list[str]:
-    return ["  {", *_column_block(vec, n, sw, pw, iw, q0), *_store_block(vec, n, q0, residual, act), "  }"]
+def _block(
+    vec: Vec, n: int, rows: int, sw: int, pw: int, iw: int, q0: str, residual: bool, act: int
+) -> list[str]:
+    return [
+        "  {",
+        *_column_block(vec, n, rows, sw, pw, iw, q0),
+        *_store_block(vec, n, rows, q0, residual, act),
+        "  }",
+    ]
 
 
-def row_code(iw: int, ow: int, sw: int, pw: int, vec: Vec, regs: int, residual: bool, act: int) -> str:
-    """One output row of one channel block: peeled border columns (ymm), the interior in register
-    blocks of ``regs`` registers of ``vec``, then one narrower block of ``vec`` and a last ymm
-    column for the remainder."""
+def row_code(
+    iw: int, ow: int, sw: int, pw: int, vec: Vec, regs: int, rows: int, residual: bool, act: int
+) -> str:
+    """``rows`` output rows of one channel block: peeled border columns (ymm), the interior in
+    register blocks of ``regs`` registers of ``vec`` per row, then one narrower block of ``vec``
+    and a last ymm column for the remainder."""
     lo, hi = interior_columns(iw, ow, sw, pw)
     lines: list[str] = []
     for q in [*range(lo), *range(hi, ow)]:  # border columns: constant q, out-of-range taps dropped
-        lines += _block(YMM, 1, sw, pw, iw, str(q), residual, act)
+        lines += _block(YMM, 1, rows, sw, pw, iw, str(q), residual, act)
     span = vec.cols * regs
     full, rest = divmod(hi - lo, span)
     if full:
         lines.append(f"  for (int q0 = {lo}; q0 < {lo + full * span}; q0 += {span})")
-        lines += _block(vec, regs, sw, pw, 0, "q0", residual, act)
+        lines += _block(vec, regs, rows, sw, pw, 0, "q0", residual, act)
     q = lo + full * span
     if rest >= vec.cols:
-        lines += _block(vec, rest // vec.cols, sw, pw, 0, str(q), residual, act)
+        lines += _block(vec, rest // vec.cols, rows, sw, pw, 0, str(q), residual, act)
         q += rest // vec.cols * vec.cols
     if q < hi:
-        lines += _block(YMM, hi - q, sw, pw, 0, str(q), residual, act)
+        lines += _block(YMM, hi - q, rows, sw, pw, 0, str(q), residual, act)
     return "\n".join(lines)
 
 
@@ -162,9 +178,10 @@ class ConvNchw88Dw3x3(_Nchw88Base):
     epilogues = EPILOGUES
     block = 4  # output columns per register block: 4 accumulators + 9 filters + loads in 16 ymm
 
-    def vector(self, stride: int) -> tuple[Vec, int]:
-        """The register form of the interior blocks and the registers per block."""
-        return YMM, self.block
+    def vector(self, stride: int) -> tuple[Vec, int, int]:
+        """The register form of the interior blocks, the registers per row of a block and the
+        output rows a block computes."""
+        return YMM, self.block, 1
 
     def match(self, op: Operation) -> Lowered | None:
         lowered = conv_nchw88(op, chan=True)
@@ -195,10 +212,15 @@ class ConvNchw88Dw3x3(_Nchw88Base):
         in_shape, out_shape = (n, cb * VEC, ih, iw), (n, cb * VEC, oh, ow)
         w_shape = (c, 1, 1, K, K)
         wst = strides(Layout.C11RSc8, w_shape)
-        x_row = offset(Layout.NCHW88, in_shape, {"N": "n", "C/8": "b", "H": "ihh"})
-        y_row = offset(Layout.NCHW88, out_shape, {"N": "n", "C/8": "b", "H": "r"})
+
+        def x_row(h: str) -> str:
+            return offset(Layout.NCHW88, in_shape, {"N": "n", "C/8": "b", "H": h})
+
+        def y_row(h: str) -> str:
+            return offset(Layout.NCHW88, out_shape, {"N": "n", "C/8": "b", "H": h})
+
         w_blk = offset(Layout.C11RSc8, w_shape, {"G/8": "b"})
-        vec, regs = self.vector(s)
+        vec, regs, rows = self.vector(s)
         weights = "\n".join(
             f"    const __m256 w{kh}{kw} = _mm256_loadu_ps(wb + {kh * wst['R'] + kw * wst['S']});"
             + (f" const __m512 z{kh}{kw} = _mm512_broadcast_f32x8(w{kh}{kw});" if vec is ZMM else "")
@@ -208,14 +230,28 @@ class ConvNchw88Dw3x3(_Nchw88Base):
         bias = "_mm256_loadu_ps(bias + b * 8)" if p["bias"] else "_mm256_setzero_ps()"
         if vec is ZMM:
             bias += ";\n    const __m512 bz = _mm512_broadcast_f32x8(bv)"
-        rows = "\n".join(
-            f"    const int ih{kh} = r * {s} - {ph} + {kh};\n"
-            f"    const float* x{kh} = (unsigned)ih{kh} < {ih}u ? x + {x_row.replace('ihh', f'ih{kh}')}"
-            " : zrow;"
-            for kh in range(K)
-        )
-        body = row_code(iw, ow, s, pw, vec, regs, bool(p["residual"]), ACT_CODES[p["act"]])
-        names = ["x", "w", *(["bias"] if p["bias"] else []), *(["res"] if p["residual"] else [])]
+        act, residual = ACT_CODES[p["act"]], bool(p["residual"])
+
+        def rows_code(rows: int) -> str:
+            """Pointers to the input rows (``zrow`` outside the image) and output rows of ``rows``
+            output rows from ``r``, then their columns."""
+            lines = []
+            for u in range((rows - 1) * s + K):
+                lines.append(f"    const int ih{u} = r * {s} - {ph} + {u};")
+                lines.append(
+                    f"    const float* x{u} = (unsigned)ih{u} < {ih}u ? x + {x_row(f'ih{u}')} : zrow;"
+                )
+            for j in range(rows):
+                lines.append(f"    float* yr{j} = y + {y_row(f'r + {j}')};")
+                if residual:
+                    lines.append(f"    const float* rr{j} = res + {y_row(f'r + {j}')};")
+            lines.append(row_code(iw, ow, s, pw, vec, regs, rows, residual, act))
+            return "\n".join(lines)
+
+        body = rows_code(rows)
+        if oh % rows:  # the last output row alone
+            body = f"  if (r + {rows} <= {oh}) {{\n{body}\n  }} else {{\n{rows_code(1)}\n  }}"
+        names = ["x", "w", *(["bias"] if p["bias"] else []), *(["res"] if residual else [])]
         args = ", ".join([*(f"const void* {a}_" for a in names), "void* y_", "unsigned char* ws", "int nt"])
         casts = " ".join(f"const float* {a} = (const float*){a}_;" for a in names)
         region = omp_parallel(n * cb * VEC * oh * ow * K * K, "parallel for schedule(static) collapse(3)")
@@ -229,14 +265,11 @@ static void {sym}({args}) {{
   {region}
   for (int n = 0; n < {n}; ++n)
   for (int b = 0; b < {cb}; ++b)
-  for (int r = 0; r < {oh}; ++r) {{
+  for (int rg = 0; rg < {-(-oh // rows)}; ++rg) {{
+    const int r = rg * {rows};
     const float* wb = w + {w_blk};
 {weights}
     const __m256 bv = {bias};
-{rows}
-    float* yr = y + {y_row};
-    const float* rr = {"res + " + y_row if p["residual"] else "0"};
-    (void)rr;
 {body}
   }}
 }}
@@ -245,14 +278,17 @@ static void {sym}({args}) {{
 
 class ConvNchw88Dw3x3Avx512(ConvNchw88Dw3x3):
     """The same kernel on AVX-512: stride 1 in zmm registers of two adjacent columns (half the FMAs
-    of ymm), blocks of 8 (16 columns; 8 accumulators + 9 filters + loads in 32 registers);
-    stride 2 (whose two outputs' taps are not adjacent) in blocks of 8 ymm columns."""
+    of ymm), blocks of 2 rows x 8 registers (16 accumulators + 9 filters + loads in 32 registers:
+    4 input rows loaded for 2 output rows, not 6); stride 2 (whose two outputs' taps are not
+    adjacent) in blocks of 8 ymm columns."""
 
     isa = "avx512"
     block = 8
 
-    def vector(self, stride: int) -> tuple[Vec, int]:
-        return (ZMM if stride == 1 else YMM), self.block
+    def vector(self, stride: int) -> tuple[Vec, int, int]:
+        if stride == 1:  # two output rows share their middle two input rows' loads
+            return ZMM, self.block, 2
+        return YMM, self.block, 1
 
 
 KERNEL_UNITS = (ConvNchw88Dw3x3(), ConvNchw88Dw3x3Avx512())
