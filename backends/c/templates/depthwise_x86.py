@@ -2,8 +2,8 @@
 ``x86-avx2`` and ``x86-avx512`` both use it): 8 output columns per ymm accumulator, every tap one
 vector FMA. Stride 1 loads 8 consecutive inputs; stride 2 loads 16 and keeps the even lanes (one
 shuffle and one lane permute). Columns whose taps all lie inside the row run vectorised without
-checks; the few border columns (and the remainder) take the portable scalar path. Other strides
-fall back to the portable template.
+checks, a remainder of them as one more vector overlapping the previous one; the few border
+columns take the portable scalar path. Other strides fall back to the portable template.
 """
 
 from __future__ import annotations
@@ -40,16 +40,7 @@ class ConvDepthwiseAvx2(ConvDepthwise):
         res_v = "v = _mm256_add_ps(v, _mm256_loadu_ps(rr + q));" if p["residual"] else ""
         res_s = "rr[qq]" if p["residual"] else "0.f"
         rrow = f"res + (long)nc * {oh * ow} + (long)r * {ow}" if p["residual"] else "0"
-        return f"""{COMMON}
-{self.head(sym, p, omp_parallel(p["n"] * p["c"] * oh * ow * fh * fw))}
-    const __m256 bv = {bias_v};
-    for (int r = 0; r < {oh}; ++r) {{
-      float* yr = yp + (long)r * {ow};
-      const float* rr = {rrow};
-      (void)rr;
-      int q = {lo};
-      for (; q + 8 <= {hi}; q += 8) {{
-        __m256 v = bv;
+        vector_body = f"""        __m256 v = bv;
         for (int kh = 0; kh < {fh}; ++kh) {{
           const int ihh = r * {sh} - {ph} + kh * {dh};
           if ((unsigned)ihh >= {ih}u) continue;
@@ -60,8 +51,25 @@ class ConvDepthwiseAvx2(ConvDepthwise):
           }}
         }}
         {res_v}
-        _mm256_storeu_ps(yr + q, xm_n88_act(v, {ACT_CODES[p["act"]]}));
+        _mm256_storeu_ps(yr + q, xm_n88_act(v, {ACT_CODES[p["act"]]}));"""
+        # interior columns left over after the full vectors: one more vector ending at the last
+        # one, overlapping columns already done (recomputed to the same values: the output never
+        # aliases an input) instead of up to 7 scalar columns
+        overlap = ""
+        if hi - lo > 8 and (hi - lo) % 8:
+            overlap = f"      {{\n        q = {hi - 8};\n{vector_body}\n        q = {hi};\n      }}"
+        return f"""{COMMON}
+{self.head(sym, p, omp_parallel(p["n"] * p["c"] * oh * ow * fh * fw))}
+    const __m256 bv = {bias_v};
+    for (int r = 0; r < {oh}; ++r) {{
+      float* yr = yp + (long)r * {ow};
+      const float* rr = {rrow};
+      (void)rr;
+      int q = {lo};
+      for (; q + 8 <= {hi}; q += 8) {{
+{vector_body}
       }}
+{overlap}
       for (int qq = 0; qq < {ow}; ++qq) {{
         if (qq >= {lo} && qq < q) {{ qq = q - 1; continue; }}
         float a = 0.f;

@@ -1,0 +1,117 @@
+"""``conv2d_nchw88_dw3x3`` (float32 depthwise 3x3 NCHW88, stride 1 and 2, padding 0 and 1, no padded
+copy) against the reference interpreter and PyTorch: odd spatial sizes, rows narrower than a register
+block, batch 2, every fused epilogue (channel counts that are not multiples of 8 stay plain NCHW, on
+the plain depthwise kernel, in the same model), bit-identical results on 1 and 2 threads, and once
+under ASan/UBSan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from backends.c.templates.x86_f32_dw import interior_columns
+from backends.reference import run_module
+from tests.codegen_util import check, compile_fn, require
+from tests.test_codegen_conv import _conv_model
+
+TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
+FAMILY = "conv2d_nchw88_dw3x3"
+
+# (n, ic, h, w, oc, k, stride, pad, dilation, groups, epilogue); depthwise: ic = oc = groups
+CASES = [
+    (1, 24, 15, 17, 24, 3, 1, 1, 1, 24, "relu"),  # odd sizes: 2 register blocks (AVX-512) + rest
+    (2, 16, 14, 13, 16, 3, 2, 1, 1, 16, "residual"),  # stride 2, batch 2, odd width
+    (1, 16, 9, 11, 16, 3, 1, 0, 1, 16, "hswish"),  # no padding
+    (1, 8, 10, 9, 8, 3, 2, 0, 1, 8, "sigmoid"),  # stride 2, no padding
+    (2, 8, 3, 3, 8, 3, 1, 1, 1, 8, "none"),  # 3x3 image: every column a border column
+    (1, 8, 4, 4, 8, 3, 2, 1, 1, 8, "relu"),  # stride 2 on an even size (right column in range)
+    (1, 32, 23, 37, 32, 3, 1, 1, 1, 32, "residual"),  # 35 interior columns: 4 blocks + 3 / 8 + 3
+    (1, 16, 21, 19, 16, 3, 2, 1, 1, 16, "none"),  # stride 2, odd: right border column in range
+    (1, 16, 6, 20, 16, 3, 1, 1, 1, 16, "residual"),  # even rows: AVX-512 pairs of rows, no lone row
+]
+# channels not a multiple of 8: the layer stays plain NCHW (conv2d_depthwise), between NCHW88 ones
+PLAIN_CASES = [
+    (1, 20, 9, 11, 20, 3, 1, 0, 1, 20, "hswish"),
+    (2, 12, 10, 9, 12, 3, 2, 1, 1, 12, "residual"),
+]
+
+
+def _depthwise_model(cases: list[tuple], seed: int):  # type: ignore[no-untyped-def]
+    return _conv_model(cases, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_depthwise_3x3_matches_reference(target: str) -> None:
+    fn, inputs = _depthwise_model(CASES + PLAIN_CASES, 0)
+    compiled = check(fn, inputs, target)
+    source = compiled.ir("c")
+    assert source.count(f"static void {FAMILY}_") == len(CASES)
+    assert "conv2d_nchw88_chan" not in source  # every blocked case is this kernel's
+    assert source.count("static void conv2d_dw_") == len(PLAIN_CASES)
+    assert "zrow" in source
+    # AVX-512: stride 1 runs zmm registers of two adjacent columns
+    assert ("_mm512_fmadd_ps(v, z" in source) == ("avx512" in target)
+
+
+def test_depthwise_3x3_matches_torch() -> None:
+    """The same layer as torch's conv2d (groups = channels) with the fused bias and ReLU6."""
+    require(TARGETS[-1])
+    import compiler as xm
+    import compiler.functional as F
+
+    rng = np.random.default_rng(1)
+    for stride, pad in ((1, 1), (2, 1), (2, 0)):
+        w = rng.standard_normal((40, 1, 1, 3, 3)).astype(np.float32)
+        b = rng.standard_normal((1, 40, 1, 1)).astype(np.float32)
+        x = rng.standard_normal((2, 40, 19, 25)).astype(np.float32)
+        wt, bt = xm.tensor(w), xm.tensor(b)
+
+        def fn(v, wt=wt, bt=bt, stride=stride, pad=pad):  # type: ignore[no-untyped-def]
+            return F.clip(F.conv2d(v, wt, bt, stride=stride, padding=pad, groups=40), 0, 6)
+
+        compiled = compile_fn(fn, [x], TARGETS[-1])
+        assert FAMILY in compiled.ir("c")
+        got = compiled.run([x])[0]
+        want = torch.nn.functional.conv2d(
+            torch.from_numpy(x), torch.from_numpy(w.reshape(40, 1, 3, 3)), torch.from_numpy(b.reshape(40)),
+            stride=stride, padding=pad, groups=40,
+        ).clamp(0, 6).numpy()  # fmt: skip
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_depthwise_3x3_identical_on_1_and_2_threads(target: str) -> None:
+    # large enough for a parallel region (2 x MIN_WORK_PER_THREAD multiply-adds and more)
+    cases = [
+        (1, 72, 29, 31, 72, 3, 1, 1, 1, 72, "relu"),
+        (2, 48, 31, 29, 48, 3, 2, 1, 1, 48, "residual"),
+    ]
+    fn, inputs = _depthwise_model(cases, 2)
+    one = check(fn, inputs, target, threads=1)
+    two = compile_fn(fn, inputs, target, threads=2)
+    assert "#pragma omp parallel for" in two.ir("c")
+    for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_depthwise_3x3_sanitized() -> None:
+    """Every border path (zero rows above and below, peeled columns, remainder blocks) reads and
+    writes in bounds: the runner built with ASan/UBSan."""
+    target = TARGETS[-1]
+    require(target)
+    fn, inputs = _depthwise_model(CASES + PLAIN_CASES, 3)
+    compiled = compile_fn(fn, inputs, target)
+    got = compiled.run_runner(inputs, sanitize=True)
+    for g, want in zip(got, run_module(compiled._stages["tensor"], inputs), strict=True):  # type: ignore[arg-type]
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+
+
+def test_interior_columns() -> None:
+    assert interior_columns(112, 56, 2, 1) == (1, 56)  # 112 even: the last column's taps in range
+    assert interior_columns(111, 56, 2, 1) == (1, 55)
+    assert interior_columns(56, 56, 1, 1) == (1, 55)
+    assert interior_columns(10, 8, 1, 0) == (0, 8)
+    assert interior_columns(3, 3, 1, 1) == (1, 2)
+    assert interior_columns(2, 1, 1, 0) == (0, 0)  # narrower than the window: no interior
