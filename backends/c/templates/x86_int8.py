@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -243,34 +244,86 @@ def _rq_params(p: dict[str, Any]) -> bool:
     return p["out"] in ("q32_same", "f32") or (p["out"] == "q8" and p["zp_out"] == 0)
 
 
-def _vec_int_activation(p: dict[str, Any], acc: str) -> str:
+@dataclass(frozen=True)
+class VectorWidth:
+    """How the int8 epilogues spell one vector width: int32 / float32 lanes, the ``xm_q*{lanes}``
+    helpers (x86_int8's SUPPORT on 16 lanes, x86_int8_avx2's on 8) and each result kind's store of a
+    lane range (a mask on AVX-512, ``[lo, hi)`` on AVX2)."""
+
+    lanes: int  # int32 / float32 lanes
+    q8_store: str  # the store of a lane range of int8, int32 and float32 results
+    q32_store: str
+    f32_store: str
+
+    @property
+    def bits(self) -> int:
+        return 32 * self.lanes
+
+    @property
+    def mm(self) -> str:
+        """The intrinsics' prefix."""
+        return f"_mm{self.bits}"
+
+    @property
+    def ivec(self) -> str:
+        return f"__m{self.bits}i"
+
+    @property
+    def fvec(self) -> str:
+        return f"__m{self.bits}"
+
+    def aligned(self, ptr: str, const: bool = False) -> str:
+        """``ptr`` as an aligned load's or store's operand (AVX-512's take any pointer)."""
+        return ptr if self.bits == 512 else f"({'const ' if const else ''}{self.ivec}*)({ptr})"
+
+    def izero(self) -> str:
+        return f"{self.mm}_setzero_si{self.bits}()"
+
+    def set1(self, value: str, kind: str = "ps") -> str:
+        return f"{self.mm}_set1_{kind}({value})"
+
+    def helper(self, name: str, variant: str = "") -> str:
+        """An ``xm_q*`` helper of this width: ``helper("xm_qscaled", "_finite")`` is
+        ``xm_qscaled16_finite`` on 16 lanes."""
+        return f"{name}{self.lanes}{variant}"
+
+    def store(self, out: str) -> str:
+        return {"q8": self.q8_store, "q32_same": self.q32_store, "f32": self.f32_store}[out]
+
+
+W16 = VectorWidth(16, "_mm_mask_storeu_epi8", "_mm512_mask_storeu_epi32", "_mm512_mask_storeu_ps")
+W8 = VectorWidth(8, "xm_q8_put8", "xm_i32_put8", "xm_f32_put8")
+
+
+def _vec_int_activation(p: dict[str, Any], acc: str, w: VectorWidth = W16) -> str:
     """``int_activation`` on int32 lanes: RELU on the accumulator where no float post-process runs."""
-    return f"{acc} = _mm512_max_epi32({acc}, _mm512_setzero_si512());" if int_activation(p, "a") else ""
+    return f"{acc} = {w.mm}_max_epi32({acc}, {w.izero()});" if int_activation(p, "a") else ""
 
 
-def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, str]:
+def _epilogue_value(p: dict[str, Any], acc: str, fbias: str, w: VectorWidth = W16) -> tuple[str, str, str]:
     """Vector form of ``requant.result_expr``: the stored value of the true accumulator ``acc`` (int32
-    lanes, integer bias and RELU applied) as (C vector type, expression, masked store intrinsic);
+    lanes, integer bias and RELU applied) as (C vector type, expression, store of a lane range);
     ``fbias`` is the channel's float bias (a C float) where the result is post-processed."""
     out, act = p["out"], p["act"]
+    h = w.helper
     if out == "q32_same":
-        return "__m512i", acc, "_mm512_mask_storeu_epi32"
-    s_acc = f"_mm512_set1_ps({f32(p['s_acc'])})"
+        return w.ivec, acc, w.store(out)
+    s_acc = w.set1(f32(p["s_acc"]))
     if out == "f32":
-        y = f"xm_qdeq16({acc}, {s_acc})"
-        return "__m512", f"xm_qhswish16({y})" if act == "hswish" else y, "_mm512_mask_storeu_ps"
+        y = f"{h('xm_qdeq')}({acc}, {s_acc})"
+        return w.fvec, f"{h('xm_qhswish')}({y})" if act == "hswish" else y, w.store(out)
     if post_processed(p):  # _post_process: scaled accumulator + scaled bias, activation, * 1/s_out
-        y = f"xm_qdeq16({acc}, {s_acc})"
+        y = f"{h('xm_qdeq')}({acc}, {s_acc})"
         if p["bias"]:
-            y = f"xm_qadd16({y}, _mm512_set1_ps({fbias}))"
-        y = {"relu": f"xm_qrelu16({y})", "hswish": f"xm_qhswish16({y})"}.get(act, y)
-        y = f"xm_qmul16({y}, _mm512_set1_ps({f32(inverse(p['s_out']))}))"
+            y = f"{h('xm_qadd')}({y}, {w.set1(fbias)})"
+        y = {"relu": f"{h('xm_qrelu')}({y})", "hswish": f"{h('xm_qhswish')}({y})"}.get(act, y)
+        y = f"{h('xm_qmul')}({y}, {w.set1(f32(inverse(p['s_out'])))})"
     else:  # the TypeCvt QuantizedS32 -> QuantizedS8: one multiplication by s_acc / s_out
-        y = f"xm_qdeq16({acc}, _mm512_set1_ps({f32(ratio(p['s_acc'], p['s_out']))}))"
+        y = f"{h('xm_qdeq')}({acc}, {w.set1(f32(ratio(p['s_acc'], p['s_out'])))})"
     if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
-        return "__m128i", _island_value(y, *p["island"]), "_mm_mask_storeu_epi8"
+        return "__m128i", _island_value(y, *p["island"], w), w.store("q8")
     nonneg = post_processed(p) and act == "relu"
-    return "__m128i", f"xm_qscaled16_{'nonneg' if nonneg else 'finite'}({y})", "_mm_mask_storeu_epi8"
+    return "__m128i", f"{h('xm_qscaled', '_nonneg' if nonneg else '_finite')}({y})", w.store("q8")
 
 
 def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
@@ -335,26 +388,30 @@ def island_form(s_in: float, s_out: float) -> tuple[str, float, int]:
     return "float", 0.0, hi
 
 
-def _island_value(y: str, s_in: float, s_out: float) -> str:
+def _island_value(y: str, s_in: float, s_out: float, w: VectorWidth = W16) -> str:
     """The int8 lanes of the island after the convolution's scaled value ``y`` (see island_form)."""
     form, k, hi = island_form(float(np.float32(s_in)), float(np.float32(s_out)))
+    h = w.helper
     if form == "clamp":
-        return f"xm_qisland_clamp16({y}, {hi}.f)"
-    r = f"xm_qtrunc16(xm_qisland_in16({y}, 127.f))"
+        return f"{h('xm_qisland_clamp')}({y}, {hi}.f)"
+    r = f"{h('xm_qtrunc')}({h('xm_qisland_in')}({y}, 127.f))"
     if form == "scale":
-        return f"xm_qisland_scale16({r}, _mm512_set1_ps({f32(k)}), {hi}.f)"
-    return (f"xm_qisland_float16({r}, _mm512_set1_ps({f32(s_in)}), "
-            f"_mm512_set1_ps({f32(inverse(s_out))}))")  # fmt: skip
+        return f"{h('xm_qisland_scale')}({r}, {w.set1(f32(k))}, {hi}.f)"
+    return f"{h('xm_qisland_float')}({r}, {w.set1(f32(s_in))}, {w.set1(f32(inverse(s_out)))})"
 
 
-def _epilogue_stmt(p: dict[str, Any], acc: str, fbias: str, put: Callable[[str, str, str], str]) -> str:
+def _epilogue_stmt(
+    p: dict[str, Any], acc: str, fbias: str, put: Callable[[str, str, str], str], w: VectorWidth = W16
+) -> str:
     """The statements storing accumulator ``acc`` (integer bias added): the integer activation and
     :func:`_epilogue_value`, or for an ``x86_int8_requant`` convolution its affine form on the
-    channels that have one (``fa != 0``). ``put(vector type, value, store intrinsic)`` stores."""
+    channels that have one (``fa != 0``; 16 lanes). ``put(vector type, value, store)`` stores."""
     exact_p = {k: v for k, v in p.items() if k != "affine"}
-    exact_code = f"{_vec_int_activation(exact_p, acc)} {put(*_epilogue_value(exact_p, acc, fbias))}".strip()
+    value = put(*_epilogue_value(exact_p, acc, fbias, w))
+    exact_code = f"{_vec_int_activation(exact_p, acc, w)} {value}".strip()
     if not p.get("affine"):
         return exact_code
+    assert w == W16, "the affine epilogue has 16-lane helpers only"
     fast_code = put(*_affine_value(p, acc))
     if p["affine"][1]:  # every channel
         return fast_code
@@ -427,11 +484,11 @@ def _affine_tag(p: dict[str, Any]) -> str:
     return "_aff" if p.get("affine") else ""
 
 
-def _bias_vector(p: dict[str, Any], channel: str) -> str:
-    """The channel's integer bias on 16 lanes (zero where every channel is affine: raw sums)."""
+def _bias_vector(p: dict[str, Any], channel: str, w: VectorWidth) -> str:
+    """The channel's integer bias on int32 lanes (zero where every channel is affine: raw sums)."""
     if p.get("affine") and p["affine"][1]:
-        return "_mm512_setzero_si512()"
-    return f"_mm512_set1_epi32(bias[{channel}])"
+        return w.izero()
+    return w.set1(f"bias[{channel}]", "epi32")
 
 
 def _affine_decls(p: dict[str, Any], channel: str) -> str:
@@ -441,10 +498,10 @@ def _affine_decls(p: dict[str, Any], channel: str) -> str:
     return f" const float fa = afc[{channel}], fo = afc[{p['oc']} + {channel}]; (void)fa; (void)fo;"
 
 
-def _channel_vectors(p: dict[str, Any], channel: str) -> str:
-    """A kernel's per-channel declarations: the integer bias ``bv`` on 16 lanes and, with the affine
-    epilogue, the channel's slope and offset."""
-    return f"const __m512i bv = {_bias_vector(p, channel)};{_affine_decls(p, channel)}"
+def _channel_vectors(p: dict[str, Any], channel: str, w: VectorWidth = W16) -> str:
+    """A kernel's per-channel declarations: the integer bias ``bv`` and, with the affine epilogue,
+    the channel's slope and offset."""
+    return f"const {w.ivec} bv = {_bias_vector(p, channel, w)};{_affine_decls(p, channel)}"
 
 
 def _has_fbias(p: dict[str, Any]) -> bool:
