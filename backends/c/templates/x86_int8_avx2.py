@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from backends.c.templates.requant import REQUANT_C
-from backends.c.templates.x86_int8 import W8, _Relu6Island
+from backends.c.templates.x86_int8 import W8, _Relu6Island, activation_helpers_c, island_helpers_c
 from backends.c.templates.x86_int8_gemm import Conv2dQ8Gemm, GemmIsa
 
 if TYPE_CHECKING:
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 ISA = "avx2"
 
-SUPPORT = r"""
+SUPPORT = (
+    r"""
 #ifndef XM_X86_INT8_AVX2
 #define XM_X86_INT8_AVX2
 #include <string.h>
@@ -71,33 +72,10 @@ static inline __m128i xm_qscaled8_finite(__m256 y) {
 static inline __m128i xm_qscaled8_nonneg(__m256 y) {
   const __m256 v = _mm256_min_ps(xm_qadd8(y, _mm256_set1_ps(0.5f)), _mm256_set1_ps(127.f));
   return xm_q8_narrow8(_mm256_cvttps_epi32(v));
-}
-/* x86_int8's ReLU6 island forms (xm_qisland_*16; island_form proves them) on 8 lanes */
-static inline __m256 xm_qisland_in8(__m256 y, float hi) {
-  const __m256 v = _mm256_max_ps(xm_qadd8(y, _mm256_set1_ps(0.5f)), _mm256_setzero_ps());
-  return _mm256_min_ps(v, _mm256_set1_ps(hi));
-}
-static inline __m128i xm_qisland_clamp8(__m256 y, float hi) {
-  return xm_q8_narrow8(_mm256_cvttps_epi32(xm_qisland_in8(y, hi)));
-}
-static inline __m128i xm_qisland_scale8(__m256 r, __m256 k, float hi) {
-  __m256 v = xm_qadd8(xm_qmul8(r, k), _mm256_set1_ps(0.5f));
-  if (hi < 127.f) v = _mm256_min_ps(v, _mm256_set1_ps(hi));
-  return xm_q8_narrow8(_mm256_cvttps_epi32(v));
-}
-static inline __m128i xm_qisland_float8(__m256 r, __m256 s, __m256 inv_out) {
-  const __m256 x = _mm256_min_ps(xm_qmul8(r, s), _mm256_set1_ps(6.f));
-  return xm_q8_narrow8(_mm256_cvttps_epi32(xm_qadd8(xm_qmul8(x, inv_out), _mm256_set1_ps(0.5f))));
-}
-/* xm_qact's RELU (y < 0 ? 0 : y: max_ps returns its second operand on a NaN or two zeros) */
-static inline __m256 xm_qrelu8(__m256 y) { return _mm256_max_ps(_mm256_setzero_ps(), y); }
-/* hswish_x86: x * min(max(x + 3, 0), 6) * (1.0f / 6) */
-static inline __m256 xm_qhswish8(__m256 x) {
-  __m256 r6 = xm_qadd8(x, _mm256_set1_ps(3.f));
-  r6 = _mm256_max_ps(_mm256_setzero_ps(), _mm256_min_ps(_mm256_set1_ps(6.f), r6));
-  return xm_qmul8(xm_qmul8(x, r6), _mm256_set1_ps(1.f / 6.f));
-}
-static inline __m256 xm_qdeq8(__m256i q, __m256 scale) { return xm_qmul8(_mm256_cvtepi32_ps(q), scale); }
+}"""
+    + island_helpers_c(W8)
+    + activation_helpers_c(W8)
+    + r"""
 XM_EXACT_END
 /* lanes [lo, hi) of a result vector to d[0, hi - lo) */
 static inline __m256i xm_lanes8(int lo, int hi) {
@@ -158,6 +136,7 @@ static inline void xm_q8_quad16_avx2(int8_t* dst, __m128i a, __m128i b, __m128i 
 }
 #endif
 """
+)
 
 
 class Avx2Gemm(GemmIsa):
