@@ -212,6 +212,27 @@ def test_vnni_matches_megengine_int8_nets(case: str) -> None:
 
 
 AMX_TARGET = "x86-avx512-vnni-amx"
+ISLAND_SX = 1 / 40  # the island tests' input scale (weights 1 / 64)
+
+
+def island_operands(rng: np.random.Generator) -> tuple[Callable[..., Tensor], Tensor]:
+    """The island tests' int8 weights of a shape (values in [-40, 40], scale 1/64) and their int32 bias
+    of 12 channels (scale ISLAND_SX / 64), drawn from ``rng``."""
+    sw = 1 / 64
+
+    def qw(*shape: int) -> Tensor:
+        return Tensor(quantize(rng.integers(-40, 41, shape) * np.float32(sw), D.qint8(sw)), dtype=D.qint8(sw))
+
+    bias = Tensor(quantize(rng.standard_normal((1, 12, 1, 1)).astype(np.float32), D.qint32(ISLAND_SX * sw)),
+                  dtype=D.qint32(ISLAND_SX * sw))  # fmt: skip
+    return qw, bias
+
+
+def island(t: Tensor, scale: float) -> Tensor:
+    """MobileNetV2's ReLU6 float island after an int8 tensor: typecvt, relu6, typecvt."""
+    return F.relu6(t.astype("float32")).astype(D.qint8(scale))
+
+
 # the families serving an island after a dense and after a depthwise convolution, by target
 ISLAND_FAMILIES = {
     TARGET: {("conv2d_q8_relu6_x86", "avx512vnni"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")},
@@ -226,21 +247,12 @@ def test_relu6_island_fused_into_the_convolution(target: str) -> None:
     the three ops: island scales that halve (ties), keep, and saturate at 6 (6 / 0.02 > 127)."""
     require(target)
     rng = np.random.default_rng(5)
-    sx, sw = 1 / 40, 1 / 64
-
-    def qw(*shape: int) -> Tensor:
-        return Tensor(quantize(rng.integers(-40, 41, shape) * np.float32(sw), D.qint8(sw)), dtype=D.qint8(sw))
-
-    bias = Tensor(quantize(rng.standard_normal((1, 12, 1, 1)).astype(np.float32), D.qint32(sx * sw)),
-                  dtype=D.qint32(sx * sw))  # fmt: skip
+    qw, bias = island_operands(rng)
     dense, point, depth = qw(12, 5, 3, 3), qw(12, 12, 1, 1), qw(12, 1, 1, 3, 3)
     qcba = F.quantized.conv_bias_activation
 
-    def island(t: Tensor, scale: float) -> Tensor:
-        return F.relu6(t.astype("float32")).astype(D.qint8(scale))
-
     def fn(x: Tensor) -> tuple[Tensor, ...]:
-        xq = x.astype(D.qint8(sx))
+        xq = x.astype(D.qint8(ISLAND_SX))
         a = island(qcba(xq, dense, bias, dtype=D.qint8(0.05), padding=1), 0.1)
         b = island(qcba(a, point, None, dtype=D.qint8(0.04)), 0.02)
         c = island(qcba(b, depth, bias, dtype=D.qint8(0.05), padding=1, groups=12), 0.05)

@@ -19,7 +19,16 @@ from compiler import dtype as D
 from compiler.tensor import Tensor
 from tests.codegen_util import compile_fn, require
 from tests.test_int8_rounding import CASES as MGE_CASES
-from tests.test_x86_int8 import CASES, NAMES, _inputs, _weights, int8_model
+from tests.test_x86_int8 import (
+    CASES,
+    ISLAND_SX,
+    NAMES,
+    _inputs,
+    _weights,
+    int8_model,
+    island,
+    island_operands,
+)
 
 TARGET = "x86-avx2-nchw88"
 DENSE = "conv2d_q8_x86"
@@ -118,22 +127,13 @@ def test_avx2_relu6_island_fused_and_exact() -> None:
 
     require(TARGET)
     rng = np.random.default_rng(5)
-    sx, sw = 1 / 40, 1 / 64
-
-    def qw(*shape: int) -> Tensor:
-        return Tensor(quantize(rng.integers(-40, 41, shape) * np.float32(sw), D.qint8(sw)), dtype=D.qint8(sw))
-
-    bias = Tensor(quantize(rng.standard_normal((1, 12, 1, 1)).astype(np.float32), D.qint32(sx * sw)),
-                  dtype=D.qint32(sx * sw))  # fmt: skip
+    qw, bias = island_operands(rng)
     dense, point = qw(12, 5, 3, 3), qw(12, 12, 1, 1)
     qcba = F.quantized.conv_bias_activation
     forms = [(0.05, 0.05), (0.05, 0.1), (0.04, 0.02), (0.05, 0.24666667)]
 
-    def island(t: Tensor, scale: float) -> Tensor:
-        return F.relu6(t.astype("float32")).astype(D.qint8(scale))
-
     def fn(x: Tensor) -> tuple[Tensor, ...]:
-        xq = x.astype(D.qint8(sx))
+        xq = x.astype(D.qint8(ISLAND_SX))
         outs = []
         for s_conv, s_island in forms:
             a = island(qcba(xq, dense, bias, dtype=D.qint8(s_conv), padding=1), s_island)

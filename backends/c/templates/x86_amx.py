@@ -24,6 +24,7 @@ operands, so both paths give the same bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -122,6 +123,63 @@ def amx_tile_block(
         + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {ntl * 64});"
            for i in range(mt) for j in range(ntl)]
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VectorDot:
+    """The AVX-512 form of a tile product (where Linux refuses tile data): the accumulator vector and
+    its zero, the A bytes' C type, a B row's vector type and the cast of its load, the step adding
+    ``{b}`` times the broadcast A dword ``{a}`` to accumulator ``{c}``, and the store of ``{c}`` at
+    ``{at}``."""
+
+    acc: str
+    zero: str
+    a_type: str
+    b_type: str
+    b_cast: str
+    step: str
+    store: str
+
+
+INT8_DOT = VectorDot(
+    "__m512i", "_mm512_setzero_si512()", "int8_t", "__m512i", "",
+    step="{c} = _mm512_dpbusd_epi32({c}, b, {a});", store="_mm512_store_si512((void*){at}, {c});",
+)  # fmt: skip
+
+
+def vector_tile_block(
+    dot: VectorDot, mt: int, ntl: int, kb: int, b_offset: str, b_stride: int | str, indent: str
+) -> str:
+    """:func:`amx_tile_block`'s products with ``dot`` instead of tiles: per channel block ``i`` and
+    pixel block ``j``, 16 accumulators (one per A row: a channel) of 16 lanes (the B rows' pixels),
+    each B row at ``xb<j> + <b_offset of kt>`` (rows ``b_stride`` bytes apart) times the channel's
+    broadcast dword; then stored to ``acc``. Each block opens a line; lines start with ``indent``."""
+    lanes = [f"c{r}" for r in range(TILE_ROWS)]
+    steps = " ".join(dot.step.format(c=c, a=f"_mm512_set1_epi32(ak[{16 * r}])") for r, c in enumerate(lanes))
+    b_row = f"{dot.b_cast}_mm512_loadu_si512((const void*)(bt + (long)q * {b_stride}))"
+    blocks = []
+    for j in range(ntl):
+        stores = " ".join(
+            dot.store.format(at=f"&acc[{TILE_ROWS} * i + {r}][{16 * j}]", c=c) for r, c in enumerate(lanes)
+        )
+        lines = [
+            f"for (int i = 0; i < {mt}; ++i) {{",
+            "  " + " ".join(f"{dot.acc} {c} = {dot.zero};" for c in lanes),
+            f"  const {dot.a_type}* a = wa + (long)i * {kb * TILE_BYTES};",
+            f"  for (int kt = 0; kt < {kb}; ++kt) {{",
+            f"    const uint8_t* bt = xb{j} + {b_offset};",
+            f"    const {dot.a_type}* at = a + (long)kt * {TILE_BYTES};",
+            f"    for (int q = 0; q < {TILE_ROWS}; ++q) {{",
+            f"      const {dot.b_type} b = {b_row};",
+            "      const int32_t* ak = (const int32_t*)(at + q * 4);",
+            f"      {steps}",
+            "    }",
+            "  }",
+            f"  {stores}",
+            "}",
+        ]
+        blocks.append("".join(f"\n{indent}{line}" for line in lines))
+    return "\n".join(blocks)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -279,27 +337,7 @@ class Conv2dQ8Amx(Template):
             + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
                for i in range(mt) for j in range(ntl)]
         )  # fmt: skip
-        lanes = [f"c{r}" for r in range(TILE_ROWS)]
-        vnni_blocks = "\n".join(
-            f"""
-              for (int i = 0; i < {mt}; ++i) {{
-                {" ".join(f"__m512i {c} = _mm512_setzero_si512();" for c in lanes)}
-                const int8_t* a = wa + (long)i * {kb * TILE_BYTES};
-                for (int kt = 0; kt < {kb}; ++kt) {{
-                  const uint8_t* bt = xb{j} + {koff};
-                  const int8_t* at = a + (long)kt * {TILE_BYTES};
-                  for (int q = 0; q < {TILE_ROWS}; ++q) {{
-                    const __m512i b = _mm512_loadu_si512((const void*)(bt + (long)q * {stride}));
-                    const int32_t* ak = (const int32_t*)(at + q * 4);
-                    {" ".join(f"{c} = _mm512_dpbusd_epi32({c}, b, _mm512_set1_epi32(ak[{16 * r}]));"
-                              for r, c in enumerate(lanes))}
-                  }}
-                }}
-                {" ".join(f"_mm512_store_si512((void*)&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
-                          for r, c in enumerate(lanes))}
-              }}"""
-            for j in range(ntl)
-        )  # fmt: skip
+        vnni_blocks = vector_tile_block(INT8_DOT, mt, ntl, kb, koff, stride, " " * 14)
         has_fbias = _has_fbias(p)
         stores = " ".join(
             f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "

@@ -37,7 +37,14 @@ from xdsl.ir import Operation
 from backends.c.match import conv_common
 from backends.c.templates import Template, sym_join
 from backends.c.templates.gemm import MATMUL_EPILOGUE, _epilogue_args, constant_b, matmul_common, matmul_sym
-from backends.c.templates.x86_amx import AMX_SUPPORT, TILE_BYTES, TILE_ROWS, amx_tile_block
+from backends.c.templates.x86_amx import (
+    AMX_SUPPORT,
+    TILE_BYTES,
+    TILE_ROWS,
+    VectorDot,
+    amx_tile_block,
+    vector_tile_block,
+)
 from dialects import tensor as T
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
@@ -125,30 +132,16 @@ def tile_products(
           }}"""
 
 
+# the tile product with ``vdpbf16ps``: a B row (16 pixels x a k pair) times each channel's pair
+# broadcast
+BF16_DOT = VectorDot(
+    "__m512", "_mm512_setzero_ps()", "uint8_t", "__m512bh", "(__m512bh)",
+    step="{c} = _mm512_dpbf16_ps({c}, (__m512bh){a}, b);", store="_mm512_store_ps({at}, {c});",
+)  # fmt: skip
+
+
 def _dpbf16_fallback(mt: int, ntl: int, kb: int, b_offset: str, b_stride: int | str) -> str:
-    """The tile product with ``vdpbf16ps``: a B row (16 pixels x a k pair) times each channel's pair
-    broadcast."""
-    lanes = [f"c{r}" for r in range(TILE_ROWS)]
-    return "\n".join(
-        f"""
-            for (int i = 0; i < {mt}; ++i) {{
-              {" ".join(f"__m512 {c} = _mm512_setzero_ps();" for c in lanes)}
-              const uint8_t* a = wa + (long)i * {kb * TILE_BYTES};
-              for (int kt = 0; kt < {kb}; ++kt) {{
-                const uint8_t* bt = xb{j} + {b_offset};
-                const uint8_t* at = a + (long)kt * {TILE_BYTES};
-                for (int q = 0; q < {TILE_ROWS}; ++q) {{
-                  const __m512bh b = (__m512bh)_mm512_loadu_si512((const void*)(bt + (long)q * {b_stride}));
-                  const int32_t* ak = (const int32_t*)(at + q * 4);
-                  {" ".join(f"{c} = _mm512_dpbf16_ps({c}, (__m512bh)_mm512_set1_epi32(ak[{16 * r}]), b);"
-                            for r, c in enumerate(lanes))}
-                }}
-              }}
-              {" ".join(f"_mm512_store_ps(&acc[{TILE_ROWS} * i + {r}][{16 * j}], {c});"
-                        for r, c in enumerate(lanes))}
-            }}"""
-        for j in range(ntl)
-    )  # fmt: skip
+    return vector_tile_block(BF16_DOT, mt, ntl, kb, b_offset, b_stride, " " * 12)
 
 
 def vector_activation(act: str, v: str) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,7 +65,117 @@ TILES = ((3, 8), (4, 6), (2, 12))  # (vectors of 16 pixels, output channels) per
 PARALLEL_WORK = 1 << 20
 DW_ROWS = 4  # output rows of a depthwise block (window mode): each input row's windows built once
 
-SUPPORT = r"""
+@dataclass(frozen=True)
+class VectorWidth:
+    """How the int8 epilogues spell one vector width: int32 / float32 lanes, the ``xm_q*{lanes}``
+    helpers (x86_int8's SUPPORT on 16 lanes, x86_int8_avx2's on 8) and each result kind's store of a
+    lane range (a mask on AVX-512, ``[lo, hi)`` on AVX2)."""
+
+    lanes: int  # int32 / float32 lanes
+    q8_store: str  # the store of a lane range of int8, int32 and float32 results
+    q32_store: str
+    f32_store: str
+    narrow: str  # int32 lanes to int8, saturated (the instruction named in comments)
+    saturating: str
+    narrow_in_range: str  # the same for values in [-128, 127]
+
+    @property
+    def bits(self) -> int:
+        return 32 * self.lanes
+
+    @property
+    def mm(self) -> str:
+        """The intrinsics' prefix."""
+        return f"_mm{self.bits}"
+
+    @property
+    def ivec(self) -> str:
+        return f"__m{self.bits}i"
+
+    @property
+    def fvec(self) -> str:
+        return f"__m{self.bits}"
+
+    def aligned(self, ptr: str, const: bool = False) -> str:
+        """``ptr`` as an aligned load's or store's operand (AVX-512's take any pointer)."""
+        return ptr if self.bits == 512 else f"({'const ' if const else ''}{self.ivec}*)({ptr})"
+
+    def izero(self) -> str:
+        return f"{self.mm}_setzero_si{self.bits}()"
+
+    def set1(self, value: str, kind: str = "ps") -> str:
+        return f"{self.mm}_set1_{kind}({value})"
+
+    def helper(self, name: str, variant: str = "") -> str:
+        """An ``xm_q*`` helper of this width: ``helper("xm_qscaled", "_finite")`` is
+        ``xm_qscaled16_finite`` on 16 lanes."""
+        return f"{name}{self.lanes}{variant}"
+
+    def store(self, out: str) -> str:
+        return {"q8": self.q8_store, "q32_same": self.q32_store, "f32": self.f32_store}[out]
+
+
+W16 = VectorWidth(
+    16, "_mm_mask_storeu_epi8", "_mm512_mask_storeu_epi32", "_mm512_mask_storeu_ps",
+    narrow="_mm512_cvtsepi32_epi8", saturating="vpmovsdb", narrow_in_range="_mm512_cvtepi32_epi8",
+)  # fmt: skip
+# the 8-lane helpers and stores are x86_int8_avx2's
+W8 = VectorWidth(
+    8, "xm_q8_put8", "xm_i32_put8", "xm_f32_put8",
+    narrow="xm_q8_narrow8", saturating="vpackssdw/vpacksswb", narrow_in_range="xm_q8_narrow8",
+)  # fmt: skip
+
+
+def island_helpers_c(w: VectorWidth) -> str:
+    """The C helpers of the ReLU6 island forms (:func:`island_form`) on ``w``'s lanes, in terms of
+    that width's ``xm_qadd`` / ``xm_qmul`` (products and sums never contracted)."""
+    f, n, h = w.fvec, w.lanes, w.helper
+    return f"""
+/* A ReLU6 float island after the int8 result r = round_x86(y) saturated: the island maps every r <= 0
+   to 0 (checked at compile time), so it reads max(r, 0) = trunc(y + 0.5) clamped to [0, hi]: exactly,
+   as y < 0 gives 0 either way. hi = 127: the island's own operations follow (xm_qisland_*); a smaller
+   hi where the island is that clamp (xm_qisland_clamp{n}, done) */
+static inline {f} {h("xm_qisland_in")}({f} y, float hi) {{
+  const {f} v = {w.mm}_max_ps({h("xm_qadd")}(y, {w.mm}_set1_ps(0.5f)), {w.mm}_setzero_ps());
+  return {w.mm}_min_ps(v, {w.mm}_set1_ps(hi));
+}}
+static inline __m128i {h("xm_qisland_clamp")}({f} y, float hi) {{
+  return {w.narrow_in_range}({w.mm}_cvttps_epi32({h("xm_qisland_in")}(y, hi)));
+}}
+/* r (float lanes of integers in [0, 127]) to the island's result: trunc(min(r * k + 0.5, hi)), for
+   a k checked against every r at compile time (hi = 127: {w.saturating}'s saturation is the bound) */
+static inline __m128i {h("xm_qisland_scale")}({f} r, {f} k, float hi) {{
+  {f} v = {h("xm_qadd")}({h("xm_qmul")}(r, k), {w.mm}_set1_ps(0.5f));
+  if (hi < 127.f) v = {w.mm}_min_ps(v, {w.mm}_set1_ps(hi));
+  return {w.narrow}({w.mm}_cvttps_epi32(v));
+}}
+/* the island's own float32 operations on r in [0, 127] (dequantize by s, relu6: only 6 bounds it,
+   quantize by 1.0f / s_out: a product >= +0, so round_x86 is trunc(y + 0.5f)), saturated at 127 */
+static inline __m128i {h("xm_qisland_float")}({f} r, {f} s, {f} inv_out) {{
+  const {f} x = {w.mm}_min_ps({h("xm_qmul")}(r, s), {w.mm}_set1_ps(6.f));
+  const {f} v = {h("xm_qadd")}({h("xm_qmul")}(x, inv_out), {w.mm}_set1_ps(0.5f));
+  return {w.narrow}({w.mm}_cvttps_epi32(v));
+}}"""
+
+
+def activation_helpers_c(w: VectorWidth) -> str:
+    """The C helpers of requant.py's activations and dequantization on ``w``'s lanes."""
+    f, h, mm = w.fvec, w.helper, w.mm
+    return f"""
+/* xm_qact's RELU (y < 0 ? 0 : y; max_ps returns its second operand on a NaN or two zeros) */
+static inline {f} {h("xm_qrelu")}({f} y) {{ return {mm}_max_ps({mm}_setzero_ps(), y); }}
+/* hswish_x86: x * min(max(x + 3, 0), 6) * (1.0f / 6) */
+static inline {f} {h("xm_qhswish")}({f} x) {{
+  {f} r6 = {h("xm_qadd")}(x, {mm}_set1_ps(3.f));
+  r6 = {mm}_max_ps({mm}_setzero_ps(), {mm}_min_ps({mm}_set1_ps(6.f), r6));
+  return {h("xm_qmul")}({h("xm_qmul")}(x, r6), {mm}_set1_ps(1.f / 6.f));
+}}
+static inline {f} {h("xm_qdeq")}({w.ivec} q, {f} scale) {{ \
+return {h("xm_qmul")}({mm}_cvtepi32_ps(q), scale); }}"""
+
+
+SUPPORT = (
+    r"""
 #ifndef XM_X86_INT8
 #define XM_X86_INT8
 /* requant.py's xm_qround / xm_qsat / xm_qhswish / xm_qpost on 16 lanes. Products and sums use the
@@ -102,32 +213,9 @@ static inline __m128i xm_qscaled16_finite(__m512 y) {
 static inline __m128i xm_qscaled16_nonneg(__m512 y) {
   const __m512 v = _mm512_min_ps(xm_qadd16(y, _mm512_set1_ps(0.5f)), _mm512_set1_ps(127.f));
   return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
-}
-/* A ReLU6 float island after the int8 result r = round_x86(y) saturated: the island maps every r <= 0
-   to 0 (checked at compile time), so it reads max(r, 0) = trunc(y + 0.5) clamped to [0, hi]: exactly,
-   as y < 0 gives 0 either way. hi = 127: the island's own operations follow (xm_qisland_*); a smaller
-   hi where the island is that clamp (xm_qisland_clamp16, done) */
-static inline __m512 xm_qisland_in16(__m512 y, float hi) {
-  const __m512 v = _mm512_max_ps(xm_qadd16(y, _mm512_set1_ps(0.5f)), _mm512_setzero_ps());
-  return _mm512_min_ps(v, _mm512_set1_ps(hi));
-}
-static inline __m128i xm_qisland_clamp16(__m512 y, float hi) {
-  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(xm_qisland_in16(y, hi)));
-}
-/* r (float lanes of integers in [0, 127]) to the island's result: trunc(min(r * k + 0.5, hi)), for
-   a k checked against every r at compile time (hi = 127: vpmovsdb's saturation is the bound) */
-static inline __m128i xm_qisland_scale16(__m512 r, __m512 k, float hi) {
-  __m512 v = xm_qadd16(xm_qmul16(r, k), _mm512_set1_ps(0.5f));
-  if (hi < 127.f) v = _mm512_min_ps(v, _mm512_set1_ps(hi));
-  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
-}
-/* the island's own float32 operations on r in [0, 127] (dequantize by s, relu6: only 6 bounds it,
-   quantize by 1.0f / s_out: a product >= +0, so round_x86 is trunc(y + 0.5f)), saturated at 127 */
-static inline __m128i xm_qisland_float16(__m512 r, __m512 s, __m512 inv_out) {
-  const __m512 x = _mm512_min_ps(xm_qmul16(r, s), _mm512_set1_ps(6.f));
-  const __m512 v = xm_qadd16(xm_qmul16(x, inv_out), _mm512_set1_ps(0.5f));
-  return _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v));
-}
+}"""
+    + island_helpers_c(W16)
+    + r"""
 /* x86_int8_requant's affine epilogue: floor(u * a + b) of the raw accumulator u, the product and the
    sum rounded as the check emulated them, the conversion rounding down */
 static inline __m512i xm_qaffine16(__m512i u, __m512 a, __m512 b) {
@@ -145,16 +233,9 @@ static inline __m512 xm_qaffine_island16(__m512i r) {
 }
 static inline __m512 xm_qtrunc16(__m512 v) {
   return _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-}
-/* xm_qact's RELU (y < 0 ? 0 : y; max_ps returns its second operand on a NaN or two zeros) */
-static inline __m512 xm_qrelu16(__m512 y) { return _mm512_max_ps(_mm512_setzero_ps(), y); }
-/* hswish_x86: x * min(max(x + 3, 0), 6) * (1.0f / 6) */
-static inline __m512 xm_qhswish16(__m512 x) {
-  __m512 r6 = xm_qadd16(x, _mm512_set1_ps(3.f));
-  r6 = _mm512_max_ps(_mm512_setzero_ps(), _mm512_min_ps(_mm512_set1_ps(6.f), r6));
-  return xm_qmul16(xm_qmul16(x, r6), _mm512_set1_ps(1.f / 6.f));
-}
-static inline __m512 xm_qdeq16(__m512i q, __m512 scale) { return xm_qmul16(_mm512_cvtepi32_ps(q), scale); }
+}"""
+    + activation_helpers_c(W16)
+    + r"""
 static inline __mmask16 xm_q8_lanes(long n) {
   return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
 }
@@ -232,6 +313,7 @@ static inline void xm_q8_quad(uint8_t* dst, const int8_t* r0, const int8_t* r1, 
 }
 #endif
 """
+)
 
 
 def _out_ctype(out: str) -> str:
@@ -243,34 +325,35 @@ def _rq_params(p: dict[str, Any]) -> bool:
     return p["out"] in ("q32_same", "f32") or (p["out"] == "q8" and p["zp_out"] == 0)
 
 
-def _vec_int_activation(p: dict[str, Any], acc: str) -> str:
+def _vec_int_activation(p: dict[str, Any], acc: str, w: VectorWidth = W16) -> str:
     """``int_activation`` on int32 lanes: RELU on the accumulator where no float post-process runs."""
-    return f"{acc} = _mm512_max_epi32({acc}, _mm512_setzero_si512());" if int_activation(p, "a") else ""
+    return f"{acc} = {w.mm}_max_epi32({acc}, {w.izero()});" if int_activation(p, "a") else ""
 
 
-def _epilogue_value(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str, str]:
+def _epilogue_value(p: dict[str, Any], acc: str, fbias: str, w: VectorWidth = W16) -> tuple[str, str, str]:
     """Vector form of ``requant.result_expr``: the stored value of the true accumulator ``acc`` (int32
-    lanes, integer bias and RELU applied) as (C vector type, expression, masked store intrinsic);
+    lanes, integer bias and RELU applied) as (C vector type, expression, store of a lane range);
     ``fbias`` is the channel's float bias (a C float) where the result is post-processed."""
     out, act = p["out"], p["act"]
+    h = w.helper
     if out == "q32_same":
-        return "__m512i", acc, "_mm512_mask_storeu_epi32"
-    s_acc = f"_mm512_set1_ps({f32(p['s_acc'])})"
+        return w.ivec, acc, w.store(out)
+    s_acc = w.set1(f32(p["s_acc"]))
     if out == "f32":
-        y = f"xm_qdeq16({acc}, {s_acc})"
-        return "__m512", f"xm_qhswish16({y})" if act == "hswish" else y, "_mm512_mask_storeu_ps"
+        y = f"{h('xm_qdeq')}({acc}, {s_acc})"
+        return w.fvec, f"{h('xm_qhswish')}({y})" if act == "hswish" else y, w.store(out)
     if post_processed(p):  # _post_process: scaled accumulator + scaled bias, activation, * 1/s_out
-        y = f"xm_qdeq16({acc}, {s_acc})"
+        y = f"{h('xm_qdeq')}({acc}, {s_acc})"
         if p["bias"]:
-            y = f"xm_qadd16({y}, _mm512_set1_ps({fbias}))"
-        y = {"relu": f"xm_qrelu16({y})", "hswish": f"xm_qhswish16({y})"}.get(act, y)
-        y = f"xm_qmul16({y}, _mm512_set1_ps({f32(inverse(p['s_out']))}))"
+            y = f"{h('xm_qadd')}({y}, {w.set1(fbias)})"
+        y = {"relu": f"{h('xm_qrelu')}({y})", "hswish": f"{h('xm_qhswish')}({y})"}.get(act, y)
+        y = f"{h('xm_qmul')}({y}, {w.set1(f32(inverse(p['s_out'])))})"
     else:  # the TypeCvt QuantizedS32 -> QuantizedS8: one multiplication by s_acc / s_out
-        y = f"xm_qdeq16({acc}, _mm512_set1_ps({f32(ratio(p['s_acc'], p['s_out']))}))"
+        y = f"{h('xm_qdeq')}({acc}, {w.set1(f32(ratio(p['s_acc'], p['s_out'])))})"
     if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
-        return "__m128i", _island_value(y, *p["island"]), "_mm_mask_storeu_epi8"
+        return "__m128i", _island_value(y, *p["island"], w), w.store("q8")
     nonneg = post_processed(p) and act == "relu"
-    return "__m128i", f"xm_qscaled16_{'nonneg' if nonneg else 'finite'}({y})", "_mm_mask_storeu_epi8"
+    return "__m128i", f"{h('xm_qscaled', '_nonneg' if nonneg else '_finite')}({y})", w.store("q8")
 
 
 def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
@@ -335,26 +418,30 @@ def island_form(s_in: float, s_out: float) -> tuple[str, float, int]:
     return "float", 0.0, hi
 
 
-def _island_value(y: str, s_in: float, s_out: float) -> str:
+def _island_value(y: str, s_in: float, s_out: float, w: VectorWidth = W16) -> str:
     """The int8 lanes of the island after the convolution's scaled value ``y`` (see island_form)."""
     form, k, hi = island_form(float(np.float32(s_in)), float(np.float32(s_out)))
+    h = w.helper
     if form == "clamp":
-        return f"xm_qisland_clamp16({y}, {hi}.f)"
-    r = f"xm_qtrunc16(xm_qisland_in16({y}, 127.f))"
+        return f"{h('xm_qisland_clamp')}({y}, {hi}.f)"
+    r = f"{h('xm_qtrunc')}({h('xm_qisland_in')}({y}, 127.f))"
     if form == "scale":
-        return f"xm_qisland_scale16({r}, _mm512_set1_ps({f32(k)}), {hi}.f)"
-    return (f"xm_qisland_float16({r}, _mm512_set1_ps({f32(s_in)}), "
-            f"_mm512_set1_ps({f32(inverse(s_out))}))")  # fmt: skip
+        return f"{h('xm_qisland_scale')}({r}, {w.set1(f32(k))}, {hi}.f)"
+    return f"{h('xm_qisland_float')}({r}, {w.set1(f32(s_in))}, {w.set1(f32(inverse(s_out)))})"
 
 
-def _epilogue_stmt(p: dict[str, Any], acc: str, fbias: str, put: Callable[[str, str, str], str]) -> str:
+def _epilogue_stmt(
+    p: dict[str, Any], acc: str, fbias: str, put: Callable[[str, str, str], str], w: VectorWidth = W16
+) -> str:
     """The statements storing accumulator ``acc`` (integer bias added): the integer activation and
     :func:`_epilogue_value`, or for an ``x86_int8_requant`` convolution its affine form on the
-    channels that have one (``fa != 0``). ``put(vector type, value, store intrinsic)`` stores."""
+    channels that have one (``fa != 0``; 16 lanes). ``put(vector type, value, store)`` stores."""
     exact_p = {k: v for k, v in p.items() if k != "affine"}
-    exact_code = f"{_vec_int_activation(exact_p, acc)} {put(*_epilogue_value(exact_p, acc, fbias))}".strip()
+    value = put(*_epilogue_value(exact_p, acc, fbias, w))
+    exact_code = f"{_vec_int_activation(exact_p, acc, w)} {value}".strip()
     if not p.get("affine"):
         return exact_code
+    assert w == W16, "the affine epilogue has 16-lane helpers only"
     fast_code = put(*_affine_value(p, acc))
     if p["affine"][1]:  # every channel
         return fast_code
@@ -427,11 +514,11 @@ def _affine_tag(p: dict[str, Any]) -> str:
     return "_aff" if p.get("affine") else ""
 
 
-def _bias_vector(p: dict[str, Any], channel: str) -> str:
-    """The channel's integer bias on 16 lanes (zero where every channel is affine: raw sums)."""
+def _bias_vector(p: dict[str, Any], channel: str, w: VectorWidth) -> str:
+    """The channel's integer bias on int32 lanes (zero where every channel is affine: raw sums)."""
     if p.get("affine") and p["affine"][1]:
-        return "_mm512_setzero_si512()"
-    return f"_mm512_set1_epi32(bias[{channel}])"
+        return w.izero()
+    return w.set1(f"bias[{channel}]", "epi32")
 
 
 def _affine_decls(p: dict[str, Any], channel: str) -> str:
@@ -441,10 +528,10 @@ def _affine_decls(p: dict[str, Any], channel: str) -> str:
     return f" const float fa = afc[{channel}], fo = afc[{p['oc']} + {channel}]; (void)fa; (void)fo;"
 
 
-def _channel_vectors(p: dict[str, Any], channel: str) -> str:
-    """A kernel's per-channel declarations: the integer bias ``bv`` on 16 lanes and, with the affine
-    epilogue, the channel's slope and offset."""
-    return f"const __m512i bv = {_bias_vector(p, channel)};{_affine_decls(p, channel)}"
+def _channel_vectors(p: dict[str, Any], channel: str, w: VectorWidth = W16) -> str:
+    """A kernel's per-channel declarations: the integer bias ``bv`` and, with the affine epilogue,
+    the channel's slope and offset."""
+    return f"const {w.ivec} bv = {_bias_vector(p, channel, w)};{_affine_decls(p, channel)}"
 
 
 def _has_fbias(p: dict[str, Any]) -> bool:

@@ -22,7 +22,6 @@ definition on 16 lanes, bit-exact with the reference.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,8 +34,10 @@ from backends.c.templates.x86_int8 import (
     ISA,
     PARALLEL_WORK,
     SUPPORT,
+    W16,
     _affine_tag,
     _bias_decls,
+    _bias_operands,
     _channel_vectors,
     _dense_conv_q8,
     _epilogue_stmt,
@@ -51,10 +52,6 @@ from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
-
-VREGS = 32  # zmm registers: accumulators, the NV activation vectors and one broadcast weight
-DPBUSD_LATENCY = 6  # cycles (5, and a margin): a tile needs twice as many accumulators to issue two a cycle
-EPILOGUE_CYCLES = 8  # requantization and store of one vector, about
 
 GEMM_SUPPORT = r"""
 #ifndef XM_X86_INT8_GEMM
@@ -105,57 +102,141 @@ def _geometry(p: dict[str, Any]) -> dict[str, Any]:
     return {"row_phases": rows, "col_phases": cols, "hq": hq, "wq": wq, "c4": c4}
 
 
-def choose_tile(pixels: int, ocg: int, steps: int) -> tuple[int, int]:
-    """(NV, MR) of the register tile with the fewest estimated cycles: ``steps`` dword steps of
-    ``vpdpbusd`` (two per cycle, latency DPBUSD_LATENCY) and loads (an unaligned activation vector a
-    cycle, two weight broadcasts) per tile, plus the epilogue of each vector."""
+class GemmIsa:
+    """What the int8 GEMM generator (:class:`Conv2dQ8Gemm`) takes from an instruction set: the vector
+    width, the register tile's cost model, how activations are encoded in the planes, the dot-product
+    step of the micro-kernel and the store of a lane range. This one is AVX512-VNNI (``vpdpbusd``);
+    x86_int8_avx2 has the AVX2 one."""
+
+    prefix = "vnni"  # of the kernel symbols
+    width = W16
+    # the cost model of choose_tile: zmm registers (accumulators, the NV activation vectors and the
+    # spare ones: a broadcast weight), the tile's bounds, dot-product steps issued per cycle (their
+    # latency: a tile needs twice as many accumulators to issue two a cycle), the cycles of one
+    # activation vector's load (a weight broadcast: half a cycle) and of one vector's epilogue
+    vregs, spare_regs, max_nv, max_mr, max_accumulators = 32, 1, 6, 14, 28
+    steps_per_cycle, load_cycles, step_latency, epilogue_cycles = 2, 1.0, 6, 8
+    # activations in the planes: x + 128 (vpdpbusd's unsigned operand; a padding zero is 128)
+    x_offset, plane_type, pad_byte = 128, "uint8_t", "0x80"
+    x_range = (0, 255)
+    accumulator_limit = 2**30  # |sum of products| below it: the bias correction still fits int32
+    affine = True  # x86_int8_requant's epilogue (16 lanes) where it is exact
+    gather = "xm_q8_gather16"
+    kernels = ("",)  # the micro-kernels' name suffixes
+
+    def pack_chunk(self, gathers: list[str], length: int) -> str:
+        """Packing 16 pixels of a channel quadruple from the four rows' ``gathers``."""
+        args = (",\n" + " " * 23).join(gathers)  # one a line, under the first
+        return f"xm_q8_quad16(dst + 4 * c0, {args}, {length} - c0);"
+
+    def pack_prologue(self) -> str:
+        return ""
+
+    def pack_epilogue(self, p: dict[str, Any]) -> str:
+        """Statements after the parallel packing loop (in every thread)."""
+        return ""
+
+    def segment_arrays(self, nv: int, segments: int) -> str:
+        """The per-vector store runs of a tile whose vectors cross output rows (besides ``seg_at``)."""
+        return f"__mmask16 seg_mask[{nv}][{segments}]; int segs[{nv}];"
+
+    def segment_record(self, ow: int) -> str:
+        """Recording run ``k`` of vector ``v``: lanes ``[q - q0, q - q0 + len)``, output ``oy, ox``."""
+        return ("seg_mask[v][k] = (__mmask16)(((1u << len) - 1) << (q - q0));\n"
+                f"              seg_at[v][k] = (long)oy * {ow} + ox - (q - q0);")  # fmt: skip
+
+    def put(self, p: dict[str, Any], v: int, store: str) -> str:
+        """The store of result vector ``r`` (vector ``v`` of a tile row): its real pixels."""
+        if p["wq"] == p["ow"]:
+            return f"{store}(yo + p0 + {16 * v}, xm_q8_lanes({p['pixels']} - p0 - {16 * v}), r);"
+        return (
+            f"for (int k = 0; k < segs[{v}]; ++k) {store}((void*)((uintptr_t)yo + "
+            f"(uintptr_t)(seg_at[{v}][k] * (long)sizeof({_out_ctype(p['out'])}))), seg_mask[{v}][k], r);"
+        )
+
+    def tile_constants(self, kernel: str) -> str:
+        return ""
+
+    def tile_loads(self, nv: int, kernel: str) -> str:
+        """The NV activation vectors ``b{v}`` of a step (``bk``: the step's first pixel)."""
+        return " ".join(
+            f"const __m512i b{v} = _mm512_loadu_si512((const void*)(bk + {64 * v}));" for v in range(nv)
+        )
+
+    def tile_row(self, i: int, accumulators: list[str], kernel: str) -> str:
+        """Tile row ``i``'s dot-product step: its broadcast weight dword ``ak[i]`` times each ``b{v}``."""
+        steps = " ".join(f"XM_DPBUSD({c}, b{v}, a);" for v, c in enumerate(accumulators))
+        return f"{{ const __m512i a = _mm512_set1_epi32(ak[{i}]); {steps} }}"
+
+    def call_decls(self, p: dict[str, Any]) -> str:
+        """Declarations of the kernel function beside its operand pointers."""
+        return ""
+
+    def tile_call(self, sym: str, planes: str, weights: str) -> str:
+        """The call of the micro-kernel(s) on a tile's first ``planes`` dword and ``weights``."""
+        return f"{sym}_tile({planes}, {weights}, acc);"
+
+
+VNNI = GemmIsa()
+
+
+def choose_tile(pixels: int, ocg: int, steps: int, isa: GemmIsa = VNNI) -> tuple[int, int]:
+    """(NV, MR) of the register tile with the fewest estimated cycles: ``steps`` dot-product steps per
+    accumulator (``isa.steps_per_cycle``, at least ``isa.step_latency`` cycles apart) and loads (NV
+    activation vectors, MR weight broadcasts) per tile, plus the epilogue of each vector."""
     best: tuple[float, int, int] | None = None
-    for nv in range(1, 7):
-        for mr in range(1, 15):
-            if nv * mr > 28 or nv * mr + nv + 1 > VREGS:
+    lanes = isa.width.lanes
+    for nv in range(1, isa.max_nv + 1):
+        for mr in range(1, isa.max_mr + 1):
+            if nv * mr > isa.max_accumulators or nv * mr + nv + isa.spare_regs > isa.vregs:
                 continue
-            step = max(nv * mr / 2, nv + mr / 2, DPBUSD_LATENCY)
-            tiles = -(-pixels // (16 * nv)) * -(-ocg // mr)
-            cycles = tiles * (steps * step + EPILOGUE_CYCLES * nv * mr)
+            step = max(nv * mr / isa.steps_per_cycle, nv * isa.load_cycles + mr / 2, isa.step_latency)
+            tiles = -(-pixels // (lanes * nv)) * -(-ocg // mr)
+            cycles = tiles * (steps * step + isa.epilogue_cycles * nv * mr)
             if best is None or cycles < best[0]:
                 best = (cycles, nv, mr)
     assert best is not None
     return best[1], best[2]
 
 
-class Conv2dQ8Vnni(Template):
-    """Dense and grouped int8 NCHW convolution: activations packed into 4-channel planes (+128),
-    register-tiled ``vpdpbusd`` GEMM, bias, RELU and requantization fused in the tile's epilogue."""
+class Conv2dQ8Gemm(Template):
+    """Dense and grouped int8 NCHW convolution: activations packed into 4-channel planes, a
+    register-tiled GEMM of ``gemm``'s dot-product step, bias, RELU and requantization fused in the
+    tile's epilogue."""
 
     family = "conv2d_q8_x86"
-    isa = ISA
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
+    gemm: GemmIsa
 
     def match(self, op: Operation) -> Lowered | None:
         got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
         if got is None:
             return None
         p, operands, wv = got
-        g = p["groups"]
+        g, isa = p["groups"], self.gemm
         kk = (p["ic"] // g) * p["fh"] * p["fw"]
-        if kk * 255 * 128 >= 2**30:
-            return None  # the unsigned-offset accumulator could leave int32
-        sums = wv.reshape(p["oc"], -1).sum(axis=1)
-        biases = _requant_operands(p, operands, wv, -128 * sums)
+        if kk * max(-isa.x_range[0], isa.x_range[1]) * 128 >= isa.accumulator_limit:
+            return None  # the accumulator could leave int32
+        correction = -isa.x_offset * wv.reshape(p["oc"], -1).sum(axis=1)
+        if isa.affine:
+            biases = _requant_operands(p, operands, wv, correction, isa.x_range)
+        else:
+            biases = _bias_operands(p, operands, correction)
         if biases is None:
             return None
         geo = _geometry(p)
         pixels = p["oh"] * geo["wq"]
-        nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"])
-        ppad = -(-pixels // (16 * nv)) * 16 * nv
-        # a plane holds every dword a tile may read: ppad + the farthest tap's offset, in 64 bytes
-        plane = -(-(ppad + (geo["hq"] - p["oh"]) * geo["wq"] + geo["wq"]) // 16) * 16
+        nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"], isa)
+        lanes = isa.width.lanes
+        ppad = -(-pixels // (lanes * nv)) * lanes * nv
+        # a plane holds every dword a tile may read: ppad + the farthest tap's offset, in vectors
+        plane = -(-(ppad + (geo["hq"] - p["oh"]) * geo["wq"] + geo["wq"]) // lanes) * lanes
         p.update(geo, nv=nv, mr=mr, pixels=pixels, ppad=ppad, plane=plane)
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "vnni_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
+        return f"{self.gemm.prefix}_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
         phases = len(p["row_phases"]) * len(p["col_phases"])
@@ -182,10 +263,12 @@ class Conv2dQ8Vnni(Template):
         rows, cols = p["row_phases"], p["col_phases"]
         nph = len(rows) * len(cols)
         icg = p["ic"] // p["groups"]
+        isa = self.gemm
         # a plane without padding or phases is the channel itself: one row of hq * wq pixels
         flat = (sh, sw, ph, pw, hq, wq) == (1, 1, 0, 0, ih, iw)
         lines, length = (1, hq * wq) if flat else (hq, wq)
-        return f"""
+        gathers = [f"{isa.gather}(src[{j}], col, {sw}, {length if flat else iw})" for j in range(4)]
+        return f"""{isa.pack_prologue()}
       #pragma omp for schedule(static)
       for (int item = 0; item < {c4 * nph * lines}; ++item) {{
         const int cq = item / {nph * lines}, phase = item / {lines} % {nph}, i = item % {lines};
@@ -198,28 +281,13 @@ class Conv2dQ8Vnni(Template):
           const int c = 4 * cq + j;
           src[j] = c < {icg} && (unsigned)iy < {ih}u ? xg + ((long)c * {ih} + iy) * {iw} : NULL;
         }}
-        uint8_t* dst = planes + ((long)(cq * {nph} + phase) * {plane} + (long)i * {length}) * 4;
+        {isa.plane_type}* dst = planes + ((long)(cq * {nph} + phase) * {plane} + (long)i * {length}) * 4;
         for (int c0 = 0; c0 < {length}; c0 += 16) {{
           const int col = c0 * {sw} + b - {pw};
-          xm_q8_quad16(dst + 4 * c0, xm_q8_gather16(src[0], col, {sw}, {length if flat else iw}),
-                       xm_q8_gather16(src[1], col, {sw}, {length if flat else iw}),
-                       xm_q8_gather16(src[2], col, {sw}, {length if flat else iw}),
-                       xm_q8_gather16(src[3], col, {sw}, {length if flat else iw}), {length} - c0);
+          {isa.pack_chunk(gathers, length)}
         }}
-        if (i == {lines - 1}) memset(dst + {length * 4}, 0x80, {(plane - hq * wq) * 4});
-      }}"""
-
-    @staticmethod
-    def _put(p: dict[str, Any], v: int, vtype: str, value: str, store: str) -> str:
-        """Vector ``v`` of a tile row's result ``value`` stored: its real pixels (see _store_code)."""
-        value = f"const {vtype} r = {value};"
-        if p["wq"] == p["ow"]:
-            lanes = f"xm_q8_lanes({p['pixels']} - p0 - {16 * v})"
-            return f"{{ {value} {store}(yo + p0 + {16 * v}, {lanes}, r); }}"
-        return (
-            f"{{ {value} for (int k = 0; k < segs[{v}]; ++k) {store}((void*)((uintptr_t)yo + "
-            f"(uintptr_t)(seg_at[{v}][k] * (long)sizeof({_out_ctype(p['out'])}))), seg_mask[{v}][k], r); }}"
-        )
+        if (i == {lines - 1}) memset(dst + {length * 4}, {isa.pad_byte}, {(plane - hq * wq) * 4});
+      }}{isa.pack_epilogue(p)}"""
 
     def _store_code(self, p: dict[str, Any]) -> str:
         """The tile's epilogue: requantize each accumulator (``acc``, MR x NV vectors) and store the
@@ -227,24 +295,25 @@ class Conv2dQ8Vnni(Template):
         oh, ow, wq, nv, mr, pixels = (p[k] for k in ("oh", "ow", "wq", "nv", "mr", "pixels"))
         oc, ocg = p["oc"], p["oc"] // p["groups"]
         otype = _out_ctype(p["out"])
+        isa, w = self.gemm, self.gemm.width
+        lanes = w.lanes
         contiguous = wq == ow
-        segments = 16 // wq + 2
+        segments = lanes // wq + 2
         prologue = ""
         if not contiguous:
-            # the runs of one vector's lanes that are real pixels of one output row: (mask, the
-            # output offset of lane 0), the same for every channel of the tile
+            # the runs of one vector's lanes that are real pixels of one output row, the same for
+            # every channel of the tile
             prologue = f"""
-        long seg_at[{nv}][{segments}]; __mmask16 seg_mask[{nv}][{segments}]; int segs[{nv}];
+        long seg_at[{nv}][{segments}]; {isa.segment_arrays(nv, segments)}
         for (int v = 0; v < {nv}; ++v) {{
-          const int q0 = p0 + 16 * v, end = q0 + 16 < {pixels} ? q0 + 16 : {pixels};
+          const int q0 = p0 + {lanes} * v, end = q0 + {lanes} < {pixels} ? q0 + {lanes} : {pixels};
           int k = 0;
           for (int q = q0; q < end;) {{
             const int oy = q / {wq}, ox = q - oy * {wq};
             const int run = end - q < {wq} - ox ? end - q : {wq} - ox;
             if (ox < {ow}) {{
               const int len = run < {ow} - ox ? run : {ow} - ox;
-              seg_mask[v][k] = (__mmask16)(((1u << len) - 1) << (q - q0));
-              seg_at[v][k] = (long)oy * {ow} + ox - (q - q0);
+              {isa.segment_record(ow)}
               ++k;
             }}
             q += run;
@@ -256,45 +325,73 @@ class Conv2dQ8Vnni(Template):
         for i in range(mr):
             body = []
             for v in range(nv):
+
+                def put(vtype: str, value: str, store: str, v: int = v) -> str:
+                    return f"{{ const {vtype} r = {value}; {isa.put(p, v, store)} }}"
+
+                acc = f"{w.mm}_load_si{w.bits}({w.aligned(f'acc + {(i * nv + v) * lanes}', const=True)})"
                 body.append(
-                    f"{{ __m512i t = _mm512_add_epi32(_mm512_load_si512(acc + {(i * nv + v) * 16}), bv); "
-                    f"{_epilogue_stmt(p, 't', 'fb', functools.partial(self._put, p, v))} }}"
+                    f"{{ {w.ivec} t = {w.mm}_add_epi32({acc}, bv); {_epilogue_stmt(p, 't', 'fb', put, w)} }}"
                 )
             rows.append(
                 f"if (o0 + {i} < {ocg}) {{ const int o = g * {ocg} + o0 + {i};"
-                f" {_channel_vectors(p, 'o')} const float fb = {fb}; (void)fb;"
+                f" {_channel_vectors(p, 'o', w)} const float fb = {fb}; (void)fb;"
                 f" {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};\n          "
                 + "\n          ".join(body)
                 + " }"
             )
         return prologue + "\n        " + "\n        ".join(rows)
 
+    def _tile_code(self, sym: str, p: dict[str, Any], offsets: list[int], kernel: str) -> str:
+        """Micro-kernel ``kernel`` (of ``gemm.kernels``): MR x NV accumulators over every channel
+        quadruple and tap, spilled to ``acc``."""
+        nv, mr, c4, plane = (p[k] for k in ("nv", "mr", "c4", "plane"))
+        nph = len(p["row_phases"]) * len(p["col_phases"])
+        isa, w = self.gemm, self.gemm.width
+        acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
+        decl = " ".join(f"{w.ivec} {a} = {w.izero()};" for row in acc for a in row)
+        spill = " ".join(
+            f"{w.mm}_store_si{w.bits}({w.aligned(f'acc + {w.lanes * (i * nv + v)}')}, {name});"
+            for i, row in enumerate(acc)
+            for v, name in enumerate(row)
+        )
+        products = "\n            ".join(isa.tile_row(i, acc[i], kernel) for i in range(mr))
+        constants = isa.tile_constants(kernel)
+        constants = f"\n  {constants}" if constants else ""
+        pt = isa.plane_type
+        return f"""
+static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const int32_t* ak, int32_t* acc) {{
+  static const int tap_offset[{len(offsets)}] = {{{", ".join(map(str, offsets))}}};{constants}
+  {decl}
+  for (int cq = 0; cq < {c4}; ++cq, bp += {nph * plane * 4})
+    for (int tap = 0; tap < {len(offsets)}; ++tap, ak += {mr}) {{
+      const {isa.plane_type}* bk = bp + tap_offset[tap];
+      {isa.tile_loads(nv, kernel)}
+      {products}
+    }}
+  {spill}
+}}"""
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
         fh, fw, sh, sw, dh, dw, g = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "groups"))
         nv, mr, ppad, wq, c4, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c4", "plane"))
         rows, cols = p["row_phases"], p["col_phases"]
+        isa, lanes = self.gemm, self.gemm.width.lanes
         nph = len(rows) * len(cols)
         ocg, taps = oc // g, fh * fw
         ocb = -(-ocg // mr)
-        ptiles = ppad // (16 * nv)
+        ptiles = ppad // (lanes * nv)
         tiles = ptiles * ocb
         # the inner tile loop walks the smaller operand, so that the larger one streams through the
         # caches once: the weights (deep layers with few pixels) or the planes
         weights_first = ocg * c4 * 4 * taps > nph * plane * 4 * c4
         tile_of = (
-            f"const int o0 = t / {ptiles} * {mr}, p0 = t % {ptiles} * {16 * nv};"
+            f"const int o0 = t / {ptiles} * {mr}, p0 = t % {ptiles} * {lanes * nv};"
             if weights_first
-            else f"const int p0 = t / {ocb} * {16 * nv}, o0 = t % {ocb} * {mr};"
+            else f"const int p0 = t / {ocb} * {lanes * nv}, o0 = t % {ocb} * {mr};"
         )
         otype = _out_ctype(p["out"])
-        acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
-        decl = " ".join(f"__m512i {a} = _mm512_setzero_si512();" for row in acc for a in row)
-        spill = " ".join(
-            f"_mm512_store_si512(acc + {16 * (i * nv + v)}, {name});"
-            for i, row in enumerate(acc)
-            for v, name in enumerate(row)
-        )
         # the byte offset of each tap's dwords from a tile's first pixel in its channel quadruple
         offsets = [
             ((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane + (r * dh // sh) * wq
@@ -302,36 +399,18 @@ class Conv2dQ8Vnni(Template):
             for r in range(fh)
             for s in range(fw)
         ]  # fmt: skip
-        loads = " ".join(
-            f"const __m512i b{v} = _mm512_loadu_si512((const void*)(bk + {64 * v}));" for v in range(nv)
-        )
-        fmas = "\n            ".join(
-            f"{{ const __m512i a = _mm512_set1_epi32(ak[{i}]); "
-            + " ".join(f"XM_DPBUSD({acc[i][v]}, b{v}, a);" for v in range(nv))
-            + " }"
-            for i in range(mr)
-        )
+        kernels = "".join(self._tile_code(sym, p, offsets, kernel) for kernel in isa.kernels)
+        weights = f"wpk + ((long)g * {ocb} + o0 / {mr}) * {c4 * taps * mr}"
         work = n * oc * p["oh"] * p["ow"] * (ic // g) * taps
         # the micro-kernel is a function of its own: the epilogue's constants, which a compiler keeps
         # in registers across the tile loop, then cost no accumulator registers (spills otherwise)
-        return exact(f"""
-static __attribute__((noinline)) void {sym}_tile(const uint8_t* bp, const int32_t* ak, int32_t* acc) {{
-  static const int tap_offset[{taps}] = {{{", ".join(map(str, offsets))}}};
-  {decl}
-  for (int cq = 0; cq < {c4}; ++cq, bp += {nph * plane * 4})
-    for (int tap = 0; tap < {taps}; ++tap, ak += {mr}) {{
-      const uint8_t* bk = bp + tap_offset[tap];
-      {loads}
-      {fmas}
-    }}
-  {spill}
-}}
+        return exact(f"""{kernels}
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int32_t* wpk = (const int32_t*)w_;
   {_bias_decls(p)}
   {otype}* y = ({otype}*)y_;
-  uint8_t* planes = (uint8_t*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  {isa.plane_type}* planes = ({isa.plane_type}*)(((uintptr_t)ws + 63) & ~(uintptr_t)63);{isa.call_decls(p)}
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   for (int nn = 0; nn < {n}; ++nn)
     for (int g = 0; g < {g}; ++g) {{
@@ -340,13 +419,20 @@ static void {sym}({_kernel_args(p)}) {{
       #pragma omp for schedule(static)
       for (int t = 0; t < {tiles}; ++t) {{
         {tile_of}
-        int32_t acc[{mr * nv * 16}] __attribute__((aligned(64)));
-        {sym}_tile(planes + (long)p0 * 4, wpk + ((long)g * {ocb} + o0 / {mr}) * {c4 * taps * mr}, acc);
+        int32_t acc[{mr * nv * lanes}] __attribute__((aligned({lanes * 4})));
+        {isa.tile_call(sym, "planes + (long)p0 * 4", weights)}
         {self._store_code(p)}
       }}
     }}
 }}
 """)
+
+
+class Conv2dQ8Vnni(Conv2dQ8Gemm):
+    """The GEMM on AVX512-VNNI: ``vpdpbusd`` on ``x + 128`` planes."""
+
+    isa = ISA
+    gemm = VNNI
 
     def support(self, em: CEmitter) -> str:
         return REQUANT_C + SUPPORT + GEMM_SUPPORT
@@ -360,4 +446,4 @@ class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
 
 KERNEL_UNITS = (Conv2dQ8Vnni(), Conv2dQ8Relu6Vnni())
 
-__all__ = ["KERNEL_UNITS", "choose_tile"]
+__all__ = ["KERNEL_UNITS", "VNNI", "Conv2dQ8Gemm", "GemmIsa", "choose_tile"]
