@@ -123,7 +123,8 @@ def micro_kernel(mr: int = MR) -> str:
     """``xm_hukr_<mr>x32(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
     float16, one vector of ``NR == LANES`` columns per row; ``epi`` (the last K block only) adds the row
     bias, column bias and residual and applies the activation before the store. Rows >= mv and columns
-    >= nv are neither read nor written."""
+    >= nv are neither read nor written. ``pf`` (or null): each ``k`` step prefetches the line ``pf + 32 k``
+    (the next A panel, where A panels stream from L3)."""
     rows = [f"c{i}_0" for i in range(mr)]
     res_row = "xm_h_loadn(epi->res + {i} * epi->ldr + 0, nv - 0)"
     lines = [
@@ -134,7 +135,7 @@ def micro_kernel(mr: int = MR) -> str:
         "} xm_hepi;",
         "#endif",
         f"static inline void xm_hukr_{mr}x{NR}(long K, const xm_h* restrict A, const xm_h* restrict B,",
-        "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi) {",
+        "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi, const xm_h* pf) {",
     ]
     lines += [
         f"  __m512h {c} = (first || {i} >= mv) ? _mm512_setzero_ph() : xm_h_loadn(C + {i} * ldc + 0, nv - 0);"
@@ -142,6 +143,7 @@ def micro_kernel(mr: int = MR) -> str:
     ]
     lines += ["  #pragma GCC unroll 2", "  for (long k = 0; k < K; ++k) {"]
     lines.append(f"    const __m512h b0 = _mm512_loadu_ph(B + k * {NR} + 0);")
+    lines.append("    if (pf) _mm_prefetch((const char*)(pf + k * 32), _MM_HINT_T0);")
     for i, c in enumerate(rows):  # each A value an embedded broadcast of its one FMA
         lines += [
             f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);",
@@ -408,9 +410,12 @@ class ConvGemmF16(ConvGemm):
         bias = f"(const xm_h*)bias_ + g * {ocg} + m0" if p["bias"] else "0"
         res = f"resg + (long)m0 * {P} + col0" if p["residual"] else "0"
         resg = f"(const xm_h*)res_ + ((long)n * {p['oc']} + (long)g * {ocg}) * {P}" if p["residual"] else "0"
+        # row panels innermost (order n): each call's A block comes from L3 unless prefetched by the last
+        next_a = f"wg + (long)(mp + 1) * {K * mr} + (long)k0 * {mr}"
+        pf = "0" if p["order"] == "m" else f"mp + 1 < {MP} ? {next_a} : 0"
         call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
           xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
-                            {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0);"""
+                            {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0, {pf});"""
         compute = gemm_sweep(p["order"], geo, p, ocg, cols, call)
         return f"""
 {f16_head(sym, p)}
@@ -499,7 +504,7 @@ class MatmulF16(MatmulGemm):
         res = f"(const xm_h*)res_ + (long)bt * {M * N} + (long)m0 * {N} + col0" if p["residual"] else "0"
         call = f"""const xm_hepi epi = {{0, {cbias}, {res}, {N}, {ACT_CODES[p["act"]]}}};
           xm_hukr_{mr}x{nr}(kl, ap + (long)mp * {Kd * mr} + (long)k0 * {mr}, B, yb + (long)m0 * {N} + col0,
-                            {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0);"""
+                            {N}, k0 == 0, mv, nv, k0 + kl >= {Kd} ? &epi : 0, 0);"""
         cols = f"const int col0 = j * {nr}; const int nv0 = {N} - col0;"
         sweep = gemm_sweep("n", {**geo, "K": Kd}, p, M, cols, call)
         return f"""
