@@ -411,9 +411,15 @@ class ConvGemmF16(ConvGemm):
         bias = f"(const xm_h*)bias_ + g * {ocg} + m0" if p["bias"] else "0"
         res = f"resg + (long)m0 * {P} + col0" if p["residual"] else "0"
         resg = f"(const xm_h*)res_ + ((long)n * {p['oc']} + (long)g * {ocg}) * {P}" if p["residual"] else "0"
-        # row panels innermost (order n): each call's A block comes from L3 unless prefetched by the last
-        next_a = f"wg + (long)(mp + 1) * {K * mr} + (long)k0 * {mr}"
-        pf = "0" if p["order"] == "m" else f"mp + 1 < {MP} ? {next_a} : 0"
+        # filter blocks stream from L3 (2 MB at ResNet-50's 1x1 512 -> 2048): each call prefetches the
+        # block the sweep reads next, the next row panel's (order n: row panels innermost) or, at the
+        # first column panel, the next K block (order m: the panel's blocks, then the next panel's,
+        # lie contiguous)
+        if p["order"] == "m":
+            after = f"wg + (long)mp * {K * mr} + (k0 + kl) * {mr}"
+            pf = f"j == 0 && (mp + 1 < {MP} || k0 + kl < {K}) ? {after} : 0"
+        else:
+            pf = f"mp + 1 < {MP} ? wg + (long)(mp + 1) * {K * mr} + (long)k0 * {mr} : 0"
         call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
           xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
                             {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0, {pf});"""
