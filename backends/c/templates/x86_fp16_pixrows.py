@@ -78,13 +78,14 @@ def micro_kernel(pr: int, ov: int) -> str:
     """``xm_hukt_<pr>x<ov>(K, A, lda, B, T, ldt, first, bias, nb)``: ``T[pr][ov * 32] (+)= A^T . B``
     in float16, ``A[k * lda + i]`` the pixels (each a pair-duplicated 32-bit word), ``B[k * ov * 32 +
     ...]`` a filter panel; ``bias`` (the last K block only; ``nb`` channels valid) is added before the
-    store."""
+    store. The first ``npf`` steps also prefetch one 64-byte line each, ``pf + 32 k``, into L2."""
     assert pr * ov <= 28 and ov <= 3 + 1, "the accumulators, three filter registers and zmm31"
     w = ov * LANES
     c = [[f"c{i}_{v}" for v in range(ov)] for i in range(pr)]
     lines = [
         f"static inline void xm_hukt_{pr}x{ov}(long K, const uint32_t* restrict A, long lda,",
-        "    const xm_h* restrict B, xm_h* restrict T, long ldt, int first, const xm_h* bias, long nb) {",
+        "    const xm_h* restrict B, xm_h* restrict T, long ldt, int first, const xm_h* bias, long nb,",
+        "    const xm_h* pf, long npf) {",
     ]
     for i in range(pr):
         for v in range(ov):
@@ -92,6 +93,8 @@ def micro_kernel(pr: int, ov: int) -> str:
             lines.append(f"  __m512h {c[i][v]} = first ? _mm512_setzero_ph() : {src};")
     lines += ["  for (long k = 0; k < K; ++k, A += lda, B += " + str(w) + ") {"]
     lines += _fma_step(pr, ov)
+    lines.append("    if (k < npf)")
+    lines.append("      _mm_prefetch((const char*)(pf + k * 32), _MM_HINT_T1);")
     lines.append("  }")
     lines.append("  if (bias) {")
     for v in range(ov):
@@ -210,10 +213,22 @@ class ConvPixelRowsF16(ConvUnitF16):
         for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
           const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
           const int last = k0 + kl >= {K};
-          for (int tt = t0; tt < t1; ++tt)
+          /* the next block's filter rows (after the last block, the next panel's first) stream from
+             memory (4.7 MB of filters at 7x7x512: the first tile of each block waited on its loads,
+             ~40% of the kernel's perf samples); its lines are prefetched into L2 one per k step,
+             shared out between this block's tiles (a burst of them was mostly dropped) */
+          const long kn = last ? 0 : k0 + kl;
+          const int pnext = last ? pn + 1 : pn;
+          const xm_h* next = w + (long)(pnext < {PANELS} ? pnext : pn) * {K * W} + kn * {W};
+          const long lines = pnext >= {PANELS} ? 0 : ({K} - kn < {kc} ? {K} - kn : {kc}) * {ov};
+          const long share = (lines + (t1 - t0) - 1) / (t1 > t0 ? t1 - t0 : 1);
+          for (int tt = t0; tt < t1; ++tt) {{
+            const long lo = (tt - t0) * share < lines ? (tt - t0) * share : lines;
+            const long np = lines - lo < share ? lines - lo : share;
             xm_hukt_{pr}x{ov}(kl, col + (long)k0 * {P} + tt * {pr}, {P}, wp + (long)k0 * {W},
                               t + (long)tt * {pr * LDT} + pn * {W}, {LDT}, k0 == 0,
-                              last ? {bias} : 0, {oc} - pn * {W});
+                              last ? {bias} : 0, {oc} - pn * {W}, next + lo * 32, np);
+          }}
         }}
         /* back to NCHW: 32 pixels of one channel are two gathers of the 32-bit words at t[p][o] (their
            low halves; t has a word of slack past its end), then the residual and the activation */

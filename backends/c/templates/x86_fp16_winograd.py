@@ -341,9 +341,12 @@ class ConvWinogradF16(ConvUnitF16):
           const long kl = {ic} - k0 < {kc} ? {ic} - k0 : {kc};
           const xm_h* B = vp + (((long)pt * {NP} + j) * {ic} + k0) * {nr};
           for (int mp = 0; mp < {MP}; ++mp)
+            /* U (2 MB at 14x14x256) streams from L3: each call prefetches the next row panel's block */
             xm_hukr_{mr}x{nr}(kl, w + (((long)pt * {MP} + mp) * {ic} + k0) * {mr}, B,
                               mb + ((long)pt * {MP * mr} + (long)mp * {mr}) * {cols} + (long)j * {nr},
-                              {cols}, k0 == 0, {mr}, nv, 0);
+                              {cols}, k0 == 0, {mr}, nv, 0,
+                              (long)pt * {MP} + mp + 1 < {pts * MP}
+                                  ? w + (((long)pt * {MP} + mp + 1) * {ic} + k0) * {mr} : 0);
         }}
       }}
     /* 3. output transform, bias, interleave, residual, activation */
