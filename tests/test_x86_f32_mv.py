@@ -130,3 +130,11 @@ def test_matvec_sanitized(target: str) -> None:
         got = c.run_runner(inputs, sanitize=True)
         want = run_module(c._stages["inference"], inputs)
         np.testing.assert_allclose(got[0], np.asarray(want[0], np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_target_keeps_its_one_row_products() -> None:
+    """``+bf16`` asks for bfloat16 matrix products: its AMX-BF16 unit (106) stays ahead of the matvec."""
+    target = "x86-avx512-vnni-amx+bf16"
+    c, inputs, _ = _head(1, 64, 40, "bias", target)
+    families = c.ir("kernel-plan-memory")
+    assert '"matmul_bf16_amx"' in families and f'"{FAMILY}"' not in families

@@ -20,7 +20,7 @@ element types never accept the same op, so their relative order only matters wit
   95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
   (neon_fp16), int8 x86 95, other element types 90;
-* float32 matrix multiplication with +bf16: AMX-BF16 101 (x86_amx_bf16), ahead of the GEMM;
+* float32 matrix multiplication with +bf16: AMX-BF16 106 (x86_amx_bf16), ahead of the matvec and the GEMM;
 * int8 matrix multiplication with a constant right operand: AMX-INT8 96 (x86_amx_matmul);
 * one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
   (neon_matvec) and its AVX2 / AVX-512 units (x86_f32_matvec), ahead of the float32 GEMM;
