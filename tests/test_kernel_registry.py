@@ -85,6 +85,10 @@ def test_c_registry_orders_families_by_priority() -> None:
         "conv2d_stem_f16", "conv2d_gemm_f16", "conv2d_gemm", "conv2d_q8_amx", "conv2d_dw_q8_x86",
         "conv2d_q8_x86", "conv2d_q8",
     ]  # fmt: skip
+    assert KERNELS.families(T.MatrixMulOp) == [
+        "matmul_bf16_amx", "matmul_matvec", "matmul_gemm", "matmul_f16", "matmul_q8_amx", "matmul_q8",
+    ]  # fmt: skip
+    assert {u.isa for u in KERNELS.units() if u.family == "matmul_matvec"} == {"neon", "avx2", "avx512"}
     # the generic GEMM is listed with the others of its family, not by the ARM module
     gemm_isas = {u.isa for u in KERNELS.units() if u.family == "conv2d_gemm"}
     assert gemm_isas == {"avx512", "avx2", "neon", "generic"}

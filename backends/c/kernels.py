@@ -20,10 +20,10 @@ element types never accept the same op, so their relative order only matters wit
   95, portable 90;
 * elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
   (neon_fp16), int8 x86 95, other element types 90;
-* float32 matrix multiplication with +bf16: AMX-BF16 101 (x86_amx_bf16), ahead of the GEMM;
+* float32 matrix multiplication with +bf16: AMX-BF16 106 (x86_amx_bf16), ahead of the matvec and the GEMM;
 * int8 matrix multiplication with a constant right operand: AMX-INT8 96 (x86_amx_matmul);
 * one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
-  (neon_matvec), ahead of the float32 GEMM;
+  (neon_matvec) and its AVX2 / AVX-512 units (x86_f32_matvec), ahead of the float32 GEMM;
 * int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94; float32 / int32
   <-> int8 typecvt (``neon``) and the ``sdot`` int8 matmul (``dot``) are their families' units on
   those ISAs (neon_int8_ends);
@@ -64,6 +64,7 @@ from backends.c.templates import (
     x86_amx_matmul,
     x86_f32_dw,
     x86_f32_dw_stem,
+    x86_f32_matvec,
     x86_fp16,
     x86_fp16_pixrows,
     x86_fp16_stem,
@@ -81,6 +82,7 @@ KERNELS = KernelRegistry(
         *depthwise_x86.KERNEL_UNITS,
         *x86_f32_dw.KERNEL_UNITS,
         *x86_f32_dw_stem.KERNEL_UNITS,
+        *x86_f32_matvec.KERNEL_UNITS,
         *gemm.KERNEL_UNITS,
         *typed.KERNEL_UNITS,
         *nchw88.KERNEL_UNITS,

@@ -422,7 +422,8 @@ class MatmulBf16Amx(Template):
     family = "matmul_bf16_amx"
     isa = ISA
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
-    priority = 101  # ahead of matmul_gemm (100)
+    # ahead of matmul_matvec (105) and matmul_gemm (100): +bf16 keeps its one-row products too
+    priority = 106
     epilogues = {"float32": MATMUL_EPILOGUE}
 
     def match(self, op: Operation) -> Lowered | None:
