@@ -212,6 +212,8 @@ def test_vnni_matches_megengine_int8_nets(case: str) -> None:
 
 
 AMX_TARGET = "x86-avx512-vnni-amx"
+VBMI_TARGET = f"{TARGET}-vbmi"
+AMX_VBMI_TARGET = f"{AMX_TARGET}-vbmi"
 ISLAND_SX = 1 / 40  # the island tests' input scale (weights 1 / 64)
 
 
@@ -237,11 +239,15 @@ def island(t: Tensor, scale: float) -> Tensor:
 ISLAND_FAMILIES = {
     TARGET: {("conv2d_q8_relu6_x86", "avx512vnni"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")},
     AMX_TARGET: {("conv2d_q8_relu6_amx", "amx"), ("conv2d_dw_q8_relu6_x86", "avx512vnni")},
+    # the byte-table islands (x86_int8_vbmi): the same families on ISA avx512vbmi
+    VBMI_TARGET: {("conv2d_q8_relu6_x86", "avx512vbmi"), ("conv2d_dw_q8_relu6_x86", "avx512vbmi")},
+    AMX_VBMI_TARGET: {("conv2d_q8_relu6_amx", "avx512vbmi"), ("conv2d_dw_q8_relu6_x86", "avx512vbmi")},
 }
+ISLAND_TARGETS = [TARGET, AMX_TARGET, VBMI_TARGET, AMX_VBMI_TARGET]
 
 
-@pytest.mark.parametrize("target", [TARGET, AMX_TARGET])
-def test_relu6_island_fused_into_the_convolution(target: str) -> None:
+@pytest.mark.parametrize("target", ISLAND_TARGETS)
+def test_relu6_island_fused_into_the_convolution(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """MobileNetV2's int8 conv -> (typecvt, relu6, typecvt) islands become one kernel (dense, 1x1 and
     depthwise convolutions, with and without bias; VNNI and AMX dense convolutions), bit-exact with
     the three ops: island scales that halve (ties), keep, and saturate at 6 (6 / 0.02 > 127)."""
@@ -273,6 +279,12 @@ def test_relu6_island_fused_into_the_convolution(target: str) -> None:
             np.testing.assert_array_equal(g, w, err_msg=f"island {i}, {threads} thread(s)")
             assert np.abs(w).max() > 0
     assert np.asarray(want[1]).max() == np.float32(127 * 0.02)  # the 0.02 island saturates
+    if "amx" in target:  # the AMX island kernel's path for a process without tile data: same bytes
+        from backends.c.templates.x86_amx_os import AMX_ENV
+
+        monkeypatch.setenv(AMX_ENV, "0")  # the runner is a new process: it reads the variable afresh
+        for g, w in zip(compiled.run_runner([x]), want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg="XMGE_AMX=0")
 
 
 # (convolution's output scale, island's scale, the island's vector form: x86_int8.island_form)
@@ -281,7 +293,7 @@ ISLAND_FORMS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("target", [TARGET, AMX_TARGET])
+@pytest.mark.parametrize("target", ISLAND_TARGETS)
 def test_island_forms_exact_on_every_int8_value(target: str) -> None:
     """Every vector form of a fused ReLU6 island (the clamp, one product, the island's own operations)
     after dense 1x1 (with bias) and depthwise convolutions whose results take every int8 value,
@@ -317,13 +329,19 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
         compiled = compile_fn(fn, [x], target, threads=threads)
         # the VNNI units on both targets: a 1x1 convolution on 4 channels stays off AMX tiles
         # (x86_amx.VNNI_POINTWISE_K)
-        assert ISLAND_FAMILIES[TARGET] <= _families(compiled)
-        # each form, after the exact epilogue or the affine one (x86_int8_requant)
+        lut = "vbmi" in target
+        assert ISLAND_FAMILIES[VBMI_TARGET if lut else TARGET] <= _families(compiled)
+        # each form, after the exact epilogue or the affine one (x86_int8_requant); with VBMI every
+        # form but the clamp is the byte table
+        table = ("xm_qisland_lut16(_mm512_cvtepi32_epi8", "xm_qisland_lut16(_mm512_cvtsepi32_epi8")
         for exact_form, affine_form in (
             ("xm_qisland_clamp16(xm_", "xm_qaffine_clamp16("),
             ("xm_qisland_scale16(xm_qtrunc16", "xm_qisland_scale16(xm_qaffine_island16"),
             ("xm_qisland_float16(xm_qtrunc16", "xm_qisland_float16(xm_qaffine_island16"),
         ):
+            if lut and "clamp" not in exact_form:
+                assert exact_form not in compiled.source and affine_form not in compiled.source
+                exact_form, affine_form = table
             assert exact_form in compiled.source or affine_form in compiled.source, exact_form
         # the affine epilogue takes some of these convolutions (a call, not the helper's definition)
         assert re.search(r"xm_qaffine16\((?!__m512i)", compiled.source)

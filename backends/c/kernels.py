@@ -73,6 +73,7 @@ from backends.c.templates import (
     x86_int8_amx_island,
     x86_int8_avx2,
     x86_int8_gemm,
+    x86_int8_vbmi,
 )
 from passes.lowering.kernels import KernelRegistry
 
@@ -100,6 +101,7 @@ KERNELS = KernelRegistry(
         *x86_fp16_pixrows.KERNEL_UNITS,
         *x86_amx_bf16.KERNEL_UNITS,
         *x86_int8_amx_island.KERNEL_UNITS,
+        *x86_int8_vbmi.KERNEL_UNITS,
         *x86_amx_matmul.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,

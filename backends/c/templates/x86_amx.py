@@ -43,6 +43,7 @@ from backends.c.templates.x86_int8 import (
     _dense_conv_q8,
     _epilogue,
     _has_fbias,
+    _island_lut_decls,
     _kernel_args,
     _out_ctype,
     _requant_operands,
@@ -352,7 +353,7 @@ class Conv2dQ8Amx(Template):
 /* requantize and store rows [r0, r1) of work item t's accumulator block */
 static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*acc)[{bw}], int t, int r0,
     int r1, int nn, int g, {otype}* y, const int32_t* bias, const float* fbias, const float* afc) {{
-  {tables}
+  {tables}{_island_lut_decls(p)}
   const int o0 = t / {pb} * {bh};
   {outputs_c}
   (void)fbias; (void)afc;

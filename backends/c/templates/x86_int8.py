@@ -351,6 +351,9 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str, w: VectorWidth = W1
     else:  # the TypeCvt QuantizedS32 -> QuantizedS8: one multiplication by s_acc / s_out
         y = f"{h('xm_qdeq')}({acc}, {w.set1(f32(ratio(p['s_acc'], p['s_out'])))})"
     if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
+        if _island_by_lut(p):  # max(r, 0) (see xm_qisland_in) through the island's table
+            r = f"_mm512_cvtepi32_epi8(_mm512_cvttps_epi32({h('xm_qisland_in')}({y}, 127.f)))"
+            return "__m128i", f"xm_qisland_lut16({r}, island_lo, island_hi)", w.store("q8")
         return "__m128i", _island_value(y, *p["island"], w), w.store("q8")
     nonneg = post_processed(p) and act == "relu"
     return "__m128i", f"{h('xm_qscaled', '_nonneg' if nonneg else '_finite')}({y})", w.store("q8")
@@ -370,6 +373,9 @@ def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
     if form == "clamp":
         r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
         value = f"xm_qaffine_clamp16({r}, {hi})"
+    elif _island_by_lut(p):  # r clamped to [0, 127] (vpmovsdb saturates above) through the table
+        r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+        value = f"xm_qisland_lut16(_mm512_cvtsepi32_epi8({r}), island_lo, island_hi)"
     elif form == "scale":
         value = f"xm_qisland_scale16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(k)}), {hi}.f)"
     else:
@@ -416,6 +422,28 @@ def island_form(s_in: float, s_out: float) -> tuple[str, float, int]:
         if np.array_equal(want, got):
             return "scale", float(k), hi
     return "float", 0.0, hi
+
+
+def _island_by_lut(p: dict[str, Any]) -> bool:
+    """Whether the kernel's ReLU6 island is its byte table (AVX512-VBMI units), not float operations:
+    every form but a clamp, which costs less than the lookup."""
+    if not p.get("island_lut"):
+        return False
+    return island_form(float(np.float32(p["island"][0])), float(np.float32(p["island"][1])))[0] != "clamp"
+
+
+def _island_lut_decls(p: dict[str, Any]) -> str:
+    """The island's results for r = 0..127 as the two 64-byte tables ``island_lo``, ``island_hi`` of
+    ``xm_qisland_lut16`` (from :func:`island_table`: the reference's own operations)."""
+    if not _island_by_lut(p):
+        return ""
+    table = island_table(float(np.float32(p["island"][0])), float(np.float32(p["island"][1])))[128:]
+    values = ", ".join(str(int(v)) for v in table)
+    return (
+        f" static const int8_t island_lut[128] __attribute__((aligned(64))) = {{{values}}};"
+        " const __m512i island_lo = _mm512_load_si512((const void*)island_lut),"
+        " island_hi = _mm512_load_si512((const void*)(island_lut + 64));"
+    )
 
 
 def _island_value(y: str, s_in: float, s_out: float, w: VectorWidth = W16) -> str:
@@ -550,7 +578,7 @@ def _bias_decls(p: dict[str, Any]) -> str:
     fbias = _has_fbias(p)
     return "const int32_t* bias = (const int32_t*)b_;" + (
         " const float* fbias = (const float*)fb_;" if fbias else ""
-    ) + (" const float* afc = (const float*)af_;" if p.get("affine") else "")
+    ) + (" const float* afc = (const float*)af_;" if p.get("affine") else "") + _island_lut_decls(p)
 
 
 def _depthwise_signature(sym: str, p: dict[str, Any], otype: str) -> str:
@@ -782,18 +810,23 @@ class _Relu6Island:
     ops = (T.TypeCvtOp,)
     conv_family: str
     isa: str
+    producer_isa: str | None = None  # the convolution's ISA where it is not the unit's (x86_int8_vbmi)
+    island_lut = False  # the island by a byte table lookup (AVX512-VBMI; x86_int8_vbmi's units)
 
     def match(self, op: Operation) -> Lowered | None:
-        got = relu6_island(op, self.conv_family, self.isa)
+        got = relu6_island(op, self.conv_family, self.producer_isa or self.isa)
         if got is None:
             return None
         conv, island = got
         params = {**conv.definition().param_values(), "island": list(island)}
+        if self.island_lut:
+            params["island_lut"] = 1
         return Lowered(params, list(conv.args))
 
     def symbol(self, p: dict[str, Any]) -> str:
         key = dtype_key(("q8", "q8"), tuple(p["island"]), (0, 0))
-        return f"{super().symbol(p)}_relu6_{key}"  # type: ignore[misc]
+        lut = "_lut" if p.get("island_lut") else ""
+        return f"{super().symbol(p)}_relu6_{key}{lut}"  # type: ignore[misc]
 
 
 class ConvDepthwiseQ8Relu6Vnni(_Relu6Island, ConvDepthwiseQ8Vnni):

@@ -29,6 +29,13 @@ class X86AmxEmitter(X86Avx512VnniEmitter):
     cflags = (*X86Avx512VnniEmitter.cflags, "-mamx-tile", "-mamx-int8")
 
 
+class X86Avx512VbmiEmitter(X86Avx512VnniEmitter):
+    """AVX512-VBMI byte permutes (``vpermi2b``) beside the VNNI kernels they serve."""
+
+    name = "x86-avx512vbmi"
+    cflags = (*X86Avx512VnniEmitter.cflags, "-mavx512vbmi")
+
+
 class X86AmxBf16Emitter(X86AmxEmitter):
     """AMX-BF16 tiles for ``+bf16`` (float32 convolutions and matrix products on bfloat16 inputs); the
     kernels keep an AVX512-BF16 path for a process the kernel refuses tile data."""
@@ -61,6 +68,10 @@ EXTENSIONS: tuple[Extension, ...] = (
         "amx", "amx", frozenset({"amx_tile", "amx_int8", "avx512_vnni"}), X86AmxEmitter,
         "AMX-INT8 tile convolutions (tdpbsud), a VNNI path where Linux refuses tile data",
         amx_permitted,
+    ),
+    Extension(
+        "vbmi", "avx512vbmi", frozenset({"avx512vbmi", "avx512_vnni"}), X86Avx512VbmiEmitter,
+        "AVX512-VBMI byte-table ReLU6 islands (vpermi2b) in the int8 convolutions' epilogues",
     ),
 )  # fmt: skip
 
