@@ -91,3 +91,31 @@ def test_winograd_random_shapes(target: str, monkeypatch: pytest.MonkeyPatch) ->
     for m in (2, 4):
         _force_tile(monkeypatch, m)
         check(fn, inputs, target, threads=int(rng.integers(1, 3)))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_winograd_u_prefetch(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every GEMM prefetches the next panel's U: into L1 while two panels fit there, into L2 from
+    256 input channels on AVX-512 (64 KiB for two 32-channel panels). Both variants on odd sizes,
+    batch 2, 1 and 2 threads: the reference's values, the same bits on both thread counts, and
+    clean under ASan / UBSan."""
+    _force_tile(monkeypatch, 2)
+    cases = [
+        (2, 256, 7, 9, 40, 3, 1, 1, 1, 1, "residual"),  # AVX-512: L2 (T1); AVX2 (16-channel panels): L1
+        (1, 64, 11, 5, 48, 3, 1, 1, 1, 1, "relu"),  # L1 (T0) on both
+    ]
+    fn, inputs = _conv_model(cases, np.random.default_rng(5))
+    outs = []
+    for threads in (1, 2):
+        compiled = check(fn, inputs, target, threads=threads)
+        outs.append([np.asarray(o) for o in compiled(*inputs)])
+    source = compiled.ir("c")
+    isa = "avx512" if "avx512" in target else "avx2"
+    assert f"static void xm_wino_{isa}_gemm_t0_" in source
+    assert (f"static void xm_wino_{isa}_gemm_t1_" in source) == (isa == "avx512")
+    assert source.count("_mm_prefetch((const char*)(up + K * ldu") > 0
+    for a, b in zip(*outs, strict=True):
+        assert np.array_equal(a, b)
+    if isa == "avx512":  # prefetches past U's end (the last panel's next) are no accesses to ASan
+        for got, want in zip(compiled.run_runner(inputs, sanitize=True), outs[1], strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
