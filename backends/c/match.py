@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -211,6 +211,33 @@ def logical(v: SSAValue) -> tuple[int, ...]:
     t = v.type
     assert isinstance(t, TensorType)
     return tuple(L.to_logical(t).get_shape())
+
+
+def blocked_conv_geometry(op: Operation, modes: Mapping[object, str], block: int) -> dict[str, Any] | None:
+    """A convolution's geometry in a channel-blocked format (NCHW44: ``block`` 4, NCHW88: 8): the
+    filter's mode (dense, group, chan, hybrid) named by ``modes`` for its layout, the logical sizes,
+    window, stride, padding, dilation and groups; None where the filter layout has no mode or the
+    channels do not fill whole blocks."""
+    p = op.params()  # type: ignore[attr-defined]
+    x, w = op.operands[:2]
+    mode = modes.get(L.layout_of(w.type))  # type: ignore[arg-type]
+    if mode is None:
+        return None
+    n, ic, ih, iw = logical(x)
+    _, oc, oh, ow = logical(op.results[0])
+    wl = logical(w)
+    groups = wl[0] if mode in ("group", "chan") else 1
+    if (
+        oc % block
+        or (mode in ("dense", "group") and (ic // groups) % block)
+        or (mode == "chan" and groups % block)
+    ):
+        return None
+    return {
+        "mode": mode, "n": n, "ic": ic, "ih": ih, "iw": iw, "oc": oc, "oh": oh, "ow": ow,
+        "fh": wl[-2], "fw": wl[-1], "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0],
+        "pw": p["padding"][1], "dh": p["dilation"][0], "dw": p["dilation"][1], "groups": groups,
+    }  # fmt: skip
 
 
 def acc_scale(x: SSAValue, w: SSAValue) -> float:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.match import code, conv_bias_epilogue, logical, pool_geometry, storage
+from backends.c.match import blocked_conv_geometry, code, conv_bias_epilogue, logical, pool_geometry, storage
 from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
 from backends.c.templates.gemm import broadcast_fma
 from backends.c.templates.generic import omp_for, omp_parallel
@@ -412,32 +412,27 @@ FILTER_MODES = {
 }
 
 
+# the geometry a channel-wise or dense NCHW88 conv names first, in its parameters' order
+_PLANE_KEYS = ("n", "ih", "iw", "oh", "ow", "fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw")
+
+
 def conv_nchw88(op: Operation, chan: bool) -> Lowered | None:
     assert isinstance(op, T.ConvolutionOp | T.ConvBiasOp)
     p = op.params()
     if p["format"] != enums.Format.NCHW88 or p["mode"] != enums.ConvMode.CROSS_CORRELATION:
         return None
     x, w, *rest = op.operands
-    mode = FILTER_MODES.get(L.layout_of(w.type))  # type: ignore[arg-type]
+    geometry = blocked_conv_geometry(op, FILTER_MODES, 8)
     dt = storage(op)
-    if mode is None or (mode == "chan") != chan or dt is None or const_array(w) is None:
+    if geometry is None or (geometry["mode"] == "chan") != chan or dt is None or const_array(w) is None:
         return None
-    n, ic, ih, iw = logical(x)
-    _, oc, oh, ow = logical(op.results[0])
-    wl = logical(w)
-    groups = wl[0] if mode in ("group", "chan") else 1
-    if oc % 8 or (mode in ("dense", "group") and (ic // groups) % 8) or (mode == "chan" and groups % 8):
-        return None
-    params: dict[str, Any] = {
-        "n": n, "ih": ih, "iw": iw, "oh": oh, "ow": ow, "fh": wl[-2], "fw": wl[-1],
-        "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0], "pw": p["padding"][1],
-        "dh": p["dilation"][0], "dw": p["dilation"][1], "dtype": dt, "bias": 0, "residual": 0,
-        "act": "identity",
-    }  # fmt: skip
+    oc = geometry["oc"]
+    params: dict[str, Any] = {k: geometry[k] for k in _PLANE_KEYS}
+    params.update(dtype=dt, bias=0, residual=0, act="identity")
     if chan:
         params["c"] = oc
     else:
-        params.update(mode=mode, ic=ic, oc=oc, groups=groups)
+        params.update({k: geometry[k] for k in ("mode", "ic", "oc", "groups")})
     operands: list[Any] = [x, w]
     if isinstance(op, T.ConvBiasOp):
         if any(L.layout_of(v.type) != Layout.NCHW88 for v in rest):  # type: ignore[arg-type]

@@ -36,8 +36,8 @@ from xdsl.ir import Operation, SSAValue
 from backends.c.match import (
     ACT,
     acc_scale,
+    blocked_conv_geometry,
     code,
-    logical,
     pool_geometry,
     qparams,
     requant_params,
@@ -274,22 +274,12 @@ def nchw44_common(
     if p["mode"] != enums.ConvMode.CROSS_CORRELATION:
         return None
     x, w, *rest = op.operands
+    geometry = blocked_conv_geometry(op, MODES, 4)
+    if geometry is None:
+        return None
     flayout = L.layout_of(w.type)
-    if flayout not in MODES:
-        return None
-    mode = MODES[flayout]
-    n, ic, ih, iw = logical(x)
-    _, oc, oh, ow = logical(op.results[0])
-    wl = logical(w)
-    groups = wl[0] if mode in ("group", "chan") else 1
-    if oc % 4 or (mode in ("dense", "group") and (ic // groups) % 4) or (mode == "chan" and groups % 4):
-        return None
-    params: dict[str, Any] = {
-        "mode": mode, "n": n, "ic": ic, "ih": ih, "iw": iw, "oc": oc, "oh": oh, "ow": ow,
-        "fh": wl[-2], "fw": wl[-1], "sh": p["stride"][0], "sw": p["stride"][1], "ph": p["padding"][0],
-        "pw": p["padding"][1], "dh": p["dilation"][0], "dw": p["dilation"][1], "groups": groups,
-        "bias": 0, "act": "identity",
-    }  # fmt: skip
+    oc = geometry["oc"]
+    params: dict[str, Any] = {**geometry, "bias": 0, "act": "identity"}
     operands: list[SSAValue | np.ndarray] = [x, w]
     if isinstance(op, T.ConvBiasOp):
         params["act"] = ACT.get(p["nonline_mode"], "")
