@@ -35,31 +35,27 @@ static inline __m128i xm_qisland_lut16(__m128i q, __m512i lo, __m512i hi) {
 """
 
 
-class Conv2dQ8Relu6Vbmi(Conv2dQ8Relu6Vnni):
+class _IslandByTable:
+    """The island of a ReLU6 int8 unit by its 128-byte table: the same unit on the ``avx512vbmi``
+    ISA, searched before the one it extends (``producer_isa``: the ISA its products use)."""
+
     isa = ISA
-    producer_isa = VNNI_ISA
     island_lut = True
 
     def support(self, em: CEmitter) -> str:
-        return super().support(em) + VBMI_SUPPORT
+        return super().support(em) + VBMI_SUPPORT  # type: ignore[misc]
 
 
-class ConvDepthwiseQ8Relu6Vbmi(ConvDepthwiseQ8Relu6Vnni):
-    isa = ISA
+class Conv2dQ8Relu6Vbmi(_IslandByTable, Conv2dQ8Relu6Vnni):
     producer_isa = VNNI_ISA
-    island_lut = True
-
-    def support(self, em: CEmitter) -> str:
-        return super().support(em) + VBMI_SUPPORT
 
 
-class Conv2dQ8Relu6AmxVbmi(Conv2dQ8Relu6Amx):
-    isa = ISA
+class ConvDepthwiseQ8Relu6Vbmi(_IslandByTable, ConvDepthwiseQ8Relu6Vnni):
+    producer_isa = VNNI_ISA
+
+
+class Conv2dQ8Relu6AmxVbmi(_IslandByTable, Conv2dQ8Relu6Amx):
     producer_isa = AMX_ISA
-    island_lut = True
-
-    def support(self, em: CEmitter) -> str:
-        return super().support(em) + VBMI_SUPPORT
 
 
 KERNEL_UNITS = (Conv2dQ8Relu6Vbmi(), ConvDepthwiseQ8Relu6Vbmi(), Conv2dQ8Relu6AmxVbmi())
