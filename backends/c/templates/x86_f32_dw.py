@@ -169,7 +169,34 @@ def row_code(
     return "\n".join(lines)
 
 
-class ConvNchw88Dw3x3(_Nchw88Base):
+def in_place_3x3(op: Operation, *, chan: bool, strides: tuple[int, ...]) -> Lowered | None:
+    """A float32 3x3 NCHW88 convolution these in-place kernels serve: dilation 1, padding 0 or 1,
+    the same stride along both axes, one of ``strides``."""
+    lowered = conv_nchw88(op, chan=chan)
+    if lowered is None:
+        return None
+    p = lowered.params
+    if (
+        p["dtype"] != "f32"
+        or (p["fh"], p["fw"], p["dh"], p["dw"]) != (K, K, 1, 1)
+        or p["sh"] != p["sw"]
+        or p["sw"] not in strides
+        or p["ph"] not in (0, 1)
+        or p["pw"] not in (0, 1)
+    ):
+        return None
+    return lowered
+
+
+class InPlaceConv3x3(_Nchw88Base):
+    """A 3x3 NCHW88 unit that reads its input in place (rows outside the image are a shared zero
+    row, border columns peeled): no workspace."""
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        return 0
+
+
+class ConvNchw88Dw3x3(InPlaceConv3x3):
     """``conv2d_nchw88_dw3x3``: float32 depthwise 3x3 NCHW88 convolutions, stride 1 or 2, padding
     0 or 1, in place (no padded copy), AVX2 register blocks of 4 columns."""
 
@@ -184,26 +211,10 @@ class ConvNchw88Dw3x3(_Nchw88Base):
         return YMM, self.block, 1
 
     def match(self, op: Operation) -> Lowered | None:
-        lowered = conv_nchw88(op, chan=True)
-        if lowered is None:
-            return None
-        p = lowered.params
-        if (
-            p["dtype"] != "f32"
-            or (p["fh"], p["fw"], p["dh"], p["dw"]) != (K, K, 1, 1)
-            or p["sh"] != p["sw"]
-            or p["sw"] not in (1, 2)
-            or p["ph"] not in (0, 1)
-            or p["pw"] not in (0, 1)
-        ):
-            return None
-        return lowered
+        return in_place_3x3(op, chan=True, strides=(1, 2))
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(self.family, *plane_sym(p), self.isa, epilogue_sym(p))
-
-    def workspace(self, p: dict[str, Any]) -> int:
-        return 0
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))

@@ -33,12 +33,10 @@ from backends.c.templates.nchw88 import (
     EPILOGUES,
     K16_FILTERS,
     VEC,
-    _Nchw88Base,
-    conv_nchw88,
     offset,
     strides,
 )
-from backends.c.templates.x86_f32_dw import ACT512, K, interior_columns
+from backends.c.templates.x86_f32_dw import ACT512, InPlaceConv3x3, K, in_place_3x3, interior_columns
 from dialects.layout import SPECS, Layout
 from passes.lowering.kernels import Lowered
 
@@ -108,7 +106,7 @@ def _store(nz: int, nblocks: int, cols: int, q0: str, act: int, ys: dict[str, in
     return lines
 
 
-class ConvNchw88Stem3x3Avx512(_Nchw88Base):
+class ConvNchw88Stem3x3Avx512(InPlaceConv3x3):
     """``conv2d_nchw88_stem3x3``: a float32 3x3 stride-2 NCHW88 convolution of a plain NCHW input
     (the ``hybrid`` first layer), padding 0 or 1, on AVX-512."""
 
@@ -119,26 +117,13 @@ class ConvNchw88Stem3x3Avx512(_Nchw88Base):
     epilogues = {"float32": replace(EPILOGUES["float32"], residual=False)}
 
     def match(self, op: Operation) -> Lowered | None:
-        lowered = conv_nchw88(op, chan=False)
-        if lowered is None:
-            return None
-        p = lowered.params
-        if (
-            p["mode"] != "hybrid"
-            or p["dtype"] != "f32"
-            or (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (K, K, 2, 2, 1, 1)
-            or p["ph"] not in (0, 1)
-            or p["pw"] not in (0, 1)
-            or p["residual"]
-        ):
+        lowered = in_place_3x3(op, chan=False, strides=(2,))
+        if lowered is None or lowered.params["mode"] != "hybrid" or lowered.params["residual"]:
             return None
         return lowered
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(self.family, *conv_sym(p), self.isa, epilogue_sym(p))
-
-    def workspace(self, p: dict[str, Any]) -> int:
-        return 0
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
