@@ -147,6 +147,15 @@ DEFAULT_TILES = (2,)
 BAND_BYTES = 1 << 20  # V and M of one band of tile rows: half of a Sapphire Rapids core's L2
 
 
+def padded_row_tiles(tw: int, nr: int) -> int:
+    """A band's tiles per tile row in the packed ``V`` panels: ``tw`` rounded up to a divisor or a
+    multiple of the ``nr``-lane panel where that wastes at most 1/8 of the lanes, so that a row's 32-tile
+    store never straddles two panels (two split masked stores per point; at 56x56 (28 tiles a row) they
+    were a sixth of the layer's time), else ``tw`` (flattened rows, no lanes wasted)."""
+    twp = -(-tw // nr) * nr if tw > nr else 1 << (tw - 1).bit_length()
+    return twp if 8 * (twp - tw) <= twp else tw
+
+
 def winograd_cost(p: dict[str, Any], m: int) -> float:
     """Vector multiply-add equivalents of ``F(m, 3)`` for a conv's parameters (tile lanes padded to 32)."""
     a = m + 2
@@ -202,12 +211,13 @@ class ConvWinogradF16(ConvUnitF16):
     def geometry(p: dict[str, Any]) -> dict[str, int]:
         m = p["m"]
         th, tw = -(-p["oh"] // m), -(-p["ow"] // m)
+        twp = padded_row_tiles(tw, p["nr"])
         mp = -(-p["oc"] // p["mr"])
         # bands of BR tile rows whose V and M stay in L2 (a 56x56x64 layer's whole V and M are 3.2 MB)
         tile_bytes = (m + 2) ** 2 * (p["ic"] + mp * p["mr"]) * 2
-        br = max(1, min(th, BAND_BYTES // (tw * tile_bytes)))
-        np_ = -(-br * tw // p["nr"])  # panels of the largest band
-        return {"A": m + 2, "TH": th, "TW": tw, "BR": br, "NP": np_, "MP": mp}
+        br = max(1, min(th, BAND_BYTES // (twp * tile_bytes)))
+        np_ = -(-br * twp // p["nr"])  # panels of the largest band
+        return {"A": m + 2, "TH": th, "TW": tw, "TWP": twp, "BR": br, "NP": np_, "MP": mp}
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int]:
         """Halves of the packed V and of M (both rounded up to 64 bytes)."""
@@ -238,6 +248,7 @@ class ConvWinogradF16(ConvUnitF16):
         geo = self.geometry(p)
         m, mr, nr, kc = p["m"], p["mr"], p["nr"], p["kc"]
         a, th, tw, br, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["BR"], geo["NP"], geo["MP"]
+        twp = geo["TWP"]
         n, ic, ih, iw, oc, oh, ow, ph, pw = (
             p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow", "ph", "pw")
         )
@@ -276,6 +287,24 @@ class ConvWinogradF16(ConvUnitF16):
                 f"for (int k = 0; k < {a}; ++k) {{ const long base = (long)tx0 * {m} - {pw} + k; "
                 f"tap[k] = ok ? {row_load} : _mm512_setzero_ph(); }}"
             )
+
+        def load_rows(first: str, last: str) -> str:
+            """Input rows ``first .. last - 1`` of tile row ``ty``'s patch into the transform's inputs."""
+            return f"""for (int i = {first}; i < {last}; ++i) {{
+          const int yy = ty * {m} - {ph} + i;
+          const int ok = (unsigned)yy < {ih}u;
+          const xm_h* row = plane + (ok ? (long)yy * {iw} : 0);
+          __m512h tap[{a}];
+          {fill}
+          for (int k = 0; k < {a}; ++k) {{
+            const __m512h dv = tap[k];
+            {keep}
+          }}
+        }}"""
+
+        overlap = 2 * a  # patch values of the 2 shared rows
+        regs = ("d",) if half else ("dl", "dh")
+        shift = " ".join(f"for (int k = 0; k < {overlap}; ++k) {r}[k] = {r}[k + {m * a}];" for r in regs)
         out_tf = "\n          ".join(transform_2d(at, "q", "o", a))
         bias = "(float)((const xm_h*)bias_)[oc_]" if p["bias"] else "0.f"
         if m == 4:
@@ -294,38 +323,35 @@ class ConvWinogradF16(ConvUnitF16):
     const xm_h* xn = x + (long)n * {ic * ih * iw};
     /* tile rows ty0 .. ty1 - 1: bt_ tiles flattened from 0 into bnp panels */
     const int ty1 = ty0 + {br} < {th} ? ty0 + {br} : {th};
-    const int bt_ = (ty1 - ty0) * {tw}, bnp = (bt_ + {nr - 1}) / {nr};
+    const int bt_ = (ty1 - ty0) * {twp}, bnp = (bt_ + {nr - 1}) / {nr};
     /* 1. input transform, straight into the packed B panels */
     #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
     for (int c = 0; c < {ic}; ++c) {{
       const xm_h* plane = xn + (long)c * {ih * iw};
-      for (int ty = ty0; ty < ty1; ++ty)
-        for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
-          const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
-          {in_regs}
-          for (int i = 0; i < {a}; ++i) {{
-            const int yy = ty * {m} - {ph} + i;
-            const int ok = (unsigned)yy < {ih}u;
-            const xm_h* row = plane + (ok ? (long)yy * {iw} : 0);
-            __m512h tap[{a}];
-            {fill}
-            for (int k = 0; k < {a}; ++k) {{
-              const __m512h dv = tap[k];
-              {keep}
-            }}
-          }}
+      for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
+        const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
+        {in_regs}
+        /* a tile row's first 2 input rows are its predecessor's last 2: loaded once, shifted down */
+        int ty = ty0;
+        {load_rows("0", "2")}
+        for (; ty < ty1; ++ty) {{
+          {load_rows("2", str(a))}
           {in_body}
-          /* tiles t0 .. t0 + nt_ - 1 of the flattened order: the rest of panel j0, then panel j0 + 1 */
-          const long t0 = (long)(ty - ty0) * {tw} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
-          const __mmask32 m0 = xm_h_mask(nt_ < {nr} - off ? nt_ : {nr} - off);
-          const __mmask32 m1 = (__mmask32)(xm_h_mask(nt_) & ~xm_h_mask({nr} - off));
+          /* tiles t0 .. t0 + ns_ - 1 of the flattened order (lanes past nt_: the padding's zero tiles):
+             the rest of panel j0, then panel j0 + 1 */
+          const long t0 = (long)(ty - ty0) * {twp} + tx0, j0 = t0 / {nr}, off = t0 % {nr};
+          const long ns_ = {twp} - tx0 < 32 ? {twp} - tx0 : 32;
+          const __mmask32 m0 = xm_h_mask(ns_ < {nr} - off ? ns_ : {nr} - off);
+          const __mmask32 m1 = (__mmask32)(xm_h_mask(ns_) & ~xm_h_mask({nr} - off));
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512i hv = {packed};
             xm_h* dst = vp + (((long)pt * {NP} + j0) * {ic} + c) * {nr};
             _mm512_mask_storeu_epi16(dst + off, m0, hv);
             if (m1) _mm512_mask_storeu_epi16(dst + {ic * nr} - ({nr} - off), m1, hv);
           }}
+          {shift}
         }}
+      }}
       /* the last panel's lanes past the last tile: zeros, so that the GEMM reads defined values */
       if (bt_ % {nr})
         for (int pt = 0; pt < {pts}; ++pt)
@@ -356,7 +382,7 @@ class ConvWinogradF16(ConvUnitF16):
       for (int ty = ty0; ty < ty1; ++ty)
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
-          const long t0 = (long)(ty - ty0) * {tw} + tx0;
+          const long t0 = (long)(ty - ty0) * {twp} + tx0;
           __m512 ql[{pts}], qh[{pts}], ol[{m * m}], oh_[{m * m}];
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512h mv = xm_h_loadn(mb + ((long)pt * {MP * mr} + oc_) * {cols} + t0, nt_);
