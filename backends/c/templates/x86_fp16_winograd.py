@@ -11,8 +11,10 @@ most layers, 4 at 56x56x64):
    ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, for ``F(2, 3)`` a
    row's 4 taps from 4 loads and 4 ``vpermt2w``, border taps read as zero), ``V = B^T d B`` (in float16
    where ``B^T`` is adds and subtracts, ``F(2, 3)``, else in float32 and rounded to float16) stored
-   straight into the GEMM's packed ``B`` panels (the band's tiles flattened over rows, 32 per panel, so
-   a narrow image wastes no panel lanes);
+   straight into the GEMM's packed ``B`` panels (the band's tiles flattened over rows, 32 per panel,
+   each row padded to a divisor or multiple of 32 tiles where that wastes at most 1/8 of the lanes
+   (:func:`padded_row_tiles`), so that a row's stores never straddle two panels); a tile row's first
+   2 input rows are its predecessor's last 2, loaded once;
 2. one GEMM per transform point ``M[pt] = U[pt] (OC x IC) . V[pt] (IC x tiles)`` on the float16
    ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (float16 accumulation);
 3. output transform: ``A^T M A`` in float32, plus the bias, rounded to float16, the ``m`` tile columns
