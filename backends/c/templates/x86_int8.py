@@ -63,7 +63,7 @@ ISA = "avx512vnni"
 TILES = ((3, 8), (4, 6), (2, 12))  # (vectors of 16 pixels, output channels) per register tile
 # below this many multiply-adds a kernel runs on one thread (a barrier costs more than it saves)
 PARALLEL_WORK = 1 << 20
-DW_ROWS = 4  # output rows of a depthwise block (window mode): each input row's windows built once
+DW_ROWS = 8  # output rows of a depthwise block (window mode): each input row's windows built once
 
 @dataclass(frozen=True)
 class VectorWidth:
@@ -352,11 +352,36 @@ def _epilogue_value(p: dict[str, Any], acc: str, fbias: str, w: VectorWidth = W1
         y = f"{h('xm_qdeq')}({acc}, {w.set1(f32(ratio(p['s_acc'], p['s_out'])))})"
     if p.get("island"):  # the int8 result goes on through its ReLU6 float island (Relu6Island)
         if _island_by_lut(p):  # max(r, 0) (see xm_qisland_in) through the island's table
-            r = f"_mm512_cvtepi32_epi8(_mm512_cvttps_epi32({h('xm_qisland_in')}({y}, 127.f)))"
+            r = f"_mm512_cvtepi32_epi8({_island_lut_lanes(y, w)})"
             return "__m128i", f"xm_qisland_lut16({r}, island_lo, island_hi)", w.store("q8")
         return "__m128i", _island_value(y, *p["island"], w), w.store("q8")
     nonneg = post_processed(p) and act == "relu"
     return "__m128i", f"{h('xm_qscaled', '_nonneg' if nonneg else '_finite')}({y})", w.store("q8")
+
+
+def _island_lut_lanes(y: str, w: VectorWidth = W16) -> str:
+    """The int32 lanes (in [0, 127]) of ``max(r, 0)`` for the scaled value ``y``: the island table's
+    index (see xm_qisland_in)."""
+    return f"{w.mm}_cvttps_epi32({w.helper('xm_qisland_in')}({y}, 127.f))"
+
+
+def island_lut_index(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str] | None:
+    """The int32 lanes of accumulator ``acc`` whose int8 saturation, clamped at 0, indexes the island
+    table of a table-island kernel with an int8 result (16 lanes), as (the exact epilogue's
+    :func:`_island_lut_lanes`, the affine form's on an ``x86_int8_requant`` channel: "" where the
+    kernel has none, the exact one "" where every channel is affine); None where the epilogue is not
+    that (no table, or an integer activation on the accumulator)."""
+    exact_p = {k: v for k, v in p.items() if k != "affine"}
+    if not _island_by_lut(p) or p["out"] != "q8" or _vec_int_activation(exact_p, acc):
+        return None
+    _, exact_value, _ = _epilogue_value(exact_p, acc, fbias)
+    prefix, suffix = "xm_qisland_lut16(_mm512_cvtepi32_epi8(", "), island_lo, island_hi)"
+    assert exact_value.startswith(prefix) and exact_value.endswith(suffix), exact_value
+    exact_lanes = exact_value[len(prefix) : -len(suffix)]
+    if not p.get("affine"):
+        return exact_lanes, ""
+    affine = f"xm_qaffine16({acc}, _mm512_set1_ps(fa), _mm512_set1_ps(fo))"
+    return ("" if p["affine"][1] else exact_lanes), affine
 
 
 def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
@@ -678,28 +703,29 @@ class ConvDepthwiseQ8Vnni(Template):
         otype = _out_ctype(p["out"])
         rows = min(DW_ROWS, oh)
         span = 15 * sw + 4  # the bytes 16 output columns read: columns c0 + [0, 15 * sw + 4)
-        # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
-        perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
-        shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))
+        window_decls, window = self._window_builder(sw)
         steps = []
         for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
             uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
             steps.append(
-                f"{{ const __m512i x = xm_q8_window16(xp, iy0 + {t}, c0, m, perm, shuf, {ih}, {iw});"
+                f"{{ const __m512i x = {window.format(row=f'iy0 + {t}', ih=ih, iw=iw)};"
                 + "".join(f" XM_DPBUSD(a{r}, x, wr[{kh}]);" for r, kh in uses)
                 + " }"
             )
         block = "\n        ".join(steps)
+        packed = self._packed_rows(p, rows)
+        own = range(rows // 4 * 4 if packed else 0, rows)  # the rows with an epilogue of their own
         stores = "\n          ".join(
-            f"if (r0 + {r} < {oh}) {{ "
-            f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
-            for r in range(rows)
+            [packed] + [
+                f"if (r0 + {r} < {oh}) {{ "
+                f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
+                for r in own
+            ]
         )
         work = n * c * oh * ow * fh * p["fw"]
         return exact(f"""
 {_depthwise_signature(sym, p, otype)}
-  const __m512i perm = _mm512_setr_epi32({perm});
-  const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
+  {window_decls}
   {_depthwise_plane_loop(p, work, otype, "wr", fh)}
     for (int q0 = 0; q0 < {ow}; q0 += 16) {{
       const int c0 = q0 * {sw} - {pw};
@@ -715,6 +741,23 @@ class ConvDepthwiseQ8Vnni(Template):
   }}
 }}
 """)
+
+    def _packed_rows(self, p: dict[str, Any], rows: int) -> str:
+        """The stores of the block's output rows in groups of four sharing one narrowing epilogue
+        (rows ``4 * (rows // 4)`` on use their own), or "" where this unit has no such epilogue."""
+        return ""
+
+    def _window_builder(self, sw: int) -> tuple[str, str]:
+        """The window mode's constants (C declarations) and its call building one input row's windows
+        (a format string over ``row``, ``ih``, ``iw``): ``xm_q8_window16``, two shuffles."""
+        # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
+        perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
+        shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))
+        decls = (
+            f"const __m512i perm = _mm512_setr_epi32({perm});"
+            f" const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));"
+        )
+        return decls, "xm_q8_window16(xp, {row}, c0, m, perm, shuf, {ih}, {iw})"
 
     def _render_widen(self, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
