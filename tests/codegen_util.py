@@ -51,3 +51,31 @@ def check(
         scale = max(1.0, float(np.abs(w).max()))
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale, err_msg=f"output {i} ({target})")
     return compiled
+
+
+def assert_threads_agree(
+    fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, one: CompiledModel
+) -> CompiledModel:
+    """Compile ``fn`` for 2 threads and check its outputs equal ``one``'s (1 thread) bit for bit;
+    the 2-thread model is returned for checks on its code."""
+    two = compile_fn(fn, inputs, target, threads=2)
+    for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+    return two
+
+
+def check_sanitized(
+    compiled: CompiledModel,
+    inputs: Sequence[np.ndarray],
+    *,
+    rtol: float = 1e-4,
+    atol: float = 1e-4,
+    scaled: bool = True,
+) -> None:
+    """Run ``compiled``'s standalone runner built with ASan / UBSan and compare every output with the
+    reference interpreter (``atol`` times the output's magnitude, at least 1, when ``scaled``)."""
+    got = compiled.run_runner(inputs, sanitize=True)
+    want = run_module(compiled._stages["tensor"], list(inputs))  # type: ignore[arg-type]
+    for g, w in zip(got, want, strict=True):
+        scale = max(1.0, float(np.abs(w).max())) if scaled else 1.0
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.codegen_util import check, compile_fn
+from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 
 TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
@@ -31,19 +31,10 @@ def test_dense_paths_match_reference_and_threads(target: str) -> None:
     assert source.count("static void conv2d_nchw88_dense_") == 3
     assert source.count("static void conv2d_winograd_nchw88_f2_") == 1
     assert source.count("static void conv2d_winograd_nchw88_f4_") == 1
-    two = compile_fn(fn, inputs, target, threads=2)
-    for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
-        np.testing.assert_array_equal(a, b)
+    assert_threads_agree(fn, inputs, target, one)
 
 
 def test_dense_paths_sanitized() -> None:
     """The same kernels under ASan / UBSan (the standalone runner's sanitizer build)."""
-    from backends.reference import run_module
-
     fn, inputs = _conv_model(CASES, np.random.default_rng(24))
-    compiled = check(fn, inputs, TARGETS[1], threads=2)
-    got = compiled.run_runner(inputs, sanitize=True)
-    want = run_module(compiled._stages["tensor"], list(inputs))  # type: ignore[arg-type]
-    for g, w in zip(got, want, strict=True):
-        scale = max(1.0, float(np.abs(w).max()))
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * scale)
+    check_sanitized(check(fn, inputs, TARGETS[1], threads=2), inputs)

@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from backends.c.templates.x86_f32_dw import interior_columns
-from backends.reference import run_module
-from tests.codegen_util import check, compile_fn, require
+from tests.codegen_util import assert_threads_agree, check, check_sanitized, compile_fn, require
 from tests.test_codegen_conv import _conv_model
 
 TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
@@ -89,11 +88,8 @@ def test_depthwise_3x3_identical_on_1_and_2_threads(target: str) -> None:
         (2, 48, 31, 29, 48, 3, 2, 1, 1, 48, "residual"),
     ]
     fn, inputs = _depthwise_model(cases, 2)
-    one = check(fn, inputs, target, threads=1)
-    two = compile_fn(fn, inputs, target, threads=2)
+    two = assert_threads_agree(fn, inputs, target, check(fn, inputs, target, threads=1))
     assert "#pragma omp parallel for" in two.ir("c")
-    for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
-        np.testing.assert_array_equal(a, b)
 
 
 def test_depthwise_3x3_sanitized() -> None:
@@ -102,10 +98,7 @@ def test_depthwise_3x3_sanitized() -> None:
     target = TARGETS[-1]
     require(target)
     fn, inputs = _depthwise_model(CASES + PLAIN_CASES, 3)
-    compiled = compile_fn(fn, inputs, target)
-    got = compiled.run_runner(inputs, sanitize=True)
-    for g, want in zip(got, run_module(compiled._stages["tensor"], inputs), strict=True):  # type: ignore[arg-type]
-        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+    check_sanitized(compile_fn(fn, inputs, target), inputs, scaled=False)
 
 
 def test_interior_columns() -> None:

@@ -11,8 +11,7 @@ import numpy as np
 import torch
 
 from backends.c.templates.x86_f32_dw_stem import tile_columns
-from backends.reference import run_module
-from tests.codegen_util import check, compile_fn, require
+from tests.codegen_util import assert_threads_agree, check, check_sanitized, compile_fn, require
 from tests.test_codegen_conv import _conv_model
 
 TARGET = "x86-avx512-nchw88"
@@ -64,20 +63,14 @@ def test_stem_identical_on_1_and_2_threads() -> None:
     require(TARGET)
     cases = [(2, 3, 61, 59, 32, 3, 2, 1, 1, 1, "relu")]  # above two threads' worth of work
     fn, inputs = _conv_model(cases, np.random.default_rng(2))
-    one = check(fn, inputs, TARGET, threads=1)
-    two = compile_fn(fn, inputs, TARGET, threads=2)
+    two = assert_threads_agree(fn, inputs, TARGET, check(fn, inputs, TARGET, threads=1))
     assert "#pragma omp parallel for" in two.ir("c")
-    for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
-        np.testing.assert_array_equal(a, b)
 
 
 def test_stem_sanitized() -> None:
     require(TARGET)
     fn, inputs = _conv_model(CASES, np.random.default_rng(3))
-    compiled = compile_fn(fn, inputs, TARGET)
-    got = compiled.run_runner(inputs, sanitize=True)
-    for g, want in zip(got, run_module(compiled._stages["tensor"], inputs), strict=True):  # type: ignore[arg-type]
-        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    check_sanitized(compile_fn(fn, inputs, TARGET), inputs)
 
 
 def test_tile_columns() -> None:

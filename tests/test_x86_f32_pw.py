@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.codegen_util import check, compile_fn
+from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 
 TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
@@ -29,18 +29,9 @@ def test_pointwise_match_reference_and_threads(target: str) -> None:
     fn, inputs = _conv_model(CASES, np.random.default_rng(41))
     one = check(fn, inputs, target)
     assert one.ir("c").count(DENSE_1X1) >= 4  # every case with whole 8-channel blocks is NCHW88
-    two = compile_fn(fn, inputs, target, threads=2)
-    for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
-        np.testing.assert_array_equal(a, b)
+    assert_threads_agree(fn, inputs, target, one)
 
 
 def test_pointwise_sanitized() -> None:
-    from backends.reference import run_module
-
     fn, inputs = _conv_model(CASES, np.random.default_rng(42))
-    compiled = check(fn, inputs, TARGETS[1], threads=2)
-    got = compiled.run_runner(inputs, sanitize=True)
-    want = run_module(compiled._stages["tensor"], list(inputs))  # type: ignore[arg-type]
-    for g, w in zip(got, want, strict=True):
-        scale = max(1.0, float(np.abs(w).max()))
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * scale)
+    check_sanitized(check(fn, inputs, TARGETS[1], threads=2), inputs)
