@@ -3,6 +3,7 @@ output with the reference interpreter on the same inputs."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -79,3 +80,10 @@ def check_sanitized(
     for g, w in zip(got, want, strict=True):
         scale = max(1.0, float(np.abs(w).max())) if scaled else 1.0
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
+
+
+def assert_instructions(compiled: CompiledModel, instructions: Sequence[str]) -> None:
+    """Each of ``instructions`` appears in the disassembly of ``compiled``'s library."""
+    disassembly = subprocess.run(["objdump", "-d", compiled.build.library], capture_output=True, text=True)
+    for instruction in instructions:
+        assert instruction in disassembly.stdout, instruction

@@ -10,7 +10,6 @@ same bytes from the path a process takes when Linux refuses it tile data (forced
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from backends.reference import run_module
 from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
-from tests.codegen_util import compile_fn, require
+from tests.codegen_util import assert_instructions, compile_fn, require
 
 TARGET = "x86-avx512-vnni-amx"
 
@@ -117,9 +116,7 @@ def test_amx_tiles_cover_every_mode(model: tuple[Callable[..., Any], list[np.nda
     assert not {f for f, _ in kinds} & {"conv2d_q8_x86", "conv2d_q8"}, sorted(kinds)
     modes = re.findall(r'"conv2d_q8_amx" \["amx"\] \{[^}]*mode = "(\w+)"', compiled.ir("kernel-plan-memory"))
     assert sorted(modes) == sorted(c[-1] for c in CASES), modes
-    disassembly = subprocess.run(["objdump", "-d", compiled.build.library], capture_output=True, text=True)
-    for instruction in ("ldtilecfg", "tdpbsud", "tilestored", "tilerelease"):
-        assert instruction in disassembly.stdout, instruction
+    assert_instructions(compiled, ("ldtilecfg", "tdpbsud", "tilestored", "tilerelease"))
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -23,7 +23,7 @@ from backends.c.templates.x86_amx_bf16 import round_bfloat16, to_bfloat16
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
 from backends.reference import run_module
 from compiler.tensor import Tensor
-from tests.codegen_util import compile_fn, require
+from tests.codegen_util import assert_instructions, compile_fn, require
 
 TARGET = "x86-avx512-vnni-amx+bf16"
 CONTRACT_BOUND = 1e-5  # vs the bfloat16-input contract in float64, relative to max |output|
@@ -119,7 +119,6 @@ def _check(names: list[str], got: list[np.ndarray], contract: list[np.ndarray], 
 def test_bf16_conv_families_and_modes(conv: tuple[Callable[..., Any], list[np.ndarray], list[Any]]) -> None:
     """Every convolution is an AMX-BF16 one in the B-tile mode the table names, its epilogue fused
     (no float32 elementwise kernel is left), and the library holds the tile instructions."""
-    import subprocess
 
     require(TARGET)
     fn, inputs, _ = conv
@@ -128,9 +127,7 @@ def test_bf16_conv_families_and_modes(conv: tuple[Callable[..., Any], list[np.nd
     assert {f for f, _ in _families(compiled)} <= {"conv2d_bf16_amx", "copy"}, _families(compiled)
     modes = re.findall(r'"conv2d_bf16_amx" \["amxbf16"\] \{[^}]*mode = "(\w+)"', plan)
     assert sorted(modes) == sorted(c[-1] for c in CONV_CASES), modes
-    disassembly = subprocess.run(["objdump", "-d", compiled.build.library], capture_output=True, text=True)
-    for instruction in ("tdpbf16ps", "vcvtne2ps2bf16", "vdpbf16ps", "tilerelease"):
-        assert instruction in disassembly.stdout, instruction
+    assert_instructions(compiled, ("tdpbf16ps", "vcvtne2ps2bf16", "vdpbf16ps", "tilerelease"))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
