@@ -236,6 +236,7 @@ def int8_report(
     iters: int,
     notes: list[str],
     ov_default: dict[int, float] | None = None,
+    profile_kernels: int = 0,
 ) -> list[str]:
     """Rows of the int8 table for one model (see the module docstring): the fastest float32 model
     runs in the same interleaved rounds (one load for both sides of the ratio), and at one thread
@@ -282,7 +283,20 @@ def int8_report(
         )
     if first.times:
         notes.append(f"{name} int8 {target}: compile {sum(first.times.values()):.1f} s")
+    if profile_kernels:
+        notes += profile_notes(first, x, f"{name} int8 {target} (1 thread)", profile_kernels)
     return rows
+
+
+def profile_notes(model: Any, x: np.ndarray, title: str, count: int) -> list[str]:
+    """The ``count`` slowest kernels of one run of ``model``, as note lines."""
+    from compiler.driver.compile import profile
+
+    prof = profile(model, [x])
+    total = sum(v for _, v in prof) or 1.0
+    return [f"{title} slowest kernels of {total:.2f} ms:"] + [
+        f"    {v:7.3f} ms {100 * v / total:4.1f}%  {k}" for k, v in prof[:count]
+    ]
 
 
 def inference_clean_of(net: Any, x: np.ndarray) -> ModuleOp:
@@ -294,7 +308,7 @@ def inference_clean_of(net: Any, x: np.ndarray) -> ModuleOp:
 
 
 def main() -> None:  # noqa: C901 - one report
-    from compiler.driver.compile import inference_clean, profile
+    from compiler.driver.compile import inference_clean
     from compiler.driver.targets import parse_target, runs_here
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -470,13 +484,17 @@ def main() -> None:  # noqa: C901 - one report
                     f"{xm_ms / th_ms:>8.2f}{gf:>9.1f}{100 * gf / peak:>6.0f}%"
                 )
         if args.profile:
-            prof = profile(compiled[(best_target, threads[0])], [x])
-            total = sum(v for _, v in prof) or 1.0
-            notes.append(f"{name} {best_target} (fastest, 1 thread) slowest kernels of {total:.2f} ms:")
-            notes += [f"    {v:7.3f} ms {100 * v / total:4.1f}%  {k}" for k, v in prof[: args.profile]]
+            notes += profile_notes(
+                compiled[(best_target, threads[0])],
+                x,
+                f"{name} {best_target} (fastest, 1 thread)",
+                args.profile,
+            )
         if args.int8:
             best = {t: compiled[(best_target, t)] for t in threads}
-            int8_rows += int8_report(net, name, x, threads, best, ort, args.iters, notes, ov_default)
+            int8_rows += int8_report(
+                net, name, x, threads, best, ort, args.iters, notes, ov_default, args.profile
+            )
         print(f"{name} done", flush=True)
     notes.append(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     print("\n".join(notes))
