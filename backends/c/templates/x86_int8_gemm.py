@@ -46,6 +46,7 @@ from backends.c.templates.x86_int8 import (
     _out_ctype,
     _Relu6Island,
     _requant_operands,
+    island_lut_index,
 )
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
@@ -83,6 +84,31 @@ static inline void xm_q8_quad16(uint8_t* dst, __m128i a, __m128i b, __m128i c, _
   v = _mm512_xor_si512(v, _mm512_broadcast_i32x4(flip));
   const __mmask64 m = n >= 16 ? ~(__mmask64)0 : (((__mmask64)1 << (4 * n)) - 1);
   _mm512_mask_storeu_epi8(dst, m, v);
+}
+/* the pixels [0, n) of a 64-lane vector (n may be <= 0 or > 64) */
+static inline __mmask64 xm_q8_lanes64(long n) {
+  return n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : (((__mmask64)1 << n) - 1);
+}
+/* 64 pixels of four channel rows (a NULL row: a zero channel) as the 64 dwords of a 1x1 convolution's
+   plane block (channel bytes in order, each byte plus 128): the byte unpacks leave pixels 16k + 4j..
+   16k + 4j + 3 in 128-bit lane k of q_j, and a 4 x 4 transpose of 128-bit lanes puts them in order */
+static inline void xm_q8_quad64(uint8_t* dst, const int8_t* a_, const int8_t* b_, const int8_t* c_,
+                                const int8_t* d_, __mmask64 m) {
+  const __m512i a = a_ ? _mm512_maskz_loadu_epi8(m, a_) : _mm512_setzero_si512();
+  const __m512i b = b_ ? _mm512_maskz_loadu_epi8(m, b_) : _mm512_setzero_si512();
+  const __m512i c = c_ ? _mm512_maskz_loadu_epi8(m, c_) : _mm512_setzero_si512();
+  const __m512i d = d_ ? _mm512_maskz_loadu_epi8(m, d_) : _mm512_setzero_si512();
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  const __m512i ab0 = _mm512_unpacklo_epi8(a, b), ab1 = _mm512_unpackhi_epi8(a, b);
+  const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
+  const __m512i q0 = _mm512_unpacklo_epi16(ab0, cd0), q1 = _mm512_unpackhi_epi16(ab0, cd0);
+  const __m512i q2 = _mm512_unpacklo_epi16(ab1, cd1), q3 = _mm512_unpackhi_epi16(ab1, cd1);
+  const __m512i t0 = _mm512_shuffle_i32x4(q0, q1, 0x44), t1 = _mm512_shuffle_i32x4(q2, q3, 0x44);
+  const __m512i t2 = _mm512_shuffle_i32x4(q0, q1, 0xEE), t3 = _mm512_shuffle_i32x4(q2, q3, 0xEE);
+  _mm512_store_si512(dst, _mm512_xor_si512(_mm512_shuffle_i32x4(t0, t1, 0x88), flip));
+  _mm512_store_si512(dst + 64, _mm512_xor_si512(_mm512_shuffle_i32x4(t0, t1, 0xDD), flip));
+  _mm512_store_si512(dst + 128, _mm512_xor_si512(_mm512_shuffle_i32x4(t2, t3, 0x88), flip));
+  _mm512_store_si512(dst + 192, _mm512_xor_si512(_mm512_shuffle_i32x4(t2, t3, 0xDD), flip));
 }
 #endif
 """
@@ -199,6 +225,19 @@ def choose_tile(pixels: int, ocg: int, steps: int, isa: GemmIsa = VNNI) -> tuple
     return best[1], best[2]
 
 
+POINTWISE_MAX_C4 = 8  # the pointwise mode's largest channel quadruple count (K <= 32)
+POINTWISE_NV = 4  # its tile's vectors of 16 pixels: one 64-byte store per output channel
+POINTWISE_MAX_MR = 6  # its tile's output channels: 24 accumulators, 4 activation vectors, a weight
+
+
+def _pointwise(p: dict[str, Any], geo: dict[str, Any]) -> bool:
+    """Whether a convolution takes the pointwise mode (see :meth:`Conv2dQ8Gemm._render_pointwise`): a
+    1x1, stride 1, unpadded, ungrouped one of at most ``4 * POINTWISE_MAX_C4`` input channels and an
+    int8 result."""
+    shape = tuple(p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "groups"))
+    return shape == (1, 1, 1, 1, 0, 0, 1) and geo["c4"] <= POINTWISE_MAX_C4 and p["out"] == "q8"
+
+
 class Conv2dQ8Gemm(Template):
     """Dense and grouped int8 NCHW convolution: activations packed into 4-channel planes, a
     register-tiled GEMM of ``gemm``'s dot-product step, bias, RELU and requantization fused in the
@@ -208,6 +247,7 @@ class Conv2dQ8Gemm(Template):
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
     gemm: GemmIsa
+    pointwise_mode = False  # small-K 1x1 convolutions by _render_pointwise (AVX-512 only)
 
     def match(self, op: Operation) -> Lowered | None:
         got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
@@ -226,6 +266,10 @@ class Conv2dQ8Gemm(Template):
         if biases is None:
             return None
         geo = _geometry(p)
+        if self.pointwise_mode and _pointwise(p, geo):
+            mr = min(range(1, POINTWISE_MAX_MR + 1), key=lambda m: (-(-p["oc"] // m) * (m + 2), -m))
+            p.update(geo, mode="pointwise", nv=POINTWISE_NV, mr=mr, pixels=p["oh"] * p["ow"])
+            return Lowered(p, [operands[0], operands[1], *biases])
         pixels = p["oh"] * geo["wq"]
         nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"], isa)
         lanes = isa.width.lanes
@@ -239,6 +283,8 @@ class Conv2dQ8Gemm(Template):
         return f"{self.gemm.prefix}_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
+        if p.get("mode") == "pointwise":
+            return 0  # a block's planes live on the thread's stack
         phases = len(p["row_phases"]) * len(p["col_phases"])
         return p["c4"] * phases * p["plane"] * 4 + 64  # + 64: the planes start on a cache line
 
@@ -373,6 +419,8 @@ static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const i
 }}"""
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        if p.get("mode") == "pointwise":
+            return self._render_pointwise(sym, p)
         n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
         fh, fw, sh, sw, dh, dw, g = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "groups"))
         nv, mr, ppad, wq, c4, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c4", "plane"))
@@ -427,12 +475,110 @@ static void {sym}({_kernel_args(p)}) {{
 }}
 """)
 
+    def _pointwise_epilogue(self, p: dict[str, Any], i: int) -> str:
+        """Tile row ``i``'s epilogue in the pointwise mode: its four accumulator vectors ``c{i}_{v}``
+        (integer bias ``bv`` added) through the kernel's epilogue, as 64 int8 results in pixel order
+        stored whole (``out_mask``: the block's real pixels). A table island narrows and looks up all
+        four at once (``xm_qisland_lut_rows4``: the same saturation, max and table as per vector);
+        any other epilogue keeps its 16-lane value, four of them joined in one zmm."""
+        lanes = [f"t{v}" for v in range(POINTWISE_NV)]
+        sums = " ".join(f"const __m512i t{v} = _mm512_add_epi32(c{i}_{v}, bv);" for v in range(POINTWISE_NV))
+        store = "_mm512_mask_storeu_epi8(yo + p0, out_mask, z);"
+        table = island_lut_index(p, "t0", "fb")
+        if table is not None:
+            forms = [island_lut_index(p, t, "fb") or ("", "") for t in lanes]
+            exact_lanes, affine_lanes = ([form[k] for form in forms] for k in (0, 1))
+            branches = [
+                f"{{ const __m512i z = xm_qisland_lut_rows4({', '.join(ls)}, island_lo, island_hi);"
+                f" {store} }}"
+                for ls in (affine_lanes, exact_lanes)
+                if ls[0]
+            ]
+            # a channel's affine form where it has one (fa != 0), else the exact epilogue
+            body = branches[0] if len(branches) == 1 else f"if (fa != 0.f) {branches[0]} else {branches[1]}"
+            return f"{sums} {body}"
+        decls = " ".join(f"__m128i r{v};" for v in range(POINTWISE_NV))
+        values = " ".join(
+            _epilogue_stmt(p, t, "fb", lambda _type, value, _store, v=v: f"r{v} = {value};")
+            for v, t in enumerate(lanes)
+        )
+        join = "_mm512_castsi128_si512(r0)"
+        for v in range(1, POINTWISE_NV):
+            join = f"_mm512_inserti32x4({join}, r{v}, {v})"
+        return f"{sums} {decls} {values} {{ const __m512i z = {join}; {store} }}"
+
+    def _render_pointwise(self, sym: str, p: dict[str, Any]) -> str:
+        """A 1x1, stride-1 convolution of few input channels (``_pointwise``), where the packing, the
+        call and the int32 round trip of the general tile cost more than the products: each thread
+        packs a block of 64 pixels of all channel quadruples into planes on its stack
+        (``xm_q8_quad64``: a byte interleave of four channel rows, in L1), then sweeps every output
+        channel over it with an inlined MR x 4-vector tile whose accumulators go straight from
+        registers through the epilogue to one 64-byte store per channel."""
+        n, ic, oc, c4, mr = (p[k] for k in ("n", "ic", "oc", "c4", "mr"))
+        pixels, block = p["pixels"], 16 * POINTWISE_NV
+        blocks = -(-pixels // block)
+        ocb = -(-oc // mr)
+        acc = [[f"c{i}_{v}" for v in range(POINTWISE_NV)] for i in range(mr)]
+        decl = " ".join(f"__m512i {a} = _mm512_setzero_si512();" for row in acc for a in row)
+        loads = " ".join(
+            f"const __m512i b{v} = _mm512_load_si512((const void*)(bk + {64 * v}));"
+            for v in range(POINTWISE_NV)
+        )
+        products = "\n            ".join(VNNI.tile_row(i, acc[i], "") for i in range(mr))
+        fb = "fbias[o]" if _has_fbias(p) else "0.f"
+        rows = "\n          ".join(
+            f"if (o0 + {i} < {oc}) {{ const int o = o0 + {i}; {_channel_vectors(p, 'o')}"
+            f" const float fb = {fb}; (void)fb; int8_t* yo = y + ((long)nn * {oc} + o) * {pixels};\n"
+            f"            {self._pointwise_epilogue(p, i)} }}"
+            for i in range(mr)
+        )
+        quads = []
+        for j in range(c4):
+            rows_of = ", ".join(
+                f"xn + (long){4 * j + k} * {pixels} + p0" if 4 * j + k < ic else "NULL" for k in range(4)
+            )
+            quads.append(f"xm_q8_quad64(planes + {j * block * 4}, {rows_of}, in_mask);")
+        pack = "\n        ".join(quads)
+        work = n * oc * pixels * ic
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int32_t* wpk = (const int32_t*)w_;
+  {_bias_decls(p)}
+  int8_t* y = (int8_t*)y_;
+  (void)ws;
+  #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
+  {{
+    uint8_t planes[{c4 * block * 4}] __attribute__((aligned(64)));
+    #pragma omp for schedule(static)
+    for (int item = 0; item < {n * blocks}; ++item) {{
+      const int nn = item / {blocks}, p0 = item % {blocks} * {block};
+      const int8_t* xn = x + (long)nn * {ic * pixels};
+      const __mmask64 in_mask = xm_q8_lanes64({pixels} - p0), out_mask = in_mask;
+      {pack}
+      for (int ob = 0; ob < {ocb}; ++ob) {{
+        const int o0 = ob * {mr};
+        const int32_t* ak = wpk + (long)ob * {c4 * mr};
+        {decl}
+        for (int cq = 0; cq < {c4}; ++cq, ak += {mr}) {{
+          const uint8_t* bk = planes + cq * {block * 4};
+          {loads}
+          {products}
+        }}
+        {rows}
+      }}
+    }}
+  }}
+}}
+""")
+
 
 class Conv2dQ8Vnni(Conv2dQ8Gemm):
     """The GEMM on AVX512-VNNI: ``vpdpbusd`` on ``x + 128`` planes."""
 
     isa = ISA
     gemm = VNNI
+    pointwise_mode = True
 
     def support(self, em: CEmitter) -> str:
         return REQUANT_C + SUPPORT + GEMM_SUPPORT
