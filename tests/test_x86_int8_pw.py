@@ -87,6 +87,8 @@ def test_pointwise_mode_byte_exact(target: str, bias: bool) -> None:
     source = one.source
     assert "if (fa != 0.f)" in source or "xm_qaffine16(" in source  # the affine epilogue is exercised
     assert "xm_qhswish16(" in source  # and the post-processed exact one
+    # results narrowed four vectors at once, and 16-lane values joined in pixel order
+    assert "z = xm_q8_narrow64(" in source and "z = xm_q8_join64(" in source
     if "vbmi" in target:
         assert "xm_qisland_lut_rows4(" in source
     want = run_module(one._stages["tensor"], inputs)  # type: ignore[arg-type]
@@ -103,7 +105,7 @@ def test_pointwise_mode_sanitized() -> None:
     compiled = compile_fn(fn, inputs, VBMI_TARGET)
     assert _pointwise_kernels(compiled.source) == len(CASES)
     check_sanitized(compiled, inputs, rtol=0, atol=0, scaled=False)
-    assert_instructions(compiled, ["vpdpbusd", "vpermi2b", "vshufi32x4"])
+    assert_instructions(compiled, ["vpdpbusd", "vpermi2b", "vpackssdw", "vpacksswb"])
 
 
 def test_pointwise_mode_declines_what_it_does_not_serve() -> None:

@@ -22,6 +22,7 @@ definition on 16 lanes, bit-exact with the reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,8 +91,10 @@ static inline __mmask64 xm_q8_lanes64(long n) {
   return n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : (((__mmask64)1 << n) - 1);
 }
 /* 64 pixels of four channel rows (a NULL row: a zero channel) as the 64 dwords of a 1x1 convolution's
-   plane block (channel bytes in order, each byte plus 128): the byte unpacks leave pixels 16k + 4j..
-   16k + 4j + 3 in 128-bit lane k of q_j, and a 4 x 4 transpose of 128-bit lanes puts them in order */
+   plane block (channel bytes in order, each byte plus 128) in *pack order*: vector j holds, in
+   128-bit lane k, the pixels 16k + 4j .. 16k + 4j + 3, as the byte and word unpacks leave them. That
+   is the order vpackssdw / vpacksswb of the four result vectors undo: their 64 bytes come out in
+   pixel order, so neither the planes nor the results need a lane shuffle */
 static inline void xm_q8_quad64(uint8_t* dst, const int8_t* a_, const int8_t* b_, const int8_t* c_,
                                 const int8_t* d_, __mmask64 m) {
   const __m512i a = a_ ? _mm512_maskz_loadu_epi8(m, a_) : _mm512_setzero_si512();
@@ -101,14 +104,22 @@ static inline void xm_q8_quad64(uint8_t* dst, const int8_t* a_, const int8_t* b_
   const __m512i flip = _mm512_set1_epi8((char)0x80);
   const __m512i ab0 = _mm512_unpacklo_epi8(a, b), ab1 = _mm512_unpackhi_epi8(a, b);
   const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
-  const __m512i q0 = _mm512_unpacklo_epi16(ab0, cd0), q1 = _mm512_unpackhi_epi16(ab0, cd0);
-  const __m512i q2 = _mm512_unpacklo_epi16(ab1, cd1), q3 = _mm512_unpackhi_epi16(ab1, cd1);
-  const __m512i t0 = _mm512_shuffle_i32x4(q0, q1, 0x44), t1 = _mm512_shuffle_i32x4(q2, q3, 0x44);
-  const __m512i t2 = _mm512_shuffle_i32x4(q0, q1, 0xEE), t3 = _mm512_shuffle_i32x4(q2, q3, 0xEE);
-  _mm512_store_si512(dst, _mm512_xor_si512(_mm512_shuffle_i32x4(t0, t1, 0x88), flip));
-  _mm512_store_si512(dst + 64, _mm512_xor_si512(_mm512_shuffle_i32x4(t0, t1, 0xDD), flip));
-  _mm512_store_si512(dst + 128, _mm512_xor_si512(_mm512_shuffle_i32x4(t2, t3, 0x88), flip));
-  _mm512_store_si512(dst + 192, _mm512_xor_si512(_mm512_shuffle_i32x4(t2, t3, 0xDD), flip));
+  _mm512_store_si512(dst, _mm512_xor_si512(_mm512_unpacklo_epi16(ab0, cd0), flip));
+  _mm512_store_si512(dst + 64, _mm512_xor_si512(_mm512_unpackhi_epi16(ab0, cd0), flip));
+  _mm512_store_si512(dst + 128, _mm512_xor_si512(_mm512_unpacklo_epi16(ab1, cd1), flip));
+  _mm512_store_si512(dst + 192, _mm512_xor_si512(_mm512_unpackhi_epi16(ab1, cd1), flip));
+}
+/* four vectors of int32 results in pack order (see xm_q8_quad64) as 64 int8 in pixel order,
+   saturated: vpackssdw and vpacksswb saturate as vpmovsdb does */
+static inline __m512i xm_q8_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+  return _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
+}
+/* four vectors of int8 results (the low 16 bytes of each) in pack order as 64 bytes in pixel order:
+   dword 4k + j of the result is dword k of vector j */
+static inline __m512i xm_q8_join64(__m128i q0, __m128i q1, __m128i q2, __m128i q3) {
+  __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(q0), q1, 1);
+  z = _mm512_inserti32x4(_mm512_inserti32x4(z, q2, 2), q3, 3);
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
 #endif
 """
@@ -477,35 +488,49 @@ static void {sym}({_kernel_args(p)}) {{
 
     def _pointwise_epilogue(self, p: dict[str, Any], i: int) -> str:
         """Tile row ``i``'s epilogue in the pointwise mode: its four accumulator vectors ``c{i}_{v}``
-        (integer bias ``bv`` added) through the kernel's epilogue, as 64 int8 results in pixel order
-        stored whole (``out_mask``: the block's real pixels). A table island narrows and looks up all
-        four at once (``xm_qisland_lut_rows4``: the same saturation, max and table as per vector);
-        any other epilogue keeps its 16-lane value, four of them joined in one zmm."""
+        (integer bias ``bv`` added, pixels in pack order: ``xm_q8_quad64``) through the kernel's
+        epilogue, as 64 int8 results in pixel order stored whole (``out_mask``: the block's real
+        pixels). Where the epilogue ends in a saturating narrowing of int32 lanes, the four vectors
+        narrow together (``xm_q8_narrow64``: the same saturation as ``vpmovsdb``), and a table
+        island then looks up all 64 bytes at once (the table's index clamped at 0 as
+        ``xm_qisland_lut16``'s callers do); any other epilogue keeps its 16-lane value, the four
+        joined by ``xm_q8_join64``."""
         lanes = [f"t{v}" for v in range(POINTWISE_NV)]
         sums = " ".join(f"const __m512i t{v} = _mm512_add_epi32(c{i}_{v}, bv);" for v in range(POINTWISE_NV))
         store = "_mm512_mask_storeu_epi8(yo + p0, out_mask, z);"
-        table = island_lut_index(p, "t0", "fb")
-        if table is not None:
+        if island_lut_index(p, "t0", "fb") is not None:
             forms = [island_lut_index(p, t, "fb") or ("", "") for t in lanes]
             exact_lanes, affine_lanes = ([form[k] for form in forms] for k in (0, 1))
             branches = [
-                f"{{ const __m512i z = xm_qisland_lut_rows4({', '.join(ls)}, island_lo, island_hi);"
-                f" {store} }}"
+                "{ const __m512i z = _mm512_permutex2var_epi8(island_lo, _mm512_max_epi8("
+                f"xm_q8_narrow64({', '.join(ls)}), _mm512_setzero_si512()), island_hi); {store} }}"
                 for ls in (affine_lanes, exact_lanes)
                 if ls[0]
             ]
             # a channel's affine form where it has one (fa != 0), else the exact epilogue
             body = branches[0] if len(branches) == 1 else f"if (fa != 0.f) {branches[0]} else {branches[1]}"
             return f"{sums} {body}"
-        decls = " ".join(f"__m128i r{v};" for v in range(POINTWISE_NV))
-        values = " ".join(
-            _epilogue_stmt(p, t, "fb", lambda _type, value, _store, v=v: f"r{v} = {value};")
-            for v, t in enumerate(lanes)
-        )
-        join = "_mm512_castsi128_si512(r0)"
-        for v in range(1, POINTWISE_NV):
-            join = f"_mm512_inserti32x4({join}, r{v}, {v})"
-        return f"{sums} {decls} {values} {{ const __m512i z = {join}; {store} }}"
+        narrow = "_mm512_cvtsepi32_epi8("
+        values: list[list[str]] = [[] for _ in lanes]
+
+        def put(v: int) -> Callable[[str, str, str], str]:
+            def record(_type: str, value: str, _store: str) -> str:
+                values[v].append(value)
+                return f"@{len(values[v]) - 1}@"  # the epilogue branch's placeholder
+
+            return record
+
+        shapes = {_epilogue_stmt(p, t, "fb", put(v)) for v, t in enumerate(lanes)}
+        assert len(shapes) == 1, shapes  # every vector's epilogue has the same branches
+        code = shapes.pop()
+        for k in range(len(values[0])):
+            branch = [values[v][k] for v in range(POINTWISE_NV)]
+            if all(b.startswith(narrow) and b.endswith(")") for b in branch):
+                z = f"xm_q8_narrow64({', '.join(b[len(narrow) : -1] for b in branch)})"
+            else:
+                z = f"xm_q8_join64({', '.join(branch)})"
+            code = code.replace(f"@{k}@", f"{{ const __m512i z = {z}; {store} }}")
+        return f"{sums} {code}"
 
     def _render_pointwise(self, sym: str, p: dict[str, Any]) -> str:
         """A 1x1, stride-1 convolution of few input channels (``_pointwise``), where the packing, the
@@ -513,7 +538,8 @@ static void {sym}({_kernel_args(p)}) {{
         packs a block of 64 pixels of all channel quadruples into planes on its stack
         (``xm_q8_quad64``: a byte interleave of four channel rows, in L1), then sweeps every output
         channel over it with an inlined MR x 4-vector tile whose accumulators go straight from
-        registers through the epilogue to one 64-byte store per channel."""
+        registers through the epilogue to one 64-byte store per channel (the planes' pixel order is
+        the one the narrowing packs put back in order: ``xm_q8_quad64``)."""
         n, ic, oc, c4, mr = (p[k] for k in ("n", "ic", "oc", "c4", "mr"))
         pixels, block = p["pixels"], 16 * POINTWISE_NV
         blocks = -(-pixels // block)
