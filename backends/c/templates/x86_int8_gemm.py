@@ -249,6 +249,13 @@ def _pointwise(p: dict[str, Any], geo: dict[str, Any]) -> bool:
     return shape == (1, 1, 1, 1, 0, 0, 1) and geo["c4"] <= POINTWISE_MAX_C4 and p["out"] == "q8"
 
 
+def pointwise_rows(oc: int) -> int:
+    """The pointwise tile's output channels (MR) for ``oc`` of them: the fewest tile rows, counting
+    each tile's fixed cost (zeroing, loop, weight pointer) as two, then the fewest padded channels
+    (their products are computed and dropped)."""
+    return min(range(1, POINTWISE_MAX_MR + 1), key=lambda m: (-(-oc // m) * (m + 2), -(-oc // m) * m))
+
+
 class Conv2dQ8Gemm(Template):
     """Dense and grouped int8 NCHW convolution: activations packed into 4-channel planes, a
     register-tiled GEMM of ``gemm``'s dot-product step, bias, RELU and requantization fused in the
@@ -278,7 +285,7 @@ class Conv2dQ8Gemm(Template):
             return None
         geo = _geometry(p)
         if self.pointwise_mode and _pointwise(p, geo):
-            mr = min(range(1, POINTWISE_MAX_MR + 1), key=lambda m: (-(-p["oc"] // m) * (m + 2), -m))
+            mr = pointwise_rows(p["oc"])
             p.update(geo, mode="pointwise", nv=POINTWISE_NV, mr=mr, pixels=p["oh"] * p["ow"])
             return Lowered(p, [operands[0], operands[1], *biases])
         pixels = p["oh"] * geo["wq"]
