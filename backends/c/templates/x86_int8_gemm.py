@@ -18,11 +18,17 @@ operand. A register tile is MR output channels x NV vectors of 16 pixels (int32 
 of a channel quadruple unrolled); MR and NV are chosen per convolution by a cycle estimate (padded
 products, loads, the epilogue). The epilogue is ``x86_int8._epilogue_value``: requant.py's
 definition on 16 lanes, bit-exact with the reference.
+
+A 1x1, stride-1 convolution of at most 32 input channels (MobileNetV2's expansions and projections)
+has so few products per output vector that the packing pass, the tile's call and its int32 round
+trip through the stack cost more than they do; its *pointwise mode* (AVX512-VNNI only) packs blocks
+of 64 pixels on each thread's stack in the order the narrowing packs restore, inlines an MR x 4
+vector tile, and narrows each output channel's 64 results at once from registers into one 64-byte
+store (the epilogue's arithmetic unchanged: ``Conv2dQ8Gemm._render_pointwise``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -239,6 +245,7 @@ def choose_tile(pixels: int, ocg: int, steps: int, isa: GemmIsa = VNNI) -> tuple
 POINTWISE_MAX_C4 = 8  # the pointwise mode's largest channel quadruple count (K <= 32)
 POINTWISE_NV = 4  # its tile's vectors of 16 pixels: one 64-byte store per output channel
 POINTWISE_MAX_MR = 6  # its tile's output channels: 24 accumulators, 4 activation vectors, a weight
+ACC = "@ACC@"  # an accumulator's name in an epilogue rendered once for the four vectors of a tile row
 
 
 def _pointwise(p: dict[str, Any], geo: dict[str, Any]) -> bool:
@@ -518,24 +525,22 @@ static void {sym}({_kernel_args(p)}) {{
             body = branches[0] if len(branches) == 1 else f"if (fa != 0.f) {branches[0]} else {branches[1]}"
             return f"{sums} {body}"
         narrow = "_mm512_cvtsepi32_epi8("
-        values: list[list[str]] = [[] for _ in lanes]
+        values: list[str] = []
 
-        def put(v: int) -> Callable[[str, str, str], str]:
-            def record(_type: str, value: str, _store: str) -> str:
-                values[v].append(value)
-                return f"@{len(values[v]) - 1}@"  # the epilogue branch's placeholder
+        def record(_type: str, value: str, _store: str) -> str:
+            values.append(value)
+            return f"@{len(values) - 1}@"  # the placeholder of the epilogue branch's store
 
-            return record
-
-        shapes = {_epilogue_stmt(p, t, "fb", put(v)) for v, t in enumerate(lanes)}
-        assert len(shapes) == 1, shapes  # every vector's epilogue has the same branches
-        code = shapes.pop()
-        for k in range(len(values[0])):
-            branch = [values[v][k] for v in range(POINTWISE_NV)]
-            if all(b.startswith(narrow) and b.endswith(")") for b in branch):
-                z = f"xm_q8_narrow64({', '.join(b[len(narrow) : -1] for b in branch)})"
+        # one vector's epilogue, the accumulator's name a token: each result a placeholder for the
+        # four vectors' joined results. An int8 result has no integer activation on the accumulator
+        # (requant.int_activation): no statement but the results names it
+        code = _epilogue_stmt(p, ACC, "fb", record)
+        assert ACC not in code, code
+        for k, value in enumerate(values):
+            if value.startswith(narrow) and value.endswith(")"):  # int32 lanes, narrowed
+                z = f"xm_q8_narrow64({', '.join(value[len(narrow) : -1].replace(ACC, t) for t in lanes)})"
             else:
-                z = f"xm_q8_join64({', '.join(branch)})"
+                z = f"xm_q8_join64({', '.join(value.replace(ACC, t) for t in lanes)})"
             code = code.replace(f"@{k}@", f"{{ const __m512i z = {z}; {store} }}")
         return f"{sums} {code}"
 
