@@ -334,17 +334,21 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
         lut = "vbmi" in target
         assert ISLAND_FAMILIES[VBMI_TARGET if lut else TARGET] <= _families(compiled)
         # each form, after the exact epilogue or the affine one (x86_int8_requant); with VBMI every
-        # form but the clamp is the byte table
-        table = ("xm_qisland_lut16(_mm512_cvtepi32_epi8", "xm_qisland_lut16(_mm512_cvtsepi32_epi8")
-        for exact_form, affine_form in (
+        # form but the clamp is the byte table (16 lanes, or 64 in the 1x1 convolution's pointwise
+        # mode: x86_int8_gemm)
+        table = (
+            "xm_qisland_lut16(_mm512_cvtepi32_epi8", "xm_qisland_lut16(_mm512_cvtsepi32_epi8",
+            "_mm512_permutex2var_epi8(island_lo, _mm512_max_epi8(xm_q8_narrow64(",
+        )  # fmt: skip
+        for forms in (
             ("xm_qisland_clamp16(xm_", "xm_qaffine_clamp16("),
             ("xm_qisland_scale16(xm_qtrunc16", "xm_qisland_scale16(xm_qaffine_island16"),
             ("xm_qisland_float16(xm_qtrunc16", "xm_qisland_float16(xm_qaffine_island16"),
         ):
-            if lut and "clamp" not in exact_form:
-                assert exact_form not in compiled.source and affine_form not in compiled.source
-                exact_form, affine_form = table
-            assert exact_form in compiled.source or affine_form in compiled.source, exact_form
+            if lut and "clamp" not in forms[0]:
+                assert not any(form in compiled.source for form in forms), forms
+                forms = table
+            assert any(form in compiled.source for form in forms), forms
         # the affine epilogue takes some of these convolutions (a call, not the helper's definition)
         assert re.search(r"xm_qaffine16\((?!__m512i)", compiled.source)
         got = compiled.run([x])

@@ -18,6 +18,13 @@ operand. A register tile is MR output channels x NV vectors of 16 pixels (int32 
 of a channel quadruple unrolled); MR and NV are chosen per convolution by a cycle estimate (padded
 products, loads, the epilogue). The epilogue is ``x86_int8._epilogue_value``: requant.py's
 definition on 16 lanes, bit-exact with the reference.
+
+A 1x1, stride-1 convolution of at most 32 input channels (MobileNetV2's expansions and projections)
+has so few products per output vector that the packing pass, the tile's call and its int32 round
+trip through the stack cost more than they do; its *pointwise mode* (AVX512-VNNI only) packs blocks
+of 64 pixels on each thread's stack in the order the narrowing packs restore, inlines an MR x 4
+vector tile, and narrows each output channel's 64 results at once from registers into one 64-byte
+store (the epilogue's arithmetic unchanged: ``Conv2dQ8Gemm._render_pointwise``).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from backends.c.templates.x86_int8 import (
     _out_ctype,
     _Relu6Island,
     _requant_operands,
+    island_lut_index,
 )
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
@@ -83,6 +91,41 @@ static inline void xm_q8_quad16(uint8_t* dst, __m128i a, __m128i b, __m128i c, _
   v = _mm512_xor_si512(v, _mm512_broadcast_i32x4(flip));
   const __mmask64 m = n >= 16 ? ~(__mmask64)0 : (((__mmask64)1 << (4 * n)) - 1);
   _mm512_mask_storeu_epi8(dst, m, v);
+}
+/* the pixels [0, n) of a 64-lane vector (n may be <= 0 or > 64) */
+static inline __mmask64 xm_q8_lanes64(long n) {
+  return n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : (((__mmask64)1 << n) - 1);
+}
+/* 64 pixels of four channel rows (a NULL row: a zero channel) as the 64 dwords of a 1x1 convolution's
+   plane block (channel bytes in order, each byte plus 128) in *pack order*: vector j holds, in
+   128-bit lane k, the pixels 16k + 4j .. 16k + 4j + 3, as the byte and word unpacks leave them. That
+   is the order vpackssdw / vpacksswb of the four result vectors undo: their 64 bytes come out in
+   pixel order, so neither the planes nor the results need a lane shuffle */
+static inline void xm_q8_quad64(uint8_t* dst, const int8_t* a_, const int8_t* b_, const int8_t* c_,
+                                const int8_t* d_, __mmask64 m) {
+  const __m512i a = a_ ? _mm512_maskz_loadu_epi8(m, a_) : _mm512_setzero_si512();
+  const __m512i b = b_ ? _mm512_maskz_loadu_epi8(m, b_) : _mm512_setzero_si512();
+  const __m512i c = c_ ? _mm512_maskz_loadu_epi8(m, c_) : _mm512_setzero_si512();
+  const __m512i d = d_ ? _mm512_maskz_loadu_epi8(m, d_) : _mm512_setzero_si512();
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  const __m512i ab0 = _mm512_unpacklo_epi8(a, b), ab1 = _mm512_unpackhi_epi8(a, b);
+  const __m512i cd0 = _mm512_unpacklo_epi8(c, d), cd1 = _mm512_unpackhi_epi8(c, d);
+  _mm512_store_si512(dst, _mm512_xor_si512(_mm512_unpacklo_epi16(ab0, cd0), flip));
+  _mm512_store_si512(dst + 64, _mm512_xor_si512(_mm512_unpackhi_epi16(ab0, cd0), flip));
+  _mm512_store_si512(dst + 128, _mm512_xor_si512(_mm512_unpacklo_epi16(ab1, cd1), flip));
+  _mm512_store_si512(dst + 192, _mm512_xor_si512(_mm512_unpackhi_epi16(ab1, cd1), flip));
+}
+/* four vectors of int32 results in pack order (see xm_q8_quad64) as 64 int8 in pixel order,
+   saturated: vpackssdw and vpacksswb saturate as vpmovsdb does */
+static inline __m512i xm_q8_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+  return _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
+}
+/* four vectors of int8 results (the low 16 bytes of each) in pack order as 64 bytes in pixel order:
+   dword 4k + j of the result is dword k of vector j */
+static inline __m512i xm_q8_join64(__m128i q0, __m128i q1, __m128i q2, __m128i q3) {
+  __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(q0), q1, 1);
+  z = _mm512_inserti32x4(_mm512_inserti32x4(z, q2, 2), q3, 3);
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
 #endif
 """
@@ -199,6 +242,27 @@ def choose_tile(pixels: int, ocg: int, steps: int, isa: GemmIsa = VNNI) -> tuple
     return best[1], best[2]
 
 
+POINTWISE_MAX_C4 = 8  # the pointwise mode's largest channel quadruple count (K <= 32)
+POINTWISE_NV = 4  # its tile's vectors of 16 pixels: one 64-byte store per output channel
+POINTWISE_MAX_MR = 6  # its tile's output channels: 24 accumulators, 4 activation vectors, a weight
+ACC = "@ACC@"  # an accumulator's name in an epilogue rendered once for the four vectors of a tile row
+
+
+def _pointwise(p: dict[str, Any], geo: dict[str, Any]) -> bool:
+    """Whether a convolution takes the pointwise mode (see :meth:`Conv2dQ8Gemm._render_pointwise`): a
+    1x1, stride 1, unpadded, ungrouped one of at most ``4 * POINTWISE_MAX_C4`` input channels and an
+    int8 result."""
+    shape = tuple(p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "groups"))
+    return shape == (1, 1, 1, 1, 0, 0, 1) and geo["c4"] <= POINTWISE_MAX_C4 and p["out"] == "q8"
+
+
+def pointwise_rows(oc: int) -> int:
+    """The pointwise tile's output channels (MR) for ``oc`` of them: the fewest tile rows, counting
+    each tile's fixed cost (zeroing, loop, weight pointer) as two, then the fewest padded channels
+    (their products are computed and dropped)."""
+    return min(range(1, POINTWISE_MAX_MR + 1), key=lambda m: (-(-oc // m) * (m + 2), -(-oc // m) * m))
+
+
 class Conv2dQ8Gemm(Template):
     """Dense and grouped int8 NCHW convolution: activations packed into 4-channel planes, a
     register-tiled GEMM of ``gemm``'s dot-product step, bias, RELU and requantization fused in the
@@ -208,6 +272,7 @@ class Conv2dQ8Gemm(Template):
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
     gemm: GemmIsa
+    pointwise_mode = False  # small-K 1x1 convolutions by _render_pointwise (AVX-512 only)
 
     def match(self, op: Operation) -> Lowered | None:
         got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
@@ -226,6 +291,10 @@ class Conv2dQ8Gemm(Template):
         if biases is None:
             return None
         geo = _geometry(p)
+        if self.pointwise_mode and _pointwise(p, geo):
+            mr = pointwise_rows(p["oc"])
+            p.update(geo, mode="pointwise", nv=POINTWISE_NV, mr=mr, pixels=p["oh"] * p["ow"])
+            return Lowered(p, [operands[0], operands[1], *biases])
         pixels = p["oh"] * geo["wq"]
         nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"], isa)
         lanes = isa.width.lanes
@@ -239,6 +308,8 @@ class Conv2dQ8Gemm(Template):
         return f"{self.gemm.prefix}_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
+        if p.get("mode") == "pointwise":
+            return 0  # a block's planes live on the thread's stack
         phases = len(p["row_phases"]) * len(p["col_phases"])
         return p["c4"] * phases * p["plane"] * 4 + 64  # + 64: the planes start on a cache line
 
@@ -373,6 +444,8 @@ static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const i
 }}"""
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        if p.get("mode") == "pointwise":
+            return self._render_pointwise(sym, p)
         n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
         fh, fw, sh, sw, dh, dw, g = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "groups"))
         nv, mr, ppad, wq, c4, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c4", "plane"))
@@ -427,12 +500,123 @@ static void {sym}({_kernel_args(p)}) {{
 }}
 """)
 
+    def _pointwise_epilogue(self, p: dict[str, Any], i: int) -> str:
+        """Tile row ``i``'s epilogue in the pointwise mode: its four accumulator vectors ``c{i}_{v}``
+        (integer bias ``bv`` added, pixels in pack order: ``xm_q8_quad64``) through the kernel's
+        epilogue, as 64 int8 results in pixel order stored whole (``out_mask``: the block's real
+        pixels). Where the epilogue ends in a saturating narrowing of int32 lanes, the four vectors
+        narrow together (``xm_q8_narrow64``: the same saturation as ``vpmovsdb``), and a table
+        island then looks up all 64 bytes at once (the table's index clamped at 0 as
+        ``xm_qisland_lut16``'s callers do); any other epilogue keeps its 16-lane value, the four
+        joined by ``xm_q8_join64``."""
+        lanes = [f"t{v}" for v in range(POINTWISE_NV)]
+        sums = " ".join(f"const __m512i t{v} = _mm512_add_epi32(c{i}_{v}, bv);" for v in range(POINTWISE_NV))
+        store = "_mm512_mask_storeu_epi8(yo + p0, out_mask, z);"
+        if island_lut_index(p, "t0", "fb") is not None:
+            forms = [island_lut_index(p, t, "fb") or ("", "") for t in lanes]
+            exact_lanes, affine_lanes = ([form[k] for form in forms] for k in (0, 1))
+            branches = [
+                "{ const __m512i z = _mm512_permutex2var_epi8(island_lo, _mm512_max_epi8("
+                f"xm_q8_narrow64({', '.join(ls)}), _mm512_setzero_si512()), island_hi); {store} }}"
+                for ls in (affine_lanes, exact_lanes)
+                if ls[0]
+            ]
+            # a channel's affine form where it has one (fa != 0), else the exact epilogue
+            body = branches[0] if len(branches) == 1 else f"if (fa != 0.f) {branches[0]} else {branches[1]}"
+            return f"{sums} {body}"
+        narrow = "_mm512_cvtsepi32_epi8("
+        values: list[str] = []
+
+        def record(_type: str, value: str, _store: str) -> str:
+            values.append(value)
+            return f"@{len(values) - 1}@"  # the placeholder of the epilogue branch's store
+
+        # one vector's epilogue, the accumulator's name a token: each result a placeholder for the
+        # four vectors' joined results. An int8 result has no integer activation on the accumulator
+        # (requant.int_activation): no statement but the results names it
+        code = _epilogue_stmt(p, ACC, "fb", record)
+        assert ACC not in code, code
+        for k, value in enumerate(values):
+            if value.startswith(narrow) and value.endswith(")"):  # int32 lanes, narrowed
+                z = f"xm_q8_narrow64({', '.join(value[len(narrow) : -1].replace(ACC, t) for t in lanes)})"
+            else:
+                z = f"xm_q8_join64({', '.join(value.replace(ACC, t) for t in lanes)})"
+            code = code.replace(f"@{k}@", f"{{ const __m512i z = {z}; {store} }}")
+        return f"{sums} {code}"
+
+    def _render_pointwise(self, sym: str, p: dict[str, Any]) -> str:
+        """A 1x1, stride-1 convolution of few input channels (``_pointwise``), where the packing, the
+        call and the int32 round trip of the general tile cost more than the products: each thread
+        packs a block of 64 pixels of all channel quadruples into planes on its stack
+        (``xm_q8_quad64``: a byte interleave of four channel rows, in L1), then sweeps every output
+        channel over it with an inlined MR x 4-vector tile whose accumulators go straight from
+        registers through the epilogue to one 64-byte store per channel (the planes' pixel order is
+        the one the narrowing packs put back in order: ``xm_q8_quad64``)."""
+        n, ic, oc, c4, mr = (p[k] for k in ("n", "ic", "oc", "c4", "mr"))
+        pixels, block = p["pixels"], 16 * POINTWISE_NV
+        blocks = -(-pixels // block)
+        ocb = -(-oc // mr)
+        acc = [[f"c{i}_{v}" for v in range(POINTWISE_NV)] for i in range(mr)]
+        decl = " ".join(f"__m512i {a} = _mm512_setzero_si512();" for row in acc for a in row)
+        loads = " ".join(
+            f"const __m512i b{v} = _mm512_load_si512((const void*)(bk + {64 * v}));"
+            for v in range(POINTWISE_NV)
+        )
+        products = "\n            ".join(VNNI.tile_row(i, acc[i], "") for i in range(mr))
+        fb = "fbias[o]" if _has_fbias(p) else "0.f"
+        rows = "\n          ".join(
+            f"if (o0 + {i} < {oc}) {{ const int o = o0 + {i}; {_channel_vectors(p, 'o')}"
+            f" const float fb = {fb}; (void)fb; int8_t* yo = y + ((long)nn * {oc} + o) * {pixels};\n"
+            f"            {self._pointwise_epilogue(p, i)} }}"
+            for i in range(mr)
+        )
+        quads = []
+        for j in range(c4):
+            rows_of = ", ".join(
+                f"xn + (long){4 * j + k} * {pixels} + p0" if 4 * j + k < ic else "NULL" for k in range(4)
+            )
+            quads.append(f"xm_q8_quad64(planes + {j * block * 4}, {rows_of}, in_mask);")
+        pack = "\n        ".join(quads)
+        work = n * oc * pixels * ic
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int32_t* wpk = (const int32_t*)w_;
+  {_bias_decls(p)}
+  int8_t* y = (int8_t*)y_;
+  (void)ws;
+  #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
+  {{
+    uint8_t planes[{c4 * block * 4}] __attribute__((aligned(64)));
+    #pragma omp for schedule(static)
+    for (int item = 0; item < {n * blocks}; ++item) {{
+      const int nn = item / {blocks}, p0 = item % {blocks} * {block};
+      const int8_t* xn = x + (long)nn * {ic * pixels};
+      const __mmask64 in_mask = xm_q8_lanes64({pixels} - p0), out_mask = in_mask;
+      {pack}
+      for (int ob = 0; ob < {ocb}; ++ob) {{
+        const int o0 = ob * {mr};
+        const int32_t* ak = wpk + (long)ob * {c4 * mr};
+        {decl}
+        for (int cq = 0; cq < {c4}; ++cq, ak += {mr}) {{
+          const uint8_t* bk = planes + cq * {block * 4};
+          {loads}
+          {products}
+        }}
+        {rows}
+      }}
+    }}
+  }}
+}}
+""")
+
 
 class Conv2dQ8Vnni(Conv2dQ8Gemm):
     """The GEMM on AVX512-VNNI: ``vpdpbusd`` on ``x + 128`` planes."""
 
     isa = ISA
     gemm = VNNI
+    pointwise_mode = True
 
     def support(self, em: CEmitter) -> str:
         return REQUANT_C + SUPPORT + GEMM_SUPPORT

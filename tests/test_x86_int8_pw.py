@@ -1,0 +1,133 @@
+"""The pointwise mode of the AVX512-VNNI int8 GEMM (``x86_int8_gemm.Conv2dQ8Gemm._render_pointwise``:
+1x1 stride-1 convolutions of at most 32 input channels, MobileNetV2's expansions and projections)
+byte-exact against the reference interpreter: channel counts that are no multiple of four, of the
+tile's rows or of 16, pixel counts that fill no 64-pixel block, batch 2; the exact, the affine and the
+post-processed epilogues, the ReLU6 island (float forms on VNNI, the byte table on VBMI); one and two
+threads alike, and once under ASan / UBSan."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import compiler.functional as F
+from backends.c.templates.x86_int8_gemm import POINTWISE_MAX_C4
+from backends.reference import run_module
+from backends.reference.quant_kernels import quantize
+from compiler import dtype as D
+from compiler.tensor import Tensor
+from tests.codegen_util import assert_instructions, assert_threads_agree, check_sanitized, compile_fn, require
+
+TARGET = "x86-avx512-nchw88-vnni"
+VBMI_TARGET = f"{TARGET}-vbmi"
+SX = 1 / 40
+
+# (input N, C, H, W), output channels, nonlinear mode, ReLU6 island scale (None: no island)
+CASES = [
+    ((2, 5, 7, 9), 7, "relu", None),  # 63 pixels: one partial block per image; one channel quadruple
+    ((1, 16, 13, 11), 19, "identity", 0.03),  # 143 pixels: two full blocks and 15 pixels
+    ((2, 22, 9, 10), 13, "relu", 0.05),  # 22 channels: the last quadruple half zero
+    ((1, 32, 8, 8), 16, "identity", None),  # the largest K of the mode, exactly one block
+    ((1, 24, 5, 23), 37, "h_swish", None),  # a post-processed (float) epilogue, no affine form
+    ((2, 13, 11, 7), 6, "identity", 0.1),  # island and 2 images
+]
+
+
+def _weights(rng: np.random.Generator, oc: int, ic: int) -> Tensor:
+    """int8 1x1 weights in [-40, 40] of scale 1/64."""
+    sw = 1 / 64
+    w = rng.integers(-40, 41, (oc, ic, 1, 1)) * np.float32(sw)
+    return Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw))
+
+
+def _model(rng: np.random.Generator, bias: bool = True) -> Callable[..., tuple[Tensor, ...]]:
+    params = []
+    bs = float(np.float32(SX) * np.float32(1 / 64))
+    for (_, ic, _, _), oc, *_ in CASES:
+        b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32) * 2
+        params.append((_weights(rng, oc, ic), Tensor(quantize(b, D.qint32(bs)), dtype=D.qint32(bs))))
+
+    def fn(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, mode, island), x, (wq, bq)) in enumerate(zip(CASES, xs, params, strict=True)):
+            y = F.quantized.conv_bias_activation(
+                x.astype(D.qint8(SX)), wq, bq if bias else None, dtype=D.qint8(0.04 + 0.01 * i),
+                nonlinear_mode=mode,
+            )  # fmt: skip
+            if island is not None:
+                y = F.relu6(y.astype("float32")).astype(D.qint8(island))
+            outs.append(y.astype("float32"))
+        return tuple(outs)
+
+    return fn
+
+
+def _inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    # beyond the int8 range: -128 and 127 are exercised
+    return [(rng.standard_normal(shape) * 2).astype(np.float32) for shape, *_ in CASES]
+
+
+def _pointwise_kernels(source: str) -> int:
+    """How many kernels of the source are the pointwise mode's (a plane block on the stack)."""
+    return len(re.findall(r"xm_q8_quad64\(planes \+ 0,", source))
+
+
+@pytest.mark.parametrize("target", [TARGET, VBMI_TARGET])
+@pytest.mark.parametrize("bias", [True, False])
+def test_pointwise_mode_byte_exact(target: str, bias: bool) -> None:
+    require(target)
+    rng = np.random.default_rng(3)
+    fn, inputs = _model(rng, bias), _inputs(rng)
+    one = compile_fn(fn, inputs, target)
+    assert _pointwise_kernels(one.source) == len(CASES), "a case left the pointwise mode"
+    assert "_tile(" not in one.source  # no general GEMM tile: every convolution is the mode's
+    source = one.source
+    assert "if (fa != 0.f)" in source or "xm_qaffine16(" in source  # the affine epilogue is exercised
+    assert "xm_qhswish16(" in source  # and the post-processed exact one
+    # results narrowed four vectors at once, and 16-lane values joined in pixel order
+    assert "z = xm_q8_narrow64(" in source and "z = xm_q8_join64(" in source
+    if "vbmi" in target:
+        assert "xm_qisland_lut_rows4(" in source
+    want = run_module(one._stages["tensor"], inputs)  # type: ignore[arg-type]
+    for i, (g, w) in enumerate(zip(one.run(inputs), want, strict=True)):
+        np.testing.assert_array_equal(g, w, err_msg=f"case {i} ({target})")
+        assert np.abs(w).max() > 0, i
+    assert_threads_agree(fn, inputs, target, one)
+
+
+def test_pointwise_mode_sanitized() -> None:
+    require(VBMI_TARGET)
+    rng = np.random.default_rng(4)
+    fn, inputs = _model(rng), _inputs(rng)
+    compiled = compile_fn(fn, inputs, VBMI_TARGET)
+    assert _pointwise_kernels(compiled.source) == len(CASES)
+    check_sanitized(compiled, inputs, rtol=0, atol=0, scaled=False)
+    assert_instructions(compiled, ["vpdpbusd", "vpermi2b", "vpackssdw", "vpacksswb"])
+
+
+def test_pointwise_mode_declines_what_it_does_not_serve() -> None:
+    """Strides, padding, groups and more than ``4 * POINTWISE_MAX_C4`` input channels keep the
+    general GEMM (still exact)."""
+    require(TARGET)
+    rng = np.random.default_rng(6)
+    ic = 4 * POINTWISE_MAX_C4 + 1
+    w, w2 = _weights(rng, 9, ic), _weights(rng, 8, 4)
+
+    def fn(a: Tensor, b: Tensor) -> tuple[Tensor, ...]:
+        qcba = F.quantized.conv_bias_activation
+        wide = qcba(a.astype(D.qint8(SX)), w, None, dtype=D.qint8(0.05))
+        strided = qcba(b.astype(D.qint8(SX)), w2, None, dtype=D.qint8(0.05), stride=2)
+        grouped = qcba(b.astype(D.qint8(SX)), w2[:, :2], None, dtype=D.qint8(0.05), groups=2)
+        return tuple(t.astype("float32") for t in (wide, strided, grouped))
+
+    inputs = [(rng.standard_normal((1, ic, 6, 7)) * 2).astype(np.float32),
+              (rng.standard_normal((1, 4, 9, 9)) * 2).astype(np.float32)]  # fmt: skip
+    compiled = compile_fn(fn, inputs, TARGET)
+    assert _pointwise_kernels(compiled.source) == 0
+    assert compiled.source.count("_tile(const uint8_t") == 3
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    for g, w_ in zip(compiled.run(inputs), want, strict=True):
+        np.testing.assert_array_equal(g, w_)
