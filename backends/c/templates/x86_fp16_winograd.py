@@ -147,6 +147,20 @@ WINOGRAD_MARGIN = 0.8
 # 9 IC): only F(2, 3) is chosen
 DEFAULT_TILES = (2,)
 BAND_BYTES = 1 << 20  # V and M of one band of tile rows: half of a Sapphire Rapids core's L2
+L1_SETS, LINE_BYTES = 64, 64  # the L1D's sets and line size (48 KB, 12 ways)
+
+
+def spread_stride(halves: int, count: int) -> int:
+    """``halves`` rounded up to whole cache lines, plus the fewest lines that put ``count`` lines ``stride``
+    apart into distinct L1 sets: the input transform stores a tile vector into each of the ``(m + 2)^2``
+    points' ``V`` panels at once, and with a point stride a multiple of 4 KB (every layer of ResNet-18)
+    those stores all fall into one 12-way set (and alias the next input loads)."""
+    per_line = LINE_BYTES // 2
+    lines = -(-halves // per_line)
+    for pad in range(L1_SETS):
+        if len({(k * (lines + pad)) % L1_SETS for k in range(min(count, L1_SETS))}) == min(count, L1_SETS):
+            return (lines + pad) * per_line
+    return lines * per_line
 
 
 def padded_row_tiles(tw: int, nr: int) -> int:
@@ -219,14 +233,14 @@ class ConvWinogradF16(ConvUnitF16):
         tile_bytes = (m + 2) ** 2 * (p["ic"] + mp * p["mr"]) * 2
         br = max(1, min(th, BAND_BYTES // (twp * tile_bytes)))
         np_ = -(-br * twp // p["nr"])  # panels of the largest band
-        return {"A": m + 2, "TH": th, "TW": tw, "TWP": twp, "BR": br, "NP": np_, "MP": mp}
+        vps = spread_stride(np_ * p["ic"] * p["nr"], (m + 2) ** 2)  # halves between two points' V
+        return {"A": m + 2, "TH": th, "TW": tw, "TWP": twp, "BR": br, "NP": np_, "MP": mp, "VPS": vps}
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int]:
         """Halves of the packed V and of M (both rounded up to 64 bytes)."""
         geo = self.geometry(p)
         pts, cols = geo["A"] ** 2, geo["NP"] * p["nr"]
-        v = -(-pts * p["ic"] * cols // 32) * 32
-        return v, pts * geo["MP"] * p["mr"] * cols
+        return pts * geo["VPS"], pts * geo["MP"] * p["mr"] * cols
 
     def workspace(self, p: dict[str, Any]) -> int:
         return sum(self._sizes(p)) * 2
@@ -250,7 +264,7 @@ class ConvWinogradF16(ConvUnitF16):
         geo = self.geometry(p)
         m, mr, nr, kc = p["m"], p["mr"], p["nr"], p["kc"]
         a, th, tw, br, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["BR"], geo["NP"], geo["MP"]
-        twp = geo["TWP"]
+        twp, vps = geo["TWP"], geo["VPS"]
         n, ic, ih, iw, oc, oh, ow, ph, pw = (
             p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow", "ph", "pw")
         )
@@ -318,7 +332,7 @@ class ConvWinogradF16(ConvUnitF16):
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff + q0, cnt));" if p["residual"] else ""
         return f"""
 {f16_head(sym, p)}
-  xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] of one band */
+  xm_h* vp = (xm_h*)ws;            /* [pt (stride {vps})][panel][ic][32] of one band */
   xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] of one band */
   for (int n = 0; n < {n}; ++n)
   for (int ty0 = 0; ty0 < {th}; ty0 += {br}) {{
@@ -347,7 +361,7 @@ class ConvWinogradF16(ConvUnitF16):
           const __mmask32 m1 = (__mmask32)(xm_h_mask(ns_) & ~xm_h_mask({nr} - off));
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512i hv = {packed};
-            xm_h* dst = vp + (((long)pt * {NP} + j0) * {ic} + c) * {nr};
+            xm_h* dst = vp + (long)pt * {vps} + (j0 * {ic} + c) * {nr};
             _mm512_mask_storeu_epi16(dst + off, m0, hv);
             if (m1) _mm512_mask_storeu_epi16(dst + {ic * nr} - ({nr} - off), m1, hv);
           }}
@@ -357,7 +371,7 @@ class ConvWinogradF16(ConvUnitF16):
       /* the last panel's lanes past the last tile: zeros, so that the GEMM reads defined values */
       if (bt_ % {nr})
         for (int pt = 0; pt < {pts}; ++pt)
-          _mm512_mask_storeu_epi16(vp + (((long)pt * {NP} + bnp - 1) * {ic} + c) * {nr},
+          _mm512_mask_storeu_epi16(vp + (long)pt * {vps} + ((long)(bnp - 1) * {ic} + c) * {nr},
                                    (__mmask32)~xm_h_mask(bt_ % {nr}), _mm512_setzero_si512());
     }}
     /* 2. one GEMM per transform point: M[pt] (OC x tiles) = U[pt] (OC x IC) . V[pt] (IC x tiles) */
@@ -367,7 +381,7 @@ class ConvWinogradF16(ConvUnitF16):
         const int nv = bt_ - j * {nr} < {nr} ? bt_ - j * {nr} : {nr};
         for (int k0 = 0; k0 < {ic}; k0 += {kc}) {{
           const long kl = {ic} - k0 < {kc} ? {ic} - k0 : {kc};
-          const xm_h* B = vp + (((long)pt * {NP} + j) * {ic} + k0) * {nr};
+          const xm_h* B = vp + (long)pt * {vps} + ((long)j * {ic} + k0) * {nr};
           for (int mp = 0; mp < {MP}; ++mp)
             /* U (2 MB at 14x14x256) streams from L3: each call prefetches the next row panel's block */
             xm_hukr_{mr}x{nr}(kl, w + (((long)pt * {MP} + mp) * {ic} + k0) * {mr}, B,
