@@ -206,6 +206,7 @@ WINOGRAD = [
     ((2, 21, 11, 13), 18, 1),
     ((1, 24, 10, 75), 40, 0),
     ((1, 16, 5, 6), 35, 2),
+    ((2, 20, 9, 7), 32, 1),  # 16-row U panels (OC a multiple of 16, not of 24)
     ((1, 48, 8, 8), 24, 1),
 ]
 # F(4, 3)'s output transform multiplies M's float16 accumulation error by up to 8 (module doc of
@@ -261,6 +262,20 @@ def test_fp16_winograd_matches_reference(
     _assert_cases_close(
         compiled, inputs, sanitize, f"F({tile}, 3)", KERNEL_RTOL if tile == 2 else WINOGRAD_F4_RTOL
     )
+
+
+def test_fp16_winograd_point_stride_spreads_sets() -> None:
+    """The (m + 2)^2 points' V panels of a ResNet-18 layer start in distinct L1 sets (their point
+    stride, a multiple of 4 KB unpadded, put every store of the input transform into one set)."""
+    from backends.c.templates.x86_fp16_winograd import KERNEL_UNITS, L1_SETS, LINE_BYTES
+
+    unit = KERNEL_UNITS[0]
+    for c, hw in ((64, 56), (128, 28), (256, 14)):
+        p = {"m": 2, "oh": hw, "ow": hw, "ic": c, "oc": c, "mr": 16 if c < 256 else 24, "nr": 32}
+        geo = unit.geometry(p)
+        assert geo["VPS"] >= geo["NP"] * c * 32
+        lines = geo["VPS"] * 2 // LINE_BYTES
+        assert len({k * lines % L1_SETS for k in range(16)}) == 16, (c, hw, geo)
 
 
 def test_fp16_winograd_choice() -> None:

@@ -43,10 +43,11 @@ from backends.c.templates.x86_fp16 import (
     COMMON,
     KC,
     LANES,
-    MR,
+    MR_NARROW,
     NR,
     ConvUnitF16,
     _epilogue_words,
+    conv_rows,
     f16_head,
     micro_kernel,
 )
@@ -177,13 +178,13 @@ def winograd_cost(p: dict[str, Any], m: int) -> float:
     a = m + 2
     tiles = -(-p["oh"] // m) * -(-p["ow"] // m)
     lanes = -(-tiles // LANES) * LANES
-    ocp = -(-p["oc"] // MR) * MR
+    ocp = -(-p["oc"] // conv_rows(p["oc"])) * conv_rows(p["oc"])
     return a * a * lanes * (ocp * p["ic"] + TRANSFORM_COST_CHANNELS * (p["ic"] + p["oc"]))
 
 
 def direct_cost(p: dict[str, Any]) -> float:
     lanes = -(-(p["oh"] * p["ow"]) // LANES) * LANES
-    return 9 * lanes * -(-p["oc"] // MR) * MR * p["ic"]
+    return 9 * lanes * -(-p["oc"] // conv_rows(p["oc"])) * conv_rows(p["oc"]) * p["ic"]
 
 
 def winograd_tile(p: dict[str, Any], tiles: Sequence[int]) -> int | None:
@@ -214,7 +215,8 @@ class ConvWinogradF16(ConvUnitF16):
         if m is None:
             return None
         params = {k: v for k, v in params.items() if k not in ("fh", "fw", "sh", "sw", "dh", "dw", "groups")}
-        params.update({"m": m, "mr": MR, "nr": NR, "kc": KC})
+        # 16-row tiles where OC is a multiple of 16 but not of 24 (64, 128: no padding rows in U and M)
+        params.update({"m": m, "mr": conv_rows(params["oc"]), "nr": NR, "kc": KC})
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -258,7 +260,7 @@ class ConvWinogradF16(ConvUnitF16):
         return np.ascontiguousarray(packed), f"winograd_h{p['m']}_{mr}"
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + micro_kernel() + _guarded("H_WINO", WINO_HELPERS)
+        return COMMON + micro_kernel() + micro_kernel(MR_NARROW) + _guarded("H_WINO", WINO_HELPERS)
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
