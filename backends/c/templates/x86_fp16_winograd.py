@@ -401,17 +401,22 @@ class ConvWinogradF16(ConvUnitF16):
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
           const long t0 = (long)(ty - ty0) * {twp} + tx0;
+          /* tiles 16 .. 31 (the float32 transform's second half) only where there are any: at
+             28x28 and 14x14 (14 and 7 tiles a row) never */
+          const int hi_ = nt_ > 16;
           __m512 ql[{pts}], qh[{pts}], ol[{m * m}], oh_[{m * m}];
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512h mv = xm_h_loadn(mb + ((long)pt * {MP * mr} + oc_) * {cols} + t0, nt_);
-            ql[pt] = xm_h_lo_ps(mv); qh[pt] = xm_h_hi_ps(mv);
+            ql[pt] = xm_h_lo_ps(mv);
+            qh[pt] = hi_ ? xm_h_hi_ps(mv) : _mm512_setzero_ps();
           }}
           {{ const __m512* q = ql; __m512* o = ol;
           {out_tf}
           }}
-          {{ const __m512* q = qh; __m512* o = oh_;
+          if (hi_) {{ const __m512* q = qh; __m512* o = oh_;
           {out_tf}
-          }}
+          }} else
+            for (int i = 0; i < {m * m}; ++i) oh_[i] = _mm512_setzero_ps();
           for (int i = 0; i < {m}; ++i) {{
             const int yy = ty * {m} + i;
             if (yy >= {oh}) break;
