@@ -299,6 +299,7 @@ STEMS = [
     ((1, 3, 37, 45), 64, 7, (2, 2), 3),
     ((2, 1, 9, 40), 17, 3, (1, 1), 1),
     ((1, 4, 12, 71), 5, (3, 5), (3, 2), (0, 2)),
+    ((2, 3, 22, 90), 20, 7, (2, 2), 3),  # 11 x 45 out: rows paired in their last vector, one left over
 ]
 
 
@@ -316,13 +317,15 @@ def test_fp16_stem_matches_reference(threads: int, sanitize: bool) -> None:
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
         outs = []
-        for i, ((_, _, _, stride, pad), (w, b), x) in enumerate(zip(STEMS, weights, xs[:3], strict=True)):
+        convs = xs[: len(STEMS)]
+        for i, ((_, _, _, stride, pad), (w, b), x) in enumerate(zip(STEMS, weights, convs, strict=True)):
             y = F.conv2d(x, w, b, stride=stride, padding=pad)
-            outs.append(F.relu6(y + xs[3]) if i == 0 else F.relu(y))
+            outs.append(F.relu6(y + xs[-2]) if i == 0 else F.relu(y + xs[-1]) if i == 3 else F.relu(y))
         return tuple(outs)
 
     inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in STEMS]
     inputs.append(rng.standard_normal((1, 64, 19, 23)).astype(np.float32))
+    inputs.append(rng.standard_normal((2, 20, 11, 45)).astype(np.float32))
     _assert_fused_family_matches(f, inputs, threads, sanitize, "conv2d_stem_f16", len(STEMS))
 
 
