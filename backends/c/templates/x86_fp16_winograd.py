@@ -4,8 +4,8 @@ AVX512-FP16 (``x86-avx512-fp16+ioc16``): ``conv2d_winograd_f16``.
 ``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile, summed over input channels, with the
 Lavin & Gray matrices of :data:`backends.c.templates.winograd.TRANSFORMS` (one source of the points).
 The filter transform ``U = G g G^T`` is computed in float64 ahead of time and rounded once to float16.
-At run time, by bands of tile rows whose ``V`` and ``M`` fit :data:`BAND_BYTES` (L2; one band for
-most layers, 4 at 56x56x64):
+At run time, by bands of tile rows whose ``V`` and ``M`` fit :data:`BAND_BYTES` (a quarter of L2; 7
+bands at 56x56x64, 4 at 28x28x128, one where ``U`` streams from L3, 14x14x256):
 
 1. input transform: per input channel and row of tiles, 32 tiles at a time (lane ``l`` = tile
    ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, for ``F(2, 3)`` a
@@ -147,7 +147,12 @@ WINOGRAD_MARGIN = 0.8
 # 0.74 ms); F(2, 3) is more accurate than the direct GEMM (each point's sum runs over IC terms, not
 # 9 IC): only F(2, 3) is chosen
 DEFAULT_TILES = (2,)
-BAND_BYTES = 1 << 20  # V and M of one band of tile rows: half of a Sapphire Rapids core's L2
+# V and M of one band of tile rows: a quarter of a Sapphire Rapids core's 2 MB L2, the rest for U and the
+# input and output rows (against 1 MB: 56x56x64 0.41 -> 0.37 ms, 28x28x128 0.34 -> 0.32 ms)
+BAND_BYTES = 1 << 19
+# a U larger than this streams from L3 once per band: its layers take bands of up to 2 * BAND_BYTES
+# (14x14x256, U 2.1 MB: one band, not three)
+STREAMED_U_BYTES = 1 << 20
 L1_SETS, LINE_BYTES = 64, 64  # the L1D's sets and line size (48 KB, 12 ways)
 
 
@@ -233,7 +238,9 @@ class ConvWinogradF16(ConvUnitF16):
         mp = -(-p["oc"] // p["mr"])
         # bands of BR tile rows whose V and M stay in L2 (a 56x56x64 layer's whole V and M are 3.2 MB)
         tile_bytes = (m + 2) ** 2 * (p["ic"] + mp * p["mr"]) * 2
-        br = max(1, min(th, BAND_BYTES // (twp * tile_bytes)))
+        u_bytes = (m + 2) ** 2 * mp * p["mr"] * p["ic"] * 2
+        budget = BAND_BYTES * (2 if u_bytes > STREAMED_U_BYTES else 1)
+        br = max(1, min(th, budget // (twp * tile_bytes)))
         np_ = -(-br * twp // p["nr"])  # panels of the largest band
         vps = spread_stride(np_ * p["ic"] * p["nr"], (m + 2) ** 2)  # halves between two points' V
         return {"A": m + 2, "TH": th, "TW": tw, "TWP": twp, "BR": br, "NP": np_, "MP": mp, "VPS": vps}
