@@ -24,7 +24,7 @@ import pytest
 import compiler.functional as F
 from backends.reference import run_module
 from compiler.tensor import Tensor
-from tests.codegen_util import compile_fn, require
+from tests.codegen_util import assert_threads_agree, compile_fn, require
 
 TARGET = "x86-avx512-fp16+ioc16"
 ISA = "avx512fp16"
@@ -168,6 +168,8 @@ def _assert_fused_family_matches(
     plan = compiled.ir("kernel-plan-memory")
     assert plan.count(f"kernel.call @{family}") == count and "_res_RELU6" in plan, plan
     _assert_cases_close(compiled, inputs, sanitize, family, KERNEL_RTOL)
+    if threads == 2:
+        assert_threads_agree(f, inputs, TARGET, compile_fn(f, inputs, TARGET, threads=1))
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +264,8 @@ def test_fp16_winograd_matches_reference(
     _assert_cases_close(
         compiled, inputs, sanitize, f"F({tile}, 3)", KERNEL_RTOL if tile == 2 else WINOGRAD_F4_RTOL
     )
+    if threads == 2:
+        assert_threads_agree(fn, inputs, TARGET, compile_fn(fn, inputs, TARGET, threads=1))
 
 
 def test_fp16_winograd_point_stride_spreads_sets() -> None:
