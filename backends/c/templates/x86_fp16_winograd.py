@@ -13,11 +13,14 @@ bands at 56x56x64, 4 at 28x28x128, one where ``U`` streams from L3, 14x14x256):
    where ``B^T`` is adds and subtracts, ``F(2, 3)``, else in float32 and rounded to float16) stored
    straight into the GEMM's packed ``B`` panels (the band's tiles flattened over rows, 32 per panel,
    each row padded to a divisor or multiple of 32 tiles where that wastes at most 1/8 of the lanes
-   (:func:`padded_row_tiles`), so that a row's stores never straddle two panels); a tile row's first
-   2 input rows are its predecessor's last 2, loaded once;
+   (:func:`padded_row_tiles`), so that a row's stores never straddle two panels; the points' panels
+   :func:`spread_stride` apart, in distinct L1 sets); a tile row's first 2 input rows are its
+   predecessor's last 2, loaded once;
 2. one GEMM per transform point ``M[pt] = U[pt] (OC x IC) . V[pt] (IC x tiles)`` on the float16
-   ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (float16 accumulation);
-3. output transform: ``A^T M A`` in float32, plus the bias, rounded to float16, the ``m`` tile columns
+   ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (``16 x 32`` where OC is a multiple
+   of 16 but not of 24; float16 accumulation);
+3. output transform: ``A^T M A`` in float32 (its second 16 tiles only where a row chunk has them),
+   plus the bias, rounded to float16, the ``m`` tile columns
    interleaved into output rows (``vpermt2w``), residual and ReLU / ReLU6, masked stores at borders.
 
 Numerics (``tests/test_x86_fp16.py``, ``docs/ARCHITECTURE.md``): the output transform in float32 (and
