@@ -24,7 +24,7 @@ import pytest
 import compiler.functional as F
 from backends.reference import run_module
 from compiler.tensor import Tensor
-from tests.codegen_util import compile_fn, require
+from tests.codegen_util import assert_threads_agree, compile_fn, require
 
 TARGET = "x86-avx512-fp16+ioc16"
 ISA = "avx512fp16"
@@ -168,6 +168,8 @@ def _assert_fused_family_matches(
     plan = compiled.ir("kernel-plan-memory")
     assert plan.count(f"kernel.call @{family}") == count and "_res_RELU6" in plan, plan
     _assert_cases_close(compiled, inputs, sanitize, family, KERNEL_RTOL)
+    if threads == 2:
+        assert_threads_agree(f, inputs, TARGET, compile_fn(f, inputs, TARGET, threads=1))
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +208,7 @@ WINOGRAD = [
     ((2, 21, 11, 13), 18, 1),
     ((1, 24, 10, 75), 40, 0),
     ((1, 16, 5, 6), 35, 2),
+    ((2, 20, 9, 7), 32, 1),  # 16-row U panels (OC a multiple of 16, not of 24)
     ((1, 48, 8, 8), 24, 1),
 ]
 # F(4, 3)'s output transform multiplies M's float16 accumulation error by up to 8 (module doc of
@@ -261,6 +264,22 @@ def test_fp16_winograd_matches_reference(
     _assert_cases_close(
         compiled, inputs, sanitize, f"F({tile}, 3)", KERNEL_RTOL if tile == 2 else WINOGRAD_F4_RTOL
     )
+    if threads == 2:
+        assert_threads_agree(fn, inputs, TARGET, compile_fn(fn, inputs, TARGET, threads=1))
+
+
+def test_fp16_winograd_point_stride_spreads_sets() -> None:
+    """The (m + 2)^2 points' V panels of a ResNet-18 layer start in distinct L1 sets (their point
+    stride, a multiple of 4 KB unpadded, put every store of the input transform into one set)."""
+    from backends.c.templates.x86_fp16_winograd import KERNEL_UNITS, L1_SETS, LINE_BYTES
+
+    unit = KERNEL_UNITS[0]
+    for c, hw in ((64, 56), (128, 28), (256, 14)):
+        p = {"m": 2, "oh": hw, "ow": hw, "ic": c, "oc": c, "mr": 16 if c < 256 else 24, "nr": 32}
+        geo = unit.geometry(p)
+        assert geo["VPS"] >= geo["NP"] * c * 32
+        lines = geo["VPS"] * 2 // LINE_BYTES
+        assert len({k * lines % L1_SETS for k in range(16)}) == 16, (c, hw, geo)
 
 
 def test_fp16_winograd_choice() -> None:
@@ -284,6 +303,7 @@ STEMS = [
     ((1, 3, 37, 45), 64, 7, (2, 2), 3),
     ((2, 1, 9, 40), 17, 3, (1, 1), 1),
     ((1, 4, 12, 71), 5, (3, 5), (3, 2), (0, 2)),
+    ((2, 3, 22, 90), 20, 7, (2, 2), 3),  # 11 x 45 out: rows paired in their last vector, one left over
 ]
 
 
@@ -301,13 +321,15 @@ def test_fp16_stem_matches_reference(threads: int, sanitize: bool) -> None:
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
         outs = []
-        for i, ((_, _, _, stride, pad), (w, b), x) in enumerate(zip(STEMS, weights, xs[:3], strict=True)):
+        convs = xs[: len(STEMS)]
+        for i, ((_, _, _, stride, pad), (w, b), x) in enumerate(zip(STEMS, weights, convs, strict=True)):
             y = F.conv2d(x, w, b, stride=stride, padding=pad)
-            outs.append(F.relu6(y + xs[3]) if i == 0 else F.relu(y))
+            outs.append(F.relu6(y + xs[-2]) if i == 0 else F.relu(y + xs[-1]) if i == 3 else F.relu(y))
         return tuple(outs)
 
     inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in STEMS]
     inputs.append(rng.standard_normal((1, 64, 19, 23)).astype(np.float32))
+    inputs.append(rng.standard_normal((2, 20, 11, 45)).astype(np.float32))
     _assert_fused_family_matches(f, inputs, threads, sanitize, "conv2d_stem_f16", len(STEMS))
 
 
@@ -320,6 +342,7 @@ PIXROWS = [
     ((1, 24, 13, 12), 192, 5, 1, 2, 1),
     ((1, 16, 10, 10), 128, 3, 1, 2, 2),
     ((1, 40, 8, 9), 256, 3, 2, 1, 1),
+    ((2, 21, 28, 27), 128, 3, 2, 1, 1),  # 14x14 out: tile-major im2col, two 7-pixel tiles a row
 ]
 
 

@@ -10,8 +10,11 @@ embedded-broadcast FMAs of the im2col value (11 loads for 28 FMAs instead of 25 
 
 * filters, packed ahead of time: ``OV * 32``-channel panels of ``K`` rows (``k = (ic, kh, kw)``), zero
   rows past the last channel;
-* im2col, at run time: ``col[k][p]`` row-major (one masked strided row load per output row and tap); a
-  tile's ``PR`` broadcasts read ``PR`` consecutive pixels of row ``k``;
+* im2col, at run time, one masked strided row load per output row (or tile) and tap: where a tile is
+  a whole number of output rows' segments (``OW % PR == 0``: 7x7 and 14x14 outputs), tile-major
+  ``col[tile][k][PR]``, so that a tile's block of ``K`` rows is one contiguous run next to the L1-resident
+  filter block (``[k][p]``, 196-byte rows at 7x7, spread a block over 57 KB: 8% slower at 7x7x512);
+  else ``col[k][p]`` row-major; a tile's ``PR`` broadcasts read ``PR`` consecutive pixels of row ``k``;
 * per channel panel (split between threads, with the pixel tiles too when panels are few), ``K`` in
   blocks whose filter rows stay in L1, every pixel tile accumulating in float16 into the transposed
   output ``t[p][oc]`` (the bias on the registers of the last block);
@@ -141,8 +144,9 @@ class ConvPixelRowsF16(ConvUnitF16):
         # col: K rows of the image's pixels, plus one tile's overrun past the last row (the last tile's
         # padding lanes read it; their results are never written back)
         col = -(-(p["ic"] * p["fh"] * p["fw"] * pixels + p["pr"]) // 16) * 16
+        tile_major = int(p["ow"] % p["pr"] == 0)  # every tile within one output row (module doc)
         return {"K": p["ic"] * p["fh"] * p["fw"], "P": pixels, "TILES": tiles, "PANELS": panels,
-                "W": width, "COL": col, "LDT": panels * width}  # fmt: skip
+                "W": width, "COL": col, "LDT": panels * width, "TM": tile_major}  # fmt: skip
 
     def workspace(self, p: dict[str, Any]) -> int:
         geo = self.geometry(p)
@@ -171,28 +175,45 @@ class ConvPixelRowsF16(ConvUnitF16):
         act = ACT_CODES[p["act"]]
         bias = f"(const xm_h*)bias_ + pn * {W}" if p["bias"] else "(const xm_h*)0"
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yo, nv));" if p["residual"] else ""
-        return f"""
-{f16_head(sym, p)}
-  uint32_t* col = (uint32_t*)ws;   /* [K][P], each half twice */
-  xm_h* t = (xm_h*)(col + {geo["COL"]});  /* [TILES * PR][LDT]: the output transposed */
-  /* few channel panels: split the pixel tiles between threads too */
-  const int tch = (nt > 1 && {PANELS} < 2 * nt) ? ({TILES_} < nt ? {TILES_} : nt) : 1;
-  const int tper = ({TILES_} + tch - 1) / tch;
-  for (int n = 0; n < {p["n"]}; ++n) {{
-    const xm_h* xn = x + (long)n * {ic * ih * iw};
-    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
-    for (int k = 0; k < {K}; ++k) {{
+        row_tap = (
+            f"(unsigned)ihh < {ih}u ? _mm512_castph_si512(xm_h_row(plane + (long)ihh * {iw}, base, {sw},"
+        )
+        row_tap += " "
+        if geo["TM"]:
+            assert pr <= 16, "a tile's pixels are one 16-word store"
+            # tile by tile, its K rows written in order (the input, at most 196 pixels a channel, stays
+            # in cache; by rows of k, a tile's 28-byte pieces lay 129 KB apart at 7x7x512)
+            im2col = f"""for (int tt = 0; tt < {TILES_}; ++tt) {{
+      const int r = tt * {pr} / {ow}, q = tt * {pr} % {ow};
+      const __m512i zero = _mm512_setzero_si512();
+      uint32_t* d = col + (long)tt * {K * pr};
+      for (int c = 0; c < {ic}; ++c)
+        for (int kh = 0; kh < {fh}; ++kh) {{
+          const int ihh = r * {sh} - {ph} + kh * {dh};
+          const xm_h* plane = xn + (long)c * {ih * iw};
+          for (int kw = 0; kw < {fw}; ++kw, d += {pr}) {{
+            const long base = (long)q * {sw} - {pw} + kw * {dw};
+            const __m512i v = {row_tap}{pr}, {iw}, zero)) : zero;
+            /* each half twice in a 32-bit word: the micro-kernel's vpbroadcastd */
+            const __m512i lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
+            _mm512_mask_storeu_epi32(d, (__mmask16)xm_h_mask({pr}),
+                                     _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16)));
+          }}
+        }}
+    }}"""
+            a_block, lda = f"col + ((long)tt * {K} + k0) * {pr}", pr
+        else:
+            im2col = f"""for (int k = 0; k < {K}; ++k) {{
       const int c = k / {fh * fw}, kh = k / {fw} % {fh}, kw = k % {fw};
       const xm_h* plane = xn + (long)c * {ih * iw};
-      uint32_t* d = col + (long)k * {P};
       const __m512i zero = _mm512_setzero_si512();
+      uint32_t* d = col + (long)k * {P};
       for (int r = 0; r < {oh}; ++r) {{
         const int ihh = r * {sh} - {ph} + kh * {dh};
         for (int q = 0; q < {ow}; q += 32) {{
           const long nv = {ow} - q < 32 ? {ow} - q : 32;
           const long base = (long)q * {sw} - {pw} + kw * {dw};
-          const __m512i v = (unsigned)ihh < {ih}u
-              ? _mm512_castph_si512(xm_h_row(plane + (long)ihh * {iw}, base, {sw}, nv, {iw}, zero)) : zero;
+          const __m512i v = {row_tap}nv, {iw}, zero)) : zero;
           /* each half twice in a 32-bit word: the micro-kernel's vpbroadcastd */
           const __m512i lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
           const __m512i hi = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
@@ -204,7 +225,19 @@ class ConvPixelRowsF16(ConvUnitF16):
                                      _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16)));
         }}
       }}
-    }}
+    }}"""
+            a_block, lda = f"col + (long)k0 * {P} + tt * {pr}", P
+        return f"""
+{f16_head(sym, p)}
+  uint32_t* col = (uint32_t*)ws;   /* [TILES][K][PR] or [K][P], each half twice */
+  xm_h* t = (xm_h*)(col + {geo["COL"]});  /* [TILES * PR][LDT]: the output transposed */
+  /* few channel panels: split the pixel tiles between threads too */
+  const int tch = (nt > 1 && {PANELS} < 2 * nt) ? ({TILES_} < nt ? {TILES_} : nt) : 1;
+  const int tper = ({TILES_} + tch - 1) / tch;
+  for (int n = 0; n < {p["n"]}; ++n) {{
+    const xm_h* xn = x + (long)n * {ic * ih * iw};
+    #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1)
+    {im2col}
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int pn = 0; pn < {PANELS}; ++pn)
       for (int tc = 0; tc < tch; ++tc) {{
@@ -225,7 +258,7 @@ class ConvPixelRowsF16(ConvUnitF16):
           for (int tt = t0; tt < t1; ++tt) {{
             const long lo = (tt - t0) * share < lines ? (tt - t0) * share : lines;
             const long np = lines - lo < share ? lines - lo : share;
-            xm_hukt_{pr}x{ov}(kl, col + (long)k0 * {P} + tt * {pr}, {P}, wp + (long)k0 * {W},
+            xm_hukt_{pr}x{ov}(kl, {a_block}, {lda}, wp + (long)k0 * {W},
                               t + (long)tt * {pr * LDT} + pn * {W}, {LDT}, k0 == 0,
                               last ? {bias} : 0, {oc} - pn * {W}, next + lo * 32, np);
           }}

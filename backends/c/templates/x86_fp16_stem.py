@@ -9,7 +9,8 @@ into a zero-bordered workspace with its columns split by phase modulo the stride
 unaligned load: tap ``(c, kh, kw)`` of output row ``oy``, columns ``ox0 ..`` reads phase ``kw % sw``, row
 ``oy * sh + kh``, columns ``ox0 + kw // sw ..``. The register tile is 16 output channels x 32 pixels
 (16 accumulators; each filter value an embedded-broadcast ``vfmadd231ph``), accumulated in float16 as
-the GEMM kernel; bias, residual and ReLU / ReLU6 on the registers before the store.
+the GEMM kernel; bias, residual and ReLU / ReLU6 on the registers before the store. Where a row ends in
+a vector of at most 16 pixels (112 = 3 x 32 + 16), two rows share that vector (each in 16 lanes).
 """
 
 from __future__ import annotations
@@ -97,18 +98,72 @@ class ConvStemF16(ConvUnitF16):
             f"        {c} = _mm512_fmadd_ph(_mm512_set1_ph(a[{i}]), b, {c});" for i, c in enumerate(acc)
         )
         bias = "epi_b = _mm512_set1_ph(((const xm_h*)bias_)[o]);" if p["bias"] else ""
-        res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff, nv));" if p["residual"] else ""
-        epilogue = "\n".join(
-            f"""      if (m0 + {i} < {oc}) {{
+        act = ACT_CODES[p["act"]]
+        zero_acc = f"__m512h {', '.join(f'{c} = _mm512_setzero_ph()' for c in acc)};"
+        # a row's last vector with at most 16 pixels (ResNet's 112 = 3 x 32 + 16) shares its vector with the
+        # next row's: lanes 16.. hold that row's same columns, loaded and stored 16 halves back (no
+        # padding lanes in the FMAs); rows past 32 columns only, so that the shifted addresses stay in
+        # the row's workspace and output
+        tail = ow % LANES
+        paired = 0 < tail <= LANES // 2 and ow > LANES
+        full = ow - tail if paired else ow
+
+        def block(ox0: str, pair: bool) -> str:
+            """One vector of output pixels from column ``ox0`` of row ``oy`` (``pair``: and of ``oy + 1``)."""
+            load = "_mm512_loadu_ph(base + off[k])"
+            if pair:
+                load = (
+                    f"_mm512_castsi512_ph(_mm512_mask_loadu_epi16(_mm512_castph_si512({load}), "
+                    f"(__mmask32)0xFFFF0000u, base + {sh * wq - LANES // 2} + off[k]))"
+                )
+            res = ""
+            if p["residual"]:
+                res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff, nv));"
+                if pair:
+                    rows = (
+                        "_mm512_mask_loadu_epi16(_mm512_castph_si512(xm_h_loadn((const xm_h*)res_ + yoff, "
+                        f"nv)), hi_m, (const xm_h*)res_ + yoff + {ow - 16})"
+                    )
+                    res = f"v = _mm512_add_ph(v, _mm512_castsi512_ph({rows}));"
+            store = f"xm_h_storen(y + yoff, nv, xm_h_act(v, {act}));"
+            if pair:
+                store = (
+                    f"v = xm_h_act(v, {act}); xm_h_storen(y + yoff, nv, v);\n"
+                    f"        _mm512_mask_storeu_epi16(y + yoff + {ow - 16}, hi_m, _mm512_castph_si512(v));"
+                )
+            epilogue = "\n".join(
+                f"""      if (m0 + {i} < {oc}) {{
         const int o = m0 + {i};
         const long yoff = (((long)nn * {oc} + o) * {oh} + oy) * {ow} + ox0;
         __m512h epi_b = _mm512_setzero_ph(); {bias}
         __m512h v = _mm512_add_ph({c}, epi_b);
         {res}
-        xm_h_storen(y + yoff, nv, xm_h_act(v, {ACT_CODES[p["act"]]}));
+        {store}
       }}"""
-            for i, c in enumerate(acc)
-        )
+                for i, c in enumerate(acc)
+            )
+            return f"""{{
+        const int ox0 = {ox0};
+        const long nv = {ow} - ox0 < 32 ? {ow} - ox0 : 32;
+        const __mmask32 hi_m = (__mmask32)(xm_h_mask(nv) << 16);
+        (void)hi_m;
+        const xm_h* base = xs + (long)oy * {sh * wq} + ox0;
+        {zero_acc}
+        for (int k = 0; k < {kk}; ++k) {{
+          const __m512h b = {load};
+          const xm_h* a = wp + k * {mr};
+{fmas}
+        }}
+{epilogue}
+      }}"""
+
+        tail_blocks = ""
+        if paired:
+            tail_blocks = f"""/* rows oy, oy + 1: their last {tail} columns in one vector */
+      if (!(oy & 1)) {{
+        if (oy + 1 < {oh}) {block(str(full), True)}
+        else {block(str(full), False)}
+      }}"""
         return f"""
 static void {sym}({args}) {{
   static const int off[{kk}] = {{{", ".join(map(str, offsets))}}};
@@ -135,17 +190,8 @@ static void {sym}({args}) {{
     for (int oy = 0; oy < {oh}; ++oy) {{
       const int m0 = mp * {mr};
       const xm_h* wp = w + (long)mp * {kk * mr};
-      for (int ox0 = 0; ox0 < {ow}; ox0 += 32) {{
-        const long nv = {ow} - ox0 < 32 ? {ow} - ox0 : 32;
-        const xm_h* base = xs + (long)oy * {sh * wq} + ox0;
-        __m512h {", ".join(f"{c} = _mm512_setzero_ph()" for c in acc)};
-        for (int k = 0; k < {kk}; ++k) {{
-          const __m512h b = _mm512_loadu_ph(base + off[k]);
-          const xm_h* a = wp + k * {mr};
-{fmas}
-        }}
-{epilogue}
-      }}
+      for (int ox0_ = 0; ox0_ < {full}; ox0_ += 32) {block("ox0_", False)}
+      {tail_blocks}
     }}
   }}
 }}

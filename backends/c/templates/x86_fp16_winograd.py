@@ -4,8 +4,8 @@ AVX512-FP16 (``x86-avx512-fp16+ioc16``): ``conv2d_winograd_f16``.
 ``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile, summed over input channels, with the
 Lavin & Gray matrices of :data:`backends.c.templates.winograd.TRANSFORMS` (one source of the points).
 The filter transform ``U = G g G^T`` is computed in float64 ahead of time and rounded once to float16.
-At run time, by bands of tile rows whose ``V`` and ``M`` fit :data:`BAND_BYTES` (L2; one band for
-most layers, 4 at 56x56x64):
+At run time, by bands of tile rows whose ``V`` and ``M`` fit :data:`BAND_BYTES` (a quarter of L2; 7
+bands at 56x56x64, 4 at 28x28x128, one where ``U`` streams from L3, 14x14x256):
 
 1. input transform: per input channel and row of tiles, 32 tiles at a time (lane ``l`` = tile
    ``tx0 + l``; its ``(m + 2)^2`` patch values are stride-``m`` masked row loads, for ``F(2, 3)`` a
@@ -13,11 +13,14 @@ most layers, 4 at 56x56x64):
    where ``B^T`` is adds and subtracts, ``F(2, 3)``, else in float32 and rounded to float16) stored
    straight into the GEMM's packed ``B`` panels (the band's tiles flattened over rows, 32 per panel,
    each row padded to a divisor or multiple of 32 tiles where that wastes at most 1/8 of the lanes
-   (:func:`padded_row_tiles`), so that a row's stores never straddle two panels); a tile row's first
-   2 input rows are its predecessor's last 2, loaded once;
+   (:func:`padded_row_tiles`), so that a row's stores never straddle two panels; the points' panels
+   :func:`spread_stride` apart, in distinct L1 sets); a tile row's first 2 input rows are its
+   predecessor's last 2, loaded once;
 2. one GEMM per transform point ``M[pt] = U[pt] (OC x IC) . V[pt] (IC x tiles)`` on the float16
-   ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (float16 accumulation);
-3. output transform: ``A^T M A`` in float32, plus the bias, rounded to float16, the ``m`` tile columns
+   ``24 x 32`` micro-kernel of :mod:`backends.c.templates.x86_fp16` (``16 x 32`` where OC is a multiple
+   of 16 but not of 24; float16 accumulation);
+3. output transform: ``A^T M A`` in float32 (its second 16 tiles only where a row chunk has them),
+   plus the bias, rounded to float16, the ``m`` tile columns
    interleaved into output rows (``vpermt2w``), residual and ReLU / ReLU6, masked stores at borders.
 
 Numerics (``tests/test_x86_fp16.py``, ``docs/ARCHITECTURE.md``): the output transform in float32 (and
@@ -43,10 +46,11 @@ from backends.c.templates.x86_fp16 import (
     COMMON,
     KC,
     LANES,
-    MR,
+    MR_NARROW,
     NR,
     ConvUnitF16,
     _epilogue_words,
+    conv_rows,
     f16_head,
     micro_kernel,
 )
@@ -146,7 +150,26 @@ WINOGRAD_MARGIN = 0.8
 # 0.74 ms); F(2, 3) is more accurate than the direct GEMM (each point's sum runs over IC terms, not
 # 9 IC): only F(2, 3) is chosen
 DEFAULT_TILES = (2,)
-BAND_BYTES = 1 << 20  # V and M of one band of tile rows: half of a Sapphire Rapids core's L2
+# V and M of one band of tile rows: a quarter of a Sapphire Rapids core's 2 MB L2, the rest for U and the
+# input and output rows (against 1 MB: 56x56x64 0.41 -> 0.37 ms, 28x28x128 0.34 -> 0.32 ms)
+BAND_BYTES = 1 << 19
+# a U larger than this streams from L3 once per band: its layers take bands of up to 2 * BAND_BYTES
+# (14x14x256, U 2.1 MB: one band, not three)
+STREAMED_U_BYTES = 1 << 20
+L1_SETS, LINE_BYTES = 64, 64  # the L1D's sets and line size (48 KB, 12 ways)
+
+
+def spread_stride(halves: int, count: int) -> int:
+    """``halves`` rounded up to whole cache lines, plus the fewest lines that put ``count`` lines ``stride``
+    apart into distinct L1 sets: the input transform stores a tile vector into each of the ``(m + 2)^2``
+    points' ``V`` panels at once, and with a point stride a multiple of 4 KB (every layer of ResNet-18)
+    those stores all fall into one 12-way set (and alias the next input loads)."""
+    per_line = LINE_BYTES // 2
+    lines = -(-halves // per_line)
+    for pad in range(L1_SETS):
+        if len({(k * (lines + pad)) % L1_SETS for k in range(min(count, L1_SETS))}) == min(count, L1_SETS):
+            return (lines + pad) * per_line
+    return lines * per_line
 
 
 def padded_row_tiles(tw: int, nr: int) -> int:
@@ -163,13 +186,13 @@ def winograd_cost(p: dict[str, Any], m: int) -> float:
     a = m + 2
     tiles = -(-p["oh"] // m) * -(-p["ow"] // m)
     lanes = -(-tiles // LANES) * LANES
-    ocp = -(-p["oc"] // MR) * MR
+    ocp = -(-p["oc"] // conv_rows(p["oc"])) * conv_rows(p["oc"])
     return a * a * lanes * (ocp * p["ic"] + TRANSFORM_COST_CHANNELS * (p["ic"] + p["oc"]))
 
 
 def direct_cost(p: dict[str, Any]) -> float:
     lanes = -(-(p["oh"] * p["ow"]) // LANES) * LANES
-    return 9 * lanes * -(-p["oc"] // MR) * MR * p["ic"]
+    return 9 * lanes * -(-p["oc"] // conv_rows(p["oc"])) * conv_rows(p["oc"]) * p["ic"]
 
 
 def winograd_tile(p: dict[str, Any], tiles: Sequence[int]) -> int | None:
@@ -200,7 +223,8 @@ class ConvWinogradF16(ConvUnitF16):
         if m is None:
             return None
         params = {k: v for k, v in params.items() if k not in ("fh", "fw", "sh", "sw", "dh", "dw", "groups")}
-        params.update({"m": m, "mr": MR, "nr": NR, "kc": KC})
+        # 16-row tiles where OC is a multiple of 16 but not of 24 (64, 128: no padding rows in U and M)
+        params.update({"m": m, "mr": conv_rows(params["oc"]), "nr": NR, "kc": KC})
         return Lowered(params, operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -217,16 +241,18 @@ class ConvWinogradF16(ConvUnitF16):
         mp = -(-p["oc"] // p["mr"])
         # bands of BR tile rows whose V and M stay in L2 (a 56x56x64 layer's whole V and M are 3.2 MB)
         tile_bytes = (m + 2) ** 2 * (p["ic"] + mp * p["mr"]) * 2
-        br = max(1, min(th, BAND_BYTES // (twp * tile_bytes)))
+        u_bytes = (m + 2) ** 2 * mp * p["mr"] * p["ic"] * 2
+        budget = BAND_BYTES * (2 if u_bytes > STREAMED_U_BYTES else 1)
+        br = max(1, min(th, budget // (twp * tile_bytes)))
         np_ = -(-br * twp // p["nr"])  # panels of the largest band
-        return {"A": m + 2, "TH": th, "TW": tw, "TWP": twp, "BR": br, "NP": np_, "MP": mp}
+        vps = spread_stride(np_ * p["ic"] * p["nr"], (m + 2) ** 2)  # halves between two points' V
+        return {"A": m + 2, "TH": th, "TW": tw, "TWP": twp, "BR": br, "NP": np_, "MP": mp, "VPS": vps}
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int]:
         """Halves of the packed V and of M (both rounded up to 64 bytes)."""
         geo = self.geometry(p)
         pts, cols = geo["A"] ** 2, geo["NP"] * p["nr"]
-        v = -(-pts * p["ic"] * cols // 32) * 32
-        return v, pts * geo["MP"] * p["mr"] * cols
+        return pts * geo["VPS"], pts * geo["MP"] * p["mr"] * cols
 
     def workspace(self, p: dict[str, Any]) -> int:
         return sum(self._sizes(p)) * 2
@@ -244,13 +270,13 @@ class ConvWinogradF16(ConvUnitF16):
         return np.ascontiguousarray(packed), f"winograd_h{p['m']}_{mr}"
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + micro_kernel() + _guarded("H_WINO", WINO_HELPERS)
+        return COMMON + micro_kernel() + micro_kernel(MR_NARROW) + _guarded("H_WINO", WINO_HELPERS)
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
         m, mr, nr, kc = p["m"], p["mr"], p["nr"], p["kc"]
         a, th, tw, br, NP, MP = geo["A"], geo["TH"], geo["TW"], geo["BR"], geo["NP"], geo["MP"]
-        twp = geo["TWP"]
+        twp, vps = geo["TWP"], geo["VPS"]
         n, ic, ih, iw, oc, oh, ow, ph, pw = (
             p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow", "ph", "pw")
         )
@@ -318,7 +344,7 @@ class ConvWinogradF16(ConvUnitF16):
         res = "v = _mm512_add_ph(v, xm_h_loadn((const xm_h*)res_ + yoff + q0, cnt));" if p["residual"] else ""
         return f"""
 {f16_head(sym, p)}
-  xm_h* vp = (xm_h*)ws;            /* [pt][panel][ic][32] of one band */
+  xm_h* vp = (xm_h*)ws;            /* [pt (stride {vps})][panel][ic][32] of one band */
   xm_h* mb = vp + {v_halves};      /* [pt][oc rows of MP panels][panel columns] of one band */
   for (int n = 0; n < {n}; ++n)
   for (int ty0 = 0; ty0 < {th}; ty0 += {br}) {{
@@ -347,7 +373,7 @@ class ConvWinogradF16(ConvUnitF16):
           const __mmask32 m1 = (__mmask32)(xm_h_mask(ns_) & ~xm_h_mask({nr} - off));
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512i hv = {packed};
-            xm_h* dst = vp + (((long)pt * {NP} + j0) * {ic} + c) * {nr};
+            xm_h* dst = vp + (long)pt * {vps} + (j0 * {ic} + c) * {nr};
             _mm512_mask_storeu_epi16(dst + off, m0, hv);
             if (m1) _mm512_mask_storeu_epi16(dst + {ic * nr} - ({nr} - off), m1, hv);
           }}
@@ -357,7 +383,7 @@ class ConvWinogradF16(ConvUnitF16):
       /* the last panel's lanes past the last tile: zeros, so that the GEMM reads defined values */
       if (bt_ % {nr})
         for (int pt = 0; pt < {pts}; ++pt)
-          _mm512_mask_storeu_epi16(vp + (((long)pt * {NP} + bnp - 1) * {ic} + c) * {nr},
+          _mm512_mask_storeu_epi16(vp + (long)pt * {vps} + ((long)(bnp - 1) * {ic} + c) * {nr},
                                    (__mmask32)~xm_h_mask(bt_ % {nr}), _mm512_setzero_si512());
     }}
     /* 2. one GEMM per transform point: M[pt] (OC x tiles) = U[pt] (OC x IC) . V[pt] (IC x tiles) */
@@ -367,7 +393,7 @@ class ConvWinogradF16(ConvUnitF16):
         const int nv = bt_ - j * {nr} < {nr} ? bt_ - j * {nr} : {nr};
         for (int k0 = 0; k0 < {ic}; k0 += {kc}) {{
           const long kl = {ic} - k0 < {kc} ? {ic} - k0 : {kc};
-          const xm_h* B = vp + (((long)pt * {NP} + j) * {ic} + k0) * {nr};
+          const xm_h* B = vp + (long)pt * {vps} + ((long)j * {ic} + k0) * {nr};
           for (int mp = 0; mp < {MP}; ++mp)
             /* U (2 MB at 14x14x256) streams from L3: each call prefetches the next row panel's block */
             xm_hukr_{mr}x{nr}(kl, w + (((long)pt * {MP} + mp) * {ic} + k0) * {mr}, B,
@@ -385,17 +411,22 @@ class ConvWinogradF16(ConvUnitF16):
         for (int tx0 = 0; tx0 < {tw}; tx0 += 32) {{
           const long nt_ = {tw} - tx0 < 32 ? {tw} - tx0 : 32;
           const long t0 = (long)(ty - ty0) * {twp} + tx0;
+          /* tiles 16 .. 31 (the float32 transform's second half) only where there are any: at
+             28x28 and 14x14 (14 and 7 tiles a row) never */
+          const int hi_ = nt_ > 16;
           __m512 ql[{pts}], qh[{pts}], ol[{m * m}], oh_[{m * m}];
           for (int pt = 0; pt < {pts}; ++pt) {{
             const __m512h mv = xm_h_loadn(mb + ((long)pt * {MP * mr} + oc_) * {cols} + t0, nt_);
-            ql[pt] = xm_h_lo_ps(mv); qh[pt] = xm_h_hi_ps(mv);
+            ql[pt] = xm_h_lo_ps(mv);
+            qh[pt] = hi_ ? xm_h_hi_ps(mv) : _mm512_setzero_ps();
           }}
           {{ const __m512* q = ql; __m512* o = ol;
           {out_tf}
           }}
-          {{ const __m512* q = qh; __m512* o = oh_;
+          if (hi_) {{ const __m512* q = qh; __m512* o = oh_;
           {out_tf}
-          }}
+          }} else
+            for (int i = 0; i < {m * m}; ++i) oh_[i] = _mm512_setzero_ps();
           for (int i = 0; i < {m}; ++i) {{
             const int yy = ty * {m} + i;
             if (yy >= {oh}) break;
