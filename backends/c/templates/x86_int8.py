@@ -703,7 +703,7 @@ class ConvDepthwiseQ8Vnni(Template):
         otype = _out_ctype(p["out"])
         rows = min(DW_ROWS, oh)
         span = 15 * sw + 4  # the bytes 16 output columns read: columns c0 + [0, 15 * sw + 4)
-        window_decls, window = self._window_builder(sw)
+        window_decls, window = self._window_builder(p)
         steps = []
         for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
             uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
@@ -727,6 +727,7 @@ class ConvDepthwiseQ8Vnni(Template):
 {_depthwise_signature(sym, p, otype)}
   {window_decls}
   {_depthwise_plane_loop(p, work, otype, "wr", fh)}
+    {self._plane_prologue(p)}
     for (int q0 = 0; q0 < {ow}; q0 += 16) {{
       const int c0 = q0 * {sw} - {pw};
       const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
@@ -747,9 +748,14 @@ class ConvDepthwiseQ8Vnni(Template):
         (rows ``4 * (rows // 4)`` on use their own), or "" where this unit has no such epilogue."""
         return ""
 
-    def _window_builder(self, sw: int) -> tuple[str, str]:
+    def _plane_prologue(self, p: dict[str, Any]) -> str:
+        """C run once per plane before its blocks (window mode): none here, the windows read the input."""
+        return ""
+
+    def _window_builder(self, p: dict[str, Any]) -> tuple[str, str]:
         """The window mode's constants (C declarations) and its call building one input row's windows
         (a format string over ``row``, ``ih``, ``iw``): ``xm_q8_window16``, two shuffles."""
+        sw = p["sw"]
         # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
         perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
         shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))

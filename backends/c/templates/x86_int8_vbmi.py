@@ -13,11 +13,20 @@ depthwise unit also builds its row windows by one ``vpermb`` and narrows four ou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from backends.c.templates.requant import exact
 from backends.c.templates.x86_amx import ISA as AMX_ISA
+from backends.c.templates.x86_int8 import (
+    DW_ROWS,
+    ConvDepthwiseQ8Relu6Vnni,
+    _depthwise_plane_loop,
+    _depthwise_signature,
+    _out_ctype,
+    island_lut_index,
+)
 from backends.c.templates.x86_int8 import ISA as VNNI_ISA
-from backends.c.templates.x86_int8 import ConvDepthwiseQ8Relu6Vnni, island_lut_index
 from backends.c.templates.x86_int8_amx_island import Conv2dQ8Relu6Amx
 from backends.c.templates.x86_int8_gemm import Conv2dQ8Relu6Vnni
 
@@ -61,6 +70,101 @@ static inline __m512i xm_qisland_lut_rows4(__m512i r0, __m512i r1, __m512i r2, _
 """
 
 
+@dataclass(frozen=True)
+class FlatWindow:
+    """One filter row's windows for 16 output pixels of a small plane (``_flat_windows``): plane
+    registers ``reg`` and ``reg + 1`` hold its bytes; ``index`` is the ``vpermi2b`` index (0x80 on a
+    padding byte, kept there by ``mask``'s zero bit); mask 0: every byte padding."""
+
+    reg: int
+    index: tuple[int, ...]
+    mask: int
+
+
+FULL_STORE = "_mm_storeu_si128((__m128i*)({at}), _mm512_extracti32x4_epi32(b, {i}));"
+MASKED_STORE = "_mm_mask_storeu_epi8({at}, out_mask, _mm512_extracti32x4_epi32(b, {i}));"
+FLAT_PLANE = 256  # the largest input plane (bytes) held in registers by the flat depthwise form
+FLAT_OW = 8  # below this output width a row fills less than half a vector: the flat form serves it
+
+
+def _flat_windows(p: dict[str, Any]) -> list[list[FlatWindow]] | None:
+    """The windows of a depthwise convolution on small planes whose output pixels run 16 to a
+    vector in plane order (a vector spans rows): for vector ``v`` and filter row ``kh``, lane j's
+    dword the four input bytes output pixel ``16 v + j`` reads with that row (taps past the filter's
+    width and pixels past the plane read padding). None where the plane is too big for registers,
+    the rows fill vectors already, or some window's bytes lie in more than two adjacent registers."""
+    ih, iw, oh, ow, fh, fw = (p[k] for k in ("ih", "iw", "oh", "ow", "fh", "fw"))
+    sh, sw, ph, pw, dh = (p[k] for k in ("sh", "sw", "ph", "pw", "dh"))
+    if ih * iw > FLAT_PLANE or ow >= FLAT_OW or fw > 4 or p["dw"] != 1:
+        return None
+    out: list[list[FlatWindow]] = []
+    for v in range(-(-oh * ow // 16)):
+        vector = []
+        for kh in range(fh):
+            offsets: list[int | None] = []
+            for j in range(16):
+                oy, ox = divmod(16 * v + j, ow)
+                iy = oy * sh - ph + kh * dh
+                for b in range(4):
+                    ix = ox * sw - pw + b
+                    inside = oy < oh and b < fw and 0 <= iy < ih and 0 <= ix < iw
+                    offsets.append(iy * iw + ix if inside else None)
+            valid = [o for o in offsets if o is not None]
+            if not valid:
+                vector.append(FlatWindow(0, (), 0))
+                continue
+            reg = min(valid) // 64
+            if max(valid) >= 64 * (reg + 2):
+                return None
+            index = tuple(0x80 if o is None else o - 64 * reg for o in offsets)
+            mask = sum(1 << i for i, o in enumerate(offsets) if o is not None)
+            vector.append(FlatWindow(reg, index, mask))
+        out.append(vector)
+    return out
+
+
+PAD_BYTES = 32 << 10  # the largest padded plane (stack bytes) the depthwise window mode copies
+# the copy pays for itself on stride-1 rows this wide (measured: 56 and 112 columns gain 7-10%); on
+# rows of 28 or 14 and at stride 2 (two input rows an output row) the copy and the loads that wait
+# for its stores cost more than the flips they save
+PAD_MIN_OW = 48
+
+
+def _padded_plane(p: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The geometry of a depthwise window-mode plane padded in a stack buffer, flipped (+ 128): (top
+    padding rows, row stride, buffer bytes). Input row iy is buffer row iy + top, its column ix at
+    ix + pw; every byte a valid output column reads outside the input is 128, and the buffer holds every
+    row a block of ``DW_ROWS`` output rows reads plus one 64-byte load's overrun. None where it is
+    bigger than ``PAD_BYTES``."""
+    ih, iw, oh, ow, fh, sh, sw, ph, pw, dh = (
+        p[k] for k in ("ih", "iw", "oh", "ow", "fh", "sh", "sw", "ph", "pw", "dh")
+    )
+    rows = min(DW_ROWS, oh)
+    last_block = (oh - 1) // rows * rows
+    bottom = last_block * sh - ph + (rows - 1) * sh + (fh - 1) * dh  # the last input row read
+    if sh != 1 or sw != 1 or ow < PAD_MIN_OW:
+        return None
+    right = max(0, (ow - 1) * sw + 3 - pw - iw + 1)  # columns read past the row (a dword's four bytes)
+    stride = pw + iw + right
+    height = max(bottom + ph + 1, ph + ih)
+    size = (height * stride + 64 + 63) // 64 * 64 + 64
+    return None if size > PAD_BYTES else (ph, stride, size)
+
+
+def _island_rows4(p: dict[str, Any], accs: list[str], stores: str) -> str:
+    """Four accumulators' int8 island results through ``xm_qisland_lut_rows4`` as ``b`` (accumulator
+    i's 16 bytes in 128-bit lane i), then ``stores``: a channel's affine form where it has one
+    (``fa != 0``), else the exact epilogue."""
+    forms = [island_lut_index(p, a, "fb") or ("", "") for a in accs]
+    group = []
+    for lanes in ([form[1] for form in forms], [form[0] for form in forms]):
+        if lanes[0]:
+            island = f"xm_qisland_lut_rows4({', '.join(lanes)}, island_lo, island_hi)"
+            group.append(f"{{ const __m512i b = {island}; {stores} }}")
+    both = len(group) == 2
+    return " else ".join(f"if (fa != 0.f) {c}" if i == 0 and both else c for i, c in enumerate(group))
+
+
 class _IslandByTable:
     """The island of a ReLU6 int8 unit by its 128-byte table: the same unit on the ``avx512vbmi``
     ISA, searched before the one it extends (``producer_isa``: the ISA its products use)."""
@@ -87,29 +191,115 @@ class ConvDepthwiseQ8Relu6Vbmi(_IslandByTable, ConvDepthwiseQ8Relu6Vnni):
         oh, ow = p["oh"], p["ow"]
         groups = []
         for g in range(0, rows // 4 * 4, 4):
-            stores = " ".join(
-                f"if (r0 + {g + i} < {oh}) _mm_mask_storeu_epi8(yp + (long)(r0 + {g + i}) * {ow} + q0, "
-                f"out_mask, _mm512_extracti32x4_epi32(b, {i}));"
+            # a full vector's row stores straight from the register (vextracti32x4 to memory takes no
+            # shuffle port, the masked store's extraction does); a row's last partial vector is masked
+            full, masked = (" ".join(
+                f"if (r0 + {g + i} < {oh}) {store.format(at=f'yp + (long)(r0 + {g + i}) * {ow} + q0', i=i)}"
                 for i in range(4)
-            )
-            forms = [island_lut_index(p, f"a{g + i}", "fb") or ("", "") for i in range(4)]
-            exact, affine = ([form[k] for form in forms] for k in (0, 1))
-            group = []
-            for lanes in (affine, exact):
-                if lanes[0]:
-                    island = f"xm_qisland_lut_rows4({', '.join(lanes)}, island_lo, island_hi)"
-                    group.append(f"{{ const __m512i b = {island}; {stores} }}")
-            # a channel's affine form where it has one (fa != 0), else the exact epilogue
-            groups.append(" else ".join(f"if (fa != 0.f) {c}" if i == 0 and len(group) == 2 else c
-                                         for i, c in enumerate(group)))
+            ) for store in (FULL_STORE, MASKED_STORE))  # fmt: skip
+            stores = full if ow % 16 == 0 else f"if (q0 + 16 <= {ow}) {{ {full} }} else {{ {masked} }}"
+            groups.append(_island_rows4(p, [f"a{g + i}" for i in range(4)], stores))
         return "\n          ".join(groups)
 
-    def _window_builder(self, sw: int) -> tuple[str, str]:
-        """The window mode's row windows by one ``vpermb`` (``xm_q8_window16_vbmi``)."""
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        windows = _flat_windows(p) if p["mode"] == "window" else None
+        if windows is None or island_lut_index(p, "a0", "fb") is None:
+            return super().render(em, sym, p)
+        return self._render_flat(sym, p, windows)
+
+    def _render_flat(self, sym: str, p: dict[str, Any], windows: list[list[FlatWindow]]) -> str:
+        """A small plane (``_flat_windows``): the plane's bytes (+ 128) in registers ``R0..``, the
+        output pixels in plane order 16 to a vector (every lane of a 7x7 plane's four vectors works,
+        where rows of 7 fill 7 of 16 lanes), each filter row's windows by one masked ``vpermi2b`` from
+        the table ``flat_idx`` (a padding byte keeps the index's 0x80), and four vectors through one
+        table island and one 64-byte store."""
+        n, c, ih, iw, oh, ow, fh = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow", "fh"))
+        otype = _out_ctype(p["out"])
+        plane = ih * iw
+        regs = -(-plane // 64)
+        table = [wd for vector in windows for wd in vector if wd.mask]
+        idx_rows = ",\n    ".join("{" + ", ".join(map(str, wd.index)) + "}" for wd in table)
+        masks = ", ".join(f"0x{wd.mask:016x}ull" for wd in table)
+        loads = " ".join(
+            f"const __m512i R{r} = _mm512_xor_si512(_mm512_maskz_loadu_epi8("
+            f"0x{(1 << min(64, plane - 64 * r)) - 1:x}ull, xp + {64 * r}), flip);"
+            for r in range(regs)
+        ) + f" const __m512i R{regs} = flip; (void)R{regs};"
+        groups, at = [], 0
+        for g in range(0, len(windows), 4):
+            accs = [f"a{i}" for i in range(4)]
+            steps = []
+            for v, vector in enumerate(windows[g : g + 4]):
+                for kh, wd in enumerate(vector):
+                    if not wd.mask:  # every byte padding: the 128s the correction counts on
+                        steps.append(f"XM_DPBUSD({accs[v]}, flip, wr[{kh}]);")
+                        continue
+                    window = (f"_mm512_mask2_permutex2var_epi8(R{wd.reg}, _mm512_load_si512((const void*)"
+                              f"flat_idx[{at}]), (__mmask64)flat_mask[{at}], R{wd.reg + 1})")
+                    steps.append(f"XM_DPBUSD({accs[v]}, {window}, wr[{kh}]);")
+                    at += 1
+            count = min(64, oh * ow - 64 * (g // 4))
+            store = f"_mm512_mask_storeu_epi8(yp + {16 * g}, 0x{(1 << count) - 1:x}ull, b);"
+            groups.append(
+                "{ " + " ".join(f"__m512i {a} = bv;" for a in accs) + "\n      "
+                + "\n      ".join(steps) + "\n      " + _island_rows4(p, accs, store) + " }"
+            )
+        work = n * c * oh * ow * fh * p["fw"]
+        body = "\n    ".join(groups)
+        return exact(f"""
+static const uint8_t {sym}_idx[{len(table)}][64] __attribute__((aligned(64))) = {{
+    {idx_rows}}};
+static const unsigned long long {sym}_mask[{len(table)}] = {{{masks}}};
+{_depthwise_signature(sym, p, otype)}
+  const uint8_t (*flat_idx)[64] = {sym}_idx;
+  const unsigned long long* flat_mask = {sym}_mask;
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  {_depthwise_plane_loop(p, work, otype, "wr", fh)}
+    {loads}
+    {body}
+  }}
+}}
+""")
+
+    def _plane_prologue(self, p: dict[str, Any]) -> str:
+        """The plane's bytes + 128 in the padded stack buffer ``pad`` (``_padded_plane``), where one
+        fits: each input row flipped once (64 bytes per ``vpxor``), not once per window that reads it."""
+        geometry = _padded_plane(p)
+        if geometry is None:
+            return ""
+        top, stride, size = geometry
+        ih, iw, pw = p["ih"], p["iw"], p["pw"]
+        chunks = -(-stride // 64)  # a row's stores reach the next row's left padding
+        rows = " ".join(
+            f"_mm512_storeu_si512((void*)(dst + {64 * k}), _mm512_xor_si512(_mm512_maskz_loadu_epi8("
+            f"0x{(1 << max(0, min(64, iw - 64 * k))) - 1:x}ull, src + {64 * k}), flip));"
+            for k in range(chunks)
+        )
+        return f"""uint8_t pad[{size}] __attribute__((aligned(64)));
+    {{
+      const __m512i flip = _mm512_set1_epi8((char)0x80);
+      for (int i = 0; i < {top * stride + pw}; i += 64) _mm512_storeu_si512((void*)(pad + i), flip);
+      for (int iy = 0; iy < {ih}; ++iy) {{
+        const int8_t* src = xp + (long)iy * {iw};
+        uint8_t* dst = pad + (long)(iy + {top}) * {stride} + {pw};
+        {rows}
+      }}
+      for (int i = {(top + ih) * stride}; i + 64 <= {size}; i += 64)
+        _mm512_storeu_si512((void*)(pad + i), flip);
+    }}"""
+
+    def _window_builder(self, p: dict[str, Any]) -> tuple[str, str]:
+        """The window mode's row windows by one ``vpermb``: of a load from the padded plane
+        (``_plane_prologue``) where there is one, else ``xm_q8_window16_vbmi`` (masked load, flip)."""
+        sw = p["sw"]
         idx = ", ".join(str(sw * j + b) for j in range(16) for b in range(4))
         decls = f"const __m512i idx = _mm512_set_epi8({', '.join(reversed(idx.split(', ')))});"
-        return decls, "xm_q8_window16_vbmi(xp, {row}, c0, m, idx, {ih}, {iw})"
-
+        geometry = _padded_plane(p)
+        if geometry is None:
+            return decls, "xm_q8_window16_vbmi(xp, {row}, c0, m, idx, {ih}, {iw})"
+        top, stride, _ = geometry
+        load = f"_mm512_loadu_si512((const void*)(pad + (long)({{row}} + {top}) * {stride} + q0 * {sw}))"
+        return decls, f"_mm512_permutexvar_epi8(idx, {load})"
 
 class Conv2dQ8Relu6AmxVbmi(_IslandByTable, Conv2dQ8Relu6Amx):
     producer_isa = AMX_ISA
