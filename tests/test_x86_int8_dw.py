@@ -1,6 +1,6 @@
 """The AVX512-VBMI int8 depthwise forms (``backends/c/templates/x86_int8_vbmi.py``) byte-exact against
 the reference interpreter: small planes in registers with the output pixels 16 to a vector across rows
-(``_flat_windows``), wide stride-1 planes through the padded, flipped stack copy (``_padded_plane``),
+(``_flat_plan``), wide stride-1 planes through the padded, flipped stack copy (``_padded_plane``),
 and the row form the others keep (masked loads); full vectors stored straight from the register. Odd
 shapes (channels not divisible by 16, odd sizes, stride 2, batch 2, no padding, input rows over 64
 bytes), after each ReLU6 island form (the table, and the clamp that keeps the exact epilogue) and
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_int8_vbmi import _flat_windows, _padded_plane
+from backends.c.templates.x86_int8_vbmi import _flat_plan, _padded_plane
 from backends.reference import run_module
 from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
@@ -78,7 +78,7 @@ def test_each_case_takes_its_form() -> None:
     """The flat cases have flat windows, the pad cases a padded plane, the row cases neither."""
     for name, shape, k, s, p, _ in CASES:
         params = _params(shape, k, s, p)
-        assert (_flat_windows(params) is not None) == name.startswith("flat"), name
+        assert (_flat_plan(params) is not None) == name.startswith("flat"), name
         assert (_padded_plane(params) is not None) == name.startswith("pad"), name
 
 

@@ -71,56 +71,113 @@ static inline __m512i xm_qisland_lut_rows4(__m512i r0, __m512i r1, __m512i r2, _
 
 
 @dataclass(frozen=True)
-class FlatWindow:
-    """One filter row's windows for 16 output pixels of a small plane (``_flat_windows``): plane
-    registers ``reg`` and ``reg + 1`` hold its bytes; ``index`` is the ``vpermi2b`` index (0x80 on a
-    padding byte, kept there by ``mask``'s zero bit); mask 0: every byte padding."""
+class Shuffle:
+    """64 bytes gathered from registers ``reg`` and ``reg + 1`` (of a family ``Q`` or ``P``) by one
+    ``vpermi2b`` with ``index``; where ``mask`` is nonzero its zero bits keep the index's byte 0x80 (the
+    padding's 128)."""
 
     reg: int
     index: tuple[int, ...]
-    mask: int
+    mask: int = 0
+
+
+@dataclass(frozen=True)
+class FlatPlan:
+    """A small plane's flat form (``_flat_plan``): the input plane in ``raw`` registers ``Q`` (bytes +
+    128), the padded plane (rows ``stride`` bytes apart, 128 around the input) in registers ``P`` built
+    by ``padded`` (None: every byte padding), and for each vector of 16 output pixels in plane order,
+    each filter row's windows from ``P``."""
+
+    raw: int
+    padded: list[Shuffle | None]
+    windows: list[list[Shuffle]]
 
 
 FULL_STORE = "_mm_storeu_si128((__m128i*)({at}), _mm512_extracti32x4_epi32(b, {i}));"
 MASKED_STORE = "_mm_mask_storeu_epi8({at}, out_mask, _mm512_extracti32x4_epi32(b, {i}));"
-FLAT_PLANE = 256  # the largest input plane (bytes) held in registers by the flat depthwise form
+FLAT_PLANE = 256  # the largest plane (bytes, input and padded) the flat depthwise form holds in registers
 FLAT_OW = 8  # below this output width a row fills less than half a vector: the flat form serves it
 
 
-def _flat_windows(p: dict[str, Any]) -> list[list[FlatWindow]] | None:
-    """The windows of a depthwise convolution on small planes whose output pixels run 16 to a
-    vector in plane order (a vector spans rows): for vector ``v`` and filter row ``kh``, lane j's
-    dword the four input bytes output pixel ``16 v + j`` reads with that row (taps past the filter's
-    width and pixels past the plane read padding). None where the plane is too big for registers,
-    the rows fill vectors already, or some window's bytes lie in more than two adjacent registers."""
+def _pair_shuffle(offsets: list[int | None], pad: bool) -> Shuffle | None:
+    """The ``Shuffle`` gathering byte ``offsets[i]`` of a register family into byte i, None if some
+    two offsets lie more than one register apart; a None offset is padding (``pad``: 128, by the mask)
+    or else any byte (a zero weight's)."""
+    valid = [o for o in offsets if o is not None]
+    reg = min(valid) // 64
+    if max(valid) >= 64 * (reg + 2):
+        return None
+    filler = 0x80 if pad else valid[0] - 64 * reg
+    index = tuple(filler if o is None else o - 64 * reg for o in offsets)
+    mask = sum(1 << i for i, o in enumerate(offsets) if o is not None) if pad else 0
+    return Shuffle(reg, index, mask)
+
+
+def _flat_plan(p: dict[str, Any]) -> FlatPlan | None:
+    """The flat form of a depthwise convolution on small planes: the output pixels run 16 to a vector
+    in plane order (a vector spans rows), lane j's dword of filter row ``kh`` the four padded-plane
+    bytes output pixel ``16 v + j`` reads with that row (taps past the filter's width read any byte of
+    the window: their weight is 0). None where a plane is too big for registers, the rows fill half a
+    vector already (``FLAT_OW``), or a window's bytes lie in more than two adjacent registers."""
     ih, iw, oh, ow, fh, fw = (p[k] for k in ("ih", "iw", "oh", "ow", "fh", "fw"))
     sh, sw, ph, pw, dh = (p[k] for k in ("sh", "sw", "ph", "pw", "dh"))
     if ih * iw > FLAT_PLANE or ow >= FLAT_OW or fw > 4 or p["dw"] != 1:
         return None
-    out: list[list[FlatWindow]] = []
+    stride = pw + max(iw, (ow - 1) * sw + fw - pw)  # the padded row: every column a tap reads
+    height = max(ih + ph, (oh - 1) * sh + (fh - 1) * dh + 1)
+    if height * stride > FLAT_PLANE:
+        return None
+    padded: list[Shuffle | None] = []
+    for r in range(-(-height * stride // 64)):
+        offsets: list[int | None] = []
+        for at in range(64 * r, 64 * r + 64):
+            iy, ix = at // stride - ph, at % stride - pw
+            offsets.append(iy * iw + ix if 0 <= iy < ih and 0 <= ix < iw else None)
+        if any(o is not None for o in offsets):
+            build = _pair_shuffle(offsets, True)
+            if build is None:
+                return None
+            padded.append(build)
+        else:
+            padded.append(None)
+    windows = _flat_windows(p, stride, ph, pw, False)
+    if windows is None:  # a stride-2 window over three padded registers: the input plane's, masked
+        padded, windows = [], _flat_windows(p, iw, 0, 0, True)
+    if windows is None:
+        return None
+    return FlatPlan(-(-ih * iw // 64), padded, windows)
+
+
+def _flat_windows(
+    p: dict[str, Any], stride: int, top: int, left: int, masked: bool
+) -> list[list[Shuffle]] | None:
+    """The flat form's windows, each vector's for each filter row, from a plane whose input rows lie
+    ``stride`` bytes apart after ``top`` rows and ``left`` columns of padding: the padded plane
+    (``top``, ``left`` the convolution's padding: every byte a tap reads is there), or the input plane
+    itself (0, 0, ``masked``: a tap outside it is padding, by the mask; ``reg`` -1: every tap)."""
+    ih, iw, oh, ow, fh, fw = (p[k] for k in ("ih", "iw", "oh", "ow", "fh", "fw"))
+    sh, sw, ph, pw, dh = (p[k] for k in ("sh", "sw", "ph", "pw", "dh"))
+    windows: list[list[Shuffle]] = []
     for v in range(-(-oh * ow // 16)):
         vector = []
         for kh in range(fh):
-            offsets: list[int | None] = []
+            taps: list[int | None] = []
             for j in range(16):
                 oy, ox = divmod(16 * v + j, ow)
                 iy = oy * sh - ph + kh * dh
                 for b in range(4):
                     ix = ox * sw - pw + b
-                    inside = oy < oh and b < fw and 0 <= iy < ih and 0 <= ix < iw
-                    offsets.append(iy * iw + ix if inside else None)
-            valid = [o for o in offsets if o is not None]
-            if not valid:
-                vector.append(FlatWindow(0, (), 0))
+                    inside = oy < oh and b < fw and (not masked or (0 <= iy < ih and 0 <= ix < iw))
+                    taps.append((iy + top) * stride + ix + left if inside else None)
+            if not any(t is not None for t in taps):  # every tap padding: the constant 128s
+                vector.append(Shuffle(-1, ()))
                 continue
-            reg = min(valid) // 64
-            if max(valid) >= 64 * (reg + 2):
+            window = _pair_shuffle(taps, masked)
+            if window is None:
                 return None
-            index = tuple(0x80 if o is None else o - 64 * reg for o in offsets)
-            mask = sum(1 << i for i, o in enumerate(offsets) if o is not None)
-            vector.append(FlatWindow(reg, index, mask))
-        out.append(vector)
-    return out
+            vector.append(window)
+        windows.append(vector)
+    return windows
 
 
 PAD_BYTES = 32 << 10  # the largest padded plane (stack bytes) the depthwise window mode copies
@@ -202,43 +259,52 @@ class ConvDepthwiseQ8Relu6Vbmi(_IslandByTable, ConvDepthwiseQ8Relu6Vnni):
         return "\n          ".join(groups)
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        windows = _flat_windows(p) if p["mode"] == "window" else None
-        if windows is None or island_lut_index(p, "a0", "fb") is None:
+        plan = _flat_plan(p) if p["mode"] == "window" else None
+        if plan is None or island_lut_index(p, "a0", "fb") is None:
             return super().render(em, sym, p)
-        return self._render_flat(sym, p, windows)
+        return self._render_flat(sym, p, plan)
 
-    def _render_flat(self, sym: str, p: dict[str, Any], windows: list[list[FlatWindow]]) -> str:
-        """A small plane (``_flat_windows``): the plane's bytes (+ 128) in registers ``R0..``, the
-        output pixels in plane order 16 to a vector (every lane of a 7x7 plane's four vectors works,
-        where rows of 7 fill 7 of 16 lanes), each filter row's windows by one masked ``vpermi2b`` from
-        the table ``flat_idx`` (a padding byte keeps the index's 0x80), and four vectors through one
-        table island and one 64-byte store."""
+    def _render_flat(self, sym: str, p: dict[str, Any], plan: FlatPlan) -> str:
+        """A small plane (``_flat_plan``): the plane's bytes (+ 128) in registers ``Q0..``, padded in
+        registers ``P0..`` (one masked ``vpermi2b`` each), the output pixels in plane order 16 to a
+        vector (a 7x7 plane's four vectors, where its rows fill 7 of 16 lanes), each filter row's
+        windows by one ``vpermi2b`` from ``P``, and four vectors through one table island and one
+        64-byte store."""
         n, c, ih, iw, oh, ow, fh = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow", "fh"))
         otype = _out_ctype(p["out"])
         plane = ih * iw
-        regs = -(-plane // 64)
-        table = [wd for vector in windows for wd in vector if wd.mask]
-        idx_rows = ",\n    ".join("{" + ", ".join(map(str, wd.index)) + "}" for wd in table)
-        masks = ", ".join(f"0x{wd.mask:016x}ull" for wd in table)
-        loads = " ".join(
-            f"const __m512i R{r} = _mm512_xor_si512(_mm512_maskz_loadu_epi8("
+        builds = [b for b in plan.padded if b is not None]
+        table = builds + [w for vector in plan.windows for w in vector if w.reg >= 0]
+        idx_rows = ",\n    ".join("{" + ", ".join(map(str, t.index)) + "}" for t in table)
+        masks = ", ".join(f"0x{t.mask:016x}ull" for t in table)
+
+        def shuffle(family: str, at: int) -> str:
+            t, idx = table[at], f"_mm512_load_si512((const void*)flat_idx[{at}])"
+            if not t.mask:
+                return f"_mm512_permutex2var_epi8({family}{t.reg}, {idx}, {family}{t.reg + 1})"
+            mask = f"(__mmask64)flat_mask[{at}]"
+            return f"_mm512_mask2_permutex2var_epi8({family}{t.reg}, {idx}, {mask}, {family}{t.reg + 1})"
+
+        regs = [
+            f"const __m512i Q{r} = _mm512_xor_si512(_mm512_maskz_loadu_epi8("
             f"0x{(1 << min(64, plane - 64 * r)) - 1:x}ull, xp + {64 * r}), flip);"
-            for r in range(regs)
-        ) + f" const __m512i R{regs} = flip; (void)R{regs};"
-        groups, at = [], 0
-        for g in range(0, len(windows), 4):
+            for r in range(plan.raw)
+        ] + [f"const __m512i Q{plan.raw} = flip; (void)Q{plan.raw};"]
+        for r, build in enumerate(plan.padded):
+            value = "flip" if build is None else shuffle("Q", builds.index(build))
+            regs.append(f"const __m512i P{r} = {value};")
+        regs.append(f"const __m512i P{len(plan.padded)} = flip; (void)P{len(plan.padded)};")
+        source = "P" if plan.padded else "Q"
+        groups, at = [], len(builds)
+        for g in range(0, len(plan.windows), 4):
             accs = [f"a{i}" for i in range(4)]
             steps = []
-            for v, vector in enumerate(windows[g : g + 4]):
-                for kh, wd in enumerate(vector):
-                    if not wd.mask:  # every byte padding: the 128s the correction counts on
-                        steps.append(f"XM_DPBUSD({accs[v]}, flip, wr[{kh}]);")
-                        continue
-                    window = (f"_mm512_mask2_permutex2var_epi8(R{wd.reg}, _mm512_load_si512((const void*)"
-                              f"flat_idx[{at}]), (__mmask64)flat_mask[{at}], R{wd.reg + 1})")
+            for v, vector in enumerate(plan.windows[g : g + 4]):
+                for kh, w in enumerate(vector):
+                    window = "flip" if w.reg < 0 else shuffle(source, at)
                     steps.append(f"XM_DPBUSD({accs[v]}, {window}, wr[{kh}]);")
-                    at += 1
-            count = min(64, oh * ow - 64 * (g // 4))
+                    at += w.reg >= 0
+            count = min(64, oh * ow - 16 * g)
             store = f"_mm512_mask_storeu_epi8(yp + {16 * g}, 0x{(1 << count) - 1:x}ull, b);"
             groups.append(
                 "{ " + " ".join(f"__m512i {a} = bv;" for a in accs) + "\n      "
@@ -255,7 +321,7 @@ static const unsigned long long {sym}_mask[{len(table)}] = {{{masks}}};
   const unsigned long long* flat_mask = {sym}_mask;
   const __m512i flip = _mm512_set1_epi8((char)0x80);
   {_depthwise_plane_loop(p, work, otype, "wr", fh)}
-    {loads}
+    {" ".join(regs)}
     {body}
   }}
 }}
