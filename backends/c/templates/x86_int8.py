@@ -698,30 +698,17 @@ class ConvDepthwiseQ8Vnni(Template):
         return self._render_window(sym, p) if p["mode"] == "window" else self._render_widen(sym, p)
 
     def _render_window(self, sym: str, p: dict[str, Any]) -> str:
-        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
+        n, c, iw, oh, ow = (p[k] for k in ("n", "ic", "iw", "oh", "ow"))
         fh, sh, sw, ph, pw = (p[k] for k in ("fh", "sh", "sw", "ph", "pw"))
         otype = _out_ctype(p["out"])
         rows = min(DW_ROWS, oh)
+        tail = oh % rows  # the last rows, a block of their own (no rows computed past the plane)
         span = 15 * sw + 4  # the bytes 16 output columns read: columns c0 + [0, 15 * sw + 4)
-        window_decls, window = self._window_builder(p)
-        steps = []
-        for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
-            uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
-            steps.append(
-                f"{{ const __m512i x = {window.format(row=f'iy0 + {t}', ih=ih, iw=iw)};"
-                + "".join(f" XM_DPBUSD(a{r}, x, wr[{kh}]);" for r, kh in uses)
-                + " }"
-            )
-        block = "\n        ".join(steps)
-        packed = self._packed_rows(p, rows)
-        own = range(rows // 4 * 4 if packed else 0, rows)  # the rows with an epilogue of their own
-        stores = "\n          ".join(
-            [packed] + [
-                f"if (r0 + {r} < {oh}) {{ "
-                f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
-                for r in own
-            ]
-        )
+        window_decls, _ = self._window_builder(p)
+        tail_block = f"""
+      if (r0 < {oh}) {{
+        {self._window_block(p, tail)}
+      }}""" if tail else ""
         work = n * c * oh * ow * fh * p["fw"]
         return exact(f"""
 {_depthwise_signature(sym, p, otype)}
@@ -732,16 +719,43 @@ class ConvDepthwiseQ8Vnni(Template):
       const int c0 = q0 * {sw} - {pw};
       const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
       const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
-      for (int r0 = 0; r0 < {oh}; r0 += {rows}) {{
-        const int iy0 = r0 * {sh} - {ph};
-        {" ".join(f"__m512i a{r} = bv;" for r in range(rows))}
-        {block}
-        {stores}
-      }}
+      int r0 = 0;
+      for (; r0 + {rows} <= {oh}; r0 += {rows}) {{
+        {self._window_block(p, rows)}
+      }}{tail_block}
     }}
   }}
 }}
 """)
+
+    def _window_block(self, p: dict[str, Any], rows: int) -> str:
+        """One block of ``rows`` output rows from ``r0`` (window mode): each input row's windows built
+        once and multiply-added into every output row that reads them, then the rows' epilogues."""
+        ih, iw, oh, ow, fh, sh, ph = (p[k] for k in ("ih", "iw", "oh", "ow", "fh", "sh", "ph"))
+        _, window = self._window_builder(p)
+        steps = []
+        for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
+            uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
+            steps.append(
+                f"{{ const __m512i x = {window.format(row=f'iy0 + {t}', ih=ih, iw=iw)};"
+                + "".join(f" XM_DPBUSD(a{r}, x, wr[{kh}]);" for r, kh in uses)
+                + " }"
+            )
+        packed = self._packed_rows(p, rows)
+        own = range(rows // 4 * 4 if packed else 0, rows)  # the rows with an epilogue of their own
+        stores = "\n        ".join(
+            [packed] + [
+                f"if (r0 + {r} < {oh}) {{ "
+                f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
+                for r in own
+            ]
+        )
+        return "\n        ".join([
+            f"const int iy0 = r0 * {sh} - {ph};",
+            " ".join(f"__m512i a{r} = bv;" for r in range(rows)),
+            *steps,
+            stores,
+        ])  # fmt: skip
 
     def _packed_rows(self, p: dict[str, Any], rows: int) -> str:
         """The stores of the block's output rows in groups of four sharing one narrowing epilogue
