@@ -93,6 +93,7 @@ def test_vbmi_depthwise_exact_threads_sanitized() -> None:
     assert source.count("flat_idx[") >= 4 and "uint8_t pad[" in source
     assert "_mm_storeu_si128((__m128i*)(yp + " in source  # full vectors of the padded form
     assert "xm_q8_window16_vbmi(xp" in source  # the row cases
+    assert "xm_q8_window8x2_vbmi(xp" in source  # rows of 16 k + 1..8 columns: the last ones two rows a vector
     got = one.run(inputs)
     want = run_module(one._stages["tensor"], inputs)  # type: ignore[arg-type]
     for name, g, w in zip(NAMES, got, want, strict=True):

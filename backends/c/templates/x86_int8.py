@@ -705,6 +705,7 @@ class ConvDepthwiseQ8Vnni(Template):
         tail = oh % rows  # the last rows, a block of their own (no rows computed past the plane)
         span = 15 * sw + 4  # the bytes 16 output columns read: columns c0 + [0, 15 * sw + 4)
         window_decls, _ = self._window_builder(p)
+        narrow, narrow_columns = self._narrow_columns(p)
         tail_block = f"""
       if (r0 < {oh}) {{
         {self._window_block(p, tail)}
@@ -715,7 +716,7 @@ class ConvDepthwiseQ8Vnni(Template):
   {window_decls}
   {_depthwise_plane_loop(p, work, otype, "wr", fh)}
     {self._plane_prologue(p)}
-    for (int q0 = 0; q0 < {ow}; q0 += 16) {{
+    for (int q0 = 0; q0 < {ow - narrow}; q0 += 16) {{
       const int c0 = q0 * {sw} - {pw};
       const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
       const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
@@ -724,6 +725,7 @@ class ConvDepthwiseQ8Vnni(Template):
         {self._window_block(p, rows)}
       }}{tail_block}
     }}
+    {narrow_columns}
   }}
 }}
 """)
@@ -756,6 +758,11 @@ class ConvDepthwiseQ8Vnni(Template):
             *steps,
             stores,
         ])  # fmt: skip
+
+    def _narrow_columns(self, p: dict[str, Any]) -> tuple[int, str]:
+        """(count, C code) of the plane's last output columns where a unit runs them on their own,
+        after the blocks of 16 columns: (0, "") here, every column vector runs those blocks."""
+        return 0, ""
 
     def _packed_rows(self, p: dict[str, Any], rows: int) -> str:
         """The stores of the block's output rows in groups of four sharing one narrowing epilogue

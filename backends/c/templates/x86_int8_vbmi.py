@@ -55,6 +55,21 @@ static inline __m512i xm_q8_window16_vbmi(const int8_t* xp, int iy, int c0, __mm
   const __m512i flip = _mm512_set1_epi8((char)0x80);
   return _mm512_permutexvar_epi8(idx, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, (const void*)at), flip));
 }
+/* the windows of 8 output columns from c0 of two input rows, iy in lanes 0-7 and iy + d in lanes 8-15
+   (idx2: byte 4j + b from the first row's byte j * stride + b, 64 + that from the second's): a plane's
+   last 8 or fewer columns two rows to a vector; a row outside [0, ih) is padding, 128 */
+static inline __m512i xm_q8_window8x2_vbmi(const int8_t* xp, int iy, int d, int c0, __mmask64 m,
+                                           __m512i idx2, int ih, int iw) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  __m512i rows[2];
+  for (int i = 0; i < 2; ++i) {
+    const int y = iy + i * d;
+    const uintptr_t at = (uintptr_t)(xp + (long)y * iw) + (uintptr_t)(intptr_t)c0;
+    rows[i] = (unsigned)y >= (unsigned)ih ? flip
+            : _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, (const void*)at), flip);
+  }
+  return _mm512_permutex2var_epi8(rows[0], idx2, rows[1]);
+}
 /* the island of four rows' int32 lanes r0..r3 (int8-saturated, clamped at 0) by its table lo:hi, row
    i's 16 bytes in 128-bit lane i: vpackssdw / vpacksswb saturate as vpmovsdb does, and one max, one
    table lookup and one vpermb (rows_idx: lane k of the packs holds columns 4k..4k+3 of each row) serve
@@ -352,6 +367,48 @@ static const unsigned long long {sym}_mask[{len(table)}] = {{{masks}}};
       }}
       for (int i = {(top + ih) * stride}; i + 64 <= {size}; i += 64)
         _mm512_storeu_si512((void*)(pad + i), flip);
+    }}"""
+
+    def _narrow_columns(self, p: dict[str, Any]) -> tuple[int, str]:
+        """A plane's last 8 or fewer output columns (56 = 3 * 16 + 8) two rows to a vector where the
+        epilogue is the island table's (``xm_q8_window8x2_vbmi``; blocks of 8 rows, four vectors):
+        half the vectors, products and epilogues the 16-column blocks would spend on them."""
+        ih, iw, oh, ow, fh, sh, sw, ph, pw, dh = (
+            p[k] for k in ("ih", "iw", "oh", "ow", "fh", "sh", "sw", "ph", "pw", "dh")
+        )
+        narrow = ow % 16
+        if not 0 < narrow <= 8 or ow < 16 or island_lut_index(p, "a0", "fb") is None:
+            return 0, ""
+        idx2 = [64 * (j // 8) + sw * (j % 8) + b for j in range(16) for b in range(4)]
+        uses: dict[int, list[tuple[int, int]]] = {}  # a pair's first input row (from iy0): (pair, kh)
+        for pair in range(4):
+            for kh in range(fh):
+                uses.setdefault(2 * pair * sh + kh * dh, []).append((pair, kh))
+        steps = [
+            f"{{ const __m512i x = xm_q8_window8x2_vbmi(xp, iy0 + {t}, {sh}, c0, m2, idx2, {ih}, {iw});"
+            + "".join(f" XM_DPBUSD(a{pair}, x, wr[{kh}]);" for pair, kh in pairs)
+            + " }"
+            for t, pairs in sorted(uses.items())
+        ]
+        lo = (1 << narrow) - 1
+        stores = " ".join(
+            f"if (r0 + {2 * i + half} < {oh}) _mm_mask_storeu_epi8(yp + (long)(r0 + {2 * i + half}) * {ow}"
+            f" + q0{' - 8' if half else ''}, 0x{lo << 8 * half:x}, _mm512_extracti32x4_epi32(b, {i}));"
+            for i in range(4)
+            for half in (0, 1)
+        )
+        epilogue = _island_rows4(p, [f"a{i}" for i in range(4)], stores)
+        newline = "\n        "
+        return narrow, f"""{{
+      const int q0 = {ow - narrow}, c0 = q0 * {sw} - {pw};
+      const __mmask64 m2 = xm_q8_span64(c0, {7 * sw + 4}, {iw});
+      const __m512i idx2 = _mm512_set_epi8({", ".join(str(i) for i in reversed(idx2))});
+      for (int r0 = 0; r0 < {oh}; r0 += 8) {{
+        const int iy0 = r0 * {sh} - {ph};
+        __m512i a0 = bv, a1 = bv, a2 = bv, a3 = bv;
+        {newline.join(steps)}
+        {epilogue}
+      }}
     }}"""
 
     def _window_builder(self, p: dict[str, Any]) -> tuple[str, str]:
