@@ -119,3 +119,28 @@ def test_vbmi_depthwise_every_input_value(name: str) -> None:
     got = compiled.run(inputs)[NAMES.index(name)]
     want = run_module(compiled._stages["tensor"], inputs)[NAMES.index(name)]  # type: ignore[arg-type]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target", ["x86-avx512-nchw88-vnni", TARGET])
+def test_window_mode_vertical_dilation(target: str) -> None:
+    """A depthwise filter dilated down its rows only (window mode: 3 taps a row): each output row
+    reads input rows two apart, in the 16-column blocks and in the narrow last columns (20 = 16 + 4)."""
+    require(target)
+    rng = np.random.default_rng(9)
+    c = 5
+    w = (rng.standard_normal((c, 1, 1, 3, 3)) * 0.3).astype(np.float32)
+    sw = float(np.abs(w).max()) / 127
+    wq = Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw))
+
+    def fn(x: Tensor) -> Tensor:
+        y = F.quantized.conv_bias_activation(x.astype(D.qint8(SX)), wq, None, dtype=D.qint8(0.04),
+                                             padding=(2, 1), dilation=(2, 1), groups=c)  # fmt: skip
+        return F.relu6(y.astype("float32")).astype(D.qint8(6 / 127)).astype("float32")
+
+    x = (rng.standard_normal((1, c, 12, 20)) * 3).astype(np.float32)
+    compiled = compile_fn(fn, [x], target)
+    assert "vnni_dww_" in compiled.source
+    assert ("xm_q8_window8x2_vbmi(xp" in compiled.source) == (target == TARGET)
+    want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
+    for g, w_ in zip(compiled.run([x]), want, strict=True):
+        np.testing.assert_array_equal(g, w_)

@@ -733,11 +733,13 @@ class ConvDepthwiseQ8Vnni(Template):
     def _window_block(self, p: dict[str, Any], rows: int) -> str:
         """One block of ``rows`` output rows from ``r0`` (window mode): each input row's windows built
         once and multiply-added into every output row that reads them, then the rows' epilogues."""
-        ih, iw, oh, ow, fh, sh, ph = (p[k] for k in ("ih", "iw", "oh", "ow", "fh", "sh", "ph"))
+        ih, iw, oh, ow, fh, sh, ph, dh = (p[k] for k in ("ih", "iw", "oh", "ow", "fh", "sh", "ph", "dh"))
         _, window = self._window_builder(p)
         steps = []
-        for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
-            uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
+        for t in range((rows - 1) * sh + (fh - 1) * dh + 1):  # the block's input rows, t from iy0
+            uses = [(r, kh) for r in range(rows) for kh in range(fh) if r * sh + kh * dh == t]
+            if not uses:  # a row between dilated taps
+                continue
             steps.append(
                 f"{{ const __m512i x = {window.format(row=f'iy0 + {t}', ih=ih, iw=iw)};"
                 + "".join(f" XM_DPBUSD(a{r}, x, wr[{kh}]);" for r, kh in uses)

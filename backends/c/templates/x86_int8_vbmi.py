@@ -9,7 +9,12 @@ checked by ``island_form``) are a 128-byte table: two zmm registers, one ``vperm
 ``scale`` and ``float`` forms. A clamp island keeps its two operations. These units are the VNNI,
 depthwise and AMX island families on this ISA (searched first), over the same convolutions. The
 depthwise unit also builds its row windows by one ``vpermb`` and narrows four output rows at once
-(two packs, one max, one lookup, one ``vpermb``) instead of a ``vpmovsdb``, a max and a lookup each."""
+(two packs, one max, one lookup, one ``vpermb``) instead of a ``vpmovsdb``, a max and a lookup each;
+and it fills the vectors the 16-column row blocks leave part empty: planes whose rows are under 8
+columns (7x7) run 16 output pixels a vector across rows, their windows ``vpermi2b`` of the plane held
+in registers (``_flat_plan``); a plane's last 8 or fewer columns (56 = 3 * 16 + 8) run two rows a
+vector (``xm_q8_window8x2_vbmi``). Wide stride-1 planes are flipped once into a padded stack copy
+(``_padded_plane``), and full row vectors are stored straight from the register."""
 
 from __future__ import annotations
 
