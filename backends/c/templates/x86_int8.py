@@ -698,58 +698,87 @@ class ConvDepthwiseQ8Vnni(Template):
         return self._render_window(sym, p) if p["mode"] == "window" else self._render_widen(sym, p)
 
     def _render_window(self, sym: str, p: dict[str, Any]) -> str:
-        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
+        n, c, iw, oh, ow = (p[k] for k in ("n", "ic", "iw", "oh", "ow"))
         fh, sh, sw, ph, pw = (p[k] for k in ("fh", "sh", "sw", "ph", "pw"))
         otype = _out_ctype(p["out"])
         rows = min(DW_ROWS, oh)
+        tail = oh % rows  # the last rows, a block of their own (no rows computed past the plane)
         span = 15 * sw + 4  # the bytes 16 output columns read: columns c0 + [0, 15 * sw + 4)
-        window_decls, window = self._window_builder(sw)
+        window_decls, _ = self._window_builder(p)
+        narrow, narrow_columns = self._narrow_columns(p)
+        tail_block = f"""
+      if (r0 < {oh}) {{
+        {self._window_block(p, tail)}
+      }}""" if tail else ""
+        work = n * c * oh * ow * fh * p["fw"]
+        return exact(f"""
+{_depthwise_signature(sym, p, otype)}
+  {window_decls}
+  {_depthwise_plane_loop(p, work, otype, "wr", fh)}
+    {self._plane_prologue(p)}
+    for (int q0 = 0; q0 < {ow - narrow}; q0 += 16) {{
+      const int c0 = q0 * {sw} - {pw};
+      const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
+      const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
+      int r0 = 0;
+      for (; r0 + {rows} <= {oh}; r0 += {rows}) {{
+        {self._window_block(p, rows)}
+      }}{tail_block}
+    }}
+    {narrow_columns}
+  }}
+}}
+""")
+
+    def _window_block(self, p: dict[str, Any], rows: int) -> str:
+        """One block of ``rows`` output rows from ``r0`` (window mode): each input row's windows built
+        once and multiply-added into every output row that reads them, then the rows' epilogues."""
+        ih, iw, oh, ow, fh, sh, ph, dh = (p[k] for k in ("ih", "iw", "oh", "ow", "fh", "sh", "ph", "dh"))
+        _, window = self._window_builder(p)
         steps = []
-        for t in range((rows - 1) * sh + fh):  # the block's input rows, t from iy0
-            uses = [(r, t - r * sh) for r in range(rows) if 0 <= t - r * sh < fh]
+        for t in range((rows - 1) * sh + (fh - 1) * dh + 1):  # the block's input rows, t from iy0
+            uses = [(r, kh) for r in range(rows) for kh in range(fh) if r * sh + kh * dh == t]
+            if not uses:  # a row between dilated taps
+                continue
             steps.append(
                 f"{{ const __m512i x = {window.format(row=f'iy0 + {t}', ih=ih, iw=iw)};"
                 + "".join(f" XM_DPBUSD(a{r}, x, wr[{kh}]);" for r, kh in uses)
                 + " }"
             )
-        block = "\n        ".join(steps)
         packed = self._packed_rows(p, rows)
         own = range(rows // 4 * 4 if packed else 0, rows)  # the rows with an epilogue of their own
-        stores = "\n          ".join(
+        stores = "\n        ".join(
             [packed] + [
                 f"if (r0 + {r} < {oh}) {{ "
                 f"{_epilogue(p, f'a{r}', 'fb', f'yp + (long)(r0 + {r}) * {ow} + q0', 'out_mask')} }}"
                 for r in own
             ]
         )
-        work = n * c * oh * ow * fh * p["fw"]
-        return exact(f"""
-{_depthwise_signature(sym, p, otype)}
-  {window_decls}
-  {_depthwise_plane_loop(p, work, otype, "wr", fh)}
-    for (int q0 = 0; q0 < {ow}; q0 += 16) {{
-      const int c0 = q0 * {sw} - {pw};
-      const __mmask64 m = xm_q8_span64(c0, {span}, {iw});
-      const __mmask16 out_mask = xm_q8_lanes({ow} - q0);
-      for (int r0 = 0; r0 < {oh}; r0 += {rows}) {{
-        const int iy0 = r0 * {sh} - {ph};
-        {" ".join(f"__m512i a{r} = bv;" for r in range(rows))}
-        {block}
-        {stores}
-      }}
-    }}
-  }}
-}}
-""")
+        return "\n        ".join([
+            f"const int iy0 = r0 * {sh} - {ph};",
+            " ".join(f"__m512i a{r} = bv;" for r in range(rows)),
+            *steps,
+            stores,
+        ])  # fmt: skip
+
+    def _narrow_columns(self, p: dict[str, Any]) -> tuple[int, str]:
+        """(count, C code) of the plane's last output columns where a unit runs them on their own,
+        after the blocks of 16 columns: (0, "") here, every column vector runs those blocks."""
+        return 0, ""
 
     def _packed_rows(self, p: dict[str, Any], rows: int) -> str:
         """The stores of the block's output rows in groups of four sharing one narrowing epilogue
         (rows ``4 * (rows // 4)`` on use their own), or "" where this unit has no such epilogue."""
         return ""
 
-    def _window_builder(self, sw: int) -> tuple[str, str]:
+    def _plane_prologue(self, p: dict[str, Any]) -> str:
+        """C run once per plane before its blocks (window mode): none here, the windows read the input."""
+        return ""
+
+    def _window_builder(self, p: dict[str, Any]) -> tuple[str, str]:
         """The window mode's constants (C declarations) and its call building one input row's windows
         (a format string over ``row``, ``ih``, ``iw``): ``xm_q8_window16``, two shuffles."""
+        sw = p["sw"]
         # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
         perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
         shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))
