@@ -1019,6 +1019,9 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
 # [-128, 127] before the truncation (the bounds are integers: the same as after it), and a NaN kept
 # by max_ps / min_ps (each returns its second operand, here y, on a NaN) converts to INT_MIN, whose
 # low byte, vpmovdb's result, is xm_qint16's 0
+# values the quantize prefetches ahead (a page: the hardware's stream prefetch stops at page ends;
+# MobileNetV2's 602 KB input from L3 0.029 -> 0.028 ms, from memory 0.054 -> 0.040 ms)
+QUANTIZE_AHEAD = 1024
 QUANTIZE_C = r"""
 #ifndef XM_QUANTIZE16
 #define XM_QUANTIZE16
@@ -1039,8 +1042,9 @@ class TypeCvtQ8Vnni(TypeCvtF16C):
     islands quantized graphs keep (MobileNetV2's RELU6 between a dequantize and a quantize) pay
     these conversions on every activation, and a quantized model's input its quantize.
 
-    The quantize runs 64 values a step (four loads, one 64-byte store) in :data:`QUANTIZE_C`'s
-    shorter form of ``xm_qscaled16``; only the last partial step is masked."""
+    The quantize runs 64 values a step (four loads, one 64-byte store, the lines a page ahead
+    prefetched) in :data:`QUANTIZE_C`'s shorter form of ``xm_qscaled16``; only the last partial step
+    is masked."""
 
     isa = ISA
 
@@ -1063,6 +1067,9 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
   (void)ws;
   {parallel}
   for (long i = 0; i < {full}; i += 64) {{
+    if (i + {QUANTIZE_AHEAD + 64} <= {size})  /* the four lines {QUANTIZE_AHEAD * 4} bytes ahead */
+      for (int line = 0; line < 4; ++line)
+        _mm_prefetch((const char*)(in + i + {QUANTIZE_AHEAD} + 16 * line), _MM_HINT_T0);
     const __m128i a = xm_quantize16(_mm512_loadu_ps(in + i), inv);
     const __m128i b = xm_quantize16(_mm512_loadu_ps(in + i + 16), inv);
     const __m128i c = xm_quantize16(_mm512_loadu_ps(in + i + 32), inv);
