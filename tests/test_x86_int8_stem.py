@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
+from backends.c.templates import x86_int8
 from backends.c.templates.x86_amx_os import AMX_ENV
+from backends.c.templates.x86_int8_requant import AffineRequant, affine_requant
 from backends.reference import run_module
 from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
@@ -42,6 +44,7 @@ CASES = [
     ("ic5_oc7_identity", (1, 5, 21, 40), 7, 3, 2, 1, "identity"),  # 15 quads, one channel block
     ("ic4_s1_clamp", (1, 4, 17, 19), 33, 3, 1, 1, "clamp"),  # stride 1, three channel blocks
     ("ic2_k2_s2_nopad_island", (2, 2, 40, 37), 16, 2, 2, 0, "island"),  # 2-tap rows, 20 x 18
+    ("ic4_s1_island", (1, 4, 18, 16), 40, 3, 1, 1, "island"),  # 16 wide: every block ends a row
 ]
 NAMES = [c[0] for c in CASES]
 
@@ -114,7 +117,7 @@ def test_stem_exact_on_one_and_two_threads(
     fn, inputs = model
     compiled = compile_fn(fn, inputs, target)
     calls = _stem_calls(compiled)
-    islands = 3 if target == TARGET else 1  # the VBMI unit takes the clamp island too
+    islands = 4 if target == TARGET else 1  # the VBMI unit takes the clamp island too
     assert len(calls) == len(CASES), calls
     assert sum(c.endswith("_lut") for c in calls) == (islands if target == TARGET else 0), calls
     assert sum("_relu6_" in c for c in calls) == islands, calls
@@ -123,6 +126,33 @@ def test_stem_exact_on_one_and_two_threads(
     _check(compiled.run(inputs), want, target)
     assert_threads_agree(fn, inputs, target, compiled)
     assert_instructions(compiled, ("tdpbsud", "vpackssdw", "vpacksswb", "vpermd"))
+
+
+@pytest.mark.parametrize("target", [TARGET, TARGET_NO_VBMI])
+def test_stem_exact_channels_beside_affine_ones(
+    model: tuple[Callable[..., Any], list[np.ndarray]], target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Channels on the exact epilogue (where ``x86_int8_requant`` finds no affine form; forced here for
+    every third channel, which is always valid) beside affine ones: the table island's four vectors
+    narrowed together, the other forms a vector at a time."""
+    require(target)
+    require_amx()
+
+    def every_third_exact(*args: Any) -> AffineRequant | None:
+        got = affine_requant(*args)
+        if got is None:
+            return None
+        ok = got.ok.copy()
+        ok[::3] = False
+        return AffineRequant(np.where(ok, got.a, 0).astype(np.float32), got.b, ok, got.lo)
+
+    monkeypatch.setattr(x86_int8, "affine_requant", every_third_exact)
+    fn, inputs = model
+    compiled = compile_fn(fn, inputs, target)
+    stems = [line for line in compiled.ir("kernel-plan-memory").splitlines() if "kernel.def @amxstem" in line]
+    assert len(stems) == len(CASES) and all(re.search(r"affine = \[-?\d+ : i64, 0 : i64\]", s) for s in stems)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    _check(compiled.run(inputs), want, f"{target}, exact channels")
 
 
 def test_stem_vnni_path_gives_the_same_bytes(

@@ -46,6 +46,7 @@ from backends.c.templates.x86_int8 import (
     _Relu6Island,
     _requant_operands,
     island_form,
+    island_lut_index,
 )
 from backends.c.templates.x86_int8_vbmi import _IslandByTable
 from passes.lowering.kernels import Lowered
@@ -147,11 +148,22 @@ class Conv2dQ8StemAmx(Template):
             return fast
         exact_p = {k: v for k, v in p.items() if k != "affine"}
         fbias = "fbias[o]" if _has_fbias(p) else "0.f"
-        vectors = " ".join(
-            f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)(a + {LANES * j})), bv); "
-            f"{_epilogue(exact_p, 'v', 'fb', f'yo + {LANES * j}', f'(__mmask16)(keep >> {LANES * j})')} }}"
+        loads = " ".join(
+            f"__m512i v{j} = _mm512_add_epi32(_mm512_load_si512((const void*)(a + {LANES * j})), bv);"
             for j in range(4)
         )
+        tables = [island_lut_index(exact_p, f"v{j}", "fb") for j in range(4)]
+        if tables[0] is not None:  # the table's indices (in [0, 127]) of four vectors, one lookup
+            lanes = ", ".join(t[0] for t in tables if t)
+            vectors = (
+                f"{loads} _mm512_mask_storeu_epi8(yo, keep, "
+                f"_mm512_permutex2var_epi8(island_lo, xm_q8_narrow64({lanes}), island_hi));"
+            )
+        else:
+            vectors = loads + " " + " ".join(
+                _epilogue(exact_p, f"v{j}", "fb", f"yo + {LANES * j}", f"(__mmask16)(keep >> {LANES * j})")
+                for j in range(4)
+            )
         slow = f"const __m512i bv = _mm512_set1_epi32(bias[o]); const float fb = {fbias}; (void)fb; {vectors}"
         return f"if (afc[o] != 0.f) {{ {fast} }} else {{ {slow} }}" if affine else slow
 
