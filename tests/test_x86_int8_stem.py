@@ -4,7 +4,8 @@ MobileNetV2's 3x3 stride-2 stem shape and odd ones (other channel counts, output
 16-pixel block fits, 64-pixel items that end mid-row and a ragged last item, batch 2, stride 1,
 2-tap rows), with and without the ReLU6 island (its byte table on VBMI, its clamp form without),
 on one and two threads, on the VNNI path a process refused tile data takes, and under ASan/UBSan.
-Each case's kernel choice is pinned. Skipped with the reason on CPUs without AMX-INT8 (or VBMI)."""
+Each case's kernel choice is pinned; a deeper few-channel layer (5 channels) stays with x86_amx.
+Skipped with the reason on CPUs without AMX-INT8 (or VBMI)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ SX = 1 / 40
 CASES = [
     ("mobilenet_stem_island", (1, 3, 38, 46), 32, 3, 2, 1, "island"),
     ("oc20_n2_relu", (2, 3, 33, 35), 20, 3, 2, 1, "relu"),  # 17 x 18: items end mid-row
-    ("ic5_oc7_identity", (1, 5, 21, 40), 7, 3, 2, 1, "identity"),  # 15 quads, one channel block
+    ("ic4_k4_oc7_identity", (1, 4, 21, 40), 7, 4, 2, 1, "identity"),  # 16 quads, one channel block
     ("ic4_s1_clamp", (1, 4, 17, 19), 33, 3, 1, 1, "clamp"),  # stride 1, three channel blocks
     ("ic2_k2_s2_nopad_island", (2, 2, 40, 37), 16, 2, 2, 0, "island"),  # 2-tap rows, 20 x 18
     ("ic4_s1_island", (1, 4, 18, 16), 40, 3, 1, 1, "island"),  # 16 wide: every block ends a row
@@ -109,18 +110,17 @@ def _stem_calls(compiled: Any) -> list[str]:
 def test_stem_exact_on_one_and_two_threads(
     model: tuple[Callable[..., Any], list[np.ndarray]], target: str
 ) -> None:
-    """Every case runs on the stem unit (the island in its epilogue: by the table unit with VBMI; by
-    the clamp form without, the other islands then left to their own ops), byte-exact, and two
-    threads give the same bytes as one."""
+    """Every case runs on the stem unit, the islands in its epilogue (on VBMI by the table unit; without
+    it the clamp island narrowed with the others, the scale and float forms a vector at a time),
+    byte-exact, and two threads give the same bytes as one."""
     require(target)
     require_amx()
     fn, inputs = model
     compiled = compile_fn(fn, inputs, target)
     calls = _stem_calls(compiled)
-    islands = 4 if target == TARGET else 1  # the VBMI unit takes the clamp island too
     assert len(calls) == len(CASES), calls
-    assert sum(c.endswith("_lut") for c in calls) == (islands if target == TARGET else 0), calls
-    assert sum("_relu6_" in c for c in calls) == islands, calls
+    assert sum(c.endswith("_lut") for c in calls) == (4 if target == TARGET else 0), calls
+    assert sum("_relu6_" in c for c in calls) == 4, calls
     assert ("typecvt", "avx512vnni") in _families(compiled)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     _check(compiled.run(inputs), want, target)
@@ -153,6 +153,22 @@ def test_stem_exact_channels_beside_affine_ones(
     assert len(stems) == len(CASES) and all(re.search(r"affine = \[-?\d+ : i64, 0 : i64\]", s) for s in stems)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     _check(compiled.run(inputs), want, f"{target}, exact channels")
+
+
+def test_deeper_few_channel_layers_stay_with_the_amx_convolution() -> None:
+    """Five input channels are no image's: ``x86_amx``'s convolution (and its island) keeps them."""
+    require(TARGET)
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((8, 5, 3, 3)) * 0.3).astype(np.float32)
+    sw = float(np.abs(w).max()) / 127
+    wq = Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw))
+
+    def f(x: Tensor) -> Tensor:
+        y = F.quantized.conv_bias_activation(x.astype(D.qint8(SX)), wq, None, dtype=D.qint8(0.05), padding=1)
+        return y.astype("float32")
+
+    compiled = compile_fn(f, [rng.standard_normal((1, 5, 9, 20)).astype(np.float32)], TARGET)
+    assert ("conv2d_q8_amx", "amx") in _families(compiled) and not _stem_calls(compiled)
 
 
 def test_stem_vnni_path_gives_the_same_bytes(

@@ -1,6 +1,7 @@
 """The int8 first layer on AMX tiles (``conv2d_q8_stem``): MobileNetV2's 3x3 stride-2 convolution on 3
-plain NCHW channels, ahead of ``x86_amx.Conv2dQ8Amx``, whose ``rows`` mode packs the whole input
-first and whose per-16-pixel epilogue narrows, looks up and stores each vector on its own.
+plain NCHW channels (an image's: at most 4), ahead of ``x86_amx.Conv2dQ8Amx``, whose ``rows`` mode
+packs the whole input first and whose per-16-pixel epilogue narrows, looks up and stores each vector
+on its own.
 
 Here a work item is 64 consecutive output pixels of one image (the output plane flattened, so the
 item's store is one 64-byte line per channel; a 16-pixel block that crosses a row end takes its
@@ -17,8 +18,9 @@ four 16-pixel vectors, narrowed
 together by two ``vpackssdw`` and one ``vpacksswb`` (the saturation of ``vpmovsdb``), put back in
 pixel order by one ``vpermd``, then the activation's bound (``max`` 0 after a RELU) or the ReLU6
 island as ``x86_int8`` defines it: its byte table (AVX512-VBMI, ``xm_qisland_lut16``'s ``vpermi2b``)
-or a clamp; the island's other float forms stay with the AMX convolution's units. A channel without
-the affine form takes ``x86_int8``'s exact epilogue, 16 pixels a vector. Threads share the items
+or a clamp (the island's scale and float forms take ``x86_int8``'s epilogue a vector at a time). A
+channel without the affine form takes the exact epilogue, its table island's indices narrowed four
+vectors together too. Threads share the items
 statically: results are bit-identical on any thread count."""
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from backends.c.templates.x86_int8 import (
     SUPPORT,
     _affine_tag,
     _bias_decls,
+    _channel_vectors,
     _dense_conv_q8,
     _epilogue,
     _has_fbias,
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
 LANES = 16  # pixels of a B tile (its columns) and of one vector
 ITEM = 4 * LANES  # pixels of a work item: four accumulator tiles, one 64-byte store per channel
 QUADS = 16  # rows of a B tile: (channel, filter row) pairs
+IMAGE_CHANNELS = 4  # the input channels of a first layer: an image's (RGB, RGBA)
 
 STEM_SUPPORT = r"""
 #ifndef XM_X86_INT8_STEM
@@ -77,8 +81,8 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 class Conv2dQ8StemAmx(Template):
-    """Few-channel int8 NCHW convolutions (``C * FH <= 16`` quads of ``FW <= 4`` taps, stride 1 or
-    2, no dilation or groups, an int8 result) on AMX tiles built in place;
+    """First-layer int8 NCHW convolutions (an image's ``C <= 4`` channels, ``C * FH <= 16`` quads of
+    ``FW <= 4`` taps, stride 1 or 2, no dilation or groups, an int8 result) on AMX tiles built in place;
     see the module docstring."""
 
     family = "conv2d_q8_stem"
@@ -96,6 +100,8 @@ class Conv2dQ8StemAmx(Template):
         # a stem's window (a 1x1 convolution's quads would hold one tap each); a block of 16 pixels
         # crosses at most one row end; one K tile
         if not (2 <= p["fw"] <= 4 and p["fh"] >= 2 and p["ow"] >= LANES and p["ic"] * p["fh"] <= QUADS):
+            return None
+        if p["ic"] > IMAGE_CHANNELS:  # few-channel layers deeper in a network stay with x86_amx
             return None
         biases = _requant_operands(p, operands, wv, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
@@ -118,6 +124,15 @@ class Conv2dQ8StemAmx(Template):
     def support(self, em: CEmitter) -> str:
         return REQUANT_C + SUPPORT + AMX_SUPPORT + STEM_SUPPORT
 
+    @staticmethod
+    def _narrows(p: dict[str, Any]) -> bool:
+        """Whether the affine channels' results of four vectors are narrowed together: no island, or
+        an island that is its byte table or a clamp."""
+        island = p.get("island")
+        if island is None or _island_by_lut(p):
+            return True
+        return island_form(float(np.float32(island[0])), float(np.float32(island[1])))[0] == "clamp"
+
     def _narrowed(self, p: dict[str, Any]) -> str:
         """The C expression of the item's 64 result bytes of channel ``o`` from its accumulator row
         ``a`` (four vectors of 16 pixels), ``fa`` and ``fo`` the channel's slope and offset."""
@@ -132,14 +147,21 @@ class Conv2dQ8StemAmx(Template):
         q = f"_mm512_max_epi8({q}, _mm512_setzero_si512())"  # the island maps every r <= 0 to 0
         if _island_by_lut(p):
             return f"_mm512_permutex2var_epi8(island_lo, {q}, island_hi)"
-        form, _, hi = island_form(float(np.float32(island[0])), float(np.float32(island[1])))
-        assert form == "clamp", form  # the island units decline the others
+        _, _, hi = island_form(float(np.float32(island[0])), float(np.float32(island[1])))  # a clamp
         return f"_mm512_min_epi8({q}, _mm512_set1_epi8({hi}))"
 
     def _channel_epilogue(self, p: dict[str, Any]) -> str:
         """The C statements storing the item's results of channel ``o`` (accumulator row ``a``) at
         ``yo``: the affine form (:meth:`_narrowed`) where the channel has one, else the exact one."""
         affine = p.get("affine")
+        fbias = "fbias[o]" if _has_fbias(p) else "0.f"
+        if not self._narrows(p):  # the island's scale / float forms: x86_int8's epilogue, a vector at a time
+            vectors = " ".join(
+                f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)(a + {LANES * j})), bv); "
+                f"{_epilogue(p, 'v', 'fb', f'yo + {LANES * j}', f'(__mmask16)(keep >> {LANES * j})')} }}"
+                for j in range(4)
+            )
+            return f"{_channel_vectors(p, 'o')} const float fb = {fbias}; (void)fb; {vectors}"
         fast = (
             f"const __m512 va = _mm512_set1_ps(afc[o]), vo = _mm512_set1_ps(afc[{p['oc']} + o]);"
             f" _mm512_mask_storeu_epi8(yo, keep, {self._narrowed(p)});"
@@ -147,7 +169,6 @@ class Conv2dQ8StemAmx(Template):
         if affine and affine[1]:
             return fast
         exact_p = {k: v for k, v in p.items() if k != "affine"}
-        fbias = "fbias[o]" if _has_fbias(p) else "0.f"
         loads = " ".join(
             f"__m512i v{j} = _mm512_add_epi32(_mm512_load_si512((const void*)(a + {LANES * j})), bv);"
             for j in range(4)
@@ -262,25 +283,17 @@ static void {sym}({_kernel_args(p)}) {{
 
 
 class Conv2dQ8StemRelu6Amx(_Relu6Island, Conv2dQ8StemAmx):
-    """The stem with its ReLU6 float island where the island is a clamp (no table without VBMI)."""
+    """The stem with its ReLU6 float island in the epilogue (a clamp narrowed with the others; the
+    scale and float forms a vector at a time)."""
 
     family = "conv2d_q8_stem_relu6"
     conv_family = Conv2dQ8StemAmx.family
     producer_isa = AMX_ISA
     priority = 104  # ahead of the AMX island (103), whose convolution this family's declines
 
-    def match(self, op: Operation) -> Lowered | None:
-        got = super().match(op)
-        if got is None:
-            return None
-        s_in, s_out = (float(np.float32(s)) for s in got.params["island"])
-        if not got.params.get("island_lut") and island_form(s_in, s_out)[0] != "clamp":
-            return None
-        return got
-
 
 class Conv2dQ8StemRelu6Vbmi(_IslandByTable, Conv2dQ8StemRelu6Amx):
-    """The same with the island's byte table (every island form)."""
+    """The same with the island's byte table (every form but a clamp)."""
 
 
 KERNEL_UNITS = (Conv2dQ8StemAmx(), Conv2dQ8StemRelu6Amx(), Conv2dQ8StemRelu6Vbmi())
