@@ -135,7 +135,7 @@ class Conv2dQ8StemAmx(Template):
 
     def _narrowed(self, p: dict[str, Any]) -> str:
         """The C expression of the item's 64 result bytes of channel ``o`` from its accumulator row
-        ``a`` (four vectors of 16 pixels), ``fa`` and ``fo`` the channel's slope and offset."""
+        ``a`` (four vectors of 16 pixels), ``va`` and ``vo`` the channel's slope and offset."""
         lanes = ", ".join(
             f"xm_qaffine16(_mm512_load_si512((const void*)(a + {LANES * j})), va, vo)" for j in range(4)
         )
@@ -152,7 +152,8 @@ class Conv2dQ8StemAmx(Template):
 
     def _channel_epilogue(self, p: dict[str, Any]) -> str:
         """The C statements storing the item's results of channel ``o`` (accumulator row ``a``) at
-        ``yo``: the affine form (:meth:`_narrowed`) where the channel has one, else the exact one."""
+        ``yo``: the affine form (:meth:`_narrowed`) where the channel has one, else the exact one;
+        where four vectors are not narrowed together (:meth:`_narrows`), ``x86_int8``'s epilogue."""
         affine = p.get("affine")
         fbias = "fbias[o]" if _has_fbias(p) else "0.f"
         if not self._narrows(p):  # the island's scale / float forms: x86_int8's epilogue, a vector at a time
