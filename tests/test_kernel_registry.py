@@ -82,8 +82,8 @@ def test_c_registry_orders_families_by_priority() -> None:
         "conv2d_nchw44_winograd", "conv2d_nchw44_gemm", "conv2d_nchw44_dw3x3",
         "conv2d_nchw44", "conv2d_nchw44_q8",
         "conv2d_depthwise", "conv2d_pixrows_f16", "conv2d_dw_f16", "conv2d_bf16_amx", "conv2d_winograd_f16",
-        "conv2d_stem_f16", "conv2d_gemm_f16", "conv2d_gemm", "conv2d_q8_amx", "conv2d_dw_q8_x86",
-        "conv2d_q8_x86", "conv2d_q8",
+        "conv2d_stem_f16", "conv2d_gemm_f16", "conv2d_gemm", "conv2d_q8_stem", "conv2d_q8_amx",
+        "conv2d_dw_q8_x86", "conv2d_q8_x86", "conv2d_q8",
     ]  # fmt: skip
     assert KERNELS.families(T.MatrixMulOp) == [
         "matmul_bf16_amx", "matmul_matvec", "matmul_gemm", "matmul_f16", "matmul_q8_amx", "matmul_q8",

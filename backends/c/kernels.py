@@ -9,7 +9,8 @@ element types never accept the same op, so their relative order only matters wit
   register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
   GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
   int8 180; NCHW float32 depthwise 110, GEMM 100;
-  NCHW int8: x86 AMX dense 97 (x86_amx), x86 depthwise 96, x86 dense 95, portable 90;
+  NCHW int8: x86 AMX few-channel first layers 98 (x86_int8_stem), x86 AMX dense 97 (x86_amx), x86
+  depthwise 96, x86 dense 95, portable 90;
   NCHW float32 with +bf16: AMX-BF16 dense 107 (x86_amx_bf16), behind the float32 depthwise 110;
   NCHW44 float Winograd 197 (neon_winograd: 3x3 stride 1 where its cost model beats the GEMM);
 * float32 depthwise 3x3 NCHW88 convolutions, stride 1 or 2 (x86_f32_dw): 305, ahead of the
@@ -35,7 +36,8 @@ element types never accept the same op, so their relative order only matters wit
   (x86_fp16_winograd.py), first-layer direct 105 (x86_fp16_stem.py), GEMM convolution 104,
   pooling 105, matrix multiplication 99, elementwise 97 (the elemwise_f16 family of neon_fp16);
 * typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
-  and 101 (depthwise), ahead of typecvt 100 (x86_int8.py); 103 for the AMX one (x86_int8_amx_island).
+  and 101 (depthwise), ahead of typecvt 100 (x86_int8.py); 103 for the AMX one (x86_int8_amx_island),
+  104 for the AMX first layer's (x86_int8_stem).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from backends.c.templates import (
     x86_int8_amx_island,
     x86_int8_avx2,
     x86_int8_gemm,
+    x86_int8_stem,
     x86_int8_vbmi,
 )
 from passes.lowering.kernels import KernelRegistry
@@ -102,6 +105,7 @@ KERNELS = KernelRegistry(
         *x86_amx_bf16.KERNEL_UNITS,
         *x86_int8_amx_island.KERNEL_UNITS,
         *x86_int8_vbmi.KERNEL_UNITS,
+        *x86_int8_stem.KERNEL_UNITS,
         *x86_amx_matmul.KERNEL_UNITS,
         *neon_gemm.KERNEL_UNITS,
         *neon_int8.KERNEL_UNITS,

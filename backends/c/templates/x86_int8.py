@@ -1043,11 +1043,37 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
 """
 
 
+# xm_qscaled16(xm_qmul16(x, inv)) in five operations instead of about ten: y + copysign(0.5, y) by
+# one ternary-logic op (-0.0 takes -0.5, xm_qround16 +0.5: both truncate to a zero), clamped to
+# [-128, 127] before the truncation (the bounds are integers: the same as after it), and a NaN kept
+# by max_ps / min_ps (each returns its second operand, here y, on a NaN) converts to INT_MIN, whose
+# low byte, vpmovdb's result, is xm_qint16's 0
+# values the quantize prefetches ahead (a page: the hardware's stream prefetch stops at page ends;
+# MobileNetV2's 602 KB input from L3 0.029 -> 0.028 ms, from memory 0.054 -> 0.040 ms)
+QUANTIZE_AHEAD = 1024
+QUANTIZE_C = r"""
+#ifndef XM_QUANTIZE16
+#define XM_QUANTIZE16
+static inline __m128i xm_quantize16(__m512 x, __m512 inv) {
+  const __m512 y = xm_qmul16(x, inv);
+  const __m512i sign = _mm512_set1_epi32((int)0x80000000u), half = _mm512_set1_epi32(0x3F000000);
+  const __m512 h = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(y), sign, half, 0xEA));
+  const __m512 t = _mm512_max_ps(_mm512_set1_ps(-128.f), xm_qadd16(y, h));
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(_mm512_set1_ps(127.f), t)));
+}
+#endif
+"""
+
+
 class TypeCvtQ8Vnni(TypeCvtF16C):
     """``typecvt`` between float32 and int8 (zero point 0) 16 lanes at a time, the reference's
     quantize (``roundf(x * (1.f / s))`` saturated) and dequantize; other pairs as on AVX2. The float
     islands quantized graphs keep (MobileNetV2's RELU6 between a dequantize and a quantize) pay
-    these conversions on every activation."""
+    these conversions on every activation, and a quantized model's input its quantize.
+
+    The quantize runs 64 values a step (four loads, one 64-byte store, the lines a page ahead
+    prefetched) in :data:`QUANTIZE_C`'s shorter form of ``xm_qscaled16``; only the last partial step
+    is masked."""
 
     isa = ISA
 
@@ -1056,31 +1082,50 @@ class TypeCvtQ8Vnni(TypeCvtF16C):
         if pair not in (("f32", "q8"), ("q8", "f32")) or p["zp_in"] or p["zp_out"]:
             return super().render(em, sym, p)
         size = p["size"]
-        if pair == ("f32", "q8"):  # quantize: x * (1.0f / s), rounded, saturated
-            ctypes, body = ("float", "int8_t"), (
-                "_mm_mask_storeu_epi8(out + i, m, xm_qscaled16(xm_qmul16(_mm512_maskz_loadu_ps(m, in + i), "
-                f"_mm512_set1_ps({f32(inverse(p['s_out']))}))));"
-            )
-        else:  # dequantize: q * s
-            ctypes, body = ("int8_t", "float"), (
-                "_mm512_mask_storeu_ps(out + i, m, xm_qdeq16(_mm512_cvtepi8_epi32("
-                f"_mm_maskz_loadu_epi8(m, in + i)), _mm512_set1_ps({f32(p['s_in'])})));"
-            )
+        parallel = f"#pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {size} > 262144)"
         # the helpers travel with the function (include-guarded): support() must stay the portable
         # template's string, which the emitter then writes once for both
-        return REQUANT_C + SUPPORT + exact(f"""
+        if pair == ("f32", "q8"):  # quantize: x * (1.0f / s), rounded, saturated
+            inv = f32(inverse(p["s_out"]))
+            full = size - size % 64
+            return REQUANT_C + SUPPORT + QUANTIZE_C + exact(f"""
 static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
-  const {ctypes[0]}* in = (const {ctypes[0]}*)in_;
-  {ctypes[1]}* out = ({ctypes[1]}*)out_;
+  const float* in = (const float*)in_;
+  int8_t* out = (int8_t*)out_;
+  const __m512 inv = _mm512_set1_ps({inv});
   (void)ws;
-  #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {size} > 262144)
-  for (long i = 0; i < {size}; i += 16) {{
+  {parallel}
+  for (long i = 0; i < {full}; i += 64) {{
+    if (i + {QUANTIZE_AHEAD + 64} <= {size})  /* the four lines {QUANTIZE_AHEAD * 4} bytes ahead */
+      for (int line = 0; line < 4; ++line)
+        _mm_prefetch((const char*)(in + i + {QUANTIZE_AHEAD} + 16 * line), _MM_HINT_T0);
+    const __m128i a = xm_quantize16(_mm512_loadu_ps(in + i), inv);
+    const __m128i b = xm_quantize16(_mm512_loadu_ps(in + i + 16), inv);
+    const __m128i c = xm_quantize16(_mm512_loadu_ps(in + i + 32), inv);
+    const __m128i d = xm_quantize16(_mm512_loadu_ps(in + i + 48), inv);
+    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+    const __m256i cd = _mm256_inserti128_si256(_mm256_castsi128_si256(c), d, 1);
+    _mm512_storeu_si512((void*)(out + i), _mm512_inserti64x4(_mm512_castsi256_si512(ab), cd, 1));
+  }}
+  for (long i = {full}; i < {size}; i += 16) {{
     const __mmask16 m = xm_q8_lanes({size} - i);
-    {body}
+    _mm_mask_storeu_epi8(out + i, m, xm_quantize16(_mm512_maskz_loadu_ps(m, in + i), inv));
   }}
 }}
 """)
-
+        return REQUANT_C + SUPPORT + exact(f"""
+static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
+  const int8_t* in = (const int8_t*)in_;
+  float* out = (float*)out_;
+  (void)ws;
+  {parallel}
+  for (long i = 0; i < {size}; i += 16) {{
+    const __mmask16 m = xm_q8_lanes({size} - i);
+    const __m512i q = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, in + i));
+    _mm512_mask_storeu_ps(out + i, m, xm_qdeq16(q, _mm512_set1_ps({f32(p["s_in"])})));
+  }}
+}}
+""")
 
 
 KERNEL_UNITS = (

@@ -1,0 +1,302 @@
+"""The int8 first layer on AMX tiles (``conv2d_q8_stem``): MobileNetV2's 3x3 stride-2 convolution on 3
+plain NCHW channels (an image's: at most 4), ahead of ``x86_amx.Conv2dQ8Amx``, whose ``rows`` mode
+packs the whole input first and whose per-16-pixel epilogue narrows, looks up and stores each vector
+on its own.
+
+Here a work item is 64 consecutive output pixels of one image (the output plane flattened, so the
+item's store is one 64-byte line per channel; a 16-pixel block that crosses a row end takes its
+last lanes from the next row). Its B tiles are built in place from the input, no packing pass:
+tile row ``q`` is the quad of filter row ``r`` of channel ``c`` (``q = c * FH + r``, its ``FW <= 4``
+taps and zero filter bytes past them), the 16 lanes' windows of one input row cut by
+``xm_q8_window16`` (one masked load, a ``vpermd`` and a ``vpshufb``; padding is ``x = 0``, the
+byte 128 of the ``x + 128`` operands). So ``C * FH <= 16`` (one K tile). The A tiles are the
+filters, ``[OC/16][16 channels][64 k]``. ``tdpbsud`` multiplies; where Linux refuses tile data the
+same integers come from ``vpdpbusd`` on the same tiles in memory.
+
+The epilogue is ``x86_int8_requant``'s affine form where a channel has it: ``floor(u * a + b)`` of
+four 16-pixel vectors, narrowed
+together by two ``vpackssdw`` and one ``vpacksswb`` (the saturation of ``vpmovsdb``), put back in
+pixel order by one ``vpermd``, then the activation's bound (``max`` 0 after a RELU) or the ReLU6
+island as ``x86_int8`` defines it: its byte table (AVX512-VBMI, ``xm_qisland_lut16``'s ``vpermi2b``)
+or a clamp (the island's scale and float forms take ``x86_int8``'s epilogue a vector at a time). A
+channel without the affine form takes the exact epilogue, its table island's indices narrowed four
+vectors together too. Threads share the items
+statically: results are bit-identical on any thread count."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from backends.c.templates import Template
+from backends.c.templates.requant import REQUANT_C, exact
+from backends.c.templates.typed import Conv2dQ8
+from backends.c.templates.x86_amx import AMX_SUPPORT
+from backends.c.templates.x86_amx import ISA as AMX_ISA
+from backends.c.templates.x86_int8 import (
+    PARALLEL_WORK,
+    SUPPORT,
+    _affine_tag,
+    _bias_decls,
+    _channel_vectors,
+    _dense_conv_q8,
+    _epilogue,
+    _has_fbias,
+    _island_by_lut,
+    _kernel_args,
+    _Relu6Island,
+    _requant_operands,
+    island_form,
+    island_lut_index,
+)
+from backends.c.templates.x86_int8_vbmi import _IslandByTable
+from passes.lowering.kernels import Lowered
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
+
+LANES = 16  # pixels of a B tile (its columns) and of one vector
+ITEM = 4 * LANES  # pixels of a work item: four accumulator tiles, one 64-byte store per channel
+QUADS = 16  # rows of a B tile: (channel, filter row) pairs
+IMAGE_CHANNELS = 4  # the input channels of a first layer: an image's (RGB, RGBA)
+
+STEM_SUPPORT = r"""
+#ifndef XM_X86_INT8_STEM
+#define XM_X86_INT8_STEM
+/* four vectors of int32 lanes (pixels 16i..16i+15 in r_i) to 64 int8 bytes in pixel order, saturated
+   as vpmovsdb saturates: the packs leave 128-bit lane L holding dwords (4 pixels) 4L..4L+3 of r0, r1,
+   r2, r3 in turn; one vpermd puts them back */
+static inline __m512i xm_q8_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+  const __m512i q = _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), q);
+}
+#endif
+"""
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Conv2dQ8StemAmx(Template):
+    """First-layer int8 NCHW convolutions (an image's ``C <= 4`` channels, ``C * FH <= 16`` quads of
+    ``FW <= 4`` taps, stride 1 or 2, no dilation or groups, an int8 result) on AMX tiles built in place;
+    see the module docstring."""
+
+    family = "conv2d_q8_stem"
+    isa = AMX_ISA
+    ops = Conv2dQ8.ops
+    priority = 98  # ahead of the AMX conv2d_q8_amx (97), which takes what this declines
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = _dense_conv_q8(op)
+        if got is None:
+            return None
+        p, operands, wv = got
+        if p["groups"] != 1 or (p["dh"], p["dw"]) != (1, 1) or p["sw"] > 2 or p["out"] != "q8":
+            return None
+        # a stem's window (a 1x1 convolution's quads would hold one tap each); a block of 16 pixels
+        # crosses at most one row end; one K tile
+        if not (2 <= p["fw"] <= 4 and p["fh"] >= 2 and p["ow"] >= LANES and p["ic"] * p["fh"] <= QUADS):
+            return None
+        if p["ic"] > IMAGE_CHANNELS:  # few-channel layers deeper in a network stay with x86_amx
+            return None
+        biases = _requant_operands(p, operands, wv, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
+        if biases is None:
+            return None
+        return Lowered(p, [operands[0], operands[1], *biases])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return "amxstem_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand != 1:
+            return None
+        oc, ic, fh, fw = p["oc"], p["ic"], p["fh"], p["fw"]
+        w = np.asarray(array).view(np.int8).reshape(oc, ic * fh, fw)
+        # [OC/16][16 channels][16 quads][4]: k = 4 * (c * FH + r) + s, zero past each row's FW taps
+        tiles = np.zeros((_ceil_div(oc, LANES) * LANES, QUADS, 4), np.int8)
+        tiles[:oc, : ic * fh, :fw] = w
+        return np.ascontiguousarray(tiles), "amx_stem_a16x64"
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C + SUPPORT + AMX_SUPPORT + STEM_SUPPORT
+
+    @staticmethod
+    def _narrows(p: dict[str, Any]) -> bool:
+        """Whether the affine channels' results of four vectors are narrowed together: no island, or
+        an island that is its byte table or a clamp."""
+        island = p.get("island")
+        if island is None or _island_by_lut(p):
+            return True
+        return island_form(float(np.float32(island[0])), float(np.float32(island[1])))[0] == "clamp"
+
+    def _narrowed(self, p: dict[str, Any]) -> str:
+        """The C expression of the item's 64 result bytes of channel ``o`` from its accumulator row
+        ``a`` (four vectors of 16 pixels), ``va`` and ``vo`` the channel's slope and offset."""
+        lanes = ", ".join(
+            f"xm_qaffine16(_mm512_load_si512((const void*)(a + {LANES * j})), va, vo)" for j in range(4)
+        )
+        q = f"xm_q8_narrow64({lanes})"
+        lo = p["affine"][0] if p.get("affine") else -128
+        island = p.get("island")
+        if island is None:
+            return q if lo < 0 else f"_mm512_max_epi8({q}, _mm512_setzero_si512())"
+        q = f"_mm512_max_epi8({q}, _mm512_setzero_si512())"  # the island maps every r <= 0 to 0
+        if _island_by_lut(p):
+            return f"_mm512_permutex2var_epi8(island_lo, {q}, island_hi)"
+        _, _, hi = island_form(float(np.float32(island[0])), float(np.float32(island[1])))  # a clamp
+        return f"_mm512_min_epi8({q}, _mm512_set1_epi8({hi}))"
+
+    def _channel_epilogue(self, p: dict[str, Any]) -> str:
+        """The C statements storing the item's results of channel ``o`` (accumulator row ``a``) at
+        ``yo``: the affine form (:meth:`_narrowed`) where the channel has one, else the exact one;
+        where four vectors are not narrowed together (:meth:`_narrows`), ``x86_int8``'s epilogue."""
+        affine = p.get("affine")
+        fbias = "fbias[o]" if _has_fbias(p) else "0.f"
+        if not self._narrows(p):  # the island's scale / float forms: x86_int8's epilogue, a vector at a time
+            vectors = " ".join(
+                f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)(a + {LANES * j})), bv); "
+                f"{_epilogue(p, 'v', 'fb', f'yo + {LANES * j}', f'(__mmask16)(keep >> {LANES * j})')} }}"
+                for j in range(4)
+            )
+            return f"{_channel_vectors(p, 'o')} const float fb = {fbias}; (void)fb; {vectors}"
+        fast = (
+            f"const __m512 va = _mm512_set1_ps(afc[o]), vo = _mm512_set1_ps(afc[{p['oc']} + o]);"
+            f" _mm512_mask_storeu_epi8(yo, keep, {self._narrowed(p)});"
+        )
+        if affine and affine[1]:
+            return fast
+        exact_p = {k: v for k, v in p.items() if k != "affine"}
+        loads = " ".join(
+            f"__m512i v{j} = _mm512_add_epi32(_mm512_load_si512((const void*)(a + {LANES * j})), bv);"
+            for j in range(4)
+        )
+        tables = [island_lut_index(exact_p, f"v{j}", "fb") for j in range(4)]
+        if tables[0] is not None:  # the table's indices (in [0, 127]) of four vectors, one lookup
+            lanes = ", ".join(t[0] for t in tables if t)
+            vectors = (
+                f"{loads} _mm512_mask_storeu_epi8(yo, keep, "
+                f"_mm512_permutex2var_epi8(island_lo, xm_q8_narrow64({lanes}), island_hi));"
+            )
+        else:
+            vectors = loads + " " + " ".join(
+                _epilogue(exact_p, f"v{j}", "fb", f"yo + {LANES * j}", f"(__mmask16)(keep >> {LANES * j})")
+                for j in range(4)
+            )
+        slow = f"const __m512i bv = _mm512_set1_epi32(bias[o]); const float fb = {fbias}; (void)fb; {vectors}"
+        return f"if (afc[o] != 0.f) {{ {fast} }} else {{ {slow} }}" if affine else slow
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        pixels = oh * ow
+        items = _ceil_div(pixels, ITEM)
+        ocb = _ceil_div(oc, LANES)
+        quads = ic * fh
+        span = (LANES - 1) * sw + fw  # the input bytes a row's 16 windows read
+        # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
+        perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
+        shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))
+        windows = "\n".join(
+            f"""          {{ /* channel {q // fh}, filter row {q % fh} */
+            const int8_t* xc = xn + {q // fh * ih * iw};
+            const int iy = oy * {sh} + {q % fh - ph};
+            __m512i v = xm_q8_window16(xc, iy, c0, xm_q8_span64(c0, {span}, {iw}), perm, shuf, {ih}, {iw});
+            if (rest < {LANES}) {{ /* the next row's windows in the lanes past the row end */
+              const __m512i u = xm_q8_window16(xc, iy + {sh}, c1, xm_q8_span64(c1, {span}, {iw}), perm, shuf,
+                                               {ih}, {iw});
+              v = _mm512_mask_mov_epi32(v, (__mmask16)(0xFFFFu << rest), u);
+            }}
+            _mm512_store_si512((void*)(bt[blk] + {64 * q}), v);
+          }}"""
+            for q in range(quads)
+        )
+        vnni = f"""for (int r = 0; r < {LANES}; ++r)
+              for (int j = 0; j < 4; ++j) {{
+                __m512i c = _mm512_setzero_si512();
+                for (int q = 0; q < {quads}; ++q)
+                  c = _mm512_dpbusd_epi32(c, _mm512_load_si512((const void*)(bt[j] + 64 * q)),
+                                          _mm512_set1_epi32(((const int32_t*)(wa + {4 * QUADS} * r))[q]));
+                _mm512_store_si512((void*)&acc[r][{LANES} * j], c);
+              }}"""
+        channel = self._channel_epilogue(p)
+        work = n * oc * pixels * quads * 4
+        fbias_void = " (void)fbias;" if _has_fbias(p) else ""
+        return exact(f"""
+static void {sym}({_kernel_args(p)}) {{
+  const int8_t* x = (const int8_t*)x_;
+  const int8_t* wpk = (const int8_t*)w_;
+  {_bias_decls(p)}
+  int8_t* y = (int8_t*)y_;
+  (void)bias; (void)ws;{fbias_void}
+  const __m512i perm = _mm512_setr_epi32({perm});
+  const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
+  const int use_amx = xm_amx_ready();
+  #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
+  {{
+    /* B tiles: four blocks of 16 pixels, a 64-byte row per quad (the rows past the quads stay 0) */
+    uint8_t bt[4][{QUADS * 64}] __attribute__((aligned(64)));
+    int32_t acc[{LANES}][{ITEM}] __attribute__((aligned(64)));
+    memset(bt, 0, sizeof bt);
+    if (use_amx) xm_amx_configure();
+    #pragma omp for schedule(static)
+    for (int item = 0; item < {n * items}; ++item) {{
+      const int nn = item / {items}, p0 = item % {items} * {ITEM};
+      const int8_t* xn = x + (long)nn * {ic * ih * iw};
+      for (int blk = 0; blk < 4; ++blk) {{
+        /* lanes [0, rest) are columns ox.. of row oy, the others columns 0.. of row oy + 1 */
+        const int pb = p0 + {LANES} * blk, oy = pb / {ow}, ox = pb % {ow}, rest = {ow} - ox;
+        const int c0 = ox * {sw} - {pw}, c1 = -rest * {sw} - {pw};
+        (void)c1;
+{windows}
+      }}
+      const int count = {pixels} - p0 < {ITEM} ? {pixels} - p0 : {ITEM};
+      const __mmask64 keep = count == {ITEM} ? ~(__mmask64)0 : (((__mmask64)1 << count) - 1);
+      for (int cb = 0; cb < {ocb}; ++cb) {{
+        const int8_t* wa = wpk + (long)cb * {LANES * QUADS * 4};
+        if (use_amx) {{
+          _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+          _tile_loadd(4, wa, 64);
+          _tile_loadd(5, bt[0], 64); _tile_loadd(6, bt[1], 64); _tile_loadd(7, bt[2], 64);
+          _tile_dpbsud(0, 4, 5); _tile_dpbsud(1, 4, 6); _tile_dpbsud(2, 4, 7);
+          _tile_loadd(5, bt[3], 64);
+          _tile_dpbsud(3, 4, 5);
+          _tile_stored(0, &acc[0][0], {ITEM * 4}); _tile_stored(1, &acc[0][16], {ITEM * 4});
+          _tile_stored(2, &acc[0][32], {ITEM * 4}); _tile_stored(3, &acc[0][48], {ITEM * 4});
+        }} else {{
+          {vnni}
+        }}
+        for (int r = 0; r < {LANES} && cb * {LANES} + r < {oc}; ++r) {{
+          const int o = cb * {LANES} + r;
+          const int32_t* a = acc[r];
+          int8_t* yo = y + ((long)nn * {oc} + o) * {pixels} + p0;
+          {channel}
+        }}
+      }}
+    }}
+    if (use_amx) _tile_release();
+  }}
+}}
+""")
+
+
+class Conv2dQ8StemRelu6Amx(_Relu6Island, Conv2dQ8StemAmx):
+    """The stem with its ReLU6 float island in the epilogue (a clamp narrowed with the others; the
+    scale and float forms a vector at a time)."""
+
+    family = "conv2d_q8_stem_relu6"
+    conv_family = Conv2dQ8StemAmx.family
+    producer_isa = AMX_ISA
+    priority = 104  # ahead of the AMX island (103), whose convolution this family's declines
+
+
+class Conv2dQ8StemRelu6Vbmi(_IslandByTable, Conv2dQ8StemRelu6Amx):
+    """The same with the island's byte table (every form but a clamp)."""
+
+
+KERNEL_UNITS = (Conv2dQ8StemAmx(), Conv2dQ8StemRelu6Amx(), Conv2dQ8StemRelu6Vbmi())
+
+__all__ = ["KERNEL_UNITS", "STEM_SUPPORT"]
