@@ -120,12 +120,15 @@ static inline void xm_q8_quad64(uint8_t* dst, const int8_t* a_, const int8_t* b_
 static inline __m512i xm_q8_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
   return _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
 }
-/* four vectors of int8 results (the low 16 bytes of each) in pack order as 64 bytes in pixel order:
-   dword 4k + j of the result is dword k of vector j */
+/* 64 bytes whose 128-bit lane L holds dword L of four 16-byte parts in turn, back in the parts'
+   order: dword 4k + j of the result is dword k of part j */
+static inline __m512i xm_q8_dword_transpose64(__m512i z) {
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
+}
+/* four vectors of int8 results (the low 16 bytes of each) in pack order as 64 bytes in pixel order */
 static inline __m512i xm_q8_join64(__m128i q0, __m128i q1, __m128i q2, __m128i q3) {
   __m512i z = _mm512_inserti32x4(_mm512_castsi128_si512(q0), q1, 1);
-  z = _mm512_inserti32x4(_mm512_inserti32x4(z, q2, 2), q3, 3);
-  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
+  return xm_q8_dword_transpose64(_mm512_inserti32x4(_mm512_inserti32x4(z, q2, 2), q3, 3));
 }
 #endif
 """

@@ -51,6 +51,7 @@ from backends.c.templates.x86_int8 import (
     island_form,
     island_lut_index,
 )
+from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT
 from backends.c.templates.x86_int8_vbmi import _IslandByTable
 from passes.lowering.kernels import Lowered
 
@@ -62,18 +63,12 @@ ITEM = 4 * LANES  # pixels of a work item: four accumulator tiles, one 64-byte s
 QUADS = 16  # rows of a B tile: (channel, filter row) pairs
 IMAGE_CHANNELS = 4  # the input channels of a first layer: an image's (RGB, RGBA)
 
-STEM_SUPPORT = r"""
-#ifndef XM_X86_INT8_STEM
-#define XM_X86_INT8_STEM
-/* four vectors of int32 lanes (pixels 16i..16i+15 in r_i) to 64 int8 bytes in pixel order, saturated
-   as vpmovsdb saturates: the packs leave 128-bit lane L holding dwords (4 pixels) 4L..4L+3 of r0, r1,
-   r2, r3 in turn; one vpermd puts them back */
-static inline __m512i xm_q8_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
-  const __m512i q = _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
-  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), q);
-}
-#endif
-"""
+
+def pixel_order(lanes: str) -> str:
+    """The C expression of four vectors of int32 results (pixels 16j..16j+15 in the j-th of ``lanes``)
+    as 64 int8 in pixel order, saturated as vpmovsdb saturates: x86_int8_gemm's pack-order narrowing,
+    then one vpermd."""
+    return f"xm_q8_dword_transpose64(xm_q8_narrow64({lanes}))"
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -122,7 +117,7 @@ class Conv2dQ8StemAmx(Template):
         return np.ascontiguousarray(tiles), "amx_stem_a16x64"
 
     def support(self, em: CEmitter) -> str:
-        return REQUANT_C + SUPPORT + AMX_SUPPORT + STEM_SUPPORT
+        return REQUANT_C + SUPPORT + AMX_SUPPORT + GEMM_SUPPORT
 
     @staticmethod
     def _narrows(p: dict[str, Any]) -> bool:
@@ -139,7 +134,7 @@ class Conv2dQ8StemAmx(Template):
         lanes = ", ".join(
             f"xm_qaffine16(_mm512_load_si512((const void*)(a + {LANES * j})), va, vo)" for j in range(4)
         )
-        q = f"xm_q8_narrow64({lanes})"
+        q = pixel_order(lanes)
         lo = p["affine"][0] if p.get("affine") else -128
         island = p.get("island")
         if island is None:
@@ -179,7 +174,7 @@ class Conv2dQ8StemAmx(Template):
             lanes = ", ".join(t[0] for t in tables if t)
             vectors = (
                 f"{loads} _mm512_mask_storeu_epi8(yo, keep, "
-                f"_mm512_permutex2var_epi8(island_lo, xm_q8_narrow64({lanes}), island_hi));"
+                f"_mm512_permutex2var_epi8(island_lo, {pixel_order(lanes)}, island_hi));"
             )
         else:
             vectors = loads + " " + " ".join(
@@ -299,4 +294,4 @@ class Conv2dQ8StemRelu6Vbmi(_IslandByTable, Conv2dQ8StemRelu6Amx):
 
 KERNEL_UNITS = (Conv2dQ8StemAmx(), Conv2dQ8StemRelu6Amx(), Conv2dQ8StemRelu6Vbmi())
 
-__all__ = ["KERNEL_UNITS", "STEM_SUPPORT"]
+__all__ = ["KERNEL_UNITS"]
