@@ -112,7 +112,7 @@ VNNI_POINTWISE_K = 32
 # thread-CPU medians, AMX -> pointwise (ms): K 40 -> 48 at 56x56 0.0355 -> 0.0316; K 144 -> 24 at
 # 56x56 0.0484 -> 0.0387, at 28x28 0.0116 -> 0.0117; K 96 -> 16 at 28x28 0.0080 -> 0.0062; past
 # these pairs AMX wins: K 64 -> 32 at 56x56 0.0276 -> 0.0301, K 144 -> 48 0.0693 -> 0.0771, ResNet-50's
-# K 256 -> 64 at 56x56 0.108 -> 0.327, MobileNetV2's K 320 -> 1280 at 7x7 0.025 -> 0.082
+# K 256 -> 64 at 56x56 0.110 -> 0.181, MobileNetV2's K 320 -> 1280 at 7x7 0.025 -> 0.082
 VNNI_POINTWISE_OVER_AMX = ((48, 48), (144, 24))  # (most input, most output channels) pairs
 
 

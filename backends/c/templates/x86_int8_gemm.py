@@ -252,9 +252,9 @@ def choose_tile(pixels: int, ocg: int, steps: int, isa: GemmIsa = VNNI) -> tuple
 POINTWISE_MAX_C4 = 64
 POINTWISE_NV = 4  # its tile's vectors of 16 pixels: one 64-byte store per output channel
 POINTWISE_MAX_MR = 6  # its tile's output channels: 24 accumulators, 4 activation vectors, a weight
-# ... where the channel quadruple loop is fully unrolled (K <= 32); a rolled loop keeps the epilogue's
-# constants live across it, and 24 accumulators then spill inside it (GCC: 30 stack moves per 24
-# vpdpbusd at K 2048; 16 accumulators: none)
+# ... where the channel quadruple loop is fully unrolled (K <= 32); in a rolled loop, beside the
+# epilogue's constants, 24 accumulators spill (GCC: 30 stack moves per 24 vpdpbusd at K 2048, a
+# kernel twice as slow); 16 accumulators do not
 POINTWISE_UNROLLED_C4, POINTWISE_ROLLED_MR = 8, 4
 ACC = "@ACC@"  # an accumulator's name in an epilogue rendered once for the four vectors of a tile row
 
