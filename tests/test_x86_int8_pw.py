@@ -1,9 +1,12 @@
 """The pointwise mode of the AVX512-VNNI int8 GEMM (``x86_int8_gemm.Conv2dQ8Gemm._render_pointwise``:
-1x1 stride-1 convolutions of at most 32 input channels, MobileNetV2's expansions and projections)
+1x1 stride-1 convolutions of few input channels, MobileNetV2's expansions and projections)
 byte-exact against the reference interpreter: channel counts that are no multiple of four, of the
-tile's rows or of 16, pixel counts that fill no 64-pixel block, batch 2; the exact, the affine and the
+tile's rows or of 16, input channels past one unrolled quadruple loop (K > 32, up to the mode's
+largest), pixel counts that fill no 64-pixel block, batch 2; the exact, the affine and the
 post-processed epilogues, the ReLU6 island (float forms on VNNI, the byte table on VBMI); one and two
-threads alike, and once under ASan / UBSan."""
+threads alike, and once under ASan / UBSan. On an AMX target, the split of
+``x86_amx.vnni_pointwise_wins`` (byte-exact on the tiles and on the VNNI path a process without tile
+data takes)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
+from backends.c.templates.x86_amx import VNNI_POINTWISE_OVER_AMX
+from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
 from backends.c.templates.x86_int8_gemm import POINTWISE_MAX_C4
 from backends.reference import run_module
 from backends.reference.quant_kernels import quantize
@@ -23,6 +28,7 @@ from tests.codegen_util import assert_instructions, assert_threads_agree, check_
 
 TARGET = "x86-avx512-nchw88-vnni"
 VBMI_TARGET = f"{TARGET}-vbmi"
+AMX_TARGET = f"{TARGET}-amx-vbmi"
 SX = 1 / 40
 
 # (input N, C, H, W), output channels, nonlinear mode, ReLU6 island scale (None: no island)
@@ -33,6 +39,11 @@ CASES = [
     ((1, 32, 8, 8), 16, "identity", None),  # the largest K of the mode, exactly one block
     ((1, 24, 5, 23), 37, "h_swish", None),  # a post-processed (float) epilogue, no affine form
     ((2, 13, 11, 7), 6, "identity", 0.1),  # island and 2 images
+    # K past the unrolled quadruple loop (the rolled one, 4 tile rows)
+    ((2, 45, 7, 9), 11, "relu", 0.05),  # K 45: the last quadruple one quarter real; island, 2 images
+    ((1, 130, 9, 11), 23, "identity", None),  # K 130, 99 pixels
+    ((2, 97, 3, 5), 30, "h_swish", None),  # 15 pixels, a post-processed epilogue
+    ((1, 4 * POINTWISE_MAX_C4 - 1, 5, 13), 10, "relu", 0.08),  # the mode's largest K, less one
 ]
 
 
@@ -131,3 +142,45 @@ def test_pointwise_mode_declines_what_it_does_not_serve() -> None:
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     for g, w_ in zip(compiled.run(inputs), want, strict=True):
         np.testing.assert_array_equal(g, w_)
+
+
+def test_amx_target_splits_by_the_measured_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an AMX target the pointwise mode keeps the 1x1 convolutions of ``VNNI_POINTWISE_OVER_AMX``
+    (and any of at most 32 input channels), AMX takes those past it and the strided ones; all exact,
+    on the tiles, on the VNNI path (``XMGE_AMX=0``), with one and two threads."""
+    require(AMX_TARGET)
+    (k_few_oc, few_oc), (k_few, oc_few_k) = sorted(VNNI_POINTWISE_OVER_AMX, key=lambda pair: pair[1])
+    # (input N, C, H, W), output channels, stride, taken by the pointwise mode
+    layers = [
+        ((1, k_few_oc - 1, 9, 13), few_oc, 1, True),  # few output channels, K no multiple of 4
+        ((2, k_few, 7, 11), oc_few_k, 1, True),  # few input channels, 2 images
+        ((1, k_few_oc, 6, 9), few_oc + 1, 1, False),  # one output channel too many: AMX
+        ((1, k_few + 4, 5, 7), few_oc, 2, False),  # strided: AMX
+    ]
+    rng = np.random.default_rng(8)
+    weights = [_weights(rng, oc, shape[1]) for shape, oc, *_ in layers]
+
+    def fn(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, stride, _), x, w) in enumerate(zip(layers, xs, weights, strict=True)):
+            y = F.quantized.conv_bias_activation(
+                x.astype(D.qint8(SX)), w, None, dtype=D.qint8(0.05 + 0.01 * i), stride=stride,
+                nonlinear_mode="relu" if i % 2 else "identity",
+            )  # fmt: skip
+            if i == 0:  # the ReLU6 island: the pointwise mode's byte table
+                y = F.relu6(y.astype("float32")).astype(D.qint8(0.07))
+            outs.append(y.astype("float32"))
+        return tuple(outs)
+
+    inputs = [(rng.standard_normal(shape) * 2).astype(np.float32) for shape, *_ in layers]
+    compiled = compile_fn(fn, inputs, AMX_TARGET)
+    assert _pointwise_kernels(compiled.source) == sum(vnni for *_, vnni in layers)
+    assert len(re.findall(r"static void amx_conv2d_q8_\w+\(", compiled.source)) == len(layers) - 2
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    for i, (g, w) in enumerate(zip(compiled.run(inputs), want, strict=True)):
+        np.testing.assert_array_equal(g, w, err_msg=f"layer {i} (tiles: {amx_permitted()})")
+        assert np.abs(w).max() > 0, i
+    assert_threads_agree(fn, inputs, AMX_TARGET, compiled)
+    monkeypatch.setenv(AMX_ENV, "0")  # the runner is a new process: it reads the variable afresh
+    for i, (g, w) in enumerate(zip(compiled.run_runner(inputs), want, strict=True)):
+        np.testing.assert_array_equal(g, w, err_msg=f"layer {i} (VNNI path)")

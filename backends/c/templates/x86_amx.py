@@ -48,7 +48,7 @@ from backends.c.templates.x86_int8 import (
     _out_ctype,
     _requant_operands,
 )
-from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT, Conv2dQ8Vnni, _geometry
+from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT, Conv2dQ8Vnni, _geometry, _pointwise
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
@@ -104,6 +104,26 @@ static inline void xm_amx_configure(void) {{
 # accumulators' round trip through memory (MobileNetV2's 16 -> 96 at 112x112: 0.73 -> 0.65 ms CPU
 # per run of the conv alone; 24 -> 144 at 56x56: 0.256 -> 0.245; 32 channels: equal)
 VNNI_POINTWISE_K = 32
+
+
+# ... and so do those of x86_int8_gemm's pointwise mode (1x1, stride 1, unpadded, ungrouped, an int8
+# result) with few input or few output channels: the mode is bound by its vpdpbusd (K * OC per pixel),
+# the AMX kernel by its per-pixel epilogue and its 16-row tiles (24 channels compute 32). Kernel
+# thread-CPU medians, AMX -> pointwise (ms): K 40 -> 48 at 56x56 0.0355 -> 0.0316; K 144 -> 24 at
+# 56x56 0.0484 -> 0.0387, at 28x28 0.0116 -> 0.0117; K 96 -> 16 at 28x28 0.0080 -> 0.0062; past
+# these pairs AMX wins: K 64 -> 32 at 56x56 0.0276 -> 0.0301, K 144 -> 48 0.0693 -> 0.0771, ResNet-50's
+# K 256 -> 64 at 56x56 0.110 -> 0.181, MobileNetV2's K 320 -> 1280 at 7x7 0.025 -> 0.082
+VNNI_POINTWISE_OVER_AMX = ((48, 48), (144, 24))  # (most input, most output channels) pairs
+
+
+def vnni_pointwise_wins(p: dict[str, Any]) -> bool:
+    """Whether a 1x1 convolution stays on the VNNI GEMM (see ``VNNI_POINTWISE_K`` and
+    ``VNNI_POINTWISE_OVER_AMX``)."""
+    kk, oc = p["ic"] // p["groups"], p["oc"] // p["groups"]
+    if kk <= VNNI_POINTWISE_K:
+        return True
+    fits = any(kk <= k_most and oc <= oc_most for k_most, oc_most in VNNI_POINTWISE_OVER_AMX)
+    return fits and _pointwise(p, _geometry(p))
 
 
 def amx_tile_block(
@@ -220,8 +240,8 @@ class Conv2dQ8Amx(Template):
         g = p["groups"]
         icg, ocg, taps = p["ic"] // g, p["oc"] // g, p["fh"] * p["fw"]
         kk = icg * taps
-        if taps == 1 and kk <= VNNI_POINTWISE_K:
-            return None  # conv2d_q8_x86 (see VNNI_POINTWISE_K)
+        if taps == 1 and vnni_pointwise_wins(p):
+            return None  # conv2d_q8_x86
         mode = self._mode(p)
         if mode == "direct":
             kp = taps * _ceil(icg, TILE_K)

@@ -19,12 +19,15 @@ of a channel quadruple unrolled); MR and NV are chosen per convolution by a cycl
 products, loads, the epilogue). The epilogue is ``x86_int8._epilogue_value``: requant.py's
 definition on 16 lanes, bit-exact with the reference.
 
-A 1x1, stride-1 convolution of at most 32 input channels (MobileNetV2's expansions and projections)
-has so few products per output vector that the packing pass, the tile's call and its int32 round
-trip through the stack cost more than they do; its *pointwise mode* (AVX512-VNNI only) packs blocks
-of 64 pixels on each thread's stack in the order the narrowing packs restore, inlines an MR x 4
-vector tile, and narrows each output channel's 64 results at once from registers into one 64-byte
-store (the epilogue's arithmetic unchanged: ``Conv2dQ8Gemm._render_pointwise``).
+A 1x1, stride-1 convolution of few input channels (MobileNetV2's expansions and projections) has
+so few products per output vector that the packing pass, the tile's call and its int32 round trip
+through the stack cost more than they do; its *pointwise mode* (AVX512-VNNI only, up to
+``4 * POINTWISE_MAX_C4`` input channels) packs blocks of 64 pixels of all input channels on each
+thread's stack in the order the narrowing packs restore, inlines an MR x 4 vector tile accumulating
+over every channel quadruple in registers, and narrows each output channel's 64 results at once from
+registers into one 64-byte store (the epilogue's arithmetic unchanged:
+``Conv2dQ8Gemm._render_pointwise``). Which of these the AMX kernels take instead is
+``x86_amx.vnni_pointwise_wins``'s measured rule.
 """
 
 from __future__ import annotations
@@ -245,25 +248,33 @@ def choose_tile(pixels: int, ocg: int, steps: int, isa: GemmIsa = VNNI) -> tuple
     return best[1], best[2]
 
 
-POINTWISE_MAX_C4 = 8  # the pointwise mode's largest channel quadruple count (K <= 32)
+# the pointwise mode's largest channel quadruple count (K <= 256; its block of planes: 16 KiB, in L1).
+# Kernel thread-CPU medians on AVX512-VNNI without AMX, general GEMM -> pointwise mode (ms): K 144 ->
+# 24 at 56x56 0.0765 -> 0.0425; K 256 -> 64 at 56x56 0.238 -> 0.183; K 64 -> 384 at 14x14 0.0281 ->
+# 0.0282; but K 576 -> 96 at 14x14 0.043 -> 0.059, K 1024 -> 256 at 14x14 0.179 -> 0.219
+POINTWISE_MAX_C4 = 64
 POINTWISE_NV = 4  # its tile's vectors of 16 pixels: one 64-byte store per output channel
 POINTWISE_MAX_MR = 6  # its tile's output channels: 24 accumulators, 4 activation vectors, a weight
+# ... where the channel quadruple loop is fully unrolled (K <= 32); in a rolled loop, beside the
+# epilogue's constants, 24 accumulators spill (GCC: 30 stack moves per 24 vpdpbusd at K 2048, a
+# kernel twice as slow); 16 accumulators do not
+POINTWISE_UNROLLED_C4, POINTWISE_ROLLED_MR = 8, 4
 ACC = "@ACC@"  # an accumulator's name in an epilogue rendered once for the four vectors of a tile row
 
 
 def _pointwise(p: dict[str, Any], geo: dict[str, Any]) -> bool:
-    """Whether a convolution takes the pointwise mode (see :meth:`Conv2dQ8Gemm._render_pointwise`): a
-    1x1, stride 1, unpadded, ungrouped one of at most ``4 * POINTWISE_MAX_C4`` input channels and an
-    int8 result."""
+    """Whether a convolution can take the pointwise mode (see :meth:`Conv2dQ8Gemm._render_pointwise`):
+    a 1x1, stride 1, unpadded, ungrouped one of at most ``4 * POINTWISE_MAX_C4`` input channels and an
+    int8 result (on AMX targets, ``x86_amx.vnni_pointwise_wins`` leaves it only some of them)."""
     shape = tuple(p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "groups"))
     return shape == (1, 1, 1, 1, 0, 0, 1) and geo["c4"] <= POINTWISE_MAX_C4 and p["out"] == "q8"
 
 
-def pointwise_rows(oc: int) -> int:
-    """The pointwise tile's output channels (MR) for ``oc`` of them: the fewest tile rows, counting
-    each tile's fixed cost (zeroing, loop, weight pointer) as two, then the fewest padded channels
-    (their products are computed and dropped)."""
-    return min(range(1, POINTWISE_MAX_MR + 1), key=lambda m: (-(-oc // m) * (m + 2), -(-oc // m) * m))
+def pointwise_rows(oc: int, max_mr: int = POINTWISE_MAX_MR) -> int:
+    """The pointwise tile's output channels (MR, at most ``max_mr``) for ``oc`` of them: the fewest
+    tile rows, counting each tile's fixed cost (zeroing, loop, weight pointer) as two, then the fewest
+    padded channels (their products are computed and dropped)."""
+    return min(range(1, max_mr + 1), key=lambda m: (-(-oc // m) * (m + 2), -(-oc // m) * m))
 
 
 class Conv2dQ8Gemm(Template):
@@ -295,7 +306,8 @@ class Conv2dQ8Gemm(Template):
             return None
         geo = _geometry(p)
         if self.pointwise_mode and _pointwise(p, geo):
-            mr = pointwise_rows(p["oc"])
+            rolled = geo["c4"] > POINTWISE_UNROLLED_C4
+            mr = pointwise_rows(p["oc"], POINTWISE_ROLLED_MR if rolled else POINTWISE_MAX_MR)
             p.update(geo, mode="pointwise", nv=POINTWISE_NV, mr=mr, pixels=p["oh"] * p["ow"])
             return Lowered(p, [operands[0], operands[1], *biases])
         pixels = p["oh"] * geo["wq"]
