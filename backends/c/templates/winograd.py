@@ -10,7 +10,8 @@ per block of ``TB`` output tiles,
 1. input transform: each tile's patch of 8-channel NCHW88 vectors becomes ``A x A`` vectors of
    ``V`` (:func:`dialects.layout.winograd_tile_spec`: per transform point a ``TB x C`` matrix);
 2. one GEMM per transform point, ``M[t, k] = sum_c V[t, c] U[c, k]``: output channels in vector
-   lanes, tiles broadcast (the NCHW88 direct kernels' register tile);
+   lanes, tiles broadcast (the NCHW88 direct kernels' register tile); each point's ``V`` and ``M``
+   matrices :func:`spread_stride` apart (distinct L1 sets for the transforms' one access per point);
 3. output transform, bias, residual and activation, stored straight into the NCHW88 output
    (partial tiles at the bottom / right border store only their valid pixels).
 
@@ -52,6 +53,7 @@ from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
+
 def _lin(row: Sequence[Fraction], terms: Sequence[str], add: str, sub: str, fma: str, set1: str) -> str:
     """C expression of ``sum row[k] * terms[k]`` with vector intrinsics (zeros dropped)."""
     expr = ""
@@ -88,10 +90,10 @@ def _transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, rows_in
 
 def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
     """``M[i tiles x j vectors] = V[i x K] . U[K x j vectors]``: ``j`` filter vectors of ``vw``
-    output channels, ``i`` broadcast tile values per input channel. With a ``hint`` each row of
-    ``U`` prefetches the same row of the next panel (``K x ldu`` floats on: the next GEMM's ``U``,
-    streamed from L3 once per conv, which the first register tile of each panel otherwise waits
-    on; ResNet-50's 14x14 F(2, 3) convs 0.90 -> 0.79 ms, 28x28 F(4, 3) 0.85 -> 0.71 ms, 56x56
+    output channels, ``i`` broadcast tile values per input channel. With a ``hint`` the first
+    ``npf`` steps ``k`` each prefetch row ``k`` of ``pf`` (the caller's share of the next GEMM's
+    ``U``, streamed from L3 once per conv, which the first register tile of each panel otherwise
+    waits on; ResNet-50's 14x14 F(2, 3) convs 0.90 -> 0.79 ms, 28x28 F(4, 3) 0.85 -> 0.71 ms, 56x56
     0.69 -> 0.62 ms in thread-CPU time; ResNet-18 -7%)."""
     vt, ld, st, fma = {
         8: ("__m256", "_mm256_loadu_ps", "_mm256_storeu_ps", "_mm256_fmadd_ps"),
@@ -102,13 +104,15 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
     name = f"xm_wino_{isa}_gemm{hint.lower().replace('_mm_hint', '')}_{j}x{i}"
     lines = [
         f"static void {name}(const float* restrict v, const float* restrict u, float* restrict mo,",
-        "                    long K, long ldv, long ldu, long ldm) {",
+        "                    long K, long ldv, long ldu, long ldm, const float* pf, long npf) {",
     ]
     prefetch = [
-        f"    _mm_prefetch((const char*)(up + K * ldu + {o}), {hint});" for o in range(0, j * vw, 16) if hint
+        f"    _mm_prefetch((const char*)(pf + k * ldu + {o}), {hint});" for o in range(0, j * vw, 16) if hint
     ]
     lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
-    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;", *prefetch]
+    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
+    if prefetch:
+        lines += ["    if (k < npf) {", *prefetch, "    }"]
     lines += broadcast_fma(
         vt,
         [f"{ld}(up + {a * vw})" for a in range(j)],
@@ -136,6 +140,21 @@ WINOGRAD_F2_MAX_MACS = 256 * 256  # IC x OC of an F(2, 3) conv
 WINOGRAD_F4_MIN_SPATIAL = 16  # F(4, 3) from here; F(2, 3) below where the channels allow
 WINOGRAD_F4_FALLBACK_SPATIAL = 8  # F(4, 3) from here where F(2, 3)'s U is too large
 WINOGRAD_F2_MIN_SPATIAL = 4
+L1_SETS, LINE_FLOATS = 64, 16  # the L1D's sets (48 KB, 12 ways) and floats per 64-byte line
+
+
+def spread_stride(floats: int, count: int) -> int:
+    """``floats`` rounded up to whole cache lines, plus the fewest lines that put ``count`` points
+    ``stride`` apart into distinct L1 sets: the input transform stores one vector into each of the
+    ``(m + 2)^2`` points' ``V`` at once and the output transform loads one from each point's ``M``;
+    with a point stride of a few sets' multiple (56x56x64: 4 lines mod 64) those accesses pile into
+    a few of the 12-way sets."""
+    lines = -(-floats // LINE_FLOATS)
+    spread = min(count, L1_SETS)
+    for pad in range(L1_SETS):
+        if len({(k * (lines + pad)) % L1_SETS for k in range(spread)}) == spread:
+            return (lines + pad) * LINE_FLOATS
+    return lines * LINE_FLOATS
 
 
 def winograd_tile(p: dict[str, Any]) -> int | None:
@@ -207,13 +226,14 @@ class ConvWinogradNchw88(_Nchw88Base):
         return {
             "A": a, "TH": th, "TW": tw, "T": th * tw, "TB": tb, "IB": ib, "NBLK": nblk, "ICP": icp,
             "OCP": ocp, "HP": th * m + 2, "WP": tw * m + 2,
+            "VPS": spread_stride(tb * icp, a * a), "MPS": spread_stride(tb * ocp, a * a),
         }  # fmt: skip
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int, int]:
         geo = self.geometry(p)
         xs = geo["ICP"] * geo["HP"] * geo["WP"]
-        v = geo["A"] ** 2 * geo["TB"] * geo["ICP"]
-        mm = geo["A"] ** 2 * geo["TB"] * geo["OCP"]
+        v = geo["A"] ** 2 * geo["VPS"]
+        mm = geo["A"] ** 2 * geo["MPS"]
         return (-(-xs // 16) * 16, -(-v // 16) * 16, -(-mm // 16) * 16)
 
     def workspace(self, p: dict[str, Any]) -> int:
@@ -256,8 +276,10 @@ class ConvWinogradNchw88(_Nchw88Base):
         d_h = SPECS[Layout.NCHW88].dim_strides(pshape)["H"]
         panel = self.jmax * self.vw
         vspec, uspec = winograd_tile_spec(), winograd_filter_spec(panel)
-        vst = vspec.dim_strides((a, a, tb, icp))
-        mst = vspec.dim_strides((a, a, tb, ocp))
+        # the points' T x C matrices a spread stride apart (distinct L1 sets), not packed
+        vps, mps = geo["VPS"], geo["MPS"]
+        vst = {**vspec.dim_strides((a, a, tb, icp)), "R": a * vps, "S": vps}
+        mst = {**vspec.dim_strides((a, a, tb, ocp)), "R": a * mps, "S": mps}
         ust = uspec.dim_strides((oc, ic, a, a))
         y_at = offset(Layout.NCHW88, yshape, {"C/8": "ob", "H": "r", "W": "q"})
         ysw = SPECS[Layout.NCHW88].dim_strides(yshape)["W"]
@@ -298,7 +320,7 @@ class ConvWinogradNchw88(_Nchw88Base):
         gname = f"xm_wino_{self.isa}_gemm{hint.lower().replace('_mm_hint', '')}"
         gemm_calls = []
         for j in range(1, self.jmax + 1):
-            call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}); break;"
+            call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}, pf, npf); break;"
             variants = " ".join(f"case {i}: {gname}_{j}x{i}{call}" for i in range(1, ib + 1))
             gemm_calls.append(f"if (jv == {j}) switch (iv) {{ {variants} default: break; }}")
         kt = ocp // panel  # output-channel panels per point
@@ -358,8 +380,16 @@ static void {sym}({args}) {{
           const int k0 = kt * {self.jmax * self.vw};
           const int jv = ({ocv} - k0) / {self.vw} < {self.jmax} ? ({ocv} - k0) / {self.vw} : {self.jmax};
           const float* ub = w + (long)e * {ust["S"]} + (long)kt * {ust[f"K/{panel}"]};
+          /* the next panel's U (next in memory, the next point's first after the last panel) is
+             prefetched a share of its rows per pass over this panel's tiles, not all of it during
+             the first pass (28x28x128 F(4, 3) -3 to -5%) */
+          const int passes = (tn + {ib} - 1) / {ib};
+          const long pf_rows = ({icp} + passes - 1) / passes;
           for (int i0 = 0; i0 < tn; i0 += {ib}) {{
             const int iv = tn - i0 < {ib} ? tn - i0 : {ib};
+            const long pf0 = (long)(i0 / {ib}) * pf_rows;
+            const float* pf = ub + {ust[f"K/{panel}"]} + pf0 * {ust["C"]};
+            const long npf = pf0 < {icp} ? ({icp} - pf0 < pf_rows ? {icp} - pf0 : pf_rows) : 0;
             const float* vb = V + (long)e * {vst["S"]} + (long)i0 * {vst["N"]};
             float* mb = Mb + (long)e * {mst["S"]} + (long)i0 * {mst["N"]} + k0;
             {ind.join(gemm_calls)}
