@@ -134,11 +134,15 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
 # 16x16 of tiles) and its U is 4x the filter, against F(2, 3)'s 16/9: F(2, 3) wins there (AVX-512,
 # ResNet-50's 14x14 256-channel conv: 0.85 ms F(4, 3), 0.77 ms F(2, 3)), except with very many
 # channels: ResNet's 7x7x512 F(2, 3) U (16 MiB) streams from memory, slower than the direct kernel's
-# 9 MiB of filters (1.5 ms direct, 2.3 ms F(2, 3)); from 8x8 up F(4, 3) is still ahead of direct
+# 9 MiB of filters (1.5 ms direct, 2.3 ms F(2, 3)); from 10x10 (9 tiles) up F(4, 3) is still
+# ahead of direct while its U (36 x IC x OC floats) stays within 32 MiB (384 channels, 21 MiB: 10x10
+# 1.03 ms F(4, 3), 1.27 ms direct; 14x14 2.20 / 2.46 ms; 8x8 0.91 / 0.84 ms), not with 512 channels'
+# 38 MiB (8x8 2.09 / 1.46 ms, 10x10 2.90 / 2.26 ms, 14x14 6.39 / 4.35 ms; thread-CPU, AVX-512)
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_F2_MAX_MACS = 256 * 256  # IC x OC of an F(2, 3) conv
 WINOGRAD_F4_MIN_SPATIAL = 16  # F(4, 3) from here; F(2, 3) below where the channels allow
-WINOGRAD_F4_FALLBACK_SPATIAL = 8  # F(4, 3) from here where F(2, 3)'s U is too large
+WINOGRAD_F4_FALLBACK_SPATIAL = 10  # F(4, 3) from here where F(2, 3)'s U is too large ...
+WINOGRAD_F4_FALLBACK_MAX_MACS = 8 * 1024 * 1024 // 36  # ... and F(4, 3)'s U within 32 MiB
 WINOGRAD_F2_MIN_SPATIAL = 4
 L1_SETS, LINE_FLOATS = 64, 16  # the L1D's sets (48 KB, 12 ways) and floats per 64-byte line
 
@@ -170,7 +174,8 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
         return 4
     if spatial >= WINOGRAD_F2_MIN_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F2_MAX_MACS:
         return 2
-    return 4 if spatial >= WINOGRAD_F4_FALLBACK_SPATIAL else None
+    fallback = spatial >= WINOGRAD_F4_FALLBACK_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F4_FALLBACK_MAX_MACS
+    return 4 if fallback else None
 
 
 class ConvWinogradNchw88(_Nchw88Base):
