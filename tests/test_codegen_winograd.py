@@ -104,7 +104,7 @@ def test_winograd_u_prefetch(target: str, monkeypatch: pytest.MonkeyPatch) -> No
     cases = [
         (2, 256, 7, 9, 40, 3, 1, 1, 1, 1, "residual"),  # AVX-512: L2 (T1); AVX2 (16-channel panels): L1
         (1, 64, 11, 5, 48, 3, 1, 1, 1, 1, "relu"),  # L1 (T0) on both
-        (1, 16, 29, 31, 24, 3, 1, 1, 1, 1, "relu"),  # more passes over a panel than U has rows
+        (1, 16, 29, 31, 24, 3, 1, 1, 1, 1, "relu"),  # 240 tiles (20 register tiles) over 16 input channels
     ]
     fn, inputs = _conv_model(cases, np.random.default_rng(5))
     outs = []
@@ -115,7 +115,7 @@ def test_winograd_u_prefetch(target: str, monkeypatch: pytest.MonkeyPatch) -> No
     isa = "avx512" if "avx512" in target else "avx2"
     assert f"static void xm_wino_{isa}_gemm_t0_" in source
     assert (f"static void xm_wino_{isa}_gemm_t1_" in source) == (isa == "avx512")
-    assert source.count("_mm_prefetch((const char*)(pf + k * ldu") > 0
+    assert source.count("_mm_prefetch((const char*)(up + K * ldu") > 0
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a, b)
     if isa == "avx512":  # prefetches past U's end (the last panel's next) are no accesses to ASan

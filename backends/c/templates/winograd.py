@@ -90,10 +90,10 @@ def _transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, rows_in
 
 def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
     """``M[i tiles x j vectors] = V[i x K] . U[K x j vectors]``: ``j`` filter vectors of ``vw``
-    output channels, ``i`` broadcast tile values per input channel. With a ``hint`` the first
-    ``npf`` steps ``k`` each prefetch row ``k`` of ``pf`` (the caller's share of the next GEMM's
-    ``U``, streamed from L3 once per conv, which the first register tile of each panel otherwise
-    waits on; ResNet-50's 14x14 F(2, 3) convs 0.90 -> 0.79 ms, 28x28 F(4, 3) 0.85 -> 0.71 ms, 56x56
+    output channels, ``i`` broadcast tile values per input channel. With a ``hint`` each row of
+    ``U`` prefetches the same row of the next panel (``K x ldu`` floats on: the next GEMM's ``U``,
+    streamed from L3 once per conv, which the first register tile of each panel otherwise waits
+    on; ResNet-50's 14x14 F(2, 3) convs 0.90 -> 0.79 ms, 28x28 F(4, 3) 0.85 -> 0.71 ms, 56x56
     0.69 -> 0.62 ms in thread-CPU time; ResNet-18 -7%)."""
     vt, ld, st, fma = {
         8: ("__m256", "_mm256_loadu_ps", "_mm256_storeu_ps", "_mm256_fmadd_ps"),
@@ -104,15 +104,13 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
     name = f"xm_wino_{isa}_gemm{hint.lower().replace('_mm_hint', '')}_{j}x{i}"
     lines = [
         f"static void {name}(const float* restrict v, const float* restrict u, float* restrict mo,",
-        "                    long K, long ldv, long ldu, long ldm, const float* pf, long npf) {",
+        "                    long K, long ldv, long ldu, long ldm) {",
     ]
     prefetch = [
-        f"    _mm_prefetch((const char*)(pf + k * ldu + {o}), {hint});" for o in range(0, j * vw, 16) if hint
+        f"    _mm_prefetch((const char*)(up + K * ldu + {o}), {hint});" for o in range(0, j * vw, 16) if hint
     ]
     lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
-    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
-    if prefetch:
-        lines += ["    if (k < npf) {", *prefetch, "    }"]
+    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;", *prefetch]
     lines += broadcast_fma(
         vt,
         [f"{ld}(up + {a * vw})" for a in range(j)],
@@ -151,8 +149,9 @@ def spread_stride(floats: int, count: int) -> int:
     """``floats`` rounded up to whole cache lines, plus the fewest lines that put ``count`` points
     ``stride`` apart into distinct L1 sets: the input transform stores one vector into each of the
     ``(m + 2)^2`` points' ``V`` at once and the output transform loads one from each point's ``M``;
-    with a point stride of a few sets' multiple (56x56x64: 4 lines mod 64) those accesses pile into
-    a few of the 12-way sets."""
+    with a packed stride that is a multiple of 4 KiB (F(4, 3) at 14x14x256: 16 KiB, all 36 in one
+    12-way set) they evict each other: its transforms 0.087 -> 0.051 ms, 12x12x512's 0.099 -> 0.071
+    ms; ResNet's packed strides (4, 8, 16 lines mod 64) spread over 16, 8, 4 sets: -2 to -3%)."""
     lines = -(-floats // LINE_FLOATS)
     spread = min(count, L1_SETS)
     for pad in range(L1_SETS):
@@ -325,7 +324,7 @@ class ConvWinogradNchw88(_Nchw88Base):
         gname = f"xm_wino_{self.isa}_gemm{hint.lower().replace('_mm_hint', '')}"
         gemm_calls = []
         for j in range(1, self.jmax + 1):
-            call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}, pf, npf); break;"
+            call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}); break;"
             variants = " ".join(f"case {i}: {gname}_{j}x{i}{call}" for i in range(1, ib + 1))
             gemm_calls.append(f"if (jv == {j}) switch (iv) {{ {variants} default: break; }}")
         kt = ocp // panel  # output-channel panels per point
@@ -385,16 +384,8 @@ static void {sym}({args}) {{
           const int k0 = kt * {self.jmax * self.vw};
           const int jv = ({ocv} - k0) / {self.vw} < {self.jmax} ? ({ocv} - k0) / {self.vw} : {self.jmax};
           const float* ub = w + (long)e * {ust["S"]} + (long)kt * {ust[f"K/{panel}"]};
-          /* the next panel's U (next in memory, the next point's first after the last panel) is
-             prefetched a share of its rows per pass over this panel's tiles, not all of it during
-             the first pass (28x28x128 F(4, 3) -3 to -5%) */
-          const int passes = (tn + {ib} - 1) / {ib};
-          const long pf_rows = ({icp} + passes - 1) / passes;
           for (int i0 = 0; i0 < tn; i0 += {ib}) {{
             const int iv = tn - i0 < {ib} ? tn - i0 : {ib};
-            const long pf0 = (long)(i0 / {ib}) * pf_rows;
-            const float* pf = ub + {ust[f"K/{panel}"]} + pf0 * {ust["C"]};
-            const long npf = pf0 < {icp} ? ({icp} - pf0 < pf_rows ? {icp} - pf0 : pf_rows) : 0;
             const float* vb = V + (long)e * {vst["S"]} + (long)i0 * {vst["N"]};
             float* mb = Mb + (long)e * {mst["S"]} + (long)i0 * {mst["N"]} + k0;
             {ind.join(gemm_calls)}
