@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import backends.c.templates.winograd as winograd
-from tests.codegen_util import check
+from tests.codegen_util import assert_threads_agree, check
 from tests.test_codegen_conv import _conv_model
 
 TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
@@ -62,7 +62,8 @@ def test_winograd_selected_by_default() -> None:
         (1, 64, 28, 28, 64, 3, 1, 1, 1, 1, "relu"),  # Winograd F(4, 3)
         (1, 32, 7, 7, 32, 3, 1, 1, 1, 1, "relu"),  # 7 x 7: F(2, 3)
         (1, 32, 14, 14, 32, 3, 1, 1, 1, 1, "residual"),  # 14 x 14: F(2, 3) (F(4, 3) would pad to 16 x 16)
-        (1, 512, 9, 9, 512, 3, 1, 1, 1, 1, "relu"),  # 9 x 9, F(2, 3)'s U too large: F(4, 3)
+        (1, 384, 10, 10, 384, 3, 1, 1, 1, 1, "relu"),  # 10 x 10, F(2, 3)'s U too large: F(4, 3)
+        (1, 512, 10, 10, 512, 3, 1, 1, 1, 1, "relu"),  # F(4, 3)'s U too (38 MiB): direct
         (1, 8, 12, 12, 16, 3, 1, 1, 1, 1, "relu"),  # too few channels: direct
         (1, 32, 16, 16, 32, 3, 2, 1, 1, 1, "none"),  # stride 2: direct
     ]
@@ -71,7 +72,7 @@ def test_winograd_selected_by_default() -> None:
     source = compiled.ir("c")
     assert source.count("static void conv2d_winograd_nchw88_f4_") == 2
     assert source.count("static void conv2d_winograd_nchw88_f2_") == 2
-    assert source.count("static void conv2d_nchw88_dense_") == 2
+    assert source.count("static void conv2d_nchw88_dense_") == 3
 
 
 @pytest.mark.slow
@@ -103,6 +104,7 @@ def test_winograd_u_prefetch(target: str, monkeypatch: pytest.MonkeyPatch) -> No
     cases = [
         (2, 256, 7, 9, 40, 3, 1, 1, 1, 1, "residual"),  # AVX-512: L2 (T1); AVX2 (16-channel panels): L1
         (1, 64, 11, 5, 48, 3, 1, 1, 1, 1, "relu"),  # L1 (T0) on both
+        (1, 16, 29, 31, 24, 3, 1, 1, 1, 1, "relu"),  # 240 tiles (20 register tiles) over 16 input channels
     ]
     fn, inputs = _conv_model(cases, np.random.default_rng(5))
     outs = []
@@ -119,3 +121,40 @@ def test_winograd_u_prefetch(target: str, monkeypatch: pytest.MonkeyPatch) -> No
     if isa == "avx512":  # prefetches past U's end (the last panel's next) are no accesses to ASan
         for got, want in zip(compiled.run_runner(inputs, sanitize=True), outs[1], strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+@pytest.mark.parametrize("unit", winograd.KERNEL_UNITS, ids=lambda u: u.isa)
+def test_point_stride_spread(unit: winograd.ConvWinogradNchw88) -> None:
+    """Each point's V and M matrix starts a whole number of cache lines after the previous one, at
+    least a matrix apart, and the (m + 2)^2 points' first lines fall into distinct L1 sets (ResNet's
+    56x56x64 packed stride is 4 lines mod 64: 16 sets for 36 points)."""
+    for ic, hw, oc in [(64, 56, 64), (128, 28, 128), (256, 14, 256), (40, 9, 24), (512, 9, 512)]:
+        for m in (2, 4):
+            geo = unit.geometry({"m": m, "ic": ic, "oc": oc, "oh": hw, "ow": hw})
+            pairs = ((geo["VPS"], geo["TB"] * geo["ICP"]), (geo["MPS"], geo["TB"] * geo["OCP"]))
+            for stride, packed in pairs:
+                assert stride % winograd.LINE_FLOATS == 0 and stride >= packed
+                assert stride - packed < winograd.L1_SETS * winograd.LINE_FLOATS
+                sets = {(k * stride // winograd.LINE_FLOATS) % winograd.L1_SETS for k in range(geo["A"] ** 2)}
+                assert len(sets) == geo["A"] ** 2, (ic, hw, m)
+
+
+@pytest.mark.parametrize("m", [4, 2])
+def test_winograd_matches_torch(m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Odd sizes, 40 -> 72 channels (a partial AVX-512 panel), bias and ReLU, 1 and 2 threads: within
+    the module's Winograd tolerance of PyTorch's CPU convolution, the same bits on both thread counts."""
+    torch = pytest.importorskip("torch")
+    _force_tile(monkeypatch, m)
+    cases = [(1, 40, 23, 19, 72, 3, 1, 1, 1, 1, "relu")]
+    fn, inputs = _conv_model(cases, np.random.default_rng(31))
+    one = check(fn, inputs, TARGETS[1])
+    rng = np.random.default_rng(31)  # _conv_model's draws again: its weight and bias
+    weight = (rng.standard_normal((72, 40, 3, 3)).astype(np.float32) / np.sqrt(40 * 9)).astype(np.float32)
+    bias = rng.standard_normal((1, 72, 1, 1)).astype(np.float32)
+    want = torch.relu(
+        torch.nn.functional.conv2d(torch.from_numpy(inputs[0]), torch.from_numpy(weight), padding=1)
+        + torch.from_numpy(bias)
+    ).numpy()
+    got = one.run(inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert_threads_agree(fn, inputs, TARGETS[1], one)

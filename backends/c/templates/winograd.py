@@ -10,7 +10,8 @@ per block of ``TB`` output tiles,
 1. input transform: each tile's patch of 8-channel NCHW88 vectors becomes ``A x A`` vectors of
    ``V`` (:func:`dialects.layout.winograd_tile_spec`: per transform point a ``TB x C`` matrix);
 2. one GEMM per transform point, ``M[t, k] = sum_c V[t, c] U[c, k]``: output channels in vector
-   lanes, tiles broadcast (the NCHW88 direct kernels' register tile);
+   lanes, tiles broadcast (the NCHW88 direct kernels' register tile); each point's ``V`` and ``M``
+   matrices :func:`spread_stride` apart (distinct L1 sets for the transforms' one access per point);
 3. output transform, bias, residual and activation, stored straight into the NCHW88 output
    (partial tiles at the bottom / right border store only their valid pixels).
 
@@ -51,6 +52,7 @@ from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
+
 
 def _lin(row: Sequence[Fraction], terms: Sequence[str], add: str, sub: str, fma: str, set1: str) -> str:
     """C expression of ``sum row[k] * terms[k]`` with vector intrinsics (zeros dropped)."""
@@ -130,12 +132,32 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
 # 16x16 of tiles) and its U is 4x the filter, against F(2, 3)'s 16/9: F(2, 3) wins there (AVX-512,
 # ResNet-50's 14x14 256-channel conv: 0.85 ms F(4, 3), 0.77 ms F(2, 3)), except with very many
 # channels: ResNet's 7x7x512 F(2, 3) U (16 MiB) streams from memory, slower than the direct kernel's
-# 9 MiB of filters (1.5 ms direct, 2.3 ms F(2, 3)); from 8x8 up F(4, 3) is still ahead of direct
+# 9 MiB of filters (1.5 ms direct, 2.3 ms F(2, 3)); from 10x10 (9 tiles) up F(4, 3) is still
+# ahead of direct while its U (36 x IC x OC floats) stays within 32 MiB (384 channels, 21 MiB: 10x10
+# 1.03 ms F(4, 3), 1.27 ms direct; 14x14 2.20 / 2.46 ms; 8x8 0.91 / 0.84 ms), not with 512 channels'
+# 38 MiB (8x8 2.09 / 1.46 ms, 10x10 2.90 / 2.26 ms, 14x14 6.39 / 4.35 ms; thread-CPU, AVX-512)
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_F2_MAX_MACS = 256 * 256  # IC x OC of an F(2, 3) conv
 WINOGRAD_F4_MIN_SPATIAL = 16  # F(4, 3) from here; F(2, 3) below where the channels allow
-WINOGRAD_F4_FALLBACK_SPATIAL = 8  # F(4, 3) from here where F(2, 3)'s U is too large
+WINOGRAD_F4_FALLBACK_SPATIAL = 10  # F(4, 3) from here where F(2, 3)'s U is too large ...
+WINOGRAD_F4_FALLBACK_MAX_MACS = 8 * 1024 * 1024 // 36  # ... and F(4, 3)'s U within 32 MiB
 WINOGRAD_F2_MIN_SPATIAL = 4
+L1_SETS, LINE_FLOATS = 64, 16  # the L1D's sets (48 KB, 12 ways) and floats per 64-byte line
+
+
+def spread_stride(floats: int, count: int) -> int:
+    """``floats`` rounded up to whole cache lines, plus the fewest lines that put ``count`` points
+    ``stride`` apart into distinct L1 sets: the input transform stores one vector into each of the
+    ``(m + 2)^2`` points' ``V`` at once and the output transform loads one from each point's ``M``;
+    with a packed stride that is a multiple of 4 KiB (F(4, 3) at 14x14x256: 16 KiB, all 36 in one
+    12-way set) they evict each other: its transforms 0.087 -> 0.051 ms, 12x12x512's 0.099 -> 0.071
+    ms; ResNet's packed strides (4, 8, 16 lines mod 64) spread over 16, 8, 4 sets: -2 to -3%)."""
+    lines = -(-floats // LINE_FLOATS)
+    spread = min(count, L1_SETS)
+    for pad in range(L1_SETS):
+        if len({(k * (lines + pad)) % L1_SETS for k in range(spread)}) == spread:
+            return (lines + pad) * LINE_FLOATS
+    return lines * LINE_FLOATS
 
 
 def winograd_tile(p: dict[str, Any]) -> int | None:
@@ -151,7 +173,8 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
         return 4
     if spatial >= WINOGRAD_F2_MIN_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F2_MAX_MACS:
         return 2
-    return 4 if spatial >= WINOGRAD_F4_FALLBACK_SPATIAL else None
+    fallback = spatial >= WINOGRAD_F4_FALLBACK_SPATIAL and p["ic"] * p["oc"] <= WINOGRAD_F4_FALLBACK_MAX_MACS
+    return 4 if fallback else None
 
 
 class ConvWinogradNchw88(_Nchw88Base):
@@ -207,13 +230,14 @@ class ConvWinogradNchw88(_Nchw88Base):
         return {
             "A": a, "TH": th, "TW": tw, "T": th * tw, "TB": tb, "IB": ib, "NBLK": nblk, "ICP": icp,
             "OCP": ocp, "HP": th * m + 2, "WP": tw * m + 2,
+            "VPS": spread_stride(tb * icp, a * a), "MPS": spread_stride(tb * ocp, a * a),
         }  # fmt: skip
 
     def _sizes(self, p: dict[str, Any]) -> tuple[int, int, int]:
         geo = self.geometry(p)
         xs = geo["ICP"] * geo["HP"] * geo["WP"]
-        v = geo["A"] ** 2 * geo["TB"] * geo["ICP"]
-        mm = geo["A"] ** 2 * geo["TB"] * geo["OCP"]
+        v = geo["A"] ** 2 * geo["VPS"]
+        mm = geo["A"] ** 2 * geo["MPS"]
         return (-(-xs // 16) * 16, -(-v // 16) * 16, -(-mm // 16) * 16)
 
     def workspace(self, p: dict[str, Any]) -> int:
@@ -256,8 +280,10 @@ class ConvWinogradNchw88(_Nchw88Base):
         d_h = SPECS[Layout.NCHW88].dim_strides(pshape)["H"]
         panel = self.jmax * self.vw
         vspec, uspec = winograd_tile_spec(), winograd_filter_spec(panel)
-        vst = vspec.dim_strides((a, a, tb, icp))
-        mst = vspec.dim_strides((a, a, tb, ocp))
+        # the points' T x C matrices a spread stride apart (distinct L1 sets), not packed
+        vps, mps = geo["VPS"], geo["MPS"]
+        vst = {**vspec.dim_strides((a, a, tb, icp)), "R": a * vps, "S": vps}
+        mst = {**vspec.dim_strides((a, a, tb, ocp)), "R": a * mps, "S": mps}
         ust = uspec.dim_strides((oc, ic, a, a))
         y_at = offset(Layout.NCHW88, yshape, {"C/8": "ob", "H": "r", "W": "q"})
         ysw = SPECS[Layout.NCHW88].dim_strides(yshape)["W"]
