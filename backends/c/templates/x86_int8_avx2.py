@@ -22,9 +22,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates.requant import REQUANT_C
-from backends.c.templates.x86_int8 import W8, _Relu6Island, activation_helpers_c, island_helpers_c
+import numpy as np
+from xdsl.ir import Operation
+
+from backends.c.templates.nchw88 import TypeCvtF16C
+from backends.c.templates.requant import REQUANT_C, exact, f32, inverse
+from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8
+from backends.c.templates.x86_int8 import (
+    W8,
+    ConvDepthwiseQ8Vnni,
+    ElemwiseQ8Vnni,
+    MaxPoolQ8Vnni,
+    _bias_operands,
+    _conv_q8,
+    _depthwise_plane_loop,
+    _depthwise_signature,
+    _epilogue_stmt,
+    _out_ctype,
+    _Relu6Island,
+    activation_helpers_c,
+    island_helpers_c,
+)
 from backends.c.templates.x86_int8_gemm import Conv2dQ8Gemm, GemmIsa
+from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -100,6 +120,27 @@ static inline void xm_f32_put8(float* d, __m256 r, int lo, int hi) {
   float t[8];
   _mm256_storeu_ps(t, r);
   memcpy(d, t + lo, (size_t)(hi - lo) * sizeof(float));
+}
+/* the first n (<= 8) bytes at p in the low 8 bytes, the others 0 (no byte past p[n - 1] read) */
+static inline __m128i xm_q8_load8(const int8_t* p, long n) {
+  if (n >= 8) return _mm_loadl_epi64((const __m128i*)p);
+  int8_t t[8] = {0};
+  memcpy(t, p, (size_t)n);
+  return _mm_loadl_epi64((const __m128i*)t);
+}
+/* 8 bytes row[c + t*sw] in the low 8 bytes for the t whose column lies in [0, iw), else 0 */
+static inline __m128i xm_q8_cols8(const int8_t* row, int c, int sw, int iw) {
+  if (c >= 0 && sw == 1 && c + 8 <= iw) return _mm_loadl_epi64((const __m128i*)(row + c));
+  if (c >= 0 && sw == 2 && c + 16 <= iw) {
+    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    return _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(row + c)), even);
+  }
+  int8_t v[16] = {0};
+  for (int t = 0; t < 8; ++t) {
+    const int col = c + t * sw;
+    v[t] = (unsigned)col < (unsigned)iw ? row[col] : 0;
+  }
+  return _mm_loadu_si128((const __m128i*)v);
 }
 /* 16 bytes row[c0 + t*sw] for the t whose column lies in [0, iw), else 0 */
 static inline __m128i xm_q8_gather16_avx2(const int8_t* row, int c0, int sw, int iw) {
@@ -252,6 +293,179 @@ class Conv2dQ8Relu6Avx2(_Relu6Island, Conv2dQ8Avx2):
     priority = 102  # the family's (x86_int8_gemm)
 
 
-KERNEL_UNITS = (Conv2dQ8Avx2(), Conv2dQ8Relu6Avx2())
+class ConvDepthwiseQ8Avx2(ConvDepthwiseQ8Vnni):
+    """Depthwise int8 NCHW convolution on AVX2, 8 output columns per vector: x86_int8's plane loop and
+    epilogue on :data:`W8`, every filter size and dilation (``mode`` ``pairs``). Without ``vpdpbusd``
+    the taps go in horizontal pairs through ``vpmaddwd``: the two input columns a pair reads,
+    interleaved bytewise and sign-extended to int16, against the pair's two weights in one dword (an
+    odd last tap: its column sign-extended to int32 against the weight in the low 16 bits, the high
+    half zero). Every product and pair sum fits int32: exact for every int8 input and weight."""
+
+    isa = ISA
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = _conv_q8(op)
+        if got is None:
+            return None
+        p, operands, _ = got
+        if not (p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1) or p["sw"] > 2:
+            return None
+        biases = _bias_operands(p, operands, np.zeros(p["oc"], np.int64))  # no affine form on 8 lanes
+        if biases is None:
+            return None
+        p["mode"] = "pairs"
+        return Lowered(p, [operands[0], operands[1], *biases])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return f"avx2_dw_{Conv2dQ8.symbol(Conv2dQ8(), p)}"
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        """The filter as [C][FH][ceil(FW / 2)] dwords: taps (2j, 2j + 1) of a row as two int16."""
+        if operand != 1:
+            return None
+        fw = p["fw"]
+        taps = np.asarray(array).view(np.int8).astype(np.int32).reshape(p["oc"], p["fh"], fw)
+        pairs = np.zeros((p["oc"], p["fh"], (fw + 1) // 2, 2), np.int32)
+        pairs.reshape(p["oc"], p["fh"], -1)[:, :, :fw] = taps
+        words = (pairs[..., 0] & 0xFFFF) | (pairs[..., 1] << 16)
+        return np.ascontiguousarray(words.astype(np.int32)).reshape(-1), "dw_pairs16"
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+        otype = _out_ctype(p["out"])
+        per_row = (fw + 1) // 2
+
+        def cols(kw: int) -> str:
+            return f"xm_q8_cols8(row, c0 + {kw * dw}, {sw}, {iw})"
+
+        def tap_pair(kh: int, j: int) -> str:
+            kw = 2 * j
+            if kw + 1 < fw:
+                x = f"_mm256_cvtepi8_epi16(_mm_unpacklo_epi8({cols(kw)}, {cols(kw + 1)}))"
+            else:
+                x = f"_mm256_cvtepi8_epi32({cols(kw)})"
+            return f" v = _mm256_add_epi32(v, _mm256_madd_epi16({x}, wv[{kh * per_row + j}]));"
+
+        rows = "\n        ".join(
+            f"if ((unsigned)(iy0 + {kh * dh}) < {ih}u) {{"
+            f" const int8_t* row = xp + (long)(iy0 + {kh * dh}) * {iw};"
+            + "".join(tap_pair(kh, j) for j in range(per_row))
+            + " }"
+            for kh in range(fh)
+        )
+        store = _epilogue_stmt(
+            p, "v", "fb", lambda _, value, put: f"{put}(yp + (long)r * {ow} + q0, {value}, 0, nq);", W8
+        )
+        work = n * c * oh * ow * fh * fw
+        return exact(f"""
+{_depthwise_signature(sym, p, otype)}
+  {_depthwise_plane_loop(p, work, otype, "wv", fh * per_row, W8)}
+    for (int q0 = 0; q0 < {ow}; q0 += 8) {{
+      const int c0 = q0 * {sw} - {pw};
+      const int nq = {ow} - q0 < 8 ? {ow} - q0 : 8;
+      for (int r = 0; r < {oh}; ++r) {{
+        const int iy0 = r * {sh} - {ph};
+        __m256i v = bv;
+        {rows}
+        {store}
+      }}
+    }}
+  }}
+}}
+""")
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C + SUPPORT
+
+
+class ConvDepthwiseQ8Relu6Avx2(_Relu6Island, ConvDepthwiseQ8Avx2):
+    family = "conv2d_dw_q8_relu6_x86"
+    conv_family = ConvDepthwiseQ8Avx2.family
+    priority = 101  # the family's (x86_int8)
+
+
+class ElemwiseQ8Avx2(ElemwiseQ8Vnni):
+    """x86_int8's same-shape int8 elementwise kernel on 8 lanes (:data:`W8`)."""
+
+    isa = ISA
+    width = W8
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return "avx2_" + ElemwiseQ.symbol(ElemwiseQ(), p)
+
+    def _lanes(self, size: int) -> str:
+        return f"const long m = {size} - i < 8 ? {size} - i : 8;"
+
+    def _load(self, ptr: str) -> str:
+        return f"_mm256_cvtepi8_epi32(xm_q8_load8({ptr}, m))"
+
+    def _store(self, ptr: str, value: str) -> str:
+        return f"xm_q8_put8({ptr}, {value}, 0, (int)m);"
+
+    def support(self, em: CEmitter) -> str:
+        return REQUANT_C + SUPPORT
+
+
+class MaxPoolQ8Avx2(MaxPoolQ8Vnni):
+    """x86_int8's int8 max pooling (SSE4.1 ``pmaxsb`` on 16 columns) with an AVX2 stride-2 load."""
+
+    isa = ISA
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return "avx2_" + Pool2dQ8.symbol(Pool2dQ8(), p)
+
+    def _stride2_load(self) -> str:
+        # the even bytes of src[0, 16) and of src[15, 31): byte 31 may lie past the tensor
+        return ("_mm_unpacklo_epi64(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)src), "
+                "_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1)), "
+                "_mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(src + 15)), "
+                "_mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1)))")  # fmt: skip
+
+
+class TypeCvtQ8Avx2(TypeCvtF16C):
+    """``typecvt`` between float32 and int8 (zero point 0) 8 lanes at a time on AVX2: the quantize is
+    ``xm_qscaled8(x * (1.0f / s))`` (requant.py's rounding, NaN to 0, saturation), the dequantize
+    ``q * s``; other pairs as :class:`TypeCvtF16C` (this unit takes the family's ``avx2`` place)."""
+
+    isa = ISA
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        pair = (p["src"], p["dst"])
+        if pair not in (("f32", "q8"), ("q8", "f32")) or p["zp_in"] or p["zp_out"]:
+            return super().render(em, sym, p)
+        size = p["size"]
+        full = size - size % 8
+        parallel = f"#pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {size} > 262144)"
+        if pair == ("f32", "q8"):
+            step = f"xm_qscaled8(xm_qmul8({{load}}, {W8.set1(f32(inverse(p['s_out'])))}))"
+            body = f"_mm_storel_epi64((__m128i*)(out + i), {step.format(load='_mm256_loadu_ps(in + i)')});"
+            last = step.format(load="_mm256_loadu_ps(t)")
+            tail = (f"float t[8] = {{0}}; memcpy(t, in + {full}, {size % 8} * sizeof(float));"
+                    f" xm_q8_put8(out + {full}, {last}, 0, {size % 8});")  # fmt: skip
+            types = "const float* in = (const float*)in_;\n  int8_t* out = (int8_t*)out_;"
+        else:
+            scale = W8.set1(f32(p["s_in"]))
+            deq = "xm_qdeq8(_mm256_cvtepi8_epi32({load}), " + scale + ")"
+            body = f"_mm256_storeu_ps(out + i, {deq.format(load='xm_q8_load8(in + i, 8)')});"
+            tail = (f"xm_f32_put8(out + {full}, {deq.format(load=f'xm_q8_load8(in + {full}, {size % 8})')},"
+                    f" 0, {size % 8});")  # fmt: skip
+            types = "const int8_t* in = (const int8_t*)in_;\n  float* out = (float*)out_;"
+        # the helpers travel with the function (include-guarded), as x86_int8's TypeCvtQ8Vnni's
+        return REQUANT_C + SUPPORT + exact(f"""
+static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
+  {types}
+  (void)ws;
+  {parallel}
+  for (long i = 0; i < {full}; i += 8) {body}
+  {("{ " + tail + " }") if size % 8 else ""}
+}}
+""")
+
+
+KERNEL_UNITS = (
+    Conv2dQ8Avx2(), Conv2dQ8Relu6Avx2(), ConvDepthwiseQ8Avx2(), ConvDepthwiseQ8Relu6Avx2(), ElemwiseQ8Avx2(),
+    MaxPoolQ8Avx2(), TypeCvtQ8Avx2(),
+)  # fmt: skip
 
 __all__ = ["AVX2", "ISA", "KERNEL_UNITS"]
