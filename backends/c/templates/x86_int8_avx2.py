@@ -20,6 +20,7 @@ The epilogue is requant.py's definition on 8 lanes (``xm_q*8``, the AVX2 spellin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -293,6 +294,23 @@ class Conv2dQ8Relu6Avx2(_Relu6Island, Conv2dQ8Avx2):
     priority = 102  # the family's (x86_int8_gemm)
 
 
+DW_ROWS_AVX2 = 4  # output rows of a depthwise block: 4 accumulators, 2 tap operands, 6 weights of 16 ymm
+DW_PAD_BYTES = 1 << 16  # the largest zero-padded plane copied onto a thread's stack
+
+
+def _padded_plane(p: dict[str, Any]) -> tuple[int, int]:
+    """(row pitch, rows) of a depthwise plane with its padding: every row and column an output's
+    vector of 8 columns reads (16 bytes from each tap's first column at stride 2), zero outside
+    the input."""
+    ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
+    fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+    last_q0 = (ow - 1) // 8 * 8
+    last_byte = last_q0 * sw + (fw - 1) * dw + (7 if sw == 1 else 15)  # padded coordinates
+    pitch = max(pw + iw, last_byte + 1)
+    rows = max(ph + ih, (oh - 1) * sh + (fh - 1) * dh + 1)
+    return pitch, rows
+
+
 class ConvDepthwiseQ8Avx2(ConvDepthwiseQ8Vnni):
     """Depthwise int8 NCHW convolution on AVX2, 8 output columns per vector: x86_int8's plane loop and
     epilogue on :data:`W8`, every filter size and dilation (``mode`` ``pairs``). Without ``vpdpbusd``
@@ -331,36 +349,111 @@ class ConvDepthwiseQ8Avx2(ConvDepthwiseQ8Vnni):
         return np.ascontiguousarray(words.astype(np.int32)).reshape(-1), "dw_pairs16"
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        pitch, height = _padded_plane(p)
+        if pitch * height <= DW_PAD_BYTES:
+            return self._render_padded(sym, p, pitch, height)
+        return self._render_checked(sym, p)
+
+    def _store(self, p: dict[str, Any], acc: str, row: str) -> str:
+        """The epilogue of accumulator ``acc``, output row ``row``, the ``nq`` columns from ``q0``."""
+        ow = p["ow"]
+        return _epilogue_stmt(
+            p, acc, "fb", lambda _, value, put: f"{put}(yp + (long)({row}) * {ow} + q0, {value}, 0, nq);", W8
+        )
+
+    def _taps(self, p: dict[str, Any], load: Callable[[int], str], uses: list[tuple[str, int]]) -> str:
+        """The multiply-adds of one input row into accumulators: ``uses`` the (accumulator, filter row)
+        pairs that read it, the row's 8 columns from tap ``kw``'s ``load(kw)`` (int8 in the low 8
+        bytes); each tap pair's operand built once for them all."""
+        fw = p["fw"]
+        per_row = (fw + 1) // 2
+        code = []
+        for j in range(per_row):
+            kw = 2 * j
+            if kw + 1 < fw:
+                x = f"_mm256_cvtepi8_epi16(_mm_unpacklo_epi8({load(kw)}, {load(kw + 1)}))"
+            else:
+                x = f"_mm256_cvtepi8_epi32({load(kw)})"
+            code.append(f"const __m256i x{j} = {x};")
+        for j in range(per_row):
+            code += [f"{a} = _mm256_add_epi32({a}, _mm256_madd_epi16(x{j}, wv[{kh * per_row + j}]));"
+                     for a, kh in uses]  # fmt: skip
+        return " ".join(code)
+
+    def _render_padded(self, sym: str, p: dict[str, Any], pitch: int, height: int) -> str:
+        """Each plane copied into a zero-padded stack buffer (every load in bounds, no border test), then
+        blocks of ``DW_ROWS_AVX2`` output rows: each input row's tap operands built once and
+        multiply-added into every output row of the block that reads it."""
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         otype = _out_ctype(p["out"])
-        per_row = (fw + 1) // 2
+        rows = min(DW_ROWS_AVX2, oh)
+        if sw == 1:
+            def load(kw: int) -> str:
+                return f"_mm_loadl_epi64((const __m128i*)(row + {kw * dw}))"
+        else:
+            def load(kw: int) -> str:
+                return f"_mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(row + {kw * dw})), even)"
 
-        def cols(kw: int) -> str:
+        def block(count: int) -> str:
+            accs = [f"a{r}" for r in range(count)]
+            steps = []
+            for t in range((count - 1) * sh + (fh - 1) * dh + 1):  # the block's input rows
+                uses = [(f"a{r}", kh) for r in range(count) for kh in range(fh) if r * sh + kh * dh == t]
+                if uses:  # (none: a row between dilated taps)
+                    steps.append(f"{{ const int8_t* row = base + {t * pitch}; {self._taps(p, load, uses)} }}")
+            return "\n        ".join([
+                f"const int8_t* base = col + (long)r0 * {sh * pitch};",
+                " ".join(f"__m256i {a} = bv;" for a in accs),
+                *steps,
+                *(self._store(p, f"a{r}", f"r0 + {r}") for r in range(count)),
+            ])  # fmt: skip
+
+        tail = oh % rows
+        tail_block = f"""
+      if (r0 < {oh}) {{
+        {block(tail)}
+      }}""" if tail else ""  # fmt: skip
+        even = "0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1"
+        work = n * c * oh * ow * fh * fw
+        return exact(f"""
+{_depthwise_signature(sym, p, otype)}
+  const __m128i even = _mm_setr_epi8({even}); (void)even;
+  {_depthwise_plane_loop(p, work, otype, "wv", fh * ((fw + 1) // 2), W8)}
+    int8_t pad[{height * pitch}] __attribute__((aligned(32)));
+    memset(pad, 0, sizeof pad);
+    for (int iy = 0; iy < {ih}; ++iy)
+      memcpy(pad + (long)(iy + {ph}) * {pitch} + {pw}, xp + (long)iy * {iw}, {iw});
+    for (int q0 = 0; q0 < {ow}; q0 += 8) {{
+      const int8_t* col = pad + q0 * {sw};
+      const int nq = {ow} - q0 < 8 ? {ow} - q0 : 8;
+      int r0 = 0;
+      for (; r0 + {rows} <= {oh}; r0 += {rows}) {{
+        {block(rows)}
+      }}{tail_block}
+    }}
+  }}
+}}
+""")
+
+    def _render_checked(self, sym: str, p: dict[str, Any]) -> str:
+        """A plane too large for the stack copy: each row and column tested (``xm_q8_cols8``)."""
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
+        fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
+        otype = _out_ctype(p["out"])
+
+        def load(kw: int) -> str:
             return f"xm_q8_cols8(row, c0 + {kw * dw}, {sw}, {iw})"
-
-        def tap_pair(kh: int, j: int) -> str:
-            kw = 2 * j
-            if kw + 1 < fw:
-                x = f"_mm256_cvtepi8_epi16(_mm_unpacklo_epi8({cols(kw)}, {cols(kw + 1)}))"
-            else:
-                x = f"_mm256_cvtepi8_epi32({cols(kw)})"
-            return f" v = _mm256_add_epi32(v, _mm256_madd_epi16({x}, wv[{kh * per_row + j}]));"
 
         rows = "\n        ".join(
             f"if ((unsigned)(iy0 + {kh * dh}) < {ih}u) {{"
-            f" const int8_t* row = xp + (long)(iy0 + {kh * dh}) * {iw};"
-            + "".join(tap_pair(kh, j) for j in range(per_row))
-            + " }"
+            f" const int8_t* row = xp + (long)(iy0 + {kh * dh}) * {iw}; {self._taps(p, load, [('v', kh)])} }}"
             for kh in range(fh)
-        )
-        store = _epilogue_stmt(
-            p, "v", "fb", lambda _, value, put: f"{put}(yp + (long)r * {ow} + q0, {value}, 0, nq);", W8
         )
         work = n * c * oh * ow * fh * fw
         return exact(f"""
 {_depthwise_signature(sym, p, otype)}
-  {_depthwise_plane_loop(p, work, otype, "wv", fh * per_row, W8)}
+  {_depthwise_plane_loop(p, work, otype, "wv", fh * ((fw + 1) // 2), W8)}
     for (int q0 = 0; q0 < {ow}; q0 += 8) {{
       const int c0 = q0 * {sw} - {pw};
       const int nq = {ow} - q0 < 8 ? {ow} - q0 : 8;
@@ -368,7 +461,7 @@ class ConvDepthwiseQ8Avx2(ConvDepthwiseQ8Vnni):
         const int iy0 = r * {sh} - {ph};
         __m256i v = bv;
         {rows}
-        {store}
+        {self._store(p, "v", "r")}
       }}
     }}
   }}
