@@ -1,8 +1,15 @@
-"""int8 convolutions for x86 CPUs with AVX2 but no AVX512-VNNI (template ISA ``avx2``: the
+"""int8 kernels for x86 CPUs with AVX2 but no AVX512-VNNI (template ISA ``avx2``: the
 ``x86-avx2*`` targets, ``x86-avx512*`` without ``vnni``, and the host target on such a CPU).
 
-The units are the VNNI families' (``conv2d_q8_x86``, ``conv2d_q8_relu6_x86``) on the ``avx2`` ISA, so
-a target's ISA order picks them exactly where no ``avx512vnni`` unit is searched first.
+The units are x86_int8's and x86_int8_gemm's families on the ``avx2`` ISA, so a target's ISA order
+picks them exactly where no ``avx512vnni`` unit is searched first: dense and grouped convolutions
+(``conv2d_q8_x86``), depthwise ones (``conv2d_dw_q8_x86``), each with its fused ReLU6 island, the
+same-shape elementwise Q-modes, max pooling and the float32 <-> int8 ``typecvt`` (which takes that
+family's ``avx2`` place from nchw88's float16 conversions, kept as its other pairs). Beside the GEMM
+below they are x86_int8's generators on :data:`W8` (8 lanes).
+
+Depthwise products have no ``vpdpbusd``: the taps go in horizontal pairs through ``vpmaddwd`` on
+int16-widened input bytes (``ConvDepthwiseQ8Avx2``), from a zero-padded copy of each plane.
 
 The GEMM is x86_int8_gemm's (the same stride phases, planes of 4-channel dwords and filter packing),
 with ``vpmaddubsw`` (u8 x s8 pairs summed into int16) then ``vpmaddwd`` by ones for ``vpdpbusd``.
