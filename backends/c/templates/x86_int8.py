@@ -384,29 +384,32 @@ def island_lut_index(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str]
     return ("" if p["affine"][1] else exact_lanes), affine
 
 
-def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
+def _affine_value(p: dict[str, Any], acc: str, w: VectorWidth = W16) -> tuple[str, str, str]:
     """``_epilogue_value`` of an ``x86_int8_requant`` channel: ``acc`` is the raw accumulator (its
     integer bias is 0: the channel's offset ``fo`` holds it), ``fa`` the channel's slope."""
     lo, _ = p["affine"]
-    r = f"xm_qaffine16({acc}, _mm512_set1_ps(fa), _mm512_set1_ps(fo))"
+    h = w.helper
+    r = f"{h('xm_qaffine')}({acc}, {w.set1('fa')}, {w.set1('fo')})"
+    nonneg = f"{w.mm}_max_epi32({r}, {w.izero()})"
     if lo == 0:
-        r = f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+        r = nonneg
     island = p.get("island")
     if not island:
-        return "__m128i", f"_mm512_cvtsepi32_epi8({r})", "_mm_mask_storeu_epi8"
+        return "__m128i", f"{w.narrow}({r})", w.store("q8")
     form, k, hi = island_form(float(np.float32(island[0])), float(np.float32(island[1])))
     if form == "clamp":
-        r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
-        value = f"xm_qaffine_clamp16({r}, {hi})"
+        r = r if lo == 0 else nonneg
+        value = f"{h('xm_qaffine_clamp')}({r}, {hi})"
     elif _island_by_lut(p):  # r clamped to [0, 127] (vpmovsdb saturates above) through the table
-        r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+        assert w == W16, "the island table has a 16-lane helper only"
+        r = r if lo == 0 else nonneg
         value = f"xm_qisland_lut16(_mm512_cvtsepi32_epi8({r}), island_lo, island_hi)"
     elif form == "scale":
-        value = f"xm_qisland_scale16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(k)}), {hi}.f)"
+        value = f"{h('xm_qisland_scale')}({h('xm_qaffine_island')}({r}), {w.set1(f32(k))}, {hi}.f)"
     else:
-        value = (f"xm_qisland_float16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(island[0])}), "
-                 f"_mm512_set1_ps({f32(inverse(island[1]))}))")  # fmt: skip
-    return "__m128i", value, "_mm_mask_storeu_epi8"
+        value = (f"{h('xm_qisland_float')}({h('xm_qaffine_island')}({r}), {w.set1(f32(island[0]))}, "
+                 f"{w.set1(f32(inverse(island[1])))})")  # fmt: skip
+    return "__m128i", value, w.store("q8")
 
 
 def island_table(s_in: float, s_out: float) -> np.ndarray:
@@ -494,8 +497,7 @@ def _epilogue_stmt(
     exact_code = f"{_vec_int_activation(exact_p, acc, w)} {value}".strip()
     if not p.get("affine"):
         return exact_code
-    assert w == W16, "the affine epilogue has 16-lane helpers only"
-    fast_code = put(*_affine_value(p, acc))
+    fast_code = put(*_affine_value(p, acc, w))
     if p["affine"][1]:  # every channel
         return fast_code
     return f"if (fa != 0.f) {{ {fast_code} }} else {{ {exact_code} }}"

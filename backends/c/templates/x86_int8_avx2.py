@@ -104,6 +104,20 @@ static inline __m128i xm_qscaled8_nonneg(__m256 y) {
     + island_helpers_c(W8)
     + activation_helpers_c(W8)
     + r"""
+/* x86_int8's xm_qaffine16 (x86_int8_requant's epilogue): floor(u * a + b), the product and the sum
+   rounded as the check emulated them; floor then the truncating conversion (beyond int32: INT_MIN,
+   as the rounding conversion of the AVX-512 form) */
+static inline __m256i xm_qaffine8(__m256i u, __m256 a, __m256 b) {
+  const __m256 y = xm_qadd8(xm_qmul8(_mm256_cvtepi32_ps(u), a), b);
+  return _mm256_cvttps_epi32(_mm256_floor_ps(y));
+}
+static inline __m128i xm_qaffine_clamp8(__m256i r, int hi) {
+  return xm_q8_narrow8(_mm256_min_epi32(r, _mm256_set1_epi32(hi)));
+}
+static inline __m256 xm_qaffine_island8(__m256i r) {
+  const __m256i nonneg = _mm256_max_epi32(r, _mm256_setzero_si256());
+  return _mm256_cvtepi32_ps(_mm256_min_epi32(nonneg, _mm256_set1_epi32(127)));
+}
 XM_EXACT_END
 /* lanes [lo, hi) of a result vector to d[0, hi - lo) */
 static inline __m256i xm_lanes8(int lo, int hi) {
@@ -200,13 +214,13 @@ class Avx2Gemm(GemmIsa):
     vregs, spare_regs, max_nv, max_mr, max_accumulators = 16, 3, 4, 12, 16
     # step_latency: a step's fixed cost (its loop, pointers, the tap offset), which the per-accumulator
     # terms leave out; at 0 every tile costs the same per product and the 1 x 1 tile won (a call and
-    # an accumulator store per 8 outputs): 8 (1 x 8 tiles) measured MobileNetV2 int8/f32 1.87 -> 1.28,
-    # ResNet-18 1.33 -> 1.20 (6 and 10 a little slower, 14 slower)
+    # an accumulator store per 8 outputs): 8 (1 x 8 tiles) measured MobileNetV2 int8/f32 1.74 -> 1.28,
+    # ResNet-18 1.38 -> 1.20 (6 and 10 a little slower, 14 slower)
     steps_per_cycle, load_cycles, step_latency, epilogue_cycles = 1, 0.5, 8, 10
     x_offset, plane_type, pad_byte = 0, "int8_t", "0"
     x_range = (-128, 127)
     accumulator_limit = 2**31
-    affine = False
+    affine = True  # x86_int8_requant's epilogue where it is exact (xm_qaffine8)
     gather = "xm_q8_gather16_avx2"
     kernels = ("_u7", "_s8")
 
