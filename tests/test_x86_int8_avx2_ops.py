@@ -194,3 +194,17 @@ def test_vnni_targets_keep_their_units() -> None:
                             ("x86-avx512-nchw88-vnni", "avx512vnni")):  # fmt: skip
             unit = KERNELS.first(family, parse_target(target).isas)
             assert unit is not None and unit.isa == isa, (family, target, unit)
+
+
+def test_affine_epilogue_on_eight_lanes_exact() -> None:
+    """x86_int8_requant's affine epilogue (``xm_qaffine8``) serves the avx2 GEMM's channels where it
+    is proven exact: tests/test_x86_int8.py's convolutions take it, bit-exact against the reference."""
+    from tests.test_x86_int8 import NAMES, _inputs, _weights, int8_model
+
+    require(TARGET)
+    rng = np.random.default_rng(11)
+    fn, inputs = int8_model(_weights(rng)), _inputs(rng)
+    compiled = compile_fn(fn, inputs, TARGET)
+    assert re.search(r"kernel\.call @avx2_conv2d_q8_\w+_aff\b", compiled.ir("kernel-plan-memory"))
+    names = NAMES + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]
+    _assert_exact(compiled, inputs, names)
