@@ -983,6 +983,5 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 """
 
 
-KERNEL_UNITS = (
-    ConvNchw88(), ConvNchw88Avx512(), ConvNchw88Chan(), PoolNchw88(), TypeCvtF16C(), RelayoutNchw88(),
-)  # fmt: skip
+# TypeCvtF16C's unit is x86_int8_avx2.TypeCvtQ8Avx2 (the family's avx2 place: it adds the int8 pairs)
+KERNEL_UNITS = (ConvNchw88(), ConvNchw88Avx512(), ConvNchw88Chan(), PoolNchw88(), RelayoutNchw88())

@@ -384,29 +384,32 @@ def island_lut_index(p: dict[str, Any], acc: str, fbias: str) -> tuple[str, str]
     return ("" if p["affine"][1] else exact_lanes), affine
 
 
-def _affine_value(p: dict[str, Any], acc: str) -> tuple[str, str, str]:
+def _affine_value(p: dict[str, Any], acc: str, w: VectorWidth = W16) -> tuple[str, str, str]:
     """``_epilogue_value`` of an ``x86_int8_requant`` channel: ``acc`` is the raw accumulator (its
     integer bias is 0: the channel's offset ``fo`` holds it), ``fa`` the channel's slope."""
     lo, _ = p["affine"]
-    r = f"xm_qaffine16({acc}, _mm512_set1_ps(fa), _mm512_set1_ps(fo))"
+    h = w.helper
+    r = f"{h('xm_qaffine')}({acc}, {w.set1('fa')}, {w.set1('fo')})"
+    nonneg = f"{w.mm}_max_epi32({r}, {w.izero()})"
     if lo == 0:
-        r = f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+        r = nonneg
     island = p.get("island")
     if not island:
-        return "__m128i", f"_mm512_cvtsepi32_epi8({r})", "_mm_mask_storeu_epi8"
+        return "__m128i", f"{w.narrow}({r})", w.store("q8")
     form, k, hi = island_form(float(np.float32(island[0])), float(np.float32(island[1])))
     if form == "clamp":
-        r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
-        value = f"xm_qaffine_clamp16({r}, {hi})"
+        r = r if lo == 0 else nonneg
+        value = f"{h('xm_qaffine_clamp')}({r}, {hi})"
     elif _island_by_lut(p):  # r clamped to [0, 127] (vpmovsdb saturates above) through the table
-        r = r if lo == 0 else f"_mm512_max_epi32({r}, _mm512_setzero_si512())"
+        assert w == W16, "the island table has a 16-lane helper only"
+        r = r if lo == 0 else nonneg
         value = f"xm_qisland_lut16(_mm512_cvtsepi32_epi8({r}), island_lo, island_hi)"
     elif form == "scale":
-        value = f"xm_qisland_scale16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(k)}), {hi}.f)"
+        value = f"{h('xm_qisland_scale')}({h('xm_qaffine_island')}({r}), {w.set1(f32(k))}, {hi}.f)"
     else:
-        value = (f"xm_qisland_float16(xm_qaffine_island16({r}), _mm512_set1_ps({f32(island[0])}), "
-                 f"_mm512_set1_ps({f32(inverse(island[1]))}))")  # fmt: skip
-    return "__m128i", value, "_mm_mask_storeu_epi8"
+        value = (f"{h('xm_qisland_float')}({h('xm_qaffine_island')}({r}), {w.set1(f32(island[0]))}, "
+                 f"{w.set1(f32(inverse(island[1])))})")  # fmt: skip
+    return "__m128i", value, w.store("q8")
 
 
 def island_table(s_in: float, s_out: float) -> np.ndarray:
@@ -494,8 +497,7 @@ def _epilogue_stmt(
     exact_code = f"{_vec_int_activation(exact_p, acc, w)} {value}".strip()
     if not p.get("affine"):
         return exact_code
-    assert w == W16, "the affine epilogue has 16-lane helpers only"
-    fast_code = put(*_affine_value(p, acc))
+    fast_code = put(*_affine_value(p, acc, w))
     if p["affine"][1]:  # every channel
         return fast_code
     return f"if (fa != 0.f) {{ {fast_code} }} else {{ {exact_code} }}"
@@ -627,10 +629,12 @@ def _dense_conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.nd
     return got
 
 
-def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str, count: int) -> str:
+def _depthwise_plane_loop(
+    p: dict[str, Any], work: int, otype: str, weights: str, count: int, w: VectorWidth = W16
+) -> str:
     """The opening of an int8 depthwise kernel's loop over (image, channel) planes: the plane's input and
     output pointers, its float bias where the result is post-processed, its ``count`` int32 weight pairs
-    broadcast into ``weights[]`` and its integer bias ``bv``."""
+    broadcast into ``weights[]`` (vectors of ``w``) and its integer bias ``bv``."""
     n, c, ih, iw, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oh", "ow"))
     fbias = "fbias[ch]" if _has_fbias(p) else "0.f"
     threaded = f"nt > 1 && {work}L > {PARALLEL_WORK // 4}L"
@@ -640,9 +644,9 @@ def _depthwise_plane_loop(p: dict[str, Any], work: int, otype: str, weights: str
     const int8_t* xp = x + (long)nc * {ih * iw};
     {otype}* yp = y + (long)nc * {oh * ow};
     const float fb = {fbias}; (void)fb;
-    __m512i {weights}[{count}];
-    for (int k = 0; k < {count}; ++k) {weights}[k] = _mm512_set1_epi32(w[(long)ch * {count} + k]);
-    {_channel_vectors(p, "ch")}"""
+    {w.ivec} {weights}[{count}];
+    for (int k = 0; k < {count}; ++k) {weights}[k] = {w.set1(f"w[(long)ch * {count} + k]", "epi32")};
+    {_channel_vectors(p, "ch", w)}"""
 
 
 class ConvDepthwiseQ8Vnni(Template):
@@ -910,17 +914,24 @@ class ConvDepthwiseQ8Relu6Vnni(_Relu6Island, ConvDepthwiseQ8Vnni):
 # ----------------------------------------------------------------------------------------------
 # Elementwise and pooling
 
-# float modes with a vector form: C over __m512 a, b (dequantized operands), the float32 operations
-# of requant.py / typed.py's QUANTIZED_ELEMWISE_C, each rounded (no contraction)
-VEC_MODES = {
-    "add": "xm_qadd16(a, b)",
-    "sub": "_mm512_sub_round_ps(a, b, XM_RN)",
-    "mul": "xm_qmul16(a, b)",
-    "fuse_add_relu": "xm_qrelu16(xm_qadd16(a, b))",
-    "relu": "xm_qrelu16(a)",
-    "h_swish": "xm_qhswish16(a)",
-    "fuse_add_h_swish": "xm_qhswish16(xm_qadd16(a, b))",
-}
+def vec_modes(w: VectorWidth) -> dict[str, str]:
+    """The float modes with a vector form: C over ``w``'s float vectors a, b (dequantized operands),
+    the float32 operations of requant.py / typed.py's QUANTIZED_ELEMWISE_C, each rounded (never
+    contracted: AVX-512's explicitly rounded intrinsics, AVX2's plain ones under XM_EXACT_BEGIN)."""
+    h = w.helper
+    sub = "_mm512_sub_round_ps(a, b, XM_RN)" if w.bits == 512 else f"{w.mm}_sub_ps(a, b)"
+    return {
+        "add": f"{h('xm_qadd')}(a, b)",
+        "sub": sub,
+        "mul": f"{h('xm_qmul')}(a, b)",
+        "fuse_add_relu": f"{h('xm_qrelu')}({h('xm_qadd')}(a, b))",
+        "relu": f"{h('xm_qrelu')}(a)",
+        "h_swish": f"{h('xm_qhswish')}(a)",
+        "fuse_add_h_swish": f"{h('xm_qhswish')}({h('xm_qadd')}(a, b))",
+    }
+
+
+VEC_MODES = vec_modes(W16)
 UNARY_MODES = ("relu", "h_swish")
 
 
@@ -939,28 +950,43 @@ class ElemwiseQ8Vnni(Template):
     def symbol(self, p: dict[str, Any]) -> str:
         return "vnni_" + ElemwiseQ.symbol(ElemwiseQ(), p)
 
+    width = W16
+
+    def _lanes(self, size: int) -> str:
+        """The C declaration of ``m``, the lanes from element ``i`` inside the ``size`` elements."""
+        return f"const __mmask16 m = xm_q8_lanes({size} - i);"
+
+    def _load(self, ptr: str) -> str:
+        """The int8 elements at ``ptr`` (lanes ``m``) as int32 lanes."""
+        return f"_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, {ptr}))"
+
+    def _store(self, ptr: str, value: str) -> str:
+        return f"_mm_mask_storeu_epi8({ptr}, m, {value});"
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        w = self.width
         arity = len(p["strides"])
         size = p["shape"][0]
         scales = p["scales"]
         names = "ab"[:arity]
         vloads = " ".join(
-            f"const __m512 {names[i]} = xm_qdeq16(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, in{i} + i)), "
-            f"_mm512_set1_ps({f32(scales[i])}));"
+            f"const {w.fvec} {names[i]} = {w.helper('xm_qdeq')}({self._load(f'in{i} + i')}, "
+            f"{w.set1(f32(scales[i]))});"
             for i in range(arity)
         )
+        result = f"{w.helper('xm_qscaled')}({w.helper('xm_qmul')}(f, vinv))"
         return exact(f"""
 static void {sym}({_ptr_args(arity, 1)}) {{
   {" ".join(f"const int8_t* in{i} = (const int8_t*)in{i}_;" for i in range(arity))}
   int8_t* out = (int8_t*)out0_;
-  const __m512 vinv = _mm512_set1_ps({f32(inverse(scales[arity]))});
+  const {w.fvec} vinv = {w.set1(f32(inverse(scales[arity])))};
   (void)ws;
   #pragma omp parallel for schedule(static) num_threads(nt) if(nt > 1 && {size} > 262144)
-  for (long i = 0; i < {size}; i += 16) {{
-    const __mmask16 m = xm_q8_lanes({size} - i);
+  for (long i = 0; i < {size}; i += {w.lanes}) {{
+    {self._lanes(size)}
     {vloads}
-    const __m512 f = {VEC_MODES[p["mode"]]};
-    _mm_mask_storeu_epi8(out + i, m, xm_qscaled16(xm_qmul16(f, vinv)));
+    const {w.fvec} f = {vec_modes(w)[p["mode"]]};
+    {self._store("out + i", result)}
   }}
 }}
 """)
@@ -988,16 +1014,16 @@ class MaxPoolQ8Vnni(Template):
     def symbol(self, p: dict[str, Any]) -> str:
         return "vnni_" + Pool2dQ8.symbol(Pool2dQ8(), p)
 
+    def _stride2_load(self) -> str:
+        """The 16 bytes ``src[2 * t]`` (reading no byte past ``src[30]``)."""
+        return "_mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(0x7FFFFFFFu, src))"
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         ih, iw, oh, ow, fh, fw = p["ih"], p["iw"], p["oh"], p["ow"], p["fh"], p["fw"]
         sh, sw, ph, pw = p["sh"], p["sw"], p["ph"], p["pw"]
         lo = min(ow, max(0, -(-pw // sw)))
         hi = max(lo, min(ow, (iw - 1 + pw - (fw - 1)) // sw + 1))
-        load = (
-            "_mm_loadu_si128((const __m128i*)src)"
-            if sw == 1
-            else "_mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(0x7FFFFFFFu, src))"
-        )
+        load = "_mm_loadu_si128((const __m128i*)src)" if sw == 1 else self._stride2_load()
         nc = p["n"] * p["c"]
         return f"""
 static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
