@@ -62,7 +62,8 @@ def test_avx2_targets_search_the_avx2_unit_after_vnni() -> None:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_avx2_int8_convolutions_exact(threads: int) -> None:
     """tests/test_x86_int8.py's model: every dense, 1x1, strided, dilated and grouped convolution on the
-    avx2 unit (depthwise ones stay portable), bit-exact; inputs beyond the int8 range saturate."""
+    avx2 GEMM unit (the depthwise ones on the avx2 depthwise unit, tested in test_x86_int8_avx2_ops.py),
+    bit-exact; inputs beyond the int8 range saturate."""
     require(TARGET)
     rng = np.random.default_rng(11)
     fn, inputs = int8_model(_weights(rng)), _inputs(rng)
