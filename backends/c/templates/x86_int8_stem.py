@@ -9,9 +9,17 @@ last lanes from the next row). Its B tiles are built in place from the input, no
 tile row ``q`` is the quad of filter row ``r`` of channel ``c`` (``q = c * FH + r``, its ``FW <= 4``
 taps and zero filter bytes past them), the 16 lanes' windows of one input row cut by
 ``xm_q8_window16`` (one masked load, a ``vpermd`` and a ``vpshufb``; padding is ``x = 0``, the
-byte 128 of the ``x + 128`` operands). So ``C * FH <= 16`` (one K tile). The A tiles are the
-filters, ``[OC/16][16 channels][64 k]``. ``tdpbsud`` multiplies; where Linux refuses tile data the
-same integers come from ``vpdpbusd`` on the same tiles in memory.
+byte 128 of the ``x + 128`` operands). So ``C * FH <= 16`` (one K tile).
+
+Where the convolution's int8 input is the model's float32 input quantized (``typecvt f32 -> q8``, zero
+point 0) and the convolution its only reader, the unit reads the float32 input instead and quantizes
+each window's row span as it cuts it (``xm_q8_window16_f32``: ``x86_int8``'s ``xm_quantize16``, the
+typecvt's own rounding), so the typecvt's call is left unread and kernel-select drops it: the 150 KB
+int8 image of a 224x224 input is neither written nor read back. Where the int8 input has another
+reader the typecvt runs anyway and the stem reads its bytes (a quarter of the floats' size).
+
+The A tiles are the filters, ``[OC/16][16 channels][64 k]``. ``tdpbsud`` multiplies; where Linux
+refuses tile data the same integers come from ``vpdpbusd`` on the same tiles in memory.
 
 The epilogue is ``x86_int8_requant``'s affine form where a channel has it: ``floor(u * a + b)`` of
 four 16-pixel vectors, narrowed
@@ -28,15 +36,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
+from backends.c.match import code
 from backends.c.templates import Template
-from backends.c.templates.requant import REQUANT_C, exact
+from backends.c.templates.requant import REQUANT_C, exact, f32, inverse
 from backends.c.templates.typed import Conv2dQ8
 from backends.c.templates.x86_amx import AMX_SUPPORT
 from backends.c.templates.x86_amx import ISA as AMX_ISA
 from backends.c.templates.x86_int8 import (
     PARALLEL_WORK,
+    QUANTIZE_C,
     SUPPORT,
     _affine_tag,
     _bias_decls,
@@ -53,6 +63,7 @@ from backends.c.templates.x86_int8 import (
 )
 from backends.c.templates.x86_int8_gemm import GEMM_SUPPORT
 from backends.c.templates.x86_int8_vbmi import _IslandByTable
+from dialects import kernel as K
 from passes.lowering.kernels import Lowered
 
 if TYPE_CHECKING:
@@ -73,6 +84,47 @@ def pixel_order(lanes: str) -> str:
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def quantized_input(x: SSAValue, size: int) -> tuple[SSAValue, float] | None:
+    """The float32 value and the scale of ``x`` where ``x`` is the result of a ``typecvt f32 -> q8``
+    call (zero point 0, ``size`` values) that only the convolution reads; kernel-select lowered it
+    already (program order)."""
+    call = x.owner
+    if not isinstance(call, K.CallOp) or not x.has_one_use() or len(call.outputs) != 1:
+        return None
+    d = call.definition()
+    if d.family.data != "typecvt":
+        return None
+    tp = d.param_values()
+    if (tp["src"], tp["dst"], tp["zp_out"], tp["size"]) != ("f32", "q8", 0, size):
+        return None
+    src = call.args[0]
+    return (src, float(tp["s_out"])) if code(src) == "f32" else None
+
+
+# the window of a float32 input row: its span (at most 15 * 2 + 4 = 34 values) quantized 16 values
+# at a time as the typecvt quantizes (xm_quantize16, NaN, infinities, -0.0, ties and saturation
+# included), then x86_int8's xm_q8_window16 on the 64 bytes; padding lanes load 0.0f, which quantizes
+# to the padding's x = 0
+WINDOW_F32_C = r"""
+#ifndef XM_Q8_WINDOW16_F32
+#define XM_Q8_WINDOW16_F32
+static inline __m512i xm_q8_window16_f32(const float* xp, int iy, int c0, __mmask64 m, __m512i perm,
+                                         __m512i shuf, int ih, int iw, __m512 inv, int chunks) {
+  if ((unsigned)iy >= (unsigned)ih) return _mm512_set1_epi8((char)0x80);
+  const uintptr_t at = (uintptr_t)(xp + (long)iy * iw) + (uintptr_t)(intptr_t)c0 * sizeof(float);
+  __m128i q[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+  for (int k = 0; k < chunks; ++k)
+    q[k] = xm_quantize16(_mm512_maskz_loadu_ps((__mmask16)(m >> (16 * k)), (const void*)(at + 64 * k)), inv);
+  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1);
+  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(q[2]), q[3], 1);
+  const __m512i v = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                                     _mm512_set1_epi8((char)0x80));
+  return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(perm, v), shuf);
+}
+#endif
+"""
 
 
 class Conv2dQ8StemAmx(Template):
@@ -101,10 +153,17 @@ class Conv2dQ8StemAmx(Template):
         biases = _requant_operands(p, operands, wv, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
-        return Lowered(p, [operands[0], operands[1], *biases])
+        x = operands[0]
+        assert isinstance(x, SSAValue)
+        fused = quantized_input(x, p["n"] * p["ic"] * p["ih"] * p["iw"])
+        if fused is not None:
+            x, scale = fused
+            p["quantize_in"] = inverse(scale)  # 1.0f / s, the typecvt's multiplier
+        return Lowered(p, [x, operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return "amxstem_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
+        fused = "_f32in" if "quantize_in" in p else ""
+        return "amxstem_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p) + fused
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
@@ -117,7 +176,7 @@ class Conv2dQ8StemAmx(Template):
         return np.ascontiguousarray(tiles), "amx_stem_a16x64"
 
     def support(self, em: CEmitter) -> str:
-        return REQUANT_C + SUPPORT + AMX_SUPPORT + GEMM_SUPPORT
+        return REQUANT_C + SUPPORT + AMX_SUPPORT + GEMM_SUPPORT + QUANTIZE_C + WINDOW_F32_C
 
     @staticmethod
     def _narrows(p: dict[str, Any]) -> bool:
@@ -191,18 +250,26 @@ class Conv2dQ8StemAmx(Template):
         items = _ceil_div(pixels, ITEM)
         ocb = _ceil_div(oc, LANES)
         quads = ic * fh
-        span = (LANES - 1) * sw + fw  # the input bytes a row's 16 windows read
+        span = (LANES - 1) * sw + fw  # the input values a row's 16 windows read
+        fused = "quantize_in" in p
+        xtype = "float" if fused else "int8_t"
+
+        def window(iy: str, c: str) -> str:
+            """The C expression of row ``iy``'s 16 windows from column ``c`` (channel pointer ``xc``)."""
+            args = f"xc, {iy}, {c}, xm_q8_span64({c}, {span}, {iw}), perm, shuf, {ih}, {iw}"
+            if fused:  # the float32 row's span, 16 values a load
+                return f"xm_q8_window16_f32({args}, inv, {_ceil_div(span, LANES)})"
+            return f"xm_q8_window16({args})"
         # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
         perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
         shuf = ", ".join(str(sw * i + b) for i in range(4) for b in range(4))
         windows = "\n".join(
             f"""          {{ /* channel {q // fh}, filter row {q % fh} */
-            const int8_t* xc = xn + {q // fh * ih * iw};
+            const {xtype}* xc = xn + {q // fh * ih * iw};
             const int iy = oy * {sh} + {q % fh - ph};
-            __m512i v = xm_q8_window16(xc, iy, c0, xm_q8_span64(c0, {span}, {iw}), perm, shuf, {ih}, {iw});
+            __m512i v = {window("iy", "c0")};
             if (rest < {LANES}) {{ /* the next row's windows in the lanes past the row end */
-              const __m512i u = xm_q8_window16(xc, iy + {sh}, c1, xm_q8_span64(c1, {span}, {iw}), perm, shuf,
-                                               {ih}, {iw});
+              const __m512i u = {window(f"iy + {sh}", "c1")};
               v = _mm512_mask_mov_epi32(v, (__mmask16)(0xFFFFu << rest), u);
             }}
             _mm512_store_si512((void*)(bt[blk] + {64 * q}), v);
@@ -220,15 +287,16 @@ class Conv2dQ8StemAmx(Template):
         channel = self._channel_epilogue(p)
         work = n * oc * pixels * quads * 4
         fbias_void = " (void)fbias;" if _has_fbias(p) else ""
+        inv = f"\n  const __m512 inv = _mm512_set1_ps({f32(p['quantize_in'])});" if fused else ""
         return exact(f"""
 static void {sym}({_kernel_args(p)}) {{
-  const int8_t* x = (const int8_t*)x_;
+  const {xtype}* x = (const {xtype}*)x_;
   const int8_t* wpk = (const int8_t*)w_;
   {_bias_decls(p)}
   int8_t* y = (int8_t*)y_;
   (void)bias; (void)ws;{fbias_void}
   const __m512i perm = _mm512_setr_epi32({perm});
-  const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));
+  const __m512i shuf = _mm512_broadcast_i32x4(_mm_setr_epi8({shuf}));{inv}
   const int use_amx = xm_amx_ready();
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   {{
@@ -240,7 +308,7 @@ static void {sym}({_kernel_args(p)}) {{
     #pragma omp for schedule(static)
     for (int item = 0; item < {n * items}; ++item) {{
       const int nn = item / {items}, p0 = item % {items} * {ITEM};
-      const int8_t* xn = x + (long)nn * {ic * ih * iw};
+      const {xtype}* xn = x + (long)nn * {ic * ih * iw};
       for (int blk = 0; blk < 4; ++blk) {{
         /* lanes [0, rest) are columns ox.. of row oy, the others columns 0.. of row oy + 1 */
         const int pb = p0 + {LANES} * blk, oy = pb / {ow}, ox = pb % {ow}, rest = {ow} - ox;
