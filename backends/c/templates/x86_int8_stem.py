@@ -86,6 +86,11 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _row_stride(iw: int) -> int:
+    """The bytes of a quantized row's slot: whole 16-byte stores, 64-byte aligned."""
+    return _ceil_div(iw, ITEM) * ITEM
+
+
 def quantized_input(x: SSAValue, size: int) -> tuple[SSAValue, float] | None:
     """The float32 value and the scale of ``x`` where ``x`` is the result of a ``typecvt f32 -> q8``
     call (zero point 0, ``size`` values) that only the convolution reads; kernel-select lowered it
@@ -103,25 +108,33 @@ def quantized_input(x: SSAValue, size: int) -> tuple[SSAValue, float] | None:
     return (src, float(tp["s_out"])) if code(src) == "f32" else None
 
 
-# the window of a float32 input row: its span (at most 15 * 2 + 4 = 34 values) quantized 16 values
-# at a time as the typecvt quantizes (xm_quantize16, NaN, infinities, -0.0, ties and saturation
-# included), then x86_int8's xm_q8_window16 on the 64 bytes; padding lanes load 0.0f, which quantizes
-# to the padding's x = 0
+# a thread's quantized input rows: each channel's rows in SLOTS direct-mapped slots (row iy in slot
+# iy % SLOTS, tagged by image and row), enough for the input rows one 64-pixel item reads in most
+# shapes, so a row is quantized about once however many filter rows and items read it
+ROW_SLOTS = 16
+ROW_CACHE_BYTES = 48 * 1024  # on each thread's stack, beside the 8 KB of tiles and accumulators
+
+# the windows of a float32 input row: the row quantized into its slot on its first read (16 values
+# at a time as the typecvt quantizes: xm_quantize16, NaN, infinities, -0.0, ties and saturation
+# included), then x86_int8's xm_q8_window16 on its bytes
 WINDOW_F32_C = r"""
 #ifndef XM_Q8_WINDOW16_F32
 #define XM_Q8_WINDOW16_F32
-static inline __m512i xm_q8_window16_f32(const float* xp, int iy, int c0, __mmask64 m, __m512i perm,
-                                         __m512i shuf, int ih, int iw, __m512 inv, int chunks) {
+static inline __m512i xm_q8_window16_f32(int8_t* rows, int* tags, int slots, int stride, int key,
+                                         const float* xp, int iy, int c0, __mmask64 m, __m512i perm,
+                                         __m512i shuf, int ih, int iw, __m512 inv) {
   if ((unsigned)iy >= (unsigned)ih) return _mm512_set1_epi8((char)0x80);
-  const uintptr_t at = (uintptr_t)(xp + (long)iy * iw) + (uintptr_t)(intptr_t)c0 * sizeof(float);
-  __m128i q[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
-  for (int k = 0; k < chunks; ++k)
-    q[k] = xm_quantize16(_mm512_maskz_loadu_ps((__mmask16)(m >> (16 * k)), (const void*)(at + 64 * k)), inv);
-  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1);
-  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(q[2]), q[3], 1);
-  const __m512i v = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
-                                     _mm512_set1_epi8((char)0x80));
-  return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(perm, v), shuf);
+  const int slot = iy & (slots - 1);
+  int8_t* row = rows + (long)slot * stride;
+  if (tags[slot] != key + iy) {
+    const float* src = xp + (long)iy * iw;
+    for (int i = 0; i < iw; i += 16) {
+      const __mmask16 lanes = xm_q8_lanes(iw - i);
+      _mm_store_si128((__m128i*)(row + i), xm_quantize16(_mm512_maskz_loadu_ps(lanes, src + i), inv));
+    }
+    tags[slot] = key + iy;
+  }
+  return xm_q8_window16(row, 0, c0, m, perm, shuf, 1, iw);
 }
 #endif
 """
@@ -156,7 +169,7 @@ class Conv2dQ8StemAmx(Template):
         x = operands[0]
         assert isinstance(x, SSAValue)
         fused = quantized_input(x, p["n"] * p["ic"] * p["ih"] * p["iw"])
-        if fused is not None:
+        if fused is not None and p["ic"] * ROW_SLOTS * _row_stride(p["iw"]) <= ROW_CACHE_BYTES:
             x, scale = fused
             p["quantize_in"] = inverse(scale)  # 1.0f / s, the typecvt's multiplier
         return Lowered(p, [x, operands[1], *biases])
@@ -254,11 +267,13 @@ class Conv2dQ8StemAmx(Template):
         fused = "quantize_in" in p
         xtype = "float" if fused else "int8_t"
 
-        def window(iy: str, c: str) -> str:
-            """The C expression of row ``iy``'s 16 windows from column ``c`` (channel pointer ``xc``)."""
+        def window(channel: int, iy: str, c: str) -> str:
+            """The C expression of row ``iy``'s 16 windows from column ``c`` (the channel's plane
+            ``xc``)."""
             args = f"xc, {iy}, {c}, xm_q8_span64({c}, {span}, {iw}), perm, shuf, {ih}, {iw}"
-            if fused:  # the float32 row's span, 16 values a load
-                return f"xm_q8_window16_f32({args}, inv, {_ceil_div(span, LANES)})"
+            if fused:  # from the channel's quantized rows
+                cache = f"rows[{channel}][0], tags[{channel}], {ROW_SLOTS}, {_row_stride(iw)}, key"
+                return f"xm_q8_window16_f32({cache}, {args}, inv)"
             return f"xm_q8_window16({args})"
         # vpermd: 128-bit lane k holds the 16 bytes from 4k * sw; vpshufb: its dword i, bytes from i * sw
         perm = ", ".join(str(sw * k + d) for k in range(4) for d in range(4))
@@ -267,9 +282,9 @@ class Conv2dQ8StemAmx(Template):
             f"""          {{ /* channel {q // fh}, filter row {q % fh} */
             const {xtype}* xc = xn + {q // fh * ih * iw};
             const int iy = oy * {sh} + {q % fh - ph};
-            __m512i v = {window("iy", "c0")};
+            __m512i v = {window(q // fh, "iy", "c0")};
             if (rest < {LANES}) {{ /* the next row's windows in the lanes past the row end */
-              const __m512i u = {window(f"iy + {sh}", "c1")};
+              const __m512i u = {window(q // fh, f"iy + {sh}", "c1")};
               v = _mm512_mask_mov_epi32(v, (__mmask16)(0xFFFFu << rest), u);
             }}
             _mm512_store_si512((void*)(bt[blk] + {64 * q}), v);
@@ -288,6 +303,15 @@ class Conv2dQ8StemAmx(Template):
         work = n * oc * pixels * quads * 4
         fbias_void = " (void)fbias;" if _has_fbias(p) else ""
         inv = f"\n  const __m512 inv = _mm512_set1_ps({f32(p['quantize_in'])});" if fused else ""
+        # the thread's quantized rows (tags -1: none yet); a row's key is image * IH + row
+        cache_decls = (
+            f"\n    int8_t rows[{ic}][{ROW_SLOTS}][{_row_stride(iw)}] __attribute__((aligned(64)));"
+            f"\n    int tags[{ic}][{ROW_SLOTS}];"
+            "\n    memset(tags, 0xFF, sizeof tags);"
+            if fused
+            else ""
+        )
+        key = f"\n      const int key = nn * {ih};" if fused else ""
         return exact(f"""
 static void {sym}({_kernel_args(p)}) {{
   const {xtype}* x = (const {xtype}*)x_;
@@ -303,12 +327,12 @@ static void {sym}({_kernel_args(p)}) {{
     /* B tiles: four blocks of 16 pixels, a 64-byte row per quad (the rows past the quads stay 0) */
     uint8_t bt[4][{QUADS * 64}] __attribute__((aligned(64)));
     int32_t acc[{LANES}][{ITEM}] __attribute__((aligned(64)));
-    memset(bt, 0, sizeof bt);
+    memset(bt, 0, sizeof bt);{cache_decls}
     if (use_amx) xm_amx_configure();
     #pragma omp for schedule(static)
     for (int item = 0; item < {n * items}; ++item) {{
       const int nn = item / {items}, p0 = item % {items} * {ITEM};
-      const {xtype}* xn = x + (long)nn * {ic * ih * iw};
+      const {xtype}* xn = x + (long)nn * {ic * ih * iw};{key}
       for (int blk = 0; blk < 4; ++blk) {{
         /* lanes [0, rest) are columns ox.. of row oy, the others columns 0.. of row oy + 1 */
         const int pb = p0 + {LANES} * blk, oy = pb / {ow}, ox = pb % {ow}, rest = {ow} - ox;
