@@ -12,11 +12,13 @@ taps and zero filter bytes past them), the 16 lanes' windows of one input row cu
 byte 128 of the ``x + 128`` operands). So ``C * FH <= 16`` (one K tile).
 
 Where the convolution's int8 input is the model's float32 input quantized (``typecvt f32 -> q8``, zero
-point 0) and the convolution its only reader, the unit reads the float32 input instead and quantizes
-each window's row span as it cuts it (``xm_q8_window16_f32``: ``x86_int8``'s ``xm_quantize16``, the
-typecvt's own rounding), so the typecvt's call is left unread and kernel-select drops it: the 150 KB
-int8 image of a 224x224 input is neither written nor read back. Where the int8 input has another
-reader the typecvt runs anyway and the stem reads its bytes (a quarter of the floats' size).
+point 0) and the convolution its only reader, the unit reads the float32 input instead
+(``xm_q8_window16_f32``): a thread quantizes an input row on its first read into one of its channel's
+``ROW_SLOTS`` row slots (``x86_int8``'s ``xm_quantize16``, the typecvt's own rounding) and cuts the
+windows from those bytes, so each row is quantized about once. The typecvt's call is left unread and
+kernel-select drops it: the 150 KB int8 image of a 224x224 input is neither written nor read back.
+Where the int8 input has another reader the typecvt runs anyway and the stem reads its bytes (a
+quarter of the floats' size); so it does where the slots would not fit ``ROW_CACHE_BYTES``.
 
 The A tiles are the filters, ``[OC/16][16 channels][64 k]``. ``tdpbsud`` multiplies; where Linux
 refuses tile data the same integers come from ``vpdpbusd`` on the same tiles in memory.
@@ -108,9 +110,10 @@ def quantized_input(x: SSAValue, size: int) -> tuple[SSAValue, float] | None:
     return (src, float(tp["s_out"])) if code(src) == "f32" else None
 
 
-# a thread's quantized input rows: each channel's rows in SLOTS direct-mapped slots (row iy in slot
-# iy % SLOTS, tagged by image and row), enough for the input rows one 64-pixel item reads in most
-# shapes, so a row is quantized about once however many filter rows and items read it
+# a thread's quantized input rows: each channel's rows in ROW_SLOTS direct-mapped slots (row iy in
+# slot iy % ROW_SLOTS, a power of two; tagged by image and row), more than the input rows one 64-pixel
+# item reads (at most 4 * 2 + 4 = 12), so a row is quantized about once however many filter rows and
+# items read it
 ROW_SLOTS = 16
 ROW_CACHE_BYTES = 48 * 1024  # on each thread's stack, beside the 8 KB of tiles and accumulators
 
