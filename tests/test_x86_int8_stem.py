@@ -4,8 +4,11 @@ MobileNetV2's 3x3 stride-2 stem shape and odd ones (other channel counts, output
 16-pixel block fits, 64-pixel items that end mid-row and a ragged last item, batch 2, stride 1,
 2-tap rows), with and without the ReLU6 island (its byte table on VBMI, its clamp form without),
 on one and two threads, on the VNNI path a process refused tile data takes, and under ASan/UBSan.
-Each case's kernel choice is pinned; a deeper few-channel layer (5 channels) stays with x86_amx.
-Skipped with the reason on CPUs without AMX-INT8 (or VBMI)."""
+Every case's stem reads the float32 input and quantizes it itself (the typecvt's call dropped), the
+quantize's corner cases (NaN, infinities, -0.0, ties, saturation) in every input; where the int8
+input has a second reader, or the row slots would not fit, the typecvt stays and the stem reads its
+bytes. Each case's kernel choice is pinned; a deeper few-channel layer (5 channels) stays with
+x86_amx. Skipped with the reason on CPUs without AMX-INT8 (or VBMI)."""
 
 from __future__ import annotations
 
@@ -82,7 +85,9 @@ def stem_inputs(rng: np.random.Generator) -> list[np.ndarray]:
     # the input quantize's corner cases: NaN (0), infinities, -0.0, ties of x / s (+-2.5 / 40 -> +-3),
     # values past the int8 range (saturated)
     special = np.array([np.nan, np.inf, -np.inf, -0.0, 2.5 * SX, -2.5 * SX, 0.5 * SX, 1e30, -1e30, 3.2])
-    xs[0].reshape(-1)[: special.size] = special
+    for x in xs:  # scattered over rows, channels and images (each row is quantized on its own)
+        flat = x.reshape(-1)
+        flat[rng.choice(flat.size, 8 * special.size, replace=False)] = np.tile(special, 8)
     return xs
 
 
@@ -106,6 +111,10 @@ def _stem_calls(compiled: Any) -> list[str]:
     return re.findall(r"kernel\.call @(amxstem_\w+)", compiled.ir("kernel-plan-memory"))
 
 
+def _input_quantizes(compiled: Any) -> list[str]:
+    return re.findall(r"kernel\.call @(typecvt_f32_to_q8\w*)", compiled.ir("kernel-plan-memory"))
+
+
 @pytest.mark.parametrize("target", [TARGET, TARGET_NO_VBMI])
 def test_stem_exact_on_one_and_two_threads(
     model: tuple[Callable[..., Any], list[np.ndarray]], target: str
@@ -121,7 +130,7 @@ def test_stem_exact_on_one_and_two_threads(
     assert len(calls) == len(CASES), calls
     assert sum(c.endswith("_lut") for c in calls) == (4 if target == TARGET else 0), calls
     assert sum("_relu6_" in c for c in calls) == 4, calls
-    assert ("typecvt", "avx512vnni") in _families(compiled)
+    assert all("_f32in" in c for c in calls) and not _input_quantizes(compiled), calls
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     _check(compiled.run(inputs), want, target)
     assert_threads_agree(fn, inputs, target, compiled)
@@ -153,6 +162,52 @@ def test_stem_exact_channels_beside_affine_ones(
     assert len(stems) == len(CASES) and all(re.search(r"affine = \[-?\d+ : i64, 0 : i64\]", s) for s in stems)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     _check(compiled.run(inputs), want, f"{target}, exact channels")
+
+
+def _single_stem(q: Tensor, relu6_island: bool = False) -> Tensor:
+    """MobileNetV2's stem (24 channels here) on the int8 image ``q``, dequantized."""
+    w = (np.random.default_rng(4).standard_normal((24, 3, 3, 3)) * 0.3).astype(np.float32)
+    sw = float(np.abs(w).max()) / 127
+    wq = Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw))
+    y = F.quantized.conv_bias_activation(q, wq, None, dtype=D.qint8(0.05), stride=2, padding=1)
+    if relu6_island:
+        y = F.relu6(y.astype("float32")).astype(D.qint8(0.03))
+    return y.astype("float32")
+
+
+def test_a_second_reader_keeps_the_input_quantize() -> None:
+    """Where the int8 input has another reader (here it is also an output), the typecvt runs and the
+    stem reads its bytes; a stem beside it on another input still fuses its quantize."""
+    require(TARGET)
+    require_amx()
+    rng = np.random.default_rng(8)
+
+    def f(a: Tensor, b: Tensor) -> tuple[Tensor, ...]:
+        qa = a.astype(D.qint8(SX))
+        return _single_stem(qa), qa.astype("float32"), _single_stem(b.astype(D.qint8(SX)), relu6_island=True)
+
+    inputs = [(rng.standard_normal((1, 3, 37, 41)) * 2).astype(np.float32) for _ in range(2)]
+    for x in inputs:
+        x.reshape(-1)[:6] = [np.nan, np.inf, -np.inf, -0.0, 2.5 * SX, 1e30]
+    compiled = compile_fn(f, inputs, TARGET)
+    calls = _stem_calls(compiled)
+    assert len(calls) == 2 and ["_f32in" in c for c in calls] == [False, True], calls
+    assert len(_input_quantizes(compiled)) == 1
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    for got, expected in zip(compiled.run(inputs), want, strict=True):
+        np.testing.assert_array_equal(got, np.asarray(expected, np.float32))
+
+
+def test_rows_past_the_slots_keep_the_input_quantize() -> None:
+    """An image too wide for the row slots on a thread's stack: the typecvt runs, the stem reads it."""
+    require(TARGET)
+    require_amx()
+    x = (np.random.default_rng(9).standard_normal((1, 3, 5, 1100)) * 2).astype(np.float32)
+    compiled = compile_fn(lambda t: _single_stem(t.astype(D.qint8(SX))), [x], TARGET)
+    calls = _stem_calls(compiled)
+    assert len(calls) == 1 and "_f32in" not in calls[0] and len(_input_quantizes(compiled)) == 1, calls
+    want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
+    np.testing.assert_array_equal(compiled.run([x])[0], np.asarray(want[0], np.float32))
 
 
 def test_deeper_few_channel_layers_stay_with_the_amx_convolution() -> None:
