@@ -13,8 +13,14 @@ multiplies signed filter bytes (A) by those unsigned bytes (B), and the epilogue
 A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
 eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
 (``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the
-output stays NCHW. Work items are software-pipelined: a thread requantizes item ``t - 1`` in slices
-between the tile products of item ``t``, so that the vector units work while the tile unit does.
+output stays NCHW. A pointwise convolution with an int8 result (1x1, stride 1, unpadded) takes
+64-pixel work items instead (``wide``): its input packed by ``x86_int8_gemm.xm_q8_quad64`` in that
+unit's *pack order*, the products in two passes of the same four tiles, so that a channel's row of
+the block holds four vectors that ``x86_int8_gemm``'s pointwise epilogue requantizes, narrows
+together back into pixel order (two ``vpackssdw``, one ``vpacksswb``), looks up in the island's
+table once (``vpermi2b``) and stores as one 64-byte line. Work items are software-pipelined: a
+thread requantizes item ``t - 1`` in slices between the tile products of item ``t``, so that the
+vector units work while the tile unit does.
 
 Linux hands out AMX tile data only on request: ``xm_amx_ready`` asks once per model
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and caches the answer; where it is refused
