@@ -409,8 +409,9 @@ class Conv2dQ8Amx(Template):
             for j in range(ntl)
         )
         work = n * oc * oh * ow * p["k"]
-        # a row of zero channels: the padding of the last channel quad
-        pointwise = p["mode"] == "im2col" and (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) and not p["wide"]
+        # a row of zero channels: the padding of the last channel quad (the wide mode packs NULL rows)
+        pointwise = p["mode"] == "im2col" and (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
+        pointwise = pointwise and not p.get("wide")
         if p.get("wide"):
             store_fn = self._wide_store(sym, p, pb)
         else:
