@@ -3,7 +3,9 @@ the reference interpreter: the three ways of forming B tiles (the im2col matrix;
 read per filter tap, any stride, one long pixel run over the rows; the column-expanded rows of a
 few-channel convolution) on odd shapes (channel counts that fill no tile, rows that fill no
 16-column block, K that fills no 64-byte tile row, an odd number of pixel blocks), stride 2, groups,
-dilation, batches, on one and two threads; int8 matrix products with a constant right operand; the
+dilation, batches, on one and two threads; the pointwise convolutions' 64-pixel items with and
+without the ReLU6 island and with exact-epilogue channels beside affine ones; int8 matrix products
+with a constant right operand; the
 same bytes from the path a process takes when Linux refuses it tile data (forced with
 ``XMGE_AMX=0``), and under ASan/UBSan. Skipped with the reason where the CPU lacks AMX-INT8."""
 
@@ -22,7 +24,7 @@ from backends.reference import run_module
 from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
-from tests.codegen_util import assert_instructions, compile_fn, require
+from tests.codegen_util import assert_instructions, assert_threads_agree, compile_fn, require
 
 TARGET = "x86-avx512-vnni-amx"
 
@@ -230,3 +232,124 @@ def test_amx_int8_matmul_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     for (name, *_), g, w in zip(MATMULS, compiled.run_runner(inputs), want, strict=True):
         np.testing.assert_array_equal(g, w, err_msg=f"{name} (no tile data)")
         assert np.abs(w).max() > 0, name
+
+
+# The pointwise convolutions' 64-pixel work items (``Conv2dQ8Amx``'s ``wide`` im2col mode, MobileNetV2's
+# 1x1 layers): name, input (N, C, H, W), OC, epilogue ("island": the ReLU6 float island, its byte
+# table on VBMI; "clamp": an island of equal scales; "relu"; "identity"). Channel counts that fill no
+# tile, pixel counts that fill no item (132 = 2 * 64 + 4 skips the last item's second pass; 784 ends
+# 16 pixels into an item; 15 pixels, one part-filled item), K that fills no quad (150), batch 2.
+POINTWISE = [
+    ("pw_island_oc35", (1, 70, 12, 11), 35, "island"),
+    ("pw_clamp_n2", (2, 96, 9, 9), 50, "clamp"),
+    ("pw_relu_k150", (1, 150, 7, 7), 20, "relu"),
+    ("pw_identity_28x28", (1, 64, 28, 28), 40, "identity"),
+    ("pw_island_tiny_n2", (2, 72, 3, 5), 26, "island"),
+]
+PW_TARGET = "x86-avx512-vnni-amx-vbmi"  # the island's byte table; TARGET: its clamp and float forms
+
+
+def pointwise_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.ndarray]]:
+    sx = 1 / 40
+    params = []
+    for _, (_, ic, _, _), oc, _ in POINTWISE:
+        w = (rng.standard_normal((oc, ic, 1, 1)) * 0.3).astype(np.float32)
+        sw = float(np.abs(w).max()) / 127
+        b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
+        params.append((
+            Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw)),
+            Tensor(quantize(b, D.qint32(np.float32(sx) * np.float32(sw))), dtype=D.qint32(float(sx * sw))),
+        ))  # fmt: skip
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, _, kind), x, (wq, bq)) in enumerate(zip(POINTWISE, xs, params, strict=True)):
+            s_out = 0.04 + 0.01 * i
+            y = F.quantized.conv_bias_activation(
+                x.astype(D.qint8(sx)), wq, bq, dtype=D.qint8(s_out),
+                nonlinear_mode="relu" if kind == "relu" else "identity",
+            )  # fmt: skip
+            if kind in ("island", "clamp"):  # dequantize, RELU6, quantize: as PTQ leaves MobileNetV2
+                y = F.relu6(y.astype("float32")).astype(D.qint8(s_out if kind == "clamp" else 0.027))
+            outs.append(y.astype("float32"))
+        return tuple(outs)
+
+    return f, [(rng.standard_normal(c[1]) * 2).astype(np.float32) for c in POINTWISE]
+
+
+@pytest.fixture(scope="module")
+def pointwise() -> tuple[Callable[..., Any], list[np.ndarray]]:
+    return pointwise_model(np.random.default_rng(96))
+
+
+def _check_pointwise(got: list[np.ndarray], want: list[np.ndarray], what: str) -> None:
+    for (name, *_), g, w in zip(POINTWISE, got, want, strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=f"{name} ({what})")
+        assert np.abs(w).max() > 0, name
+
+
+def _wide_kernels(compiled: Any) -> list[str]:
+    """The AMX convolutions' (and their islands') kernel definitions in the 64-pixel pointwise mode."""
+    lines = compiled.ir("kernel-plan-memory").splitlines()
+    defs = [line for line in lines if "kernel.def @amx_conv2d" in line]
+    assert len(defs) == len(POINTWISE), defs
+    return [d for d in defs if re.search(r"wide = (1|true)\b", d)]
+
+
+def _every_third_channel_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Channels on the exact epilogue beside affine ones: ``x86_int8_requant``'s affine form withheld
+    from every third channel (always valid: the exact epilogue serves any channel)."""
+    from backends.c.templates import x86_int8
+    from backends.c.templates.x86_int8_requant import AffineRequant, affine_requant
+
+    def every_third_exact(*args: Any) -> AffineRequant | None:
+        got = affine_requant(*args)
+        if got is None:
+            return None
+        ok = got.ok.copy()
+        ok[::3] = False
+        return AffineRequant(np.where(ok, got.a, 0).astype(np.float32), got.b, ok, got.lo)
+
+    monkeypatch.setattr(x86_int8, "affine_requant", every_third_exact)
+
+
+@pytest.mark.parametrize("exact_channels", [False, True])
+@pytest.mark.parametrize("target", [PW_TARGET, TARGET])
+def test_amx_pointwise_64_pixel_items_exact(
+    pointwise: tuple[Callable[..., Any], list[np.ndarray]],
+    target: str,
+    exact_channels: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every pointwise case on the AMX convolution's 64-pixel items (four vectors of a channel narrowed
+    together, one 64-byte store), byte-exact with and without the island (its table on VBMI, else its
+    clamp and float forms), with exact-epilogue channels beside affine ones, and two threads give the
+    bytes one does."""
+    require(target)
+    require_amx()
+    if exact_channels:
+        _every_third_channel_exact(monkeypatch)
+    fn, inputs = pointwise
+    compiled = compile_fn(fn, inputs, target)
+    assert len(_wide_kernels(compiled)) == len(POINTWISE)
+    if exact_channels:
+        assert re.search(r"affine = \[-?\d+ : i64, 0 : i64\]", compiled.ir("kernel-plan-memory"))
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    _check_pointwise(compiled.run(inputs), want, f"{target}, exact channels {exact_channels}")
+    assert_threads_agree(fn, inputs, target, compiled)
+    assert_instructions(compiled, ("tdpbsud", "vpackssdw", "vpacksswb"))
+
+
+def test_amx_pointwise_vnni_path_and_sanitized(
+    pointwise: tuple[Callable[..., Any], list[np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 64-pixel items under ASan/UBSan, and on the path without tile data (``XMGE_AMX=0``): the
+    same bytes."""
+    require(PW_TARGET)
+    fn, inputs = pointwise
+    compiled = compile_fn(fn, inputs, PW_TARGET, threads=2)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    if amx_permitted():
+        _check_pointwise(compiled.run_runner(inputs, sanitize=True), want, "ASan/UBSan")
+    monkeypatch.setenv(AMX_ENV, "0")  # the runner is a new process: it reads the variable afresh
+    _check_pointwise(compiled.run_runner(inputs), want, "VNNI path")

@@ -13,8 +13,14 @@ multiplies signed filter bytes (A) by those unsigned bytes (B), and the epilogue
 A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
 eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
 (``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the
-output stays NCHW. Work items are software-pipelined: a thread requantizes item ``t - 1`` in slices
-between the tile products of item ``t``, so that the vector units work while the tile unit does.
+output stays NCHW. A pointwise convolution with an int8 result (1x1, stride 1, unpadded) takes
+64-pixel work items instead (``wide``): its input packed by ``x86_int8_gemm.xm_q8_quad64`` in that
+unit's *pack order*, the products in two passes of the same four tiles, so that a channel's row of
+the block holds four vectors that ``x86_int8_gemm``'s pointwise epilogue requantizes, narrows
+together back into pixel order (two ``vpackssdw``, one ``vpacksswb``), looks up in the island's
+table once (``vpermi2b``) and stores as one 64-byte line. Work items are software-pipelined: a
+thread requantizes item ``t - 1`` in slices between the tile products of item ``t``, so that the
+vector units work while the tile unit does.
 
 Linux hands out AMX tile data only on request: ``xm_amx_ready`` asks once per model
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and caches the answer; where it is refused
@@ -59,6 +65,7 @@ ISA = "amx"
 TILE_ROWS = 16  # rows of every tile: channels (A, accumulators) or groups of four k (B)
 TILE_K = 64  # bytes of a tile row: k per A row, 16 pixels x 4 k per B row
 TILE_BYTES = TILE_ROWS * TILE_K
+WIDE_TILES = 4  # accumulator tiles along the pixels of a pointwise work item: 64 pixels, one 64-byte store
 
 AMX_SUPPORT = rf"""
 #ifndef XM_AMX_SUPPORT
@@ -203,6 +210,13 @@ def vector_tile_block(
     return "\n".join(blocks)
 
 
+def _wide_row(p: dict[str, Any]) -> int:
+    """Bytes between two k-quads of a pointwise item's packed input (a B tile's row stride): the
+    pixels padded to whole items (a multiple of 256 bytes) and one cache line more, so that a tile's
+    16 rows fall in 16 L1 sets, not 4 (14x14: 1024-byte rows were 10% slower than 1088)."""
+    return p["ppad"] * 4 + 64
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b) * b
 
@@ -254,6 +268,9 @@ class Conv2dQ8Amx(Template):
         biases = _requant_operands(p, operands, wv, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
         if biases is None:
             return None
+        # a pointwise convolution's work item is 64 pixels (see _wide_store)
+        shape = tuple(p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
+        wide = mode == "im2col" and shape == (1, 1, 1, 1, 0, 0) and p["out"] == "q8"
         mt = 2 if ocg > TILE_ROWS else 1  # accumulator tiles along channels / pixels per work item
         geo: dict[str, Any] = {}
         if mode == "direct":
@@ -268,9 +285,9 @@ class Conv2dQ8Amx(Template):
         else:
             pixels = p["oh"] * p["ow"]
             blocks = -(-pixels // 16)
-        ntile = 2 if blocks > 1 else 1
+        ntile = WIDE_TILES if wide else 2 if blocks > 1 else 1
         ppad = _ceil(pixels, 16 * ntile)
-        p.update(mode=mode, k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile)
+        p.update(mode=mode, k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile, wide=wide)
         p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=ppad)
         if mode == "direct":
             # a plane holds every dword a B tile reads: the last block plus the farthest tap
@@ -307,6 +324,8 @@ class Conv2dQ8Amx(Template):
         return "amx_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
+        if p.get("wide"):  # + 64: the planes start on a cache line
+            return p["kp"] // 4 * _wide_row(p) + 64
         if p["mode"] == "direct":  # + 64: the planes start on a cache line
             return p["cp"] * len(p["row_phases"]) * len(p["col_phases"]) * p["plane"] + 64
         if p["mode"] == "rows":  # + 16 quads: the last K tile's zero-filter rows; + 16: the last block
@@ -343,21 +362,44 @@ class Conv2dQ8Amx(Template):
         otype = _out_ctype(p["out"])
         plan = {"direct": self._direct_plan, "rows": self._rows_plan, "im2col": self._im2col_plan}
         stride, pack, inputs_c, outputs_c, koff, tables, compress = plan[p["mode"]](p, pb)
-        # tiles: accumulators 0-3 (channel block i, pixel block j at i * ntl + j), A 4-5, B 6-7. The
-        # previous work item's epilogue runs in slices between this one's tile products, so that the
-        # vector units requantize while the tile unit multiplies
-        amx = "\n              ".join(
-            [f"_tile_zero({i * ntl + j});" for i in range(mt) for j in range(ntl)]
-            + [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {koff};"]
-            + [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
-               for i in range(mt)]
-            + [f"  _tile_loadd({6 + j}, xb{j} + ko, {stride});" for j in range(ntl)]
-            + [f"  _tile_dpbsud({i * ntl + j}, {4 + i}, {6 + j});" for i in range(mt) for j in range(ntl)]
-            + [f"  if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, kt * {bh} / {kb},"
-               f" (kt + 1) * {bh} / {kb}, nn, g, y, bias, fbias, afc);", "}"]
-            + [f"_tile_stored({i * ntl + j}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
-               for i in range(mt) for j in range(ntl)]
-        )  # fmt: skip
+        # tiles: accumulators 0-3 (channel block i, pixel block jj of the pass at i * 2 + jj), A 4-5,
+        # B 6-7. A pointwise item's four pixel blocks take two passes of two. The previous work
+        # item's epilogue runs in slices between this one's tile products, so that the vector units
+        # requantize while the tile unit multiplies
+        passes = [[0, 1], [2, 3]] if p.get("wide") else [list(range(ntl))]
+        slices = len(passes) * kb
+        amx_lines: list[str] = []
+        # the last item's second pass where it holds no pixel is skipped, but not the previous item's
+        # epilogue slices that run in it: in pack order the pass's blocks (2, 3) hold the pixels from 8
+        # of each 16, so it is empty where the item has at most 8 (14x14: 196 = 3 * 64 + 4)
+        skip_empty_pass = 0 < p["pixels"] % (16 * ntl) <= 8 and len(passes) == 2
+        for h, blocks in enumerate(passes):
+            tiles = [(i, jj, j) for i in range(mt) for jj, j in enumerate(blocks)]  # (A, B, pixel block)
+            nb = len(blocks)
+            if h == 1 and skip_empty_pass:
+                amx_lines += [
+                    f"if (t % {pb} == {pb - 1}) {{",
+                    f"  if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, {bh // 2}, {bh}, nn, g, y, bias,"
+                    " fbias, afc);",
+                    "} else {",
+                ]
+            amx_lines += [f"_tile_zero({i * nb + jj});" for i, jj, _ in tiles]
+            amx_lines += [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {koff};"]
+            amx_lines += [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
+                          for i in range(mt)]  # fmt: skip
+            amx_lines += [f"  _tile_loadd({6 + jj}, xb{j} + ko, {stride});" for jj, j in enumerate(blocks)]
+            amx_lines += [f"  _tile_dpbsud({i * nb + jj}, {4 + i}, {6 + jj});" for i, jj, _ in tiles]
+            slice_at = f"({h * kb} + kt)"
+            amx_lines += [
+                f"  if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, {slice_at} * {bh} / {slices},"
+                f" ({slice_at} + 1) * {bh} / {slices}, nn, g, y, bias, fbias, afc);",
+                "}",
+            ]
+            amx_lines += [f"_tile_stored({i * nb + jj}, &acc[{TILE_ROWS * i}][{16 * j}], {bw * 4});"
+                          for i, jj, j in tiles]  # fmt: skip
+            if h == 1 and skip_empty_pass:
+                amx_lines.append("}")
+        amx = "\n              ".join(amx_lines)
         vnni_blocks = vector_tile_block(INT8_DOT, mt, ntl, kb, koff, stride, " " * 14)
         has_fbias = _has_fbias(p)
         stores = " ".join(
@@ -367,9 +409,13 @@ class Conv2dQ8Amx(Template):
             for j in range(ntl)
         )
         work = n * oc * oh * ow * p["k"]
-        # a row of zero channels: the padding of the last channel quad
+        # a row of zero channels: the padding of the last channel quad (the wide mode packs NULL rows)
         pointwise = p["mode"] == "im2col" and (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
-        return exact(f"""
+        pointwise = pointwise and not p.get("wide")
+        if p.get("wide"):
+            store_fn = self._wide_store(sym, p, pb)
+        else:
+            store_fn = f"""
 /* requantize and store rows [r0, r1) of work item t's accumulator block */
 static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*acc)[{bw}], int t, int r0,
     int r1, int nn, int g, {otype}* y, const int32_t* bias, const float* fbias, const float* afc) {{
@@ -384,7 +430,8 @@ static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*ac
     {otype}* yo = y + ((long)nn * {oc} + o) * {oh * ow};
     {stores}
   }}
-}}
+}}"""
+        return exact(f"""{store_fn}
 static void {sym}({_kernel_args(p)}) {{
   const int8_t* x = (const int8_t*)x_;
   const int8_t* wpk = (const int8_t*)w_;
@@ -429,6 +476,39 @@ static void {sym}({_kernel_args(p)}) {{
   }}
 }}
 """)
+
+    @staticmethod
+    def _wide_store(sym: str, p: dict[str, Any], pb: int) -> str:
+        """The pointwise work item's epilogue (16 or 32 channels x 64 pixels, ``p["wide"]``): accumulator
+        row ``r`` is one channel's 64 pixels, four tiles' rows, in ``xm_q8_quad64``'s pack order
+        (the order ``_pack_im2col`` packs them in), so ``x86_int8_gemm``'s pointwise epilogue
+        requantizes the four vectors, narrows them together back into pixel order, looks a table
+        island up once and stores the channel's 64 bytes at once."""
+        ocg, oc, pixels = p["oc"] // p["groups"], p["oc"], p["pixels"]
+        loads = " ".join(
+            f"const __m512i c0_{v} = _mm512_load_si512((const void*)(acc[r] + {16 * v}));"
+            for v in range(WIDE_TILES)
+        )
+        epilogue = Conv2dQ8Vnni._pointwise_epilogue(Conv2dQ8Vnni(), p, 0)
+        return f"""
+/* requantize and store rows [r0, r1) of work item t's accumulator block (64 pixels a channel) */
+static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*acc)[{16 * WIDE_TILES}],
+    int t, int r0, int r1, int nn, int g, int8_t* y, const int32_t* bias, const float* fbias,
+    const float* afc) {{
+  {_island_lut_decls(p)}
+  const int o0 = t / {pb} * {TILE_ROWS * p["mt"]};
+  const long p0 = (long)(t % {pb}) * {16 * WIDE_TILES};
+  const __mmask64 out_mask = xm_q8_lanes64({pixels} - p0);
+  (void)fbias; (void)afc;
+  for (int r = r0; r < r1 && o0 + r < {ocg}; ++r) {{
+    const int o = g * {ocg} + o0 + r;
+    {_channel_vectors(p, "o")}
+    const float fb = {"fbias[o]" if _has_fbias(p) else "0.f"}; (void)fb;
+    int8_t* yo = y + ((long)nn * {oc} + o) * {pixels};
+    {loads}
+    {epilogue}
+  }}
+}}"""
 
     def _direct_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
         """The direct mode's B-tile row stride, packing, per-item input and output code (of ``t``),
@@ -493,9 +573,11 @@ static void {sym}({_kernel_args(p)}) {{
 
     def _im2col_plan(self, p: dict[str, Any], pb: int) -> tuple[int, str, str, str, str, str, bool]:
         """The im2col mode's (see :meth:`_direct_plan`): a block is 16 pixels of the flat output."""
-        row, bw, ntl = p["ppad"] * 4, 32 if p["ntile"] == 2 else 16, p["ntile"]
+        row, ntl = _wide_row(p) if p.get("wide") else p["ppad"] * 4, p["ntile"]
+        bw = 16 * ntl
+        base = "planes" if p.get("wide") else "xp"
         inputs_c = " ".join(
-            f"const uint8_t* xb{j} = xp + (long)(t % {pb} * {bw} + {16 * j}) * 4;" for j in range(ntl)
+            f"const uint8_t* xb{j} = {base} + (long)(t % {pb} * {bw} + {16 * j}) * 4;" for j in range(ntl)
         )
         outputs_c = " ".join(
             f"const long out{j} = t % {pb} * {bw} + {16 * j};"
@@ -537,6 +619,18 @@ static void {sym}({_kernel_args(p)}) {{
         ih, iw, oh, ow = p["ih"], p["iw"], p["oh"], p["ow"]
         fh, fw, sh, sw, ph, pw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw", "dh", "dw"))
         kk, pixels, ppad = p["k"], p["pixels"], p["ppad"]
+        if p.get("wide"):  # 64 pixels of a channel quad at a time, in pack order (see _wide_store)
+            pb = ppad // (16 * WIDE_TILES)
+            return f"""
+        #pragma omp for schedule(static)
+        for (int item = 0; item < {k4p * pb}; ++item) {{
+          const int kq = item / {pb}, b = item % {pb};
+          const int8_t* r[4];
+          for (int j = 0; j < 4; ++j)
+            r[j] = 4 * kq + j < {kk} ? xg + (long)(4 * kq + j) * {pixels} + b * {16 * WIDE_TILES} : NULL;
+          xm_q8_quad64(planes + (long)kq * {row} + b * {64 * WIDE_TILES}, r[0], r[1], r[2], r[3],
+                       xm_q8_lanes64({pixels} - b * {16 * WIDE_TILES}));
+        }}"""
         if (fh, fw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
             return f"""
         #pragma omp for schedule(static)
