@@ -381,6 +381,8 @@ class Conv2dQ8Amx(Template):
                     f"if (t % {pb} == {pb - 1}) {{",
                     f"  if (t > t0) {sym}_store(accs[(t - 1) & 1], t - 1, {bh // 2}, {bh}, nn, g, y, bias,"
                     " fbias, afc);",
+                    # defined zeros where the tiles would have stored (the epilogue reads, then masks them)
+                    f"  for (int r = 0; r < {bh}; ++r) memset(&acc[r][{16 * blocks[0]}], 0, {16 * 4 * nb});",
                     "} else {",
                 ]
             amx_lines += [f"_tile_zero({i * nb + jj});" for i, jj, _ in tiles]
