@@ -1087,6 +1087,16 @@ static inline __m128i xm_quantize16(__m512 x, __m512 inv) {
   const __m512 t = _mm512_max_ps(_mm512_set1_ps(-128.f), xm_qadd16(y, h));
   return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_min_ps(_mm512_set1_ps(127.f), t)));
 }
+/* 64 consecutive floats quantized as one 64-byte vector (four loads, one store for the caller) */
+static inline __m512i xm_quantize64(const float* in, __m512 inv) {
+  const __m128i a = xm_quantize16(_mm512_loadu_ps(in), inv);
+  const __m128i b = xm_quantize16(_mm512_loadu_ps(in + 16), inv);
+  const __m128i c = xm_quantize16(_mm512_loadu_ps(in + 32), inv);
+  const __m128i d = xm_quantize16(_mm512_loadu_ps(in + 48), inv);
+  const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+  const __m256i cd = _mm256_inserti128_si256(_mm256_castsi128_si256(c), d, 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(ab), cd, 1);
+}
 #endif
 """
 
@@ -1125,13 +1135,7 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
     if (i + {QUANTIZE_AHEAD + 64} <= {size})  /* the four lines {QUANTIZE_AHEAD * 4} bytes ahead */
       for (int line = 0; line < 4; ++line)
         _mm_prefetch((const char*)(in + i + {QUANTIZE_AHEAD} + 16 * line), _MM_HINT_T0);
-    const __m128i a = xm_quantize16(_mm512_loadu_ps(in + i), inv);
-    const __m128i b = xm_quantize16(_mm512_loadu_ps(in + i + 16), inv);
-    const __m128i c = xm_quantize16(_mm512_loadu_ps(in + i + 32), inv);
-    const __m128i d = xm_quantize16(_mm512_loadu_ps(in + i + 48), inv);
-    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
-    const __m256i cd = _mm256_inserti128_si256(_mm256_castsi128_si256(c), d, 1);
-    _mm512_storeu_si512((void*)(out + i), _mm512_inserti64x4(_mm512_castsi256_si512(ab), cd, 1));
+    _mm512_storeu_si512((void*)(out + i), xm_quantize64(in + i, inv));
   }}
   for (long i = {full}; i < {size}; i += 16) {{
     const __mmask16 m = xm_q8_lanes({size} - i);

@@ -137,14 +137,8 @@ static inline __m512i xm_q8_window16_f32(int8_t* rows, int* tags, int slots, int
     if (iy + 2 < ih)
       for (int j = 0; j < 2 * iw; j += 16) _mm_prefetch((const char*)(src + 2L * iw + j), _MM_HINT_T0);
     int i = 0;
-    for (; i + 64 <= iw; i += 64) { /* four loads, one 64-byte store */
-      const __m128i a = xm_quantize16(_mm512_loadu_ps(src + i), inv);
-      const __m128i b = xm_quantize16(_mm512_loadu_ps(src + i + 16), inv);
-      const __m128i c = xm_quantize16(_mm512_loadu_ps(src + i + 32), inv);
-      const __m128i d = xm_quantize16(_mm512_loadu_ps(src + i + 48), inv);
-      const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
-      const __m256i cd = _mm256_inserti128_si256(_mm256_castsi128_si256(c), d, 1);
-      _mm512_store_si512((void*)(row + i), _mm512_inserti64x4(_mm512_castsi256_si512(ab), cd, 1));
+    for (; i + 64 <= iw; i += 64) {
+      _mm512_store_si512((void*)(row + i), xm_quantize64(src + i, inv));
     }
     for (; i < iw; i += 16) {
       const __mmask16 lanes = xm_q8_lanes(iw - i);
