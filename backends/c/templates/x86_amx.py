@@ -112,31 +112,37 @@ static inline void xm_amx_configure(void) {{ xm_amx_configure_k({TILE_K}); }}
 """
 
 
-# 1x1 convolutions on this few channels per group stay on the VNNI GEMM: a tile's K (64) is at most
-# half used, the products cost less than the requantization, and the VNNI register tile skips the
-# accumulators' round trip through memory (MobileNetV2's 16 -> 96 at 112x112: 0.73 -> 0.65 ms CPU
-# per run of the conv alone; 24 -> 144 at 56x56: 0.256 -> 0.245; 32 channels: equal)
+# 1x1 convolutions outside x86_int8_gemm's pointwise mode (strided, grouped, a float result) on this
+# few channels per group stay on the VNNI GEMM: a tile's K (64) is at most half used, the products
+# cost less than the requantization, and the VNNI register tile skips the accumulators' round trip
+# through memory
 VNNI_POINTWISE_K = 32
 
 
-# ... and so do those of x86_int8_gemm's pointwise mode (1x1, stride 1, unpadded, ungrouped, an int8
-# result) with few input or few output channels: the mode is bound by its vpdpbusd (K * OC per pixel),
-# the AMX kernel by its per-pixel epilogue and its 16-row tiles (24 channels compute 32). Kernel
-# thread-CPU medians, AMX -> pointwise (ms): K 40 -> 48 at 56x56 0.0355 -> 0.0316; K 144 -> 24 at
-# 56x56 0.0484 -> 0.0387, at 28x28 0.0116 -> 0.0117; K 96 -> 16 at 28x28 0.0080 -> 0.0062; past
-# these pairs AMX wins: K 64 -> 32 at 56x56 0.0276 -> 0.0301, K 144 -> 48 0.0693 -> 0.0771, ResNet-50's
-# K 256 -> 64 at 56x56 0.110 -> 0.181, MobileNetV2's K 320 -> 1280 at 7x7 0.025 -> 0.082
-VNNI_POINTWISE_OVER_AMX = ((48, 48), (144, 24))  # (most input, most output channels) pairs
+# Those of the pointwise mode (1x1, stride 1, unpadded, ungrouped, an int8 result) stay on it with few
+# input and few output channels together: the mode is bound by its vpdpbusd (K * OC per pixel), the
+# AMX one (64-pixel items, the K step fitted) by its packing (K per pixel, whatever OC), its 16-row
+# tiles (24 channels compute 32) and a tile product that costs the same at any K. Conv thread-CPU
+# medians (us, one thread, 31 interleaved rounds), pointwise -> AMX, at 56x56 unless named. It stays:
+# K 32 -> 16 at 112x112 28.1 -> 37.3, K 32 -> 16 7.5 -> 8.1, 32 -> 24 11.1 -> 12.1, 40 -> 16
+# 8.9 -> 9.5, 24 -> 24 8.9 -> 11.4, 16 -> 24 8.1 -> 11.3, 16 -> 32 10.1 -> 11.6, 16 -> 48 13.9 -> 17.0,
+# 24 -> 48 17.4 -> 19.1. Past these pairs AMX wins or ties: K 48 -> 16 10.3 -> 10.5, 48 -> 24
+# 14.2 -> 13.0, 64 -> 16 12.1 -> 12.0, 96 -> 16 18.3 -> 18.0, 32 -> 32 13.6 -> 11.5, 32 -> 48
+# 20.4 -> 19.4, 16 -> 96 26.9 -> 27.8, at 112x112 124.7 -> 117.7, 24 -> 96 32.3 -> 29.5, 24 -> 144
+# 50.8 -> 50.0, 32 -> 64 25.7 -> 21.4, 32 -> 192 at 28x28 21.8 -> 16.9, 40 -> 48 23.2 -> 22.0,
+# 96 -> 24 23.9 -> 21.0, 144 -> 24 39.4 -> 34.4, at 28x28 11.1 -> 8.5, 144 -> 48 69.3 -> 49.8;
+# ResNet-50's 64 -> 64 43.2 -> 26.8, 256 -> 64 151.8 -> 87.9, 64 -> 256 165.5 -> 86.3, 512 -> 128 at
+# 28x28 173.3 -> 57.4, 128 -> 512 138.8 -> 59.9
+VNNI_POINTWISE_OVER_AMX = ((40, 24), (24, 48))  # (most input, most output channels) pairs
 
 
 def vnni_pointwise_wins(p: dict[str, Any]) -> bool:
-    """Whether a 1x1 convolution stays on the VNNI GEMM (see ``VNNI_POINTWISE_K`` and
-    ``VNNI_POINTWISE_OVER_AMX``)."""
+    """Whether a 1x1 convolution stays on the VNNI GEMM (see ``VNNI_POINTWISE_OVER_AMX`` where it
+    takes x86_int8_gemm's pointwise mode, else ``VNNI_POINTWISE_K``)."""
     kk, oc = p["ic"] // p["groups"], p["oc"] // p["groups"]
-    if kk <= VNNI_POINTWISE_K:
-        return True
-    fits = any(kk <= k_most and oc <= oc_most for k_most, oc_most in VNNI_POINTWISE_OVER_AMX)
-    return fits and _pointwise(p, _geometry(p))
+    if _pointwise(p, _geometry(p)):
+        return any(kk <= k_most and oc <= oc_most for k_most, oc_most in VNNI_POINTWISE_OVER_AMX)
+    return kk <= VNNI_POINTWISE_K
 
 
 def k_step(k: int) -> int:
