@@ -149,7 +149,7 @@ def test_amx_target_splits_by_the_measured_rule(monkeypatch: pytest.MonkeyPatch)
     (outside the mode, any of at most ``VNNI_POINTWISE_K`` input channels), AMX takes those past them;
     all exact, on the tiles, on the VNNI path (``XMGE_AMX=0``), with one and two threads."""
     require(AMX_TARGET)
-    (k_few_oc, few_oc), (k_few, oc_few_k) = sorted(VNNI_POINTWISE_OVER_AMX, key=lambda pair: pair[1])
+    (k_few_oc, few_oc), (k_few, oc_few_k), *_ = sorted(VNNI_POINTWISE_OVER_AMX, key=lambda pair: pair[1])
     # (input N, C, H, W), output channels, stride, taken by the pointwise mode
     layers = [
         ((1, k_few_oc - 1, 9, 13), few_oc, 1, True),  # few output channels, K no multiple of 4

@@ -9,9 +9,12 @@ planes of ``x86_int8_gemm`` (32 or more channels per group, any stride), column-
 input); see :class:`Conv2dQ8Amx`. ``tdpbsud``
 multiplies signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
 ``-128 * sum(w)`` as the VNNI one does. Filters are packed at compile time as A tiles,
-``[G][OC/16][K/64][16 channels][64 k]`` (zero-padded), so one tile load is 1 KiB of contiguous bytes.
-A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
-eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
+``[G][OC/16][K/KS][16 channels][KS k]`` (zero-padded), so one tile load is contiguous bytes; the K
+step ``KS`` is 64 bytes, or in the im2col mode the least multiple of 4 that covers K in as many tile
+products (:func:`k_step`: K 96 in two steps of 48, not 128 in two of 64), set in the kernel's tile
+configuration. A work item is up to 32 channels x 32 pixels: four accumulator tiles (16 rows of 64
+bytes), two A and two B tiles (16 rows of KS bytes, KS / 4 rows of 64), stored to a 4 KiB block the
+requantization epilogue
 (``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the
 output stays NCHW. A pointwise convolution with an int8 result (1x1, stride 1, unpadded) takes
 64-pixel work items instead (``wide``): its input packed by ``x86_int8_gemm.xm_q8_quad64`` in that
@@ -126,14 +129,15 @@ VNNI_POINTWISE_K = 32
 # medians (us, one thread, 31 interleaved rounds), pointwise -> AMX, at 56x56 unless named. It stays:
 # K 32 -> 16 at 112x112 28.1 -> 37.3, K 32 -> 16 7.5 -> 8.1, 32 -> 24 11.1 -> 12.1, 40 -> 16
 # 8.9 -> 9.5, 24 -> 24 8.9 -> 11.4, 16 -> 24 8.1 -> 11.3, 16 -> 32 10.1 -> 11.6, 16 -> 48 13.9 -> 17.0,
-# 24 -> 48 17.4 -> 19.1. Past these pairs AMX wins or ties: K 48 -> 16 10.3 -> 10.5, 48 -> 24
-# 14.2 -> 13.0, 64 -> 16 12.1 -> 12.0, 96 -> 16 18.3 -> 18.0, 32 -> 32 13.6 -> 11.5, 32 -> 48
-# 20.4 -> 19.4, 16 -> 96 26.9 -> 27.8, at 112x112 124.7 -> 117.7, 24 -> 96 32.3 -> 29.5, 24 -> 144
-# 50.8 -> 50.0, 32 -> 64 25.7 -> 21.4, 32 -> 192 at 28x28 21.8 -> 16.9, 40 -> 48 23.2 -> 22.0,
-# 96 -> 24 23.9 -> 21.0, 144 -> 24 39.4 -> 34.4, at 28x28 11.1 -> 8.5, 144 -> 48 69.3 -> 49.8;
-# ResNet-50's 64 -> 64 43.2 -> 26.8, 256 -> 64 151.8 -> 87.9, 64 -> 256 165.5 -> 86.3, 512 -> 128 at
-# 28x28 173.3 -> 57.4, 128 -> 512 138.8 -> 59.9
-VNNI_POINTWISE_OVER_AMX = ((40, 24), (24, 48))  # (most input, most output channels) pairs
+# 24 -> 48 17.4 -> 19.1, 16 -> 96 26.9 -> 27.8 (alone at 112x112 124.7 -> 117.7, but inside
+# MobileNetV2, its input fresh from the previous layer, 105.3 -> 128.2 over 41 rounds). Past these
+# pairs AMX wins or ties: K 48 -> 16 10.3 -> 10.5, 48 -> 24 14.2 -> 13.0, 64 -> 16 12.1 -> 12.0,
+# 96 -> 16 18.3 -> 18.0, 32 -> 32 13.6 -> 11.5, 32 -> 48 20.4 -> 19.4, 24 -> 96 32.3 -> 29.5,
+# 24 -> 144 50.8 -> 50.0, 32 -> 64 25.7 -> 21.4, 32 -> 192 at 28x28 21.8 -> 16.9, 40 -> 48
+# 23.2 -> 22.0, 96 -> 24 23.9 -> 21.0, 144 -> 24 39.4 -> 34.4, at 28x28 11.1 -> 8.5, 144 -> 48
+# 69.3 -> 49.8; ResNet-50's 64 -> 64 43.2 -> 26.8, 256 -> 64 151.8 -> 87.9, 64 -> 256 165.5 -> 86.3,
+# 512 -> 128 at 28x28 173.3 -> 57.4, 128 -> 512 138.8 -> 59.9
+VNNI_POINTWISE_OVER_AMX = ((40, 24), (24, 48), (16, 96))  # (most input, most output channels) pairs
 
 
 def vnni_pointwise_wins(p: dict[str, Any]) -> bool:
