@@ -107,6 +107,9 @@ static inline void xm_amx_configure_k(int k) {{
   for (int i = 0; i < 8; ++i) {{ c.colsb[i] = {TILE_K}; c.rows[i] = {TILE_ROWS}; }}
   for (int i = 4; i < 6; ++i) c.colsb[i] = (uint16_t)k;
   for (int i = 6; i < 8; ++i) c.rows[i] = (uint8_t)(k / 4);
+  /* GCC's _tile_loadconfig tells the compiler it reads 8 bytes of c: without this barrier the stores
+     to colsb and rows may be dropped, and ldtilecfg faults on stack garbage */
+  __asm__ volatile("" : : "r"(&c) : "memory");
   _tile_loadconfig(&c);
 }}
 /* all eight tiles {TILE_ROWS} rows of {TILE_K} bytes */
