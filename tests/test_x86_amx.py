@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
+from backends.c.templates.x86_amx import k_step
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
 from backends.reference import run_module
 from backends.reference.quant_kernels import quantize
@@ -238,15 +239,25 @@ def test_amx_int8_matmul_exact(monkeypatch: pytest.MonkeyPatch) -> None:
 # 1x1 layers): name, input (N, C, H, W), OC, epilogue ("island": the ReLU6 float island, its byte
 # table on VBMI; "clamp": an island of equal scales; "relu"; "identity"). Channel counts that fill no
 # tile, pixel counts that fill no item (132 = 2 * 64 + 4 skips the last item's second pass; 784 ends
-# 16 pixels into an item; 15 pixels, one part-filled item), K that fills no quad (150), batch 2.
+# 16 pixels into an item; 15 pixels, one part-filled item), K that fills no quad (150) and K steps
+# (``k_step``) of 36, 48, 52, 56, 20 bytes (70, 150 and 160 fill no step), batch 2.
 POINTWISE = [
     ("pw_island_oc35", (1, 70, 12, 11), 35, "island"),
     ("pw_clamp_n2", (2, 96, 9, 9), 50, "clamp"),
     ("pw_relu_k150", (1, 150, 7, 7), 20, "relu"),
     ("pw_identity_28x28", (1, 64, 28, 28), 40, "identity"),
     ("pw_island_tiny_n2", (2, 72, 3, 5), 26, "island"),
+    ("pw_island_k160_n2", (2, 160, 9, 11), 37, "island"),  # K step 56: K 168, 99 pixels
+    ("pw_relu_k20_oc64", (1, 20, 10, 13), 64, "relu"),  # one K step of 20 (B tiles of 5 rows)
 ]
 PW_TARGET = "x86-avx512-vnni-amx-vbmi"  # the island's byte table; TARGET: its clamp and float forms
+
+
+def test_k_step_fits_the_layer() -> None:
+    """The im2col mode's K step: the fewest tile products that 64-byte steps take, each step the least
+    multiple of 4 covering K (MobileNetV2's K 96 and 160 no longer padded to 128 and 192)."""
+    steps = {k: k_step(k) for k in (20, 64, 70, 96, 150, 160, 576, 960)}
+    assert steps == {20: 20, 64: 64, 70: 36, 96: 48, 150: 52, 160: 56, 576: 64, 960: 64}, steps
 
 
 def pointwise_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.ndarray]]:
@@ -338,6 +349,8 @@ def test_amx_pointwise_64_pixel_items_exact(
     _check_pointwise(compiled.run(inputs), want, f"{target}, exact channels {exact_channels}")
     assert_threads_agree(fn, inputs, target, compiled)
     assert_instructions(compiled, ("tdpbsud", "vpackssdw", "vpacksswb"))
+    configured = sorted(map(int, re.findall(r"use_amx\) xm_amx_configure_k\((\d+)\);", compiled.source)))
+    assert configured == sorted(k_step(c[1][1]) for c in POINTWISE), configured
 
 
 def test_amx_pointwise_vnni_path_and_sanitized(

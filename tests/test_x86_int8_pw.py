@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_amx import VNNI_POINTWISE_OVER_AMX
+from backends.c.templates.x86_amx import VNNI_POINTWISE_K, VNNI_POINTWISE_OVER_AMX
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
 from backends.c.templates.x86_int8_gemm import POINTWISE_MAX_C4
 from backends.reference import run_module
@@ -146,16 +146,16 @@ def test_pointwise_mode_declines_what_it_does_not_serve() -> None:
 
 def test_amx_target_splits_by_the_measured_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     """On an AMX target the pointwise mode keeps the 1x1 convolutions of ``VNNI_POINTWISE_OVER_AMX``
-    (and any of at most 32 input channels), AMX takes those past it and the strided ones; all exact,
-    on the tiles, on the VNNI path (``XMGE_AMX=0``), with one and two threads."""
+    (outside the mode, any of at most ``VNNI_POINTWISE_K`` input channels), AMX takes those past them;
+    all exact, on the tiles, on the VNNI path (``XMGE_AMX=0``), with one and two threads."""
     require(AMX_TARGET)
-    (k_few_oc, few_oc), (k_few, oc_few_k) = sorted(VNNI_POINTWISE_OVER_AMX, key=lambda pair: pair[1])
+    (k_few_oc, few_oc), (k_few, oc_few_k), *_ = sorted(VNNI_POINTWISE_OVER_AMX, key=lambda pair: pair[1])
     # (input N, C, H, W), output channels, stride, taken by the pointwise mode
     layers = [
         ((1, k_few_oc - 1, 9, 13), few_oc, 1, True),  # few output channels, K no multiple of 4
         ((2, k_few, 7, 11), oc_few_k, 1, True),  # few input channels, 2 images
         ((1, k_few_oc, 6, 9), few_oc + 1, 1, False),  # one output channel too many: AMX
-        ((1, k_few + 4, 5, 7), few_oc, 2, False),  # strided: AMX
+        ((1, VNNI_POINTWISE_K + 4, 5, 7), few_oc, 2, False),  # strided, past VNNI_POINTWISE_K: AMX
     ]
     rng = np.random.default_rng(8)
     weights = [_weights(rng, oc, shape[1]) for shape, oc, *_ in layers]

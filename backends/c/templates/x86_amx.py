@@ -9,9 +9,12 @@ planes of ``x86_int8_gemm`` (32 or more channels per group, any stride), column-
 input); see :class:`Conv2dQ8Amx`. ``tdpbsud``
 multiplies signed filter bytes (A) by those unsigned bytes (B), and the epilogue adds each channel's
 ``-128 * sum(w)`` as the VNNI one does. Filters are packed at compile time as A tiles,
-``[G][OC/16][K/64][16 channels][64 k]`` (zero-padded), so one tile load is 1 KiB of contiguous bytes.
-A work item is up to 32 channels x 32 pixels: four accumulator tiles, two A and two B tiles (all
-eight tiles, each 16 rows of 64 bytes), stored to a 4 KiB block the requantization epilogue
+``[G][OC/16][K/KS][16 channels][KS k]`` (zero-padded), so one tile load is contiguous bytes; the K
+step ``KS`` is 64 bytes, or in the im2col mode the least multiple of 4 that covers K in as many tile
+products (:func:`k_step`: K 96 in two steps of 48, not 128 in two of 64), set in the kernel's tile
+configuration. A work item is up to 32 channels x 32 pixels: four accumulator tiles (16 rows of 64
+bytes), two A and two B tiles (16 rows of KS bytes, KS / 4 rows of 64), stored to a 4 KiB block the
+requantization epilogue
 (``x86_int8``'s ``_epilogue``: ``requant.py``'s definition on 16 lanes) reads row by row, so the
 output stays NCHW. A pointwise convolution with an int8 result (1x1, stride 1, unpadded) takes
 64-pixel work items instead (``wide``): its input packed by ``x86_int8_gemm.xm_q8_quad64`` in that
@@ -89,48 +92,75 @@ static int xm_amx_ready(void) {{
   }}
   return state > 0;
 }}
-/* palette 1, all eight tiles {TILE_ROWS} rows of {TILE_K} bytes (tile state is per thread) */
+/* palette 1 (tile state is per thread): the accumulators 0-3 {TILE_ROWS} rows of {TILE_K} bytes, the A tiles
+   4-5 {TILE_ROWS} rows of a K step of k bytes (a multiple of 4, at most {TILE_K}), the B tiles 6-7 k / 4 rows
+   of {TILE_K} bytes */
 typedef struct {{
   uint8_t palette, start_row, reserved[14];
   uint16_t colsb[16];
   uint8_t rows[16];
 }} xm_amx_config_t;
-static inline void xm_amx_configure(void) {{
+static inline void xm_amx_configure_k(int k) {{
   xm_amx_config_t c;
   memset(&c, 0, sizeof c);
   c.palette = 1;
   for (int i = 0; i < 8; ++i) {{ c.colsb[i] = {TILE_K}; c.rows[i] = {TILE_ROWS}; }}
+  for (int i = 4; i < 6; ++i) c.colsb[i] = (uint16_t)k;
+  for (int i = 6; i < 8; ++i) c.rows[i] = (uint8_t)(k / 4);
+  /* GCC's _tile_loadconfig tells the compiler it reads 8 bytes of c: without this barrier the stores
+     to colsb and rows may be dropped, and ldtilecfg faults on stack garbage */
+  __asm__ volatile("" : : "r"(&c) : "memory");
   _tile_loadconfig(&c);
 }}
+/* all eight tiles {TILE_ROWS} rows of {TILE_K} bytes */
+static inline void xm_amx_configure(void) {{ xm_amx_configure_k({TILE_K}); }}
 #endif
 """
 
 
-# 1x1 convolutions on this few channels per group stay on the VNNI GEMM: a tile's K (64) is at most
-# half used, the products cost less than the requantization, and the VNNI register tile skips the
-# accumulators' round trip through memory (MobileNetV2's 16 -> 96 at 112x112: 0.73 -> 0.65 ms CPU
-# per run of the conv alone; 24 -> 144 at 56x56: 0.256 -> 0.245; 32 channels: equal)
+# 1x1 convolutions outside x86_int8_gemm's pointwise mode (strided, grouped, a float result) on this
+# few channels per group stay on the VNNI GEMM: a tile's K (64) is at most half used, the products
+# cost less than the requantization, and the VNNI register tile skips the accumulators' round trip
+# through memory
 VNNI_POINTWISE_K = 32
 
 
-# ... and so do those of x86_int8_gemm's pointwise mode (1x1, stride 1, unpadded, ungrouped, an int8
-# result) with few input or few output channels: the mode is bound by its vpdpbusd (K * OC per pixel),
-# the AMX kernel by its per-pixel epilogue and its 16-row tiles (24 channels compute 32). Kernel
-# thread-CPU medians, AMX -> pointwise (ms): K 40 -> 48 at 56x56 0.0355 -> 0.0316; K 144 -> 24 at
-# 56x56 0.0484 -> 0.0387, at 28x28 0.0116 -> 0.0117; K 96 -> 16 at 28x28 0.0080 -> 0.0062; past
-# these pairs AMX wins: K 64 -> 32 at 56x56 0.0276 -> 0.0301, K 144 -> 48 0.0693 -> 0.0771, ResNet-50's
-# K 256 -> 64 at 56x56 0.110 -> 0.181, MobileNetV2's K 320 -> 1280 at 7x7 0.025 -> 0.082
-VNNI_POINTWISE_OVER_AMX = ((48, 48), (144, 24))  # (most input, most output channels) pairs
+# Those of the pointwise mode (1x1, stride 1, unpadded, ungrouped, an int8 result) stay on it with few
+# input and few output channels together: the mode is bound by its vpdpbusd (K * OC per pixel), the
+# AMX one (64-pixel items, the K step fitted) by its packing (K per pixel, whatever OC), its 16-row
+# tiles (24 channels compute 32) and a tile product that costs the same at any K. Conv thread-CPU
+# medians (us, one thread, 31 interleaved rounds), pointwise -> AMX, at 56x56 unless named. It stays:
+# K 32 -> 16 at 112x112 28.1 -> 37.3, K 32 -> 16 7.5 -> 8.1, 32 -> 24 11.1 -> 12.1, 40 -> 16
+# 8.9 -> 9.5, 24 -> 24 8.9 -> 11.4, 16 -> 24 8.1 -> 11.3, 16 -> 32 10.1 -> 11.6, 16 -> 48 13.9 -> 17.0,
+# 24 -> 48 17.4 -> 19.1, 16 -> 96 26.9 -> 27.8 (alone at 112x112 124.7 -> 117.7, but inside
+# MobileNetV2, its input fresh from the previous layer, 105.3 -> 128.2 over 41 rounds). Past these
+# pairs AMX wins or ties: K 48 -> 16 10.3 -> 10.5, 48 -> 24 14.2 -> 13.0, 64 -> 16 12.1 -> 12.0,
+# 96 -> 16 18.3 -> 18.0, 32 -> 32 13.6 -> 11.5, 32 -> 48 20.4 -> 19.4, 24 -> 96 32.3 -> 29.5,
+# 24 -> 144 50.8 -> 50.0, 32 -> 64 25.7 -> 21.4, 32 -> 192 at 28x28 21.8 -> 16.9, 40 -> 48
+# 23.2 -> 22.0, 96 -> 24 23.9 -> 21.0, 144 -> 24 39.4 -> 34.4, at 28x28 11.1 -> 8.5, 144 -> 48
+# 69.3 -> 49.8; ResNet-50's 64 -> 64 43.2 -> 26.8, 256 -> 64 151.8 -> 87.9, 64 -> 256 165.5 -> 86.3,
+# 512 -> 128 at 28x28 173.3 -> 57.4, 128 -> 512 138.8 -> 59.9
+VNNI_POINTWISE_OVER_AMX = ((40, 24), (24, 48), (16, 96))  # (most input, most output channels) pairs
 
 
 def vnni_pointwise_wins(p: dict[str, Any]) -> bool:
-    """Whether a 1x1 convolution stays on the VNNI GEMM (see ``VNNI_POINTWISE_K`` and
-    ``VNNI_POINTWISE_OVER_AMX``)."""
+    """Whether a 1x1 convolution stays on the VNNI GEMM (see ``VNNI_POINTWISE_OVER_AMX`` where it
+    takes x86_int8_gemm's pointwise mode, else ``VNNI_POINTWISE_K``)."""
     kk, oc = p["ic"] // p["groups"], p["oc"] // p["groups"]
-    if kk <= VNNI_POINTWISE_K:
-        return True
-    fits = any(kk <= k_most and oc <= oc_most for k_most, oc_most in VNNI_POINTWISE_OVER_AMX)
-    return fits and _pointwise(p, _geometry(p))
+    if _pointwise(p, _geometry(p)):
+        return any(kk <= k_most and oc <= oc_most for k_most, oc_most in VNNI_POINTWISE_OVER_AMX)
+    return kk <= VNNI_POINTWISE_K
+
+
+def k_step(k: int) -> int:
+    """Bytes of K per tile product in the im2col mode: as few steps as 64-byte rows take (the tile
+    product costs the same at any K, so no more of them), each the least multiple of 4 that covers
+    ``k`` in that many. Padding to whole 64-byte rows wasted a fifth to a third of the products and
+    of the packed input (MobileNetV2's K 96: 128; K 160: 192); here K 96 steps 48, 160 steps 56
+    (168), 150 steps 52 (156), and a multiple of 64 steps 64."""
+    quads = -(-k // 4)
+    steps = -(-quads // (TILE_K // 4))
+    return 4 * -(-quads // steps)
 
 
 def amx_tile_block(
@@ -176,14 +206,24 @@ INT8_DOT = VectorDot(
 
 
 def vector_tile_block(
-    dot: VectorDot, mt: int, ntl: int, kb: int, b_offset: str, b_stride: int | str, indent: str
+    dot: VectorDot,
+    mt: int,
+    ntl: int,
+    kb: int,
+    b_offset: str,
+    b_stride: int | str,
+    indent: str,
+    kstep: int = TILE_K,
 ) -> str:
     """:func:`amx_tile_block`'s products with ``dot`` instead of tiles: per channel block ``i`` and
     pixel block ``j``, 16 accumulators (one per A row: a channel) of 16 lanes (the B rows' pixels),
     each B row at ``xb<j> + <b_offset of kt>`` (rows ``b_stride`` bytes apart) times the channel's
-    broadcast dword; then stored to ``acc``. Each block opens a line; lines start with ``indent``."""
+    broadcast dword; then stored to ``acc``. ``kstep``: the bytes of an A row (K per tile product),
+    ``kstep / 4`` B rows. Each block opens a line; lines start with ``indent``."""
     lanes = [f"c{r}" for r in range(TILE_ROWS)]
-    steps = " ".join(dot.step.format(c=c, a=f"_mm512_set1_epi32(ak[{16 * r}])") for r, c in enumerate(lanes))
+    steps = " ".join(
+        dot.step.format(c=c, a=f"_mm512_set1_epi32(ak[{kstep // 4 * r}])") for r, c in enumerate(lanes)
+    )
     b_row = f"{dot.b_cast}_mm512_loadu_si512((const void*)(bt + (long)q * {b_stride}))"
     blocks = []
     for j in range(ntl):
@@ -193,11 +233,11 @@ def vector_tile_block(
         lines = [
             f"for (int i = 0; i < {mt}; ++i) {{",
             "  " + " ".join(f"{dot.acc} {c} = {dot.zero};" for c in lanes),
-            f"  const {dot.a_type}* a = wa + (long)i * {kb * TILE_BYTES};",
+            f"  const {dot.a_type}* a = wa + (long)i * {kb * TILE_ROWS * kstep};",
             f"  for (int kt = 0; kt < {kb}; ++kt) {{",
             f"    const uint8_t* bt = xb{j} + {b_offset};",
-            f"    const {dot.a_type}* at = a + (long)kt * {TILE_BYTES};",
-            f"    for (int q = 0; q < {TILE_ROWS}; ++q) {{",
+            f"    const {dot.a_type}* at = a + (long)kt * {TILE_ROWS * kstep};",
+            f"    for (int q = 0; q < {kstep // 4}; ++q) {{",
             f"      const {dot.b_type} b = {b_row};",
             "      const int32_t* ak = (const int32_t*)(at + q * 4);",
             f"      {steps}",
@@ -262,7 +302,7 @@ class Conv2dQ8Amx(Template):
         elif mode == "rows":
             kp = _ceil(p["fh"] * self._row_quads(p) * 4, TILE_K)
         else:
-            kp = _ceil(kk, TILE_K)
+            kp = _ceil(kk, k_step(kk))
         if kp * 255 * 128 >= 2**30:
             return None  # the unsigned-offset accumulator could leave int32
         biases = _requant_operands(p, operands, wv, -128 * wv.reshape(p["oc"], -1).sum(axis=1))
@@ -287,7 +327,8 @@ class Conv2dQ8Amx(Template):
             blocks = -(-pixels // 16)
         ntile = WIDE_TILES if wide else 2 if blocks > 1 else 1
         ppad = _ceil(pixels, 16 * ntile)
-        p.update(mode=mode, k=kk, kp=kp, pixels=pixels, mt=mt, ntile=ntile, wide=wide)
+        kstep = k_step(kk) if mode == "im2col" else TILE_K  # bytes of K per tile product
+        p.update(mode=mode, k=kk, kp=kp, kstep=kstep, pixels=pixels, mt=mt, ntile=ntile, wide=wide)
         p.update(ocp=_ceil(ocg, TILE_ROWS * mt), blocks=blocks, ppad=ppad)
         if mode == "direct":
             # a plane holds every dword a B tile reads: the last block plus the farthest tap
@@ -347,16 +388,18 @@ class Conv2dQ8Amx(Template):
             full[:, :ocg, : fh * cq4].reshape(g, ocg, fh, cq4)[..., : icg * fw] = rows
         else:  # k = (c * FH + r) * FW + s
             full[:, :ocg, : p["k"]] = w.reshape(g, ocg, -1)
-        # [G][OC/16][K/64][16][64]: one A tile (16 channels x 64 k) is 1 KiB of contiguous bytes
-        tiles = full.reshape(g, ocp // TILE_ROWS, TILE_ROWS, kp // TILE_K, TILE_K).transpose(0, 1, 3, 2, 4)
-        return np.ascontiguousarray(tiles), f"amx_{p['mode']}_a16x64"
+        # [G][OC/16][K/KS][16][KS] (KS: the K step): one A tile is 16 * KS contiguous bytes
+        ks = p["kstep"]
+        tiles = full.reshape(g, ocp // TILE_ROWS, TILE_ROWS, kp // ks, ks).transpose(0, 1, 3, 2, 4)
+        return np.ascontiguousarray(tiles), f"amx_{p['mode']}_a16x{ks}"
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("n", "ic", "ih", "iw", "oc", "oh", "ow"))
         fh, fw, sh, sw, ph, pw = (p[k] for k in ("fh", "fw", "sh", "sw", "ph", "pw"))
         g, icg, ocg = p["groups"], ic // p["groups"], oc // p["groups"]
         kp, mt, ntl, ocp = p["kp"], p["mt"], p["ntile"], p["ocp"]
-        kb = kp // TILE_K
+        kstep = p["kstep"]  # bytes of K per tile product: an A tile's row, 4 x a B tile's rows
+        kb = kp // kstep
         ocb, pb = ocp // (TILE_ROWS * mt), -(-p["blocks"] // ntl)
         bw, bh = 16 * ntl, TILE_ROWS * mt  # a work item's pixels and channels
         otype = _out_ctype(p["out"])
@@ -387,7 +430,7 @@ class Conv2dQ8Amx(Template):
                 ]
             amx_lines += [f"_tile_zero({i * nb + jj});" for i, jj, _ in tiles]
             amx_lines += [f"for (int kt = 0; kt < {kb}; ++kt) {{", f"  const long ko = {koff};"]
-            amx_lines += [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_BYTES}, {TILE_K});"
+            amx_lines += [f"  _tile_loadd({4 + i}, wa + ({i}L * {kb} + kt) * {TILE_ROWS * kstep}, {kstep});"
                           for i in range(mt)]  # fmt: skip
             amx_lines += [f"  _tile_loadd({6 + jj}, xb{j} + ko, {stride});" for jj, j in enumerate(blocks)]
             amx_lines += [f"  _tile_dpbsud({i * nb + jj}, {4 + i}, {6 + jj});" for i, jj, _ in tiles]
@@ -402,7 +445,7 @@ class Conv2dQ8Amx(Template):
             if h == 1 and skip_empty_pass:
                 amx_lines.append("}")
         amx = "\n              ".join(amx_lines)
-        vnni_blocks = vector_tile_block(INT8_DOT, mt, ntl, kb, koff, stride, " " * 14)
+        vnni_blocks = vector_tile_block(INT8_DOT, mt, ntl, kb, koff, stride, " " * 14, kstep)
         has_fbias = _has_fbias(p)
         stores = " ".join(
             f"{{ __m512i v = _mm512_add_epi32(_mm512_load_si512((const void*)&acc[r][{16 * j}]), bv); "
@@ -448,7 +491,7 @@ static void {sym}({_kernel_args(p)}) {{
   const int use_amx = xm_amx_ready();
   #pragma omp parallel num_threads(nt) if(nt > 1 && {work}L > {PARALLEL_WORK}L)
   {{
-    if (use_amx) xm_amx_configure();
+    if (use_amx) xm_amx_configure_k({kstep});
     for (int nn = 0; nn < {n}; ++nn)
       for (int g = 0; g < {g}; ++g) {{
         const int8_t* xg = x + ((long)nn * {ic} + (long)g * {icg}) * {ih * iw};
@@ -463,7 +506,7 @@ static void {sym}({_kernel_args(p)}) {{
             // channel blocks outer: a block's filters stay in cache
             const int o0 = t / {pb} * {bh};
             {inputs_c}
-            const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kb * TILE_BYTES};
+            const int8_t* wa = wpk + ((long)g * {ocp // TILE_ROWS} + o0 / {TILE_ROWS}) * {kp * TILE_ROWS};
             int32_t (*acc)[{bw}] = accs[t & 1];
             if (use_amx) {{
               {amx}
@@ -588,7 +631,7 @@ static inline __attribute__((always_inline)) void {sym}_store(const int32_t (*ac
         )
         pack = self._pack_im2col(p, p["kp"] // 4, row)
         # row: bytes between two k-quads of the im2col matrix, a B tile's row stride
-        return row, pack, inputs_c, outputs_c, f"(long)kt * {TILE_ROWS * row}", "", False
+        return row, pack, inputs_c, outputs_c, f"(long)kt * {p['kstep'] // 4 * row}", "", False
 
     @staticmethod
     def _pack_rows(p: dict[str, Any]) -> str:
