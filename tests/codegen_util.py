@@ -3,6 +3,7 @@ output with the reference interpreter on the same inputs."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 
@@ -11,6 +12,8 @@ import pytest
 
 import compiler as xm
 from backends.reference import run_module
+from backends.reference.quant_kernels import quantize
+from compiler import dtype as D
 from compiler.driver.compile import CompiledModel, compile
 from compiler.driver.targets import parse_target, runs_here
 
@@ -87,3 +90,23 @@ def assert_instructions(compiled: CompiledModel, instructions: Sequence[str]) ->
     disassembly = subprocess.run(["objdump", "-d", compiled.build.library], capture_output=True, text=True)
     for instruction in instructions:
         assert instruction in disassembly.stdout, instruction
+
+
+def kernel_families(compiled: CompiledModel) -> set[tuple[str, str]]:
+    """The (family, ISA) pairs of the kernel units a compiled model's calls were lowered by."""
+    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
+
+
+def quantized_conv_params(
+    rng: np.random.Generator, shape: tuple[int, ...], oc: int, sx: float
+) -> tuple[xm.Tensor, xm.Tensor]:
+    """Random int8 filters of ``shape`` (scaled by their own maximum) and an int32 bias of ``oc``
+    channels at the scale ``sx * sw`` a quantized convolution of an input of scale ``sx`` expects."""
+    w = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+    sw = float(np.abs(w).max()) / 127
+    b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
+    sb = np.float32(sx) * np.float32(sw)
+    return (
+        xm.Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw)),
+        xm.Tensor(quantize(b, D.qint32(sb)), dtype=D.qint32(float(sx * sw))),
+    )

@@ -22,10 +22,16 @@ import compiler.functional as F
 from backends.c.templates.x86_amx import k_step
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
 from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
-from tests.codegen_util import assert_instructions, assert_threads_agree, compile_fn, require
+from tests.codegen_util import (
+    assert_instructions,
+    assert_threads_agree,
+    compile_fn,
+    kernel_families,
+    quantized_conv_params,
+    require,
+)
 
 TARGET = "x86-avx512-vnni-amx"
 
@@ -63,13 +69,7 @@ def amx_model(rng: np.random.Generator) -> Callable[..., Any]:
     params = []
     for _, (_, ic, _, _), oc, k, *_rest, g, _mode in CASES:
         shape = (oc, ic, k, k) if g == 1 else (g, oc // g, ic // g, k, k)
-        w = (rng.standard_normal(shape) * 0.3).astype(np.float32)
-        sw = float(np.abs(w).max()) / 127
-        b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
-        params.append((
-            Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw)),
-            Tensor(quantize(b, D.qint32(np.float32(sx) * np.float32(sw))), dtype=D.qint32(float(sx * sw))),
-        ))  # fmt: skip
+        params.append(quantized_conv_params(rng, shape, oc, sx))
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
         outs = []
@@ -88,10 +88,6 @@ def amx_model(rng: np.random.Generator) -> Callable[..., Any]:
         return tuple(outs)
 
     return f
-
-
-def _families(compiled: Any) -> set[tuple[str, str]]:
-    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +110,7 @@ def test_amx_tiles_cover_every_mode(model: tuple[Callable[..., Any], list[np.nda
     require(TARGET)
     fn, inputs = model
     compiled = compile_fn(fn, inputs, TARGET)
-    kinds = _families(compiled)
+    kinds = kernel_families(compiled)
     assert ("conv2d_q8_amx", "amx") in kinds, sorted(kinds)
     assert not {f for f, _ in kinds} & {"conv2d_q8_x86", "conv2d_q8"}, sorted(kinds)
     modes = re.findall(r'"conv2d_q8_amx" \["amx"\] \{[^}]*mode = "(\w+)"', compiled.ir("kernel-plan-memory"))
@@ -165,7 +161,7 @@ def test_amx_tie_heavy_model_bit_exact() -> None:
     rng = np.random.default_rng(8)
     params, inputs = _params(rng), _inputs(rng)
     compiled = compile_fn(tie_model(params), inputs, TARGET, threads=2)
-    assert ("conv2d_q8_amx", "amx") in _families(compiled)
+    assert ("conv2d_q8_amx", "amx") in kernel_families(compiled)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     for i, (g, w) in enumerate(zip(compiled.run(inputs), want, strict=True)):
         np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"output {i}")
@@ -224,7 +220,7 @@ def test_amx_int8_matmul_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     fn, inputs = matmul_model(np.random.default_rng(5))
     for threads in (1, 2):
         compiled = compile_fn(fn, inputs, TARGET, threads=threads)
-        assert ("matmul_q8_amx", "amx") in _families(compiled)
+        assert ("matmul_q8_amx", "amx") in kernel_families(compiled)
         want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
         if amx_permitted():
             for (name, *_), g, w in zip(MATMULS, compiled.run(inputs), want, strict=True):
@@ -264,13 +260,7 @@ def pointwise_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[
     sx = 1 / 40
     params = []
     for _, (_, ic, _, _), oc, _ in POINTWISE:
-        w = (rng.standard_normal((oc, ic, 1, 1)) * 0.3).astype(np.float32)
-        sw = float(np.abs(w).max()) / 127
-        b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
-        params.append((
-            Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw)),
-            Tensor(quantize(b, D.qint32(np.float32(sx) * np.float32(sw))), dtype=D.qint32(float(sx * sw))),
-        ))  # fmt: skip
+        params.append(quantized_conv_params(rng, (oc, ic, 1, 1), oc, sx))
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
         outs = []

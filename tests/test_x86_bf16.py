@@ -23,7 +23,7 @@ from backends.c.templates.x86_amx_bf16 import round_bfloat16, to_bfloat16
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
 from backends.reference import run_module
 from compiler.tensor import Tensor
-from tests.codegen_util import assert_instructions, compile_fn, require
+from tests.codegen_util import assert_instructions, compile_fn, kernel_families, require
 
 TARGET = "x86-avx512-vnni-amx+bf16"
 CONTRACT_BOUND = 1e-5  # vs the bfloat16-input contract in float64, relative to max |output|
@@ -102,10 +102,6 @@ def conv() -> tuple[Callable[..., Any], list[np.ndarray], list[Any]]:
     return _conv_model(np.random.default_rng(14))
 
 
-def _families(compiled: Any) -> set[tuple[str, str]]:
-    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
-
-
 def _check(names: list[str], got: list[np.ndarray], contract: list[np.ndarray], f32: list[Any]) -> None:
     for name, g, c, w in zip(names, got, contract, f32, strict=True):
         scale = float(np.abs(c).max())
@@ -124,7 +120,7 @@ def test_bf16_conv_families_and_modes(conv: tuple[Callable[..., Any], list[np.nd
     fn, inputs, _ = conv
     compiled = compile_fn(fn, inputs, TARGET)
     plan = compiled.ir("kernel-plan-memory")
-    assert {f for f, _ in _families(compiled)} <= {"conv2d_bf16_amx", "copy"}, _families(compiled)
+    assert {f for f, _ in kernel_families(compiled)} <= {"conv2d_bf16_amx", "copy"}, kernel_families(compiled)
     modes = re.findall(r'"conv2d_bf16_amx" \["amxbf16"\] \{[^}]*mode = "(\w+)"', plan)
     assert sorted(modes) == sorted(c[-1] for c in CONV_CASES), modes
     assert_instructions(compiled, ("tdpbf16ps", "vcvtne2ps2bf16", "vdpbf16ps", "tilerelease"))
@@ -187,9 +183,8 @@ def test_bf16_matrix_products(threads: int) -> None:
     a = rng.standard_normal((2, 37, 67)).astype(np.float32)
     b = rng.standard_normal((2, 67, 19)).astype(np.float32)
     compiled = compile_fn(f, [x, a, b], TARGET, threads=threads)
-    assert {f for f, _ in _families(compiled)} <= {"matmul_bf16_amx", "copy", "dimshuffle"}, _families(
-        compiled
-    )
+    families = kernel_families(compiled)
+    assert {f for f, _ in families} <= {"matmul_bf16_amx", "copy", "dimshuffle"}, families
     f32 = run_module(compiled._stages["tensor"], [x, a, b])  # type: ignore[arg-type]
     xr, ar, br = (round_bfloat16(v).astype(np.float64) for v in (x, a, b))
     contract = [np.maximum(xr @ round_bfloat16(w1) + b1, 0), xr @ round_bfloat16(w2).T, ar @ br, ar @ br]

@@ -24,7 +24,7 @@ import pytest
 import compiler.functional as F
 from backends.reference import run_module
 from compiler.tensor import Tensor
-from tests.codegen_util import assert_threads_agree, compile_fn, require
+from tests.codegen_util import assert_threads_agree, compile_fn, kernel_families, require
 
 TARGET = "x86-avx512-fp16+ioc16"
 ISA = "avx512fp16"
@@ -127,10 +127,6 @@ FAMILIES = {
 }
 
 
-def _families(compiled: Any) -> set[tuple[str, str]]:
-    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
-
-
 def _assert_close(got: list[np.ndarray], want: list[np.ndarray]) -> None:
     assert len(got) == len(NAMES) == len(want)
     for name, g, w in zip(NAMES, got, want, strict=True):
@@ -184,7 +180,7 @@ def test_fp16_kernels_match_reference(
     require(TARGET)
     fn, inputs = model
     compiled = compile_fn(fn, inputs, TARGET, threads=threads)
-    kinds = _families(compiled)
+    kinds = kernel_families(compiled)
     for family in FAMILIES:
         assert (family, ISA) in kinds, f"{family} not selected: {sorted(kinds)}"
     # float16 compute throughout: the only conversions are the graph's float32 inputs and outputs
@@ -416,7 +412,7 @@ def test_fp16_models_against_float32(name: str) -> None:
     net.eval()
     x = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
     compiled = compile(net, TARGET, [x])
-    kinds = {f for f, isa in _families(compiled) if isa == ISA}
+    kinds = {f for f, isa in kernel_families(compiled) if isa == ISA}
     assert "conv2d_gemm_f16" in kinds, sorted(kinds)
     got = compiled.run([x])[0]
     want = np.asarray(run_module(compiled._stages["tensor"], [x])[0], np.float32)  # type: ignore[arg-type]

@@ -32,6 +32,8 @@ from tests.codegen_util import (
     assert_threads_agree,
     check_sanitized,
     compile_fn,
+    kernel_families,
+    quantized_conv_params,
     require,
 )
 from tests.test_x86_amx import require_amx
@@ -56,13 +58,7 @@ NAMES = [c[0] for c in CASES]
 def stem_model(rng: np.random.Generator) -> Callable[..., Any]:
     params = []
     for _, (_, ic, _, _), oc, k, *_ in CASES:
-        w = (rng.standard_normal((oc, ic, k, k)) * 0.3).astype(np.float32)
-        sw = float(np.abs(w).max()) / 127
-        b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
-        params.append((
-            Tensor(quantize(w, D.qint8(sw)), dtype=D.qint8(sw)),
-            Tensor(quantize(b, D.qint32(np.float32(SX) * np.float32(sw))), dtype=D.qint32(float(SX * sw))),
-        ))  # fmt: skip
+        params.append(quantized_conv_params(rng, (oc, ic, k, k), oc, SX))
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
         outs = []
@@ -89,10 +85,6 @@ def stem_inputs(rng: np.random.Generator) -> list[np.ndarray]:
         flat = x.reshape(-1)
         flat[rng.choice(flat.size, 8 * special.size, replace=False)] = np.tile(special, 8)
     return xs
-
-
-def _families(compiled: Any) -> set[tuple[str, str]]:
-    return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +215,7 @@ def test_deeper_few_channel_layers_stay_with_the_amx_convolution() -> None:
         return y.astype("float32")
 
     compiled = compile_fn(f, [rng.standard_normal((1, 5, 9, 20)).astype(np.float32)], TARGET)
-    assert ("conv2d_q8_amx", "amx") in _families(compiled) and not _stem_calls(compiled)
+    assert ("conv2d_q8_amx", "amx") in kernel_families(compiled) and not _stem_calls(compiled)
 
 
 def test_stem_vnni_path_gives_the_same_bytes(
@@ -261,6 +253,6 @@ def test_input_quantize_exact(size: int) -> None:
         return t.astype(D.qint8(SX)).astype("float32")
 
     compiled = compile_fn(f, [x], "x86-avx512-nchw88-vnni")
-    assert ("typecvt", "avx512vnni") in _families(compiled)
+    assert ("typecvt", "avx512vnni") in kernel_families(compiled)
     want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
     np.testing.assert_array_equal(compiled.run([x])[0], np.asarray(want[0], np.float32))
