@@ -297,7 +297,7 @@ def _wide_kernels(compiled: Any) -> list[str]:
     return [d for d in defs if re.search(r"wide = (1|true)\b", d)]
 
 
-def _every_third_channel_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+def every_third_channel_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """Channels on the exact epilogue beside affine ones: ``x86_int8_requant``'s affine form withheld
     from every third channel (always valid: the exact epilogue serves any channel)."""
     from backends.c.templates import x86_int8
@@ -329,7 +329,7 @@ def test_amx_pointwise_64_pixel_items_exact(
     require(target)
     require_amx()
     if exact_channels:
-        _every_third_channel_exact(monkeypatch)
+        every_third_channel_exact(monkeypatch)
     fn, inputs = pointwise
     compiled = compile_fn(fn, inputs, target)
     assert len(_wide_kernels(compiled)) == len(POINTWISE)

@@ -20,9 +20,7 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates import x86_int8
 from backends.c.templates.x86_amx_os import AMX_ENV
-from backends.c.templates.x86_int8_requant import AffineRequant, affine_requant
 from backends.reference import run_module
 from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
@@ -36,7 +34,7 @@ from tests.codegen_util import (
     quantized_conv_params,
     require,
 )
-from tests.test_x86_amx import require_amx
+from tests.test_x86_amx import every_third_channel_exact, require_amx
 
 TARGET = "x86-avx512-vnni-amx-vbmi"  # the island's byte table
 TARGET_NO_VBMI = "x86-avx512-vnni-amx"  # clamp islands only
@@ -139,15 +137,7 @@ def test_stem_exact_channels_beside_affine_ones(
     require(target)
     require_amx()
 
-    def every_third_exact(*args: Any) -> AffineRequant | None:
-        got = affine_requant(*args)
-        if got is None:
-            return None
-        ok = got.ok.copy()
-        ok[::3] = False
-        return AffineRequant(np.where(ok, got.a, 0).astype(np.float32), got.b, ok, got.lo)
-
-    monkeypatch.setattr(x86_int8, "affine_requant", every_third_exact)
+    every_third_channel_exact(monkeypatch)
     fn, inputs = model
     compiled = compile_fn(fn, inputs, target)
     stems = [line for line in compiled.ir("kernel-plan-memory").splitlines() if "kernel.def @amxstem" in line]
