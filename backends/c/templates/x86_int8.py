@@ -508,7 +508,11 @@ def _epilogue(p: dict[str, Any], acc: str, fbias: str, dst: str, mask: str) -> s
     return _epilogue_stmt(p, acc, fbias, lambda _, value, store: f"{store}({dst}, {mask}, {value});")
 
 
-def _conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
+# a matched int8 convolution: its parameters, its operands, and its (flipped) filter's values
+ConvQ8 = tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray]
+
+
+def _conv_q8(op: Operation) -> ConvQ8 | None:
     """The portable int8 convolution's parameters and operands, with the (flipped) filter's values."""
     lowered = Conv2dQ8.match(Conv2dQ8(), op)
     if lowered is None or not _rq_params(lowered.params):
@@ -618,13 +622,22 @@ def _depthwise_signature(sym: str, p: dict[str, Any], otype: str) -> str:
   (void)ws;"""
 
 
-def _dense_conv_q8(op: Operation) -> tuple[dict[str, Any], list[SSAValue | np.ndarray], np.ndarray] | None:
+def _is_depthwise(p: dict[str, Any]) -> bool:
+    return p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1
+
+
+def _dense_conv_q8(op: Operation) -> ConvQ8 | None:
     """``_conv_q8`` of a dense or grouped convolution (None for a depthwise one: its own family)."""
     got = _conv_q8(op)
-    if got is None:
+    if got is None or _is_depthwise(got[0]):
         return None
-    p = got[0]
-    if p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1:
+    return got
+
+
+def _depthwise_conv_q8(op: Operation) -> ConvQ8 | None:
+    """``_conv_q8`` of a depthwise convolution of stride 1 or 2 along the rows (the depthwise units')."""
+    got = _conv_q8(op)
+    if got is None or not _is_depthwise(got[0]) or got[0]["sw"] > 2:
         return None
     return got
 
@@ -668,12 +681,10 @@ class ConvDepthwiseQ8Vnni(Template):
     priority = 96
 
     def match(self, op: Operation) -> Lowered | None:
-        got = _conv_q8(op)
+        got = _depthwise_conv_q8(op)
         if got is None:
             return None
         p, operands, wv = got
-        if not (p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1) or p["sw"] > 2:
-            return None
         window = p["fw"] <= 4 and p["dw"] == 1
         correction = -128 * wv.reshape(p["oc"], -1).sum(axis=1) if window else np.zeros(p["oc"], np.int64)
         biases = _requant_operands(p, operands, wv, correction, (0, 255) if window else (-128, 127))

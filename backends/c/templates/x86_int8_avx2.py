@@ -42,7 +42,7 @@ from backends.c.templates.x86_int8 import (
     ElemwiseQ8Vnni,
     MaxPoolQ8Vnni,
     _bias_operands,
-    _conv_q8,
+    _depthwise_conv_q8,
     _depthwise_plane_loop,
     _depthwise_signature,
     _epilogue_stmt,
@@ -347,12 +347,10 @@ class ConvDepthwiseQ8Avx2(ConvDepthwiseQ8Vnni):
     isa = ISA
 
     def match(self, op: Operation) -> Lowered | None:
-        got = _conv_q8(op)
+        got = _depthwise_conv_q8(op)
         if got is None:
             return None
         p, operands, _ = got
-        if not (p["groups"] == p["ic"] == p["oc"] and p["groups"] > 1) or p["sw"] > 2:
-            return None
         biases = _bias_operands(p, operands, np.zeros(p["oc"], np.int64))  # no affine form on 8 lanes
         if biases is None:
             return None
