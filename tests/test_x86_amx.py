@@ -64,6 +64,22 @@ def require_amx() -> None:
         )
 
 
+def conv_with_epilogue(
+    x: Tensor, wq: Tensor, bq: Tensor, sx: float, s_out: float, kind: str, **conv: Any
+) -> Tensor:
+    """A quantized convolution of ``x`` (quantized at ``sx``) to ``s_out`` with the epilogue ``kind``:
+    "relu", "identity", "island" (the ReLU6 float island PTQ leaves in MobileNetV2, quantized at
+    another scale: its table or float forms) or "clamp" (an island of equal scales: a clamp), as
+    float32."""
+    y = F.quantized.conv_bias_activation(
+        x.astype(D.qint8(sx)), wq, bq, dtype=D.qint8(s_out),
+        nonlinear_mode="relu" if kind == "relu" else "identity", **conv,
+    )  # fmt: skip
+    if kind in ("island", "clamp"):  # dequantize, RELU6, quantize
+        y = F.relu6(y.astype("float32")).astype(D.qint8(s_out if kind == "clamp" else 0.027))
+    return y.astype("float32")
+
+
 def amx_model(rng: np.random.Generator) -> Callable[..., Any]:
     sx = 1 / 40
     params = []
@@ -263,17 +279,10 @@ def pointwise_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[
         params.append(quantized_conv_params(rng, (oc, ic, 1, 1), oc, sx))
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
-        outs = []
-        for i, ((_, _, _, kind), x, (wq, bq)) in enumerate(zip(POINTWISE, xs, params, strict=True)):
-            s_out = 0.04 + 0.01 * i
-            y = F.quantized.conv_bias_activation(
-                x.astype(D.qint8(sx)), wq, bq, dtype=D.qint8(s_out),
-                nonlinear_mode="relu" if kind == "relu" else "identity",
-            )  # fmt: skip
-            if kind in ("island", "clamp"):  # dequantize, RELU6, quantize: as PTQ leaves MobileNetV2
-                y = F.relu6(y.astype("float32")).astype(D.qint8(s_out if kind == "clamp" else 0.027))
-            outs.append(y.astype("float32"))
-        return tuple(outs)
+        return tuple(
+            conv_with_epilogue(x, wq, bq, sx, 0.04 + 0.01 * i, kind)
+            for i, ((_, _, _, kind), x, (wq, bq)) in enumerate(zip(POINTWISE, xs, params, strict=True))
+        )
 
     return f, [(rng.standard_normal(c[1]) * 2).astype(np.float32) for c in POINTWISE]
 

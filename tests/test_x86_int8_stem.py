@@ -34,7 +34,7 @@ from tests.codegen_util import (
     quantized_conv_params,
     require,
 )
-from tests.test_x86_amx import every_third_channel_exact, require_amx
+from tests.test_x86_amx import conv_with_epilogue, every_third_channel_exact, require_amx
 
 TARGET = "x86-avx512-vnni-amx-vbmi"  # the island's byte table
 TARGET_NO_VBMI = "x86-avx512-vnni-amx"  # clamp islands only
@@ -59,17 +59,10 @@ def stem_model(rng: np.random.Generator) -> Callable[..., Any]:
         params.append(quantized_conv_params(rng, (oc, ic, k, k), oc, SX))
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
-        outs = []
-        for i, ((_, _, _, _, s, p, kind), x, (wq, bq)) in enumerate(zip(CASES, xs, params, strict=True)):
-            s_out = 0.04 + 0.01 * i
-            y = F.quantized.conv_bias_activation(
-                x.astype(D.qint8(SX)), wq, bq, dtype=D.qint8(s_out), stride=s, padding=p,
-                nonlinear_mode="relu" if kind == "relu" else "identity",
-            )  # fmt: skip
-            if kind in ("island", "clamp"):  # dequantize, RELU6, quantize: as PTQ leaves MobileNetV2
-                y = F.relu6(y.astype("float32")).astype(D.qint8(s_out if kind == "clamp" else 0.027))
-            outs.append(y.astype("float32"))
-        return tuple(outs)
+        return tuple(
+            conv_with_epilogue(x, wq, bq, SX, 0.04 + 0.01 * i, kind, stride=s, padding=p)
+            for i, ((_, _, _, _, s, p, kind), x, (wq, bq)) in enumerate(zip(CASES, xs, params, strict=True))
+        )
 
     return f
 
