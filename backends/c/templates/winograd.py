@@ -90,11 +90,16 @@ def _transform_2d(mat: Sequence[Sequence[Fraction]], src: str, dst: str, rows_in
 
 def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
     """``M[i tiles x j vectors] = V[i x K] . U[K x j vectors]``: ``j`` filter vectors of ``vw``
-    output channels, ``i`` broadcast tile values per input channel. With a ``hint`` each row of
-    ``U`` prefetches the same row of the next panel (``K x ldu`` floats on: the next GEMM's ``U``,
-    streamed from L3 once per conv, which the first register tile of each panel otherwise waits
-    on; ResNet-50's 14x14 F(2, 3) convs 0.90 -> 0.79 ms, 28x28 F(4, 3) 0.85 -> 0.71 ms, 56x56
-    0.69 -> 0.62 ms in thread-CPU time; ResNet-18 -7%)."""
+    output channels, ``i`` broadcast tile values per input channel.
+
+    With a ``hint``, step ``k`` prefetches row ``(k * pstep) >> 16`` of ``pf`` (rows ``ldu`` apart):
+    the caller's share of the next panel's ``U``, streamed from L3 or memory once per conv, which
+    the first register tile of each panel otherwise waits on (ResNet-50's 14x14 F(2, 3) convs 0.90
+    -> 0.79 ms, 28x28 F(4, 3) 0.85 -> 0.71 ms, 56x56 0.69 -> 0.62 ms in thread-CPU time; ResNet-18
+    -7%). Each of a panel's passes prefetches its share at an even rate over all its ``K`` steps:
+    all of it in the first pass's steps asked for two lines per ten-odd cycles, more than the line
+    fill buffers return from L3, and stalled that pass (-6 to -15% at 14x14x256, -5 to -7% at
+    28x28x128 with L3 cold as in the model)."""
     vt, ld, st, fma = {
         8: ("__m256", "_mm256_loadu_ps", "_mm256_storeu_ps", "_mm256_fmadd_ps"),
         16: ("__m512", "_mm512_loadu_ps", "_mm512_storeu_ps", "_mm512_fmadd_ps"),
@@ -104,13 +109,17 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
     name = f"xm_wino_{isa}_gemm{hint.lower().replace('_mm_hint', '')}_{j}x{i}"
     lines = [
         f"static void {name}(const float* restrict v, const float* restrict u, float* restrict mo,",
-        "                    long K, long ldv, long ldu, long ldm) {",
+        "                    long K, long ldv, long ldu, long ldm, const float* pf, long pstep) {",
     ]
     prefetch = [
-        f"    _mm_prefetch((const char*)(up + K * ldu + {o}), {hint});" for o in range(0, j * vw, 16) if hint
+        f"    _mm_prefetch((const char*)(pr + {o}), {hint});" for o in range(0, j * vw, 16) if hint
     ]
     lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
-    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;", *prefetch]
+    lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
+    if prefetch:
+        lines += ["    const float* pr = pf + ((k * pstep) >> 16) * ldu;", *prefetch]
+    else:
+        lines.append("    (void)pf; (void)pstep;")
     lines += broadcast_fma(
         vt,
         [f"{ld}(up + {a * vw})" for a in range(j)],
@@ -324,7 +333,7 @@ class ConvWinogradNchw88(_Nchw88Base):
         gname = f"xm_wino_{self.isa}_gemm{hint.lower().replace('_mm_hint', '')}"
         gemm_calls = []
         for j in range(1, self.jmax + 1):
-            call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}); break;"
+            call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}, pf, pstep); break;"
             variants = " ".join(f"case {i}: {gname}_{j}x{i}{call}" for i in range(1, ib + 1))
             gemm_calls.append(f"if (jv == {j}) switch (iv) {{ {variants} default: break; }}")
         kt = ocp // panel  # output-channel panels per point
@@ -384,9 +393,14 @@ static void {sym}({args}) {{
           const int k0 = kt * {self.jmax * self.vw};
           const int jv = ({ocv} - k0) / {self.vw} < {self.jmax} ? ({ocv} - k0) / {self.vw} : {self.jmax};
           const float* ub = w + (long)e * {ust["S"]} + (long)kt * {ust[f"K/{panel}"]};
+          /* the next panel's U (next in memory: the next point's first after the last panel), a
+             share of its rows per pass over this panel's tiles (gemm_ukr) */
+          const long passes = (tn + {ib} - 1) / {ib}, pf_rows = ({icp} + passes - 1) / passes;
+          const long pstep = (pf_rows << 16) / {icp};
           for (int i0 = 0; i0 < tn; i0 += {ib}) {{
             const int iv = tn - i0 < {ib} ? tn - i0 : {ib};
             const float* vb = V + (long)e * {vst["S"]} + (long)i0 * {vst["N"]};
+            const float* pf = ub + {ust[f"K/{panel}"]} + (i0 / {ib}) * pf_rows * {ust["C"]};
             float* mb = Mb + (long)e * {mst["S"]} + (long)i0 * {mst["N"]} + k0;
             {ind.join(gemm_calls)}
           }}
