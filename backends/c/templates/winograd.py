@@ -111,9 +111,7 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
         f"static void {name}(const float* restrict v, const float* restrict u, float* restrict mo,",
         "                    long K, long ldv, long ldu, long ldm, const float* pf, long pstep) {",
     ]
-    prefetch = [
-        f"    _mm_prefetch((const char*)(pr + {o}), {hint});" for o in range(0, j * vw, 16) if hint
-    ]
+    prefetch = [f"    _mm_prefetch((const char*)(pr + {o}), {hint});" for o in range(0, j * vw, 16) if hint]
     lines += [f"  {vt} c{a}_{b} = {zero};" for a in range(j) for b in range(i)]
     lines += ["  for (long k = 0; k < K; ++k) {", "    const float* up = u + k * ldu;"]
     if prefetch:
