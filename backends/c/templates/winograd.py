@@ -327,9 +327,9 @@ class ConvWinogradNchw88(_Nchw88Base):
         kt = ocp // panel  # output-channel panels per point
         ocv = -(-oc // self.vw) * self.vw  # output channels in whole filter vectors
         ind = "\n          "
-        # one region for the padded copy and every tile batch's three steps (a barrier between steps;
-        # none after the output transform: the next batch's GEMM, which rewrites M, waits behind the
-        # input transform's barrier, and that transform writes only V)
+        # one region for every tile batch's three steps (a barrier between steps; none after the
+        # output transform: the next batch's GEMM, which rewrites M, waits behind the input
+        # transform's barrier, and that transform writes only V)
         region = omp_parallel(n * oc * oh * ow * ic * 9, "parallel")
         par2 = omp_for(region, 2)
         # the register tiles this conv calls, emitted once per translation unit
