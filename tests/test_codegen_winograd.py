@@ -27,6 +27,7 @@ CASES = [
     (2, 40, 8, 8, 32, 3, 1, 0, 1, 1, "residual"),  # batch 2, no padding (6 x 6 output)
     (1, 32, 17, 11, 48, 3, 1, 2, 1, 1, "hswish"),  # padding 2
     (1, 64, 16, 16, 64, 3, 1, 1, 1, 1, "sigmoid"),  # whole tiles
+    (1, 16, 3, 4, 16, 3, 1, 0, 1, 1, "relu"),  # a 1 x 2 output: every tile reads its patch through pt
 ]
 
 
@@ -53,6 +54,8 @@ def test_winograd_variants(target: str, m: int, monkeypatch: pytest.MonkeyPatch)
     source = compiled.ir("c")
     assert source.count(f"static void conv2d_winograd_nchw88_f{m}_") == len(CASES)
     assert ("xm_wino_avx512_gemm_" in source) == ("avx512" in target)
+    # interior tiles read their patches straight from the input, border tiles through a zeroed copy
+    assert source.count("dp = xn + ") == len(CASES) and "float pt[" in source
 
 
 def test_winograd_selected_by_default() -> None:
