@@ -89,10 +89,10 @@ def gemm_ukr(isa: str, vw: int, j: int, i: int, hint: str = "") -> str:
     the caller's share of the next panel's ``U``, streamed from L3 or memory once per conv, which
     the first register tile of each panel otherwise waits on (ResNet-50's 14x14 F(2, 3) convs 0.90
     -> 0.79 ms, 28x28 F(4, 3) 0.85 -> 0.71 ms, 56x56 0.69 -> 0.62 ms in thread-CPU time; ResNet-18
-    -7%). Each of a panel's passes prefetches its share at an even rate over all its ``K`` steps:
-    all of it in the first pass's steps asked for two lines per ten-odd cycles, more than the line
-    fill buffers return from L3, and stalled that pass (-6 to -15% at 14x14x256, -5 to -7% at
-    28x28x128 with L3 cold as in the model)."""
+    -7%). Each of a panel's passes prefetches its share at an even rate over all its ``K`` steps
+    rather than the whole next panel during the first pass, which asks for two lines every ten-odd
+    cycles, faster than one core's misses return from L3, and stalls that pass (measured with U
+    and the scratch cold, as in the model: 14x14x256 -6 to -15%, 28x28x128 -5 to -7%)."""
     vt, ld, st, fma = {
         8: ("__m256", "_mm256_loadu_ps", "_mm256_storeu_ps", "_mm256_fmadd_ps"),
         16: ("__m512", "_mm512_loadu_ps", "_mm512_storeu_ps", "_mm512_fmadd_ps"),
