@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import backends.c.templates.winograd as winograd
-from tests.codegen_util import assert_threads_agree, check
+from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 
 TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
@@ -95,6 +95,17 @@ def test_winograd_random_shapes(target: str, monkeypatch: pytest.MonkeyPatch) ->
     for m in (2, 4):
         _force_tile(monkeypatch, m)
         check(fn, inputs, target, threads=int(rng.integers(1, 3)))
+
+
+@pytest.mark.parametrize("m", [4, 2])
+def test_winograd_sanitized_border_patches(m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case (interior tiles read from the input, border tiles through the zeroed patch, the
+    1 x 2 output's tiles all border) under ASan / UBSan on AVX-512, 2 threads; the same bits as 1
+    thread."""
+    _force_tile(monkeypatch, m)
+    fn, inputs = _conv_model(CASES, np.random.default_rng(3))
+    one = check(fn, inputs, TARGETS[1])
+    check_sanitized(assert_threads_agree(fn, inputs, TARGETS[1], one), inputs)
 
 
 @pytest.mark.parametrize("target", TARGETS)
