@@ -1,11 +1,13 @@
 """``conv2d_nchw88_expand_dw3x3`` (a float32 1x1 expand convolution and the depthwise 3x3 after it as
-one AVX-512 NCHW88 kernel, through a ring of expanded rows) against the reference interpreter and
-PyTorch, bit for bit against the two plain kernels it replaces (the same graph compiled with the
-unit switched off) and on 1 and 2 threads, once under ASan/UBSan; an expanded tensor read twice or
-one too small to be worth it stays on the plain kernels.
+one AVX-512 NCHW88 kernel, through a ring of expanded rows) and ``conv2d_nchw88_expand_dw3x3_project``
+(and the 1x1 project convolution after them) against the reference interpreter and PyTorch, bit for
+bit against the kernels they replace (the same graph compiled with the units switched off) and on 1
+and 2 threads, once under ASan/UBSan; a tensor read twice or one too small to be worth it stays on
+the plain kernels.
 
-Small shapes fuse here through a lowered :attr:`ConvNchw88ExpandDw3x3.min_expanded`; the default
-keeps the fusion to MobileNetV2's 112x112 and 56x56 pairs.
+Small shapes fuse here through lowered :class:`ConvNchw88ExpandDw3x3` thresholds; the defaults keep
+the fusion to MobileNetV2's pairs from 14x14 (with their project convolutions; 112x112 and 56x56
+alone too).
 """
 
 from __future__ import annotations
@@ -19,120 +21,158 @@ import torch
 
 import compiler as xm
 import compiler.functional as F
-from backends.c.templates.x86_f32_expand_dw import ConvNchw88ExpandDw3x3
+from backends.c.templates.x86_f32_expand_dw import ConvNchw88ExpandDw3x3, ConvNchw88ExpandDw3x3Project
 from compiler.driver.compile import CompiledModel
 from tests.codegen_util import assert_threads_agree, check, check_sanitized, compile_fn, require
 
 TARGET = "x86-avx512-nchw88"
 FAMILY = ConvNchw88ExpandDw3x3.family
+PROJECT_FAMILY = ConvNchw88ExpandDw3x3Project.family
 
-# (n, ic, c, h, w, stride, pad, expand activation, depthwise epilogue): channel counts that are
-# multiples of 8 but not of 16 (a half-filled expand register tile), odd sizes, rows narrower than
-# a register block, odd output heights (stride 1's lone last row)
+# (n, ic, c, oc, h, w, stride, pad, expand activation, depthwise activation, epilogue): expand 1x1 ic
+# -> c, depthwise 3x3, then (oc > 0) a project 1x1 c -> oc; the epilogue is the last convolution's.
+# Channel counts that are multiples of 8 but not of 16 (half-filled register tiles), odd sizes, rows
+# narrower than a register block, odd output heights (stride 1's lone last row of a block)
 CASES = [
-    (1, 16, 24, 15, 17, 2, 1, "relu6", "relu6"),
-    (2, 8, 40, 13, 11, 1, 1, "relu6", "relu6"),  # batch 2, 11 columns: one expand column tile
-    (1, 24, 56, 9, 29, 1, 1, "relu", "none"),  # 29 columns: expand tiles of 9, 10, 10
-    (2, 16, 24, 10, 9, 2, 1, "none", "residual"),  # the expand's result as it is; a residual
-    (1, 8, 32, 7, 13, 1, 0, "relu6", "relu"),  # no padding: 5 output rows
-    (1, 40, 16, 11, 12, 2, 0, "relu6", "relu6"),
-    (1, 8, 8, 3, 3, 1, 1, "relu", "residual"),  # every column a border column
+    (1, 16, 24, 0, 15, 17, 2, 1, "relu6", "relu6", "none"),
+    (2, 8, 40, 0, 13, 11, 1, 1, "relu6", "relu6", "none"),  # batch 2, 11 columns: one 1x1 column tile
+    (1, 24, 56, 0, 9, 29, 1, 1, "relu", "none", "none"),  # 29 columns: 1x1 tiles of 9, 10, 10
+    (2, 16, 24, 0, 10, 9, 2, 1, "none", "none", "residual_relu"),  # the expand's result as it is
+    (1, 8, 32, 0, 7, 13, 1, 0, "relu6", "relu", "none"),  # no padding: 5 output rows
+    (1, 40, 16, 0, 11, 12, 2, 0, "relu6", "relu6", "none"),
+    (1, 8, 8, 0, 3, 3, 1, 1, "relu", "none", "residual_relu"),  # every column a border column
+]
+PROJECT_CASES = [
+    (1, 24, 40, 24, 13, 11, 1, 1, "relu6", "relu6", "residual"),  # MobileNetV2's stride-1 block
+    (2, 16, 24, 40, 15, 17, 2, 1, "relu6", "relu6", "none"),  # batch 2, stride 2
+    (1, 8, 56, 8, 9, 29, 1, 1, "relu", "none", "relu"),  # 9 rows: a lone last row (a shorter run)
+    (1, 16, 48, 24, 8, 6, 1, 0, "none", "relu6", "residual_relu"),  # no padding, 6 output rows
+    (2, 24, 16, 56, 6, 7, 2, 0, "relu6", "relu6", "relu6"),
 ]
 
 
 @pytest.fixture
 def small_shapes_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ConvNchw88ExpandDw3x3, "min_expanded", 0)
+    monkeypatch.setattr(ConvNchw88ExpandDw3x3, "min_expanded_projected", 0)
 
 
 @contextmanager
-def plain_kernels() -> Iterator[None]:
-    """Compile with the fused unit declining every op: the expand and the depthwise run on their
-    own kernels (conv2d_nchw88, conv2d_nchw88_dw3x3)."""
-    match = ConvNchw88ExpandDw3x3.match
-    ConvNchw88ExpandDw3x3.match = lambda self, op: None  # type: ignore[method-assign]
+def declined(*units: type) -> Iterator[None]:
+    """Compile with these fused units declining every op: what they fuse runs on the kernels
+    before them (expand_dw3x3 and conv2d_nchw88; conv2d_nchw88 and conv2d_nchw88_dw3x3)."""
+    saved = [u.match for u in units]
+    for u in units:
+        u.match = lambda self, op: None
     try:
         yield
     finally:
-        ConvNchw88ExpandDw3x3.match = match  # type: ignore[method-assign]
+        for u, match in zip(units, saved, strict=True):
+            u.match = match
 
 
-def _pairs_model(cases: list[tuple], seed: int) -> tuple[Callable[..., object], list[np.ndarray]]:
-    """Every case as expand 1x1 (+ bias, activation) -> depthwise 3x3 (+ bias, epilogue)."""
+ACTIVATIONS = {"relu6": F.relu6, "relu": F.relu, "none": lambda v: v}
+
+
+def _blocks_model(cases: list[tuple], seed: int) -> tuple[Callable[..., object], list[np.ndarray]]:
+    """Every case as expand 1x1 (+ bias, activation) -> depthwise 3x3 (+ bias, activation) -> for
+    oc > 0 project 1x1 (+ bias), the last one's epilogue after it (a residual is an input)."""
     rng = np.random.default_rng(seed)
     params, inputs = [], []
-    for n, ic, c, h, w, s, p, _, epi in cases:
+    for n, ic, c, oc, h, w, s, p, _, _, epi in cases:
+        shapes = [(c, ic, 1, 1), (1, c, 1, 1), (c, 1, 1, 3, 3), (1, c, 1, 1), (oc, c, 1, 1), (1, oc, 1, 1)]
         params.append(
             tuple(
-                xm.tensor(a.astype(np.float32))
-                for a in (
-                    rng.standard_normal((c, ic, 1, 1)) / np.sqrt(ic),
-                    rng.standard_normal((1, c, 1, 1)),
-                    rng.standard_normal((c, 1, 1, 3, 3)) / 3,
-                    rng.standard_normal((1, c, 1, 1)),
-                )
+                xm.tensor((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+                for shape in shapes[: 6 if oc else 4]
             )
         )
         inputs.append(rng.standard_normal((n, ic, h, w)).astype(np.float32))
-        if epi == "residual":
-            inputs.append(rng.standard_normal((n, c, (h + 2 * p - 3) // s + 1, (w + 2 * p - 3) // s + 1)))
-            inputs[-1] = inputs[-1].astype(np.float32)
-
-    activations = {"relu6": F.relu6, "relu": F.relu, "none": lambda v: v}
+        if epi.startswith("residual"):
+            out = (n, oc or c, (h + 2 * p - 3) // s + 1, (w + 2 * p - 3) // s + 1)
+            inputs.append(rng.standard_normal(out).astype(np.float32))
 
     def fn(*xs):  # type: ignore[no-untyped-def]
         outs, it = [], iter(xs)
-        for (we, be, wd, bd), (_, _, c, _, _, s, p, act, epi) in zip(params, cases, strict=True):
-            e = activations[act](F.conv2d(next(it), we, be))
+        for weights, (_, _, c, oc, _, _, s, p, e_act, d_act, epi) in zip(params, cases, strict=True):
+            we, be, wd, bd, *project = weights
+            e = ACTIVATIONS[e_act](F.conv2d(next(it), we, be))
             y = F.conv2d(e, wd, bd, stride=s, padding=p, groups=c)
-            outs.append(F.relu(y + next(it)) if epi == "residual" else activations[epi](y))
+            if oc:
+                y = F.conv2d(ACTIVATIONS[d_act](y), *project)
+            elif epi == "none":
+                y = ACTIVATIONS[d_act](y)
+            if epi.startswith("residual"):
+                y = y + next(it)
+            outs.append(F.relu(y) if epi.endswith("relu") else ACTIVATIONS.get(epi, lambda v: v)(y))
         return tuple(outs)
 
     return fn, inputs
 
 
-def _fused_calls(compiled: CompiledModel) -> int:
-    return compiled.ir("c").count(f"static void {FAMILY}_")
+def _calls(compiled: CompiledModel, family: str = FAMILY) -> int:
+    return compiled.ir("c").count(f"static void {family}_ic")
 
 
-def test_expand_dw_matches_reference_and_plain_kernels(small_shapes_fuse: None) -> None:
-    fn, inputs = _pairs_model(CASES, 0)
-    fused = check(fn, inputs, TARGET)
-    source = fused.ir("c")
-    assert _fused_calls(fused) == len(CASES)
-    assert "conv2d_nchw88_dense" not in source and "conv2d_nchw88_dw3x3" not in source
-    with plain_kernels():
-        plain = compile_fn(fn, inputs, TARGET)
-    assert _fused_calls(plain) == 0
-    for got, want in zip(fused.run(inputs), plain.run(inputs), strict=True):
+def _assert_identical(a: CompiledModel, b: CompiledModel, inputs: list[np.ndarray]) -> None:
+    for got, want in zip(a.run(inputs), b.run(inputs), strict=True):
         np.testing.assert_array_equal(got, want)  # the same FMAs in the same order
 
 
-def test_expand_dw_matches_torch(small_shapes_fuse: None) -> None:
-    """MobileNetV2's pattern as torch computes it: conv 1x1 + bias, ReLU6, depthwise 3x3 + bias, ReLU6."""
+def test_expand_dw_matches_reference_and_plain_kernels(small_shapes_fuse: None) -> None:
+    fn, inputs = _blocks_model(CASES, 0)
+    fused = check(fn, inputs, TARGET)
+    source = fused.ir("c")
+    assert _calls(fused) == len(CASES)
+    assert "conv2d_nchw88_dense" not in source and "conv2d_nchw88_dw3x3" not in source
+    with declined(ConvNchw88ExpandDw3x3):
+        plain = compile_fn(fn, inputs, TARGET)
+    assert _calls(plain) == 0
+    _assert_identical(fused, plain, inputs)
+
+
+def test_expand_dw_project_matches_reference_and_unfused(small_shapes_fuse: None) -> None:
+    fn, inputs = _blocks_model(PROJECT_CASES, 1)
+    fused = check(fn, inputs, TARGET)
+    assert _calls(fused, PROJECT_FAMILY) == len(PROJECT_CASES)
+    assert "conv2d_nchw88_dense" not in fused.ir("c") and _calls(fused) == 0
+    with declined(ConvNchw88ExpandDw3x3Project):
+        pair = compile_fn(fn, inputs, TARGET)  # expand + depthwise fused, the project on its own
+    assert _calls(pair) == len(PROJECT_CASES) and _calls(pair, PROJECT_FAMILY) == 0
+    _assert_identical(fused, pair, inputs)
+    with declined(ConvNchw88ExpandDw3x3Project, ConvNchw88ExpandDw3x3):
+        plain = compile_fn(fn, inputs, TARGET)
+    assert "expand_dw3x3" not in plain.ir("c")
+    _assert_identical(fused, plain, inputs)
+
+
+def test_inverted_residual_block_matches_torch(small_shapes_fuse: None) -> None:
+    """MobileNetV2's blocks as torch computes them: conv 1x1 + bias, ReLU6, depthwise 3x3 + bias,
+    ReLU6, then (stride 1) conv 1x1 + bias + the block's input, or (stride 2) no project."""
     require(TARGET)
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(2)
+    t = torch.nn.functional
     for n, ic, c, h, w, s in ((2, 24, 40, 19, 25, 1), (1, 16, 48, 21, 18, 2)):
+        shapes = [(c, ic, 1, 1), (c,), (c, 1, 3, 3), (c,), (ic, c, 1, 1), (ic,)]
         a = [
-            (rng.standard_normal((c, ic, 1, 1)) / np.sqrt(ic)).astype(np.float32),
-            rng.standard_normal((1, c, 1, 1)).astype(np.float32),
-            (rng.standard_normal((c, 1, 1, 3, 3)) / 3).astype(np.float32),
-            rng.standard_normal((1, c, 1, 1)).astype(np.float32),
+            (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32) for shape in shapes
         ]
-        we, be, wd, bd = (xm.tensor(v) for v in a)
+        we, be, wd, bd, wp, bp = (xm.tensor(v.reshape(-1, 1, 1) if v.ndim == 1 else v) for v in a)
+        wd = xm.tensor(a[2].reshape(c, 1, 1, 3, 3))
         x = rng.standard_normal((n, ic, h, w)).astype(np.float32)
 
-        def fn(v, we=we, be=be, wd=wd, bd=bd, s=s, c=c):  # type: ignore[no-untyped-def]
-            return F.relu6(F.conv2d(F.relu6(F.conv2d(v, we, be)), wd, bd, stride=s, padding=1, groups=c))
+        def fn(v, we=we, be=be, wd=wd, bd=bd, wp=wp, bp=bp, s=s, c=c):  # type: ignore[no-untyped-def]
+            d = F.relu6(F.conv2d(F.relu6(F.conv2d(v, we, be)), wd, bd, stride=s, padding=1, groups=c))
+            return F.conv2d(d, wp, bp) + v if s == 1 else d
 
         compiled = compile_fn(fn, [x], TARGET)
-        assert _fused_calls(compiled) == 1
-        t = torch.nn.functional
-        e = t.conv2d(torch.from_numpy(x), torch.from_numpy(a[0]), torch.from_numpy(a[1].reshape(c))).clamp(
-            0, 6
-        )
-        dw = torch.from_numpy(a[2].reshape(c, 1, 3, 3))
-        want = t.conv2d(e, dw, torch.from_numpy(a[3].reshape(c)), stride=s, padding=1, groups=c).clamp(0, 6)
+        assert _calls(compiled, PROJECT_FAMILY if s == 1 else FAMILY) == 1
+        we_t, be_t, wd_t, bd_t, wp_t, bp_t = (torch.from_numpy(v) for v in a)
+        xt = torch.from_numpy(x)
+        want = t.conv2d(t.conv2d(xt, we_t, be_t).clamp(0, 6), wd_t, bd_t, stride=s, padding=1, groups=c)
+        want = want.clamp(0, 6)
+        if s == 1:
+            want = t.conv2d(want, wp_t, bp_t) + xt
         np.testing.assert_allclose(compiled.run([x])[0], want.numpy(), rtol=1e-5, atol=1e-5)
 
 
@@ -140,43 +180,62 @@ def test_expand_dw_identical_on_1_and_2_threads(small_shapes_fuse: None) -> None
     # large enough for a parallel region: each thread its ring and its range of output rows, the
     # rows at the ranges' edge expanded by both
     cases = [
-        (1, 24, 48, 33, 35, 1, 1, "relu6", "relu6"),
-        (2, 16, 40, 31, 29, 2, 1, "relu6", "residual"),
+        (1, 24, 48, 0, 33, 35, 1, 1, "relu6", "relu6", "none"),
+        (2, 16, 40, 0, 31, 29, 2, 1, "relu6", "none", "residual_relu"),
+        (1, 24, 64, 24, 31, 33, 1, 1, "relu6", "relu6", "residual"),
+        (2, 16, 48, 32, 29, 27, 2, 1, "relu6", "relu6", "none"),
     ]
-    fn, inputs = _pairs_model(cases, 2)
+    fn, inputs = _blocks_model(cases, 3)
     two = assert_threads_agree(fn, inputs, TARGET, check(fn, inputs, TARGET, threads=1))
-    assert _fused_calls(two) == len(cases)
-    assert "const int nth = nt < " in two.ir("c")  # the fused kernels open a parallel region
+    assert _calls(two) == 2 and _calls(two, PROJECT_FAMILY) == 2
+    assert two.ir("c").count("const int nth = nt < ") == 4  # each opens a parallel region
 
 
 def test_expand_dw_sanitized(small_shapes_fuse: None) -> None:
-    """The ring's slots, the zero rows above and below the image, peeled columns and half-filled
-    register tiles stay in bounds: the runner built with ASan/UBSan."""
+    """The ring's slots, the block of depthwise rows, the zero rows above and below the image,
+    peeled columns and half-filled register tiles stay in bounds: the runner built with ASan/UBSan."""
     require(TARGET)
-    fn, inputs = _pairs_model(CASES, 3)
+    fn, inputs = _blocks_model(CASES + PROJECT_CASES, 4)
     check_sanitized(compile_fn(fn, inputs, TARGET), inputs, scaled=False)
 
 
-def test_expanded_tensor_read_twice_is_not_fused(small_shapes_fuse: None) -> None:
-    """The expanded tensor is also an output: it must reach memory, so both plain kernels run."""
-    rng = np.random.default_rng(4)
+def test_a_tensor_read_twice_is_not_fused(small_shapes_fuse: None) -> None:
+    """An expanded tensor (a depthwise output) that is also a model output must reach memory: the
+    expand (the project) runs on its own kernel."""
+    rng = np.random.default_rng(5)
     we = xm.tensor((rng.standard_normal((24, 16, 1, 1)) / 4).astype(np.float32))
     wd = xm.tensor((rng.standard_normal((24, 1, 1, 3, 3)) / 3).astype(np.float32))
+    wp = xm.tensor((rng.standard_normal((16, 24, 1, 1)) / 5).astype(np.float32))
     x = rng.standard_normal((1, 16, 15, 13)).astype(np.float32)
 
-    def fn(v):  # type: ignore[no-untyped-def]
+    def expanded_twice(v):  # type: ignore[no-untyped-def]
         e = F.relu6(F.conv2d(v, we))
-        return F.conv2d(e, wd, stride=2, padding=1, groups=24), e
+        return F.conv2d(F.conv2d(e, wd, stride=2, padding=1, groups=24), wp), e
 
-    compiled = check(fn, [x], TARGET)
-    assert _fused_calls(compiled) == 0
+    compiled = check(expanded_twice, [x], TARGET)
+    assert _calls(compiled) == _calls(compiled, PROJECT_FAMILY) == 0
     assert "conv2d_nchw88_dw3x3" in compiled.ir("c")
+
+    def depthwise_twice(v):  # type: ignore[no-untyped-def]
+        d = F.relu6(F.conv2d(F.relu6(F.conv2d(v, we)), wd, stride=2, padding=1, groups=24))
+        return F.conv2d(d, wp), d
+
+    compiled = check(depthwise_twice, [x], TARGET)
+    assert _calls(compiled) == 1 and _calls(compiled, PROJECT_FAMILY) == 0
 
 
 def test_only_large_expanded_tensors_fuse() -> None:
-    """By default a pair fuses where its expanded tensor is at least ``min_expanded`` floats
-    (MobileNetV2's 56x56x144: 451584), not at 28x28x192 (150528)."""
-    fn, inputs = _pairs_model([(1, 24, 144, 56, 56, 1, 1, "relu6", "relu6")], 5)
-    assert _fused_calls(check(fn, inputs, TARGET)) == 1
-    fn, inputs = _pairs_model([(1, 32, 192, 28, 28, 2, 1, "relu6", "relu6")], 6)
-    assert _fused_calls(check(fn, inputs, TARGET)) == 0
+    """By default a pair fuses where its expanded tensor has at least ``min_expanded`` floats
+    (MobileNetV2's 56x56x144: 451584), with a project after it ``min_expanded_projected`` (its
+    28x28x192 and 14x14 blocks, not 7x7x960: 47040)."""
+    project = ConvNchw88ExpandDw3x3.min_expanded_projected
+    assert 7 * 7 * 960 < project <= 14 * 14 * 384 and 28 * 28 * 192 < ConvNchw88ExpandDw3x3.min_expanded
+    fn, inputs = _blocks_model([(1, 24, 144, 0, 56, 56, 1, 1, "relu6", "relu6", "none")], 6)
+    assert _calls(check(fn, inputs, TARGET)) == 1
+    fn, inputs = _blocks_model([(1, 32, 192, 0, 28, 28, 2, 1, "relu6", "relu6", "none")], 7)
+    assert _calls(check(fn, inputs, TARGET)) == 0
+    fn, inputs = _blocks_model([(1, 32, 192, 64, 28, 28, 2, 1, "relu6", "relu6", "none")], 8)
+    assert _calls(check(fn, inputs, TARGET), PROJECT_FAMILY) == 1
+    fn, inputs = _blocks_model([(1, 160, 960, 160, 7, 7, 1, 1, "relu6", "relu6", "residual")], 9)
+    compiled = check(fn, inputs, TARGET)
+    assert _calls(compiled) == _calls(compiled, PROJECT_FAMILY) == 0

@@ -192,10 +192,13 @@ def bias_registers(vec: Vec, bias: bool) -> str:
     return init
 
 
-def output_rows(p: dict[str, Any], vec: Vec, regs: int, rows: int, x_row: RowAt, y_row: RowAt) -> str:
+def output_rows(
+    p: dict[str, Any], vec: Vec, regs: int, rows: int, x_row: RowAt, y_row: RowAt, y: str = "y"
+) -> str:
     """``rows`` output rows from ``r`` of one channel block: pointers to their input rows
     (``x_row``: the C pointer to input row ``h``, a C expression; ``zrow`` outside the image), to
-    their output rows (``y + y_row(h)``) and residual rows (``res + y_row(h)``), then their columns."""
+    their output rows (``y + y_row(h)``, ``y`` a C pointer) and residual rows (``res + y_row(h)``),
+    then their columns."""
     s, ph, ih = p["sh"], p["ph"], p["ih"]
     residual = bool(p["residual"])
     lines = []
@@ -203,19 +206,21 @@ def output_rows(p: dict[str, Any], vec: Vec, regs: int, rows: int, x_row: RowAt,
         lines.append(f"    const int ih{u} = r * {s} - {ph} + {u};")
         lines.append(f"    const float* x{u} = (unsigned)ih{u} < {ih}u ? {x_row(f'ih{u}')} : zrow;")
     for j in range(rows):
-        lines.append(f"    float* yr{j} = y + {y_row(f'r + {j}')};")
+        lines.append(f"    float* yr{j} = {y} + {y_row(f'r + {j}')};")
         if residual:
             lines.append(f"    const float* rr{j} = res + {y_row(f'r + {j}')};")
     lines.append(row_code(p["iw"], p["ow"], s, p["pw"], vec, regs, rows, residual, ACT_CODES[p["act"]]))
     return "\n".join(lines)
 
 
-def row_group(p: dict[str, Any], vec: Vec, regs: int, rows: int, x_row: RowAt, y_row: RowAt) -> str:
+def row_group(
+    p: dict[str, Any], vec: Vec, regs: int, rows: int, x_row: RowAt, y_row: RowAt, y: str = "y"
+) -> str:
     """The ``rows`` output rows from ``r`` (:func:`output_rows`), or the last output row alone
     where ``rows`` does not divide the output's height and ``r`` is the last group's."""
-    body = output_rows(p, vec, regs, rows, x_row, y_row)
+    body = output_rows(p, vec, regs, rows, x_row, y_row, y)
     if p["oh"] % rows:
-        lone = output_rows(p, vec, regs, 1, x_row, y_row)
+        lone = output_rows(p, vec, regs, 1, x_row, y_row, y)
         body = f"  if (r + {rows} <= {p['oh']}) {{\n{body}\n  }} else {{\n{lone}\n  }}"
     return body
 
