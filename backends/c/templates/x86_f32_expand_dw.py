@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
 EXPAND_FAMILY = "conv2d_nchw88"  # the 1x1 convolutions these units absorb (their AVX-512 unit)
 ACTIVATIONS = ("identity", "relu", "relu6")  # between the fused convolutions
+ELEMWISE_ACTIVATIONS = ("relu", "relu6")  # the elementwise calls of those that a fused call absorbs
 # the 1x1 register tile: 2 zmm filter vectors (32 output channels) x up to 12 columns, as
 # ConvNchw88Avx512.tiles
 TILE_BLOCKS, TILE_COLS = 4, 12
@@ -92,7 +93,7 @@ def activated(value: SSAValue) -> tuple[SSAValue, str | None]:
         value.has_one_use()
         and len(call.args) == 1
         and len(call.outputs) == 1
-        and mode in ACTIVATIONS
+        and mode in ELEMWISE_ACTIVATIONS
         and call.args[0].type == value.type
     ):
         return call.args[0], str(mode)
@@ -130,7 +131,7 @@ def project_follows(op: Operation) -> bool:
         return False
     user = value.get_user_of_unique_use()
     if isinstance(user, T.ElemwiseOp):
-        if user.params()["mode"].value not in ACTIVATIONS or len(user.operands) != 1:
+        if user.params()["mode"].value not in ELEMWISE_ACTIVATIONS or len(user.operands) != 1:
             return False
         value = user.results[0]
         if not value.has_one_use():
@@ -213,12 +214,8 @@ class ConvNchw88ExpandDw3x3(ConvNchw88Dw3x3Avx512):
             return None
         expand, pe, act = got
         p = lowered.params
-        if not pointwise_1x1(pe) or (pe["n"], pe["ih"], pe["iw"], pe["oc"]) != (
-            p["n"],
-            p["ih"],
-            p["iw"],
-            p["c"],
-        ):
+        same_tensor = (pe["n"], pe["ih"], pe["iw"], pe["oc"]) == (p["n"], p["ih"], p["iw"], p["c"])
+        if not pointwise_1x1(pe) or not same_tensor:
             return None
         expanded = p["ih"] * p["iw"] * -(-p["c"] // VEC) * VEC
         if expanded < self.min_expanded and (
@@ -383,10 +380,9 @@ class ConvNchw88ExpandDw3x3Project(ConvNchw88ExpandDw3x3):
         params = {k: v for k, v in p.items() if k not in ("bias", "act", "residual")}
         params.update(d_bias=p["bias"], d_act=act, oc=pp["oc"])
         params.update({k: pp[k] for k in ("bias", "residual", "act")})
-        x_e, *rest = fused.args  # the expand's input, the depthwise's and expand's filters and biases
-        return Lowered(
-            params, [x_e, *lowered.operands[1 : 2 + pp["bias"]], *rest, *lowered.operands[2 + pp["bias"] :]]
-        )
+        x_e, *inner = fused.args  # the expand's input, the depthwise's and expand's filters and biases
+        project, residual = lowered.operands[1 : 2 + pp["bias"]], lowered.operands[2 + pp["bias"] :]
+        return Lowered(params, [x_e, *project, *inner, *residual])
 
     def symbol(self, p: dict[str, Any]) -> str:
         expand = epilogue_sym({"bias": p["e_bias"], "act": p["e_act"]})
@@ -421,15 +417,16 @@ class ConvNchw88ExpandDw3x3Project(ConvNchw88ExpandDw3x3):
         y_j = strides(Layout.NCHW88, out_shape)["C/8"]
         at = offset(Layout.NCHW88, out_shape, {"N": "n", "H": "r"})
         bias, res = ("bp" if p["bias"] else "0"), ("ro" if p["residual"] else "0")
-        runs = []
-        for nr in sorted({rows, oh - (oh - 1) // rows * rows}, reverse=True):  # a block, the last one
-            runs.append(
-                (nr, pointwise(c, oc, nr * ow, "dwo", rows * ow * VEC, "wp", bias, res, "yo", y_j, p["act"]))
-            )
-        tiles = set().union(*(t for _, (t, _) in runs))
-        code = runs[0][1][1]
+        # a block of rows, then the last block where it is shorter: one run of columns each
+        heights = sorted({rows, oh - (oh - 1) // rows * rows}, reverse=True)
+        runs = [
+            pointwise(c, oc, h * ow, "dwo", rows * ow * VEC, "wp", bias, res, "yo", y_j, p["act"])
+            for h in heights
+        ]
+        tiles = set().union(*(t for t, _ in runs))
+        code = runs[0][1]
         if len(runs) > 1:
-            code = f"    if (r + {rows} <= {oh}) {{\n{code}\n    }} else {{\n{runs[1][1][1]}\n    }}"
+            code = f"    if (r + {rows} <= {oh}) {{\n{code}\n    }} else {{\n{runs[1][1]}\n    }}"
         code = f"""    {{  /* the project over the block's rows: one run of columns in NCHW88 */
       float* yo = y + {at};
       const float* ro = {"res + " + at if p["residual"] else "0"};
