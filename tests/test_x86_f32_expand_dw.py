@@ -239,3 +239,20 @@ def test_only_large_expanded_tensors_fuse() -> None:
     fn, inputs = _blocks_model([(1, 160, 960, 160, 7, 7, 1, 1, "relu6", "relu6", "residual")], 9)
     compiled = check(fn, inputs, TARGET)
     assert _calls(compiled) == _calls(compiled, PROJECT_FAMILY) == 0
+
+
+def test_mobilenet_v2_matches_reference_and_unfused(small_shapes_fuse: None) -> None:
+    """A whole MobileNetV2 (narrow, batch 2: every expand + depthwise (+ project) block fused, with
+    and without residual) against the reference interpreter, bit for bit against the plain kernels."""
+    from compiler.hub.mobilenet_v2 import mobilenet_v2
+
+    require(TARGET)
+    net = mobilenet_v2(width_mult=0.5, num_classes=10)
+    net.eval()
+    x = np.random.default_rng(10).standard_normal((2, 3, 48, 40)).astype(np.float32)
+    fused = check(net, [x], TARGET, rtol=1e-3, atol=1e-4)
+    assert _calls(fused, PROJECT_FAMILY) >= 10  # 16 blocks with an expand; repeated shapes share a kernel
+    with declined(ConvNchw88ExpandDw3x3Project, ConvNchw88ExpandDw3x3):
+        plain = compile_fn(net, [x], TARGET)
+    assert "expand_dw3x3" not in plain.ir("c")
+    _assert_identical(fused, plain, [x])
