@@ -178,17 +178,20 @@ def test_inverted_residual_block_matches_torch(small_shapes_fuse: None) -> None:
 
 def test_expand_dw_identical_on_1_and_2_threads(small_shapes_fuse: None) -> None:
     # large enough for a parallel region: each thread its ring and its range of output rows, the
-    # rows at the ranges' edge expanded by both
+    # rows at the ranges' edge expanded by both; at stride 1 a range of an odd number of rows ends
+    # in a lone row (14 rows: 7 and 7)
     cases = [
         (1, 24, 48, 0, 33, 35, 1, 1, "relu6", "relu6", "none"),
         (2, 16, 40, 0, 31, 29, 2, 1, "relu6", "none", "residual_relu"),
         (1, 24, 64, 24, 31, 33, 1, 1, "relu6", "relu6", "residual"),
         (2, 16, 48, 32, 29, 27, 2, 1, "relu6", "relu6", "none"),
+        (1, 64, 128, 64, 14, 14, 1, 1, "relu6", "relu6", "residual"),
+        (1, 48, 96, 40, 13, 15, 1, 1, "relu6", "relu6", "none"),
     ]
     fn, inputs = _blocks_model(cases, 3)
     two = assert_threads_agree(fn, inputs, TARGET, check(fn, inputs, TARGET, threads=1))
-    assert _calls(two) == 2 and _calls(two, PROJECT_FAMILY) == 2
-    assert two.ir("c").count("const int nth = nt < ") == 4  # each opens a parallel region
+    assert _calls(two) == 2 and _calls(two, PROJECT_FAMILY) == 4
+    assert two.ir("c").count("const int nth = nt < ") == 6  # each opens a parallel region
 
 
 def test_expand_dw_sanitized(small_shapes_fuse: None) -> None:

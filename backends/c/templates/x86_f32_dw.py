@@ -214,14 +214,22 @@ def output_rows(
 
 
 def row_group(
-    p: dict[str, Any], vec: Vec, regs: int, rows: int, x_row: RowAt, y_row: RowAt, y: str = "y"
+    p: dict[str, Any],
+    vec: Vec,
+    regs: int,
+    rows: int,
+    x_row: RowAt,
+    y_row: RowAt,
+    y: str = "y",
+    end: str | None = None,
 ) -> str:
     """The ``rows`` output rows from ``r`` (:func:`output_rows`), or the last output row alone
-    where ``rows`` does not divide the output's height and ``r`` is the last group's."""
+    where ``rows`` does not divide the output's height and ``r`` is the last group's; ``end``: the
+    C expression of the row where the caller's groups end instead (a lone row wherever it falls)."""
     body = output_rows(p, vec, regs, rows, x_row, y_row, y)
-    if p["oh"] % rows:
+    if rows > 1 and (end is not None or p["oh"] % rows):
         lone = output_rows(p, vec, regs, 1, x_row, y_row, y)
-        body = f"  if (r + {rows} <= {p['oh']}) {{\n{body}\n  }} else {{\n{lone}\n  }}"
+        body = f"  if (r + {rows} <= {end or p['oh']}) {{\n{body}\n  }} else {{\n{lone}\n  }}"
     return body
 
 

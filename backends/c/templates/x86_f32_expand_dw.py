@@ -269,9 +269,8 @@ class ConvNchw88ExpandDw3x3(ConvNchw88Dw3x3Avx512):
         return p["n"] * -(-p["c"] // VEC) * VEC * per_channel
 
     def threads(self, p: dict[str, Any]) -> int:
-        """The most threads the kernel runs on (each with its own ring)."""
-        groups = -(-p["oh"] // self.vector(p["sh"])[2])
-        return max(1, min(parallel_threads(self.work(p)), MAX_THREADS, groups))
+        """The most threads the kernel runs on (each with its own ring and at least two rows)."""
+        return max(1, min(parallel_threads(self.work(p)), MAX_THREADS, p["oh"] // 2))
 
     def workspace(self, p: dict[str, Any]) -> int:
         return self.threads(p) * self.scratch(p) * 4
@@ -316,11 +315,11 @@ class ConvNchw88ExpandDw3x3(ConvNchw88Dw3x3Avx512):
 
         expand_tiles, expand = self._expand_rows(p)
         after_tiles, after, dw_y, dw_row = self._after_rows(p)
-        body = row_group(dw, vec, regs, rows, ring_row, dw_row, dw_y)
+        body = row_group(dw, vec, regs, rows, ring_row, dw_row, dw_y, end="r1")
         names = self.operands(p)
         args = ", ".join([*(f"const void* {a}_" for a in names), "void* y_", "unsigned char* ws", "int nt"])
         casts = " ".join(f"const float* {a} = (const float*){a}_;" for a in names)
-        groups, cap = -(-oh // rows), self.threads(p)
+        cap = self.threads(p)
         threads = f"nt < {cap} ? nt : {cap}" if cap > 1 else "1"
         return f"""{COMMON}{COMMON512}{ACT512}{shared_ukrs(expand_tiles | after_tiles)}
 static void {sym}({args}) {{
@@ -332,14 +331,14 @@ static void {sym}({args}) {{
   const int nth = {threads};
   #pragma omp parallel for schedule(static) num_threads(nth) if(nth > 1)
   for (int th = 0; th < nth; ++th) {{
-  /* this thread's output row groups, and its ring of expanded rows */
-  const int g0 = th * {groups} / nth, g1 = (th + 1) * {groups} / nth;
+  /* this thread's output rows (in blocks of {rows} from r0, the last block maybe one row), and
+     its ring of expanded rows */
+  const int r0 = th * {oh} / nth, r1 = (th + 1) * {oh} / nth;
   float* ring = (float*)ws + (long)th * {self.scratch(p)}L;
 {self._scratch_pointers(p)}
   for (int n = 0; n < {n}; ++n) {{
-  int hn = g0 * {rows * s} - {ph} > 0 ? g0 * {rows * s} - {ph} : 0;  /* the next row to expand */
-  for (int rg = g0; rg < g1; ++rg) {{
-    const int r = rg * {rows};
+  int hn = r0 * {s} - {ph} > 0 ? r0 * {s} - {ph} : 0;  /* the next row to expand */
+  for (int r = r0; r < r1; r += {rows}) {{
     const int hend = r * {s} - {ph} + {window} < {ih} ? r * {s} - {ph} + {window} : {ih};
 {expand}
   for (int b = 0; b < {-(-c // VEC)}; ++b) {{
@@ -417,16 +416,15 @@ class ConvNchw88ExpandDw3x3Project(ConvNchw88ExpandDw3x3):
         y_j = strides(Layout.NCHW88, out_shape)["C/8"]
         at = offset(Layout.NCHW88, out_shape, {"N": "n", "H": "r"})
         bias, res = ("bp" if p["bias"] else "0"), ("ro" if p["residual"] else "0")
-        # a block of rows, then the last block where it is shorter: one run of columns each
-        heights = sorted({rows, oh - (oh - 1) // rows * rows}, reverse=True)
+        # a block of rows, or a lone row at the end of a thread's rows: one run of columns each
         runs = [
             pointwise(c, oc, h * ow, "dwo", rows * ow * VEC, "wp", bias, res, "yo", y_j, p["act"])
-            for h in heights
+            for h in sorted({rows, 1}, reverse=True)
         ]
         tiles = set().union(*(t for t, _ in runs))
         code = runs[0][1]
-        if len(runs) > 1:
-            code = f"    if (r + {rows} <= {oh}) {{\n{code}\n    }} else {{\n{runs[1][1]}\n    }}"
+        if rows > 1:
+            code = f"    if (r + {rows} <= r1) {{\n{code}\n    }} else {{\n{runs[1][1]}\n    }}"
         code = f"""    {{  /* the project over the block's rows: one run of columns in NCHW88 */
       float* yo = y + {at};
       const float* ro = {"res + " + at if p["residual"] else "0"};
