@@ -13,9 +13,10 @@ with its input-row pointers into the ring.
 Every expanded value is computed by the same micro-kernel over the same input channels in the same
 order as the plain 1x1 convolution (whose input-channel chunks only round-trip float32 partial sums
 through memory), then the same bias and activation; every depthwise output by the same row code:
-the fused kernel is bit-identical to the two kernels it replaces. Threads take contiguous ranges of
-output row groups, each with its own ring (the rows at a range's top edge are computed by both
-neighbours), so results are bit-identical on any thread count.
+the fused kernel is bit-identical to the two kernels it replaces. Threads take contiguous, even
+ranges of output rows (a range's last register block of rows may be a lone row, computed by the
+same taps in the same order), each with its own ring (the rows at a range's top edge are expanded
+by both neighbours), so results are bit-identical on any thread count.
 
 The unit serves the depthwise convolution (kernel-select lowers ops in program order, so its input's
 producers are calls already): a ``conv2d_nchw88`` AVX-512 call of a dense float32 1x1 stride-1
