@@ -2,7 +2,7 @@
 (``conv2d_nchw88_expand_dw3x3``): MobileNetV2's inverted-residual blocks, whose expanded tensor
 (16 -> 96 channels at 112x112: 4.8 MB) otherwise goes to L3 and comes straight back.
 
-Here the expanded tensor never reaches memory: each thread keeps a ring of ``W`` rows (one slot per
+Here the expanded tensor never reaches memory: each thread keeps a ring of expanded rows (one slot per
 input row of a depthwise window: 3 at stride 2, 4 at stride 1, whose register blocks are two output
 rows), laid out ``[slot][C/8][W][8]``, fills it a row at a time with the expand's own register tiles
 (:func:`backends.c.templates.nchw88.dense_ukr512`, the same function the plain 1x1 convolution
