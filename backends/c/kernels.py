@@ -14,7 +14,9 @@ element types never accept the same op, so their relative order only matters wit
   NCHW float32 with +bf16: AMX-BF16 dense 107 (x86_amx_bf16), behind the float32 depthwise 110;
   NCHW44 float Winograd 197 (neon_winograd: 3x3 stride 1 where its cost model beats the GEMM);
 * float32 depthwise 3x3 NCHW88 convolutions, stride 1 or 2 (x86_f32_dw): 305, ahead of the
-  NCHW88 channel-wise 300;
+  NCHW88 channel-wise 300; on AVX-512 with the 1x1 expand convolution before them as one kernel
+  (x86_f32_expand_dw): 306, ahead of the depthwise alone, and that kernel with the 1x1 project
+  convolution after it (serving the project): 307;
 * float32 3x3 stride-2 first layers (plain input, NCHW88 output) on AVX-512 (x86_f32_dw_stem): 285,
   ahead of the NCHW88 direct 280 (its hybrid mode);
 * pooling: NCHW88 300, NCHW44 float16 210 (neon_fp16), NCHW44 200, NCHW float32 100, NCHW int8 x86
@@ -66,6 +68,7 @@ from backends.c.templates import (
     x86_amx_matmul,
     x86_f32_dw,
     x86_f32_dw_stem,
+    x86_f32_expand_dw,
     x86_f32_matvec,
     x86_fp16,
     x86_fp16_pixrows,
@@ -85,6 +88,7 @@ KERNELS = KernelRegistry(
         *generic.KERNEL_UNITS,
         *depthwise_x86.KERNEL_UNITS,
         *x86_f32_dw.KERNEL_UNITS,
+        *x86_f32_expand_dw.KERNEL_UNITS,
         *x86_f32_dw_stem.KERNEL_UNITS,
         *x86_f32_matvec.KERNEL_UNITS,
         *gemm.KERNEL_UNITS,

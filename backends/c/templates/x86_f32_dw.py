@@ -21,6 +21,7 @@ computed by one thread in the same order, so results are bit-identical on any th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 K = 3  # the window these kernels serve
+RowAt = Callable[[str], str]  # a row index (C expression) -> where that row is (C expression)
 
 
 def interior_columns(iw: int, ow: int, sw: int, pw: int) -> tuple[int, int]:
@@ -169,6 +171,68 @@ def row_code(
     return "\n".join(lines)
 
 
+def filter_registers(vec: Vec, c: int) -> str:
+    """C declarations of the nine filter vectors of channel block ``b`` (``wb``: its filters), and
+    their zmm broadcasts for :data:`ZMM` blocks."""
+    wst = strides(Layout.C11RSc8, (c, 1, 1, K, K))
+    return "\n".join(
+        f"    const __m256 w{kh}{kw} = _mm256_loadu_ps(wb + {kh * wst['R'] + kw * wst['S']});"
+        + (f" const __m512 z{kh}{kw} = _mm512_broadcast_f32x8(w{kh}{kw});" if vec is ZMM else "")
+        for kh in range(K)
+        for kw in range(K)
+    )
+
+
+def bias_registers(vec: Vec, bias: bool) -> str:
+    """The C initialiser of ``bv`` (channel block ``b``'s bias, ``bias`` the pointer) and, for
+    :data:`ZMM` blocks, the declaration of its broadcast ``bz`` after it."""
+    init = "_mm256_loadu_ps(bias + b * 8)" if bias else "_mm256_setzero_ps()"
+    if vec is ZMM:
+        init += ";\n    const __m512 bz = _mm512_broadcast_f32x8(bv)"
+    return init
+
+
+def output_rows(
+    p: dict[str, Any], vec: Vec, regs: int, rows: int, x_row: RowAt, y_row: RowAt, y: str = "y"
+) -> str:
+    """``rows`` output rows from ``r`` of one channel block: pointers to their input rows
+    (``x_row``: the C pointer to input row ``h``, a C expression; ``zrow`` outside the image), to
+    their output rows (``y + y_row(h)``, ``y`` a C pointer) and residual rows (``res + y_row(h)``),
+    then their columns."""
+    s, ph, ih = p["sh"], p["ph"], p["ih"]
+    residual = bool(p["residual"])
+    lines = []
+    for u in range((rows - 1) * s + K):
+        lines.append(f"    const int ih{u} = r * {s} - {ph} + {u};")
+        lines.append(f"    const float* x{u} = (unsigned)ih{u} < {ih}u ? {x_row(f'ih{u}')} : zrow;")
+    for j in range(rows):
+        lines.append(f"    float* yr{j} = {y} + {y_row(f'r + {j}')};")
+        if residual:
+            lines.append(f"    const float* rr{j} = res + {y_row(f'r + {j}')};")
+    lines.append(row_code(p["iw"], p["ow"], s, p["pw"], vec, regs, rows, residual, ACT_CODES[p["act"]]))
+    return "\n".join(lines)
+
+
+def row_group(
+    p: dict[str, Any],
+    vec: Vec,
+    regs: int,
+    rows: int,
+    x_row: RowAt,
+    y_row: RowAt,
+    y: str = "y",
+    end: str | None = None,
+) -> str:
+    """The ``rows`` output rows from ``r`` (:func:`output_rows`), or the last output row alone
+    where ``rows`` does not divide the output's height and ``r`` is the last group's; ``end``: the
+    C expression of the row where the caller's groups end instead (a lone row wherever it falls)."""
+    body = output_rows(p, vec, regs, rows, x_row, y_row, y)
+    if rows > 1 and (end is not None or p["oh"] % rows):
+        lone = output_rows(p, vec, regs, 1, x_row, y_row, y)
+        body = f"  if (r + {rows} <= {end or p['oh']}) {{\n{body}\n  }} else {{\n{lone}\n  }}"
+    return body
+
+
 def in_place_3x3(op: Operation, *, chan: bool, strides: tuple[int, ...]) -> Lowered | None:
     """A float32 3x3 NCHW88 convolution these in-place kernels serve: dilation 1, padding 0 or 1,
     the same stride along both axes, one of ``strides``."""
@@ -218,50 +282,22 @@ class ConvNchw88Dw3x3(InPlaceConv3x3):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
-        s, ph, pw = p["sh"], p["ph"], p["pw"]
+        s = p["sh"]
         cb = -(-c // VEC)
         in_shape, out_shape = (n, cb * VEC, ih, iw), (n, cb * VEC, oh, ow)
-        w_shape = (c, 1, 1, K, K)
-        wst = strides(Layout.C11RSc8, w_shape)
 
         def x_row(h: str) -> str:
-            return offset(Layout.NCHW88, in_shape, {"N": "n", "C/8": "b", "H": h})
+            return "x + " + offset(Layout.NCHW88, in_shape, {"N": "n", "C/8": "b", "H": h})
 
         def y_row(h: str) -> str:
             return offset(Layout.NCHW88, out_shape, {"N": "n", "C/8": "b", "H": h})
 
-        w_blk = offset(Layout.C11RSc8, w_shape, {"G/8": "b"})
+        w_blk = offset(Layout.C11RSc8, (c, 1, 1, K, K), {"G/8": "b"})
         vec, regs, rows = self.vector(s)
-        weights = "\n".join(
-            f"    const __m256 w{kh}{kw} = _mm256_loadu_ps(wb + {kh * wst['R'] + kw * wst['S']});"
-            + (f" const __m512 z{kh}{kw} = _mm512_broadcast_f32x8(w{kh}{kw});" if vec is ZMM else "")
-            for kh in range(K)
-            for kw in range(K)
-        )
-        bias = "_mm256_loadu_ps(bias + b * 8)" if p["bias"] else "_mm256_setzero_ps()"
-        if vec is ZMM:
-            bias += ";\n    const __m512 bz = _mm512_broadcast_f32x8(bv)"
-        act, residual = ACT_CODES[p["act"]], bool(p["residual"])
-
-        def rows_code(rows: int) -> str:
-            """Pointers to the input rows (``zrow`` outside the image) and output rows of ``rows``
-            output rows from ``r``, then their columns."""
-            lines = []
-            for u in range((rows - 1) * s + K):
-                lines.append(f"    const int ih{u} = r * {s} - {ph} + {u};")
-                lines.append(
-                    f"    const float* x{u} = (unsigned)ih{u} < {ih}u ? x + {x_row(f'ih{u}')} : zrow;"
-                )
-            for j in range(rows):
-                lines.append(f"    float* yr{j} = y + {y_row(f'r + {j}')};")
-                if residual:
-                    lines.append(f"    const float* rr{j} = res + {y_row(f'r + {j}')};")
-            lines.append(row_code(iw, ow, s, pw, vec, regs, rows, residual, act))
-            return "\n".join(lines)
-
-        body = rows_code(rows)
-        if oh % rows:  # the last output row alone
-            body = f"  if (r + {rows} <= {oh}) {{\n{body}\n  }} else {{\n{rows_code(1)}\n  }}"
+        weights = filter_registers(vec, c)
+        bias = bias_registers(vec, bool(p["bias"]))
+        residual = bool(p["residual"])
+        body = row_group(p, vec, regs, rows, x_row, y_row)
         names = ["x", "w", *(["bias"] if p["bias"] else []), *(["res"] if residual else [])]
         args = ", ".join([*(f"const void* {a}_" for a in names), "void* y_", "unsigned char* ws", "int nt"])
         casts = " ".join(f"const float* {a} = (const float*){a}_;" for a in names)
