@@ -1,13 +1,18 @@
 """The float32 pointwise (1x1 stride-1) convolutions of the x86 NCHW88 targets on the shapes issue 14
 profiles (few input channels over many pixels, many channels over 7x7, input-channel chunks with
 partial sums, residual epilogues), batch 2, odd sizes and channel counts: against the reference,
-bit-identical on 1 and 2 threads, and once under ASan / UBSan."""
+bit-identical on 1 and 2 threads, and once under ASan / UBSan. The AVX-512 kernels' prefetch of the
+next chunk's filters (big filters over 8+ units, any filters over 32+) is checked on the shapes that
+take it (1x1, strided 3x3, grouped), against the reference and PyTorch."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
+import compiler as xm
+import compiler.functional as F
 from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 
@@ -35,3 +40,44 @@ def test_pointwise_match_reference_and_threads(target: str) -> None:
 def test_pointwise_sanitized() -> None:
     fn, inputs = _conv_model(CASES, np.random.default_rng(42))
     check_sanitized(check(fn, inputs, TARGETS[1], threads=2), inputs)
+
+
+# (n, ic, h, w, oc, k, stride, pad, groups): every one prefetches its next chunk's filters
+PREFETCH_CASES = [
+    (1, 520, 11, 13, 512, 1, 1, 0, 1),  # 1.06 MB of filters, 12 units, 5 chunks, 16 tiles
+    (2, 192, 31, 23, 160, 3, 2, 1, 1),  # 3x3 stride 2: 1.1 MB, 16 rows of units, batch 2
+    (1, 64, 40, 19, 96, 3, 1, 1, 2),  # grouped 3x3 (small filters): 80 units
+    (1, 40, 37, 29, 96, 1, 1, 0, 1),  # small 1x1 filters, 1073 pixels: 90 units, a partial column tile
+]
+
+
+def _conv_relu(case: tuple[int, ...], rng: np.random.Generator):  # type: ignore[no-untyped-def]
+    """One convolution + bias + ReLU, its input, and PyTorch's output for it."""
+    n, ic, h, w, oc, k, s, p, g = case
+    wt = (rng.standard_normal((oc, ic // g, k, k)) / np.sqrt(ic // g * k * k)).astype(np.float32)
+    b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
+    x = rng.standard_normal((n, ic, h, w)).astype(np.float32)
+    wv, bv = xm.tensor(wt), xm.tensor(b)
+
+    def fn(a):  # type: ignore[no-untyped-def]
+        return F.relu(F.conv2d(a, wv, bv, stride=s, padding=p, groups=g))
+
+    t = torch.nn.functional.conv2d(
+        *(torch.from_numpy(a) for a in (x, wt, b.reshape(-1))), stride=s, padding=p, groups=g
+    )
+    return fn, x, torch.relu(t).numpy()
+
+
+@pytest.mark.parametrize("case", PREFETCH_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_prefetching_convs_match_reference_torch_and_threads(case: tuple[int, ...]) -> None:
+    fn, x, want = _conv_relu(case, np.random.default_rng(43))
+    one = check(fn, [x], TARGETS[1])
+    assert "_mm_prefetch(pw + " in one.ir("c")
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(one.run([x])[0], want, rtol=1e-4, atol=1e-4 * scale)
+    assert_threads_agree(fn, [x], TARGETS[1], one)
+
+
+def test_prefetching_convs_sanitized() -> None:
+    fn, x, _ = _conv_relu(PREFETCH_CASES[1], np.random.default_rng(44))
+    check_sanitized(check(fn, [x], TARGETS[1], threads=2), [x])

@@ -54,6 +54,14 @@ WCHUNK_BYTES = 8192  # bytes of one register tile's filters per input-channel ch
 # AVX2 register tiles (J filter vectors x I columns): 12 accumulators + J weights + 1 broadcast <= 16
 TILES_AVX2 = ((2, 6), (3, 4))
 UNITS = 64  # register tiles (row, column tile) that one filter chunk sweeps while it sits in L1
+# the next chunk's filters are prefetched (a slice per unit) where a chunk's sweep has enough units
+# to spread the requests over: at least PREFETCH_MIN_UNITS for filters of PREFETCH_MIN_BYTES and
+# more, which come from memory in a model whose filters outgrow L3 (ResNet-50's 14x14 1x1 convs:
+# 2-5% faster), else UNITS / 2. A 7x7 plane's 5 units would issue 50 prefetches each, which costs
+# more than it hides (ResNet-50's 2048 -> 512 1x1 conv: 9% slower), and MobileNetV2's 14x14 convs
+# (at most 1.6 MB of filters, 14 MB in all, from L3) lose 1-3% to them
+PREFETCH_MIN_UNITS = 8
+PREFETCH_MIN_BYTES = 1 << 20
 I_CHAN = 8  # columns per channel-wise tile
 ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2, "sigmoid": 3, "hswish": 4}
 # float32: bias, residual, every activation (xm_n88_act). Float16 storage computes in float32 and
@@ -476,6 +484,7 @@ class ConvNchw88(_Nchw88Base):
     tiles: tuple[tuple[int, int], ...] = TILES_AVX2
     wchunk_bytes = WCHUNK_BYTES
     common = ""
+    prefetch_hint = ""  # the _mm_prefetch hint of the next chunk's filters ("": no prefetch)
 
     def filter_spec(self, mode: str) -> LayoutSpec:
         return SPECS[DENSE_FILTERS[mode]]
@@ -499,6 +508,41 @@ class ConvNchw88(_Nchw88Base):
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("conv2d_nchw88", p["mode"], *conv_sym(p), p["dtype"], epilogue_sym(p))
+
+    def _prefetch_next_chunk(self, b: dict[str, int]) -> tuple[str, str]:
+        """C statements (before a chunk's unit loop, and per unit) that request the next chunk's
+        filters: this tile's next input channels, else the next (tile, unit block)'s first ones, a
+        slice per unit while this chunk's units run. Filters are read once per (chunk, unit block)
+        from L3 or memory, and a small plane has too few units to hide that latency behind
+        (ResNet-50's 7x7 1x1 convolutions read 4 MB of filters each). ``b``: the loop bounds and
+        filter strides (elements) of :meth:`render`; ``tail``: what one vector block's last step
+        reads beyond its start."""
+        few_units = b["ublk"] < (PREFETCH_MIN_UNITS if b["bytes"] >= PREFETCH_MIN_BYTES else UNITS // 2)
+        if not self.prefetch_hint or few_units:
+            return "", ""
+        nk, kc, ublk, tiles, tb = (b[k] for k in ("nk", "kc", "ublk", "tiles", "tile_blocks"))
+        per_vec, vec_bytes = b["per_vec"], b["w_j"] * b["esize"]
+        span = f"((long)(pnk - 1) * {b['w_k']}L + {b['tail']}L) * {b['esize']}"  # bytes per vector block
+        before = f"""
+        int pk = k0 + {kc}, pt = t;
+        if (pk >= {nk}) {{ pk = 0; pt = ub + 1 < {b["nub"]} ? t : t + 1; }}
+        const int pj0 = (pt % {tiles}) * {tb}, pnk = {nk} - pk < {kc} ? {nk} - pk : {kc};
+        const int pnb = {b["njb"]} - pj0 < {tb} ? {b["njb"]} - pj0 : {tb};
+        const int plv = (int)(({span} + 63) / 64) + 1;  /* lines per vector block (unaligned start) */
+        const int plines = pt < {b["g"] * tiles} ? plv * ((pnb + {per_vec - 1}) / {per_vec}) : 0;
+        const char* pw = (const char*)(w + (long)(pt / {tiles}) * {b["w_g"]}L
+                                         + (long)(pj0 / {per_vec}) * {b["w_j"]}L + (long)pk * {b["w_k"]}L);
+        const int ppu = (plines + u1 - ub * {ublk} - 1) / (u1 - ub * {ublk});"""
+        unit = f"""
+          {{
+            int l = (u - ub * {ublk}) * ppu, a = l / plv, o = l - a * plv;
+            const int le = l + ppu < plines ? l + ppu : plines;
+            for (; l < le; ++l) {{
+              _mm_prefetch(pw + (long)a * {vec_bytes}L + (long)o * 64, {self.prefetch_hint});
+              if (++o == plv) {{ o = 0; ++a; }}
+            }}
+          }}"""
+        return before, unit
 
     @staticmethod
     def _subsampled(p: dict[str, Any]) -> bool:
@@ -604,6 +648,12 @@ class ConvNchw88(_Nchw88Base):
             for i in range(1, imax + 1)
         )
         xbase = "xs" if geo["copy"] else "xn"
+        esize = 2 if dt == "f16" else 4
+        prefetch, prefetch_unit = self._prefetch_next_chunk(
+            dict(nk=nk, kc=kc, nub=nub, ublk=ublk, tiles=tiles, tile_blocks=tile_blocks, njb=njb, g=g,
+                 per_vec=per_vec, w_g=w_g, w_j=w_j, w_k=w_k, esize=esize,
+                 tail=(fh - 1) * w_kh + (fw - 1) * w_kw + cb * kb, bytes=oc * icg * fh * fw * esize)
+        )
         return f"""{COMMON}{self.common}{H2F if dt == "f16" else ""}{shared}
 {_conv_opening(sym, args, casts, ct, p, region, x_img, y_img, pad_body, xbase, geo["copy"])}
     for (int t = 0; t < {g * tiles}; ++t)
@@ -616,9 +666,9 @@ class ConvNchw88(_Nchw88Base):
       (void)gc;
       for (int k0 = 0; k0 < {nk}; k0 += {kc}) {{
         const int nkc = {nk} - k0 < {kc} ? {nk} - k0 : {kc};
-        const int acc = (k0 > 0) | (k0 + {kc} >= {nk}) << 1;
+        const int acc = (k0 > 0) | (k0 + {kc} >= {nk}) << 1;{prefetch}
         for (int u = ub * {ublk}; u < u1; ++u) {{
-          const int r = u / {tpr}, q0 = u % {tpr} * {cols};
+          const int r = u / {tpr}, q0 = u % {tpr} * {cols};{prefetch_unit}
           const int iv = {ow} - q0 < {cols} ? {ow} - q0 : {cols};
           {chr(10).join("          " + s for s in inner).lstrip()}
         }}
@@ -725,6 +775,7 @@ class ConvNchw88Avx512(ConvNchw88):
     tiles = ((2, 12),)
     wchunk_bytes = 2 * WCHUNK_BYTES  # 32 output channels per tile
     common = COMMON512
+    prefetch_hint = "_MM_HINT_T1"
 
     def filter_spec(self, mode: str) -> LayoutSpec:
         return K16_FILTERS[mode]
