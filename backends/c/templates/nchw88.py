@@ -695,7 +695,13 @@ K16_FILTERS = {
 COMMON512 = """#ifndef XM_N88_COMMON512
 #define XM_N88_COMMON512
 static inline __m512 xm_n88_act512(__m512 v, int act) {
-  if (act == 0) return v;
+  /* ReLU and ReLU6 on the whole vector, as xm_n88_act on each half (v second: NaN stays) */
+  switch (act) {
+    case 0: return v;
+    case 1: return _mm512_max_ps(_mm512_setzero_ps(), v);
+    case 2: return _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_max_ps(_mm512_setzero_ps(), v));
+    default: break;
+  }
   return _mm512_insertf32x8(_mm512_castps256_ps512(xm_n88_act(_mm512_castps512_ps256(v), act)),
                             xm_n88_act(_mm512_extractf32x8_ps(v, 1), act), 1);
 }
