@@ -42,42 +42,46 @@ def test_pointwise_sanitized() -> None:
     check_sanitized(check(fn, inputs, TARGETS[1], threads=2), inputs)
 
 
-# (n, ic, h, w, oc, k, stride, pad, groups): every one prefetches its next chunk's filters
+# (n, ic, h, w, oc, k, stride, pad, groups, activation): every one prefetches its next chunk's
+# filters; ReLU6 is applied on whole zmm vectors (outputs spread past 6 to clip both sides)
 PREFETCH_CASES = [
-    (1, 520, 11, 13, 512, 1, 1, 0, 1),  # 1.06 MB of filters, 12 units, 5 chunks, 16 tiles
-    (2, 192, 31, 23, 160, 3, 2, 1, 1),  # 3x3 stride 2: 1.1 MB, 16 rows of units, batch 2
-    (1, 64, 40, 19, 96, 3, 1, 1, 2),  # grouped 3x3 (small filters): 80 units
-    (1, 40, 37, 29, 96, 1, 1, 0, 1),  # small 1x1 filters, 1073 pixels: 90 units, a partial column tile
+    (1, 520, 11, 13, 512, 1, 1, 0, 1, "relu6"),  # 1.06 MB of filters, 12 units, 3 chunks, 16 tiles
+    (2, 192, 31, 23, 160, 3, 2, 1, 1, "relu"),  # 3x3 stride 2: 1.1 MB, 16 rows of units, batch 2
+    (1, 64, 40, 19, 96, 3, 1, 1, 2, "relu6"),  # grouped 3x3 (small filters): 80 units
+    (1, 40, 37, 29, 96, 1, 1, 0, 1, "relu"),  # small 1x1 filters, 1073 pixels: 90 units of 12 or 11
 ]
 
 
-def _conv_relu(case: tuple[int, ...], rng: np.random.Generator):  # type: ignore[no-untyped-def]
-    """One convolution + bias + ReLU, its input, and PyTorch's output for it."""
-    n, ic, h, w, oc, k, s, p, g = case
-    wt = (rng.standard_normal((oc, ic // g, k, k)) / np.sqrt(ic // g * k * k)).astype(np.float32)
+def _conv_act(case: tuple, rng: np.random.Generator):  # type: ignore[no-untyped-def, type-arg]
+    """One convolution + bias + activation, its input, and PyTorch's output for it."""
+    n, ic, h, w, oc, k, s, p, g, act = case
+    wt = (3 * rng.standard_normal((oc, ic // g, k, k)) / np.sqrt(ic // g * k * k)).astype(np.float32)
     b = rng.standard_normal((1, oc, 1, 1)).astype(np.float32)
     x = rng.standard_normal((n, ic, h, w)).astype(np.float32)
     wv, bv = xm.tensor(wt), xm.tensor(b)
+    activation = F.relu6 if act == "relu6" else F.relu
 
     def fn(a):  # type: ignore[no-untyped-def]
-        return F.relu(F.conv2d(a, wv, bv, stride=s, padding=p, groups=g))
+        return activation(F.conv2d(a, wv, bv, stride=s, padding=p, groups=g))
 
     t = torch.nn.functional.conv2d(
         *(torch.from_numpy(a) for a in (x, wt, b.reshape(-1))), stride=s, padding=p, groups=g
     )
-    return fn, x, torch.relu(t).numpy()
+    return fn, x, torch.clamp(t, 0.0, 6.0 if act == "relu6" else None).numpy()
 
 
 @pytest.mark.parametrize("case", PREFETCH_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_prefetching_convs_match_reference_torch_and_threads(case: tuple[int, ...]) -> None:
-    fn, x, want = _conv_relu(case, np.random.default_rng(43))
+def test_prefetching_convs_match_reference_torch_and_threads(case: tuple) -> None:  # type: ignore[type-arg]
+    fn, x, want = _conv_act(case, np.random.default_rng(43))
     one = check(fn, [x], TARGETS[1])
-    assert "_mm_prefetch(pw + " in one.ir("c")
+    source = one.ir("c")
+    assert "_mm_prefetch(pw + " in source
+    assert ("_RELU6(" in source) == (case[-1] == "relu6")  # the activation is fused
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(one.run([x])[0], want, rtol=1e-4, atol=1e-4 * scale)
     assert_threads_agree(fn, [x], TARGETS[1], one)
 
 
 def test_prefetching_convs_sanitized() -> None:
-    fn, x, _ = _conv_relu(PREFETCH_CASES[1], np.random.default_rng(44))
+    fn, x, _ = _conv_act(PREFETCH_CASES[0], np.random.default_rng(44))
     check_sanitized(check(fn, [x], TARGETS[1], threads=2), [x])
