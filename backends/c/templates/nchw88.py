@@ -6,10 +6,13 @@ direct convolutions, registered on the ``avx2`` ISA (so ``x86-avx512`` finds the
   An output tile is ``J`` blocks of 8 output channels x ``I`` output columns held in ``J * I``
   vector accumulators (2 x 6, or 3 x 4 for short rows such as 7 columns: 12 of the 16 ymm
   registers, :meth:`ConvNchw88.tile`); per input channel, ``J`` filter vectors (8 output channels
-  each) are multiplied by ``I`` broadcast input values. Input channels run in chunks whose filters
-  (one tile's, :data:`WCHUNK_BYTES`) stay in L1 while the tile sweeps up to :data:`UNITS` output
-  positions; a chunk other than the last stores float32 partial sums into the output, which the
-  next chunk reloads (float16 storage: one chunk), and only the last applies the epilogue.
+  each) are multiplied by ``I`` broadcast input values; a row's columns are split into tiles of
+  balanced widths (no narrow tail tile). Input channels run in chunks whose filters (one tile's,
+  :data:`WCHUNK_BYTES`) stay in L1 while the tile sweeps up to :data:`UNITS` output positions; a
+  chunk other than the last stores float32 partial sums into the output, which the next chunk
+  reloads (float16 storage: one chunk), and only the last applies the epilogue. On AVX-512 the next
+  chunk's filters are prefetched into L2 while a chunk's units run, where there are enough units
+  (:data:`PREFETCH_MIN_UNITS`).
 * ``conv2d_nchw88_chan``: channel-wise (depthwise) ``C11RSc8`` filters: 8 channels per vector, so
   every tap is one vector FMA per output column, no broadcasts.
 * ``pool2d_nchw88``: max / average pooling on 8-channel vectors.
@@ -57,9 +60,10 @@ UNITS = 64  # register tiles (row, column tile) that one filter chunk sweeps whi
 # the next chunk's filters are prefetched (a slice per unit) where a chunk's sweep has enough units
 # to spread the requests over: at least PREFETCH_MIN_UNITS for filters of PREFETCH_MIN_BYTES and
 # more, which come from memory in a model whose filters outgrow L3 (ResNet-50's 14x14 1x1 convs:
-# 2-5% faster), else UNITS / 2. A 7x7 plane's 5 units would issue 50 prefetches each, which costs
-# more than it hides (ResNet-50's 2048 -> 512 1x1 conv: 9% slower), and MobileNetV2's 14x14 convs
-# (at most 1.6 MB of filters, 14 MB in all, from L3) lose 1-3% to them
+# 5-9% faster with filters from memory), else UNITS / 2. A 7x7 plane's 5 units would issue 50
+# prefetches each, which costs more than it hides (ResNet-50's 2048 -> 512 1x1 conv: 5-14% slower
+# whether its filters come from memory or not; one prefetch per 512 B or 1 KB: no better), and
+# MobileNetV2's 14x14 convs (at most 1.6 MB of filters, 14 MB in all, from L3) lose ~3% to them
 PREFETCH_MIN_UNITS = 8
 PREFETCH_MIN_BYTES = 1 << 20
 I_CHAN = 8  # columns per channel-wise tile
