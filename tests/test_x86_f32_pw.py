@@ -1,9 +1,9 @@
 """The float32 pointwise (1x1 stride-1) convolutions of the x86 NCHW88 targets on the shapes issue 14
 profiles (few input channels over many pixels, many channels over 7x7, input-channel chunks with
 partial sums, residual epilogues), batch 2, odd sizes and channel counts: against the reference,
-bit-identical on 1 and 2 threads, and once under ASan / UBSan. The AVX-512 kernels' prefetch of the
-next chunk's filters (big filters over 8+ units, any filters over 32+) is checked on the shapes that
-take it (1x1, strided 3x3, grouped), against the reference and PyTorch."""
+bit-identical on 1 and 2 threads, and once under ASan / UBSan. The AVX-512 micro-kernels' prefetch
+of the next chunk's filters is checked on the shapes that take it (1x1 at 14x14- and 7x7-like
+planes, strided 3x3, grouped) and one that does not, against the reference and PyTorch."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 import compiler as xm
 import compiler.functional as F
+from backends.c.templates.nchw88 import PREFETCH_MIN_BYTES
 from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 
@@ -42,13 +43,15 @@ def test_pointwise_sanitized() -> None:
     check_sanitized(check(fn, inputs, TARGETS[1], threads=2), inputs)
 
 
-# (n, ic, h, w, oc, k, stride, pad, groups, activation): every one prefetches its next chunk's
-# filters; ReLU6 is applied on whole zmm vectors (outputs spread past 6 to clip both sides)
+# (n, ic, h, w, oc, k, stride, pad, groups, activation): the AVX-512 micro-kernels prefetch the
+# next chunk's filters of 512 KB+ (PREFETCH_MIN_BYTES); ReLU6 is applied on whole zmm vectors
+# (outputs spread past 6 to clip both sides)
 PREFETCH_CASES = [
     (1, 520, 11, 13, 512, 1, 1, 0, 1, "relu6"),  # 1.06 MB of filters, 12 units, 3 chunks, 16 tiles
+    (1, 1032, 7, 7, 264, 1, 1, 0, 1, "relu"),  # 7x7: 5 units, 6 chunks, a one-vector last tile
     (2, 192, 31, 23, 160, 3, 2, 1, 1, "relu"),  # 3x3 stride 2: 1.1 MB, 16 rows of units, batch 2
-    (1, 64, 40, 19, 96, 3, 1, 1, 2, "relu6"),  # grouped 3x3 (small filters): 80 units
-    (1, 40, 37, 29, 96, 1, 1, 0, 1, "relu"),  # small 1x1 filters, 1073 pixels: 90 units of 12 or 11
+    (1, 256, 20, 19, 128, 3, 1, 1, 2, "relu6"),  # grouped 3x3: 590 KB
+    (1, 40, 37, 29, 96, 1, 1, 0, 1, "relu"),  # 15 KB of filters: nothing to prefetch
 ]
 
 
@@ -75,7 +78,9 @@ def test_prefetching_convs_match_reference_torch_and_threads(case: tuple) -> Non
     fn, x, want = _conv_act(case, np.random.default_rng(43))
     one = check(fn, [x], TARGETS[1])
     source = one.ir("c")
-    assert "_mm_prefetch(pw + " in source
+    n, ic, h, w, oc, k, s, p, g, act = case
+    assert "xm_n88_avx512_pfconv_f32_" in source
+    assert ("pw + (long)pl0 * 64" in source) == (oc * ic // g * k * k * 4 >= PREFETCH_MIN_BYTES)
     assert ("_RELU6(" in source) == (case[-1] == "relu6")  # the activation is fused
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(one.run([x])[0], want, rtol=1e-4, atol=1e-4 * scale)

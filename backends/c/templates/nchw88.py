@@ -11,8 +11,8 @@ direct convolutions, registered on the ``avx2`` ISA (so ``x86-avx512`` finds the
   :data:`WCHUNK_BYTES`) stay in L1 while the tile sweeps up to :data:`UNITS` output positions; a
   chunk other than the last stores float32 partial sums into the output, which the next chunk
   reloads (float16 storage: one chunk), and only the last applies the epilogue. On AVX-512 the next
-  chunk's filters are prefetched into L2 while a chunk's units run, where there are enough units
-  (:data:`PREFETCH_MIN_UNITS`).
+  chunk's filters are prefetched into L2 while a chunk's units run, a few lines per reduction step
+  of each micro-kernel call (:data:`PREFETCH_STEP`).
 * ``conv2d_nchw88_chan``: channel-wise (depthwise) ``C11RSc8`` filters: 8 channels per vector, so
   every tap is one vector FMA per output column, no broadcasts.
 * ``pool2d_nchw88``: max / average pooling on 8-channel vectors.
@@ -57,15 +57,11 @@ WCHUNK_BYTES = 8192  # bytes of one register tile's filters per input-channel ch
 # AVX2 register tiles (J filter vectors x I columns): 12 accumulators + J weights + 1 broadcast <= 16
 TILES_AVX2 = ((2, 6), (3, 4))
 UNITS = 64  # register tiles (row, column tile) that one filter chunk sweeps while it sits in L1
-# the next chunk's filters are prefetched (a slice per unit) where a chunk's sweep has enough units
-# to spread the requests over: at least PREFETCH_MIN_UNITS for filters of PREFETCH_MIN_BYTES and
-# more, which come from memory in a model whose filters outgrow L3 (ResNet-50's 14x14 1x1 convs:
-# 5-9% faster with filters from memory), else UNITS / 2. A 7x7 plane's 5 units would issue 50
-# prefetches each, which costs more than it hides (ResNet-50's 2048 -> 512 1x1 conv: 5-14% slower
-# whether its filters come from memory or not; one prefetch per 512 B or 1 KB: no better), and
-# MobileNetV2's 14x14 convs (at most 1.6 MB of filters, 14 MB in all, from L3) lose ~3% to them
-PREFETCH_MIN_UNITS = 8
-PREFETCH_MIN_BYTES = 1 << 20
+# the smallest filters (bytes) whose next chunks are prefetched: smaller ones stay in L2 between the
+# layer's tiles, or come from L3 quickly, and the prefetches cost more than they hide (MobileNetV2's
+# 221 KB 96 -> 576 and ResNet-50's 256 KB 128 -> 512 1x1 convs: 3-5% slower with them); from
+# 512 KB (a quarter of L2) up they save 9-25% where the filters come from memory
+PREFETCH_MIN_BYTES = 512 << 10
 I_CHAN = 8  # columns per channel-wise tile
 ACT_CODES = {"identity": 0, "relu": 1, "relu6": 2, "sigmoid": 3, "hswish": 4}
 # float32: bias, residual, every activation (xm_n88_act). Float16 storage computes in float32 and
@@ -159,9 +155,11 @@ def _fma_loop(
     load_w: Callable[[str], str],
     bcast_x: Callable[[str], str],
     fma: str,
+    per_tap: Sequence[str] = (),
 ) -> list[str]:
     """The dense micro-kernel's reduction over input channels and the filter window, for one ISA:
-    ``j`` filter vectors times ``i`` broadcast inputs into the ``c{a}_{b}`` accumulators."""
+    ``j`` filter vectors times ``i`` broadcast inputs into the ``c{a}_{b}`` accumulators
+    (``per_tap``: statements each step runs first)."""
     lines = [
         "  for (int k = 0; k < nk; ++k)",
         "  for (int kh = 0; kh < fh; ++kh)",
@@ -174,6 +172,7 @@ def _fma_loop(
         # ResNet: 106 -> 145 GFLOP/s)
         "    __asm__(\"\" : \"+r\"(xp));",
         f"    const {wt}* wp = w + k * w_k + kh * w_kh + kw * w_kw;",
+        *per_tap,
     ]
     for c in range(cb):
         lines.append("    {")
@@ -488,7 +487,7 @@ class ConvNchw88(_Nchw88Base):
     tiles: tuple[tuple[int, int], ...] = TILES_AVX2
     wchunk_bytes = WCHUNK_BYTES
     common = ""
-    prefetch_hint = ""  # the _mm_prefetch hint of the next chunk's filters ("": no prefetch)
+    prefetch = False  # whether the micro-kernels prefetch the next chunk's filters (:meth:`ukr`)
 
     def filter_spec(self, mode: str) -> LayoutSpec:
         return SPECS[DENSE_FILTERS[mode]]
@@ -513,40 +512,37 @@ class ConvNchw88(_Nchw88Base):
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("conv2d_nchw88", p["mode"], *conv_sym(p), p["dtype"], epilogue_sym(p))
 
-    def _prefetch_next_chunk(self, b: dict[str, int]) -> tuple[str, str]:
-        """C statements (before a chunk's unit loop, and per unit) that request the next chunk's
-        filters: this tile's next input channels, else the next (tile, unit block)'s first ones, a
-        slice per unit while this chunk's units run. Filters are read once per (chunk, unit block)
-        from L3 or memory, and a small plane has too few units to hide that latency behind
-        (ResNet-50's 7x7 1x1 convolutions read 4 MB of filters each). ``b``: the loop bounds and
-        filter strides (elements) of :meth:`render`; ``tail``: what one vector block's last step
-        reads beyond its start."""
-        few_units = b["ublk"] < (PREFETCH_MIN_UNITS if b["bytes"] >= PREFETCH_MIN_BYTES else UNITS // 2)
-        if not self.prefetch_hint or few_units:
-            return "", ""
+    def _prefetch_next_chunk(self, b: dict[str, int]) -> tuple[str, str, str]:
+        """C statements before a chunk's unit loop (the next chunk's filters: this tile's next input
+        channels, else the next (tile, unit block)'s first ones), per unit (its slice of them) and
+        the prefetching micro-kernel's last arguments (that slice): filters are read once per
+        (chunk, unit block) from L3 or memory, and a small plane has too few units to hide that
+        latency behind (ResNet-50's 7x7 1x1 convolutions read 4 MB of filters each). ``b``: the
+        loop bounds and filter strides (elements) of :meth:`render`; ``tail``: what one vector
+        block's last step reads beyond its start."""
+        if not self.prefetch:
+            return "", "", ""
+        if b["bytes"] < PREFETCH_MIN_BYTES:  # the same micro-kernels, with nothing to prefetch
+            return "", "", ", w, 0L, 0, 0"
         nk, kc, ublk, tiles, tb = (b[k] for k in ("nk", "kc", "ublk", "tiles", "tile_blocks"))
-        per_vec, vec_bytes = b["per_vec"], b["w_j"] * b["esize"]
+        per_vec = b["per_vec"]
         span = f"((long)(pnk - 1) * {b['w_k']}L + {b['tail']}L) * {b['esize']}"  # bytes per vector block
         before = f"""
         int pk = k0 + {kc}, pt = t;
         if (pk >= {nk}) {{ pk = 0; pt = ub + 1 < {b["nub"]} ? t : t + 1; }}
         const int pj0 = (pt % {tiles}) * {tb}, pnk = {nk} - pk < {kc} ? {nk} - pk : {kc};
         const int pnb = {b["njb"]} - pj0 < {tb} ? {b["njb"]} - pj0 : {tb};
-        const int plv = (int)(({span} + 63) / 64) + 1;  /* lines per vector block (unaligned start) */
-        const int plines = pt < {b["g"] * tiles} ? plv * ((pnb + {per_vec - 1}) / {per_vec}) : 0;
+        /* lines per vector block (one more for an unaligned start), none after the last chunk */
+        const int plv = pt < {b["g"] * tiles} ? (int)(({span} + 63) / 64) + 1 : 0;
+        const long pvb = pnb > {per_vec} ? {b["w_j"] * b["esize"]}L : 0L;
         const char* pw = (const char*)(w + (long)(pt / {tiles}) * {b["w_g"]}L
                                          + (long)(pj0 / {per_vec}) * {b["w_j"]}L + (long)pk * {b["w_k"]}L);
-        const int ppu = (plines + u1 - ub * {ublk} - 1) / (u1 - ub * {ublk});"""
+        const int ppu = (plv + u1 - ub * {ublk} - 1) / (u1 - ub * {ublk});
+        const int pps = (ppu + nkc * {b["taps"]} - 1) / (nkc * {b["taps"]});  /* lines a reduction step */"""
         unit = f"""
-          {{
-            int l = (u - ub * {ublk}) * ppu, a = l / plv, o = l - a * plv;
-            const int le = l + ppu < plines ? l + ppu : plines;
-            for (; l < le; ++l) {{
-              _mm_prefetch(pw + (long)a * {vec_bytes}L + (long)o * 64, {self.prefetch_hint});
-              if (++o == plv) {{ o = 0; ++a; }}
-            }}
-          }}"""
-        return before, unit
+          const int pl0 = (u - ub * {ublk}) * ppu;
+          const int pfn = plv - pl0 < ppu ? (plv - pl0 > 0 ? plv - pl0 : 0) : ppu;"""
+        return before, unit, ", pw + (long)pl0 * 64, pvb, pfn, pps"
 
     @staticmethod
     def _subsampled(p: dict[str, Any]) -> bool:
@@ -639,29 +635,32 @@ class ConvNchw88(_Nchw88Base):
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gc * {x_k * (1 if hybrid else icg // VEC)}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
         w_at = f"(long)gg * {w_g}L + (long)(jl / {per_vec}) * {w_j}L"
-        ukr = f"xm_n88_{self.isa}_conv_{dt}_c{cb}_o{x_ow}"
+        kind = "pfconv" if self.prefetch else "conv"
+        ukr = f"xm_n88_{self.isa}_{kind}_{dt}_c{cb}_o{x_ow}"
+        esize = 2 if dt == "f16" else 4
+        prefetch, prefetch_unit, prefetch_args = self._prefetch_next_chunk(
+            dict(nk=nk, kc=kc, nub=nub, ublk=ublk, tiles=tiles, tile_blocks=tile_blocks, njb=njb, g=g,
+                 per_vec=per_vec, w_g=w_g, w_j=w_j, w_k=w_k, esize=esize,
+                 tail=(fh - 1) * w_kh + (fw - 1) * w_kw + cb * kb, taps=fh * fw,
+                 bytes=oc * icg * fh * fw * esize)
+        )  # fmt: skip
         call_args = (
             f"xb + {x_at} + (long)k0 * {x_k}L, w + {w_at} + (long)k0 * {w_k}L, nkc, {fh}, {fw}, {x_k}L, "
             f"{x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, {w_kw}L, {w_j}L, {'bias + jb * 8' if p['bias'] else '0'}, "
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
-            f"{ACT_CODES[p['act']]}, nb, acc"
+            f"{ACT_CODES[p['act']]}, nb, acc{prefetch_args}"
         )
         inner = []
         for j in range(1, jmax + 1):
             variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
+        guard = f"N88_{self.isa}_{kind}_{dt}_C{cb}_O{x_ow}"  # as any other user of the micro-kernels
         shared = "".join(
-            _guarded(f"N88_{self.isa}_CONV_{dt}_C{cb}_O{x_ow}_{j}x{i}".upper(), self.ukr(j, i, cb, dt, x_ow))
+            _guarded(f"{guard}_{j}x{i}".upper(), self.ukr(j, i, cb, dt, x_ow))
             for j in range(1, jmax + 1)
             for i in widths
         )
         xbase = "xs" if geo["copy"] else "xn"
-        esize = 2 if dt == "f16" else 4
-        prefetch, prefetch_unit = self._prefetch_next_chunk(
-            dict(nk=nk, kc=kc, nub=nub, ublk=ublk, tiles=tiles, tile_blocks=tile_blocks, njb=njb, g=g,
-                 per_vec=per_vec, w_g=w_g, w_j=w_j, w_k=w_k, esize=esize,
-                 tail=(fh - 1) * w_kh + (fw - 1) * w_kw + cb * kb, bytes=oc * icg * fh * fw * esize)
-        )
         return f"""{COMMON}{self.common}{H2F if dt == "f16" else ""}{shared}
 {_conv_opening(sym, args, casts, ct, p, region, x_img, y_img, pad_body, xbase, geo["copy"])}
     for (int t = 0; t < {g * tiles}; ++t)
@@ -717,10 +716,23 @@ static inline __m512 xm_n88_act512(__m512 v, int act) {
 """
 
 
-def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
+# the statements of a prefetching micro-kernel (dense_ukr512(prefetch=True)): its pfn lines of one
+# or two filter vector blocks (pf_vb bytes apart; 0: one) requested into L2, pf_per a reduction
+# step, so that the requests spread over the whole reduction (a burst of them between micro-kernel
+# calls holds the line fill buffers the FMAs' loads need: ResNet-50's 7x7 1x1 convs ran 5-14% slower)
+PREFETCH_SETUP = "  int pf_at = 0;"
+PREFETCH_STEP = """    for (int q = 0; q < pf_per && pf_at < pfn; ++q, ++pf_at) {
+      _mm_prefetch(pf + (long)pf_at * 64, _MM_HINT_T1);
+      if (pf_vb) _mm_prefetch(pf + pf_vb + (long)pf_at * 64, _MM_HINT_T1);
+    }"""
+
+
+def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = False) -> str:
     """:func:`dense_ukr` with zmm accumulators of 16 output channels: block ``2a`` in the low and
-    ``2a + 1`` in the high half (stored only when ``2a + 1 < nb``, the tile's valid blocks)."""
-    name = f"xm_n88_avx512_conv_{dt}_c{cb}_o{x_ow}_{j}x{i}"
+    ``2a + 1`` in the high half (stored only when ``2a + 1 < nb``, the tile's valid blocks).
+    ``prefetch``: ``xm_n88_avx512_pfconv_*``, which also takes ``pf, pf_vb, pfn, pf_per``: filter
+    lines of a later call to request into L2 while it computes (:data:`PREFETCH_STEP`)."""
+    name = f"xm_n88_avx512_{'pfconv' if prefetch else 'conv'}_{dt}_c{cb}_o{x_ow}_{j}x{i}"
     wt = ot = _ctype(dt)
     wload = (
         "_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)({p})))"
@@ -730,7 +742,9 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     lines = [
         f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
-        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb, int acc) {{",
+        f"    const float* bias, const {ot}* res, {ot}* y, long y_j, long y_i, int act, int nb, int acc"
+        + (", const char* pf, long pf_vb, int pfn, int pf_per) {" if prefetch else ") {"),
+        *([PREFETCH_SETUP] if prefetch else []),
     ]
     for a in range(j):
         for b in range(i):
@@ -745,6 +759,7 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     lines += _fma_loop(
         j, i, cb, wt, x_ow, "__m512", 16,
         lambda q: wload.format(p=q), lambda q: f"_mm512_set1_ps(*({q}))", "_mm512_fmadd_ps",
+        [PREFETCH_STEP] if prefetch else (),
     )  # fmt: skip
     if dt == "f32":  # not the last input-channel chunk: store the partial sums, no epilogue
         lines.append("  if (!(acc & 2)) {")
@@ -792,13 +807,13 @@ class ConvNchw88Avx512(ConvNchw88):
     # ResNet-50's 3x3 convs 3-7% faster); 1x1 convs are unchanged to within noise
     wchunk_bytes = 3 * WCHUNK_BYTES
     common = COMMON512
-    prefetch_hint = "_MM_HINT_T1"
+    prefetch = True
 
     def filter_spec(self, mode: str) -> LayoutSpec:
         return K16_FILTERS[mode]
 
     def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
-        return dense_ukr512(j, i, cb, dt, x_ow)
+        return dense_ukr512(j, i, cb, dt, x_ow, prefetch=True)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
