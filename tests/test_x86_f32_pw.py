@@ -79,7 +79,7 @@ def test_prefetching_convs_match_reference_torch_and_threads(case: tuple) -> Non
     one = check(fn, [x], TARGETS[1])
     source = one.ir("c")
     n, ic, h, w, oc, k, s, p, g, act = case
-    assert "xm_n88_avx512_pfconv_f32_" in source
+    assert "xm_n88_avx512_conv_pf_f32_" in source
     assert ("pw + (long)pl0 * 64" in source) == (oc * ic // g * k * k * 4 >= PREFETCH_MIN_BYTES)
     assert ("_RELU6(" in source) == (case[-1] == "relu6")  # the activation is fused
     scale = max(1.0, float(np.abs(want).max()))

@@ -635,7 +635,7 @@ class ConvNchw88(_Nchw88Base):
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gc * {x_k * (1 if hybrid else icg // VEC)}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
         w_at = f"(long)gg * {w_g}L + (long)(jl / {per_vec}) * {w_j}L"
-        kind = "pfconv" if self.prefetch else "conv"
+        kind = "conv_pf" if self.prefetch else "conv"
         ukr = f"xm_n88_{self.isa}_{kind}_{dt}_c{cb}_o{x_ow}"
         esize = 2 if dt == "f16" else 4
         prefetch, prefetch_unit, prefetch_args = self._prefetch_next_chunk(
@@ -730,9 +730,9 @@ PREFETCH_STEP = """    for (int q = 0; q < pf_per && pf_at < pfn; ++q, ++pf_at) 
 def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = False) -> str:
     """:func:`dense_ukr` with zmm accumulators of 16 output channels: block ``2a`` in the low and
     ``2a + 1`` in the high half (stored only when ``2a + 1 < nb``, the tile's valid blocks).
-    ``prefetch``: ``xm_n88_avx512_pfconv_*``, which also takes ``pf, pf_vb, pfn, pf_per``: filter
+    ``prefetch``: ``xm_n88_avx512_conv_pf_*``, which also takes ``pf, pf_vb, pfn, pf_per``: filter
     lines of a later call to request into L2 while it computes (:data:`PREFETCH_STEP`)."""
-    name = f"xm_n88_avx512_{'pfconv' if prefetch else 'conv'}_{dt}_c{cb}_o{x_ow}_{j}x{i}"
+    name = f"xm_n88_avx512_{'conv_pf' if prefetch else 'conv'}_{dt}_c{cb}_o{x_ow}_{j}x{i}"
     wt = ot = _ctype(dt)
     wload = (
         "_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)({p})))"
