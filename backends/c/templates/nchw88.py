@@ -523,7 +523,7 @@ class ConvNchw88(_Nchw88Base):
         if not self.prefetch:
             return "", "", ""
         if b["bytes"] < PREFETCH_MIN_BYTES:  # the same micro-kernels, with nothing to prefetch
-            return "", "", ", w, 0L, 0, 0"
+            return "", "", ", 0, 0L, 0, 0"
         nk, kc, ublk, tiles, tb = (b[k] for k in ("nk", "kc", "ublk", "tiles", "tile_blocks"))
         per_vec = b["per_vec"]
         span = f"((long)(pnk - 1) * {b['w_k']}L + {b['tail']}L) * {b['esize']}"  # bytes per vector block
