@@ -79,8 +79,9 @@ def test_prefetching_convs_match_reference_torch_and_threads(case: tuple) -> Non
     one = check(fn, [x], TARGETS[1])
     source = one.ir("c")
     n, ic, h, w, oc, k, s, p, g, act = case
-    assert "xm_n88_avx512_conv_pf_f32_" in source
-    assert ("pw + (long)pl0 * 64" in source) == (oc * ic // g * k * k * 4 >= PREFETCH_MIN_BYTES)
+    prefetching = oc * ic // g * k * k * 4 >= PREFETCH_MIN_BYTES  # else the plain micro-kernels
+    assert ("xm_n88_avx512_conv_pf_f32_" in source) == ("pw + (long)pl0 * 64" in source) == prefetching
+    assert ("xm_n88_avx512_conv_f32_" in source) != prefetching
     assert ("_RELU6(" in source) == (case[-1] == "relu6")  # the activation is fused
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(one.run([x])[0], want, rtol=1e-4, atol=1e-4 * scale)

@@ -487,7 +487,7 @@ class ConvNchw88(_Nchw88Base):
     tiles: tuple[tuple[int, int], ...] = TILES_AVX2
     wchunk_bytes = WCHUNK_BYTES
     common = ""
-    prefetch = False  # whether the micro-kernels prefetch the next chunk's filters (:meth:`ukr`)
+    prefetch = False  # whether big filters' micro-kernels prefetch the next chunk's (:meth:`ukr`)
 
     def filter_spec(self, mode: str) -> LayoutSpec:
         return SPECS[DENSE_FILTERS[mode]]
@@ -506,7 +506,8 @@ class ConvNchw88(_Nchw88Base):
 
         return max(self.tiles, key=accs)
 
-    def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
+    def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = False) -> str:
+        assert not prefetch, "the AVX2 micro-kernels do not prefetch"
         return dense_ukr(j, i, cb, dt, x_ow).replace("xm_n88_conv_", "xm_n88_avx2_conv_")
 
     def symbol(self, p: dict[str, Any]) -> str:
@@ -520,10 +521,8 @@ class ConvNchw88(_Nchw88Base):
         latency behind (ResNet-50's 7x7 1x1 convolutions read 4 MB of filters each). ``b``: the
         loop bounds and filter strides (elements) of :meth:`render`; ``tail``: what one vector
         block's last step reads beyond its start."""
-        if not self.prefetch:
+        if not b["prefetch"]:
             return "", "", ""
-        if b["bytes"] < PREFETCH_MIN_BYTES:  # the same micro-kernels, with nothing to prefetch
-            return "", "", ", 0, 0L, 0, 0"
         nk, kc, ublk, tiles, tb = (b[k] for k in ("nk", "kc", "ublk", "tiles", "tile_blocks"))
         per_vec = b["per_vec"]
         span = f"((long)(pnk - 1) * {b['w_k']}L + {b['tail']}L) * {b['esize']}"  # bytes per vector block
@@ -635,14 +634,17 @@ class ConvNchw88(_Nchw88Base):
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gc * {x_k * (1 if hybrid else icg // VEC)}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
         w_at = f"(long)gg * {w_g}L + (long)(jl / {per_vec}) * {w_j}L"
-        kind = "conv_pf" if self.prefetch else "conv"
+        # filters of PREFETCH_MIN_BYTES and more: the prefetching micro-kernels; smaller ones run
+        # the plain ones (no extra arguments nor per-step test: 2-5% of a 16 -> 96 1x1 conv)
+        prefetching = self.prefetch and oc * icg * fh * fw * (2 if dt == "f16" else 4) >= PREFETCH_MIN_BYTES
+        kind = "conv_pf" if prefetching else "conv"
         ukr = f"xm_n88_{self.isa}_{kind}_{dt}_c{cb}_o{x_ow}"
         esize = 2 if dt == "f16" else 4
         prefetch, prefetch_unit, prefetch_args = self._prefetch_next_chunk(
             dict(nk=nk, kc=kc, nub=nub, ublk=ublk, tiles=tiles, tile_blocks=tile_blocks, njb=njb, g=g,
                  per_vec=per_vec, w_g=w_g, w_j=w_j, w_k=w_k, esize=esize,
                  tail=(fh - 1) * w_kh + (fw - 1) * w_kw + cb * kb, taps=fh * fw,
-                 bytes=oc * icg * fh * fw * esize)
+                 prefetch=prefetching)
         )  # fmt: skip
         call_args = (
             f"xb + {x_at} + (long)k0 * {x_k}L, w + {w_at} + (long)k0 * {w_k}L, nkc, {fh}, {fw}, {x_k}L, "
@@ -656,7 +658,7 @@ class ConvNchw88(_Nchw88Base):
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
         guard = f"N88_{self.isa}_{kind}_{dt}_C{cb}_O{x_ow}"  # as any other user of the micro-kernels
         shared = "".join(
-            _guarded(f"{guard}_{j}x{i}".upper(), self.ukr(j, i, cb, dt, x_ow))
+            _guarded(f"{guard}_{j}x{i}".upper(), self.ukr(j, i, cb, dt, x_ow, prefetching))
             for j in range(1, jmax + 1)
             for i in widths
         )
@@ -812,8 +814,8 @@ class ConvNchw88Avx512(ConvNchw88):
     def filter_spec(self, mode: str) -> LayoutSpec:
         return K16_FILTERS[mode]
 
-    def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
-        return dense_ukr512(j, i, cb, dt, x_ow, prefetch=True)
+    def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = False) -> str:
+        return dense_ukr512(j, i, cb, dt, x_ow, prefetch=prefetch)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
