@@ -529,10 +529,12 @@ class ConvNchw88(_Nchw88Base):
         before = f"""
         int pk = k0 + {kc}, pt = t;
         if (pk >= {nk}) {{ pk = 0; pt = ub + 1 < {b["nub"]} ? t : t + 1; }}
+        const int last = pt >= {b["g"] * tiles};  /* nothing follows: no lines (pointers stay in w) */
+        if (last) pt = t;
         const int pj0 = (pt % {tiles}) * {tb}, pnk = {nk} - pk < {kc} ? {nk} - pk : {kc};
         const int pnb = {b["njb"]} - pj0 < {tb} ? {b["njb"]} - pj0 : {tb};
         /* lines per vector block (one more for an unaligned start), none after the last chunk */
-        const int plv = pt < {b["g"] * tiles} ? (int)(({span} + 63) / 64) + 1 : 0;
+        const int plv = last ? 0 : (int)(({span} + 63) / 64) + 1;
         const long pvb = pnb > {per_vec} ? {b["w_j"] * b["esize"]}L : 0L;
         const char* pw = (const char*)(w + (long)(pt / {tiles}) * {b["w_g"]}L
                                          + (long)(pj0 / {per_vec}) * {b["w_j"]}L + (long)pk * {b["w_k"]}L);
