@@ -120,12 +120,16 @@ static inline __m512h xm_h_row(const xm_h* row, long base, int s, long nv, long 
 """
 
 
-def micro_kernel(mr: int = MR) -> str:
-    """``xm_hukr_<mr>x32(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
+def micro_kernel(mr: int = MR, spread: bool = False) -> str:
+    """``xm_hukr_<mr>x32(K, A, B, C, ldc, first, mv, nv, epi, pf)``: C[mv x nv] (+)= A-panel x B-panel in
     float16, one vector of ``NR == LANES`` columns per row; ``epi`` (the last K block only) adds the row
     bias, column bias and residual and applies the activation before the store. Rows >= mv and columns
     >= nv are neither read nor written. ``pf`` (or null): each ``k`` step prefetches the line ``pf + 32 k``
-    (the next A panel, where A panels stream from L3)."""
+    into L1 (the next A panel, where A panels stream from L3).
+
+    ``spread``: ``xm_hukr_<mr>x32_spread(..., pf, pstep)`` instead prefetches line ``(k * pstep) >> 16``
+    of ``pf`` into L2, ``K * pstep / 65536`` lines over the call's ``K`` steps at an even rate: the caller's
+    share of a block it reads a while later (the Winograd GEMM's next point's ``U``)."""
     rows = [f"c{i}_0" for i in range(mr)]
     res_row = "xm_h_loadn(epi->res + {i} * epi->ldr + 0, nv - 0)"
     lines = [
@@ -135,8 +139,9 @@ def micro_kernel(mr: int = MR) -> str:
         "  const xm_h* bias; const xm_h* cbias; const xm_h* res; long ldr; int act;",
         "} xm_hepi;",
         "#endif",
-        f"static inline void xm_hukr_{mr}x{NR}(long K, const xm_h* restrict A, const xm_h* restrict B,",
-        "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi, const xm_h* pf) {",
+        f"static inline void xm_hukr_{mr}x{NR}{'_spread' if spread else ''}(long K, const xm_h* restrict A,",
+        "    const xm_h* restrict B, xm_h* restrict C, long ldc, int first, int mv, int nv,",
+        "    const xm_hepi* epi, const xm_h* pf" + (", long pstep) {" if spread else ") {"),
     ]
     lines += [
         f"  __m512h {c} = (first || {i} >= mv) ? _mm512_setzero_ph() : xm_h_loadn(C + {i} * ldc + 0, nv - 0);"
@@ -144,7 +149,10 @@ def micro_kernel(mr: int = MR) -> str:
     ]
     lines += ["  #pragma GCC unroll 2", "  for (long k = 0; k < K; ++k) {"]
     lines.append(f"    const __m512h b0 = _mm512_loadu_ph(B + k * {NR} + 0);")
-    lines.append("    if (pf) _mm_prefetch((const char*)(pf + k * 32), _MM_HINT_T0);")
+    if spread:
+        lines.append("    if (pf) _mm_prefetch((const char*)(pf + ((k * pstep) >> 16) * 32), _MM_HINT_T1);")
+    else:
+        lines.append("    if (pf) _mm_prefetch((const char*)(pf + k * 32), _MM_HINT_T0);")
     for i, c in enumerate(rows):  # each A value an embedded broadcast of its one FMA
         lines += [
             f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);",
@@ -171,7 +179,7 @@ def micro_kernel(mr: int = MR) -> str:
     ]
     lines.append("}")
     # one definition per translation unit: the Winograd unit (x86_fp16_winograd.py) shares it
-    guard = f"XM_HUKR_{mr}X{NR}"
+    guard = f"XM_HUKR_{mr}X{NR}{'_SPREAD' if spread else ''}"
     return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
 
 

@@ -270,7 +270,10 @@ class ConvWinogradF16(ConvUnitF16):
         return np.ascontiguousarray(packed), f"winograd_h{p['m']}_{mr}"
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + micro_kernel() + micro_kernel(MR_NARROW) + _guarded("H_WINO", WINO_HELPERS)
+        return (
+            COMMON + micro_kernel(spread=True) + micro_kernel(MR_NARROW, spread=True)
+            + _guarded("H_WINO", WINO_HELPERS)
+        )  # fmt: skip
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
@@ -282,6 +285,7 @@ class ConvWinogradF16(ConvUnitF16):
         )
         bt, _, at = TRANSFORMS[m]
         v_halves, _ = self._sizes(p)
+        u_lines, nkb = MP * mr * ic // LANES, -(-ic // kc)  # 64-byte lines of one point's U; K blocks
         cols, pts = NP * nr, a * a
         row_load = (
             "xm_h_row4(row, base, nt_, " + str(iw) + ")"
@@ -386,7 +390,10 @@ class ConvWinogradF16(ConvUnitF16):
           _mm512_mask_storeu_epi16(vp + (long)pt * {vps} + ((long)(bnp - 1) * {ic} + c) * {nr},
                                    (__mmask32)~xm_h_mask(bt_ % {nr}), _mm512_setzero_si512());
     }}
-    /* 2. one GEMM per transform point: M[pt] (OC x tiles) = U[pt] (OC x IC) . V[pt] (IC x tiles) */
+    /* 2. one GEMM per transform point: M[pt] (OC x tiles) = U[pt] (OC x IC) . V[pt] (IC x tiles).
+       U (2 MB at 14x14x256) streams from L3 or memory once per band: each of a point's calls prefetches
+       its share of the next point's U ({u_lines} lines) into L2 at an even rate over its K steps */
+    const long ushare = ({u_lines} + bnp * {nkb * MP} - 1) / (bnp * {nkb * MP});
     #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)
     for (int pt = 0; pt < {pts}; ++pt)
       for (int j = 0; j < bnp; ++j) {{
@@ -394,13 +401,16 @@ class ConvWinogradF16(ConvUnitF16):
         for (int k0 = 0; k0 < {ic}; k0 += {kc}) {{
           const long kl = {ic} - k0 < {kc} ? {ic} - k0 : {kc};
           const xm_h* B = vp + (long)pt * {vps} + ((long)j * {ic} + k0) * {nr};
-          for (int mp = 0; mp < {MP}; ++mp)
-            /* U (2 MB at 14x14x256) streams from L3: each call prefetches the next row panel's block */
-            xm_hukr_{mr}x{nr}(kl, w + (((long)pt * {MP} + mp) * {ic} + k0) * {mr}, B,
-                              mb + ((long)pt * {MP * mr} + (long)mp * {mr}) * {cols} + (long)j * {nr},
-                              {cols}, k0 == 0, {mr}, nv, 0,
-                              (long)pt * {MP} + mp + 1 < {pts * MP}
-                                  ? w + (((long)pt * {MP} + mp + 1) * {ic} + k0) * {mr} : 0);
+          for (int mp = 0; mp < {MP}; ++mp) {{
+            const long lo = (((long)j * {nkb} + k0 / {kc}) * {MP} + mp) * ushare;
+            const long nl = pt + 1 < {pts} && lo < {u_lines}
+                                ? ({u_lines} - lo < ushare ? {u_lines} - lo : ushare) : 0;
+            xm_hukr_{mr}x{nr}_spread(kl, w + (((long)pt * {MP} + mp) * {ic} + k0) * {mr}, B,
+                                     mb + ((long)pt * {MP * mr} + (long)mp * {mr}) * {cols} + (long)j * {nr},
+                                     {cols}, k0 == 0, {mr}, nv, 0,
+                                     nl ? w + (long)(pt + 1) * {MP * ic * mr} + lo * 32 : 0,
+                                     (nl << 16) / kl);
+          }}
         }}
       }}
     /* 3. output transform, bias, interleave, residual, activation */
