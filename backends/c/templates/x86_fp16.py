@@ -341,7 +341,8 @@ class ConvGemmF16(ConvGemm):
         )  # fmt: skip
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + micro_kernel() + micro_kernel(MR_NARROW)
+        kernels = [micro_kernel(mr, spread) for mr in (MR, MR_NARROW) for spread in (False, True)]
+        return COMMON + "".join(kernels)
 
     def _pack_panel(self, p: dict[str, Any], geo: dict[str, int]) -> str:
         """C statements filling panel ``j`` (``dst``, K x NR) of the im2col matrix of image ``xg``."""
@@ -406,7 +407,7 @@ class ConvGemmF16(ConvGemm):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
-        mr, nr = p["mr"], p["nr"]
+        mr, nr, kc = p["mr"], p["nr"], p["kc"]
         K, NP, MP, RP, ocg = geo["K"], geo["NP"], geo["MP"], geo["RP"], geo["ocg"]
         P = p["oh"] * p["ow"]
         if p["pack"] == "rows":
@@ -419,17 +420,32 @@ class ConvGemmF16(ConvGemm):
         bias = f"(const xm_h*)bias_ + g * {ocg} + m0" if p["bias"] else "0"
         res = f"resg + (long)m0 * {P} + col0" if p["residual"] else "0"
         resg = f"(const xm_h*)res_ + ((long)n * {p['oc']} + (long)g * {ocg}) * {P}" if p["residual"] else "0"
-        # filter blocks stream from L3 (2 MB at ResNet-50's 1x1 512 -> 2048): each call prefetches the
-        # block the sweep reads next, the next row panel's (order n: row panels innermost) or, at the
-        # first column panel, the next K block (order m: the panel's blocks, then the next panel's,
-        # lie contiguous)
-        if p["order"] == "m":
+        # filter blocks stream from L3 or memory (2 MB at ResNet-50's 1x1 512 -> 2048): each call
+        # prefetches (part of) the block the sweep reads next. Order m: the panel's blocks, then the next
+        # panel's, lie contiguous; the next block's lines are shared out between the NP calls on this
+        # block and prefetched into L2 at an even rate over their K steps (all of them in the first
+        # call's steps asked for one line per 12 FMAs, faster than one core's misses return from memory:
+        # 512 -> 2048 at 7x7 streamed its filters at 4 GB/s). Order n (row panels innermost): the next
+        # row panel's block, into L1
+        spread = p["order"] == "m"
+        if spread:
             after = f"wg + (long)mp * {K * mr} + (k0 + kl) * {mr}"
-            pf = f"j == 0 && (mp + 1 < {MP} || k0 + kl < {K}) ? {after} : 0"
+            pf = f"nl ? {after} + lo * 32 : 0, (nl << 16) / kl"
+            # 64-byte lines of the block after this one (the next K block, or the next panel's first)
+            rows = (
+                f"k0 + kl < {K} ? ({K} - k0 - kl < {kc} ? {K} - k0 - kl : {kc})"
+                f" : mp + 1 < {MP} ? {min(K, kc)} : 0"
+            )
+            next_lines = f"""const long nxl = ({rows}) * {mr} / 32;
+          const long pshare = (nxl + {NP - 1}) / {NP}, lo = j * pshare;
+          const long nl = lo < nxl ? (nxl - lo < pshare ? nxl - lo : pshare) : 0;
+          """
         else:
             pf = f"mp + 1 < {MP} ? wg + (long)(mp + 1) * {K * mr} + (long)k0 * {mr} : 0"
+            next_lines = ""
+        ukr = f"xm_hukr_{mr}x{nr}{'_spread' if spread else ''}"
         call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
-          xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
+          {next_lines}{ukr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
                             {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0, {pf});"""
         compute = gemm_sweep(p["order"], geo, p, ocg, cols, call)
         return f"""
