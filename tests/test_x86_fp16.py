@@ -264,6 +264,35 @@ def test_fp16_winograd_matches_reference(
         assert_threads_agree(fn, inputs, TARGET, compile_fn(fn, inputs, TARGET, threads=1))
 
 
+def test_fp16_winograd_against_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """F(2, 3) on the odd Winograd cases (with several points' U prefetched while the GEMM runs, bands of
+    one tile row) against torch in float32 on the float16-rounded operands."""
+    import torch
+
+    from backends.c.templates import x86_fp16_winograd
+
+    require(TARGET)
+    monkeypatch.setattr(x86_fp16_winograd, "WINOGRAD_MARGIN", float("inf"))
+    monkeypatch.setattr(x86_fp16_winograd, "BAND_BYTES", 1)
+    rng = np.random.default_rng(13)
+    for shape, oc, pad in WINOGRAD:
+        half = (rng.standard_normal((oc, shape[1], 3, 3)) / np.sqrt(9 * shape[1])).astype(np.float16)
+        w, b = half.astype(np.float32), (rng.standard_normal((1, oc, 1, 1)) * 0.2).astype(np.float16)
+        x = rng.standard_normal(shape).astype(np.float16).astype(np.float32)
+        compiled = compile_fn(
+            lambda t, w=w, b=b, pad=pad: F.relu(
+                F.conv2d(t, Tensor(w), Tensor(b.astype(np.float32)), padding=pad)
+            ),
+            [x],
+            TARGET,
+        )
+        assert "conv2d_winograd_f16_f2_" in compiled.ir("kernel-plan-memory")
+        y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad)
+        want = torch.relu(y + torch.from_numpy(b.astype(np.float32))).numpy()
+        got = compiled.run([x])[0]
+        assert np.abs(got - want).max() <= 2 * KERNEL_RTOL * np.abs(want).max(), (shape, oc, pad)
+
+
 def test_fp16_winograd_point_stride_spreads_sets() -> None:
     """The (m + 2)^2 points' V panels of a ResNet-18 layer start in distinct L1 sets (their point
     stride, a multiple of 4 KB unpadded, put every store of the input transform into one set)."""
@@ -362,6 +391,58 @@ def test_fp16_pixrows_matches_reference(threads: int, sanitize: bool) -> None:
     inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in PIXROWS]
     inputs.append(rng.standard_normal((1, 192, 13, 12)).astype(np.float32))
     _assert_fused_family_matches(f, inputs, threads, sanitize, "conv2d_pixrows_f16", len(PIXROWS))
+
+
+# filters-first GEMM convs (more filter than im2col: each call prefetches its share of the next filter
+# block at an even rate): partial last K blocks, 16- and 24-row panels, batch 2; input (N, C, H, W), OC,
+# kernel, stride, padding
+FILTERS_FIRST = [
+    ((1, 600, 5, 7), 100, 1, 1, 0),  # K blocks 256, 256, 88; 5 row panels, 2 column panels
+    ((2, 520, 3, 3), 64, 1, 1, 0),  # 16-row panels, one column panel
+    ((1, 40, 4, 5), 72, 3, 2, 1),  # K = 360: 256 + 104
+]
+
+
+@pytest.mark.parametrize(("threads", "sanitize"), [(1, False), (2, False), (1, True)])
+def test_fp16_gemm_filters_first_matches_reference(threads: int, sanitize: bool) -> None:
+    """conv2d_gemm_f16 in filters-first order (``mfirst``) against the reference and torch (float32, on
+    the float16-rounded operands), 1 and 2 threads bit for bit, under ASan / UBSan."""
+    import torch
+
+    require(TARGET)
+    rng = np.random.default_rng(3)
+    weights = []
+    for (_, ic, _, _), oc, k, *_ in FILTERS_FIRST:
+        w = (rng.standard_normal((oc, ic, k, k)) / np.sqrt(ic * k * k)).astype(np.float16).astype(np.float32)
+        b = (rng.standard_normal((1, oc, 1, 1)) * 0.2).astype(np.float16).astype(np.float32)
+        weights.append((w, b))
+
+    def f(*xs: Tensor) -> tuple[Tensor, ...]:
+        outs = []
+        for i, ((_, _, _k, s, pad), (w, b), x) in enumerate(zip(FILTERS_FIRST, weights, xs, strict=False)):
+            y = F.conv2d(x, Tensor(w), Tensor(b), stride=s, padding=pad)
+            outs.append(F.relu6(y + xs[-1]) if i == 0 else F.relu(y))
+        return tuple(outs)
+
+    inputs = [rng.standard_normal(s).astype(np.float16).astype(np.float32) for s, *_ in FILTERS_FIRST]
+    inputs.append(rng.standard_normal((1, 100, 5, 7)).astype(np.float16).astype(np.float32))
+    compiled = compile_fn(f, inputs, TARGET, threads=threads)
+    plan = compiled.ir("kernel-plan-memory")
+    calls = re.findall(r"kernel.call @(conv2d_\w+)", plan)
+    assert len(calls) == len(FILTERS_FIRST) and all("gemm_f16" in c and "_mfirst_" in c for c in calls), calls
+    assert "_res_RELU6" in plan, plan
+    _assert_cases_close(compiled, inputs, sanitize, "conv2d_gemm_f16 mfirst", KERNEL_RTOL)
+    got = compiled.run(inputs)
+    for i, ((_, _, _k, s, pad), (w, b)) in enumerate(zip(FILTERS_FIRST, weights, strict=True)):
+        y = torch.nn.functional.conv2d(
+            torch.from_numpy(inputs[i]), torch.from_numpy(w), stride=s, padding=pad
+        )
+        y = y + torch.from_numpy(b)
+        y = torch.clamp(y + torch.from_numpy(inputs[-1]), 0, 6) if i == 0 else torch.relu(y)
+        want = y.numpy()
+        assert np.abs(got[i] - want).max() <= 2 * KERNEL_RTOL * np.abs(want).max(), f"case {i} against torch"
+    if threads == 2:
+        assert_threads_agree(f, inputs, TARGET, compile_fn(f, inputs, TARGET, threads=1))
 
 
 def test_fp16_pixrows_choice() -> None:

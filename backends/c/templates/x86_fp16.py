@@ -120,12 +120,16 @@ static inline __m512h xm_h_row(const xm_h* row, long base, int s, long nv, long 
 """
 
 
-def micro_kernel(mr: int = MR) -> str:
-    """``xm_hukr_<mr>x32(K, A, B, C, ldc, first, mv, nv, epi)``: C[mv x nv] (+)= A-panel x B-panel in
+def micro_kernel(mr: int = MR, spread: bool = False) -> str:
+    """``xm_hukr_<mr>x32(K, A, B, C, ldc, first, mv, nv, epi, pf)``: C[mv x nv] (+)= A-panel x B-panel in
     float16, one vector of ``NR == LANES`` columns per row; ``epi`` (the last K block only) adds the row
     bias, column bias and residual and applies the activation before the store. Rows >= mv and columns
     >= nv are neither read nor written. ``pf`` (or null): each ``k`` step prefetches the line ``pf + 32 k``
-    (the next A panel, where A panels stream from L3)."""
+    into L1 (the next A panel, where A panels stream from L3).
+
+    ``spread``: ``xm_hukr_<mr>x32_spread(..., pf, pstep)`` instead prefetches line ``(k * pstep) >> 16``
+    of ``pf`` into L2, ``K * pstep / 65536`` lines over the call's ``K`` steps at an even rate: the caller's
+    share of a block it reads a while later (the Winograd GEMM's next point's ``U``)."""
     rows = [f"c{i}_0" for i in range(mr)]
     res_row = "xm_h_loadn(epi->res + {i} * epi->ldr + 0, nv - 0)"
     lines = [
@@ -135,8 +139,9 @@ def micro_kernel(mr: int = MR) -> str:
         "  const xm_h* bias; const xm_h* cbias; const xm_h* res; long ldr; int act;",
         "} xm_hepi;",
         "#endif",
-        f"static inline void xm_hukr_{mr}x{NR}(long K, const xm_h* restrict A, const xm_h* restrict B,",
-        "    xm_h* restrict C, long ldc, int first, int mv, int nv, const xm_hepi* epi, const xm_h* pf) {",
+        f"static inline void xm_hukr_{mr}x{NR}{'_spread' if spread else ''}(long K, const xm_h* restrict A,",
+        "    const xm_h* restrict B, xm_h* restrict C, long ldc, int first, int mv, int nv,",
+        "    const xm_hepi* epi, const xm_h* pf" + (", long pstep) {" if spread else ") {"),
     ]
     lines += [
         f"  __m512h {c} = (first || {i} >= mv) ? _mm512_setzero_ph() : xm_h_loadn(C + {i} * ldc + 0, nv - 0);"
@@ -144,7 +149,10 @@ def micro_kernel(mr: int = MR) -> str:
     ]
     lines += ["  #pragma GCC unroll 2", "  for (long k = 0; k < K; ++k) {"]
     lines.append(f"    const __m512h b0 = _mm512_loadu_ph(B + k * {NR} + 0);")
-    lines.append("    if (pf) _mm_prefetch((const char*)(pf + k * 32), _MM_HINT_T0);")
+    if spread:
+        lines.append("    if (pf) _mm_prefetch((const char*)(pf + ((k * pstep) >> 16) * 32), _MM_HINT_T1);")
+    else:
+        lines.append("    if (pf) _mm_prefetch((const char*)(pf + k * 32), _MM_HINT_T0);")
     for i, c in enumerate(rows):  # each A value an embedded broadcast of its one FMA
         lines += [
             f"    {{ const __m512h a = _mm512_set1_ph(A[k * {mr} + {i}]);",
@@ -171,7 +179,7 @@ def micro_kernel(mr: int = MR) -> str:
     ]
     lines.append("}")
     # one definition per translation unit: the Winograd unit (x86_fp16_winograd.py) shares it
-    guard = f"XM_HUKR_{mr}X{NR}"
+    guard = f"XM_HUKR_{mr}X{NR}{'_SPREAD' if spread else ''}"
     return f"#ifndef {guard}\n#define {guard}\n" + "\n".join(lines) + "\n#endif\n"
 
 
@@ -333,7 +341,8 @@ class ConvGemmF16(ConvGemm):
         )  # fmt: skip
 
     def support(self, em: CEmitter) -> str:
-        return COMMON + micro_kernel() + micro_kernel(MR_NARROW)
+        kernels = [micro_kernel(mr, spread) for mr in (MR, MR_NARROW) for spread in (False, True)]
+        return COMMON + "".join(kernels)
 
     def _pack_panel(self, p: dict[str, Any], geo: dict[str, int]) -> str:
         """C statements filling panel ``j`` (``dst``, K x NR) of the im2col matrix of image ``xg``."""
@@ -398,7 +407,7 @@ class ConvGemmF16(ConvGemm):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         geo = self.geometry(p)
-        mr, nr = p["mr"], p["nr"]
+        mr, nr, kc = p["mr"], p["nr"], p["kc"]
         K, NP, MP, RP, ocg = geo["K"], geo["NP"], geo["MP"], geo["RP"], geo["ocg"]
         P = p["oh"] * p["ow"]
         if p["pack"] == "rows":
@@ -411,17 +420,32 @@ class ConvGemmF16(ConvGemm):
         bias = f"(const xm_h*)bias_ + g * {ocg} + m0" if p["bias"] else "0"
         res = f"resg + (long)m0 * {P} + col0" if p["residual"] else "0"
         resg = f"(const xm_h*)res_ + ((long)n * {p['oc']} + (long)g * {ocg}) * {P}" if p["residual"] else "0"
-        # filter blocks stream from L3 (2 MB at ResNet-50's 1x1 512 -> 2048): each call prefetches the
-        # block the sweep reads next, the next row panel's (order n: row panels innermost) or, at the
-        # first column panel, the next K block (order m: the panel's blocks, then the next panel's,
-        # lie contiguous)
-        if p["order"] == "m":
+        # filter blocks stream from L3 or memory (2 MB at ResNet-50's 1x1 512 -> 2048): each call
+        # prefetches (part of) the block the sweep reads next. Order m: the panel's blocks, then the next
+        # panel's, lie contiguous; the next block's lines are shared out between the NP calls on this
+        # block and prefetched into L2 at an even rate over their K steps (all of them in the first
+        # call's steps asked for one line per 12 FMAs, faster than one core's misses return from memory:
+        # 512 -> 2048 at 7x7 streamed its filters at 4 GB/s). Order n (row panels innermost): the next
+        # row panel's block, into L1
+        spread = p["order"] == "m"
+        if spread:
             after = f"wg + (long)mp * {K * mr} + (k0 + kl) * {mr}"
-            pf = f"j == 0 && (mp + 1 < {MP} || k0 + kl < {K}) ? {after} : 0"
+            pf = f"nl ? {after} + lo * 32 : 0, (nl << 16) / kl"
+            # 64-byte lines of the block after this one (the next K block, or the next panel's first)
+            rows = (
+                f"k0 + kl < {K} ? ({K} - k0 - kl < {kc} ? {K} - k0 - kl : {kc})"
+                f" : mp + 1 < {MP} ? {min(K, kc)} : 0"
+            )
+            next_lines = f"""const long nxl = ({rows}) * {mr} / 32;
+          const long pshare = (nxl + {NP - 1}) / {NP}, lo = j * pshare;
+          const long nl = lo < nxl ? (nxl - lo < pshare ? nxl - lo : pshare) : 0;
+          """
         else:
             pf = f"mp + 1 < {MP} ? wg + (long)(mp + 1) * {K * mr} + (long)k0 * {mr} : 0"
+            next_lines = ""
+        ukr = f"xm_hukr_{mr}x{nr}{'_spread' if spread else ''}"
         call = f"""const xm_hepi epi = {{{bias}, 0, {res}, {P}, {ACT_CODES[p["act"]]}}};
-          xm_hukr_{mr}x{nr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
+          {next_lines}{ukr}(kl, wg + (long)mp * {K * mr} + (long)k0 * {mr}, B, yg + (long)m0 * {P} + col0,
                             {P}, k0 == 0, mv, nv, k0 + kl >= {K} ? &epi : 0, {pf});"""
         compute = gemm_sweep(p["order"], geo, p, ocg, cols, call)
         return f"""
