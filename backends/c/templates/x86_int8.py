@@ -216,10 +216,10 @@ static inline __m128i xm_qscaled16_nonneg(__m512 y) {
 }"""
     + island_helpers_c(W16)
     + r"""
-/* x86_int8_requant's affine epilogue: floor(u * a + b) of the raw accumulator u, the product and the
-   sum rounded as the check emulated them, the conversion rounding down */
+/* x86_int8_requant's affine epilogue: floor(u * a + b) of the raw accumulator u, one fused
+   multiply-add rounded once to nearest as the check emulated it, the conversion rounding down */
 static inline __m512i xm_qaffine16(__m512i u, __m512 a, __m512 b) {
-  const __m512 y = xm_qadd16(xm_qmul16(_mm512_cvtepi32_ps(u), a), b);
+  const __m512 y = _mm512_fmadd_round_ps(_mm512_cvtepi32_ps(u), a, b, XM_RN);
   return _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
 }
 /* its result through a ReLU6 island that is a clamp: the int8 lanes of min(r, hi) (r >= 0 already) */
