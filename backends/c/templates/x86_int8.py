@@ -943,6 +943,9 @@ def vec_modes(w: VectorWidth) -> dict[str, str]:
 
 
 VEC_MODES = vec_modes(W16)
+# the largest magnitude (a square of the dequantized operands, by the result's scale) whose float32
+# arithmetic stays far from infinity in every vector mode
+FINITE_BOUND = 1e30
 UNARY_MODES = ("relu", "h_swish")
 
 
@@ -985,7 +988,11 @@ class ElemwiseQ8Vnni(Template):
             f"{w.set1(f32(scales[i]))});"
             for i in range(arity)
         )
-        result = f"{w.helper('xm_qscaled')}({w.helper('xm_qmul')}(f, vinv))"
+        # a result no mode can take past float32's range (no infinity, so no NaN) rounds by the
+        # shorter helper of finite values (the same int8 for every finite value, half the operations)
+        largest = 128 * max(scales[:arity]) + 3  # h-swish's x + 3
+        finite = "_finite" if largest * largest * max(1.0, inverse(scales[arity])) < FINITE_BOUND else ""
+        result = f"{w.helper('xm_qscaled', finite)}({w.helper('xm_qmul')}(f, vinv))"
         return exact(f"""
 static void {sym}({_ptr_args(arity, 1)}) {{
   {" ".join(f"const int8_t* in{i} = (const int8_t*)in{i}_;" for i in range(arity))}
