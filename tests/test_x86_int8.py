@@ -118,6 +118,8 @@ def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarra
     assert not {f for f, _ in kinds} & {"conv2d_q8", "elemwise_q", "pool2d_q8"}, sorted(kinds)
     for symbol in DW_SYMBOLS:
         assert f"kernel.call @{symbol}conv2d" in compiled.ir("kernel-plan-memory"), symbol
+    # the elemwise results round by the finite-value helper (no mode reaches infinity at these scales)
+    assert compiled.source.count("xm_qscaled16_finite(xm_qmul16(f, vinv))") == 2
     got = compiled.run(inputs)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     names = NAMES + ["pool", "pool_s1", "add_relu", "add", "relu6_island", "matmul"]
@@ -391,3 +393,42 @@ def test_affine_requant_equals_the_exact_epilogue(act: str) -> None:
     assert accepted >= 3
     hswish = {"out": "q8", "zp_out": 0, "act": "hswish", "bias": 0, "s_acc": 1e-3, "s_out": 0.1}
     assert affine_requant(hswish, np.ones((2, 3), np.int64), np.zeros(2, np.int64), None, (0, 255)) is None
+
+
+def _fma32_by_fractions(x: float, a: float, b: float) -> np.float32:
+    """float32 ``x * a + b`` rounded once to nearest even, in exact rational arithmetic."""
+    from fractions import Fraction
+
+    exact = Fraction(x) * Fraction(a) + Fraction(b)
+    near = np.float32(float(exact))
+    candidates = [near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))]
+
+    def key(r: np.float32) -> tuple[Fraction, int]:
+        return abs(Fraction(float(r)) - exact), int(np.array(r).view(np.int32)) & 1  # ties to even
+
+    return min(candidates, key=key)
+
+
+def test_fma32_rounds_once() -> None:
+    """x86_int8_requant's emulation of the fused multiply-add its affine epilogue runs equals the
+    exact sum rounded once: random operands, and sums that fall halfway between two float32 values
+    in float64 with a tiny product past or short of the halfway point (where rounding the float64
+    sum again would be wrong)."""
+    from backends.c.templates.x86_int8_requant import fma32
+
+    rng = np.random.default_rng(3)
+    xs = rng.integers(-(2**24), 2**24, 400).astype(np.float32)
+    a = np.float32(rng.uniform(1e-4, 1e-1))
+    bs = rng.uniform(-200, 200, 400).astype(np.float32)
+    cases = [(float(x), float(a), float(b)) for x, b in zip(xs, bs, strict=True)]
+    # (1 + 2^-23) * 2^-24 * (1 -+ 2^-23) = 2^-24 -+ 2^-70: past b = +-(1 + 2^-23) the float64 sum is the
+    # halfway point 1 + 3 * 2^-24 whose tie goes to 1 + 2^-22, but the exact sum lies short of it
+    # (or, with the other factor, is exactly 2^-46 further: no tie)
+    x1 = 1 + 2.0**-23
+    for sign in (1.0, -1.0):
+        for a_ in (2.0**-24 * (1 - 2.0**-23), 2.0**-24 * (1 + 2.0**-23), 2.0**-24):
+            for b in (x1, -x1, 1.0, -1.0):
+                cases.append((sign * x1, a_, b))
+    for x, a_, b in cases:
+        got = fma32(np.array([x], np.float32), np.float32(a_), np.array([b], np.float32))[0]
+        assert got == _fma32_by_fractions(x, a_, b), (x, a_, b, got)

@@ -216,10 +216,10 @@ static inline __m128i xm_qscaled16_nonneg(__m512 y) {
 }"""
     + island_helpers_c(W16)
     + r"""
-/* x86_int8_requant's affine epilogue: floor(u * a + b) of the raw accumulator u, the product and the
-   sum rounded as the check emulated them, the conversion rounding down */
+/* x86_int8_requant's affine epilogue: floor(u * a + b) of the raw accumulator u, one fused
+   multiply-add rounded once to nearest as the check emulated it, the conversion rounding down */
 static inline __m512i xm_qaffine16(__m512i u, __m512 a, __m512 b) {
-  const __m512 y = xm_qadd16(xm_qmul16(_mm512_cvtepi32_ps(u), a), b);
+  const __m512 y = _mm512_fmadd_round_ps(_mm512_cvtepi32_ps(u), a, b, XM_RN);
   return _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
 }
 /* its result through a ReLU6 island that is a clamp: the int8 lanes of min(r, hi) (r >= 0 already) */
@@ -943,6 +943,9 @@ def vec_modes(w: VectorWidth) -> dict[str, str]:
 
 
 VEC_MODES = vec_modes(W16)
+# the largest magnitude (a square of the dequantized operands, by the result's scale) whose float32
+# arithmetic stays far from infinity in every vector mode
+FINITE_BOUND = 1e30
 UNARY_MODES = ("relu", "h_swish")
 
 
@@ -985,7 +988,11 @@ class ElemwiseQ8Vnni(Template):
             f"{w.set1(f32(scales[i]))});"
             for i in range(arity)
         )
-        result = f"{w.helper('xm_qscaled')}({w.helper('xm_qmul')}(f, vinv))"
+        # a result no mode can take past float32's range (no infinity, so no NaN) rounds by the
+        # shorter helper of finite values (the same int8 for every finite value, half the operations)
+        largest = 128 * max(scales[:arity]) + 3  # h-swish's x + 3
+        finite = "_finite" if largest * largest * max(1.0, inverse(scales[arity])) < FINITE_BOUND else ""
+        result = f"{w.helper('xm_qscaled', finite)}({w.helper('xm_qmul')}(f, vinv))"
         return exact(f"""
 static void {sym}({_ptr_args(arity, 1)}) {{
   {" ".join(f"const int8_t* in{i} = (const int8_t*)in{i}_;" for i in range(arity))}

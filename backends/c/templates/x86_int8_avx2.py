@@ -104,11 +104,11 @@ static inline __m128i xm_qscaled8_nonneg(__m256 y) {
     + island_helpers_c(W8)
     + activation_helpers_c(W8)
     + r"""
-/* x86_int8's xm_qaffine16 (x86_int8_requant's epilogue): floor(u * a + b), the product and the sum
-   rounded as the check emulated them; floor then the truncating conversion (beyond int32: INT_MIN,
-   as the rounding conversion of the AVX-512 form) */
+/* x86_int8's xm_qaffine16 (x86_int8_requant's epilogue): floor(u * a + b), one fused multiply-add
+   rounded once (the default rounding, to nearest) as the check emulated it; floor then the truncating
+   conversion (beyond int32: INT_MIN, as the rounding conversion of the AVX-512 form) */
 static inline __m256i xm_qaffine8(__m256i u, __m256 a, __m256 b) {
-  const __m256 y = xm_qadd8(xm_qmul8(_mm256_cvtepi32_ps(u), a), b);
+  const __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u), a, b);
   return _mm256_cvttps_epi32(_mm256_floor_ps(y));
 }
 static inline __m128i xm_qaffine_clamp8(__m256i r, int hi) {

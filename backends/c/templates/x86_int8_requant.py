@@ -8,9 +8,11 @@ float32, products by positive scales, the bias, RELU, ``round_x86``, saturation)
 where it steps from one int8 value to the next: its thresholds. ``affine_requant`` finds, per output
 channel, a float32 ``b`` such that
 
-    ``G(u) = floor(float32(float32(float32(u) * a) + b))``, clamped to the result's range,
+    ``G(u) = floor(float32(float32(u) * a + b))``, clamped to the result's range,
 
-(``a`` the convolution's float32 scale, one product, one sum, one conversion rounding down) has the
+(``a`` the convolution's float32 scale; one fused multiply-add, rounded once, and one conversion
+rounding down: three vector operations with the conversion of ``u``, where a separately rounded
+product and sum took four on the epilogues' busiest ports) has the
 same thresholds over every accumulator the convolution can produce (``u`` between the sums of the
 negative and of the positive products with the extreme inputs). ``G`` is monotone too, so equal
 thresholds make it equal to the exact epilogue on that whole range: a check, not an approximation.
@@ -37,8 +39,8 @@ SLOPE_TRIES = 8  # ulps either side of the scale tried as a channel's slope
 
 @dataclass(frozen=True)
 class AffineRequant:
-    """``G(u) = clamp(floor(f32(f32(f32(u) * a[c]) + b[c])), lo, 127)`` for the output channels
-    ``c`` where ``ok[c]``; the others keep the exact epilogue."""
+    """``G(u) = clamp(floor(f32(f32(u) * a[c] + b[c])), lo, 127)`` (a fused multiply-add) for the
+    output channels ``c`` where ``ok[c]``; the others keep the exact epilogue."""
 
     a: np.ndarray  # float32, one per output channel (0 where not ok)
     b: np.ndarray  # float32, one per output channel
@@ -64,8 +66,28 @@ def _exact(u: np.ndarray, p: dict[str, Any], shift: np.ndarray, fb: np.ndarray |
     return np.clip(round_x86(y), -128, 127).astype(np.int64)
 
 
+def fma32(x: np.ndarray, a: np.float32, b: np.ndarray) -> np.ndarray:
+    """float32 ``fma(x, a, b)``: the exact ``x * a + b`` rounded once to nearest even, as
+    ``vfmadd`` computes it. The product of two float32 values is exact in float64 (48 bits); the
+    float64 sum ``s`` and its exact error ``e`` (Knuth's two-sum) decide the one case where rounding
+    ``s`` to float32 differs from rounding the exact sum: ``s`` halfway between two float32 values
+    and the exact sum past it (``e`` on the far side)."""
+    f64 = np.float64
+    prod = x.astype(f64) * f64(a)
+    addend = np.broadcast_to(b.astype(f64), prod.shape)
+    s = prod + addend
+    virtual = s - prod
+    e = (prod - (s - virtual)) + (addend - virtual)
+    r = s.astype(F32)
+    r64 = r.astype(f64)
+    beyond = np.nextafter(r, np.where(s > r64, F32(np.inf), F32(-np.inf)).astype(F32))
+    halfway = (s != r64) & (s == (r64 + beyond.astype(f64)) / 2)
+    past = halfway & (e != 0) & (np.sign(e) == np.sign(s - r64))
+    return np.where(past, beyond, r)
+
+
 def _fast(u: np.ndarray, a: np.float32, b: np.ndarray, lo: int) -> np.ndarray:
-    y = np.add(np.multiply(u.astype(F32), a, dtype=F32), b[:, None], dtype=F32)
+    y = fma32(u.astype(F32), a, b[:, None])
     return np.clip(np.floor(y), lo, 127).astype(np.int64)
 
 
@@ -118,8 +140,8 @@ def affine_requant(
     ok = np.zeros(len(w), bool)
     for a_try in _neighbours(F32(scale), SLOPE_TRIES):
         # b's interval: G(T - 1) < j <= G(T) for every level (in reals, then checked in float32)
-        p_at = np.multiply(at.astype(F32), a_try, dtype=F32).astype(np.float64)
-        p_below = np.multiply(below.astype(F32), a_try, dtype=F32).astype(np.float64)
+        p_at = at.astype(F32).astype(np.float64) * np.float64(a_try)  # the exact products (fma)
+        p_below = below.astype(F32).astype(np.float64) * np.float64(a_try)
         b_min = np.where(has_at, levels - p_at, -np.inf).max(axis=1)
         b_max = np.where(has_below, levels - p_below, np.inf).min(axis=1)
         one_sided = np.where(np.isfinite(b_min), b_min + 0.5 * scale, b_max - 0.5 * scale)
@@ -148,4 +170,4 @@ def _neighbours(a: np.float32, count: int) -> list[np.float32]:
     return out
 
 
-__all__ = ["AffineRequant", "affine_requant"]
+__all__ = ["AffineRequant", "affine_requant", "fma32"]
