@@ -190,11 +190,23 @@ def _fma_loop(
     return lines
 
 
+def ukr_name(isa: str, dt: str, cb: int, x_ow: int, prefetch: bool = False) -> str:
+    """The name prefix of the dense NCHW88 micro-kernels of ``isa`` (``avx2``: :func:`dense_ukr`,
+    ``avx512``: :func:`dense_ukr512`); a ``J x I`` tile's function is ``<prefix>_JxI``."""
+    return f"xm_n88_{isa}_{'conv_pf' if prefetch else 'conv'}_{dt}_c{cb}_o{x_ow}"
+
+
+def shared_ukr(name: str, code: str) -> str:
+    """A micro-kernel's definition under its include guard (its name in capitals): one definition per
+    translation unit, whichever kernels call it."""
+    return _guarded(name.upper(), code)
+
+
 def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
     """``J x I`` tile over ``nk`` input-channel steps of ``cb`` channels (8: blocked input, 1: plain
     input of the hybrid first layer), every tap of an ``fh x fw`` window; ``x_ow`` (the input
     distance of neighbouring output columns) is a constant, so one register addresses every column."""
-    name = f"xm_n88_conv_{dt}_c{cb}_o{x_ow}_{j}x{i}"
+    name = f"{ukr_name('avx2', dt, cb, x_ow)}_{j}x{i}"
     wt, ot = _ctype(dt), _ctype(dt)
     lines = [
         f"static void {name}(const float* restrict x, const {wt}* restrict w, int nk, int fh, int fw,",
@@ -508,7 +520,7 @@ class ConvNchw88(_Nchw88Base):
 
     def ukr(self, j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = False) -> str:
         assert not prefetch, "the AVX2 micro-kernels do not prefetch"
-        return dense_ukr(j, i, cb, dt, x_ow).replace("xm_n88_conv_", "xm_n88_avx2_conv_")
+        return dense_ukr(j, i, cb, dt, x_ow)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join("conv2d_nchw88", p["mode"], *conv_sym(p), p["dtype"], epilogue_sym(p))
@@ -639,8 +651,7 @@ class ConvNchw88(_Nchw88Base):
         # filters of PREFETCH_MIN_BYTES and more: the prefetching micro-kernels; smaller ones run
         # the plain ones (no extra arguments nor per-step test: 2-5% of a 16 -> 96 1x1 conv)
         prefetching = self.prefetch and oc * icg * fh * fw * (2 if dt == "f16" else 4) >= PREFETCH_MIN_BYTES
-        kind = "conv_pf" if prefetching else "conv"
-        ukr = f"xm_n88_{self.isa}_{kind}_{dt}_c{cb}_o{x_ow}"
+        ukr = ukr_name(self.isa, dt, cb, x_ow, prefetching)
         esize = 2 if dt == "f16" else 4
         prefetch, prefetch_unit, prefetch_args = self._prefetch_next_chunk(
             dict(nk=nk, kc=kc, nub=nub, ublk=ublk, tiles=tiles, tile_blocks=tile_blocks, njb=njb, g=g,
@@ -658,9 +669,8 @@ class ConvNchw88(_Nchw88Base):
         for j in range(1, jmax + 1):
             variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
-        guard = f"N88_{self.isa}_{kind}_{dt}_C{cb}_O{x_ow}"  # as any other user of the micro-kernels
         shared = "".join(
-            _guarded(f"{guard}_{j}x{i}".upper(), self.ukr(j, i, cb, dt, x_ow, prefetching))
+            shared_ukr(f"{ukr}_{j}x{i}", self.ukr(j, i, cb, dt, x_ow, prefetching))
             for j in range(1, jmax + 1)
             for i in widths
         )
@@ -736,7 +746,7 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = F
     ``2a + 1`` in the high half (stored only when ``2a + 1 < nb``, the tile's valid blocks).
     ``prefetch``: ``xm_n88_avx512_conv_pf_*``, which also takes ``pf, pf_vb, pfn, pf_per``: filter
     lines of a later call to request into L2 while it computes (:data:`PREFETCH_STEP`)."""
-    name = f"xm_n88_avx512_{'conv_pf' if prefetch else 'conv'}_{dt}_c{cb}_o{x_ow}_{j}x{i}"
+    name = f"{ukr_name('avx512', dt, cb, x_ow, prefetch)}_{j}x{i}"
     wt = ot = _ctype(dt)
     wload = (
         "_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)({p})))"

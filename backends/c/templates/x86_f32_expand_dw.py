@@ -49,10 +49,11 @@ from backends.c.templates.nchw88 import (
     EPILOGUES,
     VEC,
     ConvNchw88Avx512,
-    _guarded,
     dense_ukr512,
     offset,
+    shared_ukr,
     strides,
+    ukr_name,
 )
 from backends.c.templates.x86_f32_dw import (
     ACT512,
@@ -79,7 +80,7 @@ ELEMWISE_ACTIVATIONS = ("relu", "relu6")  # the elementwise calls of those that 
 # ConvNchw88Avx512.tiles
 TILE_BLOCKS, TILE_COLS = 4, 12
 MAX_THREADS = 16  # rings in the workspace: a thread count above it runs on this many
-UKR = "xm_n88_avx512_conv_f32_c8_o8"  # dense_ukr512's name for 8-channel input steps, columns 8 apart
+UKR = ukr_name("avx512", "f32", VEC, VEC)  # dense_ukr512's: 8-channel input steps, columns 8 apart
 
 
 def activated(value: SSAValue) -> tuple[SSAValue, str | None]:
@@ -181,8 +182,7 @@ def shared_ukrs(tiles: set[tuple[int, int]]) -> str:
     """The micro-kernels of these tiles under nchw88's include-guard keys: one definition per
     translation unit, shared with the plain 1x1 convolutions."""
     return "".join(
-        _guarded(f"N88_avx512_CONV_f32_C8_O8_{j}x{i}".upper(), dense_ukr512(j, i, VEC, "f32", VEC))
-        for j, i in sorted(tiles)
+        shared_ukr(f"{UKR}_{j}x{i}", dense_ukr512(j, i, VEC, "f32", VEC)) for j, i in sorted(tiles)
     )
 
 
