@@ -169,8 +169,9 @@ class X86Backend:
         arrays = [np.asarray(x, np.float32) for x in inputs]
         m.run(arrays)
         names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
-        m.lib.xm_profile.restype = ctypes.c_int
-        n = m.lib.xm_profile(ctypes.byref(names_p), ctypes.byref(ms_p))
+        profile = m.symbol("profile")
+        profile.restype = ctypes.c_int
+        n = profile(ctypes.byref(names_p), ctypes.byref(ms_p))
         for i in range(n):
             ms_p[i] = 0.0
         for _ in range(iters):
