@@ -209,6 +209,21 @@ def storage_dtype(name: str, shape: Sequence[int], nbytes: int) -> np.dtype:
     return np.dtype(dt)
 
 
+def pack_weights(blobs: Sequence[bytes]) -> tuple[bytes, list[int]]:
+    """One weights blob for the variants of a library (``CEmitter.emit``'s ``weights_offsets``): each
+    variant's blob at a 64-byte multiple, byte-identical blobs stored once."""
+    out = bytearray()
+    offsets: list[int] = []
+    seen: dict[bytes, int] = {}
+    for b in blobs:
+        if b not in seen:
+            out += bytes(-len(out) % 64)
+            seen[b] = len(out)
+            out += b
+        offsets.append(seen[b])
+    return bytes(out), offsets
+
+
 class InputError(XmgeError, ValueError):
     """A model input the compiled model cannot take as given: wrong count, shape, or a value its
     storage dtype cannot hold exactly (the message names the input)."""
@@ -308,7 +323,8 @@ def checked_input(name: str, x: Any, dt: np.dtype) -> np.ndarray:
                     f"input {name}: values in [{lo}, {hi}] do not fit its storage dtype {dst} "
                     f"[{info.min}, {info.max}]"
                 )
-        converted = a.astype(dst)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked next
+            converted = a.astype(dst)
         if dst.kind == "f" and src.kind in "iu" and a.size and not (converted.astype(src) == a).all():
             raise InputError(
                 f"input {name}: integers given for a {dst} input are not all exactly representable"
