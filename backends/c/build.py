@@ -29,7 +29,15 @@ from dialects.dtypes import QUANTIZED_STORAGE, DTypeError, element_type, numpy_d
 from dialects.errors import XmgeError
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
-RUNTIME_FILES = ("xm_api.h", "xm_runtime.h", "xm_select.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
+RUNTIME_FILES = (
+    "xm_api.h",
+    "xm_runtime.h",
+    "xm_select.h",
+    "xm_kernels.h",
+    "xm_runtime.c",
+    "runner.c",
+    "xmge.hpp",
+)
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
 
 
