@@ -24,6 +24,7 @@ from backends.c.build import (
     LoadedModel,
     RunError,
     build,
+    checked_input,
     pack_weights,
     runtime_sources,
 )
@@ -226,6 +227,26 @@ def test_inputs_are_not_silently_converted(one_hot) -> None:  # type: ignore[no-
         model.run([np.full(x.shape, 1e300), idx])
     with pytest.raises(InputError, match="takes 2 inputs, got 1"):
         model.run([x])
+
+
+def test_checked_input_rules() -> None:
+    i8, f32 = np.dtype(np.int8), np.dtype(np.float32)
+    q = checked_input("q", np.array([[1.0, -3.0]], np.float32), i8, quantized=True)
+    assert q.dtype == i8 and q.tolist() == [[1, -3]]
+    with pytest.raises(InputError, match="input q: non-integral values given for a quantized"):
+        checked_input("q", np.array([1.5], np.float32), i8, quantized=True)
+    with pytest.raises(InputError, match=r"input q: values in \[1, 300\] do not fit its storage dtype int8"):
+        checked_input("q", np.array([1.0, 300.0]), i8, quantized=True)
+    with pytest.raises(InputError, match="input b: values other than 0 and 1"):
+        checked_input("b", np.array([0, 2]), np.dtype(bool))
+    assert checked_input("b", [1, 0], np.dtype(bool)).tolist() == [True, False]
+    with pytest.raises(InputError, match="not all exactly representable"):
+        checked_input("x", np.array([2**24 + 1]), f32)
+    t = checked_input("x", np.arange(6, dtype=np.float32).reshape(2, 3).T, f32)  # a strided view: copied
+    assert t.flags.c_contiguous and t.tolist() == [[0, 3], [1, 4], [2, 5]]
+    assert checked_input("s", np.float64(2.5), f32).shape == ()
+    with pytest.raises(InputError, match="cannot take complex128 values as float32"):
+        checked_input("c", np.array([1j]), f32)
 
 
 def test_zero_dim_input_keeps_its_shape() -> None:
