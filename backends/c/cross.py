@@ -5,7 +5,7 @@
   (``qemu-user``) must be on the PATH (``make toolchains`` installs both). ``$XMGE_AARCH64_CC`` and
   ``$XMGE_QEMU_AARCH64`` override the names.
 * :func:`cross_build` compiles a generated ``model.c`` with the shared runtime into
-  ``libxmge_model.so`` (to deploy) and a statically linked ``runner`` (so qemu needs no sysroot),
+  ``lib<prefix>.so`` (to deploy) and a statically linked ``runner`` (so qemu needs no sysroot),
   cached by content hash like :func:`backends.c.build.build`.
 * :data:`QEMU_FLAGS` run it with ``-cpu max`` (ARMv8.2 dot product and FP16 arithmetic present).
   Timings under emulation mean nothing; :func:`count_instructions` counts what the emulated CPU
@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backends.c.build import Build, BuildError, cached_build
+from backends.c.symbols import DEFAULT_PREFIX, check_prefix
 
 QEMU_FLAGS = ("-cpu", "max")
 
@@ -67,7 +68,7 @@ def launcher() -> tuple[str, ...]:
 
 
 def cross_build(model_c: str, cflags: Sequence[str]) -> Build:
-    """Cross-compile ``model_c`` with the runtime: ``libxmge_model.so`` and a static ``runner``."""
+    """Cross-compile ``model_c`` with the runtime: ``lib<prefix>.so`` and a static ``runner``."""
     problem = toolchain_problem()
     if problem:
         raise BuildError(f"cannot build for AArch64: {problem}")
@@ -199,36 +200,39 @@ def defined_functions(source: str) -> set[str]:
 
 MAKEFILE = """# Build the xmge model on an AArch64 device (cross: make CC=aarch64-linux-gnu-gcc)
 CC ?= cc
+PREFIX ?= {prefix}
 CFLAGS ?= {cflags}
-LDLIBS = -lm
+LDLIBS = -pthread -lm
+XM_CFLAGS = $(CFLAGS) -DXM_PREFIX=$(PREFIX)
 
-all: libxmge_model.so runner
+all: lib$(PREFIX).so runner
 
-libxmge_model.so: model.c xm_runtime.c xm_runtime.h xm_kernels.h
-\t$(CC) $(CFLAGS) -shared model.c xm_runtime.c -o $@ $(LDLIBS)
+lib$(PREFIX).so: model.c xm_runtime.c xm_runtime.h xm_api.h xm_select.h xm_kernels.h
+\t$(CC) $(XM_CFLAGS) -shared model.c xm_runtime.c -o $@ $(LDLIBS)
 
-runner: model.c xm_runtime.c runner.c xm_runtime.h xm_kernels.h
-\t$(CC) $(CFLAGS) model.c xm_runtime.c runner.c -o $@ $(LDLIBS)
+runner: model.c xm_runtime.c runner.c xm_runtime.h xm_api.h xm_select.h xm_kernels.h
+\t$(CC) $(XM_CFLAGS) model.c xm_runtime.c runner.c -o $@ $(LDLIBS)
 
 run: runner
 \t./runner weights.bin -t 1 -n 20
 
 clean:
-\trm -f libxmge_model.so runner
+\trm -f lib$(PREFIX).so runner
 
 .PHONY: all run clean
 """
 
 CMAKELISTS = """cmake_minimum_required(VERSION 3.10)
-project(xmge_model C)
+project({prefix} C)
 set(CMAKE_C_STANDARD 11)
 find_package(OpenMP)
-set(XM_FLAGS {cflags_cmake})
-add_library(xmge_model SHARED model.c xm_runtime.c)
+find_package(Threads REQUIRED)
+set(XM_FLAGS {cflags_cmake} -DXM_PREFIX={prefix})
+add_library({prefix} SHARED model.c xm_runtime.c)
 add_executable(runner model.c xm_runtime.c runner.c)
-foreach(t xmge_model runner)
+foreach(t {prefix} runner)
   target_compile_options(${{t}} PRIVATE ${{XM_FLAGS}})
-  target_link_libraries(${{t}} PRIVATE m)
+  target_link_libraries(${{t}} PRIVATE m Threads::Threads)
   if(OpenMP_C_FOUND)
     target_link_libraries(${{t}} PRIVATE OpenMP::OpenMP_C)
   endif()
@@ -246,27 +250,30 @@ Build on the device (AArch64, ARMv8.2-A{extras}) with one command:
     ./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]
 
 Inputs and outputs are raw little-endian tensors in the order and shapes of model.json. In your own
-program, link libxmge_model.so and call xm_create / xm_run / xm_destroy (xm_runtime.h).
+program, link lib{prefix}.so (or dlopen it) and use the descriptor {prefix}_api() (xm_api.h), or the
+C++ Network of xmge.hpp.
 
 `prebuilt/` holds the same library and a statically linked runner cross-built on the host
 (`qemu-aarch64 -cpu max prebuilt/runner weights.bin` runs it there under emulation).
 """
 
 
-def project_files(target: str, cflags: Sequence[str]) -> dict[str, str]:
-    """Makefile, CMakeLists.txt and README.md for building the saved sources on the device."""
-    device_flags = [f for f in cflags if f != "-fPIC"] + ["-fPIC"]
+def project_files(target: str, cflags: Sequence[str], prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
+    """Makefile, CMakeLists.txt and README.md for building the saved sources of the model of symbol
+    prefix ``prefix`` on the device."""
+    check_prefix(prefix)
+    device_flags = [f for f in cflags if f != "-fPIC" and not f.startswith("-DXM_PREFIX=")] + ["-fPIC"]
     extras = "".join(
         word
         for flag, word in (("dot", " with the dot product"), ("fp16", " with FP16 arithmetic"))
         if flag in target
     )
     return {
-        "Makefile": MAKEFILE.format(cflags=" ".join(device_flags)),
+        "Makefile": MAKEFILE.format(cflags=" ".join(device_flags), prefix=prefix),
         "CMakeLists.txt": CMAKELISTS.format(
-            cflags_cmake=" ".join(f for f in device_flags if f != "-fopenmp")
+            cflags_cmake=" ".join(f for f in device_flags if f != "-fopenmp"), prefix=prefix
         ),
-        "README.md": README.format(target=target, extras=extras),
+        "README.md": README.format(target=target, extras=extras, prefix=prefix),
     }
 
 
