@@ -150,7 +150,7 @@ STALE_BUILD_SECONDS = 6 * 3600
 # folders of the earlier ``<key>.<random>`` naming carry no pid: removed once this old
 STALE_LEGACY_SECONDS = 60 * 60
 _BUILD_TMP = re.compile(r"(?P<key>[\w.-]+?)\.(?P<pid>\d+)\.tmp[\w]+")
-_LEGACY_TMP = re.compile(r"[\w-]+?[0-9a-f]{24}\.[\w]{8}")
+_LEGACY_TMP = re.compile(r"[\w-]*?[0-9a-f]{24}\.[\w]{8}")
 
 
 def file_sha256(path: str) -> str:
@@ -236,6 +236,9 @@ def remove_stale_temporaries(root: str) -> list[str]:
     return removed
 
 
+_CLEANED: set[str] = set()
+
+
 def _discard(final: str) -> None:
     """Move a damaged entry out of the way (atomically, so a concurrent reader sees it whole or not
     at all) and delete it."""
@@ -257,6 +260,9 @@ def cached_dir(key: str, outputs: Sequence[str], fill: Callable[[str], None]) ->
     built; a damaged one (truncated, overwritten, missing its record) is discarded and built again."""
     root = cache_root()
     final = os.path.join(root, key)
+    if root not in _CLEANED:  # once per process even when every build is found, on every miss
+        _CLEANED.add(root)
+        remove_stale_temporaries(root)
     if os.path.lexists(final):
         problem = cache_entry_problem(final, outputs) if os.path.isdir(final) else "not a folder"
         if problem is None:

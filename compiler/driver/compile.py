@@ -643,10 +643,12 @@ def modules_for_shapes(
     return to_module(fn_or_model, resized, 0)
 
 
-def compile_file(path: str, target: str, out_dir: str, *, threads: int = 1, graph: int = 0) -> CompiledModel:
-    """``xmge compile MODEL.mge --target T -o DIR [--graph N]``: compile a ``.mge`` file (graph ``N``
-    of an ``append=True`` file) and save it to ``out_dir``."""
-    compiled = compile(path, target, threads=threads, graph=graph)
+def compile_file(
+    path: str, target: str, out_dir: str, *, threads: int = 1, graph: int = 0, name: str | None = None
+) -> CompiledModel:
+    """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX]``: compile a ``.mge``
+    file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a package."""
+    compiled = compile(path, target, threads=threads, graph=graph, name=name)
     compiled.save(out_dir)
     return compiled
 
