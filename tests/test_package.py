@@ -421,3 +421,53 @@ def test_sigkill_during_a_compile_never_leaves_a_damaged_cache_entry(tmp_path: P
 def test_sigkill_during_a_compile_30_times(tmp_path: Path) -> None:
     require("x86-avx2")
     _kill_compiles(tmp_path, 30)
+
+
+# -- MegEngine Lite on packages and variants ---------------------------------------------------
+def _convnet_file(tmp_path: Path) -> tuple[Path, Any]:
+    net = _model(cls=ConvNet)
+    traced = xm.jit.trace(lambda t: net(t), symbolic=True, capture_as_const=True)
+    traced(xm.tensor(np.zeros((1, 1, 28, 28), np.float32)))
+    path = tmp_path / "convnet.mge"
+    traced.dump(str(path))
+    return path, net
+
+
+def _lite_forward(network: Any, x: np.ndarray) -> np.ndarray:
+    name = network.get_input_name(0)
+    network.get_io_tensor(name).set_data_by_copy(x)
+    network.forward()
+    return network.get_io_tensor(network.get_output_name(0)).to_numpy()
+
+
+def test_lite_loads_a_package_and_compiles_known_shapes_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import compiler.driver.compile as driver
+    from compiler.lite import LiteIO, LiteLayout, LiteNetwork, LiteNetworkIO
+
+    require(TARGET)
+    path, _ = _convnet_file(tmp_path)
+    x1 = np.random.default_rng(0).standard_normal((1, 1, 28, 28)).astype(np.float32)
+    x4 = np.random.default_rng(1).standard_normal((4, 1, 28, 28)).astype(np.float32)
+    x2 = x4[:2].copy()
+    compiled = compile(str(path), TARGET, shapes=[(1, 1, 28, 28), (2, 1, 28, 28)])
+    compiled.save(tmp_path / "pkg")
+    lite = LiteNetwork()
+    lite.load(str(tmp_path / "pkg"))
+    assert np.array_equal(_lite_forward(lite, x1), compiled(x1))
+    assert np.array_equal(_lite_forward(lite, x2), compiled(x2))
+    with pytest.raises(PackageError, match=r"holds \[\(1, 1, 28, 28\)\], \[\(2, 1, 28, 28\)\]"):
+        _lite_forward(lite, x4)
+    # with a target, shapes known before load are variants of one compile: no compile at forward
+    io = LiteNetworkIO([LiteIO(lite.get_input_name(0), layout=LiteLayout([4, 1, 28, 28], "float32"))])
+    net = LiteNetwork(io=io, target=TARGET, shapes=[[(2, 1, 28, 28)]])
+    net.load(str(path))
+
+    def no_compile(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("compiled again at forward time")
+
+    monkeypatch.setattr(driver, "compile", no_compile)
+    np.testing.assert_array_equal(_lite_forward(net, x1), compiled(x1))
+    np.testing.assert_array_equal(_lite_forward(net, x2), compiled(x2))
+    np.testing.assert_allclose(_lite_forward(net, x4)[:2], compiled(x2), rtol=1e-5, atol=1e-6)
