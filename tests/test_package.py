@@ -522,7 +522,7 @@ def test_resnet50_package_loads_in_well_under_a_second(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", x)
     script = LOAD_SCRIPT.replace(
         "model = xm.load_compiled(sys.argv[1])",
-        "import time\\nt0 = time.perf_counter()\\nmodel = xm.load_compiled(sys.argv[1])\\n"
+        "import time\nt0 = time.perf_counter()\nmodel = xm.load_compiled(sys.argv[1])\n"
         "print(time.perf_counter() - t0)",
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -4,7 +4,9 @@
     compiled = xm.compile(traced_fn, target="x86-avx512")                 # a jit.trace already called
     compiled = xm.compile("model.mge", target="x86-avx2")                 # a MegEngine file (or bytes)
     y = compiled(x)                          # numpy in, numpy out
-    compiled.save("out/")                    # sources, library, weights, runner
+    compiled.save("out/")                    # a package, atomically: library, weights, sources, model.json
+    model = xm.load_compiled("out/")         # back without compiling (compiler.driver.package)
+    xm.compile(net, "x86-avx2", [x], batch_sizes=[1, 4], name="net")   # one variant per input shape
     print(compiled.ir("kernel-plan-memory")) # IR after any stage; compiled.stages lists them
 
 Stages: ``tensor`` (the input graph), ``inference`` (BN folding, arithmetic and conv-bias fusion),
