@@ -31,6 +31,7 @@ from backends.c.build import (
 from backends.c.emitter import CEmitter
 from backends.c.isas import ISA_EMITTERS
 from backends.c.kernels import KERNELS
+from backends.c.symbols import DEFAULT_PREFIX
 from dialects.dtypes import numpy_dtype
 from passes.lowering.kernels import KernelRegistry
 from passes.target import BackendError, Target, TargetError, float16_options
@@ -92,12 +93,23 @@ class X86Backend:
     def emitter(self, target: Target) -> type[CEmitter]:
         return ISA_EMITTERS[target.isas[0]]
 
-    def emit(self, target: Target, module: Any, *, profile: bool = False) -> tuple[str, tuple[str, ...]]:
+    def emit(
+        self,
+        target: Target,
+        module: Any,
+        *,
+        profile: bool = False,
+        prefix: str = DEFAULT_PREFIX,
+        weights_offsets: Sequence[int] | None = None,
+    ) -> tuple[str, tuple[str, ...]]:
+        """The model's source and compiler flags; ``module`` may be a list of variants (one per input
+        shape) for one library, ``prefix`` names its exported symbols (:meth:`CEmitter.emit`)."""
         from backends.c.templates.x86_isa import extension_cflags
 
         emitter = self.emitter(target)(profile=profile)
         extra = [f for f in extension_cflags(target.isas) if f not in emitter.cflags]
-        return emitter.emit(module), (*emitter.cflags, *extra)
+        source = emitter.emit(module, prefix=prefix, weights_offsets=weights_offsets)
+        return source, (*emitter.cflags, *extra)
 
     def build(self, target: Target, source: str, cflags: Sequence[str], *, sanitize: bool = False) -> Build:
         return build(source, cflags, sanitize=sanitize)
@@ -173,8 +185,9 @@ class X86Backend:
         arrays = [np.asarray(x, np.float32) for x in inputs]
         m.run(arrays)
         names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
-        m.lib.xm_profile.restype = ctypes.c_int
-        n = m.lib.xm_profile(ctypes.byref(names_p), ctypes.byref(ms_p))
+        profile = m.symbol("profile")
+        profile.restype = ctypes.c_int
+        n = profile(ctypes.byref(names_p), ctypes.byref(ms_p))
         for i in range(n):
             ms_p[i] = 0.0
         for _ in range(iters):
