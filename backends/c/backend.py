@@ -211,6 +211,7 @@ class X86Backend:
         }
 
     def _write_sources(self, model: Any, directory: str) -> None:
+        from backends.c.build import prefix_flags
         from backends.c.project import project_files
 
         runtime = runtime_sources()
@@ -220,9 +221,9 @@ class X86Backend:
             **runtime,
             **project_files(
                 str(model.target),
-                model.cflags,
+                [*model.cflags, *prefix_flags(model.build.symbols), "-pthread"],
                 arch=model.target.arch,
-                name=library.removeprefix("lib").removesuffix(".so"),
+                name=model.build.symbols,
                 library=library,
                 lib_sources=["model.c", *(n for n in runtime if n.endswith(".c") and n != "runner.c")],
                 headers=[n for n in runtime if n.endswith((".h", ".hpp"))],

@@ -33,12 +33,13 @@ CMAKELISTS = """cmake_minimum_required(VERSION 3.10)
 project({name} C)
 set(CMAKE_C_STANDARD 11)
 find_package(OpenMP)
+find_package(Threads REQUIRED)
 set(XM_FLAGS {cflags_cmake})
 add_library({name} SHARED {lib_sources})
 add_executable(runner {lib_sources} runner.c)
 foreach(t {name} runner)
   target_compile_options(${{t}} PRIVATE ${{XM_FLAGS}})
-  target_link_libraries(${{t}} PRIVATE m)
+  target_link_libraries(${{t}} PRIVATE m Threads::Threads)
   if(OpenMP_C_FOUND)
     target_link_libraries(${{t}} PRIVATE OpenMP::OpenMP_C)
   endif()
@@ -68,7 +69,8 @@ Build it again from the sources on {machine} with one command:
     ./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]
 
 Inputs and outputs are raw little-endian tensors in the order and shapes of model.json. In your own
-program, link {library} and call the C API of xm_runtime.h.
+program, link {library} (`-l{name}`) and call `{name}_api()` (`XM_DECLARE_API({name})`), or `dlopen` it and
+take the descriptor with `xm_api_from_handle(handle, "{name}")`: the generic C API of xm_api.h.
 {prebuilt}"""
 
 PREBUILT = """
@@ -117,7 +119,7 @@ def project_files(
         "CMakeLists.txt": CMAKELISTS.format(
             name=name,
             lib_sources=sources,
-            cflags_cmake=" ".join(f for f in device_flags if f != "-fopenmp"),
+            cflags_cmake=" ".join(f for f in device_flags if f not in ("-fopenmp", "-pthread")),
         ),
         "README.md": README.format(
             name=name,

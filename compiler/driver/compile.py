@@ -211,10 +211,9 @@ class CompiledModel:
         self.weights = b""
         self.source = ""
         self.cflags: tuple[str, ...] = ()
+        self.weights_offsets: list[int] = [0] * len(self._variants)
         if self.backend.kernels is not None:
             self._build()
-        # the other variants, each built on its own (the package keeps each one's library)
-        self._parts = [self] + [CompiledModel(target, v, threads, times, name=name) for v in variants]
 
     # -- stages ----------------------------------------------------------------------------------
     @property
@@ -282,13 +281,21 @@ class CompiledModel:
 
     # -- build and run ---------------------------------------------------------------------------
     def _build(self) -> None:
+        """One library for every variant (symbols prefixed with the model's name), and one weights
+        blob holding each variant's weights at its offset (identical ones once)."""
+        from backends.c.build import pack_weights
         from passes.lowering.plan import weights_blob
 
-        module = self.final_module()
+        modules = [self.final_module(i) for i in range(len(self._variants))]
         t0 = time.perf_counter()
-        self.source, self.cflags = self.backend.emit(self.target, module)
+        self.weights, self.weights_offsets = pack_weights([weights_blob(m) for m in modules])
+        self.source, self.cflags = self.backend.emit(
+            self.target,
+            modules[0] if len(modules) == 1 else modules,
+            prefix=self.name,
+            weights_offsets=self.weights_offsets,
+        )
         self._stages["c"] = self.source
-        self.weights = weights_blob(module)
         self.times["emit"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.build = self.backend.build(self.target, self.source, self.cflags)
@@ -315,10 +322,12 @@ class CompiledModel:
             _input_array(getattr(x, "numpy", lambda x=x: x)(), t)
             for x, t in zip(inputs, self.input_types, strict=False)
         ]
-        if len(self._variants) > 1:
-            part = self._parts[self.variant_for([a.shape for a in arrays])]
-            if part is not self:
-                return part.run(arrays)
+        variant = self.variant_for([a.shape for a in arrays]) if len(self._variants) > 1 else 0
+        if variant != 0 and self.emulated:
+            raise CompileError(
+                f"{self.name}: under emulation only the first variant {self.shapes[0]} runs here; "
+                "the saved package's runner takes -v VARIANT on the device"
+            )
         return self.backend.run(self, arrays)
 
     def __call__(self, *inputs: Any) -> Any:
@@ -354,23 +363,12 @@ class CompiledModel:
             raise CompileError(f"target {self.target} produces no files to save")
 
         def fill(work: str) -> dict[str, Any]:
-            files = []
-            for i, part in enumerate(self._parts):
-                folder = work if i == 0 else os.path.join(work, f"variant{i}")
-                os.makedirs(folder, exist_ok=True)
-                extras = part.backend.save(part, folder)
-                with open(os.path.join(folder, "weights.bin"), "wb") as f:
-                    f.write(part.weights)
-                with open(os.path.join(folder, "kernel.mlir"), "w") as f:
-                    f.write(part.ir("kernel-plan-memory"))
-                where = "" if i == 0 else f"variant{i}/"
-                files.append({"library": where + extras.get("library", ""), "weights": where + "weights.bin"})
-                if i == 0:
-                    first = extras
-            manifest = self.manifest(first)
-            for entry, f in zip(manifest["variants"], files, strict=True):
-                entry.update(f)
-            return manifest
+            extras = self.backend.save(self, work)
+            with open(os.path.join(work, "weights.bin"), "wb") as f:
+                f.write(self.weights)
+            with open(os.path.join(work, "kernel.mlir"), "w") as f:
+                f.write(self.ir("kernel-plan-memory"))
+            return self.manifest(extras)
 
         return write_package(directory, fill)
 
@@ -390,7 +388,7 @@ class CompiledModel:
                 {
                     "inputs": [_describe(t, n) for t, n in zip(ins, self.input_names, strict=True)],
                     "outputs": [_describe(t, n) for t, n in zip(outs, self.output_names, strict=True)],
-                    "weights": "weights.bin",
+                    "weights_offset": self.weights_offsets[i],
                     "arena_bytes": plan.arena.data if plan is not None else 0,
                     "workspace_bytes": plan.workspace.data if plan is not None else 0,
                     "weights_bytes": plan.weights.data if plan is not None else 0,
@@ -407,6 +405,7 @@ class CompiledModel:
             "machine": machine,
             "cpu_features": sorted(needed(self.target)) if needed is not None else [],
             "threads": self.threads,
+            "weights": "weights.bin",
             "variants": variants,
             # the first variant's, where one-shape tools look
             "inputs": variants[0]["inputs"],
@@ -519,6 +518,8 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     module = to_module(model, example_inputs, graph)
     modules = [module]
     if shapes is not None or batch_sizes is not None:
+        if backend.kernels is None:
+            raise CompileError(f"target {tgt} generates no code: shapes= / batch_sizes= need a code target")
         signatures = shape_signatures(_arg_shapes(module), shapes, batch_sizes)
         modules = [modules_for_shapes(model, example_inputs, graph, module, sig) for sig in signatures]
     times["frontend"] = time.perf_counter() - t0

@@ -54,12 +54,11 @@ class PackageError(XmgeError, ValueError):
 
 
 def c_identifier(name: str) -> str:
-    """``name`` as a C identifier usable as a symbol prefix: lower case, every run of other
-    characters one ``_``, a leading digit guarded with ``m``, at most 48 characters."""
-    word = re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower()[:48].rstrip("_")
-    if not word:
-        return "xmge_model"
-    return "m" + word if word[0].isdigit() else word
+    """``name`` as a symbol prefix (``backends.c.symbols.prefix_from_name``: lower case, other
+    characters ``_``, a leading digit guarded, at most 64 characters; empty: ``xmge_model``)."""
+    from backends.c.symbols import prefix_from_name
+
+    return prefix_from_name(name)
 
 
 def default_name(model: Any) -> str:
@@ -334,7 +333,7 @@ def shapes_text(shapes: Sequence[Sequence[Sequence[int]]]) -> str:
 class Variant:
     """One input-shape signature a package serves: its inputs' and outputs' names, shapes and dtypes."""
 
-    def __init__(self, entry: dict[str, Any], library: str) -> None:
+    def __init__(self, entry: dict[str, Any]) -> None:
         self.inputs = [
             (io.get("name", f"input{i}"), tuple(io["shape"]), io["dtype"])
             for i, io in enumerate(entry["inputs"])
@@ -343,8 +342,7 @@ class Variant:
             (io.get("name", f"output{i}"), tuple(io["shape"]), io["dtype"])
             for i, io in enumerate(entry["outputs"])
         ]
-        self.weights: str = entry.get("weights", "weights.bin")
-        self.library: str = entry.get("library", library)
+        self.weights_offset = int(entry.get("weights_offset", 0))
         self.input_dtypes = [_dtype(dt) for _, _, dt in self.inputs]
         self.output_dtypes = [_dtype(dt) for _, _, dt in self.outputs]
 
@@ -358,7 +356,7 @@ class PackagedModel:
     it was saved from (bit-identical results). Safe to call from several threads at once."""
 
     def __init__(
-        self, directory: str, manifest: dict[str, Any], target: Any, loaded: dict[str, Any], threads: int
+        self, directory: str, manifest: dict[str, Any], target: Any, loaded: Any, threads: int
     ) -> None:
         self.directory = directory
         self.manifest = manifest
@@ -366,7 +364,7 @@ class PackagedModel:
         self.name: str = manifest.get("name", "xmge_model")
         self.threads = threads
         self.variants = variants_of(manifest)
-        self._loaded = loaded  # library path (as model.json names it) -> its LoadedModel
+        self._loaded = loaded  # backends.c.build.LoadedModel: one instance, every variant, any thread
 
     @property
     def shapes(self) -> list[tuple[tuple[int, ...], ...]]:
@@ -385,9 +383,9 @@ class PackagedModel:
             f"{shapes_text(self.shapes)}"
         )
 
-    def loaded(self, variant: int = 0) -> Any:
-        """The loaded library serving ``variant``."""
-        return self._loaded[self.variants[variant].library]
+    def loaded(self) -> Any:
+        """The package's library loaded into this process (``backends.c.build.LoadedModel``)."""
+        return self._loaded
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """Outputs for ``inputs`` (numpy arrays or Tensors), as a list of arrays."""
@@ -398,7 +396,7 @@ class PackagedModel:
         index = self.variant_for([a.shape for a in arrays])
         variant = self.variants[index]
         arrays = [_input_array(a, dt) for a, dt in zip(arrays, variant.input_dtypes, strict=True)]
-        outs = self.loaded(index).run(arrays)
+        outs = self._loaded.run(arrays)
         return [_as_dtype(o, dt) for o, dt in zip(outs, variant.output_dtypes, strict=True)]
 
     def __call__(self, *inputs: Any) -> Any:
@@ -425,7 +423,7 @@ class PackagedModel:
 
 
 def variants_of(manifest: dict[str, Any]) -> list[Variant]:
-    return [Variant(v, manifest["library"]) for v in manifest["variants"]]
+    return [Variant(v) for v in manifest["variants"]]
 
 
 def _input_array(x: np.ndarray, want: np.dtype) -> np.ndarray:
@@ -459,18 +457,25 @@ def load_compiled(directory: str | os.PathLike[str], *, threads: int | None = No
         raise PackageError(f"{path}: a variant's description is invalid ({exc})") from None
     if not variants:
         raise PackageError(f"{path}: the manifest lists no variant")
-    needed = {v.library: v.weights for v in variants}  # one weights blob per library
-    for rel in (*needed, *needed.values()):
+    library, weights = manifest["library"], manifest.get("weights", "weights.bin")
+    for rel in (library, weights):
         if rel not in manifest["files"]:
             raise PackageError(f"{path}: lists no hash for {rel}")
-    kept = verify_files(directory, manifest, keep=list(needed.values()))
+    kept = verify_files(directory, manifest, keep=[weights])
     count = manifest.get("threads", 1) if threads is None else threads
     if not isinstance(count, int) or count < 1:
         raise PackageError(f"threads must be >= 1, got {count}")
-    loaded = {
-        lib: LoadedModel(os.path.join(directory, *lib.split("/")), kept[weights], count)
-        for lib, weights in needed.items()
-    }
+    lib_path = os.path.join(directory, *library.split("/"))
+    try:
+        loaded = LoadedModel(lib_path, kept[weights], count, prefix=manifest.get("prefix"))
+    except XmgeError as exc:
+        raise PackageError(f"{lib_path}: {str(exc).splitlines()[0]}") from None
+    held = [tuple(s for _, s, _ in v.inputs) for v in loaded.variants]
+    if held != [v.input_shapes for v in variants]:
+        raise PackageError(
+            f"{path}: lists variants {shapes_text([v.input_shapes for v in variants])}, "
+            f"the library holds {shapes_text(held)}"
+        )
     return PackagedModel(directory, manifest, target, loaded, count)
 
 
