@@ -548,3 +548,103 @@ def test_resnet50_package_loads_in_well_under_a_second(tmp_path: Path) -> None:
     seconds = float(proc.stdout.split()[-1])
     assert seconds < 0.5, seconds
     assert np.array_equal(np.load(tmp_path / "y.npy"), compiled(x))
+
+
+# -- two packages in one C program -------------------------------------------------------------
+TWO_MODELS_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "xm_api.h"
+XM_DECLARE_API(net_a); /* linked: -lnet_a */
+
+static void* slurp(const char* path, unsigned long* n) {
+  FILE* f = fopen(path, "rb");
+  if (!f) { perror(path); exit(2); }
+  fseek(f, 0, SEEK_END); *n = (unsigned long)ftell(f); fseek(f, 0, SEEK_SET);
+  void* p = malloc(*n ? *n : 1);
+  if (fread(p, 1, *n, f) != *n) exit(2);
+  fclose(f);
+  return p;
+}
+
+static int run(const xm_api* api, const char* weights, const char* in, const char* out) {
+  unsigned long nw, nx;
+  void* w = slurp(weights, &nw);
+  void* x = slurp(in, &nx);
+  xm_model* m = api->create(w, nw, 1, 0);
+  free(w);
+  if (!m) { fprintf(stderr, "%s: %s\n", api->prefix, api->last_error()); return 1; }
+  const xm_variant* v = &api->variants[0];
+  if (nx != v->inputs[0].nbytes) return 1;
+  void* y = malloc(v->outputs[0].nbytes);
+  const void* ins[1] = {x};
+  void* outs[1] = {y};
+  if (api->run(m, ins, outs)) { fprintf(stderr, "%s\n", api->last_error()); return 1; }
+  FILE* f = fopen(out, "wb");
+  fwrite(y, 1, v->outputs[0].nbytes, f);
+  fclose(f);
+  api->destroy(m);
+  free(x); free(y);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  /* argv: pkgA/weights.bin pkgB/libnet_b.so pkgB/weights.bin x.bin ya.bin yb.bin */
+  if (argc != 7) return 2;
+  void* h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL); /* the other package, found by name */
+  const xm_api* b = xm_api_from_handle(h, "net_b");
+  if (!b) { fprintf(stderr, "no net_b_api in %s\n", argv[2]); return 1; }
+  return run(net_a_api(), argv[1], argv[4], argv[5]) || run(b, argv[3], argv[4], argv[6]);
+}
+"""
+
+
+def test_a_c_program_runs_two_saved_packages(net: Any, tmp_path: Path) -> None:
+    a = compile(net, TARGET, [_mini()], name="net_a")
+    b = compile(_model(seed=3), TARGET, [_mini()], name="net_b")
+    a.save(tmp_path / "a")
+    b.save(tmp_path / "b")
+    assert (tmp_path / "a" / "libnet_a.so").is_file() and (tmp_path / "b" / "libnet_b.so").is_file()
+    (tmp_path / "main.c").write_text(TWO_MODELS_C)
+    cmd = [
+        "gcc",
+        "-O1",
+        "main.c",
+        "-I",
+        "a",
+        "-L",
+        "a",
+        "-lnet_a",
+        "-Wl,-rpath,$ORIGIN/a",
+        "-ldl",
+        "-o",
+        "main",
+    ]
+    subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True)
+    x = _mini(seed=6)
+    x.tofile(tmp_path / "x.bin")
+    args = ["./main", "a/weights.bin", "b/libnet_b.so", "b/weights.bin", "x.bin", "ya.bin", "yb.bin"]
+    subprocess.run(args, cwd=tmp_path, check=True, capture_output=True)
+    for name, model in (("ya.bin", a), ("yb.bin", b)):
+        assert np.array_equal(np.fromfile(tmp_path / name, np.float32).reshape(1, 10), model(x)), name
+
+
+@pytest.mark.slow
+def test_resnet18_package_with_batch_1_and_4_at_224(tmp_path: Path) -> None:
+    from compiler.hub.resnet import resnet18
+
+    require(TARGET)
+    net = resnet18()
+    randomise_statistics(net, np.random.default_rng(0), spread=0.3)
+    rng = np.random.default_rng(1)
+    x4 = rng.standard_normal((4, 3, 224, 224)).astype(np.float32)
+    compiled = compile(net, TARGET, [x4[:1]], shapes=[(1, 3, 224, 224), (4, 3, 224, 224)], name="resnet18")
+    compiled.save(tmp_path / "pkg")
+    model = load_compiled(tmp_path / "pkg")
+    y1, y4 = model(x4[:1]), model(x4)
+    assert np.array_equal(y1, compiled(x4[:1])) and np.array_equal(y4, compiled(x4))
+    want = compile(net, "ref", [x4])(x4)
+    np.testing.assert_allclose(y4, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+    np.testing.assert_allclose(y1[0], y4[0], rtol=1e-4, atol=1e-4 * float(np.abs(y4).max()))
+    with pytest.raises(PackageError, match=r"holds \[\(1, 3, 224, 224\)\], \[\(4, 3, 224, 224\)\]"):
+        model(x4[:2])
