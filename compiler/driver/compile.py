@@ -121,17 +121,15 @@ def _example_array(x: Any) -> np.ndarray:
 
 
 def _input_array(x: Any, declared: Any) -> np.ndarray:
-    """A run-time input in the dtype the backend expects: the model's own integer or bool dtype for
-    integer inputs, float32 for float (and quantized) ones, which the backends convert themselves."""
+    """A run-time input in the dtype the backend expects (:func:`compiler.driver.package.input_array`)."""
+    from compiler.driver.package import input_array
     from dialects.dtypes import numpy_dtype
 
     try:
         want = numpy_dtype(declared.element_type)
     except (AttributeError, ValueError):
         want = np.dtype(np.float32)
-    if want.kind in "iub" and getattr(want, "metadata", None) is None:
-        return np.asarray(x, dtype=want)
-    return np.asarray(x, dtype=np.float32)
+    return input_array(x, want)
 
 
 def inference_passes(target: Target | None = None) -> list[ModulePass]:

@@ -395,7 +395,7 @@ class PackagedModel:
             raise PackageError(f"{self.name}: the model takes {n} input(s), got {len(arrays)}")
         index = self.variant_for([a.shape for a in arrays])
         variant = self.variants[index]
-        arrays = [_input_array(a, dt) for a, dt in zip(arrays, variant.input_dtypes, strict=True)]
+        arrays = [input_array(a, dt) for a, dt in zip(arrays, variant.input_dtypes, strict=True)]
         outs = self._loaded.run(arrays)
         return [_as_dtype(o, dt) for o, dt in zip(outs, variant.output_dtypes, strict=True)]
 
@@ -426,9 +426,10 @@ def variants_of(manifest: dict[str, Any]) -> list[Variant]:
     return [Variant(v) for v in manifest["variants"]]
 
 
-def _input_array(x: np.ndarray, want: np.dtype) -> np.ndarray:
-    """An input in the dtype the library takes: the model's integer or bool dtype, float32 for float
-    and quantized inputs (the library converts those itself), as :class:`CompiledModel` does."""
+def input_array(x: Any, want: np.dtype) -> np.ndarray:
+    """A run-time input in the dtype a compiled library takes for an input declared ``want``: the
+    model's own integer or bool dtype for integer inputs, float32 for float (and quantized) ones,
+    which the library converts itself."""
     if want.kind in "iub" and getattr(want, "metadata", None) is None:
         return np.asarray(x, dtype=want)
     return np.asarray(x, dtype=np.float32)
