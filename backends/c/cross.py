@@ -5,7 +5,7 @@
   (``qemu-user``) must be on the PATH (``make toolchains`` installs both). ``$XMGE_AARCH64_CC`` and
   ``$XMGE_QEMU_AARCH64`` override the names.
 * :func:`cross_build` compiles a generated ``model.c`` with the shared runtime into
-  ``libxmge_model.so`` (to deploy) and a statically linked ``runner`` (so qemu needs no sysroot),
+  ``lib<prefix>.so`` (to deploy) and a statically linked ``runner`` (so qemu needs no sysroot),
   cached by content hash like :func:`backends.c.build.build`.
 * :data:`QEMU_FLAGS` run it with ``-cpu max`` (ARMv8.2 dot product and FP16 arithmetic present).
   Timings under emulation mean nothing; :func:`count_instructions` counts what the emulated CPU
@@ -68,7 +68,7 @@ def launcher() -> tuple[str, ...]:
 
 
 def cross_build(model_c: str, cflags: Sequence[str]) -> Build:
-    """Cross-compile ``model_c`` with the runtime: ``libxmge_model.so`` and a static ``runner``."""
+    """Cross-compile ``model_c`` with the runtime: ``lib<prefix>.so`` and a static ``runner``."""
     problem = toolchain_problem()
     if problem:
         raise BuildError(f"cannot build for AArch64: {problem}")
