@@ -177,7 +177,9 @@ def test_index_error_in_one_thread_never_fails_another(one_hot) -> None:  # type
     bad = idx.copy()
     bad[7] = 40
     want = model.run([x, idx])[0]
-    with pytest.raises(RunError, match=r"indexing_one_hot\w*: index 40 is out of range for an axis of size 32"):
+    with pytest.raises(
+        RunError, match=r"indexing_one_hot\w*: index 40 is out of range for an axis of size 32"
+    ):
         model.run([x, bad])
     problems: list[str] = []
 
@@ -292,7 +294,8 @@ static void* worker(void* arg) {
     const int i = (int)((t * 7 + k) % kInputs);
     const void* in[1] = {inputs[i]};
     void* outs[1] = {out};
-    if (xm_run(model, in, outs) || (CHECK && memcmp(out, want[i], v->outputs[0].nbytes))) __atomic_add_fetch(&bad, 1, __ATOMIC_RELAXED);
+    if (xm_run(model, in, outs) || (CHECK && memcmp(out, want[i], v->outputs[0].nbytes)))
+      __atomic_add_fetch(&bad, 1, __ATOMIC_RELAXED);
   }
   free(out);
   return NULL;
@@ -371,7 +374,9 @@ def test_c_pthreads_one_instance_under_thread_sanitizer(resnet, tmp_path) -> Non
     flags = [f for f in compiled.cflags if f not in ("-O3",)] + ["-O1", "-g"]
     exe = build_c_caller(b, str(tmp_path), flags, calls=40, check=True, sanitize=["-fsanitize=thread"])
     env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66")
-    proc = subprocess.run([exe, _weights_file(str(tmp_path), blob), "4", "0"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [exe, _weights_file(str(tmp_path), blob), "4", "0"], capture_output=True, text=True, env=env
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "WARNING: ThreadSanitizer" not in proc.stderr
     assert "bad 0" in proc.stdout
@@ -393,7 +398,9 @@ def test_pool_vs_serialised_throughput(tmp_path, channels: int, size: int) -> No
         for callers in ("1", "2", "4"):
             best = None
             for _ in range(3):
-                out = subprocess.run([exe, wpath, callers, max_arenas], capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    [exe, wpath, callers, max_arenas], capture_output=True, text=True, check=True
+                )
                 words = out.stdout.split()
                 runs, wall, cpu = int(words[5]), float(words[7]), float(words[9])
                 if best is None or wall < best[1]:

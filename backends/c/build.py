@@ -35,7 +35,15 @@ from dialects.dtypes import QUANTIZED_STORAGE, DTypeError, element_type, numpy_d
 from dialects.errors import XmgeError
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
-RUNTIME_FILES = ("xm_api.h", "xm_runtime.h", "xm_select.h", "xm_kernels.h", "xm_runtime.c", "runner.c")
+RUNTIME_FILES = (
+    "xm_api.h",
+    "xm_runtime.h",
+    "xm_select.h",
+    "xm_kernels.h",
+    "xm_runtime.c",
+    "runner.c",
+    "xmge.hpp",
+)
 logger = logging.getLogger("xmge.build")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
 
@@ -409,6 +417,7 @@ class Variant:
 
     index: int
     inputs: tuple[tuple[str, tuple[int, ...], np.dtype], ...]
+    quantized_inputs: tuple[bool, ...]
     outputs: tuple[tuple[str, tuple[int, ...], np.dtype], ...]
     arena_size: int
     weights_offset: int
@@ -424,17 +433,32 @@ def _table(p: Any, n: int) -> tuple[tuple[str, tuple[int, ...], np.dtype], ...]:
     return tuple(out)
 
 
-def checked_input(name: str, x: Any, dt: np.dtype) -> np.ndarray:
+def checked_input(name: str, x: Any, dt: np.dtype, *, quantized: bool = False) -> np.ndarray:
     """``x`` as a C-contiguous array of storage dtype ``dt``, its shape kept (a 0-d input stays
     ``()``), or an :class:`InputError` naming input ``name`` when the conversion would change a value:
     integers out of ``dt``'s range, a float into an integer or bool input, an integer a float type
     cannot hold exactly, a finite float that overflows. Floats into a float input are rounded to it
-    (float64 -> float32 is the usual way to feed a model), as numpy's ``astype`` rounds."""
+    (float64 -> float32 is the usual way to feed a model), as numpy's ``astype`` rounds. A
+    ``quantized`` input (stored as integers) also takes floats that are whole numbers in range: the
+    driver hands quantized inputs over as float32 of their stored integers."""
     a = np.asarray(x)
     if a.dtype != dt:
         src, dst = a.dtype, np.dtype(dt)
         if src.kind not in "biuf" or dst.kind not in "biuf":
             raise InputError(f"input {name}: cannot take {src} values as {dst}")
+        if quantized and src.kind == "f" and dst.kind in "iu":
+            if a.size and not (np.isfinite(a).all() and (a == np.round(a)).all()):
+                raise InputError(f"input {name}: non-integral values given for a quantized ({dst}) input")
+            a = a.astype(np.float64)  # whole numbers: compared exactly against the range below
+            if a.size:
+                info = np.iinfo(dst)
+                lo, hi = a.min(), a.max()
+                if lo < info.min or hi > info.max:
+                    raise InputError(
+                        f"input {name}: values in [{lo:g}, {hi:g}] do not fit its storage dtype {dst} "
+                        f"[{info.min}, {info.max}]"
+                    )
+            return a.astype(dst, order="C")
         if dst.kind in "biu" and src.kind == "f":
             raise InputError(
                 f"input {name}: float values ({src}) given for a {dst} input; convert them explicitly"
@@ -496,6 +520,7 @@ class LoadedModel:
                 Variant(
                     k,
                     _table(v.inputs, v.num_inputs),
+                    tuple(v.inputs[i].dtype.decode() in QUANTIZED_STORAGE for i in range(v.num_inputs)),
                     _table(v.outputs, v.num_outputs),
                     int(v.arena_size),
                     int(v.weights_offset),
@@ -575,7 +600,10 @@ class LoadedModel:
                 got = next(a.shape for a, (_, s) in zip(raw, self.inputs, strict=True) if a.shape != s)
                 raise InputError(f"input {name} must have shape {shape}, got {got}")
             v = self.variant_for([a.shape for a in raw])
-        arrays = [checked_input(n, a, dt) for (n, _, dt), a in zip(v.inputs, raw, strict=True)]
+        arrays = [
+            checked_input(n, a, dt, quantized=q)
+            for (n, _, dt), q, a in zip(v.inputs, v.quantized_inputs, raw, strict=True)
+        ]
         outs = [np.empty(shape, dt) for _, shape, dt in v.outputs]
         in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])

@@ -70,7 +70,8 @@ Build it again from the sources on {machine} with one command:
 
 Inputs and outputs are raw little-endian tensors in the order and shapes of model.json. In your own
 program, link {library} (`-l{name}`) and call `{name}_api()` (`XM_DECLARE_API({name})`), or `dlopen` it and
-take the descriptor with `xm_api_from_handle(handle, "{name}")`: the generic C API of xm_api.h.
+take the descriptor with `xm_api_from_handle(handle, "{name}")`: the generic C API of xm_api.h; from C++,
+the `Network` of xmge.hpp.
 {prebuilt}"""
 
 PREBUILT = """

@@ -104,8 +104,12 @@ typedef const xm_api* (*xm_api_fn)(void);
 
 #define XM_API_CAT_(a, b) a##b
 #define XM_API_CAT(a, b) XM_API_CAT_(a, b)
-/* declares P_api() of a model linked into this program */
+/* declares P_api() of a model linked into this program (from C or C++) */
+#ifdef __cplusplus
+#define XM_DECLARE_API(prefix) extern "C" const xm_api* XM_API_CAT(prefix, _api)(void)
+#else
 #define XM_DECLARE_API(prefix) const xm_api* XM_API_CAT(prefix, _api)(void)
+#endif
 
 #ifdef __cplusplus
 }
