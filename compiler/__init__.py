@@ -1,7 +1,8 @@
 """xmge: MegEngine's Python API on an MLIR-style compiler built with xDSL.
 
 ``import compiler as xm`` gives the names MegEngine users know: ``Tensor``, ``tensor``,
-``functional``, ``module``, ``jit``, ``autodiff`` (``GradManager``), ``optimizer``, ``save``/``load``, ``compile`` and ``load_compiled`` (a saved compiled package).
+``functional``, ``module``, ``jit``, ``autodiff`` (``GradManager``), ``optimizer``, ``save``/``load``,
+``compile`` and ``load_compiled`` (a saved compiled package).
 """
 
 from compiler import autodiff, functional, hub, jit, module, optimizer, random
