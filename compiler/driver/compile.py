@@ -398,7 +398,7 @@ class CompiledModel:
             "format_version": FORMAT_VERSION,
             "xmge_version": __version__,
             "name": self.name,
-            "prefix": self.name,
+            "prefix": getattr(self.build, "symbols", self.name),
             "target": str(self.target),
             "machine": machine,
             "cpu_features": sorted(needed(self.target)) if needed is not None else [],
@@ -494,10 +494,9 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
         if shapes is not None or batch_sizes is not None:
             raise CompileError("compile: verify=True checks one input shape; drop shapes= / batch_sizes=")
         module = to_module(model, example_inputs, graph)
-        report = verify_compile(module, target, example_inputs, threads=threads)
+        report = verify_compile(module, target, example_inputs, threads=threads, name=prefix)
         if not report.ok:
             raise NumericsMismatch(report)
-        report.compiled.name = prefix
         return report.compiled
     tgt = resolve_target(target)
     if threads < 1:
