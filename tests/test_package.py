@@ -648,3 +648,18 @@ def test_resnet18_package_with_batch_1_and_4_at_224(tmp_path: Path) -> None:
     np.testing.assert_allclose(y1[0], y4[0], rtol=1e-4, atol=1e-4 * float(np.abs(y4).max()))
     with pytest.raises(PackageError, match=r"holds \[\(1, 3, 224, 224\)\], \[\(4, 3, 224, 224\)\]"):
         model(x4[:2])
+
+
+def test_xmge_compile_names_the_package(tmp_path: Path) -> None:
+    from compiler.driver.cli import main
+
+    require(TARGET)
+    path, _ = _convnet_file(tmp_path)
+    out = tmp_path / "pkg"
+    assert main(["compile", str(path), "--target", TARGET, "-o", str(out), "--name", "My Net"]) == 0
+    meta = json.loads((out / MANIFEST).read_text())
+    assert meta["name"] == meta["prefix"] == "my_net" and meta["library"] == "libmy_net.so"
+    assert (out / "libmy_net.so").is_file() and "-DXM_PREFIX=my_net" in (out / "Makefile").read_text()
+    assert main(["compile", str(path), "--target", TARGET, "-o", str(out)]) == 0  # replaced in one step
+    assert json.loads((out / MANIFEST).read_text())["name"] == "convnet"
+    assert sorted(os.listdir(out.parent)) == ["convnet.mge", "pkg"]
