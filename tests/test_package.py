@@ -663,3 +663,24 @@ def test_xmge_compile_names_the_package(tmp_path: Path) -> None:
     assert main(["compile", str(path), "--target", TARGET, "-o", str(out)]) == 0  # replaced in one step
     assert json.loads((out / MANIFEST).read_text())["name"] == "convnet"
     assert sorted(os.listdir(out.parent)) == ["convnet.mge", "pkg"]
+
+
+def test_a_failed_save_leaves_the_previous_package(
+    mini: CompiledModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    out = tmp_path / "pkg"
+    mini.save(out)
+    other = compile(_model(seed=11), TARGET, [_mini()])
+
+    def full_disk(path: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(package, "_fsync_path", full_disk)  # the disk fills while the files are flushed
+    with pytest.raises(OSError, match="No space left"):
+        other.save(out)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["pkg"]
+    x = _mini(seed=12)
+    assert np.array_equal(load_compiled(out)(x), mini(x))
