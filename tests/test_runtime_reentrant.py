@@ -24,6 +24,7 @@ from backends.c.build import (
     LoadedModel,
     RunError,
     build,
+    checked_input,
     pack_weights,
     runtime_sources,
 )
@@ -148,16 +149,19 @@ def test_serialised_instance_is_also_correct(resnet) -> None:  # type: ignore[no
     assert model.num_arenas() == 1
 
 
+ONE_HOT_ROWS = 34000  # above the 32768 elements from which the one-hot kernel runs on OpenMP threads
+
+
 def _one_hot_model() -> tuple[Callable[..., object], list[np.ndarray]]:
     rng = np.random.default_rng(5)
-    w = xm.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+    w = xm.tensor(rng.standard_normal((1, 4)).astype(np.float32))
 
     def fn(x, idx):  # type: ignore[no-untyped-def]
-        y = F.relu(F.matmul(x, w))
+        y = F.relu(x * w)
         return F.indexing_one_hot(y, idx, axis=1) + F.sum(y, axis=1)
 
-    x = rng.standard_normal((64, 32)).astype(np.float32)
-    idx = rng.integers(0, 32, (64,)).astype(np.int32)
+    x = rng.standard_normal((ONE_HOT_ROWS, 4)).astype(np.float32)
+    idx = rng.integers(0, 4, (ONE_HOT_ROWS,)).astype(np.int32)
     return fn, [x, idx]
 
 
@@ -166,6 +170,10 @@ def one_hot() -> tuple[LoadedModel, list[np.ndarray]]:
     require(TARGET)
     fn, inputs = _one_hot_model()
     b, blob, _ = compile_variants(fn, [inputs], "onehot_reentrant", threads=2)
+    with open(os.path.join(b.directory, "model.c")) as f:
+        source = f.read()
+    # the kernel that fails runs in a parallel region: the failure is met on an OpenMP worker
+    assert f"num_threads(nt) if(nt > 1 && {ONE_HOT_ROWS} > 32768)" in source
     return LoadedModel(b.library, blob, 2), inputs
 
 
@@ -175,10 +183,10 @@ def test_index_error_in_one_thread_never_fails_another(one_hot) -> None:  # type
     the kernels' OpenMP threads."""
     model, (x, idx) = one_hot
     bad = idx.copy()
-    bad[7] = 40
+    bad[ONE_HOT_ROWS - 7] = 40  # in the second half of the rows: the second OpenMP thread's share
     want = model.run([x, idx])[0]
     with pytest.raises(
-        RunError, match=r"indexing_one_hot\w*: index 40 is out of range for an axis of size 32"
+        RunError, match=r"indexing_one_hot\w*: index 40 is out of range for an axis of size 4"
     ):
         model.run([x, bad])
     problems: list[str] = []
@@ -226,6 +234,26 @@ def test_inputs_are_not_silently_converted(one_hot) -> None:  # type: ignore[no-
         model.run([np.full(x.shape, 1e300), idx])
     with pytest.raises(InputError, match="takes 2 inputs, got 1"):
         model.run([x])
+
+
+def test_checked_input_rules() -> None:
+    i8, f32 = np.dtype(np.int8), np.dtype(np.float32)
+    q = checked_input("q", np.array([[1.0, -3.0]], np.float32), i8, quantized=True)
+    assert q.dtype == i8 and q.tolist() == [[1, -3]]
+    with pytest.raises(InputError, match="input q: non-integral values given for a quantized"):
+        checked_input("q", np.array([1.5], np.float32), i8, quantized=True)
+    with pytest.raises(InputError, match=r"input q: values in \[1, 300\] do not fit its storage dtype int8"):
+        checked_input("q", np.array([1.0, 300.0]), i8, quantized=True)
+    with pytest.raises(InputError, match="input b: values other than 0 and 1"):
+        checked_input("b", np.array([0, 2]), np.dtype(bool))
+    assert checked_input("b", [1, 0], np.dtype(bool)).tolist() == [True, False]
+    with pytest.raises(InputError, match="not all exactly representable"):
+        checked_input("x", np.array([2**24 + 1]), f32)
+    t = checked_input("x", np.arange(6, dtype=np.float32).reshape(2, 3).T, f32)  # a strided view: copied
+    assert t.flags.c_contiguous and t.tolist() == [[0, 3], [1, 4], [2, 5]]
+    assert checked_input("s", np.float64(2.5), f32).shape == ()
+    with pytest.raises(InputError, match="cannot take complex128 values as float32"):
+        checked_input("c", np.array([1j]), f32)
 
 
 def test_zero_dim_input_keeps_its_shape() -> None:

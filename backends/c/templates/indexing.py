@@ -307,9 +307,14 @@ static void {sym}({args}) {{
 """
         args = ", ".join(
             [
-                "const void* src_", "const void* val_", *idx_args, "void* out_", "unsigned char* ws",
-                "int nt", "xm_ctx* ctx",
-            ]  # fmt: skip
+                "const void* src_",
+                "const void* val_",
+                *idx_args,
+                "void* out_",
+                "unsigned char* ws",
+                "int nt",
+                "xm_ctx* ctx",
+            ]
         )
         return _dense_update(sym, args, p["elem"], math.prod(p["src"]), prologue + walk)
 
