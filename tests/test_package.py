@@ -196,6 +196,10 @@ def _damage(out: Path, what: str) -> str:
         meta["cpu_features"].append("avx10_9")
         (out / MANIFEST).write_text(json.dumps(meta))
         return "lacks: avx10_9"
+    if what == "files outside":
+        meta["files"]["../../etc/passwd"] = "0" * 64
+        (out / MANIFEST).write_text(json.dumps(meta))
+        return "outside the package"
     if what == "arm package":
         meta["target"] = "arm-nchw44-dot"
         (out / MANIFEST).write_text(json.dumps(meta))
@@ -207,7 +211,7 @@ def _damage(out: Path, what: str) -> str:
     "what",
     [
         "truncated weights", "patched library", "missing library", "no manifest", "bad manifest",
-        "newer format", "another cpu", "arm package",
+        "newer format", "another cpu", "arm package", "files outside",
     ],
 )  # fmt: skip
 def test_a_damaged_or_foreign_package_is_refused_naming_the_file(

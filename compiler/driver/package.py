@@ -258,9 +258,13 @@ def read_manifest(directory: str) -> dict[str, Any]:
             f"{path}: package format version {version}, this xmge reads version {FORMAT_VERSION}: "
             "compile the model again"
         )
-    for key in ("files", "variants", "target"):
-        if key not in manifest:
-            raise PackageError(f"{path}: the manifest has no {key!r}")
+    for key, kind in (("files", dict), ("variants", list), ("target", str)):
+        if not isinstance(manifest.get(key), kind):
+            raise PackageError(f"{path}: the manifest has no {key!r} {kind.__name__}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in manifest["files"].items()):
+        raise PackageError(f"{path}: 'files' must map each file to its sha256")
+    if any(os.path.isabs(k) or ".." in k.split("/") for k in manifest["files"]):
+        raise PackageError(f"{path}: 'files' names a file outside the package")
     return manifest
 
 
