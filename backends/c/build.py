@@ -3,20 +3,26 @@
 A build directory is named after the hash of everything that determines the binaries (the generated
 source, the runtime sources, the compiler and its flags), under ``$XMGE_CACHE_DIR`` or
 ``~/.cache/xmge/c``. Weights are not compiled in, so models that differ only in their weights share one
-build. Directories are filled in a temporary sibling and renamed into place, so concurrent builds of the
-same model never see a half-written one.
+build. Directories are filled in a temporary sibling (``<key>.<pid>.tmp<random>``) and renamed into
+place, so concurrent builds of the same model never see a half-written one; the next build removes the
+temporaries of builds that died. Each entry records the sha256 of its outputs (``xmge-cache.json``), checked
+before every reuse: a damaged entry is built again, never loaded.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
+import logging
 import math
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -38,6 +44,7 @@ RUNTIME_FILES = (
     "runner.c",
     "xmge.hpp",
 )
+logger = logging.getLogger("xmge.build")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
 
 
@@ -165,18 +172,138 @@ def cache_key(
     return prefix + h.hexdigest()[:24]
 
 
+CACHE_MANIFEST = "xmge-cache.json"
+# a build's temporary folder is ``<key>.<pid>.<random>``: a folder whose writer is gone is removed by the
+# next build; one whose pid is alive (or reused) only once it is this old
+STALE_BUILD_SECONDS = 6 * 3600
+# folders of the earlier ``<key>.<random>`` naming carry no pid: removed once this old
+STALE_LEGACY_SECONDS = 60 * 60
+_BUILD_TMP = re.compile(r"(?P<key>[\w.-]+?)\.(?P<pid>\d+)\.tmp[\w]+")
+_LEGACY_TMP = re.compile(r"[\w-]*?[0-9a-f]{24}\.[\w]{8}")
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _record_outputs(work: str, outputs: Sequence[str]) -> None:
+    """Write the cache entry's manifest (the sha256 of each output, checked before every reuse) and
+    flush the entry to disk before it is renamed into place."""
+    digests = {o: file_sha256(os.path.join(work, o)) for o in outputs}
+    with open(os.path.join(work, CACHE_MANIFEST), "w") as f:
+        json.dump({"outputs": digests}, f)
+    for name in (*outputs, CACHE_MANIFEST):
+        fd = os.open(os.path.join(work, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def cache_entry_problem(directory: str, outputs: Sequence[str]) -> str | None:
+    """Why the cache entry ``directory`` cannot be reused (a file missing, or not what was built:
+    truncated, overwritten), or ``None`` when every output matches the hash recorded at build time."""
+    try:
+        with open(os.path.join(directory, CACHE_MANIFEST)) as f:
+            recorded = json.load(f)["outputs"]
+    except FileNotFoundError:
+        return f"{CACHE_MANIFEST} is missing"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{CACHE_MANIFEST} is unreadable ({exc})"
+    for o in outputs:
+        path = os.path.join(directory, o)
+        if not isinstance(recorded, dict) or o not in recorded:
+            return f"{CACHE_MANIFEST} records no hash for {o}"
+        try:
+            if file_sha256(path) != recorded[o]:
+                return f"{o} does not match the hash recorded when it was built"
+        except OSError as exc:
+            return f"{o} cannot be read ({exc.strerror})"
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(root: str) -> list[str]:
+    """Remove the temporary folders of builds that died in ``root`` (their writer's pid is gone, or
+    they are older than :data:`STALE_BUILD_SECONDS`, or of the pid-less earlier naming and older than
+    :data:`STALE_LEGACY_SECONDS`); the names removed."""
+    now = time.time()
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _BUILD_TMP.fullmatch(entry.name)
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if m is not None:
+            stale = int(m.group("pid")) != os.getpid() and not _pid_alive(int(m.group("pid")))
+            stale = stale or age > STALE_BUILD_SECONDS
+        else:
+            stale = _LEGACY_TMP.fullmatch(entry.name) is not None and age > STALE_LEGACY_SECONDS
+        if stale:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
+_CLEANED: set[str] = set()
+
+
+def _discard(final: str) -> None:
+    """Move a damaged entry out of the way (atomically, so a concurrent reader sees it whole or not
+    at all) and delete it."""
+    trash = f"{final}.{os.getpid()}.tmp{secrets.token_hex(4)}"
+    try:
+        os.rename(final, trash)
+    except OSError:  # another process moved it first
+        return
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.unlink(trash)
+
+
 def cached_dir(key: str, outputs: Sequence[str], fill: Callable[[str], None]) -> tuple[str, bool]:
     """(the cache directory ``key`` holding ``outputs``, whether it was there already), filled by
     ``fill(workdir)`` if missing (in a temporary sibling renamed into place, so concurrent builds never
-    see half a build)."""
+    see half a build). An entry is reused only when its outputs match the sha256 recorded when it was
+    built; a damaged one (truncated, overwritten, missing its record) is discarded and built again."""
     root = cache_root()
     final = os.path.join(root, key)
-    if all(os.path.isfile(os.path.join(final, o)) for o in outputs):
-        return final, True
+    if root not in _CLEANED:  # once per process even when every build is found, on every miss
+        _CLEANED.add(root)
+        remove_stale_temporaries(root)
+    if os.path.lexists(final):
+        problem = cache_entry_problem(final, outputs) if os.path.isdir(final) else "not a folder"
+        if problem is None:
+            return final, True
+        logger.warning("rebuilding the damaged cache entry %s: %s", final, problem)
+        _discard(final)
     os.makedirs(root, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=key + ".", dir=root)
+    remove_stale_temporaries(root)
+    work = tempfile.mkdtemp(prefix=f"{key}.{os.getpid()}.tmp", dir=root)
     try:
         fill(work)
+        _record_outputs(work, outputs)
         try:
             os.rename(work, final)
         except OSError:  # another process finished the same build first

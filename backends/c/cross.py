@@ -12,7 +12,8 @@
   executes instead, per function and per instruction class (NEON, ``sdot``, FP16), from qemu's
   translation log (``-d in_asm,exec,nochain``: each executed translation block is logged, and the
   instructions of each block once), since Debian's qemu ships no TCG plugins (``libinsn.so``).
-* :func:`project_files` writes the Makefile / CMakeLists.txt a user builds on the device with.
+* The Makefile / CMakeLists.txt a user builds the saved package with on the device are
+  :mod:`backends.c.project`'s, shared with x86 packages.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from backends.c.build import Build, BuildError, cached_build
-from backends.c.symbols import DEFAULT_PREFIX, check_prefix
 
 QEMU_FLAGS = ("-cpu", "max")
 
@@ -195,88 +195,6 @@ def defined_functions(source: str) -> set[str]:
     return {m.group(1) for m in _C_FUNCTION.finditer(source) if m.group(1) not in ("if", "for", "while")}
 
 
-# ----------------------------------------------------------------------------------------------
-# The on-device project
-
-MAKEFILE = """# Build the xmge model on an AArch64 device (cross: make CC=aarch64-linux-gnu-gcc)
-CC ?= cc
-PREFIX ?= {prefix}
-CFLAGS ?= {cflags}
-LDLIBS = -pthread -lm
-XM_CFLAGS = $(CFLAGS) -DXM_PREFIX=$(PREFIX)
-
-all: lib$(PREFIX).so runner
-
-lib$(PREFIX).so: model.c xm_runtime.c xm_runtime.h xm_api.h xm_select.h xm_kernels.h
-\t$(CC) $(XM_CFLAGS) -shared model.c xm_runtime.c -o $@ $(LDLIBS)
-
-runner: model.c xm_runtime.c runner.c xm_runtime.h xm_api.h xm_select.h xm_kernels.h
-\t$(CC) $(XM_CFLAGS) model.c xm_runtime.c runner.c -o $@ $(LDLIBS)
-
-run: runner
-\t./runner weights.bin -t 1 -n 20
-
-clean:
-\trm -f lib$(PREFIX).so runner
-
-.PHONY: all run clean
-"""
-
-CMAKELISTS = """cmake_minimum_required(VERSION 3.10)
-project({prefix} C)
-set(CMAKE_C_STANDARD 11)
-find_package(OpenMP)
-find_package(Threads REQUIRED)
-set(XM_FLAGS {cflags_cmake} -DXM_PREFIX={prefix})
-add_library({prefix} SHARED model.c xm_runtime.c)
-add_executable(runner model.c xm_runtime.c runner.c)
-foreach(t {prefix} runner)
-  target_compile_options(${{t}} PRIVATE ${{XM_FLAGS}})
-  target_link_libraries(${{t}} PRIVATE m Threads::Threads)
-  if(OpenMP_C_FOUND)
-    target_link_libraries(${{t}} PRIVATE OpenMP::OpenMP_C)
-  endif()
-endforeach()
-"""
-
-README = """# xmge model for {target}
-
-Build on the device (AArch64, ARMv8.2-A{extras}) with one command:
-
-    make
-
-(or `cmake -B build && cmake --build build`). Then run it:
-
-    ./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]
-
-Inputs and outputs are raw little-endian tensors in the order and shapes of model.json. In your own
-program, link lib{prefix}.so (or dlopen it) and use the descriptor {prefix}_api() (xm_api.h), or the
-C++ Network of xmge.hpp.
-
-`prebuilt/` holds the same library and a statically linked runner cross-built on the host
-(`qemu-aarch64 -cpu max prebuilt/runner weights.bin` runs it there under emulation).
-"""
-
-
-def project_files(target: str, cflags: Sequence[str], prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
-    """Makefile, CMakeLists.txt and README.md for building the saved sources of the model of symbol
-    prefix ``prefix`` on the device."""
-    check_prefix(prefix)
-    device_flags = [f for f in cflags if f != "-fPIC" and not f.startswith("-DXM_PREFIX=")] + ["-fPIC"]
-    extras = "".join(
-        word
-        for flag, word in (("dot", " with the dot product"), ("fp16", " with FP16 arithmetic"))
-        if flag in target
-    )
-    return {
-        "Makefile": MAKEFILE.format(cflags=" ".join(device_flags), prefix=prefix),
-        "CMakeLists.txt": CMAKELISTS.format(
-            cflags_cmake=" ".join(f for f in device_flags if f != "-fopenmp"), prefix=prefix
-        ),
-        "README.md": README.format(target=target, extras=extras, prefix=prefix),
-    }
-
-
 __all__ = [
     "EMULATION_NOTE",
     "EmulationWarning",
@@ -286,6 +204,5 @@ __all__ = [
     "defined_functions",
     "insn_class",
     "launcher",
-    "project_files",
     "toolchain_problem",
 ]
