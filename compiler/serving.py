@@ -661,7 +661,10 @@ def run(
     cluster, e.g. ``"auto"`` after ``ray start --head``) and return the deployment's handle. HTTP
     requests go to ``http://HOST:PORT/<name>``."""
     ray, serve = _ray()
-    name = options.name or _source_name(source)
+    path = os.fspath(source)
+    if not (os.path.isdir(path) or os.path.isfile(path)):
+        raise ServingError(f"{path}: no such model file or package folder")
+    name = options.name or source_name(source)
     options = ServeOptions(**{**options.__dict__, "name": name})
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -672,7 +675,7 @@ def run(
     return serve.run(deployment(source, options), name=name, route_prefix=f"/{name}")
 
 
-def _source_name(source: str | os.PathLike[str]) -> str:
+def source_name(source: str | os.PathLike[str]) -> str:
     path = os.fspath(source).rstrip("/")
     if os.path.isdir(path):
         manifest = os.path.join(path, "model.json")
@@ -710,6 +713,7 @@ __all__ = [
     "parse_body",
     "run",
     "served_from_compiled",
+    "source_name",
     "served_from_network",
     "shutdown",
     "validate",

@@ -300,3 +300,41 @@ def test_ray_serve_batches_concurrent_requests(ray_serve: int, convnet_file: str
     assert "model 'picker' failed" in json.loads(body)["error"] and "index 9" in json.loads(body)["error"]
     status, body = _post(purl, json.dumps({"inputs": {"x": [[0, 1, 2, 3, 4, 5]], "idx": [4]}}).encode())
     assert status == 200 and json.loads(body)["outputs"] == {next(iter(json.loads(body)["outputs"])): [8.0]}
+
+
+def test_cli_serve_refuses_a_missing_model_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from compiler.driver.cli import main
+
+    assert main(["serve", "/nonexistent/model.mge"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("/nonexistent/model.mge: no such model file or package folder")
+    assert "\n" not in err
+
+
+@pytest.mark.slow
+def test_cli_serve_answers_and_stops_on_sigterm(convnet_file: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'ray[serve]')")
+    port = _free_port()
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-m", "compiler.driver.cli", "serve", convnet_file, "--port", str(port)]
+    cmd += ["--batch-sizes", "1,2", "--max-batch", "2"]
+    proc = subprocess.Popen(
+        cmd, cwd=repo, env={**os.environ, "PYTHONPATH": repo}, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert f"http://127.0.0.1:{port}/convnet" in line
+        x = _samples(2, 3)
+        status, body = _post(
+            f"http://127.0.0.1:{port}/convnet", json.dumps({"inputs": {"data": x.tolist()}}).encode()
+        )
+        assert status == 200
+        got = np.asarray(json.loads(body)["outputs"]["fc2.ADD"], np.float32)
+        np.testing.assert_allclose(got, _reference(convnet_file, x), rtol=1e-4, atol=1e-4)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
