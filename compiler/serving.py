@@ -22,6 +22,8 @@ request carries the same number of samples.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import io
 import json
 import math
@@ -136,6 +138,7 @@ def served_from_network(network: Any, batch_sizes: Sequence[int], name: str | No
     for b in sorted(set(batch_sizes)):
         shapes = tuple((b, *s[1:]) for s in file_shapes)
         compiled = network._variant(shapes).compiled
+        compiled.loaded()  # the library and weights in memory now, not on the first request
         runners[b] = compiled.run
         if inputs is None:
             inputs = _specs(names, shapes, [numpy_dtype(t.element_type) for t in in_types.values()], b)
@@ -547,6 +550,7 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
             )
             self.metrics = Metrics()
             self.runner = BatchRunner(self.model, self.metrics)
+            self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xmge-run")
             self._run_batch.set_max_batch_size(options.max_batch)
             self._run_batch.set_batch_wait_timeout_s(options.batch_wait_ms / 1e3)
             self.ray_metrics = _ray_metrics(self.model.name)
@@ -559,8 +563,11 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
             max_batch_size=8, batch_wait_timeout_s=0.005, batch_size_fn=lambda rs: sum(r.samples for r in rs)
         )
         async def _run_batch(self, requests: list[Request]) -> list[Any]:
+            # on a worker thread: the model's run releases the GIL, so the replica's event loop goes
+            # on reading and validating the requests that form the next batch
+            loop = asyncio.get_running_loop()
             try:
-                outs = self.runner.run(requests)
+                outs = await loop.run_in_executor(self.executor, self.runner.run, requests)
             except ModelFailure as exc:
                 return [exc] * len(requests)
             if self.ray_metrics is not None:
