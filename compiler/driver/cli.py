@@ -1,9 +1,9 @@
 """The ``xmge`` command.
 
-    xmge run MODEL.mge --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
+    xmge run MODEL.mge|PACKAGE_DIR --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
     xmge inspect MODEL.mge
-    xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N]
-    xmge bench MODEL.mge [--target TARGET] [--threads N] [--iters N] [--profile]
+    xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N] [--name PREFIX]
+    xmge bench MODEL.mge|PACKAGE_DIR [--target TARGET] [--threads N] [--iters N] [--profile]
     xmge convert MODEL.onnx -o MODEL.mge [--format FBS_V2|FBS] [--enable-OPTION ...]
     xmge serve PACKAGE_OR_MODEL [--replicas N] [--max-batch B] [--batch-wait-ms T] [--port P] ...
 
@@ -12,8 +12,10 @@
 
 ``run`` feeds ``.npy`` (or ``.npz``: every array whose key is an input name) files, prints each
 output's name, shape, dtype and a checksum (sum and sum of absolute values, float64), and saves
-the outputs keyed by output var name. ``inspect`` lists every graph's operators with params,
-output shapes and dtypes, the metadata and the weight bytes. Errors print one line and exit 2.
+the outputs keyed by output var name (a ``PACKAGE_DIR`` that ``xmge compile -o`` wrote runs its
+compiled library, loaded without compiling; ``bench PACKAGE_DIR`` times it). ``inspect`` lists every
+graph's operators with params, output shapes and dtypes, the metadata and the weight bytes. Errors
+print one line and exit 2.
 """
 
 from __future__ import annotations
@@ -58,9 +60,14 @@ def checksum(arr: np.ndarray) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import os
+
     from compiler.lite import Network
 
-    net = Network(args.model, graph=args.graph)
+    # a folder is a saved compiled package (xmge compile -o DIR): run its library, compile nothing
+    net: Any = (
+        _PackageNetwork(args.model) if os.path.isdir(args.model) else Network(args.model, graph=args.graph)
+    )
     feeds = _load_inputs(args.input or [], net.get_all_input_name())
     unknown = sorted(set(feeds) - set(net.get_all_input_name()))
     if unknown:
@@ -75,6 +82,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         np.savez(args.output, **outs)
         print(f"saved {len(outs)} output(s) to {args.output}")
     return 0
+
+
+class _PackageNetwork:
+    """A loaded package with the named-input call ``cmd_run`` makes of a ``Network``."""
+
+    def __init__(self, directory: str) -> None:
+        from compiler.driver.package import load_compiled
+
+        self.model = load_compiled(directory)
+        self.inputs = [name for name, _, _ in self.model.variants[0].inputs]
+        self.outputs = [name for name, _, _ in self.model.variants[0].outputs]
+
+    def get_all_input_name(self) -> list[str]:
+        return list(self.inputs)
+
+    def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        outs = self.model.run([feeds[n] for n in self.inputs])
+        return dict(zip(self.outputs, outs, strict=True))
 
 
 def _enum_fields() -> dict[tuple[str, str], Any]:
@@ -211,7 +236,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver.compile import compile_file
 
-    compiled = compile_file(args.model, args.target, args.output, threads=args.threads, graph=args.graph)
+    compiled = compile_file(
+        args.model, args.target, args.output, threads=args.threads, graph=args.graph, name=args.name
+    )
     print(f"compiled {args.model} for {compiled.target} into {args.output}")
     print(f"  arena {compiled.arena_size} bytes, weights {compiled.weights_size} bytes")
     if compiled.emulated:
@@ -220,11 +247,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import os
     import time
 
     from compiler.driver.compile import benchmark, compile, profile
     from dialects.dtypes import numpy_dtype
 
+    if os.path.isdir(args.model):
+        return _bench_package(args)
+    args.threads = args.threads or 1
     t0 = time.perf_counter()
     compiled = compile(args.model, args.target, threads=args.threads)
     seconds = time.perf_counter() - t0
@@ -245,6 +276,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("  per kernel (ms per run, share):")
         for name, ms in rows[:15]:
             print(f"    {ms:8.3f} {100 * ms / total:5.1f}%  {name}")
+    return 0
+
+
+def _bench_package(args: argparse.Namespace) -> int:
+    """``xmge bench DIR``: time a saved package's library on random inputs of each shape it holds."""
+    import time
+
+    from compiler.driver.compile import benchmark
+    from compiler.driver.package import load_compiled
+
+    t0 = time.perf_counter()
+    model = load_compiled(args.model, threads=args.threads)
+    seconds = time.perf_counter() - t0
+    print(
+        f"{args.model}: package {model.name}, target {model.target}, {model.threads} thread(s), "
+        f"loaded in {seconds * 1e3:.1f} ms"
+    )
+    rng = np.random.default_rng(0)
+    for variant in model.variants:
+        inputs = [
+            rng.standard_normal(shape).astype(dt)
+            for (_, shape, _), dt in zip(variant.inputs, variant.input_dtypes, strict=True)
+        ]
+        stats = benchmark(lambda inputs=inputs: model.run(inputs), warmup=3, iters=args.iters)
+        shapes = ", ".join(str(s) for s in variant.input_shapes)
+        print(
+            f"  {shapes}: median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms, "
+            f"mean {stats['mean_ms']:.3f} ms over {stats['runs']} runs"
+        )
     return 0
 
 
@@ -318,11 +378,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.add_argument("-o", "--output", required=True, help="the folder to write")
     comp.add_argument("--threads", type=int, default=1)
     comp.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
+    comp.add_argument(
+        "--name", default=None, help="the C symbol prefix and library name (default: the file's)"
+    )
     comp.set_defaults(handler=cmd_compile)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")
     bench.add_argument("model")
     bench.add_argument("--target", "-t", default=None, help="default: this machine's best x86 target")
-    bench.add_argument("--threads", type=int, default=1)
+    bench.add_argument("--threads", type=int, default=None, help="default 1 (a package: its own count)")
     bench.add_argument("--iters", type=int, default=20)
     bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
     bench.set_defaults(handler=cmd_bench)
