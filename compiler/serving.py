@@ -122,37 +122,6 @@ def _specs(
     return specs
 
 
-def served_from_network(network: Any, batch_sizes: Sequence[int], name: str | None = None) -> ServedModel:
-    """A :class:`ServedModel` from a compiled :class:`compiler.lite.Network`: the network's graph is
-    shape-inferred again and compiled for each batch size (the build cache makes this cheap after the
-    first time)."""
-    from dialects.dtypes import numpy_dtype
-
-    if network.compiled is None:
-        raise ServingError("the network is not compiled: call network.compile(target) first")
-    in_types = network.input_types()
-    names = list(in_types)
-    file_shapes = [tuple(t.get_shape()) for t in in_types.values()]
-    runners: dict[int, Callable[[list[np.ndarray]], Sequence[np.ndarray]]] = {}
-    inputs = outputs = None
-    for b in sorted(set(batch_sizes)):
-        shapes = tuple((b, *s[1:]) for s in file_shapes)
-        compiled = network._variant(shapes).compiled
-        compiled.loaded()  # the library and weights in memory now, not on the first request
-        runners[b] = compiled.run
-        if inputs is None:
-            inputs = _specs(names, shapes, [numpy_dtype(t.element_type) for t in in_types.values()], b)
-            out_types = compiled.output_types
-            outputs = _specs(
-                network.get_all_output_name(),
-                [t.get_shape() for t in out_types],
-                [numpy_dtype(t.element_type) for t in out_types],
-                b,
-            )
-    assert inputs is not None and outputs is not None
-    return ServedModel(name or "model", inputs, outputs, runners, str(network.compiled.target))
-
-
 def load_served_model(
     source: str | os.PathLike[str],
     *,
@@ -161,67 +130,59 @@ def load_served_model(
     threads: int = 1,
     name: str | None = None,
 ) -> ServedModel:
-    """The model to serve from ``source``: a saved package folder (its batch sizes are the shapes it
-    holds), or a ``.mge`` / ``.onnx`` file compiled here for ``target`` (default: this machine) at each
-    of ``batch_sizes``."""
+    """The model to serve from ``source``: a saved package folder (its batch sizes are the variants it
+    holds; loaded without compiling), or a ``.mge`` / ``.onnx`` file compiled here for ``target``
+    (default: this machine) with one variant per batch size of ``batch_sizes``."""
     path = os.fspath(source)
     if os.path.isdir(path):
-        return _served_from_package(path, threads=threads, name=name)
+        from compiler.driver.package import load_compiled
+
+        return served_from_compiled(load_compiled(path, threads=threads), name=name)
     if not os.path.isfile(path):
         raise ServingError(f"{path}: no such model file or package folder")
-    from compiler.lite import Network
+    from compiler.driver.compile import compile
 
-    data = _mge_bytes(path)
-    network = Network(data).compile(target, threads=threads)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    return served_from_network(network, batch_sizes, name or _identifier(stem))
-
-
-def _mge_bytes(path: str) -> bytes:
-    if path.endswith(".onnx"):  # through a .mge, so Lite re-infers its shapes per batch size
-        from compiler.driver.compile import read_model_file
-        from compiler.dump import dump_module
-
-        return dump_module(read_model_file(path))
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _served_from_package(path: str, *, threads: int, name: str | None) -> ServedModel:
-    try:
-        from compiler.driver.compile import load_compiled  # type: ignore[attr-defined]
-    except ImportError:
-        raise ServingError(f"{path}: loading saved packages needs compiler.load_compiled") from None
-    model = load_compiled(path, threads=threads)
-    return served_from_compiled(model, name=name)
+    stem = _identifier(os.path.splitext(os.path.basename(path))[0])
+    model = compile(path, target, threads=threads, batch_sizes=sorted(set(batch_sizes)), name=name or stem)
+    return served_from_compiled(model, name=name or stem)
 
 
 def served_from_compiled(model: Any, name: str | None = None) -> ServedModel:
-    """A :class:`ServedModel` from a compiled model holding one variant per batch size (a saved package
-    or ``compile(..., shapes=[...])``): each variant's first input axis is its batch size."""
+    """A :class:`ServedModel` from a compiled model or loaded package (``compile(..., batch_sizes=)``,
+    ``load_compiled``): each variant's inputs and outputs share one leading batch axis, the variant's
+    batch size; the model picks the variant by the shapes of what it is given."""
     from dialects.dtypes import numpy_dtype
 
-    variants = getattr(model, "variants", None) or [model]
+    shapes = model.shapes
+    variants = getattr(model, "variants", None)
+    if variants:  # a loaded package: names, shapes and dtypes from its manifest
+        ins, outs = variants[0].inputs, variants[0].outputs
+        in_io = [(n, s, np.dtype(d)) for (n, s, _), d in zip(ins, variants[0].input_dtypes, strict=True)]
+        out_io = [(n, s, np.dtype(d)) for (n, s, _), d in zip(outs, variants[0].output_dtypes, strict=True)]
+    else:
+        in_io = [
+            (n, tuple(t.get_shape()), numpy_dtype(t.element_type))
+            for n, t in zip(model.input_names, model.input_types, strict=True)
+        ]
+        out_io = [
+            (n, tuple(t.get_shape()), numpy_dtype(t.element_type))
+            for n, t in zip(model.output_names, model.output_types, strict=True)
+        ]
+    first = shapes[0][0][0] if shapes and shapes[0] and shapes[0][0] else 0
+    inputs = _specs([n for n, _, _ in in_io], [s for _, s, _ in in_io], [d for _, _, d in in_io], first)
+    outputs = _specs([n for n, _, _ in out_io], [s for _, s, _ in out_io], [d for _, _, d in out_io], first)
     runners: dict[int, Callable[[list[np.ndarray]], Sequence[np.ndarray]]] = {}
-    inputs = outputs = None
-    for v in variants:
-        in_shapes = [tuple(t.get_shape()) for t in v.input_types]
-        b = in_shapes[0][0] if in_shapes and in_shapes[0] else 0
+    for signature in shapes:
+        b = signature[0][0] if signature and signature[0] else 0
+        if [tuple(x) for x in signature] != [(b, *spec.sample_shape) for spec in inputs]:
+            raise ServingError(
+                f"model {model.name!r}: variant {[list(x) for x in signature]} is not the first variant's "
+                "inputs with another batch size; only batch-size variants can be served with batching"
+            )
         runners[b] = model.run
-        if inputs is None:
-            in_names = list(getattr(v, "input_names", None) or [f"input{i}" for i in range(len(in_shapes))])
-            out_names = list(
-                getattr(v, "output_names", None) or [f"output{i}" for i in range(len(v.output_types))]
-            )
-            inputs = _specs(in_names, in_shapes, [numpy_dtype(t.element_type) for t in v.input_types], b)
-            outputs = _specs(
-                out_names,
-                [t.get_shape() for t in v.output_types],
-                [numpy_dtype(t.element_type) for t in v.output_types],
-                b,
-            )
-    assert inputs is not None and outputs is not None
-    return ServedModel(name or getattr(model, "name", "model"), inputs, outputs, runners, str(model.target))
+    if hasattr(model, "loaded"):
+        model.loaded()  # the library and weights in memory now, not on the first request
+    return ServedModel(name or model.name, inputs, outputs, runners, str(model.target))
 
 
 def _identifier(text: str) -> str:
@@ -721,7 +682,6 @@ __all__ = [
     "run",
     "served_from_compiled",
     "source_name",
-    "served_from_network",
     "shutdown",
     "validate",
 ]

@@ -63,6 +63,15 @@ def picker_file(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
+def convnet_package(convnet_file: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    from compiler.driver.compile import compile
+
+    out = tmp_path_factory.mktemp("serve") / "convnet_pkg"
+    compile(convnet_file, None, batch_sizes=BATCH_SIZES, name="convnet").save(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
 def served(convnet_file: str) -> serving.ServedModel:
     return serving.load_served_model(convnet_file, batch_sizes=BATCH_SIZES)
 
@@ -86,6 +95,14 @@ def test_served_model_describes_batch_axis(served: serving.ServedModel) -> None:
     assert d["batch_sizes"] == [1, 2, 4]
     assert d["inputs"] == [{"name": "data", "shape": ["batch", 1, 28, 28], "dtype": "float32"}]
     assert d["outputs"][0]["shape"] == ["batch", 10]
+
+
+def test_a_package_serves_the_batch_sizes_it_holds(convnet_package: str, convnet_file: str) -> None:
+    model = serving.load_served_model(convnet_package, batch_sizes=(99,))  # a package's own sizes win
+    assert model.batch_sizes == [1, 2, 4] and model.name == "convnet"
+    x = _samples(3, 11)
+    (out,) = serving.BatchRunner(model).run([serving.validate(model, {"data": x}, max_samples=8)])
+    np.testing.assert_allclose(out[0], _reference(convnet_file, x), rtol=1e-4, atol=1e-4)
 
 
 def test_plan_pads_the_rest_to_the_smallest_size_that_holds_it(served: serving.ServedModel) -> None:
@@ -204,6 +221,12 @@ def _post(url: str, body: bytes, content_type: str = "application/json") -> tupl
         return exc.code, exc.read()
 
 
+def _npz(x: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, data=x)
+    return buf.getvalue()
+
+
 def _children(pid: int) -> set[int]:
     out: set[int] = set()
     for task in os.listdir(f"/proc/{pid}/task"):
@@ -238,7 +261,9 @@ def ray_serve() -> Any:
     assert not _children(os.getpid()) - before, "Ray left processes behind"
 
 
-def test_ray_serve_batches_concurrent_requests(ray_serve: int, convnet_file: str, picker_file: str) -> None:
+def test_ray_serve_batches_concurrent_requests(
+    ray_serve: int, convnet_file: str, picker_file: str, convnet_package: str
+) -> None:
     port = ray_serve
     options = serving.ServeOptions(name="convnet", batch_sizes=BATCH_SIZES, max_batch=4, batch_wait_ms=50)
     handle = serving.run(convnet_file, options, port=port)
@@ -291,6 +316,16 @@ def test_ray_serve_batches_concurrent_requests(ray_serve: int, convnet_file: str
     assert samples / runs > 1.2, f"requests were not batched ({samples} samples in {runs} runs)"
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/healthz", timeout=30) as resp:
         assert resp.status == 200
+
+    # a saved package, loaded by the replica without compiling: 3 samples run padded to 4
+    serving.run(convnet_package, serving.ServeOptions(name="packaged"), port=port)
+    assert serving.source_name(convnet_package) == "convnet"  # the default name: the package's
+    x3 = _samples(3, 5)
+    status, body = _post(f"http://127.0.0.1:{port}/packaged", _npz(x3), "application/octet-stream")
+    assert status == 200, body
+    np.testing.assert_allclose(
+        np.load(io.BytesIO(body))["fc2.ADD"], _reference(convnet_file, x3), rtol=1e-4, atol=1e-4
+    )
 
     # a model failure: 500 naming the model, and the replica answers the next request
     serving.run(picker_file, serving.ServeOptions(name="picker", batch_sizes=(1,)), port=port)
