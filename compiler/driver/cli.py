@@ -5,6 +5,7 @@
     xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N] [--name PREFIX]
     xmge bench MODEL.mge|PACKAGE_DIR [--target TARGET] [--threads N] [--iters N] [--profile]
     xmge convert MODEL.onnx -o MODEL.mge [--format FBS_V2|FBS] [--enable-OPTION ...]
+    xmge serve PACKAGE_OR_MODEL [--replicas N] [--max-batch B] [--batch-wait-ms T] [--port P] ...
 
 ``compile``, ``bench`` and ``convert`` also take ONNX models (``.onnx``), read by
 ``backends.onnx.reader``.
@@ -322,6 +323,37 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Deploy a package or model on Ray Serve and serve until interrupted."""
+    import signal
+    import threading
+
+    from compiler import serving
+
+    sizes = tuple(int(b) for b in args.batch_sizes.split(",")) if args.batch_sizes else None
+    options = serving.ServeOptions(
+        name=args.name,
+        replicas=args.replicas,
+        max_batch=args.max_batch,
+        batch_wait_ms=args.batch_wait_ms,
+        batch_sizes=sizes or tuple(b for b in serving.DEFAULT_BATCH_SIZES if b <= args.max_batch),
+        threads=args.threads,
+        target=args.target,
+    )
+    serving.run(args.model, options, host=args.host, port=args.port, address=args.address)
+    name = options.name or serving.source_name(args.model)
+    print(f"serving {args.model} at http://{args.host}:{args.port}/{name} (Ctrl-C stops)", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serving.shutdown()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="xmge", description="Run and inspect MegEngine .mge models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -369,6 +401,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fuse-conv-bias-nonlinearity, nchw88, io16xc32",
     )
     conv.set_defaults(handler=cmd_convert)
+    srv = sub.add_parser("serve", help="serve a package or model on Ray Serve with dynamic batching")
+    srv.add_argument("model", help="a saved package folder, a .mge or an .onnx file")
+    srv.add_argument("--name", help="the route (/NAME) and application name (default: the model's)")
+    srv.add_argument("--replicas", type=int, default=1)
+    srv.add_argument("--max-batch", type=int, default=8, help="samples per model run, at most")
+    srv.add_argument("--batch-sizes", help="batch sizes to compile a model file for (default 1,4,8)")
+    srv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill")
+    srv.add_argument("--threads", type=int, default=1, help="threads per model run")
+    srv.add_argument("--target", "-t", default=None, help="for a model file (default: this machine)")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--address", help="a running Ray cluster to join (e.g. auto), default: start one here")
+    srv.set_defaults(handler=cmd_serve)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
