@@ -411,4 +411,3 @@ def dump_module(module: ModuleOp, *, dump_format: str | None = None, **kwargs: A
         user_info=pickle.dumps(None),
     )
     return write_graph(fn, dump_format=dump_format or "FBS_V2", metadata=meta).data
-
