@@ -164,6 +164,14 @@ _ew(E.FUSE_ADD_TANH)(lambda x, y, g: (g * (1 - y * y),) * 2)
 _ew(E.FUSE_MUL_ADD3)(lambda x, y, g: (g * x[1], g * x[0], g))
 _ew(E.FUSE_MUL_ADD4)(lambda x, y, g: (g * x[1], g * x[0], g * x[3], g * x[2]))
 _ew(E.LOG_SUM_EXP)(lambda x, y, g: (g * np.exp(x[0] - y), g * np.exp(x[1] - y)))
+
+
+@_ew(E.ATAN2)
+def _atan2_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array]:
+    r2 = x[0] * x[0] + x[1] * x[1]
+    return g * x[1] / r2, -g * x[0] / r2
+
+
 _ew(E.MOD)(lambda x, y, g: (g, -g * np.trunc(x[0] / x[1])))  # fmod: a - trunc(a/b)*b
 
 
