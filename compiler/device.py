@@ -13,6 +13,8 @@ import os
 import re
 import threading
 
+from dialects.errors import XmgeError
+
 __all__ = [
     "coalesce_free_memory",
     "get_allocated_memory",
@@ -44,7 +46,7 @@ _lock = threading.Lock()
 _default_device = os.environ.get("MGE_DEFAULT_DEVICE", "xpux")
 
 
-class DeviceError(RuntimeError):
+class DeviceError(XmgeError, RuntimeError):
     """A device name xmge cannot use (MegEngine raises RuntimeError/AssertionError here too)."""
 
 
