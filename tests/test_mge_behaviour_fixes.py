@@ -88,3 +88,20 @@ def test_op_errors_are_runtime_errors() -> None:
         F.sum(mge.tensor([[1.0]]), axis=-3)
     with pytest.raises(ValueError):
         F.reshape(mge.tensor([1.0, 2.0]), (3,))
+
+
+def test_trace_dump_returns_megengines_namedtuple() -> None:
+    import io
+
+    from compiler import jit
+
+    @jit.trace(symbolic=True, capture_as_const=True)
+    def f(x: mge.Tensor) -> mge.Tensor:
+        return F.relu(x) * 2
+
+    f(mge.tensor(np.ones((2, 3), np.float32)))
+    result = f.dump(io.BytesIO(), arg_names=["data"])
+    assert isinstance(result, tuple) and len(result) == 7
+    assert result[4] == ["data"] and result.inputs == ["data"]
+    nr_opr, tot_bytes, value_bytes, content_hash, inputs, outputs, params = result
+    assert nr_opr == result.nr_opr > 0 and tot_bytes > 0 and len(outputs) == 1
