@@ -5,16 +5,20 @@
 ``compile`` and ``load_compiled`` (a saved compiled package).
 """
 
-from compiler import autodiff, functional, hub, jit, module, optimizer, random
+from compiler import autodiff, config, distributed, functional, hub, jit, module, optimizer, random
 from compiler.core import OpError, XmgeError
+from compiler.device import *  # noqa: F403 - MegEngine's top level has every name of megengine.device
+from compiler.device import __all__ as _device_names
 from compiler.driver.compile import compile  # noqa: A004 - the issue's xm.compile(...)
 from compiler.driver.package import PackageError, load_compiled
+from compiler.logger import enable_debug_log, get_logger, set_log_file, set_log_level
 from compiler.serialization import load, save
 from compiler.tensor import Parameter, Tensor, tensor
 
 __version__ = "0.1.0"
 
 __all__ = [
+    *_device_names,
     "OpError",
     "PackageError",
     "Parameter",
@@ -22,6 +26,10 @@ __all__ = [
     "XmgeError",
     "autodiff",
     "compile",
+    "config",
+    "distributed",
+    "enable_debug_log",
+    "get_logger",
     "functional",
     "hub",
     "jit",
@@ -31,5 +39,7 @@ __all__ = [
     "optimizer",
     "random",
     "save",
+    "set_log_file",
+    "set_log_level",
     "tensor",
 ]

@@ -23,6 +23,7 @@ through it is a ``GradError`` naming the op and the reason.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +165,14 @@ _ew(E.FUSE_ADD_TANH)(lambda x, y, g: (g * (1 - y * y),) * 2)
 _ew(E.FUSE_MUL_ADD3)(lambda x, y, g: (g * x[1], g * x[0], g))
 _ew(E.FUSE_MUL_ADD4)(lambda x, y, g: (g * x[1], g * x[0], g * x[3], g * x[2]))
 _ew(E.LOG_SUM_EXP)(lambda x, y, g: (g * np.exp(x[0] - y), g * np.exp(x[1] - y)))
+
+
+@_ew(E.ATAN2)
+def _atan2_grad(x: Sequence[Array], y: Array, g: Array) -> tuple[Array, Array]:
+    r2 = x[0] * x[0] + x[1] * x[1]
+    return g * x[1] / r2, -g * x[0] / r2
+
+
 _ew(E.MOD)(lambda x, y, g: (g, -g * np.trunc(x[0] / x[1])))  # fmod: a - trunc(a/b)*b
 
 
@@ -855,9 +864,29 @@ class GradManager:
     """MegEngine's ``GradManager``: attach tensors, record a computation, backpropagate into ``.grad``."""
 
     def __init__(self) -> None:
-        self._attached: dict[int, Tensor] = {}
+        # weak references, as MegEngine's: attaching a tensor does not keep it alive
+        self._attached: dict[int, weakref.ref[Tensor]] = {}
         self._callbacks: dict[int, list[Callable[[Tensor, Tensor], Tensor]]] = {}
         self._tape: _Tape | None = None
+
+    def _forget(self, key: int) -> Callable[[Any], None]:
+        this = weakref.ref(self)
+
+        def deleter(_: Any) -> None:
+            gm = this()
+            if gm is not None:
+                gm._attached.pop(key, None)
+                gm._callbacks.pop(key, None)
+
+        return deleter
+
+    def _live(self) -> list[tuple[int, Tensor]]:
+        out = []
+        for key, ref in list(self._attached.items()):
+            t = ref()
+            if t is not None:
+                out.append((key, t))
+        return out
 
     def attach(
         self,
@@ -873,14 +902,20 @@ class GradManager:
         for t in items:
             if not isinstance(t, Tensor):
                 raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
-            self._attached[id(t)] = t
+            if t.dtype.kind != "f":
+                raise AssertionError(
+                    "Only tensors of floating point dtype can be attached to get gradients, "
+                    f"get tensor dtype: {t.dtype} and shape: {t.shape}"
+                )
+            if id(t) not in self._attached:
+                self._attached[id(t)] = weakref.ref(t, self._forget(id(t)))
             self._callbacks.setdefault(id(t), []).extend(cbs)
             if self._tape is not None:
                 self._tape.track(t)
         return self
 
     def attached_tensors(self) -> list[Tensor]:
-        return list(self._attached.values())
+        return [t for _, t in self._live()]
 
     def is_attached(self, tensor: Tensor) -> bool:
         return id(tensor) in self._attached
@@ -893,7 +928,7 @@ class GradManager:
         """Start recording (what ``with gm:`` does)."""
         if self._tape is not None:
             raise GradError("GradManager is already recording")
-        self._tape = _Tape(self._attached.values())
+        self._tape = _Tape(t for _, t in self._live())
         push_recorder(self._tape)
 
     def release(self) -> None:
@@ -942,7 +977,7 @@ class GradManager:
             grads = tape.backward(seeds)
         finally:
             self.release()
-        for i, t in self._attached.items():
+        for i, t in self._live():
             g = grads.get(i)
             if g is None:
                 continue

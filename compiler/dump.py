@@ -14,8 +14,7 @@ import os
 import pickle
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -65,9 +64,9 @@ _CPP_DTYPE = {
 }
 
 
-@dataclass
-class DumpResult:
-    """What MegEngine's ``dump_graph`` reports (``CompGraphDumpResult``)."""
+class DumpResult(NamedTuple):
+    """What MegEngine's ``dump_graph`` reports: its ``CompGraphDumpResult`` namedtuple, fields in
+    MegEngine's order (so ``result[4]`` is the input names, as MegEngine code indexes it)."""
 
     nr_opr: int
     tot_bytes: int
@@ -75,7 +74,7 @@ class DumpResult:
     content_hash: int
     inputs: list[str]
     outputs: list[str]
-    params: list[str] = field(default_factory=list)
+    params: list[str] = []  # noqa: RUF012 - immutable tuple; never mutated
 
 
 def _as_names(value: str | Sequence[str | None] | None, n: int, what: str) -> list[str] | None:
@@ -411,4 +410,3 @@ def dump_module(module: ModuleOp, *, dump_format: str | None = None, **kwargs: A
         user_info=pickle.dumps(None),
     )
     return write_graph(fn, dump_format=dump_format or "FBS_V2", metadata=meta).data
-

@@ -255,7 +255,9 @@ class trace:  # noqa: N801 - MegEngine's name
 
     # help(trace.dump) shows MegEngine's parameters: the signature and text of the one definition
     dump.__doc__ = dump_module.dump.__doc__
-    dump.__signature__ = inspect.signature(dump_module.dump).replace(  # type: ignore[attr-defined]
+    dump.__signature__ = inspect.signature(
+        dump_module.dump
+    ).replace(  # type: ignore[attr-defined]
         parameters=[
             inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
             *list(inspect.signature(dump_module.dump).parameters.values())[1:],

@@ -391,8 +391,9 @@ class Parameter(Tensor):
         return "Parameter" + super().__repr__()[len("Tensor") :]
 
 
-def tensor(data: Any = None, dtype: Any = None, device: str | None = None) -> Tensor:
-    return Tensor(data, dtype=dtype, device=device)
+# MegEngine's ``tensor`` is the Tensor class itself: ``mge.tensor(x)`` builds one and
+# ``isinstance(y, mge.tensor)`` tests for one
+tensor = Tensor
 
 
 def as_tensor(value: Any, like: Tensor | None = None) -> Tensor:

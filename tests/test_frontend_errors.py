@@ -154,13 +154,13 @@ CASES: list[tuple[str, type[Exception], str, Callable[[], Any], tuple[str, ...]]
     (
         "complex_tensor",
         TypeError,
-        "tensor",
+        "Tensor",  # ``tensor`` is the Tensor class, as in MegEngine
         lambda: xm.tensor(np.ones(2, complex)),
         ("complex128", "float32"),
     ),
     ("complex_dtype_arg", TypeError, "Tensor", lambda: xm.Tensor([1, 2], dtype="complex64"), ("complex64",)),
-    ("ragged_list", TypeError, "tensor", lambda: xm.tensor([[1, 2], [3]]), ("cannot convert list",)),
-    ("string_tensor", TypeError, "tensor", lambda: xm.tensor("abc"), ("<U3",)),
+    ("ragged_list", TypeError, "Tensor", lambda: xm.tensor([[1, 2], [3]]), ("cannot convert list",)),
+    ("string_tensor", TypeError, "Tensor", lambda: xm.tensor("abc"), ("<U3",)),
     ("astype_complex", OpError, "astype", lambda: T(2).astype(complex), ("complex128",)),
     ("str_operand", TypeError, "add", lambda: T(2) + "a", ("str",)),
     ("none_operand", TypeError, "mul", lambda: T(2) * None, ("None",)),

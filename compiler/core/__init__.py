@@ -33,8 +33,9 @@ _PACKAGE_ROOTS = tuple(
 )
 
 
-class OpError(XmgeError, ValueError):
-    """An operation got operands it cannot accept; names the op and the user's source line."""
+class OpError(XmgeError, ValueError, RuntimeError):
+    """An operation got operands it cannot accept; names the op and the user's source line. It is a
+    RuntimeError too: MegEngine raises its operator errors as RuntimeError, and code catches that."""
 
 
 def user_location() -> str:

@@ -104,9 +104,7 @@ def _to_module(model: Any, example_inputs: Sequence[Any] | None = None) -> Modul
         if isinstance(model, Module):
             model.eval()
         traced = trace(lambda *xs: model(*xs), symbolic=True, capture_as_const=True)
-        traced(
-            *[x if isinstance(x, Tensor) else Tensor(_example_array(x)) for x in example_inputs]
-        )
+        traced(*[x if isinstance(x, Tensor) else Tensor(_example_array(x)) for x in example_inputs])
         return traced.module
     raise CompileError(f"compile: cannot compile a {type(model).__name__}")
 

@@ -14,7 +14,8 @@ from dialects.tensor import ElemwiseOp
 
 # MegEngine computes these in float32 even for integer operands (``_elwise`` casts them).
 _FLOAT_ONLY = frozenset(
-    "TRUE_DIV POW EXP LOG LOG1P EXPM1 SQRT SIN COS TANH SIGMOID H_SWISH HSIGMOID GELU SILU".split()
+    """TRUE_DIV POW EXP LOG LOG1P EXPM1 SQRT SIN COS TAN TANH SIGMOID H_SWISH HSIGMOID GELU SILU ACOS ASIN
+    ATAN2 SINH COSH ASINH ACOSH ATANH ERF LOG_SUM_EXP LOGSIGMOID SOFTPLUS""".split()
 )
 
 
@@ -121,6 +122,38 @@ hsigmoid = _unary("hsigmoid", "HSIGMOID")
 gelu = _unary("gelu", "GELU")
 silu = _unary("silu", "SILU")
 logical_not = _unary("logical_not", "NOT", _logical)
+acos = _unary("acos", "ACOS")
+asin = _unary("asin", "ASIN")
+tan = _unary("tan", "TAN")
+sinh = _unary("sinh", "SINH")
+cosh = _unary("cosh", "COSH")
+asinh = _unary("asinh", "ASINH")
+acosh = _unary("acosh", "ACOSH")
+atanh = _unary("atanh", "ATANH")
+erf = _unary("erf", "ERF")
+atan2 = _binary("atan2", "ATAN2")
+logaddexp = _binary("logaddexp", "LOG_SUM_EXP")
+
+
+def atan(x: Any) -> Tensor:
+    """arctan(x), as MegEngine computes it: ``atan2(x, 1)``."""
+    return _elemwise("ATAN2", x, 1.0, label="atan")
+
+
+def _shift(mode: str, name: str) -> Callable[[Any, Any], Tensor]:
+    def function(x: Any, y: Any) -> Tensor:
+        like = next((v for v in (x, y) if isinstance(v, Tensor)), None)
+        a, b = as_tensor(x, like), as_tensor(y, like)
+        for t in (a, b):
+            if t.dtype.kind not in "iu":
+                raise op_error(name, f"needs integer tensors, got {t.dtype}")
+        return _elemwise(mode, a, b, label=name)
+
+    return _public(function, name)
+
+
+left_shift = _shift("SHL", "left_shift")
+right_shift = _shift("SHR", "right_shift")
 
 # MegEngine's names, shadowing Python's builtins within this module
 pow = _binary("pow", "POW")  # noqa: A001
@@ -141,12 +174,21 @@ def clip(x: Any, lower: Any = None, upper: Any = None) -> Tensor:
 
 __all__ = [
     "abs",
+    "acos",
+    "acosh",
     "add",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
     "ceil",
     "clip",
     "cos",
+    "cosh",
     "div",
     "equal",
+    "erf",
     "exp",
     "expm1",
     "floor",
@@ -156,10 +198,12 @@ __all__ = [
     "greater_equal",
     "hsigmoid",
     "hswish",
+    "left_shift",
     "less",
     "less_equal",
     "log",
     "log1p",
+    "logaddexp",
     "logical_and",
     "logical_not",
     "logical_or",
@@ -173,12 +217,15 @@ __all__ = [
     "pow",
     "relu",
     "relu6",
+    "right_shift",
     "round",
     "sigmoid",
     "silu",
     "sin",
+    "sinh",
     "sqrt",
     "square",
     "sub",
+    "tan",
     "tanh",
 ]

@@ -190,10 +190,48 @@ def normalize(inp: Tensor, ord: float | None = None, axis: Any = None, eps: floa
     return inp / maximum(norm(inp, 2.0 if ord is None else ord, axis, keepdims=True), eps)
 
 
+def sign(inp: Tensor) -> Tensor:
+    """-1, 0 or 1 by the sign of each element, in ``inp``'s dtype."""
+    from compiler.functional.elemwise import _elemwise
+
+    return _elemwise("SIGN", as_tensor(inp), label="sign")
+
+
+def isnan(inp: Tensor) -> Tensor:
+    """Whether each element is NaN (bool)."""
+    from compiler.functional.elemwise import _elemwise
+
+    inp = as_tensor(inp)
+    if inp.dtype.kind != "f":
+        return inp != inp  # integers are never NaN
+    return _elemwise("ISNAN", inp, label="isnan")
+
+
+def isinf(inp: Tensor) -> Tensor:
+    """Whether each element is +inf or -inf (bool)."""
+    from compiler.functional.elemwise import _elemwise
+
+    inp = as_tensor(inp)
+    if inp.dtype.kind != "f":
+        return inp != inp
+    return _elemwise("ISINF", inp, label="isinf")
+
+
+def dot(inp1: Tensor, inp2: Tensor) -> Tensor:
+    """The inner product of two vectors (or scalars) of one length, as a 0-d tensor."""
+    a, b = as_tensor(inp1), as_tensor(inp2)
+    if a.ndim > 1 or b.ndim > 1 or a.size != b.size:
+        raise op_error("dot", f"needs two vectors of one length, got shapes {a.shape} and {b.shape}")
+    return sum(a * b)
+
+
 __all__ = [
     "argmax",
     "argmin",
     "batch_matmul",
+    "dot",
+    "isinf",
+    "isnan",
     "matmul",
     "max",
     "mean",
@@ -201,6 +239,7 @@ __all__ = [
     "norm",
     "normalize",
     "prod",
+    "sign",
     "std",
     "sum",
     "var",

@@ -52,10 +52,13 @@ __all__ = [
     "leaky_relu",
     "linear",
     "log_softmax",
+    "logsigmoid",
+    "logsoftmax",
     "logsumexp",
     "max_pool2d",
     "one_hot",
     "pad",
+    "prelu",
     "relu",
     "relu6",
     "sigmoid",
@@ -481,6 +484,24 @@ def log_softmax(inp: Tensor, axis: int | None = None) -> Tensor:
     if axis is None:
         axis = _softmax_axis(inp.ndim)
     return inp - logsumexp(inp, axis, keepdims=True)
+
+
+logsoftmax = log_softmax  # MegEngine's spelling of the same function
+
+
+def logsigmoid(inp: Tensor) -> Tensor:
+    """log(sigmoid(x)), computed without overflow (MegEngine's LOGSIGMOID mode)."""
+    return _elemwise("LOGSIGMOID", as_tensor(inp), label="logsigmoid")
+
+
+def prelu(inp: Tensor, weight: Tensor) -> Tensor:
+    """max(x, 0) + weight * min(x, 0): ``weight`` holds one slope, or one per channel (axis 1)."""
+    inp, weight = as_tensor(inp), as_tensor(weight, inp)
+    if weight.size != 1 and inp.ndim >= 2:
+        if weight.size != inp.shape[1]:
+            raise op_error("prelu", f"weight has {weight.size} slopes for {inp.shape[1]} channels")
+        weight = reshape(weight, (1, weight.size) + (1,) * (inp.ndim - 2))
+    return maximum(inp, 0.0) + minimum(inp, 0.0) * weight
 
 
 def leaky_relu(inp: Tensor, negative_slope: float = 0.01) -> Tensor:

@@ -369,7 +369,22 @@ def ones(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None)
     return Tensor(np.ones(shape), dtype=dtype)
 
 
-def full(shape: Sequence[int] | int, value: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
+def _scalar_dtype(value: Any) -> str:
+    """The dtype MegEngine gives a Python scalar: bool, int32 or float32."""
+    if isinstance(value, bool | np.bool_):
+        return "bool"
+    if isinstance(value, int | np.integer):
+        return "int32"
+    return "float32"
+
+
+def full(shape: Sequence[int] | int, value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor of ``shape`` filled with ``value``; without ``dtype``, the value's (a bool gives a
+    bool tensor, an int an int32 one, a float a float32 one)."""
+    if isinstance(value, Tensor):
+        value = value.numpy()
+    if dtype is None:
+        dtype = np.asarray(value).dtype if isinstance(value, np.ndarray) else _scalar_dtype(value)
     return Tensor(np.full(shape, value), dtype=dtype)
 
 
@@ -467,25 +482,124 @@ def cumsum(inp: Tensor, axis: int) -> Tensor:
     return out
 
 
+def copy(inp: Tensor, device: Any = None) -> Tensor:
+    """A new tensor with ``inp``'s values (and its gradient path); ``device`` must be a CPU."""
+    inp = as_tensor(inp)
+    if device is not None and not str(device).startswith(("cpu", "xpu")):
+        raise op_error("copy", f"device {device} is not available: xmge computes on the CPU only")
+    return reshape(inp, inp.shape)
+
+
+def swapaxes(inp: Tensor, axis1: int, axis2: int) -> Tensor:
+    """``inp`` with axes ``axis1`` and ``axis2`` exchanged."""
+    inp = as_tensor(inp)
+    a, b = _axis("swapaxes", axis1, inp.ndim), _axis("swapaxes", axis2, inp.ndim)
+    pattern = list(range(inp.ndim))
+    pattern[a], pattern[b] = pattern[b], pattern[a]
+    return transpose(inp, pattern)
+
+
+def roll(inp: Tensor, shift: int | Sequence[int], axis: int | Sequence[int] | None = None) -> Tensor:
+    """Elements shifted by ``shift`` along ``axis`` (the flattened tensor when None), wrapping
+    around: the two parts of a split exchanged by a concat."""
+    inp = as_tensor(inp)
+    shape = inp.shape
+    if axis is None:
+        if not isinstance(shift, int):
+            raise op_error("roll", "one shift for the flattened tensor when axis is None")
+        return reshape(roll(reshape(inp, (inp.size,)), shift, 0), shape)
+    shifts = [shift] if isinstance(shift, int) else list(shift)
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    if len(shifts) != len(axes):
+        raise op_error("roll", f"{len(shifts)} shifts for {len(axes)} axes")
+    out = inp
+    for sh, ax in zip(shifts, axes, strict=True):
+        a = _axis("roll", ax, inp.ndim)
+        size = shape[a]
+        k = sh % size if size else 0
+        if k == 0:
+            continue
+        head, tail = split(out, [size - k], axis=a)
+        out = concat([tail, head], axis=a)
+    return out
+
+
+def eye(N: int, M: int | None = None, *, dtype: Any = "float32", device: Any = None) -> Tensor:  # noqa: N803
+    """The ``N`` x ``M`` (default square) identity matrix."""
+    if isinstance(N, Tensor):
+        N = int(N.numpy())  # noqa: N806
+    if isinstance(M, Tensor):
+        M = int(M.numpy())  # noqa: N806
+    return Tensor(np.eye(int(N), None if M is None else int(M)), dtype=dtype)
+
+
+def diag(inp: Tensor, k: int = 0) -> Tensor:
+    """A 1-D input's values on the ``k``-th diagonal of a square matrix, or a 2-D input's ``k``-th
+    diagonal as a vector."""
+    inp = as_tensor(inp)
+    if inp.ndim == 1:
+        n = inp.shape[0] + abs(k)
+        # k >= 0: column j holds v[j - k]; k < 0: row r holds v[r + k]; the identity's k-th
+        # diagonal picks those out of the broadcast line
+        line = concat([zeros((abs(k),), inp.dtype), inp]) if k else inp
+        grid = broadcast_to(reshape(line, (1, n) if k >= 0 else (n, 1)), (n, n))
+        return grid * Tensor(np.eye(n, n, k), dtype=inp.dtype)
+    if inp.ndim == 2:
+        rows, cols_n = inp.shape
+        idx = [(i, i + k) for i in range(rows) if 0 <= i + k < cols_n]
+        if not idx:
+            return zeros((0,), inp.dtype)
+        r = Tensor(np.array([i for i, _ in idx], np.int32))
+        c = Tensor(np.array([j for _, j in idx], np.int32))
+        return inp[r, c]
+    raise op_error("diag", f"needs a 1-D or 2-D input, got shape {inp.shape}")
+
+
+def meshgrid(*inputs: Tensor, indexing: str = "xy") -> list[Tensor]:
+    """Coordinate grids from 1-D tensors (``"xy"``: the first two axes swapped, as numpy's)."""
+    if indexing not in ("xy", "ij"):
+        raise op_error("meshgrid", f"indexing must be 'xy' or 'ij', got {indexing!r}")
+    vectors = [as_tensor(t) for t in inputs]
+    for v in vectors:
+        if v.ndim != 1:
+            raise op_error("meshgrid", f"needs 1-D tensors, got shape {v.shape}")
+    sizes = [v.shape[0] for v in vectors]
+    if indexing == "xy" and len(vectors) >= 2:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    for i, v in enumerate(vectors):
+        axis = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and len(vectors) >= 2 else i
+        view = [1] * len(vectors)
+        view[axis] = v.shape[0]
+        out.append(broadcast_to(reshape(v, view), sizes))
+    return out
+
+
 __all__ = [
     "arange",
     "astype",
     "broadcast_to",
     "concat",
+    "copy",
     "cumsum",
+    "diag",
     "dimshuffle",
     "expand_dims",
+    "eye",
     "flatten",
     "full",
     "full_like",
     "linspace",
+    "meshgrid",
     "ones",
     "ones_like",
     "repeat",
     "reshape",
+    "roll",
     "split",
     "squeeze",
     "stack",
+    "swapaxes",
     "tile",
     "transpose",
     "where",

@@ -29,9 +29,7 @@ class LastLevelP6P7(M.Module):
     def __init__(self, in_channels: int, out_channels: int, in_feature: str = "res5") -> None:
         super().__init__()
         if in_feature == "p5" and in_channels != out_channels:
-            raise ValueError(
-                f"P6 from p5 needs in_channels == out_channels: {in_channels} != {out_channels}"
-            )
+            raise ValueError(f"P6 from p5 needs in_channels == out_channels: {in_channels} != {out_channels}")
         self.num_levels = 2
         self.in_feature = in_feature
         self.p6 = M.Conv2d(in_channels, out_channels, 3, 2, 1)

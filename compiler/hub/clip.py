@@ -327,10 +327,8 @@ class CLIP(M.Module):
         )
         self.ln_final = M.LayerNorm(config.transformer_width)
         self.text_projection = Parameter(
-
-                R.normal(size=(config.transformer_width, config.embed_dim)).numpy()
-                * config.transformer_width**-0.5
-
+            R.normal(size=(config.transformer_width, config.embed_dim)).numpy()
+            * config.transformer_width**-0.5
         )
         self.logit_scale = Parameter(np.full((1,), np.log(1 / 0.07), np.float32))
         M.init.normal_(self.token_embedding.weight, std=0.02)

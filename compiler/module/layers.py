@@ -210,6 +210,10 @@ class _BatchNorm(Module):
         super().__init__(name)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats, self.freeze = affine, track_running_stats, freeze
+        # what the module was built with: statistics that were never tracked cannot be turned on
+        self._track_running_stats_saved = track_running_stats
+        if freeze and not track_running_stats:
+            raise AssertionError("track_running_stats must be initilized to True if freeze is True")
         shape = (1, num_features, 1, 1)
         self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
         self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
@@ -221,17 +225,42 @@ class _BatchNorm(Module):
             self.running_var = None
 
     def forward(self, inp: Tensor) -> Tensor:
-        use_batch_stats = (self.training and not self.freeze) or not self.track_running_stats
+        if not self._track_running_stats_saved and self.track_running_stats:
+            raise AssertionError(
+                "track_running_stats can not be initilized to False and changed to True later"
+            )
+        weight, bias = self.weight, self.bias
+        if self.freeze:
+            # MegEngine's frozen BN: running statistics and constant (detached) affine parameters
+            if weight is not None:
+                weight = weight.detach()
+            if bias is not None:
+                bias = bias.detach()
+            return F.batch_norm(
+                inp, self.running_mean, self.running_var, weight, bias, training=False, eps=self.eps
+            )
+        tracked = self.track_running_stats
         return F.batch_norm(
             inp,
-            self.running_mean,
-            self.running_var,
-            self.weight,
-            self.bias,
-            training=use_batch_stats,
-            momentum=self.momentum,
+            self.running_mean if tracked else None,
+            self.running_var if tracked else None,
+            weight,
+            bias,
+            training=self.training or not tracked,
+            momentum=self.momentum if self.training and tracked else 0.0,
             eps=self.eps,
         )
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats and self.running_mean is not None and self.running_var is not None:
+            self.running_mean._reset(np.zeros(self.running_mean.shape, np.float32))
+            self.running_var._reset(np.ones(self.running_var.shape, np.float32))
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.weight is not None and self.bias is not None:
+            self.weight._reset(np.ones(self.weight.shape, np.float32))
+            self.bias._reset(np.zeros(self.bias.shape, np.float32))
 
     def _extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"

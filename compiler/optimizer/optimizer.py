@@ -157,6 +157,7 @@ class Optimizer:
 # each hyper-parameter as MegEngine's "invalid ...: value" errors name it
 _HYPERPARAMETER_NAMES = {
     "lr": "learning rate",
+    "lr_decay": "learning rate decay",
     "momentum": "momentum value",
     "eps": "epsilon value",
     "weight_decay": "weight_decay value",

@@ -135,7 +135,6 @@ def fake_quant_tensor(inp: Tensor, qparams: QParams) -> Tensor:
     return F.clip(q, meta.qmin, meta.qmax) * scale
 
 
-
 class _DtypeModule(Module):
     """What observers and fake quantizers share: the quantized dtype they serve (with its integer
     range) and an on/off switch."""

@@ -98,4 +98,3 @@ def _is_module_of(node: ModuleNode, kind: type) -> bool:
         return True
     module_type = node.module_type
     return isinstance(module_type, type) and issubclass(module_type, kind)
-

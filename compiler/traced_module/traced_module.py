@@ -157,8 +157,12 @@ class InternalGraph:
         """Whether ``node`` is available to ``expr``: a graph input, or made by an earlier expr."""
         if node in self._inputs:
             return True
-        return node.expr in self._exprs and expr in self._exprs and (
-            self._exprs.index(node.expr) < self._exprs.index(expr)  # type: ignore[arg-type]
+        return (
+            node.expr in self._exprs
+            and expr in self._exprs
+            and (
+                self._exprs.index(node.expr) < self._exprs.index(expr)  # type: ignore[arg-type]
+            )
         )
 
     def _check_own(self, node: Node, what: str) -> None:

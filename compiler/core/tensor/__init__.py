@@ -1,0 +1,1 @@
+"""MegEngine's ``megengine.core.tensor`` paths that user code imports (``dtype``)."""
