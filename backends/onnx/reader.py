@@ -1,4 +1,4 @@
-"""ONNX (opsets 11 to 21) → ``mgb`` dialect: the same IR the tracer and the ``.mge`` reader produce.
+"""ONNX (opsets 7 to 28) → ``mgb`` dialect: the same IR the tracer and the ``.mge`` reader produce.
 
 ``read_onnx(path_or_bytes) -> ModuleOp`` builds one ``func.func @main``: graph inputs become block
 arguments (``input_names``), graph outputs the ``func.return`` operands (``output_names``),
@@ -36,7 +36,9 @@ from dialects.errors import XmgeError
 from dialects.registration import registering
 
 E = enums.ElemwiseMode
-MIN_OPSET, MAX_OPSET = 11, 21
+# Opsets 7-28: every version of the claimed ops' definitions from 7 on; the handlers read the
+# version-specific forms (attributes that became inputs, changed defaults and semantics).
+MIN_OPSET, MAX_OPSET = 7, 28
 ONNX_DOMAINS = ("", "ai.onnx")
 
 # Ops never evaluated at import time even when every input is known (random ops would bake one
@@ -106,7 +108,12 @@ def _axis(axis: int, rank: int, node: _Node) -> int:
 
 
 class _Importer:
-    def __init__(self, model: Any, input_shapes: dict[str, Sequence[int]] | None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        input_shapes: dict[str, Sequence[int]] | None,
+        input_values: dict[str, Any] | None = None,
+    ) -> None:
         import onnx
 
         self.onnx = onnx
@@ -124,14 +131,21 @@ class _Importer:
             self.values[t.name] = _Value(
                 _type_of(array, f"initializer {t.name!r}"), array, initializer=t.name
             )
-        self.inputs = [i for i in graph.input if i.name not in inits]
+        declared = [i for i in graph.input if i.name not in inits]
+        bound = dict(input_values or {})
+        self.inputs = [i for i in declared if i.name not in bound]
         self.input_names = [i.name for i in self.inputs]
         overrides = dict(input_shapes or {})
-        unknown = set(overrides) - set(self.input_names)
-        if unknown:
-            raise OnnxImportError(
-                f"input_shapes names {sorted(unknown)}, which are not graph inputs {self.input_names}"
-            )
+        for option, names in (("input_shapes", overrides), ("input_values", bound)):
+            unknown = set(names) - {i.name for i in declared}
+            if unknown:
+                raise OnnxImportError(
+                    f"{option} names {sorted(unknown)}, which are not graph inputs "
+                    f"{[i.name for i in declared]}"
+                )
+        for info in declared:
+            if info.name in bound:
+                self.values[info.name] = self._bound_value(info, bound[info.name])
         arg_types = [self._input_type(i, overrides.get(i.name)) for i in self.inputs]
         self.block = Block(arg_types=arg_types)
         for i, arg in zip(self.inputs, self.block.args, strict=True):
@@ -150,11 +164,49 @@ class _Importer:
             )
         return opset
 
-    def _input_type(self, info: Any, override: Sequence[int] | None) -> TensorType:
+    def _reader_of(self, name: str) -> str:
+        """`` (read by <op> node <name>, opset N)`` for an error about graph input ``name``."""
+        for proto in self.model.graph.node:
+            if name in proto.input:
+                return (
+                    f" (read by {proto.op_type} node {proto.name or proto.output[0]!r}, opset {self.opset})"
+                )
+        return ""
+
+    def _np_dtype(self, info: Any) -> np.dtype:
         tt = info.type.tensor_type
         if not info.type.HasField("tensor_type"):
-            raise OnnxImportError(f"graph input {info.name!r} is not a tensor")
-        np_dtype = self.onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+            raise OnnxImportError(f"graph input {info.name!r}{self._reader_of(info.name)} is not a tensor")
+        try:
+            return np.dtype(self.onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except (KeyError, ValueError, TypeError):
+            raise OnnxImportError(
+                f"graph input {info.name!r}{self._reader_of(info.name)} has element type code "
+                f"{tt.elem_type}, which is not an ONNX tensor type"
+            ) from None
+
+    def _bound_value(self, info: Any, value: Any) -> _Value:
+        """A graph input whose value is given at import (``input_values``): a constant."""
+        want = self._np_dtype(info)
+        a = np.asarray(value)
+        if a.dtype != want and not (a.dtype.kind == want.kind and np.can_cast(a.dtype, want)):
+            raise OnnxImportError(f"input_values[{info.name!r}] is {a.dtype}, the graph input is {want}")
+        a = a.astype(want)
+        dims = info.type.tensor_type.shape.dim
+        if info.type.tensor_type.HasField("shape") and (
+            len(dims) != a.ndim
+            or any(d.HasField("dim_value") and d.dim_value != n for d, n in zip(dims, a.shape, strict=False))
+        ):
+            declared = [d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in dims]
+            raise OnnxImportError(
+                f"input_values[{info.name!r}] has shape {a.shape}, which the graph input's {declared} "
+                "does not allow"
+            )
+        return _Value(_type_of(a, f"input_values[{info.name!r}]"), a)
+
+    def _input_type(self, info: Any, override: Sequence[int] | None) -> TensorType:
+        tt = info.type.tensor_type
+        np_dtype = self._np_dtype(info)
         if override is not None:
             shape = [int(d) for d in override]
         else:
@@ -167,7 +219,9 @@ class _Importer:
                         f"static shapes: pass input_shapes={{{info.name!r}: (...)}}"
                     )
                 shape.append(int(d.dim_value))
-        elem = _type_of(np.zeros(0, np_dtype), f"graph input {info.name!r}").element_type
+        elem = _type_of(
+            np.zeros(0, np_dtype), f"graph input {info.name!r}{self._reader_of(info.name)}"
+        ).element_type
         return TensorType(elem, shape)
 
     # -- values ---------------------------------------------------------------------------------
@@ -322,6 +376,12 @@ class _Node:
     def const(self, i: int, what: str) -> np.ndarray:
         v = self.value(i)
         if v.const is None:
+            name = self.proto.input[i]
+            if name in self.imp.input_names:
+                raise self.fail(
+                    f"{what} (input {i}) is graph input {name!r}, which must be known when importing: "
+                    f"make it a constant or pass input_values={{{name!r}: ...}}"
+                )
             raise self.fail(
                 f"{what} (input {i}) must be known when importing (a constant or computed from shapes)"
             )
@@ -426,6 +486,11 @@ def handles(*op_types: str) -> Callable[[Handler], Handler]:
     return registering(_HANDLERS, *op_types)
 
 
+def claimed_op_types() -> set[str]:
+    """The ONNX op types the importer converts when their inputs are computed at run time."""
+    return set(_HANDLERS)
+
+
 # ----------------------------------------------------------------------------------------------
 # Shapes known while importing
 
@@ -452,7 +517,15 @@ def _identity(node: _Node) -> list[_Value | None]:
 def _dropout(node: _Node) -> list[_Value | None]:
     if node.has(2) and bool(np.asarray(node.const(2, "training_mode")).reshape(-1)[0]):
         raise node.fail("training_mode=True is not supported (xmge imports inference graphs)")
-    return [node.value(0), None]
+    if len(node.proto.output) < 2 or not node.proto.output[1]:
+        return [node.value(0)]
+    if node.opset < 10:  # the mask was the input's dtype before opset 10 (never read in inference)
+        raise node.fail("the mask output of opsets before 10 is not supported")
+    # inference: nothing is dropped, the mask is all true
+    return [
+        node.value(0),
+        _Value(_type_of(np.ones(node.shape(0), bool), node.where()), np.ones(node.shape(0), bool)),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -556,6 +629,9 @@ def _clip(node: _Node) -> list[_Value | None]:
     assert isinstance(t, TensorType)
 
     def bound(i: int) -> SSAValue | None:
+        if node.opset < 11:  # min / max attributes (defaults: no bound)
+            v = node.attr(("min", "max")[i - 1])
+            return None if v is None else node.scalar(float(v), x)
         return node.operand_like(i, t) if node.has(i) else None
 
     lo, hi = bound(1), bound(2)
@@ -883,6 +959,12 @@ def _batch_norm(node: _Node) -> list[_Value | None]:
     rank = len(node.shape(0))
     if rank < 2:
         raise node.fail(f"the input needs a channel axis, got shape {node.shape(0)}")
+    if (
+        node.opset < 9
+        and not node.attr("spatial", 1)
+        and any(math.prod(node.shape(i)) != node.shape(0)[1] for i in range(1, 5))
+    ):
+        raise node.fail("spatial=0 with per-position statistics is not supported (one per channel is)")
     params = [_channel_param(node, i, rank) for i in range(1, 5)]
     y = node.emit1(T.BatchNormOp, [node.ssa(0), *params], epsilon=float(node.attr("epsilon", 1e-5)))
     return [_new(y)] + [None] * (len(node.proto.output) - 1)
@@ -904,7 +986,21 @@ def _layer_norm(node: _Node) -> list[_Value | None]:
         normalized_dim=len(shape) - axis,
         normalized_size=size,
     )
-    return [_new(op.results[0]), None, None]
+    outs: list[_Value | None] = [_new(op.results[0])]
+    if any(node.proto.output[1:]):
+        # the optional Mean and InvStdDev outputs: the statistics over the normalized axes,
+        # shaped like the input with those axes kept as 1
+        lead = math.prod(shape[:axis])
+        stat_shape = (*shape[:axis], *(1,) * (len(shape) - axis))
+        flat = node.reshape(x, (lead, size))
+        mean = node.emit1(T.ReduceOp, [flat], mode=enums.ReduceMode.MEAN, axis=1)
+        centered = node.elemwise(E.SUB, flat, mean)
+        var = node.emit1(T.ReduceOp, [node.elemwise(E.SQUARE, centered)], mode=enums.ReduceMode.MEAN, axis=1)
+        eps = float(np.float32(node.attr("epsilon", 1e-5)))
+        std = node.elemwise(E.SQRT, node.elemwise(E.ADD, var, node.scalar(eps, var)))
+        inv = node.elemwise(E.TRUE_DIV, node.scalar(1.0, std), std)
+        outs += [_new(node.reshape(mean, stat_shape)), _new(node.reshape(inv, stat_shape))]
+    return outs
 
 
 def _softmax_core(node: _Node, log: bool) -> SSAValue:
@@ -1188,9 +1284,14 @@ def _split(node: _Node) -> list[_Value | None]:
 @handles("Slice")
 def _slice(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
-    starts, ends = node.ints(1, "starts"), node.ints(2, "ends")
-    axes = node.ints(3, "axes") if node.has(3) else list(range(len(starts)))
-    steps = node.ints(4, "steps") if node.has(4) else [1] * len(starts)
+    if node.opset < 10:  # starts / ends / axes attributes, no steps
+        starts, ends = [int(v) for v in node.attr("starts", [])], [int(v) for v in node.attr("ends", [])]
+        axes = [int(v) for v in node.attr("axes", range(len(starts)))]
+        steps = [1] * len(starts)
+    else:
+        starts, ends = node.ints(1, "starts"), node.ints(2, "ends")
+        axes = node.ints(3, "axes") if node.has(3) else list(range(len(starts)))
+        steps = node.ints(4, "steps") if node.has(4) else [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise node.fail("starts, ends, axes and steps must have equal lengths")
     out_axes, out_starts, out_stops, out_steps = [], [], [], []
@@ -1283,15 +1384,15 @@ def _pad(node: _Node) -> list[_Value | None]:
     mode_name = node.attr("mode", "constant")
     if mode_name not in _PAD_MODES:
         raise node.fail(f"mode {mode_name!r} is not supported (constant, reflect, edge are)")
-    pads = node.ints(1, "pads")
+    pads = [int(p) for p in node.attr("pads", [])] if node.opset < 11 else node.ints(1, "pads")
     axes = [_axis(a, rank, node) for a in node.ints(3, "axes")] if node.has(3) else list(range(rank))
     if len(pads) != 2 * len(axes):
         raise node.fail(f"pads {pads} needs two entries per padded axis ({len(axes)})")
     front, back = [0] * rank, [0] * rank
     for k, a in enumerate(axes):
         front[a], back[a] = pads[k], pads[len(axes) + k]
-    value = 0.0
-    if node.has(2):
+    value = float(node.attr("value", 0.0))
+    if node.opset >= 11 and node.has(2):
         cv = np.asarray(node.const(2, "constant_value")).reshape(-1)
         value = float(cv[0]) if cv.size else 0.0
     x = node.ssa(0)
@@ -1468,11 +1569,14 @@ def _dequantize(node: _Node) -> list[_Value | None]:
 def read_onnx(
     source: str | os.PathLike[str] | bytes | bytearray | memoryview | Any,
     input_shapes: dict[str, Sequence[int]] | None = None,
+    input_values: dict[str, Any] | None = None,
 ) -> ModuleOp:
     """An ONNX model (a path, the file's bytes or an ``onnx.ModelProto``) as an ``mgb`` module.
 
     ``input_shapes`` fixes the shape of inputs that the model leaves dynamic (``{"x": (1, 3, 224,
-    224)}``). Raises :class:`OnnxImportError` for anything xmge cannot import.
+    224)}``); ``input_values`` gives graph inputs whose value is known when compiling (shapes, axes,
+    sizes, repeats ...): they become constants and leave the model's inputs. Raises
+    :class:`OnnxImportError` for anything xmge cannot import.
     """
     try:
         import onnx
@@ -1491,4 +1595,4 @@ def read_onnx(
         raise OnnxImportError(f"not an ONNX model: {type(exc).__name__}: {exc}") from None
     if not model.HasField("graph"):
         raise OnnxImportError("not an ONNX model: it has no graph")
-    return _Importer(model, input_shapes).run()
+    return _Importer(model, input_shapes, input_values).run()
