@@ -12,6 +12,17 @@ from compiler.tensor import Parameter, Tensor, tensor
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # compiler.onnx (the documented compiler.onnx.load) without importing the ONNX reader for
+    # every ``import compiler``
+    if name == "onnx":
+        import importlib
+
+        return importlib.import_module("compiler.onnx")
+    raise AttributeError(f"module 'compiler' has no attribute {name!r}")
+
+
 __all__ = [
     "OpError",
     "Parameter",
@@ -24,6 +35,7 @@ __all__ = [
     "jit",
     "load",
     "module",
+    "onnx",
     "optimizer",
     "random",
     "save",

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +32,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
+from backends.onnx import limits
 from backends.reference.kernels import interp_matrix
 from dialects import enums
 from dialects import tensor as T
@@ -113,11 +118,15 @@ class _Importer:
         model: Any,
         input_shapes: dict[str, Sequence[int]] | None,
         input_values: dict[str, Any] | None = None,
+        origin: str = "<onnx model>",
     ) -> None:
         import onnx
 
         self.onnx = onnx
         self.model = model
+        self.origin = origin
+        self.fold_seconds = 0.0
+        self.folded_bytes = 0
         self.opset = self._opset(model)
         self.values: dict[str, _Value] = {}
         self.unusable: set[str] = set()
@@ -270,17 +279,31 @@ class _Importer:
         for n in present:
             if n not in self.values:
                 raise node.fail(f"input {n!r} is computed by no earlier node")
-        if proto.op_type not in _NEVER_FOLD and all(self.values[n].const is not None for n in present):
-            self._fold(node)
+        captured = _captured_names(proto)
+        missing = [n for n in captured if n not in self.values]
+        if missing:
+            raise node.fail(f"its subgraphs read {missing}, which no earlier node computes")
+        if proto.op_type not in _NEVER_FOLD and all(
+            self.values[n].const is not None for n in [*present, *captured]
+        ):
+            self._fold(node, captured)
             return
         handler = _HANDLERS.get(proto.op_type)
         if handler is None:
+            runtime = [n for n in [*present, *captured] if self.values[n].const is None]
             raise node.fail(
                 f"operator {proto.op_type} is not supported by xmge's ONNX importer on values computed "
-                "at run time (it is evaluated while importing when all its inputs are known)"
+                f"at run time ({', '.join(repr(n) for n in runtime)}; it is evaluated while importing when "
+                "all its inputs are known)"
             )
         first_new = len(self.block.ops)
-        outs = handler(node)
+        try:
+            outs = handler(node)
+        except XmgeError:
+            raise
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            # a malformed node the handler's checks missed: still a one-line error naming it
+            raise node.fail(f"malformed node: {type(exc).__name__}: {_first_line(exc)}") from None
         self._define(node, outs, first_new)
 
     def _define(self, node: _Node, outs: Sequence[_Value | None], first_new: int) -> None:
@@ -297,14 +320,17 @@ class _Importer:
             if owner in new_ops and "name" not in owner.attributes:  # type: ignore[union-attr]
                 owner.attributes["name"] = StringAttr(name)  # type: ignore[union-attr]
 
-    def _fold(self, node: _Node) -> None:
+    def _fold(self, node: _Node, captured: Sequence[str] = ()) -> None:
         """Evaluate ``node`` on its known inputs with ONNX's reference implementation, at the
-        model's opset (a one-node model: a bare node would be run at the newest opset)."""
+        model's opset (a one-node model: a bare node would be run at the newest opset), within the
+        import budget (:mod:`backends.onnx.limits`). ``captured``: outer values its subgraphs read,
+        passed to the one-node model as extra inputs."""
         from onnx.reference import ReferenceEvaluator
 
         helper = self.onnx.helper
         proto = node.proto
-        feeds = {n: np.asarray(self.values[n].const) for n in proto.input if n}
+        feeds = {n: np.asarray(self.values[n].const) for n in [*proto.input, *captured] if n}
+        self._check_budget_before(node, feeds)
         inputs = [
             helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), None)
             for n, a in feeds.items()
@@ -312,15 +338,231 @@ class _Importer:
         outputs = [self.onnx.ValueInfoProto(name=n) for n in proto.output if n]
         graph = helper.make_graph([proto], "fold", inputs, outputs)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        budget = limits.max_fold_seconds() - self.fold_seconds
+        started = time.perf_counter()
         try:
-            outs = ReferenceEvaluator(model).run(None, feeds)
+            with _deadline(budget):
+                outs = ReferenceEvaluator(model).run(None, feeds)
+        except _FoldTimeout:
+            raise self.limit_error(
+                node,
+                f"evaluating its constant inputs ran past the {limits.max_fold_seconds():g} s allowed for "
+                f"constant folding ({limits.MAX_FOLD_SECONDS_ENV})",
+            ) from None
+        except MemoryError:
+            raise self.limit_error(node, "evaluating it on its constant inputs ran out of memory") from None
         except Exception as exc:
             raise node.fail(
-                f"evaluating it on its constant inputs failed: {type(exc).__name__}: {exc}"
+                f"evaluating it on its constant inputs failed: {type(exc).__name__}: {_first_line(exc)}"
             ) from None
+        finally:
+            self.fold_seconds += time.perf_counter() - started
+        if self.fold_seconds > limits.max_fold_seconds():
+            raise self.limit_error(
+                node,
+                f"constant folding took {self.fold_seconds:.1f} s, more than the "
+                f"{limits.max_fold_seconds():g} s allowed ({limits.MAX_FOLD_SECONDS_ENV})",
+            )
+        in_bytes = sum(a.nbytes for a in feeds.values())
         for name, array in zip([n for n in proto.output if n], outs, strict=True):
             a = np.asarray(array)
+            self._check_tensor_bytes(node, a.nbytes, f"its output {name!r} of shape {a.shape}")
+            self.folded_bytes += max(a.nbytes - in_bytes, 0)
+            self._check_folded_bytes(node)
             self.values[name] = _Value(_type_of(a, node.where()), a)
+
+    # -- the import budget ------------------------------------------------------------------------
+    def limit_error(self, node: _Node | None, message: str) -> OnnxImportError:
+        where = f"{node.where()}: " if node is not None else ""
+        return OnnxImportError(f"{self.origin}: {where}{message}")
+
+    def _check_tensor_bytes(self, node: _Node | None, nbytes: int, what: str) -> None:
+        cap = limits.max_tensor_bytes()
+        if nbytes > cap:
+            raise self.limit_error(
+                node,
+                f"{what} would need {nbytes} bytes, more than the limit of {cap} "
+                f"({limits.MAX_TENSOR_BYTES_ENV})",
+            )
+
+    def _check_folded_bytes(self, node: _Node, more: int = 0) -> None:
+        cap = limits.max_folded_bytes()
+        if self.folded_bytes + more > cap:
+            raise self.limit_error(
+                node,
+                f"the values evaluated while importing would exceed {cap} bytes "
+                f"({limits.MAX_FOLDED_BYTES_ENV})",
+            )
+
+    def _check_budget_before(self, node: _Node, feeds: dict[str, np.ndarray]) -> None:
+        """Refuse before evaluating what would exceed the budget: an output size the inputs fix,
+        a loop's trip count."""
+        predicted = _predicted_bytes(node, feeds)
+        if predicted is not None:
+            nbytes, shape = predicted
+            self._check_tensor_bytes(node, nbytes, f"its output of shape {shape}")
+            self._check_folded_bytes(node, max(nbytes - sum(a.nbytes for a in feeds.values()), 0))
+        if node.op_type in ("Loop", "Scan"):
+            cap = limits.max_loop_iterations()
+            trips = _loop_trip_count(node, feeds)
+            if trips is None or trips > cap:
+                count = "an unbounded number of" if trips is None else f"{trips}"
+                raise self.limit_error(
+                    node,
+                    f"evaluating it while importing would run {count} iterations, more than the limit of "
+                    f"{cap} ({limits.MAX_LOOP_ITERATIONS_ENV})",
+                )
+
+
+class _FoldTimeout(Exception):
+    pass
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt the body after ``seconds`` (SIGALRM: only on the main thread, and only when no one
+    else uses the alarm; elsewhere the fold time is checked after each node)."""
+    if seconds <= 0:
+        raise _FoldTimeout
+    usable = (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    )
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _FoldTimeout
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _ints_of(a: np.ndarray) -> list[int]:
+    return [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+def _predicted_bytes(node: _Node, feeds: dict[str, np.ndarray]) -> tuple[int, tuple[int, ...]] | None:
+    """(bytes, shape) of the output of the ops whose output can be far larger than their inputs,
+    from the inputs' values alone; None for the others (checked after evaluation)."""
+    proto = node.proto
+    ins = [feeds.get(n) if n else None for n in proto.input]
+    op = node.op_type
+    try:
+        if op == "ConstantOfShape":
+            value = node.attr("value")
+            itemsize = 4 if value is None else node.imp.onnx.numpy_helper.to_array(value).itemsize
+            shape = tuple(_ints_of(ins[0]))
+        elif op == "Expand":
+            itemsize = ins[0].itemsize
+            shape = tuple(np.broadcast_shapes(ins[0].shape, tuple(_ints_of(ins[1]))))
+        elif op == "Range":
+            start, limit, delta = (float(np.asarray(a).reshape(-1)[0]) for a in ins[:3])
+            itemsize = ins[0].itemsize
+            shape = (max(math.ceil((limit - start) / delta), 0) if delta else 0,)
+        elif op == "Tile":
+            itemsize = ins[0].itemsize
+            shape = tuple(d * r for d, r in zip(ins[0].shape, _ints_of(ins[1]), strict=False))
+        elif op in ("MatMul", "Gemm") and ins[0].ndim >= 1 and ins[1].ndim >= 1:
+            a, b = ins[0].shape, ins[1].shape
+            if op == "Gemm":
+                shape = (a[1] if node.attr("transA", 0) else a[0], b[0] if node.attr("transB", 0) else b[-1])
+            else:
+                batch = np.broadcast_shapes(a[:-2], b[:-2]) if len(a) > 1 and len(b) > 1 else ()
+                shape = (*batch, *a[-2:-1], *(b[-1:] if len(b) > 1 else ()))
+            itemsize = ins[0].itemsize
+        elif op == "Pad" and len(ins) > 1 and ins[1] is not None:
+            pads = _ints_of(ins[1])
+            rank = ins[0].ndim
+            if len(pads) != 2 * rank:
+                return None
+            shape = tuple(d + pads[k] + pads[rank + k] for k, d in enumerate(ins[0].shape))
+            itemsize = ins[0].itemsize
+        elif op in ("Resize", "Upsample"):
+            sizes = ins[3] if len(ins) > 3 and ins[3] is not None and ins[3].size else None
+            scales = next((a for a in ins[1:3] if a is not None and a.dtype.kind == "f" and a.size), None)
+            if sizes is not None and sizes.size == ins[0].ndim:
+                shape = tuple(_ints_of(sizes))
+            elif scales is not None and scales.size == ins[0].ndim:
+                factors = scales.reshape(-1).tolist()
+                shape = tuple(int(d * float(f)) for d, f in zip(ins[0].shape, factors, strict=True))
+            else:
+                return None
+            itemsize = ins[0].itemsize
+        elif op == "OneHot":
+            shape = (*ins[0].shape, int(np.asarray(ins[1]).reshape(-1)[0]))
+            itemsize = ins[2].itemsize
+        else:
+            return None
+    except (TypeError, ValueError, IndexError, AttributeError, OverflowError, ZeroDivisionError):
+        return None  # malformed: the evaluation itself reports it
+    if any(d < 0 for d in shape):
+        return None
+    return math.prod(shape) * itemsize, shape
+
+
+def _loop_trip_count(node: _Node, feeds: dict[str, np.ndarray]) -> int | None:
+    """How many iterations a Loop / Scan will run at most (None: unbounded), nested loops included."""
+    if node.op_type == "Scan":  # one iteration per slice of the scanned inputs (already in memory)
+        return max((a.shape[0] for a in feeds.values() if a.ndim), default=0)
+    m = node.proto.input[0] if node.proto.input else ""
+    if not m or m not in feeds:
+        return None
+    trips = int(np.asarray(feeds[m]).reshape(-1)[0])
+    body = node._attrs.get("body")
+    if body is not None and any(n.op_type in ("Loop", "Scan") for n in _subgraph_nodes(body.g)):
+        return None  # a loop in the body: its count is not known from here
+    return max(trips, 0)
+
+
+def _subgraph_nodes(graph: Any) -> Iterator[Any]:
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            if a.HasField("g"):
+                yield from _subgraph_nodes(a.g)
+            for g in a.graphs:
+                yield from _subgraph_nodes(g)
+
+
+def _captured_names(proto: Any) -> list[str]:
+    """Values of the enclosing graph that ``proto``'s subgraphs (If branches, Loop / Scan bodies)
+    read: everything used there that is not defined there."""
+    out: list[str] = []
+
+    def walk(graph: Any, defined: set[str]) -> None:
+        defined = defined | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        for n in graph.node:
+            for name in n.input:
+                if name and name not in defined and name not in out:
+                    out.append(name)
+            for a in n.attribute:
+                subs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
+                for g in subs:
+                    walk(g, defined)
+            defined |= set(n.output)
+        for o in graph.output:
+            if o.name not in defined and o.name not in out:
+                out.append(o.name)
+
+    for a in proto.attribute:
+        subs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
+        for g in subs:
+            walk(g, set())
+    return out
 
 
 class _Node:
@@ -708,7 +950,10 @@ def _is_inf(node: _Node) -> list[_Value | None]:
 @handles("Cast", "CastLike")
 def _cast(node: _Node) -> list[_Value | None]:
     if node.op_type == "Cast":
-        target = node.imp.onnx.helper.tensor_dtype_to_np_dtype(node.attr("to"))
+        try:
+            target = node.imp.onnx.helper.tensor_dtype_to_np_dtype(node.attr("to"))
+        except (KeyError, ValueError, TypeError):
+            raise node.fail(f"attribute to={node.attr('to')} is not an ONNX tensor type") from None
     else:
         target = node.value(1).type.element_type
     try:
@@ -772,6 +1017,12 @@ class _ConvAttrs:
         group = int(node.attr("group", 1))
         stride = [int(s) for s in node.attr("strides", [1, 1])]
         dilation = [int(d) for d in node.attr("dilations", [1, 1])]
+        if group < 1:
+            raise node.fail(f"attribute group={group} must be at least 1")
+        if len(ws) != 4:
+            raise node.fail(f"the weight must have rank 4 for a 2-D convolution, got shape {ws}")
+        if len(stride) != 2 or min(stride) < 1 or len(dilation) != 2 or min(dilation) < 1:
+            raise node.fail(f"strides {stride} and dilations {dilation} must be two positive integers each")
         return _ConvAttrs(xs, ws, group, stride, dilation)
 
     def weight(self, node: _Node) -> tuple[SSAValue, Any]:
@@ -1595,4 +1846,15 @@ def read_onnx(
         raise OnnxImportError(f"not an ONNX model: {type(exc).__name__}: {exc}") from None
     if not model.HasField("graph"):
         raise OnnxImportError("not an ONNX model: it has no graph")
-    return _Importer(model, input_shapes, input_values).run()
+    if isinstance(source, onnx.ModelProto):
+        origin = "<onnx.ModelProto>"
+    elif isinstance(source, bytes | bytearray | memoryview):
+        origin = "<onnx bytes>"
+    else:
+        origin = os.fspath(source)
+    try:
+        limits.max_tensor_bytes(), limits.max_folded_bytes()
+        limits.max_loop_iterations(), limits.max_fold_seconds()
+    except limits.LimitError as exc:
+        raise OnnxImportError(str(exc)) from None
+    return _Importer(model, input_shapes, input_values, origin).run()

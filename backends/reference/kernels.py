@@ -450,6 +450,16 @@ def subtensor(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: An
     return [np.asarray(x[tuple(index)]).reshape(results[0].shape)]
 
 
+def _dtype_bounds(dtype: np.dtype) -> tuple[Any, Any]:
+    """The smallest and largest value of ``dtype`` (infinities for floats)."""
+    if dtype.kind == "f":
+        return -np.inf, np.inf
+    if dtype == np.bool_:
+        return False, True
+    info = np.iinfo(dtype)
+    return info.min, info.max
+
+
 @kernel(T.ReduceOp)
 def reduce(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any, axis: int, data_type: Any
@@ -463,10 +473,14 @@ def reduce(
         y = np.square(x.astype(acc or x.dtype)).sum(axis=axis, keepdims=True)
     elif mode == R.PRODUCT:
         y = x.prod(axis=axis, keepdims=True, dtype=acc)
-    elif mode == R.MIN:
-        y = x.min(axis=axis, keepdims=True)
-    elif mode == R.MAX:
-        y = x.max(axis=axis, keepdims=True)
+    elif mode in (R.MIN, R.MAX):
+        # the reduction of nothing (an empty axis) is the identity: +inf / -inf, the integer
+        # type's largest / smallest value (what the compiled kernels start from)
+        lowest, highest = _dtype_bounds(x.dtype)
+        if mode == R.MIN:
+            y = x.min(axis=axis, keepdims=True, initial=highest)
+        else:
+            y = x.max(axis=axis, keepdims=True, initial=lowest)
     else:
         y = x.mean(axis=axis, keepdims=True, dtype=acc)
     return [y.astype(results[0].dtype, copy=False)]
