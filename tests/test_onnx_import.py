@@ -650,11 +650,36 @@ def test_pad(mode: str, pads: tuple[int, ...], opset: int, extra: list[Any]) -> 
         ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, (1, 1, 2, 2), None, 13),
         ({"mode": "linear"}, None, (2, 3, 9, 5), 13),  # half_pixel, up and down
         ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, None, (2, 3, 3, 14), 19),
+        # beyond MegEngine's Resize: a resampling matrix per axis
+        ({"mode": "cubic"}, (1, 1, 2, 1.5), None, 13),
+        ({"mode": "cubic", "coordinate_transformation_mode": "align_corners"}, None, (2, 3, 4, 9), 13),
+        ({"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5}, (1, 1, 0.5, 2), None, 19),
+        ({"mode": "linear", "antialias": 1}, None, (2, 3, 3, 4), 19),
+        ({"mode": "cubic", "antialias": 1}, (1, 1, 0.6, 0.7), None, 19),
+        ({"mode": "nearest", "nearest_mode": "round_prefer_ceil"}, (1, 1, 1.5, 3), None, 13),
+        (
+            {"mode": "nearest", "coordinate_transformation_mode": "align_corners", "nearest_mode": "ceil"},
+            (1, 1, 2, 2),
+            None,
+            13,
+        ),
+        (
+            {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"},
+            (1, 1, 0.7, 1.6),
+            None,
+            19,
+        ),
+        ({"mode": "linear"}, (1, 2, 1, 1), None, 13),  # the channel axis
+        ({"mode": "linear"}, (1, 1, 2, 2), None, 10),  # Resize-10: asymmetric
+        ({"mode": "nearest"}, (1, 1, 3, 2), None, 10),
     ],
 )
 def test_resize(attrs: dict[str, Any], scales: Any, sizes: Any, opset: int) -> None:
     roi = np.zeros(0, np.float32)
     sc = np.asarray(scales, np.float32) if scales else np.zeros(0, np.float32)
+    if opset == 10:  # Resize-10 takes (X, scales)
+        check(*single("Resize", [X, sc], [False, True], opset=opset, **attrs))
+        return
     ins = [X, roi, sc] + ([i64(*sizes)] if sizes else [])
     if opset >= 13 and not scales:
         ins[2] = None
@@ -778,23 +803,31 @@ def test_dynamic_input_shape() -> None:
         ),
         (
             single(
-                "Resize", [X, None, np.asarray([1, 1, 2, 2], np.float32)], [False, False, True], mode="cubic"
+                "Resize",
+                [X, None, np.asarray([1, 1, 2, 2], np.float32)],
+                [False, False, True],
+                mode="lanczos",
             ),
-            r"Resize node 'the_resize' \(opset 17\): mode 'cubic' is not supported",
+            r"Resize node 'the_resize' \(opset 17\): mode 'lanczos' is not an ONNX Resize mode",
         ),
         (
             single(
                 "Resize",
                 [X, None, np.asarray([1, 1, 2, 2], np.float32)],
                 [False, False, True],
-                mode="linear",
-                coordinate_transformation_mode="align_corners",
+                coordinate_transformation_mode="tf_crop_and_resize",
             ),
-            r"linear resampling 6 → 12 with coordinate_transformation_mode 'align_corners'.*not supported",
+            r"Resize node 'the_resize' \(opset 17\): roi \[\] needs a start and an end per resized axis",
         ),
         (
-            single("Resize", [X, None, np.asarray([1, 2, 1, 1], np.float32)], [False, False, True]),
-            r"only the two spatial axes can be resized",
+            single(
+                "Resize",
+                [X, None, np.asarray([1, 1, 2, 2], np.float32)],
+                [False, False, True],
+                mode="nearest",
+                antialias=1,
+            ),
+            r"antialias=1 is not defined for mode 'nearest'",
         ),
         (single("MaxPool", [X], kernel_shape=[2, 2], dilations=[2, 2]), r"MaxPool node .*dilations \[2, 2\]"),
         (

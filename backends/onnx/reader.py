@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from backends.onnx import limits
-from backends.reference.kernels import interp_matrix
+from backends.reference.kernels import OnnxResizeAxis, interp_matrix, onnx_resize_matrix
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import DTypeError, QuantizedType, element_type, is_float, numpy_dtype
@@ -1669,88 +1669,151 @@ def _pad(node: _Node) -> list[_Value | None]:
 # Resize
 
 
-def _onnx_resample_matrix(node: _Node, n_in: int, n_out: int, scale: float, mode: str) -> np.ndarray:
-    """(n_out, n_in) weights of ONNX Resize along one axis (nearest or linear), per the spec."""
-    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
-    i = np.arange(n_out, dtype=np.float64)
-    if ctm == "half_pixel":
-        x = (i + 0.5) / scale - 0.5
-    elif ctm == "pytorch_half_pixel":
-        x = (i + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
-    elif ctm == "half_pixel_symmetric":
-        adjustment = n_out / (scale * n_in)
-        x = n_in / 2 * (1 - adjustment) + (i + 0.5) / scale - 0.5
-    elif ctm == "align_corners":
-        x = i * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
-    elif ctm == "asymmetric":
-        x = i / scale
-    else:
-        raise node.fail(f"coordinate_transformation_mode {ctm!r} is not supported")
-    m = np.zeros((n_out, n_in))
-    rows = np.arange(n_out)
-    if mode == "nearest":
-        nearest = node.attr("nearest_mode", "round_prefer_floor")
-        pick = {
-            "round_prefer_floor": lambda v: np.ceil(v - 0.5),
-            "round_prefer_ceil": lambda v: np.floor(v + 0.5),
-            "floor": np.floor,
-            "ceil": np.ceil,
-        }.get(nearest)
-        if pick is None:
-            raise node.fail(f"nearest_mode {nearest!r} is not supported")
-        m[rows, np.clip(pick(x), 0, n_in - 1).astype(np.int64)] = 1.0
-        return m
-    x = np.clip(x, 0, n_in - 1)
-    lo = np.floor(x).astype(np.int64)
-    hi = np.minimum(lo + 1, n_in - 1)
-    np.add.at(m, (rows, lo), 1.0 - (x - lo))
-    np.add.at(m, (rows, hi), x - lo)
-    return m
-
-
-@handles("Resize")
-def _resize(node: _Node) -> list[_Value | None]:
-    shape = node.shape(0)
-    _require_2d(node, len(shape))
+def _resize_request(
+    node: _Node, shape: tuple[int, ...]
+) -> tuple[list[float], list[int], OnnxResizeAxis, list[float]]:
+    """(scale per axis, output size per axis, the sampling attributes, roi) of a Resize / Upsample
+    at the node's opset."""
+    rank = len(shape)
     mode = node.attr("mode", "nearest")
-    if mode not in ("nearest", "linear"):
-        raise node.fail(f"mode {mode!r} is not supported (MegEngine's Resize has nearest and linear)")
-    if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise node.fail("keep_aspect_ratio_policy other than 'stretch' is not supported")
-    axes = [_axis(a, 4, node) for a in node.attr("axes", [0, 1, 2, 3])]
-    scales = [1.0] * 4
-    sizes = list(shape)
+    if node.op_type == "Upsample" or node.opset < 11:
+        # Upsample (opsets 7-9) and Resize-10: scales only, asymmetric coordinates, nearest = floor
+        if node.op_type == "Upsample" and node.opset < 9:
+            scales = [float(f) for f in node.attr("scales", [])]
+        else:
+            scales = [float(f) for f in node.const(1, "scales").reshape(-1)]
+        if len(scales) != rank:
+            raise node.fail(f"scales {scales} need one entry per axis of {shape}")
+        mode = {"bilinear": "linear"}.get(mode, mode)
+        if mode not in ("nearest", "linear"):
+            raise node.fail(
+                f"mode {mode!r} is not an opset-{node.opset} {node.op_type} mode (nearest, linear)"
+            )
+        sizes = [int(math.floor(d * f)) for d, f in zip(shape, scales, strict=True)]
+        attrs = OnnxResizeAxis(mode, "asymmetric", "floor")
+        return scales, sizes, attrs, [0.0] * rank + [1.0] * rank
+    if mode not in ("nearest", "linear", "cubic"):
+        raise node.fail(f"mode {mode!r} is not an ONNX Resize mode (nearest, linear, cubic)")
+    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    if ctm == "tf_half_pixel_for_nn" and node.opset >= 13:
+        raise node.fail("coordinate_transformation_mode 'tf_half_pixel_for_nn' was removed in opset 13")
+    antialias = bool(node.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        raise node.fail("antialias=1 is not defined for mode 'nearest'")
+    attrs = OnnxResizeAxis(
+        mode,
+        ctm,
+        node.attr("nearest_mode", "round_prefer_floor"),
+        float(node.attr("cubic_coeff_a", -0.75)),
+        bool(node.attr("exclude_outside", 0)),
+        antialias,
+    )
+    axes = [_axis(a, rank, node) for a in node.attr("axes", range(rank))]
+    scales, sizes = [1.0] * rank, list(shape)
     if node.has(3) and node.const(3, "sizes").size:
-        for a, s in zip(axes, node.ints(3, "sizes"), strict=True):
-            sizes[a] = s
-        scales = [sizes[a] / shape[a] for a in range(4)]
+        given = node.ints(3, "sizes")
+        if len(given) != len(axes):
+            raise node.fail(f"sizes {given} need one entry per resized axis {axes}")
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            for a, n in zip(axes, given, strict=True):
+                sizes[a], scales[a] = n, n / shape[a] if shape[a] else 1.0
+        elif policy in ("not_larger", "not_smaller"):
+            ratios = [n / shape[a] for a, n in zip(axes, given, strict=True)]
+            scale = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                sizes[a], scales[a] = int(scale * shape[a] + 0.5), scale
+        else:
+            raise node.fail(f"keep_aspect_ratio_policy {policy!r} is not an ONNX policy")
     elif node.has(2) and node.const(2, "scales").size:
-        for a, s in zip(axes, node.const(2, "scales").reshape(-1).tolist(), strict=True):
-            scales[a] = float(s)
-        sizes = [int(math.floor(shape[a] * scales[a])) for a in range(4)]
+        given_scales = [float(f) for f in node.const(2, "scales").reshape(-1)]
+        if len(given_scales) != len(axes):
+            raise node.fail(f"scales {given_scales} need one entry per resized axis {axes}")
+        for a, f in zip(axes, given_scales, strict=True):
+            if f <= 0:
+                raise node.fail(f"scale {f} must be positive")
+            scales[a], sizes[a] = f, int(math.floor(shape[a] * f))
     else:
         raise node.fail("needs scales or sizes")
-    if sizes[:2] != list(shape[:2]):
-        raise node.fail(f"only the two spatial axes can be resized, got {tuple(shape)} → {tuple(sizes)}")
-    if node.attr("antialias", 0) and min(scales[2:]) < 1:
-        raise node.fail("antialias=1 when downsampling is not supported")
-    imode = enums.InterpolationMode.NEAREST if mode == "nearest" else enums.InterpolationMode.LINEAR
-    for a in (2, 3):
-        onnx_m = _onnx_resample_matrix(node, shape[a], sizes[a], scales[a], mode)
-        if not np.allclose(onnx_m, interp_matrix(shape[a], sizes[a], imode), rtol=0, atol=1e-6):
-            raise node.fail(
-                f"{mode} resampling {shape[a]} → {sizes[a]} with coordinate_transformation_mode "
-                f"{node.attr('coordinate_transformation_mode', 'half_pixel')!r}"
-                + (
-                    f", nearest_mode {node.attr('nearest_mode', 'round_prefer_floor')!r}"
-                    if mode == "nearest"
-                    else ""
-                )
-                + " samples other pixels than MegEngine's Resize; it is not supported"
-            )
-    if sizes == list(shape):
+    roi = [0.0] * rank + [1.0] * rank
+    if ctm == "tf_crop_and_resize":
+        given_roi = [float(v) for v in node.const(1, "roi").reshape(-1)] if node.has(1) else []
+        if len(given_roi) != 2 * len(axes):
+            raise node.fail(f"roi {given_roi} needs a start and an end per resized axis {axes}")
+        for k, a in enumerate(axes):
+            roi[a], roi[rank + a] = given_roi[k], given_roi[len(axes) + k]
+    return scales, sizes, attrs, roi
+
+
+@handles("Resize", "Upsample")
+def _resize(node: _Node) -> list[_Value | None]:
+    shape = node.shape(0)
+    rank = len(shape)
+    scales, sizes, attrs, roi = _resize_request(node, shape)
+    if any(n <= 0 for n in sizes):
+        raise node.fail(f"the output shape {tuple(sizes)} has an empty axis")
+    mats: dict[int, np.ndarray] = {}
+    outside = np.zeros(sizes, bool) if attrs.coordinate_transformation_mode == "tf_crop_and_resize" else None
+    for a in range(rank):
+        axis_attrs = replace(attrs, roi=(roi[a], roi[rank + a]))
+        try:
+            m, out = onnx_resize_matrix(shape[a], sizes[a], scales[a], axis_attrs)
+        except ValueError as exc:
+            raise node.fail(str(exc)) from None
+        if outside is not None and out.any():
+            view = [1] * rank
+            view[a] = -1
+            outside = outside | out.reshape(view)
+        if m.shape != (shape[a], shape[a]) or not np.array_equal(m, np.eye(shape[a])):
+            mats[a] = m
+    extrapolate = outside is not None and outside.any()
+    if not mats and not extrapolate:
         return [node.value(0)]
-    return [_new(node.emit1(T.ResizeOp, [node.ssa(0)], out_shape=(sizes[2], sizes[3]), imode=imode))]
+    x = node.ssa(0)
+    # MegEngine's Resize when it samples the same pixels (the fast kernel, both spatial axes of NCHW)
+    imode = {"nearest": enums.InterpolationMode.NEAREST, "linear": enums.InterpolationMode.LINEAR}.get(
+        attrs.mode
+    )
+    if (
+        rank == 4
+        and not extrapolate
+        and set(mats) <= {2, 3}
+        and imode is not None
+        and all(
+            np.allclose(
+                mats.get(a, np.eye(shape[a])), interp_matrix(shape[a], sizes[a], imode), rtol=0, atol=1e-6
+            )
+            for a in (2, 3)
+        )
+    ):
+        return [_new(node.emit1(T.ResizeOp, [x], out_shape=(sizes[2], sizes[3]), imode=imode))]
+    elem = node.value(0).type.element_type
+    if not is_float(elem):
+        raise node.fail(
+            f"{attrs.mode} resampling of a {elem} input with coordinate_transformation_mode "
+            f"{attrs.coordinate_transformation_mode!r} is not supported (floating-point inputs are)"
+        )
+    # separable: a constant resampling matrix per resized axis (a matrix product along it)
+    dtype = numpy_dtype(elem)
+    current = list(shape)
+    for a, m in mats.items():
+        perm = [k for k in range(rank) if k != a] + [a]
+        y = x if a == rank - 1 else node.emit1(T.DimshuffleOp, [x], pattern=tuple(perm))
+        lead = [current[k] for k in perm[:-1]]
+        y = node.reshape(y, (math.prod(lead), current[a]))
+        y = node.emit1(T.MatrixMulOp, [y, node.constant(np.ascontiguousarray(m.T).astype(dtype))])
+        current[a] = sizes[a]
+        y = node.reshape(y, (*lead, sizes[a]))
+        if a != rank - 1:
+            inverse = [perm.index(k) for k in range(rank)]
+            y = node.emit1(T.DimshuffleOp, [y], pattern=tuple(inverse))
+        x = y
+    if extrapolate:
+        assert outside is not None
+        value = float(node.attr("extrapolation_value", 0.0))
+        if value != 0.0:  # the rows outside the region are zero: add the value there
+            x = node.elemwise(E.ADD, x, node.constant((outside * value).astype(dtype)))
+    return [_new(x)]
 
 
 # ----------------------------------------------------------------------------------------------
