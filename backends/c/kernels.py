@@ -30,6 +30,9 @@ element types never accept the same op, so their relative order only matters wit
 * int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94; float32 / int32
   <-> int8 typecvt (``neon``) and the ``sdot`` int8 matmul (``dot``) are their families' units on
   those ISAs (neon_int8_ends);
+* integer / bool element types the float32 and int32 families leave out (int_elemwise): elementwise
+  arithmetic and comparisons on int8 / int16 / uint8 / uint16 (and integer max, min, mod, pow,
+  floor_div on int32), max pooling, bool min / max reductions: 89;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
@@ -49,6 +52,7 @@ from backends.c.templates import (
     gemm,
     generic,
     indexing,
+    int_elemwise,
     nchw88,
     neon,
     neon_depthwise,
@@ -98,6 +102,7 @@ KERNELS = KernelRegistry(
         *neon.KERNEL_UNITS,
         *portable.KERNEL_UNITS,
         *indexing.KERNEL_UNITS,
+        *int_elemwise.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
         *x86_fp16.KERNEL_UNITS,
         *x86_amx.KERNEL_UNITS,

@@ -832,10 +832,31 @@ def _binary(node: _Node) -> list[_Value | None]:
     like = va.type if (va.const is None or vb.const is not None or node.op_type == "Pow") else vb.type
     if node.op_type == "Div" and not is_float(like.element_type):
         raise node.fail(f"integer division of values computed at run time is not supported ({like})")
+    if node.op_type == "Pow" and vb.const is None and vb.type.element_type != va.type.element_type:
+        return [_new(_mixed_pow(node))]
     a, b = node.operand_like(0, like), node.operand_like(1, like)
     if node.op_type in _SWAPPED:
         a, b = b, a
     return [_new(node.elemwise(mode, a, b))]
+
+
+def _mixed_pow(node: _Node) -> SSAValue:
+    """Pow whose run-time exponent has another dtype than the base (allowed since opset 12): a
+    float base takes the exponent converted to its type; an integer base is raised in float32 and
+    the result truncated back to its type, as onnxruntime computes it."""
+    base, exp = node.value(0).type, node.value(1).type
+
+    def cvt(x: SSAValue, elem: Attribute) -> SSAValue:
+        t = x.type
+        assert isinstance(t, TensorType)
+        return node.emit1(T.TypeCvtOp, [x], [TensorType(elem, t.get_shape())])
+
+    if is_float(base.element_type):
+        return node.elemwise(E.POW, node.ssa(0), cvt(node.ssa(1), base.element_type))
+    f32 = element_type("float32")
+    a = cvt(node.ssa(0), f32)
+    b = node.ssa(1) if exp.element_type == f32 else cvt(node.ssa(1), f32)
+    return cvt(node.elemwise(E.POW, a, b), base.element_type)
 
 
 @handles(*_VARIADIC)
@@ -853,9 +874,21 @@ def _variadic(node: _Node) -> list[_Value | None]:
 @handles("Mod")
 def _mod(node: _Node) -> list[_Value | None]:
     like = node.value(0).type
-    if is_float(like.element_type) != bool(node.attr("fmod", 0)):
-        raise node.fail("fmod must be 1 for floats (C's fmod); Python-style modulo is for integers")
-    return [_new(node.elemwise(E.MOD, node.operand_like(0, like), node.operand_like(1, like)))]
+    fmod = bool(node.attr("fmod", 0))
+    floats = is_float(like.element_type)
+    a, b = node.operand_like(0, like), node.operand_like(1, like)
+    if floats and fmod or not floats and not fmod:  # xmge's MOD: C's fmod on floats, Python's % on integers
+        return [_new(node.elemwise(E.MOD, a, b))]
+    if floats and node.opset >= 28:
+        # fmod=0 on floats (opset 28): the floored remainder, the sign of the divisor: fmod's
+        # remainder plus the divisor where their signs differ (signs compared exactly, no product)
+        r = node.elemwise(E.MOD, a, b)
+        opposite = node.elemwise(E.MUL, node.elemwise(E.SIGN, r), node.elemwise(E.SIGN, b))
+        shift = node.elemwise(E.COND_LT_MOV, opposite, node.scalar(0.0, r), b)
+        return [_new(node.elemwise(E.ADD, r, shift))]
+    if floats:
+        raise node.fail("fmod=0 on floating-point inputs is defined from opset 28 on (fmod=1 before)")
+    raise node.fail(f"fmod=1 (the truncated remainder) on {like.element_type} inputs is not supported")
 
 
 @handles("Reciprocal")

@@ -214,6 +214,14 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if a.dtype.kind in "iu" and b.dtype.kind in "iu" and (b < 0).any():
+            # integer powers with negative exponents (numpy refuses them): the exact value
+            # truncated toward zero, 1 and -1 to the power, 0 otherwise (the C kernels' rule)
+            a, b = np.broadcast_arrays(a, b)
+            neg = b < 0
+            odd = (b % 2) != 0
+            trunc = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0)).astype(a.dtype)
+            return np.where(neg, trunc, np.power(a, np.where(neg, 0, b).astype(b.dtype)))
         return np.power(a, b)
 
 
