@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ArrayAttr, IntegerType, ModuleOp, Signedness, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from backends.onnx import limits
@@ -75,9 +75,31 @@ class _Value:
     initializer: str | None = None  # the initializer's name: the mgb.const is named after it
 
 
+# ONNX's narrow types that xmge holds exactly in a wider one (every value representable)
+_WIDENED = {
+    "int4": "int8",
+    "int2": "int8",
+    "uint4": "uint8",
+    "uint2": "uint8",
+    "bfloat16": "float32",
+    "float8_e4m3fn": "float32",
+    "float8_e4m3fnuz": "float32",
+    "float8_e5m2": "float32",
+    "float8_e5m2fnuz": "float32",
+    "float8_e8m0fnu": "float32",
+    "float4_e2m1fn": "float32",
+}
+# ops whose result only depends on their narrow-typed inputs' values (not on the type's overflow
+# or rounding): a graph input they alone read may be widened
+_READS_VALUES_ONLY = {"Cast", "CastLike", "DequantizeLinear"}
+
+
 def _narrow(array: np.ndarray, what: str) -> np.ndarray:
-    """An ONNX array in the dtype xmge stores it in (int64 → int32, float64 → float32)."""
+    """An ONNX array in the dtype xmge stores it in (int64 → int32, float64 → float32, the narrow
+    types of :data:`_WIDENED` widened)."""
     a = np.asarray(array)
+    if a.dtype.name in _WIDENED:
+        return a.astype(_WIDENED[a.dtype.name])
     if a.dtype.kind in "iu" and a.dtype.itemsize > 4 or a.dtype == np.uint32:
         if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
             raise OnnxImportError(f"{what}: integer values beyond int32 (xmge has no int64)")
@@ -91,8 +113,9 @@ def _type_of(array: np.ndarray, what: str) -> TensorType:
     """The IR type of an ONNX array; int64 values are only checked to fit int32 if the array
     reaches the IR (INT64_MAX as a Slice end never does)."""
     a = np.asarray(array)
+    dtype = _WIDENED.get(a.dtype.name, a.dtype)
     try:
-        return TensorType(element_type(a.dtype), list(a.shape))
+        return TensorType(element_type(dtype), list(a.shape))
     except DTypeError as exc:
         raise OnnxImportError(f"{what}: {exc}") from None
 
@@ -125,6 +148,7 @@ class _Importer:
         self.onnx = onnx
         self.model = model
         self.origin = origin
+        self.widened: dict[str, str] = {}  # graph inputs held in a wider dtype -> their ONNX dtype
         self.fold_seconds = 0.0
         self.folded_bytes = 0
         self.opset = self._opset(model)
@@ -166,6 +190,28 @@ class _Importer:
         if not versions:
             raise OnnxImportError("the model imports no version of the default ONNX domain (ai.onnx)")
         opset = versions[0]
+        if 1 <= opset < MIN_OPSET:
+            # an older model reads the same as at opset 7 when each of its ops is defined alike there
+            from onnx import defs
+
+            for proto in _subgraph_nodes(model.graph):
+                if proto.domain not in ONNX_DOMAINS:
+                    continue
+                try:
+                    same = (
+                        defs.get_schema(proto.op_type, opset, "").since_version
+                        == defs.get_schema(proto.op_type, MIN_OPSET, "").since_version
+                    )
+                except Exception:  # noqa: BLE001 - an op unknown at either opset
+                    same = False
+                if not same:
+                    raise OnnxImportError(
+                        f"opset {opset} is not supported: its {proto.op_type} differs from opset "
+                        f"{MIN_OPSET}'s (xmge imports opsets {MIN_OPSET} to {MAX_OPSET}; convert the model "
+                        "with "
+                        "onnx.version_converter first)"
+                    )
+            return opset
         if not MIN_OPSET <= opset <= MAX_OPSET:
             raise OnnxImportError(
                 f"opset {opset} is not supported: xmge imports opsets {MIN_OPSET} to {MAX_OPSET} "
@@ -228,6 +274,15 @@ class _Importer:
                         f"static shapes: pass input_shapes={{{info.name!r}: (...)}}"
                     )
                 shape.append(int(d.dim_value))
+        if np_dtype.name in _WIDENED:
+            self.widened[info.name] = np_dtype.name
+            readers = [p for p in _subgraph_nodes(self.model.graph) if info.name in p.input]
+            if any(p.op_type not in _READS_VALUES_ONLY for p in readers):
+                raise OnnxImportError(
+                    f"graph input {info.name!r}{self._reader_of(info.name)}: unsupported dtype "
+                    f"{np_dtype.name} (xmge holds it as {_WIDENED[np_dtype.name]} only where Cast, CastLike "
+                    "or DequantizeLinear alone read it)"
+                )
         elem = _type_of(
             np.zeros(0, np_dtype), f"graph input {info.name!r}{self._reader_of(info.name)}"
         ).element_type
@@ -758,7 +813,12 @@ def _identity(node: _Node) -> list[_Value | None]:
 @handles("Dropout")
 def _dropout(node: _Node) -> list[_Value | None]:
     if node.has(2) and bool(np.asarray(node.const(2, "training_mode")).reshape(-1)[0]):
-        raise node.fail("training_mode=True is not supported (xmge imports inference graphs)")
+        ratio = float(np.asarray(node.const(1, "ratio")).reshape(-1)[0]) if node.has(1) else 0.5
+        if ratio != 0.0:  # ratio 0 drops nothing: the inference result
+            raise node.fail(
+                f"training_mode=True with ratio {ratio} is not supported (a random mask; xmge imports "
+                "inference graphs)"
+            )
     if len(node.proto.output) < 2 or not node.proto.output[1]:
         return [node.value(0)]
     if node.opset < 10:  # the mask was the input's dtype before opset 10 (never read in inference)
@@ -831,13 +891,30 @@ def _binary(node: _Node) -> list[_Value | None]:
     # the operand whose dtype rules: a value in the IR (the other may be a constant to convert)
     like = va.type if (va.const is None or vb.const is not None or node.op_type == "Pow") else vb.type
     if node.op_type == "Div" and not is_float(like.element_type):
-        raise node.fail(f"integer division of values computed at run time is not supported ({like})")
+        return [_new(_int_div(node, node.operand_like(0, like), node.operand_like(1, like), like))]
     if node.op_type == "Pow" and vb.const is None and vb.type.element_type != va.type.element_type:
         return [_new(_mixed_pow(node))]
     a, b = node.operand_like(0, like), node.operand_like(1, like)
     if node.op_type in _SWAPPED:
         a, b = b, a
     return [_new(node.elemwise(mode, a, b))]
+
+
+def _int_div(node: _Node, a: SSAValue, b: SSAValue, like: TensorType) -> SSAValue:
+    """Integer Div (C's, truncating toward zero): the floored quotient, plus one where the floored
+    remainder is nonzero with the other sign than the dividend."""
+    q = node.elemwise(E.FLOOR_DIV, a, b)
+    elem = like.element_type
+    assert isinstance(elem, IntegerType)
+    if elem.signedness.data == Signedness.UNSIGNED:
+        return q
+    r = node.elemwise(E.MOD, a, b)
+    zero = node.scalar(0, r)
+    differs = node.elemwise(E.XOR, node.elemwise(E.LT, r, zero), node.elemwise(E.LT, a, zero))
+    fix = node.elemwise(E.AND, differs, node.elemwise(E.NEQ, r, zero))
+    t = q.type
+    assert isinstance(t, TensorType)
+    return node.elemwise(E.ADD, q, node.emit1(T.TypeCvtOp, [fix], [TensorType(elem, t.get_shape())]))
 
 
 def _mixed_pow(node: _Node) -> SSAValue:
@@ -975,9 +1052,16 @@ def _mish(node: _Node) -> list[_Value | None]:
 
 @handles("IsInf")
 def _is_inf(node: _Node) -> list[_Value | None]:
-    if not (node.attr("detect_negative", 1) and node.attr("detect_positive", 1)):
-        raise node.fail("only detect_negative=1 and detect_positive=1 are supported")
-    return [_new(node.elemwise(E.ISINF, node.ssa(0)))]
+    x = node.ssa(0)
+    neg, pos = bool(node.attr("detect_negative", 1)), bool(node.attr("detect_positive", 1))
+    inf = node.elemwise(E.ISINF, x)
+    if neg and pos:
+        return [_new(inf)]
+    if not (neg or pos):  # detects nothing
+        return [_new(node.elemwise(E.AND, inf, node.elemwise(E.NOT, inf)))]
+    zero = node.scalar(0.0, x)
+    sign = node.elemwise(E.LT, zero, x) if pos else node.elemwise(E.LT, x, zero)
+    return [_new(node.elemwise(E.AND, inf, sign))]
 
 
 @handles("Cast", "CastLike")
@@ -988,6 +1072,9 @@ def _cast(node: _Node) -> list[_Value | None]:
         except (KeyError, ValueError, TypeError):
             raise node.fail(f"attribute to={node.attr('to')} is not an ONNX tensor type") from None
     else:
+        like = node.proto.input[1]
+        if like in node.imp.widened:
+            raise node.fail(f"casting to {node.imp.widened[like]} (the type of {like!r}) is not supported")
         target = node.value(1).type.element_type
     try:
         elem = element_type(target)
@@ -1452,12 +1539,16 @@ def _reduce(node: _Node) -> list[_Value | None]:
 
 @handles("ArgMax", "ArgMin")
 def _arg(node: _Node) -> list[_Value | None]:
-    if node.attr("select_last_index", 0):
-        raise node.fail("select_last_index=1 is not supported")
     shape = node.shape(0)
     axis = _axis(int(node.attr("axis", 0)), len(shape), node)
     cls = T.ArgmaxOp if node.op_type == "ArgMax" else T.ArgminOp
-    y = node.emit1(cls, [node.ssa(0)], axis=axis)
+    x = node.ssa(0)
+    last = bool(node.attr("select_last_index", 0)) and shape[axis] > 1
+    if last:  # the first extremum of the reversed axis, counted from the end
+        x = node.subtensor(x, [axis], [shape[axis] - 1], [-shape[axis] - 1], [-1])
+    y = node.emit1(cls, [x], axis=axis)
+    if last:
+        y = node.elemwise(E.SUB, node.scalar(shape[axis] - 1, y), y)
     if not node.attr("keepdims", 1):
         y = node.reshape(y, [d for i, d in enumerate(shape) if i != axis])
     return [_new(y)]
@@ -1882,10 +1973,48 @@ def _quantize(node: _Node) -> list[_Value | None]:
     return [_new(node.emit1(T.TypeCvtOp, [node.ssa(0)], [TensorType(q, x.type.get_shape())]))]
 
 
+def _dequantize_plain(node: _Node, x: _Value, scale: np.ndarray) -> SSAValue:
+    """DequantizeLinear of a plain integer run-time value: ``(float(x) - zero_point) * scale`` in
+    float arithmetic, so any integer type, per-axis and blocked scales work."""
+    rank = len(x.type.get_shape())
+    shape = list(x.type.get_shape())
+    zp = np.asarray(node.const(2, "x_zero_point")) if node.has(2) else np.zeros((), np.float32)
+
+    def spread(a: np.ndarray) -> np.ndarray:
+        """A scale / zero point laid out to broadcast against x (per tensor, axis or block)."""
+        a = a.astype(np.float32)
+        if a.size == 1:
+            return a.reshape(1)
+        axis = _axis(int(node.attr("axis", 1)), rank, node)
+        block = int(node.attr("block_size", 0))
+        if block:
+            if a.ndim != rank:
+                raise node.fail(f"a blocked scale of shape {a.shape} must have the input's rank {rank}")
+            a = np.repeat(a, block, axis=axis)
+            return a[tuple(slice(0, d) for d in shape)]
+        view = [1] * rank
+        view[axis] = -1
+        return a.reshape(view)
+
+    f32 = element_type("float32")
+    y = node.emit1(T.TypeCvtOp, [node.ssa(0)], [TensorType(f32, shape)])
+    if zp.size and np.any(zp != 0):
+        y = node.elemwise(E.SUB, y, node.constant(spread(zp)))
+    y = node.elemwise(E.MUL, y, node.constant(spread(scale)))
+    out_dtype = node.attr("output_dtype", 0)
+    if out_dtype:
+        target = element_type(node.imp.onnx.helper.tensor_dtype_to_np_dtype(out_dtype))
+        if target != f32:
+            y = node.emit1(T.TypeCvtOp, [y], [TensorType(target, shape)])
+    return y
+
+
 @handles("DequantizeLinear")
 def _dequantize(node: _Node) -> list[_Value | None]:
     x = node.value(0)
     scale = np.asarray(node.const(1, "x_scale"))
+    if x.const is None and not isinstance(x.type.element_type, QuantizedType):
+        return [_new(_dequantize_plain(node, x, scale))]
     if node.attr("block_size", 0):
         raise node.fail("blocked quantization (block_size) cannot be expressed in xmge's dtypes")
     if x.const is not None and scale.size > 1:
