@@ -300,13 +300,57 @@ def write_expected(results: dict[str, dict[str, str]], path: Path = EXPECTED) ->
 
 
 def run_all(cases: Sequence[Case], runners: Sequence[str]) -> Iterator[tuple[Case, str, str, str]]:
+    """(case, runner, status, detail) of every case on every runner. The compiled runner loads a
+    shared library per case: it runs in worker processes (:func:`_compiled_in_workers`) so that a
+    crash in one case is that case's ``error`` and not the end of the run."""
+    compiled = "compiled" in runners and len(cases) > 1
+    results: dict[str, tuple[str, str]] = dict(_compiled_in_workers(cases)) if compiled else {}
     for case in cases:
         for runner in runners:
             if runner == "compiled" and not compilable(case.data()[0]):
                 yield case, runner, "skip", ""
-                continue
-            status, detail = run_case(case, runner)
-            yield case, runner, status, detail
+            elif runner == "compiled" and compiled:
+                yield case, runner, *results[case.name]
+            else:
+                yield case, runner, *run_case(case, runner)
+
+
+WORKER_CASES = 60  # cases per worker process (a fresh process bounds the libraries loaded in one)
+
+
+def _compiled_in_workers(cases: Sequence[Case]) -> Iterator[tuple[str, tuple[str, str]]]:
+    import json
+    import subprocess
+
+    todo = [c for c in cases if compilable(c.data()[0])]
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    while todo:
+        chunk, todo = todo[:WORKER_CASES], todo[WORKER_CASES:]
+        cmd = [sys.executable, "-m", "tests.onnx_conformance", "--worker", *(c.name for c in chunk)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, check=False)
+        done = {}
+        for line in proc.stdout.splitlines():
+            if line.startswith("{"):
+                row = json.loads(line)
+                done[row["name"]] = (row["status"], row["detail"])
+        for k, c in enumerate(chunk):
+            if c.name in done:
+                yield c.name, done[c.name]
+            else:  # the worker died on this case: record it, run the rest in a new worker
+                yield c.name, ("error", f"the compiled run crashed (worker exit status {proc.returncode})")
+                todo = list(chunk[k + 1 :]) + todo
+                break
+
+
+def _worker(names: Sequence[str]) -> int:
+    import json
+
+    by_name = {c.name: c for c in all_cases()}
+    for name in names:
+        status, detail = run_case(by_name[name], "compiled")
+        print(json.dumps({"name": name, "status": status, "detail": detail}), flush=True)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -317,7 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the expected-status list")
     parser.add_argument("--op", action="append", help="only these op types")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every failure")
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)  # run_all's worker processes
     args = parser.parse_args(argv)
+    if args.worker:
+        return _worker(args.worker)
     cases = claimed_cases()
     if args.op:
         cases = [c for c in cases if c.op_type in args.op]

@@ -1757,8 +1757,8 @@ def _pad(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
     rank = len(shape)
     mode_name = node.attr("mode", "constant")
-    if mode_name not in _PAD_MODES:
-        raise node.fail(f"mode {mode_name!r} is not supported (constant, reflect, edge are)")
+    if mode_name not in _PAD_MODES and mode_name != "wrap":
+        raise node.fail(f"mode {mode_name!r} is not an ONNX Pad mode (constant, reflect, edge, wrap)")
     pads = [int(p) for p in node.attr("pads", [])] if node.opset < 11 else node.ints(1, "pads")
     axes = [_axis(a, rank, node) for a in node.ints(3, "axes")] if node.has(3) else list(range(rank))
     if len(pads) != 2 * len(axes):
@@ -1771,7 +1771,19 @@ def _pad(node: _Node) -> list[_Value | None]:
         cv = np.asarray(node.const(2, "constant_value")).reshape(-1)
         value = float(cv[0]) if cv.size else 0.0
     x = node.ssa(0)
-    if any(p > 0 for p in front + back):
+    if mode_name == "wrap":  # the input repeated around itself: slices of the other end, concatenated
+        for a in range(rank):
+            f, b, n = max(front[a], 0), max(back[a], 0), shape[a]
+            if not (f or b):
+                continue
+            if f > n or b > n:
+                raise node.fail(f"wrap pads {f}, {b} longer than axis {a} ({n})")
+            parts = [node.subtensor(x, [a], [n - f], [n])] if f else []
+            parts.append(x)
+            if b:
+                parts.append(node.subtensor(x, [a], [0], [b]))
+            x = node.emit1(T.ConcatOp, parts, axis=a)
+    elif any(p > 0 for p in front + back):
         x = node.emit1(
             T.PaddingOp,
             [x],
