@@ -729,6 +729,21 @@ def test_shape_subgraph_is_folded() -> None:
     assert kinds == ["mgb.const", "mgb.elemwise", "mgb.reshape"]
 
 
+@pytest.mark.parametrize(
+    "op, inputs, attrs",
+    [
+        ("Conv", [f32(2, 3, 11), f32(4, 3, 3)], {"strides": [2], "pads": [1, 2], "dilations": [2]}),
+        ("Conv", [f32(1, 4, 9), f32(4, 2, 3)], {"group": 2, "auto_pad": "SAME_UPPER"}),
+        ("ConvTranspose", [f32(1, 3, 6), f32(3, 2, 3)], {"strides": [2], "output_padding": [1]}),
+        ("MaxPool", [f32(2, 3, 10)], {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+        ("AveragePool", [f32(1, 2, 9)], {"kernel_shape": [4], "ceil_mode": 1, "strides": [2]}),
+    ],
+)
+def test_one_dimensional_conv_and_pool(op: str, inputs: list[np.ndarray], attrs: dict[str, Any]) -> None:
+    """(N, C, L) convolutions and pooling: the 2-D kernels on (N, C, 1, L)."""
+    check(*single(op, inputs, [False] + [True] * (len(inputs) - 1), opset=22, **attrs))
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint16])
 def test_integer_div_truncates(dtype: type) -> None:
     """Integer Div is C's (toward zero), for mixed signs too; onnxruntime agrees."""

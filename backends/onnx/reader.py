@@ -1116,7 +1116,7 @@ def _spatial_pads(
 
 def _require_2d(node: _Node, rank: int) -> None:
     if rank != 4:
-        raise node.fail(f"only 2-D (NCHW) inputs are supported, got a rank-{rank} input")
+        raise node.fail(f"only 1-D and 2-D (NCL, NCHW) inputs are supported, got a rank-{rank} input")
 
 
 @dataclass(frozen=True)
@@ -1155,7 +1155,51 @@ class _ConvAttrs:
         return node.reshape(w, (group, ws[0] // group, *ws[1:])), enums.ConvSparse.GROUP
 
 
+def _lift_1d(handler: Handler) -> Handler:
+    """A 1-D convolution / pooling (N, C, L) as the 2-D one of (N, C, 1, L): the input (and a
+    convolution's weight) get a unit axis, the window attributes a leading 1 (pads a 0)."""
+
+    def run(node: _Node) -> list[_Value | None]:
+        if len(node.shape(0)) != 3:
+            return handler(node)
+        imp, onnx_helper = node.imp, node.imp.onnx.helper
+        proto = type(node.proto)()
+        proto.CopyFrom(node.proto)
+        lifted = (0, 1) if node.op_type in ("Conv", "ConvTranspose") else (0,)
+        for i in lifted:
+            if not node.has(i):
+                continue
+            v = node.value(i)
+            s = _shape(v.type)
+            if len(s) != 3:
+                raise node.fail(f"input {i} of shape {s} must have rank 3 for a 1-D {node.op_type}")
+            shape2d = (s[0], s[1], 1, s[2])
+            if v.const is not None:
+                lifted_value = _Value(
+                    _type_of(v.const.reshape(shape2d), node.where()), v.const.reshape(shape2d)
+                )
+            else:
+                lifted_value = _new(node.reshape(node.ssa(i), shape2d))
+            name = f"{proto.input[i]}/2d"
+            imp.values[name] = lifted_value
+            proto.input[i] = name
+        for attr in proto.attribute:
+            if attr.name in ("kernel_shape", "strides", "dilations", "output_padding", "output_shape"):
+                first = 0 if attr.name == "output_padding" else 1
+                attr.CopyFrom(onnx_helper.make_attribute(attr.name, [first, *attr.ints]))
+            elif attr.name == "pads":
+                attr.CopyFrom(onnx_helper.make_attribute("pads", [0, attr.ints[0], 0, attr.ints[1]]))
+        outs = handler(_Node(imp, proto))
+        y = outs[0]
+        assert y is not None and y.ssa is not None
+        n, c, _, length = _shape(y.type)
+        return [_new(node.reshape(y.ssa, (n, c, length))), *outs[1:]]
+
+    return run
+
+
 @handles("Conv")
+@_lift_1d
 def _conv(node: _Node) -> list[_Value | None]:
     a = _ConvAttrs.of(node)
     xs, ws, stride, dilation = a.xs, a.ws, a.stride, a.dilation
@@ -1209,6 +1253,7 @@ def _named_reshape(node: _Node, v: _Value, shape: tuple[int, ...]) -> SSAValue:
 
 
 @handles("ConvTranspose")
+@_lift_1d
 def _conv_transpose(node: _Node) -> list[_Value | None]:
     a = _ConvAttrs.of(node)
     xs, ws, stride, dilation = a.xs, a.ws, a.stride, a.dilation
@@ -1431,6 +1476,7 @@ def _divisors(in_size: int, k: int, s: int, begin: int, end: int, out: int, incl
 
 
 @handles("MaxPool", "AveragePool")
+@_lift_1d
 def _pool(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
     _require_2d(node, len(shape))
