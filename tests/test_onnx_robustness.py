@@ -190,15 +190,26 @@ def test_xmge_convert_prints_one_line_and_no_traceback(
 # Issue 29's one-op bugs
 
 
-def test_if_capturing_a_run_time_value_is_not_folded() -> None:
-    """Bug 6: the branches read the run-time input 'size': no fold (it used to fail in onnx's
-    evaluator with "Unable to find input 'size'"), a one-line refusal naming the value instead."""
+def if_model(cond_is_input: bool) -> bytes:
     then = helper.make_graph([helper.make_node("Identity", ["size"], ["t"])], "then", [], [fin("t", [2])])
     other = helper.make_graph([helper.make_node("Neg", ["size"], ["e"])], "else", [], [fin("e", [2])])
     node = helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other, name="branch")
-    graph = model([node], [fin("size", [2])], ["y"], [const("cond", np.bool_(True))])
-    with pytest.raises(OnnxImportError, match=r"If node 'branch' .*run time \('size';"):
-        read_onnx(graph)
+    inputs = [fin("size", [2])] + ([fin("cond", [], TensorProto.BOOL)] if cond_is_input else [])
+    inits = [] if cond_is_input else [const("cond", np.bool_(False))]
+    return model([node], inputs, ["y"], inits)
+
+
+def test_if_reading_a_run_time_value_is_not_folded() -> None:
+    """Bug 6: the branches read the run-time input 'size', so the If is not folded (onnx's
+    evaluator used to fail with "Unable to find input 'size'"): with a known condition the taken
+    branch is imported in its place."""
+    (y,) = run_module(read_onnx(if_model(False)), [np.array([1.0, -2.0], np.float32)])
+    np.testing.assert_array_equal(y, [-1.0, 2.0])
+
+
+def test_if_on_a_run_time_condition_is_a_one_line_refusal() -> None:
+    with pytest.raises(OnnxImportError, match=r"If node 'branch' .*run time \('cond', 'size';"):
+        read_onnx(if_model(True))
 
 
 def test_if_capturing_constants_is_folded() -> None:

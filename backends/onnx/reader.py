@@ -334,6 +334,9 @@ class _Importer:
         for n in present:
             if n not in self.values:
                 raise node.fail(f"input {n!r} is computed by no earlier node")
+        if proto.op_type == "If" and present and self.values[present[0]].const is not None:
+            self._inline_if(node)
+            return
         captured = _captured_names(proto)
         missing = [n for n in captured if n not in self.values]
         if missing:
@@ -360,6 +363,31 @@ class _Importer:
             # a malformed node the handler's checks missed: still a one-line error naming it
             raise node.fail(f"malformed node: {type(exc).__name__}: {_first_line(exc)}") from None
         self._define(node, outs, first_new)
+
+    def _inline_if(self, node: _Node) -> None:
+        """An If whose condition is known: the taken branch's nodes, as if written in its place
+        (its outer reads resolve in this graph; its outputs become the If's)."""
+        cond = np.asarray(self.values[node.proto.input[0]].const).reshape(-1)
+        if cond.size != 1:
+            raise node.fail(f"the condition must hold one value, got {cond.size}")
+        branch = node._attrs.get("then_branch" if bool(cond[0]) else "else_branch")
+        if branch is None:
+            raise node.fail("the taken branch is missing")
+        graph = branch.g
+        for t in graph.initializer:
+            array = self.onnx.numpy_helper.to_array(t)
+            self.values[t.name] = _Value(_type_of(array, f"initializer {t.name!r}"), array)
+        for inner in graph.node:
+            self.convert(inner)
+        outs = [name for name in node.proto.output]
+        if len(graph.output) != len(outs):
+            raise node.fail(f"the taken branch has {len(graph.output)} outputs, the node {len(outs)}")
+        for name, out in zip(outs, graph.output, strict=True):
+            if not name:
+                continue
+            if out.name not in self.values:
+                raise node.fail(f"the taken branch's output {out.name!r} is computed by no node")
+            self.values[name] = self.values[out.name]
 
     def _define(self, node: _Node, outs: Sequence[_Value | None], first_new: int) -> None:
         new_ops = set(list(self.block.ops)[first_new:])
@@ -418,11 +446,12 @@ class _Importer:
                 f"constant folding took {self.fold_seconds:.1f} s, more than the "
                 f"{limits.max_fold_seconds():g} s allowed ({limits.MAX_FOLD_SECONDS_ENV})",
             )
-        in_bytes = sum(a.nbytes for a in feeds.values())
+        in_elements = sum(a.size for a in feeds.values())
         for name, array in zip([n for n in proto.output if n], outs, strict=True):
             a = np.asarray(array)
             self._check_tensor_bytes(node, a.nbytes, f"its output {name!r} of shape {a.shape}")
-            self.folded_bytes += max(a.nbytes - in_bytes, 0)
+            # what folding creates beyond its inputs (a weight's Cast or Transpose creates nothing)
+            self.folded_bytes += max(a.size - in_elements, 0) * a.itemsize
             self._check_folded_bytes(node)
             self.values[name] = _Value(_type_of(a, node.where()), a)
 
@@ -456,7 +485,9 @@ class _Importer:
         if predicted is not None:
             nbytes, shape = predicted
             self._check_tensor_bytes(node, nbytes, f"its output of shape {shape}")
-            self._check_folded_bytes(node, max(nbytes - sum(a.nbytes for a in feeds.values()), 0))
+            itemsize = nbytes // max(math.prod(shape), 1)
+            grown = max(math.prod(shape) - sum(a.size for a in feeds.values()), 0) * itemsize
+            self._check_folded_bytes(node, grown)
         if node.op_type in ("Loop", "Scan"):
             cap = limits.max_loop_iterations()
             trips = _loop_trip_count(node, feeds)
