@@ -1402,7 +1402,7 @@ def _matmul(node: _Node) -> list[_Value | None]:
 @handles("BatchNormalization")
 def _batch_norm(node: _Node) -> list[_Value | None]:
     if node.attr("training_mode", 0):
-        raise node.fail("training_mode=1 is not supported (xmge imports inference graphs)")
+        return _batch_norm_training(node)
     rank = len(node.shape(0))
     if rank < 2:
         raise node.fail(f"the input needs a channel axis, got shape {node.shape(0)}")
@@ -1415,6 +1415,50 @@ def _batch_norm(node: _Node) -> list[_Value | None]:
     params = [_channel_param(node, i, rank) for i in range(1, 5)]
     y = node.emit1(T.BatchNormOp, [node.ssa(0), *params], epsilon=float(node.attr("epsilon", 1e-5)))
     return [_new(y)] + [None] * (len(node.proto.output) - 1)
+
+
+def _batch_norm_training(node: _Node) -> list[_Value | None]:
+    """training_mode=1 (opset 14+): normalised with the batch's own statistics (over every axis
+    but the channels, population variance); the running mean and variance outputs updated with
+    ``momentum``."""
+    shape = node.shape(0)
+    rank = len(shape)
+    if rank < 2:
+        raise node.fail(f"the input needs a channel axis, got shape {shape}")
+    c = shape[1]
+    x = node.ssa(0)
+    # (N, C, rest) -> (C, N * rest): per-channel rows
+    moved = node.emit1(
+        T.DimshuffleOp, [node.reshape(x, (shape[0], c, math.prod(shape[2:])))], pattern=(1, 0, 2)
+    )
+    rows = node.reshape(moved, (c, shape[0] * math.prod(shape[2:])))
+    mean = node.emit1(T.ReduceOp, [rows], mode=enums.ReduceMode.MEAN, axis=1)
+    centered = node.elemwise(E.SUB, rows, mean)
+    var = node.emit1(T.ReduceOp, [node.elemwise(E.SQUARE, centered)], mode=enums.ReduceMode.MEAN, axis=1)
+    view = (1, c) + (1,) * (rank - 2)
+    mean_b, var_b = node.reshape(mean, view), node.reshape(var, view)
+    eps = node.scalar(float(np.float32(node.attr("epsilon", 1e-5))), var_b)
+    inv = node.elemwise(
+        E.TRUE_DIV, node.scalar(1.0, var_b), node.elemwise(E.SQRT, node.elemwise(E.ADD, var_b, eps))
+    )
+    y = node.elemwise(E.MUL, node.elemwise(E.SUB, x, mean_b), inv)
+    y = node.elemwise(E.FUSE_MUL_ADD3, y, _channel_param(node, 1, rank), _channel_param(node, 2, rank))
+    outs: list[_Value | None] = [_new(y)]
+    momentum = float(node.attr("momentum", 0.9))
+    for k, (i, batch) in enumerate(((3, mean), (4, var)), start=1):
+        if k < len(node.proto.output) and node.proto.output[k]:
+            running = node.reshape(node.ssa(i), (c, 1))
+            updated = node.elemwise(
+                E.FUSE_MUL_ADD4,
+                running,
+                node.scalar(momentum, running),
+                batch,
+                node.scalar(1 - momentum, batch),
+            )
+            outs.append(_new(node.reshape(updated, (c,))))
+        else:
+            outs.append(None)
+    return outs
 
 
 @handles("LayerNormalization")
