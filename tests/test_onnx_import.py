@@ -737,6 +737,14 @@ def test_shape_subgraph_is_folded() -> None:
         ("ConvTranspose", [f32(1, 3, 6), f32(3, 2, 3)], {"strides": [2], "output_padding": [1]}),
         ("MaxPool", [f32(2, 3, 10)], {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
         ("AveragePool", [f32(1, 2, 9)], {"kernel_shape": [4], "ceil_mode": 1, "strides": [2]}),
+        # dilated 2-D pooling: a strided slice per window tap
+        ("MaxPool", [f32(1, 2, 9, 8)], {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [1, 1, 2, 0]}),
+        (
+            "AveragePool",
+            [f32(1, 2, 9, 8)],
+            {"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 0, 1, 2], "count_include_pad": 1},
+        ),
+        ("AveragePool", [f32(1, 1, 7, 7)], {"kernel_shape": [2, 2], "dilations": [2, 2], "strides": [2, 2]}),
     ],
 )
 def test_one_dimensional_conv_and_pool(op: str, inputs: list[np.ndarray], attrs: dict[str, Any]) -> None:
@@ -858,7 +866,7 @@ def test_dynamic_input_shape() -> None:
             ),
             r"antialias=1 is not defined for mode 'nearest'",
         ),
-        (single("MaxPool", [X], kernel_shape=[2, 2], dilations=[2, 2]), r"MaxPool node .*dilations \[2, 2\]"),
+        (single("MaxPool", [f32(1, 1, 2, 3, 4)], kernel_shape=[2, 2, 2]), r"MaxPool node .*got a rank-5 input"),
         (
             single("Slice", [X, i64(0), i64(2)], [False, False, True]),
             r"Slice node 'the_slice' \(opset 17\): starts \(input 1\) is graph input 'in1', which must be "

@@ -1542,6 +1542,48 @@ def _pool_geometry(
     return begin, end, out
 
 
+def _dilated_pool(node: _Node, shape: tuple[int, ...]) -> SSAValue:
+    """Dilated pooling (MegEngine's pooling has no dilation): the input padded explicitly (-inf
+    for max, zeros for average), one strided slice per window tap, their maximum or sum; an
+    average divides each output by the taps that fall inside the (padded, with count_include_pad)
+    input."""
+    kernel = [int(k) for k in node.attr("kernel_shape")]
+    stride = [int(s) for s in node.attr("strides", [1, 1])]
+    dilation = [int(d) for d in node.attr("dilations", [1, 1])]
+    if min(dilation) < 1 or min(stride) < 1:
+        raise node.fail(f"strides {stride} and dilations {dilation} must be positive")
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilation, strict=True)]
+    in_hw = shape[2:]
+    begin, end, out = _pool_geometry(node, in_hw, span, stride)
+    is_max = node.op_type == "MaxPool"
+    back = [max((out[i] - 1) * stride[i] + span[i] - in_hw[i] - begin[i], 0) for i in range(2)]
+    x = node.emit1(
+        T.PaddingOp,
+        [node.ssa(0)],
+        front=(0, 0, *begin),
+        back=(0, 0, *back),
+        value=-math.inf if is_max else 0.0,
+    )
+    acc: SSAValue | None = None
+    for ky in range(kernel[0]):
+        for kx in range(kernel[1]):
+            starts = [ky * dilation[0], kx * dilation[1]]
+            stops = [starts[i] + (out[i] - 1) * stride[i] + 1 for i in range(2)]
+            tap = node.subtensor(x, (2, 3), starts, stops, stride)
+            acc = tap if acc is None else node.elemwise(E.MAX if is_max else E.ADD, acc, tap)
+    assert acc is not None
+    if is_max:
+        return acc
+    include_pad = bool(node.attr("count_include_pad", 0))
+    counts = []
+    for i in range(2):
+        taps = np.arange(out[i])[:, None] * stride[i] - begin[i] + np.arange(kernel[i])[None, :] * dilation[i]
+        lo, hi = (-begin[i], in_hw[i] + end[i]) if include_pad else (0, in_hw[i])
+        counts.append(((taps >= lo) & (taps < hi)).sum(axis=1))
+    count = np.outer(counts[0], counts[1]).astype(np.float32).reshape(1, 1, *out)
+    return node.elemwise(E.TRUE_DIV, acc, node.constant(np.maximum(count, 1)))
+
+
 def _divisors(in_size: int, k: int, s: int, begin: int, end: int, out: int, include_pad: bool) -> np.ndarray:
     """How many elements ONNX averages over in each window along one axis."""
     starts = np.arange(out) * s - begin
@@ -1560,9 +1602,7 @@ def _pool(node: _Node) -> list[_Value | None]:
     if node.attr("storage_order", 0):
         raise node.fail("storage_order=1 is not supported")
     if any(d != 1 for d in node.attr("dilations", [1, 1])):
-        raise node.fail(
-            f"dilations {node.attr('dilations')} are not supported (MegEngine's pooling has none)"
-        )
+        return [_new(_dilated_pool(node, shape))]
     kernel = [int(k) for k in node.attr("kernel_shape")]
     stride = [int(s) for s in node.attr("strides", [1, 1])]
     in_hw = shape[2:]
