@@ -245,6 +245,22 @@ def test_layer_norm_mean_and_inv_std_dev_outputs() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_batch_norm_training_mode() -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1, momentum=0.8
+    )
+    rng = np.random.default_rng(5)
+    inits = [const(n, rng.uniform(0.5, 1.5, 3).astype(np.float32)) for n in "sbmv"]
+    graph = model([node], [fin("x", [2, 3, 4, 5])], ["y", "rm", "rv"], inits, opset=15)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    ours = run_module(read_onnx(graph), [x])
+    want = ReferenceEvaluator(graph).run(None, {"x": x})
+    for a, b in zip(ours, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_dropout_mask_output() -> None:
     node = helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.5)
     graph = model([node], [fin("x", [2, 3])], ["y", "mask"], opset=13)
