@@ -21,6 +21,7 @@ from backends.mge.read_context import (
     MAX_FOLDED_BYTES_ENV,
     MAX_TENSOR_BYTES_ENV,
 )
+from dialects.errors import XmgeError
 
 MAX_LOOP_ITERATIONS_ENV = "XMGE_MAX_LOOP_ITERATIONS"
 DEFAULT_MAX_LOOP_ITERATIONS = 100_000
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 
-class LimitError(ValueError):
+class LimitError(XmgeError, ValueError):
     """A bad value in one of the limit variables (the importer reports it as an OnnxImportError)."""
 
 
