@@ -745,10 +745,23 @@ def test_shape_subgraph_is_folded() -> None:
             {"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 0, 1, 2], "count_include_pad": 1},
         ),
         ("AveragePool", [f32(1, 1, 7, 7)], {"kernel_shape": [2, 2], "dilations": [2, 2], "strides": [2, 2]}),
+        # 3-D pooling: a 2-D pooling over (H, W), then one over D
+        ("MaxPool", [f32(1, 2, 5, 6, 7)], {"kernel_shape": [3, 2, 3], "strides": [2, 1, 2], "pads": [1] * 6}),
+        (
+            "AveragePool",
+            [f32(2, 2, 5, 6, 7)],
+            {"kernel_shape": [2, 3, 2], "strides": [2, 2, 1], "pads": [0, 1, 1, 1, 1, 0], "ceil_mode": 1},
+        ),
+        (
+            "AveragePool",
+            [f32(1, 1, 6, 5, 4)],
+            {"kernel_shape": [3, 3, 3], "pads": [1] * 6, "count_include_pad": 1},
+        ),
     ],
 )
 def test_one_dimensional_conv_and_pool(op: str, inputs: list[np.ndarray], attrs: dict[str, Any]) -> None:
-    """(N, C, L) convolutions and pooling: the 2-D kernels on (N, C, 1, L)."""
+    """(N, C, L) convolutions and pooling: the 2-D kernels on (N, C, 1, L); dilated and 3-D
+    pooling."""
     check(*single(op, inputs, [False] + [True] * (len(inputs) - 1), opset=22, **attrs))
 
 
@@ -867,8 +880,8 @@ def test_dynamic_input_shape() -> None:
             r"antialias=1 is not defined for mode 'nearest'",
         ),
         (
-            single("MaxPool", [f32(1, 1, 2, 3, 4)], kernel_shape=[2, 2, 2]),
-            r"MaxPool node .*got a rank-5 input",
+            single("MaxPool", [f32(1, 1, 2, 3, 4, 5)], kernel_shape=[2, 2, 2, 2]),
+            r"MaxPool node .*got a rank-6 input",
         ),
         (
             single("Slice", [X, i64(0), i64(2)], [False, False, True]),

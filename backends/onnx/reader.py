@@ -1592,7 +1592,60 @@ def _divisors(in_size: int, k: int, s: int, begin: int, end: int, out: int, incl
     return np.minimum(starts + k, in_size) - np.maximum(starts, 0)
 
 
+def _separate_3d(handler: Handler) -> Handler:
+    """3-D pooling (N, C, D, H, W) as two 2-D poolings: over (H, W) on (N, C*D, H, W), then over
+    D on (N, C, D, H'*W') with a (kd, 1) window. A box's maximum is the maximum of its planes'
+    maxima; its sum and element count (padding counted or not) are products of per-axis ones."""
+
+    def run(node: _Node) -> list[_Value | None]:
+        shape = node.shape(0)
+        if len(shape) not in (3, 4, 5):
+            raise node.fail(f"pooling takes 1-D, 2-D or 3-D inputs (rank 3 to 5), got a rank-{len(shape)} input")
+        if len(shape) != 5:
+            return handler(node)
+        if len(node.proto.output) > 1 and node.proto.output[1]:
+            raise node.fail("the Indices output is not supported")
+        n, c, d, h, w = shape
+        imp, onnx_helper = node.imp, node.imp.onnx.helper
+        kernel = [int(k) for k in node.attr("kernel_shape")]
+        stride = [int(v) for v in node.attr("strides", [1, 1, 1])]
+        dilation = [int(v) for v in node.attr("dilations", [1, 1, 1])]
+        pads = [int(v) for v in node.attr("pads", [0] * 6)]
+        if not len(kernel) == len(stride) == len(dilation) == 3 or len(pads) != 6:
+            raise node.fail("kernel_shape, strides and dilations need 3 entries, pads 6")
+
+        def apply(x: SSAValue, tag: str, k: list[int], s: list[int], dl: list[int], p: list[int]) -> SSAValue:
+            proto = type(node.proto)()
+            proto.CopyFrom(node.proto)
+            del proto.output[1:]
+            name = f"{proto.input[0]}/{tag}"
+            imp.values[name] = _new(x)
+            proto.input[0] = name
+            proto.output[0] = f"{proto.output[0]}/{tag}"
+            keep = [
+                a for a in proto.attribute if a.name not in ("kernel_shape", "strides", "dilations", "pads")
+            ]
+            del proto.attribute[:]
+            proto.attribute.extend(keep)
+            for key, value in (("kernel_shape", k), ("strides", s), ("dilations", dl), ("pads", p)):
+                proto.attribute.append(onnx_helper.make_attribute(key, value))
+            out = handler(_Node(imp, proto))[0]
+            assert out is not None and out.ssa is not None
+            return out.ssa
+
+        x = node.reshape(node.ssa(0), (n, c * d, h, w))
+        y = apply(x, "hw", kernel[1:], stride[1:], dilation[1:], [pads[1], pads[2], pads[4], pads[5]])
+        _, _, oh, ow = _shape(y.type)
+        y = node.reshape(y, (n, c, d, oh * ow))
+        y = apply(y, "d", [kernel[0], 1], [stride[0], 1], [dilation[0], 1], [pads[0], 0, pads[3], 0])
+        od = _shape(y.type)[2]
+        return [_new(node.reshape(y, (n, c, od, oh, ow)))]
+
+    return run
+
+
 @handles("MaxPool", "AveragePool")
+@_separate_3d
 @_lift_1d
 def _pool(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
