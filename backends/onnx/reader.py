@@ -1600,7 +1600,9 @@ def _separate_3d(handler: Handler) -> Handler:
     def run(node: _Node) -> list[_Value | None]:
         shape = node.shape(0)
         if len(shape) not in (3, 4, 5):
-            raise node.fail(f"pooling takes 1-D, 2-D or 3-D inputs (rank 3 to 5), got a rank-{len(shape)} input")
+            raise node.fail(
+                f"pooling takes 1-D, 2-D or 3-D inputs (rank 3 to 5), got a rank-{len(shape)} input"
+            )
         if len(shape) != 5:
             return handler(node)
         if len(node.proto.output) > 1 and node.proto.output[1]:
