@@ -472,6 +472,24 @@ def test_conv_transpose(attrs: dict[str, Any], wshape: tuple[int, ...]) -> None:
     check(*single("ConvTranspose", [X, f32(*wshape), f32(out_c)], [False, True, True], **attrs))
 
 
+@pytest.mark.parametrize("out_shape", [(14, 16), (13, 16)])
+def test_conv_transpose_output_shape_beyond_the_full_result(out_shape: tuple[int, int]) -> None:
+    """An output_shape beyond the full result: zero rows and columns (plus the bias) there, as the
+    spec's reference computes it (onnxruntime refuses such a model)."""
+    from onnx.reference import ReferenceEvaluator
+
+    model, feeds = single(
+        "ConvTranspose",
+        [X, f32(3, 4, 3, 3), f32(4)],
+        [False, True, True],
+        strides=[2, 2],
+        output_shape=out_shape,
+    )
+    (ours,) = run_module(read_onnx(model), list(feeds.values()))
+    (want,) = ReferenceEvaluator(onnx.load_from_string(model)).run(None, feeds)
+    np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
+
+
 def test_gemm() -> None:
     a, b, c = f32(5, 4), f32(6, 5), f32(6)
     check(*single("Gemm", [a, b, c], [False, True, True], transA=1, transB=1, alpha=0.5, beta=2.0))

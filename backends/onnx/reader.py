@@ -1301,15 +1301,14 @@ def _conv_transpose(node: _Node) -> list[_Value | None]:
             else [x * s for x, s in zip(xs[2:], stride, strict=True)]
         )
         total = [full[i] + out_pad[i] - out_hw[i] for i in range(2)]
-        if min(total) < 0:
-            raise node.fail(f"output size {out_hw} is larger than the transposed convolution's {full}")
+        # a negative total (an output_shape beyond the full result) extends it with zero rows
         begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
         end = [t - b for t, b in zip(total, begin, strict=True)]
     else:
         begin, end = _spatial_pads(node, xs[2:], kernel, stride, dilation)
     w, sparse = a.weight(node)
     params = {"stride": tuple(stride), "dilation": tuple(dilation), "sparse": sparse}
-    if begin == end and all(p < s for p, s in zip(out_pad, stride, strict=True)):
+    if begin == end and min(begin) >= 0 and all(p < s for p, s in zip(out_pad, stride, strict=True)):
         y = node.emit1(
             T.ConvolutionBackwardDataOp,
             [w, node.ssa(0)],
@@ -1321,10 +1320,12 @@ def _conv_transpose(node: _Node) -> list[_Value | None]:
         # the full result, extended by output_padding zero rows/columns, then cropped by the pads
         y = node.emit1(T.ConvolutionBackwardDataOp, [w, node.ssa(0)], padding=(0, 0), **params)
         grow = [max(out_pad[i] - end[i], 0) for i in range(2)]
-        if any(grow):
-            y = node.emit1(T.PaddingOp, [y], front=(0, 0, 0, 0), back=(0, 0, grow[0], grow[1]))
-        stops = [full[i] + out_pad[i] - end[i] for i in range(2)]
-        y = node.subtensor(y, (2, 3), begin, stops)
+        lead = [max(-b, 0) for b in begin]  # negative begin pads: zero rows in front
+        if any(grow) or any(lead):
+            y = node.emit1(T.PaddingOp, [y], front=(0, 0, *lead), back=(0, 0, grow[0], grow[1]))
+        starts = [begin[i] + lead[i] for i in range(2)]
+        stops = [full[i] + out_pad[i] - end[i] + lead[i] for i in range(2)]
+        y = node.subtensor(y, (2, 3), starts, stops)
     if node.has(2):
         y = node.elemwise(E.ADD, y, _channel_param(node, 2, 4))
     return [_new(y)]
