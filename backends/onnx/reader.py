@@ -2193,8 +2193,61 @@ def _quant_type(node: _Node, scale_i: int, zp_i: int) -> QuantizedType:
     raise node.fail(f"quantization to {zp.dtype} is not supported (int8 and uint8 are)")
 
 
+def _quantize_plain(node: _Node, target: np.dtype) -> SSAValue:
+    """QuantizeLinear into a plain integer tensor (what xmge's quantized dtypes cannot hold: a
+    scale per axis or block, 16-bit results): ``saturate(round_half_even(x / scale) + zp)``."""
+    x = node.value(0)
+    shape = list(x.type.get_shape())
+    rank = len(shape)
+
+    def spread(a: np.ndarray) -> SSAValue:
+        a = np.asarray(a, np.float32)
+        if a.size == 1:
+            return node.constant(a.reshape(1))
+        axis = _axis(int(node.attr("axis", 1)), rank, node)
+        block = int(node.attr("block_size", 0))
+        if block:
+            a = np.repeat(a, block, axis=axis)[tuple(slice(0, d) for d in shape)]
+        else:
+            view = [1] * rank
+            view[axis] = -1
+            a = a.reshape(view)
+        return node.constant(np.ascontiguousarray(a))
+
+    f32 = element_type("float32")
+    v = node.ssa(0)
+    if x.type.element_type != f32:
+        v = node.emit1(T.TypeCvtOp, [v], [TensorType(f32, shape)])
+    v = node.elemwise(E.TRUE_DIV, v, spread(node.const(1, "y_scale")))
+    r = node.elemwise(E.ROUND, v)  # half away from zero; ties to even below
+    d = node.elemwise(E.SUB, r, v)
+    tie = node.elemwise(E.EQ, node.elemwise(E.ABS, d), node.scalar(0.5, d))
+    odd = node.elemwise(E.NEQ, node.elemwise(E.MOD, r, node.scalar(2.0, r)), node.scalar(0.0, r))
+    fix = node.emit1(T.TypeCvtOp, [node.elemwise(E.AND, tie, odd)], [TensorType(f32, shape)])
+    r = node.elemwise(E.SUB, r, node.elemwise(E.MUL, fix, node.elemwise(E.SIGN, d)))
+    if node.has(2):
+        r = node.elemwise(E.ADD, r, spread(node.const(2, "y_zero_point")))
+    info = np.iinfo(target)
+    r = node.elemwise(E.CLIP, r, node.scalar(float(info.min), r), node.scalar(float(info.max), r))
+    return node.emit1(T.TypeCvtOp, [r], [TensorType(element_type(target), shape)])
+
+
 @handles("QuantizeLinear")
 def _quantize(node: _Node) -> list[_Value | None]:
+    scale = np.asarray(node.const(1, "y_scale"))
+    if node.attr("output_dtype", 0):
+        target = np.dtype(node.imp.onnx.helper.tensor_dtype_to_np_dtype(node.attr("output_dtype")))
+    elif node.has(2):
+        target = np.asarray(node.const(2, "y_zero_point")).dtype
+    else:
+        target = np.dtype(np.uint8)
+    if (
+        node.value(0).const is None
+        and target.kind in "iu"
+        and target.name in ("int8", "uint8", "int16", "uint16")
+    ):
+        if scale.size > 1 or target.itemsize > 1:
+            return [_new(_quantize_plain(node, target))]
     q = _quant_type(node, 1, 2)
     x = node.value(0)
     if x.const is not None:

@@ -6,7 +6,8 @@ bool reductions):
 * ``elemwise_int``: add, sub, mul, max, min, mod, floor_div, pow and the comparisons on ``i8``,
   ``i16``, ``i32``, ``ui8``, ``ui16`` (any broadcast, the strided loops of the float kernel);
 * ``pool2d_int``: max pooling of plain NCHW integer tensors;
-* ``reduce_bool``: min / max (all / any) of bool tensors along one axis.
+* ``reduce_bool``: min / max (all / any) of bool tensors along one axis;
+* ``typecvt_plain``: conversions to and from uint16.
 
 Each computes what its reference kernel computes (``backends/reference/kernels.py``): numpy's
 integer semantics, i.e. arithmetic wrapping around in the element type (computed in a wider
@@ -19,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from xdsl.dialects.builtin import IntegerType, Signedness, TensorType
+from xdsl.dialects.builtin import Float32Type, IntegerType, Signedness, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from backends.c.templates import Template, sym_join
@@ -267,4 +268,40 @@ class BoolReduce(Template):
 """
 
 
-KERNEL_UNITS = (IntElemwise(), IntMaxPool(), BoolReduce())
+class PlainTypeCvt(Template):
+    """Conversions between float32 and the plain integer / bool types that the ``typecvt`` family
+    (element-type codes of :func:`backends.c.match.code`) does not name: uint16. C's conversion
+    is numpy's ``astype`` for in-range values (floats truncate toward zero; bool is ``!= 0``)."""
+
+    family = "typecvt_plain"
+    ops = (T.TypeCvtOp,)
+    priority = 89
+
+    def match(self, op: Operation) -> Lowered | None:
+        src, dst = (_plain_code(v) for v in (op.operands[0], op.results[0]))
+        if src is None or dst is None or "ui16" not in (src, dst):
+            return None
+        return Lowered({"src": src, "dst": dst, "size": math.prod(shape(op.results[0]))}, [op.operands[0]])
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("typecvt_plain", p["src"], "to", p["dst"], f"n{p['size']}")
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        ct = {**{c: t for c, (t, _) in INT_CTYPES.items()}, BOOL: "uint8_t", "f32": "float"}
+        src_t, dst_t = ct[p["src"]], ct[p["dst"]]
+        value = "(in0[i] != 0)" if p["dst"] == BOOL else f"({dst_t})in0[i]"
+        return f"""static void {sym}(const {src_t}* in0, {dst_t}* out0, unsigned char* ws, int nt) {{
+  (void)ws; (void)nt;
+  for (long i = 0; i < {p["size"]}L; ++i) out0[i] = {value};
+}}
+"""
+
+
+def _plain_code(v: SSAValue) -> str | None:
+    t = v.type
+    if isinstance(t, TensorType) and L.layout_of(t) is None and isinstance(t.element_type, Float32Type):
+        return "f32"
+    return int_code(v)
+
+
+KERNEL_UNITS = (IntElemwise(), IntMaxPool(), BoolReduce(), PlainTypeCvt())
