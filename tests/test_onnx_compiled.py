@@ -178,3 +178,18 @@ def test_scalar_input_compiled() -> None:
     model = build([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], {"x": x, "lo": lo, "hi": hi}, ["y"])
     (y,) = xcompile(read_onnx(model), "x86").run([x, lo, hi])
     np.testing.assert_array_equal(y, np.clip(x, -1, 2))
+
+
+@pytest.mark.parametrize("zp_dtype, per_axis", [(np.int16, False), (np.uint16, False), (np.int8, True)])
+def test_quantize_linear_into_plain_integers(zp_dtype: type, per_axis: bool) -> None:
+    """Scales per channel and 16-bit results (beyond xmge's quantized dtypes): plain integers,
+    rounded half to even, saturated, then dequantized back."""
+    x = np.array([[-3.0, -2.5, -0.5, 0.5, 1.5, 2.5, 1e6, -1e6]] * 3, np.float32).reshape(1, 3, 8)
+    scale = np.array([1.0, 0.5, 2.0], np.float32) if per_axis else np.array(1.0, np.float32)
+    zp = np.zeros(scale.shape, zp_dtype) + (3 if zp_dtype != np.int8 else 0)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], axis=1),
+    ]
+    model = build(nodes, {"x": x}, ["q", "dq"], opset=21, inits=[("s", scale), ("z", zp)])
+    check_all(model, {"x": x})
