@@ -193,3 +193,17 @@ def test_quantize_linear_into_plain_integers(zp_dtype: type, per_axis: bool) -> 
     ]
     model = build(nodes, {"x": x}, ["q", "dq"], opset=21, inits=[("s", scale), ("z", zp)])
     check_all(model, {"x": x})
+
+
+def test_returned_constant_and_input_of_one_byte_types() -> None:
+    """A bool constant (Dropout's mask) and an int8 input returned as they are: the output copies
+    move one byte per element (they used to copy four, past the end of the output buffer)."""
+    x = np.arange(-30, 30, dtype=np.int8).reshape(3, 4, 5)
+    nodes = [helper.make_node("Dropout", ["f"], ["y", "mask"]), helper.make_node("Identity", ["x"], ["same"])]
+    f = np.ones((3, 4, 5), np.float32)
+    model = build(nodes, {"x": x, "f": f}, ["y", "mask", "same"], opset=13)
+    compiled = xcompile(read_onnx(model), "x86")
+    y, mask, same = compiled.run_runner([x, f], sanitize=True)
+    assert mask.dtype == np.bool_ and mask.all() and mask.shape == (3, 4, 5)
+    np.testing.assert_array_equal(same, x)
+    np.testing.assert_array_equal(y, f)
