@@ -301,3 +301,22 @@ def test_compiler_onnx_is_an_attribute_of_compiler() -> None:
     import compiler
 
     assert callable(compiler.onnx.load)
+
+
+def test_huge_initializer_and_run_time_value_are_refused(tmp_path: Path) -> None:
+    """The per-tensor budget holds for initializers (from their declared dims, before reading
+    them) and for every value the imported graph computes at run time."""
+    t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[100_000, 100_000])
+    graph = model([helper.make_node("Add", ["x", "w"], ["y"])], [fin("x", [1])], ["y"], [t])
+    with pytest.raises(
+        OnnxImportError, match=r"initializer 'w' of shape \(100000, 100000\) would need 40000000000"
+    ):
+        read_onnx(graph)
+    expand = helper.make_node("Expand", ["x", "s"], ["y"], name="big")
+    graph = model([expand], [fin("x", [1])], ["y"], [const("s", np.array([70_000, 70_000], np.int64))])
+    path = tmp_path / "expand.onnx"
+    path.write_bytes(graph)
+    with pytest.raises(
+        OnnxImportError, match=r"expand\.onnx: the value of mgb.broadcast 'y' .*XMGE_MAX_TENSOR_BYTES"
+    ):
+        read_onnx(str(path))

@@ -157,6 +157,15 @@ class _Importer:
         graph = model.graph
         inits = {t.name for t in graph.initializer}
         for t in graph.initializer:
+            # the declared size first: a hostile dims list must not make to_array allocate it
+            count = math.prod(int(d) for d in t.dims) if all(d >= 0 for d in t.dims) else 0
+            try:
+                itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+            except (KeyError, ValueError, TypeError):
+                itemsize = 1  # to_array below names the bad type
+            self._check_tensor_bytes(
+                None, count * itemsize, f"initializer {t.name!r} of shape {tuple(t.dims)}"
+            )
             try:
                 array = onnx.numpy_helper.to_array(t)
             except Exception as exc:  # external data not found, unsupported type, ...
@@ -315,6 +324,13 @@ class _Importer:
         if not results:
             raise OnnxImportError("the graph has no outputs")
         self.block.add_op(func.ReturnOp(*results))
+        for op in self.block.ops:  # every value the imported graph computes stays within the budget
+            for r in op.results:
+                if isinstance(r.type, TensorType) and not isinstance(r.type.element_type, QuantizedType):
+                    nbytes = math.prod(r.type.get_shape()) * numpy_dtype(r.type.element_type).itemsize
+                    where = op.attributes.get("name")
+                    label = f"{op.name} {where.data!r}" if isinstance(where, StringAttr) else op.name
+                    self._check_tensor_bytes(None, nbytes, f"the value of {label} ({r.type})")
         arg_types = [a.type for a in self.block.args]
         fn = func.FuncOp("main", (arg_types, [r.type for r in results]), Region(self.block))
         fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in self.input_names])
