@@ -909,12 +909,11 @@ def test_dynamic_input_shape() -> None:
         (
             single(
                 "QuantizeLinear",
-                [X, np.asarray([0.1, 0.2, 0.3], np.float32), np.zeros(3, np.int8)],
-                [False, True, True],
-                axis=1,
+                [X, np.asarray(0.1, np.float32), np.zeros((), np.int8)],
+                [True, True, True],
                 out_types=[TensorProto.INT8],
             ),
-            r"per-axis quantization",
+            r"QuantizeLinear node 'the_quantizelinear' \(opset 17\): quantizing a constant is not supported",
         ),
         (
             single(
