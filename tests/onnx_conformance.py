@@ -94,7 +94,12 @@ def _write_case(root: Path, case: object) -> None:
                 else:  # sequences, optionals, maps: not tensors, the case cannot be stored
                     raise TypeError(f"{kind} {k} is a {type(a).__name__}")
                 (data / f"{kind}_{k}.pb").write_bytes(t.SerializeToString())
-        os.replace(tmp, root / name)
+        try:
+            os.replace(tmp, root / name)
+        except OSError:  # another process stored it first
+            if not (root / name).is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except TypeError:
         shutil.rmtree(tmp, ignore_errors=True)
         (root / f"{name}.skip").write_text(f"non-tensor data: {sys.exc_info()[1]}\n")
