@@ -87,7 +87,8 @@ def test_integer_elementwise(dtype: type) -> None:
     ops = ["Add", "Sub", "Mul", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
     nodes = [helper.make_node(op, ["a", "b"], [op.lower()]) for op in ops]
     nodes += [helper.make_node("Mod", ["a", "b"], ["mod"]), helper.make_node("Div", ["a", "b"], ["div"])]
-    outs = [op.lower() for op in ops] + ["mod", "div"]
+    nodes.append(helper.make_node("Mod", ["a", "b"], ["fmod"], fmod=1))
+    outs = [op.lower() for op in ops] + ["mod", "div", "fmod"]
     if dtype == np.int32:  # ONNX's Pow takes 32- and 64-bit integer bases only
         nodes.append(helper.make_node("Pow", ["b", "e"], ["pow"]))
         outs.append("pow")

@@ -1012,7 +1012,16 @@ def _mod(node: _Node) -> list[_Value | None]:
         return [_new(node.elemwise(E.ADD, r, shift))]
     if floats:
         raise node.fail("fmod=0 on floating-point inputs is defined from opset 28 on (fmod=1 before)")
-    raise node.fail(f"fmod=1 (the truncated remainder) on {like.element_type} inputs is not supported")
+    # fmod=1 on integers: C's remainder (the dividend's sign): the floored one, less the divisor
+    # where it is nonzero with the other sign than the dividend
+    r = node.elemwise(E.MOD, a, b)
+    zero = node.scalar(0, r)
+    differs = node.elemwise(E.XOR, node.elemwise(E.LT, r, zero), node.elemwise(E.LT, a, zero))
+    fix = node.elemwise(E.AND, differs, node.elemwise(E.NEQ, r, zero))
+    t = r.type
+    assert isinstance(t, TensorType)
+    fix_int = node.emit1(T.TypeCvtOp, [fix], [TensorType(like.element_type, t.get_shape())])
+    return [_new(node.elemwise(E.SUB, r, node.elemwise(E.MUL, fix_int, b)))]
 
 
 @handles("Reciprocal")
