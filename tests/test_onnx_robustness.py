@@ -320,3 +320,14 @@ def test_huge_initializer_and_run_time_value_are_refused(tmp_path: Path) -> None
         OnnxImportError, match=r"expand\.onnx: the value of mgb.broadcast 'y' .*XMGE_MAX_TENSOR_BYTES"
     ):
         read_onnx(str(path))
+
+
+def test_import_from_several_threads_at_once() -> None:
+    """read_onnx keeps its state per call: threads importing (and folding) at once agree."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = loop_model(50)
+    want = str(read_onnx(data))
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: str(read_onnx(data)), range(8)))
+    assert all(g == want for g in got)
