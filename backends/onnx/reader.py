@@ -2359,7 +2359,10 @@ def read_onnx(
     ``input_shapes`` fixes the shape of inputs that the model leaves dynamic (``{"x": (1, 3, 224,
     224)}``); ``input_values`` gives graph inputs whose value is known when compiling (shapes, axes,
     sizes, repeats ...): they become constants and leave the model's inputs. Raises
-    :class:`OnnxImportError` for anything xmge cannot import.
+    :class:`OnnxImportError` for anything xmge cannot import. Constant folding runs within the
+    import budget of :mod:`backends.onnx.limits`. Safe to call from several threads at once (the
+    folding time limit interrupts a node only on the main thread; elsewhere it is checked after
+    each node).
     """
     try:
         import onnx
