@@ -1,12 +1,14 @@
 """xmge: MegEngine's Python API on an MLIR-style compiler built with xDSL.
 
 ``import compiler as xm`` gives the names MegEngine users know: ``Tensor``, ``tensor``,
-``functional``, ``module``, ``jit``, ``autodiff`` (``GradManager``), ``optimizer``, ``save``/``load``.
+``functional``, ``module``, ``jit``, ``autodiff`` (``GradManager``), ``optimizer``, ``save``/``load``,
+``compile`` and ``load_compiled`` (a saved compiled package).
 """
 
 from compiler import autodiff, functional, hub, jit, module, optimizer, random
 from compiler.core import OpError, XmgeError
 from compiler.driver.compile import compile  # noqa: A004 - the issue's xm.compile(...)
+from compiler.driver.package import PackageError, load_compiled
 from compiler.serialization import load, save
 from compiler.tensor import Parameter, Tensor, tensor
 
@@ -25,6 +27,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "OpError",
+    "PackageError",
     "Parameter",
     "Tensor",
     "XmgeError",
@@ -34,6 +37,7 @@ __all__ = [
     "hub",
     "jit",
     "load",
+    "load_compiled",
     "module",
     "onnx",
     "optimizer",

@@ -51,7 +51,7 @@ from backends.mge.reader import (
     graph_to_func,
     read_mge,
 )
-from dialects.dtypes import dtype_name, numpy_dtype
+from dialects.dtypes import dtype_name, element_type, numpy_dtype
 from dialects.errors import XmgeError
 
 logger = logging.getLogger("xmge.lite")
@@ -159,18 +159,30 @@ class Network:
         self._inputs, self._outputs = {}, {}
         return self
 
-    def compile(self, target: str | None = None, *, threads: int = 1) -> Network:
+    def compile(
+        self, target: str | None = None, *, threads: int = 1, shapes: Sequence[Shapes] = ()
+    ) -> Network:
         """Compile the graph for ``target`` (default: this machine's best); ``forward()`` then runs
-        the generated kernels instead of the reference interpreter, compiling again for each new
-        input-shape signature."""
+        the generated kernels instead of the reference interpreter. ``shapes`` (input-shape
+        signatures known in advance, one shape per input each) are compiled into the same model as
+        variants, so a forward on them runs at once; any other signature compiles again."""
         from compiler.driver.compile import compile
 
         fn = self._require()
         for v in self._variants.values():
             v.compiled = None
-        variant = self._variants[_arg_shapes(fn)]
-        variant.compiled = compile(ModuleOp([fn.clone()]), target, threads=threads)
-        self._target, self._threads = variant.compiled.target, threads
+        own = _arg_shapes(fn)
+        wanted = list(dict.fromkeys([own, *(tuple(tuple(int(d) for d in s) for s in sig) for sig in shapes)]))
+        if len(wanted) == 1:
+            compiled = compile(ModuleOp([fn.clone()]), target, threads=threads)
+        else:
+            # the file itself, so that each variant's shapes are folded by the reader
+            compiled = compile(self._data, target, threads=threads, graph=self._graph_index, shapes=wanted)
+        for sig in wanted:
+            if sig not in self._variants:
+                self._variants[sig] = _Variant(self._reinfer(sig))
+            self._variants[sig].compiled = compiled
+        self._target, self._threads = compiled.target, threads
         return self
 
     @property
@@ -905,24 +917,79 @@ def _load_time_setting(name: str, attribute: str, minimum: int | None = None) ->
     return property(get, set_)
 
 
+class PackageNetwork:
+    """A saved compiled package (``compiler.load_compiled``) behind the part of :class:`Network`
+    that :class:`LiteNetwork` drives: named inputs and outputs, ``forward`` on the package's library
+    (the variant of the inputs' shapes; a shape it does not hold is a one-line error)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, threads: int | None = None) -> None:
+        from compiler.driver.package import load_compiled
+
+        self.model = load_compiled(directory, threads=threads)
+        first = self.model.variants[0]
+        self._in = {n: TensorType(element_type(dt), shape) for n, shape, dt in first.inputs}
+        self._out = {n: TensorType(element_type(dt), shape) for n, shape, dt in first.outputs}
+        self._inputs: dict[str, np.ndarray] = {}
+        self._outputs: dict[str, np.ndarray] = {}
+
+    def input_types(self) -> dict[str, TensorType]:
+        return dict(self._in)
+
+    def output_types(self) -> dict[str, TensorType]:
+        return dict(self._out)
+
+    def set_input(self, name: str, value: Any) -> None:
+        if name not in self._in:
+            raise NetworkError(f"no input named {name!r}; inputs are {sorted(self._in)}")
+        self._inputs[name] = np.asarray(value)
+
+    def forward(self) -> None:
+        missing = [n for n in self._in if n not in self._inputs]
+        if missing:
+            raise NetworkError(f"inputs not set: {missing}")
+        outs = self.model.run([self._inputs[n] for n in self._in])
+        self._outputs = dict(zip(self._out, outs, strict=True))
+
+    def get_output(self, name: str) -> np.ndarray:
+        if name not in self._outputs:
+            raise NetworkError(f"no output {name!r} yet; outputs are {list(self._out)}")
+        return self._outputs[name]
+
+    def shared(self) -> PackageNetwork:
+        other = PackageNetwork.__new__(PackageNetwork)
+        other.__dict__.update(self.__dict__)
+        other._inputs, other._outputs = {}, {}
+        return other
+
+
 class LiteNetwork:
     """MegEngine Lite's network on xmge: ``load``, fill the tensors of ``get_io_tensor``,
     ``forward``, ``wait``, read the output tensors. ``target=`` (e.g. ``"x86-avx2-nchw88"``) runs
     compiled kernels instead of the reference interpreter; input shapes may change between
-    forwards either way."""
+    forwards either way. With a target, the input shapes known before ``load`` (the layouts the
+    :class:`LiteIO` inputs configure, and ``shapes=``: one list of input shapes each) are compiled
+    as variants of one model, so forwards on them never compile again. ``load`` of a folder that
+    ``CompiledModel.save`` / ``xmge compile -o`` wrote runs that package's library, compiling
+    nothing."""
 
     def __init__(
-        self, config: LiteConfig | None = None, io: LiteNetworkIO | None = None, *, target: str | None = None
+        self,
+        config: LiteConfig | None = None,
+        io: LiteNetworkIO | None = None,
+        *,
+        target: str | None = None,
+        shapes: Sequence[Sequence[Sequence[int]]] = (),
     ) -> None:
         self.config = config if config is not None else LiteConfig()
         self.network_io = io if io is not None else LiteNetworkIO()
         _check_config(self.config)
         self.target = target
+        self.shapes = [tuple(tuple(int(d) for d in s) for s in sig) for sig in shapes]
         self._threads = 1
         self._device_id = self.config.device_id
         self._stream_id = 0
         self._inplace = False
-        self._network: Network | None = None
+        self._network: Network | PackageNetwork | None = None
         self._inputs: dict[str, tuple[LiteIO, LiteTensor]] = {}
         self._outputs: dict[str, tuple[LiteIO, LiteTensor]] = {}
         self._start_callback: Callable[[dict[LiteIO, LiteTensor]], Any] | None = None
@@ -935,14 +1002,35 @@ class LiteNetwork:
 
     # -- loading ----------------------------------------------------------------------------
     def load(self, file: Source) -> None:
-        """Load a model from a path, a binary file object or bytes."""
+        """Load a model from a path, a binary file object or bytes, or a saved package folder."""
         _check_config(self.config)
+        if isinstance(file, str | os.PathLike) and os.path.isdir(file):
+            package = PackageNetwork(file, threads=self._threads if self._threads != 1 else None)
+            if self.target is not None and str(package.model.target) != str(self.target):
+                raise NetworkError(
+                    f"{os.fspath(file)} is compiled for {package.model.target}, not the target {self.target}"
+                )
+            self._attach(package)
+            return
         network = Network(_read_source(file))
         if self.target is not None:
-            network.compile(self.target, threads=self._threads)
+            network.compile(self.target, threads=self._threads, shapes=self._known_shapes(network))
         self._attach(network)
 
-    def _attach(self, network: Network) -> None:
+    def _known_shapes(self, network: Network) -> list[Shapes]:
+        """Input-shape signatures known before the first forward: ``shapes=`` and the layouts the
+        configured inputs give (the file's own shape for an input left unconfigured)."""
+        configured = {
+            io.name: tuple(io.config_layout.shapes) for io in self.network_io.inputs if io.config_layout.ndim
+        }
+        own = [tuple(t.get_shape()) for t in network.input_types().values()]
+        names = list(network.input_types())
+        known = list(self.shapes)
+        if configured:
+            known.append(tuple(configured.get(n, s) for n, s in zip(names, own, strict=True)))
+        return known
+
+    def _attach(self, network: Network | PackageNetwork) -> None:
         inputs = network.input_types()
         outputs = network.output_types()
         io_in = {io.name: io for io in self.network_io.inputs}
@@ -968,7 +1056,7 @@ class LiteNetwork:
     def _make_tensor(io: LiteIO, t: TensorType) -> tuple[LiteIO, LiteTensor]:
         return io, LiteTensor(io.config_layout if io.config_layout.ndim else _lite_layout(t))
 
-    def _require(self) -> Network:
+    def _require(self) -> Network | PackageNetwork:
         if self._network is None:
             raise NetworkError("no model loaded: call load() first")
         return self._network
@@ -1121,6 +1209,7 @@ __all__ = [
     "LiteTensorPhase",
     "Network",
     "NetworkError",
+    "PackageNetwork",
     "get_log_level",
     "get_model_io_info",
     "lite_dtype_2_numpy",

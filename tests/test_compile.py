@@ -189,7 +189,7 @@ def test_stages_save_and_runner(tmp_path) -> None:  # type: ignore[no-untyped-de
     names = set(os.listdir(out))
     assert {
         "model.c",
-        "libxmge_model.so",
+        "libconvnet.so",  # the prefix is the Module's name
         "runner",
         "weights.bin",
         "model.json",

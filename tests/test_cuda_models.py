@@ -210,12 +210,12 @@ def test_xmge_compile_int8_dump_for_nchw32_builds_with_make(tmp_path: Any) -> No
     for name in ("Makefile", "model.cu", "xm_kernels.h", "cuda_cpu.h", "weights.bin", "model.json"):
         assert (out / name).is_file(), name
     subprocess.run(["make", "-C", str(out)], check=True, capture_output=True)
-    assert (out / "libxmge_model.so").is_file() and (out / "runner").is_file()
+    assert (out / "libplain.so").is_file() and (out / "runner").is_file()  # named after the file
     # the folder's CPU-harness build reproduces MegEngine 1.13's output of the dump
     subprocess.run(["make", "-C", str(out), "cpu"], check=True, capture_output=True)
     meta = json.loads((out / "model.json").read_text())
     assert meta["target"] == "cuda-nchw32"
-    model = LoadedModel(str(out / "libxmge_model_cpu.so"), (out / "weights.bin").read_bytes(), 1)
+    model = LoadedModel(str(out / "libplain_cpu.so"), (out / "weights.bin").read_bytes(), 1)
     x = np.load(data_path("int8", "inputs.npz"))["data"].astype(np.float32)
     want = np.load(data_path("int8", "expected_plain.npz"))["dequant.TypeCvt"]
     np.testing.assert_array_equal(model.run([x])[0], want)

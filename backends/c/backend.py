@@ -31,6 +31,7 @@ from backends.c.build import (
 from backends.c.emitter import CEmitter
 from backends.c.isas import ISA_EMITTERS
 from backends.c.kernels import KERNELS
+from backends.c.symbols import DEFAULT_PREFIX
 from dialects.dtypes import numpy_dtype
 from passes.lowering.kernels import KernelRegistry
 from passes.target import BackendError, Target, TargetError, float16_options
@@ -77,23 +78,38 @@ class X86Backend:
         return {**layout, **float16_options((), options)}
 
     def runs_here(self, target: Target) -> bool:
-        from backends.c.templates.x86_isa import EXTENSIONS, OPTION_EXTENSIONS
         from backends.targets import cpu_flags
+
+        return self.cpu_flags_needed(target) <= cpu_flags()
+
+    def cpu_flags_needed(self, target: Target) -> frozenset[str]:
+        """The ``/proc/cpuinfo`` flags code for ``target`` executes instructions of."""
+        from backends.c.templates.x86_isa import EXTENSIONS, OPTION_EXTENSIONS
 
         needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
         needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))
-        needed = needed.union(*(o.cpu_flags for o in OPTION_EXTENSIONS if o.option in target.options))
-        return needed <= cpu_flags()
+        return needed.union(*(o.cpu_flags for o in OPTION_EXTENSIONS if o.option in target.options))
 
     def emitter(self, target: Target) -> type[CEmitter]:
         return ISA_EMITTERS[target.isas[0]]
 
-    def emit(self, target: Target, module: Any, *, profile: bool = False) -> tuple[str, tuple[str, ...]]:
+    def emit(
+        self,
+        target: Target,
+        module: Any,
+        *,
+        profile: bool = False,
+        prefix: str = DEFAULT_PREFIX,
+        weights_offsets: Sequence[int] | None = None,
+    ) -> tuple[str, tuple[str, ...]]:
+        """The model's source and compiler flags; ``module`` may be a list of variants (one per input
+        shape) for one library, ``prefix`` names its exported symbols (:meth:`CEmitter.emit`)."""
         from backends.c.templates.x86_isa import extension_cflags
 
         emitter = self.emitter(target)(profile=profile)
         extra = [f for f in extension_cflags(target.isas) if f not in emitter.cflags]
-        return emitter.emit(module), (*emitter.cflags, *extra)
+        source = emitter.emit(module, prefix=prefix, weights_offsets=weights_offsets)
+        return source, (*emitter.cflags, *extra)
 
     def build(self, target: Target, source: str, cflags: Sequence[str], *, sanitize: bool = False) -> Build:
         return build(source, cflags, sanitize=sanitize)
@@ -169,8 +185,9 @@ class X86Backend:
         arrays = [np.asarray(x, np.float32) for x in inputs]
         m.run(arrays)
         names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
-        m.lib.xm_profile.restype = ctypes.c_int
-        n = m.lib.xm_profile(ctypes.byref(names_p), ctypes.byref(ms_p))
+        profile = m.symbol("profile")
+        profile.restype = ctypes.c_int
+        n = profile(ctypes.byref(names_p), ctypes.byref(ms_p))
         for i in range(n):
             ms_p[i] = 0.0
         for _ in range(iters):
@@ -183,18 +200,44 @@ class X86Backend:
         return sorted(totals.items(), key=lambda kv: -kv[1])
 
     def save(self, model: Any, directory: str) -> dict[str, Any]:
-        """``model.c``, the runtime sources, the library and the runner; returns model.json's extras."""
-        _write(os.path.join(directory, "model.c"), model.source)
-        for name, text in runtime_sources().items():
-            _write(os.path.join(directory, name), text)
+        """``model.c``, the runtime sources, the build files (Makefile, CMakeLists.txt, README.md), the
+        library and the runner; returns model.json's extras."""
+        self._write_sources(model, directory)
         self._copy_binaries(model, directory)
-        return {}
+        return {
+            "library": os.path.basename(model.build.library),
+            "runner": os.path.basename(model.build.runner),
+            "build": "make  (or: cmake -B build && cmake --build build)",
+        }
+
+    def _write_sources(self, model: Any, directory: str) -> None:
+        from backends.c.build import prefix_flags
+        from backends.c.project import project_files
+
+        runtime = runtime_sources()
+        library = os.path.basename(model.build.library)
+        files = {
+            "model.c": model.source,
+            **runtime,
+            **project_files(
+                str(model.target),
+                [*model.cflags, *prefix_flags(model.build.symbols), "-pthread"],
+                arch=model.target.arch,
+                name=model.build.symbols,
+                library=library,
+                lib_sources=["model.c", *(n for n in runtime if n.endswith(".c") and n != "runner.c")],
+                headers=[n for n in runtime if n.endswith((".h", ".hpp"))],
+            ),
+        }
+        for name, text in files.items():
+            _write(os.path.join(directory, name), text)
 
     def _copy_binaries(self, model: Any, directory: str) -> None:
         import shutil
 
         for src in (model.build.library, model.build.runner):
-            shutil.copy2(src, os.path.join(directory, os.path.basename(src)))
+            shutil.copyfile(src, os.path.join(directory, os.path.basename(src)))
+            shutil.copymode(src, os.path.join(directory, os.path.basename(src)))
 
 
 class ArmBackend(X86Backend):
@@ -249,15 +292,23 @@ class ArmBackend(X86Backend):
 
     def save(self, model: Any, directory: str) -> dict[str, Any]:
         # cross-built binaries aside (prebuilt/): `make` on the device builds its own
-        from backends.c.cross import project_files
-
-        _write(os.path.join(directory, "model.c"), model.source)
-        for name, text in {**runtime_sources(), **project_files(str(model.target), model.cflags)}.items():
-            _write(os.path.join(directory, name), text)
+        self._write_sources(model, directory)
         prebuilt = os.path.join(directory, "prebuilt")
         os.makedirs(prebuilt, exist_ok=True)
         self._copy_binaries(model, prebuilt)
-        return {"build": "make  (or: cmake -B build && cmake --build build)"}
+        return {
+            "library": "prebuilt/" + os.path.basename(model.build.library),
+            "runner": "prebuilt/" + os.path.basename(model.build.runner),
+            "build": "make  (or: cmake -B build && cmake --build build)",
+        }
+
+    def cpu_flags_needed(self, target: Target) -> frozenset[str]:
+        """The ``/proc/cpuinfo`` (AArch64) flags code for ``target`` executes instructions of."""
+        flags = {"asimd"}
+        flags |= {"asimddp"} if "dot" in target.features else set()
+        flags |= {"i8mm"} if "i8mm" in target.features else set()
+        flags |= {"fphp", "asimdhp"} if "fp16" in target.features else set()
+        return frozenset(flags)
 
 
 IoTable = tuple[list[tuple[np.dtype, tuple[int, ...]]], list[tuple[np.dtype, tuple[int, ...]]]]

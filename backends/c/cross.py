@@ -5,14 +5,15 @@
   (``qemu-user``) must be on the PATH (``make toolchains`` installs both). ``$XMGE_AARCH64_CC`` and
   ``$XMGE_QEMU_AARCH64`` override the names.
 * :func:`cross_build` compiles a generated ``model.c`` with the shared runtime into
-  ``libxmge_model.so`` (to deploy) and a statically linked ``runner`` (so qemu needs no sysroot),
+  ``lib<prefix>.so`` (to deploy) and a statically linked ``runner`` (so qemu needs no sysroot),
   cached by content hash like :func:`backends.c.build.build`.
 * :data:`QEMU_FLAGS` run it with ``-cpu max`` (ARMv8.2 dot product and FP16 arithmetic present).
   Timings under emulation mean nothing; :func:`count_instructions` counts what the emulated CPU
   executes instead, per function and per instruction class (NEON, ``sdot``, FP16), from qemu's
   translation log (``-d in_asm,exec,nochain``: each executed translation block is logged, and the
   instructions of each block once), since Debian's qemu ships no TCG plugins (``libinsn.so``).
-* :func:`project_files` writes the Makefile / CMakeLists.txt a user builds on the device with.
+* The Makefile / CMakeLists.txt a user builds the saved package with on the device are
+  :mod:`backends.c.project`'s, shared with x86 packages.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def launcher() -> tuple[str, ...]:
 
 
 def cross_build(model_c: str, cflags: Sequence[str]) -> Build:
-    """Cross-compile ``model_c`` with the runtime: ``libxmge_model.so`` and a static ``runner``."""
+    """Cross-compile ``model_c`` with the runtime: ``lib<prefix>.so`` and a static ``runner``."""
     problem = toolchain_problem()
     if problem:
         raise BuildError(f"cannot build for AArch64: {problem}")
@@ -194,82 +195,6 @@ def defined_functions(source: str) -> set[str]:
     return {m.group(1) for m in _C_FUNCTION.finditer(source) if m.group(1) not in ("if", "for", "while")}
 
 
-# ----------------------------------------------------------------------------------------------
-# The on-device project
-
-MAKEFILE = """# Build the xmge model on an AArch64 device (cross: make CC=aarch64-linux-gnu-gcc)
-CC ?= cc
-CFLAGS ?= {cflags}
-LDLIBS = -lm
-
-all: libxmge_model.so runner
-
-libxmge_model.so: model.c xm_runtime.c xm_runtime.h xm_kernels.h
-\t$(CC) $(CFLAGS) -shared model.c xm_runtime.c -o $@ $(LDLIBS)
-
-runner: model.c xm_runtime.c runner.c xm_runtime.h xm_kernels.h
-\t$(CC) $(CFLAGS) model.c xm_runtime.c runner.c -o $@ $(LDLIBS)
-
-run: runner
-\t./runner weights.bin -t 1 -n 20
-
-clean:
-\trm -f libxmge_model.so runner
-
-.PHONY: all run clean
-"""
-
-CMAKELISTS = """cmake_minimum_required(VERSION 3.10)
-project(xmge_model C)
-set(CMAKE_C_STANDARD 11)
-find_package(OpenMP)
-set(XM_FLAGS {cflags_cmake})
-add_library(xmge_model SHARED model.c xm_runtime.c)
-add_executable(runner model.c xm_runtime.c runner.c)
-foreach(t xmge_model runner)
-  target_compile_options(${{t}} PRIVATE ${{XM_FLAGS}})
-  target_link_libraries(${{t}} PRIVATE m)
-  if(OpenMP_C_FOUND)
-    target_link_libraries(${{t}} PRIVATE OpenMP::OpenMP_C)
-  endif()
-endforeach()
-"""
-
-README = """# xmge model for {target}
-
-Build on the device (AArch64, ARMv8.2-A{extras}) with one command:
-
-    make
-
-(or `cmake -B build && cmake --build build`). Then run it:
-
-    ./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]
-
-Inputs and outputs are raw little-endian tensors in the order and shapes of model.json. In your own
-program, link libxmge_model.so and call xm_create / xm_run / xm_destroy (xm_runtime.h).
-
-`prebuilt/` holds the same library and a statically linked runner cross-built on the host
-(`qemu-aarch64 -cpu max prebuilt/runner weights.bin` runs it there under emulation).
-"""
-
-
-def project_files(target: str, cflags: Sequence[str]) -> dict[str, str]:
-    """Makefile, CMakeLists.txt and README.md for building the saved sources on the device."""
-    device_flags = [f for f in cflags if f != "-fPIC"] + ["-fPIC"]
-    extras = "".join(
-        word
-        for flag, word in (("dot", " with the dot product"), ("fp16", " with FP16 arithmetic"))
-        if flag in target
-    )
-    return {
-        "Makefile": MAKEFILE.format(cflags=" ".join(device_flags)),
-        "CMakeLists.txt": CMAKELISTS.format(
-            cflags_cmake=" ".join(f for f in device_flags if f != "-fopenmp")
-        ),
-        "README.md": README.format(target=target, extras=extras),
-    }
-
-
 __all__ = [
     "EMULATION_NOTE",
     "EmulationWarning",
@@ -279,6 +204,5 @@ __all__ = [
     "defined_functions",
     "insn_class",
     "launcher",
-    "project_files",
     "toolchain_problem",
 ]

@@ -2,7 +2,7 @@
 usage recorded) and ``g++`` for the CPU execution harness (``runtime/cuda_cpu.h``), each cached by the
 hash of everything that determines it, like the C backend's builds (``backends/c/build.py``).
 
-A build directory holds ``libxmge_model.so`` and ``runner`` (the C backends' runner and runtime API,
+A build directory holds ``lib<prefix>.so`` and ``runner`` (the C backends' runner and runtime API,
 so the same loader and runner serve both) and, for nvcc, ``resources.json``: per architecture and
 kernel, registers, spill stores / loads and shared memory from ``-Xptxas -v``.
 """
@@ -17,12 +17,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from backends.c.build import cache_key, cached_dir, run_tool, write_sources
+from backends.c.build import (
+    cache_key,
+    cached_dir,
+    library_name,
+    prefix_flags,
+    run_tool,
+    symbol_prefix,
+    write_sources,
+)
 from backends.c.build import runtime_sources as c_runtime_sources
 
 RUNTIME_DIR = os.path.join(os.path.dirname(__file__), "runtime")
 RUNTIME_FILES = ("xm_kernels.h", "cuda_cpu.h", "xm_cuda_runtime.cu")
-SHARED_FILES = ("xm_runtime.h", "runner.c")  # the C backends' API header and runner, unchanged
+# the C backends' API headers, variant selection and runner, unchanged
+SHARED_FILES = ("xm_api.h", "xm_runtime.h", "xm_select.h", "runner.c")
 HARNESS_FLAGS = ("-O1", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-strict-aliasing", "-x", "c++")
 
 
@@ -83,43 +92,52 @@ def nvcc_build(model_cu: str, flags: Sequence[str]) -> tuple[str, bool]:
     cc = nvcc()
     assert cc is not None
     sources = {"model.cu": model_cu, **runtime_sources()}
+    prefix = symbol_prefix(model_cu)
+    flags = [*flags, *prefix_flags(prefix)]
     nv_flags = [*flags, "-Werror", "all-warnings", "-Xptxas", "-v"]
+    lib = library_name(prefix)
 
     def fill(work: str) -> None:
         write_sources(work, sources)
         log = run_tool([cc, *nv_flags, "-c", "model.cu", "-o", "model.o"], work)
         run_tool([cc, *flags, "-c", "xm_cuda_runtime.cu", "-o", "xm_cuda_runtime.o"], work)
-        run_tool([cc, "-O2", "-Xcompiler", "-fPIC", "-c", "runner.c", "-o", "runner.o"], work)
-        run_tool([cc, *flags, "-shared", "model.o", "xm_cuda_runtime.o", "-o", "libxmge_model.so"], work)
+        run_tool(
+            [cc, "-O2", "-Xcompiler", "-fPIC", *prefix_flags(prefix), "-c", "runner.c", "-o", "runner.o"],
+            work,
+        )
+        run_tool([cc, *flags, "-shared", "model.o", "xm_cuda_runtime.o", "-o", lib], work)
         run_tool([cc, *flags, "model.o", "xm_cuda_runtime.o", "runner.o", "-o", "runner"], work)
         with open(os.path.join(work, "resources.json"), "w") as f:
             json.dump(parse_ptxas(log), f, indent=1)
         for obj in ("model.o", "xm_cuda_runtime.o", "runner.o"):
             os.remove(os.path.join(work, obj))
 
-    return cached_dir(
-        cache_key("cuda-", cc, nv_flags, sources), ("libxmge_model.so", "runner", "resources.json"), fill
-    )
+    return cached_dir(cache_key("cuda-", cc, nv_flags, sources), (lib, "runner", "resources.json"), fill)
 
 
 def harness_build(model_cu: str, cxx: str = "g++") -> tuple[str, bool]:
-    """The CPU-harness build directory of ``model_cu`` (``libxmge_model_cpu.so``)."""
+    """The CPU-harness build directory of ``model_cu`` (``lib<prefix>_cpu.so``)."""
     sources = {"model.cu": model_cu, **runtime_sources()}
+    prefix = symbol_prefix(model_cu)
+    flags = [*HARNESS_FLAGS, *prefix_flags(prefix)]
+    lib = harness_library_name(prefix)
 
     def fill(work: str) -> None:
         write_sources(work, sources)
-        run_tool(
-            [cxx, *HARNESS_FLAGS, "-shared", "model.cu", "xm_cuda_runtime.cu", "-o", "libxmge_model_cpu.so"],
-            work,
-        )
+        run_tool([cxx, *flags, "-shared", "model.cu", "xm_cuda_runtime.cu", "-o", lib, "-pthread"], work)
 
-    return cached_dir(cache_key("cudacpu-", cxx, HARNESS_FLAGS, sources), ("libxmge_model_cpu.so",), fill)
+    return cached_dir(cache_key("cudacpu-", cxx, flags, sources), (lib,), fill)
+
+
+def harness_library_name(prefix: str) -> str:
+    return library_name(prefix).removesuffix(".so") + "_cpu.so"
 
 
 def build(model_cu: str, flags: Sequence[str], *, native: bool = True) -> CudaBuild:
     """The harness build, and the nvcc build when ``native`` and nvcc exists."""
     cpu_dir, cpu_cached = harness_build(model_cu)
-    cpu_lib = os.path.join(cpu_dir, "libxmge_model_cpu.so")
+    prefix = symbol_prefix(model_cu)
+    cpu_lib = os.path.join(cpu_dir, harness_library_name(prefix))
     if not native or nvcc() is None:
         return CudaBuild(None, None, None, cpu_lib, cpu_cached, {})
     d, cached = nvcc_build(model_cu, flags)
@@ -127,7 +145,7 @@ def build(model_cu: str, flags: Sequence[str], *, native: bool = True) -> CudaBu
         resources = json.load(f)
     return CudaBuild(
         d,
-        os.path.join(d, "libxmge_model.so"),
+        os.path.join(d, library_name(prefix)),
         os.path.join(d, "runner"),
         cpu_lib,
         cached and cpu_cached,

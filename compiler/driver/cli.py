@@ -1,18 +1,21 @@
 """The ``xmge`` command.
 
-    xmge run MODEL.mge --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
+    xmge run MODEL.mge|PACKAGE_DIR --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
     xmge inspect MODEL.mge
-    xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N]
-    xmge bench MODEL.mge [--target TARGET] [--threads N] [--iters N] [--profile]
+    xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N] [--name PREFIX]
+    xmge bench MODEL.mge|PACKAGE_DIR [--target TARGET] [--threads N] [--iters N] [--profile]
     xmge convert MODEL.onnx -o MODEL.mge [--format FBS_V2|FBS] [--enable-OPTION ...]
+    xmge serve PACKAGE_OR_MODEL [--replicas N] [--max-batch B] [--batch-wait-ms T] [--port P] ...
 
 ``compile``, ``bench`` and ``convert`` also take ONNX models (``.onnx``), read by
 ``backends.onnx.reader``.
 
 ``run`` feeds ``.npy`` (or ``.npz``: every array whose key is an input name) files, prints each
 output's name, shape, dtype and a checksum (sum and sum of absolute values, float64), and saves
-the outputs keyed by output var name. ``inspect`` lists every graph's operators with params,
-output shapes and dtypes, the metadata and the weight bytes. Errors print one line and exit 2.
+the outputs keyed by output var name (a ``PACKAGE_DIR`` that ``xmge compile -o`` wrote runs its
+compiled library, loaded without compiling; ``bench PACKAGE_DIR`` times it). ``inspect`` lists every
+graph's operators with params, output shapes and dtypes, the metadata and the weight bytes. Errors
+print one line and exit 2.
 """
 
 from __future__ import annotations
@@ -57,9 +60,14 @@ def checksum(arr: np.ndarray) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import os
+
     from compiler.lite import Network
 
-    net = Network(args.model, graph=args.graph)
+    # a folder is a saved compiled package (xmge compile -o DIR): run its library, compile nothing
+    net: Any = (
+        _PackageNetwork(args.model) if os.path.isdir(args.model) else Network(args.model, graph=args.graph)
+    )
     feeds = _load_inputs(args.input or [], net.get_all_input_name())
     unknown = sorted(set(feeds) - set(net.get_all_input_name()))
     if unknown:
@@ -74,6 +82,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         np.savez(args.output, **outs)
         print(f"saved {len(outs)} output(s) to {args.output}")
     return 0
+
+
+class _PackageNetwork:
+    """A loaded package with the named-input call ``cmd_run`` makes of a ``Network``."""
+
+    def __init__(self, directory: str) -> None:
+        from compiler.driver.package import load_compiled
+
+        self.model = load_compiled(directory)
+        self.inputs = [name for name, _, _ in self.model.variants[0].inputs]
+        self.outputs = [name for name, _, _ in self.model.variants[0].outputs]
+
+    def get_all_input_name(self) -> list[str]:
+        return list(self.inputs)
+
+    def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        outs = self.model.run([feeds[n] for n in self.inputs])
+        return dict(zip(self.outputs, outs, strict=True))
 
 
 def _enum_fields() -> dict[tuple[str, str], Any]:
@@ -210,7 +236,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver.compile import compile_file
 
-    compiled = compile_file(args.model, args.target, args.output, threads=args.threads, graph=args.graph)
+    compiled = compile_file(
+        args.model, args.target, args.output, threads=args.threads, graph=args.graph, name=args.name
+    )
     print(f"compiled {args.model} for {compiled.target} into {args.output}")
     print(f"  arena {compiled.arena_size} bytes, weights {compiled.weights_size} bytes")
     if compiled.emulated:
@@ -219,11 +247,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import os
     import time
 
     from compiler.driver.compile import benchmark, compile, profile
     from dialects.dtypes import numpy_dtype
 
+    if os.path.isdir(args.model):
+        return _bench_package(args)
+    args.threads = args.threads or 1
     t0 = time.perf_counter()
     compiled = compile(args.model, args.target, threads=args.threads)
     seconds = time.perf_counter() - t0
@@ -247,6 +279,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_package(args: argparse.Namespace) -> int:
+    """``xmge bench DIR``: time a saved package's library on random inputs of each shape it holds."""
+    import time
+
+    from compiler.driver.compile import benchmark
+    from compiler.driver.package import load_compiled
+
+    t0 = time.perf_counter()
+    model = load_compiled(args.model, threads=args.threads)
+    seconds = time.perf_counter() - t0
+    print(
+        f"{args.model}: package {model.name}, target {model.target}, {model.threads} thread(s), "
+        f"loaded in {seconds * 1e3:.1f} ms"
+    )
+    rng = np.random.default_rng(0)
+    for variant in model.variants:
+        inputs = [
+            rng.standard_normal(shape).astype(dt)
+            for (_, shape, _), dt in zip(variant.inputs, variant.input_dtypes, strict=True)
+        ]
+        stats = benchmark(lambda inputs=inputs: model.run(inputs), warmup=3, iters=args.iters)
+        shapes = ", ".join(str(s) for s in variant.input_shapes)
+        print(
+            f"  {shapes}: median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms, "
+            f"mean {stats['mean_ms']:.3f} ms over {stats['runs']} runs"
+        )
+    return 0
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """mgeconvert's job: a model file (ONNX, or a .mge to rewrite) to a .mge that MegEngine loads,
     optimized with MegEngine's ``optimize_for_inference`` options like ``trace.dump``."""
@@ -259,6 +320,37 @@ def cmd_convert(args: argparse.Namespace) -> int:
     data = dump_module(module, dump_format=args.format, **options)
     atomic_write(args.output, lambda f: f.write(data))
     print(f"converted {args.model} to {args.output} ({len(data)} bytes)")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Deploy a package or model on Ray Serve and serve until interrupted."""
+    import signal
+    import threading
+
+    from compiler import serving
+
+    sizes = tuple(int(b) for b in args.batch_sizes.split(",")) if args.batch_sizes else None
+    options = serving.ServeOptions(
+        name=args.name,
+        replicas=args.replicas,
+        max_batch=args.max_batch,
+        batch_wait_ms=args.batch_wait_ms,
+        batch_sizes=sizes or tuple(b for b in serving.DEFAULT_BATCH_SIZES if b <= args.max_batch),
+        threads=args.threads,
+        target=args.target,
+    )
+    serving.run(args.model, options, host=args.host, port=args.port, address=args.address)
+    name = options.name or serving.source_name(args.model)
+    print(f"serving {args.model} at http://{args.host}:{args.port}/{name} (Ctrl-C stops)", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serving.shutdown()
     return 0
 
 
@@ -286,11 +378,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.add_argument("-o", "--output", required=True, help="the folder to write")
     comp.add_argument("--threads", type=int, default=1)
     comp.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
+    comp.add_argument(
+        "--name", default=None, help="the C symbol prefix and library name (default: the file's)"
+    )
     comp.set_defaults(handler=cmd_compile)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")
     bench.add_argument("model")
     bench.add_argument("--target", "-t", default=None, help="default: this machine's best x86 target")
-    bench.add_argument("--threads", type=int, default=1)
+    bench.add_argument("--threads", type=int, default=None, help="default 1 (a package: its own count)")
     bench.add_argument("--iters", type=int, default=20)
     bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
     bench.set_defaults(handler=cmd_bench)
@@ -306,6 +401,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fuse-conv-bias-nonlinearity, nchw88, io16xc32",
     )
     conv.set_defaults(handler=cmd_convert)
+    srv = sub.add_parser("serve", help="serve a package or model on Ray Serve with dynamic batching")
+    srv.add_argument("model", help="a saved package folder, a .mge or an .onnx file")
+    srv.add_argument("--name", help="the route (/NAME) and application name (default: the model's)")
+    srv.add_argument("--replicas", type=int, default=1)
+    srv.add_argument("--max-batch", type=int, default=8, help="samples per model run, at most")
+    srv.add_argument("--batch-sizes", help="batch sizes to compile a model file for (default 1,4,8)")
+    srv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill")
+    srv.add_argument("--threads", type=int, default=1, help="threads per model run")
+    srv.add_argument("--target", "-t", default=None, help="for a model file (default: this machine)")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--address", help="a running Ray cluster to join (e.g. auto), default: start one here")
+    srv.set_defaults(handler=cmd_serve)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))

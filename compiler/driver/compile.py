@@ -4,7 +4,9 @@
     compiled = xm.compile(traced_fn, target="x86-avx512")                 # a jit.trace already called
     compiled = xm.compile("model.mge", target="x86-avx2")                 # a MegEngine file (or bytes)
     y = compiled(x)                          # numpy in, numpy out
-    compiled.save("out/")                    # sources, library, weights, runner
+    compiled.save("out/")                    # a package, atomically: library, weights, sources, model.json
+    model = xm.load_compiled("out/")         # back without compiling (compiler.driver.package)
+    xm.compile(net, "x86-avx2", [x], batch_sizes=[1, 4], name="net")   # one variant per input shape
     print(compiled.ir("kernel-plan-memory")) # IR after any stage; compiled.stages lists them
 
 Stages: ``tensor`` (the input graph), ``inference`` (BN folding, arithmetic and conv-bias fusion),
@@ -18,8 +20,8 @@ The command-line drivers call :func:`compile_file` (``xmge compile``) and :func:
 
 from __future__ import annotations
 
-import json
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -119,17 +121,15 @@ def _example_array(x: Any) -> np.ndarray:
 
 
 def _input_array(x: Any, declared: Any) -> np.ndarray:
-    """A run-time input in the dtype the backend expects: the model's own integer or bool dtype for
-    integer inputs, float32 for float (and quantized) ones, which the backends convert themselves."""
+    """A run-time input in the dtype the backend expects (:func:`compiler.driver.package.input_array`)."""
+    from compiler.driver.package import input_array
     from dialects.dtypes import numpy_dtype
 
     try:
         want = numpy_dtype(declared.element_type)
     except (AttributeError, ValueError):
         want = np.dtype(np.float32)
-    if want.kind in "iub" and getattr(want, "metadata", None) is None:
-        return np.asarray(x, dtype=want)
-    return np.asarray(x, dtype=np.float32)
+    return input_array(x, want)
 
 
 def inference_passes(target: Target | None = None) -> list[ModulePass]:
@@ -176,23 +176,40 @@ def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
 
 
 class CompiledModel:
-    """A model compiled for one target: call it on numpy arrays."""
+    """A model compiled for one target: call it on numpy arrays. Safe to call from several threads
+    at once (each call runs on its own per-call state of the one loaded library).
+
+    ``variants`` holds the stages of every input-shape signature the model was compiled for
+    (``compile(..., shapes=...)``); the first is the model's own (``stages``, ``ir``)."""
 
     def __init__(
-        self, target: Target, stages: dict[str, ModuleOp | str], threads: int, times: dict[str, float]
+        self,
+        target: Target,
+        stages: dict[str, ModuleOp | str],
+        threads: int,
+        times: dict[str, float],
+        *,
+        name: str = "xmge_model",
+        variants: Sequence[dict[str, ModuleOp | str]] = (),
     ) -> None:
         self.target = target
         self._stages = stages
+        self._variants = [stages, *variants]
         self.threads = threads
         self.times = times
+        self.name = name
         fn = next(f for f in self.final_module().ops if isinstance(f, func.FuncOp))
         self.input_types = [t for t in fn.function_type.inputs.data]
         self.output_types = [t for t in fn.function_type.outputs.data]
+        self.input_names = _names(fn, "input_names", "input", len(self.input_types))
+        self.output_names = _names(fn, "output_names", "output", len(self.output_types))
         self._loaded: Any = None
+        self._lock = threading.Lock()
         self.build: Any = None
         self.weights = b""
         self.source = ""
         self.cflags: tuple[str, ...] = ()
+        self.weights_offsets: list[int] = [0] * len(self._variants)
         if self.backend.kernels is not None:
             self._build()
 
@@ -206,9 +223,30 @@ class CompiledModel:
     def stages(self) -> list[str]:
         return list(self._stages)
 
-    def final_module(self) -> ModuleOp:
-        mods = [m for m in self._stages.values() if isinstance(m, ModuleOp)]
+    def final_module(self, variant: int = 0) -> ModuleOp:
+        mods = [m for m in self._variants[variant].values() if isinstance(m, ModuleOp)]
         return mods[-1]
+
+    @property
+    def shapes(self) -> list[tuple[tuple[int, ...], ...]]:
+        """The input-shape signature of every variant (one unless compiled with ``shapes=``)."""
+        return [
+            tuple(tuple(t.get_shape()) for t in _io_types(self.final_module(i))[0])
+            for i in range(len(self._variants))
+        ]
+
+    def variant_for(self, shapes: Sequence[Sequence[int]]) -> int:
+        """The variant serving inputs of ``shapes`` (a one-line :class:`CompileError` listing the
+        shapes the model holds otherwise)."""
+        from compiler.driver.package import shapes_text
+
+        want = tuple(tuple(int(d) for d in s) for s in shapes)
+        held = self.shapes
+        if want in held:
+            return held.index(want)
+        raise CompileError(
+            f"{self.name}: compiled for input shapes {shapes_text(held)}, got {shapes_text([want])}"
+        )
 
     def ir(self, stage: str = "kernel-plan-memory") -> str:
         """The IR after ``stage`` (or the generated C for ``"c"``); weights are elided."""
@@ -241,13 +279,21 @@ class CompiledModel:
 
     # -- build and run ---------------------------------------------------------------------------
     def _build(self) -> None:
+        """One library for every variant (symbols prefixed with the model's name), and one weights
+        blob holding each variant's weights at its offset (identical ones once)."""
+        from backends.c.build import pack_weights
         from passes.lowering.plan import weights_blob
 
-        module = self.final_module()
+        modules = [self.final_module(i) for i in range(len(self._variants))]
         t0 = time.perf_counter()
-        self.source, self.cflags = self.backend.emit(self.target, module)
+        self.weights, self.weights_offsets = pack_weights([weights_blob(m) for m in modules])
+        self.source, self.cflags = self.backend.emit(
+            self.target,
+            modules[0] if len(modules) == 1 else modules,
+            prefix=self.name,
+            weights_offsets=self.weights_offsets,
+        )
         self._stages["c"] = self.source
-        self.weights = weights_blob(module)
         self.times["emit"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.build = self.backend.build(self.target, self.source, self.cflags)
@@ -259,11 +305,13 @@ class CompiledModel:
         return self.backend.emulated
 
     def loaded(self) -> Any:
-        """The built library loaded into this process (once)."""
+        """The built library loaded into this process (once, whichever thread asks first)."""
         if self._loaded is None:
-            if self.build is None:
-                raise CompileError(f"target {self.target} has no built library")
-            self._loaded = self.backend.load(self.build, self.weights, self.threads)
+            with self._lock:
+                if self._loaded is None:
+                    if self.build is None:
+                        raise CompileError(f"target {self.target} has no built library")
+                    self._loaded = self.backend.load(self.build, self.weights, self.threads)
         return self._loaded
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -272,6 +320,12 @@ class CompiledModel:
             _input_array(getattr(x, "numpy", lambda x=x: x)(), t)
             for x, t in zip(inputs, self.input_types, strict=False)
         ]
+        variant = self.variant_for([a.shape for a in arrays]) if len(self._variants) > 1 else 0
+        if variant != 0 and self.emulated:
+            raise CompileError(
+                f"{self.name}: under emulation only the first variant {self.shapes[0]} runs here; "
+                "the saved package's runner takes -v VARIANT on the device"
+            )
         return self.backend.run(self, arrays)
 
     def __call__(self, *inputs: Any) -> Any:
@@ -296,39 +350,100 @@ class CompiledModel:
 
     # -- saving ----------------------------------------------------------------------------------
     def save(self, directory: str | os.PathLike[str]) -> str:
-        """Write the backend's files (``model.c``, the runtime sources, ``libxmge_model.so``,
-        ``runner``), ``weights.bin``, ``model.json`` (I/O, sizes, target) and ``kernel.mlir`` into
-        ``directory``."""
+        """Write the package ``directory`` atomically (:mod:`compiler.driver.package`): the backend's
+        files (``model.c``, the runtime sources, the library, ``runner``, Makefile, CMakeLists.txt,
+        README.md), ``weights.bin``, ``kernel.mlir`` and the manifest ``model.json``. A kill at any
+        moment leaves the previous package or none, never part of one. ``compiler.load_compiled``
+        loads it back without compiling."""
+        from compiler.driver.package import write_package
+
         if self.build is None:
             raise CompileError(f"target {self.target} produces no files to save")
-        os.makedirs(directory, exist_ok=True)
-        extras = self.backend.save(self, os.fspath(directory))
-        with open(os.path.join(directory, "weights.bin"), "wb") as f:
-            f.write(self.weights)
-        with open(os.path.join(directory, "kernel.mlir"), "w") as f:
-            f.write(self.ir("kernel-plan-memory"))
-        meta = {
+
+        def fill(work: str) -> dict[str, Any]:
+            extras = self.backend.save(self, work)
+            with open(os.path.join(work, "weights.bin"), "wb") as f:
+                f.write(self.weights)
+            with open(os.path.join(work, "kernel.mlir"), "w") as f:
+                f.write(self.ir("kernel-plan-memory"))
+            return self.manifest(extras)
+
+        return write_package(directory, fill)
+
+    def manifest(self, extras: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``model.json`` without its file hashes (``save`` adds those)."""
+        import platform
+
+        from compiler import __version__
+        from compiler.driver.package import FORMAT, FORMAT_VERSION
+
+        needed = getattr(self.backend, "cpu_flags_needed", None)
+        variants = []
+        for i in range(len(self._variants)):
+            ins, outs = _io_types(self.final_module(i))
+            plan = _plan(self.final_module(i))
+            variants.append(
+                {
+                    "inputs": [_describe(t, n) for t, n in zip(ins, self.input_names, strict=True)],
+                    "outputs": [_describe(t, n) for t, n in zip(outs, self.output_names, strict=True)],
+                    "weights_offset": self.weights_offsets[i],
+                    "arena_bytes": plan.arena.data if plan is not None else 0,
+                    "workspace_bytes": plan.workspace.data if plan is not None else 0,
+                    "weights_bytes": plan.weights.data if plan is not None else 0,
+                }
+            )
+        machine = {"arm": "aarch64", "x86": "x86_64"}.get(self.target.arch, platform.machine().lower())
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "xmge_version": __version__,
+            "name": self.name,
+            "prefix": getattr(self.build, "symbols", self.name),
             "target": str(self.target),
+            "machine": machine,
+            "cpu_features": sorted(needed(self.target)) if needed is not None else [],
             "threads": self.threads,
-            "arena_bytes": self.arena_size,
-            "workspace_bytes": self.workspace_size,
-            "weights_bytes": self.weights_size,
-            "inputs": [_describe(t) for t in self.input_types],
-            "outputs": [_describe(t) for t in self.output_types],
+            "weights": "weights.bin",
+            "variants": variants,
+            # the first variant's, where one-shape tools look
+            "inputs": variants[0]["inputs"],
+            "outputs": variants[0]["outputs"],
+            "arena_bytes": variants[0]["arena_bytes"],
+            "workspace_bytes": variants[0]["workspace_bytes"],
+            "weights_bytes": variants[0]["weights_bytes"],
             "cflags": list(self.cflags),
             "run": "./runner weights.bin -t THREADS -n ITERS [-i input0.bin ...] [-o output0.bin ...]",
-            **extras,
+            **(extras or {}),
         }
-        with open(os.path.join(directory, "model.json"), "w") as f:
-            json.dump(meta, f, indent=2)
-        return os.fspath(directory)
 
 
-def _describe(t: Any) -> dict[str, Any]:
+def _io_types(module: ModuleOp) -> tuple[list[Any], list[Any]]:
+    fn = next(f for f in module.ops if isinstance(f, func.FuncOp))
+    return list(fn.function_type.inputs.data), list(fn.function_type.outputs.data)
+
+
+def _plan(module: ModuleOp) -> Any:
+    from dialects.kernel import plan_of
+
+    return plan_of(next(f for f in module.ops if isinstance(f, func.FuncOp)))
+
+
+def _names(fn: func.FuncOp, key: str, kind: str, count: int) -> list[str]:
+    """The graph's input or output names (``input_names`` / ``output_names``), else ``input0``..."""
+    from xdsl.dialects.builtin import ArrayAttr
+
+    a = fn.attributes.get(key)
+    names = [getattr(x, "data", "") for x in a.data] if isinstance(a, ArrayAttr) else []
+    if len(names) != count or not all(names):
+        return [f"{kind}{i}" for i in range(count)]
+    return names
+
+
+def _describe(t: Any, name: str) -> dict[str, Any]:
     from dialects.dtypes import dtype_name
 
     assert isinstance(t, TensorType)
-    return {"shape": list(t.get_shape()), "dtype": dtype_name(t.element_type)}
+    return {"name": name, "shape": list(t.get_shape()), "dtype": dtype_name(t.element_type)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -351,21 +466,35 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     threads: int = 1,
     graph: int = 0,
     verify: bool = False,
+    name: str | None = None,
+    shapes: Sequence[Any] | None = None,
+    batch_sizes: Sequence[int] | None = None,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
     or ``.onnx`` path, ``.mge`` bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default:
     this machine's best); ``graph`` picks one graph of a file written with ``append=True``
     (default: the first).
 
+    ``name`` is the model's C prefix and package name (default: from the file's or the Module's name,
+    made a C identifier). ``shapes`` (one shape per entry for a one-input model, else one list of
+    shapes per entry) or ``batch_sizes`` (the example's shapes with another first dimension) compile
+    one variant per input-shape signature into the one model; a call picks the variant by the shapes
+    it is given.
+
     With ``verify``, the reference interpreter runs after every pass and on the generated code (on
     ``example_inputs``, else seeded random inputs), and the first pass that changes the numbers
     beyond its dtype's tolerance raises :class:`compiler.driver.numerics.NumericsMismatch`, whose
     text names the pass, its options, the worst output and the IR before and after it."""
+    from compiler.driver.package import c_identifier, default_name
+
+    prefix = c_identifier(name) if name is not None else default_name(model)
     if verify:
         from compiler.driver.numerics import NumericsMismatch, verify_compile
 
+        if shapes is not None or batch_sizes is not None:
+            raise CompileError("compile: verify=True checks one input shape; drop shapes= / batch_sizes=")
         module = to_module(model, example_inputs, graph)
-        report = verify_compile(module, target, example_inputs, threads=threads)
+        report = verify_compile(module, target, example_inputs, threads=threads, name=prefix)
         if not report.ok:
             raise NumericsMismatch(report)
         return report.compiled
@@ -384,7 +513,19 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     module = to_module(model, example_inputs, graph)
+    modules = [module]
+    if shapes is not None or batch_sizes is not None:
+        if backend.kernels is None:
+            raise CompileError(f"target {tgt} generates no code: shapes= / batch_sizes= need a code target")
+        signatures = shape_signatures(_arg_shapes(module), shapes, batch_sizes)
+        modules = [modules_for_shapes(model, example_inputs, graph, module, sig) for sig in signatures]
     times["frontend"] = time.perf_counter() - t0
+    stages = [_lower(m, tgt, threads, times) for m in modules]
+    return CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
+
+
+def _lower(module: ModuleOp, tgt: Target, threads: int, times: dict[str, float]) -> dict[str, ModuleOp | str]:
+    """The stages of ``module`` through the inference and (for a code-generating target) kernel passes."""
     stages: dict[str, ModuleOp | str] = {"tensor": module}
     t0 = time.perf_counter()
     try:
@@ -395,24 +536,119 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
             f"target {tgt}: the inference passes ({options}) made IR that does not verify: "
             f"{str(exc).strip().splitlines()[0]}"
         ) from None
-    times["inference"] = time.perf_counter() - t0
+    times["inference"] = times.get("inference", 0.0) + time.perf_counter() - t0
     stages["inference"] = current
-    if backend.kernels is not None:
+    if tgt.backend is not None and tgt.backend.kernels is not None:
         ctx = Context()
         current = current.clone()
         for p in kernel_passes(tgt, threads):
             t0 = time.perf_counter()
             p.apply(ctx, current)
-            times[p.name] = time.perf_counter() - t0
+            times[p.name] = times.get(p.name, 0.0) + time.perf_counter() - t0
             current.verify()
             stages[p.name] = current.clone()
-    return CompiledModel(tgt, stages, threads, times)
+    return stages
 
 
-def compile_file(path: str, target: str, out_dir: str, *, threads: int = 1, graph: int = 0) -> CompiledModel:
-    """``xmge compile MODEL.mge --target T -o DIR [--graph N]``: compile a ``.mge`` file (graph ``N``
-    of an ``append=True`` file) and save it to ``out_dir``."""
-    compiled = compile(path, target, threads=threads, graph=graph)
+Signature = tuple[tuple[int, ...], ...]
+
+
+def _arg_shapes(module: ModuleOp) -> Signature:
+    fn = next(f for f in module.ops if isinstance(f, func.FuncOp))
+    return tuple(tuple(t.get_shape()) for t in fn.function_type.inputs.data)  # type: ignore[attr-defined]
+
+
+def shape_signatures(
+    own: Signature, shapes: Sequence[Any] | None, batch_sizes: Sequence[int] | None
+) -> list[Signature]:
+    """The input-shape signatures ``shapes`` / ``batch_sizes`` ask for (duplicates dropped, in order),
+    checked against the model's own inputs ``own`` (count and rank)."""
+    if shapes is not None and batch_sizes is not None:
+        raise CompileError("compile: give shapes= or batch_sizes=, not both")
+    wanted: list[Signature] = []
+    if batch_sizes is not None:
+        for b in batch_sizes:
+            if int(b) < 1 or any(len(s) == 0 for s in own):
+                raise CompileError(f"compile: batch size {b}: every input needs a first dimension, >= 1")
+            wanted.append(tuple((int(b), *s[1:]) for s in own))
+    else:
+        for entry in shapes or ():
+            items = list(entry)
+            one = bool(items) and all(isinstance(d, int | np.integer) for d in items)
+            sig = (tuple(int(d) for d in items),) if one else tuple(tuple(int(d) for d in s) for s in items)
+            wanted.append(sig)
+    if not wanted:
+        raise CompileError("compile: shapes= / batch_sizes= is empty")
+    for sig in wanted:
+        if len(sig) != len(own) or any(len(a) != len(b) for a, b in zip(sig, own, strict=False)):
+            raise CompileError(
+                f"compile: input shapes {[list(s) for s in sig]} do not fit the model's inputs "
+                f"{[list(s) for s in own]} (count and rank must match)"
+            )
+        if any(d < 1 for s in sig for d in s):
+            raise CompileError(f"compile: input shapes {[list(s) for s in sig]} have a dimension < 1")
+    return list(dict.fromkeys(wanted))
+
+
+def modules_for_shapes(
+    model: Any, example_inputs: Sequence[Any] | None, graph: int, module: ModuleOp, sig: Signature
+) -> ModuleOp:
+    """``model`` as a tensor-dialect module whose inputs have the shapes ``sig``: a Module or function
+    traced again on the example inputs resized to them, a ``.mge`` file's graph read again with its
+    inputs declared so (the reader folds every shape computation for them), an ONNX file read with
+    those input shapes. A ``ModuleOp`` has fixed shapes: only its own are accepted."""
+    from compiler.jit import trace
+
+    if sig == _arg_shapes(module):
+        return module
+    if isinstance(model, ModuleOp):
+        raise CompileError(
+            f"compile: a ModuleOp has fixed input shapes {[list(s) for s in _arg_shapes(module)]}; "
+            "give the Module, the function or the model file for other shapes"
+        )
+    if isinstance(model, str | os.PathLike) and os.fspath(model).lower().endswith(".onnx"):
+        from backends.onnx.reader import read_onnx
+
+        fn = next(f for f in module.ops if isinstance(f, func.FuncOp))
+        names = _names(fn, "input_names", "input", len(sig))
+        return select_graph(read_onnx(os.fspath(model), dict(zip(names, sig, strict=True))), 0)
+    if isinstance(model, str | os.PathLike | bytes | bytearray | memoryview):
+        from backends.mge.container import parse_file
+        from backends.mge.reader import graph_to_func
+        from compiler.lite import _with_input_shapes
+
+        if isinstance(model, str | os.PathLike):
+            with open(model, "rb") as f:
+                data = f.read()
+        else:
+            data = bytes(model)
+        fn = next(f for f in module.ops if isinstance(f, func.FuncOp))
+        try:
+            raw = _with_input_shapes(parse_file(data)[graph], sig)
+            new = ModuleOp([graph_to_func(raw, fn.sym_name.data)])
+            new.verify()
+        except (ValueError, VerifyException) as exc:
+            raise CompileError(
+                f"compile: the model cannot run with input shapes {[list(s) for s in sig]}: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
+        return new
+    if example_inputs is None:
+        raise CompileError("compile: shapes= on a Module or function needs example_inputs to trace it again")
+    resized = [
+        np.resize(_example_array(getattr(x, "numpy", lambda x=x: x)()), shape)
+        for x, shape in zip(example_inputs, sig, strict=True)
+    ]
+    fn_or_model = model.function if isinstance(model, trace) else model
+    return to_module(fn_or_model, resized, 0)
+
+
+def compile_file(
+    path: str, target: str, out_dir: str, *, threads: int = 1, graph: int = 0, name: str | None = None
+) -> CompiledModel:
+    """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX]``: compile a ``.mge``
+    file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a package."""
+    compiled = compile(path, target, threads=threads, graph=graph, name=name)
     compiled.save(out_dir)
     return compiled
 

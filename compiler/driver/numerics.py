@@ -672,6 +672,7 @@ def verify_compile(
     threads: int = 1,
     tolerance: Tolerance | None = None,
     code_tolerance: Tolerance | None = None,
+    name: str | None = None,
 ) -> VerifyReport:
     """``compile(model, target, example_inputs, verify=True)``: every pass ``compile`` runs
     (the inference pipeline for the target, then the kernel passes), then the generated code.
@@ -687,7 +688,7 @@ def verify_compile(
     report = verify_pipeline(module, compile_passes(tgt, threads), arrays, seed, tolerance)
     if not report.ok:
         return report
-    compiled = compile(module, tgt, threads=threads)
+    compiled = compile(module, tgt, threads=threads, name=name)
     report.compiled = compiled
     if tgt.backend is None or tgt.backend.kernels is None:  # nothing generated: the reference ran it all
         return report

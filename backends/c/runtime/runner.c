@@ -1,9 +1,11 @@
 /* xmge standalone runner.
  *
- *   runner WEIGHTS.bin [-t THREADS] [-n ITERS] [-w WARMUP] [-i IN0.bin ...] [-o OUT0.bin ...]
- *   runner --describe
+ *   runner WEIGHTS.bin [-t THREADS] [-n ITERS] [-w WARMUP] [-v VARIANT] [-i IN0.bin ...] [-o OUT0.bin ...]
+ *   runner --describe [VARIANT]
  *
- * Inputs are raw little-endian tensors in model order, each in its own dtype (the xm_inputs[] table:
+ * Built with the model's prefix (-DXM_PREFIX=P) it runs that model through P_api(); VARIANT (default 0)
+ * picks one of the library's shape variants.
+ * Inputs are raw little-endian tensors in model order, each in its own dtype (the variant's inputs table:
  * int8 bytes for qint8, int32 for qint32, one byte per bool, ...); inputs not given are random
  * (floats in [-1, 1), integers of the type's small range). Outputs are written raw in their dtypes.
  * Prints the model's I/O, arena size and the median / min latency over ITERS runs.
@@ -84,36 +86,44 @@ static int cmp(const void* a, const void* b) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s WEIGHTS.bin [-t THREADS] [-n ITERS] [-w WARMUP] [-i IN.bin ...] [-o OUT.bin ...]\n", argv[0]);
+    fprintf(stderr, "usage: %s WEIGHTS.bin [-t THREADS] [-n ITERS] [-w WARMUP] [-v VARIANT] [-i IN.bin ...] [-o OUT.bin ...]\n", argv[0]);
     return 2;
   }
+  const xm_api* api = xm_api_get();
   if (!strcmp(argv[1], "--describe")) {
-    for (int i = 0; i < xm_get_num_inputs(); ++i) describe("input", xm_get_input(i));
-    for (int i = 0; i < xm_get_num_outputs(); ++i) describe("output", xm_get_output(i));
+    const int k = argc > 2 ? atoi(argv[2]) : 0;
+    if (k < 0 || k >= api->num_variants) { fprintf(stderr, "runner: no variant %d\n", k); return 2; }
+    const xm_variant* v = &api->variants[k];
+    for (int i = 0; i < v->num_inputs; ++i) describe("input", &v->inputs[i]);
+    for (int i = 0; i < v->num_outputs; ++i) describe("output", &v->outputs[i]);
     return 0;
   }
-  int threads = 0, iters = 10, warmup = 2, nin = 0, nout = 0;
+  int threads = 0, iters = 10, warmup = 2, nin = 0, nout = 0, variant = 0;
   const char* in_paths[XM_MAX_IO];
   const char* out_paths[XM_MAX_IO];
   for (int a = 2; a < argc; ++a) {
     if (!strcmp(argv[a], "-t") && a + 1 < argc) threads = atoi(argv[++a]);
     else if (!strcmp(argv[a], "-n") && a + 1 < argc) iters = atoi(argv[++a]);
     else if (!strcmp(argv[a], "-w") && a + 1 < argc) warmup = atoi(argv[++a]);
+    else if (!strcmp(argv[a], "-v") && a + 1 < argc) variant = atoi(argv[++a]);
     else if (!strcmp(argv[a], "-i") && a + 1 < argc && nin < XM_MAX_IO) in_paths[nin++] = argv[++a];
     else if (!strcmp(argv[a], "-o") && a + 1 < argc && nout < XM_MAX_IO) out_paths[nout++] = argv[++a];
     else { fprintf(stderr, "runner: unknown argument %s\n", argv[a]); return 2; }
   }
   if (iters < 1) iters = 1;
   if (warmup < 0) warmup = 0;
+  if (variant < 0 || variant >= api->num_variants) { fprintf(stderr, "runner: no variant %d\n", variant); return 2; }
+  const xm_variant* v = &api->variants[variant];
   unsigned long wsize = 0;
   void* weights = read_file(argv[1], &wsize);
-  xm_model* m = xm_create(weights, wsize, threads);
+  xm_model* m = xm_create(weights, wsize, threads, 0);
   if (!m) { fprintf(stderr, "runner: %s\n", xm_last_error()); return 1; }
   void* ins[XM_MAX_IO];
   void* outs[XM_MAX_IO];
   srand(1);
-  for (int i = 0; i < xm_get_num_inputs(); ++i) {
-    const xm_tensor_info* t = xm_get_input(i);
+  if (v->num_inputs > XM_MAX_IO || v->num_outputs > XM_MAX_IO) { fprintf(stderr, "runner: too many inputs or outputs\n"); return 2; }
+  for (int i = 0; i < v->num_inputs; ++i) {
+    const xm_tensor_info* t = &v->inputs[i];
     if (i < nin) {
       unsigned long n = 0;
       ins[i] = read_file(in_paths[i], &n);
@@ -125,12 +135,12 @@ int main(int argc, char** argv) {
     for (int d = 0; d < t->ndim; ++d) printf(d ? ", %ld" : "%ld", t->shape[d]);
     printf("]\n");
   }
-  for (int i = 0; i < xm_get_num_outputs(); ++i) outs[i] = malloc(xm_get_output(i)->nbytes);
+  for (int i = 0; i < v->num_outputs; ++i) outs[i] = malloc(v->outputs[i].nbytes ? v->outputs[i].nbytes : 1);
   double* times = (double*)malloc(sizeof(double) * (size_t)iters);
   int status = 0;
   for (int r = 0; r < warmup + iters && !status; ++r) {
     double t0 = now_ms();
-    if (xm_run(m, (const void* const*)ins, outs)) {
+    if (xm_run_variant(m, variant, (const void* const*)ins, outs)) {
       /* the exit status and prefix the Python side (backends/c/backend.py: run_runner) recognises;
          everything is still freed below (the sanitizer builds check for leaks) */
       fprintf(stderr, "runner: run failed: %s\n", xm_last_error());
@@ -141,19 +151,19 @@ int main(int argc, char** argv) {
   }
   if (!status) {
     qsort(times, (size_t)iters, sizeof(double), cmp);
-    printf("arena %lu bytes, weights %lu bytes\n", xm_get_arena_size(), xm_get_weights_size());
+    printf("arena %lu bytes, weights %lu bytes\n", v->arena_size, api->weights_size);
     printf("median %.3f ms, min %.3f ms over %d runs\n", times[iters / 2], times[0], iters);
   }
-  for (int i = 0; i < xm_get_num_outputs() && i < nout && !status; ++i) {
+  for (int i = 0; i < v->num_outputs && i < nout && !status; ++i) {
     FILE* f = fopen(out_paths[i], "wb");
-    if (!f || fwrite(outs[i], 1, xm_get_output(i)->nbytes, f) != xm_get_output(i)->nbytes) {
+    if (!f || fwrite(outs[i], 1, v->outputs[i].nbytes, f) != v->outputs[i].nbytes) {
       fprintf(stderr, "runner: cannot write %s\n", out_paths[i]);
       return 1;
     }
     fclose(f);
   }
-  for (int i = 0; i < xm_get_num_inputs(); ++i) free(ins[i]);
-  for (int i = 0; i < xm_get_num_outputs(); ++i) free(outs[i]);
+  for (int i = 0; i < v->num_inputs; ++i) free(ins[i]);
+  for (int i = 0; i < v->num_outputs; ++i) free(outs[i]);
   free(times);
   free(weights);
   xm_destroy(m);

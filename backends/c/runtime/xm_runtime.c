@@ -1,19 +1,31 @@
-/* xmge runtime: one aligned arena and one aligned copy of the weights per model instance. */
+/* xmge runtime: one aligned copy of the weights and a pool of aligned arenas per model instance
+ * (the contract: xm_runtime.h). */
 #include "xm_runtime.h"
+#include "xm_select.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct xm_model {
+typedef struct xm_slot {
   unsigned char* arena;
+  struct xm_slot* next;
+} xm_slot;
+
+struct xm_model {
   unsigned char* weights;
   int threads;
+  int max_arenas;
+  unsigned long arena_size; /* the largest variant's: one arena serves any variant */
+  pthread_mutex_t lock;
+  pthread_cond_t freed;
+  xm_slot* free_list;
+  int arenas; /* allocated (free or in use) */
 };
 
-static char xm_error[256];
-/* set by the first xm_index_error of a run (kernels run on OpenMP threads: claimed atomically) */
-static int xm_failed;
+/* per calling thread, like errno: concurrent callers never see each other's messages */
+static _Thread_local char xm_error[320];
 
 const char* xm_last_error(void) { return xm_error; }
 
@@ -23,49 +35,159 @@ static void* xm_alloc(unsigned long n) {
   return aligned_alloc(64, size ? size : 64);
 }
 
-xm_model* xm_create(const void* weights, unsigned long weights_size, int threads) {
-  if (weights_size != xm_weights_size) {
+static xm_slot* xm_new_slot(unsigned long size) {
+  xm_slot* s = (xm_slot*)malloc(sizeof *s);
+  if (!s) return NULL;
+  s->arena = (unsigned char*)xm_alloc(size);
+  s->next = NULL;
+  if (!s->arena) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+xm_model* xm_create(const void* weights, unsigned long weights_size, int threads, int max_arenas) {
+  if (weights_size != xm_desc.weights_size) {
     snprintf(xm_error, sizeof xm_error, "weights blob has %lu bytes, the model expects %lu", weights_size,
-             xm_weights_size);
+             xm_desc.weights_size);
     return NULL;
   }
   xm_model* m = (xm_model*)calloc(1, sizeof *m);
-  if (!m) return NULL;
-  m->arena = (unsigned char*)xm_alloc(xm_arena_size);
-  m->weights = (unsigned char*)xm_alloc(xm_weights_size);
-  if (!m->arena || !m->weights) {
+  if (!m) {
+    snprintf(xm_error, sizeof xm_error, "out of memory");
+    return NULL;
+  }
+  for (int v = 0; v < xm_desc.num_variants; ++v)
+    if (xm_desc.variants[v].arena_size > m->arena_size) m->arena_size = xm_desc.variants[v].arena_size;
+  m->threads = threads;
+  m->max_arenas = max_arenas > 0 ? max_arenas : XM_DEFAULT_MAX_ARENAS;
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_cond_init(&m->freed, NULL);
+  m->weights = (unsigned char*)xm_alloc(xm_desc.weights_size);
+  /* one arena up front: a single caller never allocates in xm_run */
+  m->free_list = xm_new_slot(m->arena_size);
+  m->arenas = m->free_list ? 1 : 0;
+  if (!m->weights || !m->free_list) {
     xm_destroy(m);
     snprintf(xm_error, sizeof xm_error, "out of memory");
     return NULL;
   }
-  if (xm_weights_size) memcpy(m->weights, weights, xm_weights_size);
-  m->threads = threads > 0 ? threads : xm_default_threads;
+  if (xm_desc.weights_size) memcpy(m->weights, weights, xm_desc.weights_size);
   return m;
 }
 
-void xm_index_error(const char* kernel, long index, long size) {
-  if (__atomic_exchange_n(&xm_failed, 1, __ATOMIC_ACQ_REL)) return;
-  snprintf(xm_error, sizeof xm_error, "%s: index %ld is out of range for an axis of size %ld", kernel, index,
-           size);
+static xm_slot* xm_acquire(xm_model* m) {
+  pthread_mutex_lock(&m->lock);
+  for (;;) {
+    xm_slot* s = m->free_list;
+    if (s) {
+      m->free_list = s->next;
+      pthread_mutex_unlock(&m->lock);
+      return s;
+    }
+    if (m->arenas < m->max_arenas) break;
+    pthread_cond_wait(&m->freed, &m->lock);
+  }
+  ++m->arenas; /* claimed before allocating, so the bound holds while the lock is released */
+  pthread_mutex_unlock(&m->lock);
+  xm_slot* s = xm_new_slot(m->arena_size);
+  if (!s) {
+    pthread_mutex_lock(&m->lock);
+    --m->arenas;
+    pthread_cond_signal(&m->freed);
+    pthread_mutex_unlock(&m->lock);
+  }
+  return s;
+}
+
+static void xm_release(xm_model* m, xm_slot* s) {
+  pthread_mutex_lock(&m->lock);
+  s->next = m->free_list;
+  m->free_list = s;
+  pthread_cond_signal(&m->freed);
+  pthread_mutex_unlock(&m->lock);
+}
+
+int xm_run_variant(xm_model* m, int variant, const void* const* inputs, void* const* outputs) {
+  if (!m) {
+    snprintf(xm_error, sizeof xm_error, "no model instance (create failed?)");
+    return -1;
+  }
+  if (variant < 0 || variant >= xm_desc.num_variants) {
+    snprintf(xm_error, sizeof xm_error, "variant %d does not exist: the library holds %d", variant,
+             xm_desc.num_variants);
+    return -1;
+  }
+  const xm_variant* v = &xm_desc.variants[variant];
+  xm_slot* s = xm_acquire(m);
+  if (!s) {
+    snprintf(xm_error, sizeof xm_error, "out of memory for an arena of %lu bytes", m->arena_size);
+    return -1;
+  }
+  xm_ctx ctx;
+  ctx.failed = 0;
+  ctx.error[0] = 0;
+  v->impl((void* const*)inputs, outputs, s->arena, m->weights + v->weights_offset,
+          m->threads > 0 ? m->threads : v->default_threads, &ctx);
+  xm_release(m, s);
+  if (__atomic_load_n(&ctx.failed, __ATOMIC_ACQUIRE)) {
+    snprintf(xm_error, sizeof xm_error, "%s", ctx.error);
+    return 1;
+  }
+  return 0;
 }
 
 int xm_run(xm_model* m, const void* const* inputs, void* const* outputs) {
-  if (!m) return -1;
-  __atomic_store_n(&xm_failed, 0, __ATOMIC_RELEASE);
-  xm_model_run_impl((void* const*)inputs, outputs, m->arena, m->weights, m->threads);
-  return __atomic_load_n(&xm_failed, __ATOMIC_ACQUIRE) ? 1 : 0;
+  return xm_run_variant(m, 0, inputs, outputs);
+}
+
+int xm_find_variant(int num_inputs, const xm_shape* shapes) {
+  return xm_select_variant(&xm_desc, num_inputs, shapes, xm_error, sizeof xm_error);
+}
+
+int xm_run_shaped(xm_model* m, const xm_shape* shapes, const void* const* inputs, void* const* outputs) {
+  const int n = xm_desc.num_variants ? xm_desc.variants[0].num_inputs : 0;
+  const int v = xm_find_variant(n, shapes);
+  return v < 0 ? -1 : xm_run_variant(m, v, inputs, outputs);
+}
+
+int xm_num_arenas(const xm_model* m) {
+  if (!m) return 0;
+  pthread_mutex_lock((pthread_mutex_t*)&m->lock);
+  const int n = m->arenas;
+  pthread_mutex_unlock((pthread_mutex_t*)&m->lock);
+  return n;
 }
 
 void xm_destroy(xm_model* m) {
   if (!m) return;
-  free(m->arena);
+  while (m->free_list) {
+    xm_slot* s = m->free_list;
+    m->free_list = s->next;
+    free(s->arena);
+    free(s);
+  }
+  pthread_mutex_destroy(&m->lock);
+  pthread_cond_destroy(&m->freed);
   free(m->weights);
   free(m);
 }
 
-int xm_get_num_inputs(void) { return xm_num_inputs; }
-int xm_get_num_outputs(void) { return xm_num_outputs; }
-const xm_tensor_info* xm_get_input(int i) { return i >= 0 && i < xm_num_inputs ? &xm_inputs[i] : NULL; }
-const xm_tensor_info* xm_get_output(int i) { return i >= 0 && i < xm_num_outputs ? &xm_outputs[i] : NULL; }
-unsigned long xm_get_arena_size(void) { return xm_arena_size; }
-unsigned long xm_get_weights_size(void) { return xm_weights_size; }
+static xm_api xm_the_api;
+
+static void xm_api_init(void) {
+  /* the variant table lives in model.c, another translation unit: not a constant initializer */
+  const xm_api api = {
+      XM_ABI_VERSION, XM_STR(XM_PREFIX), "c", xm_desc.weights_size, xm_desc.num_variants, xm_desc.variants,
+      xm_create, xm_run, xm_run_variant, xm_find_variant, xm_run_shaped, xm_last_error, xm_destroy,
+      xm_num_arenas,
+  };
+  xm_the_api = api;
+}
+
+const xm_api* xm_api_get(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, xm_api_init);
+  return &xm_the_api;
+}

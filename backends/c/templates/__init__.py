@@ -15,7 +15,7 @@ overrides it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes.lowering.kernels import KernelUnit
 
@@ -26,8 +26,14 @@ if TYPE_CHECKING:
 class Template(KernelUnit):
     """One kernel family for one ISA, rendered as C. Subclasses implement :meth:`render`."""
 
+    # a kernel that can fail the run (an index out of range) takes the call's context last,
+    # ``xm_ctx* ctx``, and reports through ``xm_index_error(ctx, ...)``: the failure belongs to that
+    # call, whichever (OpenMP) thread meets it
+    fails: ClassVar[bool] = False
+
     def render(self, em: CEmitter, sym: str, params: dict[str, Any]) -> str:
-        """The C definition of ``static void sym(inputs..., outputs..., unsigned char* ws, int nt)``."""
+        """The C definition of ``static void sym(inputs..., outputs..., unsigned char* ws, int nt)``
+        (then ``xm_ctx* ctx`` when :attr:`fails`)."""
         raise NotImplementedError
 
     def support(self, em: CEmitter) -> str:

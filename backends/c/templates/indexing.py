@@ -214,6 +214,7 @@ class Indexing(Template):
     family = "indexing"
     ops = (T.IndexingMultiAxisVecOp, T.IndexingSetMultiAxisVecOp, T.IndexingIncrMultiAxisVecOp)
     priority = 100
+    fails = True
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(
@@ -258,7 +259,7 @@ class Indexing(Template):
             offsets.append(
                 f"{{ long v = idx{k}[x{k}]; if (v < 0) v += {size};"
                 f" if ((unsigned long)v >= {size}ul) {{"
-                f' xm_index_error("{sym}", idx{k}[x{k}], {size}); v = 0; }}'
+                f' xm_index_error(ctx, "{sym}", idx{k}[x{k}], {size}); v = 0; }}'
                 f" off += v * {stride}L; }}"
             )
         table = _strided_loops(
@@ -294,7 +295,9 @@ class Indexing(Template):
         idx_views = "\n".join(f"  const int32_t* idx{k} = (const int32_t*)idx{k}_;" for k in range(n))
         prologue = f"{idx_views}\n  long* base = (long*)(void*)ws;\n{table}\n"
         if p["mode"] == "get":
-            args = ", ".join(["const void* src_", *idx_args, "void* out_", "unsigned char* ws", "int nt"])
+            args = ", ".join(
+                ["const void* src_", *idx_args, "void* out_", "unsigned char* ws", "int nt", "xm_ctx* ctx"]
+            )
             return f"""
 static void {sym}({args}) {{
   const {t}* src = (const {t}*)src_;
@@ -303,7 +306,15 @@ static void {sym}({args}) {{
 }}
 """
         args = ", ".join(
-            ["const void* src_", "const void* val_", *idx_args, "void* out_", "unsigned char* ws", "int nt"]
+            [
+                "const void* src_",
+                "const void* val_",
+                *idx_args,
+                "void* out_",
+                "unsigned char* ws",
+                "int nt",
+                "xm_ctx* ctx",
+            ]
         )
         return _dense_update(sym, args, p["elem"], math.prod(p["src"]), prologue + walk)
 

@@ -498,6 +498,7 @@ class IndexingOneHot(Template):
     family = "indexing_one_hot"
     ops = (T.IndexingOneHotOp,)
     priority = 100
+    fails = True
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.IndexingOneHotOp)
@@ -512,12 +513,12 @@ class IndexingOneHot(Template):
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         o, a, i = p["outer"], p["axis"], p["inner"]
         return f"""
-static void {sym}(const float* x, const int32_t* index, float* y, unsigned char* ws, int nt) {{
+static void {sym}(const float* x, const int32_t* index, float* y, unsigned char* ws, int nt, xm_ctx* ctx) {{
   (void)ws;
   {_par(o * i)}
   for (long t = 0; t < {o * i}; ++t) {{
     const int32_t k = index[t];
-    if (k < 0 || k >= {a}) xm_index_error("{sym}", k, {a});
+    if (k < 0 || k >= {a}) xm_index_error(ctx, "{sym}", k, {a});
     y[t] = (k >= 0 && k < {a}) ? x[(t / {i}) * {a * i} + (long)k * {i} + t % {i}] : NAN;
   }}
 }}

@@ -23,7 +23,10 @@
 #endif
 #include "xm_runtime.h"
 
-extern cudaStream_t xm_stream; /* the stream of the run in progress (xm_cuda_runtime.cu) */
+/* the stream of the run in progress on this thread (xm_cuda_runtime.cu), prefixed like every exported
+   symbol of the model */
+#define xm_stream XM_SYM(stream)
+extern thread_local cudaStream_t xm_stream;
 
 static __host__ __device__ __forceinline__ float xm_act_identity(float v) { return v; }
 static __host__ __device__ __forceinline__ float xm_act_relu(float v) { return v > 0.f ? v : 0.f; }
