@@ -166,12 +166,6 @@ def test_split_with_a_zero_size_piece_compiles() -> None:
     np.testing.assert_array_equal(c, x[2:])
 
 
-@pytest.mark.xfail(
-    raises=ValueError,
-    strict=True,
-    reason="issue 29 bug 1: LoadedModel.run turns a 0-d input into (1,); fixed on wt-deploy-rt "
-    "(drop this mark then)",
-)
 def test_scalar_input_compiled() -> None:
     """Bug 1: a compiled model takes its own 0-d input (Clip with scalar bounds as graph inputs)."""
     x = np.linspace(-3, 3, 7, dtype=np.float32)
