@@ -1236,7 +1236,7 @@ def _lift_1d(handler: Handler) -> Handler:
                 )
             else:
                 lifted_value = _new(node.reshape(node.ssa(i), shape2d))
-            name = f"{proto.input[i]}/2d"
+            name = f"<xmge 2-d>{proto.input[i]}"  # no ONNX name starts so
             imp.values[name] = lifted_value
             proto.input[i] = name
         for attr in proto.attribute:
@@ -1646,10 +1646,11 @@ def _separate_3d(handler: Handler) -> Handler:
             proto = type(node.proto)()
             proto.CopyFrom(node.proto)
             del proto.output[1:]
-            name = f"{proto.input[0]}/{tag}"
+            name = f"<xmge {tag}>{proto.input[0]}"
             imp.values[name] = _new(x)
             proto.input[0] = name
-            proto.output[0] = f"{proto.output[0]}/{tag}"
+            proto.name = node.proto.name or node.proto.output[0]  # errors name the ONNX node
+            proto.output[0] = f"<xmge {tag}>{proto.output[0]}"
             keep = [
                 a for a in proto.attribute if a.name not in ("kernel_shape", "strides", "dilations", "pads")
             ]
