@@ -1,6 +1,7 @@
 """Real models through ``torch.onnx.export`` at its default opset, with both exporters (the
 default torch.export-based one, ``dynamo=True``, and the TorchScript one): small ResNet,
-MobileNetV2, ShuffleNetV2 and FPN backbones, a transformer encoder and a detection head with
+MobileNetV2, ShuffleNetV2 and FPN backbones, a transformer encoder (on features and on token ids)
+and a detection head with
 NMS-free post-processing import, run on the reference and compiled for the host, and match
 onnxruntime. Exports and gcc runs take seconds each: all but one model are ``slow``."""
 
@@ -34,6 +35,20 @@ class TransformerEncoder(nn.Module):
         return self.head(self.encoder(x))
 
 
+class TokenEncoder(nn.Module):
+    """Token ids in (int64, a graph input): an embedding lookup (Gather on run-time indices) with
+    learned positions before the transformer encoder."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(50, 32)
+        self.positions = nn.Parameter(torch.randn(1, 7, 32) * 0.1)
+        self.encoder = TransformerEncoder()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.tokens(ids) + self.positions)
+
+
 class DetectionHead(nn.Module):
     """A one-stage (FCOS / YOLOX-style) head on a tiny backbone with NMS-free post-processing:
     per-cell class scores and boxes decoded on the grid, the best class per cell."""
@@ -62,6 +77,8 @@ def build(name: str) -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     if name == "transformer":
         return TransformerEncoder().eval(), torch.randn(2, 7, 32)
+    if name == "tokens":
+        return TokenEncoder().eval(), torch.randint(0, 50, (2, 7))
     if name == "detection":
         return DetectionHead().eval(), torch.randn(1, 3, 32, 40)
     model = BACKBONES[name]().eval()
@@ -113,6 +130,8 @@ def test_resnet_default_exporter_compiled() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
-@pytest.mark.parametrize("name", ["resnet", "mobilenetv2", "shufflenetv2", "fpn", "transformer", "detection"])
+@pytest.mark.parametrize(
+    "name", ["resnet", "mobilenetv2", "shufflenetv2", "fpn", "transformer", "tokens", "detection"]
+)
 def test_model(name: str, dynamo: bool) -> None:
     check(name, dynamo, compiled=True)

@@ -1935,6 +1935,19 @@ def _slice(node: _Node) -> list[_Value | None]:
 def _gather(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
     axis = _axis(int(node.attr("axis", 0)), len(shape), node)
+    if node.value(1).const is None:  # run-time indices (token ids, ...): advanced indexing
+        t = node.value(1).type
+        if not isinstance(t.element_type, IntegerType) or isinstance(t.element_type, QuantizedType):
+            raise node.fail(f"indices must be integers, got {t.element_type}")
+        i32 = element_type("int32")
+        idx_ssa = node.ssa(1)
+        if t.element_type != i32:
+            idx_ssa = node.emit1(T.TypeCvtOp, [idx_ssa], [TensorType(i32, t.get_shape())])
+        if not t.get_shape():  # a 0-d index drops the axis
+            idx_ssa = node.reshape(idx_ssa, (1,))
+            y = node.emit1(T.IndexingMultiAxisVecOp, [node.ssa(0), idx_ssa], axes=(axis,))
+            return [_new(node.reshape(y, (*shape[:axis], *shape[axis + 1 :])))]
+        return [_new(node.emit1(T.IndexingMultiAxisVecOp, [node.ssa(0), idx_ssa], axes=(axis,)))]
     idx = np.asarray(node.const(1, "indices")).astype(np.int64)
     dim = shape[axis]
     if ((idx < -dim) | (idx >= dim)).any():
