@@ -1,9 +1,8 @@
 """Real models through ``torch.onnx.export`` at its default opset, with both exporters (the
 default torch.export-based one, ``dynamo=True``, and the TorchScript one): small ResNet,
 MobileNetV2, ShuffleNetV2 and FPN backbones, a transformer encoder (on features and on token ids)
-and a detection head with
-NMS-free post-processing import, run on the reference and compiled for the host, and match
-onnxruntime. Exports and gcc runs take seconds each: all but one model are ``slow``."""
+and a detection head with NMS-free post-processing import, run on the reference and compiled for
+the host, and match onnxruntime. Exports and gcc runs take seconds each: all but one model are ``slow``."""
 
 from __future__ import annotations
 
