@@ -640,6 +640,8 @@ def test_slice(starts: tuple[int, ...], ends: tuple[int, ...], axes: tuple[int, 
 )
 def test_gather(indices: np.ndarray, axis: int) -> None:
     check(*single("Gather", [X, indices], [False, True], axis=axis))
+    # the same indices given at run time (token ids): advanced indexing on the axis
+    check(*single("Gather", [X, indices], [False, False], axis=axis))
 
 
 @pytest.mark.parametrize(
