@@ -17,6 +17,17 @@ from compiler.tensor import Parameter, Tensor, tensor
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # compiler.onnx (the documented compiler.onnx.load) without importing the ONNX reader for
+    # every ``import compiler``
+    if name == "onnx":
+        import importlib
+
+        return importlib.import_module("compiler.onnx")
+    raise AttributeError(f"module 'compiler' has no attribute {name!r}")
+
+
 __all__ = [
     *_device_names,
     "OpError",
@@ -36,6 +47,7 @@ __all__ = [
     "load",
     "load_compiled",
     "module",
+    "onnx",
     "optimizer",
     "random",
     "save",

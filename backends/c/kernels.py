@@ -13,6 +13,8 @@ element types never accept the same op, so their relative order only matters wit
   depthwise 96, x86 dense 95, portable 90;
   NCHW float32 with +bf16: AMX-BF16 dense 107 (x86_amx_bf16), behind the float32 depthwise 110;
   NCHW44 float Winograd 197 (neon_winograd: 3x3 stride 1 where its cost model beats the GEMM);
+* float32 NCHW convolutions whose filter is computed at run time (conv_runtime_weight, direct): 10,
+  behind every family that packs a constant filter;
 * float32 depthwise 3x3 NCHW88 convolutions, stride 1 or 2 (x86_f32_dw): 305, ahead of the
   NCHW88 channel-wise 300; on AVX-512 with the 1x1 expand convolution before them as one kernel
   (x86_f32_expand_dw): 306, ahead of the depthwise alone, and that kernel with the 1x1 project
@@ -30,6 +32,9 @@ element types never accept the same op, so their relative order only matters wit
 * int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94; float32 / int32
   <-> int8 typecvt (``neon``) and the ``sdot`` int8 matmul (``dot``) are their families' units on
   those ISAs (neon_int8_ends);
+* integer / bool element types the float32 and int32 families leave out (int_elemwise): elementwise
+  arithmetic and comparisons on int8 / int16 / uint8 / uint16 (and integer max, min, mod, pow,
+  floor_div on int32), max pooling, bool min / max reductions: 89;
 * one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
   modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
   linspace.
@@ -45,10 +50,12 @@ element types never accept the same op, so their relative order only matters wit
 from __future__ import annotations
 
 from backends.c.templates import (
+    conv_runtime_weight,
     depthwise_x86,
     gemm,
     generic,
     indexing,
+    int_elemwise,
     nchw88,
     neon,
     neon_depthwise,
@@ -98,6 +105,8 @@ KERNELS = KernelRegistry(
         *neon.KERNEL_UNITS,
         *portable.KERNEL_UNITS,
         *indexing.KERNEL_UNITS,
+        *int_elemwise.KERNEL_UNITS,
+        *conv_runtime_weight.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
         *x86_fp16.KERNEL_UNITS,
         *x86_amx.KERNEL_UNITS,

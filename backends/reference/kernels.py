@@ -214,6 +214,14 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if a.dtype.kind in "iu" and b.dtype.kind in "iu" and (b < 0).any():
+            # integer powers with negative exponents (numpy refuses them): the exact value
+            # truncated toward zero, 1 and -1 to the power, 0 otherwise (the C kernels' rule)
+            a, b = np.broadcast_arrays(a, b)
+            neg = b < 0
+            odd = (b % 2) != 0
+            trunc = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0)).astype(a.dtype)
+            return np.where(neg, trunc, np.power(a, np.where(neg, 0, b).astype(b.dtype)))
         return np.power(a, b)
 
 
@@ -450,6 +458,16 @@ def subtensor(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: An
     return [np.asarray(x[tuple(index)]).reshape(results[0].shape)]
 
 
+def _dtype_bounds(dtype: np.dtype) -> tuple[Any, Any]:
+    """The smallest and largest value of ``dtype`` (infinities for floats)."""
+    if dtype.kind == "f":
+        return -np.inf, np.inf
+    if dtype == np.bool_:
+        return False, True
+    info = np.iinfo(dtype)
+    return info.min, info.max
+
+
 @kernel(T.ReduceOp)
 def reduce(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: Any, axis: int, data_type: Any
@@ -463,10 +481,14 @@ def reduce(
         y = np.square(x.astype(acc or x.dtype)).sum(axis=axis, keepdims=True)
     elif mode == R.PRODUCT:
         y = x.prod(axis=axis, keepdims=True, dtype=acc)
-    elif mode == R.MIN:
-        y = x.min(axis=axis, keepdims=True)
-    elif mode == R.MAX:
-        y = x.max(axis=axis, keepdims=True)
+    elif mode in (R.MIN, R.MAX):
+        # the reduction of nothing (an empty axis) is the identity: +inf / -inf, the integer
+        # type's largest / smallest value (what the compiled kernels start from)
+        lowest, highest = _dtype_bounds(x.dtype)
+        if mode == R.MIN:
+            y = x.min(axis=axis, keepdims=True, initial=highest)
+        else:
+            y = x.max(axis=axis, keepdims=True, initial=lowest)
     else:
         y = x.mean(axis=axis, keepdims=True, dtype=acc)
     return [y.astype(results[0].dtype, copy=False)]
@@ -597,6 +619,124 @@ def interp_matrix(n_in: int, n_out: int, imode: Any, align_corners: bool = False
     np.add.at(m, (rows, lo), w_lo)
     np.add.at(m, (rows, hi), w_hi)
     return m
+
+
+@dataclass(frozen=True)
+class OnnxResizeAxis:
+    """ONNX ``Resize`` along one axis: the attributes that decide which input pixels each output
+    pixel reads and with which weights (opsets 10-19)."""
+
+    mode: str = "nearest"  # nearest, linear, cubic
+    coordinate_transformation_mode: str = "half_pixel"
+    nearest_mode: str = "round_prefer_floor"
+    cubic_coeff_a: float = -0.75
+    exclude_outside: bool = False
+    antialias: bool = False
+    roi: tuple[float, float] = (0.0, 1.0)  # tf_crop_and_resize's region of this axis
+
+
+def _onnx_source_coordinate(i: int, n_in: int, n_out: int, scale: float, a: OnnxResizeAxis) -> float | None:
+    """The input coordinate output pixel ``i`` samples (None: outside tf_crop_and_resize's region)."""
+    ctm = a.coordinate_transformation_mode
+    out_width = scale * n_in
+    if ctm == "align_corners":
+        return 0.0 if out_width == 1 else i * (n_in - 1) / (out_width - 1)
+    if ctm == "asymmetric":
+        return i / scale
+    if ctm == "tf_crop_and_resize":
+        lo, hi = a.roi
+        if out_width == 1:
+            x = (hi - lo) * (n_in - 1) / 2
+        else:
+            x = i * (hi - lo) * (n_in - 1) / (out_width - 1)
+        x += lo * (n_in - 1)
+        return None if x < 0 or x > n_in - 1 else x
+    if ctm == "pytorch_half_pixel":
+        return -0.5 if out_width == 1 else (i + 0.5) / scale - 0.5
+    if ctm == "half_pixel":
+        return (i + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / out_width)
+        return offset + (i + 0.5) / scale - 0.5
+    if ctm == "tf_half_pixel_for_nn":  # opset 11 only
+        return (i + 0.5) / scale
+    raise ValueError(f"coordinate_transformation_mode {ctm!r} is not an ONNX mode")
+
+
+def _onnx_resize_coeffs(ratio: float, scale: float, a: OnnxResizeAxis) -> np.ndarray:
+    """The weights of the taps left of / at the sample point, ``ratio`` in (0, 1] (the spec's
+    convention: an integer coordinate reads the pixel on its right)."""
+    if a.mode == "nearest":
+        if ratio == 1:
+            return np.array([0.0, 1.0])
+        pick_right = {
+            "round_prefer_floor": ratio > 0.5,
+            "round_prefer_ceil": ratio >= 0.5,
+            "floor": False,
+            "ceil": True,
+        }.get(a.nearest_mode)
+        if pick_right is None:
+            raise ValueError(f"nearest_mode {a.nearest_mode!r} is not an ONNX mode")
+        return np.array([0.0, 1.0]) if pick_right else np.array([1.0, 0.0])
+    A = a.cubic_coeff_a
+    if a.antialias and scale < 1:  # a wider kernel stretched by 1 / scale, normalised
+        if a.mode == "linear":
+            start = int(np.floor(-1 / scale) + 1)
+            args = (np.arange(start, 2 - start) - ratio) * scale
+            c = np.clip(1 - np.abs(args), 0, 1)
+        else:
+            start = int(np.floor(-2 / scale) + 1)
+            x = np.abs((np.arange(start, 2 - start) - ratio) * scale)
+            c = np.where(
+                x <= 1,
+                (A + 2) * x**3 - (A + 3) * x**2 + 1,
+                np.where(x < 2, A * x**3 - 5 * A * x**2 + 8 * A * x - 4 * A, 0.0),
+            )
+        return c / c.sum()
+    if a.mode == "linear":
+        return np.array([1 - ratio, ratio])
+    if a.mode == "cubic":
+        r, q = ratio, 1 - ratio
+        return np.array(
+            [
+                ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+                ((A + 2) * r - (A + 3)) * r * r + 1,
+                ((A + 2) * q - (A + 3)) * q * q + 1,
+                ((A * (q + 1) - 5 * A) * (q + 1) + 8 * A) * (q + 1) - 4 * A,
+            ]
+        )
+    raise ValueError(f"mode {a.mode!r} is not an ONNX Resize mode")
+
+
+def onnx_resize_matrix(
+    n_in: int, n_out: int, scale: float, a: OnnxResizeAxis
+) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX ``Resize`` along one axis as ``(weights, outside)``: ``weights`` (n_out, n_in), so that
+    the output is ``weights @ input`` along that axis, and ``outside`` (n_out,) marking the pixels
+    tf_crop_and_resize sets to ``extrapolation_value``. Pixels beyond the border repeat the edge
+    (``exclude_outside`` drops them and renormalises instead), as the spec's reference does."""
+    m = np.zeros((n_out, n_in))
+    outside = np.zeros(n_out, bool)
+    for i in range(n_out):
+        x = _onnx_source_coordinate(i, n_in, n_out, scale, a)
+        if x is None:
+            outside[i] = True
+            continue
+        ratio = x - math.floor(x) or 1.0
+        coeffs = _onnx_resize_coeffs(ratio, scale, a)
+        n = len(coeffs)
+        # the n nearest pixels of the edge-padded row (nearer first, then the smaller index)
+        pad = -(-n // 2)
+        limit = n_in + 2 * pad
+        centre = x + pad
+        candidates = [k for k in range(math.floor(centre) - n, math.floor(centre) + n + 1) if 0 <= k < limit]
+        taps = sorted(sorted(candidates, key=lambda k: (abs(centre - k), k))[:n])
+        idx = np.array(taps) - pad
+        if a.exclude_outside:
+            coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
+            coeffs = coeffs / coeffs.sum()
+        np.add.at(m[i], np.clip(idx, 0, n_in - 1), coeffs)
+    return m, outside
 
 
 @kernel(T.ResizeOp)

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, TensorType
+from xdsl.dialects.builtin import ArrayAttr, Float32Type, ModuleOp, TensorType
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from dialects import kernel as K
+from dialects.dtypes import numpy_dtype
 from passes.lowering.fuse import remove_unused
 from passes.lowering.kernels import KernelRegistry, collapse
 from passes.lowering.select import ensure_def
@@ -56,7 +57,11 @@ def _materialize_outputs(module: ModuleOp, fn: func.FuncOp, kernels: KernelRegis
         unit = kernels.unit("copy", "generic")
         assert unit is not None, "every kernel registry has the portable copy"
         cshape, (cstrides,) = collapse(shp, [tuple(int(np.prod(shp[i + 1 :])) for i in range(len(shp)))])
-        d = ensure_def(module, unit, {"shape": cshape, "strides": cstrides, "offset": 0, "elem": "f32"})
+        # moved as floats, or as raw words of the element's size (a bool or int8 output copied as
+        # floats would write four times its bytes)
+        itemsize = numpy_dtype(t.element_type).itemsize
+        elem = "f32" if isinstance(t.element_type, Float32Type) else f"e{itemsize}"
+        d = ensure_def(module, unit, {"shape": cshape, "strides": cstrides, "offset": 0, "elem": elem})
         copy = K.CallOp(d.sym, [v], [t])
         Rewriter.insert_op(copy, InsertPoint.before(ret))
         ret.operands[j] = copy.outputs[0]
