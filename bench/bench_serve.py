@@ -168,7 +168,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=700, help="requests per mode and client count")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="per mode and client count")
     ap.add_argument("--threads", type=int, default=2, help="threads per model run")
-    ap.add_argument("--batch-sizes", default="1,4,8")
+    ap.add_argument("--batch-sizes", default="1,2,4,8")
     ap.add_argument("--batch-wait-ms", type=float, default=10.0)
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--address", default=None, help="a running Ray cluster (default: start one here)")

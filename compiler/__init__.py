@@ -47,7 +47,7 @@ __all__ = [
     "load",
     "load_compiled",
     "module",
-    "onnx",
+    "onnx",  # noqa: F405 - a lazy attribute (__getattr__ above)
     "optimizer",
     "random",
     "save",

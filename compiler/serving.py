@@ -38,7 +38,7 @@ import numpy as np
 
 from dialects.errors import XmgeError
 
-DEFAULT_BATCH_SIZES = (1, 4, 8)
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8)  # every power of two: a partial batch pads to at most twice its size
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 # latency buckets (seconds) of the per-request histogram, Prometheus style
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -496,7 +496,7 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
 
     @serve.deployment(
         num_replicas=options.replicas,
-        ray_actor_options={"num_cpus": options.replica_cpus},
+        ray_actor_options={"num_cpus": options.replica_cpus, "runtime_env": {"env_vars": _replica_env()}},
         max_ongoing_requests=max(16, 4 * options.max_batch),
         health_check_period_s=5,
     )
@@ -592,6 +592,13 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
                 self.ray_metrics[0].observe(seconds)
 
     return XmgeModel.bind()
+
+
+def _replica_env() -> dict[str, str]:
+    """The replicas' OpenMP settings: worker threads sleep between runs instead of spinning, so they
+    leave the cores to Ray's proxy and the replica's event loop, which read the next requests (spinning
+    threads starve them on a small machine). A value set in this process's environment wins."""
+    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
 
 
 def _ray_metrics(model: str) -> tuple[Any, Any] | None:

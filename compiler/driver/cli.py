@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--name", help="the route (/NAME) and application name (default: the model's)")
     srv.add_argument("--replicas", type=int, default=1)
     srv.add_argument("--max-batch", type=int, default=8, help="samples per model run, at most")
-    srv.add_argument("--batch-sizes", help="batch sizes to compile a model file for (default 1,4,8)")
+    srv.add_argument("--batch-sizes", help="batch sizes to compile a model file for (default 1,2,4,8)")
     srv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill")
     srv.add_argument("--threads", type=int, default=1, help="threads per model run")
     srv.add_argument("--target", "-t", default=None, help="for a model file (default: this machine)")
