@@ -28,12 +28,12 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
-from backends.reference.kernels import interp_matrix
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import DTypeError, QuantizedType, element_type, is_float, numpy_dtype
 from dialects.errors import XmgeError
 from dialects.registration import registering
+from semantics.kernels import interp_matrix
 
 E = enums.ElemwiseMode
 MIN_OPSET, MAX_OPSET = 11, 21

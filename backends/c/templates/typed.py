@@ -56,11 +56,11 @@ from backends.c.templates.requant import (
     quantize_expr,
     result_expr,
 )
-from backends.reference.quant_kernels import Q_MODES
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, broadcast_strides, collapse, const_array, shape
+from semantics.quant_kernels import Q_MODES
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
