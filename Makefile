@@ -33,15 +33,19 @@ $(BENCH_STAMP): $(STAMP)
 demo: $(BENCH_STAMP) toolchains
 	$(PY) -m compiler.driver.demo
 
-# -rs: every skip prints its reason (machine-dependent: AVX-512 ids, the ARM toolchain)
+# -rs: every skip prints its reason (machine-dependent: AVX-512 ids, the ARM toolchain).
+# -n auto: one pytest worker per core (most of the time is gcc on generated code); --dist loadfile
+# keeps a file's tests in one worker, so module-scoped builds are made once and the Ray Serve tests
+# share one local cluster. The build cache is safe to share (each build is written to a temporary
+# folder and renamed into place).
 test: $(STAMP) toolchains
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs -n auto --dist loadfile
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench_x86.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check compiler dialects passes backends tests bench
+	$(VENV)/bin/ruff check compiler dialects semantics passes backends tests bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -241,9 +241,9 @@ def int8_report(
     """Rows of the int8 table for one model (see the module docstring): the fastest float32 model
     runs in the same interleaved rounds (one load for both sides of the ratio), and at one thread
     the ratio of CPU times too."""
-    from backends.reference import run_module
     from compiler.driver.targets import host_target
     from compiler.quantization import quantize
+    from semantics import run_module
 
     host = host_target()
     target = str(host)

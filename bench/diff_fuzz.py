@@ -49,9 +49,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from backends.reference.kernels import ELEMWISE  # noqa: E402
 from dialects import enums  # noqa: E402
 from dialects.tensor import ELEMWISE_ARITY, ELEMWISE_BOOL_RESULT  # noqa: E402
+from semantics.kernels import ELEMWISE  # noqa: E402
 
 F32_TARGETS = ("x86-avx2", "x86-avx2-nchw88", "x86-avx512", "x86-avx512-nchw88", "x86-avx512-nchw88-vnni")
 F16_TARGETS = tuple(t + "+io16xc32" for t in F32_TARGETS[:4])
@@ -432,9 +432,9 @@ class _Builder:
         """Quantized convolutions (dense / group / depthwise / 1x1, strides, padding, dilation,
         relu or identity), residual Q-adds, max pooling and a float island, as PTQ leaves them."""
         import compiler.functional as F
-        from backends.reference.quant_kernels import quantize
         from compiler import dtype as D
         from compiler.tensor import Tensor
+        from semantics.quant_kernels import quantize
 
         sx = float(self.pick((1 / 40, 1 / 16, 0.1)))
         q = x.astype(D.qint8(sx))
@@ -623,7 +623,7 @@ def runnable_targets(targets: Sequence[str] = ALL_TARGETS) -> list[str]:
 
 
 def _reference(module: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    from backends.reference import run_module
+    from semantics import run_module
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")

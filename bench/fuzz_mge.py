@@ -132,8 +132,8 @@ def run_one(data: bytes, timeout_s: float, clock: str = "wall") -> tuple[str, st
     """(outcome, detail) of loading and running one file."""
     from backends.mge.fbs import MgeFormatError
     from backends.mge.reader import read_mge
-    from backends.reference.interpreter import InterpreterError, run_function
     from dialects.dtypes import numpy_dtype
+    from semantics.interpreter import InterpreterError, run_function
 
     np.seterr(all="ignore")  # random inputs overflow float16 and int8 models: not a finding
     timer, signum = CLOCKS[clock]
@@ -245,7 +245,7 @@ def _worker(
     import resource
 
     import backends.mge.reader  # noqa: F401 - imported before the memory cap applies
-    import backends.reference.interpreter  # noqa: F401
+    import semantics.interpreter  # noqa: F401
 
     os.environ.setdefault("XMGE_MAX_TENSOR_BYTES", str(FUZZ_TENSOR_BYTES))
     if mem_mb > 0:

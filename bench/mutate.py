@@ -56,7 +56,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "relu-nan",
-        "backends/reference/kernels.py",
+        "semantics/kernels.py",
         "return np.maximum(x, np.zeros((), x.dtype))",
         "return np.where(x > 0, x, np.zeros((), x.dtype))",
         ("tests/test_relu_nan.py", "tests/test_functional.py"),

@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from backends.reference import kernels as K
 from compiler.core import AppliedOp, XmgeError, pop_recorder, push_recorder, user_location
 from compiler.tensor import Tensor
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.registration import registering
+from semantics import kernels as K
 
 Array = np.ndarray
 # rule(inputs, outputs, output_grads, params) -> one gradient (or None) per input
@@ -510,7 +510,7 @@ def _subtensor_backward(
 
 
 def _slice_of(params: dict[str, Any], ndim: int) -> tuple[Any, ...]:
-    from backends.reference.kernels import slice_index
+    from semantics.kernels import slice_index
 
     return slice_index(ndim, params)
 
@@ -536,7 +536,7 @@ def _incr_subtensor_backward(
 
 
 def _vec_of(shape: Sequence[int], indices: Sequence[Array], params: dict[str, Any]) -> tuple[Any, ...]:
-    from backends.reference.kernels import vec_index
+    from semantics.kernels import vec_index
 
     return vec_index(shape, indices, params["axes"])
 

@@ -216,7 +216,7 @@ class trace:  # noqa: N801 - MegEngine's name
         cached = self._cache.get(key)
         if cached is not None:
             module, rebuild = cached
-            from backends.reference import run_module
+            from semantics import run_module
 
             outs = run_module(module, [t._data for t in tensors])
             self._last = cached

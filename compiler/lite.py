@@ -304,7 +304,7 @@ class Network:
         return self._inputs[name]
 
     def forward(self) -> None:
-        from backends.reference.interpreter import run_function
+        from semantics.interpreter import run_function
 
         fn = self._require()
         names = _names(fn, "input_names")

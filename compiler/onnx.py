@@ -3,7 +3,7 @@
     module = compiler.onnx.load("resnet.onnx")                       # func.func @main
     module = compiler.onnx.load(data, input_shapes={"x": (1, 3, 224, 224)})
     module = compiler.onnx.load(data, input_values={"axes": np.array([1], np.int64)})
-    outs = backends.reference.run_module(module, [x])
+    outs = semantics.run_module(module, [x])
 
 The result is what ``jit.trace`` would record for the same network, so everything that works on a
 traced model (``compile``, ``dump`` to ``.mge``, the passes) works on it. The importer itself is

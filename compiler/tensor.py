@@ -65,7 +65,7 @@ def _canonical_dtype(value: Any, dtype: Any) -> np.dtype:
 def _quantized_array(data: Any, dtype: np.dtype) -> np.ndarray:
     """An array of quantized ``dtype``: integer data are the stored values, float data are quantized
     (as ``astype`` would: the reference TypeCvt, rounding half away from zero, saturating)."""
-    from backends.reference.quant_kernels import conform, quantize
+    from semantics.quant_kernels import conform, quantize
 
     arr = _to_array(data)
     if arr.dtype.metadata is not None or arr.dtype.kind in "iub":

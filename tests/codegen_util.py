@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import compiler as xm
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.driver.compile import CompiledModel, compile
 from compiler.driver.targets import parse_target, runs_here
+from semantics import run_module
+from semantics.quant_kernels import quantize
 
 X86_TARGETS = ["x86-avx2", "x86-avx512"]
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from backends.c.cross import toolchain_problem
-from backends.reference import run_module
 from compiler.driver.compile import EmulationWarning
+from semantics import run_module
 from tests.codegen_util import compile_fn
 from tests.test_codegen_conv import _conv_model
 

@@ -19,13 +19,13 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.cross import count_instructions, defined_functions, toolchain_problem
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from backends.targets import parse_target
 from compiler import dtype as D
 from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
 from passes.target import TargetError
+from semantics import run_module
+from semantics.quant_kernels import quantize
 
 _problem = toolchain_problem()
 needs_toolchain = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")

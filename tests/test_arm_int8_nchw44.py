@@ -20,10 +20,10 @@ import pytest
 
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 from tests.test_arm_kernels import CASES, _compile, _inputs, _run, _weights, int8_model
 
 _problem = toolchain_problem()

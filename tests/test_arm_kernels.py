@@ -18,10 +18,10 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
-from backends.reference import run_module
 from compiler import dtype as D
 from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
+from semantics import run_module
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -78,7 +78,7 @@ def float_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., A
 
 
 def int8_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., Any]:
-    from backends.reference.quant_kernels import quantize
+    from semantics.quant_kernels import quantize
 
     sx = 1 / 40
     params = []

@@ -12,9 +12,9 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
-from backends.reference import run_module
 from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
+from semantics import run_module
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")

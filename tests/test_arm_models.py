@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 
 from backends.c.cross import cross_cc, qemu, toolchain_problem
-from backends.reference import run_module
 from compiler.driver.cli import main as xmge
 from compiler.driver.compile import EmulationWarning, compile
 from compiler.hub.convnet import ConvNet
@@ -34,6 +33,7 @@ from compiler.hub.mini_resnet import MiniResNet
 from compiler.hub.mobilenet_v2 import mobilenet_v2
 from compiler.hub.shufflenet_v2 import shufflenet_v2_x0_5
 from compiler.quantization import quantize
+from semantics import run_module
 from tests.conftest import data_path
 
 _problem = toolchain_problem()

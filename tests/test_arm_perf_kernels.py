@@ -20,11 +20,11 @@ import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.c.templates import neon_winograd
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")

@@ -21,9 +21,9 @@ import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.c.templates.neon_winograd import winograd_tile
 from backends.c.templates.winograd_transforms import TRANSFORMS, plan_rows
-from backends.reference import run_module
 from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
+from semantics import run_module
 
 _problem = toolchain_problem()
 needs_arm = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")

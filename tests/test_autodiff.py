@@ -547,7 +547,7 @@ def test_checks_catch_a_wrong_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_op_with_a_kernel_has_a_gradient_rule_or_declares_none() -> None:
-    from backends.reference.kernels import KERNELS
+    from semantics.kernels import KERNELS
 
     undeclared = [op for op in KERNELS if op not in autodiff.BACKWARD and op is not T.ConstOp]
     missing = sorted(op.name for op in undeclared if op.NO_GRADIENT is None)

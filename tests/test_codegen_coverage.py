@@ -18,12 +18,12 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
-from backends.reference import run_module
-from backends.reference.kernels import ELEMWISE
 from compiler.driver.compile import CompiledModel, EmulationWarning
 from compiler.functional.elemwise import _elemwise
 from compiler.functional.vision import interpolate
 from dialects import enums
+from semantics import run_module
+from semantics.kernels import ELEMWISE
 from tests.codegen_util import compile_fn, require
 
 E = enums.ElemwiseMode

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.reference import run_module
+from semantics import run_module
 from tests.codegen_util import X86_TARGETS, check, compile_fn, require
 from tests.test_codegen_conv import _conv_model
 

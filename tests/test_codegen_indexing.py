@@ -24,10 +24,6 @@ from backends.c.build import RunError
 from backends.c.cross import toolchain_problem
 from backends.c.kernels import KERNELS
 from backends.cuda.build import nvcc
-from backends.reference import run_module
-from backends.reference.interpreter import InterpreterError
-from backends.reference.kernels import KERNELS as REFERENCE_KERNELS
-from backends.reference.kernels import ResultSpec
 from compiler import dtype as D
 from compiler.core import apply
 from compiler.driver.compile import CompiledModel, EmulationWarning
@@ -35,6 +31,10 @@ from compiler.tensor import Tensor
 from dialects import kernel as K
 from dialects import tensor as T
 from passes.lowering.kernels import VIEW_OPS
+from semantics import run_module
+from semantics.interpreter import InterpreterError
+from semantics.kernels import KERNELS as REFERENCE_KERNELS
+from semantics.kernels import ResultSpec
 from tests.codegen_util import compile_fn, require
 
 X86 = ["x86-avx2", "x86-avx2-nchw88", "x86-avx512", "x86-avx512-nchw88", "x86-avx2+io16xc32"]

@@ -121,7 +121,7 @@ def test_nchw88_relayout_vectorised() -> None:
     relayout), batch 2, also under the sanitizers."""
     import compiler as xm
     import compiler.functional as F
-    from backends.reference import run_module
+    from semantics import run_module
 
     rng = np.random.default_rng(4)
     w1 = xm.tensor(rng.standard_normal((20, 16, 3, 3)).astype(np.float32) / 12)

@@ -9,7 +9,7 @@ import numpy as np
 
 import compiler as xm
 import compiler.functional as F
-from backends.reference import run_module
+from semantics import run_module
 from tests.codegen_util import compile_fn, require
 
 

@@ -12,12 +12,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from backends.reference import run_module
 from compiler.driver.compile import CompileError, compile
 from compiler.driver.demo import randomise_statistics
 from compiler.driver.targets import TargetError, parse_target
 from compiler.hub.convnet import ConvNet
 from compiler.hub.resnet import resnet18
+from semantics import run_module
 from tests.codegen_util import X86_TARGETS, require
 from tests.conftest import data_path
 

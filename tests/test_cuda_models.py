@@ -26,7 +26,6 @@ import compiler.functional as F
 from backends.c.build import LoadedModel
 from backends.cuda.backend import gpu_problem
 from backends.cuda.build import nvcc
-from backends.reference import run_module
 from compiler.driver.cli import main as xmge
 from compiler.driver.compile import CompiledModel, compile
 from compiler.driver.targets import parse_target
@@ -36,6 +35,7 @@ from compiler.hub.mobilenet_v2 import mobilenet_v2
 from compiler.hub.quantized import quantized_resnet18
 from compiler.hub.resnet import resnet18
 from compiler.tensor import Tensor
+from semantics import run_module
 from tests.codegen_util import compile_fn
 from tests.conftest import data_path
 

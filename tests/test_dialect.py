@@ -14,11 +14,11 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from backends.reference import run_module
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, tensor_type
 from dialects.weights import ElidedWeightError, WeightAttr, full_weights
+from semantics import run_module
 from tests.filecheck.runner import HERE, execute, filecheck_files, run_lines
 
 RUNS = [r for f in filecheck_files("dialects") for r in run_lines(f)]

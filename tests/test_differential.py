@@ -15,7 +15,6 @@ import pytest
 
 import compiler as xm
 import compiler.functional as F
-from backends.reference import run_module
 from bench.diff_fuzz import (
     ALL_TARGETS,
     check_graph,
@@ -28,6 +27,7 @@ from bench.diff_fuzz import (
 from compiler import dtype as D
 from compiler.driver.compile import compile
 from compiler.functional.vision import interpolate
+from semantics import run_module
 from tests.codegen_util import require
 
 GRAPH_SEEDS = range(32)

@@ -20,11 +20,11 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.kernels import KERNELS
-from backends.reference import run_module
 from compiler.driver.compile import CompiledModel
 from dialects import kernel as K
 from passes.lowering.fuse import element_name
 from passes.lowering.kernels import ACTIVATIONS, EpilogueSupport, KernelRegistryError
+from semantics import run_module
 from tests.codegen_util import compile_fn, require
 
 # activation -> (functional, elementwise mode of the unfused graph)

@@ -38,7 +38,6 @@ import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.mge.reader import read_mge
-from backends.reference import run_module
 from compiler import dtype as D
 from compiler.core import apply
 from compiler.driver.compile import EmulationWarning, compile
@@ -49,6 +48,7 @@ from dialects import layout as L
 from dialects import tensor as T
 from passes.inference import pipeline_for
 from passes.inference.float16 import COMPUTE_MODE_OPS, F16IOCompPass, F16IOF32CompPass
+from semantics import run_module
 
 F16, F32 = Float16Type(), Float32Type()
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -14,11 +14,11 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 import compiler as xm
-from backends.reference import run_module
 from compiler import jit
 from compiler.hub.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet50
 from dialects import tensor as T
 from dialects.weights import full_weights
+from semantics import run_module
 
 
 def _ctx() -> Context:

@@ -25,7 +25,6 @@ from xdsl.passes import ModulePass
 import compiler as xm
 import compiler.functional as F
 import compiler.module as M
-from backends.reference import run_module
 from compiler import jit
 from compiler.hub.convnet import ConvNet
 from compiler.hub.mini_resnet import MiniResNet
@@ -50,6 +49,7 @@ from passes.inference import (
     base_passes,
     pipeline_for,
 )
+from semantics import run_module
 from tests.conftest import data_path
 from tests.filecheck.runner import execute, filecheck_files, run_lines
 

@@ -28,11 +28,11 @@ import pytest
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.cuda.build import nvcc
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.driver.compile import CompiledModel, EmulationWarning
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 from tests.codegen_util import compile_fn, require
 
 C, H, W = 16, 9, 9

@@ -18,9 +18,9 @@ import pytest
 
 import compiler as xm
 from backends.c.cross import toolchain_problem
-from backends.reference.quant_kernels import hswish_x86, round_x86
 from compiler.driver.compile import EmulationWarning
 from compiler.lite import Network
+from semantics.quant_kernels import hswish_x86, round_x86
 from tests.codegen_util import require
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "int8_mge")

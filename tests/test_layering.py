@@ -1,6 +1,7 @@
-"""Layers: compiler -> backends -> passes -> dialects; imports only point down. No module under
-passes/, dialects/ or backends/ imports the user API (``compiler``), at top level or lazily inside a
-function, and the lowering passes reach kernels through the target's backend, never by importing one."""
+"""Layers: compiler -> backends -> passes -> semantics -> dialects; imports only point down. No module
+under passes/, semantics/, dialects/ or backends/ imports the user API (``compiler``), at top level or
+lazily inside a function; nothing under passes/, semantics/ or dialects/ imports a backend (the op
+semantics the passes fold with live in ``semantics``, not in the reference backend)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LOWER_LAYERS = ("passes", "dialects", "backends")
+LOWER_LAYERS = ("passes", "semantics", "dialects", "backends")
+# the layers below the backends: they know ops and their meaning, never a target
+BELOW_BACKENDS = ("passes", "semantics", "dialects")
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -43,9 +46,18 @@ def test_lower_layers_never_import_the_user_api() -> None:
     assert _violations(files, "compiler") == []
 
 
-def test_lowering_passes_and_the_target_type_never_import_a_backend() -> None:
-    files = [*_modules("passes/lowering"), ROOT / "passes" / "target.py"]
-    assert _violations(files, "backends") == []
+@pytest.mark.parametrize("layer", BELOW_BACKENDS)
+@pytest.mark.parametrize("upper", ["backends", "compiler"])
+def test_no_layer_below_the_backends_imports_upward(layer: str, upper: str) -> None:
+    files = _modules(layer)
+    assert files, f"{layer}/ was not found"
+    assert _violations(files, upper) == []
+
+
+def test_the_semantics_never_import_the_passes() -> None:
+    # the passes fold constants with the reference kernels; the reverse arrow would be a cycle
+    assert _violations(_modules("semantics"), "passes") == []
+    assert _violations(_modules("dialects"), "semantics") == []
 
 
 @pytest.mark.parametrize(
@@ -63,9 +75,9 @@ def test_the_check_sees_every_import(tmp_path: Path, source: str, module: str) -
 
 
 # the MegEngine API inside ``compiler`` never reaches for the driver; ``compiler.lite`` (MegEngine
-# Lite: load a model and run it, compiled for a target on request), ``compiler.serving`` (compiled
-# packages behind Ray Serve) and the package's own ``xm.compile`` re-export are the places that do,
-# on purpose
+# Lite: load a model and run it, compiled for a target on request), ``compiler.serving`` (a model
+# compiled or loaded from its package, served on Ray Serve) and the package's own ``xm.compile``
+# re-export are the places that do, on purpose
 DRIVER_USERS = {"compiler/__init__.py", "compiler/lite.py", "compiler/serving.py"}
 
 

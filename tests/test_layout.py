@@ -21,7 +21,6 @@ from xdsl.utils.exceptions import VerifyException
 import compiler as xm
 import compiler.functional as F
 import compiler.module as M
-from backends.reference import run_module
 from compiler import jit
 from dialects import enums
 from dialects import layout as L
@@ -39,6 +38,7 @@ from passes.layout import (
     EnableNchw88Pass,
     PaddingChannelPass,
 )
+from semantics import run_module
 
 Layout = L.Layout
 DATA = os.path.join(os.path.dirname(__file__), "data")

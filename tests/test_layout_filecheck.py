@@ -10,9 +10,9 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.parser import Parser
 from xdsl.passes import ModulePass
 
-from backends.reference import run_module
 from dialects.dtypes import numpy_dtype
 from passes.layout import LAYOUT_PASSES, PaddingChannelPass
+from semantics import run_module
 from tests.filecheck.runner import HERE, execute, filecheck_files, run_lines
 from tests.test_layout import ctx
 

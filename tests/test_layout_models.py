@@ -26,7 +26,6 @@ from xdsl.parser import Parser
 import compiler as xm
 import compiler.module as M
 from backends.mge.reader import read_mge
-from backends.reference import run_module
 from compiler import jit
 from compiler.hub.convnet import ConvNet
 from compiler.hub.mini_resnet import MiniResNet
@@ -36,6 +35,7 @@ from compiler.hub.resnet import resnet18, resnet50
 from compiler.hub.shufflenet_v2 import shufflenet_v2_x0_5
 from compiler.lite import Network
 from passes.inference import pipeline_for
+from semantics import run_module
 from tests.filecheck.runner import HERE as FILECHECK_DIR
 from tests.test_layout import ctx as layout_ctx
 

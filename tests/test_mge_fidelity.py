@@ -27,12 +27,12 @@ from backends.mge.dtypes import pack_4bit, storage_bytes, unpack_4bit
 from backends.mge.reader import read_mge
 from backends.mge.verify import verify_file
 from backends.mge.writer import write_mge
-from backends.reference import run_module
 from compiler import jit
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType
 from passes.layout.canonicalize import const_of_type
+from semantics import run_module
 from tests.conftest import data_path
 from tests.mge_helpers import dump_bytes, inputs, traced
 from tests.test_mge_layouts import _int8_model, case_variant, golden_bytes, golden_sig, sigs

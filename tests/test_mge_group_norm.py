@@ -14,9 +14,9 @@ from backends.mge.read_context import MgeFormatError
 from backends.mge.reader import read_mge
 from backends.mge.records import LoweredGraph, Metadata, WOpr, WTensor
 from backends.mge.serialize import serialize_v1, serialize_v2
-from backends.reference.interpreter import run_module
 from compiler.driver.compile import compile
 from compiler.lite import Network
+from semantics.interpreter import run_module
 from tests.codegen_util import require
 from tests.conftest import data_path
 

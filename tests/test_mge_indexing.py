@@ -13,9 +13,9 @@ import torch
 import compiler as xm
 from backends.mge.container import parse_file
 from backends.mge.reader import read_mge
-from backends.reference.interpreter import run_module
 from compiler import functional as F
 from compiler import jit
+from semantics.interpreter import run_module
 from tests.mge_helpers import dump_bytes
 
 
@@ -72,8 +72,8 @@ def test_dump_and_read_back(case: tuple[Any, np.ndarray, np.ndarray], fmt: str) 
 
 
 def test_incr_ops_and_repeated_indices_against_torch() -> None:
-    from backends.reference.kernels import KERNELS, ResultSpec
     from dialects import tensor as T
+    from semantics.kernels import KERNELS, ResultSpec
 
     x = np.random.default_rng(0).standard_normal((4, 5, 6)).astype(np.float32)
     i, j = np.array([1, 1, -1], np.int32), np.array([0, 5, 2], np.int32)

@@ -23,13 +23,13 @@ import compiler.functional as F
 from backends.mge.container import RawOpr, parse_file
 from backends.mge.reader import read_mge
 from backends.mge.writer import write_mge
-from backends.reference import run_module
 from compiler import dtype as D
 from compiler import jit
 from compiler.lite import Network
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
+from semantics import run_module
 from tests.conftest import data_path
 from tests.mge_helpers import dump_bytes, inputs, traced
 from tests.test_layout import ctx

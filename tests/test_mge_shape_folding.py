@@ -12,9 +12,9 @@ from backends.mge.dtypes import RawDType
 from backends.mge.reader import read_mge
 from backends.mge.records import LoweredGraph, Metadata, WOpr, WTensor
 from backends.mge.serialize import serialize_v1, serialize_v2
-from backends.reference.interpreter import run_module
 from dialects import enums
 from dialects import tensor as T
+from semantics.interpreter import run_module
 
 F32, I32 = RawDType("Float32"), RawDType("Int32")
 

@@ -16,8 +16,8 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import helper, numpy_helper  # noqa: E402
 
 from backends.onnx.reader import read_onnx  # noqa: E402
-from backends.reference import run_module  # noqa: E402
 from compiler.driver.compile import compile as xcompile  # noqa: E402
+from semantics import run_module  # noqa: E402
 
 
 def build(

@@ -11,9 +11,9 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp
 
 from backends.onnx.export import ONNX_EXPORTERS, to_onnx
-from backends.reference.interpreter import run_module
 from compiler.driver.compile import inference_clean
 from dialects import tensor as T
+from semantics.interpreter import run_module
 from tests.mge_helpers import inputs, traced
 
 

@@ -19,9 +19,9 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import compiler.onnx as xonnx  # noqa: E402
 from backends.mge.writer import write_mge  # noqa: E402
 from backends.onnx.reader import OnnxImportError, read_onnx  # noqa: E402
-from backends.reference import run_module  # noqa: E402
 from compiler.lite import Network  # noqa: E402
 from dialects import tensor as T  # noqa: E402
+from semantics import run_module  # noqa: E402
 
 RTOL = 1e-4  # max |ours - onnxruntime| relative to max |onnxruntime|
 

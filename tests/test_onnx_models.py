@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from backends.onnx.reader import read_onnx  # noqa: E402
-from backends.reference import run_module  # noqa: E402
 from compiler.driver.compile import compile as xcompile  # noqa: E402
+from semantics import run_module  # noqa: E402
 from tests.test_onnx_import import MODELS as BACKBONES  # noqa: E402
 
 

@@ -15,8 +15,8 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from backends.onnx.reader import OnnxImportError, read_onnx  # noqa: E402
-from backends.reference import run_module  # noqa: E402
 from compiler.driver.cli import main as xmge  # noqa: E402
+from semantics import run_module  # noqa: E402
 
 
 def model(

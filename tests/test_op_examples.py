@@ -24,8 +24,6 @@ from backends.mge.lowering import lower_func
 from backends.mge.reader import read_mge
 from backends.mge.records import Metadata
 from backends.mge.serialize import serialize_v2
-from backends.reference import run_module
-from backends.reference.kernels import KERNELS, ResultSpec
 from compiler import jit
 from compiler.autodiff import GradManager
 from compiler.core import apply
@@ -33,6 +31,8 @@ from compiler.driver.compile import EmulationWarning
 from compiler.driver.targets import parse_target, runs_here
 from compiler.lite import Network
 from dialects import tensor as T
+from semantics import run_module
+from semantics.kernels import KERNELS, ResultSpec
 from tests.codegen_util import compile_fn, require
 
 X86 = ["x86-avx2", "x86-avx2-nchw88", "x86-avx512", "x86-avx512-nchw88"]

@@ -18,7 +18,6 @@ from xdsl.transforms.canonicalize import CanonicalizePass
 
 import compiler as xm
 import compiler.functional as F
-from backends.reference import run_module
 from dialects import tensor as T
 from dialects.dtypes import numpy_dtype
 from passes import BUILTIN_PASSES, builtin_passes, describe
@@ -26,6 +25,7 @@ from passes.canonicalize import MgbCanonicalizePass, compose_dimshuffles
 from passes.dce import MgbDeadCodeEliminationPass
 from passes.inference.param_fuse import ParamFusePass
 from passes.pattern_pass import PatternPass
+from semantics import run_module
 from tests.filecheck.runner import execute, filecheck_files, run_lines
 
 RUNS = [r for f in filecheck_files("passes") for r in run_lines(f)]

@@ -22,14 +22,14 @@ import compiler as xm
 import compiler.functional as F
 from backends.mge.container import parse_file
 from backends.mge.reader import read_mge
-from backends.reference import run_module
-from backends.reference.kernels import KERNELS, ResultSpec
 from compiler import dtype as D
 from compiler import jit
 from compiler.lite import Network
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, element_type
+from semantics import run_module
+from semantics.kernels import KERNELS, ResultSpec
 from tests.conftest import data_path
 
 QM = enums.ElemwiseMultiTypeMode

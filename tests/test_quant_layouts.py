@@ -12,8 +12,8 @@ import pytest
 
 import compiler as xm
 from backends.mge.reader import read_mge
-from backends.reference import run_module
 from compiler import jit
+from semantics import run_module
 from tests.test_quant import SHAPES, _model
 
 # option -> the conv formats mini_resnet's convs take (its channels divide by 4, 32 for some)

@@ -21,7 +21,6 @@ from xdsl.parser import Parser
 from xdsl.passes import ModulePass
 
 import compiler as xm
-from backends.reference import run_module
 from compiler import jit
 from compiler.driver.compile import kernel_passes, to_module
 from compiler.driver.demo import randomise_statistics
@@ -45,6 +44,7 @@ from dialects.layout import LayoutDialect
 from dialects.weights import full_weights
 from passes.inference import pipeline_for
 from passes.registry import import_plugin
+from semantics import run_module
 from tests.codegen_util import require
 
 PLUGIN = os.path.join(os.path.dirname(__file__), "data", "plugins", "break_numerics.py")

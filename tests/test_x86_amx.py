@@ -21,9 +21,9 @@ import pytest
 import compiler.functional as F
 from backends.c.templates.x86_amx import k_step
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
-from backends.reference import run_module
 from compiler import dtype as D
 from compiler.tensor import Tensor
+from semantics import run_module
 from tests.codegen_util import (
     assert_instructions,
     assert_threads_agree,

@@ -21,8 +21,8 @@ import torch
 import compiler.functional as F
 from backends.c.templates.x86_amx_bf16 import round_bfloat16, to_bfloat16
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
-from backends.reference import run_module
 from compiler.tensor import Tensor
+from semantics import run_module
 from tests.codegen_util import assert_instructions, compile_fn, kernel_families, require
 
 TARGET = "x86-avx512-vnni-amx+bf16"

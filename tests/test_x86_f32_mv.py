@@ -11,9 +11,9 @@ import torch
 
 import compiler as xm
 import compiler.functional as F
-from backends.reference import run_module
 from compiler.driver.compile import CompiledModel, compile
 from compiler.tensor import Tensor
+from semantics import run_module
 from tests.codegen_util import require
 
 TARGETS = ["x86-avx2", "x86-avx512", "x86-avx512-nchw88"]

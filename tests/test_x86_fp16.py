@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.reference import run_module
 from compiler.tensor import Tensor
+from semantics import run_module
 from tests.codegen_util import assert_threads_agree, compile_fn, kernel_families, require
 
 TARGET = "x86-avx512-fp16+ioc16"

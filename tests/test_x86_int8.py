@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 from tests.codegen_util import compile_fn, require
 from tests.test_int8_rounding import CASES as MGE_CASES
 

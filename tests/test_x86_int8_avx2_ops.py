@@ -16,10 +16,10 @@ import pytest
 import compiler.functional as F
 from backends.c.templates.x86_int8 import island_form
 from backends.c.templates.x86_int8_avx2 import DW_PAD_BYTES, _padded_plane
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 from tests.codegen_util import assert_instructions, assert_threads_agree, compile_fn, require
 from tests.test_x86_int8 import island
 

@@ -15,10 +15,10 @@ import pytest
 
 import compiler.functional as F
 from backends.c.templates.x86_int8_vbmi import _flat_plan, _padded_plane
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 from tests.codegen_util import assert_threads_agree, check_sanitized, compile_fn, require
 
 TARGET = "x86-avx512-nchw88-vnni-vbmi"

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import compiler.random
-from backends.reference import run_module
 from compiler import compile
 from compiler.hub.mobilenet_v2 import mobilenet_v2
 from compiler.hub.resnet import resnet18
 from compiler.module import Module
 from compiler.quantization import quantize
+from semantics import run_module
 from tests.codegen_util import require
 from tests.test_x86_amx import require_amx
 

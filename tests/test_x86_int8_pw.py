@@ -20,10 +20,10 @@ import compiler.functional as F
 from backends.c.templates.x86_amx import VNNI_POINTWISE_K, VNNI_POINTWISE_OVER_AMX
 from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
 from backends.c.templates.x86_int8_gemm import POINTWISE_MAX_C4
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 from tests.codegen_util import assert_instructions, assert_threads_agree, check_sanitized, compile_fn, require
 
 TARGET = "x86-avx512-nchw88-vnni"

@@ -21,10 +21,10 @@ import pytest
 
 import compiler.functional as F
 from backends.c.templates.x86_amx_os import AMX_ENV
-from backends.reference import run_module
-from backends.reference.quant_kernels import quantize
 from compiler import dtype as D
 from compiler.tensor import Tensor
+from semantics import run_module
+from semantics.quant_kernels import quantize
 from tests.codegen_util import (
     assert_instructions,
     assert_threads_agree,

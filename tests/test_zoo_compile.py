@@ -27,10 +27,10 @@ import compiler as xm
 import compiler.module as M
 from backends.c.cross import EmulationWarning, toolchain_problem
 from backends.mge.reader import read_mge
-from backends.reference import run_module
 from compiler import hub, jit
 from compiler.driver.targets import host_target, parse_target, runs_here
 from compiler.random import seed
+from semantics import run_module
 from tests.test_zoo_detection import SMALL as DENSE_SMALL
 from tests.test_zoo_gen import SMALL as GENERATOR_SMALL
 from tests.test_zoo_gen import _noise, _randomize_batch_norm_statistics

@@ -1,50 +1,10 @@
 """The kernel registry of the C backends: every template of every ISA, listed explicitly (no import
 side effects). Both C backends hand it to the lowering passes; a target's ISA order picks its units.
 
-Priorities order the families that serve one op (higher first). Families of different layouts or
-element types never accept the same op, so their relative order only matters within a group:
-
-* convolutions: NCHW88 channel-wise 300, Winograd 290, NCHW88 direct 280; NCHW44 int8 ``smmla``
-  packed GEMM 210 (neon_i8mm, ``i8mm`` targets), NCHW44 int8 dot-product
-  register-blocked GEMM 205 (neon_int8), NCHW44 int8 dot product 200, NCHW44 float register-blocked
-  GEMM 195 (neon_gemm), NCHW44 float depthwise 3x3 192 (neon_depthwise), NCHW44 float 190, NCHW44
-  int8 180; NCHW float32 depthwise 110, GEMM 100;
-  NCHW int8: x86 AMX few-channel first layers 98 (x86_int8_stem), x86 AMX dense 97 (x86_amx), x86
-  depthwise 96, x86 dense 95, portable 90;
-  NCHW float32 with +bf16: AMX-BF16 dense 107 (x86_amx_bf16), behind the float32 depthwise 110;
-  NCHW44 float Winograd 197 (neon_winograd: 3x3 stride 1 where its cost model beats the GEMM);
-* float32 NCHW convolutions whose filter is computed at run time (conv_runtime_weight, direct): 10,
-  behind every family that packs a constant filter;
-* float32 depthwise 3x3 NCHW88 convolutions, stride 1 or 2 (x86_f32_dw): 305, ahead of the
-  NCHW88 channel-wise 300; on AVX-512 with the 1x1 expand convolution before them as one kernel
-  (x86_f32_expand_dw): 306, ahead of the depthwise alone, and that kernel with the 1x1 project
-  convolution after it (serving the project): 307;
-* float32 3x3 stride-2 first layers (plain input, NCHW88 output) on AVX-512 (x86_f32_dw_stem): 285,
-  ahead of the NCHW88 direct 280 (its hybrid mode);
-* pooling: NCHW88 300, NCHW44 float16 210 (neon_fp16), NCHW44 200, NCHW float32 100, NCHW int8 x86
-  95, portable 90;
-* elementwise, matrix multiplication, data movement: float32 100, float16 NEON elementwise 97
-  (neon_fp16), int8 x86 95, other element types 90;
-* float32 matrix multiplication with +bf16: AMX-BF16 106 (x86_amx_bf16), ahead of the matvec and the GEMM;
-* int8 matrix multiplication with a constant right operand: AMX-INT8 96 (x86_amx_matmul);
-* one-row float32 matrix products with constant weights (classifier heads): NEON matvec 105
-  (neon_matvec) and its AVX2 / AVX-512 units (x86_f32_matvec), ahead of the float32 GEMM;
-* int8 NEON (neon_int8): NCHW44 max pooling 205, same-shape Q-mode elementwise 94; float32 / int32
-  <-> int8 typecvt (``neon``) and the ``sdot`` int8 matmul (``dot``) are their families' units on
-  those ISAs (neon_int8_ends);
-* integer / bool element types the float32 and int32 families leave out (int_elemwise): elementwise
-  arithmetic and comparisons on int8 / int16 / uint8 / uint16 (and integer max, min, mod, pow,
-  floor_div on int32), max pooling, bool min / max reductions: 89;
-* one family per op (priority 100): resize, deconv2d, layer_norm, batch_norm, arg_reduce, pad,
-  modify_subtensor (set / incr of a static slice), indexing (advanced indexing: get, set, incr),
-  linspace.
-* float16 compute on AVX512-FP16 (x86_fp16.py, NCHW): small-output convolution 109
-  (x86_fp16_pixrows.py, declining what the others keep), depthwise convolution 108, Winograd 3x3 106
-  (x86_fp16_winograd.py), first-layer direct 105 (x86_fp16_stem.py), GEMM convolution 104,
-  pooling 105, matrix multiplication 99, elementwise 97 (the elemwise_f16 family of neon_fp16);
-* typecvt: an x86 int8 convolution with its ReLU6 float island (typecvt, relu6, typecvt) 102 (dense)
-  and 101 (depthwise), ahead of typecvt 100 (x86_int8.py); 103 for the AMX one (x86_int8_amx_island),
-  104 for the AMX first layer's (x86_int8_stem).
+Priorities order the families that serve one op (higher first); families of different layouts or
+element types never accept the same op, so their relative order only matters within such a group.
+``xmge-opt --list-kernels`` prints every unit with its family, ISA, priority and file (read off this
+registry); where the order is subtle, the family's template says why next to its ``priority``.
 """
 
 from __future__ import annotations

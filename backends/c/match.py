@@ -16,13 +16,13 @@ import numpy as np
 from xdsl.dialects.builtin import Float16Type, Float32Type, IntegerType, Signedness, TensorType
 from xdsl.ir import Operation, SSAValue
 
-from backends.reference.kernels import adaptive_pool_params
-from backends.reference.quant_kernels import _to_acc_scale as to_acc_scale
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, numpy_dtype
 from passes.lowering.kernels import Lowered, broadcast_strides, const_array, shape
+from semantics.kernels import adaptive_pool_params
+from semantics.quant_kernels import _to_acc_scale as to_acc_scale
 
 
 def dtype_key(codes: tuple[str, ...], scales: tuple[float, ...], zps: tuple[int, ...]) -> str:

@@ -251,7 +251,7 @@ def evaluate(
     **params: Any,
 ) -> list[ReadVar]:
     """Run ``cls``'s reference kernel on known operand values (bounded by max_folded_bytes)."""
-    from backends.reference.kernels import KERNELS, ResultSpec  # the reader needs them only here
+    from semantics.kernels import KERNELS, ResultSpec  # the reader needs them only here
 
     kernel = KERNELS.get(cls)
     if kernel is None:

@@ -113,7 +113,7 @@ def read_elemwise(ctx: ReadContext, op: RawOpr) -> None:
     if len(ins) != T.ELEMWISE_ARITY[mode]:  # before folding calls the mode's function with them
         raise fail(op, f"elemwise {mode.name} takes {T.ELEMWISE_ARITY[mode]} inputs, got {len(ins)}")
     if foldable(ins):
-        from backends.reference.kernels import ELEMWISE
+        from semantics.kernels import ELEMWISE
 
         fn = ELEMWISE.get(mode)
         if fn is None:

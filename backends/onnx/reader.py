@@ -33,12 +33,12 @@ from xdsl.dialects.builtin import ArrayAttr, IntegerType, ModuleOp, Signedness, 
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from backends.onnx import limits
-from backends.reference.kernels import OnnxResizeAxis, interp_matrix, onnx_resize_matrix
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import DTypeError, QuantizedType, element_type, is_float, numpy_dtype
 from dialects.errors import XmgeError
 from dialects.registration import registering
+from semantics.kernels import OnnxResizeAxis, interp_matrix, onnx_resize_matrix
 
 E = enums.ElemwiseMode
 # Opsets 7-28: every version of the claimed ops' definitions from 7 on; the handlers read the

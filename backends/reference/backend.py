@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.reference.interpreter import run_module
 from passes.target import BackendError, Target, float16_options
+from semantics.interpreter import run_module
 
 
 class ReferenceBackend:

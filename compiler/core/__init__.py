@@ -17,11 +17,11 @@ import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute
 
-from backends.reference.kernels import KERNELS, ResultSpec
-from backends.reference.quant_kernels import conform
 from dialects.dtypes import DTypeError, numpy_dtype, tensor_type
 from dialects.errors import XmgeError
 from dialects.tensor import MgbOp, ShapeInferenceError, to_attr
+from semantics.kernels import KERNELS, ResultSpec
+from semantics.quant_kernels import conform
 
 if TYPE_CHECKING:
     from compiler.tensor import Tensor

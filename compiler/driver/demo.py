@@ -21,11 +21,11 @@ import numpy as np
 
 import compiler as xm
 import compiler.jit as jit
-from backends.reference import run_module
 from compiler.driver.compile import benchmark, compile, inference_clean
 from compiler.driver.targets import host_target
 from compiler.hub.convnet import ConvNet
 from compiler.hub.resnet import resnet18
+from semantics import run_module
 
 
 def randomise_statistics(net: Any, rng: np.random.Generator, spread: float = 0.2) -> None:

@@ -54,13 +54,13 @@ from xdsl.dialects.builtin import ArrayAttr, Float16Type, ModuleOp, StringAttr, 
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from backends.reference import KERNELS, run_module
-from backends.reference.interpreter import InterpreterError
-from backends.reference.quant_kernels import dequantize
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, numpy_dtype, quantized_numpy_dtype
 from dialects.errors import XmgeError
 from dialects.weights import full_weights
+from semantics import KERNELS, run_module
+from semantics.interpreter import InterpreterError
+from semantics.quant_kernels import dequantize
 
 SMALL_INTEGER_INPUT_RANGE = (0, 4)
 

@@ -113,6 +113,11 @@ class XmgeOptMain(xDSLOptMain):
             "--list-passes", action="store_true", help="list every pass with its description and options"
         )
         arg_parser.add_argument(
+            "--list-kernels",
+            action="store_true",
+            help="list every kernel unit: backend, family, ISA, priority (higher is tried first), file, ops",
+        )
+        arg_parser.add_argument(
             "--print-weights",
             action="store_true",
             help="print #mgb.weight data in full instead of eliding it",
@@ -167,6 +172,11 @@ class XmgeOptMain(xDSLOptMain):
     def run(self) -> None:
         if self.args.list_passes:
             self.list_passes(sys.stdout)
+            return
+        if self.args.list_kernels:
+            from backends.kernel_list import format_kernel_table, kernel_rows
+
+            sys.stdout.write(format_kernel_table(kernel_rows()))
             return
         try:
             if self.args.target == "mge":

@@ -30,10 +30,10 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 
-from backends.reference.interpreter import result_specs
-from backends.reference.kernels import KERNELS
 from dialects import enums
 from dialects import tensor as T
+from semantics.interpreter import result_specs
+from semantics.kernels import KERNELS
 
 E = enums.ElemwiseMode
 

@@ -47,7 +47,7 @@ QMAX = 127.0  # symmetric int8: scale = range / 127
 
 
 def _quantize_array(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    from backends.reference.quant_kernels import quantize as q
+    from semantics.quant_kernels import quantize as q
 
     return np.array(q(np.asarray(x, np.float32), dtype))
 

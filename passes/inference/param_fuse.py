@@ -1,7 +1,7 @@
 """``param-fuse``: constant folding of parameter sub-graphs (MegEngine's ParamFusePass).
 
 An op whose operands are all constants is evaluated once with the reference kernels
-(:mod:`backends.reference.kernels`, the single definition of every op's semantics) and replaced by
+(:mod:`semantics.kernels`, the single definition of every op's semantics) and replaced by
 constants holding its results. Repeated to a fixed point, this folds whole parameter sub-graphs
 (BatchNorm statistics, relayouted or converted weights, shape arithmetic) into plain weights.
 
@@ -21,11 +21,11 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
-from backends.reference.interpreter import result_specs
-from backends.reference.kernels import KERNELS
 from dialects import tensor as T
 from passes.inference.common import const_of_type, const_value, tensor_type
 from passes.pattern_pass import PatternPass
+from semantics.interpreter import result_specs
+from semantics.kernels import KERNELS
 
 
 @dataclass

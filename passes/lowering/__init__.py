@@ -6,8 +6,9 @@ from passes.lowering.kernels import KernelRegistry, KernelUnit, Lowered, Lowerin
 from passes.lowering.pack import PackWeightsPass
 from passes.lowering.plan import PlanMemoryPass, weights_blob
 from passes.lowering.select import LowerToKernelPass
+from passes.lowering.widen import WidenF16Pass
 
-LOWERING_PASSES = (LowerToKernelPass, FuseEpiloguePass, PackWeightsPass, PlanMemoryPass)
+LOWERING_PASSES = (WidenF16Pass, LowerToKernelPass, FuseEpiloguePass, PackWeightsPass, PlanMemoryPass)
 
 __all__ = [
     "LOWERING_PASSES",
@@ -19,5 +20,6 @@ __all__ = [
     "LoweringError",
     "PackWeightsPass",
     "PlanMemoryPass",
+    "WidenF16Pass",
     "weights_blob",
 ]

@@ -29,11 +29,11 @@ from backends.c.match import (
     strided_view,
 )
 from backends.c.templates import Template, epilogue_sym, plane_sym, strided_index, sym_join
-from backends.reference.kernels import adaptive_pool_params
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered, broadcast_strides, collapse, shape
+from semantics.kernels import adaptive_pool_params
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter

@@ -24,11 +24,11 @@ from xdsl.ir import Operation
 from backends.c.match import axis_split, code, esize, is_f32, same_plain_type
 from backends.c.templates import Template, conv_sym, sym_join
 from backends.c.templates.generic import BYTES_CTYPE, _par
-from backends.reference.kernels import interp_taps
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, shape
+from semantics.kernels import interp_taps
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter

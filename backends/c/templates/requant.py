@@ -26,11 +26,11 @@ import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 
-from backends.reference.quant_kernels import _to_acc_scale, dequantize
 from dialects import enums
 from dialects import layout as L
 from dialects.dtypes import QuantizedType, numpy_dtype
 from passes.lowering.kernels import const_array
+from semantics.quant_kernels import _to_acc_scale, dequantize
 
 REQUANT_C = r"""#ifndef XM_REQUANT_DEFINED
 #define XM_REQUANT_DEFINED

@@ -3,7 +3,7 @@ type conversion and the int8 operators MegEngine's quantized graphs use around t
 
 Element types travel as short codes in the kernel parameters: ``f32``, ``f16``, ``q8`` (qint8),
 ``q32`` (qint32), ``u8`` (quint8), each quantized one with a float32 scale and a zero point.
-Semantics are those of the reference (``backends.reference.quant_kernels``), operation for
+Semantics are those of the reference (``semantics.quant_kernels``), operation for
 operation in float32: dequantize ``(float)(q - zp) * s``; quantize, conversions between quantized
 types and the int8 products' epilogues through the one C definition of requantization
 (:mod:`backends.c.templates.requant`); int32 accumulation for int8 products; pooling averages rounded
@@ -56,11 +56,11 @@ from backends.c.templates.requant import (
     quantize_expr,
     result_expr,
 )
-from backends.reference.quant_kernels import Q_MODES
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered, broadcast_strides, collapse, const_array, shape
+from semantics.quant_kernels import Q_MODES
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter

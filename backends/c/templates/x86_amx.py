@@ -1,5 +1,5 @@
 """int8 convolutions on AMX tiles (ISA ``amx``, the ``amx`` feature of x86 targets), exact against
-:mod:`backends.reference.quant_kernels` like the AVX512-VNNI kernels they sit in front of.
+:mod:`semantics.quant_kernels` like the AVX512-VNNI kernels they sit in front of.
 
 Dense, 1x1 and grouped NCHW convolutions are a GEMM ``acc[oc][pixel] = sum_k w[oc][k] * x[k][pixel]``
 on 16x16 int32 accumulator tiles. The activations are packed as ``x + 128`` in quads of four k per

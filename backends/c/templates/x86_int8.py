@@ -1,6 +1,6 @@
 """int8 kernels for x86 with AVX-512 VNNI (ISA ``avx512vnni``, the ``vnni`` feature of x86 targets):
 NCHW convolutions (dense, 1x1, grouped; depthwise on its own), elementwise Q-modes and max pooling.
-Results are exact against :mod:`backends.reference.quant_kernels`.
+Results are exact against :mod:`semantics.quant_kernels`.
 
 Dense, 1x1 and grouped convolutions are :mod:`backends.c.templates.x86_int8_gemm` (a register-tiled
 ``vpdpbusd`` GEMM over 4-channel ``x + 128`` planes; its units take the helpers below). The outputs
@@ -48,13 +48,13 @@ from backends.c.templates.requant import (
 )
 from backends.c.templates.typed import Conv2dQ8, ElemwiseQ, Pool2dQ8, contiguous_q8_elemwise
 from backends.c.templates.x86_int8_requant import affine_requant
-from backends.reference.kernels import ELEMWISE as REF_ELEMWISE
-from backends.reference.quant_kernels import dequantize, quantize
 from dialects import enums
 from dialects import kernel as K
 from dialects import tensor as T
 from dialects.dtypes import quantized_numpy_dtype
 from passes.lowering.kernels import Lowered, const_array
+from semantics.kernels import ELEMWISE as REF_ELEMWISE
+from semantics.quant_kernels import dequantize, quantize
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from backends.c.templates.requant import inverse, post_processed, ratio
-from backends.reference.quant_kernels import round_x86
+from semantics.quant_kernels import round_x86
 
 F32 = np.float32
 SLOPE_TRIES = 8  # ulps either side of the scale tried as a channel's slope

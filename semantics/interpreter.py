@@ -9,11 +9,11 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
-from backends.reference.kernels import KERNELS, ResultSpec
-from backends.reference.quant_kernels import conform
 from dialects import tensor as T
 from dialects.dtypes import numpy_dtype
 from dialects.errors import XmgeError
+from semantics.kernels import KERNELS, ResultSpec
+from semantics.quant_kernels import conform
 
 
 class InterpreterError(XmgeError, RuntimeError):

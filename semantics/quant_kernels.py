@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-import backends.reference.kernels as K
-from backends.reference.kernels import ResultSpec, kernel
+import semantics.kernels as K
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import QuantizedType, quantized_type_of
+from semantics.kernels import ResultSpec, kernel
 
 QM = enums.ElemwiseMultiTypeMode
 

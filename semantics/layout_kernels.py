@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-import backends.reference.kernels as K
-from backends.reference.kernels import ResultSpec
+import semantics.kernels as K
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
+from semantics.kernels import ResultSpec
 
 
 @K.kernel(L.RelayoutOp)

@@ -1,0 +1,8 @@
+"""The reference semantics of the tensor and layout dialects: numpy kernels and their interpreter."""
+
+from semantics import layout_kernels as _layout_kernels  # noqa: F401  (registers its kernels)
+from semantics import quant_kernels as _quant_kernels  # noqa: F401  (registers the quantized kernels)
+from semantics.interpreter import run_function, run_module
+from semantics.kernels import KERNELS, ResultSpec, run_op
+
+__all__ = ["KERNELS", "ResultSpec", "run_function", "run_module", "run_op"]
