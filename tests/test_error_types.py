@@ -12,7 +12,7 @@ import pytest
 
 from dialects.errors import XmgeError
 
-PACKAGES = ("dialects", "passes", "backends", "compiler")
+PACKAGES = ("dialects", "semantics", "passes", "backends", "compiler")
 
 
 def _exception_classes() -> list[type[BaseException]]:

@@ -6,7 +6,7 @@
         report.write_failing_ir("failing/")             # before.mlir / after.mlir
     report = verify_compile(net, "x86-avx2", [x])       # every pass of compile(), then the C code
 
-The reference interpreter (``backends.reference``, the single definition of each op's semantics)
+The reference interpreter (``semantics``, the single definition of each op's semantics)
 runs the module before the first pass and after every pass, on the same inputs. Each stage is
 compared with the previous stage the reference could run; the first pass whose outputs differ by
 more than the tolerance stops the run. Stages the reference cannot run (the kernel dialect, after
