@@ -40,6 +40,7 @@ CLAIMED_MODULES = [
     "optimizer",
     "quantization",
     "random",
+    "random.rng",
     "serialization",
     "tensor",
     "traced_module",
