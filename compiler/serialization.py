@@ -26,6 +26,7 @@ from __future__ import annotations
 import _compat_pickle
 import collections
 import importlib
+import inspect
 import io
 import os
 import pickle
@@ -484,6 +485,38 @@ def _refuse(what: str) -> UnsafePickleError:
     return UnsafePickleError(f"xmge.load: refusing {what}. Nothing from the file was executed.")
 
 
+def behaviour_attribute(cls: type, key: str) -> str | None:
+    """Why restoring instance state named ``key`` onto a ``cls`` would change its behaviour (a dunder,
+    or a method, property or other descriptor the class defines), else None. Loaders restore data,
+    never behaviour: a file's state that names ``forward`` would otherwise replace the method."""
+    if key.startswith("__") and key.endswith("__"):
+        return "a special (dunder) name"
+    found = inspect.getattr_static(cls, key, _ABSENT)
+    if found is _ABSENT:
+        return None
+    if isinstance(found, staticmethod | classmethod | property) or inspect.isfunction(found):
+        return f"{type(found).__name__} {cls.__name__}.{key}"
+    if hasattr(type(found), "__get__") and not isinstance(found, type):
+        return f"a descriptor {cls.__name__}.{key}"
+    if isinstance(found, type):
+        return f"the class attribute {cls.__name__}.{key}"
+    return None
+
+
+def check_instance_state(inst: Any, keys: Any, source: str = "xmge.load") -> None:
+    """Refuse (one line, naming the attribute) state that would set behaviour on ``inst``."""
+    for key in keys:
+        why = behaviour_attribute(type(inst), key) if isinstance(key, str) else "a non-string name"
+        if why is not None:
+            raise UnsafePickleError(
+                f"{source}: refusing state that sets attribute {key!r} of {type(inst).__name__} "
+                f"({why}): a file restores data, never methods. Nothing from the file was executed."
+            )
+
+
+_ABSENT = object()
+
+
 def _is_code_object(obj: Any) -> bool:
     """Classes, modules and functions: what state must never be applied to or returned by a call."""
     return isinstance(
@@ -631,10 +664,11 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
         for part in (state, slots):
             if part is None:
                 continue
-            if not isinstance(part, dict) or not all(
-                type(k) is str and not (k.startswith("__") and k.endswith("__")) for k in part
-            ):
+            if not isinstance(part, dict) or not all(type(k) is str for k in part):
                 raise _refuse(f"state for {_describe(inst)} that is not a dict of plain attribute names")
+        for part in (state, slots):
+            if part:
+                check_instance_state(inst, part)
         if getattr(type(inst), "__setstate__", None) is not None:
             inst.__setstate__(state if slots is None else (state, slots))
             return

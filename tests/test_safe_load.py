@@ -165,7 +165,7 @@ def test_state_on_a_function_is_refused() -> None:
         # instance state with dunder names (e.g. swapping an instance's class)
         (
             PROTO2 + _global("collections", "OrderedDict") + b")R" + _push((None, {"__class__": 1})) + b"b.",
-            "plain attribute names",
+            "attribute '__class__' of OrderedDict",
         ),
         (
             PROTO2 + _global("collections", "OrderedDict") + b")R" + _push({1: 2}) + b"b.",

@@ -26,7 +26,7 @@ import compiler.module as M
 import compiler.traced_module.policy as policy
 import compiler.traced_module.pytree as pytree
 from compiler.module.module import Module
-from compiler.serialization import UnsafePickleError, _RestrictedFinder
+from compiler.serialization import UnsafePickleError, _RestrictedFinder, check_instance_state
 from compiler.tensor import Parameter, Tensor
 from compiler.traced_module.expr import CallFunction, CallMethod, Constant, Expr, GetAttr, Input
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
@@ -288,6 +288,7 @@ def _traced_module(record: _Record) -> TracedModule:
         raise _refuse("a TracedModule without an output structure", "argdef_outdef_map is incomplete")
     graph = _graph(graph_rec, argdef, outdef)
     tm = TracedModule(graph)
+    check_instance_state(tm, [k for k in st if k not in _BOOKKEEPING and k not in vars(tm)], "load (.tm)")
     for key, v in st.items():
         if key in _BOOKKEEPING or key in vars(tm):
             continue
