@@ -826,10 +826,36 @@ def _load(
     allowed_classes: Iterable[type | str],
     trusted: bool,
 ) -> Any:
+    _refuse_model_files(fh)
     if trusted:
         return _trusted_load(fh, map_device, pickle_module)
     _check_pickle_module(pickle_module)
     return _SafeUnpickler(fh, _RestrictedFinder(allowed_classes), map_device).load()
+
+
+class NotAPickleError(XmgeError, pickle.UnpicklingError):
+    """``load`` was given a model file of another kind (a ``.mge`` graph), not a pickle."""
+
+
+def _refuse_model_files(fh: IO[bytes]) -> None:
+    """A ``.mge`` graph handed to ``load`` (the guide warns about mixing them up) gets a one-line
+    pointer to the loader that reads it, not an unpickler error about its bytes."""
+    if not (hasattr(fh, "seekable") and fh.seekable()):
+        return
+    pos = fh.tell()
+    head = fh.read(16)
+    fh.seek(pos)
+    name = getattr(fh, "name", "the file")
+    is_mge = (
+        head[:4] in (b"MGBC", b"MGBS")
+        or head[8:12] == b"mgv2"
+        or head.startswith((b"mgbtest0", b"packed_model"))
+    )
+    if is_mge:
+        raise NotAPickleError(
+            f"{name} is a MegEngine .mge graph, not a pickle: run it with compiler.lite.LiteNetwork"
+            f"({name!r}) (or xmge run), or compile it with compiler.compile({name!r})"
+        )
 
 
 def _trusted_load(fh: IO[bytes], map_device: Callable[[str], str], pickle_module: Any) -> Any:

@@ -131,6 +131,12 @@ def identify(data: bytes | memoryview, pos: int = 0) -> str:
         raise MgeFormatError("a load_and_run test-case file (mgbtest0), not a plain .mge graph", pos)
     if head.startswith(b"packed_model"):
         raise MgeFormatError("a MegEngine Lite packed model, not a plain .mge graph", pos)
+    if head[:1] == b"\x80" and 2 <= head[1:2][0] <= 5:  # a pickle's PROTO opcode and version
+        raise MgeFormatError(
+            "a Python pickle (a state dict or checkpoint from save()), not a .mge graph: load it with "
+            "compiler.load",
+            pos,
+        )
     if len(head) < 12:
         raise MgeFormatError(f"file too short to be a .mge graph ({len(head)} bytes)", pos)
     raise MgeFormatError(

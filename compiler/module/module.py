@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -223,6 +224,12 @@ class Module:
             provided = set(mapping)
         elif callable(state_dict):
             closure, provided = state_dict, set()
+        elif isinstance(state_dict, str | bytes | os.PathLike):
+            path = os.fspath(state_dict)
+            raise TypeError(
+                f"load_state_dict: got the path {path!r}, not a state dict: load the file first, "
+                f"model.load_state_dict(compiler.load({path!r})) (at {user_location()})"
+            )
         else:
             raise TypeError(
                 f"load_state_dict: expected a dict or a callable, got {type(state_dict).__name__} "
