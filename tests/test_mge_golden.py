@@ -124,5 +124,5 @@ def test_xmge_inspect_cli() -> None:
 def test_cli_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     from compiler.driver.cli import main
 
-    assert main(["run", data_path("convnet", "plain.mge")]) == 2
+    assert main(["run", data_path("convnet", "plain.mge")]) == 1
     assert "missing --input for ['data']" in capsys.readouterr().err

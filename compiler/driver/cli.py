@@ -15,7 +15,7 @@ output's name, shape, dtype and a checksum (sum and sum of absolute values, floa
 the outputs keyed by output var name (a ``PACKAGE_DIR`` that ``xmge compile -o`` wrote runs its
 compiled library, loaded without compiling; ``bench PACKAGE_DIR`` times it). ``inspect`` lists every
 graph's operators with params, output shapes and dtypes, the metadata and the weight bytes. Errors
-print one line and exit 2.
+print one line and exit 1 (2 for a malformed command line).
 """
 
 from __future__ import annotations
@@ -425,10 +425,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         cap = "XMGE_MAX_TENSOR_BYTES caps one tensor"
         print(f"xmge {args.command}: error: out of memory ({cap})", file=sys.stderr)
-        return 2
+        return 1
     except (XmgeError, ValueError, OSError, KeyError) as exc:
         print(f"xmge {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
 
 
 if __name__ == "__main__":
