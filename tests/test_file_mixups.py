@@ -53,3 +53,22 @@ def test_running_a_pickle_as_a_mge_says_to_use_load(
 def test_load_state_dict_of_a_path_says_to_load_it_first(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"got the path 'model.pkl', not a state dict: load the file first"):
         M.Linear(2, 2).load_state_dict("model.pkl")  # type: ignore[arg-type]
+
+
+def test_unknown_dump_options_suggest_the_right_name() -> None:
+    from passes.inference.options import InferenceOptionError, parse_options
+
+    with pytest.raises(InferenceOptionError, match=r"'enable_nchw88x': did you mean 'enable_nchw88'\?"):
+        parse_options({"enable_nchw88x": True})
+    with pytest.raises(InferenceOptionError, match=r"'enable-nchw88': did you mean 'enable_nchw88'\?"):
+        parse_options({"enable-nchw88": True})
+    with pytest.raises(InferenceOptionError) as err:
+        parse_options({"foo": True})
+    assert "did you mean" not in str(err.value)
+
+
+def test_target_host_is_this_machine() -> None:
+    from compiler.driver.compile import resolve_target
+    from compiler.driver.targets import host_target
+
+    assert resolve_target("host") == host_target() == resolve_target(None)

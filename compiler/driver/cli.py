@@ -316,7 +316,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from compiler.serialization import atomic_write
 
     module = read_model_file(args.model)
-    options = {f"enable_{name.replace('-', '_')}": True for name in args.enable or []}
+    # --enable nchw88, --enable enable_nchw88 and --enable enable-nchw88 all name enable_nchw88
+    options = {
+        "enable_" + name.removeprefix("enable_").removeprefix("enable-").replace("-", "_"): True
+        for name in args.enable or []
+    }
     data = dump_module(module, dump_format=args.format, **options)
     atomic_write(args.output, lambda f: f.write(data))
     print(f"converted {args.model} to {args.output} ({len(data)} bytes)")

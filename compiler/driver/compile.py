@@ -449,11 +449,13 @@ def _describe(t: Any, name: str) -> dict[str, Any]:
 
 
 def resolve_target(target: str | Target | None) -> Target:
-    """A :class:`Target` from what users pass: a Target, its textual form, or None for this machine's
-    best (anything else is a :class:`TargetError` naming it)."""
+    """A :class:`Target` from what users pass: a Target, its textual form, or None (or ``"host"``)
+    for this machine's best (anything else is a :class:`TargetError` naming it)."""
     if isinstance(target, Target):
         return target
-    return host_target() if target is None else parse_target(target)
+    if target is None or (isinstance(target, str) and target.strip() in ("host", "native")):
+        return host_target()
+    return parse_target(target)
 
 
 def compile(  # noqa: A001 - the public name mirrors the issue's API

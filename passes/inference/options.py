@@ -96,7 +96,17 @@ def parse_options(kwargs: Mapping[str, Any]) -> frozenset[str]:
     naming both."""
     unknown = [k for k in kwargs if k not in BY_KEYWORD]
     if unknown:
-        raise InferenceOptionError(f"unknown options: {unknown}")
+        import difflib
+
+        hints = []
+        for k in unknown:
+            # also match the command line's spellings (nchw88, enable-nchw88) against the keywords
+            guess = "enable_" + k.removeprefix("enable_").removeprefix("enable-").replace("-", "_")
+            close = [guess] if guess in BY_KEYWORD else difflib.get_close_matches(guess, BY_KEYWORD, 1, 0.8)
+            if close:
+                hints.append(f"{k!r}: did you mean {close[0]!r}?")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        raise InferenceOptionError(f"unknown options: {unknown}{hint}")
     on = [o for o in OPTIONS if bool(kwargs.get(o.keyword, o.default))]
     for group, reason in CONFLICTS.items():
         clash = [o.keyword for o in on if o.exclusive == group]
