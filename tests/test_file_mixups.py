@@ -72,3 +72,17 @@ def test_target_host_is_this_machine() -> None:
     from compiler.driver.targets import host_target
 
     assert resolve_target("host") == host_target() == resolve_target(None)
+
+
+def test_list_targets_and_compile_defaults_to_the_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from compiler.driver.cli import main
+    from compiler.driver.targets import host_target
+
+    assert main(["--list-targets"]) == 0
+    out = capsys.readouterr().out
+    assert f"this machine: {host_target()}" in out and "+OPTION" in out
+    path = _mge(tmp_path)
+    assert main(["compile", str(path), "-o", str(tmp_path / "pkg")]) == 0
+    assert f"for {host_target()}" in capsys.readouterr().out

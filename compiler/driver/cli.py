@@ -233,6 +233,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_targets(args: argparse.Namespace) -> int:
+    """``xmge targets`` / ``--list-targets``: what a target string may say, and this machine's."""
+    from backends.targets import OPTIONS, host_target
+
+    print(f"this machine: {host_target()}")
+    print("x86:  x86-avx2, x86-avx2-nchw88, x86-avx512, x86-avx512-nchw88; features -vnni -fp16 -amx -vbmi")
+    print("arm:  arm-nchw44, arm-nchw44-dot, arm-fp16 (cross-built, run under qemu-aarch64 here)")
+    print("cuda: cuda, cuda-nchw4, cuda-nchw32, cuda-chwn4, cuda-nchw64 (built with nvcc)")
+    print("ref:  ref (the reference interpreter)")
+    print(f"options (+OPTION): {', '.join(OPTIONS)}")
+    return 0
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver.compile import compile_file
 
@@ -359,6 +372,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if list(argv)[:1] == ["--list-targets"]:
+        argv = ["targets", *list(argv)[1:]]
     parser = argparse.ArgumentParser(prog="xmge", description="Run and inspect MegEngine .mge models")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a .mge model on the reference interpreter")
@@ -378,7 +395,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     insp.set_defaults(handler=cmd_inspect)
     comp = sub.add_parser("compile", help="compile a .mge model to C kernels, a library and a runner")
     comp.add_argument("model")
-    comp.add_argument("--target", "-t", required=True, help="e.g. x86-avx2, arm-nchw44-dot, arm-fp16")
+    comp.add_argument(
+        "--target",
+        "-t",
+        default=None,
+        help="default: this machine's best; e.g. x86-avx2, arm-nchw44-dot, arm-fp16",
+    )
     comp.add_argument("-o", "--output", required=True, help="the folder to write")
     comp.add_argument("--threads", type=int, default=1)
     comp.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
@@ -393,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--iters", type=int, default=20)
     bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
     bench.set_defaults(handler=cmd_bench)
+    lt = sub.add_parser("targets", help="list the target architectures, features and options")
+    lt.set_defaults(handler=cmd_targets)
     conv = sub.add_parser("convert", help="convert an ONNX model (or rewrite a .mge) to a MegEngine .mge")
     conv.add_argument("model")
     conv.add_argument("-o", "--output", required=True, help="the .mge file to write")
