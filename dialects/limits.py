@@ -132,6 +132,10 @@ def nbytes_of(shape: Iterable[int], itemsize: int) -> int:
     return math.prod(max(int(d), 0) for d in shape) * int(itemsize)
 
 
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if isinstance(value, float) and not value.is_integer() else str(int(value))
+
+
 def _refuse(what: str, amount: float, cap: float, env: str, file: str | None, place: str | None,
             unit: str) -> LimitExceeded:
     where = ""
@@ -140,7 +144,7 @@ def _refuse(what: str, amount: float, cap: float, env: str, file: str | None, pl
     if place:
         where += f"{place}: "
     return LimitExceeded(
-        f"{where}{what} needs {amount:g} {unit}, more than the limit of {cap:g} ({env})",
+        f"{where}{what} needs {_fmt(amount)} {unit}, more than the limit of {_fmt(cap)} ({env})",
         limit=env, file=file, place=place,
     )
 
