@@ -5,10 +5,15 @@ from __future__ import annotations
 import io
 import pickle
 import time
+from typing import Any
 
+import numpy as np
 import pytest
 
 import compiler as xm
+import compiler.functional as F
+import compiler.module as M
+from compiler import traced_module as tm
 from compiler.serialization import CorruptPickleError
 from dialects import limits
 from dialects.errors import XmgeError
@@ -47,3 +52,62 @@ def test_broken_pickles_get_clear_errors(data: bytes, why: str) -> None:
     with pytest.raises(CorruptPickleError, match=why) as info:
         xm.load(io.BytesIO(data))
     assert isinstance(info.value, XmgeError) and "\n" not in str(info.value)
+
+
+# -- .tm replay ------------------------------------------------------------------------------------
+
+
+class _Zeros(M.Module):
+    def forward(self, x: Any) -> Any:
+        return x + F.zeros((3, 3))
+
+
+class _Pad(M.Module):
+    def forward(self, x: Any) -> Any:
+        return F.nn.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+
+
+def _tampered_tm(net: M.Module, edit: Any) -> Any:
+    traced = tm.trace_module(net, xm.tensor(np.zeros((1, 1, 3, 3), np.float32)))
+    edit(traced)
+    buf = io.BytesIO()
+    xm.save(traced, buf)
+    return xm.load(io.BytesIO(buf.getvalue()))
+
+
+def _set_call_arg(traced: Any, suffix: str, name: str, value: Any) -> None:
+    for e in traced.graph.exprs():
+        if getattr(e, "func", ("", ""))[1].endswith(suffix):
+            e.set_arg(name, value)
+
+
+def _widen_conv(traced: Any) -> None:
+    for m in traced.modules():
+        if isinstance(m, M.Conv2d):
+            m.out_channels = 30000
+            m.weight = xm.Parameter(np.zeros((30000, 1, 3, 3), np.float32))
+
+
+@pytest.mark.parametrize(
+    ("net", "edit", "what"),
+    [
+        (_Zeros, lambda t: _set_call_arg(t, "zeros", "shape", (30000, 30000)), "zeros"),
+        (_Pad, lambda t: _set_call_arg(t, "pad", "pad_width", [(0, 0), (0, 0), (1, 10**6), (1, 10**4)]), "pad"),
+        (lambda: M.Sequential(M.Conv2d(1, 4, 3)), _widen_conv, "Conv2d"),
+    ],
+)
+def test_tm_replay_bombs_are_refused_before_allocating(net: Any, edit: Any, what: str) -> None:
+    back = _tampered_tm(net(), edit)
+    pattern = rf"expr %\d+: .*{what}'s result needs \d+ bytes.*XMGE_MAX_TENSOR_BYTES"
+    with pytest.raises(limits.LimitExceeded, match=pattern) as info:
+        back(xm.tensor(np.zeros((1, 1, 300, 300), np.float32)))
+    assert "\n" not in str(info.value) and "\t" not in str(info.value)
+
+
+def test_tm_replay_of_a_graph_using_an_uncomputed_node_is_a_clear_error() -> None:
+    def drop_first(t: Any) -> None:
+        t.graph._exprs.pop(0)  # a broken file: the zeros expression is gone, its output still used
+
+    back = _tampered_tm(_Zeros(), drop_first)
+    with pytest.raises(tm.TracedModuleError, match="which no earlier expression computes"):
+        back(xm.tensor(np.zeros((1, 1, 3, 3), np.float32)))
