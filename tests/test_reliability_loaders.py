@@ -67,6 +67,9 @@ class _Pad(M.Module):
         return F.nn.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
 
 
+HUGE_PAD = [(0, 0), (0, 0), (1, 10**6), (1, 10**4)]
+
+
 def _tampered_tm(net: M.Module, edit: Any) -> Any:
     traced = tm.trace_module(net, xm.tensor(np.zeros((1, 1, 3, 3), np.float32)))
     edit(traced)
@@ -92,7 +95,7 @@ def _widen_conv(traced: Any) -> None:
     ("net", "edit", "what"),
     [
         (_Zeros, lambda t: _set_call_arg(t, "zeros", "shape", (30000, 30000)), "zeros"),
-        (_Pad, lambda t: _set_call_arg(t, "pad", "pad_width", [(0, 0), (0, 0), (1, 10**6), (1, 10**4)]), "pad"),
+        (_Pad, lambda t: _set_call_arg(t, "pad", "pad_width", HUGE_PAD), "pad"),
         (lambda: M.Sequential(M.Conv2d(1, 4, 3)), _widen_conv, "Conv2d"),
     ],
 )
@@ -111,3 +114,29 @@ def test_tm_replay_of_a_graph_using_an_uncomputed_node_is_a_clear_error() -> Non
     back = _tampered_tm(_Zeros(), drop_first)
     with pytest.raises(tm.TracedModuleError, match="which no earlier expression computes"):
         back(xm.tensor(np.zeros((1, 1, 3, 3), np.float32)))
+
+
+# -- MegEngine .tm -----------------------------------------------------------------------------------
+
+
+def _golden_tm() -> bytes:
+    from tests.conftest import data_path
+
+    with open(data_path("convnet", "convnet.tm"), "rb") as f:
+        return f.read()
+
+
+def test_megengine_tm_missing_layer_field_names_the_field() -> None:
+    data = _golden_tm()
+    assert b"in_channels" in data
+    broken = data.replace(b"in_channels", b"in_channelz")
+    with pytest.raises(tm.TracedModuleError, match="lacks the field 'in_channels'") as info:
+        tm.load_megengine_tm(broken)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("cut", [0, 10, 100, 1000, -7])
+def test_truncated_megengine_tm_is_a_clear_error(cut: int) -> None:
+    data = _golden_tm()
+    with pytest.raises(tm.TracedModuleError, match="not a well-formed MegEngine .tm|refusing"):
+        tm.load_megengine_tm(data[:cut])
