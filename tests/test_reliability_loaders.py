@@ -140,3 +140,35 @@ def test_truncated_megengine_tm_is_a_clear_error(cut: int) -> None:
     data = _golden_tm()
     with pytest.raises(tm.TracedModuleError, match="not a well-formed MegEngine .tm|refusing"):
         tm.load_megengine_tm(data[:cut])
+
+
+# -- mixing up .pkl and .mge (issue 31) ---------------------------------------------------------------
+
+
+def test_load_of_a_mge_points_to_the_graph_loaders() -> None:
+    from compiler.serialization import NotAPickleError
+    from tests.conftest import data_path
+
+    path = data_path("convnet", "plain.mge")
+    with pytest.raises(NotAPickleError, match=r"\.mge graph, not a pickle: run it with compiler\.lite"):
+        xm.load(path)
+
+
+def test_load_state_dict_of_a_path_says_to_load_first() -> None:
+    with pytest.raises(TypeError, match=r"load the file first.*compiler\.load\('model\.pkl'\)"):
+        M.Linear(2, 3).load_state_dict("model.pkl")  # type: ignore[arg-type]
+
+
+def test_cli_run_of_a_pickle_says_to_use_compiler_load(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "model.pkl"
+    path.write_bytes(pickle.dumps({"w": 1}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "compiler.driver.cli", "run", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "pickle" in proc.stderr and "compiler.load" in proc.stderr
+    assert "Traceback" not in proc.stderr
