@@ -685,7 +685,11 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             _set_tensor_state(inst, state, self._map_device)
             return
         if isinstance(inst, np.ndarray | np.dtype):
-            inst.__setstate__(state)  # numpy validates its own state
+            try:
+                inst.__setstate__(state)  # numpy validates its own state
+            except (SystemError, TypeError, ValueError) as exc:  # numpy can fail without a message
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise _refuse(f"malformed state for a numpy {type(inst).__name__} ({why:.80})") from None
             return
         slots = None
         if isinstance(state, tuple) and len(state) == 2:
