@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 
 from backends.mge.fbs import MgeFormatError
@@ -27,3 +30,19 @@ def test_float_conv_bias_claiming_nchw44_dot_is_refused() -> None:
                 assert "ConvBias" in str(exc) and "8-bit integer" in str(exc) and "f32" in str(exc)
                 return
     pytest.fail("no single-byte format change was refused")
+
+
+def test_int8_tensors_are_sized_at_the_reference_working_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference widens int8 to int64/float64: a padded int8 input is capped at 8 bytes an
+    element, so a huge int8 padding cannot pass the cap and then allocate 8x in the reference."""
+    with open(data_path("int8", "fbs_v1.mge"), "rb") as f:
+        data = f.read()
+    read_mge(data)
+    cap = 10368  # every int8 tensor of the file fits at 1 byte an element; not all at 8
+    monkeypatch.setenv("XMGE_MAX_TENSOR_BYTES", str(cap))
+    with pytest.raises(MgeFormatError, match=r"ConvBias.* would need \d+ bytes") as info:
+        read_mge(data)
+    m = re.search(r"of shape \(([\d, ]+)\) would need (\d+) bytes", str(info.value))
+    assert m is not None
+    elements = math.prod(int(d) for d in m.group(1).split(","))
+    assert int(m.group(2)) == 8 * elements and elements <= cap
