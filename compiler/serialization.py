@@ -33,6 +33,7 @@ import pickle
 import re
 import secrets
 import stat
+import struct
 import time
 import types
 from collections.abc import Callable, Iterable
@@ -871,7 +872,7 @@ def _load(
     except limits.LimitExceeded:
         raise
     except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError,
-            MemoryError, RecursionError, UnicodeDecodeError, pickle.UnpicklingError) as exc:
+            MemoryError, RecursionError, UnicodeDecodeError, struct.error, pickle.UnpicklingError) as exc:
         raise CorruptPickleError(_corrupt_message(fh, exc)) from None
 
 

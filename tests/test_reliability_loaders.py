@@ -172,3 +172,14 @@ def test_cli_run_of_a_pickle_says_to_use_compiler_load(tmp_path: Any) -> None:
     assert proc.returncode == 1
     assert "pickle" in proc.stderr and "compiler.load" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_short_integer_argument_is_a_corrupt_pickle() -> None:
+    with pytest.raises(CorruptPickleError, match="unpack requires a buffer of 4 bytes"):
+        xm.load(io.BytesIO(b"\x80\x04J\x01\x02"))  # BININT with 2 of its 4 bytes (found by fuzz_pickle)
+
+
+def test_megengine_tm_declared_length_is_checked_before_allocating() -> None:
+    huge_bytes8 = b"\x80\x04\x8e" + (2**56 - 1).to_bytes(8, "little") + b"abc."
+    with pytest.raises(tm.TracedModuleError, match="expected 72057594037927935 bytes in a bytes8"):
+        tm.load_megengine_tm(huge_bytes8)

@@ -16,6 +16,8 @@ import inspect
 import io
 import os
 import pickle
+import pickletools
+import struct
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -494,9 +496,14 @@ def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedMo
     try:
         if isinstance(f, str | os.PathLike):
             with open(f, "rb") as fh:
-                root = _Unpickler(fh).load()
+                data = fh.read()
         else:
-            root = _Unpickler(f).load()
+            data = f.read()
+        # the C unpickler allocates a counted argument's declared length before reading it: check
+        # every declared length against the bytes present first (pickletools reads, never allocates)
+        for _ in pickletools.genops(data):
+            pass
+        root = _Unpickler(io.BytesIO(data)).load()
         top_name = "megengine.traced_module.traced_module.TracedModule"
         if not (isinstance(root, _Record) and root._mge_name == top_name):
             raise _refuse(f"a file holding {type(root).__name__}", "it is not a MegEngine TracedModule")
@@ -506,7 +513,7 @@ def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedMo
     except RecursionError:
         raise _refuse(f"{name}", "its graphs nest too deeply") from None
     except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, StopIteration,
-            pickle.UnpicklingError) as exc:
+            MemoryError, OverflowError, struct.error, pickle.UnpicklingError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else "no detail"
         why = f"it is not a well-formed MegEngine .tm ({type(exc).__name__}: {detail})"
         raise _refuse(f"{name}", why) from None
