@@ -176,6 +176,8 @@ def main() -> None:
                 slowest = max(slowest, seconds)
                 if outcome.startswith("bug"):
                     counts["bug"] += 1
+                    if outcome not in bugs:
+                        print(f"  new finding (batch at case {b[0]}): {outcome}", flush=True)
                     bugs[outcome] += 1
                 else:
                     counts[outcome] += 1
