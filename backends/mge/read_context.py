@@ -20,7 +20,7 @@ from xdsl.ir import Block, SSAValue
 
 from backends.mge.dtypes import FOUR_BIT, to_element, unpack_4bit
 from backends.mge.fbs import MgeFormatError
-from dialects import enums
+from dialects import enums, limits
 from dialects import tensor as T
 from dialects.dtypes import is_float, numpy_dtype
 from dialects.weights import WeightAttr
@@ -36,14 +36,11 @@ class MgeUnsupportedError(MgeFormatError):
 # ----------------------------------------------------------------------------------------------
 # size limits: a file's numbers may not make xmge allocate or compute without bound
 
-MAX_TENSOR_BYTES_ENV = "XMGE_MAX_TENSOR_BYTES"
-MAX_FOLDED_BYTES_ENV = "XMGE_MAX_FOLDED_BYTES"
-DEFAULT_MAX_TENSOR_BYTES = 4 << 30
-"""Default cap on any single tensor of a read graph (every result, and every padded operand the
-reference kernels build): 4 GiB. ``XMGE_MAX_TENSOR_BYTES`` overrides it."""
-DEFAULT_MAX_FOLDED_BYTES = 256 << 20
-"""Default cap on the values evaluated while reading (shape arithmetic and small constants folded
-by running their reference kernels), all together: 256 MiB. ``XMGE_MAX_FOLDED_BYTES`` overrides it."""
+# one budget for every loader (dialects.limits): the same defaults and variables
+MAX_TENSOR_BYTES_ENV = limits.MAX_TENSOR_BYTES_ENV
+MAX_FOLDED_BYTES_ENV = limits.MAX_FOLDED_BYTES_ENV
+DEFAULT_MAX_TENSOR_BYTES = limits.DEFAULT_MAX_TENSOR_BYTES
+DEFAULT_MAX_FOLDED_BYTES = limits.DEFAULT_MAX_FOLDED_BYTES
 FOLD_SMALL_INT_ELEMENTS = 64
 """int32 operands (MegEngine's shape dtype) of at most this many elements count as shape values:
 an op taking only such constants is evaluated while reading, as MegEngine's static value
