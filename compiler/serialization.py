@@ -33,6 +33,7 @@ import pickle
 import re
 import secrets
 import stat
+import struct
 import time
 import types
 from collections.abc import Callable, Iterable
@@ -41,6 +42,7 @@ from typing import IO, Any
 import numpy as np
 
 from compiler.core import XmgeError
+from dialects import limits
 
 # MegEngine's default (pickle.DEFAULT_PROTOCOL of the Pythons it ships for): readable by all of them
 DEFAULT_PROTOCOL = 4
@@ -558,6 +560,8 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
 
     def __init__(self, file: IO[bytes], finder: _RestrictedFinder, map_device: Callable[[str], str]) -> None:
         super().__init__(file)
+        self._file = file
+        self._budget = limits.Budget(file=_file_name(file))
         self._finder = finder
         self._map_device = map_device
         self._callables: dict[int, Any] = {}  # id -> the globals handed out (kept alive, so ids stay unique)
@@ -603,6 +607,7 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             raise _refuse(f"{opcode} with arguments of type {type(args).__name__}")
         if isinstance(func, type) and issubclass(func, Tensor):
             return self._tensor(func, args)
+        self._check_size(func, args, opcode)
         if opcode == "NEWOBJ":
             if not isinstance(func, type):
                 raise _refuse(f"NEWOBJ of {_describe(func)}, which is not a class")
@@ -612,6 +617,31 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
         if _is_code_object(result) or (isinstance(func, type) and not isinstance(result, func)):
             raise _refuse(f"{opcode} of {_describe(func)} returning {_describe(result)}")
         return result
+
+    def place(self, opcode: str) -> str:
+        try:
+            return f"{opcode} before byte {self._file.tell()}"
+        except (OSError, AttributeError, ValueError):
+            return opcode
+
+    def _check_size(self, func: Any, args: tuple[Any, ...], opcode: str) -> None:
+        """The allow-listed builtins a file may call can still be asked for huge objects from a few
+        bytes (``bytearray(1 << 34)``, ``set(range(10**9))``): size them under the shared budget
+        before they are built."""
+        if func not in (bytearray, set, frozenset, complex, slice, range, object):
+            return
+        nbytes = 0
+        for arg in args:
+            if isinstance(arg, bool):
+                continue
+            if isinstance(arg, int) and func is bytearray:
+                nbytes += max(arg, 0)
+            elif isinstance(arg, range):
+                # a set entry costs ~ 8-byte slot x2 plus an int object; a bytearray entry one byte
+                nbytes += len(arg) * (1 if func is bytearray else 64)
+        if nbytes:
+            self._budget.add_tensor(nbytes, place=self.place(f"{opcode} {func.__name__}()"),
+                                    what=f"a {func.__name__}")
 
     def _tensor(self, cls: type, args: tuple[Any, ...]) -> Any:
         """xmge's Tensor from MegEngine's ``(array, dtype, device)`` (empty for xmge's older form,
@@ -656,7 +686,11 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             _set_tensor_state(inst, state, self._map_device)
             return
         if isinstance(inst, np.ndarray | np.dtype):
-            inst.__setstate__(state)  # numpy validates its own state
+            try:
+                inst.__setstate__(state)  # numpy validates its own state
+            except (SystemError, TypeError, ValueError) as exc:  # numpy can fail without a message
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise _refuse(f"malformed state for a numpy {type(inst).__name__} ({why:.80})") from None
             return
         slots = None
         if isinstance(state, tuple) and len(state) == 2:
@@ -830,7 +864,43 @@ def _load(
     if trusted:
         return _trusted_load(fh, map_device, pickle_module)
     _check_pickle_module(pickle_module)
-    return _SafeUnpickler(fh, _RestrictedFinder(allowed_classes), map_device).load()
+    unpickler = _SafeUnpickler(fh, _RestrictedFinder(allowed_classes), map_device)
+    try:
+        return unpickler.load()
+    except XmgeError:
+        raise
+    except limits.LimitExceeded:
+        raise
+    except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError,
+            MemoryError, RecursionError, UnicodeDecodeError, struct.error, pickle.UnpicklingError) as exc:
+        raise CorruptPickleError(_corrupt_message(fh, exc)) from None
+
+
+class CorruptPickleError(XmgeError, pickle.UnpicklingError):
+    """A file that is not a well-formed pickle (truncated, an unknown opcode, a broken stack)."""
+
+
+def _file_name(fh: Any) -> str:
+    name = getattr(fh, "name", None)
+    return str(name) if isinstance(name, str | os.PathLike) else "<pickle data>"
+
+
+def _corrupt_message(fh: IO[bytes], exc: BaseException) -> str:
+    try:
+        where = f" (near byte {fh.tell()})"
+    except (OSError, AttributeError, ValueError):
+        where = ""
+    if isinstance(exc, EOFError):
+        why = "it ends in the middle (truncated or empty)"
+    elif isinstance(exc, KeyError) and isinstance(exc.args[0] if exc.args else None, int):
+        why = f"unknown pickle opcode 0x{exc.args[0]:02x}"
+    elif isinstance(exc, IndexError):
+        why = "an opcode takes more values than the pickle stack holds"
+    elif isinstance(exc, RecursionError):
+        why = "it nests too deeply"
+    else:
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'}"
+    return f"{_file_name(fh)}: not a valid pickle{where}: {why}. Nothing from the file was executed."
 
 
 class NotAPickleError(XmgeError, pickle.UnpicklingError):
@@ -893,6 +963,7 @@ def loads(data: bytes, **kwargs: Any) -> Any:
 
 __all__: list[str] = [
     "DEFAULT_PROTOCOL",
+    "CorruptPickleError",
     "STALE_TMP_SECONDS",
     "UnsafePickleError",
     "atomic_write",

@@ -35,6 +35,39 @@ def _describe(op: Operation) -> str:
     return f"{op.name}{where}"
 
 
+def _input_name(fn: func.FuncOp, i: int, arg: SSAValue) -> str:
+    hint = arg.name_hint
+    return f"input {i}" + (f" '{hint}'" if hint else "") + f" of @{fn.sym_name.data}"
+
+
+def check_exact_conversion(value: np.ndarray, want: np.dtype, what: str) -> None:
+    """InterpreterError unless every element of ``value`` keeps its value as ``want``: an int64
+    index 2**32+1 must not wrap into int32, a float 1.7 must not truncate into an int input.
+    Float to narrower float (rounding) is a normal conversion; quantized inputs are checked by
+    their scale elsewhere."""
+    want = np.dtype(want)
+    have = value.dtype
+    if have == want or want.kind not in "iub" or value.size == 0:
+        return
+    if have.kind not in "iufb":
+        raise InterpreterError(f"{what} must be {want}, got an array of {have}")
+    if want.kind == "b":
+        if have.kind != "b" and not np.isin(value, (0, 1)).all():
+            raise InterpreterError(f"{what} is bool: got values other than 0 and 1 ({have})")
+        return
+    if have.kind == "f":
+        finite = np.isfinite(value)
+        if not finite.all() or not (value == np.trunc(value)).all():
+            bad = value[~finite | (value != np.trunc(np.where(finite, value, 0)))].flat[0]
+            raise InterpreterError(f"{what} is {want}: got the non-integer value {bad} ({have})")
+    info = np.iinfo(want)
+    low, high = value.min(), value.max()
+    if low < info.min or high > info.max:
+        bad = low if low < info.min else high
+        limits = f"[{info.min}, {info.max}]"
+        raise InterpreterError(f"{what} is {want}: the value {bad} ({have}) is outside {limits}")
+
+
 def run_function(fn: func.FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run ``fn`` on numpy inputs; returns its results as numpy arrays."""
     block = fn.body.block
@@ -50,6 +83,7 @@ def run_function(fn: func.FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarr
             raise InterpreterError(
                 f"input {i} of @{fn.sym_name.data} must have shape {want_shape}, got {value.shape}"
             )
+        check_exact_conversion(value, want_dtype, _input_name(fn, i, arg))
         env[arg] = conform(value.astype(want_dtype, copy=False), want_dtype)
     for op in block.ops:
         if isinstance(op, func.ReturnOp):

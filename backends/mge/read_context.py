@@ -20,9 +20,9 @@ from xdsl.ir import Block, SSAValue
 
 from backends.mge.dtypes import FOUR_BIT, to_element, unpack_4bit
 from backends.mge.fbs import MgeFormatError
-from dialects import enums
+from dialects import enums, limits
 from dialects import tensor as T
-from dialects.dtypes import numpy_dtype
+from dialects.dtypes import is_float, numpy_dtype
 from dialects.weights import WeightAttr
 
 if TYPE_CHECKING:
@@ -36,14 +36,11 @@ class MgeUnsupportedError(MgeFormatError):
 # ----------------------------------------------------------------------------------------------
 # size limits: a file's numbers may not make xmge allocate or compute without bound
 
-MAX_TENSOR_BYTES_ENV = "XMGE_MAX_TENSOR_BYTES"
-MAX_FOLDED_BYTES_ENV = "XMGE_MAX_FOLDED_BYTES"
-DEFAULT_MAX_TENSOR_BYTES = 4 << 30
-"""Default cap on any single tensor of a read graph (every result, and every padded operand the
-reference kernels build): 4 GiB. ``XMGE_MAX_TENSOR_BYTES`` overrides it."""
-DEFAULT_MAX_FOLDED_BYTES = 256 << 20
-"""Default cap on the values evaluated while reading (shape arithmetic and small constants folded
-by running their reference kernels), all together: 256 MiB. ``XMGE_MAX_FOLDED_BYTES`` overrides it."""
+# one budget for every loader (dialects.limits): the same defaults and variables
+MAX_TENSOR_BYTES_ENV = limits.MAX_TENSOR_BYTES_ENV
+MAX_FOLDED_BYTES_ENV = limits.MAX_FOLDED_BYTES_ENV
+DEFAULT_MAX_TENSOR_BYTES = limits.DEFAULT_MAX_TENSOR_BYTES
+DEFAULT_MAX_FOLDED_BYTES = limits.DEFAULT_MAX_FOLDED_BYTES
 FOLD_SMALL_INT_ELEMENTS = 64
 """int32 operands (MegEngine's shape dtype) of at most this many elements count as shape values:
 an op taking only such constants is evaluated while reading, as MegEngine's static value
@@ -207,12 +204,20 @@ def emit(
     return new
 
 
+def _working_itemsize(element: Any) -> int:
+    """Bytes per element the reference kernels use: integer and quantized tensors are widened to
+    int64/float64 accumulators, so an int8 tensor under the cap in int8 could need 8x the memory."""
+    itemsize = numpy_dtype(element).itemsize
+    return itemsize if is_float(element) else max(itemsize, 8)
+
+
 def _check_sizes(op: RawOpr, new: T.MgbOp) -> None:
-    """Every result, and the padded copy of operand 0 that padding ops build, within the cap."""
+    """Every result, and the padded copy of operand 0 that padding ops build, within the cap (at
+    the width the reference kernels compute in)."""
     for i, r in enumerate(new.results):
         t = r.type
         assert isinstance(t, TensorType)
-        check_tensor_size(op, t.get_shape(), numpy_dtype(t.element_type).itemsize, f"output {i}")
+        check_tensor_size(op, t.get_shape(), _working_itemsize(t.element_type), f"output {i}")
     padding = new.params().get("padding")
     if padding is not None and new.operands:
         src = new.operands[0].type
@@ -222,7 +227,7 @@ def _check_sizes(op: RawOpr, new: T.MgbOp) -> None:
         if len(shape) >= len(pads):  # NCHW: padding applies to the trailing spatial axes
             for k, p in enumerate(pads):
                 shape[len(shape) - len(pads) + k] += 2 * p
-            check_tensor_size(op, shape, numpy_dtype(src.element_type).itemsize, "the padded input")
+            check_tensor_size(op, shape, _working_itemsize(src.element_type), "the padded input")
 
 
 def emit_values(

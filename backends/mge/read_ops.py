@@ -7,6 +7,7 @@ Each is one row's ``read`` of :data:`backends.mge.oprs.OPRS`; the shared state a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +36,7 @@ from backends.mge.read_context import (
 )
 from dialects import enums
 from dialects import tensor as T
-from dialects.dtypes import numpy_dtype
+from dialects.dtypes import is_float, numpy_dtype
 
 if TYPE_CHECKING:
     from backends.mge.container import RawOpr
@@ -66,6 +67,37 @@ def _tensor_format(op: RawOpr, p: dict[str, Any]) -> Any:
     return fmt
 
 
+def _is_int8(element: Any) -> bool:
+    try:
+        dt = numpy_dtype(element)
+    except Exception:  # noqa: BLE001 - an element type numpy cannot store is no int8
+        return False
+    return dt.kind in "iu" and dt.itemsize == 1
+
+
+# formats whose kernels exist only for some operand dtypes (MegEngine's conv algorithms): a file
+# claiming another would have the reference and the generated kernels read the filter differently
+_FORMAT_OPERANDS: dict[Any, tuple[str, Any]] = {
+    enums.Format.NCHW44_DOT: ("8-bit integer", _is_int8),
+    enums.Format.NCHW32: ("8-bit integer", _is_int8),
+    enums.Format.CHWN4: ("8-bit integer", _is_int8),
+    enums.Format.NCHW64: ("4- or 8-bit integer", lambda e: not is_float(e)),
+    enums.Format.NCHW88: ("float", is_float),
+}
+
+
+def _check_format_operands(op: RawOpr, fmt: Any, ins: Sequence[ReadVar]) -> None:
+    """A conv's ``format`` must be one its operands' dtypes allow (a float32 ConvBias in
+    NCHW44_DOT is a corrupt file, not a layout to guess)."""
+    rule = _FORMAT_OPERANDS.get(fmt)
+    if rule is None or not ins or ins[0].type is None:
+        return
+    needs, allowed = rule
+    element = ins[0].type.element_type
+    if not allowed(element):
+        raise fail(op, f"format {fmt.name} needs {needs} operands, but the input is {element}")
+
+
 def _conv_params(op: RawOpr, p: dict[str, Any]) -> dict[str, Any]:
     fmt = _tensor_format(op, p)
     return {
@@ -82,6 +114,7 @@ def _conv_params(op: RawOpr, p: dict[str, Any]) -> dict[str, Any]:
 def read_convolution(ctx: ReadContext, op: RawOpr) -> None:
     params = _conv_params(op, op.param("Convolution"))
     ins = layouts.conv_operands(op, [input_var(ctx, op, 0), input_var(ctx, op, 1)], params)
+    _check_format_operands(op, params["format"], ins)
     emit_one(ctx, op, T.ConvolutionOp, ins, **params)
 
 
@@ -92,6 +125,7 @@ def read_conv_bias(ctx: ReadContext, op: RawOpr) -> None:
     if not 2 <= len(op.inputs) <= 4:
         raise fail(op, f"takes 2 to 4 inputs, has {len(op.inputs)}")
     ins = layouts.conv_operands(op, [input_var(ctx, op, k) for k in range(len(op.inputs))], params)
+    _check_format_operands(op, params["format"], ins)
     result_types = None
     if op.output_dtype is not None:
         src, filt = ins[0].type, ins[1].type

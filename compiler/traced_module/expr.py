@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import compiler.traced_module.budget as budget
 import compiler.traced_module.policy as policy
 import compiler.traced_module.pytree as pytree
 from compiler.traced_module.node import GraphMember, ModuleNode, Node
@@ -257,6 +258,7 @@ class CallMethod(_Call):
         obj = values[0]
         args, kwargs = self._call_args(values[1:])
         if isinstance(obj, Module) and self.method == "__call__":
+            _preflight(type(obj).forward, type(obj).__name__, (obj, *args), kwargs, self, owner=obj)
             result = obj(*args, **kwargs)
         elif isinstance(obj, Tensor):
             policy.check_tensor_method(self.method)
@@ -270,6 +272,16 @@ class CallMethod(_Call):
         is_module_call = isinstance(obj, ModuleNode) and self.method == "__call__"
         callee = str(obj) if is_module_call else f"{obj}.{self.method}"
         return f"{callee}({self._arg_text(self.inputs[1:])})"
+
+
+def _preflight(fn: Callable[..., Any], name: str, args: Sequence[Any], kwargs: dict[str, Any],
+               expr: Expr, owner: Any = None) -> None:
+    """Size the call under the shared budget before it allocates (see :mod:`budget`)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return  # the call itself reports the mismatch
+    budget.check(name, dict(bound), place=" ".join(f"expr {expr!r}".split()), owner=owner)
 
 
 class CallFunction(_Call):
@@ -293,6 +305,7 @@ class CallFunction(_Call):
     def interpret(self, *values: Any) -> list[Any]:
         fn = policy.resolve_function(*self.func)
         args, kwargs = self._call_args(values)
+        _preflight(getattr(fn, "__wrapped__", fn), self.func[1].rpartition(".")[2], args, kwargs, self)
         return _flatten_result(self, fn(*args, **kwargs), self.out_spec)
 
     def _rhs(self) -> str:

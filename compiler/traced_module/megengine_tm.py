@@ -16,6 +16,8 @@ import inspect
 import io
 import os
 import pickle
+import pickletools
+import struct
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -32,6 +34,7 @@ from compiler.traced_module.expr import CallFunction, CallMethod, Constant, Expr
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError
 from compiler.traced_module.traced_module import InternalGraph, TracedModule
+from dialects.errors import XmgeError
 
 
 class MegEngineTMError(TracedModuleError, UnsafePickleError):
@@ -232,7 +235,16 @@ def _layer(record: _Record) -> Module:
     if build is None:
         raise _refuse(f"module class '{'.'.join(map(str, path))}'", "it is not a built-in layer xmge maps")
     state = st.get("state", {})
-    m = build(state)
+    name = ".".join(map(str, path))
+    if not isinstance(state, dict):
+        raise _refuse(f"layer {name} whose state is a {type(state).__name__}", "a layer's state is a dict")
+    try:
+        m = build(state)
+    except KeyError as exc:
+        raise _refuse(f"layer {name}", f"its state lacks the field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+        why = f"its configuration is invalid ({type(exc).__name__}: {exc})"
+        raise _refuse(f"layer {name}", why) from None
     m.training = bool(state.get("training", False))
     return m
 
@@ -480,16 +492,31 @@ def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedMo
     :class:`TracedModule` (see the module docstring for what is admitted)."""
     if isinstance(f, bytes):
         f = io.BytesIO(f)
-    if isinstance(f, str | os.PathLike):
-        with open(f, "rb") as fh:
-            root = _Unpickler(fh).load()
-    else:
-        root = _Unpickler(f).load()
-    if not (
-        isinstance(root, _Record) and root._mge_name == "megengine.traced_module.traced_module.TracedModule"
-    ):
-        raise _refuse(f"a file holding {type(root).__name__}", "it is not a MegEngine TracedModule")
-    top = _traced_module(root)
+    name = os.fspath(f) if isinstance(f, str | os.PathLike) else getattr(f, "name", "<.tm data>")
+    try:
+        if isinstance(f, str | os.PathLike):
+            with open(f, "rb") as fh:
+                data = fh.read()
+        else:
+            data = f.read()
+        # the C unpickler allocates a counted argument's declared length before reading it: check
+        # every declared length against the bytes present first (pickletools reads, never allocates)
+        for _ in pickletools.genops(data):
+            pass
+        root = _Unpickler(io.BytesIO(data)).load()
+        top_name = "megengine.traced_module.traced_module.TracedModule"
+        if not (isinstance(root, _Record) and root._mge_name == top_name):
+            raise _refuse(f"a file holding {type(root).__name__}", "it is not a MegEngine TracedModule")
+        top = _traced_module(root)
+    except (XmgeError, OSError):
+        raise
+    except RecursionError:
+        raise _refuse(f"{name}", "its graphs nest too deeply") from None
+    except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, StopIteration,
+            MemoryError, OverflowError, struct.error, pickle.UnpicklingError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+        why = f"it is not a well-formed MegEngine .tm ({type(exc).__name__}: {detail})"
+        raise _refuse(f"{name}", why) from None
     top._update_ref()
     _share_ids(top)
     return top

@@ -446,7 +446,21 @@ class InternalGraph:
             if bind(node, value):
                 return [env[n] for n in self._end_points]
         for expr in self._exprs:
-            results = expr.interpret(*[env[n] for n in expr.inputs])
+            missing = [n for n in expr.inputs if n not in env]
+            if missing:
+                raise TracedModuleError(
+                    f"{self._qualname}: {expr!r} uses {missing[0]}, which no earlier expression computes"
+                )
+            try:
+                results = expr.interpret(*[env[n] for n in expr.inputs])
+            except RecursionError:
+                raise TracedModuleError(
+                    f"{self._qualname}: {expr!r} nests modules too deeply (a module that calls itself?)"
+                ) from None
+            except StopIteration:
+                raise TracedModuleError(
+                    f"{self._qualname}: {expr!r} returned fewer values than its output structure lists"
+                ) from None
             if len(results) != len(expr.outputs):
                 raise TracedModuleError(
                     f"{expr!r} produced {len(results)} values, expected {len(expr.outputs)}"
