@@ -12,6 +12,7 @@ it without pulling in the optimizer.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,13 +91,28 @@ BY_KEYWORD: dict[str, DumpOption] = {o.keyword: o for o in OPTIONS}
 LAYOUT_OPTIONS: tuple[DumpOption, ...] = tuple(o for o in OPTIONS if o.layout is not None)
 
 
+def suggest_option(name: str) -> str | None:
+    """The known keyword closest to a misspelt ``name`` (``enable_nchw88x``, ``nchw88``,
+    ``enable-nchw88``), or None when nothing is close."""
+    norm = name.strip().lstrip("-").replace("-", "_")
+    if not norm.startswith("enable_"):
+        norm = "enable_" + norm
+    while norm.startswith("enable_enable_"):
+        norm = norm[len("enable_") :]
+    if norm in BY_KEYWORD:
+        return norm
+    close = difflib.get_close_matches(norm, list(BY_KEYWORD), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def parse_options(kwargs: Mapping[str, Any]) -> frozenset[str]:
     """The keywords that ``kwargs`` turn on (defaults included); unknown keywords raise
     ``unknown options: [...]`` as MegEngine does, and two options of one exclusive group an error
     naming both."""
     unknown = [k for k in kwargs if k not in BY_KEYWORD]
     if unknown:
-        raise InferenceOptionError(f"unknown options: {unknown}")
+        hints = [f"{k!r}: did you mean {h!r}?" for k in unknown if (h := suggest_option(k))]
+        raise InferenceOptionError(f"unknown options: {unknown}" + (f" ({'; '.join(hints)})" if hints else ""))
     on = [o for o in OPTIONS if bool(kwargs.get(o.keyword, o.default))]
     for group, reason in CONFLICTS.items():
         clash = [o.keyword for o in on if o.exclusive == group]
