@@ -112,7 +112,8 @@ def parse_options(kwargs: Mapping[str, Any]) -> frozenset[str]:
     unknown = [k for k in kwargs if k not in BY_KEYWORD]
     if unknown:
         hints = [f"{k!r}: did you mean {h!r}?" for k in unknown if (h := suggest_option(k))]
-        raise InferenceOptionError(f"unknown options: {unknown}" + (f" ({'; '.join(hints)})" if hints else ""))
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        raise InferenceOptionError(f"unknown options: {unknown}{hint}")
     on = [o for o in OPTIONS if bool(kwargs.get(o.keyword, o.default))]
     for group, reason in CONFLICTS.items():
         clash = [o.keyword for o in on if o.exclusive == group]
