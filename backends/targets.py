@@ -83,6 +83,8 @@ def parse_target(text: str) -> Target:
             f"a target is a string such as 'x86-avx2' or 'arm-nchw44-dot' (or a Target), "
             f"got {type(text).__name__} {text!r}"
         )
+    if text.strip() == "host":  # the word the CLI and compile() default to: this machine's best
+        return host_target()
     try:
         tree = _parser().parse(text.strip())
     except LarkError as exc:

@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import re
+import warnings
 from collections.abc import Sequence
 from typing import IO, Any, NamedTuple
 
@@ -343,6 +344,14 @@ def dump(
 
     traced_fn = run_passes(module, [SplitReduceSqueezePass()])
     dedup_traced_names(next(op for op in traced_fn.ops if isinstance(op, func.FuncOp)))
+    ignored = sorted(k for k, v in options.items() if v and k.startswith("enable_"))
+    if ignored and not optimize_for_inference:
+        # MegEngine drops these silently; a user who asked for a layout would not know it never happened
+        warnings.warn(
+            f"{', '.join(ignored)} ignored: optimize_for_inference=False turns every inference option off",
+            UserWarning,
+            stacklevel=2,
+        )
     work = run_passes(traced_fn, pipeline_for(optimize_for_inference=optimize_for_inference, **options))
     wfn = next(op for op in work.ops if isinstance(op, func.FuncOp))
     wfn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in inputs])

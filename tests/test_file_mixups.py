@@ -82,7 +82,7 @@ def test_list_targets_and_compile_defaults_to_the_host(
 
     assert main(["--list-targets"]) == 0
     out = capsys.readouterr().out
-    assert f"this machine: {host_target()}" in out and "+OPTION" in out
+    assert f"host (the default): {host_target()}" in out and "+OPTION" in out
     path = _mge(tmp_path)
     assert main(["compile", str(path), "-o", str(tmp_path / "pkg")]) == 0
     assert f"for {host_target()}" in capsys.readouterr().out

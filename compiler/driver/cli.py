@@ -32,7 +32,12 @@ from dialects.errors import XmgeError
 
 def _load_inputs(specs: Sequence[str], wanted: list[str]) -> dict[str, np.ndarray]:
     feeds: dict[str, np.ndarray] = {}
+    import os
+
     for spec in specs:
+        # MegEngine's load_and_run spells an input NAME:FILE; a path with a colon that exists stays a path
+        if "=" not in spec and ":" in spec and not os.path.exists(spec):
+            spec = spec.replace(":", "=", 1)
         if "=" in spec:
             name, path = spec.split("=", 1)
             try:
@@ -75,7 +80,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     missing = [n for n in net.get_all_input_name() if n not in feeds]
     if missing:
         raise ValueError(f"missing --input for {missing}")
-    outs = net(**feeds)
+    import time
+
+    for _ in range(args.warmup_iter):
+        net(**feeds)
+    times: list[float] = []
+    for _ in range(max(1, args.iter)):
+        t0 = time.perf_counter()
+        outs = net(**feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    engine = "compiled package" if os.path.isdir(args.model) else "reference interpreter"
+    if len(times) == 1:
+        print(f"ran once on the {engine} in {times[0]:.3f} ms")
+    else:
+        print(
+            f"ran {len(times)} times on the {engine} (after {args.warmup_iter} warm-up): "
+            f"median {float(np.median(times)):.3f} ms, min {min(times):.3f} ms"
+        )
     for name, arr in outs.items():
         print(f"{name}: shape={tuple(arr.shape)} dtype={arr.dtype} {checksum(arr)}")
     if args.output:
@@ -233,19 +254,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_targets(args: argparse.Namespace) -> int:
-    """``xmge targets`` / ``--list-targets``: what a target string may say, and this machine's."""
-    from backends.targets import OPTIONS, host_target
-
-    print(f"this machine: {host_target()}")
-    print("x86:  x86-avx2, x86-avx2-nchw88, x86-avx512, x86-avx512-nchw88; features -vnni -fp16 -amx -vbmi")
-    print("arm:  arm-nchw44, arm-nchw44-dot, arm-fp16 (cross-built, run under qemu-aarch64 here)")
-    print("cuda: cuda, cuda-nchw4, cuda-nchw32, cuda-chwn4, cuda-nchw64 (built with nvcc)")
-    print("ref:  ref (the reference interpreter)")
-    print(f"options (+OPTION): {', '.join(OPTIONS)}")
-    return 0
-
-
 def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver.compile import compile_file
 
@@ -277,7 +285,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rng.standard_normal(tuple(t.get_shape())).astype(numpy_dtype(t.element_type))
         for t in compiled.input_types
     ]
-    stats = benchmark(lambda: compiled.run(inputs), warmup=3, iters=args.iters)
+    stats = benchmark(lambda: compiled.run(inputs), warmup=args.warmup_iter, iters=args.iters)
     print(f"{args.model}: target {compiled.target}, {args.threads} thread(s), compiled in {seconds:.1f} s")
     print(
         f"  median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms, mean {stats['mean_ms']:.3f} ms "
@@ -312,13 +320,34 @@ def _bench_package(args: argparse.Namespace) -> int:
             rng.standard_normal(shape).astype(dt)
             for (_, shape, _), dt in zip(variant.inputs, variant.input_dtypes, strict=True)
         ]
-        stats = benchmark(lambda inputs=inputs: model.run(inputs), warmup=3, iters=args.iters)
+        stats = benchmark(lambda inputs=inputs: model.run(inputs), warmup=args.warmup_iter, iters=args.iters)
         shapes = ", ".join(str(s) for s in variant.input_shapes)
         print(
             f"  {shapes}: median {stats['median_ms']:.3f} ms, min {stats['min_ms']:.3f} ms, "
             f"mean {stats['mean_ms']:.3f} ms over {stats['runs']} runs"
         )
     return 0
+
+
+def _inference_option(word: str) -> str:
+    """An ``--enable`` word (``nchw88``, ``enable_nchw88``, ``fuse-conv-bias-nonlinearity``) as its
+    ``enable_*`` keyword; a word no option is close to is a ValueError with the closest suggestion."""
+    from passes.inference.options import BY_KEYWORD, suggest_option
+
+    norm = word.strip().replace("-", "_")
+    keyword = norm if norm.startswith("enable_") else f"enable_{norm}"
+    if keyword in BY_KEYWORD:
+        return keyword
+    hint = suggest_option(word)
+    valid = ", ".join(k.removeprefix("enable_").replace("_", "-") for k in BY_KEYWORD)
+    raise ValueError(
+        f"unknown option --enable {word}"
+        + (
+            f": did you mean {hint.removeprefix('enable_').replace('_', '-')}?"
+            if hint
+            else f"; valid: {valid}"
+        )
+    )
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -329,11 +358,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from compiler.serialization import atomic_write
 
     module = read_model_file(args.model)
-    # --enable nchw88, --enable enable_nchw88 and --enable enable-nchw88 all name enable_nchw88
-    options = {
-        "enable_" + name.removeprefix("enable_").removeprefix("enable-").replace("-", "_"): True
-        for name in args.enable or []
-    }
+    options = {_inference_option(name): True for name in args.enable or []}
     data = dump_module(module, dump_format=args.format, **options)
     atomic_write(args.output, lambda f: f.write(data))
     print(f"converted {args.model} to {args.output} ({len(data)} bytes)")
@@ -371,12 +396,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def list_targets() -> str:
+    """The ``--list-targets`` text: every architecture with its features and options, which of them
+    run on this machine, and what ``host`` (the default) means here."""
+    from backends.targets import ARCHES, OPTIONS, host_target
+
+    lines = [
+        f"host (the default): {host_target()} on this machine",
+        "architectures (ARCH[-FEATURE...][+OPTION...]):",
+    ]
+    for name, arch in ARCHES.items():
+        feats = ", ".join(arch.features) or "none"
+        built = "" if arch.backend is not None else " (parsed only, nothing compiles for it)"
+        lines.append(f"  {name:5s} {arch.description}{built}; features: {feats}")
+    lines.append(f"options (+OPTION): {', '.join(OPTIONS)}")
+    return "\n".join(lines)
+
+
+def _split_enable_flags(argv: list[str]) -> list[str]:
+    """``--enable-nchw88`` (the spelling MegEngine's dump scripts use) as ``--enable nchw88``."""
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("--enable-") and "=" not in arg:
+            out += ["--enable", arg[len("--enable-") :]]
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    if argv is None:
-        argv = sys.argv[1:]
-    if list(argv)[:1] == ["--list-targets"]:
-        argv = ["targets", *list(argv)[1:]]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--list-targets" in argv:
+        print(list_targets())
+        return 0
+    if argv[:1] == ["convert"]:
+        argv = _split_enable_flags(argv)
     parser = argparse.ArgumentParser(prog="xmge", description="Run and inspect MegEngine .mge models")
+    parser.add_argument(
+        "--list-targets",
+        action="store_true",
+        help="list the compilation targets and exit (any subcommand too)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a .mge model on the reference interpreter")
     run.add_argument("model")
@@ -385,8 +445,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-i",
         action="append",
         metavar="NAME=FILE.npy",
-        help="an input array (repeatable); a bare FILE.npz feeds every input it names",
+        help="an input array (repeatable; NAME:FILE.npy as load_and_run spells it works too); "
+        "a bare FILE.npz feeds every input it names",
     )
+    run.add_argument("--iter", type=int, default=1, help="runs to time (load_and_run's --iter; default 1)")
+    run.add_argument("--warmup-iter", type=int, default=0, help="untimed runs first (default 0)")
     run.add_argument("-o", "--output", help="save the outputs to this .npz, keyed by output name")
     run.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
     run.set_defaults(handler=cmd_run)
@@ -396,10 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp = sub.add_parser("compile", help="compile a .mge model to C kernels, a library and a runner")
     comp.add_argument("model")
     comp.add_argument(
-        "--target",
-        "-t",
-        default=None,
-        help="default: this machine's best; e.g. x86-avx2, arm-nchw44-dot, arm-fp16",
+        "--target", "-t", default=None, help="default host (this machine's best); see --list-targets"
     )
     comp.add_argument("-o", "--output", required=True, help="the folder to write")
     comp.add_argument("--threads", type=int, default=1)
@@ -410,13 +470,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.set_defaults(handler=cmd_compile)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")
     bench.add_argument("model")
-    bench.add_argument("--target", "-t", default=None, help="default: this machine's best x86 target")
+    bench.add_argument(
+        "--target", "-t", default=None, help="default host (this machine's best); see --list-targets"
+    )
     bench.add_argument("--threads", type=int, default=None, help="default 1 (a package: its own count)")
-    bench.add_argument("--iters", type=int, default=20)
+    bench.add_argument("--iters", "--iter", type=int, default=20, help="timed runs (default 20)")
+    bench.add_argument("--warmup-iter", type=int, default=3, help="untimed runs first (default 3)")
     bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
     bench.set_defaults(handler=cmd_bench)
-    lt = sub.add_parser("targets", help="list the target architectures, features and options")
-    lt.set_defaults(handler=cmd_targets)
     conv = sub.add_parser("convert", help="convert an ONNX model (or rewrite a .mge) to a MegEngine .mge")
     conv.add_argument("model")
     conv.add_argument("-o", "--output", required=True, help="the .mge file to write")
@@ -425,8 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--enable",
         action="append",
         metavar="OPTION",
-        help="an optimize_for_inference option without its enable_ prefix (repeatable), e.g. "
-        "fuse-conv-bias-nonlinearity, nchw88, io16xc32",
+        help="an optimize_for_inference option, with or without its enable_ prefix (repeatable), e.g. "
+        "fuse-conv-bias-nonlinearity, nchw88, io16xc32; --enable-nchw88 works too",
     )
     conv.set_defaults(handler=cmd_convert)
     srv = sub.add_parser("serve", help="serve a package or model on Ray Serve with dynamic batching")

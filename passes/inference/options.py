@@ -12,6 +12,7 @@ it without pulling in the optimizer.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,21 +91,27 @@ BY_KEYWORD: dict[str, DumpOption] = {o.keyword: o for o in OPTIONS}
 LAYOUT_OPTIONS: tuple[DumpOption, ...] = tuple(o for o in OPTIONS if o.layout is not None)
 
 
+def suggest_option(name: str) -> str | None:
+    """The known keyword closest to a misspelt ``name`` (``enable_nchw88x``, ``nchw88``,
+    ``enable-nchw88``), or None when nothing is close."""
+    norm = name.strip().lstrip("-").replace("-", "_")
+    if not norm.startswith("enable_"):
+        norm = "enable_" + norm
+    while norm.startswith("enable_enable_"):
+        norm = norm[len("enable_") :]
+    if norm in BY_KEYWORD:
+        return norm
+    close = difflib.get_close_matches(norm, list(BY_KEYWORD), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def parse_options(kwargs: Mapping[str, Any]) -> frozenset[str]:
     """The keywords that ``kwargs`` turn on (defaults included); unknown keywords raise
     ``unknown options: [...]`` as MegEngine does, and two options of one exclusive group an error
     naming both."""
     unknown = [k for k in kwargs if k not in BY_KEYWORD]
     if unknown:
-        import difflib
-
-        hints = []
-        for k in unknown:
-            # also match the command line's spellings (nchw88, enable-nchw88) against the keywords
-            guess = "enable_" + k.removeprefix("enable_").removeprefix("enable-").replace("-", "_")
-            close = [guess] if guess in BY_KEYWORD else difflib.get_close_matches(guess, BY_KEYWORD, 1, 0.8)
-            if close:
-                hints.append(f"{k!r}: did you mean {close[0]!r}?")
+        hints = [f"{k!r}: did you mean {h!r}?" for k in unknown if (h := suggest_option(k))]
         hint = f" ({'; '.join(hints)})" if hints else ""
         raise InferenceOptionError(f"unknown options: {unknown}{hint}")
     on = [o for o in OPTIONS if bool(kwargs.get(o.keyword, o.default))]
