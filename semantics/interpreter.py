@@ -50,7 +50,15 @@ def check_exact_conversion(value: np.ndarray, want: np.dtype, what: str) -> None
     if have == want or want.kind not in "iub" or value.size == 0:
         return
     if have.kind not in "iufb":
-        raise InterpreterError(f"{what} must be {want}, got an array of {have}")
+        # extension number types (ml_dtypes' int4/int2/float8 ... that ONNX arrays use) are checked
+        # by their values; anything else (strings, objects) is refused
+        if have.kind in "OSUM" or not hasattr(have, "type"):
+            raise InterpreterError(f"{what} must be {want}, got an array of {have}")
+        try:
+            value = value.astype(np.float64)
+        except (TypeError, ValueError):
+            raise InterpreterError(f"{what} must be {want}, got an array of {have}") from None
+        have = value.dtype
     if want.kind == "b":
         if have.kind != "b" and not np.isin(value, (0, 1)).all():
             raise InterpreterError(f"{what} is bool: got values other than 0 and 1 ({have})")
