@@ -19,7 +19,6 @@ import argparse
 import http.client
 import io
 import os
-import platform
 import sys
 import threading
 import time
@@ -30,18 +29,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import compiler as xm  # noqa: E402
+from bench.bench_deploy import cpu_model, load_note  # noqa: E402
 from compiler import jit, serving  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from compiler.driver.targets import host_target  # noqa: E402
 
 
 def dump_model(name: str, path: str) -> None:
@@ -184,6 +174,7 @@ def main() -> int:
     path = os.path.join(workdir, f"{args.model}.mge")
     if not os.path.exists(path):
         dump_model(args.model, path)
+    print(f"CPU: {cpu_model()} (target {host_target()}); before the run: {load_note()}", flush=True)
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1, 3, 224, 224)).astype(np.float32) for _ in range(args.inputs)]
     t0 = time.perf_counter()
@@ -243,7 +234,8 @@ def main() -> int:
 
     print()
     print(
-        f"{args.model} on Ray Serve {ray.__version__}, {cpu_name()}, {os.cpu_count()} CPUs, "
+        f"{args.model} on Ray Serve {ray.__version__}, {cpu_model()} (target {host_target()}), "
+        f"{os.cpu_count()} CPUs, "
         f"{args.threads} thread(s) per run, batch sizes {list(sizes)}, wait {args.batch_wait_ms} ms"
     )
     print(
