@@ -157,7 +157,13 @@ def main() -> int:
     ap.add_argument("--clients", default="1,4,16,64")
     ap.add_argument("--requests", type=int, default=700, help="requests per mode and client count")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="per mode and client count")
-    ap.add_argument("--threads", type=int, default=2, help="threads per model run")
+    ap.add_argument("--threads", type=int, default=2, help="threads per model run of the baseline")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="concurrent runs sharing a batch (batched mode), each on threads/workers threads",
+    )
     ap.add_argument("--batch-sizes", default="1,2,4,8")
     ap.add_argument("--batch-wait-ms", type=float, default=10.0)
     ap.add_argument("--port", type=int, default=8123)
@@ -196,7 +202,8 @@ def main() -> int:
             batch_sizes=sizes,
             max_batch=max(sizes),
             batch_wait_ms=args.batch_wait_ms,
-            threads=args.threads,
+            threads=max(1, args.threads // args.workers),
+            workers=args.workers,
         ),
         "one-at-a-time": serving.ServeOptions(
             name="single", batch_sizes=(1,), max_batch=1, batch_wait_ms=0, threads=args.threads
@@ -236,7 +243,9 @@ def main() -> int:
     print(
         f"{args.model} on Ray Serve {ray.__version__}, {cpu_model()} (target {host_target()}), "
         f"{os.cpu_count()} CPUs, "
-        f"{args.threads} thread(s) per run, batch sizes {list(sizes)}, wait {args.batch_wait_ms} ms"
+        f"batched: {args.workers} concurrent run(s) of {max(1, args.threads // args.workers)} thread(s), "
+        f"batch sizes {list(sizes)}, wait {args.batch_wait_ms} ms; one-at-a-time: 1 run of "
+        f"{args.threads} thread(s)"
     )
     print(
         f"{'clients':>7} | {'batched req/s':>13} {'p50 ms':>8} {'p99 ms':>8} {'samples/run':>11} | "

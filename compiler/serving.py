@@ -86,6 +86,8 @@ class ServedModel:
     outputs: list[TensorSpec]
     runners: dict[int, Callable[[list[np.ndarray]], Sequence[np.ndarray]]]
     target: str = ""
+    # the same batch sizes run on every worker's threads at once: for a batch too small to share
+    wide_runners: dict[int, Callable[[list[np.ndarray]], Sequence[np.ndarray]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.runners:
@@ -128,23 +130,33 @@ def load_served_model(
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     target: str | None = None,
     threads: int = 1,
+    workers: int = 1,
     name: str | None = None,
 ) -> ServedModel:
     """The model to serve from ``source``: a saved package folder (its batch sizes are the variants it
     holds; loaded without compiling), or a ``.mge`` / ``.onnx`` file compiled here for ``target``
-    (default: this machine) with one variant per batch size of ``batch_sizes``."""
+    (default: this machine) with one variant per batch size of ``batch_sizes``. With ``workers > 1``
+    a second instance runs on ``threads * workers`` threads, for batches too small to share."""
     path = os.fspath(source)
     if os.path.isdir(path):
         from compiler.driver.package import load_compiled
 
-        return served_from_compiled(load_compiled(path, threads=threads), name=name)
-    if not os.path.isfile(path):
-        raise ServingError(f"{path}: no such model file or package folder")
-    from compiler.driver.compile import compile
+        model: Any = load_compiled(path, threads=threads)
+        stem = None
+    elif os.path.isfile(path):
+        from compiler.driver.compile import compile
 
-    stem = _identifier(os.path.splitext(os.path.basename(path))[0])
-    model = compile(path, target, threads=threads, batch_sizes=sorted(set(batch_sizes)), name=name or stem)
-    return served_from_compiled(model, name=name or stem)
+        stem = _identifier(os.path.splitext(os.path.basename(path))[0])
+        sizes = sorted(set(batch_sizes))
+        model = compile(path, target, threads=threads, batch_sizes=sizes, name=name or stem)
+    else:
+        raise ServingError(f"{path}: no such model file or package folder")
+    served = served_from_compiled(model, name=name or stem)
+    if workers > 1:
+        wide = model.with_threads(threads * workers)
+        wide.loaded()
+        served.wide_runners = {b: wide.run for b in served.runners}
+    return served
 
 
 def served_from_compiled(model: Any, name: str | None = None) -> ServedModel:
@@ -378,12 +390,25 @@ class Metrics:
 
 class BatchRunner:
     """Runs lists of validated requests on a :class:`ServedModel`: the requests' samples are
-    concatenated, cut into runs of at most the largest batch size, each run padded with zeros up to
-    the smallest compiled batch size that holds it, and the outputs split back per request."""
+    concatenated, shared out among ``workers`` concurrent runs, cut into runs of at most the largest
+    batch size, each run padded with zeros up to the smallest compiled batch size that holds it, and
+    the outputs split back per request.
 
-    def __init__(self, model: ServedModel, metrics: Metrics | None = None) -> None:
+    ``workers > 1`` runs parts of one batch at the same time (the compiled model is reentrant), each
+    on the model's own thread count: on a small machine, two one-thread runs of half a batch keep
+    both cores busy without the per-layer barriers that one two-thread run waits on."""
+
+    def __init__(self, model: ServedModel, metrics: Metrics | None = None, workers: int = 1) -> None:
+        if workers < 1:
+            raise ServingError(f"workers must be >= 1, got {workers}")
         self.model = model
         self.metrics = metrics or Metrics()
+        self.workers = workers
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(workers - 1, thread_name_prefix="xmge-part")
+            if workers > 1
+            else None
+        )
 
     def plan(self, total: int) -> list[tuple[int, int]]:
         """(samples used, compiled batch size) of each run for ``total`` samples: full runs of the
@@ -397,20 +422,24 @@ class BatchRunner:
             runs.append((rest, next(b for b in sizes if b >= rest)))
         return runs
 
-    def run(self, requests: Sequence[Request]) -> list[list[np.ndarray]]:
-        """The outputs of each request (one array per model output, leading axis its samples)."""
-        if not requests:
-            return []
-        total = sum(r.samples for r in requests)
-        columns = [np.concatenate([r.arrays[i] for r in requests]) for i in range(len(self.model.inputs))]
+    def shares(self, total: int) -> list[int]:
+        """The samples each concurrent worker runs: as even as the batch allows, none empty."""
+        parts = min(self.workers, total)
+        return [total // parts + (k < total % parts) for k in range(parts)]
+
+    def _run_share(self, columns: Sequence[np.ndarray], wide: bool = False) -> list[np.ndarray]:
+        """The outputs for the samples of ``columns`` (one array per model input), run in as many
+        compiled-size runs as :meth:`plan` says; ``wide``: on the instance that uses every worker's
+        threads, if the model has one."""
+        runners = self.model.wide_runners if wide and self.model.wide_runners else self.model.runners
         pieces: list[list[np.ndarray]] = [[] for _ in self.model.outputs]
         start = 0
-        for used, size in self.plan(total):
+        for used, size in self.plan(len(columns[0])):
             batch = [c[start : start + used] for c in columns]
             if used < size:
                 batch = [np.concatenate([b, np.zeros((size - used, *b.shape[1:]), b.dtype)]) for b in batch]
             try:
-                outs = list(self.model.runners[size](batch))
+                outs = list(runners[size](batch))
             except XmgeError as exc:
                 raise ModelFailure(f"model {self.model.name!r} failed on a batch of {size}: {exc}") from None
             except Exception as exc:  # noqa: BLE001 - any failure of the model is the model's 5xx
@@ -425,7 +454,28 @@ class BatchRunner:
                 pieces[k].append(np.asarray(o)[:used])
             self.metrics.observe_run(size, used)
             start += used
-        merged = [np.concatenate(p) for p in pieces]
+        return [np.concatenate(p) for p in pieces]
+
+    def run(self, requests: Sequence[Request]) -> list[list[np.ndarray]]:
+        """The outputs of each request (one array per model output, leading axis its samples)."""
+        if not requests:
+            return []
+        total = sum(r.samples for r in requests)
+        columns = [np.concatenate([r.arrays[i] for r in requests]) for i in range(len(self.model.inputs))]
+        bounds = np.cumsum([0, *self.shares(total)])
+        parts = [[c[a:b] for c in columns] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        if self._pool is None or len(parts) == 1:
+            shares = [self._run_share(p, wide=self.workers > 1) for p in parts]
+        else:
+            # the last share runs on the calling thread: one pool thread fewer to wake
+            futures = [self._pool.submit(self._run_share, p) for p in parts[:-1]]
+            try:
+                last = self._run_share(parts[-1])
+            finally:
+                # never leave a share running past the call, whichever share failed
+                concurrent.futures.wait(futures)
+            shares = [f.result() for f in futures] + [last]
+        merged = [np.concatenate([s[k] for s in shares]) for k in range(len(self.model.outputs))]
         results = []
         start = 0
         for r in requests:
@@ -462,13 +512,14 @@ class ServeOptions:
     batch_wait_ms: float = 5.0
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     threads: int = 1
+    workers: int = 1  # concurrent runs per replica, each on ``threads`` threads
     target: str | None = None
     max_request_samples: int = 64
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     replica_cpus: float = 0.0  # Ray CPUs reserved per replica (0: replicas share the node freely)
 
     def __post_init__(self) -> None:
-        for key in ("replicas", "max_batch", "threads", "max_request_samples", "max_body_bytes"):
+        for key in ("replicas", "max_batch", "threads", "workers", "max_request_samples", "max_body_bytes"):
             if getattr(self, key) < 1:
                 raise ServingError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.batch_wait_ms < 0:
@@ -507,10 +558,11 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
                 batch_sizes=options.batch_sizes,
                 target=options.target,
                 threads=options.threads,
+                workers=options.workers,
                 name=options.name,
             )
             self.metrics = Metrics()
-            self.runner = BatchRunner(self.model, self.metrics)
+            self.runner = BatchRunner(self.model, self.metrics, workers=options.workers)
             self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xmge-run")
             self._run_batch.set_max_batch_size(options.max_batch)
             self._run_batch.set_batch_wait_timeout_s(options.batch_wait_ms / 1e3)

@@ -133,6 +133,41 @@ def test_batches_concatenate_pad_and_split(served: serving.ServedModel, convnet_
     assert runner.metrics.samples == 7
 
 
+def test_workers_share_a_batch_and_agree_with_one_run(convnet_file: str) -> None:
+    """Two workers run halves of a batch at once on one-thread instances; a batch of one runs on the
+    instance that has every worker's threads. Answers equal the one-worker runner's and the
+    reference's, and every sample is counted once."""
+    model = serving.load_served_model(convnet_file, batch_sizes=BATCH_SIZES, threads=1, workers=2)
+    assert sorted(model.wide_runners) == [1, 2, 4]
+    assert model.wide_runners[1].__self__.threads == 2  # type: ignore[attr-defined]
+    runner = serving.BatchRunner(model, workers=2)
+    assert runner.shares(1) == [1] and runner.shares(3) == [2, 1] and runner.shares(8) == [4, 4]
+    xs = [_samples(n, 40 + n) for n in (1, 2, 4)]
+    got = runner.run([serving.validate(model, {"data": x}, max_samples=8) for x in xs])
+    one = serving.BatchRunner(model).run([serving.validate(model, {"data": x}, max_samples=8) for x in xs])
+    for x, (a,), (b,) in zip(xs, got, one, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, _reference(convnet_file, x), rtol=1e-4, atol=1e-4)
+    # 7 samples in two concurrent shares of 4 and 3 (padded to 4)
+    assert runner.metrics.batch_samples == {4: 2} and runner.metrics.samples == 7
+    (single,) = runner.run([serving.validate(model, {"data": xs[0]}, max_samples=8)])
+    np.testing.assert_array_equal(single[0], one[0][0])
+    with pytest.raises(serving.ServingError, match="workers must be >= 1"):
+        serving.BatchRunner(model, workers=0)
+
+
+def test_a_failing_share_fails_the_batch_after_every_share_ends(picker_file: str) -> None:
+    model = serving.load_served_model(picker_file, batch_sizes=(1, 2), workers=2)
+    runner = serving.BatchRunner(model, workers=2)
+    x = np.zeros((3, 6), np.float32)
+    bad = serving.validate(model, {"x": x, "idx": np.array([0, 1, 9], np.int32)}, max_samples=8)
+    with pytest.raises(serving.ModelFailure, match="picker"):
+        runner.run([bad])
+    good = serving.validate(model, {"x": x + 1, "idx": np.array([0, 1, 2], np.int32)}, max_samples=8)
+    (out,) = runner.run([good])
+    np.testing.assert_array_equal(out[0], np.full(3, 2, np.float32))
+
+
 @pytest.mark.parametrize(
     ("feeds", "status", "message"),
     [
@@ -355,7 +390,17 @@ def test_cli_serve_answers_and_stops_on_sigterm(convnet_file: str) -> None:
     pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'ray[serve]')")
     port = _free_port()
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cmd = [sys.executable, "-m", "compiler.driver.cli", "serve", convnet_file, "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "compiler.driver.cli",
+        "serve",
+        convnet_file,
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+    ]
     cmd += ["--batch-sizes", "1,2", "--max-batch", "2"]
     proc = subprocess.Popen(
         cmd, cwd=repo, env={**os.environ, "PYTHONPATH": repo}, stdout=subprocess.PIPE, text=True

@@ -380,6 +380,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_wait_ms=args.batch_wait_ms,
         batch_sizes=sizes or tuple(b for b in serving.DEFAULT_BATCH_SIZES if b <= args.max_batch),
         threads=args.threads,
+        workers=args.workers,
         target=args.target,
     )
     serving.run(args.model, options, host=args.host, port=args.port, address=args.address)
@@ -498,6 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--batch-sizes", help="batch sizes to compile a model file for (default 1,2,4,8)")
     srv.add_argument("--batch-wait-ms", type=float, default=5.0, help="how long a batch waits to fill")
     srv.add_argument("--threads", type=int, default=1, help="threads per model run")
+    srv.add_argument(
+        "--workers", type=int, default=1, help="concurrent model runs per replica, each on --threads threads"
+    )
     srv.add_argument("--target", "-t", default=None, help="for a model file (default: this machine)")
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=8000)

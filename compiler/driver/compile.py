@@ -20,6 +20,7 @@ The command-line drivers call :func:`compile_file` (``xmge compile``) and :func:
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -301,6 +302,17 @@ class CompiledModel:
     def emulated(self) -> bool:
         """Whether running this model goes through an emulator (an ARM build on an x86 host)."""
         return self.backend.emulated
+
+    def with_threads(self, threads: int) -> CompiledModel:
+        """This model run on ``threads`` threads per call: the same build, its own loaded instance
+        (so its own copy of the weights in memory)."""
+        if threads < 1:
+            raise CompileError(f"threads must be >= 1, got {threads}")
+        other = copy.copy(self)
+        other.threads = threads
+        other._loaded = None
+        other._lock = threading.Lock()
+        return other
 
     def loaded(self) -> Any:
         """The built library loaded into this process (once, whichever thread asks first)."""

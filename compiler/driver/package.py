@@ -387,6 +387,10 @@ class PackagedModel:
             f"{shapes_text(self.shapes)}"
         )
 
+    def with_threads(self, threads: int) -> PackagedModel:
+        """This package loaded once more, run on ``threads`` threads per call (its own instance)."""
+        return load_compiled(self.directory, threads=threads)
+
     def loaded(self) -> Any:
         """The package's library loaded into this process (``backends.c.build.LoadedModel``)."""
         return self._loaded
