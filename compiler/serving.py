@@ -567,6 +567,17 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
             self._run_batch.set_max_batch_size(options.max_batch)
             self._run_batch.set_batch_wait_timeout_s(options.batch_wait_ms / 1e3)
             self.ray_metrics = _ray_metrics(self.model.name)
+            self.in_flight = 0  # requests between validation and answer (the event loop's thread only)
+
+        async def _batched(self, req: Request) -> Any:
+            # a lone request does not wait for company that is not coming: the batch wait applies
+            # only while other requests are in flight (then they fill the batch)
+            self.in_flight += 1
+            self._run_batch.set_batch_wait_timeout_s(batch_wait_s(self.in_flight, options.batch_wait_ms))
+            try:
+                return await self._run_batch(req)
+            finally:
+                self.in_flight -= 1
 
         def check_health(self) -> None:
             if not self.model.runners:
@@ -593,7 +604,7 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
             status = 200
             try:
                 req = validate(self.model, feeds, max_samples=options.max_request_samples)
-                got = await self._run_batch(req)
+                got = await self._batched(req)
                 if isinstance(got, Exception):
                     status = 500
                     raise got
@@ -623,7 +634,7 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
                     max_samples=options.max_request_samples,
                     max_bytes=options.max_body_bytes,
                 )
-                got = await self._run_batch(req)
+                got = await self._batched(req)
                 if isinstance(got, ModelFailure):
                     status = 500
                     return JSONResponse({"error": str(got)}, status_code=500)
@@ -644,6 +655,12 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
                 self.ray_metrics[0].observe(seconds)
 
     return XmgeModel.bind()
+
+
+def batch_wait_s(in_flight: int, batch_wait_ms: float) -> float:
+    """How long a batch waits to fill, in seconds, when ``in_flight`` requests (this one included)
+    are in the replica: not at all for a lone request, else the configured wait."""
+    return 0.0 if in_flight <= 1 else batch_wait_ms / 1e3
 
 
 def _replica_env() -> dict[str, str]:

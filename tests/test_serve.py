@@ -230,6 +230,12 @@ def test_a_model_failure_names_the_model(picker_file: str) -> None:
     assert runner.run([good])[0][0].tolist() == [8.0]
 
 
+def test_a_lone_request_does_not_wait_for_a_batch() -> None:
+    assert serving.batch_wait_s(1, 10.0) == 0.0
+    assert serving.batch_wait_s(2, 10.0) == pytest.approx(0.01)
+    assert serving.batch_wait_s(16, 0.0) == 0.0
+
+
 def test_options_are_checked() -> None:
     with pytest.raises(serving.ServingError, match="max_batch must be >= 1"):
         serving.ServeOptions(max_batch=0)
