@@ -513,13 +513,24 @@ class ServeOptions:
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     threads: int = 1
     workers: int = 1  # concurrent runs per replica, each on ``threads`` threads
+    # requests a replica holds at once (queued for a batch or running); more wait in Ray's router,
+    # which polls full replicas with a back-off: a bound below the clients' concurrency costs seconds
+    max_ongoing: int = 256
     target: str | None = None
     max_request_samples: int = 64
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     replica_cpus: float = 0.0  # Ray CPUs reserved per replica (0: replicas share the node freely)
 
     def __post_init__(self) -> None:
-        for key in ("replicas", "max_batch", "threads", "workers", "max_request_samples", "max_body_bytes"):
+        for key in (
+            "replicas",
+            "max_batch",
+            "threads",
+            "workers",
+            "max_ongoing",
+            "max_request_samples",
+            "max_body_bytes",
+        ):
             if getattr(self, key) < 1:
                 raise ServingError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.batch_wait_ms < 0:
@@ -548,7 +559,7 @@ def deployment(source: str | os.PathLike[str], options: ServeOptions = ServeOpti
     @serve.deployment(
         num_replicas=options.replicas,
         ray_actor_options={"num_cpus": options.replica_cpus, "runtime_env": {"env_vars": _replica_env()}},
-        max_ongoing_requests=max(16, 4 * options.max_batch),
+        max_ongoing_requests=options.max_ongoing,
         health_check_period_s=5,
     )
     class XmgeModel:

@@ -239,6 +239,8 @@ def test_a_lone_request_does_not_wait_for_a_batch() -> None:
 def test_options_are_checked() -> None:
     with pytest.raises(serving.ServingError, match="max_batch must be >= 1"):
         serving.ServeOptions(max_batch=0)
+    with pytest.raises(serving.ServingError, match="max_ongoing must be >= 1"):
+        serving.ServeOptions(max_ongoing=0)
     with pytest.raises(serving.ServingError, match="no such model file or package folder"):
         serving.load_served_model("/nonexistent/model.mge")
 

@@ -381,6 +381,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_sizes=sizes or tuple(b for b in serving.DEFAULT_BATCH_SIZES if b <= args.max_batch),
         threads=args.threads,
         workers=args.workers,
+        max_ongoing=args.max_ongoing,
         target=args.target,
     )
     serving.run(args.model, options, host=args.host, port=args.port, address=args.address)
@@ -501,6 +502,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     srv.add_argument("--threads", type=int, default=1, help="threads per model run")
     srv.add_argument(
         "--workers", type=int, default=1, help="concurrent model runs per replica, each on --threads threads"
+    )
+    srv.add_argument(
+        "--max-ongoing", type=int, default=256, help="requests a replica holds at once (queued or running)"
     )
     srv.add_argument("--target", "-t", default=None, help="for a model file (default: this machine)")
     srv.add_argument("--host", default="127.0.0.1")
