@@ -33,10 +33,12 @@ model that ``onnxruntime.quantization.quantize_static`` makes from the same floa
 ``openvino`` is importable (float32, and its default CPU inference precision: bfloat16 on AMX), else
 a note says so; the int8 table's ``OV def`` column is OpenVINO's default.
 
-bfloat16 (``--bf16``, on by default where the CPU has AMX-BF16 and Linux grants tile data): the model
-compiled for ``x86-avx512-vnni-amx+bf16`` (float32 convolutions and matrix products on bfloat16
-inputs) joins the interleaved rounds; its table gives the latency against xmge's best float32 target
-and OpenVINO's default, and the output's error against float32 (relative L2, max abs / max |y|).
+bfloat16 (``--bf16``, on by default where the CPU has AVX512-BF16): the model compiled for
+``x86-avx512-vnni-amx+bf16`` where the CPU has AMX-BF16 and Linux grants tile data, else for
+``x86-avx512[-vnni]+bf16`` (``vdpbf16ps``; :func:`bf16_target`) (float32 convolutions and matrix
+products on bfloat16 inputs) joins the interleaved rounds; its table gives the latency against
+xmge's best float32 target and OpenVINO's default, and the output's error against float32
+(relative L2, max abs / max |y|).
 """
 
 from __future__ import annotations
@@ -65,6 +67,32 @@ from dialects import tensor as T  # noqa: E402
 E = enums.ElemwiseMode
 IOC16_TARGET = "x86-avx512-fp16+ioc16"
 BF16_TARGET = "x86-avx512-vnni-amx+bf16"
+
+
+def cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo (every figure here belongs to one CPU)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def bf16_target() -> str | None:
+    """The ``+bf16`` target this CPU runs best: AMX-BF16 tiles where the CPU has them and Linux grants
+    tile data, else AVX512-BF16 (``vdpbf16ps``, e.g. AMD EPYC Zen 4), else none."""
+    from backends.c.templates.x86_amx_os import amx_permitted
+    from compiler.driver.targets import parse_target, runs_here
+
+    if runs_here(parse_target(BF16_TARGET)) and amx_permitted():
+        return BF16_TARGET
+    for text in ("x86-avx512-vnni+bf16", "x86-avx512+bf16"):
+        if runs_here(parse_target(text)):
+            return text
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,9 +362,10 @@ def main() -> None:  # noqa: C901 - one report
         "--bf16",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help=f"also time {BF16_TARGET} (bfloat16 inputs) where the CPU has AMX-BF16",
+        help="also time +bf16 (bfloat16 inputs: AMX-BF16 tiles, else AVX512-BF16) where the CPU has it",
     )
     args = ap.parse_args()
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs), load average {os.getloadavg()}")
     try:
         import onnxruntime as ort
     except ImportError:
@@ -366,11 +395,10 @@ def main() -> None:  # noqa: C901 - one report
     if args.ioc16 and not ioc16:
         print(f"this CPU cannot run {IOC16_TARGET} (no AVX512-FP16): the float16 table is skipped")
     bf16_rows: list[str] = []
-    from backends.c.templates.x86_amx_os import amx_permitted
-
-    bf16 = args.bf16 and runs_here(parse_target(BF16_TARGET)) and amx_permitted()
+    bf16_tgt = bf16_target() if args.bf16 else None
+    bf16 = bf16_tgt is not None
     if args.bf16 and not bf16:
-        print(f"this CPU or process cannot run {BF16_TARGET} on tiles: the bfloat16 table is skipped")
+        print("this CPU has neither AMX-BF16 (with tile data) nor AVX512-BF16: the bfloat16 table is skipped")
     notes: list[str] = []
     try:
         import openvino
@@ -398,7 +426,8 @@ def main() -> None:  # noqa: C901 - one report
             )
         brain: dict[int, Any] = {}
         if bf16:
-            brain = {t: compile(net, BF16_TARGET, [x], threads=t) for t in threads}
+            assert bf16_tgt is not None
+            brain = {t: compile(net, bf16_tgt, [x], threads=t) for t in threads}
         ov_default: dict[int, float] = {}
         half: dict[int, Any] = {}
         if ioc16:
@@ -447,7 +476,7 @@ def main() -> None:  # noqa: C901 - one report
             if t in half:
                 runners[IOC16_TARGET] = lambda m=half[t], a=x: m(a)
             if t in brain:
-                runners[BF16_TARGET] = lambda m=brain[t], a=x: m(a)
+                runners["bf16"] = lambda m=brain[t], a=x: m(a)
             ms = interleaved(runners, args.iters)
             if "openvino default" in ms:
                 ov_default[t] = ms["openvino default"]
@@ -467,7 +496,7 @@ def main() -> None:  # noqa: C901 - one report
                 yb = brain[t](x)
                 rel = float(np.linalg.norm(yb - y32) / np.linalg.norm(y32))
                 mx = float(np.abs(yb - y32).max() / np.abs(y32).max())
-                b_ms, ov = ms[BF16_TARGET], ov_default.get(t, math.nan)
+                b_ms, ov = ms["bf16"], ov_default.get(t, math.nan)
                 bf16_rows.append(
                     f"{name:<14}{t:>4}{b_ms:>9.2f}{f32_best[t]:>9.2f}{b_ms / f32_best[t]:>10.2f}{ov:>9.2f}"
                     f"{b_ms / ov:>8.2f}{rel:>12.2e}{mx:>12.2e}"
@@ -507,8 +536,9 @@ def main() -> None:  # noqa: C901 - one report
         )
         print("\n".join(int8_rows))
     if bf16_rows:
+        print(f"\nbfloat16: {bf16_tgt}")
         print(
-            f"\n{'model':<14}{'thr':>4}{'bf16 ms':>9}{'f32 ms':>9}{'bf16/f32':>10}{'OV def':>9}{'x/OV':>8}"
+            f"{'model':<14}{'thr':>4}{'bf16 ms':>9}{'f32 ms':>9}{'bf16/f32':>10}{'OV def':>9}{'x/OV':>8}"
             f"{'rel L2 err':>12}{'max/scale':>12}"
         )
         print("\n".join(bf16_rows))
