@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32, grad_of
+from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32
 from compiler.tensor import Parameter
 
 
@@ -28,25 +28,13 @@ class Adadelta(Optimizer):
             raise ValueError(f"Invalid rho value: {rho}")
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
 
-    def _create_state(self, param_group: dict[str, Any]) -> None:
-        for param in param_group["params"]:
-            self._add_state(param, "square_avg")
-            self._add_state(param, "acc_delta")
-            self._add_state(param, "step", initializer=0.0)
+    state_names = ("square_avg", "acc_delta")
+    counts_steps = True
 
     def _updates(self, param_group: dict[str, Any]) -> None:
-        lr, rho = f32(param_group["lr"]), f32(param_group["rho"])
-        wd, eps = f32(param_group["weight_decay"]), f32(param_group["eps"])
+        lr, rho, eps = f32(param_group["lr"]), f32(param_group["rho"]), f32(param_group["eps"])
         one = np.float32(1.0)
-        for param in param_group["params"]:
-            grad = grad_of(param)
-            if grad is None:
-                continue
-            state = self._state[param]
-            p = param._data
-            state["step"]._data = state["step"]._data + one
-            if wd != 0:
-                grad = grad + p * wd
+        for param, p, grad, state in self._each_gradient(param_group):
             square_avg = rho * state["square_avg"]._data + (one - rho) * grad * grad
             delta = np.sqrt(state["acc_delta"]._data + eps) / np.sqrt(square_avg + eps) * grad
             param._data = (p - lr * delta).astype(p.dtype, copy=False)

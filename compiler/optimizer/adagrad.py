@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32, grad_of
+from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32
 from compiler.tensor import Parameter
 
 
@@ -26,27 +26,15 @@ class Adagrad(Optimizer):
         check_non_negative(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay))
 
-    def _create_state(self, param_group: dict[str, Any]) -> None:
-        for param in param_group["params"]:
-            self._add_state(param, "square_avg")
-            self._add_state(param, "step", initializer=0.0)
+    state_names = ("square_avg",)
+    counts_steps = True
 
     def _updates(self, param_group: dict[str, Any]) -> None:
-        lr, decay = f32(param_group["lr"]), f32(param_group["lr_decay"])
-        wd, eps = f32(param_group["weight_decay"]), f32(param_group["eps"])
+        lr, decay, eps = f32(param_group["lr"]), f32(param_group["lr_decay"]), f32(param_group["eps"])
         one = np.float32(1.0)
-        for param in param_group["params"]:
-            grad = grad_of(param)
-            if grad is None:
-                continue
-            state = self._state[param]
-            p = param._data
-            step = state["step"]._data + one
-            state["step"]._data = step
-            if wd != 0:
-                grad = grad + p * wd
+        for param, p, grad, state in self._each_gradient(param_group):
             square_avg = state["square_avg"]._data + grad * grad
             state["square_avg"]._data = square_avg
             delta = grad / np.sqrt(square_avg + eps)
-            clr = lr / (one + (step - one) * decay)
+            clr = lr / (one + (state["step"]._data - one) * decay)
             param._data = (p - clr * delta).astype(p.dtype, copy=False)

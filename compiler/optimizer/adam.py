@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32, grad_of
+from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32
 from compiler.tensor import Parameter
 
 
@@ -21,10 +21,9 @@ def adam_delta(
     state: dict[str, Any], grad: np.ndarray, beta0: np.float32, beta1: np.float32, eps: np.float32
 ) -> np.ndarray:
     """Advance Adam's moments by ``grad`` and return the step direction, in MegEngine's order of
-    float32 operations."""
+    float32 operations (``state["step"]`` already counts this step)."""
     one = np.float32(1.0)
-    step = state["step"]._data + one
-    state["step"]._data = step
+    step = state["step"]._data
     exp_avg = state["exp_avg"]._data * beta0 + grad * (one - beta0)
     exp_avg_sq = state["exp_avg_sq"]._data * beta1 + (one - beta1) * (grad * grad)
     state["exp_avg"]._data, state["exp_avg_sq"]._data = exp_avg, exp_avg_sq
@@ -48,23 +47,14 @@ class Adam(Optimizer):
         check_adam_args(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps))
 
-    def _create_state(self, param_group: dict[str, Any]) -> None:
-        for param in param_group["params"]:
-            self._add_state(param, "exp_avg")
-            self._add_state(param, "exp_avg_sq")
-            self._add_state(param, "step", initializer=0.0)
+    state_names = ("exp_avg", "exp_avg_sq")
+    counts_steps = True
 
     def _updates(self, param_group: dict[str, Any]) -> None:
         lr, wd, eps = f32(param_group["lr"]), f32(param_group["weight_decay"]), f32(param_group["eps"])
         beta0, beta1 = (f32(b) for b in param_group["betas"])
-        for param in param_group["params"]:
-            grad = grad_of(param)
-            if grad is None:
-                continue
-            p = param._data
-            if wd != 0 and not self.decoupled_weight_decay:
-                grad = grad + p * wd
-            delta = adam_delta(self._state[param], grad, beta0, beta1, eps)
+        for param, p, grad, state in self._each_gradient(param_group, l2=not self.decoupled_weight_decay):
+            delta = adam_delta(state, grad, beta0, beta1, eps)
             if self.decoupled_weight_decay:
                 delta = delta + wd * p
             param._data = (p - lr * delta).astype(p.dtype, copy=False)

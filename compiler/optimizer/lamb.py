@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32, grad_of
+from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32
 from compiler.tensor import Parameter
 
 
@@ -35,24 +35,17 @@ class LAMB(Optimizer):
         self.bias_correction = bias_correction
         self.always_adapt = always_adapt
 
-    def _create_state(self, param_group: dict[str, Any]) -> None:
-        for param in param_group["params"]:
-            self._add_state(param, "exp_avg")
-            self._add_state(param, "exp_avg_sq")
-            self._add_state(param, "step", initializer=0.0)
+    state_names = ("exp_avg", "exp_avg_sq")
+    counts_steps = True
 
     def _updates(self, param_group: dict[str, Any]) -> None:
         lr, wd, eps = f32(param_group["lr"]), f32(param_group["weight_decay"]), f32(param_group["eps"])
         beta0, beta1 = (f32(b) for b in param_group["betas"])
         one = np.float32(1.0)
-        for param in param_group["params"]:
-            grad = grad_of(param)
-            if grad is None:
-                continue
-            state = self._state[param]
-            p = param._data.astype(np.float32, copy=False)
-            step = state["step"]._data + one
-            state["step"]._data = step
+        for param, data, grad, state in self._each_gradient(param_group, l2=False):
+            p = data.astype(np.float32, copy=False)
+            step = state["step"]._data
+            # LAMBUpdate's order of float32 operations, not Adam's: (1 - beta1) * grad * grad
             m = beta0 * state["exp_avg"]._data + (one - beta0) * grad
             v = beta1 * state["exp_avg_sq"]._data + (one - beta1) * grad * grad
             state["exp_avg"]._data, state["exp_avg_sq"]._data = m, v
@@ -66,4 +59,4 @@ class LAMB(Optimizer):
             ratio = one
             if (self.always_adapt or wd > 0) and p_norm > 0 and r_norm > 0:
                 ratio = p_norm / r_norm
-            param._data = (p - lr * ratio * r).astype(param._data.dtype, copy=False)
+            param._data = (p - lr * ratio * r).astype(data.dtype, copy=False)

@@ -9,8 +9,8 @@ that is what makes a resumed run reproduce an uninterrupted one bit for bit.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -69,8 +69,37 @@ class Optimizer:
         self.param_groups.append(group)
         self._create_state(group)
 
+    # the per-parameter state a subclass keeps (float32 zeros like the parameter), and whether it
+    # counts its steps (a scalar ``step`` state advanced before each update)
+    state_names: ClassVar[tuple[str, ...]] = ()
+    counts_steps: ClassVar[bool] = False
+
     def _create_state(self, param_group: dict[str, Any]) -> None:
-        """Create the per-parameter state a subclass needs (``_add_state``)."""
+        """Create the per-parameter state a subclass needs: ``state_names`` and ``step``."""
+        for param in param_group["params"]:
+            for name in self.state_names:
+                self._add_state(param, name)
+            if self.counts_steps:
+                self._add_state(param, "step", initializer=0.0)
+
+    def _each_gradient(
+        self, param_group: dict[str, Any], *, l2: bool = True
+    ) -> Iterator[tuple[Parameter, np.ndarray, np.ndarray, dict[str, Tensor]]]:
+        """(parameter, its data, its float32 gradient, its state) for every parameter of the group
+        that has a gradient, the state's ``step`` advanced first; ``l2``: the group's weight decay
+        added to the gradient (``grad + p * weight_decay``)."""
+        wd = f32(param_group.get("weight_decay", 0.0))
+        for param in param_group["params"]:
+            grad = grad_of(param)
+            if grad is None:
+                continue
+            state = self._state.get(param, {})
+            if "step" in state:
+                state["step"]._data = state["step"]._data + np.float32(1.0)
+            p = param._data
+            if l2 and wd != 0:
+                grad = grad + p * wd
+            yield param, p, grad, state
 
     def _add_state(self, param: Parameter, name: str, initializer: Any = None) -> None:
         value = (

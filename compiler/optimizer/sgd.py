@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32, grad_of
+from compiler.optimizer.optimizer import Optimizer, check_non_negative, f32
 from compiler.tensor import Parameter
 
 
@@ -34,16 +34,10 @@ class SGD(Optimizer):
                 self._add_state(param, "momentum_buffer")
 
     def _updates(self, param_group: dict[str, Any]) -> None:
-        lr, wd, mom = f32(param_group["lr"]), f32(param_group["weight_decay"]), f32(param_group["momentum"])
-        for param in param_group["params"]:
-            grad = grad_of(param)
-            if grad is None:
-                continue
-            p = param._data
-            if wd != 0:
-                grad = grad + p * wd
+        lr, mom = f32(param_group["lr"]), f32(param_group["momentum"])
+        for param, p, grad, state in self._each_gradient(param_group):
             if mom != 0:
-                buf = self._state[param]["momentum_buffer"]
+                buf = state["momentum_buffer"]
                 v = buf._data * mom + grad
                 buf._data = v
                 grad = grad + v * mom if self.nesterov else v
