@@ -19,17 +19,13 @@ import pytest
 
 import compiler.functional as F
 from backends.c.templates.x86_amx_bf16 import round_bfloat16
-from backends.c.templates.x86_avx512_bf16 import MIN_CHANNELS
 from backends.targets import cpu_flags
 from compiler.tensor import Tensor
 from semantics import run_module
 from tests.codegen_util import assert_instructions, compile_fn, kernel_families, require
-from tests.test_x86_bf16 import CONV_CASES as AMX_CASES
-from tests.test_x86_bf16 import _check, _conv_contract, _conv_model
+from tests.test_x86_bf16 import CONV_CASES, _check, _conv_contract, _conv_model
 
 TARGET = "x86-avx512+bf16"
-# the AMX table's cases; a stem with fewer than MIN_CHANNELS input channels stays float32 here
-CONV_CASES = [c for c in AMX_CASES if c[1][1] // c[7] >= MIN_CHANNELS]
 
 
 def require_avx512_bf16() -> None:
@@ -40,7 +36,7 @@ def require_avx512_bf16() -> None:
 
 @pytest.fixture(scope="module")
 def conv() -> tuple[Callable[..., Any], list[np.ndarray], list[Any]]:
-    return _conv_model(np.random.default_rng(14), CONV_CASES)
+    return _conv_model(np.random.default_rng(14))
 
 
 def test_bf16_avx512_families_and_no_tiles(
@@ -75,7 +71,7 @@ def test_bf16_avx512_convolutions(
     fn, inputs, params = conv
     compiled = compile_fn(fn, inputs, TARGET, threads=threads)
     f32 = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
-    _check([c[0] for c in CONV_CASES], compiled.run(inputs), _conv_contract(inputs, params, CONV_CASES), f32)
+    _check([c[0] for c in CONV_CASES], compiled.run(inputs), _conv_contract(inputs, params), f32)
 
 
 def test_bf16_avx512_convolutions_sanitized(
@@ -86,7 +82,7 @@ def test_bf16_avx512_convolutions_sanitized(
     compiled = compile_fn(fn, inputs, TARGET)
     f32 = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     got = compiled.run_runner(inputs, sanitize=True)
-    _check([c[0] for c in CONV_CASES], got, _conv_contract(inputs, params, CONV_CASES), f32)
+    _check([c[0] for c in CONV_CASES], got, _conv_contract(inputs, params), f32)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -118,16 +114,6 @@ def test_bf16_avx512_matrix_products(threads: int) -> None:
     xr, ar, br = (round_bfloat16(v).astype(np.float64) for v in (x, a, b))
     contract = [np.maximum(xr @ round_bfloat16(w1) + b1, 0), xr @ round_bfloat16(w2).T, ar @ br, ar @ br]
     _check(["linear_relu", "linear_tb", "batched", "batched_ta_tb"], compiled.run([x, a, b]), contract, f32)
-
-
-def test_bf16_avx512_few_channel_stem_stays_float32() -> None:
-    """A 3-channel stem is not converted to bfloat16 (its im2col would cost more than it saves):
-    float32 kernels compute it, exactly as the float32 target."""
-    rng = np.random.default_rng(2)
-    w = (rng.standard_normal((16, 3, 7, 7)) * 0.2).astype(np.float32)
-    x = rng.standard_normal((1, 3, 23, 21)).astype(np.float32)
-    compiled = compile_fn(lambda t: F.relu(F.conv2d(t, Tensor(w), stride=2, padding=3)), [x], TARGET)
-    assert not any("bf16" in f for f, _ in kernel_families(compiled)), kernel_families(compiled)
 
 
 def test_bf16_target_rows() -> None:

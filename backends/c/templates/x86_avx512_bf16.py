@@ -13,16 +13,9 @@ ISA order picks the instructions)."""
 
 from __future__ import annotations
 
-from xdsl.ir import Operation
-
 from backends.c.templates.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx
-from passes.lowering.kernels import Lowered
 
 ISA = "avx512bf16"
-# input channels per group below which a convolution stays float32: a stem's im2col (3 channels,
-# 7x7 taps) is converted element by element, and on ResNet-18's stem that packing made the bfloat16
-# kernel 2.7x slower than the float32 GEMM it replaces (6.5 vs 2.4 ms, AMD EPYC, one thread)
-MIN_CHANNELS = 8
 
 
 class Conv2dBf16(Conv2dBf16Amx):
@@ -30,12 +23,6 @@ class Conv2dBf16(Conv2dBf16Amx):
 
     isa = ISA
     tiles = False
-
-    def match(self, op: Operation) -> Lowered | None:
-        got = super().match(op)
-        if got is None or got.params["ic"] // got.params["groups"] < MIN_CHANNELS:
-            return None
-        return got
 
 
 class MatmulBf16(MatmulBf16Amx):
