@@ -33,6 +33,12 @@ model that ``onnxruntime.quantization.quantize_static`` makes from the same floa
 ``openvino`` is importable (float32, and its default CPU inference precision: bfloat16 on AMX), else
 a note says so; the int8 table's ``OV def`` column is OpenVINO's default.
 
+Contended (``--contended``, a mode of its own): a ``nice -n 10`` CPU-bound process is started (one
+per spare logical CPU) and each model's float32 latency is timed at 1 and 2 threads in interleaved
+rounds, also at 2 threads with ``XMGE_ADAPT_THREADS=0`` (the runtime's choice between all threads and
+one off: plain OpenMP), so that the runtime's adaptation (``backends/c/runtime/xm_runtime.h``) is
+measured against what it replaces. Goal (issue 33): 2-thread latency <= 1-thread latency.
+
 bfloat16 (``--bf16``, on by default where the CPU has AVX512-BF16): the model compiled for
 ``x86-avx512-vnni-amx+bf16`` where the CPU has AMX-BF16 and Linux grants tile data, else for
 ``x86-avx512[-vnni]+bf16`` (``vdpbf16ps``; :func:`bf16_target`) (float32 convolutions and matrix
@@ -335,6 +341,51 @@ def inference_clean_of(net: Any, x: np.ndarray) -> ModuleOp:
     return inference_clean(m._stages["tensor"])  # type: ignore[arg-type]
 
 
+def contended_report(models: list[str], target: str, size: int, iters: int) -> None:
+    """1- vs 2-thread latency of each model next to ``nice -n 10`` CPU burners (``--contended``)."""
+    from compiler.driver.targets import parse_target, runs_here
+
+    if not runs_here(parse_target(target)):
+        print(f"this CPU cannot run {target}: the contended table is skipped")
+        return
+    burners = [
+        subprocess.Popen(["nice", "-n", "10", sys.executable, "-c", "while True: pass"])
+        for _ in range(max(1, (os.cpu_count() or 2) - 1))
+    ]
+    rows = []
+    try:
+        for name in models:
+            net = make_model(name)
+            if net is None:
+                print(f"{name}: not in compiler.hub, skipped")
+                continue
+            x = np.random.default_rng(1).standard_normal((1, 3, size, size)).astype(np.float32)
+            one = compile(net, target, [x], threads=1)
+            two = compile(one._stages["tensor"], target, threads=2)  # type: ignore[arg-type]
+            plain = compile(one._stages["tensor"], target, threads=2)  # type: ignore[arg-type]
+            one(x), two(x)
+            os.environ["XMGE_ADAPT_THREADS"] = "0"  # read when the instance is created: at its first run
+            try:
+                plain(x)
+            finally:
+                del os.environ["XMGE_ADAPT_THREADS"]
+            runners = {k: (lambda m=m, a=x: m(a)) for k, m in (("1", one), ("2", two), ("2 omp", plain))}
+            ms = interleaved(runners, iters * 3)
+            rows.append(
+                f"{name:<14}{ms['1']:>9.2f}{ms['2']:>9.2f}{ms['2'] / ms['1']:>8.2f}{ms['2 omp']:>12.2f}"
+                f"{ms['2 omp'] / ms['1']:>8.2f}"
+            )
+            print(f"{name} done", flush=True)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    print(f"contended: {len(burners)} nice -n 10 CPU burner(s), {target}, wall ms (best round's median)")
+    print(f"{'model':<14}{'1 thr':>9}{'2 thr':>9}{'2/1':>8}{'2 thr omp':>12}{'omp/1':>8}")
+    print("\n".join(rows))
+    print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
+
+
 def main() -> None:  # noqa: C901 - one report
     from compiler.driver.compile import inference_clean
     from compiler.driver.targets import parse_target, runs_here
@@ -364,8 +415,17 @@ def main() -> None:  # noqa: C901 - one report
         default=True,
         help="also time +bf16 (bfloat16 inputs: AMX-BF16 tiles, else AVX512-BF16) where the CPU has it",
     )
+    ap.add_argument(
+        "--contended",
+        action="store_true",
+        help="only the contended table: 1 vs 2 threads next to a nice -n 10 CPU burner",
+    )
+    ap.add_argument("--contended-target", default="x86-avx512-nchw88")
     args = ap.parse_args()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs), load average {os.getloadavg()}")
+    if args.contended:
+        contended_report(args.models.split(","), args.contended_target, args.size, args.iters)
+        return
     try:
         import onnxruntime as ort
     except ImportError:
