@@ -170,6 +170,31 @@ def vector_activation(act: str, v: str) -> str:
     )
 
 
+def _im2col_row_vector(sw: int, iw: int, ow: int) -> str:
+    """C copying an im2col row's columns ``ox`` whose taps ``ix0 + ox * sw`` fall inside the input
+    row 16 at a time (stride 1: one load; stride 2: the even lanes of two), leaving ``ox`` at the first
+    column not copied: the scalar loop after it does the edges. A stem's im2col (3 channels, 7x7 taps,
+    stride 2) element by element cost more than its products (ResNet-18: 3.3 ms vs 2.6 for float32)."""
+    if sw not in (1, 2):
+        return ""
+    load = (
+        "_mm512_loadu_ps(p)"
+        if sw == 1
+        else "_mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16))"
+    )
+    return f"""
+            if (ix0 < 0) for (; ox < {ow} && ix0 + ox * {sw} < 0; ++ox) rows[j][ox] = 0.f;
+            {{
+              const __m512i even =
+                  _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+              (void)even;
+              for (; ox + 16 <= {ow} && ix0 + ox * {sw} + {16 * sw} <= {iw}; ox += 16) {{
+                const float* p = src + ix0 + ox * {sw};
+                _mm512_storeu_ps(rows[j] + ox, {load});
+              }}
+            }}"""
+
+
 class _Tiles:
     """The AMX tile set-up around a kernel's products, or none without ``tiles``."""
 
@@ -436,7 +461,8 @@ static void {sym}({args}) {{
             if (k >= {kk} || (unsigned)iy >= {ih}u) {{ memset(rows[j], 0, sizeof rows[j]); continue; }}
             const float* src = xg + ((long)c * {ih} + iy) * {iw};
             const int ix0 = s * {dw} - {pw};
-            for (int ox = 0; ox < {ow}; ++ox) {{
+            int ox = 0;{_im2col_row_vector(sw, iw, ow)}
+            for (; ox < {ow}; ++ox) {{
               const int ix = ix0 + ox * {sw};
               rows[j][ox] = (unsigned)ix < {iw}u ? src[ix] : 0.f;
             }}
