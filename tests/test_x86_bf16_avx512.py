@@ -116,6 +116,18 @@ def test_bf16_avx512_matrix_products(threads: int) -> None:
     _check(["linear_relu", "linear_tb", "batched", "batched_ta_tb"], compiled.run([x, a, b]), contract, f32)
 
 
+def test_bf16_avx512_one_row_product_stays_float32() -> None:
+    """A 1-row product (a classifier on one image) is the float32 matrix-vector kernel's, exact as
+    float32; a 2-row one is bfloat16."""
+    require_avx512_bf16()
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((40, 30)) * 0.2).astype(np.float32)
+    for rows, family in ((1, "matmul_matvec"), (2, "matmul_bf16_amx")):
+        x = rng.standard_normal((rows, 40)).astype(np.float32)
+        compiled = compile_fn(lambda t: F.matmul(t, Tensor(w)), [x], TARGET)
+        assert family in {f for f, _ in kernel_families(compiled)}, kernel_families(compiled)
+
+
 def test_bf16_target_rows() -> None:
     """``+bf16`` takes the AMX tiles where the target names amx, else AVX512-BF16; it needs one of
     them and the CPU flag of the row it took."""
