@@ -428,6 +428,8 @@ def main() -> None:  # noqa: C901 - one report
         return
     try:
         import onnxruntime as ort
+
+        ort.set_default_logger_severity(3)  # the quantizer's sessions warn per unused initializer
     except ImportError:
         ort = None
         print("onnxruntime is not installed (pip install onnxruntime onnx): ORT columns are skipped")
