@@ -274,6 +274,17 @@ def rebind_traced(t: Tensor, src: Tensor) -> None:
             rec._bind(t, rec.value_of(src))
 
 
+_symbolic_shape = True
+
+
+def set_symbolic_shape(option: bool) -> bool:
+    """MegEngine's switch between symbolic and static shape inference in traced graphs. xmge's
+    traces always record static shapes, so the setting is only remembered; returns the previous one."""
+    global _symbolic_shape
+    prev, _symbolic_shape = _symbolic_shape, bool(option)
+    return prev
+
+
 def is_tracing() -> bool:
     from compiler.core import active_recorders
 
