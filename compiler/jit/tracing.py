@@ -10,6 +10,7 @@ reference interpreter.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 from xdsl.builder import Builder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 import compiler.dump as dump_module
@@ -27,14 +28,99 @@ from compiler.module.module import Module, current_scope
 from compiler.tensor import Tensor
 from dialects import tensor as T
 from dialects.dtypes import element_type
+from dialects.tensor import to_attr
 
 
-class TraceError(XmgeError, TypeError):
-    """A function cannot be traced as written (e.g. it returns something that is not a Tensor)."""
+__all__ = ["TraceError", "is_tracing", "set_symbolic_shape", "trace"]
+
+
+class TraceError(XmgeError, TypeError, RuntimeError):
+    """A function cannot be traced as written (e.g. it returns something that is not a Tensor), or a
+    later call ran other operations than the recorded ones. A RuntimeError too, as MegEngine's."""
 
 
 TRAINING_ONLY_ATTR = "xmge.training_only"
 """On a traced ``func.func``: the training-only computations the trace ran (``dump`` refuses it)."""
+
+
+_Ref = tuple[str, Any]  # ("int", n) | ("arg", i) | ("ext", tensor)
+
+
+@dataclass(frozen=True)
+class _Instr:
+    op_cls: type[T.MgbOp]
+    params: dict[str, Any]
+    inputs: list[_Ref]
+    n_outputs: int
+
+
+def _params_key(params: dict[str, Any]) -> dict[str, Any]:
+    """Params in a form that compares with ``==`` (attributes; numpy arrays are not)."""
+    return {k: to_attr(v) for k, v in params.items()}
+
+
+def _mismatch(reason: str) -> TraceError:
+    return TraceError(f"trace error because {reason}")
+
+
+class _Checker:
+    """A later call of a traced function: the body runs again (as MegEngine runs it, so Python side
+    effects happen every call) and each applied op is checked against the recording; the first
+    difference raises ``TraceError("trace error because <reason>")`` with MegEngine's reasons."""
+
+    def __init__(self, trace: Trace, inputs: Sequence[Tensor]) -> None:
+        self.trace = trace
+        self.pos = 0
+        self.ids: dict[int, _Ref] = {id(t): ("arg", i) for i, t in enumerate(inputs)}
+        self.keepalive: list[Tensor] = list(inputs)
+
+    def ref_of(self, t: Tensor) -> _Ref:
+        return self.ids.get(id(t), ("ext", t))
+
+    def rebind(self, t: Tensor, src: Tensor) -> None:
+        self.ids[id(t)] = self.ref_of(src)
+        self.keepalive.append(t)
+
+    def _check_input(self, want: _Ref, got: _Ref) -> None:
+        if want[0] == "int" and got[0] != "int":
+            raise _mismatch("expect internal node, got external")
+        if want[0] != "int" and got[0] == "int":
+            raise _mismatch("expect external node, got internal")
+        if want[0] == "ext" and got[0] == "ext":
+            a, b = want[1], got[1]
+            if a is not b and not (a.dtype == b.dtype and np.array_equal(a._data, b._data)):
+                raise _mismatch("tensors not equals")
+        elif want != got:
+            raise _mismatch("input id mismatch")
+
+    def record(self, applied: AppliedOp) -> None:
+        instrs = self.trace.instrs
+        if self.pos >= len(instrs):
+            raise _mismatch("too many instructions")
+        want = instrs[self.pos]
+        if want.op_cls is not applied.op_cls or want.params != _params_key(applied.params):
+            raise _mismatch("operator mismatch")
+        if len(want.inputs) != len(applied.inputs):
+            raise _mismatch("operator mismatch")
+        for w, t in zip(want.inputs, applied.inputs, strict=True):
+            self._check_input(w, self.ref_of(t))
+        first = sum(i.n_outputs for i in instrs[: self.pos])
+        for k, t in enumerate(applied.outputs):
+            self.ids[id(t)] = ("int", first + k)
+            self.keepalive.append(t)
+        self.pos += 1
+
+    def finish(self, outputs: Sequence[Tensor]) -> None:
+        if self.pos < len(self.trace.instrs):
+            raise _mismatch("mismature end")
+        want = self.trace.output_refs
+        if len(want) != len(outputs):
+            raise _mismatch("mismature end")
+        for w, t in zip(want, outputs, strict=True):
+            got = self.ref_of(t)
+            if w[0] == "int" and got[0] == "int" and w != got:
+                raise _mismatch("data unreadable")
+            self._check_input(w, got)
 
 
 class Trace:
@@ -51,6 +137,12 @@ class Trace:
             self._bind(t, arg)
             arg.name_hint = _name_hint(name)
         self.training_only: list[str] = []  # "what (scope)" of each training-only computation
+        self.n_args = len(inputs)
+        # what later calls are checked against (see _Checker): per applied op its kind, params and
+        # where each input came from; produced values are numbered in order
+        self.instrs: list[_Instr] = []
+        self.internal: dict[int, int] = {}  # id(SSA value) -> produced-value number
+        self.output_refs: list[_Ref] = []
 
     def note_training_only(self, what: str) -> None:
         scope = current_scope()
@@ -73,7 +165,18 @@ class Trace:
             self._bind(t, v)
         return v
 
+    def ref_of(self, t: Tensor) -> _Ref:
+        """Where ``t`` comes from: a produced value, an argument, or an external tensor."""
+        v = self.values.get(id(t))
+        if v is not None and id(v) in self.internal:
+            return ("int", self.internal[id(v)])
+        if v is not None and isinstance(v, BlockArgument):
+            return ("arg", v.index)
+        return ("ext", t)
+
     def record(self, applied: AppliedOp) -> None:
+        refs = [self.ref_of(t) for t in applied.inputs]
+        self.keepalive.extend(r[1] for r in refs if r[0] == "ext")
         operands = [self.value_of(t) for t in applied.inputs]
         op = applied.op_cls.make(operands, list(applied.result_types), **applied.params)
         scope = current_scope()
@@ -82,8 +185,11 @@ class Trace:
         self.builder.insert(op)
         for t, r in zip(applied.outputs, op.results, strict=True):
             self._bind(t, r)
+            self.internal[id(r)] = len(self.internal)
+        self.instrs.append(_Instr(applied.op_cls, _params_key(applied.params), refs, len(applied.outputs)))
 
     def finish(self, outputs: Sequence[Tensor], output_names: Sequence[str] | None = None) -> ModuleOp:
+        self.output_refs = [self.ref_of(t) for t in outputs]
         results = [self.value_of(t) for t in outputs]
         self.builder.insert(func.ReturnOp(*results))
         fn = func.FuncOp(
@@ -186,7 +292,8 @@ class trace:  # noqa: N801 - MegEngine's name
         self.symbolic = symbolic
         self.capture_as_const = capture_as_const
         self.record_only = record_only
-        self._cache: dict[tuple[Any, ...], tuple[ModuleOp, Callable[[list[Any]], Any]]] = {}
+        self.without_host = without_host
+        self._cache: dict[tuple[Any, ...], tuple[ModuleOp, Callable[[list[Any]], Any], Trace]] = {}
         self._last: tuple[ModuleOp, Callable[[list[Any]], Any]] | None = None
         self._last_arg_count = 0
         self.__name__ = getattr(function, "__name__", "<fn>")
@@ -214,13 +321,25 @@ class trace:  # noqa: N801 - MegEngine's name
             (k, id(v)) for k, v in sorted(kwargs.items()) if not isinstance(v, Tensor)
         )
         cached = self._cache.get(key)
-        if cached is not None:
-            module, rebuild = cached
+        if cached is not None and self.without_host:
+            # without_host: Python runs on the first call only, later calls run the recorded graph
+            module, rebuild, _ = cached
             from semantics import run_module
 
             outs = run_module(module, [t._data for t in tensors])
-            self._last = cached
+            self._last = (module, rebuild)
             return rebuild([Tensor._from_array(o) for o in outs])
+        if cached is not None:
+            checker = _Checker(cached[2], tensors)
+            push_recorder(checker)  # type: ignore[arg-type]
+            try:
+                out = self.function(*args, **kwargs)
+            finally:
+                pop_recorder(checker)  # type: ignore[arg-type]
+            flat, _ = _flatten_outputs(self.__name__, out)
+            checker.finish(flat)
+            self._last = cached[:2]
+            return out
         holders = [*args, *kwargs.values(), *_closure_modules(self.function)]
         recorder = Trace(tensors, names, _collect_param_names(holders))
         push_recorder(recorder)
@@ -230,7 +349,7 @@ class trace:  # noqa: N801 - MegEngine's name
             pop_recorder(recorder)
         flat, rebuild = _flatten_outputs(self.__name__, out)
         module = recorder.finish(flat)
-        self._cache[key] = (module, rebuild)
+        self._cache[key] = (module, rebuild, recorder)
         self._last = (module, rebuild)
         self._last_arg_count = len(tensors)
         return out
@@ -272,6 +391,8 @@ def rebind_traced(t: Tensor, src: Tensor) -> None:
     for rec in active_recorders():
         if isinstance(rec, Trace):
             rec._bind(t, rec.value_of(src))
+        elif isinstance(rec, _Checker):
+            rec.rebind(t, src)
 
 
 _symbolic_shape = True
@@ -288,4 +409,4 @@ def set_symbolic_shape(option: bool) -> bool:
 def is_tracing() -> bool:
     from compiler.core import active_recorders
 
-    return any(isinstance(r, Trace) for r in active_recorders())
+    return any(isinstance(r, Trace | _Checker) for r in active_recorders())

@@ -1,0 +1,14 @@
+"""MegEngine's ``megengine.jit``: ``trace`` records a function into IR (see :mod:`.tracing`)."""
+
+from compiler.jit.tracing import (
+    TRAINING_ONLY_ATTR,
+    Trace,
+    TraceError,
+    is_tracing,
+    rebind_traced,
+    set_symbolic_shape,
+    trace,
+)
+
+__all__ = ["TRAINING_ONLY_ATTR", "Trace", "TraceError", "is_tracing", "rebind_traced", "set_symbolic_shape",
+           "trace"]
