@@ -10,9 +10,9 @@ reference interpreter.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,6 @@ from compiler.tensor import Tensor
 from dialects import tensor as T
 from dialects.dtypes import element_type
 from dialects.tensor import to_attr
-
 
 __all__ = ["TraceError", "is_tracing", "set_symbolic_shape", "trace"]
 
