@@ -1038,9 +1038,12 @@ def _split_tapes(tape: _Tape) -> tuple[list[_Tape], list[_Tape]]:
 # (second-order gradients). Ops without one fall back to their numpy rule (a constant to the outer
 # manager: its gradient through them is not second-order).
 
-TensorRule = Callable[[Sequence[Tensor], Sequence[Tensor], Tensor, dict[str, Any]], Sequence[Tensor | None]]
+TensorRule = Callable[
+    [Sequence[Tensor], Sequence[Tensor], Tensor, dict[str, Any]], Sequence[Tensor | None]
+]
 TENSOR_BACKWARD: dict[type[T.MgbOp], TensorRule] = {}
-ELEMWISE_TENSOR_BACKWARD: dict[Any, Callable[[Sequence[Tensor], Tensor, Tensor], Sequence[Tensor | None]]] = {}
+ElemwiseTensorRule = Callable[[Sequence[Tensor], Tensor, Tensor], Sequence[Tensor | None]]
+ELEMWISE_TENSOR_BACKWARD: dict[Any, ElemwiseTensorRule] = {}
 
 
 def _tensor_unbroadcast(g: Tensor, shape: Sequence[int]) -> Tensor:
@@ -1077,7 +1080,9 @@ def _install_tensor_rules() -> None:
     ew[E.RELU] = lambda x, y, g: (g * (x[0] > 0).astype(g.dtype),)
     ew[E.ABS] = lambda x, y, g: (g * F.sign(x[0]),)
 
-    def elemwise(x: Sequence[Tensor], y: Sequence[Tensor], g: Tensor, params: dict[str, Any]) -> list[Tensor | None]:
+    def elemwise(
+        x: Sequence[Tensor], y: Sequence[Tensor], g: Tensor, params: dict[str, Any]
+    ) -> list[Tensor | None]:
         rule = ew[params["mode"]]
         out: list[Tensor | None] = []
         for xi, gi in zip(x, rule(x, y[0], g), strict=True):
@@ -1119,20 +1124,26 @@ def _backward_recorded(self: _Tape, seeds: dict[int, Tensor]) -> dict[int, Tenso
             continue
         rule = _tensor_rule(e)
         if rule is not None and len(out_grads) == 1:
-            in_grads: Sequence[Tensor | None] = rule(e.input_tensors, e.output_tensors, out_grads[0], e.params)
+            in_grads: Sequence[Tensor | None] = rule(
+                e.input_tensors, e.output_tensors, out_grads[0], e.params
+            )
         else:
             np_rule = BACKWARD.get(e.op_cls)
             if np_rule is None:
                 why = e.op_cls.NO_GRADIENT
                 raise GradError(f"{e.op_cls.name} is not differentiable: {why or 'no gradient rule'} "
                                 f"(op applied at {e.where})")
-            arrays = np_rule(e.inputs, e.outputs, [None if g is None else g._data for g in out_grads], e.params)
+            arrays = np_rule(
+                e.inputs, e.outputs, [None if g is None else g._data for g in out_grads], e.params
+            )
             in_grads = [None if a is None else Tensor._from_array(np.array(a)) for a in arrays]
         for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):
             if gx is None or i not in self.tracked:
                 continue
             if gx.shape != x.shape:
-                raise GradError(f"{e.op_cls.name}: gradient shape {gx.shape} differs from input shape {x.shape}")
+                raise GradError(
+                    f"{e.op_cls.name}: gradient shape {gx.shape} differs from input shape {x.shape}"
+                )
             prev = grads.get(i)
             grads[i] = gx if prev is None else prev + gx
     return grads
