@@ -24,6 +24,7 @@ from compiler.traced_module.expr import (
 from compiler.traced_module.filters import ExprFilter, NodeFilter
 from compiler.traced_module.megengine_tm import MegEngineTMError, load_megengine_tm
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
+from compiler.traced_module.optimization import optimize
 from compiler.traced_module.policy import TracedModuleError
 from compiler.traced_module.traced_module import InternalGraph, TracedModule, trace_module
 
@@ -46,6 +47,7 @@ __all__ = [
     "MegEngineTMError",
     "load_megengine_tm",
     "trace_module",
+    "optimize",
     "is_apply_def",
     "is_call_function",
     "is_call_module",

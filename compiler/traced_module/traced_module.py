@@ -85,8 +85,11 @@ class InternalGraph:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        from compiler.traced_module.serialization import run_loaders
+
         vars(self).update(state)
         self._init_run_state()
+        run_loaders(self._exprs)
 
     # -- building ----------------------------------------------------------------------------------
     def _next_node_id(self) -> int:
