@@ -112,3 +112,47 @@ def test_get_subattr_and_assign_attr() -> None:
     assert net.block_1.conv.weight is new
     with pytest.raises(AttributeError, match="is not an Module"):
         get_subattr(net, "block_0.conv.weight.x")
+
+
+def test_register_as_builtin_keeps_calls_and_default_checker() -> None:
+    class Scale(M.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    class Outer(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.s = Scale()
+
+        def forward(self, x):
+            return self.s(x) - 1
+
+    x = mge.tensor(np.arange(4, dtype=np.float32))
+    tm.register_as_builtin(Scale)
+    traced = tm.trace_module(Outer(), x)
+    assert traced.graph.get_module_by_type(Scale).as_count() == 1
+    assert traced.graph.get_method_by_type("__mul__").as_count() == 0  # not traced into
+    np.testing.assert_array_equal(traced(x).numpy(), x.numpy() * 2)
+    with pytest.raises(TypeError, match="Module subclass"):
+        tm.register_as_builtin(int)
+
+
+def test_default_checker_catches_forward_that_cannot_replay() -> None:
+    class HostEdit(M.Module):
+        def forward(self, x):
+            y = x * 2
+            y._reset(y.numpy() + 1)  # a host-side edit the graph does not record
+            return y
+
+    x = mge.tensor(np.zeros(4, np.float32))
+    with pytest.raises(TracedModuleError, match="differs from the eager run"):
+        tm.trace_module(HostEdit(), x)
+
+
+def test_default_checker_leaves_batch_norm_state_alone() -> None:
+    bn = M.BatchNorm2d(3)
+    x = mge.tensor(RNG.random((2, 3, 4, 4)).astype(np.float32))
+    tm.trace_module(bn, x)
+    reference = M.BatchNorm2d(3)
+    reference(x)
+    np.testing.assert_array_equal(bn.running_mean.numpy(), reference.running_mean.numpy())

@@ -394,15 +394,12 @@ def rebind_traced(t: Tensor, src: Tensor) -> None:
             rec.rebind(t, src)
 
 
-_symbolic_shape = True
-
-
 def set_symbolic_shape(option: bool) -> bool:
-    """MegEngine's switch between symbolic and static shape inference in traced graphs. xmge's
-    traces always record static shapes, so the setting is only remembered; returns the previous one."""
-    global _symbolic_shape
-    prev, _symbolic_shape = _symbolic_shape, bool(option)
-    return prev
+    """MegEngine's switch between symbolic and static shape inference in traced graphs
+    (``core._trace_option``); xmge's traces record static shapes. Returns the previous setting."""
+    from compiler.core import _trace_option
+
+    return _trace_option.set_symbolic_shape(option)
 
 
 def is_tracing() -> bool:

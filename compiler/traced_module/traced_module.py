@@ -962,11 +962,36 @@ def trace_module(module: Module, *inputs: Any, **kwinputs: Any) -> TracedModule:
             )
     tracer = _Tracer([0, 0])
     with _hooks_installed(tracer):
-        graph, _ = tracer.trace_into(module, inputs, kwinputs, _class_name(module))
+        graph, eager = tracer.trace_into(module, inputs, kwinputs, _class_name(module))
         tracer.graphs[id(module)] = (module, graph)
     top = mirror_traced(tracer)[id(module)]
     top._update_ref()
+    if policy.default_checker_enabled():
+        _check_outputs(module, top, inputs, kwinputs, eager)
     return top
+
+
+def _check_outputs(module: Module, top: TracedModule, inputs: Any, kwinputs: Any, eager: Any) -> None:
+    """MegEngine's default checker: the traced module run on the example inputs gives the eager
+    outputs. The module's state (batch-norm statistics) is restored after the check run."""
+    saved = [(t, t._data.copy()) for _, t in module.named_tensors()]
+    try:
+        replay = top(*inputs, **kwinputs)
+    finally:
+        for t, data in saved:
+            t._data = data
+    want, _ = pytree.flatten(eager, _is_tensor)
+    got, _ = pytree.flatten(replay, _is_tensor)
+    if len(want) != len(got):
+        raise TracedModuleError(f"trace_module check: {len(got)} outputs replayed, {len(want)} traced")
+    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+        a, b = np.asarray(w._data), np.asarray(g._data)
+        if a.shape != b.shape or not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
+            raise TracedModuleError(
+                f"trace_module check: output {i} of the traced module differs from the eager run (the "
+                "forward depends on something the trace cannot replay, e.g. randomness or Python state); "
+                "call traced_module.disable_default_checker() to skip this check"
+            )
 
 
 def mirror_traced(tracer: _Tracer) -> dict[int, TracedModule]:
