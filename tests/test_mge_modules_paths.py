@@ -20,6 +20,8 @@ PROVIDED = [
     "autodiff.grad_manager",
     "config",
     "core",
+    "core.ops",
+    "core.ops.builtin",
     "core.tensor",
     "core.tensor.amp",
     "core.tensor.dtype",
@@ -94,6 +96,7 @@ PROVIDED = [
     "utils",
     "utils.comp_graph_tools",
     "utils.network",
+    "utils.naming",
     "utils.network_node",
 ]
 
@@ -359,3 +362,35 @@ def test_every_path_is_provided_or_documented() -> None:
     both = [p for p in PROVIDED if _covered(p, prefixes)]
     assert not both, f"provided but documented as absent: {both}"
     assert set(PROVIDED) <= set(MEGENGINE_1_13_PUBLIC_PATHS)
+
+
+def test_auto_naming_scopes_name_traced_ops() -> None:
+    import io
+
+    import numpy as np
+
+    import compiler as mge
+    from compiler.jit import trace
+    from compiler.utils.naming import AutoNaming
+    from compiler.utils.network import Network
+
+    AutoNaming.clear()
+
+    @trace(symbolic=True, capture_as_const=True)
+    def f(x):
+        AutoNaming.push_scope("head")
+        try:
+            y = mge.functional.relu(x)
+        finally:
+            AutoNaming.pop_scope()
+        return y * 2
+
+    f(mge.tensor(np.ones(3, np.float32)))
+    buf = io.BytesIO()
+    f.dump(buf, keep_var_name=2, optimize_for_inference=False)
+    buf.seek(0)
+    names = [v.name for v in Network.load(buf).all_vars]
+    assert "head.RELU" in names
+    assert AutoNaming.get_scope() == ""
+    with pytest.raises(IndexError):
+        AutoNaming.pop_scope()

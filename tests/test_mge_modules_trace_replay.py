@@ -92,3 +92,23 @@ def test_parameters_updated_between_calls_are_not_a_mismatch() -> None:
     np.testing.assert_equal(fn(x).numpy(), [2.0, 3.0])
     w._reset(np.array([2.0, 2.0], np.float32))
     np.testing.assert_equal(fn(x).numpy(), [4.0, 6.0])
+
+
+def test_exclude_from_trace_values_change_between_calls() -> None:
+    from compiler.jit import GraphOptimizationConfig, exclude_from_trace
+
+    count = [0]
+
+    @trace(symbolic=True, imperative=False, graph_opt_config=GraphOptimizationConfig())
+    def fn(a):
+        with exclude_from_trace():
+            count[0] += 1
+            step = mge.tensor(float(count[0])) * 1  # an op inside the excluded block
+        return a + step
+
+    x = mge.tensor([1.0, 2.0])
+    for i in range(1, 4):
+        np.testing.assert_equal(fn(x).numpy(), [1.0 + i, 2.0 + i])
+    with exclude_from_trace():  # outside a trace: nothing to exclude
+        assert (x + 1).numpy().tolist() == [2.0, 3.0]
+    assert "UNSET" in repr(GraphOptimizationConfig())

@@ -2,13 +2,24 @@
 
 from compiler.jit.tracing import (
     TRAINING_ONLY_ATTR,
+    GraphOptimizationConfig,
     Trace,
     TraceError,
+    exclude_from_trace,
     is_tracing,
     rebind_traced,
     set_symbolic_shape,
     trace,
 )
 
-__all__ = ["TRAINING_ONLY_ATTR", "Trace", "TraceError", "is_tracing", "rebind_traced", "set_symbolic_shape",
-           "trace"]
+__all__ = [
+    "TRAINING_ONLY_ATTR",
+    "GraphOptimizationConfig",
+    "Trace",
+    "TraceError",
+    "exclude_from_trace",
+    "is_tracing",
+    "rebind_traced",
+    "set_symbolic_shape",
+    "trace",
+]

@@ -9,9 +9,11 @@ reference interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +32,14 @@ from dialects import tensor as T
 from dialects.dtypes import element_type
 from dialects.tensor import to_attr
 
-__all__ = ["TraceError", "is_tracing", "set_symbolic_shape", "trace"]
+__all__ = [
+    "GraphOptimizationConfig",
+    "TraceError",
+    "exclude_from_trace",
+    "is_tracing",
+    "set_symbolic_shape",
+    "trace",
+]
 
 
 class TraceError(XmgeError, TypeError, RuntimeError):
@@ -87,6 +96,8 @@ class _Checker:
             raise _mismatch("expect external node, got internal")
         if want[0] == "ext" and got[0] == "ext":
             a, b = want[1], got[1]
+            if _is_excluded(a) or _is_excluded(b):
+                return  # computed in exclude_from_trace: a value that may change from call to call
             if a is not b and not (a.dtype == b.dtype and np.array_equal(a._data, b._data)):
                 raise _mismatch("tensors not equals")
         elif want != got:
@@ -284,6 +295,8 @@ class trace:  # noqa: N801 - MegEngine's name
         opt_level: int = 2,
         symbolic_shape: bool = True,
         without_host: bool = False,
+        imperative: bool = False,
+        graph_opt_config: GraphOptimizationConfig | None = None,
     ) -> None:
         if not callable(function):
             raise TypeError(f"trace: expected a function, got {type(function).__name__}")
@@ -292,6 +305,9 @@ class trace:  # noqa: N801 - MegEngine's name
         self.capture_as_const = capture_as_const
         self.record_only = record_only
         self.without_host = without_host
+        # both select how MegEngine executes the recorded graph; xmge's results do not depend on them
+        self.imperative = imperative
+        self.graph_opt_config = graph_opt_config
         self._cache: dict[tuple[Any, ...], tuple[ModuleOp, Callable[[list[Any]], Any], Trace]] = {}
         self._last: tuple[ModuleOp, Callable[[list[Any]], Any]] | None = None
         self._last_arg_count = 0
@@ -400,6 +416,63 @@ def set_symbolic_shape(option: bool) -> bool:
     from compiler.core import _trace_option
 
     return _trace_option.set_symbolic_shape(option)
+
+
+# by id, not a WeakSet: a WeakSet compares members with ==, which is an elementwise op on tensors
+_excluded: dict[int, weakref.ref[Tensor]] = {}
+
+
+def _is_excluded(t: Tensor) -> bool:
+    r = _excluded.get(id(t))
+    return r is not None and r() is t
+
+
+class _ExcludedMarker:
+    """Marks what is computed inside ``exclude_from_trace`` (see ``_Checker._check_input``)."""
+
+    def record(self, applied: AppliedOp) -> None:
+        for t in applied.outputs:
+            key = id(t)
+            _excluded[key] = weakref.ref(t, lambda _, key=key: _excluded.pop(key, None))
+
+
+@contextlib.contextmanager
+def exclude_from_trace() -> Iterator[None]:
+    """Inside a traced function: run this block eagerly on every call without recording it; its
+    results enter the trace as values that may change between calls (MegEngine's
+    ``exclude_from_trace``). Outside a trace it does nothing."""
+    from compiler.core import active_recorders
+
+    hidden = [r for r in active_recorders() if isinstance(r, Trace | _Checker)]
+    if not hidden:
+        yield
+        return
+    for r in hidden:
+        pop_recorder(r)  # type: ignore[arg-type]
+    marker = _ExcludedMarker()
+    push_recorder(marker)
+    try:
+        yield
+    finally:
+        pop_recorder(marker)
+        for r in hidden:
+            push_recorder(r)  # type: ignore[arg-type]
+
+
+class GraphOptimizationConfig:
+    """MegEngine's JIT fusion switches for a traced graph (``None``: decided by ``opt_level``).
+    xmge's kernels are chosen by its own passes, so the switches are recorded on the trace only."""
+
+    def __init__(self) -> None:
+        self.jit_fuse_dimshuffle: bool | None = None
+        self.jit_fuse_reduce: bool | None = None
+
+    def __repr__(self) -> str:
+        word = {None: "UNSET", False: "OFF", True: "ON"}
+        return (
+            f"GraphOptimizationConfig {{ jit_fuse_dimshuffle = {word[self.jit_fuse_dimshuffle]}, "
+            f"jit_fuse_reduce = {word[self.jit_fuse_reduce]} }}"
+        )
 
 
 def is_tracing() -> bool:
