@@ -33,10 +33,18 @@ model that ``onnxruntime.quantization.quantize_static`` makes from the same floa
 ``openvino`` is importable (float32, and its default CPU inference precision: bfloat16 on AMX), else
 a note says so; the int8 table's ``OV def`` column is OpenVINO's default.
 
-bfloat16 (``--bf16``, on by default where the CPU has AMX-BF16 and Linux grants tile data): the model
-compiled for ``x86-avx512-vnni-amx+bf16`` (float32 convolutions and matrix products on bfloat16
-inputs) joins the interleaved rounds; its table gives the latency against xmge's best float32 target
-and OpenVINO's default, and the output's error against float32 (relative L2, max abs / max |y|).
+Contended (``--contended``, a mode of its own): a ``nice -n 10`` CPU-bound process is started (one
+per spare logical CPU) and each model's float32 latency is timed at 1 and 2 threads in interleaved
+rounds, also at 2 threads with ``XMGE_ADAPT_THREADS=0`` (the runtime's choice between all threads and
+one off: plain OpenMP), so that the runtime's adaptation (``backends/c/runtime/xm_runtime.h``) is
+measured against what it replaces. Goal (issue 33): 2-thread latency <= 1-thread latency.
+
+bfloat16 (``--bf16``, on by default where the CPU has AVX512-BF16): the model compiled for
+``x86-avx512-vnni-amx+bf16`` where the CPU has AMX-BF16 and Linux grants tile data, else for
+``x86-avx512[-vnni]+bf16`` (``vdpbf16ps``; :func:`bf16_target`) (float32 convolutions and matrix
+products on bfloat16 inputs) joins the interleaved rounds; its table gives the latency against
+xmge's best float32 target and OpenVINO's default, and the output's error against float32
+(relative L2, max abs / max |y|).
 """
 
 from __future__ import annotations
@@ -65,6 +73,32 @@ from dialects import tensor as T  # noqa: E402
 E = enums.ElemwiseMode
 IOC16_TARGET = "x86-avx512-fp16+ioc16"
 BF16_TARGET = "x86-avx512-vnni-amx+bf16"
+
+
+def cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo (every figure here belongs to one CPU)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def bf16_target() -> str | None:
+    """The ``+bf16`` target this CPU runs best: AMX-BF16 tiles where the CPU has them and Linux grants
+    tile data, else AVX512-BF16 (``vdpbf16ps``, e.g. AMD EPYC Zen 4), else none."""
+    from backends.c.templates.x86_amx_os import amx_permitted
+    from compiler.driver.targets import parse_target, runs_here
+
+    if runs_here(parse_target(BF16_TARGET)) and amx_permitted():
+        return BF16_TARGET
+    for text in ("x86-avx512-vnni+bf16", "x86-avx512+bf16"):
+        if runs_here(parse_target(text)):
+            return text
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -307,6 +341,51 @@ def inference_clean_of(net: Any, x: np.ndarray) -> ModuleOp:
     return inference_clean(m._stages["tensor"])  # type: ignore[arg-type]
 
 
+def contended_report(models: list[str], target: str, size: int, iters: int) -> None:
+    """1- vs 2-thread latency of each model next to ``nice -n 10`` CPU burners (``--contended``)."""
+    from compiler.driver.targets import parse_target, runs_here
+
+    if not runs_here(parse_target(target)):
+        print(f"this CPU cannot run {target}: the contended table is skipped")
+        return
+    burners = [
+        subprocess.Popen(["nice", "-n", "10", sys.executable, "-c", "while True: pass"])
+        for _ in range(max(1, (os.cpu_count() or 2) - 1))
+    ]
+    rows = []
+    try:
+        for name in models:
+            net = make_model(name)
+            if net is None:
+                print(f"{name}: not in compiler.hub, skipped")
+                continue
+            x = np.random.default_rng(1).standard_normal((1, 3, size, size)).astype(np.float32)
+            one = compile(net, target, [x], threads=1)
+            two = compile(one._stages["tensor"], target, threads=2)  # type: ignore[arg-type]
+            plain = compile(one._stages["tensor"], target, threads=2)  # type: ignore[arg-type]
+            one(x), two(x)
+            os.environ["XMGE_ADAPT_THREADS"] = "0"  # read when the instance is created: at its first run
+            try:
+                plain(x)
+            finally:
+                del os.environ["XMGE_ADAPT_THREADS"]
+            runners = {k: (lambda m=m, a=x: m(a)) for k, m in (("1", one), ("2", two), ("2 omp", plain))}
+            ms = interleaved(runners, iters * 3)
+            rows.append(
+                f"{name:<14}{ms['1']:>9.2f}{ms['2']:>9.2f}{ms['2'] / ms['1']:>8.2f}{ms['2 omp']:>12.2f}"
+                f"{ms['2 omp'] / ms['1']:>8.2f}"
+            )
+            print(f"{name} done", flush=True)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    print(f"contended: {len(burners)} nice -n 10 CPU burner(s), {target}, wall ms (best round's median)")
+    print(f"{'model':<14}{'1 thr':>9}{'2 thr':>9}{'2/1':>8}{'2 thr omp':>12}{'omp/1':>8}")
+    print("\n".join(rows))
+    print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
+
+
 def main() -> None:  # noqa: C901 - one report
     from compiler.driver.compile import inference_clean
     from compiler.driver.targets import parse_target, runs_here
@@ -334,11 +413,23 @@ def main() -> None:  # noqa: C901 - one report
         "--bf16",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help=f"also time {BF16_TARGET} (bfloat16 inputs) where the CPU has AMX-BF16",
+        help="also time +bf16 (bfloat16 inputs: AMX-BF16 tiles, else AVX512-BF16) where the CPU has it",
     )
+    ap.add_argument(
+        "--contended",
+        action="store_true",
+        help="only the contended table: 1 vs 2 threads next to a nice -n 10 CPU burner",
+    )
+    ap.add_argument("--contended-target", default="x86-avx512-nchw88")
     args = ap.parse_args()
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs), load average {os.getloadavg()}")
+    if args.contended:
+        contended_report(args.models.split(","), args.contended_target, args.size, args.iters)
+        return
     try:
         import onnxruntime as ort
+
+        ort.set_default_logger_severity(3)  # the quantizer's sessions warn per unused initializer
     except ImportError:
         ort = None
         print("onnxruntime is not installed (pip install onnxruntime onnx): ORT columns are skipped")
@@ -366,11 +457,10 @@ def main() -> None:  # noqa: C901 - one report
     if args.ioc16 and not ioc16:
         print(f"this CPU cannot run {IOC16_TARGET} (no AVX512-FP16): the float16 table is skipped")
     bf16_rows: list[str] = []
-    from backends.c.templates.x86_amx_os import amx_permitted
-
-    bf16 = args.bf16 and runs_here(parse_target(BF16_TARGET)) and amx_permitted()
+    bf16_tgt = bf16_target() if args.bf16 else None
+    bf16 = bf16_tgt is not None
     if args.bf16 and not bf16:
-        print(f"this CPU or process cannot run {BF16_TARGET} on tiles: the bfloat16 table is skipped")
+        print("this CPU has neither AMX-BF16 (with tile data) nor AVX512-BF16: the bfloat16 table is skipped")
     notes: list[str] = []
     try:
         import openvino
@@ -398,7 +488,8 @@ def main() -> None:  # noqa: C901 - one report
             )
         brain: dict[int, Any] = {}
         if bf16:
-            brain = {t: compile(net, BF16_TARGET, [x], threads=t) for t in threads}
+            assert bf16_tgt is not None
+            brain = {t: compile(net, bf16_tgt, [x], threads=t) for t in threads}
         ov_default: dict[int, float] = {}
         half: dict[int, Any] = {}
         if ioc16:
@@ -447,7 +538,7 @@ def main() -> None:  # noqa: C901 - one report
             if t in half:
                 runners[IOC16_TARGET] = lambda m=half[t], a=x: m(a)
             if t in brain:
-                runners[BF16_TARGET] = lambda m=brain[t], a=x: m(a)
+                runners["bf16"] = lambda m=brain[t], a=x: m(a)
             ms = interleaved(runners, args.iters)
             if "openvino default" in ms:
                 ov_default[t] = ms["openvino default"]
@@ -467,7 +558,7 @@ def main() -> None:  # noqa: C901 - one report
                 yb = brain[t](x)
                 rel = float(np.linalg.norm(yb - y32) / np.linalg.norm(y32))
                 mx = float(np.abs(yb - y32).max() / np.abs(y32).max())
-                b_ms, ov = ms[BF16_TARGET], ov_default.get(t, math.nan)
+                b_ms, ov = ms["bf16"], ov_default.get(t, math.nan)
                 bf16_rows.append(
                     f"{name:<14}{t:>4}{b_ms:>9.2f}{f32_best[t]:>9.2f}{b_ms / f32_best[t]:>10.2f}{ov:>9.2f}"
                     f"{b_ms / ov:>8.2f}{rel:>12.2e}{mx:>12.2e}"
@@ -507,8 +598,9 @@ def main() -> None:  # noqa: C901 - one report
         )
         print("\n".join(int8_rows))
     if bf16_rows:
+        print(f"\nbfloat16: {bf16_tgt}")
         print(
-            f"\n{'model':<14}{'thr':>4}{'bf16 ms':>9}{'f32 ms':>9}{'bf16/f32':>10}{'OV def':>9}{'x/OV':>8}"
+            f"{'model':<14}{'thr':>4}{'bf16 ms':>9}{'f32 ms':>9}{'bf16/f32':>10}{'OV def':>9}{'x/OV':>8}"
             f"{'rel L2 err':>12}{'max/scale':>12}"
         )
         print("\n".join(bf16_rows))

@@ -50,14 +50,10 @@ class X86Backend:
     kernels: KernelRegistry = KERNELS
 
     def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
-        from backends.c.templates.x86_isa import OPTION_EXTENSIONS, extension_isas
+        from backends.c.templates.x86_isa import extension_isas, option_rows
 
         base = ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
-        for o in OPTION_EXTENSIONS:
-            if o.option in options and o.feature not in features:
-                raise TargetError(
-                    f"x86 +{o.option} needs the {o.feature} feature: x86-avx512-{o.feature}+{o.option}"
-                )
+        option_rows(features, options)  # an option no row of the target serves is an error
         if "bf16" in options and ({"ioc16", "io16xc32"} & set(options) or "nchw88" in features):
             raise TargetError("x86 +bf16 kernels are plain NCHW float32: no nchw88, +ioc16 or +io16xc32")
         extensions = extension_isas(tuple(features), tuple(options))
@@ -84,11 +80,11 @@ class X86Backend:
 
     def cpu_flags_needed(self, target: Target) -> frozenset[str]:
         """The ``/proc/cpuinfo`` flags code for ``target`` executes instructions of."""
-        from backends.c.templates.x86_isa import EXTENSIONS, OPTION_EXTENSIONS
+        from backends.c.templates.x86_isa import EXTENSIONS, option_rows
 
         needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
         needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))
-        return needed.union(*(o.cpu_flags for o in OPTION_EXTENSIONS if o.option in target.options))
+        return needed.union(*(o.cpu_flags for o in option_rows(target.features, target.options)))
 
     def emitter(self, target: Target) -> type[CEmitter]:
         return ISA_EMITTERS[target.isas[0]]

@@ -33,6 +33,13 @@
  * A pooled instance scales with the free cores; a serialised one cannot, and the pool costs nothing
  * for a single caller (no extra allocation, one uncontended mutex per call). So the pool is the
  * default, at the price of one arena per concurrent caller.
+ *
+ * Threads on a shared machine. An instance created with threads > 1 times its runs and, per variant,
+ * runs with all its threads or with one, whichever its recent runs measured faster (every 32nd run
+ * tries the other, so it follows the load); a CPU-bound job on the other core thus never makes two
+ * threads slower than one for long. The outputs do not depend on the choice (every kernel's result is
+ * the same at any thread count). XMGE_ADAPT_THREADS=0 in the environment at create time: always all
+ * threads.
  */
 #ifndef XM_RUNTIME_H
 #define XM_RUNTIME_H

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from backends.c.emitter import CEmitter, X86Avx512Emitter
 from backends.c.templates.x86_amx_os import amx_permitted
+from passes.target import TargetError
 
 
 class X86Avx512VnniEmitter(X86Avx512Emitter):
@@ -34,6 +35,13 @@ class X86Avx512VbmiEmitter(X86Avx512VnniEmitter):
 
     name = "x86-avx512vbmi"
     cflags = (*X86Avx512VnniEmitter.cflags, "-mavx512vbmi")
+
+
+class X86Avx512Bf16Emitter(X86Avx512Emitter):
+    """AVX512-BF16 (``vdpbf16ps``, ``vcvtne2ps2bf16``) for ``+bf16`` on a CPU without AMX tiles."""
+
+    name = "x86-avx512bf16"
+    cflags = (*X86Avx512Emitter.cflags, "-mavx512bf16")
 
 
 class X86AmxBf16Emitter(X86AmxEmitter):
@@ -79,7 +87,8 @@ EXTENSIONS: tuple[Extension, ...] = (
 @dataclass(frozen=True)
 class OptionExtension:
     """An extension a target *option* turns on (``+bf16``): a different numeric contract, so never
-    implied by the host's CPU flags the way a feature row is."""
+    implied by the host's CPU flags the way a feature row is. An option may have several rows, most
+    capable first: the first whose ``feature`` the target names serves it (:func:`option_rows`)."""
 
     option: str  # the target option word (``x86-avx512-amx+bf16``)
     isa: str  # the template ISA searched ahead of the feature rows' ISAs
@@ -95,7 +104,30 @@ OPTION_EXTENSIONS: tuple[OptionExtension, ...] = (
         "float32 convolutions and matrix products on AMX-BF16 tiles (tdpbf16ps): inputs rounded to "
         "bfloat16, float32 accumulation",
     ),
+    OptionExtension(
+        "bf16", "avx512bf16", "avx512", frozenset({"avx512_bf16"}), X86Avx512Bf16Emitter,
+        "float32 convolutions and matrix products with AVX512-BF16 (vdpbf16ps) where the target has no "
+        "amx: the same contract as the AMX-BF16 tiles",
+    ),
 )  # fmt: skip
+
+
+def option_rows(
+    features: tuple[str, ...] | list[str], options: tuple[str, ...] | list[str]
+) -> tuple[OptionExtension, ...]:
+    """The row serving each of ``options`` that has rows: its first row whose feature the target
+    names. An option with rows but none matching is a :class:`passes.target.TargetError`."""
+    chosen: list[OptionExtension] = []
+    for option in dict.fromkeys(o.option for o in OPTION_EXTENSIONS):
+        if option not in options:
+            continue
+        rows = [o for o in OPTION_EXTENSIONS if o.option == option]
+        row = next((o for o in rows if o.feature in features), None)
+        if row is None:
+            needs = " or ".join(o.feature for o in rows)
+            raise TargetError(f"x86 +{option} needs the {needs} feature (e.g. x86-avx512+{option})")
+        chosen.append(row)
+    return tuple(chosen)
 
 
 def extension_isas(
@@ -103,7 +135,7 @@ def extension_isas(
 ) -> tuple[str, ...]:
     """The extension ISAs a target's options and features add, most specific first (a later row
     builds on the earlier ones: AMX kernels keep a VNNI path)."""
-    chosen = tuple(o.isa for o in OPTION_EXTENSIONS if o.option in options)
+    chosen = tuple(o.isa for o in option_rows(features, options))
     return (*chosen, *(e.isa for e in reversed(EXTENSIONS) if e.feature in features))
 
 
