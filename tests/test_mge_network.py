@@ -219,3 +219,26 @@ def test_golden_files_round_trip() -> None:
         got = GraphInference(_redump(net, optimize_for_inference=False)).run(*inputs)
         for w, g in zip(want, got.values(), strict=True):
             np.testing.assert_array_equal(w, g, err_msg=path)
+
+
+def test_metadata_round_trip_over_reused_buffer_and_fbs_v1() -> None:
+    import compiler.module as M
+
+    x = Tensor(0)
+    buf = _model(lambda t: t * 2, x)
+    net = Network.load(buf)
+    buf.seek(0)  # written over the same buffer: the old, longer bytes stay behind the new graph
+    info = {"str": "x", "tensor": x, "module": M.Module, "none": None}
+    net.dump(buf, user_info=info, optimize_for_inference=True, enable_nchw4=True, enable_ioc16=True)
+    buf.seek(0)
+    assert Network.load(buf).metadata == {
+        "user_info": info,
+        "graph_modified": True,
+        "optimized_for_inference": True,
+        "enable_fuse_grain": True,
+        "enable_nchw4": True,
+        "enable_ioc16": True,
+    }
+    v1 = _redump(Network.load(_ab_model()), dump_format="FBS")
+    assert v1.getvalue()[:4] == b"MGBC"
+    np.testing.assert_equal(GraphInference(v1).run(A, B)["o"], [8, 12])

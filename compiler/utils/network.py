@@ -23,8 +23,9 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Block, Region, SSAValue
 
-from backends.mge.container import parse_file
-from backends.mge.reader import read_mge
+from backends.mge.container import parse_first_graph
+from backends.mge.fbs import MgeFormatError
+from backends.mge.reader import graph_to_func
 from backends.mge.records import Metadata
 from backends.mge.writer import write_graph
 from compiler.utils.network_node import (
@@ -67,9 +68,13 @@ class LoadedGraph:
 
 def load_nodes(data: bytes) -> LoadedGraph:
     """The first graph of a ``.mge`` file as nodes."""
-    module = read_mge(data)
-    fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
-    raw = parse_file(data)[0]
+    raw = parse_first_graph(data)
+    fn = graph_to_func(raw)
+    try:
+        ModuleOp([fn]).verify()
+    except Exception as exc:  # noqa: BLE001 - the reader's own check, as read_mge makes it
+        raise MgeFormatError(f"the graph read from the file does not verify: {exc}") from exc
+    fn.detach()
     block = fn.body.block
     names = [a.data for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
     env: dict[SSAValue, VarNode] = {}
