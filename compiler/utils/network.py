@@ -81,6 +81,7 @@ def load_nodes(data: bytes) -> LoadedGraph:
     inputs: list[VarNode] = []
     for arg, name in zip(block.args, names, strict=True):
         h2d = Host2DeviceCopy(name=name)
+        h2d._loaded_name = name
         var = VarNode._make(_placeholder(arg.type), h2d, name)
         h2d.outputs = [var]
         env[arg] = var
@@ -423,7 +424,7 @@ class Network:
         fn = func.FuncOp(
             "main", ([a.type for a in block.args], [env[id(v)].type for v in self.output_vars]), Region(block)
         )
-        in_names = [o.outputs[0].name or o.name or f"arg_{i}" for i, o in enumerate(inputs)]
+        in_names = [_input_name(o, i) for i, o in enumerate(inputs)]
         fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in in_names])
         return fn
 
@@ -509,6 +510,12 @@ class Network:
             inputs=sorted(a.data for a in fn.attributes["input_names"].data),  # type: ignore[attr-defined]
             outputs=out_names,
         )
+
+
+def _input_name(opr: OpNode, i: int) -> str:
+    """An input's name: the operator's when it was renamed (``modify_opr_names``), else its var's."""
+    renamed = opr.name is not None and opr.name != getattr(opr, "_loaded_name", None)
+    return (opr.name if renamed else opr.outputs[0].name or opr.name) or f"arg_{i}"
 
 
 def _reaches(outputs: list[VarNode], var: VarNode) -> bool:

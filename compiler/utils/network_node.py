@@ -304,7 +304,7 @@ class SharedDeviceTensor(ConstOpBase):
 
 
 def _kind_class(kind: str) -> type[OpNode]:
-    """One node class per MegEngine operator kind (``Elemwise``, ``ConvolutionForward``, ...)."""
+    """One node class per MegEngine operator type (``Elemwise``, ``ConvolutionForward``, ...)."""
     cls = _KIND_CLASSES.get(kind)
     if cls is None:
         cls = type(kind, (OpNode,), {"type": kind, "__module__": __name__})
@@ -335,15 +335,16 @@ def str_to_mge_class(classname: str) -> type[OpNode]:
 
 def _class_of(op_cls: type[T.MgbOp]) -> type[OpNode]:
     row = BY_IR_OP.get(op_cls)
-    return _kind_class(row.kind) if row is not None else ReadOnlyOpNode
+    return _kind_class(row.typeinfo) if row is not None else ReadOnlyOpNode
 
 
-# every kind the .mge operator table knows gets its class up front, so ``N.ConvolutionForward`` exists
+# every operator the .mge table knows gets its class up front, named by MegEngine's C++ type name
+# (what ``get_opr_type`` returns: ``ConvolutionForward``, ``Elemwise``, ``PoolingForward``, ...)
 def _define_kind_classes() -> None:
     from backends.mge.oprs import BY_KIND
 
-    for kind, row in BY_KIND.items():
-        cls = _kind_class(kind)
+    for row in BY_KIND.values():
+        cls = _kind_class(row.typeinfo)
         if len(row.ir_ops) == 1 and cls.opdef is None:
             cls.opdef = row.ir_ops[0]
     _KIND_CLASSES["Elemwise"].__repr__ = _elemwise_repr  # type: ignore[method-assign]
