@@ -112,3 +112,36 @@ def test_exclude_from_trace_values_change_between_calls() -> None:
     with exclude_from_trace():  # outside a trace: nothing to exclude
         assert (x + 1).numpy().tolist() == [2.0, 3.0]
     assert "UNSET" in repr(GraphOptimizationConfig())
+
+
+def test_traced_function_may_return_none_or_numbers_without_capture() -> None:
+    seen: list[float] = []
+
+    @trace(symbolic=True)
+    def step(a):
+        seen.append(float(F_sum(a).numpy()))
+
+    @trace(symbolic=False)
+    def pair(a):
+        return a * 2, 3, {"k": a + 1, "n": None}
+
+    x = mge.tensor([1.0, 2.0])
+    assert step(x) is None and step(x) is None and seen == [3.0, 3.0]
+    for _ in range(2):
+        t, three, d = pair(x)
+        assert three == 3 and d["n"] is None
+        np.testing.assert_equal(t.numpy(), [2.0, 4.0])
+        np.testing.assert_equal(d["k"].numpy(), [2.0, 3.0])
+
+    @trace(symbolic=True, capture_as_const=True)
+    def bad(a):
+        return None
+
+    with pytest.raises(TraceError, match="capture_as_const"):
+        bad(x)
+
+
+def F_sum(a):  # noqa: N802 - a local alias keeps the test body short
+    import compiler.functional as F
+
+    return F.sum(a)

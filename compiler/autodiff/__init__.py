@@ -793,6 +793,7 @@ class _Entry:
     # the tensors themselves: a backward that an outer GradManager records computes on these
     input_tensors: list[Tensor] = field(default_factory=list)
     output_tensors: list[Tensor] = field(default_factory=list)
+    function: Function | None = None  # a user-defined Function: its backward is the rule
 
 
 _DEFAULTS: dict[type[T.MgbOp], dict[str, Any]] = {}
@@ -813,6 +814,7 @@ class _Tape:
         # id -> tensor; holding the tensor keeps its id from being reused while recording
         self.tracked: dict[int, Tensor] = {id(t): t for t in sources}
         self.entries: list[_Entry] = []
+        self.group: object | None = None  # managers entered together (gm | gm2) do not see each other
 
     def track(self, t: Tensor) -> None:
         self.tracked[id(t)] = t
@@ -840,11 +842,39 @@ class _Tape:
             )
         )
 
+    def record_function(self, fn: Function, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+        if not any(id(t) in self.tracked for t in inputs):
+            return
+        for t in outputs:
+            if t.dtype.kind == "f":
+                self.tracked[id(t)] = t
+        self.entries.append(
+            _Entry(
+                T.MgbOp, {}, [id(t) for t in inputs], [t._data for t in inputs], [id(t) for t in outputs],
+                [t._data for t in outputs], None, list(inputs), list(outputs), fn,
+            )
+        )  # fmt: skip
+
+    def _accumulate(self, grads: dict[int, Any], e: _Entry, in_grads: Sequence[Any]) -> None:
+        for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):
+            if gx is None or i not in self.tracked:
+                continue
+            if tuple(gx.shape) != tuple(x.shape):
+                raise GradError(f"{e.function or e.op_cls.name}: gradient shape {gx.shape} differs from "
+                                f"input shape {x.shape}")
+            prev = grads.get(i)
+            grads[i] = gx if prev is None else prev + gx
+
     def backward(self, seeds: dict[int, Array]) -> dict[int, Array]:
         grads = dict(seeds)
         for e in reversed(self.entries):
             out_grads = [grads.pop(i, None) for i in e.output_ids]
             if all(g is None for g in out_grads):
+                continue
+            if e.function is not None:
+                tgrads = [None if g is None else Tensor._from_array(np.asarray(g)) for g in out_grads]
+                custom = e.function._input_grads(tgrads, len(e.inputs))
+                self._accumulate(grads, e, [None if g is None else g._data for g in custom])
                 continue
             rule = BACKWARD.get(e.op_cls)
             if rule is None:
@@ -863,6 +893,55 @@ class _Tape:
                 prev = grads.get(i)
                 grads[i] = gx if prev is None else prev + gx
         return grads
+
+
+class Function:
+    """A differentiable operation with a user-written gradient (MegEngine's ``autodiff.Function``).
+
+    Subclass it with ``forward(self, *inputs)`` (tensors in, a tensor or a tuple of tensors out)
+    and ``backward(self, *output_grads)`` (one gradient per output, ``None`` where none reached it;
+    returns one gradient per input, or ``None``). Call an instance like a function. The ops inside
+    ``forward`` are not differentiated themselves; ``backward``'s ops are, by enclosing managers
+    (second-order gradients)."""
+
+    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def backward(self, *output_grads: Tensor | None) -> Tensor | Sequence[Tensor | None] | None:
+        raise NotImplementedError(f"{type(self).__name__} does not define backward()")
+
+    def __call__(self, *inputs: Tensor) -> Any:
+        from compiler.core import active_recorders
+
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{type(self).__name__}: input {i} must be a Tensor, got {type(t).__name__}")
+        tapes = [r for r in active_recorders() if isinstance(r, _Tape)]
+        for tape in tapes:
+            pop_recorder(tape)
+        try:
+            out = self.forward(*inputs)
+        finally:
+            for tape in tapes:
+                push_recorder(tape)
+        outs = [out] if isinstance(out, Tensor) else list(out)
+        if not all(isinstance(o, Tensor) for o in outs):
+            raise TypeError(f"{type(self).__name__}.forward must return Tensors")
+        for tape in tapes:
+            tape.record_function(self, inputs, outs)
+        return out
+
+    def _input_grads(self, output_grads: Sequence[Tensor | None], n_inputs: int) -> list[Tensor | None]:
+        got = self.backward(*output_grads)
+        grads = [got] if got is None or isinstance(got, Tensor) else list(got)
+        if len(grads) != n_inputs:
+            raise GradError(
+                f"{type(self).__name__}.backward returned {len(grads)} gradients for {n_inputs} inputs"
+            )
+        return grads
+
+    def __str__(self) -> str:
+        return type(self).__name__
 
 
 class GradManager:
@@ -935,6 +1014,10 @@ class GradManager:
             raise GradError("GradManager is already recording")
         self._tape = _Tape(t for _, t in self._live())
         push_recorder(self._tape)
+
+    def __or__(self, other: GradManager | GradManagerGroup) -> GradManagerGroup:
+        """``with gm | gm2:`` records with both at the same level: neither sees the other's backward."""
+        return GradManagerGroup([self]) | other
 
     def release(self) -> None:
         """Stop recording and drop the history."""
@@ -1020,6 +1103,32 @@ class GradManager:
                 push_recorder(rec)
 
 
+class GradManagerGroup:
+    """Several GradManagers entered together (``gm | gm2``)."""
+
+    def __init__(self, managers: Iterable[GradManager]) -> None:
+        self.managers: list[GradManager] = list(managers)
+
+    def __or__(self, other: GradManager | GradManagerGroup) -> GradManagerGroup:
+        more = other.managers if isinstance(other, GradManagerGroup) else [other]
+        for m in more:
+            if not isinstance(m, GradManager):
+                raise TypeError(f"a GradManager group takes GradManagers, got {type(m).__name__}")
+        return GradManagerGroup([*self.managers, *more])
+
+    def __enter__(self) -> GradManagerGroup:
+        token = object()
+        for m in self.managers:
+            m.record()
+            assert m._tape is not None
+            m._tape.group = token
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m in reversed(self.managers):
+            m.release()
+
+
 def _split_tapes(tape: _Tape) -> tuple[list[_Tape], list[_Tape]]:
     """The other GradManagers' tapes recording now: those entered before ``tape`` (they see its
     backward) and those entered after it (they do not), as MegEngine orders nested managers."""
@@ -1027,9 +1136,13 @@ def _split_tapes(tape: _Tape) -> tuple[list[_Tape], list[_Tape]]:
 
     recs = list(active_recorders())
     k = next(i for i, r in enumerate(recs) if r is tape)
+
+    def peer(r: _Tape) -> bool:
+        return tape.group is not None and r.group is tape.group
+
     return (
-        [r for r in recs[:k] if isinstance(r, _Tape)],
-        [r for r in recs[k + 1 :] if isinstance(r, _Tape)],
+        [r for r in recs[:k] if isinstance(r, _Tape) and not peer(r)],
+        [r for i, r in enumerate(recs) if i != k and isinstance(r, _Tape) and (i > k or peer(r))],
     )
 
 
@@ -1121,6 +1234,9 @@ def _backward_recorded(self: _Tape, seeds: dict[int, Tensor]) -> dict[int, Tenso
     for e in reversed(self.entries):
         out_grads = [grads.pop(i, None) for i in e.output_ids]
         if all(g is None for g in out_grads):
+            continue
+        if e.function is not None:  # its backward runs as ops the enclosing managers record
+            self._accumulate(grads, e, e.function._input_grads(out_grads, len(e.inputs)))
             continue
         rule = _tensor_rule(e)
         if rule is not None and len(out_grads) == 1:

@@ -252,25 +252,56 @@ def _closure_modules(fn: Callable[..., Any]) -> list[Module]:
 
 
 def _flatten_outputs(fn_name: str, out: Any) -> tuple[list[Tensor], Callable[[list[Any]], Any]]:
+    """The tensors a traced function returned (nested in tuples, lists and dicts, in order) and a
+    function rebuilding the same structure from new tensors; other values (None, numbers, strings)
+    are returned as they were, as MegEngine's trace does."""
+    if isinstance(out, np.ndarray):
+        raise TraceError(f"traced function {fn_name} returned a numpy array; return compiler.Tensor values")
+    leaves: list[Tensor] = []
+
+    def spec(v: Any) -> Any:
+        if isinstance(v, Tensor):
+            leaves.append(v)
+            return _LEAF
+        if type(v) in (tuple, list):
+            return (type(v), [spec(x) for x in v])
+        if type(v) is dict:
+            return (dict, [(k, spec(x)) for k, x in v.items()])
+        return ("const", v)
+
+    tree = spec(out)
+
+    def build(t: Any, it: Iterator[Any]) -> Any:
+        if t is _LEAF:
+            return next(it)
+        kind, body = t
+        if kind == "const":
+            return body
+        if kind is dict:
+            return {k: build(x, it) for k, x in body}
+        return kind(build(x, it) for x in body)
+
+    return leaves, lambda xs: build(tree, iter(xs))
+
+
+_LEAF = object()
+
+
+def _check_dumpable_outputs(fn_name: str, out: Any) -> None:
+    """With ``capture_as_const`` the outputs become the graph's outputs: only tensors (a Tensor,
+    a non-empty tuple/list of them, or a dict of them), as MegEngine requires."""
     if isinstance(out, Tensor):
-        return [out], lambda xs: xs[0]
-    if isinstance(out, tuple | list) and out and all(isinstance(o, Tensor) for o in out):
-        kind = type(out)
-        return list(out), lambda xs: kind(xs)
-    if isinstance(out, dict) and out and all(isinstance(o, Tensor) for o in out.values()):
-        keys = list(out)
-        return [out[k] for k in keys], lambda xs: dict(zip(keys, xs, strict=True))
+        return
+    values = list(out.values()) if isinstance(out, dict) else out if isinstance(out, tuple | list) else None
+    if values and all(isinstance(o, Tensor) for o in values):
+        return
     what = type(out).__name__
-    if isinstance(out, tuple | list | dict):
-        bad = [
-            type(o).__name__
-            for o in (out.values() if isinstance(out, dict) else out)
-            if not isinstance(o, Tensor)
-        ]
-        what = f"{what} containing {', '.join(sorted(set(bad))) or 'nothing'}"
+    if values is not None:
+        bad = sorted({type(o).__name__ for o in values if not isinstance(o, Tensor)})
+        what = f"{what} containing {', '.join(bad) or 'nothing'}"
     raise TraceError(
         f"traced function {fn_name} must return a Tensor or a non-empty tuple/list/dict of Tensors, "
-        f"got {what}"
+        f"got {what} (only tensors can be outputs with capture_as_const=True)"
     )
 
 
@@ -362,6 +393,8 @@ class trace:  # noqa: N801 - MegEngine's name
             out = self.function(*args, **kwargs)
         finally:
             pop_recorder(recorder)
+        if self.capture_as_const:
+            _check_dumpable_outputs(self.__name__, out)
         flat, rebuild = _flatten_outputs(self.__name__, out)
         module = recorder.finish(flat)
         self._cache[key] = (module, rebuild, recorder)
