@@ -121,3 +121,28 @@ def test_convert_format_tags_nhwc_keeps_shapes() -> None:
     assert amp.convert_tensor_format(x).format == "nhwc"
     v = mge.tensor([1.0])
     assert amp.convert_tensor_format(v) is v
+
+
+def test_nhwc_tag_propagates_through_training_step() -> None:
+    from compiler.core._config import set_auto_format_convert
+
+    m = M.Sequential(M.Conv2d(3, 4, 3, padding=1, bias=False), M.BatchNorm2d(4))
+    m = amp.convert_module_format(m)
+    gm = GradManager().attach(m.parameters())
+    scaler = amp.GradScaler()
+    image = amp.convert_tensor_format(
+        mge.tensor(np.random.default_rng(3).normal(size=(1, 3, 8, 8)), "float32")
+    )
+
+    @amp.autocast(enabled=True)
+    def step(x):
+        with gm:
+            out = F.relu(m(x))
+            scaler.backward(gm, F.sum(out.astype("float32")))
+        return out
+
+    for _ in range(2):
+        assert step(image).format == "nhwc"
+    assert mge.tensor(np.ones((1, 1, 2, 2), np.float32)).format == "default"
+    prev = set_auto_format_convert(True)
+    assert set_auto_format_convert(prev) is True

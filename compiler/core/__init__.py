@@ -146,6 +146,11 @@ def apply(
     outs = KERNELS[op_cls](arrays, specs, **full)
     # quantized results carry their parameters in the numpy dtype (MegEngine's metadata)
     tensors = [Tensor._from_array(conform(np.asarray(o), s.dtype)) for o, s in zip(outs, specs, strict=True)]
+    if any(t.format == "nhwc" for t in inputs):
+        # MegEngine's format propagation: results of NHWC-tagged operands stay NHWC-tagged
+        for t in tensors:
+            if t.ndim in (4, 5):
+                t.format = "nhwc"
     applied = AppliedOp(op_cls, inputs, tensors, params, result_types)
     for rec in _recorders:
         rec.record(applied)

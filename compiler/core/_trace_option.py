@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 
-_use_symbolic_shape = os.environ.get("MEGENGINE_USE_SYMBOLIC_SHAPE", "1") not in ("0", "false", "False")
+_use_symbolic_shape = bool(os.environ.get("MEGENGINE_USE_SYMBOLIC_SHAPE"))
 
 
 def use_symbolic_shape() -> bool:
-    """The current setting (default True, or ``MEGENGINE_USE_SYMBOLIC_SHAPE``)."""
+    """The current setting: False unless ``MEGENGINE_USE_SYMBOLIC_SHAPE`` is set (MegEngine: whether
+    ``Tensor.shape`` is a tensor; xmge's shapes are always tuples)."""
     return _use_symbolic_shape
 
 
