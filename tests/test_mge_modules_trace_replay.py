@@ -4,6 +4,8 @@ reason; ``without_host=True`` runs Python only on the first call."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -134,14 +136,50 @@ def test_traced_function_may_return_none_or_numbers_without_capture() -> None:
         np.testing.assert_equal(d["k"].numpy(), [2.0, 3.0])
 
     @trace(symbolic=True, capture_as_const=True)
-    def bad(a):
-        return None
+    def nothing(a):
+        a * a
+
+    assert nothing(x) is None  # allowed; only dumping it is refused, as in MegEngine
+    with pytest.raises(ValueError, match="without return values cannot be dumped"):
+        nothing.dump(io.BytesIO())
+
+    @trace(symbolic=True, capture_as_const=True)
+    def number(a):
+        return 3
 
     with pytest.raises(TraceError, match="capture_as_const"):
-        bad(x)
+        number(x)
+    with pytest.raises(TraceError, match="Only support tensor type args when capture_as_const is enabled"):
+        number(1)
 
 
 def F_sum(a):  # noqa: N802 - a local alias keeps the test body short
     import compiler.functional as F
 
     return F.sum(a)
+
+
+def test_exclude_from_trace_may_replace_internal_values_and_random_samples_vary() -> None:
+    from compiler.jit import exclude_from_trace
+
+    flip = [False]
+
+    @trace(symbolic=True)
+    def f(x):
+        x = -x
+        with exclude_from_trace():
+            if flip[0]:
+                x = -x
+        return -x
+
+    x = mge.tensor([1])
+    for i in range(4):
+        flip[0] = bool(i % 2)
+        np.testing.assert_equal(f(x).numpy(), [-1] if flip[0] else [1])
+
+    @trace(symbolic=True)
+    def noise():
+        return mge.random.normal(size=[4]) * 1
+
+    a, b = noise().numpy(), noise().numpy()
+    assert not np.array_equal(a, b)

@@ -90,6 +90,8 @@ class _Checker:
         self.keepalive.append(t)
 
     def _check_input(self, want: _Ref, got: _Ref) -> None:
+        if got[0] == "ext" and _is_excluded(got[1]):
+            return  # computed outside the trace (exclude_from_trace, random samples): stands in for any value
         if want[0] == "int" and got[0] != "int":
             raise _mismatch("expect internal node, got external")
         if want[0] != "int" and got[0] == "int":
@@ -362,6 +364,8 @@ class trace:  # noqa: N801 - MegEngine's name
         return tensors, names
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.capture_as_const and not all(isinstance(a, Tensor) for a in args):
+            raise TraceError("Only support tensor type args when capture_as_const is enabled")
         tensors, names = self._split_args(args, kwargs)
         key = tuple((t.shape, str(t.dtype)) for t in tensors) + tuple(
             (k, id(v)) for k, v in sorted(kwargs.items()) if not isinstance(v, Tensor)
@@ -393,8 +397,9 @@ class trace:  # noqa: N801 - MegEngine's name
             out = self.function(*args, **kwargs)
         finally:
             pop_recorder(recorder)
-        if self.capture_as_const:
+        if self.capture_as_const and out is not None:
             _check_dumpable_outputs(self.__name__, out)
+        self._returned_none = out is None
         flat, rebuild = _flatten_outputs(self.__name__, out)
         module = recorder.finish(flat)
         self._cache[key] = (module, rebuild, recorder)
@@ -418,6 +423,11 @@ class trace:  # noqa: N801 - MegEngine's name
             return str(self.module)
 
     def dump(self, file: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_returned_none", False):
+            raise ValueError(
+                "the traced function without return values cannot be dumped, the traced function should "
+                "return List[Tensor] or Dict[str, Tensor]"
+            )
         return dump_module.dump(self, file, **kwargs)
 
     # help(trace.dump) shows MegEngine's parameters: the signature and text of the one definition
@@ -455,6 +465,14 @@ def set_symbolic_shape(option: bool) -> bool:
 _excluded: dict[int, weakref.ref[Tensor]] = {}
 
 
+def mark_varying(t: Tensor) -> Tensor:
+    """Tell traces that ``t``'s value changes from call to call by design (a random sample), so
+    a later call that reads a different value is not a mismatch."""
+    key = id(t)
+    _excluded[key] = weakref.ref(t, lambda _, key=key: _excluded.pop(key, None))
+    return t
+
+
 def _is_excluded(t: Tensor) -> bool:
     r = _excluded.get(id(t))
     return r is not None and r() is t
@@ -465,8 +483,7 @@ class _ExcludedMarker:
 
     def record(self, applied: AppliedOp) -> None:
         for t in applied.outputs:
-            key = id(t)
-            _excluded[key] = weakref.ref(t, lambda _, key=key: _excluded.pop(key, None))
+            mark_varying(t)
 
 
 @contextlib.contextmanager
