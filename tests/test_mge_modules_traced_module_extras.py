@@ -156,3 +156,36 @@ def test_default_checker_leaves_batch_norm_state_alone() -> None:
     reference = M.BatchNorm2d(3)
     reference(x)
     np.testing.assert_array_equal(bn.running_mean.numpy(), reference.running_mean.numpy())
+
+
+@pytest.mark.parametrize("conv_sub", [False, True])
+@pytest.mark.parametrize("bn_sub", [False, True])
+def test_fuse_conv_bn_with_subclassed_layers(conv_sub: bool, bn_sub: bool) -> None:
+    # subclasses of the built-in layers are traced into: F.conv2d / F.batch_norm calls
+    class MyConv(M.Conv2d):
+        pass
+
+    class MyBN(M.BatchNorm2d):
+        pass
+
+    class Net2(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = (MyConv if conv_sub else M.Conv2d)(3, 4, 3, padding=1, groups=1)
+            self.bn = (MyBN if bn_sub else M.BatchNorm2d)(4)
+
+        def forward(self, x):
+            return F.relu(self.bn(self.conv(x)))
+
+    net = Net2()
+    net.bn.running_mean._reset(RNG.random((1, 4, 1, 1)).astype(np.float32))
+    net.bn.running_var._reset(RNG.random((1, 4, 1, 1)).astype(np.float32) + 0.5)
+    net.eval()
+    x = mge.tensor(RNG.random((1, 3, 6, 6)).astype(np.float32))
+    want = net(x).numpy()
+    fused = tm.optimize(tm.trace_module(net, x).flatten())
+    np.testing.assert_allclose(fused(x).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert fused.graph.get_function_by_type(F.batch_norm).as_count() == 0
+    assert fused.graph.get_module_by_type(M.BatchNorm2d).as_count() == 0
+    loaded = pickle.loads(pickle.dumps(fused))
+    np.testing.assert_allclose(loaded(x).numpy(), want, rtol=1e-5, atol=1e-5)
