@@ -189,3 +189,24 @@ def test_fuse_conv_bn_with_subclassed_layers(conv_sub: bool, bn_sub: bool) -> No
     assert fused.graph.get_module_by_type(M.BatchNorm2d).as_count() == 0
     loaded = pickle.loads(pickle.dumps(fused))
     np.testing.assert_allclose(loaded(x).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_expr_checker_names_the_first_node_that_does_not_replay() -> None:
+    import compiler.traced_module.policy as policy
+
+    class HostEdit(M.Module):
+        def forward(self, x):
+            y = x * 2
+            y._reset(y.numpy() + 1)  # not recorded: the replay of y differs from here on
+            return F.relu(y) + 1
+
+    x = mge.tensor(np.ones(4, np.float32))
+    tm.enable_expr_checker()
+    try:
+        with pytest.raises(TracedModuleError, match="expression check: .*replays to other values"):
+            tm.trace_module(HostEdit(), x)
+        net = _net()
+        traced = tm.trace_module(net, mge.tensor(RNG.random((1, 3, 4, 4)).astype(np.float32)))
+        assert traced.graph.get_module_by_type(M.BatchNorm2d).as_count() == 4
+    finally:
+        policy._expr_checker = False

@@ -125,6 +125,21 @@ def default_checker_enabled() -> bool:
     return _default_checker
 
 
+_expr_checker = False
+
+
+def enable_expr_checker() -> None:
+    """Make ``trace_module`` also check, expression by expression, that replaying the traced
+    module's top-level graph reproduces each value the eager run computed (the first differing
+    node is named)."""
+    global _expr_checker
+    _expr_checker = True
+
+
+def expr_checker_enabled() -> bool:
+    return _expr_checker
+
+
 def is_builtin_layer(module: Any) -> bool:
     """Built-in layers stay calls in the graph; everything else (user modules, ``Sequential``, whose
     forward is Python control flow over its children) is traced into a nested TracedModule."""
