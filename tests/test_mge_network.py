@@ -243,3 +243,21 @@ def test_metadata_round_trip_over_reused_buffer_and_fbs_v1() -> None:
     v1 = _redump(Network.load(_ab_model()), dump_format="FBS")
     assert v1.getvalue()[:4] == b"MGBC"
     np.testing.assert_equal(GraphInference(v1).run(A, B)["o"], [8, 12])
+
+
+def test_bad_files_and_inputs_are_clear_errors() -> None:
+    from dialects.errors import XmgeError
+
+    with pytest.raises(XmgeError, match="not a MegEngine .mge graph"):
+        Network.load(io.BytesIO(b"hello, this is not a model file"))
+    with pytest.raises(XmgeError, match="empty file"):
+        Network.load(io.BytesIO(b""))
+    g = GraphInference(_ab_model())
+    with pytest.raises(XmgeError, match="expects inputs"):
+        g.run(A)
+    with pytest.raises(XmgeError, match="shape"):
+        g.run(np.zeros(3, np.int32), B)
+    net = Network.load(_ab_model())
+    net.remove_output(*net.output_vars)
+    with pytest.raises(NetworkError, match="no output vars"):
+        net.dump(io.BytesIO())

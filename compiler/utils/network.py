@@ -91,7 +91,8 @@ def load_nodes(data: bytes) -> LoadedGraph:
         if isinstance(op, func.ReturnOp):
             outputs = [env[v] for v in op.arguments]
             break
-        assert isinstance(op, T.MgbOp), op.name
+        if not isinstance(op, T.MgbOp):
+            raise NetworkError(f"Network.load: the graph holds {op.name}, which is not a MegEngine operator")
         node = node_from_ir(op)
         for v in op.operands:
             var = env[v]
