@@ -47,3 +47,31 @@ def test_qat_with_fake_quant_disabled_equals_float_net() -> None:
     enable_fake_quant(net)
     np.testing.assert_array_equal(net(x).numpy(), y_fake)
     assert not np.array_equal(y_fake, y_float)  # fake quantization does change the result
+
+
+def test_apply_easy_quant_searches_scales_within_the_interval() -> None:
+    from compiler.quantization import passive_qconfig
+    from compiler.quantization.observer import PassiveObserver
+    from compiler.quantization.quantize import apply_easy_quant, reset_qconfig
+
+    x = Tensor(np.random.default_rng(2).standard_normal((8, 3)).astype(np.float32))
+    net = quantize_qat(FloatNet(), qconfig=min_max_fakequant_qconfig)
+    enable_observer(net)
+    net(x)
+    disable_observer(net)
+    eq = reset_qconfig(net, passive_qconfig, inplace=False)
+    observers = [eq.linear[i].weight_observer for i in (0, 1)] + [eq.linear[i].act_observer for i in (0, 1)]
+    assert all(isinstance(o, PassiveObserver) for o in observers)
+    orig = [o.orig_scale for o in observers]
+    apply_easy_quant(eq, x, 0.8, 1.2, 9)
+    for o, s0 in zip(observers, orig, strict=True):
+        s = float(o.scale.numpy())
+        grid = np.linspace(0.8 * s0, 1.2 * s0, 9)
+        assert np.min(np.abs(grid - s)) <= 1e-6 * s0  # one of the searched scales
+    assert np.isfinite(eq(x).numpy()).all()
+    same = reset_qconfig(net, passive_qconfig, inplace=False)
+    apply_easy_quant(same, x, 1.0, 1.0, 1)  # a one-point search keeps every scale
+    for o, s0 in zip(
+        [same.linear[0].weight_observer, same.linear[1].act_observer], [orig[0], orig[3]], strict=True
+    ):
+        assert abs(float(o.scale.numpy()) - s0) <= 1e-6 * s0

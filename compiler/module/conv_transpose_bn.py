@@ -10,7 +10,7 @@ from compiler.module.layers import BatchNorm2d, ConvTranspose2d
 from compiler.module.module import Module
 from compiler.tensor import Tensor
 
-__all__ = ["ConvTransposeBn2d", "ConvTransposeBnRelu2d"]
+__all__ = ["ConvTransposeBn2d", "ConvTransposeBnRelu2d", "ConvTransposeRelu2d"]
 
 
 class _ConvTransposeBnActivation2d(Module):
@@ -53,3 +53,10 @@ class ConvTransposeBnRelu2d(_ConvTransposeBnActivation2d):
 
     def forward(self, inp: Tensor) -> Tensor:
         return F.relu(self.bn(self.conv_transpose2d(inp)))
+
+
+class ConvTransposeRelu2d(ConvTranspose2d):
+    """ConvTranspose2d followed by ReLU (what folding a ConvTransposeBnRelu2d in eval mode gives)."""
+
+    def forward(self, inp: Tensor) -> Tensor:
+        return F.relu(super().forward(inp))
