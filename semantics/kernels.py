@@ -796,6 +796,32 @@ def argmin(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: i
     return [np.argmin(args[0], axis=axis, keepdims=True).astype(np.int32)]
 
 
+def _sort_rows(x: np.ndarray, descending: bool) -> np.ndarray:
+    """Column order sorting each row; stable both ways (descending sorts negated keys, widened so
+    that negation cannot overflow), so ties keep their first-come order."""
+    if not descending:
+        return np.argsort(x, axis=1, kind="stable")
+    keys = -x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
+    return np.argsort(keys, axis=1, kind="stable")
+
+
+@kernel(T.ArgsortOp)
+def argsort(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, descending: int) -> list[np.ndarray]:
+    x = args[0]
+    idx = _sort_rows(x, bool(descending))
+    return [np.take_along_axis(x, idx, axis=1), idx.astype(np.int32)]
+
+
+@kernel(T.TopKOp)
+def topk(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, k: int, mode: int) -> list[np.ndarray]:
+    x = args[0]
+    idx = _sort_rows(x, k < 0)[:, : abs(k)]
+    if mode == 0:
+        idx = idx[:, -1]
+        return [np.take_along_axis(x, idx[:, None], axis=1)[:, 0], idx.astype(np.int32)]
+    return [np.take_along_axis(x, idx, axis=1), idx.astype(np.int32)]
+
+
 @kernel(T.CumsumOp)
 def cumsum(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int, exclusive: bool, reverse: bool
