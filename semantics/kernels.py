@@ -797,12 +797,14 @@ def argmin(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: i
 
 
 def _sort_rows(x: np.ndarray, descending: bool) -> np.ndarray:
-    """Column order sorting each row; stable both ways (descending sorts negated keys, widened so
-    that negation cannot overflow), so ties keep their first-come order."""
+    """Column order sorting each row, stable both ways (ties keep their first-come order); NaN
+    counts as the largest value, as torch orders it: last ascending, first descending."""
     if not descending:
         return np.argsort(x, axis=1, kind="stable")
-    keys = -x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
-    return np.argsort(keys, axis=1, kind="stable")
+    if x.dtype.kind != "f":
+        return np.argsort(-x.astype(np.int64), axis=1, kind="stable")  # widened: no overflow
+    wide = x.astype(np.float64)
+    return np.lexsort((-wide, ~np.isnan(wide)), axis=1)
 
 
 @kernel(T.ArgsortOp)

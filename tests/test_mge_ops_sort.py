@@ -72,3 +72,37 @@ def test_topk_and_sort_gradients_match_torch() -> None:
     ts = torch.sort(t, dim=0, descending=True)[0]
     ((tv * tv).sum() + (ts * torch.arange(18.0).reshape(3, 6)).sum()).backward()
     np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-6)
+
+
+def _sort_model(a: mge.Tensor, n: mge.Tensor) -> tuple[mge.Tensor, ...]:
+    outs: list[mge.Tensor] = []
+    for desc in (False, True):
+        outs += F.sort(a, descending=desc)
+        outs += F.topk(a, 3, descending=desc)
+        outs += F.topk(a, 2, descending=desc, kth_only=True)
+        outs.append(F.argsort(n, descending=desc))
+    return tuple(outs)
+
+
+def _sort_inputs() -> list[np.ndarray]:
+    a = np.round(_data(5, 11), 1)  # rounded: ties check the stable order
+    a[1, 3] = np.nan
+    n = np.random.RandomState(1).randint(-4, 4, (3, 9)).astype(np.int32)
+    return [a, n]
+
+
+def test_sort_reference_puts_nan_last_as_torch() -> None:
+    a = _sort_inputs()[0]
+    for desc in (False, True):
+        v, i = F.sort(mge.tensor(a), descending=desc)
+        tv, ti = torch.sort(torch.tensor(a), descending=desc, stable=True)
+        np.testing.assert_array_equal(v.numpy(), tv.numpy())
+        np.testing.assert_array_equal(i.numpy(), ti.numpy())
+
+
+@pytest.mark.parametrize("target", ["x86-avx2", "x86-avx512"])
+def test_sort_c_kernel_equals_reference(target: str) -> None:
+    from tests.test_op_examples import _compile_and_compare, require
+
+    require(target)
+    _compile_and_compare(_sort_model, _sort_inputs(), target)
