@@ -808,7 +808,9 @@ def _sort_rows(x: np.ndarray, descending: bool) -> np.ndarray:
 
 
 @kernel(T.ArgsortOp)
-def argsort(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, descending: int) -> list[np.ndarray]:
+def argsort(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, descending: int
+) -> list[np.ndarray]:
     x = args[0]
     idx = _sort_rows(x, bool(descending))
     return [np.take_along_axis(x, idx, axis=1), idx.astype(np.int32)]

@@ -106,3 +106,25 @@ def test_sort_c_kernel_equals_reference(target: str) -> None:
 
     require(target)
     _compile_and_compare(_sort_model, _sort_inputs(), target)
+
+
+@pytest.mark.parametrize("kth_only", [False, True])
+def test_sort_and_topk_dump_as_megengine_oprs_and_read_back(kth_only: bool) -> None:
+    """TopK (k an int32 input, param.TopK mode) and Argsort (param.Argsort order) rows."""
+    from backends.mge.container import parse_file
+    from tests.test_op_examples import _dump_read_run
+
+    x = _data(4, 9)
+
+    def fn(a: mge.Tensor) -> tuple[mge.Tensor, ...]:
+        v, i = F.topk(a, 3, kth_only=kth_only)
+        s, j = F.sort(a, descending=True)
+        return (v, s, j) if kth_only else (v, i, s, j)
+
+    data, got = _dump_read_run(fn, [x])
+    oprs = {o.kind: o for g in parse_file(data) for o in g.oprs}
+    assert len(oprs["TopK"].outputs) == (1 if kth_only else 2)
+    want = [np.asarray(t.numpy()) for t in fn(mge.tensor(x))]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    assert "Argsort" in oprs

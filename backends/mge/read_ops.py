@@ -516,6 +516,20 @@ def read_linspace(ctx: ReadContext, op: RawOpr) -> None:
     emit_one(ctx, op, T.LinspaceOp, [start, stop], num=num, endpoint=endpoint)
 
 
+def read_topk(ctx: ReadContext, op: RawOpr) -> None:
+    """MegEngine's TopK: (data, k as a one-element int tensor); KTH_ONLY has the values output only."""
+    if len(op.inputs) != 2:
+        raise fail(op, f"takes 2 inputs (data, k), has {len(op.inputs)}")
+    x = input_var(ctx, op, 0)
+    (k,) = int_values(op, input_var(ctx, op, 1), "k")[:1] or [0]
+    mode = int(op.param("TopK")["mode"])
+    if mode not in (0, 1, 2):
+        raise fail(op, f"param.TopK.mode = {mode} is not KTH_ONLY, VALUE_IDX_NOSORT or VALUE_IDX_SORTED")
+    values = emit_values(ctx, op, T.TopKOp, [x], k=k, mode=mode)
+    for i, var in enumerate(values[: 1 if mode == 0 else 2]):
+        define(ctx, op, i, var)
+
+
 def read_split(ctx: ReadContext, op: RawOpr) -> None:
     """MegEngine's Split (SPECIFY method, the only one it serialises): (src, one size per part)."""
     x = input_var(ctx, op, 0)
