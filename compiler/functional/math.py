@@ -16,8 +16,8 @@ from dialects import tensor as T
 def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: bool, label: str) -> Tensor:
     inp = as_tensor(inp)
     if axis is None:
-        if inp.size == 0:
-            raise op_error(label, "cannot reduce an empty tensor")
+        if inp.size == 0 and mode in (enums.ReduceMode.MAX, enums.ReduceMode.MIN):
+            raise op_error(label, f"cannot take the {label} of an empty tensor (shape {inp.shape})")
         flat = reshape(inp, (inp.size,)) if inp.ndim != 1 else inp
         (out,) = apply(T.ReduceOp, [flat], label=label, mode=mode, axis=0)
         return reshape(out, (1,) * inp.ndim) if keepdims else reshape(out, ())
