@@ -130,3 +130,18 @@ def test_pixel_shuffle_matches_torch_with_gradient() -> None:
     np.testing.assert_array_equal(p.grad.numpy(), t.grad.numpy())
     with pytest.raises(XmgeError, match="pixel_shuffle"):
         F.pixel_shuffle(mge.tensor(X), 2)
+
+
+def test_non_zero_and_topk_accuracy() -> None:
+    c = np.array([[0, 1, 0], [2, 0, 3]], np.int32)
+    np.testing.assert_array_equal(F.non_zero(mge.tensor(c)).numpy(), np.argwhere(c))
+    rows, cols = F.non_zero(mge.tensor(c), as_tuple=True)
+    np.testing.assert_array_equal(rows.numpy(), np.nonzero(c)[0])
+    np.testing.assert_array_equal(cols.numpy(), np.nonzero(c)[1])
+    logits = np.random.RandomState(3).randn(16, 5).astype(np.float32)
+    target = np.random.RandomState(4).randint(0, 5, 16).astype(np.int32)
+    top1, top3 = F.topk_accuracy(mge.tensor(logits), mge.tensor(target), (1, 3))
+    order = np.argsort(-logits, 1)
+    assert top1.item() == pytest.approx(np.mean(order[:, 0] == target))
+    assert top3.item() == pytest.approx(np.mean((order[:, :3] == target[:, None]).any(1)))
+    assert F.metric.topk_accuracy is F.utils.topk_accuracy is F.topk_accuracy

@@ -574,6 +574,17 @@ def cond_take(mask: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
     return _getitem(reshape(x, (x.size,)), (idx,)), idx
 
 
+def non_zero(condition: Tensor, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
+    """int32 positions of the non-zero elements in C order: one row per element (``(n, ndim)``),
+    or one ``(n,)`` tensor per axis with ``as_tuple``. The count depends on the data, so it is read
+    from ``condition`` now (MegEngine's NonZero has no gradient either)."""
+    arr = as_tensor(condition).numpy()
+    idx = np.stack(np.nonzero(arr)).astype(np.int32) if arr.ndim else np.zeros((0, int(arr != 0)), np.int32)
+    if as_tuple:
+        return tuple(Tensor(np.ascontiguousarray(row)) for row in idx)
+    return Tensor(np.ascontiguousarray(idx.T))
+
+
 def _along_axis_index(label: str, inp: Tensor, axis: int, index: Tensor) -> tuple[int, tuple[Any, ...]]:
     ax = _axis(label, axis, inp.ndim)
     if index.ndim != inp.ndim:
@@ -661,6 +672,7 @@ __all__ = [
     "arange",
     "cond_take",
     "gather",
+    "non_zero",
     "scatter",
     "astype",
     "broadcast_to",
