@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import Float32Type, TensorType
 
 import backends.mge.layouts as layouts
 from backends.mge.dtypes import to_element
@@ -513,7 +513,16 @@ def read_linspace(ctx: ReadContext, op: RawOpr) -> None:
     if len(op.inputs) != 3:
         raise fail(op, f"takes 3 inputs (start, stop, num), has {len(op.inputs)}")
     endpoint = bool(op.param("Linspace")["endpoint"])
+    # MegEngine's Linspace casts integer start/stop to float32 (its output is always float32)
+    start, stop = (_as_float32(ctx, op, v) for v in (start, stop))
     emit_one(ctx, op, T.LinspaceOp, [start, stop], num=num, endpoint=endpoint)
+
+
+def _as_float32(ctx: ReadContext, op: RawOpr, var: ReadVar) -> ReadVar:
+    if not isinstance(var.type, TensorType) or is_float(var.type.element_type):
+        return var
+    cast = TensorType(Float32Type(), list(var.type.get_shape()))
+    return emit_values(ctx, op, T.TypeCvtOp, [var], [cast])[0]
 
 
 def read_topk(ctx: ReadContext, op: RawOpr) -> None:
