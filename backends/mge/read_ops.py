@@ -639,14 +639,20 @@ def read_convolution_backward_data(ctx: ReadContext, op: RawOpr) -> None:
 def read_resize(ctx: ReadContext, op: RawOpr) -> None:
     p = op.param("Resize")
     fmt = enum_of(op, enums.Format, p["format"], "format")
-    if fmt != enums.Format.NCHW:
-        raise unsupported(op, f"Resize in format {fmt.name} is not supported by xmge (NCHW only)")
+    blocked = {enums.Format.NCHW88: 8, enums.Format.NCHW44: 4}
+    if fmt != enums.Format.NCHW and fmt not in blocked:
+        raise unsupported(op, f"Resize in format {fmt.name} is not supported by xmge (NCHW, NCHW44, NCHW88)")
     out = int_values(op, input_var(ctx, op, 1), "the output size")
     if len(out) != 2:
         raise fail(op, f"output size must have 2 values, got {out}")
     imode = enum_of(op, enums.InterpolationMode, p["imode"], "imode")
     if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
         raise unsupported(op, f"Resize with interpolation mode {imode.name} is not supported by xmge")
+    if fmt in blocked:
+        # enable_nchw88/nchw44 dumps resize blocked tensors in place: the same per-channel resize
+        # between relayouts to NCHW and back (resizing never mixes channels)
+        layouts.read_blocked_resize(ctx, op, blocked[fmt], tuple(out), imode)
+        return
     emit_one(ctx, op, T.ResizeOp, [input_var(ctx, op, 0)], out_shape=tuple(out), imode=imode, format=fmt)
 
 
