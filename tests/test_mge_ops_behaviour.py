@@ -145,3 +145,16 @@ def test_non_zero_and_topk_accuracy() -> None:
     assert top1.item() == pytest.approx(np.mean(order[:, 0] == target))
     assert top3.item() == pytest.approx(np.mean((order[:, :3] == target[:, None]).any(1)))
     assert F.metric.topk_accuracy is F.utils.topk_accuracy is F.topk_accuracy
+
+
+@pytest.mark.parametrize("clockwise", [True, False])
+def test_vision_flip_and_rot90(clockwise: bool) -> None:
+    img = np.arange(2 * 3 * 5 * 2, dtype=np.float32).reshape(2, 3, 5, 2)
+    x = mge.tensor(img)
+    np.testing.assert_array_equal(F.vision.flip(x).numpy(), img[:, ::-1, ::-1])
+    np.testing.assert_array_equal(F.vision.flip(x, vertical=False).numpy(), img[:, :, ::-1])
+    np.testing.assert_array_equal(
+        F.vision.rot90(x, clockwise=clockwise).numpy(), np.rot90(img, -1 if clockwise else 1, axes=(1, 2))
+    )
+    with pytest.raises(XmgeError, match="rot90"):
+        F.vision.rot90(mge.tensor(img[0]))
