@@ -76,6 +76,12 @@ def test_repeat_with_tensor_repeats_and_uppercase_pad_mode() -> None:
 def test_concat_takes_device() -> None:
     x = mge.tensor(X)
     np.testing.assert_array_equal(F.concat([x, x], axis=1, device="cpu0").numpy(), np.concatenate([X, X], 1))
+    assert F.concat([x, x], device=x.device).device == "cpu0"
+    for bad in ("gpu0", "nodevice"):
+        with pytest.raises(XmgeError, match="concat"):
+            F.concat([x, x], device=bad)
+    with pytest.raises(RuntimeError, match="stack"):
+        F.stack([x, x], device="gpu1")
 
 
 def test_cond_take() -> None:

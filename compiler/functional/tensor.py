@@ -130,9 +130,23 @@ def squeeze(inp: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
     return _axis_add_remove(inp, [enums.AxisMethod.REMOVE] * len(ordered), ordered, "squeeze")
 
 
+def _on_device(label: str, device: Any) -> None:
+    """``device=`` of concat/stack: the result's device, which must be one xmge computes on (a
+    CPU); a GPU or a malformed name is refused, as MegEngine refuses a device it does not have."""
+    if device is None:
+        return
+    from compiler.device import DeviceError, _check
+
+    try:
+        _check(device if isinstance(device, str) else str(device))
+    except DeviceError as exc:
+        raise op_error(label, str(exc)) from None
+
+
 def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
     from compiler.functional.elemwise import _promote
 
+    _on_device("concat", device)
     tensors = _promote([as_tensor(t) for t in inps])
     if not tensors:
         raise op_error("concat", "needs at least one tensor")
@@ -144,6 +158,7 @@ def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
 
 
 def stack(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
+    _on_device("stack", device)
     tensors = [as_tensor(t) for t in inps]
     if not tensors:
         raise op_error("stack", "needs at least one tensor")
