@@ -50,7 +50,7 @@ class X86Backend:
     kernels: KernelRegistry = KERNELS
 
     def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
-        from backends.c.templates.x86_isa import extension_isas, option_rows
+        from backends.c.templates.x86.x86_isa import extension_isas, option_rows
 
         base = ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
         option_rows(features, options)  # an option no row of the target serves is an error
@@ -80,7 +80,7 @@ class X86Backend:
 
     def cpu_flags_needed(self, target: Target) -> frozenset[str]:
         """The ``/proc/cpuinfo`` flags code for ``target`` executes instructions of."""
-        from backends.c.templates.x86_isa import EXTENSIONS, option_rows
+        from backends.c.templates.x86.x86_isa import EXTENSIONS, option_rows
 
         needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
         needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))
@@ -100,7 +100,7 @@ class X86Backend:
     ) -> tuple[str, tuple[str, ...]]:
         """The model's source and compiler flags; ``module`` may be a list of variants (one per input
         shape) for one library, ``prefix`` names its exported symbols (:meth:`CEmitter.emit`)."""
-        from backends.c.templates.x86_isa import extension_cflags
+        from backends.c.templates.x86.x86_isa import extension_cflags
 
         emitter = self.emitter(target)(profile=profile)
         extra = [f for f in extension_cflags(target.isas) if f not in emitter.cflags]

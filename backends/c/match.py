@@ -173,7 +173,7 @@ INT_CODES = {(1, True): "b1", (32, True): "i32", (16, True): "i16", (8, True): "
 
 
 def code(v: SSAValue) -> str | None:
-    """The element-type code of a value (see :mod:`backends.c.templates.typed`): ``f32``, ``f16``,
+    """The element-type code of a value (see :mod:`backends.c.templates.portable.typed`): ``f32``, ``f16``,
     quantized ``q8``/``q32``/``u8``, plain ``b1`` (bool, one byte), ``i32``, ``i16``, ``i8``, ``ui8``;
     None for anything else."""
     t = v.type
