@@ -16,6 +16,7 @@ import numpy as np
 from xdsl.dialects.builtin import Float16Type, Float32Type, IntegerType, Signedness, TensorType
 from xdsl.ir import Operation, SSAValue
 
+from backends.c.isa_facts import ISA_FACTS
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
@@ -38,9 +39,7 @@ def is_f32(*values: SSAValue) -> bool:
 
 
 def gemm_blocking(isa: str) -> dict[str, int]:
-    from backends.c.isas import ISA_EMITTERS
-
-    em = ISA_EMITTERS[isa]
+    em = ISA_FACTS[isa]
     return {"mr": em.gemm_mr, "nr": em.gemm_nr, "kc": em.gemm_kc}
 
 

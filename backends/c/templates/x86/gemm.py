@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation
 
+from backends.c.isa_facts import ISA_FACTS, IsaFacts
 from backends.c.match import code, conv_common, gemm_blocking
 from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
 from backends.c.templates.portable.generic import omp_for, omp_parallel
@@ -34,10 +35,8 @@ if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
 
-def _knobs(isa: str) -> type[CEmitter]:
-    from backends.c.isas import ISA_EMITTERS
-
-    return ISA_EMITTERS[isa]
+def _knobs(isa: str) -> IsaFacts:
+    return ISA_FACTS[isa]
 
 
 def broadcast_fma(

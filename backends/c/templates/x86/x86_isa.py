@@ -9,47 +9,42 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backends.c.emitter import CEmitter, X86Avx512Emitter
+from backends.c.isa_facts import AMX, AMX_BF16, AVX512BF16, AVX512FP16, AVX512VBMI, AVX512VNNI
 from backends.c.templates.x86.x86_amx_os import amx_permitted
 from passes.target import TargetError
 
 
 class X86Avx512VnniEmitter(X86Avx512Emitter):
-    name = "x86-avx512vnni"
-    cflags = (*X86Avx512Emitter.cflags, "-mavx512vnni")
+    facts = AVX512VNNI
 
 
 class X86Avx512Fp16Emitter(X86Avx512Emitter):
-    name = "x86-avx512fp16"
-    cflags = (*X86Avx512Emitter.cflags, "-mavx512fp16")
+    facts = AVX512FP16
 
 
 class X86AmxEmitter(X86Avx512VnniEmitter):
     """AMX tiles; the kernels keep a VNNI path for a process the kernel refuses tile data."""
 
-    name = "x86-amx"
-    cflags = (*X86Avx512VnniEmitter.cflags, "-mamx-tile", "-mamx-int8")
+    facts = AMX
 
 
 class X86Avx512VbmiEmitter(X86Avx512VnniEmitter):
     """AVX512-VBMI byte permutes (``vpermi2b``) beside the VNNI kernels they serve."""
 
-    name = "x86-avx512vbmi"
-    cflags = (*X86Avx512VnniEmitter.cflags, "-mavx512vbmi")
+    facts = AVX512VBMI
 
 
 class X86Avx512Bf16Emitter(X86Avx512Emitter):
     """AVX512-BF16 (``vdpbf16ps``, ``vcvtne2ps2bf16``) for ``+bf16`` on a CPU without AMX tiles."""
 
-    name = "x86-avx512bf16"
-    cflags = (*X86Avx512Emitter.cflags, "-mavx512bf16")
+    facts = AVX512BF16
 
 
 class X86AmxBf16Emitter(X86AmxEmitter):
     """AMX-BF16 tiles for ``+bf16`` (float32 convolutions and matrix products on bfloat16 inputs); the
     kernels keep an AVX512-BF16 path for a process the kernel refuses tile data."""
 
-    name = "x86-amx-bf16"
-    cflags = (*X86AmxEmitter.cflags, "-mamx-bf16", "-mavx512bf16")
+    facts = AMX_BF16
 
 
 @dataclass(frozen=True)
