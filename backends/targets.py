@@ -6,7 +6,7 @@ the table of architectures with the backend object of each.
     x86-avx512           x86 with AVX-512 (F, BW, VL, DQ), plain NCHW, packed-GEMM convolutions
     x86-avx512-nchw88    AVX-512 micro-kernels (16 output channels per register) on NCHW88
     x86-avx512-...-vnni  + AVX512-VNNI int8 kernels (plain NCHW int8 graphs); the host target names
-                         every extension feature its CPU has (backends/c/templates/x86_isa.py)
+                         every extension feature its CPU has (backends/c/templates/x86/x86_isa.py)
     x86-avx512-fp16+ioc16  float16 storage and AVX512-FP16 arithmetic, plain NCHW (the fp16 feature alone
                          keeps float32; +ioc16 without it is an error)
     x86-avx512-...-amx   + AMX-INT8 tile convolutions (a VNNI path where Linux refuses tile data)
@@ -38,7 +38,7 @@ from functools import cache
 from lark import Lark, LarkError, Token, Tree
 
 from backends.c.backend import ARM, X86
-from backends.c.templates.x86_isa import EXTENSIONS as X86_EXTENSIONS
+from backends.c.templates.x86.x86_isa import EXTENSIONS as X86_EXTENSIONS
 from backends.cuda.backend import CUDA
 from backends.reference.backend import REFERENCE
 from passes.target import LAYOUT_FEATURES, Backend, Target, TargetError, float16_options, install_parser

@@ -90,7 +90,7 @@ def cpu_model() -> str:
 def bf16_target() -> str | None:
     """The ``+bf16`` target this CPU runs best: AMX-BF16 tiles where the CPU has them and Linux grants
     tile data, else AVX512-BF16 (``vdpbf16ps``, e.g. AMD EPYC Zen 4), else none."""
-    from backends.c.templates.x86_amx_os import amx_permitted
+    from backends.c.templates.x86.x86_amx_os import amx_permitted
     from compiler.driver.targets import parse_target, runs_here
 
     if runs_here(parse_target(BF16_TARGET)) and amx_permitted():

@@ -48,7 +48,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "neon-int8-index",
-        "backends/c/templates/neon.py",
+        "backends/c/templates/arm/neon.py",
         "vget_high_s16(w01), x[1]);",
         "vget_high_s16(w01), x[2]);",
         ("tests/test_arm_kernels.py", "tests/test_arm_int8_nchw44.py"),
@@ -64,7 +64,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "depthwise-stride-off-by-one",
-        "backends/c/templates/generic.py",
+        "backends/c/templates/portable/generic.py",
         "const int ihh = r * {sh} - {ph} + kh * {dh};",
         "const int ihh = r * {sh} - {ph} + kh * {dh} + ({sh} > 1);",
         ("tests/test_codegen_depthwise.py", "tests/test_arm_kernels.py", "tests/test_arm_depthwise_nchw.py"),

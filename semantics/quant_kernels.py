@@ -27,7 +27,7 @@ float32 arithmetic step by step so that its int8 results are bit-exact with MegE
   parameters differ from the input's is reached by requantization.
 
 The generated C, NEON and CUDA kernels repeat this arithmetic through one C definition
-(``backends/c/templates/requant.py``) and are bit-exact with it (tests/test_int8_kernels_exact.py).
+(``backends/c/templates/portable/requant.py``) and are bit-exact with it (tests/test_int8_kernels_exact.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The NCHW44 depthwise 3x3 kernels (``backends/c/templates/neon_depthwise.py``) under qemu against the
+"""The NCHW44 depthwise 3x3 kernels (``backends/c/templates/arm/neon_depthwise.py``) under qemu against the
 reference interpreter: strides 1 and 2, padding 0, 1 and 2, odd and tiny spatial sizes (rows shorter
 than a register tile, all-border rows), channel counts that are not multiples of 8 (and one not of 4,
 which stays in plain NCHW), batch 2, bias, ReLU, a fused ReLU6. float32 to 1e-4, float16 (computed in
@@ -100,7 +100,7 @@ def test_arm_depthwise3x3_nchw44(target: str, isa: str, tol: float) -> None:
         )
 
 
-# float16 elementwise and pooling (backends/c/templates/neon_fp16.py): odd sizes (tails of 4 and of 1
+# float16 elementwise and pooling (backends/c/templates/arm/neon_fp16.py): odd sizes (tails of 4 and of 1
 # lanes), broadcasts along inner and outer dimensions, a scalar, NCHW44 tensors after a convolution
 EW_SHAPES = [(2, 3, 9, 11), (1, 12, 6, 7), (1, 4, 9, 3), (1, 5, 7, 3)]  # 594, 504, 108, 105 elements
 

@@ -1,5 +1,5 @@
 """Depthwise convolutions whose channel count is not a multiple of 4 stay NCHW on the ARM targets and
-take the portable ``conv2d_depthwise`` kernel (``backends/c/templates/generic.py``), which no other
+take the portable ``conv2d_depthwise`` kernel (``backends/c/templates/portable/generic.py``), which no other
 test runs: strides 1 and 2, padding, dilation, 5x5 windows, under qemu against the reference."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``smmla`` int8 kernels of ``backends/c/templates/neon_i8mm.py`` (``arm-nchw44-dot-i8mm``)
+"""The ``smmla`` int8 kernels of ``backends/c/templates/arm/neon_i8mm.py`` (``arm-nchw44-dot-i8mm``)
 under ``qemu-aarch64 -cpu max``: bit-exact against the reference interpreter on odd shapes (channels
 4 mod 8, pixel counts that leave partial tiles and pairs, rows narrower than 4 pixels, stride 2,
 padding, dilation, batch 2, first layers with 3 input channels) and on rounding ties, and the
@@ -167,7 +167,7 @@ def test_instruction_budgets() -> None:
     assert mmla < 0.7 * dot, (mmla, dot)
 
 
-# --- the ends of an int8 network (backends/c/templates/neon_int8_ends.py) ----------------------
+# --- the ends of an int8 network (backends/c/templates/arm/neon_int8_ends.py) ----------------------
 
 
 @needs_toolchain

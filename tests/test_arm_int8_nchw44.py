@@ -60,7 +60,7 @@ def full_int8_model(weights: list[tuple[np.ndarray, np.ndarray]], fc: np.ndarray
 NEON_NCHW44 = {("conv2d_nchw44_q8", "neon", m) for m in ("dense", "group", "chan", "hybrid")}
 GENERIC_NCHW44 = {("conv2d_nchw44_q8", "generic", m) for m in ("dense", "group", "chan", "hybrid")}
 DOT = {("conv2d_nchw44_dot", "dot", "group")}
-# 1x1 stride-1 layers: the register-blocked sdot GEMM (backends/c/templates/neon_int8.py); other dense
+# 1x1 stride-1 layers: the register-blocked sdot GEMM (backends/c/templates/arm/neon_int8.py); other dense
 # and first layers: the packed-input GEMM on sdot, or with i8mm on smmla (neon_i8mm.py)
 DOT_GEMM = {("conv2d_nchw44_dot_gemm", "dot", "dense")}
 DOT_IM2COL = {("conv2d_nchw44_dot_im2col", "dot", m) for m in ("dense", "hybrid")}
@@ -75,7 +75,7 @@ SHARED = {
     ("elemwise_q", "generic", "fuse_add_relu"),
     ("elemwise_q", "generic", "relu"),
 }
-# int8 max pooling and same-shape elementwise ops: NEON kernels (backends/c/templates/neon_int8.py)
+# int8 max pooling and same-shape elementwise ops: NEON kernels (backends/c/templates/arm/neon_int8.py)
 NEON_Q8 = {
     ("pool2d_nchw44_q8", "neon", "max"),
     *(("elemwise_q8_neon", "neon", m) for m in ("fuse_add_relu", "relu")),
@@ -83,7 +83,7 @@ NEON_Q8 = {
 NEON_SHARED = (
     (NEON_POOL - {("pool2d_nchw44", "neon", "max")}) | NEON_Q8 | {k for k in SHARED if k[0] != "elemwise_q"}
 )
-# with the dot product, int8 matrix products are sdot kernels (backends/c/templates/neon_int8_ends.py)
+# with the dot product, int8 matrix products are sdot kernels (backends/c/templates/arm/neon_int8_ends.py)
 DOT_SHARED = (NEON_SHARED - {("matmul_q8", "generic", "")}) | {("matmul_q8", "dot", "")}
 EXPECTED_KERNELS: dict[str, set[tuple[str, str, str]]] = {
     "arm-nchw44": NEON_NCHW44 | NEON_SHARED,

@@ -1,4 +1,4 @@
-"""The NEON int8 kernels of ``backends/c/templates/neon_int8.py`` under qemu: exact against the
+"""The NEON int8 kernels of ``backends/c/templates/arm/neon_int8.py`` under qemu: exact against the
 reference on odd shapes and rounding ties, the residual add kept in NCHW44, and instruction budgets
 (qemu's count of what the emulated core executes) that fail if a kernel falls back to scalar code."""
 

@@ -1,4 +1,4 @@
-"""The NEON one-row matmul (``backends/c/templates/neon_matvec.py``) under qemu against the reference:
+"""The NEON one-row matmul (``backends/c/templates/arm/neon_matvec.py``) under qemu against the reference:
 column counts with and without a partial last panel, K not a multiple of 4, fused bias and ReLU,
 float16 models through ``kernel-widen-f16``; two-row products stay with the GEMM."""
 

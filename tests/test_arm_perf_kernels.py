@@ -1,4 +1,4 @@
-"""The register-blocked NCHW44 GEMM convolutions (``backends/c/templates/neon_gemm.py``,
+"""The register-blocked NCHW44 GEMM convolutions (``backends/c/templates/arm/neon_gemm.py``,
 ``neon_int8.py``) under qemu against the reference interpreter: first layers (plain NCHW input, 1 or
 3 channels, strides 1 and 2, with and without padding), 1x1 and 3x3 layers with output channels that
 leave partial panels (12, 20, 28, 36: not multiples of the 8 / 12 / 16-channel tiles), odd and small
@@ -19,7 +19,7 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
-from backends.c.templates import neon_winograd
+from backends.c.templates.arm import neon_winograd
 from compiler import dtype as D
 from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor

@@ -1,4 +1,4 @@
-"""The NCHW44 Winograd convolutions (``backends/c/templates/neon_winograd.py``): the transform
+"""The NCHW44 Winograd convolutions (``backends/c/templates/arm/neon_winograd.py``): the transform
 matrices exactly (1-D correlation identity, the planner's sharing against the plain product), the
 cost rule's choices, and under qemu against the reference interpreter: channel counts that are not
 multiples of 4 (padded by the layout pass), odd spatial sizes (partial border tiles), padding 0 and
@@ -19,8 +19,8 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
-from backends.c.templates.neon_winograd import winograd_tile
-from backends.c.templates.winograd_transforms import TRANSFORMS, plan_rows
+from backends.c.templates.arm.neon_winograd import winograd_tile
+from backends.c.templates.x86.winograd_transforms import TRANSFORMS, plan_rows
 from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
 from semantics import run_module

@@ -142,7 +142,7 @@ def _run_compare(compiled: CompiledModel, inputs: list[np.ndarray], target: str)
 
 def test_every_reference_elemwise_mode_has_a_kernel() -> None:
     """The table the model draws from is the reference's: a new reference mode is tested here."""
-    from backends.c.templates.generic import ELEMWISE_C
+    from backends.c.templates.portable.generic import ELEMWISE_C
 
     missing = [m.name for m in ELEMWISE if m not in INT_ONLY and m.value not in ELEMWISE_C]
     assert not missing

@@ -1,4 +1,4 @@
-"""SIMD depthwise convolution for plain NCHW (:mod:`backends.c.templates.depthwise_x86`) against the
+"""SIMD depthwise convolution for plain NCHW (:mod:`backends.c.templates.x86.depthwise_x86`) against the
 reference: stride 1 and 2 (even-lane loads), rows wide enough for vector columns plus scalar borders
 and remainders, padding 0 / 1 / 2, dilation 2, 5x5 windows, batch 2 and every epilogue; also under
 ASan/UBSan (the stride-2 loads read 16 floats and must stay inside the row)."""

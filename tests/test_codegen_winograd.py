@@ -1,4 +1,4 @@
-"""Winograd ``F(m x m, 3 x 3)`` NCHW88 kernels (:mod:`backends.c.templates.winograd`) against the
+"""Winograd ``F(m x m, 3 x 3)`` NCHW88 kernels (:mod:`backends.c.templates.x86.winograd`) against the
 reference interpreter: partial tiles at the bottom / right border (odd sizes), padding 0 / 1 / 2,
 batch 2, channel counts that are not whole AVX-512 panels, and every epilogue (bias, residual,
 activations), for both tile sizes on both NCHW88 targets.
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import backends.c.templates.winograd as winograd
+import backends.c.templates.x86.winograd as winograd
 from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 

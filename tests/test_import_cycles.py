@@ -87,7 +87,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # the reference backend is checked with the semantics it runs (each alone is too small to count)
 @pytest.mark.parametrize(
-    "packages", ["compiler", "dialects", "passes", "semantics backends.reference", "backends.mge"]
+    "packages",
+    [
+        "compiler",
+        "dialects",
+        "passes",
+        "semantics backends.reference",
+        "backends.mge",
+        "backends.c backends.cuda",
+    ],
 )
 def test_no_import_time_cycles(packages: str) -> None:
     graph = import_graph(tuple(packages.split()))
@@ -98,3 +106,11 @@ def test_no_import_time_cycles(packages: str) -> None:
 def test_the_check_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_isa_facts_is_a_leaf() -> None:
+    """The ISA records import nothing of this tree, so every emitter and template may read them at
+    import time without a circle (the function-level ``backends.c.isas`` imports they replaced)."""
+    path = ROOT / "backends" / "c" / "isa_facts.py"
+    known = {module_name(p) for pkg in PACKAGES for p in ROOT.joinpath(pkg).rglob("*.py")}
+    assert top_level_imports(path, known) == set()

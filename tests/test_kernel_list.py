@@ -34,4 +34,4 @@ def test_the_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(lines) == len(kernel_rows()) + 1
     stem = next(ln.split() for ln in lines if " conv2d_nchw88_stem3x3 " in ln)
     assert stem[:4] == ["c", "conv2d_nchw88_stem3x3", "avx512", "285"]
-    assert stem[4] == "backends/c/templates/x86_f32_dw_stem.py"
+    assert stem[4] == "backends/c/templates/x86/x86_f32_dw_stem.py"

@@ -1,4 +1,4 @@
-"""The AMX-INT8 kernels (``backends/c/templates/x86_amx.py``, ``x86_amx_matmul.py``) exactly against
+"""The AMX-INT8 kernels (``backends/c/templates/x86/x86_amx.py``, ``x86_amx_matmul.py``) exactly against
 the reference interpreter: the three ways of forming B tiles (the im2col matrix; the phase planes
 read per filter tap, any stride, one long pixel run over the rows; the column-expanded rows of a
 few-channel convolution) on odd shapes (channel counts that fill no tile, rows that fill no
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_amx import k_step
-from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
+from backends.c.templates.x86.x86_amx import k_step
+from backends.c.templates.x86.x86_amx_os import AMX_ENV, amx_permitted
 from compiler import dtype as D
 from compiler.tensor import Tensor
 from semantics import run_module
@@ -309,8 +309,8 @@ def _wide_kernels(compiled: Any) -> list[str]:
 def every_third_channel_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """Channels on the exact epilogue beside affine ones: ``x86_int8_requant``'s affine form withheld
     from every third channel (always valid: the exact epilogue serves any channel)."""
-    from backends.c.templates import x86_int8
-    from backends.c.templates.x86_int8_requant import AffineRequant, affine_requant
+    from backends.c.templates.x86 import x86_int8
+    from backends.c.templates.x86.x86_int8_requant import AffineRequant, affine_requant
 
     def every_third_exact(*args: Any) -> AffineRequant | None:
         got = affine_requant(*args)

@@ -1,5 +1,5 @@
 """``+bf16``: float32 convolutions and matrix products on AMX-BF16 tiles
-(``backends/c/templates/x86_amx_bf16.py``). The contract: inputs rounded to bfloat16 (to nearest
+(``backends/c/templates/x86/x86_amx_bf16.py``). The contract: inputs rounded to bfloat16 (to nearest
 even), exact products, float32 sums, float32 epilogue. Each output is checked twice: against that
 contract computed in float64 by PyTorch on the rounded inputs (bound 1e-5 of the output's scale:
 only the order of float32 sums differs), and against float32 (the reference interpreter; bound
@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import compiler.functional as F
-from backends.c.templates.x86_amx_bf16 import round_bfloat16, to_bfloat16
-from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
+from backends.c.templates.x86.x86_amx_bf16 import round_bfloat16, to_bfloat16
+from backends.c.templates.x86.x86_amx_os import AMX_ENV, amx_permitted
 from compiler.tensor import Tensor
 from semantics import run_module
 from tests.codegen_util import assert_instructions, compile_fn, kernel_families, require

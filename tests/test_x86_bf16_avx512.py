@@ -1,4 +1,4 @@
-"""``+bf16`` without AMX (``backends/c/templates/x86_avx512_bf16.py``, target ``x86-avx512+bf16``):
+"""``+bf16`` without AMX (``backends/c/templates/x86/x86_avx512_bf16.py``, target ``x86-avx512+bf16``):
 the AMX-BF16 kernels' operands multiplied by ``vdpbf16ps`` alone, the same contract as
 ``tests/test_x86_bf16.py`` checks (bfloat16-rounded inputs, exact products, float32 sums and
 epilogue; bound 1e-5 of the output's scale vs that contract in float64 by PyTorch, 1e-2 relative L2
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_amx_bf16 import round_bfloat16
+from backends.c.templates.x86.x86_amx_bf16 import round_bfloat16
 from backends.targets import cpu_flags
 from compiler.tensor import Tensor
 from semantics import run_module

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from backends.c.templates.x86_f32_dw import interior_columns
+from backends.c.templates.x86.x86_f32_dw import interior_columns
 from tests.codegen_util import assert_threads_agree, check, check_sanitized, compile_fn, require
 from tests.test_codegen_conv import _conv_model
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from backends.c.templates.x86_f32_dw_stem import tile_columns
+from backends.c.templates.x86.x86_f32_dw_stem import tile_columns
 from tests.codegen_util import assert_threads_agree, check, check_sanitized, compile_fn, require
 from tests.test_codegen_conv import _conv_model
 

@@ -21,7 +21,7 @@ import torch
 
 import compiler as xm
 import compiler.functional as F
-from backends.c.templates.x86_f32_expand_dw import ConvNchw88ExpandDw3x3, ConvNchw88ExpandDw3x3Project
+from backends.c.templates.x86.x86_f32_expand_dw import ConvNchw88ExpandDw3x3, ConvNchw88ExpandDw3x3Project
 from compiler.driver.compile import CompiledModel
 from tests.codegen_util import assert_threads_agree, check, check_sanitized, compile_fn, require
 

@@ -1,4 +1,4 @@
-"""The x86 one-row float32 matmul (``backends/c/templates/x86_f32_matvec.py``) against the reference
+"""The x86 one-row float32 matmul (``backends/c/templates/x86/x86_f32_matvec.py``) against the reference
 interpreter and PyTorch: partial last panels and groups of fewer than 4 panels, tiny K and N, every
 fused epilogue (bias, residual, activation), the transposed and plain weight layouts; two-row and
 run-time-weight products stay with the GEMM; bit-identical on 1 and 2 threads; once under ASan/UBSan."""

@@ -13,7 +13,7 @@ import torch
 
 import compiler as xm
 import compiler.functional as F
-from backends.c.templates.nchw88 import PREFETCH_MIN_BYTES
+from backends.c.templates.x86.nchw88 import PREFETCH_MIN_BYTES
 from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 

@@ -1,4 +1,4 @@
-"""The AVX512-FP16 kernels (``backends/c/templates/x86_fp16*.py``: GEMM, Winograd, first-layer,
+"""The AVX512-FP16 kernels (``backends/c/templates/x86/x86_fp16*.py``: GEMM, Winograd, first-layer,
 depthwise, pooling, matmul, elementwise; ``x86-avx512-fp16+ioc16``) against the reference interpreter
 and whole models against the float32 reference.
 
@@ -245,7 +245,7 @@ def test_fp16_winograd_matches_reference(
 ) -> None:
     """Every case on F(tile, 3), forced whatever the cost model says, against the reference; with
     ``row_bands`` every tile row is its own band (a partial last panel in each)."""
-    from backends.c.templates import x86_fp16_winograd
+    from backends.c.templates.x86 import x86_fp16_winograd
 
     require(TARGET)
     monkeypatch.setattr(x86_fp16_winograd.KERNEL_UNITS[0], "tiles", (tile,))
@@ -269,7 +269,7 @@ def test_fp16_winograd_against_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     one tile row) against torch in float32 on the float16-rounded operands."""
     import torch
 
-    from backends.c.templates import x86_fp16_winograd
+    from backends.c.templates.x86 import x86_fp16_winograd
 
     require(TARGET)
     monkeypatch.setattr(x86_fp16_winograd, "WINOGRAD_MARGIN", float("inf"))
@@ -296,7 +296,7 @@ def test_fp16_winograd_against_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fp16_winograd_point_stride_spreads_sets() -> None:
     """The (m + 2)^2 points' V panels of a ResNet-18 layer start in distinct L1 sets (their point
     stride, a multiple of 4 KB unpadded, put every store of the input transform into one set)."""
-    from backends.c.templates.x86_fp16_winograd import KERNEL_UNITS, L1_SETS, LINE_BYTES
+    from backends.c.templates.x86.x86_fp16_winograd import KERNEL_UNITS, L1_SETS, LINE_BYTES
 
     unit = KERNEL_UNITS[0]
     for c, hw in ((64, 56), (128, 28), (256, 14)):
@@ -310,7 +310,7 @@ def test_fp16_winograd_point_stride_spreads_sets() -> None:
 def test_fp16_winograd_choice() -> None:
     """F(2, 3) for ResNet's 56x56 .. 14x14 3x3 layers; the direct GEMM at 7x7x512 (one tile panel, U
     streamed from memory), for few channels and for strided or 5x5 convolutions."""
-    from backends.c.templates.x86_fp16_winograd import winograd_tile
+    from backends.c.templates.x86.x86_fp16_winograd import winograd_tile
 
     def conv(c: int, hw: int, k: int = 3, s: int = 1, ic: int | None = None) -> dict[str, Any]:
         return {"ic": ic or c, "oc": c, "oh": hw, "ow": hw, "fh": k, "fw": k, "sh": s, "sw": s, "dh": 1,
@@ -448,7 +448,7 @@ def test_fp16_gemm_filters_first_matches_reference(threads: int, sanitize: bool)
 def test_fp16_pixrows_choice() -> None:
     """The small-output kernel for ResNet's 3x3 7x7 layers and strided 3x3 layers down to 14x14; not for
     1x1 convolutions, the layers Winograd takes, large outputs or channel counts off its tiles."""
-    from backends.c.templates.x86_fp16_pixrows import ConvPixelRowsF16
+    from backends.c.templates.x86.x86_fp16_pixrows import ConvPixelRowsF16
 
     def picks(ic: int, hw: int, oc: int, k: int = 3, s: int = 1) -> bool:
         x = np.zeros((1, ic, hw, hw), np.float32)

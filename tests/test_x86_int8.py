@@ -1,4 +1,4 @@
-"""The AVX512-VNNI int8 kernels (``backends/c/templates/x86_int8.py``) exactly against the reference
+"""The AVX512-VNNI int8 kernels (``backends/c/templates/x86/x86_int8.py``) exactly against the reference
 interpreter: dense, 1x1, grouped, strided, dilated and depthwise convolutions on odd shapes (channel
 counts that fill no register tile, pixel counts that fill no vector), residual Q-modes and max
 pooling, on one and two threads and under ASan/UBSan. Each case's kernel choice is pinned, so a
@@ -284,7 +284,7 @@ def test_relu6_island_fused_into_the_convolution(target: str, monkeypatch: pytes
             assert np.abs(w).max() > 0
     assert np.asarray(want[1]).max() == np.float32(127 * 0.02)  # the 0.02 island saturates
     if "amx" in target:  # the AMX island kernel's path for a process without tile data: same bytes
-        from backends.c.templates.x86_amx_os import AMX_ENV
+        from backends.c.templates.x86.x86_amx_os import AMX_ENV
 
         monkeypatch.setenv(AMX_ENV, "0")  # the runner is a new process: it reads the variable afresh
         for g, w in zip(compiled.run_runner([x]), want, strict=True):
@@ -302,7 +302,7 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
     """Every vector form of a fused ReLU6 island (the clamp, one product, the island's own operations)
     after dense 1x1 (with bias) and depthwise convolutions whose results take every int8 value,
     saturate both ways and sit on rounding ties (acc / 2): the reference's bytes."""
-    from backends.c.templates.x86_int8 import island_form
+    from backends.c.templates.x86.x86_int8 import island_form
 
     require(target)
     sx = 0.25
@@ -368,7 +368,7 @@ def test_affine_requant_equals_the_exact_epilogue(act: str) -> None:
     """x86_int8_requant's shorter epilogue, where it is accepted, gives the exact epilogue's int8
     value for every accumulator the convolution can produce (enumerated), and h-swish (not monotone)
     keeps the exact one."""
-    from backends.c.templates.x86_int8_requant import _exact, _fast, affine_requant
+    from backends.c.templates.x86.x86_int8_requant import _exact, _fast, affine_requant
 
     rng = np.random.default_rng(7)
     accepted = 0
@@ -414,7 +414,7 @@ def test_fma32_rounds_once() -> None:
     exact sum rounded once: random operands, and sums that fall halfway between two float32 values
     in float64 with a tiny product past or short of the halfway point (where rounding the float64
     sum again would be wrong)."""
-    from backends.c.templates.x86_int8_requant import fma32
+    from backends.c.templates.x86.x86_int8_requant import fma32
 
     rng = np.random.default_rng(3)
     xs = rng.integers(-(2**24), 2**24, 400).astype(np.float32)

@@ -1,4 +1,4 @@
-"""The AVX2 int8 convolutions (``backends/c/templates/x86_int8_avx2.py``) exactly against the reference
+"""The AVX2 int8 convolutions (``backends/c/templates/x86/x86_int8_avx2.py``) exactly against the reference
 interpreter, on a target without AVX512-VNNI: tests/test_x86_int8.py's odd shapes (channels that fill
 no register tile, strides, dilation, groups, batch 2) on one and two threads and under ASan/UBSan,
 both GEMM forms (7-bit activations after a RELU, split bytes where an input is negative) at the int8
@@ -124,7 +124,7 @@ def test_avx2_int8_extremes_exact(threads: int) -> None:
 def test_avx2_relu6_island_fused_and_exact() -> None:
     """MobileNetV2's int8 conv -> (typecvt, relu6, typecvt) islands after dense and 1x1 convolutions
     become one avx2 kernel, in each vector form (x86_int8.island_form: clamp, one product, float)."""
-    from backends.c.templates.x86_int8 import island_form
+    from backends.c.templates.x86.x86_int8 import island_form
 
     require(TARGET)
     rng = np.random.default_rng(5)

@@ -1,4 +1,4 @@
-"""The AVX2 int8 units beside the convolutions (``backends/c/templates/x86_int8_avx2.py``) exactly against
+"""The AVX2 int8 units beside the convolutions (``backends/c/templates/x86/x86_int8_avx2.py``) exactly against
 the reference interpreter on x86-avx2-nchw88: depthwise convolutions (every filter size the shapes
 need, strides 1 and 2, dilation, batch 2, channels and widths not multiples of 8, the padded-plane
 and the border-tested forms, int8 / int32 results and the fused ReLU6 island in each vector form),
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_int8 import island_form
-from backends.c.templates.x86_int8_avx2 import DW_PAD_BYTES, _padded_plane
+from backends.c.templates.x86.x86_int8 import island_form
+from backends.c.templates.x86.x86_int8_avx2 import DW_PAD_BYTES, _padded_plane
 from compiler import dtype as D
 from compiler.tensor import Tensor
 from semantics import run_module

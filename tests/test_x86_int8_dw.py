@@ -1,4 +1,4 @@
-"""The AVX512-VBMI int8 depthwise forms (``backends/c/templates/x86_int8_vbmi.py``) byte-exact against
+"""The AVX512-VBMI int8 depthwise forms (``backends/c/templates/x86/x86_int8_vbmi.py``) byte-exact against
 the reference interpreter: small planes in registers with the output pixels 16 to a vector across rows
 (``_flat_plan``), wide stride-1 planes through the padded, flipped stack copy (``_padded_plane``),
 and the row form the others keep (masked loads); full vectors stored straight from the register. Odd
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_int8_vbmi import _flat_plan, _padded_plane
+from backends.c.templates.x86.x86_int8_vbmi import _flat_plan, _padded_plane
 from compiler import dtype as D
 from compiler.tensor import Tensor
 from semantics import run_module

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_amx import VNNI_POINTWISE_K, VNNI_POINTWISE_OVER_AMX
-from backends.c.templates.x86_amx_os import AMX_ENV, amx_permitted
-from backends.c.templates.x86_int8_gemm import POINTWISE_MAX_C4
+from backends.c.templates.x86.x86_amx import VNNI_POINTWISE_K, VNNI_POINTWISE_OVER_AMX
+from backends.c.templates.x86.x86_amx_os import AMX_ENV, amx_permitted
+from backends.c.templates.x86.x86_int8_gemm import POINTWISE_MAX_C4
 from compiler import dtype as D
 from compiler.tensor import Tensor
 from semantics import run_module

@@ -1,4 +1,4 @@
-"""The AMX int8 first layer (``backends/c/templates/x86_int8_stem.py``) and the AVX-512 quantize of a
+"""The AMX int8 first layer (``backends/c/templates/x86/x86_int8_stem.py``) and the AVX-512 quantize of a
 model's float32 input (``x86_int8.TypeCvtQ8Vnni``) byte-exact against the reference interpreter:
 MobileNetV2's 3x3 stride-2 stem shape and odd ones (other channel counts, output rows that no
 16-pixel block fits, 64-pixel items that end mid-row and a ragged last item, batch 2, stride 1,
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.c.templates.x86_amx_os import AMX_ENV
+from backends.c.templates.x86.x86_amx_os import AMX_ENV
 from compiler import dtype as D
 from compiler.tensor import Tensor
 from semantics import run_module

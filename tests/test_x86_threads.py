@@ -14,8 +14,8 @@ import pytest
 
 import compiler as xm
 import compiler.functional as F
-from backends.c.templates.generic import MIN_WORK_PER_THREAD, omp_for, omp_parallel, parallel_threads
-from backends.c.templates.nchw88 import balanced_block, static_share
+from backends.c.templates.portable.generic import MIN_WORK_PER_THREAD, omp_for, omp_parallel, parallel_threads
+from backends.c.templates.x86.nchw88 import balanced_block, static_share
 from tests.codegen_util import check, compile_fn
 from tests.test_codegen_conv import _conv_model
 

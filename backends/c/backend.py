@@ -40,54 +40,37 @@ X86_AVX2 = frozenset({"avx2", "fma"})
 X86_AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 
 
-class X86Backend:
-    """x86-64 with AVX2 (+ AVX-512): templates searched ``avx512``, ``avx2``, ``generic``."""
+class CBackendBase:
+    """What every C-family backend shares (:class:`passes.target.Backend`): emit through the target's
+    emitter, build, load with ctypes, run the standalone runner, profile and save. A subclass names
+    its targets' ISA order, layout options, emitter and CPU needs (and overrides building or running
+    where its code cannot run on the host)."""
 
-    name = "c-x86"
-    options: tuple[str, ...] = ("io16xc32", "ioc16", "bf16")
-    emulated = False
+    name: str
+    options: tuple[str, ...]
+    emulated: bool = False
 
     kernels: KernelRegistry = KERNELS
 
     def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
-        from backends.c.templates.x86_isa import extension_isas, option_rows
-
-        base = ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
-        option_rows(features, options)  # an option no row of the target serves is an error
-        if "bf16" in options and ({"ioc16", "io16xc32"} & set(options) or "nchw88" in features):
-            raise TargetError("x86 +bf16 kernels are plain NCHW float32: no nchw88, +ioc16 or +io16xc32")
-        extensions = extension_isas(tuple(features), tuple(options))
-        if extensions and "avx512" not in features:
-            raise TargetError(f"x86 features {', '.join(extensions)} need the avx512 feature")
-        if "ioc16" in options and "fp16" not in features:
-            raise TargetError(
-                "x86 +ioc16 (float16 compute) needs the fp16 feature (AVX512-FP16): x86-avx512-fp16+ioc16"
-            )
-        if "ioc16" in options and "nchw88" in features:
-            raise TargetError("x86 +ioc16 kernels are plain NCHW: drop nchw88 (x86-avx512-fp16+ioc16)")
-        return (*extensions, *base)
+        raise NotImplementedError
 
     def inference_options(self, features: Sequence[str], options: Sequence[str]) -> dict[str, bool]:
-        layout = {"enable_nchw88": True} if "nchw88" in features else {}
-        # the fp16 feature only says the CPU computes in float16 (the host target names it): the float16
-        # mode is the target's option alone, unlike arm-fp16
-        return {**layout, **float16_options((), options)}
+        raise NotImplementedError
 
     def runs_here(self, target: Target) -> bool:
-        from backends.targets import cpu_flags
-
-        return self.cpu_flags_needed(target) <= cpu_flags()
-
-    def cpu_flags_needed(self, target: Target) -> frozenset[str]:
-        """The ``/proc/cpuinfo`` flags code for ``target`` executes instructions of."""
-        from backends.c.templates.x86_isa import EXTENSIONS, option_rows
-
-        needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
-        needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))
-        return needed.union(*(o.cpu_flags for o in option_rows(target.features, target.options)))
+        raise NotImplementedError
 
     def emitter(self, target: Target) -> type[CEmitter]:
-        return ISA_EMITTERS[target.isas[0]]
+        raise NotImplementedError
+
+    def cpu_flags_needed(self, target: Target) -> frozenset[str]:
+        """The ``/proc/cpuinfo`` flags the host code of ``target`` executes instructions of."""
+        return frozenset()
+
+    def extra_cflags(self, target: Target, emitter: CEmitter) -> tuple[str, ...]:
+        """Compiler flags beyond the emitter's that ``target``'s ISAs need."""
+        return ()
 
     def emit(
         self,
@@ -100,12 +83,9 @@ class X86Backend:
     ) -> tuple[str, tuple[str, ...]]:
         """The model's source and compiler flags; ``module`` may be a list of variants (one per input
         shape) for one library, ``prefix`` names its exported symbols (:meth:`CEmitter.emit`)."""
-        from backends.c.templates.x86_isa import extension_cflags
-
         emitter = self.emitter(target)(profile=profile)
-        extra = [f for f in extension_cflags(target.isas) if f not in emitter.cflags]
         source = emitter.emit(module, prefix=prefix, weights_offsets=weights_offsets)
-        return source, (*emitter.cflags, *extra)
+        return source, (*emitter.cflags, *self.extra_cflags(target, emitter))
 
     def build(self, target: Target, source: str, cflags: Sequence[str], *, sanitize: bool = False) -> Build:
         return build(source, cflags, sanitize=sanitize)
@@ -236,7 +216,58 @@ class X86Backend:
             shutil.copymode(src, os.path.join(directory, os.path.basename(src)))
 
 
-class ArmBackend(X86Backend):
+class X86Backend(CBackendBase):
+    """x86-64 with AVX2 (+ AVX-512): templates searched ``avx512``, ``avx2``, ``generic``."""
+
+    name = "c-x86"
+    options: tuple[str, ...] = ("io16xc32", "ioc16", "bf16")
+    def isas(self, features: Sequence[str], options: Sequence[str]) -> tuple[str, ...]:
+        from backends.c.templates.x86.x86_isa import extension_isas, option_rows
+
+        base = ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
+        option_rows(features, options)  # an option no row of the target serves is an error
+        if "bf16" in options and ({"ioc16", "io16xc32"} & set(options) or "nchw88" in features):
+            raise TargetError("x86 +bf16 kernels are plain NCHW float32: no nchw88, +ioc16 or +io16xc32")
+        extensions = extension_isas(tuple(features), tuple(options))
+        if extensions and "avx512" not in features:
+            raise TargetError(f"x86 features {', '.join(extensions)} need the avx512 feature")
+        if "ioc16" in options and "fp16" not in features:
+            raise TargetError(
+                "x86 +ioc16 (float16 compute) needs the fp16 feature (AVX512-FP16): x86-avx512-fp16+ioc16"
+            )
+        if "ioc16" in options and "nchw88" in features:
+            raise TargetError("x86 +ioc16 kernels are plain NCHW: drop nchw88 (x86-avx512-fp16+ioc16)")
+        return (*extensions, *base)
+
+    def inference_options(self, features: Sequence[str], options: Sequence[str]) -> dict[str, bool]:
+        layout = {"enable_nchw88": True} if "nchw88" in features else {}
+        # the fp16 feature only says the CPU computes in float16 (the host target names it): the float16
+        # mode is the target's option alone, unlike arm-fp16
+        return {**layout, **float16_options((), options)}
+
+    def runs_here(self, target: Target) -> bool:
+        from backends.targets import cpu_flags
+
+        return self.cpu_flags_needed(target) <= cpu_flags()
+
+    def cpu_flags_needed(self, target: Target) -> frozenset[str]:
+        """The ``/proc/cpuinfo`` flags code for ``target`` executes instructions of."""
+        from backends.c.templates.x86.x86_isa import EXTENSIONS, option_rows
+
+        needed = X86_AVX2 | (X86_AVX512 if "avx512" in target.features else frozenset())
+        needed = needed.union(*(e.cpu_flags for e in EXTENSIONS if e.feature in target.features))
+        return needed.union(*(o.cpu_flags for o in option_rows(target.features, target.options)))
+
+    def emitter(self, target: Target) -> type[CEmitter]:
+        return ISA_EMITTERS[target.isas[0]]
+
+    def extra_cflags(self, target: Target, emitter: CEmitter) -> tuple[str, ...]:
+        from backends.c.templates.x86.x86_isa import extension_cflags
+
+        return tuple(f for f in extension_cflags(target.isas) if f not in emitter.cflags)
+
+
+class ArmBackend(CBackendBase):
     """AArch64 NEON: cross-built with ``aarch64-linux-gnu-gcc``, run under ``qemu-aarch64 -cpu max``.
     Templates searched (``i8mm`` ``dot`` | ``fp16``), ``neon``, ``generic``; ``+plain-c``: ``generic``
     only."""

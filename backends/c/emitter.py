@@ -6,9 +6,9 @@ its template), then a ``xm_model_run_impl_v<i>`` per variant calling them on are
 output pointers (and the call's context, for kernels that can fail), plus the variant table (shapes,
 arena and weights sizes) that the runtime reads. Every exported symbol carries the model's prefix
 (``XM_PREFIX``, ``backends/c/runtime/xm_runtime.h``). What differs between
-targets is a handful of class-level knobs (vector width and intrinsic spellings, compiler flags),
-overridden by :class:`X86Avx2Emitter`, :class:`X86Avx512Emitter` and, later, the
-ARM and CUDA emitters.
+targets is a handful of class-level knobs (vector width and intrinsic spellings, compiler flags): each
+emitter is a view of one :mod:`backends.c.isa_facts` record (:class:`X86Avx2Emitter`,
+:class:`X86Avx512Emitter`, the ARM emitters, the x86 extension levels).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import SSAValue
 
+from backends.c.isa_facts import AVX2, AVX512, GENERIC, KNOBS, IsaFacts
 from backends.c.kernels import KERNELS
 from backends.c.symbols import DEFAULT_PREFIX, check_prefix
 from backends.c.templates import Template
@@ -35,29 +36,33 @@ class EmitError(XmgeError, ValueError):
 class CEmitter:
     """Portable C (``generic`` templates only): the base every C target refines."""
 
-    name: ClassVar[str] = "c"
-    # vector knobs used by ISA templates (None: no explicit SIMD)
-    vec: ClassVar[int] = 1
-    vtype: ClassVar[str] = "float"
-    header: ClassVar[str] = ""
-    load: ClassVar[str] = "({p})[0]"
-    loadu: ClassVar[str] = "({p})[0]"
-    store: ClassVar[str] = "({p})[0] = {v}"
-    storeu: ClassVar[str] = "({p})[0] = {v}"
-    set1: ClassVar[str] = "({x})"
-    zero: ClassVar[str] = "0.f"
-    fma: ClassVar[str] = "({a} * {b} + {c})"
-    # masked access for partial tiles: mask type, mask of the first {n} lanes, masked load / store
-    mask_type: ClassVar[str] = "int"
-    mask_make: ClassVar[str] = "({n})"
-    maskload: ClassVar[str] = "({m} > 0 ? ({p})[0] : 0.f)"
-    maskstore: ClassVar[str] = "if ({m} > 0) ({p})[0] = {v}"
-    cflags: ClassVar[tuple[str, ...]] = ("-O3", "-std=gnu11", "-fPIC", "-fopenmp")
+    # the ISA's knobs (vector type, intrinsic spellings, GEMM register blocking, cflags): a view of
+    # one isa_facts record, which a subclass names as ``facts``
+    facts: ClassVar[IsaFacts] = GENERIC
+    name: ClassVar[str]
+    vec: ClassVar[int]
+    vtype: ClassVar[str]
+    header: ClassVar[str]
+    load: ClassVar[str]
+    loadu: ClassVar[str]
+    store: ClassVar[str]
+    storeu: ClassVar[str]
+    set1: ClassVar[str]
+    zero: ClassVar[str]
+    fma: ClassVar[str]
+    mask_type: ClassVar[str]
+    mask_make: ClassVar[str]
+    maskload: ClassVar[str]
+    maskstore: ClassVar[str]
+    cflags: ClassVar[tuple[str, ...]]
+    gemm_mr: ClassVar[int]
+    gemm_nr: ClassVar[int]
+    gemm_kc: ClassVar[int]
 
-    # GEMM register blocking (rows of A held in registers x columns of B as vectors)
-    gemm_mr: ClassVar[int] = 4
-    gemm_nr: ClassVar[int] = 4
-    gemm_kc: ClassVar[int] = 256
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "facts" in cls.__dict__:
+            _view(cls)
 
     def __init__(self, profile: bool = False) -> None:
         # profile: time every call into xm_profile_ms[] (read with xm_profile()); for per-kernel reports
@@ -255,42 +260,18 @@ def _packed(sizes: Sequence[int]) -> list[int]:
     return out
 
 
+def _view(cls: type[CEmitter]) -> None:
+    """Set ``cls``'s knobs from its ``facts`` record."""
+    for knob in KNOBS:
+        setattr(cls, knob, getattr(cls.facts, knob))
+
+
+_view(CEmitter)
+
+
 class X86Avx2Emitter(CEmitter):
-    name = "x86-avx2"
-    vec = 8
-    vtype = "__m256"
-    header = "#include <immintrin.h>\n#include <stdint.h>"
-    load = "_mm256_load_ps({p})"
-    loadu = "_mm256_loadu_ps({p})"
-    store = "_mm256_store_ps({p}, {v})"
-    storeu = "_mm256_storeu_ps({p}, {v})"
-    set1 = "_mm256_set1_ps({x})"
-    zero = "_mm256_setzero_ps()"
-    fma = "_mm256_fmadd_ps({a}, {b}, {c})"
-    mask_type = "__m256i"
-    mask_make = "_mm256_cmpgt_epi32(_mm256_set1_epi32({n}), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))"
-    maskload = "_mm256_maskload_ps({p}, {m})"
-    maskstore = "_mm256_maskstore_ps({p}, {m}, {v})"
-    cflags = (*CEmitter.cflags, "-mavx2", "-mfma", "-mf16c")
-    gemm_mr = 6
-    gemm_nr = 16
+    facts = AVX2
 
 
 class X86Avx512Emitter(X86Avx2Emitter):
-    name = "x86-avx512"
-    vec = 16
-    vtype = "__m512"
-    load = "_mm512_load_ps({p})"
-    loadu = "_mm512_loadu_ps({p})"
-    store = "_mm512_store_ps({p}, {v})"
-    storeu = "_mm512_storeu_ps({p}, {v})"
-    set1 = "_mm512_set1_ps({x})"
-    zero = "_mm512_setzero_ps()"
-    fma = "_mm512_fmadd_ps({a}, {b}, {c})"
-    mask_type = "__mmask16"
-    mask_make = "(__mmask16)(({n}) >= 16 ? 0xFFFF : ({n}) <= 0 ? 0 : (1u << ({n})) - 1)"
-    maskload = "_mm512_maskz_loadu_ps({m}, {p})"
-    maskstore = "_mm512_mask_storeu_ps({p}, {m}, {v})"
-    cflags = (*X86Avx2Emitter.cflags, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq")
-    gemm_mr = 12
-    gemm_nr = 32
+    facts = AVX512

@@ -16,6 +16,6 @@ ISA_EMITTERS: dict[str, type[CEmitter]] = {
     "i8mm": ArmI8mmEmitter,
 }
 
-from backends.c.templates.x86_isa import EXTENSIONS, OPTION_EXTENSIONS  # noqa: E402 - emitters first
+from backends.c.templates.x86.x86_isa import EXTENSIONS, OPTION_EXTENSIONS  # noqa: E402 - emitters first
 
 ISA_EMITTERS.update({e.isa: e.emitter for e in (*EXTENSIONS, *OPTION_EXTENSIONS)})

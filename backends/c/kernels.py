@@ -9,14 +9,7 @@ registry); where the order is subtle, the family's template says why next to its
 
 from __future__ import annotations
 
-from backends.c.templates import (
-    conv_runtime_weight,
-    depthwise_x86,
-    gemm,
-    generic,
-    indexing,
-    int_elemwise,
-    nchw88,
+from backends.c.templates.arm import (
     neon,
     neon_depthwise,
     neon_fp16,
@@ -27,8 +20,19 @@ from backends.c.templates import (
     neon_matvec,
     neon_move,
     neon_winograd,
+)
+from backends.c.templates.portable import (
+    conv_runtime_weight,
+    generic,
+    indexing,
+    int_elemwise,
     portable,
     typed,
+)
+from backends.c.templates.x86 import (
+    depthwise_x86,
+    gemm,
+    nchw88,
     winograd,
     x86_amx,
     x86_amx_bf16,

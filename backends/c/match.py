@@ -16,6 +16,7 @@ import numpy as np
 from xdsl.dialects.builtin import Float16Type, Float32Type, IntegerType, Signedness, TensorType
 from xdsl.ir import Operation, SSAValue
 
+from backends.c.isa_facts import ISA_FACTS
 from dialects import enums
 from dialects import layout as L
 from dialects import tensor as T
@@ -38,9 +39,7 @@ def is_f32(*values: SSAValue) -> bool:
 
 
 def gemm_blocking(isa: str) -> dict[str, int]:
-    from backends.c.isas import ISA_EMITTERS
-
-    em = ISA_EMITTERS[isa]
+    em = ISA_FACTS[isa]
     return {"mr": em.gemm_mr, "nr": em.gemm_nr, "kc": em.gemm_kc}
 
 
@@ -173,7 +172,7 @@ INT_CODES = {(1, True): "b1", (32, True): "i32", (16, True): "i16", (8, True): "
 
 
 def code(v: SSAValue) -> str | None:
-    """The element-type code of a value (see :mod:`backends.c.templates.typed`): ``f32``, ``f16``,
+    """The element-type code of a value (see :mod:`backends.c.templates.portable.typed`): ``f32``, ``f16``,
     quantized ``q8``/``q32``/``u8``, plain ``b1`` (bool, one byte), ``i32``, ``i16``, ``i8``, ``ui8``;
     None for anything else."""
     t = v.type

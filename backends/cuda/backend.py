@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.c.backend import X86Backend, _write
+from backends.c.backend import CBackendBase, _write
 from backends.c.build import LoadedModel, library_name, prefix_flags
 from backends.c.symbols import DEFAULT_PREFIX
 from backends.cuda.build import HARNESS_FLAGS, CudaBuild, build, harness_library_name, runtime_sources
@@ -50,7 +50,7 @@ def gpu_problem() -> str | None:
     return None if count.value > 0 else "no CUDA device"
 
 
-class CudaBackend(X86Backend):
+class CudaBackend(CBackendBase):
     """CUDA kernels; ISAs searched ``mma`` (tensor cores), ``dp4a``, ``generic`` as the layout allows."""
 
     name = "cuda"

@@ -1,4 +1,4 @@
-"""CUDA renders of the C indexing units (``backends/c/templates/indexing.py``: their rules,
+"""CUDA renders of the C indexing units (``backends/c/templates/portable/indexing.py``: their rules,
 parameters, symbols and semantics): ``modify_subtensor``, ``indexing`` and ``linspace``.
 
 * A modifying kernel's launcher first copies ``src`` into ``out`` on the run's stream unless the
@@ -20,9 +20,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from backends.c.templates import indexing as C
-from backends.c.templates.generic import BYTES_CTYPE
-from backends.c.templates.requant import REQUANT_C, exact
+from backends.c.templates.portable import indexing as C
+from backends.c.templates.portable.generic import BYTES_CTYPE
+from backends.c.templates.portable.requant import REQUANT_C, exact
 from backends.cuda.templates import BLOCK, CudaRender, kernel_args, thread_kernel
 from backends.cuda.templates.portable import CUDA_TYPES
 

@@ -10,7 +10,7 @@ layout's physical dims over the physical shape), so one kernel family serves eve
 * ``pool2d_blocked_q8`` (ISA ``generic``): max / average pooling.
 
 Epilogues repeat ``backends/reference/quant_kernels.py`` with the C backends' one definition of
-requantization (:mod:`backends.c.templates.requant`, ``__host__ __device__`` under nvcc): ``z`` joins
+requantization (:mod:`backends.c.templates.portable.requant`, ``__host__ __device__`` under nvcc): ``z`` joins
 the int32 accumulator at its scale; an int8 result is the conv-bias post-process (accumulator and
 float32 bias scaled separately, RELU / h-swish, times ``1.0f / s_out``, rounded ``trunc(y ± 0.5)``),
 an int32 or float result adds the int32 bias and applies RELU on integers.
@@ -25,8 +25,9 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from backends.c.match import acc_scale, code, dtype_key, pool_geometry, qparams, requant_params
-from backends.c.templates import conv_sym, plane_sym, requant, sym_join
-from backends.c.templates.generic import BYTES_CTYPE
+from backends.c.templates import conv_sym, plane_sym, sym_join
+from backends.c.templates.portable import requant
+from backends.c.templates.portable.generic import BYTES_CTYPE
 from backends.cuda.templates import CudaRender, kernel_args, pointwise
 from backends.cuda.templates.portable import int_average
 from dialects import enums

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from backends.c.match import conv_common
-from backends.c.templates import conv_sym, epilogue_sym, gemm, generic, typed
+from backends.c.templates import conv_sym, epilogue_sym
 from backends.c.templates import strided_index as linear
 from backends.c.templates import sym_join as c_sym_join
-from backends.c.templates.generic import BYTES_CTYPE, ESIZE
-from backends.c.templates.requant import CTYPES as OUT_CTYPES
-from backends.c.templates.requant import (
+from backends.c.templates.portable import generic, typed
+from backends.c.templates.portable.generic import BYTES_CTYPE, ESIZE
+from backends.c.templates.portable.requant import CTYPES as OUT_CTYPES
+from backends.c.templates.portable.requant import (
     REQUANT_C,
     bias_ctype,
     exact,
@@ -32,7 +33,8 @@ from backends.c.templates.requant import (
     post_processed,
     result_expr,
 )
-from backends.c.templates.typed import CTYPES, deq, quant
+from backends.c.templates.portable.typed import CTYPES, deq, quant
+from backends.c.templates.x86 import gemm
 from backends.cuda.templates import CudaRender, pointwise, unflatten
 from dialects import tensor as T
 from passes.lowering.kernels import FULL_EPILOGUE, KernelUnit, Lowered
