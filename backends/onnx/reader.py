@@ -100,7 +100,11 @@ def _narrow(array: np.ndarray, what: str) -> np.ndarray:
     a = np.asarray(array)
     if a.dtype.name in _WIDENED:
         return a.astype(_WIDENED[a.dtype.name])
-    if a.dtype.kind in "iu" and a.dtype.itemsize > 4 or a.dtype == np.uint32:
+    if a.dtype == np.uint64:
+        if a.size and a.max() > 2**32 - 1:
+            raise OnnxImportError(f"{what}: integer values beyond uint32 (xmge has no uint64)")
+        return a.astype(np.uint32)
+    if a.dtype.kind == "i" and a.dtype.itemsize > 4:
         if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
             raise OnnxImportError(f"{what}: integer values beyond int32 (xmge has no int64)")
         return a.astype(np.int32)
