@@ -1133,9 +1133,10 @@ def _cast(node: _Node) -> list[_Value | None]:
             raise node.fail(f"attribute to={node.attr('to')} is not an ONNX tensor type") from None
     else:
         like = node.proto.input[1]
-        if like in node.imp.widened:
-            raise node.fail(f"casting to {node.imp.widened[like]} (the type of {like!r}) is not supported")
-        target = node.value(1).type.element_type
+        target = node.imp.widened.get(like) or node.value(1).type.element_type
+    name = getattr(target, "name", target)
+    if name in _LOW_BITS:
+        return [_new(_cast_low_bits(node, *_LOW_BITS[name]))]
     try:
         elem = element_type(target)
     except DTypeError as exc:
@@ -1144,6 +1145,28 @@ def _cast(node: _Node) -> list[_Value | None]:
     if v.type.element_type == elem:
         return [v]
     return [_new(node.emit1(T.TypeCvtOp, [node.ssa(0)], [TensorType(elem, v.type.get_shape())]))]
+
+
+# ONNX's sub-byte integers: (bits, signed); held widened (see _WIDENED)
+_LOW_BITS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}
+
+
+def _cast_low_bits(node: _Node, bits: int, signed: bool) -> SSAValue:
+    """Cast to a sub-byte integer: ONNX (its Cast doc: "we truncate bits which can't be stored")
+    keeps the low ``bits`` of the value truncated toward zero, i.e. wraps modulo 2**bits."""
+    v = node.value(0)
+    shape = v.type.get_shape()
+    x = node.ssa(0)
+    if v.type.element_type != element_type("int32"):
+        x = node.emit1(T.TypeCvtOp, [x], [TensorType(element_type("int32"), shape)])
+    half = 2 ** (bits - 1) if signed else 0
+    if half:
+        x = node.elemwise(E.ADD, x, node.scalar(half, x))
+    x = node.elemwise(E.MOD, x, node.scalar(2**bits, x))  # integer MOD is floor modulo
+    if half:
+        x = node.elemwise(E.SUB, x, node.scalar(half, x))
+    holder = element_type(_WIDENED["int4" if signed else "uint4"])
+    return node.emit1(T.TypeCvtOp, [x], [TensorType(holder, shape)])
 
 
 # ----------------------------------------------------------------------------------------------
