@@ -94,6 +94,12 @@ _WIDENED = {
 _READS_VALUES_ONLY = {"Cast", "CastLike", "DequantizeLinear"}
 
 
+def _reads_zero_point(proto: Any, name: str) -> bool:
+    """Whether a node reads ``name`` only as QuantizeLinear's zero point: a value it needs at
+    compile time, whose ONNX dtype (kept with the constant) gives the result's range."""
+    return proto.op_type == "QuantizeLinear" and list(proto.input).index(name) == 2 and name not in proto.input[:2]
+
+
 def _narrow(array: np.ndarray, what: str) -> np.ndarray:
     """An ONNX array in the dtype xmge stores it in (int64 → int32, float64 → float32, the narrow
     types of :data:`_WIDENED` widened)."""
@@ -290,7 +296,7 @@ class _Importer:
         if np_dtype.name in _WIDENED:
             self.widened[info.name] = np_dtype.name
             readers = [p for p in _subgraph_nodes(self.model.graph) if info.name in p.input]
-            if any(p.op_type not in _READS_VALUES_ONLY for p in readers):
+            if any(p.op_type not in _READS_VALUES_ONLY and not _reads_zero_point(p, info.name) for p in readers):
                 raise OnnxImportError(
                     f"graph input {info.name!r}{self._reader_of(info.name)}: unsupported dtype "
                     f"{np_dtype.name} (xmge holds it as {_WIDENED[np_dtype.name]} only where Cast, CastLike "
@@ -2293,9 +2299,15 @@ def _quantize_plain(node: _Node, target: np.dtype) -> SSAValue:
     r = node.elemwise(E.SUB, r, node.elemwise(E.MUL, fix, node.elemwise(E.SIGN, d)))
     if node.has(2):
         r = node.elemwise(E.ADD, r, spread(node.const(2, "y_zero_point")))
-    info = np.iinfo(target)
-    r = node.elemwise(E.CLIP, r, node.scalar(float(info.min), r), node.scalar(float(info.max), r))
-    return node.emit1(T.TypeCvtOp, [r], [TensorType(element_type(target), shape)])
+    if target.name in _LOW_BITS:  # ONNX saturates to the sub-byte range; held widened
+        bits, signed = _LOW_BITS[target.name]
+        low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+        holder = element_type(_WIDENED[target.name])
+    else:
+        info = np.iinfo(target)
+        low, high, holder = int(info.min), int(info.max), element_type(target)
+    r = node.elemwise(E.CLIP, r, node.scalar(float(low), r), node.scalar(float(high), r))
+    return node.emit1(T.TypeCvtOp, [r], [TensorType(holder, shape)])
 
 
 @handles("QuantizeLinear")
@@ -2309,10 +2321,9 @@ def _quantize(node: _Node) -> list[_Value | None]:
         target = np.dtype(np.uint8)
     if (
         node.value(0).const is None
-        and target.kind in "iu"
-        and target.name in ("int8", "uint8", "int16", "uint16")
+        and target.name in ("int8", "uint8", "int16", "uint16", *_LOW_BITS)
     ):
-        if scale.size > 1 or target.itemsize > 1:
+        if scale.size > 1 or target.itemsize > 1 or target.name in _LOW_BITS:
             return [_new(_quantize_plain(node, target))]
     q = _quant_type(node, 1, 2)
     x = node.value(0)
