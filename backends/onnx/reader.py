@@ -97,7 +97,11 @@ _READS_VALUES_ONLY = {"Cast", "CastLike", "DequantizeLinear"}
 def _reads_zero_point(proto: Any, name: str) -> bool:
     """Whether a node reads ``name`` only as QuantizeLinear's zero point: a value it needs at
     compile time, whose ONNX dtype (kept with the constant) gives the result's range."""
-    return proto.op_type == "QuantizeLinear" and list(proto.input).index(name) == 2 and name not in proto.input[:2]
+    return (
+        proto.op_type == "QuantizeLinear"
+        and list(proto.input).index(name) == 2
+        and name not in proto.input[:2]
+    )
 
 
 def _narrow(array: np.ndarray, what: str) -> np.ndarray:
@@ -296,7 +300,9 @@ class _Importer:
         if np_dtype.name in _WIDENED:
             self.widened[info.name] = np_dtype.name
             readers = [p for p in _subgraph_nodes(self.model.graph) if info.name in p.input]
-            if any(p.op_type not in _READS_VALUES_ONLY and not _reads_zero_point(p, info.name) for p in readers):
+            if any(
+                p.op_type not in _READS_VALUES_ONLY and not _reads_zero_point(p, info.name) for p in readers
+            ):
                 raise OnnxImportError(
                     f"graph input {info.name!r}{self._reader_of(info.name)}: unsupported dtype "
                     f"{np_dtype.name} (xmge holds it as {_WIDENED[np_dtype.name]} only where Cast, CastLike "
@@ -2319,10 +2325,7 @@ def _quantize(node: _Node) -> list[_Value | None]:
         target = np.asarray(node.const(2, "y_zero_point")).dtype
     else:
         target = np.dtype(np.uint8)
-    if (
-        node.value(0).const is None
-        and target.name in ("int8", "uint8", "int16", "uint16", *_LOW_BITS)
-    ):
+    if node.value(0).const is None and target.name in ("int8", "uint8", "int16", "uint16", *_LOW_BITS):
         if scale.size > 1 or target.itemsize > 1 or target.name in _LOW_BITS:
             return [_new(_quantize_plain(node, target))]
     q = _quant_type(node, 1, 2)

@@ -76,7 +76,9 @@ def _input_values(specs: Sequence[str] | None) -> dict[str, np.ndarray]:
         try:
             values[name] = np.array([int(v) for v in text.split(",")], np.int64)
         except ValueError:
-            raise ValueError(f"--input-value {spec!r}: {text!r} is not a comma-separated list of integers") from None
+            raise ValueError(
+                f"--input-value {spec!r}: {text!r} is not a comma-separated list of integers"
+            ) from None
     return values
 
 
