@@ -1718,10 +1718,9 @@ def _separate_3d(handler: Handler) -> Handler:
 def _pool(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
     _require_2d(node, len(shape))
-    if len(node.proto.output) > 1 and node.proto.output[1]:
-        raise node.fail("the Indices output is not supported")
-    if node.attr("storage_order", 0):
-        raise node.fail("storage_order=1 is not supported")
+    want_indices = len(node.proto.output) > 1 and bool(node.proto.output[1])
+    if want_indices and any(d != 1 for d in node.attr("dilations", [1, 1])):
+        raise node.fail("the Indices output with dilations is not supported")
     if any(d != 1 for d in node.attr("dilations", [1, 1])):
         return [_new(_dilated_pool(node, shape))]
     kernel = [int(k) for k in node.attr("kernel_shape")]
@@ -1760,7 +1759,47 @@ def _pool(node: _Node) -> list[_Value | None]:
     got = _shape(y.type)[2:]
     if list(got) != out:
         y = node.subtensor(y, (2, 3), (0, 0), out)
+    if want_indices:
+        return [_new(y), _new(_max_pool_indices(node, shape, kernel, stride, begin, out))]
     return [_new(y)]
+
+
+def _max_pool_indices(
+    node: _Node,
+    shape: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    begin: Sequence[int],
+    out: Sequence[int],
+) -> SSAValue:
+    """MaxPool's Indices (flat index into the input of each window's first maximum; the spatial
+    part column-major with ``storage_order=1``),
+    by a scan over the window offsets: each is a strided slice of the -inf padded input, and a
+    strictly greater value takes over its index."""
+    n, c, h, w = shape
+    column_major = bool(node.attr("storage_order", 0))
+    back = [max((out[i] - 1) * stride[i] + kernel[i] - shape[2 + i] - begin[i], 0) for i in range(2)]
+    xp = node.emit1(T.PaddingOp, [node.ssa(0)], front=(0, 0, *begin), back=(0, 0, *back), value=-math.inf)
+    plane = (np.arange(n * c, dtype=np.int64) * h * w).reshape(n, c, 1, 1)
+    oh = np.arange(out[0]).reshape(-1, 1) * stride[0] - begin[0]
+    ow = np.arange(out[1]).reshape(1, -1) * stride[1] - begin[1]
+    best: SSAValue | None = None
+    index: SSAValue | None = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            stops = (i + (out[0] - 1) * stride[0] + 1, j + (out[1] - 1) * stride[1] + 1)
+            v = node.subtensor(xp, (2, 3), (i, j), stops, tuple(stride))
+            spatial = (oh + i) + (ow + j) * h if column_major else (oh + i) * w + (ow + j)
+            flat = node.constant((plane + spatial).astype(np.int32))
+            if best is None or index is None:
+                best, index = v, flat
+                continue
+            took = node.elemwise(E.LT, best, v)
+            took = node.emit1(T.TypeCvtOp, [took], [TensorType(element_type("int32"), _shape(took.type))])
+            index = node.elemwise(E.ADD, index, node.elemwise(E.MUL, took, node.elemwise(E.SUB, flat, index)))
+            best = node.elemwise(E.MAX, best, v)
+    assert index is not None
+    return index
 
 
 @handles("GlobalAveragePool", "GlobalMaxPool")
