@@ -1010,3 +1010,20 @@ def test_logical_and_special_values() -> None:
     check(*single("IsNaN", [special], out_types=[TensorProto.BOOL]))
     check(*single("IsInf", [special], out_types=[TensorProto.BOOL]))
     check(*single("CastLike", [X * 4, np.zeros(1, np.int32)], [False, True], out_types=[TensorProto.INT32]))
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [2, 3], "strides": [2, 1], "ceil_mode": 1},
+        {"kernel_shape": [2, 2], "strides": [2, 2], "storage_order": 1},
+    ],
+)
+def test_max_pool_indices(attrs: dict[str, Any]) -> None:
+    # ties included (rounded inputs): the first maximum in the window wins, as onnxruntime picks
+    x = np.round(f32(2, 3, 7, 6), 1)
+    model, feeds = single(
+        "MaxPool", [x], n_outputs=2, out_types=[TensorProto.FLOAT, TensorProto.INT64], opset=12, **attrs
+    )
+    check(model, feeds, rtol=0.0)
