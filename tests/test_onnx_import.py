@@ -277,6 +277,7 @@ _NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT,
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.uint32): TensorProto.UINT32,
     np.dtype(np.bool_): TensorProto.BOOL,
     np.dtype(np.int8): TensorProto.INT8,
     np.dtype(np.uint8): TensorProto.UINT8,
@@ -1027,3 +1028,51 @@ def test_max_pool_indices(attrs: dict[str, Any]) -> None:
         "MaxPool", [x], n_outputs=2, out_types=[TensorProto.FLOAT, TensorProto.INT64], opset=12, **attrs
     )
     check(model, feeds, rtol=0.0)
+
+
+def test_uint32_arithmetic_beyond_int32() -> None:
+    a = np.array([4_000_000_000, 7, 2**32 - 1], np.uint32)
+    b = np.array([5, 9, 1], np.uint32)
+    for op, want in (("Sub", a - b), ("Div", a // b), ("Max", np.maximum(a, b)), ("Less", a < b)):
+        types = [TensorProto.BOOL if op == "Less" else TensorProto.UINT32]
+        model, feeds = single(op, [a, b], opset=14, out_types=types)
+        (got,) = run_module(read_onnx(model), list(feeds.values()))
+        assert got.dtype == want.dtype and np.array_equal(got, want), op
+
+
+def test_uint64_beyond_uint32_is_one_line_error() -> None:
+    big = np.array([2**40], np.uint64)
+    model, _ = single("Add", [big, big], consts=[True, True], opset=14, out_types=[TensorProto.UINT64])
+    with pytest.raises(OnnxImportError, match="beyond uint32"):
+        read_onnx(model)
+
+
+@pytest.mark.parametrize("to", ["INT4", "UINT4", "INT2", "UINT2"])
+def test_cast_to_sub_byte_integers_wraps(to: str) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([-9.7, -8.5, -2.2, -0.5, 0.0, 1.5, 2.5, 7.9, 8.0, 15.2, 17.0], np.float32)
+    model, feeds = single(
+        "Cast", [x], opset=21, to=getattr(TensorProto, to), out_types=[getattr(TensorProto, to)]
+    )
+    (got,) = run_module(read_onnx(model), list(feeds.values()))
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(got, want.astype(np.int16))
+
+
+@pytest.mark.parametrize("zp_type", ["INT4", "UINT4"])
+def test_quantize_to_int4_saturates(zp_type: str) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.linspace(-20, 20, 17, dtype=np.float32)
+    zp = numpy_helper.to_array(helper.make_tensor("zp", getattr(TensorProto, zp_type), [], [1]))
+    model, feeds = single(
+        "QuantizeLinear",
+        [x, np.array(2.0, np.float32), zp],
+        consts=[False, True, True],
+        opset=21,
+        out_types=[getattr(TensorProto, zp_type)],
+    )
+    (got,) = run_module(read_onnx(model), list(feeds.values()))
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(got, want.astype(np.int16))
