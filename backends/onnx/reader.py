@@ -1347,7 +1347,101 @@ def _named_reshape(node: _Node, v: _Value, shape: tuple[int, ...]) -> SSAValue:
     )
 
 
+def _depth_taps_3d(handler: Handler) -> Handler:
+    """A 3-D ConvTranspose (N, C, D, H, W) as a sum over the kernel's depth taps of 2-D ones:
+    tap ``k`` maps input plane ``d`` through the (H, W) kernel slice ``w[:, :, k]`` onto output
+    plane ``d * stride + k * dilation`` (before cropping ``pads``). The planes of one tap are a
+    batch of 2-D transposed convolutions, spread along D by zero stuffing."""
+
+    def run(node: _Node) -> list[_Value | None]:
+        if len(node.shape(0)) != 5:
+            return handler(node)
+        if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+            raise node.fail("3-D ConvTranspose with output_shape or auto_pad is not supported (give pads)")
+        wv = node.value(1)
+        n, c, d, h, w = node.shape(0)
+        wshape = _shape(wv.type)
+        if len(wshape) != 5:
+            raise node.fail(f"the weight of a 3-D ConvTranspose must have rank 5, got shape {wshape}")
+        kd = wshape[2]
+
+        def tap(k: int) -> _Value:
+            """The (H, W) kernel slice of depth tap ``k``."""
+            if wv.const is not None:
+                part = np.ascontiguousarray(np.asarray(wv.const)[:, :, k])
+                return _Value(_type_of(part, node.where()), part)
+            return _new(node.subtensor(node.ssa(1), (2,), (k,), (k + 1,), drop=(1,)))
+
+        stride = [int(v) for v in node.attr("strides", [1, 1, 1])]
+        dilation = [int(v) for v in node.attr("dilations", [1, 1, 1])]
+        pads = [int(v) for v in node.attr("pads", [0] * 6)]
+        out_pad = [int(v) for v in node.attr("output_padding", [0, 0, 0])]
+        if not len(stride) == len(dilation) == len(out_pad) == 3 or len(pads) != 6:
+            raise node.fail("strides, dilations and output_padding need 3 entries, pads 6")
+        imp, onnx_helper = node.imp, node.imp.onnx.helper
+        planes = node.emit1(T.DimshuffleOp, [node.ssa(0)], pattern=(0, 2, 1, 3, 4))
+        planes = node.reshape(planes, (n * d, c, h, w))
+        full_d = stride[0] * (d - 1) + dilation[0] * (kd - 1) + 1
+        total: SSAValue | None = None
+        for k in range(kd):
+            proto = type(node.proto)()
+            proto.CopyFrom(node.proto)
+            del proto.input[2:]  # the bias is added once, below
+            for i, value in (
+                (0, _new(planes)),
+                (1, tap(k)),
+            ):
+                name = f"<xmge depth tap {k}>{proto.input[i]}"  # no ONNX name starts so
+                imp.values[name] = value
+                proto.input[i] = name
+            proto.name = node.proto.name or node.proto.output[0]  # errors name the ONNX node
+            proto.output[0] = f"<xmge depth tap {k}>{proto.output[0]}"
+            keep = [
+                a
+                for a in proto.attribute
+                if a.name not in ("kernel_shape", "strides", "dilations", "pads", "output_padding")
+            ]
+            del proto.attribute[:]
+            proto.attribute.extend(keep)
+            for key, value in (
+                ("kernel_shape", list(wshape[3:])),
+                ("strides", stride[1:]),
+                ("dilations", dilation[1:]),
+                ("pads", [pads[1], pads[2], pads[4], pads[5]]),
+                ("output_padding", out_pad[1:]),
+            ):
+                proto.attribute.append(onnx_helper.make_attribute(key, value))
+            out = handler(_Node(imp, proto))[0]
+            assert out is not None and out.ssa is not None
+            _, co, oh, ow = _shape(out.ssa.type)
+            y = node.reshape(out.ssa, (n, d, 1, co * oh * ow))
+            if stride[0] > 1:  # zero stuffing: input plane j lands on row j * stride
+                y = node.emit1(T.PaddingOp, [y], front=(0, 0, 0, 0), back=(0, 0, stride[0] - 1, 0), value=0.0)
+            y = node.reshape(y, (n, d * stride[0], co * oh * ow))
+            y = node.subtensor(y, (1,), (0,), (stride[0] * (d - 1) + 1,))
+            front = k * dilation[0]
+            back = full_d - front - (stride[0] * (d - 1) + 1)
+            y = node.emit1(T.PaddingOp, [y], front=(0, front, 0), back=(0, back, 0), value=0.0)
+            total = y if total is None else node.elemwise(E.ADD, total, y)
+        assert total is not None
+        out_d = full_d - pads[0] - pads[3] + out_pad[0]
+        if pads[0] or pads[3] or out_pad[0]:
+            grow = max(out_pad[0] - pads[3], 0)
+            if grow:
+                total = node.emit1(T.PaddingOp, [total], front=(0, 0, 0), back=(0, grow, 0), value=0.0)
+            total = node.subtensor(total, (1,), (pads[0],), (pads[0] + out_d,))
+        y = node.reshape(total, (n, out_d, co, oh, ow))
+        y = node.emit1(T.DimshuffleOp, [y], pattern=(0, 2, 1, 3, 4))
+        if node.has(2):
+            bias = np.asarray(node.const(2, "B"), np.float32).reshape(1, -1, 1, 1, 1)
+            y = node.elemwise(E.ADD, y, node.constant(bias))
+        return [_new(y)]
+
+    return run
+
+
 @handles("ConvTranspose")
+@_depth_taps_3d
 @_lift_1d
 def _conv_transpose(node: _Node) -> list[_Value | None]:
     a = _ConvAttrs.of(node)
