@@ -1076,3 +1076,19 @@ def test_quantize_to_int4_saturates(zp_type: str) -> None:
     (got,) = run_module(read_onnx(model), list(feeds.values()))
     (want,) = ReferenceEvaluator(model).run(None, feeds)
     np.testing.assert_array_equal(got, want.astype(np.int16))
+
+
+@pytest.mark.parametrize(
+    "attrs, group, const_w",
+    [
+        ({}, 1, False),
+        ({"strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 1], "output_padding": [1, 0, 1]}, 1, True),
+        ({"dilations": [2, 1, 1], "strides": [3, 2, 1], "pads": [0, 1, 0, 2, 0, 0]}, 2, True),
+    ],
+)
+def test_conv_transpose_3d(attrs: dict[str, Any], group: int, const_w: bool) -> None:
+    x = f32(2, 4, 3, 4, 5)
+    w = f32(4, 6 // group, 3, 2, 3)
+    b = f32(6)
+    model, feeds = single("ConvTranspose", [x, w, b], consts=[False, const_w, True], group=group, **attrs)
+    check(model, feeds)
