@@ -928,8 +928,8 @@ def test_dynamic_input_shape() -> None:
             r"int8 with zero point 3",
         ),
         (
-            single("MaxPool", [X], n_outputs=2, kernel_shape=[2, 2]),
-            r"MaxPool node 'the_maxpool' \(opset 17\): the Indices output is not supported",
+            single("MaxPool", [X], n_outputs=2, kernel_shape=[2, 2], dilations=[2, 2]),
+            r"MaxPool node 'the_maxpool' \(opset 17\): the Indices output with dilations is not supported",
         ),
         (
             single("Dropout", [X, np.float32(0.5), np.bool_(True)], [False, True, True], opset=15),
