@@ -1092,3 +1092,13 @@ def test_conv_transpose_3d(attrs: dict[str, Any], group: int, const_w: bool) -> 
     b = f32(6)
     model, feeds = single("ConvTranspose", [x, w, b], consts=[False, const_w, True], group=group, **attrs)
     check(model, feeds)
+
+
+def test_uint32_to_mge_is_one_line_error() -> None:
+    from compiler.dump import dump_module
+    from dialects.dtypes import DTypeError
+
+    a = np.array([1, 2], np.uint32)
+    model, _ = single("Add", [a, a], opset=14, out_types=[TensorProto.UINT32])
+    with pytest.raises(DTypeError, match="no uint32 dtype"):
+        dump_module(read_onnx(model))
