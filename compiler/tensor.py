@@ -78,9 +78,21 @@ class Tensor:
 
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
+    format: str = "default"  # MegEngine's memory-format tag ("nhwc" after amp.convert_tensor_format)
+
     def __init__(
-        self, data: Any = None, dtype: Any = None, device: str | None = None, *, name: str | None = None
+        self,
+        data: Any = None,
+        dtype: Any = None,
+        device: str | None = None,
+        is_const: bool = False,
+        no_cache: bool = False,
+        name: str | None = None,
+        format: str = "default",  # noqa: A002 - MegEngine's keyword
     ):
+        # is_const / no_cache tune MegEngine's device-memory caching: host arrays have none
+        if format != "default":
+            self.format = format
         if isinstance(data, Tensor):
             data = data._data
         if data is None:

@@ -164,6 +164,16 @@ def parse_file(data: bytes | memoryview) -> list[RawGraph]:
 # shared decoding
 
 
+def parse_first_graph(data: bytes | memoryview) -> RawGraph:
+    """The file's first graph; bytes after it are not read (MegEngine's loader reads one graph
+    from the start of a buffer the same way)."""
+    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+    if len(view) == 0:
+        raise MgeFormatError("empty file", 0)
+    kind = identify(view, 0)
+    return _parse_v2(view, 0) if kind == "FBS_V2" else _parse_v1(view, 0, kind)
+
+
 def _dtype(t: Table | None) -> RawDType | None:
     if t is None:
         return None

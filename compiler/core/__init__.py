@@ -17,6 +17,9 @@ import numpy as np
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute
 
+from compiler.core.tensor import amp as _amp
+from dialects import enums
+from dialects import tensor as T
 from dialects.dtypes import DTypeError, numpy_dtype, tensor_type
 from dialects.errors import XmgeError
 from dialects.tensor import MgbOp, ShapeInferenceError, to_attr
@@ -122,6 +125,8 @@ def apply(
     for i, t in enumerate(inputs):
         if not isinstance(t, Tensor):
             raise op_error(label, f"operand {i} must be a Tensor, got {type(t).__name__}")
+    if _amp._enabled and result_types is None:
+        inputs, params = _autocast(op_cls, inputs, {k: v for k, v in params.items() if v is not None}, label)
     try:
         types = [tensor_type_of(t) for t in inputs]
     except DTypeError as exc:
@@ -141,7 +146,48 @@ def apply(
     outs = KERNELS[op_cls](arrays, specs, **full)
     # quantized results carry their parameters in the numpy dtype (MegEngine's metadata)
     tensors = [Tensor._from_array(conform(np.asarray(o), s.dtype)) for o, s in zip(outs, specs, strict=True)]
+    if any(t.format == "nhwc" for t in inputs):
+        # MegEngine's format propagation: results of NHWC-tagged operands stay NHWC-tagged
+        for t in tensors:
+            if t.ndim in (4, 5):
+                t.format = "nhwc"
     applied = AppliedOp(op_cls, inputs, tensors, params, result_types)
     for rec in _recorders:
         rec.record(applied)
     return tensors
+
+
+# MegEngine's autocast rules (its dtype-promotion transformation): which ops run in low precision
+_AMP_LOW = (T.ConvolutionOp, T.ConvolutionBackwardDataOp, T.MatrixMulOp, T.BatchedMatrixMulOp)
+_AMP_HIGH = (T.LayerNormOp,)
+_AMP_HIGH_ELEMWISE = frozenset(
+    "EXP POW LOG EXPM1 LOG1P ACOS ASIN ATAN2 COS SIN LOG_SUM_EXP TAN ASINH ACOSH ATANH SINH COSH "
+    "SOFTPLUS HSIGMOID LOGSIGMOID SQRT".split()
+)
+
+
+def _cast(t: Tensor, dtype: str, label: str) -> Tensor:
+    if t.dtype == np.dtype(dtype) or t.dtype.kind != "f":
+        return t
+    (out,) = apply(T.TypeCvtOp, [t], label=label, result_types=[tensor_type(t.shape, dtype)])
+    return out
+
+
+def _autocast(
+    op_cls: type[MgbOp], inputs: Sequence[Tensor], params: dict[str, Any], label: str
+) -> tuple[Sequence[Tensor], dict[str, Any]]:
+    """Inputs (and params) of one op under ``amp.autocast``."""
+    low, high = _amp._low_prec_dtype, _amp._high_prec_dtype
+    if any(t.dtype.metadata is not None for t in inputs):  # quantized: never autocast
+        return inputs, params
+    if issubclass(op_cls, _AMP_LOW):
+        return [_cast(t, low, label) for t in inputs], {**params, "compute_mode": enums.ComputeMode.FLOAT32}
+    if issubclass(op_cls, T.BatchNormOp):
+        return [_cast(t, low if i == 0 else high, label) for i, t in enumerate(inputs)], params
+    if issubclass(op_cls, _AMP_HIGH):
+        return [_cast(t, high, label) for t in inputs], params
+    if issubclass(op_cls, T.ElemwiseOp):
+        mode = params.get("mode")
+        if getattr(mode, "name", str(mode).upper()) in _AMP_HIGH_ELEMWISE:
+            return [_cast(t, high, label) for t in inputs], params
+    return inputs, params

@@ -55,3 +55,16 @@ def _override(**settings: Any) -> Iterator[None]:
 def _get_actual_op_param(op_param: Any, config_param: Any) -> Any:
     """An op's own parameter unless it is ``"default"``, then the global config's."""
     return op_param if op_param != "default" else config_param
+
+
+def set_auto_format_convert(option: bool) -> bool:
+    """MegEngine's switch for converting NHWC-tagged tensors (``amp.convert_tensor_format``) back
+    to NCHW results automatically; xmge's tagged tensors keep NCHW values, so results are the same
+    either way. Returns the previous setting."""
+    global _auto_format_convert
+    prev, _auto_format_convert = _auto_format_convert, bool(option)
+    return prev
+
+
+def get_auto_format_convert() -> bool:
+    return _auto_format_convert

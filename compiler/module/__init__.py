@@ -21,9 +21,11 @@ from compiler.module import (  # noqa: F401 - also importable as compiler.module
     sequential,
 )
 from compiler.module.activation import PReLU
+from compiler.module.batchnorm import SyncBatchNorm
 from compiler.module.concat import Concat
 from compiler.module.conv import Conv1d, ConvRelu2d
 from compiler.module.conv_bn import ConvBn2d, ConvBnRelu2d
+from compiler.module.conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d, ConvTransposeRelu2d
 from compiler.module.elemwise import Elemwise
 from compiler.module.embedding import Embedding
 from compiler.module.layers import (
@@ -52,15 +54,23 @@ from compiler.module.layers import (
     Softmax,
     Tanh,
 )
+from compiler.module.linear_bn import LinearBn1d, LinearBnRelu1d, LinearRelu
 from compiler.module.module import Module, StateDictError
 from compiler.module.normalization import GroupNorm, InstanceNorm
 from compiler.module.quant_dequant import DequantStub, QuantStub
 
 __all__ = [
+    "SyncBatchNorm",
+    "LinearBn1d",
+    "LinearBnRelu1d",
+    "LinearRelu",
+    "ConvTransposeRelu2d",
     "Concat",
     "Conv1d",
     "ConvBn2d",
     "ConvBnRelu2d",
+    "ConvTransposeBn2d",
+    "ConvTransposeBnRelu2d",
     "ConvRelu2d",
     "DequantStub",
     "Elemwise",

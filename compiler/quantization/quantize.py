@@ -20,19 +20,26 @@ from compiler.module.module import Module
 from compiler.quantization.qconfig import QConfig, ema_fakequant_qconfig
 
 
-def _conversion_tables() -> tuple[dict[type, type], dict[type, type]]:
-    import compiler.module as Float
-    from compiler.module import qat as QAT
+def _get_quantable_module_names() -> list[str]:
+    """Names of the module classes that have a quantized form (MegEngine's helper of the same name)."""
     from compiler.module import quantized as Quantized
     from compiler.module.quantized.module import QuantizedModule
 
-    names = [
+    return [
         n
         for n in Quantized.__all__
         if isinstance(getattr(Quantized, n), type)
         and issubclass(getattr(Quantized, n), QuantizedModule)
         and getattr(Quantized, n) is not QuantizedModule
     ]
+
+
+def _conversion_tables() -> tuple[dict[type, type], dict[type, type]]:
+    import compiler.module as Float
+    from compiler.module import qat as QAT
+    from compiler.module import quantized as Quantized
+
+    names = _get_quantable_module_names()
     float_to_qat = {getattr(Float, n): getattr(QAT, n) for n in names}
     qat_to_quantized = {getattr(QAT, n): getattr(Quantized, n) for n in names}
     return float_to_qat, qat_to_quantized
@@ -199,6 +206,7 @@ def disable_observer(module: Module) -> None:
 
 
 __all__ = [
+    "apply_easy_quant",
     "disable_fake_quant",
     "disable_observer",
     "enable_fake_quant",
@@ -209,3 +217,59 @@ __all__ = [
     "quantize_qat",
     "reset_qconfig",
 ]
+
+
+def _cosine(x: Any, y: Any) -> float:
+    """Mean over the batch of the cosine similarity of each sample (all other axes flattened)."""
+    import numpy as np
+
+    a = np.asarray(x.numpy(), np.float64).reshape(x.shape[0], -1)
+    b = np.asarray(y.numpy(), np.float64).reshape(y.shape[0], -1)
+    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return float(np.mean(np.sum(a * b, axis=1) / np.where(den == 0, 1.0, den)))
+
+
+def apply_easy_quant(
+    module: Module, data: Any, start: float = 0.8, stop: float = 1.2, num: int = 40
+) -> Module:
+    """EasyQuant (https://arxiv.org/abs/2006.16669): for each QAT layer with a ``PassiveObserver``,
+    try ``num`` scales between ``start`` and ``stop`` times the current one, first for the weights
+    and then for the activations, and keep the scale whose fake-quantized output is most similar
+    (cosine) to the float output on ``data``."""
+    import numpy as np
+
+    import compiler.functional as F
+    from compiler.logger import get_logger
+
+    batch = data.shape[0]
+
+    def search(mod: Module, inputs: tuple[Any, ...], outputs: Any, where: str) -> Any:
+        mod._forward_hooks.clear()  # the calls below must not search again
+        normal_in = [t[:batch] for t in inputs]
+        fake_in = [t[batch:] for t in inputs]
+        disable_fake_quant(mod)
+        normal_out = mod(*normal_in)
+        enable_fake_quant(mod)
+        ob = getattr(mod, where, None)
+        if ob is None or getattr(ob, "orig_scale", None) is None:
+            return None
+        best, best_scale = 0.0, 0.0
+        for scale in np.linspace(start * ob.orig_scale, stop * ob.orig_scale, num):
+            ob.scale = float(scale)
+            sim = _cosine(normal_out, mod(*fake_in))
+            if sim > best:
+                best, best_scale = sim, float(scale)
+        if best_scale == 0.0:
+            get_logger(__name__).warning("EasyQuant finds no better scale")
+        else:
+            ob.scale = best_scale
+        return F.concat([normal_out, outputs[batch:]])
+
+    both = F.concat([data, data])
+    import functools
+
+    hook_qat_module(module, functools.partial(search, where="weight_observer"))
+    module(both)
+    hook_qat_module(module, functools.partial(search, where="act_observer"))
+    module(both)
+    return module

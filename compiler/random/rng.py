@@ -67,9 +67,10 @@ class RNG:
 
     @staticmethod
     def _tensor(arr: np.ndarray, dtype: str = "float32") -> Any:
+        from compiler.jit.tracing import mark_varying
         from compiler.tensor import Tensor
 
-        return Tensor(np.ascontiguousarray(arr).astype(dtype))
+        return mark_varying(Tensor(np.ascontiguousarray(arr).astype(dtype)))  # a new sample each call
 
     def uniform(self, low: float = 0, high: float = 1, size: Iterable[int] | None = None) -> Any:
         """Samples of U(low, high)."""

@@ -24,7 +24,13 @@ from compiler.traced_module.expr import (
 from compiler.traced_module.filters import ExprFilter, NodeFilter
 from compiler.traced_module.megengine_tm import MegEngineTMError, load_megengine_tm
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
-from compiler.traced_module.policy import TracedModuleError
+from compiler.traced_module.optimization import optimize
+from compiler.traced_module.policy import (
+    TracedModuleError,
+    disable_default_checker,
+    enable_expr_checker,
+    register_as_builtin,
+)
 from compiler.traced_module.traced_module import InternalGraph, TracedModule, trace_module
 
 __all__ = [
@@ -46,6 +52,10 @@ __all__ = [
     "MegEngineTMError",
     "load_megengine_tm",
     "trace_module",
+    "optimize",
+    "disable_default_checker",
+    "enable_expr_checker",
+    "register_as_builtin",
     "is_apply_def",
     "is_call_function",
     "is_call_module",

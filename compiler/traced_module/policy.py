@@ -100,11 +100,53 @@ def decode_param(value: Any) -> Any:
     return value
 
 
+_USER_BUILTINS: set[type] = set()
+_default_checker = True
+
+
+def register_as_builtin(mod_cls: type) -> None:
+    """Treat ``mod_cls`` (a Module subclass) as a built-in layer: its calls stay calls in the graph
+    instead of being traced into (MegEngine's ``register_as_builtin``). A ``.tm`` holding such a
+    call loads only where the class is allowed (``compiler.load(..., allowed_classes=[mod_cls])``)."""
+    from compiler.module.module import Module
+
+    if not (isinstance(mod_cls, type) and issubclass(mod_cls, Module)):
+        raise TypeError(f"register_as_builtin: expected a Module subclass, got {mod_cls!r}")
+    _USER_BUILTINS.add(mod_cls)
+
+
+def disable_default_checker() -> None:
+    """Skip ``trace_module``'s check that the traced module reproduces the eager outputs."""
+    global _default_checker
+    _default_checker = False
+
+
+def default_checker_enabled() -> bool:
+    return _default_checker
+
+
+_expr_checker = False
+
+
+def enable_expr_checker() -> None:
+    """Make ``trace_module`` also check, expression by expression, that replaying the traced
+    module's top-level graph reproduces each value the eager run computed (the first differing
+    node is named)."""
+    global _expr_checker
+    _expr_checker = True
+
+
+def expr_checker_enabled() -> bool:
+    return _expr_checker
+
+
 def is_builtin_layer(module: Any) -> bool:
     """Built-in layers stay calls in the graph; everything else (user modules, ``Sequential``, whose
     forward is Python control flow over its children) is traced into a nested TracedModule."""
     from compiler.module.layers import Sequential
 
+    if type(module) in _USER_BUILTINS:
+        return True
     return type(module).__module__ == "compiler.module.layers" and not isinstance(module, Sequential)
 
 

@@ -85,8 +85,11 @@ class InternalGraph:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        from compiler.traced_module.serialization import run_loaders
+
         vars(self).update(state)
         self._init_run_state()
+        run_loaders(self._exprs)
 
     # -- building ----------------------------------------------------------------------------------
     def _next_node_id(self) -> int:
@@ -121,7 +124,10 @@ class InternalGraph:
         node._name = new_name
 
     def _tensor_node(self, expr: Expr, base: str, value: Tensor) -> TensorNode:
-        return self._new_tensor_node(expr, base, value.shape, value.dtype)
+        node = self._new_tensor_node(expr, base, value.shape, value.dtype)
+        if _eager_values is not None:  # enable_expr_checker: keep what the eager run computed
+            _eager_values.append((node, np.array(value._data)))
+        return node
 
     def _new_tensor_node(self, expr: Expr, base: str, shape: Sequence[int], dtype: Any) -> TensorNode:
         name = self._unique_name(base)
@@ -957,13 +963,75 @@ def trace_module(module: Module, *inputs: Any, **kwinputs: Any) -> TracedModule:
             raise TypeError(
                 f"trace_module: input {i} is a {type(leaf).__name__}; pass compiler.Tensor inputs"
             )
+    global _eager_values
     tracer = _Tracer([0, 0])
-    with _hooks_installed(tracer):
-        graph, _ = tracer.trace_into(module, inputs, kwinputs, _class_name(module))
-        tracer.graphs[id(module)] = (module, graph)
+    _eager_values = [] if policy.expr_checker_enabled() else None
+    try:
+        with _hooks_installed(tracer):
+            graph, eager = tracer.trace_into(module, inputs, kwinputs, _class_name(module))
+            tracer.graphs[id(module)] = (module, graph)
+        recorded, _eager_values = _eager_values, None
+    finally:
+        _eager_values = None
     top = mirror_traced(tracer)[id(module)]
     top._update_ref()
+    if recorded is not None:
+        _check_exprs(module, top, inputs, kwinputs, recorded)
+    if policy.default_checker_enabled():
+        _check_outputs(module, top, inputs, kwinputs, eager)
     return top
+
+
+_eager_values: list[tuple[Node, np.ndarray]] | None = None
+
+
+def _check_exprs(
+    module: Module, top: TracedModule, inputs: Any, kwinputs: Any, recorded: list[tuple[Node, np.ndarray]]
+) -> None:
+    """``enable_expr_checker``: replay with every top-level tensor node watched and compare."""
+    nodes = [(n, v) for n, v in recorded if n.top_graph is top.graph]
+    saved = [(t, t._data.copy()) for _, t in module.named_tensors()]
+    top.set_watch_points([n for n, _ in nodes])
+    try:
+        top(*inputs, **kwinputs)
+        got = dict(top.watch_node_value)
+    finally:
+        top.clear_watch_points()
+        for t, data in saved:
+            t._data = data
+    for node, want in nodes:
+        value = got.get(node)
+        if value is None:
+            continue
+        arr = np.asarray(value._data if isinstance(value, Tensor) else value)
+        if arr.shape != want.shape or not np.allclose(arr, want, rtol=1e-5, atol=1e-6, equal_nan=True):
+            raise TracedModuleError(
+                f"trace_module expression check: {node} ({node.expr!r}) replays to other values than "
+                "the eager run computed"
+            )
+
+
+def _check_outputs(module: Module, top: TracedModule, inputs: Any, kwinputs: Any, eager: Any) -> None:
+    """MegEngine's default checker: the traced module run on the example inputs gives the eager
+    outputs. The module's state (batch-norm statistics) is restored after the check run."""
+    saved = [(t, t._data.copy()) for _, t in module.named_tensors()]
+    try:
+        replay = top(*inputs, **kwinputs)
+    finally:
+        for t, data in saved:
+            t._data = data
+    want, _ = pytree.flatten(eager, _is_tensor)
+    got, _ = pytree.flatten(replay, _is_tensor)
+    if len(want) != len(got):
+        raise TracedModuleError(f"trace_module check: {len(got)} outputs replayed, {len(want)} traced")
+    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+        a, b = np.asarray(w._data), np.asarray(g._data)
+        if a.shape != b.shape or not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
+            raise TracedModuleError(
+                f"trace_module check: output {i} of the traced module differs from the eager run (the "
+                "forward depends on something the trace cannot replay, e.g. randomness or Python state); "
+                "call traced_module.disable_default_checker() to skip this check"
+            )
 
 
 def mirror_traced(tracer: _Tracer) -> dict[int, TracedModule]:

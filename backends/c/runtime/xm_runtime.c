@@ -30,20 +30,37 @@ struct xm_model {
 /* Two threads pay only while the second core is free. With another CPU-bound process there, the
    kernels' OpenMP barriers wait for a descheduled thread (spinning), and two threads ran slower than
    one (issue 33: ShuffleNetV2 6.5 ms at 2 threads vs 3.7 at 1 next to a `nice -n 10` job). So an
-   instance with more than one thread times its runs and keeps, per variant, a moving average of
-   the latency with all its threads (arm 0) and with one (arm 1); it runs the faster arm, and every
-   XM_EXPLORE-th run the other, so that it notices the core freeing or filling up. The first run is
-   not timed (thread start, cold caches). XMGE_ADAPT_THREADS=0 turns this off (always all threads). */
+   instance with more than one thread times its runs and keeps, per variant, its last XM_SAMPLES
+   latencies with all its threads (arm 0) and with one (arm 1). After the first run (untimed: thread
+   start, cold caches) it alternates until both arms have XM_SAMPLES, then runs the better one (arm
+   1 only when its median is 5% below arm 0's: two threads stay unless one is clearly faster). Now
+   and then it tries XM_SAMPLES fresh runs of the other arm, to notice the core freeing or filling
+   up: XM_EXPLORE runs after a change of choice, twice as long after each try that lost, at most
+   XM_EXPLORE_MAX (a try of two threads on a contended core can cost several runs' time). Medians,
+   not means: one run preempted by another process must not flip the choice.
+   XMGE_ADAPT_THREADS=0 turns this off (always all threads). */
 #define XM_EXPLORE 32
+#define XM_EXPLORE_MAX 512
+#define XM_SAMPLES 3
+_Static_assert(XM_SAMPLES == 3, "xm_median3 takes the median of three");
 typedef struct xm_pace {
-  double ms[2]; /* moving averages; 0: not measured yet */
+  double ms[2][XM_SAMPLES]; /* a ring of recent latencies per arm */
+  unsigned long n[2];       /* samples recorded per arm */
   unsigned long runs;
+  unsigned long tried; /* the run of the last try of the other arm */
+  unsigned long interval; /* runs between tries */
+  int best;
 } xm_pace;
 
 static double xm_now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static double xm_median3(const double* v) {
+  const double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+  return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
 }
 
 /* the arm of this run (-1: all threads, untimed) */
@@ -53,12 +70,13 @@ static int xm_pace_pick(xm_model* m, int variant) {
   const unsigned long run = p->runs++;
   int arm;
   if (run == 0) arm = -1;
-  else if (p->ms[0] == 0) arm = 0;
-  else if (p->ms[1] == 0) arm = 1;
-  else {
-    arm = p->ms[1] < p->ms[0];
-    if (run % XM_EXPLORE == 0) arm = !arm;
-  }
+  else if (p->n[0] < XM_SAMPLES || p->n[1] < XM_SAMPLES) arm = p->n[0] > p->n[1];
+  else if (run - p->tried >= p->interval) {
+    /* a try is XM_SAMPLES fresh runs of the other arm (its old ones may predate a change of load) */
+    p->tried = run;
+    arm = !p->best;
+    p->n[arm] = 0;
+  } else arm = p->best;
   pthread_mutex_unlock(&m->lock);
   return arm;
 }
@@ -66,10 +84,14 @@ static int xm_pace_pick(xm_model* m, int variant) {
 static void xm_pace_record(xm_model* m, int variant, int arm, double ms) {
   pthread_mutex_lock(&m->lock);
   xm_pace* p = &m->pace[variant];
-  const int best = p->ms[1] != 0 && p->ms[1] < p->ms[0];
-  /* the arm in use averages its runs; an explored arm's one sample replaces its old figure (the
-     machine's load may have changed since) */
-  p->ms[arm] = p->ms[arm] == 0 || arm != best ? ms : 0.75 * p->ms[arm] + 0.25 * ms;
+  p->ms[arm][p->n[arm]++ % XM_SAMPLES] = ms;
+  if (p->n[0] >= XM_SAMPLES && p->n[1] >= XM_SAMPLES) {
+    const int best = xm_median3(p->ms[1]) < 0.95 * xm_median3(p->ms[0]);
+    if (best != p->best) p->interval = XM_EXPLORE;
+    else if (arm != best && p->n[arm] == XM_SAMPLES)
+      p->interval = p->interval * 2 > XM_EXPLORE_MAX ? XM_EXPLORE_MAX : p->interval * 2;
+    p->best = best;
+  }
   pthread_mutex_unlock(&m->lock);
 }
 
@@ -114,6 +136,7 @@ xm_model* xm_create(const void* weights, unsigned long weights_size, int threads
   const char* adapt = getenv("XMGE_ADAPT_THREADS");
   m->adapt = !(adapt && (!strcmp(adapt, "0") || !strcmp(adapt, "off") || !strcmp(adapt, "no")));
   m->pace = (xm_pace*)calloc(xm_desc.num_variants > 0 ? xm_desc.num_variants : 1, sizeof(xm_pace));
+  for (int v = 0; m->pace && v < xm_desc.num_variants; ++v) m->pace[v].interval = XM_EXPLORE;
   pthread_mutex_init(&m->lock, NULL);
   pthread_cond_init(&m->freed, NULL);
   m->weights = (unsigned char*)xm_alloc(xm_desc.weights_size);

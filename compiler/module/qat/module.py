@@ -77,9 +77,14 @@ class QATModule(Module):
 
     def apply_quant_bias(self, target: Tensor | None, inp: Tensor, w_qat: Tensor) -> Tensor | None:
         """The bias as the int8 kernel will see it: qint32 with scale input_scale * weight_scale
-        (left in float when either scale is unknown)."""
+        (left in float when either scale is unknown). Only while both the activation and the
+        weight fake quantization are enabled, as in MegEngine: with fake quantization disabled the
+        QAT module computes exactly what the float module does."""
         if target is None:
             return None
+        act, weight = self.act_fake_quant, self.weight_fake_quant
+        if not (act is not None and act.enabled and weight is not None and weight.enabled):
+            return target
         in_scale = _scalar(getattr(getattr(inp, "qparams", None), "scale", None))
         w_scale = _scalar(getattr(getattr(w_qat, "qparams", None), "scale", None))
         if in_scale is None or w_scale is None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -790,6 +790,10 @@ class _Entry:
     output_ids: list[int]
     outputs: list[Array]
     where: str | None  # the user's source line, kept only for ops without a rule (for the error)
+    # the tensors themselves: a backward that an outer GradManager records computes on these
+    input_tensors: list[Tensor] = field(default_factory=list)
+    output_tensors: list[Tensor] = field(default_factory=list)
+    function: Function | None = None  # a user-defined Function: its backward is the rule
 
 
 _DEFAULTS: dict[type[T.MgbOp], dict[str, Any]] = {}
@@ -810,6 +814,7 @@ class _Tape:
         # id -> tensor; holding the tensor keeps its id from being reused while recording
         self.tracked: dict[int, Tensor] = {id(t): t for t in sources}
         self.entries: list[_Entry] = []
+        self.group: object | None = None  # managers entered together (gm | gm2) do not see each other
 
     def track(self, t: Tensor) -> None:
         self.tracked[id(t)] = t
@@ -832,14 +837,44 @@ class _Tape:
                 [id(t) for t in outputs],
                 [t._data for t in outputs],
                 None if applied.op_cls in BACKWARD else user_location(),
+                list(inputs),
+                list(outputs),
             )
         )
+
+    def record_function(self, fn: Function, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> None:
+        if not any(id(t) in self.tracked for t in inputs):
+            return
+        for t in outputs:
+            if t.dtype.kind == "f":
+                self.tracked[id(t)] = t
+        self.entries.append(
+            _Entry(
+                T.MgbOp, {}, [id(t) for t in inputs], [t._data for t in inputs], [id(t) for t in outputs],
+                [t._data for t in outputs], None, list(inputs), list(outputs), fn,
+            )
+        )  # fmt: skip
+
+    def _accumulate(self, grads: dict[int, Any], e: _Entry, in_grads: Sequence[Any]) -> None:
+        for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):
+            if gx is None or i not in self.tracked:
+                continue
+            if tuple(gx.shape) != tuple(x.shape):
+                raise GradError(f"{e.function or e.op_cls.name}: gradient shape {gx.shape} differs from "
+                                f"input shape {x.shape}")
+            prev = grads.get(i)
+            grads[i] = gx if prev is None else prev + gx
 
     def backward(self, seeds: dict[int, Array]) -> dict[int, Array]:
         grads = dict(seeds)
         for e in reversed(self.entries):
             out_grads = [grads.pop(i, None) for i in e.output_ids]
             if all(g is None for g in out_grads):
+                continue
+            if e.function is not None:
+                tgrads = [None if g is None else Tensor._from_array(np.asarray(g)) for g in out_grads]
+                custom = e.function._input_grads(tgrads, len(e.inputs))
+                self._accumulate(grads, e, [None if g is None else g._data for g in custom])
                 continue
             rule = BACKWARD.get(e.op_cls)
             if rule is None:
@@ -858,6 +893,55 @@ class _Tape:
                 prev = grads.get(i)
                 grads[i] = gx if prev is None else prev + gx
         return grads
+
+
+class Function:
+    """A differentiable operation with a user-written gradient (MegEngine's ``autodiff.Function``).
+
+    Subclass it with ``forward(self, *inputs)`` (tensors in, a tensor or a tuple of tensors out)
+    and ``backward(self, *output_grads)`` (one gradient per output, ``None`` where none reached it;
+    returns one gradient per input, or ``None``). Call an instance like a function. The ops inside
+    ``forward`` are not differentiated themselves; ``backward``'s ops are, by enclosing managers
+    (second-order gradients)."""
+
+    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def backward(self, *output_grads: Tensor | None) -> Tensor | Sequence[Tensor | None] | None:
+        raise NotImplementedError(f"{type(self).__name__} does not define backward()")
+
+    def __call__(self, *inputs: Tensor) -> Any:
+        from compiler.core import active_recorders
+
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{type(self).__name__}: input {i} must be a Tensor, got {type(t).__name__}")
+        tapes = [r for r in active_recorders() if isinstance(r, _Tape)]
+        for tape in tapes:
+            pop_recorder(tape)
+        try:
+            out = self.forward(*inputs)
+        finally:
+            for tape in tapes:
+                push_recorder(tape)
+        outs = [out] if isinstance(out, Tensor) else list(out)
+        if not all(isinstance(o, Tensor) for o in outs):
+            raise TypeError(f"{type(self).__name__}.forward must return Tensors")
+        for tape in tapes:
+            tape.record_function(self, inputs, outs)
+        return out
+
+    def _input_grads(self, output_grads: Sequence[Tensor | None], n_inputs: int) -> list[Tensor | None]:
+        got = self.backward(*output_grads)
+        grads = [got] if got is None or isinstance(got, Tensor) else list(got)
+        if len(grads) != n_inputs:
+            raise GradError(
+                f"{type(self).__name__}.backward returned {len(grads)} gradients for {n_inputs} inputs"
+            )
+        return grads
+
+    def __str__(self) -> str:
+        return type(self).__name__
 
 
 class GradManager:
@@ -931,6 +1015,10 @@ class GradManager:
         self._tape = _Tape(t for _, t in self._live())
         push_recorder(self._tape)
 
+    def __or__(self, other: GradManager | GradManagerGroup) -> GradManagerGroup:
+        """``with gm | gm2:`` records with both at the same level: neither sees the other's backward."""
+        return GradManagerGroup([self]) | other
+
     def release(self) -> None:
         """Stop recording and drop the history."""
         if self._tape is not None:
@@ -972,8 +1060,18 @@ class GradManager:
                 if arr.shape != t.shape:
                     raise GradError(f"backward: dy has shape {arr.shape}, y has shape {t.shape}")
                 seeds[id(t)] = arr.astype(t.dtype) if id(t) not in seeds else seeds[id(t)] + arr
-            pop_recorder(tape)  # stop recording first: nothing backward does is part of the history
+            outer, inner = _split_tapes(tape)
+            pop_recorder(tape)  # stop recording first: nothing backward does is part of its own history
             self._tape = None
+            if outer:
+                # an enclosing GradManager records: compute the gradients with recorded ops it sees
+                # (the managers entered after this one do not), so it can differentiate them again
+                seed_tensors = {
+                    id(t): (d if isinstance(d, Tensor) else Tensor._from_array(seeds[id(t)]))
+                    for t, d in zip(ys, dys, strict=True)
+                }
+                self._accumulate_recorded(tape, seed_tensors, inner)
+                return
             grads = tape.backward(seeds)
         finally:
             self.release()
@@ -986,6 +1084,188 @@ class GradManager:
             for cb in self._callbacks.get(i, []):
                 gt = cb(t, gt)
             t.grad = gt if t.grad is None else Tensor._from_array(t.grad._data + gt._data)
+
+
+    def _accumulate_recorded(self, tape: _Tape, seeds: dict[int, Tensor], inner: list[_Tape]) -> None:
+        for rec in inner:
+            pop_recorder(rec)
+        try:
+            grads = tape.backward_recorded(seeds)
+            for i, t in self._live():
+                gt = grads.get(i)
+                if gt is None:
+                    continue
+                for cb in self._callbacks.get(i, []):
+                    gt = cb(t, gt)
+                t.grad = gt if t.grad is None else t.grad + gt
+        finally:
+            for rec in inner:
+                push_recorder(rec)
+
+
+class GradManagerGroup:
+    """Several GradManagers entered together (``gm | gm2``)."""
+
+    def __init__(self, managers: Iterable[GradManager]) -> None:
+        self.managers: list[GradManager] = list(managers)
+
+    def __or__(self, other: GradManager | GradManagerGroup) -> GradManagerGroup:
+        more = other.managers if isinstance(other, GradManagerGroup) else [other]
+        for m in more:
+            if not isinstance(m, GradManager):
+                raise TypeError(f"a GradManager group takes GradManagers, got {type(m).__name__}")
+        return GradManagerGroup([*self.managers, *more])
+
+    def __enter__(self) -> GradManagerGroup:
+        token = object()
+        for m in self.managers:
+            m.record()
+            assert m._tape is not None
+            m._tape.group = token
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m in reversed(self.managers):
+            m.release()
+
+
+def _split_tapes(tape: _Tape) -> tuple[list[_Tape], list[_Tape]]:
+    """The other GradManagers' tapes recording now: those entered before ``tape`` (they see its
+    backward) and those entered after it (they do not), as MegEngine orders nested managers."""
+    from compiler.core import active_recorders
+
+    recs = list(active_recorders())
+    k = next(i for i, r in enumerate(recs) if r is tape)
+
+    def peer(r: _Tape) -> bool:
+        return tape.group is not None and r.group is tape.group
+
+    return (
+        [r for r in recs[:k] if isinstance(r, _Tape) and not peer(r)],
+        [r for i, r in enumerate(recs) if i != k and isinstance(r, _Tape) and (i > k or peer(r))],
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward rules written with tensor ops: used when an enclosing GradManager records the backward
+# (second-order gradients). Ops without one fall back to their numpy rule (a constant to the outer
+# manager: its gradient through them is not second-order).
+
+TensorRule = Callable[
+    [Sequence[Tensor], Sequence[Tensor], Tensor, dict[str, Any]], Sequence[Tensor | None]
+]
+TENSOR_BACKWARD: dict[type[T.MgbOp], TensorRule] = {}
+ElemwiseTensorRule = Callable[[Sequence[Tensor], Tensor, Tensor], Sequence[Tensor | None]]
+ELEMWISE_TENSOR_BACKWARD: dict[Any, ElemwiseTensorRule] = {}
+
+
+def _tensor_unbroadcast(g: Tensor, shape: Sequence[int]) -> Tensor:
+    import compiler.functional as F
+
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    while g.ndim > len(shape):
+        g = F.sum(g, axis=0)
+    for ax, (s, d) in enumerate(zip(shape, g.shape, strict=True)):
+        if s == 1 and d != 1:
+            g = F.sum(g, axis=ax, keepdims=True)
+    return g.reshape(shape)
+
+
+def _install_tensor_rules() -> None:
+    import compiler.functional as F
+
+    ew = ELEMWISE_TENSOR_BACKWARD
+    ew[E.ADD] = lambda x, y, g: (g, g)
+    ew[E.SUB] = lambda x, y, g: (g, -g)
+    ew[E.MUL] = lambda x, y, g: (g * x[1], g * x[0])
+    ew[E.TRUE_DIV] = lambda x, y, g: (g / x[1], -g * x[0] / (x[1] * x[1]))
+    ew[E.NEGATE] = lambda x, y, g: (-g,)
+    ew[E.EXP] = lambda x, y, g: (g * y,)
+    ew[E.LOG] = lambda x, y, g: (g / x[0],)
+    ew[E.SIN] = lambda x, y, g: (g * F.cos(x[0]),)
+    ew[E.COS] = lambda x, y, g: (-g * F.sin(x[0]),)
+    ew[E.TANH] = lambda x, y, g: (g * (1 - y * y),)
+    ew[E.SIGMOID] = lambda x, y, g: (g * y * (1 - y),)
+    ew[E.SQRT] = lambda x, y, g: (g / (2 * y),)
+    ew[E.SQUARE] = lambda x, y, g: (2 * g * x[0],)
+    ew[E.RELU] = lambda x, y, g: (g * (x[0] > 0).astype(g.dtype),)
+    ew[E.ABS] = lambda x, y, g: (g * F.sign(x[0]),)
+
+    def elemwise(
+        x: Sequence[Tensor], y: Sequence[Tensor], g: Tensor, params: dict[str, Any]
+    ) -> list[Tensor | None]:
+        rule = ew[params["mode"]]
+        out: list[Tensor | None] = []
+        for xi, gi in zip(x, rule(x, y[0], g), strict=True):
+            if gi is None or xi.dtype.kind != "f":
+                out.append(None)
+                continue
+            if gi.shape != g.shape:
+                gi = F.broadcast_to(gi, g.shape)
+            out.append(_tensor_unbroadcast(gi, xi.shape).astype(xi.dtype))
+        return out
+
+    TENSOR_BACKWARD[T.ElemwiseOp] = elemwise
+    TENSOR_BACKWARD[T.ReshapeOp] = lambda x, y, g, p: [g.reshape(x[0].shape)]
+    TENSOR_BACKWARD[T.AxisAddRemoveOp] = lambda x, y, g, p: [g.reshape(x[0].shape)]
+    TENSOR_BACKWARD[T.BroadcastOp] = lambda x, y, g, p: [_tensor_unbroadcast(g, x[0].shape)]
+    TENSOR_BACKWARD[T.TypeCvtOp] = lambda x, y, g, p: [
+        g.astype(x[0].dtype) if x[0].dtype.kind == "f" and y[0].dtype.kind == "f" else None
+    ]
+
+
+def _tensor_rule(e: _Entry) -> TensorRule | None:
+    if not e.input_tensors:
+        return None
+    if e.op_cls is T.ElemwiseOp and e.params["mode"] not in ELEMWISE_TENSOR_BACKWARD:
+        return None
+    if e.op_cls is T.ElemwiseOp and len(e.output_tensors) != 1:
+        return None
+    return TENSOR_BACKWARD.get(e.op_cls)
+
+
+def _backward_recorded(self: _Tape, seeds: dict[int, Tensor]) -> dict[int, Tensor]:
+    """:meth:`_Tape.backward` with tensors: the rules run as ops the active recorders see."""
+    if not TENSOR_BACKWARD:
+        _install_tensor_rules()
+    grads: dict[int, Tensor] = dict(seeds)
+    for e in reversed(self.entries):
+        out_grads = [grads.pop(i, None) for i in e.output_ids]
+        if all(g is None for g in out_grads):
+            continue
+        if e.function is not None:  # its backward runs as ops the enclosing managers record
+            self._accumulate(grads, e, e.function._input_grads(out_grads, len(e.inputs)))
+            continue
+        rule = _tensor_rule(e)
+        if rule is not None and len(out_grads) == 1:
+            in_grads: Sequence[Tensor | None] = rule(
+                e.input_tensors, e.output_tensors, out_grads[0], e.params
+            )
+        else:
+            np_rule = BACKWARD.get(e.op_cls)
+            if np_rule is None:
+                why = e.op_cls.NO_GRADIENT
+                raise GradError(f"{e.op_cls.name} is not differentiable: {why or 'no gradient rule'} "
+                                f"(op applied at {e.where})")
+            arrays = np_rule(
+                e.inputs, e.outputs, [None if g is None else g._data for g in out_grads], e.params
+            )
+            in_grads = [None if a is None else Tensor._from_array(np.array(a)) for a in arrays]
+        for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):
+            if gx is None or i not in self.tracked:
+                continue
+            if gx.shape != x.shape:
+                raise GradError(
+                    f"{e.op_cls.name}: gradient shape {gx.shape} differs from input shape {x.shape}"
+                )
+            prev = grads.get(i)
+            grads[i] = gx if prev is None else prev + gx
+    return grads
+
+
+_Tape.backward_recorded = _backward_recorded  # type: ignore[attr-defined]
 
 
 @register_backward(L.RelayoutOp)

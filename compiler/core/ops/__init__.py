@@ -1,0 +1,1 @@
+"""MegEngine's ``megengine.core.ops``: ``builtin`` holds the operator descriptions (OpDefs)."""
