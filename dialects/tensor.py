@@ -1488,6 +1488,63 @@ class CumsumOp(MgbOp):
         return [src]
 
 
+def _sortable_matrix(name: str, src: TensorType) -> tuple[int, int]:
+    s = _shape(src)
+    if len(s) != 2:
+        raise ShapeInferenceError(name, f"sorts the rows of a 2-D tensor, got shape {s}")
+    if isinstance(src.element_type, QuantizedType) or dtype_name(src.element_type) == "bool":
+        raise ShapeInferenceError(name, f"needs a float or integer input, got {dtype_name(src.element_type)}")
+    return s[0], s[1]
+
+
+@irdl_op_definition
+class ArgsortOp(MgbOp):
+    """MegEngine's Argsort: each row of a 2-D ``src`` sorted (ascending, or descending with
+    ``descending``); results the sorted values and their int32 column indices. Equal values keep
+    their order (a stable sort), so the indices are deterministic."""
+
+    name = "mgb.argsort"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    indices = result_def(TensorType)
+    descending = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        rows, cols = _sortable_matrix(cls.name, src)
+        return [src, TensorType(IntegerType(32), [rows, cols])]
+
+
+@irdl_op_definition
+class TopKOp(MgbOp):
+    """MegEngine's TopK on the rows of a 2-D ``src``: the ``k`` smallest (``k`` > 0) or the ``-k``
+    largest (``k`` < 0) values and their int32 indices. ``mode`` 0 (KTH_ONLY) keeps only the k-th
+    value and its index (shape ``(rows,)``); 1 (VALUE_IDX_NOSORT) and 2 (VALUE_IDX_SORTED) keep all
+    ``|k|`` of them, 2 ordered from the k-th extreme inwards (smallest first for k > 0)."""
+
+    name = "mgb.topk"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    indices = result_def(TensorType)
+    k = prop_def(IntegerAttr[I64])
+    mode = prop_def(IntegerAttr[I64], default_value=IntegerAttr(2, i64))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        rows, cols = _sortable_matrix(cls.name, src)
+        k, mode = int(params["k"]), int(params.get("mode", 2))
+        if mode not in (0, 1, 2):
+            raise ShapeInferenceError(cls.name, f"mode {mode} is not 0 (kth_only), 1 (no_sort) or 2 (sorted)")
+        if k == 0 or abs(k) > cols:
+            raise ShapeInferenceError(cls.name, f"k={k} must be non-zero with |k| <= {cols} (the row length)")
+        shape = [rows] if mode == 0 else [rows, abs(k)]
+        return [TensorType(src.element_type, shape), TensorType(IntegerType(32), shape)]
+
+
 @irdl_op_definition
 class IndexingOneHotOp(MgbOp):
     """MegEngine's IndexingOneHot: ``src`` picked along ``axis`` at ``index`` (int32, ``src``'s shape
@@ -1630,6 +1687,8 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     LinspaceOp,
     CumsumOp,
     IndexingOneHotOp,
+    ArgsortOp,
+    TopKOp,
 )
 
 Mgb = Dialect(

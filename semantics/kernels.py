@@ -796,6 +796,36 @@ def argmin(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: i
     return [np.argmin(args[0], axis=axis, keepdims=True).astype(np.int32)]
 
 
+def _sort_rows(x: np.ndarray, descending: bool) -> np.ndarray:
+    """Column order sorting each row, stable both ways (ties keep their first-come order); NaN
+    counts as the largest value, as torch orders it: last ascending, first descending."""
+    if not descending:
+        return np.argsort(x, axis=1, kind="stable")
+    if x.dtype.kind != "f":
+        return np.argsort(-x.astype(np.int64), axis=1, kind="stable")  # widened: no overflow
+    wide = x.astype(np.float64)
+    return np.lexsort((-wide, ~np.isnan(wide)), axis=1)
+
+
+@kernel(T.ArgsortOp)
+def argsort(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, descending: int
+) -> list[np.ndarray]:
+    x = args[0]
+    idx = _sort_rows(x, bool(descending))
+    return [np.take_along_axis(x, idx, axis=1), idx.astype(np.int32)]
+
+
+@kernel(T.TopKOp)
+def topk(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, k: int, mode: int) -> list[np.ndarray]:
+    x = args[0]
+    idx = _sort_rows(x, k < 0)[:, : abs(k)]
+    if mode == 0:
+        idx = idx[:, -1]
+        return [np.take_along_axis(x, idx[:, None], axis=1)[:, 0], idx.astype(np.int32)]
+    return [np.take_along_axis(x, idx, axis=1), idx.astype(np.int32)]
+
+
 @kernel(T.CumsumOp)
 def cumsum(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, axis: int, exclusive: bool, reverse: bool

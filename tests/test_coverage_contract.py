@@ -33,6 +33,7 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
             for op in (
                 T.ArgmaxOp,
                 T.ArgminOp,
+                T.ArgsortOp,
                 T.BatchNormOp,
                 T.ConvolutionBackwardDataOp,
                 T.CumsumOp,
@@ -40,6 +41,7 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.LayerNormOp,
                 T.PaddingOp,
                 T.ResizeOp,
+                T.TopKOp,
             )
         },
     },
@@ -54,6 +56,7 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.AdaptivePoolingOp,
             T.ArgmaxOp,
             T.ArgminOp,
+            T.ArgsortOp,
             T.BatchNormOp,
             T.BatchedMatrixMulOp,
             T.BroadcastOp,
@@ -73,6 +76,7 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.SetSubtensorOp,
             T.SoftmaxOp,
             T.SplitOp,
+            T.TopKOp,
             T.TypeCvtOp,
         )
     },

@@ -78,7 +78,7 @@ K = RNG.permutation(8 * 4 * 4).reshape(1, 8, 4, 4).astype(np.float32)
 OUTPUTS = ("pool", "concat", "reduce", "fc", "softmax", "bmm", "layer_norm", "argmax", "transpose",
            "subtensor", "axes", "broadcast", "pad", "resize", "deconv", "where", "argmin",
            "qadd", "setitem", "incr", "gather", "scatter", "scatter_add", "arange", "cumsum",
-           "one_hot_pick")  # fmt: skip
+           "one_hot_pick", "sort", "topk")  # fmt: skip
 EXACT = {"argmax", "argmin"}
 QUANTIZED_STEP = {"qadd": 0.1}
 
@@ -128,6 +128,7 @@ def every_op(x: Tensor, k: Tensor) -> tuple[Tensor, ...]:
         F.vision.interpolate(pool, size=(6, 6), mode="bilinear"),
         F.conv_transpose2d(e, w["deconv"], stride=2, padding=1), where, amin, qadd,
         written, incr, gathered, scattered, scatter_add, arange, cumsum, one_hot_pick,
+        F.sort(row, descending=True)[0], F.topk(row, 3, descending=False)[0],
     )  # fmt: skip
 
 

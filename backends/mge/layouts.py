@@ -527,3 +527,21 @@ def read_relayout_format(ctx: ReadContext, op: RawOpr) -> None:
         raise fail(op, f"{mode.name}: {exc}") from exc
     ctx.block.add_op(new)
     _define_value(ctx, op, new.output)
+
+
+def read_blocked_resize(
+    ctx: ReadContext, op: RawOpr, block: int, out_hw: tuple[int, int], imode: enums.InterpolationMode
+) -> None:
+    """A Resize in a ``block``-channel format (input and output blocked) as relayout to NCHW,
+    the NCHW resize and relayout back."""
+    lay = block_layout(ctx, block)
+    x = retype(input_var(ctx, op, 0), lay)
+    if x.type is None or L.layout_of(x.type) != lay:
+        raise fail(op, f"Resize in {_lay_name(lay)} needs a {_lay_name(lay)} input, got {x.type}")
+    channels = L.to_logical(x.type).get_shape()[1]
+    plain = _relayout(ctx, ssa_of(ctx, x, "Resize input"), None)
+    resized = emit(
+        ctx, op, T.ResizeOp, [ReadVar(type=plain.type, ssa=plain)],
+        out_shape=out_hw, imode=imode, format=enums.Format.NCHW,
+    )  # fmt: skip
+    _define_value(ctx, op, _relayout(ctx, resized.results[0], lay, channels))

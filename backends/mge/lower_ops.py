@@ -255,6 +255,21 @@ def lower_linspace(lw: Lowering, op: T.LinspaceOp, p: dict[str, Any]) -> None:
     lw.simple(op, "Linspace", [("Linspace", {"endpoint": bool(p["endpoint"])})], inputs)
 
 
+def lower_topk(lw: Lowering, op: T.TopKOp, p: dict[str, Any]) -> None:
+    """k travels as an int32 input, as MegEngine's F.topk passes it; KTH_ONLY has no index output
+    in MegEngine, so an op whose k-th index is used cannot be written as one."""
+    inputs = [lw.ids[op.operands[0]], lw.int_const([int(p["k"])])]
+    mode = int(p["mode"])
+    if mode == 0 and op.results[1].uses:
+        raise MgeWriteError(f"{op.name}: MegEngine's TopK KTH_ONLY has no index output for the used index")
+    n = 1 if mode == 0 else 2
+    name = lw.var_name(op, "TopK")
+    wopr = WOpr("TopK", inputs, n, [("TopK", {"mode": mode})], name=attr_str(op, "opr_name"))
+    vids = lw.add(wopr, [name] + [f"{name}:{i}" for i in range(1, n)])
+    for res, vid in zip(op.results, vids, strict=False):
+        lw.ids[res] = vid
+
+
 def lower_split(lw: Lowering, op: T.SplitOp, p: dict[str, Any]) -> None:
     x = lw.ids[op.operands[0]]
     axis, start = p["axis"], 0

@@ -163,6 +163,9 @@ OPRS: tuple[Opr, ...] = (
         {"axis": "axis", "exclusive": "exclusive", "reverse": "reverse"})),
     Opr("IndexingOneHot", "IndexingOneHot", "IndexingOneHot", None, (T.IndexingOneHotOp,),
         params=ParamMap("Axis", {"axis": "axis"})),
+    Opr("Argsort", "Argsort", "ArgsortForward", None, (T.ArgsortOp,),
+        params=ParamMap(ParamDef("Argsort", 26, (("order", "I", 0),)), {"order": "descending"})),
+    Opr("TopK", "TopK", "TopK", None, (T.TopKOp,), R.read_topk, W.lower_topk),
 )
 # fmt: on
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import Float32Type, TensorType
 
 import backends.mge.layouts as layouts
 from backends.mge.dtypes import to_element
@@ -513,7 +513,30 @@ def read_linspace(ctx: ReadContext, op: RawOpr) -> None:
     if len(op.inputs) != 3:
         raise fail(op, f"takes 3 inputs (start, stop, num), has {len(op.inputs)}")
     endpoint = bool(op.param("Linspace")["endpoint"])
+    # MegEngine's Linspace casts integer start/stop to float32 (its output is always float32)
+    start, stop = (_as_float32(ctx, op, v) for v in (start, stop))
     emit_one(ctx, op, T.LinspaceOp, [start, stop], num=num, endpoint=endpoint)
+
+
+def _as_float32(ctx: ReadContext, op: RawOpr, var: ReadVar) -> ReadVar:
+    if not isinstance(var.type, TensorType) or is_float(var.type.element_type):
+        return var
+    cast = TensorType(Float32Type(), list(var.type.get_shape()))
+    return emit_values(ctx, op, T.TypeCvtOp, [var], [cast])[0]
+
+
+def read_topk(ctx: ReadContext, op: RawOpr) -> None:
+    """MegEngine's TopK: (data, k as a one-element int tensor); KTH_ONLY has the values output only."""
+    if len(op.inputs) != 2:
+        raise fail(op, f"takes 2 inputs (data, k), has {len(op.inputs)}")
+    x = input_var(ctx, op, 0)
+    (k,) = int_values(op, input_var(ctx, op, 1), "k")[:1] or [0]
+    mode = int(op.param("TopK")["mode"])
+    if mode not in (0, 1, 2):
+        raise fail(op, f"param.TopK.mode = {mode} is not KTH_ONLY, VALUE_IDX_NOSORT or VALUE_IDX_SORTED")
+    values = emit_values(ctx, op, T.TopKOp, [x], k=k, mode=mode)
+    for i, var in enumerate(values[: 1 if mode == 0 else 2]):
+        define(ctx, op, i, var)
 
 
 def read_split(ctx: ReadContext, op: RawOpr) -> None:
@@ -616,14 +639,20 @@ def read_convolution_backward_data(ctx: ReadContext, op: RawOpr) -> None:
 def read_resize(ctx: ReadContext, op: RawOpr) -> None:
     p = op.param("Resize")
     fmt = enum_of(op, enums.Format, p["format"], "format")
-    if fmt != enums.Format.NCHW:
-        raise unsupported(op, f"Resize in format {fmt.name} is not supported by xmge (NCHW only)")
+    blocked = {enums.Format.NCHW88: 8, enums.Format.NCHW44: 4}
+    if fmt != enums.Format.NCHW and fmt not in blocked:
+        raise unsupported(op, f"Resize in format {fmt.name} is not supported by xmge (NCHW, NCHW44, NCHW88)")
     out = int_values(op, input_var(ctx, op, 1), "the output size")
     if len(out) != 2:
         raise fail(op, f"output size must have 2 values, got {out}")
     imode = enum_of(op, enums.InterpolationMode, p["imode"], "imode")
     if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
         raise unsupported(op, f"Resize with interpolation mode {imode.name} is not supported by xmge")
+    if fmt in blocked:
+        # enable_nchw88/nchw44 dumps resize blocked tensors in place: the same per-channel resize
+        # between relayouts to NCHW and back (resizing never mixes channels)
+        layouts.read_blocked_resize(ctx, op, blocked[fmt], tuple(out), imode)
+        return
     emit_one(ctx, op, T.ResizeOp, [input_var(ctx, op, 0)], out_shape=tuple(out), imode=imode, format=fmt)
 
 

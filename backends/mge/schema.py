@@ -127,6 +127,7 @@ PARAMS: dict[str, ParamDef] = {
         ),
         ParamDef("Softmax", 90, (("axis", "i", -1),)),
         ParamDef("Linspace", 29, (("endpoint", "?", True),)),
+        ParamDef("TopK", 44, (("mode", "I", 0),)),
         # Resize: imode is WarpPerspectiveV1's InterpolationMode (LINEAR), format Convolution's (NHWC)
         ParamDef("Resize", 40, (("imode", "I", 1), ("format", "I", 1))),
         ParamDef(

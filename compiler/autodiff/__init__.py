@@ -574,6 +574,26 @@ def _indexing_incr_multi_axis_vec_backward(
     return [g, np.asarray(g[index]).reshape(np.shape(inputs[1])), *(None for _ in inputs[2:])]
 
 
+def _scatter_rows_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """The values of Argsort/TopK are the input picked at the index result, row by row: their
+    gradient lands back at those indices (the index result has none)."""
+    g = grads[0]
+    if g is None:
+        return [None]
+    x, idx = inputs[0], np.asarray(outputs[1])
+    gx = np.zeros(x.shape, g.dtype)
+    if idx.ndim == 1:
+        idx, g = idx[:, None], np.asarray(g)[:, None]
+    np.put_along_axis(gx, idx.astype(np.int64), g, axis=1)
+    return [gx]
+
+
+register_backward(T.ArgsortOp)(_scatter_rows_backward)
+register_backward(T.TopKOp)(_scatter_rows_backward)
+
+
 @register_backward(T.LinspaceOp)
 def _linspace_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]

@@ -131,14 +131,29 @@ def _input_array(x: Any, declared: Any) -> np.ndarray:
     return input_array(x, want)
 
 
+def native_layouts(target: Target) -> str:
+    """The blocked layouts ``target``'s architecture has kernels for (comma-separated): its own
+    layout and every layout feature the architecture offers (x86: nchw88; ARM: nchw44; CUDA: the
+    int8 layouts)."""
+    from backends.targets import ARCHES
+    from passes.target import LAYOUT_FEATURES
+
+    arch = ARCHES.get(target.arch)
+    offered = [f for f in (arch.features if arch else ()) if f in LAYOUT_FEATURES]
+    return ",".join(sorted({target.layout, *offered} - {"nchw"}))
+
+
 def inference_passes(target: Target | None = None) -> list[ModulePass]:
     """The graph clean-ups ``compile()`` runs before kernel selection: mgb canonicalisation, BN
     folding, arithmetic and conv-bias-nonlinearity fusion (the ``optimize_for_inference``
     rewrites), plus the target's layout and float16 options (``Target.inference_options``)."""
     from passes.inference import pipeline_for
+    from passes.layout import RelayoutBackPass
 
     options = target.inference_options() if target is not None else {}
-    return list(pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **options))
+    # a graph dumped in a layout the target has no kernels for runs in NCHW (then the target's own layout)
+    back = [RelayoutBackPass(keep=native_layouts(target))] if target is not None and target.isas else []
+    return [*back, *pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **options)]
 
 
 def inference_clean(module: ModuleOp, target: Target | None = None) -> ModuleOp:

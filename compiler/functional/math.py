@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,8 +16,8 @@ from dialects import tensor as T
 def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: bool, label: str) -> Tensor:
     inp = as_tensor(inp)
     if axis is None:
-        if inp.size == 0:
-            raise op_error(label, "cannot reduce an empty tensor")
+        if inp.size == 0 and mode in (enums.ReduceMode.MAX, enums.ReduceMode.MIN):
+            raise op_error(label, f"cannot take the {label} of an empty tensor (shape {inp.shape})")
         flat = reshape(inp, (inp.size,)) if inp.ndim != 1 else inp
         (out,) = apply(T.ReduceOp, [flat], label=label, mode=mode, axis=0)
         return reshape(out, (1,) * inp.ndim) if keepdims else reshape(out, ())
@@ -84,6 +85,58 @@ def argmax(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
 def argmin(inp: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     """int32 index of the first smallest value along ``axis`` (of the flattened tensor if None)."""
     return _arg_reduce(T.ArgminOp, "argmin", inp, axis, keepdims)
+
+
+def _sort_label(label: str, inp: Tensor) -> None:
+    if inp.ndim == 0 or inp.ndim > 2 and label != "sort":
+        raise op_error(label, f"input should be 1-D or 2-D, got shape {inp.shape}")
+
+
+def argsort(inp: Tensor, descending: bool = False) -> Tensor:
+    """int32 indices that sort a 1-D tensor, or each row of a 2-D one (stable: ties keep their order)."""
+    inp = as_tensor(inp)
+    _sort_label("argsort", inp)
+    rows = reshape(inp, (1, inp.shape[0])) if inp.ndim == 1 else inp
+    _, idx = apply(T.ArgsortOp, [rows], label="argsort", descending=bool(descending))
+    return reshape(idx, inp.shape) if inp.ndim == 1 else idx
+
+
+def sort(inp: Tensor, descending: bool = False, dim: int = -1) -> tuple[Tensor, Tensor]:
+    """``(sorted values, int32 indices)`` along ``dim`` (stable: ties keep their order)."""
+    from compiler.functional.tensor import swapaxes
+
+    inp = as_tensor(inp)
+    _sort_label("sort", inp)
+    d = _axis("sort", dim, inp.ndim)
+    moved = swapaxes(inp, d, -1) if d != inp.ndim - 1 else inp
+    rows = reshape(moved, (math.prod(moved.shape[:-1]), moved.shape[-1]))
+    vals, idx = apply(T.ArgsortOp, [rows], label="sort", descending=bool(descending))
+
+    def restore(t: Tensor) -> Tensor:
+        t = reshape(t, moved.shape)
+        return swapaxes(t, d, -1) if d != inp.ndim - 1 else t
+
+    return restore(vals), restore(idx)
+
+
+def topk(
+    inp: Tensor, k: int, descending: bool = True, kth_only: bool = False, no_sort: bool = False
+) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest (``descending``) or smallest elements of a 1-D tensor or of each row of a
+    2-D one, with their int32 indices; only the k-th one with ``kth_only``; in an unspecified
+    order with ``no_sort``."""
+    inp = as_tensor(inp)
+    _sort_label("topk", inp)
+    k = int(k.item() if isinstance(k, Tensor) else k)
+    rows = reshape(inp, (1, inp.shape[0])) if inp.ndim == 1 else inp
+    if not 0 < k <= rows.shape[1]:
+        raise op_error("topk", f"k={k} must be in [1, {rows.shape[1]}] for a row of {rows.shape[1]} elements")
+    mode = 0 if kth_only else 1 if no_sort else 2
+    vals, idx = apply(T.TopKOp, [rows], label="topk", k=-k if descending else k, mode=mode)
+    if inp.ndim == 1:
+        shape = () if kth_only else (k,)
+        vals, idx = reshape(vals, shape), reshape(idx, shape)
+    return vals, idx
 
 
 def _matmul_operands(inp1: Any, inp2: Any) -> tuple[Tensor, Tensor]:
@@ -227,6 +280,9 @@ def dot(inp1: Tensor, inp2: Tensor) -> Tensor:
 
 __all__ = [
     "argmax",
+    "argsort",
+    "sort",
+    "topk",
     "argmin",
     "batch_matmul",
     "dot",

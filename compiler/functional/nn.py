@@ -33,6 +33,7 @@ from dialects import enums
 from dialects import tensor as T
 
 __all__ = [
+    "pixel_shuffle",
     "adaptive_avg_pool2d",
     "adaptive_max_pool2d",
     "avg_pool2d",
@@ -599,6 +600,7 @@ def pad(
         "edge": enums.PaddingMode.REPLICATE,
         "replicate": enums.PaddingMode.REPLICATE,
     }
+    mode = mode.lower() if isinstance(mode, str) else mode  # MegEngine spells them "CONSTANT", ...
     if mode not in modes:
         raise op_error("pad", f"unknown mode {mode!r}; expected one of {sorted(modes)}")
     (out,) = apply(
@@ -615,3 +617,21 @@ def pad(
 
 from compiler.functional.vision import interpolate  # noqa: E402,F401,I001
 from compiler.functional.loss import binary_cross_entropy, cross_entropy, l1_loss, square_loss  # noqa: E402,F401,I001
+
+
+def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
+    """``(..., C*r*r, H, W)`` to ``(..., C, H*r, W*r)``: channel ``c*r*r + i*r + j`` moves to
+    pixel ``(h*r + i, w*r + j)`` of channel ``c``; a reshape, a transpose and a reshape."""
+    from compiler.functional.tensor import transpose
+
+    inp = as_tensor(inp)
+    r = int(upscale_factor)
+    if inp.ndim < 3 or r < 1 or inp.shape[-3] % (r * r):
+        raise op_error(
+            "pixel_shuffle", f"needs (..., C*{r}*{r}, H, W) and a positive factor, got shape {inp.shape}"
+        )
+    *lead, c, h, w = inp.shape
+    n = int(np.prod(lead, dtype=np.int64))
+    x = reshape(inp, (n, c // (r * r), r, r, h, w))
+    x = transpose(x, (0, 1, 4, 2, 5, 3))
+    return reshape(x, (*lead, c // (r * r), h * r, w * r))

@@ -74,9 +74,20 @@ def astype(inp: Tensor, dtype: Any) -> Tensor:
     return out
 
 
-def broadcast_to(inp: Tensor, shape: Sequence[int]) -> Tensor:
+def broadcast_to(inp: Tensor, shape: Sequence[int | None] | Tensor) -> Tensor:
+    """``inp`` broadcast to ``shape`` (a sequence or an int tensor); a ``None`` entry keeps the
+    size of the input axis it aligns with (from the right), as in MegEngine."""
     inp = as_tensor(inp)
-    shape = tuple(int(s) for s in shape)
+    if isinstance(shape, Tensor):
+        shape = [int(v) for v in shape.numpy().reshape(-1)]
+    target = list(shape)
+    offset = len(target) - inp.ndim
+    for i, s in enumerate(target):
+        if s is None:
+            if i < offset:
+                raise op_error("broadcast_to", f"None at axis {i} of {tuple(target)} matches no input axis")
+            target[i] = inp.shape[i - offset]
+    shape = tuple(int(s) for s in target)
     if inp.shape == shape:
         return inp
     try:
@@ -119,9 +130,23 @@ def squeeze(inp: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
     return _axis_add_remove(inp, [enums.AxisMethod.REMOVE] * len(ordered), ordered, "squeeze")
 
 
+def _on_device(label: str, device: Any) -> None:
+    """``device=`` of concat/stack: the result's device, which must be one xmge computes on (a
+    CPU); a GPU or a malformed name is refused, as MegEngine refuses a device it does not have."""
+    if device is None:
+        return
+    from compiler.device import DeviceError, _check
+
+    try:
+        _check(device if isinstance(device, str) else str(device))
+    except DeviceError as exc:
+        raise op_error(label, str(exc)) from None
+
+
 def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
     from compiler.functional.elemwise import _promote
 
+    _on_device("concat", device)
     tensors = _promote([as_tensor(t) for t in inps])
     if not tensors:
         raise op_error("concat", "needs at least one tensor")
@@ -133,6 +158,7 @@ def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
 
 
 def stack(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
+    _on_device("stack", device)
     tensors = [as_tensor(t) for t in inps]
     if not tensors:
         raise op_error("stack", "needs at least one tensor")
@@ -196,6 +222,14 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
     if not isinstance(index, tuple):
         index = (index,)
     if any(_is_vector_index(i) for i in index):
+        ints = [isinstance(i, int | np.integer) and not isinstance(i, bool) for i in index]
+        if any(ints) and not any(i is Ellipsis or i is None for i in index):
+            # ints beside tensors: take the ints first (a subtensor drops their axes), then the
+            # tensors on the axes left, which stay adjacent as numpy places them when they were
+            pairs = list(zip(index, ints, strict=True))
+            picked = _getitem(inp, tuple(i if is_int else slice(None) for i, is_int in pairs))
+            return _getitem(picked, tuple(i for i, is_int in pairs if not is_int))
+        index = _masks_as_indices(inp, index)
         axes, indices = _vector_index("getitem", inp, index)
         (out,) = apply(T.IndexingMultiAxisVecOp, [inp, *indices], label="getitem", axes=axes)
         return out
@@ -206,6 +240,19 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
     if new_axes:
         out = _axis_add_remove(out, [enums.AxisMethod.ADD_1] * len(new_axes), new_axes, "getitem")
     return out
+
+
+def _masks_as_indices(inp: Tensor, index: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A boolean mask over k axes becomes k integer index vectors (its true positions, read from
+    its value now: the result's size depends on the data, as MegEngine's does)."""
+    out: list[Any] = []
+    for item in index:
+        arr = item.numpy() if isinstance(item, Tensor) else item if isinstance(item, np.ndarray) else None
+        if arr is not None and arr.dtype == np.bool_:
+            out.extend(np.nonzero(arr))
+        else:
+            out.append(item)
+    return tuple(out)
 
 
 def _vector_index(label: str, inp: Tensor, index: tuple[Any, ...]) -> tuple[tuple[int, ...], list[Tensor]]:
@@ -223,7 +270,8 @@ def _vector_index(label: str, inp: Tensor, index: tuple[Any, ...]) -> tuple[tupl
     indices: list[Tensor] = []
     for axis, item in enumerate(expanded):
         if _is_vector_index(item):
-            idx = item if isinstance(item, Tensor) else Tensor(np.asarray(item))
+            arr = None if isinstance(item, Tensor) else np.asarray(item)
+            idx = item if arr is None else Tensor(arr.astype(np.int32) if arr.size == 0 else arr)
             if idx.dtype.kind not in "iu":
                 raise op_error(
                     label, f"index tensors must hold integers, got {idx.dtype} (bool masks are not supported)"
@@ -433,7 +481,11 @@ def repeat(inp: Tensor, repeats: int, axis: int | None = None) -> Tensor:
     """Each element ``repeats`` times in a row along ``axis`` (of the flattened input if None),
     like ``np.repeat``; composed as expand_dims -> broadcast -> reshape."""
     inp = as_tensor(inp)
-    if isinstance(repeats, Tensor) or int(repeats) != repeats or repeats < 1:
+    if isinstance(repeats, Tensor):
+        if repeats.size != 1:
+            raise op_error("repeat", f"repeats must hold one value, got shape {repeats.shape}")
+        repeats = repeats.item()
+    if int(repeats) != repeats or repeats < 1:
         raise op_error("repeat", f"repeats must be a positive int, got {repeats!r}")
     repeats = int(repeats)
     if axis is None:
@@ -524,6 +576,62 @@ def roll(inp: Tensor, shift: int | Sequence[int], axis: int | Sequence[int] | No
     return out
 
 
+def cond_take(mask: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+    """The elements of ``x`` where ``mask`` (same shape) is true, flattened, and their int32
+    positions in the flattened ``x``: MegEngine's CondTake. The count depends on the data, so the
+    positions are read from ``mask`` now; the values keep their gradient to ``x``."""
+    x, mask = as_tensor(x), as_tensor(mask)
+    if mask.shape != x.shape:
+        raise op_error("cond_take", f"mask shape {mask.shape} differs from the data shape {x.shape}")
+    if mask.dtype != np.bool_:
+        raise op_error("cond_take", f"mask must be bool, got {mask.dtype}")
+    idx = Tensor(np.flatnonzero(mask.numpy()).astype(np.int32))
+    return _getitem(reshape(x, (x.size,)), (idx,)), idx
+
+
+def non_zero(condition: Tensor, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
+    """int32 positions of the non-zero elements in C order: one row per element (``(n, ndim)``),
+    or one ``(n,)`` tensor per axis with ``as_tuple``. The count depends on the data, so it is read
+    from ``condition`` now (MegEngine's NonZero has no gradient either)."""
+    arr = as_tensor(condition).numpy()
+    idx = np.stack(np.nonzero(arr)).astype(np.int32) if arr.ndim else np.zeros((0, int(arr != 0)), np.int32)
+    if as_tuple:
+        return tuple(Tensor(np.ascontiguousarray(row)) for row in idx)
+    return Tensor(np.ascontiguousarray(idx.T))
+
+
+def _along_axis_index(label: str, inp: Tensor, axis: int, index: Tensor) -> tuple[int, tuple[Any, ...]]:
+    ax = _axis(label, axis, inp.ndim)
+    if index.ndim != inp.ndim:
+        raise op_error(label, f"index has {index.ndim} dimensions, the input {inp.ndim}")
+    for d, (n, m) in enumerate(zip(index.shape, inp.shape, strict=True)):
+        if d != ax and n > m:
+            raise op_error(label, f"index shape {index.shape} exceeds the input {inp.shape} at axis {d}")
+    grids = np.meshgrid(*(np.arange(n, dtype=np.int32) for n in index.shape), indexing="ij")
+    picks: list[Any] = [Tensor(g) for g in grids]
+    idx = index if index.dtype == np.int32 else astype(index, "int32")
+    picks[ax] = idx
+    return ax, tuple(picks)
+
+
+def gather(inp: Tensor, axis: int, index: Tensor) -> Tensor:
+    """``out[i][j][k] = inp[index[i][j][k]][j][k]`` for axis 0 (and so on): MegEngine's gather, as
+    one IndexingMultiAxisVec with the other axes' positions as index grids."""
+    inp, index = as_tensor(inp), as_tensor(index)
+    _, picks = _along_axis_index("gather", inp, axis, index)
+    return _getitem(inp, picks)
+
+
+def scatter(inp: Tensor, axis: int, index: Tensor, source: Tensor) -> Tensor:
+    """``inp`` with ``out[index[i][j]][j] = source[i][j]`` for axis 0 (and so on); the last write
+    wins where indices repeat, as MegEngine leaves it unspecified."""
+    inp, index, source = as_tensor(inp), as_tensor(index), as_tensor(source)
+    if source.shape != index.shape:
+        raise op_error("scatter", f"source shape {source.shape} differs from the index shape {index.shape}")
+    _, picks = _along_axis_index("scatter", inp, axis, index)
+    return _setitem(inp, picks, source)
+
+
 def eye(N: int, M: int | None = None, *, dtype: Any = "float32", device: Any = None) -> Tensor:  # noqa: N803
     """The ``N`` x ``M`` (default square) identity matrix."""
     if isinstance(N, Tensor):
@@ -577,6 +685,10 @@ def meshgrid(*inputs: Tensor, indexing: str = "xy") -> list[Tensor]:
 
 __all__ = [
     "arange",
+    "cond_take",
+    "gather",
+    "non_zero",
+    "scatter",
     "astype",
     "broadcast_to",
     "concat",

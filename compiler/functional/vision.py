@@ -15,7 +15,7 @@ from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
 
-__all__ = ["interpolate"]
+__all__ = ["flip", "interpolate", "rot90"]
 
 _MODES = {
     "bilinear": enums.InterpolationMode.LINEAR,
@@ -96,3 +96,30 @@ def interpolate(
     if mode == "linear":
         out = reshape(out, out.shape[:3])
     return out
+
+
+def _nhwc(label: str, inp: Tensor) -> Tensor:
+    inp = as_tensor(inp)
+    if inp.ndim != 4:
+        raise op_error(label, f"needs NHWC images (4-D), got shape {inp.shape}")
+    return inp
+
+
+def flip(inp: Tensor, vertical: bool = True, horizontal: bool = True) -> Tensor:
+    """NHWC images mirrored top to bottom (``vertical``) and/or left to right (``horizontal``):
+    a reversed-step subtensor, which keeps the gradient."""
+    inp = _nhwc("flip", inp)
+    if not vertical and not horizontal:
+        return inp
+    rows = slice(None, None, -1) if vertical else slice(None)
+    cols = slice(None, None, -1) if horizontal else slice(None)
+    return inp[:, rows, cols]
+
+
+def rot90(inp: Tensor, clockwise: bool = True) -> Tensor:
+    """NHWC images turned a quarter: a swap of H and W, with the columns mirrored after the swap
+    (clockwise) or before it (counterclockwise)."""
+    inp = _nhwc("rot90", inp)
+    if clockwise:
+        return flip(transpose(inp, (0, 2, 1, 3)), vertical=False, horizontal=True)
+    return transpose(flip(inp, vertical=False, horizontal=True), (0, 2, 1, 3))

@@ -4,6 +4,7 @@ from passes.layout.hwcd4 import EnableHwcd4Pass
 from passes.layout.nchw4 import EnableChwn4Pass, EnableNchw4Pass, EnableNchw32Pass, EnableNchw64Pass
 from passes.layout.nchwxx import EnableNchw44DotPass, EnableNchw44Pass, EnableNchw88Pass
 from passes.layout.padding import PaddingChannelPass
+from passes.layout.relayout_back import RelayoutBackPass
 
 LAYOUT_PASSES = (
     PaddingChannelPass,
@@ -15,6 +16,7 @@ LAYOUT_PASSES = (
     EnableChwn4Pass,
     EnableNchw64Pass,
     EnableHwcd4Pass,
+    RelayoutBackPass,
 )
 
 __all__ = [
@@ -28,4 +30,5 @@ __all__ = [
     "EnableNchw64Pass",
     "EnableNchw88Pass",
     "PaddingChannelPass",
+    "RelayoutBackPass",
 ]

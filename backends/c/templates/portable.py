@@ -528,6 +528,88 @@ static void {sym}(const float* x, const int32_t* index, float* y, unsigned char*
         return "#include <math.h>\n#include <stdint.h>\n"
 
 
+# ----------------------------------------------------------------------------------------------
+# Sorting
+
+
+class SortRows(Template):
+    """``mgb.argsort`` and ``mgb.topk`` of float32 or int32 rows: a stable bottom-up merge sort of
+    each row's column indices (the workspace: two index buffers of one row), ordered as the
+    reference's stable sort is (NaN the largest); topk keeps the first ``|k|`` (or the k-th)."""
+
+    family = "sort_rows"
+    ops = (T.ArgsortOp, T.TopKOp)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.ArgsortOp | T.TopKOp)
+        elem = code(op.operands[0])
+        if elem not in ("f32", "i32") or not _plain(*op.operands):
+            return None
+        rows, cols = shape(op.operands[0])
+        p = op.params()
+        if isinstance(op, T.ArgsortOp):
+            keep, desc, kth = cols, int(bool(p["descending"])), 0
+        else:
+            keep, desc, kth = abs(int(p["k"])), int(int(p["k"]) < 0), int(int(p["mode"]) == 0)
+        return Lowered({"rows": rows, "cols": cols, "keep": keep, "desc": desc, "kth": kth, "elem": elem},
+                       [op.operands[0]])  # fmt: skip
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("sort_rows", f"r{p['rows']}", f"c{p['cols']}", f"k{p['keep']}",
+                        "desc" if p["desc"] else "", "kth" if p["kth"] else "", p["elem"])  # fmt: skip
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        return 2 * max(1, p["cols"]) * 4
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        rows, cols, keep = p["rows"], p["cols"], p["keep"]
+        ctype = "float" if p["elem"] == "f32" else "int32_t"
+        cmp = ">" if p["desc"] else "<"
+        # before(a, b): a strictly precedes b; NaN is the largest value, as in the reference
+        first, second = ("a", "b") if p["desc"] else ("b", "a")
+        nan = f"(isnan({first}) && !isnan({second}))" if p["elem"] == "f32" else "0"
+        if p["kth"]:
+            store = f"vr[0] = xr[a[{keep - 1}]]; ir[0] = a[{keep - 1}];"
+            vstep, istep = 1, 1
+        else:
+            store = f"for (long j = 0; j < {keep}; ++j) {{ vr[j] = xr[a[j]]; ir[j] = a[j]; }}"
+            vstep = istep = keep
+        return f"""
+static int {sym}_before({ctype} a, {ctype} b) {{ return (a {cmp} b) || {nan}; }}
+
+static void {sym}(const {ctype}* x, {ctype}* v, int32_t* idx, unsigned char* ws, int nt) {{
+  (void)nt;
+  int32_t* buf0 = (int32_t*)ws;
+  int32_t* buf1 = buf0 + {max(1, cols)};
+  for (long r = 0; r < {rows}; ++r) {{
+    const {ctype}* xr = x + r * {cols}L;
+    {ctype}* vr = v + r * {vstep}L;
+    int32_t* ir = idx + r * {istep}L;
+    int32_t* a = buf0;
+    int32_t* b = buf1;
+    for (int32_t j = 0; j < {cols}; ++j) a[j] = j;
+    for (long w = 1; w < {cols}; w *= 2) {{
+      for (long lo = 0; lo < {cols}; lo += 2 * w) {{
+        long mid = lo + w < {cols} ? lo + w : {cols};
+        long hi = lo + 2 * w < {cols} ? lo + 2 * w : {cols};
+        long i = lo, j = mid, o = lo;
+        while (i < mid && j < hi) b[o++] = {sym}_before(xr[a[j]], xr[a[i]]) ? a[j++] : a[i++];
+        while (i < mid) b[o++] = a[i++];
+        while (j < hi) b[o++] = a[j++];
+      }}
+      int32_t* t = a; a = b; b = t;
+    }}
+    {store}
+  }}
+}}
+"""
+
+    def support(self, em: CEmitter) -> str:
+        return "#include <math.h>\n#include <stdint.h>\n"
+
+
 KERNEL_UNITS = (
-    Resize(), Deconv2d(), LayerNorm(), BatchNorm(), ArgReduce(), Pad(), Cumsum(), IndexingOneHot()
+    Resize(), Deconv2d(), LayerNorm(), BatchNorm(), ArgReduce(), Pad(), Cumsum(), IndexingOneHot(),
+    SortRows()
 )  # fmt: skip

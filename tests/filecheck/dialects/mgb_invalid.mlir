@@ -368,3 +368,17 @@ func.func @indexing_one_hot_result(%x: tensor<2x5xf32>, %i: tensor<2xi32>) -> te
   func.return %0 : tensor<2xf32>
 }
 // CHECK: mgb.indexing_one_hot: result types tensor<2xf32> do not match the inferred tensor<2x1xf32>
+
+// -----
+func.func @argsort_rank(%x: tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x4xi32>) {
+  %0, %1 = mgb.argsort %x : (tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x4xi32>)
+  func.return %0, %1 : tensor<2x3x4xf32>, tensor<2x3x4xi32>
+}
+// CHECK: mgb.argsort: sorts the rows of a 2-D tensor, got shape (2, 3, 4)
+
+// -----
+func.func @topk_k(%x: tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<2x4xi32>) {
+  %0, %1 = mgb.topk %x {k = 4 : i64} : (tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<2x4xi32>)
+  func.return %0, %1 : tensor<2x4xf32>, tensor<2x4xi32>
+}
+// CHECK: mgb.topk: k=4 must be non-zero with |k| <= 3 (the row length)

@@ -187,6 +187,21 @@ func.func @scans(%x: tensor<2x5x3xf32>, %n: tensor<4x6xi32>, %i: tensor<2x3xi32>
 // CHECK-NEXT:  %3 = mgb.indexing_one_hot %x, %i {axis = 1 : i64} : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
 // CHECK-NEXT:  func.return %0, %1, %2, %3 : tensor<2x5x3xf32>, tensor<2x5x3xf32>, tensor<4x6xi32>, tensor<2x1x3xf32>
 // CHECK-NEXT:  }
-// CHECK-NEXT:  }
 // GENERIC: "mgb.cumsum"(%x) <{axis = 2 : i64, exclusive = true, reverse = true}> : (tensor<2x5x3xf32>) -> tensor<2x5x3xf32>
 // GENERIC: "mgb.indexing_one_hot"(%x, %i) <{axis = 1 : i64}> : (tensor<2x5x3xf32>, tensor<2x3xi32>) -> tensor<2x1x3xf32>
+
+func.func @sorting(%x: tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>, tensor<3x2xf32>, tensor<3x2xi32>, tensor<3xf32>, tensor<3xi32>) {
+  %0, %1 = mgb.argsort %x {descending = true} : (tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>)
+  %2, %3 = mgb.topk %x {k = -2 : i64} : (tensor<3x7xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
+  %4, %5 = mgb.topk %x {k = 4 : i64, mode = 0 : i64} : (tensor<3x7xf32>) -> (tensor<3xf32>, tensor<3xi32>)
+  func.return %0, %1, %2, %3, %4, %5 : tensor<3x7xf32>, tensor<3x7xi32>, tensor<3x2xf32>, tensor<3x2xi32>, tensor<3xf32>, tensor<3xi32>
+}
+// CHECK-LABEL: func.func @sorting
+// CHECK-NEXT:  %0, %1 = mgb.argsort %x {descending = true} : (tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>)
+// CHECK-NEXT:  %2, %3 = mgb.topk %x {k = -2 : i64} : (tensor<3x7xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
+// CHECK-NEXT:  %4, %5 = mgb.topk %x {k = 4 : i64, mode = 0 : i64} : (tensor<3x7xf32>) -> (tensor<3xf32>, tensor<3xi32>)
+// CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5 : tensor<3x7xf32>, tensor<3x7xi32>, tensor<3x2xf32>, tensor<3x2xi32>, tensor<3xf32>, tensor<3xi32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }
+// GENERIC: "mgb.argsort"(%x) <{descending = true}> : (tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>)
+// GENERIC: "mgb.topk"(%x) <{k = -2 : i64, mode = 2 : i64}> : (tensor<3x7xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
