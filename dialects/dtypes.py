@@ -47,6 +47,8 @@ PLAIN_DTYPES: tuple[PlainDType, ...] = (
     PlainDType("int8", np.dtype(np.int8), IntegerType(8)),
     PlainDType("uint8", np.dtype(np.uint8), IntegerType(8, Signedness.UNSIGNED)),
     PlainDType("uint16", np.dtype(np.uint16), IntegerType(16, Signedness.UNSIGNED)),
+    # ONNX's uint32 (and uint64, narrowed like int64): the reference runs it; kernels refuse it
+    PlainDType("uint32", np.dtype(np.uint32), IntegerType(32, Signedness.UNSIGNED)),
     PlainDType("bool", np.dtype(np.bool_), IntegerType(1)),
 )
 
@@ -206,6 +208,8 @@ def element_type(dtype: str | np.dtype | type | Attribute) -> Attribute:
         np_dtype = np.dtype(np.float32)
     elif np_dtype == np.int64:
         np_dtype = np.dtype(np.int32)
+    elif np_dtype == np.uint64:
+        np_dtype = np.dtype(np.uint32)
     if np_dtype not in _BY_NUMPY:
         raise DTypeError(f"unsupported dtype {np_dtype}; xmge supports {[d.name for d in PLAIN_DTYPES]}")
     return _BY_NUMPY[np_dtype].element

@@ -296,6 +296,11 @@ def write_expected(results: dict[str, dict[str, str]], path: Path = EXPECTED) ->
         "# or improve (wrong < error < refused < pass); regenerate with python -m tests.onnx_conformance",
         "# --compiled --write. 'skip' means the runner does not try it (non-float32/int inputs).",
     ]
+    for runner in RUNNERS:
+        passed = sum(r.get(runner) == "pass" for r in results.values())
+        lines.append(
+            f"# {runner}: {passed} of {len(results)} pass ({100 * passed / max(len(results), 1):.1f}%)"
+        )
     for name in sorted(results):
         fields = " ".join(f"{r}={results[name][r]}" for r in RUNNERS if r in results[name])
         lines.append(f"{name} {fields}")

@@ -60,3 +60,50 @@ def test_convert_refuses_an_unknown_option_in_one_line(
     err = capsys.readouterr().err
     assert "nchw99" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "m.mge").exists()
+
+
+def _reshape_model(tmp_path: Path) -> Path:
+    """Reshape whose target shape is a graph input: importable only with that input's value."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "reshape_by_input",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    path = tmp_path / "reshape.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_input_value_flag_binds_a_shape_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from compiler.driver.package import load_compiled
+
+    path = _reshape_model(tmp_path)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert xmge(["convert", str(path), "-o", str(tmp_path / "m.mge"), "--input-value", "shape=2,6"]) == 0
+    net = Network(str(tmp_path / "m.mge"))
+    assert net.get_all_input_name() == ["x"]
+    (got,) = net(x=x).values()
+    np.testing.assert_array_equal(got, x.reshape(2, 6))
+
+    np.save(tmp_path / "shape.npy", np.array([6, -1], np.int64))
+    value = f"shape={tmp_path / 'shape.npy'}"
+    assert xmge(["compile", str(path), "-o", str(tmp_path / "pkg"), "--input-value", value]) == 0
+    got = load_compiled(tmp_path / "pkg")(x)
+    np.testing.assert_array_equal(got, x.reshape(6, 2))
+    capsys.readouterr()
+
+    # without the value, or with a malformed one: a one-line error naming the input / the flag
+    assert xmge(["convert", str(path), "-o", str(tmp_path / "n.mge")]) == 1
+    err = capsys.readouterr().err
+    assert "'shape'" in err and len(err.strip().splitlines()) == 1
+    assert xmge(["convert", str(path), "-o", str(tmp_path / "n.mge"), "--input-value", "shape=2,x"]) == 1
+    err = capsys.readouterr().err
+    assert "--input-value" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "n.mge").exists()

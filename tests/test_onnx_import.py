@@ -277,6 +277,7 @@ _NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT,
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.uint32): TensorProto.UINT32,
     np.dtype(np.bool_): TensorProto.BOOL,
     np.dtype(np.int8): TensorProto.INT8,
     np.dtype(np.uint8): TensorProto.UINT8,
@@ -927,8 +928,8 @@ def test_dynamic_input_shape() -> None:
             r"int8 with zero point 3",
         ),
         (
-            single("MaxPool", [X], n_outputs=2, kernel_shape=[2, 2]),
-            r"MaxPool node 'the_maxpool' \(opset 17\): the Indices output is not supported",
+            single("MaxPool", [X], n_outputs=2, kernel_shape=[2, 2], dilations=[2, 2]),
+            r"MaxPool node 'the_maxpool' \(opset 17\): the Indices output with dilations is not supported",
         ),
         (
             single("Dropout", [X, np.float32(0.5), np.bool_(True)], [False, True, True], opset=15),
@@ -1010,3 +1011,94 @@ def test_logical_and_special_values() -> None:
     check(*single("IsNaN", [special], out_types=[TensorProto.BOOL]))
     check(*single("IsInf", [special], out_types=[TensorProto.BOOL]))
     check(*single("CastLike", [X * 4, np.zeros(1, np.int32)], [False, True], out_types=[TensorProto.INT32]))
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [2, 3], "strides": [2, 1], "ceil_mode": 1},
+        {"kernel_shape": [2, 2], "strides": [2, 2], "storage_order": 1},
+    ],
+)
+def test_max_pool_indices(attrs: dict[str, Any]) -> None:
+    # ties included (rounded inputs): the first maximum in the window wins, as onnxruntime picks
+    x = np.round(f32(2, 3, 7, 6), 1)
+    model, feeds = single(
+        "MaxPool", [x], n_outputs=2, out_types=[TensorProto.FLOAT, TensorProto.INT64], opset=12, **attrs
+    )
+    check(model, feeds, rtol=0.0)
+
+
+def test_uint32_arithmetic_beyond_int32() -> None:
+    a = np.array([4_000_000_000, 7, 2**32 - 1], np.uint32)
+    b = np.array([5, 9, 1], np.uint32)
+    for op, want in (("Sub", a - b), ("Div", a // b), ("Max", np.maximum(a, b)), ("Less", a < b)):
+        types = [TensorProto.BOOL if op == "Less" else TensorProto.UINT32]
+        model, feeds = single(op, [a, b], opset=14, out_types=types)
+        (got,) = run_module(read_onnx(model), list(feeds.values()))
+        assert got.dtype == want.dtype and np.array_equal(got, want), op
+
+
+def test_uint64_beyond_uint32_is_one_line_error() -> None:
+    big = np.array([2**40], np.uint64)
+    model, _ = single("Add", [big, big], consts=[True, True], opset=14, out_types=[TensorProto.UINT64])
+    with pytest.raises(OnnxImportError, match="beyond uint32"):
+        read_onnx(model)
+
+
+@pytest.mark.parametrize("to", ["INT4", "UINT4", "INT2", "UINT2"])
+def test_cast_to_sub_byte_integers_wraps(to: str) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([-9.7, -8.5, -2.2, -0.5, 0.0, 1.5, 2.5, 7.9, 8.0, 15.2, 17.0], np.float32)
+    model, feeds = single(
+        "Cast", [x], opset=21, to=getattr(TensorProto, to), out_types=[getattr(TensorProto, to)]
+    )
+    (got,) = run_module(read_onnx(model), list(feeds.values()))
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(got, want.astype(np.int16))
+
+
+@pytest.mark.parametrize("zp_type", ["INT4", "UINT4"])
+def test_quantize_to_int4_saturates(zp_type: str) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.linspace(-20, 20, 17, dtype=np.float32)
+    zp = numpy_helper.to_array(helper.make_tensor("zp", getattr(TensorProto, zp_type), [], [1]))
+    model, feeds = single(
+        "QuantizeLinear",
+        [x, np.array(2.0, np.float32), zp],
+        consts=[False, True, True],
+        opset=21,
+        out_types=[getattr(TensorProto, zp_type)],
+    )
+    (got,) = run_module(read_onnx(model), list(feeds.values()))
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(got, want.astype(np.int16))
+
+
+@pytest.mark.parametrize(
+    "attrs, group, const_w",
+    [
+        ({}, 1, False),
+        ({"strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 1], "output_padding": [1, 0, 1]}, 1, True),
+        ({"dilations": [2, 1, 1], "strides": [3, 2, 1], "pads": [0, 1, 0, 2, 0, 0]}, 2, True),
+    ],
+)
+def test_conv_transpose_3d(attrs: dict[str, Any], group: int, const_w: bool) -> None:
+    x = f32(2, 4, 3, 4, 5)
+    w = f32(4, 6 // group, 3, 2, 3)
+    b = f32(6)
+    model, feeds = single("ConvTranspose", [x, w, b], consts=[False, const_w, True], group=group, **attrs)
+    check(model, feeds)
+
+
+def test_uint32_to_mge_is_one_line_error() -> None:
+    from compiler.dump import dump_module
+    from dialects.dtypes import DTypeError
+
+    a = np.array([1, 2], np.uint32)
+    model, _ = single("Add", [a, a], opset=14, out_types=[TensorProto.UINT32])
+    with pytest.raises(DTypeError, match="no uint32 dtype"):
+        dump_module(read_onnx(model))

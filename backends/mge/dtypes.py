@@ -11,7 +11,7 @@ from xdsl.ir import Attribute
 
 import backends.mge.schema as S
 from backends.mge.fbs import MgeFormatError
-from dialects.dtypes import QuantizedType, dtype_name, element_type
+from dialects.dtypes import DTypeError, QuantizedType, dtype_name, element_type
 
 
 @dataclass
@@ -116,6 +116,8 @@ def to_element(dtype: RawDType, where: str = "", offset: int | None = None) -> A
 def from_element(elem: Attribute) -> RawDType:
     """The file dtype of an xmge element type."""
     name = dtype_name(elem)
+    if name not in S.XMGE_TO_DTYPE:  # ONNX's uint32, which the reference interpreter runs
+        raise DTypeError(f"MegEngine's .mge format has no {name} dtype")
     if isinstance(elem, QuantizedType):
         file_name = S.XMGE_TO_DTYPE[name]
         zp = int(elem.zero_point.data) if file_name in S.ASYMMETRIC else None

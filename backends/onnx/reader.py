@@ -94,13 +94,27 @@ _WIDENED = {
 _READS_VALUES_ONLY = {"Cast", "CastLike", "DequantizeLinear"}
 
 
+def _reads_zero_point(proto: Any, name: str) -> bool:
+    """Whether a node reads ``name`` only as QuantizeLinear's zero point: a value it needs at
+    compile time, whose ONNX dtype (kept with the constant) gives the result's range."""
+    return (
+        proto.op_type == "QuantizeLinear"
+        and list(proto.input).index(name) == 2
+        and name not in proto.input[:2]
+    )
+
+
 def _narrow(array: np.ndarray, what: str) -> np.ndarray:
     """An ONNX array in the dtype xmge stores it in (int64 → int32, float64 → float32, the narrow
     types of :data:`_WIDENED` widened)."""
     a = np.asarray(array)
     if a.dtype.name in _WIDENED:
         return a.astype(_WIDENED[a.dtype.name])
-    if a.dtype.kind in "iu" and a.dtype.itemsize > 4 or a.dtype == np.uint32:
+    if a.dtype == np.uint64:
+        if a.size and a.max() > 2**32 - 1:
+            raise OnnxImportError(f"{what}: integer values beyond uint32 (xmge has no uint64)")
+        return a.astype(np.uint32)
+    if a.dtype.kind == "i" and a.dtype.itemsize > 4:
         if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
             raise OnnxImportError(f"{what}: integer values beyond int32 (xmge has no int64)")
         return a.astype(np.int32)
@@ -286,7 +300,9 @@ class _Importer:
         if np_dtype.name in _WIDENED:
             self.widened[info.name] = np_dtype.name
             readers = [p for p in _subgraph_nodes(self.model.graph) if info.name in p.input]
-            if any(p.op_type not in _READS_VALUES_ONLY for p in readers):
+            if any(
+                p.op_type not in _READS_VALUES_ONLY and not _reads_zero_point(p, info.name) for p in readers
+            ):
                 raise OnnxImportError(
                     f"graph input {info.name!r}{self._reader_of(info.name)}: unsupported dtype "
                     f"{np_dtype.name} (xmge holds it as {_WIDENED[np_dtype.name]} only where Cast, CastLike "
@@ -1129,9 +1145,10 @@ def _cast(node: _Node) -> list[_Value | None]:
             raise node.fail(f"attribute to={node.attr('to')} is not an ONNX tensor type") from None
     else:
         like = node.proto.input[1]
-        if like in node.imp.widened:
-            raise node.fail(f"casting to {node.imp.widened[like]} (the type of {like!r}) is not supported")
-        target = node.value(1).type.element_type
+        target = node.imp.widened.get(like) or node.value(1).type.element_type
+    name = getattr(target, "name", target)
+    if name in _LOW_BITS:
+        return [_new(_cast_low_bits(node, *_LOW_BITS[name]))]
     try:
         elem = element_type(target)
     except DTypeError as exc:
@@ -1140,6 +1157,28 @@ def _cast(node: _Node) -> list[_Value | None]:
     if v.type.element_type == elem:
         return [v]
     return [_new(node.emit1(T.TypeCvtOp, [node.ssa(0)], [TensorType(elem, v.type.get_shape())]))]
+
+
+# ONNX's sub-byte integers: (bits, signed); held widened (see _WIDENED)
+_LOW_BITS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}
+
+
+def _cast_low_bits(node: _Node, bits: int, signed: bool) -> SSAValue:
+    """Cast to a sub-byte integer: ONNX (its Cast doc: "we truncate bits which can't be stored")
+    keeps the low ``bits`` of the value truncated toward zero, i.e. wraps modulo 2**bits."""
+    v = node.value(0)
+    shape = v.type.get_shape()
+    x = node.ssa(0)
+    if v.type.element_type != element_type("int32"):
+        x = node.emit1(T.TypeCvtOp, [x], [TensorType(element_type("int32"), shape)])
+    half = 2 ** (bits - 1) if signed else 0
+    if half:
+        x = node.elemwise(E.ADD, x, node.scalar(half, x))
+    x = node.elemwise(E.MOD, x, node.scalar(2**bits, x))  # integer MOD is floor modulo
+    if half:
+        x = node.elemwise(E.SUB, x, node.scalar(half, x))
+    holder = element_type(_WIDENED["int4" if signed else "uint4"])
+    return node.emit1(T.TypeCvtOp, [x], [TensorType(holder, shape)])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1308,7 +1347,101 @@ def _named_reshape(node: _Node, v: _Value, shape: tuple[int, ...]) -> SSAValue:
     )
 
 
+def _depth_taps_3d(handler: Handler) -> Handler:
+    """A 3-D ConvTranspose (N, C, D, H, W) as a sum over the kernel's depth taps of 2-D ones:
+    tap ``k`` maps input plane ``d`` through the (H, W) kernel slice ``w[:, :, k]`` onto output
+    plane ``d * stride + k * dilation`` (before cropping ``pads``). The planes of one tap are a
+    batch of 2-D transposed convolutions, spread along D by zero stuffing."""
+
+    def run(node: _Node) -> list[_Value | None]:
+        if len(node.shape(0)) != 5:
+            return handler(node)
+        if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+            raise node.fail("3-D ConvTranspose with output_shape or auto_pad is not supported (give pads)")
+        wv = node.value(1)
+        n, c, d, h, w = node.shape(0)
+        wshape = _shape(wv.type)
+        if len(wshape) != 5:
+            raise node.fail(f"the weight of a 3-D ConvTranspose must have rank 5, got shape {wshape}")
+        kd = wshape[2]
+
+        def tap(k: int) -> _Value:
+            """The (H, W) kernel slice of depth tap ``k``."""
+            if wv.const is not None:
+                part = np.ascontiguousarray(np.asarray(wv.const)[:, :, k])
+                return _Value(_type_of(part, node.where()), part)
+            return _new(node.subtensor(node.ssa(1), (2,), (k,), (k + 1,), drop=(1,)))
+
+        stride = [int(v) for v in node.attr("strides", [1, 1, 1])]
+        dilation = [int(v) for v in node.attr("dilations", [1, 1, 1])]
+        pads = [int(v) for v in node.attr("pads", [0] * 6)]
+        out_pad = [int(v) for v in node.attr("output_padding", [0, 0, 0])]
+        if not len(stride) == len(dilation) == len(out_pad) == 3 or len(pads) != 6:
+            raise node.fail("strides, dilations and output_padding need 3 entries, pads 6")
+        imp, onnx_helper = node.imp, node.imp.onnx.helper
+        planes = node.emit1(T.DimshuffleOp, [node.ssa(0)], pattern=(0, 2, 1, 3, 4))
+        planes = node.reshape(planes, (n * d, c, h, w))
+        full_d = stride[0] * (d - 1) + dilation[0] * (kd - 1) + 1
+        total: SSAValue | None = None
+        for k in range(kd):
+            proto = type(node.proto)()
+            proto.CopyFrom(node.proto)
+            del proto.input[2:]  # the bias is added once, below
+            for i, value in (
+                (0, _new(planes)),
+                (1, tap(k)),
+            ):
+                name = f"<xmge depth tap {k}>{proto.input[i]}"  # no ONNX name starts so
+                imp.values[name] = value
+                proto.input[i] = name
+            proto.name = node.proto.name or node.proto.output[0]  # errors name the ONNX node
+            proto.output[0] = f"<xmge depth tap {k}>{proto.output[0]}"
+            keep = [
+                a
+                for a in proto.attribute
+                if a.name not in ("kernel_shape", "strides", "dilations", "pads", "output_padding")
+            ]
+            del proto.attribute[:]
+            proto.attribute.extend(keep)
+            for key, value in (
+                ("kernel_shape", list(wshape[3:])),
+                ("strides", stride[1:]),
+                ("dilations", dilation[1:]),
+                ("pads", [pads[1], pads[2], pads[4], pads[5]]),
+                ("output_padding", out_pad[1:]),
+            ):
+                proto.attribute.append(onnx_helper.make_attribute(key, value))
+            out = handler(_Node(imp, proto))[0]
+            assert out is not None and out.ssa is not None
+            _, co, oh, ow = _shape(out.ssa.type)
+            y = node.reshape(out.ssa, (n, d, 1, co * oh * ow))
+            if stride[0] > 1:  # zero stuffing: input plane j lands on row j * stride
+                y = node.emit1(T.PaddingOp, [y], front=(0, 0, 0, 0), back=(0, 0, stride[0] - 1, 0), value=0.0)
+            y = node.reshape(y, (n, d * stride[0], co * oh * ow))
+            y = node.subtensor(y, (1,), (0,), (stride[0] * (d - 1) + 1,))
+            front = k * dilation[0]
+            back = full_d - front - (stride[0] * (d - 1) + 1)
+            y = node.emit1(T.PaddingOp, [y], front=(0, front, 0), back=(0, back, 0), value=0.0)
+            total = y if total is None else node.elemwise(E.ADD, total, y)
+        assert total is not None
+        out_d = full_d - pads[0] - pads[3] + out_pad[0]
+        if pads[0] or pads[3] or out_pad[0]:
+            grow = max(out_pad[0] - pads[3], 0)
+            if grow:
+                total = node.emit1(T.PaddingOp, [total], front=(0, 0, 0), back=(0, grow, 0), value=0.0)
+            total = node.subtensor(total, (1,), (pads[0],), (pads[0] + out_d,))
+        y = node.reshape(total, (n, out_d, co, oh, ow))
+        y = node.emit1(T.DimshuffleOp, [y], pattern=(0, 2, 1, 3, 4))
+        if node.has(2):
+            bias = np.asarray(node.const(2, "B"), np.float32).reshape(1, -1, 1, 1, 1)
+            y = node.elemwise(E.ADD, y, node.constant(bias))
+        return [_new(y)]
+
+    return run
+
+
 @handles("ConvTranspose")
+@_depth_taps_3d
 @_lift_1d
 def _conv_transpose(node: _Node) -> list[_Value | None]:
     a = _ConvAttrs.of(node)
@@ -1679,10 +1812,9 @@ def _separate_3d(handler: Handler) -> Handler:
 def _pool(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
     _require_2d(node, len(shape))
-    if len(node.proto.output) > 1 and node.proto.output[1]:
-        raise node.fail("the Indices output is not supported")
-    if node.attr("storage_order", 0):
-        raise node.fail("storage_order=1 is not supported")
+    want_indices = len(node.proto.output) > 1 and bool(node.proto.output[1])
+    if want_indices and any(d != 1 for d in node.attr("dilations", [1, 1])):
+        raise node.fail("the Indices output with dilations is not supported")
     if any(d != 1 for d in node.attr("dilations", [1, 1])):
         return [_new(_dilated_pool(node, shape))]
     kernel = [int(k) for k in node.attr("kernel_shape")]
@@ -1721,7 +1853,47 @@ def _pool(node: _Node) -> list[_Value | None]:
     got = _shape(y.type)[2:]
     if list(got) != out:
         y = node.subtensor(y, (2, 3), (0, 0), out)
+    if want_indices:
+        return [_new(y), _new(_max_pool_indices(node, shape, kernel, stride, begin, out))]
     return [_new(y)]
+
+
+def _max_pool_indices(
+    node: _Node,
+    shape: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    begin: Sequence[int],
+    out: Sequence[int],
+) -> SSAValue:
+    """MaxPool's Indices (flat index into the input of each window's first maximum; the spatial
+    part column-major with ``storage_order=1``),
+    by a scan over the window offsets: each is a strided slice of the -inf padded input, and a
+    strictly greater value takes over its index."""
+    n, c, h, w = shape
+    column_major = bool(node.attr("storage_order", 0))
+    back = [max((out[i] - 1) * stride[i] + kernel[i] - shape[2 + i] - begin[i], 0) for i in range(2)]
+    xp = node.emit1(T.PaddingOp, [node.ssa(0)], front=(0, 0, *begin), back=(0, 0, *back), value=-math.inf)
+    plane = (np.arange(n * c, dtype=np.int64) * h * w).reshape(n, c, 1, 1)
+    oh = np.arange(out[0]).reshape(-1, 1) * stride[0] - begin[0]
+    ow = np.arange(out[1]).reshape(1, -1) * stride[1] - begin[1]
+    best: SSAValue | None = None
+    index: SSAValue | None = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            stops = (i + (out[0] - 1) * stride[0] + 1, j + (out[1] - 1) * stride[1] + 1)
+            v = node.subtensor(xp, (2, 3), (i, j), stops, tuple(stride))
+            spatial = (oh + i) + (ow + j) * h if column_major else (oh + i) * w + (ow + j)
+            flat = node.constant((plane + spatial).astype(np.int32))
+            if best is None or index is None:
+                best, index = v, flat
+                continue
+            took = node.elemwise(E.LT, best, v)
+            took = node.emit1(T.TypeCvtOp, [took], [TensorType(element_type("int32"), _shape(took.type))])
+            index = node.elemwise(E.ADD, index, node.elemwise(E.MUL, took, node.elemwise(E.SUB, flat, index)))
+            best = node.elemwise(E.MAX, best, v)
+    assert index is not None
+    return index
 
 
 @handles("GlobalAveragePool", "GlobalMaxPool")
@@ -2266,9 +2438,15 @@ def _quantize_plain(node: _Node, target: np.dtype) -> SSAValue:
     r = node.elemwise(E.SUB, r, node.elemwise(E.MUL, fix, node.elemwise(E.SIGN, d)))
     if node.has(2):
         r = node.elemwise(E.ADD, r, spread(node.const(2, "y_zero_point")))
-    info = np.iinfo(target)
-    r = node.elemwise(E.CLIP, r, node.scalar(float(info.min), r), node.scalar(float(info.max), r))
-    return node.emit1(T.TypeCvtOp, [r], [TensorType(element_type(target), shape)])
+    if target.name in _LOW_BITS:  # ONNX saturates to the sub-byte range; held widened
+        bits, signed = _LOW_BITS[target.name]
+        low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+        holder = element_type(_WIDENED[target.name])
+    else:
+        info = np.iinfo(target)
+        low, high, holder = int(info.min), int(info.max), element_type(target)
+    r = node.elemwise(E.CLIP, r, node.scalar(float(low), r), node.scalar(float(high), r))
+    return node.emit1(T.TypeCvtOp, [r], [TensorType(holder, shape)])
 
 
 @handles("QuantizeLinear")
@@ -2280,12 +2458,8 @@ def _quantize(node: _Node) -> list[_Value | None]:
         target = np.asarray(node.const(2, "y_zero_point")).dtype
     else:
         target = np.dtype(np.uint8)
-    if (
-        node.value(0).const is None
-        and target.kind in "iu"
-        and target.name in ("int8", "uint8", "int16", "uint16")
-    ):
-        if scale.size > 1 or target.itemsize > 1:
+    if node.value(0).const is None and target.name in ("int8", "uint8", "int16", "uint16", *_LOW_BITS):
+        if scale.size > 1 or target.itemsize > 1 or target.name in _LOW_BITS:
             return [_new(_quantize_plain(node, target))]
     q = _quant_type(node, 1, 2)
     x = node.value(0)

@@ -59,6 +59,41 @@ def _load_inputs(specs: Sequence[str], wanted: list[str]) -> dict[str, np.ndarra
     return feeds
 
 
+def _input_values(specs: Sequence[str] | None) -> dict[str, np.ndarray]:
+    """``--input-value NAME=FILE.npy`` or ``NAME=1,2,3`` (an int64 vector, ONNX's type for shapes,
+    axes and sizes): the value of an ONNX graph input known at compile time."""
+    values: dict[str, np.ndarray] = {}
+    for spec in specs or []:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text:
+            raise ValueError(f"--input-value {spec!r}: expected NAME=FILE.npy or NAME=1,2,3")
+        if text.endswith(".npy"):
+            try:
+                values[name] = np.asarray(np.load(text, allow_pickle=False))
+            except (OSError, ValueError, EOFError) as exc:
+                raise ValueError(f"--input-value {spec}: {text} is not a .npy array file ({exc})") from None
+            continue
+        try:
+            values[name] = np.array([int(v) for v in text.split(",")], np.int64)
+        except ValueError:
+            raise ValueError(
+                f"--input-value {spec!r}: {text!r} is not a comma-separated list of integers"
+            ) from None
+    return values
+
+
+def _model_source(args: argparse.Namespace) -> Any:
+    """The model path, or with ``--input-value`` the ONNX model read with those values bound."""
+    values = _input_values(getattr(args, "input_value", None))
+    if not values:
+        return args.model
+    if not str(args.model).lower().endswith(".onnx"):
+        raise ValueError(f"--input-value applies to ONNX models only, not {args.model}")
+    from backends.onnx.reader import read_onnx
+
+    return read_onnx(args.model, input_values=values)
+
+
 def checksum(arr: np.ndarray) -> str:
     a = np.asarray(arr, dtype=np.float64)
     return f"sum={a.sum():.9g} abs_sum={np.abs(a).sum():.9g}"
@@ -255,11 +290,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from compiler.driver.compile import compile as compile_model
     from compiler.driver.compile import compile_file
 
-    compiled = compile_file(
-        args.model, args.target, args.output, threads=args.threads, graph=args.graph, name=args.name
-    )
+    source = _model_source(args)
+    if source is args.model:
+        compiled = compile_file(
+            args.model, args.target, args.output, threads=args.threads, graph=args.graph, name=args.name
+        )
+    else:  # an ONNX module read with --input-value: named after its file as compile_file would
+        name = args.name or Path(args.model).stem
+        compiled = compile_model(source, args.target, threads=args.threads, graph=args.graph, name=name)
+        compiled.save(args.output)
     print(f"compiled {args.model} for {compiled.target} into {args.output}")
     print(f"  arena {compiled.arena_size} bytes, weights {compiled.weights_size} bytes")
     if compiled.emulated:
@@ -357,7 +401,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from compiler.dump import dump_module
     from compiler.serialization import atomic_write
 
-    module = read_model_file(args.model)
+    source = _model_source(args)
+    module = read_model_file(args.model) if source is args.model else source
     options = {_inference_option(name): True for name in args.enable or []}
     data = dump_module(module, dump_format=args.format, **options)
     atomic_write(args.output, lambda f: f.write(data))
@@ -469,6 +514,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.add_argument(
         "--name", default=None, help="the C symbol prefix and library name (default: the file's)"
     )
+    comp.add_argument(
+        "--input-value",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an ONNX graph input's value known at compile time (shape, axes, sizes): NAME=FILE.npy "
+        "or NAME=1,2,3 (int64); repeatable",
+    )
     comp.set_defaults(handler=cmd_compile)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")
     bench.add_argument("model")
@@ -490,6 +542,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="OPTION",
         help="an optimize_for_inference option, with or without its enable_ prefix (repeatable), e.g. "
         "fuse-conv-bias-nonlinearity, nchw88, io16xc32; --enable-nchw88 works too",
+    )
+    conv.add_argument(
+        "--input-value",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an ONNX graph input's value known at compile time (shape, axes, sizes): NAME=FILE.npy "
+        "or NAME=1,2,3 (int64); repeatable",
     )
     conv.set_defaults(handler=cmd_convert)
     srv = sub.add_parser("serve", help="serve a package or model on Ray Serve with dynamic batching")
