@@ -631,11 +631,13 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
         if func not in (bytearray, set, frozenset, complex, slice, range, object):
             return
         nbytes = 0
-        for arg in args:
+        for i, arg in enumerate(args):
             if isinstance(arg, bool):
                 continue
             if isinstance(arg, int) and func is bytearray:
                 nbytes += max(arg, 0)
+            elif i == 0 and isinstance(arg, bytes | str) and func is bytearray:
+                nbytes += len(arg)  # a copy of data the file carries still counts towards the total
             elif isinstance(arg, range):
                 # a set entry costs ~ 8-byte slot x2 plus an int object; a bytearray entry one byte
                 nbytes += len(arg) * (1 if func is bytearray else 64)
@@ -691,6 +693,9 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             except (SystemError, TypeError, ValueError) as exc:  # numpy can fail without a message
                 why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise _refuse(f"malformed state for a numpy {type(inst).__name__} ({why:.80})") from None
+            if isinstance(inst, np.ndarray):
+                # every array counts towards the whole load's total, not only its own size
+                self._budget.add_tensor(int(inst.nbytes), place=self.place("BUILD ndarray"), what="an array")
             return
         slots = None
         if isinstance(state, tuple) and len(state) == 2:
