@@ -1,0 +1,57 @@
+import io
+import threading
+
+import pytest
+
+from compiler.progress import progress, progress_enabled
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_lines_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XMGE_PROGRESS", raising=False)
+    out = _Tty()
+    with progress("compile", total=4, stream=out) as p:
+        p.stage("lowering")
+        for i in range(4):
+            p.advance(f"kernel k{i}")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[xmge compile] lowering 0/4 (0%)"
+    assert lines[4] == "[xmge compile] lowering 4/4 (100%) kernel k3"
+    assert lines[-1].startswith("[xmge compile] 4/4 (100%) done in ")
+
+
+def test_nothing_when_piped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XMGE_PROGRESS", raising=False)
+    out = io.StringIO()  # not a terminal
+    with progress("fuzz", total=2, stream=out) as p:
+        p.advance()
+    assert out.getvalue() == ""
+
+
+def test_env_and_explicit_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XMGE_PROGRESS", "0")
+    assert not progress_enabled(stream=_Tty())
+    assert progress_enabled(True, stream=_Tty())
+    monkeypatch.setenv("XMGE_PROGRESS", "1")
+    assert progress_enabled(stream=io.StringIO())
+    assert not progress_enabled(False, stream=io.StringIO())
+
+
+def test_thread_safe_counting() -> None:
+    out = io.StringIO()
+    with progress("tune", total=800, enabled=True, stream=out) as p:
+        threads = [threading.Thread(target=lambda: [p.advance() for _ in range(100)]) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert p.done == 800
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 801
+    # Lines never interleave: every line is complete and the counts rise one by one.
+    counts = [int(line.split()[2].split("/")[0]) for line in lines[:-1]]
+    assert counts == list(range(1, 801))
