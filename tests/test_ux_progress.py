@@ -55,3 +55,28 @@ def test_thread_safe_counting() -> None:
     # Lines never interleave: every line is complete and the counts rise one by one.
     counts = [int(line.split()[2].split("/")[0]) for line in lines[:-1]]
     assert counts == list(range(1, 801))
+
+
+def _tiny_compile(progress_flag: bool | None) -> None:
+    import numpy as np
+
+    import compiler as xm
+    import compiler.functional as F
+
+    x = np.ones((1, 4), np.float32)
+    xm.compile(lambda t: F.relu(t), example_inputs=[x], progress=progress_flag)
+
+
+def test_compile_reports_stages_and_can_be_silenced(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XMGE_PROGRESS", "1")
+    _tiny_compile(None)
+    err = capsys.readouterr().err
+    assert "[xmge compile] frontend" in err
+    assert "(100%)" in err and "done in" in err
+    _tiny_compile(False)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("XMGE_PROGRESS", "0")
+    _tiny_compile(None)
+    assert capsys.readouterr().err == ""
