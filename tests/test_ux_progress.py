@@ -1,5 +1,6 @@
 import io
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,26 @@ def test_compile_reports_stages_and_can_be_silenced(
     monkeypatch.setenv("XMGE_PROGRESS", "0")
     _tiny_compile(None)
     assert capsys.readouterr().err == ""
+
+
+def test_xmge_compile_progress_and_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    import compiler as xm
+    import compiler.functional as F
+    from compiler import jit
+    from compiler.driver.cli import main as xmge
+
+    fn = jit.trace(lambda x: F.relu(x) * 2.0, capture_as_const=True)
+    fn(xm.tensor(np.ones((1, 4), np.float32)))
+    fn.dump(str(tmp_path / "m.mge"), arg_names=["data"])
+    monkeypatch.setenv("XMGE_PROGRESS", "1")  # stands in for a terminal
+    assert xmge(["compile", str(tmp_path / "m.mge"), "-o", str(tmp_path / "a")]) == 0
+    captured = capsys.readouterr()
+    assert "[xmge compile]" in captured.err and "compiled" in captured.out
+    assert xmge(["compile", str(tmp_path / "m.mge"), "-o", str(tmp_path / "b"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+    assert (tmp_path / "b").is_dir()

@@ -258,8 +258,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver.compile import compile_file
 
     compiled = compile_file(
-        args.model, args.target, args.output, threads=args.threads, graph=args.graph, name=args.name
+        args.model,
+        args.target,
+        args.output,
+        threads=args.threads,
+        graph=args.graph,
+        name=args.name,
+        progress=False if args.quiet else None,
     )
+    if args.quiet:
+        return 0
     print(f"compiled {args.model} for {compiled.target} into {args.output}")
     print(f"  arena {compiled.arena_size} bytes, weights {compiled.weights_size} bytes")
     if compiled.emulated:
@@ -468,6 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
     comp.add_argument(
         "--name", default=None, help="the C symbol prefix and library name (default: the file's)"
+    )
+    comp.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress lines and no summary (errors still print)"
     )
     comp.set_defaults(handler=cmd_compile)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")

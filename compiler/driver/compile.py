@@ -709,11 +709,18 @@ def modules_for_shapes(
 
 
 def compile_file(
-    path: str, target: str, out_dir: str, *, threads: int = 1, graph: int = 0, name: str | None = None
+    path: str,
+    target: str,
+    out_dir: str,
+    *,
+    threads: int = 1,
+    graph: int = 0,
+    name: str | None = None,
+    progress: bool | None = None,
 ) -> CompiledModel:
     """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX]``: compile a ``.mge``
     file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a package."""
-    compiled = compile(path, target, threads=threads, graph=graph, name=name)
+    compiled = compile(path, target, threads=threads, graph=graph, name=name, progress=progress)
     compiled.save(out_dir)
     return compiled
 
