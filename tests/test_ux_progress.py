@@ -104,3 +104,18 @@ def test_xmge_compile_progress_and_quiet(
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out == ""
     assert (tmp_path / "b").is_dir()
+
+
+def test_hub_help_returns_the_entrys_docstring() -> None:
+    import compiler.hub.mobilenet_v2 as mobilenet
+    import compiler.hub.resnet as resnet
+    import compiler.hub.resnext as resnext
+    import compiler.hub.shufflenet_v2 as shufflenet
+
+    for mod in (resnet, resnext, mobilenet, shufflenet):
+        for name in dir(mod):
+            fn = getattr(mod, name)
+            if callable(fn) and getattr(fn, "__module__", "") == mod.__name__ and name[0].islower():
+                if not name.startswith("_") and fn.__doc__ is None:
+                    raise AssertionError(f"hub entry {mod.__name__}.{name} has no docstring for hub.help()")
+    assert "ResNet-18" in (resnet.resnet18.__doc__ or "")
