@@ -296,14 +296,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.driver.compile import compile_file
 
     source = _model_source(args)
+    progress = False if args.quiet else None
     if source is args.model:
         compiled = compile_file(
-            args.model, args.target, args.output, threads=args.threads, graph=args.graph, name=args.name
+            args.model,
+            args.target,
+            args.output,
+            threads=args.threads,
+            graph=args.graph,
+            name=args.name,
+            progress=progress,
         )
     else:  # an ONNX module read with --input-value: named after its file as compile_file would
         name = args.name or Path(args.model).stem
-        compiled = compile_model(source, args.target, threads=args.threads, graph=args.graph, name=name)
+        compiled = compile_model(
+            source, args.target, threads=args.threads, graph=args.graph, name=name, progress=progress
+        )
         compiled.save(args.output)
+    if args.quiet:
+        return 0
     print(f"compiled {args.model} for {compiled.target} into {args.output}")
     print(f"  arena {compiled.arena_size} bytes, weights {compiled.weights_size} bytes")
     if compiled.emulated:
@@ -520,6 +531,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="an ONNX graph input's value known at compile time (shape, axes, sizes): NAME=FILE.npy "
         "or NAME=1,2,3 (int64); repeatable",
+    )
+    comp.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress lines and no summary (errors still print)"
     )
     comp.set_defaults(handler=cmd_compile)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")

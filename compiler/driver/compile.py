@@ -36,6 +36,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from backends.c.cross import EmulationWarning
 from compiler.driver.targets import Target, host_target, parse_target
+from compiler.progress import ProgressReporter
 from dialects.errors import XmgeError
 from passes.target import Backend
 
@@ -496,6 +497,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     name: str | None = None,
     shapes: Sequence[Any] | None = None,
     batch_sizes: Sequence[int] | None = None,
+    progress: bool | None = None,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
     or ``.onnx`` path, ``.mge`` bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default:
@@ -511,8 +513,12 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     With ``verify``, the reference interpreter runs after every pass and on the generated code (on
     ``example_inputs``, else seeded random inputs), and the first pass that changes the numbers
     beyond its dtype's tolerance raises :class:`compiler.driver.numerics.NumericsMismatch`, whose
-    text names the pass, its options, the worst output and the IR before and after it."""
+    text names the pass, its options, the worst output and the IR before and after it.
+
+    ``progress`` writes stage lines to a terminal's stderr (default: only when stderr is a terminal
+    and ``XMGE_PROGRESS`` is not ``0``; ``False`` turns it off)."""
     from compiler.driver.package import c_identifier, default_name
+    from compiler.progress import progress as progress_reporter
 
     prefix = c_identifier(name) if name is not None else default_name(model)
     if verify:
@@ -520,8 +526,11 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
 
         if shapes is not None or batch_sizes is not None:
             raise CompileError("compile: verify=True checks one input shape; drop shapes= / batch_sizes=")
-        module = to_module(model, example_inputs, graph)
-        report = verify_compile(module, target, example_inputs, threads=threads, name=prefix)
+        with progress_reporter("compile", enabled=progress) as rep:
+            rep.stage("frontend")
+            module = to_module(model, example_inputs, graph)
+            rep.stage("verifying every pass against the reference")
+            report = verify_compile(module, target, example_inputs, threads=threads, name=prefix)
         if not report.ok:
             raise NumericsMismatch(report)
         return report.compiled
@@ -538,6 +547,27 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
             f"for {tgt.arch} yet"
         )
     times: dict[str, float] = {}
+    with progress_reporter("compile", enabled=progress) as rep:
+        return _compile_stages(
+            model, example_inputs, graph, tgt, threads, shapes, batch_sizes, prefix, times, rep
+        )
+
+
+def _compile_stages(
+    model: Any,
+    example_inputs: Sequence[Any] | None,
+    graph: int,
+    tgt: Target,
+    threads: int,
+    shapes: Sequence[Any] | None,
+    batch_sizes: Sequence[int] | None,
+    prefix: str,
+    times: dict[str, float],
+    rep: ProgressReporter,
+) -> CompiledModel:
+    backend = tgt.backend
+    assert backend is not None
+    rep.stage("frontend")
     t0 = time.perf_counter()
     module = to_module(model, example_inputs, graph)
     modules = [module]
@@ -547,11 +577,15 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
         signatures = shape_signatures(_arg_shapes(module), shapes, batch_sizes)
         modules = [modules_for_shapes(model, example_inputs, graph, module, sig) for sig in signatures]
     times["frontend"] = time.perf_counter() - t0
-    stages = [_lower(m, tgt, threads, times) for m in modules]
+    per_module = 1 + (len(kernel_passes(tgt, threads)) if backend.kernels is not None else 0)
+    rep.set_total(per_module * len(modules))
+    stages = [_lower(m, tgt, threads, times, rep) for m in modules]
     return CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
 
 
-def _lower(module: ModuleOp, tgt: Target, threads: int, times: dict[str, float]) -> dict[str, ModuleOp | str]:
+def _lower(
+    module: ModuleOp, tgt: Target, threads: int, times: dict[str, float], rep: ProgressReporter | None = None
+) -> dict[str, ModuleOp | str]:
     """The stages of ``module`` through the inference and (for a code-generating target) kernel passes."""
     stages: dict[str, ModuleOp | str] = {"tensor": module}
     t0 = time.perf_counter()
@@ -565,6 +599,8 @@ def _lower(module: ModuleOp, tgt: Target, threads: int, times: dict[str, float])
         ) from None
     times["inference"] = times.get("inference", 0.0) + time.perf_counter() - t0
     stages["inference"] = current
+    if rep is not None:
+        rep.advance("inference passes")
     if tgt.backend is not None and tgt.backend.kernels is not None:
         ctx = Context()
         current = current.clone()
@@ -574,6 +610,8 @@ def _lower(module: ModuleOp, tgt: Target, threads: int, times: dict[str, float])
             times[p.name] = times.get(p.name, 0.0) + time.perf_counter() - t0
             current.verify()
             stages[p.name] = current.clone()
+            if rep is not None:
+                rep.advance(p.name)
     return stages
 
 
@@ -671,11 +709,18 @@ def modules_for_shapes(
 
 
 def compile_file(
-    path: str, target: str, out_dir: str, *, threads: int = 1, graph: int = 0, name: str | None = None
+    path: str,
+    target: str,
+    out_dir: str,
+    *,
+    threads: int = 1,
+    graph: int = 0,
+    name: str | None = None,
+    progress: bool | None = None,
 ) -> CompiledModel:
     """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX]``: compile a ``.mge``
     file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a package."""
-    compiled = compile(path, target, threads=threads, graph=graph, name=name)
+    compiled = compile(path, target, threads=threads, graph=graph, name=name, progress=progress)
     compiled.save(out_dir)
     return compiled
 

@@ -112,6 +112,7 @@ class MobileNetV2(M.Module):
 
 
 def mobilenet_v2(pretrained: bool = False, **kwargs: Any) -> MobileNetV2:
+    """MobileNetV2 from "MobileNetV2: Inverted Residuals and Linear Bottlenecks" (Sandler et al., 2018)."""
     if pretrained:
         raise NotImplementedError(
             "xmge's hub has no pretrained weights; load a state dict with load_state_dict"

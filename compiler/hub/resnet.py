@@ -206,16 +206,24 @@ def _resnet(block: Block, layers: Sequence[int], pretrained: bool, **kwargs: Any
 
 
 def resnet18(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    """ResNet-18 from "Deep Residual Learning for Image Recognition"
+    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
     return _resnet(*DEPTHS[18], pretrained, **kwargs)
 
 
 def resnet34(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    """ResNet-34 from "Deep Residual Learning for Image Recognition"
+    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
     return _resnet(*DEPTHS[34], pretrained, **kwargs)
 
 
 def resnet50(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    """ResNet-50 from "Deep Residual Learning for Image Recognition"
+    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
     return _resnet(*DEPTHS[50], pretrained, **kwargs)
 
 
 def resnet101(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    """ResNet-101 from "Deep Residual Learning for Image Recognition"
+    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
     return _resnet(*DEPTHS[101], pretrained, **kwargs)

@@ -17,6 +17,8 @@ def resnext50_32x4d(pretrained: bool = False, **kwargs: Any) -> ResNet:
 
 
 def resnext101_32x8d(pretrained: bool = False, **kwargs: Any) -> ResNet:
+    """ResNeXt-101 32x8d from "Aggregated Residual Transformations for Deep Neural Networks"
+    (Xie et al., 2016)."""
     layers = kwargs.pop("layers", [3, 4, 23, 3])
     kwargs.setdefault("groups", 32)
     kwargs.setdefault("width_per_group", 8)

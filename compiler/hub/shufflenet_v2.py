@@ -128,16 +128,20 @@ def _shufflenet(model_size: str, pretrained: bool, **kwargs: Any) -> ShuffleNetV
 
 
 def shufflenet_v2_x0_5(pretrained: bool = False, **kwargs: Any) -> ShuffleNetV2:
+    """ShuffleNetV2 with 0.5x output channels, from "ShuffleNet V2" (Ma et al., 2018)."""
     return _shufflenet("0.5x", pretrained, **kwargs)
 
 
 def shufflenet_v2_x1_0(pretrained: bool = False, **kwargs: Any) -> ShuffleNetV2:
+    """ShuffleNetV2 with 1.0x output channels, from "ShuffleNet V2" (Ma et al., 2018)."""
     return _shufflenet("1.0x", pretrained, **kwargs)
 
 
 def shufflenet_v2_x1_5(pretrained: bool = False, **kwargs: Any) -> ShuffleNetV2:
+    """ShuffleNetV2 with 1.5x output channels, from "ShuffleNet V2" (Ma et al., 2018)."""
     return _shufflenet("1.5x", pretrained, **kwargs)
 
 
 def shufflenet_v2_x2_0(pretrained: bool = False, **kwargs: Any) -> ShuffleNetV2:
+    """ShuffleNetV2 with 2.0x output channels, from "ShuffleNet V2" (Ma et al., 2018)."""
     return _shufflenet("2.0x", pretrained, **kwargs)
