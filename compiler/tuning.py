@@ -82,7 +82,8 @@ class TuningFile:
         try:
             body = json.loads(text)
             if body.get("format") != FORMAT:
-                raise TuningFileError(f"{where}: tuning file format {body.get('format')!r}, expected {FORMAT}")
+                got = body.get("format")
+                raise TuningFileError(f"{where}: tuning file format {got!r}, expected {FORMAT}")
             key = TuningKey(str(body["cpu"]), tuple(str(i) for i in body["isa"]), int(body["threads"]))
             choices = {str(s): str(f) for s, f in body["choices"].items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
