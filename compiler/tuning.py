@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dialects.errors import XmgeError
+from passes.target import Target
 
 FORMAT = 1
 _WRITE_LOCK = threading.Lock()
@@ -114,6 +115,11 @@ class TuningFile:
                 raise
 
 
+def key_for(target: Target, threads: int) -> TuningKey:
+    """This machine's key for code generated for ``target`` on ``threads`` threads."""
+    return TuningKey(cpu_model(), tuple(target.isas), threads)
+
+
 def load_for(path: str | os.PathLike[str], key: TuningKey) -> TuningFile | None:
     """The tuning file at ``path`` if it was made under ``key``; otherwise ``None`` with a one-line
     warning naming the difference (a missing file is ``None`` silently: nothing tuned yet)."""
@@ -128,4 +134,4 @@ def load_for(path: str | os.PathLike[str], key: TuningKey) -> TuningFile | None:
     return tf
 
 
-__all__ = ["TuningFile", "TuningFileError", "TuningKey", "cpu_model", "load_for"]
+__all__ = ["TuningFile", "TuningFileError", "TuningKey", "cpu_model", "key_for", "load_for"]

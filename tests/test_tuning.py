@@ -116,3 +116,18 @@ def test_stale_choice_falls_back_to_priority() -> None:
     LowerToKernelPass(target).apply_for(plain, target)
     LowerToKernelPass(target, choices=((op_signature(fn), "no_such_family"),)).apply_for(stale, target)
     assert str(plain) == str(stale)
+
+
+def test_compile_reads_the_tuning_file(tmp_path: Path) -> None:
+    from compiler.driver.compile import compile as xcompile
+    from compiler.tuning import key_for
+
+    target = host_target()
+    clean = inference_clean(_conv_module(), target)
+    fn, families = next((o, fams) for o in clean.walk() if len(fams := _accepting(target, o)) >= 2)
+    TuningFile(key_for(target, 1), {op_signature(fn): families[-1]}).save(tmp_path / "t.json")
+    x = np.random.default_rng(2).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    plain = xcompile(_conv_module(), target)
+    tuned = xcompile(_conv_module(), target, tuning_file=tmp_path / "t.json")
+    assert f'"{families[-1]}"' in tuned.ir("kernel-select")
+    np.testing.assert_allclose(tuned(x)[0], plain(x)[0], rtol=1e-4, atol=1e-4)

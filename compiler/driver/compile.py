@@ -172,13 +172,15 @@ def compile_passes(target: Target, threads: int) -> list[ModulePass]:
     return [*inference_passes(target), *(kernel_passes(target, threads) if generates_kernels else [])]
 
 
-def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
+def kernel_passes(
+    target: Target, threads: int, choices: tuple[tuple[str, str], ...] = ()
+) -> list[ModulePass]:
     from passes.lowering import FuseEpiloguePass, LowerToKernelPass, PackWeightsPass, PlanMemoryPass
     from passes.lowering.widen import WidenF16Pass
 
     return [
         *([WidenF16Pass(target)] if target.float16 else []),
-        LowerToKernelPass(target),
+        LowerToKernelPass(target, choices=choices),
         FuseEpiloguePass(target),
         PackWeightsPass(target),
         PlanMemoryPass(threads, target),
@@ -496,6 +498,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     name: str | None = None,
     shapes: Sequence[Any] | None = None,
     batch_sizes: Sequence[int] | None = None,
+    tuning_file: str | os.PathLike[str] | None = None,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
     or ``.onnx`` path, ``.mge`` bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default:
@@ -511,7 +514,11 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     With ``verify``, the reference interpreter runs after every pass and on the generated code (on
     ``example_inputs``, else seeded random inputs), and the first pass that changes the numbers
     beyond its dtype's tolerance raises :class:`compiler.driver.numerics.NumericsMismatch`, whose
-    text names the pass, its options, the worst output and the IR before and after it."""
+    text names the pass, its options, the worst output and the IR before and after it.
+
+    ``tuning_file`` (:mod:`compiler.tuning`) names kernel families measured fastest per op on this
+    machine; kernel-select tries them first. A file from another CPU, ISA set or thread count is
+    ignored with a warning; without one, the registry's priorities decide."""
     from compiler.driver.package import c_identifier, default_name
 
     prefix = c_identifier(name) if name is not None else default_name(model)
@@ -547,11 +554,23 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
         signatures = shape_signatures(_arg_shapes(module), shapes, batch_sizes)
         modules = [modules_for_shapes(model, example_inputs, graph, module, sig) for sig in signatures]
     times["frontend"] = time.perf_counter() - t0
-    stages = [_lower(m, tgt, threads, times) for m in modules]
+    choices: tuple[tuple[str, str], ...] = ()
+    if tuning_file is not None:
+        from compiler.tuning import key_for, load_for
+
+        tuned = load_for(tuning_file, key_for(tgt, threads))
+        choices = tuned.as_option() if tuned is not None else ()
+    stages = [_lower(m, tgt, threads, times, choices) for m in modules]
     return CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
 
 
-def _lower(module: ModuleOp, tgt: Target, threads: int, times: dict[str, float]) -> dict[str, ModuleOp | str]:
+def _lower(
+    module: ModuleOp,
+    tgt: Target,
+    threads: int,
+    times: dict[str, float],
+    choices: tuple[tuple[str, str], ...] = (),
+) -> dict[str, ModuleOp | str]:
     """The stages of ``module`` through the inference and (for a code-generating target) kernel passes."""
     stages: dict[str, ModuleOp | str] = {"tensor": module}
     t0 = time.perf_counter()
@@ -568,7 +587,7 @@ def _lower(module: ModuleOp, tgt: Target, threads: int, times: dict[str, float])
     if tgt.backend is not None and tgt.backend.kernels is not None:
         ctx = Context()
         current = current.clone()
-        for p in kernel_passes(tgt, threads):
+        for p in kernel_passes(tgt, threads, choices):
             t0 = time.perf_counter()
             p.apply(ctx, current)
             times[p.name] = times.get(p.name, 0.0) + time.perf_counter() - t0
