@@ -173,13 +173,15 @@ def compile_passes(target: Target, threads: int) -> list[ModulePass]:
     return [*inference_passes(target), *(kernel_passes(target, threads) if generates_kernels else [])]
 
 
-def kernel_passes(target: Target, threads: int) -> list[ModulePass]:
+def kernel_passes(
+    target: Target, threads: int, choices: tuple[tuple[str, str], ...] = ()
+) -> list[ModulePass]:
     from passes.lowering import FuseEpiloguePass, LowerToKernelPass, PackWeightsPass, PlanMemoryPass
     from passes.lowering.widen import WidenF16Pass
 
     return [
         *([WidenF16Pass(target)] if target.float16 else []),
-        LowerToKernelPass(target),
+        LowerToKernelPass(target, choices=choices),
         FuseEpiloguePass(target),
         PackWeightsPass(target),
         PlanMemoryPass(threads, target),
@@ -498,6 +500,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     shapes: Sequence[Any] | None = None,
     batch_sizes: Sequence[int] | None = None,
     progress: bool | None = None,
+    tuning_file: str | os.PathLike[str] | None = None,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
     or ``.onnx`` path, ``.mge`` bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default:
@@ -516,7 +519,11 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     text names the pass, its options, the worst output and the IR before and after it.
 
     ``progress`` writes stage lines to a terminal's stderr (default: only when stderr is a terminal
-    and ``XMGE_PROGRESS`` is not ``0``; ``False`` turns it off)."""
+    and ``XMGE_PROGRESS`` is not ``0``; ``False`` turns it off).
+
+    ``tuning_file`` (:mod:`compiler.tuning`) names kernel families measured fastest per op on this
+    machine; kernel-select tries them first. A file from another CPU, ISA set or thread count is
+    ignored with a warning; without one, the registry's priorities decide."""
     from compiler.driver.package import c_identifier, default_name
     from compiler.progress import progress as progress_reporter
 
@@ -549,7 +556,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     times: dict[str, float] = {}
     with progress_reporter("compile", enabled=progress) as rep:
         return _compile_stages(
-            model, example_inputs, graph, tgt, threads, shapes, batch_sizes, prefix, times, rep
+            model, example_inputs, graph, tgt, threads, shapes, batch_sizes, prefix, times, rep, tuning_file
         )
 
 
@@ -564,6 +571,7 @@ def _compile_stages(
     prefix: str,
     times: dict[str, float],
     rep: ProgressReporter,
+    tuning_file: str | os.PathLike[str] | None = None,
 ) -> CompiledModel:
     backend = tgt.backend
     assert backend is not None
@@ -577,14 +585,25 @@ def _compile_stages(
         signatures = shape_signatures(_arg_shapes(module), shapes, batch_sizes)
         modules = [modules_for_shapes(model, example_inputs, graph, module, sig) for sig in signatures]
     times["frontend"] = time.perf_counter() - t0
+    choices: tuple[tuple[str, str], ...] = ()
+    if tuning_file is not None:
+        from compiler.tuning import key_for, load_for
+
+        tuned = load_for(tuning_file, key_for(tgt, threads))
+        choices = tuned.as_option() if tuned is not None else ()
     per_module = 1 + (len(kernel_passes(tgt, threads)) if backend.kernels is not None else 0)
     rep.set_total(per_module * len(modules))
-    stages = [_lower(m, tgt, threads, times, rep) for m in modules]
+    stages = [_lower(m, tgt, threads, times, rep, choices) for m in modules]
     return CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
 
 
 def _lower(
-    module: ModuleOp, tgt: Target, threads: int, times: dict[str, float], rep: ProgressReporter | None = None
+    module: ModuleOp,
+    tgt: Target,
+    threads: int,
+    times: dict[str, float],
+    rep: ProgressReporter | None = None,
+    choices: tuple[tuple[str, str], ...] = (),
 ) -> dict[str, ModuleOp | str]:
     """The stages of ``module`` through the inference and (for a code-generating target) kernel passes."""
     stages: dict[str, ModuleOp | str] = {"tensor": module}
@@ -604,7 +623,7 @@ def _lower(
     if tgt.backend is not None and tgt.backend.kernels is not None:
         ctx = Context()
         current = current.clone()
-        for p in kernel_passes(tgt, threads):
+        for p in kernel_passes(tgt, threads, choices):
             t0 = time.perf_counter()
             p.apply(ctx, current)
             times[p.name] = times.get(p.name, 0.0) + time.perf_counter() - t0

@@ -160,10 +160,17 @@ class KernelRegistry:
         """The unit of ``family`` on the first of ``isas`` that has one."""
         return next((u for isa in isas if (u := self._units.get((family, isa))) is not None), None)
 
-    def choose(self, op: Operation, isas: Sequence[str]) -> tuple[KernelUnit, Lowered]:
-        """The highest-priority family with a unit on ``isas`` whose rule accepts ``op``."""
+    def choose(
+        self, op: Operation, isas: Sequence[str], prefer: str | None = None
+    ) -> tuple[KernelUnit, Lowered]:
+        """The highest-priority family with a unit on ``isas`` whose rule accepts ``op``; a
+        ``prefer``red family (a tuning result) is tried first, falling back to priority order when
+        it does not accept ``op`` so a stale tuning file can never make an op unlowerable."""
         tried = []
-        for family in self.families(type(op)):
+        order = self.families(type(op))
+        if prefer is not None and prefer in order:
+            order = [prefer, *(f for f in order if f != prefer)]
+        for family in order:
             unit = self.first(family, isas)
             if unit is None:
                 tried.append(f"{family} (no template for ISAs {', '.join(isas)})")

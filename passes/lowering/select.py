@@ -40,6 +40,15 @@ def ensure_def(module: ModuleOp, unit: KernelUnit, params: dict[str, Any]) -> K.
     return d
 
 
+def op_signature(op: Operation) -> str:
+    """The key a tuning file records a choice under: op kind, operand/result types (shapes and
+    dtypes) and attributes, so layers of equal shape share one choice across models."""
+    attrs = ",".join(f"{k}={v}" for k, v in sorted(op.attributes.items()) if k not in ("scope", "name"))
+    ins = ",".join(str(t) for t in op.operand_types)
+    outs = ",".join(str(t) for t in op.result_types)
+    return f"{op.name}({ins})->({outs}){{{attrs}}}"
+
+
 def _weight_from(array: np.ndarray, before: Operation) -> SSAValue:
     w = K.WeightOp.from_numpy(array, element_type(array.dtype))
     Rewriter.insert_op(w, InsertPoint.before(before))
@@ -60,6 +69,8 @@ class LowerToKernelPass(KernelTargetPass):
     """Select a specialised kernel for every mgb op (prioritised kernel units, availability rules)."""
 
     name = "kernel-select"
+    # (op signature, family) pairs from a tuning file (compiler/tuning.py); empty keeps priorities
+    choices: tuple[tuple[str, str], ...] = ()
 
     def apply_for(self, module: ModuleOp, target: Target) -> None:
         from passes.lowering.widen import WidenF16Pass
@@ -86,7 +97,8 @@ class LowerToKernelPass(KernelTargetPass):
             assert isinstance(t, TensorType)
             Rewriter.replace_op(mop, K.ViewOp(mop.operands[0], t))
             return
-        unit, lowered = target.kernels.choose(mop, target.isas)
+        prefer = dict(self.choices).get(op_signature(mop)) if self.choices else None
+        unit, lowered = target.kernels.choose(mop, target.isas, prefer)
         d = ensure_def(module, unit, lowered.params)
         operands = [v if isinstance(v, SSAValue) else _weight_from(v, mop) for v in lowered.operands]
         call = K.CallOp(d.sym, operands, list(mop.result_types))
@@ -96,4 +108,4 @@ class LowerToKernelPass(KernelTargetPass):
         Rewriter.replace_op(mop, call)
 
 
-__all__ = ["LowerToKernelPass", "LoweringError", "TargetError", "ensure_def", "kernel_target"]
+__all__ = ["LowerToKernelPass", "LoweringError", "TargetError", "ensure_def", "kernel_target", "op_signature"]
