@@ -2,15 +2,24 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# pip's build backend warns about editable installs on every install: nothing a user can act on
+PIP := PYTHONWARNINGS=ignore $(PY) -m pip install -q --disable-pip-version-check
+BASE_STAMP := $(VENV)/.base-stamp
 STAMP := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 
 .PHONY: demo test lint bench clean toolchains
 
-$(STAMP): pyproject.toml
+# the package alone (numpy, xdsl, lark): what the demo and a user's model need
+$(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test]"
+	$(PIP) --upgrade pip
+	$(PIP) -e .
+	touch $(BASE_STAMP)
+
+# the test extra: pytest, filecheck, torch (for numeric checks), onnx/onnxruntime, Ray Serve
+$(STAMP): $(BASE_STAMP)
+	$(PIP) -e ".[test]"
 	touch $(STAMP)
 
 # Cross toolchain and emulator for the ARM targets; installed with apt-get when missing. Where
@@ -26,11 +35,12 @@ toolchains:
 	fi
 
 # ONNX Runtime for the demo's comparison; without a network the demo still runs and says so
-$(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[bench]" || echo "warning: could not install onnxruntime/onnx"
+$(BENCH_STAMP): $(BASE_STAMP)
+	$(PIP) -e ".[bench]" || echo "warning: could not install onnxruntime/onnx"
 	touch $(BENCH_STAMP)
 
-demo: $(BENCH_STAMP) toolchains
+# the demo compiles for this machine only: no ARM toolchain, no torch
+demo: $(BENCH_STAMP)
 	$(PY) -m compiler.driver.demo
 
 # -rs: every skip prints its reason (machine-dependent: AVX-512 ids, the ARM toolchain).
