@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -40,6 +41,7 @@ from typing import IO, Any
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, BytesAttr, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Operation
 from xdsl.utils.exceptions import VerifyException
 
 from backends.mge.container import RawGraph, parse_file
@@ -174,10 +176,17 @@ class Network:
         own = _arg_shapes(fn)
         wanted = list(dict.fromkeys([own, *(tuple(tuple(int(d) for d in s) for s in sig) for sig in shapes)]))
         if len(wanted) == 1:
-            compiled = compile(ModuleOp([fn.clone()]), target, threads=threads)
+            compiled = compile(ModuleOp([fn.clone()]), target, threads=threads, tuning_file=_tuning_file())
         else:
             # the file itself, so that each variant's shapes are folded by the reader
-            compiled = compile(self._data, target, threads=threads, graph=self._graph_index, shapes=wanted)
+            compiled = compile(
+                self._data,
+                target,
+                threads=threads,
+                graph=self._graph_index,
+                shapes=wanted,
+                tuning_file=_tuning_file(),
+            )
         for sig in wanted:
             if sig not in self._variants:
                 self._variants[sig] = _Variant(self._reinfer(sig))
@@ -317,6 +326,19 @@ class Network:
             variant.compiled.run(arrays) if variant.compiled is not None else run_function(variant.fn, arrays)
         )
         self._outputs = dict(zip(_names(fn, "output_names"), outs, strict=True))
+
+    def run_observed(self) -> list[tuple[Operation, list[np.ndarray], float]]:
+        """Every operator of the current inputs' run on the reference interpreter, in order: (op, its
+        result values, seconds). A compiled network fuses operators, so per-operator values come from
+        the reference run of the same graph on the same inputs."""
+        from semantics.interpreter import run_function
+
+        fn = self._require()
+        arrays = [self._inputs[n] for n in _names(fn, "input_names") if n in self._inputs]
+        variant = self._variant(tuple(a.shape for a in arrays))
+        seen: list[tuple[Operation, list[np.ndarray], float]] = []
+        run_function(variant.fn, arrays, observe=lambda op, outs, sec: seen.append((op, outs, sec)))
+        return seen
 
     def wait(self) -> None:
         """Lite API compatibility: forward() is synchronous."""
@@ -996,6 +1018,9 @@ class LiteNetwork:
         self._finish_callback: Callable[[dict[LiteIO, LiteTensor]], Any] | None = None
         self._async_callback: Callable[[], Any] | None = None
         self.extra_config = LiteExtraConfig()
+        self._profile_file: str | None = None
+        self._txt_dump: str | None = None
+        self._bin_dump: str | None = None
 
     def __repr__(self) -> str:
         return repr({"config": self.config, "IOs": self.network_io})
@@ -1100,6 +1125,106 @@ class LiteNetwork:
         self._async_callback = async_callback
 
     # -- names and tensors ------------------------------------------------------------------
+    # -- debugging and profiling (megenginelite's names) -------------------------------------------
+    def enable_profile_performance(self, profile_file: str) -> None:
+        """After each forward, write the run's per-operator times to ``profile_file`` (JSON): the
+        generated kernels' times for a compiled network, the reference interpreter's otherwise."""
+        self._profile_file = os.fspath(profile_file)
+
+    def io_txt_dump(self, txt_file: str) -> None:
+        """After each forward, write every operator's outputs (shape, dtype, statistics, first
+        values) to ``txt_file``, in graph order, to find where a computation goes wrong."""
+        self._txt_dump = os.fspath(txt_file)
+
+    def io_bin_dump(self, bin_dir: str) -> None:
+        """After each forward, write every operator's outputs as ``.npy`` files into ``bin_dir``
+        (``<index>_<operator name>_<output>.npy``, in graph order)."""
+        self._bin_dump = os.fspath(bin_dir)
+
+    def get_static_memory_alloc_info(self, log_dir: str = "logs/test") -> None:
+        """Write the compiled network's static memory plan (arena, workspace, weights, and each
+        buffer's bytes and live range) to ``log_dir/static_memory_alloc_info.json``."""
+        network = self._require()
+        compiled = getattr(network, "compiled", None)
+        if not isinstance(network, Network) or compiled is None:
+            raise NetworkError(
+                "get_static_memory_alloc_info needs a compiled .mge network (LiteNetwork(target=...)): "
+                "the reference interpreter and a loaded package have no plan to show"
+            )
+        from dialects.kernel import live_ranges
+        from passes.lowering.plan import shape_bytes
+
+        fn = next(f for f in compiled.final_module().ops if isinstance(f, func.FuncOp))
+        plan = compiled.plan()
+        ops = list(fn.body.block.ops)
+        buffers = [
+            {
+                "value": v.name_hint or f"%{i}",
+                "defined_by": ops[start].name if start >= 0 else "input",
+                "bytes": shape_bytes(v),
+                "live": [start, end],
+            }
+            for i, (v, (start, end)) in enumerate(live_ranges(fn).items())
+        ]
+        info = {
+            "arena_bytes": plan.arena.data if plan is not None else 0,
+            "workspace_bytes": plan.workspace.data if plan is not None else 0,
+            "weights_bytes": plan.weights.data if plan is not None else 0,
+            "threads": plan.threads.data if plan is not None else 1,
+            "buffers": buffers,
+        }
+        os.makedirs(log_dir, exist_ok=True)
+        _write_atomic(os.path.join(log_dir, "static_memory_alloc_info.json"), json.dumps(info, indent=1))
+
+    def _debug_outputs(self, network: Network | PackageNetwork) -> None:
+        if not isinstance(network, Network):
+            raise NetworkError(
+                "per-operator dumps and profiles need a .mge network: a loaded package holds no graph"
+            )
+        seen = network.run_observed()
+        rows = [(k, op, outs, sec) for k, (op, outs, sec) in enumerate(seen)]
+        if self._txt_dump:
+            lines = []
+            for k, op, outs, _ in rows:
+                for j, v in enumerate(outs):
+                    flat = np.asarray(v).ravel()
+                    stats = (
+                        f"min {flat.min():.6g} max {flat.max():.6g} mean {flat.astype(np.float64).mean():.6g}"
+                        if flat.size and flat.dtype.kind in "biuf"
+                        else "empty"
+                    )
+                    head = (
+                        " ".join(f"{x:.6g}" for x in flat[:8].astype(np.float64))
+                        if flat.dtype.kind in "biuf"
+                        else ""
+                    )
+                    lines.append(
+                        f"{k} {op.name} {_op_label(op)} output {j}: shape {list(v.shape)} {v.dtype.name} "
+                        f"{stats} [{head}{' ...' if flat.size > 8 else ''}]"
+                    )
+            _write_atomic(self._txt_dump, "\n".join(lines) + "\n")
+        if self._bin_dump:
+            os.makedirs(self._bin_dump, exist_ok=True)
+            for k, op, outs, _ in rows:
+                for j, v in enumerate(outs):
+                    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in _op_label(op))[:80]
+                    _save_npy_atomic(os.path.join(self._bin_dump, f"{k:04d}_{name}_{j}.npy"), v)
+        if self._profile_file:
+            compiled = network.compiled
+            if compiled is not None and not compiled.emulated:
+                arrays = [network._inputs[n] for n in network.get_all_input_name()]
+                kernels = compiled.backend.profile(compiled, arrays, 1)
+                entries = [{"name": name, "time_ms": ms} for name, ms in kernels]
+                engine = f"generated kernels for {compiled.target}"
+            else:
+                entries = [
+                    {"id": k, "type": op.name, "name": _op_label(op), "time_ms": sec * 1e3}
+                    for k, op, _, sec in rows
+                ]
+                engine = "reference interpreter"
+            doc = {"engine": engine, "total_ms": sum(e["time_ms"] for e in entries), "oprs": entries}
+            _write_atomic(self._profile_file, json.dumps(doc, indent=1))
+
     def get_all_input_name(self) -> list[str]:
         self._require()
         return list(self._inputs)
@@ -1158,6 +1283,8 @@ class LiteNetwork:
                     f"output {name!r} has shape {list(value.shape)}, not the configured {configured.shapes}"
                 )
             tensor._write(value)
+        if self._profile_file or self._txt_dump or self._bin_dump:
+            self._debug_outputs(network)
         if self._finish_callback is not None:
             self._finish_callback({io: t for io, t in self._outputs.values()})
         if self._async_callback is not None:
@@ -1165,6 +1292,31 @@ class LiteNetwork:
 
     def wait(self) -> None:
         """Wait for the forward to finish: it already has, forward() is synchronous."""
+
+
+def _tuning_file() -> str | None:
+    """The tuning file ``LiteGlobal.set_persistent_cache`` named, if it exists yet."""
+    path = LiteGlobal.persistent_cache
+    return path if path is not None and os.path.exists(path) else None
+
+
+def _op_label(op: Operation) -> str:
+    """An operator's name in the model (its ``name`` attribute) or its kind."""
+    name = op.attributes.get("name")
+    return name.data if isinstance(name, StringAttr) else op.name
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _save_npy_atomic(path: str, value: np.ndarray) -> None:
+    tmp = f"{path}.tmp{os.getpid()}.npy"
+    np.save(tmp, value)
+    os.replace(tmp, path)
 
 
 def _nth_name(kind: str, names: list[str], index: int) -> str:
@@ -1177,6 +1329,76 @@ def _lite_layout(t: Any) -> LiteLayout:
     """The Lite layout of a value of tensor type ``t`` (a quantized type: its storage type)."""
     assert isinstance(t, TensorType)
     return LiteLayout(t.get_shape(), np.dtype(numpy_dtype(t.element_type)).str)
+
+
+class LiteGlobal:
+    """Process-wide Lite settings (megenginelite's ``LiteGlobal``). The algo-policy cache MegEngine's
+    fast-run keeps is xmge's tuning file (:mod:`compiler.tuning`): ``set_persistent_cache`` names it
+    and every LiteNetwork compiled afterwards takes its kernel choices from it."""
+
+    persistent_cache: str | None = None
+
+    @staticmethod
+    def get_device_count(device_type: int) -> int:
+        """Devices of ``device_type`` here: the CPUs for LITE_CPU, none of the accelerators (a
+        compiled CUDA model runs through its own runner, not through Lite)."""
+        from compiler.device import get_device_count
+
+        kind = LiteDeviceType(device_type)
+        return get_device_count("cpu") if kind == LiteDeviceType.LITE_CPU else 0
+
+    @staticmethod
+    def try_coalesce_all_free_memory() -> None:
+        """Nothing to coalesce: xmge returns a network's memory when the network goes."""
+
+    @staticmethod
+    def set_persistent_cache(path: str, always_sync: bool = False) -> None:
+        """Use the tuning file ``path`` for the kernel choices of networks compiled from now on."""
+        LiteGlobal.persistent_cache = os.fspath(path)
+
+    @staticmethod
+    def dump_persistent_cache(path: str) -> None:
+        """Copy the tuning file set by :meth:`set_persistent_cache` to ``path`` (atomically)."""
+        source = LiteGlobal.persistent_cache
+        if source is None or not os.path.exists(source):
+            raise NetworkError(
+                "no persistent cache to dump: call LiteGlobal.set_persistent_cache(path) first"
+            )
+        with open(source) as f:
+            _write_atomic(os.fspath(path), f.read())
+
+    @staticmethod
+    def _unsupported(what: str) -> None:
+        raise NetworkError(f"LiteGlobal.{what} is not supported by xmge: {_UNSUPPORTED[what]}")
+
+    @staticmethod
+    def register_decryption_and_key(decryption_name: str, decryption_func: Any, key: Any) -> None:
+        LiteGlobal._unsupported("register_decryption_and_key")
+
+    @staticmethod
+    def update_decryption_key(decryption_name: str, key: Any) -> None:
+        LiteGlobal._unsupported("update_decryption_key")
+
+    @staticmethod
+    def set_loader_lib_path(path: str) -> None:
+        LiteGlobal._unsupported("set_loader_lib_path")
+
+    @staticmethod
+    def set_tensorrt_cache(path: str) -> None:
+        LiteGlobal._unsupported("set_tensorrt_cache")
+
+    @staticmethod
+    def dump_tensorrt_cache() -> None:
+        LiteGlobal._unsupported("dump_tensorrt_cache")
+
+
+_UNSUPPORTED = {
+    "register_decryption_and_key": "models are loaded unencrypted (decrypt the .mge before loading)",
+    "update_decryption_key": "models are loaded unencrypted (decrypt the .mge before loading)",
+    "set_loader_lib_path": "there are no custom operator libraries to load",
+    "set_tensorrt_cache": "there is no TensorRT backend (CUDA is a compile target)",
+    "dump_tensorrt_cache": "there is no TensorRT backend (CUDA is a compile target)",
+}
 
 
 def get_model_io_info(model_path: Source, config: LiteConfig | None = None) -> LiteNetworkIO:
@@ -1197,6 +1419,7 @@ __all__ = [
     "LiteDataType",
     "LiteDeviceType",
     "LiteExtraConfig",
+    "LiteGlobal",
     "LiteIO",
     "LiteIOType",
     "LiteLayout",

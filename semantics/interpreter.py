@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from xdsl.dialects import func
@@ -76,8 +77,15 @@ def check_exact_conversion(value: np.ndarray, want: np.dtype, what: str) -> None
         raise InterpreterError(f"{what} is {want}: the value {bad} ({have}) is outside {limits}")
 
 
-def run_function(fn: func.FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run ``fn`` on numpy inputs; returns its results as numpy arrays."""
+# called after each op with the op, its result values and the seconds its kernel took
+Observer = Callable[[Operation, list[np.ndarray], float], None]
+
+
+def run_function(
+    fn: func.FuncOp, inputs: Sequence[np.ndarray], observe: Observer | None = None
+) -> list[np.ndarray]:
+    """Run ``fn`` on numpy inputs; returns its results as numpy arrays. ``observe`` sees every op's
+    results as they are computed (Lite's per-operator dumps and profile use it)."""
     block = fn.body.block
     if len(inputs) != len(block.args):
         raise InterpreterError(f"@{fn.sym_name.data} takes {len(block.args)} inputs, got {len(inputs)}")
@@ -104,12 +112,15 @@ def run_function(fn: func.FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarr
             raise InterpreterError(f"{op.name}: the reference interpreter has no kernel for this op")
         assert isinstance(op, T.MgbOp)
         specs = result_specs(op)
+        t0 = time.perf_counter()
         try:
             outs = kernel([env[v] for v in op.operands], specs, **op.params())
         except (NotImplementedError, ValueError, TypeError) as exc:
             raise InterpreterError(f"{_describe(op)}: {exc}") from exc
         for r, v, spec in zip(op.results, outs, specs, strict=True):
             env[r] = conform(v, spec.dtype)
+        if observe is not None:
+            observe(op, [env[r] for r in op.results], time.perf_counter() - t0)
     raise InterpreterError(f"@{fn.sym_name.data} has no func.return")
 
 
