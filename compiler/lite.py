@@ -286,13 +286,14 @@ class Network:
             "user_info_bytes": ui.data if isinstance(ui, BytesAttr) else b"",
         }
 
-    def user_info(self) -> Any:
-        """The ``user_info`` object stored by ``trace.dump``. Unpickling runs code from the file:
-        only call this for files you trust."""
-        import pickle
+    def user_info(self, *, trusted: bool = False) -> Any:
+        """The ``user_info`` object stored by ``trace.dump``, rebuilt by xmge's safe unpickler (data
+        only: anything else is an ``UnsafePickleError`` before it runs); ``trusted=True`` unpickles
+        without restriction, for files you would run as code."""
+        from compiler.serialization import loads
 
         raw = self.metadata["user_info_bytes"]
-        return pickle.loads(raw) if raw else None
+        return loads(raw, trusted=trusted) if raw else None
 
     # -- running --------------------------------------------------------------------------------
     def set_input(self, name: str, value: Any) -> None:

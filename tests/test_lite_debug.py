@@ -92,3 +92,43 @@ def test_lite_global(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         LiteGlobal.set_tensorrt_cache("x")
     with pytest.raises(NetworkError, match="unencrypted"):
         LiteGlobal.register_decryption_and_key("aes", None, b"k")
+
+
+class _Payload:
+    """Pickles as a call of os.system: what a hostile user_info would hold."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.system, ("echo hacked",))
+
+
+def _dump_with_user_info(path: Any, user_info: Any) -> None:
+    import compiler as xm
+    import compiler.functional as F
+    from compiler import jit
+
+    @jit.trace(symbolic=True, capture_as_const=True)
+    def f(x: Any) -> Any:
+        return F.relu(x) * 2
+
+    f(xm.tensor(np.zeros((1, 3), np.float32)))
+    f.dump(str(path), arg_names=["data"], user_info=user_info)
+
+
+def test_inspect_decodes_user_info_without_running_code(
+    tmp_path: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from compiler.driver.cli import main
+    from compiler.lite import Network
+    from compiler.serialization import UnsafePickleError
+
+    good, bad = tmp_path / "good.mge", tmp_path / "bad.mge"
+    _dump_with_user_info(good, {"author": "xmge", "version": [1, 2]})
+    _dump_with_user_info(bad, _Payload())
+    assert main(["inspect", str(good)]) == 0
+    assert "user_info={'author': 'xmge', 'version': [1, 2]}" in capfd.readouterr().out
+    assert main(["inspect", str(bad)]) == 0
+    out = capfd.readouterr().out
+    assert "not decoded" in out and "hacked" not in out
+    assert Network(str(good)).user_info() == {"author": "xmge", "version": [1, 2]}
+    with pytest.raises(UnsafePickleError):
+        Network(str(bad)).user_info()

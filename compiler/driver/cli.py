@@ -217,6 +217,20 @@ def _option_names(word: int) -> str:
     return f" ({', '.join(on)})" if on else ""
 
 
+def _user_info_text(raw: bytes) -> str:
+    """``trace.dump``'s user_info as the safe unpickler rebuilds it (data only, never code from
+    the file), or its size and why it was not decoded."""
+    if not raw:
+        return "-"
+    from compiler.serialization import loads
+
+    try:
+        text = repr(loads(raw))
+    except XmgeError as exc:
+        return f"({len(raw)} bytes, not decoded: {str(exc).splitlines()[0]})"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from backends.mge.container import parse_file
     from backends.mge.reader import read_mge
@@ -241,7 +255,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(
             f"  metadata: is_valid={md.is_valid} graph_modified={md.graph_modified} "
             f"optimize_options={md.optimize_options}{_option_names(md.optimize_options)} "
-            f"user_info={md.user_info.hex() or '-'} ({len(md.user_info)} bytes)"
+            f"user_info={_user_info_text(md.user_info)}"
         )
         shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         if gi < len(funcs):
