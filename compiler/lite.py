@@ -1308,16 +1308,15 @@ def _op_label(op: Operation) -> str:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from compiler.serialization import atomic_write
+
+    atomic_write(path, lambda f: f.write(text), "w")
 
 
 def _save_npy_atomic(path: str, value: np.ndarray) -> None:
-    tmp = f"{path}.tmp{os.getpid()}.npy"
-    np.save(tmp, value)
-    os.replace(tmp, path)
+    from compiler.serialization import atomic_write
+
+    atomic_write(path, lambda f: np.save(f, value))
 
 
 def _nth_name(kind: str, names: list[str], index: int) -> str:

@@ -245,6 +245,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"note: xmge cannot run this file: {exc}")
     funcs = list(module.ops) if module is not None else []
     print(f"{args.model}: {len(data)} bytes, {len(graphs)} graph(s)")
+    if args.graph:
+        if module is None:
+            raise XmgeError(f"{args.model}: no graph to draw (xmge cannot read it)")
+        from compiler.driver.pictures import graph_svg
+        from compiler.serialization import atomic_write
+
+        svg = graph_svg(module)
+        atomic_write(args.graph, lambda f: f.write(svg), "w")
+        print(f"graph drawn to {args.graph}")
     for gi, g in enumerate(graphs):
         md = g.metadata
         print(
@@ -366,6 +375,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("  per kernel (ms per run, share):")
         for name, ms in rows[:15]:
             print(f"    {ms:8.3f} {100 * ms / total:5.1f}%  {name}")
+        if args.chrome_trace:
+            from compiler.driver.pictures import chrome_trace
+            from compiler.serialization import atomic_write
+
+            trace = chrome_trace(rows)
+            atomic_write(args.chrome_trace, lambda f: f.write(trace), "w")
+            print(f"  Chrome trace written to {args.chrome_trace} (open it in https://ui.perfetto.dev)")
+    elif args.chrome_trace:
+        raise XmgeError("--chrome-trace needs --profile")
     return 0
 
 
@@ -527,6 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.set_defaults(handler=cmd_run)
     insp = sub.add_parser("inspect", help="list a .mge file's operators, params, shapes and metadata")
     insp.add_argument("model")
+    insp.add_argument("--graph", metavar="OUT.svg", help="also draw the operator graph as SVG")
     insp.set_defaults(handler=cmd_inspect)
     comp = sub.add_parser("compile", help="compile a .mge model to C kernels, a library and a runner")
     comp.add_argument("model")
@@ -559,6 +578,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--iters", "--iter", type=int, default=20, help="timed runs (default 20)")
     bench.add_argument("--warmup-iter", type=int, default=3, help="untimed runs first (default 3)")
     bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
+    bench.add_argument(
+        "--chrome-trace",
+        metavar="OUT.json",
+        help="with --profile: the kernel times as a Chrome trace (Perfetto)",
+    )
     bench.set_defaults(handler=cmd_bench)
     conv = sub.add_parser("convert", help="convert an ONNX model (or rewrite a .mge) to a MegEngine .mge")
     conv.add_argument("model")

@@ -1,0 +1,76 @@
+"""Pictures of models: ``xmge inspect --graph`` draws every operator of a ResNet-18 (parsed back
+from the SVG), ``xmge bench --profile --chrome-trace`` writes a trace Perfetto opens (parsed back:
+one complete event per profiled kernel)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import numpy as np
+import pytest
+
+from backends.mge.reader import read_mge
+from compiler.driver.cli import main
+from compiler.driver.targets import host_target, runs_here
+from tests.conftest import data_path
+
+SVG = "{http://www.w3.org/2000/svg}"
+CONVNET = data_path("convnet", "plain.mge")
+
+
+@pytest.fixture(scope="module")
+def resnet18_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    import compiler as xm
+    from compiler import jit
+    from compiler.hub.resnet import resnet18
+
+    net = resnet18()
+    net.eval()
+
+    @jit.trace(symbolic=True, capture_as_const=True)
+    def f(x: Any) -> Any:
+        return net(x)
+
+    f(xm.tensor(np.zeros((1, 3, 64, 64), np.float32)))
+    path = tmp_path_factory.mktemp("pictures") / "resnet18.mge"
+    f.dump(str(path), arg_names=["data"])
+    return str(path)
+
+
+def test_graph_svg_draws_every_operator_of_a_resnet18(resnet18_file: str, tmp_path: Any) -> None:
+    out = tmp_path / "g.svg"
+    assert main(["inspect", resnet18_file, "--graph", str(out)]) == 0
+    root = ET.parse(out).getroot()
+    titles = [g.find(f"{SVG}title").text for g in root.iter(f"{SVG}g") if g.get("class") == "op"]
+    module = read_mge(open(resnet18_file, "rb").read())
+    want = [op.name for op in module.walk() if op.name.startswith("mgb.") and op.name != "mgb.const"]
+    assert [t.split()[0] for t in titles] == want
+    kinds = [g.get("class") for g in root.iter(f"{SVG}g")]
+    assert kinds.count("input") == 1 and kinds.count("output") == 1
+    assert len(list(root.iter(f"{SVG}line"))) >= len(want) - 1  # every op but the first reads another
+    assert any("mgb.convolution" in t for t in titles)
+
+
+def test_graph_needs_a_readable_file(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "x.mge"
+    bad.write_bytes(b"not a model")
+    assert main(["inspect", str(bad), "--graph", str(tmp_path / "g.svg")]) == 1
+    assert not (tmp_path / "g.svg").exists()
+
+
+@pytest.mark.skipif(not runs_here(host_target()), reason="this CPU runs no generated x86 code")
+def test_chrome_trace_has_every_profiled_kernel(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "trace.json"
+    assert main(["bench", CONVNET, "--iters", "3", "--profile", "--chrome-trace", str(out)]) == 0
+    printed = capsys.readouterr().out
+    events = json.loads(out.read_text())["traceEvents"]
+    assert events and all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
+    assert all(events[k]["ts"] <= events[k + 1]["ts"] for k in range(len(events) - 1))
+    assert events[0]["name"] in printed  # the slowest kernel is printed and traced
+
+
+def test_chrome_trace_needs_profile(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", CONVNET, "--iters", "1", "--chrome-trace", str(tmp_path / "t.json")]) == 1
+    assert "--chrome-trace needs --profile" in capsys.readouterr().err
