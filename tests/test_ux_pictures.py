@@ -74,3 +74,39 @@ def test_chrome_trace_has_every_profiled_kernel(tmp_path: Any, capsys: pytest.Ca
 def test_chrome_trace_needs_profile(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", CONVNET, "--iters", "1", "--chrome-trace", str(tmp_path / "t.json")]) == 1
     assert "--chrome-trace needs --profile" in capsys.readouterr().err
+
+
+def _netron_kind(data: bytes) -> str:
+    """How Netron (source/megengine.js, ModelFactory.match) classifies a file: an optional 12-byte
+    ``mgbtest0`` header, a uint32 size prefix equal to the rest of the file and the flatbuffer
+    identifier ``mgv2`` make it a MegEngine FBS v2 model it opens; the v1 tags it names but refuses."""
+    pos = 12 if data[:8] == b"mgbtest0" else 0
+    if len(data) > pos + 12:
+        size = int.from_bytes(data[pos : pos + 4], "little")
+        if (pos > 0 or size == len(data) - pos - 4) and data[pos + 8 : pos + 12] == b"mgv2":
+            return "megengine.mge"
+    return next(
+        (f"megengine.{t}" for t in ("mgb0001", "mgb0000a", "MGBS", "MGBC") if data.startswith(t.encode())), ""
+    )
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"enable_nchw88": True}, {"enable_fuse_conv_bias_nonlinearity": True}]
+)
+def test_netron_opens_xmge_dumps_as_it_opens_megengines(tmp_path: Any, options: dict[str, bool]) -> None:
+    import compiler as xm
+    from compiler import jit
+    from compiler.hub.convnet import ConvNet
+
+    assert _netron_kind(open(CONVNET, "rb").read()) == "megengine.mge"  # written by MegEngine 1.13
+    net = ConvNet()
+    net.eval()
+
+    @jit.trace(symbolic=True, capture_as_const=True)
+    def f(x: Any) -> Any:
+        return net(x)
+
+    f(xm.tensor(np.zeros((1, 1, 28, 28), np.float32)))
+    path = tmp_path / "convnet.mge"
+    f.dump(str(path), arg_names=["data"], **options)
+    assert _netron_kind(path.read_bytes()) == "megengine.mge"
