@@ -67,6 +67,8 @@ BNParamDim = _make("BNParamDim", "DIM_11HW DIM_1CHW DIM_1C11 DIM_111C")
 BNFwdMode = _make("BNFwdMode", "TRAINING INFERENCE")
 PaddingMode = _make("PaddingMode", "REPLICATE REFLECT CONSTANT")
 AxisMethod = _make("AxisMethod", "ADD_1 REMOVE")
+ArgsortOrder = _make("ArgsortOrder", "ASCENDING DESCENDING")
+TopKMode = _make("TopKMode", "KTH_ONLY VALUE_IDX_NOSORT VALUE_IDX_SORTED")
 # WarpPerspectiveV1's InterpolationMode, which Resize's ``imode`` uses
 InterpolationMode = _make("InterpolationMode", "NEAREST LINEAR AREA CUBIC LANCZOS4")
 
@@ -86,6 +88,8 @@ def from_number(enum: type[StrEnum], value: int) -> StrEnum:
 
 ALL_ENUMS: tuple[type[StrEnum], ...] = (
     ElemwiseMode,
+    ArgsortOrder,
+    TopKMode,
     ElemwiseMultiTypeMode,
     ConvMode,
     ConvSparse,

@@ -65,6 +65,8 @@ ENUM_SOURCES: dict[Any, dict[str, int]] = {
     E.PaddingMode: mge_enum("Padding.PaddingMode"),
     E.AxisMethod: MGE["axis_desc_method"],
     E.InterpolationMode: mge_enum("WarpPerspectiveV1.InterpolationMode"),
+    E.ArgsortOrder: mge_enum("Argsort.Order"),
+    E.TopKMode: mge_enum("TopK.Mode"),
 }
 
 # The xmge enum the writer fills each enum-valued param field from (backends/mge/writer.py).
@@ -97,6 +99,8 @@ FIELD_ENUMS: dict[tuple[str, str], Any] = {
     ("Resize", "imode"): E.InterpolationMode,
     ("Resize", "format"): E.Format,
     ("GroupNorm", "format"): E.Format,
+    ("Argsort", "order"): E.ArgsortOrder,
+    ("TopK", "mode"): E.TopKMode,
 }
 
 # param tables MegEngine writes by hand in mgb_cpp_opr.fbs / schema.fbs, not from a pdef

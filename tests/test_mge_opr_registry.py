@@ -60,8 +60,8 @@ def test_refused_operator_error_gives_the_reason() -> None:
         data = bytearray(f.read())
     tid = struct.pack("<Q", h_short("Elemwise"))
     j = data.find(tid)
-    data[j : j + 8] = struct.pack("<Q", h_short("TopK"))
+    data[j : j + 8] = struct.pack("<Q", h_short("Rotate"))
     with pytest.raises(
-        MgeUnsupportedError, match="TopK is not supported by xmge: not produced by the model zoo"
+        MgeUnsupportedError, match="Rotate is not supported by xmge: not produced by the model zoo"
     ):
         read_mge(bytes(data))

@@ -230,13 +230,13 @@ REFUSED: dict[str, str] = {
     **{name: _DYNAMIC for name in "CondTake NonZero".split()},
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
     **{name: _NICHE for name in (
-        "AffineInt Argsort BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
+        "AffineInt BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
         "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
-        "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose TopK "
+        "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose "
         "WarpAffineV2 WarpPerspectiveV2 Where"
     ).split()},
 }

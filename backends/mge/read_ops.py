@@ -532,10 +532,12 @@ def read_topk(ctx: ReadContext, op: RawOpr) -> None:
     x = input_var(ctx, op, 0)
     (k,) = int_values(op, input_var(ctx, op, 1), "k")[:1] or [0]
     mode = int(op.param("TopK")["mode"])
-    if mode not in (0, 1, 2):
-        raise fail(op, f"param.TopK.mode = {mode} is not KTH_ONLY, VALUE_IDX_NOSORT or VALUE_IDX_SORTED")
+    modes = list(enums.TopKMode)
+    if not 0 <= mode < len(modes):
+        raise fail(op, f"param.TopK.mode = {mode} is not one of {', '.join(m.name for m in modes)}")
     values = emit_values(ctx, op, T.TopKOp, [x], k=k, mode=mode)
-    for i, var in enumerate(values[: 1 if mode == 0 else 2]):
+    kth_only = modes[mode] == enums.TopKMode.KTH_ONLY  # type: ignore[attr-defined]
+    for i, var in enumerate(values[: 1 if kth_only else 2]):
         define(ctx, op, i, var)
 
 
