@@ -2,8 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# pip's build backend warns about editable installs on every install: nothing a user can act on
-PIP := PYTHONWARNINGS=ignore $(PY) -m pip install -q --disable-pip-version-check
+# pip's build backend warns about editable installs on every install, and pip about index locations
+# of this machine's configuration: nothing a user can act on (errors still print)
+PIP := PYTHONWARNINGS=ignore $(PY) -m pip install -qq --disable-pip-version-check
 BASE_STAMP := $(VENV)/.base-stamp
 STAMP := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
