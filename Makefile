@@ -13,10 +13,11 @@ BENCH_STAMP := $(VENV)/.bench-stamp
 
 # the package alone (numpy, xdsl, lark): what the demo and a user's model need
 $(BASE_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) --upgrade pip
-	$(PIP) -e .
-	touch $(BASE_STAMP)
+	@echo "setting up $(VENV) (the package: numpy, xdsl, lark, flatbuffers)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) --upgrade pip
+	@$(PIP) -e .
+	@touch $(BASE_STAMP)
 
 # the test extra: pytest, filecheck, torch (for numeric checks), onnx/onnxruntime, Ray Serve
 $(STAMP): $(BASE_STAMP)
@@ -37,12 +38,13 @@ toolchains:
 
 # ONNX Runtime for the demo's comparison; without a network the demo still runs and says so
 $(BENCH_STAMP): $(BASE_STAMP)
-	$(PIP) -e ".[bench]" || echo "warning: could not install onnxruntime/onnx"
-	touch $(BENCH_STAMP)
+	@echo "installing ONNX Runtime for the comparison"
+	@$(PIP) -e ".[bench]" || echo "warning: could not install onnxruntime/onnx"
+	@touch $(BENCH_STAMP)
 
 # the demo compiles for this machine only: no ARM toolchain, no torch
 demo: $(BENCH_STAMP)
-	$(PY) -m compiler.driver.demo
+	@$(PY) -m compiler.driver.demo
 
 # -rs: every skip prints its reason (machine-dependent: AVX-512 ids, the ARM toolchain).
 # -n auto: one pytest worker per core (most of the time is gcc on generated code); --dist loadfile
