@@ -25,7 +25,7 @@ def test_rows_are_unique_and_complete() -> None:
         if row.regname is not None:
             assert oprs.BY_V2_ID[(h_short(row.regname), 1)] is row
             assert oprs.BY_V2_ID[row.v2_id(2)[1:]] is row  # what the writer writes, the reader finds
-    assert all(h_full(n) in oprs.KNOWN_NAMES for n in ("TopK", "Where"))
+    assert all(h_full(n) in oprs.KNOWN_NAMES for n in ("Rotate", "Where"))
 
 
 def test_every_ir_op_has_at_most_one_row() -> None:
