@@ -880,8 +880,10 @@ class _Tape:
             if gx is None or i not in self.tracked:
                 continue
             if tuple(gx.shape) != tuple(x.shape):
-                raise GradError(f"{e.function or e.op_cls.name}: gradient shape {gx.shape} differs from "
-                                f"input shape {x.shape}")
+                raise GradError(
+                    f"{e.function or e.op_cls.name}: gradient shape {gx.shape} differs from "
+                    f"input shape {x.shape}"
+                )
             prev = grads.get(i)
             grads[i] = gx if prev is None else prev + gx
 
@@ -903,15 +905,7 @@ class _Tape:
                     raise GradError(f"{e.op_cls.name} is not differentiable: {why} (op applied at {e.where})")
                 raise GradError(f"{e.op_cls.name} has no gradient rule (op applied at {e.where})")
             in_grads = rule(e.inputs, e.outputs, out_grads, e.params)
-            for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):
-                if gx is None or i not in self.tracked:
-                    continue
-                if gx.shape != x.shape:
-                    raise GradError(
-                        f"{e.op_cls.name}: gradient shape {gx.shape} differs from input shape {x.shape}"
-                    )
-                prev = grads.get(i)
-                grads[i] = gx if prev is None else prev + gx
+            self._accumulate(grads, e, in_grads)
         return grads
 
 
@@ -1105,7 +1099,6 @@ class GradManager:
                 gt = cb(t, gt)
             t.grad = gt if t.grad is None else Tensor._from_array(t.grad._data + gt._data)
 
-
     def _accumulate_recorded(self, tape: _Tape, seeds: dict[int, Tensor], inner: list[_Tape]) -> None:
         for rec in inner:
             pop_recorder(rec)
@@ -1171,9 +1164,7 @@ def _split_tapes(tape: _Tape) -> tuple[list[_Tape], list[_Tape]]:
 # (second-order gradients). Ops without one fall back to their numpy rule (a constant to the outer
 # manager: its gradient through them is not second-order).
 
-TensorRule = Callable[
-    [Sequence[Tensor], Sequence[Tensor], Tensor, dict[str, Any]], Sequence[Tensor | None]
-]
+TensorRule = Callable[[Sequence[Tensor], Sequence[Tensor], Tensor, dict[str, Any]], Sequence[Tensor | None]]
 TENSOR_BACKWARD: dict[type[T.MgbOp], TensorRule] = {}
 ElemwiseTensorRule = Callable[[Sequence[Tensor], Tensor, Tensor], Sequence[Tensor | None]]
 ELEMWISE_TENSOR_BACKWARD: dict[Any, ElemwiseTensorRule] = {}
@@ -1267,21 +1258,15 @@ def _backward_recorded(self: _Tape, seeds: dict[int, Tensor]) -> dict[int, Tenso
             np_rule = BACKWARD.get(e.op_cls)
             if np_rule is None:
                 why = e.op_cls.NO_GRADIENT
-                raise GradError(f"{e.op_cls.name} is not differentiable: {why or 'no gradient rule'} "
-                                f"(op applied at {e.where})")
+                raise GradError(
+                    f"{e.op_cls.name} is not differentiable: {why or 'no gradient rule'} "
+                    f"(op applied at {e.where})"
+                )
             arrays = np_rule(
                 e.inputs, e.outputs, [None if g is None else g._data for g in out_grads], e.params
             )
             in_grads = [None if a is None else Tensor._from_array(np.array(a)) for a in arrays]
-        for i, x, gx in zip(e.input_ids, e.inputs, in_grads, strict=True):
-            if gx is None or i not in self.tracked:
-                continue
-            if gx.shape != x.shape:
-                raise GradError(
-                    f"{e.op_cls.name}: gradient shape {gx.shape} differs from input shape {x.shape}"
-                )
-            prev = grads.get(i)
-            grads[i] = gx if prev is None else prev + gx
+        self._accumulate(grads, e, in_grads)
     return grads
 
 
