@@ -7,6 +7,7 @@ the inflated scanlines, one bar per kernel call)."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import zlib
@@ -68,6 +69,16 @@ def read_png(data: bytes) -> np.ndarray:
             cur[i] = (line[i] + pred) & 0xFF
         out[y], prev = cur, cur
     return out.reshape(height, width, 3).astype(np.uint8)
+
+
+def c_literal_bytes(body: str) -> bytes:
+    """The bytes a C string literal's body means; any unescaped quote is an error (it ends the
+    literal early)."""
+    assert re.fullmatch(r'(?:[^"\\]|\\[0-7]{1,3}|\\["\\?])*', body), body
+    out = bytearray()
+    for plain, octal, simple in re.findall(r"([^\\])|\\([0-7]{1,3})|\\(.)", body):
+        out += plain.encode() if plain else bytes([int(octal, 8)]) if octal else simple.encode()
+    return bytes(out)
 
 
 def bars(pixels: np.ndarray) -> list[int]:
@@ -219,3 +230,28 @@ def test_resnet18_profile_names_every_layer_in_the_trace_and_the_chart(
     assert {"fc.MatrixMul", "layer1.0.RELU[0]", "layer4.0.downsample.0.Convolution"} <= set(named)
     assert len(bars(read_png(png.read_bytes()))) == len(events)
     assert "layer4.1.RELU[1]" in capsys.readouterr().out
+
+
+@needs_x86
+def test_hostile_input_and_output_names_cannot_change_the_generated_c() -> None:
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ArrayAttr, StringAttr
+
+    from compiler.driver.compile import compile as compile_model
+
+    module = read_mge(open(CONVNET, "rb").read())
+    fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    evil_in, evil_out = 'da"ta", 0}}; int evil = 1; /* \\\n', "out??/\u00e9"
+    fn.attributes["input_names"] = ArrayAttr([StringAttr(evil_in)])
+    fn.attributes["output_names"] = ArrayAttr([StringAttr(evil_out)])
+    compiled = compile_model(module, host_target(), progress=False)  # was a gcc syntax error
+    x = np.load(data_path("convnet", "inputs.npz"))["data"]
+    np.testing.assert_allclose(compiled(x)[0], compile_model(CONVNET, "ref")(x)[0], rtol=1e-4, atol=1e-5)
+    source, _ = compiled.backend.emit(compiled.target, compiled.final_module())
+    lines = source.splitlines()
+    for table, name in (("xm_inputs_v0", evil_in), ("xm_outputs_v0", evil_out)):
+        at = lines.index(f"static const xm_tensor_info {table}[] = {{")
+        # one row, the name one literal whose escapes decode to exactly the name's bytes
+        assert lines[at + 2 : at + 4] == ["  {0}", "};"]
+        literal = lines[at + 1].removeprefix("  {").split(', "float32"')[0]
+        assert literal[0] == literal[-1] == '"' and c_literal_bytes(literal[1:-1]) == name.encode()

@@ -231,8 +231,9 @@ class CEmitter:
                 if len(shape) > 8:
                     raise EmitError(f"{labels[i]} has {len(shape)} dimensions: the runtime takes up to 8")
                 dims = ", ".join(map(str, shape + [0] * (8 - len(shape))))
+                # a name comes from the model file: escaped, it cannot end the literal
                 lines.append(
-                    f'  {{"{labels[i]}", "{dtype_name(t.element_type)}", {len(shape)}, {{{dims}}}, '
+                    f'  {{{c_string(labels[i])}, "{dtype_name(t.element_type)}", {len(shape)}, {{{dims}}}, '
                     f"{K.nbytes(t)}}},"
                 )
             return [f"static const xm_tensor_info {name}[] = {{", *lines, "  {0}", "};"]
