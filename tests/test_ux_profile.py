@@ -218,13 +218,18 @@ def test_resnet18_profile_names_every_layer_in_the_trace_and_the_chart(
     ]
     assert main(argv) == 0
     events = json.loads(trace.read_text())["traceEvents"]
-    op_names = {
-        o.attributes["name"].data  # type: ignore[attr-defined]
-        for o in read_mge(model.read_bytes()).walk()
-        if o.name.startswith("mgb.") and "name" in o.attributes
-    }
+    ops = [
+        o for o in read_mge(model.read_bytes()).walk() if o.name.startswith("mgb.") and "name" in o.attributes
+    ]
+    op_names = {o.attributes["name"].data for o in ops}  # type: ignore[attr-defined]
     named = [e["name"] for e in events if not e["name"].startswith("(")]
     assert set(named) <= op_names  # every kernel call but lowering's relayouts is a model operator
+    heavy = [
+        o.attributes["name"].data
+        for o in ops
+        if o.name in ("mgb.convolution", "mgb.conv_bias", "mgb.matrix_mul")
+    ]  # type: ignore[attr-defined]
+    assert len(heavy) == 21 and set(heavy) <= set(named)  # every convolution and the classifier is traced
     convs = [e for e in events if e["args"]["family"].startswith("conv2d")]
     assert len(convs) == 20 and all(not e["name"].startswith("(") for e in convs)
     assert {"fc.MatrixMul", "layer1.0.RELU[0]", "layer4.0.downsample.0.Convolution"} <= set(named)
