@@ -7,6 +7,7 @@
     xmge-opt net.mlir --load-plugin my_passes.py -p my-pass # an ad-hoc plugin (file or module)
     xmge-opt net.mge -p PIPELINE --verify-numerics [--input NAME=FILE.npy] [--dump-failing-ir DIR]
                                                             # which pass changed the numbers
+    xmge-opt net.mge -p PIPELINE --graph out.svg            # the IR after the passes as a picture
 
 Passes come from xDSL (``canonicalize``, ``cse``, ``dce``, ...), from xmge (``passes.registry``),
 from installed packages (entry-point group ``xmge.passes``) and from ``--load-plugin``. Errors a user
@@ -118,6 +119,12 @@ class XmgeOptMain(xDSLOptMain):
             help="list every kernel unit: backend, family, ISA, priority (higher is tried first), file, ops",
         )
         arg_parser.add_argument(
+            "--graph",
+            metavar="OUT.svg",
+            help="also draw the IR after the passes as an operator graph (SVG): tensor ops, or kernel "
+            "calls with the chosen kernel (fused epilogues in its name) and the model's operator name",
+        )
+        arg_parser.add_argument(
             "--print-weights",
             action="store_true",
             help="print #mgb.weight data in full instead of eliding it",
@@ -162,6 +169,12 @@ class XmgeOptMain(xDSLOptMain):
             verify_for_cli(prog, self.pipeline.passes, self.args, ctx=self.ctx, out=log)
         else:
             super().apply_passes(prog)
+        if self.args.graph:
+            from compiler.driver.pictures import graph_svg
+            from compiler.serialization import atomic_write
+
+            svg = graph_svg(prog)
+            atomic_write(self.args.graph, lambda f: f.write(svg), "w")
 
     def register_all_targets(self) -> None:
         super().register_all_targets()

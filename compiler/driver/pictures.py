@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from compiler.driver.raster import Canvas, text_width
+from dialects import kernel as K
 from dialects.dtypes import dtype_name
 from passes.target import KernelTime
 
@@ -37,8 +39,29 @@ def _type_text(v: SSAValue) -> str:
     return f"{shape} {dt}{layout}"
 
 
+def _kernel_choice(call: K.CallOp) -> str:
+    """``conv2d_gemm/avx2 +bias+res+relu``: the kernel family and ISA a call runs, with the epilogue
+    fused into it."""
+    try:
+        d = call.definition()
+    except VerifyException:  # a call outside a module (no symbol table): its symbol says it all
+        return call.callee.string_value()
+    params = d.param_values()
+    fused = "".join(f"+{label}" for key, label in (("bias", "bias"), ("residual", "res")) if params.get(key))
+    act = params.get("act")
+    fused += f"+{act}" if isinstance(act, str) and act not in ("", "none", "identity") else ""
+    return f"{d.family.data}/{d.isa.data}" + (f" {fused}" if fused else "")
+
+
 def _label(op: Operation) -> tuple[str, str]:
-    name = op.attributes.get("name")
+    """(the box's first line, its second): the op and its kind, or for a kernel call the chosen
+    kernel; then the model's name of the operator and the result's type."""
+    name = op.attributes.get("name") or op.attributes.get("scope")
+    if isinstance(op, K.CallOp):
+        detail = name.data if isinstance(name, StringAttr) else ""
+        if op.results:
+            detail = (detail + " : " if detail else "") + _type_text(op.results[0])
+        return _kernel_choice(op), detail
     title = op.name
     for key in ("callee", "family", "mode"):
         attr = op.attributes.get(key) or op.properties.get(key)
@@ -53,7 +76,8 @@ def _label(op: Operation) -> tuple[str, str]:
 
 def graph_svg(module: ModuleOp, entry: int = 0) -> str:
     """The operator graph of the ``entry``-th function of ``module`` as an SVG document; every
-    operator except constants is one ``<g class="op">`` whose ``<title>`` is its IR name; inputs and
+    operator except constants is one ``<g class="op">`` whose ``<title>`` is its IR name (a kernel
+    call's: ``kernel.call @symbol``, its box the kernel family, ISA and fused epilogue); inputs and
     the outputs are ``<g class="input">`` / ``<g class="output">``."""
     fn = [op for op in module.ops if isinstance(op, func.FuncOp)][entry]
     ops = [op for op in fn.body.block.ops if op.name not in ("mgb.const", "kernel.weight")]
@@ -95,21 +119,23 @@ def graph_svg(module: ModuleOp, entry: int = 0) -> str:
     for item, _ in placed:
         x, y = pos[id(item)]
         if isinstance(item, func.ReturnOp):
-            title, detail, cls, fill = (
-                "output",
-                ", ".join(_type_text(v) for v in item.operands),
-                "output",
-                "#fce8e6",
-            )
+            shown = title = "output"
+            detail, cls, fill = ", ".join(_type_text(v) for v in item.operands), "output", "#fce8e6"
+        elif isinstance(item, K.CallOp):
+            shown, detail = _label(item)
+            title = f"kernel.call @{item.callee.string_value()}"
+            cls, fill = "op", "#fef7e0"
         elif isinstance(item, Operation):
             title, detail = _label(item)
+            shown = title
             cls, fill = "op", "#e8f0fe"
         else:
-            title, detail, cls, fill = "input", _type_text(item), "input", "#e6f4ea"
+            shown = title = "input"
+            detail, cls, fill = _type_text(item), "input", "#e6f4ea"
         out.append(
             f'<g class="{cls}"><title>{html.escape(title)}</title>'
             f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{fill}" stroke="#446"/>'
-            f'<text x="{x + 6}" y="{y + 18}">{html.escape(title[:34])}</text>'
+            f'<text x="{x + 6}" y="{y + 18}">{html.escape(shown[:34])}</text>'
             f'<text x="{x + 6}" y="{y + 36}" fill="#555">{html.escape(detail[:36])}</text></g>'
         )
     out.append("</svg>")
