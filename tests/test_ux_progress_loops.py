@@ -81,3 +81,24 @@ def test_fuzz_mge_workers_report_progress(
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[xmge fuzz]")]
     assert sum(report.counts.values()) == 3
     assert lines[-2] == f"[xmge fuzz] 3/3 (100%) {report.line()}" and "done in" in lines[-1]
+
+
+def _tiny_verified_compile(flag: bool | None) -> None:
+    import numpy as np
+
+    import compiler as xm
+    import compiler.functional as F
+
+    xm.compile(lambda t: F.relu(t) * 2.0, "ref", [np.ones((1, 4), np.float32)], verify=True, progress=flag)
+
+
+def test_compile_verify_reports_each_pass(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("XMGE_PROGRESS", raising=False)
+    _tiny_verified_compile(True)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[xmge verify]")]
+    assert len(lines) >= 2 and "done in" in lines[-1]
+    assert lines[-2].startswith("[xmge verify] ") and "(100%)" in lines[-2]
+    _tiny_verified_compile(False)
+    assert capsys.readouterr().err == ""

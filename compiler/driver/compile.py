@@ -537,7 +537,9 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
             rep.stage("frontend")
             module = to_module(model, example_inputs, graph)
             rep.stage("verifying every pass against the reference")
-            report = verify_compile(module, target, example_inputs, threads=threads, name=prefix)
+            report = verify_compile(
+                module, target, example_inputs, threads=threads, name=prefix, progress=progress
+            )
         if not report.ok:
             raise NumericsMismatch(report)
         return report.compiled
