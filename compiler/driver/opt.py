@@ -33,6 +33,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from compiler.driver.numerics import add_verify_arguments, verify_for_cli
 from dialects.errors import XmgeError
+from dialects.kernel import Kernel
 from dialects.layout import LayoutDialect
 from dialects.tensor import Mgb
 from dialects.weights import full_weights
@@ -75,6 +76,9 @@ class XmgeOptMain(xDSLOptMain):
         origins[Mgb.name] = "xmge (dialects.tensor)"
         self.ctx.register_dialect(LayoutDialect.name, lambda: LayoutDialect)
         origins[LayoutDialect.name] = "xmge (dialects.layout)"
+        # the kernel dialect too: a package's kernel.mlir reads back (and draws with --graph)
+        self.ctx.register_dialect(Kernel.name, lambda: Kernel)
+        origins[Kernel.name] = "xmge (dialects.kernel)"
         for ep in importlib.metadata.entry_points(group=DIALECT_ENTRY_POINT_GROUP):
             if ep.name in origins:
                 raise PluginError(
