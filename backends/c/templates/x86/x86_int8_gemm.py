@@ -58,6 +58,13 @@ from backends.c.templates.x86.x86_int8 import (
     _requant_operands,
     island_lut_index,
 )
+from backends.c.templates.x86.x86_int8_chgemm import (
+    CHANNEL_SUPPORT,
+    channel_mode,
+    channel_plane,
+    pack_channels,
+    render_channels,
+)
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
 
@@ -287,6 +294,7 @@ class Conv2dQ8Gemm(Template):
     priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
     gemm: GemmIsa
     pointwise_mode = False  # small-K 1x1 convolutions by _render_pointwise (AVX-512 only)
+    channel_lanes = False  # x86_int8_chgemm's mode where it costs less (AVX512-VNNI only)
 
     def match(self, op: Operation) -> Lowered | None:
         got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
@@ -313,6 +321,12 @@ class Conv2dQ8Gemm(Template):
         pixels = p["oh"] * geo["wq"]
         nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"], isa)
         lanes = isa.width.lanes
+        chosen = channel_mode(p, geo, nv, mr, lanes) if self.channel_lanes else None
+        if chosen is not None:
+            cnv, cmr = chosen
+            p.update(geo, mode="channels", nv=cnv, mr=cmr)
+            p["plane"] = channel_plane(p, geo, cmr, lanes)
+            return Lowered(p, [operands[0], operands[1], *biases])
         ppad = -(-pixels // (lanes * nv)) * lanes * nv
         # a plane holds every dword a tile may read: ppad + the farthest tap's offset, in vectors
         plane = -(-(ppad + (geo["hq"] - p["oh"]) * geo["wq"] + geo["wq"]) // lanes) * lanes
@@ -320,7 +334,8 @@ class Conv2dQ8Gemm(Template):
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return f"{self.gemm.prefix}_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
+        mode = "ch" if p.get("mode") == "channels" else ""
+        return f"{self.gemm.prefix}{mode}_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
         if p.get("mode") == "pointwise":
@@ -331,6 +346,8 @@ class Conv2dQ8Gemm(Template):
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
+        if p.get("mode") == "channels":
+            return pack_channels(array, p), f"vnni_channels_nv{p['nv']}"
         g, mr, c4 = p["groups"], p["mr"], p["c4"]
         ocg, icg, taps = p["oc"] // g, p["ic"] // g, p["fh"] * p["fw"]
         ocb = -(-ocg // mr)
@@ -374,6 +391,17 @@ class Conv2dQ8Gemm(Template):
         }}
         if (i == {lines - 1}) memset(dst + {length * 4}, {isa.pad_byte}, {(plane - hq * wq) * 4});
       }}{isa.pack_epilogue(p)}"""
+
+    def _tap_offsets(self, p: dict[str, Any]) -> list[int]:
+        """The byte offset of each tap's dwords from a tile's first pixel in its channel quadruple."""
+        fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
+        rows, cols, plane, wq = p["row_phases"], p["col_phases"], p["plane"], p["wq"]
+        return [
+            ((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane + (r * dh // sh) * wq
+             + s * dw // sw) * 4
+            for r in range(fh)
+            for s in range(fw)
+        ]  # fmt: skip
 
     def _store_code(self, p: dict[str, Any]) -> str:
         """The tile's epilogue: requantize each accumulator (``acc``, MR x NV vectors) and store the
@@ -461,6 +489,8 @@ static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const i
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         if p.get("mode") == "pointwise":
             return self._render_pointwise(sym, p)
+        if p.get("mode") == "channels":
+            return render_channels(sym, p, self._pack_code(p), self._tap_offsets(p))
         n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
         fh, fw, sh, sw, dh, dw, g = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "groups"))
         nv, mr, ppad, wq, c4, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c4", "plane"))
@@ -480,13 +510,7 @@ static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const i
             else f"const int p0 = t / {ocb} * {lanes * nv}, o0 = t % {ocb} * {mr};"
         )
         otype = _out_ctype(p["out"])
-        # the byte offset of each tap's dwords from a tile's first pixel in its channel quadruple
-        offsets = [
-            ((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane + (r * dh // sh) * wq
-             + s * dw // sw) * 4
-            for r in range(fh)
-            for s in range(fw)
-        ]  # fmt: skip
+        offsets = self._tap_offsets(p)
         kernels = "".join(self._tile_code(sym, p, offsets, kernel) for kernel in isa.kernels)
         weights = f"wpk + ((long)g * {ocb} + o0 / {mr}) * {c4 * taps * mr}"
         work = n * oc * p["oh"] * p["ow"] * (ic // g) * taps
@@ -632,9 +656,10 @@ class Conv2dQ8Vnni(Conv2dQ8Gemm):
     isa = ISA
     gemm = VNNI
     pointwise_mode = True
+    channel_lanes = True
 
     def support(self, em: CEmitter) -> str:
-        return REQUANT_C + SUPPORT + GEMM_SUPPORT
+        return REQUANT_C + SUPPORT + GEMM_SUPPORT + CHANNEL_SUPPORT
 
 
 class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
