@@ -92,9 +92,12 @@ def channel_tile(ow: int, ocg: int, steps: int) -> tuple[int, int, float]:
     return best[1], best[2], best[0]
 
 
-def channel_mode(p: dict[str, Any], geo: dict[str, Any], nv: int, mr: int, lanes: int) -> tuple[int, int] | None:
+def channel_mode(
+    p: dict[str, Any], geo: dict[str, Any], nv: int, mr: int, lanes: int, force: bool = False
+) -> tuple[int, int] | None:
     """(NV, MR) of the channel-lane tile where it costs less than the pixel-lane tile (``nv`` x
-    ``mr``) of the general mode, else None. Both estimates count one dot-product step a cycle."""
+    ``mr``) of the general mode (or ``force``: :func:`channel_over_pointwise`), else None. Both
+    estimates count one dot-product step a cycle."""
     if p["out"] != "q8":
         return None
     ocg, steps = p["oc"] // p["groups"], geo["c4"] * p["fh"] * p["fw"]
@@ -102,9 +105,28 @@ def channel_mode(p: dict[str, Any], geo: dict[str, Any], nv: int, mr: int, lanes
     pixels = p["oh"] * geo["wq"]
     ptiles = -(-pixels // (lanes * nv)) * -(-ocg // mr)
     pixel_cycles = ptiles * (steps * max(nv * mr, 4) + PIXEL_TILE_CYCLES + PIXEL_VECTOR_CYCLES * nv * mr)
-    if row_cycles * p["oh"] >= pixel_cycles:
+    if row_cycles * p["oh"] >= pixel_cycles and not force:
         return None
     return cnv, cmr
+
+
+# where the channel-lane mode takes a convolution that x86_int8_gemm's pointwise mode serves: that
+# mode pads the pixels to blocks of 64 (a 7x7 plane: 64 for 49, 14x14: 256 for 196). Kernel
+# thread-CPU medians, pointwise -> channel-lane mode (ms, AVX512-VNNI, no AMX): 160 -> 960 at 7x7
+# 0.046 -> 0.039; 960 -> 160 at 7x7 0.046 -> 0.037; 320 -> 1280 at 7x7 0.128 -> 0.101; at 14x14,
+# 576 -> 96 0.061 -> 0.055, 256 -> 1024 0.304 -> 0.258, 192 -> 64 0.017 -> 0.018, 96 -> 576
+# 0.068 -> 0.071; at 56x56, 256 -> 64 0.254 -> 0.306, 24 -> 144 0.067 -> 0.106
+CHANNEL_OVER_POINTWISE_PIXELS = 64  # always at most this many output pixels
+CHANNEL_OVER_POINTWISE_C4 = (256, 48)  # up to that many pixels, from that many channel quadruples
+
+
+def channel_over_pointwise(p: dict[str, Any], geo: dict[str, Any]) -> bool:
+    """Whether a convolution the pointwise mode serves takes the channel-lane mode instead (the
+    measured rule above)."""
+    if p["out"] != "q8":
+        return False
+    pixels, (most, c4) = p["oh"] * p["ow"], CHANNEL_OVER_POINTWISE_C4
+    return pixels <= CHANNEL_OVER_POINTWISE_PIXELS or (pixels <= most and geo["c4"] >= c4)
 
 
 def pack_channels(array: np.ndarray, p: dict[str, Any]) -> np.ndarray:
@@ -138,7 +160,9 @@ def _tile_code(sym: str, p: dict[str, Any], offsets: list[int]) -> str:
         for i, row in enumerate(acc)
         for v, name in enumerate(row)
     )
-    loads = " ".join(f"const __m512i w{v} = _mm512_loadu_si512((const void*)(wk + {64 * v}));" for v in range(nv))
+    loads = " ".join(
+        f"const __m512i w{v} = _mm512_loadu_si512((const void*)(wk + {64 * v}));" for v in range(nv)
+    )
     rows = " ".join(
         f"{{ const __m512i a = _mm512_set1_epi32(xm_q8_dword(bk + {4 * i}));"
         + "".join(f" XM_DPBUSD({acc[i][v]}, a, w{v});" for v in range(nv))
@@ -209,7 +233,9 @@ def _store_code(p: dict[str, Any]) -> str:
                 f" fov = _mm512_maskz_loadu_ps({mask}, afc + {oc} + o); (void)fov;"
             )
             if not p["affine"][1]:
-                decls.append("const __mmask16 affm = _mm512_cmp_ps_mask(fav, _mm512_setzero_ps(), _CMP_NEQ_UQ);")
+                decls.append(
+                    "const __mmask16 affm = _mm512_cmp_ps_mask(fav, _mm512_setzero_ps(), _CMP_NEQ_UQ);"
+                )
         if _has_fbias(p):
             decls.append(f"const __m512 fbv = _mm512_maskz_loadu_ps({mask}, fbias + o);")
         results = " ".join(
@@ -299,7 +325,8 @@ static void {sym}({_kernel_args(p)}) {{
         const int oy = pt / {rowb}, ox0 = pt % {rowb} * {mr}, o0 = ob * {width};
         const __mmask16 pm = xm_q8_lanes({ow} - ox0 < {mr} ? {ow} - ox0 : {mr});
         int32_t acc[{mr * nv * 16}] __attribute__((aligned(64)));
-        {sym}_ctile(planes + (long)(oy * {wq} + ox0) * 4, wpk + ((long)g * {ocb} + ob) * {c4 * taps * width * 4}, acc);
+        {sym}_ctile(planes + (long)(oy * {wq} + ox0) * 4,
+                    wpk + ((long)g * {ocb} + ob) * {c4 * taps * width * 4}, acc);
         {_store_code(p)}
       }}
     }}
@@ -312,6 +339,7 @@ __all__ = [
     "CHANNEL_SUPPORT",
     "ChannelLanes",
     "channel_mode",
+    "channel_over_pointwise",
     "channel_plane",
     "channel_tile",
     "pack_channels",

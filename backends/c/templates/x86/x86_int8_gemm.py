@@ -61,6 +61,7 @@ from backends.c.templates.x86.x86_int8 import (
 from backends.c.templates.x86.x86_int8_chgemm import (
     CHANNEL_SUPPORT,
     channel_mode,
+    channel_over_pointwise,
     channel_plane,
     pack_channels,
     render_channels,
@@ -313,7 +314,9 @@ class Conv2dQ8Gemm(Template):
         if biases is None:
             return None
         geo = _geometry(p)
-        if self.pointwise_mode and _pointwise(p, geo):
+        pointwise = self.pointwise_mode and _pointwise(p, geo)
+        over = pointwise and self.channel_lanes and channel_over_pointwise(p, geo)
+        if pointwise and not over:
             rolled = geo["c4"] > POINTWISE_UNROLLED_C4
             mr = pointwise_rows(p["oc"], POINTWISE_ROLLED_MR if rolled else POINTWISE_MAX_MR)
             p.update(geo, mode="pointwise", nv=POINTWISE_NV, mr=mr, pixels=p["oh"] * p["ow"])
@@ -321,7 +324,7 @@ class Conv2dQ8Gemm(Template):
         pixels = p["oh"] * geo["wq"]
         nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"], isa)
         lanes = isa.width.lanes
-        chosen = channel_mode(p, geo, nv, mr, lanes) if self.channel_lanes else None
+        chosen = channel_mode(p, geo, nv, mr, lanes, force=over) if self.channel_lanes else None
         if chosen is not None:
             cnv, cmr = chosen
             p.update(geo, mode="channels", nv=cnv, mr=cmr)
