@@ -47,6 +47,15 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _pointwise_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These small planes would take x86_int8_chgemm's channel-lane mode (its own tests); here they
+    exercise the pointwise mode."""
+    from backends.c.templates.x86 import x86_int8_gemm
+
+    monkeypatch.setattr(x86_int8_gemm, "channel_over_pointwise", lambda p, geo: False)
+
+
 def _weights(rng: np.random.Generator, oc: int, ic: int) -> Tensor:
     """int8 1x1 weights in [-40, 40] of scale 1/64."""
     sw = 1 / 64
