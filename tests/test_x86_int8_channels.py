@@ -37,7 +37,11 @@ CASES = [
     ((1, 96, 5, 6), 68, 3, 1, 1, 1, 2, "relu", 0.03),  # 2 groups of 34 channels
     ((2, 96, 7, 7), 50, 1, 1, 0, 1, 1, "identity", None),  # 1x1 on 49 pixels (not the pointwise mode)
     ((1, 40, 4, 10), 64, 1, 1, 0, 1, 1, "relu", 0.1),  # 1x1, 40 pixels, an island
+    # the window form (few input channels: input rows, four columns a step)
+    ((1, 3, 45, 43), 40, 7, 2, 3, 1, 1, "relu", None),  # a first layer, 23x22 outputs, ragged
+    ((2, 2, 11, 13), 20, 5, 1, 2, 1, 1, "identity", 0.05),  # 2 channels, 5 columns: 2 quads a row
 ]
+WINDOW_CASES = 2
 
 
 def _model(rng: np.random.Generator) -> Callable[..., tuple[Tensor, ...]]:
@@ -76,6 +80,10 @@ def _channel_kernels(source: str) -> int:
     return source.count("_ctile(const uint8_t")
 
 
+def _window_kernels(source: str) -> int:
+    return source.count("{ memset(dst, 0x80, ")
+
+
 def _exact(compiled: object, inputs: list[np.ndarray]) -> None:
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[attr-defined]
     for i, (g, w) in enumerate(zip(compiled.run(inputs), want, strict=True)):  # type: ignore[attr-defined]
@@ -93,6 +101,7 @@ def test_channel_mode_byte_exact(target: str, exact_channels: bool, monkeypatch:
     fn, inputs = _model(rng), _inputs(rng)
     one = compile_fn(fn, inputs, target)
     assert _channel_kernels(one.source) == len(CASES), "a case left the channel-lane mode"
+    assert _window_kernels(one.source) == WINDOW_CASES
     source = one.source
     assert "xm_qaffine16(" in source and "xm_qhswish16(" in source  # affine and post-processed
     if exact_channels:

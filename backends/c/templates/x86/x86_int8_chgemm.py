@@ -101,7 +101,7 @@ def channel_mode(
     if p["out"] != "q8":
         return None
     ocg, steps = p["oc"] // p["groups"], geo["c4"] * p["fh"] * p["fw"]
-    cnv, cmr, row_cycles = channel_tile(p["ow"], ocg, steps)
+    cnv, cmr, row_cycles = channel_tile(p["ow"], ocg, window_steps(p) or steps)
     pixels = p["oh"] * geo["wq"]
     ptiles = -(-pixels // (lanes * nv)) * -(-ocg // mr)
     pixel_cycles = ptiles * (steps * max(nv * mr, 4) + PIXEL_TILE_CYCLES + PIXEL_VECTOR_CYCLES * nv * mr)
@@ -129,8 +129,70 @@ def channel_over_pointwise(p: dict[str, Any], geo: dict[str, Any]) -> bool:
     return pixels <= CHANNEL_OVER_POINTWISE_PIXELS or (pixels <= most and geo["c4"] >= c4)
 
 
+def window_steps(p: dict[str, Any]) -> int | None:
+    """The dot-product steps of the window form (see :func:`window_geometry`) where it takes fewer
+    than the channel quadruples' (a first layer: 3 channels of a 7x7 filter are 42 steps, not 49),
+    else None."""
+    if p["groups"] != 1 or p["dw"] != 1:
+        return None
+    steps = p["ic"] * p["fh"] * -(-p["fw"] // 4)
+    return steps if steps < -(-p["ic"] // 4) * p["fh"] * p["fw"] else None
+
+
+def window_geometry(p: dict[str, Any], mr: int) -> dict[str, int]:
+    """The window form of the channel-lane mode, for convolutions of few input channels: a step's dword
+    is four consecutive columns of one channel's input row (filter row ``r``, columns ``4j .. 4j + 3``
+    of the filter: zero weights past its width), so the activations are the input itself, ``x + 128``,
+    padded (``[C][HP][WP]`` bytes, padding 128), and pixel ``i`` of a tile reads ``sw`` bytes after
+    pixel ``i - 1``. Returns the padded rows and row length (every column a row's last tile reads)."""
+    hp = max(p["ih"] + 2 * p["ph"], (p["oh"] - 1) * p["sh"] + (p["fh"] - 1) * p["dh"] + 1)
+    last = (-(-p["ow"] // mr) * mr - 1) * p["sw"] + 4 * -(-p["fw"] // 4)
+    wp = -(-max(p["iw"] + 2 * p["pw"], last) // 64) * 64
+    return {"hp": hp, "wp": wp}
+
+
+def window_offsets(p: dict[str, Any]) -> list[int]:
+    """Each step's byte offset from a pixel's first byte: (channel, filter row, column quad)."""
+    hp, wp = p["hp"], p["wp"]
+    return [
+        (c * hp + r * p["dh"]) * wp + 4 * j
+        for c in range(p["ic"])
+        for r in range(p["fh"])
+        for j in range(-(-p["fw"] // 4))
+    ]
+
+
+def window_pack_code(p: dict[str, Any]) -> str:
+    """The parallel loop copying one image's input rows as ``x + 128`` into the padded rows."""
+    ic, ih, iw, ph, pw, hp, wp = (p[k] for k in ("ic", "ih", "iw", "ph", "pw", "hp", "wp"))
+    return f"""
+      #pragma omp for schedule(static)
+      for (int item = 0; item < {ic * hp}; ++item) {{
+        uint8_t* dst = planes + (long)item * {wp};
+        const int iy = item % {hp} - {ph};
+        if ((unsigned)iy >= {ih}u) {{ memset(dst, 0x80, {wp}); continue; }}
+        const int8_t* src = xg + ((long)(item / {hp}) * {ih} + iy) * {iw};
+        memset(dst, 0x80, {wp});
+        for (int c0 = 0; c0 < {iw}; c0 += 64) {{
+          const __mmask64 m = xm_q8_lanes64({iw} - c0);
+          const __m512i v = _mm512_maskz_loadu_epi8(m, src + c0);
+          _mm512_mask_storeu_epi8(dst + {pw} + c0, m, _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)));
+        }}
+      }}"""
+
+
 def pack_channels(array: np.ndarray, p: dict[str, Any]) -> np.ndarray:
-    """The filter as ``[G][OC/16NV][IC/4][tap][16NV][4]`` int8 (zero past the channels)."""
+    """The filter as ``[G][OC/16NV][IC/4][tap][16NV][4]`` int8 (zero past the channels), or in the
+    window form ``[OC/16NV][IC][FH][FW/4][16NV][4]`` (zero past the filter's width)."""
+    if p.get("window"):
+        nv, oc, ic, fh, fw = p["nv"], p["oc"], p["ic"], p["fh"], p["fw"]
+        width, quads = 16 * nv, -(-fw // 4)
+        ocb = -(-oc // width)
+        w = np.asarray(array).view(np.int8).reshape(oc, ic, fh, fw)
+        full = np.zeros((ocb * width, ic, fh, quads * 4), np.int8)
+        full[:oc, :, :, :fw] = w
+        packed = full.reshape(ocb, width, ic, fh, quads, 4).transpose(0, 2, 3, 4, 1, 5)
+        return np.ascontiguousarray(packed)
     g, nv, c4 = p["groups"], p["nv"], p["c4"]
     ocg, icg, taps = p["oc"] // g, p["ic"] // g, p["fh"] * p["fw"]
     width = 16 * nv
@@ -150,9 +212,13 @@ def channel_plane(p: dict[str, Any], geo: dict[str, Any], mr: int, lanes: int) -
 
 def _tile_code(sym: str, p: dict[str, Any], offsets: list[int]) -> str:
     """The micro-kernel: MR x NV accumulators (pixel ``i``, channel vector ``v``) over every channel
-    quadruple and tap, spilled to ``acc`` as ``[MR][NV][16]``."""
+    quadruple and tap (the window form: every step of ``offsets``), spilled to ``acc`` as
+    ``[MR][NV][16]``."""
     nv, mr, c4, plane = (p[k] for k in ("nv", "mr", "c4", "plane"))
     nph = len(p["row_phases"]) * len(p["col_phases"])
+    stride = 4  # bytes from one pixel's dword to the next's: the planes' dwords
+    if p.get("window"):  # one pass over every (channel, filter row, column quad) step
+        c4, nph, plane, stride = 1, 1, 0, p["sw"]
     acc = [[f"c{i}_{v}" for v in range(nv)] for i in range(mr)]
     decl = " ".join(f"__m512i {a} = _mm512_setzero_si512();" for row in acc for a in row)
     spill = " ".join(
@@ -164,7 +230,7 @@ def _tile_code(sym: str, p: dict[str, Any], offsets: list[int]) -> str:
         f"const __m512i w{v} = _mm512_loadu_si512((const void*)(wk + {64 * v}));" for v in range(nv)
     )
     rows = " ".join(
-        f"{{ const __m512i a = _mm512_set1_epi32(xm_q8_dword(bk + {4 * i}));"
+        f"{{ const __m512i a = _mm512_set1_epi32(xm_q8_dword(bk + {stride * i}));"
         + "".join(f" XM_DPBUSD({acc[i][v]}, a, w{v});" for v in range(nv))
         + " }"
         for i in range(mr)
@@ -291,6 +357,11 @@ def render_channels(sym: str, p: dict[str, Any], pack_code: str, offsets: list[i
     n, ic, oc, oh, ow = (p[k] for k in ("n", "ic", "oc", "oh", "ow"))
     g, nv, mr, wq, c4 = (p[k] for k in ("groups", "nv", "mr", "wq", "c4"))
     taps = p["fh"] * p["fw"]
+    if p.get("window"):  # one pass over the window steps; a tile starts at its first pixel's byte
+        c4, taps = 1, len(offsets)
+        base = f"(long)oy * {p['sh'] * p['wp']} + ox0 * {p['sw']}"
+    else:
+        base = f"(long)(oy * {wq} + ox0) * 4"
     ocg = oc // g
     width = 16 * nv
     ocb = -(-ocg // width)
@@ -300,7 +371,7 @@ def render_channels(sym: str, p: dict[str, Any], pack_code: str, offsets: list[i
     nph = len(p["row_phases"]) * len(p["col_phases"])
     # the inner tile loop walks the smaller operand (as the general mode's): the filter of a block
     # of channels, or the planes
-    weights_first = ocg * c4 * 4 * taps > nph * p["plane"] * 4 * c4
+    weights_first = ocg * c4 * 4 * taps > nph * p["plane"] * 4 * c4 and not p.get("window")
     tile_of = (
         f"const int ob = t / {ptiles}, pt = t % {ptiles};"
         if weights_first
@@ -325,7 +396,7 @@ static void {sym}({_kernel_args(p)}) {{
         const int oy = pt / {rowb}, ox0 = pt % {rowb} * {mr}, o0 = ob * {width};
         const __mmask16 pm = xm_q8_lanes({ow} - ox0 < {mr} ? {ow} - ox0 : {mr});
         int32_t acc[{mr * nv * 16}] __attribute__((aligned(64)));
-        {sym}_ctile(planes + (long)(oy * {wq} + ox0) * 4,
+        {sym}_ctile(planes + {base},
                     wpk + ((long)g * {ocb} + ob) * {c4 * taps * width * 4}, acc);
         {_store_code(p)}
       }}
@@ -343,5 +414,9 @@ __all__ = [
     "channel_plane",
     "channel_tile",
     "pack_channels",
+    "window_geometry",
+    "window_offsets",
+    "window_pack_code",
+    "window_steps",
     "render_channels",
 ]

@@ -65,6 +65,10 @@ from backends.c.templates.x86.x86_int8_chgemm import (
     channel_plane,
     pack_channels,
     render_channels,
+    window_geometry,
+    window_offsets,
+    window_pack_code,
+    window_steps,
 )
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
@@ -329,6 +333,8 @@ class Conv2dQ8Gemm(Template):
             cnv, cmr = chosen
             p.update(geo, mode="channels", nv=cnv, mr=cmr)
             p["plane"] = channel_plane(p, geo, cmr, lanes)
+            if window_steps(p) is not None:
+                p.update(window_geometry(p, cmr), window=1)
             return Lowered(p, [operands[0], operands[1], *biases])
         ppad = -(-pixels // (lanes * nv)) * lanes * nv
         # a plane holds every dword a tile may read: ppad + the farthest tap's offset, in vectors
@@ -343,6 +349,8 @@ class Conv2dQ8Gemm(Template):
     def workspace(self, p: dict[str, Any]) -> int:
         if p.get("mode") == "pointwise":
             return 0  # a block's planes live on the thread's stack
+        if p.get("window"):
+            return p["ic"] * p["hp"] * p["wp"] + 64
         phases = len(p["row_phases"]) * len(p["col_phases"])
         return p["c4"] * phases * p["plane"] * 4 + 64  # + 64: the planes start on a cache line
 
@@ -492,6 +500,8 @@ static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const i
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         if p.get("mode") == "pointwise":
             return self._render_pointwise(sym, p)
+        if p.get("mode") == "channels" and p.get("window"):
+            return render_channels(sym, p, window_pack_code(p), window_offsets(p))
         if p.get("mode") == "channels":
             return render_channels(sym, p, self._pack_code(p), self._tap_offsets(p))
         n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
