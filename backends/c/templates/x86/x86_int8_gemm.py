@@ -28,6 +28,11 @@ over every channel quadruple in registers, and narrows each output channel's 64 
 registers into one 64-byte store (the epilogue's arithmetic unchanged:
 ``Conv2dQ8Gemm._render_pointwise``). Which of these the AMX kernels take instead is
 ``x86_amx.vnni_pointwise_wins``'s measured rule.
+
+Where output channels as the vector lanes cost less (the deep layers' small planes, whose dropped
+columns and padded last vector are much of the pixel-lane work; a first layer of few input channels),
+a convolution takes :mod:`backends.c.templates.x86.x86_int8_chgemm`'s *channel-lane mode* instead,
+on the same planes (``mode = "channels"``; its rule: ``channel_mode``, ``channel_over_pointwise``).
 """
 
 from __future__ import annotations
