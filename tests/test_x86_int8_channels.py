@@ -91,8 +91,11 @@ def _exact(compiled: object, inputs: list[np.ndarray]) -> None:
         assert np.abs(w).max() > 0, i
 
 
-@pytest.mark.parametrize("exact_channels", [False, True])
-@pytest.mark.parametrize("target", [TARGET, VBMI_TARGET])
+@pytest.mark.parametrize(
+    ("target", "exact_channels"),
+    [(TARGET, False), pytest.param(TARGET, True, marks=pytest.mark.slow), (VBMI_TARGET, True),
+     pytest.param(VBMI_TARGET, False, marks=pytest.mark.slow)],
+)  # fmt: skip
 def test_channel_mode_byte_exact(target: str, exact_channels: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     require(target)
     if exact_channels:
@@ -112,6 +115,7 @@ def test_channel_mode_byte_exact(target: str, exact_channels: bool, monkeypatch:
     assert_threads_agree(fn, inputs, target, one)
 
 
+@pytest.mark.slow
 def test_channel_mode_sanitized() -> None:
     require(VBMI_TARGET)
     rng = np.random.default_rng(6)
