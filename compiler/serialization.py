@@ -347,8 +347,8 @@ def _refusal(module: str, name: str) -> UnsafePickleError:
     if module.split(".")[0] == "megengine":
         hint = (
             " This looks like a file saved by MegEngine itself: its state dicts and checkpoints (arrays, "
-            "Tensors, Parameters, optimizer states) load as they are, and "
-            "load reads MegEngine's .tm files (compiler.traced_module.load_megengine_tm) without running code."
+            "Tensors, Parameters, optimizer states) load as they are, and load reads MegEngine's .tm "
+            "files (compiler.traced_module.load_megengine_tm) without running code."
         )
     return UnsafePickleError(
         f"xmge.load: refusing to load '{module}.{name}', which the file names to be called while "
