@@ -1293,3 +1293,7 @@ def _elemwise_multi_type_backward(
     # Quantized arithmetic: values are integers on a fixed grid, so no gradient flows through it
     # (quantization-aware training would use a straight-through estimator on float values instead).
     return [None for _ in inputs]
+
+
+# conv3d and the image ops keep their rules in their own module (registered on import)
+from compiler.autodiff import vision as _vision  # noqa: E402, F401

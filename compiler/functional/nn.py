@@ -40,6 +40,7 @@ __all__ = [
     "batch_norm",
     "conv1d",
     "conv2d",
+    "conv3d",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -285,6 +286,60 @@ def conv1d(
         conv_mode, compute_mode,
     )  # fmt: skip
     return _add_channel_bias("conv1d", squeeze(out, 3), bias)
+
+
+def _triple(label: str, v: int | Sequence[int], name: str) -> tuple[int, int, int]:
+    if isinstance(v, int | np.integer):
+        return (int(v),) * 3  # type: ignore[return-value]
+    try:
+        vals = tuple(operator.index(x) for x in v)
+    except TypeError:
+        raise op_error(label, f"{name} must be an int or three ints, got {v!r}") from None
+    if len(vals) != 3:
+        raise op_error(label, f"{name} must be an int or three ints (depth, height, width), got {v}")
+    return vals  # type: ignore[return-value]
+
+
+def conv3d(
+    inp: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+) -> Tensor:
+    """3-D convolution of NCDHW ``inp`` (MegEngine's Convolution3D): weight (OC, IC, KD, KH, KW),
+    with ``groups > 1`` (G, OC/G, IC/G, KD, KH, KW); zero padding; bias (1, OC, 1, 1, 1) or (OC,)."""
+    label = "conv3d"
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if conv_mode.lower() != "cross_correlation":
+        raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
+    if inp.ndim != 5:
+        raise op_error(label, f"input must be 5-D NCDHW, got shape {inp.shape}")
+    if groups < 1:
+        raise op_error(label, f"groups must be positive, got {groups}")
+    if groups > 1 and weight.ndim == 5:
+        if weight.shape[0] % groups:
+            raise op_error(label, f"{weight.shape[0]} output channels cannot be split into {groups} groups")
+        weight = reshape(weight, (groups, weight.shape[0] // groups, *weight.shape[1:]))
+    if groups > 1 and (weight.ndim != 6 or weight.shape[0] != groups):
+        raise op_error(
+            label, f"weight {weight.shape} does not hold {groups} groups (G, OC/G, IC/G, KD, KH, KW)"
+        )
+    if inp.dtype != weight.dtype:
+        raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    (out,) = apply(
+        T.Convolution3DOp,
+        [inp, weight],
+        label=label,
+        stride=_triple(label, stride, "stride"),
+        padding=_triple(label, padding, "padding"),
+        dilation=_triple(label, dilation, "dilation"),
+        sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+    )
+    return _add_channel_bias(label, out, bias)
 
 
 def group_norm(
