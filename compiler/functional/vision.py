@@ -278,7 +278,8 @@ def nms(boxes: Tensor, scores: Tensor, iou_thresh: float, max_output: int | None
         raise op_error(label, f"max_output must be positive, got {max_output}")
     if boxes.shape[0] == 0:
         return Tensor(np.zeros(0, np.int32))
-    boxes, scores = _float32(boxes.detach()), scores.detach()
+    # no detach (it would cut a traced graph here): the result is indices, no gradient flows anyway
+    boxes = _float32(boxes)
     order = argsort(scores, descending=True)
     ranked = reshape(boxes[order], (1, boxes.shape[0], 4))
     indices, count = apply(

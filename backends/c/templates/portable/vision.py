@@ -26,7 +26,28 @@ from semantics.vision_kernels import COORD_LIMIT
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
 
-HEADER = "#include <math.h>\n#include <float.h>\n#include <stdint.h>\n"
+# gcc contracts a * b + c into an FMA by default in GNU C where FMA exists (x86 -mfma, aarch64),
+# which rounds once where the reference rounds twice: these kernels compile without contraction
+HEADER = """#include <math.h>
+#include <float.h>
+#include <stdint.h>
+#ifndef XM_VISION_EXACT
+#define XM_VISION_EXACT
+#if defined(__clang__)
+#define XM_VISION_EXACT_BEGIN _Pragma("clang fp contract(off)")
+#define XM_VISION_EXACT_END _Pragma("clang fp contract(on)")
+#else
+#define XM_VISION_EXACT_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\\"fp-contract=off\\")")
+#define XM_VISION_EXACT_END _Pragma("GCC pop_options")
+#endif
+#endif
+"""
+
+
+def _exact(code: str) -> str:
+    """``code`` compiled without floating-point contraction."""
+    return f"\nXM_VISION_EXACT_BEGIN{code}XM_VISION_EXACT_END\n"
+
 
 # ----------------------------------------------------------------------------------------------
 # Convolution3D
@@ -72,7 +93,7 @@ class Conv3d(Template):
         # a true convolution reads the filter mirrored on all three axes
         fa, fb, fc = (f"({k - 1} - {v})" if p["flip"] else v for k, v in ((kd, "a"), (kh, "b"), (kw, "q")))
         planes = p["n"] * oc * od
-        return f"""
+        return _exact(f"""
 static void {sym}(const float* x, const float* wt, float* y, unsigned char* ws, int nt) {{
   (void)ws;
   {_par(planes * oh * ow * icpg * kd * kh * kw)}
@@ -106,7 +127,7 @@ static void {sym}(const float* x, const float* wt, float* y, unsigned char* ws, 
     }}
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
         return HEADER
@@ -177,7 +198,7 @@ class WarpPerspective(Template):
         else:
             at = f"xp[(long)(hh) * {iw} + (ww)]"
             store = f"yo[(long)ch * {oh * ow}] = val;"
-        return f"""
+        return _exact(f"""
 static int {sym}_coord(float f, int n) {{
   /* the reference clamps to +-2^24 (NaN to -2^24) before the integer conversion */
   int p = f != f ? -{COORD_LIMIT} : f > {lim} ? {COORD_LIMIT} : f < -{lim} ? -{COORD_LIMIT} : (int)f;
@@ -219,7 +240,7 @@ static void {sym}(const float* x, const float* mat, {idx_arg}float* y, unsigned 
     }}
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
         return HEADER
@@ -266,7 +287,7 @@ class ROIAlign(Template):
             done = "yb[q] = acc; ib[q] = best;"
         else:
             init, feed, done = "0.0f", "acc = acc + v;", f"yb[q] = acc / {float(sh * sw)!r}f; ib[q] = -1;"
-        return f"""
+        return _exact(f"""
 static float {sym}_at(const float* plane, int hh, int ww) {{
   return hh >= 0 && hh < {h} && ww >= 0 && ww < {w} ? plane[(long)hh * {w} + ww] : 0.0f;
 }}
@@ -317,7 +338,7 @@ static void {sym}(const float* x, const float* rois, float* y, int32_t* index, u
     }}
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
         return HEADER
@@ -351,7 +372,7 @@ class NMSKeep(Template):
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, keep = p["n"], p["keep"]
-        return f"""
+        return _exact(f"""
 static void {sym}(const float* boxes, int32_t* idx, int32_t* count, unsigned char* ws, int nt) {{
   (void)ws; (void)nt;
   const float th = {c_float(p["thresh"])};
@@ -378,7 +399,7 @@ static void {sym}(const float* boxes, int32_t* idx, int32_t* count, unsigned cha
     for (long k = kept; k < {keep}; ++k) out[k] = kept ? out[kept - 1] : 0;
   }}
 }}
-"""
+""")
 
     def support(self, em: CEmitter) -> str:
         return HEADER
