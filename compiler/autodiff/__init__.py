@@ -1295,5 +1295,8 @@ def _elemwise_multi_type_backward(
     return [None for _ in inputs]
 
 
-# conv3d and the image ops keep their rules in their own module (registered on import)
-from compiler.autodiff import vision as _vision  # noqa: E402, F401
+# conv3d and the image ops keep their rules in their own module
+from compiler.autodiff.vision import RULES as _VISION_RULES  # noqa: E402
+
+for _cls, _rule in _VISION_RULES.items():
+    register_backward(_cls)(_rule)

@@ -4,18 +4,39 @@ numpy (float64 sums), from the reference kernels' own geometry (``semantics.visi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from compiler.autodiff import Array, _only_grad, register_backward
 from dialects import enums
 from dialects import tensor as T
 from semantics import vision_kernels as V
 
+Array = np.ndarray
+Rule = Callable[
+    [Sequence[Array], Sequence[Array], Sequence[Array | None], dict[str, Any]], list[Array | None]
+]
+RULES: dict[type[T.MgbOp], Rule] = {}
+"""op class -> its backward rule; ``compiler.autodiff`` registers them (this module does not import
+it, so that the package's imports stay acyclic)."""
 
-@register_backward(T.Convolution3DOp)
+
+def _rule(op: type[T.MgbOp]) -> Callable[[Rule], Rule]:
+    def add(fn: Rule) -> Rule:
+        RULES[op] = fn
+        return fn
+
+    return add
+
+
+def _only_grad(grads: Sequence[Array | None]) -> Array:
+    (g,) = grads
+    assert g is not None
+    return g
+
+
+@_rule(T.Convolution3DOp)
 def _convolution3d_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
@@ -25,7 +46,7 @@ def _convolution3d_backward(
     return [dx, dw]
 
 
-@register_backward(T.WarpPerspectiveOp)
+@_rule(T.WarpPerspectiveOp)
 def _warp_perspective_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
@@ -81,7 +102,7 @@ def _warp_perspective_backward(
     return grads_in + ([None] if idx is not None else [])
 
 
-@register_backward(T.ROIAlignOp)
+@_rule(T.ROIAlignOp)
 def _roi_align_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
@@ -120,7 +141,7 @@ def _roi_align_backward(
     return [dx.astype(x.dtype), None]
 
 
-@register_backward(T.ROIPoolingOp)
+@_rule(T.ROIPoolingOp)
 def _roi_pooling_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
@@ -152,7 +173,7 @@ def _roi_pooling_backward(
     return [dx.reshape(x.shape).astype(x.dtype), None]
 
 
-@register_backward(T.CorrelationOp)
+@_rule(T.CorrelationOp)
 def _correlation_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
 ) -> list[Array | None]:
