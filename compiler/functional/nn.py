@@ -41,6 +41,7 @@ __all__ = [
     "conv1d",
     "conv2d",
     "conv3d",
+    "warp_perspective",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -671,6 +672,15 @@ def pad(
 
 
 from compiler.functional.vision import interpolate  # noqa: E402,F401,I001
+
+# MegEngine's functional.nn star-imports functional.vision; warp_perspective is in its __all__
+from compiler.functional.vision import (  # noqa: E402,F401,I001
+    correlation,
+    nms,
+    roi_align,
+    roi_pooling,
+    warp_perspective,
+)
 from compiler.functional.loss import binary_cross_entropy, cross_entropy, l1_loss, square_loss  # noqa: E402,F401,I001
 
 
