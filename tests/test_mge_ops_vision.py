@@ -481,11 +481,13 @@ def test_nms_under_trace_keeps_max_output_entries() -> None:
         )
 
 
-def test_vision_ops_dump_as_megengine_oprs_and_read_back() -> None:
+@pytest.mark.parametrize("dump_format", [None, "FBS"])
+def test_vision_ops_dump_as_megengine_oprs_and_read_back(dump_format: str | None) -> None:
     """Convolution3D (+ExecutionPolicy), WarpPerspectiveV2 (out_shape and mat_idx as inputs),
     ROIAlignV1 and ROIPooling (two outputs), NMSKeepMGB, CorrelationForward: each param table with
     MegEngine's fields, and the file runs to the same outputs."""
     from backends.mge.container import parse_file
+    from backends.mge.verify import verify_file
     from tests.test_op_examples import _dump_read_run
 
     def fn(
@@ -505,7 +507,8 @@ def test_vision_ops_dump_as_megengine_oprs_and_read_back() -> None:
     boxes, scores = _boxes(12, seed=3)
     inputs = [_data(2, 3, 8, 9), _data(1, 4, 3, 5, 5), _data(4, 2, 3, 3, 3, seed=1), _warp_mats(3),
               _rois(4, 2, 16.0), boxes, scores]  # fmt: skip
-    data, got = _dump_read_run(fn, inputs)
+    data, got = _dump_read_run(fn, inputs, **({"dump_format": dump_format} if dump_format else {}))
+    verify_file(data)  # the FlatBuffers checks MegEngine's loader runs first
     oprs = {o.kind: o for g in parse_file(data) for o in g.oprs}
     assert oprs["Convolution3D"].param("Convolution3D")["stride_h"] == 2
     assert oprs["Convolution3D"].param("Convolution3D")["sparse"] == 1
@@ -550,3 +553,20 @@ def test_roi_batch_index_out_of_range_fails_the_compiled_run() -> None:
         compiled.run([x, bad])
     (got,) = compiled.run([x, rois])
     np.testing.assert_array_equal(got, fn(mge.tensor(x), mge.tensor(rois)).numpy())
+
+
+@pytest.mark.parametrize("kth_only", [False, True])
+def test_sort_oprs_read_back_from_fbs_v1(kth_only: bool) -> None:
+    """FBS v1 has no output counts: the reader knows Argsort's two outputs and TopK's one or two
+    (by its mode), as it knows ROIAlign's, ROIPooling's and NMSKeep's."""
+    from tests.test_op_examples import _dump_read_run
+
+    x = _data(3, 8)
+
+    def fn(a: Tensor) -> tuple[Tensor, ...]:
+        v, i = F.topk(a, 3, kth_only=kth_only)
+        return (v, F.argsort(a, descending=True)) if kth_only else (v, i, F.argsort(a, descending=True))
+
+    _, got = _dump_read_run(fn, [x], dump_format="FBS")
+    for g, w in zip(got, fn(mge.tensor(x)), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), w.numpy())
