@@ -17,6 +17,7 @@ import numpy as np
 
 from dialects import enums
 from dialects import tensor as T
+from dialects.errors import XmgeError
 from semantics.kernels import ResultSpec, kernel
 
 F32 = np.float32
@@ -24,6 +25,12 @@ FLT_LOWEST = float(np.finfo(np.float32).min)
 COORD_LIMIT = 1 << 24
 """Source coordinates are clamped to +-2^24 (and NaN to -2^24) before they become integers: beyond
 that every border mode gives the same pixel, and the conversion stays defined."""
+
+
+class DataIndexError(XmgeError, ValueError):
+    """An index carried in the data (a matrix's image index, a roi's batch index) names no input
+    image; MegEngine's kernels assert on it too."""
+
 
 # ----------------------------------------------------------------------------------------------
 # Convolution3D
@@ -209,7 +216,9 @@ def warp_perspective(args: Sequence[np.ndarray], results: Sequence[ResultSpec], 
     x, mat, *rest = args
     idx = rest[0] if rest else None
     if idx is not None and (idx.min(initial=0) < 0 or idx.max(initial=0) >= x.shape[0]):
-        raise ValueError(f"mgb.warp_perspective: mat_idx {idx.tolist()} out of range for {x.shape[0]} images")
+        raise DataIndexError(
+            f"mgb.warp_perspective: mat_idx {idx.tolist()} index out of range for {x.shape[0]} images"
+        )
     oh, ow = p["out_shape"]
     return [warp_perspective_ref(x, mat, idx, oh, ow, p["bmode"], p["border_val"])]
 
@@ -221,7 +230,7 @@ def warp_perspective(args: Sequence[np.ndarray], results: Sequence[ResultSpec], 
 def roi_batch(op: str, roi: np.ndarray, n: int) -> int:
     b = int(roi[0])
     if not 0 <= b < n:
-        raise ValueError(f"{op}: roi batch index {roi[0]} is outside the {n} input images")
+        raise DataIndexError(f"{op}: roi batch index {roi[0]} is out of range for {n} input images")
     return b
 
 

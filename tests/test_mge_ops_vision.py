@@ -553,6 +553,8 @@ def test_roi_batch_index_out_of_range_fails_the_compiled_run() -> None:
         compiled.run([x, bad])
     (got,) = compiled.run([x, rois])
     np.testing.assert_array_equal(got, fn(mge.tensor(x), mge.tensor(rois)).numpy())
+    with pytest.raises(XmgeError, match="roi batch index 2.0 is out of range for 2 input images"):
+        fn(mge.tensor(x), mge.tensor(bad))
 
 
 @pytest.mark.parametrize("kth_only", [False, True])
@@ -570,3 +572,20 @@ def test_sort_oprs_read_back_from_fbs_v1(kth_only: bool) -> None:
     _, got = _dump_read_run(fn, [x], dump_format="FBS")
     for g, w in zip(got, fn(mge.tensor(x)), strict=True):
         np.testing.assert_array_equal(np.asarray(g), w.numpy())
+
+
+def test_warp_mat_idx_out_of_range_fails_the_compiled_run() -> None:
+    from backends.c.build import RunError
+    from tests.test_op_examples import compile_fn, require
+
+    require("x86-avx2")
+    x, mats = _data(2, 3, 6, 7), _warp_mats(3)
+    fn = lambda a, m, i: F.vision.warp_perspective(a, m, (4, 5), mat_idx=i, border_mode="reflect")  # noqa: E731
+    ok = np.array([1, 0, 1], np.int32)
+    compiled = compile_fn(fn, [x, mats, ok], "x86-avx2")
+    with pytest.raises(RunError, match=r"warp_perspective_\w+: index 2 is out of range"):
+        compiled.run([x, mats, np.array([1, 2, 0], np.int32)])
+    (got,) = compiled.run([x, mats, ok])
+    np.testing.assert_array_equal(got, fn(mge.tensor(x), mge.tensor(mats), mge.tensor(ok)).numpy())
+    with pytest.raises(XmgeError, match="mat_idx .* out of range for 2 images"):
+        fn(mge.tensor(x), mge.tensor(mats), mge.tensor(np.array([1, 2, 0], np.int32)))
