@@ -160,11 +160,23 @@ def border_coord(p: int, n: int, bmode: Any) -> int:
 
 
 def _coords(f: np.ndarray, n: int, bmode: Any) -> np.ndarray:
-    """:func:`border_coord` of the integer coordinates ``f`` (floats, clamped as COORD_LIMIT says)."""
+    """:func:`border_coord` of the integer coordinates ``f`` (floats, clamped as COORD_LIMIT says),
+    in closed form: the reflections repeat with period 2n (REFLECT) or 2n - 2 (REFLECT_101)."""
+    B = enums.BorderMode
     lim = float(COORD_LIMIT)
-    ints = np.where(np.isnan(f), -lim, np.clip(f, -lim, lim)).astype(np.int64)
-    flat = [border_coord(int(v), n, bmode) for v in ints.reshape(-1)]
-    return np.asarray(flat, np.int64).reshape(f.shape)
+    p = np.where(np.isnan(f), -lim, np.clip(f, -lim, lim)).astype(np.int64)
+    inside = (p >= 0) & (p < n)
+    if bmode == B.REPLICATE:
+        return np.clip(p, 0, n - 1)
+    if bmode in (B.REFLECT, B.REFLECT_101):
+        if n == 1:
+            return np.zeros_like(p)
+        period = 2 * n if bmode == B.REFLECT else 2 * n - 2
+        m = np.mod(p, period)
+        return np.where(m < n, m, period - 1 - m if bmode == B.REFLECT else period - m)
+    if bmode == B.WRAP:
+        return np.mod(p, n)
+    return np.where(inside, p, -1)  # CONSTANT
 
 
 def warp_taps(

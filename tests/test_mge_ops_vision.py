@@ -589,3 +589,16 @@ def test_warp_mat_idx_out_of_range_fails_the_compiled_run() -> None:
     np.testing.assert_array_equal(got, fn(mge.tensor(x), mge.tensor(mats), mge.tensor(ok)).numpy())
     with pytest.raises(XmgeError, match="mat_idx .* out of range for 2 images"):
         fn(mge.tensor(x), mge.tensor(mats), mge.tensor(np.array([1, 2, 0], np.int32)))
+
+
+def test_border_coordinates_closed_form_is_megengines_loop() -> None:
+    """The reference maps coordinates in closed form; MegEngine's get_real_coord loops: same result."""
+    from dialects import enums
+    from semantics.vision_kernels import _coords, border_coord
+
+    p = np.arange(-40, 41, dtype=np.float32)
+    for bmode in ("REPLICATE", "REFLECT", "REFLECT_101", "WRAP", "CONSTANT"):
+        mode = enums.BorderMode[bmode]
+        for n in (1, 2, 3, 7):
+            want = [border_coord(int(v), n, mode) for v in p]
+            np.testing.assert_array_equal(_coords(p, n, mode), want, err_msg=f"{bmode} n={n}")
