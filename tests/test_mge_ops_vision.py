@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -104,6 +105,55 @@ def test_conv3d_gradient_by_finite_differences() -> None:
 
     check_grad(fn, [x, w], 0)
     check_grad(fn, [x, w], 1)
+
+
+@pytest.mark.parametrize(
+    "stride,padding,output_padding,dilation,groups",
+    [(1, 0, 0, 1, 1), ((2, 1, 3), (1, 0, 2), (1, 0, 2), (1, 2, 1), 1), (2, 1, 1, 1, 2), (3, 0, 2, 2, 1)],
+)
+def test_conv_transpose3d_matches_torch(
+    stride: object, padding: object, output_padding: object, dilation: object, groups: int
+) -> None:
+    x, w, b = _data(2, 4, 3, 4, 5), _data(4, 6 // groups, 2, 3, 2, seed=1), _data(6, seed=2)
+    y = F.conv_transpose3d(mge.tensor(x), mge.tensor(w), mge.tensor(b), stride, padding, output_padding,
+                           dilation, groups)  # fmt: skip
+    tx, tw, tb = torch.tensor(x), torch.tensor(w), torch.tensor(b)
+    t = torch.nn.functional.conv_transpose3d(tx, tw, tb, stride, padding, output_padding, groups, dilation)
+    assert y.shape == tuple(t.shape)
+    np.testing.assert_allclose(y.numpy(), t.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_transpose3d_gradients_match_torch() -> None:
+    x, w = _data(1, 4, 3, 3, 4), _data(4, 3, 3, 2, 2, seed=1)
+    px, pw = mge.Parameter(x), mge.Parameter(w)
+    gm = mge.autodiff.GradManager().attach([px, pw])
+    with gm:
+        y = F.conv_transpose3d(px, pw, stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 0))
+        gm.backward((y * y).sum())
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv_transpose3d(tx, tw, None, (2, 1, 2), (1, 0, 1), (1, 0, 0))
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(px.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(pw.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose3d_module_and_float16_promotion() -> None:
+    m = M.ConvTranspose3d(16, 33, (3, 5, 2), output_padding=(2, 1, 1), stride=(3, 2, 2), padding=(0, 4, 2))
+    assert m.weight.shape == (16, 33, 3, 5, 2) and m.bias.shape == (1, 33, 1, 1, 1)
+    y = m(mge.tensor(_data(1, 16, 2, 5, 6)))  # MegEngine's size formula per axis
+    geometry = zip((2, 5, 6), (3, 2, 2), (0, 4, 2), (3, 5, 2), (2, 1, 1), strict=True)
+    size = [(n - 1) * st - 2 * p + (k - 1) + o + 1 for n, st, p, k, o in geometry]
+    assert y.shape == (1, 33, *size) == (1, 33, 8, 6, 9)
+    for cls in (M.Conv3d, M.ConvTranspose3d):
+        conv = cls(4, 6, 3)
+        x = _data(2, 4, 5, 5, 5).astype("float16")
+        np.testing.assert_array_equal(
+            conv(mge.tensor(x)).numpy(), conv(mge.tensor(x.astype("float32"))).numpy()
+        )
+    with pytest.raises(XmgeError, match="output_padding"):
+        F.conv_transpose3d(
+            mge.tensor(_data(1, 2, 3, 3, 3)), mge.tensor(_data(2, 2, 2, 2, 2)), output_padding=1
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -443,6 +493,7 @@ def _conv3d_model(x: Tensor, w: Tensor, wg: Tensor) -> tuple[Tensor, ...]:
     return (
         F.conv3d(x, w, padding=1),
         F.conv3d(x, wg, stride=(2, 1, 2), padding=(0, 1, 2), dilation=(1, 2, 1), groups=2),
+        F.conv_transpose3d(x, wg.reshape(4, 3, 2, 3, 2), stride=(2, 1, 2), padding=(1, 0, 1), groups=2),
     )
 
 
@@ -467,18 +518,39 @@ def test_vision_c_kernels_under_sanitizers() -> None:
     _compile_and_compare(_detection_model, _detection_inputs(), "x86-avx2", sanitize=True)
 
 
-def test_nms_under_trace_keeps_max_output_entries() -> None:
-    boxes, scores = _boxes(20, seed=5)
-    traced = mge.jit.trace(lambda b, s: F.vision.nms(b, s, 0.4, max_output=6), symbolic=True)
-    got = traced(mge.tensor(boxes), mge.tensor(scores)).numpy()
-    want = _np_nms(boxes.astype(np.float64), scores, 0.4, 6)
-    assert got.shape == (6,)
-    np.testing.assert_array_equal(got[: len(want)], want)
-    assert (got[len(want) :] == want[-1]).all()
-    with pytest.raises(XmgeError, match="max_output"):
-        mge.jit.trace(lambda b, s: F.vision.nms(b, s, 0.4), symbolic=True)(
-            mge.tensor(boxes), mge.tensor(scores)
-        )
+@pytest.mark.parametrize("symbolic", [None, False, True])
+def test_nms_eager_and_traced_keep_the_data_dependent_count(symbolic: bool | None) -> None:
+    """Traced or not, every call returns as many indices as NMS keeps (the body runs each call)."""
+    boxes = np.array([[0, 0, 50, 50], [4, 4, 50, 50], [25, 25, 50, 50], [50, 50, 80, 80]], np.float32)
+    scores = np.array([0.5, 0.8, 0.9, 0.6], np.float32)
+
+    def fn(b: Tensor, s: Tensor) -> Tensor:
+        return F.vision.nms(b, s, iou_thresh=0.5, max_output=None if symbolic is None else 4)
+
+    run = fn if symbolic is None else mge.jit.trace(fn, symbolic=symbolic)
+    want = _np_nms(boxes.astype(np.float64), scores, 0.5)
+    assert want == [2, 1, 3]
+    for _ in range(3):
+        np.testing.assert_array_equal(run(mge.tensor(boxes), mge.tensor(scores)).numpy(), want)
+    empty = run(mge.tensor(np.zeros((0, 4), np.float32)), mge.tensor(np.zeros(0, np.float32)))
+    assert empty.shape == (0,) and empty.dtype == np.int32
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8, np.float16])
+def test_warp_perspective_integer_and_half_images(dt: type) -> None:
+    """int8/uint8 warp in float32 and round half away from zero back to the type; float16 computes
+    in float32."""
+    x = (np.arange(32).reshape(2, 1, 4, 4) * 3 - (40 if dt == np.int8 else 0)).astype(dt)
+    shift = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0], [0.0, 0.0, 1.0]], np.float32)
+    y = F.vision.warp_perspective(mge.tensor(x), mge.tensor(np.stack([shift] * 3)), (2, 2), mat_idx=[0, 1, 1])
+    np.testing.assert_array_equal(y.numpy(), x[[0, 1, 1], :, 1:3, 1:3].astype(y.dtype))
+    half = np.array([[0.5, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 1.0]], np.float32)[None]
+    z = F.vision.warp_perspective(mge.tensor(x[:1]), mge.tensor(half), (4, 4))
+    want = _np_warp(x[:1].astype(np.float64), half, 4, 4, "replicate", 0.0)
+    if dt != np.float16:
+        assert z.dtype == dt
+        want = np.sign(want) * np.floor(np.abs(want) + 0.5)
+    np.testing.assert_allclose(z.numpy().astype(np.float64), want, atol=1e-4)
 
 
 @pytest.mark.parametrize("dump_format", [None, "FBS"])
@@ -495,6 +567,7 @@ def test_vision_ops_dump_as_megengine_oprs_and_read_back(dump_format: str | None
     ) -> tuple:
         return (
             F.conv3d(v, w, stride=(1, 2, 1), padding=1, groups=2),
+            F.conv_transpose3d(v, w.reshape(4, 2, 3, 3, 3), stride=2, padding=1, output_padding=(1, 0, 1)),
             F.vision.warp_perspective(
                 x, mats, (4, 5), mat_idx=[0, 1, 1], border_mode="constant", border_val=2.0
             ),
@@ -509,7 +582,9 @@ def test_vision_ops_dump_as_megengine_oprs_and_read_back(dump_format: str | None
               _rois(4, 2, 16.0), boxes, scores]  # fmt: skip
     data, got = _dump_read_run(fn, inputs, **({"dump_format": dump_format} if dump_format else {}))
     verify_file(data)  # the FlatBuffers checks MegEngine's loader runs first
-    oprs = {o.kind: o for g in parse_file(data) for o in g.oprs}
+    oprs: dict[str, Any] = {}
+    for o in (o for g in parse_file(data) for o in g.oprs):
+        oprs.setdefault(o.kind, o)  # the first of each kind
     assert oprs["Convolution3D"].param("Convolution3D")["stride_h"] == 2
     assert oprs["Convolution3D"].param("Convolution3D")["sparse"] == 1
     assert oprs["WarpPerspective"].param("WarpPerspective")["bmode"] == 4

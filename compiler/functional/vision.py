@@ -166,13 +166,23 @@ def warp_perspective(
     ``((M00 w + M01 h + M02) / d, (M10 w + M11 h + M12) / d)``, ``d = M20 w + M21 h + M22`` for
     ``mat`` (N, 3, 3) (the inverse of cv2.warpPerspective's matrix); taps outside the image follow
     ``border_mode`` (replicate, reflect, reflect_101, wrap, constant with ``border_val``).
-    ``format`` NCHW or NHWC; ``interp_mode`` linear only; float16 input computes in float32."""
+    ``format`` NCHW or NHWC; ``interp_mode`` linear only. float16 input computes (and returns)
+    float32; int8 / uint8 images are warped in float32 and rounded back half away from zero (as
+    MegEngine's rounding converter), clamped to the type's range."""
+    from compiler.functional.elemwise import clip, round
+
     label = "warp_perspective"
     inp, mat = as_tensor(inp), as_tensor(mat)
+    if inp.dtype in (np.int8, np.uint8):
+        info = np.iinfo(inp.dtype)
+        out = warp_perspective(
+            inp.astype("float32"), mat, out_shape, mat_idx, border_mode, border_val, format, interp_mode
+        )
+        return round(clip(out, float(info.min), float(info.max))).astype(inp.dtype)
     if inp.dtype == np.float16:
         inp = inp.astype("float32")
     if inp.dtype != np.float32:
-        raise op_error(label, f"needs a float32 or float16 input, got {inp.dtype}")
+        raise op_error(label, f"needs a float32, float16, int8 or uint8 input, got {inp.dtype}")
     mat = _float32(mat)
     if interp_mode.lower() != "linear":
         raise op_error(label, f"only interp_mode 'linear' is supported, got {interp_mode!r}")
@@ -252,12 +262,12 @@ def roi_pooling(
 def nms(boxes: Tensor, scores: Tensor, iou_thresh: float, max_output: int | None = None) -> Tensor:
     """Non-maximum suppression: int32 indices of the kept boxes (x1, y1, x2, y2), in descending
     score order; a box is dropped when its IoU with a kept, higher-scoring box exceeds
-    ``iou_thresh`` (MegEngine's NMSKeep on the boxes sorted by score), at most ``max_output``.
-    The count depends on the data: eagerly the result has that many entries; in a traced graph,
-    whose shapes are static, ``max_output`` is required and the result has ``max_output`` entries,
-    the tail repeating the last kept index."""
+    ``iou_thresh`` (MegEngine's NMSKeep on the boxes sorted by score), at most ``max_output``
+    (all boxes when None). How many are kept depends on the data: NMSKeep gives ``max_output``
+    indices and the count, and the result is sliced to the count read when the call runs, as
+    ``cond_take`` reads its mask (a traced function runs its body on every call, so each call gets
+    its own count; a dumped or compiled graph, whose shapes are static, keeps the traced call's)."""
     from compiler.functional.math import argsort
-    from compiler.jit.tracing import is_tracing
 
     label = "nms"
     boxes, scores = as_tensor(boxes), as_tensor(scores)
@@ -269,15 +279,12 @@ def nms(boxes: Tensor, scores: Tensor, iou_thresh: float, max_output: int | None
         raise op_error(
             label, f"number of boxes ({boxes.shape[0]}) and scores ({scores.shape[0]}) do not match"
         )
-    tracing = is_tracing()
+    if boxes.shape[0] == 0:
+        return Tensor(np.zeros(0, np.int32))
     if max_output is None:
-        if tracing:
-            raise op_error(label, "max_output must be given under tracing (the graph's shapes are static)")
         max_output = boxes.shape[0]
     if int(max_output) < 1:
         raise op_error(label, f"max_output must be positive, got {max_output}")
-    if boxes.shape[0] == 0:
-        return Tensor(np.zeros(0, np.int32))
     # no detach (it would cut a traced graph here): the result is indices, no gradient flows anyway
     boxes = _float32(boxes)
     order = argsort(scores, descending=True)
@@ -285,9 +292,7 @@ def nms(boxes: Tensor, scores: Tensor, iou_thresh: float, max_output: int | None
     indices, count = apply(
         T.NMSKeepOp, [ranked], label=label, iou_thresh=float(iou_thresh), max_output=int(max_output)
     )
-    keep = reshape(indices, (int(max_output),))
-    if not tracing:
-        keep = keep[: int(count.numpy()[0])]
+    keep = reshape(indices, (int(max_output),))[: int(count.numpy()[0])]
     return order[keep]
 
 
