@@ -677,3 +677,21 @@ def test_border_coordinates_closed_form_is_megengines_loop() -> None:
         for n in (1, 2, 3, 7):
             want = [border_coord(int(v), n, mode) for v in p]
             np.testing.assert_array_equal(_coords(p, n, mode), want, err_msg=f"{bmode} n={n}")
+
+
+def test_nms_keep_opdef() -> None:
+    """``core.ops.builtin.NMSKeep(iou_thresh, max_output)``: equal when its parameters are, and
+    applied to (B, N, 4) score-sorted boxes it gives (indices, count)."""
+    from compiler.core._imperative_rt.core2 import apply
+    from compiler.core.ops import builtin
+
+    op = builtin.NMSKeep(0.7, 100)
+    assert (
+        op == builtin.NMSKeep(0.7, 100)
+        and op != builtin.NMSKeep(0.8, 100)
+        and op != builtin.NMSKeep(0.7, 200)
+    )
+    boxes = np.array([[[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]]], np.float32)
+    idx, count = apply(builtin.NMSKeep(0.5, 3), mge.tensor(boxes))
+    np.testing.assert_array_equal(idx.numpy(), [[0, 2, 2]])
+    np.testing.assert_array_equal(count.numpy(), [2])
