@@ -51,6 +51,45 @@ def check_grad(fn: Callable[..., Tensor], arrays: list[np.ndarray], wrt: int, pi
         assert abs(numeric - analytic[pos]) <= tol * scale, (pos, numeric, analytic[pos])
 
 
+ARM = "arm-nchw44"
+
+
+def _dump_read_run(
+    fn: Callable[..., Any], inputs: list[np.ndarray], **dump: Any
+) -> tuple[bytes, list[np.ndarray]]:
+    """Trace ``fn``, dump it, read the file back and run it: (file bytes, outputs)."""
+    import io
+
+    from compiler.lite import Network
+
+    traced = mge.jit.trace(fn, symbolic=True, capture_as_const=True)
+    traced(*[mge.tensor(x) for x in inputs])
+    buf = io.BytesIO()
+    traced.dump(buf, **dump)
+    return buf.getvalue(), list(Network(buf.getvalue())(*inputs).values())
+
+
+def _compile_and_compare(
+    fn: Callable[..., Any], inputs: list[np.ndarray], target: str, sanitize: bool = False
+) -> None:
+    """Compile for ``target`` and compare every output with the reference interpreter, exactly (the
+    kernels repeat the reference's float32 operations in its order)."""
+    import warnings
+
+    from compiler.driver.compile import EmulationWarning
+    from semantics import run_module
+    from tests.codegen_util import compile_fn
+
+    compiled = compile_fn(fn, inputs, target)
+    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmulationWarning)
+        got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"output {i} ({target})")
+
+
 # ----------------------------------------------------------------------------------------------
 # conv3d
 
@@ -503,7 +542,7 @@ def _conv3d_inputs() -> list[np.ndarray]:
 
 @pytest.mark.parametrize("model", ["detection", "conv3d"])
 def test_vision_c_kernels_equal_the_reference(model: str) -> None:
-    from tests.test_op_examples import _compile_and_compare, require
+    from tests.codegen_util import require
 
     require("x86-avx2")
     fn, inputs = (_detection_model, _detection_inputs()) if model == "detection" else (
@@ -512,7 +551,7 @@ def test_vision_c_kernels_equal_the_reference(model: str) -> None:
 
 
 def test_vision_c_kernels_under_sanitizers() -> None:
-    from tests.test_op_examples import _compile_and_compare, require
+    from tests.codegen_util import require
 
     require("x86-avx2")
     _compile_and_compare(_detection_model, _detection_inputs(), "x86-avx2", sanitize=True)
@@ -560,7 +599,6 @@ def test_vision_ops_dump_as_megengine_oprs_and_read_back(dump_format: str | None
     MegEngine's fields, and the file runs to the same outputs."""
     from backends.mge.container import parse_file
     from backends.mge.verify import verify_file
-    from tests.test_op_examples import _dump_read_run
 
     def fn(
         x: Tensor, v: Tensor, w: Tensor, mats: Tensor, rois: Tensor, boxes: Tensor, scores: Tensor
@@ -604,7 +642,6 @@ def test_vision_ops_dump_as_megengine_oprs_and_read_back(dump_format: str | None
 def test_vision_c_kernels_on_arm() -> None:
     """The same kernels cross-compiled for ARM and run under qemu (float32 inputs only)."""
     from backends.c.cross import toolchain_problem
-    from tests.test_op_examples import ARM, _compile_and_compare
 
     if toolchain_problem() is not None:
         pytest.skip(f"ARM toolchain: {toolchain_problem()}")
@@ -616,7 +653,7 @@ def test_roi_batch_index_out_of_range_fails_the_compiled_run() -> None:
     """A roi naming an image that is not there fails the run naming the kernel, as the reference
     refuses it; the next run is clean."""
     from backends.c.build import RunError
-    from tests.test_op_examples import compile_fn, require
+    from tests.codegen_util import compile_fn, require
 
     require("x86-avx2")
     x, rois = _data(2, 3, 8, 9), _rois(3, 2, 8.0)
@@ -636,7 +673,6 @@ def test_roi_batch_index_out_of_range_fails_the_compiled_run() -> None:
 def test_sort_oprs_read_back_from_fbs_v1(kth_only: bool) -> None:
     """FBS v1 has no output counts: the reader knows Argsort's two outputs and TopK's one or two
     (by its mode), as it knows ROIAlign's, ROIPooling's and NMSKeep's."""
-    from tests.test_op_examples import _dump_read_run
 
     x = _data(3, 8)
 
@@ -651,7 +687,7 @@ def test_sort_oprs_read_back_from_fbs_v1(kth_only: bool) -> None:
 
 def test_warp_mat_idx_out_of_range_fails_the_compiled_run() -> None:
     from backends.c.build import RunError
-    from tests.test_op_examples import compile_fn, require
+    from tests.codegen_util import compile_fn, require
 
     require("x86-avx2")
     x, mats = _data(2, 3, 6, 7), _warp_mats(3)
