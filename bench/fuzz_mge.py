@@ -29,6 +29,7 @@ cases.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -47,6 +48,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 DATA = os.path.join(ROOT, "tests", "data")
+GOLDEN = os.path.join(os.path.dirname(ROOT), "shared", "golden")
 # FBS v2 float, FBS v1, int8, blocked layouts (NCHW88 / NCHW44), float16, append=True, multi-IO
 DEFAULT_SEEDS: tuple[str, ...] = (
     "convnet/plain",
@@ -66,8 +68,40 @@ says nothing about the reader's robustness."""
 OUTCOMES = ("ok", "rejected", "bug", "memory", "timeout", "crash")
 
 
+def seed_path(name: str) -> str:
+    """``name`` is a path, ``golden:<case>/<variant>`` (../shared/golden, real MegEngine 1.13
+    dumps) or ``<dir>/<file>`` under tests/data (without ``.mge``)."""
+    if name.startswith("golden:"):
+        return os.path.join(GOLDEN, f"{name[len('golden:') :]}.mge")
+    if name.endswith(".mge"):
+        return name
+    return os.path.join(DATA, f"{name}.mge")
+
+
+def campaign_seeds() -> list[str]:
+    """The long run's seeds: every golden file, the MegEngine dumps under tests/data that are not
+    copies of golden files (int8 MobileNetV2s, layouts, GroupNorm, NHWCD4), and xmge's own dumps
+    of zoo-style models with each dump option (tests/data/fuzz_seeds, bench/fuzz_seeds.py)."""
+    seeds: list[str] = []
+    golden_bytes: set[bytes] = set()
+    for base, prefix in ((GOLDEN, "golden:"), (DATA, "")):
+        for folder, _, files in sorted(os.walk(base)):
+            for f in sorted(files):
+                if not f.endswith(".mge"):
+                    continue
+                path = os.path.join(folder, f)
+                with open(path, "rb") as fh:
+                    data = fh.read()
+                if prefix:
+                    golden_bytes.add(data)
+                elif data in golden_bytes:
+                    continue
+                seeds.append(prefix + os.path.relpath(path, base)[: -len(".mge")])
+    return seeds
+
+
 def seed_bytes(name: str) -> bytes:
-    with open(os.path.join(DATA, f"{name}.mge"), "rb") as f:
+    with open(seed_path(name), "rb") as f:
         return f.read()
 
 
@@ -128,8 +162,16 @@ def _on_alarm(signum: int, frame: object) -> None:
 CLOCKS = {"wall": (signal.ITIMER_REAL, signal.SIGALRM), "cpu": (signal.ITIMER_PROF, signal.SIGPROF)}
 
 
-def run_one(data: bytes, timeout_s: float, clock: str = "wall") -> tuple[str, str]:
-    """(outcome, detail) of loading and running one file."""
+COMPILE_TARGET = "x86-avx2"
+"""The x86 target a sample of the loaded cases is compiled for (gcc, AVX2 + FMA)."""
+
+
+def run_one(
+    data: bytes, timeout_s: float, clock: str = "wall", compile_timeout_s: float = 0.0
+) -> tuple[str, str]:
+    """(outcome, detail) of loading and running one file; with ``compile_timeout_s`` a file that
+    loads and runs is also compiled for :data:`COMPILE_TARGET` and run there (detail ``compiled``,
+    or the error: a documented ``XmgeError`` while compiling is ``rejected``, anything else a bug)."""
     from backends.mge.fbs import MgeFormatError
     from backends.mge.reader import read_mge
     from dialects.dtypes import numpy_dtype
@@ -139,9 +181,12 @@ def run_one(data: bytes, timeout_s: float, clock: str = "wall") -> tuple[str, st
     timer, signum = CLOCKS[clock]
     old = signal.signal(signum, _on_alarm)
     signal.setitimer(timer, timeout_s)
+    stage = "load"
     try:
         module = read_mge(data)
+        stage = "run"
         rng = np.random.default_rng(0)
+        inputs = []
         for fn in module.ops:
             args = []
             for a in fn.body.block.args:  # type: ignore[attr-defined]
@@ -149,22 +194,45 @@ def run_one(data: bytes, timeout_s: float, clock: str = "wall") -> tuple[str, st
                 shape = tuple(a.type.get_shape())
                 args.append((rng.standard_normal(shape) * 3).astype(dt))
             run_function(fn, args)  # type: ignore[arg-type]
-        return "ok", ""
+            inputs.append(args)
+        if not compile_timeout_s:
+            return "ok", ""
+        # compiling runs gcc in child processes: the case's own timer does not see their time
+        signal.setitimer(timer, 0)
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, compile_timeout_s)
+        stage = "compile"
+        return compile_one(module, inputs[0] if inputs else [])
     except (MgeFormatError, InterpreterError) as exc:
         return "rejected", type(exc).__name__
     except CaseTimeout:
-        return "timeout", ""
+        return "timeout", stage
     except MemoryError:
-        return "memory", ""
+        return "memory", stage
     except Exception as exc:  # noqa: BLE001 - everything else is what the fuzzer looks for
         tb = traceback.extract_tb(exc.__traceback__)[-1]
-        return (
-            "bug",
-            f"{type(exc).__name__}: {str(exc)[:160]} ({os.path.relpath(tb.filename, ROOT)}:{tb.lineno})",
-        )
+        where = f"{os.path.relpath(tb.filename, ROOT)}:{tb.lineno}"
+        return "bug", f"{stage}: {type(exc).__name__}: {str(exc)[:160]} ({where})"
     finally:
         signal.setitimer(timer, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signum, old)
+
+
+def compile_one(module: object, inputs: list[np.ndarray]) -> tuple[str, str]:
+    """Compile the first graph for :data:`COMPILE_TARGET` and run it once on ``inputs``."""
+    import compiler as xm
+    from dialects.errors import XmgeError
+
+    try:
+        compiled = xm.compile(module, target=COMPILE_TARGET)
+    except XmgeError as exc:
+        return "ok", f"compile refused: {type(exc).__name__}"
+    try:
+        compiled.run(inputs)
+    except XmgeError as exc:
+        return "ok", f"compiled, run refused: {type(exc).__name__}"
+    return "ok", "compiled"
 
 
 @dataclass
@@ -175,6 +243,7 @@ class Report:
     slowest_wall: float = 0.0
     slowest_cpu: float = 0.0
     over_1s: int = 0
+    compiled: int = 0
 
     def add(self, case: Case, outcome: str, detail: str) -> None:
         self.counts[outcome] += 1
@@ -200,7 +269,7 @@ class Report:
         if self.slowest_wall:
             lines.append(
                 f"slowest case: {self.slowest_wall:.2f}s wall, {self.slowest_cpu:.2f}s CPU;"
-                f" {self.over_1s} cases over 1s wall"
+                f" {self.over_1s} cases over 1s wall; {self.compiled} compiled for {COMPILE_TARGET} and run"
             )
         for outcome, items in self.examples.items():
             lines.append(f"  {outcome}:")
@@ -234,29 +303,50 @@ def run_cases(seeds: Sequence[str], n: int, rng_seed: int = 0, timeout_s: float 
 def _worker(
     conn: mp.connection.Connection,
     seeds: Sequence[str],
-    n: int,
+    indices: Sequence[int],
     rng_seed: int,
-    start: int,
-    step: int,
     timeout_s: float,
     mem_mb: int,
     clock: str,
+    compile_every: int,
+    compile_timeout_s: float,
 ) -> None:
     import resource
 
     import backends.mge.reader  # noqa: F401 - imported before the memory cap applies
     import semantics.interpreter  # noqa: F401
 
+    if compile_every:
+        import compiler  # noqa: F401
+
     os.environ.setdefault("XMGE_MAX_TENSOR_BYTES", str(FUZZ_TENSOR_BYTES))
     if mem_mb > 0:
         resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
-    for case in cases(seeds, n, rng_seed, start, step):
+    originals: dict[str, bytes] = {}
+    for index in indices:
+        case = make_case(seeds, index, rng_seed, originals)
         conn.send(("start", case.index))
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        outcome, detail = run_one(case.data, timeout_s, clock)
+        sample = compile_timeout_s if compile_every and index % compile_every == 0 else 0.0
+        outcome, detail = run_one(case.data, timeout_s, clock, sample)
         elapsed = (time.perf_counter() - wall0, time.process_time() - cpu0)
         conn.send(("done", case.index, outcome, detail, elapsed))
     conn.send(("end",))
+
+
+def read_log(path: str) -> dict[int, dict[str, object]]:
+    """Cases already run by an earlier (interrupted) campaign writing to ``path``."""
+    done: dict[int, dict[str, object]] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a kill
+                if isinstance(rec, dict) and "i" in rec:
+                    done[int(rec["i"])] = rec
+    return done
 
 
 def run_isolated(
@@ -268,85 +358,155 @@ def run_isolated(
     mem_mb: int,
     clock: str = "wall",
     progress_every: int = 0,
+    start: int = 0,
+    log: str | None = None,
+    compile_every: int = 0,
+    compile_timeout_s: float = 600.0,
 ) -> Report:
-    """Cases spread over ``jobs`` worker processes; a worker that dies (or hangs past the
-    timeout's reach) counts its current case as a crash (timeout) and is restarted after it."""
+    """Cases ``start .. start + n - 1`` spread over ``jobs`` worker processes; a worker that dies
+    (or hangs past the timeout's reach) counts its current case as a crash (timeout) and is
+    restarted after it. With ``log`` every case is appended to that JSON-lines file as it ends, and
+    cases already there are not run again (a killed campaign resumes with the same command)."""
     report = Report()
     t0 = time.perf_counter()
+    done = read_log(log) if log else {}
+    for idx, rec in done.items():
+        if start <= idx < start + n:
+            report.add(Case(idx, case_seed(seeds, idx), b""), str(rec["o"]), str(rec.get("d", "")))
+            report.time(float(rec.get("w", 0.0)), float(rec.get("c", 0.0)))
+            report.compiled += rec.get("d") == "compiled"
+    todo = [i for i in range(start, start + n) if i not in done]
+    log_file = open(log, "a") if log else None  # noqa: SIM115 - closed below
     ctx = mp.get_context("fork")
-    pending = [(j, j) for j in range(jobs)]  # (first case, residue) per worker lane
     running: list[tuple[mp.Process, mp.connection.Connection, int]] = []
+    lanes = {j: todo[j::jobs] for j in range(jobs)}
 
-    def launch(first: int, lane: int) -> None:
+    def launch(lane: int, indices: list[int]) -> None:
+        lanes[lane] = indices
+        if not indices:
+            return
         parent, child = ctx.Pipe(duplex=False)
         p = ctx.Process(
-            target=_worker, args=(child, seeds, n, rng_seed, first, jobs, timeout_s, mem_mb, clock)
+            target=_worker,
+            args=(
+                child,
+                seeds,
+                indices,
+                rng_seed,
+                timeout_s,
+                mem_mb,
+                clock,
+                compile_every,
+                compile_timeout_s,
+            ),
         )
         p.start()
         child.close()
         running.append((p, parent, lane))
 
-    for first, lane in pending:
-        if first < n:
-            launch(first, lane)
+    def record(idx: int, outcome: str, detail: str, elapsed: tuple[float, float]) -> None:
+        report.add(Case(idx, case_seed(seeds, idx), b""), outcome, detail)
+        report.time(*elapsed)
+        report.compiled += detail == "compiled"
+        if log_file:
+            rec = {"i": idx, "o": outcome, "w": round(elapsed[0], 4), "c": round(elapsed[1], 4)}
+            if detail:
+                rec["d"] = detail
+            log_file.write(json.dumps(rec) + "\n")
+            log_file.flush()
+        total = sum(report.counts.values())
+        if progress_every and total % progress_every == 0:
+            stamp = f"[{time.perf_counter() - t0:7.0f}s]"
+            print(stamp, report.line(), f"(next case {idx + 1})", file=sys.stderr, flush=True)
+
+    for lane in range(jobs):
+        launch(lane, lanes[lane])
     current: dict[int, tuple[int, float]] = {}
-    while running:
-        for p, conn, lane in list(running):
-            finished = False
-            while conn.poll(0.05):
-                try:
-                    msg = conn.recv()
-                except EOFError:
-                    finished = True
-                    break
-                if msg[0] == "start":
-                    current[lane] = (msg[1], time.perf_counter())
-                elif msg[0] == "done":
-                    report.add(Case(msg[1], case_seed(seeds, msg[1]), b""), msg[2], msg[3])
-                    report.time(*msg[4])
-                    current.pop(lane, None)
-                    done = sum(report.counts.values())
-                    if progress_every and done % progress_every == 0:
-                        stamp = f"[{time.perf_counter() - t0:7.0f}s]"
-                        print(stamp, report.line(), file=sys.stderr, flush=True)
-                else:
-                    finished = True
-                    break
-            started = current.get(lane)
-            hung = started is not None and time.perf_counter() - started[1] > timeout_s + 10
-            if finished or hung or not p.is_alive():
-                if hung:
-                    p.kill()
-                p.join()
-                running.remove((p, conn, lane))
-                if started is not None and (hung or p.exitcode != 0 or finished is False):
-                    idx = started[0]
-                    outcome = "timeout" if hung else "crash"
-                    report.add(Case(idx, case_seed(seeds, idx), b""), outcome, f"exit code {p.exitcode}")
-                    current.pop(lane, None)
-                    if idx + jobs < n:
-                        launch(idx + jobs, lane)
-        if not running:
-            break
+    try:
+        while running:
+            for p, conn, lane in list(running):
+                finished = False
+                while conn.poll(0.05):
+                    try:
+                        msg = conn.recv()
+                    except EOFError:
+                        finished = True
+                        break
+                    if msg[0] == "start":
+                        current[lane] = (msg[1], time.perf_counter())
+                    elif msg[0] == "done":
+                        record(msg[1], msg[2], msg[3], msg[4])
+                        current.pop(lane, None)
+                    else:
+                        finished = True
+                        break
+                started = current.get(lane)
+                limit = timeout_s + 10 + (compile_timeout_s if compile_every else 0)
+                hung = started is not None and time.perf_counter() - started[1] > limit
+                if finished or hung or not p.is_alive():
+                    if hung:
+                        p.kill()
+                    p.join()
+                    running.remove((p, conn, lane))
+                    if started is not None:
+                        idx = started[0]
+                        outcome = "timeout" if hung else "crash"
+                        wall = time.perf_counter() - started[1]
+                        record(idx, outcome, f"exit code {p.exitcode}", (wall, wall))
+                        current.pop(lane, None)
+                        rest = lanes[lane]
+                        launch(lane, rest[rest.index(idx) + 1 :])
+    finally:
+        if log_file:
+            log_file.close()
     report.seconds = time.perf_counter() - t0
     return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=5000)
-    ap.add_argument("--seeds", nargs="+", default=list(DEFAULT_SEEDS), help="tests/data/<name>.mge files")
+    ap.add_argument("--start", type=int, default=0, help="first case index")
+    ap.add_argument("--count", "--cases", dest="count", type=int, default=5000, help="number of cases")
+    ap.add_argument(
+        "--seeds",
+        nargs="+",
+        default=list(DEFAULT_SEEDS),
+        help="tests/data/<name>, golden:<case>/<variant> or .mge paths; 'campaign': every seed file",
+    )
     ap.add_argument("--rng-seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds per case")
     ap.add_argument("--mem-mb", type=int, default=3072, help="address-space cap per worker (0: none)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="what --timeout measures")
     ap.add_argument("--progress", type=int, default=0, help="print counts to stderr every N cases")
-    args = ap.parse_args(argv)
-    report = run_isolated(
-        args.seeds, args.cases, args.rng_seed, args.jobs, args.timeout, args.mem_mb, args.clock, args.progress
+    ap.add_argument(
+        "--log", help="JSON-lines file of finished cases; cases already in it are skipped (resume)"
     )
-    print(f"seeds: {' '.join(args.seeds)}")
+    ap.add_argument(
+        "--compile-every",
+        type=int,
+        default=0,
+        help=f"compile every Nth case that loads and runs for {COMPILE_TARGET} and run it (0: never)",
+    )
+    ap.add_argument("--compile-timeout", type=float, default=600.0, help="wall seconds for one compile")
+    args = ap.parse_args(argv)
+    seeds = campaign_seeds() if args.seeds == ["campaign"] else args.seeds
+    report = run_isolated(
+        seeds,
+        args.count,
+        args.rng_seed,
+        args.jobs,
+        args.timeout,
+        args.mem_mb,
+        args.clock,
+        args.progress,
+        args.start,
+        args.log,
+        args.compile_every,
+        args.compile_timeout,
+    )
+    print(f"{len(seeds)} seeds: {' '.join(seeds)}")
+    print(f"cases {args.start}..{args.start + args.count - 1}, rng seed {args.rng_seed}")
     print(report.summary())
     return 1 if report.bad() else 0
 
