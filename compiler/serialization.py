@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import _compat_pickle
 import collections
+import dis
+import functools
 import importlib
 import inspect
 import io
@@ -36,7 +38,7 @@ import stat
 import struct
 import time
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -500,18 +502,78 @@ def behaviour_attribute(cls: type, key: str) -> str | None:
         return f"{type(found).__name__} {cls.__name__}.{key}"
     if hasattr(type(found), "__get__") and not isinstance(found, type):
         return f"a descriptor {cls.__name__}.{key}"
-    if isinstance(found, type):
-        return f"the class attribute {cls.__name__}.{key}"
+    if callable(found):
+        return f"the callable class attribute {cls.__name__}.{key}"
     return None
 
 
-def check_instance_state(inst: Any, keys: Any, source: str = "xmge.load") -> None:
-    """Refuse (one line, naming the attribute) state that would set behaviour on ``inst``."""
-    for key in keys:
-        why = behaviour_attribute(type(inst), key) if isinstance(key, str) else "a non-string name"
+def _stored_attributes(code: types.CodeType) -> Iterator[str]:
+    """Attribute names ``code`` (and the functions nested in it) assigns: ``x.name = ...``."""
+    for ins in dis.get_instructions(code):
+        if ins.opname == "STORE_ATTR":
+            yield ins.argval
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _stored_attributes(const)
+
+
+@functools.cache
+def declared_fields(cls: type) -> frozenset[str]:
+    """The attribute names ``cls`` declares for its instances: annotations, ``__slots__`` and every
+    attribute its own methods (and its bases') assign, ``__init__`` first among them. What a file
+    may restore onto an instance besides parameters, buffers and submodules."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        namespace = vars(klass)
+        names.update(namespace.get("__annotations__", {}))
+        slots = namespace.get("__slots__", ())
+        names.update([slots] if isinstance(slots, str) else slots)
+        for member in namespace.values():
+            funcs: tuple[Any, ...] = (member,)
+            if isinstance(member, staticmethod | classmethod):
+                funcs = (member.__func__,)
+            elif isinstance(member, property):
+                funcs = (member.fget, member.fset, member.fdel)
+            for fn in funcs:
+                code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+                if isinstance(code, types.CodeType):
+                    names.update(_stored_attributes(code))
+    return frozenset(n for n in names if not (n.startswith("__") and n.endswith("__")))
+
+
+def _is_module_data(value: Any) -> bool:
+    """Parameters, buffers and submodules: what a module holds under names of its caller's choosing
+    (``Sequential``'s ``"0"``, a user model's ``conv1``), recognised by their type."""
+    from compiler.module.module import Module
+    from compiler.tensor import Tensor
+
+    if isinstance(value, list | tuple):
+        return len(value) > 0 and all(_is_module_data(v) for v in value)
+    if isinstance(value, dict):
+        return len(value) > 0 and all(_is_module_data(v) for v in value.values())
+    return isinstance(value, Module | Tensor | np.ndarray)
+
+
+def check_instance_state(
+    inst: Any, state: Any, source: str = "xmge.load", *, declared_only: bool = True
+) -> None:
+    """Refuse (one line, naming the attribute, the class and ``source``: the loader and file) state
+    that is not data ``inst``'s class declares. A key that names a method, property, other descriptor,
+    dunder or class attribute is refused first; otherwise a key must be a declared field
+    (:func:`declared_fields`) or hold parameters, buffers or submodules. ``state`` is a dict (or,
+    from callers that check names only, an iterable of keys: those must be declared).
+    ``declared_only=False`` checks behaviour only (for keys a loader reads but does not restore)."""
+    cls = type(inst)
+    items = state.items() if isinstance(state, dict) else ((k, _ABSENT) for k in state)
+    for key, value in items:
+        why = behaviour_attribute(cls, key) if isinstance(key, str) else "a non-string name"
+        if why is None and declared_only and key not in declared_fields(cls) and not _is_module_data(value):
+            why = f"not a field {cls.__name__} declares, nor a parameter, buffer or submodule"
         if why is not None:
             raise UnsafePickleError(
-                f"{source}: refusing state that sets attribute {key!r} of {type(inst).__name__} "
+                f"{source}: refusing state that sets attribute {key!r} of {cls.__name__} "
                 f"({why}): a file restores data, never methods. Nothing from the file was executed."
             )
 
@@ -545,6 +607,29 @@ def _describe(obj: Any) -> str:
     if isinstance(obj, type):
         return f"the class {obj.__module__}.{obj.__qualname__}"
     return f"a {type(obj).__module__}.{type(obj).__qualname__}"
+
+
+SIZED_BUILTINS = (bytearray, set, frozenset, complex, slice, range, object)
+
+
+def builtin_call_bytes(func: Any, args: tuple[Any, ...]) -> int:
+    """About how many bytes calling the allow-listed builtin ``func(*args)`` builds. A file can ask
+    for huge objects in a few bytes (``bytearray(1 << 34)``, ``set(range(10**9))``): every loader sizes
+    such a call under the shared budget before making it."""
+    if func not in SIZED_BUILTINS:
+        return 0
+    nbytes = 0
+    for i, arg in enumerate(args):
+        if isinstance(arg, bool):
+            continue
+        if isinstance(arg, int) and func is bytearray:
+            nbytes += max(arg, 0)
+        elif i == 0 and isinstance(arg, bytes | str) and func is bytearray:
+            nbytes += len(arg)  # a copy of data the file carries still counts towards the total
+        elif isinstance(arg, range):
+            # a set entry costs ~ 8-byte slot x2 plus an int object; a bytearray entry one byte
+            nbytes += len(arg) * (1 if func is bytearray else 64)
+    return nbytes
 
 
 class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
@@ -625,25 +710,10 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             return opcode
 
     def _check_size(self, func: Any, args: tuple[Any, ...], opcode: str) -> None:
-        """The allow-listed builtins a file may call can still be asked for huge objects from a few
-        bytes (``bytearray(1 << 34)``, ``set(range(10**9))``): size them under the shared budget
-        before they are built."""
-        if func not in (bytearray, set, frozenset, complex, slice, range, object):
-            return
-        nbytes = 0
-        for i, arg in enumerate(args):
-            if isinstance(arg, bool):
-                continue
-            if isinstance(arg, int) and func is bytearray:
-                nbytes += max(arg, 0)
-            elif i == 0 and isinstance(arg, bytes | str) and func is bytearray:
-                nbytes += len(arg)  # a copy of data the file carries still counts towards the total
-            elif isinstance(arg, range):
-                # a set entry costs ~ 8-byte slot x2 plus an int object; a bytearray entry one byte
-                nbytes += len(arg) * (1 if func is bytearray else 64)
+        nbytes = builtin_call_bytes(func, args)
         if nbytes:
-            self._budget.add_tensor(nbytes, place=self.place(f"{opcode} {func.__name__}()"),
-                                    what=f"a {func.__name__}")
+            place = self.place(f"{opcode} {func.__name__}()")
+            self._budget.add_tensor(nbytes, place=place, what=f"a {func.__name__}")
 
     def _tensor(self, cls: type, args: tuple[Any, ...]) -> Any:
         """xmge's Tensor from MegEngine's ``(array, dtype, device)`` (empty for xmge's older form,
@@ -707,7 +777,7 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
                 raise _refuse(f"state for {_describe(inst)} that is not a dict of plain attribute names")
         for part in (state, slots):
             if part:
-                check_instance_state(inst, part)
+                check_instance_state(inst, part, f"xmge.load({self._budget.file}, {self.place('BUILD')})")
         if getattr(type(inst), "__setstate__", None) is not None:
             inst.__setstate__(state if slots is None else (state, slots))
             return

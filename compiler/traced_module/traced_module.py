@@ -438,6 +438,12 @@ class InternalGraph:
 
     def _run(self, values: list[Any]) -> list[Any]:
         """Values of the outputs (or of the end points, once all are known)."""
+        from compiler.traced_module.budget import call_budget
+
+        with call_budget(f"replay of {self._qualname}"):
+            return self._run_exprs(values)
+
+    def _run_exprs(self, values: list[Any]) -> list[Any]:
         env: dict[Node, Any] = {}
         pending = set(self._end_points)
 
