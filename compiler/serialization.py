@@ -673,6 +673,11 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             raise _refuse(f"STACK_GLOBAL of non-string names ({kinds})")
         self.append(self.find_class(module, name))
 
+    def _load_mark(self) -> None:
+        # MARK opens a nested tuple/list/dict/set or a call's arguments: its depth is the file's nesting
+        limits.check_depth(len(self.metastack) + 1, file=self._budget.file, place=self.place("MARK"))
+        pickle._Unpickler.load_mark(self)  # type: ignore[attr-defined]
+
     def _load_ext(self) -> None:
         raise _refuse("an EXT opcode (a name from copyreg's extension registry)")
 
@@ -827,6 +832,7 @@ for _opcode, _handler in {
     pickle.NEWOBJ: _SafeUnpickler._load_newobj,
     pickle.NEWOBJ_EX: _SafeUnpickler._load_newobj_ex,
     pickle.BUILD: _SafeUnpickler._load_build,
+    pickle.MARK: _SafeUnpickler._load_mark,
     pickle.APPEND: _SafeUnpickler._load_append,
     pickle.APPENDS: _SafeUnpickler._load_appends,
     pickle.SETITEM: _SafeUnpickler._load_setitem,

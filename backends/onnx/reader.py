@@ -165,6 +165,9 @@ class _Importer:
         self.widened: dict[str, str] = {}  # graph inputs held in a wider dtype -> their ONNX dtype
         self.fold_seconds = 0.0
         self.folded_bytes = 0
+        self.total_bytes = 0  # every initializer, folded value and graph value (XMGE_MAX_TOTAL_BYTES)
+        for _ in _subgraph_nodes(model.graph):  # the nesting limit holds before any subgraph is read
+            pass
         self.opset = self._opset(model)
         self.values: dict[str, _Value] = {}
         self.unusable: set[str] = set()
@@ -492,7 +495,8 @@ class _Importer:
         where = f"{node.where()}: " if node is not None else ""
         return OnnxImportError(f"{self.origin}: {where}{message}")
 
-    def _check_tensor_bytes(self, node: _Node | None, nbytes: int, what: str) -> None:
+    def _check_tensor_bytes(self, node: _Node | None, nbytes: int, what: str, count: bool = True) -> None:
+        """``nbytes`` within the per-tensor cap; with ``count`` it also adds to the import's total."""
         cap = limits.max_tensor_bytes()
         if nbytes > cap:
             raise self.limit_error(
@@ -500,6 +504,15 @@ class _Importer:
                 f"{what} would need {nbytes} bytes, more than the limit of {cap} "
                 f"({limits.MAX_TENSOR_BYTES_ENV})",
             )
+        if count:
+            self.total_bytes += nbytes
+            total_cap = limits.max_total_bytes()
+            if self.total_bytes > total_cap:
+                raise self.limit_error(
+                    node,
+                    f"{what} brings the model's tensors to {self.total_bytes} bytes, more than the limit of "
+                    f"{total_cap} ({limits.MAX_TOTAL_BYTES_ENV})",
+                )
 
     def _check_folded_bytes(self, node: _Node, more: int = 0) -> None:
         cap = limits.max_folded_bytes()
@@ -516,7 +529,7 @@ class _Importer:
         predicted = _predicted_bytes(node, feeds)
         if predicted is not None:
             nbytes, shape = predicted
-            self._check_tensor_bytes(node, nbytes, f"its output of shape {shape}")
+            self._check_tensor_bytes(node, nbytes, f"its output of shape {shape}", count=False)
             itemsize = nbytes // max(math.prod(shape), 1)
             grown = max(math.prod(shape) - sum(a.size for a in feeds.values()), 0) * itemsize
             self._check_folded_bytes(node, grown)
@@ -646,14 +659,19 @@ def _loop_trip_count(node: _Node, feeds: dict[str, np.ndarray]) -> int | None:
     return max(trips, 0)
 
 
-def _subgraph_nodes(graph: Any) -> Iterator[Any]:
+def _subgraph_nodes(graph: Any, depth: int = 1) -> Iterator[Any]:
+    if depth > limits.max_depth():
+        raise OnnxImportError(
+            f"subgraphs (If / Loop / Scan bodies) nested more than {limits.max_depth()} deep "
+            f"in graph {graph.name!r} ({limits.MAX_DEPTH_ENV})"
+        )
     for n in graph.node:
         yield n
         for a in n.attribute:
             if a.HasField("g"):
-                yield from _subgraph_nodes(a.g)
+                yield from _subgraph_nodes(a.g, depth + 1)
             for g in a.graphs:
-                yield from _subgraph_nodes(g)
+                yield from _subgraph_nodes(g, depth + 1)
 
 
 def _captured_names(proto: Any) -> list[str]:
@@ -2576,8 +2594,8 @@ def read_onnx(
     else:
         origin = os.fspath(source)
     try:
-        limits.max_tensor_bytes(), limits.max_folded_bytes()
-        limits.max_loop_iterations(), limits.max_fold_seconds()
+        limits.max_tensor_bytes(), limits.max_folded_bytes(), limits.max_total_bytes()
+        limits.max_loop_iterations(), limits.max_fold_seconds(), limits.max_depth()
     except limits.LimitError as exc:
         raise OnnxImportError(str(exc)) from None
     return _Importer(model, input_shapes, input_values, origin).run()

@@ -19,6 +19,22 @@ _REFERENCE_ITEMSIZE = 8  # the functional ops build float64 numpy arrays before 
 _CALL: contextvars.ContextVar[limits.Budget | None] = contextvars.ContextVar("tm_call_budget", default=None)
 
 
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("tm_depth", default=0)
+
+
+@contextlib.contextmanager
+def nested(place: str, file: str | None = None) -> Iterator[None]:
+    """One more level of graphs inside graphs (replaying, or rebuilding a file's nested
+    TracedModules), refused past ``XMGE_MAX_DEPTH``."""
+    depth = _DEPTH.get() + 1
+    limits.check_depth(depth, file=file, place=place)
+    token = _DEPTH.set(depth)
+    try:
+        yield
+    finally:
+        _DEPTH.reset(token)
+
+
 @contextlib.contextmanager
 def call_budget(name: str) -> Iterator[limits.Budget]:
     """The budget of one replay: a fresh one for an outermost call, the caller's for nested graphs."""
@@ -124,4 +140,4 @@ def check(name: str, bound: dict[str, Any], place: str, owner: Any = None) -> No
         current.add_tensor(nbytes, place=place, what=f"{name}'s result")
 
 
-__all__ = ["call_budget", "check", "estimate"]
+__all__ = ["call_budget", "check", "estimate", "nested"]

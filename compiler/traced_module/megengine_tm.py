@@ -353,6 +353,13 @@ def _check_state(tm: TracedModule, state: dict[str, Any], source: str, declared_
 
 
 def _traced_module(record: _Record) -> TracedModule:
+    from compiler.traced_module.budget import nested
+
+    with nested("a nested TracedModule", _budget().file):
+        return _traced_module_at(record)
+
+
+def _traced_module_at(record: _Record) -> TracedModule:
     st = record.state
     graphs = st.get("argdef_graph_map") or {}
     if len(graphs) != 1:

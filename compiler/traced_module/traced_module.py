@@ -438,9 +438,9 @@ class InternalGraph:
 
     def _run(self, values: list[Any]) -> list[Any]:
         """Values of the outputs (or of the end points, once all are known)."""
-        from compiler.traced_module.budget import call_budget
+        from compiler.traced_module.budget import call_budget, nested
 
-        with call_budget(f"replay of {self._qualname}"):
+        with call_budget(f"replay of {self._qualname}"), nested(f"replay of {self._qualname}"):
             return self._run_exprs(values)
 
     def _run_exprs(self, values: list[Any]) -> list[Any]:
