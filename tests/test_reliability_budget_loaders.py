@@ -77,7 +77,8 @@ def _nested_if(levels: int) -> bytes:
         node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
         branch = helper.make_graph([node], f"level{k}", [], [out])
     inits = [numpy_helper.from_array(np.bool_(True), "c")]
-    return _onnx(list(branch.node), [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], ["y"], inits)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    return _onnx(list(branch.node), [x], ["y"], inits)
 
 
 def test_onnx_subgraph_nesting(monkeypatch: pytest.MonkeyPatch) -> None:
