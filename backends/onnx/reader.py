@@ -31,6 +31,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntegerType, ModuleOp, Signedness, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from backends.onnx import limits
 from dialects import enums
@@ -363,6 +364,18 @@ class _Importer:
 
     def convert(self, proto: Any) -> None:
         node = _Node(self, proto)
+        try:
+            self._convert(node)
+        except XmgeError:
+            raise
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError, AttributeError,
+                VerifyException) as exc:
+            # a malformed node the checks missed (a bad type code, a non-positive quantization
+            # scale, an attribute of the wrong kind): still a one-line error naming it
+            raise node.fail(f"malformed node: {type(exc).__name__}: {_first_line(exc)}") from None
+
+    def _convert(self, node: _Node) -> None:
+        proto = node.proto
         if proto.domain not in ONNX_DOMAINS:
             raise node.fail(f"operators of domain {proto.domain!r} are not supported")
         present = [n for n in proto.input if n]
@@ -390,13 +403,7 @@ class _Importer:
                 "all its inputs are known)"
             )
         first_new = len(self.block.ops)
-        try:
-            outs = handler(node)
-        except XmgeError:
-            raise
-        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            # a malformed node the handler's checks missed: still a one-line error naming it
-            raise node.fail(f"malformed node: {type(exc).__name__}: {_first_line(exc)}") from None
+        outs = handler(node)
         self._define(node, outs, first_new)
 
     def _inline_if(self, node: _Node) -> None:
@@ -2334,6 +2341,13 @@ def _resize(node: _Node) -> list[_Value | None]:
     scales, sizes, attrs, roi = _resize_request(node, shape)
     if any(n <= 0 for n in sizes):
         raise node.fail(f"the output shape {tuple(sizes)} has an empty axis")
+    # sized before anything is built: a scale of 10^5 asks for a huge output and per-axis matrices
+    out_what = f"its output of shape {tuple(sizes)}"
+    node.imp._check_tensor_bytes(node, math.prod(sizes) * 4, out_what, count=False)
+    for a in range(rank):
+        node.imp._check_tensor_bytes(
+            node, sizes[a] * shape[a] * 8, f"its interpolation matrix for axis {a} ({sizes[a]} x {shape[a]})"
+        )
     mats: dict[int, np.ndarray] = {}
     outside = np.zeros(sizes, bool) if attrs.coordinate_transformation_mode == "tf_crop_and_resize" else None
     for a in range(rank):

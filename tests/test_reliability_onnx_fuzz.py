@@ -1,0 +1,63 @@
+"""Findings of bench/fuzz_onnx.py (issue 28): each mutated model that raised something other than a
+documented error is a one-line OnnxImportError naming the node now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from backends.onnx.reader import OnnxImportError, read_onnx  # noqa: E402
+
+
+def _model(nodes: list[Any], inputs: list[Any], outputs: list[str], inits: list[Any]) -> bytes:
+    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs]
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outs, inits),
+                          opset_imports=[helper.make_opsetid("", 17)])  # fmt: skip
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _refused(data: bytes, match: str) -> None:
+    with pytest.raises(OnnxImportError, match=match) as info:
+        read_onnx(data)
+    assert "\n" not in str(info.value)
+
+
+def test_quantize_with_a_zero_scale() -> None:
+    """Was xDSL's VerifyException ("qint8 needs a positive scale") out of the importer."""
+    data = _model(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], ["y"],
+        [numpy_helper.from_array(np.float32(0.0), "s"), numpy_helper.from_array(np.int8(0), "z")],
+    )  # fmt: skip
+    _refused(data, "QuantizeLinear node 'quant'.*positive scale")
+
+
+def test_constant_of_shape_value_of_unknown_type() -> None:
+    """Was KeyError: 999 from onnx's dtype table while sizing the folded constant."""
+    value = numpy_helper.from_array(np.array([1.0], np.float32), "v")
+    value.data_type = 999
+    data = _model(
+        [helper.make_node("ConstantOfShape", ["shape"], ["c"], value=value, name="cos"),
+         helper.make_node("Add", ["x", "c"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], ["y"],
+        [numpy_helper.from_array(np.array([2], np.int64), "shape")],
+    )  # fmt: skip
+    _refused(data, "ConstantOfShape node 'cos'")
+
+
+def test_resize_interpolation_matrix_is_sized_before_it_is_built() -> None:
+    """Was a 149 GiB numpy allocation (MemoryError): a 100,000-wide input resized 2x builds a
+    200,000 x 100,000 float64 interpolation matrix; the output itself is only 25 MB."""
+    data = _model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", name="up")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 100000])], ["y"],
+        [numpy_helper.from_array(np.array([1, 1, 1, 2], np.float32), "scales")],
+    )  # fmt: skip
+    _refused(data, r"Resize node .up.*interpolation matrix for axis 3 \(200000 x 100000\).*XMGE_MAX_TENSOR")
