@@ -30,6 +30,7 @@ import functools
 import importlib
 import inspect
 import io
+import math
 import os
 import pickle
 import re
@@ -632,6 +633,39 @@ def builtin_call_bytes(func: Any, args: tuple[Any, ...]) -> int:
     return nbytes
 
 
+def _check_ndarray_state(state: Any) -> None:
+    """An ndarray's pickled state ``(version, shape, dtype, is_fortran, data)`` must be consistent
+    before numpy applies it: numpy fails half-way on some inconsistent states (a list of objects for
+    a float32 array) and leaves an array it cannot even free."""
+    if not isinstance(state, tuple) or len(state) not in (4, 5):
+        raise _refuse(f"an ndarray state that is a {type(state).__name__}, not a tuple of 4 or 5 items")
+    shape, dtype, data = state[-4], state[-3], state[-1]
+    if not isinstance(dtype, np.dtype) or dtype.hasobject:
+        raise _refuse(f"an ndarray state whose dtype {dtype!r:.60} holds Python objects")
+    if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+        raise _refuse(f"an ndarray state whose shape is {shape!r:.60}")
+    if not isinstance(data, bytes | bytearray):
+        raise _refuse(f"an ndarray state whose data is a {type(data).__name__}, not bytes")
+    expected = math.prod(shape) * dtype.itemsize
+    if len(data) != expected:
+        raise _refuse(
+            f"an ndarray of shape {shape} and dtype {dtype} with {len(data)} bytes of data, not {expected}"
+        )
+
+
+def _check_dtype(dt: np.dtype) -> None:
+    """A dtype rebuilt from pickled state must equal the one numpy makes from its own description:
+    numpy accepts flags in the state that disagree with the type (a float32 flagged as holding
+    objects), and an array of such a dtype cannot be freed."""
+    try:
+        canonical = np.dtype(dt.descr if dt.fields else dt.str)
+        same = canonical == dt and canonical.flags == dt.flags and canonical.itemsize == dt.itemsize
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise _refuse(f"a numpy dtype whose pickled state is inconsistent ({dt.str!r:.40}, flags {dt.flags})")
+
+
 class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
     """The standard (pure-Python) unpickler with every opcode that calls or mutates checked.
 
@@ -763,11 +797,15 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             _set_tensor_state(inst, state, self._map_device)
             return
         if isinstance(inst, np.ndarray | np.dtype):
+            if isinstance(inst, np.ndarray):
+                _check_ndarray_state(state)
             try:
-                inst.__setstate__(state)  # numpy validates its own state
+                inst.__setstate__(state)  # numpy validates the rest of its own state
             except (SystemError, TypeError, ValueError) as exc:  # numpy can fail without a message
                 why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise _refuse(f"malformed state for a numpy {type(inst).__name__} ({why:.80})") from None
+            if isinstance(inst, np.dtype):
+                _check_dtype(inst)
             if isinstance(inst, np.ndarray):
                 # every array counts towards the whole load's total, not only its own size
                 self._budget.add_tensor(int(inst.nbytes), place=self.place("BUILD ndarray"), what="an array")
@@ -952,8 +990,20 @@ def _load(
         raise
     except limits.LimitExceeded:
         raise
-    except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError,
-            MemoryError, RecursionError, UnicodeDecodeError, struct.error, pickle.UnpicklingError) as exc:
+    except (
+        EOFError,
+        IndexError,
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+        UnicodeDecodeError,
+        struct.error,
+        pickle.UnpicklingError,
+    ) as exc:
         raise CorruptPickleError(_corrupt_message(fh, exc)) from None
 
 

@@ -14,7 +14,7 @@ import compiler as xm
 import compiler.functional as F
 import compiler.module as M
 from compiler import traced_module as tm
-from compiler.serialization import CorruptPickleError
+from compiler.serialization import CorruptPickleError, UnsafePickleError
 from dialects import limits
 from dialects.errors import XmgeError
 
@@ -183,3 +183,30 @@ def test_megengine_tm_declared_length_is_checked_before_allocating() -> None:
     huge_bytes8 = b"\x80\x04\x8e" + (2**56 - 1).to_bytes(8, "little") + b"abc."
     with pytest.raises(tm.TracedModuleError, match="expected 72057594037927935 bytes in a bytes8"):
         tm.load_megengine_tm(huge_bytes8)
+
+
+def test_pickled_dtype_with_inconsistent_flags_is_refused() -> None:
+    """Found by bench/fuzz_pickle.py: numpy accepted dtype state flagging float32 as holding objects,
+    and the array built with it could not be freed (numpy's 'get_clear_loop not set' at exit)."""
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    flags = b"J\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"
+    assert data.count(flags) == 1
+    tampered = data.replace(flags, b"J\xff\xff\xff\xffJ\xff\xff\xff\xffK\x7ft")
+    with pytest.raises(UnsafePickleError, match="dtype whose pickled state is inconsistent"):
+        xm.load(io.BytesIO(tampered))
+    np.testing.assert_array_equal(xm.load(io.BytesIO(data)), np.zeros(2, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (b"X\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", b"X\x04\x00\x00\x00\x00\x00\x00\x00",
+         "with 4 bytes of data, not 8"),
+        (b"K\x02\x85", b"J\xff\xff\xff\xff\x85", "whose shape is"),
+    ],
+)  # fmt: skip
+def test_pickled_ndarray_state_is_checked_before_numpy_applies_it(old: bytes, new: bytes, why: str) -> None:
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    assert data.count(old) == 1
+    with pytest.raises(UnsafePickleError, match=why):
+        xm.load(io.BytesIO(data.replace(old, new)))
