@@ -61,3 +61,17 @@ def test_resize_interpolation_matrix_is_sized_before_it_is_built() -> None:
         [numpy_helper.from_array(np.array([1, 1, 1, 2], np.float32), "scales")],
     )  # fmt: skip
     _refused(data, r"Resize node .up.*interpolation matrix for axis 3 \(200000 x 100000\).*XMGE_MAX_TENSOR")
+
+
+@pytest.mark.parametrize("dims", [[1, 2, 2**31 - 1, 5], [1, 2, 5, 5]])
+def test_every_built_op_and_graph_input_is_within_the_tensor_cap(dims: list[int],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was numpy's MemoryError: a BatchNormalization on a 2^31-row input, and an AveragePool whose
+    pads (10^12) the handler turned into a padding op and then a per-row divisor table."""
+    monkeypatch.setenv("XMGE_MAX_TENSOR_BYTES", str(16 << 20))
+    pads = [0, 0, 10**12, 1] if dims[2] == 5 else [0, 0, 1, 1]
+    data = _model(
+        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], pads=pads, name="ap")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], ["y"], [],
+    )  # fmt: skip
+    _refused(data, "(graph input 'x'|AveragePool node 'ap').*XMGE_MAX_TENSOR_BYTES")

@@ -207,6 +207,10 @@ class _Importer:
             if info.name in bound:
                 self.values[info.name] = self._bound_value(info, bound[info.name])
         arg_types = [self._input_type(i, overrides.get(i.name)) for i in self.inputs]
+        for info, t in zip(self.inputs, arg_types, strict=True):
+            if isinstance(t, TensorType) and not isinstance(t.element_type, QuantizedType):
+                nbytes = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+                self._check_tensor_bytes(None, nbytes, f"graph input {info.name!r} ({t})")
         self.block = Block(arg_types=arg_types)
         for i, arg in zip(self.inputs, self.block.args, strict=True):
             self.values[i.name] = _Value(arg.type, ssa=arg)  # type: ignore[arg-type]
@@ -793,6 +797,13 @@ class _Node:
             op = cls.make(list(operands), result_types, **params)
         except (T.ShapeInferenceError, ValueError, TypeError, KeyError) as exc:
             raise self.fail(f"cannot build {cls.name}: {exc}") from None
+        # each op within the per-tensor cap as it is built: a handler may go on to build numpy
+        # helpers (pooling divisors, index tables) of the same size
+        for r in op.results:
+            t = r.type
+            if isinstance(t, TensorType) and not isinstance(t.element_type, QuantizedType):
+                nbytes = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+                self.imp._check_tensor_bytes(self, nbytes, f"its {cls.name} result ({t})", count=False)
         self.imp.block.add_op(op)
         return op
 
