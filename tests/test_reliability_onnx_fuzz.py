@@ -75,3 +75,14 @@ def test_every_built_op_and_graph_input_is_within_the_tensor_cap(dims: list[int]
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], ["y"], [],
     )  # fmt: skip
     _refused(data, "(graph input 'x'|AveragePool node 'ap').*XMGE_MAX_TENSOR_BYTES")
+
+
+def test_conv_stride_beyond_32_bits_is_refused_at_import() -> None:
+    """Was OverflowError from numpy's strided windows when the reference ran a Conv with stride
+    2^63 - 1 (the op accepted any positive stride)."""
+    data = _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2**63 - 1], name="c")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])], ["y"],
+        [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")],
+    )  # fmt: skip
+    _refused(data, r"Conv node 'c'.*invalid stride \(2, 9223372036854775807\)")
