@@ -86,3 +86,11 @@ def test_conv_stride_beyond_32_bits_is_refused_at_import() -> None:
         [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")],
     )  # fmt: skip
     _refused(data, r"Conv node 'c'.*invalid stride \(2, 9223372036854775807\)")
+
+
+def test_graph_input_error_read_by_a_node_without_outputs() -> None:
+    """Was IndexError: the message naming the node that reads a bad graph input used its first
+    output when the node had no name, and a fuzzed node had no outputs."""
+    reader = helper.make_node("Relu", ["x"], [])
+    data = _model([reader], [helper.make_tensor_value_info("x", 999, [2])], [], [])
+    _refused(data, r"graph input 'x' \(read by Relu node '', opset 17\) has element type code 999")

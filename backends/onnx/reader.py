@@ -254,9 +254,8 @@ class _Importer:
         """`` (read by <op> node <name>, opset N)`` for an error about graph input ``name``."""
         for proto in self.model.graph.node:
             if name in proto.input:
-                return (
-                    f" (read by {proto.op_type} node {proto.name or proto.output[0]!r}, opset {self.opset})"
-                )
+                label = proto.name or (proto.output[0] if proto.output else "")
+                return f" (read by {proto.op_type} node {label!r}, opset {self.opset})"
         return ""
 
     def _np_dtype(self, info: Any) -> np.dtype:
