@@ -124,6 +124,18 @@ class Report:
         return "\n".join(lines)
 
 
+def read_header(path: str) -> dict[str, Any] | None:
+    """The campaign a log belongs to (its first line: seeds, rng seed), if the log has one."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        try:
+            first = json.loads(f.readline() or "null")
+        except ValueError:
+            return None
+    return first.get("campaign") if isinstance(first, dict) else None
+
+
 def read_log(path: str) -> dict[int, dict[str, Any]]:
     """Cases already run by an earlier (interrupted) campaign writing to ``path``."""
     done: dict[int, dict[str, Any]] = {}
@@ -176,13 +188,23 @@ def run_isolated(
     hang_after_s: float,
     log: str | None = None,
     progress_every: int = 0,
+    header: dict[str, Any] | None = None,
 ) -> Report:
     """Cases ``start .. start + count - 1`` over ``jobs`` forked workers. A worker that dies, or
     shows no progress for ``hang_after_s`` wall seconds, counts its current case as a crash (a
     timeout) and is restarted after it. With ``log`` every case is appended to that JSON-lines file
-    as it ends; cases already there are counted and not run again."""
+    as it ends; cases already there are counted and not run again. ``header`` (the seeds and rng
+    seed that define the cases) is the log's first line; resuming a log of another campaign is an
+    error, since its case numbers would name other files."""
     report = Report()
     t0 = time.perf_counter()
+    if log and header is not None:
+        previous = read_header(log)
+        if previous is None and not os.path.exists(log):
+            with open(log, "w") as f:
+                f.write(json.dumps({"campaign": header}) + "\n")
+        elif previous is not None and previous != header:
+            raise SystemExit(f"{log} holds another campaign's cases ({previous}); use another --log")
     done = read_log(log) if log else {}
     for idx, rec in done.items():
         if start <= idx < start + count:

@@ -2,25 +2,18 @@
 
 Each case mutates one seed file (bit flips, 32-bit words overwritten with boundary values, cuts,
 inserted bytes), loads it with ``read_mge`` and, when it loads, runs every graph on the reference
-interpreter with random inputs. Outcomes:
-
-* ``ok``: loaded and ran;
-* ``rejected``: MgeFormatError / MgeUnsupportedError on load, or InterpreterError at run time
-  (the documented error types);
-* ``bug``: any other exception (type and message are reported);
-* ``memory``: MemoryError (the per-case address-space cap was hit);
-* ``timeout``: the case ran longer than ``--timeout`` seconds (5 by default), measured on the
-  ``--clock``: ``wall`` (default) or ``cpu`` (the worker's own CPU time, ITIMER_PROF: on a shared
-  machine a case waiting for a core is not a hang; a wall-clock watchdog at timeout + 10 s still
-  kills a worker that blocks without computing);
-* ``crash``: the worker process died (a segfault, an abort).
+interpreter with random inputs; every ``--compile-every``-th case that runs is also compiled for
+x86-avx2 (gcc) and run there. Outcomes (ok, rejected: MgeFormatError / MgeUnsupportedError /
+InterpreterError / LimitExceeded, bug, memory, timeout, crash) and the isolated, resumable workers
+are :mod:`bench.fuzz_common`'s.
 
 Workers run with ``XMGE_MAX_TENSOR_BYTES`` at 4 MiB (:data:`FUZZ_TENSOR_BYTES`) unless the
 environment sets it (reading and running stay fast; the default cap is for real models) and an
-address-space limit (``--mem-mb``).
+address-space limit (``--mem-mb``). The long run (57 seed files, resumable: rerun the same command)::
 
-    python bench/fuzz_mge.py --cases 100000 --jobs 2              # the long run
-    python bench/fuzz_mge.py --cases 2000 --seeds convnet/fbs_v1 int8/plain
+    nice -n 19 python bench/fuzz_mge.py --seeds campaign --count 100000 --jobs 1 --clock cpu \
+        --compile-every 250 --rng-seed 61 --progress 1000 --log /tmp/fuzz_mge.jsonl
+    python bench/fuzz_mge.py --count 2000 --seeds convnet/fbs_v1 int8/plain
 
 The in-suite slice (tests/test_mge_fuzz.py) calls :func:`run_cases` in-process with a few hundred
 cases.
@@ -29,23 +22,27 @@ cases.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing as mp
 import os
-import signal
 import struct
 import sys
 import time
-import traceback
-from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from bench.fuzz_common import (  # noqa: E402
+    Campaign,
+    Report,
+    add_arguments,
+    classify,
+    read_header,
+    run_isolated,
+)
 
 DATA = os.path.join(ROOT, "tests", "data")
 GOLDEN = os.path.join(os.path.dirname(ROOT), "shared", "golden")
@@ -65,7 +62,6 @@ FUZZ_TENSOR_BYTES = 4 << 20
 """The seeds' largest tensors are well under 1 MiB; a mutated shape beyond 4 MiB is a legitimately
 big model that the numpy reference (int8 convolutions especially) may take seconds to run, which
 says nothing about the reader's robustness."""
-OUTCOMES = ("ok", "rejected", "bug", "memory", "timeout", "crash")
 
 
 def seed_path(name: str) -> str:
@@ -151,17 +147,6 @@ def cases(seeds: Sequence[str], n: int, rng_seed: int, start: int = 0, step: int
         yield make_case(seeds, i, rng_seed, originals)
 
 
-class CaseTimeout(BaseException):
-    """Raised by the alarm; a BaseException so that no ``except Exception`` swallows it."""
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    raise CaseTimeout
-
-
-CLOCKS = {"wall": (signal.ITIMER_REAL, signal.SIGALRM), "cpu": (signal.ITIMER_PROF, signal.SIGPROF)}
-
-
 COMPILE_TARGET = "x86-avx2"
 """The x86 target a sample of the loaded cases is compiled for (gcc, AVX2 + FMA)."""
 
@@ -174,49 +159,36 @@ def run_one(
     or the error: a documented ``XmgeError`` while compiling is ``rejected``, anything else a bug)."""
     from backends.mge.fbs import MgeFormatError
     from backends.mge.reader import read_mge
+    from bench.fuzz_common import alarm
     from dialects.dtypes import numpy_dtype
     from semantics.interpreter import InterpreterError, run_function
 
     np.seterr(all="ignore")  # random inputs overflow float16 and int8 models: not a finding
-    timer, signum = CLOCKS[clock]
-    old = signal.signal(signum, _on_alarm)
-    signal.setitimer(timer, timeout_s)
     stage = "load"
     try:
-        module = read_mge(data)
-        stage = "run"
-        rng = np.random.default_rng(0)
-        inputs = []
-        for fn in module.ops:
-            args = []
-            for a in fn.body.block.args:  # type: ignore[attr-defined]
-                dt = numpy_dtype(a.type.element_type)
-                shape = tuple(a.type.get_shape())
-                args.append((rng.standard_normal(shape) * 3).astype(dt))
-            run_function(fn, args)  # type: ignore[arg-type]
-            inputs.append(args)
+        with alarm(timeout_s, clock):
+            module = read_mge(data)
+            stage = "run"
+            rng = np.random.default_rng(0)
+            inputs = []
+            for fn in module.ops:
+                args = []
+                for a in fn.body.block.args:  # type: ignore[attr-defined]
+                    dt = numpy_dtype(a.type.element_type)
+                    shape = tuple(a.type.get_shape())
+                    args.append((rng.standard_normal(shape) * 3).astype(dt))
+                run_function(fn, args)  # type: ignore[arg-type]
+                inputs.append(args)
         if not compile_timeout_s:
             return "ok", ""
-        # compiling runs gcc in child processes: the case's own timer does not see their time
-        signal.setitimer(timer, 0)
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, compile_timeout_s)
+        # compiling runs gcc in child processes: a wall clock sees their time
         stage = "compile"
-        return compile_one(module, inputs[0] if inputs else [])
-    except (MgeFormatError, InterpreterError) as exc:
-        return "rejected", type(exc).__name__
-    except CaseTimeout:
-        return "timeout", stage
-    except MemoryError:
-        return "memory", stage
-    except Exception as exc:  # noqa: BLE001 - everything else is what the fuzzer looks for
-        tb = traceback.extract_tb(exc.__traceback__)[-1]
-        where = f"{os.path.relpath(tb.filename, ROOT)}:{tb.lineno}"
-        return "bug", f"{stage}: {type(exc).__name__}: {str(exc)[:160]} ({where})"
-    finally:
-        signal.setitimer(timer, 0)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signum, old)
+        with alarm(compile_timeout_s, "wall"):
+            return compile_one(module, inputs[0] if inputs else [])
+    except BaseException as exc:  # noqa: BLE001 - classified: documented, timeout, memory or a bug
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        return classify(exc, (MgeFormatError, InterpreterError), stage)
 
 
 def compile_one(module: object, inputs: list[np.ndarray]) -> tuple[str, str]:
@@ -235,48 +207,6 @@ def compile_one(module: object, inputs: list[np.ndarray]) -> tuple[str, str]:
     return "ok", "compiled"
 
 
-@dataclass
-class Report:
-    counts: Counter[str] = field(default_factory=Counter)
-    examples: dict[str, list[str]] = field(default_factory=dict)
-    seconds: float = 0.0
-    slowest_wall: float = 0.0
-    slowest_cpu: float = 0.0
-    over_1s: int = 0
-    compiled: int = 0
-
-    def add(self, case: Case, outcome: str, detail: str) -> None:
-        self.counts[outcome] += 1
-        if outcome not in ("ok", "rejected"):
-            self.examples.setdefault(outcome, [])
-            if len(self.examples[outcome]) < 20:
-                self.examples[outcome].append(f"case {case.index} ({case.seed}): {detail}")
-
-    def time(self, wall_s: float, cpu_s: float) -> None:
-        self.slowest_wall = max(self.slowest_wall, wall_s)
-        self.slowest_cpu = max(self.slowest_cpu, cpu_s)
-        self.over_1s += wall_s > 1.0
-
-    def line(self) -> str:
-        total = sum(self.counts.values())
-        return f"{total} cases: " + ", ".join(f"{o} {self.counts[o]}" for o in OUTCOMES)
-
-    def bad(self) -> int:
-        return sum(self.counts[o] for o in ("bug", "memory", "timeout", "crash"))
-
-    def summary(self) -> str:
-        lines = [f"{self.line().replace(' cases:', f' cases in {self.seconds:.1f}s:')}"]
-        if self.slowest_wall:
-            lines.append(
-                f"slowest case: {self.slowest_wall:.2f}s wall, {self.slowest_cpu:.2f}s CPU;"
-                f" {self.over_1s} cases over 1s wall; {self.compiled} compiled for {COMPILE_TARGET} and run"
-            )
-        for outcome, items in self.examples.items():
-            lines.append(f"  {outcome}:")
-            lines.extend(f"    {x}" for x in items)
-        return "\n".join(lines)
-
-
 def run_cases(seeds: Sequence[str], n: int, rng_seed: int = 0, timeout_s: float = 5.0) -> Report:
     """All cases in this process (no crash isolation, no memory cap): the in-suite slice."""
     report = Report()
@@ -286,7 +216,7 @@ def run_cases(seeds: Sequence[str], n: int, rng_seed: int = 0, timeout_s: float 
     os.environ.setdefault("XMGE_MAX_TENSOR_BYTES", str(FUZZ_TENSOR_BYTES))
     try:
         for case in cases(seeds, n, rng_seed):
-            report.add(case, *run_one(case.data, timeout_s))
+            report.add(case.index, case.seed, *run_one(case.data, timeout_s))
     finally:
         if previous is None:
             del os.environ["XMGE_MAX_TENSOR_BYTES"]
@@ -297,190 +227,47 @@ def run_cases(seeds: Sequence[str], n: int, rng_seed: int = 0, timeout_s: float 
 
 
 # ----------------------------------------------------------------------------------------------
-# isolated workers
+# the campaign: isolated workers (bench/fuzz_common.py)
 
 
-def _worker(
-    conn: mp.connection.Connection,
+def campaign(
     seeds: Sequence[str],
-    indices: Sequence[int],
     rng_seed: int,
     timeout_s: float,
-    mem_mb: int,
     clock: str,
     compile_every: int,
     compile_timeout_s: float,
-) -> None:
-    import resource
-
-    import backends.mge.reader  # noqa: F401 - imported before the memory cap applies
-    import semantics.interpreter  # noqa: F401
-
-    if compile_every:
-        import compiler  # noqa: F401
-
-    os.environ.setdefault("XMGE_MAX_TENSOR_BYTES", str(FUZZ_TENSOR_BYTES))
-    if mem_mb > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
+) -> Campaign:
     originals: dict[str, bytes] = {}
-    for index in indices:
+
+    def prepare() -> None:
+        import backends.mge.reader  # noqa: F401 - imported before the memory cap applies
+        import semantics.interpreter  # noqa: F401
+
+        if compile_every:
+            import compiler  # noqa: F401
+
+    def run(index: int) -> tuple[str, str]:
         case = make_case(seeds, index, rng_seed, originals)
-        conn.send(("start", case.index))
-        wall0, cpu0 = time.perf_counter(), time.process_time()
         sample = compile_timeout_s if compile_every and index % compile_every == 0 else 0.0
-        outcome, detail = run_one(case.data, timeout_s, clock, sample)
-        elapsed = (time.perf_counter() - wall0, time.process_time() - cpu0)
-        conn.send(("done", case.index, outcome, detail, elapsed))
-    conn.send(("end",))
+        return run_one(case.data, timeout_s, clock, sample)
 
-
-def read_log(path: str) -> dict[int, dict[str, object]]:
-    """Cases already run by an earlier (interrupted) campaign writing to ``path``."""
-    done: dict[int, dict[str, object]] = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill
-                if isinstance(rec, dict) and "i" in rec:
-                    done[int(rec["i"])] = rec
-    return done
-
-
-def run_isolated(
-    seeds: Sequence[str],
-    n: int,
-    rng_seed: int,
-    jobs: int,
-    timeout_s: float,
-    mem_mb: int,
-    clock: str = "wall",
-    progress_every: int = 0,
-    start: int = 0,
-    log: str | None = None,
-    compile_every: int = 0,
-    compile_timeout_s: float = 600.0,
-) -> Report:
-    """Cases ``start .. start + n - 1`` spread over ``jobs`` worker processes; a worker that dies
-    (or hangs past the timeout's reach) counts its current case as a crash (timeout) and is
-    restarted after it. With ``log`` every case is appended to that JSON-lines file as it ends, and
-    cases already there are not run again (a killed campaign resumes with the same command)."""
-    report = Report()
-    t0 = time.perf_counter()
-    done = read_log(log) if log else {}
-    for idx, rec in done.items():
-        if start <= idx < start + n:
-            report.add(Case(idx, case_seed(seeds, idx), b""), str(rec["o"]), str(rec.get("d", "")))
-            report.time(float(rec.get("w", 0.0)), float(rec.get("c", 0.0)))
-            report.compiled += rec.get("d") == "compiled"
-    todo = [i for i in range(start, start + n) if i not in done]
-    log_file = open(log, "a") if log else None  # noqa: SIM115 - closed below
-    ctx = mp.get_context("fork")
-    running: list[tuple[mp.Process, mp.connection.Connection, int]] = []
-    lanes = {j: todo[j::jobs] for j in range(jobs)}
-
-    def launch(lane: int, indices: list[int]) -> None:
-        lanes[lane] = indices
-        if not indices:
-            return
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(
-            target=_worker,
-            args=(
-                child,
-                seeds,
-                indices,
-                rng_seed,
-                timeout_s,
-                mem_mb,
-                clock,
-                compile_every,
-                compile_timeout_s,
-            ),
-        )
-        p.start()
-        child.close()
-        running.append((p, parent, lane))
-
-    def record(idx: int, outcome: str, detail: str, elapsed: tuple[float, float]) -> None:
-        report.add(Case(idx, case_seed(seeds, idx), b""), outcome, detail)
-        report.time(*elapsed)
-        report.compiled += detail == "compiled"
-        if log_file:
-            rec = {"i": idx, "o": outcome, "w": round(elapsed[0], 4), "c": round(elapsed[1], 4)}
-            if detail:
-                rec["d"] = detail
-            log_file.write(json.dumps(rec) + "\n")
-            log_file.flush()
-        total = sum(report.counts.values())
-        if progress_every and total % progress_every == 0:
-            stamp = f"[{time.perf_counter() - t0:7.0f}s]"
-            print(stamp, report.line(), f"(next case {idx + 1})", file=sys.stderr, flush=True)
-
-    for lane in range(jobs):
-        launch(lane, lanes[lane])
-    current: dict[int, tuple[int, float]] = {}
-    try:
-        while running:
-            for p, conn, lane in list(running):
-                finished = False
-                while conn.poll(0.05):
-                    try:
-                        msg = conn.recv()
-                    except EOFError:
-                        finished = True
-                        break
-                    if msg[0] == "start":
-                        current[lane] = (msg[1], time.perf_counter())
-                    elif msg[0] == "done":
-                        record(msg[1], msg[2], msg[3], msg[4])
-                        current.pop(lane, None)
-                    else:
-                        finished = True
-                        break
-                started = current.get(lane)
-                limit = timeout_s + 10 + (compile_timeout_s if compile_every else 0)
-                hung = started is not None and time.perf_counter() - started[1] > limit
-                if finished or hung or not p.is_alive():
-                    if hung:
-                        p.kill()
-                    p.join()
-                    running.remove((p, conn, lane))
-                    if started is not None:
-                        idx = started[0]
-                        outcome = "timeout" if hung else "crash"
-                        wall = time.perf_counter() - started[1]
-                        record(idx, outcome, f"exit code {p.exitcode}", (wall, wall))
-                        current.pop(lane, None)
-                        rest = lanes[lane]
-                        launch(lane, rest[rest.index(idx) + 1 :])
-    finally:
-        if log_file:
-            log_file.close()
-    report.seconds = time.perf_counter() - t0
-    return report
+    return Campaign(
+        run=run,
+        label=lambda index: case_seed(seeds, index),
+        prepare=prepare,
+        env={"XMGE_MAX_TENSOR_BYTES": str(FUZZ_TENSOR_BYTES)},
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--start", type=int, default=0, help="first case index")
-    ap.add_argument("--count", "--cases", dest="count", type=int, default=5000, help="number of cases")
+    add_arguments(ap, count=5000, jobs=2, mem_mb=3072)
     ap.add_argument(
         "--seeds",
         nargs="+",
         default=list(DEFAULT_SEEDS),
         help="tests/data/<name>, golden:<case>/<variant> or .mge paths; 'campaign': every seed file",
-    )
-    ap.add_argument("--rng-seed", type=int, default=1)
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=5.0, help="seconds per case")
-    ap.add_argument("--mem-mb", type=int, default=3072, help="address-space cap per worker (0: none)")
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="what --timeout measures")
-    ap.add_argument("--progress", type=int, default=0, help="print counts to stderr every N cases")
-    ap.add_argument(
-        "--log", help="JSON-lines file of finished cases; cases already in it are skipped (resume)"
     )
     ap.add_argument(
         "--compile-every",
@@ -491,23 +278,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--compile-timeout", type=float, default=600.0, help="wall seconds for one compile")
     args = ap.parse_args(argv)
     seeds = campaign_seeds() if args.seeds == ["campaign"] else args.seeds
+    logged = read_header(args.log) if args.log else None
+    if logged is not None and args.seeds == ["campaign"]:
+        seeds = logged["seeds"]  # resuming: the seed files of the run that wrote the log
     report = run_isolated(
-        seeds,
-        args.count,
-        args.rng_seed,
-        args.jobs,
-        args.timeout,
-        args.mem_mb,
-        args.clock,
-        args.progress,
+        campaign(seeds, args.rng_seed, args.timeout, args.clock, args.compile_every, args.compile_timeout),
         args.start,
-        args.log,
-        args.compile_every,
-        args.compile_timeout,
+        args.count,
+        args.jobs,
+        args.mem_mb,
+        hang_after_s=args.timeout + 10 + (args.compile_timeout if args.compile_every else 0),
+        log=args.log,
+        progress_every=args.progress,
+        header={"seeds": list(seeds), "rng_seed": args.rng_seed},
     )
     print(f"{len(seeds)} seeds: {' '.join(seeds)}")
     print(f"cases {args.start}..{args.start + args.count - 1}, rng seed {args.rng_seed}")
-    print(report.summary())
+    print(report.summary(COMPILE_TARGET if args.compile_every else None))
     return 1 if report.bad() else 0
 
 

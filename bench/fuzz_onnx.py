@@ -414,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hang_after_s=args.timeout + 10,
         log=args.log,
         progress_every=args.progress,
+        header={"seeds": sorted(seeds), "rng_seed": args.rng_seed},
     )
     print(f"{len(seeds)} seeds: {' '.join(sorted(seeds))}")
     print(f"cases {args.start}..{args.start + args.count - 1}, rng seed {args.rng_seed}")

@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         hang_after_s=a.timeout + 10,
         log=a.log,
         progress_every=a.progress,
+        header={"seeds": SEEDS, "rng_seed": a.rng_seed},
     )
     print(f"{len(SEEDS)} seeds: {' '.join(SEEDS)}")
     print(f"cases {a.start}..{a.start + a.count - 1}, rng seed {a.rng_seed}")
