@@ -653,6 +653,36 @@ def _check_ndarray_state(state: Any) -> None:
         )
 
 
+def _field_ok(f: Any) -> bool:
+    return isinstance(f, tuple) and len(f) in (2, 3) and isinstance(f[0], np.dtype) and type(f[1]) is int
+
+
+def _check_dtype_state(dt: np.dtype, state: Any) -> None:
+    """A dtype's pickled state ``(version, byte order, subarray, names, fields, itemsize, alignment,
+    flags[, metadata])`` must have that form before numpy applies it: numpy's ``__setstate__`` crashes
+    the process on some malformed tuples (a fuzzed state one item short segfaulted). A plain dtype's
+    state must be the one numpy writes for it, but for its byte order."""
+    if not isinstance(state, tuple) or len(state) not in (8, 9):
+        raise _refuse(f"a numpy dtype state that is not a tuple of 8 or 9 items ({type(state).__name__})")
+    version, order, subarray, names, fields, *ints = state[:8]
+    well_formed = (
+        version in (3, 4)
+        and order in ("<", ">", "|", "=")
+        and all(type(v) is int for v in ints)
+        and (len(state) == 8 or state[8] is None or isinstance(state[8], dict | tuple))
+        and (names is None) == (fields is None)
+        and (subarray is None or (isinstance(subarray, tuple) and len(subarray) == 2
+                                  and isinstance(subarray[0], np.dtype) and isinstance(subarray[1], tuple)))
+        and (names is None or (isinstance(names, tuple) and all(type(n) is str for n in names)
+                               and isinstance(fields, dict) and set(fields) == set(names)
+                               and all(_field_ok(f) for f in fields.values())))
+    )  # fmt: skip
+    if not well_formed:
+        raise _refuse(f"a malformed numpy dtype state ({str(state)[:80]})")
+    if subarray is None and names is None and tuple(state[2:8]) != tuple(dt.__reduce__()[2][2:8]):
+        raise _refuse(f"a numpy {dt} whose pickled state disagrees with its type ({str(state)[:80]})")
+
+
 def _check_dtype(dt: np.dtype) -> None:
     """A dtype rebuilt from pickled state must equal the one numpy makes from its own description:
     numpy accepts flags in the state that disagree with the type (a float32 flagged as holding
@@ -799,6 +829,8 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
         if isinstance(inst, np.ndarray | np.dtype):
             if isinstance(inst, np.ndarray):
                 _check_ndarray_state(state)
+            else:
+                _check_dtype_state(inst, state)
             try:
                 inst.__setstate__(state)  # numpy validates the rest of its own state
             except (SystemError, TypeError, ValueError) as exc:  # numpy can fail without a message

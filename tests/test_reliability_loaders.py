@@ -192,7 +192,7 @@ def test_pickled_dtype_with_inconsistent_flags_is_refused() -> None:
     flags = b"J\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"
     assert data.count(flags) == 1
     tampered = data.replace(flags, b"J\xff\xff\xff\xffJ\xff\xff\xff\xffK\x7ft")
-    with pytest.raises(UnsafePickleError, match="dtype whose pickled state is inconsistent"):
+    with pytest.raises(UnsafePickleError, match="float32 whose pickled state disagrees with its type"):
         xm.load(io.BytesIO(tampered))
     np.testing.assert_array_equal(xm.load(io.BytesIO(data)), np.zeros(2, np.float32))
 
@@ -210,3 +210,34 @@ def test_pickled_ndarray_state_is_checked_before_numpy_applies_it(old: bytes, ne
     assert data.count(old) == 1
     with pytest.raises(UnsafePickleError, match=why):
         xm.load(io.BytesIO(data.replace(old, new)))
+
+
+def test_pickled_dtype_state_one_item_short_is_refused_not_a_segfault() -> None:
+    """Found by bench/fuzz_pickle.py: a POP inside the dtype's state tuple left 6 items, and numpy's
+    dtype __setstate__ crashed the process (SIGSEGV). The state's form is checked first now."""
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    state = b"(K\x03X\x01\x00\x00\x00<q\x0fNNNJ"
+    assert data.count(state) == 1
+    tampered = data.replace(state, b"(K\x03X\x01\x00\x00\x00<q\x0fNN0J")  # N -> POP
+    with pytest.raises(UnsafePickleError, match="dtype state that is not a tuple of 8 or 9 items"):
+        xm.load(io.BytesIO(tampered))
+
+
+def test_tm_replay_of_a_tampered_graph_is_a_traced_module_error() -> None:
+    """Found by bench/fuzz_pickle.py on xmge .tm files: a loaded graph whose module lost an attribute
+    (or whose expression list holds a non-expression) failed with AttributeError deep in replay."""
+    net = M.Sequential(M.Conv2d(1, 2, 3), M.ReLU())
+    x = xm.tensor(np.zeros((1, 1, 5, 5), np.float32))
+    traced = tm.trace_module(net, x)
+    buf = io.BytesIO()
+    xm.save(traced, buf)
+    back = xm.load(io.BytesIO(buf.getvalue()))
+    back.graph._exprs.insert(1, "not an expression")
+    with pytest.raises(tm.TracedModuleError, match="replaying its expressions failed") as info:
+        back(x)
+    assert "\n" not in str(info.value)
+    back = xm.load(io.BytesIO(buf.getvalue()))
+    conv = next(iter(back.children()))
+    del conv.__dict__["bias"]
+    with pytest.raises(tm.TracedModuleError, match=r"replaying .* failed \(AttributeError"):
+        back(x)

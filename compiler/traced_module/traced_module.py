@@ -46,6 +46,7 @@ from compiler.traced_module.expr import Apply, CallFunction, CallMethod, Constan
 from compiler.traced_module.filters import ExprFilter, NodeFilter
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError
+from dialects.errors import XmgeError
 
 
 def _is_tensor(value: Any) -> bool:
@@ -411,17 +412,34 @@ class InternalGraph:
 
     # -- running -------------------------------------------------------------------------------------
     def interpret(self, module: Module, *args: Any, **kwargs: Any) -> Any:
-        leaves, spec = pytree.flatten((args, kwargs), _is_tensor)
-        if not pytree.same_spec(spec, self._in_spec):
-            raise TracedModuleError(
-                f"{self._qualname} was traced with arguments "
-                f"{pytree.format_spec(self._in_spec, iter(n.name for n in self._inputs[1:]))}, got "
-                f"{pytree.format_spec(spec, iter('<Tensor>' for _ in leaves))}"
-            )
+        with self._replay_errors("its argument structure"):
+            leaves, spec = pytree.flatten((args, kwargs), _is_tensor)
+            if not pytree.same_spec(spec, self._in_spec):
+                raise TracedModuleError(
+                    f"{self._qualname} was traced with arguments "
+                    f"{pytree.format_spec(self._in_spec, iter(n.name for n in self._inputs[1:]))}, got "
+                    f"{pytree.format_spec(spec, iter('<Tensor>' for _ in leaves))}"
+                )
         values = self._run([module, *leaves])
         if self._end_points:
             return values
-        return pytree.unflatten(self._out_spec, iter(values))
+        with self._replay_errors("its output structure"):
+            return pytree.unflatten(self._out_spec, iter(values))
+
+    @contextlib.contextmanager
+    def _replay_errors(self, what: str) -> Iterator[None]:
+        """A graph (possibly loaded from a file) whose structure is inconsistent (a node list that is
+        not one, an attribute its module lacks, a malformed spec) fails as one TracedModuleError
+        naming the graph, not as a Python error from deep inside the replay."""
+        try:
+            yield
+        except XmgeError:
+            raise
+        except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else ""
+            raise TracedModuleError(
+                f"{self._qualname}: replaying {what} failed ({type(exc).__name__}: {detail:.160})"
+            ) from exc
 
     def eval(self, *inputs: Any) -> list[Any]:
         """Run the graph on tensors for ``inputs[1:]`` (``self`` is its module); the outputs as a
@@ -441,7 +459,8 @@ class InternalGraph:
         from compiler.traced_module.budget import call_budget, nested
 
         with call_budget(f"replay of {self._qualname}"), nested(f"replay of {self._qualname}"):
-            return self._run_exprs(values)
+            with self._replay_errors("its expressions"):
+                return self._run_exprs(values)
 
     def _run_exprs(self, values: list[Any]) -> list[Any]:
         env: dict[Node, Any] = {}
@@ -473,6 +492,14 @@ class InternalGraph:
                 raise TracedModuleError(
                     f"{self._qualname}: {expr!r} returned fewer values than its output structure lists"
                 ) from None
+            except XmgeError:
+                raise
+            except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+                detail = str(exc).splitlines()[0] if str(exc) else ""
+                raise TracedModuleError(
+                    f"{self._qualname}: replaying {' '.join(repr(expr).split())[:120]} failed "
+                    f"({type(exc).__name__}: {detail:.160})"
+                ) from exc
             if len(results) != len(expr.outputs):
                 raise TracedModuleError(
                     f"{expr!r} produced {len(results)} values, expected {len(expr.outputs)}"
