@@ -663,7 +663,8 @@ def _check_dtype_state(dt: np.dtype, state: Any) -> None:
     the process on some malformed tuples (a fuzzed state one item short segfaulted). A plain dtype's
     state must be the one numpy writes for it, but for its byte order."""
     if not isinstance(state, tuple) or len(state) not in (8, 9):
-        raise _refuse(f"a numpy dtype state that is not a tuple of 8 or 9 items ({type(state).__name__})")
+        got = f"{len(state)} items" if isinstance(state, tuple) else f"a {type(state).__name__}"
+        raise _refuse(f"a numpy dtype state that is not a tuple of 8 or 9 items ({got})")
     version, order, subarray, names, fields, *ints = state[:8]
     well_formed = (
         version in (3, 4)
