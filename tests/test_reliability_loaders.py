@@ -241,3 +241,24 @@ def test_tm_replay_of_a_tampered_graph_is_a_traced_module_error() -> None:
     del conv.__dict__["bias"]
     with pytest.raises(tm.TracedModuleError, match=r"replaying .* failed \(AttributeError"):
         back(x)
+
+
+def test_megengine_tm_checks_numpy_states_before_numpy_applies_them() -> None:
+    """Found by bench/fuzz_pickle.py: MegEngine's .tm loader used the C unpickler, which hands a
+    malformed dtype state straight to numpy (SystemError; a state one item short crashes numpy)."""
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    state = b"(K\x03X\x01\x00\x00\x00<q\x0fNNNJ"
+    tampered = data.replace(state, b"(K\x03X\x01\x00\x00\x00<q\x0fNN0J")
+    with pytest.raises(tm.TracedModuleError, match=r"load_megengine_tm: refusing .*\(6 items\)"):
+        tm.load_megengine_tm(tampered)
+
+
+@pytest.mark.parametrize("case", [8711, 8794, 19169])
+def test_fuzzed_pickles_found_by_the_campaign_are_documented_errors(case: int) -> None:
+    """The campaign's own cases (bench/fuzz_pickle.py, --rng-seed 13): a numpy segfault, numpy's
+    SystemError under MegEngine's .tm loader, a StopIteration out of a tampered .tm's spec."""
+    from bench.fuzz_pickle import campaign
+
+    c = campaign(rng_seed=13, timeout_s=30.0, clock="cpu")
+    c.prepare()
+    assert c.run(case)[0] == "rejected"

@@ -33,6 +33,9 @@ from compiler.module.module import Module
 from compiler.serialization import (
     SIZED_BUILTINS,
     UnsafePickleError,
+    _check_dtype,
+    _check_dtype_state,
+    _check_ndarray_state,
     _RestrictedFinder,
     builtin_call_bytes,
     check_instance_state,
@@ -135,10 +138,28 @@ def _refuse(what: str, why: str) -> MegEngineTMError:
     return MegEngineTMError(f"load_megengine_tm: refusing {what}: {why}. Nothing from the file was executed.")
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
+    """The pure-Python unpickler: its BUILD can check numpy states before numpy applies them (the C
+    unpickler hands them straight to ``__setstate__``, which crashes on some malformed tuples)."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+
     def __init__(self, f: IO[bytes]) -> None:
         super().__init__(f)
         self._data = _RestrictedFinder(())
+
+    def _load_build(self) -> None:
+        state, inst = self.stack[-1], self.stack[-2]
+        try:
+            if isinstance(inst, np.ndarray):
+                _check_ndarray_state(state)
+            elif isinstance(inst, np.dtype):
+                _check_dtype_state(inst, state)
+            pickle._Unpickler.load_build(self)  # type: ignore[attr-defined]
+            if isinstance(inst, np.dtype):
+                _check_dtype(inst)
+        except UnsafePickleError as exc:
+            raise MegEngineTMError(str(exc).replace("xmge.load: ", "load_megengine_tm: ")) from None
 
     def find_class(self, module: str, name: str) -> Any:
         if name in _RECORDS.get(module, ()):
@@ -169,6 +190,9 @@ def _sized(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(*args)
 
     return call
+
+
+_Unpickler.dispatch[pickle.BUILD[0]] = _Unpickler._load_build
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -595,7 +619,7 @@ def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedMo
     except RecursionError:
         raise _refuse(f"{name}", "its graphs nest too deeply") from None
     except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, StopIteration,
-            MemoryError, OverflowError, struct.error, pickle.UnpicklingError) as exc:
+            MemoryError, OverflowError, SystemError, struct.error, pickle.UnpicklingError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else "no detail"
         why = f"it is not a well-formed MegEngine .tm ({type(exc).__name__}: {detail})"
         raise _refuse(f"{name}", why) from None

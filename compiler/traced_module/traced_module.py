@@ -435,7 +435,8 @@ class InternalGraph:
             yield
         except XmgeError:
             raise
-        except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError, RuntimeError) as exc:  # noqa: E501
+            # RuntimeError: a generator of a malformed spec raised StopIteration (RecursionError too)
             detail = str(exc).splitlines()[0] if str(exc) else ""
             raise TracedModuleError(
                 f"{self._qualname}: replaying {what} failed ({type(exc).__name__}: {detail:.160})"
