@@ -94,3 +94,22 @@ def test_graph_input_error_read_by_a_node_without_outputs() -> None:
     reader = helper.make_node("Relu", ["x"], [])
     data = _model([reader], [helper.make_tensor_value_info("x", 999, [2])], [], [])
     _refused(data, r"graph input 'x' \(read by Relu node '', opset 17\) has element type code 999")
+
+
+def test_gather_of_many_constant_indices_is_one_indexing_op() -> None:
+    """Was the slowest fuzz case (3.4 s CPU): 16,000 irregular constant indices imported as 16,000
+    slices and a concat. Beyond a few indices it is one IndexingMultiAxisVec on a constant."""
+    from semantics import run_module
+
+    idx = np.random.default_rng(0).integers(0, 7, 500)
+    data = _model(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=1, name="g")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7])], ["y"],
+        [numpy_helper.from_array(idx.astype(np.int64), "i")],
+    )  # fmt: skip
+    module = read_onnx(data)
+    names = [op.name for op in next(iter(module.ops)).body.block.ops]
+    assert names.count("mgb.indexing_multi_axis_vec") == 1 and "mgb.concat" not in names
+    x = np.arange(14, dtype=np.float32).reshape(2, 7)
+    (y,) = run_module(module, [x])
+    np.testing.assert_array_equal(y, np.take(x, idx, axis=1))
