@@ -111,7 +111,8 @@ class Report:
         return sum(self.counts[o] for o in ("bug", "memory", "timeout", "crash"))
 
     def summary(self, compile_target: str | None = None) -> str:
-        lines = [f"{self.line().replace(' cases:', f' cases in {self.seconds:.1f}s:')}"]
+        took = f" cases in {self.seconds:.1f}s:" if self.seconds else " cases:"
+        lines = [self.line().replace(" cases:", took)]
         if self.slowest_wall:
             compiled = f"; {self.compiled} compiled for {compile_target} and run" if compile_target else ""
             lines.append(
@@ -300,3 +301,31 @@ def add_arguments(ap: argparse.ArgumentParser, *, count: int, jobs: int, mem_mb:
     ap.add_argument(
         "--log", help="JSON-lines file of finished cases; cases already in it are skipped (resume)"
     )
+
+
+def summarize(logs: Sequence[str]) -> Report:
+    """One report over the cases of ``logs`` (lanes of one campaign; a case logged twice counts once,
+    the later log's record winning). Their headers must agree."""
+    headers = [read_header(p) for p in logs]
+    known = [h for h in headers if h is not None]
+    if any(h != known[0] for h in known):
+        raise SystemExit("the logs belong to different campaigns")
+    cases: dict[int, dict[str, Any]] = {}
+    for path in logs:
+        cases.update(read_log(path))
+    report = Report()
+    for idx in sorted(cases):
+        rec = cases[idx]
+        report.add(idx, "", str(rec["o"]), str(rec.get("d", "")))
+        report.time(float(rec.get("w", 0.0)), float(rec.get("c", 0.0)))
+    plain = [r for r in cases.values() if not str(r.get("d", "")).startswith("compile")]
+    if plain:  # the load-and-run cases alone (a compiled sample's wall time includes gcc)
+        print(f"slowest load-and-run case: {max(float(r.get('w', 0)) for r in plain):.2f}s wall, "
+              f"{max(float(r.get('c', 0)) for r in plain):.2f}s CPU")
+    return report
+
+
+if __name__ == "__main__":  # python bench/fuzz_common.py LOG [LOG ...]: the merged figures
+    merged = summarize(sys.argv[1:])
+    print(merged.summary("x86-avx2" if merged.compiled else None))
+    sys.exit(1 if merged.bad() else 0)
