@@ -544,6 +544,18 @@ def declared_fields(cls: type) -> frozenset[str]:
     return frozenset(n for n in names if not (n.startswith("__") and n.endswith("__")))
 
 
+def _holds_code(value: Any, depth: int = 0) -> bool:
+    """A class or function in ``value`` (or in its lists, tuples and dicts, a few levels deep): a
+    file must not install one where the instance will call it (``_forward_hooks``)."""
+    if _is_code_object(value):
+        return True
+    if depth < 4 and isinstance(value, list | tuple):
+        return any(_holds_code(v, depth + 1) for v in value)
+    if depth < 4 and isinstance(value, dict):
+        return any(_holds_code(v, depth + 1) for v in value.values())
+    return False
+
+
 def _is_module_data(value: Any) -> bool:
     """Parameters, buffers and submodules: what a module holds under names of its caller's choosing
     (``Sequential``'s ``"0"``, a user model's ``conv1``), recognised by their type."""
@@ -572,6 +584,8 @@ def check_instance_state(
         why = behaviour_attribute(cls, key) if isinstance(key, str) else "a non-string name"
         if why is None and declared_only and key not in declared_fields(cls) and not _is_module_data(value):
             why = f"not a field {cls.__name__} declares, nor a parameter, buffer or submodule"
+        if why is None and _holds_code(value):
+            why = "its value holds a class or function (hooks, callbacks): behaviour, not data"
         if why is not None:
             raise UnsafePickleError(
                 f"{source}: refusing state that sets attribute {key!r} of {cls.__name__} "

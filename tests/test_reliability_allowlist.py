@@ -183,3 +183,12 @@ def test_tm_replay_sums_one_call_under_the_total(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(limits.MAX_TOTAL_BYTES_ENV, str(3 * 64 * 64 * 8))
     traced(xm.tensor(np.zeros((64, 64), np.float32)))  # each call has its own total
     traced(xm.tensor(np.zeros((64, 64), np.float32)))
+
+
+def test_state_cannot_install_a_class_as_a_hook() -> None:
+    """A declared field (``_forward_hooks``) must still hold data: an allow-listed class put there
+    would be called with the module's inputs on every forward."""
+    lin = M.Linear(2, 2)
+    lin.__dict__["_forward_hooks"] = [M.Conv2d]
+    with pytest.raises(UnsafePickleError, match="'_forward_hooks' of Linear .*class or function"):
+        xm.load(io.BytesIO(pickle.dumps(lin)), allowed_classes=[M.Linear, M.Conv2d])
