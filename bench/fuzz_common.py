@@ -77,7 +77,11 @@ def classify(
         return "memory", stage
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" ({os.path.relpath(tb[-1].filename, ROOT)}:{tb[-1].lineno})" if tb else ""
-    return "bug", f"{prefix}{type(exc).__name__}: {str(exc)[:160]}{where}"
+    try:
+        message = str(exc)[:160]
+    except Exception:  # noqa: BLE001 - an exception whose str() fails is still a finding
+        message = "<str() failed>"
+    return "bug", f"{prefix}{type(exc).__name__}: {message}{where}"
 
 
 @dataclass

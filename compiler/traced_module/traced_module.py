@@ -53,6 +53,16 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, Tensor)
 
 
+def _safe_text(obj: Any, limit: int) -> str:
+    """``obj``'s text on one line for an error message; a malformed loaded object whose repr or str
+    fails itself is named by its type."""
+    try:
+        text = " ".join(str(obj).split())
+    except Exception:  # noqa: BLE001 - the message must not fail in turn
+        text = f"<a {type(obj).__name__}>"
+    return text[:limit]
+
+
 class InternalGraph:
     """The expressions of one traced ``forward``: inputs (``self`` first), exprs, outputs.
 
@@ -437,9 +447,8 @@ class InternalGraph:
             raise
         except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError, RuntimeError) as exc:  # noqa: E501
             # RuntimeError: a generator of a malformed spec raised StopIteration (RecursionError too)
-            detail = str(exc).splitlines()[0] if str(exc) else ""
             raise TracedModuleError(
-                f"{self._qualname}: replaying {what} failed ({type(exc).__name__}: {detail:.160})"
+                f"{self._qualname}: replaying {what} failed ({type(exc).__name__}: {_safe_text(exc, 160)})"
             ) from exc
 
     def eval(self, *inputs: Any) -> list[Any]:
@@ -496,10 +505,9 @@ class InternalGraph:
             except XmgeError:
                 raise
             except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
-                detail = str(exc).splitlines()[0] if str(exc) else ""
                 raise TracedModuleError(
-                    f"{self._qualname}: replaying {' '.join(repr(expr).split())[:120]} failed "
-                    f"({type(exc).__name__}: {detail:.160})"
+                    f"{self._qualname}: replaying {_safe_text(expr, 120)} failed "
+                    f"({type(exc).__name__}: {_safe_text(exc, 160)})"
                 ) from exc
             if len(results) != len(expr.outputs):
                 raise TracedModuleError(
