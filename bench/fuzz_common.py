@@ -245,6 +245,7 @@ def run_isolated(
                 rec["d"] = detail
             log_file.write(json.dumps(rec) + "\n")
             log_file.flush()
+        bar.advance(report.line())
         total = sum(report.counts.values())
         if progress_every and total % progress_every == 0:
             stamp = f"[{time.perf_counter() - t0:7.0f}s]"
@@ -252,6 +253,9 @@ def run_isolated(
 
     for lane in range(jobs):
         launch(lane, lanes[lane])
+    from compiler.progress import start as start_progress
+
+    bar = start_progress("fuzz", total=len(todo))  # a line a second on a terminal, nothing when piped
     current: dict[int, tuple[int, float]] = {}
     try:
         while running:
@@ -286,6 +290,7 @@ def run_isolated(
                         rest = lanes[lane]
                         launch(lane, rest[rest.index(idx) + 1 :])
     finally:
+        bar.finish()
         if log_file:
             log_file.close()
     report.seconds = time.perf_counter() - t0
