@@ -8,31 +8,29 @@ cut at an opcode boundary. The result is loaded with ``compiler.load`` (MegEngin
 
 * ``ok`` / ``rejected`` (an ``XmgeError``, the documented family);
 * ``bug``: any other exception; ``memory``: MemoryError other than a budget refusal;
-* ``timeout``: over ``--timeout`` CPU seconds; ``crash``: the worker died.
+* ``timeout``: over ``--timeout`` seconds; ``crash``: the worker died.
 
-Workers run with ``XMGE_MAX_TENSOR_BYTES`` at 64 MiB and an address-space cap, one process per
-batch. Never part of the default test run::
+Workers (:mod:`bench.fuzz_common`) run with ``XMGE_MAX_TENSOR_BYTES`` at 64 MiB and an address-space
+cap. Never part of the default test run::
 
-    python bench/fuzz_pickle.py --cases 20000 --rng-seed 1
+    python bench/fuzz_pickle.py --count 20000 --rng-seed 1 --clock cpu --log /tmp/fuzz_pickle.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import io
-import multiprocessing as mp
 import os
 import pickletools
 import random
-import resource
-import signal
 import sys
-import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from bench.fuzz_common import Campaign, add_arguments, alarm, classify, run_isolated  # noqa: E402
 
 SEEDS = [
     "tests/data/convnet/checkpoint.pkl",
@@ -42,13 +40,10 @@ SEEDS = [
     "tests/data/checkpoints/checkpoint_p4.pkl",
     "tests/data/checkpoints/tensors_p2.pkl",
     "tests/data/checkpoints/tensors_p4.pkl",
+    "xmge:convnet.tm",  # xmge's own TracedModule of the same ConvNet, saved by compiler.save
 ]
 BOUNDARY = [0, 1, -1, 255, 256, 2**31 - 1, 2**31, 2**32 + 1, -(2**31), 10**9, 2**62]
 OPCODES = [bytes([op.code.encode("latin-1")[0]]) for op in pickletools.opcodes]
-
-
-class _Timeout(Exception):
-    pass
 
 
 def _ops(data: bytes) -> list[tuple[int, int, Any]]:
@@ -94,101 +89,87 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return data
 
 
-def _run_one(data: bytes, megengine_tm: bool) -> str:
+def _seed_bytes(name: str) -> bytes:
+    if name == "xmge:convnet.tm":
+        import numpy as np
+
+        import compiler as xm
+        from compiler import traced_module as tm
+        from compiler.hub.convnet import ConvNet
+
+        buf = io.BytesIO()
+        xm.save(tm.trace_module(ConvNet(), xm.tensor(np.zeros((1, 1, 28, 28), np.float32))), buf)
+        return buf.getvalue()
+    with open(os.path.join(ROOT, name), "rb") as f:
+        return f.read()
+
+
+def run_one(data: bytes, megengine_tm: bool, timeout_s: float, clock: str) -> tuple[str, str]:
     import numpy as np
 
     import compiler as xm
     from compiler import traced_module as tm
     from dialects.errors import XmgeError
-    from dialects.limits import LimitExceeded
 
+    stage = "load"
     try:
-        obj = tm.load_megengine_tm(data) if megengine_tm else xm.load(io.BytesIO(data))
-        if isinstance(obj, tm.TracedModule):
-            obj(xm.tensor(np.zeros((1, 1, 28, 28), np.float32)))
-        return "ok"
-    except LimitExceeded:
-        return "rejected"
-    except MemoryError:
-        return "memory"
-    except XmgeError:
-        return "rejected"
-    except _Timeout:
-        return "timeout"
-    except Exception as exc:  # noqa: BLE001 - the campaign's finding
-        return f"bug: {type(exc).__name__}: {str(exc)[:120]}"
+        with alarm(timeout_s, clock):
+            obj = tm.load_megengine_tm(data) if megengine_tm else xm.load(io.BytesIO(data))
+            if isinstance(obj, tm.TracedModule):
+                stage = "replay"
+                obj(xm.tensor(np.zeros((1, 1, 28, 28), np.float32)))
+        return "ok", ""
+    except BaseException as exc:  # noqa: BLE001 - classified: documented, timeout, memory or a bug
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        return classify(exc, (XmgeError,), stage)
 
 
-def _on_alarm(*_: Any) -> None:
-    raise _Timeout
+def campaign(rng_seed: int, timeout_s: float, clock: str) -> Campaign:
+    seeds: list[bytes] = []
 
+    def prepare() -> None:
+        import compiler  # noqa: F401 - imported before the memory cap applies
+        from compiler import traced_module  # noqa: F401
 
-def _worker(args: tuple[int, int, int, float, int]) -> list[tuple[str, float]]:
-    first, count, rng_seed, timeout, mem_mb = args
-    resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
-    os.environ.setdefault("XMGE_MAX_TENSOR_BYTES", str(64 << 20))
-    signal.signal(signal.SIGPROF, _on_alarm)
-    seeds = [open(os.path.join(ROOT, s), "rb").read() for s in SEEDS]
-    results = []
-    for case in range(first, first + count):
-        rng = random.Random(rng_seed * 1_000_003 + case)
-        k = rng.randrange(len(seeds))
+        seeds.extend(_seed_bytes(s) for s in SEEDS)
+
+    def pick(index: int) -> tuple[random.Random, int]:
+        rng = random.Random(rng_seed * 1_000_003 + index)
+        return rng, rng.randrange(len(SEEDS))
+
+    def label(index: int) -> str:
+        return SEEDS[pick(index)[1]]
+
+    def run(index: int) -> tuple[str, str]:
+        rng, k = pick(index)
         data = mutate(seeds[k], rng)
-        start = time.process_time()
-        signal.setitimer(signal.ITIMER_PROF, timeout)
-        try:
-            outcome = _run_one(data, megengine_tm=SEEDS[k].endswith(".tm") and rng.random() < 0.5)
-        except _Timeout:
-            outcome = "timeout"
-        finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-        results.append((outcome, time.process_time() - start))
-    return results
+        megengine = SEEDS[k].endswith(".tm") and not SEEDS[k].startswith("xmge:") and rng.random() < 0.5
+        return run_one(data, megengine, timeout_s, clock)
+
+    return Campaign(run=run, label=label, prepare=prepare, env={"XMGE_MAX_TENSOR_BYTES": str(64 << 20)})
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", type=int, default=2000)
-    p.add_argument("--rng-seed", type=int, default=1)
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=5.0, help="CPU seconds per case")
-    p.add_argument("--mem-mb", type=int, default=4096)
-    p.add_argument("--batch", type=int, default=200)
-    a = p.parse_args()
-    counts: collections.Counter[str] = collections.Counter()
-    bugs: collections.Counter[str] = collections.Counter()
-    slowest = 0.0
-    batches = [
-        (f, min(a.batch, a.cases - f), a.rng_seed, a.timeout, a.mem_mb) for f in range(0, a.cases, a.batch)
-    ]
-    t0 = time.monotonic()
-    done = 0
-    from compiler.progress import track  # here: spawned workers need not import it
-
-    with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool:
-        it = pool.imap_unordered(_worker, batches)
-        for b in track(batches, "fuzz pickle", detail=lambda b: f"batch at case {b[0]}"):
-            try:
-                results = it.next(timeout=a.batch * (a.timeout + 10))
-            except (mp.TimeoutError, Exception) as exc:  # noqa: BLE001 - a dead worker is a crash
-                counts["crash"] += b[1]
-                print(f"batch crashed: {type(exc).__name__}", flush=True)
-                continue
-            for outcome, seconds in results:
-                slowest = max(slowest, seconds)
-                if outcome.startswith("bug"):
-                    counts["bug"] += 1
-                    if outcome not in bugs:
-                        print(f"  new finding (batch at case {b[0]}): {outcome}", flush=True)
-                    bugs[outcome] += 1
-                else:
-                    counts[outcome] += 1
-            done += len(results)
-            print(f"{done} cases, {time.monotonic() - t0:.0f} s: {dict(counts)} slowest {slowest:.2f} s CPU",
-                  flush=True)
-    for text, n in bugs.most_common(20):
-        print(f"  {n} x {text}")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap, count=2000, jobs=1, mem_mb=4096)
+    a = ap.parse_args(argv)
+    report = run_isolated(
+        campaign(a.rng_seed, a.timeout, a.clock),
+        a.start,
+        a.count,
+        a.jobs,
+        a.mem_mb,
+        hang_after_s=a.timeout + 10,
+        log=a.log,
+        progress_every=a.progress,
+        header={"seeds": SEEDS, "rng_seed": a.rng_seed},
+    )
+    print(f"{len(SEEDS)} seeds: {' '.join(SEEDS)}")
+    print(f"cases {a.start}..{a.start + a.count - 1}, rng seed {a.rng_seed}")
+    print(report.summary())
+    return 1 if report.bad() else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import _compat_pickle
 import collections
+import dis
+import functools
 import importlib
 import inspect
 import io
+import math
 import os
 import pickle
 import re
@@ -36,7 +39,7 @@ import stat
 import struct
 import time
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -520,18 +523,92 @@ def behaviour_attribute(cls: type, key: str) -> str | None:
         return f"{type(found).__name__} {cls.__name__}.{key}"
     if hasattr(type(found), "__get__") and not isinstance(found, type):
         return f"a descriptor {cls.__name__}.{key}"
-    if isinstance(found, type):
-        return f"the class attribute {cls.__name__}.{key}"
+    if callable(found):
+        return f"the callable class attribute {cls.__name__}.{key}"
     return None
 
 
-def check_instance_state(inst: Any, keys: Any, source: str = "xmge.load") -> None:
-    """Refuse (one line, naming the attribute) state that would set behaviour on ``inst``."""
-    for key in keys:
-        why = behaviour_attribute(type(inst), key) if isinstance(key, str) else "a non-string name"
+def _stored_attributes(code: types.CodeType) -> Iterator[str]:
+    """Attribute names ``code`` (and the functions nested in it) assigns: ``x.name = ...``."""
+    for ins in dis.get_instructions(code):
+        if ins.opname == "STORE_ATTR":
+            yield ins.argval
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _stored_attributes(const)
+
+
+@functools.cache
+def declared_fields(cls: type) -> frozenset[str]:
+    """The attribute names ``cls`` declares for its instances: annotations, ``__slots__`` and every
+    attribute its own methods (and its bases') assign, ``__init__`` first among them. What a file
+    may restore onto an instance besides parameters, buffers and submodules."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        namespace = vars(klass)
+        names.update(namespace.get("__annotations__", {}))
+        slots = namespace.get("__slots__", ())
+        names.update([slots] if isinstance(slots, str) else slots)
+        for member in namespace.values():
+            funcs: tuple[Any, ...] = (member,)
+            if isinstance(member, staticmethod | classmethod):
+                funcs = (member.__func__,)
+            elif isinstance(member, property):
+                funcs = (member.fget, member.fset, member.fdel)
+            for fn in funcs:
+                code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+                if isinstance(code, types.CodeType):
+                    names.update(_stored_attributes(code))
+    return frozenset(n for n in names if not (n.startswith("__") and n.endswith("__")))
+
+
+def _holds_code(value: Any, depth: int = 0) -> bool:
+    """A class or function in ``value`` (or in its lists, tuples and dicts, a few levels deep): a
+    file must not install one where the instance will call it (``_forward_hooks``)."""
+    if _is_code_object(value):
+        return True
+    if depth < 4 and isinstance(value, list | tuple):
+        return any(_holds_code(v, depth + 1) for v in value)
+    if depth < 4 and isinstance(value, dict):
+        return any(_holds_code(v, depth + 1) for v in value.values())
+    return False
+
+
+def _is_module_data(value: Any) -> bool:
+    """Parameters, buffers and submodules: what a module holds under names of its caller's choosing
+    (``Sequential``'s ``"0"``, a user model's ``conv1``), recognised by their type."""
+    from compiler.module.module import Module
+    from compiler.tensor import Tensor
+
+    if isinstance(value, list | tuple):
+        return len(value) > 0 and all(_is_module_data(v) for v in value)
+    if isinstance(value, dict):
+        return len(value) > 0 and all(_is_module_data(v) for v in value.values())
+    return isinstance(value, Module | Tensor | np.ndarray)
+
+
+def check_instance_state(
+    inst: Any, state: Any, source: str = "xmge.load", *, declared_only: bool = True
+) -> None:
+    """Refuse (one line, naming the attribute, the class and ``source``: the loader and file) state
+    that is not data ``inst``'s class declares. A key that names a method, property, other descriptor,
+    dunder or class attribute is refused first; otherwise a key must be a declared field
+    (:func:`declared_fields`) or hold parameters, buffers or submodules. ``state`` is a dict (or,
+    from callers that check names only, an iterable of keys: those must be declared).
+    ``declared_only=False`` checks behaviour only (for keys a loader reads but does not restore)."""
+    cls = type(inst)
+    items = state.items() if isinstance(state, dict) else ((k, _ABSENT) for k in state)
+    for key, value in items:
+        why = behaviour_attribute(cls, key) if isinstance(key, str) else "a non-string name"
+        if why is None and declared_only and key not in declared_fields(cls) and not _is_module_data(value):
+            why = f"not a field {cls.__name__} declares, nor a parameter, buffer or submodule"
+        if why is None and _holds_code(value):
+            why = "its value holds a class or function (hooks, callbacks): behaviour, not data"
         if why is not None:
             raise UnsafePickleError(
-                f"{source}: refusing state that sets attribute {key!r} of {type(inst).__name__} "
+                f"{source}: refusing state that sets attribute {key!r} of {cls.__name__} "
                 f"({why}): a file restores data, never methods. Nothing from the file was executed."
             )
 
@@ -565,6 +642,93 @@ def _describe(obj: Any) -> str:
     if isinstance(obj, type):
         return f"the class {obj.__module__}.{obj.__qualname__}"
     return f"a {type(obj).__module__}.{type(obj).__qualname__}"
+
+
+SIZED_BUILTINS = (bytearray, set, frozenset, complex, slice, range, object)
+
+
+def builtin_call_bytes(func: Any, args: tuple[Any, ...]) -> int:
+    """About how many bytes calling the allow-listed builtin ``func(*args)`` builds. A file can ask
+    for huge objects in a few bytes (``bytearray(1 << 34)``, ``set(range(10**9))``): every loader sizes
+    such a call under the shared budget before making it."""
+    if func not in SIZED_BUILTINS:
+        return 0
+    nbytes = 0
+    for i, arg in enumerate(args):
+        if isinstance(arg, bool):
+            continue
+        if isinstance(arg, int) and func is bytearray:
+            nbytes += max(arg, 0)
+        elif i == 0 and isinstance(arg, bytes | str) and func is bytearray:
+            nbytes += len(arg)  # a copy of data the file carries still counts towards the total
+        elif isinstance(arg, range):
+            # a set entry costs ~ 8-byte slot x2 plus an int object; a bytearray entry one byte
+            nbytes += len(arg) * (1 if func is bytearray else 64)
+    return nbytes
+
+
+def _check_ndarray_state(state: Any) -> None:
+    """An ndarray's pickled state ``(version, shape, dtype, is_fortran, data)`` must be consistent
+    before numpy applies it: numpy fails half-way on some inconsistent states (a list of objects for
+    a float32 array) and leaves an array it cannot even free."""
+    if not isinstance(state, tuple) or len(state) not in (4, 5):
+        raise _refuse(f"an ndarray state that is a {type(state).__name__}, not a tuple of 4 or 5 items")
+    shape, dtype, data = state[-4], state[-3], state[-1]
+    if not isinstance(dtype, np.dtype) or dtype.hasobject:
+        raise _refuse(f"an ndarray state whose dtype {dtype!r:.60} holds Python objects")
+    if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+        raise _refuse(f"an ndarray state whose shape is {shape!r:.60}")
+    if not isinstance(data, bytes | bytearray):
+        raise _refuse(f"an ndarray state whose data is a {type(data).__name__}, not bytes")
+    expected = math.prod(shape) * dtype.itemsize
+    if len(data) != expected:
+        raise _refuse(
+            f"an ndarray of shape {shape} and dtype {dtype} with {len(data)} bytes of data, not {expected}"
+        )
+
+
+def _field_ok(f: Any) -> bool:
+    return isinstance(f, tuple) and len(f) in (2, 3) and isinstance(f[0], np.dtype) and type(f[1]) is int
+
+
+def _check_dtype_state(dt: np.dtype, state: Any) -> None:
+    """A dtype's pickled state ``(version, byte order, subarray, names, fields, itemsize, alignment,
+    flags[, metadata])`` must have that form before numpy applies it: numpy's ``__setstate__`` crashes
+    the process on some malformed tuples (a fuzzed state one item short segfaulted). A plain dtype's
+    state must be the one numpy writes for it, but for its byte order."""
+    if not isinstance(state, tuple) or len(state) not in (8, 9):
+        got = f"{len(state)} items" if isinstance(state, tuple) else f"a {type(state).__name__}"
+        raise _refuse(f"a numpy dtype state that is not a tuple of 8 or 9 items ({got})")
+    version, order, subarray, names, fields, *ints = state[:8]
+    well_formed = (
+        version in (3, 4)
+        and order in ("<", ">", "|", "=")
+        and all(type(v) is int for v in ints)
+        and (len(state) == 8 or state[8] is None or isinstance(state[8], dict | tuple))
+        and (names is None) == (fields is None)
+        and (subarray is None or (isinstance(subarray, tuple) and len(subarray) == 2
+                                  and isinstance(subarray[0], np.dtype) and isinstance(subarray[1], tuple)))
+        and (names is None or (isinstance(names, tuple) and all(type(n) is str for n in names)
+                               and isinstance(fields, dict) and set(fields) == set(names)
+                               and all(_field_ok(f) for f in fields.values())))
+    )  # fmt: skip
+    if not well_formed:
+        raise _refuse(f"a malformed numpy dtype state ({str(state)[:80]})")
+    if subarray is None and names is None and tuple(state[2:8]) != tuple(dt.__reduce__()[2][2:8]):
+        raise _refuse(f"a numpy {dt} whose pickled state disagrees with its type ({str(state)[:80]})")
+
+
+def _check_dtype(dt: np.dtype) -> None:
+    """A dtype rebuilt from pickled state must equal the one numpy makes from its own description:
+    numpy accepts flags in the state that disagree with the type (a float32 flagged as holding
+    objects), and an array of such a dtype cannot be freed."""
+    try:
+        canonical = np.dtype(dt.descr if dt.fields else dt.str)
+        same = canonical == dt and canonical.flags == dt.flags and canonical.itemsize == dt.itemsize
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise _refuse(f"a numpy dtype whose pickled state is inconsistent ({dt.str!r:.40}, flags {dt.flags})")
 
 
 class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
@@ -608,6 +772,11 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             raise _refuse(f"STACK_GLOBAL of non-string names ({kinds})")
         self.append(self.find_class(module, name))
 
+    def _load_mark(self) -> None:
+        # MARK opens a nested tuple/list/dict/set or a call's arguments: its depth is the file's nesting
+        limits.check_depth(len(self.metastack) + 1, file=self._budget.file, place=self.place("MARK"))
+        pickle._Unpickler.load_mark(self)  # type: ignore[attr-defined]
+
     def _load_ext(self) -> None:
         raise _refuse("an EXT opcode (a name from copyreg's extension registry)")
 
@@ -645,25 +814,10 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             return opcode
 
     def _check_size(self, func: Any, args: tuple[Any, ...], opcode: str) -> None:
-        """The allow-listed builtins a file may call can still be asked for huge objects from a few
-        bytes (``bytearray(1 << 34)``, ``set(range(10**9))``): size them under the shared budget
-        before they are built."""
-        if func not in (bytearray, set, frozenset, complex, slice, range, object):
-            return
-        nbytes = 0
-        for i, arg in enumerate(args):
-            if isinstance(arg, bool):
-                continue
-            if isinstance(arg, int) and func is bytearray:
-                nbytes += max(arg, 0)
-            elif i == 0 and isinstance(arg, bytes | str) and func is bytearray:
-                nbytes += len(arg)  # a copy of data the file carries still counts towards the total
-            elif isinstance(arg, range):
-                # a set entry costs ~ 8-byte slot x2 plus an int object; a bytearray entry one byte
-                nbytes += len(arg) * (1 if func is bytearray else 64)
+        nbytes = builtin_call_bytes(func, args)
         if nbytes:
-            self._budget.add_tensor(nbytes, place=self.place(f"{opcode} {func.__name__}()"),
-                                    what=f"a {func.__name__}")
+            place = self.place(f"{opcode} {func.__name__}()")
+            self._budget.add_tensor(nbytes, place=place, what=f"a {func.__name__}")
 
     def _tensor(self, cls: type, args: tuple[Any, ...]) -> Any:
         """xmge's Tensor from MegEngine's ``(array, dtype, device)`` (empty for xmge's older form,
@@ -708,11 +862,17 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
             _set_tensor_state(inst, state, self._map_device)
             return
         if isinstance(inst, np.ndarray | np.dtype):
+            if isinstance(inst, np.ndarray):
+                _check_ndarray_state(state)
+            else:
+                _check_dtype_state(inst, state)
             try:
-                inst.__setstate__(state)  # numpy validates its own state
+                inst.__setstate__(state)  # numpy validates the rest of its own state
             except (SystemError, TypeError, ValueError) as exc:  # numpy can fail without a message
                 why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise _refuse(f"malformed state for a numpy {type(inst).__name__} ({why:.80})") from None
+            if isinstance(inst, np.dtype):
+                _check_dtype(inst)
             if isinstance(inst, np.ndarray):
                 # every array counts towards the whole load's total, not only its own size
                 self._budget.add_tensor(int(inst.nbytes), place=self.place("BUILD ndarray"), what="an array")
@@ -727,7 +887,7 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
                 raise _refuse(f"state for {_describe(inst)} that is not a dict of plain attribute names")
         for part in (state, slots):
             if part:
-                check_instance_state(inst, part)
+                check_instance_state(inst, part, f"xmge.load({self._budget.file}, {self.place('BUILD')})")
         if getattr(type(inst), "__setstate__", None) is not None:
             inst.__setstate__(state if slots is None else (state, slots))
             return
@@ -777,6 +937,7 @@ for _opcode, _handler in {
     pickle.NEWOBJ: _SafeUnpickler._load_newobj,
     pickle.NEWOBJ_EX: _SafeUnpickler._load_newobj_ex,
     pickle.BUILD: _SafeUnpickler._load_build,
+    pickle.MARK: _SafeUnpickler._load_mark,
     pickle.APPEND: _SafeUnpickler._load_append,
     pickle.APPENDS: _SafeUnpickler._load_appends,
     pickle.SETITEM: _SafeUnpickler._load_setitem,
@@ -907,8 +1068,20 @@ def _load(
         raise
     except limits.LimitExceeded:
         raise
-    except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError,
-            MemoryError, RecursionError, UnicodeDecodeError, struct.error, pickle.UnpicklingError) as exc:
+    except (
+        EOFError,
+        IndexError,
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+        UnicodeDecodeError,
+        struct.error,
+        pickle.UnpicklingError,
+    ) as exc:
         raise CorruptPickleError(_corrupt_message(fh, exc)) from None
 
 

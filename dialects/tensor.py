@@ -227,6 +227,11 @@ def _shape(t: Attribute) -> tuple[int, ...]:
     return tuple(t.get_shape())
 
 
+INT32_MAX = 2**31 - 1
+"""Largest stride, dilation, padding or window: MegEngine's params hold them as 32-bit integers (and
+numpy's strided windows overflow on larger steps)."""
+
+
 def _ints(v: Any, n: int, what: str, op: str) -> tuple[int, ...]:
     vals = tuple(v) if isinstance(v, tuple | list) else (v,) * n
     if len(vals) != n:
@@ -553,7 +558,12 @@ def _conv_output(
             f"input has {s[1]} channels (shape {s}) but the weight {f} expects {icpg * groups}"
             + (f" ({groups} groups of {icpg})" if groups > 1 else ""),
         )
-    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+    if (
+        min(stride) < 1
+        or min(dilation) < 1
+        or min(padding) < 0
+        or max(*stride, *dilation, *padding) > INT32_MAX
+    ):
         raise ShapeInferenceError(op, f"invalid stride {stride}, dilation {dilation} or padding {padding}")
     out_hw = []
     for i, k in enumerate((fh, fw)):
@@ -706,7 +716,13 @@ class ConvolutionBackwardDataOp(_ConvBase):
             raise ShapeInferenceError(
                 cls.name, f"diff has {d[1]} channels (shape {d}) but the filter {f} expects {groups * icpg}"
             )
-        if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0 or min(out_pad) < 0:
+        if (
+            min(stride) < 1
+            or min(dilation) < 1
+            or min(padding) < 0
+            or min(out_pad) < 0
+            or max(*stride, *dilation, *padding) > INT32_MAX
+        ):
             raise ShapeInferenceError(cls.name, f"invalid stride {stride}, dilation {dilation} or padding")
         if out_pad[0] >= stride[0] or out_pad[1] >= stride[1]:
             raise ShapeInferenceError(
@@ -811,7 +827,12 @@ class PoolingOp(_PoolingBase):
         window = _ints(params["window"], 2, "window", cls.name)
         stride = _ints(params["stride"], 2, "stride", cls.name)
         padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
-        if min(window) < 1 or min(stride) < 1 or min(padding) < 0:
+        if (
+            min(window) < 1
+            or min(stride) < 1
+            or min(padding) < 0
+            or max(*window, *stride, *padding) > INT32_MAX
+        ):
             raise ShapeInferenceError(
                 cls.name, f"invalid window {window}, stride {stride} or padding {padding}"
             )

@@ -14,7 +14,7 @@ import compiler as xm
 import compiler.functional as F
 import compiler.module as M
 from compiler import traced_module as tm
-from compiler.serialization import CorruptPickleError
+from compiler.serialization import CorruptPickleError, UnsafePickleError
 from dialects import limits
 from dialects.errors import XmgeError
 
@@ -183,3 +183,83 @@ def test_megengine_tm_declared_length_is_checked_before_allocating() -> None:
     huge_bytes8 = b"\x80\x04\x8e" + (2**56 - 1).to_bytes(8, "little") + b"abc."
     with pytest.raises(tm.TracedModuleError, match="expected 72057594037927935 bytes in a bytes8"):
         tm.load_megengine_tm(huge_bytes8)
+
+
+def test_pickled_dtype_with_inconsistent_flags_is_refused() -> None:
+    """Found by bench/fuzz_pickle.py: numpy accepted dtype state flagging float32 as holding objects,
+    and the array built with it could not be freed (numpy's 'get_clear_loop not set' at exit)."""
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    flags = b"J\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"
+    assert data.count(flags) == 1
+    tampered = data.replace(flags, b"J\xff\xff\xff\xffJ\xff\xff\xff\xffK\x7ft")
+    with pytest.raises(UnsafePickleError, match="float32 whose pickled state disagrees with its type"):
+        xm.load(io.BytesIO(tampered))
+    np.testing.assert_array_equal(xm.load(io.BytesIO(data)), np.zeros(2, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (b"X\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", b"X\x04\x00\x00\x00\x00\x00\x00\x00",
+         "with 4 bytes of data, not 8"),
+        (b"K\x02\x85", b"J\xff\xff\xff\xff\x85", "whose shape is"),
+    ],
+)  # fmt: skip
+def test_pickled_ndarray_state_is_checked_before_numpy_applies_it(old: bytes, new: bytes, why: str) -> None:
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    assert data.count(old) == 1
+    with pytest.raises(UnsafePickleError, match=why):
+        xm.load(io.BytesIO(data.replace(old, new)))
+
+
+def test_pickled_dtype_state_one_item_short_is_refused_not_a_segfault() -> None:
+    """Found by bench/fuzz_pickle.py: a POP inside the dtype's state tuple left 6 items, and numpy's
+    dtype __setstate__ crashed the process (SIGSEGV). The state's form is checked first now."""
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    state = b"(K\x03X\x01\x00\x00\x00<q\x0fNNNJ"
+    assert data.count(state) == 1
+    tampered = data.replace(state, b"(K\x03X\x01\x00\x00\x00<q\x0fNN0J")  # N -> POP
+    with pytest.raises(UnsafePickleError, match=r"not a tuple of 8 or 9 items \(6 items\)"):
+        xm.load(io.BytesIO(tampered))
+
+
+def test_tm_replay_of_a_tampered_graph_is_a_traced_module_error() -> None:
+    """Found by bench/fuzz_pickle.py on xmge .tm files: a loaded graph whose module lost an attribute
+    (or whose expression list holds a non-expression) failed with AttributeError deep in replay."""
+    net = M.Sequential(M.Conv2d(1, 2, 3), M.ReLU())
+    x = xm.tensor(np.zeros((1, 1, 5, 5), np.float32))
+    traced = tm.trace_module(net, x)
+    buf = io.BytesIO()
+    xm.save(traced, buf)
+    back = xm.load(io.BytesIO(buf.getvalue()))
+    back.graph._exprs.insert(1, "not an expression")
+    with pytest.raises(tm.TracedModuleError, match="replaying its expressions failed") as info:
+        back(x)
+    assert "\n" not in str(info.value)
+    back = xm.load(io.BytesIO(buf.getvalue()))
+    conv = next(iter(back.children()))
+    del conv.__dict__["bias"]
+    with pytest.raises(tm.TracedModuleError, match=r"replaying .* failed \(AttributeError"):
+        back(x)
+
+
+def test_megengine_tm_checks_numpy_states_before_numpy_applies_them() -> None:
+    """Found by bench/fuzz_pickle.py: MegEngine's .tm loader used the C unpickler, which hands a
+    malformed dtype state straight to numpy (SystemError; a state one item short crashes numpy)."""
+    data = pickle.dumps(np.zeros(2, np.float32), protocol=2)
+    state = b"(K\x03X\x01\x00\x00\x00<q\x0fNNNJ"
+    tampered = data.replace(state, b"(K\x03X\x01\x00\x00\x00<q\x0fNN0J")
+    with pytest.raises(tm.TracedModuleError, match=r"load_megengine_tm: refusing .*\(6 items\)"):
+        tm.load_megengine_tm(tampered)
+
+
+@pytest.mark.parametrize(("rng_seed", "case"), [(13, 8711), (13, 8794), (13, 19169), (19, 13)])
+def test_fuzzed_pickles_found_by_the_campaign_are_documented_errors(rng_seed: int, case: int) -> None:
+    """The campaign's own cases (bench/fuzz_pickle.py): a numpy segfault, numpy's SystemError under
+    MegEngine's .tm loader, a StopIteration out of a tampered .tm's spec, and a tampered expression
+    whose repr fails while the replay error names it (the error message itself raised)."""
+    from bench.fuzz_pickle import campaign
+
+    c = campaign(rng_seed=rng_seed, timeout_s=30.0, clock="cpu")
+    c.prepare()
+    assert c.run(case)[0] == "rejected"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,8 @@ class ReadContext:
     vars: dict[int, ReadVar] = field(default_factory=dict)
     weights: dict[tuple[int, int, str], WeightAttr] = field(default_factory=dict)
     folded_bytes: int = 0  # bytes of values evaluated while reading (max_folded_bytes)
+    total_bytes: int = 0  # bytes of every result the graph computes (limits.max_total_bytes)
+    started: float = field(default_factory=time.monotonic)  # for the folding time (max_fold_seconds)
     layouts: dict[int, Any] | None = None  # block size -> activation layout (layouts.block_layout)
 
 
@@ -198,6 +201,7 @@ def emit(
     except _BAD_PARAMS as exc:
         raise fail(op, f"invalid operands or params: {exc}") from exc
     _check_sizes(op, new)
+    _count_total(ctx, op, new)
     if op.name:
         new.attributes["opr_name"] = StringAttr(op.name)
     ctx.block.add_op(new)
@@ -282,11 +286,41 @@ def evaluate(
 
 
 def _count_folded(ctx: ReadContext, op: RawOpr, nbytes: int) -> None:
-    """Add ``nbytes`` to the values evaluated while reading; past the cap the graph is refused."""
+    """Add ``nbytes`` to the values evaluated while reading; past the cap (or past the time allowed
+    for folding) the graph is refused."""
     ctx.folded_bytes += nbytes
     cap = max_folded_bytes()
     if ctx.folded_bytes > cap:
         raise fail(op, f"the values evaluated while loading exceed {cap} bytes ({MAX_FOLDED_BYTES_ENV})")
+    elapsed, seconds = time.monotonic() - ctx.started, _fold_seconds()
+    if elapsed > seconds:
+        raise fail(
+            op,
+            f"reading and folding ran {elapsed:.1f} s, more than the {seconds:g} s allowed "
+            f"({limits.MAX_FOLD_SECONDS_ENV})",
+        )
+
+
+def _fold_seconds() -> float:
+    try:
+        return limits.max_fold_seconds()
+    except limits.LimitError as exc:
+        raise MgeFormatError(str(exc)) from None
+
+
+def _count_total(ctx: ReadContext, op: RawOpr, new: T.MgbOp) -> None:
+    """Every result of the graph together within the whole-load cap (the reference keeps them)."""
+    for r in new.results:
+        t = r.type
+        assert isinstance(t, TensorType)
+        ctx.total_bytes += math.prod(int(d) for d in t.get_shape()) * _working_itemsize(t.element_type)
+    cap = _limit(limits.MAX_TOTAL_BYTES_ENV, limits.DEFAULT_MAX_TOTAL_BYTES)
+    if ctx.total_bytes > cap:
+        raise fail(
+            op,
+            f"the graph's tensors together would need {ctx.total_bytes} bytes, more than the limit of "
+            f"{cap} ({limits.MAX_TOTAL_BYTES_ENV})",
+        )
 
 
 def _known(value: np.ndarray) -> ReadVar:

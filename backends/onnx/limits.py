@@ -14,24 +14,32 @@ The limits, their variables and defaults are the shared loader budget of :mod:`d
 from __future__ import annotations
 
 from dialects.limits import (
+    MAX_DEPTH_ENV,
     MAX_FOLD_SECONDS_ENV,
     MAX_FOLDED_BYTES_ENV,
     MAX_LOOP_ITERATIONS_ENV,
     MAX_TENSOR_BYTES_ENV,
+    MAX_TOTAL_BYTES_ENV,
     LimitError,
+    max_depth,
     max_fold_seconds,
     max_folded_bytes,
     max_loop_iterations,
     max_tensor_bytes,
+    max_total_bytes,
 )
 
 __all__ = [
+    "MAX_DEPTH_ENV",
+    "MAX_TOTAL_BYTES_ENV",
     "MAX_FOLDED_BYTES_ENV",
     "MAX_FOLD_SECONDS_ENV",
     "MAX_LOOP_ITERATIONS_ENV",
     "MAX_TENSOR_BYTES_ENV",
     "LimitError",
+    "max_depth",
     "max_fold_seconds",
+    "max_total_bytes",
     "max_folded_bytes",
     "max_loop_iterations",
     "max_tensor_bytes",

@@ -31,6 +31,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntegerType, ModuleOp, Signedness, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from backends.onnx import limits
 from dialects import enums
@@ -165,6 +166,9 @@ class _Importer:
         self.widened: dict[str, str] = {}  # graph inputs held in a wider dtype -> their ONNX dtype
         self.fold_seconds = 0.0
         self.folded_bytes = 0
+        self.total_bytes = 0  # every initializer, folded value and graph value (XMGE_MAX_TOTAL_BYTES)
+        for _ in _subgraph_nodes(model.graph):  # the nesting limit holds before any subgraph is read
+            pass
         self.opset = self._opset(model)
         self.values: dict[str, _Value] = {}
         self.unusable: set[str] = set()
@@ -203,6 +207,10 @@ class _Importer:
             if info.name in bound:
                 self.values[info.name] = self._bound_value(info, bound[info.name])
         arg_types = [self._input_type(i, overrides.get(i.name)) for i in self.inputs]
+        for info, t in zip(self.inputs, arg_types, strict=True):
+            if isinstance(t, TensorType) and not isinstance(t.element_type, QuantizedType):
+                nbytes = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+                self._check_tensor_bytes(None, nbytes, f"graph input {info.name!r} ({t})")
         self.block = Block(arg_types=arg_types)
         for i, arg in zip(self.inputs, self.block.args, strict=True):
             self.values[i.name] = _Value(arg.type, ssa=arg)  # type: ignore[arg-type]
@@ -246,9 +254,8 @@ class _Importer:
         """`` (read by <op> node <name>, opset N)`` for an error about graph input ``name``."""
         for proto in self.model.graph.node:
             if name in proto.input:
-                return (
-                    f" (read by {proto.op_type} node {proto.name or proto.output[0]!r}, opset {self.opset})"
-                )
+                label = proto.name or (proto.output[0] if proto.output else "")
+                return f" (read by {proto.op_type} node {label!r}, opset {self.opset})"
         return ""
 
     def _np_dtype(self, info: Any) -> np.dtype:
@@ -360,6 +367,18 @@ class _Importer:
 
     def convert(self, proto: Any) -> None:
         node = _Node(self, proto)
+        try:
+            self._convert(node)
+        except XmgeError:
+            raise
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError, AttributeError,
+                VerifyException) as exc:
+            # a malformed node the checks missed (a bad type code, a non-positive quantization
+            # scale, an attribute of the wrong kind): still a one-line error naming it
+            raise node.fail(f"malformed node: {type(exc).__name__}: {_first_line(exc)}") from None
+
+    def _convert(self, node: _Node) -> None:
+        proto = node.proto
         if proto.domain not in ONNX_DOMAINS:
             raise node.fail(f"operators of domain {proto.domain!r} are not supported")
         present = [n for n in proto.input if n]
@@ -387,13 +406,7 @@ class _Importer:
                 "all its inputs are known)"
             )
         first_new = len(self.block.ops)
-        try:
-            outs = handler(node)
-        except XmgeError:
-            raise
-        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            # a malformed node the handler's checks missed: still a one-line error naming it
-            raise node.fail(f"malformed node: {type(exc).__name__}: {_first_line(exc)}") from None
+        outs = handler(node)
         self._define(node, outs, first_new)
 
     def _inline_if(self, node: _Node) -> None:
@@ -492,7 +505,8 @@ class _Importer:
         where = f"{node.where()}: " if node is not None else ""
         return OnnxImportError(f"{self.origin}: {where}{message}")
 
-    def _check_tensor_bytes(self, node: _Node | None, nbytes: int, what: str) -> None:
+    def _check_tensor_bytes(self, node: _Node | None, nbytes: int, what: str, count: bool = True) -> None:
+        """``nbytes`` within the per-tensor cap; with ``count`` it also adds to the import's total."""
         cap = limits.max_tensor_bytes()
         if nbytes > cap:
             raise self.limit_error(
@@ -500,6 +514,15 @@ class _Importer:
                 f"{what} would need {nbytes} bytes, more than the limit of {cap} "
                 f"({limits.MAX_TENSOR_BYTES_ENV})",
             )
+        if count:
+            self.total_bytes += nbytes
+            total_cap = limits.max_total_bytes()
+            if self.total_bytes > total_cap:
+                raise self.limit_error(
+                    node,
+                    f"{what} brings the model's tensors to {self.total_bytes} bytes, more than the limit of "
+                    f"{total_cap} ({limits.MAX_TOTAL_BYTES_ENV})",
+                )
 
     def _check_folded_bytes(self, node: _Node, more: int = 0) -> None:
         cap = limits.max_folded_bytes()
@@ -516,7 +539,7 @@ class _Importer:
         predicted = _predicted_bytes(node, feeds)
         if predicted is not None:
             nbytes, shape = predicted
-            self._check_tensor_bytes(node, nbytes, f"its output of shape {shape}")
+            self._check_tensor_bytes(node, nbytes, f"its output of shape {shape}", count=False)
             itemsize = nbytes // max(math.prod(shape), 1)
             grown = max(math.prod(shape) - sum(a.size for a in feeds.values()), 0) * itemsize
             self._check_folded_bytes(node, grown)
@@ -646,14 +669,19 @@ def _loop_trip_count(node: _Node, feeds: dict[str, np.ndarray]) -> int | None:
     return max(trips, 0)
 
 
-def _subgraph_nodes(graph: Any) -> Iterator[Any]:
+def _subgraph_nodes(graph: Any, depth: int = 1) -> Iterator[Any]:
+    if depth > limits.max_depth():
+        raise OnnxImportError(
+            f"subgraphs (If / Loop / Scan bodies) nested more than {limits.max_depth()} deep "
+            f"in graph {graph.name!r} ({limits.MAX_DEPTH_ENV})"
+        )
     for n in graph.node:
         yield n
         for a in n.attribute:
             if a.HasField("g"):
-                yield from _subgraph_nodes(a.g)
+                yield from _subgraph_nodes(a.g, depth + 1)
             for g in a.graphs:
-                yield from _subgraph_nodes(g)
+                yield from _subgraph_nodes(g, depth + 1)
 
 
 def _captured_names(proto: Any) -> list[str]:
@@ -768,6 +796,13 @@ class _Node:
             op = cls.make(list(operands), result_types, **params)
         except (T.ShapeInferenceError, ValueError, TypeError, KeyError) as exc:
             raise self.fail(f"cannot build {cls.name}: {exc}") from None
+        # each op within the per-tensor cap as it is built: a handler may go on to build numpy
+        # helpers (pooling divisors, index tables) of the same size
+        for r in op.results:
+            t = r.type
+            if isinstance(t, TensorType) and not isinstance(t.element_type, QuantizedType):
+                nbytes = math.prod(t.get_shape()) * numpy_dtype(t.element_type).itemsize
+                self.imp._check_tensor_bytes(self, nbytes, f"its {cls.name} result ({t})", count=False)
         self.imp.block.add_op(op)
         return op
 
@@ -2103,6 +2138,11 @@ def _slice(node: _Node) -> list[_Value | None]:
     return [_new(node.subtensor(node.ssa(0), out_axes, out_starts, out_stops, out_steps))]
 
 
+_GATHER_SLICES = 16
+"""Constant Gather indices up to this many become slices and a concat (what tracing
+``x[[0, 2, 3]]``-style code records); more become one IndexingMultiAxisVec on a constant."""
+
+
 @handles("Gather")
 def _gather(node: _Node) -> list[_Value | None]:
     shape = node.shape(0)
@@ -2135,6 +2175,11 @@ def _gather(node: _Node) -> list[_Value | None]:
         y = node.subtensor(x, [axis], [flat[0]], [stop if stop >= 0 else -dim - 1], [step])
     elif not flat:
         raise node.fail("empty indices are not supported")
+    elif len(flat) > _GATHER_SLICES:
+        # many irregular indices: one indexing op on a constant index vector, not an op per index
+        # (10^4 indices took seconds to import as slices and a concat)
+        table = node.constant(np.asarray(flat, np.int32))
+        y = node.emit1(T.IndexingMultiAxisVecOp, [x, table], axes=(axis,))
     else:
         y = node.emit1(T.ConcatOp, [node.subtensor(x, [axis], [i], [i + 1]) for i in flat], axis=axis)
     return [_new(node.reshape(y, (*shape[:axis], *idx.shape, *shape[axis + 1 :])))]
@@ -2316,6 +2361,13 @@ def _resize(node: _Node) -> list[_Value | None]:
     scales, sizes, attrs, roi = _resize_request(node, shape)
     if any(n <= 0 for n in sizes):
         raise node.fail(f"the output shape {tuple(sizes)} has an empty axis")
+    # sized before anything is built: a scale of 10^5 asks for a huge output and per-axis matrices
+    out_what = f"its output of shape {tuple(sizes)}"
+    node.imp._check_tensor_bytes(node, math.prod(sizes) * 4, out_what, count=False)
+    for a in range(rank):
+        node.imp._check_tensor_bytes(
+            node, sizes[a] * shape[a] * 8, f"its interpolation matrix for axis {a} ({sizes[a]} x {shape[a]})"
+        )
     mats: dict[int, np.ndarray] = {}
     outside = np.zeros(sizes, bool) if attrs.coordinate_transformation_mode == "tf_crop_and_resize" else None
     for a in range(rank):
@@ -2576,8 +2628,8 @@ def read_onnx(
     else:
         origin = os.fspath(source)
     try:
-        limits.max_tensor_bytes(), limits.max_folded_bytes()
-        limits.max_loop_iterations(), limits.max_fold_seconds()
+        limits.max_tensor_bytes(), limits.max_folded_bytes(), limits.max_total_bytes()
+        limits.max_loop_iterations(), limits.max_fold_seconds(), limits.max_depth()
     except limits.LimitError as exc:
         raise OnnxImportError(str(exc)) from None
     return _Importer(model, input_shapes, input_values, origin).run()

@@ -120,7 +120,7 @@ def _example_array(x: Any) -> np.ndarray:
     return a.astype(np.float32)
 
 
-def _input_array(x: Any, declared: Any) -> np.ndarray:
+def _input_array(x: Any, declared: Any, name: str) -> np.ndarray:
     """A run-time input in the dtype the backend expects (:func:`compiler.driver.package.input_array`)."""
     from compiler.driver.package import input_array
     from dialects.dtypes import numpy_dtype
@@ -129,7 +129,7 @@ def _input_array(x: Any, declared: Any) -> np.ndarray:
         want = numpy_dtype(declared.element_type)
     except (AttributeError, ValueError):
         want = np.dtype(np.float32)
-    return input_array(x, want)
+    return input_array(x, want, name)
 
 
 def native_layouts(target: Target) -> str:
@@ -344,9 +344,16 @@ class CompiledModel:
 
     def run(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """Outputs for ``inputs`` (numpy arrays or Tensors), as a list of arrays."""
+        if len(inputs) != len(self.input_types):
+            from backends.c.build import InputError
+
+            raise InputError(
+                f"{self.name}: the model takes {len(self.input_types)} input(s) "
+                f"({', '.join(self.input_names)}), got {len(inputs)}"
+            )
         arrays = [
-            _input_array(getattr(x, "numpy", lambda x=x: x)(), t)
-            for x, t in zip(inputs, self.input_types, strict=False)
+            _input_array(getattr(x, "numpy", lambda x=x: x)(), t, name)
+            for x, t, name in zip(inputs, self.input_types, self.input_names, strict=True)
         ]
         variant = self.variant_for([a.shape for a in arrays]) if len(self._variants) > 1 else 0
         if variant != 0 and self.emulated:

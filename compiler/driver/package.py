@@ -403,7 +403,10 @@ class PackagedModel:
             raise PackageError(f"{self.name}: the model takes {n} input(s), got {len(arrays)}")
         index = self.variant_for([a.shape for a in arrays])
         variant = self.variants[index]
-        arrays = [input_array(a, dt) for a, dt in zip(arrays, variant.input_dtypes, strict=True)]
+        arrays = [
+            input_array(a, dt, name)
+            for a, dt, (name, _, _) in zip(arrays, variant.input_dtypes, variant.inputs, strict=True)
+        ]
         outs = self._loaded.run(arrays)
         return [_as_dtype(o, dt) for o, dt in zip(outs, variant.output_dtypes, strict=True)]
 
@@ -434,13 +437,16 @@ def variants_of(manifest: dict[str, Any]) -> list[Variant]:
     return [Variant(v) for v in manifest["variants"]]
 
 
-def input_array(x: Any, want: np.dtype) -> np.ndarray:
+def input_array(x: Any, want: np.dtype, name: str = "input") -> np.ndarray:
     """A run-time input in the dtype a compiled library takes for an input declared ``want``: the
     model's own integer or bool dtype for integer inputs, float32 for float (and quantized) ones,
-    which the library converts itself."""
+    which the library converts itself. The conversion is checked, never a silent cast: an int64
+    2^32 + 1 into an int32 input or 1.7 into an integer input is an ``InputError`` naming ``name``."""
+    from backends.c.build import checked_input
+
     if want.kind in "iub" and getattr(want, "metadata", None) is None:
-        return np.asarray(x, dtype=want)
-    return np.asarray(x, dtype=np.float32)
+        return checked_input(name, x, want)
+    return checked_input(name, x, np.dtype(np.float32))
 
 
 def _as_dtype(a: np.ndarray, dt: np.dtype) -> np.ndarray:

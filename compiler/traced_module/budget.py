@@ -1,17 +1,53 @@
 """Sizing a replayed expression before it runs: a ``.tm`` file's constants (a shape argument, a
 padding width, a layer's channel count) must not make replay allocate beyond the shared budget
 (:mod:`dialects.limits`). Only the calls whose output size follows from their arguments are sized;
-everything else is bounded by the tensors already checked."""
+everything else is bounded by the tensors already checked. One call of a TracedModule (its top graph
+and every graph it calls) sums its sized results under ``XMGE_MAX_TOTAL_BYTES`` (:func:`call_budget`):
+many calls each under the per-tensor cap cannot add up to more than the total."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dialects import limits
 
 _SHAPE_FUNCTIONS = {"zeros", "ones", "full", "broadcast_to", "empty"}
 _REFERENCE_ITEMSIZE = 8  # the functional ops build float64 numpy arrays before casting
+_CALL: contextvars.ContextVar[limits.Budget | None] = contextvars.ContextVar("tm_call_budget", default=None)
+
+
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("tm_depth", default=0)
+
+
+@contextlib.contextmanager
+def nested(place: str, file: str | None = None) -> Iterator[None]:
+    """One more level of graphs inside graphs (replaying, or rebuilding a file's nested
+    TracedModules), refused past ``XMGE_MAX_DEPTH``."""
+    depth = _DEPTH.get() + 1
+    limits.check_depth(depth, file=file, place=place)
+    token = _DEPTH.set(depth)
+    try:
+        yield
+    finally:
+        _DEPTH.reset(token)
+
+
+@contextlib.contextmanager
+def call_budget(name: str) -> Iterator[limits.Budget]:
+    """The budget of one replay: a fresh one for an outermost call, the caller's for nested graphs."""
+    current = _CALL.get()
+    if current is not None:
+        yield current
+        return
+    fresh = limits.Budget(file=name)
+    token = _CALL.set(fresh)
+    try:
+        yield fresh
+    finally:
+        _CALL.reset(token)
 
 
 def _shape_of(value: Any) -> tuple[int, ...] | None:
@@ -95,8 +131,13 @@ def check(name: str, bound: dict[str, Any], place: str, owner: Any = None) -> No
         nbytes = estimate(name, bound, owner)
     except (TypeError, ValueError, OverflowError):
         return  # the call itself reports malformed arguments
-    if nbytes:
+    if not nbytes:
+        return
+    current = _CALL.get()
+    if current is None:
         limits.check_tensor_bytes(nbytes, place=place, what=f"{name}'s result")
+    else:
+        current.add_tensor(nbytes, place=place, what=f"{name}'s result")
 
 
-__all__ = ["check", "estimate"]
+__all__ = ["call_budget", "check", "estimate", "nested"]

@@ -12,8 +12,10 @@ refused with an error naming it. See spec/mge-format.md Part D for the file's st
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import io
+import math
 import os
 import pickle
 import pickletools
@@ -28,13 +30,31 @@ import compiler.module as M
 import compiler.traced_module.policy as policy
 import compiler.traced_module.pytree as pytree
 from compiler.module.module import Module
-from compiler.serialization import UnsafePickleError, _RestrictedFinder, check_instance_state
+from compiler.serialization import (
+    SIZED_BUILTINS,
+    UnsafePickleError,
+    _check_dtype,
+    _check_dtype_state,
+    _check_ndarray_state,
+    _RestrictedFinder,
+    builtin_call_bytes,
+    check_instance_state,
+)
 from compiler.tensor import Parameter, Tensor
 from compiler.traced_module.expr import CallFunction, CallMethod, Constant, Expr, GetAttr, Input
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError
 from compiler.traced_module.traced_module import InternalGraph, TracedModule
+from dialects import limits
 from dialects.errors import XmgeError
+
+# the budget of the load in progress: every tensor and layer the file makes counts towards it
+_LOAD: contextvars.ContextVar[limits.Budget | None] = contextvars.ContextVar("mge_tm_load", default=None)
+
+
+def _budget() -> limits.Budget:
+    current = _LOAD.get()
+    return current if current is not None else limits.Budget(file="<.tm data>")
 
 
 class MegEngineTMError(TracedModuleError, UnsafePickleError):
@@ -118,10 +138,28 @@ def _refuse(what: str, why: str) -> MegEngineTMError:
     return MegEngineTMError(f"load_megengine_tm: refusing {what}: {why}. Nothing from the file was executed.")
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
+    """The pure-Python unpickler: its BUILD can check numpy states before numpy applies them (the C
+    unpickler hands them straight to ``__setstate__``, which crashes on some malformed tuples)."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+
     def __init__(self, f: IO[bytes]) -> None:
         super().__init__(f)
         self._data = _RestrictedFinder(())
+
+    def _load_build(self) -> None:
+        state, inst = self.stack[-1], self.stack[-2]
+        try:
+            if isinstance(inst, np.ndarray):
+                _check_ndarray_state(state)
+            elif isinstance(inst, np.dtype):
+                _check_dtype_state(inst, state)
+            pickle._Unpickler.load_build(self)  # type: ignore[attr-defined]
+            if isinstance(inst, np.dtype):
+                _check_dtype(inst)
+        except UnsafePickleError as exc:
+            raise MegEngineTMError(str(exc).replace("xmge.load: ", "load_megengine_tm: ")) from None
 
     def find_class(self, module: str, name: str) -> Any:
         if name in _RECORDS.get(module, ()):
@@ -135,9 +173,26 @@ class _Unpickler(pickle.Unpickler):
         if not module.startswith(("numpy", "_codecs", "collections", "copyreg", "builtins")):
             raise _refuse(f"'{module}.{name}'", "it is not a MegEngine class this loader knows")
         try:  # numpy arrays and plain data, exactly as the default compiler.load admits them
-            return self._data.find(module, name)
+            found = self._data.find(module, name)
         except UnsafePickleError:
             raise _refuse(f"'{module}.{name}'", "it is not data this loader rebuilds") from None
+        return _sized(found) if found in SIZED_BUILTINS else found
+
+
+def _sized(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` (bytearray, set, range, ...) sized under the load's budget before each call: the C
+    unpickler calls what find_class returns, and ``bytearray(1 << 34)`` takes a few bytes to ask for."""
+
+    def call(*args: Any) -> Any:
+        nbytes = builtin_call_bytes(func, args)
+        if nbytes:
+            _budget().add_tensor(nbytes, place=f"a call to {func.__name__}()", what=f"a {func.__name__}")
+        return func(*args)
+
+    return call
+
+
+_Unpickler.dispatch[pickle.BUILD[0]] = _Unpickler._load_build
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -154,8 +209,9 @@ def _tensor(value: Any, cls: type = Tensor) -> Tensor:
     if not args or not isinstance(args[0], np.ndarray):
         raise _refuse("a MegEngine Tensor without array data", "unsupported tensor encoding")
     arr = args[0]
-    if len(args) > 1 and isinstance(args[1], np.dtype):
-        arr = arr.astype(args[1], copy=False)
+    dtype = args[1] if len(args) > 1 and isinstance(args[1], np.dtype) else arr.dtype
+    _budget().add_tensor(arr.size * dtype.itemsize, place=f"a {value.kind}", what="a tensor")
+    arr = arr.astype(dtype, copy=False)
     if value._mge_name.endswith("Parameter"):
         cls = Parameter
     return cls(arr)
@@ -228,6 +284,31 @@ _LAYERS: dict[tuple[str, str], Callable[[dict[str, Any]], Module]] = {
 }
 
 
+def _ints(value: Any) -> list[int]:
+    items = value if isinstance(value, list | tuple) else [value]
+    return [int(v) for v in items if isinstance(v, int | np.integer) and not isinstance(v, bool)]
+
+
+def _layer_bytes(cls: str, s: dict[str, Any]) -> int:
+    """Bytes the xmge layer's constructor allocates (float32 parameters) for MegEngine state ``s``,
+    sized before it runs: a 30,000-channel conv asks for gigabytes in a few bytes of file."""
+    if cls == "Conv2d":
+        groups = max(_ints(s.get("groups", 1)) or [1])
+        counts = [*_ints(s.get("out_channels")), *_ints(s.get("in_channels"))]
+        kernel = _ints(s.get("kernel_size"))
+        if len(counts) != 2 or not kernel:
+            return 0
+        out, inp = (max(c, 0) for c in counts)
+        kh, kw = (max(kernel[0], 0), max(kernel[-1], 0))
+        return 4 * (out * (inp // max(groups, 1)) * kh * kw + out)
+    if cls == "Linear":
+        counts = [*_ints(s.get("in_features")), *_ints(s.get("out_features"))]
+        return 4 * (math.prod(max(c, 0) for c in counts) + max(counts[-1], 0)) if len(counts) == 2 else 0
+    if cls.startswith("BatchNorm"):
+        return 16 * max(_ints(s.get("num_features")) or [0])
+    return 0
+
+
 def _layer(record: _Record) -> Module:
     st = record.state
     path = tuple(st.get("module", ()))
@@ -239,6 +320,7 @@ def _layer(record: _Record) -> Module:
     if not isinstance(state, dict):
         raise _refuse(f"layer {name} whose state is a {type(state).__name__}", "a layer's state is a dict")
     try:
+        _budget().add_tensor(_layer_bytes(path[1], state), place=f"layer {name}", what="a layer's parameters")
         m = build(state)
     except KeyError as exc:
         raise _refuse(f"layer {name}", f"its state lacks the field {exc.args[0]!r}") from None
@@ -287,7 +369,21 @@ def _value(v: Any) -> Any:
     return _SKIP
 
 
+def _check_state(tm: TracedModule, state: dict[str, Any], source: str, declared_only: bool = True) -> None:
+    try:
+        check_instance_state(tm, state, source, declared_only=declared_only)
+    except UnsafePickleError as exc:  # this loader's errors are TracedModuleErrors too
+        raise MegEngineTMError(str(exc)) from None
+
+
 def _traced_module(record: _Record) -> TracedModule:
+    from compiler.traced_module.budget import nested
+
+    with nested("a nested TracedModule", _budget().file):
+        return _traced_module_at(record)
+
+
+def _traced_module_at(record: _Record) -> TracedModule:
     st = record.state
     graphs = st.get("argdef_graph_map") or {}
     if len(graphs) != 1:
@@ -300,13 +396,19 @@ def _traced_module(record: _Record) -> TracedModule:
         raise _refuse("a TracedModule without an output structure", "argdef_outdef_map is incomplete")
     graph = _graph(graph_rec, argdef, outdef)
     tm = TracedModule(graph)
-    check_instance_state(tm, [k for k in st if k not in _BOOKKEEPING and k not in vars(tm)], "load (.tm)")
+    source = f"load_megengine_tm({_budget().file})"
+    attrs: dict[str, Any] = {}
     for key, v in st.items():
         if key in _BOOKKEEPING or key in vars(tm):
             continue
         converted = _value(v)
-        if converted is not _SKIP:
-            setattr(tm, key, converted)
+        if converted is _SKIP:  # not restored; a name that would shadow behaviour still says so
+            _check_state(tm, {key: converted}, source, declared_only=False)
+        else:
+            attrs[key] = converted
+    _check_state(tm, attrs, source)
+    for key, converted in attrs.items():
+        setattr(tm, key, converted)
     tm.training = bool(st.get("training", False))
     # module nodes point at the modules they stand for (as trace_module's do)
     env: dict[Node, Any] = {graph._inputs[0]: tm}
@@ -503,17 +605,21 @@ def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedMo
         # every declared length against the bytes present first (pickletools reads, never allocates)
         for _ in pickletools.genops(data):
             pass
-        root = _Unpickler(io.BytesIO(data)).load()
-        top_name = "megengine.traced_module.traced_module.TracedModule"
-        if not (isinstance(root, _Record) and root._mge_name == top_name):
-            raise _refuse(f"a file holding {type(root).__name__}", "it is not a MegEngine TracedModule")
-        top = _traced_module(root)
+        token = _LOAD.set(limits.Budget(file=str(name)))
+        try:
+            root = _Unpickler(io.BytesIO(data)).load()
+            top_name = "megengine.traced_module.traced_module.TracedModule"
+            if not (isinstance(root, _Record) and root._mge_name == top_name):
+                raise _refuse(f"a file holding {type(root).__name__}", "it is not a MegEngine TracedModule")
+            top = _traced_module(root)
+        finally:
+            _LOAD.reset(token)
     except (XmgeError, OSError):
         raise
     except RecursionError:
         raise _refuse(f"{name}", "its graphs nest too deeply") from None
     except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, StopIteration,
-            MemoryError, OverflowError, struct.error, pickle.UnpicklingError) as exc:
+            MemoryError, OverflowError, SystemError, struct.error, pickle.UnpicklingError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else "no detail"
         why = f"it is not a well-formed MegEngine .tm ({type(exc).__name__}: {detail})"
         raise _refuse(f"{name}", why) from None

@@ -46,10 +46,21 @@ from compiler.traced_module.expr import Apply, CallFunction, CallMethod, Constan
 from compiler.traced_module.filters import ExprFilter, NodeFilter
 from compiler.traced_module.node import ModuleNode, Node, TensorNode
 from compiler.traced_module.policy import TracedModuleError
+from dialects.errors import XmgeError
 
 
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, Tensor)
+
+
+def _safe_text(obj: Any, limit: int) -> str:
+    """``obj``'s text on one line for an error message; a malformed loaded object whose repr or str
+    fails itself is named by its type."""
+    try:
+        text = " ".join(str(obj).split())
+    except Exception:  # noqa: BLE001 - the message must not fail in turn
+        text = f"<a {type(obj).__name__}>"
+    return text[:limit]
 
 
 class InternalGraph:
@@ -411,17 +422,34 @@ class InternalGraph:
 
     # -- running -------------------------------------------------------------------------------------
     def interpret(self, module: Module, *args: Any, **kwargs: Any) -> Any:
-        leaves, spec = pytree.flatten((args, kwargs), _is_tensor)
-        if not pytree.same_spec(spec, self._in_spec):
-            raise TracedModuleError(
-                f"{self._qualname} was traced with arguments "
-                f"{pytree.format_spec(self._in_spec, iter(n.name for n in self._inputs[1:]))}, got "
-                f"{pytree.format_spec(spec, iter('<Tensor>' for _ in leaves))}"
-            )
+        with self._replay_errors("its argument structure"):
+            leaves, spec = pytree.flatten((args, kwargs), _is_tensor)
+            if not pytree.same_spec(spec, self._in_spec):
+                raise TracedModuleError(
+                    f"{self._qualname} was traced with arguments "
+                    f"{pytree.format_spec(self._in_spec, iter(n.name for n in self._inputs[1:]))}, got "
+                    f"{pytree.format_spec(spec, iter('<Tensor>' for _ in leaves))}"
+                )
         values = self._run([module, *leaves])
         if self._end_points:
             return values
-        return pytree.unflatten(self._out_spec, iter(values))
+        with self._replay_errors("its output structure"):
+            return pytree.unflatten(self._out_spec, iter(values))
+
+    @contextlib.contextmanager
+    def _replay_errors(self, what: str) -> Iterator[None]:
+        """A graph (possibly loaded from a file) whose structure is inconsistent (a node list that is
+        not one, an attribute its module lacks, a malformed spec) fails as one TracedModuleError
+        naming the graph, not as a Python error from deep inside the replay."""
+        try:
+            yield
+        except XmgeError:
+            raise
+        except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError, RuntimeError) as exc:  # noqa: E501
+            # RuntimeError: a generator of a malformed spec raised StopIteration (RecursionError too)
+            raise TracedModuleError(
+                f"{self._qualname}: replaying {what} failed ({type(exc).__name__}: {_safe_text(exc, 160)})"
+            ) from exc
 
     def eval(self, *inputs: Any) -> list[Any]:
         """Run the graph on tensors for ``inputs[1:]`` (``self`` is its module); the outputs as a
@@ -438,6 +466,13 @@ class InternalGraph:
 
     def _run(self, values: list[Any]) -> list[Any]:
         """Values of the outputs (or of the end points, once all are known)."""
+        from compiler.traced_module.budget import call_budget, nested
+
+        with call_budget(f"replay of {self._qualname}"), nested(f"replay of {self._qualname}"):
+            with self._replay_errors("its expressions"):
+                return self._run_exprs(values)
+
+    def _run_exprs(self, values: list[Any]) -> list[Any]:
         env: dict[Node, Any] = {}
         pending = set(self._end_points)
 
@@ -467,6 +502,13 @@ class InternalGraph:
                 raise TracedModuleError(
                     f"{self._qualname}: {expr!r} returned fewer values than its output structure lists"
                 ) from None
+            except XmgeError:
+                raise
+            except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+                raise TracedModuleError(
+                    f"{self._qualname}: replaying {_safe_text(expr, 120)} failed "
+                    f"({type(exc).__name__}: {_safe_text(exc, 160)})"
+                ) from exc
             if len(results) != len(expr.outputs):
                 raise TracedModuleError(
                     f"{expr!r} produced {len(results)} values, expected {len(expr.outputs)}"
