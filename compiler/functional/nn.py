@@ -635,3 +635,21 @@ def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
     x = reshape(inp, (n, c // (r * r), r, r, h, w))
     x = transpose(x, (0, 1, 4, 2, 5, 3))
     return reshape(x, (*lead, c // (r * r), h * r, w * r))
+
+
+# MegEngine 1.13's other nn ops, defined in their own modules (issue 32, second round)
+from compiler.functional.loss import ctc_loss, hinge_loss  # noqa: E402,F401,I001
+from compiler.functional.math import normalize  # noqa: E402,I001
+from compiler.functional.norms import general_norm, instance_norm, local_response_norm, sync_batch_norm  # noqa: E402,I001
+from compiler.functional.windows import local_conv2d, sliding_window, sliding_window_transpose  # noqa: E402,I001
+
+__all__ += [
+    "general_norm",
+    "instance_norm",
+    "local_conv2d",
+    "local_response_norm",
+    "normalize",
+    "sliding_window",
+    "sliding_window_transpose",
+    "sync_batch_norm",
+]
