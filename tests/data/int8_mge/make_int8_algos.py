@@ -1,4 +1,5 @@
-"""Writes the ``algos_*`` case of this folder with real MegEngine 1.13 (run with megengine-oracle's ``mgepy``):
+"""Writes the ``algos_*`` case of this folder with real MegEngine 1.13 (run with megengine-oracle's
+``mgepy``):
 
     mgepy make_int8_algos.py OUT_DIR
 
@@ -85,10 +86,12 @@ def main(out_dir: str, seed: int = 3, hw: int = 32) -> None:  # hw 32: the last 
     infer.dump(path, arg_names=["data"])
     out = GraphInference(path).run(inp_dict={"data": x})
     np.savez(os.path.join(out_dir, "expected_plain.npz"), **out)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
+    first_cpu = open("/proc/cpuinfo").read().split("\n\n")[0].splitlines()
+    info = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in first_cpu if ":" in ln)}
+    cpu, flags = info.get("model name", "?"), info.get("flags", "").split()
+    vnni, amx = "avx512_vnni" in flags, "amx_tile" in flags
     with open(os.path.join(out_dir, "cpu.txt"), "w") as f:
-        f.write(f"{cpu} ({platform.machine()}); avx512_vnni={'avx512_vnni' in flags} amx={'amx_tile' in flags}\n")
+        f.write(f"{cpu} ({platform.machine()}); avx512_vnni={vnni} amx={amx}\n")
     print(path, os.path.getsize(path), list(out))
 
 
