@@ -42,6 +42,7 @@ PROVIDED = [
     "hub",
     "hub.hub",
     "jit",
+    "jit.partial_tracing",
     "jit.tracing",
     "logger",
     "module",
