@@ -177,6 +177,15 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
 
+    # DLPack exchange (MegEngine's Tensor.__dlpack__): xmge tensors live in host memory
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        if stream is not None and stream != -1:
+            raise ValueError(f"__dlpack__: xmge tensors are on the CPU, which has no stream {stream!r}")
+        return np.ascontiguousarray(self._data).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
+
     # -- in-place data access (eager only, like MegEngine's _reset / set_value) -------------
     def _reset(self, value: Any) -> None:
         arr = value._data if isinstance(value, Tensor) else np.asarray(value)

@@ -103,6 +103,7 @@ PROVIDED = [
     "utils",
     "utils.bn_fusion",
     "utils.comp_graph_tools",
+    "utils.dlpack",
     "utils.network",
     "utils.naming",
     "utils.network_node",
