@@ -207,3 +207,23 @@ def test_ctc_loss_matches_torch(concatenated):
             logits,
         )
         _close(ours, theirs, 1e-4)
+
+
+def test_ctc_loss_long_sequences_below_the_float32_floor_match_torch():
+    # log-probabilities far below log(tiny) ~ -87: neither the first states nor the final pick may
+    # be floored there (MegEngine's own test reaches losses of ~400)
+    rng = np.random.default_rng(5)
+    t, n, c = 60, 4, 20
+    logits = rng.standard_normal((t, n, c)).astype(np.float32)
+    llen = np.array([5, 12, 20, 1], np.int32)
+    lab = rng.integers(1, c, size=int(llen.sum())).astype(np.int32)
+    plen = np.full(n, t, np.int32)
+    probs = torch.softmax(torch.tensor(logits), -1)
+    ours = F.nn.ctc_loss(
+        mge.tensor(probs.numpy()), mge.tensor(plen), mge.tensor(lab), mge.tensor(llen), 0, "none"
+    )
+    theirs = torch.nn.functional.ctc_loss(
+        probs.log(), torch.tensor(lab).long(), torch.tensor(plen).long(), torch.tensor(llen).long(), 0, "none"
+    )
+    assert theirs.min() > 100
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-4)

@@ -195,18 +195,22 @@ def ctc_loss(
     start = np.zeros((n, width), bool)
     start[:, :2] = True
     alpha = where(Tensor(start), logp[:, 0, :], full((n, width), never, dtype=pred.dtype))
-    ends = np.zeros((n, width), bool)
-    ends[np.arange(n), 2 * llen] = True
-    ends[np.arange(n), 2 * llen - 1] = True
-    ends_t = Tensor(ends)
-    pad1 = full((n, 1), never, dtype=pred.dtype)
-    pad2 = full((n, 2), never, dtype=pred.dtype)
+    # the two states an alignment may end in, picked exactly (a logsumexp over a mask would add
+    # every other state's floor value and cap the loss near -log(tiny))
+    last = np.zeros((n, width), pred.dtype)
+    last[np.arange(n), 2 * llen] = 1
+    before_last = np.zeros((n, width), pred.dtype)
+    before_last[np.arange(n), 2 * llen - 1] = 1
+    last_t, before_t = Tensor(last), Tensor(before_last)
+    # no predecessor before the first states: a value below any reachable log-probability (the
+    # floor ``never`` would cap states 0 and 1 once their own value sinks below it)
+    nothing = float(-np.finfo(pred.dtype).max / 4)
+    pad1 = full((n, 1), nothing, dtype=pred.dtype)
+    pad2 = full((n, 2), nothing, dtype=pred.dtype)
     skip_t = Tensor(skip)
 
     def finish(a: Tensor) -> Tensor:
-        from compiler.functional.nn import logsumexp
-
-        return -logsumexp(where(ends_t, a, full((n, width), never, dtype=pred.dtype)), 1)
+        return -logaddexp(_sum(a * last_t, 1), _sum(a * before_t, 1))
 
     losses = []
     for t in range(t_max):
