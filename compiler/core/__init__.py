@@ -41,6 +41,15 @@ class OpError(XmgeError, ValueError, RuntimeError):
     RuntimeError too: MegEngine raises its operator errors as RuntimeError, and code catches that."""
 
 
+class AxisError(OpError, AssertionError):
+    """An axis out of range, or repeated where each axis may appear once. An AssertionError too:
+    MegEngine checks axes with assertions (``_normalize_axis``), and code catches that."""
+
+
+def axis_error(label: str, message: str) -> AxisError:
+    return AxisError(f"{label}: {message} (at {user_location()})")
+
+
 def user_location() -> str:
     """``file:line`` of the innermost stack frame outside xmge's own packages."""
     frame = sys._getframe(1)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, op_error
+from compiler.core import apply, axis_error, op_error
 from compiler.functional.tensor import _axis, expand_dims, reshape, squeeze
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
@@ -25,6 +25,8 @@ def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: 
         return reshape(out, (1,) * inp.ndim) if keepdims else reshape(out, ())
     axes = [axis] if isinstance(axis, int) else list(axis)
     norm = sorted({_axis(label, a, inp.ndim) for a in axes}, reverse=True)
+    if len(norm) != len(axes):
+        raise axis_error(label, f"axis {axis} contains duplicated indices")
     out = inp
     for a in norm:
         (out,) = apply(T.ReduceOp, [out], label=label, mode=mode, axis=a)

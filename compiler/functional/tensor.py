@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, op_error
+from compiler.core import apply, axis_error, op_error
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -18,7 +18,7 @@ from dialects.dtypes import DTypeError, tensor_type
 
 def _axis(label: str, axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
-        raise op_error(label, f"axis {axis} is out of range for a {ndim}-D tensor")
+        raise axis_error(label, f"axis {axis} is out of range for a {ndim}-D tensor")
     return axis % ndim
 
 
@@ -110,7 +110,7 @@ def expand_dims(inp: Tensor, axis: int | Sequence[int]) -> Tensor:
     ndim = inp.ndim + len(axes)
     normalized = sorted(_axis("expand_dims", a, ndim) for a in axes)
     if len(set(normalized)) != len(normalized):
-        raise op_error("expand_dims", f"repeated axis in {axes}")
+        raise axis_error("expand_dims", f"repeated axis in {axes}")
     return _axis_add_remove(inp, [enums.AxisMethod.ADD_1] * len(normalized), normalized, "expand_dims")
 
 
