@@ -29,3 +29,17 @@ def test_good_negative_axes_still_reduce():
 def test_expand_dims_repeated_axis():
     with pytest.raises(AssertionError, match="repeated axis"):
         F.expand_dims(mge.tensor(np.ones(3, np.float32)), (0, 0))
+
+
+@pytest.mark.parametrize("axis", [-1, -2, 0, 1])
+@pytest.mark.parametrize("keepdim", [True, False, None])
+def test_builtin_reduce_keepdim_and_negative_axes(axis, keepdim):
+    from compiler.core._imperative_rt.core2 import apply
+    from compiler.core.ops import builtin
+
+    data = np.random.default_rng(0).random((2, 3, 3, 2)).astype(np.float32)
+    op = builtin.Reduce(mode="sum", axis=axis) if keepdim is None else builtin.Reduce("sum", axis, keepdim)
+    (got,) = apply(op, mge.tensor(data))
+    np.testing.assert_allclose(got.numpy(), data.sum(axis=axis, keepdims=keepdim is not False), rtol=1e-6)
+    with pytest.raises(AssertionError, match="out of range"):
+        apply(builtin.Reduce(mode="sum", axis=4), mge.tensor(data))
