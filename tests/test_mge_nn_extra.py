@@ -227,3 +227,64 @@ def test_ctc_loss_long_sequences_below_the_float32_floor_match_torch():
     )
     assert theirs.min() > 100
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-4)
+
+
+def test_sliding_window_transpose_sums_in_megengine_order_bit_exactly():
+    x = RNG.standard_normal((2, 3, 4, 9, 3, 2)).astype(np.float32)
+    (h, w), (ph, pw), (sh, sw), (dh, dw) = (7, 8), (1, 2), (2, 1), (1, 3)
+    want = np.zeros((2, 3, h, w), np.float32)
+    for oh in range(4):  # windows row-major, elements row-major within each, as MegEngine sums
+        for ow in range(9):
+            for i in range(3):
+                for j in range(2):
+                    y, z = oh * sh - ph + i * dh, ow * sw - pw + j * dw
+                    if 0 <= y < h and 0 <= z < w:
+                        want[:, :, y, z] += x[:, :, oh, ow, i, j]
+    got = F.nn.sliding_window_transpose(mge.tensor(x), (h, w), (3, 2), (ph, pw), (sh, sw), (dh, dw))
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_batch_norm_training_dtype_amp_and_returned_statistics():
+    import compiler.amp as amp
+
+    x = RNG.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    w, b = mge.tensor(np.ones((1, 3, 1, 1), np.float32)), mge.tensor(np.zeros((1, 3, 1, 1), np.float32))
+    half = F.batch_norm(mge.tensor(x).astype("float16"), weight=w, bias=b, training=True)
+    assert half.dtype == np.float16  # the result keeps the input's dtype
+    amp.enabled = True
+    try:
+        auto = F.batch_norm(mge.tensor(x), weight=w, bias=b, training=True)
+    finally:
+        amp.enabled = False
+    assert auto.dtype == np.float16
+    np.testing.assert_array_equal(auto.numpy(), half.numpy())
+    ref = torch.nn.functional.batch_norm(torch.tensor(x).half().float(), None, None, training=True)
+    np.testing.assert_allclose(half.numpy(), ref.numpy(), rtol=1e-2, atol=1e-2)
+    # inplace=False: the updated running statistics are returned, the given ones stay
+    rm, rv = mge.tensor(np.zeros(3, np.float32)), mge.tensor(np.ones(3, np.float32))
+    out, new_mean, new_var = F.batch_norm(mge.tensor(x), rm, rv, training=True, momentum=0.9, inplace=False)
+    t_rm, t_rv = torch.zeros(3), torch.ones(3)
+    torch.nn.functional.batch_norm(torch.tensor(x), t_rm, t_rv, training=True, momentum=0.1)
+    np.testing.assert_allclose(new_mean.numpy(), t_rm.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new_var.numpy(), t_rv.numpy(), rtol=1e-5, atol=1e-6)
+    assert rm.numpy().tolist() == [0, 0, 0] and rv.numpy().tolist() == [1, 1, 1]
+    assert isinstance(F.batch_norm(mge.tensor(x), training=True, inplace=False), mge.Tensor)
+
+
+def test_graph_inference_takes_a_scalar_for_a_dumped_scalar_input():
+    import io
+
+    from compiler.jit import trace
+    from compiler.utils.comp_graph_tools import GraphInference
+
+    @trace(symbolic=True, capture_as_const=True)
+    def pick(mask, x, y):
+        return F.where(mask, x, y)
+
+    args = [np.array(True), np.array(1.0, np.float32), np.array(0.0, np.float32)]
+    pick(*[mge.tensor(a) for a in args])
+    buf = io.BytesIO()
+    info = pick.dump(buf)
+    buf.seek(0)
+    out = list(GraphInference(buf).run(inp_dict=dict(zip(sorted(info[4]), args, strict=True))).values())[0]
+    np.testing.assert_array_equal(np.asarray(out).reshape(()), 1.0)

@@ -526,8 +526,10 @@ def batch_norm(
     eps: float = 1e-5,
     inplace: bool = True,
 ) -> Tensor:
-    """Batch normalisation over axis 1. In training mode the batch statistics are used and, when
-    ``inplace``, the running statistics are updated as ``running * momentum + batch * (1 - momentum)``."""
+    """Batch normalisation over axis 1. In training mode the batch statistics are used and the
+    running statistics become ``running * momentum + batch * (1 - momentum)``: in place when
+    ``inplace``, else returned as ``(out, new_mean, new_var)``, as MegEngine does. The result has
+    the input's dtype (a float16 input is normalised in float32)."""
     inp = as_tensor(inp)
     if inp.ndim < 2:
         raise op_error("batch_norm", f"input must have a channel axis, got shape {inp.shape}")
@@ -550,22 +552,40 @@ def batch_norm(
         (out,) = apply(T.BatchNormOp, [inp, w, b, rm, rv], label="batch_norm", epsilon=float(eps))
         return out
     note_training_only("batch_norm in training mode (batch statistics)")
+    from compiler.core.tensor import amp as _amp
+
+    if _amp._enabled and inp.dtype.kind == "f":
+        inp = inp.astype(_amp._low_prec_dtype)  # MegEngine's autocast rule for BatchNorm's data
+    out_dtype = inp.dtype
+    if inp.dtype == np.float16:
+        inp = inp.astype("float32")  # statistics in float32, the result in the input's dtype
     axes = [0, *range(2, inp.ndim)]
     batch_mean = mean(inp, axes, keepdims=True)
     centered = inp - batch_mean
     batch_var = mean(centered * centered, axes, keepdims=True)
-    if inplace and running_mean is not None and running_var is not None:
+    new_stats = None
+    if running_mean is not None and running_var is not None:
         n = inp.size // c
         unbiased = batch_var.numpy() * (n / max(n - 1, 1))
-        running_mean._reset(
-            running_mean.numpy() * momentum + batch_mean.numpy().reshape(running_mean.shape) * (1 - momentum)
+        new_mean = running_mean.numpy() * momentum + batch_mean.numpy().reshape(running_mean.shape) * (
+            1 - momentum
         )
-        running_var._reset(
-            running_var.numpy() * momentum + unbiased.reshape(running_var.shape) * (1 - momentum)
-        )
+        new_var = running_var.numpy() * momentum + unbiased.reshape(running_var.shape) * (1 - momentum)
+        if inplace:
+            running_mean._reset(new_mean)
+            running_var._reset(new_var)
+        else:
+            new_stats = (
+                Tensor(new_mean.astype(running_mean.dtype)),
+                Tensor(new_var.astype(running_var.dtype)),
+            )
     from compiler.functional.elemwise import sqrt
 
-    return centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
+    out = centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
+    if out.dtype != out_dtype:
+        out = out.astype(out_dtype)
+    # MegEngine: with running statistics and inplace=False, the updated statistics are returned
+    return out if new_stats is None else (out, *new_stats)
 
 
 def dropout(inp: Tensor, drop_prob: float, training: bool = True) -> Tensor:

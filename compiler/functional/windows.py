@@ -81,8 +81,10 @@ def sliding_window_transpose(
     hp, wp = h + 2 * ph, w + 2 * pw
     span_h, span_w = sh * (oh - 1) + 1, sw * (ow - 1) + 1
     total = None
-    for i in range(kh):
-        for j in range(kw):
+    # each position sums its window elements in the order of their windows (row-major over
+    # (OH, OW)), which for one position is descending (i, j): MegEngine's order, bit for bit
+    for i in reversed(range(kh)):
+        for j in reversed(range(kw)):
             piece = reshape(inp[:, :, :, :, i, j], (n, c, oh, 1, ow, 1))
             # spread the window's values stride apart (zeros between), then shift it into place
             spread = _pad(piece, [(0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)])
