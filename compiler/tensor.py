@@ -220,6 +220,11 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
 
+    @property
+    def _tuple_shape(self) -> tuple[int, ...]:
+        """The shape as a tuple (MegEngine's name, which its own code and tests read)."""
+        return self.shape
+
     # DLPack exchange (MegEngine's Tensor.__dlpack__): xmge tensors live in host memory
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         if stream is not None and stream != -1:

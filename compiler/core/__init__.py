@@ -160,6 +160,12 @@ def apply(
         for t in tensors:
             if t.ndim in (4, 5):
                 t.format = "nhwc"
+    placed = {t._device for t in inputs if t._device is not None}
+    if len(placed) == 1:
+        # MegEngine computes on its operands' device and leaves the results there
+        device = next(iter(placed))
+        for t in tensors:
+            t._device = device
     applied = AppliedOp(op_cls, inputs, tensors, params, result_types)
     for rec in _recorders:
         rec.record(applied)
