@@ -44,3 +44,13 @@ def test_eye_takes_sizes_or_a_shape(dtype, shape):
 
 def test_tuple_shape():
     assert mge.tensor(np.zeros((2, 0, 3), np.float32))._tuple_shape == (2, 0, 3)
+
+
+def test_one_element_tensors_of_any_shape_convert_to_python_numbers():
+    assert int(mge.tensor([2])) == 2 and float(mge.tensor([[2.5]])) == 2.5
+    assert bool(mge.tensor([0])) is False and ["a", "b"][mge.tensor([1])] == "b"
+    # a shape given as one-element tensors (MegEngine's trace tests do this)
+    out = F.broadcast_to(mge.tensor(np.ones((1, 1), np.float32)), (mge.tensor([2]), mge.tensor([3])))
+    assert out.shape == (2, 3)
+    with pytest.raises(TypeError):
+        int(mge.tensor([1, 2]))
