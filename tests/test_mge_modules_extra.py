@@ -66,3 +66,36 @@ def test_local_conv2d_module_weight_shape_and_forward():
     np.testing.assert_array_equal(
         mod(mge.tensor(x)).numpy(), F.nn.local_conv2d(mge.tensor(x), mod.weight, None, 2, 1).numpy()
     )
+
+
+def test_repr_is_megengine_s_layout():
+    from collections import OrderedDict
+
+    class Net(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = M.Conv2d(3, 8, 3, padding=1, bias=False)
+            self.conv2 = M.Conv2d(3, 8, 3, dilation=2, groups=1)
+            self.bn = M.BatchNorm2d(8)
+            self.pool = M.MaxPool2d(kernel_size=2)
+            self.seq = M.Sequential(OrderedDict(dw=M.Conv2d(8, 8, 3, 1, 0, groups=8, bias=False)))
+            self.items = [M.Dropout(drop_prob=0.1), [M.Softmax(axis=1)]]
+            self.fc = M.Linear(4, 2)
+
+        def forward(self, x):
+            return x
+
+    assert repr(Net()) == (
+        "Net(\n"
+        "  (conv1): Conv2d(3, 8, kernel_size=(3, 3), padding=(1, 1), bias=False)\n"
+        "  (conv2): Conv2d(3, 8, kernel_size=(3, 3), dilation=(2, 2))\n"
+        "  (bn): BatchNorm2d(8, eps=1e-05, momentum=0.9, affine=True, track_running_stats=True)\n"
+        "  (pool): MaxPool2d(kernel_size=2, stride=2, padding=0)\n"
+        "  (seq): Sequential(\n"
+        "    (dw): Conv2d(8, 8, kernel_size=(3, 3), groups=8, bias=False)\n"
+        "  )\n"
+        "  (items.0): Dropout(drop_prob=0.1)\n"
+        "  (items.1.0): Softmax(axis=1)\n"
+        "  (fc): Linear(in_features=4, out_features=2, bias=True)\n"
+        ")"
+    )

@@ -81,10 +81,17 @@ class _ConvNd(Module):
         self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
 
     def _extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-            f"padding={self.padding}, groups={self.groups}, bias={self.bias is not None}"
-        )
+        # MegEngine's form: settings at their default values are left out
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}"
+        if self.stride != (1,) * len(self.stride):
+            s += f", stride={self.stride}"
+        if self.padding != (0,) * len(self.padding):
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * len(self.dilation):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        return s + (", bias=False" if self.bias is None else "")
 
 
 class Conv2d(_ConvNd):
@@ -263,7 +270,10 @@ class _BatchNorm(Module):
             self.bias._reset(np.zeros(self.bias.shape, np.float32))
 
     def _extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
 
 
 class BatchNorm2d(_BatchNorm):
@@ -336,6 +346,9 @@ class Softmax(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.softmax(x, self.axis)
 
+    def _extra_repr(self) -> str:
+        return f"axis={self.axis}"
+
 
 class MaxPool2d(Module):
     def __init__(
@@ -346,6 +359,10 @@ class MaxPool2d(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+    def _extra_repr(self) -> str:  # a missing stride is the kernel size, and shown as such
+        stride = self.stride or self.kernel_size
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
 
 
 class AvgPool2d(Module):
@@ -363,6 +380,12 @@ class AvgPool2d(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode)
+
+    def _extra_repr(self) -> str:
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}, "
+            f"padding={self.padding}, mode={self.mode}"
+        )
 
 
 class _AdaptivePool2d(Module):
@@ -391,6 +414,9 @@ class Dropout(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.drop_prob, training=self.training)
+
+    def _extra_repr(self) -> str:
+        return f"drop_prob={self.drop_prob}"
 
 
 class Identity(Module):

@@ -308,10 +308,23 @@ class Module:
             t._reset(arr.astype(t.dtype))
 
     def __repr__(self) -> str:
-        lines = [f"{type(self).__name__}("]
-        for key, child in self.named_children():
-            lines.append(f"  ({key}): " + repr(child).replace("\n", "\n  "))
-        return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}({self._extra_repr()})"
+        """MegEngine's layout: the module's own information, then its sub-modules in the order
+        their attributes were first assigned (containers expanded as ``name.0``, ``name.key``)."""
+        info = self._module_info_string()
+        extra = info.split("\n") if info else []
+        children = []
+        for attr, value in list(self.__dict__.items()):
+            for key, child in _flatten(attr, value, Module):
+                children.append(f"({key}): " + repr(child).replace("\n", "\n  "))
+        head = f"{type(self).__name__}("
+        if len(extra) == 1 and not children:
+            return head + extra[0] + ")"
+        lines = extra + children
+        return head + ("\n  " + "\n  ".join(lines) + "\n" if lines else "") + ")"
+
+    def _module_info_string(self) -> str:
+        """The one-line description inside this module's repr (MegEngine's hook)."""
+        return self._extra_repr()
 
     def _extra_repr(self) -> str:
         return ""
