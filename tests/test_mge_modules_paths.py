@@ -71,6 +71,7 @@ PROVIDED = [
     "module.quant_dequant",
     "module.quantized",
     "module.quantized.module",
+    "module.rnn",
     "module.sequential",
     "module.sliding_window",
     "optimizer",
