@@ -288,3 +288,15 @@ def test_graph_inference_takes_a_scalar_for_a_dumped_scalar_input():
     buf.seek(0)
     out = list(GraphInference(buf).run(inp_dict=dict(zip(sorted(info[4]), args, strict=True))).values())[0]
     np.testing.assert_array_equal(np.asarray(out).reshape(()), 1.0)
+
+
+@pytest.mark.parametrize("name", ["Conv1d", "Conv2d", "ConvTranspose2d"])
+def test_conv_promotes_mixed_float_operands_like_megengine(name):
+    import compiler.module as M
+
+    m = getattr(M, name)(4, 6, 3)
+    shape = (2, 4, 7) if name == "Conv1d" else (2, 4, 7, 7)
+    x = mge.tensor(RNG.random(shape).astype(np.float16))
+    # a float16 input with float32 weights is computed in float32, as MegEngine promotes
+    np.testing.assert_array_equal(m(x).numpy(), m(x.astype("float32")).numpy())
+    assert m(x).dtype == np.float32

@@ -122,6 +122,23 @@ def _mode(label: str, enum: type[Any], value: str, what: str) -> Any:
         raise op_error(label, f"unknown {what} {value!r}") from None
 
 
+def _promote_conv_operands(label: str, inp: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """MegEngine's dtype promotion for convolutions: float operands of different precisions are
+    computed in the wider one (under amp, autocast decides); quantized or integer operands must
+    match."""
+    if inp.dtype == weight.dtype:
+        return inp, weight
+    from compiler.core.tensor import amp as _amp
+
+    plain_floats = all(t.dtype.kind == "f" and t.dtype.metadata is None for t in (inp, weight))
+    if not plain_floats:
+        raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    if _amp._enabled:
+        return inp, weight
+    wide = np.promote_types(inp.dtype, weight.dtype)
+    return inp.astype(wide), weight.astype(wide)
+
+
 def _add_channel_bias(label: str, out: Tensor, bias: Tensor | None) -> Tensor:
     """``out`` plus one bias value per channel (axis 1); the bias is (OC,) or (1, OC, 1, ...)."""
     if bias is None:
@@ -153,8 +170,7 @@ def conv2d(
     if inp.ndim != 4:
         raise op_error("conv2d", f"input must be 4-D NCHW, got shape {inp.shape}")
     weight = _grouped_weight("conv2d", weight, groups, "output")
-    if inp.dtype != weight.dtype:
-        raise op_error("conv2d", f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    inp, weight = _promote_conv_operands("conv2d", inp, weight)
     mode = _mode("conv2d", enums.ConvMode, conv_mode, "conv_mode")
     cmode = _mode("conv2d", enums.ComputeMode, compute_mode, "compute_mode")
     (out,) = apply(
@@ -190,8 +206,7 @@ def conv_transpose2d(
     if conv_mode.lower() != "cross_correlation":
         raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
     cmode = _mode(label, enums.ComputeMode, compute_mode, "compute_mode")
-    if inp.dtype != weight.dtype:
-        raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    inp, weight = _promote_conv_operands(label, inp, weight)
     (out,) = apply(
         T.ConvolutionBackwardDataOp,
         [weight, inp],
