@@ -27,7 +27,7 @@ from backends.mge.oprs import BY_KIND, traced_kind
 from backends.mge.writer import LoweredGraph, Metadata, write_graph
 from compiler.serialization import atomic_write
 from dialects import tensor as T
-from passes.inference import InferenceOptions, SplitReduceSqueezePass, pipeline_for
+from passes.inference import ElemwiseSimplifyPass, InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
 TEST_CASE_OPTIONS = (
     "input_data",
@@ -342,7 +342,10 @@ def dump(
     if given is not None:
         inputs[:n_pos] = [g or d for g, d in zip(given, traced_inputs, strict=True)]
 
-    traced_fn = run_passes(module, [SplitReduceSqueezePass()])
+    # a trace compiled at opt_level >= 1 (MegEngine's default 2) simplifies log(exp(x)) and the
+    # like as its graph is built, so its dumps have them simplified whatever the dump options
+    simplify: list[Any] = [ElemwiseSimplifyPass()] if getattr(tr, "opt_level", 2) >= 1 else []
+    traced_fn = run_passes(module, [*simplify, SplitReduceSqueezePass()])
     dedup_traced_names(next(op for op in traced_fn.ops if isinstance(op, func.FuncOp)))
     ignored = sorted(k for k, v in options.items() if v and k.startswith("enable_"))
     if ignored and not optimize_for_inference:

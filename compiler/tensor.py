@@ -205,20 +205,39 @@ class Tensor:
             text += f", dtype={np.dtype(self.dtype).name}"
         return text + f", device={self.device})"
 
+    def _one(self) -> Any:
+        """The value of a one-element tensor of any shape (MegEngine converts ``tensor([2])`` to
+        2, which numpy 2 no longer does for 1-D arrays); several elements are refused by numpy."""
+        return self._data.reshape(-1)[0] if self._data.size == 1 else self._data
+
     def __bool__(self) -> bool:
-        return bool(self._data)
+        return bool(self._one())
 
     def __float__(self) -> float:
-        return float(self._data)
+        return float(self._one())
 
     def __int__(self) -> int:
-        return int(self._data)
+        return int(self._one())
 
     def __index__(self) -> int:
-        return int(self._data)
+        return int(self._one())
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
+
+    @property
+    def _tuple_shape(self) -> tuple[int, ...]:
+        """The shape as a tuple (MegEngine's name, which its own code and tests read)."""
+        return self.shape
+
+    # DLPack exchange (MegEngine's Tensor.__dlpack__): xmge tensors live in host memory
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        if stream is not None and stream != -1:
+            raise ValueError(f"__dlpack__: xmge tensors are on the CPU, which has no stream {stream!r}")
+        return np.ascontiguousarray(self._data).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
 
     # -- in-place data access (eager only, like MegEngine's _reset / set_value) -------------
     def _reset(self, value: Any) -> None:

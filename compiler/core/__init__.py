@@ -41,6 +41,15 @@ class OpError(XmgeError, ValueError, RuntimeError):
     RuntimeError too: MegEngine raises its operator errors as RuntimeError, and code catches that."""
 
 
+class AxisError(OpError, AssertionError):
+    """An axis out of range, or repeated where each axis may appear once. An AssertionError too:
+    MegEngine checks axes with assertions (``_normalize_axis``), and code catches that."""
+
+
+def axis_error(label: str, message: str) -> AxisError:
+    return AxisError(f"{label}: {message} (at {user_location()})")
+
+
 def user_location() -> str:
     """``file:line`` of the innermost stack frame outside xmge's own packages."""
     frame = sys._getframe(1)
@@ -151,6 +160,12 @@ def apply(
         for t in tensors:
             if t.ndim in (4, 5):
                 t.format = "nhwc"
+    placed = {t._device for t in inputs if t._device is not None}
+    if len(placed) == 1:
+        # MegEngine computes on its operands' device and leaves the results there
+        device = next(iter(placed))
+        for t in tensors:
+            t._device = device
     applied = AppliedOp(op_cls, inputs, tensors, params, result_types)
     for rec in _recorders:
         rec.record(applied)

@@ -6,7 +6,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from compiler.core import apply, op_error
+import numpy as np
+
+from compiler.core import apply, axis_error, op_error
 from compiler.functional.tensor import _axis, expand_dims, reshape, squeeze
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
@@ -23,6 +25,8 @@ def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: 
         return reshape(out, (1,) * inp.ndim) if keepdims else reshape(out, ())
     axes = [axis] if isinstance(axis, int) else list(axis)
     norm = sorted({_axis(label, a, inp.ndim) for a in axes}, reverse=True)
+    if len(norm) != len(axes):
+        raise axis_error(label, f"axis {axis} contains duplicated indices")
     if mode in (enums.ReduceMode.MAX, enums.ReduceMode.MIN) and any(inp.shape[a] == 0 for a in norm):
         raise op_error(label, f"cannot take the {label} over an empty axis (shape {inp.shape}, axis {axis})")
     out = inp
@@ -281,6 +285,8 @@ def dot(inp1: Tensor, inp2: Tensor) -> Tensor:
 
 
 __all__ = [
+    "cross",
+    "matinv",
     "argmax",
     "argsort",
     "sort",
@@ -302,3 +308,78 @@ __all__ = [
     "sum",
     "var",
 ]
+
+
+def _vectors_last(label: str, x: Tensor, axis: int) -> Tensor:
+    """``x`` with its vector axis moved last and 2-vectors given a zero third component."""
+    from compiler.functional.nn import pad
+    from compiler.functional.tensor import transpose
+
+    ax = _axis(label, axis, x.ndim)
+    if ax != x.ndim - 1:
+        x = transpose(x, [d for d in range(x.ndim) if d != ax] + [ax])
+    if x.shape[-1] == 2:
+        x = pad(x, [(0, 0)] * (x.ndim - 1) + [(0, 1)])
+    if x.shape[-1] != 3:
+        raise op_error(label, f"the vector axis must have 2 or 3 elements, got shape {x.shape}")
+    return x
+
+
+def cross(
+    a: Tensor, b: Tensor, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: int | None = None
+) -> Tensor:
+    """Cross products of the 3-vectors along ``axisa`` of ``a`` and ``axisb`` of ``b`` (2-vectors
+    have a zero third component), broadcast over the other axes, placed along ``axisc``;
+    ``axis`` sets all three."""
+    from compiler.functional.tensor import stack
+
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = as_tensor(a), as_tensor(b)
+    u, v = _vectors_last("cross", a, axisa), _vectors_last("cross", b, axisb)
+    comps = [u[..., i] for i in range(3)], [v[..., i] for i in range(3)]
+    (a0, a1, a2), (b0, b1, b2) = comps
+    out = [a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0]
+    nd = out[0].ndim + 1
+    return stack(out, axis=_axis("cross", axisc, nd))
+
+
+def matinv(inp: Tensor) -> Tensor:
+    """The inverse of each square matrix in the trailing two axes: Gauss-Jordan elimination with
+    partial pivoting, written in tensor ops so the gradient (``-A^-T g A^-T``) follows from theirs.
+    A singular matrix gives non-finite values, as MegEngine's."""
+    from compiler.functional.nn import one_hot
+    from compiler.functional.tensor import broadcast_to, concat, eye
+
+    inp = as_tensor(inp)
+    if inp.ndim < 2 or inp.shape[-1] != inp.shape[-2]:
+        raise op_error("matinv", f"input must be (..., n, n), got shape {inp.shape}")
+    if inp.dtype.kind != "f":
+        raise op_error("matinv", f"input must be floating point, got {inp.dtype}")
+    *lead, n, _ = inp.shape
+    batch = int(math.prod(lead))
+    if n == 0 or batch == 0:
+        return inp
+    dt = inp.dtype
+    ident = eye(n, dtype=dt)
+    work = concat([reshape(inp, (batch, n, n)), broadcast_to(ident, (batch, n, n))], axis=2)
+    for k in range(n):
+        e_k = Tensor((np.arange(n) == k).astype(dt))
+        pivot = argmax(abs(work[:, k:, k]), axis=1) + k  # the largest candidate limits round-off
+        e_p = one_hot(pivot, n).astype(dt)  # (B, n)
+        # the permutation swapping rows k and pivot (the identity when they are equal)
+        swap = (
+            ident
+            - expand_dims(e_k, 1) * e_k
+            - expand_dims(e_p, 2) * expand_dims(e_p, 1)
+            + expand_dims(e_k, 1) * expand_dims(e_p, 1)
+            + expand_dims(e_p, 2) * e_k
+        )
+        work = batch_matmul(swap, work)
+        row = work[:, k, :] / work[:, k, k : k + 1]
+        work = (
+            work
+            - expand_dims(work[:, :, k], 2) * expand_dims(row, 1)
+            + expand_dims(e_k, 1) * expand_dims(row, 1)
+        )
+    return reshape(work[:, :, n:], inp.shape)

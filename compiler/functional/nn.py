@@ -125,6 +125,23 @@ def _mode(label: str, enum: type[Any], value: str, what: str) -> Any:
         raise op_error(label, f"unknown {what} {value!r}") from None
 
 
+def _promote_conv_operands(label: str, inp: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """MegEngine's dtype promotion for convolutions: float operands of different precisions are
+    computed in the wider one (under amp, autocast decides); quantized or integer operands must
+    match."""
+    if inp.dtype == weight.dtype:
+        return inp, weight
+    from compiler.core.tensor import amp as _amp
+
+    plain_floats = all(t.dtype.kind == "f" and t.dtype.metadata is None for t in (inp, weight))
+    if not plain_floats:
+        raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    if _amp._enabled:
+        return inp, weight
+    wide = np.promote_types(inp.dtype, weight.dtype)
+    return inp.astype(wide), weight.astype(wide)
+
+
 def _add_channel_bias(label: str, out: Tensor, bias: Tensor | None) -> Tensor:
     """``out`` plus one bias value per channel (axis 1); the bias is (OC,) or (1, OC, 1, ...)."""
     if bias is None:
@@ -156,8 +173,7 @@ def conv2d(
     if inp.ndim != 4:
         raise op_error("conv2d", f"input must be 4-D NCHW, got shape {inp.shape}")
     weight = _grouped_weight("conv2d", weight, groups, "output")
-    if inp.dtype != weight.dtype:
-        raise op_error("conv2d", f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    inp, weight = _promote_conv_operands("conv2d", inp, weight)
     mode = _mode("conv2d", enums.ConvMode, conv_mode, "conv_mode")
     cmode = _mode("conv2d", enums.ComputeMode, compute_mode, "compute_mode")
     (out,) = apply(
@@ -193,8 +209,7 @@ def conv_transpose2d(
     if conv_mode.lower() != "cross_correlation":
         raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
     cmode = _mode(label, enums.ComputeMode, compute_mode, "compute_mode")
-    if inp.dtype != weight.dtype:
-        raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
+    inp, weight = _promote_conv_operands(label, inp, weight)
     (out,) = apply(
         T.ConvolutionBackwardDataOp,
         [weight, inp],
@@ -663,8 +678,10 @@ def batch_norm(
     eps: float = 1e-5,
     inplace: bool = True,
 ) -> Tensor:
-    """Batch normalisation over axis 1. In training mode the batch statistics are used and, when
-    ``inplace``, the running statistics are updated as ``running * momentum + batch * (1 - momentum)``."""
+    """Batch normalisation over axis 1. In training mode the batch statistics are used and the
+    running statistics become ``running * momentum + batch * (1 - momentum)``: in place when
+    ``inplace``, else returned as ``(out, new_mean, new_var)``, as MegEngine does. The result has
+    the input's dtype (a float16 input is normalised in float32)."""
     inp = as_tensor(inp)
     if inp.ndim < 2:
         raise op_error("batch_norm", f"input must have a channel axis, got shape {inp.shape}")
@@ -687,22 +704,40 @@ def batch_norm(
         (out,) = apply(T.BatchNormOp, [inp, w, b, rm, rv], label="batch_norm", epsilon=float(eps))
         return out
     note_training_only("batch_norm in training mode (batch statistics)")
+    from compiler.core.tensor import amp as _amp
+
+    if _amp._enabled and inp.dtype.kind == "f":
+        inp = inp.astype(_amp._low_prec_dtype)  # MegEngine's autocast rule for BatchNorm's data
+    out_dtype = inp.dtype
+    if inp.dtype == np.float16:
+        inp = inp.astype("float32")  # statistics in float32, the result in the input's dtype
     axes = [0, *range(2, inp.ndim)]
     batch_mean = mean(inp, axes, keepdims=True)
     centered = inp - batch_mean
     batch_var = mean(centered * centered, axes, keepdims=True)
-    if inplace and running_mean is not None and running_var is not None:
+    new_stats = None
+    if running_mean is not None and running_var is not None:
         n = inp.size // c
         unbiased = batch_var.numpy() * (n / max(n - 1, 1))
-        running_mean._reset(
-            running_mean.numpy() * momentum + batch_mean.numpy().reshape(running_mean.shape) * (1 - momentum)
+        new_mean = running_mean.numpy() * momentum + batch_mean.numpy().reshape(running_mean.shape) * (
+            1 - momentum
         )
-        running_var._reset(
-            running_var.numpy() * momentum + unbiased.reshape(running_var.shape) * (1 - momentum)
-        )
+        new_var = running_var.numpy() * momentum + unbiased.reshape(running_var.shape) * (1 - momentum)
+        if inplace:
+            running_mean._reset(new_mean)
+            running_var._reset(new_var)
+        else:
+            new_stats = (
+                Tensor(new_mean.astype(running_mean.dtype)),
+                Tensor(new_var.astype(running_var.dtype)),
+            )
     from compiler.functional.elemwise import sqrt
 
-    return centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
+    out = centered / sqrt(batch_var + eps) * reshape(w, pshape) + reshape(b, pshape)
+    if out.dtype != out_dtype:
+        out = out.astype(out_dtype)
+    # MegEngine: with running statistics and inplace=False, the updated statistics are returned
+    return out if new_stats is None else (out, *new_stats)
 
 
 def dropout(inp: Tensor, drop_prob: float, training: bool = True) -> Tensor:
@@ -781,3 +816,21 @@ def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
     x = reshape(inp, (n, c // (r * r), r, r, h, w))
     x = transpose(x, (0, 1, 4, 2, 5, 3))
     return reshape(x, (*lead, c // (r * r), h * r, w * r))
+
+
+# MegEngine 1.13's other nn ops, defined in their own modules (issue 32, second round)
+from compiler.functional.loss import ctc_loss, hinge_loss  # noqa: E402,F401,I001
+from compiler.functional.math import normalize  # noqa: E402,I001
+from compiler.functional.norms import general_norm, instance_norm, local_response_norm, sync_batch_norm  # noqa: E402,I001
+from compiler.functional.windows import local_conv2d, sliding_window, sliding_window_transpose  # noqa: E402,I001
+
+__all__ += [
+    "general_norm",
+    "instance_norm",
+    "local_conv2d",
+    "local_response_norm",
+    "normalize",
+    "sliding_window",
+    "sliding_window_transpose",
+    "sync_batch_norm",
+]

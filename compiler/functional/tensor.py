@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, op_error
+from compiler.core import apply, axis_error, op_error
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -18,7 +18,7 @@ from dialects.dtypes import DTypeError, tensor_type
 
 def _axis(label: str, axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
-        raise op_error(label, f"axis {axis} is out of range for a {ndim}-D tensor")
+        raise axis_error(label, f"axis {axis} is out of range for a {ndim}-D tensor")
     return axis % ndim
 
 
@@ -110,7 +110,7 @@ def expand_dims(inp: Tensor, axis: int | Sequence[int]) -> Tensor:
     ndim = inp.ndim + len(axes)
     normalized = sorted(_axis("expand_dims", a, ndim) for a in axes)
     if len(set(normalized)) != len(normalized):
-        raise op_error("expand_dims", f"repeated axis in {axes}")
+        raise axis_error("expand_dims", f"repeated axis in {axes}")
     return _axis_add_remove(inp, [enums.AxisMethod.ADD_1] * len(normalized), normalized, "expand_dims")
 
 
@@ -160,6 +160,9 @@ def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
     if len(tensors) == 1:
         return tensors[0] if device is None else _placed(reshape(tensors[0], tensors[0].shape), device)
     ax = _axis("concat", axis, tensors[0].ndim)
+    devices = sorted({str(t.device).split(":")[0] for t in tensors if t._device is not None})
+    if device is None and len(devices) > 1:
+        raise op_error("concat", f"inputs are on different devices {devices}; name one with device=")
     (out,) = apply(T.ConcatOp, tensors, label="concat", axis=ax)
     return _placed(out, device)
 
@@ -663,13 +666,24 @@ def scatter(inp: Tensor, axis: int, index: Tensor, source: Tensor) -> Tensor:
     return _setitem(inp, picks, source)
 
 
-def eye(N: int, M: int | None = None, *, dtype: Any = "float32", device: Any = None) -> Tensor:  # noqa: N803
-    """The ``N`` x ``M`` (default square) identity matrix."""
-    if isinstance(N, Tensor):
-        N = int(N.numpy())  # noqa: N806
-    if isinstance(M, Tensor):
-        M = int(M.numpy())  # noqa: N806
-    return Tensor(np.eye(int(N), None if M is None else int(M)), dtype=dtype, device=device)
+def eye(N: Any, M: Any = None, *, dtype: Any = "float32", device: Any = None) -> Tensor:  # noqa: N803
+    """The ``N`` x ``M`` (default square) identity matrix. As in MegEngine, ``N`` may also be the
+    shape itself (a list, tuple or Tensor of one or two sizes) when ``M`` is not given."""
+
+    def size(v: Any, what: str) -> int:
+        arr = np.asarray(v.numpy() if isinstance(v, Tensor) else v)
+        if arr.size != 1 or arr.dtype.kind not in "iu" and not float(arr.reshape(-1)[0]).is_integer():
+            raise op_error("eye", f"{what} must be one integer, got {v!r}")
+        return int(arr.reshape(-1)[0])
+
+    if M is None and (isinstance(N, list | tuple) or isinstance(N, Tensor) and N.ndim == 1):
+        dims = list(np.asarray(N.numpy() if isinstance(N, Tensor) else N).reshape(-1))
+        if len(dims) not in (1, 2):
+            raise op_error("eye", f"shape must have one or two sizes, got {N!r}")
+        N, M = dims[0], (dims[1] if len(dims) == 2 else None)  # noqa: N806
+    rows = size(N, "N")
+    cols = None if M is None else size(M, "M")
+    return Tensor(np.eye(rows, cols), dtype=dtype, device=device)
 
 
 def diag(inp: Tensor, k: int = 0) -> Tensor:

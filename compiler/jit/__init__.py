@@ -1,5 +1,6 @@
 """MegEngine's ``megengine.jit``: ``trace`` records a function into IR (see :mod:`.tracing`)."""
 
+from compiler.jit.partial_tracing import partial_trace
 from compiler.jit.tracing import (
     TRAINING_ONLY_ATTR,
     GraphOptimizationConfig,
@@ -19,6 +20,7 @@ __all__ = [
     "TraceError",
     "exclude_from_trace",
     "is_tracing",
+    "partial_trace",
     "rebind_traced",
     "set_symbolic_shape",
     "trace",

@@ -338,6 +338,7 @@ class trace:  # noqa: N801 - MegEngine's name
         self.capture_as_const = capture_as_const
         self.record_only = record_only
         self.without_host = without_host
+        self.opt_level = opt_level  # >= 1: dumps carry MegEngine's elementwise simplifications
         # both select how MegEngine executes the recorded graph; xmge's results do not depend on them
         self.imperative = imperative
         self.graph_opt_config = graph_opt_config

@@ -111,3 +111,29 @@ __all__ = [
     "StateDictError",
     "Tanh",
 ]
+
+# MegEngine 1.13 modules added in issue 32's second round, each in MegEngine's sub-module path
+from compiler.module import batch_matmul_activation, lrn, padding, pixel_shuffle, rnn, sliding_window  # noqa: E402,F401,I001
+from compiler.module.batch_matmul_activation import BatchMatMulActivation  # noqa: E402,I001
+from compiler.module.local_conv import LocalConv2d  # noqa: E402,I001
+from compiler.module.lrn import LocalResponseNorm  # noqa: E402,I001
+from compiler.module.normalization import GeneralNorm  # noqa: E402,I001
+from compiler.module.padding import Pad  # noqa: E402,I001
+from compiler.module.pixel_shuffle import PixelShuffle  # noqa: E402,I001
+from compiler.module.rnn import LSTM, RNN, LSTMCell, RNNCell  # noqa: E402,I001
+from compiler.module.sliding_window import SlidingWindow, SlidingWindowTranspose  # noqa: E402,I001
+
+__all__ += [
+    "BatchMatMulActivation",
+    "GeneralNorm",
+    "LocalConv2d",
+    "LocalResponseNorm",
+    "Pad",
+    "PixelShuffle",
+    "LSTM",
+    "LSTMCell",
+    "RNN",
+    "RNNCell",
+    "SlidingWindow",
+    "SlidingWindowTranspose",
+]

@@ -30,7 +30,9 @@ from compiler.traced_module.policy import (
     disable_default_checker,
     enable_expr_checker,
     register_as_builtin,
+    wrap,
 )
+from compiler.traced_module.pytree import register_supported_type
 from compiler.traced_module.traced_module import InternalGraph, TracedModule, trace_module
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "disable_default_checker",
     "enable_expr_checker",
     "register_as_builtin",
+    "register_supported_type",
+    "wrap",
     "is_apply_def",
     "is_call_function",
     "is_call_module",

@@ -1,5 +1,6 @@
 """``traced_module.optimize``: inference-time rewrites of a TracedModule (MegEngine's passes).
 
+``FuseAddMul`` and ``BackwardFoldScale`` (scalar constant folding) live in ``scale_passes.py``.
 ``FuseConvBn`` folds an eval-mode ``BatchNorm2d`` that is the only reader of a ``Conv2d``'s result
 into that convolution's weight and bias (``w * g / sqrt(v + eps)``, ``(b - m) * g / sqrt(v + eps) +
 beta``) and drops the batch-norm call. The module is deep-copied first; the original is unchanged.
@@ -22,12 +23,7 @@ from compiler.traced_module.traced_module import InternalGraph, TracedModule
 
 __all__ = ["optimize"]
 
-PASSES = ("FuseConvBn",)
-# MegEngine's other passes, named so a request for one fails with a clear message
-_NOT_PROVIDED = {
-    "FuseAddMul": "folding adjacent constant add/mul",
-    "BackwardFoldScale": "folding constant scales backwards into convolution weights",
-}
+PASSES = ("FuseConvBn", "FuseAddMul", "BackwardFoldScale")
 
 
 def _module_call(expr: Expr, cls: type) -> object | None:
@@ -168,15 +164,19 @@ def optimize(module: TracedModule, enabled_pass: str | Sequence[str] = ("FuseCon
         raise TypeError(f"optimize: expected a TracedModule, got {type(module).__name__}")
     names = [enabled_pass] if isinstance(enabled_pass, str) else list(enabled_pass)
     for name in names:
-        if name in _NOT_PROVIDED:
-            raise TracedModuleError(
-                f"optimize: pass {name!r} ({_NOT_PROVIDED[name]}) is not provided by xmge; available: "
-                f"{', '.join(PASSES)}"
-            )
         if name not in PASSES:
             raise TracedModuleError(f"optimize: unknown pass {name!r}; available: {', '.join(PASSES)}")
+    if "BackwardFoldScale" in names and "FuseConvBn" not in names:
+        names.append("FuseConvBn")  # as MegEngine: scales fold into the convolutions batch norms left
+    from compiler.traced_module.scale_passes import backward_fold_scale, fuse_add_mul
+
+    # MegEngine's order: FuseConvBn, FuseAddMul, then BackwardFoldScale and FuseAddMul again
+    order: list[tuple[str, Any]] = [("FuseConvBn", _fuse_conv_bn), ("FuseAddMul", fuse_add_mul)]
+    if "BackwardFoldScale" in names:
+        order += [("BackwardFoldScale", backward_fold_scale), ("FuseAddMul", fuse_add_mul)]
     out = copy.deepcopy(module)
-    if "FuseConvBn" in names:
-        for g in [out.graph, *out.graph._subgraphs()]:
-            _fuse_conv_bn(g)
+    for name, run in order:
+        if name in names:
+            for g in [out.graph, *out.graph._subgraphs()]:
+                run(g)
     return out

@@ -40,9 +40,43 @@ TENSOR_METHODS = frozenset(
 )
 
 
+# functions registered with ``wrap``: (module, qualname) -> the function, and where to patch its
+# name while tracing (the globals of the module that called ``wrap``)
+_USER_FUNCTIONS: dict[tuple[str, str], types.FunctionType] = {}
+_USER_FUNCTION_SITES: list[tuple[dict[str, Any], str]] = []
+
+
+def wrap(func: Any) -> Any:
+    """Register ``func`` as a built-in function (MegEngine's ``traced_module.wrap``): while
+    ``trace_module`` runs, calls to it through the name it has in the module that called ``wrap``
+    become one ``CallFunction`` instead of the ops inside it. Call it at the top level of a
+    module, or use it as a decorator there. A graph naming a wrapped function replays (or loads)
+    only in a process that has wrapped it, so a ``.tm`` file cannot name arbitrary code."""
+    import inspect
+
+    if not isinstance(func, types.FunctionType):
+        raise TypeError(f"wrap: expected a Python function, got {func!r}")
+    caller = inspect.currentframe()
+    caller = caller.f_back if caller is not None else None
+    if caller is None or caller.f_code.co_name != "<module>":
+        raise TracedModuleError("wrap must be called at the top level of a module")
+    _USER_FUNCTIONS[(func.__module__, func.__qualname__)] = func
+    site = (caller.f_globals, func.__code__.co_name)
+    if not any(g is site[0] and n == site[1] for g, n in _USER_FUNCTION_SITES):
+        _USER_FUNCTION_SITES.append(site)
+    return func
+
+
+def wrapped_function_sites() -> list[tuple[dict[str, Any], str]]:
+    return list(_USER_FUNCTION_SITES)
+
+
 def resolve_function(module: str, qualname: str) -> Any:
     """The xmge function a CallFunction names, or an error: only public functions of
-    ``compiler.functional`` modules are reachable."""
+    ``compiler.functional`` modules and functions registered with ``wrap`` are reachable."""
+    user = _USER_FUNCTIONS.get((module, qualname))
+    if user is not None:
+        return user
     if module not in FUNCTION_MODULES or not qualname.isidentifier() or qualname.startswith("_"):
         raise TracedModuleError(
             f"traced graph names function {module}.{qualname}, which is not xmge functional API"

@@ -6,6 +6,9 @@ restricted loader rebuilds it without any extra allow-listed class):
 * ``("leaf",)``: a Tensor (an expression input or output)
 * ``("const", value)``: anything else, kept as is
 * ``("tuple", *children)``, ``("list", *children)``, ``("dict", keys, *children)``
+* ``("user", (module, qualname), context, *children)``: a container type registered with
+  ``register_supported_type`` (its class is named, never stored, and is found again only in the
+  registry of the process that loads the spec)
 """
 
 from __future__ import annotations
@@ -16,6 +19,39 @@ from typing import Any
 Spec = tuple[Any, ...]
 
 LEAF: Spec = ("leaf",)
+
+# container types registered by users: (module, qualname) -> (type, flatten_fn, unflatten_fn)
+_CONTAINERS: dict[tuple[str, str], tuple[type, Callable[[Any], Any], Callable[[list[Any], Any], Any]]] = {}
+_CONTAINER_KEYS: dict[type, tuple[str, str]] = {}
+# leaf types registered by users: values of these types are graph constants, as any non-tensor is
+_LEAF_TYPES: set[type] = set()
+
+
+def register_supported_type(
+    type_: type,
+    flatten_fn: Callable[[Any], tuple[list[Any], Any]] | None = None,
+    unflatten_fn: Callable[[list[Any], Any], Any] | None = None,
+) -> None:
+    """Let ``type_`` appear in a traced module's inputs and outputs (MegEngine's
+    ``register_supported_type``). With both functions it is a container: ``flatten_fn(obj)``
+    returns ``(values, context)`` and ``unflatten_fn(values, context)`` rebuilds it, so tensors
+    inside become graph inputs/outputs; without them it is a leaf held as a constant."""
+    if not isinstance(type_, type):
+        raise TypeError(f"register_supported_type: expected a type, got {type_!r}")
+    if (flatten_fn is None) != (unflatten_fn is None):
+        raise TypeError("register_supported_type: give both flatten_fn and unflatten_fn, or neither")
+    if flatten_fn is None:
+        _LEAF_TYPES.add(type_)
+        return
+    assert unflatten_fn is not None
+    key = (type_.__module__, type_.__qualname__)
+    _CONTAINERS[key] = (type_, flatten_fn, unflatten_fn)
+    _CONTAINER_KEYS[type_] = key
+
+
+def child_start(tag: str) -> int:
+    """Where a spec's children begin after its tag (and keys, or class and context)."""
+    return {"dict": 2, "user": 3}.get(tag, 1)
 
 
 def flatten(value: Any, is_leaf: Callable[[Any], bool]) -> tuple[list[Any], Spec]:
@@ -36,6 +72,10 @@ def _flatten(value: Any, is_leaf: Callable[[Any], bool], leaves: list[Any]) -> S
     if type(value) is dict:
         keys = tuple(value)
         return ("dict", keys, *(_flatten(value[k], is_leaf, leaves) for k in keys))
+    key = _CONTAINER_KEYS.get(type(value))
+    if key is not None:
+        values, context = _CONTAINERS[key][1](value)
+        return ("user", key, context, *(_flatten(v, is_leaf, leaves) for v in values))
     return ("const", value)
 
 
@@ -53,6 +93,14 @@ def unflatten(spec: Spec, leaves: Iterator[Any]) -> Any:
     if tag == "dict":
         keys = spec[1]
         return {k: unflatten(s, leaves) for k, s in zip(keys, spec[2:], strict=True)}
+    if tag == "user":
+        entry = _CONTAINERS.get(tuple(spec[1]))
+        if entry is None:
+            raise ValueError(
+                f"argument type {spec[1][0]}.{spec[1][1]} is not registered here "
+                "(traced_module.register_supported_type)"
+            )
+        return entry[2]([unflatten(s, leaves) for s in spec[3:]], spec[2])
     raise ValueError(f"unknown argument spec tag {tag!r}")
 
 
@@ -62,7 +110,7 @@ def num_leaves(spec: Spec) -> int:
         return 1
     if tag == "const":
         return 0
-    return sum(num_leaves(s) for s in spec[2 if tag == "dict" else 1 :])
+    return sum(num_leaves(s) for s in spec[child_start(tag) :])
 
 
 def same_spec(a: Spec, b: Spec) -> bool:
@@ -76,9 +124,11 @@ def same_spec(a: Spec, b: Spec) -> bool:
             return type(a[1]) is type(b[1]) and bool(a[1] == b[1])
         except Exception:  # e.g. numpy arrays: ambiguous truth value
             return a[1] is b[1]
-    if a[0] == "dict" and a[1] != b[1]:
+    if a[0] in ("dict", "user") and a[1] != b[1]:
         return False
-    start = 2 if a[0] == "dict" else 1
+    if a[0] == "user" and not same_spec(("const", a[2]), ("const", b[2])):
+        return False
+    start = child_start(a[0])
     return all(same_spec(x, y) for x, y in zip(a[start:], b[start:], strict=True))
 
 
@@ -95,6 +145,8 @@ def format_spec(spec: Spec, leaves: Iterator[str]) -> str:
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     if tag == "list":
         return "[" + ", ".join(format_spec(s, leaves) for s in spec[1:]) + "]"
+    if tag == "user":
+        return f"{spec[1][1]}(" + ", ".join(format_spec(s, leaves) for s in spec[3:]) + ")"
     keys = spec[1]
     return (
         "{" + ", ".join(f"{k!r}: {format_spec(s, leaves)}" for k, s in zip(keys, spec[2:], strict=True)) + "}"
@@ -126,10 +178,12 @@ def _drop(spec: Spec, counter: list[int]) -> tuple[bool, Spec]:
         return counter[0] == -1, spec
     if tag == "const":
         return False, spec
-    start = 2 if tag == "dict" else 1
+    start = child_start(tag)
     children = list(spec[start:])
     for i, child in enumerate(children):
         if child[0] == "leaf" and counter[0] == 0:
+            if tag == "user":
+                raise ValueError(f"cannot remove a value from a {spec[1][1]} (a registered container)")
             keys = spec[1][:i] + spec[1][i + 1 :] if tag == "dict" else None
             rest = tuple(children[:i] + children[i + 1 :])
             return True, ((tag, keys, *rest) if tag == "dict" else (tag, *rest))

@@ -530,7 +530,7 @@ def _constants(spec: pytree.Spec) -> list[Any]:
         return [spec[1]]
     if tag == "leaf":
         return []
-    return [c for s in spec[2 if tag == "dict" else 1 :] for c in _constants(s)]
+    return [c for s in spec[pytree.child_start(tag) :] for c in _constants(s)]
 
 
 def _called_graph(expr: Expr) -> InternalGraph | None:
@@ -976,6 +976,11 @@ def _hooks_installed(tracer: _Tracer) -> Iterator[None]:
     for method in policy.TENSOR_METHODS:
         if method in Tensor.__dict__:
             patches.append((Tensor, method, Tensor.__dict__[method]))
+    user_sites = []  # names of functions registered with wrap(), in the modules that wrapped them
+    for namespace, name in policy.wrapped_function_sites():
+        value = namespace.get(name)
+        if isinstance(value, types.FunctionType):
+            user_sites.append((namespace, name, value))
     try:
         for owner, name, original in patches:
             if owner is Module:
@@ -985,6 +990,8 @@ def _hooks_installed(tracer: _Tracer) -> Iterator[None]:
             else:  # one wrapper per function, wherever it is re-exported
                 new = wrappers.setdefault(id(original), _wrap_function(original))
             setattr(owner, name, new)
+        for namespace, name, original in user_sites:
+            namespace[name] = wrappers.setdefault(id(original), _wrap_function(original))
         push_recorder(tracer)
         _active = tracer
         yield
@@ -992,6 +999,8 @@ def _hooks_installed(tracer: _Tracer) -> Iterator[None]:
         _active = None
         with contextlib.suppress(ValueError):
             pop_recorder(tracer)
+        for namespace, name, original in user_sites:
+            namespace[name] = original
         for owner, name, original in reversed(patches):
             setattr(owner, name, original)
 

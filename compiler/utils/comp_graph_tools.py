@@ -291,5 +291,11 @@ class GraphInference:
                 f"This model expects inputs {self._inp_names}, but gets inputs {list(inputs)}"
             )
         arrays = [np.asarray(inputs[n]) for n in self._inp_names]
+        # a graph file has no 0-d vars (a traced scalar is dumped as shape (1,)); MegEngine sets
+        # such an input from a scalar, so a one-element value takes the var's shape
+        for i, t in enumerate(self._fn.function_type.inputs.data):
+            want = tuple(getattr(t, "get_shape", lambda: ())())
+            if arrays[i].shape != want and arrays[i].size == 1 and int(np.prod(want)) == 1:
+                arrays[i] = arrays[i].reshape(want)
         outs = run_function(self._fn, arrays)
         return OrderedDict(zip(self._out_names, outs, strict=True))

@@ -15,6 +15,7 @@ from passes.inference.batch_norm import FoldBatchNormPass
 from passes.inference.conv_bias import FuseConvBiasNonlinearityPass, FuseConvBiasWithZPass
 from passes.inference.float16 import F16IOCompPass, F16IOF32CompPass
 from passes.inference.fuse_grain import FuseGrainPass
+from passes.inference.graph_simplify import ElemwiseSimplifyPass
 from passes.inference.mge_compat import SplitReduceSqueezePass
 from passes.inference.param_fuse import ParamFusePass
 from passes.inference.pipeline import (
@@ -36,9 +37,11 @@ INFERENCE_PASSES: tuple[type[ModulePass], ...] = (
     FuseConvBiasNonlinearityPass,
     FuseConvBiasWithZPass,
     SplitReduceSqueezePass,
+    ElemwiseSimplifyPass,
 )
 
 __all__ = [
+    "ElemwiseSimplifyPass",
     "INFERENCE_PASSES",
     "ArithFusePass",
     "ArithSimplifyPass",

@@ -21,4 +21,4 @@ def apply(op: OpDef, *args: Any) -> list[Tensor]:
     if isinstance(op, TypeCvt):
         (x,) = tensors
         return _apply(op.op_cls, tensors, label=label, result_types=[tensor_type(x.shape, op.target_dtype)])
-    return _apply(op.op_cls, tensors, label=label, **op.op_params())
+    return op.finish(_apply(op.op_cls, tensors, label=label, **op.params_for(tensors)))

@@ -81,6 +81,15 @@ class OpDef:
         """The parameters as the ``mgb`` op takes them."""
         return dict(self._params)
 
+    def params_for(self, inputs: list[Any]) -> dict[str, Any]:
+        """The op's parameters for these operands (an OpDef whose parameters depend on them
+        overrides this)."""
+        return self.op_params()
+
+    def finish(self, outputs: list[Any]) -> list[Any]:
+        """The results MegEngine's operator returns, from the ``mgb`` op's results."""
+        return outputs
+
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other._params == self._params  # type: ignore[attr-defined]
 
@@ -100,12 +109,33 @@ class Elemwise(OpDef):
 
 
 class Reduce(OpDef):
-    """Reduce over ``axis`` keeping it as size 1 (MegEngine's operator; ``F.sum`` drops it)."""
+    """Reduce over ``axis`` (negative counts from the end), kept as size 1 unless ``keepdim`` is
+    False (MegEngine's operator and its default; ``F.sum`` drops the axis)."""
 
     op_cls = T.ReduceOp
     Mode = enums.ReduceMode
-    _PARAMS = ("mode", "axis")
+    _PARAMS = ("mode", "axis", "keepdim")
     _ENUMS = {"mode": enums.ReduceMode}
+    _DEFAULTS = {"keepdim": True}
+
+    def params_for(self, inputs: list[Any]) -> dict[str, Any]:
+        p = self.op_params()
+        p.pop("keepdim", None)
+        ndim = inputs[0].ndim if inputs else 0
+        axis = int(p["axis"])
+        if not -ndim <= axis < ndim:
+            from compiler.core import axis_error
+
+            raise axis_error("Reduce", f"axis {axis} is out of range for a {ndim}-D tensor")
+        p["axis"] = axis % ndim
+        return p
+
+    def finish(self, outputs: list[Any]) -> list[Any]:
+        if self._params.get("keepdim", True):
+            return outputs
+        from compiler.functional.tensor import squeeze
+
+        return [squeeze(outputs[0], self._params["axis"] % (outputs[0].ndim or 1))]
 
 
 class MatrixMul(OpDef):
