@@ -170,7 +170,9 @@ def cached_build(
     """Build (or find in the cache) the library ``lib<P>.so`` and runner of ``model_c`` (``P``: the
     symbol prefix ``model_c`` names), keyed by ``prefix`` and the hash of ``salt``, the compiler's
     version, ``flags`` and every source; ``runner_flags`` link the runner (``-static`` for qemu) and
-    ``launcher`` is what runs it."""
+    ``launcher`` is what runs it. gcc compiles ``model.c`` alone: the runtime's objects come from
+    :func:`runtime_objects` (compiled once per flag set), and ``$XMGE_OPT_LEVEL`` may replace the
+    optimisation level of ``flags`` (:func:`with_opt_level`)."""
     symbols = symbol_prefix(model_c)
     flags = [*(f for f in with_opt_level(flags) if not f.startswith("-DXM_PREFIX=")), *prefix_flags(symbols)]
     runtime = runtime_sources()
