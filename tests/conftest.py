@@ -23,6 +23,7 @@ FULL_OPT_FILES = (
     "test_x86_*.py",
     "test_arm_*.py",
     "test_codegen_*.py",
+    "test_kernel_conformance.py",  # the per-unit harness: each kernel unit's -O3 build (PLAN.md section 4)
     "test_int8_kernels_exact.py",
     "test_int8_rounding.py",
     "test_epilogue_fusion.py",
@@ -32,14 +33,6 @@ FULL_OPT_FILES = (
     "test_threads_adapt.py",
     "test_tuning.py",
 )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "opt_level(level): the gcc optimisation level ($XMGE_OPT_LEVEL) of the C builds of a module "
-        "or test; default -O1, -O3 for the kernel-level files of tests/conftest.py's FULL_OPT_FILES",
-    )
 
 
 def opt_level(node: pytest.Item | pytest.Collector) -> str | None:
