@@ -134,6 +134,17 @@ def test_opt_level_override(monkeypatch: pytest.MonkeyPatch) -> None:
         with_opt_level(flags)
 
 
+def test_sanitizer_builds_keep_their_level(
+    convnet: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, cflags, weights, x, want = convnet
+    monkeypatch.setenv("XMGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(OPT_LEVEL_ENV, "-O1")
+    first = build(source, cflags, sanitize=True)
+    monkeypatch.setenv(OPT_LEVEL_ENV, "-O3")
+    assert build(source, cflags, sanitize=True).directory == first.directory  # one build: -O1 both
+
+
 def test_opt_level_is_part_of_the_cache_key(
     convnet: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,9 +13,10 @@ The runtime (``xm_runtime.c``, ``runner.c``) does not depend on the model: it is
 and linked into every model built with those flags, so a model build runs gcc once on ``model.c``.
 
 ``$XMGE_OPT_LEVEL`` (``-O0``, ``-O1``, ``-O2``, ``-O3``, ``-Os``, ``-Og``), when set, replaces the
-optimisation level of every C build (the cache key follows the flags actually used). The test suite sets
-``-O1`` for correctness-only builds of whole models, where gcc's time at ``-O3`` dominates and the
-optimiser's output is not what is being tested; unset, the flags the emitter chose stand (``-O3``).
+optimisation level of every C build but the sanitizer ones (the cache key follows the flags used).
+The test suite sets ``-O1`` for correctness-only builds of whole models, where gcc's time at ``-O3``
+dominates and the optimiser's output is not what is being tested; unset, the flags the emitter chose
+stand (``-O3``).
 """
 
 from __future__ import annotations
@@ -174,7 +175,9 @@ def cached_build(
     :func:`runtime_objects` (compiled once per flag set), and ``$XMGE_OPT_LEVEL`` may replace the
     optimisation level of ``flags`` (:func:`with_opt_level`)."""
     symbols = symbol_prefix(model_c)
-    flags = [*(f for f in with_opt_level(flags) if not f.startswith("-DXM_PREFIX=")), *prefix_flags(symbols)]
+    if not any(f.startswith("-fsanitize") for f in flags):  # sanitizer builds keep their -O1
+        flags = with_opt_level(flags)
+    flags = [*(f for f in flags if not f.startswith("-DXM_PREFIX=")), *prefix_flags(symbols)]
     runtime = runtime_sources()
     sources = {"model.c": model_c, **runtime}
     lib = library_name(symbols)
