@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import compiler as xm
-from backends.c.build import CACHE_MANIFEST, cache_entry_problem, remove_stale_temporaries
+from backends.c.build import CACHE_MANIFEST, RUNTIME_OBJECTS, cache_entry_problem, remove_stale_temporaries
 from compiler.driver import package
 from compiler.driver.compile import CompiledModel, CompileError, compile
 from compiler.driver.demo import randomise_statistics
@@ -290,7 +290,12 @@ def test_shapes_of_a_mge_file_and_bad_requests(tmp_path: Path) -> None:
 
 # -- the build cache ---------------------------------------------------------------------------
 def _entries(root: Path) -> list[Path]:
-    return [p for p in root.iterdir() if p.is_dir() and ".tmp" not in p.name]
+    """The model entries of a cache (not the runtime objects they link: ``rt-<hash>``)."""
+    return [p for p in root.iterdir() if p.is_dir() and ".tmp" not in p.name and not p.name.startswith("rt-")]
+
+
+def _runtime_entries(root: Path) -> list[Path]:
+    return [p for p in root.iterdir() if p.is_dir() and ".tmp" not in p.name and p.name.startswith("rt-")]
 
 
 def test_a_damaged_cache_entry_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -418,6 +423,8 @@ def _kill_compiles(tmp_path: Path, rounds: int) -> None:
         proc.wait()
         for entry in _entries(cache) if cache.exists() else []:
             assert cache_entry_problem(str(entry), ("libconvnet.so", "runner")) is None, entry
+        for entry in _runtime_entries(cache) if cache.exists() else []:
+            assert cache_entry_problem(str(entry), RUNTIME_OBJECTS) is None, entry
     time.sleep(0.5)  # orphaned compiler processes of the group are gone by now
     subprocess.run(
         [sys.executable, "-c", COMPILE_SCRIPT, "0", str(tmp_path / "y.npy"), "2"], env=env, check=True

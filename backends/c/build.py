@@ -7,6 +7,16 @@ build. Directories are filled in a temporary sibling (``<key>.<pid>.tmp<random>`
 place, so concurrent builds of the same model never see a half-written one; the next build removes the
 temporaries of builds that died. Each entry records the sha256 of its outputs (``xmge-cache.json``), checked
 before every reuse: a damaged entry is built again, never loaded.
+
+The runtime (``xm_runtime.c``, ``runner.c``) does not depend on the model: it is compiled once per
+(compiler, flags, symbol prefix, runtime sources) into a cache entry of its own (``<prefix>rt-<hash>``)
+and linked into every model built with those flags, so a model build runs gcc once on ``model.c``.
+
+``$XMGE_OPT_LEVEL`` (``-O0``, ``-O1``, ``-O2``, ``-O3``, ``-Os``, ``-Og``), when set, replaces the
+optimisation level of every C build but the sanitizer ones (the cache key follows the flags used).
+The test suite sets ``-O1`` for correctness-only builds of whole models, where gcc's time at ``-O3``
+dominates and the optimiser's output is not what is being tested; unset, the flags the emitter chose
+stand (``-O3``).
 """
 
 from __future__ import annotations
@@ -64,6 +74,31 @@ class RunError(XmgeError):
 
 class BuildError(XmgeError, RuntimeError):
     pass
+
+
+OPT_LEVEL_ENV = "XMGE_OPT_LEVEL"
+_OPT_FLAG = re.compile(r"-O[0-3sgz]?|-Ofast")
+_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og")
+
+
+def with_opt_level(flags: Sequence[str]) -> list[str]:
+    """``flags`` with their optimisation level replaced by ``$XMGE_OPT_LEVEL`` when that is set (one
+    ``-O`` flag then, where the first one stood); unchanged otherwise."""
+    level = os.environ.get(OPT_LEVEL_ENV, "").strip()
+    if not level:
+        return list(flags)
+    if level not in _OPT_LEVELS:
+        raise BuildError(f"${OPT_LEVEL_ENV}={level!r} is not one of {', '.join(_OPT_LEVELS)}")
+    out: list[str] = []
+    placed = False
+    for f in flags:
+        if _OPT_FLAG.fullmatch(f):
+            if not placed:
+                out.append(level)
+                placed = True
+        else:
+            out.append(f)
+    return out if placed else [level, *out]
 
 
 def cache_root() -> str:
@@ -136,27 +171,51 @@ def cached_build(
     """Build (or find in the cache) the library ``lib<P>.so`` and runner of ``model_c`` (``P``: the
     symbol prefix ``model_c`` names), keyed by ``prefix`` and the hash of ``salt``, the compiler's
     version, ``flags`` and every source; ``runner_flags`` link the runner (``-static`` for qemu) and
-    ``launcher`` is what runs it."""
+    ``launcher`` is what runs it. gcc compiles ``model.c`` alone: the runtime's objects come from
+    :func:`runtime_objects` (compiled once per flag set), and ``$XMGE_OPT_LEVEL`` may replace the
+    optimisation level of ``flags`` (:func:`with_opt_level`)."""
     symbols = symbol_prefix(model_c)
+    if not any(f.startswith("-fsanitize") for f in flags):  # sanitizer builds keep their -O1
+        flags = with_opt_level(flags)
     flags = [*(f for f in flags if not f.startswith("-DXM_PREFIX=")), *prefix_flags(symbols)]
-    sources = {"model.c": model_c, **runtime_sources()}
+    runtime = runtime_sources()
+    sources = {"model.c": model_c, **runtime}
     lib = library_name(symbols)
 
     def fill(work: str) -> None:
+        rt = runtime_objects(cc, flags, runtime, salt=salt, prefix=prefix)
         write_sources(work, sources)
-        objs = []
-        for src in ("model.c", "xm_runtime.c", "runner.c"):
-            obj = src[:-2] + ".o"
-            run_tool([cc, *flags, "-c", src, "-o", obj], work)
-            objs.append(obj)
+        run_tool([cc, *flags, "-c", "model.c", "-o", "model.o"], work)
+        xm_runtime, runner = os.path.join(rt, "xm_runtime.o"), os.path.join(rt, "runner.o")
         link = [*flags, "-pthread", "-lm"]
-        run_tool([cc, "-shared", "model.o", "xm_runtime.o", "-o", lib, *link], work)
-        run_tool([cc, *runner_flags, "model.o", "xm_runtime.o", "runner.o", "-o", "runner", *link], work)
-        for obj in objs:
-            os.remove(os.path.join(work, obj))
+        run_tool([cc, "-shared", "model.o", xm_runtime, "-o", lib, *link], work)
+        run_tool([cc, *runner_flags, "model.o", xm_runtime, runner, "-o", "runner", *link], work)
+        os.remove(os.path.join(work, "model.o"))
 
     final, cached = cached_dir(cache_key(prefix, cc, flags, sources, salt), (lib, "runner"), fill)
     return Build(final, os.path.join(final, lib), os.path.join(final, "runner"), cached, launcher, symbols)
+
+
+RUNTIME_OBJECTS = ("xm_runtime.o", "runner.o")
+
+
+def runtime_objects(
+    cc: str, flags: Sequence[str], sources: dict[str, str], *, salt: bytes = b"", prefix: str = ""
+) -> str:
+    """The cache folder holding ``xm_runtime.o`` and ``runner.o`` compiled by ``cc`` with ``flags``
+    (which carry the symbol prefix) from the runtime ``sources``: built on the first model of a flag
+    set, then shared by every model linked with those flags (concurrent first builds race to rename
+    the same entry into place; either one serves)."""
+
+    def fill(work: str) -> None:
+        write_sources(work, sources)
+        for obj in RUNTIME_OBJECTS:
+            run_tool([cc, *flags, "-c", obj[:-2] + ".c", "-o", obj], work)
+        for name in sources:
+            os.remove(os.path.join(work, name))
+
+    final, _ = cached_dir(cache_key(f"{prefix}rt-", cc, flags, sources, salt), RUNTIME_OBJECTS, fill)
+    return final
 
 
 def cache_key(
