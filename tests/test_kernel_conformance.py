@@ -48,6 +48,7 @@ TARGETS = (
     "x86-avx512-fp16+ioc16",
     "x86-avx512-amx",
     "x86-avx512-amx+bf16",
+    "x86-avx512-vnni-amx-vbmi",
     "arm-nchw44",
     "arm-nchw44-dot",
     "arm-nchw44-dot-i8mm",
@@ -116,11 +117,11 @@ def plan() -> Plan:
             for t in reaching:
                 if (ex.name, t) not in out.picked:
                     try:
-                        out.picked[(ex.name, t)] = _picked(_lower(ex.build(_seed(ex)), _target(t)))
+                        out.picked[(ex.name, t)] = _picked(_lower(ex.build(_seed(ex))[0], _target(t)))
                     except Exception as exc:  # noqa: BLE001 - reported with the example and target
                         out.picked[(ex.name, t)] = set()
                         out.errors.append(f"{ex.name} on {t}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
-                        continue
+                        break
                 if _key(unit) in out.picked[(ex.name, t)]:
                     if ex not in out.runs[t]:
                         out.runs[t].append(ex)

@@ -191,6 +191,39 @@ def conv2d(
     return body
 
 
+def conv_chain(
+    x: Sequence[int], *layers: tuple[int, int, int, int, str], residual: bool = False,
+    pool: tuple[str, int, int, int] | None = None,
+) -> Example:  # fmt: skip
+    """Float32 convolutions one after another, each ``(oc, k, stride, groups, act)`` with a bias and
+    "same" padding (``k // 2``), as MobileNetV2's inverted residual writes its expand 1x1, depthwise
+    3x3 and project 1x1 (``groups == -1``: depthwise); ``residual`` adds the input to the last result;
+    ``pool`` = ``(mode, window, stride, padding)`` pools it (in the convolutions' blocked layout)."""
+
+    @example(_tag("conv_chain", x, *[f"{oc}:k{k}s{s}g{g}{a}" for oc, k, s, g, a in layers],
+                  "residual" if residual else "", pool and "pool" + "_".join(map(str, pool))))  # fmt: skip
+    def body(g: Graph) -> list[SSAValue]:
+        src = y = g.input(x)
+        c = x[1]
+        for oc, k, stride, groups, act in layers:
+            groups = c if groups == -1 else groups
+            params = _conv_params(stride, k // 2, 1, groups)
+            y = g.op(T.ConvolutionOp, [y, _filter(g, c, oc, (k, k), groups)], **params)
+            y = g.elemwise("add", y, g.weight((1, oc, 1, 1)))
+            if act != "identity":
+                y = g.elemwise(act, y)
+            c = oc
+        if residual:
+            y = g.elemwise("add", y, src)
+        if pool is not None:
+            mode, w, st, p = pool
+            y = g.op(T.PoolingOp, [y], mode=enums.PoolingMode[mode.upper()], window=(w, w), stride=(st, st),
+                     padding=(p, p))  # fmt: skip
+        return [y]
+
+    return body
+
+
 def conv2d_runtime_weight(x: Sequence[int], w: Sequence[int], *, stride: int = 1, pad: int = 0) -> Example:
     """A float32 convolution whose filter is a model input (no ahead-of-time packing)."""
 
@@ -246,19 +279,24 @@ def _conv_shape(x: Sequence[int], oc: int, k: tuple[int, int], stride: Any, pad:
 def conv2d_q8(
     x: Sequence[int], oc: int, k: int | Sequence[int], *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
     groups: int = 1, act: str = "identity", sx: float = 1 / 40, sy: float = 0.05, out: str = "q8",
-    x_scale: float = 2.0,
+    x_scale: float = 2.0, pool: tuple[str, int, int, int] | None = None,
 ) -> Example:  # fmt: skip
     """An int8 ``ConvBias`` (qint8 input at scale ``sx``, per-tensor qint8 filter, qint32 bias)
     with activation ``act`` into qint8 at ``sy`` (``out="f32"``: a float32 result; ``"q32"``: the
     accumulator), its result converted to float32. Inputs are ``x_scale`` standard deviations wide,
-    so the int8 extremes saturate."""
+    so the int8 extremes saturate. ``pool`` = ``(mode, window, stride, padding)`` pools the int8
+    result (in the convolution's blocked layout where the target has one)."""
     kk = _pair(k)
 
     @example(_tag("conv2d_q8", x, f"oc{oc}", f"k{kk[0]}x{kk[1]}", f"s{stride}", f"p{pad}", f"d{dil}",
-                  f"g{groups}", act, out))  # fmt: skip
+                  f"g{groups}", act, out, pool and "pool" + "_".join(map(str, pool))))  # fmt: skip
     def body(g: Graph) -> list[SSAValue]:
         sw_out = {"q8": None, "f32": F32}.get(out)
         y = _q8_conv(g, x, oc, kk, stride, pad, dil, groups, act, sx, sy, sw_out, x_scale)
+        if pool is not None:
+            mode, w, st, p = pool
+            y = g.op(T.PoolingOp, [y], mode=enums.PoolingMode[mode.upper()], window=(w, w), stride=(st, st),
+                     padding=(p, p))  # fmt: skip
         return [y if out == "f32" else g.cvt(y, F32)]
 
     return body
@@ -373,6 +411,9 @@ def adaptive_pool2d(x: Sequence[int], mode: str, out: Sequence[int], *, dtype: s
     return body
 
 
+INT_DTYPES = {"i32": np.int32, "i16": np.int16, "i8": np.int8, "ui8": np.uint8, "ui16": np.uint16}
+
+
 def _typed_input(g: Graph, shape: Sequence[int], dtype: str) -> SSAValue:
     if dtype == "q8":
         return g.cvt(g.input(shape, 2.0), q8(1 / 40))
@@ -380,8 +421,8 @@ def _typed_input(g: Graph, shape: Sequence[int], dtype: str) -> SSAValue:
         return g.cvt(g.input(shape, 2.0), u8(1 / 40, 128))
     if dtype == "f16":
         return g.cvt(g.input(shape), F16)
-    if dtype in ("i32", "i16", "i8", "ui8"):
-        return g.input(shape, 50, {"i32": np.int32, "i16": np.int16, "i8": np.int8, "ui8": np.uint8}[dtype])
+    if dtype in INT_DTYPES:
+        return g.input(shape, 50, INT_DTYPES[dtype])
     if dtype == "b1":
         return g.input(shape, dtype=np.bool_)
     return g.input(shape)
@@ -432,7 +473,8 @@ def typecvt(shape: Sequence[int], src: str, dst: str) -> Example:
         x = _typed_input(g, shape, src)
         target = {"f32": F32, "f16": F16, "q8": q8(0.05), "u8": u8(0.05, 120), "q32": q32(0.01),
                   "i32": I32, "i16": element_type("int16"), "i8": element_type("int8"),
-                  "ui8": element_type("uint8"), "b1": element_type("bool")}[dst]  # fmt: skip
+                  "ui8": element_type("uint8"), "ui16": element_type("uint16"),
+                  "b1": element_type("bool")}[dst]  # fmt: skip
         return [_typed_output(g, g.cvt(x, target), dst)]
 
     return body
@@ -506,7 +548,7 @@ def _slice_params(slices: Sequence[tuple[int, int, int, int]]) -> dict[str, Any]
     return {
         "axes": tuple(s[0] for s in slices), "starts": tuple(s[1] for s in slices),
         "stops": tuple(s[2] for s in slices), "steps": tuple(s[3] for s in slices),
-        "drop": tuple(False for _ in slices),
+        "drop": tuple(0 for _ in slices),
     }  # fmt: skip
 
 
@@ -546,8 +588,9 @@ def indexing(shape: Sequence[int], axis: int, n: int, *, kind: str = "get") -> E
 def linspace(start: float, stop: float, num: int, *, endpoint: bool = True) -> Example:
     @example(_tag("linspace", start, stop, num, "endpoint" if endpoint else ""))
     def body(g: Graph) -> list[SSAValue]:
-        a = g.const(np.float32(start))
-        b = g.const(np.float32(stop))
+        # run-time ends (constant ones fold away): the inputs' values replaced by ``start``, ``stop``
+        a, b = g.input(()), g.input(())
+        g.inputs[-2:] = [np.array(start, np.float32), np.array(stop, np.float32)]
         return [g.op(T.LinspaceOp, [a, b], num=num, endpoint=endpoint)]
 
     return body
@@ -586,13 +629,13 @@ def layer_norm(shape: Sequence[int], normalized: int, *, affine: bool = True) ->
 
 
 def batch_norm(shape: Sequence[int]) -> Example:
-    """Inference BatchNorm with per-channel statistics (a model input, so no pass folds it away)."""
+    """Inference BatchNorm whose statistics are model inputs (constant ones fold into the graph)."""
 
     @example(_tag("batch_norm", shape))
     def body(g: Graph) -> list[SSAValue]:
         c = (1, shape[1], 1, 1)
-        params = [g.weight(c, 1.0), g.weight(c, 1.0), g.weight(c, 1.0),
-                  g.const(np.abs(g.rng.standard_normal(c)).astype(np.float32) + 0.5)]  # fmt: skip
+        var = g.elemwise("add", g.elemwise("abs", g.input(c)), g.const(np.full(c, 0.5, np.float32)))
+        params = [g.input(c), g.input(c), g.input(c), var]
         return g.ops(T.BatchNormOp, [g.input(shape), *params])[-1:]
 
     return body
@@ -628,8 +671,7 @@ def argsort(shape: Sequence[int], *, descending: bool = False) -> Example:
 def topk(shape: Sequence[int], k: int, mode: str = "value_idx_sorted") -> Example:
     @example(_tag("topk", shape, f"k{k}", mode))
     def body(g: Graph) -> list[SSAValue]:
-        kk = g.const(np.int32(k))
-        return g.ops(T.TopKOp, [g.input(shape), kk], mode=enums.number(enums.TopKMode[mode.upper()]))
+        return g.ops(T.TopKOp, [g.input(shape)], k=k, mode=enums.number(enums.TopKMode[mode.upper()]))
 
     return body
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates.arm.neon_int8 import NEON_REQUANT_C, ConvDotGemmNchw44, requant_store
 from backends.c.templates.portable.requant import bias_ctype, exact, post_processed
 from dialects.layout import SPECS, Layout
@@ -84,6 +85,11 @@ def dot_filter(logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
 class ConvMmlaNchw44(ConvDotGemmNchw44):
     """``conv2d_nchw44_mmla``: int8 NCHW44 dense and first-layer convolutions, packed-input GEMM on
     ``smmla`` register tiles (the module doc)."""
+    examples = (
+        E.conv2d_q8((1, 8, 9, 11), 12, 3, pad=1, act="relu"),
+        E.conv2d_q8((2, 16, 7, 6), 8, 3, stride=2, pad=1),
+        E.conv2d_q8((1, 3, 23, 21), 8, 7, stride=2, pad=3),
+    )
 
     family = "conv2d_nchw44_mmla"
     priority = 210  # ahead of the sdot GEMM (205) on targets with i8mm

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import is_f32
 from backends.c.templates import Template, sym_join
 from dialects import tensor as T
@@ -37,6 +38,7 @@ SCALAR_ACTS = {"identity": "{v}", "relu": "({v} > 0.f ? {v} : 0.f)",
 
 class MatvecNeon(Template):
     """``matmul_matvec``: ``(1, K) @ (K, N)`` float32 with constant weights (module doc)."""
+    examples = (E.matmul(1, 67, 37, bias=True, act="relu"), E.matmul(1, 128, 19), E.matmul(1, 33, 130, tb=True))
 
     family = "matmul_matvec"
     ops = (T.MatrixMulOp,)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import epilogue_sym, plane_sym, sym_join
 from backends.c.templates.portable.generic import omp_parallel
 from backends.c.templates.x86.nchw88 import (
@@ -263,6 +264,11 @@ class InPlaceConv3x3(_Nchw88Base):
 class ConvNchw88Dw3x3(InPlaceConv3x3):
     """``conv2d_nchw88_dw3x3``: float32 depthwise 3x3 NCHW88 convolutions, stride 1 or 2, padding
     0 or 1, in place (no padded copy), AVX2 register blocks of 4 columns."""
+    examples = (
+        E.conv2d((1, 16, 13, 11), 16, 3, pad=1, groups=16, act="relu"),
+        E.conv2d((2, 24, 11, 14), 24, 3, stride=2, pad=1, groups=24, residual=False),
+        E.conv2d((1, 8, 9, 7), 8, 3, groups=8, act="relu6"),
+    )
 
     family = "conv2d_nchw88_dw3x3"
     priority = 305  # ahead of conv2d_nchw88_chan (300), which serves every other channel-wise conv

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import conv_sym, epilogue_sym, sym_join
 from backends.c.templates.portable.generic import omp_parallel
 from backends.c.templates.x86.nchw88 import (
@@ -109,6 +110,7 @@ def _store(nz: int, nblocks: int, cols: int, q0: str, act: int, ys: dict[str, in
 class ConvNchw88Stem3x3Avx512(InPlaceConv3x3):
     """``conv2d_nchw88_stem3x3``: a float32 3x3 stride-2 NCHW88 convolution of a plain NCHW input
     (the ``hybrid`` first layer), padding 0 or 1, on AVX-512."""
+    examples = (E.conv2d((1, 3, 17, 15), 16, 3, stride=2, pad=1, act="relu6"), E.conv2d((2, 3, 12, 13), 24, 3, stride=2, pad=1))
 
     family = "conv2d_nchw88_stem3x3"
     isa = "avx512"

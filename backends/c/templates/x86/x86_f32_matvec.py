@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import Template, epilogue_sym, sym_join
 from backends.c.templates.portable.generic import omp_parallel
 from backends.c.templates.x86.gemm import (
@@ -44,6 +45,7 @@ VECTORS = {"avx512": (16, "__m512", "_mm512"), "avx2": (8, "__m256", "_mm256")}
 
 class MatvecX86(Template):
     """``matmul_matvec``: ``(1, K) @ (K, N)`` float32 with constant weights (module doc)."""
+    examples = (E.matmul(1, 67, 37, bias=True, act="relu"), E.matmul(1, 128, 19), E.matmul(1, 33, 130, tb=True))
 
     family = "matmul_matvec"
     ops = (T.MatrixMulOp,)
