@@ -28,6 +28,7 @@ from backends.c.build import build
 from backends.c.cross import EmulationWarning, toolchain_problem
 from backends.c.kernels import KERNELS
 from backends.targets import parse_target, runs_here
+from dialects import kernel as K
 from compiler.driver.compile import CompiledModel, inference_passes, kernel_passes
 from passes.lowering.kernels import Example, KernelUnit, missing_examples
 from passes.target import Target
@@ -60,10 +61,6 @@ TARGETS = (
 FAMILY = re.compile(r'= "(\w+)" \["(\w+)"\]')
 
 
-def _seed(ex: Example) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(ex.name.encode()))
-
-
 def _lower(module: ModuleOp, target: Target) -> dict[str, ModuleOp | str]:
     """The stages ``compile()`` keeps, through the target's inference and kernel passes."""
     stages: dict[str, ModuleOp | str] = {"tensor": module}
@@ -78,8 +75,23 @@ def _lower(module: ModuleOp, target: Target) -> dict[str, ModuleOp | str]:
     return stages
 
 
-def _picked(stages: dict[str, ModuleOp | str]) -> set[tuple[str, str]]:
-    return set(FAMILY.findall(str(stages["kernel-plan-memory"])))
+def _picked_by_select(ex: Example, target: Target) -> set[tuple[str, str]]:
+    """The units of the ``kernel.def``s left after kernel-select and epilogue fusion when ``ex``
+    alone is compiled for ``target`` (packing and planning change no choice)."""
+    module = _built(ex)[0].clone()
+    ctx = Context()
+    for p in inference_passes(target):
+        p.apply(ctx, module)
+    for p in kernel_passes(target, 1):
+        if p.name == "kernel-pack-weights":
+            break
+        p.apply(ctx, module)
+    return {(d.family.data, d.isa.data) for d in module.walk() if isinstance(d, K.KernelDefOp)}
+
+
+@cache
+def _built(ex: Example) -> tuple[ModuleOp, list[np.ndarray]]:
+    return ex.build(np.random.default_rng(zlib.crc32(ex.name.encode())))
 
 
 def _key(u: KernelUnit) -> tuple[str, str]:
@@ -117,7 +129,7 @@ def plan() -> Plan:
             for t in reaching:
                 if (ex.name, t) not in out.picked:
                     try:
-                        out.picked[(ex.name, t)] = _picked(_lower(ex.build(_seed(ex))[0], _target(t)))
+                        out.picked[(ex.name, t)] = _picked_by_select(ex, _target(t))
                     except Exception as exc:  # noqa: BLE001 - reported with the example and target
                         out.picked[(ex.name, t)] = set()
                         out.errors.append(f"{ex.name} on {t}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
@@ -177,7 +189,7 @@ def test_examples_lower_without_errors() -> None:
 @cache
 def compiled(target: str) -> tuple[CompiledModel, list[np.ndarray], list[tuple[Example, ModuleOp, list[np.ndarray], slice]]]:
     examples = plan().runs[target]
-    built = [ex.build(_seed(ex)) for ex in examples]
+    built = [_built(ex) for ex in examples]
     module, inputs, slices = E.batch(built)
     model = CompiledModel(_target(target), _lower(module, _target(target)), 1, {}, name="conformance")
     parts = [(ex, m, ins, sl) for ex, (m, ins), sl in zip(examples, built, slices, strict=True)]
