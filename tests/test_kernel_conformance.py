@@ -178,6 +178,26 @@ def test_every_unit_is_exercised() -> None:
     assert not lines, "\n".join(lines + ["lowering errors:", *p.errors] if p.errors else lines)
 
 
+def test_every_example_is_accepted() -> None:
+    """Each example is picked by one of the units declaring it on a target reaching that unit (an
+    example no unit takes would test nothing, and its unit's edge would go unchecked)."""
+    p = plan()
+    declared: dict[str, list[KernelUnit]] = {}
+    for u in KERNELS.units():
+        for ex in u.examples:
+            declared.setdefault(ex.name, []).append(u)
+    dead = []
+    for name, units in declared.items():
+        if not any(_key(u) in p.picked.get((name, t), set()) for u in units for t in p.tried[_key(u)]):
+            where = "; ".join(
+                f"{t}: " + (", ".join(f"{f} [{i}]" for f, i in sorted(p.picked.get((name, t), set()))) or "error")
+                for t in dict.fromkeys(t for u in units for t in p.tried[_key(u)])
+            )
+            owners = ", ".join(f"{u.family} [{u.isa}]" for u in units)
+            dead.append(f"example {name!r} of {owners} is picked by none of them; kernel-select chose: {where}")
+    assert not dead, "\n".join(dead)
+
+
 def test_examples_lower_without_errors() -> None:
     assert not plan().errors, "\n".join(plan().errors)
 
@@ -204,8 +224,8 @@ def _tolerance(target: Target) -> float:
     return 1e-4
 
 
-def _compare(target: Target, got: list[np.ndarray], parts: list, what: str) -> None:
-    tol = _tolerance(target)
+def _compare(target: str, got: list[np.ndarray], parts: list, what: str) -> None:
+    tol = _tolerance(_target(target))
     bad = []
     for ex, module, ins, sl in parts:
         want = run_module(module, ins)
@@ -221,7 +241,8 @@ def _compare(target: Target, got: list[np.ndarray], parts: list, what: str) -> N
                 ok = np.array_equal(g.view(w.dtype) if g.dtype.itemsize == w.dtype.itemsize else g, w)
             if not ok:
                 err = np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max()
-                bad.append(f"{ex.name}: output {i} differs from the reference by up to {err:g}")
+                units = ", ".join(f"{f} [{isa}]" for f, isa in sorted(plan().picked[(ex.name, target)]))
+                bad.append(f"{ex.name}: output {i} differs from the reference by up to {err:g} (units: {units})")
     assert not bad, f"{target} ({what}):\n" + "\n".join(bad)
 
 
@@ -243,7 +264,7 @@ def test_examples_match_the_reference(target: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EmulationWarning)
         got = model.run(inputs)
-    _compare(model.target, got, parts, "native run")
+    _compare(target, got, parts, "native run")
 
 
 SANITIZED = [t for t in TARGETS if t.startswith("x86")]
@@ -262,4 +283,4 @@ def test_examples_under_sanitizers(target: str) -> None:
     artifact = build(model.source, cflags, sanitize=True)
     shapes = [tuple(t.get_shape()) for t in model.output_types]
     got = model.backend.run_runner(artifact, model.weights, inputs, shapes, threads=2)  # type: ignore[attr-defined]
-    _compare(model.target, got, parts, "ASan/UBSan -O1, 2 threads")
+    _compare(target, got, parts, "ASan/UBSan -O1, 2 threads")

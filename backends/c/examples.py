@@ -81,6 +81,13 @@ class Graph:
         self.inputs.append(a)
         return self.block.insert_arg(TensorType(element_type(dt), [int(s) for s in shape]), len(self.block.args))
 
+    def grid_input(self, shape: Sequence[int], step: float, n: int) -> SSAValue:
+        """A float32 input of integers in ``[-n, n)`` times ``step``: values a quantized type of scale
+        ``step`` holds exactly (sums of them land on rounding ties)."""
+        x = self.input(shape)
+        self.inputs[-1] = (self.rng.integers(-n, n, tuple(shape)) * step).astype(np.float32)
+        return x
+
     def const(self, array: Any, element: Attribute | None = None) -> SSAValue:
         op = T.ConstOp.from_numpy(np.asarray(array), element)
         self.block.add_op(op)
@@ -191,6 +198,16 @@ def conv2d(
     return body
 
 
+def conv_case(case: tuple[int, int, int, int, int, int, int, int, int, int, str]) -> Example:
+    """:func:`conv2d` from the tests' case tuples ``(n, ic, h, w, oc, k, stride, pad, dilation,
+    groups, epilogue)``, epilogue ``none``, ``relu``, ``sigmoid``, ``hswish``, ``relu6`` or
+    ``residual`` (a residual addend, then ReLU)."""
+    n, ic, h, w, oc, k, stride, pad, dil, groups, epi = case
+    act = {"none": "identity", "hswish": "h_swish", "residual": "relu"}.get(epi, epi)
+    return conv2d((n, ic, h, w), oc, k, stride=stride, pad=pad, dil=dil, groups=groups, act=act,
+                  residual=epi == "residual")  # fmt: skip
+
+
 def conv_chain(
     x: Sequence[int], *layers: tuple[int, int, int, int, str], residual: bool = False,
     pool: tuple[str, int, int, int] | None = None,
@@ -251,15 +268,22 @@ def deconv2d(x: Sequence[int], oc: int, k: int, *, stride: int = 1, pad: int = 0
 
 def _q8_conv(
     g: Graph, x: Sequence[int], oc: int, k: tuple[int, int], stride: Any, pad: Any, dil: Any, groups: int,
-    act: str, sx: float, sy: float, out: Attribute | None = None, x_scale: float = 2.0,
+    act: str, sx: float, sy: float, out: Attribute | None = None, x_scale: float = 2.0, ties: bool = False,
 ) -> SSAValue:  # fmt: skip
-    src = g.cvt(g.input(x, x_scale), q8(sx))
     shape = (oc, x[1], *k) if groups == 1 else (groups, oc // groups, x[1] // groups, *k)
-    w = (g.rng.standard_normal(shape) * 0.3).astype(np.float32)
-    sw = float(np.abs(w).max()) / 127
-    wq = np.clip(np.round(w / np.float32(sw)), -127, 127).astype(np.int8)
+    if ties:
+        # inputs on the grid of sx, small integer weights at scale 1: requantized sums land on ties
+        src = g.cvt(g.grid_input(x, sx, 40), q8(sx))
+        wq = g.rng.integers(-3, 4, shape).astype(np.int8)
+        sw = 1.0
+        bq = g.rng.integers(-20, 20, (1, oc, 1, 1)).astype(np.int32)
+    else:
+        src = g.cvt(g.input(x, x_scale), q8(sx))
+        w = (g.rng.standard_normal(shape) * 0.3).astype(np.float32)
+        sw = float(np.abs(w).max()) / 127
+        wq = np.clip(np.round(w / np.float32(sw)), -127, 127).astype(np.int8)
+        bq = np.round(g.rng.standard_normal((1, oc, 1, 1)) / float(np.float32(sx) * np.float32(sw))).astype(np.int32)
     sb = float(np.float32(sx) * np.float32(sw))
-    bq = np.round(g.rng.standard_normal((1, oc, 1, 1)) / sb).astype(np.int32)
     return g.op(
         T.ConvBiasOp,
         [src, g.const(wq, q8(sw)), g.const(bq, q32(sb))],
@@ -279,20 +303,24 @@ def _conv_shape(x: Sequence[int], oc: int, k: tuple[int, int], stride: Any, pad:
 def conv2d_q8(
     x: Sequence[int], oc: int, k: int | Sequence[int], *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
     groups: int = 1, act: str = "identity", sx: float = 1 / 40, sy: float = 0.05, out: str = "q8",
-    x_scale: float = 2.0, pool: tuple[str, int, int, int] | None = None,
+    x_scale: float = 2.0, pool: tuple[str, int, int, int] | None = None, ties: bool = False,
 ) -> Example:  # fmt: skip
     """An int8 ``ConvBias`` (qint8 input at scale ``sx``, per-tensor qint8 filter, qint32 bias)
     with activation ``act`` into qint8 at ``sy`` (``out="f32"``: a float32 result; ``"q32"``: the
     accumulator), its result converted to float32. Inputs are ``x_scale`` standard deviations wide,
     so the int8 extremes saturate. ``pool`` = ``(mode, window, stride, padding)`` pools the int8
-    result (in the convolution's blocked layout where the target has one)."""
+    result (in the convolution's blocked layout where the target has one). ``ties``: inputs on the
+    grid of ``sx`` (1/16 unless given) and small integer weights, so requantization meets ties."""
     kk = _pair(k)
+    if ties and sx == 1 / 40:
+        sx = 1 / 16
 
     @example(_tag("conv2d_q8", x, f"oc{oc}", f"k{kk[0]}x{kk[1]}", f"s{stride}", f"p{pad}", f"d{dil}",
-                  f"g{groups}", act, out, pool and "pool" + "_".join(map(str, pool))))  # fmt: skip
+                  f"g{groups}", act, out, pool and "pool" + "_".join(map(str, pool)), "ties" if ties else "",
+                  f"sy{sy:g}" if sy != 0.05 else ""))  # fmt: skip
     def body(g: Graph) -> list[SSAValue]:
         sw_out = {"q8": None, "f32": F32}.get(out)
-        y = _q8_conv(g, x, oc, kk, stride, pad, dil, groups, act, sx, sy, sw_out, x_scale)
+        y = _q8_conv(g, x, oc, kk, stride, pad, dil, groups, act, sx, sy, sw_out, x_scale, ties)
         if pool is not None:
             mode, w, st, p = pool
             y = g.op(T.PoolingOp, [y], mode=enums.PoolingMode[mode.upper()], window=(w, w), stride=(st, st),
@@ -368,17 +396,17 @@ def matmul_q8(m: int, k: int, n: int, *, tb: bool = False, sx: float = 1 / 40, s
     return body
 
 
-def matmul_q8_const(m: int, k: int, n: int, *, sx: float = 1 / 40, sy: float = 0.5) -> Example:
-    """An int8 matrix product with a constant qint8 right operand, requantized to qint8."""
+def matmul_q8_const(m: int, k: int, n: int, *, tb: bool = False, sx: float = 1 / 40, sy: float = 0.5) -> Example:
+    """An int8 matrix product with a constant qint8 right operand (a Linear layer's weight, stored
+    ``(n, k)`` with ``tb``): its int32 accumulators and them requantized to qint8 at ``sy``, both as
+    float32."""
 
-    @example(_tag("matmul_q8 const_b", f"{m}x{k}x{n}"))
+    @example(_tag("matmul_q8 const_b", f"{m}x{k}x{n}", "tb" if tb else "", f"sy{sy:g}"))
     def body(g: Graph) -> list[SSAValue]:
-        a = g.cvt(g.input((m, k), 2.0), q8(sx))
-        w = (g.rng.standard_normal((k, n)) * 0.3).astype(np.float32)
-        sw = float(np.abs(w).max()) / 127
-        b = g.const(np.round(w / np.float32(sw)).astype(np.int8), q8(sw))
-        acc = g.op(T.MatrixMulOp, [a, b])
-        return [g.cvt(g.cvt(acc, q8(sy)), F32)]
+        a = g.cvt(g.grid_input((m, k), sx, 127), q8(sx))
+        w = g.rng.integers(-127, 128, (n, k) if tb else (k, n)).astype(np.int8)
+        acc = g.op(T.MatrixMulOp, [a, g.const(w, q8(1.0))], transpose_b=tb)
+        return [g.cvt(acc, F32), g.cvt(g.cvt(acc, q8(sy)), F32)]
 
     return body
 
@@ -449,13 +477,16 @@ def elemwise(mode: str, *shapes: Sequence[int], dtype: str = "f32") -> Example:
     return body
 
 
-def elemwise_q8(mode: str, *shapes: Sequence[int], sy: float = 0.07) -> Example:
+def elemwise_q8(mode: str, *shapes: Sequence[int], sy: float = 0.07, ties: bool = False) -> Example:
     """``ElemwiseMultiType`` ``mode`` (``qadd``, ``qfuse_add_relu``, ``qmul``, ...) of qint8 inputs
-    into qint8 at ``sy``."""
+    into qint8 at ``sy``; ``ties``: inputs on the grid of 1/8, so results at ``sy`` 1/4 meet ties."""
 
-    @example(_tag("elemwise_q8", mode, *[tuple(s) for s in shapes]))
+    @example(_tag("elemwise_q8", mode, *[tuple(s) for s in shapes], f"sy{sy:g}", "ties" if ties else ""))
     def body(g: Graph) -> list[SSAValue]:
-        srcs = [g.cvt(g.input(s, 2.0), q8(1 / 40 * (1 + i))) for i, s in enumerate(shapes)]
+        if ties:
+            srcs = [g.cvt(g.grid_input(s, 1 / 8, 100), q8(1 / 8)) for s in shapes]
+        else:
+            srcs = [g.cvt(g.input(s, 2.0), q8(1 / 40 * (1 + i))) for i, s in enumerate(shapes)]
         mode_ = enums.ElemwiseMultiTypeMode[mode.upper()]
         out_shape = list(np.broadcast_shapes(*[tuple(s) for s in shapes]))
         y = g.op(T.ElemwiseMultiTypeOp, srcs, [TensorType(q8(sy), out_shape)], mode=mode_)

@@ -124,7 +124,7 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
     """``conv2d_nchw44_dot_gemm``: dense int8 NCHW44_DOT convolution, ``sdot`` register tiles."""
     examples = (
         E.conv2d_q8((1, 8, 9, 11), 12, 1),
-        E.conv2d_q8((2, 16, 7, 6), 8, 3, pad=1, act="relu"),
+        E.conv2d_q8((2, 16, 7, 6), 8, 1, act="relu"),
         E.conv2d_q8((1, 3, 23, 21), 8, 7, stride=2, pad=3),
     )
 

@@ -283,7 +283,7 @@ class Conv2dQ8Amx(Template):
     per row, not 16."""
     examples = (
         E.conv2d_q8((1, 64, 9, 11), 80, 3, pad=1, act="relu"),
-        E.conv2d_q8((2, 32, 10, 9), 64, 1, stride=2),
+        E.conv2d_q8((2, 64, 11, 9), 64, 3, stride=2, pad=1),
         E.conv2d_q8((1, 128, 7, 7), 96, 3, pad=1, groups=2),
     )
 
