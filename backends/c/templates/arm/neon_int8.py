@@ -125,7 +125,7 @@ class ConvDotGemmNchw44(ConvGemmNchw44):
     examples = (
         E.conv2d_q8((1, 8, 9, 11), 12, 1),
         E.conv2d_q8((2, 16, 7, 6), 8, 1, act="relu"),
-        E.conv2d_q8((1, 3, 23, 21), 8, 7, stride=2, pad=3),
+        E.conv2d_q8((1, 12, 5, 9), 20, 1, sy=1 / 4, ties=True),
     )
 
     family = "conv2d_nchw44_dot_gemm"
@@ -241,8 +241,12 @@ class ElemwiseQ8Neon(Template):
     result's shape (ResNet's residual ``QFUSE_ADD_RELU`` in any layout), 16 lanes per step: widen,
     ``float(x) * scale``, the float op, ``* (1 / s_out)``, ``xm_qround4_neon``, saturating narrows."""
     examples = (
+        # 140 elements: 8 vector steps and a 12-element tail, on rounding ties
+        E.elemwise_q8("qfuse_add_relu", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 4, ties=True),
+        E.elemwise_q8("qadd", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 4, ties=True),
+        E.elemwise_q8("qsub", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 4, ties=True),
+        E.elemwise_q8("qmul", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 32, ties=True),
         E.elemwise_q8("qadd", (1, 13, 9, 11), (1, 13, 9, 11)),
-        E.elemwise_q8("qfuse_add_relu", (2, 7, 5, 3), (2, 7, 5, 3)),
         E.elemwise_q8("qrelu", (5, 19)),
     )
 
@@ -316,8 +320,12 @@ class MaxPoolQ8Nchw44(Template):
     stride 2: the even pixels of a de-interleaving ``ld2`` of 32-bit lanes), edge pixels one 4-byte
     vector each; rows out of the image are skipped as in the reference (``-128`` when none is left)."""
     examples = (
-        E.conv2d_q8((1, 8, 9, 11), 8, 1, pool=("max", 3, 2, 1)),
-        E.conv2d_q8((2, 4, 7, 6), 12, 3, pad=1, pool=("max", 2, 2, 0)),
+        # stride 1 and 2 vector groups with edges, stride 3 edges only
+        E.conv2d_q8((1, 4, 7, 13), 8, 1, pool=("max", 3, 2, 1), ties=True),
+        E.conv2d_q8((1, 4, 9, 20), 8, 1, pool=("max", 3, 1, 1), ties=True),
+        E.conv2d_q8((1, 4, 8, 8), 8, 1, pool=("max", 2, 2, 0), ties=True),
+        E.conv2d_q8((1, 4, 6, 11), 8, 1, pool=("max", 3, 3, 0), ties=True),
+        E.conv2d_q8((1, 4, 5, 23), 8, 1, pool=("max", 5, 2, 2), ties=True),
     )
 
     family = "pool2d_nchw44_q8"

@@ -38,7 +38,14 @@ SCALAR_ACTS = {"identity": "{v}", "relu": "({v} > 0.f ? {v} : 0.f)",
 
 class MatvecNeon(Template):
     """``matmul_matvec``: ``(1, K) @ (K, N)`` float32 with constant weights (module doc)."""
-    examples = (E.matmul(1, 67, 37, bias=True, act="relu"), E.matmul(1, 128, 19), E.matmul(1, 33, 130, tb=True))
+    # partial last panels (N % 32: 8, 5, 17), whole panels, K % 4 in 0..3, a Linear layer's (n, k) weight
+    examples = (
+        E.matmul(1, 1024, 1000, tb=True, bias=True),
+        E.matmul(1, 1023, 64, tb=True, bias=True, act="relu"),
+        E.matmul(1, 3, 5, tb=True),
+        E.matmul(1, 130, 49, tb=True, act="relu"),
+        E.matmul(1, 67, 37, bias=True, act="relu"),
+    )
 
     family = "matmul_matvec"
     ops = (T.MatrixMulOp,)

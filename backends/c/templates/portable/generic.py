@@ -318,8 +318,13 @@ class Elemwise(Template):
 
 class ConvDepthwise(Template):
     """Depthwise (one input and one output channel per group) direct convolution, NCHW."""
+    # channel counts no blocked layout takes (the ARM targets keep them NCHW): strides 1 and 2,
+    # padding, dilation, 5x5 windows
     examples = (
-        E.conv2d((1, 6, 9, 11), 6, 3, pad=1, groups=6, act="relu"),
+        E.conv_case((1, 5, 11, 13, 5, 3, 2, 1, 1, 5, "relu")),
+        E.conv_case((2, 3, 9, 10, 3, 3, 1, 1, 1, 3, "none")),
+        E.conv_case((1, 6, 12, 9, 6, 5, 2, 2, 1, 6, "sigmoid")),
+        E.conv_case((1, 7, 10, 11, 7, 3, 2, 2, 2, 7, "none")),
         E.conv2d((2, 5, 10, 7), 5, 3, stride=2, groups=5),
         E.conv2d((1, 3, 8, 9), 3, 5, pad=2, dil=2, groups=3, act="h_swish"),
     )
