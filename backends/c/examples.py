@@ -358,14 +358,15 @@ def q8_stem_relu6(x: Sequence[int], oc: int, k: int = 3, *, stride: int = 2, pad
 
 def matmul(
     m: int, k: int, n: int, *, ta: bool = False, tb: bool = False, const_b: bool = True, batch: int = 0,
-    bias: bool = False, act: str = "identity",
+    bias: bool = False, act: str = "identity", residual: bool = False,
 ) -> Example:  # fmt: skip
     """A float32 ``(m x k) @ (k x n)`` (stored transposed with ``ta`` / ``tb``), ``b`` a constant
-    unless ``const_b`` is False, batched over ``batch`` when nonzero; a column bias and an activation
-    after it when asked."""
+    unless ``const_b`` is False, batched over ``batch`` when nonzero; a column bias, a residual addend
+    and an activation after it when asked."""
 
     @example(_tag("matmul", f"b{batch}" if batch else "", f"{m}x{k}x{n}", "ta" if ta else "",
-                  "tb" if tb else "", "" if const_b else "runtime_b", "bias" if bias else "", act))  # fmt: skip
+                  "tb" if tb else "", "" if const_b else "runtime_b", "bias" if bias else "",
+                  "residual" if residual else "", act))  # fmt: skip
     def body(g: Graph) -> list[SSAValue]:
         lead = (batch,) if batch else ()
         a = g.input((*lead, *((k, m) if ta else (m, k))))
@@ -375,6 +376,8 @@ def matmul(
         y = g.op(cls, [a, b], transpose_a=ta, transpose_b=tb)
         if bias:
             y = g.elemwise("add", y, g.weight((1, n)))
+        if residual:
+            y = g.elemwise("add", y, g.input(y.type.get_shape()))  # type: ignore[attr-defined]
         if act != "identity":
             y = g.elemwise(act, y)
         return [y]

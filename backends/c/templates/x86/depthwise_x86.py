@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 class ConvDepthwiseAvx2(ConvDepthwise):
     isa = "avx2"
     examples = (
+        # channels not a multiple of 8 stay plain NCHW on the NCHW88 targets
+        E.conv_case((1, 20, 9, 11, 20, 3, 1, 0, 1, 20, "hswish")),
+        E.conv_case((2, 12, 10, 9, 12, 3, 2, 1, 1, 12, "residual")),
         E.conv2d((1, 12, 9, 11), 12, 3, pad=1, groups=12, act="relu"),
         E.conv2d((2, 9, 10, 13), 9, 3, stride=2, pad=1, groups=9),
         E.conv2d((1, 8, 7, 8), 8, 5, pad=2, groups=8, residual=True),

@@ -494,6 +494,14 @@ class ConvNchw88(_Nchw88Base):
         E.conv2d((2, 40, 13, 11), 24, 1, stride=2, act="h_swish"),
         E.conv2d((1, 16, 9, 9), 16, 3, pad=1, groups=2, act="relu"),
         E.conv2d((1, 3, 17, 15), 16, 3, stride=2, pad=1, act="relu"),
+        # pointwise: few input channels, partial column tiles, input-channel chunks (test_x86_f32_pw)
+        E.conv_case((2, 16, 23, 21, 40, 1, 1, 0, 1, 1, "relu")),
+        E.conv_case((1, 24, 29, 31, 72, 1, 1, 0, 1, 1, "none")),
+        E.conv_case((1, 200, 7, 7, 328, 1, 1, 0, 1, 1, "residual")),
+        E.conv_case((2, 1032, 5, 5, 48, 1, 1, 0, 1, 1, "hswish")),
+        # strided 1x1 on a subsampled copy (test_x86_f32_dense)
+        E.conv_case((2, 40, 29, 27, 72, 1, 2, 0, 1, 1, "residual")),
+        E.conv_case((1, 48, 15, 15, 48, 1, 3, 0, 1, 1, "none")),
     )
 
     family = "conv2d_nchw88"
