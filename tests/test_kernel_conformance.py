@@ -30,7 +30,7 @@ from backends.c.kernels import KERNELS
 from backends.targets import parse_target, runs_here
 from dialects import kernel as K
 from compiler.driver.compile import CompiledModel, inference_passes, kernel_passes
-from passes.lowering.kernels import Example, KernelUnit, missing_examples
+from passes.lowering.kernels import Example, KernelRegistry, KernelRegistryError, KernelUnit, missing_examples
 from passes.target import Target
 from semantics import run_module
 
@@ -146,6 +146,24 @@ def test_every_unit_declares_examples() -> None:
     missing = [missing_examples(u, "backends.c.examples") for u in KERNELS.units()
                if not u.examples and not u.examples_reason]  # fmt: skip
     assert not missing, "\n".join(missing)
+
+
+def test_the_registry_refuses_a_unit_without_examples() -> None:
+    """A unit added without examples fails at import, saying what to add and where."""
+
+    class Bare(KernelUnit):
+        family = "bare"
+
+    with pytest.raises(KernelRegistryError, match=r"'bare' on ISA 'generic' .*Bare\) declares no examples: add "
+                       r"a class attribute `examples = \(E\.<builder>\(\.\.\.\),\)` with `import "
+                       r"backends\.c\.examples as E`.* or `examples_reason"):  # fmt: skip
+        KernelRegistry([Bare()], examples_from="backends.c.examples")
+
+    class Reasoned(Bare):
+        examples_reason = "nothing to run"
+
+    assert KernelRegistry([Reasoned()], examples_from="backends.c.examples").units()[0].family == "bare"
+    assert KernelRegistry([Bare()]).units()  # registries that ask for no examples (CUDA's) take it
 
 
 def test_example_names_are_distinct() -> None:
