@@ -28,8 +28,8 @@ from backends.c.build import build
 from backends.c.cross import EmulationWarning, toolchain_problem
 from backends.c.kernels import KERNELS
 from backends.targets import parse_target, runs_here
-from dialects import kernel as K
 from compiler.driver.compile import CompiledModel, inference_passes, kernel_passes
+from dialects import kernel as K
 from passes.lowering.kernels import Example, KernelRegistry, KernelRegistryError, KernelUnit, missing_examples
 from passes.target import Target
 from semantics import run_module
@@ -132,7 +132,9 @@ def plan() -> Plan:
                         out.picked[(ex.name, t)] = _picked_by_select(ex, _target(t))
                     except Exception as exc:  # noqa: BLE001 - reported with the example and target
                         out.picked[(ex.name, t)] = set()
-                        out.errors.append(f"{ex.name} on {t}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                        out.errors.append(
+                            f"{ex.name} on {t}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                        )
                         break
                 if _key(unit) in out.picked[(ex.name, t)]:
                     if ex not in out.runs[t]:
@@ -143,8 +145,11 @@ def plan() -> Plan:
 
 def test_every_unit_declares_examples() -> None:
     """The registry refuses a unit without examples or a reason; this names them all at once."""
-    missing = [missing_examples(u, "backends.c.examples") for u in KERNELS.units()
-               if not u.examples and not u.examples_reason]  # fmt: skip
+    missing = [
+        missing_examples(u, "backends.c.examples")
+        for u in KERNELS.units()
+        if not u.examples and not u.examples_reason
+    ]
     assert not missing, "\n".join(missing)
 
 
@@ -154,9 +159,12 @@ def test_the_registry_refuses_a_unit_without_examples() -> None:
     class Bare(KernelUnit):
         family = "bare"
 
-    with pytest.raises(KernelRegistryError, match=r"'bare' on ISA 'generic' .*Bare\) declares no examples: add "
-                       r"a class attribute `examples = \(E\.<builder>\(\.\.\.\),\)` with `import "
-                       r"backends\.c\.examples as E`.* or `examples_reason"):  # fmt: skip
+    with pytest.raises(
+        KernelRegistryError,
+        match=r"'bare' on ISA 'generic' .*Bare\) declares no examples: add "
+        r"a class attribute `examples = \(E\.<builder>\(\.\.\.\),\)` with `import "
+        r"backends\.c\.examples as E`.* or `examples_reason",
+    ):
         KernelRegistry([Bare()], examples_from="backends.c.examples")
 
     class Reasoned(Bare):
@@ -191,7 +199,11 @@ def test_every_unit_is_exercised() -> None:
             f"kernel unit {u.family!r} on ISA {u.isa!r} ({cls.__module__}.{cls.__qualname__}) was never "
             f"picked by kernel-select. Its examples: {names}. Targets reaching it: {reach}. Add to its "
             f"`examples` an op its match() accepts (builders in backends/c/examples.py)"
-            + (" and a target reaching its ISA to TARGETS in tests/test_kernel_conformance.py" if reach == "none" else "")
+            + (
+                " and a target reaching its ISA to TARGETS in tests/test_kernel_conformance.py"
+                if reach == "none"
+                else ""
+            )
         )
     assert not lines, "\n".join(lines + ["lowering errors:", *p.errors] if p.errors else lines)
 
@@ -208,11 +220,14 @@ def test_every_example_is_accepted() -> None:
     for name, units in declared.items():
         if not any(_key(u) in p.picked.get((name, t), set()) for u in units for t in p.tried[_key(u)]):
             where = "; ".join(
-                f"{t}: " + (", ".join(f"{f} [{i}]" for f, i in sorted(p.picked.get((name, t), set()))) or "error")
+                f"{t}: "
+                + (", ".join(f"{f} [{i}]" for f, i in sorted(p.picked.get((name, t), set()))) or "error")
                 for t in dict.fromkeys(t for u in units for t in p.tried[_key(u)])
             )
             owners = ", ".join(f"{u.family} [{u.isa}]" for u in units)
-            dead.append(f"example {name!r} of {owners} is picked by none of them; kernel-select chose: {where}")
+            dead.append(
+                f"example {name!r} of {owners} is picked by none of them; kernel-select chose: {where}"
+            )
     assert not dead, "\n".join(dead)
 
 
@@ -225,7 +240,9 @@ def test_examples_lower_without_errors() -> None:
 
 
 @cache
-def compiled(target: str) -> tuple[CompiledModel, list[np.ndarray], list[tuple[Example, ModuleOp, list[np.ndarray], slice]]]:
+def compiled(
+    target: str,
+) -> tuple[CompiledModel, list[np.ndarray], list[tuple[Example, ModuleOp, list[np.ndarray], slice]]]:
     examples = plan().runs[target]
     built = [_built(ex) for ex in examples]
     module, inputs, slices = E.batch(built)
@@ -260,7 +277,9 @@ def _compare(target: str, got: list[np.ndarray], parts: list, what: str) -> None
             if not ok:
                 err = np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max()
                 units = ", ".join(f"{f} [{isa}]" for f, isa in sorted(plan().picked[(ex.name, target)]))
-                bad.append(f"{ex.name}: output {i} differs from the reference by up to {err:g} (units: {units})")
+                bad.append(
+                    f"{ex.name}: output {i} differs from the reference by up to {err:g} (units: {units})"
+                )
     assert not bad, f"{target} ({what}):\n" + "\n".join(bad)
 
 

@@ -79,7 +79,9 @@ class Graph:
         else:
             a = self.rng.integers(0, max(1, int(scale)), tuple(shape)).astype(dt)
         self.inputs.append(a)
-        return self.block.insert_arg(TensorType(element_type(dt), [int(s) for s in shape]), len(self.block.args))
+        return self.block.insert_arg(
+            TensorType(element_type(dt), [int(s) for s in shape]), len(self.block.args)
+        )
 
     def grid_input(self, shape: Sequence[int], step: float, n: int) -> SSAValue:
         """A float32 input of integers in ``[-n, n)`` times ``step``: values a quantized type of scale
@@ -96,13 +98,23 @@ class Graph:
     def weight(self, shape: Sequence[int], scale: float = 0.3) -> SSAValue:
         return self.const((self.rng.standard_normal(tuple(shape)) * scale).astype(np.float32))
 
-    def op(self, cls: type[T.MgbOp], operands: Sequence[SSAValue | None], types: Sequence[Attribute] | None
-           = None, **params: Any) -> SSAValue:  # fmt: skip
+    def op(
+        self,
+        cls: type[T.MgbOp],
+        operands: Sequence[SSAValue | None],
+        types: Sequence[Attribute] | None = None,
+        **params: Any,
+    ) -> SSAValue:
         """The first result of a new ``cls`` op (result types inferred unless given)."""
         return self.ops(cls, operands, types, **params)[0]
 
-    def ops(self, cls: type[T.MgbOp], operands: Sequence[SSAValue | None], types: Sequence[Attribute] | None
-            = None, **params: Any) -> list[SSAValue]:  # fmt: skip
+    def ops(
+        self,
+        cls: type[T.MgbOp],
+        operands: Sequence[SSAValue | None],
+        types: Sequence[Attribute] | None = None,
+        **params: Any,
+    ) -> list[SSAValue]:
         op = cls.make(list(operands), list(types) if types is not None else None, **params)
         self.block.add_op(op)
         return list(op.results)
@@ -166,27 +178,53 @@ def _filter(g: Graph, ic: int, oc: int, k: tuple[int, int], groups: int) -> SSAV
 
 def _conv_params(stride: Any, pad: Any, dil: Any, groups: int) -> dict[str, Any]:
     return {
-        "stride": _pair(stride), "padding": _pair(pad), "dilation": _pair(dil),
+        "stride": _pair(stride),
+        "padding": _pair(pad),
+        "dilation": _pair(dil),
         "sparse": enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
-    }  # fmt: skip
+    }
 
 
 def conv2d(
-    x: Sequence[int], oc: int, k: int | Sequence[int], *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
-    groups: int = 1, bias: bool = True, act: str = "identity", residual: bool = False,
+    x: Sequence[int],
+    oc: int,
+    k: int | Sequence[int],
+    *,
+    stride: Any = 1,
+    pad: Any = 0,
+    dil: Any = 1,
+    groups: int = 1,
+    bias: bool = True,
+    act: str = "identity",
+    residual: bool = False,
     scale: float = 1.0,
-) -> Example:  # fmt: skip
+) -> Example:
     """A float32 convolution of an input of shape ``x`` (NCHW) into ``oc`` channels with a constant
     filter, then (as the frontend writes them; the inference passes fuse them) a per-channel bias,
     a residual addend of the result's shape and an activation (``relu``, ``sigmoid``, ``h_swish``,
     ``relu6``). ``groups == oc == x[1]`` is depthwise."""
     kk = _pair(k)
 
-    @example(_tag("conv2d", x, f"oc{oc}", f"k{kk[0]}x{kk[1]}", f"s{stride}", f"p{pad}", f"d{dil}",
-                  f"g{groups}", "bias" if bias else "", act, "residual" if residual else ""))  # fmt: skip
+    @example(
+        _tag(
+            "conv2d",
+            x,
+            f"oc{oc}",
+            f"k{kk[0]}x{kk[1]}",
+            f"s{stride}",
+            f"p{pad}",
+            f"d{dil}",
+            f"g{groups}",
+            "bias" if bias else "",
+            act,
+            "residual" if residual else "",
+        )
+    )
     def body(g: Graph) -> list[SSAValue]:
         src = g.input(x, scale)
-        y = g.op(T.ConvolutionOp, [src, _filter(g, x[1], oc, kk, groups)], **_conv_params(stride, pad, dil, groups))
+        y = g.op(
+            T.ConvolutionOp, [src, _filter(g, x[1], oc, kk, groups)], **_conv_params(stride, pad, dil, groups)
+        )
         if bias:
             y = g.elemwise("add", y, g.weight((1, oc, 1, 1)))
         if residual:
@@ -204,21 +242,39 @@ def conv_case(case: tuple[int, int, int, int, int, int, int, int, int, int, str]
     ``residual`` (a residual addend, then ReLU)."""
     n, ic, h, w, oc, k, stride, pad, dil, groups, epi = case
     act = {"none": "identity", "hswish": "h_swish", "residual": "relu"}.get(epi, epi)
-    return conv2d((n, ic, h, w), oc, k, stride=stride, pad=pad, dil=dil, groups=groups, act=act,
-                  residual=epi == "residual")  # fmt: skip
+    return conv2d(
+        (n, ic, h, w),
+        oc,
+        k,
+        stride=stride,
+        pad=pad,
+        dil=dil,
+        groups=groups,
+        act=act,
+        residual=epi == "residual",
+    )
 
 
 def conv_chain(
-    x: Sequence[int], *layers: tuple[int, int, int, int, str], residual: bool = False,
+    x: Sequence[int],
+    *layers: tuple[int, int, int, int, str],
+    residual: bool = False,
     pool: tuple[str, int, int, int] | None = None,
-) -> Example:  # fmt: skip
+) -> Example:
     """Float32 convolutions one after another, each ``(oc, k, stride, groups, act)`` with a bias and
     "same" padding (``k // 2``), as MobileNetV2's inverted residual writes its expand 1x1, depthwise
     3x3 and project 1x1 (``groups == -1``: depthwise); ``residual`` adds the input to the last result;
     ``pool`` = ``(mode, window, stride, padding)`` pools it (in the convolutions' blocked layout)."""
 
-    @example(_tag("conv_chain", x, *[f"{oc}:k{k}s{s}g{g}{a}" for oc, k, s, g, a in layers],
-                  "residual" if residual else "", pool and "pool" + "_".join(map(str, pool))))  # fmt: skip
+    @example(
+        _tag(
+            "conv_chain",
+            x,
+            *[f"{oc}:k{k}s{s}g{g}{a}" for oc, k, s, g, a in layers],
+            "residual" if residual else "",
+            pool and "pool" + "_".join(map(str, pool)),
+        )
+    )
     def body(g: Graph) -> list[SSAValue]:
         src = y = g.input(x)
         c = x[1]
@@ -234,8 +290,14 @@ def conv_chain(
             y = g.elemwise("add", y, src)
         if pool is not None:
             mode, w, st, p = pool
-            y = g.op(T.PoolingOp, [y], mode=enums.PoolingMode[mode.upper()], window=(w, w), stride=(st, st),
-                     padding=(p, p))  # fmt: skip
+            y = g.op(
+                T.PoolingOp,
+                [y],
+                mode=enums.PoolingMode[mode.upper()],
+                window=(w, w),
+                stride=(st, st),
+                padding=(p, p),
+            )
         return [y]
 
     return body
@@ -267,9 +329,21 @@ def deconv2d(x: Sequence[int], oc: int, k: int, *, stride: int = 1, pad: int = 0
 
 
 def _q8_conv(
-    g: Graph, x: Sequence[int], oc: int, k: tuple[int, int], stride: Any, pad: Any, dil: Any, groups: int,
-    act: str, sx: float, sy: float, out: Attribute | None = None, x_scale: float = 2.0, ties: bool = False,
-) -> SSAValue:  # fmt: skip
+    g: Graph,
+    x: Sequence[int],
+    oc: int,
+    k: tuple[int, int],
+    stride: Any,
+    pad: Any,
+    dil: Any,
+    groups: int,
+    act: str,
+    sx: float,
+    sy: float,
+    out: Attribute | None = None,
+    x_scale: float = 2.0,
+    ties: bool = False,
+) -> SSAValue:
     shape = (oc, x[1], *k) if groups == 1 else (groups, oc // groups, x[1] // groups, *k)
     if ties:
         # inputs on the grid of sx, small integer weights at scale 1: requantized sums land on ties
@@ -282,7 +356,9 @@ def _q8_conv(
         w = (g.rng.standard_normal(shape) * 0.3).astype(np.float32)
         sw = float(np.abs(w).max()) / 127
         wq = np.clip(np.round(w / np.float32(sw)), -127, 127).astype(np.int8)
-        bq = np.round(g.rng.standard_normal((1, oc, 1, 1)) / float(np.float32(sx) * np.float32(sw))).astype(np.int32)
+        bq = np.round(g.rng.standard_normal((1, oc, 1, 1)) / float(np.float32(sx) * np.float32(sw))).astype(
+            np.int32
+        )
     sb = float(np.float32(sx) * np.float32(sw))
     return g.op(
         T.ConvBiasOp,
@@ -301,10 +377,22 @@ def _conv_shape(x: Sequence[int], oc: int, k: tuple[int, int], stride: Any, pad:
 
 
 def conv2d_q8(
-    x: Sequence[int], oc: int, k: int | Sequence[int], *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
-    groups: int = 1, act: str = "identity", sx: float = 1 / 40, sy: float = 0.05, out: str = "q8",
-    x_scale: float = 2.0, pool: tuple[str, int, int, int] | None = None, ties: bool = False,
-) -> Example:  # fmt: skip
+    x: Sequence[int],
+    oc: int,
+    k: int | Sequence[int],
+    *,
+    stride: Any = 1,
+    pad: Any = 0,
+    dil: Any = 1,
+    groups: int = 1,
+    act: str = "identity",
+    sx: float = 1 / 40,
+    sy: float = 0.05,
+    out: str = "q8",
+    x_scale: float = 2.0,
+    pool: tuple[str, int, int, int] | None = None,
+    ties: bool = False,
+) -> Example:
     """An int8 ``ConvBias`` (qint8 input at scale ``sx``, per-tensor qint8 filter, qint32 bias)
     with activation ``act`` into qint8 at ``sy`` (``out="f32"``: a float32 result; ``"q32"``: the
     accumulator), its result converted to float32. Inputs are ``x_scale`` standard deviations wide,
@@ -315,25 +403,53 @@ def conv2d_q8(
     if ties and sx == 1 / 40:
         sx = 1 / 16
 
-    @example(_tag("conv2d_q8", x, f"oc{oc}", f"k{kk[0]}x{kk[1]}", f"s{stride}", f"p{pad}", f"d{dil}",
-                  f"g{groups}", act, out, pool and "pool" + "_".join(map(str, pool)), "ties" if ties else "",
-                  f"sy{sy:g}" if sy != 0.05 else ""))  # fmt: skip
+    @example(
+        _tag(
+            "conv2d_q8",
+            x,
+            f"oc{oc}",
+            f"k{kk[0]}x{kk[1]}",
+            f"s{stride}",
+            f"p{pad}",
+            f"d{dil}",
+            f"g{groups}",
+            act,
+            out,
+            pool and "pool" + "_".join(map(str, pool)),
+            "ties" if ties else "",
+            f"sy{sy:g}" if sy != 0.05 else "",
+        )
+    )
     def body(g: Graph) -> list[SSAValue]:
         sw_out = {"q8": None, "f32": F32}.get(out)
         y = _q8_conv(g, x, oc, kk, stride, pad, dil, groups, act, sx, sy, sw_out, x_scale, ties)
         if pool is not None:
             mode, w, st, p = pool
-            y = g.op(T.PoolingOp, [y], mode=enums.PoolingMode[mode.upper()], window=(w, w), stride=(st, st),
-                     padding=(p, p))  # fmt: skip
+            y = g.op(
+                T.PoolingOp,
+                [y],
+                mode=enums.PoolingMode[mode.upper()],
+                window=(w, w),
+                stride=(st, st),
+                padding=(p, p),
+            )
         return [y if out == "f32" else g.cvt(y, F32)]
 
     return body
 
 
 def relu6_island(
-    x: Sequence[int], oc: int, k: int, *, stride: int = 1, pad: int = 0, groups: int = 1,
-    sx: float = 1 / 40, sy: float = 0.05, sz: float = 0.03,
-) -> Example:  # fmt: skip
+    x: Sequence[int],
+    oc: int,
+    k: int,
+    *,
+    stride: int = 1,
+    pad: int = 0,
+    groups: int = 1,
+    sx: float = 1 / 40,
+    sy: float = 0.05,
+    sz: float = 0.03,
+) -> Example:
     """An int8 convolution, then the float island post-training quantization leaves around a RELU6
     (``typecvt`` to float32, ``relu6``, ``typecvt`` to qint8 at ``sz``)."""
 
@@ -357,16 +473,35 @@ def q8_stem_relu6(x: Sequence[int], oc: int, k: int = 3, *, stride: int = 2, pad
 
 
 def matmul(
-    m: int, k: int, n: int, *, ta: bool = False, tb: bool = False, const_b: bool = True, batch: int = 0,
-    bias: bool = False, act: str = "identity", residual: bool = False,
-) -> Example:  # fmt: skip
+    m: int,
+    k: int,
+    n: int,
+    *,
+    ta: bool = False,
+    tb: bool = False,
+    const_b: bool = True,
+    batch: int = 0,
+    bias: bool = False,
+    act: str = "identity",
+    residual: bool = False,
+) -> Example:
     """A float32 ``(m x k) @ (k x n)`` (stored transposed with ``ta`` / ``tb``), ``b`` a constant
     unless ``const_b`` is False, batched over ``batch`` when nonzero; a column bias, a residual addend
     and an activation after it when asked."""
 
-    @example(_tag("matmul", f"b{batch}" if batch else "", f"{m}x{k}x{n}", "ta" if ta else "",
-                  "tb" if tb else "", "" if const_b else "runtime_b", "bias" if bias else "",
-                  "residual" if residual else "", act))  # fmt: skip
+    @example(
+        _tag(
+            "matmul",
+            f"b{batch}" if batch else "",
+            f"{m}x{k}x{n}",
+            "ta" if ta else "",
+            "tb" if tb else "",
+            "" if const_b else "runtime_b",
+            "bias" if bias else "",
+            "residual" if residual else "",
+            act,
+        )
+    )
     def body(g: Graph) -> list[SSAValue]:
         lead = (batch,) if batch else ()
         a = g.input((*lead, *((k, m) if ta else (m, k))))
@@ -399,7 +534,9 @@ def matmul_q8(m: int, k: int, n: int, *, tb: bool = False, sx: float = 1 / 40, s
     return body
 
 
-def matmul_q8_const(m: int, k: int, n: int, *, tb: bool = False, sx: float = 1 / 40, sy: float = 0.5) -> Example:
+def matmul_q8_const(
+    m: int, k: int, n: int, *, tb: bool = False, sx: float = 1 / 40, sy: float = 0.5
+) -> Example:
     """An int8 matrix product with a constant qint8 right operand (a Linear layer's weight, stored
     ``(n, k)`` with ``tb``): its int32 accumulators and them requantized to qint8 at ``sy``, both as
     float32."""
@@ -418,15 +555,23 @@ def matmul_q8_const(m: int, k: int, n: int, *, tb: bool = False, sx: float = 1 /
 # Pooling
 
 
-def pool2d(x: Sequence[int], mode: str, window: int, stride: int, pad: int = 0, *, dtype: str = "f32") -> Example:
+def pool2d(
+    x: Sequence[int], mode: str, window: int, stride: int, pad: int = 0, *, dtype: str = "f32"
+) -> Example:
     """``Pooling`` (``max``, ``average``, ``average_count_exclude_padding``) of an NCHW input
     (``dtype`` ``q8``: quantized at 1/40 and back; ``i32``: integers)."""
 
     @example(_tag("pool2d", dtype, mode, x, f"w{window}", f"s{stride}", f"p{pad}"))
     def body(g: Graph) -> list[SSAValue]:
         src = _typed_input(g, x, dtype)
-        y = g.op(T.PoolingOp, [src], mode=enums.PoolingMode[mode.upper()], window=(window, window),
-                 stride=(stride, stride), padding=(pad, pad))  # fmt: skip
+        y = g.op(
+            T.PoolingOp,
+            [src],
+            mode=enums.PoolingMode[mode.upper()],
+            window=(window, window),
+            stride=(stride, stride),
+            padding=(pad, pad),
+        )
         return [_typed_output(g, y, dtype)]
 
     return body
@@ -505,10 +650,19 @@ def typecvt(shape: Sequence[int], src: str, dst: str) -> Example:
     @example(_tag("typecvt", src, "to", dst, shape))
     def body(g: Graph) -> list[SSAValue]:
         x = _typed_input(g, shape, src)
-        target = {"f32": F32, "f16": F16, "q8": q8(0.05), "u8": u8(0.05, 120), "q32": q32(0.01),
-                  "i32": I32, "i16": element_type("int16"), "i8": element_type("int8"),
-                  "ui8": element_type("uint8"), "ui16": element_type("uint16"),
-                  "b1": element_type("bool")}[dst]  # fmt: skip
+        target = {
+            "f32": F32,
+            "f16": F16,
+            "q8": q8(0.05),
+            "u8": u8(0.05, 120),
+            "q32": q32(0.01),
+            "i32": I32,
+            "i16": element_type("int16"),
+            "i8": element_type("int8"),
+            "ui8": element_type("uint8"),
+            "ui16": element_type("uint16"),
+            "b1": element_type("bool"),
+        }[dst]
         return [_typed_output(g, g.cvt(x, target), dst)]
 
     return body
@@ -521,7 +675,9 @@ def typecvt(shape: Sequence[int], src: str, dst: str) -> Example:
 def reduce(shape: Sequence[int], mode: str, axis: int, *, dtype: str = "f32") -> Example:
     @example(_tag("reduce", dtype, mode, shape, f"axis{axis}"))
     def body(g: Graph) -> list[SSAValue]:
-        return [g.op(T.ReduceOp, [_typed_input(g, shape, dtype)], mode=enums.ReduceMode[mode.upper()], axis=axis)]
+        return [
+            g.op(T.ReduceOp, [_typed_input(g, shape, dtype)], mode=enums.ReduceMode[mode.upper()], axis=axis)
+        ]
 
     return body
 
@@ -567,7 +723,9 @@ def broadcast(shape: Sequence[int], out: Sequence[int]) -> Example:
     return body
 
 
-def subtensor(shape: Sequence[int], slices: Sequence[tuple[int, int, int, int]], *, dtype: str = "f32") -> Example:
+def subtensor(
+    shape: Sequence[int], slices: Sequence[tuple[int, int, int, int]], *, dtype: str = "f32"
+) -> Example:
     """A strided slice: ``slices`` holds ``(axis, start, stop, step)`` per sliced axis."""
 
     @example(_tag("subtensor", dtype, shape, *slices))
@@ -580,13 +738,17 @@ def subtensor(shape: Sequence[int], slices: Sequence[tuple[int, int, int, int]],
 
 def _slice_params(slices: Sequence[tuple[int, int, int, int]]) -> dict[str, Any]:
     return {
-        "axes": tuple(s[0] for s in slices), "starts": tuple(s[1] for s in slices),
-        "stops": tuple(s[2] for s in slices), "steps": tuple(s[3] for s in slices),
+        "axes": tuple(s[0] for s in slices),
+        "starts": tuple(s[1] for s in slices),
+        "stops": tuple(s[2] for s in slices),
+        "steps": tuple(s[3] for s in slices),
         "drop": tuple(0 for _ in slices),
-    }  # fmt: skip
+    }
 
 
-def modify_subtensor(shape: Sequence[int], slices: Sequence[tuple[int, int, int, int]], *, incr: bool) -> Example:
+def modify_subtensor(
+    shape: Sequence[int], slices: Sequence[tuple[int, int, int, int]], *, incr: bool
+) -> Example:
     @example(_tag("incr_subtensor" if incr else "set_subtensor", shape, *slices))
     def body(g: Graph) -> list[SSAValue]:
         src = g.input(shape)
@@ -630,12 +792,25 @@ def linspace(start: float, stop: float, num: int, *, endpoint: bool = True) -> E
     return body
 
 
-def pad(shape: Sequence[int], front: Sequence[int], back: Sequence[int], mode: str = "constant",
-        value: float = 0.0) -> Example:  # fmt: skip
+def pad(
+    shape: Sequence[int],
+    front: Sequence[int],
+    back: Sequence[int],
+    mode: str = "constant",
+    value: float = 0.0,
+) -> Example:
     @example(_tag("pad", mode, shape, tuple(front), tuple(back)))
     def body(g: Graph) -> list[SSAValue]:
-        return [g.op(T.PaddingOp, [g.input(shape)], front=tuple(front), back=tuple(back),
-                     mode=enums.PaddingMode[mode.upper()], value=value)]  # fmt: skip
+        return [
+            g.op(
+                T.PaddingOp,
+                [g.input(shape)],
+                front=tuple(front),
+                back=tuple(back),
+                mode=enums.PaddingMode[mode.upper()],
+                value=value,
+            )
+        ]
 
     return body
 
@@ -643,8 +818,14 @@ def pad(shape: Sequence[int], front: Sequence[int], back: Sequence[int], mode: s
 def resize(shape: Sequence[int], out: Sequence[int], mode: str = "linear") -> Example:
     @example(_tag("resize", mode, shape, "to", tuple(out)))
     def body(g: Graph) -> list[SSAValue]:
-        return [g.op(T.ResizeOp, [g.input(shape)], out_shape=tuple(out),
-                     imode=enums.InterpolationMode[mode.upper()])]  # fmt: skip
+        return [
+            g.op(
+                T.ResizeOp,
+                [g.input(shape)],
+                out_shape=tuple(out),
+                imode=enums.InterpolationMode[mode.upper()],
+            )
+        ]
 
     return body
 
@@ -683,10 +864,19 @@ def arg_reduce(shape: Sequence[int], axis: int, *, largest: bool = True) -> Exam
     return body
 
 
-def cumsum(shape: Sequence[int], axis: int, *, exclusive: bool = False, reverse: bool = False,
-           dtype: str = "f32") -> Example:  # fmt: skip
-    @example(_tag("cumsum", dtype, shape, f"axis{axis}", "exclusive" if exclusive else "",
-                  "reverse" if reverse else ""))  # fmt: skip
+def cumsum(
+    shape: Sequence[int], axis: int, *, exclusive: bool = False, reverse: bool = False, dtype: str = "f32"
+) -> Example:
+    @example(
+        _tag(
+            "cumsum",
+            dtype,
+            shape,
+            f"axis{axis}",
+            "exclusive" if exclusive else "",
+            "reverse" if reverse else "",
+        )
+    )
     def body(g: Graph) -> list[SSAValue]:
         src = _typed_input(g, shape, dtype)
         return [g.op(T.CumsumOp, [src], axis=axis, exclusive=exclusive, reverse=reverse)]

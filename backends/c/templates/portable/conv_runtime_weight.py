@@ -29,7 +29,10 @@ class ConvRuntimeWeight(Template):
     family = "conv2d_runtime_weight"
     ops = (T.ConvolutionOp,)
     priority = 10
-    examples = (E.conv2d_runtime_weight((1, 3, 7, 6), (5, 3, 3, 3), pad=1), E.conv2d_runtime_weight((2, 4, 5, 5), (3, 4, 1, 1), stride=2))
+    examples = (
+        E.conv2d_runtime_weight((1, 3, 7, 6), (5, 3, 3, 3), pad=1),
+        E.conv2d_runtime_weight((2, 4, 5, 5), (3, 4, 1, 1), stride=2),
+    )
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ConvolutionOp)

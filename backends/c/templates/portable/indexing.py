@@ -215,7 +215,11 @@ class Indexing(Template):
     incremented by (incr) ``value``. First the source offset of each index position (the workspace:
     one ``long`` per position, indices wrapped and clamped), then per leading non-indexed position
     (in parallel), per index position in order, per trailing position, one element moved or added."""
-    examples = (E.indexing((5, 4, 3), 0, 6), E.indexing((3, 7), 1, 4, kind="set"), E.indexing((6, 5), 0, 3, kind="incr"))
+    examples = (
+        E.indexing((5, 4, 3), 0, 6),
+        E.indexing((3, 7), 1, 4, kind="set"),
+        E.indexing((6, 5), 0, 3, kind="incr"),
+    )
 
     family = "indexing"
     ops = (T.IndexingMultiAxisVecOp, T.IndexingSetMultiAxisVecOp, T.IndexingIncrMultiAxisVecOp)

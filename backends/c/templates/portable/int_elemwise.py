@@ -177,7 +177,10 @@ class IntElemwise(Template):
 class IntMaxPool(Template):
     """Max pooling of plain NCHW integer tensors (the window's padding never wins: it is the
     type's smallest value, as in the reference)."""
-    examples = (E.pool2d((1, 3, 7, 8), "max", 3, 2, 1, dtype="i32"), E.pool2d((2, 2, 5, 5), "max", 2, 1, dtype="i16"))
+    examples = (
+        E.pool2d((1, 3, 7, 8), "max", 3, 2, 1, dtype="i32"),
+        E.pool2d((2, 2, 5, 5), "max", 2, 1, dtype="i16"),
+    )
 
     family = "pool2d_int"
     ops = (T.PoolingOp,)

@@ -453,7 +453,11 @@ class Cumsum(Template):
     after element in the reference's order (from the end with ``reverse``; stored before the add
     with ``exclusive``), so float results are the reference's bit for bit; int32 sums wrap around as
     numpy's do (added as unsigned: no signed overflow in C)."""
-    examples = (E.cumsum((3, 5, 4), 1), E.cumsum((7, 6), 0, exclusive=True, reverse=True), E.cumsum((5, 3), 1, dtype="i32"))
+    examples = (
+        E.cumsum((3, 5, 4), 1),
+        E.cumsum((7, 6), 0, exclusive=True, reverse=True),
+        E.cumsum((5, 3), 1, dtype="i32"),
+    )
 
     family = "cumsum"
     ops = (T.CumsumOp,)

@@ -304,7 +304,10 @@ class ElemwiseQ(Template):
 
 class Pool2dQ8(Template):
     """int8 max / average pooling, NCHW: integer window sums, averages rounded half away from zero."""
-    examples = (E.pool2d((1, 5, 9, 7), "max", 3, 2, 1, dtype="q8"), E.pool2d((2, 3, 6, 6), "average", 2, 2, dtype="q8"))
+    examples = (
+        E.pool2d((1, 5, 9, 7), "max", 3, 2, 1, dtype="q8"),
+        E.pool2d((2, 3, 6, 6), "average", 2, 2, dtype="q8"),
+    )
 
     family = "pool2d_q8"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)

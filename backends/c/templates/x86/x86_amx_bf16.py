@@ -491,7 +491,11 @@ static void {sym}({args}) {{
 class MatmulBf16Amx(_Tiles, Template):
     """float32 ``y = op(a) @ op(b)`` (batched too) on AMX-BF16 tiles, bias along the columns,
     residual and activation fused; a constant ``b`` is rounded and packed at compile time."""
-    examples = (E.matmul(5, 67, 37, bias=True, act="relu"), E.matmul(33, 32, 19, tb=True), E.matmul(4, 40, 9, batch=2, const_b=False))
+    examples = (
+        E.matmul(5, 67, 37, bias=True, act="relu"),
+        E.matmul(33, 32, 19, tb=True),
+        E.matmul(4, 40, 9, batch=2, const_b=False),
+    )
 
     family = "matmul_bf16_amx"
     isa = ISA

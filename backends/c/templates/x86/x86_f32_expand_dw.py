@@ -365,9 +365,13 @@ class ConvNchw88ExpandDw3x3Project(ConvNchw88ExpandDw3x3):
     buffer of one register block of rows."""
     # the three fuse where the expanded tensor reaches ``min_expanded_projected`` floats
     examples = (
-        E.conv_chain((1, 24, 28, 29), (96, 1, 1, 1, "relu6"), (96, 3, 1, -1, "relu6"), (24, 1, 1, 1, "identity"),
-                     residual=True),  # fmt: skip
-        E.conv_chain((2, 16, 18, 16), (256, 1, 1, 1, "relu"), (256, 3, 2, -1, "identity"), (40, 1, 1, 1, "identity")),
+        E.conv_chain(
+            (1, 24, 28, 29), (96, 1, 1, 1, "relu6"), (96, 3, 1, -1, "relu6"), (24, 1, 1, 1, "identity"),
+            residual=True,
+        ),
+        E.conv_chain(
+            (2, 16, 18, 16), (256, 1, 1, 1, "relu"), (256, 3, 2, -1, "identity"), (40, 1, 1, 1, "identity")
+        ),
     )
 
     family = "conv2d_nchw88_expand_dw3x3_project"

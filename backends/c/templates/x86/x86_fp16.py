@@ -666,7 +666,11 @@ class ConvDepthwiseF16(ConvUnitF16):
 
 class PoolF16(Template):
     """``pool2d_f16``: NCHW float16 max / average pooling, 32 output columns per vector (module doc)."""
-    examples = (E.pool2d((1, 13, 9, 11), "max", 3, 2, 1), E.pool2d((2, 5, 8, 7), "average", 2, 2), E.adaptive_pool2d((1, 9, 7, 7), "average", (1, 1)))
+    examples = (
+        E.pool2d((1, 13, 9, 11), "max", 3, 2, 1),
+        E.pool2d((2, 5, 8, 7), "average", 2, 2),
+        E.adaptive_pool2d((1, 9, 7, 7), "average", (1, 1)),
+    )
 
     family = "pool2d_f16"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)

@@ -214,7 +214,10 @@ def winograd_tile(p: dict[str, Any], tiles: Sequence[int]) -> int | None:
 class ConvWinogradF16(ConvUnitF16):
     """``conv2d_winograd_f16``: dense 3x3 stride-1 NCHW float16 convolution by ``F(m x m, 3 x 3)``
     (module doc)."""
-    examples = (E.conv2d((1, 24, 9, 11), 32, 3, pad=1, residual=True), E.conv2d((2, 40, 14, 13), 56, 3, pad=1, act="relu"))
+    examples = (
+        E.conv2d((1, 24, 9, 11), 32, 3, pad=1, residual=True),
+        E.conv2d((2, 40, 14, 13), 56, 3, pad=1, act="relu"),
+    )
 
     family = "conv2d_winograd_f16"
     priority = 106  # ahead of conv2d_gemm_f16 (104) where winograd_tile says it wins

@@ -1033,7 +1033,10 @@ static void {sym}({_ptr_args(arity, 1)}) {{
 
 class MaxPoolQ8Vnni(Template):
     """int8 max pooling, NCHW, same dtype in and out: 16 output columns per vector (strides 1, 2)."""
-    examples = (E.pool2d((1, 13, 9, 11), "max", 3, 2, 1, dtype="q8"), E.pool2d((2, 5, 17, 18), "max", 2, 1, dtype="q8"))
+    examples = (
+        E.pool2d((1, 13, 9, 11), "max", 3, 2, 1, dtype="q8"),
+        E.pool2d((2, 5, 17, 18), "max", 2, 1, dtype="q8"),
+    )
 
     family = "pool2d_q8_x86"
     isa = ISA

@@ -158,7 +158,10 @@ class Conv2dQ8StemAmx(Template):
     ``FW <= 4`` taps, stride 1 or 2, no dilation or groups, an int8 result) on AMX tiles built in place;
     see the module docstring."""
     # a stem: an image's few channels, 16 or more output columns
-    examples = (E.conv2d_q8((1, 3, 19, 37), 16, 3, stride=2, pad=1), E.conv2d_q8((2, 3, 11, 35), 32, 4, stride=2, pad=1))
+    examples = (
+        E.conv2d_q8((1, 3, 19, 37), 16, 3, stride=2, pad=1),
+        E.conv2d_q8((2, 3, 11, 35), 32, 4, stride=2, pad=1),
+    )
 
     family = "conv2d_q8_stem"
     isa = AMX_ISA
