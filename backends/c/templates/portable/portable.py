@@ -453,10 +453,15 @@ class Cumsum(Template):
     after element in the reference's order (from the end with ``reverse``; stored before the add
     with ``exclusive``), so float results are the reference's bit for bit; int32 sums wrap around as
     numpy's do (added as unsigned: no signed overflow in C)."""
+    # every axis of a 4-D input, inclusive and exclusive, forward and reverse; int32
     examples = (
-        E.cumsum((3, 5, 4), 1),
+        E.cumsum((2, 5, 7, 3), 0),
+        E.cumsum((2, 5, 7, 3), 1, exclusive=True),
+        E.cumsum((2, 5, 7, 3), 2, reverse=True),
+        E.cumsum((2, 5, 7, 3), 3, exclusive=True, reverse=True),
         E.cumsum((7, 6), 0, exclusive=True, reverse=True),
-        E.cumsum((5, 3), 1, dtype="i32"),
+        E.cumsum((4, 21), 1, dtype="i32"),
+        E.cumsum((4, 21), 0, dtype="i32"),
     )
 
     family = "cumsum"
@@ -510,7 +515,7 @@ class IndexingOneHot(Template):
     outside ``[0, n)``, which MegEngine asserts against and the reference refuses, fails the run
     (``xm_index_error``: :class:`backends.c.build.RunError` naming the kernel) and gives NaN meanwhile,
     never a read out of bounds."""
-    examples = (E.one_hot((3, 5, 4), 1), E.one_hot((6, 7), 1))
+    examples = tuple(E.one_hot((2, 7, 5, 3), axis) for axis in range(4)) + (E.one_hot((6, 7), 1),)
 
     family = "indexing_one_hot"
     ops = (T.IndexingOneHotOp,)
