@@ -27,6 +27,22 @@ class StateDictError(XmgeError, KeyError, ValueError):
         return str(self.args[0])
 
 
+class HookHandler:
+    """What ``register_forward_hook`` / ``register_forward_pre_hook`` return: ``remove()`` (or calling
+    it) takes the hook off again."""
+
+    def __init__(self, hooks: list[Callable[..., Any]], hook: Callable[..., Any]) -> None:
+        self._hooks, self._hook = hooks, hook
+        hooks.append(hook)
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+    def __call__(self) -> None:
+        self.remove()
+
+
 class Module:
     """Base class of layers and models. Attributes that are Tensors, Modules, or lists/tuples/dicts of
     them are discovered by name, in sorted order, as MegEngine does."""
@@ -35,6 +51,7 @@ class Module:
         self.training = True
         self.name = name
         self._forward_hooks: list[Callable[..., Any]] = []
+        self._forward_pre_hooks: list[Callable[..., Any]] = []
         self._short_name: str | None = None
         self._full_name: str = ""
 
@@ -42,6 +59,10 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for pre_hook in list(vars(self).get("_forward_pre_hooks", ())):
+            modified = pre_hook(self, args)
+            if modified is not None:
+                args = modified if isinstance(modified, tuple) else (modified,)
         _scope.append(self._full_name)
         try:
             out = self.forward(*args, **kwargs)
@@ -53,9 +74,17 @@ class Module:
                 out = result
         return out
 
-    def register_forward_hook(self, hook: Callable[..., Any]) -> Callable[[], None]:
-        self._forward_hooks.append(hook)
-        return lambda: self._forward_hooks.remove(hook)
+    def register_forward_pre_hook(self, hook: Callable[..., Any]) -> HookHandler:
+        """``hook(module, inputs)`` runs before ``forward``; what it returns (if not None) replaces the
+        inputs (a non-tuple becomes a one-element tuple)."""
+        if "_forward_pre_hooks" not in vars(self):
+            self._forward_pre_hooks = []
+        return HookHandler(self._forward_pre_hooks, hook)
+
+    def register_forward_hook(self, hook: Callable[..., Any]) -> HookHandler:
+        """``hook(module, inputs, outputs)`` runs after ``forward``; what it returns (if not None)
+        replaces the outputs."""
+        return HookHandler(self._forward_hooks, hook)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
