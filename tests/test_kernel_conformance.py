@@ -26,7 +26,9 @@ from xdsl.dialects.builtin import ModuleOp
 import backends.c.examples as E
 from backends.c.build import build
 from backends.c.cross import EmulationWarning, toolchain_problem
-from backends.c.kernels import KERNELS
+from backends.c.kernels import KERNELS as C_KERNELS
+from backends.cuda.build import nvcc
+from backends.cuda.kernels import KERNELS as CUDA_KERNELS
 from backends.targets import parse_target, runs_here
 from compiler.driver.compile import CompiledModel, inference_passes, kernel_passes
 from dialects import kernel as K
@@ -57,7 +59,13 @@ TARGETS = (
     "arm+plain-c",
     "arm-nchw44+plain-c",
     "arm-nchw44-dot+plain-c",
+    "cuda",
+    "cuda-nchw4",
+    "cuda-nchw32",
+    "cuda-nchw64",
 )
+# each backend's registry: a unit is reached by the targets of its own backend only
+REGISTRIES = {"c": C_KERNELS, "cuda": CUDA_KERNELS}
 FAMILY = re.compile(r'= "(\w+)" \["(\w+)"\]')
 
 
@@ -94,8 +102,16 @@ def _built(ex: Example) -> tuple[ModuleOp, list[np.ndarray]]:
     return ex.build(np.random.default_rng(zlib.crc32(ex.name.encode())))
 
 
-def _key(u: KernelUnit) -> tuple[str, str]:
-    return (u.family, u.isa)
+def _backend(target: str) -> str:
+    return "cuda" if target.startswith("cuda") else "c"
+
+
+def _units() -> list[tuple[str, KernelUnit]]:
+    return [(name, u) for name, reg in REGISTRIES.items() for u in reg.units()]
+
+
+def _key(backend: str, u: KernelUnit) -> tuple[str, str, str]:
+    return (backend, u.family, u.isa)
 
 
 @dataclass
@@ -104,12 +120,14 @@ class Plan:
 
     runs: dict[str, list[Example]] = field(default_factory=dict)
     picked: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
-    tried: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    tried: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
-    def exercised(self) -> set[tuple[str, str]]:
-        """The units kernel-select picked for the examples that run."""
-        return {k for t, exs in self.runs.items() for ex in exs for k in self.picked[(ex.name, t)]}
+    def exercised(self) -> set[tuple[str, str, str]]:
+        """The units (backend, family, ISA) kernel-select picked for the examples that run."""
+        return {
+            (_backend(t), *k) for t, exs in self.runs.items() for ex in exs for k in self.picked[(ex.name, t)]
+        }
 
 
 @cache
@@ -122,9 +140,12 @@ def plan() -> Plan:
     """Each unit's examples go to the first target of :data:`TARGETS` that reaches the unit (its
     family's first unit on the target's ISAs) and whose kernel-select picks it for the example."""
     out = Plan(runs={t: [] for t in TARGETS})
-    for unit in KERNELS.units():
-        reaching = [t for t in TARGETS if KERNELS.first(unit.family, _target(t).isas) is unit]
-        out.tried[_key(unit)] = reaching
+    for backend, unit in _units():
+        registry = REGISTRIES[backend]
+        reaching = [
+            t for t in TARGETS if _backend(t) == backend and registry.first(unit.family, _target(t).isas) is unit
+        ]
+        out.tried[_key(backend, unit)] = reaching
         for ex in unit.examples:
             for t in reaching:
                 if (ex.name, t) not in out.picked:
@@ -136,7 +157,7 @@ def plan() -> Plan:
                             f"{ex.name} on {t}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
                         )
                         break
-                if _key(unit) in out.picked[(ex.name, t)]:
+                if (unit.family, unit.isa) in out.picked[(ex.name, t)]:
                     if ex not in out.runs[t]:
                         out.runs[t].append(ex)
                     break
@@ -147,7 +168,7 @@ def test_every_unit_declares_examples() -> None:
     """The registry refuses a unit without examples or a reason; this names them all at once."""
     missing = [
         missing_examples(u, "backends.c.examples")
-        for u in KERNELS.units()
+        for _, u in _units()
         if not u.examples and not u.examples_reason
     ]
     assert not missing, "\n".join(missing)
@@ -178,7 +199,7 @@ def test_example_names_are_distinct() -> None:
     """A name identifies one example (its seed and its line in a failure): two different examples
     under one name would hide one. Units of a family across ISAs share one tuple, which is fine."""
     seen: dict[str, Example] = {}
-    for u in KERNELS.units():
+    for _, u in _units():
         for ex in u.examples:
             other = seen.setdefault(ex.name, ex)
             assert other is ex or other.build.__code__ is ex.build.__code__, ex.name
@@ -189,11 +210,11 @@ def test_every_unit_is_exercised() -> None:
     p = plan()
     exercised = p.exercised()
     lines = []
-    for u in KERNELS.units():
-        if _key(u) in exercised or (u.examples_reason and not u.examples):
+    for backend, u in _units():
+        if _key(backend, u) in exercised or (u.examples_reason and not u.examples):
             continue
         cls = type(u)
-        reach = ", ".join(p.tried[_key(u)]) or "none"
+        reach = ", ".join(p.tried[_key(backend, u)]) or "none"
         names = "; ".join(ex.name for ex in u.examples) or "none"
         lines.append(
             f"kernel unit {u.family!r} on ISA {u.isa!r} ({cls.__module__}.{cls.__qualname__}) was never "
@@ -212,19 +233,21 @@ def test_every_example_is_accepted() -> None:
     """Each example is picked by one of the units declaring it on a target reaching that unit (an
     example no unit takes would test nothing, and its unit's edge would go unchecked)."""
     p = plan()
-    declared: dict[str, list[KernelUnit]] = {}
-    for u in KERNELS.units():
+    declared: dict[str, list[tuple[str, KernelUnit]]] = {}
+    for backend, u in _units():
         for ex in u.examples:
-            declared.setdefault(ex.name, []).append(u)
+            declared.setdefault(ex.name, []).append((backend, u))
     dead = []
     for name, units in declared.items():
-        if not any(_key(u) in p.picked.get((name, t), set()) for u in units for t in p.tried[_key(u)]):
+        if not any(
+            (u.family, u.isa) in p.picked.get((name, t), set()) for b, u in units for t in p.tried[_key(b, u)]
+        ):
             where = "; ".join(
                 f"{t}: "
                 + (", ".join(f"{f} [{i}]" for f, i in sorted(p.picked.get((name, t), set()))) or "error")
-                for t in dict.fromkeys(t for u in units for t in p.tried[_key(u)])
+                for t in dict.fromkeys(t for b, u in units for t in p.tried[_key(b, u)])
             )
-            owners = ", ".join(f"{u.family} [{u.isa}]" for u in units)
+            owners = ", ".join(f"{u.family} [{u.isa}] ({b})" for b, u in units)
             dead.append(
                 f"example {name!r} of {owners} is picked by none of them; kernel-select chose: {where}"
             )

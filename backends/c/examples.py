@@ -438,6 +438,36 @@ def conv2d_q8(
     return body
 
 
+def conv2d_q8_chain(x: Sequence[int], *layers: tuple[int, int, int], sx: float = 1 / 40) -> Example:
+    """int8 convolutions one after another, each ``(oc, k, stride)`` with "same" padding, a ReLU and
+    a qint8 result (at 0.05, then 0.1, ...), the last converted to float32: the layers a blocked
+    layout pass may give different layouts (and relayouts between them)."""
+
+    @example(_tag("conv2d_q8_chain", x, *[f"{oc}:k{k}s{s}" for oc, k, s in layers]))
+    def body(g: Graph) -> list[SSAValue]:
+        y = g.cvt(g.input(x, 2.0), q8(sx))
+        c, s_in, shape = x[1], sx, list(x)
+        for i, (oc, k, stride) in enumerate(layers):
+            w = (g.rng.standard_normal((oc, c, k, k)) * 0.3).astype(np.float32)
+            sw = float(np.abs(w).max()) / 127
+            wq = np.clip(np.round(w / np.float32(sw)), -127, 127).astype(np.int8)
+            sb = float(np.float32(s_in) * np.float32(sw))
+            bq = np.round(g.rng.standard_normal((1, oc, 1, 1)) / sb).astype(np.int32)
+            shape = _conv_shape(shape, oc, (k, k), stride, k // 2, 1)
+            s_out = 0.05 * (i + 1)
+            y = g.op(
+                T.ConvBiasOp,
+                [y, g.const(wq, q8(sw)), g.const(bq, q32(sb))],
+                [TensorType(q8(s_out), shape)],
+                nonline_mode=enums.NonlineMode.RELU,
+                **_conv_params(stride, k // 2, 1, 1),
+            )
+            c, s_in = oc, s_out
+        return [g.cvt(y, F32)]
+
+    return body
+
+
 def relu6_island(
     x: Sequence[int],
     oc: int,
