@@ -1,10 +1,12 @@
-"""The per-unit conformance harness (XNNPACK's tester pattern): every C kernel unit declares a few
-small, odd-shaped example ops (``examples``, built with ``backends/c/examples.py``); here each example
-is lowered on the first harness target whose kernel-select picks the unit for it, the examples of one
-target are compiled into one library (one gcc run per target and test session, cached by content),
-run, and every output compared with the reference interpreter (``semantics``); the x86 ones once more
-under ASan/UBSan at -O1. A registered unit that no example makes kernel-select pick fails the run,
-naming the unit and what to add.
+"""The per-unit conformance harness (XNNPACK's tester pattern): every C and CUDA kernel unit declares a
+few small, odd-shaped example ops (``examples``, built with ``backends/c/examples.py``); here each
+example is lowered on the first harness target whose kernel-select picks the unit for it, the examples
+of one target are compiled into one library (one gcc run per target and test session, cached by
+content; CUDA in chunks of at most 64 inputs and outputs, its runtime's limit), run (AArch64 under
+qemu, CUDA through its CPU harness, an x86 extension this CPU lacks built only), and every output
+compared with the reference interpreter (``semantics``); the x86 ones once more under ASan/UBSan at
+-O1. A registered unit that no example makes kernel-select pick fails the run, naming the unit and
+what to add; so does an example none of its units accepts.
 
 Adding a kernel unit needs no test file: give it ``examples`` (or an ``examples_reason``) and, where
 no target below reaches its ISA, a target in :data:`TARGETS`.
@@ -62,7 +64,6 @@ TARGETS = (
     "cuda",
     "cuda-nchw4",
     "cuda-nchw32",
-    "cuda-nchw64",
 )
 # each backend's registry: a unit is reached by the targets of its own backend only
 REGISTRIES = {"c": C_KERNELS, "cuda": CUDA_KERNELS}
@@ -143,7 +144,9 @@ def plan() -> Plan:
     for backend, unit in _units():
         registry = REGISTRIES[backend]
         reaching = [
-            t for t in TARGETS if _backend(t) == backend and registry.first(unit.family, _target(t).isas) is unit
+            t
+            for t in TARGETS
+            if _backend(t) == backend and registry.first(unit.family, _target(t).isas) is unit
         ]
         out.tried[_key(backend, unit)] = reaching
         for ex in unit.examples:
@@ -262,16 +265,32 @@ def test_examples_lower_without_errors() -> None:
 # Running the examples
 
 
+# the CUDA runtime's limit on a model's inputs and outputs (the C runtime has none)
+CUDA_IO_LIMIT = 64
+Part = tuple[Example, ModuleOp, list[np.ndarray], slice]
+
+
 @cache
-def compiled(
-    target: str,
-) -> tuple[CompiledModel, list[np.ndarray], list[tuple[Example, ModuleOp, list[np.ndarray], slice]]]:
-    examples = plan().runs[target]
-    built = [_built(ex) for ex in examples]
-    module, inputs, slices = E.batch(built)
-    model = CompiledModel(_target(target), _lower(module, _target(target)), 1, {}, name="conformance")
-    parts = [(ex, m, ins, sl) for ex, (m, ins), sl in zip(examples, built, slices, strict=True)]
-    return model, inputs, parts
+def compiled(target: str) -> list[tuple[CompiledModel, list[np.ndarray], list[Part]]]:
+    """The target's examples as few libraries as the runtime allows (one for a C target)."""
+    chunks: list[list[Example]] = [[]]
+    ins = outs = 0
+    for ex in plan().runs[target]:
+        fn = _built(ex)[0].body.block.first_op
+        n_in, n_out = len(fn.function_type.inputs.data), len(fn.function_type.outputs.data)  # type: ignore[union-attr]
+        if _backend(target) == "cuda" and chunks[-1] and max(ins + n_in, outs + n_out) > CUDA_IO_LIMIT:
+            chunks.append([])
+            ins = outs = 0
+        chunks[-1].append(ex)
+        ins, outs = ins + n_in, outs + n_out
+    out = []
+    for examples in chunks:
+        built = [_built(ex) for ex in examples]
+        module, inputs, slices = E.batch(built)
+        model = CompiledModel(_target(target), _lower(module, _target(target)), 1, {}, name="conformance")
+        parts = [(ex, m, i, sl) for ex, (m, i), sl in zip(examples, built, slices, strict=True)]
+        out.append((model, inputs, parts))
+    return out
 
 
 def _tolerance(target: Target) -> float:
@@ -316,15 +335,18 @@ def _require_built(target: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 def test_examples_match_the_reference(target: str) -> None:
     """Every example placed on ``target``, in one library, against the reference interpreter (built
-    only, not run, where this CPU lacks the target's instructions)."""
+    only, not run, where this CPU lacks the target's instructions; CUDA compiled by nvcc where it is
+    installed and run through the CPU harness without a GPU)."""
     _require_built(target)
-    model, inputs, parts = compiled(target)
-    if not runs_here(model.target) and not model.emulated:
-        pytest.skip(f"built only: this CPU cannot run {target}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EmulationWarning)
-        got = model.run(inputs)
-    _compare(target, got, parts, "native run")
+    for model, inputs, parts in compiled(target):
+        if _backend(target) == "cuda":
+            assert (model.build.library is not None) == (nvcc() is not None), "nvcc built nothing"
+        if not runs_here(model.target) and not model.emulated:
+            pytest.skip(f"built only: this CPU cannot run {target}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EmulationWarning)
+            got = model.run(inputs)
+        _compare(target, got, parts, "the CPU harness" if _backend(target) == "cuda" else "native run")
 
 
 SANITIZED = [t for t in TARGETS if t.startswith("x86")]
@@ -336,11 +358,11 @@ def test_examples_under_sanitizers(target: str) -> None:
     """The same library built with ASan / UBSan at -O1 (the optimiser's view is the -O3 run's), run
     on two threads by the standalone runner."""
     _require_built(target)
-    model, inputs, parts = compiled(target)
-    if not runs_here(model.target):
-        pytest.skip(f"this CPU cannot run {target}")
-    cflags = ["-O1" if f.startswith("-O") else f for f in model.cflags]
-    artifact = build(model.source, cflags, sanitize=True)
-    shapes = [tuple(t.get_shape()) for t in model.output_types]
-    got = model.backend.run_runner(artifact, model.weights, inputs, shapes, threads=2)  # type: ignore[attr-defined]
-    _compare(target, got, parts, "ASan/UBSan -O1, 2 threads")
+    for model, inputs, parts in compiled(target):
+        if not runs_here(model.target):
+            pytest.skip(f"this CPU cannot run {target}")
+        cflags = ["-O1" if f.startswith("-O") else f for f in model.cflags]
+        artifact = build(model.source, cflags, sanitize=True)
+        shapes = [tuple(t.get_shape()) for t in model.output_types]
+        got = model.backend.run_runner(artifact, model.weights, inputs, shapes, threads=2)  # type: ignore[attr-defined]
+        _compare(target, got, parts, "ASan/UBSan -O1, 2 threads")
