@@ -308,13 +308,43 @@ class Module:
             t._reset(arr.astype(t.dtype))
 
     def __repr__(self) -> str:
-        lines = [f"{type(self).__name__}("]
-        for key, child in self.named_children():
-            lines.append(f"  ({key}): " + repr(child).replace("\n", "\n  "))
-        return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}({self._extra_repr()})"
+        """MegEngine's form: the class name, the one-line ``_module_info_string`` and the sub-modules
+        in the order they were assigned (containers expanded as ``name.key``)."""
+        info = self._module_info_string()
+        extra_lines = info.split("\n") if info else []
+        child_lines = [
+            f"({key}): " + repr(child).replace("\n", "\n  ")
+            for name, value in vars(self).items()
+            if not name.startswith("_")
+            for key, child in _expand_modules(name, value)
+        ]
+        text = type(self).__name__ + "("
+        if len(extra_lines) == 1 and not child_lines:
+            text += extra_lines[0]
+        elif extra_lines or child_lines:
+            text += "\n  " + "\n  ".join(extra_lines + child_lines) + "\n"
+        return text + ")"
+
+    def _module_info_string(self) -> str:
+        """The module's settings on one line, as MegEngine's ``repr`` shows them."""
+        return self._extra_repr()
 
     def _extra_repr(self) -> str:
         return ""
+
+
+def _expand_modules(prefix: str, value: Any) -> list[tuple[str, Module]]:
+    """(dotted key, module) for ``value`` and the modules inside its lists, tuples and dicts (dict
+    keys in sorted order), as MegEngine's ``_expand_structure``."""
+    if isinstance(value, Module):
+        return [(prefix, value)]
+    if isinstance(value, list | tuple):
+        items: Iterable[tuple[Any, Any]] = enumerate(value)
+    elif isinstance(value, dict):
+        items = ((k, value[k]) for k in sorted(value, key=str))
+    else:
+        return []
+    return [(f"{prefix}.{key}", m) for k, v in items for key, m in _expand_modules(str(k), v)]
 
 
 def _as_array(value: Any) -> np.ndarray:
