@@ -51,7 +51,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "backends/c/templates/arm/neon.py",
         "vget_high_s16(w01), x[1]);",
         "vget_high_s16(w01), x[2]);",
-        ("tests/test_arm_kernels.py", "tests/test_arm_int8_nchw44.py"),
+        ("tests/test_kernel_conformance.py", "tests/test_arm_kernels.py", "tests/test_arm_int8_nchw44.py"),
         "int8 NCHW44 kernel without dot product multiplies the wrong input channel",
     ),
     Mutation(
@@ -67,7 +67,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "backends/c/templates/portable/generic.py",
         "const int ihh = r * {sh} - {ph} + kh * {dh};",
         "const int ihh = r * {sh} - {ph} + kh * {dh} + ({sh} > 1);",
-        ("tests/test_codegen_depthwise.py", "tests/test_arm_kernels.py", "tests/test_arm_depthwise_nchw.py"),
+        ("tests/test_kernel_conformance.py", "tests/test_codegen_depthwise.py", "tests/test_arm_kernels.py"),
         "generic depthwise convolution reads one row too far down when strided",
     ),
     Mutation(

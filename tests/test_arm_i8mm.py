@@ -1,9 +1,9 @@
 """The ``smmla`` int8 kernels of ``backends/c/templates/arm/neon_i8mm.py`` (``arm-nchw44-dot-i8mm``)
-under ``qemu-aarch64 -cpu max``: bit-exact against the reference interpreter on odd shapes (channels
-4 mod 8, pixel counts that leave partial tiles and pairs, rows narrower than 4 pixels, stride 2,
-padding, dilation, batch 2, first layers with 3 input channels) and on rounding ties, and the
-instruction counts of a layer. The same packed-input GEMM on ``sdot`` (``arm-nchw44-dot``) runs the
-same cases."""
+under ``qemu-aarch64 -cpu max``: the target, the instruction counts of a layer, and the typecvt ends of
+an int8 network on NaN, infinities and ties. Their odd shapes on rounding ties (channels 4 mod 8,
+partial tiles and pairs, rows narrower than 4 pixels, stride 2, padding, dilation, batch 2, first
+layers of 1-3 channels; the sdot matmul) are the units' ``examples``, run bit-exact by
+tests/test_kernel_conformance.py on both the smmla and the sdot target."""
 
 from __future__ import annotations
 
@@ -77,64 +77,6 @@ def test_i8mm_target() -> None:
         parse_target("arm-nchw44-i8mm")
 
 
-# (batch, in channels, out channels, height, width, kernel, stride, padding, dilation, relu)
-DENSE = [
-    (1, 8, 8, 6, 6, 1, 1, 0, 1, False),  # one full pixel tile (36 = 3 x 12), quads only
-    (1, 12, 20, 5, 7, 3, 1, 1, 1, True),  # ic 4 mod 8, oc 4 mod 8, rows of 7: quads and pairs
-    (2, 16, 8, 9, 11, 3, 2, 1, 1, False),  # batch 2, stride 2 from the padded copy
-    (1, 4, 12, 7, 9, 1, 2, 0, 1, True),  # stride 2 without copy: pairs by lanes
-    (1, 8, 16, 2, 2, 3, 1, 1, 1, True),  # rows of 2 (the last ResNet stage's shape)
-    (1, 8, 8, 9, 9, 3, 1, 2, 2, False),  # dilation 2
-    (1, 20, 4, 3, 13, 5, 1, 2, 1, True),  # one output block: the 4-channel panel only
-]
-
-
-MMLA = (TARGET, '"conv2d_nchw44_mmla" ["i8mm"]')
-DOT_IM2COL = ("arm-nchw44-dot", '"conv2d_nchw44_dot_im2col" ["dot"]')
-
-
-@needs_toolchain
-@pytest.mark.parametrize("n, ic, oc, h, w, k, s, p, d, relu", DENSE)
-@pytest.mark.parametrize("target, family", [MMLA, DOT_IM2COL])
-def test_dense_exact(n: int, ic: int, oc: int, h: int, w: int, k: int, s: int, p: int, d: int,
-                     relu: bool, target: str, family: str) -> None:  # fmt: skip
-    def f(x: Tensor) -> Tensor:
-        xq = _conv(x.astype(D.qint8(S_X)), ic, 1, 1 / 8)  # NCHW44 from here on
-        return _conv(xq, oc, 2, 1 / 4, k, s, p, d, relu).astype("float32")
-
-    inputs = _inputs((n, 4, h, w), 3)
-    c = _compile(f, inputs, target)
-    if target != TARGET and (k, s, p) == (1, 1, 0):
-        family = '"conv2d_nchw44_dot_gemm" ["dot"]'  # already a GEMM over NCHW44 rows: no packing
-    assert family in c.ir("kernel-plan-memory")
-    _exact(c, inputs)
-
-
-# first layers: plain NCHW int8 input, 1-3 channels, 7x7/2 (ResNet), 3x3/2, 5x5/1, odd sizes
-FIRST = [
-    (1, 3, 16, 19, 17, 7, 2, 3),
-    (2, 3, 8, 9, 10, 3, 2, 1),
-    (1, 1, 12, 7, 5, 5, 1, 2),
-    (1, 2, 8, 6, 6, 3, 1, 0),
-]
-
-
-@needs_toolchain
-@pytest.mark.parametrize("n, ic, oc, h, w, k, s, p", FIRST)
-@pytest.mark.parametrize("target, family", [MMLA, DOT_IM2COL])
-def test_first_layer_exact(
-    n: int, ic: int, oc: int, h: int, w: int, k: int, s: int, p: int, target: str, family: str
-) -> None:
-    def f(x: Tensor) -> Tensor:
-        # two input channels: identity, the int32 bias in the accumulators
-        return _conv(x.astype(D.qint8(S_X)), oc, 4, 1 / 4, k, s, p, relu=ic != 2).astype("float32")
-
-    inputs = _inputs((n, ic, h, w), 5)
-    c = _compile(f, inputs, target)
-    assert family in c.ir("kernel-plan-memory")
-    _exact(c, inputs)
-
-
 def _kernel_instructions(c: CompiledModel, inputs: list[np.ndarray], prefix: str) -> int:
     with tempfile.TemporaryDirectory(prefix="xmge-test-i8mm-") as d:
         wpath, xpath = os.path.join(d, "w.bin"), os.path.join(d, "x.bin")
@@ -189,26 +131,4 @@ def test_typecvt_neon_exact(size: int) -> None:
     c = _compile(f, inputs)
     ir = c.ir("kernel-plan-memory")
     assert ir.count('"typecvt" ["neon"]') >= 3, ir
-    _exact(c, inputs)
-
-
-@needs_toolchain
-@pytest.mark.parametrize("m, n, k", [(1, 10, 512), (3, 7, 37), (2, 4, 16)])
-def test_matmul_q8_dot_exact(m: int, n: int, k: int) -> None:
-    """``a @ b^T`` int8 with sdot (rows of 4, K in 16-byte steps and a scalar rest): the int32
-    accumulators themselves, and requantized as a classifier head's."""
-    from compiler.core import apply
-    from dialects import tensor as T
-
-    rng = np.random.default_rng(k)
-    w = rng.integers(-127, 128, (n, k)).astype(np.float32)
-    wq = Tensor(quantize(w, D.qint8(1.0)), dtype=D.qint8(1.0))
-
-    def f(x: Tensor) -> tuple[Tensor, Tensor]:
-        (acc,) = apply(T.MatrixMulOp, [x.astype(D.qint8(S_X)), wq], label="linear", transpose_b=True)
-        return acc.astype("float32"), acc.astype(D.qint8(k / 4)).astype("float32")
-
-    inputs = [(rng.integers(-127, 128, (m, k)) * S_X).astype(np.float32)]
-    c = _compile(f, inputs, "arm-nchw44-dot")
-    assert '"matmul_q8" ["dot"]' in c.ir("kernel-plan-memory")
     _exact(c, inputs)

@@ -1,6 +1,7 @@
-"""The NEON int8 kernels of ``backends/c/templates/arm/neon_int8.py`` under qemu: exact against the
-reference on odd shapes and rounding ties, the residual add kept in NCHW44, and instruction budgets
-(qemu's count of what the emulated core executes) that fail if a kernel falls back to scalar code."""
+"""The NEON int8 kernels of ``backends/c/templates/arm/neon_int8.py`` under qemu: the residual add kept
+in NCHW44, and instruction budgets (qemu's count of what the emulated core executes) that fail if a
+kernel falls back to scalar code. Their odd shapes on rounding ties (pooling windows and strides,
+elementwise modes with a vector tail) are the units' ``examples`` (tests/test_kernel_conformance.py)."""
 
 from __future__ import annotations
 
@@ -63,38 +64,6 @@ def _families(c: CompiledModel) -> str:
 def _inputs(shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [(rng.integers(-40, 40, shape) * S_X).astype(np.float32)]
-
-
-# (height, width, window, stride, padding): stride 1 and 2 vector groups with edges, stride 3 edges only
-POOLS = [(7, 13, 3, 2, 1), (9, 20, 3, 1, 1), (8, 8, 2, 2, 0), (6, 11, 3, 3, 0), (5, 23, 5, 2, 2)]
-
-
-@pytest.mark.parametrize("h, w, k, s, p", POOLS)
-def test_max_pool_nchw44_q8_exact(h: int, w: int, k: int, s: int, p: int) -> None:
-    def f(x: Tensor) -> Tensor:
-        y = _conv(x.astype(D.qint8(S_X)), 8, 1, 1 / 8)
-        return F.max_pool2d(y, k, s, p).astype("float32")
-
-    inputs = _inputs((1, 4, h, w), 2)
-    c = _compile(f, inputs)
-    assert '"pool2d_nchw44_q8" ["neon"]' in _families(c)
-    _exact(c, inputs)
-
-
-@pytest.mark.parametrize("mode", ["qfuse_add_relu", "qadd", "qsub", "qmul"])
-def test_elemwise_q8_neon_exact_on_ties(mode: str) -> None:
-    # 4 x 5 x 7 = 140 elements: 8 vector steps and a 12-element tail
-    def f(x: Tensor) -> Tensor:
-        xq = x.astype(D.qint8(S_X))
-        a, b = _conv(xq, 4, 3, 1 / 8), _conv(xq, 4, 4, 1 / 8, relu=True)
-        out_scale = 1 / 4 if mode != "qmul" else 1 / 32
-        return F.quantized.elemwise_multi_type(a, b, mode=mode, dtype=D.qint8(out_scale)).astype("float32")
-
-    inputs = _inputs((1, 4, 5, 7), 5)
-    c = _compile(f, inputs)
-    ir = _families(c)
-    assert '"elemwise_q8_neon" ["neon"]' in ir
-    _exact(c, inputs)
 
 
 def test_residual_add_stays_nchw44() -> None:

@@ -1,6 +1,7 @@
 """The NEON one-row matmul (``backends/c/templates/arm/neon_matvec.py``) under qemu against the reference:
-column counts with and without a partial last panel, K not a multiple of 4, fused bias and ReLU,
-float16 models through ``kernel-widen-f16``; two-row products stay with the GEMM."""
+float16 models through ``kernel-widen-f16``; two-row products stay with the GEMM. Column counts with
+and without a partial last panel, K not a multiple of 4 and the fused epilogues are the unit's
+``examples`` (tests/test_kernel_conformance.py)."""
 
 from __future__ import annotations
 
@@ -45,21 +46,6 @@ def _check(c: CompiledModel, inputs: list, rtol: float) -> None:
         np.testing.assert_allclose(
             np.asarray(g, np.float32), w, rtol=rtol, atol=rtol * float(np.abs(w).max())
         )
-
-
-# (K, N, bias, relu): partial last panels (N % 32: 8, 5, 17), whole panels, K % 4 in 0..3
-CASES = [(1024, 1000, True, False), (1023, 64, True, True), (3, 5, False, False), (130, 49, False, True)]
-
-
-@pytest.mark.parametrize("k, n, bias, relu", CASES)
-def test_matvec_float32(k: int, n: int, bias: bool, relu: bool) -> None:
-    c, inputs = _compiled(1, k, n, bias, relu, "arm-nchw44")
-    ir = c.ir("kernel-plan-memory")
-    assert '"matmul_matvec" ["neon"]' in ir
-    # the bias and the ReLU are the kernel's epilogue, not kernels of their own
-    kernel = next(line for line in ir.splitlines() if '"matmul_matvec"' in line)
-    assert ("bias = 1" in kernel) == bias and ('act = "relu"' in kernel) == relu, kernel
-    _check(c, inputs, 1e-5)
 
 
 def test_matvec_float16_model() -> None:

@@ -1,11 +1,11 @@
 """The worked examples of docs/ARCHITECTURE.md's "How to add an op": MegEngine operators added end to
-end (dialect op, reference kernel checked against torch, portable C kernel on every x86 target, one
-ARM target and under ASan/UBSan, the ``.mge`` row, the frontend function, the gradient rule)."""
+end (dialect op, reference kernel checked against torch, the ``.mge`` row, the frontend function, the
+gradient rule). Their C kernels need no test here: the units' ``examples`` run on every target that
+reaches them, under ASan/UBSan too (tests/test_kernel_conformance.py)."""
 
 from __future__ import annotations
 
 import io
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +16,6 @@ import torch
 import compiler as xm
 import compiler.functional as F
 from backends.c.build import RunError
-from backends.c.cross import toolchain_problem
 from backends.mge import oprs
 from backends.mge import schema as S
 from backends.mge.container import parse_file
@@ -27,16 +26,10 @@ from backends.mge.serialize import serialize_v2
 from compiler import jit
 from compiler.autodiff import GradManager
 from compiler.core import apply
-from compiler.driver.compile import EmulationWarning
-from compiler.driver.targets import parse_target, runs_here
 from compiler.lite import Network
 from dialects import tensor as T
-from semantics import run_module
 from semantics.kernels import KERNELS, ResultSpec
 from tests.codegen_util import compile_fn, require
-
-X86 = ["x86-avx2", "x86-avx2-nchw88", "x86-avx512", "x86-avx512-nchw88"]
-ARM = "arm-nchw44"
 
 
 def _randn(*shape: int, seed: int = 0) -> np.ndarray:
@@ -52,21 +45,6 @@ def _dump_read_run(
     buf = io.BytesIO()
     traced.dump(buf, **dump)
     return buf.getvalue(), list(Network(buf.getvalue())(*inputs).values())
-
-
-def _compile_and_compare(
-    fn: Callable[..., Any], inputs: list[np.ndarray], target: str, sanitize: bool = False
-) -> None:
-    """Compile for ``target`` and compare every output with the reference interpreter (exactly: the
-    kernels repeat the reference's additions in its order)."""
-    compiled = compile_fn(fn, inputs, target)
-    want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EmulationWarning)
-        got = compiled.run_runner(inputs, sanitize=True) if sanitize else compiled.run(inputs)
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"output {i} ({target})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,41 +136,6 @@ def test_cumsum_negative_axis_in_a_file_is_normalised() -> None:
     np.testing.assert_array_equal(list(Network(data)(x).values())[0], np.cumsum(x, 2))
 
 
-@pytest.mark.parametrize("target", X86)
-def test_cumsum_c_kernel_x86(target: str) -> None:
-    require(target)
-    _compile_and_compare(_cumsum_model, _cumsum_inputs(), target)
-
-
-def test_cumsum_c_kernel_sanitized() -> None:
-    """The standalone runner (sanitized builds, qemu for ARM) passes float32 buffers only: the
-    float part."""
-    require("x86-avx2")
-    _compile_and_compare(_cumsum_model, _cumsum_inputs()[:1], "x86-avx2", sanitize=True)
-
-
-@pytest.mark.skipif(toolchain_problem() is not None, reason=f"ARM toolchain: {toolchain_problem()}")
-def test_cumsum_c_kernel_arm() -> None:
-    _compile_and_compare(_cumsum_model, _cumsum_inputs()[:1], ARM)
-
-
-def _cumsum_inputs() -> list[np.ndarray]:
-    return [_randn(2, 5, 7, 3), np.arange(-40, 44, dtype=np.int32).reshape(4, 21) * 100_000_000]
-
-
-def _cumsum_model(a: xm.Tensor, n: xm.Tensor | None = None) -> tuple[xm.Tensor, ...]:
-    outs = []
-    for axis in range(4):
-        for exclusive in (False, True):
-            for reverse in (False, True):
-                (y,) = apply(T.CumsumOp, [a], label="cumsum", axis=axis, exclusive=exclusive, reverse=reverse)
-                outs.append(y)
-    if n is not None:
-        outs.append(F.cumsum(n, 1))  # int32, wrapping around as numpy does
-        outs.append(F.cumsum(n, 0))
-    return tuple(outs)
-
-
 def test_cumsum_gradient_matches_torch() -> None:
     x = _randn(3, 6)
     g = _randn(3, 6, seed=1)
@@ -262,21 +205,6 @@ def test_indexing_one_hot_dump_reads_back(dump_format: str | None) -> None:
     assert "IndexingOneHot" not in oprs.REFUSED and "IndexingSetOneHot" in oprs.REFUSED
 
 
-def _one_hot_inputs() -> list[np.ndarray]:
-    x = _randn(2, 7, 5, 3)
-    return [x, *(_picks(x.shape, a, seed=a) for a in range(4))]
-
-
-def _one_hot_model(x: xm.Tensor, *picks: xm.Tensor) -> tuple[xm.Tensor, ...]:
-    return tuple(F.indexing_one_hot(x, i, axis=a, keepdims=True) for a, i in enumerate(picks))
-
-
-@pytest.mark.parametrize("target", X86)
-def test_indexing_one_hot_c_kernel_x86(target: str) -> None:
-    require(target)
-    _compile_and_compare(_one_hot_model, _one_hot_inputs(), target)
-
-
 def test_indexing_one_hot_c_kernel_out_of_range_fails_the_run() -> None:
     """An index the reference refuses fails the compiled run too, naming the kernel (issue 16: it was a
     silent NaN); the kernel never reads outside src, and the next run is clean."""
@@ -290,20 +218,6 @@ def test_indexing_one_hot_c_kernel_out_of_range_fails_the_run() -> None:
         compiled.run([x, np.array([4, -1], np.int32)])
     (got,) = compiled.run([x, np.array([3, 0], np.int32)])
     np.testing.assert_array_equal(got, [x[0, 3], x[1, 0]])
-
-
-@pytest.mark.skipif(toolchain_problem() is not None, reason=f"ARM toolchain: {toolchain_problem()}")
-def test_indexing_one_hot_c_kernel_arm_and_sanitized() -> None:
-    """The standalone runner (qemu, sanitizers) passes float32 buffers only: the indices are
-    constants of the model here."""
-    x, *picks = _one_hot_inputs()
-
-    def fn(a: xm.Tensor) -> tuple[xm.Tensor, ...]:
-        return _one_hot_model(a, *(xm.tensor(p) for p in picks))
-
-    _compile_and_compare(fn, [x], ARM)
-    if runs_here(parse_target("x86-avx2")):
-        _compile_and_compare(fn, [x], "x86-avx2", sanitize=True)
 
 
 def test_indexing_one_hot_gradient_matches_torch() -> None:

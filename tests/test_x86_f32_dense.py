@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.codegen_util import assert_threads_agree, check, check_sanitized
+from tests.codegen_util import assert_threads_agree, check
 from tests.test_codegen_conv import _conv_model
 
 TARGETS = ["x86-avx2-nchw88", "x86-avx512-nchw88"]
@@ -32,9 +32,3 @@ def test_dense_paths_match_reference_and_threads(target: str) -> None:
     assert source.count("static void conv2d_winograd_nchw88_f2_") == 1
     assert source.count("static void conv2d_winograd_nchw88_f4_") == 1
     assert_threads_agree(fn, inputs, target, one)
-
-
-def test_dense_paths_sanitized() -> None:
-    """The same kernels under ASan / UBSan (the standalone runner's sanitizer build)."""
-    fn, inputs = _conv_model(CASES, np.random.default_rng(24))
-    check_sanitized(check(fn, inputs, TARGETS[1], threads=2), inputs)

@@ -1,7 +1,8 @@
 """The float32 pointwise (1x1 stride-1) convolutions of the x86 NCHW88 targets on the shapes issue 14
 profiles (few input channels over many pixels, many channels over 7x7, input-channel chunks with
 partial sums, residual epilogues), batch 2, odd sizes and channel counts: against the reference,
-bit-identical on 1 and 2 threads, and once under ASan / UBSan. The AVX-512 micro-kernels' prefetch
+bit-identical on 1 and 2 threads (the same shapes run under ASan / UBSan as ``conv2d_nchw88``'s
+examples, tests/test_kernel_conformance.py). The AVX-512 micro-kernels' prefetch
 of the next chunk's filters is checked on the shapes that take it (1x1 at 14x14- and 7x7-like
 planes, strided 3x3, grouped) and one that does not, against the reference and PyTorch."""
 
@@ -36,11 +37,6 @@ def test_pointwise_match_reference_and_threads(target: str) -> None:
     one = check(fn, inputs, target)
     assert one.ir("c").count(DENSE_1X1) >= 4  # every case with whole 8-channel blocks is NCHW88
     assert_threads_agree(fn, inputs, target, one)
-
-
-def test_pointwise_sanitized() -> None:
-    fn, inputs = _conv_model(CASES, np.random.default_rng(42))
-    check_sanitized(check(fn, inputs, TARGETS[1], threads=2), inputs)
 
 
 # (n, ic, h, w, oc, k, stride, pad, groups, activation): the AVX-512 micro-kernels prefetch the

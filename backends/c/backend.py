@@ -132,7 +132,7 @@ class CBackendBase:
                 str(threads),
             ]
             for i, (x, (dt, shape)) in enumerate(zip(inputs, in_types, strict=True)):
-                a = np.ascontiguousarray(x, dtype=dt)
+                a = np.require(x, dt, "C")  # ascontiguousarray would make a 0-d input 1-d
                 if a.shape != shape:
                     raise BackendError(f"input {i} must have shape {shape}, got {a.shape}")
                 p = os.path.join(d, f"in{i}.bin")

@@ -97,5 +97,6 @@ KERNELS = KernelRegistry(
         *neon_fp16.KERNEL_UNITS,
         *neon_move.KERNEL_UNITS,
         *neon_winograd.KERNEL_UNITS,
-    )
+    ),
+    examples_from="backends.c.examples",
 )

@@ -16,12 +16,12 @@ accepts is a :class:`LoweringError` naming the op, its scope and every family tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from xdsl.dialects.builtin import StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from dialects import kernel as K
@@ -79,6 +79,17 @@ class EpilogueSupport:
 FULL_EPILOGUE = EpilogueSupport(bias="channels", residual=True, activations=frozenset(ACTIVATIONS))
 
 
+@dataclass(frozen=True)
+class Example:
+    """A small op a kernel unit must accept (XNNPACK's tester pattern): ``build(rng)`` returns a
+    one-function tensor-dialect module and its inputs. The conformance harness
+    (``tests/test_kernel_conformance.py``) compiles every unit's examples on a target that reaches the
+    unit, runs them and compares with ``semantics``; ``name`` says which example failed."""
+
+    name: str
+    build: Callable[[np.random.Generator], tuple[ModuleOp, list[np.ndarray]]]
+
+
 class KernelUnit:
     """One kernel family on one ISA. Subclasses set ``family``, ``ops`` and ``priority`` and implement
     :meth:`match` and :meth:`symbol` (and the backend's rendering). A unit whose kernel fuses an
@@ -97,6 +108,10 @@ class KernelUnit:
     # True for an elementwise unit (its params carry the elementwise ``mode``) whose calls
     # ``kernel-fuse-epilogue`` may fold into the kernel producing their operand
     epilogue_consumer: ClassVar[bool] = False
+    # the ops the conformance harness runs this unit on (kernel-select must pick the unit for at
+    # least one of them); a unit without examples says why in ``examples_reason``
+    examples: ClassVar[tuple[Example, ...]] = ()
+    examples_reason: ClassVar[str | None] = None
 
     def epilogue(self, element: str) -> EpilogueSupport | None:
         """What this unit's kernel can fuse into a result of element type ``element``, or None."""
@@ -120,15 +135,18 @@ class KernelUnit:
 
 
 class KernelRegistry:
-    """Every kernel unit of one backend."""
+    """Every kernel unit of one backend. With ``examples_from`` (the backend's example builders, a
+    module path named in the error), every unit must declare ``examples`` or an ``examples_reason``."""
 
-    def __init__(self, units: Iterable[KernelUnit]) -> None:
+    def __init__(self, units: Iterable[KernelUnit], *, examples_from: str | None = None) -> None:
         self._units: dict[tuple[str, str], KernelUnit] = {}
         families: dict[str, KernelUnit] = {}
         for u in units:
             key = (u.family, u.isa)
             if key in self._units:
                 raise KernelRegistryError(f"two kernel units for family {u.family!r} on ISA {u.isa!r}")
+            if examples_from is not None and not u.examples and not u.examples_reason:
+                raise KernelRegistryError(missing_examples(u, examples_from))
             self._units[key] = u
             first = families.setdefault(u.family, u)
             if (first.ops, first.priority) != (u.ops, u.priority):
@@ -194,6 +212,18 @@ class KernelRegistry:
         if u is None:
             raise LoweringError(f"no kernel unit for family {d.family.data!r} on ISA {d.isa.data!r}")
         return u
+
+
+def missing_examples(u: KernelUnit, examples_from: str) -> str:
+    """What a unit without examples must add, in one line."""
+    cls = type(u)
+    return (
+        f"kernel unit {u.family!r} on ISA {u.isa!r} ({cls.__module__}.{cls.__qualname__}) declares no "
+        f"examples: add a class attribute `examples = (E.<builder>(...),)` with `import {examples_from} "
+        f"as E` (a few small, odd-shaped ops its match() accepts; the conformance harness "
+        f"tests/test_kernel_conformance.py runs them against semantics/), or `examples_reason = "
+        f'"why it cannot have any"`'
+    )
 
 
 # ----------------------------------------------------------------------------------------------

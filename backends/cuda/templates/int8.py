@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.match import acc_scale, code, dtype_key, pool_geometry, qparams, requant_params
 from backends.c.templates import conv_sym, plane_sym, sym_join
 from backends.c.templates.portable import requant
@@ -83,6 +84,11 @@ class ConvBlockedQ8(CudaRender, KernelUnit):
     isa = "dp4a"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
     priority = 200
+    examples = (
+        E.conv2d_q8((1, 8, 9, 11), 12, 3, pad=1, act="relu"),
+        E.conv2d_q8((2, 4, 7, 6), 8, 1, stride=2),
+        E.conv2d_q8((1, 16, 7, 7), 8, 3, pad=2, dil=2),
+    )
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ConvolutionOp | T.ConvBiasOp)
@@ -236,6 +242,10 @@ class ConvNchw32Mma(ConvBlockedQ8):
     stages a 16 pixel x 16 channel tile of the input and a 16 channel x 16 output channel tile of
     the filter in shared memory (zeros outside the image), multiplies them with WMMA into int32
     accumulators, and finally runs the reference's epilogue from shared memory."""
+    examples = (
+        E.conv2d_q8((1, 32, 9, 11), 64, 3, pad=1, act="relu"),
+        E.conv2d_q8((2, 64, 7, 6), 32, 1, stride=2),
+    )
 
     family = "conv2d_nchw32_mma"
     isa = "mma"
@@ -313,6 +323,10 @@ static void {sym}({launcher}) {{
 class PoolBlockedQ8(CudaRender, KernelUnit):
     """int8 max / average pooling in any blocked activation layout (integer window sums, averages
     rounded half away from zero, as the NCHW kernel)."""
+    examples = (
+        E.conv2d_q8((1, 8, 9, 11), 8, 1, pool=("max", 3, 2, 1)),
+        E.conv2d_q8((2, 4, 7, 6), 12, 3, pad=1, pool=("average", 2, 2, 0)),
+    )
 
     family = "pool2d_blocked_q8"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)
@@ -369,6 +383,8 @@ class PoolBlockedQ8(CudaRender, KernelUnit):
 class RelayoutBlocked(CudaRender, KernelUnit):
     """Between two blocked layouts (NCHW4 -> NCHW32 / CHWN4 / NCHW64, and back), through the logical
     index: one thread per element of the destination, zero where the source has no such channel."""
+    # a first layer in NCHW4, the next ones in NCHW32: relayouts between the two blocked layouts
+    examples = (E.conv2d_q8_chain((1, 4, 9, 11), (32, 3, 1), (64, 3, 2)),)
 
     family = "relayout_blocked"
     ops = (L.RelayoutOp,)

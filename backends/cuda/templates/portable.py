@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import conv_common
 from backends.c.templates import conv_sym, epilogue_sym
 from backends.c.templates import strided_index as linear
@@ -123,6 +124,12 @@ def _conv_taps(p: dict[str, Any], elem: str, acc_decl: str, multiply_add: Callab
 class ConvDirect(CudaRender, KernelUnit):
     """``conv2d_gemm`` on CUDA: dense or grouped NCHW float32 convolution, one thread per output,
     filters as given (OIHW; a true convolution's filter flipped by the shared rule)."""
+    examples = (
+        E.conv2d((1, 13, 9, 11), 19, 3, pad=1, act="relu"),
+        E.conv2d((2, 6, 7, 5), 10, 1, stride=2, residual=True),
+        E.conv2d((1, 12, 6, 7), 9, 3, pad=1, groups=3, act="sigmoid"),
+        E.conv2d((1, 4, 9, 9), 5, 3, pad=2, dil=2, act="h_swish"),
+    )
 
     family = "conv2d_gemm"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
@@ -168,6 +175,12 @@ class ConvDepthwise(CudaRender, generic.ConvDepthwise):
 
 class Matmul(CudaRender, KernelUnit):
     """``matmul_gemm`` on CUDA: (batched) ``op(a) @ op(b)``, float32, fused epilogue along N."""
+    examples = (
+        E.matmul(5, 17, 9, tb=True),
+        E.matmul(13, 7, 21, bias=True, act="relu"),
+        E.matmul(6, 11, 3, ta=True, const_b=False),
+        E.matmul(4, 9, 6, batch=3, const_b=False),
+    )
 
     family = "matmul_gemm"
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.match import (
     ACT,
     acc_scale,
@@ -381,6 +382,16 @@ def nchw44_int8(op: Operation, isa: str, dot: bool) -> Lowered | None:
 
 class ConvNchw44(Template):
     """Direct NCHW44 convolution; ``kind`` is ``float``, ``dot`` or ``q8`` (see the module doc)."""
+    examples = (
+        E.conv2d((1, 8, 9, 11), 12, 3, pad=1, act="relu"),
+        E.conv2d((2, 4, 7, 6), 8, 3, stride=2, pad=1, residual=True),
+        E.conv2d((1, 8, 7, 7), 8, 3, pad=2, dil=2, groups=2),
+        E.conv2d_q8((1, 8, 9, 11), 12, 3, pad=1, act="relu"),
+        E.conv2d_q8((2, 4, 7, 6), 8, 1, stride=2),
+        E.conv2d_q8((1, 8, 9, 7), 8, 3, pad=1, groups=8),
+        E.conv2d_q8((1, 16, 7, 7), 8, 3, pad=1, groups=2),
+        E.conv2d_q8((1, 8, 9, 9), 12, 3, pad=2, dil=2),
+    )
 
     FAMILIES = {"float": "conv2d_nchw44", "dot": "conv2d_nchw44_dot", "q8": "conv2d_nchw44_q8"}
     # the filter layout and element type decide which kind serves; int8 tries dot products first
@@ -652,6 +663,10 @@ static void {sym}({conv_args(p)}) {{
 
 class PoolNchw44(Template):
     """Max / average pooling of NCHW44 activations, 4 channels per vector (float32, float16, int8)."""
+    examples = (
+        E.conv_chain((1, 4, 9, 11), (8, 1, 1, 1, "relu"), pool=("max", 3, 2, 1)),
+        E.conv_chain((2, 4, 7, 6), (4, 3, 1, 1, "identity"), pool=("average", 2, 2, 0)),
+    )
 
     family = "pool2d_nchw44"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import backends.c.examples as E
 from backends.c.templates import sym_join
 from backends.c.templates.arm.neon import STORAGE, FloatConvNchw44, conv_args
 from dialects import tensor as T
@@ -77,6 +78,11 @@ VECS = {"f32": F32, "f16": F16}
 
 class ConvDepthwise3x3Nchw44(FloatConvNchw44):
     """``conv2d_nchw44_dw3x3``: channel-wise 3x3 NCHW44 convolution, stride 1 or 2 (see the module doc)."""
+    examples = (
+        E.conv2d((1, 8, 13, 11), 8, 3, pad=1, groups=8, act="relu"),
+        E.conv2d((2, 12, 11, 14), 12, 3, stride=2, pad=1, groups=12),
+        E.conv2d((1, 4, 9, 7), 4, 3, groups=4, act="relu6"),
+    )
 
     family = "conv2d_nchw44_dw3x3"
     ops = (T.ConvolutionOp, T.ConvBiasOp)

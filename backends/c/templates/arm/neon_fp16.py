@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import code, pool_geometry, same_type
 from backends.c.templates import Template, plane_sym, strided_index, sym_join, window_taps
 from backends.c.templates.arm.neon import pool_planes
@@ -75,6 +76,12 @@ static inline float16x4_t xm_hswish_f16(float16x4_t a) {
 
 class ElemwiseF16(Template):
     """``elemwise_f16``: float16 elementwise ops along a contiguous innermost dimension (module doc)."""
+    examples = (
+        E.elemwise("add", (2, 13, 9, 11), (2, 13, 9, 11)),
+        E.elemwise("mul", (3, 37), (1, 37)),
+        E.elemwise("relu", (5, 19)),
+        E.elemwise("h_swish", (4, 33)),
+    )
 
     family = "elemwise_f16"
     epilogue_consumer = True
@@ -146,6 +153,10 @@ class ElemwiseF16(Template):
 
 class PoolF16Nchw44(Template):
     """``pool2d_nchw44_f16``: max / average pooling of float16 NCHW44 activations, one ``.4h`` per pixel."""
+    examples = (
+        E.conv_chain((1, 4, 9, 11), (8, 1, 1, 1, "relu"), pool=("max", 3, 2, 1)),
+        E.conv_chain((2, 4, 7, 6), (4, 3, 1, 1, "identity"), pool=("average", 2, 2, 0)),
+    )
 
     family = "pool2d_nchw44_f16"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import backends.c.examples as E
 from backends.c.templates import conv_sym, epilogue_sym, sym_join
 from backends.c.templates.arm.neon import STORAGE, ConvNchw44, FloatConvNchw44, conv_head
 from dialects.layout import SPECS, Layout, LayoutSpec
@@ -167,6 +168,11 @@ def _step_f16(na: int, nb: int, xpix: int) -> list[str]:
 
 class ConvGemmNchw44(FloatConvNchw44, ConvNchw44):
     """``conv2d_nchw44_gemm``: dense float NCHW44 convolution by register-blocked implicit GEMM."""
+    examples = (
+        E.conv2d((2, 8, 5, 5), 8, 1),
+        E.conv2d((1, 3, 23, 21), 10, 7, stride=2, pad=3, bias=False),
+        E.conv2d((1, 12, 7, 9), 20, 1, stride=2, act="relu"),
+    )
 
     family = "conv2d_nchw44_gemm"
     priority = 195  # ahead of the direct conv2d_nchw44 (190) for every dense float conv it accepts

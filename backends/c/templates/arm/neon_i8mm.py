@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates.arm.neon_int8 import NEON_REQUANT_C, ConvDotGemmNchw44, requant_store
 from backends.c.templates.portable.requant import bias_ctype, exact, post_processed
 from dialects.layout import SPECS, Layout
@@ -84,6 +85,22 @@ def dot_filter(logical: np.ndarray, p: dict[str, Any]) -> np.ndarray:
 class ConvMmlaNchw44(ConvDotGemmNchw44):
     """``conv2d_nchw44_mmla``: int8 NCHW44 dense and first-layer convolutions, packed-input GEMM on
     ``smmla`` register tiles (the module doc)."""
+    # dense: channels 4 mod 8, pixel counts leaving partial tiles and pairs, rows of 2, stride 2 with
+    # and without the padded copy, dilation, one 4-channel panel; first layers of 1-3 channels; every
+    # input on the grid of the input scale, so the requantized sums land on ties
+    examples = (
+        E.conv2d_q8((1, 8, 6, 6), 8, 1, sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 12, 5, 7), 20, 3, pad=1, act="relu", sy=1 / 4, ties=True),
+        E.conv2d_q8((2, 16, 9, 11), 8, 3, stride=2, pad=1, sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 4, 7, 9), 12, 1, stride=2, act="relu", sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 8, 2, 2), 16, 3, pad=1, act="relu", sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 8, 9, 9), 8, 3, pad=2, dil=2, sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 20, 3, 13), 4, 5, pad=2, act="relu", sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 3, 19, 17), 16, 7, stride=2, pad=3, act="relu", sy=1 / 4, ties=True),
+        E.conv2d_q8((2, 3, 9, 10), 8, 3, stride=2, pad=1, act="relu", sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 1, 7, 5), 12, 5, pad=2, act="relu", sy=1 / 4, ties=True),
+        E.conv2d_q8((1, 2, 6, 6), 8, 3, sy=1 / 4, ties=True),
+    )
 
     family = "conv2d_nchw44_mmla"
     priority = 210  # ahead of the sdot GEMM (205) on targets with i8mm

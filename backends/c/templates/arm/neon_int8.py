@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import code, pool_geometry, same_type
 from backends.c.templates import Template, sym_join
 from backends.c.templates.arm.neon import _NEON_Q8, nchw44_int8, pool_planes
@@ -121,6 +122,11 @@ def requant_store(p: dict[str, Any], mb: int, nb: int, y_c: int) -> list[str]:
 
 class ConvDotGemmNchw44(ConvGemmNchw44):
     """``conv2d_nchw44_dot_gemm``: dense int8 NCHW44_DOT convolution, ``sdot`` register tiles."""
+    examples = (
+        E.conv2d_q8((1, 8, 9, 11), 12, 1),
+        E.conv2d_q8((2, 16, 7, 6), 8, 1, act="relu"),
+        E.conv2d_q8((1, 12, 5, 9), 20, 1, sy=1 / 4, ties=True),
+    )
 
     family = "conv2d_nchw44_dot_gemm"
     priority = 205  # ahead of the direct conv2d_nchw44_dot (200)
@@ -234,6 +240,15 @@ class ElemwiseQ8Neon(Template):
     """``elemwise_q8_neon``: int8 ``quantize(f(dequantize(a), dequantize(b)))`` on operands of the
     result's shape (ResNet's residual ``QFUSE_ADD_RELU`` in any layout), 16 lanes per step: widen,
     ``float(x) * scale``, the float op, ``* (1 / s_out)``, ``xm_qround4_neon``, saturating narrows."""
+    examples = (
+        # 140 elements: 8 vector steps and a 12-element tail, on rounding ties
+        E.elemwise_q8("qfuse_add_relu", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 4, ties=True),
+        E.elemwise_q8("qadd", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 4, ties=True),
+        E.elemwise_q8("qsub", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 4, ties=True),
+        E.elemwise_q8("qmul", (1, 4, 5, 7), (1, 4, 5, 7), sy=1 / 32, ties=True),
+        E.elemwise_q8("qadd", (1, 13, 9, 11), (1, 13, 9, 11)),
+        E.elemwise_q8("qrelu", (5, 19)),
+    )
 
     family = "elemwise_q8_neon"
     ops = (T.ElemwiseOp, T.ElemwiseMultiTypeOp)
@@ -304,6 +319,14 @@ class MaxPoolQ8Nchw44(Template):
     (16 bytes) per vector where their windows lie inside the row (stride 1: one load per tap;
     stride 2: the even pixels of a de-interleaving ``ld2`` of 32-bit lanes), edge pixels one 4-byte
     vector each; rows out of the image are skipped as in the reference (``-128`` when none is left)."""
+    examples = (
+        # stride 1 and 2 vector groups with edges, stride 3 edges only
+        E.conv2d_q8((1, 4, 7, 13), 8, 1, pool=("max", 3, 2, 1), ties=True),
+        E.conv2d_q8((1, 4, 9, 20), 8, 1, pool=("max", 3, 1, 1), ties=True),
+        E.conv2d_q8((1, 4, 8, 8), 8, 1, pool=("max", 2, 2, 0), ties=True),
+        E.conv2d_q8((1, 4, 6, 11), 8, 1, pool=("max", 3, 3, 0), ties=True),
+        E.conv2d_q8((1, 4, 5, 23), 8, 1, pool=("max", 5, 2, 2), ties=True),
+    )
 
     family = "pool2d_nchw44_q8"
     ops = (T.PoolingOp,)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import backends.c.examples as E
 from backends.c.templates.arm.neon_int8 import NEON_REQUANT_C
 from backends.c.templates.portable.requant import CTYPES as OUT_CTYPES
 from backends.c.templates.portable.requant import exact, f32, inverse, ratio, result_expr
@@ -90,6 +91,14 @@ static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
 
 class MatmulQ8Dot(MatmulQ8):
     """``matmul_q8`` with ``sdot``: ``a @ b^T`` (``b`` rows contiguous), 4 results per step."""
+
+    # rows of 4, K in 16-byte steps and a scalar rest; the accumulators and them requantized
+    examples = (
+        E.matmul_q8_const(1, 512, 10, tb=True, sx=1 / 16, sy=128),
+        E.matmul_q8_const(3, 37, 7, tb=True, sx=1 / 16, sy=37 / 4),
+        E.matmul_q8_const(2, 16, 4, tb=True, sx=1 / 16, sy=4),
+        *MatmulQ8.examples,
+    )
 
     def __init__(self, isa: str = "dot"):
         self.isa = isa

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import is_f32
 from backends.c.templates import Template, sym_join
 from dialects import tensor as T
@@ -37,6 +38,14 @@ SCALAR_ACTS = {"identity": "{v}", "relu": "({v} > 0.f ? {v} : 0.f)",
 
 class MatvecNeon(Template):
     """``matmul_matvec``: ``(1, K) @ (K, N)`` float32 with constant weights (module doc)."""
+    # partial last panels (N % 32: 8, 5, 17), whole panels, K % 4 in 0..3, a Linear layer's (n, k) weight
+    examples = (
+        E.matmul(1, 1024, 1000, tb=True, bias=True),
+        E.matmul(1, 1023, 64, tb=True, bias=True, act="relu"),
+        E.matmul(1, 3, 5, tb=True),
+        E.matmul(1, 130, 49, tb=True, act="relu"),
+        E.matmul(1, 67, 37, bias=True, act="relu"),
+    )
 
     family = "matmul_matvec"
     ops = (T.MatrixMulOp,)

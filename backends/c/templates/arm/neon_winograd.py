@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import sym_join
 from backends.c.templates.arm.neon import STORAGE, conv_head
 from backends.c.templates.arm.neon_gemm import VECS, ConvGemmNchw44
@@ -122,6 +123,11 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
 class ConvWinogradNchw44(ConvGemmNchw44):
     """``conv2d_nchw44_winograd``: dense 3x3 stride-1 float NCHW44 convolution by ``F(m x m, 3 x 3)``
     (its GEMMs are neon_gemm's register tile, inherited with the epilogue support)."""
+    examples = (
+        E.conv2d((1, 8, 7, 9), 16, 3, pad=1, act="relu"),
+        E.conv2d((2, 16, 10, 11), 8, 3, pad=1, residual=True),
+        E.conv2d((1, 32, 14, 13), 32, 3, pad=1, act="relu"),
+    )
 
     family = "conv2d_nchw44_winograd"
     priority = 197  # ahead of conv2d_nchw44_gemm (195) where winograd_tile says it pays off

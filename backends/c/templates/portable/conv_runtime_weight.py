@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import code
 from backends.c.templates import Template, conv_sym, sym_join
 from dialects import enums
@@ -28,6 +29,10 @@ class ConvRuntimeWeight(Template):
     family = "conv2d_runtime_weight"
     ops = (T.ConvolutionOp,)
     priority = 10
+    examples = (
+        E.conv2d_runtime_weight((1, 3, 7, 6), (5, 3, 3, 3), pad=1),
+        E.conv2d_runtime_weight((2, 4, 5, 5), (3, 4, 1, 1), stride=2),
+    )
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ConvolutionOp)

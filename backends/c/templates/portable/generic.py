@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import (
     POOL_NAMES,
     axis_split,
@@ -264,6 +265,13 @@ class Elemwise(Template):
     epilogue_consumer = True
     ops = (T.ElemwiseOp,)
     priority = 100
+    examples = (
+        E.elemwise("add", (3, 1, 5), (1, 4, 5)),
+        E.elemwise("fuse_mul_add3", (2, 3, 5), (1, 3, 1), (2, 3, 5)),
+        E.elemwise("sigmoid", (3, 7)),
+        E.elemwise("true_div", (4, 9), (4, 9)),
+        E.elemwise("lt", (5, 3), (5, 3), dtype="i32"),
+    )
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ElemwiseOp)
@@ -310,6 +318,16 @@ class Elemwise(Template):
 
 class ConvDepthwise(Template):
     """Depthwise (one input and one output channel per group) direct convolution, NCHW."""
+    # channel counts no blocked layout takes (the ARM targets keep them NCHW): strides 1 and 2,
+    # padding, dilation, 5x5 windows
+    examples = (
+        E.conv_case((1, 5, 11, 13, 5, 3, 2, 1, 1, 5, "relu")),
+        E.conv_case((2, 3, 9, 10, 3, 3, 1, 1, 1, 3, "none")),
+        E.conv_case((1, 6, 12, 9, 6, 5, 2, 2, 1, 6, "sigmoid")),
+        E.conv_case((1, 7, 10, 11, 7, 3, 2, 2, 2, 7, "none")),
+        E.conv2d((2, 5, 10, 7), 5, 3, stride=2, groups=5),
+        E.conv2d((1, 3, 8, 9), 3, 5, pad=2, dil=2, groups=3, act="h_swish"),
+    )
 
     family = "conv2d_depthwise"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
@@ -397,6 +415,12 @@ class Pool2d(Template):
     family = "pool2d"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)
     priority = 100
+    examples = (
+        E.pool2d((2, 5, 9, 7), "max", 3, 2, 1),
+        E.pool2d((1, 3, 8, 11), "average", 2, 2),
+        E.pool2d((1, 4, 7, 7), "average_count_exclude_padding", 3, 1, 1),
+        E.adaptive_pool2d((1, 5, 9, 7), "average", (2, 3)),
+    )
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.PoolingOp | T.AdaptivePoolingOp)
@@ -492,6 +516,7 @@ class Softmax(Template):
     family = "softmax"
     ops = (T.SoftmaxOp,)
     priority = 100
+    examples = (E.softmax((3, 7), 1), E.softmax((2, 5, 3), 1))
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.SoftmaxOp)
@@ -536,6 +561,7 @@ class Reduce(Template):
     family = "reduce"
     ops = (T.ReduceOp,)
     priority = 100
+    examples = (E.reduce((3, 7, 5), "sum", 1), E.reduce((4, 9), "max", 0), E.reduce((2, 3, 6), "mean", 2))
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ReduceOp)
@@ -579,6 +605,11 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
 
 class Copy(Template):
     """``out[idx] = in[offset + sum(idx * strides)]``: transposes, slices and broadcasts."""
+    examples = (
+        E.dimshuffle((2, 3, 5), (2, 0, 1)),
+        E.broadcast((3, 1, 5), (2, 3, 4, 5)),
+        E.subtensor((5, 7, 6), [(1, 1, 6, 2), (2, 5, 0, -2)]),
+    )
 
     family = "copy"
     ops = (T.DimshuffleOp, T.BroadcastOp, T.SubtensorOp)
@@ -702,6 +733,7 @@ class Concat(_Chunks):
     ops = (T.ConcatOp,)
     priority = 100
     gather = True
+    examples = (E.concat([(2, 3, 5), (2, 4, 5), (2, 1, 5)], 1), E.concat([(3, 2), (3, 5)], 1, dtype="i32"))
 
 
 class Split(_Chunks):
@@ -709,6 +741,7 @@ class Split(_Chunks):
     ops = (T.SplitOp,)
     priority = 100
     gather = False
+    examples = (E.split((2, 9, 3), 1, (4, 5)), E.split((7, 4), 0, (2, 2, 3)))
 
 
 KERNEL_UNITS = (Elemwise(), ConvDepthwise(), Pool2d(), Softmax(), Reduce(), Copy(), Concat(), Split())

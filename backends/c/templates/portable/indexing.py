@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.match import code, esize, row_major, slice_view
 from backends.c.templates import Template, sym_join
 from backends.c.templates.portable.generic import BYTES_CTYPE, _par, _strided_loops
@@ -114,6 +115,10 @@ static void {sym}({args}) {{
 class ModifySubtensor(Template):
     """``out = src`` with a static slice replaced by (set) or incremented by (incr) ``value``: one
     strided walk of the slice, in parallel (a slice never addresses an element twice)."""
+    examples = (
+        E.modify_subtensor((5, 6), [(0, 1, 4, 1), (1, 0, 6, 2)], incr=False),
+        E.modify_subtensor((4, 3, 5), [(2, 1, 5, 3)], incr=True),
+    )
 
     family = "modify_subtensor"
     ops = (T.SetSubtensorOp, T.IncrSubtensorOp)
@@ -210,6 +215,11 @@ class Indexing(Template):
     incremented by (incr) ``value``. First the source offset of each index position (the workspace:
     one ``long`` per position, indices wrapped and clamped), then per leading non-indexed position
     (in parallel), per index position in order, per trailing position, one element moved or added."""
+    examples = (
+        E.indexing((5, 4, 3), 0, 6),
+        E.indexing((3, 7), 1, 4, kind="set"),
+        E.indexing((6, 5), 0, 3, kind="incr"),
+    )
 
     family = "indexing"
     ops = (T.IndexingMultiAxisVecOp, T.IndexingSetMultiAxisVecOp, T.IndexingIncrMultiAxisVecOp)
@@ -329,6 +339,7 @@ static void {sym}({args}) {{
 class Linspace(Template):
     """``num`` float32 values from ``start`` to ``stop`` (one-element float32 or float16 operands),
     as ``np.linspace`` computes them in double precision."""
+    examples = (E.linspace(-1.5, 2.0, 7), E.linspace(0.0, 1.0, 5, endpoint=False))
 
     family = "linspace"
     ops = (T.LinspaceOp,)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects.builtin import Float32Type, IntegerType, Signedness, TensorType
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.templates import Template, sym_join
 from backends.c.templates.portable.generic import _strided_loops
 from dialects import enums
@@ -115,6 +116,12 @@ class IntElemwise(Template):
     family = "elemwise_int"
     ops = (T.ElemwiseOp,)
     priority = 89
+    examples = (
+        E.elemwise("add", (3, 5), (3, 5), dtype="i16"),
+        E.elemwise("mul", (2, 7), (2, 7), dtype="i8"),
+        E.elemwise("floor_div", (4, 6), (4, 6), dtype="i32"),
+        E.elemwise("lt", (3, 4), (3, 4), dtype="ui8"),
+    )
 
     def match(self, op: Operation) -> Lowered | None:
         assert isinstance(op, T.ElemwiseOp)
@@ -170,6 +177,10 @@ class IntElemwise(Template):
 class IntMaxPool(Template):
     """Max pooling of plain NCHW integer tensors (the window's padding never wins: it is the
     type's smallest value, as in the reference)."""
+    examples = (
+        E.pool2d((1, 3, 7, 8), "max", 3, 2, 1, dtype="i32"),
+        E.pool2d((2, 2, 5, 5), "max", 2, 1, dtype="i16"),
+    )
 
     family = "pool2d_int"
     ops = (T.PoolingOp,)
@@ -227,6 +238,7 @@ class IntMaxPool(Template):
 class BoolReduce(Template):
     """Min / max of a bool tensor along one axis: all / any (an empty axis gives true / false, the
     identities the reference starts from)."""
+    examples = (E.reduce((3, 5, 4), "min", 1, dtype="b1"), E.reduce((6, 7), "max", 0, dtype="b1"))
 
     family = "reduce_bool"
     ops = (T.ReduceOp,)
@@ -272,6 +284,7 @@ class PlainTypeCvt(Template):
     """Conversions between float32 and the plain integer / bool types that the ``typecvt`` family
     (element-type codes of :func:`backends.c.match.code`) does not name: uint16. C's conversion
     is numpy's ``astype`` for in-range values (floats truncate toward zero; bool is ``!= 0``)."""
+    examples = (E.typecvt((3, 5), "f32", "ui16"), E.typecvt((4, 3), "ui16", "f32"))
 
     family = "typecvt_plain"
     ops = (T.TypeCvtOp,)

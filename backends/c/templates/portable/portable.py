@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import axis_split, code, esize, is_f32, same_plain_type
 from backends.c.templates import Template, conv_sym, sym_join
 from backends.c.templates.portable.generic import BYTES_CTYPE, _par
@@ -66,6 +67,7 @@ def resize_taps(n_in: int, n_out: int, imode: Any) -> tuple[list[int], list[int]
 class Resize(Template):
     """Nearest / bilinear (half-pixel) resampling of NCHW float32 planes: per output row, two source
     rows blended with per-column taps from constant tables."""
+    examples = (E.resize((1, 3, 5, 7), (9, 4)), E.resize((2, 2, 4, 3), (7, 8), "nearest"))
 
     family = "resize"
     ops = (T.ResizeOp,)
@@ -138,6 +140,7 @@ class Deconv2d(Template):
     padding, dilation and output padding. Per output row, every (tap row, input channel, tap column)
     adds one scaled input row into the row's accumulators at stride ``sw``: no races (each thread
     owns output planes) and no bounds checks in the inner loop."""
+    examples = (E.deconv2d((1, 5, 4, 6), 3, 3, stride=2, pad=1), E.deconv2d((2, 4, 3, 5), 6, 2, groups=2))
 
     family = "deconv2d"
     ops = (T.ConvolutionBackwardDataOp,)
@@ -217,6 +220,7 @@ static void {sym}(const float* x, const float* w, float* y, unsigned char* ws, i
 class LayerNorm(Template):
     """Per row of ``normalized_size`` elements: mean and variance in double (as the reference),
     ``(x - mean) * rstd`` in float32, then the affine weight and bias; also writes mean and rstd."""
+    examples = (E.layer_norm((3, 10), 10), E.layer_norm((2, 3, 7), 7, affine=False))
 
     family = "layer_norm"
     ops = (T.LayerNormOp,)
@@ -267,6 +271,7 @@ static void {sym}({", ".join(args)}) {{
 class BatchNorm(Template):
     """Inference batch normalisation over axis 1 with per-channel (scale, bias, mean, variance), as
     the reference computes it: ``(x - mean) / sqrt(var + eps) * scale + bias`` in float32."""
+    examples = (E.batch_norm((2, 5, 3, 7)),)
 
     family = "batch_norm"
     ops = (T.BatchNormOp,)
@@ -313,6 +318,7 @@ static void {sym}(const float* x, const float* scale, const float* bias, const f
 class ArgReduce(Template):
     """int32 index of the first largest (``argmax``) or smallest (``argmin``) value along an axis; a
     NaN wins as in numpy (the first NaN's index)."""
+    examples = (E.arg_reduce((3, 7, 5), 1), E.arg_reduce((4, 9), 1, largest=False))
 
     family = "arg_reduce"
     ops = (T.ArgmaxOp, T.ArgminOp)
@@ -364,6 +370,11 @@ static void {sym}(const {ctype}* x, int32_t* y, unsigned char* ws, int nt) {{
 class Pad(Template):
     """``mgb.padding`` (constant, reflect, replicate) of any rank: per output axis a table of source
     offsets (``np.pad`` of the axis' indices, -1 for the constant border), so the body is one gather."""
+    examples = (
+        E.pad((2, 3, 4, 5), (0, 1, 2, 0), (0, 2, 1, 3), value=1.5),
+        E.pad((1, 2, 5, 6), (0, 0, 2, 1), (0, 0, 1, 2), "reflect"),
+        E.pad((1, 2, 3, 4), (0, 0, 1, 2), (0, 0, 2, 1), "replicate"),
+    )
 
     family = "pad"
     ops = (T.PaddingOp,)
@@ -442,6 +453,16 @@ class Cumsum(Template):
     after element in the reference's order (from the end with ``reverse``; stored before the add
     with ``exclusive``), so float results are the reference's bit for bit; int32 sums wrap around as
     numpy's do (added as unsigned: no signed overflow in C)."""
+    # every axis of a 4-D input, inclusive and exclusive, forward and reverse; int32
+    examples = (
+        E.cumsum((2, 5, 7, 3), 0),
+        E.cumsum((2, 5, 7, 3), 1, exclusive=True),
+        E.cumsum((2, 5, 7, 3), 2, reverse=True),
+        E.cumsum((2, 5, 7, 3), 3, exclusive=True, reverse=True),
+        E.cumsum((7, 6), 0, exclusive=True, reverse=True),
+        E.cumsum((4, 21), 1, dtype="i32"),
+        E.cumsum((4, 21), 0, dtype="i32"),
+    )
 
     family = "cumsum"
     ops = (T.CumsumOp,)
@@ -494,6 +515,7 @@ class IndexingOneHot(Template):
     outside ``[0, n)``, which MegEngine asserts against and the reference refuses, fails the run
     (``xm_index_error``: :class:`backends.c.build.RunError` naming the kernel) and gives NaN meanwhile,
     never a read out of bounds."""
+    examples = tuple(E.one_hot((2, 7, 5, 3), axis) for axis in range(4)) + (E.one_hot((6, 7), 1),)
 
     family = "indexing_one_hot"
     ops = (T.IndexingOneHotOp,)
@@ -536,6 +558,7 @@ class SortRows(Template):
     """``mgb.argsort`` and ``mgb.topk`` of float32 or int32 rows: a stable bottom-up merge sort of
     each row's column indices (the workspace: two index buffers of one row), ordered as the
     reference's stable sort is (NaN the largest); topk keeps the first ``|k|`` (or the k-th)."""
+    examples = (E.argsort((3, 9)), E.argsort((2, 7), descending=True), E.topk((4, 11), 3))
 
     family = "sort_rows"
     ops = (T.ArgsortOp, T.TopKOp)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.match import (
     acc_scale,
     code,
@@ -117,6 +118,8 @@ def quantized_float_op(mode: str) -> str:
 class Relayout(Template):
     """Between a plain tensor and a blocked layout, as one strided walk (padding written as zero
     into a blocked destination, skipped from a blocked source)."""
+    # relayouts come from the target's layout pass, around a blocked convolution
+    examples = (E.conv2d((1, 8, 7, 9), 16, 3, pad=1, act="relu"), E.conv2d((2, 8, 5, 5), 8, 1))
 
     family = "relayout"
     ops = (L.RelayoutOp,)
@@ -183,6 +186,12 @@ class TypeCvt(Template):
     family = "typecvt"
     ops = (T.TypeCvtOp,)
     priority = 100
+    examples = (
+        E.typecvt((3, 7, 5), "f32", "q8"),
+        E.typecvt((2, 9), "f32", "u8"),
+        E.typecvt((4, 5), "f32", "f16"),
+        E.typecvt((3, 4), "f32", "i32"),
+    )
 
     def match(self, op: Operation) -> Lowered | None:
         src, dst = code(op.operands[0]), code(op.results[0])
@@ -254,6 +263,7 @@ def contiguous_q8_elemwise(op: Operation, modes: Any, unary: Any) -> Lowered | N
 
 class ElemwiseQ(Template):
     """``out = quantize(f(dequantize(a), dequantize(b), ...))`` with any broadcast."""
+    examples = (E.elemwise_q8("qadd", (2, 3, 5), (2, 3, 5)), E.elemwise_q8("qmul", (3, 7), (1, 7)))
 
     family = "elemwise_q"
     ops = (T.ElemwiseOp, T.ElemwiseMultiTypeOp)
@@ -294,6 +304,10 @@ class ElemwiseQ(Template):
 
 class Pool2dQ8(Template):
     """int8 max / average pooling, NCHW: integer window sums, averages rounded half away from zero."""
+    examples = (
+        E.pool2d((1, 5, 9, 7), "max", 3, 2, 1, dtype="q8"),
+        E.pool2d((2, 3, 6, 6), "average", 2, 2, dtype="q8"),
+    )
 
     family = "pool2d_q8"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)
@@ -357,6 +371,7 @@ static void {sym}(const void* a_, const void* b_, void* y_, unsigned char* ws, i
 
 class MatmulQ8(Template):
     """int8 ``y = op(a) @ op(b)``, exact int32 accumulation, result int32 or requantized."""
+    examples = (E.matmul_q8(5, 13, 7), E.matmul_q8(3, 9, 4, tb=True))
 
     family = "matmul_q8"
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)
@@ -410,6 +425,10 @@ class Conv2dQ8(Template):
     """int8 NCHW convolution (any groups, stride, padding, dilation), int32 accumulation, the
     reference's epilogue (:func:`backends.c.templates.portable.requant.result_expr`): the fallback for the
     int8 convs the NCHW44 passes leave in NCHW."""
+    examples = (
+        E.conv2d_q8((1, 5, 7, 6), 7, 3, pad=1, act="relu"),
+        E.conv2d_q8((2, 4, 6, 5), 6, 1, stride=2, groups=2),
+    )
 
     family = "conv2d_q8"
     ops = (T.ConvolutionOp, T.ConvBiasOp)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import backends.c.examples as E
 from backends.c.templates.portable.generic import ConvDepthwise, omp_parallel
 from backends.c.templates.x86.nchw88 import ACT_CODES, COMMON
 
@@ -19,6 +20,14 @@ if TYPE_CHECKING:
 
 class ConvDepthwiseAvx2(ConvDepthwise):
     isa = "avx2"
+    examples = (
+        # channels not a multiple of 8 stay plain NCHW on the NCHW88 targets
+        E.conv_case((1, 20, 9, 11, 20, 3, 1, 0, 1, 20, "hswish")),
+        E.conv_case((2, 12, 10, 9, 12, 3, 2, 1, 1, 12, "residual")),
+        E.conv2d((1, 12, 9, 11), 12, 3, pad=1, groups=12, act="relu"),
+        E.conv2d((2, 9, 10, 13), 9, 3, stride=2, pad=1, groups=9),
+        E.conv2d((1, 8, 7, 8), 8, 5, pad=2, groups=8, residual=True),
+    )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         if p["sw"] not in (1, 2) or p["act"] not in ACT_CODES:

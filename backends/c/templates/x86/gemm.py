@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.isa_facts import ISA_FACTS, IsaFacts
 from backends.c.match import code, conv_common, gemm_blocking
 from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
@@ -149,6 +150,13 @@ def filter_panels(array: np.ndarray, p: dict[str, Any], geo: dict[str, int], dty
 
 class ConvGemm(Template):
     """``conv2d_gemm``: dense or grouped convolution, NCHW, float32, with a fused epilogue."""
+    examples = (
+        E.conv2d((1, 13, 9, 11), 19, 3, pad=1, act="relu"),
+        E.conv2d((2, 6, 7, 5), 10, 1, stride=2, residual=True),
+        E.conv2d((1, 12, 6, 7), 9, 3, pad=1, groups=3, act="sigmoid"),
+        E.conv2d((1, 4, 9, 9), 5, 3, pad=2, dil=2, act="h_swish"),
+        E.conv2d((1, 3, 23, 21), 10, 7, stride=2, pad=3, bias=False),
+    )
 
     family = "conv2d_gemm"
     ops = (T.ConvolutionOp, T.ConvBiasOp)
@@ -409,6 +417,12 @@ class MatmulGemm(Template):
     """``matmul_gemm``: (batched) ``y = op(a) @ op(b)`` with ``op`` an optional transpose; a constant b
     is packed ahead of time (the Linear layer's weight), otherwise both sides are packed at run time.
     Epilogue: bias along N, residual, activation."""
+    examples = (
+        E.matmul(5, 17, 9, tb=True),
+        E.matmul(13, 7, 21, bias=True, act="relu"),
+        E.matmul(6, 11, 3, ta=True, const_b=False),
+        E.matmul(4, 9, 6, batch=3, const_b=False),
+    )
 
     family = "matmul_gemm"
     ops = (T.MatrixMulOp, T.BatchedMatrixMulOp)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import blocked_conv_geometry, code, conv_bias_epilogue, logical, pool_geometry, storage
 from backends.c.templates import Template, conv_sym, epilogue_sym, plane_sym, sym_join
 from backends.c.templates.portable.generic import omp_for, omp_parallel
@@ -487,6 +488,21 @@ class _Nchw88Base(Template):
 
 class ConvNchw88(_Nchw88Base):
     """``conv2d_nchw88``: dense, group and hybrid (first layer) NCHW88 convolutions."""
+    examples = (
+        E.conv2d((2, 16, 23, 21), 40, 1, act="relu"),
+        E.conv2d((1, 24, 9, 11), 32, 3, pad=1, residual=True),
+        E.conv2d((2, 40, 13, 11), 24, 1, stride=2, act="h_swish"),
+        E.conv2d((1, 16, 9, 9), 16, 3, pad=1, groups=2, act="relu"),
+        E.conv2d((1, 3, 17, 15), 16, 3, stride=2, pad=1, act="relu"),
+        # pointwise: few input channels, partial column tiles, input-channel chunks (test_x86_f32_pw)
+        E.conv_case((2, 16, 23, 21, 40, 1, 1, 0, 1, 1, "relu")),
+        E.conv_case((1, 24, 29, 31, 72, 1, 1, 0, 1, 1, "none")),
+        E.conv_case((1, 200, 7, 7, 328, 1, 1, 0, 1, 1, "residual")),
+        E.conv_case((2, 1032, 5, 5, 48, 1, 1, 0, 1, 1, "hswish")),
+        # strided 1x1 on a subsampled copy (test_x86_f32_dense)
+        E.conv_case((2, 40, 29, 27, 72, 1, 2, 0, 1, 1, "residual")),
+        E.conv_case((1, 48, 15, 15, 48, 1, 3, 0, 1, 1, "none")),
+    )
 
     family = "conv2d_nchw88"
     priority = 280
@@ -844,6 +860,10 @@ class ConvNchw88Avx512(ConvNchw88):
 
 class ConvNchw88Chan(_Nchw88Base):
     """``conv2d_nchw88_chan``: channel-wise (depthwise) NCHW88 convolutions, ``C11RSc8`` filters."""
+    examples = (
+        E.conv2d((1, 16, 9, 11), 16, 5, pad=2, groups=16, act="relu"),
+        E.conv2d((2, 24, 7, 9), 24, 3, pad=2, dil=2, groups=24),
+    )
 
     family = "conv2d_nchw88_chan"
     priority = 300  # channel-wise filters only
@@ -907,6 +927,11 @@ class ConvNchw88Chan(_Nchw88Base):
 
 class PoolNchw88(Template):
     """``pool2d_nchw88``: max / average (padding counted or not) pooling on 8-channel vectors."""
+    examples = (
+        E.conv_chain((1, 8, 9, 11), (16, 1, 1, 1, "relu"), pool=("max", 3, 2, 1)),
+        E.conv_chain((2, 8, 7, 6), (8, 3, 1, 1, "identity"), pool=("average", 2, 2, 0)),
+        E.conv_chain((1, 8, 7, 7), (24, 1, 1, 1, "relu"), pool=("average_count_exclude_padding", 3, 1, 1)),
+    )
 
     family = "pool2d_nchw88"
     isa = "avx2"
@@ -979,6 +1004,12 @@ static void {sym}(const void* x_, void* y_, unsigned char* ws, int nt) {{
 class TypeCvtF16C(TypeCvt):
     """``typecvt`` on x86: float16 <-> float32 eight lanes at a time with F16C; other element types
     as the portable template."""
+    examples = (
+        E.typecvt((3, 7, 37), "f32", "q8"),
+        E.typecvt((2, 45), "q8", "f32"),
+        E.typecvt((5, 19), "f32", "f16"),
+        E.typecvt((4, 21), "f16", "f32"),
+    )
 
     isa = "avx2"
 
@@ -1030,6 +1061,7 @@ class RelayoutNchw88(Relayout):
     """``relayout`` on x86: float32 NCHW <-> NCHW88 as 8 x 8 transposes of (8 channels x 8 pixels)
     blocks (H x W is one run of pixels on both sides); padded channels are written as zero into
     NCHW88 and skipped from it. Every other relayout is the portable strided walk."""
+    examples = (E.conv2d((1, 8, 7, 9), 16, 3, pad=1, act="relu"), E.conv2d((2, 8, 5, 5), 8, 1))
 
     isa = "avx2"
 

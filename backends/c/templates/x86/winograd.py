@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import sym_join
 from backends.c.templates.portable.generic import omp_for, omp_parallel
 from backends.c.templates.x86.gemm import broadcast_fma
@@ -179,6 +180,11 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
 
 class ConvWinogradNchw88(_Nchw88Base):
     """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)``."""
+    # F(2, 3) below 16x16 outputs, F(4, 3) above
+    examples = (
+        E.conv_case((2, 40, 14, 13, 56, 3, 1, 1, 1, 1, "residual")),
+        E.conv_case((1, 64, 20, 20, 80, 3, 1, 1, 1, 1, "relu")),
+    )
 
     family = "conv2d_winograd_nchw88"
     isa = "avx2"

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import Template
 from backends.c.templates.portable.requant import REQUANT_C, exact
 from backends.c.templates.portable.typed import Conv2dQ8
@@ -280,6 +281,11 @@ class Conv2dQ8Amx(Template):
     whose ``Wq - OW`` columns past each row are computed and dropped by compressing the real lanes
     (consecutive in the output) before the epilogue: a 7-pixel-wide 3x3 layer computes 9 columns
     per row, not 16."""
+    examples = (
+        E.conv2d_q8((1, 64, 9, 11), 80, 3, pad=1, act="relu"),
+        E.conv2d_q8((2, 64, 11, 9), 64, 3, stride=2, pad=1),
+        E.conv2d_q8((1, 128, 7, 7), 96, 3, pad=1, groups=2),
+    )
 
     family = "conv2d_q8_amx"
     isa = ISA

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import conv_common
 from backends.c.templates import Template, sym_join
 from backends.c.templates.x86.gemm import (
@@ -219,6 +220,11 @@ class _Tiles:
 class Conv2dBf16Amx(_Tiles, Template):
     """Dense and grouped float32 NCHW convolution on AMX-BF16 tiles (see the module's contract), with
     the float32 epilogue fused; ``vdpbf16ps`` on the same operands where the process has no tile data."""
+    examples = (
+        E.conv2d((1, 13, 9, 11), 19, 3, pad=1, act="relu"),
+        E.conv2d((2, 32, 7, 5), 48, 1, stride=2, residual=True),
+        E.conv2d((1, 3, 23, 21), 16, 7, stride=2, pad=3),
+    )
 
     family = "conv2d_bf16_amx"
     isa = ISA
@@ -485,6 +491,11 @@ static void {sym}({args}) {{
 class MatmulBf16Amx(_Tiles, Template):
     """float32 ``y = op(a) @ op(b)`` (batched too) on AMX-BF16 tiles, bias along the columns,
     residual and activation fused; a constant ``b`` is rounded and packed at compile time."""
+    examples = (
+        E.matmul(5, 67, 37, bias=True, act="relu"),
+        E.matmul(33, 32, 19, tb=True),
+        E.matmul(4, 40, 9, batch=2, const_b=False),
+    )
 
     family = "matmul_bf16_amx"
     isa = ISA

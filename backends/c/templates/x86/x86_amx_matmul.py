@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import sym_join
 from backends.c.templates.portable.requant import REQUANT_C, exact, result_expr
 from backends.c.templates.portable.typed import HEADER, MatmulQ8
@@ -36,6 +37,7 @@ def _ceil(a: int, b: int) -> int:
 
 class MatmulQ8Amx(MatmulQ8):
     """int8 ``op(a) @ op(b)``, ``b`` constant, on AMX-INT8 tiles (see the module docstring)."""
+    examples = (E.matmul_q8_const(37, 128, 70), E.matmul_q8_const(5, 64, 33))
 
     family = "matmul_q8_amx"
     isa = ISA

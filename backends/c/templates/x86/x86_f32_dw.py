@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import epilogue_sym, plane_sym, sym_join
 from backends.c.templates.portable.generic import omp_parallel
 from backends.c.templates.x86.nchw88 import (
@@ -263,6 +264,18 @@ class InPlaceConv3x3(_Nchw88Base):
 class ConvNchw88Dw3x3(InPlaceConv3x3):
     """``conv2d_nchw88_dw3x3``: float32 depthwise 3x3 NCHW88 convolutions, stride 1 or 2, padding
     0 or 1, in place (no padded copy), AVX2 register blocks of 4 columns."""
+    examples = (
+        E.conv_case((1, 24, 15, 17, 24, 3, 1, 1, 1, 24, "relu")),  # odd sizes: 2 register blocks + rest
+        E.conv_case((2, 16, 14, 13, 16, 3, 2, 1, 1, 16, "residual")),  # stride 2, batch 2, odd width
+        E.conv_case((1, 16, 9, 11, 16, 3, 1, 0, 1, 16, "hswish")),  # no padding
+        E.conv_case((1, 8, 10, 9, 8, 3, 2, 0, 1, 8, "sigmoid")),  # stride 2, no padding
+        E.conv_case((2, 8, 3, 3, 8, 3, 1, 1, 1, 8, "none")),  # 3x3 image: every column a border column
+        E.conv_case((1, 8, 4, 4, 8, 3, 2, 1, 1, 8, "relu")),  # stride 2 on an even size
+        E.conv_case((1, 32, 23, 37, 32, 3, 1, 1, 1, 32, "residual")),  # 35 interior columns: 4 blocks + 3
+        E.conv_case((1, 16, 21, 19, 16, 3, 2, 1, 1, 16, "none")),  # stride 2, odd: right border in range
+        E.conv_case((1, 16, 6, 20, 16, 3, 1, 1, 1, 16, "residual")),  # even rows: pairs of rows
+        E.conv2d((1, 8, 9, 7), 8, 3, groups=8, act="relu6"),
+    )
 
     family = "conv2d_nchw88_dw3x3"
     priority = 305  # ahead of conv2d_nchw88_chan (300), which serves every other channel-wise conv

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import conv_sym, epilogue_sym, sym_join
 from backends.c.templates.portable.generic import omp_parallel
 from backends.c.templates.x86.nchw88 import (
@@ -109,6 +110,15 @@ def _store(nz: int, nblocks: int, cols: int, q0: str, act: int, ys: dict[str, in
 class ConvNchw88Stem3x3Avx512(InPlaceConv3x3):
     """``conv2d_nchw88_stem3x3``: a float32 3x3 stride-2 NCHW88 convolution of a plain NCHW input
     (the ``hybrid`` first layer), padding 0 or 1, on AVX-512."""
+    examples = (
+        E.conv_case((1, 3, 13, 11, 16, 3, 2, 1, 1, 1, "relu")),  # odd sizes, one zmm of channels
+        E.conv_case((2, 3, 17, 30, 24, 3, 2, 1, 1, 1, "relu")),  # the second zmm half used, batch 2
+        E.conv_case((1, 1, 12, 12, 8, 3, 2, 0, 1, 1, "none")),  # one input channel, 8 outputs, no padding
+        E.conv_case((1, 4, 21, 29, 32, 3, 2, 1, 1, 1, "hswish")),  # 4 input channels, 2 full tiles + rest
+        E.conv_case((1, 3, 9, 40, 40, 3, 2, 1, 1, 1, "sigmoid")),  # 3 zmm of channels: 7-column tiles
+        E.conv_case((1, 2, 5, 3, 16, 3, 2, 1, 1, 1, "relu")),  # 2 output columns: both border columns
+        E.conv2d((1, 3, 17, 15), 16, 3, stride=2, pad=1, act="relu6"),
+    )
 
     family = "conv2d_nchw88_stem3x3"
     isa = "avx512"

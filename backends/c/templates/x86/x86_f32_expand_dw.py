@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.templates import epilogue_sym, plane_sym, sym_join
 from backends.c.templates.portable.generic import parallel_threads
 from backends.c.templates.x86.nchw88 import (
@@ -195,6 +196,8 @@ class ConvNchw88ExpandDw3x3(ConvNchw88Dw3x3Avx512):
     """``conv2d_nchw88_expand_dw3x3``: a float32 1x1 expand convolution (+ bias, ReLU / ReLU6) and
     the stride 1 or 2, padding 0 or 1 depthwise 3x3 after it, on AVX-512, through a per-thread ring
     of expanded rows."""
+    # the pair fuses where the expanded tensor reaches ``min_expanded`` floats
+    examples = (E.conv_chain((1, 16, 32, 33), (256, 1, 1, 1, "relu6"), (256, 3, 2, -1, "relu6")),)
 
     family = "conv2d_nchw88_expand_dw3x3"
     priority = 306  # ahead of conv2d_nchw88_dw3x3 (305), which runs the depthwise alone
@@ -360,6 +363,16 @@ class ConvNchw88ExpandDw3x3Project(ConvNchw88ExpandDw3x3):
     """``conv2d_nchw88_expand_dw3x3_project``: :class:`ConvNchw88ExpandDw3x3` and the 1x1 project
     convolution after it (+ bias, residual, activation), the depthwise's rows kept in a per-thread
     buffer of one register block of rows."""
+    # the three fuse where the expanded tensor reaches ``min_expanded_projected`` floats
+    examples = (
+        E.conv_chain(
+            (1, 24, 28, 29), (96, 1, 1, 1, "relu6"), (96, 3, 1, -1, "relu6"), (24, 1, 1, 1, "identity"),
+            residual=True,
+        ),
+        E.conv_chain(
+            (2, 16, 18, 16), (256, 1, 1, 1, "relu"), (256, 3, 2, -1, "identity"), (40, 1, 1, 1, "identity")
+        ),
+    )
 
     family = "conv2d_nchw88_expand_dw3x3_project"
     priority = 307  # ahead of the direct conv2d_nchw88 (280) that runs the project alone

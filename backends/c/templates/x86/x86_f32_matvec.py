@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import Template, epilogue_sym, sym_join
 from backends.c.templates.portable.generic import omp_parallel
 from backends.c.templates.x86.gemm import (
@@ -44,6 +45,17 @@ VECTORS = {"avx512": (16, "__m512", "_mm512"), "avx2": (8, "__m256", "_mm256")}
 
 class MatvecX86(Template):
     """``matmul_matvec``: ``(1, K) @ (K, N)`` float32 with constant weights (module doc)."""
+    # MobileNetV2's and ShuffleNetV2's heads (a partial last panel in a partial last group); N a multiple
+    # of 64 (whole groups); 3 panels only; N below one vector; K = 1; every fused epilogue
+    examples = (
+        E.matmul(1, 1280, 1000, tb=True, bias=True),
+        E.matmul(1, 1024, 1000, tb=True),
+        E.matmul(1, 37, 128, tb=True, bias=True, residual=True),
+        E.matmul(1, 130, 40, tb=True, bias=True, act="relu6"),
+        E.matmul(1, 5, 3, tb=True, bias=True, act="h_swish"),
+        E.matmul(1, 1, 17, tb=True, bias=True),
+        E.matmul(1, 33, 130, act="relu"),
+    )
 
     family = "matmul_matvec"
     ops = (T.MatrixMulOp,)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import code, conv_common, depthwise_lowered, pool_geometry, same_type
 from backends.c.templates import Template, sym_join
 from backends.c.templates.arm.neon_fp16 import ElemwiseF16
@@ -594,6 +595,11 @@ class MatmulF16(MatmulGemm):
 
 class ConvDepthwiseF16(ConvUnitF16):
     """``conv2d_dw_f16``: NCHW float16 depthwise convolution, 32 output columns per vector (module doc)."""
+    examples = (
+        E.conv2d((1, 16, 13, 11), 16, 3, pad=1, groups=16, act="relu"),
+        E.conv2d((2, 40, 11, 14), 40, 3, stride=2, pad=1, groups=40),
+        E.conv2d((1, 8, 9, 7), 8, 5, pad=2, groups=8, residual=True),
+    )
 
     family = "conv2d_dw_f16"
     priority = 108  # ahead of conv2d_gemm_f16 (104) for the depthwise convolutions it accepts
@@ -660,6 +666,11 @@ class ConvDepthwiseF16(ConvUnitF16):
 
 class PoolF16(Template):
     """``pool2d_f16``: NCHW float16 max / average pooling, 32 output columns per vector (module doc)."""
+    examples = (
+        E.pool2d((1, 13, 9, 11), "max", 3, 2, 1),
+        E.pool2d((2, 5, 8, 7), "average", 2, 2),
+        E.adaptive_pool2d((1, 9, 7, 7), "average", (1, 1)),
+    )
 
     family = "pool2d_f16"
     ops = (T.PoolingOp, T.AdaptivePoolingOp)

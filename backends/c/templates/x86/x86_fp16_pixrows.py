@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates.x86.x86_fp16 import (
     ACT_CODES,
     COMMON,
@@ -115,6 +116,10 @@ def micro_kernel(pr: int, ov: int) -> str:
 class ConvPixelRowsF16(ConvUnitF16):
     """``conv2d_pixrows_f16``: dense NCHW float16 convolution of a small output, pixels x channels tiles
     (module doc)."""
+    examples = (
+        E.conv2d((1, 64, 7, 7), 128, 3, pad=1, act="relu"),
+        E.conv2d((1, 48, 14, 14), 64, 3, stride=2, pad=1, residual=True),
+    )
 
     family = "conv2d_pixrows_f16"
     # tried before every other float16 conv family: it takes no grouped convolution (the depthwise 108's)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates.x86.x86_fp16 import (
     ACT_CODES,
     COMMON,
@@ -39,6 +40,10 @@ STEM_STRIDES = (1, 2)
 
 class ConvStemF16(ConvUnitF16):
     """``conv2d_stem_f16``: direct NCHW float16 convolution of a few input channels (module doc)."""
+    examples = (
+        E.conv2d((1, 3, 17, 15), 16, 3, stride=2, pad=1, act="relu"),
+        E.conv2d((1, 3, 23, 21), 10, 7, stride=2, pad=3),
+    )
 
     family = "conv2d_stem_f16"
     priority = 105  # ahead of conv2d_gemm_f16 (104); the Winograd unit (106) needs 16 channels

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import sym_join
 from backends.c.templates.x86.nchw88 import _guarded
 from backends.c.templates.x86.winograd import TRANSFORMS, _lin, transform_filter
@@ -213,6 +214,10 @@ def winograd_tile(p: dict[str, Any], tiles: Sequence[int]) -> int | None:
 class ConvWinogradF16(ConvUnitF16):
     """``conv2d_winograd_f16``: dense 3x3 stride-1 NCHW float16 convolution by ``F(m x m, 3 x 3)``
     (module doc)."""
+    examples = (
+        E.conv2d((1, 24, 9, 11), 32, 3, pad=1, residual=True),
+        E.conv2d((2, 40, 14, 13), 56, 3, pad=1, act="relu"),
+    )
 
     family = "conv2d_winograd_f16"
     priority = 106  # ahead of conv2d_gemm_f16 (104) where winograd_tile says it wins

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.match import code, dtype_key, qparams, same_type
 from backends.c.templates import Template
 from backends.c.templates.portable.generic import _ptr_args
@@ -674,6 +675,12 @@ class ConvDepthwiseQ8Vnni(Template):
     Other filters (``widen``) widen every tap's 16 input bytes to int32 lanes and multiply-add with
     ``vpdpwssd`` against the tap weight in the low 16 bits (the high half is zero, so the
     sign-extension bits contribute nothing)."""
+    examples = (
+        E.conv2d_q8((1, 7, 19, 37), 7, 3, pad=1, groups=7, act="relu"),
+        E.conv2d_q8((2, 5, 35, 36), 5, 3, stride=2, pad=1, groups=5),
+        E.conv2d_q8((1, 3, 7, 20), 3, 5, pad=2, groups=3),
+        E.conv2d_q8((1, 17, 6, 21), 17, 2, pad=1, groups=17),
+    )
 
     family = "conv2d_dw_q8_x86"
     isa = ISA
@@ -893,6 +900,11 @@ class _Relu6Island:
     as the three ops. The unit serves the island's last ``typecvt``; the convolution's call and the
     island's first two calls are then unused, and kernel-select drops them. Mixed into a convolution
     unit (its ``isa`` is the convolution's)."""
+    examples = (
+        E.relu6_island((1, 13, 9, 11), 19, 3, pad=1),
+        E.relu6_island((1, 16, 9, 10), 16, 3, pad=1, groups=16),
+        E.relu6_island((2, 8, 7, 7), 24, 1, stride=2),
+    )
 
     ops = (T.TypeCvtOp,)
     conv_family: str
@@ -952,6 +964,12 @@ UNARY_MODES = ("relu", "h_swish")
 class ElemwiseQ8Vnni(Template):
     """int8 ``quantize(f(dequantize(a), dequantize(b)))`` on same-shape operands (ResNet's residual
     ``QFUSE_ADD_RELU``, MobileNetV2's ``QADD``), 16 lanes at a time, the reference's float32 order."""
+    examples = (
+        E.elemwise_q8("qadd", (1, 13, 9, 11), (1, 13, 9, 11)),
+        E.elemwise_q8("qfuse_add_relu", (2, 7, 5, 3), (2, 7, 5, 3)),
+        E.elemwise_q8("qmul", (3, 37), (3, 37)),
+        E.elemwise_q8("qh_swish", (5, 19)),
+    )
 
     family = "elemwise_q8_x86"
     isa = ISA
@@ -1015,6 +1033,10 @@ static void {sym}({_ptr_args(arity, 1)}) {{
 
 class MaxPoolQ8Vnni(Template):
     """int8 max pooling, NCHW, same dtype in and out: 16 output columns per vector (strides 1, 2)."""
+    examples = (
+        E.pool2d((1, 13, 9, 11), "max", 3, 2, 1, dtype="q8"),
+        E.pool2d((2, 5, 17, 18), "max", 2, 1, dtype="q8"),
+    )
 
     family = "pool2d_q8_x86"
     isa = ISA

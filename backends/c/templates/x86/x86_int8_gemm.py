@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.templates import Template
 from backends.c.templates.portable.requant import REQUANT_C, exact
 from backends.c.templates.portable.typed import Conv2dQ8
@@ -298,6 +299,14 @@ class Conv2dQ8Gemm(Template):
     """Dense and grouped int8 NCHW convolution: activations packed into 4-channel planes, a
     register-tiled GEMM of ``gemm``'s dot-product step, bias, RELU and requantization fused in the
     tile's epilogue."""
+    examples = (
+        E.conv2d_q8((1, 13, 9, 11), 19, 3, pad=1, act="relu"),
+        E.conv2d_q8((1, 3, 23, 21), 10, 7, stride=2, pad=3),
+        E.conv2d_q8((2, 22, 5, 7), 7, 1),
+        E.conv2d_q8((1, 12, 6, 7), 9, 3, pad=1, groups=3, act="relu"),
+        E.conv2d_q8((2, 6, 17, 15), 11, 3, stride=2, pad=2, dil=2),
+        E.conv2d_q8((1, 5, 16, 19), 17, 5, stride=3, pad=2, out="f32"),
+    )
 
     family = "conv2d_q8_x86"
     ops = (T.ConvolutionOp, T.ConvBiasOp)

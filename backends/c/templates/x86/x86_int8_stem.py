@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
+import backends.c.examples as E
 from backends.c.match import code
 from backends.c.templates import Template
 from backends.c.templates.portable.requant import REQUANT_C, exact, f32, inverse
@@ -156,6 +157,11 @@ class Conv2dQ8StemAmx(Template):
     """First-layer int8 NCHW convolutions (an image's ``C <= 4`` channels, ``C * FH <= 16`` quads of
     ``FW <= 4`` taps, stride 1 or 2, no dilation or groups, an int8 result) on AMX tiles built in place;
     see the module docstring."""
+    # a stem: an image's few channels, 16 or more output columns
+    examples = (
+        E.conv2d_q8((1, 3, 19, 37), 16, 3, stride=2, pad=1),
+        E.conv2d_q8((2, 3, 11, 35), 32, 4, stride=2, pad=1),
+    )
 
     family = "conv2d_q8_stem"
     isa = AMX_ISA
@@ -385,6 +391,7 @@ static void {sym}({_kernel_args(p)}) {{
 class Conv2dQ8StemRelu6Amx(_Relu6Island, Conv2dQ8StemAmx):
     """The stem with its ReLU6 float island in the epilogue (a clamp narrowed with the others; the
     scale and float forms a vector at a time)."""
+    examples = (E.q8_stem_relu6((1, 3, 19, 37), 16), E.q8_stem_relu6((2, 3, 11, 35), 32, 4))
 
     family = "conv2d_q8_stem_relu6"
     conv_family = Conv2dQ8StemAmx.family
