@@ -2,7 +2,8 @@
 
 A file is JSON keyed by the CPU model string, its ISA feature set and the thread count; each entry
 maps an op signature (:func:`passes.lowering.select.op_signature`: op kind, shapes, dtypes,
-attributes) to a family, so models sharing layers share choices. A file made on another CPU, ISA
+attributes) to a family, so models sharing layers share choices; an entry ``layout:<model key>``
+holds a model's whole-graph layout (:mod:`compiler.tuner` measures both kinds). A file made on another CPU, ISA
 set or thread count is ignored with a one-line warning naming the difference: a choice measured
 elsewhere may be slower here. Writes are atomic (temp file + rename) and merge under a process lock
 so concurrent tuners never lose or corrupt entries.
@@ -23,6 +24,8 @@ from dialects.errors import XmgeError
 from passes.target import Target
 
 FORMAT = 1
+# entries under this prefix hold a model's whole-graph layout, not an op's kernel family
+LAYOUT_PREFIX = "layout:"
 _WRITE_LOCK = threading.Lock()
 
 
@@ -69,8 +72,18 @@ class TuningFile:
     choices: dict[str, str] = field(default_factory=dict)
 
     def as_option(self) -> tuple[tuple[str, str], ...]:
-        """The choices as ``LowerToKernelPass(choices=...)`` takes them."""
-        return tuple(sorted(self.choices.items()))
+        """The kernel choices as ``LowerToKernelPass(choices=...)`` takes them (layout entries are
+        whole-graph choices, read by ``compile()`` itself)."""
+        return tuple(sorted((s, f) for s, f in self.choices.items() if not s.startswith(LAYOUT_PREFIX)))
+
+    def layout(self, entry: str) -> str | None:
+        """The whole-graph layout (``nchw``, ``nchw88``) measured fastest for the model ``entry``
+        (:func:`compiler.tuner.layout_entry`), if tuned."""
+        return self.choices.get(entry) if entry.startswith(LAYOUT_PREFIX) else None
+
+    def restricted(self, signatures: set[str]) -> TuningFile:
+        """The entries for ``signatures`` only (what one model used: a package ships these)."""
+        return TuningFile(self.key, {s: f for s, f in self.choices.items() if s in signatures})
 
     def to_json(self) -> str:
         k = self.key
@@ -134,4 +147,4 @@ def load_for(path: str | os.PathLike[str], key: TuningKey) -> TuningFile | None:
     return tf
 
 
-__all__ = ["TuningFile", "TuningFileError", "TuningKey", "cpu_model", "key_for", "load_for"]
+__all__ = ["LAYOUT_PREFIX", "TuningFile", "TuningFileError", "TuningKey", "cpu_model", "key_for", "load_for"]

@@ -227,6 +227,9 @@ class CompiledModel:
         self.source = ""
         self.cflags: tuple[str, ...] = ()
         self.weights_offsets: list[int] = [0] * len(self._variants)
+        # the tuning file entries this model was compiled with (saved as the package's tuning.json)
+        self.tuning: Any = None
+        self.tune_report: Any = None  # compiler.tuner.TuneReport of compile(tune=True)
         if self.backend.kernels is not None:
             self._build()
 
@@ -501,6 +504,8 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     batch_sizes: Sequence[int] | None = None,
     progress: bool | None = None,
     tuning_file: str | os.PathLike[str] | None = None,
+    tune: bool = False,
+    tune_budget_s: float | None = None,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
     or ``.onnx`` path, ``.mge`` bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default:
@@ -523,11 +528,23 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
 
     ``tuning_file`` (:mod:`compiler.tuning`) names kernel families measured fastest per op on this
     machine; kernel-select tries them first. A file from another CPU, ISA set or thread count is
-    ignored with a warning; without one, the registry's priorities decide."""
+    ignored with a warning; without one, the registry's priorities decide. A package folder saved
+    from a tuned compile works as ``tuning_file`` too (its ``tuning.json``). For the host target
+    (``target`` None or ``"host"``) the file's whole-graph layout choice for this model is applied.
+
+    ``tune`` measures the choices on this machine first (:func:`compiler.tuner.tune`: every kernel
+    family that matches each op, and for the host target plain NCHW against NCHW88), within
+    ``tune_budget_s`` seconds; with ``tuning_file`` the choices already there are re-used without
+    timing and the new ones are saved to it. The result's ``tune_report`` says what was measured."""
     from compiler.driver.package import c_identifier, default_name
     from compiler.progress import progress as progress_reporter
 
     prefix = c_identifier(name) if name is not None else default_name(model)
+    if tune:
+        return _compile_tuned(
+            model, target, example_inputs, threads, graph, name, shapes, batch_sizes, progress,
+            tuning_file, tune_budget_s, verify,
+        )  # fmt: skip
     if verify:
         from compiler.driver.numerics import NumericsMismatch, verify_compile
 
@@ -553,11 +570,56 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
             f"target options {', '.join(unsupported)} are not implemented by the {backend.name} backend "
             f"for {tgt.arch} yet"
         )
+    tuning = None
+    if tuning_file is not None:
+        from compiler.tuning import key_for, load_for
+
+        tuning = load_for(tuning_file, key_for(tgt, threads))
+    auto = target is None or (isinstance(target, str) and target.strip() in ("host", "native"))
     times: dict[str, float] = {}
     with progress_reporter("compile", enabled=progress) as rep:
         return _compile_stages(
-            model, example_inputs, graph, tgt, threads, shapes, batch_sizes, prefix, times, rep, tuning_file
+            model, example_inputs, graph, tgt, threads, shapes, batch_sizes, prefix, times, rep, tuning, auto
         )
+
+
+def _compile_tuned(
+    model: Any,
+    target: str | Target | None,
+    example_inputs: Sequence[Any] | None,
+    threads: int,
+    graph: int,
+    name: str | None,
+    shapes: Sequence[Any] | None,
+    batch_sizes: Sequence[int] | None,
+    progress: bool | None,
+    tuning_file: str | os.PathLike[str] | None,
+    budget_s: float | None,
+    verify: bool,
+) -> CompiledModel:
+    """``compile(..., tune=True)``: measure, then compile with the measured choices."""
+    from compiler.driver.package import c_identifier, default_name
+    from compiler.progress import progress as progress_reporter
+    from compiler.tuner import tune
+
+    if shapes is not None or batch_sizes is not None:
+        raise CompileError(
+            "compile: tune=True measures one input shape; tune, then compile with shapes= and tuning_file="
+        )
+    if verify:
+        raise CompileError("compile: give tune=True or verify=True, not both")
+    prefix = c_identifier(name) if name is not None else default_name(model)
+    tuning, report = tune(
+        model, target, example_inputs, threads=threads, graph=graph, budget_s=budget_s,
+        tuning_file=tuning_file, progress=progress, name=prefix,
+    )  # fmt: skip
+    times: dict[str, float] = {"tune": report.seconds}
+    with progress_reporter("compile", enabled=progress) as rep:
+        compiled = _compile_stages(
+            model, example_inputs, graph, report.target, threads, None, None, prefix, times, rep, tuning, False
+        )
+    compiled.tune_report = report
+    return compiled
 
 
 def _compile_stages(
@@ -571,13 +633,26 @@ def _compile_stages(
     prefix: str,
     times: dict[str, float],
     rep: ProgressReporter,
-    tuning_file: str | os.PathLike[str] | None = None,
+    tuning: Any = None,
+    auto: bool = False,
 ) -> CompiledModel:
+    """``tuning``: a :class:`compiler.tuning.TuningFile` made under this target's key (or None);
+    ``auto``: the target is the host default, so the file's layout choice may replace its layout."""
     backend = tgt.backend
     assert backend is not None
     rep.stage("frontend")
     t0 = time.perf_counter()
     module = to_module(model, example_inputs, graph)
+    entry = ""
+    if tuning is not None:
+        from compiler.tuner import layout_entry, with_layout
+
+        entry = layout_entry(module)
+        layout = tuning.layout(entry)
+        if auto and layout is not None and layout != tgt.layout:
+            other = with_layout(tgt, layout)
+            if other.backend is not None and other.backend.runs_here(other):
+                tgt = other
     modules = [module]
     if shapes is not None or batch_sizes is not None:
         if backend.kernels is None:
@@ -585,16 +660,17 @@ def _compile_stages(
         signatures = shape_signatures(_arg_shapes(module), shapes, batch_sizes)
         modules = [modules_for_shapes(model, example_inputs, graph, module, sig) for sig in signatures]
     times["frontend"] = time.perf_counter() - t0
-    choices: tuple[tuple[str, str], ...] = ()
-    if tuning_file is not None:
-        from compiler.tuning import key_for, load_for
-
-        tuned = load_for(tuning_file, key_for(tgt, threads))
-        choices = tuned.as_option() if tuned is not None else ()
+    choices: tuple[tuple[str, str], ...] = tuning.as_option() if tuning is not None else ()
     per_module = 1 + (len(kernel_passes(tgt, threads)) if backend.kernels is not None else 0)
     rep.set_total(per_module * len(modules))
     stages = [_lower(m, tgt, threads, times, rep, choices) for m in modules]
-    return CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
+    compiled = CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
+    if tuning is not None:
+        from compiler.tuner import op_signatures
+
+        used = {entry}.union(*(op_signatures(st["inference"]) for st in stages))  # type: ignore[arg-type]
+        compiled.tuning = tuning.restricted(used)
+    return compiled
 
 
 def _lower(
