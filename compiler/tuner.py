@@ -41,7 +41,6 @@ Not thread-safe: tuning builds use process-wide profile counters; tune one model
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -103,6 +102,7 @@ class TuneReport:
     clock: str = ""
     budget_hit: bool = False
     notes: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase of the run
 
     def summary(self) -> str:
         """A few lines for people: per layout, the signatures whose choice moved; the layouts; time."""
@@ -121,6 +121,8 @@ class TuneReport:
         if self.untuned_ms is not None and self.tuned_ms is not None:
             lines.append(f"  untuned {self.untuned_ms:.2f} ms, tuned {self.tuned_ms:.2f} ms "
                          f"({self.untuned_ms / self.tuned_ms:.2f}x)")
+        if self.phases:
+            lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items()))
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -163,7 +165,8 @@ def with_layout(target: Target, layout: str) -> Target:
     features = [f for f in target.features if f not in LAYOUT_FEATURES]
     if layout != "nchw":
         features.insert(1 if features else 0, layout)
-    return parse_target(target.arch + "".join("-" + f for f in features) + "".join("+" + o for o in target.options))
+    options = "".join("+" + o for o in target.options)
+    return parse_target(target.arch + "".join("-" + f for f in features) + options)
 
 
 def layout_alternatives(target: Target) -> list[Target]:
@@ -204,6 +207,7 @@ class _Graph:
     sigs: list[str]  # per op index
     cands: dict[str, list[str]]  # signature -> candidate families
     neighbours: list[set[int]]  # per op index: producers and consumers (through views)
+    by_sig: dict[str, list[int]] = field(default_factory=dict)  # signature -> op indices
 
 
 def _through_views_up(v: SSAValue) -> Operation | None:
@@ -246,7 +250,10 @@ def _graph(module: ModuleOp, target: Target) -> _Graph:
         neighbours.append(near)
     for i, op in enumerate(ops):
         op.attributes["scope"] = StringAttr(f"{TAG}{i}")
-    return _Graph(clean, sigs, cands, neighbours)
+    by_sig: dict[str, list[int]] = {}
+    for i, s in enumerate(sigs):
+        by_sig.setdefault(s, []).append(i)
+    return _Graph(clean, sigs, cands, neighbours, by_sig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -261,6 +268,7 @@ class _Round:
     per_call: list[np.ndarray] = field(default_factory=list)  # one array of call times per run
     worst: Any = None  # compiler.driver.numerics.OutputError of its output against the reference
     ok: bool = True
+    pruned: bool = False  # not timed past its first runs: all its candidates were far slower
 
 
 def _kernel_module(graph: _Graph, target: Target, threads: int, choices: dict[str, str]) -> ModuleOp:
@@ -410,11 +418,16 @@ def tune(
         rep.stage("frontend")
         module = to_module(model, example_inputs, graph)
         inputs = _inputs(module, example_inputs if example_inputs is not None else random_inputs(module))
+        report.phases["frontend"] = budget.elapsed()
         layouts = layout_alternatives(tgt) if auto else [tgt]
         state = _Tuner(module, inputs, threads, prefix, tf, report, budget, rep, optimized)
-        for lt in layouts:
-            state.tune_layout(lt)
-        state.choose_layout(layouts)
+        try:
+            for lt in layouts:
+                state.tune_layout(lt)
+            state.choose_layout(layouts)
+        finally:
+            state.stage("", "done")
+            state.close()
         report.seconds = budget.elapsed()
     if tuning_file is not None and report.timed:
         tf.save(tuning_file)
@@ -432,6 +445,8 @@ def _inputs(module: ModuleOp, example_inputs: Sequence[Any]) -> list[np.ndarray]
 
 
 class _Tuner:
+    """The state of one tuning run (see the module docstring for the method)."""
+
     def __init__(
         self,
         module: ModuleOp,
@@ -456,15 +471,37 @@ class _Tuner:
         self._want: list[np.ndarray] | None = None
         self.round_seconds: float | None = None  # what one profiling round cost (the budget's estimate)
         self.defaults: dict[str, dict[str, str]] = {}  # layout target -> signature -> priority choice
+        self.rounds: dict[str, list[_Round]] = {}  # layout target -> its loaded profiling rounds
         self.failed: set[str] = set()  # layout targets whose graph does not compile
+        self._builds = 0
+        self._phase: tuple[str, float] | None = None
+
+    def stage(self, text: str, phase: str) -> None:
+        """Show ``text`` as the progress stage and charge the time from now on to ``phase``."""
+        now = time.perf_counter()
+        if self._phase is not None:
+            name, since = self._phase
+            self.report.phases[name] = self.report.phases.get(name, 0.0) + now - since
+        self._phase = (phase, now)
+        if text:
+            self.rep.stage(text)
+
+    def close(self) -> None:
+        for rounds in self.rounds.values():
+            for r in rounds:
+                if r.loaded is not None:
+                    r.loaded.close()
+                    r.loaded = None
 
     # -- the reference ----------------------------------------------------------------------------
     def want(self) -> list[np.ndarray]:
         if self._want is None:
             from semantics import run_module
 
-            self.rep.stage("reference outputs")
+            before = self._phase[0] if self._phase else "reference"
+            self.stage("reference outputs", "reference")
             self._want = [np.asarray(o) for o in run_module(self.module, self.inputs)]
+            self.stage("", before)
         return self._want
 
     def check(self, got: Sequence[np.ndarray], target: Target) -> Any:
@@ -477,7 +514,7 @@ class _Tuner:
     # -- one layout ---------------------------------------------------------------------------------
     def tune_layout(self, target: Target) -> None:
         report = self.report
-        self.rep.stage(f"{target}: candidates")
+        self.stage(f"{target}: candidates", "candidates")
         try:
             g = _graph(self.module, target)
         except XmgeError as exc:
@@ -500,60 +537,74 @@ class _Tuner:
         report.signatures[str(target)] = results
         if not pending:
             return
-        estimate = self.round_seconds * max(len(c) for c in pending.values()) if self.round_seconds else 0.0
-        if not self.budget.allows(estimate):
+        n_rounds = max(len(c) for c in pending.values())
+        if not self.budget.allows((self.round_seconds or 0.0) * n_rounds):
             report.budget_hit = True
-            report.notes.append(f"{target}: {len(pending)} signature(s) not timed (budget)")
+            report.notes.append(f"{target}: {len(pending)} op signature(s) not timed (budget)")
             return
         fixed = {s: self.tf.choices[s] for s in multi if s not in pending}
-        n_rounds = max(len(c) for c in pending.values())
         rounds = [
-            _Round({**fixed, **{s: c[min(r, len(c) - 1)] for s, c in pending.items() if r < len(c)}})
-            for r in range(n_rounds)
+            _Round({**fixed, **{s: c[r] for s, c in pending.items() if r < len(c)}}) for r in range(n_rounds)
         ]
         t0 = time.perf_counter()
+        self.rounds[str(target)] = rounds
         self._build_rounds(g, target, rounds)
-        self._time_rounds(rounds)
+        self._time_rounds(g, pending, rounds)
         self.round_seconds = (time.perf_counter() - t0) / n_rounds
         report.timed = True
         report.builds += len(rounds)
         self._decide(g, target, pending, rounds, counts, results)
-        # the untuned model's time, for the never-slower check (round 0 holds the priority choices)
-        for r in rounds:
-            r.loaded.close()
 
     def _build_rounds(self, g: _Graph, target: Target, rounds: list[_Round]) -> None:
+        """Lower every round and build its profiling library (gcc runs on worker threads while the
+        next round is lowered); load each and check its output once against the reference."""
         fn = next(f for f in self.module.ops if isinstance(f, func.FuncOp))
         out_types = list(fn.function_type.outputs.data)
-        thunks = []
+        workers = max(1, min(len(rounds), os.cpu_count() or 1, 4))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            jobs = []
+            for r in rounds:
+                self._builds += 1
+                self.stage(f"{target}: lowering round {len(jobs) + 1}/{len(rounds)}", "lowering")
+                km = _kernel_module(g, target, self.threads, r.choices)
+                build, r.tags, weights = _profile_build(km, target, f"{self.prefix}_tune{self._builds}")
+                jobs.append((pool.submit(build), weights))
+            self.want()  # the reference runs while gcc builds
+            self.stage(f"{target}: building {len(rounds)} profiling libraries", "gcc")
+            for r, (job, weights) in zip(rounds, jobs, strict=True):
+                r.loaded = _Profiled(target, job.result(), weights, self.threads, out_types)
+        self.stage(f"{target}: checking {len(rounds)} rounds against the reference", "timing")
         for i, r in enumerate(rounds):
-            self.rep.stage(f"{target}: round {i + 1}/{len(rounds)} lowering")
-            km = _kernel_module(g, target, self.threads, r.choices)
-            build, r.tags, weights = _profile_build(km, target, f"{self.prefix}_tune{i}")
-            thunks.append((build, weights))
-        self.rep.stage(f"{target}: building {len(rounds)} profiling libraries")
-        with ThreadPoolExecutor(max_workers=max(1, min(len(thunks), os.cpu_count() or 1, 4))) as pool:
-            builds = list(pool.map(lambda t: t[0](), thunks))
-        for r, b, (_, weights) in zip(rounds, builds, thunks, strict=True):
-            r.loaded = _Profiled(target, b, weights, self.threads, out_types)
-        for i, r in enumerate(rounds):
-            outs, _ = r.loaded.run(self.inputs)
+            outs, ms = r.loaded.run(self.inputs)
+            r.per_call.append(ms)
             r.worst = self.check(outs, target)
             r.ok = r.worst is None or r.worst.ok
-            self.rep.advance(f"round {i + 1} " + ("agrees with the reference" if r.ok else "DIFFERS"))
+            verdict = "agrees with the reference" if r.ok else "DIFFERS from the reference"
+            self.rep.advance(f"{target} round {i + 1}: {verdict}")
 
-    def _time_rounds(self, rounds: list[_Round]) -> None:
+    def _time_rounds(self, g: _Graph, pending: dict[str, list[str]], rounds: list[_Round]) -> None:
+        """Interleaved runs of the rounds; a round whose candidates all cost over twice the priority
+        choice in two runs each (or whose output differs) is not timed further."""
         t0 = time.perf_counter()
         for r in rounds:
-            r.loaded.run(self.inputs)
+            r.per_call.append(r.loaded.run(self.inputs)[1])
         per_run = (time.perf_counter() - t0) / len(rounds)
-        reps = _reps(per_run, len(rounds))
+        early = [_op_times(g, r, np.min) for r in rounds]
+        live = [rounds[0]]
+        for i, r in enumerate(rounds[1:], 1):
+            sigs = [s for s, c in pending.items() if i < len(c)]
+            if r.ok and any(_cost(g, s, early[i]) <= 2.0 * _cost(g, s, early[0]) for s in sigs):
+                live.append(r)
+            else:
+                r.pruned = r.ok
+        reps = _reps(per_run, len(live))
         if self.optimized:
             reps = max(3, reps // 3)
-        self.rep.stage(f"timing {len(rounds)} rounds x {reps} runs")
-        for _ in range(reps):
-            for r in rounds:
-                r.per_call.append(r.loaded.run(self.inputs)[1])
+        if len(live) > 1:
+            self.stage(f"timing {len(live)} rounds x {reps} runs", "timing")
+            for _ in range(reps):
+                for r in live:
+                    r.per_call.append(r.loaded.run(self.inputs)[1])
 
     def _decide(
         self,
@@ -564,37 +615,24 @@ class _Tuner:
         counts: dict[str, int],
         results: list[SignatureResult],
     ) -> None:
-        multi_ops = {i for i, s in enumerate(g.sigs) if len(g.cands[s]) > 1}
-        by_sig: dict[str, list[int]] = {}
-        for i, s in enumerate(g.sigs):
-            by_sig.setdefault(s, []).append(i)
-        per_op: list[np.ndarray] = []
-        for r in rounds:
-            med = np.median(np.array(r.per_call), axis=0)
-            t = np.zeros(len(g.sigs))
-            for tag, ms in zip(r.tags, med, strict=True):
-                if tag is not None:
-                    t[tag] += ms
-            per_op.append(t)
+        per_op = [_op_times(g, r, np.median) for r in rounds]
         default_bad = not rounds[0].ok
         if default_bad:
             self.report.notes.append(
                 f"{target}: the priority kernels already differ from the reference beyond tolerance "
-                f"({rounds[0].worst}); candidates may win only without a larger error"
+                f"({rounds[0].worst}); a candidate may win only without a larger error"
             )
         for s, cands in pending.items():
             res = SignatureResult(s, counts[s], tuple(cands), cands[0])
             for r_i, fam in enumerate(cands):
                 rnd = rounds[r_i]
-                cost = 0.0
-                for i in by_sig[s]:
-                    cost += per_op[r_i][i] + sum(per_op[r_i][n] for n in g.neighbours[i] if n not in multi_ops)
-                res.ms[fam] = cost
-                worse = rnd.worst is not None and (
-                    not rnd.ok and (not default_bad or rnd.worst.ratio > rounds[0].worst.ratio)
-                )
-                if r_i > 0 and worse:
+                res.ms[fam] = _cost(g, s, per_op[r_i])
+                if r_i == 0:
+                    continue
+                if not rnd.ok and (not default_bad or rnd.worst.ratio > rounds[0].worst.ratio):
                     res.rejected[fam] = f"output differs from the reference: {rnd.worst}"
+                elif rnd.pruned:
+                    res.rejected[fam] = "over twice the priority choice's time in its first runs"
             allowed = [f for f in cands if f not in res.rejected]
             best = min(allowed, key=lambda f: res.ms[f])
             if res.ms[best] < (1.0 - MIN_GAIN) * res.ms[cands[0]]:
@@ -622,21 +660,28 @@ class _Tuner:
         if len(usable) == 1 and not moved(base):
             report.target = base
             return
-        if not self.budget.allows((self.round_seconds or 0.0) * (len(usable) + moved(base))):
+        runners: dict[str, Callable[[], Any]] = {}
+        untuned_key = f"{base} untuned"
+        wanted = [(str(t), t, True) for t in usable] + ([(untuned_key, base, False)] if moved(base) else [])
+        to_build = [w for w in wanted if self._round_for(w[1], w[2]) is None]
+        if not self.budget.allows((self.round_seconds or 0.0) * len(to_build)):
             report.budget_hit = True
             report.notes.append("whole-model comparison skipped (budget): the untuned choices are kept")
             self._revert(usable)
             report.target = base
             return
-        self.rep.stage("whole-model timing: " + ", ".join(str(t) for t in usable))
-        models = {str(t): self._build_whole(t, tuned=True) for t in usable}
-        untuned_key = f"{base} untuned"
-        if moved(base):
-            models[untuned_key] = self._build_whole(base, tuned=False)
-        report.builds += len(models)
-        report.timed = True
+        self.stage("whole-model timing: " + ", ".join(str(t) for t in usable), "whole model")
         x = self.inputs
-        ms, report.clock = whole_model_ms({k: (lambda m=m: m.run(x)) for k, m in models.items()}, self.threads)
+        for k, t, tuned in wanted:
+            r = self._round_for(t, tuned)
+            if r is not None:
+                runners[k] = lambda r=r: r.loaded.run(x)
+            else:
+                m = self._build_whole(t, tuned=tuned)
+                runners[k] = lambda m=m: m.run(x)
+        report.builds += len(to_build)
+        report.timed = True
+        ms, report.clock = whole_model_ms(runners, self.threads)
         report.layouts_ms = {k: v for k, v in ms.items() if k != untuned_key}
         report.untuned_ms = ms.get(untuned_key, ms[str(base)])
 
@@ -657,9 +702,20 @@ class _Tuner:
             self._revert(usable)
             chosen = base
         report.target = chosen
-        report.tuned_ms = report.layouts_ms[str(chosen)] if chosen is not base or moved(base) else report.untuned_ms
+        tuned_ms = report.layouts_ms[str(chosen)]
+        report.tuned_ms = tuned_ms if chosen is not base or moved(base) else report.untuned_ms
         if len(layouts) > 1:
             self.tf.choices[entry] = chosen.layout
+
+    def _round_for(self, target: Target, tuned: bool) -> _Round | None:
+        """A loaded profiling round of ``target`` that holds exactly the tuned (or the priority)
+        choices: timing it needs no new build (its call timers cost nanoseconds per kernel)."""
+        defaults = self.defaults.get(str(target), {})
+        want = {s: (self.tf.choices.get(s, d) if tuned else d) for s, d in defaults.items()}
+        for r in self.rounds.get(str(target), []):
+            if r.loaded is not None and {s: r.choices.get(s, d) for s, d in defaults.items()} == want:
+                return r
+        return None
 
     def _revert(self, targets: list[Target]) -> None:
         """Write the priority choices for every tuned signature of ``targets``."""
@@ -674,11 +730,30 @@ class _Tuner:
         final compile finds the library in the build cache)."""
         from compiler.driver.compile import CompiledModel, _lower
 
-        choices = tuple(sorted(self.tf.as_option())) if tuned else ()
+        choices = self.tf.as_option() if tuned else ()
         stages = _lower(self.module, target, self.threads, {}, None, choices)
         m = CompiledModel(target, stages, self.threads, {}, name=self.prefix)
         self.rep.advance(f"built {target}{'' if tuned else ' (untuned)'}")
         return m
+
+
+def _op_times(g: _Graph, r: _Round, reduce: Callable[..., Any]) -> np.ndarray:
+    """Time per op index of round ``r``: each call's runs reduced (median, min) and summed per op."""
+    med = reduce(np.array(r.per_call), axis=0)
+    t = np.zeros(len(g.sigs))
+    for tag, ms in zip(r.tags, med, strict=True):
+        if tag is not None:
+            t[tag] += ms
+    return t
+
+
+def _cost(g: _Graph, sig: str, per_op: np.ndarray) -> float:
+    """An op signature's cost in one round: its ops' calls plus those of their single-candidate
+    neighbours (whose work a candidate may absorb or leave behind)."""
+    total = 0.0
+    for i in g.by_sig[sig]:
+        total += per_op[i] + sum(per_op[n] for n in g.neighbours[i] if len(g.cands[g.sigs[n]]) == 1)
+    return float(total)
 
 
 __all__ = [

@@ -616,7 +616,7 @@ def _compile_tuned(
     times: dict[str, float] = {"tune": report.seconds}
     with progress_reporter("compile", enabled=progress) as rep:
         compiled = _compile_stages(
-            model, example_inputs, graph, report.target, threads, None, None, prefix, times, rep, tuning, False
+            model, example_inputs, graph, report.target, threads, None, None, prefix, times, rep, tuning
         )
     compiled.tune_report = report
     return compiled
