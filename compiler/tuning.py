@@ -26,11 +26,17 @@ from passes.target import Target
 FORMAT = 1
 # entries under this prefix hold a model's whole-graph layout, not an op's kernel family
 LAYOUT_PREFIX = "layout:"
+# the tuning file a saved package carries (the choices its kernels were compiled with)
+PACKAGE_FILE = "tuning.json"
 _WRITE_LOCK = threading.Lock()
 
 
 class TuningFileError(XmgeError):
     """A tuning file that cannot be read (not JSON, wrong format)."""
+
+
+class TuningWarning(UserWarning):
+    """A tuning file made under another key (CPU, ISA set, thread count): ignored."""
 
 
 def cpu_model() -> str:
@@ -134,17 +140,36 @@ def key_for(target: Target, threads: int) -> TuningKey:
 
 
 def load_for(path: str | os.PathLike[str], key: TuningKey) -> TuningFile | None:
-    """The tuning file at ``path`` if it was made under ``key``; otherwise ``None`` with a one-line
-    warning naming the difference (a missing file is ``None`` silently: nothing tuned yet)."""
+    """The tuning file at ``path`` (or a saved package folder's ``tuning.json``) if it was made under
+    ``key``; otherwise ``None`` with a one-line warning naming the difference (a missing file is
+    ``None`` silently: nothing tuned yet)."""
     p = Path(path)
+    if p.is_dir():
+        p = p / PACKAGE_FILE
     if not p.exists():
         return None
-    tf = TuningFile.from_json(p.read_text(encoding="utf-8"), str(p))
+    return checked(TuningFile.from_json(p.read_text(encoding="utf-8"), str(p)), key, str(p))
+
+
+def checked(tf: TuningFile, key: TuningKey, where: str) -> TuningFile | None:
+    """``tf`` if it was made under ``key``, else ``None`` with a one-line warning naming ``where``
+    and the difference."""
     diff = key.difference(tf.key)
     if diff is not None:
-        warnings.warn(f"{p}: tuning file ignored: {diff}", stacklevel=2)
+        warnings.warn(f"{where}: tuning file ignored: {diff}", TuningWarning, stacklevel=3)
         return None
     return tf
 
 
-__all__ = ["LAYOUT_PREFIX", "TuningFile", "TuningFileError", "TuningKey", "cpu_model", "key_for", "load_for"]
+__all__ = [
+    "LAYOUT_PREFIX",
+    "PACKAGE_FILE",
+    "TuningFile",
+    "TuningFileError",
+    "TuningKey",
+    "TuningWarning",
+    "checked",
+    "cpu_model",
+    "key_for",
+    "load_for",
+]

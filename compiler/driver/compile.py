@@ -383,7 +383,8 @@ class CompiledModel:
     def save(self, directory: str | os.PathLike[str]) -> str:
         """Write the package ``directory`` atomically (:mod:`compiler.driver.package`): the backend's
         files (``model.c``, the runtime sources, the library, ``runner``, Makefile, CMakeLists.txt,
-        README.md), ``weights.bin``, ``kernel.mlir`` and the manifest ``model.json``. A kill at any
+        README.md), ``weights.bin``, ``kernel.mlir``, ``tuning.json`` (a tuned model's kernel choices,
+        with the CPU they were measured on) and the manifest ``model.json``. A kill at any
         moment leaves the previous package or none, never part of one. ``compiler.load_compiled``
         loads it back without compiling."""
         from compiler.driver.package import write_package
@@ -397,6 +398,12 @@ class CompiledModel:
                 f.write(self.weights)
             with open(os.path.join(work, "kernel.mlir"), "w") as f:
                 f.write(self.ir("kernel-plan-memory"))
+            if self.tuning is not None and self.tuning.choices:
+                from compiler.tuning import PACKAGE_FILE
+
+                with open(os.path.join(work, PACKAGE_FILE), "w") as f:
+                    f.write(self.tuning.to_json())
+                extras = {**extras, "tuning": PACKAGE_FILE}
             return self.manifest(extras)
 
         return write_package(directory, fill)
@@ -503,7 +510,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     shapes: Sequence[Any] | None = None,
     batch_sizes: Sequence[int] | None = None,
     progress: bool | None = None,
-    tuning_file: str | os.PathLike[str] | None = None,
+    tuning_file: str | os.PathLike[str] | Any | None = None,
     tune: bool = False,
     tune_budget_s: float | None = None,
 ) -> CompiledModel:
@@ -526,9 +533,9 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     ``progress`` writes stage lines to a terminal's stderr (default: only when stderr is a terminal
     and ``XMGE_PROGRESS`` is not ``0``; ``False`` turns it off).
 
-    ``tuning_file`` (:mod:`compiler.tuning`) names kernel families measured fastest per op on this
-    machine; kernel-select tries them first. A file from another CPU, ISA set or thread count is
-    ignored with a warning; without one, the registry's priorities decide. A package folder saved
+    ``tuning_file`` (:mod:`compiler.tuning`; a path or a ``TuningFile``) names kernel families
+    measured fastest per op on this machine; kernel-select tries them first. A file from another
+    CPU, ISA set or thread count is ignored with a warning; without one, the registry's priorities decide. A package folder saved
     from a tuned compile works as ``tuning_file`` too (its ``tuning.json``). For the host target
     (``target`` None or ``"host"``) the file's whole-graph layout choice for this model is applied.
 
@@ -572,9 +579,13 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
         )
     tuning = None
     if tuning_file is not None:
-        from compiler.tuning import key_for, load_for
+        from compiler.tuning import TuningFile, checked, key_for, load_for
 
-        tuning = load_for(tuning_file, key_for(tgt, threads))
+        key = key_for(tgt, threads)
+        tuning = (
+            checked(tuning_file, key, "tuning") if isinstance(tuning_file, TuningFile)
+            else load_for(tuning_file, key)
+        )  # fmt: skip
     auto = target is None or (isinstance(target, str) and target.strip() in ("host", "native"))
     times: dict[str, float] = {}
     with progress_reporter("compile", enabled=progress) as rep:
@@ -812,10 +823,14 @@ def compile_file(
     graph: int = 0,
     name: str | None = None,
     progress: bool | None = None,
+    tuning_file: str | None = None,
 ) -> CompiledModel:
-    """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX]``: compile a ``.mge``
-    file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a package."""
-    compiled = compile(path, target, threads=threads, graph=graph, name=name, progress=progress)
+    """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX] [--tuning-file F]``:
+    compile a ``.mge`` file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a
+    package."""
+    compiled = compile(
+        path, target, threads=threads, graph=graph, name=name, progress=progress, tuning_file=tuning_file
+    )
     compiled.save(out_dir)
     return compiled
 
