@@ -535,9 +535,10 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
 
     ``tuning_file`` (:mod:`compiler.tuning`; a path or a ``TuningFile``) names kernel families
     measured fastest per op on this machine; kernel-select tries them first. A file from another
-    CPU, ISA set or thread count is ignored with a warning; without one, the registry's priorities decide. A package folder saved
-    from a tuned compile works as ``tuning_file`` too (its ``tuning.json``). For the host target
-    (``target`` None or ``"host"``) the file's whole-graph layout choice for this model is applied.
+    CPU, ISA set or thread count is ignored with a warning; without one, the registry's priorities
+    decide. A package folder saved from a tuned compile works as ``tuning_file`` too (its
+    ``tuning.json``). For the host target (``target`` None or ``"host"``) the file's whole-graph
+    layout choice for this model is applied.
 
     ``tune`` measures the choices on this machine first (:func:`compiler.tuner.tune`: every kernel
     family that matches each op, and for the host target plain NCHW against NCHW88), within
