@@ -371,7 +371,8 @@ def tuned_report(
             )
             phases = ", ".join(f"{k} {v:.1f}" for k, v in report.phases.items())
             notes.append(
-                f"{name} tuned ({t} thr): tune {report.seconds:.1f} s + compile {total - report.seconds:.1f} s "
+                f"{name} tuned ({t} thr): tune {report.seconds:.1f} s + compile "
+                f"{total - report.seconds:.1f} s "
                 f"({report.builds} timing builds; {phases}); " + "; ".join(report.notes[:2])
             )
     return rows
