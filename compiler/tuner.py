@@ -380,7 +380,7 @@ def tune(
     threads: int = 1,
     graph: int = 0,
     budget_s: float | None = None,
-    tuning_file: str | os.PathLike[str] | None = None,
+    tuning_file: str | os.PathLike[str] | Any | None = None,
     progress: bool | None = None,
     name: str | None = None,
     optimized: bool = False,
@@ -388,15 +388,16 @@ def tune(
     """Measure the kernel (and, for the host target, layout) choices of ``model`` on this machine.
 
     Returns the :class:`compiler.tuning.TuningFile` (the file's earlier entries plus the new ones;
-    saved to ``tuning_file`` when given) and a :class:`TuneReport`. Signatures already in
-    ``tuning_file`` (made on this CPU, ISA set and thread count) are not timed again.
+    saved to ``tuning_file`` when it is a path) and a :class:`TuneReport`. Signatures already in
+    ``tuning_file`` (a path or a ``TuningFile`` made on this CPU, ISA set and thread count) are not
+    timed again.
     ``optimized`` times fewer runs (MegEngine Lite's OPTIMIZED profiling: faster, noisier)."""
     from compiler.driver.compile import CompileError, resolve_target, to_module
     from compiler.driver.numerics import random_inputs
     from compiler.driver.package import c_identifier, default_name
     from compiler.driver.targets import runs_here
     from compiler.progress import progress as progress_reporter
-    from compiler.tuning import TuningFile, key_for, load_for
+    from compiler.tuning import TuningFile, checked, key_for, load_for
 
     if threads < 1:
         raise CompileError(f"threads must be >= 1, got {threads}")
@@ -411,7 +412,11 @@ def tune(
     budget = _Budget(budget_s)
     prefix = c_identifier(name) if name is not None else default_name(model)
     key = key_for(tgt, threads)
-    existing = load_for(tuning_file, key) if tuning_file is not None else None
+    existing = None
+    if isinstance(tuning_file, TuningFile):  # choices in memory: re-used, nothing is saved
+        existing, tuning_file = checked(tuning_file, key, "tuning"), None
+    elif tuning_file is not None:
+        existing = load_for(tuning_file, key)
     tf = TuningFile(key, dict(existing.choices) if existing is not None else {})
     report = TuneReport(tgt, threads)
     with progress_reporter("tune", enabled=progress) as rep:

@@ -85,6 +85,15 @@ def test_tune_picks_a_family_writes_the_file_and_a_second_compile_times_nothing(
     assert not second.tune_report.timed
     assert all(r.reused for r in second.tune_report.signatures[str(_plain())])
     assert second.ir("kernel-select") == first.ir("kernel-select")
+    _, third = tuner.tune(module, _plain(), tuning_file=saved)  # a TuningFile in memory works too
+    assert not third.timed
+
+
+def test_tuning_needs_a_kernel_target_that_runs_here() -> None:
+    with pytest.raises(tuner.TuneError, match="generates no kernels"):
+        tuner.tune(_model(), "ref")
+    with pytest.raises(tuner.TuneError, match="does not run on this machine"):
+        tuner.tune(_model(), "arm-nchw44")
 
 
 def test_measurement_overrides_the_priority_order(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,6 +226,11 @@ def test_cli_tune(
     _no_timing(monkeypatch)
     assert main(["tune", str(GOLDEN), "--target", target, "-o", str(out), "-q"]) == 0
     assert capsys.readouterr().out == ""
+    monkeypatch.setenv("XMGE_PROGRESS", "1")  # progress lines as on a terminal
+    assert main(["tune", str(GOLDEN), "--target", target, "-o", str(out)]) == 0
+    streams = capsys.readouterr()
+    assert "[xmge tune] frontend" in streams.err and "all from the file" in streams.out
+    monkeypatch.delenv("XMGE_PROGRESS")
     pkg = tmp_path / "pkg"
     assert main(["compile", str(GOLDEN), "-t", target, "--tuning-file", str(out), "-o", str(pkg), "-q"]) == 0
     assert (pkg / "tuning.json").exists()
