@@ -17,7 +17,9 @@ from (its ``scope`` is tagged). An op's cost in a round is its own call plus the
 producers and consumers that have a single candidate, because a family that fuses a neighbour's
 work (an epilogue, an expand convolution) makes that neighbour's call vanish. The cheapest candidate
 wins when it is at least :data:`MIN_GAIN` faster than the priority choice (medians on a shared,
-noisy machine; a smaller difference keeps today's choice).
+noisy machine; a smaller difference keeps today's choice). At one thread the call timers read the
+thread's CPU time, so time other processes take the core does not count; at more threads they read
+the wall clock (medians of interleaved runs).
 
 Numerics. Every round's output is compared once with the reference interpreter's (float32 at
 ``CODE_TOLERANCE``; float16 and bfloat16 targets at the float16 bounds) before its candidates may
@@ -281,11 +283,26 @@ def _kernel_module(graph: _Graph, target: Target, threads: int, choices: dict[st
     return current
 
 
+# the profiling build's timer (backends/c/runtime/xm_kernels.h reads CLOCK_MONOTONIC) made to read
+# the calling thread's CPU time: at one thread every kernel runs on it, and on a shared machine the
+# time other processes take the core from it then does not count
+_WALL_CLOCK = "#define XM_PROFILE_CLOCK 1"
+_THREAD_CLOCK = (
+    "#include <time.h>\n"
+    "static inline double xm_now_ms(void) {\n"
+    "  struct timespec ts;\n"
+    "  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);\n"
+    "  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;\n"
+    "}"
+)
+
+
 def _profile_build(
-    module: ModuleOp, target: Target, prefix: str
+    module: ModuleOp, target: Target, prefix: str, cpu_clock: bool
 ) -> tuple[Callable[[], Any], list[int | None], bytes]:
-    """Emit ``module`` with a timer around each call; returns a build thunk (run it on a worker
-    thread: gcc is a subprocess), the op index of each call and the weights."""
+    """Emit ``module`` with a timer around each call (``cpu_clock``: the thread's CPU time);
+    returns a build thunk (run it on a worker thread: gcc is a subprocess), the op index of each
+    call and the weights."""
     from backends.c.build import pack_weights
     from passes.lowering.plan import weights_blob
 
@@ -293,6 +310,8 @@ def _profile_build(
     assert backend is not None
     weights, _ = pack_weights([weights_blob(module)])
     source, cflags = backend.emit(target, module, profile=True, prefix=prefix)
+    if cpu_clock and source.count(_WALL_CLOCK) == 1:
+        source = source.replace(_WALL_CLOCK, _THREAD_CLOCK)
     fn = next(f for f in module.ops if isinstance(f, func.FuncOp))
     tags: list[int | None] = []
     for op in fn.body.block.ops:
@@ -572,7 +591,9 @@ class _Tuner:
                 self._builds += 1
                 self.stage(f"{target}: lowering round {len(jobs) + 1}/{len(rounds)}", "lowering")
                 km = _kernel_module(g, target, self.threads, r.choices)
-                build, r.tags, weights = _profile_build(km, target, f"{self.prefix}_tune{self._builds}")
+                build, r.tags, weights = _profile_build(
+                    km, target, f"{self.prefix}_tune{self._builds}", cpu_clock=self.threads == 1
+                )
                 jobs.append((pool.submit(build), weights))
             self.want()  # the reference runs while gcc builds
             self.stage(f"{target}: building {len(rounds)} profiling libraries", "gcc")
