@@ -34,8 +34,11 @@ slower than an untuned one.
 
 Results go to a :class:`compiler.tuning.TuningFile` (one entry per measured signature, the layout
 under ``layout:<model key>``); a later tune or compile with the same file re-uses them without
-timing. ``budget_s`` bounds the tuning time: work that would overrun it is skipped (its signatures
-keep the priority choice and are not written, so a later run can measure them).
+timing. ``budget_s`` bounds the tuning time: before each layout's profiling rounds and before the
+whole-model comparison, work the time spent so far says would overrun it is skipped (its signatures
+keep the priority choice and are not written, so a later run can measure them), and repeated runs
+stop at the budget; one layout's round builds, once started, are not interrupted (the first layout's
+rounds always run: nothing has been measured to estimate them).
 
 Not thread-safe: tuning builds use process-wide profile counters; tune one model at a time.
 """
@@ -628,7 +631,9 @@ class _Tuner:
             reps = max(3, reps // 3)
         if len(live) > 1:
             self.stage(f"timing {len(live)} rounds x {reps} runs", "timing")
-            for _ in range(reps):
+            for rep in range(reps):
+                if rep >= MIN_REPS - 2 and not self.budget.allows(0.0):
+                    break  # over budget: what was timed so far decides (at least MIN_REPS runs)
                 for r in live:
                     r.per_call.append(r.loaded.run(self.inputs)[1])
 
