@@ -1061,15 +1061,18 @@ class LiteNetwork:
             return
         network = Network(_read_source(file))
         if self.target is not None:
-            profile = bool(self._algo_policy & LiteAlgoSelectStrategy.LITE_ALGO_PROFILE)
-            network.compile(
-                self.target,
-                threads=self._threads,
-                shapes=self._known_shapes(network),
-                tune=profile,
-                optimized=bool(self._algo_policy & LiteAlgoSelectStrategy.LITE_ALGO_OPTIMIZED),
-            )
+            self._compile(network)
         self._attach(network)
+
+    def _compile(self, network: Network) -> None:
+        """Compile ``network`` for the target under the algo policy (tuned with LITE_ALGO_PROFILE)."""
+        network.compile(
+            self.target,
+            threads=self._threads,
+            shapes=self._known_shapes(network),
+            tune=bool(self._algo_policy & LiteAlgoSelectStrategy.LITE_ALGO_PROFILE),
+            optimized=bool(self._algo_policy & LiteAlgoSelectStrategy.LITE_ALGO_OPTIMIZED),
+        )
 
     def _known_shapes(self, network: Network) -> list[Shapes]:
         """Input-shape signatures known before the first forward: ``shapes=`` and the layouts the
@@ -1127,8 +1130,9 @@ class LiteNetwork:
     def set_network_algo_policy(
         self, policy: int, shared_batch_size: int = 0, binary_equal_between_batch: bool = False
     ) -> None:
-        """How kernels are chosen when the model is compiled at ``load`` (MegEngine Lite's
-        ``LiteAlgoSelectStrategy`` flags, before ``load``): ``LITE_ALGO_HEURISTIC`` (the default)
+        """How kernels are chosen when the model is compiled (MegEngine Lite's
+        ``LiteAlgoSelectStrategy`` flags; set before ``load``, or after it to compile the loaded
+        model again under the new policy): ``LITE_ALGO_HEURISTIC`` (the default)
         takes the registry's priorities, or the tuning file ``LiteGlobal.set_persistent_cache``
         names; ``LITE_ALGO_PROFILE`` measures every matching kernel on this machine first
         (:func:`compiler.tuner.tune`), re-using and extending that file, so a second load times
@@ -1137,7 +1141,6 @@ class LiteNetwork:
         run to run). A saved package (``load`` of a folder) is compiled already: it times nothing,
         whatever the policy. ``shared_batch_size`` and ``binary_equal_between_batch`` (profiling at
         another batch size; one result across batch sizes) are not offered."""
-        self._before_load("set_network_algo_policy")
         flags = {int(f) for f in LiteAlgoSelectStrategy}
         known = sum(flags)
         value = int(policy)
@@ -1156,6 +1159,8 @@ class LiteNetwork:
                 "binary_equal_between_batch: xmge's kernels for different batch sizes may round differently"
             )
         self._algo_policy = value
+        if isinstance(self._network, Network) and self.target is not None:
+            self._compile(self._network)
 
     @property
     def tune_report(self) -> Any:

@@ -262,8 +262,8 @@ def test_lite_algo_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     ref.forward()
     want = ref.get_io_tensor(ref.get_output_name(0)).to_numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
-    with pytest.raises(NetworkError, match="before the network is loaded"):
-        net.set_network_algo_policy(S.LITE_ALGO_HEURISTIC)
+    net.set_network_algo_policy(S.LITE_ALGO_HEURISTIC)  # after load: compiled again, untuned
+    assert net.tune_report is None
     _no_timing(monkeypatch)
     again = LiteNetwork(target=target)
     again.set_network_algo_policy(S.LITE_ALGO_PROFILE)
@@ -272,6 +272,8 @@ def test_lite_algo_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     heuristic = LiteNetwork(target=target)
     heuristic.load(str(GOLDEN))
     assert heuristic.tune_report is None
+    heuristic.set_network_algo_policy(S.LITE_ALGO_PROFILE)  # after load: tuned from the cache
+    assert heuristic.tune_report is not None and not heuristic.tune_report.timed
     bad = LiteNetwork(target=target)
     for policy, words in (
         (0, "not a combination"),
