@@ -41,8 +41,9 @@ measured against what it replaces. Goal (issue 33): 2-thread latency <= 1-thread
 
 Tuned (``--tune``, on by default): each model is tuned on this machine for each thread count
 (``compile(..., tune=True)``: every kernel family that matches each op and, for the host target,
-plain NCHW against NCHW88, measured; :mod:`compiler.tuner`) into a fresh tuning file (or
-``--tuning-file``, whose entries are then re-used without timing), and the tuned model, the untuned
+plain NCHW against NCHW88, measured; :mod:`compiler.tuner`) into a fresh tuning file per thread
+count (or ``--tuning-file F.json``: ``F.t1.json``, ``F.t2.json``, whose entries are re-used without
+timing), and the tuned model, the untuned
 host model and ONNX Runtime are timed in the same interleaved rounds. The table gives the tuning time
 (ResNet-50's checked against the 60 s budget), both latencies, the tuned/untuned ratio of wall and
 (one thread) CPU medians, and the ratio to ORT; ``kept`` says which one a user should run: the
@@ -345,8 +346,9 @@ def tuned_report(
     """Rows of the tuned table for one model (see the module docstring)."""
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        path = tuning_file or os.path.join(d, "tuning.json")
         for t in threads:
+            # a tuning file holds one thread count's choices: one file per count
+            path = f"{os.path.splitext(tuning_file or os.path.join(d, 'tuning.json'))[0]}.t{t}.json"
             untuned = compile(net, None, [x], threads=t)
             t0 = time.perf_counter()
             tuned = compile(net, None, [x], threads=t, tune=True, tuning_file=path, progress=False)
@@ -483,7 +485,9 @@ def main() -> None:  # noqa: C901 - one report
         default=True,
         help="also tune each model here (compile(tune=True)) and time it against the untuned model",
     )
-    ap.add_argument("--tuning-file", default=None, help="--tune: re-use and extend this tuning file")
+    ap.add_argument(
+        "--tuning-file", default=None, help="--tune: re-use and extend FILE.tN.json (N: the thread count)"
+    )
     args = ap.parse_args()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs), load average {os.getloadavg()}")
     if args.contended:
