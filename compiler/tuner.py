@@ -49,6 +49,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -457,6 +458,11 @@ def tune(
             state.close()
         report.seconds = budget.elapsed()
     if tuning_file is not None and report.timed:
+        if existing is None and Path(tuning_file).is_file():
+            report.notes.append(
+                f"{tuning_file} held choices made under another key (CPU, ISA set or thread count): "
+                "replaced (a tuning file holds one key: use one file per thread count)"
+            )
         tf.save(tuning_file)
     return tf, report
 
