@@ -49,9 +49,9 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
