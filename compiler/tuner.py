@@ -12,25 +12,26 @@ layers of a model are timed once. Candidate assignments are compiled as whole mo
 gives every pending signature its ``r``-th candidate (round 0 is today's priority choice), and each
 round is one profiling build (a timer around every kernel call). A handful of rounds therefore
 covers every candidate of every op: ResNet-50 needs two builds per layout. The round libraries run
-interleaved, one run each in turn, and every call's median time is attributed to the op it came
-from (its ``scope`` is tagged). An op's cost in a round is its own call plus the calls of its direct
+interleaved, one run each in turn, and every call's time is attributed to the op it came from (its
+``scope`` is tagged); a round whose candidates all take over twice the priority choice's time in
+their first two runs is not timed further. An op's cost in a round is its own call plus the calls of its direct
 producers and consumers that have a single candidate, because a family that fuses a neighbour's
 work (an epilogue, an expand convolution) makes that neighbour's call vanish. The cheapest candidate
-wins when it is at least :data:`MIN_GAIN` faster than the priority choice (medians on a shared,
-noisy machine; a smaller difference keeps today's choice). At one thread the call timers read the
-thread's CPU time, so time other processes take the core does not count; at more threads they read
-the wall clock (medians of interleaved runs).
+wins when it is at least :data:`MIN_GAIN` faster than the priority choice (the machine may be
+shared and noisy; a smaller difference keeps today's choice). At one thread the call timers read the
+thread's CPU time and each call's median run counts, so time other processes take the core does not
+count; at more threads they read the wall clock and each call's fastest run counts (load only ever
+adds time).
 
 Numerics. Every round's output is compared once with the reference interpreter's (float32 at
 ``CODE_TOLERANCE``; float16 and bfloat16 targets at the float16 bounds) before its candidates may
 win; a round that fails disqualifies every non-default candidate it held (noted in the report).
 
-Layouts and the untuned baseline. With two layouts, each layout's tuned model is built and the
-whole models are timed interleaved (single-thread: CPU time of the calling thread, so other
-processes' load does not skew the ratio; several threads: wall-clock medians); the faster layout is
-kept. The tuned result is then checked against the untuned model (the target's priority choices):
-if tuning made it slower, the priority choices are written instead, so a tuned compile is never
-slower than an untuned one.
+Layouts and the untuned baseline. Each layout's tuned model and the untuned model (the target's
+priority choices) are timed whole, interleaved (:func:`whole_model_ms`; a round's library is re-used
+where it holds exactly those choices, else the model is built); the fastest that beats the untuned
+model by :data:`MIN_GAIN` is kept, else the priority choices are written, so a tuned compile is
+never slower than an untuned one as measured.
 
 Results go to a :class:`compiler.tuning.TuningFile` (one entry per measured signature, the layout
 under ``layout:<model key>``); a later tune or compile with the same file re-uses them without
@@ -360,8 +361,9 @@ def _reps(seconds_per_run: float, libraries: int) -> int:
 
 
 def whole_model_ms(runners: dict[str, Callable[[], Any]], threads: int) -> tuple[dict[str, float], str]:
-    """Median time (ms) of each runner, runs interleaved one by one. One thread: CPU time of the
-    calling thread (the model runs on it; other processes' load does not count); more: wall clock."""
+    """Time (ms) of each runner, runs interleaved one by one. One thread: the median CPU time of the
+    calling thread (the model runs on it; other processes' load does not count); more: the fastest
+    wall-clock run (a shared machine only ever adds time: a descheduled thread stalls the others)."""
     clock = time.thread_time if threads == 1 else time.perf_counter
     for run in runners.values():
         run()
@@ -375,8 +377,9 @@ def whole_model_ms(runners: dict[str, Callable[[], Any]], threads: int) -> tuple
             c0 = clock()
             run()
             times[k].append((clock() - c0) * 1e3)
-    what = "median CPU ms of the calling thread" if threads == 1 else "median wall ms"
-    return {k: float(np.median(v)) for k, v in times.items()}, f"{what}, {reps} interleaved runs"
+    what = "median CPU ms of the calling thread" if threads == 1 else "fastest wall ms"
+    reduce = np.median if threads == 1 else np.min
+    return {k: float(reduce(v)) for k, v in times.items()}, f"{what}, {reps} interleaved runs"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -652,7 +655,8 @@ class _Tuner:
         counts: dict[str, int],
         results: list[SignatureResult],
     ) -> None:
-        per_op = [_op_times(g, r, np.median) for r in rounds]
+        # one thread: medians of CPU times; more: the fastest wall time of each call (see whole_model_ms)
+        per_op = [_op_times(g, r, np.median if self.threads == 1 else np.min) for r in rounds]
         default_bad = not rounds[0].ok
         if default_bad:
             self.report.notes.append(
