@@ -14,14 +14,14 @@ round is one profiling build (a timer around every kernel call). A handful of ro
 covers every candidate of every op: ResNet-50 needs two builds per layout. The round libraries run
 interleaved, one run each in turn, and every call's time is attributed to the op it came from (its
 ``scope`` is tagged); a round whose candidates all take over twice the priority choice's time in
-their first two runs is not timed further. An op's cost in a round is its own call plus the calls
-of its direct producers and consumers that have a single candidate, because a family that fuses a
-neighbour's work (an epilogue, an expand convolution) makes that neighbour's call vanish. The cheapest candidate
-wins when it is at least :data:`MIN_GAIN` faster than the priority choice (the machine may be
-shared and noisy; a smaller difference keeps today's choice). At one thread the call timers read the
-thread's CPU time and each call's median run counts, so time other processes take the core does not
-count; at more threads they read the wall clock and each call's fastest run counts (load only ever
-adds time).
+their first two runs is not timed further. An op's cost in a round is its own call plus the calls of
+its direct producers and consumers that have a single candidate, because a family that fuses a
+neighbour's work (an epilogue, an expand convolution) makes that neighbour's call vanish. The
+cheapest candidate wins when it is at least :data:`MIN_GAIN` faster than the priority choice (the
+machine may be shared and noisy; a smaller difference keeps today's choice). At one thread the call
+timers read the thread's CPU time and each call's median run counts, so time other processes take
+the core does not count; at more threads they read the wall clock and each call's fastest run counts
+(load only ever adds time).
 
 Numerics. Every round's output is compared once with the reference interpreter's (float32 at
 ``CODE_TOLERANCE``; float16 and bfloat16 targets at the float16 bounds) before its candidates may
