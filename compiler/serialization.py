@@ -426,9 +426,22 @@ class _RestrictedFinder:
     def _import_class(self, module: str, name: str, *, explicitly_allowed: bool) -> Any:
         from compiler.module.module import Module
 
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
+        if module.split(".")[0] == "megengine":
+            raise UnsafePickleError(
+                f"xmge.load: the file holds an object of MegEngine's own class {module}.{name} (a whole "
+                "module pickled by MegEngine), which xmge cannot rebuild: save its state_dict() with "
+                "MegEngine and call load_state_dict() on the xmge model, or trace and dump it to .mge. "
+                "Nothing from the file was executed."
+            )
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise UnsafePickleError(
+                f"xmge.load: the file names the class {module}.{name}, which cannot be found here "
+                f"({type(exc).__name__}: {exc}). Nothing from the file was executed."
+            ) from None
         # xmge's own code is only loadable as Module classes (a layer of the opted-in model), never
         # as a function; an explicitly allowed name must at least be a class
         if not isinstance(obj, type) or (not explicitly_allowed and not issubclass(obj, Module)):
@@ -956,6 +969,22 @@ def _trusted_load(fh: IO[bytes], map_device: Callable[[str], str], pickle_module
         def find_class(self, module: str, name: str) -> Any:
             if module == "megengine.tensor" and name in tensors:
                 return tensors[name]
+            if module.split(".")[0] == "megengine":
+                # MegEngine's other names: xmge's object of the same name where it is data (a dtype,
+                # an enum); never a MegEngine Module, whose pickled state is MegEngine's, not ours
+                from compiler.module.module import Module
+
+                try:
+                    obj = super().find_class("compiler" + module[len("megengine") :], name)
+                except (ImportError, AttributeError):
+                    obj = None
+                if obj is None or (isinstance(obj, type) and issubclass(obj, Module)):
+                    raise UnsafePickleError(
+                        f"xmge.load: the file holds an object of MegEngine's class {module}.{name}, which "
+                        "xmge cannot rebuild (a whole module pickled by MegEngine): save its state_dict() "
+                        "with MegEngine and call load_state_dict() on the xmge model instead."
+                    )
+                return obj
             return super().find_class(module, name)
 
     return TrustedUnpickler(fh).load()

@@ -340,10 +340,11 @@ class _Profiled:
         self.model = backend.load(build, weights, threads)
         self._types = output_types
         self._with_types = with_element_types
-        names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
-        fn = self.model.symbol("profile")
+        names_p, layers_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_char_p)()
+        ms_p = ctypes.POINTER(ctypes.c_double)()
+        fn = self.model.symbol("profile")  # the emitter's table: kernel names, layer names, times
         fn.restype = ctypes.c_int
-        n = fn(ctypes.byref(names_p), ctypes.byref(ms_p))
+        n = fn(ctypes.byref(names_p), ctypes.byref(layers_p), ctypes.byref(ms_p))
         self.ms = np.ctypeslib.as_array(ms_p, shape=(max(n, 1),))[:n]
 
     def run(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
