@@ -369,7 +369,7 @@ def tuned_report(
             rows.append(
                 f"{name:<14}{str(tuned.target):<30}{t:>4}{report.seconds:>8.1f}{budget:<7}"
                 f"{ms['untuned']:>9.2f}{ms['tuned']:>9.2f}{ms['tuned'] / ms['untuned']:>8.2f}"
-                f"{cpu.get('tuned', math.nan) / cpu.get('untuned', math.nan):>8.2f}{best / ort:>8.2f}"
+                f"{cpu.get('tuned', math.nan) / cpu.get('untuned', math.nan):>9.2f}{best / ort:>9.2f}"
                 f"{moved:>6}  {kept}"
             )
             phases = ", ".join(f"{k} {v:.1f}" for k, v in report.phases.items())
@@ -674,7 +674,7 @@ def main() -> None:  # noqa: C901 - one report
         print(
             "\ntuned float32 (host target; layout and kernels measured here; cpu t/u: 1-thread CPU times)"
             f"\n{'model':<14}{'tuned target':<30}{'thr':>4}{'tune s':>8}{'':<7}{'untuned':>9}{'tuned':>9}"
-            f"{'t/u':>8}{'cpu t/u':>8}{'kept/ORT':>8}{'moved':>6}  kept"
+            f"{'t/u':>8}{'cpu t/u':>9}{'kept/ORT':>9}{'moved':>6}  kept"
         )
         print("\n".join(tuned_rows))
     if bf16_rows:
