@@ -337,13 +337,18 @@ def _class_key(cls: type) -> tuple[str, str]:
     return cls.__module__, cls.__qualname__
 
 
+class _MegEngineTracedModule(Exception):
+    """The file is a ``.tm`` written by MegEngine: ``load`` reads it with the TracedModule reader,
+    which rebuilds MegEngine's records as data and runs nothing from the file."""
+
+
 def _refusal(module: str, name: str) -> UnsafePickleError:
     hint = ""
     if module.split(".")[0] == "megengine":
         hint = (
             " This looks like a file saved by MegEngine itself: its state dicts and checkpoints (arrays, "
-            "Tensors, Parameters, optimizer states) load as they are, and "
-            "compiler.traced_module.load_megengine_tm(path) reads MegEngine's .tm files without running code."
+            "Tensors, Parameters, optimizer states) load as they are, and load reads MegEngine's .tm "
+            "files (compiler.traced_module.load_megengine_tm) without running code."
         )
     return UnsafePickleError(
         f"xmge.load: refusing to load '{module}.{name}', which the file names to be called while "
@@ -405,6 +410,8 @@ class _RestrictedFinder:
         key = (module, name)
         if key in _SAFE:
             return _SAFE[key]
+        if key == ("megengine.traced_module.traced_module", "TracedModule"):
+            raise _MegEngineTracedModule()
         if not _is_plain_name(module, name):
             raise _refusal(module, name)
         # a TracedModule (.tm) loads by default: its graph classes are data, replays only call
@@ -882,9 +889,20 @@ def _load(
     if trusted:
         return _trusted_load(fh, map_device, pickle_module)
     _check_pickle_module(pickle_module)
+    start = fh.tell() if fh.seekable() else None
     unpickler = _SafeUnpickler(fh, _RestrictedFinder(allowed_classes), map_device)
     try:
         return unpickler.load()
+    except _MegEngineTracedModule:
+        if start is None:
+            raise UnsafePickleError(
+                "xmge.load: this is a .tm written by MegEngine; read it from a file or a seekable stream, "
+                "or with compiler.traced_module.load_megengine_tm(data)"
+            ) from None
+        from compiler.traced_module.megengine_tm import load_megengine_tm
+
+        fh.seek(start)
+        return load_megengine_tm(fh)
     except XmgeError:
         raise
     except limits.LimitExceeded:
