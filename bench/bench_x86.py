@@ -39,6 +39,17 @@ rounds, also at 2 threads with ``XMGE_ADAPT_THREADS=0`` (the runtime's choice be
 one off: plain OpenMP), so that the runtime's adaptation (``backends/c/runtime/xm_runtime.h``) is
 measured against what it replaces. Goal (issue 33): 2-thread latency <= 1-thread latency.
 
+Tuned (``--tune``, on by default): each model is tuned on this machine for each thread count
+(``compile(..., tune=True)``: every kernel family that matches each op and, for the host target,
+plain NCHW against NCHW88, measured; :mod:`compiler.tuner`) into a fresh tuning file per thread
+count (or ``--tuning-file F.json``: ``F.t1.json``, ``F.t2.json``, whose entries are re-used without
+timing), and the tuned model, the untuned
+host model and ONNX Runtime are timed in the same interleaved rounds. The table gives the tuning time
+(ResNet-50's checked against the 60 s budget), both latencies, the tuned/untuned ratio of wall and
+(one thread) CPU medians, and the ratio to ORT; ``kept`` says which one a user should run: the
+untuned model when the tuned one was slower in this final timing (so the kept column is never slower
+than untuned).
+
 bfloat16 (``--bf16``, on by default where the CPU has AVX512-BF16): the model compiled for
 ``x86-avx512-vnni-amx+bf16`` where the CPU has AMX-BF16 and Linux grants tile data, else for
 ``x86-avx512[-vnni]+bf16`` (``vdpbf16ps``; :func:`bf16_target`) (float32 convolutions and matrix
@@ -323,6 +334,53 @@ def int8_report(
     return rows
 
 
+def tuned_report(
+    net: Any,
+    name: str,
+    x: np.ndarray,
+    threads: list[int],
+    iters: int,
+    sessions: dict[int, Any],
+    tuning_file: str | None,
+    notes: list[str],
+) -> list[str]:
+    """Rows of the tuned table for one model (see the module docstring)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for t in threads:
+            # a tuning file holds one thread count's choices: one file per count
+            path = f"{os.path.splitext(tuning_file or os.path.join(d, 'tuning.json'))[0]}.t{t}.json"
+            untuned = compile(net, None, [x], threads=t)
+            t0 = time.perf_counter()
+            tuned = compile(net, None, [x], threads=t, tune=True, tuning_file=path, progress=False)
+            total = time.perf_counter() - t0
+            report = tuned.tune_report
+            runners: dict[str, Any] = {"untuned": lambda m=untuned: m(x), "tuned": lambda m=tuned: m(x)}
+            if t in sessions:
+                feed = {sessions[t].get_inputs()[0].name: x}
+                runners["ort"] = lambda s=sessions[t], f=feed: s.run(None, f)
+            ms = interleaved(runners, iters)
+            cpu = cpu_medians({k: runners[k] for k in ("untuned", "tuned")}, iters) if t == 1 else {}
+            kept = "tuned" if ms["tuned"] <= ms["untuned"] else "untuned"
+            best = ms[kept]
+            moved = sum(r.chosen != r.candidates[0] for rs in report.signatures.values() for r in rs)
+            ort = ms.get("ort", math.nan)
+            budget = ("  met" if report.seconds <= 60 else "  MISSED") if name == "resnet50" else ""
+            rows.append(
+                f"{name:<14}{str(tuned.target):<30}{t:>4}{report.seconds:>8.1f}{budget:<7}"
+                f"{ms['untuned']:>9.2f}{ms['tuned']:>9.2f}{ms['tuned'] / ms['untuned']:>8.2f}"
+                f"{cpu.get('tuned', math.nan) / cpu.get('untuned', math.nan):>9.2f}{best / ort:>9.2f}"
+                f"{moved:>6}  {kept}"
+            )
+            phases = ", ".join(f"{k} {v:.1f}" for k, v in report.phases.items())
+            notes.append(
+                f"{name} tuned ({t} thr): tune {report.seconds:.1f} s + compile "
+                f"{total - report.seconds:.1f} s "
+                f"({report.builds} timing builds; {phases}); " + "; ".join(report.notes[:2])
+            )
+    return rows
+
+
 def profile_notes(model: Any, x: np.ndarray, title: str, count: int) -> list[str]:
     """The ``count`` slowest kernels of one run of ``model``, as note lines."""
     from compiler.driver.compile import profile
@@ -422,6 +480,15 @@ def main() -> None:  # noqa: C901 - one report
         help="only the contended table: 1 vs 2 threads next to a nice -n 10 CPU burner",
     )
     ap.add_argument("--contended-target", default="x86-avx512-nchw88")
+    ap.add_argument(
+        "--tune",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also tune each model here (compile(tune=True)) and time it against the untuned model",
+    )
+    ap.add_argument(
+        "--tuning-file", default=None, help="--tune: re-use and extend FILE.tN.json (N: the thread count)"
+    )
     args = ap.parse_args()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs), load average {os.getloadavg()}")
     if args.contended:
@@ -457,6 +524,7 @@ def main() -> None:  # noqa: C901 - one report
     ioc16 = args.ioc16 and runs_here(parse_target(IOC16_TARGET))
     if args.ioc16 and not ioc16:
         print(f"this CPU cannot run {IOC16_TARGET} (no AVX512-FP16): the float16 table is skipped")
+    tuned_rows: list[str] = []
     bf16_rows: list[str] = []
     bf16_tgt = bf16_target() if args.bf16 else None
     bf16 = bf16_tgt is not None
@@ -582,6 +650,10 @@ def main() -> None:  # noqa: C901 - one report
                 f"{name} {best_target} (fastest, 1 thread)",
                 args.profile,
             )
+        if args.tune:
+            tuned_rows += tuned_report(
+                net, name, x, threads, args.iters, sessions, args.tuning_file, notes
+            )
         if args.int8:
             best = {t: compiled[(best_target, t)] for t in threads}
             int8_rows += int8_report(
@@ -598,6 +670,13 @@ def main() -> None:  # noqa: C901 - one report
             f"{'int8/f32':>9}{'cpu i/f':>9}{'ORT q ms':>9}{'x/ORTq':>7}{'OV def':>9}{'x/OV':>7}  exact"
         )
         print("\n".join(int8_rows))
+    if tuned_rows:
+        print(
+            "\ntuned float32 (host target; layout and kernels measured here; cpu t/u: 1-thread CPU times)"
+            f"\n{'model':<14}{'tuned target':<30}{'thr':>4}{'tune s':>8}{'':<7}{'untuned':>9}{'tuned':>9}"
+            f"{'t/u':>8}{'cpu t/u':>9}{'kept/ORT':>9}{'moved':>6}  kept"
+        )
+        print("\n".join(tuned_rows))
     if bf16_rows:
         print(f"\nbfloat16: {bf16_tgt}")
         print(

@@ -162,12 +162,22 @@ class Network:
         return self
 
     def compile(
-        self, target: str | None = None, *, threads: int = 1, shapes: Sequence[Shapes] = ()
+        self,
+        target: str | None = None,
+        *,
+        threads: int = 1,
+        shapes: Sequence[Shapes] = (),
+        tune: bool = False,
+        optimized: bool = False,
     ) -> Network:
         """Compile the graph for ``target`` (default: this machine's best); ``forward()`` then runs
         the generated kernels instead of the reference interpreter. ``shapes`` (input-shape
         signatures known in advance, one shape per input each) are compiled into the same model as
-        variants, so a forward on them runs at once; any other signature compiles again."""
+        variants, so a forward on them runs at once; any other signature compiles again.
+
+        ``tune`` measures the kernel choices on the file's own input shapes first
+        (:func:`compiler.tuner.tune`; ``optimized``: fewer timed runs), re-using and extending the
+        tuning file ``LiteGlobal.set_persistent_cache`` named; ``tune_report`` says what was timed."""
         from compiler.driver.compile import compile
 
         fn = self._require()
@@ -175,8 +185,18 @@ class Network:
             v.compiled = None
         own = _arg_shapes(fn)
         wanted = list(dict.fromkeys([own, *(tuple(tuple(int(d) for d in s) for s in sig) for sig in shapes)]))
+        tuning: Any = _tuning_file()
+        self.tune_report = None
+        if tune:
+            from compiler.tuner import tune as run_tune
+
+            tuning, self.tune_report = run_tune(
+                ModuleOp([fn.clone()]), target, threads=threads, tuning_file=LiteGlobal.persistent_cache,
+                optimized=optimized,
+            )  # fmt: skip
+            target = self.tune_report.target
         if len(wanted) == 1:
-            compiled = compile(ModuleOp([fn.clone()]), target, threads=threads, tuning_file=_tuning_file())
+            compiled = compile(ModuleOp([fn.clone()]), target, threads=threads, tuning_file=tuning)
         else:
             # the file itself, so that each variant's shapes are folded by the reader
             compiled = compile(
@@ -185,7 +205,7 @@ class Network:
                 threads=threads,
                 graph=self._graph_index,
                 shapes=wanted,
-                tuning_file=_tuning_file(),
+                tuning_file=tuning,
             )
         for sig in wanted:
             if sig not in self._variants:
@@ -1020,6 +1040,7 @@ class LiteNetwork:
         self._async_callback: Callable[[], Any] | None = None
         self.extra_config = LiteExtraConfig()
         self._profile_file: str | None = None
+        self._algo_policy = int(LiteAlgoSelectStrategy.LITE_ALGO_HEURISTIC)
         self._txt_dump: str | None = None
         self._bin_dump: str | None = None
 
@@ -1040,8 +1061,18 @@ class LiteNetwork:
             return
         network = Network(_read_source(file))
         if self.target is not None:
-            network.compile(self.target, threads=self._threads, shapes=self._known_shapes(network))
+            self._compile(network)
         self._attach(network)
+
+    def _compile(self, network: Network) -> None:
+        """Compile ``network`` for the target under the algo policy (tuned with LITE_ALGO_PROFILE)."""
+        network.compile(
+            self.target,
+            threads=self._threads,
+            shapes=self._known_shapes(network),
+            tune=bool(self._algo_policy & LiteAlgoSelectStrategy.LITE_ALGO_PROFILE),
+            optimized=bool(self._algo_policy & LiteAlgoSelectStrategy.LITE_ALGO_OPTIMIZED),
+        )
 
     def _known_shapes(self, network: Network) -> list[Shapes]:
         """Input-shape signatures known before the first forward: ``shapes=`` and the layouts the
@@ -1095,6 +1126,47 @@ class LiteNetwork:
     threads_number = _load_time_setting("threads_number", "_threads", minimum=1)
     device_id = _load_time_setting("device_id", "_device_id")
     stream_id = _load_time_setting("stream_id", "_stream_id")
+
+    def set_network_algo_policy(
+        self, policy: int, shared_batch_size: int = 0, binary_equal_between_batch: bool = False
+    ) -> None:
+        """How kernels are chosen when the model is compiled (MegEngine Lite's
+        ``LiteAlgoSelectStrategy`` flags; set before ``load``, or after it to compile the loaded
+        model again under the new policy): ``LITE_ALGO_HEURISTIC`` (the default)
+        takes the registry's priorities, or the tuning file ``LiteGlobal.set_persistent_cache``
+        names; ``LITE_ALGO_PROFILE`` measures every matching kernel on this machine first
+        (:func:`compiler.tuner.tune`), re-using and extending that file, so a second load times
+        nothing; ``| LITE_ALGO_OPTIMIZED`` profiles with fewer timed runs (faster, noisier);
+        ``| LITE_ALGO_REPRODUCIBLE`` is always met (every xmge kernel gives bit-identical results
+        run to run). A saved package (``load`` of a folder) is compiled already: it times nothing,
+        whatever the policy. ``shared_batch_size`` and ``binary_equal_between_batch`` (profiling at
+        another batch size; one result across batch sizes) are not offered."""
+        flags = {int(f) for f in LiteAlgoSelectStrategy}
+        known = sum(flags)
+        value = int(policy)
+        if value <= 0 or value & ~known:
+            valid = ", ".join(f.name for f in LiteAlgoSelectStrategy)
+            raise NetworkError(f"algo policy {policy!r} is not a combination of {valid}")
+        both = LiteAlgoSelectStrategy.LITE_ALGO_HEURISTIC | LiteAlgoSelectStrategy.LITE_ALGO_PROFILE
+        if value & both == both:
+            raise NetworkError("algo policy: LITE_ALGO_HEURISTIC and LITE_ALGO_PROFILE exclude each other")
+        if shared_batch_size != 0:
+            raise NetworkError(
+                f"shared_batch_size={shared_batch_size}: xmge profiles on the model's own input shapes only"
+            )
+        if binary_equal_between_batch:
+            raise NetworkError(
+                "binary_equal_between_batch: xmge's kernels for different batch sizes may round differently"
+            )
+        self._algo_policy = value
+        if isinstance(self._network, Network) and self.target is not None:
+            self._compile(self._network)
+
+    @property
+    def tune_report(self) -> Any:
+        """What ``LITE_ALGO_PROFILE`` timed at ``load`` (:class:`compiler.tuner.TuneReport`), or None."""
+        network = self._network
+        return getattr(network, "tune_report", None) if isinstance(network, Network) else None
 
     def enable_cpu_inplace_mode(self) -> None:
         """Run on the calling thread (xmge always does; the flag is kept for the query)."""

@@ -2,10 +2,11 @@
 
 A file is JSON keyed by the CPU model string, its ISA feature set and the thread count; each entry
 maps an op signature (:func:`passes.lowering.select.op_signature`: op kind, shapes, dtypes,
-attributes) to a family, so models sharing layers share choices. A file made on another CPU, ISA
-set or thread count is ignored with a one-line warning naming the difference: a choice measured
-elsewhere may be slower here. Writes are atomic (temp file + rename) and merge under a process lock
-so concurrent tuners never lose or corrupt entries.
+attributes) to a family, so models sharing layers share choices; an entry ``layout:<model key>``
+holds a model's whole-graph layout (:mod:`compiler.tuner` measures both kinds). A file made on
+another CPU, ISA set or thread count is ignored with a one-line warning naming the difference: a
+choice measured elsewhere may be slower here. Writes are atomic (temp file + rename) and merge under
+a process lock so concurrent tuners never lose or corrupt entries.
 """
 
 from __future__ import annotations
@@ -23,11 +24,19 @@ from dialects.errors import XmgeError
 from passes.target import Target
 
 FORMAT = 1
+# entries under this prefix hold a model's whole-graph layout, not an op's kernel family
+LAYOUT_PREFIX = "layout:"
+# the tuning file a saved package carries (the choices its kernels were compiled with)
+PACKAGE_FILE = "tuning.json"
 _WRITE_LOCK = threading.Lock()
 
 
 class TuningFileError(XmgeError):
     """A tuning file that cannot be read (not JSON, wrong format)."""
+
+
+class TuningWarning(UserWarning):
+    """A tuning file made under another key (CPU, ISA set, thread count): ignored."""
 
 
 def cpu_model() -> str:
@@ -69,8 +78,18 @@ class TuningFile:
     choices: dict[str, str] = field(default_factory=dict)
 
     def as_option(self) -> tuple[tuple[str, str], ...]:
-        """The choices as ``LowerToKernelPass(choices=...)`` takes them."""
-        return tuple(sorted(self.choices.items()))
+        """The kernel choices as ``LowerToKernelPass(choices=...)`` takes them (layout entries are
+        whole-graph choices, read by ``compile()`` itself)."""
+        return tuple(sorted((s, f) for s, f in self.choices.items() if not s.startswith(LAYOUT_PREFIX)))
+
+    def layout(self, entry: str) -> str | None:
+        """The whole-graph layout (``nchw``, ``nchw88``) measured fastest for the model ``entry``
+        (:func:`compiler.tuner.layout_entry`), if tuned."""
+        return self.choices.get(entry) if entry.startswith(LAYOUT_PREFIX) else None
+
+    def restricted(self, signatures: set[str]) -> TuningFile:
+        """The entries for ``signatures`` only (what one model used: a package ships these)."""
+        return TuningFile(self.key, {s: f for s, f in self.choices.items() if s in signatures})
 
     def to_json(self) -> str:
         k = self.key
@@ -121,17 +140,36 @@ def key_for(target: Target, threads: int) -> TuningKey:
 
 
 def load_for(path: str | os.PathLike[str], key: TuningKey) -> TuningFile | None:
-    """The tuning file at ``path`` if it was made under ``key``; otherwise ``None`` with a one-line
-    warning naming the difference (a missing file is ``None`` silently: nothing tuned yet)."""
+    """The tuning file at ``path`` (or a saved package folder's ``tuning.json``) if it was made under
+    ``key``; otherwise ``None`` with a one-line warning naming the difference (a missing file is
+    ``None`` silently: nothing tuned yet)."""
     p = Path(path)
+    if p.is_dir():
+        p = p / PACKAGE_FILE
     if not p.exists():
         return None
-    tf = TuningFile.from_json(p.read_text(encoding="utf-8"), str(p))
+    return checked(TuningFile.from_json(p.read_text(encoding="utf-8"), str(p)), key, str(p))
+
+
+def checked(tf: TuningFile, key: TuningKey, where: str) -> TuningFile | None:
+    """``tf`` if it was made under ``key``, else ``None`` with a one-line warning naming ``where``
+    and the difference."""
     diff = key.difference(tf.key)
     if diff is not None:
-        warnings.warn(f"{p}: tuning file ignored: {diff}", stacklevel=2)
+        warnings.warn(f"{where}: tuning file ignored: {diff}", TuningWarning, stacklevel=3)
         return None
     return tf
 
 
-__all__ = ["TuningFile", "TuningFileError", "TuningKey", "cpu_model", "key_for", "load_for"]
+__all__ = [
+    "LAYOUT_PREFIX",
+    "PACKAGE_FILE",
+    "TuningFile",
+    "TuningFileError",
+    "TuningKey",
+    "TuningWarning",
+    "checked",
+    "cpu_model",
+    "key_for",
+    "load_for",
+]

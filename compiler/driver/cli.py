@@ -5,11 +5,17 @@
     xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N] [--name PREFIX]
     xmge bench MODEL.mge|PACKAGE_DIR [--target TARGET] [--threads N] [--iters N]
                [--profile [--chrome-trace OUT.json] [--plot OUT.png]]
+    xmge tune MODEL.mge [--target TARGET] [--threads N] [--budget-s S] [-o TUNING.json] [-q]
     xmge convert MODEL.onnx -o MODEL.mge [--format FBS_V2|FBS] [--enable-OPTION ...]
     xmge serve PACKAGE_OR_MODEL [--replicas N] [--max-batch B] [--batch-wait-ms T] [--port P] ...
 
 ``compile``, ``bench`` and ``convert`` also take ONNX models (``.onnx``), read by
 ``backends.onnx.reader``.
+
+``tune`` measures which kernel family runs each op fastest on this machine (and, for the host
+target, plain NCHW against NCHW88 on the whole model) and writes the choices to ``-o`` (merged with
+what the file holds; entries already there are not timed again); ``compile --tuning-file`` and
+``bench --tuning-file`` use them.
 
 ``run`` feeds ``.npy`` (or ``.npz``: every array whose key is an input name) files, prints each
 output's name, shape, dtype and a checksum (sum and sum of absolute values, float64), and saves
@@ -330,12 +336,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
             graph=args.graph,
             name=args.name,
             progress=progress,
+            tuning_file=args.tuning_file,
         )
     else:  # an ONNX module read with --input-value: named after its file as compile_file would
         name = args.name or Path(args.model).stem
         compiled = compile_model(
-            source, args.target, threads=args.threads, graph=args.graph, name=name, progress=progress
-        )
+            source, args.target, threads=args.threads, graph=args.graph, name=name, progress=progress,
+            tuning_file=args.tuning_file,
+        )  # fmt: skip
         compiled.save(args.output)
     if args.quiet:
         return 0
@@ -362,7 +370,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_package(args)
     args.threads = args.threads or 1
     t0 = time.perf_counter()
-    compiled = compile(args.model, args.target, threads=args.threads)
+    compiled = compile(args.model, args.target, threads=args.threads, tuning_file=args.tuning_file)
     seconds = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     inputs = [
@@ -377,6 +385,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     if args.profile:
         _print_profile(args, profile_layers(compiled, inputs), f"{args.model} on {compiled.target}")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from compiler.tuner import tune
+
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise ValueError(f"--budget-s must be > 0, got {args.budget_s}")
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    tuning, report = tune(
+        _model_source(args), args.target, threads=args.threads, graph=args.graph, budget_s=args.budget_s,
+        tuning_file=args.output, progress=False if args.quiet else None,
+    )  # fmt: skip
+    if args.quiet:
+        return 0
+    print(f"{args.model}: {report.summary()}")
+    if args.output is None:
+        print("  (no -o FILE: the choices were not saved)")
+    elif report.timed:
+        print(f"  {len(tuning.choices)} choice(s) in {args.output}")
     return 0
 
 
@@ -586,7 +615,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     comp.add_argument(
         "-q", "--quiet", action="store_true", help="no progress lines and no summary (errors still print)"
     )
+    comp.add_argument("--tuning-file", metavar="FILE", help="kernel choices measured by `xmge tune`")
     comp.set_defaults(handler=cmd_compile)
+    tun = sub.add_parser("tune", help="measure the fastest kernel for every op of a model on this machine")
+    tun.add_argument("model")
+    tun.add_argument(
+        "--target", "-t", default=None,
+        help="default host (this machine's best; its layout is chosen by measurement too)",
+    )  # fmt: skip
+    tun.add_argument("--threads", type=int, default=1, help="the thread count to tune for (default 1)")
+    tun.add_argument("--graph", type=int, default=0, help="which graph of an append=True file (default 0)")
+    tun.add_argument(
+        "--budget-s", type=float, default=None, metavar="S",
+        help="stop timing new candidates after about S seconds (default: no limit)",
+    )  # fmt: skip
+    tun.add_argument(
+        "-o", "--output", metavar="TUNING.json",
+        help="the tuning file to read and extend (entries made on this machine are not timed again)",
+    )  # fmt: skip
+    tun.add_argument("--input-value", action="append", metavar="NAME=VALUE", help=argparse.SUPPRESS)
+    tun.add_argument("-q", "--quiet", action="store_true", help="no progress lines and no summary")
+    tun.set_defaults(handler=cmd_tune)
     bench = sub.add_parser("bench", help="compile a .mge model and time it (median of --iters runs)")
     bench.add_argument("model")
     bench.add_argument(
@@ -598,6 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument(
         "--profile", action="store_true", help="also time every kernel call, named after the model's operator"
     )
+    bench.add_argument("--tuning-file", metavar="FILE", help="kernel choices measured by `xmge tune`")
     bench.add_argument(
         "--chrome-trace",
         metavar="OUT.json",

@@ -227,6 +227,9 @@ class CompiledModel:
         self.source = ""
         self.cflags: tuple[str, ...] = ()
         self.weights_offsets: list[int] = [0] * len(self._variants)
+        # the tuning file entries this model was compiled with (saved as the package's tuning.json)
+        self.tuning: Any = None
+        self.tune_report: Any = None  # compiler.tuner.TuneReport of compile(tune=True)
         if self.backend.kernels is not None:
             self._build()
 
@@ -387,7 +390,8 @@ class CompiledModel:
     def save(self, directory: str | os.PathLike[str]) -> str:
         """Write the package ``directory`` atomically (:mod:`compiler.driver.package`): the backend's
         files (``model.c``, the runtime sources, the library, ``runner``, Makefile, CMakeLists.txt,
-        README.md), ``weights.bin``, ``kernel.mlir`` and the manifest ``model.json``. A kill at any
+        README.md), ``weights.bin``, ``kernel.mlir``, ``tuning.json`` (a tuned model's kernel choices,
+        with the CPU they were measured on) and the manifest ``model.json``. A kill at any
         moment leaves the previous package or none, never part of one. ``compiler.load_compiled``
         loads it back without compiling."""
         from compiler.driver.package import write_package
@@ -401,6 +405,12 @@ class CompiledModel:
                 f.write(self.weights)
             with open(os.path.join(work, "kernel.mlir"), "w") as f:
                 f.write(self.ir("kernel-plan-memory"))
+            if self.tuning is not None and self.tuning.choices:
+                from compiler.tuning import PACKAGE_FILE
+
+                with open(os.path.join(work, PACKAGE_FILE), "w") as f:
+                    f.write(self.tuning.to_json())
+                extras = {**extras, "tuning": PACKAGE_FILE}
             return self.manifest(extras)
 
         return write_package(directory, fill)
@@ -507,7 +517,9 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     shapes: Sequence[Any] | None = None,
     batch_sizes: Sequence[int] | None = None,
     progress: bool | None = None,
-    tuning_file: str | os.PathLike[str] | None = None,
+    tuning_file: str | os.PathLike[str] | Any | None = None,
+    tune: bool = False,
+    tune_budget_s: float | None = None,
 ) -> CompiledModel:
     """Compile ``model`` (a traced function, a Module or function with ``example_inputs``, a ``.mge``
     or ``.onnx`` path, ``.mge`` bytes, or a tensor-dialect ``ModuleOp``) for ``target`` (default:
@@ -528,13 +540,26 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     ``progress`` writes stage lines to a terminal's stderr (default: only when stderr is a terminal
     and ``XMGE_PROGRESS`` is not ``0``; ``False`` turns it off).
 
-    ``tuning_file`` (:mod:`compiler.tuning`) names kernel families measured fastest per op on this
-    machine; kernel-select tries them first. A file from another CPU, ISA set or thread count is
-    ignored with a warning; without one, the registry's priorities decide."""
+    ``tuning_file`` (:mod:`compiler.tuning`; a path or a ``TuningFile``) names kernel families
+    measured fastest per op on this machine; kernel-select tries them first. A file from another
+    CPU, ISA set or thread count is ignored with a warning; without one, the registry's priorities
+    decide. A package folder saved from a tuned compile works as ``tuning_file`` too (its
+    ``tuning.json``). For the host target (``target`` None or ``"host"``) the file's whole-graph
+    layout choice for this model is applied.
+
+    ``tune`` measures the choices on this machine first (:func:`compiler.tuner.tune`: every kernel
+    family that matches each op, and for the host target plain NCHW against NCHW88), within
+    ``tune_budget_s`` seconds; with ``tuning_file`` the choices already there are re-used without
+    timing and the new ones are saved to it. The result's ``tune_report`` says what was measured."""
     from compiler.driver.package import c_identifier, default_name
     from compiler.progress import progress as progress_reporter
 
     prefix = c_identifier(name) if name is not None else default_name(model)
+    if tune:
+        return _compile_tuned(
+            model, target, example_inputs, threads, graph, name, shapes, batch_sizes, progress,
+            tuning_file, tune_budget_s, verify,
+        )  # fmt: skip
     if verify:
         from compiler.driver.numerics import NumericsMismatch, verify_compile
 
@@ -562,11 +587,60 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
             f"target options {', '.join(unsupported)} are not implemented by the {backend.name} backend "
             f"for {tgt.arch} yet"
         )
+    tuning = None
+    if tuning_file is not None:
+        from compiler.tuning import TuningFile, checked, key_for, load_for
+
+        key = key_for(tgt, threads)
+        tuning = (
+            checked(tuning_file, key, "tuning") if isinstance(tuning_file, TuningFile)
+            else load_for(tuning_file, key)
+        )  # fmt: skip
+    auto = target is None or (isinstance(target, str) and target.strip() in ("host", "native"))
     times: dict[str, float] = {}
     with progress_reporter("compile", enabled=progress) as rep:
         return _compile_stages(
-            model, example_inputs, graph, tgt, threads, shapes, batch_sizes, prefix, times, rep, tuning_file
+            model, example_inputs, graph, tgt, threads, shapes, batch_sizes, prefix, times, rep, tuning, auto
         )
+
+
+def _compile_tuned(
+    model: Any,
+    target: str | Target | None,
+    example_inputs: Sequence[Any] | None,
+    threads: int,
+    graph: int,
+    name: str | None,
+    shapes: Sequence[Any] | None,
+    batch_sizes: Sequence[int] | None,
+    progress: bool | None,
+    tuning_file: str | os.PathLike[str] | None,
+    budget_s: float | None,
+    verify: bool,
+) -> CompiledModel:
+    """``compile(..., tune=True)``: measure, then compile with the measured choices."""
+    from compiler.driver.package import c_identifier, default_name
+    from compiler.progress import progress as progress_reporter
+    from compiler.tuner import tune
+
+    if shapes is not None or batch_sizes is not None:
+        raise CompileError(
+            "compile: tune=True measures one input shape; tune, then compile with shapes= and tuning_file="
+        )
+    if verify:
+        raise CompileError("compile: give tune=True or verify=True, not both")
+    prefix = c_identifier(name) if name is not None else default_name(model)
+    tuning, report = tune(
+        model, target, example_inputs, threads=threads, graph=graph, budget_s=budget_s,
+        tuning_file=tuning_file, progress=progress, name=prefix,
+    )  # fmt: skip
+    times: dict[str, float] = {"tune": report.seconds}
+    with progress_reporter("compile", enabled=progress) as rep:
+        compiled = _compile_stages(
+            model, example_inputs, graph, report.target, threads, None, None, prefix, times, rep, tuning
+        )
+    compiled.tune_report = report
+    return compiled
 
 
 def _compile_stages(
@@ -580,13 +654,26 @@ def _compile_stages(
     prefix: str,
     times: dict[str, float],
     rep: ProgressReporter,
-    tuning_file: str | os.PathLike[str] | None = None,
+    tuning: Any = None,
+    auto: bool = False,
 ) -> CompiledModel:
+    """``tuning``: a :class:`compiler.tuning.TuningFile` made under this target's key (or None);
+    ``auto``: the target is the host default, so the file's layout choice may replace its layout."""
     backend = tgt.backend
     assert backend is not None
     rep.stage("frontend")
     t0 = time.perf_counter()
     module = to_module(model, example_inputs, graph)
+    entry = ""
+    if tuning is not None:
+        from compiler.tuner import layout_entry, with_layout
+
+        entry = layout_entry(module)
+        layout = tuning.layout(entry)
+        if auto and layout is not None and layout != tgt.layout:
+            other = with_layout(tgt, layout)
+            if other.backend is not None and other.backend.runs_here(other):
+                tgt = other
     modules = [module]
     if shapes is not None or batch_sizes is not None:
         if backend.kernels is None:
@@ -594,16 +681,17 @@ def _compile_stages(
         signatures = shape_signatures(_arg_shapes(module), shapes, batch_sizes)
         modules = [modules_for_shapes(model, example_inputs, graph, module, sig) for sig in signatures]
     times["frontend"] = time.perf_counter() - t0
-    choices: tuple[tuple[str, str], ...] = ()
-    if tuning_file is not None:
-        from compiler.tuning import key_for, load_for
-
-        tuned = load_for(tuning_file, key_for(tgt, threads))
-        choices = tuned.as_option() if tuned is not None else ()
+    choices: tuple[tuple[str, str], ...] = tuning.as_option() if tuning is not None else ()
     per_module = 1 + (len(kernel_passes(tgt, threads)) if backend.kernels is not None else 0)
     rep.set_total(per_module * len(modules))
     stages = [_lower(m, tgt, threads, times, rep, choices) for m in modules]
-    return CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
+    compiled = CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
+    if tuning is not None:
+        from compiler.tuner import op_signatures
+
+        used = {entry}.union(*(op_signatures(st["inference"]) for st in stages))  # type: ignore[arg-type]
+        compiled.tuning = tuning.restricted(used)
+    return compiled
 
 
 def _lower(
@@ -745,10 +833,14 @@ def compile_file(
     graph: int = 0,
     name: str | None = None,
     progress: bool | None = None,
+    tuning_file: str | None = None,
 ) -> CompiledModel:
-    """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX]``: compile a ``.mge``
-    file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a package."""
-    compiled = compile(path, target, threads=threads, graph=graph, name=name, progress=progress)
+    """``xmge compile MODEL.mge --target T -o DIR [--graph N] [--name PREFIX] [--tuning-file F]``:
+    compile a ``.mge`` file (graph ``N`` of an ``append=True`` file) and save it to ``out_dir`` as a
+    package."""
+    compiled = compile(
+        path, target, threads=threads, graph=graph, name=name, progress=progress, tuning_file=tuning_file
+    )
     compiled.save(out_dir)
     return compiled
 

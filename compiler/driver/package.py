@@ -369,6 +369,8 @@ class PackagedModel:
         self.threads = threads
         self.variants = variants_of(manifest)
         self._loaded = loaded  # backends.c.build.LoadedModel: one instance, every variant, any thread
+        # compiler.tuning.TuningFile of a tuned compile measured on this machine (else None)
+        self.tuning: Any = None
 
     @property
     def shapes(self) -> list[tuple[tuple[int, ...], ...]]:
@@ -491,7 +493,39 @@ def load_compiled(directory: str | os.PathLike[str], *, threads: int | None = No
             f"{path}: lists variants {shapes_text([v.input_shapes for v in variants])}, "
             f"the library holds {shapes_text(held)}"
         )
-    return PackagedModel(directory, manifest, target, loaded, count)
+    model = PackagedModel(directory, manifest, target, loaded, count)
+    model.tuning = _package_tuning(directory, manifest, target)
+    return model
+
+
+def _package_tuning(directory: str, manifest: dict[str, Any], target: Any) -> Any:
+    """The package's ``tuning.json`` when it was measured on this machine (CPU model and ISA set);
+    made elsewhere, a one-line warning says so and it is ignored: the library still runs, with
+    kernels chosen for the other CPU (compile the model again with ``tune=True`` to choose here)."""
+    import warnings
+
+    from compiler.tuning import TuningFile, TuningFileError, TuningWarning, cpu_model
+
+    rel = manifest.get("tuning")
+    if not isinstance(rel, str) or rel not in manifest["files"]:
+        return None
+    path = os.path.join(directory, *rel.split("/"))
+    try:
+        with open(path, encoding="utf-8") as f:
+            tf = TuningFile.from_json(f.read(), path)
+    except (OSError, TuningFileError) as exc:
+        raise PackageError(f"{path}: {str(exc).splitlines()[0]}") from None
+    here = (cpu_model(), tuple(target.isas))
+    if (tf.key.cpu, tf.key.isa) != here:
+        what = f"CPU {tf.key.cpu!r}" if tf.key.cpu != here[0] else f"ISA features {'+'.join(tf.key.isa)}"
+        warnings.warn(
+            f"{path}: the package's kernel choices were measured on {what}, not this machine's: ignored "
+            "(the package runs; compile with tune=True to choose kernels here)",
+            TuningWarning,
+            stacklevel=3,
+        )
+        return None
+    return tf
 
 
 __all__ = [
