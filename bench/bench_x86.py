@@ -41,7 +41,7 @@ measured against what it replaces. Goal (issue 33): 2-thread latency <= 1-thread
 
 Tuned (``--tune``, on by default): each model is tuned on this machine for each thread count
 (``compile(..., tune=True)``: every kernel family that matches each op and, for the host target,
-plain NCHW against NCHW88, measured; :mod:`compiler.tuner`) into a fresh tuning file per thread
+plain NCHW against NCHW88, measured; :mod:`compiler.driver.tuner`) into a fresh tuning file per thread
 count (or ``--tuning-file F.json``: ``F.t1.json``, ``F.t2.json``, whose entries are re-used without
 timing), and the tuned model, the untuned
 host model and ONNX Runtime are timed in the same interleaved rounds. The table gives the tuning time

@@ -176,7 +176,7 @@ class Network:
         variants, so a forward on them runs at once; any other signature compiles again.
 
         ``tune`` measures the kernel choices on the file's own input shapes first
-        (:func:`compiler.tuner.tune`; ``optimized``: fewer timed runs), re-using and extending the
+        (:func:`compiler.driver.tuner.tune`; ``optimized``: fewer timed runs), re-using and extending the
         tuning file ``LiteGlobal.set_persistent_cache`` named; ``tune_report`` says what was timed."""
         from compiler.driver.compile import compile
 
@@ -188,7 +188,7 @@ class Network:
         tuning: Any = _tuning_file()
         self.tune_report = None
         if tune:
-            from compiler.tuner import tune as run_tune
+            from compiler.driver.tuner import tune as run_tune
 
             tuning, self.tune_report = run_tune(
                 ModuleOp([fn.clone()]), target, threads=threads, tuning_file=LiteGlobal.persistent_cache,
@@ -1135,7 +1135,7 @@ class LiteNetwork:
         model again under the new policy): ``LITE_ALGO_HEURISTIC`` (the default)
         takes the registry's priorities, or the tuning file ``LiteGlobal.set_persistent_cache``
         names; ``LITE_ALGO_PROFILE`` measures every matching kernel on this machine first
-        (:func:`compiler.tuner.tune`), re-using and extending that file, so a second load times
+        (:func:`compiler.driver.tuner.tune`), re-using and extending that file, so a second load times
         nothing; ``| LITE_ALGO_OPTIMIZED`` profiles with fewer timed runs (faster, noisier);
         ``| LITE_ALGO_REPRODUCIBLE`` is always met (every xmge kernel gives bit-identical results
         run to run). A saved package (``load`` of a folder) is compiled already: it times nothing,
@@ -1164,7 +1164,8 @@ class LiteNetwork:
 
     @property
     def tune_report(self) -> Any:
-        """What ``LITE_ALGO_PROFILE`` timed at ``load`` (:class:`compiler.tuner.TuneReport`), or None."""
+        """What ``LITE_ALGO_PROFILE`` timed at ``load`` (a :class:`compiler.driver.tuner.TuneReport`)
+        or None."""
         network = self._network
         return getattr(network, "tune_report", None) if isinstance(network, Network) else None
 

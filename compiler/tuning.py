@@ -3,7 +3,7 @@
 A file is JSON keyed by the CPU model string, its ISA feature set and the thread count; each entry
 maps an op signature (:func:`passes.lowering.select.op_signature`: op kind, shapes, dtypes,
 attributes) to a family, so models sharing layers share choices; an entry ``layout:<model key>``
-holds a model's whole-graph layout (:mod:`compiler.tuner` measures both kinds). A file made on
+holds a model's whole-graph layout (:mod:`compiler.driver.tuner` measures both kinds). A file made on
 another CPU, ISA set or thread count is ignored with a one-line warning naming the difference: a
 choice measured elsewhere may be slower here. Writes are atomic (temp file + rename) and merge under
 a process lock so concurrent tuners never lose or corrupt entries.
@@ -84,7 +84,7 @@ class TuningFile:
 
     def layout(self, entry: str) -> str | None:
         """The whole-graph layout (``nchw``, ``nchw88``) measured fastest for the model ``entry``
-        (:func:`compiler.tuner.layout_entry`), if tuned."""
+        (:func:`compiler.driver.tuner.layout_entry`), if tuned."""
         return self.choices.get(entry) if entry.startswith(LAYOUT_PREFIX) else None
 
     def restricted(self, signatures: set[str]) -> TuningFile:

@@ -1,4 +1,4 @@
-"""Kernel choice by measurement (compiler/tuner.py): compile(tune=True), `xmge tune`, Lite's algo
+"""Kernel choice by measurement (compiler/driver/tuner.py): compile(tune=True), `xmge tune`, Lite's algo
 policy and the tuning file a package ships. Small models; every build is cached after a first run."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 import compiler as xm
 import compiler.functional as F
-from compiler import tuner
+from compiler.driver import tuner
 from compiler.driver.compile import compile as xcompile
 from compiler.driver.compile import to_module
 from compiler.driver.targets import host_target, runs_here

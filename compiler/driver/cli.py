@@ -389,7 +389,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from compiler.tuner import tune
+    from compiler.driver.tuner import tune
 
     if args.budget_s is not None and args.budget_s <= 0:
         raise ValueError(f"--budget-s must be > 0, got {args.budget_s}")

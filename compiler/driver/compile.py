@@ -229,7 +229,7 @@ class CompiledModel:
         self.weights_offsets: list[int] = [0] * len(self._variants)
         # the tuning file entries this model was compiled with (saved as the package's tuning.json)
         self.tuning: Any = None
-        self.tune_report: Any = None  # compiler.tuner.TuneReport of compile(tune=True)
+        self.tune_report: Any = None  # compiler.driver.tuner.TuneReport of compile(tune=True)
         if self.backend.kernels is not None:
             self._build()
 
@@ -547,7 +547,7 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
     ``tuning.json``). For the host target (``target`` None or ``"host"``) the file's whole-graph
     layout choice for this model is applied.
 
-    ``tune`` measures the choices on this machine first (:func:`compiler.tuner.tune`: every kernel
+    ``tune`` measures the choices on this machine first (:func:`compiler.driver.tuner.tune`: every kernel
     family that matches each op, and for the host target plain NCHW against NCHW88), within
     ``tune_budget_s`` seconds; with ``tuning_file`` the choices already there are re-used without
     timing and the new ones are saved to it. The result's ``tune_report`` says what was measured."""
@@ -620,8 +620,8 @@ def _compile_tuned(
 ) -> CompiledModel:
     """``compile(..., tune=True)``: measure, then compile with the measured choices."""
     from compiler.driver.package import c_identifier, default_name
+    from compiler.driver.tuner import tune
     from compiler.progress import progress as progress_reporter
-    from compiler.tuner import tune
 
     if shapes is not None or batch_sizes is not None:
         raise CompileError(
@@ -666,7 +666,7 @@ def _compile_stages(
     module = to_module(model, example_inputs, graph)
     entry = ""
     if tuning is not None:
-        from compiler.tuner import layout_entry, with_layout
+        from compiler.driver.tuner import layout_entry, with_layout
 
         entry = layout_entry(module)
         layout = tuning.layout(entry)
@@ -687,7 +687,7 @@ def _compile_stages(
     stages = [_lower(m, tgt, threads, times, rep, choices) for m in modules]
     compiled = CompiledModel(tgt, stages[0], threads, times, name=prefix, variants=stages[1:])
     if tuning is not None:
-        from compiler.tuner import op_signatures
+        from compiler.driver.tuner import op_signatures
 
         used = {entry}.union(*(op_signatures(st["inference"]) for st in stages))  # type: ignore[arg-type]
         compiled.tuning = tuning.restricted(used)

@@ -8,7 +8,7 @@ import numpy as np
 
 import compiler.functional as F
 from compiler.core import op_error
-from compiler.module import init
+from compiler.module.init import normal_, zeros_
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
 
@@ -44,9 +44,9 @@ class BatchMatMulActivation(Module):
         return self.in_features
 
     def reset_parameters(self) -> None:
-        init.normal_(self.weight, 0.0, float(np.sqrt(1 / self._get_fanin())))
+        normal_(self.weight, 0.0, float(np.sqrt(1 / self._get_fanin())))
         if self.bias is not None:
-            init.zeros_(self.bias)
+            zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         res = F.matmul(self.weight, x)

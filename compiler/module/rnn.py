@@ -19,7 +19,7 @@ import numpy as np
 
 import compiler.functional as F
 from compiler.core import op_error
-from compiler.module import init
+from compiler.module.init import uniform_
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
 
@@ -74,7 +74,7 @@ class RNNCellBase(Module):
     def reset_parameters(self) -> None:
         stdv = 1.0 / math.sqrt(self.hidden_size)
         for weight in self.parameters():
-            init.uniform_(weight, -stdv, stdv)
+            uniform_(weight, -stdv, stdv)
 
     def _weights(self) -> tuple[Any, ...]:
         return (self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh)
@@ -154,7 +154,7 @@ class RNNBase(Module):
 
     def reset_parameters(self) -> None:
         stdv = 1.0 / math.sqrt(self.hidden_size)
-        init.uniform_(self._flatten_weights, -stdv, stdv)
+        uniform_(self._flatten_weights, -stdv, stdv)
 
     def _cell_weights(self) -> list[tuple[Any, ...]]:
         """Views of ``_flatten_weights`` per cell, in MegDNN's order (differentiable slices)."""

@@ -476,8 +476,8 @@ def _inputs(module: ModuleOp, example_inputs: Sequence[Any]) -> list[np.ndarray]
 
     fn = next(f for f in module.ops if isinstance(f, func.FuncOp))
     return [
-        _input_array(getattr(x, "numpy", lambda x=x: x)(), t)
-        for x, t in zip(example_inputs, fn.function_type.inputs.data, strict=False)
+        _input_array(getattr(x, "numpy", lambda x=x: x)(), t, f"input {i}")
+        for i, (x, t) in enumerate(zip(example_inputs, fn.function_type.inputs.data, strict=False))
     ]
 
 
