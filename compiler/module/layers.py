@@ -81,17 +81,15 @@ class _ConvNd(Module):
         self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
 
     def _extra_repr(self) -> str:
-        # MegEngine's form: settings at their default values are left out
-        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}"
-        if self.stride != (1,) * len(self.stride):
-            s += f", stride={self.stride}"
-        if self.padding != (0,) * len(self.padding):
-            s += f", padding={self.padding}"
-        if self.dilation != (1,) * len(self.dilation):
-            s += f", dilation={self.dilation}"
+        # MegEngine names only the settings that differ from their defaults
+        text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}"
+        for name, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
+            value = getattr(self, name, None)
+            if value is not None and tuple(value) != (default,) * len(tuple(value)):
+                text += f", {name}={value}"
         if self.groups != 1:
-            s += f", groups={self.groups}"
-        return s + (", bias=False" if self.bias is None else "")
+            text += f", groups={self.groups}"
+        return text + (", bias=False" if self.bias is None else "")
 
 
 class Conv2d(_ConvNd):
@@ -180,6 +178,9 @@ class LayerNorm(Module):
 
     def forward(self, inp: Tensor) -> Tensor:
         return F.nn.layer_norm(inp, self.normalized_shape, self.affine, self.weight, self.bias, self.eps)
+
+    def _extra_repr(self) -> str:
+        return f"normalized_shape={self.normalized_shape}, eps={self.eps}, affine={self.affine}"
 
 
 class Linear(Module):
@@ -355,14 +356,14 @@ class MaxPool2d(Module):
         self, kernel_size: Any, stride: Any = None, padding: Any = 0, name: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(name)
+        stride = kernel_size if stride is None else stride
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x: Tensor) -> Tensor:
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
 
-    def _extra_repr(self) -> str:  # a missing stride is the kernel size, and shown as such
-        stride = self.stride or self.kernel_size
-        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
+    def _extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class AvgPool2d(Module):
@@ -376,16 +377,15 @@ class AvgPool2d(Module):
         **kwargs: Any,
     ) -> None:
         super().__init__(name)
+        stride = kernel_size if stride is None else stride
         self.kernel_size, self.stride, self.padding, self.mode = kernel_size, stride, padding, mode
 
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode)
 
     def _extra_repr(self) -> str:
-        return (
-            f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}, "
-            f"padding={self.padding}, mode={self.mode}"
-        )
+        pooling = f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return f"{pooling}, mode={self.mode}"
 
 
 class _AdaptivePool2d(Module):

@@ -308,26 +308,43 @@ class Module:
             t._reset(arr.astype(t.dtype))
 
     def __repr__(self) -> str:
-        """MegEngine's layout: the module's own information, then its sub-modules in the order
-        their attributes were first assigned (containers expanded as ``name.0``, ``name.key``)."""
+        """MegEngine's form: the class name, the one-line ``_module_info_string`` and the sub-modules
+        in the order they were assigned (containers expanded as ``name.key``)."""
         info = self._module_info_string()
-        extra = info.split("\n") if info else []
-        children = []
-        for attr, value in list(self.__dict__.items()):
-            for key, child in _flatten(attr, value, Module):
-                children.append(f"({key}): " + repr(child).replace("\n", "\n  "))
-        head = f"{type(self).__name__}("
-        if len(extra) == 1 and not children:
-            return head + extra[0] + ")"
-        lines = extra + children
-        return head + ("\n  " + "\n  ".join(lines) + "\n" if lines else "") + ")"
+        extra_lines = info.split("\n") if info else []
+        child_lines = [
+            f"({key}): " + repr(child).replace("\n", "\n  ")
+            for name, value in vars(self).items()
+            if not name.startswith("_")
+            for key, child in _expand_modules(name, value)
+        ]
+        text = type(self).__name__ + "("
+        if len(extra_lines) == 1 and not child_lines:
+            text += extra_lines[0]
+        elif extra_lines or child_lines:
+            text += "\n  " + "\n  ".join(extra_lines + child_lines) + "\n"
+        return text + ")"
 
     def _module_info_string(self) -> str:
-        """The one-line description inside this module's repr (MegEngine's hook)."""
+        """The module's settings on one line, as MegEngine's ``repr`` shows them."""
         return self._extra_repr()
 
     def _extra_repr(self) -> str:
         return ""
+
+
+def _expand_modules(prefix: str, value: Any) -> list[tuple[str, Module]]:
+    """(dotted key, module) for ``value`` and the modules inside its lists, tuples and dicts (dict
+    keys in sorted order), as MegEngine's ``_expand_structure``."""
+    if isinstance(value, Module):
+        return [(prefix, value)]
+    if isinstance(value, list | tuple):
+        items: Iterable[tuple[Any, Any]] = enumerate(value)
+    elif isinstance(value, dict):
+        items = ((k, value[k]) for k in sorted(value, key=str))
+    else:
+        return []
+    return [(f"{prefix}.{key}", m) for k, v in items for key, m in _expand_modules(str(k), v)]
 
 
 def _as_array(value: Any) -> np.ndarray:
