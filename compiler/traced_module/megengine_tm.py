@@ -512,19 +512,8 @@ def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedMo
         raise
     except RecursionError:
         raise _refuse(f"{name}", "its graphs nest too deeply") from None
-    except (
-        EOFError,
-        IndexError,
-        KeyError,
-        TypeError,
-        ValueError,
-        AttributeError,
-        StopIteration,
-        MemoryError,
-        OverflowError,
-        struct.error,
-        pickle.UnpicklingError,
-    ) as exc:
+    except (EOFError, IndexError, KeyError, TypeError, ValueError, AttributeError, StopIteration,
+            MemoryError, OverflowError, struct.error, pickle.UnpicklingError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else "no detail"
         why = f"it is not a well-formed MegEngine .tm ({type(exc).__name__}: {detail})"
         raise _refuse(f"{name}", why) from None
