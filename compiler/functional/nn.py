@@ -345,12 +345,7 @@ def conv3d(
         raise op_error(
             label, f"weight {weight.shape} does not hold {groups} groups (G, OC/G, IC/G, KD, KH, KW)"
         )
-    if inp.dtype != weight.dtype:
-        # MegEngine promotes float operands (a float16 input meets float32 weights in float32)
-        common = np.promote_types(inp.dtype, weight.dtype)
-        if common.kind != "f":
-            raise op_error(label, f"input dtype {inp.dtype} and weight dtype {weight.dtype} are not floats")
-        inp, weight = inp.astype(common), weight.astype(common)
+    inp, weight = _promote_conv_operands(label, inp, weight)
     (out,) = apply(
         T.Convolution3DOp,
         [inp, weight],

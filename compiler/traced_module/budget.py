@@ -78,9 +78,8 @@ def _pair(value: Any) -> tuple[int, int]:
     return (items[0], items[-1]) if items else (0, 0)
 
 
-def _conv_bytes(
-    inp: Any, out_channels: int, kernel: tuple[int, int], stride: Any, padding: Any, dilation: Any
-) -> int:
+def _conv_bytes(inp: Any, out_channels: int, kernel: tuple[int, int], stride: Any, padding: Any,
+                dilation: Any) -> int:
     shape = _shape_of(inp)
     if shape is None or len(shape) != 4:
         return 0
@@ -114,14 +113,8 @@ def estimate(name: str, bound: dict[str, Any], owner: Any = None) -> int:
         if wshape is None or len(wshape) not in (4, 5):
             return 0
         oc = wshape[0] * wshape[1] if len(wshape) == 5 else wshape[0]
-        return _conv_bytes(
-            bound.get("inp"),
-            oc,
-            (wshape[-2], wshape[-1]),
-            bound.get("stride", 1),
-            bound.get("padding", 0),
-            bound.get("dilation", 1),
-        )
+        return _conv_bytes(bound.get("inp"), oc, (wshape[-2], wshape[-1]), bound.get("stride", 1),
+                           bound.get("padding", 0), bound.get("dilation", 1))
     if name == "Conv2d" and owner is not None:
         try:
             oc = int(owner.out_channels)

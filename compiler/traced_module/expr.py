@@ -274,14 +274,8 @@ class CallMethod(_Call):
         return f"{callee}({self._arg_text(self.inputs[1:])})"
 
 
-def _preflight(
-    fn: Callable[..., Any],
-    name: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    expr: Expr,
-    owner: Any = None,
-) -> None:
+def _preflight(fn: Callable[..., Any], name: str, args: Sequence[Any], kwargs: dict[str, Any],
+               expr: Expr, owner: Any = None) -> None:
     """Size the call under the shared budget before it allocates (see :mod:`budget`)."""
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs).arguments
