@@ -257,6 +257,7 @@ def run_isolated(
 
     bar = start_progress("fuzz", total=len(todo))  # a line a second on a terminal, nothing when piped
     current: dict[int, tuple[int, float]] = {}
+    ended: set[int] = set()
     try:
         while running:
             for p, conn, lane in list(running):
@@ -274,6 +275,7 @@ def run_isolated(
                         current.pop(lane, None)
                     else:
                         finished = True
+                        ended.add(lane)
                         break
                 started = current.get(lane)
                 hung = started is not None and time.perf_counter() - started[1] > hang_after_s
@@ -282,6 +284,9 @@ def run_isolated(
                         p.kill()
                     p.join()
                     running.remove((p, conn, lane))
+                    if started is None and lane not in ended and lanes[lane]:
+                        # died before its first case (an import failed): no case can run in a worker
+                        raise SystemExit(f"a fuzz worker died before its first case (exit code {p.exitcode})")
                     if started is not None:
                         idx = started[0]
                         wall = time.perf_counter() - started[1]
