@@ -14,7 +14,7 @@ from compiler.functional.math import sum as _sum
 from compiler.functional.tensor import astype, expand_dims
 from compiler.tensor import Tensor, as_tensor
 
-__all__ = ["binary_cross_entropy", "cross_entropy", "l1_loss", "square_loss"]
+__all__ = ["binary_cross_entropy", "cross_entropy", "hinge_loss", "l1_loss", "square_loss"]
 
 
 def _reduce_output(label: str, loss: Tensor, reduction: str) -> Tensor:
@@ -106,3 +106,18 @@ def binary_cross_entropy(
         # -log(sigmoid(p)) = softplus(-p), which stays finite for large |p|
         loss = (1 - label) * pred + _elemwise("SOFTPLUS", -pred, label="binary_cross_entropy")
     return _reduce_output("binary_cross_entropy", loss, reduction)
+
+
+def hinge_loss(pred: Tensor, label: Tensor, norm: str = "L1", reduction: str = "mean") -> Tensor:
+    """Hinge loss of scores ``pred`` against labels in {-1, 1}: ``max(0, 1 - pred * label)`` (squared
+    for ``norm="L2"``) summed over axis 1, one value per sample, then reduced."""
+    if norm not in ("L1", "L2"):
+        raise op_error("hinge_loss", f"norm must be 'L1' or 'L2', got {norm!r}")
+    pred = as_tensor(pred)
+    label = as_tensor(label, pred)
+    if label.dtype != pred.dtype:
+        label = astype(label, pred.dtype)
+    margin = _elemwise("RELU", 1 - pred * label, label="hinge_loss")
+    if norm == "L2":
+        margin = _elemwise("SQUARE", margin, label="hinge_loss")
+    return _reduce_output("hinge_loss", _sum(margin, 1), reduction)
