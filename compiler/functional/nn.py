@@ -48,6 +48,7 @@ __all__ = [
     "embedding",
     "gelu",
     "group_norm",
+    "instance_norm",
     "hsigmoid",
     "hswish",
     "indexing_one_hot",
@@ -452,6 +453,22 @@ def group_norm(
         pshape = (1, c) + (1,) * (inp.ndim - 2)
         out = out * reshape(as_tensor(weight), pshape) + reshape(as_tensor(bias), pshape)
     return out
+
+
+def instance_norm(
+    inp: Tensor,
+    affine: bool,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Instance normalisation of (N, C, ...): group normalisation with one group per channel."""
+    inp = as_tensor(inp)
+    if inp.ndim < 2:
+        raise op_error("instance_norm", f"input must have a channel axis, got shape {inp.shape}")
+    if affine and (weight is None or bias is None):
+        raise op_error("instance_norm", "weight and bias must be given when affine is True")
+    return group_norm(inp, inp.shape[1], affine, weight, bias, eps)
 
 
 def _check_integers(label: str, index: Tensor) -> None:
