@@ -744,6 +744,8 @@ def pad(
 ) -> Tensor:
     src = as_tensor(src)
     widths = [tuple(int(v) for v in w) for w in pad_width]
+    # like MegEngine, pairs given for only the leading axes leave the trailing axes unpadded
+    widths += [(0, 0)] * (src.ndim - len(widths))
     if len(widths) != src.ndim or any(len(w) != 2 for w in widths):
         raise op_error(
             "pad", f"pad_width needs one (front, back) pair per axis of shape {src.shape}, got {pad_width}"

@@ -1,0 +1,23 @@
+"""F.nn helpers checked against what real MegEngine 1.13 does (issue 32); values are recorded, so
+the tests need no MegEngine."""
+
+import numpy as np
+import pytest
+
+import compiler as mge
+import compiler.functional as F
+from compiler.core import OpError
+
+
+def test_pad_width_for_leading_axes_only_leaves_the_rest_unpadded() -> None:
+    # MegEngine 1.13: pad(x of (1, 2, 3, 4), ((1, 1),)) has shape (3, 2, 3, 4)
+    x = np.arange(24, dtype="float32").reshape(1, 2, 3, 4)
+    out = F.nn.pad(mge.tensor(x), ((1, 1),), constant_value=-1.0)
+    assert out.shape == (3, 2, 3, 4)
+    expected = np.pad(x, ((1, 1), (0, 0), (0, 0), (0, 0)), constant_values=-1)
+    np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_pad_width_longer_than_ndim_is_refused() -> None:
+    with pytest.raises(OpError, match="pad"):
+        F.nn.pad(mge.tensor(np.zeros((2, 2), "float32")), ((1, 1), (1, 1), (1, 1)))
