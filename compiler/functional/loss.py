@@ -14,7 +14,7 @@ from compiler.functional.math import sum as _sum
 from compiler.functional.tensor import astype, expand_dims
 from compiler.tensor import Tensor, as_tensor
 
-__all__ = ["binary_cross_entropy", "cross_entropy", "hinge_loss", "l1_loss", "square_loss"]
+__all__ = ["binary_cross_entropy", "cross_entropy", "ctc_loss", "hinge_loss", "l1_loss", "square_loss"]
 
 
 def _reduce_output(label: str, loss: Tensor, reduction: str) -> Tensor:
@@ -121,3 +121,88 @@ def hinge_loss(pred: Tensor, label: Tensor, norm: str = "L1", reduction: str = "
     if norm == "L2":
         margin = _elemwise("SQUARE", margin, label="hinge_loss")
     return _reduce_output("hinge_loss", _sum(margin, 1), reduction)
+
+
+# stands in for log(0) on impossible CTC paths; finite, so logsumexp never computes -inf - -inf
+_CTC_NEG = -1e30
+
+
+def _ctc_labels(label: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """One label sequence per sample, from the concatenated (sum(lengths),) or padded (N, S) form."""
+    if label.ndim == 2:
+        return [label[i, : lengths[i]] for i in range(len(lengths))]
+    if label.ndim != 1 or label.size != lengths.sum():
+        raise op_error(
+            "ctc_loss",
+            f"label must be (N, S) or hold sum(label_lengths)={lengths.sum()} labels, got {label.shape}",
+        )
+    return np.split(label, np.cumsum(lengths)[:-1])
+
+
+def ctc_loss(
+    pred: Tensor,
+    pred_lengths: Tensor,
+    label: Tensor,
+    label_lengths: Tensor,
+    blank: int = 0,
+    reduction: str = "mean",
+) -> Tensor:
+    """Connectionist temporal classification loss of class probabilities ``pred`` (T, N, C), the
+    first ``pred_lengths[n]`` steps of sample n, against its ``label_lengths[n]`` labels; "mean" is
+    the mean of the losses divided by their label lengths. The forward (alpha) recursion runs on the
+    extended label sequence (blanks between and around labels) in log space, with ops that have
+    gradient rules; the lengths and labels are read as data, so they are fixed for a trace."""
+    from compiler.functional.nn import logsumexp
+    from compiler.functional.tensor import concat, stack
+
+    pred = as_tensor(pred)
+    if pred.ndim != 3:
+        raise op_error("ctc_loss", f"pred must be (T, N, C), got shape {pred.shape}")
+    steps, n, classes = pred.shape
+    plen = np.asarray(as_tensor(pred_lengths)._data, dtype=np.int64).reshape(-1)
+    llen = np.asarray(as_tensor(label_lengths)._data, dtype=np.int64).reshape(-1)
+    if plen.size != n or llen.size != n:
+        raise op_error(
+            "ctc_loss", f"pred_lengths and label_lengths need {n} entries, got {plen.size} and {llen.size}"
+        )
+    if (plen < 0).any() or (plen > steps).any() or (llen < 0).any():
+        raise op_error("ctc_loss", f"lengths must lie in [0, {steps}], got {plen} and {llen}")
+    if not 0 <= blank < classes:
+        raise op_error("ctc_loss", f"blank {blank} is not one of the {classes} classes")
+    seqs = _ctc_labels(np.asarray(as_tensor(label)._data, dtype=np.int64), llen)
+    ext_len = 2 * int(llen.max(initial=0)) + 1
+    ext = np.full((n, ext_len), blank, np.int64)
+    skip = np.full((n, ext_len), _CTC_NEG, np.float32)  # 0 where s-2 -> s may skip a blank
+    final = np.full((n, ext_len), _CTC_NEG, np.float32)  # 0 at the two positions a path may end
+    for i, seq in enumerate(seqs):
+        if seq.size and (seq.min() < 0 or seq.max() >= classes):
+            raise op_error("ctc_loss", f"labels must lie in [0, {classes}), got {seq}")
+        ext[i, 1 : 2 * seq.size : 2] = seq
+        for s in range(3, 2 * seq.size, 2):
+            if ext[i, s] != ext[i, s - 2]:
+                skip[i, s] = 0.0
+        final[i, 2 * seq.size] = 0.0
+        if seq.size:
+            final[i, 2 * seq.size - 1] = 0.0
+    onehot = Tensor((ext[:, :, None] == np.arange(classes)).astype(np.float32))  # (N, S', C)
+    start = np.full((1, ext_len), _CTC_NEG, np.float32)
+    start[0, : min(2, ext_len)] = 0.0
+    neg1, neg2 = Tensor(np.full((n, 1), _CTC_NEG, np.float32)), Tensor(np.full((n, 2), _CTC_NEG, np.float32))
+    skip_t = Tensor(skip)
+    pred = astype(pred, np.float32) if pred.dtype != np.float32 else pred
+
+    def emit(t: int) -> Tensor:
+        return log(_sum(onehot * expand_dims(pred[t], 1), 2))  # (N, S'): log p of each extended label
+
+    alpha = emit(0) + Tensor(start)
+    for t in range(1, steps):
+        moved = [alpha, concat([neg1, alpha[:, :-1]], 1)]
+        if ext_len > 2:
+            moved.append(concat([neg2, alpha[:, :-2]], 1) + skip_t)
+        new = logsumexp(stack(moved, 0), 0) + emit(t)
+        active = Tensor((plen > t).astype(np.float32).reshape(n, 1))
+        alpha = active * new + (1 - active) * alpha
+    loss = -logsumexp(alpha + Tensor(final), 1)
+    if reduction == "mean":
+        return mean(loss / Tensor(np.maximum(llen, 1).astype(np.float32)))
+    return _reduce_output("ctc_loss", loss, reduction)

@@ -781,7 +781,14 @@ from compiler.functional.vision import (  # noqa: E402,F401,I001
     roi_pooling,
     warp_perspective,
 )
-from compiler.functional.loss import binary_cross_entropy, cross_entropy, hinge_loss, l1_loss, square_loss  # noqa: E402,F401,I001
+from compiler.functional.loss import (  # noqa: E402,F401,I001
+    binary_cross_entropy,
+    cross_entropy,
+    ctc_loss,
+    hinge_loss,
+    l1_loss,
+    square_loss,
+)
 
 
 def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
