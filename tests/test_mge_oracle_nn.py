@@ -21,3 +21,19 @@ def test_pad_width_for_leading_axes_only_leaves_the_rest_unpadded() -> None:
 def test_pad_width_longer_than_ndim_is_refused() -> None:
     with pytest.raises(OpError, match="pad"):
         F.nn.pad(mge.tensor(np.zeros((2, 2), "float32")), ((1, 1), (1, 1), (1, 1)))
+
+
+@pytest.mark.parametrize(
+    ("pad_width", "mode", "value", "expected"),
+    [  # the examples of MegEngine 1.13's module.Pad docstring, run on real MegEngine
+        (((1, 1),), "constant", 0.0, [[0, 0, 0], [1, 2, 3], [4, 5, 6], [0, 0, 0]]),
+        (((1, 1),), "constant", 9.0, [[9, 9, 9], [1, 2, 3], [4, 5, 6], [9, 9, 9]]),
+        (((1, 1), (1, 2)), "reflect", 0.0, [[5, 4, 5, 6, 5, 4], [2, 1, 2, 3, 2, 1]] * 2),
+        (((1, 1), (1, 2)), "replicate", 0.0, [[1, 1, 2, 3, 3, 3]] * 2 + [[4, 4, 5, 6, 6, 6]] * 2),
+    ],
+)
+def test_pad_module_matches_megengine(pad_width: tuple, mode: str, value: float, expected: list) -> None:
+    m = mge.module.Pad(pad_width, mode=mode, constant_val=value)
+    out = m(mge.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    np.testing.assert_array_equal(out.numpy(), np.array(expected, "float32"))
+    assert repr(m) == "Pad()" and not list(m.parameters())

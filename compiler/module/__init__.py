@@ -14,6 +14,7 @@ from compiler.module import (  # noqa: F401 - also importable as compiler.module
     init,
     linear,
     normalization,
+    padding,
     pooling,
     qat,
     quant_dequant,
@@ -57,6 +58,7 @@ from compiler.module.layers import (
 from compiler.module.linear_bn import LinearBn1d, LinearBnRelu1d, LinearRelu
 from compiler.module.module import Module, StateDictError
 from compiler.module.normalization import GroupNorm, InstanceNorm
+from compiler.module.padding import Pad
 from compiler.module.quant_dequant import DequantStub, QuantStub
 
 __all__ = [
@@ -79,6 +81,7 @@ __all__ = [
     "Embedding",
     "GroupNorm",
     "InstanceNorm",
+    "Pad",
     "PReLU",
     "QuantStub",
     "init",
