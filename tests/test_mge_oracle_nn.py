@@ -37,3 +37,15 @@ def test_pad_module_matches_megengine(pad_width: tuple, mode: str, value: float,
     out = m(mge.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
     np.testing.assert_array_equal(out.numpy(), np.array(expected, "float32"))
     assert repr(m) == "Pad()" and not list(m.parameters())
+
+
+def test_pixel_shuffle_module_and_nn_normalize_exist_as_in_megengine() -> None:
+    x = np.arange(2 * 8 * 2 * 3, dtype="float32").reshape(2, 8, 2, 3)
+    m = mge.module.PixelShuffle(2)
+    out = m(mge.tensor(x))
+    assert repr(m) == "PixelShuffle()" and out.shape == (2, 2, 4, 6)
+    # MegEngine 1.13: out[0, 0, :2] == [[0, 6, 1, 7, 2, 8], [12, 18, 13, 19, 14, 20]]
+    np.testing.assert_array_equal(out.numpy()[0, 0, :2], [[0, 6, 1, 7, 2, 8], [12, 18, 13, 19, 14, 20]])
+    np.testing.assert_allclose(
+        F.nn.normalize(mge.tensor(x[0, 0]), axis=1).numpy(), F.normalize(mge.tensor(x[0, 0]), axis=1).numpy()
+    )

@@ -807,3 +807,6 @@ def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
     x = reshape(inp, (n, c // (r * r), r, r, h, w))
     x = transpose(x, (0, 1, 4, 2, 5, 3))
     return reshape(x, (*lead, c // (r * r), h * r, w * r))
+
+
+from compiler.functional.math import normalize  # noqa: E402,F401,I001 - MegEngine's F.nn has it too

@@ -15,6 +15,7 @@ from compiler.module import (  # noqa: F401 - also importable as compiler.module
     linear,
     normalization,
     padding,
+    pixel_shuffle,
     pooling,
     qat,
     quant_dequant,
@@ -59,6 +60,7 @@ from compiler.module.linear_bn import LinearBn1d, LinearBnRelu1d, LinearRelu
 from compiler.module.module import Module, StateDictError
 from compiler.module.normalization import GroupNorm, InstanceNorm
 from compiler.module.padding import Pad
+from compiler.module.pixel_shuffle import PixelShuffle
 from compiler.module.quant_dequant import DequantStub, QuantStub
 
 __all__ = [
@@ -82,6 +84,7 @@ __all__ = [
     "GroupNorm",
     "InstanceNorm",
     "Pad",
+    "PixelShuffle",
     "PReLU",
     "QuantStub",
     "init",
