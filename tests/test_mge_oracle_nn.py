@@ -49,3 +49,24 @@ def test_pixel_shuffle_module_and_nn_normalize_exist_as_in_megengine() -> None:
     np.testing.assert_allclose(
         F.nn.normalize(mge.tensor(x[0, 0]), axis=1).numpy(), F.normalize(mge.tensor(x[0, 0]), axis=1).numpy()
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [  # MegEngine 1.13, first 6 values: alpha multiplies the window sum undivided (torch divides by n)
+        ((5, 2.0, 1e-4, 0.75), [1.04865, 0.23792, 0.58192, 1.33209, 1.11016, -0.58106]),
+        ((3, 1.0, 0.5, 0.5), [0.85072, 0.32063, 0.70446, 1.19402, 0.90008, -0.76269]),
+        ((1, 0.5, 1.0, 1.0), [0.4884, 0.60618, 0.67132, 0.40584, 0.46832, -0.67164]),
+    ],
+)
+def test_local_response_norm_matches_megengine(args: tuple, expected: list) -> None:
+    x = mge.tensor(np.random.RandomState(0).randn(1, 6, 2, 2).astype("float32"))
+    np.testing.assert_allclose(F.nn.local_response_norm(x, *args).numpy().ravel()[:6], expected, atol=1e-4)
+    m = mge.module.LocalResponseNorm(*args)
+    np.testing.assert_allclose(m(x).numpy().ravel()[:6], expected, atol=1e-4)
+
+
+def test_local_response_norm_needs_an_odd_window() -> None:
+    # MegEngine asserts inside its kernel (n & 1); xmge refuses the call
+    with pytest.raises(OpError, match="odd"):
+        F.nn.local_response_norm(mge.tensor(np.zeros((1, 4, 2, 2), "float32")), 4)

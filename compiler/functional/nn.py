@@ -55,6 +55,7 @@ __all__ = [
     "interpolate",
     "layer_norm",
     "leaky_relu",
+    "local_response_norm",
     "linear",
     "log_softmax",
     "logsigmoid",
@@ -810,3 +811,22 @@ def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
 
 
 from compiler.functional.math import normalize  # noqa: E402,F401,I001 - MegEngine's F.nn has it too
+
+
+def local_response_norm(
+    inp: Tensor, kernel_size: int = 5, k: float = 2.0, alpha: float = 1e-4, beta: float = 0.75
+) -> Tensor:
+    """MegEngine's LRN of NCHW ``inp``: ``x / (k + alpha * s) ** beta``, where s sums x² over the
+    ``kernel_size`` (odd) channels centred on each channel. Unlike torch, alpha is not divided by
+    ``kernel_size``."""
+    inp = as_tensor(inp)
+    if inp.ndim != 4:
+        raise op_error("local_response_norm", f"input must be 4-D NCHW, got shape {inp.shape}")
+    if kernel_size < 1 or kernel_size % 2 == 0:
+        raise op_error("local_response_norm", f"kernel_size must be a positive odd number, got {kernel_size}")
+    half, channels = kernel_size // 2, inp.shape[1]
+    padded = pad(inp * inp, ((0, 0), (half, half), (0, 0), (0, 0)))
+    window = padded[:, 0:channels]
+    for i in range(1, kernel_size):
+        window = window + padded[:, i : i + channels]
+    return inp / (window * alpha + k) ** beta

@@ -13,6 +13,7 @@ from compiler.module import (  # noqa: F401 - also importable as compiler.module
     identity,
     init,
     linear,
+    lrn,
     normalization,
     padding,
     pixel_shuffle,
@@ -57,6 +58,7 @@ from compiler.module.layers import (
     Tanh,
 )
 from compiler.module.linear_bn import LinearBn1d, LinearBnRelu1d, LinearRelu
+from compiler.module.lrn import LocalResponseNorm
 from compiler.module.module import Module, StateDictError
 from compiler.module.normalization import GroupNorm, InstanceNorm
 from compiler.module.padding import Pad
@@ -83,6 +85,7 @@ __all__ = [
     "Embedding",
     "GroupNorm",
     "InstanceNorm",
+    "LocalResponseNorm",
     "Pad",
     "PixelShuffle",
     "PReLU",
