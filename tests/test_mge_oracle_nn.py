@@ -70,3 +70,42 @@ def test_local_response_norm_needs_an_odd_window() -> None:
     # MegEngine asserts inside its kernel (n & 1); xmge refuses the call
     with pytest.raises(OpError, match="odd"):
         F.nn.local_response_norm(mge.tensor(np.zeros((1, 4, 2, 2), "float32")), 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "shape", "every7th", "total"),
+    [  # recorded from MegEngine 1.13 on arange(120).reshape(2, 2, 5, 6)
+        (
+            {"kernel_size": 3},
+            (2, 2, 3, 4, 3, 3),
+            [0, 13, 9, 8, 4, 17, 18, 14, 10, 9, 22, 20, 19, 15, 28, 27, 37, 33, 32, 45],
+            25704.0,
+        ),
+        (
+            {"kernel_size": (2, 3), "padding": (1, 0), "stride": (2, 1), "dilation": (1, 2)},
+            (2, 2, 3, 2, 2, 3),
+            [0, 0, 10, 13, 26, 29, 0, 38, 41, 54, 57, 64, 66, 69, 82, 85, 92, 95, 97, 110],
+            7140.0,
+        ),
+        (
+            {"kernel_size": 2, "padding": 1, "stride": 2},
+            (2, 2, 3, 4, 2, 2),
+            [0, 2, 5, 8, 11, 24, 27, 0, 0, 0, 43, 0, 49, 58, 0, 0, 0, 74, 77, 80],
+            7140.0,
+        ),
+    ],
+)
+def test_sliding_window_matches_megengine(kwargs: dict, shape: tuple, every7th: list, total: float) -> None:
+    x = mge.tensor(np.arange(120, dtype="float32").reshape(2, 2, 5, 6))
+    out = F.sliding_window(x, **kwargs)
+    assert out.shape == shape
+    np.testing.assert_array_equal(out.numpy().ravel()[::7][:20], every7th)
+    assert float(out.numpy().sum()) == total
+
+
+def test_sliding_window_gradient_counts_window_memberships() -> None:
+    x = mge.Parameter(np.ones((1, 1, 3, 3), "float32"))
+    gm = mge.autodiff.GradManager().attach([x])
+    with gm:
+        gm.backward(F.sum(F.sliding_window(x, 2)))
+    np.testing.assert_array_equal(x.grad.numpy()[0, 0], [[1, 2, 1], [2, 4, 2], [1, 2, 1]])

@@ -69,6 +69,7 @@ __all__ = [
     "relu6",
     "sigmoid",
     "silu",
+    "sliding_window",
     "softmax",
     "softplus",
     "tanh",
@@ -830,3 +831,39 @@ def local_response_norm(
     for i in range(1, kernel_size):
         window = window + padded[:, i : i + channels]
     return inp / (window * alpha + k) ** beta
+
+
+def sliding_window(
+    inp: Tensor,
+    kernel_size: int | Sequence[int],
+    padding: int | Sequence[int] = 0,
+    stride: int | Sequence[int] = 1,
+    dilation: int | Sequence[int] = 1,
+) -> Tensor:
+    """The (KH, KW) windows of NCHW ``inp`` (zero padded) as (N, C, OH, OW, KH, KW): one strided
+    slice per kernel position, stacked, so the gradient flows through slicing."""
+    from compiler.functional.tensor import stack
+
+    label = "sliding_window"
+    inp = as_tensor(inp)
+    if inp.ndim != 4:
+        raise op_error(label, f"input must be 4-D NCHW, got shape {inp.shape}")
+    kh, kw = _pair(label, kernel_size, "kernel_size")
+    ph, pw = _pair(label, padding, "padding")
+    sh, sw = _pair(label, stride, "stride")
+    dh, dw = _pair(label, dilation, "dilation")
+    if min(kh, kw, sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
+        raise op_error(label, "kernel_size, stride and dilation must be positive and padding non-negative")
+    oh = (inp.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (inp.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise op_error(label, f"window {(kh, kw)} (dilation {(dh, dw)}) does not fit input {inp.shape}")
+    src = pad(inp, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else inp
+    rows = []
+    for i in range(kh):
+        cols = [
+            src[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+            for j in range(kw)
+        ]
+        rows.append(stack(cols, 4))  # (N, C, OH, OW, KW)
+    return stack(rows, 4)  # (N, C, OH, OW, KH, KW)
