@@ -109,3 +109,9 @@ def test_sliding_window_gradient_counts_window_memberships() -> None:
     with gm:
         gm.backward(F.sum(F.sliding_window(x, 2)))
     np.testing.assert_array_equal(x.grad.numpy()[0, 0], [[1, 2, 1], [2, 4, 2], [1, 2, 1]])
+
+
+def test_sliding_window_module() -> None:
+    x = mge.tensor(np.arange(120, dtype="float32").reshape(2, 2, 5, 6))
+    m = mge.module.SlidingWindow((2, 3), padding=(1, 0), stride=(2, 1), dilation=(1, 2))
+    assert m(x).shape == (2, 2, 3, 2, 2, 3) and float(m(x).numpy().sum()) == 7140.0

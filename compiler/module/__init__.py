@@ -22,6 +22,7 @@ from compiler.module import (  # noqa: F401 - also importable as compiler.module
     quant_dequant,
     quantized,
     sequential,
+    sliding_window,
 )
 from compiler.module.activation import PReLU
 from compiler.module.batchnorm import SyncBatchNorm
@@ -64,6 +65,7 @@ from compiler.module.normalization import GroupNorm, InstanceNorm
 from compiler.module.padding import Pad
 from compiler.module.pixel_shuffle import PixelShuffle
 from compiler.module.quant_dequant import DequantStub, QuantStub
+from compiler.module.sliding_window import SlidingWindow
 
 __all__ = [
     "SyncBatchNorm",
@@ -88,6 +90,7 @@ __all__ = [
     "LocalResponseNorm",
     "Pad",
     "PixelShuffle",
+    "SlidingWindow",
     "PReLU",
     "QuantStub",
     "init",
