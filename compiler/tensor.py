@@ -200,7 +200,8 @@ class Tensor:
     def __repr__(self) -> str:
         # MegEngine's form: numpy's str of the values, the dtype unless float32, the device
         with np.printoptions(precision=4, suppress=False):
-            text = f"{type(self).__name__}({self._data}"
+            # str(), not format(): a 0-d array formats as a Python float, 0.1f32 as 0.10000000149...
+            text = f"{type(self).__name__}({self._data!s}"
         if self.dtype != np.float32:
             text += f", dtype={np.dtype(self.dtype).name}"
         return text + f", device={self.device})"

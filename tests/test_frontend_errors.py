@@ -129,7 +129,7 @@ CASES: list[tuple[str, type[Exception], str, Callable[[], Any], tuple[str, ...]]
         lambda: F.adaptive_avg_pool2d(T(1, 1, 2, 2), 3),
         ("between",),
     ),
-    ("pad_widths", OpError, "pad", lambda: F.pad(T(2, 2), [(1, 1)]), ("pair per axis",)),
+    ("pad_widths", OpError, "pad", lambda: F.pad(T(2, 2), [(1, 1)] * 3), ("pair per axis",)),
     ("pad_mode", OpError, "pad", lambda: F.pad(T(2, 2), [(1, 1), (1, 1)], mode="circular"), ("circular",)),
     ("pad_negative", OpError, "pad", lambda: F.pad(T(2, 2), [(-1, 1), (1, 1)]), ("negative",)),
     ("where_mask", OpError, "where", lambda: F.where(T(3), T(3), T(3)), ("bool",)),

@@ -48,12 +48,14 @@ __all__ = [
     "embedding",
     "gelu",
     "group_norm",
+    "instance_norm",
     "hsigmoid",
     "hswish",
     "indexing_one_hot",
     "interpolate",
     "layer_norm",
     "leaky_relu",
+    "local_response_norm",
     "linear",
     "log_softmax",
     "logsigmoid",
@@ -67,6 +69,7 @@ __all__ = [
     "relu6",
     "sigmoid",
     "silu",
+    "sliding_window",
     "softmax",
     "softplus",
     "tanh",
@@ -757,6 +760,8 @@ def pad(
 ) -> Tensor:
     src = as_tensor(src)
     widths = [tuple(int(v) for v in w) for w in pad_width]
+    # like MegEngine, pairs given for only the leading axes leave the trailing axes unpadded
+    widths += [(0, 0)] * (src.ndim - len(widths))
     if len(widths) != src.ndim or any(len(w) != 2 for w in widths):
         raise op_error(
             "pad", f"pad_width needs one (front, back) pair per axis of shape {src.shape}, got {pad_width}"
@@ -792,7 +797,14 @@ from compiler.functional.vision import (  # noqa: E402,F401,I001
     roi_pooling,
     warp_perspective,
 )
-from compiler.functional.loss import binary_cross_entropy, cross_entropy, l1_loss, square_loss  # noqa: E402,F401,I001
+from compiler.functional.loss import (  # noqa: E402,F401,I001
+    binary_cross_entropy,
+    cross_entropy,
+    ctc_loss,
+    hinge_loss,
+    l1_loss,
+    square_loss,
+)
 
 
 def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
@@ -814,7 +826,6 @@ def pixel_shuffle(inp: Tensor, upscale_factor: int) -> Tensor:
 
 
 # MegEngine 1.13's other nn ops, defined in their own modules (issue 32, second round)
-from compiler.functional.loss import ctc_loss, hinge_loss  # noqa: E402,F401,I001
 from compiler.functional.math import normalize  # noqa: E402,I001
 from compiler.functional.norms import general_norm, instance_norm, local_response_norm, sync_batch_norm  # noqa: E402,I001
 from compiler.functional.windows import local_conv2d, sliding_window, sliding_window_transpose  # noqa: E402,I001

@@ -13,12 +13,16 @@ from compiler.module import (  # noqa: F401 - also importable as compiler.module
     identity,
     init,
     linear,
+    lrn,
     normalization,
+    padding,
+    pixel_shuffle,
     pooling,
     qat,
     quant_dequant,
     quantized,
     sequential,
+    sliding_window,
 )
 from compiler.module.activation import PReLU
 from compiler.module.batchnorm import SyncBatchNorm
@@ -55,9 +59,13 @@ from compiler.module.layers import (
     Tanh,
 )
 from compiler.module.linear_bn import LinearBn1d, LinearBnRelu1d, LinearRelu
+from compiler.module.lrn import LocalResponseNorm
 from compiler.module.module import Module, StateDictError
 from compiler.module.normalization import GroupNorm, InstanceNorm
+from compiler.module.padding import Pad
+from compiler.module.pixel_shuffle import PixelShuffle
 from compiler.module.quant_dequant import DequantStub, QuantStub
+from compiler.module.sliding_window import SlidingWindow
 
 __all__ = [
     "SyncBatchNorm",
@@ -79,6 +87,10 @@ __all__ = [
     "Embedding",
     "GroupNorm",
     "InstanceNorm",
+    "LocalResponseNorm",
+    "Pad",
+    "PixelShuffle",
+    "SlidingWindow",
     "PReLU",
     "QuantStub",
     "init",
@@ -113,15 +125,12 @@ __all__ = [
 ]
 
 # MegEngine 1.13 modules added in issue 32's second round, each in MegEngine's sub-module path
-from compiler.module import batch_matmul_activation, lrn, padding, pixel_shuffle, rnn, sliding_window  # noqa: E402,F401,I001
+from compiler.module import batch_matmul_activation, rnn  # noqa: E402,F401,I001
 from compiler.module.batch_matmul_activation import BatchMatMulActivation  # noqa: E402,I001
 from compiler.module.local_conv import LocalConv2d  # noqa: E402,I001
-from compiler.module.lrn import LocalResponseNorm  # noqa: E402,I001
 from compiler.module.normalization import GeneralNorm  # noqa: E402,I001
-from compiler.module.padding import Pad  # noqa: E402,I001
-from compiler.module.pixel_shuffle import PixelShuffle  # noqa: E402,I001
 from compiler.module.rnn import LSTM, RNN, LSTMCell, RNNCell  # noqa: E402,I001
-from compiler.module.sliding_window import SlidingWindow, SlidingWindowTranspose  # noqa: E402,I001
+from compiler.module.sliding_window import SlidingWindowTranspose  # noqa: E402,I001
 
 __all__ += [
     "BatchMatMulActivation",

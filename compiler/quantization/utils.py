@@ -129,10 +129,11 @@ def fake_quant_tensor(inp: Tensor, qparams: QParams) -> Tensor:
     inp = as_tensor(inp)
     scale = qparams.scale
     q = F.round(inp / scale)
+    zp: Any = 0.0
     if qparams.mode == QuantMode.ASYMMERTIC and qparams.zero_point is not None:
         zp = qparams.zero_point
-        return (F.clip(q + zp, meta.qmin, meta.qmax) - zp) * scale
-    return F.clip(q, meta.qmin, meta.qmax) * scale
+    # the zero point is added even when it is 0, as in MegEngine: that turns round()'s -0.0 into 0.0
+    return (F.clip(q + zp, meta.qmin, meta.qmax) - zp) * scale
 
 
 class _DtypeModule(Module):
