@@ -982,3 +982,121 @@ def batch(
     fn = func.FuncOp("main", ([a.type for a in block.args], [o.type for o in outputs]), Region(block))
     fn.attributes["input_names"] = ArrayAttr([StringAttr(f"in{i}") for i in range(len(inputs))])
     return ModuleOp([fn]), inputs, slices
+
+
+def conv3d(
+    x: Sequence[int], oc: int, k: int, *, stride: Any = 1, pad: Any = 0, dil: Any = 1, groups: int = 1
+) -> Example:
+    """``Convolution3D`` of an NCDHW input (``groups`` > 1: a (G, OC/G, IC/G, k, k, k) filter)."""
+
+    def triple(v: Any) -> tuple[int, int, int]:
+        return (v, v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+
+    @example(
+        _tag(
+            "conv3d",
+            x,
+            f"oc{oc}",
+            f"k{k}",
+            f"s{triple(stride)}",
+            f"p{triple(pad)}",
+            f"d{triple(dil)}",
+            f"g{groups}",
+        )
+    )
+    def body(g: Graph) -> list[SSAValue]:
+        ic = x[1]
+        w = (oc, ic, k, k, k) if groups == 1 else (groups, oc // groups, ic // groups, k, k, k)
+        sparse = enums.ConvSparse.DENSE if groups == 1 else enums.ConvSparse.GROUP
+        return [
+            g.op(
+                T.Convolution3DOp,
+                [g.input(x), g.weight(w)],
+                stride=triple(stride),
+                padding=triple(pad),
+                dilation=triple(dil),
+                sparse=sparse,
+            )
+        ]
+
+    return body
+
+
+def warp_perspective(
+    x: Sequence[int], out: Sequence[int], bmode: str = "replicate", *, indexed: bool = False
+) -> Example:
+    """``WarpPerspective`` of an NCHW input by mildly perspective matrices (some taps fall outside the
+    image, so ``bmode`` matters); ``indexed``: three matrices picking images by ``mat_idx``."""
+
+    @example(_tag("warp_perspective", x, out, bmode, "indexed" if indexed else ""))
+    def body(g: Graph) -> list[SSAValue]:
+        n = 3 if indexed else x[0]
+        mats = np.tile(
+            np.array([[1.1, 0.1, -0.7], [0.05, 0.9, 0.4], [0.002, -0.003, 1.0]], np.float32), (n, 1, 1)
+        )
+        mats = (
+            mats
+            + g.rng.uniform(-0.05, 0.05, mats.shape) * np.array([1, 1, 10, 1, 1, 10, 0, 0, 0]).reshape(3, 3)
+        ).astype(np.float32)
+        operands = [g.input(x), g.const(mats)]
+        if indexed:
+            operands.append(g.const(g.rng.integers(0, x[0], (n,)).astype(np.int32)))
+        return [
+            g.op(
+                T.WarpPerspectiveOp,
+                operands,
+                out_shape=tuple(out),
+                bmode=enums.BorderMode[bmode.upper()],
+                border_val=0.25,
+            )
+        ]
+
+    return body
+
+
+def roi_align(
+    x: Sequence[int], pooled: Sequence[int], mode: str = "average", *, samples: int = 2, aligned: bool = True
+) -> Example:
+    """``ROIAlign`` of four rois over a batch-2 map: inside, on the border and partly outside."""
+
+    @example(_tag("roi_align", x, pooled, mode, f"s{samples}", "aligned" if aligned else ""))
+    def body(g: Graph) -> list[SSAValue]:
+        h, w = x[2], x[3]
+        rois = np.array(
+            [
+                [0, 1.0, 1.5, w - 2.0, h - 1.5],
+                [1, 0.0, 0.0, 3.3, 4.1],
+                [x[0] - 1, -2.0, 1.0, w + 1.5, h / 2],
+                [0, 2.2, 2.2, 2.6, 3.0],
+            ],
+            np.float32,
+        )
+        return [
+            g.ops(
+                T.ROIAlignOp,
+                [g.input(x), g.const(rois)],
+                mode=enums.ROIMode[mode.upper()],
+                spatial_scale=0.9,
+                offset=0.5 if aligned else 0.0,
+                pooled_shape=tuple(pooled),
+                sample_shape=(samples, samples),
+            )[0]
+        ]
+
+    return body
+
+
+def nms_keep(batch: int, n: int, iou: float, max_output: int) -> Example:
+    """``NMSKeep`` of ``n`` boxes per image, clustered so that some overlap past ``iou``."""
+
+    @example(_tag("nms_keep", f"b{batch}", f"n{n}", f"iou{iou}", f"max{max_output}"))
+    def body(g: Graph) -> list[SSAValue]:
+        centers = g.rng.uniform(0, 20, (batch, n, 2)) // 4 * 4 + g.rng.uniform(0, 1.5, (batch, n, 2))
+        sizes = g.rng.uniform(2, 6, (batch, n, 2))
+        boxes = np.concatenate([centers - sizes / 2, centers + sizes / 2], axis=2).astype(np.float32)
+        src = g.input(boxes.shape)
+        g.inputs[-1] = boxes  # an input, not a constant: a constant graph would be folded away
+        indices, count = g.ops(T.NMSKeepOp, [src], iou_thresh=iou, max_output=max_output)
+        return [indices, count]
+
+    return body

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdsl.ir import Operation
 
+import backends.c.examples as E
 from backends.c.match import is_f32
 from backends.c.templates import Template, sym_join
 from backends.c.templates.portable.generic import _par
@@ -46,10 +47,6 @@ HEADER = """#include <math.h>
 
 # Until the kernel-unit ``examples`` (the conformance harness) reach this branch, each unit says
 # where its kernel is checked; the harness accepts a unit with a reason in place of examples.
-_CHECKED_IN = (
-    "checked bit for bit against the reference by tests/test_mge_ops_vision.py (x86-avx2, "
-    "ASan/UBSan, arm-nchw44 under qemu); conformance-harness examples to follow"
-)
 
 
 def _exact(code: str) -> str:
@@ -67,7 +64,11 @@ class Conv3d(Template):
     reference's zero padding does); threads split the (image, output channel, depth) planes."""
 
     family = "conv3d"
-    examples_reason = _CHECKED_IN
+    examples = (
+        E.conv3d((2, 3, 5, 6, 7), 5, 3, pad=1),
+        E.conv3d((1, 4, 6, 5, 7), 6, 3, stride=(1, 2, 2), pad=(0, 1, 2), dil=(1, 1, 2), groups=2),
+        E.conv3d((1, 2, 3, 4, 5), 3, 1),
+    )
     ops = (T.Convolution3DOp,)
     priority = 100
 
@@ -166,7 +167,14 @@ class WarpPerspective(Template):
     source position, floor, border mapping and four-tap blend; threads split output rows."""
 
     family = "warp_perspective"
-    examples_reason = _CHECKED_IN
+    examples = (
+        E.warp_perspective((2, 3, 9, 11), (7, 13)),
+        E.warp_perspective((1, 2, 8, 8), (6, 7), "constant"),
+        E.warp_perspective((1, 2, 8, 8), (5, 9), "reflect"),
+        E.warp_perspective((1, 2, 8, 8), (5, 9), "reflect_101"),
+        E.warp_perspective((1, 2, 8, 8), (5, 9), "wrap"),
+        E.warp_perspective((2, 1, 7, 9), (4, 5), indexed=True),
+    )
     ops = (T.WarpPerspectiveOp,)
     priority = 100
     fails = True
@@ -266,7 +274,10 @@ class ROIAlign(Template):
     or averaged in sample order; threads split the rois."""
 
     family = "roi_align"
-    examples_reason = _CHECKED_IN
+    examples = (
+        E.roi_align((2, 3, 9, 11), (3, 3)),
+        E.roi_align((2, 2, 8, 7), (2, 3), "max", samples=3, aligned=False),
+    )
     ops = (T.ROIAlignOp,)
     priority = 100
     fails = True
@@ -365,7 +376,7 @@ class NMSKeep(Template):
     ``max_output``; the tail repeats the last kept index. The workspace holds the kept list."""
 
     family = "nms_keep"
-    examples_reason = _CHECKED_IN
+    examples = (E.nms_keep(2, 37, 0.5, 20), E.nms_keep(1, 9, 0.3, 9))
     ops = (T.NMSKeepOp,)
     priority = 100
 
