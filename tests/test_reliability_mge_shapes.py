@@ -23,5 +23,6 @@ def test_operands_that_do_not_broadcast_are_a_format_error() -> None:
     shape_of_b = struct.pack("<3I", 2, 1, 3)  # a flatbuffers vector: length 2, then (1, 3)
     assert buf.getvalue().count(shape_of_b) == 1
     bad = buf.getvalue().replace(shape_of_b, struct.pack("<3I", 2, 4, 3))
-    with pytest.raises(MgeFormatError, match=r"Elemwise.*\(2, 3\), \(4, 3\) cannot be broadcast.*byte offset"):
+    refusal = r"Elemwise.*\(2, 3\), \(4, 3\) cannot be broadcast.*byte offset"
+    with pytest.raises(MgeFormatError, match=refusal):
         Network(bad)
