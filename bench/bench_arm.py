@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from backends.c.cross import count_instructions, defined_functions, toolchain_problem  # noqa: E402
 from compiler.driver.compile import CompiledModel, compile  # noqa: E402
+from compiler.progress import track  # noqa: E402
 
 
 def models() -> dict[str, tuple[Any, tuple[int, ...]]]:
@@ -227,7 +228,7 @@ def main() -> int:
     rows = []
     print(f"{'model':14} {'target':16} {'build':7} {'kernel insns':>13} {'dot':>9} {'fp16':>9} {'neon':>10} "
           f"{'scalar':>10}  {'vs plain C':>10}")  # fmt: skip
-    for name in args.models.split(","):
+    for name in track(args.models.split(","), "bench arm", detail=str):
         make, shape = zoo[name]
         seed(0)
         net = make()

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from backends.cuda.backend import gpu_problem  # noqa: E402
 from backends.onnx.export import to_onnx  # noqa: E402
 from compiler.driver.compile import benchmark, compile, inference_clean  # noqa: E402
+from compiler.progress import track  # noqa: E402
 
 MODELS = {"resnet18": ("resnet", "resnet18"), "mobilenet_v2": ("mobilenet_v2", "mobilenet_v2")}
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         import onnxruntime as ort
     except ImportError:
         ort = None
-    for name in args.models.split(","):
+    for name in track(args.models.split(","), "bench cuda", detail=str):
         net = make_model(name)
         x = np.random.default_rng(0).random((1, 3, args.size, args.size), dtype=np.float32)
         rows: dict[str, float] = {}

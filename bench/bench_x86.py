@@ -67,6 +67,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType  # noqa: E402
 
 from backends.onnx.export import to_onnx  # noqa: E402
 from compiler.driver.compile import benchmark, compile  # noqa: E402
+from compiler.progress import track  # noqa: E402
 from dialects import enums  # noqa: E402
 from dialects import tensor as T  # noqa: E402
 
@@ -467,7 +468,7 @@ def main() -> None:  # noqa: C901 - one report
     except ImportError:
         openvino = None
         notes.append("openvino is not installed in this venv: OpenVINO columns are skipped")
-    for name in args.models.split(","):
+    for name in track(args.models.split(","), "bench x86", detail=str):
         net = make_model(name)
         if net is None:
             print(f"{name}: not in compiler.hub, skipped")

@@ -34,6 +34,7 @@ import compiler as xm  # noqa: E402
 from compiler import hub, jit  # noqa: E402
 from compiler.driver.compile import benchmark, compile, to_module  # noqa: E402
 from compiler.driver.targets import host_target  # noqa: E402
+from compiler.progress import track  # noqa: E402
 
 SIZE_NOTE = (
     "RetinaNet/FCOS run at 512x512 instead of the zoo's 800-pixel short side: tracing runs the model "
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         load_before = _load()
         print(f"target {host_target()}, threads {threads}, load average {load_before}", flush=True)
         rows = []
-        for name in names:
+        for name in track(names, "bench zoo", detail=str):
             rows.append(bench_model(name, threads, args.iters, args.seconds))
             r = rows[-1]
             status = r.error or f"{', '.join(f'{t} thr {ms:.2f} ms' for t, ms in r.median_ms.items())}"

@@ -857,6 +857,9 @@ def run_isolated(
     queue = list(jobs_list)
     running: list[tuple[Any, Any, str, float]] = []
     done = 0
+    from compiler.progress import start
+
+    bar = start("diff fuzz", total=None if deadline else len(queue))  # on a terminal: a line a second
     while queue or running:
         while queue and len(running) < jobs and (deadline is None or time.time() < deadline):
             kind, index = queue.pop(0)
@@ -894,8 +897,10 @@ def run_isolated(
             else:
                 report.skipped += 1
             done += 1
+            bar.advance(f"{name}: {report.bad()} bad")
             if progress and done % 10 == 0:
                 print(f"  {done} cases, {time.perf_counter() - t0:.0f}s, {report.bad()} bad", flush=True)
+    bar.finish()
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -289,6 +289,9 @@ def run_isolated(
     for first, lane in pending:
         if first < n:
             launch(first, lane)
+    from compiler.progress import start
+
+    bar = start("fuzz", total=n)  # a line a second on a terminal, nothing when piped
     current: dict[int, tuple[int, float]] = {}
     while running:
         for p, conn, lane in list(running):
@@ -304,6 +307,7 @@ def run_isolated(
                 elif msg[0] == "done":
                     report.add(Case(msg[1], case_seed(seeds, msg[1]), b""), msg[2], msg[3])
                     report.time(*msg[4])
+                    bar.advance(report.line())
                     current.pop(lane, None)
                     done = sum(report.counts.values())
                     if progress_every and done % progress_every == 0:
@@ -323,11 +327,13 @@ def run_isolated(
                     idx = started[0]
                     outcome = "timeout" if hung else "crash"
                     report.add(Case(idx, case_seed(seeds, idx), b""), outcome, f"exit code {p.exitcode}")
+                    bar.advance(report.line())
                     current.pop(lane, None)
                     if idx + jobs < n:
                         launch(idx + jobs, lane)
         if not running:
             break
+    bar.finish()
     report.seconds = time.perf_counter() - t0
     return report
 

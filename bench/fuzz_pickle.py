@@ -163,9 +163,11 @@ def main() -> None:
     ]
     t0 = time.monotonic()
     done = 0
+    from compiler.progress import track  # here: spawned workers need not import it
+
     with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool:
         it = pool.imap_unordered(_worker, batches)
-        for b in batches:
+        for b in track(batches, "fuzz pickle", detail=lambda b: f"batch at case {b[0]}"):
             try:
                 results = it.next(timeout=a.batch * (a.timeout + 10))
             except (mp.TimeoutError, Exception) as exc:  # noqa: BLE001 - a dead worker is a crash

@@ -172,10 +172,13 @@ def main(argv: list[str]) -> int:
         parser.error(f"unknown mutation(s) {', '.join(unknown)}; valid: {', '.join(BY_NAME)}")
     chosen = [BY_NAME[n] for n in args.names] or list(MUTATIONS)
     results: list[tuple[str, str]] = []
+    sys.path.insert(0, ROOT)
+    from compiler.progress import track
+
     with tempfile.TemporaryDirectory(prefix="xmge-mutate-") as tree:
         copy_tree(tree)
         check_imports_from(tree)
-        for m in chosen:
+        for m in track(chosen, "mutate", detail=lambda m: m.name):
             try:
                 original = apply(tree, m)
             except LookupError as exc:

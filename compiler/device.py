@@ -46,7 +46,7 @@ _lock = threading.Lock()
 _default_device = os.environ.get("MGE_DEFAULT_DEVICE", "xpux")
 
 
-class DeviceError(XmgeError, RuntimeError):
+class DeviceError(XmgeError, RuntimeError, ValueError):
     """A device name xmge cannot use (MegEngine raises RuntimeError/AssertionError here too)."""
 
 
@@ -58,6 +58,55 @@ def _device_type(name: str) -> str:
     m = _DEVICE.match(name)
     assert m is not None
     return m.group(1)
+
+
+def _logical(name: str) -> str:
+    return name if ":" in name else name + ":0"
+
+
+class CompNode:
+    """A tensor's device, as MegEngine's ``CompNode``: ``str()`` is the logical name (``xpux:0``,
+    ``cpu0:0``), and it equals a device name that has that logical name, with or without ``:0``.
+    Every device here is the host CPU (``physical_name`` says which)."""
+
+    __slots__ = ("logical_name",)
+
+    def __init__(self, name: str | CompNode = "xpux") -> None:
+        self.logical_name = name.logical_name if isinstance(name, CompNode) else _logical(device_name(name))
+
+    @property
+    def physical_name(self) -> str:
+        kind, rest = _DEVICE.match(self.logical_name).group(1, 2)  # type: ignore[union-attr]
+        index = "0" if rest == "x" else rest
+        return f"cpu{index}:0" if kind in ("xpu", "cpu") else self.logical_name
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CompNode):
+            return self.logical_name == other.logical_name
+        if isinstance(other, str) and _valid_device(other):
+            return self.logical_name == _logical(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.logical_name)
+
+    def __str__(self) -> str:
+        return self.logical_name
+
+    def __repr__(self) -> str:
+        return f'CompNode("{self.physical_name}" from "{self.logical_name}")'
+
+
+def device_name(device: object) -> str:
+    """``device`` (a name or a CompNode) as a checked device name; MegEngine raises ValueError here."""
+    if isinstance(device, CompNode):
+        return device.logical_name
+    if not _valid_device(device):
+        raise DeviceError(
+            f"invalid device name {device!r}: expected a name such as 'xpux', 'cpu0' or 'cpu0:0' "
+            "(see megengine.device.set_default_device)"
+        )
+    return str(device)
 
 
 def get_device_count(device_type: str) -> int:

@@ -1128,8 +1128,9 @@ class LiteNetwork:
     # -- names and tensors ------------------------------------------------------------------
     # -- debugging and profiling (megenginelite's names) -------------------------------------------
     def enable_profile_performance(self, profile_file: str) -> None:
-        """After each forward, write the run's per-operator times to ``profile_file`` (JSON): the
-        generated kernels' times for a compiled network, the reference interpreter's otherwise."""
+        """After each forward, write the run's per-operator times to ``profile_file`` (JSON): each
+        generated kernel call's time with the model's operator name and the kernel symbol for a
+        compiled network (in run order), the reference interpreter's otherwise."""
         self._profile_file = os.fspath(profile_file)
 
     def io_txt_dump(self, txt_file: str) -> None:
@@ -1214,8 +1215,8 @@ class LiteNetwork:
             compiled = network.compiled
             if compiled is not None and not compiled.emulated:
                 arrays = [network._inputs[n] for n in network.get_all_input_name()]
-                kernels = compiled.backend.profile(compiled, arrays, 1)
-                entries = [{"name": name, "time_ms": ms} for name, ms in kernels]
+                calls = compiled.backend.profile(compiled, arrays, 1)
+                entries = [{"name": c.layer, "kernel": c.kernel, "time_ms": c.ms} for c in calls]
                 engine = f"generated kernels for {compiled.target}"
             else:
                 entries = [

@@ -337,13 +337,18 @@ def _class_key(cls: type) -> tuple[str, str]:
     return cls.__module__, cls.__qualname__
 
 
+class _MegEngineTracedModule(Exception):
+    """The file is a ``.tm`` written by MegEngine: ``load`` reads it with the TracedModule reader,
+    which rebuilds MegEngine's records as data and runs nothing from the file."""
+
+
 def _refusal(module: str, name: str) -> UnsafePickleError:
     hint = ""
     if module.split(".")[0] == "megengine":
         hint = (
             " This looks like a file saved by MegEngine itself: its state dicts and checkpoints (arrays, "
-            "Tensors, Parameters, optimizer states) load as they are, and "
-            "compiler.traced_module.load_megengine_tm(path) reads MegEngine's .tm files without running code."
+            "Tensors, Parameters, optimizer states) load as they are, and load reads MegEngine's .tm "
+            "files (compiler.traced_module.load_megengine_tm) without running code."
         )
     return UnsafePickleError(
         f"xmge.load: refusing to load '{module}.{name}', which the file names to be called while "
@@ -405,6 +410,8 @@ class _RestrictedFinder:
         key = (module, name)
         if key in _SAFE:
             return _SAFE[key]
+        if key == ("megengine.traced_module.traced_module", "TracedModule"):
+            raise _MegEngineTracedModule()
         if not _is_plain_name(module, name):
             raise _refusal(module, name)
         # a TracedModule (.tm) loads by default: its graph classes are data, replays only call
@@ -426,9 +433,22 @@ class _RestrictedFinder:
     def _import_class(self, module: str, name: str, *, explicitly_allowed: bool) -> Any:
         from compiler.module.module import Module
 
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
+        if module.split(".")[0] == "megengine":
+            raise UnsafePickleError(
+                f"xmge.load: the file holds an object of MegEngine's own class {module}.{name} (a whole "
+                "module pickled by MegEngine), which xmge cannot rebuild: save its state_dict() with "
+                "MegEngine and call load_state_dict() on the xmge model, or trace and dump it to .mge. "
+                "Nothing from the file was executed."
+            )
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise UnsafePickleError(
+                f"xmge.load: the file names the class {module}.{name}, which cannot be found here "
+                f"({type(exc).__name__}: {exc}). Nothing from the file was executed."
+            ) from None
         # xmge's own code is only loadable as Module classes (a layer of the opted-in model), never
         # as a function; an explicitly allowed name must at least be a class
         if not isinstance(obj, type) or (not explicitly_allowed and not issubclass(obj, Module)):
@@ -869,9 +889,20 @@ def _load(
     if trusted:
         return _trusted_load(fh, map_device, pickle_module)
     _check_pickle_module(pickle_module)
+    start = fh.tell() if fh.seekable() else None
     unpickler = _SafeUnpickler(fh, _RestrictedFinder(allowed_classes), map_device)
     try:
         return unpickler.load()
+    except _MegEngineTracedModule:
+        if start is None:
+            raise UnsafePickleError(
+                "xmge.load: this is a .tm written by MegEngine; read it from a file or a seekable stream, "
+                "or with compiler.traced_module.load_megengine_tm(data)"
+            ) from None
+        from compiler.traced_module.megengine_tm import load_megengine_tm
+
+        fh.seek(start)
+        return load_megengine_tm(fh)
     except XmgeError:
         raise
     except limits.LimitExceeded:
@@ -956,6 +987,22 @@ def _trusted_load(fh: IO[bytes], map_device: Callable[[str], str], pickle_module
         def find_class(self, module: str, name: str) -> Any:
             if module == "megengine.tensor" and name in tensors:
                 return tensors[name]
+            if module.split(".")[0] == "megengine":
+                # MegEngine's other names: xmge's object of the same name where it is data (a dtype,
+                # an enum); never a MegEngine Module, whose pickled state is MegEngine's, not ours
+                from compiler.module.module import Module
+
+                try:
+                    obj = super().find_class("compiler" + module[len("megengine") :], name)
+                except (ImportError, AttributeError):
+                    obj = None
+                if obj is None or (isinstance(obj, type) and issubclass(obj, Module)):
+                    raise UnsafePickleError(
+                        f"xmge.load: the file holds an object of MegEngine's class {module}.{name}, which "
+                        "xmge cannot rebuild (a whole module pickled by MegEngine): save its state_dict() "
+                        "with MegEngine and call load_state_dict() on the xmge model instead."
+                    )
+                return obj
             return super().find_class(module, name)
 
     return TrustedUnpickler(fh).load()

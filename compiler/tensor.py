@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from compiler.device import CompNode, get_default_device
+from compiler.device import device_name as _device_name
 from dialects.dtypes import DTypeError, element_type, numpy_dtype
 
 
@@ -79,6 +81,8 @@ class Tensor:
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     format: str = "default"  # MegEngine's memory-format tag ("nhwc" after amp.convert_tensor_format)
+    _device: str | None = None  # the device named at creation (``device=``, ``to()``); else the default
+    _qparams: Any = None
 
     def __init__(
         self,
@@ -107,6 +111,8 @@ class Tensor:
             raise conversion_error(f"cannot convert {type(data).__name__} to {np_dtype}: {exc}") from None
         self.name = name
         self.grad: Tensor | None = None
+        if device is not None:
+            self._device = _device_name(device)
 
     @classmethod
     def _from_array(cls, array: np.ndarray) -> Tensor:
@@ -134,8 +140,40 @@ class Tensor:
         return int(self._data.size)
 
     @property
-    def device(self) -> str:
-        return "cpu0"
+    def device(self) -> CompNode:
+        """The device the tensor was made on (MegEngine's CompNode: its ``str`` is the logical name,
+        such as ``xpux:0``; it compares equal to that name, with or without ``:0``)."""
+        return CompNode(self._device or get_default_device())
+
+    def to(self, device: Any) -> Tensor:
+        """A copy of the tensor on ``device`` (all of xmge's devices are the host's memory)."""
+        out = Tensor._from_array(np.array(self._data))
+        out._device = _device_name(device)
+        return out
+
+    @property
+    def qparams(self) -> Any:
+        """The tensor's quantization parameters (a QParams; a default one until quantization sets it)."""
+        if self._qparams is None:
+            from compiler.quantization.utils import create_qparams
+
+            self._qparams = create_qparams()
+        return self._qparams
+
+    @qparams.setter
+    def qparams(self, value: Any) -> None:
+        self._qparams = value
+
+    def reset_zero(self) -> None:
+        self._data = np.zeros_like(self._data)
+
+    @property
+    def requires_grad(self) -> bool:
+        raise AttributeError("requires_grad is reserved for future use")
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        raise AttributeError("requires_grad is reserved for future use")
 
     def numpy(self) -> np.ndarray:
         return np.array(self._data)
@@ -160,7 +198,12 @@ class Tensor:
             yield self[i]
 
     def __repr__(self) -> str:
-        return f"Tensor({np.array2string(self._data, separator=', ')}, dtype={self.dtype}, device=cpu0)"
+        # MegEngine's form: numpy's str of the values, the dtype unless float32, the device
+        with np.printoptions(precision=4, suppress=False):
+            text = f"{type(self).__name__}({self._data}"
+        if self.dtype != np.float32:
+            text += f", dtype={np.dtype(self.dtype).name}"
+        return text + f", device={self.device})"
 
     def __bool__(self) -> bool:
         return bool(self._data)
@@ -398,9 +441,6 @@ def _numpy_index(index: Any) -> Any:
 
 class Parameter(Tensor):
     """A trainable tensor owned by a Module."""
-
-    def __repr__(self) -> str:
-        return "Parameter" + super().__repr__()[len("Tensor") :]
 
 
 # MegEngine's ``tensor`` is the Tensor class itself: ``mge.tensor(x)`` builds one and

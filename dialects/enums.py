@@ -71,6 +71,19 @@ ArgsortOrder = _make("ArgsortOrder", "ASCENDING DESCENDING")
 TopKMode = _make("TopKMode", "KTH_ONLY VALUE_IDX_NOSORT VALUE_IDX_SORTED")
 # WarpPerspectiveV1's InterpolationMode, which Resize's ``imode`` uses
 InterpolationMode = _make("InterpolationMode", "NEAREST LINEAR AREA CUBIC LANCZOS4")
+# WarpPerspectiveV1's BorderMode (WarpPerspective's ``bmode``)
+BorderMode = _make("BorderMode", "REPLICATE REFLECT REFLECT_101 WRAP CONSTANT TRANSPARENT ISOLATED")
+# ROIAlign's and ROIPooling's Mode
+ROIMode = _make("ROIMode", "MAX AVERAGE")
+Conv3DDataType = _make("Conv3DDataType", "FLOAT FLOAT_IO16xC32")
+Conv3DFormat = _make("Conv3DFormat", "NCDHW NDHWC")
+# ConvolutionV0's Format, which Correlation's ``format`` uses (Format's numbers after NCHW44_DOT differ)
+FormatV0 = _make(
+    "FormatV0",
+    """NCHW NHWC NHWCD4 NCHW4 NCHW8 NCHW32 NCHW88 NCHW44 NCHW44_DOT NCHW_WINOGRAD NCHW88_WINOGRAD
+    NCHW44_WINOGRAD NCHW4_NCHW32 NCHW32_NCHW4 NCHW4_NCHW NHWC_NCHW NHWC_NCHW4_IC_SMALL NCHW_NCHW4_IC_SMALL
+    CHWN4 NCHW4_NHWC""",
+)
 
 
 def number(member: Enum) -> int:
@@ -106,4 +119,9 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     PaddingMode,
     AxisMethod,
     InterpolationMode,
+    BorderMode,
+    ROIMode,
+    Conv3DDataType,
+    Conv3DFormat,
+    FormatV0,
 )

@@ -7,7 +7,9 @@ This is the last IR before code generation, shared by every backend (C for x86/A
   of scratch memory it needs (``workspace``). The symbol is named after the specialisation (MegCC's
   convention), so a def is emitted once however many calls use it.
 * ``kernel.call`` runs a def on SSA tensor values. Values keep their tensor types, so the IR still reads
-  as a dataflow graph and the reference semantics stay checkable.
+  as a dataflow graph and the reference semantics stay checkable. A call keeps the model's name of the
+  operator it computes (the discardable ``name`` / ``scope`` of the ``mgb`` op it lowers; a fused call
+  its producer's) for profiles and pictures; code generation never reads it.
 * ``kernel.weight`` is a constant, possibly already repacked for its kernel (``packing`` names the
   packed form, so a pass never packs twice); its bytes go into one weights blob.
 * ``kernel.view`` reinterprets a value with another shape (a reshape): no kernel, no copy.
@@ -353,6 +355,17 @@ class CallOp(IRDLOperation):
         if not isinstance(found, KernelDefOp):
             raise VerifyException(f"kernel.call: @{self.callee.string_value()} is not a kernel.def")
         return found
+
+    def layer_name(self) -> str | None:
+        """The model's name of the operator this call computes: its ``name`` (the operator name a
+        .mge or ONNX file gives, e.g. ``layer1.0.conv1.Convolution``), else its ``scope`` (the module
+        path of a traced op, e.g. ``layer1.0.conv1``); ``None`` for calls lowering added (relayouts,
+        output copies)."""
+        for key in ("name", "scope"):
+            attr = self.attributes.get(key)
+            if isinstance(attr, StringAttr) and attr.data:
+                return attr.data
+        return None
 
     def verify_(self) -> None:
         # the module may be mid-construction (no enclosing symbol table yet): check what we can

@@ -144,6 +144,16 @@ class InterpolationModeAttr(EnumAttribute[enums.InterpolationMode], SpacedOpaque
     name = "mgb.interp"
 
 
+@irdl_attr_definition
+class BorderModeAttr(EnumAttribute[enums.BorderMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.border"
+
+
+@irdl_attr_definition
+class ROIModeAttr(EnumAttribute[enums.ROIMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.roi_mode"
+
+
 ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
     cls.enum_type: cls
     for cls in (
@@ -163,6 +173,8 @@ ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
         PaddingModeAttr,
         AxisMethodAttr,
         InterpolationModeAttr,
+        BorderModeAttr,
+        ROIModeAttr,
     )
 }
 
@@ -1643,6 +1655,301 @@ def multi_type_result_elem(op: str, mode: Any, elems: Sequence[Attribute]) -> At
     return elems[0] if elems and is_float(elems[0]) else Float32Type()
 
 
+# ----------------------------------------------------------------------------------------------
+# 3-D convolution and the detection / optical-flow image ops (MegEngine's functional.vision)
+
+_I64_TRIPLE_ONE = DenseArrayBase.from_list(i64, [1, 1, 1])
+_I64_TRIPLE_ZERO = DenseArrayBase.from_list(i64, [0, 0, 0])
+
+
+def _float32_operand(op: str, what: str, t: TensorType) -> None:
+    if not isinstance(t.element_type, Float32Type):
+        raise ShapeInferenceError(op, f"{what} must be float32, got {dtype_name(t.element_type)}")
+
+
+@irdl_op_definition
+class Convolution3DOp(MgbOp):
+    """MegEngine's Convolution3D (NCDHW): ``src`` (N, C, D, H, W), ``filter`` (OC, IC, KD, KH, KW)
+    or, with sparse=GROUP, (G, OC/G, IC/G, KD, KH, KW); zero padding on both sides of each axis."""
+
+    name = "mgb.convolution3d"
+    src = operand_def(TensorType)
+    filter = operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_TRIPLE_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_TRIPLE_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_TRIPLE_ONE)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    sparse = prop_def(ConvSparseAttr, default_value=ConvSparseAttr(enums.ConvSparse.DENSE))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, filt = (_type(t) for t in operand_types)
+        s, f = _shape(src), _shape(filt)
+        stride = _ints(params.get("stride", 1), 3, "stride", cls.name)
+        padding = _ints(params.get("padding", 0), 3, "padding", cls.name)
+        dilation = _ints(params.get("dilation", 1), 3, "dilation", cls.name)
+        if len(s) != 5:
+            raise ShapeInferenceError(cls.name, f"input must be 5-D NCDHW, got shape {s}")
+        if not is_float(src.element_type) or src.element_type != filt.element_type:
+            raise ShapeInferenceError(
+                cls.name,
+                f"needs float input and weight of one dtype, got {dtype_name(src.element_type)} and "
+                f"{dtype_name(filt.element_type)}",
+            )
+        if params.get("sparse", enums.ConvSparse.DENSE) == enums.ConvSparse.GROUP:
+            if len(f) != 6:
+                raise ShapeInferenceError(
+                    cls.name, f"group convolution needs a 6-D weight (G, OC/G, IC/G, KD, KH, KW), got {f}"
+                )
+            groups, ocpg, icpg, *k = f
+        else:
+            if len(f) != 5:
+                raise ShapeInferenceError(cls.name, f"weight must be 5-D (OC, IC, KD, KH, KW), got shape {f}")
+            groups, (ocpg, icpg, *k) = 1, f
+        if s[1] != icpg * groups:
+            raise ShapeInferenceError(
+                cls.name, f"input has {s[1]} channels (shape {s}) but the weight {f} expects {icpg * groups}"
+            )
+        if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+            raise ShapeInferenceError(
+                cls.name, f"invalid stride {stride}, dilation {dilation} or padding {padding}"
+            )
+        out = []
+        for i in range(3):
+            extent = s[2 + i] + 2 * padding[i] - dilation[i] * (k[i] - 1) - 1
+            if extent < 0:
+                raise ShapeInferenceError(
+                    cls.name,
+                    f"kernel {tuple(k)} (dilation {dilation}) is larger than the padded input {s[2:]}",
+                )
+            out.append(extent // stride[i] + 1)
+        return [TensorType(src.element_type, [s[0], groups * ocpg, *out])]
+
+
+@irdl_op_definition
+class WarpPerspectiveOp(MgbOp):
+    """MegEngine's WarpPerspective (NCHW, bilinear): output pixel (h, w) of image n samples
+    ``src[mat_idx[n]]`` (``src[n]`` without ``mat_idx``) at ``(M00 w + M01 h + M02) / d`` across,
+    ``(M10 w + M11 h + M12) / d`` down, ``d = M20 w + M21 h + M22``, with ``mat`` (N, 3, 3);
+    taps outside the image follow ``bmode`` (CONSTANT: ``border_val``)."""
+
+    name = "mgb.warp_perspective"
+    src = operand_def(TensorType)
+    mat = operand_def(TensorType)
+    mat_idx = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    out_shape = prop_def(_I64Array)
+    imode = prop_def(
+        InterpolationModeAttr, default_value=InterpolationModeAttr(enums.InterpolationMode.LINEAR)
+    )
+    bmode = prop_def(BorderModeAttr, default_value=BorderModeAttr(enums.BorderMode.REPLICATE))
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    border_val = prop_def(FloatAttr, default_value=FloatAttr(0.0, f64))
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def _create(
+        cls, operands: list[SSAValue | None], result_types: list[Attribute], props: dict[str, Attribute]
+    ) -> MgbOp:
+        present = [o for o in operands if o is not None]
+        if len(present) not in (2, 3):
+            raise VerifyException(f"{cls.name} takes 2 or 3 operands (src, mat, mat_idx), got {len(present)}")
+        sizes = [1, 1, int(len(present) == 3)]
+        props = {**props, "operandSegmentSizes": DenseArrayBase.from_list(IntegerType(32), sizes)}
+        return cls.create(operands=present, result_types=result_types, properties=props)
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        types = [_type(t) for t in operand_types]
+        src, mat = types[0], types[1]
+        s, m = _shape(src), _shape(mat)
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            raise ShapeInferenceError(cls.name, f"only format nchw is supported, got {params['format']}")
+        if params.get("imode", enums.InterpolationMode.LINEAR) != enums.InterpolationMode.LINEAR:
+            raise ShapeInferenceError(
+                cls.name, f"only linear interpolation is supported, got {params['imode']}"
+            )
+        bmode = params.get("bmode", enums.BorderMode.REPLICATE)
+        if bmode in (enums.BorderMode.TRANSPARENT, enums.BorderMode.ISOLATED):
+            raise ShapeInferenceError(cls.name, f"border mode {bmode.name} is not supported")
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+        _float32_operand(cls.name, "input", src)
+        _float32_operand(cls.name, "mat", mat)
+        if len(m) != 3 or m[1:] != (3, 3):
+            raise ShapeInferenceError(cls.name, f"mat must be (N, 3, 3), got shape {m}")
+        if len(types) == 3:
+            idx = types[2]
+            if _shape(idx) != (m[0],) or dtype_name(idx.element_type) != "int32":
+                raise ShapeInferenceError(
+                    cls.name,
+                    f"mat_idx must be int32 of shape ({m[0]},), got {dtype_name(idx.element_type)} "
+                    f"{_shape(idx)}",
+                )
+        elif m[0] != s[0]:
+            raise ShapeInferenceError(cls.name, f"{m[0]} matrices for {s[0]} images (give mat_idx)")
+        oh, ow = _ints(params["out_shape"], 2, "out_shape", cls.name)
+        if oh < 1 or ow < 1:
+            raise ShapeInferenceError(cls.name, f"invalid output size {(oh, ow)}")
+        return [TensorType(src.element_type, [m[0], s[1], oh, ow])]
+
+
+def _rois(op: str, src: TensorType, rois: TensorType) -> int:
+    s, r = _shape(src), _shape(rois)
+    if len(s) != 4:
+        raise ShapeInferenceError(op, f"input must be 4-D NCHW, got shape {s}")
+    _float32_operand(op, "input", src)
+    _float32_operand(op, "rois", rois)
+    if len(r) != 2 or r[1] != 5:
+        raise ShapeInferenceError(op, f"rois must be (K, 5) rows of (batch index, x1, y1, x2, y2), got {r}")
+    return r[0]
+
+
+@irdl_op_definition
+class ROIAlignOp(MgbOp):
+    """MegEngine's ROIAlign (NCHW): for each roi row (batch index, x1, y1, x2, y2), scaled by
+    ``spatial_scale`` and shifted by ``-offset``, a ``pooled_height`` x ``pooled_width`` grid of
+    bins, each the max or average of ``sample_height`` x ``sample_width`` bilinear samples (zero
+    outside the image). Results: the pooled values and, for max, the winning sample's index in its
+    bin (-1 for average, which MegEngine leaves unset)."""
+
+    name = "mgb.roi_align"
+    src = operand_def(TensorType)
+    rois = operand_def(TensorType)
+    output = result_def(TensorType)
+    index = result_def(TensorType)
+    mode = prop_def(ROIModeAttr, default_value=ROIModeAttr(enums.ROIMode.AVERAGE))
+    spatial_scale = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    offset = prop_def(FloatAttr, default_value=FloatAttr(0.0, f64))
+    pooled_shape = prop_def(_I64Array)
+    sample_shape = prop_def(_I64Array, default_value=DenseArrayBase.from_list(i64, [2, 2]))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, rois = (_type(t) for t in operand_types)
+        k = _rois(cls.name, src, rois)
+        ph, pw = _ints(params["pooled_shape"], 2, "pooled_shape", cls.name)
+        sh, sw = _ints(params.get("sample_shape", 2), 2, "sample_shape", cls.name)
+        if min(ph, pw) < 1 or min(sh, sw) < 1:
+            raise ShapeInferenceError(
+                cls.name, f"output shape {(ph, pw)} and sample points {(sh, sw)} must be positive"
+            )
+        shape = [k, _shape(src)[1], ph, pw]
+        return [TensorType(src.element_type, shape), TensorType(IntegerType(32), shape)]
+
+
+@irdl_op_definition
+class ROIPoolingOp(MgbOp):
+    """MegEngine's ROIPooling (Fast R-CNN, NCHW): each roi row (batch index, x1, y1, x2, y2) is
+    scaled by ``scale`` and rounded to whole pixels (a malformed roi counts as 1x1); its
+    ``out_shape`` bins (floor/ceil edges, clipped to the image) are max- or average-pooled (0 for an
+    empty bin). Results: the pooled values and, for max, the flat (h * W + w) index of each max."""
+
+    name = "mgb.roi_pooling"
+    src = operand_def(TensorType)
+    rois = operand_def(TensorType)
+    output = result_def(TensorType)
+    index = result_def(TensorType)
+    mode = prop_def(ROIModeAttr, default_value=ROIModeAttr(enums.ROIMode.MAX))
+    scale = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    out_shape = prop_def(_I64Array)
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, rois = (_type(t) for t in operand_types)
+        k = _rois(cls.name, src, rois)
+        oh, ow = _ints(params["out_shape"], 2, "out_shape", cls.name)
+        if min(oh, ow) < 1:
+            raise ShapeInferenceError(cls.name, f"invalid output size {(oh, ow)}")
+        shape = [k, _shape(src)[1], oh, ow]
+        return [TensorType(src.element_type, shape), TensorType(IntegerType(32), shape)]
+
+
+@irdl_op_definition
+class NMSKeepOp(MgbOp):
+    """MegEngine's NMSKeep on ``boxes`` (B, N, 4) of (x1, y1, x2, y2) already sorted by score:
+    greedily keeps a box unless its overlap with a kept one exceeds ``iou_thresh`` (inter > thresh *
+    union), up to ``max_output``. Results: the kept indices (B, max_output; the tail repeats the
+    last kept one) and how many were kept (B,)."""
+
+    name = "mgb.nms_keep"
+    boxes = operand_def(TensorType)
+    indices = result_def(TensorType)
+    count = result_def(TensorType)
+    iou_thresh = prop_def(FloatAttr)
+    max_output = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+    NO_GRADIENT: ClassVar[str | None] = "its results are indices"
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (boxes,) = (_type(t) for t in operand_types)
+        b = _shape(boxes)
+        if len(b) != 3 or b[2] != 4:
+            raise ShapeInferenceError(cls.name, f"boxes must be (B, N, 4), got shape {b}")
+        _float32_operand(cls.name, "boxes", boxes)
+        keep = int(params["max_output"])
+        if keep < 1:
+            raise ShapeInferenceError(cls.name, f"max_output must be positive, got {keep}")
+        return [TensorType(IntegerType(32), [b[0], keep]), TensorType(IntegerType(32), [b[0]])]
+
+
+def correlation_output(op: str, s: Sequence[int], params: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(N, displacements, OH, OW) of MegEngine's Correlation on an NCHW ``s``."""
+    ksize, disp = int(params.get("kernel_size", 1)), int(params.get("max_displacement", 1))
+    stride1, stride2 = int(params.get("stride1", 1)), int(params.get("stride2", 1))
+    pad = int(params.get("pad_size", 0))
+    if ksize < 1 or ksize % 2 == 0 or disp < 0 or stride1 < 1 or stride2 < 1 or pad < 0:
+        raise ShapeInferenceError(
+            op,
+            f"kernel_size {ksize} must be odd and positive, strides ({stride1}, {stride2}) positive, "
+            f"max_displacement {disp} and pad_size {pad} non-negative",
+        )
+    border = disp + (ksize - 1) // 2
+    grid = 2 * (disp // stride2) + 1
+    oh, ow = (math.ceil((s[i] + 2 * pad - 2 * border) / stride1) for i in (2, 3))
+    if oh < 1 or ow < 1:
+        raise ShapeInferenceError(op, f"input {tuple(s)} is too small for the border {border} (pad {pad})")
+    return s[0], grid * grid, oh, ow
+
+
+@irdl_op_definition
+class CorrelationOp(MgbOp):
+    """MegEngine's Correlation (FlowNet, NCHW): for every displacement (dy, dx) on the grid of
+    ``stride2`` steps within ``max_displacement``, the mean over a ``kernel_size`` window and all
+    channels of ``data1 * data2`` (``|data1 - data2|`` without ``is_multiply``) at positions
+    ``stride1`` apart; pixels outside the (``pad_size``-padded) images count as 0."""
+
+    name = "mgb.correlation"
+    data1 = operand_def(TensorType)
+    data2 = operand_def(TensorType)
+    output = result_def(TensorType)
+    kernel_size = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    max_displacement = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    stride1 = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    stride2 = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    pad_size = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
+    is_multiply = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        a, b = (_type(t) for t in operand_types)
+        s = _shape(a)
+        if len(s) != 4 or _shape(b) != s:
+            raise ShapeInferenceError(
+                cls.name, f"needs two 4-D NCHW inputs of one shape, got {s} and {_shape(b)}"
+            )
+        _float32_operand(cls.name, "data1", a)
+        _float32_operand(cls.name, "data2", b)
+        return [TensorType(a.element_type, list(correlation_output(cls.name, s, params)))]
+
+
 # (op name, keyword property) -> the enum attribute class printed as that keyword
 ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
     ("mgb.elemwise", "mode"): ElemwiseModeAttr,
@@ -1689,6 +1996,12 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     IndexingOneHotOp,
     ArgsortOp,
     TopKOp,
+    Convolution3DOp,
+    WarpPerspectiveOp,
+    ROIAlignOp,
+    ROIPoolingOp,
+    NMSKeepOp,
+    CorrelationOp,
 )
 
 Mgb = Dialect(

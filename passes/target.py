@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from dialects.errors import XmgeError
 
@@ -30,6 +30,17 @@ class TargetError(XmgeError, ValueError):
 
 class BackendError(XmgeError, ValueError):
     """What a backend cannot do (sanitize under an emulator, save a model it never built, ...)."""
+
+
+class KernelTime(NamedTuple):
+    """One kernel call of a profiled run: the model's name of the operator it computes (a call
+    lowering added is named by its kernel family in parentheses), the kernel symbol and family, ms
+    per run."""
+
+    layer: str
+    kernel: str
+    family: str
+    ms: float
 
 
 class Backend(Protocol):
@@ -58,7 +69,9 @@ class Backend(Protocol):
 
     def run(self, model: Any, inputs: Sequence[Any]) -> list[Any]: ...
 
-    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]: ...
+    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[KernelTime]:
+        """Every kernel call's time, in the order a run makes the calls."""
+        ...
 
     def save(self, model: Any, directory: str) -> dict[str, Any]: ...
 

@@ -2,6 +2,7 @@
 
 from semantics import layout_kernels as _layout_kernels  # noqa: F401  (registers its kernels)
 from semantics import quant_kernels as _quant_kernels  # noqa: F401  (registers the quantized kernels)
+from semantics import vision_kernels as _vision_kernels  # noqa: F401  (registers conv3d and the image ops)
 from semantics.interpreter import run_function, run_module
 from semantics.kernels import KERNELS, ResultSpec, run_op
 

@@ -289,3 +289,15 @@ def test_megengine_tensor_with_quantization_params_is_refused_by_name() -> None:
     data = b"\x80\x02cmegengine.tensor\nTensor\n" + pickle.dumps((np.ones(2, np.float32),), 2)[2:-1]
     with pytest.raises(xm.serialization.UnsafePickleError, match="qparams"):
         loads(data + b"\x81" + body + b"b.")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"allowed_classes": ["megengine.module.sequential.Sequential"]}, {"trusted": True}],
+    ids=["default", "allowed", "trusted"],
+)
+def test_whole_module_pickled_by_megengine_is_refused_in_one_line(options: dict[str, Any]) -> None:
+    """A file from MegEngine's ``mge.save(net)`` names MegEngine's own Module classes: never a
+    ModuleNotFoundError traceback, with or without an opt-in, but a refusal saying what to do."""
+    with pytest.raises(xm.serialization.UnsafePickleError, match=r"megengine\.module\.sequential"):
+        xm.load(_ckpt_path("megengine_whole_sequential.pkl"), **options)

@@ -23,9 +23,13 @@ NO_KERNEL = {
 }
 
 _CUDA_GAP = "no CUDA unit yet (issue 30); compiling it for cuda is a one-line LoweringError naming the op"
+# training-side image ops that the model zoo's inference graphs do not contain (Fast R-CNN's roi
+# pooling gave way to roi_align; correlation is FlowNet's): the reference interpreter runs them
+_C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the reference interpreter runs it"
+_C_VISION = {T.ROIPoolingOp: _C_VISION_GAP, T.CorrelationOp: _C_VISION_GAP}
 REFUSED: dict[str, dict[type[Operation], str]] = {
-    "x86": dict(NO_KERNEL),
-    "arm": dict(NO_KERNEL),
+    "x86": {**NO_KERNEL, **_C_VISION},
+    "arm": {**NO_KERNEL, **_C_VISION},
     "cuda": {
         **NO_KERNEL,
         **{
@@ -42,6 +46,12 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.PaddingOp,
                 T.ResizeOp,
                 T.TopKOp,
+                T.Convolution3DOp,
+                T.WarpPerspectiveOp,
+                T.ROIAlignOp,
+                T.ROIPoolingOp,
+                T.NMSKeepOp,
+                T.CorrelationOp,
             )
         },
     },
@@ -78,6 +88,12 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.SplitOp,
             T.TopKOp,
             T.TypeCvtOp,
+            T.Convolution3DOp,
+            T.WarpPerspectiveOp,
+            T.ROIAlignOp,
+            T.ROIPoolingOp,
+            T.NMSKeepOp,
+            T.CorrelationOp,
         )
     },
 }

@@ -67,6 +67,11 @@ ENUM_SOURCES: dict[Any, dict[str, int]] = {
     E.InterpolationMode: mge_enum("WarpPerspectiveV1.InterpolationMode"),
     E.ArgsortOrder: mge_enum("Argsort.Order"),
     E.TopKMode: mge_enum("TopK.Mode"),
+    E.BorderMode: mge_enum("WarpPerspectiveV1.BorderMode"),
+    E.ROIMode: mge_enum("ROIAlignV0.Mode"),
+    E.Conv3DDataType: mge_enum("Convolution3D.DataType"),
+    E.Conv3DFormat: mge_enum("Convolution3D.Format"),
+    E.FormatV0: mge_enum("ConvolutionV0.Format"),
 }
 
 # The xmge enum the writer fills each enum-valued param field from (backends/mge/writer.py).
@@ -101,10 +106,23 @@ FIELD_ENUMS: dict[tuple[str, str], Any] = {
     ("GroupNorm", "format"): E.Format,
     ("Argsort", "order"): E.ArgsortOrder,
     ("TopK", "mode"): E.TopKMode,
+    ("Convolution3D", "mode"): E.ConvMode,
+    ("Convolution3D", "sparse"): E.ConvSparse,
+    ("Convolution3D", "data_type"): E.Conv3DDataType,
+    ("Convolution3D", "format"): E.Conv3DFormat,
+    ("WarpPerspective", "imode"): E.InterpolationMode,
+    ("WarpPerspective", "bmode"): E.BorderMode,
+    ("WarpPerspective", "format"): E.Format,
+    ("ROIAlign", "mode"): E.ROIMode,
+    ("ROIAlign", "format"): E.Format,
+    ("ROIPooling", "mode"): E.ROIMode,
+    ("Correlation", "format"): E.FormatV0,
 }
 
 # param tables MegEngine writes by hand in mgb_cpp_opr.fbs / schema.fbs, not from a pdef
-HAND_WRITTEN_PARAMS = {"Host2DeviceCopy", "Dimshuffle", "AxisAddRemove", "IndexDescMaskDump", "DType"}
+HAND_WRITTEN_PARAMS = {
+    "Host2DeviceCopy", "Dimshuffle", "AxisAddRemove", "IndexDescMaskDump", "DType", "NMSKeep"
+}  # fmt: skip
 
 
 def xmge_numbers(enum: Any) -> dict[str, int]:

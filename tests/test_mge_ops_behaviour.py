@@ -10,6 +10,7 @@ import torch
 
 import compiler as mge
 import compiler.functional as F
+import compiler.module as M
 from compiler.autodiff import GradManager
 from dialects.errors import XmgeError
 
@@ -76,7 +77,10 @@ def test_repeat_with_tensor_repeats_and_uppercase_pad_mode() -> None:
 def test_concat_takes_device() -> None:
     x = mge.tensor(X)
     np.testing.assert_array_equal(F.concat([x, x], axis=1, device="cpu0").numpy(), np.concatenate([X, X], 1))
-    assert F.concat([x, x], device=x.device).device == "cpu0"
+    # MegEngine 1.13: the result is on the named device; a device compares equal to its logical name
+    assert F.concat([x, x], device=x.device).device == "xpux:0" == x.device
+    assert str(F.concat([x, x], device="cpu0").device) == "cpu0:0"
+    assert F.stack([x, x], device="cpu1").device == "cpu1"
     for bad in ("gpu0", "nodevice"):
         with pytest.raises(XmgeError, match="concat"):
             F.concat([x, x], device=bad)
@@ -164,3 +168,57 @@ def test_vision_flip_and_rot90(clockwise: bool) -> None:
     )
     with pytest.raises(XmgeError, match="rot90"):
         F.vision.rot90(mge.tensor(img[0]))
+
+
+def test_device_is_a_comp_node_named_as_megengine_names_it() -> None:
+    """Checked on MegEngine 1.13: ``str`` is the logical name, equality is by logical name."""
+    x = mge.tensor([1.0])
+    assert str(x.device) == "xpux:0" and x.device == "xpux" and x.device != "cpu0"
+    assert repr(x.device) == 'CompNode("cpu0:0" from "xpux:0")'
+    y = x.to("cpu1")
+    assert str(y.device) == "cpu1:0" and y.device != x.device and np.array_equal(y.numpy(), x.numpy())
+    with pytest.raises(ValueError, match="invalid device name"):
+        x.to("tpu0")
+    assert str(F.zeros((2,), device="cpu0").device) == "cpu0:0"
+    assert str(F.copy(x, "cpu2").device) == "cpu2:0"
+
+
+def test_module_forward_pre_hook_and_handlers() -> None:
+    lin = M.Linear(2, 2)
+    calls = []
+    pre = lin.register_forward_pre_hook(lambda m, inputs: (inputs[0] * 0,))
+    post = lin.register_forward_hook(lambda m, inputs, out: calls.append(out.shape))
+    out = lin(mge.tensor(np.ones((1, 2), np.float32)))
+    np.testing.assert_allclose(out.numpy(), lin.bias.numpy()[None], rtol=1e-6)
+    pre.remove()
+    post.remove()
+    assert calls == [(1, 2)]
+    out = lin(mge.tensor(np.ones((1, 2), np.float32)))
+    assert calls == [(1, 2)] and not np.allclose(out.numpy(), lin.bias.numpy()[None])
+
+
+def test_tensor_qparams_reset_zero_requires_grad() -> None:
+    x = mge.tensor([1.0, 2.0])
+    assert x.qparams.scale is None
+    x.reset_zero()
+    assert x.numpy().tolist() == [0.0, 0.0]
+    with pytest.raises(AttributeError, match="reserved"):
+        _ = x.requires_grad
+
+
+def test_arange_and_linspace_compute_as_megengine() -> None:
+    """float32 bounds, the last arange value ``start + step * (num - 1)`` in float32 (values from
+    MegEngine 1.13)."""
+    arange = [0.0, 0.30000001192092896, 0.6000000238418579, 0.9000000357627869]
+    assert F.arange(0.0, 1.0, 0.3).numpy().tolist() == arange
+    linspace = [0.10000000149011612, 0.30000001192092896, 0.5, 0.699999988079071]
+    assert F.linspace(0.1, 0.7, 4).numpy().tolist() == linspace
+    assert F.arange(10, 0, -3).numpy().tolist() == [10.0, 7.0, 4.0, 1.0]
+
+
+def test_max_min_of_an_empty_axis_are_errors() -> None:
+    z = mge.tensor(np.zeros((0, 3), np.float32))
+    for f in (F.max, F.min):
+        with pytest.raises(RuntimeError, match="empty"):
+            f(z, axis=0)
+    assert F.sum(z, axis=0).numpy().tolist() == [0.0, 0.0, 0.0]

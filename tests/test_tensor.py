@@ -57,7 +57,11 @@ def test_properties_and_conversions() -> None:
     assert float(xm.tensor(2.5)) == 2.5 and int(xm.tensor(4)) == 4
     assert [x.shape for x in t] == [(3, 4), (3, 4)]
     assert np.asarray(t).shape == (2, 3, 4)
-    assert "Tensor(" in repr(xm.tensor([1.0])) and "float32" in repr(xm.tensor([1.0]))
+    # MegEngine's repr: numpy's str of the values, the dtype unless float32, the device's logical name
+    assert repr(xm.tensor([1.5, 2.0])) == "Tensor([1.5 2. ], device=xpux:0)"
+    assert repr(xm.tensor([1, 2])) == "Tensor([1 2], dtype=int32, device=xpux:0)"
+    assert repr(xm.Parameter([1.0])) == "Parameter([1.], device=xpux:0)"
+    assert repr(xm.tensor([1.0], device="cpu0")) == "Tensor([1.], device=cpu0:0)"
     with pytest.raises(ValueError, match="item"):
         t.item()
     with pytest.raises(TypeError, match="0-d"):
@@ -118,7 +122,15 @@ def test_int_operators_and_scalar_promotion() -> None:
     assert (-t).tolist() == (-a).tolist() and abs(t).tolist() == np.abs(a).tolist()
     assert (t > 0).dtype == np.bool_
     assert (xm.tensor(np.ones(2, np.float16)) * 2.0).dtype == np.float16
-    assert (xm.tensor([True, False]) + 1).dtype == np.int32
+    # MegBrain's dtype_promotion, checked on MegEngine 1.13: operands of different categories (bool,
+    # integer, float) meet in float32; integers of different signedness have no common dtype
+    assert (xm.tensor([True, False]) + 1).dtype == np.float32
+    assert (xm.tensor([True, False]) * xm.tensor([2, 3])).tolist() == [2.0, 0.0]
+    assert (xm.tensor(np.array([1, 2], np.int8)) + 1).dtype == np.int8
+    assert (xm.tensor(np.array([1], np.int16)) + xm.tensor(np.array([1], np.int8))).dtype == np.int16
+    assert (xm.tensor(np.ones(2, np.float16)) + xm.tensor([1, 2])).dtype == np.float32
+    with pytest.raises(RuntimeError, match="signedness"):
+        xm.tensor(np.array([1], np.uint8)) + xm.tensor(np.array([1], np.int8))
 
 
 def test_bool_operators() -> None:

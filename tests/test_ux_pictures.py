@@ -110,3 +110,52 @@ def test_netron_opens_xmge_dumps_as_it_opens_megengines(tmp_path: Any, options: 
     path = tmp_path / "convnet.mge"
     f.dump(str(path), arg_names=["data"], **options)
     assert _netron_kind(path.read_bytes()) == "megengine.mge"
+
+
+def test_opt_graph_draws_every_kernel_call_of_a_resnet18(
+    resnet18_file: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from compiler.driver.opt import main as opt_main
+
+    out = tmp_path / "kernels.svg"
+    pipeline = "kernel-select{target=x86-avx2},kernel-fuse-epilogue{target=x86-avx2}"
+    opt_main([resnet18_file, "-p", pipeline, "--graph", str(out)])
+    ir = capsys.readouterr().out
+    calls = [
+        line.split("kernel.call @", 1)[1].split("(", 1)[0]
+        for line in ir.splitlines()
+        if "kernel.call @" in line
+    ]
+    root = ET.parse(out).getroot()
+    ops = [
+        g
+        for g in root.iter(f"{SVG}g")
+        if g.get("class") == "op" and "kernel.call" in g.find(f"{SVG}title").text
+    ]
+    assert [g.find(f"{SVG}title").text for g in ops] == [f"kernel.call @{c}" for c in calls]
+    shown = [[t.text for t in g.iter(f"{SVG}text")] for g in ops]
+    # the box: the chosen kernel with its fused epilogue, then the model's operator name and type
+    assert shown[0][0] == "conv2d_gemm/avx2 +relu" and shown[0][1].startswith(
+        "conv1.Convolution : 1x64x32x32"
+    )
+    assert sum("+res+relu" in s[0] for s in shown) == 8  # every BasicBlock's second conv takes its shortcut
+    assert any(s[1].startswith("fc.MatrixMul : ") for s in shown)
+
+
+@pytest.mark.skipif(not runs_here(host_target()), reason="this CPU runs no generated x86 code")
+def test_opt_graph_draws_a_saved_packages_kernel_choices(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from compiler.driver.opt import main as opt_main
+
+    assert main(["compile", CONVNET, "-o", str(tmp_path / "pkg"), "-q"]) == 0
+    out = tmp_path / "pkg.svg"
+    opt_main([str(tmp_path / "pkg" / "kernel.mlir"), "--graph", str(out)])  # the kernel dialect reads back
+    assert "kernel.call @" in capsys.readouterr().out
+    root = ET.parse(out).getroot()
+    boxes = [[t.text for t in g.iter(f"{SVG}text")] for g in root.iter(f"{SVG}g") if g.get("class") == "op"]
+    calls = [b for b in boxes if "/" in b[0]]
+    assert len(calls) >= 6 and all(
+        b[0].split("/")[1].split()[0] in ("avx2", "avx512", "generic") for b in calls
+    )
+    assert any(b[0].startswith("conv2d") and b[1].startswith("conv1.") for b in calls)

@@ -47,6 +47,15 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _pointwise_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These small planes would take x86_int8_chgemm's channel-lane mode (its own tests); here they
+    exercise the pointwise mode."""
+    from backends.c.templates.x86 import x86_int8_gemm
+
+    monkeypatch.setattr(x86_int8_gemm, "channel_over_pointwise", lambda p, geo: False)
+
+
 def _weights(rng: np.random.Generator, oc: int, ic: int) -> Tensor:
     """int8 1x1 weights in [-40, 40] of scale 1/64."""
     sw = 1 / 64
@@ -138,7 +147,8 @@ def test_pointwise_mode_declines_what_it_does_not_serve() -> None:
               (rng.standard_normal((1, 4, 9, 9)) * 2).astype(np.float32)]  # fmt: skip
     compiled = compile_fn(fn, inputs, TARGET)
     assert _pointwise_kernels(compiled.source) == 0
-    assert compiled.source.count("_tile(const uint8_t") == 3
+    # the general GEMM's tiles in either mode (pixel lanes, or x86_int8_chgemm's channel lanes)
+    assert compiled.source.count("_tile(const uint8_t") + compiled.source.count("_ctile(const uint8_t") == 3
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     for g, w_ in zip(compiled.run(inputs), want, strict=True):
         np.testing.assert_array_equal(g, w_)

@@ -32,9 +32,10 @@ from backends.c.emitter import CEmitter
 from backends.c.isas import ISA_EMITTERS
 from backends.c.kernels import KERNELS
 from backends.c.symbols import DEFAULT_PREFIX
+from dialects import kernel as K
 from dialects.dtypes import numpy_dtype
 from passes.lowering.kernels import KernelRegistry
-from passes.target import BackendError, Target, TargetError, float16_options
+from passes.target import BackendError, KernelTime, Target, TargetError, float16_options
 
 X86_AVX2 = frozenset({"avx2", "fma"})
 X86_AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
@@ -153,27 +154,33 @@ class CBackendBase:
                 )
             return [np.fromfile(p, dt).reshape(s) for p, (dt, s) in zip(outs, out_types, strict=True)]
 
-    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
-        """Per-kernel time (ms per run, summed over calls of the same kernel), slowest first, from a
-        rebuild with a timer around every call."""
+    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[KernelTime]:
+        """Every kernel call's time (ms per run, the mean of ``iters`` runs after one untimed run),
+        in the order a run makes the calls, from a rebuild with a timer around every call."""
         source, cflags = self.emit(model.target, model.final_module(), profile=True)
         m = self.load(self.build(model.target, source, cflags), model.weights, model.threads)
-        arrays = [np.asarray(x, np.float32) for x in inputs]
-        m.run(arrays)
-        names_p, ms_p = ctypes.POINTER(ctypes.c_char_p)(), ctypes.POINTER(ctypes.c_double)()
-        profile = m.symbol("profile")
-        profile.restype = ctypes.c_int
-        n = profile(ctypes.byref(names_p), ctypes.byref(ms_p))
-        for i in range(n):
-            ms_p[i] = 0.0
-        for _ in range(iters):
+        try:
+            arrays = [np.asarray(x, np.float32) for x in inputs]
             m.run(arrays)
-        totals: dict[str, float] = {}
-        for i in range(n):
-            name = names_p[i].decode()
-            totals[name] = totals.get(name, 0.0) + ms_p[i] / iters
-        m.close()
-        return sorted(totals.items(), key=lambda kv: -kv[1])
+            names_p = ctypes.POINTER(ctypes.c_char_p)()
+            layers_p = ctypes.POINTER(ctypes.c_char_p)()
+            ms_p = ctypes.POINTER(ctypes.c_double)()
+            table = m.symbol("profile")
+            table.restype = ctypes.c_int
+            n = table(ctypes.byref(names_p), ctypes.byref(layers_p), ctypes.byref(ms_p))
+            for i in range(n):
+                ms_p[i] = 0.0
+            for _ in range(iters):
+                m.run(arrays)
+            defs = K.defs_of(model.final_module())
+            rows = []
+            for i in range(n):
+                sym = names_p[i].decode()
+                layer = layers_p[i].decode("utf-8", "replace")
+                rows.append(KernelTime(layer, sym, defs[sym].family.data, ms_p[i] / iters))
+            return rows
+        finally:
+            m.close()
 
     def save(self, model: Any, directory: str) -> dict[str, Any]:
         """``model.c``, the runtime sources, the build files (Makefile, CMakeLists.txt, README.md), the
@@ -312,7 +319,7 @@ class ArmBackend(CBackendBase):
         warnings.warn(EMULATION_NOTE, EmulationWarning, stacklevel=4)
         return with_element_types(model.run_runner(inputs), model.output_types)
 
-    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
+    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[KernelTime]:
         raise BackendError(
             f"target {model.target} runs under qemu: its timings mean nothing, count instructions"
         )

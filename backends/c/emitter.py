@@ -22,7 +22,7 @@ from xdsl.ir import SSAValue
 
 from backends.c.isa_facts import AVX2, AVX512, GENERIC, KNOBS, IsaFacts
 from backends.c.kernels import KERNELS
-from backends.c.symbols import DEFAULT_PREFIX, check_prefix
+from backends.c.symbols import DEFAULT_PREFIX, c_string, check_prefix
 from backends.c.templates import Template
 from dialects import kernel as K
 from dialects.dtypes import dtype_name
@@ -65,7 +65,8 @@ class CEmitter:
             _view(cls)
 
     def __init__(self, profile: bool = False) -> None:
-        # profile: time every call into xm_profile_ms[] (read with xm_profile()); for per-kernel reports
+        # profile: time every call into xm_profile_ms[] (read with xm_profile(), with each call's
+        # kernel symbol and the model's operator name); for per-layer and per-kernel reports
         self.profile = profile
 
     def template(self, d: K.KernelDefOp) -> Template:
@@ -170,6 +171,7 @@ class CEmitter:
         roots: dict[SSAValue, SSAValue] = {a: a for a in fn.body.block.args}
         body: list[str] = []
         names: list[str] = []
+        layers: list[str] = []  # the model's operator name of each call, for per-layer profiles
         for op in fn.body.block.ops:
             if isinstance(op, K.ViewOp):
                 roots[op.output] = roots[op.src]
@@ -189,17 +191,21 @@ class CEmitter:
                         f"{{ const double t0 = xm_now_ms(); {call} xm_profile_ms[{i}] += xm_now_ms() - t0; }}"
                     )
                     names.append(sym)
+                    layers.append(op.layer_name() or f"({defs[sym].family.data})")
                 body.append("  " + call)
         prof = ""
         if self.profile:
             # timing accumulates process-wide: profiling builds are for one caller at a time
             quoted = ", ".join(f'"{n}"' for n in names)
+            layer_names = ", ".join(c_string(n) for n in layers)
             prof = (
                 f"static double xm_profile_ms[{max(1, len(names))}];\n"
                 f"static const char* xm_profile_names[] = {{{quoted}}};\n"
-                f"int XM_SYM(profile)(const char*** names, double** ms);\n"
-                f"int XM_SYM(profile)(const char*** names, double** ms) {{\n"
-                f"  *names = xm_profile_names; *ms = xm_profile_ms; return {len(names)};\n}}\n"
+                f"static const char* xm_profile_layers[] = {{{layer_names}}};\n"
+                f"int XM_SYM(profile)(const char*** names, const char*** layers, double** ms);\n"
+                f"int XM_SYM(profile)(const char*** names, const char*** layers, double** ms) {{\n"
+                f"  *names = xm_profile_names; *layers = xm_profile_layers; *ms = xm_profile_ms;\n"
+                f"  return {len(names)};\n}}\n"
             )
         return prof + (
             f"static void {name}(void* const* in, void* const* out, unsigned char* arena,\n"
@@ -225,8 +231,9 @@ class CEmitter:
                 if len(shape) > 8:
                     raise EmitError(f"{labels[i]} has {len(shape)} dimensions: the runtime takes up to 8")
                 dims = ", ".join(map(str, shape + [0] * (8 - len(shape))))
+                # a name comes from the model file: escaped, it cannot end the literal
                 lines.append(
-                    f'  {{"{labels[i]}", "{dtype_name(t.element_type)}", {len(shape)}, {{{dims}}}, '
+                    f'  {{{c_string(labels[i])}, "{dtype_name(t.element_type)}", {len(shape)}, {{{dims}}}, '
                     f"{K.nbytes(t)}}},"
                 )
             return [f"static const xm_tensor_info {name}[] = {{", *lines, "  {0}", "};"]

@@ -28,6 +28,7 @@ from backends.c.templates.portable import (
     int_elemwise,
     portable,
     typed,
+    vision,
 )
 from backends.c.templates.x86 import (
     depthwise_x86,
@@ -72,6 +73,7 @@ KERNELS = KernelRegistry(
         *indexing.KERNEL_UNITS,
         *int_elemwise.KERNEL_UNITS,
         *conv_runtime_weight.KERNEL_UNITS,
+        *vision.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
         *x86_fp16.KERNEL_UNITS,
         *x86_amx.KERNEL_UNITS,

@@ -32,3 +32,20 @@ def prefix_from_name(name: str) -> str:
     if not p:
         return DEFAULT_PREFIX
     return check_prefix(p if not p[0].isdigit() else f"m_{p}"[:64])
+
+
+def c_string(text: str) -> str:
+    """``text`` as a C string literal that means exactly its UTF-8 bytes, whatever a model file put
+    in it: printable ASCII stays as it is (so ordinary names read the same in the source); quotes,
+    backslashes, ``?`` (trigraphs) and every other byte become escapes (three-digit octal, so a
+    following digit cannot extend one)."""
+    out = []
+    for byte in text.encode("utf-8", "surrogatepass"):
+        ch = chr(byte)
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif 0x20 <= byte < 0x7F:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'

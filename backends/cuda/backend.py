@@ -24,7 +24,7 @@ from backends.cuda.build import HARNESS_FLAGS, CudaBuild, build, harness_library
 from backends.cuda.emitter import CudaEmitter
 from backends.cuda.kernels import KERNELS
 from passes.lowering.kernels import KernelRegistry
-from passes.target import BackendError, Target, float16_options
+from passes.target import BackendError, KernelTime, Target, float16_options
 
 CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so")
 
@@ -109,7 +109,7 @@ class CudaBackend(CBackendBase):
             raise BackendError(f"the CUDA runner needs a GPU ({problem or 'no nvcc build'})")
         return super().run_runner(artifact, weights, inputs, output_shapes, threads=threads, iters=iters)
 
-    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
+    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[KernelTime]:
         problem = gpu_problem()
         if problem is not None:
             raise BackendError(f"target {model.target}: per-kernel times need a GPU ({problem})")

@@ -402,16 +402,25 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
 # FBS v1
 
 
-def v1_output_count(kind: str | None, nr_tensors: int, names: list[str] | None, nr_inputs: int = 0) -> int:
+# operators with a fixed number of (non-volatile) outputs other than 1
+_V1_OUTPUTS = {"BatchNorm": 4, "LayerNorm": 3, "GroupNorm": 3, "InstanceNorm": 3,  # (dst, mean, rstd)
+               "Argsort": 2, "ROIAlign": 2, "ROIPooling": 2, "NMSKeep": 2}  # fmt: skip
+
+
+def v1_output_count(
+    kind: str | None, nr_tensors: int, names: list[str] | None, nr_inputs: int = 0,
+    params: list[RawParam] | None = None,
+) -> int:  # fmt: skip
     """How many var ids an operator takes in FBS v1, where ids are implicit."""
     if names:
         return len(names)
+    if kind in _V1_OUTPUTS:
+        return _V1_OUTPUTS[kind]
+    if kind == "TopK":  # KTH_ONLY (mode 0) has no index output
+        mode = next((p.values.get("mode", 0) for p in params or [] if p.kind == "TopK"), 0)
+        return 1 if mode == 0 else 2
     if kind == "Split":  # (src, one size per part)
         return max(nr_inputs - 1, 1)
-    if kind == "BatchNorm":
-        return 4
-    if kind in ("LayerNorm", "GroupNorm", "InstanceNorm"):  # (dst, mean, rstd)
-        return 3
     if kind in ("MultipleDeviceTensorHolder", "MultipleDeviceTensorWithFormatHolder"):
         return nr_tensors
     return 1
@@ -472,7 +481,7 @@ def _parse_v1(view: memoryview, start: int, kind: str) -> RawGraph:
         opr_kind = kind_t.kind if kind_t else None
         out_names = ot.strings(V1.Operator.output_name, "output_name")
         v1_inputs = ot.scalars(V1.Operator.inputs, "I", "inputs") or []
-        n_out = v1_output_count(opr_kind, len(tensors), out_names, len(v1_inputs))
+        n_out = v1_output_count(opr_kind, len(tensors), out_names, len(v1_inputs), _params(ot, V1.Operator))
         outputs = list(range(nvars, nvars + n_out))
         if out_names:
             for vid, nm in zip(outputs, out_names, strict=True):

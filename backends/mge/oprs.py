@@ -20,6 +20,7 @@ import backends.mge.layouts as layouts
 import backends.mge.lower_ops as W
 import backends.mge.read_ops as R
 import backends.mge.schema as S
+import backends.mge.vision_ops as V
 from backends.mge.param_map import ParamMap, lower_mapped, read_mapped
 from backends.mge.schema import ParamDef, h_full, h_short
 from dialects import tensor as T
@@ -166,6 +167,18 @@ OPRS: tuple[Opr, ...] = (
     Opr("Argsort", "Argsort", "ArgsortForward", None, (T.ArgsortOp,),
         params=ParamMap(ParamDef("Argsort", 26, (("order", "I", 0),)), {"order": "descending"})),
     Opr("TopK", "TopK", "TopK", None, (T.TopKOp,), R.read_topk, W.lower_topk),
+    Opr("Convolution3D", "Convolution3D", "Convolution3DForward", "Convolution3D", (T.Convolution3DOp,),
+        V.read_convolution3d, V.lower_convolution3d),
+    Opr("WarpPerspective", "WarpPerspectiveV2", "WarpPerspectiveForward", None, (T.WarpPerspectiveOp,),
+        V.read_warp_perspective, V.lower_warp_perspective),
+    Opr("ROIAlign", "ROIAlignV1", "ROIAlignForward", None, (T.ROIAlignOp,),
+        V.read_roi_align, V.lower_roi_align),
+    Opr("ROIPooling", "ROIPooling", "ROIPoolingForward", None, (T.ROIPoolingOp,),
+        V.read_roi_pooling, V.lower_roi_pooling),
+    # registered by src/opr/impl/standalone/nms_opr.cpp (not a *.sereg.h), as NMSKeepMGB
+    Opr("NMSKeep", "NMSKeepMGB", "NMSKeep", None, (T.NMSKeepOp,), V.read_nms_keep, V.lower_nms_keep),
+    Opr("Correlation", "CorrelationForward", "CorrelationForward", None, (T.CorrelationOp,),
+        V.read_correlation, V.lower_correlation),
 )
 # fmt: on
 
@@ -231,13 +244,13 @@ REFUSED: dict[str, str] = {
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
     **{name: _NICHE for name in (
         "AffineInt BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
-        "BatchedSetMeshIndexing Convolution3D CorrelationForward Cross CvtColor DctChannelSelectV1 "
+        "BatchedSetMeshIndexing Cross CvtColor DctChannelSelectV1 "
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
-        "ROIAlignV1 ROIPooling RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose "
-        "WarpAffineV2 WarpPerspectiveV2 Where"
+        "RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose "
+        "WarpAffineV2 Where"
     ).split()},
 }
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from passes.target import BackendError, Target, float16_options
+from passes.target import BackendError, KernelTime, Target, float16_options
 from semantics.interpreter import run_module
 
 
@@ -38,7 +38,7 @@ class ReferenceBackend:
     def run(self, model: Any, inputs: Sequence[Any]) -> list[Any]:
         return [np.asarray(o) for o in run_module(model.final_module(), list(inputs))]
 
-    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[tuple[str, float]]:
+    def profile(self, model: Any, inputs: Sequence[Any], iters: int) -> list[KernelTime]:
         raise BackendError(f"target {model.target} has no kernels to profile")
 
     def save(self, model: Any, directory: str) -> dict[str, Any]:

@@ -1293,3 +1293,10 @@ def _elemwise_multi_type_backward(
     # Quantized arithmetic: values are integers on a fixed grid, so no gradient flows through it
     # (quantization-aware training would use a straight-through estimator on float values instead).
     return [None for _ in inputs]
+
+
+# conv3d and the image ops keep their rules in their own module
+from compiler.autodiff.vision import RULES as _VISION_RULES  # noqa: E402
+
+for _cls, _rule in _VISION_RULES.items():
+    register_backward(_cls)(_rule)

@@ -3,7 +3,8 @@
     xmge run MODEL.mge|PACKAGE_DIR --input NAME=FILE.npy ... [-o OUT.npz] [--graph N]
     xmge inspect MODEL.mge
     xmge compile MODEL.mge --target TARGET -o DIR [--threads N] [--graph N] [--name PREFIX]
-    xmge bench MODEL.mge|PACKAGE_DIR [--target TARGET] [--threads N] [--iters N] [--profile]
+    xmge bench MODEL.mge|PACKAGE_DIR [--target TARGET] [--threads N] [--iters N]
+               [--profile [--chrome-trace OUT.json] [--plot OUT.png]]
     xmge convert MODEL.onnx -o MODEL.mge [--format FBS_V2|FBS] [--enable-OPTION ...]
     xmge serve PACKAGE_OR_MODEL [--replicas N] [--max-batch B] [--batch-wait-ms T] [--port P] ...
 
@@ -349,10 +350,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import os
     import time
 
-    from compiler.driver.compile import benchmark, compile, profile
+    from compiler.driver.compile import benchmark, compile, profile_layers
     from dialects.dtypes import numpy_dtype
 
+    for flag in ("chrome_trace", "plot"):
+        if getattr(args, flag) and not args.profile:
+            raise XmgeError(f"--{flag.replace('_', '-')} needs --profile")
     if os.path.isdir(args.model):
+        if args.profile:
+            raise XmgeError("--profile needs a model file, not a package (it holds no profiling build)")
         return _bench_package(args)
     args.threads = args.threads or 1
     t0 = time.perf_counter()
@@ -370,21 +376,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
         f"over {stats['runs']} runs"
     )
     if args.profile:
-        rows = profile(compiled, inputs)
-        total = sum(ms for _, ms in rows) or 1.0
-        print("  per kernel (ms per run, share):")
-        for name, ms in rows[:15]:
-            print(f"    {ms:8.3f} {100 * ms / total:5.1f}%  {name}")
-        if args.chrome_trace:
-            from compiler.driver.pictures import chrome_trace
-            from compiler.serialization import atomic_write
-
-            trace = chrome_trace(rows)
-            atomic_write(args.chrome_trace, lambda f: f.write(trace), "w")
-            print(f"  Chrome trace written to {args.chrome_trace} (open it in https://ui.perfetto.dev)")
-    elif args.chrome_trace:
-        raise XmgeError("--chrome-trace needs --profile")
+        _print_profile(args, profile_layers(compiled, inputs), f"{args.model} on {compiled.target}")
     return 0
+
+
+PROFILE_LINES = 20  # the slowest calls printed; the trace and the chart hold every one
+
+
+def _print_profile(args: argparse.Namespace, rows: list[Any], title: str) -> None:
+    """``--profile``: the slowest kernel calls with the model's operator names, then the files
+    ``--chrome-trace`` and ``--plot`` ask for."""
+    from compiler.driver.pictures import chrome_trace, latency_chart
+    from compiler.serialization import atomic_write
+
+    total = sum(r.ms for r in rows) or 1.0
+    print(f"  per layer (ms per run, share of {total:.3f} ms, the model's operator name, kernel):")
+    for r in sorted(rows, key=lambda r: -r.ms)[:PROFILE_LINES]:
+        print(f"    {r.ms:8.3f} {100 * r.ms / total:5.1f}%  {r.layer}  {r.kernel}")
+    if len(rows) > PROFILE_LINES:
+        print(f"    ... {len(rows) - PROFILE_LINES} faster calls")
+    if args.chrome_trace:
+        trace = chrome_trace(rows)
+        atomic_write(args.chrome_trace, lambda f: f.write(trace), "w")
+        print(f"  Chrome trace written to {args.chrome_trace} (open it in https://ui.perfetto.dev)")
+    if args.plot:
+        png = latency_chart(rows, f"xmge: per-layer latency of {title}")
+        atomic_write(args.plot, lambda f: f.write(png))
+        print(f"  per-layer latency chart written to {args.plot}")
 
 
 def _bench_package(args: argparse.Namespace) -> int:
@@ -577,11 +595,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--threads", type=int, default=None, help="default 1 (a package: its own count)")
     bench.add_argument("--iters", "--iter", type=int, default=20, help="timed runs (default 20)")
     bench.add_argument("--warmup-iter", type=int, default=3, help="untimed runs first (default 3)")
-    bench.add_argument("--profile", action="store_true", help="also print the time of every kernel")
+    bench.add_argument(
+        "--profile", action="store_true", help="also time every kernel call, named after the model's operator"
+    )
     bench.add_argument(
         "--chrome-trace",
         metavar="OUT.json",
         help="with --profile: the kernel times as a Chrome trace (Perfetto)",
+    )
+    bench.add_argument(
+        "--plot", metavar="OUT.png", help="with --profile: a per-layer latency bar chart (PNG)"
     )
     bench.set_defaults(handler=cmd_bench)
     conv = sub.add_parser("convert", help="convert an ONNX model (or rewrite a .mge) to a MegEngine .mge")

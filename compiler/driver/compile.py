@@ -38,7 +38,7 @@ from backends.c.cross import EmulationWarning
 from compiler.driver.targets import Target, host_target, parse_target
 from compiler.progress import ProgressReporter
 from dialects.errors import XmgeError
-from passes.target import Backend
+from passes.target import Backend, KernelTime
 
 
 class CompileError(XmgeError, ValueError):
@@ -537,7 +537,9 @@ def compile(  # noqa: A001 - the public name mirrors the issue's API
             rep.stage("frontend")
             module = to_module(model, example_inputs, graph)
             rep.stage("verifying every pass against the reference")
-            report = verify_compile(module, target, example_inputs, threads=threads, name=prefix)
+            report = verify_compile(
+                module, target, example_inputs, threads=threads, name=prefix, progress=progress
+            )
         if not report.ok:
             raise NumericsMismatch(report)
         return report.compiled
@@ -774,11 +776,22 @@ __all__ = [
     "compile",
     "compile_file",
     "profile",
+    "profile_layers",
     "to_module",
 ]
 
 
 def profile(compiled: CompiledModel, inputs: Sequence[Any], iters: int = 10) -> list[tuple[str, float]]:
     """Per-kernel time (ms per run, summed over calls of the same kernel), slowest first: the model is
-    rebuilt with a timer around every call (``xmge bench --profile`` prints this)."""
+    rebuilt with a timer around every call."""
+    totals: dict[str, float] = {}
+    for row in profile_layers(compiled, inputs, iters):
+        totals[row.kernel] = totals.get(row.kernel, 0.0) + row.ms
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def profile_layers(compiled: CompiledModel, inputs: Sequence[Any], iters: int = 10) -> list[KernelTime]:
+    """Every kernel call's time (ms per run) with the model's name of the operator it computes
+    (``layer1.0.conv1.Convolution``; a fused call carries the name of the operator whose result it
+    writes), in the order a run makes the calls (``xmge bench --profile`` prints these)."""
     return compiled.backend.profile(compiled, inputs, iters)

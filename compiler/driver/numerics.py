@@ -549,6 +549,7 @@ def verify_pipeline(
     *,
     ctx: Context | None = None,
     in_place: bool = False,
+    progress: bool | None = None,
 ) -> VerifyReport:
     """Run ``passes`` one by one, the reference interpreter after each, and stop at the first pass
     whose outputs differ from the previous runnable stage beyond ``tolerance`` (default
@@ -578,7 +579,10 @@ def verify_pipeline(
         first.status, first.note = "skipped", why_not
     report.stages.append(first)
 
-    for p in passes:
+    from compiler.progress import track
+
+    # a line per pass on a terminal (``progress``: as compile's); no 'done' line after a failure
+    for p in track(passes, "verify", detail=lambda p: p.name, enabled=progress):
         stage = StageResult(p.name, pass_options(p))
         report.stages.append(stage)
         before = current.clone()
@@ -673,9 +677,11 @@ def verify_compile(
     tolerance: Tolerance | None = None,
     code_tolerance: Tolerance | None = None,
     name: str | None = None,
+    progress: bool | None = None,
 ) -> VerifyReport:
     """``compile(model, target, example_inputs, verify=True)``: every pass ``compile`` runs
     (the inference pipeline for the target, then the kernel passes), then the generated code.
+    ``progress`` as :func:`compile`'s: a line per pass checked (default: on a terminal).
 
     ``inputs`` default to ``example_inputs``, else seeded random inputs. The report's ``compiled``
     holds the ``CompiledModel`` when every pass agreed."""
@@ -685,10 +691,10 @@ def verify_compile(
     module = to_module(model, example_inputs)
     given = inputs if inputs is not None else example_inputs
     arrays = [np.asarray(getattr(x, "numpy", lambda x=x: x)()) for x in given] if given is not None else None
-    report = verify_pipeline(module, compile_passes(tgt, threads), arrays, seed, tolerance)
+    report = verify_pipeline(module, compile_passes(tgt, threads), arrays, seed, tolerance, progress=progress)
     if not report.ok:
         return report
-    compiled = compile(module, tgt, threads=threads, name=name)
+    compiled = compile(module, tgt, threads=threads, name=name, progress=progress)
     report.compiled = compiled
     if tgt.backend is None or tgt.backend.kernels is None:  # nothing generated: the reference ran it all
         return report

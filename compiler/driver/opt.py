@@ -7,6 +7,7 @@
     xmge-opt net.mlir --load-plugin my_passes.py -p my-pass # an ad-hoc plugin (file or module)
     xmge-opt net.mge -p PIPELINE --verify-numerics [--input NAME=FILE.npy] [--dump-failing-ir DIR]
                                                             # which pass changed the numbers
+    xmge-opt net.mge -p PIPELINE --graph out.svg            # the IR after the passes as a picture
 
 Passes come from xDSL (``canonicalize``, ``cse``, ``dce``, ...), from xmge (``passes.registry``),
 from installed packages (entry-point group ``xmge.passes``) and from ``--load-plugin``. Errors a user
@@ -32,6 +33,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from compiler.driver.numerics import add_verify_arguments, verify_for_cli
 from dialects.errors import XmgeError
+from dialects.kernel import Kernel
 from dialects.layout import LayoutDialect
 from dialects.tensor import Mgb
 from dialects.weights import full_weights
@@ -74,6 +76,9 @@ class XmgeOptMain(xDSLOptMain):
         origins[Mgb.name] = "xmge (dialects.tensor)"
         self.ctx.register_dialect(LayoutDialect.name, lambda: LayoutDialect)
         origins[LayoutDialect.name] = "xmge (dialects.layout)"
+        # the kernel dialect too: a package's kernel.mlir reads back (and draws with --graph)
+        self.ctx.register_dialect(Kernel.name, lambda: Kernel)
+        origins[Kernel.name] = "xmge (dialects.kernel)"
         for ep in importlib.metadata.entry_points(group=DIALECT_ENTRY_POINT_GROUP):
             if ep.name in origins:
                 raise PluginError(
@@ -116,6 +121,12 @@ class XmgeOptMain(xDSLOptMain):
             "--list-kernels",
             action="store_true",
             help="list every kernel unit: backend, family, ISA, priority (higher is tried first), file, ops",
+        )
+        arg_parser.add_argument(
+            "--graph",
+            metavar="OUT.svg",
+            help="also draw the IR after the passes as an operator graph (SVG): tensor ops, or kernel "
+            "calls with the chosen kernel (fused epilogues in its name) and the model's operator name",
         )
         arg_parser.add_argument(
             "--print-weights",
@@ -162,6 +173,12 @@ class XmgeOptMain(xDSLOptMain):
             verify_for_cli(prog, self.pipeline.passes, self.args, ctx=self.ctx, out=log)
         else:
             super().apply_passes(prog)
+        if self.args.graph:
+            from compiler.driver.pictures import graph_svg
+            from compiler.serialization import atomic_write
+
+            svg = graph_svg(prog)
+            atomic_write(self.args.graph, lambda f: f.write(svg), "w")
 
     def register_all_targets(self) -> None:
         super().register_all_targets()

@@ -19,13 +19,35 @@ _FLOAT_ONLY = frozenset(
 )
 
 
+def _category(dtype: np.dtype) -> str:
+    return {"b": "bool", "i": "int", "u": "int", "f": "float"}.get(dtype.kind, dtype.kind)
+
+
+def _promoted(a: np.dtype, b: np.dtype) -> np.dtype:
+    """MegBrain's ``dtype_promotion`` of two operand dtypes: float16 counts as float32 beside another
+    dtype, operands of different categories (bool, integer, float) meet in float32, integers of one
+    signedness in the wider one; integers of different signedness have no common dtype."""
+    if a == b:
+        return a
+    a = np.dtype(np.float32) if a == np.float16 else a
+    b = np.dtype(np.float32) if b == np.float16 else b
+    if _category(a) != _category(b):
+        return np.dtype(np.float32)
+    if a.kind != b.kind and {a.kind, b.kind} == {"i", "u"}:
+        raise op_error("elemwise", f"dtype promotion between different signedness is undefined: {a} and {b}")
+    return a if a.itemsize > b.itemsize else b
+
+
 def _promote(tensors: list[Tensor]) -> list[Tensor]:
-    """Cast operands to one common dtype (numpy's rules, float64/int64 narrowed as MegEngine does),
-    so mixed-dtype operands reach the op as one dtype instead of failing its type check."""
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) <= 1:
+    """Cast operands to one common dtype by MegEngine's promotion rule (``_promoted``; float64/int64
+    data already narrowed to float32/int32 when the tensors were made), so mixed-dtype operands
+    reach the op as one dtype instead of failing its type check."""
+    dtypes = [t.dtype for t in tensors]
+    if len(set(dtypes)) <= 1:
         return tensors
-    common = np.result_type(*dtypes)
+    common = dtypes[0]
+    for dtype in dtypes[1:]:
+        common = _promoted(common, dtype)
     if common == np.float64:
         common = np.dtype(np.float32)
     elif common.kind in "iu" and common.itemsize == 8:

@@ -23,6 +23,8 @@ def _reduce(mode: Any, inp: Tensor, axis: int | Sequence[int] | None, keepdims: 
         return reshape(out, (1,) * inp.ndim) if keepdims else reshape(out, ())
     axes = [axis] if isinstance(axis, int) else list(axis)
     norm = sorted({_axis(label, a, inp.ndim) for a in axes}, reverse=True)
+    if mode in (enums.ReduceMode.MAX, enums.ReduceMode.MIN) and any(inp.shape[a] == 0 for a in norm):
+        raise op_error(label, f"cannot take the {label} over an empty axis (shape {inp.shape}, axis {axis})")
     out = inp
     for a in norm:
         (out,) = apply(T.ReduceOp, [out], label=label, mode=mode, axis=a)

@@ -40,6 +40,9 @@ __all__ = [
     "batch_norm",
     "conv1d",
     "conv2d",
+    "conv3d",
+    "conv_transpose3d",
+    "warp_perspective",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -285,6 +288,140 @@ def conv1d(
         conv_mode, compute_mode,
     )  # fmt: skip
     return _add_channel_bias("conv1d", squeeze(out, 3), bias)
+
+
+def _triple(label: str, v: int | Sequence[int], name: str) -> tuple[int, int, int]:
+    if isinstance(v, int | np.integer):
+        return (int(v),) * 3  # type: ignore[return-value]
+    try:
+        vals = tuple(operator.index(x) for x in v)
+    except TypeError:
+        raise op_error(label, f"{name} must be an int or three ints, got {v!r}") from None
+    if len(vals) != 3:
+        raise op_error(label, f"{name} must be an int or three ints (depth, height, width), got {v}")
+    return vals  # type: ignore[return-value]
+
+
+def conv3d(
+    inp: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+) -> Tensor:
+    """3-D convolution of NCDHW ``inp`` (MegEngine's Convolution3D): weight (OC, IC, KD, KH, KW),
+    with ``groups > 1`` (G, OC/G, IC/G, KD, KH, KW); zero padding; bias (1, OC, 1, 1, 1) or (OC,)."""
+    label = "conv3d"
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if conv_mode.lower() != "cross_correlation":
+        raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
+    if inp.ndim != 5:
+        raise op_error(label, f"input must be 5-D NCDHW, got shape {inp.shape}")
+    if groups < 1:
+        raise op_error(label, f"groups must be positive, got {groups}")
+    if groups > 1 and weight.ndim == 5:
+        if weight.shape[0] % groups:
+            raise op_error(label, f"{weight.shape[0]} output channels cannot be split into {groups} groups")
+        weight = reshape(weight, (groups, weight.shape[0] // groups, *weight.shape[1:]))
+    if groups > 1 and (weight.ndim != 6 or weight.shape[0] != groups):
+        raise op_error(
+            label, f"weight {weight.shape} does not hold {groups} groups (G, OC/G, IC/G, KD, KH, KW)"
+        )
+    if inp.dtype != weight.dtype:
+        # MegEngine promotes float operands (a float16 input meets float32 weights in float32)
+        common = np.promote_types(inp.dtype, weight.dtype)
+        if common.kind != "f":
+            raise op_error(label, f"input dtype {inp.dtype} and weight dtype {weight.dtype} are not floats")
+        inp, weight = inp.astype(common), weight.astype(common)
+    (out,) = apply(
+        T.Convolution3DOp,
+        [inp, weight],
+        label=label,
+        stride=_triple(label, stride, "stride"),
+        padding=_triple(label, padding, "padding"),
+        dilation=_triple(label, dilation, "dilation"),
+        sparse=enums.ConvSparse.GROUP if groups > 1 else enums.ConvSparse.DENSE,
+    )
+    return _add_channel_bias(label, out, bias)
+
+
+def _zero_insert(x: Tensor, axis: int, stride: int) -> Tensor:
+    """``x`` with ``stride - 1`` zeros between neighbours along ``axis`` (pad a new axis, merge)."""
+    if stride == 1:
+        return x
+    n = x.shape[axis]
+    spread = reshape(x, (*x.shape[: axis + 1], 1, *x.shape[axis + 1 :]))
+    widths = [(0, 0)] * spread.ndim
+    widths[axis + 1] = (0, stride - 1)
+    merged = reshape(pad(spread, widths), (*x.shape[:axis], n * stride, *x.shape[axis + 1 :]))
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(0, (n - 1) * stride + 1)
+    return merged[tuple(index)]
+
+
+def conv_transpose3d(
+    inp: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    output_padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+) -> Tensor:
+    """3-D transposed convolution (the gradient of :func:`conv3d` w.r.t. its input; MegEngine's
+    Convolution3DBackwardData): weight (IC, OC, KD, KH, KW), grouped (G, IC/G, OC/G, KD, KH, KW);
+    output size ``(in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1``.
+    Computed as a stride-1 ``conv3d`` of the input spread out by ``stride`` (zeros between) and
+    padded by ``dilation * (k - 1) - padding`` (plus ``output_padding`` at the end), with the
+    kernel mirrored and its channel axes swapped; gradients follow from those ops."""
+    label = "conv_transpose3d"
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    if inp.ndim != 5:
+        raise op_error(label, f"input must be 5-D NCDHW, got shape {inp.shape}")
+    s, p = _triple(label, stride, "stride"), _triple(label, padding, "padding")
+    op, d = _triple(label, output_padding, "output_padding"), _triple(label, dilation, "dilation")
+    if min(s) < 1 or min(d) < 1 or min(p) < 0:
+        raise op_error(label, f"invalid stride {s}, dilation {d} or padding {p}")
+    if any(o >= st for o, st in zip(op, s, strict=True)) or min(op) < 0:
+        raise op_error(label, f"output_padding {op} must be non-negative and less than the stride {s}")
+    if groups < 1:
+        raise op_error(label, f"groups must be positive, got {groups}")
+    if groups > 1 and weight.ndim == 5:
+        if weight.shape[0] % groups:
+            raise op_error(label, f"{weight.shape[0]} input channels cannot be split into {groups} groups")
+        weight = reshape(weight, (groups, weight.shape[0] // groups, *weight.shape[1:]))
+    grouped = weight.ndim == 6
+    if (groups > 1) != grouped or (grouped and weight.shape[0] != groups) or weight.ndim not in (5, 6):
+        raise op_error(label, f"weight {weight.shape} does not fit groups={groups} (IC, OC, KD, KH, KW)")
+    ic = weight.shape[0] * weight.shape[1] if grouped else weight.shape[0]
+    if inp.shape[1] != ic:
+        raise op_error(label, f"input has {inp.shape[1]} channels, the weight {weight.shape} expects {ic}")
+    k = weight.shape[-3:]
+    x = inp
+    for i in range(3):
+        x = _zero_insert(x, 2 + i, s[i])
+    widths = [(0, 0), (0, 0)]
+    crop = [slice(None), slice(None)]
+    for i in range(3):
+        edge = d[i] * (k[i] - 1) - p[i]
+        widths.append((max(edge, 0), max(edge + op[i], 0)))
+        size = x.shape[2 + i] + widths[-1][0] + widths[-1][1]
+        crop.append(slice(max(-edge, 0), size - max(-(edge + op[i]), 0)))
+    x = pad(x, widths) if any(w != (0, 0) for w in widths) else x
+    x = x[tuple(crop)]
+    # (IC, OC, k) -> (OC, IC, k) mirrored; grouped (G, IC/G, OC/G, k) -> (G, OC/G, IC/G, k)
+    from compiler.functional.tensor import transpose
+
+    perm = (0, 2, 1, 3, 4, 5) if grouped else (1, 0, 2, 3, 4)
+    flipped = transpose(weight, perm)[
+        (Ellipsis, slice(None, None, -1), slice(None, None, -1), slice(None, None, -1))
+    ]
+    out = conv3d(x, flipped, None, 1, 0, d, groups)
+    return _add_channel_bias(label, out, bias)
 
 
 def group_norm(
@@ -616,6 +753,15 @@ def pad(
 
 
 from compiler.functional.vision import interpolate  # noqa: E402,F401,I001
+
+# MegEngine's functional.nn star-imports functional.vision; warp_perspective is in its __all__
+from compiler.functional.vision import (  # noqa: E402,F401,I001
+    correlation,
+    nms,
+    roi_align,
+    roi_pooling,
+    warp_perspective,
+)
 from compiler.functional.loss import binary_cross_entropy, cross_entropy, l1_loss, square_loss  # noqa: E402,F401,I001
 
 

@@ -131,7 +131,7 @@ def squeeze(inp: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
 
 
 def _on_device(label: str, device: Any) -> None:
-    """``device=`` of concat/stack: the result's device, which must be one xmge computes on (a
+    """``device=`` of concat/stack/copy: the result's device, which must be one xmge computes on (a
     CPU); a GPU or a malformed name is refused, as MegEngine refuses a device it does not have."""
     if device is None:
         return
@@ -143,6 +143,13 @@ def _on_device(label: str, device: Any) -> None:
         raise op_error(label, str(exc)) from None
 
 
+def _placed(out: Tensor, device: Any) -> Tensor:
+    """``out`` tagged with the device ``device=`` named (the values stay in host memory)."""
+    if device is not None:
+        out._device = str(device)
+    return out
+
+
 def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
     from compiler.functional.elemwise import _promote
 
@@ -151,10 +158,10 @@ def concat(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
     if not tensors:
         raise op_error("concat", "needs at least one tensor")
     if len(tensors) == 1:
-        return tensors[0]
+        return tensors[0] if device is None else _placed(reshape(tensors[0], tensors[0].shape), device)
     ax = _axis("concat", axis, tensors[0].ndim)
     (out,) = apply(T.ConcatOp, tensors, label="concat", axis=ax)
-    return out
+    return _placed(out, device)
 
 
 def stack(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
@@ -166,7 +173,7 @@ def stack(inps: Sequence[Tensor], axis: int = 0, device: Any = None) -> Tensor:
     if len(shapes) > 1:
         raise op_error("stack", f"all tensors must have the same shape, got {sorted(shapes)}")
     ax = _axis("stack", axis, tensors[0].ndim + 1)
-    return concat([expand_dims(t, ax) for t in tensors], axis=ax)
+    return concat([expand_dims(t, ax) for t in tensors], axis=ax, device=device)
 
 
 def split(inp: Tensor, nsplits_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
@@ -410,11 +417,11 @@ def _basic_index(
 
 
 def zeros(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(np.zeros(shape), dtype=dtype)
+    return Tensor(np.zeros(shape), dtype=dtype, device=device)
 
 
 def ones(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(np.ones(shape), dtype=dtype)
+    return Tensor(np.ones(shape), dtype=dtype, device=device)
 
 
 def _scalar_dtype(value: Any) -> str:
@@ -433,7 +440,7 @@ def full(shape: Sequence[int] | int, value: Any, dtype: Any = None, device: Any 
         value = value.numpy()
     if dtype is None:
         dtype = np.asarray(value).dtype if isinstance(value, np.ndarray) else _scalar_dtype(value)
-    return Tensor(np.full(shape, value), dtype=dtype)
+    return Tensor(np.full(shape, value), dtype=dtype, device=device)
 
 
 def zeros_like(inp: Tensor) -> Tensor:
@@ -457,7 +464,24 @@ def arange(
 
     if any(isinstance(b, Tensor) for b in (start, stop, step)) and active_recorders():
         return _traced_arange(start, stop, step, dtype)
-    return Tensor(np.arange(float(start), float(stop), float(step)), dtype=dtype)
+    return Tensor(_arange_values(float(start), float(stop), float(step)), dtype=dtype, device=device)
+
+
+def _arange_values(start: float, stop: float, step: float) -> np.ndarray:
+    """MegEngine's arange eagerly: the bounds are float32 tensors, ``num = ceil((stop - start) / step)``
+    and the last value ``start + step * (num - 1)`` are computed in float32, and the values come from
+    Linspace's kernel (double arithmetic between the float32 bounds, rounded to float32)."""
+    if step == 0:
+        raise op_error("arange", "step must not be 0")
+    s, e, st = np.float32(start), np.float32(stop), np.float32(step)
+    with np.errstate(over="ignore", invalid="ignore"):
+        count = np.ceil(np.float32(e - s) / st)
+    if not np.isfinite(count):
+        raise op_error("arange", f"cannot count the values from {start} to {stop} by {step}")
+    num = max(int(count), 0)
+    last = np.float32(s + np.float32(st * np.float32(num - 1)))
+    spacing = (float(last) - float(s)) / max(num - 1, 1)
+    return (float(s) + np.arange(num, dtype=np.float64) * spacing).astype(np.float32)
 
 
 def _traced_arange(start: Any, stop: Any, step: Any, dtype: Any) -> Tensor:
@@ -520,7 +544,15 @@ def tile(inp: Tensor, reps: Sequence[int]) -> Tensor:
 
 
 def linspace(start: float, stop: float, num: int, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(np.linspace(start, stop, num), dtype=dtype)
+    """``num`` evenly spaced values from ``start`` to ``stop`` inclusive. As in MegEngine, the bounds
+    become float32 tensors first and Linspace's kernel steps between them in double precision."""
+    lo, hi, count = (float(np.float32(float(v))) for v in (start, stop, num))
+    n = int(count)
+    if n < 0:
+        raise op_error("linspace", f"num must not be negative, got {num}")
+    spacing = (hi - lo) / max(n - 1, 1)
+    values = (lo + np.arange(n, dtype=np.float64) * spacing).astype(np.float32)
+    return Tensor(values, dtype=dtype, device=device)
 
 
 def cumsum(inp: Tensor, axis: int) -> Tensor:
@@ -537,9 +569,8 @@ def cumsum(inp: Tensor, axis: int) -> Tensor:
 def copy(inp: Tensor, device: Any = None) -> Tensor:
     """A new tensor with ``inp``'s values (and its gradient path); ``device`` must be a CPU."""
     inp = as_tensor(inp)
-    if device is not None and not str(device).startswith(("cpu", "xpu")):
-        raise op_error("copy", f"device {device} is not available: xmge computes on the CPU only")
-    return reshape(inp, inp.shape)
+    _on_device("copy", device)
+    return _placed(reshape(inp, inp.shape), device)
 
 
 def swapaxes(inp: Tensor, axis1: int, axis2: int) -> Tensor:
@@ -638,7 +669,7 @@ def eye(N: int, M: int | None = None, *, dtype: Any = "float32", device: Any = N
         N = int(N.numpy())  # noqa: N806
     if isinstance(M, Tensor):
         M = int(M.numpy())  # noqa: N806
-    return Tensor(np.eye(int(N), None if M is None else int(M)), dtype=dtype)
+    return Tensor(np.eye(int(N), None if M is None else int(M)), dtype=dtype, device=device)
 
 
 def diag(inp: Tensor, k: int = 0) -> Tensor:

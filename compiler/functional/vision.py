@@ -15,7 +15,16 @@ from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
 
-__all__ = ["flip", "interpolate", "rot90"]
+__all__ = [
+    "correlation",
+    "flip",
+    "interpolate",
+    "nms",
+    "roi_align",
+    "roi_pooling",
+    "rot90",
+    "warp_perspective",
+]
 
 _MODES = {
     "bilinear": enums.InterpolationMode.LINEAR,
@@ -123,3 +132,191 @@ def rot90(inp: Tensor, clockwise: bool = True) -> Tensor:
     if clockwise:
         return flip(transpose(inp, (0, 2, 1, 3)), vertical=False, horizontal=True)
     return transpose(flip(inp, vertical=False, horizontal=True), (0, 2, 1, 3))
+
+
+def _float32(t: Any) -> Tensor:
+    t = as_tensor(t)
+    return t if t.dtype == np.float32 else t.astype("float32")
+
+
+def _hw(label: str, v: Any, name: str) -> tuple[int, int]:
+    """A (height, width) pair from an int, a pair or a 2-element Tensor."""
+    if isinstance(v, Tensor):
+        v = v.numpy().reshape(-1).tolist()
+    if isinstance(v, int | np.integer):
+        return int(v), int(v)
+    vals = tuple(int(x) for x in v)
+    if len(vals) != 2:
+        raise op_error(label, f"{name} needs (height, width), got {v}")
+    return vals  # type: ignore[return-value]
+
+
+def warp_perspective(
+    inp: Tensor,
+    mat: Tensor,
+    out_shape: Any,
+    mat_idx: Any = None,
+    border_mode: str = "replicate",
+    border_val: float = 0.0,
+    format: str = "NCHW",
+    interp_mode: str = "linear",
+) -> Tensor:
+    """Perspective warp of a batch of images (MegEngine's WarpPerspective): output pixel (h, w) of
+    image n is ``inp[mat_idx[n]]`` (``inp[n]`` without ``mat_idx``) sampled bilinearly at
+    ``((M00 w + M01 h + M02) / d, (M10 w + M11 h + M12) / d)``, ``d = M20 w + M21 h + M22`` for
+    ``mat`` (N, 3, 3) (the inverse of cv2.warpPerspective's matrix); taps outside the image follow
+    ``border_mode`` (replicate, reflect, reflect_101, wrap, constant with ``border_val``).
+    ``format`` NCHW or NHWC; ``interp_mode`` linear only. float16 input computes (and returns)
+    float32; int8 / uint8 images are warped in float32 and rounded back half away from zero (as
+    MegEngine's rounding converter), clamped to the type's range."""
+    from compiler.functional.elemwise import clip, round
+
+    label = "warp_perspective"
+    inp, mat = as_tensor(inp), as_tensor(mat)
+    if inp.dtype in (np.int8, np.uint8):
+        info = np.iinfo(inp.dtype)
+        out = warp_perspective(
+            inp.astype("float32"), mat, out_shape, mat_idx, border_mode, border_val, format, interp_mode
+        )
+        return round(clip(out, float(info.min), float(info.max))).astype(inp.dtype)
+    if inp.dtype == np.float16:
+        inp = inp.astype("float32")
+    if inp.dtype != np.float32:
+        raise op_error(label, f"needs a float32, float16, int8 or uint8 input, got {inp.dtype}")
+    mat = _float32(mat)
+    if interp_mode.lower() != "linear":
+        raise op_error(label, f"only interp_mode 'linear' is supported, got {interp_mode!r}")
+    try:
+        bmode = enums.BorderMode[border_mode.upper()]
+    except KeyError:
+        raise op_error(label, f"unknown border_mode {border_mode!r}") from None
+    fmt = format.upper()
+    if fmt not in ("NCHW", "NHWC"):
+        raise op_error(label, f"format must be NCHW or NHWC, got {format!r}")
+    if inp.ndim != 4:
+        raise op_error(label, f"input must be 4-D {fmt}, got shape {inp.shape}")
+    if fmt == "NHWC":
+        inp = transpose(inp, (0, 3, 1, 2))
+    operands = [inp, mat]
+    if mat_idx is not None:
+        operands.append(as_tensor(np.asarray(mat_idx, np.int32)) if not isinstance(mat_idx, Tensor)
+                        else mat_idx.astype("int32"))  # fmt: skip
+    (out,) = apply(
+        T.WarpPerspectiveOp, operands, label=label, out_shape=_hw(label, out_shape, "out_shape"),
+        bmode=bmode, border_val=float(border_val),
+    )  # fmt: skip
+    return transpose(out, (0, 2, 3, 1)) if fmt == "NHWC" else out
+
+
+def _roi_operands(label: str, inp: Tensor, rois: Tensor, mode: str) -> tuple[Tensor, Tensor, Any]:
+    inp, rois = _float32(inp), _float32(rois)
+    if mode.lower() not in ("max", "average"):
+        raise op_error(label, f"only max/average mode is supported, got {mode!r}")
+    return inp, rois, enums.ROIMode[mode.upper()]
+
+
+def roi_align(
+    inp: Tensor,
+    rois: Tensor,
+    output_shape: Any,
+    mode: str = "average",
+    spatial_scale: float = 1.0,
+    sample_points: Any = 2,
+    aligned: bool = True,
+) -> Tensor:
+    """RoI Align (Mask R-CNN, MegEngine's ROIAlign): each row (batch index, x1, y1, x2, y2) of
+    ``rois`` (K, 5) is scaled by ``spatial_scale`` (and shifted by -0.5 when ``aligned``), split into
+    ``output_shape`` bins, each the max or average of ``sample_points`` bilinear samples (zero
+    outside the feature map). Returns (K, C, PH, PW)."""
+    label = "roi_align"
+    inp, rois, rmode = _roi_operands(label, inp, rois, mode)
+    ph, pw = _hw(label, output_shape, "output_shape")
+    sh, sw = _hw(label, sample_points, "sample_points")
+    if min(sh, sw) < 1:
+        raise op_error(
+            label,
+            f"sample_points must be positive (dense sampling, 0, is not supported), got {sample_points}",
+        )
+    out, _ = apply(
+        T.ROIAlignOp, [inp, rois], label=label, mode=rmode, spatial_scale=float(spatial_scale),
+        offset=0.5 if aligned else 0.0, pooled_shape=(ph, pw), sample_shape=(sh, sw),
+    )  # fmt: skip
+    return out
+
+
+def roi_pooling(
+    inp: Tensor, rois: Tensor, output_shape: Any, mode: str = "max", scale: float = 1.0
+) -> Tensor:
+    """RoI pooling (Fast R-CNN, MegEngine's ROIPooling): each row (batch index, x1, y1, x2, y2) of
+    ``rois`` (K, 5), scaled by ``scale`` and rounded to pixels, is split into ``output_shape`` bins
+    that are max- or average-pooled (0 for an empty bin). Returns (K, C, OH, OW)."""
+    label = "roi_pooling"
+    inp, rois, rmode = _roi_operands(label, inp, rois, mode)
+    out, _ = apply(
+        T.ROIPoolingOp, [inp, rois], label=label, mode=rmode, scale=float(scale),
+        out_shape=_hw(label, output_shape, "output_shape"),
+    )  # fmt: skip
+    return out
+
+
+def nms(boxes: Tensor, scores: Tensor, iou_thresh: float, max_output: int | None = None) -> Tensor:
+    """Non-maximum suppression: int32 indices of the kept boxes (x1, y1, x2, y2), in descending
+    score order; a box is dropped when its IoU with a kept, higher-scoring box exceeds
+    ``iou_thresh`` (MegEngine's NMSKeep on the boxes sorted by score), at most ``max_output``
+    (all boxes when None). How many are kept depends on the data: NMSKeep gives ``max_output``
+    indices and the count, and the result is sliced to the count read when the call runs, as
+    ``cond_take`` reads its mask (a traced function runs its body on every call, so each call gets
+    its own count; a dumped or compiled graph, whose shapes are static, keeps the traced call's)."""
+    from compiler.functional.math import argsort
+
+    label = "nms"
+    boxes, scores = as_tensor(boxes), as_tensor(scores)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise op_error(label, f"the expected shape of boxes is (N, 4), got {boxes.shape}")
+    if scores.ndim != 1:
+        raise op_error(label, f"the expected shape of scores is (N,), got {scores.shape}")
+    if boxes.shape[0] != scores.shape[0]:
+        raise op_error(
+            label, f"number of boxes ({boxes.shape[0]}) and scores ({scores.shape[0]}) do not match"
+        )
+    if boxes.shape[0] == 0:
+        return Tensor(np.zeros(0, np.int32))
+    if max_output is None:
+        max_output = boxes.shape[0]
+    if int(max_output) < 1:
+        raise op_error(label, f"max_output must be positive, got {max_output}")
+    # no detach (it would cut a traced graph here): the result is indices, no gradient flows anyway
+    boxes = _float32(boxes)
+    order = argsort(scores, descending=True)
+    ranked = reshape(boxes[order], (1, boxes.shape[0], 4))
+    indices, count = apply(
+        T.NMSKeepOp, [ranked], label=label, iou_thresh=float(iou_thresh), max_output=int(max_output)
+    )
+    keep = reshape(indices, (int(max_output),))[: int(count.numpy()[0])]
+    return order[keep]
+
+
+def correlation(
+    data1: Tensor,
+    data2: Tensor,
+    kernel_size: int = 1,
+    max_displacement: int = 1,
+    stride1: int = 1,
+    stride2: int = 1,
+    pad_size: int = 0,
+    is_multiply: bool = True,
+) -> Tensor:
+    """FlowNet's correlation of two NCHW feature maps (MegEngine's Correlation): one output channel
+    per displacement on the ``stride2`` grid within ``max_displacement``, each the mean over a
+    ``kernel_size`` window and all channels of ``data1 * data2`` (``|data1 - data2|`` without
+    ``is_multiply``), at positions ``stride1`` apart; ``pad_size`` zero pixels around both."""
+    label = "correlation"
+    data1, data2 = as_tensor(data1), as_tensor(data2)
+    if data1.dtype != np.float32 or data2.dtype != np.float32:
+        raise op_error(label, f"needs float32 inputs, got {data1.dtype} and {data2.dtype}")
+    (out,) = apply(
+        T.CorrelationOp, [data1, data2], label=label, kernel_size=int(kernel_size),
+        max_displacement=int(max_displacement), stride1=int(stride1), stride2=int(stride2),
+        pad_size=int(pad_size), is_multiply=bool(is_multiply),
+    )  # fmt: skip
+    return out

@@ -49,6 +49,12 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": gelu_tanh, "gelu_e
 
 @dataclass(frozen=True)
 class BertConfig:
+    """The sizes of a BERT model (defaults: BERT-Base with the uncased English vocabulary): vocabulary,
+    hidden width, layers, attention heads (hidden_size must divide by them), feed-forward width,
+    activation (gelu, gelu_erf or relu), dropout rates, the longest sequence, token types, the
+    weights' initial standard deviation and LayerNorm's epsilon. The zoo's BERT entries take any
+    field as a keyword."""
+
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -191,6 +197,11 @@ class BertPooler(M.Module):
 
 
 class BertModel(M.Module):
+    """The BERT encoder of ``config``: ``model(input_ids, token_type_ids=None, attention_mask=None,
+    output_all_encoded_layers=True)`` on (N, L) integer tensors returns every layer's (N, L, hidden)
+    output (the last only with ``output_all_encoded_layers=False``) and the pooled (N, hidden) first
+    token. Token types default to 0; without a mask every position is attended."""
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.config = config
@@ -222,6 +233,9 @@ class BertModel(M.Module):
 
 
 class BertForSequenceClassification(M.Module):
+    """A classifier on BERT: dropout and a linear layer over the pooled first token give (N, num_labels)
+    logits; ``bert`` reuses an existing (e.g. pretrained) BertModel."""
+
     def __init__(self, config: BertConfig, num_labels: int, bert: BertModel | None = None) -> None:
         super().__init__()
         self.bert = bert if bert is not None else BertModel(config)
@@ -247,39 +261,61 @@ CASED_VOCAB, CHINESE_VOCAB, MULTILINGUAL_VOCAB = 28996, 21128, 119547
 
 @hub.pretrained(_WEIGHTS + "uncased_L-12_H-768_A-12/bert_4f2157f7_uncased_L-12_H-768_A-12.pkl")
 def uncased_L_12_H_768_A_12(**kwargs: Any) -> BertModel:  # noqa: N802 - the zoo's entry name
+    """BERT-Base, uncased English: 12 layers, hidden 768, 12 heads, vocabulary 30522.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    BertConfig fields."""
     return _bert(_BASE, kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "cased_L-12_H-768_A-12/bert_b9727c2f_cased_L-12_H-768_A-12.pkl")
 def cased_L_12_H_768_A_12(**kwargs: Any) -> BertModel:  # noqa: N802
+    """BERT-Base, cased English: 12 layers, hidden 768, 12 heads, vocabulary 28996. ``pretrained=True``
+    loads the zoo's weights from the local hub cache; other keywords override BertConfig fields."""
     return _bert(replace(_BASE, vocab_size=CASED_VOCAB), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "uncased_L-24_H-1024_A-16/bert_222f5012_uncased_L-24_H-1024_A-16.pkl")
 def uncased_L_24_H_1024_A_16(**kwargs: Any) -> BertModel:  # noqa: N802
+    """BERT-Large, uncased English: 24 layers, hidden 1024, 16 heads, vocabulary 30522.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    BertConfig fields."""
     return _bert(_LARGE, kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "cased_L-24_H-1024_A-16/bert_01f2a65f_cased_L-24_H-1024_A-16.pkl")
 def cased_L_24_H_1024_A_16(**kwargs: Any) -> BertModel:  # noqa: N802
+    """BERT-Large, cased English: 24 layers, hidden 1024, 16 heads, vocabulary 28996.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    BertConfig fields."""
     return _bert(replace(_LARGE, vocab_size=CASED_VOCAB), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "chinese_L-12_H-768_A-12/bert_ee91be1a_chinese_L-12_H-768_A-12.pkl")
 def chinese_L_12_H_768_A_12(**kwargs: Any) -> BertModel:  # noqa: N802
+    """BERT-Base, Chinese: 12 layers, hidden 768, 12 heads, vocabulary 21128. ``pretrained=True`` loads
+    the zoo's weights from the local hub cache; other keywords override BertConfig fields."""
     return _bert(replace(_BASE, vocab_size=CHINESE_VOCAB), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "multi_cased_L-12_H-768_A-12/bert_283ceec5_multi_cased_L-12_H-768_A-12.pkl")
 def multi_cased_L_12_H_768_A_12(**kwargs: Any) -> BertModel:  # noqa: N802
+    """BERT-Base, multilingual cased: 12 layers, hidden 768, 12 heads, vocabulary 119547.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    BertConfig fields."""
     return _bert(replace(_BASE, vocab_size=MULTILINGUAL_VOCAB), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "wwm_uncased_L-24_H-1024_A-16/bert_e2780a6a_wwm_uncased_L-24_H-1024_A-16.pkl")
 def wwm_uncased_L_24_H_1024_A_16(**kwargs: Any) -> BertModel:  # noqa: N802
+    """BERT-Large trained with whole-word masking, uncased English: 24 layers, hidden 1024, 16 heads,
+    vocabulary 30522. ``pretrained=True`` loads the zoo's weights from the local hub cache; other
+    keywords override BertConfig fields."""
     return _bert(_LARGE, kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "wwm_cased_L-24_H-1024_A-16/bert_0a8f1389_wwm_cased_L-24_H-1024_A-16.pkl")
 def wwm_cased_L_24_H_1024_A_16(**kwargs: Any) -> BertModel:  # noqa: N802
+    """BERT-Large trained with whole-word masking, cased English: 24 layers, hidden 1024, 16 heads,
+    vocabulary 28996. ``pretrained=True`` loads the zoo's weights from the local hub cache; other
+    keywords override BertConfig fields."""
     return _bert(replace(_LARGE, vocab_size=CASED_VOCAB), kwargs)

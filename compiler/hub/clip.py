@@ -141,6 +141,10 @@ class Transformer(M.Module):
 
 
 class VisionTransformer(M.Module):
+    """CLIP's ViT image tower: a strided convolution cuts the (N, 3, R, R) image into patches, a class
+    token and learned positions are added, a pre-LN Transformer runs over them and the class token's
+    output, normalized, is projected to (N, output_dim)."""
+
     def __init__(
         self, input_resolution: int, patch_size: int, width: int, layers: int, heads: int, output_dim: int
     ) -> None:
@@ -240,6 +244,11 @@ class AttentionPool2d(M.Module):
 
 
 class ModifiedResNet(M.Module):
+    """CLIP's ResNet image tower: a three-convolution stem with average pooling, four stages of
+    bottleneck blocks whose stride is an average pool after the 3x3 convolution (anti-aliasing), and
+    attention pooling (multi-head attention of the mean feature over all positions) giving (N,
+    output_dim)."""
+
     def __init__(
         self,
         layers: Sequence[int],
@@ -286,6 +295,11 @@ class ModifiedResNet(M.Module):
 
 @dataclass(frozen=True)
 class CLIPConfig:
+    """The sizes of a CLIP model: embedding width, image resolution, the image tower (vision_layers:
+    four stage depths for a ModifiedResNet, one int for a ViT's depth; its width and, for a ViT,
+    patch size), the text context length and vocabulary, the text Transformer's width, heads and
+    layers, and the image tower's heads (default: width / 64, times 32 for the ResNet)."""
+
     embed_dim: int
     image_resolution: int
     vision_layers: tuple[int, int, int, int] | int  # 4 stages: ModifiedResNet; an int: ViT depth
@@ -300,6 +314,10 @@ class CLIPConfig:
 
 
 class CLIP(M.Module):
+    """CLIP of ``config``: ``model(image, text)`` returns cosine-similarity logits per image (N_img,
+    N_text) and per text (N_text, N_img), scaled by the learned temperature; ``encode_image`` and
+    ``encode_text`` (token ids, (N, context_length)) give the features alone."""
+
     def __init__(self, config: CLIPConfig) -> None:
         super().__init__()
         self.config = config
@@ -378,44 +396,76 @@ def _vit_config(embed: int, resolution: int, layers: int, width: int, patch: int
 
 @hub.pretrained(_WEIGHTS + "clip_rn50.pkl")
 def rn50(**kwargs: Any) -> CLIP:
+    """CLIP with a ModifiedResNet image tower (RN50: stages (3, 4, 6, 3), width 64) on 224x224 images, a
+    512-wide 12-layer text Transformer and 1024-dimensional embeddings. ``pretrained=True`` loads the
+    zoo's weights from the local hub cache; other keywords override CLIPConfig fields."""
     return _clip(_resnet_config(1024, 224, (3, 4, 6, 3), 64, 512), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_rn101.pkl")
 def rn101(**kwargs: Any) -> CLIP:
+    """CLIP with a ModifiedResNet image tower (RN101: stages (3, 4, 23, 3), width 64) on 224x224 images,
+    a 512-wide 12-layer text Transformer and 512-dimensional embeddings. ``pretrained=True`` loads
+    the zoo's weights from the local hub cache; other keywords override CLIPConfig fields."""
     return _clip(_resnet_config(512, 224, (3, 4, 23, 3), 64, 512), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_rn50x4.pkl")
 def rn50x4(**kwargs: Any) -> CLIP:
+    """CLIP with a ModifiedResNet image tower (RN50x4: stages (4, 6, 10, 6), width 80) on 288x288
+    images, a 640-wide 12-layer text Transformer and 640-dimensional embeddings. ``pretrained=True``
+    loads the zoo's weights from the local hub cache; other keywords override CLIPConfig fields."""
     return _clip(_resnet_config(640, 288, (4, 6, 10, 6), 80, 640), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_rn50x16.pkl")
 def rn50x16(**kwargs: Any) -> CLIP:
+    """CLIP with a ModifiedResNet image tower (RN50x16: stages (6, 8, 18, 8), width 96) on 384x384
+    images, a 768-wide 12-layer text Transformer and 768-dimensional embeddings. ``pretrained=True``
+    loads the zoo's weights from the local hub cache; other keywords override CLIPConfig fields."""
     return _clip(_resnet_config(768, 384, (6, 8, 18, 8), 96, 768), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_rn50x64.pkl")
 def rn50x64(**kwargs: Any) -> CLIP:
+    """CLIP with a ModifiedResNet image tower (RN50x64: stages (3, 15, 36, 10), width 128) on 448x448
+    images, a 1024-wide 12-layer text Transformer and 1024-dimensional embeddings.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    CLIPConfig fields."""
     return _clip(_resnet_config(1024, 448, (3, 15, 36, 10), 128, 1024), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_vit_b32.pkl")
 def vit_b_32(**kwargs: Any) -> CLIP:
+    """CLIP with a Vision Transformer image tower (ViT-B/32: 12 layers, width 768, 32x32 patches) on
+    224x224 images, a 512-wide 12-layer text Transformer and 512-dimensional embeddings.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    CLIPConfig fields."""
     return _clip(_vit_config(512, 224, 12, 768, 32, 512), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_vit_b16.pkl")
 def vit_b_16(**kwargs: Any) -> CLIP:
+    """CLIP with a Vision Transformer image tower (ViT-B/16: 12 layers, width 768, 16x16 patches) on
+    224x224 images, a 512-wide 12-layer text Transformer and 512-dimensional embeddings.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    CLIPConfig fields."""
     return _clip(_vit_config(512, 224, 12, 768, 16, 512), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_vit_l14.pkl")
 def vit_l_14(**kwargs: Any) -> CLIP:
+    """CLIP with a Vision Transformer image tower (ViT-L/14: 24 layers, width 1024, 14x14 patches) on
+    224x224 images, a 768-wide 12-layer text Transformer and 768-dimensional embeddings.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    CLIPConfig fields."""
     return _clip(_vit_config(768, 224, 24, 1024, 14, 768), kwargs)
 
 
 @hub.pretrained(_WEIGHTS + "clip_vit_l14_336px.pkl")
 def vit_l_14_336px(**kwargs: Any) -> CLIP:
+    """CLIP with a Vision Transformer image tower (ViT-L/14: 24 layers, width 1024, 14x14 patches) on
+    336x336 images, a 768-wide 12-layer text Transformer and 768-dimensional embeddings.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords override
+    CLIPConfig fields."""
     return _clip(_vit_config(768, 336, 24, 1024, 14, 768), kwargs)

@@ -8,6 +8,10 @@ from compiler.tensor import Tensor
 
 
 class ConvNet(M.Module):
+    """The seed ConvNet of MegEngine's save/load guide for MNIST: two 5x5 convolutions (10 and 20
+    channels) each followed by 2x2 max pooling, then Linear 320->50, ReLU and Linear 50->10; (N, 1,
+    28, 28) images give (N, 10) logits."""
+
     def __init__(self) -> None:
         super().__init__()
         self.conv1 = M.Conv2d(1, 10, 5)

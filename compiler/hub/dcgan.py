@@ -24,6 +24,10 @@ __all__ = ["DCGANGenerator", "WGANGenerator", "dcgan_generator", "wgan_generator
 
 
 class DCGANGenerator(M.Module):
+    """DCGAN's generator: noise (N, nz) seen as a 1x1 image, grown by ConvTranspose2d + BatchNorm + ReLU
+    stages that double the size and halve the channels (ngf at the last) to (N, channels, image_size,
+    image_size) in [-1, 1] (Tanh); image_size a power of two >= 8."""
+
     def __init__(self, nz: int = 100, ngf: int = 64, image_size: int = 64, channels: int = 3) -> None:
         super().__init__()
         stages = int(math.log2(image_size)) - 2
@@ -89,6 +93,11 @@ class GBlock(M.Module):
 
 
 class WGANGenerator(M.Module):
+    """The zoo's CIFAR generator (ResNet style): a linear layer maps noise (N, nz) to a bottom_width x
+    bottom_width map of ngf channels, num_blocks residual blocks each upsample 2x, then BatchNorm,
+    ReLU and a 3x3 convolution give (N, 3, H, W) images through Tanh (or Sigmoid with
+    output='sigmoid')."""
+
     def __init__(
         self, nz: int = 128, ngf: int = 256, bottom_width: int = 4, num_blocks: int = 3, output: str = "tanh"
     ) -> None:
@@ -115,12 +124,14 @@ class WGANGenerator(M.Module):
 
 
 def dcgan_generator(**kwargs: Any) -> DCGANGenerator:
-    """DCGAN generator: nz=100, ngf=64, 64x64 RGB."""
+    """DCGAN's generator with its paper's sizes: noise (N, 100) to (N, 3, 64, 64) images in [-1, 1],
+    ngf=64; keywords go to DCGANGenerator."""
     return DCGANGenerator(**kwargs)
 
 
 def wgan_generator(**kwargs: Any) -> WGANGenerator:
-    """The zoo's WGAN CIFAR-10 generator: nz=128, ngf=256, 4x4 -> 32x32, tanh."""
+    """The zoo's WGAN(-GP) CIFAR-10 generator: noise (N, 128) to (N, 3, 32, 32) images in [-1, 1]
+    (tanh), ngf=256, grown from 4x4 by three upsampling residual blocks; keywords go to WGANGenerator."""
     return WGANGenerator(**kwargs)
 
 

@@ -64,6 +64,11 @@ class ASPP(M.Module):
 
 
 class DeepLabV3Plus(M.Module):
+    """DeepLabV3+ semantic segmentation: a ResNet backbone (depth 18/34/50/101/152, or layers=[...])
+    with its last stage dilated to output_stride 16 (or 8), ASPP, and a decoder merging the upsampled
+    context with the stride-4 features; ``model(x)`` maps (N, 3, H, W) to per-pixel class logits (N,
+    num_classes, H, W)."""
+
     def __init__(
         self,
         num_classes: int = 21,
@@ -115,11 +120,15 @@ def _inside(module: M.Module, parent: M.Module) -> bool:
 
 @hub.pretrained(_WEIGHTS + "deeplabv3plus_res101_voc_512size_79dot5_7856dc84.pkl")
 def deeplabv3plus_res101_voc_512size(**kwargs: Any) -> DeepLabV3Plus:
-    """PASCAL VOC 2012 (21 classes), 512x512 inputs."""
+    """DeepLabV3+ on a ResNet-101 for PASCAL VOC 2012 (21 classes), trained on 512x512 inputs.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords go to
+    DeepLabV3Plus."""
     return DeepLabV3Plus(**{"num_classes": 21, **kwargs})
 
 
 @hub.pretrained(_WEIGHTS + "deeplabv3plus_res101_cityscapes_768size_78dot5_c45e0cb9.pkl")
 def deeplabv3plus_res101_cityscapes_768size(**kwargs: Any) -> DeepLabV3Plus:
-    """Cityscapes (19 classes), 768x768 crops."""
+    """DeepLabV3+ on a ResNet-101 for Cityscapes (19 classes), trained on 768x768 crops.
+    ``pretrained=True`` loads the zoo's weights from the local hub cache; other keywords go to
+    DeepLabV3Plus."""
     return DeepLabV3Plus(**{"num_classes": 19, **kwargs})

@@ -13,6 +13,9 @@ from compiler.tensor import Tensor
 
 
 class BasicBlock(M.Module):
+    """The mini ResNet's block: conv3x3 + BN + ReLU, conv3x3 + BN, plus the shortcut (a strided 1x1
+    convolution + BN when the shape changes), then ReLU."""
+
     def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
         super().__init__()
         self.conv1 = M.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
@@ -34,6 +37,10 @@ class BasicBlock(M.Module):
 
 
 class MiniResNet(M.Module):
+    """The golden corpus's small ResNet for 32x32 images: a 3x3 stem to 16 channels, two BasicBlocks of
+    16, two of 32 (the first with stride 2), 16x16 average pooling and a linear classifier; (N, 3,
+    32, 32) gives (N, num_classes) logits."""
+
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.conv1 = M.Conv2d(3, 16, 3, padding=1, bias=False)

@@ -27,6 +27,9 @@ def _make_divisible(v: float, divisor: int = 8, min_value: int | None = None) ->
 
 
 class ConvBNRelu(M.Sequential):
+    """Convolution (padding keeps the size at stride 1, no bias), BatchNorm2d and ReLU6: MobileNetV2's
+    basic layer; ``groups=in_planes`` makes it depthwise."""
+
     def __init__(
         self, in_planes: int, out_planes: int, kernel_size: int = 3, stride: int = 1, groups: int = 1
     ) -> None:
@@ -39,6 +42,10 @@ class ConvBNRelu(M.Sequential):
 
 
 class InvertedResidual(M.Module):
+    """MobileNetV2's block: a 1x1 expansion to ``inp * expand_ratio`` channels (left out at ratio 1), a
+    3x3 depthwise convolution with ``stride`` (1 or 2), and a linear 1x1 projection to ``oup``; the
+    input is added back when the stride is 1 and ``inp == oup``."""
+
     def __init__(self, inp: int, oup: int, stride: int, expand_ratio: float) -> None:
         super().__init__()
         if stride not in (1, 2):
@@ -76,6 +83,11 @@ DEFAULT_SETTING = (
 
 
 class MobileNetV2(M.Module):
+    """MobileNetV2 image classification: a stride-2 3x3 stem, the inverted-residual stages of
+    ``inverted_residual_setting`` (rows of expansion, channels, repeats, stride), a 1x1 convolution
+    to 1280 channels, global average pooling, dropout and a linear classifier; ``width_mult`` scales
+    every width (rounded to ``round_nearest``). (N, 3, H, W) images give (N, num_classes) logits."""
+
     def __init__(
         self,
         num_classes: int = 1000,

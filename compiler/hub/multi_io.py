@@ -9,6 +9,10 @@ from compiler.tensor import Tensor
 
 
 class MultiIO(M.Module):
+    """The golden corpus's two-input, two-output model: ``model(image, scale)`` scales the (N, 3, H, W)
+    image, and returns relu(conv3x3 3->8 (y)) of shape (N, 8, H, W) and mean(sigmoid(y)) over H and
+    W, (N, 3)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.conv = M.Conv2d(3, 8, 3, padding=1)

@@ -228,16 +228,32 @@ def _pick(kwargs: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
 
 
 def quantized_resnet18(**kwargs: Any) -> M.Module:
+    """ResNet-18 written for MegEngine's quantization flow (fused ConvBnRelu2d/ConvBn2d units, residual
+    adds as Elemwise modules, QuantStub/DequantStub around the int8 region); keywords ``layers``
+    (default (2, 2, 2, 2)), ``width`` (64) and ``num_classes`` (1000). With ``quantized=True`` the
+    model is made int8 (quantize_qat, one calibration batch of random ``calibration_shape`` inputs,
+    default (2, 3, 64, 64), then quantize); otherwise it is the float model to quantize yourself."""
     model = ResNet(**_pick(kwargs, ("layers", "width", "num_classes")))
     return _maybe_quantize(model, kwargs)
 
 
 def quantized_mobilenet_v2(**kwargs: Any) -> M.Module:
+    """MobileNetV2 written for MegEngine's quantization flow (fused ConvBnRelu2d units, residual adds as
+    Elemwise modules); keywords ``num_classes`` (1000), ``width_mult`` (1.0), ``depth`` (the number
+    of inverted-residual stages kept, 7) and ``last_channel`` (1280). With ``quantized=True`` the
+    model is made int8 (quantize_qat, one calibration batch of random ``calibration_shape`` inputs,
+    default (2, 3, 64, 64), then quantize); otherwise it is the float model to quantize yourself."""
     model = MobileNetV2(**_pick(kwargs, ("num_classes", "width_mult", "depth", "last_channel")))
     return _maybe_quantize(model, kwargs)
 
 
 def quantized_shufflenet_v1(**kwargs: Any) -> M.Module:
+    """ShuffleNetV1 written for MegEngine's quantization flow (grouped 1x1 convolutions, channel
+    shuffle, Concat and Elemwise modules for the shortcuts); keywords ``num_classes`` (1000),
+    ``groups`` (3), ``stage_repeats`` ((4, 8, 4)), ``stage_channels`` ((240, 480, 960)) and ``stem``
+    (24). With ``quantized=True`` the model is made int8 (quantize_qat, one calibration batch of
+    random ``calibration_shape`` inputs, default (2, 3, 64, 64), then quantize); otherwise it is the
+    float model to quantize yourself."""
     model = ShuffleNetV1(
         **_pick(kwargs, ("num_classes", "groups", "stage_repeats", "stage_channels", "stem"))
     )

@@ -18,6 +18,10 @@ Norm = Callable[[int], M.Module]
 
 
 class BasicBlock(M.Module):
+    """ResNet's two-layer block (ResNet-18/34): two 3x3 convolutions with BatchNorm, ReLU between them
+    and after the residual addition; the shortcut is a strided 1x1 convolution + norm where the shape
+    changes."""
+
     expansion = 1
 
     def __init__(
@@ -49,6 +53,10 @@ class BasicBlock(M.Module):
 
 
 class Bottleneck(M.Module):
+    """ResNet's three-layer block (ResNet-50 and deeper, ResNeXt): 1x1 reduce, 3x3 (grouped for ResNeXt,
+    possibly dilated) and 1x1 expand to ``channels * 4``, each with BatchNorm, ReLU after the
+    residual addition; the shortcut is a strided 1x1 convolution + norm where the shape changes."""
+
     expansion = 4
 
     def __init__(
@@ -168,6 +176,11 @@ class _ResNetTrunk(M.Module):
 
 
 class ResNet(_ResNetTrunk):
+    """A ResNet of ``block`` (BasicBlock or Bottleneck) with ``layers`` blocks in each of its four
+    stages: a 7x7 stride-2 stem and max pool, the stages (stride 2 from the second, or dilated with
+    ``replace_stride_with_dilation``), global average pooling and a linear classifier.
+    ``extract_features(x)`` gives the stage outputs res2..res5."""
+
     def __init__(
         self,
         block: Block,
@@ -206,24 +219,36 @@ def _resnet(block: Block, layers: Sequence[int], pretrained: bool, **kwargs: Any
 
 
 def resnet18(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    """ResNet-18 from "Deep Residual Learning for Image Recognition"
-    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
+    """ResNet-18 image classification, from "Deep Residual Learning for Image Recognition" (He et al.,
+    2015): (N, 3, H, W) images to (N, num_classes) logits (1000 ImageNet classes by default);
+    keywords go to ResNet. ImageNet weights: ``hub.load("megengine/models", "resnet18",
+    pretrained=True)`` reads resnet18.pkl from the local hub cache (a direct call refuses
+    ``pretrained=True``)."""
     return _resnet(*DEPTHS[18], pretrained, **kwargs)
 
 
 def resnet34(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    """ResNet-34 from "Deep Residual Learning for Image Recognition"
-    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
+    """ResNet-34 image classification, from "Deep Residual Learning for Image Recognition" (He et al.,
+    2015): (N, 3, H, W) images to (N, num_classes) logits (1000 ImageNet classes by default);
+    keywords go to ResNet. ImageNet weights: ``hub.load("megengine/models", "resnet34",
+    pretrained=True)`` reads resnet34.pkl from the local hub cache (a direct call refuses
+    ``pretrained=True``)."""
     return _resnet(*DEPTHS[34], pretrained, **kwargs)
 
 
 def resnet50(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    """ResNet-50 from "Deep Residual Learning for Image Recognition"
-    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
+    """ResNet-50 image classification, from "Deep Residual Learning for Image Recognition" (He et al.,
+    2015): (N, 3, H, W) images to (N, num_classes) logits (1000 ImageNet classes by default);
+    keywords go to ResNet. ImageNet weights: ``hub.load("megengine/models", "resnet50",
+    pretrained=True)`` reads resnet50.pkl from the local hub cache (a direct call refuses
+    ``pretrained=True``)."""
     return _resnet(*DEPTHS[50], pretrained, **kwargs)
 
 
 def resnet101(pretrained: bool = False, **kwargs: Any) -> ResNet:
-    """ResNet-101 from "Deep Residual Learning for Image Recognition"
-    (He et al., 2015); ``pretrained`` loads ImageNet weights."""
+    """ResNet-101 image classification, from "Deep Residual Learning for Image Recognition" (He et al.,
+    2015): (N, 3, H, W) images to (N, num_classes) logits (1000 ImageNet classes by default);
+    keywords go to ResNet. ImageNet weights: ``hub.load("megengine/models", "resnet101",
+    pretrained=True)`` reads resnet101.pkl from the local hub cache (a direct call refuses
+    ``pretrained=True``)."""
     return _resnet(*DEPTHS[101], pretrained, **kwargs)

@@ -24,6 +24,11 @@ STAGE_OUT_CHANNELS = {
 
 
 class ShuffleV2Block(M.Module):
+    """ShuffleNetV2's unit. At stride 1 the channels are split in half (channel shuffle), one half
+    passes unchanged and the other goes through 1x1, ksize x ksize depthwise and 1x1 convolutions; at
+    stride 2 both the input (through a depthwise + 1x1 projection) and the main branch are
+    downsampled. The halves are concatenated to ``oup`` channels."""
+
     def __init__(self, inp: int, oup: int, mid_channels: int, *, ksize: int, stride: int) -> None:
         super().__init__()
         if stride not in (1, 2):
@@ -72,6 +77,11 @@ class ShuffleV2Block(M.Module):
 
 
 class ShuffleNetV2(M.Module):
+    """ShuffleNetV2 image classification at ``model_size`` 0.5x, 1.0x, 1.5x or 2.0x (the stage widths):
+    a 3x3 stride-2 stem and max pool, three stages of ShuffleV2Blocks, a 1x1 convolution, global
+    pooling and a linear classifier. (N, 3, input_size, input_size) images give (N, num_classes)
+    logits."""
+
     def __init__(self, input_size: int = 224, num_classes: int = 1000, model_size: str = "1.5x") -> None:
         super().__init__()
         if model_size not in STAGE_OUT_CHANNELS:

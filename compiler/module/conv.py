@@ -1,4 +1,4 @@
-"""MegEngine's ``module.conv``: Conv1d, Conv2d, ConvRelu2d, ConvTranspose2d."""
+"""MegEngine's ``module.conv``: Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d."""
 
 from __future__ import annotations
 
@@ -48,6 +48,103 @@ class Conv1d(Module):
         )  # fmt: skip
 
 
+class Conv3d(Module):
+    """3-D convolution of NCDHW input (MegEngine's Conv3d): weight (OC, IC, KD, KH, KW), grouped
+    (G, OC/G, IC/G, KD, KH, KW), drawn from N(0, 1/fan_in) with MegEngine's fan_in (KD*KH*KW*IC);
+    bias (1, OC, 1, 1, 1), zeros."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int, int],
+        stride: int | tuple[int, int, int] = 1,
+        padding: int | tuple[int, int, int] = 0,
+        dilation: int | tuple[int, int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        conv_mode: str = "cross_correlation",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(kwargs.get("name"))
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise op_error(
+                "Conv3d", f"channels ({in_channels}, {out_channels}) must be divisible by groups {groups}"
+            )
+        from compiler.functional.nn import _triple
+        from compiler.random import generator
+
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _triple("Conv3d", kernel_size, "kernel_size")
+        self.stride = _triple("Conv3d", stride, "stride")
+        self.padding = _triple("Conv3d", padding, "padding")
+        self.dilation = _triple("Conv3d", dilation, "dilation")
+        self.conv_mode = conv_mode
+        kd, kh, kw = self.kernel_size
+        shape: tuple[int, ...] = (out_channels, in_channels, kd, kh, kw)
+        if groups > 1:
+            shape = (groups, out_channels // groups, in_channels // groups, kd, kh, kw)
+        std = math.sqrt(1.0 / (kd * kh * kw * in_channels))
+        self.weight = Parameter(generator().normal(0.0, std, size=shape).astype("float32"))
+        self.bias = Parameter(F.zeros((1, out_channels, 1, 1, 1)).numpy()) if bias else None
+
+    def calc_conv(self, inp: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return F.conv3d(
+            inp, weight, bias, self.stride, self.padding, self.dilation, self.groups, self.conv_mode
+        )
+
+    def forward(self, inp: Tensor) -> Tensor:
+        return self.calc_conv(inp, self.weight, self.bias)
+
+
+class ConvTranspose3d(Module):
+    """3-D transposed convolution of NCDHW input (MegEngine's ConvTranspose3d): weight
+    (IC, OC, KD, KH, KW), grouped (G, IC/G, OC/G, KD, KH, KW), drawn from N(0, 1/fan_in) with
+    MegEngine's fan_in (KD*KH*KW*IC); bias (1, OC, 1, 1, 1), zeros."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int, int],
+        stride: int | tuple[int, int, int] = 1,
+        padding: int | tuple[int, int, int] = 0,
+        output_padding: int | tuple[int, int, int] = 0,
+        dilation: int | tuple[int, int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(kwargs.get("name"))
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise op_error(
+                "ConvTranspose3d",
+                f"channels ({in_channels}, {out_channels}) must be divisible by groups {groups}",
+            )
+        from compiler.functional.nn import _triple
+        from compiler.random import generator
+
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _triple("ConvTranspose3d", kernel_size, "kernel_size")
+        self.stride = _triple("ConvTranspose3d", stride, "stride")
+        self.padding = _triple("ConvTranspose3d", padding, "padding")
+        self.output_padding = _triple("ConvTranspose3d", output_padding, "output_padding")
+        self.dilation = _triple("ConvTranspose3d", dilation, "dilation")
+        kd, kh, kw = self.kernel_size
+        shape: tuple[int, ...] = (in_channels, out_channels, kd, kh, kw)
+        if groups > 1:
+            shape = (groups, in_channels // groups, out_channels // groups, kd, kh, kw)
+        std = math.sqrt(1.0 / (kd * kh * kw * in_channels))
+        self.weight = Parameter(generator().normal(0.0, std, size=shape).astype("float32"))
+        self.bias = Parameter(F.zeros((1, out_channels, 1, 1, 1)).numpy()) if bias else None
+
+    def forward(self, inp: Tensor) -> Tensor:
+        return F.conv_transpose3d(
+            inp, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.dilation,
+            self.groups,
+        )  # fmt: skip
+
+
 class ConvRelu2d(Conv2d):
     """Conv2d followed by ReLU (one unit for quantization)."""
 
@@ -55,4 +152,4 @@ class ConvRelu2d(Conv2d):
         return F.relu(super().forward(inp))
 
 
-__all__ = ["Conv1d", "Conv2d", "ConvRelu2d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvRelu2d", "ConvTranspose2d", "ConvTranspose3d"]

@@ -24,8 +24,5 @@ class Elemwise(Module):
     def forward(self, *inps: Any) -> Tensor:
         return _elemwise(self.method, *inps, label=self.method.lower())
 
-    def _extra_repr(self) -> str:
-        return f"method={self.method}"
-
 
 __all__ = ["Elemwise"]

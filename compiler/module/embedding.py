@@ -66,8 +66,5 @@ class Embedding(Module):
             raise op_error("Embedding.from_pretrained", f"embeddings must be 2-D, got shape {w.shape}")
         return cls(w.shape[0], w.shape[1], padding_idx, max_norm, norm_type, initial_weight=w, freeze=freeze)
 
-    def _extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
-
 
 __all__ = ["Embedding"]

@@ -81,10 +81,15 @@ class _ConvNd(Module):
         self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
 
     def _extra_repr(self) -> str:
-        return (
-            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-            f"padding={self.padding}, groups={self.groups}, bias={self.bias is not None}"
-        )
+        # MegEngine names only the settings that differ from their defaults
+        text = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}"
+        for name, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
+            value = getattr(self, name, None)
+            if value is not None and tuple(value) != (default,) * len(tuple(value)):
+                text += f", {name}={value}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        return text + (", bias=False" if self.bias is None else "")
 
 
 class Conv2d(_ConvNd):
@@ -173,6 +178,9 @@ class LayerNorm(Module):
 
     def forward(self, inp: Tensor) -> Tensor:
         return F.nn.layer_norm(inp, self.normalized_shape, self.affine, self.weight, self.bias, self.eps)
+
+    def _extra_repr(self) -> str:
+        return f"normalized_shape={self.normalized_shape}, eps={self.eps}, affine={self.affine}"
 
 
 class Linear(Module):
@@ -263,7 +271,10 @@ class _BatchNorm(Module):
             self.bias._reset(np.zeros(self.bias.shape, np.float32))
 
     def _extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}"
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+            f"track_running_stats={self.track_running_stats}"
+        )
 
 
 class BatchNorm2d(_BatchNorm):
@@ -336,16 +347,23 @@ class Softmax(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.softmax(x, self.axis)
 
+    def _extra_repr(self) -> str:
+        return f"axis={self.axis}"
+
 
 class MaxPool2d(Module):
     def __init__(
         self, kernel_size: Any, stride: Any = None, padding: Any = 0, name: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(name)
+        stride = kernel_size if stride is None else stride
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x: Tensor) -> Tensor:
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+    def _extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class AvgPool2d(Module):
@@ -359,10 +377,15 @@ class AvgPool2d(Module):
         **kwargs: Any,
     ) -> None:
         super().__init__(name)
+        stride = kernel_size if stride is None else stride
         self.kernel_size, self.stride, self.padding, self.mode = kernel_size, stride, padding, mode
 
     def forward(self, x: Tensor) -> Tensor:
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode)
+
+    def _extra_repr(self) -> str:
+        pooling = f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return f"{pooling}, mode={self.mode}"
 
 
 class _AdaptivePool2d(Module):
@@ -391,6 +414,9 @@ class Dropout(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.drop_prob, training=self.training)
+
+    def _extra_repr(self) -> str:
+        return f"drop_prob={self.drop_prob}"
 
 
 class Identity(Module):

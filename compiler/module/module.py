@@ -27,6 +27,22 @@ class StateDictError(XmgeError, KeyError, ValueError):
         return str(self.args[0])
 
 
+class HookHandler:
+    """What ``register_forward_hook`` / ``register_forward_pre_hook`` return: ``remove()`` (or calling
+    it) takes the hook off again."""
+
+    def __init__(self, hooks: list[Callable[..., Any]], hook: Callable[..., Any]) -> None:
+        self._hooks, self._hook = hooks, hook
+        hooks.append(hook)
+
+    def remove(self) -> None:
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+    def __call__(self) -> None:
+        self.remove()
+
+
 class Module:
     """Base class of layers and models. Attributes that are Tensors, Modules, or lists/tuples/dicts of
     them are discovered by name, in sorted order, as MegEngine does."""
@@ -35,6 +51,7 @@ class Module:
         self.training = True
         self.name = name
         self._forward_hooks: list[Callable[..., Any]] = []
+        self._forward_pre_hooks: list[Callable[..., Any]] = []
         self._short_name: str | None = None
         self._full_name: str = ""
 
@@ -42,6 +59,10 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for pre_hook in list(vars(self).get("_forward_pre_hooks", ())):
+            modified = pre_hook(self, args)
+            if modified is not None:
+                args = modified if isinstance(modified, tuple) else (modified,)
         _scope.append(self._full_name)
         try:
             out = self.forward(*args, **kwargs)
@@ -53,9 +74,17 @@ class Module:
                 out = result
         return out
 
-    def register_forward_hook(self, hook: Callable[..., Any]) -> Callable[[], None]:
-        self._forward_hooks.append(hook)
-        return lambda: self._forward_hooks.remove(hook)
+    def register_forward_pre_hook(self, hook: Callable[..., Any]) -> HookHandler:
+        """``hook(module, inputs)`` runs before ``forward``; what it returns (if not None) replaces the
+        inputs (a non-tuple becomes a one-element tuple)."""
+        if "_forward_pre_hooks" not in vars(self):
+            self._forward_pre_hooks = []
+        return HookHandler(self._forward_pre_hooks, hook)
+
+    def register_forward_hook(self, hook: Callable[..., Any]) -> HookHandler:
+        """``hook(module, inputs, outputs)`` runs after ``forward``; what it returns (if not None)
+        replaces the outputs."""
+        return HookHandler(self._forward_hooks, hook)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -279,13 +308,43 @@ class Module:
             t._reset(arr.astype(t.dtype))
 
     def __repr__(self) -> str:
-        lines = [f"{type(self).__name__}("]
-        for key, child in self.named_children():
-            lines.append(f"  ({key}): " + repr(child).replace("\n", "\n  "))
-        return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}({self._extra_repr()})"
+        """MegEngine's form: the class name, the one-line ``_module_info_string`` and the sub-modules
+        in the order they were assigned (containers expanded as ``name.key``)."""
+        info = self._module_info_string()
+        extra_lines = info.split("\n") if info else []
+        child_lines = [
+            f"({key}): " + repr(child).replace("\n", "\n  ")
+            for name, value in vars(self).items()
+            if not name.startswith("_")
+            for key, child in _expand_modules(name, value)
+        ]
+        text = type(self).__name__ + "("
+        if len(extra_lines) == 1 and not child_lines:
+            text += extra_lines[0]
+        elif extra_lines or child_lines:
+            text += "\n  " + "\n  ".join(extra_lines + child_lines) + "\n"
+        return text + ")"
+
+    def _module_info_string(self) -> str:
+        """The module's settings on one line, as MegEngine's ``repr`` shows them."""
+        return self._extra_repr()
 
     def _extra_repr(self) -> str:
         return ""
+
+
+def _expand_modules(prefix: str, value: Any) -> list[tuple[str, Module]]:
+    """(dotted key, module) for ``value`` and the modules inside its lists, tuples and dicts (dict
+    keys in sorted order), as MegEngine's ``_expand_structure``."""
+    if isinstance(value, Module):
+        return [(prefix, value)]
+    if isinstance(value, list | tuple):
+        items: Iterable[tuple[Any, Any]] = enumerate(value)
+    elif isinstance(value, dict):
+        items = ((k, value[k]) for k in sorted(value, key=str))
+    else:
+        return []
+    return [(f"{prefix}.{key}", m) for k, v in items for key, m in _expand_modules(str(k), v)]
 
 
 def _as_array(value: Any) -> np.ndarray:

@@ -44,5 +44,8 @@ class InstanceNorm(GroupNorm):
     def __init__(self, num_channels: int, eps: float = 1e-5, affine: bool = True, **kwargs: Any) -> None:
         super().__init__(num_channels, num_channels, eps, affine, **kwargs)
 
+    def _extra_repr(self) -> str:
+        return f"channels={self.num_channels}, eps={self.eps}, affine={self.affine}"
+
 
 __all__ = ["GroupNorm", "InstanceNorm", "LayerNorm"]

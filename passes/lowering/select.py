@@ -102,7 +102,7 @@ class LowerToKernelPass(KernelTargetPass):
         d = ensure_def(module, unit, lowered.params)
         operands = [v if isinstance(v, SSAValue) else _weight_from(v, mop) for v in lowered.operands]
         call = K.CallOp(d.sym, operands, list(mop.result_types))
-        for key in ("scope",):
+        for key in ("name", "scope"):  # the layer's name, for profiles (never read by code generation)
             if key in mop.attributes:
                 call.attributes[key] = mop.attributes[key]
         Rewriter.replace_op(mop, call)

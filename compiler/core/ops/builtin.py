@@ -23,6 +23,7 @@ __all__ = [
     "Dimshuffle",
     "Elemwise",
     "MatrixMul",
+    "NMSKeep",
     "OpDef",
     "Pooling",
     "Reduce",
@@ -202,3 +203,16 @@ class TypeCvt(OpDef):
     @property
     def target_dtype(self) -> np.dtype:
         return np.dtype(self._params["dtype"])
+
+
+class NMSKeep(OpDef):
+    """Non-maximum suppression of score-sorted boxes (B, N, 4): (kept indices (B, max_output), count (B,))."""
+
+    op_cls = T.NMSKeepOp
+    _PARAMS = ("iou_thresh", "max_output")
+
+    def op_params(self) -> dict[str, Any]:
+        return {
+            "iou_thresh": float(self._params["iou_thresh"]),
+            "max_output": int(self._params["max_output"]),
+        }

@@ -70,3 +70,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+# megengine_whole_sequential.pkl (made separately, MegEngine 1.13 on the same machine):
+#   net = M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4), M.Linear(4, 2)); mge.save(net, path)
+# a whole Module pickled by MegEngine: xmge refuses it in one line, opted in or not

@@ -382,3 +382,45 @@ func.func @topk_k(%x: tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<2x4xi32>) {
   func.return %0, %1 : tensor<2x4xf32>, tensor<2x4xi32>
 }
 // CHECK: mgb.topk: k=4 must be non-zero with |k| <= 3 (the row length)
+
+// -----
+func.func @conv3d_channels(%v: tensor<1x4x3x5x5xf32>, %w: tensor<2x3x1x1x1xf32>) -> tensor<1x2x3x5x5xf32> {
+  %0 = mgb.convolution3d %v, %w : (tensor<1x4x3x5x5xf32>, tensor<2x3x1x1x1xf32>) -> tensor<1x2x3x5x5xf32>
+  func.return %0 : tensor<1x2x3x5x5xf32>
+}
+// CHECK: mgb.convolution3d: input has 4 channels (shape (1, 4, 3, 5, 5)) but the weight (2, 3, 1, 1, 1) expects 3
+
+// -----
+func.func @warp_mat(%x: tensor<2x3x8x9xf32>, %m: tensor<2x2x3xf32>) -> tensor<2x3x4x5xf32> {
+  %0 = mgb.warp_perspective %x, %m {out_shape = array<i64: 4, 5>} : (tensor<2x3x8x9xf32>, tensor<2x2x3xf32>) -> tensor<2x3x4x5xf32>
+  func.return %0 : tensor<2x3x4x5xf32>
+}
+// CHECK: mgb.warp_perspective: mat must be (N, 3, 3), got shape (2, 2, 3)
+
+// -----
+func.func @roi_align_rois(%x: tensor<2x3x8x9xf32>, %r: tensor<4x4xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xi32>) {
+  %0, %1 = mgb.roi_align %x, %r {pooled_shape = array<i64: 2, 2>} : (tensor<2x3x8x9xf32>, tensor<4x4xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xi32>)
+  func.return %0, %1 : tensor<4x3x2x2xf32>, tensor<4x3x2x2xi32>
+}
+// CHECK: mgb.roi_align: rois must be (K, 5) rows of (batch index, x1, y1, x2, y2), got (4, 4)
+
+// -----
+func.func @roi_pooling_size(%x: tensor<2x3x8x9xf32>, %r: tensor<4x5xf32>) -> (tensor<4x3x0x2xf32>, tensor<4x3x0x2xi32>) {
+  %0, %1 = mgb.roi_pooling %x, %r {out_shape = array<i64: 0, 2>} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x0x2xf32>, tensor<4x3x0x2xi32>)
+  func.return %0, %1 : tensor<4x3x0x2xf32>, tensor<4x3x0x2xi32>
+}
+// CHECK: mgb.roi_pooling: invalid output size (0, 2)
+
+// -----
+func.func @nms_boxes(%b: tensor<12x4xf32>) -> (tensor<1x5xi32>, tensor<1xi32>) {
+  %0, %1 = mgb.nms_keep %b {iou_thresh = 5.000000e-01 : f64, max_output = 5 : i64} : (tensor<12x4xf32>) -> (tensor<1x5xi32>, tensor<1xi32>)
+  func.return %0, %1 : tensor<1x5xi32>, tensor<1xi32>
+}
+// CHECK: mgb.nms_keep: boxes must be (B, N, 4), got shape (12, 4)
+
+// -----
+func.func @correlation_kernel(%x: tensor<2x3x8x9xf32>) -> tensor<2x9x6x7xf32> {
+  %0 = mgb.correlation %x, %x {kernel_size = 2 : i64} : (tensor<2x3x8x9xf32>, tensor<2x3x8x9xf32>) -> tensor<2x9x6x7xf32>
+  func.return %0 : tensor<2x9x6x7xf32>
+}
+// CHECK: mgb.correlation: kernel_size 2 must be odd and positive, strides (1, 1) positive, max_displacement 1 and pad_size 0 non-negative

@@ -202,6 +202,35 @@ func.func @sorting(%x: tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>, te
 // CHECK-NEXT:  %4, %5 = mgb.topk %x {k = 4 : i64, mode = 0 : i64} : (tensor<3x7xf32>) -> (tensor<3xf32>, tensor<3xi32>)
 // CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5 : tensor<3x7xf32>, tensor<3x7xi32>, tensor<3x2xf32>, tensor<3x2xi32>, tensor<3xf32>, tensor<3xi32>
 // CHECK-NEXT:  }
-// CHECK-NEXT:  }
 // GENERIC: "mgb.argsort"(%x) <{descending = true}> : (tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>)
 // GENERIC: "mgb.topk"(%x) <{k = -2 : i64, mode = 2 : i64}> : (tensor<3x7xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
+
+func.func @detection(%v: tensor<1x4x3x5x5xf32>, %w: tensor<2x2x2x3x3x3xf32>, %x: tensor<2x3x8x9xf32>, %m: tensor<3x3x3xf32>, %m2: tensor<2x3x3xf32>, %i: tensor<3xi32>, %r: tensor<4x5xf32>, %b: tensor<1x12x4xf32>) -> (tensor<1x4x3x3x5xf32>, tensor<2x3x4x5xf32>, tensor<3x3x6x6xf32>, tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>, tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>, tensor<1x5xi32>, tensor<1xi32>, tensor<2x25x6x7xf32>) {
+  %0 = mgb.convolution3d %v, %w {stride = array<i64: 1, 2, 1>, padding = array<i64: 1, 1, 1>, sparse = #mgb<sparse group>} : (tensor<1x4x3x5x5xf32>, tensor<2x2x2x3x3x3xf32>) -> tensor<1x4x3x3x5xf32>
+  %1 = mgb.warp_perspective %x, %m2 {out_shape = array<i64: 4, 5>} : (tensor<2x3x8x9xf32>, tensor<2x3x3xf32>) -> tensor<2x3x4x5xf32>
+  %2 = mgb.warp_perspective %x, %m, %i {out_shape = array<i64: 6, 6>, bmode = #mgb<border constant>, border_val = 2.000000e+00 : f64} : (tensor<2x3x8x9xf32>, tensor<3x3x3xf32>, tensor<3xi32>) -> tensor<3x3x6x6xf32>
+  %3, %4 = mgb.roi_align %x, %r {mode = #mgb<roi_mode max>, spatial_scale = 5.000000e-01 : f64, offset = 5.000000e-01 : f64, pooled_shape = array<i64: 2, 3>, sample_shape = array<i64: 2, 1>} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>)
+  %5, %6 = mgb.roi_pooling %x, %r {mode = #mgb<roi_mode average>, scale = 5.000000e-01 : f64, out_shape = array<i64: 3, 2>} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>)
+  %7, %8 = mgb.nms_keep %b {iou_thresh = 5.000000e-01 : f64, max_output = 5 : i64} : (tensor<1x12x4xf32>) -> (tensor<1x5xi32>, tensor<1xi32>)
+  %9 = mgb.correlation %x, %x {kernel_size = 3 : i64, max_displacement = 2 : i64, pad_size = 2 : i64, is_multiply = false} : (tensor<2x3x8x9xf32>, tensor<2x3x8x9xf32>) -> tensor<2x25x6x7xf32>
+  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8, %9 : tensor<1x4x3x3x5xf32>, tensor<2x3x4x5xf32>, tensor<3x3x6x6xf32>, tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>, tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>, tensor<1x5xi32>, tensor<1xi32>, tensor<2x25x6x7xf32>
+}
+
+// CHECK-LABEL: func.func @detection
+// CHECK-NEXT:  %0 = mgb.convolution3d %v, %w {stride = array<i64: 1, 2, 1>, padding = array<i64: 1, 1, 1>, sparse = #mgb<sparse group>} : (tensor<1x4x3x5x5xf32>, tensor<2x2x2x3x3x3xf32>) -> tensor<1x4x3x3x5xf32>
+// CHECK-NEXT:  %1 = mgb.warp_perspective %x, %m2 {out_shape = array<i64: 4, 5>} : (tensor<2x3x8x9xf32>, tensor<2x3x3xf32>) -> tensor<2x3x4x5xf32>
+// CHECK-NEXT:  %2 = mgb.warp_perspective %x, %m, %i {out_shape = array<i64: 6, 6>, bmode = #mgb<border constant>, border_val = 2.000000e+00 : f64} : (tensor<2x3x8x9xf32>, tensor<3x3x3xf32>, tensor<3xi32>) -> tensor<3x3x6x6xf32>
+// CHECK-NEXT:  %3, %4 = mgb.roi_align %x, %r {mode = #mgb<roi_mode max>, spatial_scale = 5.000000e-01 : f64, offset = 5.000000e-01 : f64, pooled_shape = array<i64: 2, 3>, sample_shape = array<i64: 2, 1>} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>)
+// CHECK-NEXT:  %5, %6 = mgb.roi_pooling %x, %r {mode = #mgb<roi_mode average>, scale = 5.000000e-01 : f64, out_shape = array<i64: 3, 2>} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>)
+// CHECK-NEXT:  %7, %8 = mgb.nms_keep %b {iou_thresh = 5.000000e-01 : f64, max_output = 5 : i64} : (tensor<1x12x4xf32>) -> (tensor<1x5xi32>, tensor<1xi32>)
+// CHECK-NEXT:  %9 = mgb.correlation %x, %x {kernel_size = 3 : i64, max_displacement = 2 : i64, pad_size = 2 : i64, is_multiply = false} : (tensor<2x3x8x9xf32>, tensor<2x3x8x9xf32>) -> tensor<2x25x6x7xf32>
+// CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8, %9 : tensor<1x4x3x3x5xf32>, tensor<2x3x4x5xf32>, tensor<3x3x6x6xf32>, tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>, tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>, tensor<1x5xi32>, tensor<1xi32>, tensor<2x25x6x7xf32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }
+// GENERIC: "mgb.convolution3d"(%v, %w) <{stride = array<i64: 1, 2, 1>, padding = array<i64: 1, 1, 1>, sparse = #mgb<sparse group>, dilation = array<i64: 1, 1, 1>, mode = #mgb<conv_mode cross_correlation>}> : (tensor<1x4x3x5x5xf32>, tensor<2x2x2x3x3x3xf32>) -> tensor<1x4x3x3x5xf32>
+// GENERIC: "mgb.warp_perspective"(%x, %m2) <{out_shape = array<i64: 4, 5>, operandSegmentSizes = array<i32: 1, 1, 0>, imode = #mgb<interp linear>, bmode = #mgb<border replicate>, format = #mgb<format nchw>, border_val = 0.000000e+00 : f64}> : (tensor<2x3x8x9xf32>, tensor<2x3x3xf32>) -> tensor<2x3x4x5xf32>
+// GENERIC: "mgb.warp_perspective"(%x, %m, %i) <{out_shape = array<i64: 6, 6>, bmode = #mgb<border constant>, border_val = 2.000000e+00 : f64, operandSegmentSizes = array<i32: 1, 1, 1>, imode = #mgb<interp linear>, format = #mgb<format nchw>}> : (tensor<2x3x8x9xf32>, tensor<3x3x3xf32>, tensor<3xi32>) -> tensor<3x3x6x6xf32>
+// GENERIC: "mgb.roi_align"(%x, %r) <{mode = #mgb<roi_mode max>, spatial_scale = 5.000000e-01 : f64, offset = 5.000000e-01 : f64, pooled_shape = array<i64: 2, 3>, sample_shape = array<i64: 2, 1>}> : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>)
+// GENERIC: "mgb.roi_pooling"(%x, %r) <{mode = #mgb<roi_mode average>, scale = 5.000000e-01 : f64, out_shape = array<i64: 3, 2>}> : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>)
+// GENERIC: "mgb.nms_keep"(%b) <{iou_thresh = 5.000000e-01 : f64, max_output = 5 : i64}> : (tensor<1x12x4xf32>) -> (tensor<1x5xi32>, tensor<1xi32>)
+// GENERIC: "mgb.correlation"(%x, %x) <{kernel_size = 3 : i64, max_displacement = 2 : i64, pad_size = 2 : i64, is_multiply = false, stride1 = 1 : i64, stride2 = 1 : i64}> : (tensor<2x3x8x9xf32>, tensor<2x3x8x9xf32>) -> tensor<2x25x6x7xf32>

@@ -401,7 +401,7 @@ def _affine_value(p: dict[str, Any], acc: str, w: VectorWidth = W16) -> tuple[st
         r = r if lo == 0 else nonneg
         value = f"{h('xm_qaffine_clamp')}({r}, {hi})"
     elif _island_by_lut(p):  # r clamped to [0, 127] (vpmovsdb saturates above) through the table
-        assert w == W16, "the island table has a 16-lane helper only"
+        assert w.lanes == 16, "the island table has a 16-lane helper only"
         r = r if lo == 0 else nonneg
         value = f"xm_qisland_lut16(_mm512_cvtsepi32_epi8({r}), island_lo, island_hi)"
     elif form == "scale":

@@ -28,6 +28,11 @@ over every channel quadruple in registers, and narrows each output channel's 64 
 registers into one 64-byte store (the epilogue's arithmetic unchanged:
 ``Conv2dQ8Gemm._render_pointwise``). Which of these the AMX kernels take instead is
 ``x86_amx.vnni_pointwise_wins``'s measured rule.
+
+Where output channels as the vector lanes cost less (the deep layers' small planes, whose dropped
+columns and padded last vector are much of the pixel-lane work; a first layer of few input channels),
+a convolution takes :mod:`backends.c.templates.x86.x86_int8_chgemm`'s *channel-lane mode* instead,
+on the same planes (``mode = "channels"``; its rule: ``channel_mode``, ``channel_over_pointwise``).
 """
 
 from __future__ import annotations
@@ -57,6 +62,18 @@ from backends.c.templates.x86.x86_int8 import (
     _Relu6Island,
     _requant_operands,
     island_lut_index,
+)
+from backends.c.templates.x86.x86_int8_chgemm import (
+    CHANNEL_SUPPORT,
+    channel_mode,
+    channel_over_pointwise,
+    channel_plane,
+    pack_channels,
+    render_channels,
+    window_geometry,
+    window_offsets,
+    window_pack_code,
+    window_steps,
 )
 from dialects import tensor as T
 from passes.lowering.kernels import Lowered
@@ -287,6 +304,7 @@ class Conv2dQ8Gemm(Template):
     priority = 95  # ahead of the portable conv2d_q8 (90), which stays the fallback
     gemm: GemmIsa
     pointwise_mode = False  # small-K 1x1 convolutions by _render_pointwise (AVX-512 only)
+    channel_lanes = False  # x86_int8_chgemm's mode where it costs less (AVX512-VNNI only)
 
     def match(self, op: Operation) -> Lowered | None:
         got = _dense_conv_q8(op)  # a depthwise convolution is conv2d_dw_q8_x86's
@@ -305,7 +323,9 @@ class Conv2dQ8Gemm(Template):
         if biases is None:
             return None
         geo = _geometry(p)
-        if self.pointwise_mode and _pointwise(p, geo):
+        pointwise = self.pointwise_mode and _pointwise(p, geo)
+        over = pointwise and self.channel_lanes and channel_over_pointwise(p, geo)
+        if pointwise and not over:
             rolled = geo["c4"] > POINTWISE_UNROLLED_C4
             mr = pointwise_rows(p["oc"], POINTWISE_ROLLED_MR if rolled else POINTWISE_MAX_MR)
             p.update(geo, mode="pointwise", nv=POINTWISE_NV, mr=mr, pixels=p["oh"] * p["ow"])
@@ -313,6 +333,14 @@ class Conv2dQ8Gemm(Template):
         pixels = p["oh"] * geo["wq"]
         nv, mr = choose_tile(pixels, p["oc"] // g, geo["c4"] * p["fh"] * p["fw"], isa)
         lanes = isa.width.lanes
+        chosen = channel_mode(p, geo, nv, mr, lanes, force=over) if self.channel_lanes else None
+        if chosen is not None:
+            cnv, cmr = chosen
+            p.update(geo, mode="channels", nv=cnv, mr=cmr)
+            p["plane"] = channel_plane(p, geo, cmr, lanes)
+            if window_steps(p) is not None:
+                p.update(window_geometry(p, cmr), window=1)
+            return Lowered(p, [operands[0], operands[1], *biases])
         ppad = -(-pixels // (lanes * nv)) * lanes * nv
         # a plane holds every dword a tile may read: ppad + the farthest tap's offset, in vectors
         plane = -(-(ppad + (geo["hq"] - p["oh"]) * geo["wq"] + geo["wq"]) // lanes) * lanes
@@ -320,17 +348,22 @@ class Conv2dQ8Gemm(Template):
         return Lowered(p, [operands[0], operands[1], *biases])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return f"{self.gemm.prefix}_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
+        mode = "ch" if p.get("mode") == "channels" else ""
+        return f"{self.gemm.prefix}{mode}_" + Conv2dQ8.symbol(Conv2dQ8(), p) + _affine_tag(p)
 
     def workspace(self, p: dict[str, Any]) -> int:
         if p.get("mode") == "pointwise":
             return 0  # a block's planes live on the thread's stack
+        if p.get("window"):
+            return p["ic"] * p["hp"] * p["wp"] + 64
         phases = len(p["row_phases"]) * len(p["col_phases"])
         return p["c4"] * phases * p["plane"] * 4 + 64  # + 64: the planes start on a cache line
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand != 1:
             return None
+        if p.get("mode") == "channels":
+            return pack_channels(array, p), f"vnni_channels_nv{p['nv']}"
         g, mr, c4 = p["groups"], p["mr"], p["c4"]
         ocg, icg, taps = p["oc"] // g, p["ic"] // g, p["fh"] * p["fw"]
         ocb = -(-ocg // mr)
@@ -374,6 +407,17 @@ class Conv2dQ8Gemm(Template):
         }}
         if (i == {lines - 1}) memset(dst + {length * 4}, {isa.pad_byte}, {(plane - hq * wq) * 4});
       }}{isa.pack_epilogue(p)}"""
+
+    def _tap_offsets(self, p: dict[str, Any]) -> list[int]:
+        """The byte offset of each tap's dwords from a tile's first pixel in its channel quadruple."""
+        fh, fw, sh, sw, dh, dw = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw"))
+        rows, cols, plane, wq = p["row_phases"], p["col_phases"], p["plane"], p["wq"]
+        return [
+            ((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane + (r * dh // sh) * wq
+             + s * dw // sw) * 4
+            for r in range(fh)
+            for s in range(fw)
+        ]  # fmt: skip
 
     def _store_code(self, p: dict[str, Any]) -> str:
         """The tile's epilogue: requantize each accumulator (``acc``, MR x NV vectors) and store the
@@ -461,6 +505,10 @@ static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const i
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         if p.get("mode") == "pointwise":
             return self._render_pointwise(sym, p)
+        if p.get("mode") == "channels" and p.get("window"):
+            return render_channels(sym, p, window_pack_code(p), window_offsets(p))
+        if p.get("mode") == "channels":
+            return render_channels(sym, p, self._pack_code(p), self._tap_offsets(p))
         n, ic, ih, iw, oc = (p[k] for k in ("n", "ic", "ih", "iw", "oc"))
         fh, fw, sh, sw, dh, dw, g = (p[k] for k in ("fh", "fw", "sh", "sw", "dh", "dw", "groups"))
         nv, mr, ppad, wq, c4, plane = (p[k] for k in ("nv", "mr", "ppad", "wq", "c4", "plane"))
@@ -480,13 +528,7 @@ static __attribute__((noinline)) void {sym}_tile{kernel}(const {pt}* bp, const i
             else f"const int p0 = t / {ocb} * {lanes * nv}, o0 = t % {ocb} * {mr};"
         )
         otype = _out_ctype(p["out"])
-        # the byte offset of each tap's dwords from a tile's first pixel in its channel quadruple
-        offsets = [
-            ((rows.index(r * dh % sh) * len(cols) + cols.index(s * dw % sw)) * plane + (r * dh // sh) * wq
-             + s * dw // sw) * 4
-            for r in range(fh)
-            for s in range(fw)
-        ]  # fmt: skip
+        offsets = self._tap_offsets(p)
         kernels = "".join(self._tile_code(sym, p, offsets, kernel) for kernel in isa.kernels)
         weights = f"wpk + ((long)g * {ocb} + o0 / {mr}) * {c4 * taps * mr}"
         work = n * oc * p["oh"] * p["ow"] * (ic // g) * taps
@@ -632,9 +674,10 @@ class Conv2dQ8Vnni(Conv2dQ8Gemm):
     isa = ISA
     gemm = VNNI
     pointwise_mode = True
+    channel_lanes = True
 
     def support(self, em: CEmitter) -> str:
-        return REQUANT_C + SUPPORT + GEMM_SUPPORT
+        return REQUANT_C + SUPPORT + GEMM_SUPPORT + CHANNEL_SUPPORT
 
 
 class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
