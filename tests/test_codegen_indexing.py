@@ -155,8 +155,12 @@ def _check(target: str, small: bool = False, sanitize: bool = False) -> Compiled
 def test_every_op_has_a_c_kernel_family() -> None:
     """Issue 11: every op of the dialect (the reader's and the tracer's) has a C kernel family
     (constants become weights, reshapes views)."""
+    from tests.test_coverage_contract import REFUSED
+
+    refused = REFUSED["x86"]  # each with its reason (roi_pooling, correlation: reference only)
     missing = [op.name for op in T.TENSOR_OPS
-               if op is not T.ConstOp and op not in VIEW_OPS and not KERNELS.families(op)]  # fmt: skip
+               if op is not T.ConstOp and op not in VIEW_OPS and op not in refused
+               and not KERNELS.families(op)]  # fmt: skip
     assert not missing
 
 

@@ -174,10 +174,23 @@ def _blocked(module: ModuleOp, layout: str) -> ModuleOp:
     return module.clone() if option is None else _run_passes(module, pipeline_for(**{option: True}))
 
 
+# float32-only ops, outside the float16 model: MegEngine's Convolution3D and image operators take
+# float32 (so do xmge's kernels); tests/test_mge_ops_vision.py and the conformance harness cover them
+FLOAT32_ONLY = {
+    T.Convolution3DOp,
+    T.CorrelationOp,
+    T.NMSKeepOp,
+    T.ROIAlignOp,
+    T.ROIPoolingOp,
+    T.WarpPerspectiveOp,
+}
+
+
 def test_model_covers_every_op(traced: xm.jit.trace) -> None:
-    """The model holds every op of the dialect (a new op must be added to it)."""
+    """The model holds every op of the dialect but the float32-only ones (a new op must be added)."""
     have = {op.name for op in _ops(traced.module)}
-    assert have == {op.name for op in T.TENSOR_OPS}, {op.name for op in T.TENSOR_OPS} - have
+    want = {op.name for op in T.TENSOR_OPS if op not in FLOAT32_ONLY}
+    assert have == want, want - have
 
 
 # -- the passes, op by op -------------------------------------------------------------------------

@@ -74,10 +74,12 @@ def test_fuzz_mge_workers_report_progress(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import backends.mge.reader  # noqa: F401 - imported before the fork, as the script's workers do
-    from bench.fuzz_mge import DEFAULT_SEEDS, run_isolated
+    from bench.fuzz_common import run_isolated
+    from bench.fuzz_mge import DEFAULT_SEEDS, campaign
 
     monkeypatch.setenv("XMGE_PROGRESS", "1")
-    report = run_isolated(list(DEFAULT_SEEDS), 3, 1, 1, 5.0, 0)
+    cases = campaign(list(DEFAULT_SEEDS), 0, 5.0, "wall", 0, 600.0)
+    report = run_isolated(cases, 0, 3, 1, 3072, hang_after_s=15.0)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[xmge fuzz]")]
     assert sum(report.counts.values()) == 3
     assert lines[-2] == f"[xmge fuzz] 3/3 (100%) {report.line()}" and "done in" in lines[-1]
