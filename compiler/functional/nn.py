@@ -76,16 +76,26 @@ __all__ = [
 ]
 
 
-def _pair(label: str, v: int | Sequence[int], name: str) -> tuple[int, int]:
+# how the errors of ``_n_ints`` name n values: (any sequence, one of the wrong length)
+_N_INTS_WORDS = {2: ("a pair of ints", "a pair"), 3: ("three ints", "three ints (depth, height, width)")}
+
+
+def _n_ints(label: str, v: int | Sequence[int], name: str, n: int) -> tuple[int, ...]:
+    """``v`` as ``n`` ints: an int repeated, or a sequence of exactly ``n`` integers."""
     if isinstance(v, int | np.integer):
-        return (int(v), int(v))
+        return (int(v),) * n
+    some, exact = _N_INTS_WORDS[n]
     try:
         vals = tuple(operator.index(x) for x in v)
     except TypeError:
-        raise op_error(label, f"{name} must be an int or a pair of ints, got {v!r}") from None
-    if len(vals) != 2:
-        raise op_error(label, f"{name} must be an int or a pair, got {v}")
-    return vals  # type: ignore[return-value]
+        raise op_error(label, f"{name} must be an int or {some}, got {v!r}") from None
+    if len(vals) != n:
+        raise op_error(label, f"{name} must be an int or {exact}, got {v}")
+    return vals
+
+
+def _pair(label: str, v: int | Sequence[int], name: str) -> tuple[int, int]:
+    return _n_ints(label, v, name, 2)  # type: ignore[return-value]
 
 
 def _conv_geometry(
@@ -309,15 +319,7 @@ def conv1d(
 
 
 def _triple(label: str, v: int | Sequence[int], name: str) -> tuple[int, int, int]:
-    if isinstance(v, int | np.integer):
-        return (int(v),) * 3  # type: ignore[return-value]
-    try:
-        vals = tuple(operator.index(x) for x in v)
-    except TypeError:
-        raise op_error(label, f"{name} must be an int or three ints, got {v!r}") from None
-    if len(vals) != 3:
-        raise op_error(label, f"{name} must be an int or three ints (depth, height, width), got {v}")
-    return vals  # type: ignore[return-value]
+    return _n_ints(label, v, name, 3)  # type: ignore[return-value]
 
 
 def conv3d(

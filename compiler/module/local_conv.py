@@ -10,12 +10,9 @@ import numpy as np
 
 import compiler.functional as F
 from compiler.core import op_error
+from compiler.module.layers import _pair
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
-
-
-def _pair(v: int | Sequence[int]) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 class LocalConv2d(Module):

@@ -14,13 +14,9 @@ import os
 import platform
 import sys
 
-import megengine as mge
+import make_int8_mge  # the same quantize-trace-dump-run steps as the seed cases
 import megengine.functional as F
 import megengine.module as M
-import numpy as np
-from megengine import jit
-from megengine.quantization import calibration_qconfig, enable_observer, quantize, quantize_qat
-from megengine.utils.comp_graph_tools import GraphInference
 
 
 class Net(M.Module):
@@ -57,42 +53,13 @@ class Net(M.Module):
 
 
 def main(out_dir: str, seed: int = 3, hw: int = 32) -> None:  # hw 32: the last map is 2x2
-    rng = np.random.RandomState(seed)
-    mge.random.seed(seed)
-    net = Net()
-    for m in net.modules():
-        if isinstance(m, M.BatchNorm2d):
-            m.running_mean[...] = (rng.randn(*m.running_mean.shape) * 0.1).astype("float32")
-            m.running_var[...] = (rng.rand(*m.running_var.shape) + 0.5).astype("float32")
-            m.bias[...] = (rng.randn(*m.bias.shape) * 0.1).astype("float32")
-    net.eval()
-    qat = quantize_qat(net, qconfig=calibration_qconfig)
-    qat.eval()
-    enable_observer(qat)
-    for _ in range(4):
-        qat(mge.tensor(rng.randn(2, 3, hw, hw).astype("float32")))
-    q = quantize(qat)
-    q.eval()
-
-    @jit.trace(symbolic=True, capture_as_const=True)
-    def infer(data):
-        return q(data)
-
-    x = rng.randn(2, 3, hw, hw).astype("float32")
-    infer(mge.tensor(x))
-    os.makedirs(out_dir, exist_ok=True)
-    np.savez(os.path.join(out_dir, "inputs.npz"), data=x)
-    path = os.path.join(out_dir, "plain.mge")
-    infer.dump(path, arg_names=["data"])
-    out = GraphInference(path).run(inp_dict={"data": x})
-    np.savez(os.path.join(out_dir, "expected_plain.npz"), **out)
+    make_int8_mge.main(out_dir, seed, hw, make_net=Net)  # quantize, trace, dump, GraphInference
     first_cpu = open("/proc/cpuinfo").read().split("\n\n")[0].splitlines()
     info = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in first_cpu if ":" in ln)}
     cpu, flags = info.get("model name", "?"), info.get("flags", "").split()
     vnni, amx = "avx512_vnni" in flags, "amx_tile" in flags
     with open(os.path.join(out_dir, "cpu.txt"), "w") as f:
         f.write(f"{cpu} ({platform.machine()}); avx512_vnni={vnni} amx={amx}\n")
-    print(path, os.path.getsize(path), list(out))
 
 
 if __name__ == "__main__":

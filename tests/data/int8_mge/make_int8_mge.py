@@ -72,10 +72,11 @@ class Net(M.Module):
 VARIANTS = {"plain": {}}
 HW = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 
-def main(out_dir, seed=0, hw=HW):
+def main(out_dir, seed=0, hw=HW, make_net=None):
+    """``make_net`` (default: this file's Net) builds the float net to quantize and dump."""
     rng = np.random.RandomState(seed)
     mge.random.seed(seed)
-    net = Net()
+    net = (make_net or Net)()
     for m in net.modules():
         if isinstance(m, M.BatchNorm2d):
             m.running_mean[...] = (rng.randn(*m.running_mean.shape) * 0.1).astype("float32")
