@@ -483,8 +483,14 @@ def _arange_values(start: float, stop: float, step: float) -> np.ndarray:
         raise op_error("arange", f"cannot count the values from {start} to {stop} by {step}")
     num = max(int(count), 0)
     last = np.float32(s + np.float32(st * np.float32(num - 1)))
-    spacing = (float(last) - float(s)) / max(num - 1, 1)
-    return (float(s) + np.arange(num, dtype=np.float64) * spacing).astype(np.float32)
+    return _linspace_values(s, last, num)
+
+
+def _linspace_values(start: np.float32, stop: np.float32, num: int) -> np.ndarray:
+    """Linspace's values between float32 bounds, by its reference kernel (the op's one definition)."""
+    from semantics.kernels import linspace as linspace_kernel
+
+    return linspace_kernel([np.float32(start), np.float32(stop)], [], num=num, endpoint=True)[0]
 
 
 def _traced_arange(start: Any, stop: Any, step: Any, dtype: Any) -> Tensor:
@@ -549,12 +555,10 @@ def tile(inp: Tensor, reps: Sequence[int]) -> Tensor:
 def linspace(start: float, stop: float, num: int, dtype: Any = "float32", device: Any = None) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop`` inclusive. As in MegEngine, the bounds
     become float32 tensors first and Linspace's kernel steps between them in double precision."""
-    lo, hi, count = (float(np.float32(float(v))) for v in (start, stop, num))
-    n = int(count)
+    n = int(np.float32(float(num)))
     if n < 0:
         raise op_error("linspace", f"num must not be negative, got {num}")
-    spacing = (hi - lo) / max(n - 1, 1)
-    values = (lo + np.arange(n, dtype=np.float64) * spacing).astype(np.float32)
+    values = _linspace_values(np.float32(float(start)), np.float32(float(stop)), n)
     return Tensor(values, dtype=dtype, device=device)
 
 
