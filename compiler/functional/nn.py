@@ -151,7 +151,9 @@ def _promote_conv_operands(label: str, inp: Tensor, weight: Tensor) -> tuple[Ten
         raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
     if _amp._enabled:
         return inp, weight
-    wide = np.promote_types(inp.dtype, weight.dtype)
+    from compiler.functional.elemwise import _promoted
+
+    wide = _promoted(inp.dtype, weight.dtype)  # MegBrain's dtype_promotion, as elementwise operands
     return inp.astype(wide), weight.astype(wide)
 
 
