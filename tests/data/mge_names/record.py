@@ -1,0 +1,115 @@
+"""Records what real MegEngine 1.13 computes for the names tests/test_mge_names_*.py check (run with
+MegEngine's Python: ``/work/shared/tools/megengine-oracle/mgepy tests/data/mge_names/record.py``).
+Writes one .npz per case group next to this file; the tests never need MegEngine."""
+
+import os
+
+import megengine as mge
+import megengine.functional as F
+import numpy as np
+from megengine.autodiff import GradManager
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def grads(fn, *arrays):
+    ts = [mge.tensor(a) for a in arrays]
+    gm = GradManager().attach(ts)
+    with gm:
+        out = fn(*ts)
+        gm.backward(out)
+    return [t.grad.numpy() for t in ts]
+
+
+def cross_entropy():
+    rng = np.random.RandomState(3)
+    logits = rng.randn(3, 5).astype("float32")
+    label = np.array([1.7, 2.5, 0.2], "float32")  # float class indices, truncated toward zero
+    out = {"logits": logits, "label": label}
+    out["none"] = F.nn.cross_entropy(mge.tensor(logits), mge.tensor(label), reduction="none").numpy()
+    out["smooth"] = F.nn.cross_entropy(
+        mge.tensor(logits), mge.tensor(label), label_smooth=0.2, reduction="none"
+    ).numpy()
+    (out["grad"],) = grads(lambda x: F.nn.cross_entropy(x, mge.tensor(label)), logits)
+    np.savez(os.path.join(HERE, "cross_entropy.npz"), **out)
+
+
+def svd():
+    rng = np.random.RandomState(0)
+    out = {}
+    for name, shape in (("tall", (2, 4, 3)), ("wide", (3, 5)), ("square", (1, 2, 3, 3))):
+        x = rng.randn(*shape).astype("float32")
+        u, s, vh = F.svd(mge.tensor(x))
+        out[name] = x
+        out[name + ":u"], out[name + ":s"], out[name + ":vh"] = u.numpy(), s.numpy(), vh.numpy()
+        ramp = mge.tensor(np.arange(1, min(shape[-2:]) + 1, dtype="float32"))  # weighs each singular value
+        (out[name + ":grad_s"],) = grads(lambda t, ramp=ramp: (F.svd(t)[1] * ramp).sum(), x)
+        w = rng.randn(*u.shape).astype("float32"), rng.randn(*vh.shape).astype("float32")
+        out[name + ":wu"], out[name + ":wv"] = w
+
+        def loss(t, w=w):
+            uu, ss, vv = F.svd(t)
+            return (uu * mge.tensor(w[0])).sum() + (vv * mge.tensor(w[1])).sum() + ss.sum()
+
+        (out[name + ":grad_all"],) = grads(loss, x)
+    np.savez(os.path.join(HERE, "svd.npz"), **out)
+
+
+def mha():
+    rng = np.random.RandomState(1)
+    n, l, s, e, h = 2, 3, 4, 4, 2
+    q, k, v = (rng.randn(n, m, e).astype("float32") for m in (l, s, s))
+    w = (rng.randn(1, 4 * e * e + 4 * e) * 0.5).astype("float32")
+    kpm = np.array([[False, False, True, True], [False, True, False, False]])
+    am = np.triu(np.ones((l, s), bool), 1)
+    am3 = rng.randn(n * h, l, s).astype("float32")
+    cases = {
+        "base": {},
+        "kpm_bool": {"key_padding_mask": kpm},
+        "kpm_float": {"key_padding_mask": np.where(kpm, -1.5, 0.0).astype("float32")},
+        "am_bool": {"attn_mask": am},
+        "am_kpm": {"attn_mask": am, "key_padding_mask": kpm},
+        "am3": {"attn_mask": am3},
+        "causal_am": {"is_causal": True, "attn_mask": np.where(am, -2.0, 0.0).astype("float32")},
+        "causal_kpm": {"is_causal": True, "key_padding_mask": kpm},
+        "average": {"average_attn_weights": True},
+        "nobias": {"bias": False},
+    }
+    out = {"q": q, "k": k, "v": v, "w": w, "kpm": kpm, "am": am, "am3": am3}
+    for name, kw in cases.items():
+        kw = dict(kw)
+        bias = kw.pop("bias", True)
+        ww = w if bias else w[:, : 4 * e * e]
+        kw = {key: mge.tensor(val) if isinstance(val, np.ndarray) else val for key, val in kw.items()}
+        o, wt = F.nn.multi_head_attention(
+            mge.tensor(q), mge.tensor(k), mge.tensor(v), e, h, 0.0, 0.0, mge.tensor(ww),
+            qbias=bias, kbias=bias, vbias=bias, obias=bias, need_weights=True, training=False, **kw,
+        )
+        out[name + ":out"], out[name + ":weights"] = o.numpy(), wt.numpy()
+
+    def loss(qt, kt, vt, wt):
+        o, _ = F.nn.multi_head_attention(
+            qt, kt, vt, e, h, 0.0, 0.0, wt, qbias=True, kbias=True, vbias=True, obias=True,
+            attn_mask=mge.tensor(am), training=True,
+        )
+        return (o * o).sum()
+
+    out["grad:q"], out["grad:k"], out["grad:v"], out["grad:w"] = grads(loss, q, k, v, w)
+    # kdim/vdim differ from embed_dim (the module's weight layout)
+    kd, vd = 5, 6
+    k2, v2 = rng.randn(n, s, kd).astype("float32"), rng.randn(n, s, vd).astype("float32")
+    w2 = (rng.randn(1, (2 * e + kd + vd) * e + 4 * e) * 0.5).astype("float32")
+    import megengine.module as M
+
+    m = M.MultiHeadAttention(e, h, kdim=kd, vdim=vd)
+    m.io_weight_bias[...] = w2
+    m.eval()
+    o, wt = m(mge.tensor(q), mge.tensor(k2), mge.tensor(v2), need_weights=True)
+    out.update({"k2": k2, "v2": v2, "w2": w2, "kvdim:out": o.numpy(), "kvdim:weights": wt.numpy()})
+    np.savez(os.path.join(HERE, "mha.npz"), **out)
+
+
+if __name__ == "__main__":
+    cross_entropy()
+    svd()
+    mha()
