@@ -1579,6 +1579,39 @@ class TopKOp(MgbOp):
 
 
 @irdl_op_definition
+class SVDOp(MgbOp):
+    """MegEngine's SVD of each matrix in the trailing two axes of a float32 ``src`` (..., M, N):
+    ``u`` (..., M, K), ``s`` (..., K) descending and non-negative, ``vh`` (..., K, N) with
+    K = min(M, N); with ``full_matrices`` ``u`` is (..., M, M) and ``vh`` (..., N, N). A singular
+    vector's sign is not unique: the reference kernel makes the largest-magnitude entry of each
+    column of ``u`` positive (its row of ``vh`` follows)."""
+
+    name = "mgb.svd"
+    src = operand_def(TensorType)
+    u = result_def(TensorType)
+    s = result_def(TensorType)
+    vh = result_def(TensorType)
+    full_matrices = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        shape = _shape(src)
+        if len(shape) < 2:
+            raise ShapeInferenceError(
+                cls.name, f"needs a (..., M, N) input with 2 or more axes, got shape {shape}"
+            )
+        if not isinstance(src.element_type, Float32Type):
+            raise ShapeInferenceError(cls.name, f"needs a float32 input, got {dtype_name(src.element_type)}")
+        *lead, m, n = shape
+        k = min(m, n)
+        um, vn = (m, n) if params.get("full_matrices") else (k, k)
+        f32 = src.element_type
+        return [TensorType(f32, [*lead, m, um]), TensorType(f32, [*lead, k]), TensorType(f32, [*lead, vn, n])]
+
+
+@irdl_op_definition
 class IndexingOneHotOp(MgbOp):
     """MegEngine's IndexingOneHot: ``src`` picked along ``axis`` at ``index`` (int32, ``src``'s shape
     without ``axis``, each in ``[0, src.shape[axis])``); the axis stays, with size 1."""
@@ -2017,6 +2050,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     IndexingOneHotOp,
     ArgsortOp,
     TopKOp,
+    SVDOp,
     Convolution3DOp,
     WarpPerspectiveOp,
     ROIAlignOp,

@@ -27,9 +27,12 @@ _CUDA_GAP = "no CUDA unit yet (issue 30); compiling it for cuda is a one-line Lo
 # pooling gave way to roi_align; correlation is FlowNet's): the reference interpreter runs them
 _C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the reference interpreter runs it"
 _C_VISION = {T.ROIPoolingOp: _C_VISION_GAP, T.CorrelationOp: _C_VISION_GAP}
+# linear algebra of analysis code, not of the inference graphs xmge targets (MegEngine's own CPU
+# SVD is its naive kernel): the reference interpreter runs it
+_C_LINALG = {T.SVDOp: _C_VISION_GAP}
 REFUSED: dict[str, dict[type[Operation], str]] = {
-    "x86": {**NO_KERNEL, **_C_VISION},
-    "arm": {**NO_KERNEL, **_C_VISION},
+    "x86": {**NO_KERNEL, **_C_VISION, **_C_LINALG},
+    "arm": {**NO_KERNEL, **_C_VISION, **_C_LINALG},
     "cuda": {
         **NO_KERNEL,
         **{
@@ -46,6 +49,7 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.PaddingOp,
                 T.ResizeOp,
                 T.TopKOp,
+                T.SVDOp,
                 T.Convolution3DOp,
                 T.WarpPerspectiveOp,
                 T.ROIAlignOp,
@@ -87,6 +91,7 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.SoftmaxOp,
             T.SplitOp,
             T.TopKOp,
+            T.SVDOp,
             T.TypeCvtOp,
             T.Convolution3DOp,
             T.WarpPerspectiveOp,

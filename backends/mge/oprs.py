@@ -167,6 +167,9 @@ OPRS: tuple[Opr, ...] = (
     Opr("Argsort", "Argsort", "ArgsortForward", None, (T.ArgsortOp,),
         params=ParamMap(ParamDef("Argsort", 26, (("order", "I", 0),)), {"order": "descending"})),
     Opr("TopK", "TopK", "TopK", None, (T.TopKOp,), R.read_topk, W.lower_topk),
+    Opr("SVD", "SVD", "SVD", None, (T.SVDOp,), params=ParamMap(
+        ParamDef("SVD", 22, (("full_matrices", "?", False), ("compute_uv", "?", True))),
+        {"full_matrices": "full_matrices"})),
     Opr("Convolution3D", "Convolution3D", "Convolution3DForward", "Convolution3D", (T.Convolution3DOp,),
         V.read_convolution3d, V.lower_convolution3d),
     Opr("WarpPerspective", "WarpPerspectiveV2", "WarpPerspectiveForward", None, (T.WarpPerspectiveOp,),
@@ -249,7 +252,7 @@ REFUSED: dict[str, str] = {
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
-        "RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose "
+        "RemapV1 Resize3D Rotate SetMeshIndexing SlidingWindowTranspose "
         "WarpAffineV2 Where"
     ).split()},
 }

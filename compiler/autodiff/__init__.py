@@ -1300,3 +1300,13 @@ from compiler.autodiff.vision import RULES as _VISION_RULES  # noqa: E402
 
 for _cls, _rule in _VISION_RULES.items():
     register_backward(_cls)(_rule)
+
+
+@register_backward(T.SVDOp)
+def _svd_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    from semantics.linalg_kernels import svd_backward
+
+    x = np.asarray(inputs[0])
+    return [svd_backward(x, outputs, grads, params).astype(x.dtype)]

@@ -109,7 +109,24 @@ def mha():
     np.savez(os.path.join(HERE, "mha.npz"), **out)
 
 
+
+def svd_dump():
+    """A MegEngine dump holding an SVD operator, and what MegEngine computes on it."""
+    from megengine.jit import trace
+
+    @trace(symbolic=True, capture_as_const=True)
+    def fwd(data):
+        u, s, vh = F.svd(data)
+        return u, s, vh
+
+    x = np.random.RandomState(5).randn(2, 4, 3).astype("float32")
+    u, s, vh = fwd(mge.tensor(x))
+    fwd.dump(os.path.join(HERE, "svd.mge"), arg_names=["data"], output_names=["u", "s", "vh"])
+    np.savez(os.path.join(HERE, "svd_dump.npz"), data=x, u=u.numpy(), s=s.numpy(), vh=vh.numpy())
+
+
 if __name__ == "__main__":
     cross_entropy()
     svd()
     mha()
+    svd_dump()
