@@ -62,6 +62,7 @@ PROVIDED = [
     "module.linear_bn",
     "module.lrn",
     "module.module",
+    "module.multiheadattn",
     "module.normalization",
     "module.padding",
     "module.pixel_shuffle",
