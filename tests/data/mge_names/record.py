@@ -129,8 +129,29 @@ def svd_dump():
     np.savez(os.path.join(HERE, "svd_dump.npz"), data=x, u=u.numpy(), s=s.numpy(), vh=vh.numpy())
 
 
+def qdtypes():
+    """qint1's conversions (numpy helpers and Tensor.astype's TypeCvt) and is_dtype_equal."""
+    from megengine.core.tensor import dtype as D
+
+    data = (np.random.RandomState(4).random_sample((3, 5)).astype("float32") * 5 - 1) * 0.01
+    dt = D.qint1(0.01)
+    out = {"data": data, "to_qint1": D.convert_to_qint1(data, dt).astype("int8")}
+    q = mge.tensor(data).astype(dt)
+    out["astype_qint1"] = q.numpy().astype("int8")
+    out["back_float"] = q.astype("float32").numpy()
+    out["from_qint1"] = D.convert_from_qint1(D.convert_to_qint1(data, dt))
+    pairs = [
+        (D.qint8(0.1), D.qint8(0.1)), (D.qint8(0.1), D.qint8(0.2)), (D.qint8(0.1), np.dtype("int8")),
+        (D.quint8(0.1, 3), D.quint8(0.1, 4)), (D.qint1(0.5), D.qint1(0.5)), (np.dtype("float32"), np.dtype("float32")),
+    ]
+    out["dtype_equal"] = np.array([D.is_dtype_equal(a, b) for a, b in pairs])
+    out["meta_qint2"] = np.array(list(D._builtin_quant_dtypes["qint2"][2:5]) + [D._builtin_quant_dtypes["qint2"].is_unsigned], object).astype(str)
+    np.savez(os.path.join(HERE, "qdtypes.npz"), **out)
+
+
 if __name__ == "__main__":
     cross_entropy()
     svd()
     mha()
     svd_dump()
+    qdtypes()
