@@ -142,10 +142,12 @@ def qdtypes():
     out["from_qint1"] = D.convert_from_qint1(D.convert_to_qint1(data, dt))
     pairs = [
         (D.qint8(0.1), D.qint8(0.1)), (D.qint8(0.1), D.qint8(0.2)), (D.qint8(0.1), np.dtype("int8")),
-        (D.quint8(0.1, 3), D.quint8(0.1, 4)), (D.qint1(0.5), D.qint1(0.5)), (np.dtype("float32"), np.dtype("float32")),
+        (D.quint8(0.1, 3), D.quint8(0.1, 4)), (D.qint1(0.5), D.qint1(0.5)),
+        (np.dtype("float32"), np.dtype("float32")),
     ]
     out["dtype_equal"] = np.array([D.is_dtype_equal(a, b) for a, b in pairs])
-    out["meta_qint2"] = np.array(list(D._builtin_quant_dtypes["qint2"][2:5]) + [D._builtin_quant_dtypes["qint2"].is_unsigned], object).astype(str)
+    two = D._builtin_quant_dtypes["qint2"]
+    out["meta_qint2"] = np.array([two.np_dtype_str, two.qmin, two.qmax, two.is_unsigned], object).astype(str)
     np.savez(os.path.join(HERE, "qdtypes.npz"), **out)
 
 
