@@ -151,9 +151,35 @@ def qdtypes():
     np.savez(os.path.join(HERE, "qdtypes.npz"), **out)
 
 
+def complex_numbers():
+    """F.complex/real/imag/polar, the arithmetic MegEngine's complex tensors support, reprs and
+    the gradients that flow through real and imaginary parts."""
+    rng = np.random.RandomState(6)
+    re, im = rng.randn(2, 3).astype("float32"), rng.randn(2, 3).astype("float32")
+    r, theta = rng.rand(2, 3).astype("float32") + 0.5, rng.randn(2, 3).astype("float32")
+    z, w = F.complex(mge.tensor(re), mge.tensor(im)), F.complex(mge.tensor(im), mge.tensor(r))
+    out = {"re": re, "im": im, "r": r, "theta": theta}
+    out["z"], out["polar"] = z.numpy(), F.polar(mge.tensor(r), mge.tensor(theta)).numpy()
+    out["add"], out["sub"] = (z + w).numpy(), (z - w).numpy()
+    out["mul"], out["neg"] = (z * w).numpy(), (-z).numpy()
+    out["real"], out["imag"] = F.real(z * w).numpy(), F.imag(z * w).numpy()
+    out["reshape"] = z.reshape(3, 2).numpy()
+    out["repr"] = np.array(repr(F.complex(mge.tensor([1.0, 2.0]), mge.tensor([3.0, 4.0]))))
+    angles = mge.tensor([np.pi / 2, 5 * np.pi / 4])
+    out["repr_polar"] = np.array(repr(F.polar(mge.tensor([1.0, 2.0]), angles)))
+
+    def loss(a, b, c, d):
+        p = F.complex(a, b) * F.polar(c, d)
+        return (F.real(p) * 2 + F.imag(p) * 3).sum()
+
+    out["grad_re"], out["grad_im"], out["grad_r"], out["grad_theta"] = grads(loss, re, im, r, theta)
+    np.savez(os.path.join(HERE, "complex.npz"), **out)
+
+
 if __name__ == "__main__":
     cross_entropy()
     svd()
     mha()
     svd_dump()
     qdtypes()
+    complex_numbers()
