@@ -22,6 +22,7 @@ PROVIDED = [
     "core",
     "core.ops",
     "core.ops.builtin",
+    "core.ops.custom",
     "core.tensor",
     "core.tensor.amp",
     "core.tensor.dtype",
