@@ -84,6 +84,9 @@ FormatV0 = _make(
     NCHW44_WINOGRAD NCHW4_NCHW32 NCHW32_NCHW4 NCHW4_NCHW NHWC_NCHW NHWC_NCHW4_IC_SMALL NCHW_NCHW4_IC_SMALL
     CHWN4 NCHW4_NHWC""",
 )
+# MultiHeadAttn's mask kind, and which optional tensors follow its four inputs
+AttnMaskType = _make("AttnMaskType", "NO_MASK DEFAULT_MASK CUDNN_STYLE_MASK USER_DEFINED_MASK")
+TensorCombinationType = _make("TensorCombinationType", "NONE ONLY_MASK ONLY_BIASKV ALL")
 
 
 def number(member: Enum) -> int:
@@ -124,4 +127,6 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     Conv3DDataType,
     Conv3DFormat,
     FormatV0,
+    AttnMaskType,
+    TensorCombinationType,
 )

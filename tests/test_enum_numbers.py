@@ -72,6 +72,8 @@ ENUM_SOURCES: dict[Any, dict[str, int]] = {
     E.Conv3DDataType: mge_enum("Convolution3D.DataType"),
     E.Conv3DFormat: mge_enum("Convolution3D.Format"),
     E.FormatV0: mge_enum("ConvolutionV0.Format"),
+    E.AttnMaskType: mge_enum("MultiHeadAttn.AttnMaskType"),
+    E.TensorCombinationType: mge_enum("MultiHeadAttn.TensorCombinationType"),
 }
 
 # The xmge enum the writer fills each enum-valued param field from (backends/mge/writer.py).
@@ -117,6 +119,8 @@ FIELD_ENUMS: dict[tuple[str, str], Any] = {
     ("ROIAlign", "format"): E.Format,
     ("ROIPooling", "mode"): E.ROIMode,
     ("Correlation", "format"): E.FormatV0,
+    ("MultiHeadAttn", "attn_mask_type"): E.AttnMaskType,
+    ("MultiHeadAttn", "tensor_combination_type"): E.TensorCombinationType,
 }
 
 # param tables MegEngine writes by hand in mgb_cpp_opr.fbs / schema.fbs, not from a pdef

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+import backends.mge.attention_ops as A
 import backends.mge.layouts as layouts
 import backends.mge.lower_ops as W
 import backends.mge.read_ops as R
@@ -167,6 +168,8 @@ OPRS: tuple[Opr, ...] = (
     Opr("Argsort", "Argsort", "ArgsortForward", None, (T.ArgsortOp,),
         params=ParamMap(ParamDef("Argsort", 26, (("order", "I", 0),)), {"order": "descending"})),
     Opr("TopK", "TopK", "TopK", None, (T.TopKOp,), R.read_topk, W.lower_topk),
+    # read as matmul/softmax/elementwise ops; xmge writes attention as those ops, never as this
+    Opr("MultiHeadAttn", "MultiHeadAttn", "MultiHeadAttnForward", None, (), A.read_multi_head_attn),
     Opr("SVD", "SVD", "SVD", None, (T.SVDOp,), params=ParamMap(
         ParamDef("SVD", 22, (("full_matrices", "?", False), ("compute_uv", "?", True))),
         {"full_matrices": "full_matrices"})),
@@ -251,7 +254,7 @@ REFUSED: dict[str, str] = {
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
-        "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
+        "MaskPropagate MaskedFill MatrixInverse MeshIndexing RNNCellForward RNNForward "
         "RemapV1 Resize3D Rotate SetMeshIndexing SlidingWindowTranspose "
         "WarpAffineV2 Where"
     ).split()},

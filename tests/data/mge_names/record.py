@@ -176,6 +176,56 @@ def complex_numbers():
     np.savez(os.path.join(HERE, "complex.npz"), **out)
 
 
+def mha_dumps():
+    """MegEngine dumps holding a MultiHeadAttn operator (inference mode) and their outputs."""
+    import megengine.module as M
+    from megengine.jit import trace
+
+    rng = np.random.RandomState(8)
+    n, l, s, e = 2, 3, 5, 8
+    q = rng.randn(n, l, e).astype("float32")
+    kv = rng.randn(n, s, e).astype("float32")
+    k2, v2 = rng.randn(n, s, 6).astype("float32"), rng.randn(n, s, 7).astype("float32")
+    am = np.where(rng.rand(l, s) < 0.3, -1e4, 0.0).astype("float32")
+    kpm = np.zeros((n, s), "float32")
+    kpm[1, 3:] = -1e4
+
+    self_attn = M.MultiHeadAttention(e, 2)
+    cross = M.MultiHeadAttention(e, 4, kdim=6, vdim=7, bias=False)
+    for m in (self_attn, cross):
+        m.io_weight_bias[...] = rng.randn(*m.io_weight_bias.shape).astype("float32") * 0.3
+        m.eval()
+
+    @trace(symbolic=True, capture_as_const=True)
+    def plain(x):
+        return self_attn(x, x, x)[0]
+
+    @trace(symbolic=True, capture_as_const=True)
+    def masked(x, y, a, p):
+        return self_attn(x, y, y, attn_mask=a, key_padding_mask=p, need_weights=True)
+
+    @trace(symbolic=True, capture_as_const=True)
+    def kvdim(x, k, v):
+        return cross(x, k, v, need_weights=True, average_attn_weights=True)
+
+    out = {"q": q, "kv": kv, "k2": k2, "v2": v2, "am": am, "kpm": kpm}
+    out["plain"] = plain(mge.tensor(q)).numpy()
+    plain.dump(os.path.join(HERE, "mha_plain.mge"), arg_names=["q"], output_names=["out"])
+    o, wt = masked(mge.tensor(q), mge.tensor(kv), mge.tensor(am), mge.tensor(kpm))
+    out["masked"], out["masked_weights"] = o.numpy(), wt.numpy()
+    masked.dump(
+        os.path.join(HERE, "mha_masked.mge"),
+        arg_names=["q", "kv", "am", "kpm"],
+        output_names=["out", "weights"],
+    )
+    o, wt = kvdim(mge.tensor(q), mge.tensor(k2), mge.tensor(v2))
+    out["kvdim"], out["kvdim_weights"] = o.numpy(), wt.numpy()
+    kvdim.dump(
+        os.path.join(HERE, "mha_kvdim.mge"), arg_names=["q", "k", "v"], output_names=["out", "weights"]
+    )
+    np.savez(os.path.join(HERE, "mha_dumps.npz"), **out)
+
+
 if __name__ == "__main__":
     cross_entropy()
     svd()
@@ -183,3 +233,4 @@ if __name__ == "__main__":
     svd_dump()
     qdtypes()
     complex_numbers()
+    mha_dumps()
