@@ -268,3 +268,17 @@ def test_compiled_multi_head_attn_dump_matches_megengine() -> None:
     out, weights = model(*(RECORDED[k] for k in ("q", "kv", "am", "kpm")))
     np.testing.assert_allclose(np.asarray(out), RECORDED["masked"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(weights), RECORDED["masked_weights"], rtol=1e-5, atol=1e-6)
+
+
+def test_is_causal_without_masks_is_the_causal_mask() -> None:
+    """MegEngine documents ``is_causal`` as applying a causal mask (its CPU kernel cannot build
+    one); with no mask given xmge builds it, which is torch's causal attention."""
+    q, k, v, w = DATA["q"], DATA["k"], DATA["v"], DATA["w"]
+    causal, cw = _mha(q, k, v, w, is_causal=True)
+    explicit, ew = _mha(q, k, v, w, attn_mask=np.triu(np.ones((3, 4), bool), 1))
+    np.testing.assert_array_equal(causal.numpy(), explicit.numpy())
+    np.testing.assert_array_equal(cw.numpy(), ew.numpy())
+    tq, tk, tv = (torch.tensor(a.astype(np.float64)) for a in (q, k, v))
+    mask = torch.tensor(np.triu(np.ones((3, 4), bool), 1))
+    tout, _ = _torch_mha(w)(tq, tk, tv, attn_mask=mask, need_weights=False)
+    np.testing.assert_allclose(causal.numpy(), tout.detach().numpy(), rtol=1e-5, atol=1e-6)
