@@ -1,6 +1,11 @@
 """Records what real MegEngine 1.13 computes for the names tests/test_mge_names_*.py check (run with
 MegEngine's Python: ``/work/shared/tools/megengine-oracle/mgepy tests/data/mge_names/record.py``).
-Writes one .npz per case group next to this file; the tests never need MegEngine."""
+Writes one .npz per case group next to this file; the tests never need MegEngine.
+
+``svd_xmge_dump_by_mge.npz`` and ``mha_xmge_dump_by_mge.npz`` go the other way: what MegEngine's Lite
+runtime (``/work/shared/tools/megengine-oracle/run_mge.py``) computed on xmge's dumps, made exactly as
+``test_xmge_dump_gives_what_megengine_computed`` (tests/test_mge_svd.py) and
+``test_traced_attention_dump_runs_on_megengine`` (tests/test_mge_mha.py) make them."""
 
 import os
 
