@@ -154,6 +154,11 @@ class ROIModeAttr(EnumAttribute[enums.ROIMode], SpacedOpaqueSyntaxAttribute):
     name = "mgb.roi_mode"
 
 
+@irdl_attr_definition
+class CvtColorModeAttr(EnumAttribute[enums.CvtColorMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.cvt_color_mode"
+
+
 ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
     cls.enum_type: cls
     for cls in (
@@ -175,6 +180,7 @@ ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
         InterpolationModeAttr,
         BorderModeAttr,
         ROIModeAttr,
+        CvtColorModeAttr,
     )
 }
 
@@ -1385,8 +1391,8 @@ class PaddingOp(MgbOp):
 @irdl_op_definition
 class ResizeOp(MgbOp):
     """MegEngine's Resize (``F.vision.interpolate`` without ``align_corners``): nearest or
-    half-pixel bilinear resampling of the two spatial axes of an NCHW tensor to ``out_shape``
-    (MegEngine's out-size input, folded to a constant)."""
+    half-pixel bilinear or bicubic (a = -0.75) resampling of the two spatial axes of an NCHW
+    tensor to ``out_shape`` (MegEngine's out-size input, folded to a constant)."""
 
     name = "mgb.resize"
     src = operand_def(TensorType)
@@ -1405,7 +1411,8 @@ class ResizeOp(MgbOp):
         if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
             raise ShapeInferenceError(cls.name, f"only format nchw is supported, got {params['format']}")
         imode = params.get("imode", enums.InterpolationMode.LINEAR)
-        if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+        if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR,
+                         enums.InterpolationMode.CUBIC):  # fmt: skip
             raise ShapeInferenceError(cls.name, f"interpolation mode {imode.value} is not supported")
         if len(s) != 4:
             raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
@@ -1971,6 +1978,156 @@ class CorrelationOp(MgbOp):
         return [TensorType(a.element_type, list(correlation_output(cls.name, s, params)))]
 
 
+_IMAGE_BORDERS = (enums.BorderMode.REPLICATE, enums.BorderMode.REFLECT, enums.BorderMode.REFLECT_101,
+                  enums.BorderMode.WRAP, enums.BorderMode.CONSTANT)  # fmt: skip
+
+
+def _image_border(op: str, bmode: Any) -> None:
+    if bmode not in _IMAGE_BORDERS:
+        raise ShapeInferenceError(
+            op, f"border mode {bmode.name} is not supported (MegEngine's CPU kernels lack it)"
+        )
+
+
+@irdl_op_definition
+class WarpAffineOp(MgbOp):
+    """MegEngine's WarpAffine: output pixel (h, w) of image n samples ``src[n]`` at
+    ``(M00 w + M01 h + M02, M10 w + M11 h + M12)`` (x across, y down) for ``mat`` (N, 2, 3).
+    NHWC (float32 or uint8; nearest, linear or cubic) runs MegEngine's fixed-point sampler:
+    positions in 1/1024 pixel, weights from a 32-step table; NCHW (float32, linear) samples at
+    the float position as WarpPerspective does. Taps outside follow ``bmode``."""
+
+    name = "mgb.warp_affine"
+    src = operand_def(TensorType)
+    mat = operand_def(TensorType)
+    output = result_def(TensorType)
+    out_shape = prop_def(_I64Array)
+    imode = prop_def(
+        InterpolationModeAttr, default_value=InterpolationModeAttr(enums.InterpolationMode.LINEAR)
+    )
+    bmode = prop_def(BorderModeAttr, default_value=BorderModeAttr(enums.BorderMode.REPLICATE))
+    border_val = prop_def(FloatAttr, default_value=FloatAttr(0.0, f64))
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NHWC))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, mat = (_type(t) for t in operand_types)
+        s, m = _shape(src), _shape(mat)
+        fmt = params.get("format", enums.Format.NHWC)
+        imode = params.get("imode", enums.InterpolationMode.LINEAR)
+        _image_border(cls.name, params.get("bmode", enums.BorderMode.REPLICATE))
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D {fmt.name}, got shape {s}")
+        _float32_operand(cls.name, "mat", mat)
+        if len(m) != 3 or m[1:] != (2, 3) or m[0] != s[0]:
+            raise ShapeInferenceError(cls.name, f"mat must be ({s[0]}, 2, 3), got shape {m}")
+        oh, ow = _ints(params["out_shape"], 2, "out_shape", cls.name)
+        if oh < 1 or ow < 1:
+            raise ShapeInferenceError(cls.name, f"invalid output size {(oh, ow)}")
+        I = enums.InterpolationMode
+        if fmt == enums.Format.NHWC:
+            if imode not in (I.NEAREST, I.LINEAR, I.CUBIC):
+                raise ShapeInferenceError(
+                    cls.name, f"interpolation mode {imode.name} is not supported in NHWC"
+                )
+            if dtype_name(src.element_type) not in ("float32", "uint8"):
+                raise ShapeInferenceError(
+                    cls.name, f"NHWC input must be float32 or uint8, got {dtype_name(src.element_type)}"
+                )
+            return [TensorType(src.element_type, [s[0], oh, ow, s[3]])]
+        if fmt != enums.Format.NCHW:
+            raise ShapeInferenceError(cls.name, f"only formats nhwc and nchw are supported, got {fmt}")
+        if imode != I.LINEAR:
+            raise ShapeInferenceError(cls.name, f"NCHW supports linear interpolation only, got {imode.name}")
+        _float32_operand(cls.name, "NCHW input", src)
+        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+
+
+@irdl_op_definition
+class RemapOp(MgbOp):
+    """MegEngine's Remap (NCHW): output pixel (h, w) of image n samples ``src[n]`` at
+    ``(map_xy[n, h, w, 0], map_xy[n, h, w, 1])`` (x across, y down), nearest (rounded half to
+    even) or bilinear; taps outside follow ``bmode`` (CONSTANT: ``scalar``)."""
+
+    name = "mgb.remap"
+    src = operand_def(TensorType)
+    map_xy = operand_def(TensorType)
+    output = result_def(TensorType)
+    imode = prop_def(
+        InterpolationModeAttr, default_value=InterpolationModeAttr(enums.InterpolationMode.LINEAR)
+    )
+    bmode = prop_def(BorderModeAttr, default_value=BorderModeAttr(enums.BorderMode.REPLICATE))
+    scalar = prop_def(FloatAttr, default_value=FloatAttr(0.0, f64))
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, mp = (_type(t) for t in operand_types)
+        s, m = _shape(src), _shape(mp)
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            raise ShapeInferenceError(cls.name, f"only format nchw is supported, got {params['format']}")
+        imode = params.get("imode", enums.InterpolationMode.LINEAR)
+        if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+            raise ShapeInferenceError(cls.name, f"interpolation mode {imode.name} is not supported")
+        _image_border(cls.name, params.get("bmode", enums.BorderMode.REPLICATE))
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+        if dtype_name(src.element_type) not in ("float32", "uint8"):
+            raise ShapeInferenceError(
+                cls.name, f"input must be float32 or uint8, got {dtype_name(src.element_type)}"
+            )
+        _float32_operand(cls.name, "map_xy", mp)
+        if len(m) != 4 or m[3] != 2 or m[0] != s[0]:
+            raise ShapeInferenceError(cls.name, f"map_xy must be ({s[0]}, OH, OW, 2), got shape {m}")
+        return [TensorType(src.element_type, [s[0], s[1], m[1], m[2]])]
+
+
+# CvtColor modes xmge implements, by input channels and output channels
+CVT_COLOR_CHANNELS: dict[Any, tuple[int, int]] = {
+    enums.CvtColorMode.RGB2GRAY: (3, 1), enums.CvtColorMode.BGR2GRAY: (3, 1),
+    enums.CvtColorMode.RGB2YUV: (3, 3), enums.CvtColorMode.YUV2RGB: (3, 3),
+    enums.CvtColorMode.GRAY2RGB: (1, 3), enums.CvtColorMode.RGBA2RGB: (4, 3),
+    enums.CvtColorMode.RGBA2BGR: (4, 3), enums.CvtColorMode.RGBA2GRAY: (4, 1),
+    enums.CvtColorMode.RGB2BGR: (3, 3), enums.CvtColorMode.BGR2RGB: (3, 3),
+}  # fmt: skip
+# the modes MegEngine's CPU kernels take float32 images in; the others are uint8 only
+CVT_COLOR_FLOAT = frozenset(
+    (enums.CvtColorMode.RGB2GRAY, enums.CvtColorMode.BGR2GRAY, enums.CvtColorMode.RGB2YUV,
+     enums.CvtColorMode.YUV2RGB, enums.CvtColorMode.GRAY2RGB)
+)  # fmt: skip
+
+
+@irdl_op_definition
+class CvtColorOp(MgbOp):
+    """MegEngine's CvtColor on NHWC images: a per-pixel colour-space conversion (``mode``),
+    float32 or uint8 (uint8 in MegEngine's 14-bit fixed point)."""
+
+    name = "mgb.cvt_color"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    mode = prop_def(CvtColorModeAttr, default_value=CvtColorModeAttr(enums.CvtColorMode.RGB2GRAY))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s = _shape(src)
+        mode = params.get("mode", enums.CvtColorMode.RGB2GRAY)
+        if mode not in CVT_COLOR_CHANNELS:
+            raise ShapeInferenceError(cls.name, f"mode {mode.name} is not supported by xmge")
+        dt = dtype_name(src.element_type)
+        if dt not in ("float32", "uint8") or (dt == "float32" and mode not in CVT_COLOR_FLOAT):
+            raise ShapeInferenceError(cls.name, f"mode {mode.name} does not take {dt} images")
+        cin, cout = CVT_COLOR_CHANNELS[mode]
+        if len(s) != 4 or s[3] != cin:
+            raise ShapeInferenceError(
+                cls.name, f"mode {mode.name} needs NHWC images of {cin} channels, got {s}"
+            )
+        return [TensorType(src.element_type, [*s[:3], cout])]
+
+
 # (op name, keyword property) -> the enum attribute class printed as that keyword
 ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
     ("mgb.elemwise", "mode"): ElemwiseModeAttr,
@@ -2023,6 +2180,9 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     ROIPoolingOp,
     NMSKeepOp,
     CorrelationOp,
+    WarpAffineOp,
+    RemapOp,
+    CvtColorOp,
 )
 
 Mgb = Dialect(

@@ -72,6 +72,7 @@ ENUM_SOURCES: dict[Any, dict[str, int]] = {
     E.Conv3DDataType: mge_enum("Convolution3D.DataType"),
     E.Conv3DFormat: mge_enum("Convolution3D.Format"),
     E.FormatV0: mge_enum("ConvolutionV0.Format"),
+    E.CvtColorMode: mge_enum("CvtColor.Mode"),
 }
 
 # The xmge enum the writer fills each enum-valued param field from (backends/mge/writer.py).
@@ -117,6 +118,13 @@ FIELD_ENUMS: dict[tuple[str, str], Any] = {
     ("ROIAlign", "format"): E.Format,
     ("ROIPooling", "mode"): E.ROIMode,
     ("Correlation", "format"): E.FormatV0,
+    ("WarpAffine", "imode"): E.InterpolationMode,
+    ("WarpAffine", "border_mode"): E.BorderMode,
+    ("WarpAffine", "format"): E.Format,
+    ("Remap", "imode"): E.InterpolationMode,
+    ("Remap", "border_type"): E.BorderMode,
+    ("Remap", "format"): E.Format,
+    ("CvtColor", "mode"): E.CvtColorMode,
 }
 
 # param tables MegEngine writes by hand in mgb_cpp_opr.fbs / schema.fbs, not from a pdef

@@ -43,6 +43,8 @@ __all__ = [
     "conv3d",
     "conv_transpose3d",
     "warp_perspective",
+    "warp_affine",
+    "remap",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -801,6 +803,7 @@ from compiler.functional.vision import (  # noqa: E402,F401,I001
     roi_pooling,
     warp_perspective,
 )
+from compiler.functional.vision import remap, warp_affine  # noqa: E402,F401,I001
 from compiler.functional.loss import (  # noqa: E402,F401,I001
     binary_cross_entropy,
     cross_entropy,
