@@ -55,7 +55,7 @@ def cubic_weights(x: np.ndarray) -> np.ndarray:
     return np.stack([c0, c1, c2, c3], -1).astype(F32)
 
 
-def _weights_1d(imode: Any) -> np.ndarray:
+def weights_1d(imode: Any) -> np.ndarray:
     """Per 1/32 fraction, the 1-D weights of the taps (linear: 2, cubic: 4), float32."""
     xs = np.arange(INTER_TAB_SIZE, dtype=F32) * F32(1.0 / INTER_TAB_SIZE)
     if imode == I.LINEAR:
@@ -66,7 +66,7 @@ def _weights_1d(imode: Any) -> np.ndarray:
 @functools.cache
 def warp_table(imode: Any) -> np.ndarray:
     """float32 weights (32, 32, k, k): [y fraction, x fraction, tap row, tap column]."""
-    w = _weights_1d(imode)
+    w = weights_1d(imode)
     return (w[:, None, :, None] * w[None, :, None, :]).astype(F32)
 
 

@@ -52,6 +52,9 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.ROIPoolingOp,
                 T.NMSKeepOp,
                 T.CorrelationOp,
+                T.WarpAffineOp,
+                T.RemapOp,
+                T.CvtColorOp,
             )
         },
     },
@@ -94,6 +97,9 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.ROIPoolingOp,
             T.NMSKeepOp,
             T.CorrelationOp,
+            T.WarpAffineOp,
+            T.RemapOp,
+            T.CvtColorOp,
         )
     },
 }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+import backends.mge.image_ops as IM
 import backends.mge.layouts as layouts
 import backends.mge.lower_ops as W
 import backends.mge.read_ops as R
@@ -179,6 +180,11 @@ OPRS: tuple[Opr, ...] = (
     Opr("NMSKeep", "NMSKeepMGB", "NMSKeep", None, (T.NMSKeepOp,), V.read_nms_keep, V.lower_nms_keep),
     Opr("Correlation", "CorrelationForward", "CorrelationForward", None, (T.CorrelationOp,),
         V.read_correlation, V.lower_correlation),
+    Opr("WarpAffine", "WarpAffineV2", "WarpAffineForward", None, (T.WarpAffineOp,),
+        IM.read_warp_affine, IM.lower_warp_affine),
+    Opr("Remap", "RemapV1", "RemapForward", None, (T.RemapOp,), IM.read_remap, IM.lower_remap),
+    Opr("CvtColor", "CvtColor", "CvtColorForward", None, (T.CvtColorOp,),
+        IM.read_cvt_color, IM.lower_cvt_color),
 )
 # fmt: on
 
@@ -244,13 +250,13 @@ REFUSED: dict[str, str] = {
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
     **{name: _NICHE for name in (
         "AffineInt BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
-        "BatchedSetMeshIndexing Cross CvtColor DctChannelSelectV1 "
+        "BatchedSetMeshIndexing Cross DctChannelSelectV1 "
         "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
-        "RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose "
-        "WarpAffineV2 Where"
+        "Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose "
+        "Where"
     ).split()},
 }
 

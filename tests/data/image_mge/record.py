@@ -1,0 +1,147 @@
+"""Records what real MegEngine 1.13 computes, for tests/test_mge_image_ops.py (from the root):
+
+    PYTHONPATH=$PWD .venv/bin/python tests/data/image_mge/record.py dump /tmp/img
+    /work/shared/tools/megengine-oracle/mgepy tests/data/image_mge/record.py run /tmp/img
+    /work/shared/tools/megengine-oracle/mgepy tests/data/image_mge/record.py eager -
+
+``run``: MegEngine's Lite runtime on xmge's dumps of tests/image_graphs.py (megengine_outputs.npz).
+``eager``: MegEngine's own F.vision warp_affine / remap / interpolate(bicubic) / cvt_color on fixed
+inputs, every mode and border (eager_outputs.npz).
+"""
+
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NAMES = "abcd"
+
+
+def dump(folder: str) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
+    import compiler as xm
+    from compiler import jit
+    from tests.image_graphs import GRAPHS, inputs
+
+    os.makedirs(folder, exist_ok=True)
+    data = inputs()
+    for name, fn in GRAPHS.items():
+        args = data[name]
+        traced = jit.trace(fn, symbolic=True, capture_as_const=True)
+        traced(*[xm.tensor(a) for a in args])
+        traced.dump(os.path.join(folder, name + ".mge"), arg_names=list(NAMES[: len(args)]))
+        np.savez(os.path.join(folder, name + "_in.npz"), **{NAMES[i]: a for i, a in enumerate(args)})
+
+
+def run(folder: str) -> None:
+    from megenginelite import LiteNetwork
+
+    record = {}
+    for name in sorted(f[: -len(".mge")] for f in os.listdir(folder) if f.endswith(".mge")):
+        inputs = dict(np.load(os.path.join(folder, name + "_in.npz")))
+        net = LiteNetwork()
+        net.load(os.path.join(folder, name + ".mge"))
+        for key, value in inputs.items():
+            net.get_io_tensor(key).set_data_by_copy(value)
+            record[f"{name}:{key}"] = value
+        net.forward()
+        net.wait()
+        (out,) = net.get_all_output_name()
+        record[f"{name}:megengine"] = net.get_io_tensor(out).to_numpy().copy()
+    np.savez_compressed(os.path.join(HERE, "megengine_outputs.npz"), **record)
+
+
+BORDERS = ["replicate", "constant", "reflect", "reflect_101", "wrap"]
+CVT_FLOAT = ["RGB2GRAY", "RGB2YUV", "YUV2RGB", "GRAY2RGB", "BGR2GRAY"]
+CVT_U8 = [
+    "RGB2GRAY",
+    "RGB2YUV",
+    "YUV2RGB",
+    "GRAY2RGB",
+    "RGBA2RGB",
+    "RGBA2BGR",
+    "RGBA2GRAY",
+    "RGB2BGR",
+    "BGR2GRAY",
+    "BGR2RGB",
+]
+BICUBIC_SIZES = [(9, 7), (3, 2), (6, 5), (12, 10), (4, 8)]
+
+
+def cvt_input(x: np.ndarray, mode: str) -> np.ndarray:
+    """The channels mode ``mode`` takes, from a 4-channel image."""
+    return np.ascontiguousarray(
+        x if mode.startswith("RGBA") else x[..., :1] if mode == "GRAY2RGB" else x[..., :3]
+    )
+
+
+def eager(_: str) -> None:
+    import megengine as mge
+    import megengine.functional as F
+
+    rng = np.random.RandomState(0)
+    rec = {}
+    x = rng.randn(2, 5, 6, 3).astype(np.float32) * 3
+    m = np.array([[[1.1, 0.2, 0.3], [0.1, 0.9, -0.4]], [[0.8, -0.3, 2.0], [0.35, 1.2, -1.7]]], np.float32)
+    xu = rng.randint(0, 256, (2, 5, 6, 3)).astype(np.uint8)
+    rec.update(wa_x=x, wa_m=m, wa_xu=xu)
+    for im in ["linear", "nearest", "cubic"]:
+        for bm in BORDERS:
+            rec[f"wa_nhwc_{im}_{bm}"] = F.vision.warp_affine(
+                mge.tensor(x),
+                mge.tensor(m),
+                (4, 7),
+                border_mode=bm,
+                border_val=2.5,
+                format="NHWC",
+                interp_mode=im,
+            ).numpy()
+            rec[f"wa_u8_{im}_{bm}"] = F.vision.warp_affine(
+                mge.tensor(xu),
+                mge.tensor(m),
+                (4, 7),
+                border_mode=bm,
+                border_val=7.0,
+                format="NHWC",
+                interp_mode=im,
+            ).numpy()
+    for bm in BORDERS:
+        rec[f"wa_nchw_linear_{bm}"] = F.vision.warp_affine(
+            mge.tensor(x.transpose(0, 3, 1, 2)),
+            mge.tensor(m),
+            (4, 7),
+            border_mode=bm,
+            border_val=2.5,
+            format="NCHW",
+        ).numpy()
+    xi = rng.randn(2, 3, 5, 6).astype(np.float32)
+    mp = rng.uniform(-3, 8, (2, 4, 5, 2)).astype(np.float32)
+    mp[0, 0, 0], mp[0, 0, 1], mp[0, 0, 2] = [2.0, 3.0], [2.5, 1.5], [-0.5, 3.5]  # ties of nearest rounding
+    rec.update(rm_x=xi, rm_map=mp)
+    for im in ["linear", "nearest"]:
+        for bm in BORDERS:
+            rec[f"rm_{im}_{bm}"] = F.vision.remap(
+                mge.tensor(xi), mge.tensor(mp), border_mode=bm, scalar=1.5, interp_mode=im
+            ).numpy()
+    xu8 = rng.randint(0, 256, (2, 3, 5, 6)).astype(np.uint8)
+    rec["rm_xu"] = xu8
+    rec["rm_u8_linear"] = F.vision.remap(mge.tensor(xu8), mge.tensor(mp)).numpy()
+    rec["rm_f16_linear"] = F.vision.remap(mge.tensor(xi.astype(np.float16)), mge.tensor(mp)).numpy()
+    xr = rng.randn(2, 3, 6, 5).astype(np.float32)
+    rec["bc_x"] = xr
+    for sz in BICUBIC_SIZES:
+        rec[f"bc_{sz[0]}x{sz[1]}"] = F.vision.interpolate(mge.tensor(xr), sz, mode="bicubic").numpy()
+    rec["bc_scale"] = F.vision.interpolate(mge.tensor(xr), scale_factor=1.7, mode="bicubic").numpy()
+    c = rng.rand(2, 4, 5, 3).astype(np.float32) * 2 - 0.5
+    cu = rng.randint(0, 256, (2, 4, 6, 4)).astype(np.uint8)
+    rec.update(cc_x=c, cc_xu=cu)
+    for md in CVT_FLOAT:
+        rec[f"cc_f_{md}"] = F.vision.cvt_color(mge.tensor(cvt_input(c, md)), md).numpy()
+    for md in CVT_U8:
+        rec[f"cc_u_{md}"] = F.vision.cvt_color(mge.tensor(cvt_input(cu, md)), md).numpy()
+    np.savez_compressed(os.path.join(HERE, "eager_outputs.npz"), **rec)
+
+
+if __name__ == "__main__":
+    {"dump": dump, "run": run, "eager": eager}[sys.argv[1]](sys.argv[2])
