@@ -323,3 +323,14 @@ def resize_cubic(x: np.ndarray, oh: int, ow: int) -> np.ndarray:
         for j in range(4):
             out = out + rows[..., np.clip(x0 + j, 0, w - 1)] * wy[:, i, None] * wx[None, :, j]
     return out
+
+
+def cubic_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in) float64 weights of :func:`cubic_taps` (edge taps folded onto the edge pixel):
+    the bicubic resize along one axis as a matrix, for its gradient."""
+    first, w = cubic_taps(n_in, n_out)
+    m = np.zeros((n_out, n_in))
+    rows = np.arange(n_out)
+    for i in range(4):
+        np.add.at(m, (rows, np.clip(first + i, 0, n_in - 1)), w[:, i].astype(np.float64))
+    return m

@@ -254,3 +254,66 @@ def test_compiled_image_kernels_match_megengine(name: str) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=_tol(name))
     (ref,) = Network(data)(**inputs).values()
     np.testing.assert_array_equal(got, ref)  # the C kernels repeat the reference bit for bit
+
+
+# ----------------------------------------------------------------------------------------------
+# gradients
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+@pytest.mark.parametrize("border", ["replicate", "constant", "reflect"])
+def test_remap_gradients_match_megengine(border: str, mode: str) -> None:
+    from compiler.autodiff import GradManager
+
+    x, mp = t(EAGER["rm_x"]), t(EAGER["rm_map"])
+    gm = GradManager().attach([x, mp])
+    with gm:
+        y = F.vision.remap(x, mp, border_mode=border, scalar=1.5, interp_mode=mode)
+        gm.backward((y * t(EAGER["g_w"])).sum())
+    np.testing.assert_allclose(x.grad.numpy(), EAGER[f"g_{border}_{mode}_dx"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mp.grad.numpy(), EAGER[f"g_{border}_{mode}_dmap"], rtol=1e-5, atol=1e-5)
+
+
+def test_remap_gradient_by_finite_differences() -> None:
+    from compiler.autodiff import GradManager
+
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    m0 = rng.uniform(0.2, 4.6, (1, 3, 4, 2)).astype(np.float32)  # away from pixel boundaries' kinks
+    m0 = np.floor(m0) + np.clip(m0 - np.floor(m0), 0.1, 0.9)
+    w = rng.standard_normal((1, 2, 3, 4))
+    x, mp = t(x0), t(m0.astype(np.float32))
+    gm = GradManager().attach([x, mp])
+    with gm:
+        gm.backward((F.vision.remap(x, mp, border_mode="wrap") * t(w.astype(np.float32))).sum())
+
+    def f(xv: np.ndarray, mv: np.ndarray) -> float:
+        return float((F.vision.remap(t(xv), t(mv), border_mode="wrap").numpy().astype(np.float64) * w).sum())
+
+    eps = 1e-2
+    for idx in [(0, 1, 2, 0), (0, 2, 3, 1), (0, 0, 1, 1)]:  # map entries
+        d = np.zeros_like(m0)
+        d[idx] = eps
+        num = (f(x0, m0 + d) - f(x0, m0 - d)) / (2 * eps)
+        assert abs(num - mp.grad.numpy()[idx]) < 1e-2
+    for idx in [(0, 0, 1, 2), (0, 1, 3, 4), (0, 1, 0, 0)]:  # pixels
+        d = np.zeros_like(x0)
+        d[idx] = eps
+        num = (f(x0 + d, m0) - f(x0 - d, m0)) / (2 * eps)
+        assert abs(num - x.grad.numpy()[idx]) < 1e-3
+
+
+def test_bicubic_gradient_matches_megengine_and_torch() -> None:
+    from compiler.autodiff import GradManager
+
+    x = t(EAGER["bc_x"])
+    gm = GradManager().attach([x])
+    with gm:
+        gm.backward((F.vision.interpolate(x, (9, 7), mode="bicubic") ** 2).sum())
+    np.testing.assert_allclose(x.grad.numpy(), EAGER["g_bicubic_dx"], rtol=1e-5, atol=1e-5)
+    torch = pytest.importorskip("torch")
+    xt = torch.from_numpy(EAGER["bc_x"]).requires_grad_()
+    (
+        torch.nn.functional.interpolate(xt, size=(9, 7), mode="bicubic", align_corners=False) ** 2
+    ).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)

@@ -140,6 +140,22 @@ def eager(_: str) -> None:
         rec[f"cc_f_{md}"] = F.vision.cvt_color(mge.tensor(cvt_input(c, md)), md).numpy()
     for md in CVT_U8:
         rec[f"cc_u_{md}"] = F.vision.cvt_color(mge.tensor(cvt_input(cu, md)), md).numpy()
+    from megengine.autodiff import GradManager
+
+    rec["g_w"] = w = rng.randn(2, 3, 4, 5).astype(np.float32)
+    for bm in ["replicate", "constant", "reflect"]:
+        for im in ["linear", "nearest"]:
+            xt, mt = mge.tensor(xi), mge.tensor(mp)
+            gm = GradManager().attach([xt, mt])
+            with gm:
+                y = F.vision.remap(xt, mt, border_mode=bm, scalar=1.5, interp_mode=im)
+                gm.backward((y * mge.tensor(w)).sum())
+            rec[f"g_{bm}_{im}_dx"], rec[f"g_{bm}_{im}_dmap"] = xt.grad.numpy(), mt.grad.numpy()
+    xt = mge.tensor(xr)
+    gm = GradManager().attach([xt])
+    with gm:
+        gm.backward((F.vision.interpolate(xt, (9, 7), mode="bicubic") ** 2).sum())
+    rec["g_bicubic_dx"] = xt.grad.numpy()
     np.savez_compressed(os.path.join(HERE, "eager_outputs.npz"), **rec)
 
 
