@@ -2128,6 +2128,55 @@ class CvtColorOp(MgbOp):
         return [TensorType(src.element_type, [*s[:3], cout])]
 
 
+@irdl_op_definition
+class DeformableConvOp(MgbOp):
+    """MegEngine's DeformableConv (DCNv2, NCHW): a convolution whose tap (fh, fw) at output
+    (oh, ow) reads the input bilinearly (zero outside) at its regular position shifted by
+    ``offset`` (N, 2 * DG * FH * FW, OH, OW; (dy, dx) pairs per deformable group and tap) and
+    scaled by ``mask`` (N, DG * FH * FW, OH, OW); the DG deformable groups split the input
+    channels. Filter as ConvolutionOp's (GROUP: (G, OC/G, IC/G, FH, FW))."""
+
+    name = "mgb.deformable_conv"
+    src = operand_def(TensorType)
+    filter = operand_def(TensorType)
+    offset = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    sparse = prop_def(ConvSparseAttr, default_value=ConvSparseAttr(enums.ConvSparse.DENSE))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, filt, off, mask = (_type(t) for t in operand_types)
+        for what, t in (("input", src), ("filter", filt), ("offset", off), ("mask", mask)):
+            _float32_operand(cls.name, what, t)
+        if params.get("mode", enums.ConvMode.CROSS_CORRELATION) != enums.ConvMode.CROSS_CORRELATION:
+            raise ShapeInferenceError(cls.name, "only mode cross_correlation is supported")
+        stride = _ints(params.get("stride", 1), 2, "stride", cls.name)
+        padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
+        dilation = _ints(params.get("dilation", 1), 2, "dilation", cls.name)
+        sparse = params.get("sparse", enums.ConvSparse.DENSE)
+        n, oc, oh, ow = _conv_output(cls.name, src, filt, stride, padding, dilation, sparse, enums.Format.NCHW)
+        fh, fw = _shape(filt)[-2:]
+        o, m = _shape(off), _shape(mask)
+        if len(o) != 4 or o[0] != n or o[2:] != (oh, ow) or o[1] % (2 * fh * fw) or o[1] == 0:
+            raise ShapeInferenceError(
+                cls.name, f"offset must be ({n}, 2 * deformable groups * {fh * fw}, {oh}, {ow}), got {o}"
+            )
+        dg = o[1] // (2 * fh * fw)
+        if m != (n, dg * fh * fw, oh, ow):
+            raise ShapeInferenceError(cls.name, f"mask must be {(n, dg * fh * fw, oh, ow)}, got {m}")
+        if _shape(src)[1] % dg:
+            raise ShapeInferenceError(
+                cls.name, f"{_shape(src)[1]} input channels do not split into {dg} deformable groups"
+            )
+        return [TensorType(src.element_type, [n, oc, oh, ow])]
+
+
 # (op name, keyword property) -> the enum attribute class printed as that keyword
 ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
     ("mgb.elemwise", "mode"): ElemwiseModeAttr,
@@ -2183,6 +2232,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     WarpAffineOp,
     RemapOp,
     CvtColorOp,
+    DeformableConvOp,
 )
 
 Mgb = Dialect(

@@ -30,6 +30,9 @@ GRAPHS: dict[str, Callable[..., Any]] = {
     "cvt_yuv2rgb": lambda x: F.vision.cvt_color(x, "YUV2RGB"),
     "cvt_gray_u8": lambda x: F.vision.cvt_color(x, "RGB2GRAY"),
     "cvt_rgba2bgr_u8": lambda x: F.vision.cvt_color(x, "RGBA2BGR"),
+    "deformable_conv": lambda x, w, off, mask: F.deformable_conv2d(
+        x, w, off, mask, stride=2, padding=1, groups=2
+    ),
 }
 
 
@@ -52,4 +55,10 @@ def inputs() -> dict[str, tuple[np.ndarray, ...]]:
         "cvt_yuv2rgb": (rng.rand(2, 4, 5, 3).astype("float32"),),
         "cvt_gray_u8": (img_u8,),
         "cvt_rgba2bgr_u8": (rng.randint(0, 256, (1, 4, 5, 4)).astype("uint8"),),
+        "deformable_conv": (
+            nchw[:, :2].copy(),
+            (rng.randn(4, 1, 3, 3) * 0.4).astype("float32"),
+            (rng.randn(2, 2 * 2 * 9, 4, 5) * 1.5).astype("float32"),
+            rng.rand(2, 2 * 9, 4, 5).astype("float32"),
+        ),
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import backends.mge.schema as S
+from backends.mge.lower_ops import EXECUTION_POLICY, _convolution_param
 from backends.mge.read_context import define, emit_values, enum_of, fail, input_var, int_values, unsupported
 from backends.mge.schema import ParamDef
 from dialects import enums
@@ -103,6 +104,27 @@ def read_cvt_color(ctx: ReadContext, op: RawOpr) -> None:
 
 def lower_cvt_color(lw: Lowering, op: T.CvtColorOp, p: dict[str, Any]) -> None:
     lw.simple(op, "CvtColor", [("CvtColor", {"mode": enums.number(p["mode"])})])
+
+
+def read_deformable_conv(ctx: ReadContext, op: RawOpr) -> None:
+    """(src, filter, offset, mask), param Convolution (NCHW)."""
+    _inputs(op, 4, "src, filter, offset, mask")
+    p = op.param("Convolution")
+    if enum_of(op, enums.Format, p["format"], "format") != enums.Format.NCHW:
+        raise unsupported(op, "DeformableConv is read in format NCHW only")
+    params = {
+        "stride": (p["stride_h"], p["stride_w"]),
+        "padding": (p["pad_h"], p["pad_w"]),
+        "dilation": (p["dilate_h"], p["dilate_w"]),
+        "mode": enum_of(op, enums.ConvMode, p["mode"], "mode"),
+        "sparse": enum_of(op, enums.ConvSparse, p["sparse"], "sparse"),
+    }
+    _one(ctx, op, T.DeformableConvOp, [input_var(ctx, op, k) for k in range(4)], **params)
+
+
+def lower_deformable_conv(lw: Lowering, op: T.DeformableConvOp, p: dict[str, Any]) -> None:
+    conv = _convolution_param({**p, "compute_mode": enums.ComputeMode.DEFAULT}, enums.Format.NCHW)
+    lw.simple(op, "DeformableConv", [("Convolution", conv), EXECUTION_POLICY])
 
 
 register_params()

@@ -185,6 +185,8 @@ OPRS: tuple[Opr, ...] = (
     Opr("Remap", "RemapV1", "RemapForward", None, (T.RemapOp,), IM.read_remap, IM.lower_remap),
     Opr("CvtColor", "CvtColor", "CvtColorForward", None, (T.CvtColorOp,),
         IM.read_cvt_color, IM.lower_cvt_color),
+    Opr("DeformableConv", "DeformableConvForwardV1", "DeformableConvForward", "DeformableConvForward",
+        (T.DeformableConvOp,), IM.read_deformable_conv, IM.lower_deformable_conv),
 )
 # fmt: on
 
@@ -251,7 +253,7 @@ REFUSED: dict[str, str] = {
     **{name: _NICHE for name in (
         "AffineInt BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
         "BatchedSetMeshIndexing Cross DctChannelSelectV1 "
-        "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
+        "DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "

@@ -221,3 +221,14 @@ def _remap_backward(
             dmap[n, ..., 0] = (((v01 - v00) * (1 - u) + (v11 - v10) * u) * gn).sum(axis=0)
             dmap[n, ..., 1] = (((v10 - v00) * (1 - v) + (v11 - v01) * v) * gn).sum(axis=0)
     return [dx.astype(x.dtype), dmap.astype(mp.dtype)]
+
+
+@_rule(T.DeformableConvOp)
+def _deformable_conv_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """MegEngine's DeformableConvBackwardData/Filter: input, filter, offset and mask gradients."""
+    from semantics.deformable_kernels import deformable_conv_backward
+
+    x, w, offset, mask = inputs
+    return list(deformable_conv_backward(x, w, offset, mask, _only_grad(grads), params))

@@ -45,6 +45,7 @@ __all__ = [
     "warp_perspective",
     "warp_affine",
     "remap",
+    "deformable_conv2d",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -202,6 +203,43 @@ def conv2d(
         compute_mode=cmode,
     )
     return _add_channel_bias("conv2d", out, bias)
+
+
+def deformable_conv2d(
+    inp: Tensor,
+    weight: Tensor,
+    offset: Tensor,
+    mask: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+    compute_mode: str = "default",
+) -> Tensor:
+    """Deformable convolution (DCNv2, MegEngine's DeformableConv): tap (fh, fw) of output (oh, ow)
+    reads ``inp`` bilinearly (zero outside) at its regular position shifted by ``offset``
+    (N, 2 * DG * FH * FW, OH, OW), a (dy, dx) pair per deformable group and tap, and is scaled by
+    ``mask`` (N, DG * FH * FW, OH, OW); the DG deformable groups split the input channels. The
+    weight is as conv2d's. Differentiable in all four inputs."""
+    label = "deformable_conv2d"
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    offset, mask = as_tensor(offset).astype("float32"), as_tensor(mask).astype("float32")
+    if inp.ndim != 4:
+        raise op_error(label, f"input must be 4-D NCHW, got shape {inp.shape}")
+    if str(conv_mode).lower() != "cross_correlation":
+        raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
+    _mode(label, enums.ComputeMode, compute_mode, "compute_mode")
+    weight = _grouped_weight(label, weight, groups, "output")
+    inp, weight = _promote_conv_operands(label, inp, weight)
+    (out,) = apply(
+        T.DeformableConvOp,
+        [inp, weight, offset, mask],
+        label=label,
+        **_conv_geometry(label, stride, padding, dilation, groups),
+    )
+    return _add_channel_bias(label, out, bias)
 
 
 def conv_transpose2d(

@@ -157,6 +157,46 @@ def eager(_: str) -> None:
         gm.backward((F.vision.interpolate(xt, (9, 7), mode="bicubic") ** 2).sum())
     rec["g_bicubic_dx"] = xt.grad.numpy()
     np.savez_compressed(os.path.join(HERE, "eager_outputs.npz"), **rec)
+    deformable(rng)
+
+
+def deformable(rng: np.random.RandomState) -> None:
+    """MegEngine's deformable_conv2d (two deformable groups; grouped, strided, padded, dilated)
+    and its gradients (deformable_outputs.npz)."""
+    import megengine as mge
+    import megengine.functional as F
+    from megengine.autodiff import GradManager
+
+    rec = {}
+    x = rng.randn(2, 4, 7, 8).astype(np.float32)
+    w = rng.randn(6, 4, 3, 3).astype(np.float32) * 0.3
+    off = (rng.randn(2, 2 * 2 * 9, 5, 6) * 1.5).astype(np.float32)
+    mask = rng.rand(2, 2 * 9, 5, 6).astype(np.float32)
+    b = rng.randn(1, 6, 1, 1).astype(np.float32)
+    args = [mge.tensor(a) for a in (x, w, off, mask)]
+    rec.update(dc_x=x, dc_w=w, dc_off=off, dc_mask=mask, dc_b=b)
+    rec["dc_out"] = F.deformable_conv2d(*args, mge.tensor(b)).numpy()
+    wg = rng.randn(2, 3, 2, 3, 2).astype(np.float32) * 0.3
+    offg = (rng.randn(2, 2 * 6, 4, 5) * 1.2).astype(np.float32)
+    maskg = rng.rand(2, 6, 4, 5).astype(np.float32)
+    rec.update(dcg_w=wg, dcg_off=offg, dcg_mask=maskg)
+    rec["dcg_out"] = F.deformable_conv2d(
+        mge.tensor(x),
+        mge.tensor(wg),
+        mge.tensor(offg),
+        mge.tensor(maskg),
+        stride=(2, 2),
+        padding=(1, 2),
+        dilation=(1, 2),
+        groups=2,
+    ).numpy()
+    gm = GradManager().attach(args)
+    rec["dc_gy"] = gy = rng.randn(2, 6, 5, 6).astype(np.float32)
+    with gm:
+        gm.backward((F.deformable_conv2d(*args) * mge.tensor(gy)).sum())
+    for name, t in zip(("dx", "dw", "doff", "dmask"), args):  # noqa: B905  (run on Python 3.9)
+        rec[f"dc_{name}"] = t.grad.numpy()
+    np.savez_compressed(os.path.join(HERE, "deformable_outputs.npz"), **rec)
 
 
 if __name__ == "__main__":

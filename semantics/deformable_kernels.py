@@ -1,0 +1,146 @@
+"""Reference kernels of MegEngine's deformable operators: DeformableConv (DCNv2, modulated).
+
+The input is sampled as MegEngine's naive kernel does (checked against MegEngine 1.13, outputs in
+tests/data/image_mge/deformable_outputs.npz): a tap at (h, w) is 0 unless -1 < h < H and
+-1 < w < W; inside, each of its four corners reads 0 outside the image, and the corner weights are
+products of the float32 fractions. Each output sums its (input channel, fh, fw) taps in that order
+in float32; MegEngine's GEMM sums in another order, within a few float32 ulps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dialects import enums
+from dialects import tensor as T
+from semantics.kernels import ResultSpec, kernel
+
+F32 = np.float32
+
+
+def _filter(w: np.ndarray, sparse: Any) -> tuple[np.ndarray, int]:
+    """(OC, IC/G, FH, FW) and the group count."""
+    if sparse == enums.ConvSparse.GROUP:
+        return w.reshape(w.shape[0] * w.shape[1], *w.shape[2:]), w.shape[0]
+    return w, 1
+
+
+def sample_positions(
+    oh: int, ow: int, fh: int, fw: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+    offset: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Rows and columns (float32, (DG, FH*FW, OH, OW)) each tap of one image reads."""
+    k = fh * fw
+    off = offset.astype(F32).reshape(-1, k, 2, oh, ow)
+    kh, kw = np.divmod(np.arange(k), fw)
+    base_h = (np.arange(oh)[None, :, None] * stride[0] - padding[0] + kh[:, None, None] * dilation[0]).astype(F32)
+    base_w = (np.arange(ow)[None, None, :] * stride[1] - padding[1] + kw[:, None, None] * dilation[1]).astype(F32)
+    return base_h[None] + off[:, :, 0], base_w[None] + off[:, :, 1]
+
+
+def bilinear_corners(h: np.ndarray, w: np.ndarray, height: int, width: int) -> list[tuple[np.ndarray, ...]]:
+    """The four (row, column, weight, valid) corners of taps at float32 (h, w); a tap outside
+    (-1, H) x (-1, W) has all four invalid."""
+    inside = (h > -1) & (w > -1) & (h < height) & (w < width)
+    h0, w0 = np.floor(h), np.floor(w)
+    lh, lw = (h - h0).astype(F32), (w - w0).astype(F32)
+    hh, hw = F32(1) - lh, F32(1) - lw
+    h0i, w0i = h0.astype(np.int64), w0.astype(np.int64)
+    out = []
+    for dh, dw, wt in ((0, 0, hh * hw), (0, 1, hh * lw), (1, 0, lh * hw), (1, 1, lh * lw)):
+        r, c = h0i + dh, w0i + dw
+        ok = inside & (r >= 0) & (c >= 0) & (r < height) & (c < width)
+        out.append((np.clip(r, 0, height - 1), np.clip(c, 0, width - 1), wt, ok))
+    return out
+
+
+def columns(x: np.ndarray, offset: np.ndarray, mask: np.ndarray, fh: int, fw: int, p: dict[str, Any]
+            ) -> tuple[np.ndarray, list[list[tuple[np.ndarray, ...]]]]:  # fmt: skip
+    """The modulated samples (N, C, FH*FW, OH, OW) float32 and, per image, the corners used."""
+    n, c, height, width = x.shape
+    oh, ow = offset.shape[2:]
+    k = fh * fw
+    dg = offset.shape[1] // (2 * k)
+    cpg = c // dg
+    cols = np.zeros((n, c, k, oh, ow), F32)
+    corners = []
+    for b in range(n):
+        hs, ws = sample_positions(oh, ow, fh, fw, p["stride"], p["padding"], p["dilation"], offset[b])
+        cb = bilinear_corners(hs, ws, height, width)
+        corners.append(cb)
+        m = mask[b].astype(F32).reshape(dg, k, oh, ow)
+        for ch in range(c):
+            g = ch // cpg
+            plane = x[b, ch].astype(F32)
+            val = np.zeros((k, oh, ow), F32)
+            for r, col, wt, ok in cb:
+                val = val + wt[g] * np.where(ok[g], plane[r[g], col[g]], F32(0))
+            cols[b, ch] = val * m[g]
+    return cols, corners
+
+
+@kernel(T.DeformableConvOp)
+def deformable_conv(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) -> list[np.ndarray]:
+    x, w, offset, mask = args
+    wf, groups = _filter(w.astype(F32), p["sparse"])
+    oc, icpg, fh, fw = wf.shape
+    cols, _ = columns(x, offset, mask, fh, fw, p)
+    n, _, k, oh, ow = cols.shape
+    out = np.zeros((n, oc, oh, ow), F32)
+    ocpg = oc // groups
+    for g in range(groups):
+        for ic in range(icpg):
+            for t in range(k):
+                taps = wf[g * ocpg : (g + 1) * ocpg, ic].reshape(ocpg, k)[:, t]
+                out[:, g * ocpg : (g + 1) * ocpg] += cols[:, g * icpg + ic, t][:, None] * taps[None, :, None, None]
+    return [out]
+
+
+def deformable_conv_backward(
+    x: np.ndarray, w: np.ndarray, offset: np.ndarray, mask: np.ndarray, gy: np.ndarray, p: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(d input, d filter, d offset, d mask) for the output gradient ``gy`` (float64 sums): the
+    column gradient ``W^T gy`` scattered through each tap's bilinear corners (input), times the
+    corner values' slopes (offset), times the unmodulated sample (mask)."""
+    wf, groups = _filter(w.astype(np.float64), p["sparse"])
+    oc, icpg, fh, fw = wf.shape
+    k = fh * fw
+    cols, corners = columns(x, offset, mask, fh, fw, p)
+    n, c, _, oh, ow = cols.shape
+    ocpg = oc // groups
+    g64 = gy.astype(np.float64)
+    dcols = np.zeros((n, c, k, oh, ow))
+    dw = np.zeros_like(wf)
+    for g in range(groups):
+        wg = wf[g * ocpg : (g + 1) * ocpg].reshape(ocpg, icpg * k)
+        gg = g64[:, g * ocpg : (g + 1) * ocpg]
+        cg = cols[:, g * icpg : (g + 1) * icpg].reshape(n, icpg * k, oh, ow).astype(np.float64)
+        dcols[:, g * icpg : (g + 1) * icpg] = np.einsum("ok,nohw->nkhw", wg, gg).reshape(n, icpg, k, oh, ow)
+        dw[g * ocpg : (g + 1) * ocpg] = np.einsum("nohw,nkhw->ok", gg, cg).reshape(ocpg, icpg, fh, fw)
+    dg = offset.shape[1] // (2 * k)
+    cpg = c // dg
+    dx = np.zeros(x.shape)
+    doff = np.zeros((n, dg, k, 2, oh, ow))
+    dmask = np.zeros((n, dg, k, oh, ow))
+    for b in range(n):
+        m = mask[b].astype(np.float64).reshape(dg, k, oh, ow)
+        hs, ws = sample_positions(oh, ow, fh, fw, p["stride"], p["padding"], p["dilation"], offset[b])
+        lh, lw = (hs - np.floor(hs)).astype(np.float64), (ws - np.floor(ws)).astype(np.float64)
+        for ch in range(c):
+            g = ch // cpg
+            plane = x[b, ch].astype(np.float64)
+            d = dcols[b, ch]
+            vals = [np.where(ok[g], plane[r[g], col[g]], 0.0) for r, col, _, ok in corners[b]]
+            sample = sum(wt[g].astype(np.float64) * v for (_, _, wt, _), v in zip(corners[b], vals, strict=True))
+            dmask[b, g] += d * sample
+            dsamp = d * m[g]
+            for r, col, wt, ok in corners[b]:
+                np.add.at(dx[b, ch], (r[g][ok[g]], col[g][ok[g]]), (dsamp * wt[g])[ok[g]])
+            v00, v01, v10, v11 = vals
+            doff[b, g, :, 0] += dsamp * ((v10 - v00) * (1 - lw[g]) + (v11 - v01) * lw[g])
+            doff[b, g, :, 1] += dsamp * ((v01 - v00) * (1 - lh[g]) + (v11 - v10) * lh[g])
+    return (dx.astype(x.dtype), dw.reshape(w.shape).astype(w.dtype),
+            doff.reshape(offset.shape).astype(offset.dtype), dmask.reshape(mask.shape).astype(mask.dtype))  # fmt: skip
