@@ -2160,7 +2160,8 @@ class DeformableConvOp(MgbOp):
         padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
         dilation = _ints(params.get("dilation", 1), 2, "dilation", cls.name)
         sparse = params.get("sparse", enums.ConvSparse.DENSE)
-        n, oc, oh, ow = _conv_output(cls.name, src, filt, stride, padding, dilation, sparse, enums.Format.NCHW)
+        fmt = enums.Format.NCHW
+        n, oc, oh, ow = _conv_output(cls.name, src, filt, stride, padding, dilation, sparse, fmt)
         fh, fw = _shape(filt)[-2:]
         o, m = _shape(off), _shape(mask)
         if len(o) != 4 or o[0] != n or o[2:] != (oh, ow) or o[1] % (2 * fh * fw) or o[1] == 0:

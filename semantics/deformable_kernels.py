@@ -29,15 +29,25 @@ def _filter(w: np.ndarray, sparse: Any) -> tuple[np.ndarray, int]:
 
 
 def sample_positions(
-    oh: int, ow: int, fh: int, fw: int, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+    oh: int,
+    ow: int,
+    fh: int,
+    fw: int,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
     offset: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows and columns (float32, (DG, FH*FW, OH, OW)) each tap of one image reads."""
     k = fh * fw
     off = offset.astype(F32).reshape(-1, k, 2, oh, ow)
     kh, kw = np.divmod(np.arange(k), fw)
-    base_h = (np.arange(oh)[None, :, None] * stride[0] - padding[0] + kh[:, None, None] * dilation[0]).astype(F32)
-    base_w = (np.arange(ow)[None, None, :] * stride[1] - padding[1] + kw[:, None, None] * dilation[1]).astype(F32)
+    base_h = (np.arange(oh)[None, :, None] * stride[0] - padding[0] + kh[:, None, None] * dilation[0]).astype(
+        F32
+    )
+    base_w = (np.arange(ow)[None, None, :] * stride[1] - padding[1] + kw[:, None, None] * dilation[1]).astype(
+        F32
+    )
     return base_h[None] + off[:, :, 0], base_w[None] + off[:, :, 1]
 
 
@@ -57,8 +67,9 @@ def bilinear_corners(h: np.ndarray, w: np.ndarray, height: int, width: int) -> l
     return out
 
 
-def columns(x: np.ndarray, offset: np.ndarray, mask: np.ndarray, fh: int, fw: int, p: dict[str, Any]
-            ) -> tuple[np.ndarray, list[list[tuple[np.ndarray, ...]]]]:  # fmt: skip
+def columns(
+    x: np.ndarray, offset: np.ndarray, mask: np.ndarray, fh: int, fw: int, p: dict[str, Any]
+) -> tuple[np.ndarray, list[list[tuple[np.ndarray, ...]]]]:
     """The modulated samples (N, C, FH*FW, OH, OW) float32 and, per image, the corners used."""
     n, c, height, width = x.shape
     oh, ow = offset.shape[2:]
@@ -95,7 +106,9 @@ def deformable_conv(args: Sequence[np.ndarray], results: Sequence[ResultSpec], *
         for ic in range(icpg):
             for t in range(k):
                 taps = wf[g * ocpg : (g + 1) * ocpg, ic].reshape(ocpg, k)[:, t]
-                out[:, g * ocpg : (g + 1) * ocpg] += cols[:, g * icpg + ic, t][:, None] * taps[None, :, None, None]
+                out[:, g * ocpg : (g + 1) * ocpg] += (
+                    cols[:, g * icpg + ic, t][:, None] * taps[None, :, None, None]
+                )
     return [out]
 
 
@@ -134,7 +147,9 @@ def deformable_conv_backward(
             plane = x[b, ch].astype(np.float64)
             d = dcols[b, ch]
             vals = [np.where(ok[g], plane[r[g], col[g]], 0.0) for r, col, _, ok in corners[b]]
-            sample = sum(wt[g].astype(np.float64) * v for (_, _, wt, _), v in zip(corners[b], vals, strict=True))
+            sample = sum(
+                wt[g].astype(np.float64) * v for (_, _, wt, _), v in zip(corners[b], vals, strict=True)
+            )
             dmask[b, g] += d * sample
             dsamp = d * m[g]
             for r, col, wt, ok in corners[b]:
@@ -142,5 +157,9 @@ def deformable_conv_backward(
             v00, v01, v10, v11 = vals
             doff[b, g, :, 0] += dsamp * ((v10 - v00) * (1 - lw[g]) + (v11 - v01) * lw[g])
             doff[b, g, :, 1] += dsamp * ((v01 - v00) * (1 - lh[g]) + (v11 - v10) * lh[g])
-    return (dx.astype(x.dtype), dw.reshape(w.shape).astype(w.dtype),
-            doff.reshape(offset.shape).astype(offset.dtype), dmask.reshape(mask.shape).astype(mask.dtype))  # fmt: skip
+    return (
+        dx.astype(x.dtype),
+        dw.reshape(w.shape).astype(w.dtype),
+        doff.reshape(offset.shape).astype(offset.dtype),
+        dmask.reshape(mask.shape).astype(mask.dtype),
+    )

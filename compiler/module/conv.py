@@ -120,7 +120,9 @@ class DeformableConv2d(Module):
         super().__init__(kwargs.get("name"))
         label = "DeformableConv2d"
         if groups < 1 or in_channels % groups or out_channels % groups:
-            raise op_error(label, f"channels ({in_channels}, {out_channels}) must be divisible by groups {groups}")
+            raise op_error(
+                label, f"channels ({in_channels}, {out_channels}) must be divisible by groups {groups}"
+            )
         from compiler.functional.nn import _pair
         from compiler.random import generator
 
@@ -138,7 +140,9 @@ class DeformableConv2d(Module):
         self.weight = Parameter(generator().normal(0.0, std, size=shape).astype("float32"))
         self.bias = Parameter(F.zeros((1, out_channels, 1, 1)).numpy()) if bias else None
 
-    def calc_conv(self, inp: Tensor, weight: Tensor, offset: Tensor, mask: Tensor, bias: Tensor | None) -> Tensor:
+    def calc_conv(
+        self, inp: Tensor, weight: Tensor, offset: Tensor, mask: Tensor, bias: Tensor | None
+    ) -> Tensor:
         return F.deformable_conv2d(inp, weight, offset, mask, bias, self.stride, self.padding, self.dilation,
                                    self.groups, self.conv_mode, self.compute_mode)  # fmt: skip
 
