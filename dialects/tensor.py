@@ -2178,6 +2178,51 @@ class DeformableConvOp(MgbOp):
         return [TensorType(src.element_type, [n, oc, oh, ow])]
 
 
+@irdl_op_definition
+class RegionRestrictedConvOp(MgbOp):
+    """MegEngine's RegionRestrictedConvolution (NCHW, grouped filter (G, OC/G, IC/G, FH, FW)): a
+    convolution in which tap (ih, iw) of output (oh, ow) counts only where the input region id
+    ``rin[n, ih, iw]`` equals the output's ``rout[n, oh, ow]`` (padding counts nowhere); ``rin``
+    (N, IH, IW) and ``rout`` (N, OH, OW) are int32 or uint8."""
+
+    name = "mgb.region_restricted_conv"
+    src = operand_def(TensorType)
+    filter = operand_def(TensorType)
+    rin = operand_def(TensorType)
+    rout = operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, filt, rin, rout = (_type(t) for t in operand_types)
+        _float32_operand(cls.name, "input", src)
+        _float32_operand(cls.name, "filter", filt)
+        if params.get("mode", enums.ConvMode.CROSS_CORRELATION) != enums.ConvMode.CROSS_CORRELATION:
+            raise ShapeInferenceError(cls.name, "only mode cross_correlation is supported")
+        stride = _ints(params.get("stride", 1), 2, "stride", cls.name)
+        padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
+        dilation = _ints(params.get("dilation", 1), 2, "dilation", cls.name)
+        group = enums.ConvSparse.GROUP
+        n, oc, oh, ow = _conv_output(cls.name, src, filt, stride, padding, dilation, group, enums.Format.NCHW)
+        kinds = {dtype_name(rin.element_type), dtype_name(rout.element_type)}
+        if len(kinds) != 1 or not kinds <= {"int32", "uint8"}:
+            raise ShapeInferenceError(
+                cls.name, f"rin and rout must both be int32 or both uint8, got {sorted(kinds)}"
+            )
+        s = _shape(src)
+        if _shape(rin) != (n, s[2], s[3]) or _shape(rout) != (n, oh, ow):
+            raise ShapeInferenceError(
+                cls.name,
+                f"rin must be {(n, s[2], s[3])} and rout {(n, oh, ow)}, got {_shape(rin)} and {_shape(rout)}",
+            )
+        return [TensorType(src.element_type, [n, oc, oh, ow])]
+
+
 # (op name, keyword property) -> the enum attribute class printed as that keyword
 ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
     ("mgb.elemwise", "mode"): ElemwiseModeAttr,
@@ -2234,6 +2279,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     RemapOp,
     CvtColorOp,
     DeformableConvOp,
+    RegionRestrictedConvOp,
 )
 
 Mgb = Dialect(

@@ -1,4 +1,5 @@
-"""Reference kernels of MegEngine's deformable operators: DeformableConv (DCNv2, modulated).
+"""Reference kernels of MegEngine's deformable operators, DeformableConv (DCNv2, modulated), and
+of RegionRestrictedConvolution.
 
 The input is sampled as MegEngine's naive kernel does (checked against MegEngine 1.13, outputs in
 tests/data/image_mge/deformable_outputs.npz): a tap at (h, w) is 0 unless -1 < h < H and
@@ -163,3 +164,62 @@ def deformable_conv_backward(
         doff.reshape(offset.shape).astype(offset.dtype),
         dmask.reshape(mask.shape).astype(mask.dtype),
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# RegionRestrictedConvolution
+
+
+def region_windows(x: np.ndarray, rin: np.ndarray, rout: np.ndarray, fh: int, fw: int, p: dict[str, Any]):  # noqa: ANN201
+    """Per tap (a, b): the input window (N, C, OH, OW) with taps of another region (or padding)
+    zeroed, and the padded-window slices (for the gradient's scatter)."""
+    (ph, pw), (sh, sw), (dh, dw) = p["padding"], p["stride"], p["dilation"]
+    oh, ow = rout.shape[1:]
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    rp = np.pad(rin.astype(np.int64), ((0, 0), (ph, ph), (pw, pw)), constant_values=-1)
+    for a in range(fh):
+        for b in range(fw):
+            sl = (
+                slice(a * dh, a * dh + (oh - 1) * sh + 1, sh),
+                slice(b * dw, b * dw + (ow - 1) * sw + 1, sw),
+            )
+            ok = rp[(slice(None), *sl)] == rout.astype(np.int64)
+            yield a, b, sl, ok, np.where(ok[:, None], xp[(slice(None), slice(None), *sl)], F32(0))
+
+
+@kernel(T.RegionRestrictedConvOp)
+def region_restricted_conv(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any
+) -> list[np.ndarray]:
+    """float32 sums in MegEngine's naive (fh, fw, input channel) order."""
+    x, w, rin, rout = args
+    g, ocpg, icpg, fh, fw = w.shape
+    w = w.astype(F32)
+    out = np.zeros((x.shape[0], g * ocpg, *rout.shape[1:]), F32)
+    for a, b, _, _, win in region_windows(x.astype(F32), rin, rout, fh, fw, p):
+        for gi in range(g):
+            for ic in range(icpg):
+                taps = w[gi, :, ic, a, b]
+                out[:, gi * ocpg : (gi + 1) * ocpg] += (
+                    win[:, gi * icpg + ic][:, None] * taps[None, :, None, None]
+                )
+    return [out]
+
+
+def region_restricted_conv_backward(
+    x: np.ndarray, w: np.ndarray, rin: np.ndarray, rout: np.ndarray, gy: np.ndarray, p: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(d input, d filter) for the output gradient ``gy`` (float64 sums); none for the region ids."""
+    g, ocpg, icpg, fh, fw = w.shape
+    (ph, pw) = p["padding"]
+    g64 = gy.astype(np.float64).reshape(gy.shape[0], g, ocpg, *gy.shape[2:])
+    dxp = np.zeros((x.shape[0], x.shape[1], x.shape[2] + 2 * ph, x.shape[3] + 2 * pw))
+    dw = np.zeros(w.shape)
+    w64 = w.astype(np.float64)
+    for a, b, sl, ok, win in region_windows(x.astype(np.float64), rin, rout, fh, fw, p):
+        wg = win.reshape(win.shape[0], g, icpg, *win.shape[2:])
+        dw[:, :, :, a, b] = np.einsum("ngohw,ngihw->goi", g64, wg)
+        contrib = np.einsum("ngohw,goi->ngihw", g64, w64[:, :, :, a, b]) * ok[:, None, None]
+        dxp[(slice(None), slice(None), *sl)] += contrib.reshape(win.shape)
+    dx = dxp[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]]
+    return dx.astype(x.dtype), dw.astype(w.dtype)

@@ -61,4 +61,10 @@ def inputs() -> dict[str, tuple[np.ndarray, ...]]:
             (rng.randn(2, 2 * 2 * 9, 4, 5) * 1.5).astype("float32"),
             rng.rand(2, 2 * 9, 4, 5).astype("float32"),
         ),
+        "region_restricted_conv": (
+            nchw,
+            rng.randn(3, 2, 1, 3, 3).astype("float32"),
+            rng.randint(0, 3, (2, 8, 9)).astype("int32"),
+            rng.randint(0, 3, (2, 8, 9)).astype("int32"),
+        ),
     }

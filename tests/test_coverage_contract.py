@@ -26,7 +26,12 @@ _CUDA_GAP = "no CUDA unit yet (issue 30); compiling it for cuda is a one-line Lo
 # training-side image ops that the model zoo's inference graphs do not contain (Fast R-CNN's roi
 # pooling gave way to roi_align; correlation is FlowNet's): the reference interpreter runs them
 _C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the reference interpreter runs it"
-_C_VISION = {T.ROIPoolingOp: _C_VISION_GAP, T.CorrelationOp: _C_VISION_GAP, T.DeformableConvOp: _C_VISION_GAP}
+_C_VISION = {
+    T.ROIPoolingOp: _C_VISION_GAP,
+    T.CorrelationOp: _C_VISION_GAP,
+    T.DeformableConvOp: _C_VISION_GAP,
+    T.RegionRestrictedConvOp: _C_VISION_GAP,
+}
 REFUSED: dict[str, dict[type[Operation], str]] = {
     "x86": {**NO_KERNEL, **_C_VISION},
     "arm": {**NO_KERNEL, **_C_VISION},
@@ -56,6 +61,7 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.RemapOp,
                 T.CvtColorOp,
                 T.DeformableConvOp,
+                T.RegionRestrictedConvOp,
             )
         },
     },
@@ -102,6 +108,7 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.RemapOp,
             T.CvtColorOp,
             T.DeformableConvOp,
+            T.RegionRestrictedConvOp,
         )
     },
 }

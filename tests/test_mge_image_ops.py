@@ -24,6 +24,7 @@ from tests.image_graphs import GRAPHS
 DATA = os.path.join(os.path.dirname(__file__), "data", "image_mge")
 EAGER = np.load(os.path.join(DATA, "eager_outputs.npz"))
 DEFORM = np.load(os.path.join(DATA, "deformable_outputs.npz"))
+REGION = np.load(os.path.join(DATA, "region_outputs.npz"))
 DUMPED = np.load(os.path.join(DATA, "megengine_outputs.npz"))
 BORDERS = ["replicate", "constant", "reflect", "reflect_101", "wrap"]
 CUBIC_TOL = 3e-6  # a few ulps of values up to ~10
@@ -242,7 +243,7 @@ def test_dump_computes_what_megengine_computed_on_it(name: str) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=_tol(name))
 
 
-@pytest.mark.parametrize("name", sorted(n for n in GRAPHS if n != "deformable_conv"))  # no C unit
+@pytest.mark.parametrize("name", sorted(n for n in GRAPHS if "_conv" not in n))  # no C units for those
 def test_compiled_image_kernels_match_megengine(name: str) -> None:
     from tests.codegen_util import require
 
@@ -374,3 +375,61 @@ def test_deformable_conv2d_refuses_mismatched_offsets() -> None:
     with pytest.raises(ValueError, match="offset must be") as info:
         F.deformable_conv2d(t(d["dc_x"]), t(d["dc_w"]), t(d["dc_off"][:, :7]), t(d["dc_mask"]))
     assert "\n" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# region_restricted_conv
+
+
+@pytest.mark.parametrize(("case", "groups"), [("dw", 4), ("dw2", 4), ("g2", 2), ("dw_u8", 4)])
+def test_region_restricted_conv_matches_megengine(case: str, groups: int) -> None:
+    r = REGION
+    rin, rout = r["rin"], r["rout"]
+    if case.endswith("_u8"):
+        rin, rout = rin.astype(np.uint8), rout.astype(np.uint8)
+    w = r["w_" + case.removesuffix("_u8")]
+    got = F.nn.region_restricted_conv(t(r["x"]), t(w), t(rin), t(rout), padding=1, groups=groups)
+    np.testing.assert_array_equal(got.numpy(), r[f"out_{case}"])
+
+
+def test_region_restricted_conv_gradients_match_megengine() -> None:
+    from compiler.autodiff import GradManager
+
+    r = REGION
+    x, w = t(r["x"]), t(r["w_dw"])
+    gm = GradManager().attach([x, w])
+    with gm:
+        y = F.nn.region_restricted_conv(x, w, t(r["rin"]), t(r["rout"]), padding=1, groups=4)
+        gm.backward((y * t(r["gy"])).sum())
+    np.testing.assert_allclose(x.grad.numpy(), r["dx"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(w.grad.numpy(), r["dw"], rtol=1e-5, atol=1e-5)
+
+
+def test_region_restricted_conv_with_one_region_is_a_grouped_conv() -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 2, 3, 3)).astype(np.float32)
+    ones_in, ones_out = np.ones((1, 6, 7), np.int32), np.ones((1, 3, 4), np.int32)
+    got = F.nn.region_restricted_conv(t(x), t(w), t(ones_in), t(ones_out), stride=2, padding=1, groups=2)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w.reshape(6, 2, 3, 3)), stride=2,
+                                      padding=1, groups=2)  # fmt: skip
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
+
+
+def test_region_restricted_conv_module_and_errors() -> None:
+    import compiler.module as M
+
+    r = REGION
+    m = M.RegionRestrictedConv(4, 4, 3, groups=4, padding=1)
+    assert m.weight.shape == (4, 1, 1, 3, 3) and m.bias.shape == (1, 4, 1, 1)
+    m.weight = xm.Parameter(r["w_dw"])
+    m.bias = None
+    np.testing.assert_array_equal(m(t(r["x"]), t(r["rin"]), t(r["rout"])).numpy(), r["out_dw"])
+    with pytest.raises(ValueError, match="rin and rout must both be int32"):
+        F.nn.region_restricted_conv(t(r["x"]), t(r["w_dw"]), t(r["rin"]), t(r["rout"].astype(np.uint8)),
+                                    padding=1, groups=4)  # fmt: skip
+    with pytest.raises(ValueError, match="rout"):
+        F.nn.region_restricted_conv(
+            t(r["x"]), t(r["w_dw"]), t(r["rin"]), t(r["rout"][:, :3]), padding=1, groups=4
+        )

@@ -127,4 +127,25 @@ def lower_deformable_conv(lw: Lowering, op: T.DeformableConvOp, p: dict[str, Any
     lw.simple(op, "DeformableConv", [("Convolution", conv), EXECUTION_POLICY])
 
 
+
+def read_region_restricted_conv(ctx: ReadContext, op: RawOpr) -> None:
+    """(src, filter, rin, rout), param Convolution (NCHW, sparse GROUP)."""
+    _inputs(op, 4, "src, filter, rin, rout")
+    p = op.param("Convolution")
+    if enum_of(op, enums.Format, p["format"], "format") != enums.Format.NCHW:
+        raise unsupported(op, "RegionRestrictedConvolution is read in format NCHW only")
+    params = {
+        "stride": (p["stride_h"], p["stride_w"]),
+        "padding": (p["pad_h"], p["pad_w"]),
+        "dilation": (p["dilate_h"], p["dilate_w"]),
+        "mode": enum_of(op, enums.ConvMode, p["mode"], "mode"),
+    }
+    _one(ctx, op, T.RegionRestrictedConvOp, [input_var(ctx, op, k) for k in range(4)], **params)
+
+
+def lower_region_restricted_conv(lw: Lowering, op: T.RegionRestrictedConvOp, p: dict[str, Any]) -> None:
+    fields = {**p, "sparse": enums.ConvSparse.GROUP, "compute_mode": enums.ComputeMode.DEFAULT}
+    conv = _convolution_param(fields, enums.Format.NCHW)
+    lw.simple(op, "RegionRestrictedConvolution", [("Convolution", conv)])
+
 register_params()

@@ -187,6 +187,9 @@ OPRS: tuple[Opr, ...] = (
         IM.read_cvt_color, IM.lower_cvt_color),
     Opr("DeformableConv", "DeformableConvForwardV1", "DeformableConvForward", "DeformableConvForward",
         (T.DeformableConvOp,), IM.read_deformable_conv, IM.lower_deformable_conv),
+    # registered outside the *.sereg.h files tests/data/mge_opr_registry_1_13.txt lists
+    Opr("RegionRestrictedConvolution", "RegionRestrictedConvolution", "RegionRestrictedConvolutionForward",
+        None, (T.RegionRestrictedConvOp,), IM.read_region_restricted_conv, IM.lower_region_restricted_conv),
 )
 # fmt: on
 

@@ -232,3 +232,14 @@ def _deformable_conv_backward(
 
     x, w, offset, mask = inputs
     return list(deformable_conv_backward(x, w, offset, mask, _only_grad(grads), params))
+
+
+@_rule(T.RegionRestrictedConvOp)
+def _region_restricted_conv_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    from semantics.deformable_kernels import region_restricted_conv_backward
+
+    x, w, rin, rout = inputs
+    dx, dw = region_restricted_conv_backward(x, w, rin, rout, _only_grad(grads), params)
+    return [dx, dw, None, None]

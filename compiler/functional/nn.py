@@ -46,6 +46,7 @@ __all__ = [
     "warp_affine",
     "remap",
     "deformable_conv2d",
+    "region_restricted_conv",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -239,6 +240,39 @@ def deformable_conv2d(
         label=label,
         **_conv_geometry(label, stride, padding, dilation, groups),
     )
+    return _add_channel_bias(label, out, bias)
+
+
+def region_restricted_conv(
+    inp: Tensor,
+    weight: Tensor,
+    rin: Tensor,
+    rout: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+    compute_mode: str = "default",
+) -> Tensor:
+    """Region-restricted convolution (MegEngine's RegionRestrictedConvolution): a grouped
+    convolution (weight (G, OC/G, IC/G, FH, FW)) in which an input pixel contributes to an output
+    only where the region ids agree, ``rin[n, ih, iw] == rout[n, oh, ow]`` (``rin`` (N, IH, IW),
+    ``rout`` (N, OH, OW), both int32 or both uint8); padding contributes nothing. Differentiable in
+    the input and the weight."""
+    label = "region_restricted_conv"
+    inp, weight, rin, rout = as_tensor(inp), as_tensor(weight), as_tensor(rin), as_tensor(rout)
+    if str(conv_mode).lower() != "cross_correlation":
+        raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
+    _mode(label, enums.ComputeMode, compute_mode, "compute_mode")
+    if groups < 1:
+        raise op_error(label, f"groups must be positive, got {groups}")
+    if weight.ndim == 4:  # MegEngine always runs it grouped
+        weight = reshape(weight, (groups, weight.shape[0] // groups, *weight.shape[1:]))
+    geometry = _conv_geometry(label, stride, padding, dilation, groups)
+    geometry.pop("sparse")
+    (out,) = apply(T.RegionRestrictedConvOp, [inp, weight, rin, rout], label=label, **geometry)
     return _add_channel_bias(label, out, bias)
 
 

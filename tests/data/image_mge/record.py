@@ -158,6 +158,7 @@ def eager(_: str) -> None:
     rec["g_bicubic_dx"] = xt.grad.numpy()
     np.savez_compressed(os.path.join(HERE, "eager_outputs.npz"), **rec)
     deformable(rng)
+    region(rng)
 
 
 def deformable(rng: np.random.RandomState) -> None:
@@ -197,6 +198,36 @@ def deformable(rng: np.random.RandomState) -> None:
     for name, t in zip(("dx", "dw", "doff", "dmask"), args):  # noqa: B905  (run on Python 3.9)
         rec[f"dc_{name}"] = t.grad.numpy()
     np.savez_compressed(os.path.join(HERE, "deformable_outputs.npz"), **rec)
+
+
+def region(rng: np.random.RandomState) -> None:
+    """MegEngine's region_restricted_conv (depthwise, multiplier 2, grouped; int32 and uint8 ids)
+    and its gradients (region_outputs.npz)."""
+    import megengine as mge
+    import megengine.functional as F
+    from megengine.autodiff import GradManager
+
+    x = rng.randn(2, 4, 7, 8).astype(np.float32)
+    rin = rng.randint(0, 3, (2, 7, 8)).astype(np.int32)
+    rout = rng.randint(0, 3, (2, 7, 8)).astype(np.int32)
+    rec = {"x": x, "rin": rin, "rout": rout}
+    cases = {"dw": (4, 1, 1), "dw2": (4, 2, 1), "g2": (2, 3, 2)}
+    for name, (g, ocpg, icpg) in cases.items():
+        rec[f"w_{name}"] = w = rng.randn(g, ocpg, icpg, 3, 3).astype(np.float32)
+        args = (mge.tensor(x), mge.tensor(w))
+        rec[f"out_{name}"] = F.nn.region_restricted_conv(*args, mge.tensor(rin), mge.tensor(rout), padding=1,
+                                                         groups=g).numpy()  # fmt: skip
+    u8 = (mge.tensor(rin.astype(np.uint8)), mge.tensor(rout.astype(np.uint8)))
+    rec["out_dw_u8"] = F.nn.region_restricted_conv(mge.tensor(x), mge.tensor(rec["w_dw"]), *u8, padding=1,
+                                                   groups=4).numpy()  # fmt: skip
+    xt, wt = mge.tensor(x), mge.tensor(rec["w_dw"])
+    gm = GradManager().attach([xt, wt])
+    rec["gy"] = gy = rng.randn(2, 4, 7, 8).astype(np.float32)
+    with gm:
+        y = F.nn.region_restricted_conv(xt, wt, mge.tensor(rin), mge.tensor(rout), padding=1, groups=4)
+        gm.backward((y * mge.tensor(gy)).sum())
+    rec["dx"], rec["dw"] = xt.grad.numpy(), wt.grad.numpy()
+    np.savez_compressed(os.path.join(HERE, "region_outputs.npz"), **rec)
 
 
 if __name__ == "__main__":
