@@ -2223,6 +2223,51 @@ class RegionRestrictedConvOp(MgbOp):
         return [TensorType(src.element_type, [n, oc, oh, ow])]
 
 
+@irdl_op_definition
+class DeformablePSROIPoolingOp(MgbOp):
+    """MegEngine's DeformablePSROIPooling (NCHW): for each roi row (batch index, x1, y1, x2, y2)
+    (rounded to pixels, scaled by ``spatial_scale``), ``pooled_h`` x ``pooled_w`` bins, each the
+    mean of up to ``sample_per_part``^2 bilinear samples, the bin moved (unless ``no_trans``) by
+    ``trans_std`` x roi size x the roi's row of ``trans`` (R, 2, pooled_h, pooled_w) read on a
+    ``part_size`` grid. Results: the pooled values (K, C, PH, PW) and each bin's sample count."""
+
+    name = "mgb.deformable_psroi_pooling"
+    src = operand_def(TensorType)
+    rois = operand_def(TensorType)
+    trans = operand_def(TensorType)
+    output = result_def(TensorType)
+    count = result_def(TensorType)
+    no_trans = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, IntegerType(1)))
+    spatial_scale = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    trans_std = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    pooled_h = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    pooled_w = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    part_size = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    sample_per_part = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, rois, trans = (_type(t) for t in operand_types)
+        k = _rois(cls.name, src, rois)
+        _float32_operand(cls.name, "trans", trans)
+        ph, pw = int(params.get("pooled_h", 1)), int(params.get("pooled_w", 1))
+        part, spp = int(params.get("part_size", 1)), int(params.get("sample_per_part", 1))
+        if min(ph, pw, part, spp) < 1:
+            raise ShapeInferenceError(
+                cls.name, f"pooled size {(ph, pw)}, part_size {part}, sample_per_part {spp} must be positive"
+            )
+        t = _shape(trans)
+        if len(t) != 4 or t[1:] != (2, ph, pw):
+            raise ShapeInferenceError(cls.name, f"trans must be (R, 2, {ph}, {pw}), got {t}")
+        if part * part > ph * pw:
+            # MegEngine reads the part grid from the (2, PH, PW) rows: beyond them it reads other memory
+            raise ShapeInferenceError(cls.name, f"part_size {part} needs part_size^2 <= {ph} * {pw}")
+        s = _shape(src)
+        out = TensorType(src.element_type, [k, s[1], ph, pw])
+        return [out, out]
+
+
 # (op name, keyword property) -> the enum attribute class printed as that keyword
 ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
     ("mgb.elemwise", "mode"): ElemwiseModeAttr,
@@ -2280,6 +2325,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     CvtColorOp,
     DeformableConvOp,
     RegionRestrictedConvOp,
+    DeformablePSROIPoolingOp,
 )
 
 Mgb = Dialect(

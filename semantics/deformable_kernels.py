@@ -223,3 +223,138 @@ def region_restricted_conv_backward(
         dxp[(slice(None), slice(None), *sl)] += contrib.reshape(win.shape)
     dx = dxp[:, :, ph : ph + x.shape[2], pw : pw + x.shape[3]]
     return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# DeformablePSROIPooling
+
+
+def _round_away(v: np.float32) -> np.float32:
+    return F32(np.sign(v) * np.floor(np.abs(np.float64(v)) + 0.5))
+
+
+def psroi_samples(
+    roi: np.ndarray, n: int, trans: np.ndarray, p: dict[str, Any], height: int, width: int
+) -> list[list[list[tuple[float, float, float, float]]]]:
+    """Per bin (ph, pw): its samples' clamped positions (h, w) and d position / d trans (for
+    the gradient: ``trans_std * roi_height``, ``trans_std * roi_width``), in float32 as MegEngine:
+    the roi rounded to pixels, scaled, shifted by -0.5; bin (ph, pw) moved by roi ``n``'s
+    ``trans`` at part cell ``(floor(ph / PH * part), floor(pw / PW * part))``; samples outside
+    [-0.5, size - 0.5] dropped, the others clamped into the image."""
+    ph_n, pw_n, part, spp = p["pooled_h"], p["pooled_w"], p["part_size"], p["sample_per_part"]
+    ss, ts = F32(p["spatial_scale"]), F32(p["trans_std"])
+    half = F32(0.5)
+    sw, sh = _round_away(roi[1]) * ss - half, _round_away(roi[2]) * ss - half
+    ew, eh = (_round_away(roi[3]) + F32(1)) * ss - half, (_round_away(roi[4]) + F32(1)) * ss - half
+    rw, rh = max(ew - sw, F32(0.1)), max(eh - sh, F32(0.1))
+    bw, bh = rw / F32(pw_n), rh / F32(ph_n)
+    sbw, sbh = bw / F32(spp), bh / F32(spp)
+    flat = trans.reshape(-1)
+    bins = []
+    for ph in range(ph_n):
+        row = []
+        for pw in range(pw_n):
+            part_h = int(np.floor(F32(ph) / F32(ph_n) * F32(part)))
+            part_w = int(np.floor(F32(pw) / F32(pw_n) * F32(part)))
+            if p["no_trans"]:
+                tx = ty = F32(0)
+            else:
+                tx = flat[((n * 2) * part + part_h) * part + part_w] * ts
+                ty = flat[((n * 2 + 1) * part + part_h) * part + part_w] * ts
+            ws, hs = F32(pw) * bw + sw + tx * rw, F32(ph) * bh + sh + ty * rh
+            samples = []
+            for ih in range(spp):
+                for iw in range(spp):
+                    w, h = ws + F32(iw) * sbw, hs + F32(ih) * sbh
+                    if w < -0.5 or w > width - 0.5 or h < -0.5 or h > height - 0.5:
+                        continue
+                    w, h = min(max(w, F32(0)), F32(width - 1)), min(max(h, F32(0)), F32(height - 1))
+                    samples.append((h, w, float(ts * rh), float(ts * rw)))
+            row.append(samples)
+        bins.append(row)
+    return bins
+
+
+def _psroi_bilinear(plane: np.ndarray, h: np.float32, w: np.float32) -> tuple[np.ndarray, list[Any]]:
+    """MegEngine's bilinear read of ``plane`` (C, H, W) at (h, w) inside the image: corners at
+    floor/ceil; returns the value and the (row, column, weight) corners."""
+    x1, x2, y1, y2 = int(np.floor(w)), int(np.ceil(w)), int(np.floor(h)), int(np.ceil(h))
+    dx, dy = F32(w - F32(x1)), F32(h - F32(y1))
+    one = F32(1)
+    corners = [(y1, x1, (one - dx) * (one - dy)), (y2, x1, (one - dx) * dy), (y1, x2, dx * (one - dy)),
+               (y2, x2, dx * dy)]  # fmt: skip
+    val = corners[0][2] * plane[:, y1, x1]
+    for r, c, wt in corners[1:]:
+        val = val + wt * plane[:, r, c]
+    return val, corners
+
+
+def _check_trans(op: str, rois: np.ndarray, trans: np.ndarray, p: dict[str, Any]) -> None:
+    if not p["no_trans"] and trans.shape[0] < rois.shape[0]:
+        raise ValueError(f"{op}: trans has {trans.shape[0]} rows for {rois.shape[0]} rois (one per roi)")
+
+
+@kernel(T.DeformablePSROIPoolingOp)
+def deformable_psroi_pooling(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any
+) -> list[np.ndarray]:
+    x, rois, trans = args
+    _check_trans("mgb.deformable_psroi_pooling", rois, trans, p)
+    n_img, c, height, width = x.shape
+    out = np.zeros(results[0].shape, F32)
+    count = np.zeros(results[1].shape, F32)
+    for n in range(rois.shape[0]):
+        b = int(rois[n][0])
+        if not 0 <= b < n_img:
+            from semantics.vision_kernels import DataIndexError
+
+            raise DataIndexError(f"mgb.deformable_psroi_pooling: roi batch index {rois[n][0]} out of range")
+        plane = x[b].astype(F32)
+        for ph, row in enumerate(psroi_samples(rois[n], n, trans, p, height, width)):
+            for pw, samples in enumerate(row):
+                acc = np.zeros(c, F32)
+                for h, w, _, _ in samples:
+                    acc = acc + _psroi_bilinear(plane, h, w)[0]
+                k = len(samples)
+                out[n, :, ph, pw] = acc / F32(k) if k else F32(0)
+                count[n, :, ph, pw] = k
+    return [out, count]
+
+
+def deformable_psroi_pooling_backward(
+    x: np.ndarray, rois: np.ndarray, trans: np.ndarray, gy: np.ndarray, p: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(d input, d trans) for the output gradient ``gy`` (float64 sums): each bin's gradient over
+    its samples' bilinear corners; the trans gradient through the sample positions (zero with
+    ``no_trans``)."""
+    _, c, height, width = x.shape
+    dx = np.zeros(x.shape)
+    dflat = np.zeros(trans.size)
+    part = p["part_size"]
+    for n in range(rois.shape[0]):
+        b = int(rois[n][0])
+        plane = x[b].astype(np.float64)
+        for ph, row in enumerate(psroi_samples(rois[n], n, trans, p, height, width)):
+            for pw, samples in enumerate(row):
+                if not samples:
+                    continue
+                g = gy[n, :, ph, pw].astype(np.float64) / len(samples)
+                part_h = int(np.floor(F32(ph) / F32(p["pooled_h"]) * F32(part)))
+                part_w = int(np.floor(F32(pw) / F32(p["pooled_w"]) * F32(part)))
+                for h, w, dh, dw in samples:
+                    _, corners = _psroi_bilinear(x[b].astype(F32), h, w)
+                    for r, col, wt in corners:
+                        dx[b, :, r, col] += g * float(wt)
+                    if p["no_trans"]:
+                        continue
+                    (y1, x1, _), (y2, _, _), (_, x2, _), _ = corners
+                    fx, fy = float(w) - x1, float(h) - y1
+                    d_w = (1 - fy) * (plane[:, y1, x2] - plane[:, y1, x1]) + fy * (
+                        plane[:, y2, x2] - plane[:, y2, x1]
+                    )
+                    d_h = (1 - fx) * (plane[:, y2, x1] - plane[:, y1, x1]) + fx * (
+                        plane[:, y2, x2] - plane[:, y1, x2]
+                    )
+                    dflat[((n * 2) * part + part_h) * part + part_w] += float((g * d_w).sum()) * dw
+                    dflat[((n * 2 + 1) * part + part_h) * part + part_w] += float((g * d_h).sum()) * dh
+    return dx.astype(x.dtype), dflat.reshape(trans.shape).astype(trans.dtype)

@@ -33,6 +33,12 @@ GRAPHS: dict[str, Callable[..., Any]] = {
     "deformable_conv": lambda x, w, off, mask: F.deformable_conv2d(
         x, w, off, mask, stride=2, padding=1, groups=2
     ),
+    "deformable_psroi_pooling": lambda x, rois, trans: F.deformable_psroi_pooling(
+        x, rois, trans, False, 2, 3, 3, 2, 0.5, 0.2
+    ),
+    "region_restricted_conv": lambda x, w, rin, rout: F.nn.region_restricted_conv(
+        x, w, rin, rout, padding=1, groups=3
+    ),
 }
 
 
@@ -60,6 +66,11 @@ def inputs() -> dict[str, tuple[np.ndarray, ...]]:
             (rng.randn(4, 1, 3, 3) * 0.4).astype("float32"),
             (rng.randn(2, 2 * 2 * 9, 4, 5) * 1.5).astype("float32"),
             rng.rand(2, 2 * 9, 4, 5).astype("float32"),
+        ),
+        "deformable_psroi_pooling": (
+            nchw,
+            np.array([[0, 1.2, 2.0, 7.5, 6.3], [1, 0, 0, 9, 8], [1, -2, 5, 12, 11]], "float32"),
+            (rng.randn(3, 2, 3, 3) * 0.5).astype("float32"),
         ),
         "region_restricted_conv": (
             nchw,

@@ -31,6 +31,7 @@ _C_VISION = {
     T.CorrelationOp: _C_VISION_GAP,
     T.DeformableConvOp: _C_VISION_GAP,
     T.RegionRestrictedConvOp: _C_VISION_GAP,
+    T.DeformablePSROIPoolingOp: _C_VISION_GAP,
 }
 REFUSED: dict[str, dict[type[Operation], str]] = {
     "x86": {**NO_KERNEL, **_C_VISION},
@@ -62,6 +63,7 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.CvtColorOp,
                 T.DeformableConvOp,
                 T.RegionRestrictedConvOp,
+                T.DeformablePSROIPoolingOp,
             )
         },
     },
@@ -109,6 +111,7 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.CvtColorOp,
             T.DeformableConvOp,
             T.RegionRestrictedConvOp,
+            T.DeformablePSROIPoolingOp,
         )
     },
 }

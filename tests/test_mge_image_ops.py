@@ -25,6 +25,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data", "image_mge")
 EAGER = np.load(os.path.join(DATA, "eager_outputs.npz"))
 DEFORM = np.load(os.path.join(DATA, "deformable_outputs.npz"))
 REGION = np.load(os.path.join(DATA, "region_outputs.npz"))
+PSROI = np.load(os.path.join(DATA, "psroi_outputs.npz"))
 DUMPED = np.load(os.path.join(DATA, "megengine_outputs.npz"))
 BORDERS = ["replicate", "constant", "reflect", "reflect_101", "wrap"]
 CUBIC_TOL = 3e-6  # a few ulps of values up to ~10
@@ -243,7 +244,7 @@ def test_dump_computes_what_megengine_computed_on_it(name: str) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=_tol(name))
 
 
-@pytest.mark.parametrize("name", sorted(n for n in GRAPHS if "_conv" not in n))  # no C units for those
+@pytest.mark.parametrize("name", sorted(n for n in GRAPHS if not n.startswith(("deformable", "region"))))
 def test_compiled_image_kernels_match_megengine(name: str) -> None:
     from tests.codegen_util import require
 
@@ -433,3 +434,51 @@ def test_region_restricted_conv_module_and_errors() -> None:
         F.nn.region_restricted_conv(
             t(r["x"]), t(r["w_dw"]), t(r["rin"]), t(r["rout"][:, :3]), padding=1, groups=4
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# deformable_psroi_pooling
+
+# name: (trans rows, no_trans, part_size, pooled_h, pooled_w, sample_per_part, spatial_scale, trans_std)
+PSROI_CASES = {
+    "a": (4, False, 3, 3, 3, 2, 0.8, 0.1),
+    "b": (5, False, 2, 3, 3, 3, 0.5, 0.3),
+    "c": (4, True, 3, 3, 3, 2, 1.0, 0.1),
+    "d": (4, False, 3, 3, 4, 1, 1.0, 0.2),
+    "e": (6, False, 2, 2, 4, 2, 0.7, 0.1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PSROI_CASES))
+def test_deformable_psroi_pooling_matches_megengine(case: str) -> None:
+    _, *args = PSROI_CASES[case]
+    r = PSROI
+    got = F.deformable_psroi_pooling(t(r["x"]), t(r["rois"]), t(r[f"trans_{case}"]), *args)
+    np.testing.assert_array_equal(got.numpy(), r[f"out_{case}"])
+
+
+def test_deformable_psroi_pooling_gradients_match_megengine() -> None:
+    from compiler.autodiff import GradManager
+
+    r = PSROI
+    x, trans = t(r["x"]), t(r["trans_a"])
+    gm = GradManager().attach([x, trans])
+    with gm:
+        out = F.deformable_psroi_pooling(x, t(r["rois"]), trans, False, 3, 3, 3, 2, 0.8, 0.1)
+        gm.backward((out * t(r["gy"])).sum())
+    np.testing.assert_allclose(x.grad.numpy(), r["dx"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(trans.grad.numpy(), r["dtrans"], rtol=1e-5, atol=1e-5)
+
+
+def test_deformable_psroi_pooling_module_and_errors() -> None:
+    import compiler.module as M
+
+    r = PSROI
+    m = M.DeformablePSROIPooling(False, 3, 3, 3, 2, 0.8, 0.1)
+    np.testing.assert_array_equal(m(t(r["x"]), t(r["rois"]), t(r["trans_a"])).numpy(), r["out_a"])
+    with pytest.raises(ValueError, match="one per roi"):
+        F.deformable_psroi_pooling(t(r["x"]), t(r["rois"]), t(r["trans_a"][:2]), False, 3, 3, 3, 2, 0.8)
+    with pytest.raises(ValueError, match="part_size"):
+        F.deformable_psroi_pooling(t(r["x"]), t(r["rois"]), t(r["trans_a"]), False, 4, 3, 3, 2, 0.8)
+    with pytest.raises(ValueError, match="trans must be"):
+        F.deformable_psroi_pooling(t(r["x"]), t(r["rois"]), t(r["trans_d"]), False, 3, 3, 3, 2, 0.8)

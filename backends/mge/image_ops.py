@@ -28,6 +28,12 @@ PARAM_DEFS: tuple[ParamDef, ...] = (
         (("imode", "I", 1), ("border_mode", "I", 0), ("border_val", "f", 0.0), ("format", "I", 1)),
     ),  # fmt: skip
     ParamDef(
+        "DeformablePSROIPooling",
+        49,
+        (("no_trans", "?", True), ("spatial_scale", "f", 1.0), ("trans_std", "f", 1.0), ("pooled_h", "I", 1),
+         ("pooled_w", "I", 1), ("part_size", "I", 1), ("sample_per_part", "I", 1)),
+    ),  # fmt: skip
+    ParamDef(
         "Remap", 68, (("imode", "I", 1), ("border_type", "I", 0), ("format", "I", 1), ("scalar", "f", 0.0))
     ),
 )
@@ -147,5 +153,31 @@ def lower_region_restricted_conv(lw: Lowering, op: T.RegionRestrictedConvOp, p: 
     fields = {**p, "sparse": enums.ConvSparse.GROUP, "compute_mode": enums.ComputeMode.DEFAULT}
     conv = _convolution_param(fields, enums.Format.NCHW)
     lw.simple(op, "RegionRestrictedConvolution", [("Convolution", conv)])
+
+
+_PSROI_INTS = ("pooled_h", "pooled_w", "part_size", "sample_per_part")
+
+
+def read_deformable_psroi_pooling(ctx: ReadContext, op: RawOpr) -> None:
+    """(src, rois, trans) -> (output, count)."""
+    _inputs(op, 3, "src, rois, trans")
+    p = op.param("DeformablePSROIPooling")
+    params: dict[str, Any] = {k: int(p[k]) for k in _PSROI_INTS}
+    params.update(no_trans=bool(p["no_trans"]), spatial_scale=float(p["spatial_scale"]),
+                  trans_std=float(p["trans_std"]))  # fmt: skip
+    ins = [input_var(ctx, op, k) for k in range(3)]
+    values = emit_values(ctx, op, T.DeformablePSROIPoolingOp, ins, **params)
+    for i, var in enumerate(values[:2]):
+        define(ctx, op, i, var)
+
+
+def lower_deformable_psroi_pooling(lw: Lowering, op: T.DeformablePSROIPoolingOp, p: dict[str, Any]) -> None:
+    from backends.mge.vision_ops import _write
+
+    fields: dict[str, Any] = {k: int(p[k]) for k in _PSROI_INTS}
+    fields.update(no_trans=bool(p["no_trans"]), spatial_scale=float(p["spatial_scale"]),
+                  trans_std=float(p["trans_std"]))  # fmt: skip
+    ins = [lw.ids[v] for v in op.operands]
+    _write(lw, op, "DeformablePSROIPooling", ins, [("DeformablePSROIPooling", fields)])
 
 register_params()

@@ -187,6 +187,8 @@ OPRS: tuple[Opr, ...] = (
         IM.read_cvt_color, IM.lower_cvt_color),
     Opr("DeformableConv", "DeformableConvForwardV1", "DeformableConvForward", "DeformableConvForward",
         (T.DeformableConvOp,), IM.read_deformable_conv, IM.lower_deformable_conv),
+    Opr("DeformablePSROIPooling", "DeformablePSROIPoolingForward", "DeformablePSROIPoolingForward", None,
+        (T.DeformablePSROIPoolingOp,), IM.read_deformable_psroi_pooling, IM.lower_deformable_psroi_pooling),
     # registered outside the *.sereg.h files tests/data/mge_opr_registry_1_13.txt lists
     Opr("RegionRestrictedConvolution", "RegionRestrictedConvolution", "RegionRestrictedConvolutionForward",
         None, (T.RegionRestrictedConvOp,), IM.read_region_restricted_conv, IM.lower_region_restricted_conv),
@@ -256,7 +258,7 @@ REFUSED: dict[str, str] = {
     **{name: _NICHE for name in (
         "AffineInt BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
         "BatchedSetMeshIndexing Cross DctChannelSelectV1 "
-        "DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
+        "Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
         "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "

@@ -243,3 +243,19 @@ def _region_restricted_conv_backward(
     x, w, rin, rout = inputs
     dx, dw = region_restricted_conv_backward(x, w, rin, rout, _only_grad(grads), params)
     return [dx, dw, None, None]
+
+
+@_rule(T.DeformablePSROIPoolingOp)
+def _deformable_psroi_pooling_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """MegEngine's DeformablePSROIPoolingBackward: input and trans gradients; none for the rois
+    (nor through the sample counts)."""
+    from semantics.deformable_kernels import deformable_psroi_pooling_backward
+
+    x, rois, trans = inputs
+    g = grads[0]
+    if g is None:
+        return [None, None, None]
+    dx, dtrans = deformable_psroi_pooling_backward(x, rois, trans, g, params)
+    return [dx, None, dtrans]

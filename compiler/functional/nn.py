@@ -47,6 +47,7 @@ __all__ = [
     "remap",
     "deformable_conv2d",
     "region_restricted_conv",
+    "deformable_psroi_pooling",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -274,6 +275,44 @@ def region_restricted_conv(
     geometry.pop("sparse")
     (out,) = apply(T.RegionRestrictedConvOp, [inp, weight, rin, rout], label=label, **geometry)
     return _add_channel_bias(label, out, bias)
+
+
+def deformable_psroi_pooling(
+    inp: Tensor,
+    rois: Tensor,
+    trans: Tensor,
+    no_trans: bool,
+    part_size: int,
+    pooled_h: int,
+    pooled_w: int,
+    sample_per_part: int,
+    spatial_scale: float,
+    trans_std: float = 0.1,
+) -> Tensor:
+    """Deformable PSRoI pooling (MegEngine's DeformablePSROIPooling): each row (batch index, x1,
+    y1, x2, y2) of ``rois`` (K, 5), rounded to pixels and scaled by ``spatial_scale``, is split
+    into ``pooled_h`` x ``pooled_w`` bins, each the mean of its ``sample_per_part``^2 bilinear
+    samples inside the image; unless ``no_trans``, bin (ph, pw) of roi k moves by ``trans_std``
+    times the roi's size times ``trans[k]`` (trans (R >= K, 2, pooled_h, pooled_w), read on a
+    ``part_size`` grid as MegEngine does). Returns (K, C, pooled_h, pooled_w); differentiable in
+    ``inp`` and ``trans``."""
+    label = "deformable_psroi_pooling"
+    inp, rois, trans = as_tensor(inp), as_tensor(rois), as_tensor(trans)
+    if not no_trans and trans.shape[0] < rois.shape[0]:
+        raise op_error(label, f"trans has {trans.shape[0]} rows for {rois.shape[0]} rois (one per roi)")
+    out, _ = apply(
+        T.DeformablePSROIPoolingOp,
+        [inp, rois.astype("float32"), trans.astype("float32")],
+        label=label,
+        no_trans=bool(no_trans),
+        part_size=int(part_size),
+        pooled_h=int(pooled_h),
+        pooled_w=int(pooled_w),
+        sample_per_part=int(sample_per_part),
+        spatial_scale=float(spatial_scale),
+        trans_std=float(trans_std),
+    )
+    return out
 
 
 def conv_transpose2d(

@@ -37,6 +37,7 @@ from compiler.module.conv import (
 )
 from compiler.module.conv_bn import ConvBn2d, ConvBnRelu2d
 from compiler.module.conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d, ConvTransposeRelu2d
+from compiler.module.deformable_psroi_pooling import DeformablePSROIPooling
 from compiler.module.elemwise import Elemwise
 from compiler.module.embedding import Embedding
 from compiler.module.layers import (
@@ -85,6 +86,7 @@ __all__ = [
     "Conv3d",
     "DeformableConv2d",
     "RegionRestrictedConv",
+    "DeformablePSROIPooling",
     "ConvTranspose3d",
     "ConvBn2d",
     "ConvBnRelu2d",

@@ -159,6 +159,7 @@ def eager(_: str) -> None:
     np.savez_compressed(os.path.join(HERE, "eager_outputs.npz"), **rec)
     deformable(rng)
     region(rng)
+    psroi(rng)
 
 
 def deformable(rng: np.random.RandomState) -> None:
@@ -228,6 +229,43 @@ def region(rng: np.random.RandomState) -> None:
         gm.backward((y * mge.tensor(gy)).sum())
     rec["dx"], rec["dw"] = xt.grad.numpy(), wt.grad.numpy()
     np.savez_compressed(os.path.join(HERE, "region_outputs.npz"), **rec)
+
+
+# name: (trans rows, no_trans, part_size, pooled_h, pooled_w, sample_per_part, spatial_scale, trans_std)
+PSROI = {
+    "a": (4, False, 3, 3, 3, 2, 0.8, 0.1),
+    "b": (5, False, 2, 3, 3, 3, 0.5, 0.3),
+    "c": (4, True, 3, 3, 3, 2, 1.0, 0.1),
+    "d": (4, False, 3, 3, 4, 1, 1.0, 0.2),
+    "e": (6, False, 2, 2, 4, 2, 0.7, 0.1),
+}
+
+
+def psroi(rng: np.random.RandomState) -> None:
+    """MegEngine's deformable_psroi_pooling (PSROI configurations; rois partly outside the map)
+    and its gradients for "a" (psroi_outputs.npz)."""
+    import megengine as mge
+    import megengine.functional as F
+    from megengine.autodiff import GradManager
+
+    x = rng.randn(2, 6, 9, 10).astype(np.float32)
+    rois = np.array(
+        [[0, 1.2, 2.0, 7.5, 6.3], [1, 0, 0, 9, 8], [0, 3, 1, 4, 2], [1, -2, 5, 12, 11]], np.float32
+    )
+    rec = {"x": x, "rois": rois}
+    for k, (rows, nt, part, ph, pw, spp, ss, ts) in PSROI.items():
+        rec[f"trans_{k}"] = trans = (rng.randn(rows, 2, ph, pw) * 0.5).astype(np.float32)
+        rec[f"out_{k}"] = F.deformable_psroi_pooling(
+            mge.tensor(x), mge.tensor(rois), mge.tensor(trans), nt, part, ph, pw, spp, ss, ts
+        ).numpy()
+    xt, tt = mge.tensor(x), mge.tensor(rec["trans_a"])
+    gm = GradManager().attach([xt, tt])
+    rec["gy"] = gy = rng.randn(4, 6, 3, 3).astype(np.float32)
+    with gm:
+        out = F.deformable_psroi_pooling(xt, mge.tensor(rois), tt, False, 3, 3, 3, 2, 0.8, 0.1)
+        gm.backward((out * mge.tensor(gy)).sum())
+    rec["dx"], rec["dtrans"] = xt.grad.numpy(), tt.grad.numpy()
+    np.savez_compressed(os.path.join(HERE, "psroi_outputs.npz"), **rec)
 
 
 if __name__ == "__main__":
