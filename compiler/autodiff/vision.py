@@ -259,3 +259,20 @@ def _deformable_psroi_pooling_backward(
         return [None, None, None]
     dx, dtrans = deformable_psroi_pooling_backward(x, rois, trans, g, params)
     return [dx, None, dtrans]
+
+
+@_rule(T.WarpAffineOp)
+def _warp_affine_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """NCHW: WarpPerspective's gradients for the matrix with the row (0, 0, 1) appended (MegEngine
+    differentiates it so), the matrix gradient's first two rows. NHWC has none in MegEngine."""
+    from compiler.autodiff import GradError
+
+    if params["format"] != enums.Format.NCHW:
+        raise GradError("mgb.warp_affine: no gradient in NHWC (MegEngine's WarpAffine has none); use NCHW")
+    x, mat = inputs
+    m3 = np.concatenate([mat, np.tile(np.array([[[0, 0, 1]]], mat.dtype), (mat.shape[0], 1, 1))], 1)
+    dx, dm = _warp_perspective_backward([x, m3], outputs, grads, params)[:2]
+    assert dm is not None
+    return [dx, np.ascontiguousarray(dm[:, :2])]

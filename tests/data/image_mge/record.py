@@ -151,6 +151,13 @@ def eager(_: str) -> None:
                 y = F.vision.remap(xt, mt, border_mode=bm, scalar=1.5, interp_mode=im)
                 gm.backward((y * mge.tensor(w)).sum())
             rec[f"g_{bm}_{im}_dx"], rec[f"g_{bm}_{im}_dmap"] = xt.grad.numpy(), mt.grad.numpy()
+    # batch 1: MegEngine 1.13's WarpAffine gradient rule builds its (N, 3, 3) matrix for N = 1 only
+    xt, mt = mge.tensor(x[:1].transpose(0, 3, 1, 2)), mge.tensor(m[:1])
+    gm = GradManager().attach([xt, mt])
+    with gm:
+        y = F.vision.warp_affine(xt, mt, (4, 7), border_mode="constant", border_val=0.5, format="NCHW")
+        gm.backward((y * y).sum())
+    rec["g_wa_dx"], rec["g_wa_dmat"] = xt.grad.numpy(), mt.grad.numpy()
     xt = mge.tensor(xr)
     gm = GradManager().attach([xt])
     with gm:
