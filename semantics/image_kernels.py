@@ -304,9 +304,10 @@ def cvt_color(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: An
 
 def cubic_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
     """First source index (of four) and the four float32 weights per output index: the source
-    position ``(d + 0.5) * in / out - 0.5`` in float32, replicate border."""
-    scale = F32(n_in) / F32(n_out)
-    f = (np.arange(n_out, dtype=F32) + F32(0.5)) * scale - F32(0.5)
+    position ``(d + 0.5) / (out / in) - 0.5`` in float32 (divided by the float32 scale, as
+    MegEngine: multiplying by in / out differs in the last bit), replicate border."""
+    scale = F32(n_out) / F32(n_in)
+    f = (np.arange(n_out, dtype=F32) + F32(0.5)) / scale - F32(0.5)
     s = np.floor(f)
     return s.astype(np.int64) - 1, cubic_weights(f - s)
 

@@ -4,8 +4,8 @@ real MegEngine 1.13 and torch.
 tests/data/image_mge/eager_outputs.npz is what MegEngine's own functions computed on fixed inputs,
 every interpolation and border mode; megengine_outputs.npz what MegEngine's Lite runtime computed
 on xmge's ``.mge`` dumps of tests/image_graphs.py (both made by tests/data/image_mge/record.py).
-Exact unless noted: the cubic modes differ from MegEngine by a few float32 ulps (its weights are
-summed in an order xmge does not reproduce), uint8 cubic warp_affine by one step on rare pixels."""
+Exact unless noted: cubic warp_affine differs from MegEngine by a few float32 ulps (uint8: one
+step on rare pixels), YUV2RGB's green by one ulp on a few pixels."""
 
 from __future__ import annotations
 
@@ -118,15 +118,9 @@ def test_remap_matches_torch_grid_sample(border: str) -> None:
 @pytest.mark.parametrize("size", [(9, 7), (3, 2), (6, 5), (12, 10), (4, 8)])
 def test_bicubic_matches_megengine(size: tuple[int, int]) -> None:
     got = F.vision.interpolate(t(EAGER["bc_x"]), size, mode="bicubic").numpy()
-    np.testing.assert_allclose(got, EAGER[f"bc_{size[0]}x{size[1]}"], rtol=0, atol=CUBIC_TOL)
+    np.testing.assert_array_equal(got, EAGER[f"bc_{size[0]}x{size[1]}"])
     got = F.nn.interpolate(t(EAGER["bc_x"]), scale_factor=1.7, mode="bicubic").numpy()
-    np.testing.assert_allclose(got, EAGER["bc_scale"], rtol=0, atol=CUBIC_TOL)
-
-
-def test_bicubic_exact_where_the_scale_is_a_power_of_two_fraction() -> None:
-    for size in [(3, 2), (12, 10), (4, 8)]:
-        got = F.vision.interpolate(t(EAGER["bc_x"]), size, mode="bicubic").numpy()
-        np.testing.assert_array_equal(got, EAGER[f"bc_{size[0]}x{size[1]}"])
+    np.testing.assert_array_equal(got, EAGER["bc_scale"])
 
 
 @pytest.mark.parametrize("size", [(9, 7), (3, 2), (13, 4)])
@@ -232,7 +226,7 @@ def _dump(name: str) -> tuple[bytes, dict[str, np.ndarray]]:
 
 
 def _tol(name: str) -> float:
-    return CUBIC_TOL if "cubic" in name else 1.2e-7 if name == "cvt_yuv2rgb" else 0.0
+    return CUBIC_TOL if name == "warp_affine_cubic" else 1.2e-7 if name == "cvt_yuv2rgb" else 0.0
 
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
