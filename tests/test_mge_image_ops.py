@@ -238,7 +238,9 @@ def test_dump_computes_what_megengine_computed_on_it(name: str) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=_tol(name))
 
 
-@pytest.mark.parametrize("name", sorted(n for n in GRAPHS if not n.startswith(("deformable", "region"))))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in GRAPHS if n not in ("deformable_psroi_pooling", "region_restricted_conv"))
+)
 def test_compiled_image_kernels_match_megengine(name: str) -> None:
     from tests.codegen_util import require
 

@@ -1149,3 +1149,29 @@ def cvt_color(x: Sequence[int], mode: str, *, dtype: str = "float32") -> Example
         return [g.op(T.CvtColorOp, [src], mode=enums.CvtColorMode[mode])]
 
     return body
+
+
+def deformable_conv(
+    x: Sequence[int], oc: int, k: int | Sequence[int], *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
+    groups: int = 1, dg: int = 1,
+) -> Example:  # fmt: skip
+    """``DeformableConv`` with offsets of about a pixel (taps reach outside) and a (0, 1) mask."""
+
+    def pair(v: Any) -> tuple[int, int]:
+        return (v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+
+    (fh, fw), (sh, sw), (ph, pw), (dh, dw) = pair(k), pair(stride), pair(pad), pair(dil)
+
+    @example(_tag("deformable_conv", x, f"oc{oc}", f"k{(fh, fw)}", f"s{(sh, sw)}", f"p{(ph, pw)}",
+                  f"d{(dh, dw)}", f"g{groups}", f"dg{dg}"))  # fmt: skip
+    def body(g: Graph) -> list[SSAValue]:
+        oh = (x[2] + 2 * ph - dh * (fh - 1) - 1) // sh + 1
+        ow = (x[3] + 2 * pw - dw * (fw - 1) - 1) // sw + 1
+        w = (oc, x[1], fh, fw) if groups == 1 else (groups, oc // groups, x[1] // groups, fh, fw)
+        off = (g.rng.standard_normal((x[0], 2 * dg * fh * fw, oh, ow)) * 1.3).astype(np.float32)
+        mask = g.rng.random((x[0], dg * fh * fw, oh, ow)).astype(np.float32)
+        sparse = enums.ConvSparse.DENSE if groups == 1 else enums.ConvSparse.GROUP
+        return [g.op(T.DeformableConvOp, [g.input(x), g.weight(w), g.const(off), g.const(mask)],
+                     stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), sparse=sparse)]  # fmt: skip
+
+    return body

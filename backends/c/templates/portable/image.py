@@ -509,4 +509,100 @@ static void {sym}(const float* x, float* y, unsigned char* ws, int nt) {{
         return HEADER
 
 
-KERNEL_UNITS = (WarpAffine(), Remap(), CvtColor(), ResizeCubic())
+# ----------------------------------------------------------------------------------------------
+# DeformableConv
+
+
+class DeformableConv(Template):
+    """Deformable convolution (DCNv2), NCHW float32, any groups, deformable groups, stride, padding,
+    dilation: per output pixel the reference's modulated samples of every (input channel, tap)
+    (float32 positions, four zero-bordered corners summed in order, times the mask), then each
+    output channel sums its (input channel, tap) products in that order from 0. Threads split
+    output rows."""
+
+    family = "deformable_conv"
+    examples = (
+        E.deformable_conv((2, 4, 7, 8), 6, 3, dg=2),
+        E.deformable_conv((1, 4, 7, 8), 6, (3, 2), stride=2, pad=(1, 2), dil=(1, 2), groups=2),
+    )
+    ops = (T.DeformableConvOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.DeformableConvOp)
+        if not is_f32(*op.operands, *op.results) or not _plain(*op.operands):
+            return None
+        p = op.params()
+        n, c, ih, iw = shape(op.operands[0])
+        f = shape(op.operands[1])
+        groups = f[0] if p["sparse"] == enums.ConvSparse.GROUP else 1
+        fh, fw = f[-2:]
+        _, oc, oh, ow = shape(op.results[0])
+        dg = shape(op.operands[2])[1] // (2 * fh * fw)
+        params = {"n": n, "c": c, "ih": ih, "iw": iw, "oc": oc, "oh": oh, "ow": ow, "fh": fh, "fw": fw,
+                  "groups": groups, "dg": dg, "stride": tuple(p["stride"]), "pad": tuple(p["padding"]),
+                  "dil": tuple(p["dilation"])}  # fmt: skip
+        return Lowered(params, list(op.operands))
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("deformable_conv", f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}", f"oc{p['oc']}",
+                        "k", (p["fh"], p["fw"]), f"g{p['groups']}", f"dg{p['dg']}", "s", p["stride"], "p", p["pad"],
+                        "d", p["dil"], "f32")  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oc, oh, ow, fh, fw = (p[k] for k in ("n", "c", "ih", "iw", "oc", "oh", "ow", "fh", "fw"))
+        (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["pad"], p["dil"]
+        k = fh * fw
+        groups, dg = p["groups"], p["dg"]
+        icpg, ocpg, cpdg = c // groups, oc // groups, c // dg
+        return _exact(f"""
+static void {sym}(const float* x, const float* wt, const float* off, const float* mask, float* y,
+                  unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(n * oh * ow * (c * k * 8 + oc * icpg * k))}
+  for (long t = 0; t < {n * oh}; ++t) {{
+    const long b = t / {oh};
+    const long r = t % {oh};
+    float cols[{c * k}];
+    for (long s = 0; s < {ow}; ++s) {{
+      for (int ch = 0; ch < {c}; ++ch) {{
+        const int g = ch / {cpdg};
+        const float* plane = x + (b * {c} + ch) * {ih * iw}L;
+        for (int q = 0; q < {k}; ++q) {{
+          const long pix = r * {ow} + s;
+          const float dy = off[((b * {2 * dg * k} + (long)(g * {k} + q) * 2) * {oh * ow}) + pix];
+          const float dx = off[((b * {2 * dg * k} + (long)(g * {k} + q) * 2 + 1) * {oh * ow}) + pix];
+          const float hh = (float)(r * {sh} - {ph} + (q / {fw}) * {dh}) + dy;
+          const float ww = (float)(s * {sw} - {pw} + (q % {fw}) * {dw}) + dx;
+          const int inside = hh > -1.0f && ww > -1.0f && hh < {float(ih)!r}f && ww < {float(iw)!r}f;
+          const float h0 = floorf(hh), w0 = floorf(ww);
+          const float lh = hh - h0, lw = ww - w0, uh = 1.0f - lh, uw = 1.0f - lw;
+          const long r0 = inside ? (long)h0 : 0, c0 = inside ? (long)w0 : 0;  /* no cast of NaN or huge values */
+          float val = 0.0f;
+#define CORNER(dr, dc, wgt) {{ \
+            const long rr = r0 + (dr), cc = c0 + (dc); \
+            const int ok = inside && rr >= 0 && cc >= 0 && rr < {ih} && cc < {iw}; \
+            val = val + (wgt) * (ok ? plane[rr * {iw} + cc] : 0.0f); }}
+          CORNER(0, 0, uh * uw) CORNER(0, 1, uh * lw) CORNER(1, 0, lh * uw) CORNER(1, 1, lh * lw)
+#undef CORNER
+          cols[ch * {k} + q] = val * mask[(b * {dg * k} + (long)g * {k} + q) * {oh * ow} + pix];
+        }}
+      }}
+      for (int o = 0; o < {oc}; ++o) {{
+        const int g = o / {ocpg};
+        const float* wo = wt + (long)o * {icpg * k};
+        const float* cg = cols + (long)g * {icpg * k};
+        float acc = 0.0f;
+        for (int i = 0; i < {icpg * k}; ++i) acc = acc + cg[i] * wo[i];
+        y[((b * {oc} + o) * {oh} + r) * {ow}L + s] = acc;
+      }}
+    }}
+  }}
+}}
+""")
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER
+
+
+KERNEL_UNITS = (WarpAffine(), Remap(), CvtColor(), ResizeCubic(), DeformableConv())
