@@ -513,3 +513,20 @@ def test_deformable_psroi_pooling_module_and_errors() -> None:
         F.deformable_psroi_pooling(t(r["x"]), t(r["rois"]), t(r["trans_a"]), False, 4, 3, 3, 2, 0.8)
     with pytest.raises(ValueError, match="trans must be"):
         F.deformable_psroi_pooling(t(r["x"]), t(r["rois"]), t(r["trans_d"]), False, 3, 3, 3, 2, 0.8)
+
+
+# ----------------------------------------------------------------------------------------------
+# MegEngine's own dumps, read by xmge
+
+DUMPS = os.path.join(DATA, "mge_dumps")
+DUMP_TOL = {"warp_affine_u8": 1}  # cubic uint8: one step on rare pixels
+
+
+@pytest.mark.parametrize("name", sorted(f[:-4] for f in os.listdir(DUMPS) if f.endswith(".mge")))
+def test_megengine_dump_reads_and_computes_the_same(name: str) -> None:
+    with open(os.path.join(DUMPS, name + ".mge"), "rb") as f:
+        data = f.read()
+    ref = np.load(os.path.join(DUMPS, name + ".npz"))
+    (got,) = Network(data)(x=ref["x"]).values()
+    assert got.dtype == ref["out"].dtype and got.shape == ref["out"].shape
+    np.testing.assert_allclose(got.astype(np.float64), ref["out"], rtol=0, atol=DUMP_TOL.get(name, 0))

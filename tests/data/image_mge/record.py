@@ -6,7 +6,11 @@
 
 ``run``: MegEngine's Lite runtime on xmge's dumps of tests/image_graphs.py (megengine_outputs.npz).
 ``eager``: MegEngine's own F.vision warp_affine / remap / interpolate(bicubic) / cvt_color on fixed
-inputs, every mode and border (eager_outputs.npz).
+inputs, every mode and border (eager_outputs.npz), and the deformable / region-restricted ops.
+``mge_dumps``: MegEngine's own dumps of graphs with these operators, with inputs and outputs
+(mge_dumps/NAME.mge, mge_dumps/NAME.npz), for xmge's reader:
+
+    /work/shared/tools/megengine-oracle/mgepy tests/data/image_mge/record.py mge_dumps -
 """
 
 import os
@@ -275,5 +279,75 @@ def psroi(rng: np.random.RandomState) -> None:
     np.savez_compressed(os.path.join(HERE, "psroi_outputs.npz"), **rec)
 
 
+def mge_dumps(_: str) -> None:
+    import megengine as mge
+    import megengine.functional as F
+    from megengine.jit import trace
+
+    rng = np.random.RandomState(7)
+    folder = os.path.join(HERE, "mge_dumps")
+    os.makedirs(folder, exist_ok=True)
+    img = rng.randn(1, 6, 7, 3).astype(np.float32)
+    img_u8 = rng.randint(0, 256, (1, 6, 7, 3)).astype(np.uint8)
+    nchw = rng.randn(1, 2, 6, 7).astype(np.float32)
+    mat = np.array([[[1.05, 0.15, -0.5], [-0.1, 0.95, 0.4]]], np.float32)
+    graphs = {
+        "warp_affine": (
+            lambda x: F.vision.warp_affine(x, mge.tensor(mat), (5, 6), border_mode="reflect"),
+            img,
+        ),
+        "warp_affine_u8": (
+            lambda x: F.vision.warp_affine(x, mge.tensor(mat), (5, 6), interp_mode="cubic"),
+            img_u8,
+        ),
+        "remap": (
+            lambda x: F.vision.remap(x, mge.tensor(rng.uniform(-2, 8, (1, 4, 5, 2)).astype(np.float32))),
+            nchw,
+        ),
+        "cvt_color": (lambda x: F.vision.cvt_color(x, "RGB2YUV"), img_u8),
+        "bicubic": (lambda x: F.vision.interpolate(x, (9, 4), mode="bicubic"), nchw),
+        "deformable_conv": (
+            lambda x: F.deformable_conv2d(
+                x,
+                mge.tensor(rng.randn(3, 2, 3, 3).astype(np.float32)),
+                mge.tensor(rng.randn(1, 18, 4, 5).astype(np.float32)),
+                mge.tensor(rng.rand(1, 9, 4, 5).astype(np.float32)),
+            ),
+            nchw,
+        ),
+        "region_restricted_conv": (
+            lambda x: F.nn.region_restricted_conv(
+                x,
+                mge.tensor(rng.randn(2, 1, 1, 3, 3).astype(np.float32)),
+                mge.tensor(rng.randint(0, 2, (1, 6, 7)).astype(np.int32)),
+                mge.tensor(rng.randint(0, 2, (1, 6, 7)).astype(np.int32)),
+                padding=1,
+                groups=2,
+            ),
+            nchw,
+        ),
+        "deformable_psroi_pooling": (
+            lambda x: F.deformable_psroi_pooling(
+                x,
+                mge.tensor(np.array([[0, 1, 1, 5, 4]], np.float32)),
+                mge.tensor(rng.randn(1, 2, 2, 2).astype(np.float32)),
+                False,
+                2,
+                2,
+                2,
+                2,
+                1.0,
+                0.1,
+            ),
+            nchw,
+        ),
+    }
+    for name, (fn, x) in graphs.items():
+        traced = trace(fn, symbolic=True, capture_as_const=True)
+        out = traced(mge.tensor(x)).numpy()
+        traced.dump(os.path.join(folder, name + ".mge"), arg_names=["x"])
+        np.savez(os.path.join(folder, name + ".npz"), x=x, out=out)
+
+
 if __name__ == "__main__":
-    {"dump": dump, "run": run, "eager": eager}[sys.argv[1]](sys.argv[2])
+    {"dump": dump, "run": run, "eager": eager, "mge_dumps": mge_dumps}[sys.argv[1]](sys.argv[2])
