@@ -87,6 +87,15 @@ FormatV0 = _make(
 # MultiHeadAttn's mask kind, and which optional tensors follow its four inputs
 AttnMaskType = _make("AttnMaskType", "NO_MASK DEFAULT_MASK CUDNN_STYLE_MASK USER_DEFINED_MASK")
 TensorCombinationType = _make("TensorCombinationType", "NONE ONLY_MASK ONLY_BIASKV ALL")
+# CvtColor's Mode (YUV conversions read and write MegEngine's channel order; see semantics/image_kernels.py)
+CvtColorMode = _make(
+    "CvtColorMode",
+    """RGB2GRAY RGB2YUV YUV2RGB GRAY2RGB RGBA2RGB RGBA2BGR RGBA2GRAY RGB2BGR BGR2GRAY BGR2RGB
+    YUV2GRAY_NV21 YUV2RGB_NV21 YUV2BGR_NV21 YUV2GRAY_NV12 YUV2RGB_NV12 YUV2BGR_NV12 YUV2GRAY_YV12
+    YUV2RGB_YV12 YUV2BGR_YV12 YUV2GRAY_YU12 YUV2RGB_YU12 YUV2BGR_YU12 YCrCb2RGB YCrCb2BGR
+    BT601_YUV2RGB_NV21 BT601_YUV2BGR_NV21 BT601_YUV2RGB_NV12 BT601_YUV2BGR_NV12 BT601_YUV2RGB_YV12
+    BT601_YUV2BGR_YV12 BT601_YUV2RGB_YU12 BT601_YUV2BGR_YU12""",
+)
 
 
 def number(member: Enum) -> int:
@@ -129,4 +138,5 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     FormatV0,
     AttnMaskType,
     TensorCombinationType,
+    CvtColorMode,
 )

@@ -26,7 +26,12 @@ _CUDA_GAP = "no CUDA unit yet (issue 30); compiling it for cuda is a one-line Lo
 # training-side image ops that the model zoo's inference graphs do not contain (Fast R-CNN's roi
 # pooling gave way to roi_align; correlation is FlowNet's): the reference interpreter runs them
 _C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the reference interpreter runs it"
-_C_VISION = {T.ROIPoolingOp: _C_VISION_GAP, T.CorrelationOp: _C_VISION_GAP}
+_C_VISION = {
+    T.ROIPoolingOp: _C_VISION_GAP,
+    T.CorrelationOp: _C_VISION_GAP,
+    T.RegionRestrictedConvOp: _C_VISION_GAP,
+    T.DeformablePSROIPoolingOp: _C_VISION_GAP,
+}
 # linear algebra of analysis code, not of the inference graphs xmge targets (MegEngine's own CPU
 # SVD is its naive kernel): the reference interpreter runs it
 _C_LINALG = {T.SVDOp: _C_VISION_GAP}
@@ -56,6 +61,12 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.ROIPoolingOp,
                 T.NMSKeepOp,
                 T.CorrelationOp,
+                T.WarpAffineOp,
+                T.RemapOp,
+                T.CvtColorOp,
+                T.DeformableConvOp,
+                T.RegionRestrictedConvOp,
+                T.DeformablePSROIPoolingOp,
             )
         },
     },
@@ -99,6 +110,12 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.ROIPoolingOp,
             T.NMSKeepOp,
             T.CorrelationOp,
+            T.WarpAffineOp,
+            T.RemapOp,
+            T.CvtColorOp,
+            T.DeformableConvOp,
+            T.RegionRestrictedConvOp,
+            T.DeformablePSROIPoolingOp,
         )
     },
 }

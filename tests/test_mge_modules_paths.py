@@ -54,6 +54,7 @@ PROVIDED = [
     "module.conv",
     "module.conv_bn",
     "module.conv_transpose_bn",
+    "module.deformable_psroi_pooling",
     "module.dropout",
     "module.elemwise",
     "module.embedding",

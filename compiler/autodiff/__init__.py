@@ -742,8 +742,13 @@ def _resize_backward(
     """Resize is y = Ah x Aw^T per image, so dx = Ah^T g Aw."""
     (x,) = inputs
     g = _only_grad(grads)
-    ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
-    aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
+    if params["imode"] == enums.InterpolationMode.CUBIC:
+        from semantics.image_kernels import cubic_matrix
+
+        ah, aw = cubic_matrix(x.shape[2], g.shape[2]), cubic_matrix(x.shape[3], g.shape[3])
+    else:
+        ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
+        aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
     return [np.einsum("oh,ncop,pw->nchw", ah, g.astype(np.float64), aw).astype(x.dtype)]
 
 
