@@ -956,6 +956,80 @@ class BroadcastOp(MgbOp):
             raise VerifyException("mgb.broadcast: result dtype must equal the input dtype")
 
 
+def _verify_shape_operand(op: MgbOp, shape: SSAValue, rank: int) -> None:
+    t = _type(shape.type)
+    if t.element_type != IntegerType(32) or len(_shape(t)) != 1 or _shape(t)[0] != rank:
+        raise VerifyException(f"{op.name}: shape must be an int32 vector of {rank} values, got {t}")
+
+
+@irdl_op_definition
+class GetVarShapeOp(MgbOp):
+    """The shape of ``src`` as an int32 vector computed in the graph (MegEngine's GetVarShape): what
+    ``x.shape`` gives in a trace with symbolic shapes, so a dump derives its shapes from the input
+    shapes it runs with."""
+
+    name = "mgb.get_var_shape"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    NO_GRADIENT: ClassVar[str | None] = "its result is a shape"
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        return [TensorType(IntegerType(32), [len(_shape(src))])]
+
+
+@irdl_op_definition
+class ReshapeToOp(MgbOp):
+    """Reshape to the shape held by the int32 vector ``shape``, computed in the graph (MegEngine's
+    Reshape with a shape input); the result type is that shape as traced. ``unspec_axis`` >= 0 names
+    the axis whose size is inferred from the element count (its entry in ``shape`` is ignored)."""
+
+    name = "mgb.reshape_to"
+    src = operand_def(TensorType)
+    shape = operand_def(TensorType)
+    output = result_def(TensorType)
+    unspec_axis = prop_def(IntegerAttr[I64], default_value=IntegerAttr(-1, i64))
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        src, out = _type(self.src.type), _type(self.output.type)
+        if math.prod(_shape(src)) != math.prod(_shape(out)):
+            raise VerifyException(f"{self.name}: cannot reshape {_shape(src)} into {_shape(out)}")
+        if src.element_type != out.element_type:
+            raise VerifyException(f"{self.name}: result dtype must equal the input dtype")
+        _verify_shape_operand(self, self.shape, len(_shape(out)))
+        axis = self.params()["unspec_axis"]
+        if not -1 <= axis < max(1, len(_shape(out))):
+            raise VerifyException(f"{self.name}: unspec_axis {axis} is out of range for {_shape(out)}")
+
+
+@irdl_op_definition
+class BroadcastToOp(MgbOp):
+    """Broadcast to the shape held by the int32 vector ``shape``, computed in the graph (MegEngine's
+    Broadcast with a shape input); the result type is that shape as traced."""
+
+    name = "mgb.broadcast_to"
+    src = operand_def(TensorType)
+    shape = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        src, out = _shape(self.src.type), _shape(self.output.type)
+        try:
+            if broadcast_shapes(self.name, [src, out]) != out:
+                raise ShapeInferenceError(self.name, "")
+        except ShapeInferenceError:
+            raise VerifyException(f"{self.name}: cannot broadcast {src} to {out}") from None
+        if _type(self.src.type).element_type != _type(self.output.type).element_type:
+            raise VerifyException(f"{self.name}: result dtype must equal the input dtype")
+        _verify_shape_operand(self, self.shape, len(out))
+
+
 @irdl_op_definition
 class DimshuffleOp(MgbOp):
     """Transpose; a pattern entry of -1 inserts a new axis of size 1."""
@@ -2023,6 +2097,9 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     ROIPoolingOp,
     NMSKeepOp,
     CorrelationOp,
+    GetVarShapeOp,
+    ReshapeToOp,
+    BroadcastToOp,
 )
 
 Mgb = Dialect(

@@ -421,6 +421,49 @@ def broadcast(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list
     return [np.broadcast_to(args[0], results[0].shape)]
 
 
+
+@kernel(T.GetVarShapeOp)
+def get_var_shape(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    return [np.array(args[0].shape, np.int32)]
+
+
+def shape_from_operand(op: str, value: np.ndarray, size: int, unspec_axis: int = -1) -> tuple[int, ...]:
+    """The target shape an int32 shape operand holds (the ``unspec_axis`` entry inferred from
+    ``size``, as MegEngine's Reshape does); ValueError naming ``op`` when it holds no valid shape."""
+    dims = [int(v) for v in np.asarray(value).reshape(-1)]
+    if 0 <= unspec_axis < len(dims):
+        rest = math.prod(d for i, d in enumerate(dims) if i != unspec_axis)
+        if rest <= 0 or size % rest:
+            raise ValueError(f"{op}: cannot infer axis {unspec_axis} of {tuple(dims)} for {size} elements")
+        dims[unspec_axis] = size // rest
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{op}: negative size in the shape {tuple(dims)}")
+    return tuple(dims)
+
+
+def _check_shape_operand(op: str, got: tuple[int, ...], spec: ResultSpec) -> None:
+    if got != tuple(spec.shape):
+        raise ValueError(
+            f"{op}: the shape operand gives {got} but the graph was specialised to {tuple(spec.shape)} "
+            "(re-trace or re-read the model for these input shapes)"
+        )
+
+
+@kernel(T.ReshapeToOp)
+def reshape_to(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, unspec_axis: int = -1
+) -> list[np.ndarray]:
+    shape = shape_from_operand(T.ReshapeToOp.name, args[1], args[0].size, unspec_axis)
+    _check_shape_operand(T.ReshapeToOp.name, shape, results[0])
+    return [args[0].reshape(shape)]
+
+
+@kernel(T.BroadcastToOp)
+def broadcast_to(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    shape = shape_from_operand(T.BroadcastToOp.name, args[1], 0)
+    _check_shape_operand(T.BroadcastToOp.name, shape, results[0])
+    return [np.broadcast_to(args[0], shape)]
+
 @kernel(T.DimshuffleOp)
 def dimshuffle(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, pattern: Sequence[int]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, axis_error, op_error
+from compiler.core import apply, axis_error, op_error, symbolic_shape
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -37,6 +37,8 @@ def reshape(inp: Tensor, target_shape: Sequence[int] | int) -> Tensor:
         shape[unknown[0]] = inp.size // known
     if math.prod(shape) != inp.size or any(s < 0 for s in shape):
         raise op_error("reshape", f"cannot reshape {inp.shape} ({inp.size} elements) into {tuple(shape)}")
+    if symbolic_shape.is_graph_shape(target_shape):
+        return symbolic_shape.reshape_to(inp, target_shape, shape, unknown[0] if unknown else -1)
     (out,) = apply(T.ReshapeOp, [inp], label="reshape", result_types=[tensor_type(shape, inp.dtype)])
     return out
 
@@ -78,6 +80,7 @@ def broadcast_to(inp: Tensor, shape: Sequence[int | None] | Tensor) -> Tensor:
     """``inp`` broadcast to ``shape`` (a sequence or an int tensor); a ``None`` entry keeps the
     size of the input axis it aligns with (from the right), as in MegEngine."""
     inp = as_tensor(inp)
+    given = shape
     if isinstance(shape, Tensor):
         shape = [int(v) for v in shape.numpy().reshape(-1)]
     target = list(shape)
@@ -88,6 +91,12 @@ def broadcast_to(inp: Tensor, shape: Sequence[int | None] | Tensor) -> Tensor:
                 raise op_error("broadcast_to", f"None at axis {i} of {tuple(target)} matches no input axis")
             target[i] = inp.shape[i - offset]
     shape = tuple(int(s) for s in target)
+    if symbolic_shape.is_graph_shape(given):
+        if not isinstance(given, Tensor) and any(s is None for s in given):
+            # a None keeps the input's size: from the input's shape in the graph too
+            of_inp = symbolic_shape.shape_of(inp)
+            given = [_getitem(of_inp, i - offset) if s is None else s for i, s in enumerate(given)]
+        return symbolic_shape.broadcast_to(inp, given, shape)
     if inp.shape == shape:
         return inp
     try:
@@ -419,12 +428,22 @@ def _basic_index(
     return params, new_axes
 
 
+def _filled(shape: Any, value: Any, dtype: Any, device: Any) -> Tensor:
+    """``shape`` filled with ``value``: a constant, or with a shape computed in the graph, the
+    value broadcast to it (MegEngine's Fill: Broadcast of a one-element constant)."""
+    if symbolic_shape.is_graph_shape(shape):
+        static = [int(v) for v in (shape.numpy().reshape(-1) if isinstance(shape, Tensor) else shape)]
+        one = Tensor(np.full((1,), value), dtype=dtype, device=device)
+        return symbolic_shape.broadcast_to(one, shape, static, label="full")
+    return Tensor(np.full(shape, value), dtype=dtype, device=device)
+
+
 def zeros(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(np.zeros(shape), dtype=dtype, device=device)
+    return _filled(shape, 0, dtype, device)
 
 
 def ones(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(np.ones(shape), dtype=dtype, device=device)
+    return _filled(shape, 1, dtype, device)
 
 
 def _scalar_dtype(value: Any) -> str:
@@ -443,7 +462,7 @@ def full(shape: Sequence[int] | int, value: Any, dtype: Any = None, device: Any 
         value = value.numpy()
     if dtype is None:
         dtype = np.asarray(value).dtype if isinstance(value, np.ndarray) else _scalar_dtype(value)
-    return Tensor(np.full(shape, value), dtype=dtype, device=device)
+    return _filled(shape, value, dtype, device)
 
 
 def zeros_like(inp: Tensor) -> Tensor:

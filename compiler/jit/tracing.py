@@ -339,6 +339,9 @@ class trace:  # noqa: N801 - MegEngine's name
         self.record_only = record_only
         self.without_host = without_host
         self.opt_level = opt_level  # >= 1: dumps carry MegEngine's elementwise simplifications
+        # while the body runs, x.shape in user code is a Tensor computed in the graph (MegEngine's
+        # default), so a dump runs on other input shapes (compiler.core.symbolic_shape)
+        self.symbolic_shape = symbolic_shape
         # both select how MegEngine executes the recorded graph; xmge's results do not depend on them
         self.imperative = imperative
         self.graph_opt_config = graph_opt_config
@@ -384,7 +387,7 @@ class trace:  # noqa: N801 - MegEngine's name
             checker = _Checker(cached[2], tensors)
             push_recorder(checker)  # type: ignore[arg-type]
             try:
-                out = self.function(*args, **kwargs)
+                out = self._run_body(args, kwargs)
             finally:
                 pop_recorder(checker)  # type: ignore[arg-type]
             flat, _ = _flatten_outputs(self.__name__, out)
@@ -395,7 +398,7 @@ class trace:  # noqa: N801 - MegEngine's name
         recorder = Trace(tensors, names, _collect_param_names(holders))
         push_recorder(recorder)
         try:
-            out = self.function(*args, **kwargs)
+            out = self._run_body(args, kwargs)
         finally:
             pop_recorder(recorder)
         if self.capture_as_const and out is not None:
@@ -407,6 +410,16 @@ class trace:  # noqa: N801 - MegEngine's name
         self._last = (module, rebuild)
         self._last_arg_count = len(tensors)
         return out
+
+    def _run_body(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The Python body with this trace's ``symbolic_shape`` setting, restored afterwards."""
+        from compiler.core import _trace_option
+
+        previous = _trace_option.set_symbolic_shape(self.symbolic_shape)
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            _trace_option.set_symbolic_shape(previous)
 
     # -- inspection ---------------------------------------------------------------------------
     @property
@@ -455,8 +468,9 @@ def rebind_traced(t: Tensor, src: Tensor) -> None:
 
 
 def set_symbolic_shape(option: bool) -> bool:
-    """MegEngine's switch between symbolic and static shape inference in traced graphs
-    (``core._trace_option``); xmge's traces record static shapes. Returns the previous setting."""
+    """Whether ``Tensor.shape`` in user code is an int32 Tensor computed in the graph (True) or a
+    tuple (MegEngine's ``core._trace_option``; ``trace(symbolic_shape=...)`` sets it while a traced
+    body runs). Returns the previous setting."""
     from compiler.core import _trace_option
 
     return _trace_option.set_symbolic_shape(option)
