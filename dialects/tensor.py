@@ -1652,6 +1652,45 @@ class TopKOp(MgbOp):
         return [TensorType(src.element_type, shape), TensorType(IntegerType(32), shape)]
 
 
+COND_TAKE_MODES = ("EQ", "NEQ", "LT", "LEQ", "GT", "GEQ")
+"""MegEngine's param.CondTake modes, by number: how each mask entry is compared with ``val``."""
+
+
+@irdl_op_definition
+class CondTakeOp(MgbOp):
+    """MegEngine's CondTake: the elements of ``data`` whose ``mask`` entry passes ``mode`` against
+    ``val`` (EQ: ``|mask - val| < eps``; ``F.cond_take`` uses EQ with val 1 on a bool mask),
+    flattened in C order, and their int32 positions in the flattened ``data``. How many depends on
+    the mask's values: a trace types the results with the count it saw, a graph read from a file
+    with a dynamic size (``?``); the reference interpreter takes the count from the data, and
+    ``compile`` refuses the op (static kernels cannot size their outputs by data)."""
+
+    name = "mgb.cond_take"
+    data = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    mode = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
+    val = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    eps = prop_def(FloatAttr, default_value=FloatAttr(1e-6, f64))
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        data, mask = _type(self.data.type), _type(self.mask.type)
+        values, indices = _type(self.values.type), _type(self.indices.type)
+        if _shape(data) != _shape(mask):
+            raise VerifyException(f"{self.name}: mask shape {_shape(mask)} differs from the data {_shape(data)}")
+        if not 0 <= self.params()["mode"] < len(COND_TAKE_MODES):
+            raise VerifyException(f"{self.name}: mode {self.params()['mode']} is not one of {COND_TAKE_MODES}")
+        if len(_shape(values)) != 1 or _shape(values) != _shape(indices):
+            raise VerifyException(f"{self.name}: results must be two vectors of one length, got {values}, {indices}")
+        if values.element_type != data.element_type or indices.element_type != IntegerType(32):
+            raise VerifyException(f"{self.name}: results must be (data dtype, int32), got {values}, {indices}")
+        if _shape(values)[0] > max(1, math.prod(_shape(data))) and _shape(values)[0] != -1:
+            raise VerifyException(f"{self.name}: takes at most {math.prod(_shape(data))} elements")
+
+
 @irdl_op_definition
 class IndexingOneHotOp(MgbOp):
     """MegEngine's IndexingOneHot: ``src`` picked along ``axis`` at ``index`` (int32, ``src``'s shape
@@ -2100,6 +2139,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     GetVarShapeOp,
     ReshapeToOp,
     BroadcastToOp,
+    CondTakeOp,
 )
 
 Mgb = Dialect(

@@ -266,6 +266,16 @@ def lower_linspace(lw: Lowering, op: T.LinspaceOp, p: dict[str, Any]) -> None:
     lw.simple(op, "Linspace", [("Linspace", {"endpoint": bool(p["endpoint"])})], inputs)
 
 
+def lower_cond_take(lw: Lowering, op: T.CondTakeOp, p: dict[str, Any]) -> None:
+    params = {"mode": int(p["mode"]), "val": float(p["val"]), "eps": float(p["eps"])}
+    name = lw.var_name(op, "CondTake")
+    inputs = [lw.ids[v] for v in op.operands]
+    wopr = WOpr("CondTake", inputs, 2, [("CondTake", params)], name=attr_str(op, "opr_name"))
+    vids = lw.add(wopr, [f"{name}:o0", f"{name}:o1"])
+    for res, vid in zip(op.results, vids, strict=True):
+        lw.ids[res] = vid
+
+
 def lower_topk(lw: Lowering, op: T.TopKOp, p: dict[str, Any]) -> None:
     """k travels as an int32 input, as MegEngine's F.topk passes it; KTH_ONLY has no index output
     in MegEngine, so an op whose k-th index is used cannot be written as one."""

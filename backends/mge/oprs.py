@@ -169,6 +169,7 @@ OPRS: tuple[Opr, ...] = (
     Opr("Argsort", "Argsort", "ArgsortForward", None, (T.ArgsortOp,),
         params=ParamMap(ParamDef("Argsort", 26, (("order", "I", 0),)), {"order": "descending"})),
     Opr("TopK", "TopK", "TopK", None, (T.TopKOp,), R.read_topk, W.lower_topk),
+    Opr("CondTake", "CondTake", "CondTake", None, (T.CondTakeOp,), R.read_cond_take, W.lower_cond_take),
     Opr("Convolution3D", "Convolution3D", "Convolution3DForward", "Convolution3D", (T.Convolution3DOp,),
         V.read_convolution3d, V.lower_convolution3d),
     Opr("WarpPerspective", "WarpPerspectiveV2", "WarpPerspectiveForward", None, (T.WarpPerspectiveOp,),
@@ -242,7 +243,7 @@ REFUSED: dict[str, str] = {
         "CondExecMark CondExecMarkIfNeed CondExecMerge CondExecPred CondExecPredLogical Sleep "
         "PersistentOutputStorage VolatileSharedDeviceTensor SharedDeviceTensorWithFormat AssertEqual Alloc"
     ).split()},
-    **{name: _DYNAMIC for name in "CondTake NonZero".split()},
+    **{name: _DYNAMIC for name in "NonZero".split()},
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
     **{name: _NICHE for name in (
         "AffineInt BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "

@@ -482,6 +482,20 @@ def _broadcast_to_backward(
     return [unbroadcast(g, inputs[0].shape).astype(inputs[0].dtype, copy=False), None]
 
 
+@register_backward(T.CondTakeOp)
+def _cond_take_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """The taken values' gradient goes back to their positions; the mask has none."""
+    g = grads[0]
+    if g is None:
+        return [None, None]
+    data = inputs[0]
+    out = np.zeros(data.size, dtype=g.dtype)
+    out[outputs[1]] = g
+    return [out.reshape(data.shape), None]
+
+
 @register_backward(T.DimshuffleOp)
 def _dimshuffle_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]

@@ -46,6 +46,13 @@ def shape_of(t: Tensor) -> Tensor:
     return out
 
 
+def in_symbolic_trace() -> bool:
+    """Whether a trace is recording with symbolic shapes on (a reshape keeps its -1 then)."""
+    from compiler.jit.tracing import Trace, _Checker
+
+    return use_symbolic_shape() and any(isinstance(r, Trace | _Checker) for r in active_recorders())
+
+
 def _is_tensor(v: Any) -> bool:
     from compiler.tensor import Tensor
 

@@ -37,8 +37,10 @@ def reshape(inp: Tensor, target_shape: Sequence[int] | int) -> Tensor:
         shape[unknown[0]] = inp.size // known
     if math.prod(shape) != inp.size or any(s < 0 for s in shape):
         raise op_error("reshape", f"cannot reshape {inp.shape} ({inp.size} elements) into {tuple(shape)}")
-    if symbolic_shape.is_graph_shape(target_shape):
-        return symbolic_shape.reshape_to(inp, target_shape, shape, unknown[0] if unknown else -1)
+    if symbolic_shape.is_graph_shape(target_shape) or (unknown and symbolic_shape.in_symbolic_trace()):
+        # MegEngine keeps the -1 in the graph: the size is inferred when the graph runs
+        given = target_shape if not isinstance(target_shape, int | np.integer) else [target_shape]
+        return symbolic_shape.reshape_to(inp, given, shape, unknown[0] if unknown else -1)
     (out,) = apply(T.ReshapeOp, [inp], label="reshape", result_types=[tensor_type(shape, inp.dtype)])
     return out
 
@@ -635,15 +637,20 @@ def roll(inp: Tensor, shift: int | Sequence[int], axis: int | Sequence[int] | No
 
 def cond_take(mask: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
     """The elements of ``x`` where ``mask`` (same shape) is true, flattened, and their int32
-    positions in the flattened ``x``: MegEngine's CondTake. The count depends on the data, so the
-    positions are read from ``mask`` now; the values keep their gradient to ``x``."""
+    positions in the flattened ``x``: MegEngine's CondTake (``mgb.cond_take``, EQ against 1). The
+    count depends on the data: the op's result types hold this call's count; a dump runs it with
+    the count its inputs give. The values keep their gradient to ``x``."""
     x, mask = as_tensor(x), as_tensor(mask)
     if mask.shape != x.shape:
         raise op_error("cond_take", f"mask shape {mask.shape} differs from the data shape {x.shape}")
     if mask.dtype != np.bool_:
         raise op_error("cond_take", f"mask must be bool, got {mask.dtype}")
-    idx = Tensor(np.flatnonzero(mask.numpy()).astype(np.int32))
-    return _getitem(reshape(x, (x.size,)), (idx,)), idx
+    from semantics.kernels import cond_take_selected
+
+    count = int(np.count_nonzero(cond_take_selected(mask._data, 0, 1.0, 1e-6)))
+    types = [tensor_type((count,), x.dtype), tensor_type((count,), "int32")]
+    values, index = apply(T.CondTakeOp, [x, mask], label="cond_take", result_types=types)
+    return values, index
 
 
 def non_zero(condition: Tensor, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
