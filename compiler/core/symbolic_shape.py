@@ -46,11 +46,23 @@ def shape_of(t: Tensor) -> Tensor:
     return out
 
 
-def in_symbolic_trace() -> bool:
-    """Whether a trace is recording with symbolic shapes on (a reshape keeps its -1 then)."""
+_TENSOR_METHODS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tensor.py")
+
+
+def user_call_in_symbolic_trace() -> bool:
+    """Whether a trace is recording with symbolic shapes on and the calling API function (two
+    frames up; ``Tensor``'s methods count as the API too) was called by user code: a user's
+    ``reshape(..., -1)`` then keeps its -1 in the graph, as MegEngine's does, while xmge's own
+    reshapes stay static."""
     from compiler.jit.tracing import Trace, _Checker
 
-    return use_symbolic_shape() and any(isinstance(r, Trace | _Checker) for r in active_recorders())
+    if not use_symbolic_shape() or not any(isinstance(r, Trace | _Checker) for r in active_recorders()):
+        return False
+    frame = sys._getframe(2)
+    if os.path.abspath(frame.f_code.co_filename) == _TENSOR_METHODS and frame.f_back is not None:
+        frame = frame.f_back
+    path = os.path.abspath(frame.f_code.co_filename)
+    return not path.startswith(_PACKAGE_ROOTS)
 
 
 def _is_tensor(v: Any) -> bool:
