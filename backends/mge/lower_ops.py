@@ -163,6 +163,11 @@ def lower_get_var_shape(lw: Lowering, op: T.GetVarShapeOp, p: dict[str, Any]) ->
 def lower_reshape(lw: Lowering, op: T.ReshapeOp | T.ReshapeToOp, p: dict[str, Any]) -> None:
     src, dst = value_shape(op.operands[0]), value_shape(op.output)
     x = lw.ids[op.operands[0]]
+    if isinstance(op, T.ReshapeOp) and (src or (1,)) == (dst or (1,)):
+        # (1,) <-> (): one shape to MegEngine, whose loader refuses a Reshape that changes nothing
+        # after a Reduce (it merges it into the Reduce: "got_type=Reduce expected_type=Reshape")
+        lw.ids[op.output] = x
+        return
     if isinstance(op, T.ReshapeToOp):  # the shape computed in the graph; axis 7: none inferred
         axis = p["unspec_axis"] if p["unspec_axis"] >= 0 else 7
         lw.simple(op, "Reshape", [("OptionalAxisV1", {"axis": axis})], [x, lw.ids[op.shape]])
