@@ -1680,13 +1680,14 @@ class CondTakeOp(MgbOp):
         data, mask = _type(self.data.type), _type(self.mask.type)
         values, indices = _type(self.values.type), _type(self.indices.type)
         if _shape(data) != _shape(mask):
-            raise VerifyException(f"{self.name}: mask shape {_shape(mask)} differs from the data {_shape(data)}")
+            raise VerifyException(f"{self.name}: mask shape {_shape(mask)} differs from data {_shape(data)}")
         if not 0 <= self.params()["mode"] < len(COND_TAKE_MODES):
-            raise VerifyException(f"{self.name}: mode {self.params()['mode']} is not one of {COND_TAKE_MODES}")
+            mode = self.params()["mode"]
+            raise VerifyException(f"{self.name}: mode {mode} is not one of {COND_TAKE_MODES}")
         if len(_shape(values)) != 1 or _shape(values) != _shape(indices):
-            raise VerifyException(f"{self.name}: results must be two vectors of one length, got {values}, {indices}")
+            raise VerifyException(f"{self.name}: results must be 2 vectors of one size: {values}, {indices}")
         if values.element_type != data.element_type or indices.element_type != IntegerType(32):
-            raise VerifyException(f"{self.name}: results must be (data dtype, int32), got {values}, {indices}")
+            raise VerifyException(f"{self.name}: results must be (data dtype, int32): {values}, {indices}")
         if _shape(values)[0] > max(1, math.prod(_shape(data))) and _shape(values)[0] != -1:
             raise VerifyException(f"{self.name}: takes at most {math.prod(_shape(data))} elements")
 

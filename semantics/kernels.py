@@ -1000,7 +1000,12 @@ def cond_take_selected(mask: np.ndarray, mode: int, val: float, eps: float) -> n
 
 @kernel(T.CondTakeOp)
 def cond_take(
-    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, mode: int = 0, val: float = 1.0, eps: float = 1e-6
+    args: Sequence[np.ndarray],
+    results: Sequence[ResultSpec],
+    *,
+    mode: int = 0,
+    val: float = 1.0,
+    eps: float = 1e-6,
 ) -> list[np.ndarray]:
     """The count comes from the mask's values, not from ``results`` (which may hold another count
     or a dynamic one): the interpreter re-sizes what follows."""

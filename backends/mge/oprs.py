@@ -117,7 +117,8 @@ OPRS: tuple[Opr, ...] = (
     Opr("PowC", "PowC", "PowC", read=R.read_powc),  # read as Elemwise POW
     Opr("Reduce", "ReduceV2", "Reduce", None, (T.ReduceOp,), R.read_reduce, W.lower_reduce),
     Opr("TypeCvt", "TypeCvtV2", "TypeCvt", None, (T.TypeCvtOp,), R.read_typecvt, W.lower_typecvt),
-    Opr("Reshape", "ReshapeV1", "Reshape", None, (T.ReshapeOp, T.ReshapeToOp), R.read_reshape, W.lower_reshape),
+    Opr("Reshape", "ReshapeV1", "Reshape", None,
+        (T.ReshapeOp, T.ReshapeToOp), R.read_reshape, W.lower_reshape),
     Opr("Broadcast", "Broadcast", "Broadcast", None,
         (T.BroadcastOp, T.BroadcastToOp), R.read_broadcast, W.lower_broadcast),
     Opr("Dimshuffle", "Dimshuffle", "Dimshuffle", None,

@@ -253,6 +253,10 @@ def read_reduce(ctx: ReadContext, op: RawOpr) -> None:
     shape = shape_of(op, x, "input")
     if len(op.inputs) >= 2:
         target = int_values(op, input_var(ctx, op, 1), "the target shape")
+        if list(target) == [1] and len(shape) > 1:
+            # MegEngine's F.sum(x) and friends without an axis: everything into one value
+            _read_reduce_all(ctx, op, x, shape, mode, data_type)
+            return
         if len(target) != len(shape):
             raise fail(op, f"target shape {target} does not match input rank {len(shape)}")
         axes = [a for a, (s, t) in enumerate(zip(shape, target, strict=True)) if s != t]
@@ -274,6 +278,19 @@ def read_reduce(ctx: ReadContext, op: RawOpr) -> None:
         if k > 0 and mode == enums.ReduceMode.SUM_SQR:
             m = enums.ReduceMode.SUM  # later axes sum the already squared partial sums
         (cur,) = emit_values(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
+    define(ctx, op, 0, cur)
+
+
+def _read_reduce_all(
+    ctx: ReadContext, op: RawOpr, x: ReadVar, shape: tuple[int, ...], mode: Any, data_type: Any
+) -> None:
+    """A Reduce to the target shape [1] of an n-D input: the axes one after another, then (1,)."""
+    cur = x
+    for k, a in enumerate(a for a, d in enumerate(shape) if d != 1):
+        m = enums.ReduceMode.SUM if k > 0 and mode == enums.ReduceMode.SUM_SQR else mode
+        (cur,) = emit_values(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
+    assert x.type is not None
+    (cur,) = emit_values(ctx, op, T.ReshapeOp, [cur], [TensorType(x.type.element_type, [1])])
     define(ctx, op, 0, cur)
 
 

@@ -37,7 +37,8 @@ def reshape(inp: Tensor, target_shape: Sequence[int] | int) -> Tensor:
         shape[unknown[0]] = inp.size // known
     if math.prod(shape) != inp.size or any(s < 0 for s in shape):
         raise op_error("reshape", f"cannot reshape {inp.shape} ({inp.size} elements) into {tuple(shape)}")
-    if symbolic_shape.is_graph_shape(target_shape) or (unknown and symbolic_shape.user_call_in_symbolic_trace()):
+    keep_unspec = bool(unknown) and symbolic_shape.user_call_in_symbolic_trace()
+    if symbolic_shape.is_graph_shape(target_shape) or keep_unspec:
         # MegEngine keeps the -1 in the graph: the size is inferred when the graph runs
         given = target_shape if not isinstance(target_shape, int | np.integer) else [target_shape]
         return symbolic_shape.reshape_to(inp, given, shape, unknown[0] if unknown else -1)

@@ -35,7 +35,7 @@ class FoldGetVarShape(RewritePattern):
         src = op.src.type
         assert isinstance(src, TensorType)
         const = T.ConstOp.from_numpy(np.array(src.get_shape(), np.int32))
-        rewriter.replace_op(op, const)
+        rewriter.replace(op, const)
 
 
 class StaticReshapeTo(RewritePattern):
@@ -45,7 +45,7 @@ class StaticReshapeTo(RewritePattern):
     def match_and_rewrite(self, op: T.ReshapeToOp, rewriter: PatternRewriter) -> None:
         new = T.ReshapeOp.make([op.src], [op.output.type])
         new.attributes.update(op.attributes)
-        rewriter.replace_op(op, new)
+        rewriter.replace(op, new)
 
 
 class StaticBroadcastTo(RewritePattern):
@@ -55,7 +55,7 @@ class StaticBroadcastTo(RewritePattern):
     def match_and_rewrite(self, op: T.BroadcastToOp, rewriter: PatternRewriter) -> None:
         new = T.BroadcastOp.make([op.src], [op.output.type])
         new.attributes.update(op.attributes)
-        rewriter.replace_op(op, new)
+        rewriter.replace(op, new)
 
 
 class DataDependentShapeError(XmgeError, ValueError):
@@ -70,7 +70,7 @@ def check_static_sizes(module: ModuleOp) -> None:
         if isinstance(op, T.CondTakeOp):
             raise DataDependentShapeError(
                 f"{op.name}{where}: how many elements it takes depends on the mask's values, and compiled "
-                "kernels need static sizes; run this graph on the reference interpreter (compiler.lite) instead"
+                "kernels need static sizes; run this graph on the reference interpreter (compiler.lite)"
             )
         dynamic = [r.type for r in op.results if isinstance(r.type, TensorType) and -1 in r.type.get_shape()]
         if dynamic:

@@ -94,7 +94,8 @@ def run(folder: str) -> None:
     from megenginelite import LiteNetwork
 
     for name, (_, names, sets) in CASES.items():
-        for path, suffix in ((os.path.join(HERE, name + ".mge"), ""), (os.path.join(folder, name + ".mge"), ".xmge")):
+        files = ((os.path.join(HERE, name + ".mge"), ""), (os.path.join(folder, name + ".mge"), ".xmge"))
+        for path, suffix in files:
             record = {}
             for k, inputs in enumerate(sets):
                 net = LiteNetwork()
