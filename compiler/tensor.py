@@ -285,6 +285,14 @@ class Tensor:
     def T(self) -> Tensor:
         return self.transpose()
 
+    def _broadcast(self, *shape: Any) -> Tensor:
+        """MegEngine's ``Tensor._broadcast`` (what ``F.broadcast_to`` calls): one shape, a tuple
+        or an int Tensor, or the sizes as arguments."""
+        import compiler.functional as F
+
+        target = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list | Tensor) else shape
+        return F.broadcast_to(self, target)
+
     def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
         import compiler.functional as F
 

@@ -536,9 +536,10 @@ def repeat(inp: Tensor, repeats: int, axis: int | None = None) -> Tensor:
     """Each element ``repeats`` times in a row along ``axis`` (of the flattened input if None),
     like ``np.repeat``; composed as expand_dims -> broadcast -> reshape."""
     inp = as_tensor(inp)
+    given = repeats
     if isinstance(repeats, Tensor):
         if repeats.size != 1:
-            raise op_error("repeat", f"repeats must hold one value, got shape {repeats.shape}")
+            raise op_error("repeat", f"repeats must hold one value, got shape {repeats._tuple_shape}")
         repeats = repeats.item()
     if int(repeats) != repeats or repeats < 1:
         raise op_error("repeat", f"repeats must be a positive int, got {repeats!r}")
@@ -547,6 +548,12 @@ def repeat(inp: Tensor, repeats: int, axis: int | None = None) -> Tensor:
         inp = reshape(inp, (inp.size,))
         axis = 0
     ax = _axis("repeat", axis, inp.ndim)
+    if isinstance(given, Tensor) and symbolic_shape.is_graph_shape(given):
+        # a Tensor count stays in the graph: a traced call with another count runs the same ops
+        count = given if given.dtype == np.int32 else astype(given, "int32")
+        shape = inp._tuple_shape
+        wide = broadcast_to(expand_dims(inp, ax + 1), [*shape[: ax + 1], count, *shape[ax + 1 :]])
+        return reshape(wide, [*shape[:ax], count * shape[ax], *shape[ax + 1 :]])
     if repeats == 1:
         return inp
     expanded = expand_dims(inp, ax + 1)

@@ -342,6 +342,8 @@ class trace:  # noqa: N801 - MegEngine's name
         # while the body runs, x.shape in user code is a Tensor computed in the graph (MegEngine's
         # default), so a dump runs on other input shapes (compiler.core.symbolic_shape)
         self.symbolic_shape = symbolic_shape
+        self.profiling = profiling
+        self._profile_inputs: list[np.ndarray] | None = None  # the last call's, with profiling
         # both select how MegEngine executes the recorded graph; xmge's results do not depend on them
         self.imperative = imperative
         self.graph_opt_config = graph_opt_config
@@ -371,7 +373,9 @@ class trace:  # noqa: N801 - MegEngine's name
         if self.capture_as_const and not all(isinstance(a, Tensor) for a in args):
             raise TraceError("Only support tensor type args when capture_as_const is enabled")
         tensors, names = self._split_args(args, kwargs)
-        key = tuple((t.shape, str(t.dtype)) for t in tensors) + tuple(
+        if self.profiling:
+            self._profile_inputs = [t._data for t in tensors]
+        key = tuple((t._tuple_shape, str(t.dtype)) for t in tensors) + tuple(
             (k, id(v)) for k, v in sorted(kwargs.items()) if not isinstance(v, Tensor)
         )
         cached = self._cache.get(key)
@@ -422,6 +426,36 @@ class trace:  # noqa: N801 - MegEngine's name
             _trace_option.set_symbolic_shape(previous)
 
     # -- inspection ---------------------------------------------------------------------------
+    def get_profile(self) -> dict[str, Any]:
+        """With ``profiling=True``: per operator of the traced graph, its kind and how long its
+        kernel ran, MegEngine's profile layout (``{"profiler": {"host": ..., "opr_footprint":
+        ...}}``) with xmge's reference kernels timed on the last call's inputs."""
+        import time
+
+        from semantics.interpreter import run_function
+
+        if not self.profiling:
+            raise TraceError(f"{self.__name__} was traced without profiling=True: there is no profile")
+        if self._profile_inputs is None or self._last is None:
+            raise TraceError(f"{self.__name__} has not been called yet: there is no profile")
+        fn = next(op for op in self._last[0].ops if isinstance(op, func.FuncOp))
+        host: dict[str, dict[str, float]] = {}
+        footprint: dict[str, dict[str, Any]] = {}
+        start = time.perf_counter()
+
+        def observe(op: Any, results: list[np.ndarray], seconds: float) -> None:
+            key = str(len(host))
+            end = time.perf_counter() - start
+            host[key] = {"start": end - seconds, "kern": seconds, "end": end}
+            footprint[key] = {
+                "type": op.name,
+                "name": op.attributes["name"].data if "name" in op.attributes else op.name,
+                "out_shapes": [list(r.shape) for r in results],
+            }
+
+        run_function(fn, self._profile_inputs, observe)
+        return {"profiler": {"host": host, "opr_footprint": footprint}}
+
     @property
     def module(self) -> ModuleOp:
         """The tensor-dialect module of the most recent trace."""
