@@ -135,6 +135,8 @@ def topk(
     _sort_label("topk", inp)
     k = int(k.item() if isinstance(k, Tensor) else k)
     rows = reshape(inp, (1, inp.shape[0])) if inp.ndim == 1 else inp
+    if k > rows.shape[1] and not kth_only:
+        k = rows.shape[1]  # MegEngine's TopK takes the whole row when k exceeds it
     if not 0 < k <= rows.shape[1]:
         raise op_error("topk", f"k={k} must be in [1, {rows.shape[1]}] for a row of {rows.shape[1]} elements")
     mode = 0 if kth_only else 1 if no_sort else 2

@@ -18,6 +18,7 @@ from passes.inference.fuse_grain import FuseGrainPass
 from passes.inference.graph_simplify import ElemwiseSimplifyPass
 from passes.inference.mge_compat import SplitReduceSqueezePass
 from passes.inference.param_fuse import ParamFusePass
+from passes.inference.specialize_shapes import SpecializeShapesPass
 from passes.inference.pipeline import (
     InferenceOptionError,
     InferenceOptions,
@@ -38,6 +39,7 @@ INFERENCE_PASSES: tuple[type[ModulePass], ...] = (
     FuseConvBiasWithZPass,
     SplitReduceSqueezePass,
     ElemwiseSimplifyPass,
+    SpecializeShapesPass,
 )
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "ParamFusePass",
     "ReorderArithChainPass",
     "SplitReduceSqueezePass",
+    "SpecializeShapesPass",
     "base_passes",
     "pipeline_for",
 ]

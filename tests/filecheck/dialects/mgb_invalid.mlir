@@ -431,3 +431,31 @@ func.func @correlation_kernel(%x: tensor<2x3x8x9xf32>) -> tensor<2x9x6x7xf32> {
   func.return %0 : tensor<2x9x6x7xf32>
 }
 // CHECK: mgb.correlation: kernel_size 2 must be odd and positive, strides (1, 1) positive, max_displacement 1 and pad_size 0 non-negative
+
+// -----
+func.func @get_var_shape_rank(%x: tensor<2x3x4xf32>) -> tensor<2xi32> {
+  %0 = mgb.get_var_shape %x : (tensor<2x3x4xf32>) -> tensor<2xi32>
+  func.return %0 : tensor<2xi32>
+}
+// CHECK: mgb.get_var_shape: result types tensor<2xi32> do not match the inferred tensor<3xi32>
+
+// -----
+func.func @reshape_to_shape(%x: tensor<2x3x4xf32>, %s: tensor<3xi32>) -> tensor<2x12xf32> {
+  %0 = mgb.reshape_to %x, %s : (tensor<2x3x4xf32>, tensor<3xi32>) -> tensor<2x12xf32>
+  func.return %0 : tensor<2x12xf32>
+}
+// CHECK: mgb.reshape_to: shape must be an int32 vector of 2 values, got tensor<3xi32>
+
+// -----
+func.func @broadcast_to_shape(%x: tensor<3xf32>, %s: tensor<2xi32>) -> tensor<2x4xf32> {
+  %0 = mgb.broadcast_to %x, %s : (tensor<3xf32>, tensor<2xi32>) -> tensor<2x4xf32>
+  func.return %0 : tensor<2x4xf32>
+}
+// CHECK: mgb.broadcast_to: cannot broadcast (3,) to (2, 4)
+
+// -----
+func.func @cond_take_mask(%x: tensor<2x3xf32>, %m: tensor<3x2xi1>) -> (tensor<?xf32>, tensor<?xi32>) {
+  %0, %1 = mgb.cond_take %x, %m : (tensor<2x3xf32>, tensor<3x2xi1>) -> (tensor<?xf32>, tensor<?xi32>)
+  func.return %0, %1 : tensor<?xf32>, tensor<?xi32>
+}
+// CHECK: mgb.cond_take: mask shape (3, 2) differs from data (2, 3)
