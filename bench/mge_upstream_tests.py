@@ -159,13 +159,15 @@ FAILURE_LINE = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
 
 
 def run_file(path: Path, work: Path, timeout_s: int,
-             failures: list[str] | None = None) -> dict[str, int]:
+             failures: list[str] | None = None, deselect: tuple[str, ...] = ()) -> dict[str, int]:
     """Counts per outcome; with `failures`, appends "TEST_ID: first error line" per failed test."""
     # A wide terminal keeps pytest from cutting the short summary lines.
     env = dict(os.environ, PYTHONPATH=f"{work}{os.pathsep}{REPO}", COLUMNS="2000")
     report = "-rfE" if failures is not None else "-rN"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "xmge_megengine_alias", "-p", "no:cacheprovider",
            "--no-header", report, "--tb=short" if failures is not None else "--tb=no", str(path)]
+    for test_id in deselect:
+        cmd += ["--deselect", test_id]
     try:
         out = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s).stdout
     except subprocess.TimeoutExpired:
@@ -197,6 +199,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the per-file counts here")
     parser.add_argument("--lenient-imports", action="store_true",
                         help="a missing MegEngine import fails only the tests that use the name")
+    parser.add_argument("--deselect", action="append", default=[], metavar="TEST_ID",
+                        help="skip a test (e.g. test/unit/functional/test_functional.py::test_x), "
+                        "one that takes the reference kernels too long; repeatable")
     parser.add_argument("--failures", action="store_true",
                         help="print each failing test id and the first line of its error")
     args = parser.parse_args()
@@ -212,7 +217,7 @@ def main() -> None:
         for index, path in enumerate(files, 1):
             rel = str(path.relative_to(tests))
             failures: list[str] | None = [] if args.failures else None
-            counts = run_file(path, work, args.timeout_s, failures)
+            counts = run_file(path, work, args.timeout_s, failures, tuple(args.deselect))
             per_file[rel] = counts
             for kind, number in counts.items():
                 totals[kind] = totals.get(kind, 0) + number
