@@ -126,3 +126,31 @@ def test_megbrain_graph_runs_input_and_output_nodes() -> None:
     inp.set_value(np.ones((5,), "float32"))
     value = attr.get_value()
     assert (value.shape, value.dtype) == ((5,), np.float32)
+
+
+def test_exponential_distribution_shapes_and_moments() -> None:
+    from compiler.distributions import Exponential
+
+    mge.random.seed(5)
+    rate = np.abs(np.random.RandomState(0).randn(5, 5)) + 0.1
+    assert Exponential(rate).sample().shape == (5, 5)
+    assert Exponential(rate).sample((7,)).shape == (7, 5, 5)
+    assert Exponential(np.array([0.3])).sample().shape == (1,)
+    assert Exponential(0.2).sample((1,)).shape == (1,)
+    m = Exponential(2.0)
+    samples = m.sample((100000,)).numpy()
+    assert abs(samples.mean() - float(m.mean.numpy())) < 0.02
+    assert abs(samples.var() - float(m.variance.numpy())) < 0.02
+    x = mge.Tensor([0.5, 1.0])
+    np.testing.assert_allclose(m.log_prob(x).numpy(), np.log(2.0) - 2.0 * np.array([0.5, 1.0]), rtol=1e-6)
+    np.testing.assert_allclose(m.icdf(m.cdf(x)).numpy(), [0.5, 1.0], rtol=1e-5)
+
+
+def test_interpolate_rank_error_is_an_assertion_error() -> None:
+    import compiler.functional as F
+
+    inp = mge.tensor(np.arange(1, 5, dtype=np.float32).reshape(1, 1, 2, 2))
+    with pytest.raises(AssertionError):
+        F.vision.interpolate(inp, scale_factor=2.0, mode="linear")
+    with pytest.raises(AssertionError):
+        F.vision.interpolate(inp, scale_factor=(2.0, 2.0, 2.0))
