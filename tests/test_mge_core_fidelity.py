@@ -154,3 +154,17 @@ def test_interpolate_rank_error_is_an_assertion_error() -> None:
         F.vision.interpolate(inp, scale_factor=2.0, mode="linear")
     with pytest.raises(AssertionError):
         F.vision.interpolate(inp, scale_factor=(2.0, 2.0, 2.0))
+
+
+def test_numpy_ufunc_on_tensor_gives_tensor_on_its_device() -> None:
+    xx = mge.Tensor(np.array([1, 2, 3], dtype=np.int32), device="cpu0")
+    out = np.add(xx, np.array([1, 0, 3], dtype=np.int32))
+    assert isinstance(out, mge.Tensor) and out.device == xx.device
+    np.testing.assert_array_equal(out.numpy(), [2, 2, 6])
+    assert np.equal(xx, xx).dtype == np.bool_
+
+
+def test_operator_with_none_is_megengine_type_error() -> None:
+    for op in (lambda t: t + None, lambda t: None * t, lambda t: t - None):
+        with pytest.raises(TypeError, match=r"^the operand is None and is not supported\.$"):
+            op(mge.Tensor(1.0))
