@@ -260,6 +260,12 @@ class CallMethod(_Call):
         if isinstance(obj, Module) and self.method == "__call__":
             _preflight(type(obj).forward, type(obj).__name__, (obj, *args), kwargs, self, owner=obj)
             result = obj(*args, **kwargs)
+        elif isinstance(obj, Tensor) and self.method == "__setitem__":
+            # the update lands on a copy: the input value may be a module's own tensor
+            from compiler.functional import copy
+
+            result = copy(obj)  # an op, so a jit trace of this replay keeps the dependence on obj
+            result[args[0]] = args[1]
         elif isinstance(obj, Tensor):
             policy.check_tensor_method(self.method)
             result = getattr(obj, self.method)(*args, **kwargs)

@@ -29,14 +29,24 @@ FUNCTION_MODULES = (
     "compiler.functional.tensor",
     "compiler.functional.loss",
     "compiler.functional.quantized",
+    "compiler.functional.vision",
+    "compiler.functional.metric",
+    "compiler.functional.utils",
 )
+
+
+def _is_functional_module(module: str) -> bool:
+    """A public module of ``compiler.functional`` (where a function a graph names is defined:
+    ``F.nn.instance_norm`` lives in ``compiler.functional.norms``)."""
+    parts = module.split(".")
+    return parts[:2] == ["compiler", "functional"] and not any(p.startswith("_") for p in parts)
 
 # Tensor methods recorded as CallMethod on a tensor node (and the only ones a graph may call)
 TENSOR_METHODS = frozenset(
     """__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __floordiv__
     __rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __lt__ __le__ __gt__ __ge__ __eq__ __ne__
     __and__ __rand__ __or__ __ror__ __xor__ __rxor__ __invert__ __neg__ __abs__ __matmul__
-    __rmatmul__ __getitem__ reshape transpose flatten astype sum mean max min prod""".split()
+    __rmatmul__ __getitem__ __setitem__ reshape transpose flatten astype sum mean max min prod""".split()
 )
 
 
@@ -77,7 +87,7 @@ def resolve_function(module: str, qualname: str) -> Any:
     user = _USER_FUNCTIONS.get((module, qualname))
     if user is not None:
         return user
-    if module not in FUNCTION_MODULES or not qualname.isidentifier() or qualname.startswith("_"):
+    if not _is_functional_module(module) or not qualname.isidentifier() or qualname.startswith("_"):
         raise TracedModuleError(
             f"traced graph names function {module}.{qualname}, which is not xmge functional API"
         )

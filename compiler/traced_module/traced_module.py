@@ -864,6 +864,22 @@ class _Tracer:
 
         frame.record_call(make, args, kwargs, out, method.strip("_"))
 
+    def record_setitem(self, obj: Tensor, args: Sequence[Any], setitem: Callable[..., Any]) -> None:
+        """``obj[index] = value``: a ``__setitem__`` call whose output node stands for ``obj`` from
+        here on (MegEngine's in-place update, as a new value in the graph)."""
+        frame = self.frames[-1]
+        if id(obj) not in frame.nodes and id(obj) not in frame.tensor_paths:
+            # a tensor made in forward: the graph keeps its value from before the update
+            frame.bind(obj, frame.node_for(Tensor(obj)))
+        obj_node = frame.node_for(obj)
+        with self.suppressed():
+            setitem(obj, *args)
+
+        def make(i: int, inputs: list[Node], arg_spec: pytree.Spec, out_spec: pytree.Spec) -> Expr:
+            return CallMethod(i, obj_node, "__setitem__", inputs, arg_spec, out_spec)
+
+        frame.record_call(make, args, {}, obj, "setitem")
+
     # core recorder: ops no wrapper saw (called through a function object taken before tracing)
     def record(self, applied: AppliedOp) -> None:
         if not self.recording:
@@ -947,6 +963,9 @@ def _wrap_method(method: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         session = tracer.session if tracer.at_surgery_level else None
         if session is not None:
             args, kwargs = session.to_values((args, kwargs))
+        if method == "__setitem__":
+            tracer.record_setitem(self, args, fn)
+            return None
         with tracer.suppressed():
             out = fn(self, *args, **kwargs)
         if out is NotImplemented:

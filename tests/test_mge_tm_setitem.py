@@ -1,0 +1,76 @@
+"""trace_module records what MegEngine's records: in-place ``tensor[index] = value`` (as a
+``__setitem__`` call whose result stands for the tensor afterwards), functions of every public
+``functional`` module (``F.vision``, and ``F.nn`` functions defined in helper modules), and a
+call's arguments in canonical form (``traced_module.utils._convert_kwargs_to_args``)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import compiler.functional as F
+import compiler.module as M
+from compiler import Tensor
+from compiler.traced_module import trace_module
+from compiler.traced_module.utils import _convert_kwargs_to_args
+
+
+class _Affine(M.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = F.zeros((1,))
+
+    def forward(self, data: Tensor, roi: Tensor) -> Tensor:
+        n = data.shape[0]
+        mat = F.broadcast_to(self.base, (n, 3, 3))
+        scale = (roi[:, 1, 0] - roi[:, 0, 0]) / data.shape[2]
+        mat[:, 0, 0] = scale
+        mat[:, 1, 1] = scale
+        mat[:, 2, 2] = F.ones((n,))
+        made_here = F.zeros((n,))
+        made_here[0] = 7.0
+        out = F.vision.warp_perspective(data, mat, (4, 4))
+        return out + made_here.reshape(n, 1, 1, 1)
+
+
+def test_setitem_and_vision_functions_replay() -> None:
+    data = Tensor(np.arange(2 * 1 * 6 * 6, dtype=np.float32).reshape(2, 1, 6, 6))
+    roi = Tensor(np.array([[[0, 0], [3, 3]], [[1, 1], [6, 6]]], dtype=np.float32))
+    net = _Affine()
+    expect = net(data, roi).numpy()
+    tm = trace_module(net, data, roi)
+    methods = [getattr(e, "method", None) for e in tm.graph._exprs]
+    assert methods.count("__setitem__") == 4
+    np.testing.assert_array_equal(tm(data, roi).numpy(), expect)
+    other = Tensor(np.array([[[0, 0], [6, 6]], [[2, 2], [4, 4]]], dtype=np.float32))
+    np.testing.assert_array_equal(tm(data, other).numpy(), net(data, other).numpy())
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(tm))(data, roi).numpy(), expect)
+    # the replay updated copies: the module's own tensor is untouched
+    np.testing.assert_array_equal(net.base.numpy(), [0.0])
+
+
+def test_functions_defined_in_helper_modules_replay() -> None:
+    class Norm(M.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            return F.nn.instance_norm(x, affine=False)
+
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32))
+    tm = trace_module(Norm(), x)
+    np.testing.assert_allclose(tm(x).numpy(), Norm()(x).numpy(), rtol=1e-6)
+
+
+def test_convert_kwargs_to_args() -> None:
+    def func(a, b, c=4, *, d, e=3, f=4):  # noqa: ANN001, ANN202
+        pass
+
+    assert _convert_kwargs_to_args(func, (1,), {"b": 1, "d": 6}) == ((1, 1, 4), {"d": 6, "e": 3, "f": 4})
+    bound = _convert_kwargs_to_args(func, (1,), {"d": 6}, is_bounded=True)
+    assert bound == ((1, 4), {"d": 6, "e": 3, "f": 4})
+    with pytest.raises(TypeError, match="multiple values"):
+        _convert_kwargs_to_args(func, (1,), {"a": 2, "d": 1})
+    with pytest.raises(TypeError, match="keyword-only argument: d"):
+        _convert_kwargs_to_args(func, (1, 2), {})
+    with pytest.raises(TypeError, match="unexpected keyword argument z"):
+        _convert_kwargs_to_args(func, (1, 2), {"d": 1, "z": 0})
