@@ -184,35 +184,60 @@ def expr_checker_enabled() -> bool:
     return _expr_checker
 
 
+_BUILTIN_CLASSES: frozenset[type] | None = None
+
+
+def _builtin_classes() -> frozenset[type]:
+    """As MegEngine: every Module class that ``module``, ``module.qat`` and ``module.quantized``
+    export (but ``Sequential``), and the observers and fake quantizers. Exact classes only: a
+    user's subclass is the user's code, traced into."""
+    global _BUILTIN_CLASSES
+    if _BUILTIN_CLASSES is None:
+        import compiler.module as M
+        from compiler.module import qat, quantized
+        from compiler.module.module import Module
+        from compiler.quantization import fake_quant, observer
+
+        found: set[type] = set()
+        for namespace in (M, qat, quantized, observer, fake_quant):
+            for value in vars(namespace).values():
+                if isinstance(value, type) and issubclass(value, Module):
+                    found.add(value)
+        found.discard(M.Sequential)
+        found.discard(Module)
+        _BUILTIN_CLASSES = frozenset(found)
+    return _BUILTIN_CLASSES
+
+
 def is_builtin_layer(module: Any) -> bool:
     """Built-in layers stay calls in the graph; everything else (user modules, ``Sequential``, whose
     forward is Python control flow over its children) is traced into a nested TracedModule."""
-    from compiler.module.layers import Sequential
-
-    if type(module) in _USER_BUILTINS:
-        return True
-    return type(module).__module__ == "compiler.module.layers" and not isinstance(module, Sequential)
+    return type(module) in _USER_BUILTINS or type(module) in _builtin_classes()
 
 
 def builtin_layer_classes() -> list[type]:
-    import compiler.module as M
-    from compiler.module.module import Module
+    return sorted(_builtin_classes(), key=lambda c: (c.__module__, c.__qualname__))
 
-    return [
-        obj
-        for name in M.__all__
-        if isinstance(obj := getattr(M, name), type) and issubclass(obj, Module) and obj is not Module
-    ]
+
+def _family(module: str) -> str:
+    parts = module.split(".")
+    return "qat" if "qat" in parts else "quantized" if "quantized" in parts else ""
 
 
 def module_class(type_name: str) -> type | None:
     """The class a ModuleNode's ``type_name`` names, where it is one this package can name safely: a
-    built-in layer (xmge's or MegEngine's dotted name, matched by class name) or ``TracedModule``.
-    ``None`` for user classes, which a graph never imports."""
+    built-in layer (xmge's or MegEngine's dotted name: the exact class, else the one of that class
+    name in the same family, float/qat/quantized) or ``TracedModule``. ``None`` for user classes,
+    which a graph never imports."""
     module, _, cls_name = type_name.rpartition(".")
-    if module.startswith(("compiler.module", "megengine.module")):
-        for cls in builtin_layer_classes():
-            if cls.__name__ == cls_name:
+    packages = ("compiler.module", "megengine.module", "compiler.quantization", "megengine.quantization")
+    if module.startswith(packages):
+        named = [c for c in _builtin_classes() if c.__name__ == cls_name]
+        for cls in named:
+            if cls.__module__ == module:
+                return cls
+        for cls in named:
+            if _family(cls.__module__) == _family(module):
                 return cls
     if type_name == "compiler.traced_module.traced_module.TracedModule":
         from compiler.traced_module.traced_module import TracedModule

@@ -74,3 +74,34 @@ def test_convert_kwargs_to_args() -> None:
         _convert_kwargs_to_args(func, (1, 2), {})
     with pytest.raises(TypeError, match="unexpected keyword argument z"):
         _convert_kwargs_to_args(func, (1, 2), {"d": 1, "z": 0})
+
+
+def test_every_exported_module_class_is_builtin() -> None:
+    import io
+
+    import compiler
+    from compiler.module import qat
+
+    class MyConcat(qat.Concat):
+        pass
+
+    class Net(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = M.ConvBn2d(3, 3, 3)
+            self.cat = qat.Concat()
+            self.mine = MyConcat()
+
+        def forward(self, x: Tensor) -> Tensor:
+            y = self.conv(x)
+            return self.mine([self.cat([y, y]), y])
+
+    x = Tensor(np.ones((1, 3, 5, 5), np.float32))
+    tm = trace_module(Net(), x)
+    # exported classes stay calls; a user's subclass is the user's code, traced into
+    assert not hasattr(tm.conv, "graph") and not hasattr(tm.cat, "graph")
+    assert tm.mine.graph is not None
+    buf = io.BytesIO()
+    compiler.save(tm, buf)
+    buf.seek(0)
+    np.testing.assert_array_equal(compiler.load(buf)(x).numpy(), tm(x).numpy())
