@@ -105,3 +105,49 @@ def test_every_exported_module_class_is_builtin() -> None:
     compiler.save(tm, buf)
     buf.seek(0)
     np.testing.assert_array_equal(compiler.load(buf)(x).numpy(), tm(x).numpy())
+
+
+def test_graph_api_as_in_megengine() -> None:
+    from compiler.traced_module.expr import CallFunction
+    from compiler.traced_module.node import Node, TensorNode
+
+    class Block(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = M.Conv2d(2, 2, 1)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return F.relu(self.conv(x)) + 1
+
+    class Top(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b0 = Block()
+            self.b1 = Block()
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.b1(self.b0(x))
+
+    x = Tensor(np.ones((1, 2, 3, 3), np.float32))
+    tm = trace_module(Top(), x)
+    relu = tm.b0.graph.get_function_by_type(F.relu).as_unique()
+    assert isinstance(relu, CallFunction) and relu.func is F.relu
+    assert relu.func_key == ("compiler.functional.elemwise", "relu")
+    assert all(n.value is None for n in tm.graph.nodes() if isinstance(n, TensorNode))
+    out = tm.graph.outputs[0]
+    with pytest.raises(AssertionError, match="already used"):
+        out.name = "b0_out"
+    out.name = "result"
+    tm.graph.name = "Top2"
+    assert tm.graph.get_node_by_name("Top2_result").as_unique() is out
+    with pytest.raises(AssertionError, match="already used"):
+        tm.b1.graph.name = "b0"
+    Node._set_next_id(159)
+    assert Node._get_next_id() == 159
+    tm.graph._reset_ids()
+    nodes = tm.graph.nodes().as_list()
+    exprs = tm.graph.exprs().as_list()
+    assert sorted(n._id for n in nodes) == list(range(len(nodes)))
+    assert sorted(e._id for e in exprs) == list(range(len(exprs)))
+    assert tm.graph._total_ids == [len(nodes), len(exprs)]
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(tm))(x).numpy(), tm(x).numpy())

@@ -20,6 +20,11 @@ class TracedModuleError(XmgeError, ValueError):
     """A traced module cannot be built, replayed or loaded as asked."""
 
 
+class NameInUseError(TracedModuleError, AssertionError):
+    """A node or graph renamed to a name its graph already uses (an AssertionError too, as
+    MegEngine checks it with an assertion)."""
+
+
 # the modules whose public functions CallFunction may name (where their __module__ points)
 FUNCTION_MODULES = (
     "compiler.functional",

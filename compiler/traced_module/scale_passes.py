@@ -103,7 +103,7 @@ def _operands(expr: Expr) -> tuple[str, list[Any]] | None:
             return None
         return _METHODS[expr.method], args
     if isinstance(expr, CallFunction):
-        op = _functions().get(tuple(expr.func))  # type: ignore[arg-type]
+        op = _functions().get(expr.func_key)  # type: ignore[arg-type]
         if op is None:
             return None
         named = expr.named_args
@@ -223,7 +223,7 @@ def _transparent(expr: Expr, s: float) -> list[TensorNode] | None:
             return [obj, other] if _is_variable(other) else None
         return None
     if isinstance(expr, CallFunction):
-        key = tuple(expr.func)
+        key = expr.func_key
         named = expr.named_args
         if key in positive_only and s > 0 or key in any_sign:
             return [named["inp"] if "inp" in named else named["x"]]
@@ -245,7 +245,7 @@ def _conv_target(expr: Expr, module_calls: dict[int, int]) -> Any:
         if type(module) is L.Conv2d and module_calls.get(id(module)) == 1:
             return module
         return None
-    if isinstance(expr, CallFunction) and tuple(expr.func) == function_key(F.conv2d):
+    if isinstance(expr, CallFunction) and expr.func_key == function_key(F.conv2d):
         named = expr.named_args
         w, b = _const_value(named.get("weight")), named.get("bias")
         if isinstance(w, Tensor) and (b is None or isinstance(_const_value(b), Tensor)):
@@ -300,7 +300,7 @@ def _scale_add(expr: Expr, s: float) -> None:
     named = expr.named_args
     var_name = "x" if named["x"] is step.x else "y"
     const_name = "y" if var_name == "x" else "x"
-    is_sub = tuple(expr.func)[1] == "sub"  # type: ignore[attr-defined]
+    is_sub = expr.func_key[1] == "sub"  # type: ignore[attr-defined]
     expr.set_arg(const_name, -c if is_sub else c)
 
 

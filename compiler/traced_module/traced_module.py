@@ -129,7 +129,9 @@ class InternalGraph:
         if not new_name.isidentifier():
             raise TracedModuleError(f"{new_name!r} is not a valid node name")
         if any(n.name == new_name for n in self.nodes(recursive=False) if n is not node):
-            raise TracedModuleError(f"the name {new_name!r} is already used in {self._name}; choose another")
+            raise policy.NameInUseError(
+                f"the name {new_name!r} is already used in {self._name}; choose another"
+            )
         self._used_names.pop(node._name, None)
         self._used_names.setdefault(new_name, 0)
         node._name = new_name
@@ -197,9 +199,36 @@ class InternalGraph:
     def name(self) -> str:
         return self._name
 
+    @name.setter
+    def name(self, new_name: str) -> None:
+        """Rename the graph (node names are matched as ``<graph name>_<node name>``); a sub-module's
+        graph name must be free among the names of the graph that calls it."""
+        if not isinstance(new_name, str) or not new_name:
+            raise TracedModuleError(f"graph name must be a non-empty str, got {new_name!r}")
+        parent = self._top_graph
+        if parent is not None:
+            if new_name != self._name and new_name in parent._used_names:
+                raise policy.NameInUseError(
+                    f"the name {new_name!r} is already used in {parent._name}; choose another"
+                )
+            parent._used_names.setdefault(new_name, 0)
+        self._name = new_name
+
     @property
     def qualname(self) -> str:
         return self._qualname
+
+    def _reset_ids(self) -> None:
+        """Number this graph's expressions and nodes (its sub-graphs' included) from 0 in order,
+        and the shared counter after them (MegEngine's ``_reset_ids``)."""
+        exprs = self.exprs(recursive=True).as_list()
+        nodes = self.nodes(recursive=True).as_list()
+        for i, expr in enumerate(exprs):
+            expr._id = i
+        for i, node in enumerate(nodes):
+            node._id = i
+        self._total_ids[0] = len(nodes)
+        self._total_ids[1] = len(exprs)
 
     @property
     def top_graph(self) -> InternalGraph | None:
