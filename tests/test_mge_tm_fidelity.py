@@ -151,3 +151,55 @@ def test_graph_api_as_in_megengine() -> None:
     assert sorted(e._id for e in exprs) == list(range(len(exprs)))
     assert tm.graph._total_ids == [len(nodes), len(exprs)]
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(tm))(x).numpy(), tm(x).numpy())
+
+
+def test_qat_modules_keep_their_quantizers_when_traced() -> None:
+    from functools import partial
+
+    import compiler.quantization as Q
+    from compiler.module import qat as QM
+
+    class MyConvBnRelu(M.ConvBnRelu2d):
+        pass
+
+    class MyQATConvBnRelu(QM.ConvBnRelu2d):
+        pass
+
+    class MyObserver(Q.MinMaxObserver):
+        pass
+
+    class Net(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv0 = MyConvBnRelu(3, 3, 3, 1, 1)
+            self.conv1 = M.ConvBn2d(3, 3, 1)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.conv1(self.conv0(x))
+
+    qconfig = Q.QConfig(
+        weight_observer=partial(MyObserver, dtype="qint8_narrow"),
+        act_observer=partial(MyObserver, dtype="qint8"),
+        weight_fake_quant=None,
+        act_fake_quant=None,
+    )
+    net = Q.quantize_qat(Net(), qconfig=qconfig, mapping={MyConvBnRelu: MyQATConvBnRelu})
+    x = Tensor(np.random.default_rng(1).random((2, 3, 6, 6)).astype(np.float32))
+    Q.enable_observer(net)
+    net.eval()
+    net(x)
+    Q.disable_observer(net)
+    tm = trace_module(net, x)
+    # the user's QAT class is traced into, and keeps its observers (calls, the user's subclass too)
+    assert tm.conv0.is_qat and tm.conv0.graph is not None
+    assert tm.conv0.act_fake_quant is None and isinstance(tm.conv0.act_observer, MyObserver)
+    np.testing.assert_array_equal(
+        tm.conv0.act_observer.get_qparams().scale.numpy(), net.conv0.act_observer.get_qparams().scale.numpy()
+    )
+    assert not hasattr(tm.conv0.act_observer, "graph")
+    # flatten inlines everything but QAT modules
+    flat = tm.flatten()
+    node = flat.graph.get_node_by_name("Net_conv0").as_unique()
+    assert node.owner.is_qat
+    assert flat.graph.get_node_by_name("Net_conv0_out").as_unique().expr.inputs[0] is node
+    np.testing.assert_allclose(flat(x).numpy(), net(x).numpy(), rtol=1e-6)

@@ -216,8 +216,15 @@ def _builtin_classes() -> frozenset[type]:
 
 def is_builtin_layer(module: Any) -> bool:
     """Built-in layers stay calls in the graph; everything else (user modules, ``Sequential``, whose
-    forward is Python control flow over its children) is traced into a nested TracedModule."""
-    return type(module) in _USER_BUILTINS or type(module) in _builtin_classes()
+    forward is Python control flow over its children) is traced into a nested TracedModule.
+    Observers and fake quantizers, a user's subclasses included, are always calls (as in
+    MegEngine: quantization reads their state, never their graph)."""
+    from compiler.quantization.fake_quant import _FakeQuantize
+    from compiler.quantization.observer import Observer
+
+    if type(module) in _USER_BUILTINS or type(module) in _builtin_classes():
+        return True
+    return isinstance(module, Observer | _FakeQuantize)
 
 
 def builtin_layer_classes() -> list[type]:

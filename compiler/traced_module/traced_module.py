@@ -575,9 +575,20 @@ class TracedModule(Module):
     mirror the traced module's: built-in layers and tensors are shared with it, traced sub-modules
     are nested TracedModules."""
 
+    # the traced module of a QAT module keeps what quantization tools read (MegEngine does too):
+    # its flags and its observers and fake quantizers (None where it has none)
+    is_qat: bool
+    with_act: bool
+    with_weight: bool
+    act_observer: Any
+    act_fake_quant: Any
+    weight_observer: Any
+    weight_fake_quant: Any
+
     def __init__(self, graph: InternalGraph) -> None:
         super().__init__()
         self._graph = graph  # underscore: not part of state_dict or named_children
+        self.is_qat = False
         self.watch_points: list[Node] = []
         self.watch_node_value: dict[Node, Any] = {}
         self.end_points: list[Node] = []
@@ -1165,6 +1176,14 @@ def _mirror(
         if mirrored is not _SKIP and key not in vars(tm):
             setattr(tm, key, mirrored)
     tm.training = module.training
+    from compiler.module.qat.module import QATModule
+
+    if isinstance(module, QATModule):
+        tm.is_qat = True
+        tm.with_act, tm.with_weight = module.with_act, module.with_weight
+        for key in ("act_observer", "act_fake_quant", "weight_observer", "weight_fake_quant"):
+            if key not in vars(tm):
+                setattr(tm, key, None)
     return tm
 
 
