@@ -338,8 +338,11 @@ class Tensor:
     def _binary(self, other: Any, mode: str, reverse: bool = False) -> Tensor:
         from compiler.functional.elemwise import _elemwise_binary
 
-        if other is None:  # MegEngine's operators refuse None with exactly this TypeError
-            raise TypeError("the operand is None and is not supported.")
+        if other is None:  # MegEngine's TypeError, with the op's name and the user's line around it
+            from compiler.core import user_location
+
+            where = user_location()
+            raise TypeError(f"{mode.lower()}: the operand is None and is not supported. (at {where})")
         return _elemwise_binary(mode, other, self) if reverse else _elemwise_binary(mode, self, other)
 
     def __add__(self, o: Any) -> Tensor:

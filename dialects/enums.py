@@ -75,6 +75,8 @@ InterpolationMode = _make("InterpolationMode", "NEAREST LINEAR AREA CUBIC LANCZO
 BorderMode = _make("BorderMode", "REPLICATE REFLECT REFLECT_101 WRAP CONSTANT TRANSPARENT ISOLATED")
 # ROIAlign's and ROIPooling's Mode
 ROIMode = _make("ROIMode", "MAX AVERAGE")
+# CondTake: how each mask entry is compared with `val`
+CondTakeMode = _make("CondTakeMode", "EQ NEQ LT LEQ GT GEQ")
 Conv3DDataType = _make("Conv3DDataType", "FLOAT FLOAT_IO16xC32")
 Conv3DFormat = _make("Conv3DFormat", "NCDHW NDHWC")
 # ConvolutionV0's Format, which Correlation's ``format`` uses (Format's numbers after NCHW44_DOT differ)
@@ -133,6 +135,7 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     InterpolationMode,
     BorderMode,
     ROIMode,
+    CondTakeMode,
     Conv3DDataType,
     Conv3DFormat,
     FormatV0,

@@ -166,5 +166,5 @@ def test_numpy_ufunc_on_tensor_gives_tensor_on_its_device() -> None:
 
 def test_operator_with_none_is_megengine_type_error() -> None:
     for op in (lambda t: t + None, lambda t: None * t, lambda t: t - None):
-        with pytest.raises(TypeError, match=r"^the operand is None and is not supported\.$"):
+        with pytest.raises(TypeError, match=r"the operand is None and is not supported\."):
             op(mge.Tensor(1.0))

@@ -9,7 +9,7 @@ import numpy as np
 
 from compiler.core import op_error
 from compiler.functional.attention import multi_head_attention
-from compiler.module import init
+from compiler.module.init import xavier_uniform_
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
 
@@ -68,15 +68,15 @@ class MultiHeadAttention(Module):
     def reset_parameters(self) -> None:
         self.attn_dropout = 0.0
         self.out_dropout = 0.0
-        init.xavier_uniform_(self.io_weight_bias)
+        xavier_uniform_(self.io_weight_bias)
         if self.bias:
             weights = (2 * self.embed_dim + self.kdim + self.vdim) * self.embed_dim
             values = self.io_weight_bias.numpy().copy()
             values[0, weights:] = 0
             self.io_weight_bias.set_value(values)
         if self.bias_k is not None and self.bias_v is not None:
-            init.xavier_uniform_(self.bias_k)
-            init.xavier_uniform_(self.bias_v)
+            xavier_uniform_(self.bias_k)
+            xavier_uniform_(self.bias_v)
 
     def forward(
         self,
