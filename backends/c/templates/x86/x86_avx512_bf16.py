@@ -13,10 +13,36 @@ ISA order picks the instructions)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 from xdsl.ir import Operation
 
-from backends.c.templates.x86.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx
-from passes.lowering.kernels import Lowered
+import backends.c.examples as E
+from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
+from backends.c.templates.portable.generic import omp_for, omp_parallel
+from backends.c.templates.x86.nchw88 import (
+    ACT_CODES,
+    COMMON,
+    COMMON512,
+    DENSE_FILTERS,
+    VEC,
+    _dispatch,
+    _fma_loop,
+    _signature,
+    balanced_block,
+    conv_nchw88,
+    offset,
+    shared_ukr,
+    strides,
+)
+from backends.c.templates.x86.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx, to_bfloat16
+from dialects import tensor as T
+from dialects.layout import SPECS, Layout
+from passes.lowering.kernels import FULL_EPILOGUE, Lowered
+
+if TYPE_CHECKING:
+    from backends.c.emitter import CEmitter
 
 ISA = "avx512bf16"
 
@@ -44,6 +70,299 @@ class MatmulBf16(MatmulBf16Amx):
         return got
 
 
-KERNEL_UNITS = (Conv2dBf16(), MatmulBf16())
+# ----------------------------------------------------------------------------------------------
+# NCHW88: the blocked float32 graph of ``x86-avx512-nchw88+bf16``
+
+PAIRS = VEC // 2  # bfloat16 channel pairs of one NCHW88 block: the k steps of one vdpbf16ps each
+TILES = ((2, 12),)  # 2 x 16 output channels x 12 columns: 24 zmm accumulators, 2 filters, 1 broadcast
+WCHUNK_BYTES_BF16 = 24576  # one tile's filters per input-channel chunk, L1 resident (as the float32 kernel)
+UNITS_BF16 = 64  # register tiles one filter chunk sweeps while it sits in L1
+
+
+def pair_filters(w: np.ndarray, groups: int) -> np.ndarray:
+    """Logical ``(OC, IC/G, R, S)`` float32 filters as ``[G][OC/G/16][IC/G/8][R][S][4][16][2]``
+    bfloat16 (rounded to nearest even, :func:`to_bfloat16`): per 8-channel input block and tap, four
+    64-byte vectors, each 16 output channels x one input channel pair with the pair adjacent, the
+    operand order of ``vdpbf16ps``. Output channels are zero-padded per group to 16."""
+    oc, icg, fh, fw = w.shape
+    ocg = oc // groups
+    ocp = -(-ocg // 16) * 16
+    full = np.zeros((groups, ocp, icg, fh, fw), np.float32)
+    full[:, :ocg] = np.asarray(w, np.float32).reshape(groups, ocg, icg, fh, fw)
+    blocks = full.reshape(groups, ocp // 16, 16, icg // VEC, PAIRS, 2, fh, fw)
+    return to_bfloat16(np.ascontiguousarray(blocks.transpose(0, 1, 3, 6, 7, 4, 2, 5)))
+
+
+N88_SUPPORT = r"""
+#ifndef XM_N88_BF16
+#define XM_N88_BF16
+/* n floats as n bfloat16 (round to nearest even, denormals to zero: the filters' to_bfloat16) */
+static inline void xm_n88_bf16_run(uint16_t* d, const float* s, long n) {
+  for (long i = 0; i < n; i += 16) {
+    const __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + i));
+    _mm256_mask_storeu_epi16(d + i, m, (__m256i)v);
+  }
+}
+/* one channel pair of one pixel (32 bits) broadcast to every lane: the B operand of a step */
+static inline __m512 xm_n88_bf16_pair(const float* p) {
+  int v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_castsi512_ps(_mm512_set1_epi32(v));
+}
+static inline __m512 xm_n88_bf16_dot(__m512 w, __m512 x, __m512 acc) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
+}
+#endif
+"""
+
+
+def n88_ukr(j: int, i: int, x_ow: int) -> str:
+    """``J x I`` tile (16 output channels per zmm accumulator: block ``2a`` low, ``2a + 1`` high,
+    stored only when ``2a + 1 < nb``) over ``nk`` input blocks of 4 bfloat16 channel pairs and every
+    tap of an ``fh x fw`` window. ``x`` and ``w`` point at bfloat16 pairs: every stride counts
+    32-bit pairs, so a pair is one broadcast and 16 output channels of it one zmm load. A later
+    input-channel chunk (``acc & 1``) continues from the float32 partial sums in ``y``; all but the
+    last (``acc & 2``) store them without the epilogue."""
+    name = f"xm_n88_bf16_conv_o{x_ow}_{j}x{i}"
+    lines = [
+        f"static void {name}(const float* restrict x, const float* restrict w, int nk, int fh, int fw,",
+        "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
+        "    const float* bias, const float* res, float* y, long y_j, long y_i, int act, int nb, int acc) {",
+    ]
+    for a in range(j):
+        for b in range(i):
+            lo, hi = f"y + {2 * a} * y_j + {b} * y_i", f"y + {2 * a + 1} * y_j + {b} * y_i"
+            lines.append(
+                f"  __m512 c{a}_{b} = (acc & 1) ? _mm512_insertf32x8(_mm512_castps256_ps512("
+                f"_mm256_loadu_ps({lo})), {2 * a + 1} < nb ? _mm256_loadu_ps({hi}) : _mm256_setzero_ps(), 1)"
+                " : _mm512_setzero_ps();"
+            )
+    lines += _fma_loop(
+        j, i, PAIRS, "float", x_ow, "__m512", 16,
+        lambda q: f"_mm512_loadu_ps({q})", lambda q: f"xm_n88_bf16_pair({q})", "xm_n88_bf16_dot",
+    )  # fmt: skip
+    lines.append("  if (!(acc & 2)) {")
+    for a in range(j):
+        for b in range(i):
+            lines += [
+                f"    _mm256_storeu_ps(y + {2 * a} * y_j + {b} * y_i, _mm512_castps512_ps256(c{a}_{b}));",
+                f"    if ({2 * a + 1} < nb) _mm256_storeu_ps(y + {2 * a + 1} * y_j + {b} * y_i, "
+                f"_mm512_extractf32x8_ps(c{a}_{b}, 1));",
+            ]
+    lines.append("    return;\n  }")
+    for a in range(j):
+        lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
+        for b in range(i):
+            lines += [
+                "  {",
+                f"    __m512 v = c{a}_{b};",
+                f"    const int two = {2 * a + 1} < nb;",
+                f"    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + {16 * a}));",
+                "    if (res) {",
+                f"      const __m256 rl = _mm256_loadu_ps(res + {lo} + {b} * y_i);",
+                f"      const __m256 rh = two ? _mm256_loadu_ps(res + {hi} + {b} * y_i)"
+                " : _mm256_setzero_ps();",
+                "      v = _mm512_add_ps(v, _mm512_insertf32x8(_mm512_castps256_ps512(rl), rh, 1));",
+                "    }",
+                "    v = xm_n88_act512(v, act);",
+                f"    _mm256_storeu_ps(y + {lo} + {b} * y_i, _mm512_castps512_ps256(v));",
+                f"    if (two) _mm256_storeu_ps(y + {hi} + {b} * y_i, _mm512_extractf32x8_ps(v, 1));",
+                "  }",
+            ]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+class ConvNchw88Bf16(Template):
+    """``conv2d_nchw88_bf16``: dense and grouped NCHW88 float32 convolutions (``x86-avx512-nchw88+bf16``)
+    on bfloat16 operands with ``vdpbf16ps``, the ``+bf16`` contract (inputs rounded to bfloat16,
+    exact products, float32 sums and epilogue). Filters are packed at compile time by
+    :func:`pair_filters`; the input is converted once per image into a bfloat16 NCHW88 copy in the
+    workspace (zero-padded; a strided 1x1 convolution's subsampled pixels), so every later read is
+    half the bytes of float32 and every 32-bit word is one pixel's channel pair. The loops are the
+    float32 ``conv2d_nchw88``'s on AVX-512 (2 x 16 output channels x 12 columns, input-channel
+    chunks whose filters stay in L1, a 1x1 stride-1 plane seen as one row); the first layer (fewer
+    than 8 input channels) and channel-wise convolutions keep their float32 families."""
+
+    examples = (
+        E.conv2d((1, 16, 9, 11), 40, 3, pad=1, act="relu"),
+        E.conv2d((2, 24, 13, 11), 32, 1, residual=True),
+        E.conv2d((1, 32, 15, 15), 24, 1, stride=2, act="relu6"),
+        E.conv2d((1, 16, 11, 9), 48, 3, stride=2, pad=1, residual=True, act="relu"),
+        E.conv2d((1, 32, 9, 9), 32, 3, pad=1, groups=2, act="h_swish"),
+        E.conv2d((1, 24, 9, 9), 16, 3, pad=2, dil=2),
+    )
+
+    family = "conv2d_nchw88_bf16"
+    isa = ISA
+    ops = (T.ConvolutionOp, T.ConvBiasOp)
+    priority = 295  # ahead of the float32 conv2d_nchw88 (280) and its Winograd (290)
+    epilogues = {"float32": FULL_EPILOGUE}
+
+    def match(self, op: Operation) -> Lowered | None:
+        got = conv_nchw88(op, chan=False)
+        if got is None or got.params["dtype"] != "f32" or got.params["mode"] not in ("dense", "group"):
+            return None
+        return got
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(self.family, *conv_sym(p), epilogue_sym(p))
+
+    @staticmethod
+    def _source(p: dict[str, Any]) -> tuple[int, int, bool]:
+        """The bfloat16 copy's rows and columns, and whether it is a strided 1x1 conv's subsample."""
+        sub = (p["fh"], p["fw"], p["ph"], p["pw"]) == (1, 1, 0, 0) and (p["sh"], p["sw"]) != (1, 1)
+        if sub:
+            return p["oh"], p["ow"], True
+        return p["ih"] + 2 * p["ph"], p["iw"] + 2 * p["pw"], False
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        rows, cols, _ = self._source(p)
+        return p["ic"] * rows * cols * 2 + 64  # bfloat16; a word of slack for the last pair's read
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
+            b = np.asarray(array, np.float32).reshape(-1)
+            return np.ascontiguousarray(np.pad(b, (0, -len(b) % 16))), "bias_f32x16"
+        if operand != 1:
+            return None
+        mode = p["mode"]
+        logical = SPECS[DENSE_FILTERS[mode]].unpack(np.asarray(array))
+        if mode == "group":  # (G, OC/G, IC/G, R, S) -> (OC, IC/G, R, S)
+            logical = logical.reshape(-1, *logical.shape[2:])
+        return pair_filters(logical, p["groups"]), "bf16_pairs"
+
+    def _copy(self, p: dict[str, Any], omp: str) -> str:
+        """C statements converting image ``n`` of ``x`` (float32 NCHW88) into ``xs`` (bfloat16
+        NCHW88: zero-padded rows, or every ``sh``-th row and ``sw``-th column)."""
+        rows, cols, sub = self._source(p)
+        cb, ih, iw, ph, pw = p["ic"] // VEC, p["ih"], p["iw"], p["ph"], p["pw"]
+        src, dst = (1, p["ic"], ih, iw), (1, p["ic"], rows, cols)
+        ss, ds = strides(Layout.NCHW88, src), strides(Layout.NCHW88, dst)
+        assert ss["C%8"] == ds["C%8"] == 1 and ss["W"] == ds["W"] == VEC  # a row is W x 8 contiguous
+        d_row = offset(Layout.NCHW88, dst, {"C/8": "cb", "H": "r"})
+        if sub:
+            x_at = offset(Layout.NCHW88, src, {"C/8": "cb", "H": f"r * {p['sh']}", "W": f"q * {p['sw']}"})
+            return f"""
+    {omp}
+    for (int cb = 0; cb < {cb}; ++cb)
+      for (int r = 0; r < {rows}; ++r) {{
+        uint16_t* d = xs + {d_row};
+        for (int q = 0; q < {cols}; ++q)
+          _mm_storeu_si128((__m128i*)(d + q * {VEC}),
+                           (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(xn + {x_at})));
+      }}"""
+        x_row = offset(Layout.NCHW88, src, {"C/8": "cb", "H": f"r - {ph}"})
+        right = cols - pw - iw
+        tail = f"__builtin_memset(d + {(pw + iw) * VEC}, 0, {right * VEC * 2});" if right else ""
+        return f"""
+    {omp}
+    for (int cb = 0; cb < {cb}; ++cb)
+      for (int r = 0; r < {rows}; ++r) {{
+        uint16_t* d = xs + {d_row};
+        if (r < {ph} || r >= {ph + ih}) {{ __builtin_memset(d, 0, {cols * VEC * 2}); continue; }}
+        {f"__builtin_memset(d, 0, {pw * VEC * 2});" if pw else ""}
+        xm_n88_bf16_run(d + {pw * VEC}, xn + {x_row}, {iw * VEC});
+        {tail}
+      }}"""
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        rows, cols, sub = self._source(p)
+        n, ic, oc, g = p["n"], p["ic"], p["oc"], p["groups"]
+        fh, fw, dh, dw = p["fh"], p["fw"], p["dh"], p["dw"]
+        sh, sw = (1, 1) if sub else (p["sh"], p["sw"])
+        oh, ow = p["oh"], p["ow"]
+        icg, ocg = ic // g, oc // g
+        xs = strides(Layout.NCHW88, (1, ic, rows, cols))  # bfloat16 elements
+        if (fh, fw, sh, sw) == (1, 1, 1, 1) and (p["ph"], p["pw"]) == (0, 0):
+            # pixel to pixel: the plane is one row of H * W columns (W is contiguous in H)
+            oh, ow, cols = 1, oh * ow, rows * cols
+            xs = strides(Layout.NCHW88, (1, ic, 1, cols))
+        x_k, x_kh, x_kw = xs["C/8"] // 2, xs["H"] * dh // 2, xs["W"] * dw // 2  # in bfloat16 pairs
+        x_ow, x_row = xs["W"] * sw // 2, xs["H"] * sh // 2
+        out_shape = (n, oc, oh, ow)
+        ys = strides(Layout.NCHW88, out_shape)
+        njb, nk = ocg // VEC, icg // VEC
+        ocp = -(-ocg // 16) * 16
+        # pair_filters' [G][OCp/16][IC/G/8][R][S][4][16][2], in pairs
+        w_kw, w_kh = PAIRS * 16, fw * PAIRS * 16
+        w_k = fh * w_kh
+        w_j, w_g = nk * w_k, ocp // 16 * nk * w_k
+        jmax, imax = TILES[0]
+        nvec = ocp // 16
+        jmax = min(jmax, nvec)
+        tile_blocks = 2 * jmax
+        tiles = -(-njb // tile_blocks)
+        tpr = -(-ow // imax)
+        narrow, wide = divmod(ow, tpr)
+        widths = [narrow + 1, narrow] if wide else [narrow]
+        step_bytes = tile_blocks * VEC * VEC * fh * fw * 2
+        kc = max(1, min(nk, WCHUNK_BYTES_BF16 // step_bytes))
+        kc = -(-nk // -(-nk // kc))
+        units = oh * tpr
+        region = omp_parallel(n * oc * oh * ow * icg * fh * fw, "parallel")
+        ublk = -(-units // -(-units // UNITS_BF16))
+        if region:
+            ublk = balanced_block(g * tiles, units, ublk)
+        nub = -(-units // ublk)
+        args, casts = _signature("float", p)
+        x_img = offset(Layout.NCHW88, (n, ic, p["ih"], p["iw"]), {"N": "n"})
+        y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
+        y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
+        x_at = f"(long)gg * {x_k * nk}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
+        w_at = f"(long)gg * {w_g}L + (long)(j0 / 2) * {w_j}L"
+        ukr = f"xm_n88_bf16_conv_o{x_ow}"
+        call_args = (
+            f"xb + {x_at} + (long)k0 * {x_k}L, w + {w_at} + (long)k0 * {w_k}L, nkc, {fh}, {fw}, {x_k}L, "
+            f"{x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, {w_kw}L, {w_j}L, "
+            f"{'bias + jb * 8' if p['bias'] else '0'}, "
+            f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
+            f"{ACT_CODES[p['act']]}, nb, acc"
+        )
+        inner = []
+        for j in range(1, jmax + 1):
+            variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
+            inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
+        shared = "".join(
+            shared_ukr(f"{ukr}_{j}x{i}", n88_ukr(j, i, x_ow)) for j in range(1, jmax + 1) for i in widths
+        )
+        copy = self._copy(p, omp_for(region, 2))
+        return f"""{COMMON}{COMMON512}{N88_SUPPORT}{shared}
+static void {sym}({args}) {{
+  {casts}
+  uint16_t* xs = (uint16_t*)ws;
+  {region}
+  for (int n = 0; n < {n}; ++n) {{
+    const float* xn = x + {x_img};
+    float* yn = y + {y_img};
+    const float* rn = {"res + " + y_img if p["residual"] else "0"};
+    (void)rn;
+    {copy}
+    const float* xb = (const float*)xs;
+    {omp_for(region, 2, nowait=n == 1)}
+    for (int t = 0; t < {g * tiles}; ++t)
+    for (int ub = 0; ub < {nub}; ++ub) {{
+      const int gg = t / {tiles}, j0 = (t % {tiles}) * {tile_blocks};
+      const int jb = gg * {njb} + j0;
+      const int nb = {njb} - j0 < {tile_blocks} ? {njb} - j0 : {tile_blocks};
+      const int jv = (nb + 1) / 2;
+      const int u1 = ub * {ublk} + {ublk} < {units} ? ub * {ublk} + {ublk} : {units};
+      for (int k0 = 0; k0 < {nk}; k0 += {kc}) {{
+        const int nkc = {nk} - k0 < {kc} ? {nk} - k0 : {kc};
+        const int acc = (k0 > 0) | (k0 + {kc} >= {nk}) << 1;
+        for (int u = ub * {ublk}; u < u1; ++u) {{
+          const int r = u / {tpr}, ut = u % {tpr};
+          const int q0 = ut * {narrow} + (ut < {wide} ? ut : {wide}), iv = {narrow} + (ut < {wide});
+          {chr(10).join("          " + s for s in inner).lstrip()}
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+KERNEL_UNITS = (Conv2dBf16(), MatmulBf16(), ConvNchw88Bf16())
 
 __all__ = ["ISA", "KERNEL_UNITS"]
