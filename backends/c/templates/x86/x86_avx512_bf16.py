@@ -36,6 +36,7 @@ from backends.c.templates.x86.nchw88 import (
     shared_ukr,
     strides,
 )
+from backends.c.templates.x86.winograd import winograd_tile
 from backends.c.templates.x86.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx, to_bfloat16
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout
@@ -203,6 +204,12 @@ class ConvNchw88Bf16(Template):
     def match(self, op: Operation) -> Lowered | None:
         got = conv_nchw88(op, chan=False)
         if got is None or got.params["dtype"] != "f32" or got.params["mode"] not in ("dense", "group"):
+            return None
+        # F(4x4, 3x3) Winograd computes a quarter of the direct products, in float32; vdpbf16ps only
+        # doubles the products per instruction: the float32 Winograd keeps those layers (ResNet-18's
+        # 56x56 and 28x28 3x3 convs: 0.55-0.9x the bfloat16 direct time on this EPYC). F(2x2, 3x3)
+        # (a 2.25x saving less its transforms) loses to bfloat16 (14x14, 256 channels).
+        if winograd_tile(got.params) == 4:
             return None
         return got
 
