@@ -39,7 +39,7 @@ from backends.c.templates.x86.nchw88 import (
 from backends.c.templates.x86.winograd import winograd_tile
 from backends.c.templates.x86.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx, to_bfloat16
 from dialects import tensor as T
-from dialects.layout import SPECS, Layout
+from dialects.layout import SPECS, Layout, LayoutSpec
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
 if TYPE_CHECKING:
@@ -80,17 +80,18 @@ WCHUNK_BYTES_BF16 = 24576  # one tile's filters per input-channel chunk, L1 resi
 UNITS_BF16 = 64  # register tiles one filter chunk sweeps while it sits in L1
 
 
-def pair_filters(w: np.ndarray, groups: int) -> np.ndarray:
-    """Logical ``(OC, IC/G, R, S)`` float32 filters as ``[G][OC/G/16][IC/G/8][R][S][4][16][2]``
-    bfloat16 (rounded to nearest even, :func:`to_bfloat16`): per 8-channel input block and tap, four
+def pair_filters(w: np.ndarray, groups: int, block: int = VEC) -> np.ndarray:
+    """Logical ``(OC, IC/G, R, S)`` float32 filters as ``[G][OC/G/16][IC/G/block][R][S][block/2][16][2]``
+    bfloat16 (rounded to nearest even, :func:`to_bfloat16`): per input block and tap, ``block / 2``
     64-byte vectors, each 16 output channels x one input channel pair with the pair adjacent, the
-    operand order of ``vdpbf16ps``. Output channels are zero-padded per group to 16."""
+    operand order of ``vdpbf16ps``. Output channels are zero-padded per group to 16, input channels
+    (a first layer's) to the block."""
     oc, icg, fh, fw = w.shape
     ocg = oc // groups
-    ocp = -(-ocg // 16) * 16
-    full = np.zeros((groups, ocp, icg, fh, fw), np.float32)
-    full[:, :ocg] = np.asarray(w, np.float32).reshape(groups, ocg, icg, fh, fw)
-    blocks = full.reshape(groups, ocp // 16, 16, icg // VEC, PAIRS, 2, fh, fw)
+    ocp, icp = -(-ocg // 16) * 16, -(-icg // block) * block
+    full = np.zeros((groups, ocp, icp, fh, fw), np.float32)
+    full[:, :ocg, :icg] = np.asarray(w, np.float32).reshape(groups, ocg, icg, fh, fw)
+    blocks = full.reshape(groups, ocp // 16, 16, icp // block, block // 2, 2, fh, fw)
     return to_bfloat16(np.ascontiguousarray(blocks.transpose(0, 1, 3, 6, 7, 4, 2, 5)))
 
 
@@ -103,6 +104,27 @@ static inline void xm_n88_bf16_run(uint16_t* d, const float* s, long n) {
     const __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
     const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + i));
     _mm256_mask_storeu_epi16(d + i, m, (__m256i)v);
+  }
+}
+/* n pixels of np planes of floats (plane stride ps; np <= 8) as n x ceil(np / 2) bfloat16 pairs,
+   a pixel's pairs adjacent and the odd plane's partner zero: a first layer's plain input */
+static inline void xm_n88_bf16_pixels(uint32_t* d, const float* s, long ps, int np, long n) {
+  const int pairs = (np + 1) / 2;
+  for (long i = 0; i < n; i += 16) {
+    const __mmask16 m = (__mmask16)(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    uint32_t t[4][16];
+    for (int c = 0; c < pairs; ++c) {
+      const __m512 a = _mm512_maskz_loadu_ps(m, s + 2 * c * ps + i);
+      const __m512 b =
+          2 * c + 1 < np ? _mm512_maskz_loadu_ps(m, s + (2 * c + 1) * ps + i) : _mm512_setzero_ps();
+      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* a in the low 16 words */
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(ab));
+      const __m512i hi = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(ab, 1));
+      _mm512_storeu_si512((void*)t[c], _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+    const long k = n - i < 16 ? n - i : 16;
+    for (long q = 0; q < k; ++q)
+      for (int c = 0; c < pairs; ++c) d[(i + q) * pairs + c] = t[c][q];
   }
 }
 /* one channel pair of one pixel (32 bits) broadcast to every lane: the B operand of a step */
@@ -118,14 +140,14 @@ static inline __m512 xm_n88_bf16_dot(__m512 w, __m512 x, __m512 acc) {
 """
 
 
-def n88_ukr(j: int, i: int, x_ow: int) -> str:
+def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS) -> str:
     """``J x I`` tile (16 output channels per zmm accumulator: block ``2a`` low, ``2a + 1`` high,
-    stored only when ``2a + 1 < nb``) over ``nk`` input blocks of 4 bfloat16 channel pairs and every
+    stored only when ``2a + 1 < nb``) over ``nk`` input blocks of ``pairs`` bfloat16 channel pairs and every
     tap of an ``fh x fw`` window. ``x`` and ``w`` point at bfloat16 pairs: every stride counts
     32-bit pairs, so a pair is one broadcast and 16 output channels of it one zmm load. A later
     input-channel chunk (``acc & 1``) continues from the float32 partial sums in ``y``; all but the
     last (``acc & 2``) store them without the epilogue."""
-    name = f"xm_n88_bf16_conv_o{x_ow}_{j}x{i}"
+    name = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}_{j}x{i}"
     lines = [
         f"static void {name}(const float* restrict x, const float* restrict w, int nk, int fh, int fw,",
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
@@ -140,7 +162,7 @@ def n88_ukr(j: int, i: int, x_ow: int) -> str:
                 " : _mm512_setzero_ps();"
             )
     lines += _fma_loop(
-        j, i, PAIRS, "float", x_ow, "__m512", 16,
+        j, i, pairs, "float", x_ow, "__m512", 16,
         lambda q: f"_mm512_loadu_ps({q})", lambda q: f"xm_n88_bf16_pair({q})", "xm_n88_bf16_dot",
     )  # fmt: skip
     lines.append("  if (!(acc & 2)) {")
@@ -203,7 +225,7 @@ class ConvNchw88Bf16(Template):
 
     def match(self, op: Operation) -> Lowered | None:
         got = conv_nchw88(op, chan=False)
-        if got is None or got.params["dtype"] != "f32" or got.params["mode"] not in ("dense", "group"):
+        if got is None or got.params["dtype"] != "f32":
             return None
         # F(4x4, 3x3) Winograd computes a quarter of the direct products, in float32; vdpbf16ps only
         # doubles the products per instruction: the float32 Winograd keeps those layers (ResNet-18's
@@ -217,16 +239,27 @@ class ConvNchw88Bf16(Template):
         return sym_join(self.family, *conv_sym(p), epilogue_sym(p))
 
     @staticmethod
+    def _block(p: dict[str, Any]) -> tuple[LayoutSpec, int, str]:
+        """The bfloat16 copy's layout, its input channels per reduction block and that block's dim
+        name: NCHW88 (8), or a first layer's (fewer than 8 plain NCHW channels) pixels with their
+        channels rounded up to pairs, ``N H W C^block``."""
+        if p["mode"] != "hybrid":
+            return SPECS[Layout.NCHW88], VEC, "C/8"
+        block = -(-p["ic"] // 2) * 2
+        return LayoutSpec("NCHW", f"N H W C^{block}"), block, f"C^{block}"
+
+    @staticmethod
     def _source(p: dict[str, Any]) -> tuple[int, int, bool]:
         """The bfloat16 copy's rows and columns, and whether it is a strided 1x1 conv's subsample."""
         sub = (p["fh"], p["fw"], p["ph"], p["pw"]) == (1, 1, 0, 0) and (p["sh"], p["sw"]) != (1, 1)
+        sub = sub and p["mode"] != "hybrid"  # a first layer's planes are copied whole
         if sub:
             return p["oh"], p["ow"], True
         return p["ih"] + 2 * p["ph"], p["iw"] + 2 * p["pw"], False
 
     def workspace(self, p: dict[str, Any]) -> int:
         rows, cols, _ = self._source(p)
-        return p["ic"] * rows * cols * 2 + 64  # bfloat16; a word of slack for the last pair's read
+        return max(p["ic"], self._block(p)[1]) * rows * cols * 2
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
@@ -238,13 +271,16 @@ class ConvNchw88Bf16(Template):
         logical = SPECS[DENSE_FILTERS[mode]].unpack(np.asarray(array))
         if mode == "group":  # (G, OC/G, IC/G, R, S) -> (OC, IC/G, R, S)
             logical = logical.reshape(-1, *logical.shape[2:])
-        return pair_filters(logical, p["groups"]), "bf16_pairs"
+        return pair_filters(logical, p["groups"], self._block(p)[1]), "bf16_pairs"
 
-    def _copy(self, p: dict[str, Any], omp: str) -> str:
+    def _copy(self, p: dict[str, Any], region: str) -> str:
         """C statements converting image ``n`` of ``x`` (float32 NCHW88) into ``xs`` (bfloat16
         NCHW88: zero-padded rows, or every ``sh``-th row and ``sw``-th column)."""
         rows, cols, sub = self._source(p)
         cb, ih, iw, ph, pw = p["ic"] // VEC, p["ih"], p["iw"], p["ph"], p["pw"]
+        if p["mode"] == "hybrid":
+            return self._copy_planes(p, omp_for(region))
+        omp = omp_for(region, 2)
         src, dst = (1, p["ic"], ih, iw), (1, p["ic"], rows, cols)
         ss, ds = strides(Layout.NCHW88, src), strides(Layout.NCHW88, dst)
         assert ss["C%8"] == ds["C%8"] == 1 and ss["W"] == ds["W"] == VEC  # a row is W x 8 contiguous
@@ -274,6 +310,28 @@ class ConvNchw88Bf16(Template):
         {tail}
       }}"""
 
+    def _copy_planes(self, p: dict[str, Any], omp: str) -> str:
+        """A first layer's copy: plain NCHW float32 planes into padded bfloat16 pixels (channel
+        pairs adjacent, the odd channel's partner zero)."""
+        spec, block, _ = self._block(p)
+        rows, cols, _ = self._source(p)
+        ic, ih, iw, ph, pw = p["ic"], p["ih"], p["iw"], p["ph"], p["pw"]
+        src, dst = (1, ic, ih, iw), (1, ic, rows, cols)
+        ss, ds = strides(None, src), spec.dim_strides(dst)
+        d_row = offset(spec, dst, {"H": "r"})
+        x_row = offset(None, src, {"H": f"r - {ph}"})
+        right = cols - pw - iw
+        tail = f"__builtin_memset(d + {(pw + iw) * ds['W']}, 0, {right * ds['W'] * 2});" if right else ""
+        return f"""
+    {omp}
+    for (int r = 0; r < {rows}; ++r) {{
+      uint16_t* d = xs + {d_row};
+      if (r < {ph} || r >= {ph + ih}) {{ __builtin_memset(d, 0, {cols * ds["W"] * 2}); continue; }}
+      {f"__builtin_memset(d, 0, {pw * ds['W'] * 2});" if pw else ""}
+      xm_n88_bf16_pixels((uint32_t*)(d + {pw * ds["W"]}), xn + {x_row}, {ss["C"]}L, {ic}, {iw});
+      {tail}
+    }}"""
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         rows, cols, sub = self._source(p)
         n, ic, oc, g = p["n"], p["ic"], p["oc"], p["groups"]
@@ -281,19 +339,21 @@ class ConvNchw88Bf16(Template):
         sh, sw = (1, 1) if sub else (p["sh"], p["sw"])
         oh, ow = p["oh"], p["ow"]
         icg, ocg = ic // g, oc // g
-        xs = strides(Layout.NCHW88, (1, ic, rows, cols))  # bfloat16 elements
+        spec, block, outer = self._block(p)
+        pairs = block // 2
+        xs = spec.dim_strides((1, ic, rows, cols))  # bfloat16 elements
         if (fh, fw, sh, sw) == (1, 1, 1, 1) and (p["ph"], p["pw"]) == (0, 0):
             # pixel to pixel: the plane is one row of H * W columns (W is contiguous in H)
             oh, ow, cols = 1, oh * ow, rows * cols
-            xs = strides(Layout.NCHW88, (1, ic, 1, cols))
-        x_k, x_kh, x_kw = xs["C/8"] // 2, xs["H"] * dh // 2, xs["W"] * dw // 2  # in bfloat16 pairs
+            xs = spec.dim_strides((1, ic, 1, cols))
+        x_k, x_kh, x_kw = xs[outer] // 2, xs["H"] * dh // 2, xs["W"] * dw // 2  # in bfloat16 pairs
         x_ow, x_row = xs["W"] * sw // 2, xs["H"] * sh // 2
         out_shape = (n, oc, oh, ow)
         ys = strides(Layout.NCHW88, out_shape)
-        njb, nk = ocg // VEC, icg // VEC
+        njb, nk = ocg // VEC, -(-icg // block)
         ocp = -(-ocg // 16) * 16
-        # pair_filters' [G][OCp/16][IC/G/8][R][S][4][16][2], in pairs
-        w_kw, w_kh = PAIRS * 16, fw * PAIRS * 16
+        # pair_filters' [G][OCp/16][IC/G/block][R][S][block/2][16][2], in pairs
+        w_kw, w_kh = pairs * 16, fw * pairs * 16
         w_k = fh * w_kh
         w_j, w_g = nk * w_k, ocp // 16 * nk * w_k
         jmax, imax = TILES[0]
@@ -304,7 +364,7 @@ class ConvNchw88Bf16(Template):
         tpr = -(-ow // imax)
         narrow, wide = divmod(ow, tpr)
         widths = [narrow + 1, narrow] if wide else [narrow]
-        step_bytes = tile_blocks * VEC * VEC * fh * fw * 2
+        step_bytes = tile_blocks * VEC * block * fh * fw * 2
         kc = max(1, min(nk, WCHUNK_BYTES_BF16 // step_bytes))
         kc = -(-nk // -(-nk // kc))
         units = oh * tpr
@@ -314,12 +374,13 @@ class ConvNchw88Bf16(Template):
             ublk = balanced_block(g * tiles, units, ublk)
         nub = -(-units // ublk)
         args, casts = _signature("float", p)
-        x_img = offset(Layout.NCHW88, (n, ic, p["ih"], p["iw"]), {"N": "n"})
+        x_layout = None if p["mode"] == "hybrid" else Layout.NCHW88
+        x_img = offset(x_layout, (n, ic, p["ih"], p["iw"]), {"N": "n"})
         y_img = offset(Layout.NCHW88, out_shape, {"N": "n"})
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gg * {x_k * nk}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
         w_at = f"(long)gg * {w_g}L + (long)(j0 / 2) * {w_j}L"
-        ukr = f"xm_n88_bf16_conv_o{x_ow}"
+        ukr = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}"
         call_args = (
             f"xb + {x_at} + (long)k0 * {x_k}L, w + {w_at} + (long)k0 * {w_k}L, nkc, {fh}, {fw}, {x_k}L, "
             f"{x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, {w_kw}L, {w_j}L, "
@@ -332,9 +393,11 @@ class ConvNchw88Bf16(Template):
             variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
         shared = "".join(
-            shared_ukr(f"{ukr}_{j}x{i}", n88_ukr(j, i, x_ow)) for j in range(1, jmax + 1) for i in widths
+            shared_ukr(f"{ukr}_{j}x{i}", n88_ukr(j, i, x_ow, pairs))
+            for j in range(1, jmax + 1)
+            for i in widths
         )
-        copy = self._copy(p, omp_for(region, 2))
+        copy = self._copy(p, region)
         return f"""{COMMON}{COMMON512}{N88_SUPPORT}{shared}
 static void {sym}({args}) {{
   {casts}
