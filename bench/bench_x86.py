@@ -52,8 +52,8 @@ than untuned).
 
 bfloat16 (``--bf16``, on by default where the CPU has AVX512-BF16): the model compiled for
 ``x86-avx512-vnni-amx+bf16`` where the CPU has AMX-BF16 and Linux grants tile data, else for
-``x86-avx512[-vnni]+bf16`` (``vdpbf16ps``; :func:`bf16_target`) (float32 convolutions and matrix
-products on bfloat16 inputs) joins the interleaved rounds; its table gives the latency against
+``x86-avx512-nchw88[-vnni]+bf16`` (``vdpbf16ps`` on the NCHW88 graph; :func:`bf16_target`) (float32
+convolutions and matrix products on bfloat16 inputs) joins the interleaved rounds; its table gives the latency against
 xmge's best float32 target and OpenVINO's default, and the output's error against float32
 (relative L2, max abs / max |y|).
 """
@@ -101,13 +101,14 @@ def cpu_model() -> str:
 
 def bf16_target() -> str | None:
     """The ``+bf16`` target this CPU runs best: AMX-BF16 tiles where the CPU has them and Linux grants
-    tile data, else AVX512-BF16 (``vdpbf16ps``, e.g. AMD EPYC Zen 4), else none."""
+    tile data, else AVX512-BF16 (``vdpbf16ps``, e.g. AMD EPYC Zen 4) on the NCHW88 graph (its
+    depthwise, pooling and Winograd layers are the float32 NCHW88 kernels), else none."""
     from backends.c.templates.x86.x86_amx_os import amx_permitted
     from compiler.driver.targets import parse_target, runs_here
 
     if runs_here(parse_target(BF16_TARGET)) and amx_permitted():
         return BF16_TARGET
-    for text in ("x86-avx512-vnni+bf16", "x86-avx512+bf16"):
+    for text in ("x86-avx512-nchw88-vnni+bf16", "x86-avx512-nchw88+bf16"):
         if runs_here(parse_target(text)):
             return text
     return None
