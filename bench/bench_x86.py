@@ -53,9 +53,9 @@ than untuned).
 bfloat16 (``--bf16``, on by default where the CPU has AVX512-BF16): the model compiled for
 ``x86-avx512-vnni-amx+bf16`` where the CPU has AMX-BF16 and Linux grants tile data, else for
 ``x86-avx512-nchw88[-vnni]+bf16`` (``vdpbf16ps`` on the NCHW88 graph; :func:`bf16_target`) (float32
-convolutions and matrix products on bfloat16 inputs) joins the interleaved rounds; its table gives the latency against
-xmge's best float32 target and OpenVINO's default, and the output's error against float32
-(relative L2, max abs / max |y|).
+convolutions and matrix products on bfloat16 inputs) joins the interleaved rounds; its table gives the
+latency against xmge's best float32 target and OpenVINO's default, and the output's error against
+float32 (relative L2, max abs / max |y|).
 """
 
 from __future__ import annotations
