@@ -32,6 +32,8 @@ CASES = [
     ("dense3x3_relu", (1, 16, 9, 11), 40, 3, 1, 1, 1, 1, "relu", ""),
     ("pointwise_n2_residual", (2, 24, 13, 11), 32, 1, 1, 0, 1, 1, "residual", ""),
     ("pointwise_s2_relu6", (1, 32, 15, 15), 24, 1, 2, 0, 1, 1, "relu6", ""),
+    # 3 x 16 output channels x 8 columns tiles, the last one 1.5 vectors (120 channels)
+    ("pointwise_wide_residual_relu", (1, 16, 7, 9), 120, 1, 1, 0, 1, 1, "residual_relu", ""),
     ("dense3x3_s2_residual_relu", (1, 16, 11, 9), 48, 3, 2, 1, 1, 1, "residual_relu", ""),
     ("group2_3x3", (1, 32, 9, 9), 32, 3, 1, 1, 1, 2, "bias", ""),
     ("dilated3x3", (1, 24, 9, 9), 16, 3, 1, 2, 2, 1, "bias", ""),

@@ -75,7 +75,11 @@ class MatmulBf16(MatmulBf16Amx):
 # NCHW88: the blocked float32 graph of ``x86-avx512-nchw88+bf16``
 
 PAIRS = VEC // 2  # bfloat16 channel pairs of one NCHW88 block: the k steps of one vdpbf16ps each
-TILES = ((2, 12),)  # 2 x 16 output channels x 12 columns: 24 zmm accumulators, 2 filters, 1 broadcast
+TILE = (2, 12)  # 2 x 16 output channels x 12 columns: 24 zmm accumulators, 2 filters, 1 broadcast
+# a 1x1 convolution's plane is one long row: 3 x 16 output channels x 8 columns (24 accumulators)
+# load 11 operands per 24 vdpbf16ps instead of 14; 8-14% faster on ResNet-50's 1x1 convs here
+# (28x28 512 -> 512, 14x14 256 -> 1024), where 6 or more filter vectors keep the last tile full enough
+TILE_POINTWISE, POINTWISE_MIN_VECTORS = (3, 8), 6
 WCHUNK_BYTES_BF16 = 24576  # one tile's filters per input-channel chunk, L1 resident (as the float32 kernel)
 UNITS_BF16 = 64  # register tiles one filter chunk sweeps while it sits in L1
 
@@ -342,7 +346,8 @@ class ConvNchw88Bf16(Template):
         spec, block, outer = self._block(p)
         pairs = block // 2
         xs = spec.dim_strides((1, ic, rows, cols))  # bfloat16 elements
-        if (fh, fw, sh, sw) == (1, 1, 1, 1) and (p["ph"], p["pw"]) == (0, 0):
+        pointwise = (fh, fw, sh, sw) == (1, 1, 1, 1) and (p["ph"], p["pw"]) == (0, 0)
+        if pointwise:
             # pixel to pixel: the plane is one row of H * W columns (W is contiguous in H)
             oh, ow, cols = 1, oh * ow, rows * cols
             xs = spec.dim_strides((1, ic, 1, cols))
@@ -356,8 +361,8 @@ class ConvNchw88Bf16(Template):
         w_kw, w_kh = pairs * 16, fw * pairs * 16
         w_k = fh * w_kh
         w_j, w_g = nk * w_k, ocp // 16 * nk * w_k
-        jmax, imax = TILES[0]
         nvec = ocp // 16
+        jmax, imax = TILE_POINTWISE if pointwise and nvec >= POINTWISE_MIN_VECTORS else TILE
         jmax = min(jmax, nvec)
         tile_blocks = 2 * jmax
         tiles = -(-njb // tile_blocks)
