@@ -7,9 +7,18 @@ compile time into the same ``[OC/16][K/32][16][32]`` bfloat16 blocks, the activa
 compiled, so the library runs on an AMD EPYC (Zen 4) as on a Xeon. Depthwise convolutions stay
 float32 (no GEMM to feed).
 
-The units are the ``conv2d_bf16_amx`` / ``matmul_bf16_amx`` families on another ISA (the registry's
-one family per rule and priority: the AMX-tile operand layout is what the family names; the target's
-ISA order picks the instructions)."""
+The plain-NCHW units are the ``conv2d_bf16_amx`` / ``matmul_bf16_amx`` families on another ISA (the
+registry's one family per rule and priority: the AMX-tile operand layout is what the family names;
+the target's ISA order picks the instructions).
+
+``x86-avx512-nchw88+bf16`` adds ``conv2d_nchw88_bf16`` (:class:`ConvNchw88Bf16`): dense, grouped and
+first-layer convolutions of the NCHW88 graph on the same contract, so that its depthwise, pooling,
+elementwise and F(4x4, 3x3) Winograd layers stay the float32 NCHW88 kernels (the plain-NCHW ones
+are slower) and no relayout separates the bfloat16 layers from them. An NCHW88 pixel's 8 channels
+are 4 bfloat16 pairs, each pair one 32-bit broadcast: the input is converted once per image into a
+bfloat16 NCHW88 copy (the padded copy the float32 kernel makes anyway, at half the bytes), the
+filters at compile time into ``vdpbf16ps``'s pair layout, and the float32 epilogue stores float32
+NCHW88."""
 
 from __future__ import annotations
 
