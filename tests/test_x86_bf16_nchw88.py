@@ -4,7 +4,8 @@ strided, dilated and first-layer (plain NCHW, fewer than 8 channels) convolution
 with the ``+bf16`` contract of ``tests/test_x86_bf16.py`` (bfloat16-rounded inputs, exact products,
 float32 sums and epilogue: 1e-5 of the output's scale vs that contract in float64 by PyTorch, 1e-2
 relative L2 vs float32 from the reference interpreter). The cases cover partial column tiles,
-output channels filling half a zmm, input-channel chunks (partial sums through the output), batch 2,
+output channels filling half a zmm, input-channel chunks (partial sums through the output), filters
+big enough to be prefetched, batch 2,
 fused bias / residual / ReLU / ReLU6, one and two threads, ASan/UBSan. Depthwise and F(4x4, 3x3)
 Winograd layers stay float32. Generated C is compiled everywhere gcc knows AVX512-BF16; running it
 is skipped with the reason where the CPU lacks avx512_bf16."""
@@ -40,6 +41,9 @@ CASES = [
     # input-channel chunks: 3x3 holds 5 blocks of 8 channels per chunk, 1x1 48
     ("chunks3x3_residual_relu", (1, 48, 7, 7), 24, 3, 1, 1, 1, 1, "residual_relu", ""),
     ("chunks1x1_relu", (1, 520, 5, 5), 24, 1, 1, 0, 1, 1, "relu", ""),
+    # filters of 512 KiB and more: the next chunk's (and the next tile's) requested into L2
+    ("prefetch1x1_residual", (1, 512, 3, 3), 512, 1, 1, 0, 1, 1, "residual", ""),
+    ("prefetch3x3_s2_relu", (1, 256, 5, 4), 136, 3, 2, 1, 1, 1, "relu", ""),
     # first layers: 3 plain channels as 2 bfloat16 pairs, 5 as 3
     ("first7x7_s2_relu", (1, 3, 23, 21), 64, 7, 2, 3, 1, 1, "relu", ""),
     ("first3x3_s2_n2_relu6", (2, 3, 17, 15), 16, 3, 2, 1, 1, 1, "relu6", ""),

@@ -91,6 +91,11 @@ TILE = (2, 12)  # 2 x 16 output channels x 12 columns: 24 zmm accumulators, 2 fi
 TILE_POINTWISE, POINTWISE_MIN_VECTORS = (3, 8), 6
 WCHUNK_BYTES_BF16 = 24576  # one tile's filters per input-channel chunk, L1 resident (as the float32 kernel)
 UNITS_BF16 = 64  # register tiles one filter chunk sweeps while it sits in L1
+# bfloat16 filters from this size on have their next chunk requested into L2 while a chunk runs (the
+# float32 kernel's threshold, nchw88.PREFETCH_MIN_BYTES): they come from L3 or memory, and a small
+# plane has too few units to hide that (ResNet-50's 7x7 and strided 1x1 convs ran at half the rate of
+# its other layers without)
+PREFETCH_MIN_BYTES = 512 << 10
 
 
 def pair_filters(w: np.ndarray, groups: int, block: int = VEC) -> np.ndarray:
@@ -345,6 +350,35 @@ class ConvNchw88Bf16(Template):
       {tail}
     }}"""
 
+    @staticmethod
+    def _prefetch(b: dict[str, int]) -> tuple[str, str]:
+        """C statements before a chunk's units and per unit: the filters the next chunk reads (this
+        tile's next input channels; after its last chunk of its last unit block, the next tile's
+        first ones), requested into L2 a slice per unit so that the requests spread over the chunk.
+        ``b``: the loop bounds and filter strides (pairs) of :meth:`render`."""
+        before = f"""
+        const char* pf = 0;
+        int pf_nv = 0, pf_lines = 0, pf_at = 0;
+        if (k0 + {b["kc"]} < {b["nk"]}) {{
+          const int pk = {b["nk"]} - k0 - {b["kc"]} < {b["kc"]} ? {b["nk"]} - k0 - {b["kc"]} : {b["kc"]};
+          pf = (const char*)(w + (long)gg * {b["w_g"]}L + (long)(j0 / 2) * {b["w_j"]}L
+                             + (long)(k0 + {b["kc"]}) * {b["w_k"]}L);
+          pf_nv = jv, pf_lines = (int)(((long)pk * {b["w_k"]}L * 4 + 63) / 64);
+        }} else if (ub + 1 == {b["nub"]} && t + 1 < {b["all"]}) {{
+          const int g2 = (t + 1) / {b["tiles"]}, j2 = ((t + 1) % {b["tiles"]}) * {b["tile_blocks"]};
+          const int nb2 = {b["njb"]} - j2 < {b["tile_blocks"]} ? {b["njb"]} - j2 : {b["tile_blocks"]};
+          const int pk = {b["nk"]} < {b["kc"]} ? {b["nk"]} : {b["kc"]};
+          pf = (const char*)(w + (long)g2 * {b["w_g"]}L + (long)(j2 / 2) * {b["w_j"]}L);
+          pf_nv = (nb2 + 1) / 2, pf_lines = (int)(((long)pk * {b["w_k"]}L * 4 + 63) / 64);
+        }}
+        const int pf_total = pf_nv * pf_lines, pf_units = u1 - ub * {b["ublk"]};
+        const int pf_per = (pf_total + pf_units - 1) / pf_units;"""
+        unit = f"""
+          for (int q = 0; q < pf_per && pf_at < pf_total; ++q, ++pf_at)
+            _mm_prefetch(pf + (long)(pf_at / pf_lines) * {b["w_j"] * 4}L + (long)(pf_at % pf_lines) * 64,
+                         _MM_HINT_T1);"""
+        return before, unit
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         rows, cols, sub = self._source(p)
         n, ic, oc, g = p["n"], p["ic"], p["oc"], p["groups"]
@@ -412,6 +446,12 @@ class ConvNchw88Bf16(Template):
             for i in widths
         )
         copy = self._copy(p, region)
+        prefetch, prefetch_unit = "", ""
+        if oc * icg * fh * fw * 2 >= PREFETCH_MIN_BYTES:
+            prefetch, prefetch_unit = self._prefetch(
+                dict(nk=nk, kc=kc, w_k=w_k, w_j=w_j, w_g=w_g, tiles=tiles, all=g * tiles, njb=njb,
+                     tile_blocks=tile_blocks, nub=nub, ublk=ublk)
+            )  # fmt: skip
         return f"""{COMMON}{COMMON512}{N88_SUPPORT}{shared}
 static void {sym}({args}) {{
   {casts}
@@ -434,9 +474,9 @@ static void {sym}({args}) {{
       const int u1 = ub * {ublk} + {ublk} < {units} ? ub * {ublk} + {ublk} : {units};
       for (int k0 = 0; k0 < {nk}; k0 += {kc}) {{
         const int nkc = {nk} - k0 < {kc} ? {nk} - k0 : {kc};
-        const int acc = (k0 > 0) | (k0 + {kc} >= {nk}) << 1;
+        const int acc = (k0 > 0) | (k0 + {kc} >= {nk}) << 1;{prefetch}
         for (int u = ub * {ublk}; u < u1; ++u) {{
-          const int r = u / {tpr}, ut = u % {tpr};
+          const int r = u / {tpr}, ut = u % {tpr};{prefetch_unit}
           const int q0 = ut * {narrow} + (ut < {wide} ? ut : {wide}), iv = {narrow} + (ut < {wide});
           {chr(10).join("          " + s for s in inner).lstrip()}
         }}
