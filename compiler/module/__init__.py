@@ -3,6 +3,7 @@
 # MegEngine's sub-module layout (``megengine.module.init``, ``.normalization``, ``.qat``, ...)
 from compiler.module import (  # noqa: F401 - also importable as compiler.module.<name>
     activation,
+    adaptive_pooling,
     batchnorm,
     concat,
     conv,
