@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import compiler.functional as F
 from compiler import Parameter, Tensor
 from compiler import module as M
 from compiler.quantization import min_max_fakequant_qconfig
@@ -75,3 +76,52 @@ def test_apply_easy_quant_searches_scales_within_the_interval() -> None:
         [same.linear[0].weight_observer, same.linear[1].act_observer], [orig[0], orig[3]], strict=True
     ):
         assert abs(float(o.scale.numpy()) - s0) <= 1e-6 * s0
+
+
+class LinearReluNet(M.Module):
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        self.fused = fused
+        self.quant = M.QuantStub()
+        self.linear = M.LinearRelu(4, 3) if fused else M.Linear(4, 3)
+        self.dequant = M.DequantStub()
+        rng = np.random.RandomState(0)
+        self.linear.weight[...] = Tensor(rng.randn(3, 4).astype(np.float32))
+        self.linear.bias[...] = Tensor(rng.randn(3).astype(np.float32))
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.linear(self.quant(x))
+        return self.dequant(y if self.fused else F.relu(y))
+
+
+def test_linear_relu_converts_to_qat_and_int8() -> None:
+    """MegEngine's module.qat/quantized.linear.LinearRelu: the ReLU is applied before the output's
+    fake quantization (QAT) and on the int8 output (quantized), so both equal Linear then ReLU."""
+    import io
+
+    from backends.mge.reader import read_mge
+    from compiler import jit
+    from compiler.module import qat, quantized
+    from compiler.quantization.quantize import quantize
+    from semantics import run_module
+
+    x = Tensor(np.random.RandomState(1).randn(5, 4).astype(np.float32))
+    fused, plain = LinearReluNet(True), LinearReluNet(False)
+    for net in (fused, plain):
+        quantize_qat(net, qconfig=min_max_fakequant_qconfig)
+        net(x)
+    assert type(fused.linear) is qat.LinearRelu
+    np.testing.assert_array_equal(fused(x).numpy(), plain(x).numpy())
+    for net in (fused, plain):
+        quantize(net)
+        net.eval()
+    assert type(fused.linear) is quantized.LinearRelu
+    y = fused(x).numpy()
+    np.testing.assert_array_equal(y, plain(x).numpy())
+    assert (y >= 0).all() and (y > 0).any()
+
+    traced = jit.trace(lambda t: fused(t), symbolic=True, capture_as_const=True)
+    np.testing.assert_array_equal(traced(x).numpy(), y)
+    buf = io.BytesIO()
+    traced.dump(buf, arg_names=["data"])
+    np.testing.assert_array_equal(run_module(read_mge(buf.getvalue()), [x.numpy()])[0], y)

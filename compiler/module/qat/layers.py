@@ -122,6 +122,13 @@ class Linear(_layers.Linear, QATModule):
         return qat
 
 
+class LinearRelu(Linear):
+    def forward(self, inp: Tensor) -> Tensor:
+        w_qat = self.apply_quant_weight(self.weight)
+        b_qat = self.apply_quant_bias(self.bias, inp, w_qat)
+        return self.apply_quant_activation(F.relu(F.linear(inp, w_qat, b_qat)))
+
+
 class Elemwise(_elemwise.Elemwise, QATModule):
     with_weight = False
 

@@ -125,6 +125,11 @@ class Linear(QuantizedModule):
         return q
 
 
+class LinearRelu(Linear):
+    def forward(self, inp: Tensor) -> Tensor:
+        return F.relu(super().forward(inp))
+
+
 class Elemwise(QuantizedModule):
     """The float mode ``method`` on quantized operands: ElemwiseMultiType ``Q<method>``."""
 
@@ -191,5 +196,6 @@ __all__ = [
     "DequantStub",
     "Elemwise",
     "Linear",
+    "LinearRelu",
     "QuantStub",
 ]
