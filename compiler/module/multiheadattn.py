@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+import compiler.module.init as init
 from compiler.core import op_error
 from compiler.functional.attention import multi_head_attention
-from compiler.module import init
 from compiler.module.module import Module
 from compiler.tensor import Parameter, Tensor
 
