@@ -183,6 +183,7 @@ FLOAT32_ONLY = {
     T.ROIAlignOp,
     T.ROIPoolingOp,
     T.WarpPerspectiveOp,
+    T.SVDOp,  # MegEngine's SVD takes float32 only; tests/test_mge_svd.py covers it
 }
 
 
