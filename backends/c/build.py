@@ -51,6 +51,7 @@ RUNTIME_FILES = (
     "xm_select.h",
     "xm_kernels.h",
     "xm_runtime.c",
+    "xm_parallel.c",
     "runner.c",
     "xmge.hpp",
 )
@@ -186,23 +187,25 @@ def cached_build(
         rt = runtime_objects(cc, flags, runtime, salt=salt, prefix=prefix)
         write_sources(work, sources)
         run_tool([cc, *flags, "-c", "model.c", "-o", "model.o"], work)
-        xm_runtime, runner = os.path.join(rt, "xm_runtime.o"), os.path.join(rt, "runner.o")
-        link = [*flags, "-pthread", "-lm"]
-        run_tool([cc, "-shared", "model.o", xm_runtime, "-o", lib, *link], work)
-        run_tool([cc, *runner_flags, "model.o", xm_runtime, runner, "-o", "runner", *link], work)
+        xm_runtime, xm_parallel, runner = (os.path.join(rt, o) for o in RUNTIME_OBJECTS)
+        # no libgomp: xm_parallel.o serves the OpenMP calls, and one it lacks fails the link loudly
+        # (the runner) instead of binding to libgomp's, whose threads know nothing of the pool's
+        link = [*(f for f in flags if f != "-fopenmp"), "-pthread", "-lm"]
+        run_tool([cc, "-shared", "model.o", xm_runtime, xm_parallel, "-o", lib, *link], work)
+        run_tool([cc, *runner_flags, "model.o", xm_runtime, xm_parallel, runner, "-o", "runner", *link], work)
         os.remove(os.path.join(work, "model.o"))
 
     final, cached = cached_dir(cache_key(prefix, cc, flags, sources, salt), (lib, "runner"), fill)
     return Build(final, os.path.join(final, lib), os.path.join(final, "runner"), cached, launcher, symbols)
 
 
-RUNTIME_OBJECTS = ("xm_runtime.o", "runner.o")
+RUNTIME_OBJECTS = ("xm_runtime.o", "xm_parallel.o", "runner.o")
 
 
 def runtime_objects(
     cc: str, flags: Sequence[str], sources: dict[str, str], *, salt: bytes = b"", prefix: str = ""
 ) -> str:
-    """The cache folder holding ``xm_runtime.o`` and ``runner.o`` compiled by ``cc`` with ``flags``
+    """The cache folder holding ``xm_runtime.o``, ``xm_parallel.o`` and ``runner.o`` compiled by ``cc`` with ``flags``
     (which carry the symbol prefix) from the runtime ``sources``: built on the first model of a flag
     set, then shared by every model linked with those flags (concurrent first builds race to rename
     the same entry into place; either one serves)."""
