@@ -13,19 +13,22 @@
  *   for a worker that has not started: it waits only for ids a worker is running. Which thread runs
  *   an id does not change what the id computes, so the outputs are the same bits.
  * - Gang regions. A region that calls GOMP_barrier needs its ids on distinct threads at once. The
- *   caller offers the ids, waits up to XM_GANG_WAIT_US for workers to take them, then closes the
+ *   caller offers the ids, waits a little (XM_GANG_WAIT_*) for workers to take them, then closes the
  *   offer and runs with the threads it got (omp_get_num_threads() says how many; every kernel's
  *   result is the same at any thread count: xm_runtime.h). A region is run as a gang until a run of
  *   it called no barrier (kernels' barriers are unconditional), then by late join.
  * - Waiting spins for a short time (XMGE_SPIN_US, default XM_SPIN_US_DEFAULT) and then sleeps on a
  *   futex, so an idle worker leaves its core to other processes between runs, and a woken one is
- *   scheduled ahead of a niced job.
+ *   scheduled ahead of a niced job. With more threads than usable CPUs (taskset, a cpuset) nothing
+ *   spins: the waiter would hold up the thread it waits for.
  * - One region at a time per library: a region opened while another is in flight (a nested one, or
  *   one of another caller thread of the same library) runs on its caller alone, as libgomp does for
  *   nested regions.
  *
  * The symbols are hidden: each model library binds its kernels to its own pool, whatever else the
- * process loads (PyTorch's libgomp, another model). Workers start at the first region that needs
+ * process loads (PyTorch's libgomp, another model); and weak: a program linking several models'
+ * objects statically gets one pool. Linking model.o and xm_runtime.o without this file (and with
+ * -fopenmp) still works, on libgomp. Workers start at the first region that needs
  * them and stop when the library is unloaded (a destructor joins them, so dlclose never unmaps code
  * a worker runs); a forked child starts with none.
  */
@@ -44,9 +47,14 @@
 #include <sys/syscall.h>
 #endif
 
-#define XM_HIDDEN __attribute__((visibility("hidden")))
+/* hidden: bound inside each library; weak: several models' runtimes linked into one program share
+   the first one's pool instead of clashing */
+#define XM_HIDDEN __attribute__((visibility("hidden"), weak))
 #define XM_SPIN_US_DEFAULT 200
-#define XM_GANG_WAIT_US 50
+/* how long a gang's offer stays open: a spinning worker takes an id within a microsecond unless it
+   is descheduled; one asleep on the futex needs a wake-up (tens of microseconds in a VM) */
+#define XM_GANG_WAIT_AWAKE_US 10
+#define XM_GANG_WAIT_ASLEEP_US 60
 #define XM_MAX_WORKERS 255
 #define XM_REGION_TABLE 1024 /* region functions remembered (a power of two) */
 
@@ -84,10 +92,26 @@ typedef struct {
   int workers;
   pthread_t threads[XM_MAX_WORKERS];
   pthread_mutex_t grow;
-  double spin_ns;
+  long spin_ns; /* read and written atomically (relaxed): set once, zeroed when threads outnumber CPUs */
+  int cpus;
 } xm_pool;
 
-static xm_pool P = {.grow = PTHREAD_MUTEX_INITIALIZER, .spin_ns = -1};
+static xm_pool P = {.grow = PTHREAD_MUTEX_INITIALIZER};
+
+#ifdef XM_PARALLEL_STATS
+/* a diagnostic build's counters (bench/, tests): regions by how they ran, ids the caller took over,
+   gang offers closed short, barriers; read (and zeroed) with xm_parallel_stats */
+enum { XM_ST_SERIAL, XM_ST_LATE, XM_ST_GANG, XM_ST_TAKEN, XM_ST_SHORT, XM_ST_BARRIER, XM_ST_N };
+static long xm_stats[XM_ST_N];
+#define XM_COUNT(k) __atomic_add_fetch(&xm_stats[k], 1, __ATOMIC_RELAXED)
+int xm_parallel_stats(long* out, int n);
+int xm_parallel_stats(long* out, int n) {
+  for (int i = 0; i < n && i < XM_ST_N; ++i) out[i] = __atomic_exchange_n(&xm_stats[i], 0, __ATOMIC_RELAXED);
+  return XM_ST_N;
+}
+#else
+#define XM_COUNT(k) ((void)0)
+#endif
 
 /* region functions: 1 when a run called no barrier (late join from then on), 2 when one did */
 static struct {
@@ -154,11 +178,12 @@ static void xm_futex_wake(int* word) {
 
 /* until *word != old: spin for P.spin_ns (the next job or the end of a share usually comes within
    it), then sleep; the new value */
-static int xm_wait_change(int* word, int old, int* sleepers, double spin_ns) {
+static int xm_wait_change(int* word, int old, int* sleepers) {
+  const long spin_ns = __atomic_load_n(&P.spin_ns, __ATOMIC_RELAXED);
   int v = LOAD(word);
   if (v != old) return v;
-  const double until = xm_clock_ns() + spin_ns;
-  for (unsigned i = 1;; ++i) {
+  const double until = xm_clock_ns() + (double)spin_ns;
+  for (unsigned i = 1; spin_ns > 0; ++i) {
     xm_pause();
     v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
     if (v != old) return v;
@@ -211,7 +236,7 @@ static void xm_worker_take(void) {
     if (gang) {
       const int job = P.job;
       int go = LOAD(&P.go);
-      while (go != job) go = xm_wait_change(&P.go, go, &P.go_sleepers, P.spin_ns);
+      while (go != job) go = xm_wait_change(&P.go, go, &P.go_sleepers);
       xm_run_id(fn, data, id, P.final_team, 0);
     } else {
       xm_run_id(fn, data, id, (int)(LOAD(&P.claim) >> 32), 1);
@@ -225,7 +250,7 @@ static void xm_worker_take(void) {
 static void* xm_worker(void* arg) {
   int seen = (int)(intptr_t)arg;
   for (;;) {
-    seen = xm_wait_change(&P.gen, seen, &P.gen_sleepers, P.spin_ns);
+    seen = xm_wait_change(&P.gen, seen, &P.gen_sleepers);
     if (LOAD(&P.quit)) return NULL;
     xm_worker_take();
   }
@@ -239,10 +264,21 @@ static void xm_atfork_child(void) {
   pthread_mutex_init(&P.grow, NULL);
 }
 
+/* the CPUs this thread may run on (its affinity mask, e.g. taskset or a container's cpuset) */
+static int xm_usable_cpus(void) {
+#ifdef __linux__
+  cpu_set_t set;
+  if (!sched_getaffinity(0, sizeof set, &set)) return CPU_COUNT(&set);
+#endif
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
 static void xm_init_once(void) {
   const char* s = getenv("XMGE_SPIN_US");
   const double us = s && *s ? atof(s) : XM_SPIN_US_DEFAULT;
-  P.spin_ns = (us < 0 ? 0 : us) * 1e3;
+  __atomic_store_n(&P.spin_ns, (long)((us < 0 ? 0 : us) * 1e3), __ATOMIC_RELAXED);
+  P.cpus = xm_usable_cpus();
   pthread_atfork(NULL, NULL, xm_atfork_child);
 }
 
@@ -277,6 +313,7 @@ __attribute__((destructor)) static void xm_pool_stop(void) {
 static void xm_serial(void (*fn)(void*), void* data) {
   const int tid = xm_tid, nthr = xm_nthr, in = xm_in_region, virt = xm_virt, saw = xm_saw_barrier;
   xm_saw_barrier = 0;
+  XM_COUNT(XM_ST_SERIAL);
   xm_run_id(fn, data, 0, 1, 0);
   if (!in) xm_region_learn(fn, xm_saw_barrier);
   xm_tid = tid, xm_nthr = nthr, xm_in_region = in, xm_virt = virt, xm_saw_barrier = saw;
@@ -302,6 +339,8 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
     xm_serial(fn, data);
     return;
   }
+  /* threads share a CPU: a spinning one would hold up the one it waits for */
+  if (team > P.cpus) __atomic_store_n(&P.spin_ns, 0, __ATOMIC_RELAXED);
   const int gang = xm_region_kind(fn) != 1;
   P.fn = fn;
   P.data = data;
@@ -312,10 +351,11 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
   STORE(&P.bar_count, 0);
   STORE(&P.claim, ((uint64_t)team << 32) | 1u); /* id 0 is the caller's */
   ADD(&P.gen, 1);
-  xm_wake(&P.gen, &P.gen_sleepers);
+  const int asleep = LOAD(&P.gen_sleepers);
+  if (asleep) xm_futex_wake(&P.gen);
   int by_workers;
   if (gang) {
-    const double until = xm_clock_ns() + XM_GANG_WAIT_US * 1e3;
+    const double until = xm_clock_ns() + (asleep ? XM_GANG_WAIT_ASLEEP_US : XM_GANG_WAIT_AWAKE_US) * 1e3;
     uint64_t s = LOAD(&P.claim);
     for (unsigned i = 1; (uint32_t)s < (uint32_t)team; ++i) {
       xm_pause();
@@ -328,6 +368,8 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
       s = LOAD(&P.claim);
     }
     const int got = (int)(uint32_t)LOAD(&P.claim);
+    XM_COUNT(XM_ST_GANG);
+    if (got < team) XM_COUNT(XM_ST_SHORT);
     P.final_team = got;
     STORE(&P.go, P.job);
     xm_wake(&P.go, &P.go_sleepers);
@@ -339,8 +381,10 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
     int mine = 1;
     for (int id; (id = xm_claim()) >= 0; ++mine) xm_run_id(fn, data, id, team, 1);
     by_workers = team - mine;
+    XM_COUNT(XM_ST_LATE);
+    for (int k = 1; k < mine; ++k) XM_COUNT(XM_ST_TAKEN);
   }
-  for (int d = LOAD(&P.done); d < by_workers;) d = xm_wait_change(&P.done, d, &P.done_sleepers, P.spin_ns);
+  for (int d = LOAD(&P.done); d < by_workers;) d = xm_wait_change(&P.done, d, &P.done_sleepers);
   if (gang) xm_region_learn(fn, LOAD(&P.saw_barrier) || xm_saw_barrier);
   STORE(&P.busy, 0);
 }
@@ -354,13 +398,14 @@ void GOMP_barrier(void) {
     abort();
   }
   STORE(&P.saw_barrier, 1);
+  XM_COUNT(XM_ST_BARRIER);
   const int gen = LOAD(&P.bar_gen);
   if (ADD(&P.bar_count, 1) == xm_nthr) {
     STORE(&P.bar_count, 0);
     ADD(&P.bar_gen, 1);
     xm_wake(&P.bar_gen, &P.bar_sleepers);
   } else {
-    for (int g = gen; g == gen;) g = xm_wait_change(&P.bar_gen, g, &P.bar_sleepers, P.spin_ns);
+    for (int g = gen; g == gen;) g = xm_wait_change(&P.bar_gen, g, &P.bar_sleepers);
   }
 }
 
