@@ -8,7 +8,8 @@ place, so concurrent builds of the same model never see a half-written one; the 
 temporaries of builds that died. Each entry records the sha256 of its outputs (``xmge-cache.json``), checked
 before every reuse: a damaged entry is built again, never loaded.
 
-The runtime (``xm_runtime.c``, ``runner.c``) does not depend on the model: it is compiled once per
+The runtime (``xm_runtime.c``, ``xm_parallel.c``: the kernels' thread pool, ``runner.c``) does not
+depend on the model: it is compiled once per
 (compiler, flags, symbol prefix, runtime sources) into a cache entry of its own (``<prefix>rt-<hash>``)
 and linked into every model built with those flags, so a model build runs gcc once on ``model.c``.
 
@@ -205,10 +206,10 @@ RUNTIME_OBJECTS = ("xm_runtime.o", "xm_parallel.o", "runner.o")
 def runtime_objects(
     cc: str, flags: Sequence[str], sources: dict[str, str], *, salt: bytes = b"", prefix: str = ""
 ) -> str:
-    """The cache folder holding ``xm_runtime.o``, ``xm_parallel.o`` and ``runner.o`` compiled by ``cc`` with ``flags``
-    (which carry the symbol prefix) from the runtime ``sources``: built on the first model of a flag
-    set, then shared by every model linked with those flags (concurrent first builds race to rename
-    the same entry into place; either one serves)."""
+    """The cache folder holding ``xm_runtime.o``, ``xm_parallel.o`` and ``runner.o`` compiled by ``cc``
+    with ``flags`` (which carry the symbol prefix) from the runtime ``sources``: built on the first
+    model of a flag set, then shared by every model linked with those flags (concurrent first builds
+    race to rename the same entry into place; either one serves)."""
 
     def fill(work: str) -> None:
         write_sources(work, sources)

@@ -55,6 +55,7 @@
    is descheduled; one asleep on the futex needs a wake-up (tens of microseconds in a VM) */
 #define XM_GANG_WAIT_AWAKE_US 10
 #define XM_GANG_WAIT_ASLEEP_US 60
+#define XM_GANG_WAIT_NEW_US 500 /* a worker started for this region (thread creation) */
 #define XM_MAX_WORKERS 255
 #define XM_REGION_TABLE 1024 /* region functions remembered (a power of two) */
 
@@ -332,6 +333,7 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
     xm_serial(fn, data);
     return;
   }
+  const int before = LOAD(&P.workers);
   const int workers = xm_grow((int)num_threads - 1);
   const int team = workers + 1 < (int)num_threads ? workers + 1 : (int)num_threads;
   if (team < 2) {
@@ -355,7 +357,10 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
   if (asleep) xm_futex_wake(&P.gen);
   int by_workers;
   if (gang) {
-    const double until = xm_clock_ns() + (asleep ? XM_GANG_WAIT_ASLEEP_US : XM_GANG_WAIT_AWAKE_US) * 1e3;
+    const int wait_us = workers > before ? XM_GANG_WAIT_NEW_US
+                        : asleep          ? XM_GANG_WAIT_ASLEEP_US
+                                          : XM_GANG_WAIT_AWAKE_US;
+    const double until = xm_clock_ns() + wait_us * 1e3;
     uint64_t s = LOAD(&P.claim);
     for (unsigned i = 1; (uint32_t)s < (uint32_t)team; ++i) {
       xm_pause();
