@@ -18,6 +18,10 @@ optimisation level of every C build but the sanitizer ones (the cache key follow
 The test suite sets ``-O1`` for correctness-only builds of whole models, where gcc's time at ``-O3``
 dominates and the optimiser's output is not what is being tested; unset, the flags the emitter chose
 stand (``-O3``).
+
+``$XMGE_LIBGOMP=1`` links libgomp in place of the runtime's thread pool (``xm_parallel.c``), the
+kernels' parallel regions then run on libgomp's teams: a comparison (``bench_x86.py --contended``)
+and a way out; such builds are cached apart.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class BuildError(XmgeError, RuntimeError):
 
 
 OPT_LEVEL_ENV = "XMGE_OPT_LEVEL"
+# "1": link libgomp instead of the runtime's own thread pool (xm_parallel.c): for comparisons
+LIBGOMP_ENV = "XMGE_LIBGOMP"
 _OPT_FLAG = re.compile(r"-O[0-3sgz]?|-Ofast")
 _OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og")
 
@@ -177,6 +183,8 @@ def cached_build(
     :func:`runtime_objects` (compiled once per flag set), and ``$XMGE_OPT_LEVEL`` may replace the
     optimisation level of ``flags`` (:func:`with_opt_level`)."""
     symbols = symbol_prefix(model_c)
+    gomp = os.environ.get(LIBGOMP_ENV) == "1"
+    salt += b"\0libgomp" if gomp else b""
     if not any(f.startswith("-fsanitize") for f in flags):  # sanitizer builds keep their -O1
         flags = with_opt_level(flags)
     flags = [*(f for f in flags if not f.startswith("-DXM_PREFIX=")), *prefix_flags(symbols)]
@@ -191,9 +199,10 @@ def cached_build(
         xm_runtime, xm_parallel, runner = (os.path.join(rt, o) for o in RUNTIME_OBJECTS)
         # no libgomp: xm_parallel.o serves the OpenMP calls, and one it lacks fails the link loudly
         # (the runner) instead of binding to libgomp's, whose threads know nothing of the pool's
-        link = [*(f for f in flags if f != "-fopenmp"), "-pthread", "-lm"]
-        run_tool([cc, "-shared", "model.o", xm_runtime, xm_parallel, "-o", lib, *link], work)
-        run_tool([cc, *runner_flags, "model.o", xm_runtime, xm_parallel, runner, "-o", "runner", *link], work)
+        objs = ["model.o", xm_runtime] + ([] if gomp else [xm_parallel])
+        link = [*(f for f in flags if f != "-fopenmp" or gomp), "-pthread", "-lm"]
+        run_tool([cc, "-shared", *objs, "-o", lib, *link], work)
+        run_tool([cc, *runner_flags, *objs, runner, "-o", "runner", *link], work)
         os.remove(os.path.join(work, "model.o"))
 
     final, cached = cached_dir(cache_key(prefix, cc, flags, sources, salt), (lib, "runner"), fill)
