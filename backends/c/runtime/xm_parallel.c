@@ -4,8 +4,9 @@
  *
  * Why not libgomp. Its team barriers wait for every thread of the team, spinning for milliseconds
  * (GOMP_SPINCOUNT) before sleeping. With another CPU-bound process on the second core, the worker
- * thread is often descheduled, and every parallel region of a run waits for it: ShuffleNetV2's ~60
- * regions made 2 threads 1.8x slower than 1 next to a `nice -n 10` job (issue 33). Here:
+ * thread is often descheduled, and every parallel region of a run waits for it: ShuffleNetV2's 39
+ * two-thread regions per run made 2 threads 1.8x slower than 1 next to a `nice -n 10` job (issue
+ * 33). Here:
  *
  * - Late join. A region that calls no barrier (most kernels: `parallel for` with a static schedule)
  *   is a set of virtual threads 0..n-1, each computing the share gcc's static schedule gives its id.
@@ -13,10 +14,12 @@
  *   for a worker that has not started: it waits only for ids a worker is running. Which thread runs
  *   an id does not change what the id computes, so the outputs are the same bits.
  * - Gang regions. A region that calls GOMP_barrier needs its ids on distinct threads at once. The
- *   caller offers the ids, waits a little (XM_GANG_WAIT_*) for workers to take them, then closes the
+ *   caller offers the ids, waits a little (XM_GANG_WAIT_*, halved after each offer in a row that
+ *   went untaken: the other cores are busy) for workers to take them, then closes the
  *   offer and runs with the threads it got (omp_get_num_threads() says how many; every kernel's
  *   result is the same at any thread count: xm_runtime.h). A region is run as a gang until a run of
- *   it called no barrier (kernels' barriers are unconditional), then by late join.
+ *   it on two or more threads called no barrier (kernels' barriers are unconditional), then by late
+ *   join.
  * - Waiting spins for a short time (XMGE_SPIN_US, default XM_SPIN_US_DEFAULT) and then sleeps on a
  *   futex, so an idle worker leaves its core to other processes between runs, and a woken one is
  *   scheduled ahead of a niced job. With more threads than usable CPUs (taskset, a cpuset) nothing
@@ -88,7 +91,8 @@ typedef struct {
   int bar_count, bar_gen;
   /* sleepers per futex word: a waker makes the syscall only when someone sleeps */
   int gen, gen_sleepers, go_sleepers, done_sleepers, bar_sleepers;
-  int busy; /* a region is in flight */
+  int busy;        /* a region is in flight */
+  int gang_misses; /* gang offers in a row not fully taken (at most 8); the region's caller's */
   int quit;
   int workers;
   pthread_t threads[XM_MAX_WORKERS];
@@ -99,12 +103,25 @@ typedef struct {
 
 static xm_pool P = {.grow = PTHREAD_MUTEX_INITIALIZER};
 
+static double xm_clock_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
 #ifdef XM_PARALLEL_STATS
 /* a diagnostic build's counters (bench/, tests): regions by how they ran, ids the caller took over,
    gang offers closed short, barriers; read (and zeroed) with xm_parallel_stats */
-enum { XM_ST_SERIAL, XM_ST_LATE, XM_ST_GANG, XM_ST_TAKEN, XM_ST_SHORT, XM_ST_BARRIER, XM_ST_N };
+/* the last three: nanoseconds the caller waited for a gang's ids to be taken, for workers' shares
+   at a region's end, and any thread waited at barriers */
+enum {
+  XM_ST_SERIAL, XM_ST_LATE, XM_ST_GANG, XM_ST_TAKEN, XM_ST_SHORT, XM_ST_BARRIER,
+  XM_ST_OFFER_NS, XM_ST_JOIN_NS, XM_ST_BARRIER_NS, XM_ST_N
+};
 static long xm_stats[XM_ST_N];
 #define XM_COUNT(k) __atomic_add_fetch(&xm_stats[k], 1, __ATOMIC_RELAXED)
+#define XM_TIME_START() const double xm_t0 = xm_clock_ns()
+#define XM_TIME_ADD(k) __atomic_add_fetch(&xm_stats[k], (long)(xm_clock_ns() - xm_t0), __ATOMIC_RELAXED)
 int xm_parallel_stats(long* out, int n);
 int xm_parallel_stats(long* out, int n) {
   for (int i = 0; i < n && i < XM_ST_N; ++i) out[i] = __atomic_exchange_n(&xm_stats[i], 0, __ATOMIC_RELAXED);
@@ -112,6 +129,8 @@ int xm_parallel_stats(long* out, int n) {
 }
 #else
 #define XM_COUNT(k) ((void)0)
+#define XM_TIME_START() ((void)0)
+#define XM_TIME_ADD(k) ((void)0)
 #endif
 
 /* region functions: 1 when a run called no barrier (late join from then on), 2 when one did */
@@ -144,12 +163,6 @@ static void xm_region_learn(void (*fn)(void*), int barrier) {
     }
   }
   /* table full: unknown regions run as gangs, which is always correct */
-}
-
-static double xm_clock_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
 static inline void xm_pause(void) {
@@ -316,7 +329,8 @@ static void xm_serial(void (*fn)(void*), void* data) {
   xm_saw_barrier = 0;
   XM_COUNT(XM_ST_SERIAL);
   xm_run_id(fn, data, 0, 1, 0);
-  if (!in) xm_region_learn(fn, xm_saw_barrier);
+  /* a run on one thread shows a barrier but cannot vouch for none: only a team's run can */
+  if (!in && xm_saw_barrier) xm_region_learn(fn, 1);
   xm_tid = tid, xm_nthr = nthr, xm_in_region = in, xm_virt = virt, xm_saw_barrier = saw;
 }
 
@@ -357,10 +371,12 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
   if (asleep) xm_futex_wake(&P.gen);
   int by_workers;
   if (gang) {
+    XM_TIME_START();
     const int wait_us = workers > before ? XM_GANG_WAIT_NEW_US
                         : asleep          ? XM_GANG_WAIT_ASLEEP_US
                                           : XM_GANG_WAIT_AWAKE_US;
-    const double until = xm_clock_ns() + wait_us * 1e3;
+    /* offers that went untaken (the other cores busy with other processes) halve the next wait */
+    const double until = xm_clock_ns() + wait_us * 1e3 / (1 << P.gang_misses);
     uint64_t s = LOAD(&P.claim);
     for (unsigned i = 1; (uint32_t)s < (uint32_t)team; ++i) {
       xm_pause();
@@ -373,6 +389,8 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
       s = LOAD(&P.claim);
     }
     const int got = (int)(uint32_t)LOAD(&P.claim);
+    P.gang_misses = got < team ? (P.gang_misses < 8 ? P.gang_misses + 1 : 8) : 0;
+    XM_TIME_ADD(XM_ST_OFFER_NS);
     XM_COUNT(XM_ST_GANG);
     if (got < team) XM_COUNT(XM_ST_SHORT);
     P.final_team = got;
@@ -389,8 +407,15 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
     XM_COUNT(XM_ST_LATE);
     for (int k = 1; k < mine; ++k) XM_COUNT(XM_ST_TAKEN);
   }
-  for (int d = LOAD(&P.done); d < by_workers;) d = xm_wait_change(&P.done, d, &P.done_sleepers);
-  if (gang) xm_region_learn(fn, LOAD(&P.saw_barrier) || xm_saw_barrier);
+  {
+    XM_TIME_START();
+    for (int d = LOAD(&P.done); d < by_workers;) d = xm_wait_change(&P.done, d, &P.done_sleepers);
+    XM_TIME_ADD(XM_ST_JOIN_NS);
+  }
+  if (gang) {
+    const int saw = LOAD(&P.saw_barrier) || xm_saw_barrier;
+    if (saw || by_workers > 0) xm_region_learn(fn, saw);
+  }
   STORE(&P.busy, 0);
 }
 
@@ -410,7 +435,9 @@ void GOMP_barrier(void) {
     ADD(&P.bar_gen, 1);
     xm_wake(&P.bar_gen, &P.bar_sleepers);
   } else {
+    XM_TIME_START();
     for (int g = gen; g == gen;) g = xm_wait_change(&P.bar_gen, g, &P.bar_sleepers);
+    XM_TIME_ADD(XM_ST_BARRIER_NS);
   }
 }
 
