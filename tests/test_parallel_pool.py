@@ -154,13 +154,17 @@ def test_late_join_and_gang_regions(built, tmp_path, monkeypatch: pytest.MonkeyP
     stats(buf, 6)
     first = list(buf)  # serial, late, gang, taken, short, barriers
     assert first[1] == 0 and first[2] >= 4, first  # nothing known yet: every region a gang
-    for _ in range(10):
+    regions = first[1] + first[2]
+    # a region learns it has no barrier from a run on two threads (on a busy machine a gang may get
+    # one): run until the two barrier-free regions (1x1, depthwise) run by late join
+    for _ in range(300):
         np.testing.assert_array_equal(m.run(inputs)[0], want)
-    stats(buf, 6)
-    later = list(buf)
-    # the barrier-free regions (1x1, depthwise: 2 or more) moved to late join, the others stayed gangs
-    assert later[1] + later[2] == 10 * (first[1] + first[2]), (first, later)
-    assert later[1] >= 10 * 2 and later[2] >= 10 * 2, later
+        stats(buf, 6)
+        run = list(buf)
+        assert run[1] + run[2] == regions, (first, run)
+        if run[1] >= 2:
+            break
+    assert run[1] == 2 and run[2] == regions - 2, run  # the barrier regions (3x3 dense, Winograd) stay gangs
     m.close()
 
 
@@ -189,3 +193,65 @@ def test_c_callers_on_a_two_thread_instance_under_thread_sanitizer(built, tmp_pa
     assert run.returncode == 0, run.stdout + run.stderr[-4000:]
     assert "WARNING: ThreadSanitizer" not in run.stderr
     assert "bad 0" in run.stdout
+
+
+DLCLOSE_C = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "xm_api.h"
+
+int main(int argc, char** argv) {
+  FILE* f = fopen(argv[2], "rb");
+  fseek(f, 0, SEEK_END);
+  const long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void* w = malloc(n ? n : 1);
+  if (fread(w, 1, n, f) != (size_t)n) return 2;
+  fclose(f);
+  float* first = NULL;
+  for (int round = 0; round < 3; ++round) {
+    void* h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+    const xm_api* api = ((xm_api_fn)dlsym(h, argv[3]))();
+    const xm_variant* v = &api->variants[0];
+    float* in = calloc(1, v->inputs[0].nbytes);
+    float* out = malloc(v->outputs[0].nbytes);
+    for (unsigned long i = 0; i < v->inputs[0].nbytes / 4; ++i) in[i] = (float)(i % 13) * 0.1f - 0.6f;
+    xm_model* m = api->create(w, (unsigned long)n, 2, 0);
+    const void* ins[1] = {in};
+    void* outs[1] = {out};
+    for (int k = 0; k < 20; ++k) if (api->run(m, ins, outs)) return 3;
+    if (!first) { first = malloc(v->outputs[0].nbytes); memcpy(first, out, v->outputs[0].nbytes); }
+    else if (memcmp(first, out, v->outputs[0].nbytes)) return 4;
+    api->destroy(m);
+    free(in);
+    free(out);
+    dlclose(h);  /* the pool's destructor joins its workers before the code goes */
+  }
+  printf("ok\n");
+  return 0;
+}
+"""
+
+
+def test_dlopen_run_dlclose_cycles(built, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A library unloaded after 2-thread runs and loaded again, three times: no worker is left
+    running unmapped code."""
+    _, two, _, _ = built
+    (tmp_path / "main.c").write_text(DLCLOSE_C)
+    (tmp_path / "w.bin").write_bytes(two.weights)
+    proc = subprocess.run(
+        ["gcc", "-O1", f"-I{RUNTIME_DIR}", "main.c", "-o", "main", "-ldl"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    env = dict(os.environ, XMGE_ADAPT_THREADS="0")
+    run = subprocess.run(
+        [str(tmp_path / "main"), two.build.library, str(tmp_path / "w.bin"), f"{two.build.symbols}_api"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
