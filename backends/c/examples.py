@@ -1175,3 +1175,28 @@ def deformable_conv(
                      stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), sparse=sparse)]  # fmt: skip
 
     return body
+
+
+def region_restricted_conv(
+    x: Sequence[int], oc: int, k: int, groups: int, *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
+    dtype: str = "int32",
+) -> Example:  # fmt: skip
+    """``RegionRestrictedConvolution`` with three regions scattered over input and output."""
+
+    def pair(v: Any) -> tuple[int, int]:
+        return (v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
+
+    @example(_tag("region_restricted_conv", x, f"oc{oc}", f"k{k}", f"g{groups}", f"s{(sh, sw)}",
+                  f"p{(ph, pw)}", f"d{(dh, dw)}", dtype))  # fmt: skip
+    def body(g: Graph) -> list[SSAValue]:
+        oh = (x[2] + 2 * ph - dh * (k - 1) - 1) // sh + 1
+        ow = (x[3] + 2 * pw - dw * (k - 1) - 1) // sw + 1
+        rin = g.rng.integers(0, 3, (x[0], x[2], x[3])).astype(dtype)
+        rout = g.rng.integers(0, 3, (x[0], oh, ow)).astype(dtype)
+        w = g.weight((groups, oc // groups, x[1] // groups, k, k))
+        return [g.op(T.RegionRestrictedConvOp, [g.input(x), w, g.const(rin), g.const(rout)], stride=(sh, sw),
+                     padding=(ph, pw), dilation=(dh, dw))]  # fmt: skip
+
+    return body

@@ -605,4 +605,82 @@ static void {sym}(const float* x, const float* wt, const float* off, const float
         return HEADER
 
 
-KERNEL_UNITS = (WarpAffine(), Remap(), CvtColor(), ResizeCubic(), DeformableConv())
+# ----------------------------------------------------------------------------------------------
+# RegionRestrictedConvolution
+
+
+class RegionRestrictedConv(Template):
+    """Region-restricted grouped convolution, NCHW float32 with int32 or uint8 region ids: each
+    output sums its (fh, fw, input channel) taps in that order from 0, a tap of another region
+    (or in the padding) reading 0. Threads split output rows."""
+
+    family = "region_restricted_conv"
+    examples = (
+        E.region_restricted_conv((2, 4, 7, 8), 4, 3, 4, pad=1),
+        E.region_restricted_conv((1, 4, 7, 8), 6, 3, 2, pad=1, stride=2, dil=(2, 1), dtype="uint8"),
+    )
+    ops = (T.RegionRestrictedConvOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.RegionRestrictedConvOp)
+        if not is_f32(op.operands[0], op.operands[1], *op.results) or not _plain(*op.operands):
+            return None
+        p = op.params()
+        n, c, ih, iw = shape(op.operands[0])
+        groups, ocpg, icpg, fh, fw = shape(op.operands[1])
+        _, _, oh, ow = shape(op.results[0])
+        params = {"n": n, "c": c, "ih": ih, "iw": iw, "oh": oh, "ow": ow, "groups": groups, "ocpg": ocpg,
+                  "icpg": icpg, "fh": fh, "fw": fw, "stride": tuple(p["stride"]), "pad": tuple(p["padding"]),
+                  "dil": tuple(p["dilation"]), "rt": _dt(op.operands[2])}  # fmt: skip
+        return Lowered(params, list(op.operands))
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("region_restricted_conv", f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
+                        f"g{p['groups']}", f"o{p['ocpg']}", "k", (p["fh"], p["fw"]), "s", p["stride"], "p", p["pad"],
+                        "d", p["dil"], "u8" if p["rt"] == "uint8" else "i32", "f32")  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
+        groups, ocpg, icpg, fh, fw = (p[k] for k in ("groups", "ocpg", "icpg", "fh", "fw"))
+        (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["pad"], p["dil"]
+        rt = "uint8_t" if p["rt"] == "uint8" else "int32_t"
+        oc = groups * ocpg
+        return _exact(f"""
+static void {sym}(const float* x, const float* wt, const {rt}* rin, const {rt}* rout, float* y,
+                  unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(n * oc * oh * ow * icpg * fh * fw)}
+  for (long t = 0; t < {n * oh}; ++t) {{
+    const long b = t / {oh};
+    const long r = t % {oh};
+    for (long s = 0; s < {ow}; ++s) {{
+      const {rt} region = rout[(b * {oh} + r) * {ow} + s];
+      for (int o = 0; o < {oc}; ++o) {{
+        const int g = o / {ocpg};
+        const float* wo = wt + (long)o * {icpg * fh * fw};
+        float acc = 0.0f;
+        for (int a = 0; a < {fh}; ++a) {{
+          const long yy = r * {sh} - {ph} + a * {dh};
+          for (int q = 0; q < {fw}; ++q) {{
+            const long xx = s * {sw} - {pw} + q * {dw};
+            const int ok = yy >= 0 && yy < {ih} && xx >= 0 && xx < {iw}
+                           && rin[(b * {ih} + yy) * {iw} + xx] == region;
+            for (int i = 0; i < {icpg}; ++i) {{
+              const float v = ok ? x[((b * {c} + g * {icpg} + i) * {ih} + yy) * {iw}L + xx] : 0.0f;
+              acc = acc + v * wo[(i * {fh} + a) * {fw} + q];
+            }}
+          }}
+        }}
+        y[((b * {oc} + o) * {oh} + r) * {ow}L + s] = acc;
+      }}
+    }}
+  }}
+}}
+""")
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER
+
+
+KERNEL_UNITS = (WarpAffine(), Remap(), CvtColor(), ResizeCubic(), DeformableConv(), RegionRestrictedConv())
