@@ -2260,6 +2260,8 @@ class DeformablePSROIPoolingOp(MgbOp):
         t = _shape(trans)
         if len(t) != 4 or t[1:] != (2, ph, pw):
             raise ShapeInferenceError(cls.name, f"trans must be (R, 2, {ph}, {pw}), got {t}")
+        if not params.get("no_trans", True) and t[0] < k:
+            raise ShapeInferenceError(cls.name, f"trans has {t[0]} rows for {k} rois (one per roi)")
         if part * part > ph * pw:
             # MegEngine reads the part grid from the (2, PH, PW) rows: beyond them it reads other memory
             raise ShapeInferenceError(cls.name, f"part_size {part} needs part_size^2 <= {ph} * {pw}")

@@ -29,7 +29,6 @@ _C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the refere
 _C_VISION = {
     T.ROIPoolingOp: _C_VISION_GAP,
     T.CorrelationOp: _C_VISION_GAP,
-    T.DeformablePSROIPoolingOp: _C_VISION_GAP,
 }
 REFUSED: dict[str, dict[type[Operation], str]] = {
     "x86": {**NO_KERNEL, **_C_VISION},

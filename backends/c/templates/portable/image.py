@@ -683,4 +683,112 @@ static void {sym}(const float* x, const float* wt, const {rt}* rin, const {rt}* 
         return HEADER
 
 
-KERNEL_UNITS = (WarpAffine(), Remap(), CvtColor(), ResizeCubic(), DeformableConv(), RegionRestrictedConv())
+# ----------------------------------------------------------------------------------------------
+# DeformablePSROIPooling
+
+
+class DeformablePSROIPooling(Template):
+    """Deformable PSRoI pooling, NCHW float32: per roi the reference's float32 geometry (pixels
+    rounded half away from zero, bins moved by the roi's trans row on the part grid), per bin its
+    in-image samples' floor/ceil bilinear values summed in order and divided by their count.
+    A roi's batch index outside the input fails the run naming the kernel. Threads split rois."""
+
+    family = "deformable_psroi_pooling"
+    examples = (
+        E.deformable_psroi_pooling((2, 3, 9, 10), 3, 3, part=3, samples=2),
+        E.deformable_psroi_pooling((2, 2, 8, 7), 2, 4, part=2, samples=3, no_trans=True),
+    )
+    ops = (T.DeformablePSROIPoolingOp,)
+    priority = 100
+    fails = True
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.DeformablePSROIPoolingOp)
+        if not is_f32(*op.operands, *op.results) or not _plain(*op.operands):
+            return None
+        p = op.params()
+        n, c, h, w = shape(op.operands[0])
+        k = shape(op.operands[1])[0]
+        params = {"n": n, "c": c, "h": h, "w": w, "k": k, **{key: int(p[key]) for key in
+                  ("pooled_h", "pooled_w", "part_size", "sample_per_part")},
+                  "no_trans": int(bool(p["no_trans"])), "ss": float(p["spatial_scale"]),
+                  "ts": float(p["trans_std"])}  # fmt: skip
+        return Lowered(params, list(op.operands))
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("deformable_psroi_pooling", f"n{p['n']}", f"c{p['c']}", f"{p['h']}x{p['w']}", f"k{p['k']}",
+                        "to", (p["pooled_h"], p["pooled_w"]), f"part{p['part_size']}", f"s{p['sample_per_part']}",
+                        "sc" + c_float(p["ss"]).rstrip("f"), "ts" + c_float(p["ts"]).rstrip("f"),
+                        "notrans" if p["no_trans"] else "", "f32")  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        c, h, w, k = p["c"], p["h"], p["w"], p["k"]
+        ph_n, pw_n, part, spp = p["pooled_h"], p["pooled_w"], p["part_size"], p["sample_per_part"]
+        ss, ts = c_float(p["ss"]), c_float(p["ts"])
+        if p["no_trans"]:
+            trans = "const float tx = 0.0f, ty = 0.0f;"
+        else:
+            trans = (f"const float tx = trans[((rk * 2) * {part} + part_h) * {part} + part_w] * {ts};\n"
+                     f"        const float ty = trans[((rk * 2 + 1) * {part} + part_h) * {part} + part_w] * {ts};")  # fmt: skip
+        return _exact(f"""
+static void {sym}(const float* x, const float* rois, const float* trans, float* y, float* cnt,
+                  unsigned char* ws, int nt, xm_ctx* ctx) {{
+  (void)ws; (void)trans;
+  {_par(k * c * ph_n * pw_n * spp * spp * 8)}
+  for (long rk = 0; rk < {k}; ++rk) {{
+    const float* roi = rois + rk * 5;
+    const long b = (long)roi[0];
+    if (b < 0 || b >= {p["n"]}) {{ xm_index_error(ctx, "{sym}", b, {p["n"]}); continue; }}
+    const float sw = roundf(roi[1]) * {ss} - 0.5f, sh = roundf(roi[2]) * {ss} - 0.5f;
+    const float ew = (roundf(roi[3]) + 1.0f) * {ss} - 0.5f, eh = (roundf(roi[4]) + 1.0f) * {ss} - 0.5f;
+    const float dw_ = ew - sw, dh_ = eh - sh;
+    const float rw = 0.1f > dw_ ? 0.1f : dw_, rh = 0.1f > dh_ ? 0.1f : dh_;
+    const float bw = rw / {float(pw_n)!r}f, bh = rh / {float(ph_n)!r}f;
+    const float sbw = bw / {float(spp)!r}f, sbh = bh / {float(spp)!r}f;
+    const float* plane0 = x + b * {c * h * w}L;
+    for (int ph = 0; ph < {ph_n}; ++ph) {{
+      for (int pw = 0; pw < {pw_n}; ++pw) {{
+        const long part_h = (long)floorf((float)ph / {float(ph_n)!r}f * {float(part)!r}f);
+        const long part_w = (long)floorf((float)pw / {float(pw_n)!r}f * {float(part)!r}f);
+        {trans}
+        const float wstart = (float)pw * bw + sw + tx * rw, hstart = (float)ph * bh + sh + ty * rh;
+        for (int ch = 0; ch < {c}; ++ch) {{
+          const float* plane = plane0 + (long)ch * {h * w};
+          float acc = 0.0f;
+          int count = 0;
+          for (int ih = 0; ih < {spp}; ++ih) {{
+            for (int iw = 0; iw < {spp}; ++iw) {{
+              float sx = wstart + (float)iw * sbw, sy = hstart + (float)ih * sbh;
+              if (sx < -0.5f || sx > {w - 0.5!r}f || sy < -0.5f || sy > {h - 0.5!r}f) continue;
+              sx = 0.0f > sx ? 0.0f : sx;
+              sx = {float(w - 1)!r}f < sx ? {float(w - 1)!r}f : sx;
+              sy = 0.0f > sy ? 0.0f : sy;
+              sy = {float(h - 1)!r}f < sy ? {float(h - 1)!r}f : sy;
+              const long x1 = (long)floorf(sx), x2 = (long)ceilf(sx), y1 = (long)floorf(sy), y2 = (long)ceilf(sy);
+              const float dx = sx - (float)x1, dy = sy - (float)y1;
+              float val = (1.0f - dx) * (1.0f - dy) * plane[y1 * {w} + x1];
+              val = val + (1.0f - dx) * dy * plane[y2 * {w} + x1];
+              val = val + dx * (1.0f - dy) * plane[y1 * {w} + x2];
+              val = val + dx * dy * plane[y2 * {w} + x2];
+              acc = acc + val;
+              ++count;
+            }}
+          }}
+          const long at = ((rk * {c} + ch) * {ph_n} + ph) * {pw_n} + pw;
+          y[at] = count ? acc / (float)count : 0.0f;
+          cnt[at] = (float)count;
+        }}
+      }}
+    }}
+  }}
+}}
+""")
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER
+
+
+KERNEL_UNITS = (
+    WarpAffine(), Remap(), CvtColor(), ResizeCubic(), DeformableConv(), RegionRestrictedConv(),
+    DeformablePSROIPooling(),
+)  # fmt: skip
