@@ -2105,6 +2105,7 @@ class CvtColorOp(MgbOp):
     float32 or uint8 (uint8 in MegEngine's 14-bit fixed point)."""
 
     name = "mgb.cvt_color"
+    NO_GRADIENT: ClassVar[str | None] = "MegEngine's CvtColor has no backward (image preprocessing)"
     src = operand_def(TensorType)
     output = result_def(TensorType)
     mode = prop_def(CvtColorModeAttr, default_value=CvtColorModeAttr(enums.CvtColorMode.RGB2GRAY))

@@ -183,6 +183,12 @@ FLOAT32_ONLY = {
     T.ROIAlignOp,
     T.ROIPoolingOp,
     T.WarpPerspectiveOp,
+    T.WarpAffineOp,
+    T.RemapOp,
+    T.CvtColorOp,
+    T.DeformableConvOp,
+    T.RegionRestrictedConvOp,
+    T.DeformablePSROIPoolingOp,
 }
 
 
