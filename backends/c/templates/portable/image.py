@@ -466,7 +466,9 @@ class ResizeCubic(Template):
         return Lowered({"nc": n * c, "ih": ih, "iw": iw, "oh": oh, "ow": ow}, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("resize_cubic", f"nc{p['nc']}", f"{p['ih']}x{p['iw']}", "to", f"{p['oh']}x{p['ow']}", "f32")
+        return sym_join(
+            "resize_cubic", f"nc{p['nc']}", f"{p['ih']}x{p['iw']}", "to", f"{p['oh']}x{p['ow']}", "f32"
+        )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         nc, ih, iw, oh, ow = (p[k] for k in ("nc", "ih", "iw", "oh", "ow"))
@@ -550,7 +552,9 @@ class DeformableConv(Template):
                         "d", p["dil"], "f32")  # fmt: skip
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        n, c, ih, iw, oc, oh, ow, fh, fw = (p[k] for k in ("n", "c", "ih", "iw", "oc", "oh", "ow", "fh", "fw"))
+        n, c, ih, iw, oc, oh, ow, fh, fw = (
+            p[k] for k in ("n", "c", "ih", "iw", "oc", "oh", "ow", "fh", "fw")
+        )
         (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["pad"], p["dil"]
         k = fh * fw
         groups, dg = p["groups"], p["dg"]
