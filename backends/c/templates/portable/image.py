@@ -96,6 +96,7 @@ class WarpAffine(Template):
         E.warp_affine((1, 6, 7, 1), (5, 8), "reflect", "nearest"),
         E.warp_affine((2, 6, 7, 3), (5, 6), "reflect_101", "linear", dtype="uint8"),
         E.warp_affine((1, 6, 7, 3), (5, 6), "wrap", "cubic", dtype="uint8"),
+        E.warp_affine((1, 6, 7, 2), (5, 6), "constant", "linear", dtype="uint8"),
         E.warp_affine((2, 3, 6, 7), (5, 8), "constant", fmt="NCHW"),
         E.warp_affine((1, 2, 6, 7), (5, 8), "wrap", fmt="NCHW"),
     )
@@ -132,8 +133,8 @@ class WarpAffine(Template):
         u8 = p["dt"] == "uint8"
         ct = _ctype(p["dt"])
         constant = bmode == B.CONSTANT
-        # uint8: the border value rounded ties-to-even and saturated, as the reference's np.rint
-        cval = str(int(np.clip(np.rint(p["border_val"]), 0, 255))) if u8 else c_float(p["border_val"])
+        # uint8: the reference's border value (truncated, wrapped to 8 bits)
+        cval = str(K.u8_border(p["border_val"])) if u8 else c_float(p["border_val"])
         near = imode == I.NEAREST
         rd = K.AB_SCALE // 2 if near else K.AB_SCALE // K.INTER_TAB_SIZE // 2
         shift = K.AB_BITS if near else K.AB_BITS - K.INTER_BITS
@@ -270,6 +271,7 @@ class Remap(Template):
         E.remap((1, 2, 5, 6), (4, 5), "reflect"),
         E.remap((1, 2, 5, 6), (4, 5), "reflect_101", dtype="uint8"),
         E.remap((1, 1, 5, 6), (3, 5), "wrap", "nearest", dtype="uint8"),
+        E.remap((1, 2, 5, 6), (4, 5), "constant", dtype="uint8"),
     )
     ops = (T.RemapOp,)
     priority = 100
@@ -298,7 +300,7 @@ class Remap(Template):
         bmode = list(B)[p["bmode"]]
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
         ct = _ctype(p["dt"])
-        sc = c_float(p["scalar"])
+        sc = c_float(float(K.remap_scalar(p["scalar"], np.dtype(p["dt"]))))
         at = (f"((hh) < 0 || (ww) < 0 ? {sc} : (float)xp[(hh) * {iw} + (ww)])" if bmode == B.CONSTANT
               else f"(float)xp[(hh) * {iw} + (ww)]")  # fmt: skip
         if list(I)[p["imode"]] == I.NEAREST:
