@@ -75,6 +75,8 @@ InterpolationMode = _make("InterpolationMode", "NEAREST LINEAR AREA CUBIC LANCZO
 BorderMode = _make("BorderMode", "REPLICATE REFLECT REFLECT_101 WRAP CONSTANT TRANSPARENT ISOLATED")
 # ROIAlign's and ROIPooling's Mode
 ROIMode = _make("ROIMode", "MAX AVERAGE")
+# CondTake: how each mask entry is compared with `val`
+CondTakeMode = _make("CondTakeMode", "EQ NEQ LT LEQ GT GEQ")
 Conv3DDataType = _make("Conv3DDataType", "FLOAT FLOAT_IO16xC32")
 Conv3DFormat = _make("Conv3DFormat", "NCDHW NDHWC")
 # ConvolutionV0's Format, which Correlation's ``format`` uses (Format's numbers after NCHW44_DOT differ)
@@ -84,6 +86,9 @@ FormatV0 = _make(
     NCHW44_WINOGRAD NCHW4_NCHW32 NCHW32_NCHW4 NCHW4_NCHW NHWC_NCHW NHWC_NCHW4_IC_SMALL NCHW_NCHW4_IC_SMALL
     CHWN4 NCHW4_NHWC""",
 )
+# MultiHeadAttn's mask kind, and which optional tensors follow its four inputs
+AttnMaskType = _make("AttnMaskType", "NO_MASK DEFAULT_MASK CUDNN_STYLE_MASK USER_DEFINED_MASK")
+TensorCombinationType = _make("TensorCombinationType", "NONE ONLY_MASK ONLY_BIASKV ALL")
 # CvtColor's Mode (YUV conversions read and write MegEngine's channel order; see semantics/image_kernels.py)
 CvtColorMode = _make(
     "CvtColorMode",
@@ -130,8 +135,11 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     InterpolationMode,
     BorderMode,
     ROIMode,
+    CondTakeMode,
     Conv3DDataType,
     Conv3DFormat,
     FormatV0,
+    AttnMaskType,
+    TensorCombinationType,
     CvtColorMode,
 )

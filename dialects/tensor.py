@@ -962,6 +962,80 @@ class BroadcastOp(MgbOp):
             raise VerifyException("mgb.broadcast: result dtype must equal the input dtype")
 
 
+def _verify_shape_operand(op: MgbOp, shape: SSAValue, rank: int) -> None:
+    t = _type(shape.type)
+    if t.element_type != IntegerType(32) or len(_shape(t)) != 1 or _shape(t)[0] != rank:
+        raise VerifyException(f"{op.name}: shape must be an int32 vector of {rank} values, got {t}")
+
+
+@irdl_op_definition
+class GetVarShapeOp(MgbOp):
+    """The shape of ``src`` as an int32 vector computed in the graph (MegEngine's GetVarShape): what
+    ``x.shape`` gives in a trace with symbolic shapes, so a dump derives its shapes from the input
+    shapes it runs with."""
+
+    name = "mgb.get_var_shape"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    NO_GRADIENT: ClassVar[str | None] = "its result is a shape"
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        return [TensorType(IntegerType(32), [len(_shape(src))])]
+
+
+@irdl_op_definition
+class ReshapeToOp(MgbOp):
+    """Reshape to the shape held by the int32 vector ``shape``, computed in the graph (MegEngine's
+    Reshape with a shape input); the result type is that shape as traced. ``unspec_axis`` >= 0 names
+    the axis whose size is inferred from the element count (its entry in ``shape`` is ignored)."""
+
+    name = "mgb.reshape_to"
+    src = operand_def(TensorType)
+    shape = operand_def(TensorType)
+    output = result_def(TensorType)
+    unspec_axis = prop_def(IntegerAttr[I64], default_value=IntegerAttr(-1, i64))
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        src, out = _type(self.src.type), _type(self.output.type)
+        if math.prod(_shape(src)) != math.prod(_shape(out)):
+            raise VerifyException(f"{self.name}: cannot reshape {_shape(src)} into {_shape(out)}")
+        if src.element_type != out.element_type:
+            raise VerifyException(f"{self.name}: result dtype must equal the input dtype")
+        _verify_shape_operand(self, self.shape, len(_shape(out)))
+        axis = self.params()["unspec_axis"]
+        if not -1 <= axis < max(1, len(_shape(out))):
+            raise VerifyException(f"{self.name}: unspec_axis {axis} is out of range for {_shape(out)}")
+
+
+@irdl_op_definition
+class BroadcastToOp(MgbOp):
+    """Broadcast to the shape held by the int32 vector ``shape``, computed in the graph (MegEngine's
+    Broadcast with a shape input); the result type is that shape as traced."""
+
+    name = "mgb.broadcast_to"
+    src = operand_def(TensorType)
+    shape = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        src, out = _shape(self.src.type), _shape(self.output.type)
+        try:
+            if broadcast_shapes(self.name, [src, out]) != out:
+                raise ShapeInferenceError(self.name, "")
+        except ShapeInferenceError:
+            raise VerifyException(f"{self.name}: cannot broadcast {src} to {out}") from None
+        if _type(self.src.type).element_type != _type(self.output.type).element_type:
+            raise VerifyException(f"{self.name}: result dtype must equal the input dtype")
+        _verify_shape_operand(self, self.shape, len(out))
+
+
 @irdl_op_definition
 class DimshuffleOp(MgbOp):
     """Transpose; a pattern entry of -1 inserts a new axis of size 1."""
@@ -1583,6 +1657,79 @@ class TopKOp(MgbOp):
             raise ShapeInferenceError(cls.name, f"k={k} must be non-zero with |k| <= {cols} (the row length)")
         shape = [rows] if mode == 0 else [rows, abs(k)]
         return [TensorType(src.element_type, shape), TensorType(IntegerType(32), shape)]
+
+
+COND_TAKE_MODES = tuple(mode.name for mode in enums.CondTakeMode)
+"""MegEngine's param.CondTake modes, by number: how each mask entry is compared with ``val``."""
+
+
+@irdl_op_definition
+class CondTakeOp(MgbOp):
+    """MegEngine's CondTake: the elements of ``data`` whose ``mask`` entry passes ``mode`` against
+    ``val`` (EQ: ``|mask - val| < eps``; ``F.cond_take`` uses EQ with val 1 on a bool mask),
+    flattened in C order, and their int32 positions in the flattened ``data``. How many depends on
+    the mask's values: a trace types the results with the count it saw, a graph read from a file
+    with a dynamic size (``?``); the reference interpreter takes the count from the data, and
+    ``compile`` refuses the op (static kernels cannot size their outputs by data)."""
+
+    name = "mgb.cond_take"
+    data = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    mode = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
+    val = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    eps = prop_def(FloatAttr, default_value=FloatAttr(1e-6, f64))
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        data, mask = _type(self.data.type), _type(self.mask.type)
+        values, indices = _type(self.values.type), _type(self.indices.type)
+        if _shape(data) != _shape(mask):
+            raise VerifyException(f"{self.name}: mask shape {_shape(mask)} differs from data {_shape(data)}")
+        if not 0 <= self.params()["mode"] < len(COND_TAKE_MODES):
+            mode = self.params()["mode"]
+            raise VerifyException(f"{self.name}: mode {mode} is not one of {COND_TAKE_MODES}")
+        if len(_shape(values)) != 1 or _shape(values) != _shape(indices):
+            raise VerifyException(f"{self.name}: results must be 2 vectors of one size: {values}, {indices}")
+        if values.element_type != data.element_type or indices.element_type != IntegerType(32):
+            raise VerifyException(f"{self.name}: results must be (data dtype, int32): {values}, {indices}")
+        if _shape(values)[0] > max(1, math.prod(_shape(data))) and _shape(values)[0] != -1:
+            raise VerifyException(f"{self.name}: takes at most {math.prod(_shape(data))} elements")
+
+
+@irdl_op_definition
+class SVDOp(MgbOp):
+    """MegEngine's SVD of each matrix in the trailing two axes of a float32 ``src`` (..., M, N):
+    ``u`` (..., M, K), ``s`` (..., K) descending and non-negative, ``vh`` (..., K, N) with
+    K = min(M, N); with ``full_matrices`` ``u`` is (..., M, M) and ``vh`` (..., N, N). A singular
+    vector's sign is not unique: the reference kernel makes the largest-magnitude entry of each
+    column of ``u`` positive (its row of ``vh`` follows)."""
+
+    name = "mgb.svd"
+    src = operand_def(TensorType)
+    u = result_def(TensorType)
+    s = result_def(TensorType)
+    vh = result_def(TensorType)
+    full_matrices = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        shape = _shape(src)
+        if len(shape) < 2:
+            raise ShapeInferenceError(
+                cls.name, f"needs a (..., M, N) input with 2 or more axes, got shape {shape}"
+            )
+        if not isinstance(src.element_type, Float32Type):
+            raise ShapeInferenceError(cls.name, f"needs a float32 input, got {dtype_name(src.element_type)}")
+        *lead, m, n = shape
+        k = min(m, n)
+        um, vn = (m, n) if params.get("full_matrices") else (k, k)
+        f32 = src.element_type
+        return [TensorType(f32, [*lead, m, um]), TensorType(f32, [*lead, k]), TensorType(f32, [*lead, vn, n])]
 
 
 @irdl_op_definition
@@ -2317,6 +2464,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     IndexingOneHotOp,
     ArgsortOp,
     TopKOp,
+    SVDOp,
     Convolution3DOp,
     WarpPerspectiveOp,
     ROIAlignOp,
@@ -2329,6 +2477,10 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     DeformableConvOp,
     RegionRestrictedConvOp,
     DeformablePSROIPoolingOp,
+    GetVarShapeOp,
+    ReshapeToOp,
+    BroadcastToOp,
+    CondTakeOp,
 )
 
 Mgb = Dialect(

@@ -956,3 +956,7 @@ __all__ += [
     "sliding_window_transpose",
     "sync_batch_norm",
 ]
+
+from compiler.functional.attention import multi_head_attention  # noqa: E402,I001
+
+__all__ += ["multi_head_attention"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, op_error
+from compiler.core import apply, check_error, op_error
 from compiler.functional.math import matmul
 from compiler.functional.tensor import expand_dims, reshape, transpose
 from compiler.tensor import Tensor, as_tensor
@@ -51,7 +51,7 @@ def _out_size(inp: Tensor, size: Any, scale_factor: Any, mode: str) -> tuple[int
                 raise op_error("interpolate", "under linear mode, scale_factor can only be a single value")
             scale = tuple(float(s) for s in scale_factor)  # type: ignore[assignment]
             if len(scale) != 2:
-                raise op_error("interpolate", f"scale_factor needs 2 values, got {scale_factor}")
+                raise check_error("interpolate", f"scale_factor needs 2 values, got {scale_factor}")
         # MegEngine: floor(float32(in * scale)) per spatial axis
         return tuple(int(math.floor(np.float32(inp.shape[2 + i] * scale[i]))) for i in range(2))  # type: ignore[return-value]
     if scale_factor is not None:
@@ -88,10 +88,10 @@ def interpolate(
     align_corners = bool(align_corners)
     if mode == "linear":
         if inp.ndim != 3:
-            raise op_error("interpolate", f"linear mode needs a 3-D input, got shape {inp.shape}")
+            raise check_error("interpolate", f"linear mode needs a 3-D input, got shape {inp.shape}")
         inp = expand_dims(inp, 3)
     elif inp.ndim != 4:
-        raise op_error("interpolate", f"{mode} mode needs a 4-D NCHW input, got shape {inp.shape}")
+        raise check_error("interpolate", f"{mode} mode needs a 4-D NCHW input, got shape {inp.shape}")
     if inp.dtype.kind != "f":
         raise op_error("interpolate", f"needs a float input, got {inp.dtype}")
     if inp.dtype == np.float16:

@@ -157,3 +157,8 @@ __all__ += [
     "SlidingWindow",
     "SlidingWindowTranspose",
 ]
+
+from compiler.module import multiheadattn  # noqa: E402,F401,I001
+from compiler.module.multiheadattn import MultiHeadAttention  # noqa: E402,I001
+
+__all__ += ["MultiHeadAttention"]
