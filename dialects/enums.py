@@ -69,6 +69,8 @@ PaddingMode = _make("PaddingMode", "REPLICATE REFLECT CONSTANT")
 AxisMethod = _make("AxisMethod", "ADD_1 REMOVE")
 ArgsortOrder = _make("ArgsortOrder", "ASCENDING DESCENDING")
 TopKMode = _make("TopKMode", "KTH_ONLY VALUE_IDX_NOSORT VALUE_IDX_SORTED")
+# how CondTake compares each mask entry with ``val`` (EQ: |mask - val| < eps)
+CondTakeMode = _make("CondTakeMode", "EQ NEQ LT LEQ GT GEQ")
 # WarpPerspectiveV1's InterpolationMode, which Resize's ``imode`` uses
 InterpolationMode = _make("InterpolationMode", "NEAREST LINEAR AREA CUBIC LANCZOS4")
 # WarpPerspectiveV1's BorderMode (WarpPerspective's ``bmode``)
@@ -103,6 +105,7 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     ElemwiseMode,
     ArgsortOrder,
     TopKMode,
+    CondTakeMode,
     ElemwiseMultiTypeMode,
     ConvMode,
     ConvSparse,

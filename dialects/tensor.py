@@ -1652,7 +1652,7 @@ class TopKOp(MgbOp):
         return [TensorType(src.element_type, shape), TensorType(IntegerType(32), shape)]
 
 
-COND_TAKE_MODES = ("EQ", "NEQ", "LT", "LEQ", "GT", "GEQ")
+COND_TAKE_MODES = tuple(m.name for m in enums.CondTakeMode)
 """MegEngine's param.CondTake modes, by number: how each mask entry is compared with ``val``."""
 
 
