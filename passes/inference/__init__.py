@@ -18,13 +18,13 @@ from passes.inference.fuse_grain import FuseGrainPass
 from passes.inference.graph_simplify import ElemwiseSimplifyPass
 from passes.inference.mge_compat import SplitReduceSqueezePass
 from passes.inference.param_fuse import ParamFusePass
-from passes.inference.specialize_shapes import SpecializeShapesPass
 from passes.inference.pipeline import (
     InferenceOptionError,
     InferenceOptions,
     base_passes,
     pipeline_for,
 )
+from passes.inference.specialize_shapes import SpecializeShapesPass
 
 INFERENCE_PASSES: tuple[type[ModulePass], ...] = (
     FoldBatchNormPass,
