@@ -30,7 +30,7 @@ _C_VISION = {T.ROIPoolingOp: _C_VISION_GAP, T.CorrelationOp: _C_VISION_GAP}
 # shapes computed in the graph: specialize-shapes turns them into constants and static reshapes
 # before kernel selection; a data-dependent count has no static size (compile refuses it)
 _SPECIALIZED = "specialize-shapes fixes it to its static form (the traced shape) before kernel selection"
-_DATA_DEPENDENT = "its output size depends on data: compile refuses it (DataDependentShapeError naming the op)"
+_DATA_DEPENDENT = "its output size depends on data: compile refuses it (DataDependentShapeError)"
 SHAPE_OPS = {
     T.GetVarShapeOp: _SPECIALIZED,
     T.ReshapeToOp: _SPECIALIZED,
