@@ -236,6 +236,12 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
 
+    def __array_wrap__(self, array: np.ndarray, context: Any = None, return_scalar: bool = False) -> Tensor:
+        """A numpy ufunc applied to a Tensor gives a Tensor on its device, as in MegEngine."""
+        out = Tensor(array, dtype=array.dtype)
+        out._device = self._device
+        return out
+
     @property
     def _tuple_shape(self) -> tuple[int, ...]:
         """The shape as a tuple (MegEngine's name, which its own code and tests read)."""
@@ -332,6 +338,11 @@ class Tensor:
     def _binary(self, other: Any, mode: str, reverse: bool = False) -> Tensor:
         from compiler.functional.elemwise import _elemwise_binary
 
+        if other is None:  # MegEngine's TypeError, with the op's name and the user's line around it
+            from compiler.core import user_location
+
+            where = user_location()
+            raise TypeError(f"{mode.lower()}: the operand is None and is not supported. (at {where})")
         return _elemwise_binary(mode, other, self) if reverse else _elemwise_binary(mode, self, other)
 
     def __add__(self, o: Any) -> Tensor:

@@ -26,11 +26,21 @@ _CUDA_GAP = "no CUDA unit yet (issue 30); compiling it for cuda is a one-line Lo
 # training-side image ops that the model zoo's inference graphs do not contain (Fast R-CNN's roi
 # pooling gave way to roi_align; correlation is FlowNet's): the reference interpreter runs them
 _C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the reference interpreter runs it"
-_C_VISION = {T.ROIPoolingOp: _C_VISION_GAP, T.CorrelationOp: _C_VISION_GAP}
+_C_VISION = {
+    T.ROIPoolingOp: _C_VISION_GAP,
+    T.CorrelationOp: _C_VISION_GAP,
+    T.RegionRestrictedConvOp: _C_VISION_GAP,
+    T.DeformablePSROIPoolingOp: _C_VISION_GAP,
+}
+# linear algebra of analysis code, not of the inference graphs xmge targets (MegEngine's own CPU
+# SVD is its naive kernel): the reference interpreter runs it
+_C_LINALG = {T.SVDOp: _C_VISION_GAP}
 # shapes computed in the graph: specialize-shapes turns them into constants and static reshapes
 # before kernel selection; a data-dependent count has no static size (compile refuses it)
 _SPECIALIZED = "specialize-shapes fixes it to its static form (the traced shape) before kernel selection"
-_DATA_DEPENDENT = "its output size depends on data: compile refuses it (DataDependentShapeError)"
+_DATA_DEPENDENT = (
+    "its output size depends on data: compile refuses it (DataDependentShapeError naming the op)"
+)
 SHAPE_OPS = {
     T.GetVarShapeOp: _SPECIALIZED,
     T.ReshapeToOp: _SPECIALIZED,
@@ -38,8 +48,8 @@ SHAPE_OPS = {
     T.CondTakeOp: _DATA_DEPENDENT,
 }
 REFUSED: dict[str, dict[type[Operation], str]] = {
-    "x86": {**NO_KERNEL, **_C_VISION, **SHAPE_OPS},
-    "arm": {**NO_KERNEL, **_C_VISION, **SHAPE_OPS},
+    "x86": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS},
+    "arm": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS},
     "cuda": {
         **NO_KERNEL,
         **SHAPE_OPS,
@@ -57,12 +67,19 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.PaddingOp,
                 T.ResizeOp,
                 T.TopKOp,
+                T.SVDOp,
                 T.Convolution3DOp,
                 T.WarpPerspectiveOp,
                 T.ROIAlignOp,
                 T.ROIPoolingOp,
                 T.NMSKeepOp,
                 T.CorrelationOp,
+                T.WarpAffineOp,
+                T.RemapOp,
+                T.CvtColorOp,
+                T.DeformableConvOp,
+                T.RegionRestrictedConvOp,
+                T.DeformablePSROIPoolingOp,
             )
         },
     },
@@ -99,6 +116,7 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.SoftmaxOp,
             T.SplitOp,
             T.TopKOp,
+            T.SVDOp,
             T.TypeCvtOp,
             T.Convolution3DOp,
             T.WarpPerspectiveOp,
@@ -106,6 +124,12 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.ROIPoolingOp,
             T.NMSKeepOp,
             T.CorrelationOp,
+            T.WarpAffineOp,
+            T.RemapOp,
+            T.CvtColorOp,
+            T.DeformableConvOp,
+            T.RegionRestrictedConvOp,
+            T.DeformablePSROIPoolingOp,
         )
     },
 }

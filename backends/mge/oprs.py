@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+import backends.mge.attention_ops as A
+import backends.mge.image_ops as IM
 import backends.mge.layouts as layouts
 import backends.mge.lower_ops as W
 import backends.mge.read_ops as R
@@ -170,6 +172,11 @@ OPRS: tuple[Opr, ...] = (
     Opr("Argsort", "Argsort", "ArgsortForward", None, (T.ArgsortOp,),
         params=ParamMap(ParamDef("Argsort", 26, (("order", "I", 0),)), {"order": "descending"})),
     Opr("TopK", "TopK", "TopK", None, (T.TopKOp,), R.read_topk, W.lower_topk),
+    # read as matmul/softmax/elementwise ops; xmge writes attention as those ops, never as this
+    Opr("MultiHeadAttn", "MultiHeadAttn", "MultiHeadAttnForward", None, (), A.read_multi_head_attn),
+    Opr("SVD", "SVD", "SVD", None, (T.SVDOp,), params=ParamMap(
+        ParamDef("SVD", 22, (("full_matrices", "?", False), ("compute_uv", "?", True))),
+        {"full_matrices": "full_matrices"})),
     Opr("CondTake", "CondTake", "CondTake", None, (T.CondTakeOp,), R.read_cond_take, W.lower_cond_take),
     Opr("Convolution3D", "Convolution3D", "Convolution3DForward", "Convolution3D", (T.Convolution3DOp,),
         V.read_convolution3d, V.lower_convolution3d),
@@ -183,6 +190,18 @@ OPRS: tuple[Opr, ...] = (
     Opr("NMSKeep", "NMSKeepMGB", "NMSKeep", None, (T.NMSKeepOp,), V.read_nms_keep, V.lower_nms_keep),
     Opr("Correlation", "CorrelationForward", "CorrelationForward", None, (T.CorrelationOp,),
         V.read_correlation, V.lower_correlation),
+    Opr("WarpAffine", "WarpAffineV2", "WarpAffineForward", None, (T.WarpAffineOp,),
+        IM.read_warp_affine, IM.lower_warp_affine),
+    Opr("Remap", "RemapV1", "RemapForward", None, (T.RemapOp,), IM.read_remap, IM.lower_remap),
+    Opr("CvtColor", "CvtColor", "CvtColorForward", None, (T.CvtColorOp,),
+        IM.read_cvt_color, IM.lower_cvt_color),
+    Opr("DeformableConv", "DeformableConvForwardV1", "DeformableConvForward", "DeformableConvForward",
+        (T.DeformableConvOp,), IM.read_deformable_conv, IM.lower_deformable_conv),
+    Opr("DeformablePSROIPooling", "DeformablePSROIPoolingForward", "DeformablePSROIPoolingForward", None,
+        (T.DeformablePSROIPoolingOp,), IM.read_deformable_psroi_pooling, IM.lower_deformable_psroi_pooling),
+    # registered outside the *.sereg.h files tests/data/mge_opr_registry_1_13.txt lists
+    Opr("RegionRestrictedConvolution", "RegionRestrictedConvolution", "RegionRestrictedConvolutionForward",
+        None, (T.RegionRestrictedConvOp,), IM.read_region_restricted_conv, IM.lower_region_restricted_conv),
 )
 # fmt: on
 
@@ -248,13 +267,13 @@ REFUSED: dict[str, str] = {
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
     **{name: _NICHE for name in (
         "AffineInt BatchConvBiasForwardV1 BatchedIncrMeshIndexing BatchedMeshIndexing "
-        "BatchedSetMeshIndexing Cross CvtColor DctChannelSelectV1 "
-        "DeformableConvForwardV1 DeformablePSROIPoolingForward Diag Dot Eye Flip GaussianBlur GeneralNorm "
+        "BatchedSetMeshIndexing Cross DctChannelSelectV1 "
+        "Diag Dot Eye Flip GaussianBlur GeneralNorm "
         "GroupLocalV2 Images2Neibs IncrMeshIndexing IndexingRemap IndexingSetOneHot "
         "LRN LSTMCellForward LSTMForward LocalShareForwardV1 LocalV2 MaskConvolutionV2 "
-        "MaskPropagate MaskedFill MatrixInverse MeshIndexing MultiHeadAttn RNNCellForward RNNForward "
-        "RemapV1 Resize3D Rotate SVD SetMeshIndexing SlidingWindowTranspose "
-        "WarpAffineV2 Where"
+        "MaskPropagate MaskedFill MatrixInverse MeshIndexing RNNCellForward RNNForward "
+        "Resize3D Rotate SetMeshIndexing SlidingWindowTranspose "
+        "Where"
     ).split()},
 }
 

@@ -693,7 +693,10 @@ def read_resize(ctx: ReadContext, op: RawOpr) -> None:
     if len(out) != 2:
         raise fail(op, f"output size must have 2 values, got {out}")
     imode = enum_of(op, enums.InterpolationMode, p["imode"], "imode")
-    if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+    if imode == enums.InterpolationMode.CUBIC and fmt in blocked:
+        raise unsupported(op, f"Resize CUBIC in format {fmt.name} is not supported by xmge (NCHW only)")
+    if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR,
+                     enums.InterpolationMode.CUBIC):  # fmt: skip
         raise unsupported(op, f"Resize with interpolation mode {imode.name} is not supported by xmge")
     if fmt in blocked:
         # enable_nchw88/nchw44 dumps resize blocked tensors in place: the same per-channel resize

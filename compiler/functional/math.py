@@ -289,6 +289,7 @@ def dot(inp1: Tensor, inp2: Tensor) -> Tensor:
 __all__ = [
     "cross",
     "matinv",
+    "svd",
     "argmax",
     "argsort",
     "sort",
@@ -385,3 +386,19 @@ def matinv(inp: Tensor) -> Tensor:
             + expand_dims(e_k, 1) * expand_dims(row, 1)
         )
     return reshape(work[:, :, n:], inp.shape)
+
+
+def svd(inp: Tensor, full_matrices: bool = False, compute_uv: bool = True) -> Any:
+    """The singular value decomposition ``inp = U @ diag(S) @ Vh`` of each matrix in the trailing
+    two axes of a float32 ``inp`` (..., M, N): ``(U, S, Vh)`` with U (..., M, K), S (..., K)
+    descending, Vh (..., K, N), K = min(M, N); ``full_matrices`` makes U (..., M, M) and Vh
+    (..., N, N). With ``compute_uv=False`` only ``S`` is returned, as MegEngine documents (its 1.13
+    raises unpacking one result). Differentiable for ``full_matrices=False``. The sign of each
+    singular vector pair is fixed: the largest-magnitude entry of each column of U is positive."""
+    inp = as_tensor(inp)
+    if inp.ndim < 2:
+        raise op_error("svd", f"input must be (..., M, N), got shape {inp.shape}")
+    if inp.dtype != np.float32:
+        raise op_error("svd", f"Singular Value Decomposition needs a float32 input, got {inp.dtype}")
+    u, s, vh = apply(T.SVDOp, [inp], label="svd", full_matrices=bool(full_matrices))
+    return (u, s, vh) if compute_uv else s

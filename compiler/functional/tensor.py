@@ -801,3 +801,8 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+# MegEngine's complex numbers: a pair of float32 tensors (compiler/functional/complex.py)
+from compiler.functional.complex import complex, imag, polar, real  # noqa: E402,I001
+
+__all__ += ["complex", "imag", "polar", "real"]

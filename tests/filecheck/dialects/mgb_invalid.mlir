@@ -384,6 +384,13 @@ func.func @topk_k(%x: tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<2x4xi32>) {
 // CHECK: mgb.topk: k=4 must be non-zero with |k| <= 3 (the row length)
 
 // -----
+func.func @svd_vector(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0, %1, %2 = mgb.svd %x : (tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  func.return %1 : tensor<3xf32>
+}
+// CHECK: mgb.svd: needs a (..., M, N) input with 2 or more axes, got shape (3,)
+
+// -----
 func.func @conv3d_channels(%v: tensor<1x4x3x5x5xf32>, %w: tensor<2x3x1x1x1xf32>) -> tensor<1x2x3x5x5xf32> {
   %0 = mgb.convolution3d %v, %w : (tensor<1x4x3x5x5xf32>, tensor<2x3x1x1x1xf32>) -> tensor<1x2x3x5x5xf32>
   func.return %0 : tensor<1x2x3x5x5xf32>

@@ -205,6 +205,19 @@ func.func @sorting(%x: tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>, te
 // GENERIC: "mgb.argsort"(%x) <{descending = true}> : (tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>)
 // GENERIC: "mgb.topk"(%x) <{k = -2 : i64, mode = 2 : i64}> : (tensor<3x7xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
 
+func.func @svd(%x: tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>, tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>) {
+  %0, %1, %2 = mgb.svd %x : (tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+  %3, %4, %5 = mgb.svd %x {full_matrices = true} : (tensor<2x5x3xf32>) -> (tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+  func.return %0, %1, %2, %3, %4, %5 : tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>, tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>
+}
+// CHECK-LABEL: func.func @svd
+// CHECK-NEXT:  %0, %1, %2 = mgb.svd %x : (tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+// CHECK-NEXT:  %3, %4, %5 = mgb.svd %x {full_matrices = true} : (tensor<2x5x3xf32>) -> (tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+// CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5 : tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>, tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>
+// CHECK-NEXT:  }
+// GENERIC: "mgb.svd"(%x) <{full_matrices = false}> : (tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+// GENERIC: "mgb.svd"(%x) <{full_matrices = true}> : (tensor<2x5x3xf32>) -> (tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+
 func.func @symbolic_shapes(%x: tensor<2x3x4xf32>, %m: tensor<2x3x4xi1>, %s: tensor<1xf32>) -> (tensor<3xi32>, tensor<2x12xf32>, tensor<6x4xf32>, tensor<5xf32>, tensor<5xi32>, tensor<?xf32>, tensor<?xi32>) {
   %0 = mgb.get_var_shape %x : (tensor<2x3x4xf32>) -> tensor<3xi32>
   %1 = mgb.subtensor %0 {axes = array<i64: 0>, starts = array<i64: 0>, stops = array<i64: 2>, steps = array<i64: 1>, drop = array<i64: 0>} : (tensor<3xi32>) -> tensor<2xi32>
