@@ -54,8 +54,8 @@ class FoldReshapeOfReshape(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: T.ReshapeOp, rewriter: PatternRewriter) -> None:
         inner = op.src.owner
-        if not isinstance(inner, T.ReshapeOp | T.AxisAddRemoveOp):
-            return
+        if not isinstance(inner, T.ReshapeOp | T.AxisAddRemoveOp | T.ReshapeToOp):
+            return  # a static reshape after one to a computed shape: the static shape decides
         new = T.ReshapeOp.make([inner.src], [op.output.type])
         new.attributes.update(op.attributes)
         rewriter.replace(op, new)

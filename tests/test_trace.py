@@ -106,3 +106,58 @@ def test_ir_before_first_call_is_a_clear_error() -> None:
     f = jit.trace(lambda a: a + 1, symbolic=True, capture_as_const=True)
     with pytest.raises(TraceError, match="has not been traced yet"):
         f.ir()
+
+
+# -- MegEngine's trace behaviours (checked on MegEngine 1.13 by its own unit tests) --------------
+
+
+def test_symbolic_trace_returns_the_simplified_graphs_values() -> None:
+    """A symbolic trace's results come from its graph, which opt_level >= 1 simplifies (y / y is
+    1 where y is 0); opt_level 0 keeps the eager values."""
+
+    def body(x):
+        y = 2.0 * x
+        return y / y
+
+    plain = jit.trace(body, symbolic=True, opt_level=0, capture_as_const=True)
+    simplified = jit.trace(body, symbolic=True, opt_level=1, capture_as_const=True)
+    eager = jit.trace(body, symbolic=False, opt_level=1, capture_as_const=True)
+    d = xm.tensor(0.0)
+    for _ in range(2):  # the recording call and a checked one
+        assert np.isnan(plain(d).numpy())
+        assert simplified(d).numpy().item() == 1.0
+        assert np.isnan(eager(d).numpy())
+
+
+def test_get_profile() -> None:
+    @jit.trace(symbolic=True, profiling=True)
+    def f(x):
+        return -x * 2
+
+    with pytest.raises(TraceError, match="not been called"):
+        f.get_profile()
+    f(xm.tensor([1.0, 2.0]))
+    prof = f.get_profile()["profiler"]
+    assert [v["type"] for v in prof["opr_footprint"].values()] == ["mgb.elemwise", "mgb.elemwise"]
+    assert all(v["kern"] >= 0 for v in prof["host"].values())
+    with pytest.raises(TraceError, match="without profiling=True"):
+        jit.trace(lambda x: x, symbolic=True).get_profile()
+
+
+def test_repeat_with_a_tensor_count_runs_the_same_ops() -> None:
+    @jit.trace(symbolic=False)
+    def f(data, repeats):
+        return F.repeat(data, repeats, axis=1)
+
+    data = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    for r in range(1, 5):
+        out = f(xm.tensor(data), xm.tensor(r))
+        np.testing.assert_array_equal(out.numpy(), np.repeat(data, r, axis=1))
+
+
+def test_topk_k_beyond_the_row_takes_the_row() -> None:
+    x = xm.tensor(np.array([[3.0, 1.0], [0.0, 5.0]], np.float32))
+    v, i = F.topk(x, 3)  # MegEngine 1.13's values
+    assert v.numpy().tolist() == [[3.0, 1.0], [5.0, 0.0]] and i.numpy().tolist() == [[0, 1], [1, 0]]
+    v, i = F.topk(x, 3, descending=False)
+    assert v.numpy().tolist() == [[1.0, 3.0], [0.0, 5.0]] and i.numpy().tolist() == [[1, 0], [0, 1]]

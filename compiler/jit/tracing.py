@@ -348,6 +348,8 @@ class trace:  # noqa: N801 - MegEngine's name
         self.imperative = imperative
         self.graph_opt_config = graph_opt_config
         self._cache: dict[tuple[Any, ...], tuple[ModuleOp, Callable[[list[Any]], Any], Trace]] = {}
+        # per signature: the graph as opt_level >= 1 simplifies it, where that changed it
+        self._optimized: dict[tuple[Any, ...], ModuleOp | None] = {}
         self._last: tuple[ModuleOp, Callable[[list[Any]], Any]] | None = None
         self._last_arg_count = 0
         self.__name__ = getattr(function, "__name__", "<fn>")
@@ -394,10 +396,10 @@ class trace:  # noqa: N801 - MegEngine's name
                 out = self._run_body(args, kwargs)
             finally:
                 pop_recorder(checker)  # type: ignore[arg-type]
-            flat, _ = _flatten_outputs(self.__name__, out)
+            flat, rebuild = _flatten_outputs(self.__name__, out)
             checker.finish(flat)
             self._last = cached[:2]
-            return out
+            return self._graph_outputs(key, tensors, rebuild, out)
         holders = [*args, *kwargs.values(), *_closure_modules(self.function)]
         recorder = Trace(tensors, names, _collect_param_names(holders))
         push_recorder(recorder)
@@ -413,7 +415,23 @@ class trace:  # noqa: N801 - MegEngine's name
         self._cache[key] = (module, rebuild, recorder)
         self._last = (module, rebuild)
         self._last_arg_count = len(tensors)
-        return out
+        if self.symbolic and self.opt_level >= 1 and flat:
+            self._optimized[key] = _simplified(module)
+        return self._graph_outputs(key, tensors, rebuild, out)
+
+    def _graph_outputs(
+        self, key: tuple[Any, ...], tensors: Sequence[Tensor], rebuild: Callable[[list[Any]], Any], out: Any
+    ) -> Any:
+        """What a symbolic trace returns: MegEngine computes it with the compiled graph, whose
+        ``opt_level >= 1`` simplifications (``elemwise-simplify``: ``y / y`` is 1, ``log(exp(x))``
+        is ``x`` even where the eager ops overflow) can change values; where they changed the
+        graph its outputs replace the eager ones."""
+        optimized = self._optimized.get(key)
+        if optimized is None:
+            return out
+        from semantics import run_module
+
+        return rebuild([Tensor._from_array(o) for o in run_module(optimized, [t._data for t in tensors])])
 
     def _run_body(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """The Python body with this trace's ``symbolic_shape`` setting, restored afterwards."""
@@ -488,6 +506,18 @@ class trace:  # noqa: N801 - MegEngine's name
             *list(inspect.signature(dump_module.dump).parameters.values())[1:],
         ]
     )
+
+
+def _simplified(module: ModuleOp) -> ModuleOp | None:
+    """A copy of ``module`` with MegEngine's opt_level >= 1 elementwise simplifications, or None
+    where none applies."""
+    from xdsl.pattern_rewriter import GreedyRewritePatternApplier, PatternRewriteWalker
+
+    from passes.inference import ElemwiseSimplifyPass
+
+    copy = module.clone()
+    walker = PatternRewriteWalker(GreedyRewritePatternApplier(list(ElemwiseSimplifyPass().patterns())))
+    return copy if walker.rewrite_module(copy) else None
 
 
 def rebind_traced(t: Tensor, src: Tensor) -> None:
