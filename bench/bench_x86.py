@@ -49,7 +49,8 @@ count (or ``--tuning-file F.json``: ``F.t1.json``, ``F.t2.json``, whose entries 
 timing), and the tuned model, the untuned
 host model and ONNX Runtime are timed in the same interleaved rounds. The table gives the tuning time
 (ResNet-50's checked against the 60 s budget), both latencies, the tuned/untuned ratio of wall and
-(one thread) CPU medians, and the ratio to ORT; ``kept`` says which one a user should run: the
+(one thread) CPU medians, and the ratios to ORT and to OpenVINO float32 (timed in the same rounds,
+where ``openvino`` is importable); ``kept`` says which one a user should run: the
 untuned model when the tuned one was slower in this final timing (so the kept column is never slower
 than untuned).
 
@@ -352,8 +353,10 @@ def tuned_report(
     sessions: dict[int, Any],
     tuning_file: str | None,
     notes: list[str],
+    peers: Callable[[int], dict[str, Any]] = lambda t: {},
 ) -> list[str]:
-    """Rows of the tuned table for one model (see the module docstring)."""
+    """Rows of the tuned table for one model (see the module docstring); ``peers(t)``: other
+    runtimes' runners at ``t`` threads to time in the same rounds (OpenVINO float32)."""
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for t in threads:
@@ -368,6 +371,7 @@ def tuned_report(
             if t in sessions:
                 feed = {sessions[t].get_inputs()[0].name: x}
                 runners["ort"] = lambda s=sessions[t], f=feed: s.run(None, f)
+            runners.update(peers(t))
             ms = interleaved(runners, iters)
             cpu = cpu_medians({k: runners[k] for k in ("untuned", "tuned")}, iters) if t == 1 else {}
             kept = "tuned" if ms["tuned"] <= ms["untuned"] else "untuned"
@@ -379,7 +383,7 @@ def tuned_report(
                 f"{name:<14}{str(tuned.target):<30}{t:>4}{report.seconds:>8.1f}{budget:<7}"
                 f"{ms['untuned']:>9.2f}{ms['tuned']:>9.2f}{ms['tuned'] / ms['untuned']:>8.2f}"
                 f"{cpu.get('tuned', math.nan) / cpu.get('untuned', math.nan):>9.2f}{best / ort:>9.2f}"
-                f"{moved:>6}  {kept}"
+                f"{best / ms.get('openvino f32', math.nan):>9.2f}{moved:>6}  {kept}"
             )
             phases = ", ".join(f"{k} {v:.1f}" for k, v in report.phases.items())
             notes.append(
@@ -735,8 +739,11 @@ def main() -> None:  # noqa: C901 - one report
             )
         if args.tune:
             tuned_rows += tuned_report(
-                net, name, x, threads, args.iters, sessions, args.tuning_file, notes
-            )
+                net, name, x, threads, args.iters, sessions, args.tuning_file, notes,
+                peers=lambda t, g=plain, a=x: {
+                    k: v for k, v in openvino_runners(openvino, g, a, t).items() if k == "openvino f32"
+                } if openvino is not None else {},
+            )  # fmt: skip
         if args.int8:
             best = {t: compiled[(best_target, t)] for t in threads}
             int8_rows += int8_report(
@@ -757,7 +764,7 @@ def main() -> None:  # noqa: C901 - one report
         print(
             "\ntuned float32 (host target; layout and kernels measured here; cpu t/u: 1-thread CPU times)"
             f"\n{'model':<14}{'tuned target':<30}{'thr':>4}{'tune s':>8}{'':<7}{'untuned':>9}{'tuned':>9}"
-            f"{'t/u':>8}{'cpu t/u':>9}{'kept/ORT':>9}{'moved':>6}  kept"
+            f"{'t/u':>8}{'cpu t/u':>9}{'kept/ORT':>9}{'kept/OVf':>9}{'moved':>6}  kept"
         )
         print("\n".join(tuned_rows))
     if bf16_rows:
