@@ -87,31 +87,3 @@ def test_prefetching_convs_match_reference_torch_and_threads(case: tuple) -> Non
 def test_prefetching_convs_sanitized() -> None:
     fn, x, _ = _conv_act(PREFETCH_CASES[0], np.random.default_rng(44))
     check_sanitized(check(fn, [x], TARGETS[1], threads=2), [x])
-
-
-def test_specialised_micro_kernels_match_the_generic_ones_bitwise(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each convolution calls its micro-kernels through a wrapper holding its constants (window,
-    activation, bias / residual, full tiles; nchw88.specialised_ukr): the same arithmetic in the same
-    order as the generic micro-kernel with run-time arguments, so the outputs agree bit for bit, and
-    convolutions with the same constants share one wrapper."""
-    import backends.c.templates.x86.nchw88 as nchw88
-    from tests.codegen_util import compile_fn
-
-    cases = [*CASES, (1, 32, 9, 11, 64, 1, 1, 0, 1, 1, "relu"), (1, 24, 9, 11, 32, 3, 2, 1, 1, 1, "relu")]
-    fn, inputs = _conv_model(cases, np.random.default_rng(47))
-    special = check(fn, inputs, TARGETS[1])
-    source = special.ir("c")
-    # 40 output channels end in a partial 32-channel tile (nb at run time), 64 do not (nb = 4)
-    for suffix in ("k1x1_a1b_nv", "k1x1_a1b_n4", "k1x1_a1br_nv", "k3x3_a1b_n4"):
-        assert f"_{suffix}(" in source, suffix
-    assert source.count("static void xm_n88_avx512_conv_f32_c8_o8_2x11_k1x1_a1b_n4(") == 1
-
-    def generic(code: str, spec: nchw88.UkrSpec) -> tuple[str, str]:
-        name = code[len("static void ") : code.index("(")]
-        return name, nchw88.shared_ukr(name, code)
-
-    monkeypatch.setattr(nchw88, "specialised_ukr", generic)
-    plain = compile_fn(fn, inputs, TARGETS[1], 1)
-    assert "_inl(" not in plain.ir("c")
-    for a, b in zip(special.run(inputs), plain.run(inputs), strict=True):
-        np.testing.assert_array_equal(a, b)
