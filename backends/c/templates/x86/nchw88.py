@@ -33,9 +33,8 @@ tiles, :func:`specialised_ukr`), each specialised convolution only holds its loo
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.ir import Operation
@@ -203,50 +202,6 @@ def shared_ukr(name: str, code: str) -> str:
     """A micro-kernel's definition under its include guard (its name in capitals): one definition per
     translation unit, whichever kernels call it."""
     return _guarded(name.upper(), code)
-
-
-class UkrSpec(NamedTuple):
-    """What one convolution's calls of a dense micro-kernel hold constant: the filter window, the
-    activation code, whether a bias and a residual are read, and the valid output blocks of every
-    tile (None: the last tile is partial, ``nb`` is passed at run time)."""
-
-    fh: int
-    fw: int
-    act: int
-    bias: bool
-    res: bool
-    nb: int | None
-
-    def suffix(self) -> str:
-        extras = ("b" if self.bias else "") + ("r" if self.res else "")
-        return f"k{self.fh}x{self.fw}_a{self.act}{extras}_n{'v' if self.nb is None else self.nb}"
-
-
-# one convolution's micro-kernel: the generic one inlined into a wrapper that holds ``UkrSpec``'s
-# constants, so the filter-window loops, the activation switch and the bias / residual / half-vector
-# tests of the epilogue fold away (ResNet-50's 1x1 layers: 107 -> 112 GFLOP/s at 256 input channels,
-# 64 -> 84 at 16, the epilogue being a larger share of a short reduction); bit-identical
-_INLINE = "static inline __attribute__((always_inline)) void"
-_SIGNATURE = re.compile(r"static void (\w+)\((.*?)\) \{", re.S)
-
-
-def specialised_ukr(generic: str, spec: UkrSpec) -> tuple[str, str]:
-    """The name and code (under include guards, so shared by every kernel of a translation unit that
-    needs the same) of the micro-kernel ``generic`` (one of :func:`dense_ukr` / :func:`dense_ukr512`)
-    specialised to ``spec``; it keeps the generic signature, ignoring the arguments ``spec`` fixes."""
-    m = _SIGNATURE.match(generic)
-    assert m is not None, "a dense micro-kernel starts with its static definition"
-    name, params = m.group(1), m.group(2)
-    names = [re.split(r"[\s*]+", a.strip())[-1] for a in params.split(",")]
-    fixed = {"fh": str(spec.fh), "fw": str(spec.fw), "act": str(spec.act),
-             "bias": "bias" if spec.bias else "0", "res": "res" if spec.res else "0",
-             "nb": "nb" if spec.nb is None else str(spec.nb)}  # fmt: skip
-    call = ", ".join(fixed.get(a, a) for a in names)
-    unused = " ".join(f"(void){a};" for a in ("fh", "fw", "act", "bias", "res", "nb") if fixed[a] != a)
-    spec_name = f"{name}_{spec.suffix()}"
-    inline = generic.replace(f"static void {name}(", f"{_INLINE} {name}_inl(", 1)
-    wrapper = f"static void {spec_name}({params}) {{\n  {unused}\n  {name}_inl({call});\n}}\n"
-    return spec_name, _guarded(f"{name}_inl".upper(), inline) + _guarded(spec_name.upper(), wrapper)
 
 
 def dense_ukr(j: int, i: int, cb: int, dt: str, x_ow: int) -> str:
@@ -713,6 +668,7 @@ class ConvNchw88(_Nchw88Base):
         # filters of PREFETCH_MIN_BYTES and more: the prefetching micro-kernels; smaller ones run
         # the plain ones (no extra arguments nor per-step test: 2-5% of a 16 -> 96 1x1 conv)
         prefetching = self.prefetch and oc * icg * fh * fw * (2 if dt == "f16" else 4) >= PREFETCH_MIN_BYTES
+        ukr = ukr_name(self.isa, dt, cb, x_ow, prefetching)
         esize = 2 if dt == "f16" else 4
         prefetch, prefetch_unit, prefetch_args = self._prefetch_next_chunk(
             dict(nk=nk, kc=kc, nub=nub, ublk=ublk, tiles=tiles, tile_blocks=tile_blocks, njb=njb, g=g,
@@ -726,18 +682,15 @@ class ConvNchw88(_Nchw88Base):
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
             f"{ACT_CODES[p['act']]}, nb, acc{prefetch_args}"
         )
-        # the filter vectors of each tile (jv): every tile's are jmax unless the last one is partial
-        sizes = {min(tile_blocks, njb - t * tile_blocks) for t in range(tiles)}
-        spec = UkrSpec(fh, fw, ACT_CODES[p["act"]], bool(p["bias"]), bool(p["residual"]),
-                       tile_blocks if sizes == {tile_blocks} else None)  # fmt: skip
-        inner, shared = [], ""
-        for j in sorted({-(-nb // per_vec) for nb in sizes}):
-            variants = []
-            for i in widths:
-                name, code = specialised_ukr(self.ukr(j, i, cb, dt, x_ow, prefetching), spec)
-                variants.append((str(i), name))
-                shared += code
+        inner = []
+        for j in range(1, jmax + 1):
+            variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
             inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
+        shared = "".join(
+            shared_ukr(f"{ukr}_{j}x{i}", self.ukr(j, i, cb, dt, x_ow, prefetching))
+            for j in range(1, jmax + 1)
+            for i in widths
+        )
         xbase = "xs" if geo["copy"] else "xn"
         return f"""{COMMON}{self.common}{H2F if dt == "f16" else ""}{shared}
 {_conv_opening(sym, args, casts, ct, p, region, x_img, y_img, pad_body, xbase, geo["copy"])}

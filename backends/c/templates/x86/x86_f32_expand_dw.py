@@ -50,11 +50,11 @@ from backends.c.templates.x86.nchw88 import (
     EPILOGUES,
     VEC,
     ConvNchw88Avx512,
-    UkrSpec,
     dense_ukr512,
     offset,
-    specialised_ukr,
+    shared_ukr,
     strides,
+    ukr_name,
 )
 from backends.c.templates.x86.x86_f32_dw import (
     ACT512,
@@ -81,7 +81,7 @@ ELEMWISE_ACTIVATIONS = ("relu", "relu6")  # the elementwise calls of those that 
 # ConvNchw88Avx512.tiles
 TILE_BLOCKS, TILE_COLS = 4, 12
 MAX_THREADS = 16  # rings in the workspace: a thread count above it runs on this many
-Tile = tuple[int, int, UkrSpec]  # a register tile (filter vectors J, columns I) and its constants
+UKR = ukr_name("avx512", "f32", VEC, VEC)  # dense_ukr512's: 8-channel input steps, columns 8 apart
 
 
 def activated(value: SSAValue) -> tuple[SSAValue, str | None]:
@@ -148,8 +148,8 @@ def project_follows(op: Operation) -> bool:
 
 def pointwise(
     cin: int, cout: int, cols: int, x: str, x_k: int, w: str, bias: str, res: str, y: str, y_j: int, act: str
-) -> tuple[set[Tile], str]:
-    """The ``(J, I, UkrSpec)`` register tiles used and the C statements of a 1x1 convolution of ``cin`` to
+) -> tuple[set[tuple[int, int]], str]:
+    """The ``(J, I)`` register tiles used and the C statements of a 1x1 convolution of ``cin`` to
     ``cout`` channels over a run of ``cols`` NCHW88 columns (input ``x``, output ``y`` and residual
     ``res``: C pointers, channel blocks ``x_k`` / ``y_j`` floats apart; ``res`` and ``bias`` "0" for
     none; filters ``w`` packed as :class:`ConvNchw88Avx512` packs them), in tiles of
@@ -165,13 +165,8 @@ def pointwise(
         f"{wst['C/8']}L, 0L, 0L, {wst['K/16']}L, {bias if bias == '0' else f'{bias} + t * 32'}, "
         f"{res if res == '0' else f'{res} + {at}'}, {y} + {at}, {y_j}L, {VEC}L, {ACT_CODES[act]}, nb, 2"
     )
-    full = TILE_BLOCKS if cbp % TILE_BLOCKS == 0 else None  # every tile's output blocks, where constant
-    spec = UkrSpec(1, 1, ACT_CODES[act], bias != "0", res != "0", full)
     dispatch = " else ".join(
-        f"if (jv == {j} && iv == {i}) {specialised_ukr(dense_ukr512(j, i, VEC, 'f32', VEC), spec)[0]}"
-        f"({call_args});"
-        for j in vectors
-        for i in widths
+        f"if (jv == {j} && iv == {i}) {UKR}_{j}x{i}({call_args});" for j in vectors for i in widths
     )
     code = f"""      for (int t = 0; t < {tiles}; ++t) {{
         const int nb = {cbp} - t * {TILE_BLOCKS} < {TILE_BLOCKS} ? {cbp} - t * {TILE_BLOCKS} : {TILE_BLOCKS};
@@ -181,14 +176,14 @@ def pointwise(
           {dispatch}
         }}
       }}"""
-    return {(j, i, spec) for j in vectors for i in widths}, code
+    return {(j, i) for j in vectors for i in widths}, code
 
 
-def shared_ukrs(tiles: set[Tile]) -> str:
+def shared_ukrs(tiles: set[tuple[int, int]]) -> str:
     """The micro-kernels of these tiles under nchw88's include-guard keys: one definition per
     translation unit, shared with the plain 1x1 convolutions."""
     return "".join(
-        specialised_ukr(dense_ukr512(j, i, VEC, "f32", VEC), spec)[1] for j, i, spec in sorted(tiles)
+        shared_ukr(f"{UKR}_{j}x{i}", dense_ukr512(j, i, VEC, "f32", VEC)) for j, i in sorted(tiles)
     )
 
 
@@ -284,7 +279,7 @@ class ConvNchw88ExpandDw3x3(ConvNchw88Dw3x3Avx512):
     def workspace(self, p: dict[str, Any]) -> int:
         return self.threads(p) * self.scratch(p) * 4
 
-    def _expand_rows(self, p: dict[str, Any]) -> tuple[set[Tile], str]:
+    def _expand_rows(self, p: dict[str, Any]) -> tuple[set[tuple[int, int]], str]:
         """The register tiles used and the C statements computing expanded rows ``hn`` up to
         ``hend`` (exclusive) of image ``n`` into their ring slots."""
         ic, c, h, w = p["ic"], p["c"], p["ih"], p["iw"]
@@ -301,7 +296,7 @@ class ConvNchw88ExpandDw3x3(ConvNchw88Dw3x3Avx512):
     }}"""
         return tiles, code
 
-    def _after_rows(self, p: dict[str, Any]) -> tuple[set[Tile], str, str, RowAt]:
+    def _after_rows(self, p: dict[str, Any]) -> tuple[set[tuple[int, int]], str, str, RowAt]:
         """What follows the depthwise rows of a block: the register tiles used and the C statements;
         and where the depthwise writes its rows: a C pointer and a row's offset from it."""
         out_shape = (p["n"], -(-p["c"] // VEC) * VEC, p["oh"], p["ow"])
@@ -428,7 +423,7 @@ class ConvNchw88ExpandDw3x3Project(ConvNchw88ExpandDw3x3):
     def work(self, p: dict[str, Any]) -> int:
         return super().work(p) + p["n"] * p["oh"] * p["ow"] * -(-p["c"] // VEC) * VEC * p["oc"]
 
-    def _after_rows(self, p: dict[str, Any]) -> tuple[set[Tile], str, str, RowAt]:
+    def _after_rows(self, p: dict[str, Any]) -> tuple[set[tuple[int, int]], str, str, RowAt]:
         c, oh, ow, oc = p["c"], p["oh"], p["ow"], p["oc"]
         rows = self.vector(p["sh"])[2]
         out_shape = (p["n"], -(-oc // VEC) * VEC, oh, ow)
