@@ -26,9 +26,8 @@ the input is widened while it is copied into the padded workspace, the bias is p
 Padding is done once per image by a copy into the workspace (zero borders), so the inner loops have
 no bounds checks. Every activation and filter offset is generated from
 :meth:`dialects.layout.LayoutSpec.dim_strides` (:func:`offset`): no layout math lives here. The
-micro-kernels are shared by the convolutions of a model that hold the same constants (runtime
-strides; one copy per ``(J, I)`` and :class:`UkrSpec`: window, activation, bias, residual, full
-tiles, :func:`specialised_ukr`), each specialised convolution only holds its loops and constants.
+micro-kernels are shared by every convolution of a model (runtime strides, one copy per
+``(J, I)``), each specialised convolution only holds its loops and constants.
 """
 
 from __future__ import annotations
