@@ -226,12 +226,6 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
 
-    def __array_wrap__(self, array: np.ndarray, context: Any = None, return_scalar: bool = False) -> Tensor:
-        """A numpy ufunc applied to a Tensor gives a Tensor on its device, as in MegEngine."""
-        out = Tensor(array, dtype=array.dtype)
-        out._device = self._device
-        return out
-
     @property
     def _tuple_shape(self) -> tuple[int, ...]:
         """The shape as a tuple (MegEngine's name, which its own code and tests read)."""

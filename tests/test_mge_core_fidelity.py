@@ -156,15 +156,64 @@ def test_interpolate_rank_error_is_an_assertion_error() -> None:
         F.vision.interpolate(inp, scale_factor=(2.0, 2.0, 2.0))
 
 
-def test_numpy_ufunc_on_tensor_gives_tensor_on_its_device() -> None:
-    xx = mge.Tensor(np.array([1, 2, 3], dtype=np.int32), device="cpu0")
-    out = np.add(xx, np.array([1, 0, 3], dtype=np.int32))
-    assert isinstance(out, mge.Tensor) and out.device == xx.device
-    np.testing.assert_array_equal(out.numpy(), [2, 2, 6])
-    assert np.equal(xx, xx).dtype == np.bool_
-
-
 def test_operator_with_none_is_megengine_type_error() -> None:
     for op in (lambda t: t + None, lambda t: None * t, lambda t: t - None):
         with pytest.raises(TypeError, match=r"^the operand is None and is not supported\.$"):
             op(mge.Tensor(1.0))
+
+
+class _Inner(M.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = M.BatchNorm2d(2)
+
+    def forward(self, x: mge.Tensor) -> mge.Tensor:
+        return x
+
+
+class _Net(M.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = [M.Linear(2, 2), {"b": _Inner(), "a": M.ReLU()}]
+        self.head = _Inner()
+        self.scale = mge.Parameter([1.0])
+
+    def forward(self, x: mge.Tensor) -> mge.Tensor:
+        return x
+
+
+def test_module_flatten_keys_parents_as_megengine() -> None:
+    from compiler.module.module import _access_structure
+
+    n = _Net()
+    # the values MegEngine 1.13 gives for this module
+    assert [(k, type(m).__name__, type(p).__name__) for k, m, p in n.named_modules(with_parent=True)] == [
+        ("", "_Net", "NoneType"), ("blocks.0", "Linear", "_Net"), ("blocks.1.a", "ReLU", "_Net"),
+        ("blocks.1.b", "_Inner", "_Net"), ("blocks.1.b.bn", "BatchNorm2d", "_Inner"),
+        ("head", "_Inner", "_Net"), ("head.bn", "BatchNorm2d", "_Inner"),
+    ]  # fmt: skip
+    assert [type(m).__name__ for m, _ in n.modules(with_parent=True)][:3] == ["_Net", "Linear", "ReLU"]
+    assert [type(x).__name__ for x in n._flatten()][:4] == ["Linear", "Parameter", "Parameter", "ReLU"]
+    assert [k for k, _ in n._flatten(with_key=True, recursive=False)] == [
+        "blocks.0", "blocks.1.a", "blocks.1.b", "head", "scale"
+    ]  # fmt: skip
+    params = n._flatten(with_key=True, with_parent=True, predicate=lambda o: isinstance(o, mge.Parameter))
+    assert [(k, type(p).__name__) for k, _, p in params][-2:] == [
+        ("head.bn.weight", "BatchNorm2d"), ("scale", "_Net")
+    ]  # fmt: skip
+    inner = n.blocks[1]["b"]
+    assert _access_structure(n, "blocks.1.b.bn", lambda p, k, o: (p, k, o)) == (inner, "bn", inner.bn)
+    assert _access_structure(n, "blocks.0") is n.blocks[0]
+
+
+def test_module_tensor_under_non_str_key_is_an_assertion() -> None:
+    class Bad(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.d = {1: mge.tensor([1.0]), 2: 3}
+
+        def forward(self, x: mge.Tensor) -> mge.Tensor:
+            return x
+
+    with pytest.raises(AssertionError, match="keys for Tensor and Module must be str, error key: 1"):
+        list(Bad().parameters())
