@@ -449,6 +449,20 @@ class Tensor:
             rebind_traced(self, out)
             self._data = out._data
             return
+        from compiler.autodiff import _Tape
+        from compiler.core import active_recorders
+
+        tapes = [r for r in active_recorders() if isinstance(r, _Tape)]
+        if tapes:
+            # a GradManager records: the assignment is a SetSubtensor / IndexingSetMultiAxisVec
+            # op whose result this tensor becomes, so the gradient sees it (as MegEngine's does)
+            from compiler.functional.tensor import _setitem
+
+            out = _setitem(self, index, value)
+            for tape in tapes:
+                tape.rebind(self, out)
+            self._data = out._data
+            return
         data = np.array(self._data)
         data[_numpy_index(index)] = value._data if isinstance(value, Tensor) else value
         self._data = data

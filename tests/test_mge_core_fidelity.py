@@ -217,3 +217,60 @@ def test_module_tensor_under_non_str_key_is_an_assertion() -> None:
 
     with pytest.raises(AssertionError, match="keys for Tensor and Module must be str, error key: 1"):
         list(Bad().parameters())
+
+
+def test_getitem_follows_numpy_advanced_indexing() -> None:
+    x = np.arange(60).reshape(3, 4, 5).astype("int32")
+    xx = mge.tensor(x)
+    y = np.array([0, 2], dtype=np.int32)
+    pair = np.array([[0, 1], [1, 2]])
+    cases = [
+        (1, slice(None), [0, 1]),  # advanced indices apart: their axes go first
+        ([0, 2], 1),
+        (slice(None, 2), y, None, [0, 1]),
+        (None, slice(None), None, [0, 2], None, [1, 2]),
+        ((0, 2, 1), slice(None)),  # a tuple inside the index is an index vector
+        (slice(1, 3), [0, 2], slice(None, None, 2)),
+        (Ellipsis, [1, 3]),
+        (slice(None), [True, False, True, True]),  # a bool list is a mask
+        (y, Ellipsis, 1),
+        (pair, None, pair),
+        (x[:, :, 0] > 20,),
+        (1, np.array([True, False, True, False])),
+    ]
+    for idx in cases:
+        got = xx[tuple(mge.tensor(i) if isinstance(i, np.ndarray) else i for i in idx)]
+        np.testing.assert_array_equal(got.numpy(), x[idx], err_msg=str(idx))
+    with pytest.raises(IndexError):
+        xx[..., ...]
+    with pytest.raises(IndexError):
+        xx[y, y, y, y]
+
+
+def test_setitem_is_differentiated_and_traced_with_numpy_rules() -> None:
+    import compiler.jit as jit
+    from compiler.autodiff import GradManager
+
+    x = mge.tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    gm = GradManager().attach(x)
+    with gm:
+        y = x * 2
+        y[0, 1] = 0.0
+        y[mge.tensor([True, False]), 2] = 5.0
+        gm.backward(y.sum())
+    np.testing.assert_array_equal(x.grad.numpy(), [[2, 0, 0], [2, 2, 2]])  # MegEngine's values
+
+    def f(t: mge.Tensor) -> mge.Tensor:
+        t2 = t * 1
+        t2[1:3, [0, 2], 4] = -1.0
+        t2[1, :, [0, 1]] = 9.0
+        return t2
+
+    a = np.arange(60).reshape(3, 4, 5).astype("float32")
+    want = a.copy()
+    want[1:3, [0, 2], 4] = -1.0
+    want[1, :, [0, 1]] = 9.0
+    np.testing.assert_array_equal(f(mge.tensor(a)).numpy(), want)
+    traced = jit.trace(symbolic=True)(f)
+    for _ in range(2):
+        np.testing.assert_array_equal(traced(mge.tensor(a)).numpy(), want)

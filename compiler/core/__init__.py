@@ -55,6 +55,15 @@ def check_error(label: str, message: str) -> CheckError:
     return CheckError(f"{label}: {message} (at {user_location()})")
 
 
+class IndexingError(OpError, IndexError):
+    """An index that does not fit the tensor (repeated ``...``, too many indices): an IndexError
+    too, as numpy and MegEngine raise."""
+
+
+def index_error(label: str, message: str) -> IndexingError:
+    return IndexingError(f"{label}: {message} (at {user_location()})")
+
+
 def axis_error(label: str, message: str) -> AxisError:
     return AxisError(f"{label}: {message} (at {user_location()})")
 
