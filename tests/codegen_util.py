@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 import compiler as xm
 from compiler import dtype as D
-from compiler.driver.compile import CompiledModel, compile
+from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.driver.targets import parse_target, runs_here
 from semantics import run_module
 from semantics.quant_kernels import quantize
@@ -95,6 +96,18 @@ def assert_instructions(compiled: CompiledModel, instructions: Sequence[str]) ->
 def kernel_families(compiled: CompiledModel) -> set[tuple[str, str]]:
     """The (family, ISA) pairs of the kernel units a compiled model's calls were lowered by."""
     return set(re.findall(r'= "(\w+)" \["(\w+)"\]', compiled.ir("kernel-plan-memory")))
+
+
+def conv_families(compiled: CompiledModel) -> set[tuple[str, str]]:
+    """The (family, ISA) pairs of the convolution units among ``kernel_families``."""
+    return {(family, isa) for family, isa in kernel_families(compiled) if family.startswith("conv2d")}
+
+
+def run_emulated(compiled: CompiledModel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``compiled.run`` without the warning that a cross-compiled model runs under an emulator."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EmulationWarning)
+        return compiled.run(list(inputs))
 
 
 def quantized_conv_params(

@@ -7,19 +7,17 @@ float16) to 1% of each output's range. Skips without the cross compiler or qemu.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
-import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
-from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
 from semantics import run_module
+from tests.codegen_util import compile_fn, conv_families, run_emulated
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -64,36 +62,20 @@ def depthwise_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..
     return f
 
 
-def _compile(fn: Callable[..., Any], inputs: list[np.ndarray], target: str) -> CompiledModel:
-    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
-    traced(*[xm.tensor(x) for x in inputs])
-    return compile(traced, target)
-
-
-def _run(c: CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EmulationWarning)
-        return c.run(inputs)
-
-
-def _conv_families(c: CompiledModel) -> set[tuple[str, str]]:
-    return set(re.findall(r'"(conv2d\w*)" \["(\w+)"\]', c.ir("kernel-plan-memory")))
-
-
 @pytest.mark.parametrize(("target", "isa", "tol"), [("arm-nchw44", "neon", 1e-4), ("arm-fp16", "fp16", 1e-2)])
 def test_arm_depthwise3x3_nchw44(target: str, isa: str, tol: float) -> None:
     # the unit declares its epilogue (relu6 included), so the fusion hands it the relu6 after the conv
     inputs, weights = _data()
-    c = _compile(depthwise_model(weights), inputs, target)
+    c = compile_fn(depthwise_model(weights), inputs, target)
     # 6 channels stay in plain NCHW (the layout pass pads no channel-wise conv)
-    assert _conv_families(c) == {("conv2d_nchw44_dw3x3", isa), ("conv2d_depthwise", "generic")}
+    assert conv_families(c) == {("conv2d_nchw44_dw3x3", isa), ("conv2d_depthwise", "generic")}
     if isa == "neon":
         assert "RELU6" in c.source  # fused into the kernel, not a separate elementwise call
     else:
         assert "vld2q_u64" in c.source and "vextq_f16" in c.source
     # float16: against the reference run of the same float16 graph
     want = run_module(c._stages["inference" if isa == "fp16" else "tensor"], inputs)
-    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, inputs), want, strict=True)):
         w = np.asarray(w, np.float32)
         np.testing.assert_allclose(
             g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
@@ -132,13 +114,13 @@ def test_arm_fp16_elementwise_and_pooling() -> None:
     a, b, z, e, g = ((rng.standard_normal(s) * 3).astype(np.float32) for s in (EW_SHAPES[0], *EW_SHAPES))
     inputs = [a, b, rng.standard_normal((1, 3, 1, 1)).astype(np.float32), z, e, g]
     conv_w = (rng.standard_normal((12, 12, 3, 3)) * 0.2).astype(np.float32)
-    c = _compile(elementwise_model(conv_w), inputs, "arm-fp16")
+    c = compile_fn(elementwise_model(conv_w), inputs, "arm-fp16")
     ir = c.ir("kernel-plan-memory")
     families = set(re.findall(r'= "(\w+)" \["(\w+)"\]', ir))
     assert {("elemwise_f16", "fp16"), ("pool2d_nchw44_f16", "fp16")} <= families
     assert not any(f == "elemwise" for f, _ in families)  # no elementwise op widened to float32
     want = run_module(c._stages["inference"], inputs)
-    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, inputs), want, strict=True)):
         w = np.asarray(w, np.float32)
         np.testing.assert_allclose(
             g, w, rtol=1e-2, atol=1e-2 * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
@@ -166,12 +148,12 @@ def test_arm_neon_relayout_and_copies(target: str, isa: str, tol: float) -> None
     x = rng.standard_normal((1, 8, 6, 9)).astype(np.float32)  # 54 pixels: 8-, 4- and 1-pixel steps
     w1 = (rng.standard_normal((16, 8, 3, 3)) * 0.3).astype(np.float32)
     w2 = (rng.standard_normal((8, 8, 1, 1)) * 0.3).astype(np.float32)
-    c = _compile(shuffle_model(w1, w2), [x], target)
+    c = compile_fn(shuffle_model(w1, w2), [x], target)
     families = set(re.findall(r'= "(\w+)" \["(\w+)"\]', c.ir("kernel-plan-memory")))
     assert {("relayout", isa), ("copy", isa)} <= families
     assert "vst4" in c.source and "vld4" in c.source
     want = run_module(c._stages["inference" if isa == "fp16" else "tensor"], [x])
-    for i, (g, w) in enumerate(zip(_run(c, [x]), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, [x]), want, strict=True)):
         w = np.asarray(w, np.float32)
         np.testing.assert_allclose(
             g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
@@ -215,10 +197,10 @@ def test_arm_fp16_max_pooling_clamped_taps() -> None:
             outs += [y, F.max_pool2d(y, k, stride=stride, padding=pad)]
         return tuple(outs)
 
-    c = _compile(f, inputs, "arm-fp16")
+    c = compile_fn(f, inputs, "arm-fp16")
     assert c.source.count("static void pool2d_nchw44_f16_max") == len(MAXPOOL_CASES)
     assert "if ((unsigned)xx" not in c.source  # every case takes the clamped kernel, no per-tap checks
-    got = _run(c, inputs)
+    got = run_emulated(c, inputs)
     want = run_module(c._stages["inference"], inputs)
     for i, (_, k, stride, pad) in enumerate(MAXPOOL_CASES):
         y, pooled = got[2 * i], got[2 * i + 1]

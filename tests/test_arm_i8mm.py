@@ -10,22 +10,20 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
 
-import compiler as xm
 import compiler.functional as F
 from backends.c.cross import count_instructions, defined_functions, toolchain_problem
 from backends.targets import parse_target
 from compiler import dtype as D
-from compiler.driver.compile import CompiledModel, EmulationWarning, compile
+from compiler.driver.compile import CompiledModel, EmulationWarning
 from compiler.tensor import Tensor
 from passes.target import TargetError
 from semantics import run_module
 from semantics.quant_kernels import quantize
+from tests.codegen_util import compile_fn
 
 _problem = toolchain_problem()
 needs_toolchain = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -47,12 +45,6 @@ def _conv(
     return F.quantized.conv_bias_activation(
         x, wq, bq, stride=stride, padding=pad, dilation=dilation, dtype=D.qint8(scale), nonlinear_mode=mode
     )
-
-
-def _compile(fn: Callable[..., Any], inputs: list[np.ndarray], target: str = TARGET) -> CompiledModel:
-    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
-    traced(*[xm.tensor(x) for x in inputs])
-    return compile(traced, target)
 
 
 def _exact(c: CompiledModel, inputs: list[np.ndarray]) -> None:
@@ -99,9 +91,9 @@ def test_instruction_budgets() -> None:
         return _conv(xq, 64, 2, 1 / 4, 3, 1, 1, relu=True).astype("float32")
 
     inputs = _inputs((1, 4, 16, 16), 7)
-    mmla = _kernel_instructions(_compile(f, inputs), inputs, "conv2d_nchw44_mmla_i8mm_n1_ic64")
+    mmla = _kernel_instructions(compile_fn(f, inputs, TARGET), inputs, "conv2d_nchw44_mmla_i8mm_n1_ic64")
     dot = _kernel_instructions(
-        _compile(f, inputs, "arm-nchw44-dot"), inputs, "conv2d_nchw44_dot_im2col_dot_n1_ic64"
+        compile_fn(f, inputs, "arm-nchw44-dot"), inputs, "conv2d_nchw44_dot_im2col_dot_n1_ic64"
     )
     macs = 64 * 64 * 9 * 16 * 16
     assert 0 < mmla < macs / 32 * 1.9, mmla
@@ -128,7 +120,7 @@ def test_typecvt_neon_exact(size: int) -> None:
     specials = np.array([np.nan, np.inf, -np.inf, 1e30], np.float32)
     x[: min(size, 4)] = specials[: min(size, 4)] if size > 1 else x[:1]
     inputs = [x.reshape(1, size)]
-    c = _compile(f, inputs)
+    c = compile_fn(f, inputs, TARGET)
     ir = c.ir("kernel-plan-memory")
     assert ir.count('"typecvt" ["neon"]') >= 3, ir
     _exact(c, inputs)

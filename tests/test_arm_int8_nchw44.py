@@ -24,7 +24,8 @@ from compiler import dtype as D
 from compiler.tensor import Tensor
 from semantics import run_module
 from semantics.quant_kernels import quantize
-from tests.test_arm_kernels import CASES, _compile, _inputs, _run, _weights, int8_model
+from tests.codegen_util import compile_fn, run_emulated
+from tests.test_arm_kernels import CASES, _inputs, _weights, int8_model
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -112,12 +113,12 @@ def data() -> tuple[list[np.ndarray], list[tuple[np.ndarray, np.ndarray]], np.nd
 @pytest.mark.parametrize("target", sorted(EXPECTED_KERNELS))
 def test_every_int8_kernel_exact(data: Any, target: str) -> None:
     inputs, weights, fc = data
-    c = _compile(full_int8_model(weights, fc), inputs, target)
+    c = compile_fn(full_int8_model(weights, fc), inputs, target)
     assert int8_kernels(c.ir("kernel-plan-memory")) == EXPECTED_KERNELS[target]
     # arm-fp16 turns float tensors into float16 (f16_io_comp) in the inference passes, so the
     # dequantized outputs are rounded to float16 there: its reference is the optimized graph
     want = run_module(c._stages["inference" if "fp16" in target else "tensor"], inputs)
-    got = _run(c, inputs)
+    got = run_emulated(c, inputs)
     assert len(got) == len(want)
     differing = [
         i for i, (g, w) in enumerate(zip(got, want, strict=True)) if not np.array_equal(g, np.asarray(w))
@@ -133,10 +134,11 @@ def test_int8_concat_of_nchw44_tensors_compiles(data: Any) -> None:
         dense = convs(*xs)[DENSE].astype(D.qint8(0.05))
         return F.concat([dense, F.relu(dense)], axis=1).astype("float32")
 
-    c = _compile(f, inputs, "arm-nchw44")
+    c = compile_fn(f, inputs, "arm-nchw44")
     # the concat stays blocked: one row copy per image of the two tensors' C/4 blocks
     concat = [
         line for line in c.ir("kernel-plan-memory").splitlines() if "kernel.call" in line and "concat" in line
     ]
     assert len(concat) == 1 and "nchw44" in concat[0]
-    np.testing.assert_array_equal(_run(c, inputs)[0], np.asarray(run_module(c._stages["tensor"], inputs)[0]))
+    want = np.asarray(run_module(c._stages["tensor"], inputs)[0])
+    np.testing.assert_array_equal(run_emulated(c, inputs)[0], want)

@@ -8,20 +8,18 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
 
-import compiler as xm
 import compiler.functional as F
 from backends.c.cross import count_instructions, defined_functions, toolchain_problem
 from compiler import dtype as D
-from compiler.driver.compile import CompiledModel, EmulationWarning, compile
+from compiler.driver.compile import CompiledModel, EmulationWarning
 from compiler.tensor import Tensor
 from semantics import run_module
 from semantics.quant_kernels import quantize
+from tests.codegen_util import compile_fn
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -40,12 +38,6 @@ def _conv(x: Tensor, oc: int, seed: int, scale: float, relu: bool = False) -> Te
     bq = Tensor(quantize(b, D.qint32(S_X)), dtype=D.qint32(S_X))
     mode = "relu" if relu else "identity"
     return F.quantized.conv_bias_activation(x, wq, bq, dtype=D.qint8(scale), nonlinear_mode=mode)
-
-
-def _compile(fn: Callable[..., Any], inputs: list[np.ndarray]) -> CompiledModel:
-    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
-    traced(*[xm.tensor(x) for x in inputs])
-    return compile(traced, TARGET)
 
 
 def _exact(c: CompiledModel, inputs: list[np.ndarray]) -> None:
@@ -77,7 +69,7 @@ def test_residual_add_stays_nchw44() -> None:
         return _conv(added, 8, 9, 1 / 8).astype("float32")
 
     inputs = _inputs((1, 4, 6, 6), 10)
-    c = _compile(f, inputs)
+    c = compile_fn(f, inputs, TARGET)
     inference = str(c._stages["inference"])
     (add,) = [line for line in inference.splitlines() if "mgb.elemwise_multi_type" in line]
     assert add.count("#layout.fmt<nchw44>") == 3, add  # both operands and the result
@@ -121,7 +113,7 @@ def test_instruction_budgets() -> None:
         return F.max_pool2d(added, 3, 2, 1).astype("float32")
 
     inputs = _inputs((1, 16, 32, 32), 13)
-    c = _compile(f, inputs)
+    c = compile_fn(f, inputs, TARGET)
     counts = _kernel_instructions(c, inputs)
     add = sum(v for k, v in counts.items() if k.startswith("neon_elemwise_q_fuse_add_relu"))
     pool = sum(v for k, v in counts.items() if k.startswith("pool2d_nchw44_q8_neon"))

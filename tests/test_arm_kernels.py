@@ -8,20 +8,19 @@ Skips when the cross compiler or qemu is missing."""
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
-import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from compiler import dtype as D
-from compiler.driver.compile import CompiledModel, EmulationWarning, compile
+from compiler.driver.compile import CompiledModel
 from compiler.tensor import Tensor
 from semantics import run_module
+from tests.codegen_util import compile_fn, run_emulated
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -104,18 +103,6 @@ def int8_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., An
     return f
 
 
-def _compile(fn: Callable[..., Any], inputs: list[np.ndarray], target: str) -> CompiledModel:
-    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
-    traced(*[xm.tensor(x) for x in inputs])
-    return compile(traced, target)
-
-
-def _run(c: CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EmulationWarning)
-        return c.run(inputs)
-
-
 def _modes(c: CompiledModel, *families: str) -> set[str]:
     ir = c.ir("kernel-plan-memory")
     return {m for f in families for m in re.findall(rf'= "{f}" \["\w+"\] {{mode = "(\w+)"', ir)}
@@ -134,12 +121,12 @@ def data() -> tuple[list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
 @pytest.mark.parametrize("target", ["arm-nchw44", "arm-nchw44+plain-c"])
 def test_float32_kernels(data: Any, target: str) -> None:
     inputs, weights = data
-    c = _compile(float_model(weights), inputs, target)
+    c = compile_fn(float_model(weights), inputs, target)
     assert _modes(c, *FLOAT_FAMILIES) == FLOAT_MODES
     isa = "generic" if "plain-c" in target else "neon"
     assert f'"conv2d_nchw44" ["{isa}"]' in c.ir("kernel-plan-memory")
     want = run_module(c._stages["tensor"], inputs)
-    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, inputs), want, strict=True)):
         w = np.asarray(w)
         np.testing.assert_allclose(
             g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
@@ -155,14 +142,14 @@ DOT_FAMILIES = (
 @pytest.mark.parametrize("target", ["arm-nchw44-dot", "arm-nchw44-dot-i8mm", "arm-nchw44-dot+plain-c"])
 def test_int8_kernels_exact(data: Any, target: str) -> None:
     inputs, weights = data
-    c = _compile(int8_model(weights), inputs, target)
+    c = compile_fn(int8_model(weights), inputs, target)
     ir = c.ir("kernel-plan-memory")
     assert _modes(c, *DOT_FAMILIES) >= {"dense", "group"}
     assert "chan" in _modes(c, "conv2d_nchw44_q8")
     assert _modes(c, *DOT_FAMILIES, "conv2d_nchw44_q8") == FLOAT_MODES
     assert '"conv2d_q8"' in ir  # the odd-channel conv stays NCHW
     want = run_module(c._stages["tensor"], inputs)
-    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, inputs), want, strict=True)):
         np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"output {i}")
 
 
@@ -171,10 +158,10 @@ def test_float16_kernels(data: Any, target: str) -> None:
     """Against the reference on the same float16 graph: within 1% of each output's range (float16
     keeps 11 significant bits; sums of up to 200 products round differently in another order)."""
     inputs, weights = data
-    c = _compile(float_model(weights), inputs, target)
+    c = compile_fn(float_model(weights), inputs, target)
     assert _modes(c, *FLOAT_FAMILIES) == FLOAT_MODES
     want = run_module(c._stages["inference"], inputs)
-    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, inputs), want, strict=True)):
         w = np.asarray(w, np.float32)
         np.testing.assert_allclose(
             g, w, rtol=1e-2, atol=1e-2 * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"

@@ -8,23 +8,20 @@ range, int8 exactly. One model per target; skips without the cross compiler or q
 
 from __future__ import annotations
 
-import re
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 
-import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.c.templates.arm import neon_winograd
 from compiler import dtype as D
-from compiler.driver.compile import CompiledModel, EmulationWarning, compile
 from compiler.tensor import Tensor
 from semantics import run_module
 from semantics.quant_kernels import quantize
+from tests.codegen_util import compile_fn, conv_families, run_emulated
 
 _problem = toolchain_problem()
 pytestmark = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -92,22 +89,6 @@ def int8_model(weights: list[tuple[np.ndarray, np.ndarray]]) -> Callable[..., An
     return f
 
 
-def _compile(fn: Callable[..., Any], inputs: list[np.ndarray], target: str) -> CompiledModel:
-    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
-    traced(*[xm.tensor(x) for x in inputs])
-    return compile(traced, target)
-
-
-def _run(c: CompiledModel, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", EmulationWarning)
-        return c.run(inputs)
-
-
-def _conv_families(c: CompiledModel) -> set[tuple[str, str]]:
-    return set(re.findall(r'"(conv2d\w*)" \["(\w+)"\]', c.ir("kernel-plan-memory")))
-
-
 @pytest.mark.parametrize(
     ("target", "isa", "tol"), [("arm-nchw44+fuse-z", "neon", 1e-4), ("arm-fp16+fuse-z", "fp16", 1e-2)]
 )
@@ -118,14 +99,14 @@ def test_arm_gemm_float_convolutions(
     monkeypatch.setattr(neon_winograd, "winograd_tile", lambda p: None)
     inputs, weights = _data()
     extra = (np.random.default_rng(3).standard_normal((12, 12, 3, 3)) * 0.2).astype(np.float32)
-    c = _compile(float_model(weights, extra), inputs, target)
-    assert _conv_families(c) == {("conv2d_nchw44_gemm", isa)}
+    c = compile_fn(float_model(weights, extra), inputs, target)
+    assert conv_families(c) == {("conv2d_nchw44_gemm", isa)}
     # float16: the by-element fmla as inline assembly (neon_gemm.fmla_f16_asm), never gcc's vfmaq_lane_f16
     assert "_res" in c.source and "vfmaq_lane_f16" not in c.source
     assert ("fmla %[a0_0].8h" in c.source) == (isa == "fp16")
     # float16: against the reference run of the same float16 graph
     want = run_module(c._stages["inference" if isa == "fp16" else "tensor"], inputs)
-    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, inputs), want, strict=True)):
         w = np.asarray(w, np.float32)
         np.testing.assert_allclose(
             g, w, rtol=tol, atol=tol * max(1.0, float(np.abs(w).max())), err_msg=f"output {i}"
@@ -134,12 +115,12 @@ def test_arm_gemm_float_convolutions(
 
 def test_arm_gemm_int8_dot_convolutions_exact() -> None:
     inputs, weights = _data()
-    c = _compile(int8_model(weights), inputs, "arm-nchw44-dot")
+    c = compile_fn(int8_model(weights), inputs, "arm-nchw44-dot")
     # 1x1 stride-1 layers read NCHW44 rows (neon_int8.py), the others a packed input (neon_i8mm.py)
-    families = _conv_families(c)
+    families = conv_families(c)
     assert ("conv2d_nchw44_dot_im2col", "dot") in families, families
     assert families <= {("conv2d_nchw44_dot_gemm", "dot"), ("conv2d_nchw44_dot_im2col", "dot")}, families
     assert "vdotq_laneq_s32" in c.source
     want = run_module(c._stages["tensor"], inputs)
-    for i, (g, w) in enumerate(zip(_run(c, inputs), want, strict=True)):
+    for i, (g, w) in enumerate(zip(run_emulated(c, inputs), want, strict=True)):
         np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"output {i}")

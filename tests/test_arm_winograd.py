@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-import compiler as xm
 import compiler.functional as F
 from backends.c.cross import toolchain_problem
 from backends.c.templates.arm.neon_winograd import winograd_tile
 from backends.c.templates.x86.winograd_transforms import TRANSFORMS, plan_rows
-from compiler.driver.compile import CompiledModel, EmulationWarning, compile
+from compiler.driver.compile import EmulationWarning
 from compiler.tensor import Tensor
 from semantics import run_module
+from tests.codegen_util import compile_fn
 
 _problem = toolchain_problem()
 needs_arm = pytest.mark.skipif(_problem is not None, reason=f"ARM toolchain: {_problem}")
@@ -113,12 +113,6 @@ def _model(weights: list[tuple[np.ndarray, np.ndarray, np.ndarray]], extra: np.n
     return f
 
 
-def _compile(fn: Callable[..., Any], inputs: list[np.ndarray], target: str) -> CompiledModel:
-    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
-    traced(*[xm.tensor(x) for x in inputs])
-    return compile(traced, target)
-
-
 @needs_arm
 @pytest.mark.parametrize(
     ("target", "isa", "tol", "tiles"),
@@ -128,7 +122,7 @@ def test_arm_winograd_convolutions(target: str, isa: str, tol: float, tiles: set
     rng = np.random.default_rng(5)
     inputs = [rng.standard_normal(s).astype(np.float32) for s, *_ in CASES]
     extra = (rng.standard_normal((24, 24, 3, 3)) * 0.2).astype(np.float32)
-    c = _compile(_model(_weights(), extra), inputs, target)
+    c = compile_fn(_model(_weights(), extra), inputs, target)
     plan = c.ir("kernel-plan-memory")
     families = set(re.findall(r'"(conv2d\w*)" \["(\w+)"\] {[^}]*fh = 3 : i64', plan))
     assert families == {("conv2d_nchw44_winograd", isa)}  # every 3x3 conv
