@@ -274,3 +274,26 @@ def test_setitem_is_differentiated_and_traced_with_numpy_rules() -> None:
     traced = jit.trace(symbolic=True)(f)
     for _ in range(2):
         np.testing.assert_array_equal(traced(mge.tensor(a)).numpy(), want)
+
+
+def test_permutation_of_a_0d_tensor_has_one_element() -> None:
+    from compiler.random import RNG
+
+    out = RNG(seed=1).permutation(mge.Tensor(7))
+    assert out.shape == (1,) and out.dtype == np.int32 and int(out.numpy()[0]) == 7
+
+
+def test_split_errors_and_short_device_names_as_megengine() -> None:
+    import compiler.functional as F
+
+    t = mge.tensor(np.zeros((2, 3, 4, 5), "float32"))
+    assert len(F.split(t, 4, axis=3)) == 4  # uneven sections are allowed
+    with pytest.raises(ValueError, match=r"^Invalid nsplits_or_secions: \[3, 2, 5\]$"):
+        F.split(t, [3, 2, 5], axis=3)
+    with pytest.raises(ValueError, match=r"^The size 2 at dim 0 cannot be split into 4 sections$"):
+        F.split(t, 4)
+    assert str(F.linspace(1, 9, 8, device="cpu:0").device) == "cpu0:0"
+    assert str(mge.Tensor(1.0, device="xpu:1").device) == "xpu0:1"
+    assert str(mge.Tensor(1.0, device="xpu").device) == "xpux:0"
+    with pytest.raises(ValueError):
+        mge.Tensor(1.0, device="cpu")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, axis_error, index_error, op_error
+from compiler.core import OpError, apply, axis_error, index_error, op_error
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -186,15 +186,14 @@ def split(inp: Tensor, nsplits_or_sections: int | Sequence[int], axis: int = 0) 
     if isinstance(nsplits_or_sections, int):
         n = nsplits_or_sections
         if n <= 0 or n > dim:
-            raise op_error("split", f"cannot split axis {ax} of size {dim} into {n} parts")
+            # MegEngine's words exactly: code written for it may compare them
+            raise OpError(f"The size {dim} at dim {ax} cannot be split into {n} sections")
         base, extra = divmod(dim, n)
         sizes = [base + (1 if i < extra else 0) for i in range(n)]
     else:
         points = [0, *[int(p) for p in nsplits_or_sections], dim]
         if any(b < a for a, b in zip(points, points[1:], strict=False)):
-            raise op_error(
-                "split", f"split points {list(nsplits_or_sections)} must be increasing within {dim}"
-            )
+            raise OpError(f"Invalid nsplits_or_secions: {list(nsplits_or_sections)}")
         sizes = [b - a for a, b in zip(points, points[1:], strict=False)]
     return apply(T.SplitOp, [inp], label="split", axis=ax, sizes=tuple(sizes))
 
