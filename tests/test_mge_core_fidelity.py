@@ -297,3 +297,16 @@ def test_split_errors_and_short_device_names_as_megengine() -> None:
     assert str(mge.Tensor(1.0, device="xpu").device) == "xpux:0"
     with pytest.raises(ValueError):
         mge.Tensor(1.0, device="cpu")
+
+
+def test_network_constants_keep_their_device() -> None:
+    import compiler.functional as F
+    from compiler.utils.network import Network
+
+    n = Network()
+    a = n.make_const(np.ones((2, 2), "float32"), device="cpu0")
+    b = n.make_const(np.ones((2, 2), "float32"), device="cpu1")
+    assert str(F.concat([a, b], device="cpu1").device) == "cpu1:0"
+    assert str(F.concat([a, a]).device) == "cpu0:0"
+    with pytest.raises(RuntimeError):
+        F.concat([a, b])
