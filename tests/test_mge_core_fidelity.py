@@ -310,3 +310,17 @@ def test_network_constants_keep_their_device() -> None:
     assert str(F.concat([a, a]).device) == "cpu0:0"
     with pytest.raises(RuntimeError):
         F.concat([a, b])
+
+
+def test_astensor1d_with_a_graph_var_reference_gives_a_graph_var() -> None:
+    from compiler.core.tensor.utils import astensor1d
+    from compiler.utils.network import Network
+    from compiler.utils.network_node import VarNode
+
+    net = Network()
+    ref = net.make_const(0)
+    for x in ([1, 2, 3], np.asarray([1, 2, 3], "int32"), [1, net.make_const(2), 3]):
+        out = astensor1d(x, ref, dtype="float32")
+        assert isinstance(out, VarNode)
+        np.testing.assert_array_equal(out.numpy(), [1.0, 2.0, 3.0])
+    assert not isinstance(astensor1d([1, 2], mge.tensor(0)), VarNode)
