@@ -324,3 +324,19 @@ def test_astensor1d_with_a_graph_var_reference_gives_a_graph_var() -> None:
         assert isinstance(out, VarNode)
         np.testing.assert_array_equal(out.numpy(), [1.0, 2.0, 3.0])
     assert not isinstance(astensor1d([1, 2], mge.tensor(0)), VarNode)
+
+
+def test_saved_tensor_keeps_its_device() -> None:
+    import io
+
+    buf = io.BytesIO()
+    mge.save(mge.Tensor(np.arange(3), device="cpu0", dtype=np.int32), buf)
+    buf.seek(0)
+    loaded = mge.load(buf)
+    assert loaded.device.logical_name == "cpu0:0" and loaded.dtype == np.int32
+    buf.seek(0)
+    assert str(mge.load(buf, map_location="cpux").device) == "cpux:0"
+    buf = io.BytesIO()
+    mge.save(mge.Tensor([1.0]), buf)
+    buf.seek(0)
+    assert str(mge.load(buf).device) == "xpux:0"
