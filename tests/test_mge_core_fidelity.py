@@ -340,3 +340,17 @@ def test_saved_tensor_keeps_its_device() -> None:
     mge.save(mge.Tensor([1.0]), buf)
     buf.seek(0)
     assert str(mge.load(buf).device) == "xpux:0"
+
+
+def test_function_refuses_non_tensor_inputs_in_megengine_words() -> None:
+    from compiler.autodiff import Function
+
+    class AddConst(Function):
+        def forward(self, inp: mge.Tensor, c: mge.Tensor) -> mge.Tensor:
+            return inp + c
+
+        def backward(self, grad: mge.Tensor) -> tuple[mge.Tensor, None]:
+            return grad, None
+
+    with pytest.raises(TypeError, match=r"op .* expect type Tensor as inputs"):
+        AddConst()(mge.tensor([2.33]), 1)

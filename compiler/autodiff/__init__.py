@@ -957,7 +957,10 @@ class Function:
 
         for i, t in enumerate(inputs):
             if not isinstance(t, Tensor):
-                raise TypeError(f"{type(self).__name__}: input {i} must be a Tensor, got {type(t).__name__}")
+                # MegEngine's words ("op ... expect type Tensor as inputs"), with the input's position
+                raise TypeError(
+                    f"op {type(self).__name__} expect type Tensor as inputs, got {type(t)} (input {i})"
+                )
         tapes = [r for r in active_recorders() if isinstance(r, _Tape)]
         for tape in tapes:
             pop_recorder(tape)
