@@ -231,7 +231,7 @@ class _InteropPickler(pickle._Pickler):  # type: ignore[name-defined, misc]
         self.write(pickle.NEWOBJ if self.proto >= 2 else pickle.REDUCE)
         self.memoize(t)
         # MegEngine's __getstate__ is {} (its __setstate__ ignores other keys, so a name rides along)
-        self.save({} if t.name is None else {"name": t.name})
+        self.save({"name": t.name} if t.name else {})
         self.write(pickle.BUILD)
 
 
@@ -824,7 +824,7 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
         whose state then carries the array)."""
         if not args:
             t = cls.__new__(cls)
-            t.name, t.grad = None, None
+            t.name, t.grad = "", None
             return t
         data, dtype, device = (list(args) + [None, None])[:3]
         if len(args) > 3 or not isinstance(data, np.ndarray):

@@ -109,7 +109,7 @@ class Tensor:
                 self._data = np.array(data, dtype=np_dtype)
         except (ValueError, TypeError) as exc:
             raise conversion_error(f"cannot convert {type(data).__name__} to {np_dtype}: {exc}") from None
-        self.name = name
+        self.name = "" if name is None else name  # MegEngine: an unnamed tensor's name is ""
         self.grad: Tensor | None = None
         if device is not None:
             self._device = _device_name(device)
@@ -118,7 +118,7 @@ class Tensor:
     def _from_array(cls, array: np.ndarray) -> Tensor:
         t = cls.__new__(cls)
         t._data = array
-        t.name = None
+        t.name = ""
         t.grad = None
         return t
 

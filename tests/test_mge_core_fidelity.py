@@ -354,3 +354,12 @@ def test_function_refuses_non_tensor_inputs_in_megengine_words() -> None:
 
     with pytest.raises(TypeError, match=r"op .* expect type Tensor as inputs"):
         AddConst()(mge.tensor([2.33]), 1)
+
+
+def test_unnamed_tensor_name_is_empty_string() -> None:
+    x = mge.Tensor(0)
+    assert x.name == ""
+    x.name = "x"
+    assert mge.Tensor(0, name="n").name == "n"
+    assert mge.Tensor(x).name == ""  # a copy does not take the name
+    assert (x + 1).name == ""
