@@ -363,3 +363,19 @@ def test_unnamed_tensor_name_is_empty_string() -> None:
     assert mge.Tensor(0, name="n").name == "n"
     assert mge.Tensor(x).name == ""  # a copy does not take the name
     assert (x + 1).name == ""
+
+
+def test_interpreter_options_and_core_graph() -> None:
+    import compiler.core as core
+    from compiler.core.tensor.megbrain_graph import Graph
+
+    assert core.Graph is Graph
+    assert core.get_option("async_level") == 2 and core.get_option("enable_host_compute") == 1
+    core.set_option("enable_drop", True)
+    try:
+        assert core.get_option("enable_drop") == 1
+        assert float((mge.tensor([1.0]) + 1).numpy()[0]) == 2.0
+    finally:
+        core.set_option("enable_drop", False)
+    with pytest.raises(IndexError):
+        core.get_option("no_such_option")

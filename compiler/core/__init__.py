@@ -224,3 +224,49 @@ def _autocast(
         if getattr(mode, "name", str(mode).upper()) in _AMP_HIGH_ELEMWISE:
             return [_cast(t, high, label) for t in inputs], params
     return inputs, params
+
+
+# ----------------------------------------------------------------------------------------------
+# MegEngine's interpreter options (``megengine.core.set_option``/``get_option``). They tune
+# MegEngine's asynchronous worker and its memory recomputation (DTR); xmge runs each op when it
+# is called, so the values are kept and read back but change nothing.
+
+_INTERPRETER_OPTIONS: dict[str, int] = {
+    "async_level": 2,
+    "enable_drop": 0,
+    "enable_host_compute": 1,
+    "max_recompute_time": 1,
+    "catch_worker_execption": 1,  # MegEngine's spelling
+    "record_computing_path": 0,
+    "enable_dtr_auto_drop": 0,
+    "enable_dtr_sqrt_sampling": 0,
+    "dtr_eviction_threshold": 0,
+    "dtr_evictee_minimum_size": 1 << 20,
+    "disable_memory_forwarding": 0,
+}
+
+
+def _check_option(fn: str, name: str) -> None:
+    if name not in _INTERPRETER_OPTIONS:
+        raise IndexError(f"{fn}: no interpreter option {name!r} (known: {sorted(_INTERPRETER_OPTIONS)})")
+
+
+def get_option(name: str) -> int:
+    """The value of interpreter option ``name``; an unknown name is an IndexError (as MegEngine's)."""
+    _check_option("get_option", name)
+    return _INTERPRETER_OPTIONS[name]
+
+
+def set_option(name: str, value: int) -> None:
+    """Set interpreter option ``name`` (bools are stored as 0/1, as MegEngine does)."""
+    _check_option("set_option", name)
+    _INTERPRETER_OPTIONS[name] = int(value)
+
+
+def __getattr__(name: str) -> Any:
+    # megengine.core.Graph (megbrain_graph imports the network nodes, which import this module)
+    if name == "Graph":
+        from compiler.core.tensor.megbrain_graph import Graph
+
+        return Graph
+    raise AttributeError(f"module 'compiler.core' has no attribute {name!r}")
