@@ -379,3 +379,12 @@ def test_interpreter_options_and_core_graph() -> None:
         core.set_option("enable_drop", False)
     with pytest.raises(IndexError):
         core.get_option("no_such_option")
+
+
+def test_conv2d_int_input_with_float_weight_computes_in_float() -> None:
+    import compiler.functional as F
+
+    x = mge.tensor(np.arange(0, 48).reshape(1, 3, 4, 4))
+    y = F.conv2d(x, mge.tensor(np.ones((2, 3, 2, 2), "float32")))
+    assert x.dtype == np.int32 and y.dtype == np.float32
+    np.testing.assert_array_equal(y.numpy().ravel()[:4], [222, 234, 246, 270])  # MegEngine's values

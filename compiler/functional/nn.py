@@ -140,14 +140,14 @@ def _mode(label: str, enum: type[Any], value: str, what: str) -> Any:
 
 def _promote_conv_operands(label: str, inp: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
     """MegEngine's dtype promotion for convolutions: float operands of different precisions are
-    computed in the wider one (under amp, autocast decides); quantized or integer operands must
-    match."""
+    computed in the wider one, an integer operand beside a float one in the float (under amp,
+    autocast decides); quantized operands, or integers alone, must match."""
     if inp.dtype == weight.dtype:
         return inp, weight
     from compiler.core.tensor import amp as _amp
 
-    plain_floats = all(t.dtype.kind == "f" and t.dtype.metadata is None for t in (inp, weight))
-    if not plain_floats:
+    plain = all(t.dtype.kind in "fiub" and t.dtype.metadata is None for t in (inp, weight))
+    if not plain or not any(t.dtype.kind == "f" for t in (inp, weight)):
         raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
     if _amp._enabled:
         return inp, weight
