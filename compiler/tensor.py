@@ -98,6 +98,8 @@ class Tensor:
         if format != "default":
             self.format = format
         if isinstance(data, Tensor):
+            if format == "default" and data.format != "default":
+                self.format = data.format  # a tensor made from a tensor keeps its format tag
             data = data._data
         if data is None:
             data = np.zeros((), np.float32)
@@ -453,6 +455,14 @@ class Tensor:
         from compiler.core import active_recorders
 
         tapes = [r for r in active_recorders() if isinstance(r, _Tape)]
+        if index is Ellipsis and not tapes:
+            # MegEngine's x[...] = v resets x to v: a tensor's value, dtype, format and device, or
+            # another value converted to x's dtype (with its own shape)
+            if isinstance(value, Tensor):
+                self._data, self.format, self._device = value._data, value.format, value._device
+            else:
+                self._data = Tensor(value, dtype=self.dtype)._data
+            return
         if tapes:
             # a GradManager records: the assignment is a SetSubtensor / IndexingSetMultiAxisVec
             # op whose result this tensor becomes, so the gradient sees it (as MegEngine's does)

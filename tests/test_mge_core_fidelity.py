@@ -388,3 +388,27 @@ def test_conv2d_int_input_with_float_weight_computes_in_float() -> None:
     y = F.conv2d(x, mge.tensor(np.ones((2, 3, 2, 2), "float32")))
     assert x.dtype == np.int32 and y.dtype == np.float32
     np.testing.assert_array_equal(y.numpy().ravel()[:4], [222, 234, 246, 270])  # MegEngine's values
+
+
+def test_nhwc_format_tag_propagates_as_in_megengine() -> None:
+    import compiler.functional as F
+
+    a = mge.tensor(np.zeros((1, 2, 3, 4)), format="nhwc")
+    # each value below is what MegEngine 1.13 reports
+    assert mge.tensor(a).format == "nhwc"
+    keep = [a + 1, F.reshape(a, (1, 2, 12, 1)), a.astype("int32"), a[:, :1], F.relu(a), F.max_pool2d(a, 2)]
+    assert [t.format for t in keep] == ["nhwc"] * len(keep)
+    drop = [
+        F.transpose(a, (0, 1, 3, 2)), F.broadcast_to(a[:, :, :, :1], (3, 1, 2, 3, 4)),
+        F.nn.pad(a, ((1, 1),), mode="constant"), F.reshape(a, (24,)), F.expand_dims(a, 0), a[0],
+        F.sum(a, axis=1, keepdims=True), F.flatten(a),
+    ]  # fmt: skip
+    assert [t.format for t in drop] == ["default"] * len(drop)
+
+
+def test_setitem_ellipsis_resets_the_tensor() -> None:
+    x = mge.tensor(np.ones((2, 2), "float32"))
+    x[...] = 0
+    assert x.shape == () and x.dtype == np.float32
+    x[...] = mge.tensor([1, 2], dtype="int32", format="nchw")
+    assert x.shape == (2,) and x.dtype == np.int32 and x.format == "nchw"

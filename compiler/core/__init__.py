@@ -94,6 +94,18 @@ def op_error(label: str, message: str) -> OpError:
     return OpError(f"{label}: {message} (at {user_location()})")
 
 
+# the ops whose results keep an operand's "nhwc" format tag (MegEngine's FormatTransformation)
+_FORMAT_KEEPING = frozenset(
+    getattr(T, name)
+    for name in (
+        "ElemwiseOp", "ElemwiseMultiTypeOp", "TypeCvtOp", "ReshapeOp", "BroadcastOp", "SubtensorOp",
+        "SetSubtensorOp", "IncrSubtensorOp", "IndexingMultiAxisVecOp", "IndexingSetMultiAxisVecOp",
+        "IndexingIncrMultiAxisVecOp", "ConcatOp", "ResizeOp", "ConvolutionOp", "ConvBiasOp",
+        "BatchNormOp", "PoolingOp", "AdaptivePoolingOp",
+    )
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class AppliedOp:
     """One eager application of an op, as the recorders see it. ``params`` holds only what the
@@ -173,10 +185,11 @@ def apply(
     outs = KERNELS[op_cls](arrays, specs, **full)
     # quantized results carry their parameters in the numpy dtype (MegEngine's metadata)
     tensors = [Tensor._from_array(conform(np.asarray(o), s.dtype)) for o, s in zip(outs, specs, strict=True)]
-    if any(t.format == "nhwc" for t in inputs):
-        # MegEngine's format propagation: results of NHWC-tagged operands stay NHWC-tagged
+    if op_cls in _FORMAT_KEEPING and any(t.format == "nhwc" for t in inputs):
+        # MegEngine's format propagation: the 4-D results of the ops that know the NHWC tag keep
+        # it; every other op (transpose, pad, reductions, ...) gives "default" results
         for t in tensors:
-            if t.ndim in (4, 5):
+            if t.ndim == 4:
                 t.format = "nhwc"
     placed = {t._device for t in inputs if t._device is not None}
     if len(placed) == 1:
