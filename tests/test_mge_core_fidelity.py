@@ -412,3 +412,14 @@ def test_setitem_ellipsis_resets_the_tensor() -> None:
     assert x.shape == () and x.dtype == np.float32
     x[...] = mge.tensor([1, 2], dtype="int32", format="nchw")
     assert x.shape == (2,) and x.dtype == np.int32 and x.format == "nchw"
+
+
+def test_batch_norm_returned_running_stats_keep_the_format_tag() -> None:
+    import compiler.functional as F
+
+    def ones() -> mge.Tensor:
+        return mge.tensor(np.ones((1, 2, 1, 1)), format="nhwc")
+
+    x = mge.tensor(np.arange(24, dtype="float32").reshape(1, 2, 3, 4), format="nhwc")
+    outs = F.batch_norm(x, ones(), ones(), ones(), ones(), training=True, inplace=False)
+    assert [t.format for t in outs] == ["nhwc"] * 3

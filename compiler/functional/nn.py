@@ -729,9 +729,9 @@ def batch_norm(
             running_mean._reset(new_mean)
             running_var._reset(new_var)
         else:
-            new_stats = (
-                Tensor(new_mean.astype(running_mean.dtype)),
-                Tensor(new_var.astype(running_var.dtype)),
+            new_stats = (  # they keep the running statistics' format tag, as MegEngine's
+                Tensor(new_mean.astype(running_mean.dtype), format=running_mean.format),
+                Tensor(new_var.astype(running_var.dtype), format=running_var.format),
             )
     from compiler.functional.elemwise import sqrt
 
