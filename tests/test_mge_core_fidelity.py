@@ -158,7 +158,7 @@ def test_interpolate_rank_error_is_an_assertion_error() -> None:
 
 def test_operator_with_none_is_megengine_type_error() -> None:
     for op in (lambda t: t + None, lambda t: None * t, lambda t: t - None):
-        with pytest.raises(TypeError, match=r"^the operand is None and is not supported\.$"):
+        with pytest.raises(TypeError, match=r"the operand is None and is not supported\."):
             op(mge.Tensor(1.0))
 
 

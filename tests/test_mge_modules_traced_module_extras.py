@@ -97,7 +97,7 @@ def test_functional_loader_runs_when_a_graph_is_unpickled() -> None:
     finally:
         S.FUNCTIONAL_LOADER.clear()
         S.FUNCTIONAL_LOADER.update(saved)
-    assert len(seen) == 1 and tuple(seen[0].func) == ("compiler.functional.nn", "conv2d")
+    assert len(seen) == 1 and seen[0].func_key == ("compiler.functional.nn", "conv2d")
     np.testing.assert_array_equal(loaded(x, w).numpy(), F.conv2d(x, w).numpy())
 
 

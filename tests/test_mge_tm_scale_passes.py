@@ -161,3 +161,30 @@ def test_backward_fold_scale_into_functional_conv(tmp_path):
     out = tm.optimize(traced, "BackwardFoldScale")
     filecheck(str(out.graph), "CHECK: nn.conv2d(\nCHECK-NOT: __mul__\n", tmp_path)
     np.testing.assert_allclose(out(x).numpy(), traced(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class IndexedScale(M.Module):
+    """Scales read from an integer tensor attribute (``self.scale[0]``, a value computed only from
+    constants), one of them as ``c + y`` called on the constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = M.Conv2d(3, 3, 1)
+        self.conv2 = M.Conv2d(3, 3, 1)
+        self.scale = mge.Tensor([3, 4])
+
+    def forward(self, x):
+        a = F.relu(self.conv(x)) * self.scale[0]
+        b = F.relu(self.conv2(x)) * self.scale[1]
+        y = self.scale[0] + F.add(a + b, 4)
+        return F.relu(y) * 3
+
+
+def test_backward_fold_scale_reads_computed_constants():
+    net = IndexedScale()
+    x = mge.tensor(RNG.standard_normal((1, 3, 5, 5)).astype(np.float32))
+    want = net(x).numpy()
+    traced = tm.trace_module(net, x)
+    folded = tm.optimize(traced, "BackwardFoldScale")
+    assert folded.graph.get_method_by_type("__mul__").as_list() == []
+    np.testing.assert_allclose(folded(x).numpy(), want, rtol=1e-5, atol=1e-4)

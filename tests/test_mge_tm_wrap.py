@@ -45,7 +45,7 @@ class Net(M.Module):
 
 
 def _funcs(traced):
-    return [e.func for e in traced.graph.exprs() if isinstance(e, CallFunction)]
+    return [e.func_key for e in traced.graph.exprs() if isinstance(e, CallFunction)]
 
 
 def test_wrapped_functions_are_single_calls_that_replay(tmp_path):

@@ -80,7 +80,7 @@ def _tampered_tm(net: M.Module, edit: Any) -> Any:
 
 def _set_call_arg(traced: Any, suffix: str, name: str, value: Any) -> None:
     for e in traced.graph.exprs():
-        if getattr(e, "func", ("", ""))[1].endswith(suffix):
+        if getattr(e, "func_key", ("", ""))[1].endswith(suffix):
             e.set_arg(name, value)
 
 

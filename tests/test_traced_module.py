@@ -83,7 +83,7 @@ def test_convnet_graph_prints_like_megengine(convnet: Any) -> None:
     exprs = traced.graph.exprs()
     assert [type(e).__name__ for e in exprs].count("CallMethod") == 7
     flatten = exprs.call_function(F.flatten).as_unique()
-    assert flatten.func == ("compiler.functional.tensor", "flatten")
+    assert flatten.func_key == ("compiler.functional.tensor", "flatten") and flatten.func is F.flatten
     (out,) = flatten.outputs
     assert isinstance(out, tm.TensorNode) and out.shape == (1, 320) and out.dtype == np.float32
     assert [n.name for n in traced.graph.inputs] == ["self", "x"]

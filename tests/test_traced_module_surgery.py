@@ -149,7 +149,7 @@ def test_graph_prints_and_filters_find_what_megengine_finds() -> None:
     assert pool.args[1] == 8 and pool.named_args["kernel_size"] == 8
     assert add.args[0].expr.inputs[0].name == "bn" and add.args[1] is traced.block.graph.inputs[1]
     head_call = graph.get_module_by_type(M.Linear).as_unique().users[0]
-    assert head_call.outputs == graph.outputs and head_call.inputs[1].expr.func[1] == "flatten"
+    assert head_call.outputs == graph.outputs and head_call.inputs[1].expr.func_key[1] == "flatten"
     assert tm.is_call_module(head_call, M.Linear) and not tm.is_call_function(head_call)
     assert tm.is_call_tensor_method(add, "__add__") and tm.is_input(graph.inputs[1].expr)
     assert all(isinstance(e, Input) for e in graph.exprs(recursive=False).as_list()[:2])

@@ -465,6 +465,37 @@ def _broadcast_backward(
     return [unbroadcast(g, inputs[0].shape).astype(inputs[0].dtype, copy=False)]
 
 
+@register_backward(T.ReshapeToOp)
+def _reshape_to_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """As the static reshape's; the shape operand (a shape) has no gradient."""
+    return [_only_grad(grads).reshape(inputs[0].shape), None]
+
+
+@register_backward(T.BroadcastToOp)
+def _broadcast_to_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """As the static broadcast's; the shape operand (a shape) has no gradient."""
+    g = _only_grad(grads)
+    return [unbroadcast(g, inputs[0].shape).astype(inputs[0].dtype, copy=False), None]
+
+
+@register_backward(T.CondTakeOp)
+def _cond_take_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """The taken values' gradient goes back to their positions; the mask has none."""
+    g = grads[0]
+    if g is None:
+        return [None, None]
+    data = inputs[0]
+    out = np.zeros(data.size, dtype=g.dtype)
+    out[outputs[1]] = g
+    return [out.reshape(data.shape), None]
+
+
 @register_backward(T.DimshuffleOp)
 def _dimshuffle_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
@@ -742,8 +773,13 @@ def _resize_backward(
     """Resize is y = Ah x Aw^T per image, so dx = Ah^T g Aw."""
     (x,) = inputs
     g = _only_grad(grads)
-    ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
-    aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
+    if params["imode"] == enums.InterpolationMode.CUBIC:
+        from semantics.image_kernels import cubic_matrix
+
+        ah, aw = cubic_matrix(x.shape[2], g.shape[2]), cubic_matrix(x.shape[3], g.shape[3])
+    else:
+        ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
+        aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
     return [np.einsum("oh,ncop,pw->nchw", ah, g.astype(np.float64), aw).astype(x.dtype)]
 
 
@@ -1258,6 +1294,8 @@ def _install_tensor_rules() -> None:
     TENSOR_BACKWARD[T.ReshapeOp] = lambda x, y, g, p: [g.reshape(x[0].shape)]
     TENSOR_BACKWARD[T.AxisAddRemoveOp] = lambda x, y, g, p: [g.reshape(x[0].shape)]
     TENSOR_BACKWARD[T.BroadcastOp] = lambda x, y, g, p: [_tensor_unbroadcast(g, x[0].shape)]
+    TENSOR_BACKWARD[T.ReshapeToOp] = lambda x, y, g, p: [g.reshape(x[0].shape), None]
+    TENSOR_BACKWARD[T.BroadcastToOp] = lambda x, y, g, p: [_tensor_unbroadcast(g, x[0].shape), None]
     TENSOR_BACKWARD[T.TypeCvtOp] = lambda x, y, g, p: [
         g.astype(x[0].dtype) if x[0].dtype.kind == "f" and y[0].dtype.kind == "f" else None
     ]
@@ -1337,3 +1375,13 @@ from compiler.autodiff.vision import RULES as _VISION_RULES  # noqa: E402
 
 for _cls, _rule in _VISION_RULES.items():
     register_backward(_cls)(_rule)
+
+
+@register_backward(T.SVDOp)
+def _svd_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    from semantics.linalg_kernels import svd_backward
+
+    x = np.asarray(inputs[0])
+    return [svd_backward(x, outputs, grads, params).astype(x.dtype)]

@@ -260,6 +260,12 @@ class CallMethod(_Call):
         if isinstance(obj, Module) and self.method == "__call__":
             _preflight(type(obj).forward, type(obj).__name__, (obj, *args), kwargs, self, owner=obj)
             result = obj(*args, **kwargs)
+        elif isinstance(obj, Tensor) and self.method == "__setitem__":
+            # the update lands on a copy: the input value may be a module's own tensor
+            from compiler.functional import copy
+
+            result = copy(obj)  # an op, so a jit trace of this replay keeps the dependence on obj
+            result[args[0]] = args[1]
         elif isinstance(obj, Tensor):
             policy.check_tensor_method(self.method)
             result = getattr(obj, self.method)(*args, **kwargs)
@@ -285,7 +291,8 @@ def _preflight(fn: Callable[..., Any], name: str, args: Sequence[Any], kwargs: d
 
 
 class CallFunction(_Call):
-    """A ``compiler.functional`` call; ``func`` is ``(module, qualname)``, never a function object."""
+    """A ``compiler.functional`` call (or of a function registered with ``wrap``); the graph names
+    the function by ``(module, qualname)``, never holds the function object."""
 
     def __init__(
         self,
@@ -298,18 +305,47 @@ class CallFunction(_Call):
         super().__init__(expr_id, inputs, arg_spec, out_spec)
         self.func = func
 
-    def _callee(self) -> Callable[..., Any]:
-        fn = policy.resolve_function(*self.func)
+    # The graph stores (and pickles) the ``(module, qualname)`` key; reading ``expr.func`` gives
+    # the function it names, as in MegEngine (``expr.func == F.relu``)
+    _func: tuple[str, str]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "func" in state:  # pickled by an xmge that stored the key as ``func``
+            state = dict(state)
+            state["_func"] = tuple(state.pop("func"))
+        vars(self).update(state)
+
+    @property
+    def func_key(self) -> tuple[str, str]:
+        """``(module, qualname)`` of the function this expression calls."""
+        return self._func
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        """The function called (resolved from :attr:`func_key`)."""
+        fn = policy.resolve_function(*self.func_key)
         return getattr(fn, "__wrapped__", fn)
 
+    @func.setter
+    def func(self, value: Callable[..., Any] | tuple[str, str]) -> None:
+        key = tuple(value) if isinstance(value, tuple | list) else function_key(value)
+        if len(key) != 2 or not all(isinstance(k, str) for k in key):
+            raise policy.TracedModuleError(
+                f"CallFunction.func: expected a function or (module, qualname), got {value!r}"
+            )
+        self._func = key  # type: ignore[assignment]
+
+    def _callee(self) -> Callable[..., Any]:
+        return self.func
+
     def interpret(self, *values: Any) -> list[Any]:
-        fn = policy.resolve_function(*self.func)
+        fn = policy.resolve_function(*self.func_key)
         args, kwargs = self._call_args(values)
-        _preflight(getattr(fn, "__wrapped__", fn), self.func[1].rpartition(".")[2], args, kwargs, self)
+        _preflight(getattr(fn, "__wrapped__", fn), self.func_key[1].rpartition(".")[2], args, kwargs, self)
         return _flatten_result(self, fn(*args, **kwargs), self.out_spec)
 
     def _rhs(self) -> str:
-        module, qualname = self.func
+        module, qualname = self.func_key
         return f"{module.rpartition('.')[2]}.{qualname}({self._arg_text(self.inputs)})"
 
 
@@ -381,7 +417,7 @@ def is_call_function(
     if func is None:
         return True
     funcs = func if isinstance(func, Sequence) else (func,)
-    return any(expr.func == function_key(f) for f in funcs)
+    return any(expr.func_key == function_key(f) for f in funcs)
 
 
 def function_key(func: Callable[..., Any]) -> tuple[str, str]:

@@ -43,7 +43,7 @@ class ExprFilter(_Filter):
         """``CallFunction`` expressions (of ``func``, e.g. ``F.relu``, if given)."""
         key = None if func is None else function_key(func)
         return ExprFilter(
-            e for e in self if isinstance(e, CallFunction) and (key is None or tuple(e.func) == key)
+            e for e in self if isinstance(e, CallFunction) and (key is None or e.func_key == key)
         )
 
     def call_method(self, method: str | None = None) -> ExprFilter:

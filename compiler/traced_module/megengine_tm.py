@@ -581,12 +581,13 @@ def _expr(rec: Any, nodes: dict[int, Node], graph: InternalGraph) -> Expr:
 
 def _check_binds(expr: CallFunction) -> None:
     # MegEngine binds every parameter; the xmge function must accept the same call
-    fn = policy.resolve_function(*expr.func)
+    fn = policy.resolve_function(*expr.func_key)
     args, kwargs = pytree.unflatten(expr.arg_spec, iter([None] * len(expr.inputs)))
     try:
         inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as exc:
-        raise _refuse(f"expression %{expr.id} ({expr.func[1]})", f"xmge's signature differs: {exc}") from None
+        where = f"expression %{expr.id} ({expr.func_key[1]})"
+        raise _refuse(where, f"xmge's signature differs: {exc}") from None
 
 
 def load_megengine_tm(f: str | os.PathLike[str] | IO[bytes] | bytes) -> TracedModule:

@@ -26,9 +26,23 @@ class GraphMember:
     _id: int
     _top_graph: InternalGraph | None
 
+    # MegEngine numbers nodes and expressions from process-wide counters; xmge numbers them per
+    # traced module (the graph's ``_total_ids``), so this counter is only what code reads back
+    _next_id_hint = 0
+
     @property
     def id(self) -> int:
         return self._id
+
+    @classmethod
+    def _get_next_id(cls) -> int:
+        return cls._next_id_hint
+
+    @classmethod
+    def _set_next_id(cls, id: int = 0) -> None:
+        if not isinstance(id, int):
+            raise TypeError(f"_set_next_id: expected an int, got {type(id).__name__}")
+        cls._next_id_hint = id
 
     @property
     def top_graph(self) -> InternalGraph | None:
@@ -141,9 +155,20 @@ class TensorNode(Node):
         self._shape = tuple(int(d) for d in shape)
         self._dtype = np.dtype(dtype)
 
+    _value: Any = None  # class default: graphs pickled before nodes held values load unchanged
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self._shape
+
+    @property
+    def value(self) -> Any:
+        """The Tensor bound to this node (MegEngine's ``TensorNode.value``); ``None`` unless set."""
+        return self._value
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self._value = value
 
     @property
     def dtype(self) -> np.dtype:

@@ -91,7 +91,7 @@ def _bn_params(
             float(bn.eps),
             e.inputs[1],
         )  # type: ignore[attr-defined]
-    if not (isinstance(e, CallFunction) and tuple(e.func) == function_key(F.batch_norm)):
+    if not (isinstance(e, CallFunction) and e.func_key == function_key(F.batch_norm)):
         return None
     args = e.named_args
     if args.get("training", False) or not isinstance(args.get("inp"), Node):
@@ -141,7 +141,7 @@ def _fuse_conv_bn(graph: InternalGraph) -> int:
             w, b = _fold_arrays(conv.weight.numpy(), _arr(conv.bias), mean, var, gamma, beta, eps)  # type: ignore[attr-defined]
             conv.weight = Parameter(w)  # type: ignore[attr-defined]
             conv.bias = Parameter(b)  # type: ignore[attr-defined]
-        elif isinstance(conv_expr, CallFunction) and tuple(conv_expr.func) == function_key(F.conv2d):
+        elif isinstance(conv_expr, CallFunction) and conv_expr.func_key == function_key(F.conv2d):
             args = conv_expr.named_args
             wv, bv = _value(args.get("weight")), _value(args.get("bias"))
             if wv is _UNKNOWN or bv is _UNKNOWN or wv is None:

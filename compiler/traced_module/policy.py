@@ -20,6 +20,11 @@ class TracedModuleError(XmgeError, ValueError):
     """A traced module cannot be built, replayed or loaded as asked."""
 
 
+class NameInUseError(TracedModuleError, AssertionError):
+    """A node or graph renamed to a name its graph already uses (an AssertionError too, as
+    MegEngine checks it with an assertion)."""
+
+
 # the modules whose public functions CallFunction may name (where their __module__ points)
 FUNCTION_MODULES = (
     "compiler.functional",
@@ -29,14 +34,24 @@ FUNCTION_MODULES = (
     "compiler.functional.tensor",
     "compiler.functional.loss",
     "compiler.functional.quantized",
+    "compiler.functional.vision",
+    "compiler.functional.metric",
+    "compiler.functional.utils",
 )
+
+
+def _is_functional_module(module: str) -> bool:
+    """A public module of ``compiler.functional`` (where a function a graph names is defined:
+    ``F.nn.instance_norm`` lives in ``compiler.functional.norms``)."""
+    parts = module.split(".")
+    return parts[:2] == ["compiler", "functional"] and not any(p.startswith("_") for p in parts)
 
 # Tensor methods recorded as CallMethod on a tensor node (and the only ones a graph may call)
 TENSOR_METHODS = frozenset(
     """__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __floordiv__
     __rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __lt__ __le__ __gt__ __ge__ __eq__ __ne__
     __and__ __rand__ __or__ __ror__ __xor__ __rxor__ __invert__ __neg__ __abs__ __matmul__
-    __rmatmul__ __getitem__ reshape transpose flatten astype sum mean max min prod""".split()
+    __rmatmul__ __getitem__ __setitem__ reshape transpose flatten astype sum mean max min prod""".split()
 )
 
 
@@ -77,7 +92,7 @@ def resolve_function(module: str, qualname: str) -> Any:
     user = _USER_FUNCTIONS.get((module, qualname))
     if user is not None:
         return user
-    if module not in FUNCTION_MODULES or not qualname.isidentifier() or qualname.startswith("_"):
+    if not _is_functional_module(module) or not qualname.isidentifier() or qualname.startswith("_"):
         raise TracedModuleError(
             f"traced graph names function {module}.{qualname}, which is not xmge functional API"
         )
@@ -174,35 +189,67 @@ def expr_checker_enabled() -> bool:
     return _expr_checker
 
 
+_BUILTIN_CLASSES: frozenset[type] | None = None
+
+
+def _builtin_classes() -> frozenset[type]:
+    """As MegEngine: every Module class that ``module``, ``module.qat`` and ``module.quantized``
+    export (but ``Sequential``), and the observers and fake quantizers. Exact classes only: a
+    user's subclass is the user's code, traced into."""
+    global _BUILTIN_CLASSES
+    if _BUILTIN_CLASSES is None:
+        import compiler.module as M
+        from compiler.module import qat, quantized
+        from compiler.module.module import Module
+        from compiler.quantization import fake_quant, observer
+
+        found: set[type] = set()
+        for namespace in (M, qat, quantized, observer, fake_quant):
+            for value in vars(namespace).values():
+                if isinstance(value, type) and issubclass(value, Module):
+                    found.add(value)
+        found.discard(M.Sequential)
+        found.discard(Module)
+        _BUILTIN_CLASSES = frozenset(found)
+    return _BUILTIN_CLASSES
+
+
 def is_builtin_layer(module: Any) -> bool:
     """Built-in layers stay calls in the graph; everything else (user modules, ``Sequential``, whose
-    forward is Python control flow over its children) is traced into a nested TracedModule."""
-    from compiler.module.layers import Sequential
+    forward is Python control flow over its children) is traced into a nested TracedModule.
+    Observers and fake quantizers, a user's subclasses included, are always calls (as in
+    MegEngine: quantization reads their state, never their graph)."""
+    from compiler.quantization.fake_quant import _FakeQuantize
+    from compiler.quantization.observer import Observer
 
-    if type(module) in _USER_BUILTINS:
+    if type(module) in _USER_BUILTINS or type(module) in _builtin_classes():
         return True
-    return type(module).__module__ == "compiler.module.layers" and not isinstance(module, Sequential)
+    return isinstance(module, Observer | _FakeQuantize)
 
 
 def builtin_layer_classes() -> list[type]:
-    import compiler.module as M
-    from compiler.module.module import Module
+    return sorted(_builtin_classes(), key=lambda c: (c.__module__, c.__qualname__))
 
-    return [
-        obj
-        for name in M.__all__
-        if isinstance(obj := getattr(M, name), type) and issubclass(obj, Module) and obj is not Module
-    ]
+
+def _family(module: str) -> str:
+    parts = module.split(".")
+    return "qat" if "qat" in parts else "quantized" if "quantized" in parts else ""
 
 
 def module_class(type_name: str) -> type | None:
     """The class a ModuleNode's ``type_name`` names, where it is one this package can name safely: a
-    built-in layer (xmge's or MegEngine's dotted name, matched by class name) or ``TracedModule``.
-    ``None`` for user classes, which a graph never imports."""
+    built-in layer (xmge's or MegEngine's dotted name: the exact class, else the one of that class
+    name in the same family, float/qat/quantized) or ``TracedModule``. ``None`` for user classes,
+    which a graph never imports."""
     module, _, cls_name = type_name.rpartition(".")
-    if module.startswith(("compiler.module", "megengine.module")):
-        for cls in builtin_layer_classes():
-            if cls.__name__ == cls_name:
+    packages = ("compiler.module", "megengine.module", "compiler.quantization", "megengine.quantization")
+    if module.startswith(packages):
+        named = [c for c in _builtin_classes() if c.__name__ == cls_name]
+        for cls in named:
+            if cls.__module__ == module:
+                return cls
+        for cls in named:
+            if _family(cls.__module__) == _family(module):
                 return cls
     if type_name == "compiler.traced_module.traced_module.TracedModule":
         from compiler.traced_module.traced_module import TracedModule

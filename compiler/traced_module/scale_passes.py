@@ -41,7 +41,13 @@ class ScalarStep:
     c: float
 
 
-def _const_value(v: Any) -> Any:
+# how many expressions deep a value computed only from constants is evaluated (``self.scale[0]``)
+_CONST_DEPTH = 4
+
+
+def _const_value(v: Any, depth: int = _CONST_DEPTH) -> Any:
+    """The value of a node every input of which is constant: a Constant, a module's tensor, or a
+    Tensor method or function of such values (``self.scale[0]``); ``None`` for anything else."""
     if isinstance(v, Node):
         expr = v.expr
         if isinstance(expr, Constant):
@@ -52,18 +58,26 @@ def _const_value(v: Any) -> Any:
             and expr.inputs[0].owner is not None
         ):
             return expr.interpret(expr.inputs[0].owner)[0]
+        if depth > 0 and isinstance(expr, CallMethod | CallFunction) and len(expr.outputs) == 1:
+            if isinstance(expr, CallMethod) and not isinstance(expr.inputs[0], TensorNode):
+                return None  # a module call: its state may change between calls
+            values = [_const_value(n, depth - 1) for n in expr.inputs]
+            if any(val is None for val in values):
+                return None
+            return expr.interpret(*values)[0]
         return None
     return v
 
 
 def _scalar(v: Any) -> float | None:
-    """A Python number or a one-element float constant tensor as a float; None otherwise."""
+    """A Python number or a one-element float or integer constant tensor as a float; None
+    otherwise."""
     value = _const_value(v)
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
         return float(value)
-    if isinstance(value, Tensor) and value.shape in ((), (1,)) and value.dtype.kind == "f":
+    if isinstance(value, Tensor) and value.shape in ((), (1,)) and value.dtype.kind in "fiu":
         return float(value.numpy().reshape(-1)[0])
     return None
 
@@ -103,7 +117,7 @@ def _operands(expr: Expr) -> tuple[str, list[Any]] | None:
             return None
         return _METHODS[expr.method], args
     if isinstance(expr, CallFunction):
-        op = _functions().get(tuple(expr.func))  # type: ignore[arg-type]
+        op = _functions().get(expr.func_key)  # type: ignore[arg-type]
         if op is None:
             return None
         named = expr.named_args
@@ -223,7 +237,7 @@ def _transparent(expr: Expr, s: float) -> list[TensorNode] | None:
             return [obj, other] if _is_variable(other) else None
         return None
     if isinstance(expr, CallFunction):
-        key = tuple(expr.func)
+        key = expr.func_key
         named = expr.named_args
         if key in positive_only and s > 0 or key in any_sign:
             return [named["inp"] if "inp" in named else named["x"]]
@@ -245,7 +259,7 @@ def _conv_target(expr: Expr, module_calls: dict[int, int]) -> Any:
         if type(module) is L.Conv2d and module_calls.get(id(module)) == 1:
             return module
         return None
-    if isinstance(expr, CallFunction) and tuple(expr.func) == function_key(F.conv2d):
+    if isinstance(expr, CallFunction) and expr.func_key == function_key(F.conv2d):
         named = expr.named_args
         w, b = _const_value(named.get("weight")), named.get("bias")
         if isinstance(w, Tensor) and (b is None or isinstance(_const_value(b), Tensor)):
@@ -290,17 +304,21 @@ def _plan(
     return (adds, convs) if convs else None
 
 
-def _scale_add(expr: Expr, s: float) -> None:
+def _scale_add(graph: InternalGraph, expr: Expr, s: float) -> None:
     step = scalar_step(expr)
     assert step is not None and step.kind == "add"
     c = step.c * s
+    if isinstance(expr, CallMethod) and expr.inputs[0] is not step.x:
+        # ``c + x`` called on the constant: a new ``x + c * s`` takes its place
+        graph.replace_node({expr.outputs[0]: _insert_step(graph, expr, step.x, "add", c)})
+        return
     if isinstance(expr, CallMethod):
         expr.set_args_kwargs(expr.inputs[0], -c if expr.method == "__sub__" else c)
         return
     named = expr.named_args
     var_name = "x" if named["x"] is step.x else "y"
     const_name = "y" if var_name == "x" else "x"
-    is_sub = tuple(expr.func)[1] == "sub"  # type: ignore[attr-defined]
+    is_sub = expr.func_key[1] == "sub"  # type: ignore[attr-defined]
     expr.set_arg(const_name, -c if is_sub else c)
 
 
@@ -340,7 +358,7 @@ def backward_fold_scale(graph: InternalGraph) -> int:
                 continue
             adds, convs = plan
             for add in adds:
-                _scale_add(add, step.c)
+                _scale_add(graph, add, step.c)
             for conv in convs:
                 _scale_conv(conv, step.c)
             graph.replace_node({expr.outputs[0]: step.x})

@@ -68,7 +68,7 @@ register_tensor_method_loader = _registrar(TENSORMETHOD_LOADER, "tensor method")
 
 
 def load_functional(expr: Any) -> None:
-    loader = FUNCTIONAL_LOADER.get(_canon(tuple(expr.func)))
+    loader = FUNCTIONAL_LOADER.get(_canon(expr.func_key))
     if loader is not None:
         loader(expr)
 

@@ -242,6 +242,8 @@ def _inline(
     for expr in exprs:
         expr.inputs[:] = [_resolve(subst, n) for n in expr.inputs]
         sub = tm._called_graph(expr)
+        if sub is not None and getattr(getattr(expr.inputs[0], "owner", None), "is_qat", False):
+            sub = None  # a QAT module's graph stays whole, so quantization tools still find it
         if sub is None:
             if prefix:
                 for node in expr.outputs:

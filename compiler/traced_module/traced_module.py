@@ -129,7 +129,9 @@ class InternalGraph:
         if not new_name.isidentifier():
             raise TracedModuleError(f"{new_name!r} is not a valid node name")
         if any(n.name == new_name for n in self.nodes(recursive=False) if n is not node):
-            raise TracedModuleError(f"the name {new_name!r} is already used in {self._name}; choose another")
+            raise policy.NameInUseError(
+                f"the name {new_name!r} is already used in {self._name}; choose another"
+            )
         self._used_names.pop(node._name, None)
         self._used_names.setdefault(new_name, 0)
         node._name = new_name
@@ -197,9 +199,36 @@ class InternalGraph:
     def name(self) -> str:
         return self._name
 
+    @name.setter
+    def name(self, new_name: str) -> None:
+        """Rename the graph (node names are matched as ``<graph name>_<node name>``); a sub-module's
+        graph name must be free among the names of the graph that calls it."""
+        if not isinstance(new_name, str) or not new_name:
+            raise TracedModuleError(f"graph name must be a non-empty str, got {new_name!r}")
+        parent = self._top_graph
+        if parent is not None:
+            if new_name != self._name and new_name in parent._used_names:
+                raise policy.NameInUseError(
+                    f"the name {new_name!r} is already used in {parent._name}; choose another"
+                )
+            parent._used_names.setdefault(new_name, 0)
+        self._name = new_name
+
     @property
     def qualname(self) -> str:
         return self._qualname
+
+    def _reset_ids(self) -> None:
+        """Number this graph's expressions and nodes (its sub-graphs' included) from 0 in order,
+        and the shared counter after them (MegEngine's ``_reset_ids``)."""
+        exprs = self.exprs(recursive=True).as_list()
+        nodes = self.nodes(recursive=True).as_list()
+        for i, expr in enumerate(exprs):
+            expr._id = i
+        for i, node in enumerate(nodes):
+            node._id = i
+        self._total_ids[0] = len(nodes)
+        self._total_ids[1] = len(exprs)
 
     @property
     def top_graph(self) -> InternalGraph | None:
@@ -546,9 +575,20 @@ class TracedModule(Module):
     mirror the traced module's: built-in layers and tensors are shared with it, traced sub-modules
     are nested TracedModules."""
 
+    # the traced module of a QAT module keeps what quantization tools read (MegEngine does too):
+    # its flags and its observers and fake quantizers (None where it has none)
+    is_qat: bool
+    with_act: bool
+    with_weight: bool
+    act_observer: Any
+    act_fake_quant: Any
+    weight_observer: Any
+    weight_fake_quant: Any
+
     def __init__(self, graph: InternalGraph) -> None:
         super().__init__()
         self._graph = graph  # underscore: not part of state_dict or named_children
+        self.is_qat = False
         self.watch_points: list[Node] = []
         self.watch_node_value: dict[Node, Any] = {}
         self.end_points: list[Node] = []
@@ -864,6 +904,22 @@ class _Tracer:
 
         frame.record_call(make, args, kwargs, out, method.strip("_"))
 
+    def record_setitem(self, obj: Tensor, args: Sequence[Any], setitem: Callable[..., Any]) -> None:
+        """``obj[index] = value``: a ``__setitem__`` call whose output node stands for ``obj`` from
+        here on (MegEngine's in-place update, as a new value in the graph)."""
+        frame = self.frames[-1]
+        if id(obj) not in frame.nodes and id(obj) not in frame.tensor_paths:
+            # a tensor made in forward: the graph keeps its value from before the update
+            frame.bind(obj, frame.node_for(Tensor(obj)))
+        obj_node = frame.node_for(obj)
+        with self.suppressed():
+            setitem(obj, *args)
+
+        def make(i: int, inputs: list[Node], arg_spec: pytree.Spec, out_spec: pytree.Spec) -> Expr:
+            return CallMethod(i, obj_node, "__setitem__", inputs, arg_spec, out_spec)
+
+        frame.record_call(make, args, {}, obj, "setitem")
+
     # core recorder: ops no wrapper saw (called through a function object taken before tracing)
     def record(self, applied: AppliedOp) -> None:
         if not self.recording:
@@ -947,6 +1003,9 @@ def _wrap_method(method: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         session = tracer.session if tracer.at_surgery_level else None
         if session is not None:
             args, kwargs = session.to_values((args, kwargs))
+        if method == "__setitem__":
+            tracer.record_setitem(self, args, fn)
+            return None
         with tracer.suppressed():
             out = fn(self, *args, **kwargs)
         if out is NotImplemented:
@@ -1117,6 +1176,14 @@ def _mirror(
         if mirrored is not _SKIP and key not in vars(tm):
             setattr(tm, key, mirrored)
     tm.training = module.training
+    from compiler.module.qat.module import QATModule
+
+    if isinstance(module, QATModule):
+        tm.is_qat = True
+        tm.with_act, tm.with_weight = module.with_act, module.with_weight
+        for key in ("act_observer", "act_fake_quant", "weight_observer", "weight_fake_quant"):
+            if key not in vars(tm):
+                setattr(tm, key, None)
     return tm
 
 
