@@ -18,14 +18,36 @@ from compiler.tensor import Parameter, Tensor, tensor
 __version__ = "0.1.0"
 
 
+# subpackages MegEngine's ``import megengine`` makes attributes (``mge.amp.autocast``, ``mge.utils``),
+# imported on first use so ``import compiler`` stays light; ``cgtools`` is MegEngine's alias
+_LAZY = {
+    "onnx": "compiler.onnx",  # the documented compiler.onnx.load, without the ONNX reader up front
+    "amp": "compiler.amp",
+    "data": "compiler.data",
+    "distributions": "compiler.distributions",
+    "traced_module": "compiler.traced_module",
+    "utils": "compiler.utils",
+    "cgtools": "compiler.utils.comp_graph_tools",
+}
+
+
 def __getattr__(name: str) -> object:
-    # compiler.onnx (the documented compiler.onnx.load) without importing the ONNX reader for
-    # every ``import compiler``
-    if name == "onnx":
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module("compiler.onnx")
+        try:
+            return importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as exc:
+            if exc.name != _LAZY[name]:
+                raise
     raise AttributeError(f"module 'compiler' has no attribute {name!r}")
+
+
+def _full_sync() -> None:
+    """Wait for all queued device work: nothing to wait for, xmge runs each op when it is called."""
+
+
+_sync = _full_sync
 
 
 __all__ = [

@@ -97,10 +97,18 @@ class CompNode:
         return f'CompNode("{self.physical_name}" from "{self.logical_name}")'
 
 
+# MegEngine's short forms: "cpu:1" is device 0 with stream 1 ("cpu0:1"); a bare "xpu" is "xpux"
+_NO_NUMBER = re.compile(r"^([cxg]pu|rocm|multithread|cambricon|atlas)(:\d+)$")
+
+
 def device_name(device: object) -> str:
     """``device`` (a name or a CompNode) as a checked device name; MegEngine raises ValueError here."""
     if isinstance(device, CompNode):
         return device.logical_name
+    if device == "xpu":
+        device = "xpux"
+    elif isinstance(device, str) and (short := _NO_NUMBER.match(device)):
+        device = f"{short.group(1)}0{short.group(2)}"
     if not _valid_device(device):
         raise DeviceError(
             f"invalid device name {device!r}: expected a name such as 'xpux', 'cpu0' or 'cpu0:0' "

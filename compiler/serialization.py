@@ -185,10 +185,10 @@ def _neutral_numpy_names() -> dict[Any, tuple[str, str]]:
 _NEUTRAL_NAMES: dict[Any, tuple[str, str]] | None = None
 
 
-def _fresh_device_name() -> str:
-    # MegEngine writes each tensor's device as a string of its own (never a memo reference), and
-    # "xpux" means "MegEngine's default device": xmge tensors carry no device of their own
-    return "".join(("xpux", ":0"))
+def _fresh_device_name(t: Any) -> str:
+    # MegEngine writes each tensor's device (its logical name) as a string of its own, never a memo
+    # reference: a fresh str object each time
+    return "".join((t.device.logical_name,))
 
 
 class _InteropPickler(pickle._Pickler):  # type: ignore[name-defined, misc]
@@ -226,12 +226,12 @@ class _InteropPickler(pickle._Pickler):  # type: ignore[name-defined, misc]
             self.save_global(cls)
         data = t._data
         # MegEngine's Tensor.__getnewargs__: (numpy(), dtype, device.logical_name)
-        self.save((data, data.dtype, _fresh_device_name()))
+        self.save((data, data.dtype, _fresh_device_name(t)))
         # protocols 0 and 1 have no NEWOBJ: call the class, Tensor(data, dtype, device), instead
         self.write(pickle.NEWOBJ if self.proto >= 2 else pickle.REDUCE)
         self.memoize(t)
         # MegEngine's __getstate__ is {} (its __setstate__ ignores other keys, so a name rides along)
-        self.save({} if t.name is None else {"name": t.name})
+        self.save({"name": t.name} if t.name else {})
         self.write(pickle.BUILD)
 
 
@@ -824,16 +824,16 @@ class _SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
         whose state then carries the array)."""
         if not args:
             t = cls.__new__(cls)
-            t.name, t.grad = None, None
+            t.name, t.grad = "", None
             return t
         data, dtype, device = (list(args) + [None, None])[:3]
         if len(args) > 3 or not isinstance(data, np.ndarray):
             raise _refuse(f"a {cls.__name__} built from {len(args)} arguments, not (array, dtype, device)")
-        if device is not None:
-            if not isinstance(device, str):
-                raise _refuse(f"a {cls.__name__} whose device is a {type(device).__name__}")
-            self._map_device(device)
-        return _tensor_from(cls, data, dtype)
+        if device is not None and not isinstance(device, str):
+            raise _refuse(f"a {cls.__name__} whose device is a {type(device).__name__}")
+        t = _tensor_from(cls, data, dtype)
+        _place(t, device, self._map_device)
+        return t
 
     def _load_reduce(self) -> None:
         args = self.stack.pop()
@@ -958,6 +958,20 @@ def _tensor_from(cls: type, data: np.ndarray, dtype: Any) -> Any:
         raise XmgeError(f"xmge.load: cannot rebuild a saved {cls.__name__}: {exc}") from None
 
 
+def _place(t: Any, device: str | None, map_device: Callable[[str], str]) -> None:
+    """Put a loaded tensor on its saved device after ``map_location`` (all of xmge's devices are
+    host memory; the name is what ``Tensor.device`` reports, as in MegEngine)."""
+    if device is None:
+        return
+    from compiler.device import DeviceError, device_name
+
+    mapped = map_device(device)
+    try:
+        t._device = device_name(mapped)
+    except DeviceError:
+        pass  # a device name of a MegEngine build xmge does not know: the default device
+
+
 def _none_or_empty_qparams(value: Any) -> bool:
     return value is None or (isinstance(value, dict) and all(v is None for v in value.values()))
 
@@ -980,9 +994,8 @@ def _set_tensor_state(t: Any, state: Any, map_device: Callable[[str], str]) -> N
         data, dtype, device = state.pop("data"), state.pop("dtype", None), state.pop("device", None)
         if not isinstance(data, np.ndarray):
             raise _refuse(f"Tensor data of type {type(data).__name__}")
-        if isinstance(device, str):
-            map_device(device)
         t._data = _tensor_from(type(t), data, dtype)._data
+        _place(t, device if isinstance(device, str) else None, map_device)
     if "_data" in state:  # xmge's earlier form
         data = state.pop("_data")
         if not isinstance(data, np.ndarray) or data.dtype == object:

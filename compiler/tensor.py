@@ -99,6 +99,8 @@ class Tensor:
         if format != "default":
             self.format = format
         if isinstance(data, Tensor):
+            if format == "default" and data.format != "default":
+                self.format = data.format  # a tensor made from a tensor keeps its format tag
             data = data._data
         if data is None:
             data = np.zeros((), np.float32)
@@ -110,7 +112,7 @@ class Tensor:
                 self._data = np.array(data, dtype=np_dtype)
         except (ValueError, TypeError) as exc:
             raise conversion_error(f"cannot convert {type(data).__name__} to {np_dtype}: {exc}") from None
-        self.name = name
+        self.name = "" if name is None else name  # MegEngine: an unnamed tensor's name is ""
         self.grad: Tensor | None = None
         if device is not None:
             self._device = _device_name(device)
@@ -119,7 +121,7 @@ class Tensor:
     def _from_array(cls, array: np.ndarray) -> Tensor:
         t = cls.__new__(cls)
         t._data = array
-        t.name = None
+        t.name = ""
         t.grad = None
         return t
 
@@ -235,12 +237,6 @@ class Tensor:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
-
-    def __array_wrap__(self, array: np.ndarray, context: Any = None, return_scalar: bool = False) -> Tensor:
-        """A numpy ufunc applied to a Tensor gives a Tensor on its device, as in MegEngine."""
-        out = Tensor(array, dtype=array.dtype)
-        out._device = self._device
-        return out
 
     @property
     def _tuple_shape(self) -> tuple[int, ...]:
@@ -474,6 +470,28 @@ class Tensor:
 
             out = _setitem(self, index, value)
             rebind_traced(self, out)
+            self._data = out._data
+            return
+        from compiler.autodiff import _Tape
+        from compiler.core import active_recorders
+
+        tapes = [r for r in active_recorders() if isinstance(r, _Tape)]
+        if index is Ellipsis and not tapes:
+            # MegEngine's x[...] = v resets x to v: a tensor's value, dtype, format and device, or
+            # another value converted to x's dtype (with its own shape)
+            if isinstance(value, Tensor):
+                self._data, self.format, self._device = value._data, value.format, value._device
+            else:
+                self._data = Tensor(value, dtype=self.dtype)._data
+            return
+        if tapes:
+            # a GradManager records: the assignment is a SetSubtensor / IndexingSetMultiAxisVec
+            # op whose result this tensor becomes, so the gradient sees it (as MegEngine's does)
+            from compiler.functional.tensor import _setitem
+
+            out = _setitem(self, index, value)
+            for tape in tapes:
+                tape.rebind(self, out)
             self._data = out._data
             return
         data = np.array(self._data)

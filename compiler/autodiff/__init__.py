@@ -878,6 +878,21 @@ class _Tape:
         self.tracked[id(t)] = t
         self.attached.add(id(t))
 
+    def rebind(self, target: Tensor, result: Tensor) -> None:
+        """``target`` now holds ``result``'s value (an in-place ``target[i] = v``): the op that made
+        ``result`` is recorded as making ``target`` instead. Backward walks the tape in reverse, so
+        the gradient of the new version is complete before it reaches that op, and the one of the
+        old version (an input of the op) accumulates under the same id afterwards."""
+        rid = id(result)
+        for e in reversed(self.entries):
+            if rid in e.output_ids:
+                k = e.output_ids.index(rid)
+                e.output_ids[k] = id(target)
+                e.output_tensors[k] = target
+                self.tracked.pop(rid, None)
+                self.tracked[id(target)] = target
+                return
+
     def _take(self, grads: dict[int, Any], kept: dict[int, Any], ids: Sequence[int]) -> list[Any]:
         """Pop the gradients of an entry's outputs (complete once backward reaches their producer);
         those of attached tensors are kept for the caller."""
@@ -978,7 +993,10 @@ class Function:
 
         for i, t in enumerate(inputs):
             if not isinstance(t, Tensor):
-                raise TypeError(f"{type(self).__name__}: input {i} must be a Tensor, got {type(t).__name__}")
+                # MegEngine's words ("op ... expect type Tensor as inputs"), with the input's position
+                raise TypeError(
+                    f"op {type(self).__name__} expect type Tensor as inputs, got {type(t)} (input {i})"
+                )
         tapes = [r for r in active_recorders() if isinstance(r, _Tape)]
         for tape in tapes:
             pop_recorder(tape)

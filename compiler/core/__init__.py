@@ -55,6 +55,15 @@ def check_error(label: str, message: str) -> CheckError:
     return CheckError(f"{label}: {message} (at {user_location()})")
 
 
+class IndexingError(OpError, IndexError):
+    """An index that does not fit the tensor (repeated ``...``, too many indices): an IndexError
+    too, as numpy and MegEngine raise."""
+
+
+def index_error(label: str, message: str) -> IndexingError:
+    return IndexingError(f"{label}: {message} (at {user_location()})")
+
+
 def axis_error(label: str, message: str) -> AxisError:
     return AxisError(f"{label}: {message} (at {user_location()})")
 
@@ -83,6 +92,18 @@ def missing_operator(label: str, what: str, operators: str) -> MissingOperatorEr
 
 def op_error(label: str, message: str) -> OpError:
     return OpError(f"{label}: {message} (at {user_location()})")
+
+
+# the ops whose results keep an operand's "nhwc" format tag (MegEngine's FormatTransformation)
+_FORMAT_KEEPING = frozenset(
+    getattr(T, name)
+    for name in (
+        "ElemwiseOp", "ElemwiseMultiTypeOp", "TypeCvtOp", "ReshapeOp", "BroadcastOp", "SubtensorOp",
+        "SetSubtensorOp", "IncrSubtensorOp", "IndexingMultiAxisVecOp", "IndexingSetMultiAxisVecOp",
+        "IndexingIncrMultiAxisVecOp", "ConcatOp", "ResizeOp", "ConvolutionOp", "ConvBiasOp",
+        "BatchNormOp", "PoolingOp", "AdaptivePoolingOp",
+    )
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -164,10 +185,11 @@ def apply(
     outs = KERNELS[op_cls](arrays, specs, **full)
     # quantized results carry their parameters in the numpy dtype (MegEngine's metadata)
     tensors = [Tensor._from_array(conform(np.asarray(o), s.dtype)) for o, s in zip(outs, specs, strict=True)]
-    if any(t.format == "nhwc" for t in inputs):
-        # MegEngine's format propagation: results of NHWC-tagged operands stay NHWC-tagged
+    if op_cls in _FORMAT_KEEPING and any(t.format == "nhwc" for t in inputs):
+        # MegEngine's format propagation: the 4-D results of the ops that know the NHWC tag keep
+        # it; every other op (transpose, pad, reductions, ...) gives "default" results
         for t in tensors:
-            if t.ndim in (4, 5):
+            if t.ndim == 4:
                 t.format = "nhwc"
     placed = {t._device for t in inputs if t._device is not None}
     if len(placed) == 1:
@@ -215,3 +237,49 @@ def _autocast(
         if getattr(mode, "name", str(mode).upper()) in _AMP_HIGH_ELEMWISE:
             return [_cast(t, high, label) for t in inputs], params
     return inputs, params
+
+
+# ----------------------------------------------------------------------------------------------
+# MegEngine's interpreter options (``megengine.core.set_option``/``get_option``). They tune
+# MegEngine's asynchronous worker and its memory recomputation (DTR); xmge runs each op when it
+# is called, so the values are kept and read back but change nothing.
+
+_INTERPRETER_OPTIONS: dict[str, int] = {
+    "async_level": 2,
+    "enable_drop": 0,
+    "enable_host_compute": 1,
+    "max_recompute_time": 1,
+    "catch_worker_execption": 1,  # MegEngine's spelling
+    "record_computing_path": 0,
+    "enable_dtr_auto_drop": 0,
+    "enable_dtr_sqrt_sampling": 0,
+    "dtr_eviction_threshold": 0,
+    "dtr_evictee_minimum_size": 1 << 20,
+    "disable_memory_forwarding": 0,
+}
+
+
+def _check_option(fn: str, name: str) -> None:
+    if name not in _INTERPRETER_OPTIONS:
+        raise IndexError(f"{fn}: no interpreter option {name!r} (known: {sorted(_INTERPRETER_OPTIONS)})")
+
+
+def get_option(name: str) -> int:
+    """The value of interpreter option ``name``; an unknown name is an IndexError (as MegEngine's)."""
+    _check_option("get_option", name)
+    return _INTERPRETER_OPTIONS[name]
+
+
+def set_option(name: str, value: int) -> None:
+    """Set interpreter option ``name`` (bools are stored as 0/1, as MegEngine does)."""
+    _check_option("set_option", name)
+    _INTERPRETER_OPTIONS[name] = int(value)
+
+
+def __getattr__(name: str) -> Any:
+    # megengine.core.Graph (megbrain_graph imports the network nodes, which import this module)
+    if name == "Graph":
+        from compiler.core.tensor.megbrain_graph import Graph
+
+        return Graph
+    raise AttributeError(f"module 'compiler.core' has no attribute {name!r}")

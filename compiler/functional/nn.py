@@ -145,14 +145,14 @@ def _mode(label: str, enum: type[Any], value: str, what: str) -> Any:
 
 def _promote_conv_operands(label: str, inp: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
     """MegEngine's dtype promotion for convolutions: float operands of different precisions are
-    computed in the wider one (under amp, autocast decides); quantized or integer operands must
-    match."""
+    computed in the wider one, an integer operand beside a float one in the float (under amp,
+    autocast decides); quantized operands, or integers alone, must match."""
     if inp.dtype == weight.dtype:
         return inp, weight
     from compiler.core.tensor import amp as _amp
 
-    plain_floats = all(t.dtype.kind == "f" and t.dtype.metadata is None for t in (inp, weight))
-    if not plain_floats:
+    plain = all(t.dtype.kind in "fiub" and t.dtype.metadata is None for t in (inp, weight))
+    if not plain or not any(t.dtype.kind == "f" for t in (inp, weight)):
         raise op_error(label, f"input dtype {inp.dtype} differs from weight dtype {weight.dtype}")
     if _amp._enabled:
         return inp, weight
@@ -840,9 +840,9 @@ def batch_norm(
             running_mean._reset(new_mean)
             running_var._reset(new_var)
         else:
-            new_stats = (
-                Tensor(new_mean.astype(running_mean.dtype)),
-                Tensor(new_var.astype(running_var.dtype)),
+            new_stats = (  # they keep the running statistics' format tag, as MegEngine's
+                Tensor(new_mean.astype(running_mean.dtype), format=running_mean.format),
+                Tensor(new_var.astype(running_var.dtype), format=running_var.format),
             )
     from compiler.functional.elemwise import sqrt
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, axis_error, op_error, symbolic_shape
+from compiler.core import OpError, apply, axis_error, index_error, op_error, symbolic_shape
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -198,15 +198,14 @@ def split(inp: Tensor, nsplits_or_sections: int | Sequence[int], axis: int = 0) 
     if isinstance(nsplits_or_sections, int):
         n = nsplits_or_sections
         if n <= 0 or n > dim:
-            raise op_error("split", f"cannot split axis {ax} of size {dim} into {n} parts")
+            # MegEngine's words exactly: code written for it may compare them
+            raise OpError(f"The size {dim} at dim {ax} cannot be split into {n} sections")
         base, extra = divmod(dim, n)
         sizes = [base + (1 if i < extra else 0) for i in range(n)]
     else:
         points = [0, *[int(p) for p in nsplits_or_sections], dim]
         if any(b < a for a, b in zip(points, points[1:], strict=False)):
-            raise op_error(
-                "split", f"split points {list(nsplits_or_sections)} must be increasing within {dim}"
-            )
+            raise OpError(f"Invalid nsplits_or_secions: {list(nsplits_or_sections)}")
         sizes = [b - a for a, b in zip(points, points[1:], strict=False)]
     return apply(T.SplitOp, [inp], label="split", axis=ax, sizes=tuple(sizes))
 
@@ -235,26 +234,75 @@ def where(mask: Tensor, x: Any, y: Any) -> Tensor:
 
 
 def _is_vector_index(item: Any) -> bool:
-    return isinstance(item, Tensor | list | np.ndarray)
+    return isinstance(item, Tensor | list | tuple | np.ndarray)
+
+
+def _index_items(label: str, inp: Tensor, index: Any) -> list[Any]:
+    """The index as numpy reads it, one item per axis of the result's source: ``...`` expanded,
+    missing trailing axes as whole slices, nested tuples and lists as index vectors (numpy arrays),
+    and each boolean mask replaced by the index vectors of its true positions (read from its value
+    now: the result's size depends on the data, as in MegEngine). Items: int, slice, None, an
+    integer index (Tensor or array). Repeated ``...`` or too many indices are IndexErrors."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    items: list[Any] = []
+    for item in index:
+        if isinstance(item, list | tuple):
+            item = np.asarray(item)
+            if item.dtype == np.float64 and item.size == 0:
+                item = item.astype(np.int32)
+        arr = item._data if isinstance(item, Tensor) else item if isinstance(item, np.ndarray) else None
+        if arr is not None and arr.dtype == np.bool_:
+            items.extend(np.nonzero(arr))
+        else:
+            items.append(item)
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        raise index_error(label, "only one ellipsis (...) is allowed")
+    n_real = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if n_real > inp.ndim:
+        raise index_error(label, f"too many indices: the tensor is {inp.ndim}-D, but {n_real} were indexed")
+    out: list[Any] = []
+    for i in items:
+        out.extend([slice(None)] * (inp.ndim - n_real) if i is Ellipsis else [i])
+    return out
 
 
 def _getitem(inp: Tensor, index: Any) -> Tensor:
-    """Basic indexing with ints, slices, ``None`` and ``...``: one ``mgb.subtensor`` (+ axis adds);
-    integer tensors/lists on some axes (others whole): ``mgb.indexing_multi_axis_vec``."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    if any(_is_vector_index(i) for i in index):
-        ints = [isinstance(i, int | np.integer) and not isinstance(i, bool) for i in index]
-        if any(ints) and not any(i is Ellipsis or i is None for i in index):
-            # ints beside tensors: take the ints first (a subtensor drops their axes), then the
-            # tensors on the axes left, which stay adjacent as numpy places them when they were
-            pairs = list(zip(index, ints, strict=True))
-            picked = _getitem(inp, tuple(i if is_int else slice(None) for i, is_int in pairs))
-            return _getitem(picked, tuple(i for i, is_int in pairs if not is_int))
-        index = _masks_as_indices(inp, index)
-        axes, indices = _vector_index("getitem", inp, index)
-        (out,) = apply(T.IndexingMultiAxisVecOp, [inp, *indices], label="getitem", axes=axes)
-        return out
+    """numpy indexing, as MegEngine's ``__getitem__``: ints, slices, ``None`` and ``...`` are one
+    ``mgb.subtensor`` (+ axis adds); integer vectors or boolean masks (with ints among them taken
+    as 0-d index vectors) are an ``mgb.indexing_multi_axis_vec`` on the result of the slices."""
+    items = _index_items("getitem", inp, index)
+    if not any(_is_vector_index(i) for i in items):
+        return _basic_getitem(inp, tuple(items))
+    x = inp
+    news = [k for k, i in enumerate(items) if i is None]
+    if news:  # numpy: a None is a new axis of size 1, whole-sliced
+        x = _axis_add_remove(x, [enums.AxisMethod.ADD_1] * len(news), news, "getitem")
+        items = [slice(None) if i is None else i for i in items]
+    x = _basic_getitem(x, tuple(i if isinstance(i, slice) else slice(None) for i in items))
+    axes = [k for k, i in enumerate(items) if not isinstance(i, slice)]
+    indices = [_index_tensor("getitem", items[k]) for k in axes]
+    (out,) = apply(T.IndexingMultiAxisVecOp, [x, *indices], label="getitem", axes=tuple(axes))
+    return out
+
+
+def _index_tensor(label: str, item: Any) -> Tensor:
+    """An int32 index tensor for an integer vector, array or int."""
+    if isinstance(item, Tensor):
+        idx = item
+    else:
+        try:
+            arr = np.asarray(operator.index(item) if not isinstance(item, np.ndarray) else item)
+        except TypeError:
+            what = f"index {item!r} ({type(item).__name__})"
+            raise op_error(label, f"{what} is not an int, slice, None or ...") from None
+        idx = Tensor(arr.astype(np.int32) if arr.dtype.kind in "iu" else arr)
+    if idx.dtype.kind not in "iu":
+        raise op_error(label, f"index tensors must hold integers or bools, got {idx.dtype}")
+    return idx if idx.dtype == np.int32 else astype(idx, "int32")
+
+
+def _basic_getitem(inp: Tensor, index: tuple[Any, ...]) -> Tensor:
     params, new_axes = _basic_index("getitem", inp, index)
     out = inp
     if params["axes"]:
@@ -264,72 +312,34 @@ def _getitem(inp: Tensor, index: Any) -> Tensor:
     return out
 
 
-def _masks_as_indices(inp: Tensor, index: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A boolean mask over k axes becomes k integer index vectors (its true positions, read from
-    its value now: the result's size depends on the data, as MegEngine's does)."""
-    out: list[Any] = []
-    for item in index:
-        arr = item.numpy() if isinstance(item, Tensor) else item if isinstance(item, np.ndarray) else None
-        if arr is not None and arr.dtype == np.bool_:
-            out.extend(np.nonzero(arr))
-        else:
-            out.append(item)
-    return tuple(out)
-
-
-def _vector_index(label: str, inp: Tensor, index: tuple[Any, ...]) -> tuple[tuple[int, ...], list[Tensor]]:
-    """Axes and int32 index tensors of an advanced index: integer tensors/lists on some axes,
-    whole slices (``:`` or ``...``) on the others, as MegEngine's IndexingMultiAxisVec takes them."""
-    if sum(1 for i in index if i is Ellipsis) > 1:
-        raise op_error(label, "only one ... is allowed")
-    n_real = sum(1 for i in index if i is not Ellipsis)
-    if n_real > inp.ndim:
-        raise op_error(label, f"too many indices for a {inp.ndim}-D tensor")
-    expanded: list[Any] = []
-    for i in index:
-        expanded.extend([slice(None)] * (inp.ndim - n_real) if i is Ellipsis else [i])
-    axes: list[int] = []
-    indices: list[Tensor] = []
-    for axis, item in enumerate(expanded):
-        if _is_vector_index(item):
-            arr = None if isinstance(item, Tensor) else np.asarray(item)
-            idx = item if arr is None else Tensor(arr.astype(np.int32) if arr.size == 0 else arr)
-            if idx.dtype.kind not in "iu":
-                raise op_error(
-                    label, f"index tensors must hold integers, got {idx.dtype} (bool masks are not supported)"
-                )
-            if idx.dtype != np.int32:
-                idx = astype(idx, "int32")
-            axes.append(axis)
-            indices.append(idx)
-        elif item != slice(None):
-            raise op_error(
-                label,
-                f"an index mixing tensors with {item!r} is not supported; use whole slices beside tensors",
-            )
-    return tuple(axes), indices
-
-
 def _setitem(inp: Tensor, index: Any, value: Any) -> Tensor:
-    """``inp`` with ``inp[index] = value`` applied: ``mgb.set_subtensor`` for basic indices,
-    ``mgb.indexing_set_multi_axis_vec`` for integer tensors; ``value`` is cast to ``inp``'s dtype
-    and broadcast to the selection (as MegEngine's ``__setitem__`` does)."""
-    if not isinstance(index, tuple):
-        index = (index,)
+    """``inp`` with ``inp[index] = value`` applied (numpy's index rules, as :func:`_getitem`):
+    ``mgb.set_subtensor`` for basic indices, ``mgb.indexing_set_multi_axis_vec`` for integer vectors
+    and masks (on the sub-tensor the slices select, written back); ``value`` is cast to ``inp``'s
+    dtype and broadcast to the selection (as MegEngine's ``__setitem__`` does)."""
     value = as_tensor(value, like=inp)
     if value.dtype != inp.dtype:
         value = astype(value, inp.dtype)
-    if any(_is_vector_index(i) for i in index):
-        axes, indices = _vector_index("setitem", inp, index)
+    items = _index_items("setitem", inp, index)
+    if any(i is None for i in items):
+        raise op_error("setitem", "None (a new axis) is not allowed in an assignment index")
+    if any(_is_vector_index(i) for i in items):
+        basic = tuple(i if isinstance(i, slice) else slice(None) for i in items)
+        whole = all(b == slice(None) for b in basic)
+        sub = inp if whole else _basic_getitem(inp, basic)
+        axes = tuple(k for k, i in enumerate(items) if not isinstance(i, slice))
+        indices = [_index_tensor("setitem", items[k]) for k in axes]
         (want,) = T.IndexingMultiAxisVecOp.infer(
-            [tensor_type(inp.shape, inp.dtype), *(tensor_type(i.shape, i.dtype) for i in indices)], axes=axes
+            [tensor_type(sub.shape, sub.dtype), *(tensor_type(i.shape, i.dtype) for i in indices)], axes=axes
         )
         value = _broadcast_value(value, tuple(want.get_shape()))
-        (out,) = apply(T.IndexingSetMultiAxisVecOp, [inp, value, *indices], label="setitem", axes=axes)
+        (out,) = apply(T.IndexingSetMultiAxisVecOp, [sub, value, *indices], label="setitem", axes=axes)
+        if whole:
+            return out
+        params, _ = _basic_index("setitem", inp, basic)
+        (out,) = apply(T.SetSubtensorOp, [inp, out], label="setitem", **params)
         return out
-    if any(i is None for i in index):
-        raise op_error("setitem", "None (a new axis) is not allowed in an assignment index")
-    params, _ = _basic_index("setitem", inp, index)
+    params, _ = _basic_index("setitem", inp, tuple(items))
     want = tuple(np.empty(inp.shape, np.bool_)[tuple(_numpy_key(inp.ndim, params))].shape)
     value = _broadcast_value(value, want)
     (out,) = apply(T.SetSubtensorOp, [inp, value], label="setitem", **params)

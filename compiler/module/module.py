@@ -101,75 +101,102 @@ class Module:
             child._assign_names()
 
     # -- discovery (MegEngine's ``Module._flatten``) ------------------------------------------------
-    def _flatten_items(self, kind: type | tuple[type, ...]) -> Iterator[tuple[str, Any]]:
+    def _flatten_items(
+        self, kind: type | tuple[type, ...], strict: bool = False
+    ) -> Iterator[tuple[str, Any]]:
         """This module's own attributes of ``kind``: attribute names sorted as strings, lists and
-        tuples expanded in order, dicts by sorted key, as MegEngine does."""
+        tuples expanded in order, dicts by sorted key, as MegEngine does. ``strict``: a non-str dict
+        key leading to a Tensor or Module is MegEngine's AssertionError (else it is named by str)."""
         attrs = vars(self)
         for key in sorted(attrs):
-            yield from _flatten(key, attrs[key], kind)
+            for expanded, leaf in _expand_structure(key, attrs[key], strict):
+                if isinstance(leaf, kind):
+                    yield expanded, leaf
 
     def _flatten(
         self,
         *,
         recursive: bool = True,
+        with_key: bool = False,
+        with_parent: bool = False,
         prefix: str | None = None,
         predicate: Callable[[Any], bool] = lambda _: True,
         seen: set[int] | None = None,
-    ) -> Iterator[tuple[str, Any]]:
-        """Depth-first (key, object) pairs of Tensors and Modules, each object once."""
+    ) -> Iterator[Any]:
+        """Depth-first Tensors and Modules that satisfy ``predicate``, each object once: the objects,
+        or ``(key, obj)`` with ``with_key``, ``(obj, parent)`` with ``with_parent``, ``(key, obj,
+        parent)`` with both (MegEngine's ``Module._flatten``)."""
         if seen is None:
             seen = {id(self)}
         base = "" if prefix is None else prefix + "."
-        for key, leaf in self._flatten_items((Tensor, Module)):
+        for key, leaf in self._flatten_items((Tensor, Module), strict=True):
             if id(leaf) in seen:
                 continue
             seen.add(id(leaf))
             if predicate(leaf):
-                yield base + key, leaf
+                if with_key and with_parent:
+                    yield base + key, leaf, self
+                elif with_key:
+                    yield base + key, leaf
+                elif with_parent:
+                    yield leaf, self
+                else:
+                    yield leaf
             if recursive and isinstance(leaf, Module):
-                yield from leaf._flatten(recursive=True, prefix=base + key, predicate=predicate, seen=seen)
+                yield from leaf._flatten(
+                    recursive=True, with_key=with_key, with_parent=with_parent,
+                    prefix=base + key if with_key else None, predicate=predicate, seen=seen,
+                )  # fmt: skip
 
-    def named_children(self) -> Iterator[tuple[str, Module]]:
-        yield from self._flatten(recursive=False, predicate=_is_module)
+    def named_children(self, **kwargs: Any) -> Iterator[tuple[str, Module]]:
+        yield from self._flatten(with_key=True, recursive=False, predicate=_is_module, **kwargs)
 
-    def children(self) -> Iterator[Module]:
-        for _, m in self.named_children():
-            yield m
+    def children(self, **kwargs: Any) -> Iterator[Module]:
+        yield from self._flatten(with_key=False, recursive=False, predicate=_is_module, **kwargs)
 
-    def named_modules(self, prefix: str | None = None) -> Iterator[tuple[str, Module]]:
-        yield ("" if prefix is None else prefix), self
-        yield from self._flatten(prefix=prefix, predicate=_is_module)
+    def named_modules(self, prefix: str | None = None, **kwargs: Any) -> Iterator[Any]:
+        """(dotted key, module) for this module ("" or ``prefix``) and every sub-module;
+        ``with_parent=True`` adds each one's parent (None for this module)."""
+        head = "" if prefix is None else prefix
+        yield (head, self, None) if kwargs.get("with_parent") else (head, self)
+        yield from self._flatten(with_key=True, prefix=prefix, predicate=_is_module, **kwargs)
 
-    def modules(self) -> Iterator[Module]:
-        for _, m in self.named_modules():
-            yield m
+    def modules(self, **kwargs: Any) -> Iterator[Any]:
+        """This module and every sub-module; ``with_parent=True`` gives (module, parent) pairs."""
+        yield (self, None) if kwargs.get("with_parent") else self
+        yield from self._flatten(with_key=False, predicate=_is_module, **kwargs)
 
     def named_parameters(
-        self, prefix: str | None = None, recursive: bool = True
+        self, prefix: str | None = None, recursive: bool = True, **kwargs: Any
     ) -> Iterator[tuple[str, Parameter]]:
-        yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_parameter)
+        kwargs.pop("requires_grad", None)  # MegEngine accepts and ignores it
+        yield from self._flatten(
+            with_key=True, recursive=recursive, prefix=prefix, predicate=_is_parameter, **kwargs
+        )
 
-    def parameters(self, recursive: bool = True) -> Iterator[Parameter]:
-        for _, p in self.named_parameters(recursive=recursive):
-            yield p
+    def parameters(self, recursive: bool = True, **kwargs: Any) -> Iterator[Parameter]:
+        kwargs.pop("requires_grad", None)
+        yield from self._flatten(recursive=recursive, predicate=_is_parameter, **kwargs)
 
     def named_buffers(
-        self, prefix: str | None = None, recursive: bool = True
+        self, prefix: str | None = None, recursive: bool = True, **kwargs: Any
     ) -> Iterator[tuple[str, Tensor]]:
-        yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_buffer)
+        yield from self._flatten(
+            with_key=True, recursive=recursive, prefix=prefix, predicate=_is_buffer, **kwargs
+        )
 
-    def buffers(self, recursive: bool = True) -> Iterator[Tensor]:
-        for _, b in self.named_buffers(recursive=recursive):
-            yield b
+    def buffers(self, recursive: bool = True, **kwargs: Any) -> Iterator[Tensor]:
+        yield from self._flatten(recursive=recursive, predicate=_is_buffer, **kwargs)
 
     def named_tensors(
-        self, prefix: str | None = None, recursive: bool = True
+        self, prefix: str | None = None, recursive: bool = True, **kwargs: Any
     ) -> Iterator[tuple[str, Tensor]]:
-        yield from self._flatten(recursive=recursive, prefix=prefix, predicate=_is_tensor)
+        yield from self._flatten(
+            with_key=True, recursive=recursive, prefix=prefix, predicate=_is_tensor, **kwargs
+        )
 
-    def tensors(self, recursive: bool = True) -> Iterator[Tensor]:
-        for _, t in self.named_tensors(recursive=recursive):
-            yield t
+    def tensors(self, recursive: bool = True, **kwargs: Any) -> Iterator[Tensor]:
+        yield from self._flatten(recursive=recursive, predicate=_is_tensor, **kwargs)
 
     # -- modes ------------------------------------------------------------------------------------
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
@@ -225,7 +252,7 @@ class Module:
         """(key, tensor, owning module) in MegEngine's ``state_dict`` order."""
         seen = {id(self)} if seen is None else seen
         submodules = []
-        for key, leaf in self._flatten_items((Tensor, Module)):
+        for key, leaf in self._flatten_items((Tensor, Module), strict=True):
             if id(leaf) in seen:
                 continue
             seen.add(id(leaf))
@@ -367,12 +394,42 @@ def _is_buffer(obj: Any) -> bool:
     return isinstance(obj, Tensor) and not isinstance(obj, Parameter)
 
 
-def _flatten(key: str, value: Any, kind: type | tuple[type, ...]) -> Iterable[tuple[str, Any]]:
-    if isinstance(value, kind):
-        yield key, value
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from _flatten(f"{key}.{i}", v, kind)
-    elif isinstance(value, dict):
-        for k in sorted(value, key=str):
-            yield from _flatten(f"{key}.{k}", value[k], kind)
+def _expand_structure(prefix: str, obj: Any, strict: bool = True) -> list[tuple[str, Any]]:
+    """(dotted key, leaf) for each Tensor or Module in ``obj`` (lists and tuples in order, dicts by
+    sorted key), as MegEngine's ``_expand_structure``; a dict key that is not a str but leads to a
+    Tensor or Module is an AssertionError, as there."""
+    if isinstance(obj, Tensor | Module):
+        return [(prefix, obj)]
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj) or all(isinstance(k, int | float) for k in obj):
+            keys = sorted(obj)
+        else:  # keys of other types (xmge's own bookkeeping dicts, keyed by IR values or nodes)
+            keys = sorted(obj, key=str)
+        items: Iterable[tuple[Any, Any]] = ((k, obj[k]) for k in keys)
+    elif isinstance(obj, list | tuple):
+        items = ((str(i), v) for i, v in enumerate(obj))
+    else:
+        return []
+    out = []
+    for key, value in items:
+        inner = _expand_structure(str(key), value, strict)
+        if inner and strict and not isinstance(key, str):
+            raise AssertionError(f"keys for Tensor and Module must be str, error key: {key}")
+        out.extend((f"{prefix}.{k}", leaf) for k, leaf in inner)
+    return out
+
+
+def _access_structure(obj: Any, key: str, callback: Callable[[Any, Any, Any], Any] | None = None) -> Any:
+    """The object at dotted ``key`` inside ``obj`` (attributes, list/tuple indices, dict keys);
+    with ``callback``, ``callback(parent, last_key, object)``."""
+    parent, cur, k = None, obj, None
+    for k in key.split("."):
+        parent = cur
+        if isinstance(cur, list | tuple):
+            k = int(k)
+            cur = cur[k]
+        elif isinstance(cur, dict):
+            cur = cur[k]
+        else:
+            cur = getattr(cur, k)
+    return cur if callback is None else callback(parent, k, cur)

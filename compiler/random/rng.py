@@ -134,7 +134,9 @@ class RNG:
         from compiler.tensor import Tensor
 
         if isinstance(n, Tensor):
-            return self._tensor(self._gen().permutation(n.numpy()), str(n.dtype))
+            # a 0-d tensor is shuffled as one element: shape (1,), as MegEngine gives
+            values = n.numpy().reshape(-1) if n.ndim == 0 else n.numpy()
+            return self._tensor(self._gen().permutation(values), str(n.dtype))
         if dtype not in ("int32", "int16", "float32"):
             raise ValueError(f"permutation: dtype must be int32, int16 or float32, got {dtype}")
         return self._tensor(self._gen().permutation(int(n)), dtype)

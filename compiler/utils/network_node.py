@@ -289,6 +289,9 @@ class ConstOpBase(OpNode):
             self.outputs = [VarNode._make(arr, self, self.name)]
         if device is not None:
             self.device = device
+        from compiler.device import device_name
+
+        self.outputs[0]._device = device_name(self.device)  # the var is on the constant's device
         self._const = None
 
     def _build(self, operands: Sequence[Any], block: Any) -> T.MgbOp:

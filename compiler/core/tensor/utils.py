@@ -35,7 +35,13 @@ def astensor1d(x: Any, *reference: Any, dtype: Any = None, device: Any = None) -
     arr = np.asarray(x)
     if arr.ndim != 1:
         raise ValueError(f"astensor1d: expected a 1-D sequence, got shape {arr.shape}")
-    return Tensor(arr, dtype=dtype)
+    out = Tensor(arr, dtype=dtype)
+    from compiler.utils.network_node import ImmutableTensor, VarNode
+
+    if any(isinstance(r, VarNode) for r in reference):
+        # a graph var as reference: the values become a constant of that graph, as in MegEngine
+        return ImmutableTensor(out._data).outputs[0]
+    return out
 
 
 def make_shape_tuple(shape: Any) -> tuple[int, ...]:
