@@ -11,6 +11,7 @@ from compiler.utils.network_node import OpNode, VarNode
 
 __all__ = [
     "CompGraphDumpResult",
+    "apply_normal_varnode",
     "CompGraphLoadResult",
     "OpNode",
     "VarNode",
@@ -61,6 +62,17 @@ def dump_graph(output_vars: Sequence[VarNode] | dict[str, VarNode], **kwargs: An
     buf = io.BytesIO()
     info = net.dump(buf, **kwargs)
     return buf.getvalue(), info
+
+
+def apply_normal_varnode(op: Any, *args: VarNode) -> list[VarNode]:
+    """Apply the OpDef ``op`` (from ``core.ops.builtin``) to graph vars: the operator joins their
+    graph and its output vars are returned (a list, as MegEngine's)."""
+    from compiler.core._imperative_rt.core2 import apply
+
+    bad = [type(a).__name__ for a in args if not isinstance(a, VarNode)]
+    if bad:
+        raise TypeError(f"apply_normal_varnode: expected graph VarNodes, got {', '.join(bad)}")
+    return apply(op, *args)  # type: ignore[return-value]
 
 
 def set_priority_to_id(dest_vars: Sequence[VarNode]) -> None:
