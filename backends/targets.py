@@ -13,6 +13,8 @@ the table of architectures with the backend object of each.
     x86-avx512-amx+bf16  float32 convolutions and matrix products on AMX-BF16 tiles: inputs rounded to
                          bfloat16, float32 accumulation (opt-in: a looser numeric contract)
     x86-avx512+bf16      the same contract with AVX512-BF16 (vdpbf16ps) on a CPU without AMX
+    x86-avx512-nchw88+bf16  the same on the NCHW88 graph (no AMX): bfloat16 NCHW88 convolutions, the
+                         float32 NCHW88 depthwise, pooling and F(4x4, 3x3) Winograd layers
     arm-nchw44           AArch64 NEON, NCHW44 layout, float32
     arm-nchw44-dot       AArch64 NEON, NCHW44 layout, int8 dot-product instructions
     arm-nchw44-dot-i8mm  + ARMv8.6 int8 matrix multiply (smmla) for the int8 convolutions

@@ -534,7 +534,8 @@ def random_graph(seed: int) -> Graph:
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
+        # the generator reads shapes as tuples (static shapes) to pick operands of matching shape
+        traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True, symbolic_shape=False)
         traced(*[xm.tensor(x) for x in inputs])
     return Graph(seed, traced.module, inputs, b.steps, int8)
 

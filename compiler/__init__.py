@@ -55,3 +55,25 @@ __all__ = [
     "set_log_level",
     "tensor",
 ]
+
+
+
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
+
+class _PackageModule(_types.ModuleType):
+    """``compiler`` itself: keeps ``compiler.tensor`` the Tensor class, as ``megengine.tensor`` is.
+
+    Python's import system sets a package attribute to each submodule it loads; MegEngine's package
+    rebinds ``tensor`` to the class afterwards, so ``import megengine.tensor as T`` and
+    ``mge.tensor(...)`` reach the class. A later first import of the submodule under another name
+    (an alias package serving ``compiler.tensor``) would put the module back; this refuses that."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "tensor" and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _PackageModule

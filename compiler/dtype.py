@@ -33,6 +33,10 @@ from dialects.dtypes import (
 _KIND_BY_CNAME = {v: k for k, v in QUANTIZED_CNAME.items()}
 
 
+class QuantizedParamError(DTypeError, ValueError):
+    """A scale or zero point a quantized dtype cannot take (a ValueError, as MegEngine raises)."""
+
+
 def qint8(scale: float) -> np.dtype:
     """``QuantizedS8(scale)``: int8 storage, value = q * scale."""
     return quantized_numpy_dtype("qint8", _scale(scale))
@@ -58,16 +62,22 @@ def quint4(scale: float, zero_point: int) -> np.dtype:
     return quantized_numpy_dtype("quint4", _scale(scale), _zero_point(zero_point, 0, 15))
 
 
+def qint1(scale: float) -> np.dtype:
+    """``QuantizedS1(scale)``: one bit per value (0 or 1), value = q * scale; stored one per byte
+    (int8). xmge computes with it in the reference interpreter; a ``.mge`` holding it is refused."""
+    return quantized_numpy_dtype("qint1", _scale(scale))
+
+
 def _scale(scale: float) -> float:
     s = float(scale)
     if not (s > 0 and np.isfinite(s)):
-        raise DTypeError(f"a quantized dtype needs a positive finite scale, got {scale!r}")
+        raise QuantizedParamError(f"a quantized dtype needs a positive finite scale, got {scale!r}")
     return float(np.float32(s))  # the file format stores float32 scales
 
 
 def _zero_point(zp: int, lo: int, hi: int) -> int:
     if int(zp) != zp or not lo <= int(zp) <= hi:
-        raise DTypeError(f"zero point {zp!r} must be an integer in [{lo}, {hi}]")
+        raise QuantizedParamError(f"zero point {zp!r} must be an integer in [{lo}, {hi}]")
     return int(zp)
 
 
@@ -151,6 +161,7 @@ convert_to_qint32, convert_from_qint32 = _converters("qint32")
 convert_to_quint8, convert_from_quint8 = _converters("quint8")
 convert_to_qint4, convert_from_qint4 = _converters("qint4")
 convert_to_quint4, convert_from_quint4 = _converters("quint4")
+convert_to_qint1, convert_from_qint1 = _converters("qint1")
 
 
 __all__ = [
@@ -173,4 +184,7 @@ __all__ = [
     "convert_from_qint4",
     "convert_to_quint4",
     "convert_from_quint4",
+    "qint1",
+    "convert_to_qint1",
+    "convert_from_qint1",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from compiler.core import _trace_option
 from compiler.device import CompNode, get_default_device
 from compiler.device import device_name as _device_name
 from dialects.dtypes import DTypeError, element_type, numpy_dtype
@@ -124,8 +125,17 @@ class Tensor:
 
     # -- basic properties -------------------------------------------------------------------
     @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._data.shape)
+    def shape(self) -> Any:
+        """The shape as a tuple; with symbolic shapes on (``jit.tracing.set_symbolic_shape``, the
+        default inside ``jit.trace``), an int32 Tensor computed in the graph when read by user
+        code, as MegEngine's (xmge's own code reads tuples)."""
+        shape = tuple(self._data.shape)
+        if shape and _trace_option._use_symbolic_shape:
+            from compiler.core import symbolic_shape
+
+            if symbolic_shape.called_from_user_code():
+                return symbolic_shape.shape_of(self)
+        return shape
 
     @property
     def dtype(self) -> np.dtype:
@@ -226,10 +236,16 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
 
+    def __array_wrap__(self, array: np.ndarray, context: Any = None, return_scalar: bool = False) -> Tensor:
+        """A numpy ufunc applied to a Tensor gives a Tensor on its device, as in MegEngine."""
+        out = Tensor(array, dtype=array.dtype)
+        out._device = self._device
+        return out
+
     @property
     def _tuple_shape(self) -> tuple[int, ...]:
         """The shape as a tuple (MegEngine's name, which its own code and tests read)."""
-        return self.shape
+        return tuple(self._data.shape)
 
     # DLPack exchange (MegEngine's Tensor.__dlpack__): xmge tensors live in host memory
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
@@ -256,9 +272,9 @@ class Tensor:
         import compiler.functional as F
 
         # one tuple, list or 1-D shape Tensor (MegEngine's symbolic-shape idiom) is the whole shape
-        if len(shape) == 1 and (
-            isinstance(shape[0], tuple | list) or (isinstance(shape[0], Tensor) and shape[0].ndim == 1)
-        ):
+        if len(shape) == 1 and isinstance(shape[0], Tensor) and shape[0].ndim == 1:
+            return F.reshape(self, shape[0])
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
         return F.reshape(self, shape)
 
@@ -274,6 +290,14 @@ class Tensor:
     @property
     def T(self) -> Tensor:
         return self.transpose()
+
+    def _broadcast(self, *shape: Any) -> Tensor:
+        """MegEngine's ``Tensor._broadcast`` (what ``F.broadcast_to`` calls): one shape, a tuple
+        or an int Tensor, or the sizes as arguments."""
+        import compiler.functional as F
+
+        target = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list | Tensor) else shape
+        return F.broadcast_to(self, target)
 
     def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
         import compiler.functional as F
@@ -314,6 +338,11 @@ class Tensor:
     def _binary(self, other: Any, mode: str, reverse: bool = False) -> Tensor:
         from compiler.functional.elemwise import _elemwise_binary
 
+        if other is None:  # MegEngine's TypeError, with the op's name and the user's line around it
+            from compiler.core import user_location
+
+            where = user_location()
+            raise TypeError(f"{mode.lower()}: the operand is None and is not supported. (at {where})")
         return _elemwise_binary(mode, other, self) if reverse else _elemwise_binary(mode, self, other)
 
     def __add__(self, o: Any) -> Tensor:

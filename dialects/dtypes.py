@@ -60,6 +60,7 @@ QUANTIZED_STORAGE: dict[str, np.dtype] = {
     "qint4": np.dtype(np.int8),
     "quint4": np.dtype(np.uint8),
     "qint16": np.dtype(np.int16),
+    "qint1": np.dtype(np.int8),
 }
 
 # xmge kind -> MegEngine's C++ name (the ``name`` in a quantized numpy dtype's metadata)
@@ -70,6 +71,7 @@ QUANTIZED_CNAME: dict[str, str] = {
     "qint4": "QuantizedS4",
     "quint4": "Quantized4Asymm",
     "qint16": "QuantizedS16",
+    "qint1": "QuantizedS1",
 }
 # value range of each quantized kind (qint4/quint4 are stored unpacked, one value per byte)
 QUANTIZED_RANGE: dict[str, tuple[int, int]] = {
@@ -79,6 +81,7 @@ QUANTIZED_RANGE: dict[str, tuple[int, int]] = {
     "qint4": (-8, 7),
     "quint4": (0, 15),
     "qint16": (-(2**15), 2**15 - 1),
+    "qint1": (0, 1),  # MegEngine's QuantizedS1: a bit, one per byte here
 }
 _KIND_OF_CNAME = {v: k for k, v in QUANTIZED_CNAME.items()}
 METADATA_KEY = "mgb_dtype"  # MegEngine's key in numpy dtype metadata

@@ -75,6 +75,8 @@ InterpolationMode = _make("InterpolationMode", "NEAREST LINEAR AREA CUBIC LANCZO
 BorderMode = _make("BorderMode", "REPLICATE REFLECT REFLECT_101 WRAP CONSTANT TRANSPARENT ISOLATED")
 # ROIAlign's and ROIPooling's Mode
 ROIMode = _make("ROIMode", "MAX AVERAGE")
+# CondTake: how each mask entry is compared with `val`
+CondTakeMode = _make("CondTakeMode", "EQ NEQ LT LEQ GT GEQ")
 Conv3DDataType = _make("Conv3DDataType", "FLOAT FLOAT_IO16xC32")
 Conv3DFormat = _make("Conv3DFormat", "NCDHW NDHWC")
 # ConvolutionV0's Format, which Correlation's ``format`` uses (Format's numbers after NCHW44_DOT differ)
@@ -83,6 +85,18 @@ FormatV0 = _make(
     """NCHW NHWC NHWCD4 NCHW4 NCHW8 NCHW32 NCHW88 NCHW44 NCHW44_DOT NCHW_WINOGRAD NCHW88_WINOGRAD
     NCHW44_WINOGRAD NCHW4_NCHW32 NCHW32_NCHW4 NCHW4_NCHW NHWC_NCHW NHWC_NCHW4_IC_SMALL NCHW_NCHW4_IC_SMALL
     CHWN4 NCHW4_NHWC""",
+)
+# MultiHeadAttn's mask kind, and which optional tensors follow its four inputs
+AttnMaskType = _make("AttnMaskType", "NO_MASK DEFAULT_MASK CUDNN_STYLE_MASK USER_DEFINED_MASK")
+TensorCombinationType = _make("TensorCombinationType", "NONE ONLY_MASK ONLY_BIASKV ALL")
+# CvtColor's Mode (YUV conversions read and write MegEngine's channel order; see semantics/image_kernels.py)
+CvtColorMode = _make(
+    "CvtColorMode",
+    """RGB2GRAY RGB2YUV YUV2RGB GRAY2RGB RGBA2RGB RGBA2BGR RGBA2GRAY RGB2BGR BGR2GRAY BGR2RGB
+    YUV2GRAY_NV21 YUV2RGB_NV21 YUV2BGR_NV21 YUV2GRAY_NV12 YUV2RGB_NV12 YUV2BGR_NV12 YUV2GRAY_YV12
+    YUV2RGB_YV12 YUV2BGR_YV12 YUV2GRAY_YU12 YUV2RGB_YU12 YUV2BGR_YU12 YCrCb2RGB YCrCb2BGR
+    BT601_YUV2RGB_NV21 BT601_YUV2BGR_NV21 BT601_YUV2RGB_NV12 BT601_YUV2BGR_NV12 BT601_YUV2RGB_YV12
+    BT601_YUV2BGR_YV12 BT601_YUV2RGB_YU12 BT601_YUV2BGR_YU12""",
 )
 
 
@@ -121,7 +135,11 @@ ALL_ENUMS: tuple[type[StrEnum], ...] = (
     InterpolationMode,
     BorderMode,
     ROIMode,
+    CondTakeMode,
     Conv3DDataType,
     Conv3DFormat,
     FormatV0,
+    AttnMaskType,
+    TensorCombinationType,
+    CvtColorMode,
 )

@@ -154,6 +154,11 @@ class ROIModeAttr(EnumAttribute[enums.ROIMode], SpacedOpaqueSyntaxAttribute):
     name = "mgb.roi_mode"
 
 
+@irdl_attr_definition
+class CvtColorModeAttr(EnumAttribute[enums.CvtColorMode], SpacedOpaqueSyntaxAttribute):
+    name = "mgb.cvt_color_mode"
+
+
 ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
     cls.enum_type: cls
     for cls in (
@@ -175,6 +180,7 @@ ENUM_ATTRS: dict[type, type[EnumAttribute[Any]]] = {
         InterpolationModeAttr,
         BorderModeAttr,
         ROIModeAttr,
+        CvtColorModeAttr,
     )
 }
 
@@ -956,6 +962,80 @@ class BroadcastOp(MgbOp):
             raise VerifyException("mgb.broadcast: result dtype must equal the input dtype")
 
 
+def _verify_shape_operand(op: MgbOp, shape: SSAValue, rank: int) -> None:
+    t = _type(shape.type)
+    if t.element_type != IntegerType(32) or len(_shape(t)) != 1 or _shape(t)[0] != rank:
+        raise VerifyException(f"{op.name}: shape must be an int32 vector of {rank} values, got {t}")
+
+
+@irdl_op_definition
+class GetVarShapeOp(MgbOp):
+    """The shape of ``src`` as an int32 vector computed in the graph (MegEngine's GetVarShape): what
+    ``x.shape`` gives in a trace with symbolic shapes, so a dump derives its shapes from the input
+    shapes it runs with."""
+
+    name = "mgb.get_var_shape"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+    NO_GRADIENT: ClassVar[str | None] = "its result is a shape"
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        return [TensorType(IntegerType(32), [len(_shape(src))])]
+
+
+@irdl_op_definition
+class ReshapeToOp(MgbOp):
+    """Reshape to the shape held by the int32 vector ``shape``, computed in the graph (MegEngine's
+    Reshape with a shape input); the result type is that shape as traced. ``unspec_axis`` >= 0 names
+    the axis whose size is inferred from the element count (its entry in ``shape`` is ignored)."""
+
+    name = "mgb.reshape_to"
+    src = operand_def(TensorType)
+    shape = operand_def(TensorType)
+    output = result_def(TensorType)
+    unspec_axis = prop_def(IntegerAttr[I64], default_value=IntegerAttr(-1, i64))
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        src, out = _type(self.src.type), _type(self.output.type)
+        if math.prod(_shape(src)) != math.prod(_shape(out)):
+            raise VerifyException(f"{self.name}: cannot reshape {_shape(src)} into {_shape(out)}")
+        if src.element_type != out.element_type:
+            raise VerifyException(f"{self.name}: result dtype must equal the input dtype")
+        _verify_shape_operand(self, self.shape, len(_shape(out)))
+        axis = self.params()["unspec_axis"]
+        if not -1 <= axis < max(1, len(_shape(out))):
+            raise VerifyException(f"{self.name}: unspec_axis {axis} is out of range for {_shape(out)}")
+
+
+@irdl_op_definition
+class BroadcastToOp(MgbOp):
+    """Broadcast to the shape held by the int32 vector ``shape``, computed in the graph (MegEngine's
+    Broadcast with a shape input); the result type is that shape as traced."""
+
+    name = "mgb.broadcast_to"
+    src = operand_def(TensorType)
+    shape = operand_def(TensorType)
+    output = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        src, out = _shape(self.src.type), _shape(self.output.type)
+        try:
+            if broadcast_shapes(self.name, [src, out]) != out:
+                raise ShapeInferenceError(self.name, "")
+        except ShapeInferenceError:
+            raise VerifyException(f"{self.name}: cannot broadcast {src} to {out}") from None
+        if _type(self.src.type).element_type != _type(self.output.type).element_type:
+            raise VerifyException(f"{self.name}: result dtype must equal the input dtype")
+        _verify_shape_operand(self, self.shape, len(out))
+
+
 @irdl_op_definition
 class DimshuffleOp(MgbOp):
     """Transpose; a pattern entry of -1 inserts a new axis of size 1."""
@@ -1385,8 +1465,8 @@ class PaddingOp(MgbOp):
 @irdl_op_definition
 class ResizeOp(MgbOp):
     """MegEngine's Resize (``F.vision.interpolate`` without ``align_corners``): nearest or
-    half-pixel bilinear resampling of the two spatial axes of an NCHW tensor to ``out_shape``
-    (MegEngine's out-size input, folded to a constant)."""
+    half-pixel bilinear or bicubic (a = -0.75) resampling of the two spatial axes of an NCHW
+    tensor to ``out_shape`` (MegEngine's out-size input, folded to a constant)."""
 
     name = "mgb.resize"
     src = operand_def(TensorType)
@@ -1405,7 +1485,8 @@ class ResizeOp(MgbOp):
         if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
             raise ShapeInferenceError(cls.name, f"only format nchw is supported, got {params['format']}")
         imode = params.get("imode", enums.InterpolationMode.LINEAR)
-        if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+        if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR,
+                         enums.InterpolationMode.CUBIC):  # fmt: skip
             raise ShapeInferenceError(cls.name, f"interpolation mode {imode.value} is not supported")
         if len(s) != 4:
             raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
@@ -1576,6 +1657,79 @@ class TopKOp(MgbOp):
             raise ShapeInferenceError(cls.name, f"k={k} must be non-zero with |k| <= {cols} (the row length)")
         shape = [rows] if mode == 0 else [rows, abs(k)]
         return [TensorType(src.element_type, shape), TensorType(IntegerType(32), shape)]
+
+
+COND_TAKE_MODES = tuple(mode.name for mode in enums.CondTakeMode)
+"""MegEngine's param.CondTake modes, by number: how each mask entry is compared with ``val``."""
+
+
+@irdl_op_definition
+class CondTakeOp(MgbOp):
+    """MegEngine's CondTake: the elements of ``data`` whose ``mask`` entry passes ``mode`` against
+    ``val`` (EQ: ``|mask - val| < eps``; ``F.cond_take`` uses EQ with val 1 on a bool mask),
+    flattened in C order, and their int32 positions in the flattened ``data``. How many depends on
+    the mask's values: a trace types the results with the count it saw, a graph read from a file
+    with a dynamic size (``?``); the reference interpreter takes the count from the data, and
+    ``compile`` refuses the op (static kernels cannot size their outputs by data)."""
+
+    name = "mgb.cond_take"
+    data = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    mode = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
+    val = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    eps = prop_def(FloatAttr, default_value=FloatAttr(1e-6, f64))
+    traits = traits_def(Pure())
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        data, mask = _type(self.data.type), _type(self.mask.type)
+        values, indices = _type(self.values.type), _type(self.indices.type)
+        if _shape(data) != _shape(mask):
+            raise VerifyException(f"{self.name}: mask shape {_shape(mask)} differs from data {_shape(data)}")
+        if not 0 <= self.params()["mode"] < len(COND_TAKE_MODES):
+            mode = self.params()["mode"]
+            raise VerifyException(f"{self.name}: mode {mode} is not one of {COND_TAKE_MODES}")
+        if len(_shape(values)) != 1 or _shape(values) != _shape(indices):
+            raise VerifyException(f"{self.name}: results must be 2 vectors of one size: {values}, {indices}")
+        if values.element_type != data.element_type or indices.element_type != IntegerType(32):
+            raise VerifyException(f"{self.name}: results must be (data dtype, int32): {values}, {indices}")
+        if _shape(values)[0] > max(1, math.prod(_shape(data))) and _shape(values)[0] != -1:
+            raise VerifyException(f"{self.name}: takes at most {math.prod(_shape(data))} elements")
+
+
+@irdl_op_definition
+class SVDOp(MgbOp):
+    """MegEngine's SVD of each matrix in the trailing two axes of a float32 ``src`` (..., M, N):
+    ``u`` (..., M, K), ``s`` (..., K) descending and non-negative, ``vh`` (..., K, N) with
+    K = min(M, N); with ``full_matrices`` ``u`` is (..., M, M) and ``vh`` (..., N, N). A singular
+    vector's sign is not unique: the reference kernel makes the largest-magnitude entry of each
+    column of ``u`` positive (its row of ``vh`` follows)."""
+
+    name = "mgb.svd"
+    src = operand_def(TensorType)
+    u = result_def(TensorType)
+    s = result_def(TensorType)
+    vh = result_def(TensorType)
+    full_matrices = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        shape = _shape(src)
+        if len(shape) < 2:
+            raise ShapeInferenceError(
+                cls.name, f"needs a (..., M, N) input with 2 or more axes, got shape {shape}"
+            )
+        if not isinstance(src.element_type, Float32Type):
+            raise ShapeInferenceError(cls.name, f"needs a float32 input, got {dtype_name(src.element_type)}")
+        *lead, m, n = shape
+        k = min(m, n)
+        um, vn = (m, n) if params.get("full_matrices") else (k, k)
+        f32 = src.element_type
+        return [TensorType(f32, [*lead, m, um]), TensorType(f32, [*lead, k]), TensorType(f32, [*lead, vn, n])]
 
 
 @irdl_op_definition
@@ -1971,6 +2125,296 @@ class CorrelationOp(MgbOp):
         return [TensorType(a.element_type, list(correlation_output(cls.name, s, params)))]
 
 
+_IMAGE_BORDERS = (enums.BorderMode.REPLICATE, enums.BorderMode.REFLECT, enums.BorderMode.REFLECT_101,
+                  enums.BorderMode.WRAP, enums.BorderMode.CONSTANT)  # fmt: skip
+
+
+def _image_border(op: str, bmode: Any) -> None:
+    if bmode not in _IMAGE_BORDERS:
+        raise ShapeInferenceError(
+            op, f"border mode {bmode.name} is not supported (MegEngine's CPU kernels lack it)"
+        )
+
+
+@irdl_op_definition
+class WarpAffineOp(MgbOp):
+    """MegEngine's WarpAffine: output pixel (h, w) of image n samples ``src[n]`` at
+    ``(M00 w + M01 h + M02, M10 w + M11 h + M12)`` (x across, y down) for ``mat`` (N, 2, 3).
+    NHWC (float32 or uint8; nearest, linear or cubic) runs MegEngine's fixed-point sampler:
+    positions in 1/1024 pixel, weights from a 32-step table; NCHW (float32, linear) samples at
+    the float position as WarpPerspective does. Taps outside follow ``bmode``."""
+
+    name = "mgb.warp_affine"
+    src = operand_def(TensorType)
+    mat = operand_def(TensorType)
+    output = result_def(TensorType)
+    out_shape = prop_def(_I64Array)
+    imode = prop_def(
+        InterpolationModeAttr, default_value=InterpolationModeAttr(enums.InterpolationMode.LINEAR)
+    )
+    bmode = prop_def(BorderModeAttr, default_value=BorderModeAttr(enums.BorderMode.REPLICATE))
+    border_val = prop_def(FloatAttr, default_value=FloatAttr(0.0, f64))
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NHWC))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, mat = (_type(t) for t in operand_types)
+        s, m = _shape(src), _shape(mat)
+        fmt = params.get("format", enums.Format.NHWC)
+        imode = params.get("imode", enums.InterpolationMode.LINEAR)
+        _image_border(cls.name, params.get("bmode", enums.BorderMode.REPLICATE))
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D {fmt.name}, got shape {s}")
+        _float32_operand(cls.name, "mat", mat)
+        if len(m) != 3 or m[1:] != (2, 3) or m[0] != s[0]:
+            raise ShapeInferenceError(cls.name, f"mat must be ({s[0]}, 2, 3), got shape {m}")
+        oh, ow = _ints(params["out_shape"], 2, "out_shape", cls.name)
+        if oh < 1 or ow < 1:
+            raise ShapeInferenceError(cls.name, f"invalid output size {(oh, ow)}")
+        I = enums.InterpolationMode
+        if fmt == enums.Format.NHWC:
+            if imode not in (I.NEAREST, I.LINEAR, I.CUBIC):
+                raise ShapeInferenceError(
+                    cls.name, f"interpolation mode {imode.name} is not supported in NHWC"
+                )
+            if dtype_name(src.element_type) not in ("float32", "uint8"):
+                raise ShapeInferenceError(
+                    cls.name, f"NHWC input must be float32 or uint8, got {dtype_name(src.element_type)}"
+                )
+            return [TensorType(src.element_type, [s[0], oh, ow, s[3]])]
+        if fmt != enums.Format.NCHW:
+            raise ShapeInferenceError(cls.name, f"only formats nhwc and nchw are supported, got {fmt}")
+        if imode != I.LINEAR:
+            raise ShapeInferenceError(cls.name, f"NCHW supports linear interpolation only, got {imode.name}")
+        _float32_operand(cls.name, "NCHW input", src)
+        return [TensorType(src.element_type, [s[0], s[1], oh, ow])]
+
+
+@irdl_op_definition
+class RemapOp(MgbOp):
+    """MegEngine's Remap (NCHW): output pixel (h, w) of image n samples ``src[n]`` at
+    ``(map_xy[n, h, w, 0], map_xy[n, h, w, 1])`` (x across, y down), nearest (rounded half to
+    even) or bilinear; taps outside follow ``bmode`` (CONSTANT: ``scalar``)."""
+
+    name = "mgb.remap"
+    src = operand_def(TensorType)
+    map_xy = operand_def(TensorType)
+    output = result_def(TensorType)
+    imode = prop_def(
+        InterpolationModeAttr, default_value=InterpolationModeAttr(enums.InterpolationMode.LINEAR)
+    )
+    bmode = prop_def(BorderModeAttr, default_value=BorderModeAttr(enums.BorderMode.REPLICATE))
+    scalar = prop_def(FloatAttr, default_value=FloatAttr(0.0, f64))
+    format = prop_def(FormatAttr, default_value=FormatAttr(enums.Format.NCHW))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, mp = (_type(t) for t in operand_types)
+        s, m = _shape(src), _shape(mp)
+        if params.get("format", enums.Format.NCHW) != enums.Format.NCHW:
+            raise ShapeInferenceError(cls.name, f"only format nchw is supported, got {params['format']}")
+        imode = params.get("imode", enums.InterpolationMode.LINEAR)
+        if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+            raise ShapeInferenceError(cls.name, f"interpolation mode {imode.name} is not supported")
+        _image_border(cls.name, params.get("bmode", enums.BorderMode.REPLICATE))
+        if len(s) != 4:
+            raise ShapeInferenceError(cls.name, f"input must be 4-D NCHW, got shape {s}")
+        if dtype_name(src.element_type) not in ("float32", "uint8"):
+            raise ShapeInferenceError(
+                cls.name, f"input must be float32 or uint8, got {dtype_name(src.element_type)}"
+            )
+        _float32_operand(cls.name, "map_xy", mp)
+        if len(m) != 4 or m[3] != 2 or m[0] != s[0]:
+            raise ShapeInferenceError(cls.name, f"map_xy must be ({s[0]}, OH, OW, 2), got shape {m}")
+        return [TensorType(src.element_type, [s[0], s[1], m[1], m[2]])]
+
+
+# CvtColor modes xmge implements, by input channels and output channels
+CVT_COLOR_CHANNELS: dict[Any, tuple[int, int]] = {
+    enums.CvtColorMode.RGB2GRAY: (3, 1), enums.CvtColorMode.BGR2GRAY: (3, 1),
+    enums.CvtColorMode.RGB2YUV: (3, 3), enums.CvtColorMode.YUV2RGB: (3, 3),
+    enums.CvtColorMode.GRAY2RGB: (1, 3), enums.CvtColorMode.RGBA2RGB: (4, 3),
+    enums.CvtColorMode.RGBA2BGR: (4, 3), enums.CvtColorMode.RGBA2GRAY: (4, 1),
+    enums.CvtColorMode.RGB2BGR: (3, 3), enums.CvtColorMode.BGR2RGB: (3, 3),
+}  # fmt: skip
+# the modes MegEngine's CPU kernels take float32 images in; the others are uint8 only
+CVT_COLOR_FLOAT = frozenset(
+    (enums.CvtColorMode.RGB2GRAY, enums.CvtColorMode.BGR2GRAY, enums.CvtColorMode.RGB2YUV,
+     enums.CvtColorMode.YUV2RGB, enums.CvtColorMode.GRAY2RGB)
+)  # fmt: skip
+
+
+@irdl_op_definition
+class CvtColorOp(MgbOp):
+    """MegEngine's CvtColor on NHWC images: a per-pixel colour-space conversion (``mode``),
+    float32 or uint8 (uint8 in MegEngine's 14-bit fixed point)."""
+
+    name = "mgb.cvt_color"
+    src = operand_def(TensorType)
+    output = result_def(TensorType)
+    mode = prop_def(CvtColorModeAttr, default_value=CvtColorModeAttr(enums.CvtColorMode.RGB2GRAY))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        (src,) = (_type(t) for t in operand_types)
+        s = _shape(src)
+        mode = params.get("mode", enums.CvtColorMode.RGB2GRAY)
+        if mode not in CVT_COLOR_CHANNELS:
+            raise ShapeInferenceError(cls.name, f"mode {mode.name} is not supported by xmge")
+        dt = dtype_name(src.element_type)
+        if dt not in ("float32", "uint8") or (dt == "float32" and mode not in CVT_COLOR_FLOAT):
+            raise ShapeInferenceError(cls.name, f"mode {mode.name} does not take {dt} images")
+        cin, cout = CVT_COLOR_CHANNELS[mode]
+        if len(s) != 4 or s[3] != cin:
+            raise ShapeInferenceError(
+                cls.name, f"mode {mode.name} needs NHWC images of {cin} channels, got {s}"
+            )
+        return [TensorType(src.element_type, [*s[:3], cout])]
+
+
+@irdl_op_definition
+class DeformableConvOp(MgbOp):
+    """MegEngine's DeformableConv (DCNv2, NCHW): a convolution whose tap (fh, fw) at output
+    (oh, ow) reads the input bilinearly (zero outside) at its regular position shifted by
+    ``offset`` (N, 2 * DG * FH * FW, OH, OW; (dy, dx) pairs per deformable group and tap) and
+    scaled by ``mask`` (N, DG * FH * FW, OH, OW); the DG deformable groups split the input
+    channels. Filter as ConvolutionOp's (GROUP: (G, OC/G, IC/G, FH, FW))."""
+
+    name = "mgb.deformable_conv"
+    src = operand_def(TensorType)
+    filter = operand_def(TensorType)
+    offset = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    sparse = prop_def(ConvSparseAttr, default_value=ConvSparseAttr(enums.ConvSparse.DENSE))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, filt, off, mask = (_type(t) for t in operand_types)
+        for what, t in (("input", src), ("filter", filt), ("offset", off), ("mask", mask)):
+            _float32_operand(cls.name, what, t)
+        if params.get("mode", enums.ConvMode.CROSS_CORRELATION) != enums.ConvMode.CROSS_CORRELATION:
+            raise ShapeInferenceError(cls.name, "only mode cross_correlation is supported")
+        stride = _ints(params.get("stride", 1), 2, "stride", cls.name)
+        padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
+        dilation = _ints(params.get("dilation", 1), 2, "dilation", cls.name)
+        sparse = params.get("sparse", enums.ConvSparse.DENSE)
+        fmt = enums.Format.NCHW
+        n, oc, oh, ow = _conv_output(cls.name, src, filt, stride, padding, dilation, sparse, fmt)
+        fh, fw = _shape(filt)[-2:]
+        o, m = _shape(off), _shape(mask)
+        if len(o) != 4 or o[0] != n or o[2:] != (oh, ow) or o[1] % (2 * fh * fw) or o[1] == 0:
+            raise ShapeInferenceError(
+                cls.name, f"offset must be ({n}, 2 * deformable groups * {fh * fw}, {oh}, {ow}), got {o}"
+            )
+        dg = o[1] // (2 * fh * fw)
+        if m != (n, dg * fh * fw, oh, ow):
+            raise ShapeInferenceError(cls.name, f"mask must be {(n, dg * fh * fw, oh, ow)}, got {m}")
+        if _shape(src)[1] % dg:
+            raise ShapeInferenceError(
+                cls.name, f"{_shape(src)[1]} input channels do not split into {dg} deformable groups"
+            )
+        return [TensorType(src.element_type, [n, oc, oh, ow])]
+
+
+@irdl_op_definition
+class RegionRestrictedConvOp(MgbOp):
+    """MegEngine's RegionRestrictedConvolution (NCHW, grouped filter (G, OC/G, IC/G, FH, FW)): a
+    convolution in which tap (ih, iw) of output (oh, ow) counts only where the input region id
+    ``rin[n, ih, iw]`` equals the output's ``rout[n, oh, ow]`` (padding counts nowhere); ``rin``
+    (N, IH, IW) and ``rout`` (N, OH, OW) are int32 or uint8."""
+
+    name = "mgb.region_restricted_conv"
+    src = operand_def(TensorType)
+    filter = operand_def(TensorType)
+    rin = operand_def(TensorType)
+    rout = operand_def(TensorType)
+    output = result_def(TensorType)
+    stride = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    padding = prop_def(_I64Array, default_value=_I64_PAIR_ZERO)
+    dilation = prop_def(_I64Array, default_value=_I64_PAIR_ONE)
+    mode = prop_def(ConvModeAttr, default_value=ConvModeAttr(enums.ConvMode.CROSS_CORRELATION))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, filt, rin, rout = (_type(t) for t in operand_types)
+        _float32_operand(cls.name, "input", src)
+        _float32_operand(cls.name, "filter", filt)
+        if params.get("mode", enums.ConvMode.CROSS_CORRELATION) != enums.ConvMode.CROSS_CORRELATION:
+            raise ShapeInferenceError(cls.name, "only mode cross_correlation is supported")
+        stride = _ints(params.get("stride", 1), 2, "stride", cls.name)
+        padding = _ints(params.get("padding", 0), 2, "padding", cls.name)
+        dilation = _ints(params.get("dilation", 1), 2, "dilation", cls.name)
+        group = enums.ConvSparse.GROUP
+        n, oc, oh, ow = _conv_output(cls.name, src, filt, stride, padding, dilation, group, enums.Format.NCHW)
+        kinds = {dtype_name(rin.element_type), dtype_name(rout.element_type)}
+        if len(kinds) != 1 or not kinds <= {"int32", "uint8"}:
+            raise ShapeInferenceError(
+                cls.name, f"rin and rout must both be int32 or both uint8, got {sorted(kinds)}"
+            )
+        s = _shape(src)
+        if _shape(rin) != (n, s[2], s[3]) or _shape(rout) != (n, oh, ow):
+            raise ShapeInferenceError(
+                cls.name,
+                f"rin must be {(n, s[2], s[3])} and rout {(n, oh, ow)}, got {_shape(rin)} and {_shape(rout)}",
+            )
+        return [TensorType(src.element_type, [n, oc, oh, ow])]
+
+
+@irdl_op_definition
+class DeformablePSROIPoolingOp(MgbOp):
+    """MegEngine's DeformablePSROIPooling (NCHW): for each roi row (batch index, x1, y1, x2, y2)
+    (rounded to pixels, scaled by ``spatial_scale``), ``pooled_h`` x ``pooled_w`` bins, each the
+    mean of up to ``sample_per_part``^2 bilinear samples, the bin moved (unless ``no_trans``) by
+    ``trans_std`` x roi size x the roi's row of ``trans`` (R, 2, pooled_h, pooled_w) read on a
+    ``part_size`` grid. Results: the pooled values (K, C, PH, PW) and each bin's sample count."""
+
+    name = "mgb.deformable_psroi_pooling"
+    src = operand_def(TensorType)
+    rois = operand_def(TensorType)
+    trans = operand_def(TensorType)
+    output = result_def(TensorType)
+    count = result_def(TensorType)
+    no_trans = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(1, IntegerType(1)))
+    spatial_scale = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    trans_std = prop_def(FloatAttr, default_value=FloatAttr(1.0, f64))
+    pooled_h = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    pooled_w = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    part_size = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    sample_per_part = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        src, rois, trans = (_type(t) for t in operand_types)
+        k = _rois(cls.name, src, rois)
+        _float32_operand(cls.name, "trans", trans)
+        ph, pw = int(params.get("pooled_h", 1)), int(params.get("pooled_w", 1))
+        part, spp = int(params.get("part_size", 1)), int(params.get("sample_per_part", 1))
+        if min(ph, pw, part, spp) < 1:
+            raise ShapeInferenceError(
+                cls.name, f"pooled size {(ph, pw)}, part_size {part}, sample_per_part {spp} must be positive"
+            )
+        t = _shape(trans)
+        if len(t) != 4 or t[1:] != (2, ph, pw):
+            raise ShapeInferenceError(cls.name, f"trans must be (R, 2, {ph}, {pw}), got {t}")
+        if part * part > ph * pw:
+            # MegEngine reads the part grid from the (2, PH, PW) rows: beyond them it reads other memory
+            raise ShapeInferenceError(cls.name, f"part_size {part} needs part_size^2 <= {ph} * {pw}")
+        s = _shape(src)
+        out = TensorType(src.element_type, [k, s[1], ph, pw])
+        return [out, out]
+
+
 # (op name, keyword property) -> the enum attribute class printed as that keyword
 ENUM_ATTR_OF_PROP: dict[tuple[str, str], type[EnumAttribute[Any]]] = {
     ("mgb.elemwise", "mode"): ElemwiseModeAttr,
@@ -2017,12 +2461,23 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     IndexingOneHotOp,
     ArgsortOp,
     TopKOp,
+    SVDOp,
     Convolution3DOp,
     WarpPerspectiveOp,
     ROIAlignOp,
     ROIPoolingOp,
     NMSKeepOp,
     CorrelationOp,
+    WarpAffineOp,
+    RemapOp,
+    CvtColorOp,
+    DeformableConvOp,
+    RegionRestrictedConvOp,
+    DeformablePSROIPoolingOp,
+    GetVarShapeOp,
+    ReshapeToOp,
+    BroadcastToOp,
+    CondTakeOp,
 )
 
 Mgb = Dialect(

@@ -77,6 +77,25 @@ def check_exact_conversion(value: np.ndarray, want: np.dtype, what: str) -> None
         raise InterpreterError(f"{what} is {want}: the value {bad} ({have}) is outside {limits}")
 
 
+def _resized_specs(op: T.MgbOp, args: Sequence[np.ndarray], declared: list[ResultSpec]) -> list[ResultSpec]:
+    """Result specs of ``op`` for operands whose run-time shapes differ from their types: a size
+    that depends on data (``mgb.cond_take``'s count) flows on through the ops whose shape inference
+    follows their operands; an op without inference keeps its declared result shapes."""
+    types = [
+        TensorType(v.type.element_type, a.shape)  # type: ignore[attr-defined]
+        for a, v in zip(args, op.operands, strict=True)
+    ]
+    try:
+        inferred = type(op).infer(types, **op.params())
+    except NotImplementedError:
+        return declared
+    except T.ShapeInferenceError as exc:
+        raise InterpreterError(f"{_describe(op)}: with run-time operand shapes: {exc}") from exc
+    return [
+        ResultSpec(tuple(t.get_shape()), d.dtype) for t, d in zip(inferred, declared, strict=True)
+    ]
+
+
 # called after each op with the op, its result values and the seconds its kernel took
 Observer = Callable[[Operation, list[np.ndarray], float], None]
 
@@ -111,10 +130,13 @@ def run_function(
         if kernel is None:
             raise InterpreterError(f"{op.name}: the reference interpreter has no kernel for this op")
         assert isinstance(op, T.MgbOp)
+        args = [env[v] for v in op.operands]
         specs = result_specs(op)
+        if any(a.shape != tuple(v.type.get_shape()) for a, v in zip(args, op.operands, strict=True)):  # type: ignore[attr-defined]
+            specs = _resized_specs(op, args, specs)
         t0 = time.perf_counter()
         try:
-            outs = kernel([env[v] for v in op.operands], specs, **op.params())
+            outs = kernel(args, specs, **op.params())
         except (NotImplementedError, ValueError, TypeError) as exc:
             raise InterpreterError(f"{_describe(op)}: {exc}") from exc
         for r, v, spec in zip(op.results, outs, specs, strict=True):

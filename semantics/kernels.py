@@ -421,6 +421,46 @@ def broadcast(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list
     return [np.broadcast_to(args[0], results[0].shape)]
 
 
+
+@kernel(T.GetVarShapeOp)
+def get_var_shape(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    return [np.array(args[0].shape, np.int32)]
+
+
+def shape_from_operand(op: str, value: np.ndarray, size: int, unspec_axis: int = -1) -> tuple[int, ...]:
+    """The target shape an int32 shape operand holds (the ``unspec_axis`` entry inferred from
+    ``size``, as MegEngine's Reshape does); ValueError naming ``op`` when it holds no valid shape."""
+    dims = [int(v) for v in np.asarray(value).reshape(-1)]
+    if 0 <= unspec_axis < len(dims):
+        rest = math.prod(d for i, d in enumerate(dims) if i != unspec_axis)
+        if rest <= 0 or size % rest:
+            raise ValueError(f"{op}: cannot infer axis {unspec_axis} of {tuple(dims)} for {size} elements")
+        dims[unspec_axis] = size // rest
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{op}: negative size in the shape {tuple(dims)}")
+    return tuple(dims)
+
+
+@kernel(T.ReshapeToOp)
+def reshape_to(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, unspec_axis: int = -1
+) -> list[np.ndarray]:
+    """The shape comes from the operand (the result type holds it as traced): a graph whose sizes
+    depend on data (CondTake) or on other input shapes reshapes as MegEngine's Reshape does."""
+    shape = shape_from_operand(T.ReshapeToOp.name, args[1], args[0].size, unspec_axis)
+    if math.prod(shape) != args[0].size:
+        raise ValueError(f"{T.ReshapeToOp.name}: cannot reshape {args[0].shape} into {shape}")
+    return [args[0].reshape(shape)]
+
+
+@kernel(T.BroadcastToOp)
+def broadcast_to(args: Sequence[np.ndarray], results: Sequence[ResultSpec]) -> list[np.ndarray]:
+    shape = shape_from_operand(T.BroadcastToOp.name, args[1], 0)
+    try:
+        return [np.broadcast_to(args[0], shape)]
+    except ValueError:
+        raise ValueError(f"{T.BroadcastToOp.name}: cannot broadcast {args[0].shape} to {shape}") from None
+
 @kernel(T.DimshuffleOp)
 def dimshuffle(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, pattern: Sequence[int]
@@ -744,6 +784,10 @@ def resize(args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any) 
     (x,) = args
     oh, ow = p["out_shape"]
     imode = p["imode"]
+    if imode == enums.InterpolationMode.CUBIC:
+        from semantics.image_kernels import resize_cubic
+
+        return [resize_cubic(x, oh, ow).astype(results[0].dtype)]
     y = _resample_axis(x.astype(np.float64), interp_taps(x.shape[2], oh, imode), axis=2, imode=imode)
     y = _resample_axis(y, interp_taps(x.shape[3], ow, imode), axis=3, imode=imode)
     return [y.astype(results[0].dtype)]
@@ -939,3 +983,36 @@ def linspace(
 ) -> list[np.ndarray]:
     start, stop = (float(np.asarray(a).reshape(-1)[0]) for a in args)
     return [np.linspace(start, stop, num, endpoint=endpoint).astype(np.float32)]
+
+
+def cond_take_selected(mask: np.ndarray, mode: int, val: float, eps: float) -> np.ndarray:
+    """Which mask entries CondTake takes (param.CondTake's modes, by number: EQ NEQ LT LEQ GT GEQ)."""
+    m = np.asarray(mask).astype(np.float32) if np.asarray(mask).dtype == np.bool_ else np.asarray(mask)
+    v = np.float32(val)
+    tests = (
+        lambda: np.abs(m - v) < eps,
+        lambda: np.abs(m - v) >= eps,
+        lambda: m < v,
+        lambda: m <= v,
+        lambda: m > v,
+        lambda: m >= v,
+    )
+    if not 0 <= mode < len(tests):
+        raise ValueError(f"{T.CondTakeOp.name}: mode {mode} is not one of {T.COND_TAKE_MODES}")
+    return tests[mode]()
+
+
+@kernel(T.CondTakeOp)
+def cond_take(
+    args: Sequence[np.ndarray],
+    results: Sequence[ResultSpec],
+    *,
+    mode: int = 0,
+    val: float = 1.0,
+    eps: float = 1e-6,
+) -> list[np.ndarray]:
+    """The count comes from the mask's values, not from ``results`` (which may hold another count
+    or a dynamic one): the interpreter re-sizes what follows."""
+    data, mask = args
+    index = np.flatnonzero(cond_take_selected(mask, mode, val, eps)).astype(np.int32)
+    return [np.ascontiguousarray(data.reshape(-1)[index]), index]

@@ -26,12 +26,33 @@ _CUDA_GAP = "no CUDA unit yet (issue 30); compiling it for cuda is a one-line Lo
 # training-side image ops that the model zoo's inference graphs do not contain (Fast R-CNN's roi
 # pooling gave way to roi_align; correlation is FlowNet's): the reference interpreter runs them
 _C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the reference interpreter runs it"
-_C_VISION = {T.ROIPoolingOp: _C_VISION_GAP, T.CorrelationOp: _C_VISION_GAP}
+_C_VISION = {
+    T.ROIPoolingOp: _C_VISION_GAP,
+    T.CorrelationOp: _C_VISION_GAP,
+    T.RegionRestrictedConvOp: _C_VISION_GAP,
+    T.DeformablePSROIPoolingOp: _C_VISION_GAP,
+}
+# linear algebra of analysis code, not of the inference graphs xmge targets (MegEngine's own CPU
+# SVD is its naive kernel): the reference interpreter runs it
+_C_LINALG = {T.SVDOp: _C_VISION_GAP}
+# shapes computed in the graph: specialize-shapes turns them into constants and static reshapes
+# before kernel selection; a data-dependent count has no static size (compile refuses it)
+_SPECIALIZED = "specialize-shapes fixes it to its static form (the traced shape) before kernel selection"
+_DATA_DEPENDENT = (
+    "its output size depends on data: compile refuses it (DataDependentShapeError naming the op)"
+)
+SHAPE_OPS = {
+    T.GetVarShapeOp: _SPECIALIZED,
+    T.ReshapeToOp: _SPECIALIZED,
+    T.BroadcastToOp: _SPECIALIZED,
+    T.CondTakeOp: _DATA_DEPENDENT,
+}
 REFUSED: dict[str, dict[type[Operation], str]] = {
-    "x86": {**NO_KERNEL, **_C_VISION},
-    "arm": {**NO_KERNEL, **_C_VISION},
+    "x86": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS},
+    "arm": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS},
     "cuda": {
         **NO_KERNEL,
+        **SHAPE_OPS,
         **{
             op: _CUDA_GAP
             for op in (
@@ -46,12 +67,19 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
                 T.PaddingOp,
                 T.ResizeOp,
                 T.TopKOp,
+                T.SVDOp,
                 T.Convolution3DOp,
                 T.WarpPerspectiveOp,
                 T.ROIAlignOp,
                 T.ROIPoolingOp,
                 T.NMSKeepOp,
                 T.CorrelationOp,
+                T.WarpAffineOp,
+                T.RemapOp,
+                T.CvtColorOp,
+                T.DeformableConvOp,
+                T.RegionRestrictedConvOp,
+                T.DeformablePSROIPoolingOp,
             )
         },
     },
@@ -60,6 +88,7 @@ REFUSED: dict[str, dict[type[Operation], str]] = {
 _ONNX_GAP = "no exporter yet (issue 30); to_onnx raises NotImplementedError naming the op"
 ONNX_REFUSED: dict[type[Operation], str] = {
     T.ConstOp: "constants are written as graph initializers, not as nodes",
+    **SHAPE_OPS,
     **{
         op: _ONNX_GAP
         for op in (
@@ -87,6 +116,7 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.SoftmaxOp,
             T.SplitOp,
             T.TopKOp,
+            T.SVDOp,
             T.TypeCvtOp,
             T.Convolution3DOp,
             T.WarpPerspectiveOp,
@@ -94,6 +124,12 @@ ONNX_REFUSED: dict[type[Operation], str] = {
             T.ROIPoolingOp,
             T.NMSKeepOp,
             T.CorrelationOp,
+            T.WarpAffineOp,
+            T.RemapOp,
+            T.CvtColorOp,
+            T.DeformableConvOp,
+            T.RegionRestrictedConvOp,
+            T.DeformablePSROIPoolingOp,
         )
     },
 }

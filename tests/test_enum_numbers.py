@@ -69,9 +69,13 @@ ENUM_SOURCES: dict[Any, dict[str, int]] = {
     E.TopKMode: mge_enum("TopK.Mode"),
     E.BorderMode: mge_enum("WarpPerspectiveV1.BorderMode"),
     E.ROIMode: mge_enum("ROIAlignV0.Mode"),
+    E.CondTakeMode: mge_enum("CondTake.Mode"),
     E.Conv3DDataType: mge_enum("Convolution3D.DataType"),
     E.Conv3DFormat: mge_enum("Convolution3D.Format"),
     E.FormatV0: mge_enum("ConvolutionV0.Format"),
+    E.AttnMaskType: mge_enum("MultiHeadAttn.AttnMaskType"),
+    E.TensorCombinationType: mge_enum("MultiHeadAttn.TensorCombinationType"),
+    E.CvtColorMode: mge_enum("CvtColor.Mode"),
 }
 
 # The xmge enum the writer fills each enum-valued param field from (backends/mge/writer.py).
@@ -116,7 +120,17 @@ FIELD_ENUMS: dict[tuple[str, str], Any] = {
     ("ROIAlign", "mode"): E.ROIMode,
     ("ROIAlign", "format"): E.Format,
     ("ROIPooling", "mode"): E.ROIMode,
+    ("CondTake", "mode"): E.CondTakeMode,
     ("Correlation", "format"): E.FormatV0,
+    ("MultiHeadAttn", "attn_mask_type"): E.AttnMaskType,
+    ("MultiHeadAttn", "tensor_combination_type"): E.TensorCombinationType,
+    ("WarpAffine", "imode"): E.InterpolationMode,
+    ("WarpAffine", "border_mode"): E.BorderMode,
+    ("WarpAffine", "format"): E.Format,
+    ("Remap", "imode"): E.InterpolationMode,
+    ("Remap", "border_type"): E.BorderMode,
+    ("Remap", "format"): E.Format,
+    ("CvtColor", "mode"): E.CvtColorMode,
 }
 
 # param tables MegEngine writes by hand in mgb_cpp_opr.fbs / schema.fbs, not from a pdef

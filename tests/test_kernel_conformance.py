@@ -50,6 +50,7 @@ TARGETS = (
     "x86-avx512-vnni",
     "x86-avx512-vnni-vbmi",
     "x86-avx512+bf16",
+    "x86-avx512-nchw88+bf16",
     "x86-avx512-fp16+ioc16",
     "x86-avx512-amx",
     "x86-avx512-amx+bf16",

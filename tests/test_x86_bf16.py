@@ -53,15 +53,19 @@ def require_amx_bf16() -> None:
         )
 
 
-def _conv_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.ndarray], list[Any]]:
+def _conv_model(
+    rng: np.random.Generator, cases: list[tuple[Any, ...]] = CONV_CASES
+) -> tuple[Callable[..., Any], list[np.ndarray], list[Any]]:
+    """One model computing every convolution of ``cases`` (rows as :data:`CONV_CASES`'), its inputs
+    (an input and a residual addend per case) and the filters and biases."""
     params = []
-    for _, (_, ic, _, _), oc, k, *_r, g, _epi, _mode in CONV_CASES:
+    for _, (_, ic, _, _), oc, k, *_r, g, _epi, _mode in cases:
         w = (rng.standard_normal((oc, ic // g, k, k)) * 0.2).astype(np.float32)
         params.append((w, rng.standard_normal((1, oc, 1, 1)).astype(np.float32)))
 
     def f(*xs: Tensor) -> tuple[Tensor, ...]:
         outs = []
-        for case, x, res, (w, b) in zip(CONV_CASES, xs[::2], xs[1::2], params, strict=True):
+        for case, x, res, (w, b) in zip(cases, xs[::2], xs[1::2], params, strict=True):
             _, _, oc, _, s, p, d, g, epi, _ = case
             wt = Tensor(w.reshape(g, oc // g, *w.shape[1:]) if g > 1 else w)
             y = F.conv2d(x, wt, Tensor(b), stride=s, padding=p, dilation=d, groups=g)
@@ -72,7 +76,7 @@ def _conv_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.n
         return tuple(outs)
 
     inputs = []
-    for _, shape, oc, k, s, p, d, _g, _epi, _mode in CONV_CASES:
+    for _, shape, oc, k, s, p, d, _g, _epi, _mode in cases:
         oh = (shape[2] + 2 * p - d * (k - 1) - 1) // s + 1
         ow = (shape[3] + 2 * p - d * (k - 1) - 1) // s + 1
         inputs += [rng.standard_normal(shape).astype(np.float32),
@@ -80,10 +84,12 @@ def _conv_model(rng: np.random.Generator) -> tuple[Callable[..., Any], list[np.n
     return f, inputs, params
 
 
-def _conv_contract(inputs: list[np.ndarray], params: list[Any]) -> list[np.ndarray]:
+def _conv_contract(
+    inputs: list[np.ndarray], params: list[Any], cases: list[tuple[Any, ...]] = CONV_CASES
+) -> list[np.ndarray]:
     """The +bf16 contract in float64: rounded activations and filters, exact sums, the epilogue."""
     wants = []
-    for case, x, res, (w, b) in zip(CONV_CASES, inputs[::2], inputs[1::2], params, strict=True):
+    for case, x, res, (w, b) in zip(cases, inputs[::2], inputs[1::2], params, strict=True):
         _, _, _, _, s, p, d, g, epi, _ = case
         t = torch.nn.functional.conv2d(
             torch.tensor(round_bfloat16(x), dtype=torch.float64),

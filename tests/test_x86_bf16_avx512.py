@@ -142,4 +142,9 @@ def test_bf16_target_rows() -> None:
     with pytest.raises(TargetError, match=r"\+bf16 needs the amx or avx512 feature"):
         parse_target("x86-avx2+bf16")
     with pytest.raises(TargetError, match="plain NCHW"):
-        parse_target("x86-avx512-nchw88+bf16")
+        parse_target("x86-avx512-nchw88-amx+bf16")
+    n88 = parse_target("x86-avx512-nchw88+bf16")  # the AVX512-BF16 row has NCHW88 kernels
+    assert n88.isas[0] == "avx512bf16" and n88.backend is not None
+    assert "amx_bf16" not in n88.backend.cpu_flags_needed(n88)
+    with pytest.raises(TargetError, match=r"no \+ioc16 or \+io16xc32"):
+        parse_target("x86-avx512-nchw88+bf16+io16xc32")

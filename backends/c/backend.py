@@ -233,8 +233,11 @@ class X86Backend(CBackendBase):
 
         base = ("avx512", "avx2", "generic") if "avx512" in features else ("avx2", "generic")
         option_rows(features, options)  # an option no row of the target serves is an error
-        if "bf16" in options and ({"ioc16", "io16xc32"} & set(options) or "nchw88" in features):
-            raise TargetError("x86 +bf16 kernels are plain NCHW float32: no nchw88, +ioc16 or +io16xc32")
+        if "bf16" in options and {"ioc16", "io16xc32"} & set(options):
+            raise TargetError("x86 +bf16 kernels are float32 (bfloat16 inputs): no +ioc16 or +io16xc32")
+        if "bf16" in options and "nchw88" in features and "amx" in features:
+            # the AVX512-BF16 row has NCHW88 kernels (conv2d_nchw88_bf16), the AMX-BF16 tiles do not
+            raise TargetError("x86 +bf16 on AMX tiles is plain NCHW: drop nchw88 (x86-avx512-amx+bf16)")
         extensions = extension_isas(tuple(features), tuple(options))
         if extensions and "avx512" not in features:
             raise TargetError(f"x86 features {', '.join(extensions)} need the avx512 feature")

@@ -1100,3 +1100,78 @@ def nms_keep(batch: int, n: int, iou: float, max_output: int) -> Example:
         return [indices, count]
 
     return body
+
+
+def warp_affine(
+    x: Sequence[int], out: Sequence[int], bmode: str = "replicate", imode: str = "linear", *,
+    dtype: str = "float32", fmt: str = "NHWC",
+) -> Example:  # fmt: skip
+    """``WarpAffine`` of an NHWC (or NCHW) image batch by rotating, scaling, shifting matrices (some
+    taps fall outside the image, so ``bmode`` matters); uint8 images span 0..255."""
+
+    @example(_tag("warp_affine", fmt.lower(), x, out, bmode, imode, dtype))
+    def body(g: Graph) -> list[SSAValue]:
+        base = np.array([[0.9, 0.3, -1.3], [-0.25, 1.05, 0.6]], np.float32)
+        mats = (base + g.rng.uniform(-0.1, 0.1, (x[0], 2, 3)) * np.array([1, 1, 10, 1, 1, 10])
+                .reshape(2, 3)).astype(np.float32)  # fmt: skip
+        src = g.input(x, 256.0, np.uint8) if dtype == "uint8" else g.input(x)
+        return [g.op(T.WarpAffineOp, [src, g.const(mats)], out_shape=tuple(out),
+                     imode=enums.InterpolationMode[imode.upper()], bmode=enums.BorderMode[bmode.upper()],
+                     border_val=0.75 if dtype == "float32" else 9.5, format=enums.Format[fmt])]  # fmt: skip
+
+    return body
+
+
+def remap(
+    x: Sequence[int], out: Sequence[int], bmode: str = "replicate", imode: str = "linear", *,
+    dtype: str = "float32",
+) -> Example:  # fmt: skip
+    """``Remap`` of an NCHW image batch by a map whose positions reach two pixels past each side."""
+
+    @example(_tag("remap", x, out, bmode, imode, dtype))
+    def body(g: Graph) -> list[SSAValue]:
+        h, w = x[2], x[3]
+        mp = np.stack([g.rng.uniform(-2, w + 1, (x[0], *out)), g.rng.uniform(-2, h + 1, (x[0], *out))], -1)
+        src = g.input(x, 256.0, np.uint8) if dtype == "uint8" else g.input(x)
+        return [g.op(T.RemapOp, [src, g.const(mp.astype(np.float32))],
+                     imode=enums.InterpolationMode[imode.upper()], bmode=enums.BorderMode[bmode.upper()],
+                     scalar=0.5)]  # fmt: skip
+
+    return body
+
+
+def cvt_color(x: Sequence[int], mode: str, *, dtype: str = "float32") -> Example:
+    """``CvtColor`` of NHWC images (float32 around 0..1; uint8 spanning 0..255)."""
+
+    @example(_tag("cvt_color", x, mode, dtype))
+    def body(g: Graph) -> list[SSAValue]:
+        src = g.input(x, 256.0, np.uint8) if dtype == "uint8" else g.input(x, 0.5)
+        return [g.op(T.CvtColorOp, [src], mode=enums.CvtColorMode[mode])]
+
+    return body
+
+
+def deformable_conv(
+    x: Sequence[int], oc: int, k: int | Sequence[int], *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
+    groups: int = 1, dg: int = 1,
+) -> Example:  # fmt: skip
+    """``DeformableConv`` with offsets of about a pixel (taps reach outside) and a (0, 1) mask."""
+
+    def pair(v: Any) -> tuple[int, int]:
+        return (v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+
+    (fh, fw), (sh, sw), (ph, pw), (dh, dw) = pair(k), pair(stride), pair(pad), pair(dil)
+
+    @example(_tag("deformable_conv", x, f"oc{oc}", f"k{(fh, fw)}", f"s{(sh, sw)}", f"p{(ph, pw)}",
+                  f"d{(dh, dw)}", f"g{groups}", f"dg{dg}"))  # fmt: skip
+    def body(g: Graph) -> list[SSAValue]:
+        oh = (x[2] + 2 * ph - dh * (fh - 1) - 1) // sh + 1
+        ow = (x[3] + 2 * pw - dw * (fw - 1) - 1) // sw + 1
+        w = (oc, x[1], fh, fw) if groups == 1 else (groups, oc // groups, x[1] // groups, fh, fw)
+        off = (g.rng.standard_normal((x[0], 2 * dg * fh * fw, oh, ow)) * 1.3).astype(np.float32)
+        mask = g.rng.random((x[0], dg * fh * fw, oh, ow)).astype(np.float32)
+        sparse = enums.ConvSparse.DENSE if groups == 1 else enums.ConvSparse.GROUP
+        return [g.op(T.DeformableConvOp, [g.input(x), g.weight(w), g.const(off), g.const(mask)],
+                     stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), sparse=sparse)]  # fmt: skip
+
+    return body

@@ -24,6 +24,7 @@ from backends.c.templates.arm import (
 from backends.c.templates.portable import (
     conv_runtime_weight,
     generic,
+    image,
     indexing,
     int_elemwise,
     portable,
@@ -74,6 +75,7 @@ KERNELS = KernelRegistry(
         *int_elemwise.KERNEL_UNITS,
         *conv_runtime_weight.KERNEL_UNITS,
         *vision.KERNEL_UNITS,
+        *image.KERNEL_UNITS,
         *x86_int8.KERNEL_UNITS,
         *x86_fp16.KERNEL_UNITS,
         *x86_amx.KERNEL_UNITS,

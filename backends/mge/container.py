@@ -404,7 +404,7 @@ def _parse_v2(view: memoryview, start: int) -> RawGraph:
 
 # operators with a fixed number of (non-volatile) outputs other than 1
 _V1_OUTPUTS = {"BatchNorm": 4, "LayerNorm": 3, "GroupNorm": 3, "InstanceNorm": 3,  # (dst, mean, rstd)
-               "Argsort": 2, "ROIAlign": 2, "ROIPooling": 2, "NMSKeep": 2}  # fmt: skip
+               "Argsort": 2, "ROIAlign": 2, "ROIPooling": 2, "NMSKeep": 2, "CondTake": 2}  # fmt: skip
 
 
 def v1_output_count(

@@ -156,9 +156,22 @@ def lower_elemwise_multi_type(lw: Lowering, op: T.ElemwiseMultiTypeOp, p: dict[s
     lw.simple(op, "ElemwiseMultiType", [("ElemwiseMultiType", mode)], output_dtype=_quantized_output(op))
 
 
-def lower_reshape(lw: Lowering, op: T.ReshapeOp, p: dict[str, Any]) -> None:
+def lower_get_var_shape(lw: Lowering, op: T.GetVarShapeOp, p: dict[str, Any]) -> None:
+    lw.simple(op, "GetVarShape", [("OptionalAxisV1", {"axis": 7})])
+
+
+def lower_reshape(lw: Lowering, op: T.ReshapeOp | T.ReshapeToOp, p: dict[str, Any]) -> None:
     src, dst = value_shape(op.operands[0]), value_shape(op.output)
     x = lw.ids[op.operands[0]]
+    if isinstance(op, T.ReshapeOp) and (src or (1,)) == (dst or (1,)):
+        # (1,) <-> (): one shape to MegEngine, whose loader refuses a Reshape that changes nothing
+        # after a Reduce (it merges it into the Reduce: "got_type=Reduce expected_type=Reshape")
+        lw.ids[op.output] = x
+        return
+    if isinstance(op, T.ReshapeToOp):  # the shape computed in the graph; axis 7: none inferred
+        axis = p["unspec_axis"] if p["unspec_axis"] >= 0 else 7
+        lw.simple(op, "Reshape", [("OptionalAxisV1", {"axis": axis})], [x, lw.ids[op.shape]])
+        return
     k = flatten_start_axis(src, dst)
     if k is not None:
         # MegEngine's F.flatten: Reshape(x, Concat(x.shape[0], ..., x.shape[k-1], -1)), axis k
@@ -177,8 +190,11 @@ def lower_reshape(lw: Lowering, op: T.ReshapeOp, p: dict[str, Any]) -> None:
     lw.simple(op, "Reshape", [("OptionalAxisV1", {"axis": 7})], [x, target])
 
 
-def lower_broadcast(lw: Lowering, op: T.BroadcastOp, p: dict[str, Any]) -> None:
-    target = lw.int_const(value_shape(op.output))
+def lower_broadcast(lw: Lowering, op: T.BroadcastOp | T.BroadcastToOp, p: dict[str, Any]) -> None:
+    if isinstance(op, T.BroadcastToOp):  # the shape computed in the graph
+        target = lw.ids[op.shape]
+    else:
+        target = lw.int_const(value_shape(op.output))
     lw.simple(op, "Broadcast", [("Empty", {})], [lw.ids[op.operands[0]], target])
 
 
@@ -253,6 +269,16 @@ def lower_indexing(lw: Lowering, op: T.MgbOp, p: dict[str, Any]) -> None:
 def lower_linspace(lw: Lowering, op: T.LinspaceOp, p: dict[str, Any]) -> None:
     inputs = [lw.ids[op.operands[0]], lw.ids[op.operands[1]], lw.int_const([int(p["num"])])]
     lw.simple(op, "Linspace", [("Linspace", {"endpoint": bool(p["endpoint"])})], inputs)
+
+
+def lower_cond_take(lw: Lowering, op: T.CondTakeOp, p: dict[str, Any]) -> None:
+    params = {"mode": int(p["mode"]), "val": float(p["val"]), "eps": float(p["eps"])}
+    name = lw.var_name(op, "CondTake")
+    inputs = [lw.ids[v] for v in op.operands]
+    wopr = WOpr("CondTake", inputs, 2, [("CondTake", params)], name=attr_str(op, "opr_name"))
+    vids = lw.add(wopr, [f"{name}:o0", f"{name}:o1"])
+    for res, vid in zip(op.results, vids, strict=True):
+        lw.ids[res] = vid
 
 
 def lower_topk(lw: Lowering, op: T.TopKOp, p: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.dialects.builtin import Float32Type, TensorType
+from xdsl.dialects.builtin import Float32Type, IntegerType, TensorType
 
 import backends.mge.layouts as layouts
 from backends.mge.dtypes import to_element
@@ -253,6 +253,10 @@ def read_reduce(ctx: ReadContext, op: RawOpr) -> None:
     shape = shape_of(op, x, "input")
     if len(op.inputs) >= 2:
         target = int_values(op, input_var(ctx, op, 1), "the target shape")
+        if list(target) == [1] and len(shape) > 1:
+            # MegEngine's F.sum(x) and friends without an axis: everything into one value
+            _read_reduce_all(ctx, op, x, shape, mode, data_type)
+            return
         if len(target) != len(shape):
             raise fail(op, f"target shape {target} does not match input rank {len(shape)}")
         axes = [a for a, (s, t) in enumerate(zip(shape, target, strict=True)) if s != t]
@@ -277,6 +281,19 @@ def read_reduce(ctx: ReadContext, op: RawOpr) -> None:
     define(ctx, op, 0, cur)
 
 
+def _read_reduce_all(
+    ctx: ReadContext, op: RawOpr, x: ReadVar, shape: tuple[int, ...], mode: Any, data_type: Any
+) -> None:
+    """A Reduce to the target shape [1] of an n-D input: the axes one after another, then (1,)."""
+    cur = x
+    for k, a in enumerate(a for a, d in enumerate(shape) if d != 1):
+        m = enums.ReduceMode.SUM if k > 0 and mode == enums.ReduceMode.SUM_SQR else mode
+        (cur,) = emit_values(ctx, op, T.ReduceOp, [cur], mode=m, axis=a, data_type=data_type)
+    assert x.type is not None
+    (cur,) = emit_values(ctx, op, T.ReshapeOp, [cur], [TensorType(x.type.element_type, [1])])
+    define(ctx, op, 0, cur)
+
+
 def read_reshape(ctx: ReadContext, op: RawOpr) -> None:
     x = input_var(ctx, op, 0)
     target = int_values(op, input_var(ctx, op, 1), "the target shape")
@@ -290,6 +307,13 @@ def read_reshape(ctx: ReadContext, op: RawOpr) -> None:
         unknown = [axis]
     if len(unknown) > 1:
         raise fail(op, f"target shape {target} has several unspecified dimensions")
+    if any(d < 0 for d in shape):  # a size known only at run time (after CondTake)
+        if len(unknown) != 1 or any(d < 0 for i, d in enumerate(target) if i != unknown[0]):
+            raise fail(op, f"the input's size {shape} is known only at run time: reshape it with one -1")
+        target[unknown[0]] = -1  # stays dynamic: the kernel infers it, as MegEngine's Reshape does
+        assert x.type is not None
+        emit_one(ctx, op, T.ReshapeOp, [x], [TensorType(x.type.element_type, target)])
+        return
     if unknown:
         rest = math.prod(d for i, d in enumerate(target) if i != unknown[0])
         if rest <= 0 or total % rest:
@@ -541,6 +565,27 @@ def read_topk(ctx: ReadContext, op: RawOpr) -> None:
         define(ctx, op, i, var)
 
 
+def read_cond_take(ctx: ReadContext, op: RawOpr) -> None:
+    """MegEngine's CondTake: (data, mask) -> (values, int32 indices). How many it takes depends
+    on the mask's values, so both results get a dynamic size (``?``) unless the mask is known now."""
+    if len(op.inputs) != 2:
+        raise fail(op, f"takes 2 inputs (data, mask), has {len(op.inputs)}")
+    data, mask = input_var(ctx, op, 0), input_var(ctx, op, 1)
+    p = op.param("CondTake")
+    params = {"mode": int(p["mode"]), "val": float(p["val"]), "eps": float(p["eps"])}
+    if not 0 <= params["mode"] < len(T.COND_TAKE_MODES):
+        raise fail(op, f"param.CondTake.mode = {params['mode']} is not one of {', '.join(T.COND_TAKE_MODES)}")
+    shape = shape_of(op, data, "data")
+    if shape_of(op, mask, "mask") != shape:
+        raise fail(op, f"mask shape {shape_of(op, mask, 'mask')} differs from the data shape {shape}")
+    assert data.type is not None
+    types = [TensorType(data.type.element_type, [-1]), TensorType(IntegerType(32), [-1])]
+    # both known now (constants): evaluated, with the count they give
+    values = emit_values(ctx, op, T.CondTakeOp, [data, mask], types, **params)
+    for i, var in enumerate(values):
+        define(ctx, op, i, var)
+
+
 def read_split(ctx: ReadContext, op: RawOpr) -> None:
     """MegEngine's Split (SPECIFY method, the only one it serialises): (src, one size per part)."""
     x = input_var(ctx, op, 0)
@@ -648,7 +693,10 @@ def read_resize(ctx: ReadContext, op: RawOpr) -> None:
     if len(out) != 2:
         raise fail(op, f"output size must have 2 values, got {out}")
     imode = enum_of(op, enums.InterpolationMode, p["imode"], "imode")
-    if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR):
+    if imode == enums.InterpolationMode.CUBIC and fmt in blocked:
+        raise unsupported(op, f"Resize CUBIC in format {fmt.name} is not supported by xmge (NCHW only)")
+    if imode not in (enums.InterpolationMode.NEAREST, enums.InterpolationMode.LINEAR,
+                     enums.InterpolationMode.CUBIC):  # fmt: skip
         raise unsupported(op, f"Resize with interpolation mode {imode.name} is not supported by xmge")
     if fmt in blocked:
         # enable_nchw88/nchw44 dumps resize blocked tensors in place: the same per-channel resize

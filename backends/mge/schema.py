@@ -128,6 +128,8 @@ PARAMS: dict[str, ParamDef] = {
         ParamDef("Softmax", 90, (("axis", "i", -1),)),
         ParamDef("Linspace", 29, (("endpoint", "?", True),)),
         ParamDef("TopK", 44, (("mode", "I", 0),)),
+        # mode: EQ NEQ LT LEQ GT GEQ; MegEngine's F.cond_take writes EQ with val 1
+        ParamDef("CondTake", 25, (("mode", "I", 0), ("val", "f", 0.0), ("eps", "f", 1e-6))),
         # Resize: imode is WarpPerspectiveV1's InterpolationMode (LINEAR), format Convolution's (NHWC)
         ParamDef("Resize", 40, (("imode", "I", 1), ("format", "I", 1))),
         ParamDef(

@@ -465,6 +465,37 @@ def _broadcast_backward(
     return [unbroadcast(g, inputs[0].shape).astype(inputs[0].dtype, copy=False)]
 
 
+@register_backward(T.ReshapeToOp)
+def _reshape_to_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """As the static reshape's; the shape operand (a shape) has no gradient."""
+    return [_only_grad(grads).reshape(inputs[0].shape), None]
+
+
+@register_backward(T.BroadcastToOp)
+def _broadcast_to_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """As the static broadcast's; the shape operand (a shape) has no gradient."""
+    g = _only_grad(grads)
+    return [unbroadcast(g, inputs[0].shape).astype(inputs[0].dtype, copy=False), None]
+
+
+@register_backward(T.CondTakeOp)
+def _cond_take_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """The taken values' gradient goes back to their positions; the mask has none."""
+    g = grads[0]
+    if g is None:
+        return [None, None]
+    data = inputs[0]
+    out = np.zeros(data.size, dtype=g.dtype)
+    out[outputs[1]] = g
+    return [out.reshape(data.shape), None]
+
+
 @register_backward(T.DimshuffleOp)
 def _dimshuffle_backward(
     inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
@@ -742,8 +773,13 @@ def _resize_backward(
     """Resize is y = Ah x Aw^T per image, so dx = Ah^T g Aw."""
     (x,) = inputs
     g = _only_grad(grads)
-    ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
-    aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
+    if params["imode"] == enums.InterpolationMode.CUBIC:
+        from semantics.image_kernels import cubic_matrix
+
+        ah, aw = cubic_matrix(x.shape[2], g.shape[2]), cubic_matrix(x.shape[3], g.shape[3])
+    else:
+        ah = K.interp_matrix(x.shape[2], g.shape[2], params["imode"])
+        aw = K.interp_matrix(x.shape[3], g.shape[3], params["imode"])
     return [np.einsum("oh,ncop,pw->nchw", ah, g.astype(np.float64), aw).astype(x.dtype)]
 
 
@@ -833,11 +869,23 @@ class _Tape:
     def __init__(self, sources: Iterable[Tensor]) -> None:
         # id -> tensor; holding the tensor keeps its id from being reused while recording
         self.tracked: dict[int, Tensor] = {id(t): t for t in sources}
+        # the attached tensors: an intermediate one keeps its gradient when backward passes it
+        self.attached: set[int] = set(self.tracked)
         self.entries: list[_Entry] = []
         self.group: object | None = None  # managers entered together (gm | gm2) do not see each other
 
     def track(self, t: Tensor) -> None:
         self.tracked[id(t)] = t
+        self.attached.add(id(t))
+
+    def _take(self, grads: dict[int, Any], kept: dict[int, Any], ids: Sequence[int]) -> list[Any]:
+        """Pop the gradients of an entry's outputs (complete once backward reaches their producer);
+        those of attached tensors are kept for the caller."""
+        out = [grads.pop(i, None) for i in ids]
+        for i, g in zip(ids, out, strict=True):
+            if g is not None and i in self.attached:
+                kept[i] = g
+        return out
 
     def record(self, applied: AppliedOp) -> None:
         inputs, outputs = applied.inputs, applied.outputs
@@ -889,8 +937,9 @@ class _Tape:
 
     def backward(self, seeds: dict[int, Array]) -> dict[int, Array]:
         grads = dict(seeds)
+        kept: dict[int, Any] = {}
         for e in reversed(self.entries):
-            out_grads = [grads.pop(i, None) for i in e.output_ids]
+            out_grads = self._take(grads, kept, e.output_ids)
             if all(g is None for g in out_grads):
                 continue
             if e.function is not None:
@@ -906,7 +955,7 @@ class _Tape:
                 raise GradError(f"{e.op_cls.name} has no gradient rule (op applied at {e.where})")
             in_grads = rule(e.inputs, e.outputs, out_grads, e.params)
             self._accumulate(grads, e, in_grads)
-        return grads
+        return {**grads, **kept}
 
 
 class Function:
@@ -1094,10 +1143,17 @@ class GradManager:
             if g is None:
                 continue
             # a fresh, writeable array: rules may return read-only broadcast views
-            gt = Tensor._from_array(np.array(g, dtype=t.dtype))
-            for cb in self._callbacks.get(i, []):
-                gt = cb(t, gt)
-            t.grad = gt if t.grad is None else Tensor._from_array(t.grad._data + gt._data)
+            self._deliver(i, t, Tensor._from_array(np.array(g, dtype=t.dtype)), recorded=False)
+
+    def _deliver(self, i: int, t: Tensor, gt: Tensor, *, recorded: bool) -> None:
+        """Hand attached tensor ``t`` its gradient: through the callbacks, then added into ``t.grad``
+        (with a recorded op when an enclosing manager differentiates the backward)."""
+        for cb in self._callbacks.get(i, []):
+            gt = cb(t, gt)
+        if t.grad is None:
+            t.grad = gt
+        else:
+            t.grad = t.grad + gt if recorded else Tensor._from_array(t.grad._data + gt._data)
 
     def _accumulate_recorded(self, tape: _Tape, seeds: dict[int, Tensor], inner: list[_Tape]) -> None:
         for rec in inner:
@@ -1108,9 +1164,7 @@ class GradManager:
                 gt = grads.get(i)
                 if gt is None:
                     continue
-                for cb in self._callbacks.get(i, []):
-                    gt = cb(t, gt)
-                t.grad = gt if t.grad is None else t.grad + gt
+                self._deliver(i, t, gt, recorded=True)
         finally:
             for rec in inner:
                 push_recorder(rec)
@@ -1222,6 +1276,8 @@ def _install_tensor_rules() -> None:
     TENSOR_BACKWARD[T.ReshapeOp] = lambda x, y, g, p: [g.reshape(x[0].shape)]
     TENSOR_BACKWARD[T.AxisAddRemoveOp] = lambda x, y, g, p: [g.reshape(x[0].shape)]
     TENSOR_BACKWARD[T.BroadcastOp] = lambda x, y, g, p: [_tensor_unbroadcast(g, x[0].shape)]
+    TENSOR_BACKWARD[T.ReshapeToOp] = lambda x, y, g, p: [g.reshape(x[0].shape), None]
+    TENSOR_BACKWARD[T.BroadcastToOp] = lambda x, y, g, p: [_tensor_unbroadcast(g, x[0].shape), None]
     TENSOR_BACKWARD[T.TypeCvtOp] = lambda x, y, g, p: [
         g.astype(x[0].dtype) if x[0].dtype.kind == "f" and y[0].dtype.kind == "f" else None
     ]
@@ -1242,8 +1298,9 @@ def _backward_recorded(self: _Tape, seeds: dict[int, Tensor]) -> dict[int, Tenso
     if not TENSOR_BACKWARD:
         _install_tensor_rules()
     grads: dict[int, Tensor] = dict(seeds)
+    kept: dict[int, Tensor] = {}
     for e in reversed(self.entries):
-        out_grads = [grads.pop(i, None) for i in e.output_ids]
+        out_grads = self._take(grads, kept, e.output_ids)
         if all(g is None for g in out_grads):
             continue
         if e.function is not None:  # its backward runs as ops the enclosing managers record
@@ -1267,7 +1324,7 @@ def _backward_recorded(self: _Tape, seeds: dict[int, Tensor]) -> dict[int, Tenso
             )
             in_grads = [None if a is None else Tensor._from_array(np.array(a)) for a in arrays]
         self._accumulate(grads, e, in_grads)
-    return grads
+    return {**grads, **kept}
 
 
 _Tape.backward_recorded = _backward_recorded  # type: ignore[attr-defined]
@@ -1300,3 +1357,13 @@ from compiler.autodiff.vision import RULES as _VISION_RULES  # noqa: E402
 
 for _cls, _rule in _VISION_RULES.items():
     register_backward(_cls)(_rule)
+
+
+@register_backward(T.SVDOp)
+def _svd_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    from semantics.linalg_kernels import svd_backward
+
+    x = np.asarray(inputs[0])
+    return [svd_backward(x, outputs, grads, params).astype(x.dtype)]

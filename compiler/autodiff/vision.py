@@ -179,3 +179,100 @@ def _correlation_backward(
 ) -> list[Array | None]:
     da, db = V.correlation_backward(inputs[0], inputs[1], _only_grad(grads), params)
     return [da, db]
+
+
+@_rule(T.RemapOp)
+def _remap_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """Linear: the image gradient scatters each output's four bilinear weights (taps on a CONSTANT
+    border carry none), the map gradient is d out / d (x, y) summed over channels (constant taps
+    read ``scalar``). Nearest: the gradient goes to the pixel read; none for the map."""
+    from semantics import image_kernels as IK
+
+    x, mp = inputs
+    g = _only_grad(grads).astype(np.float64)
+    bmode = params["bmode"]
+    constant = bmode == enums.BorderMode.CONSTANT
+    c, ih, iw = x.shape[1:]
+    dx = np.zeros(x.shape, np.float64)
+    dmap = np.zeros(mp.shape, np.float64)
+    for n in range(x.shape[0]):
+        gn = g[n]
+        if params["imode"] == enums.InterpolationMode.NEAREST:
+            with np.errstate(invalid="ignore"):
+                rx, ry = np.rint(mp[n, ..., 0].astype(np.float32)), np.rint(mp[n, ..., 1].astype(np.float32))
+            corners = [(V._coords(ry, ih, bmode), V._coords(rx, iw, bmode), np.ones(ry.shape))]
+        else:
+            y0, y1, x0, x1, u, v = (a.astype(np.float64) if a.dtype.kind == "f" else a
+                                    for a in IK.remap_taps(mp[n], ih, iw, bmode))  # fmt: skip
+            corners = [(y0, x0, (1 - v) * (1 - u)), (y0, x1, (1 - u) * v),
+                       (y1, x0, (1 - v) * u), (y1, x1, u * v)]  # fmt: skip
+        vals = []
+        for h, w, wt in corners:
+            ok = (h >= 0) & (w >= 0)
+            vals.append(np.where(ok, x[n][:, np.maximum(h, 0), np.maximum(w, 0)].astype(np.float64),
+                                 params["scalar"] if constant else 0.0))  # fmt: skip
+            contrib = gn * (wt * ok)[None]
+            for ch in range(c):
+                np.add.at(dx[n, ch], (np.maximum(h, 0), np.maximum(w, 0)), contrib[ch])
+        if len(vals) == 4:
+            v00, v01, v10, v11 = vals
+            dmap[n, ..., 0] = (((v01 - v00) * (1 - u) + (v11 - v10) * u) * gn).sum(axis=0)
+            dmap[n, ..., 1] = (((v10 - v00) * (1 - v) + (v11 - v01) * v) * gn).sum(axis=0)
+    return [dx.astype(x.dtype), dmap.astype(mp.dtype)]
+
+
+@_rule(T.DeformableConvOp)
+def _deformable_conv_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """MegEngine's DeformableConvBackwardData/Filter: input, filter, offset and mask gradients."""
+    from semantics.deformable_kernels import deformable_conv_backward
+
+    x, w, offset, mask = inputs
+    return list(deformable_conv_backward(x, w, offset, mask, _only_grad(grads), params))
+
+
+@_rule(T.RegionRestrictedConvOp)
+def _region_restricted_conv_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    from semantics.deformable_kernels import region_restricted_conv_backward
+
+    x, w, rin, rout = inputs
+    dx, dw = region_restricted_conv_backward(x, w, rin, rout, _only_grad(grads), params)
+    return [dx, dw, None, None]
+
+
+@_rule(T.DeformablePSROIPoolingOp)
+def _deformable_psroi_pooling_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """MegEngine's DeformablePSROIPoolingBackward: input and trans gradients; none for the rois
+    (nor through the sample counts)."""
+    from semantics.deformable_kernels import deformable_psroi_pooling_backward
+
+    x, rois, trans = inputs
+    g = grads[0]
+    if g is None:
+        return [None, None, None]
+    dx, dtrans = deformable_psroi_pooling_backward(x, rois, trans, g, params)
+    return [dx, None, dtrans]
+
+
+@_rule(T.WarpAffineOp)
+def _warp_affine_backward(
+    inputs: Sequence[Array], outputs: Sequence[Array], grads: Sequence[Array | None], params: dict[str, Any]
+) -> list[Array | None]:
+    """NCHW: WarpPerspective's gradients for the matrix with the row (0, 0, 1) appended (MegEngine
+    differentiates it so), the matrix gradient's first two rows. NHWC has none in MegEngine."""
+    from compiler.autodiff import GradError
+
+    if params["format"] != enums.Format.NCHW:
+        raise GradError("mgb.warp_affine: no gradient in NHWC (MegEngine's WarpAffine has none); use NCHW")
+    x, mat = inputs
+    m3 = np.concatenate([mat, np.tile(np.array([[[0, 0, 1]]], mat.dtype), (mat.shape[0], 1, 1))], 1)
+    dx, dm = _warp_perspective_backward([x, m3], outputs, grads, params)[:2]
+    assert dm is not None
+    return [dx, np.ascontiguousarray(dm[:, :2])]

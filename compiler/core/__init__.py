@@ -46,6 +46,15 @@ class AxisError(OpError, AssertionError):
     MegEngine checks axes with assertions (``_normalize_axis``), and code catches that."""
 
 
+class CheckError(OpError, AssertionError):
+    """An operand that fails a precondition MegEngine checks with ``assert`` (a rank, a length):
+    an AssertionError too, as code written for MegEngine catches that."""
+
+
+def check_error(label: str, message: str) -> CheckError:
+    return CheckError(f"{label}: {message} (at {user_location()})")
+
+
 def axis_error(label: str, message: str) -> AxisError:
     return AxisError(f"{label}: {message} (at {user_location()})")
 

@@ -1,7 +1,8 @@
 """MegEngine's ``core._trace_option``: whether traced graphs use symbolic shapes.
 
-xmge's traces record static shapes (each new input shape is traced again), so the setting is
-remembered and reported, and changes no result."""
+With it on, ``Tensor.shape`` read by user code is an int32 Tensor computed in the graph
+(``compiler.core.symbolic_shape``); ``jit.trace`` turns it on while a traced body runs unless
+``symbolic_shape=False``."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ _use_symbolic_shape = bool(os.environ.get("MEGENGINE_USE_SYMBOLIC_SHAPE"))
 
 
 def use_symbolic_shape() -> bool:
-    """The current setting: False unless ``MEGENGINE_USE_SYMBOLIC_SHAPE`` is set (MegEngine: whether
-    ``Tensor.shape`` is a tensor; xmge's shapes are always tuples)."""
+    """The current setting: False unless ``MEGENGINE_USE_SYMBOLIC_SHAPE`` is set (whether
+    ``Tensor.shape`` is a tensor)."""
     return _use_symbolic_shape
 
 

@@ -154,7 +154,10 @@ def inference_passes(target: Target | None = None) -> list[ModulePass]:
     options = target.inference_options() if target is not None else {}
     # a graph dumped in a layout the target has no kernels for runs in NCHW (then the target's own layout)
     back = [RelayoutBackPass(keep=native_layouts(target))] if target is not None and target.isas else []
-    return [*back, *pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **options)]
+    # kernels take static shapes: shapes the graph computes are fixed to the traced ones first
+    from passes.inference import SpecializeShapesPass
+
+    return [SpecializeShapesPass(), *back, *pipeline_for(enable_fuse_conv_bias_nonlinearity=True, **options)]
 
 
 def inference_clean(module: ModuleOp, target: Target | None = None) -> ModuleOp:

@@ -57,10 +57,15 @@ def cross_entropy(
     reduction: str = "mean",
 ) -> Tensor:
     """Cross entropy of class scores ``pred`` (logits, or probabilities when ``with_logits=False``)
-    against integer ``label``, which has ``pred``'s shape without ``axis``."""
+    against class indices ``label``, which has ``pred``'s shape without ``axis``. Float labels are
+    class indices too, truncated toward zero as MegEngine's IndexingOneHot converts them (its own
+    docstring passes ``Tensor([1., 1., 1.])``); soft (per-class probability) labels are refused, as
+    MegEngine refuses them: their shape has ``pred``'s number of dimensions."""
     from compiler.functional.nn import _check_picks, logsumexp  # nn re-exports this module's losses
 
     pred, label = as_tensor(pred), as_tensor(label)
+    if label.dtype.kind == "f":
+        label = label.astype("int32")
     if pred.ndim != label.ndim + 1:
         raise op_error(
             "cross_entropy",

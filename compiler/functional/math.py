@@ -135,6 +135,8 @@ def topk(
     _sort_label("topk", inp)
     k = int(k.item() if isinstance(k, Tensor) else k)
     rows = reshape(inp, (1, inp.shape[0])) if inp.ndim == 1 else inp
+    if k > rows.shape[1] and not kth_only:
+        k = rows.shape[1]  # MegEngine's TopK takes the whole row when k exceeds it
     if not 0 < k <= rows.shape[1]:
         raise op_error("topk", f"k={k} must be in [1, {rows.shape[1]}] for a row of {rows.shape[1]} elements")
     mode = 0 if kth_only else 1 if no_sort else 2
@@ -287,6 +289,7 @@ def dot(inp1: Tensor, inp2: Tensor) -> Tensor:
 __all__ = [
     "cross",
     "matinv",
+    "svd",
     "argmax",
     "argsort",
     "sort",
@@ -383,3 +386,19 @@ def matinv(inp: Tensor) -> Tensor:
             + expand_dims(e_k, 1) * expand_dims(row, 1)
         )
     return reshape(work[:, :, n:], inp.shape)
+
+
+def svd(inp: Tensor, full_matrices: bool = False, compute_uv: bool = True) -> Any:
+    """The singular value decomposition ``inp = U @ diag(S) @ Vh`` of each matrix in the trailing
+    two axes of a float32 ``inp`` (..., M, N): ``(U, S, Vh)`` with U (..., M, K), S (..., K)
+    descending, Vh (..., K, N), K = min(M, N); ``full_matrices`` makes U (..., M, M) and Vh
+    (..., N, N). With ``compute_uv=False`` only ``S`` is returned, as MegEngine documents (its 1.13
+    raises unpacking one result). Differentiable for ``full_matrices=False``. The sign of each
+    singular vector pair is fixed: the largest-magnitude entry of each column of U is positive."""
+    inp = as_tensor(inp)
+    if inp.ndim < 2:
+        raise op_error("svd", f"input must be (..., M, N), got shape {inp.shape}")
+    if inp.dtype != np.float32:
+        raise op_error("svd", f"Singular Value Decomposition needs a float32 input, got {inp.dtype}")
+    u, s, vh = apply(T.SVDOp, [inp], label="svd", full_matrices=bool(full_matrices))
+    return (u, s, vh) if compute_uv else s

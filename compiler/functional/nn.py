@@ -43,6 +43,11 @@ __all__ = [
     "conv3d",
     "conv_transpose3d",
     "warp_perspective",
+    "warp_affine",
+    "remap",
+    "deformable_conv2d",
+    "region_restricted_conv",
+    "deformable_psroi_pooling",
     "conv_transpose2d",
     "dropout",
     "embedding",
@@ -200,6 +205,114 @@ def conv2d(
         compute_mode=cmode,
     )
     return _add_channel_bias("conv2d", out, bias)
+
+
+def deformable_conv2d(
+    inp: Tensor,
+    weight: Tensor,
+    offset: Tensor,
+    mask: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+    compute_mode: str = "default",
+) -> Tensor:
+    """Deformable convolution (DCNv2, MegEngine's DeformableConv): tap (fh, fw) of output (oh, ow)
+    reads ``inp`` bilinearly (zero outside) at its regular position shifted by ``offset``
+    (N, 2 * DG * FH * FW, OH, OW), a (dy, dx) pair per deformable group and tap, and is scaled by
+    ``mask`` (N, DG * FH * FW, OH, OW); the DG deformable groups split the input channels. The
+    weight is as conv2d's. Differentiable in all four inputs."""
+    label = "deformable_conv2d"
+    inp, weight = as_tensor(inp), as_tensor(weight)
+    offset, mask = as_tensor(offset).astype("float32"), as_tensor(mask).astype("float32")
+    if inp.ndim != 4:
+        raise op_error(label, f"input must be 4-D NCHW, got shape {inp.shape}")
+    if str(conv_mode).lower() != "cross_correlation":
+        raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
+    _mode(label, enums.ComputeMode, compute_mode, "compute_mode")
+    weight = _grouped_weight(label, weight, groups, "output")
+    inp, weight = _promote_conv_operands(label, inp, weight)
+    (out,) = apply(
+        T.DeformableConvOp,
+        [inp, weight, offset, mask],
+        label=label,
+        **_conv_geometry(label, stride, padding, dilation, groups),
+    )
+    return _add_channel_bias(label, out, bias)
+
+
+def region_restricted_conv(
+    inp: Tensor,
+    weight: Tensor,
+    rin: Tensor,
+    rout: Tensor,
+    bias: Tensor | None = None,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    conv_mode: str = "cross_correlation",
+    compute_mode: str = "default",
+) -> Tensor:
+    """Region-restricted convolution (MegEngine's RegionRestrictedConvolution): a grouped
+    convolution (weight (G, OC/G, IC/G, FH, FW)) in which an input pixel contributes to an output
+    only where the region ids agree, ``rin[n, ih, iw] == rout[n, oh, ow]`` (``rin`` (N, IH, IW),
+    ``rout`` (N, OH, OW), both int32 or both uint8); padding contributes nothing. Differentiable in
+    the input and the weight."""
+    label = "region_restricted_conv"
+    inp, weight, rin, rout = as_tensor(inp), as_tensor(weight), as_tensor(rin), as_tensor(rout)
+    if str(conv_mode).lower() != "cross_correlation":
+        raise op_error(label, f"only conv_mode 'cross_correlation' is supported, got {conv_mode!r}")
+    _mode(label, enums.ComputeMode, compute_mode, "compute_mode")
+    if groups < 1:
+        raise op_error(label, f"groups must be positive, got {groups}")
+    if weight.ndim == 4:  # MegEngine always runs it grouped
+        weight = reshape(weight, (groups, weight.shape[0] // groups, *weight.shape[1:]))
+    geometry = _conv_geometry(label, stride, padding, dilation, groups)
+    geometry.pop("sparse")
+    (out,) = apply(T.RegionRestrictedConvOp, [inp, weight, rin, rout], label=label, **geometry)
+    return _add_channel_bias(label, out, bias)
+
+
+def deformable_psroi_pooling(
+    inp: Tensor,
+    rois: Tensor,
+    trans: Tensor,
+    no_trans: bool,
+    part_size: int,
+    pooled_h: int,
+    pooled_w: int,
+    sample_per_part: int,
+    spatial_scale: float,
+    trans_std: float = 0.1,
+) -> Tensor:
+    """Deformable PSRoI pooling (MegEngine's DeformablePSROIPooling): each row (batch index, x1,
+    y1, x2, y2) of ``rois`` (K, 5), rounded to pixels and scaled by ``spatial_scale``, is split
+    into ``pooled_h`` x ``pooled_w`` bins, each the mean of its ``sample_per_part``^2 bilinear
+    samples inside the image; unless ``no_trans``, bin (ph, pw) of roi k moves by ``trans_std``
+    times the roi's size times ``trans[k]`` (trans (R >= K, 2, pooled_h, pooled_w), read on a
+    ``part_size`` grid as MegEngine does). Returns (K, C, pooled_h, pooled_w); differentiable in
+    ``inp`` and ``trans``."""
+    label = "deformable_psroi_pooling"
+    inp, rois, trans = as_tensor(inp), as_tensor(rois), as_tensor(trans)
+    if not no_trans and trans.shape[0] < rois.shape[0]:
+        raise op_error(label, f"trans has {trans.shape[0]} rows for {rois.shape[0]} rois (one per roi)")
+    out, _ = apply(
+        T.DeformablePSROIPoolingOp,
+        [inp, rois.astype("float32"), trans.astype("float32")],
+        label=label,
+        no_trans=bool(no_trans),
+        part_size=int(part_size),
+        pooled_h=int(pooled_h),
+        pooled_w=int(pooled_w),
+        sample_per_part=int(sample_per_part),
+        spatial_scale=float(spatial_scale),
+        trans_std=float(trans_std),
+    )
+    return out
 
 
 def conv_transpose2d(
@@ -801,6 +914,7 @@ from compiler.functional.vision import (  # noqa: E402,F401,I001
     roi_pooling,
     warp_perspective,
 )
+from compiler.functional.vision import remap, warp_affine  # noqa: E402,F401,I001
 from compiler.functional.loss import (  # noqa: E402,F401,I001
     binary_cross_entropy,
     cross_entropy,
@@ -844,3 +958,7 @@ __all__ += [
     "sliding_window_transpose",
     "sync_batch_norm",
 ]
+
+from compiler.functional.attention import multi_head_attention  # noqa: E402,I001
+
+__all__ += ["multi_head_attention"]

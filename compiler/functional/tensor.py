@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, axis_error, op_error
+from compiler.core import apply, axis_error, op_error, symbolic_shape
 from compiler.tensor import Tensor, as_tensor
 from dialects import enums
 from dialects import tensor as T
@@ -37,6 +37,11 @@ def reshape(inp: Tensor, target_shape: Sequence[int] | int) -> Tensor:
         shape[unknown[0]] = inp.size // known
     if math.prod(shape) != inp.size or any(s < 0 for s in shape):
         raise op_error("reshape", f"cannot reshape {inp.shape} ({inp.size} elements) into {tuple(shape)}")
+    keep_unspec = bool(unknown) and symbolic_shape.user_call_in_symbolic_trace()
+    if symbolic_shape.is_graph_shape(target_shape) or keep_unspec:
+        # MegEngine keeps the -1 in the graph: the size is inferred when the graph runs
+        given = target_shape if not isinstance(target_shape, int | np.integer) else [target_shape]
+        return symbolic_shape.reshape_to(inp, given, shape, unknown[0] if unknown else -1)
     (out,) = apply(T.ReshapeOp, [inp], label="reshape", result_types=[tensor_type(shape, inp.dtype)])
     return out
 
@@ -78,6 +83,7 @@ def broadcast_to(inp: Tensor, shape: Sequence[int | None] | Tensor) -> Tensor:
     """``inp`` broadcast to ``shape`` (a sequence or an int tensor); a ``None`` entry keeps the
     size of the input axis it aligns with (from the right), as in MegEngine."""
     inp = as_tensor(inp)
+    given = shape
     if isinstance(shape, Tensor):
         shape = [int(v) for v in shape.numpy().reshape(-1)]
     target = list(shape)
@@ -88,6 +94,12 @@ def broadcast_to(inp: Tensor, shape: Sequence[int | None] | Tensor) -> Tensor:
                 raise op_error("broadcast_to", f"None at axis {i} of {tuple(target)} matches no input axis")
             target[i] = inp.shape[i - offset]
     shape = tuple(int(s) for s in target)
+    if symbolic_shape.is_graph_shape(given):
+        if not isinstance(given, Tensor) and any(s is None for s in given):
+            # a None keeps the input's size: from the input's shape in the graph too
+            of_inp = symbolic_shape.shape_of(inp)
+            given = [_getitem(of_inp, i - offset) if s is None else s for i, s in enumerate(given)]
+        return symbolic_shape.broadcast_to(inp, given, shape)
     if inp.shape == shape:
         return inp
     try:
@@ -419,12 +431,22 @@ def _basic_index(
     return params, new_axes
 
 
+def _filled(shape: Any, value: Any, dtype: Any, device: Any) -> Tensor:
+    """``shape`` filled with ``value``: a constant, or with a shape computed in the graph, the
+    value broadcast to it (MegEngine's Fill: Broadcast of a one-element constant)."""
+    if symbolic_shape.is_graph_shape(shape):
+        static = [int(v) for v in (shape.numpy().reshape(-1) if isinstance(shape, Tensor) else shape)]
+        one = Tensor(np.full((1,), value), dtype=dtype, device=device)
+        return symbolic_shape.broadcast_to(one, shape, static, label="full")
+    return Tensor(np.full(shape, value), dtype=dtype, device=device)
+
+
 def zeros(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(np.zeros(shape), dtype=dtype, device=device)
+    return _filled(shape, 0, dtype, device)
 
 
 def ones(shape: Sequence[int] | int, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(np.ones(shape), dtype=dtype, device=device)
+    return _filled(shape, 1, dtype, device)
 
 
 def _scalar_dtype(value: Any) -> str:
@@ -443,7 +465,7 @@ def full(shape: Sequence[int] | int, value: Any, dtype: Any = None, device: Any 
         value = value.numpy()
     if dtype is None:
         dtype = np.asarray(value).dtype if isinstance(value, np.ndarray) else _scalar_dtype(value)
-    return Tensor(np.full(shape, value), dtype=dtype, device=device)
+    return _filled(shape, value, dtype, device)
 
 
 def zeros_like(inp: Tensor) -> Tensor:
@@ -514,9 +536,10 @@ def repeat(inp: Tensor, repeats: int, axis: int | None = None) -> Tensor:
     """Each element ``repeats`` times in a row along ``axis`` (of the flattened input if None),
     like ``np.repeat``; composed as expand_dims -> broadcast -> reshape."""
     inp = as_tensor(inp)
+    given = repeats
     if isinstance(repeats, Tensor):
         if repeats.size != 1:
-            raise op_error("repeat", f"repeats must hold one value, got shape {repeats.shape}")
+            raise op_error("repeat", f"repeats must hold one value, got shape {repeats._tuple_shape}")
         repeats = repeats.item()
     if int(repeats) != repeats or repeats < 1:
         raise op_error("repeat", f"repeats must be a positive int, got {repeats!r}")
@@ -525,6 +548,12 @@ def repeat(inp: Tensor, repeats: int, axis: int | None = None) -> Tensor:
         inp = reshape(inp, (inp.size,))
         axis = 0
     ax = _axis("repeat", axis, inp.ndim)
+    if isinstance(given, Tensor) and symbolic_shape.is_graph_shape(given):
+        # a Tensor count stays in the graph: a traced call with another count runs the same ops
+        count = given if given.dtype == np.int32 else astype(given, "int32")
+        shape = inp._tuple_shape
+        wide = broadcast_to(expand_dims(inp, ax + 1), [*shape[: ax + 1], count, *shape[ax + 1 :]])
+        return reshape(wide, [*shape[:ax], count * shape[ax], *shape[ax + 1 :]])
     if repeats == 1:
         return inp
     expanded = expand_dims(inp, ax + 1)
@@ -616,15 +645,20 @@ def roll(inp: Tensor, shift: int | Sequence[int], axis: int | Sequence[int] | No
 
 def cond_take(mask: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
     """The elements of ``x`` where ``mask`` (same shape) is true, flattened, and their int32
-    positions in the flattened ``x``: MegEngine's CondTake. The count depends on the data, so the
-    positions are read from ``mask`` now; the values keep their gradient to ``x``."""
+    positions in the flattened ``x``: MegEngine's CondTake (``mgb.cond_take``, EQ against 1). The
+    count depends on the data: the op's result types hold this call's count; a dump runs it with
+    the count its inputs give. The values keep their gradient to ``x``."""
     x, mask = as_tensor(x), as_tensor(mask)
     if mask.shape != x.shape:
         raise op_error("cond_take", f"mask shape {mask.shape} differs from the data shape {x.shape}")
     if mask.dtype != np.bool_:
         raise op_error("cond_take", f"mask must be bool, got {mask.dtype}")
-    idx = Tensor(np.flatnonzero(mask.numpy()).astype(np.int32))
-    return _getitem(reshape(x, (x.size,)), (idx,)), idx
+    from semantics.kernels import cond_take_selected
+
+    count = int(np.count_nonzero(cond_take_selected(mask._data, 0, 1.0, 1e-6)))
+    types = [tensor_type((count,), x.dtype), tensor_type((count,), "int32")]
+    values, index = apply(T.CondTakeOp, [x, mask], label="cond_take", result_types=types)
+    return values, index
 
 
 def non_zero(condition: Tensor, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
@@ -767,3 +801,8 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+# MegEngine's complex numbers: a pair of float32 tensors (compiler/functional/complex.py)
+from compiler.functional.complex import complex, imag, polar, real  # noqa: E402,I001
+
+__all__ += ["complex", "imag", "polar", "real"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.core import apply, op_error
+from compiler.core import apply, check_error, op_error
 from compiler.functional.math import matmul
 from compiler.functional.tensor import expand_dims, reshape, transpose
 from compiler.tensor import Tensor, as_tensor
@@ -17,12 +17,18 @@ from dialects import tensor as T
 
 __all__ = [
     "correlation",
+    "cvt_color",
     "flip",
     "interpolate",
     "nms",
+    "nvof",
+    "remap",
+    "resize",
     "roi_align",
     "roi_pooling",
     "rot90",
+    "rotate",
+    "warp_affine",
     "warp_perspective",
 ]
 
@@ -30,6 +36,7 @@ _MODES = {
     "bilinear": enums.InterpolationMode.LINEAR,
     "linear": enums.InterpolationMode.LINEAR,
     "nearest": enums.InterpolationMode.NEAREST,
+    "bicubic": enums.InterpolationMode.CUBIC,
 }
 
 
@@ -44,7 +51,7 @@ def _out_size(inp: Tensor, size: Any, scale_factor: Any, mode: str) -> tuple[int
                 raise op_error("interpolate", "under linear mode, scale_factor can only be a single value")
             scale = tuple(float(s) for s in scale_factor)  # type: ignore[assignment]
             if len(scale) != 2:
-                raise op_error("interpolate", f"scale_factor needs 2 values, got {scale_factor}")
+                raise check_error("interpolate", f"scale_factor needs 2 values, got {scale_factor}")
         # MegEngine: floor(float32(in * scale)) per spatial axis
         return tuple(int(math.floor(np.float32(inp.shape[2 + i] * scale[i]))) for i in range(2))  # type: ignore[return-value]
     if scale_factor is not None:
@@ -69,22 +76,26 @@ def interpolate(
     """Resample the spatial axes of an NCHW tensor (``linear``: an NCH tensor) to ``size`` or by
     ``scale_factor``. Without ``align_corners`` this is MegEngine's Resize operator; with it
     (bilinear/linear only) the same sampling is the exact product ``Ah @ x @ Aw^T`` with constant
-    interpolation matrices (MegEngine uses a WarpPerspective there)."""
+    interpolation matrices (MegEngine uses a WarpPerspective there). ``bicubic`` is cubic
+    convolution (a = -0.75) at half-pixel centres, edge pixels repeated. float16 input is
+    resampled in float32 (and returned so, as MegEngine does)."""
     inp = as_tensor(inp)
     mode = mode.lower()
     if mode not in _MODES:
         raise op_error("interpolate", f"unsupported mode {mode!r}; expected one of {sorted(_MODES)}")
-    if mode == "nearest" and align_corners is not None:
+    if mode in ("nearest", "bicubic") and align_corners is not None:
         raise op_error("interpolate", "align_corners can only be set in the bilinear/linear mode")
     align_corners = bool(align_corners)
     if mode == "linear":
         if inp.ndim != 3:
-            raise op_error("interpolate", f"linear mode needs a 3-D input, got shape {inp.shape}")
+            raise check_error("interpolate", f"linear mode needs a 3-D input, got shape {inp.shape}")
         inp = expand_dims(inp, 3)
     elif inp.ndim != 4:
-        raise op_error("interpolate", f"{mode} mode needs a 4-D NCHW input, got shape {inp.shape}")
+        raise check_error("interpolate", f"{mode} mode needs a 4-D NCHW input, got shape {inp.shape}")
     if inp.dtype.kind != "f":
         raise op_error("interpolate", f"needs a float input, got {inp.dtype}")
+    if inp.dtype == np.float16:
+        inp = inp.astype("float32")
     oh, ow = _out_size(inp, size, scale_factor, mode)
     if oh < 1 or ow < 1:
         raise op_error("interpolate", f"output size {(oh, ow)} is empty")
@@ -320,3 +331,155 @@ def correlation(
         pad_size=int(pad_size), is_multiply=bool(is_multiply),
     )  # fmt: skip
     return out
+
+
+_BORDERS = ("replicate", "reflect", "reflect_101", "wrap", "constant")
+
+
+def _border_mode(label: str, border_mode: str) -> Any:
+    name = str(border_mode).lower()
+    if name in ("transparent", "isolated"):
+        raise op_error(
+            label, f"border_mode {border_mode!r} is not supported (MegEngine's CPU kernels lack it)"
+        )
+    if name not in _BORDERS:
+        raise op_error(label, f"unknown border_mode {border_mode!r}; expected one of {list(_BORDERS)}")
+    return enums.BorderMode[name.upper()]
+
+
+_AFFINE_MODES = {"nearest": enums.InterpolationMode.NEAREST, "linear": enums.InterpolationMode.LINEAR,
+                 "cubic": enums.InterpolationMode.CUBIC}  # fmt: skip
+
+
+def warp_affine(
+    inp: Tensor,
+    mat: Tensor,
+    out_shape: Any,
+    border_mode: str = "replicate",
+    border_val: float = 0.0,
+    format: str = "NHWC",
+    interp_mode: str = "linear",
+) -> Tensor:
+    """Affine warp of a batch of images (MegEngine's WarpAffine): output pixel (h, w) of image n
+    samples ``inp[n]`` at ``(M00 w + M01 h + M02, M10 w + M11 h + M12)`` (x across, y down) for
+    ``mat`` (N, 2, 3) (the inverse of cv2.warpAffine's matrix, as in cv2's WARP_INVERSE_MAP).
+    ``format`` NHWC (the default; float32 or uint8, ``interp_mode`` nearest, linear or cubic, at
+    1/32-pixel positions as MegEngine's OpenCV-style sampler) or NCHW (float32, linear, at float
+    positions). Taps outside follow ``border_mode`` (replicate, reflect, reflect_101, wrap,
+    constant with ``border_val``). Forward only, as in MegEngine (use warp_perspective for a
+    gradient)."""
+    label = "warp_affine"
+    inp, mat = as_tensor(inp), _float32(mat)
+    fmt = str(format).upper()
+    if fmt not in ("NCHW", "NHWC"):
+        raise op_error(label, f"format must be NHWC or NCHW, got {format!r}")
+    mode = str(interp_mode).lower()
+    if mode not in _AFFINE_MODES:
+        raise op_error(
+            label, f"interp_mode {interp_mode!r} is not supported; expected one of {list(_AFFINE_MODES)}"
+        )
+    (out,) = apply(
+        T.WarpAffineOp, [inp, mat], label=label, out_shape=_hw(label, out_shape, "out_shape"),
+        imode=_AFFINE_MODES[mode], bmode=_border_mode(label, border_mode), border_val=float(border_val),
+        format=enums.Format[fmt],
+    )  # fmt: skip
+    return out
+
+
+def remap(
+    inp: Tensor,
+    map_xy: Tensor,
+    border_mode: str = "replicate",
+    scalar: float = 0.0,
+    interp_mode: str = "linear",
+) -> Tensor:
+    """Relocate pixels (MegEngine's Remap, NCHW): output pixel (h, w) of image n is ``inp[n]``
+    sampled at ``(map_xy[n, h, w, 0], map_xy[n, h, w, 1])`` (x across, y down; the output takes
+    ``map_xy``'s height and width), bilinearly or, with ``interp_mode="nearest"``, at the rounded
+    position; taps outside follow ``border_mode`` (constant: ``scalar``). float16 images are
+    sampled in float32 and returned as float16; uint8 rounded back half away from zero."""
+    label = "remap"
+    inp, map_xy = as_tensor(inp), as_tensor(map_xy)
+    mode = str(interp_mode).lower()
+    if mode not in ("linear", "nearest"):
+        raise op_error(label, f"interp_mode {interp_mode!r} is not supported; expected 'linear' or 'nearest'")
+    back = None
+    if inp.dtype == np.float16:
+        inp, back = inp.astype("float32"), "float16"
+    if map_xy.dtype != np.float32:
+        map_xy = map_xy.astype("float32")
+    (out,) = apply(
+        T.RemapOp, [inp, map_xy], label=label, imode=_MODES[mode], bmode=_border_mode(label, border_mode),
+        scalar=float(scalar),
+    )  # fmt: skip
+    return out.astype(back) if back else out
+
+
+def cvt_color(inp: Tensor, mode: str = "") -> Tensor:
+    """Convert NHWC images between colour formats (MegEngine's CvtColor). float32: RGB2GRAY,
+    BGR2GRAY, RGB2YUV, YUV2RGB, GRAY2RGB; uint8 also RGBA2RGB, RGBA2BGR, RGBA2GRAY, RGB2BGR,
+    BGR2RGB (the NV12/NV21/YV12/YU12 and BT601 modes are not supported). The YUV modes keep
+    MegEngine's channel order: RGB2YUV reads channel 0 as blue, YUV2RGB writes blue first."""
+    label = "cvt_color"
+    inp = as_tensor(inp)
+    name = str(mode) if "YCrCb" in str(mode) else str(mode).upper()
+    try:
+        cmode = enums.CvtColorMode[name]
+    except KeyError:
+        raise op_error(label, f"unsupported mode {mode!r}") from None
+    if cmode not in T.CVT_COLOR_CHANNELS:
+        raise op_error(label, f"mode {mode!r} is not supported by xmge")
+    (out,) = apply(T.CvtColorOp, [inp], label=label, mode=cmode)
+    return out
+
+
+def rotate(inp: Tensor, angle: float = 0.0, format: str = "NCHW", interp_mode: str = "bilinear") -> Tensor:
+    """Images turned by ``angle`` degrees about their centre (later MegEngine's ``rotate``): an
+    affine warp with a zero constant border, NCHW bilinear (NHWC "area" is not supported)."""
+    inp = as_tensor(inp)
+    fmt = str(format).upper()
+    if fmt != "NCHW" or interp_mode != "bilinear":
+        raise op_error(
+            "rotate", f"only NCHW with interp_mode 'bilinear' is supported, got {format!r}, {interp_mode!r}"
+        )
+    if inp.ndim != 4:
+        raise op_error("rotate", f"input must be 4-D NCHW, got shape {inp.shape}")
+    h, w = inp.shape[2:]
+    a = float(angle) / 180.0 * math.pi
+    cos, sin = math.cos(a), math.sin(a)
+    cx, cy = (w - 1) / 2, (h - 1) / 2
+    mat = np.array(
+        [[[cos, -sin, (1 - cos) * cx + sin * cy], [sin, cos, -sin * cx + (1 - cos) * cy]]], np.float32
+    )
+    mat = np.repeat(mat, inp.shape[0], axis=0)
+    return warp_affine(inp, Tensor(mat), (h, w), border_mode="constant", format="NCHW", interp_mode="linear")
+
+
+def resize(
+    inp: Tensor, size: Any, format: str = "NCHW", imode: str = "bilinear", max_size: int | None = None
+) -> Tensor:
+    """Images resized to ``size`` (height, width) (later MegEngine's ``resize``): MegEngine's Resize
+    with half-pixel centres, ``imode`` bilinear, nearest or bicubic; a side above ``max_size`` is
+    cut to it. NHWC input is resized as NCHW and transposed back."""
+    inp = as_tensor(inp)
+    if str(imode) not in ("bilinear", "nearest", "bicubic"):
+        raise op_error("resize", f"imode must be bilinear, nearest or bicubic, got {imode!r}")
+    oh, ow = _hw("resize", size, "size")
+    if max_size is not None:
+        oh, ow = min(oh, int(max_size)), min(ow, int(max_size))
+    fmt = str(format).upper()
+    if fmt not in ("NCHW", "NHWC"):
+        raise op_error("resize", f"format must be NCHW or NHWC, got {format!r}")
+    if fmt == "NHWC":
+        inp = transpose(inp, (0, 3, 1, 2))
+    out = interpolate(inp, (oh, ow), mode=imode)
+    return transpose(out, (0, 2, 3, 1)) if fmt == "NHWC" else out
+
+
+def nvof(src: Tensor, precision: int = 1) -> Tensor:
+    """NVIDIA Optical Flow (MegEngine's NvOf): a CUDA-only operator; xmge's targets have no CUDA
+    driver, so this raises what MegEngine raises on a CPU (a CUDA driver error)."""
+    src = as_tensor(src)
+    if src.ndim != 5 or src.shape[4] != 4:
+        raise op_error("nvof", f"src must be (n, t, h, w, 4) uint8, got shape {src.shape}")
+    raise op_error("nvof", "needs the NVIDIA Optical Flow SDK on a CUDA device; it is unavailable on CPU")

@@ -339,6 +339,11 @@ class trace:  # noqa: N801 - MegEngine's name
         self.record_only = record_only
         self.without_host = without_host
         self.opt_level = opt_level  # >= 1: dumps carry MegEngine's elementwise simplifications
+        # while the body runs, x.shape in user code is a Tensor computed in the graph (MegEngine's
+        # default), so a dump runs on other input shapes (compiler.core.symbolic_shape)
+        self.symbolic_shape = symbolic_shape
+        self.profiling = profiling
+        self._profile_inputs: list[np.ndarray] | None = None  # the last call's, with profiling
         # both select how MegEngine executes the recorded graph; xmge's results do not depend on them
         self.imperative = imperative
         self.graph_opt_config = graph_opt_config
@@ -368,7 +373,9 @@ class trace:  # noqa: N801 - MegEngine's name
         if self.capture_as_const and not all(isinstance(a, Tensor) for a in args):
             raise TraceError("Only support tensor type args when capture_as_const is enabled")
         tensors, names = self._split_args(args, kwargs)
-        key = tuple((t.shape, str(t.dtype)) for t in tensors) + tuple(
+        if self.profiling:
+            self._profile_inputs = [t._data for t in tensors]
+        key = tuple((t._tuple_shape, str(t.dtype)) for t in tensors) + tuple(
             (k, id(v)) for k, v in sorted(kwargs.items()) if not isinstance(v, Tensor)
         )
         cached = self._cache.get(key)
@@ -384,7 +391,7 @@ class trace:  # noqa: N801 - MegEngine's name
             checker = _Checker(cached[2], tensors)
             push_recorder(checker)  # type: ignore[arg-type]
             try:
-                out = self.function(*args, **kwargs)
+                out = self._run_body(args, kwargs)
             finally:
                 pop_recorder(checker)  # type: ignore[arg-type]
             flat, _ = _flatten_outputs(self.__name__, out)
@@ -395,7 +402,7 @@ class trace:  # noqa: N801 - MegEngine's name
         recorder = Trace(tensors, names, _collect_param_names(holders))
         push_recorder(recorder)
         try:
-            out = self.function(*args, **kwargs)
+            out = self._run_body(args, kwargs)
         finally:
             pop_recorder(recorder)
         if self.capture_as_const and out is not None:
@@ -408,7 +415,47 @@ class trace:  # noqa: N801 - MegEngine's name
         self._last_arg_count = len(tensors)
         return out
 
+    def _run_body(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The Python body with this trace's ``symbolic_shape`` setting, restored afterwards."""
+        from compiler.core import _trace_option
+
+        previous = _trace_option.set_symbolic_shape(self.symbolic_shape)
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            _trace_option.set_symbolic_shape(previous)
+
     # -- inspection ---------------------------------------------------------------------------
+    def get_profile(self) -> dict[str, Any]:
+        """With ``profiling=True``: per operator of the traced graph, its kind and how long its
+        kernel ran, MegEngine's profile layout (``{"profiler": {"host": ..., "opr_footprint":
+        ...}}``) with xmge's reference kernels timed on the last call's inputs."""
+        import time
+
+        from semantics.interpreter import run_function
+
+        if not self.profiling:
+            raise TraceError(f"{self.__name__} was traced without profiling=True: there is no profile")
+        if self._profile_inputs is None or self._last is None:
+            raise TraceError(f"{self.__name__} has not been called yet: there is no profile")
+        fn = next(op for op in self._last[0].ops if isinstance(op, func.FuncOp))
+        host: dict[str, dict[str, float]] = {}
+        footprint: dict[str, dict[str, Any]] = {}
+        start = time.perf_counter()
+
+        def observe(op: Any, results: list[np.ndarray], seconds: float) -> None:
+            key = str(len(host))
+            end = time.perf_counter() - start
+            host[key] = {"start": end - seconds, "kern": seconds, "end": end}
+            footprint[key] = {
+                "type": op.name,
+                "name": op.attributes["name"].data if "name" in op.attributes else op.name,
+                "out_shapes": [list(r.shape) for r in results],
+            }
+
+        run_function(fn, self._profile_inputs, observe)
+        return {"profiler": {"host": host, "opr_footprint": footprint}}
+
     @property
     def module(self) -> ModuleOp:
         """The tensor-dialect module of the most recent trace."""
@@ -455,8 +502,9 @@ def rebind_traced(t: Tensor, src: Tensor) -> None:
 
 
 def set_symbolic_shape(option: bool) -> bool:
-    """MegEngine's switch between symbolic and static shape inference in traced graphs
-    (``core._trace_option``); xmge's traces record static shapes. Returns the previous setting."""
+    """Whether ``Tensor.shape`` in user code is an int32 Tensor computed in the graph (True) or a
+    tuple (MegEngine's ``core._trace_option``; ``trace(symbolic_shape=...)`` sets it while a traced
+    body runs). Returns the previous setting."""
     from compiler.core import _trace_option
 
     return _trace_option.set_symbolic_shape(option)

@@ -27,9 +27,17 @@ from compiler.module import (  # noqa: F401 - also importable as compiler.module
 from compiler.module.activation import PReLU
 from compiler.module.batchnorm import SyncBatchNorm
 from compiler.module.concat import Concat
-from compiler.module.conv import Conv1d, Conv3d, ConvRelu2d, ConvTranspose3d
+from compiler.module.conv import (
+    Conv1d,
+    Conv3d,
+    ConvRelu2d,
+    ConvTranspose3d,
+    DeformableConv2d,
+    RegionRestrictedConv,
+)
 from compiler.module.conv_bn import ConvBn2d, ConvBnRelu2d
 from compiler.module.conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d, ConvTransposeRelu2d
+from compiler.module.deformable_psroi_pooling import DeformablePSROIPooling
 from compiler.module.elemwise import Elemwise
 from compiler.module.embedding import Embedding
 from compiler.module.layers import (
@@ -76,6 +84,9 @@ __all__ = [
     "Concat",
     "Conv1d",
     "Conv3d",
+    "DeformableConv2d",
+    "RegionRestrictedConv",
+    "DeformablePSROIPooling",
     "ConvTranspose3d",
     "ConvBn2d",
     "ConvBnRelu2d",
@@ -146,3 +157,8 @@ __all__ += [
     "SlidingWindow",
     "SlidingWindowTranspose",
 ]
+
+from compiler.module import multiheadattn  # noqa: E402,F401,I001
+from compiler.module.multiheadattn import MultiHeadAttention  # noqa: E402,I001
+
+__all__ += ["MultiHeadAttention"]

@@ -90,8 +90,10 @@ def calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[float, float]:
         )
     if len(shape) == 2:
         return shape[1], shape[0]
-    if len(shape) == 5:
-        shape = shape[1:]  # grouped convolution: the groups axis is not part of the fan
+    if len(shape) >= 5:
+        # MegEngine drops the first axis of every weight with 5+ dims: the groups axis of grouped
+        # conv2d/conv3d (and, as MegEngine notes, wrongly the OC axis of an ungrouped conv3d)
+        shape = shape[1:]
     receptive = math.prod(shape[2:])
     return shape[1] * receptive, shape[0] * receptive
 

@@ -8,9 +8,8 @@ clip, MUL), so a QAT model traces and dumps with existing operators; rounding is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,27 +25,61 @@ class QuantMode(Enum):
     ASYMMERTIC = 2
 
 
-@dataclass(frozen=True)
-class QuantDtypeMeta:
-    """A quantized dtype's name, the dtype it becomes and its integer range."""
+class QuantDtypeMeta(
+    NamedTuple(
+        "QuantDtypeMeta",
+        [
+            ("name", str),
+            ("cname", "str | None"),
+            ("np_dtype_str", str),
+            ("qmin", int),
+            ("qmax", int),
+            ("is_unsigned", bool),
+        ],
+    )
+):
+    """MegEngine's metadata of a quantized dtype: a unique ``name``, the C++ dtype name ``cname``
+    it is dumped as (None: no dump form, as for MegEngine's 2-bit kinds), the numpy storage dtype
+    ``np_dtype_str``, the integer range and whether it is unsigned (inferred from the storage).
+    Custom metas (for QAT that only exports metadata) are made the same way."""
 
-    name: str
-    cname: str  # the compiler.dtype constructor: qint8, quint8, qint4, quint4, qint32
-    qmin: int
-    qmax: int
+    def __new__(
+        cls,
+        name: str,
+        cname: str | None,
+        np_dtype_str: str,
+        qmin: int,
+        qmax: int,
+        is_unsigned: bool | None = None,
+    ) -> QuantDtypeMeta:
+        if not isinstance(np_dtype_str, str):
+            raise TypeError(f"np_dtype_str must be a str such as 'int8', got {np_dtype_str!r}")
+        unsigned = np_dtype_str[0] == "u" if is_unsigned is None else bool(is_unsigned)
+        return super().__new__(cls, name, cname, np_dtype_str, qmin, qmax, unsigned)
 
     @property
     def is_signed(self) -> bool:
-        return self.qmin < 0
+        return not self.is_unsigned
+
+    def __copy__(self) -> QuantDtypeMeta:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> QuantDtypeMeta:
+        # one object per dtype, so identity checks against the built-in metas keep working
+        return self
 
 
 _builtin_quant_dtypes: dict[str, QuantDtypeMeta] = {
-    "qint8": QuantDtypeMeta("qint8", "qint8", -128, 127),
-    "qint8_narrow": QuantDtypeMeta("qint8_narrow", "qint8", -127, 127),
-    "quint8": QuantDtypeMeta("quint8", "quint8", 0, 255),
-    "qint4": QuantDtypeMeta("qint4", "qint4", -8, 7),
-    "quint4": QuantDtypeMeta("quint4", "quint4", 0, 15),
-    "qint32": QuantDtypeMeta("qint32", "qint32", -(2**31), 2**31 - 1),
+    "quint8": QuantDtypeMeta("quint8", "Quantized8Asymm", "uint8", 0, 255),
+    "qint8": QuantDtypeMeta("qint8", "QuantizedS8", "int8", -128, 127),
+    "qint8_narrow": QuantDtypeMeta("qint8_narrow", "QuantizedS8", "int8", -127, 127),
+    "quint4": QuantDtypeMeta("quint4", "Quantized4Asymm", "uint8", 0, 15),
+    "qint4": QuantDtypeMeta("qint4", "QuantizedS4", "int8", -8, 7),
+    "qint1": QuantDtypeMeta("qint1", "QuantizedS1", "int8", 0, 1),
+    "qint32": QuantDtypeMeta("qint32", "QuantizedS32", "int32", -(2**31), 2**31 - 1),
+    # MegEngine has no dump form for the 2-bit kinds: usable for fake quantization only
+    "quint2": QuantDtypeMeta("quint2", None, "uint8", 0, 3),
+    "qint2": QuantDtypeMeta("qint2", None, "int8", -2, 1),
 }
 
 
@@ -112,11 +145,18 @@ def get_quantized_dtype(qparams: QParams) -> np.dtype:
     if qparams.scale is None:
         raise ValueError("quantization parameters have no scale yet (run the observer first)")
     scale = float(np.asarray(qparams.scale.numpy()).reshape(-1)[0])
-    cname = qparams.dtype_meta.cname
-    if cname in ("quint8", "quint4"):
+    from dialects.dtypes import QUANTIZED_CNAME
+
+    meta = qparams.dtype_meta
+    kind = {c: k for k, c in QUANTIZED_CNAME.items()}.get(meta.cname or "")
+    if kind is None:
+        raise ValueError(
+            f"dtype {meta.name} has no dump form (cname {meta.cname!r}); it can only fake-quantize"
+        )
+    if meta.is_unsigned:
         zp = 0 if qparams.zero_point is None else int(np.asarray(qparams.zero_point.numpy()).reshape(-1)[0])
-        return getattr(D, cname)(scale, zp)
-    return getattr(D, cname)(scale)
+        return getattr(D, kind)(scale, zp)
+    return getattr(D, kind)(scale)
 
 
 def fake_quant_tensor(inp: Tensor, qparams: QParams) -> Tensor:

@@ -57,6 +57,7 @@ class RNG:
     def __init__(self, seed: int | None = None, device: str | None = None) -> None:
         self._seed = seed
         self._own = np.random.default_rng(int(seed)) if seed is not None else None
+        self._device = device  # where the samples are placed (MegEngine's handle device)
 
     def _gen(self) -> np.random.Generator:
         if self._own is not None:
@@ -65,12 +66,12 @@ class RNG:
 
         return generator()
 
-    @staticmethod
-    def _tensor(arr: np.ndarray, dtype: str = "float32") -> Any:
+    def _tensor(self, arr: np.ndarray, dtype: str = "float32") -> Any:
         from compiler.jit.tracing import mark_varying
         from compiler.tensor import Tensor
 
-        return mark_varying(Tensor(np.ascontiguousarray(arr).astype(dtype)))  # a new sample each call
+        out = Tensor(np.ascontiguousarray(arr).astype(dtype), device=self._device)
+        return mark_varying(out)  # a new sample each call
 
     def uniform(self, low: float = 0, high: float = 1, size: Iterable[int] | None = None) -> Any:
         """Samples of U(low, high)."""
@@ -121,11 +122,11 @@ class RNG:
         rows = p.reshape(-1, p.shape[-1])
         if np.any(rows < 0) or np.any(rows.sum(axis=1) <= 0):
             raise ValueError("multinomial: probabilities must be non-negative with a positive sum")
-        if not replacement and num_samples > np.count_nonzero(rows, axis=1).min():
+        if not replacement and len(rows) and num_samples > np.count_nonzero(rows, axis=1).min():
             raise ValueError("multinomial: num_samples exceeds the categories with non-zero probability")
         gen = self._gen()
         picks = [gen.choice(rows.shape[1], num_samples, replace=replacement, p=r / r.sum()) for r in rows]
-        out = np.stack(picks).astype(np.int32)
+        out = np.stack(picks).astype(np.int32) if picks else np.zeros((0, num_samples), np.int32)
         return self._tensor(out[0] if p.ndim == 1 else out, "int32")
 
     def permutation(self, n: Any, *, dtype: str = "int32") -> Any:

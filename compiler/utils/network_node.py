@@ -94,6 +94,14 @@ class VarNode(NetworkNode, Tensor):
         return self
 
     @property
+    def graph(self) -> Any:
+        """The :class:`~compiler.core.tensor.megbrain_graph.Graph` that runs this var: the one that
+        made it, else one graph shared by the vars of networks and of functional calls."""
+        from compiler.core.tensor.megbrain_graph import shared_graph
+
+        return getattr(self, "_graph", None) or shared_graph()
+
+    @property
     def partial_shape(self) -> tuple[int, ...]:
         return self.shape
 

@@ -24,6 +24,7 @@ from passes.inference.pipeline import (
     base_passes,
     pipeline_for,
 )
+from passes.inference.specialize_shapes import SpecializeShapesPass
 
 INFERENCE_PASSES: tuple[type[ModulePass], ...] = (
     FoldBatchNormPass,
@@ -38,6 +39,7 @@ INFERENCE_PASSES: tuple[type[ModulePass], ...] = (
     FuseConvBiasWithZPass,
     SplitReduceSqueezePass,
     ElemwiseSimplifyPass,
+    SpecializeShapesPass,
 )
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "ParamFusePass",
     "ReorderArithChainPass",
     "SplitReduceSqueezePass",
+    "SpecializeShapesPass",
     "base_passes",
     "pipeline_for",
 ]

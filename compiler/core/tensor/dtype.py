@@ -13,6 +13,9 @@ import compiler.dtype as _dtypes
 from compiler.dtype import *  # noqa: F403 - every quantized dtype name, as MegEngine has them here
 from compiler.dtype import __all__ as _dtype_names
 from compiler.quantization.utils import QuantDtypeMeta, _builtin_quant_dtypes
+from dialects.dtypes import METADATA_KEY, QUANTIZED_CNAME
+
+_KIND_OF_CNAME = {cname: kind for kind, cname in QUANTIZED_CNAME.items()}
 
 __all__ = [
     *_dtype_names,
@@ -22,6 +25,7 @@ __all__ = [
     "get_dtype_bit",
     "is_bfloat16",
     "is_differentible_dtype",
+    "is_dtype_equal",
     "is_lowbit",
 ]
 
@@ -36,7 +40,8 @@ def get_dtype_bit(dtype_name: str) -> int:
 
 
 def is_lowbit(dtype: Any) -> bool:
-    """Whether ``dtype`` is one of MegEngine's packed 1/2/4-bit integer types (xmge has none)."""
+    """Whether ``dtype`` is one of MegEngine's packed 1/2/4-bit integer types (``intb1``/``intb2``/
+    ``intb4``: numpy dtypes of MegEngine's C extension, which xmge has no counterpart of)."""
     return False
 
 
@@ -50,19 +55,27 @@ def is_differentible_dtype(dtype: Any) -> bool:
     return dtype == np.float32 or dtype == np.float16 or is_bfloat16(dtype)
 
 
+def _check_zero_point(zp: int, dtype_meta: QuantDtypeMeta) -> None:
+    if zp < dtype_meta.qmin or zp > dtype_meta.qmax:
+        raise ValueError(
+            f"zero_point should be within [{dtype_meta.qmin}, {dtype_meta.qmax}] for {dtype_meta.name}"
+        )
+
+
 def create_quantized_dtype(dtype_meta: QuantDtypeMeta, scale: float, zp: int | None) -> np.dtype:
     """The numpy dtype of ``dtype_meta`` with ``scale`` (and ``zp`` for unsigned kinds, which need
-    one; signed kinds must have none), as MegEngine's quantized tensors carry it."""
-    make = getattr(_dtypes, dtype_meta.cname, None)
-    if make is None:
-        raise ValueError(f"dtype {dtype_meta.name} without a dump name is not supported")
-    if not dtype_meta.is_signed:
+    one; signed kinds must have none), as MegEngine's quantized tensors carry it. A meta whose
+    ``cname`` is None (MegEngine's 2-bit kinds, custom QAT metas) has no dtype."""
+    if dtype_meta.cname is None:
+        raise ValueError(f"dtype {dtype_meta.name} without cname attr is not supported.")
+    kind = _KIND_OF_CNAME.get(dtype_meta.cname)
+    if kind is None:
+        raise ValueError(f"dtype {dtype_meta.name}: unknown cname {dtype_meta.cname!r}")
+    make = getattr(_dtypes, kind)
+    if dtype_meta.is_unsigned:
         if zp is None or int(zp) != zp:
             raise ValueError("zero_point should be an integer")
-        if not dtype_meta.qmin <= int(zp) <= dtype_meta.qmax:
-            raise ValueError(
-                f"zero_point should be within [{dtype_meta.qmin}, {dtype_meta.qmax}] for {dtype_meta.name}"
-            )
+        _check_zero_point(int(zp), dtype_meta)
         return make(scale, int(zp))
     if zp is not None:
         raise ValueError(
@@ -70,3 +83,48 @@ def create_quantized_dtype(dtype_meta: QuantDtypeMeta, scale: float, zp: int | N
             f"but actually got '{zp}'"
         )
     return make(scale)
+
+
+def is_dtype_equal(dt0: Any, dt1: Any) -> bool:
+    """Whether two dtypes are the same, quantization parameters included (numpy's ``==`` ignores
+    the metadata that holds them)."""
+    a, b = np.dtype(dt0), np.dtype(dt1)
+    if a != b or _dtypes.is_quantize(a) != _dtypes.is_quantize(b):
+        return False
+    if not _dtypes.is_quantize(a):
+        return True
+    pa, pb = a.metadata[METADATA_KEY], b.metadata[METADATA_KEY]  # type: ignore[index]
+    return bool(
+        pa["name"] == pb["name"]
+        and np.float32(pa["scale"]) == np.float32(pb["scale"])
+        and (pa.get("zero_point") or 0) == (pb.get("zero_point") or 0)
+    )
+
+
+def _meta_checked(dtype: np.dtype, dtype_meta: QuantDtypeMeta, what: str) -> dict[str, Any]:
+    if not _dtypes.is_quantize(dtype) or dtype.metadata[METADATA_KEY]["name"] != dtype_meta.cname:  # type: ignore[index]
+        raise ValueError(f"{what} should be a {dtype_meta.name} dtype")
+    return dtype.metadata[METADATA_KEY]  # type: ignore[index,no-any-return]
+
+
+def _convert_to_quantized_dtype(arr: np.ndarray, dtype: np.dtype, dtype_meta: QuantDtypeMeta) -> np.ndarray:
+    """``arr`` quantized to ``dtype`` (of ``dtype_meta``'s kind) by MegEngine's numpy rule:
+    ``round(arr / scale) + zero_point`` (ties to even), clipped to the kind's range."""
+    if not isinstance(arr, np.ndarray):
+        raise ValueError("arr parameter should be instance of np.ndarray")
+    params = _meta_checked(np.dtype(dtype), dtype_meta, "dtype parameter")
+    q = np.round(arr / params["scale"])
+    if dtype_meta.is_unsigned:
+        q = q + params["zero_point"]
+    return q.clip(dtype_meta.qmin, dtype_meta.qmax).astype(dtype)
+
+
+def _convert_from_quantized_dtype(arr: np.ndarray, dtype_meta: QuantDtypeMeta) -> np.ndarray:
+    """float32 values of a quantized ``arr`` of ``dtype_meta``'s kind."""
+    if not isinstance(arr, np.ndarray):
+        raise ValueError("arr parameter should be instance of np.ndarray")
+    params = _meta_checked(arr.dtype, dtype_meta, "arr's dtype")
+    values = arr.astype(np.float32)
+    if dtype_meta.is_unsigned:
+        values = values - params["zero_point"]
+    return values * params["scale"]

@@ -384,6 +384,13 @@ func.func @topk_k(%x: tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor<2x4xi32>) {
 // CHECK: mgb.topk: k=4 must be non-zero with |k| <= 3 (the row length)
 
 // -----
+func.func @svd_vector(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0, %1, %2 = mgb.svd %x : (tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  func.return %1 : tensor<3xf32>
+}
+// CHECK: mgb.svd: needs a (..., M, N) input with 2 or more axes, got shape (3,)
+
+// -----
 func.func @conv3d_channels(%v: tensor<1x4x3x5x5xf32>, %w: tensor<2x3x1x1x1xf32>) -> tensor<1x2x3x5x5xf32> {
   %0 = mgb.convolution3d %v, %w : (tensor<1x4x3x5x5xf32>, tensor<2x3x1x1x1xf32>) -> tensor<1x2x3x5x5xf32>
   func.return %0 : tensor<1x2x3x5x5xf32>
@@ -424,3 +431,31 @@ func.func @correlation_kernel(%x: tensor<2x3x8x9xf32>) -> tensor<2x9x6x7xf32> {
   func.return %0 : tensor<2x9x6x7xf32>
 }
 // CHECK: mgb.correlation: kernel_size 2 must be odd and positive, strides (1, 1) positive, max_displacement 1 and pad_size 0 non-negative
+
+// -----
+func.func @get_var_shape_rank(%x: tensor<2x3x4xf32>) -> tensor<2xi32> {
+  %0 = mgb.get_var_shape %x : (tensor<2x3x4xf32>) -> tensor<2xi32>
+  func.return %0 : tensor<2xi32>
+}
+// CHECK: mgb.get_var_shape: result types tensor<2xi32> do not match the inferred tensor<3xi32>
+
+// -----
+func.func @reshape_to_shape(%x: tensor<2x3x4xf32>, %s: tensor<3xi32>) -> tensor<2x12xf32> {
+  %0 = mgb.reshape_to %x, %s : (tensor<2x3x4xf32>, tensor<3xi32>) -> tensor<2x12xf32>
+  func.return %0 : tensor<2x12xf32>
+}
+// CHECK: mgb.reshape_to: shape must be an int32 vector of 2 values, got tensor<3xi32>
+
+// -----
+func.func @broadcast_to_shape(%x: tensor<3xf32>, %s: tensor<2xi32>) -> tensor<2x4xf32> {
+  %0 = mgb.broadcast_to %x, %s : (tensor<3xf32>, tensor<2xi32>) -> tensor<2x4xf32>
+  func.return %0 : tensor<2x4xf32>
+}
+// CHECK: mgb.broadcast_to: cannot broadcast (3,) to (2, 4)
+
+// -----
+func.func @cond_take_mask(%x: tensor<2x3xf32>, %m: tensor<3x2xi1>) -> (tensor<?xf32>, tensor<?xi32>) {
+  %0, %1 = mgb.cond_take %x, %m : (tensor<2x3xf32>, tensor<3x2xi1>) -> (tensor<?xf32>, tensor<?xi32>)
+  func.return %0, %1 : tensor<?xf32>, tensor<?xi32>
+}
+// CHECK: mgb.cond_take: mask shape (3, 2) differs from data (2, 3)

@@ -205,6 +205,43 @@ func.func @sorting(%x: tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>, te
 // GENERIC: "mgb.argsort"(%x) <{descending = true}> : (tensor<3x7xf32>) -> (tensor<3x7xf32>, tensor<3x7xi32>)
 // GENERIC: "mgb.topk"(%x) <{k = -2 : i64, mode = 2 : i64}> : (tensor<3x7xf32>) -> (tensor<3x2xf32>, tensor<3x2xi32>)
 
+func.func @svd(%x: tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>, tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>) {
+  %0, %1, %2 = mgb.svd %x : (tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+  %3, %4, %5 = mgb.svd %x {full_matrices = true} : (tensor<2x5x3xf32>) -> (tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+  func.return %0, %1, %2, %3, %4, %5 : tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>, tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>
+}
+// CHECK-LABEL: func.func @svd
+// CHECK-NEXT:  %0, %1, %2 = mgb.svd %x : (tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+// CHECK-NEXT:  %3, %4, %5 = mgb.svd %x {full_matrices = true} : (tensor<2x5x3xf32>) -> (tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+// CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5 : tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>, tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>
+// CHECK-NEXT:  }
+// GENERIC: "mgb.svd"(%x) <{full_matrices = false}> : (tensor<2x5x3xf32>) -> (tensor<2x5x3xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+// GENERIC: "mgb.svd"(%x) <{full_matrices = true}> : (tensor<2x5x3xf32>) -> (tensor<2x5x5xf32>, tensor<2x3xf32>, tensor<2x3x3xf32>)
+
+func.func @symbolic_shapes(%x: tensor<2x3x4xf32>, %m: tensor<2x3x4xi1>, %s: tensor<1xf32>) -> (tensor<3xi32>, tensor<2x12xf32>, tensor<6x4xf32>, tensor<5xf32>, tensor<5xi32>, tensor<?xf32>, tensor<?xi32>) {
+  %0 = mgb.get_var_shape %x : (tensor<2x3x4xf32>) -> tensor<3xi32>
+  %1 = mgb.subtensor %0 {axes = array<i64: 0>, starts = array<i64: 0>, stops = array<i64: 2>, steps = array<i64: 1>, drop = array<i64: 0>} : (tensor<3xi32>) -> tensor<2xi32>
+  %2 = mgb.reshape_to %x, %1 {unspec_axis = 1 : i64} : (tensor<2x3x4xf32>, tensor<2xi32>) -> tensor<2x12xf32>
+  %3 = mgb.broadcast_to %s, %1 : (tensor<1xf32>, tensor<2xi32>) -> tensor<6x4xf32>
+  %4, %5 = mgb.cond_take %x, %m : (tensor<2x3x4xf32>, tensor<2x3x4xi1>) -> (tensor<5xf32>, tensor<5xi32>)
+  %6, %7 = mgb.cond_take %x, %x {mode = 4 : i64, val = 5.000000e-01 : f64} : (tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> (tensor<?xf32>, tensor<?xi32>)
+  func.return %0, %2, %3, %4, %5, %6, %7 : tensor<3xi32>, tensor<2x12xf32>, tensor<6x4xf32>, tensor<5xf32>, tensor<5xi32>, tensor<?xf32>, tensor<?xi32>
+}
+// CHECK-LABEL: func.func @symbolic_shapes
+// CHECK-NEXT:  %0 = mgb.get_var_shape %x : (tensor<2x3x4xf32>) -> tensor<3xi32>
+// CHECK-NEXT:  %1 = mgb.subtensor %0 {axes = array<i64: 0>, starts = array<i64: 0>, stops = array<i64: 2>, steps = array<i64: 1>, drop = array<i64: 0>} : (tensor<3xi32>) -> tensor<2xi32>
+// CHECK-NEXT:  %2 = mgb.reshape_to %x, %1 {unspec_axis = 1 : i64} : (tensor<2x3x4xf32>, tensor<2xi32>) -> tensor<2x12xf32>
+// CHECK-NEXT:  %3 = mgb.broadcast_to %s, %1 : (tensor<1xf32>, tensor<2xi32>) -> tensor<6x4xf32>
+// CHECK-NEXT:  %4, %5 = mgb.cond_take %x, %m : (tensor<2x3x4xf32>, tensor<2x3x4xi1>) -> (tensor<5xf32>, tensor<5xi32>)
+// CHECK-NEXT:  %6, %7 = mgb.cond_take %x, %x {mode = 4 : i64, val = 5.000000e-01 : f64} : (tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> (tensor<?xf32>, tensor<?xi32>)
+// CHECK-NEXT:  func.return %0, %2, %3, %4, %5, %6, %7 : tensor<3xi32>, tensor<2x12xf32>, tensor<6x4xf32>, tensor<5xf32>, tensor<5xi32>, tensor<?xf32>, tensor<?xi32>
+// CHECK-NEXT:  }
+// GENERIC: "mgb.get_var_shape"(%x) : (tensor<2x3x4xf32>) -> tensor<3xi32>
+// GENERIC: "mgb.reshape_to"(%x, %1) <{unspec_axis = 1 : i64}> : (tensor<2x3x4xf32>, tensor<2xi32>) -> tensor<2x12xf32>
+// GENERIC: "mgb.broadcast_to"(%s, %1) : (tensor<1xf32>, tensor<2xi32>) -> tensor<6x4xf32>
+// GENERIC: "mgb.cond_take"(%x, %m) <{mode = 0 : i64, val = 1.000000e+00 : f64, eps = 1.000000e-06 : f64}> : (tensor<2x3x4xf32>, tensor<2x3x4xi1>) -> (tensor<5xf32>, tensor<5xi32>)
+// GENERIC: "mgb.cond_take"(%x, %x) <{mode = 4 : i64, val = 5.000000e-01 : f64, eps = 1.000000e-06 : f64}> : (tensor<2x3x4xf32>, tensor<2x3x4xf32>) -> (tensor<?xf32>, tensor<?xi32>)
+
 func.func @detection(%v: tensor<1x4x3x5x5xf32>, %w: tensor<2x2x2x3x3x3xf32>, %x: tensor<2x3x8x9xf32>, %m: tensor<3x3x3xf32>, %m2: tensor<2x3x3xf32>, %i: tensor<3xi32>, %r: tensor<4x5xf32>, %b: tensor<1x12x4xf32>) -> (tensor<1x4x3x3x5xf32>, tensor<2x3x4x5xf32>, tensor<3x3x6x6xf32>, tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>, tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>, tensor<1x5xi32>, tensor<1xi32>, tensor<2x25x6x7xf32>) {
   %0 = mgb.convolution3d %v, %w {stride = array<i64: 1, 2, 1>, padding = array<i64: 1, 1, 1>, sparse = #mgb<sparse group>} : (tensor<1x4x3x5x5xf32>, tensor<2x2x2x3x3x3xf32>) -> tensor<1x4x3x3x5xf32>
   %1 = mgb.warp_perspective %x, %m2 {out_shape = array<i64: 4, 5>} : (tensor<2x3x8x9xf32>, tensor<2x3x3xf32>) -> tensor<2x3x4x5xf32>

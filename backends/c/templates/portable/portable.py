@@ -78,6 +78,7 @@ class Resize(Template):
         p = op.params()
         if (
             p["format"] != enums.Format.NCHW
+            or p["imode"] == enums.InterpolationMode.CUBIC  # image.ResizeCubic
             or not is_f32(*op.operands, *op.results)
             or not _plain(*op.operands)
         ):

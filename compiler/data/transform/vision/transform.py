@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+import compiler.data.transform.vision.functional as F
 from compiler.data.transform.meta_transform import Transform
-from compiler.data.transform.vision import functional as F
 
 __all__ = [
     "BrightnessTransform",

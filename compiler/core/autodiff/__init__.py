@@ -1,0 +1,1 @@
+"""MegEngine's ``megengine.core.autodiff``: the low-level :class:`~compiler.core.autodiff.grad.Grad`."""
