@@ -675,10 +675,15 @@ def batch_wait_s(in_flight: int, batch_wait_ms: float) -> float:
 
 
 def _replica_env() -> dict[str, str]:
-    """The replicas' OpenMP settings: worker threads sleep between runs instead of spinning, so they
+    """The replicas' thread settings: worker threads sleep between runs instead of spinning, so they
     leave the cores to Ray's proxy and the replica's event loop, which read the next requests (spinning
-    threads starve them on a small machine). A value set in this process's environment wins."""
-    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+    threads starve them on a small machine): ``XMGE_SPIN_US`` for the runtime's thread pool,
+    ``OMP_WAIT_POLICY`` for libgomp builds (``XMGE_LIBGOMP=1``). A value set in this process's
+    environment wins."""
+    return {
+        "XMGE_SPIN_US": os.environ.get("XMGE_SPIN_US", "0"),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+    }
 
 
 def _ray_metrics(model: str) -> tuple[Any, Any] | None:

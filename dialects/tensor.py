@@ -2252,6 +2252,7 @@ class CvtColorOp(MgbOp):
     float32 or uint8 (uint8 in MegEngine's 14-bit fixed point)."""
 
     name = "mgb.cvt_color"
+    NO_GRADIENT: ClassVar[str | None] = "MegEngine's CvtColor has no backward (image preprocessing)"
     src = operand_def(TensorType)
     output = result_def(TensorType)
     mode = prop_def(CvtColorModeAttr, default_value=CvtColorModeAttr(enums.CvtColorMode.RGB2GRAY))
@@ -2407,6 +2408,8 @@ class DeformablePSROIPoolingOp(MgbOp):
         t = _shape(trans)
         if len(t) != 4 or t[1:] != (2, ph, pw):
             raise ShapeInferenceError(cls.name, f"trans must be (R, 2, {ph}, {pw}), got {t}")
+        if not params.get("no_trans", True) and t[0] < k:
+            raise ShapeInferenceError(cls.name, f"trans has {t[0]} rows for {k} rois (one per roi)")
         if part * part > ph * pw:
             # MegEngine reads the part grid from the (2, PH, PW) rows: beyond them it reads other memory
             raise ShapeInferenceError(cls.name, f"part_size {part} needs part_size^2 <= {ph} * {pw}")

@@ -289,17 +289,11 @@ def _psroi_bilinear(plane: np.ndarray, h: np.float32, w: np.float32) -> tuple[np
     return val, corners
 
 
-def _check_trans(op: str, rois: np.ndarray, trans: np.ndarray, p: dict[str, Any]) -> None:
-    if not p["no_trans"] and trans.shape[0] < rois.shape[0]:
-        raise ValueError(f"{op}: trans has {trans.shape[0]} rows for {rois.shape[0]} rois (one per roi)")
-
-
 @kernel(T.DeformablePSROIPoolingOp)
 def deformable_psroi_pooling(
     args: Sequence[np.ndarray], results: Sequence[ResultSpec], **p: Any
 ) -> list[np.ndarray]:
     x, rois, trans = args
-    _check_trans("mgb.deformable_psroi_pooling", rois, trans, p)
     n_img, c, height, width = x.shape
     out = np.zeros(results[0].shape, F32)
     count = np.zeros(results[1].shape, F32)

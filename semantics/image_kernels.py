@@ -127,11 +127,21 @@ def _border(p: np.ndarray, n: int, bmode: Any) -> np.ndarray:
     return _coords(p.astype(np.float64), n, bmode)
 
 
+def u8_border(border_val: float) -> int:
+    """The uint8 border value as MegEngine converts it: the float32 value truncated to int32 and
+    wrapped to 8 bits (300 -> 44, -4 -> 252, 3.5 -> 3); NaN and values beyond int32 give x86's
+    integer-indefinite INT32_MIN, so 0."""
+    v = float(np.float32(border_val))
+    if np.isnan(v) or not -(2.0**31) < v < 2.0**31:
+        return 0
+    return int(np.trunc(v)) & 0xFF
+
+
 def warp_affine_nhwc(x: np.ndarray, mat: np.ndarray, oh: int, ow: int, imode: Any, bmode: Any,
                      border_val: float) -> np.ndarray:  # fmt: skip
     n, ih, iw, c = x.shape
     is_u8 = x.dtype == np.uint8
-    cval = np.clip(np.rint(border_val), 0, 255) if is_u8 else F32(border_val)
+    cval = u8_border(border_val) if is_u8 else F32(border_val)
     constant = bmode == enums.BorderMode.CONSTANT
     out = np.empty((n, oh, ow, c), x.dtype)
     for b in range(n):
@@ -196,11 +206,19 @@ def remap_taps(mp: np.ndarray, ih: int, iw: int, bmode: Any) -> tuple[np.ndarray
                 _coords(fx + 1, iw, bmode), cy - fy, cx - fx)  # fmt: skip
 
 
+def remap_scalar(scalar: float, dtype: np.dtype) -> np.float32:
+    """The constant border value a remap of ``dtype`` images blends: for uint8 the scalar
+    converted to uint8 first (rounded half away from zero, saturated), as MegEngine does."""
+    if np.dtype(dtype) == np.uint8:
+        return F32(round_half_away(np.array(F32(scalar)), np.dtype(np.uint8)))
+    return F32(scalar)
+
+
 def remap_ref(x: np.ndarray, mp: np.ndarray, imode: Any, bmode: Any, scalar: float) -> np.ndarray:
     n, c, ih, iw = x.shape
     oh, ow = mp.shape[1:3]
     out = np.empty((n, c, oh, ow), F32)
-    sc = F32(scalar)
+    sc = remap_scalar(scalar, x.dtype)
     constant = bmode == enums.BorderMode.CONSTANT
     for b in range(n):
         src = x[b].astype(F32, copy=False)

@@ -32,7 +32,13 @@ def svd_factors(x: np.ndarray, full_matrices: bool) -> tuple[np.ndarray, np.ndar
         z = np.zeros
         eye_u = np.broadcast_to(np.eye(m, um), (*lead, m, um)).copy()
         return eye_u, z((*lead, k)), np.broadcast_to(np.eye(vn, n), (*lead, vn, n)).copy()
-    u, s, vh = np.linalg.svd(x.astype(np.float64), full_matrices=bool(full_matrices))
+    x64 = x.astype(np.float64)
+    # LAPACK never returns on an infinite entry (and MegEngine's naive kernel hangs on NaN): a
+    # matrix holding a non-finite value gets NaN factors, the others their SVD
+    bad = ~np.isfinite(x64).all(axis=(-2, -1))
+    if bad.any():
+        x64 = np.where(bad[..., None, None], 0.0, x64)
+    u, s, vh = np.linalg.svd(x64, full_matrices=bool(full_matrices))
     sign = _positive_largest(u)
     u = u * sign[..., None, :]
     vh = vh.copy()
@@ -41,6 +47,8 @@ def svd_factors(x: np.ndarray, full_matrices: bool) -> tuple[np.ndarray, np.ndar
         # rows of vh past K pair with no column of u: fix their sign on their own
         extra = vh[..., k:, :]
         vh[..., k:, :] = extra * _positive_largest(np.swapaxes(extra, -1, -2))[..., :, None]
+    if bad.any():
+        u[bad], s[bad], vh[bad] = np.nan, np.nan, np.nan
     return u, s, vh
 
 

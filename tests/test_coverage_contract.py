@@ -29,8 +29,6 @@ _C_VISION_GAP = "no C unit: not in the inference graphs xmge targets; the refere
 _C_VISION = {
     T.ROIPoolingOp: _C_VISION_GAP,
     T.CorrelationOp: _C_VISION_GAP,
-    T.RegionRestrictedConvOp: _C_VISION_GAP,
-    T.DeformablePSROIPoolingOp: _C_VISION_GAP,
 }
 # linear algebra of analysis code, not of the inference graphs xmge targets (MegEngine's own CPU
 # SVD is its naive kernel): the reference interpreter runs it

@@ -530,3 +530,27 @@ def test_megengine_dump_reads_and_computes_the_same(name: str) -> None:
     (got,) = Network(data)(x=ref["x"]).values()
     assert got.dtype == ref["out"].dtype and got.shape == ref["out"].shape
     np.testing.assert_allclose(got.astype(np.float64), ref["out"], rtol=0, atol=DUMP_TOL.get(name, 0))
+
+
+U8_BORDERS = np.load(os.path.join(DATA, "u8_borders.npz"))
+
+
+@pytest.mark.parametrize("value", [300.0, -4.0, 2.5, 3.7])
+def test_uint8_border_values_convert_as_megengine(value: float) -> None:
+    """warp_affine's border_val: truncated and wrapped to 8 bits; remap's scalar: rounded half
+    away from zero and saturated before the blend."""
+    b = U8_BORDERS
+    got = F.vision.warp_affine(t(b["img"]), t(b["far"]), (2, 3), border_mode="constant", border_val=value)
+    np.testing.assert_array_equal(got.numpy(), b[f"warp_affine_{value}"])
+    for mode in ("nearest", "linear"):
+        got = F.vision.remap(t(b["x"]), t(b["mp"]), border_mode="constant", scalar=value, interp_mode=mode)
+        np.testing.assert_array_equal(got.numpy(), b[f"remap_{mode}_{value}"])
+
+
+def test_warp_affine_uint8_border_value_as_megengine_converts_it() -> None:
+    """What MegEngine 1.13 gives on this CPU: the value truncated and wrapped to 8 bits."""
+    x = t(EAGER["wa_xu"])
+    far = t(np.array([[[1, 0, 100.0], [0, 1, 100.0]]] * 2, np.float32))  # every tap outside
+    for bv, want in ((300.0, 44), (-4.0, 252), (2.5, 2), (3.5, 3), (float("nan"), 0)):
+        got = F.vision.warp_affine(x, far, (2, 3), border_mode="constant", border_val=bv).numpy()
+        assert (got == want).all(), (bv, got)

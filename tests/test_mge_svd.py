@@ -114,6 +114,16 @@ def test_full_matrices_and_compute_uv() -> None:
         gm.backward(F.svd(t, full_matrices=True)[0].sum())
 
 
+def test_non_finite_matrices_get_nan_factors_without_hanging() -> None:
+    """LAPACK loops forever on an infinite entry and MegEngine 1.13's naive SVD on a NaN one; xmge
+    gives such a matrix NaN factors and the others of the batch their SVD."""
+    x = np.random.RandomState(3).randn(3, 4, 3).astype(np.float32)
+    x[0, 1, 1], x[2, 0, 0] = np.inf, np.nan
+    u, s, vh = (t.numpy() for t in F.svd(mge.tensor(x)))
+    assert np.isnan(s[[0, 2]]).all() and np.isnan(u[[0, 2]]).all() and np.isnan(vh[[0, 2]]).all()
+    np.testing.assert_allclose(s[1], np.linalg.svd(x[1], compute_uv=False), rtol=1e-5)
+
+
 def test_bad_inputs_name_the_problem() -> None:
     with pytest.raises(OpError, match=r"svd: .*\(\.\.\., M, N\)"):
         F.svd(mge.tensor(np.ones(3, np.float32)))

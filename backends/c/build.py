@@ -8,7 +8,8 @@ place, so concurrent builds of the same model never see a half-written one; the 
 temporaries of builds that died. Each entry records the sha256 of its outputs (``xmge-cache.json``), checked
 before every reuse: a damaged entry is built again, never loaded.
 
-The runtime (``xm_runtime.c``, ``runner.c``) does not depend on the model: it is compiled once per
+The runtime (``xm_runtime.c``, ``xm_parallel.c``: the kernels' thread pool, ``runner.c``) does not
+depend on the model: it is compiled once per
 (compiler, flags, symbol prefix, runtime sources) into a cache entry of its own (``<prefix>rt-<hash>``)
 and linked into every model built with those flags, so a model build runs gcc once on ``model.c``.
 
@@ -17,6 +18,10 @@ optimisation level of every C build but the sanitizer ones (the cache key follow
 The test suite sets ``-O1`` for correctness-only builds of whole models, where gcc's time at ``-O3``
 dominates and the optimiser's output is not what is being tested; unset, the flags the emitter chose
 stand (``-O3``).
+
+``$XMGE_LIBGOMP=1`` links libgomp in place of the runtime's thread pool (``xm_parallel.c``), the
+kernels' parallel regions then run on libgomp's teams: a comparison (``bench_x86.py --contended``)
+and a way out; such builds are cached apart.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ RUNTIME_FILES = (
     "xm_select.h",
     "xm_kernels.h",
     "xm_runtime.c",
+    "xm_parallel.c",
     "runner.c",
     "xmge.hpp",
 )
@@ -77,6 +83,8 @@ class BuildError(XmgeError, RuntimeError):
 
 
 OPT_LEVEL_ENV = "XMGE_OPT_LEVEL"
+# "1": link libgomp instead of the runtime's own thread pool (xm_parallel.c): for comparisons
+LIBGOMP_ENV = "XMGE_LIBGOMP"
 _OPT_FLAG = re.compile(r"-O[0-3sgz]?|-Ofast")
 _OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og")
 
@@ -175,6 +183,8 @@ def cached_build(
     :func:`runtime_objects` (compiled once per flag set), and ``$XMGE_OPT_LEVEL`` may replace the
     optimisation level of ``flags`` (:func:`with_opt_level`)."""
     symbols = symbol_prefix(model_c)
+    gomp = os.environ.get(LIBGOMP_ENV) == "1"
+    salt += b"\0libgomp" if gomp else b""
     if not any(f.startswith("-fsanitize") for f in flags):  # sanitizer builds keep their -O1
         flags = with_opt_level(flags)
     flags = [*(f for f in flags if not f.startswith("-DXM_PREFIX=")), *prefix_flags(symbols)]
@@ -186,26 +196,29 @@ def cached_build(
         rt = runtime_objects(cc, flags, runtime, salt=salt, prefix=prefix)
         write_sources(work, sources)
         run_tool([cc, *flags, "-c", "model.c", "-o", "model.o"], work)
-        xm_runtime, runner = os.path.join(rt, "xm_runtime.o"), os.path.join(rt, "runner.o")
-        link = [*flags, "-pthread", "-lm"]
-        run_tool([cc, "-shared", "model.o", xm_runtime, "-o", lib, *link], work)
-        run_tool([cc, *runner_flags, "model.o", xm_runtime, runner, "-o", "runner", *link], work)
+        xm_runtime, xm_parallel, runner = (os.path.join(rt, o) for o in RUNTIME_OBJECTS)
+        # no libgomp: xm_parallel.o serves the OpenMP calls, and one it lacks fails the link loudly
+        # (the runner) instead of binding to libgomp's, whose threads know nothing of the pool's
+        objs = ["model.o", xm_runtime] + ([] if gomp else [xm_parallel])
+        link = [*(f for f in flags if f != "-fopenmp" or gomp), "-pthread", "-lm"]
+        run_tool([cc, "-shared", *objs, "-o", lib, *link], work)
+        run_tool([cc, *runner_flags, *objs, runner, "-o", "runner", *link], work)
         os.remove(os.path.join(work, "model.o"))
 
     final, cached = cached_dir(cache_key(prefix, cc, flags, sources, salt), (lib, "runner"), fill)
     return Build(final, os.path.join(final, lib), os.path.join(final, "runner"), cached, launcher, symbols)
 
 
-RUNTIME_OBJECTS = ("xm_runtime.o", "runner.o")
+RUNTIME_OBJECTS = ("xm_runtime.o", "xm_parallel.o", "runner.o")
 
 
 def runtime_objects(
     cc: str, flags: Sequence[str], sources: dict[str, str], *, salt: bytes = b"", prefix: str = ""
 ) -> str:
-    """The cache folder holding ``xm_runtime.o`` and ``runner.o`` compiled by ``cc`` with ``flags``
-    (which carry the symbol prefix) from the runtime ``sources``: built on the first model of a flag
-    set, then shared by every model linked with those flags (concurrent first builds race to rename
-    the same entry into place; either one serves)."""
+    """The cache folder holding ``xm_runtime.o``, ``xm_parallel.o`` and ``runner.o`` compiled by ``cc``
+    with ``flags`` (which carry the symbol prefix) from the runtime ``sources``: built on the first
+    model of a flag set, then shared by every model linked with those flags (concurrent first builds
+    race to rename the same entry into place; either one serves)."""
 
     def fill(work: str) -> None:
         write_sources(work, sources)

@@ -1175,3 +1175,50 @@ def deformable_conv(
                      stride=(sh, sw), padding=(ph, pw), dilation=(dh, dw), sparse=sparse)]  # fmt: skip
 
     return body
+
+
+def region_restricted_conv(
+    x: Sequence[int], oc: int, k: int, groups: int, *, stride: Any = 1, pad: Any = 0, dil: Any = 1,
+    dtype: str = "int32",
+) -> Example:  # fmt: skip
+    """``RegionRestrictedConvolution`` with three regions scattered over input and output."""
+
+    def pair(v: Any) -> tuple[int, int]:
+        return (v, v) if isinstance(v, int) else tuple(v)  # type: ignore[return-value]
+
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(pad), pair(dil)
+
+    @example(_tag("region_restricted_conv", x, f"oc{oc}", f"k{k}", f"g{groups}", f"s{(sh, sw)}",
+                  f"p{(ph, pw)}", f"d{(dh, dw)}", dtype))  # fmt: skip
+    def body(g: Graph) -> list[SSAValue]:
+        oh = (x[2] + 2 * ph - dh * (k - 1) - 1) // sh + 1
+        ow = (x[3] + 2 * pw - dw * (k - 1) - 1) // sw + 1
+        rin = g.rng.integers(0, 3, (x[0], x[2], x[3])).astype(dtype)
+        rout = g.rng.integers(0, 3, (x[0], oh, ow)).astype(dtype)
+        w = g.weight((groups, oc // groups, x[1] // groups, k, k))
+        return [g.op(T.RegionRestrictedConvOp, [g.input(x), w, g.const(rin), g.const(rout)], stride=(sh, sw),
+                     padding=(ph, pw), dilation=(dh, dw))]  # fmt: skip
+
+    return body
+
+
+def deformable_psroi_pooling(
+    x: Sequence[int], ph: int, pw: int, *, part: int, samples: int, no_trans: bool = False
+) -> Example:
+    """``DeformablePSROIPooling`` of four rois over a batch-2 map (inside, on the border, partly
+    outside, tiny), trans of about a bin."""
+
+    @example(_tag("deformable_psroi_pooling", x, (ph, pw), f"part{part}", f"s{samples}",
+                  "notrans" if no_trans else ""))  # fmt: skip
+    def body(g: Graph) -> list[SSAValue]:
+        h, w = x[2], x[3]
+        rois = np.array([[0, 1.2, 2.0, w - 2.5, h - 1.7], [1, 0, 0, w - 1, h - 1],
+                         [x[0] - 1, -2, 3, w + 2, h + 1], [0, 3, 1, 3.4, 1.6]], np.float32)  # fmt: skip
+        trans = (g.rng.standard_normal((4, 2, ph, pw)) * 0.6).astype(np.float32)
+        operands = [g.input(x), g.const(rois), g.const(trans)]
+        params = {"pooled_h": ph, "pooled_w": pw, "part_size": part, "sample_per_part": samples,
+                  "no_trans": no_trans, "spatial_scale": 0.8, "trans_std": 0.2}  # fmt: skip
+        out = g.ops(T.DeformablePSROIPoolingOp, operands, **params)
+        return [out[0]]
+
+    return body

@@ -99,7 +99,7 @@ def project_files(
     arch: str,
     name: str = "xmge_model",
     library: str = "libxmge_model.so",
-    lib_sources: Sequence[str] = ("model.c", "xm_runtime.c"),
+    lib_sources: Sequence[str] = ("model.c", "xm_runtime.c", "xm_parallel.c"),
     headers: Sequence[str] = ("xm_runtime.h", "xm_kernels.h"),
     directory: str = "path/to/this/folder",
 ) -> dict[str, str]:

@@ -32,6 +32,7 @@ from backends.mge.schema import ParamDef
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import element_type
+from semantics.attention import io_weight_layout
 
 if TYPE_CHECKING:
     from backends.mge.container import RawOpr
@@ -122,19 +123,8 @@ def _weights(
     op: RawOpr, p: dict[str, Any], w: np.ndarray, widths: tuple[int, int, int]
 ) -> dict[str, np.ndarray]:
     """MegEngine's packing of io_weight_bias: the q, k, v, o weights (in, out), then their biases."""
-    eq, ek, ev = widths
     sizes = [int(p[n]) for n in ("qproj_size", "kproj_size", "vproj_size", "oproj_size")]
-    v_width = sizes[2] if sizes[2] > 0 else ev
-    layout = [
-        (name, (width, size))
-        for name, size, width in zip(("wq", "wk", "wv", "wo"), sizes, (eq, ek, ev, v_width), strict=True)
-        if size > 0
-    ]
-    for name, flag, size in zip(
-        ("bq", "bk", "bv", "bo"), ("qbias", "kbias", "vbias", "obias"), sizes, strict=True
-    ):
-        if p[flag] and size > 0:
-            layout.append((name, (size,)))
+    layout = io_weight_layout(sizes, [bool(p[f]) for f in ("qbias", "kbias", "vbias", "obias")], widths)
     flat = w.reshape(-1).astype(np.float32)
     total = sum(int(np.prod(s)) for _, s in layout)
     if flat.size != total:

@@ -30,8 +30,15 @@ PARAM_DEFS: tuple[ParamDef, ...] = (
     ParamDef(
         "DeformablePSROIPooling",
         49,
-        (("no_trans", "?", True), ("spatial_scale", "f", 1.0), ("trans_std", "f", 1.0), ("pooled_h", "I", 1),
-         ("pooled_w", "I", 1), ("part_size", "I", 1), ("sample_per_part", "I", 1)),
+        (
+            ("no_trans", "?", True),
+            ("spatial_scale", "f", 1.0),
+            ("trans_std", "f", 1.0),
+            ("pooled_h", "I", 1),
+            ("pooled_w", "I", 1),
+            ("part_size", "I", 1),
+            ("sample_per_part", "I", 1),
+        ),
     ),  # fmt: skip
     ParamDef(
         "Remap", 68, (("imode", "I", 1), ("border_type", "I", 0), ("format", "I", 1), ("scalar", "f", 0.0))
@@ -133,7 +140,6 @@ def lower_deformable_conv(lw: Lowering, op: T.DeformableConvOp, p: dict[str, Any
     lw.simple(op, "DeformableConv", [("Convolution", conv), EXECUTION_POLICY])
 
 
-
 def read_region_restricted_conv(ctx: ReadContext, op: RawOpr) -> None:
     """(src, filter, rin, rout), param Convolution (NCHW, sparse GROUP)."""
     _inputs(op, 4, "src, filter, rin, rout")
@@ -179,5 +185,6 @@ def lower_deformable_psroi_pooling(lw: Lowering, op: T.DeformablePSROIPoolingOp,
                   trans_std=float(p["trans_std"]))  # fmt: skip
     ins = [lw.ids[v] for v in op.operands]
     _write(lw, op, "DeformablePSROIPooling", ins, [("DeformablePSROIPooling", fields)])
+
 
 register_params()

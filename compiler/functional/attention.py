@@ -24,6 +24,7 @@ import numpy as np
 
 from compiler.core import op_error
 from compiler.tensor import Tensor, as_tensor
+from semantics.attention import io_weight_layout
 
 __all__ = ["multi_head_attention"]
 
@@ -168,14 +169,7 @@ def multi_head_attention(
     s, ek, ev = key.shape[1], key.shape[2], value.shape[2]
 
     # the weights, in MegEngine's packing order
-    v_width = vp if vp > 0 else ev
-    layout: list[tuple[str, tuple[int, ...]]] = []
-    for name, size, width in (("wq", qp, eq), ("wk", kp, ek), ("wv", vp, ev), ("wo", op, v_width)):
-        if size > 0:
-            layout.append((name, (width, size)))
-    for name, flag, size in (("bq", qbias, qp), ("bk", kbias, kp), ("bv", vbias, vp), ("bo", obias, op)):
-        if flag and size > 0:
-            layout.append((name, (size,)))
+    layout = io_weight_layout(sizes, (qbias, kbias, vbias, obias), (eq, ek, ev))
     w = _split_weights(as_tensor(io_weight_bias), layout) if layout else {}
 
     def project(x: Tensor, wname: str, bname: str) -> Tensor:

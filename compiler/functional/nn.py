@@ -298,8 +298,6 @@ def deformable_psroi_pooling(
     ``inp`` and ``trans``."""
     label = "deformable_psroi_pooling"
     inp, rois, trans = as_tensor(inp), as_tensor(rois), as_tensor(trans)
-    if not no_trans and trans.shape[0] < rois.shape[0]:
-        raise op_error(label, f"trans has {trans.shape[0]} rows for {rois.shape[0]} rois (one per roi)")
     out, _ = apply(
         T.DeformablePSROIPoolingOp,
         [inp, rois.astype("float32"), trans.astype("float32")],

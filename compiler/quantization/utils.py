@@ -145,10 +145,8 @@ def get_quantized_dtype(qparams: QParams) -> np.dtype:
     if qparams.scale is None:
         raise ValueError("quantization parameters have no scale yet (run the observer first)")
     scale = float(np.asarray(qparams.scale.numpy()).reshape(-1)[0])
-    from dialects.dtypes import QUANTIZED_CNAME
-
     meta = qparams.dtype_meta
-    kind = {c: k for k, c in QUANTIZED_CNAME.items()}.get(meta.cname or "")
+    kind = D._KIND_BY_CNAME.get(meta.cname or "")
     if kind is None:
         raise ValueError(
             f"dtype {meta.name} has no dump form (cname {meta.cname!r}); it can only fake-quantize"

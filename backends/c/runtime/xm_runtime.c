@@ -27,9 +27,12 @@ struct xm_model {
   struct xm_pace* pace; /* per variant, under lock */
 };
 
-/* Two threads pay only while the second core is free. With another CPU-bound process there, the
-   kernels' OpenMP barriers wait for a descheduled thread (spinning), and two threads ran slower than
-   one (issue 33: ShuffleNetV2 6.5 ms at 2 threads vs 3.7 at 1 next to a `nice -n 10` job). So an
+/* Two threads pay only while the second core is free. With another CPU-bound process there, libgomp's
+   barriers waited for a descheduled thread (spinning), and two threads ran slower than one (issue 33:
+   ShuffleNetV2 6.5 ms at 2 threads vs 3.7 at 1 next to a `nice -n 10` job). The runtime's own pool
+   (xm_parallel.c) no longer waits for a worker that has not started a share, but a worker
+   descheduled in the middle of one, or a machine whose every core is busy, still makes two threads
+   lose. So an
    instance with more than one thread times its runs and keeps, per variant, its last XM_SAMPLES
    latencies with all its threads (arm 0) and with one (arm 1). After the first run (untimed: thread
    start, cold caches) it alternates until both arms have XM_SAMPLES, then runs the better one (arm

@@ -1,6 +1,7 @@
 /* xmge runtime of one compiled model: the prefixed entry points behind P_api() (xm_api.h).
  *
- * Compile model.c, xm_runtime.c (and runner.c) with -DXM_PREFIX=P; model.c names its own prefix too
+ * Compile model.c, xm_runtime.c, xm_parallel.c (the kernels' threads: without it, -fopenmp links libgomp)
+ * (and runner.c) with -DXM_PREFIX=P; model.c names its own prefix too
  * (`#define XM_PREFIX P`, used when no -D is given). Then the library exports only P_api, P_create,
  * P_run, P_run_variant, P_find_variant, P_run_shaped, P_last_error, P_destroy, P_num_arenas, P_desc
  * (the variant table model.c defines) and, in profiling builds, P_profile. Within this model's own

@@ -13,9 +13,7 @@ import compiler.dtype as _dtypes
 from compiler.dtype import *  # noqa: F403 - every quantized dtype name, as MegEngine has them here
 from compiler.dtype import __all__ as _dtype_names
 from compiler.quantization.utils import QuantDtypeMeta, _builtin_quant_dtypes
-from dialects.dtypes import METADATA_KEY, QUANTIZED_CNAME
-
-_KIND_OF_CNAME = {cname: kind for kind, cname in QUANTIZED_CNAME.items()}
+from dialects.dtypes import METADATA_KEY
 
 __all__ = [
     *_dtype_names,
@@ -68,7 +66,7 @@ def create_quantized_dtype(dtype_meta: QuantDtypeMeta, scale: float, zp: int | N
     ``cname`` is None (MegEngine's 2-bit kinds, custom QAT metas) has no dtype."""
     if dtype_meta.cname is None:
         raise ValueError(f"dtype {dtype_meta.name} without cname attr is not supported.")
-    kind = _KIND_OF_CNAME.get(dtype_meta.cname)
+    kind = _dtypes._KIND_BY_CNAME.get(dtype_meta.cname)
     if kind is None:
         raise ValueError(f"dtype {dtype_meta.name}: unknown cname {dtype_meta.cname!r}")
     make = getattr(_dtypes, kind)

@@ -171,6 +171,7 @@ def eager(_: str) -> None:
     deformable(rng)
     region(rng)
     psroi(rng)
+    u8_borders()
 
 
 def deformable(rng: np.random.RandomState) -> None:
@@ -347,6 +348,29 @@ def mge_dumps(_: str) -> None:
         out = traced(mge.tensor(x)).numpy()
         traced.dump(os.path.join(folder, name + ".mge"), arg_names=["x"])
         np.savez(os.path.join(folder, name + ".npz"), x=x, out=out)
+
+
+def u8_borders() -> None:
+    """How MegEngine turns a float border value into uint8: warp_affine's border_val and remap's
+    scalar, out of range and fractional (u8_borders.npz)."""
+    import megengine as mge
+    import megengine.functional as F
+
+    rng = np.random.RandomState(3)
+    x = rng.randint(0, 256, (1, 1, 4, 5)).astype(np.uint8)
+    mp = np.array([[[[-3.0, -3.0], [1.5, -0.5], [0.3, 0.7], [100, 1]]]], np.float32)
+    img = rng.randint(0, 256, (1, 5, 6, 3)).astype(np.uint8)
+    far = np.array([[[1, 0, 100.0], [0, 1, 100.0]]], np.float32)
+    rec = {"x": x, "mp": mp, "img": img, "far": far}
+    for v in (300.0, -4.0, 2.5, 3.7):
+        for im in ("nearest", "linear"):
+            rec[f"remap_{im}_{v}"] = F.vision.remap(
+                mge.tensor(x), mge.tensor(mp), border_mode="constant", scalar=v, interp_mode=im
+            ).numpy()
+        rec[f"warp_affine_{v}"] = F.vision.warp_affine(
+            mge.tensor(img), mge.tensor(far), (2, 3), border_mode="constant", border_val=v
+        ).numpy()
+    np.savez_compressed(os.path.join(HERE, "u8_borders.npz"), **rec)
 
 
 if __name__ == "__main__":

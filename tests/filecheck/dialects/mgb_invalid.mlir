@@ -245,10 +245,10 @@ func.func @resize_rank(%x: tensor<4x5x7xf32>) -> tensor<4x9x3xf32> {
 
 // -----
 func.func @resize_mode(%x: tensor<1x4x5x7xf32>) -> tensor<1x4x9x3xf32> {
-  %0 = mgb.resize %x {out_shape = array<i64: 9, 3>, imode = #mgb<interp cubic>} : (tensor<1x4x5x7xf32>) -> tensor<1x4x9x3xf32>
+  %0 = mgb.resize %x {out_shape = array<i64: 9, 3>, imode = #mgb<interp area>} : (tensor<1x4x5x7xf32>) -> tensor<1x4x9x3xf32>
   func.return %0 : tensor<1x4x9x3xf32>
 }
-// CHECK: mgb.resize: interpolation mode cubic is not supported
+// CHECK: mgb.resize: interpolation mode area is not supported
 
 // -----
 func.func @layer_norm_size(%x: tensor<2x5x7xf32>) -> tensor<2x5x7xf32> {
@@ -431,6 +431,55 @@ func.func @correlation_kernel(%x: tensor<2x3x8x9xf32>) -> tensor<2x9x6x7xf32> {
   func.return %0 : tensor<2x9x6x7xf32>
 }
 // CHECK: mgb.correlation: kernel_size 2 must be odd and positive, strides (1, 1) positive, max_displacement 1 and pad_size 0 non-negative
+
+// -----
+func.func @warp_affine_mat(%x: tensor<2x6x7x3xf32>, %m: tensor<2x3x3xf32>) -> tensor<2x5x4x3xf32> {
+  %0 = mgb.warp_affine %x, %m {out_shape = array<i64: 5, 4>} : (tensor<2x6x7x3xf32>, tensor<2x3x3xf32>) -> tensor<2x5x4x3xf32>
+  func.return %0 : tensor<2x5x4x3xf32>
+}
+// CHECK: mgb.warp_affine: mat must be (2, 2, 3), got shape (2, 3, 3)
+
+// -----
+func.func @warp_affine_nchw_cubic(%x: tensor<2x3x8x9xf32>, %m: tensor<2x2x3xf32>) -> tensor<2x3x5x4xf32> {
+  %0 = mgb.warp_affine %x, %m {out_shape = array<i64: 5, 4>, imode = #mgb<interp cubic>, format = #mgb<format nchw>} : (tensor<2x3x8x9xf32>, tensor<2x2x3xf32>) -> tensor<2x3x5x4xf32>
+  func.return %0 : tensor<2x3x5x4xf32>
+}
+// CHECK: mgb.warp_affine: NCHW supports linear interpolation only, got CUBIC
+
+// -----
+func.func @remap_map(%x: tensor<2x3x8x9xf32>, %m: tensor<2x4x5x3xf32>) -> tensor<2x3x4x5xf32> {
+  %0 = mgb.remap %x, %m : (tensor<2x3x8x9xf32>, tensor<2x4x5x3xf32>) -> tensor<2x3x4x5xf32>
+  func.return %0 : tensor<2x3x4x5xf32>
+}
+// CHECK: mgb.remap: map_xy must be (2, OH, OW, 2), got shape (2, 4, 5, 3)
+
+// -----
+func.func @cvt_color_channels(%x: tensor<2x6x7x4xf32>) -> tensor<2x6x7x1xf32> {
+  %0 = mgb.cvt_color %x {mode = #mgb<cvt_color_mode rgb2gray>} : (tensor<2x6x7x4xf32>) -> tensor<2x6x7x1xf32>
+  func.return %0 : tensor<2x6x7x1xf32>
+}
+// CHECK: mgb.cvt_color: mode RGB2GRAY needs NHWC images of 3 channels, got (2, 6, 7, 4)
+
+// -----
+func.func @deformable_conv_mask(%x: tensor<2x3x8x9xf32>, %w: tensor<4x3x3x3xf32>, %o: tensor<2x18x6x7xf32>, %k: tensor<2x8x6x7xf32>) -> tensor<2x4x6x7xf32> {
+  %0 = mgb.deformable_conv %x, %w, %o, %k : (tensor<2x3x8x9xf32>, tensor<4x3x3x3xf32>, tensor<2x18x6x7xf32>, tensor<2x8x6x7xf32>) -> tensor<2x4x6x7xf32>
+  func.return %0 : tensor<2x4x6x7xf32>
+}
+// CHECK: mgb.deformable_conv: mask must be (2, 9, 6, 7), got (2, 8, 6, 7)
+
+// -----
+func.func @region_restricted_conv_ids(%x: tensor<2x3x8x9xf32>, %w: tensor<3x1x1x3x3xf32>, %ri: tensor<2x8x9xi32>, %ro: tensor<2x6x7xui8>) -> tensor<2x3x6x7xf32> {
+  %0 = mgb.region_restricted_conv %x, %w, %ri, %ro : (tensor<2x3x8x9xf32>, tensor<3x1x1x3x3xf32>, tensor<2x8x9xi32>, tensor<2x6x7xui8>) -> tensor<2x3x6x7xf32>
+  func.return %0 : tensor<2x3x6x7xf32>
+}
+// CHECK: mgb.region_restricted_conv: rin and rout must both be int32 or both uint8, got ['int32', 'uint8']
+
+// -----
+func.func @deformable_psroi_pooling_trans(%x: tensor<2x3x8x9xf32>, %r: tensor<4x5xf32>, %t: tensor<2x2x2x2xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>) {
+  %0, %1 = mgb.deformable_psroi_pooling %x, %r, %t {no_trans = false, pooled_h = 2 : i64, pooled_w = 2 : i64, part_size = 2 : i64} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>, tensor<2x2x2x2xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>)
+  func.return %0, %1 : tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>
+}
+// CHECK: mgb.deformable_psroi_pooling: trans has 2 rows for 4 rois (one per roi)
 
 // -----
 func.func @get_var_shape_rank(%x: tensor<2x3x4xf32>) -> tensor<2xi32> {

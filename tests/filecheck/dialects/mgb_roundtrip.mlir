@@ -263,7 +263,6 @@ func.func @detection(%v: tensor<1x4x3x5x5xf32>, %w: tensor<2x2x2x3x3x3xf32>, %x:
 // CHECK-NEXT:  %9 = mgb.correlation %x, %x {kernel_size = 3 : i64, max_displacement = 2 : i64, pad_size = 2 : i64, is_multiply = false} : (tensor<2x3x8x9xf32>, tensor<2x3x8x9xf32>) -> tensor<2x25x6x7xf32>
 // CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8, %9 : tensor<1x4x3x3x5xf32>, tensor<2x3x4x5xf32>, tensor<3x3x6x6xf32>, tensor<4x3x2x3xf32>, tensor<4x3x2x3xi32>, tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>, tensor<1x5xi32>, tensor<1xi32>, tensor<2x25x6x7xf32>
 // CHECK-NEXT:  }
-// CHECK-NEXT:  }
 // GENERIC: "mgb.convolution3d"(%v, %w) <{stride = array<i64: 1, 2, 1>, padding = array<i64: 1, 1, 1>, sparse = #mgb<sparse group>, dilation = array<i64: 1, 1, 1>, mode = #mgb<conv_mode cross_correlation>}> : (tensor<1x4x3x5x5xf32>, tensor<2x2x2x3x3x3xf32>) -> tensor<1x4x3x3x5xf32>
 // GENERIC: "mgb.warp_perspective"(%x, %m2) <{out_shape = array<i64: 4, 5>, operandSegmentSizes = array<i32: 1, 1, 0>, imode = #mgb<interp linear>, bmode = #mgb<border replicate>, format = #mgb<format nchw>, border_val = 0.000000e+00 : f64}> : (tensor<2x3x8x9xf32>, tensor<2x3x3xf32>) -> tensor<2x3x4x5xf32>
 // GENERIC: "mgb.warp_perspective"(%x, %m, %i) <{out_shape = array<i64: 6, 6>, bmode = #mgb<border constant>, border_val = 2.000000e+00 : f64, operandSegmentSizes = array<i32: 1, 1, 1>, imode = #mgb<interp linear>, format = #mgb<format nchw>}> : (tensor<2x3x8x9xf32>, tensor<3x3x3xf32>, tensor<3xi32>) -> tensor<3x3x6x6xf32>
@@ -271,3 +270,39 @@ func.func @detection(%v: tensor<1x4x3x5x5xf32>, %w: tensor<2x2x2x3x3x3xf32>, %x:
 // GENERIC: "mgb.roi_pooling"(%x, %r) <{mode = #mgb<roi_mode average>, scale = 5.000000e-01 : f64, out_shape = array<i64: 3, 2>}> : (tensor<2x3x8x9xf32>, tensor<4x5xf32>) -> (tensor<4x3x3x2xf32>, tensor<4x3x3x2xi32>)
 // GENERIC: "mgb.nms_keep"(%b) <{iou_thresh = 5.000000e-01 : f64, max_output = 5 : i64}> : (tensor<1x12x4xf32>) -> (tensor<1x5xi32>, tensor<1xi32>)
 // GENERIC: "mgb.correlation"(%x, %x) <{kernel_size = 3 : i64, max_displacement = 2 : i64, pad_size = 2 : i64, is_multiply = false, stride1 = 1 : i64, stride2 = 1 : i64}> : (tensor<2x3x8x9xf32>, tensor<2x3x8x9xf32>) -> tensor<2x25x6x7xf32>
+
+func.func @image(%x: tensor<2x6x7x3xf32>, %u: tensor<2x6x7x3xui8>, %m: tensor<2x2x3xf32>, %n: tensor<2x3x8x9xf32>, %mp: tensor<2x4x5x2xf32>, %w: tensor<4x3x3x3xf32>, %o: tensor<2x18x6x7xf32>, %k: tensor<2x9x6x7xf32>, %rw: tensor<3x1x1x3x3xf32>, %ri: tensor<2x8x9xi32>, %ro: tensor<2x8x9xi32>, %r: tensor<4x5xf32>, %t: tensor<4x2x2x2xf32>) -> (tensor<2x5x4x3xf32>, tensor<2x5x4x3xui8>, tensor<2x3x5x4xf32>, tensor<2x3x4x5xf32>, tensor<2x6x7x1xf32>, tensor<2x3x11x4xf32>, tensor<2x4x6x7xf32>, tensor<2x3x8x9xf32>, tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>) {
+  %0 = mgb.warp_affine %x, %m {out_shape = array<i64: 5, 4>, imode = #mgb<interp cubic>, bmode = #mgb<border constant>, border_val = 5.000000e-01 : f64} : (tensor<2x6x7x3xf32>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xf32>
+  %1 = mgb.warp_affine %u, %m {out_shape = array<i64: 5, 4>} : (tensor<2x6x7x3xui8>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xui8>
+  %2 = mgb.warp_affine %n, %m {out_shape = array<i64: 5, 4>, format = #mgb<format nchw>} : (tensor<2x3x8x9xf32>, tensor<2x2x3xf32>) -> tensor<2x3x5x4xf32>
+  %3 = mgb.remap %n, %mp {imode = #mgb<interp nearest>, bmode = #mgb<border wrap>, scalar = 1.500000e+00 : f64} : (tensor<2x3x8x9xf32>, tensor<2x4x5x2xf32>) -> tensor<2x3x4x5xf32>
+  %4 = mgb.cvt_color %x {mode = #mgb<cvt_color_mode bgr2gray>} : (tensor<2x6x7x3xf32>) -> tensor<2x6x7x1xf32>
+  %5 = mgb.resize %n {out_shape = array<i64: 11, 4>, imode = #mgb<interp cubic>} : (tensor<2x3x8x9xf32>) -> tensor<2x3x11x4xf32>
+  %6 = mgb.deformable_conv %n, %w, %o, %k {padding = array<i64: 0, 1>, dilation = array<i64: 1, 2>} : (tensor<2x3x8x9xf32>, tensor<4x3x3x3xf32>, tensor<2x18x6x7xf32>, tensor<2x9x6x7xf32>) -> tensor<2x4x6x7xf32>
+  %7 = mgb.region_restricted_conv %n, %rw, %ri, %ro {padding = array<i64: 1, 1>} : (tensor<2x3x8x9xf32>, tensor<3x1x1x3x3xf32>, tensor<2x8x9xi32>, tensor<2x8x9xi32>) -> tensor<2x3x8x9xf32>
+  %8, %9 = mgb.deformable_psroi_pooling %n, %r, %t {no_trans = false, spatial_scale = 5.000000e-01 : f64, trans_std = 1.000000e-01 : f64, pooled_h = 2 : i64, pooled_w = 2 : i64, part_size = 2 : i64, sample_per_part = 2 : i64} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>, tensor<4x2x2x2xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>)
+  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8, %9 : tensor<2x5x4x3xf32>, tensor<2x5x4x3xui8>, tensor<2x3x5x4xf32>, tensor<2x3x4x5xf32>, tensor<2x6x7x1xf32>, tensor<2x3x11x4xf32>, tensor<2x4x6x7xf32>, tensor<2x3x8x9xf32>, tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>
+}
+
+// CHECK-LABEL: func.func @image
+// CHECK-NEXT:  %0 = mgb.warp_affine %x, %m {out_shape = array<i64: 5, 4>, imode = #mgb<interp cubic>, bmode = #mgb<border constant>, border_val = 5.000000e-01 : f64} : (tensor<2x6x7x3xf32>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xf32>
+// CHECK-NEXT:  %1 = mgb.warp_affine %u, %m {out_shape = array<i64: 5, 4>} : (tensor<2x6x7x3xui8>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xui8>
+// CHECK-NEXT:  %2 = mgb.warp_affine %n, %m {out_shape = array<i64: 5, 4>, format = #mgb<format nchw>} : (tensor<2x3x8x9xf32>, tensor<2x2x3xf32>) -> tensor<2x3x5x4xf32>
+// CHECK-NEXT:  %3 = mgb.remap %n, %mp {imode = #mgb<interp nearest>, bmode = #mgb<border wrap>, scalar = 1.500000e+00 : f64} : (tensor<2x3x8x9xf32>, tensor<2x4x5x2xf32>) -> tensor<2x3x4x5xf32>
+// CHECK-NEXT:  %4 = mgb.cvt_color %x {mode = #mgb<cvt_color_mode bgr2gray>} : (tensor<2x6x7x3xf32>) -> tensor<2x6x7x1xf32>
+// CHECK-NEXT:  %5 = mgb.resize %n {out_shape = array<i64: 11, 4>, imode = #mgb<interp cubic>} : (tensor<2x3x8x9xf32>) -> tensor<2x3x11x4xf32>
+// CHECK-NEXT:  %6 = mgb.deformable_conv %n, %w, %o, %k {padding = array<i64: 0, 1>, dilation = array<i64: 1, 2>} : (tensor<2x3x8x9xf32>, tensor<4x3x3x3xf32>, tensor<2x18x6x7xf32>, tensor<2x9x6x7xf32>) -> tensor<2x4x6x7xf32>
+// CHECK-NEXT:  %7 = mgb.region_restricted_conv %n, %rw, %ri, %ro {padding = array<i64: 1, 1>} : (tensor<2x3x8x9xf32>, tensor<3x1x1x3x3xf32>, tensor<2x8x9xi32>, tensor<2x8x9xi32>) -> tensor<2x3x8x9xf32>
+// CHECK-NEXT:  %8, %9 = mgb.deformable_psroi_pooling %n, %r, %t {no_trans = false, spatial_scale = 5.000000e-01 : f64, trans_std = 1.000000e-01 : f64, pooled_h = 2 : i64, pooled_w = 2 : i64, part_size = 2 : i64, sample_per_part = 2 : i64} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>, tensor<4x2x2x2xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>)
+// CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8, %9 : tensor<2x5x4x3xf32>, tensor<2x5x4x3xui8>, tensor<2x3x5x4xf32>, tensor<2x3x4x5xf32>, tensor<2x6x7x1xf32>, tensor<2x3x11x4xf32>, tensor<2x4x6x7xf32>, tensor<2x3x8x9xf32>, tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }
+// GENERIC: "mgb.warp_affine"(%x, %m) <{out_shape = array<i64: 5, 4>, imode = #mgb<interp cubic>, bmode = #mgb<border constant>, border_val = 5.000000e-01 : f64, format = #mgb<format nhwc>}> : (tensor<2x6x7x3xf32>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xf32>
+// GENERIC: "mgb.warp_affine"(%u, %m) <{out_shape = array<i64: 5, 4>, imode = #mgb<interp linear>, bmode = #mgb<border replicate>, border_val = 0.000000e+00 : f64, format = #mgb<format nhwc>}> : (tensor<2x6x7x3xui8>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xui8>
+// GENERIC: "mgb.warp_affine"(%n, %m) <{out_shape = array<i64: 5, 4>, format = #mgb<format nchw>, imode = #mgb<interp linear>, bmode = #mgb<border replicate>, border_val = 0.000000e+00 : f64}> : (tensor<2x3x8x9xf32>, tensor<2x2x3xf32>) -> tensor<2x3x5x4xf32>
+// GENERIC: "mgb.remap"(%n, %mp) <{imode = #mgb<interp nearest>, bmode = #mgb<border wrap>, scalar = 1.500000e+00 : f64, format = #mgb<format nchw>}> : (tensor<2x3x8x9xf32>, tensor<2x4x5x2xf32>) -> tensor<2x3x4x5xf32>
+// GENERIC: "mgb.cvt_color"(%x) <{mode = #mgb<cvt_color_mode bgr2gray>}> : (tensor<2x6x7x3xf32>) -> tensor<2x6x7x1xf32>
+// GENERIC: "mgb.resize"(%n) <{out_shape = array<i64: 11, 4>, imode = #mgb<interp cubic>, format = #mgb<format nchw>}> : (tensor<2x3x8x9xf32>) -> tensor<2x3x11x4xf32>
+// GENERIC: "mgb.deformable_conv"(%n, %w, %o, %k) <{padding = array<i64: 0, 1>, dilation = array<i64: 1, 2>, stride = array<i64: 1, 1>, mode = #mgb<conv_mode cross_correlation>, sparse = #mgb<sparse dense>}> : (tensor<2x3x8x9xf32>, tensor<4x3x3x3xf32>, tensor<2x18x6x7xf32>, tensor<2x9x6x7xf32>) -> tensor<2x4x6x7xf32>
+// GENERIC: "mgb.region_restricted_conv"(%n, %rw, %ri, %ro) <{padding = array<i64: 1, 1>, stride = array<i64: 1, 1>, dilation = array<i64: 1, 1>, mode = #mgb<conv_mode cross_correlation>}> : (tensor<2x3x8x9xf32>, tensor<3x1x1x3x3xf32>, tensor<2x8x9xi32>, tensor<2x8x9xi32>) -> tensor<2x3x8x9xf32>
+// GENERIC: "mgb.deformable_psroi_pooling"(%n, %r, %t) <{no_trans = false, spatial_scale = 5.000000e-01 : f64, trans_std = 1.000000e-01 : f64, pooled_h = 2 : i64, pooled_w = 2 : i64, part_size = 2 : i64, sample_per_part = 2 : i64}> : (tensor<2x3x8x9xf32>, tensor<4x5xf32>, tensor<4x2x2x2xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>)

@@ -96,6 +96,7 @@ class WarpAffine(Template):
         E.warp_affine((1, 6, 7, 1), (5, 8), "reflect", "nearest"),
         E.warp_affine((2, 6, 7, 3), (5, 6), "reflect_101", "linear", dtype="uint8"),
         E.warp_affine((1, 6, 7, 3), (5, 6), "wrap", "cubic", dtype="uint8"),
+        E.warp_affine((1, 6, 7, 2), (5, 6), "constant", "linear", dtype="uint8"),
         E.warp_affine((2, 3, 6, 7), (5, 8), "constant", fmt="NCHW"),
         E.warp_affine((1, 2, 6, 7), (5, 8), "wrap", fmt="NCHW"),
     )
@@ -132,8 +133,8 @@ class WarpAffine(Template):
         u8 = p["dt"] == "uint8"
         ct = _ctype(p["dt"])
         constant = bmode == B.CONSTANT
-        # uint8: the border value rounded ties-to-even and saturated, as the reference's np.rint
-        cval = str(int(np.clip(np.rint(p["border_val"]), 0, 255))) if u8 else c_float(p["border_val"])
+        # uint8: the reference's border value (truncated, wrapped to 8 bits)
+        cval = str(K.u8_border(p["border_val"])) if u8 else c_float(p["border_val"])
         near = imode == I.NEAREST
         rd = K.AB_SCALE // 2 if near else K.AB_SCALE // K.INTER_TAB_SIZE // 2
         shift = K.AB_BITS if near else K.AB_BITS - K.INTER_BITS
@@ -270,6 +271,7 @@ class Remap(Template):
         E.remap((1, 2, 5, 6), (4, 5), "reflect"),
         E.remap((1, 2, 5, 6), (4, 5), "reflect_101", dtype="uint8"),
         E.remap((1, 1, 5, 6), (3, 5), "wrap", "nearest", dtype="uint8"),
+        E.remap((1, 2, 5, 6), (4, 5), "constant", dtype="uint8"),
     )
     ops = (T.RemapOp,)
     priority = 100
@@ -298,7 +300,7 @@ class Remap(Template):
         bmode = list(B)[p["bmode"]]
         n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
         ct = _ctype(p["dt"])
-        sc = c_float(p["scalar"])
+        sc = c_float(float(K.remap_scalar(p["scalar"], np.dtype(p["dt"]))))
         at = (f"((hh) < 0 || (ww) < 0 ? {sc} : (float)xp[(hh) * {iw} + (ww)])" if bmode == B.CONSTANT
               else f"(float)xp[(hh) * {iw} + (ww)]")  # fmt: skip
         if list(I)[p["imode"]] == I.NEAREST:
@@ -466,7 +468,9 @@ class ResizeCubic(Template):
         return Lowered({"nc": n * c, "ih": ih, "iw": iw, "oh": oh, "ow": ow}, [op.operands[0]])
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join("resize_cubic", f"nc{p['nc']}", f"{p['ih']}x{p['iw']}", "to", f"{p['oh']}x{p['ow']}", "f32")
+        return sym_join(
+            "resize_cubic", f"nc{p['nc']}", f"{p['ih']}x{p['iw']}", "to", f"{p['oh']}x{p['ow']}", "f32"
+        )
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         nc, ih, iw, oh, ow = (p[k] for k in ("nc", "ih", "iw", "oh", "ow"))
@@ -550,7 +554,9 @@ class DeformableConv(Template):
                         "d", p["dil"], "f32")  # fmt: skip
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
-        n, c, ih, iw, oc, oh, ow, fh, fw = (p[k] for k in ("n", "c", "ih", "iw", "oc", "oh", "ow", "fh", "fw"))
+        n, c, ih, iw, oc, oh, ow, fh, fw = (
+            p[k] for k in ("n", "c", "ih", "iw", "oc", "oh", "ow", "fh", "fw")
+        )
         (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["pad"], p["dil"]
         k = fh * fw
         groups, dg = p["groups"], p["dg"]
@@ -605,4 +611,190 @@ static void {sym}(const float* x, const float* wt, const float* off, const float
         return HEADER
 
 
-KERNEL_UNITS = (WarpAffine(), Remap(), CvtColor(), ResizeCubic(), DeformableConv())
+# ----------------------------------------------------------------------------------------------
+# RegionRestrictedConvolution
+
+
+class RegionRestrictedConv(Template):
+    """Region-restricted grouped convolution, NCHW float32 with int32 or uint8 region ids: each
+    output sums its (fh, fw, input channel) taps in that order from 0, a tap of another region
+    (or in the padding) reading 0. Threads split output rows."""
+
+    family = "region_restricted_conv"
+    examples = (
+        E.region_restricted_conv((2, 4, 7, 8), 4, 3, 4, pad=1),
+        E.region_restricted_conv((1, 4, 7, 8), 6, 3, 2, pad=1, stride=2, dil=(2, 1), dtype="uint8"),
+    )
+    ops = (T.RegionRestrictedConvOp,)
+    priority = 100
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.RegionRestrictedConvOp)
+        if not is_f32(op.operands[0], op.operands[1], *op.results) or not _plain(*op.operands):
+            return None
+        p = op.params()
+        n, c, ih, iw = shape(op.operands[0])
+        groups, ocpg, icpg, fh, fw = shape(op.operands[1])
+        _, _, oh, ow = shape(op.results[0])
+        params = {"n": n, "c": c, "ih": ih, "iw": iw, "oh": oh, "ow": ow, "groups": groups, "ocpg": ocpg,
+                  "icpg": icpg, "fh": fh, "fw": fw, "stride": tuple(p["stride"]), "pad": tuple(p["padding"]),
+                  "dil": tuple(p["dilation"]), "rt": _dt(op.operands[2])}  # fmt: skip
+        return Lowered(params, list(op.operands))
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("region_restricted_conv", f"n{p['n']}", f"c{p['c']}", f"{p['ih']}x{p['iw']}",
+                        f"g{p['groups']}", f"o{p['ocpg']}", "k", (p["fh"], p["fw"]), "s", p["stride"], "p", p["pad"],
+                        "d", p["dil"], "u8" if p["rt"] == "uint8" else "i32", "f32")  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        n, c, ih, iw, oh, ow = (p[k] for k in ("n", "c", "ih", "iw", "oh", "ow"))
+        groups, ocpg, icpg, fh, fw = (p[k] for k in ("groups", "ocpg", "icpg", "fh", "fw"))
+        (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["pad"], p["dil"]
+        rt = "uint8_t" if p["rt"] == "uint8" else "int32_t"
+        oc = groups * ocpg
+        return _exact(f"""
+static void {sym}(const float* x, const float* wt, const {rt}* rin, const {rt}* rout, float* y,
+                  unsigned char* ws, int nt) {{
+  (void)ws;
+  {_par(n * oc * oh * ow * icpg * fh * fw)}
+  for (long t = 0; t < {n * oh}; ++t) {{
+    const long b = t / {oh};
+    const long r = t % {oh};
+    for (long s = 0; s < {ow}; ++s) {{
+      const {rt} region = rout[(b * {oh} + r) * {ow} + s];
+      for (int o = 0; o < {oc}; ++o) {{
+        const int g = o / {ocpg};
+        const float* wo = wt + (long)o * {icpg * fh * fw};
+        float acc = 0.0f;
+        for (int a = 0; a < {fh}; ++a) {{
+          const long yy = r * {sh} - {ph} + a * {dh};
+          for (int q = 0; q < {fw}; ++q) {{
+            const long xx = s * {sw} - {pw} + q * {dw};
+            const int ok = yy >= 0 && yy < {ih} && xx >= 0 && xx < {iw}
+                           && rin[(b * {ih} + yy) * {iw} + xx] == region;
+            for (int i = 0; i < {icpg}; ++i) {{
+              const float v = ok ? x[((b * {c} + g * {icpg} + i) * {ih} + yy) * {iw}L + xx] : 0.0f;
+              acc = acc + v * wo[(i * {fh} + a) * {fw} + q];
+            }}
+          }}
+        }}
+        y[((b * {oc} + o) * {oh} + r) * {ow}L + s] = acc;
+      }}
+    }}
+  }}
+}}
+""")
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER
+
+
+# ----------------------------------------------------------------------------------------------
+# DeformablePSROIPooling
+
+
+class DeformablePSROIPooling(Template):
+    """Deformable PSRoI pooling, NCHW float32: per roi the reference's float32 geometry (pixels
+    rounded half away from zero, bins moved by the roi's trans row on the part grid), per bin its
+    in-image samples' floor/ceil bilinear values summed in order and divided by their count.
+    A roi's batch index outside the input fails the run naming the kernel. Threads split rois."""
+
+    family = "deformable_psroi_pooling"
+    examples = (
+        E.deformable_psroi_pooling((2, 3, 9, 10), 3, 3, part=3, samples=2),
+        E.deformable_psroi_pooling((2, 2, 8, 7), 2, 4, part=2, samples=3, no_trans=True),
+    )
+    ops = (T.DeformablePSROIPoolingOp,)
+    priority = 100
+    fails = True
+
+    def match(self, op: Operation) -> Lowered | None:
+        assert isinstance(op, T.DeformablePSROIPoolingOp)
+        if not is_f32(*op.operands, *op.results) or not _plain(*op.operands):
+            return None
+        p = op.params()
+        n, c, h, w = shape(op.operands[0])
+        k = shape(op.operands[1])[0]
+        params = {"n": n, "c": c, "h": h, "w": w, "k": k, **{key: int(p[key]) for key in
+                  ("pooled_h", "pooled_w", "part_size", "sample_per_part")},
+                  "no_trans": int(bool(p["no_trans"])), "ss": float(p["spatial_scale"]),
+                  "ts": float(p["trans_std"])}  # fmt: skip
+        return Lowered(params, list(op.operands))
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join("deformable_psroi_pooling", f"n{p['n']}", f"c{p['c']}", f"{p['h']}x{p['w']}", f"k{p['k']}",
+                        "to", (p["pooled_h"], p["pooled_w"]), f"part{p['part_size']}", f"s{p['sample_per_part']}",
+                        "sc" + c_float(p["ss"]).rstrip("f"), "ts" + c_float(p["ts"]).rstrip("f"),
+                        "notrans" if p["no_trans"] else "", "f32")  # fmt: skip
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        c, h, w, k = p["c"], p["h"], p["w"], p["k"]
+        ph_n, pw_n, part, spp = p["pooled_h"], p["pooled_w"], p["part_size"], p["sample_per_part"]
+        ss, ts = c_float(p["ss"]), c_float(p["ts"])
+        if p["no_trans"]:
+            trans = "const float tx = 0.0f, ty = 0.0f;"
+        else:
+            trans = (f"const float tx = trans[((rk * 2) * {part} + part_h) * {part} + part_w] * {ts};\n"
+                     f"        const float ty = trans[((rk * 2 + 1) * {part} + part_h) * {part} + part_w] * {ts};")  # fmt: skip
+        return _exact(f"""
+static void {sym}(const float* x, const float* rois, const float* trans, float* y, float* cnt,
+                  unsigned char* ws, int nt, xm_ctx* ctx) {{
+  (void)ws; (void)trans;
+  {_par(k * c * ph_n * pw_n * spp * spp * 8)}
+  for (long rk = 0; rk < {k}; ++rk) {{
+    const float* roi = rois + rk * 5;
+    const long b = (long)roi[0];
+    if (b < 0 || b >= {p["n"]}) {{ xm_index_error(ctx, "{sym}", b, {p["n"]}); continue; }}
+    const float sw = roundf(roi[1]) * {ss} - 0.5f, sh = roundf(roi[2]) * {ss} - 0.5f;
+    const float ew = (roundf(roi[3]) + 1.0f) * {ss} - 0.5f, eh = (roundf(roi[4]) + 1.0f) * {ss} - 0.5f;
+    const float dw_ = ew - sw, dh_ = eh - sh;
+    const float rw = 0.1f > dw_ ? 0.1f : dw_, rh = 0.1f > dh_ ? 0.1f : dh_;
+    const float bw = rw / {float(pw_n)!r}f, bh = rh / {float(ph_n)!r}f;
+    const float sbw = bw / {float(spp)!r}f, sbh = bh / {float(spp)!r}f;
+    const float* plane0 = x + b * {c * h * w}L;
+    for (int ph = 0; ph < {ph_n}; ++ph) {{
+      for (int pw = 0; pw < {pw_n}; ++pw) {{
+        const long part_h = (long)floorf((float)ph / {float(ph_n)!r}f * {float(part)!r}f);
+        const long part_w = (long)floorf((float)pw / {float(pw_n)!r}f * {float(part)!r}f);
+        {trans}
+        const float wstart = (float)pw * bw + sw + tx * rw, hstart = (float)ph * bh + sh + ty * rh;
+        for (int ch = 0; ch < {c}; ++ch) {{
+          const float* plane = plane0 + (long)ch * {h * w};
+          float acc = 0.0f;
+          int count = 0;
+          for (int ih = 0; ih < {spp}; ++ih) {{
+            for (int iw = 0; iw < {spp}; ++iw) {{
+              float sx = wstart + (float)iw * sbw, sy = hstart + (float)ih * sbh;
+              if (sx < -0.5f || sx > {w - 0.5!r}f || sy < -0.5f || sy > {h - 0.5!r}f) continue;
+              sx = 0.0f > sx ? 0.0f : sx;
+              sx = {float(w - 1)!r}f < sx ? {float(w - 1)!r}f : sx;
+              sy = 0.0f > sy ? 0.0f : sy;
+              sy = {float(h - 1)!r}f < sy ? {float(h - 1)!r}f : sy;
+              const long x1 = (long)floorf(sx), x2 = (long)ceilf(sx), y1 = (long)floorf(sy), y2 = (long)ceilf(sy);
+              const float dx = sx - (float)x1, dy = sy - (float)y1;
+              float val = (1.0f - dx) * (1.0f - dy) * plane[y1 * {w} + x1];
+              val = val + (1.0f - dx) * dy * plane[y2 * {w} + x1];
+              val = val + dx * (1.0f - dy) * plane[y1 * {w} + x2];
+              val = val + dx * dy * plane[y2 * {w} + x2];
+              acc = acc + val;
+              ++count;
+            }}
+          }}
+          const long at = ((rk * {c} + ch) * {ph_n} + ph) * {pw_n} + pw;
+          y[at] = count ? acc / (float)count : 0.0f;
+          cnt[at] = (float)count;
+        }}
+      }}
+    }}
+  }}
+}}
+""")
+
+    def support(self, em: CEmitter) -> str:
+        return HEADER
+
+
+KERNEL_UNITS = (
+    WarpAffine(), Remap(), CvtColor(), ResizeCubic(), DeformableConv(), RegionRestrictedConv(),
+    DeformablePSROIPooling(),
+)  # fmt: skip
