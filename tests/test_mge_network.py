@@ -261,3 +261,49 @@ def test_bad_files_and_inputs_are_clear_errors() -> None:
     net.remove_output(*net.output_vars)
     with pytest.raises(NetworkError, match="no output vars"):
         net.dump(io.BytesIO())
+
+
+def test_new_inputs_replace_old_ones_in_place():
+    """The usual transform: a new input for each old one, made while iterating ``input_vars``
+    (MegEngine's make_input_node does not add to that list, so the loop ends)."""
+    net = Network.load(_model(_add_mul, A, B, arg_names=["a", "b"]))
+    old = net.input_vars
+    new = [net.make_input_node(shape=v.shape, dtype=v.dtype, name=v.name) for v in net.input_vars]
+    assert len(net.input_vars) == 2
+    net.replace_vars(dict(zip(old, new, strict=True)))
+    assert [v is n for v, n in zip(net.input_vars, new, strict=True)] == [True, True]
+    buf = io.BytesIO()
+    net.dump(buf, optimize_for_inference=False)
+    buf.seek(0)
+    out = GraphInference(buf).run(inp_dict={"a": np.array([1, 2], np.int32), "b": np.array([3, 4], np.int32)})
+    np.testing.assert_array_equal(list(out.values())[0], [8, 12])
+
+
+def test_all_oprs_in_priority_order_and_params_by_megengine_name():
+    def func(x, y):
+        a = x + y
+        return F.relu(a) - F.abs(a), F.ceil(a) * 2 / F.floor(a)
+
+    net = Network.load(_model(func, Tensor(1.0), Tensor(2.0)))
+    kinds = [o.params["mode"] if o.type == "Elemwise" else o.type for o in net.all_oprs]
+    assert kinds == ["Host2DeviceCopy", "Host2DeviceCopy", "ADD", "RELU", "ABS", "SUB", "CEIL",
+                     "ImmutableTensor", "MUL", "FLOOR", "TRUE_DIV"]
+    # the order is a topological sort preferring lower priority (MegEngine's get_oprs_seq)
+    ceil = next(o for o in net.all_oprs if o.params.get("mode") == "CEIL")
+    ceil.priority = -1
+    kinds = [o.params.get("mode", o.type) for o in net.all_oprs]
+    assert kinds.index("CEIL") < kinds.index("RELU")
+    assert net.all_oprs == cgtools.get_oprs_seq(net.output_vars, False, False)
+
+
+def test_apply_normal_varnode_adds_an_operator():
+    from compiler.core.ops.builtin import Elemwise
+
+    net = Network.load(_model(_add_mul, A, B, arg_names=["a", "b"]))
+    a, b = net.input_vars
+    (out,) = G.apply_normal_varnode(Elemwise(mode="MUL"), a, b)
+    assert isinstance(out, N.VarNode) and out.owner.type == "Elemwise" and out.owner.params["mode"] == "MUL"
+    net.add_output(out)
+    data, _ = G.dump_graph([out])
+    res = GraphInference(io.BytesIO(data)).run(np.array([1, 2], np.int32), np.array([3, 4], np.int32))
+    np.testing.assert_array_equal(list(res.values())[0], [3, 8])

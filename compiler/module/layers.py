@@ -79,6 +79,17 @@ class _ConvNd(Module):
             wshape = (groups, first // groups, second // groups, kh, kw)
         self.weight = _uniform(wshape, bound)
         self.bias = Parameter(np.zeros((1, out_channels, 1, 1), np.float32)) if bias else None
+        self._transposed = transposed
+
+    def reset_parameters(self) -> None:
+        """Re-draw the weight from N(0, 1/fan_in) and zero the bias, in place (MegEngine's)."""
+        from compiler.module import init
+
+        kh, kw = self.kernel_size
+        fan_in = (self.out_channels if getattr(self, "_transposed", False) else self.in_channels)
+        init.normal_(self.weight, 0.0, math.sqrt(1.0 / (fan_in // self.groups * kh * kw)))
+        if self.bias is not None:
+            init.zeros_(self.bias)
 
     def _extra_repr(self) -> str:
         # MegEngine names only the settings that differ from their defaults
@@ -114,8 +125,12 @@ class Conv2d(_ConvNd):
             conv_mode, compute_mode, transposed=False,
         )  # fmt: skip
 
+    def calc_conv(self, inp: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """This layer's convolution with the given weight and bias (MegEngine's ``calc_conv``)."""
+        return F.conv2d(inp, weight, bias, **_conv2d_op_args(self))
+
     def forward(self, inp: Tensor) -> Tensor:
-        return F.conv2d(inp, self.weight, self.bias, **_conv2d_op_args(self))
+        return self.calc_conv(inp, self.weight, self.bias)
 
 
 class ConvTranspose2d(_ConvNd):

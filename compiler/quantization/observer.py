@@ -7,6 +7,7 @@ computation (it returns its input unchanged), never part of a traced graph.
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,10 @@ from compiler.tensor import Tensor
 _FLOAT_MAX = float(np.finfo(np.float32).max)
 
 
-class Observer(_DtypeModule):
-    """Base class: ``forward(x)`` records statistics of ``x`` (when enabled) and returns ``x``."""
+class Observer(_DtypeModule, metaclass=ABCMeta):
+    """Base class: ``forward(x)`` records statistics of ``x`` (when enabled) and returns ``x``.
+    Abstract, as MegEngine's: a subclass defines ``get_qparams`` (and ``_observe``, what
+    ``forward`` calls with the values as numpy)."""
 
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
         # MegEngine ties observing to training mode: eval() freezes the statistics (enable_observer
@@ -36,8 +39,8 @@ class Observer(_DtypeModule):
     def _observe(self, values: np.ndarray) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not define _observe()")
 
-    def get_qparams(self) -> QParams:
-        raise NotImplementedError(f"{type(self).__name__} does not define get_qparams()")
+    @abstractmethod
+    def get_qparams(self) -> QParams: ...
 
 
 class MinMaxObserver(Observer):

@@ -220,10 +220,11 @@ class Network:
     def make_input_node(
         self, shape: Any, dtype: Any, name: str | None = None, device: str | None = None
     ) -> VarNode:
-        """A Host2DeviceCopy operator (a new graph input); returns its var."""
-        var = Host2DeviceCopy(shape, dtype, name, device).outputs[0]
-        self.input_vars.append(var)
-        return var
+        """A Host2DeviceCopy operator (a new graph input); returns its var. As in MegEngine it is
+        not added to ``input_vars`` (code iterates that list while making replacements); it becomes
+        an input of the dumped graph once the graph uses it, in the place of the input it
+        replaces (:meth:`replace_vars`)."""
+        return Host2DeviceCopy(shape, dtype, name, device).outputs[0]
 
     def add_output(self, *vars: VarNode) -> None:
         for var in vars:
@@ -308,7 +309,10 @@ class Network:
             var.users.clear()
             self.output_vars = [new if o is var else o for o in self.output_vars]
             if any(var is i for i in self.input_vars) and not _reaches(self.output_vars, var):
-                self.input_vars = [i for i in self.input_vars if i is not var]
+                if isinstance(new.owner, Host2DeviceCopy) and not any(new is i for i in self.input_vars):
+                    self.input_vars = [new if i is var else i for i in self.input_vars]
+                else:
+                    self.input_vars = [i for i in self.input_vars if i is not var]
 
     def replace_oprs(self, repl_dict: dict[OpNode, OpNode]) -> None:
         """Every key operator is replaced by its value operator (which takes over the key's output
@@ -372,7 +376,11 @@ class Network:
 
     @property
     def all_oprs(self) -> list[OpNode]:
-        return _deps(self.output_vars)
+        """Every operator the outputs depend on, constants included, in execution order: a
+        topological sort preferring lower priority, then lower id (as MegEngine's)."""
+        from compiler.utils.comp_graph_tools import get_oprs_seq
+
+        return get_oprs_seq(self.output_vars, prune_reshape=False, prune_immtensor=False)
 
     @property
     def all_vars(self) -> list[VarNode]:

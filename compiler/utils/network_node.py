@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Sequence
+from enum import Enum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -157,7 +158,7 @@ class OpNode(NetworkNode):
         node._attrs = {k: v for k, v in op.attributes.items() if k != "name"}
         node._in_types = [v.type for v in op.operands]
         node._out_types = [r.type for r in op.results]
-        node.params = op.params()
+        node.params = _mge_params(op.params())
         name = op.attributes.get("name")
         node.name = name.data if isinstance(name, StringAttr) else None
         return node
@@ -169,7 +170,7 @@ class OpNode(NetworkNode):
         node._props = {k: to_attr(v) for k, v in applied.params.items()}
         node._in_types = [core.tensor_type_of(t) for t in applied.inputs]
         node._out_types = list(applied.result_types)
-        node.params = applied.op_cls.params_with_defaults(node._props)
+        node.params = _mge_params(applied.op_cls.params_with_defaults(node._props))
         return node
 
     def _build(self, operands: Sequence[Any], block: Any) -> T.MgbOp:
@@ -329,6 +330,12 @@ _KIND_CLASSES: dict[str, type[OpNode]] = {
     "ImmutableTensor": ImmutableTensor,
     "SharedDeviceTensor": SharedDeviceTensor,
 }
+
+
+def _mge_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Operator parameters as MegEngine's ``OpNode.params`` shows them: enum values by their
+    MegEngine name (``{"mode": "ADD"}``)."""
+    return {k: v.name if isinstance(v, Enum) else v for k, v in params.items()}
 
 
 def _elemwise_repr(self: OpNode) -> str:

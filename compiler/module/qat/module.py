@@ -36,12 +36,16 @@ class QATModule(Module):
         def build(factory: Any) -> Any:
             return None if factory is None else factory()
 
-        if self.with_weight:
-            self.weight_observer = build(qconfig.weight_observer)
-            self.weight_fake_quant = build(qconfig.weight_fake_quant)
+        # activation parts first: MegEngine's order, which printed nets and state dicts follow
         if self.with_act:
             self.act_observer = build(qconfig.act_observer)
             self.act_fake_quant = build(qconfig.act_fake_quant)
+        if self.with_weight:
+            self.weight_observer = build(qconfig.weight_observer)
+            self.weight_fake_quant = build(qconfig.weight_fake_quant)
+
+    def __repr__(self) -> str:
+        return "QAT." + super().__repr__()  # as MegEngine prints QAT modules
 
     def _switch(self, parts: tuple[Any, ...], enable: bool) -> None:
         for part in parts:

@@ -13,7 +13,7 @@ import numpy as np
 import compiler.dtype as D
 import compiler.functional as F
 from compiler.core import op_error
-from compiler.module.layers import _conv2d_hyperparameters, _conv2d_op_args
+from compiler.module.layers import _conv2d_hyperparameters, _conv2d_op_args, _ConvNd
 from compiler.module.module import Module
 from compiler.module.quantized.module import QuantizedModule
 from compiler.tensor import Parameter, Tensor
@@ -64,6 +64,9 @@ class Conv2d(QuantizedModule):
 
     def forward(self, inp: Tensor) -> Tensor:
         return self.calc_conv_quantized(inp, self._nonlinear_mode)
+
+    def _extra_repr(self) -> str:
+        return _ConvNd._extra_repr(self)  # type: ignore[arg-type] # the float convolution's settings
 
     @classmethod
     def _from_conv(cls, qat_module: Any, conv: Any, weight: Tensor, bias: Tensor | None) -> Conv2d:

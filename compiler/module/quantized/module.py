@@ -9,6 +9,9 @@ from compiler.module.module import Module
 
 
 class QuantizedModule(Module):
+    def __repr__(self) -> str:
+        return "Quantized." + super().__repr__()  # as MegEngine prints quantized modules
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.training:
             raise ValueError(
