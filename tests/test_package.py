@@ -360,6 +360,10 @@ def _kill_saves(tmp_path: Path, rounds: int) -> list[str]:
                     b.save(out)
             finally:
                 os._exit(1)
+        if not states:  # the first kill waits for a first whole save, however loaded the machine
+            deadline = time.monotonic() + 60
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.25))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
