@@ -307,7 +307,8 @@ def dump(
         ``enable_fuse_conv_bias_nonlinearity``, ``enable_fuse_conv_bias_with_z``,
         ``enable_fuse_grain`` (see ``passes.inference.options``); MegEngine's test-case options
         (``input_data``, ``repeat``, ``silent``, ``no_assert``, ``maxerr``, ``resize_input``,
-        ``input_transform``) are accepted, and ``input_data`` is refused by name.
+        ``input_transform``): ``input_data`` writes load_and_run test cases (``compiler.test_cases``)
+        and needs ``no_assert=True``.
     :return: a ``DumpResult``: operator count, bytes, weight bytes, content hash, input and output
         names.
     """
@@ -317,7 +318,15 @@ def dump(
         raise ValueError(
             f"{tr.__name__} has not been traced yet: call it once with example inputs before dump"
         )
-    options = check_options(dict(kwargs))
+    kwargs = dict(kwargs)
+    case_opts = {k: kwargs.pop(k) for k in TEST_CASE_OPTIONS if k in kwargs}
+    input_data = case_opts.get("input_data")
+    if input_data is not None and not case_opts.get("no_assert", False):
+        raise ValueError(
+            "input_data without no_assert=True is not supported by xmge (it needs AssertEqual checker "
+            "operators); pass no_assert=True to write the test cases without checks"
+        )
+    options = check_options(kwargs)
     module, rebuild = tr._last
     fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
     training = fn.attributes.get("xmge.training_only")
@@ -384,14 +393,26 @@ def dump(
     # (anonymous), exactly as in MegEngine, so it has no visible effect here.
     del keep_param_name
 
+    data = res.data
+    if input_data is not None:
+        from compiler.test_cases import make_cases, wrap
+
+        cases = make_cases(
+            wfn,
+            inputs,
+            input_data,
+            repeat=int(case_opts.get("repeat", 1)),
+            resize_input=bool(case_opts.get("resize_input", False)),
+            input_transform=case_opts.get("input_transform"),
+        )
+        data = wrap(res.data, cases, dump_format or "FBS_V2")
     if isinstance(file, str | os.PathLike):
-        data = res.data
         if append and os.path.exists(file):
             with open(file, "rb") as f:
                 data = f.read() + data
         atomic_write(file, lambda f: f.write(data))
     else:
-        file.write(res.data)
+        file.write(data)
     if strip_info_file is not None:
         _write_strip_info(strip_info_file, strip_info(res.graph, res.content_hash), append_json)
     g = res.graph
