@@ -21,19 +21,20 @@ from backends.mge.dtypes import from_element
 from backends.mge.records import LoweredGraph, Metadata, WOpr, WTensor
 from backends.mge.serialize import Naming, serialize_v1, serialize_v2
 from dialects.dtypes import numpy_dtype
+from dialects.errors import XmgeError
 
 MAGIC = b"mgbtest0"
 _RAND = re.compile(r"^#rand\(([-0-9.]*)\s*,\s*([-0-9.]*)\s*(,[^\)]+)?\)$")
 
 
-class TestCaseError(ValueError):
+class InputDataError(XmgeError, ValueError):
     """A bad or unsupported ``input_data`` item (one line, naming the item)."""
 
 
 def _rand(spec: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     m = _RAND.match(spec)
     if not m:
-        raise TestCaseError(f"input_data: bad spec {spec!r} (expected #rand(min,max[,shape...]))")
+        raise InputDataError(f"input_data: bad spec {spec!r} (expected #rand(min,max[,shape...]))")
     lo, hi = float(m.group(1)), float(m.group(2))
     data_shape = shape
     if m.group(3):
@@ -43,24 +44,26 @@ def _rand(spec: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         try:
             data_shape = tuple(int(d) for d in dims)
         except ValueError as e:
-            raise TestCaseError(f"input_data: bad spec {spec!r}: {e}") from None
+            raise InputDataError(f"input_data: bad spec {spec!r}: {e}") from None
     return np.random.uniform(lo, hi, data_shape).astype(dtype)
 
 
-def _read(path: str, shape: tuple[int, ...], dtype: np.dtype, repeat: int, transform: str | None) -> np.ndarray:
+def _read(
+    path: str, shape: tuple[int, ...], dtype: np.dtype, repeat: int, transform: str | None
+) -> np.ndarray:
     if path.startswith("#"):
         if transform:
-            raise TestCaseError(f"input_data: input_transform does not apply to random data {path!r}")
+            raise InputDataError(f"input_data: input_transform does not apply to random data {path!r}")
         return _rand(path, shape, dtype)
     try:
         data = np.load(path, allow_pickle=False)  # never runs code from the file
     except (OSError, ValueError) as e:
-        raise TestCaseError(
+        raise InputDataError(
             f"input_data: cannot read {path!r} as a .npy array ({e}); image files (OpenCV) are not supported"
         ) from None
     data = np.repeat(data, repeat, axis=0)
     if len(shape) and data.ndim != len(shape):
-        raise TestCaseError(f"input_data: input/data shapes mismatch for {path!r}: {shape} vs {data.shape}")
+        raise InputDataError(f"input_data: input/data shapes mismatch for {path!r}: {shape} vs {data.shape}")
     if transform:
         data = eval(transform, {"data": data, "np": np})  # noqa: S307 - the caller's own expression
     return np.asarray(data)
@@ -77,7 +80,7 @@ def make_cases(
 ) -> list[dict[str, np.ndarray]]:
     """One ``{input name: value}`` per ``input_data`` item, read as MegEngine reads them."""
     if resize_input:
-        raise TestCaseError("input_data: resize_input (OpenCV image resizing) is not supported by xmge")
+        raise InputDataError("input_data: resize_input (OpenCV image resizing) is not supported by xmge")
     specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     for name, t in zip(names, fn.function_type.inputs.data, strict=True):
         assert isinstance(t, TensorType)
@@ -95,19 +98,19 @@ def make_cases(
         if len(paths) != len(specs) and len(paths) == 1 and paths[0].startswith("#"):
             paths = [f"{n}:{paths[0]}" for n in specs]
         if len(paths) != len(specs):
-            raise TestCaseError(f"input_data: required inputs {sorted(specs)}; data paths: {paths}")
+            raise InputDataError(f"input_data: required inputs {sorted(specs)}; data paths: {paths}")
         if len(paths) == 1 and ":" not in paths[0]:
             paths[0] = f"{next(iter(specs))}:{paths[0]}"
         case = {}
         for p in paths:
             var, _, path = p.partition(":")
             if var not in specs:
-                raise TestCaseError(f"input_data: no input named {var!r} (inputs: {sorted(specs)})")
+                raise InputDataError(f"input_data: no input named {var!r} (inputs: {sorted(specs)})")
             shape, dtype = specs[var]
             case[var] = _read(path, shape, dtype, repeat, input_transform).astype(dtype, copy=False)
         cases.append(case)
     if not cases:
-        raise TestCaseError("input_data: testcases can not be empty")
+        raise InputDataError("input_data: testcases can not be empty")
     return cases
 
 
@@ -137,15 +140,19 @@ def read_cases(data: bytes) -> tuple[bytes, list[list[np.ndarray]]]:
     from backends.mge.dtypes import to_element
 
     if not data.startswith(MAGIC) or len(data) < 12:
-        raise TestCaseError("not a load_and_run test-case file (no mgbtest0 header)")
+        raise InputDataError("not a load_and_run test-case file (no mgbtest0 header)")
     (n,) = struct.unpack_from("<I", data, 8)
     graphs = parse_file(data[12:])
     if len(graphs) != n + 1:
-        raise TestCaseError(f"test-case file: header says {n} cases, found {len(graphs) - 1}")
+        raise InputDataError(f"test-case file: header says {n} cases, found {len(graphs) - 1}")
     model = data[12 + graphs[0].offset : 12 + graphs[0].offset + graphs[0].size]
     cases: list[list[Any]] = []
     for g in graphs[1:]:
         cases.append(
-            [np.frombuffer(bytes(t.data), numpy_dtype(to_element(t.dtype))).reshape(t.shape) for o in g.oprs for t in o.tensors]
+            [
+                np.frombuffer(bytes(t.data), numpy_dtype(to_element(t.dtype))).reshape(t.shape)
+                for o in g.oprs
+                for t in o.tensors
+            ]
         )
     return model, cases
