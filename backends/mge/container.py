@@ -128,7 +128,11 @@ def identify(data: bytes | memoryview, pos: int = 0) -> str:
     if len(head) >= 12 and head[8:12] == V2_IDENTIFIER:
         return "FBS_V2"
     if head.startswith(b"mgbtest0"):
-        raise MgeFormatError("a load_and_run test-case file (mgbtest0), not a plain .mge graph", pos)
+        raise MgeFormatError(
+            "a load_and_run test-case file (mgbtest0), not a plain .mge graph: split it with "
+            "compiler.test_cases.read_cases",
+            pos,
+        )
     if head.startswith(b"packed_model"):
         raise MgeFormatError("a MegEngine Lite packed model, not a plain .mge graph", pos)
     if head[:1] == b"\x80" and 2 <= head[1:2][0] <= 5:  # a pickle's PROTO opcode and version
