@@ -979,7 +979,8 @@ def _none_or_empty_qparams(value: Any) -> bool:
 def _set_tensor_state(t: Any, state: Any, map_device: Callable[[str], str]) -> None:
     """A Tensor's state, in any of the forms its writers used:
     MegEngine 1.13 ``{}`` / ``{"qparams": None}``; MegEngine 1.1 ``{"data", "device", "dtype", "qdict"}``;
-    xmge ``{"name"}``; earlier xmge ``{"_data", "name", "grad"}``."""
+    xmge ``{"name"}``; earlier xmge ``{"_data", "name", "grad"}``; ``"_device"`` where a tensor
+    was pickled as a plain object after it was placed on a device."""
     from compiler.tensor import Tensor
 
     if not isinstance(state, dict) or not all(type(k) is str for k in state):
@@ -1006,6 +1007,11 @@ def _set_tensor_state(t: Any, state: Any, map_device: Callable[[str], str]) -> N
         if name is not None and not isinstance(name, str):
             raise _refuse(f"a Tensor name of type {type(name).__name__}")
         t.name = name
+    if "_device" in state:  # xmge's tensor pickled as a plain object (its device name, or None)
+        device = state.pop("_device")
+        if device is not None and not isinstance(device, str):
+            raise _refuse(f"a Tensor device of type {type(device).__name__}")
+        _place(t, device, map_device)
     if "grad" in state:
         grad = state.pop("grad")
         if grad is not None and not isinstance(grad, Tensor):

@@ -57,14 +57,6 @@ CASES: list[tuple[str, type[Exception], str, Callable[[], Any], tuple[str, ...]]
         ("bias", "(1, 2, 1, 1)"),
     ),
     (
-        "conv_dtypes",
-        OpError,
-        "conv2d",
-        # mixed float precisions are promoted (as MegEngine); an integer input is refused
-        lambda: F.conv2d(T(1, 3, 5, 5, dtype=np.int32), T(2, 3, 3, 3)),
-        ("int32",),
-    ),
-    (
         "conv_mode",
         OpError,
         "conv2d",
@@ -112,8 +104,6 @@ CASES: list[tuple[str, type[Exception], str, Callable[[], Any], tuple[str, ...]]
     ("flatten", OpError, "flatten", lambda: F.flatten(T(2, 3, 4), 2, 1), ("after",)),
     ("concat", OpError, "concat", lambda: F.concat([T(3, 4), T(3, 5)]), ("differ outside axis 0",)),
     ("concat_axis", OpError, "concat", lambda: F.concat([T(3, 4), T(3, 4)], 2), ("axis 2",)),
-    ("split", OpError, "split", lambda: F.split(T(3, 4), 5), ("5 parts",)),
-    ("split_points", OpError, "split", lambda: F.split(T(3, 4), [3, 2]), ("increasing",)),
     ("stack", OpError, "stack", lambda: F.stack([T(3), T(4)]), ("same shape",)),
     ("broadcast_to", OpError, "broadcast_to", lambda: F.broadcast_to(T(3), (4,)), ("(3,) to (4,)",)),
     ("sum_axis", OpError, "sum", lambda: F.sum(T(3, 4), 2), ("axis 2",)),
@@ -147,9 +137,8 @@ CASES: list[tuple[str, type[Exception], str, Callable[[], Any], tuple[str, ...]]
     ("index_bounds", OpError, "getitem", lambda: T(3, 4)[5], ("out of bounds",)),
     ("index_negative_bounds", OpError, "getitem", lambda: T(3, 4)[:, -5], ("out of bounds",)),
     ("index_too_many", OpError, "getitem", lambda: T(3, 4)[1, 2, 3], ("too many",)),
-    ("index_two_ellipses", OpError, "getitem", lambda: T(3, 4)[..., ...], ("one ...",)),
+    ("index_two_ellipses", OpError, "getitem", lambda: T(3, 4)[..., ...], ("one ellipsis",)),
     ("index_step_zero", OpError, "getitem", lambda: T(3, 4)[::0], ("zero",)),
-    ("index_list_mixed", OpError, "getitem", lambda: T(3, 4)[[0, 1], 1:], ("mixing tensors",)),
     ("index_str", OpError, "getitem", lambda: T(3, 4)["a"], ("'a'",)),
     ("index_float", OpError, "getitem", lambda: T(3, 4)[1.0], ("1.0",)),
     (
@@ -291,5 +280,9 @@ def test_untraceable_operations_fail_clearly() -> None:
         y[y > 2.0] = 0.0
         return y
 
-    with pytest.raises(OpError, match="setitem: index tensors must hold integers"):
-        assign_mask(T(4))
+    # a boolean mask is read while tracing (numpy's rules, as MegEngine): the same data replays,
+    # other data is a TraceError, never a silently stale mask
+    x = np.array([1.0, 2.0, 3.0, 0.5], np.float32)
+    assert np.array_equal(assign_mask(xm.tensor(x)).numpy(), [2.0, 0.0, 0.0, 1.0])
+    with pytest.raises(jit.TraceError):
+        assign_mask(xm.tensor(x[::-1].copy()))

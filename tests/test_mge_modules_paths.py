@@ -144,6 +144,7 @@ PROVIDED = [
     "utils.bn_fusion",
     "utils.comp_graph_tools",
     "utils.dlpack",
+    "utils.module_stats",
     "utils.naming",
     "utils.network",
     "utils.network_node",

@@ -98,9 +98,9 @@ def _run_script(tmp_path, two, inputs, want, *, setup: str = "", after: str = ""
     return proc.stdout
 
 
-@pytest.mark.parametrize("spin_us", ["0", "5", "200"])
+@pytest.mark.parametrize("spin_us", ["0", "5", "3000"])
 def test_outputs_identical_whatever_the_wait(built, tmp_path, spin_us: str) -> None:  # type: ignore[no-untyped-def]
-    """XMGE_SPIN_US=0: every wait sleeps on the futex at once (the wake-up paths); 200: the default."""
+    """XMGE_SPIN_US=0: every wait sleeps on the futex at once (the wake-up paths); 3000: the default."""
     _, two, inputs, want = built
     _run_script(tmp_path, two, inputs, want, env={"XMGE_SPIN_US": spin_us})
 

@@ -53,7 +53,10 @@
 /* hidden: bound inside each library; weak: several models' runtimes linked into one program share
    the first one's pool instead of clashing */
 #define XM_HIDDEN __attribute__((visibility("hidden"), weak))
-#define XM_SPIN_US_DEFAULT 200
+/* long enough to bridge the gap between two inferences of a caller in a loop: a worker that slept
+   there wakes late next to another process and the first gang runs short (bench_x86 --contended:
+   ShuffleNetV2 at 2 threads 1.31x -> 1.46x quiet, 3.95 -> 2.45 ms next to a nice -n 10 burner) */
+#define XM_SPIN_US_DEFAULT 3000
 /* how long a gang's offer stays open: a spinning worker takes an id within a microsecond unless it
    is descheduled; one asleep on the futex needs a wake-up (tens of microseconds in a VM) */
 #define XM_GANG_WAIT_AWAKE_US 10
