@@ -776,33 +776,53 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = F
         + (", const char* pf, long pf_vb, int pfn, int pf_per) {" if prefetch else ") {"),
         *([PREFETCH_SETUP] if prefetch else []),
     ]
-    for a in range(j):
-        for b in range(i):
-            init = "_mm512_setzero_ps()"
-            if dt == "f32":  # a later input-channel chunk: continue from the partial sums in y
-                lo, hi = f"y + {2 * a} * y_j + {b} * y_i", f"y + {2 * a + 1} * y_j + {b} * y_i"
-                init = (
-                    f"(acc & 1) ? _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps({lo})), "
-                    f"{2 * a + 1} < nb ? _mm256_loadu_ps({hi}) : _mm256_setzero_ps(), 1) : {init}"
-                )
-            lines.append(f"  __m512 c{a}_{b} = {init};")
+    if dt == "f32":
+        lines += zmm_accumulators(j, i)
+    else:
+        lines += [f"  __m512 c{a}_{b} = _mm512_setzero_ps();" for a in range(j) for b in range(i)]
     lines += _fma_loop(
         j, i, cb, wt, x_ow, "__m512", 16,
         lambda q: wload.format(p=q), lambda q: f"_mm512_set1_ps(*({q}))", "_mm512_fmadd_ps",
         [PREFETCH_STEP] if prefetch else (),
     )  # fmt: skip
-    if dt == "f32":  # not the last input-channel chunk: store the partial sums, no epilogue
-        lines.append("  if (!(acc & 2)) {")
-        for a in range(j):
-            for b in range(i):
-                lines += [
-                    f"    _mm256_storeu_ps(y + {2 * a} * y_j + {b} * y_i, _mm512_castps512_ps256(c{a}_{b}));",
-                    f"    if ({2 * a + 1} < nb) _mm256_storeu_ps(y + {2 * a + 1} * y_j + {b} * y_i, "
-                    f"_mm512_extractf32x8_ps(c{a}_{b}, 1));",
-                ]
-        lines.append("    return;\n  }")
-    else:
-        lines.append("  (void)acc;")
+    lines += zmm_partial_sums(j, i) if dt == "f32" else ["  (void)acc;"]
+    lines += zmm_epilogue(j, i, dt)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def zmm_accumulators(j: int, i: int) -> list[str]:
+    """A ``J x I`` tile of zmm accumulators (blocks ``2a``/``2a + 1`` in the low/high half): zero, or
+    on a later input-channel chunk (``acc & 1``) the float32 partial sums stored in ``y``."""
+    lines = []
+    for a in range(j):
+        for b in range(i):
+            lo, hi = f"y + {2 * a} * y_j + {b} * y_i", f"y + {2 * a + 1} * y_j + {b} * y_i"
+            lines.append(
+                f"  __m512 c{a}_{b} = (acc & 1) ? _mm512_insertf32x8(_mm512_castps256_ps512("
+                f"_mm256_loadu_ps({lo})), {2 * a + 1} < nb ? _mm256_loadu_ps({hi}) : _mm256_setzero_ps(), 1)"
+                " : _mm512_setzero_ps();"
+            )
+    return lines
+
+
+def zmm_partial_sums(j: int, i: int) -> list[str]:
+    """All but the last input-channel chunk (``acc & 2`` clear): store the partial sums, no epilogue."""
+    lines = ["  if (!(acc & 2)) {"]
+    for a in range(j):
+        for b in range(i):
+            lines += [
+                f"    _mm256_storeu_ps(y + {2 * a} * y_j + {b} * y_i, _mm512_castps512_ps256(c{a}_{b}));",
+                f"    if ({2 * a + 1} < nb) _mm256_storeu_ps(y + {2 * a + 1} * y_j + {b} * y_i, "
+                f"_mm512_extractf32x8_ps(c{a}_{b}, 1));",
+            ]
+    lines.append("    return;\n  }")
+    return lines
+
+
+def zmm_epilogue(j: int, i: int, dt: str) -> list[str]:
+    """Bias, residual (``dt`` storage) and activation on a ``J x I`` zmm tile, stored as ``dt``."""
+    lines = []
     for a in range(j):
         lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
         for b in range(i):
@@ -821,8 +841,7 @@ def dense_ukr512(j: int, i: int, cb: int, dt: str, x_ow: int, prefetch: bool = F
                 f"    if (two) {_st(dt, f'y + {hi} + {b} * y_i', '_mm512_extractf32x8_ps(v, 1)')};",
                 "  }",
             ]
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 class ConvNchw88Avx512(ConvNchw88):

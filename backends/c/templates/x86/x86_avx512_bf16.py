@@ -44,6 +44,9 @@ from backends.c.templates.x86.nchw88 import (
     offset,
     shared_ukr,
     strides,
+    zmm_accumulators,
+    zmm_epilogue,
+    zmm_partial_sums,
 )
 from backends.c.templates.x86.winograd import winograd_tile
 from backends.c.templates.x86.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx, to_bfloat16
@@ -171,46 +174,13 @@ def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS) -> str:
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
         "    const float* bias, const float* res, float* y, long y_j, long y_i, int act, int nb, int acc) {",
     ]
-    for a in range(j):
-        for b in range(i):
-            lo, hi = f"y + {2 * a} * y_j + {b} * y_i", f"y + {2 * a + 1} * y_j + {b} * y_i"
-            lines.append(
-                f"  __m512 c{a}_{b} = (acc & 1) ? _mm512_insertf32x8(_mm512_castps256_ps512("
-                f"_mm256_loadu_ps({lo})), {2 * a + 1} < nb ? _mm256_loadu_ps({hi}) : _mm256_setzero_ps(), 1)"
-                " : _mm512_setzero_ps();"
-            )
+    lines += zmm_accumulators(j, i)
     lines += _fma_loop(
         j, i, pairs, "float", x_ow, "__m512", 16,
         lambda q: f"_mm512_loadu_ps({q})", lambda q: f"xm_n88_bf16_pair({q})", "xm_n88_bf16_dot",
     )  # fmt: skip
-    lines.append("  if (!(acc & 2)) {")
-    for a in range(j):
-        for b in range(i):
-            lines += [
-                f"    _mm256_storeu_ps(y + {2 * a} * y_j + {b} * y_i, _mm512_castps512_ps256(c{a}_{b}));",
-                f"    if ({2 * a + 1} < nb) _mm256_storeu_ps(y + {2 * a + 1} * y_j + {b} * y_i, "
-                f"_mm512_extractf32x8_ps(c{a}_{b}, 1));",
-            ]
-    lines.append("    return;\n  }")
-    for a in range(j):
-        lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
-        for b in range(i):
-            lines += [
-                "  {",
-                f"    __m512 v = c{a}_{b};",
-                f"    const int two = {2 * a + 1} < nb;",
-                f"    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + {16 * a}));",
-                "    if (res) {",
-                f"      const __m256 rl = _mm256_loadu_ps(res + {lo} + {b} * y_i);",
-                f"      const __m256 rh = two ? _mm256_loadu_ps(res + {hi} + {b} * y_i)"
-                " : _mm256_setzero_ps();",
-                "      v = _mm512_add_ps(v, _mm512_insertf32x8(_mm512_castps256_ps512(rl), rh, 1));",
-                "    }",
-                "    v = xm_n88_act512(v, act);",
-                f"    _mm256_storeu_ps(y + {lo} + {b} * y_i, _mm512_castps512_ps256(v));",
-                f"    if (two) _mm256_storeu_ps(y + {hi} + {b} * y_i, _mm512_extractf32x8_ps(v, 1));",
-                "  }",
-            ]
+    lines += zmm_partial_sums(j, i)
+    lines += zmm_epilogue(j, i, "f32")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
