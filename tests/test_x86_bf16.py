@@ -21,6 +21,7 @@ import torch
 import compiler.functional as F
 from backends.c.templates.x86.x86_amx_bf16 import round_bfloat16, to_bfloat16
 from backends.c.templates.x86.x86_amx_os import AMX_ENV, amx_permitted
+from backends.targets import cpu_flags
 from compiler.tensor import Tensor
 from semantics import run_module
 from tests.codegen_util import assert_instructions, compile_fn, kernel_families, require
@@ -51,6 +52,13 @@ def require_amx_bf16() -> None:
             "Linux refuses this process AMX tile data or XMGE_AMX=0: only the AVX512-BF16 path runs "
             "here (test_bf16_fallback_path covers it)"
         )
+
+
+def require_avx512_bf16(target: str) -> None:
+    """Skip unless this CPU runs ``vdpbf16ps`` and ``target``."""
+    if "avx512_bf16" not in cpu_flags():
+        pytest.skip(f"this CPU has no avx512_bf16 (vdpbf16ps): {target} cannot run here")
+    require(target)
 
 
 def _conv_model(

@@ -19,19 +19,12 @@ import pytest
 
 import compiler.functional as F
 from backends.c.templates.x86.x86_amx_bf16 import round_bfloat16
-from backends.targets import cpu_flags
 from compiler.tensor import Tensor
 from semantics import run_module
-from tests.codegen_util import assert_instructions, compile_fn, kernel_families, require
-from tests.test_x86_bf16 import CONV_CASES, _check, _conv_contract, _conv_model
+from tests.codegen_util import assert_instructions, compile_fn, kernel_families
+from tests.test_x86_bf16 import CONV_CASES, _check, _conv_contract, _conv_model, require_avx512_bf16
 
 TARGET = "x86-avx512+bf16"
-
-
-def require_avx512_bf16() -> None:
-    if "avx512_bf16" not in cpu_flags():
-        pytest.skip("this CPU has no avx512_bf16 (vdpbf16ps): x86-avx512+bf16 cannot run here")
-    require(TARGET)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +60,7 @@ def test_bf16_avx512_families_and_no_tiles(
 def test_bf16_avx512_convolutions(
     conv: tuple[Callable[..., Any], list[np.ndarray], list[Any]], threads: int
 ) -> None:
-    require_avx512_bf16()
+    require_avx512_bf16(TARGET)
     fn, inputs, params = conv
     compiled = compile_fn(fn, inputs, TARGET, threads=threads)
     f32 = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
@@ -77,7 +70,7 @@ def test_bf16_avx512_convolutions(
 def test_bf16_avx512_convolutions_sanitized(
     conv: tuple[Callable[..., Any], list[np.ndarray], list[Any]],
 ) -> None:
-    require_avx512_bf16()
+    require_avx512_bf16(TARGET)
     fn, inputs, params = conv
     compiled = compile_fn(fn, inputs, TARGET)
     f32 = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
@@ -89,7 +82,7 @@ def test_bf16_avx512_convolutions_sanitized(
 def test_bf16_avx512_matrix_products(threads: int) -> None:
     """Linear layers (constant B packed at compile time, bias + ReLU fused, transposed B), a run-time
     batched product, transposed A and B."""
-    require_avx512_bf16()
+    require_avx512_bf16(TARGET)
     rng = np.random.default_rng(3)
     w1 = (rng.standard_normal((70, 45)) * 0.2).astype(np.float32)
     b1 = rng.standard_normal((45,)).astype(np.float32)
@@ -119,7 +112,7 @@ def test_bf16_avx512_matrix_products(threads: int) -> None:
 def test_bf16_avx512_one_row_product_stays_float32() -> None:
     """A 1-row product (a classifier on one image) is the float32 matrix-vector kernel's, exact as
     float32; a 2-row one is bfloat16."""
-    require_avx512_bf16()
+    require_avx512_bf16(TARGET)
     rng = np.random.default_rng(6)
     w = (rng.standard_normal((40, 30)) * 0.2).astype(np.float32)
     for rows, family in ((1, "matmul_matvec"), (2, "matmul_bf16_amx")):

@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 
 import compiler.functional as F
-from backends.targets import cpu_flags
 from compiler.tensor import Tensor
 from semantics import run_module
-from tests.codegen_util import assert_instructions, compile_fn, kernel_families, require
-from tests.test_x86_bf16 import _check, _conv_contract, _conv_model
+from tests.codegen_util import assert_instructions, compile_fn, kernel_families
+from tests.test_x86_bf16 import _check, _conv_contract, _conv_model, require_avx512_bf16
 
 TARGET = "x86-avx512-nchw88+bf16"
 FAMILY = ("conv2d_nchw88_bf16", "avx512bf16")
@@ -49,12 +48,6 @@ CASES = [
     ("first3x3_s2_n2_relu6", (2, 3, 17, 15), 16, 3, 2, 1, 1, 1, "relu6", ""),
     ("first1x1_s2_five", (1, 5, 9, 9), 24, 1, 2, 0, 1, 1, "bias", ""),
 ]
-
-
-def require_avx512_bf16() -> None:
-    if "avx512_bf16" not in cpu_flags():
-        pytest.skip("this CPU has no avx512_bf16 (vdpbf16ps): x86-avx512-nchw88+bf16 cannot run here")
-    require(TARGET)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +92,7 @@ def test_nchw88_bf16_leaves_depthwise_and_winograd_f4_to_float32() -> None:
 def test_nchw88_bf16_convolutions(
     conv: tuple[Callable[..., Any], list[np.ndarray], list[Any]], threads: int
 ) -> None:
-    require_avx512_bf16()
+    require_avx512_bf16(TARGET)
     fn, inputs, params = conv
     compiled = compile_fn(fn, inputs, TARGET, threads=threads)
     f32 = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
@@ -109,7 +102,7 @@ def test_nchw88_bf16_convolutions(
 def test_nchw88_bf16_convolutions_sanitized(
     conv: tuple[Callable[..., Any], list[np.ndarray], list[Any]],
 ) -> None:
-    require_avx512_bf16()
+    require_avx512_bf16(TARGET)
     fn, inputs, params = conv
     compiled = compile_fn(fn, inputs, TARGET)
     f32 = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
