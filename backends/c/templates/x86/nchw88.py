@@ -197,6 +197,19 @@ def ukr_name(isa: str, dt: str, cb: int, x_ow: int, prefetch: bool = False) -> s
     return f"xm_n88_{isa}_{'conv_pf' if prefetch else 'conv'}_{dt}_c{cb}_o{x_ow}"
 
 
+def tile_calls(
+    ukr: str, jmax: int, widths: Sequence[int], call_args: str, kernel: Callable[[int, int], str]
+) -> tuple[list[str], str]:
+    """The calls of micro-kernel ``{ukr}_{j}x{i}`` chosen by a tile's ``jv`` (1..``jmax``) and ``iv``
+    (one of ``widths``), and those micro-kernels' definitions (``kernel(j, i)``, shared by name)."""
+    inner = []
+    for j in range(1, jmax + 1):
+        variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
+        inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
+    shared = "".join(shared_ukr(f"{ukr}_{j}x{i}", kernel(j, i)) for j in range(1, jmax + 1) for i in widths)
+    return inner, shared
+
+
 def shared_ukr(name: str, code: str) -> str:
     """A micro-kernel's definition under its include guard (its name in capitals): one definition per
     translation unit, whichever kernels call it."""
@@ -681,14 +694,8 @@ class ConvNchw88(_Nchw88Base):
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
             f"{ACT_CODES[p['act']]}, nb, acc{prefetch_args}"
         )
-        inner = []
-        for j in range(1, jmax + 1):
-            variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
-            inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
-        shared = "".join(
-            shared_ukr(f"{ukr}_{j}x{i}", self.ukr(j, i, cb, dt, x_ow, prefetching))
-            for j in range(1, jmax + 1)
-            for i in widths
+        inner, shared = tile_calls(
+            ukr, jmax, widths, call_args, lambda j, i: self.ukr(j, i, cb, dt, x_ow, prefetching)
         )
         xbase = "xs" if geo["copy"] else "xn"
         return f"""{COMMON}{self.common}{H2F if dt == "f16" else ""}{shared}

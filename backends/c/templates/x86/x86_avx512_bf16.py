@@ -36,14 +36,13 @@ from backends.c.templates.x86.nchw88 import (
     COMMON512,
     DENSE_FILTERS,
     VEC,
-    _dispatch,
     _fma_loop,
     _signature,
     balanced_block,
     conv_nchw88,
     offset,
-    shared_ukr,
     strides,
+    tile_calls,
     zmm_accumulators,
     zmm_epilogue,
     zmm_partial_sums,
@@ -406,15 +405,7 @@ class ConvNchw88Bf16(Template):
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
             f"{ACT_CODES[p['act']]}, nb, acc"
         )
-        inner = []
-        for j in range(1, jmax + 1):
-            variants = [(str(i), f"{ukr}_{j}x{i}") for i in widths]
-            inner.append(f"if (jv == {j}) {_dispatch('iv', variants, call_args)}")
-        shared = "".join(
-            shared_ukr(f"{ukr}_{j}x{i}", n88_ukr(j, i, x_ow, pairs))
-            for j in range(1, jmax + 1)
-            for i in widths
-        )
+        inner, shared = tile_calls(ukr, jmax, widths, call_args, lambda j, i: n88_ukr(j, i, x_ow, pairs))
         copy = self._copy(p, region)
         prefetch, prefetch_unit = "", ""
         if oc * icg * fh * fw * 2 >= PREFETCH_MIN_BYTES:
