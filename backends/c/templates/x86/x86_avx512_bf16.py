@@ -153,6 +153,11 @@ static inline __m512 xm_n88_bf16_pair(const float* p) {
   __builtin_memcpy(&v, p, 4);
   return _mm512_castsi512_ps(_mm512_set1_epi32(v));
 }
+/* 8 bfloat16 as 8 floats (exact: a bfloat16 is a float32's high half) */
+static inline __m256 xm_n88_bf16_ld8(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
 static inline __m512 xm_n88_bf16_dot(__m512 w, __m512 x, __m512 acc) {
   return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 }
@@ -160,18 +165,23 @@ static inline __m512 xm_n88_bf16_dot(__m512 w, __m512 x, __m512 acc) {
 """
 
 
-def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS) -> str:
+def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS, res_b16: bool = False, y_b16: bool = False) -> str:
     """``J x I`` tile (16 output channels per zmm accumulator: block ``2a`` low, ``2a + 1`` high,
     stored only when ``2a + 1 < nb``) over ``nk`` input blocks of ``pairs`` bfloat16 channel pairs and every
     tap of an ``fh x fw`` window. ``x`` and ``w`` point at bfloat16 pairs: every stride counts
     32-bit pairs, so a pair is one broadcast and 16 output channels of it one zmm load. A later
     input-channel chunk (``acc & 1``) continues from the float32 partial sums in ``y``; all but the
-    last (``acc & 2``) store them without the epilogue."""
-    name = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}_{j}x{i}"
+    last (``acc & 2``) store them without the epilogue. With ``res_b16`` the residual is read as
+    bfloat16, with ``y_b16`` the result is stored as bfloat16 into ``yo`` (same element offsets as
+    ``y``, which then only holds the partial sums)."""
+    suffix = f"_r{int(res_b16)}y{int(y_b16)}" if res_b16 or y_b16 else ""
+    name = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}{suffix}_{j}x{i}"
+    rt = "uint16_t" if res_b16 else "float"
     lines = [
         f"static void {name}(const float* restrict x, const float* restrict w, int nk, int fh, int fw,",
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
-        "    const float* bias, const float* res, float* y, long y_j, long y_i, int act, int nb, int acc) {",
+        f"    const float* bias, const {rt}* res, float* y, long y_j, long y_i, int act, int nb, int acc"
+        + (", uint16_t* yo) {" if y_b16 else ") {"),
     ]
     lines += zmm_accumulators(j, i)
     lines += _fma_loop(
@@ -179,9 +189,55 @@ def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS) -> str:
         lambda q: f"_mm512_loadu_ps({q})", lambda q: f"xm_n88_bf16_pair({q})", "xm_n88_bf16_dot",
     )  # fmt: skip
     lines += zmm_partial_sums(j, i)
-    lines += zmm_epilogue(j, i, "f32")
+    if res_b16 or y_b16:
+        lines += b16_epilogue(j, i, res_b16, y_b16)
+    else:
+        lines += zmm_epilogue(j, i, "f32")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def b16_epilogue(j: int, i: int, res_b16: bool, y_b16: bool) -> list[str]:
+    """Bias, residual and activation on a ``J x I`` zmm tile in float32, as ``zmm_epilogue``; the
+    residual read as bfloat16 (``res_b16``: exact in float32), the result stored as bfloat16 into
+    ``yo`` (``y_b16``: rounded to nearest even, the rounding the next bfloat16 convolution's input
+    conversion would make)."""
+
+    def load(at: str) -> str:
+        if res_b16:
+            return f"xm_n88_bf16_ld8(res + {at})"
+        return f"_mm256_loadu_ps(res + {at})"
+
+    lines = []
+    for a in range(j):
+        lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
+        for b in range(i):
+            lines += [
+                "  {",
+                f"    __m512 v = c{a}_{b};",
+                f"    const int two = {2 * a + 1} < nb;",
+                f"    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + {16 * a}));",
+                "    if (res) {",
+                f"      const __m256 rl = {load(f'{lo} + {b} * y_i')};",
+                f"      const __m256 rh = two ? {load(f'{hi} + {b} * y_i')} : _mm256_setzero_ps();",
+                "      v = _mm512_add_ps(v, _mm512_insertf32x8(_mm512_castps256_ps512(rl), rh, 1));",
+                "    }",
+                "    v = xm_n88_act512(v, act);",
+            ]
+            if y_b16:
+                lines += [
+                    "    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);",
+                    f"    _mm_storeu_si128((__m128i*)(yo + {lo} + {b} * y_i), _mm256_castsi256_si128(h));",
+                    f"    if (two) _mm_storeu_si128((__m128i*)(yo + {hi} + {b} * y_i), "
+                    "_mm256_extracti128_si256(h, 1));",
+                ]
+            else:
+                lines += [
+                    f"    _mm256_storeu_ps(y + {lo} + {b} * y_i, _mm512_castps512_ps256(v));",
+                    f"    if (two) _mm256_storeu_ps(y + {hi} + {b} * y_i, _mm512_extractf32x8_ps(v, 1));",
+                ]
+            lines.append("  }")
+    return lines
 
 
 class ConvNchw88Bf16(Template):
@@ -223,7 +279,45 @@ class ConvNchw88Bf16(Template):
         return got
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(self.family, *conv_sym(p), epilogue_sym(p))
+        x_b16, res_b16, y_b16 = self._b16(p)
+        tags = ("xb" if x_b16 else "", "rb" if res_b16 else "", "yb" if y_b16 else "")
+        return sym_join(self.family, *conv_sym(p), epilogue_sym(p), *tags)
+
+    # bfloat16 activations (passes/lowering/bf16_activations.py): which operands this convolution
+    # can take, and its result give, as bfloat16 NCHW88 tensors (params ``bf16_args`` /
+    # ``bf16_outs``: those chosen, checked against the tensors' element types by kernel.call)
+
+    @staticmethod
+    def _res_arg(p: dict[str, Any]) -> int:
+        return 3 if p["bias"] else 2
+
+    def bf16_reads(self, p: dict[str, Any]) -> tuple[int, ...]:
+        """The arguments the kernel can read as bfloat16: the input (not a first layer's plain
+        planes) and the residual."""
+        return (*(() if p["mode"] == "hybrid" else (0,)), *((self._res_arg(p),) if p["residual"] else ()))
+
+    def bf16_writes(self, p: dict[str, Any]) -> tuple[int, ...]:
+        """The results the kernel can store as bfloat16: its one output (whole NCHW88 blocks)."""
+        return (0,) if p["oc"] % VEC == 0 else ()
+
+    def _b16(self, p: dict[str, Any]) -> tuple[bool, bool, bool]:
+        """Whether the input, the residual and the result are bfloat16."""
+        args = p.get("bf16_args", ())
+        return 0 in args, bool(p["residual"]) and self._res_arg(p) in args, 0 in p.get("bf16_outs", ())
+
+    def _direct(self, p: dict[str, Any]) -> bool:
+        """Whether the kernel multiplies its bfloat16 input in place (no copy: unpadded, not subsampled)."""
+        return self._b16(p)[0] and (p["ph"], p["pw"]) == (0, 0) and not self._source(p)[2]
+
+    def _copy_bytes(self, p: dict[str, Any]) -> int:
+        if self._direct(p):
+            return 0
+        rows, cols, _ = self._source(p)
+        return -(-max(p["ic"], self._block(p)[1]) * rows * cols * 2 // 64) * 64
+
+    def _scratch_bytes(self, p: dict[str, Any]) -> int:
+        """A bfloat16 result's float32 partial sums (one image), after the copy in the workspace."""
+        return p["oc"] * p["oh"] * p["ow"] * 4 if self._b16(p)[2] else 0
 
     @staticmethod
     def _block(p: dict[str, Any]) -> tuple[LayoutSpec, int, str]:
@@ -245,8 +339,7 @@ class ConvNchw88Bf16(Template):
         return p["ih"] + 2 * p["ph"], p["iw"] + 2 * p["pw"], False
 
     def workspace(self, p: dict[str, Any]) -> int:
-        rows, cols, _ = self._source(p)
-        return max(p["ic"], self._block(p)[1]) * rows * cols * 2
+        return self._copy_bytes(p) + self._scratch_bytes(p)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
@@ -267,6 +360,9 @@ class ConvNchw88Bf16(Template):
         cb, ih, iw, ph, pw = p["ic"] // VEC, p["ih"], p["iw"], p["ph"], p["pw"]
         if p["mode"] == "hybrid":
             return self._copy_planes(p, omp_for(region))
+        if self._direct(p):
+            return ""
+        x_b16 = self._b16(p)[0]
         omp = omp_for(region, 2)
         src, dst = (1, p["ic"], ih, iw), (1, p["ic"], rows, cols)
         ss, ds = strides(Layout.NCHW88, src), strides(Layout.NCHW88, dst)
@@ -274,18 +370,27 @@ class ConvNchw88Bf16(Template):
         d_row = offset(Layout.NCHW88, dst, {"C/8": "cb", "H": "r"})
         if sub:
             x_at = offset(Layout.NCHW88, src, {"C/8": "cb", "H": f"r * {p['sh']}", "W": f"q * {p['sw']}"})
+            pixel = (
+                f"_mm_loadu_si128((const __m128i*)(xn16 + {x_at}))"
+                if x_b16
+                else f"(__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(xn + {x_at}))"
+            )
             return f"""
     {omp}
     for (int cb = 0; cb < {cb}; ++cb)
       for (int r = 0; r < {rows}; ++r) {{
         uint16_t* d = xs + {d_row};
         for (int q = 0; q < {cols}; ++q)
-          _mm_storeu_si128((__m128i*)(d + q * {VEC}),
-                           (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(xn + {x_at})));
+          _mm_storeu_si128((__m128i*)(d + q * {VEC}), {pixel});
       }}"""
         x_row = offset(Layout.NCHW88, src, {"C/8": "cb", "H": f"r - {ph}"})
         right = cols - pw - iw
         tail = f"__builtin_memset(d + {(pw + iw) * VEC}, 0, {right * VEC * 2});" if right else ""
+        run = (
+            f"__builtin_memcpy(d + {pw * VEC}, xn16 + {x_row}, {iw * VEC * 2});"
+            if x_b16
+            else f"xm_n88_bf16_run(d + {pw * VEC}, xn + {x_row}, {iw * VEC});"
+        )
         return f"""
     {omp}
     for (int cb = 0; cb < {cb}; ++cb)
@@ -293,7 +398,7 @@ class ConvNchw88Bf16(Template):
         uint16_t* d = xs + {d_row};
         if (r < {ph} || r >= {ph + ih}) {{ __builtin_memset(d, 0, {cols * VEC * 2}); continue; }}
         {f"__builtin_memset(d, 0, {pw * VEC * 2});" if pw else ""}
-        xm_n88_bf16_run(d + {pw * VEC}, xn + {x_row}, {iw * VEC});
+        {run}
         {tail}
       }}"""
 
@@ -397,15 +502,19 @@ class ConvNchw88Bf16(Template):
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gg * {x_k * nk}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
         w_at = f"(long)gg * {w_g}L + (long)(j0 / 2) * {w_j}L"
-        ukr = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}"
+        x_b16, res_b16, y_b16 = self._b16(p)
+        suffix = f"_r{int(res_b16)}y{int(y_b16)}" if res_b16 or y_b16 else ""
+        ukr = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}{suffix}"
         call_args = (
             f"xb + {x_at} + (long)k0 * {x_k}L, w + {w_at} + (long)k0 * {w_k}L, nkc, {fh}, {fw}, {x_k}L, "
             f"{x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, {w_kw}L, {w_j}L, "
             f"{'bias + jb * 8' if p['bias'] else '0'}, "
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
-            f"{ACT_CODES[p['act']]}, nb, acc"
+            f"{ACT_CODES[p['act']]}, nb, acc{f', yo + {y_at}' if y_b16 else ''}"
         )
-        inner, shared = tile_calls(ukr, jmax, widths, call_args, lambda j, i: n88_ukr(j, i, x_ow, pairs))
+        inner, shared = tile_calls(
+            ukr, jmax, widths, call_args, lambda j, i: n88_ukr(j, i, x_ow, pairs, res_b16, y_b16)
+        )
         copy = self._copy(p, region)
         prefetch, prefetch_unit = "", ""
         if oc * icg * fh * fw * 2 >= PREFETCH_MIN_BYTES:
@@ -413,18 +522,36 @@ class ConvNchw88Bf16(Template):
                 dict(nk=nk, kc=kc, w_k=w_k, w_j=w_j, w_g=w_g, tiles=tiles, all=g * tiles, njb=njb,
                      tile_blocks=tile_blocks, nub=nub, ublk=ublk)
             )  # fmt: skip
+        if x_b16:
+            x_decl = f"const uint16_t* xn16 = (const uint16_t*)x_ + {x_img}; (void)x;"
+        else:
+            x_decl = f"const float* xn = x + {x_img};"
+        if y_b16:
+            y_decl = (
+                f"float* yn = (float*)(ws + {self._copy_bytes(p)}L); "
+                f"uint16_t* yo = (uint16_t*)y_ + {y_img}; (void)y;"
+            )
+        else:
+            y_decl = f"float* yn = y + {y_img};"
+        if not p["residual"]:
+            r_decl = "const float* rn = 0;"
+        elif res_b16:
+            r_decl = f"const uint16_t* rn = (const uint16_t*)res_ + {y_img}; (void)res;"
+        else:
+            r_decl = f"const float* rn = res + {y_img};"
         return f"""{COMMON}{COMMON512}{N88_SUPPORT}{shared}
 static void {sym}({args}) {{
   {casts}
   uint16_t* xs = (uint16_t*)ws;
+  (void)xs;
   {region}
   for (int n = 0; n < {n}; ++n) {{
-    const float* xn = x + {x_img};
-    float* yn = y + {y_img};
-    const float* rn = {"res + " + y_img if p["residual"] else "0"};
+    {x_decl}
+    {y_decl}
+    {r_decl}
     (void)rn;
     {copy}
-    const float* xb = (const float*)xs;
+    const float* xb = (const float*)({"xn16" if self._direct(p) else "xs"});
     {omp_for(region, 2, nowait=n == 1)}
     for (int t = 0; t < {g * tiles}; ++t)
     for (int ub = 0; ub < {nub}; ++ub) {{
