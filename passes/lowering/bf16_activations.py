@@ -97,9 +97,7 @@ class Bf16ActivationsPass(KernelTargetPass):
                 if id(c) in outs:
                     p["bf16_outs"] = tuple(sorted(outs[id(c)]))
                 d = ensure_def(module, units[id(c)], p)
-                types = [
-                    _retype(r) if k in outs.get(id(c), ()) else r.type for k, r in enumerate(c.outputs)
-                ]
+                types = [_retype(r) if k in outs.get(id(c), ()) else r.type for k, r in enumerate(c.outputs)]
                 repl = K.CallOp(d.sym, list(c.args), types)
                 for key, a in c.attributes.items():
                     if key != "callee":
