@@ -30,6 +30,7 @@ from xdsl.ir import Operation
 import backends.c.examples as E
 from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
 from backends.c.templates.portable.generic import omp_for, omp_parallel
+from backends.c.templates.x86.gemm import constant_b, matmul_sym
 from backends.c.templates.x86.nchw88 import (
     ACT_CODES,
     COMMON,
@@ -49,6 +50,7 @@ from backends.c.templates.x86.nchw88 import (
 )
 from backends.c.templates.x86.winograd import winograd_tile
 from backends.c.templates.x86.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx, to_bfloat16
+from backends.c.templates.x86.x86_f32_matvec import MatvecX86
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout, LayoutSpec
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
@@ -80,6 +82,74 @@ class MatmulBf16(MatmulBf16Amx):
         if got is None or got.params["m"] == 1:
             return None
         return got
+
+
+class MatvecBf16(MatvecX86):
+    """``matmul_matvec_bf16``: the one-row product with constant weights (a classifier head,
+    :class:`~backends.c.templates.x86.x86_f32_matvec.MatvecX86`'s loops) on bfloat16 weights, the
+    ``+bf16`` contract: weights rounded at compile time, the row once per call (into the workspace),
+    exact products by ``vdpbf16ps`` (a k pair per step), float32 sums and epilogue. The weights are
+    all the product reads, so half their bytes is the gain (ResNet-50's 2048 x 1000 head: 8 MB of
+    float32 from memory every run)."""
+
+    examples = (
+        E.matmul(1, 1280, 1000, tb=True, bias=True),
+        E.matmul(1, 37, 128, tb=True, bias=True, residual=True),
+        E.matmul(1, 5, 3, tb=True, bias=True, act="h_swish"),
+        E.matmul(1, 33, 130, act="relu"),
+    )
+
+    family = "matmul_matvec_bf16"
+    priority = 107  # ahead of the float32 matmul_matvec (105); matmul_bf16_amx leaves one row
+
+    def __init__(self) -> None:
+        super().__init__("avx512")
+        self.isa = ISA
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(self.family, *matmul_sym(p), epilogue_sym(p))
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        return -(-p["k"] // 2) * 4  # the row as bfloat16 pairs
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        b = constant_b(operand, array, p)
+        if b is None:
+            return None
+        vl, kp = self.lanes, -(-p["k"] // 2)
+        panels = -(-p["n"] // vl)
+        padded = np.zeros((2 * kp, panels * vl), np.float32)
+        padded[: p["k"], : p["n"]] = b
+        # (K/2, 2, panels, VL) -> (panels, K/2, VL, 2): a panel is one stream of vdpbf16ps operands
+        pairs = padded.reshape(kp, 2, panels, vl).transpose(2, 0, 3, 1)
+        return to_bfloat16(np.ascontiguousarray(pairs)), f"matvec_bf16_b{vl}"
+
+    def prologue(self, p: dict[str, Any]) -> str:
+        k = p["k"]
+        odd = f" ((uint16_t*)ws)[{k}] = 0;" if k % 2 else ""
+        return f"\n  xm_n88_bf16_run((uint16_t*)ws, a, {k});{odd}\n  const float* ap = (const float*)ws;"
+
+    def _group(self, streams: int, k: int) -> str:
+        vl, kp = self.lanes, -(-k // 2)
+        lines = [f"const float* w{s} = b + (long)(j0 + {s}) * {kp * vl};" for s in range(streams)]
+        lines.append(" ".join(f"__m512 c{s} = _mm512_setzero_ps();" for s in range(streams)))
+        lines.append(f"for (int kk = 0; kk < {kp}; ++kk) {{")
+        lines.append("  const __m512 av = xm_n88_bf16_pair(ap + kk);")
+        lines += [
+            f"  c{s} = xm_n88_bf16_dot(_mm512_loadu_ps(w{s} + (long)kk * {vl}), av, c{s});"
+            for s in range(streams)
+        ]
+        lines.append("}")
+        for s in range(streams):
+            lines.append(
+                f"if (j0 + {s} == last) {{ _mm512_storeu_ps(tmp, c{s}); "
+                f"for (int c = 0; c < tail; ++c) y[(long)last * {vl} + c] = tmp[c]; }}"
+                f" else _mm512_storeu_ps(y + (long)(j0 + {s}) * {vl}, c{s});"
+            )
+        return "\n      ".join(lines)
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        return COMMON + N88_SUPPORT + super().render(em, sym, p)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -575,6 +645,6 @@ static void {sym}({args}) {{
 """
 
 
-KERNEL_UNITS = (Conv2dBf16(), MatmulBf16(), ConvNchw88Bf16())
+KERNEL_UNITS = (Conv2dBf16(), MatmulBf16(), MatvecBf16(), ConvNchw88Bf16())
 
 __all__ = ["ISA", "KERNEL_UNITS"]
