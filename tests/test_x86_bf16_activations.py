@@ -104,12 +104,16 @@ def _errors(got: list[np.ndarray], want: list[np.ndarray]) -> list[float]:
     return [float(np.linalg.norm(g - w) / np.linalg.norm(w)) for g, w in zip(got, want, strict=True)]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("threads", "batch"), [(1, 1), (2, 2)])
 def test_bf16_activations_numerics(
-    case: tuple[Any, list[np.ndarray], dict[str, np.ndarray]], threads: int
+    case: tuple[Any, list[np.ndarray], dict[str, np.ndarray]], threads: int, batch: int
 ) -> None:
+    """One image on one thread; two images on two threads (the workspace's copy and partial sums
+    re-used image after image)."""
     require_avx512_bf16(TARGET)
     fn, inputs, ws = case
+    if batch > 1:
+        inputs = [np.random.default_rng(7).standard_normal((batch, *inputs[0].shape[1:])).astype(np.float32)]
     compiled = compile_fn(fn, inputs, TARGET, threads=threads)
     got = [np.asarray(g, np.float64) for g in compiled.run(inputs)]
     contract = _reference(inputs[0], ws, rounded=True, dtype=torch.float64)
