@@ -18,7 +18,9 @@ are slower) and no relayout separates the bfloat16 layers from them. An NCHW88 p
 are 4 bfloat16 pairs, each pair one 32-bit broadcast: the input is converted once per image into a
 bfloat16 NCHW88 copy (the padded copy the float32 kernel makes anyway, at half the bytes), the
 filters at compile time into ``vdpbf16ps``'s pair layout, and the float32 epilogue stores float32
-NCHW88."""
+NCHW88, or bfloat16 NCHW88 where ``kernel-bf16-activations`` (:mod:`passes.lowering.bf16_activations`)
+made the result a bfloat16 tensor; it reads such tensors as its input (no conversion) and residual.
+:class:`MatvecBf16` is the classifier head's one-row product on bfloat16 weights."""
 
 from __future__ import annotations
 
@@ -319,7 +321,9 @@ class ConvNchw88Bf16(Template):
     half the bytes of float32 and every 32-bit word is one pixel's channel pair. The loops are the
     float32 ``conv2d_nchw88``'s on AVX-512 (2 x 16 output channels x 12 columns, input-channel
     chunks whose filters stay in L1, a 1x1 stride-1 plane seen as one row); the first layer (fewer
-    than 8 input channels) and channel-wise convolutions keep their float32 families."""
+    than 8 input channels) and channel-wise convolutions keep their float32 families. Input,
+    residual and result may be bfloat16 tensors (params ``bf16_args`` / ``bf16_outs``: a
+    :class:`~passes.lowering.bf16_activations.Bf16ActivationUnit`)."""
 
     examples = (
         E.conv2d((1, 16, 9, 11), 40, 3, pad=1, act="relu"),
