@@ -38,9 +38,10 @@ struct xm_model {
 
    Medians of up to XM_WINDOW runs of the arm in use. Next to a `nice -n 10` burner two threads are
    1.7x faster at the median, but some runs meet the burner's time slice and take longer than one
-   thread would; the median of only 3 flipped to one thread whenever 2 of 3 runs in a row were such
-   runs, and then kept it for 32 to 512 runs (bench_x86 --contended, ResNet-18: 20.4 ms chosen vs
-   11.7 with two threads fixed). A try of the other arm is XM_SAMPLES fresh runs (it costs latency
+   thread would; the median of only 3 flips to one thread whenever 2 of 3 runs in a row are such
+   runs, and then keeps it for 32 to 512 runs: with a third of the 2-thread runs slow, 90% of runs
+   went to one thread (tests/test_threads_adapt.py's synthetic latencies; the likely cause of
+   bench_x86 --contended choosing one thread for ResNet-18, 20.4 ms, against 11.7 with two fixed). A try of the other arm is XM_SAMPLES fresh runs (it costs latency
    when that arm is the slower one), compared with the window of the arm in use.
 
    Arms are measured in blocks, and a run of arm 0 right after a run of arm 1 is not counted:
