@@ -172,6 +172,18 @@ UNITS_BF16 = 64  # register tiles one filter chunk sweeps while it sits in L1
 PREFETCH_MIN_BYTES = 512 << 10
 
 
+def column_pairs(w: np.ndarray) -> np.ndarray:
+    """Logical ``(OC, IC, R, S)`` float32 filters of a first layer as ``[OC/16][IC][R][S/2][16][2]``
+    bfloat16 (rounded to nearest even): per channel and window row, a 64-byte vector per pair of
+    window columns ``(2s, 2s + 1)`` (the last one's partner zero where ``S`` is odd)."""
+    oc, ic, fh, fw = w.shape
+    ocp, fwp = -(-oc // 16) * 16, -(-fw // 2) * 2
+    full = np.zeros((ocp, ic, fh, fwp), np.float32)
+    full[:oc, :, :, :fw] = np.asarray(w, np.float32)
+    blocks = full.reshape(ocp // 16, 16, ic, fh, fwp // 2, 2)
+    return to_bfloat16(np.ascontiguousarray(blocks.transpose(0, 2, 3, 4, 1, 5)))
+
+
 def pair_filters(w: np.ndarray, groups: int, block: int = VEC) -> np.ndarray:
     """Logical ``(OC, IC/G, R, S)`` float32 filters as ``[G][OC/G/16][IC/G/block][R][S][block/2][16][2]``
     bfloat16 (rounded to nearest even, :func:`to_bfloat16`): per input block and tap, ``block / 2``
@@ -387,29 +399,51 @@ class ConvNchw88Bf16(Template):
         if self._direct(p):
             return 0
         rows, cols, _ = self._source(p)
-        return -(-max(p["ic"], self._block(p)[1]) * rows * cols * 2 // 64) * 64
+        planes = p["ic"] if self._colpairs(p) else max(p["ic"], self._block(p)[1])
+        return -(-planes * rows * cols * 2 // 64) * 64
 
     def _scratch_bytes(self, p: dict[str, Any]) -> int:
         """A bfloat16 result's float32 partial sums (one image), after the copy in the workspace."""
         return p["oc"] * p["oh"] * p["ow"] * 4 if self._b16(p)[2] else 0
 
     @staticmethod
-    def _block(p: dict[str, Any]) -> tuple[LayoutSpec, int, str]:
+    def _colpairs(p: dict[str, Any]) -> bool:
+        """Whether a first layer pairs neighbouring columns of one channel instead of channels of
+        one pixel: at an even column stride a pair of window columns ``(2s, 2s + 1)`` is one aligned
+        32-bit word of a plain bfloat16 row, so the products are ``ceil(fw / 2) * ic`` pair steps per
+        window row instead of ``ceil(ic / 2) * fw`` (ResNet's 7x7 stem: 12, not 14 with a zero
+        4th channel), and the copy is a plain conversion of each row."""
+        return (
+            p["mode"] == "hybrid"
+            and p["groups"] == 1
+            and p["sw"] % 2 == 0
+            and p["dw"] == 1
+            and -(-p["fw"] // 2) * p["ic"] < -(-p["ic"] // 2) * p["fw"]
+        )
+
+    @classmethod
+    def _block(cls, p: dict[str, Any]) -> tuple[LayoutSpec, int, str]:
         """The bfloat16 copy's layout, its input channels per reduction block and that block's dim
         name: NCHW88 (8), or a first layer's (fewer than 8 plain NCHW channels) pixels with their
-        channels rounded up to pairs, ``N H W C^block``."""
+        channels rounded up to pairs, ``N H W C^block``, or (:meth:`_colpairs`) plain bfloat16
+        planes whose blocks are the window's columns rounded up to pairs."""
         if p["mode"] != "hybrid":
             return SPECS[Layout.NCHW88], VEC, "C/8"
+        if cls._colpairs(p):
+            return LayoutSpec("NCHW", "N C H W"), -(-p["fw"] // 2) * 2, "C"
         block = -(-p["ic"] // 2) * 2
         return LayoutSpec("NCHW", f"N H W C^{block}"), block, f"C^{block}"
 
-    @staticmethod
-    def _source(p: dict[str, Any]) -> tuple[int, int, bool]:
+    @classmethod
+    def _source(cls, p: dict[str, Any]) -> tuple[int, int, bool]:
         """The bfloat16 copy's rows and columns, and whether it is a strided 1x1 conv's subsample."""
         sub = (p["fh"], p["fw"], p["ph"], p["pw"]) == (1, 1, 0, 0) and (p["sh"], p["sw"]) != (1, 1)
         sub = sub and p["mode"] != "hybrid"  # a first layer's planes are copied whole
         if sub:
             return p["oh"], p["ow"], True
+        if cls._colpairs(p):  # even, and wide enough for the last window's zero-weight column
+            cols = max(p["iw"] + 2 * p["pw"], p["sw"] * (p["ow"] - 1) + -(-p["fw"] // 2) * 2)
+            return p["ih"] + 2 * p["ph"], -(-cols // 2) * 2, False
         return p["ih"] + 2 * p["ph"], p["iw"] + 2 * p["pw"], False
 
     def workspace(self, p: dict[str, Any]) -> int:
@@ -425,6 +459,8 @@ class ConvNchw88Bf16(Template):
         logical = SPECS[DENSE_FILTERS[mode]].unpack(np.asarray(array))
         if mode == "group":  # (G, OC/G, IC/G, R, S) -> (OC, IC/G, R, S)
             logical = logical.reshape(-1, *logical.shape[2:])
+        if self._colpairs(p):
+            return column_pairs(logical), "bf16_column_pairs"
         return pair_filters(logical, p["groups"], self._block(p)[1]), "bf16_pairs"
 
     def _copy(self, p: dict[str, Any], region: str) -> str:
@@ -432,6 +468,8 @@ class ConvNchw88Bf16(Template):
         NCHW88: zero-padded rows, or every ``sh``-th row and ``sw``-th column)."""
         rows, cols, sub = self._source(p)
         cb, ih, iw, ph, pw = p["ic"] // VEC, p["ih"], p["iw"], p["ph"], p["pw"]
+        if self._colpairs(p):
+            return self._copy_rows(p, omp_for(region, 2))
         if p["mode"] == "hybrid":
             return self._copy_planes(p, omp_for(region))
         if self._direct(p):
@@ -473,6 +511,24 @@ class ConvNchw88Bf16(Template):
         if (r < {ph} || r >= {ph + ih}) {{ __builtin_memset(d, 0, {cols * VEC * 2}); continue; }}
         {f"__builtin_memset(d, 0, {pw * VEC * 2});" if pw else ""}
         {run}
+        {tail}
+      }}"""
+
+    def _copy_rows(self, p: dict[str, Any], omp: str) -> str:
+        """A first layer's copy in column pairs: each plain float32 row as a zero-padded bfloat16 row."""
+        rows, cols, _ = self._source(p)
+        ic, ih, iw, ph, pw = p["ic"], p["ih"], p["iw"], p["ph"], p["pw"]
+        x_row = offset(None, (1, ic, ih, iw), {"C": "c", "H": f"r - {ph}"})
+        right = cols - pw - iw
+        tail = f"__builtin_memset(d + {pw + iw}, 0, {right * 2});" if right else ""
+        return f"""
+    {omp}
+    for (int c = 0; c < {ic}; ++c)
+      for (int r = 0; r < {rows}; ++r) {{
+        uint16_t* d = xs + (long)c * {rows * cols}L + (long)r * {cols}L;
+        if (r < {ph} || r >= {ph + ih}) {{ __builtin_memset(d, 0, {cols * 2}); continue; }}
+        {f"__builtin_memset(d, 0, {pw * 2});" if pw else ""}
+        xm_n88_bf16_run(d + {pw}, xn + {x_row}, {iw});
         {tail}
       }}"""
 
@@ -536,6 +592,9 @@ class ConvNchw88Bf16(Template):
         icg, ocg = ic // g, oc // g
         spec, block, outer = self._block(p)
         pairs = block // 2
+        colpairs = self._colpairs(p)
+        if colpairs:
+            fw = 1  # the window's columns are the pairs of one block, a block per channel
         xs = spec.dim_strides((1, ic, rows, cols))  # bfloat16 elements
         pointwise = (fh, fw, sh, sw) == (1, 1, 1, 1) and (p["ph"], p["pw"]) == (0, 0)
         if pointwise:
@@ -546,7 +605,7 @@ class ConvNchw88Bf16(Template):
         x_ow, x_row = xs["W"] * sw // 2, xs["H"] * sh // 2
         out_shape = (n, oc, oh, ow)
         ys = strides(Layout.NCHW88, out_shape)
-        njb, nk = ocg // VEC, -(-icg // block)
+        njb, nk = ocg // VEC, icg if colpairs else -(-icg // block)
         ocp = -(-ocg // 16) * 16
         # pair_filters' [G][OCp/16][IC/G/block][R][S][block/2][16][2], in pairs
         w_kw, w_kh = pairs * 16, fw * pairs * 16
