@@ -344,6 +344,7 @@ class ConvNchw88Bf16(Template):
         E.conv2d((1, 16, 11, 9), 48, 3, stride=2, pad=1, residual=True, act="relu"),
         E.conv2d((1, 32, 9, 9), 32, 3, pad=1, groups=2, act="h_swish"),
         E.conv2d((1, 24, 9, 9), 16, 3, pad=2, dil=2),
+        E.conv2d((1, 3, 23, 21), 32, 7, stride=2, pad=3, act="relu"),  # a first layer in column pairs
     )
 
     family = "conv2d_nchw88_bf16"
