@@ -1222,30 +1222,3 @@ def deformable_psroi_pooling(
         return [out[0]]
 
     return body
-
-
-def conv2d_q8_residual(
-    x: Sequence[int],
-    oc: int,
-    k: int,
-    *,
-    stride: int = 1,
-    mode: str = "qfuse_add_relu",
-    conv_first: bool = True,
-    act: str = "identity",
-) -> Example:
-    """ResNet's int8 block end: an int8 convolution (``k`` x ``k``, "same" padding, qint8 at 0.05) and
-    a shortcut (``x`` itself where the shapes agree, else a 1x1 convolution at ``stride``, qint8 at
-    0.04) added by ``ElemwiseMultiType`` ``mode`` into qint8 at 0.07; ``conv_first``: the
-    convolution's result is the first operand."""
-
-    @example(_tag("conv2d_q8_residual", x, f"oc{oc}", f"k{k}", f"s{stride}", mode, conv_first, act))
-    def body(g: Graph) -> list[SSAValue]:
-        y = _q8_conv(g, x, oc, (k, k), stride, k // 2, 1, 1, act, 1 / 40, 0.05)
-        shortcut = _q8_conv(g, x, oc, (1, 1), stride, 0, 1, 1, "identity", 1 / 40, 0.04)
-        out = TensorType(q8(0.07), _conv_shape(list(x), oc, (k, k), stride, k // 2, 1))
-        mode_ = enums.ElemwiseMultiTypeMode[mode.upper()]
-        pair = [y, shortcut] if conv_first else [shortcut, y]
-        return [g.cvt(g.op(T.ElemwiseMultiTypeOp, pair, [out], mode=mode_), F32)]
-
-    return body

@@ -26,7 +26,7 @@ that :func:`island_form` proves equal to the reference on every int8 value.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -602,7 +602,6 @@ def _has_fbias(p: dict[str, Any]) -> bool:
 def _kernel_args(p: dict[str, Any]) -> str:
     fbias = ["const void* fb_"] if _has_fbias(p) else []
     fbias += ["const void* af_"] if p.get("affine") else []
-    fbias += ["const void* r_"] if p.get("qresidual") else []
     return ", ".join(["const void* x_", "const void* w_", "const void* b_", *fbias, "void* y_",
                       "unsigned char* ws", "int nt"])  # fmt: skip
 
@@ -611,9 +610,7 @@ def _bias_decls(p: dict[str, Any]) -> str:
     fbias = _has_fbias(p)
     return "const int32_t* bias = (const int32_t*)b_;" + (
         " const float* fbias = (const float*)fb_;" if fbias else ""
-    ) + (" const float* afc = (const float*)af_;" if p.get("affine") else "") + _island_lut_decls(p) + (
-        " const int8_t* res = (const int8_t*)r_;" if p.get("qresidual") else ""
-    )
+    ) + (" const float* afc = (const float*)af_;" if p.get("affine") else "") + _island_lut_decls(p)
 
 
 def _depthwise_signature(sym: str, p: dict[str, Any], otype: str) -> str:
@@ -964,76 +961,6 @@ FINITE_BOUND = 1e30
 UNARY_MODES = ("relu", "h_swish")
 
 
-def q8_elemwise_code(w: VectorWidth, scales: Sequence[float], loads: Sequence[str]) -> tuple[str, str]:
-    """The vector form of an int8 elementwise op on ``w``'s lanes: the declarations of its dequantized
-    operands ``a`` (, ``b``) from ``loads`` (int32 lanes of the int8 operands), and the int8 result
-    (``__m128i`` on 16 lanes) of ``f``, the mode's float value (``vec_modes``), through ``vinv`` (the
-    result's inverse scale, declared by the caller): :class:`ElemwiseQ8Vnni`'s body, and the residual
-    add a convolution's epilogue runs in its place (:func:`residual_of`)."""
-    arity = len(loads)
-    vloads = " ".join(
-        f"const {w.fvec} {'ab'[i]} = {w.helper('xm_qdeq')}({load}, {w.set1(f32(scales[i]))});"
-        for i, load in enumerate(loads)
-    )
-    # a result no mode can take past float32's range (no infinity, so no NaN) rounds by the
-    # shorter helper of finite values (the same int8 for every finite value, half the operations)
-    largest = 128 * max(scales[:arity]) + 3  # h-swish's x + 3
-    finite = "_finite" if largest * largest * max(1.0, inverse(scales[arity])) < FINITE_BOUND else ""
-    return vloads, f"{w.helper('xm_qscaled', finite)}({w.helper('xm_qmul')}(f, vinv))"
-
-
-RESIDUAL_MODES = ("add", "fuse_add_relu")
-
-
-def residual_of(
-    op: Operation, producer_family: str, producer_isa: str
-) -> tuple[K.CallOp, dict[str, Any]] | None:
-    """An int8 residual add (``QADD`` / ``QFUSE_ADD_RELU`` of two same-shape int8 tensors, ResNet's
-    shortcut) one of whose operands is the int8 result of a call of ``producer_family`` on ISA
-    ``producer_isa``, read by nothing else: that call and the parameters its kernel takes to run the
-    add in its epilogue (``qresidual``; ``res_mode``, ``res_pos``: the operand position of the
-    convolution's result, ``res_scales``: the three scales in the op's order). The other operand is
-    then the kernel's residual operand; kernel-select lowered both producers already (program order)
-    and drops the convolution's call."""
-    lowered = contiguous_q8_elemwise(op, {m: "" for m in RESIDUAL_MODES}, ())
-    if lowered is None:
-        return None
-    e = lowered.params
-    for pos in (0, 1):
-        value = op.operands[pos]
-        call = value.owner
-        if not isinstance(call, K.CallOp) or not value.has_one_use() or len(call.outputs) != 1:
-            continue
-        d = call.definition()
-        if d.family.data != producer_family or d.isa.data != producer_isa:
-            continue
-        cp = d.param_values()
-        if cp.get("out") != "q8" or cp.get("island") or cp.get("qresidual"):
-            continue
-        if cp.get("mode") not in ("pointwise", "channels") or op.operands[1 - pos] is value:
-            continue
-        if np.float32(cp["s_out"]) != np.float32(e["scales"][pos]):
-            continue
-        scales = [float(v) for v in e["scales"]]
-        return call, {"qresidual": 1, "res_mode": e["mode"], "res_pos": pos, "res_scales": scales}
-    return None
-
-
-def residual_value16(p: dict[str, Any], q: str, r: str) -> str:
-    """The 16 int8 results (``__m128i``) of a kernel's residual add (``p["qresidual"]``) of ``q``, its
-    own 16 int8 results (``__m128i``), and ``r``, the residual's 16 bytes at the same places: the
-    statements of :class:`ElemwiseQ8Vnni` on them, bit for bit, as one statement expression."""
-    scales = p["res_scales"]
-    lanes = [f"_mm512_cvtepi8_epi32({q})", f"_mm512_cvtepi8_epi32({r})"]
-    if p["res_pos"] == 1:
-        lanes.reverse()
-    vloads, result = q8_elemwise_code(W16, scales, lanes)
-    return (
-        f"({{ const __m512 vinv = {W16.set1(f32(inverse(scales[2])))}; {vloads}"
-        f" const __m512 f = {VEC_MODES[p['res_mode']]}; {result}; }})"
-    )
-
-
 class ElemwiseQ8Vnni(Template):
     """int8 ``quantize(f(dequantize(a), dequantize(b)))`` on same-shape operands (ResNet's residual
     ``QFUSE_ADD_RELU``, MobileNetV2's ``QADD``), 16 lanes at a time, the reference's float32 order."""
@@ -1073,7 +1000,17 @@ class ElemwiseQ8Vnni(Template):
         arity = len(p["strides"])
         size = p["shape"][0]
         scales = p["scales"]
-        vloads, result = q8_elemwise_code(w, scales, [self._load(f"in{i} + i") for i in range(arity)])
+        names = "ab"[:arity]
+        vloads = " ".join(
+            f"const {w.fvec} {names[i]} = {w.helper('xm_qdeq')}({self._load(f'in{i} + i')}, "
+            f"{w.set1(f32(scales[i]))});"
+            for i in range(arity)
+        )
+        # a result no mode can take past float32's range (no infinity, so no NaN) rounds by the
+        # shorter helper of finite values (the same int8 for every finite value, half the operations)
+        largest = 128 * max(scales[:arity]) + 3  # h-swish's x + 3
+        finite = "_finite" if largest * largest * max(1.0, inverse(scales[arity])) < FINITE_BOUND else ""
+        result = f"{w.helper('xm_qscaled', finite)}({w.helper('xm_qmul')}(f, vinv))"
         return exact(f"""
 static void {sym}({_ptr_args(arity, 1)}) {{
   {" ".join(f"const int8_t* in{i} = (const int8_t*)in{i}_;" for i in range(arity))}

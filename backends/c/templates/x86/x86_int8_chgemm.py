@@ -44,7 +44,6 @@ from backends.c.templates.x86.x86_int8 import (
     _has_fbias,
     _kernel_args,
     _vec_int_activation,
-    residual_value16,
 )
 
 CHANNEL_MAX_MR = 8  # pixels of a tile: the byte transpose takes up to 8 rows
@@ -284,7 +283,6 @@ def _store_code(p: dict[str, Any]) -> str:
     ocg = oc // p["groups"]
     ragged = ocg % (16 * nv) != 0
     parts = []
-    residual = " const int8_t* ro = res + (yo - y);" if p.get("qresidual") else ""
     for v in range(nv):
         decls = [f"const int o = g * {ocg} + o0 + {16 * v};"]
         mask = "0xFFFF"
@@ -312,19 +310,8 @@ def _store_code(p: dict[str, Any]) -> str:
             for i in range(mr)
         )
         stores = []
-        out = "g"
-        if p.get("qresidual"):  # channels 2k and 2k + 1 of the MR pixels: 16 lanes of the add
-            out = "h"
-            for k in range(8):
-                pair = [
-                    f"_mm_maskz_loadu_epi8(pm, ro + {c} * {oh * ow}L)" for c in (2 * k, 2 * k + 1)
-                ]
-                if ragged:
-                    pair = [f"({2 * k + h} < nch ? {ld} : _mm_setzero_si128())" for h, ld in enumerate(pair)]
-                r = f"_mm_unpacklo_epi64({pair[0]}, {pair[1]})"
-                stores.append(f"const __m128i h{k} = {residual_value16(p, f'g{k}', r)};")
         for j in range(16):
-            half = f"{out}{j // 2}" if j % 2 == 0 else f"_mm_unpackhi_epi64({out}{j // 2}, {out}{j // 2})"
+            half = f"g{j // 2}" if j % 2 == 0 else f"_mm_unpackhi_epi64(g{j // 2}, g{j // 2})"
             store = f"_mm_mask_storeu_epi8(yo + {j} * {oh * ow}L, pm, {half});"
             stores.append(f"if ({j} < nch) {store}" if ragged else store)
         nch = f"const int nch = {ocg} - (o0 + {16 * v}); (void)nch;" if ragged else ""
@@ -333,7 +320,7 @@ def _store_code(p: dict[str, Any]) -> str:
           __m128i {", ".join(f"r{i} = _mm_setzero_si128()" for i in range(8))};
           {results}
           XM_Q8_TRANSPOSE8x16(r0, r1, r2, r3, r4, r5, r6, r7);
-          int8_t* yo = y + ((long)nn * {oc} + o) * {oh * ow} + (long)oy * {ow} + ox0; {nch}{residual}
+          int8_t* yo = y + ((long)nn * {oc} + o) * {oh * ow} + (long)oy * {ow} + ox0; {nch}
           {" ".join(stores)} }}"""
         )
     return "\n        ".join(parts)

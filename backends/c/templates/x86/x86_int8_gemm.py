@@ -43,7 +43,6 @@ import numpy as np
 from xdsl.ir import Operation
 
 import backends.c.examples as E
-from backends.c.match import dtype_key
 from backends.c.templates import Template
 from backends.c.templates.portable.requant import REQUANT_C, exact
 from backends.c.templates.portable.typed import Conv2dQ8
@@ -64,8 +63,6 @@ from backends.c.templates.x86.x86_int8 import (
     _Relu6Island,
     _requant_operands,
     island_lut_index,
-    residual_of,
-    residual_value16,
 )
 from backends.c.templates.x86.x86_int8_chgemm import (
     CHANNEL_SUPPORT,
@@ -581,16 +578,6 @@ static void {sym}({_kernel_args(p)}) {{
         lanes = [f"t{v}" for v in range(POINTWISE_NV)]
         sums = " ".join(f"const __m512i t{v} = _mm512_add_epi32(c{i}_{v}, bv);" for v in range(POINTWISE_NV))
         store = "_mm512_mask_storeu_epi8(yo + p0, out_mask, z);"
-        if p.get("qresidual"):  # the add on each 16 of the 64 results (pixel order) and the residual's
-            part = "_mm512_extracti32x4_epi32({}, {})"
-            parts = [residual_value16(p, part.format("z", k), part.format("rz", k)) for k in range(4)]
-            joined = "_mm512_castsi128_si512(" + parts[0] + ")"
-            for k in range(1, 4):
-                joined = f"_mm512_inserti32x4({joined}, {parts[k]}, {k})"
-            store = (
-                "{ const __m512i rz = _mm512_maskz_loadu_epi8(out_mask, res + (yo - y) + p0);"
-                f" _mm512_mask_storeu_epi8(yo + p0, out_mask, {joined}); }}"
-            )
         if island_lut_index(p, "t0", "fb") is not None:
             forms = [island_lut_index(p, t, "fb") or ("", "") for t in lanes]
             exact_lanes, affine_lanes = ([form[k] for form in forms] for k in (0, 1))
@@ -708,36 +695,6 @@ class Conv2dQ8Relu6Vnni(_Relu6Island, Conv2dQ8Vnni):
     priority = 102  # ahead of the typecvt family (100), which takes every other typecvt
 
 
-class Conv2dQ8ResidualVnni(Conv2dQ8Vnni):
-    """An int8 convolution and the residual add that reads its result (``x86_int8.residual_of``:
-    ResNet's ``QFUSE_ADD_RELU``) as one kernel: the convolution's int8 result, rounded and saturated
-    as before, goes through the add's own vector operations (``residual_value16``) with the residual's
-    bytes at the same places, in the epilogue of the pointwise and channel-lane modes. The unit serves
-    the add (it runs where the add ran, after both operands exist); the convolution's call is then
-    unread and kernel-select drops it. Saves the int8 tensor's store, its reload and the add's pass."""
-    examples = (
-        E.conv2d_q8_residual((1, 24, 9, 10), 40, 1),  # pointwise mode
-        E.conv2d_q8_residual((1, 20, 6, 7), 36, 3, conv_first=False, act="relu"),  # channel lanes
-        E.conv2d_q8_residual((2, 32, 8, 8), 48, 3, stride=2, mode="qadd"),
-    )
+KERNEL_UNITS = (Conv2dQ8Vnni(), Conv2dQ8Relu6Vnni())
 
-    family = "conv2d_q8_add_x86"
-    ops = (T.ElemwiseMultiTypeOp, T.ElemwiseOp)
-    priority = 102  # ahead of elemwise_q8_x86 (95), which takes every other int8 add
-
-    def match(self, op: Operation) -> Lowered | None:
-        got = residual_of(op, Conv2dQ8Vnni.family, Conv2dQ8Vnni.isa)
-        if got is None:
-            return None
-        conv, residual = got
-        other = op.operands[1 - residual["res_pos"]]
-        return Lowered({**conv.definition().param_values(), **residual}, [*conv.args, other])
-
-    def symbol(self, p: dict[str, Any]) -> str:
-        key = dtype_key(("q8", "q8", "q8"), tuple(p["res_scales"]), (0, 0, 0))
-        return f"{super().symbol(p)}_{p['res_mode']}{p['res_pos']}_{key}"
-
-
-KERNEL_UNITS = (Conv2dQ8Vnni(), Conv2dQ8Relu6Vnni(), Conv2dQ8ResidualVnni())
-
-__all__ = ["KERNEL_UNITS", "VNNI", "Conv2dQ8Gemm", "Conv2dQ8ResidualVnni", "GemmIsa", "choose_tile"]
+__all__ = ["KERNEL_UNITS", "VNNI", "Conv2dQ8Gemm", "GemmIsa", "choose_tile"]
