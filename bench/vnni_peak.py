@@ -5,10 +5,12 @@
 1. The measured single-core int8 multiply-accumulate peak: a C loop of independent ``vpdpbusd zmm``
    chains held in registers (enough accumulators to hide the instruction's latency), compiled with
    gcc for AVX512-VNNI, timed on this thread's CPU clock (a shared machine's load does not skew it).
-   One ``vpdpbusd zmm`` is 16 lanes x 4 u8*s8 products = 64 MACs.
+   One ``vpdpbusd zmm`` is 16 lanes x 4 u8*s8 products = 64 MACs. The int16 ``vpdpwssd`` (32 MACs)
+   the same way: what an exact int16 Winograd F(2,3) could gain at best.
 2. For each model: its convolution and matrix-product GMAC, the lower bound in ms at that peak, ONNX
    Runtime's QDQ int8 latency (``bench_x86.ort_qdq_session``: the same float graph, quantized by ORT;
-   omitted without onnxruntime), xmge's int8 latency, and the fraction of peak that 0.8x ORT would need.
+   omitted without onnxruntime), xmge's int8 latency (and whether its output equals the reference
+   interpreter's), and the fraction of peak that 0.8x ORT would need.
 3. A per-layer table of xmge's int8 model (one profiled build, 1 thread: each kernel call timed): layer,
    kernel family, shape, GMAC, ms and % of the measured peak, so the layers that fall short show.
 
@@ -42,17 +44,26 @@ from dialects import tensor as T  # noqa: E402
 ACCS = 12  # independent accumulators: > latency (4-5 cycles) x throughput (1-2 per cycle)
 
 
-def vnni_peak(iters: int = 20_000_000, repeats: int = 5) -> float:
-    """Single-core int8 GMAC/s of ``ACCS`` independent ``vpdpbusd zmm`` chains (the best of
-    ``repeats`` timings on this thread's CPU clock)."""
+PEAK_INSTRUCTIONS = {
+    # name: (intrinsic, u/a operand, s/b operand, MACs per zmm instruction)
+    "vpdpbusd": ("_mm512_dpbusd_epi32", "_mm512_set1_epi8(3)", "_mm512_set1_epi8(-2)", 64),
+    "vpdpwssd": ("_mm512_dpwssd_epi32", "_mm512_set1_epi16(3)", "_mm512_set1_epi16(-2)", 32),
+}
+
+
+def vnni_peak(instruction: str = "vpdpbusd", iters: int = 20_000_000, repeats: int = 5) -> float:
+    """Single-core GMAC/s of ``ACCS`` independent chains of ``instruction`` on zmm registers (int8
+    ``vpdpbusd``: 64 MACs each; int16 ``vpdpwssd``: 32), the best of ``repeats`` timings on this
+    thread's CPU clock."""
     n = ACCS
+    fn, ua, sb, macs = PEAK_INSTRUCTIONS[instruction]
     src = f"""
 #include <immintrin.h>
 int xm_vnni_peak(long iters) {{
   {" ".join(f"__m512i a{i} = _mm512_set1_epi32({i});" for i in range(n))}
-  const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+  const __m512i u = {ua}, s = {sb};
   for (long k = 0; k < iters; ++k) {{
-    {" ".join(f"a{i} = _mm512_dpbusd_epi32(a{i}, u, s);" for i in range(n))}
+    {" ".join(f"a{i} = {fn}(a{i}, u, s);" for i in range(n))}
     __asm__ volatile("" : {", ".join(f'"+v"(a{i})' for i in range(n))});
   }}
   __m512i t = a0; {" ".join(f"t = _mm512_add_epi32(t, a{i});" for i in range(1, n))}
@@ -74,7 +85,7 @@ int xm_vnni_peak(long iters) {{
             t0 = time.thread_time()
             lib.xm_vnni_peak(iters)
             dt = time.thread_time() - t0
-            best = max(best, iters * n * 64 / dt / 1e9)
+            best = max(best, iters * n * macs / dt / 1e9)
         return best
 
 
@@ -178,8 +189,14 @@ def main() -> None:
     if "avx512_vnni" not in flags:
         print("no AVX512-VNNI on this CPU: the vpdpbusd peak cannot be measured")
         return
-    peak = vnni_peak()
+    peak = vnni_peak("vpdpbusd")
     print(f"vpdpbusd zmm peak, 1 core: {peak:.1f} GMAC/s ({ACCS} independent chains, CPU time)")
+    wssd = vnni_peak("vpdpwssd")
+    print(
+        f"vpdpwssd zmm peak (int16, what a Winograd F(2,3) would multiply with): {wssd:.1f} GMAC/s, "
+        f"{wssd / peak:.2f}x int8's; F(2,3) does 16 products per 4 outputs of a 3x3 tap set (36 direct): "
+        f"at best {peak / wssd * 16 / 36:.3f}x the direct instructions before its transforms"
+    )
     print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
     from bench_x86 import inference_clean_of, make_model, ort_qdq_session
@@ -187,6 +204,7 @@ def main() -> None:
     from compiler.driver.compile import benchmark, compile
     from compiler.driver.targets import host_target
     from compiler.quantization import quantize
+    from semantics import run_module
 
     try:
         import onnxruntime as ort
@@ -206,6 +224,8 @@ def main() -> None:
         qnet = quantize(net, [x])
         model = compile(qnet, str(host_target()), [x], threads=1)
         gmac = model_gmac(model._stages["tensor"])
+        want = run_module(model._stages["tensor"], [x])[0]
+        exact = "yes" if np.array_equal(model(x), want) else "NO"
         bound = gmac / peak * 1e3
         runners: dict[str, Any] = {"xmge": lambda mm=model: mm(x)}
         if ort is not None:
@@ -219,14 +239,14 @@ def main() -> None:
         need = 100 * bound / (0.8 * o) if o == o else math.nan
         summary.append(
             f"{m:<10}{gmac:>8.3f}{bound:>10.2f}{o:>9.2f}{0.8 * o:>9.2f}{need:>9.1f}%{best['xmge']:>9.2f}"
-            f"{100 * bound / best['xmge']:>8.1f}%"
+            f"{100 * bound / best['xmge']:>8.1f}%  {exact}"
         )
         if not args.no_layers:
             tables.append(f"\n{m} int8 ({model.target}, 1 thread), per layer:")
             tables += layer_table(model, x, peak, args.iters)
     print(
         f"\n{'model':<10}{'GMAC':>8}{'bound ms':>10}{'ORT q ms':>9}{'0.8xORT':>9}{'needs':>10}"
-        f"{'xmge ms':>9}{'xmge %':>9}"
+        f"{'xmge ms':>9}{'xmge %':>9}  exact"
     )
     print("\n".join(summary))
     print("\n".join(tables))
