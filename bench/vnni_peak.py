@@ -218,6 +218,7 @@ def main() -> None:
 
     try:
         import onnxruntime as ort
+
         ort.set_default_logger_severity(3)
     except ImportError:
         ort = None
