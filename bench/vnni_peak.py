@@ -270,10 +270,14 @@ def main() -> None:
                 cpu[k] = min(cpu[k], v)
         for label, t in (("wall", best), ("cpu", cpu)):
             o = t.get("ort", math.nan)
-            need = 100 * bound / (0.8 * o) if o == o else math.nan
+            if o == o:
+                peer = f"{o:>9.2f}{0.8 * o:>9.2f}{100 * bound / (0.8 * o):>9.1f}%"
+                ratio = f"{t['xmge'] / o:>8.3f}"
+            else:  # no ONNX Runtime: its columns stay empty
+                peer, ratio = f"{'-':>9}{'-':>9}{'-':>10}", f"{'-':>8}"
             summary.append(
-                f"{m:<10}{label:<5}{gmac:>8.3f}{bound:>10.2f}{o:>9.2f}{0.8 * o:>9.2f}{need:>9.1f}%"
-                f"{t['xmge']:>9.2f}{100 * bound / t['xmge']:>8.1f}%{t['xmge'] / o:>8.3f}  {exact}"
+                f"{m:<10}{label:<5}{gmac:>8.3f}{bound:>10.2f}{peer}"
+                f"{t['xmge']:>9.2f}{100 * bound / t['xmge']:>8.1f}%{ratio}  {exact}"
             )
         if not args.no_layers:
             tables.append(f"\n{m} int8 ({model.target}, 1 thread), per layer:")
