@@ -16,6 +16,13 @@ import numpy as np
 import pytest
 
 import backends.c.templates.x86.winograd as winograd
+import compiler as xm
+from compiler.driver import tuner
+from compiler.driver.compile import compile as xcompile
+from compiler.driver.targets import parse_target
+from compiler.tuning import TuningFile, key_for
+from passes.lowering.select import op_signature
+from semantics import run_module
 from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 
@@ -172,3 +179,38 @@ def test_winograd_matches_torch(m: int, monkeypatch: pytest.MonkeyPatch) -> None
     got = one.run(inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     assert_threads_agree(fn, inputs, TARGETS[1], one)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_other_tile_through_a_tuning_choice(target: str) -> None:
+    """``conv2d_winograd_nchw88_other`` (the tile the rule does not pick, for the tuner) is never the
+    untuned choice; chosen through a tuning file it runs F(4, 3) where the rule picks F(2, 3), F(2, 3)
+    where the rule's F(4, 3) is its fallback below 16x16 or where it stays direct, within the
+    Winograd tolerance of the reference, the same bits on 1 and 2 threads."""
+    cases = [
+        (1, 32, 14, 13, 40, 3, 1, 1, 1, 1, "residual"),  # rule F(2, 3) -> F(4, 3), partial tiles
+        (1, 264, 10, 11, 264, 3, 1, 1, 1, 1, "relu"),  # rule F(4, 3) (F(2, 3)'s U too large) -> F(2, 3)
+        (1, 264, 5, 6, 256, 3, 1, 1, 1, 1, "relu"),  # rule direct (channels) -> F(2, 3)
+        (1, 8, 12, 12, 16, 3, 1, 1, 1, 1, "relu"),  # too few channels: no other tile, stays direct
+    ]
+    fn, inputs = _conv_model(cases, np.random.default_rng(41))
+    untuned = check(fn, inputs, target)
+    assert "conv2d_winograd_nchw88_other" not in untuned.ir("c")
+    t = parse_target(target)
+    family = "conv2d_winograd_nchw88_other"
+    ops = [op for op in untuned._stages["inference"].walk() if family in tuner.candidates(op, t)]
+    assert len(ops) == 3
+    tf = TuningFile(key_for(t, 1), {op_signature(op): family for op in ops})
+    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
+    traced(*[xm.tensor(x) for x in inputs])
+    tuned = xcompile(traced, target, tuning_file=tf)
+    source = tuned.ir("c")
+    assert source.count(f"static void {family}_f4_") == 1 and source.count(f"static void {family}_f2_") == 2
+    assert source.count("static void conv2d_nchw88_dense_") == 1
+    want = run_module(untuned._stages["tensor"], list(inputs))  # type: ignore[arg-type]
+    got = tuned.run(inputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+    two = xcompile(traced, target, tuning_file=TuningFile(key_for(t, 2), tf.choices), threads=2)
+    for a, b in zip(got, two.run(inputs), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -178,6 +178,29 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
     return 4 if fallback else None
 
 
+def other_tile(p: dict[str, Any]) -> int | None:
+    """The Winograd tile :func:`winograd_tile` does not pick, for the tuner to time against it (None:
+    no other one): F(4, 3) where it picks F(2, 3), F(2, 3) where F(4, 3) is its fallback below 16x16
+    outputs, and F(2, 3) where it keeps a conv direct for its channel count. Its thresholds were set
+    on a CPU with two 512-bit FMA pipes; on one with a single one (Zen 4) Winograd's saved
+    multiplications weigh more against its transforms and U's traffic: ResNet-50's 14x14x256 convs
+    ran F(4, 3) 0.76-0.83 ms against F(2, 3)'s 0.97-1.01, its 7x7x512 ones F(2, 3) 1.33-1.53 against
+    direct 2.1 (EPYC, 1 thread, each layer's fastest of 30 model runs)."""
+    if p.get("mode") != "dense" or p["dtype"] != "f32":
+        return None
+    if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (3, 3, 1, 1, 1, 1):
+        return None
+    if min(p["ic"], p["oc"]) < WINOGRAD_MIN_CHANNELS:
+        return None
+    spatial = min(p["oh"], p["ow"])
+    m = winograd_tile(p)
+    if m == 2:
+        return 4
+    if m is None:
+        return 2 if spatial >= WINOGRAD_F2_MIN_SPATIAL else None
+    return 2 if spatial < WINOGRAD_F4_MIN_SPATIAL else None
+
+
 class ConvWinogradNchw88(_Nchw88Base):
     """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)``."""
     # F(2, 3) below 16x16 outputs, F(4, 3) above
@@ -196,11 +219,15 @@ class ConvWinogradNchw88(_Nchw88Base):
     budget: ClassVar[int] = 768 * 1024  # bytes of V + M per tile block (L2-resident)
     l2: ClassVar[int] = 2 * 1024 * 1024  # V + M of every tile up to this: one block
 
+    def tile_of(self, p: dict[str, Any]) -> int | None:
+        """The output tile ``m`` of this family for a dense conv's parameters (None: no match)."""
+        return winograd_tile(p)
+
     def match(self, op: Operation) -> Lowered | None:
         lowered = conv_nchw88(op, chan=False)
         if lowered is None:
             return None
-        m = winograd_tile(lowered.params)
+        m = self.tile_of(lowered.params)
         if m is None:
             return None
         drop = ("fh", "fw", "sh", "sw", "dh", "dw", "mode", "groups")
@@ -210,7 +237,7 @@ class ConvWinogradNchw88(_Nchw88Base):
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            "conv2d_winograd_nchw88", f"f{p['m']}", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}",
+            self.family, f"f{p['m']}", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}",
             f"oc{p['oc']}", f"p{p['ph']}x{p['pw']}", p["dtype"], "bias" if p["bias"] else "",
             "res" if p["residual"] else "", p["act"].upper() if p["act"] != "identity" else "",
         )  # fmt: skip
@@ -432,4 +459,33 @@ class ConvWinogradNchw88Avx512(ConvWinogradNchw88):
     jmax, imax = 2, 12
 
 
-KERNEL_UNITS = (ConvWinogradNchw88(), ConvWinogradNchw88Avx512())
+class ConvWinogradNchw88Other(ConvWinogradNchw88):
+    """``conv2d_winograd_nchw88_other``: the same kernel with the tile :func:`other_tile` gives, ranked
+    after the direct kernel so that only tuning (``compile(tune=True)``) picks it."""
+
+    examples = ()
+    examples_reason = (
+        "ranked after conv2d_nchw88, which accepts every conv this family does: only a tuning choice "
+        "picks it (tests/test_codegen_winograd.py: test_other_tile_through_a_tuning_choice)"
+    )
+    family = "conv2d_winograd_nchw88_other"
+    priority = 275
+
+    def tile_of(self, p: dict[str, Any]) -> int | None:
+        return other_tile(p)
+
+
+class ConvWinogradNchw88OtherAvx512(ConvWinogradNchw88Other):
+    """:class:`ConvWinogradNchw88Other` with :class:`ConvWinogradNchw88Avx512`'s register tiles."""
+
+    isa = "avx512"
+    vw = 16
+    jmax, imax = 2, 12
+
+
+KERNEL_UNITS = (
+    ConvWinogradNchw88(),
+    ConvWinogradNchw88Avx512(),
+    ConvWinogradNchw88Other(),
+    ConvWinogradNchw88OtherAvx512(),
+)
