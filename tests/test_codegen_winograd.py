@@ -185,13 +185,16 @@ def test_winograd_matches_torch(m: int, monkeypatch: pytest.MonkeyPatch) -> None
 def test_other_tile_through_a_tuning_choice(target: str) -> None:
     """``conv2d_winograd_nchw88_other`` (the tile the rule does not pick, for the tuner) is never the
     untuned choice; chosen through a tuning file it runs F(4, 3) where the rule picks F(2, 3), F(2, 3)
-    where the rule's F(4, 3) is its fallback below 16x16 or where it stays direct, within the
-    Winograd tolerance of the reference, the same bits on 1 and 2 threads."""
+    where the rule's F(4, 3) is its fallback below 16x16 or where it stays direct, and the stride-2
+    F(2, 3) for stride-2 convs, within the Winograd tolerance of the reference, the same bits on 1
+    and 2 threads."""
     cases = [
         (1, 32, 14, 13, 40, 3, 1, 1, 1, 1, "residual"),  # rule F(2, 3) -> F(4, 3), partial tiles
         (1, 264, 10, 11, 264, 3, 1, 1, 1, 1, "relu"),  # rule F(4, 3) (F(2, 3)'s U too large) -> F(2, 3)
         (1, 264, 5, 6, 256, 3, 1, 1, 1, 1, "relu"),  # rule direct (channels) -> F(2, 3)
         (1, 8, 12, 12, 16, 3, 1, 1, 1, 1, "relu"),  # too few channels: no other tile, stays direct
+        (1, 24, 17, 19, 40, 3, 2, 1, 1, 1, "residual"),  # stride 2 (direct) -> its F(2, 3): 9 x 10 outputs
+        (2, 16, 20, 18, 24, 3, 2, 0, 1, 1, "hswish"),  # stride 2, no padding, batch 2: 9 x 8 outputs
     ]
     fn, inputs = _conv_model(cases, np.random.default_rng(41))
     untuned = check(fn, inputs, target)
@@ -199,13 +202,14 @@ def test_other_tile_through_a_tuning_choice(target: str) -> None:
     t = parse_target(target)
     family = "conv2d_winograd_nchw88_other"
     ops = [op for op in untuned._stages["inference"].walk() if family in tuner.candidates(op, t)]
-    assert len(ops) == 3
+    assert len(ops) == 5
     tf = TuningFile(key_for(t, 1), {op_signature(op): family for op in ops})
     traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
     traced(*[xm.tensor(x) for x in inputs])
     tuned = xcompile(traced, target, tuning_file=tf)
     source = tuned.ir("c")
-    assert source.count(f"static void {family}_f4_") == 1 and source.count(f"static void {family}_f2_") == 2
+    assert source.count(f"static void {family}_f4_") == 1 and source.count(f"static void {family}_f2_n") == 2
+    assert source.count(f"static void {family}_f2_s2_") == 2
     assert source.count("static void conv2d_nchw88_dense_") == 1
     want = run_module(untuned._stages["tensor"], list(inputs))  # type: ignore[arg-type]
     got = tuned.run(inputs)

@@ -50,7 +50,8 @@ from backends.c.templates.x86.nchw88 import (
     conv_nchw88,
     offset,
 )
-from backends.c.templates.x86.winograd_transforms import TRANSFORMS, VectorOps, plan_2d, transform_filter
+from backends.c.templates.x86.winograd_transforms import TRANSFORMS as TRANSFORMS  # x86_fp16_winograd's
+from backends.c.templates.x86.winograd_transforms import VectorOps, plan_2d, transform_filter, transforms
 from dialects.layout import SPECS, Layout, winograd_filter_spec, winograd_tile_spec
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
@@ -143,6 +144,9 @@ WINOGRAD_F4_MIN_SPATIAL = 16  # F(4, 3) from here; F(2, 3) below where the chann
 WINOGRAD_F4_FALLBACK_SPATIAL = 10  # F(4, 3) from here where F(2, 3)'s U is too large ...
 WINOGRAD_F4_FALLBACK_MAX_MACS = 8 * 1024 * 1024 // 36  # ... and F(4, 3)'s U within 32 MiB
 WINOGRAD_F2_MIN_SPATIAL = 4
+# the stride-2 F(2, 3) from here: a 7x7 output's 4x4 tiles (8x8) do 400 products per channel pair
+# where direct does 441
+STRIDE2_MIN_SPATIAL = 8
 L1_SETS, LINE_FLOATS = 64, 16  # the L1D's sets (48 KB, 12 ways) and floats per 64-byte line
 
 
@@ -181,18 +185,20 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
 def other_tile(p: dict[str, Any]) -> int | None:
     """The Winograd tile :func:`winograd_tile` does not pick, for the tuner to time against it (None:
     no other one): F(4, 3) where it picks F(2, 3), F(2, 3) where F(4, 3) is its fallback below 16x16
-    outputs, and F(2, 3) where it keeps a conv direct for its channel count. Its thresholds were set
+    outputs, F(2, 3) where it keeps a conv direct for its channel count, and the stride-2 F(2, 3)
+    (:data:`winograd_transforms.STRIDE2_TRANSFORMS`: 25 products per 4 outputs, not 36) for stride-2
+    3x3 convs from :data:`STRIDE2_MIN_SPATIAL` outputs. Its thresholds were set
     on a CPU with two 512-bit FMA pipes; on one with a single one (Zen 4) Winograd's saved
     multiplications weigh more against its transforms and U's traffic: ResNet-50's 14x14x256 convs
     ran F(4, 3) 0.76-0.83 ms against F(2, 3)'s 0.97-1.01, its 7x7x512 ones F(2, 3) 1.33-1.53 against
     direct 2.1 (EPYC, 1 thread, each layer's fastest of 30 model runs)."""
-    if p.get("mode") != "dense" or p["dtype"] != "f32":
-        return None
-    if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (3, 3, 1, 1, 1, 1):
-        return None
-    if min(p["ic"], p["oc"]) < WINOGRAD_MIN_CHANNELS:
+    if p.get("mode") != "dense" or p["dtype"] != "f32" or min(p["ic"], p["oc"]) < WINOGRAD_MIN_CHANNELS:
         return None
     spatial = min(p["oh"], p["ow"])
+    if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) == (3, 3, 2, 2, 1, 1):
+        return 2 if spatial >= STRIDE2_MIN_SPATIAL else None
+    if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (3, 3, 1, 1, 1, 1):
+        return None
     m = winograd_tile(p)
     if m == 2:
         return 4
@@ -233,18 +239,21 @@ class ConvWinogradNchw88(_Nchw88Base):
         drop = ("fh", "fw", "sh", "sw", "dh", "dw", "mode", "groups")
         params = {k: v for k, v in lowered.params.items() if k not in drop}
         params["m"] = m
+        if lowered.params["sh"] != 1:  # the stride-2 transforms (other_tile)
+            params["s"] = lowered.params["sh"]
         return Lowered(params, lowered.operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            self.family, f"f{p['m']}", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}",
+            self.family, f"f{p['m']}", f"s{p['s']}" if p.get("s", 1) != 1 else "",
+            f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}",
             f"oc{p['oc']}", f"p{p['ph']}x{p['pw']}", p["dtype"], "bias" if p["bias"] else "",
             "res" if p["residual"] else "", p["act"].upper() if p["act"] != "identity" else "",
         )  # fmt: skip
 
     def geometry(self, p: dict[str, Any]) -> dict[str, int]:
         m = p["m"]
-        a = m + 2
+        a = len(transforms(m, p.get("s", 1))[0])  # points per axis (= the patch's inputs)
         th, tw = -(-p["oh"] // m), -(-p["ow"] // m)
         panel = self.jmax * self.vw
         icp, ocp = -(-p["ic"] // VEC) * VEC, -(-p["oc"] // panel) * panel
@@ -279,7 +288,7 @@ class ConvWinogradNchw88(_Nchw88Base):
         if operand != 1:
             return super().pack(operand, array, p)
         logical = SPECS[Layout.KCRSc8k8].unpack(np.asarray(array, np.float32))
-        u = transform_filter(logical[: p["oc"], : p["ic"]], p["m"])
+        u = transform_filter(logical[: p["oc"], : p["ic"]], p["m"], stride=p.get("s", 1))
         panel = self.jmax * self.vw
         return np.ascontiguousarray(winograd_filter_spec(panel).pack(u)), f"winograd_f{p['m']}_k{panel}"
 
@@ -297,7 +306,8 @@ class ConvWinogradNchw88(_Nchw88Base):
         geo = self.geometry(p)
         a, tw, nt_tiles, tb, icp, ocp = geo["A"], geo["TW"], geo["T"], geo["TB"], geo["ICP"], geo["OCP"]
         ib = geo["IB"]
-        bt, _, at = TRANSFORMS[m]
+        stride = p.get("s", 1)
+        bt, _, at = transforms(m, stride)
         v_n, _ = self._sizes(p)
         args, casts = _signature("float", p)
         # every activation / filter / scratch offset from layout.py
@@ -394,7 +404,7 @@ static void {sym}({args}) {{
             continue;
           }}
           const int th = (t0 + tl) / {tw}, tw = (t0 + tl) % {tw};
-          const int r0 = th * {m} - {ph}, c0 = tw * {m} - {pw};
+          const int r0 = th * {m * stride} - {ph}, c0 = tw * {m * stride} - {pw};
           /* the patch straight from x inside the image; tiles over its border copy it with the
              padding's zeros into pt first */
           float pt[{a * a * VEC}];

@@ -95,11 +95,31 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
     ),
 }
 
+# m -> (B^T, G, A^T) of the stride-2 correlation y[i] = sum_k g[k] d[2i + k] of an m-output tile
+# over its 2m + 1 inputs, split by phase: the even inputs d[0], d[2], ... meet the 2-tap filter
+# (g[0], g[2]), whose m outputs take F(m, 2)'s m + 1 products; the odd ones meet g[1] alone, m
+# products. 2m + 1 points per axis where direct summation takes 3m products: F(2, 3) stride 2 is
+# 25 products per 4 outputs in 2-D instead of 36, every coefficient +-1 (exact transforms).
+STRIDE2_TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
+    2: (
+        # points: g0 (d0 - d2), (g0 + g2) d2, g2 (d4 - d2) [F(2, 2) on the even phase]; g1 d1, g1 d3
+        _m([[1, 0, -1, 0, 0], [0, 0, 1, 0, 0], [0, 0, -1, 0, 1], [0, 1, 0, 0, 0], [0, 0, 0, 1, 0]]),
+        _m([[1, 0, 0], [1, 0, 1], [0, 0, 1], [0, 1, 0], [0, 1, 0]]),
+        _m([[1, 1, 0, 1, 0], [0, 1, 1, 0, 1]]),
+    ),
+}
 
-def transform_filter(g: np.ndarray, m: int, dtype: type = np.float32) -> np.ndarray:
+
+def transforms(m: int, stride: int = 1) -> tuple[Matrix, Matrix, Matrix]:
+    """``(B^T, G, A^T)`` of the 3-tap ``m``-output tile at ``stride`` (1: :data:`TRANSFORMS`, 2:
+    :data:`STRIDE2_TRANSFORMS`); ``len(B^T)`` points per axis over ``len(B^T[0])`` inputs."""
+    return (TRANSFORMS if stride == 1 else STRIDE2_TRANSFORMS)[m]
+
+
+def transform_filter(g: np.ndarray, m: int, dtype: type = np.float32, stride: int = 1) -> np.ndarray:
     """``U = G g G^T`` of logical ``(K, C, 3, 3)`` filters: ``(K, C, A, A)``, computed in float64 and
     rounded once to ``dtype``."""
-    G = np.array(TRANSFORMS[m][1], np.float64)
+    G = np.array(transforms(m, stride)[1], np.float64)
     return np.einsum("ik,ockl,jl->ocij", G, np.asarray(g, np.float64), G).astype(dtype)
 
 
