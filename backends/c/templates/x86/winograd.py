@@ -145,8 +145,11 @@ WINOGRAD_F4_FALLBACK_SPATIAL = 10  # F(4, 3) from here where F(2, 3)'s U is too 
 WINOGRAD_F4_FALLBACK_MAX_MACS = 8 * 1024 * 1024 // 36  # ... and F(4, 3)'s U within 32 MiB
 WINOGRAD_F2_MIN_SPATIAL = 4
 # the stride-2 F(2, 3) from here: a 7x7 output's 4x4 tiles (8x8) do 400 products per channel pair
-# where direct does 441
+# where direct does 441 (ResNet-50's 14 -> 7 x 512: 2.42 ms against direct 2.37, thread-CPU, EPYC);
+# the stride-2 F(4, 3) from 16x16 (56 -> 28 x 128: 1.78 ms, F(2, 3) 1.97, direct 2.52; 28 -> 14 x
+# 256, whose 4x4 tiles cover 16x16: F(4, 3) 2.77, F(2, 3) 1.71, direct 2.31)
 STRIDE2_MIN_SPATIAL = 8
+STRIDE2_F4_MIN_SPATIAL = 16
 L1_SETS, LINE_FLOATS = 64, 16  # the L1D's sets (48 KB, 12 ways) and floats per 64-byte line
 
 
@@ -185,9 +188,10 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
 def other_tile(p: dict[str, Any]) -> int | None:
     """The Winograd tile :func:`winograd_tile` does not pick, for the tuner to time against it (None:
     no other one): F(4, 3) where it picks F(2, 3), F(2, 3) where F(4, 3) is its fallback below 16x16
-    outputs, F(2, 3) where it keeps a conv direct for its channel count, and the stride-2 F(2, 3)
-    (:data:`winograd_transforms.STRIDE2_TRANSFORMS`: 25 products per 4 outputs, not 36) for stride-2
-    3x3 convs from :data:`STRIDE2_MIN_SPATIAL` outputs. Its thresholds were set
+    outputs, F(2, 3) where it keeps a conv direct for its channel count, and for stride-2 3x3 convs
+    the stride-2 F(2, 3) from :data:`STRIDE2_MIN_SPATIAL` outputs, F(4, 3) from
+    :data:`STRIDE2_F4_MIN_SPATIAL` (:data:`winograd_transforms.STRIDE2_TRANSFORMS`: 25 products per
+    2x2 outputs instead of 36, 81 per 4x4 instead of 144). Its thresholds were set
     on a CPU with two 512-bit FMA pipes; on one with a single one (Zen 4) Winograd's saved
     multiplications weigh more against its transforms and U's traffic: ResNet-50's 14x14x256 convs
     ran F(4, 3) 0.76-0.83 ms against F(2, 3)'s 0.97-1.01, its 7x7x512 ones F(2, 3) 1.33-1.53 against
@@ -196,7 +200,7 @@ def other_tile(p: dict[str, Any]) -> int | None:
         return None
     spatial = min(p["oh"], p["ow"])
     if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) == (3, 3, 2, 2, 1, 1):
-        return 2 if spatial >= STRIDE2_MIN_SPATIAL else None
+        return None if spatial < STRIDE2_MIN_SPATIAL else 4 if spatial >= STRIDE2_F4_MIN_SPATIAL else 2
     if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (3, 3, 1, 1, 1, 1):
         return None
     m = winograd_tile(p)

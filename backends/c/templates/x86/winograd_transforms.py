@@ -95,19 +95,41 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
     ),
 }
 
-# m -> (B^T, G, A^T) of the stride-2 correlation y[i] = sum_k g[k] d[2i + k] of an m-output tile
-# over its 2m + 1 inputs, split by phase: the even inputs d[0], d[2], ... meet the 2-tap filter
-# (g[0], g[2]), whose m outputs take F(m, 2)'s m + 1 products; the odd ones meet g[1] alone, m
-# products. 2m + 1 points per axis where direct summation takes 3m products: F(2, 3) stride 2 is
-# 25 products per 4 outputs in 2-D instead of 36, every coefficient +-1 (exact transforms).
-STRIDE2_TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
+# m -> (B^T, G, A^T) of F(m, 2), the 2-tap correlation y[i] = g[0] d[i] + g[1] d[i + 1]: F(2, 2) as
+# g0 (d0 - d1), (g0 + g1) d1, g1 (d2 - d1) (exact); F(4, 2) on the points 0, +-1, +-2 (Toom-Cook,
+# B^T's rows scaled to small integers, their inverses in G)
+TWO_TAP: dict[int, tuple[Matrix, Matrix, Matrix]] = {
     2: (
-        # points: g0 (d0 - d2), (g0 + g2) d2, g2 (d4 - d2) [F(2, 2) on the even phase]; g1 d1, g1 d3
-        _m([[1, 0, -1, 0, 0], [0, 0, 1, 0, 0], [0, 0, -1, 0, 1], [0, 1, 0, 0, 0], [0, 0, 0, 1, 0]]),
-        _m([[1, 0, 0], [1, 0, 1], [0, 0, 1], [0, 1, 0], [0, 1, 0]]),
-        _m([[1, 1, 0, 1, 0], [0, 1, 1, 0, 1]]),
+        _m([[1, -1, 0], [0, 1, 0], [0, -1, 1]]),
+        _m([[1, 0], [1, 1], [0, 1]]),
+        _m([[1, 1, 0], [0, 1, 1]]),
+    ),
+    4: (
+        _m([[4, 0, -5, 0, 1], [0, 4, 4, -1, -1], [0, -4, 4, 1, -1], [0, -2, -1, 2, 1], [0, 2, -1, -2, 1]]),
+        _m([["1/4", 0], ["1/6", "1/6"], ["1/6", "-1/6"], ["1/24", "1/12"], ["1/24", "-1/12"]]),
+        _m([[1, 1, 1, 1, 1], [0, 1, -1, 2, -2], [0, 1, 1, 4, 4], [0, 1, -1, 8, -8]]),
     ),
 }
+
+
+def _stride2(bt: Matrix, g: Matrix, at: Matrix) -> tuple[Matrix, Matrix, Matrix]:
+    """``(B^T, G, A^T)`` of the stride-2 3-tap correlation ``y[i] = sum_k g[k] d[2i + k]`` of an
+    ``m``-output tile over its ``2m + 1`` inputs, from F(m, 2)'s: split by phase, the even inputs
+    ``d[0], d[2], ...`` meet the taps ``(g[0], g[2])`` through F(m, 2) (``m + 1`` points), the odd
+    ones ``g[1]`` alone (``m`` points, one per output): ``2m + 1`` points per axis where direct
+    summation takes ``3m`` products (2-D: 25 per 2x2 outputs instead of 36, 81 per 4x4 instead of
+    144)."""
+    m, n = len(at), 2 * len(at) + 1
+    zero = Fraction(0)
+    bt2 = [[row[k // 2] if k % 2 == 0 else zero for k in range(n)] for row in bt]
+    bt2 += [[Fraction(int(k == 2 * i + 1)) for k in range(n)] for i in range(m)]
+    g2 = [[row[0], zero, row[1]] for row in g] + [[zero, Fraction(1), zero] for _ in range(m)]
+    at2 = [row + [Fraction(int(k == i)) for k in range(m)] for i, row in enumerate(at)]
+    return bt2, g2, at2
+
+
+# m -> (B^T, G, A^T) of the stride-2 3-tap correlation (:func:`_stride2`)
+STRIDE2_TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {m: _stride2(*TWO_TAP[m]) for m in TWO_TAP}
 
 
 def transforms(m: int, stride: int = 1) -> tuple[Matrix, Matrix, Matrix]:
