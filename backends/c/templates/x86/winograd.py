@@ -294,7 +294,9 @@ class ConvWinogradNchw88(_Nchw88Base):
         logical = SPECS[Layout.KCRSc8k8].unpack(np.asarray(array, np.float32))
         u = transform_filter(logical[: p["oc"], : p["ic"]], p["m"], stride=p.get("s", 1))
         panel = self.jmax * self.vw
-        return np.ascontiguousarray(winograd_filter_spec(panel).pack(u)), f"winograd_f{p['m']}_k{panel}"
+        stride = f"_s{p['s']}" if p.get("s", 1) != 1 else ""  # another transform: another packing
+        packed = np.ascontiguousarray(winograd_filter_spec(panel).pack(u))
+        return packed, f"winograd_f{p['m']}{stride}_k{panel}"
 
     def prefetch_hint(self, icp: int) -> str:
         """Where the GEMM prefetches the next panel's ``U``: L1 while two panels fit beside the
