@@ -1,6 +1,9 @@
 """Winograd convolutions for x86 NCHW88: ``F(m x m, 3 x 3)`` (``m`` = 4 or 2) for dense 3x3 stride-1
 convolutions, registered on the ``avx2`` ISA (ymm, 16 output channels x 6 tiles per register tile)
-and the ``avx512`` ISA (zmm, 32 output channels x 12 tiles).
+and the ``avx512`` ISA (zmm, 32 output channels x 12 tiles). The tuner-only family
+``conv2d_winograd_nchw88_other`` (:func:`other_tile`) runs the same kernel with the other tile, and
+stride-2 3x3 convolutions through the stride-2 transforms (``(2m + 1)^2`` points over a
+``(2m + 1)^2`` patch, :data:`winograd_transforms.STRIDE2_TRANSFORMS`).
 
 ``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile ``y`` and ``(m + 2)^2`` input patch
 ``d``, summed over input channels: the filter transform ``U = G g G^T`` is done ahead of time by
@@ -212,7 +215,8 @@ def other_tile(p: dict[str, Any]) -> int | None:
 
 
 class ConvWinogradNchw88(_Nchw88Base):
-    """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)``."""
+    """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)`` (stride
+    2 as well with the parameter ``s``, which only :class:`ConvWinogradNchw88Other` sets)."""
     # F(2, 3) below 16x16 outputs, F(4, 3) above
     examples = (
         E.conv_case((2, 40, 14, 13, 56, 3, 1, 1, 1, 1, "residual")),
