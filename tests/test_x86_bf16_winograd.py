@@ -81,7 +81,9 @@ def test_winograd_reads_and_stores_bf16(case: tuple[Any, list[np.ndarray], dict[
     wino = [c for c in calls if c[0].startswith("conv2d_winograd_nchw88_f4")]
     assert len(wino) == 1 and wino[0][0].endswith("_xb_yb"), calls
     assert wino[0][2].startswith("tensor<1x3x18x17x8xbf16") and "xbf16" in wino[0][3], wino
-    assert re.search(r'kernel\.def @conv2d_winograd_nchw88_f4\w*_xb_yb = "conv2d_winograd_nchw88" \["avx512bf16"\]', ir)
+    assert re.search(
+        r'kernel\.def @conv2d_winograd_nchw88_f4\w*_xb_yb = "conv2d_winograd_nchw88" \["avx512bf16"\]', ir
+    )
     direct = [c[0] for c in calls if c[0].startswith("conv2d_nchw88_bf16")]
     assert [s.endswith(("_yb", "_xb")) for s in direct] == [True, True], direct
 
@@ -91,7 +93,9 @@ def test_float32_target_unchanged(case: tuple[Any, list[np.ndarray], dict[str, n
     fn, inputs, _ = case
     ir = compile_fn(fn, inputs, "x86-avx512-nchw88").ir("kernel-plan-memory")
     assert "xbf16" not in ir and "avx512bf16" not in ir
-    assert re.search(r'kernel\.def @conv2d_winograd_nchw88_f4\w*_RELU = "conv2d_winograd_nchw88" \["avx512"\]', ir)
+    assert re.search(
+        r'kernel\.def @conv2d_winograd_nchw88_f4\w*_RELU = "conv2d_winograd_nchw88" \["avx512"\]', ir
+    )
 
 
 def _error(got: np.ndarray, want: np.ndarray) -> float:

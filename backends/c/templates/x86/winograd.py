@@ -357,9 +357,7 @@ class ConvWinogradNchw88(_Nchw88Base):
         x_b16, y_b16 = self._b16(p)
         load = "xm_n88_bf16_ld8" if x_b16 else "_mm256_loadu_ps"  # bfloat16 widened exactly
         in_t = [
-            f"const __m256 d{i}_{j} = {load}(dp + {i} * dh + {j * d_w});"
-            for i in range(a)
-            for j in range(a)
+            f"const __m256 d{i}_{j} = {load}(dp + {i} * dh + {j * d_w});" for i in range(a) for j in range(a)
         ]
         in_t += TRANSFORM_OPS.statements(plan_2d(bt, "d", "v"))
         in_t += [
