@@ -228,6 +228,7 @@ class ConvWinogradNchw88(_Nchw88Base):
     priority = 290  # ahead of the direct conv2d_nchw88 where winograd_tile says it wins
     epilogues = {"float32": FULL_EPILOGUE}  # float32 only (winograd_tile); xm_n88_act per output vector
     vw: ClassVar[int] = 8  # output channels per filter vector
+    gemm_isa: ClassVar[str] = "avx2"  # names the register tiles (gemm_ukr)
     jmax: ClassVar[int] = 2  # filter vectors per register tile (U's panel: jmax * vw output channels)
     imax: ClassVar[int] = 6  # tiles per register tile at most
     budget: ClassVar[int] = 768 * 1024  # bytes of V + M per tile block (L2-resident)
@@ -390,7 +391,7 @@ class ConvWinogradNchw88(_Nchw88Base):
                     + " }"
                 )
         hint = self.prefetch_hint(icp)
-        gname = f"xm_wino_{self.isa}_gemm{hint.lower().replace('_mm_hint', '')}"
+        gname = f"xm_wino_{self.gemm_isa}_gemm{hint.lower().replace('_mm_hint', '')}"
         gemm_calls = []
         for j in range(1, self.jmax + 1):
             call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}, pf, pstep); break;"
@@ -422,7 +423,7 @@ class ConvWinogradNchw88(_Nchw88Base):
         par2 = omp_for(region, 2)
         # the register tiles this conv calls, emitted once per translation unit
         ukrs = "".join(
-            _guarded(f"{gname}_{j}x{i}".upper(), gemm_ukr(self.isa, self.vw, j, i, hint))
+            _guarded(f"{gname}_{j}x{i}".upper(), gemm_ukr(self.gemm_isa, self.vw, j, i, hint))
             for j in range(1, self.jmax + 1)
             for i in range(1, ib + 1)
         )
@@ -510,6 +511,7 @@ class ConvWinogradNchw88Avx512(ConvWinogradNchw88):
     """The AVX-512 variant: zmm filter vectors of 16 output channels, 2 x 12 register tiles."""
 
     isa = "avx512"
+    gemm_isa = "avx512"
     vw = 16
     jmax, imax = 2, 12
 
@@ -561,6 +563,7 @@ class ConvWinogradNchw88OtherAvx512(ConvWinogradNchw88Other):
     """:class:`ConvWinogradNchw88Other` with :class:`ConvWinogradNchw88Avx512`'s register tiles."""
 
     isa = "avx512"
+    gemm_isa = "avx512"
     vw = 16
     jmax, imax = 2, 12
 
