@@ -3,11 +3,11 @@
 stores its result as bfloat16 tensors where ``kernel-bf16-activations`` chooses so; transforms, GEMM
 and epilogue stay float32.
 
-Network: a bfloat16 1x1 conv, the 3x3 conv (18x17 outputs: F(4, 3) with partial border tiles, 24
-input channels, 40 output channels: a partial filter panel) and a bfloat16 1x1 conv reading its
-result. Numerics against the contract in float64 (the bfloat16 convs' inputs and filters rounded,
-the two bfloat16 activations rounded once, the Winograd conv's filters float32), against float32,
-and 1 against 2 threads (bit-identical: no reduction is split between threads)."""
+Network: a bfloat16 1x1 conv, the 3x3 conv reading its result as input and residual (18x17
+outputs: F(4, 3) with partial border tiles; 40 channels: a partial filter panel) and a bfloat16 1x1
+conv reading its result. Numerics against the contract in float64 (the bfloat16 convs' inputs and
+filters rounded, the two bfloat16 activations rounded once, the Winograd conv's filters float32),
+against float32, and 1 against 2 threads (bit-identical: no reduction is split between threads)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def _weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
         return (rng.standard_normal((oc, ic, k, k)) * (1.5 / np.sqrt(ic * k * k))).astype(np.float32)
 
     return {
-        "a": w(24, 16, 1), "b": w(40, 24, 3), "c": w(32, 40, 1),
-        "ba": rng.uniform(-0.1, 0.1, 24).astype(np.float32),
+        "a": w(40, 16, 1), "b": w(40, 40, 3), "c": w(32, 40, 1),
+        "ba": rng.uniform(-0.1, 0.1, 40).astype(np.float32),
         "bb": rng.uniform(-0.1, 0.1, 40).astype(np.float32),
     }  # fmt: skip
 
@@ -43,7 +43,7 @@ def _weights(rng: np.random.Generator) -> dict[str, np.ndarray]:
 def _net(ws: dict[str, np.ndarray]) -> Any:
     def f(x: Tensor) -> Tensor:
         a = F.relu(F.conv2d(x, Tensor(ws["a"]), Tensor(ws["ba"].reshape(1, -1, 1, 1))))
-        b = F.relu(F.conv2d(a, Tensor(ws["b"]), Tensor(ws["bb"].reshape(1, -1, 1, 1)), padding=1))
+        b = F.relu(F.conv2d(a, Tensor(ws["b"]), Tensor(ws["bb"].reshape(1, -1, 1, 1)), padding=1) + a)
         return F.conv2d(b, Tensor(ws["c"]))
 
     return f
@@ -61,7 +61,7 @@ def _contract(x: np.ndarray, ws: dict[str, np.ndarray]) -> np.ndarray:
     conv = torch.nn.functional.conv2d
     rb = round_bfloat16
     a = r(torch.relu(conv(t(rb(x)), t(rb(ws["a"])), t(ws["ba"]))))
-    b = r(torch.relu(conv(a, t(ws["b"]), t(ws["bb"]), padding=1)))  # float32 Winograd: filters as given
+    b = r(torch.relu(conv(a, t(ws["b"]), t(ws["bb"]), padding=1) + a))  # float32 Winograd: filters as given
     return conv(b, t(rb(ws["c"]))).numpy()
 
 
@@ -73,16 +73,17 @@ def case() -> tuple[Any, list[np.ndarray], dict[str, np.ndarray]]:
 
 
 def test_winograd_reads_and_stores_bf16(case: tuple[Any, list[np.ndarray], dict[str, np.ndarray]]) -> None:
-    """The 3x3 conv is the Winograd kernel on avx512bf16 and takes and gives bfloat16 tensors; both
-    1x1 convs are bfloat16 ones. Needs gcc only."""
+    """The 3x3 conv is the Winograd kernel on avx512bf16 and takes (input, residual) and gives
+    bfloat16 tensors; both 1x1 convs are bfloat16 ones. Needs gcc only."""
     fn, inputs, _ = case
     ir = compile_fn(fn, inputs, TARGET).ir("kernel-bf16-activations")
     calls = re.findall(r"kernel\.call @(\w+)\((.*)\) : \((.*)\) -> (.*)", ir)
     wino = [c for c in calls if c[0].startswith("conv2d_winograd_nchw88_f4")]
-    assert len(wino) == 1 and wino[0][0].endswith("_xb_yb"), calls
-    assert wino[0][2].startswith("tensor<1x3x18x17x8xbf16") and "xbf16" in wino[0][3], wino
+    assert len(wino) == 1 and wino[0][0].endswith("_res_RELU_xb_rb_yb"), calls
+    assert wino[0][2].startswith("tensor<1x5x18x17x8xbf16") and wino[0][2].count("xbf16") == 2, wino
+    assert "xbf16" in wino[0][3], wino
     assert re.search(
-        r'kernel\.def @conv2d_winograd_nchw88_f4\w*_xb_yb = "conv2d_winograd_nchw88" \["avx512bf16"\]', ir
+        r'kernel\.def @conv2d_winograd_nchw88_f4\w*_xb_rb_yb = "conv2d_winograd_nchw88" \["avx512bf16"\]', ir
     )
     direct = [c[0] for c in calls if c[0].startswith("conv2d_nchw88_bf16")]
     assert [s.endswith(("_yb", "_xb")) for s in direct] == [True, True], direct
@@ -94,7 +95,7 @@ def test_float32_target_unchanged(case: tuple[Any, list[np.ndarray], dict[str, n
     ir = compile_fn(fn, inputs, "x86-avx512-nchw88").ir("kernel-plan-memory")
     assert "xbf16" not in ir and "avx512bf16" not in ir
     assert re.search(
-        r'kernel\.def @conv2d_winograd_nchw88_f4\w*_RELU = "conv2d_winograd_nchw88" \["avx512"\]', ir
+        r'kernel\.def @conv2d_winograd_nchw88_f4\w*_res_RELU = "conv2d_winograd_nchw88" \["avx512"\]', ir
     )
 
 

@@ -171,6 +171,11 @@ def spread_stride(floats: int, count: int) -> int:
     return lines * LINE_FLOATS
 
 
+def _res_arg(p: dict[str, Any]) -> int:
+    """The residual's argument index (after the input, the filters and a bias)."""
+    return 3 if p["bias"] else 2
+
+
 def winograd_tile(p: dict[str, Any]) -> int | None:
     """The Winograd output tile ``m`` for a dense NCHW88 conv's parameters (None: direct)."""
     if p.get("mode") != "dense" or p["dtype"] != "f32":
@@ -312,10 +317,11 @@ class ConvWinogradNchw88(_Nchw88Base):
         return COMMON
 
     @staticmethod
-    def _b16(p: dict[str, Any]) -> tuple[bool, bool]:
-        """Whether the input and the result are bfloat16 tensors (only :class:`ConvWinogradNchw88Bf16`'s
-        definitions have ``bf16_args`` / ``bf16_outs``)."""
-        return 0 in p.get("bf16_args", ()), 0 in p.get("bf16_outs", ())
+    def _b16(p: dict[str, Any]) -> tuple[bool, bool, bool]:
+        """Whether the input, the residual and the result are bfloat16 tensors (only
+        :class:`ConvWinogradNchw88Bf16`'s definitions have ``bf16_args`` / ``bf16_outs``)."""
+        args = p.get("bf16_args", ())
+        return 0 in args, bool(p["residual"]) and _res_arg(p) in args, 0 in p.get("bf16_outs", ())
 
     @staticmethod
     def _bf16_support(x_b16: bool) -> str:
@@ -355,8 +361,9 @@ class ConvWinogradNchw88(_Nchw88Base):
         ysw = SPECS[Layout.NCHW88].dim_strides(yshape)["W"]
         ysh = SPECS[Layout.NCHW88].dim_strides(yshape)["H"]
         # input transform: d (A x A vectors) -> v
-        x_b16, y_b16 = self._b16(p)
+        x_b16, r_b16, y_b16 = self._b16(p)
         load = "xm_n88_bf16_ld8" if x_b16 else "_mm256_loadu_ps"  # bfloat16 widened exactly
+        rload = "xm_n88_bf16_ld8" if r_b16 else "_mm256_loadu_ps"
         in_t = [
             f"const __m256 d{i}_{j} = {load}(dp + {i} * dh + {j * d_w});" for i in range(a) for j in range(a)
         ]
@@ -377,7 +384,7 @@ class ConvWinogradNchw88(_Nchw88Base):
             for j in range(m):
                 guard = f"if ({i} < rv && {j} < qv) "
                 res = (
-                    f"v = _mm256_add_ps(v, _mm256_loadu_ps(rp + {i * ysh + j * ysw}));"
+                    f"v = _mm256_add_ps(v, {rload}(rp + {i * ysh + j * ysw}));"
                     if p["residual"]
                     else ""
                 )
@@ -402,6 +409,10 @@ class ConvWinogradNchw88(_Nchw88Base):
         ind = "\n          "
         # a bfloat16 input / result: the same element offsets in uint16_t (x_ / y_ untyped)
         xt, yt = ("uint16_t" if x_b16 else "float"), ("uint16_t" if y_b16 else "float")
+        rt = "uint16_t" if r_b16 else "float"
+        rn = "res + " + y_img if p["residual"] else "0"
+        if r_b16:
+            rn = f"(const uint16_t*)res_ + {y_img}; (void)res"
         xn = f"(const uint16_t*)x_ + {x_img}; (void)x" if x_b16 else f"x + {x_img}"
         yn = f"(uint16_t*)y_ + {y_img}; (void)y" if y_b16 else f"y + {y_img}"
         if x_b16:
@@ -427,7 +438,7 @@ class ConvWinogradNchw88(_Nchw88Base):
             for j in range(1, self.jmax + 1)
             for i in range(1, ib + 1)
         )
-        return f"""{self._bf16_support(x_b16)}{ukrs}
+        return f"""{self._bf16_support(x_b16 or r_b16)}{ukrs}
 static void {sym}({args}) {{
   {casts}
   float* V = (float*)ws;
@@ -436,7 +447,7 @@ static void {sym}({args}) {{
   for (int n = 0; n < {n}; ++n) {{
     const {xt}* xn = {xn};
     {yt}* yn = {yn};
-    const float* rn = {"res + " + y_img if p["residual"] else "0"};
+    const {rt}* rn = {rn};
     (void)rn;
     for (int t0 = 0; t0 < {nt_tiles}; t0 += {tb}) {{
       const int tn = {nt_tiles} - t0 < {tb} ? {nt_tiles} - t0 : {tb};
@@ -496,7 +507,7 @@ static void {sym}({args}) {{
           const int rv = {oh} - r, qv = {ow} - q;
           const float* mp = Mb + (long)tl * {mst["N"]} + ob * {VEC};
           {yt}* yp = yn + {y_at};
-          const float* rp = {"rn + " + y_at if p["residual"] else "0"};
+          const {rt}* rp = {"rn + " + y_at if p["residual"] else "0"};
           (void)rp; (void)rv; (void)qv;
           {"const __m256 bv = _mm256_loadu_ps(bias + ob * 8);" if p["bias"] else ""}
           {ind.join(out_t)}
@@ -531,12 +542,12 @@ class ConvWinogradNchw88Bf16(ConvWinogradNchw88Avx512):
     isa = "avx512bf16"  # x86_avx512_bf16.ISA (that module imports this one)
 
     def symbol(self, p: dict[str, Any]) -> str:
-        x_b16, y_b16 = self._b16(p)
-        return sym_join(super().symbol(p), "xb" if x_b16 else "", "yb" if y_b16 else "")
+        tags = zip(("xb", "rb", "yb"), self._b16(p), strict=True)
+        return sym_join(super().symbol(p), *(t for t, on in tags if on))
 
     def bf16_reads(self, p: dict[str, Any]) -> tuple[int, ...]:
-        """The input (always NCHW88 blocks; the residual stays float32)."""
-        return (0,)
+        """The input (always NCHW88 blocks) and the residual (read by the epilogue)."""
+        return (0, *((_res_arg(p),) if p["residual"] else ()))
 
     def bf16_writes(self, p: dict[str, Any]) -> tuple[int, ...]:
         """The result, in whole 8-channel blocks (as conv2d_nchw88_bf16)."""
