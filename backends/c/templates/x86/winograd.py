@@ -18,6 +18,10 @@ per block of ``TB`` output tiles,
 3. output transform, bias, residual and activation, stored straight into the NCHW88 output
    (partial tiles at the bottom / right border store only their valid pixels).
 
+On ``x86-avx512-nchw88+bf16`` :class:`ConvWinogradNchw88Bf16` runs the same kernel on bfloat16
+activations (input and residual widened while loaded, the result rounded as stored) where
+``kernel-bf16-activations`` makes its neighbours' tensors bfloat16.
+
 The input transform reads a tile's patch straight from the input where it lies inside the image;
 a tile over the border (padding, or the last partial tiles) first copies its patch with the zeros
 around it into a small buffer (no padded copy of the whole input: 56x56x64 -2%, 28x28x128 and
@@ -324,9 +328,9 @@ class ConvWinogradNchw88(_Nchw88Base):
         return 0 in args, bool(p["residual"]) and _res_arg(p) in args, 0 in p.get("bf16_outs", ())
 
     @staticmethod
-    def _bf16_support(x_b16: bool) -> str:
+    def _bf16_support(reads_b16: bool) -> str:
         """The bfloat16 load helper (guarded: conv2d_nchw88_bf16 emits it too); nothing for float32."""
-        if not x_b16:
+        if not reads_b16:
             return ""
         from backends.c.templates.x86.x86_avx512_bf16 import N88_SUPPORT  # imports this module
 
@@ -360,10 +364,10 @@ class ConvWinogradNchw88(_Nchw88Base):
         y_at = offset(Layout.NCHW88, yshape, {"C/8": "ob", "H": "r", "W": "q"})
         ysw = SPECS[Layout.NCHW88].dim_strides(yshape)["W"]
         ysh = SPECS[Layout.NCHW88].dim_strides(yshape)["H"]
-        # input transform: d (A x A vectors) -> v
         x_b16, r_b16, y_b16 = self._b16(p)
         load = "xm_n88_bf16_ld8" if x_b16 else "_mm256_loadu_ps"  # bfloat16 widened exactly
         rload = "xm_n88_bf16_ld8" if r_b16 else "_mm256_loadu_ps"
+        # input transform: d (A x A vectors) -> v
         in_t = [
             f"const __m256 d{i}_{j} = {load}(dp + {i} * dh + {j * d_w});" for i in range(a) for j in range(a)
         ]
@@ -532,12 +536,13 @@ class ConvWinogradNchw88Bf16(ConvWinogradNchw88Avx512):
     first there), which can also read its input and store its result as bfloat16 NCHW88 tensors
     (a :class:`~passes.lowering.bf16_activations.Bf16ActivationUnit`): ``kernel-bf16-activations``
     then keeps the bfloat16 tensors of the direct bfloat16 layers around it instead of converting
-    to float32 and back (ResNet-50's 56x56 and 28x28 3x3 layers between 1x1 ones). The input
-    transform widens the bfloat16 patch exactly while loading it (no copy), the output transform's
-    epilogue rounds once to nearest even; transforms, GEMM and epilogue stay float32, so the one
-    change to the float32 kernel's numerics is the rounding of its input and result, as a direct
-    bfloat16 convolution's input is rounded. Without ``bf16_args`` / ``bf16_outs`` its code is the
-    float32 kernel's."""
+    to float32 and back (ResNet-50's 56x56 and 28x28 3x3 layers between 1x1 ones; ResNet-18's
+    Winograd-to-Winograd tensors and block outputs, read as input and residual). The input
+    transform widens the bfloat16 patch exactly while loading it (no copy), the epilogue reads a
+    bfloat16 residual the same way and rounds the result once to nearest even; filters,
+    transforms, GEMM and epilogue stay float32, so the one change to the float32 kernel's numerics
+    is the rounding of its input, residual and result, as a direct bfloat16 convolution's input is
+    rounded. Without ``bf16_args`` / ``bf16_outs`` its code is the float32 kernel's."""
 
     isa = "avx512bf16"  # x86_avx512_bf16.ISA (that module imports this one)
 
