@@ -3,16 +3,25 @@ target's kernel registry, epilogue fusion, ahead-of-time weight packing and stat
 
 from passes.lowering.fuse import FuseEpiloguePass
 from passes.lowering.kernels import KernelRegistry, KernelUnit, Lowered, LoweringError
+from passes.lowering.moves import FuseMovesPass
 from passes.lowering.pack import PackWeightsPass
 from passes.lowering.plan import PlanMemoryPass, weights_blob
 from passes.lowering.select import LowerToKernelPass
 from passes.lowering.widen import WidenF16Pass
 
-LOWERING_PASSES = (WidenF16Pass, LowerToKernelPass, FuseEpiloguePass, PackWeightsPass, PlanMemoryPass)
+LOWERING_PASSES = (
+    WidenF16Pass,
+    LowerToKernelPass,
+    FuseEpiloguePass,
+    FuseMovesPass,
+    PackWeightsPass,
+    PlanMemoryPass,
+)
 
 __all__ = [
     "LOWERING_PASSES",
     "FuseEpiloguePass",
+    "FuseMovesPass",
     "KernelRegistry",
     "KernelUnit",
     "LowerToKernelPass",
