@@ -44,7 +44,7 @@ from passes.target import Target
 # backends/c/templates/portable/generic.py and .../moves.py)
 MOVE_FAMILIES = ("copy", "concat", "split", "gather")
 MAX_PIECES = 32
-MAX_SOURCES = 8
+MAX_SOURCES = 16
 MAX_ELEMENTS = 1 << 22
 MAX_ROWS = 1 << 14  # affine rows examined when recovering pieces
 
@@ -264,15 +264,27 @@ def _size(v: SSAValue) -> int:
 class _Chains:
     """The movement calls of one function and the composed index maps of their results."""
 
-    def __init__(self, ops: list[Operation], pinned: set[SSAValue]) -> None:
+    def __init__(
+        self,
+        ops: list[Operation],
+        pinned: set[SSAValue],
+        defs: dict[str, K.KernelDefOp],
+        own: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
+    ) -> None:
         self.node: dict[SSAValue, tuple[K.CallOp, int, str, dict[str, Any]]] = {}
+        # a call's own element map, by (symbol, result): the same for every call of one kernel
+        self.own: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = own
+        params_of: dict[str, dict[str, Any]] = {}
         for op in ops:
             if not isinstance(op, K.CallOp):
                 continue
-            d = op.definition()
+            sym = op.callee.string_value()
+            d = defs[sym]
             if d.isa.data != "generic" or d.family.data not in MOVE_FAMILIES:
                 continue
-            params = d.param_values()
+            if sym not in params_of:
+                params_of[sym] = d.param_values()
+            params = params_of[sym]
             if any(_size(r) > MAX_ELEMENTS for r in op.outputs) or any(
                 _size(a) > MAX_ELEMENTS for a in op.args
             ):
@@ -300,7 +312,10 @@ class _Chains:
         if r in self.maps:
             return self.maps[r]
         call, i, family, params = self.node[r]
-        src, pos = call_map(family, params, i, _size(r))
+        key = (call.callee.string_value(), i)
+        if key not in self.own:
+            self.own[key] = call_map(family, params, i, _size(r))
+        src, pos = self.own[key]
         sources: list[SSAValue] = []
         new_src = np.empty_like(src)
         new_pos = np.empty_like(pos)
@@ -344,8 +359,10 @@ def _index(sources: list[SSAValue], v: SSAValue) -> int:
 def fuse_moves(module: ModuleOp, ops: list[Operation], gather: KernelUnit) -> int:
     """Rewrite the function body ``ops``; returns the number of gathers made."""
     pinned: set[SSAValue] = set()
+    defs = K.defs_of(module)
+    own: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
     while True:
-        chains = _Chains(ops, pinned)
+        chains = _Chains(ops, pinned, defs, own)
         plans: dict[SSAValue, tuple[list[SSAValue], list[Piece]]] = {}
         grow: set[SSAValue] = set()
         for r in [r for r in chains.node if r in chains.materialised]:
