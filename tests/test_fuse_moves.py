@@ -135,3 +135,24 @@ def test_pieces_of_a_scattered_map_is_none() -> None:
     rng = np.random.default_rng(38)
     perm = rng.permutation(4096).astype(np.int64)
     assert pieces_of(np.zeros(4096, np.int64), perm, (64, 64)) is None
+
+
+def test_split_broadcast_and_reorder() -> None:
+    """Split halves swapped, a broadcast row and a transpose, all in one gather (split and
+    stride-0 copies compose too); the second output is a value the chain also reads."""
+    rng = np.random.default_rng(39)
+    a = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    r = rng.standard_normal((1, 1, 4)).astype(np.float32)
+
+    def fn(p: F.Tensor, q: F.Tensor) -> tuple[F.Tensor, F.Tensor]:
+        lo, hi = F.split(p, 2, axis=1)
+        row = F.broadcast_to(q, (2, 2, 4))
+        mid = F.concat([hi, row, lo], axis=1)  # (2, 8, 4)
+        return F.transpose(mid, (0, 2, 1)) * 2.0, mid
+
+    one, got, _ = _run_both(fn, [a, r])
+    mid = np.concatenate([a[:, 3:], np.broadcast_to(r, (2, 2, 4)), a[:, :3]], 1)
+    np.testing.assert_array_equal(got[0], mid.transpose(0, 2, 1) * 2.0)
+    np.testing.assert_array_equal(got[1], mid)
+    fams = _families(one)
+    assert "gather" in fams and "split" not in fams, fams
