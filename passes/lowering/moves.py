@@ -45,7 +45,7 @@ from passes.target import Target
 MOVE_FAMILIES = ("copy", "concat", "split", "gather")
 MAX_PIECES = 32
 MAX_SOURCES = 16
-MAX_ELEMENTS = 1 << 22
+MAX_ELEMENTS = 1 << 21  # index maps are int64 arrays: bounds the pass's memory (~100 MB)
 MAX_ROWS = 1 << 14  # affine rows examined when recovering pieces
 
 
@@ -285,9 +285,8 @@ class _Chains:
             if sym not in params_of:
                 params_of[sym] = d.param_values()
             params = params_of[sym]
-            if any(_size(r) > MAX_ELEMENTS for r in op.outputs) or any(
-                _size(a) > MAX_ELEMENTS for a in op.args
-            ):
+            sizes = [_size(v) for v in (*op.outputs, *op.args)]
+            if max(sizes) > MAX_ELEMENTS or min(sizes) == 0:
                 continue
             for i, r in enumerate(op.outputs):
                 self.node[r] = (op, i, d.family.data, params)
@@ -320,7 +319,6 @@ class _Chains:
         new_src = np.empty_like(src)
         new_pos = np.empty_like(pos)
         through = False
-        result: tuple[list[SSAValue], np.ndarray, np.ndarray, bool] | None = None
         for a, arg in enumerate(call.args):
             sel = src == a
             if not sel.any():
@@ -345,9 +343,8 @@ class _Chains:
             remap = np.array([_index(sources, s) for s in isrcs], np.int64)
             new_src[sel] = remap[isrc[pos[sel]]]
             new_pos[sel] = ipos[pos[sel]]
-        result = (sources, new_src, new_pos, through)
-        self.maps[r] = result
-        return result
+        self.maps[r] = (sources, new_src, new_pos, through)
+        return self.maps[r]
 
 
 def _index(sources: list[SSAValue], v: SSAValue) -> int:
