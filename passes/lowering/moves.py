@@ -42,7 +42,8 @@ from passes.target import Target
 
 # the portable families whose parameters this pass reads (their C is in
 # backends/c/templates/portable/generic.py and .../moves.py)
-MOVE_FAMILIES = ("copy", "concat", "split", "gather")
+GATHER_FAMILY = "gather"  # the kernel this pass makes (no op selects it)
+MOVE_FAMILIES = ("copy", "concat", "split", GATHER_FAMILY)
 MAX_PIECES = 32
 MAX_SOURCES = 16
 MAX_ELEMENTS = 1 << 21  # index maps are int64 arrays: bounds the pass's memory (~100 MB)
@@ -414,7 +415,7 @@ class FuseMovesPass(KernelTargetPass):
     name = "kernel-fuse-moves"
 
     def apply_for(self, module: ModuleOp, target: Target) -> None:
-        gather = target.kernels.first("gather", target.isas)
+        gather = target.kernels.first(GATHER_FAMILY, target.isas)
         if gather is None:
             return
         for fn in functions(module):
@@ -422,4 +423,13 @@ class FuseMovesPass(KernelTargetPass):
         remove_unused(module)
 
 
-__all__ = ["MAX_PIECES", "FuseMovesPass", "Piece", "call_map", "fuse_moves", "gather_params", "pieces_of"]
+__all__ = [
+    "GATHER_FAMILY",
+    "MAX_PIECES",
+    "FuseMovesPass",
+    "Piece",
+    "call_map",
+    "fuse_moves",
+    "gather_params",
+    "pieces_of",
+]

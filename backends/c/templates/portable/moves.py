@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.c.templates import Template, sym_join
 from backends.c.templates.portable.generic import BYTES_CTYPE, ESIZE
-from passes.lowering.moves import Piece, gather_digest
+from passes.lowering.moves import GATHER_FAMILY, Piece, gather_digest
 
 if TYPE_CHECKING:
     from backends.c.emitter import CEmitter
@@ -77,7 +77,7 @@ def _piece(q: Piece, ctype: str, esize: int, par: bool) -> list[str]:
 class Gather(Template):
     """Strided pieces of several sources into one contiguous result (``kernel-fuse-moves``)."""
 
-    family = "gather"
+    family = GATHER_FAMILY
     ops = ()
     priority = 100
     examples_reason = (
