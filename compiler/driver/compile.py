@@ -186,6 +186,7 @@ def kernel_passes(
         PackWeightsPass,
         PlanMemoryPass,
     )
+    from passes.lowering.bf16_activations import Bf16ActivationsPass, takes_part
     from passes.lowering.widen import WidenF16Pass
 
     return [
@@ -193,6 +194,7 @@ def kernel_passes(
         LowerToKernelPass(target, choices=choices),
         FuseEpiloguePass(target),
         FuseMovesPass(target),
+        *([Bf16ActivationsPass(target)] if takes_part(target) else []),
         PackWeightsPass(target),
         PlanMemoryPass(threads, target),
     ]

@@ -1,6 +1,7 @@
 """Lowering from the tensor (and layout) dialects to the kernel dialect: kernel selection from the
 target's kernel registry, epilogue fusion, ahead-of-time weight packing and static memory planning."""
 
+from passes.lowering.bf16_activations import Bf16ActivationsPass
 from passes.lowering.fuse import FuseEpiloguePass
 from passes.lowering.kernels import KernelRegistry, KernelUnit, Lowered, LoweringError
 from passes.lowering.moves import FuseMovesPass
@@ -14,12 +15,14 @@ LOWERING_PASSES = (
     LowerToKernelPass,
     FuseEpiloguePass,
     FuseMovesPass,
+    Bf16ActivationsPass,
     PackWeightsPass,
     PlanMemoryPass,
 )
 
 __all__ = [
     "LOWERING_PASSES",
+    "Bf16ActivationsPass",
     "FuseEpiloguePass",
     "FuseMovesPass",
     "KernelRegistry",
