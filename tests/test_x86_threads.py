@@ -137,3 +137,28 @@ def test_balanced_blocks() -> None:
     # already even: the L1 blocking stays
     assert balanced_block(4, 49, 49) == 49
     assert balanced_block(30, 7, 7) == 7
+
+
+# plain-layout GEMM convolutions whose tiles do not divide evenly between two threads: ShuffleNetV2's
+# 14x14 1x1 (7 column panels of 32, the last ragged), a deep small-image layer taking the "m" loop
+# order, a ragged 3x3, and a grouped batch-2 layer (one region over several packings: a barrier each)
+GEMM_TILE_CASES = [
+    (1, 58, 13, 15, 61, 1, 1, 0, 1, 1, "relu"),
+    (1, 116, 14, 14, 120, 1, 1, 0, 1, 1, "relu"),
+    (1, 232, 7, 9, 221, 1, 1, 0, 1, 1, "residual"),
+    (1, 19, 11, 17, 37, 3, 1, 1, 1, 1, "none"),
+    (2, 32, 15, 13, 46, 3, 1, 1, 1, 2, "relu"),
+]
+
+
+def test_gemm_conv_tile_split_identical_on_1_and_2_threads() -> None:
+    fn, inputs = _conv_model(GEMM_TILE_CASES, np.random.default_rng(33))
+    one, y1, y2 = _outputs_1_and_2_threads(fn, inputs, "x86-avx512")  # `check`: vs the reference
+    for a, b in zip(y1, y2, strict=True):
+        np.testing.assert_array_equal(a, b)
+    kernels = _kernels(one.ir("c"), "conv2d_gemm")
+    parallel = [b for b in kernels.values() if "#pragma omp parallel" in b]
+    assert len(parallel) == len(GEMM_TILE_CASES), list(kernels)
+    assert any("mfirst" in k for k in kernels), list(kernels)
+    for body in parallel:  # the product is split by tiles, not by a worksharing loop over panels
+        assert "omp_get_thread_num()" in body and "collapse" not in body

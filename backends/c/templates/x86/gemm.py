@@ -297,71 +297,63 @@ class ConvGemm(Template):
             )
         else:
             cols = f"const int col0 = j * {nr}; const int nv0 = {P} - col0;"
-        mchunks = "mch"
         resg = f"res + ((long)n * {p['oc']} + (long)g * {geo['ocg']}) * {P}" if p["residual"] else "0"
         epi_bias = "bias[g * " + str(geo["ocg"]) + " + m0 + i]" if p["bias"] else "0.f"
         epi_res = f"resg[(long)(m0 + i) * {P} + col0 + c]" if p["residual"] else "0.f"
-        if p.get("order") == "m":
-            compute = f"""
-    {omp_for(region, nowait=last)}
-    for (int mp = 0; mp < {MP}; ++mp) {{
-      const int m0 = mp * {mr};
-      const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
-      const long ldc = {P};
-      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
-        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
-        const float* A = wg + (long)mp * {K * mr} + (long)k0 * {mr};
-        for (int j = 0; j < {NP}; ++j) {{
-          {cols}
-          const int nv = nv0 < {nr} ? nv0 : {nr};
-          const float* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
-          float* Ct = yg + (long)m0 * ldc + col0;
-          {_tile_call(self.isa, mr, nr)}
-        }}
-      }}
-      for (int i = 0; i < mv; ++i) {{
-        float* row = yg + (long)(m0 + i) * ldc;
-        const float b = {epi_bias};
-        const int col0 = 0;
-        for (int c = 0; c < {P}; ++c) row[c] = {act}(row[c] + b + {epi_res});
-      }}
-    }}"""
-        else:
-            compute = f"""
-    {omp_for(region, 2, nowait=last)}
-    for (int j = 0; j < {NP}; ++j)
-    for (int mc = 0; mc < {mchunks}; ++mc) {{
-      {cols}
-      const int nv = nv0 < {nr} ? nv0 : {nr};
-      const int mlo = mc * mper, mhi = (mc + 1) * mper < {MP} ? (mc + 1) * mper : {MP};
-      const long ldc = {P};
-      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
-        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
-        const float* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
-        for (int mp = mlo; mp < mhi; ++mp) {{
+        # The product's work is split into whole MR x NR tiles, each thread taking an equal contiguous
+        # run of the MP x NP tiles (outer index first, the loop order's), so that a ragged edge (14x14
+        # images: 7 column panels of 32) does not leave one of two threads a whole panel more. Every
+        # tile (full or edge) costs the same vector work, and a tile's sum runs over k in the same
+        # order whichever thread takes it: results are the same bits at any thread count.
+        outer, inner = ("mp", "j") if p.get("order") == "m" else ("j", "mp")
+        n_outer, n_inner = (MP, NP) if p.get("order") == "m" else (NP, MP)
+        tid = "omp_get_thread_num()" if region else "0"
+        nth = "omp_get_num_threads()" if region else "1"
+        split = f"""
+    {{
+    const int xm_t = {tid}, xm_nt = {nth};
+    const long u0 = {n_outer * n_inner}L * xm_t / xm_nt, u1 = {n_outer * n_inner}L * (xm_t + 1) / xm_nt;
+    for (long u = u0; u < u1;) {{
+      const int {outer} = (int)(u / {n_inner});
+      const int lo = (int)(u % {n_inner});
+      const long base = (long){outer} * {n_inner};
+      const int hi = base + {n_inner} <= u1 ? {n_inner} : (int)(u1 - base);
+      u = base + hi;"""
+        tile = f"""
           const int m0 = mp * {mr};
           const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
-          const float* A = wg + (long)mp * {K * mr} + (long)k0 * {mr};
-          float* Ct = yg + (long)m0 * ldc + col0;
-          {_tile_call(self.isa, mr, nr)}
-        }}
-      }}
-      for (int mp = mlo; mp < mhi; ++mp) {{
-        const int m0 = mp * {mr};
-        const int mv = {geo["ocg"]} - m0 < {mr} ? {geo["ocg"]} - m0 : {mr};
+          {cols}
+          const int nv = nv0 < {nr} ? nv0 : {nr};
+          const long ldc = {P};"""
+        epilogue = f"""
+      for (int {inner} = lo; {inner} < hi; ++{inner}) {{
+        {tile}
         for (int i = 0; i < mv; ++i) {{
           float* row = yg + (long)(m0 + i) * ldc + col0;
           const float b = {epi_bias};
           for (int c = 0; c < nv; ++c) row[c] = {act}(row[c] + b + {epi_res});
         }}
-      }}
+      }}"""
+        compute = f"""{split}
+      for (int k0 = 0; k0 < {K}; k0 += {kc}) {{
+        const long kl = {K} - k0 < {kc} ? {K} - k0 : {kc};
+        for (int {inner} = lo; {inner} < hi; ++{inner}) {{
+          {tile}
+          const float* A = wg + (long)mp * {K * mr} + (long)k0 * {mr};
+          const float* B = bp + (long)j * {K * nr} + (long)k0 * {nr};
+          float* Ct = yg + (long)m0 * ldc + col0;
+          {_tile_call(self.isa, mr, nr)}
+        }}
+      }}{epilogue}
+    }}
     }}"""
+        if region and not last:  # the next (image, group)'s packing rewrites the panels read here
+            compute += "\n    #pragma omp barrier"
+        # the product splits its tiles by thread id (xmge's OpenMP runtime, or libgomp, defines these)
+        omp = "int omp_get_thread_num(void);\nint omp_get_num_threads(void);\n" if region else ""
         return f"""
-static void {sym}({args}) {{
+{omp}static void {sym}({args}) {{
   float* bp = (float*)ws;
-  const int mch = (nt > 1 && {NP} < 2 * nt) ? ({MP} < nt ? {MP} : nt) : 1;
-  const int mper = ({MP} + mch - 1) / mch;
-  (void)mper;
   {region}
   for (int n = 0; n < {p["n"]}; ++n)
   for (int g = 0; g < {p["groups"]}; ++g) {{
