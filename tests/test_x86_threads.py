@@ -15,7 +15,7 @@ import pytest
 import compiler as xm
 import compiler.functional as F
 from backends.c.templates.portable.generic import MIN_WORK_PER_THREAD, omp_for, omp_parallel, parallel_threads
-from backends.c.templates.x86.nchw88 import balanced_block, static_share
+from backends.c.templates.x86.nchw88 import RELAYOUT_MIN_PARALLEL, balanced_block, static_share
 from tests.codegen_util import check, compile_fn
 from tests.test_codegen_conv import _conv_model
 
@@ -162,3 +162,24 @@ def test_gemm_conv_tile_split_identical_on_1_and_2_threads() -> None:
     assert any("mfirst" in k for k in kernels), list(kernels)
     for body in parallel:  # the product is split by tiles, not by a worksharing loop over panels
         assert "omp_get_thread_num()" in body and "collapse" not in body
+
+
+def test_relayouts_parallel_only_when_large() -> None:
+    # odd pixel counts (scalar tails): the 2x16x61x59 input relayout (115k elements) stays on one
+    # thread, the 2x24x61x59 output one (173k) opens a region; 1 and 2 threads give the same bits
+    rng = np.random.default_rng(34)
+    w1 = xm.tensor(rng.standard_normal((20, 16, 3, 3)).astype(np.float32) / 12)
+
+    def fn(x):  # type: ignore[no-untyped-def]
+        return F.relu(F.conv2d(x, w1, padding=1))
+
+    x = rng.standard_normal((2, 16, 61, 59)).astype(np.float32)
+    one, y1, y2 = _outputs_1_and_2_threads(fn, [x], "x86-avx512-nchw88")  # `check`: vs the reference
+    for a, b in zip(y1, y2, strict=True):
+        np.testing.assert_array_equal(a, b)
+    kernels = _kernels(one.ir("c"), "relayout_")
+    small = [b for k, b in kernels.items() if k.startswith("relayout_plain_to_nchw88_2x16x61x59")]
+    large = [b for k, b in kernels.items() if k.startswith("relayout_nchw88_to_plain_2x24x61x59")]
+    assert len(small) == len(large) == 1, list(kernels)
+    assert "omp" not in small[0] and "#pragma omp parallel" in large[0]
+    assert 2 * 16 * 61 * 59 < RELAYOUT_MIN_PARALLEL <= 2 * 20 * 61 * 59

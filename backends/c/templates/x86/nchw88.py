@@ -1083,6 +1083,13 @@ static inline void xm_tr8x8(__m256* r) {
 """
 
 
+# The fewest elements for which a float32 NCHW <-> NCHW88 relayout opens a parallel region. The
+# transpose is bound by memory traffic, so a second thread saves little of it: measured (issue 33,
+# ShuffleNetV2 on an EPYC, 1 vs 2 threads) 5.9 -> 6.2 us at 75k elements and 7.5 -> 7.7 us at 94k,
+# i.e. ~6% saved against ~0.7 us of fork/join, which breaks even near 130k elements.
+RELAYOUT_MIN_PARALLEL = 1 << 17
+
+
 class RelayoutNchw88(Relayout):
     """``relayout`` on x86: float32 NCHW <-> NCHW88 as 8 x 8 transposes of (8 channels x 8 pixels)
     blocks (H x W is one run of pixels on both sides); padded channels are written as zero into
@@ -1118,12 +1125,17 @@ class RelayoutNchw88(Relayout):
         xm_tr8x8(r);
         for (int l = 0; l < 8; ++l) _mm256_storeu_ps(dst + {blk} + l * {pw_}, r[l]);"""
             tail = f"for (int l = 0; l < 8; ++l) dst[{blk} + l] = l < nl ? src[{pln}] : 0.f;"
+        region = (
+            "#pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1)"
+            if n * c * hw >= RELAYOUT_MIN_PARALLEL
+            else "(void)nt;"
+        )
         return f"""{TRANSPOSE8}
 static void {sym}(const void* in_, void* out_, unsigned char* ws, int nt) {{
   const float* src = (const float*)in_;
   float* dst = (float*)out_;
   (void)ws;
-  #pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if(nt > 1 && {n * c * hw} > 65536)
+  {region}
   for (int n = 0; n < {n}; ++n)
     for (int b = 0; b < {cb}; ++b) {{
       const int nl = {c} - b * 8 < 8 ? {c} - b * 8 : 8;
