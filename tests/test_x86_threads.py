@@ -151,9 +151,10 @@ GEMM_TILE_CASES = [
 ]
 
 
-def test_gemm_conv_tile_split_identical_on_1_and_2_threads() -> None:
+@pytest.mark.parametrize("target", ["x86-avx2", "x86-avx512"])
+def test_gemm_conv_tile_split_identical_on_1_and_2_threads(target: str) -> None:
     fn, inputs = _conv_model(GEMM_TILE_CASES, np.random.default_rng(33))
-    one, y1, y2 = _outputs_1_and_2_threads(fn, inputs, "x86-avx512")  # `check`: vs the reference
+    one, y1, y2 = _outputs_1_and_2_threads(fn, inputs, target)  # `check`: vs the reference
     for a, b in zip(y1, y2, strict=True):
         np.testing.assert_array_equal(a, b)
     kernels = _kernels(one.ir("c"), "conv2d_gemm")
