@@ -10,6 +10,7 @@ not implement yet are rejected by name rather than silently ignored.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -17,10 +18,11 @@ import warnings
 from collections.abc import Sequence
 from typing import IO, Any, NamedTuple
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from backends.mge.oprs import BY_KIND, traced_kind
@@ -137,31 +139,29 @@ def name_converted_outputs(fn: func.FuncOp) -> None:
 
 def _opr_name(op: T.MgbOp) -> str | None:
     """The operator name MegEngine's tracer gives a traced op (``OpDef::make_name``: scope and
-    type, e.g. ``layer1.0.RELU``), or its explicit name; ``None`` for unnamed constants (MegEngine
-    names those ``const{...}[id]``, unique by construction)."""
-    name = op.attributes.get("name")
-    if isinstance(name, StringAttr):
-        return name.data
+    type, e.g. ``layer1.0.RELU``); ``None`` for constants and ops MegEngine leaves unnamed. A
+    traced op's ``name`` attribute is its var's name (the user's ``x.name = ...``), not this."""
+    opr_name = op.attributes.get("opr_name")
+    if isinstance(opr_name, StringAttr):
+        return opr_name.data
     if isinstance(op, T.ConstOp):
         return None
     if isinstance(op, T.AxisAddRemoveOp) and isinstance(op.src.owner, T.ReduceOp):
         op = op.src.owner  # F.sum/F.mean without keepdims: one op, Reduce + AxisAddRemove oprs
     kind = traced_kind(op)
     if kind is None:
-        return None
+        name = op.attributes.get("name")
+        return name.data if isinstance(name, StringAttr) else None
     scope = op.attributes.get("scope")
     return f"{scope.data}.{kind}" if isinstance(scope, StringAttr) else kind
 
 
-def dedup_traced_names(fn: func.FuncOp) -> None:
-    """MegEngine's ``TraceResult::dump``: operators sharing a name, in dependency order from the
-    outputs (``cg::DepOprIter``: inputs first, depth first), are renamed ``name[0]``,
-    ``name[1]``, ... (e.g. ``Reduce[0]`` .. ``Reduce[3]`` for two ``F.mean`` calls, or
-    ``layer1.0.RELU[1]``); the names are set explicitly, so the optimizer keeps them on the ops
-    that replace these."""
+def _dependency_order(fn: func.FuncOp) -> list[T.MgbOp]:
+    """The function's ops in MegEngine's ``cg::DepOprIter`` order from the outputs: inputs first,
+    depth first."""
     ret = fn.body.block.last_op
     if not isinstance(ret, func.ReturnOp):
-        return
+        return []
     order: list[T.MgbOp] = []
     seen: set[int] = set()
     for v in ret.arguments:
@@ -179,15 +179,88 @@ def dedup_traced_names(fn: func.FuncOp) -> None:
             for operand in reversed(op.operands):
                 if isinstance(operand.owner, Operation) and id(operand.owner) not in seen:
                     stack.append((operand.owner, False))
+    return order
+
+
+def dedup_traced_names(fn: func.FuncOp) -> None:
+    """MegEngine's ``TraceResult::dump``: each traced op is named after its scope and type
+    (``opr_name``); operators sharing a name, in dependency order from the outputs, are renamed
+    ``name[0]``, ``name[1]``, ... (e.g. ``Reduce[0]`` .. ``Reduce[3]`` for two ``F.mean`` calls, or
+    ``layer1.0.RELU[1]``), and so is their var unless the user named it. The names are set
+    explicitly, so the optimizer keeps them on the ops that replace these."""
     groups: dict[str, list[T.MgbOp]] = {}
-    for op in order:
+    for op in _dependency_order(fn):
         name = _opr_name(op)
         if name is not None:
             groups.setdefault(name, []).append(op)
     for name, ops in groups.items():
-        if len(ops) > 1:
-            for i, op in enumerate(ops):
-                op.attributes["name"] = StringAttr(f"{name}[{i}]")
+        for i, op in enumerate(ops):
+            new = f"{name}[{i}]" if len(ops) > 1 else name
+            var = op.attributes.get("name")
+            if isinstance(var, StringAttr) and not isinstance(op.attributes.get("opr_name"), StringAttr):
+                # a user-named var: the operator keeps its own name, the var the user's (MegEngine
+                # rewrites the operator's name where it occurs in the var's)
+                op.attributes["opr_name"] = StringAttr(new)
+                op.attributes["name"] = StringAttr(var.data.replace(name, new, 1))
+            elif len(ops) > 1:
+                op.attributes["name"] = StringAttr(new)
+                if "opr_name" in op.attributes:
+                    op.attributes["opr_name"] = StringAttr(new)
+
+
+# MegDNN's commutable elemwise modes: MegBrain's Elemwise orders their two inputs by var id
+_COMMUTABLE = frozenset(
+    {"ADD", "FUSE_ADD_RELU", "FUSE_ADD_SIGMOID", "FUSE_ADD_TANH", "MUL", "RMULH", "MAX", "MIN", "EQ"}
+    | {"LOG_SUM_EXP"}
+)
+
+
+def order_traced_graph(fn: func.FuncOp) -> None:
+    """The graph ``TraceResult::dump`` builds from a trace: its vars are numbered inputs first
+    (an operator and its var each take an id), then every constant in trace order, then the ops'
+    results in trace order. Two things follow from that numbering, and both are visible in the file:
+    a commutable elemwise op's two inputs are ordered by id (``2 * x`` is ``MUL(x, const<2>)``),
+    and an unnamed constant is named after its value or shape and its id (``const<2>[2]``)."""
+    block = fn.body.block
+    rank: dict[SSAValue, tuple[int, int]] = {a: (0, a.index) for a in block.args}
+    next_id = 2 * len(block.args)
+    consts = [op for op in block.ops if isinstance(op, T.ConstOp)]
+    for k, c in enumerate(consts):
+        rank[c.output] = (1, k)
+        if "name" not in c.attributes:
+            c.attributes["name"] = StringAttr(f"{_const_summary(c)}[{next_id}]")
+        next_id += 2
+    position = 0
+    for op in block.ops:
+        if isinstance(op, T.ConstOp):
+            continue
+        for r in op.results:
+            rank[r] = (2, position)
+            position += 1
+        if isinstance(op, T.ElemwiseOp) and len(op.operands) == 2 and op.params()["mode"].name in _COMMUTABLE:
+            a, b = op.operands
+            if a in rank and b in rank and rank[b] < rank[a]:
+                op.operands = [b, a]
+
+
+def _const_summary(op: T.ConstOp) -> str:
+    """MegBrain's ``ImmutableTensor`` summary: ``const<v>`` (``%.3g``) for one element (with the
+    shape after it unless 1-d), else ``const{d0,d1,...}``."""
+    shape = tuple(op.output.type.get_shape()) or (1,)  # MegEngine holds scalars as shape (1,)
+    if math.prod(shape) == 1 and not op.value.is_elided:
+        value = float(np.asarray(op.numpy(), dtype=np.float64).reshape(-1)[0])
+        text = "const<" + _format_g3(value) + ">"
+        return text if len(shape) == 1 else text + "{" + ",".join(map(str, shape)) + "}"
+    return "const{" + ",".join(map(str, shape)) + "}"
+
+
+def _format_g3(value: float) -> str:
+    """C's ``%.3g`` (Python's ``g`` differs only in inf/nan spelling)."""
+    if math.isnan(value):
+        return "-nan" if math.copysign(1.0, value) < 0 else "nan"
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    return f"{value:.3g}"
 
 
 def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
@@ -347,15 +420,25 @@ def dump(
     traced_inputs = [a.data for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
     n_pos = _positional_count(traced_inputs)
     given = _as_names(arg_names, n_pos, "arg_names")
-    inputs = list(traced_inputs)
-    if given is not None:
-        inputs[:n_pos] = [g or d for g, d in zip(given, traced_inputs, strict=True)]
+    var_attr = fn.attributes.get("xmge.input_var_names")
+    var_names = (
+        [a.data for a in var_attr.data] if isinstance(var_attr, ArrayAttr) else [""] * len(traced_inputs)
+    )
+    # MegEngine's TraceResult::dump: names given to dump first (arg_names), then the input tensors'
+    # own names (Tensor(..., name="data")), then the defaults (arg_N, the keyword)
+    prefer = given is not None
+    inputs = []
+    for i, (default, var_name) in enumerate(zip(traced_inputs, var_names, strict=True)):
+        name = given[i] if given is not None and i < n_pos else default
+        inputs.append((name if prefer and name else var_name or name) or default)
 
     # a trace compiled at opt_level >= 1 (MegEngine's default 2) simplifies log(exp(x)) and the
     # like as its graph is built, so its dumps have them simplified whatever the dump options
     simplify: list[Any] = [ElemwiseSimplifyPass()] if getattr(tr, "opt_level", 2) >= 1 else []
     traced_fn = run_passes(module, [*simplify, SplitReduceSqueezePass()])
-    dedup_traced_names(next(op for op in traced_fn.ops if isinstance(op, func.FuncOp)))
+    traced_main = next(op for op in traced_fn.ops if isinstance(op, func.FuncOp))
+    order_traced_graph(traced_main)
+    dedup_traced_names(traced_main)
     ignored = sorted(k for k, v in options.items() if v and k.startswith("enable_"))
     if ignored and not optimize_for_inference:
         # MegEngine drops these silently; a user who asked for a layout would not know it never happened

@@ -104,7 +104,8 @@ def load_nodes(data: bytes) -> LoadedGraph:
                 arr = op.numpy()
             else:
                 arr = _placeholder(r.type)
-            name = node.name if i == 0 else (f"{node.name}:{i}" if node.name else None)
+            first = getattr(node, "_var_name", None) or node.name
+            name = first if i == 0 else (f"{node.name}:{i}" if node.name else None)
             var = VarNode._make(arr, node, name)
             node.outputs.append(var)
             env[r] = var
