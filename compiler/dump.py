@@ -22,10 +22,10 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from backends.mge.oprs import BY_KIND, traced_kind
+from backends.mge.oprs import BY_IR_OP, BY_KIND, WORKSPACE_KINDS, traced_kind
 from backends.mge.writer import LoweredGraph, Metadata, write_graph
 from compiler.serialization import atomic_write
 from dialects import tensor as T
@@ -41,16 +41,6 @@ TEST_CASE_OPTIONS = (
     "input_transform",
 )
 
-# ops that own a megdnn workspace (a Byte output) in MegEngine, reported by strip-info's "dtypes"
-_WORKSPACE_KINDS = {
-    "Convolution",
-    "ConvBias",
-    "Pooling",
-    "MatrixMul",
-    "BatchedMatrixMul",
-    "Reduce",
-    "BatchNorm",
-}
 _CPP_DTYPE = {
     "Float32": "Float32",
     "Float16": "Float16",
@@ -208,6 +198,20 @@ def dedup_traced_names(fn: func.FuncOp) -> None:
                     op.attributes["opr_name"] = StringAttr(new)
 
 
+def _name_traced_output_casts(fn: func.FuncOp) -> None:
+    """A traced TypeCvt that is an output keeps its own name (``simple.dequant.TypeCvt``):
+    named explicitly, it is not taken for a float16 pass's cast back (``name_converted_outputs``)."""
+    ret = fn.body.block.last_op
+    if not isinstance(ret, func.ReturnOp):
+        return
+    for v in ret.arguments:
+        op = v.owner
+        if isinstance(op, T.TypeCvtOp) and "name" not in op.attributes:
+            name = _opr_name(op)
+            if name is not None:
+                op.attributes["name"] = StringAttr(name)
+
+
 # MegDNN's commutable elemwise modes: MegBrain's Elemwise orders their two inputs by var id
 _COMMUTABLE = frozenset(
     {"ADD", "FUSE_ADD_RELU", "FUSE_ADD_SIGMOID", "FUSE_ADD_TANH", "MUL", "RMULH", "MAX", "MIN", "EQ"}
@@ -216,31 +220,137 @@ _COMMUTABLE = frozenset(
 
 
 def order_traced_graph(fn: func.FuncOp) -> None:
-    """The graph ``TraceResult::dump`` builds from a trace: its vars are numbered inputs first
-    (an operator and its var each take an id), then every constant in trace order, then the ops'
-    results in trace order. Two things follow from that numbering, and both are visible in the file:
-    a commutable elemwise op's two inputs are ordered by id (``2 * x`` is ``MUL(x, const<2>)``),
-    and an unnamed constant is named after its value or shape and its id (``const<2>[2]``)."""
+    """The graph ``TraceResult::dump`` builds from a trace. Its nodes are numbered as they are made
+    (an operator, then each of its vars): the inputs, then every constant in trace order, then
+    the ops in trace order. As each node is made MegBrain's ``GraphOptimizer`` applies, and all of
+    it is visible in the file:
+
+    * an op (or constant) equal to one made before (same kind, params and inputs; same value) is
+      that one (``insert_pre``): two ``F.relu(x)`` are one RELU, two zero biases one constant;
+    * an op whose inputs are all constants, with one result of under 1024 elements, is replaced by
+      a new constant (``replace_const_var``);
+    * a commutable elemwise op's two inputs are ordered by var id (``2 * x`` is ``MUL(x, const<2>)``);
+    * an unnamed constant is named after its value or shape and its id (``const<2>[2]``)."""
     block = fn.body.block
-    rank: dict[SSAValue, tuple[int, int]] = {a: (0, a.index) for a in block.args}
-    next_id = 2 * len(block.args)
-    consts = [op for op in block.ops if isinstance(op, T.ConstOp)]
-    for k, c in enumerate(consts):
-        rank[c.output] = (1, k)
+    var_id: dict[SSAValue, int] = {}
+    made: dict[Any, list[SSAValue]] = {}
+    next_id = 0
+    for a in block.args:
+        var_id[a] = next_id + 1
+        next_id += 2
+    for c in [op for op in block.ops if isinstance(op, T.ConstOp)]:
+        key = _const_key(c)
+        if key is not None and key in made and _same_value(c, made[key][0]):
+            _replace(block, c, made[key])
+            next_id += 2
+            continue
+        if key is not None:
+            made[key] = [c.output]
+        var_id[c.output] = next_id + 1
         if "name" not in c.attributes:
             c.attributes["name"] = StringAttr(f"{_const_summary(c)}[{next_id}]")
         next_id += 2
-    position = 0
-    for op in block.ops:
-        if isinstance(op, T.ConstOp):
+    for op in list(block.ops):
+        if isinstance(op, T.ConstOp) or not isinstance(op, T.MgbOp):
             continue
-        for r in op.results:
-            rank[r] = (2, position)
-            position += 1
         if isinstance(op, T.ElemwiseOp) and len(op.operands) == 2 and op.params()["mode"].name in _COMMUTABLE:
             a, b = op.operands
-            if a in rank and b in rank and rank[b] < rank[a]:
+            if var_id.get(b, -1) < var_id.get(a, -1):
                 op.operands = [b, a]
+        row = BY_IR_OP.get(type(op))
+        workspace = 1 if row is not None and row.kind in WORKSPACE_KINDS else 0
+        first_id = next_id
+        next_id += 1 + len(op.results) + workspace
+        key = _op_key(op)
+        if key is not None and key in made:
+            user_name = op.attributes.get("name")
+            kept = made[key]
+            if isinstance(user_name, StringAttr) and isinstance(kept[0].owner, Operation):
+                kept[0].owner.attributes["name"] = user_name  # the var takes the newest name given
+            _replace(block, op, kept)
+            continue
+        for k, r in enumerate(op.results):
+            var_id[r] = first_id + 1 + k
+        folded = _fold(op)
+        if folded is None:
+            if key is not None:
+                made[key] = list(op.results)
+            continue
+        user_name = op.attributes.get("name")
+        block.insert_op_before(folded, op)
+        _replace(block, op, [folded.output])
+        default = StringAttr(f"{_const_summary(folded)}[{next_id}]")
+        folded.attributes["name"] = user_name if isinstance(user_name, StringAttr) else default
+        var_id[folded.output] = next_id + 1
+        next_id += 2
+        if key is not None:
+            made[key] = [folded.output]
+
+
+_NAMING_ATTRS = frozenset({"name", "opr_name", "scope"})
+
+
+def _hashable(attr: Any) -> Any:
+    try:
+        hash(attr)
+    except TypeError:
+        return str(attr)
+    return attr
+
+
+def _op_key(op: T.MgbOp) -> Any:
+    """What makes two traced ops the same operator for MegBrain (kind, params, inputs, result
+    types); None for ops without inputs, which are never merged."""
+    if not op.operands:
+        return None
+    props = tuple(sorted((k, _hashable(v)) for k, v in op.properties.items()))
+    attrs = tuple(sorted((k, _hashable(v)) for k, v in op.attributes.items() if k not in _NAMING_ATTRS))
+    return (op.name, tuple(op.operands), props, attrs, tuple(str(r.type) for r in op.results))
+
+
+def _const_key(op: T.ConstOp) -> Any:
+    if op.value.is_elided:
+        return None
+    return ("const", str(op.output.type), op.value.digest.data)
+
+
+def _same_value(op: T.ConstOp, other: SSAValue) -> bool:
+    """Equal bytes, checked where the digests match."""
+    return isinstance(other.owner, T.ConstOp) and op.value.data.data == other.owner.value.data.data
+
+
+def _replace(block: Block, op: Operation, values: Sequence[SSAValue]) -> None:
+    for r, v in zip(op.results, values, strict=True):
+        r.replace_all_uses_with(v)
+    block.erase_op(op)
+
+
+_MAX_CONST_FOLDING_SIZE = 1024  # MegBrain's graph_opt.cpp
+
+
+def _fold(op: T.MgbOp) -> T.ConstOp | None:
+    """``op``'s value as a constant where MegBrain folds it as the op is made: all its inputs are
+    constants and it has one result of fewer than 1024 elements."""
+    from passes.inference.common import const_of_type
+    from semantics.interpreter import result_specs
+    from semantics.kernels import KERNELS
+
+    if not op.operands or len(op.results) != 1:
+        return None
+    if any(not isinstance(v.owner, T.ConstOp) for v in op.operands):
+        return None
+    (result,) = op.results
+    if math.prod(result.type.get_shape()) >= _MAX_CONST_FOLDING_SIZE:  # type: ignore[attr-defined]
+        return None
+    kernel = KERNELS.get(type(op))  # type: ignore[arg-type]
+    if kernel is None:
+        return None
+    args = [v.owner.numpy() for v in op.operands]  # type: ignore[union-attr]
+    try:
+        (out,) = kernel(args, result_specs(op), **op.params())
+    except (NotImplementedError, ValueError, TypeError, ArithmeticError):
+        return None  # left to run time, where the error names the op
+    return const_of_type(out, result.type)  # type: ignore[arg-type]
 
 
 def _const_summary(op: T.ConstOp) -> str:
@@ -273,7 +383,7 @@ def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
     for o in graph.oprs:
         for t in o.tensors:
             dtypes.add(_CPP_DTYPE.get(t.dtype.name, t.dtype.name))
-        if o.kind in _WORKSPACE_KINDS:
+        if o.kind in WORKSPACE_KINDS:
             dtypes.add("Byte")
         if o.kind == "Elemwise":
             modes.add(enums.from_number(enums.ElemwiseMode, o.params[0][1]["mode"]).name)
@@ -439,6 +549,7 @@ def dump(
     traced_main = next(op for op in traced_fn.ops if isinstance(op, func.FuncOp))
     order_traced_graph(traced_main)
     dedup_traced_names(traced_main)
+    _name_traced_output_casts(traced_main)
     ignored = sorted(k for k, v in options.items() if v and k.startswith("enable_"))
     if ignored and not optimize_for_inference:
         # MegEngine drops these silently; a user who asked for a layout would not know it never happened

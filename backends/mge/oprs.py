@@ -289,6 +289,13 @@ def refusal(type_name: str, type_id: int) -> tuple[str, str] | None:
     return None if why is None else (name, why)
 
 
+# operators that own a megdnn workspace (a Byte output var) in MegEngine: strip-info reports the
+# Byte dtype for them, and the var takes a node id
+WORKSPACE_KINDS = frozenset(
+    {"Convolution", "ConvBias", "Pooling", "MatrixMul", "BatchedMatrixMul", "Reduce", "BatchNorm"}
+)
+
+
 def traced_kind(op: T.MgbOp) -> str | None:
     """The kind in a traced op's MegEngine name (``layer1.0.RELU``, ``fc.MatrixMul``): the mode of
     an elemwise op, the row's kind otherwise; None for ops MegEngine's tracer leaves unnamed."""

@@ -383,8 +383,10 @@ def node_from_ir(op: T.MgbOp) -> OpNode:
     if isinstance(op, T.ConstOp):
         node = ImmutableTensor()
         node._const = op
-        name = op.attributes.get("name")
+        name = op.attributes.get("opr_name") or op.attributes.get("name")
         node.name = name.data if isinstance(name, StringAttr) else None
+        var_name = op.attributes.get("name")
+        node._var_name = var_name.data if isinstance(var_name, StringAttr) else None
         return node
     return _class_of(type(op))._from_ir(op)
 
