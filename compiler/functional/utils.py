@@ -15,10 +15,10 @@ def _assert_equal(expect: Tensor, actual: Tensor, *, maxerr: float = 0.0001, ver
     """``expect`` when ``actual`` equals it within ``maxerr`` (the error being the smaller of the
     absolute and the relative error), else an AssertEqualError (a RuntimeError); recorded in a
     trace as MegEngine's AssertEqual operator, so a dumped graph checks it whenever it runs."""
+    import dialects.tensor as T
     from compiler.core import apply
     from compiler.functional.elemwise import abs as abs_
     from compiler.functional.elemwise import maximum, minimum
-    import dialects.tensor as T
 
     one = Tensor(np.float32(1.0))
     err = (abs_(expect - actual) / maximum(minimum(abs_(expect), abs_(actual)), one)).max()
