@@ -21,7 +21,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, Float32Type, FunctionType, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -29,6 +29,7 @@ from backends.mge.oprs import BY_IR_OP, BY_KIND, WORKSPACE_KINDS, traced_kind
 from backends.mge.writer import LoweredGraph, Metadata, write_graph
 from compiler.serialization import atomic_write
 from dialects import tensor as T
+from dialects.dtypes import is_float, numpy_dtype
 from passes.inference import ElemwiseSimplifyPass, InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
 TEST_CASE_OPTIONS = (
@@ -196,6 +197,102 @@ def dedup_traced_names(fn: func.FuncOp) -> None:
                 op.attributes["name"] = StringAttr(new)
                 if "opr_name" in op.attributes:
                     op.attributes["opr_name"] = StringAttr(new)
+
+
+def add_assert_checks(
+    module: ModuleOp,
+    input_names: Sequence[str],
+    output_names: Sequence[str] | None,
+    cases: list[dict[str, np.ndarray]],
+    *,
+    maxerr: float,
+    verbose: bool,
+) -> list[str]:
+    """MegEngine's ``trace.dump(input_data=..., no_assert=False)``: each output ``o`` is checked by
+    an AssertEqual against a new input ``o:expect`` (its value in each test case, computed here),
+    with MegBrain's error ``max(|expect - o| / max(min(|expect|, |o|), 1))``; the checks' results
+    become the graph's outputs. Returns the new inputs' names; ``cases`` get their values."""
+    from semantics import run_module
+
+    fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    block = fn.body.block
+    ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    names = _output_var_names(fn, output_names)
+    shapes = [tuple(a.type.get_shape()) for a in block.args]  # type: ignore[attr-defined]
+    for case in cases:
+        # MegEngine holds a scalar input as shape (1,): the trace's own shape runs it here
+        args = [np.reshape(case[n], s) if np.size(case[n]) == math.prod(s) else case[n]
+                for n, s in zip(input_names, shapes, strict=True)]  # fmt: skip
+        outs = run_module(module, args)
+        for name, value in zip(names, outs, strict=True):
+            case[f"{name}:expect"] = np.asarray(value)
+    checks: list[SSAValue] = []
+    for name, get in zip(names, list(ret.arguments), strict=True):
+        expect = block.insert_arg(get.type, len(block.args))
+        label = f"assert_eq({name}:expect,{name})"
+        checks.append(_assert_equal(block, ret, expect, get, maxerr, verbose, label))
+    ret.operands = checks
+    fn.function_type = FunctionType.from_lists([a.type for a in block.args], [c.type for c in checks])
+    expect_names = [f"{n}:expect" for n in names]
+    fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in [*input_names, *expect_names]])
+    var_attr = fn.attributes.get("xmge.input_var_names")
+    if isinstance(var_attr, ArrayAttr):
+        fn.attributes["xmge.input_var_names"] = ArrayAttr([*var_attr.data, *(StringAttr("") for _ in names)])
+    return expect_names
+
+
+def _output_var_names(fn: func.FuncOp, output_names: Sequence[str] | None) -> list[str]:
+    """The names the outputs' vars are dumped with (the ``:expect`` inputs are named after them)."""
+    ret = fn.body.block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    input_names = [a.data for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
+    names = []
+    for i, v in enumerate(ret.arguments):
+        given = output_names[i] if output_names is not None else ""
+        if given:
+            names.append(given)
+        elif isinstance(v.owner, Block):
+            names.append(input_names[v.index])  # type: ignore[attr-defined]
+        else:
+            op = v.owner
+            var = op.attributes.get("name")
+            opr = _opr_name(op) if isinstance(op, T.MgbOp) else None
+            names.append(var.data if isinstance(var, StringAttr) else opr or f"unnamed{i}")
+    return names
+
+
+def _assert_equal(
+    block: Block, before: Operation, expect: SSAValue, get: SSAValue, maxerr: float, verbose: bool, name: str
+) -> SSAValue:
+    """``AssertEqual(expect, get, err)`` with MegBrain's ``AssertEqual::make`` error sub-graph."""
+    from dialects import enums
+
+    E = enums.ElemwiseMode
+
+    def add(op: T.MgbOp) -> SSAValue:
+        block.insert_op_before(op, before)
+        return op.results[0]
+
+    def elemwise(mode: Any, *operands: SSAValue) -> SSAValue:
+        return add(T.ElemwiseOp.make(list(operands), mode=mode))
+
+    a, b = expect, get
+    elem = a.type.element_type  # type: ignore[attr-defined]
+    if not is_float(elem):
+        f32 = TensorType(Float32Type(), a.type.get_shape())  # type: ignore[attr-defined]
+        a, b = add(T.TypeCvtOp.make([a], [f32])), add(T.TypeCvtOp.make([b], [f32]))
+        elem = Float32Type()
+    one = add(T.ConstOp.from_numpy(np.ones((1,), numpy_dtype(elem)), elem))
+    diff = elemwise(E.ABS, elemwise(E.SUB, a, b))
+    scale = elemwise(E.MAX, elemwise(E.MIN, elemwise(E.ABS, a), elemwise(E.ABS, b)), one)
+    ratio = elemwise(E.TRUE_DIV, diff, scale)
+    n = math.prod(ratio.type.get_shape())  # type: ignore[attr-defined]
+    flat = add(T.ReshapeOp.make([ratio], [TensorType(elem, [n])]))
+    err = add(T.ReduceOp.make([flat], mode=enums.ReduceMode.MAX, axis=0))
+    check = T.AssertEqualOp.make([expect, get, err], maxerr=maxerr, verbose=verbose)
+    check.attributes["name"] = StringAttr(name)
+    return add(check)
 
 
 def _name_traced_output_casts(fn: func.FuncOp) -> None:
@@ -504,11 +601,6 @@ def dump(
     kwargs = dict(kwargs)
     case_opts = {k: kwargs.pop(k) for k in TEST_CASE_OPTIONS if k in kwargs}
     input_data = case_opts.get("input_data")
-    if input_data is not None and not case_opts.get("no_assert", False):
-        raise ValueError(
-            "input_data without no_assert=True is not supported by xmge (it needs AssertEqual checker "
-            "operators); pass no_assert=True to write the test cases without checks"
-        )
     options = check_options(kwargs)
     module, rebuild = tr._last
     fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
@@ -550,6 +642,29 @@ def dump(
     order_traced_graph(traced_main)
     dedup_traced_names(traced_main)
     _name_traced_output_casts(traced_main)
+    cases: list[dict[str, np.ndarray]] | None = None
+    if input_data is not None:
+        from compiler.test_cases import make_cases
+
+        cases = make_cases(
+            traced_main,
+            inputs,
+            input_data,
+            repeat=int(case_opts.get("repeat", 1)),
+            resize_input=bool(case_opts.get("resize_input", False)),
+            input_transform=case_opts.get("input_transform"),
+        )
+        if not case_opts.get("no_assert", False):
+            expect_names = add_assert_checks(
+                traced_fn,
+                inputs,
+                out_names,
+                cases,
+                maxerr=float(case_opts.get("maxerr", 1e-4)),
+                verbose=not case_opts.get("silent", False),
+            )
+            inputs = [*inputs, *expect_names]
+            out_names = None  # the outputs are now the checks' (MegEngine names them after them)
     ignored = sorted(k for k, v in options.items() if v and k.startswith("enable_"))
     if ignored and not optimize_for_inference:
         # MegEngine drops these silently; a user who asked for a layout would not know it never happened
@@ -588,17 +703,9 @@ def dump(
     del keep_param_name
 
     data = res.data
-    if input_data is not None:
-        from compiler.test_cases import make_cases, wrap
+    if cases is not None:
+        from compiler.test_cases import wrap
 
-        cases = make_cases(
-            wfn,
-            inputs,
-            input_data,
-            repeat=int(case_opts.get("repeat", 1)),
-            resize_input=bool(case_opts.get("resize_input", False)),
-            input_transform=case_opts.get("input_transform"),
-        )
         data = wrap(res.data, cases, dump_format or "FBS_V2")
     if isinstance(file, str | os.PathLike):
         if append and os.path.exists(file):
