@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import compiler.functional as F
+from backends.c.build import RUNTIME_DIR
 from compiler.tensor import Tensor
 from tests.codegen_util import compile_fn, require
 
@@ -72,3 +74,75 @@ def test_two_threads_not_slower_than_one_next_to_a_burner() -> None:
             b.wait()
     one_ms, two_ms = (float(np.median(times[k])) * 1e3 for k in ("1", "2"))
     assert two_ms <= 1.2 * one_ms, (one_ms, two_ms)
+
+
+# The choice's logic alone (xm_pace_pick / xm_pace_record, included from xm_runtime.c), driven by
+# synthetic latencies: deterministic, unlike timing on a shared machine. `lat(arm, prev, run)` models
+# a machine: `prev` is the arm of the run before (-1: untimed). The program prints, per scenario, how
+# many of its runs in [from, to) took arm 1.
+PACE_C = r"""
+#include "xm_runtime.c"
+static void impl(void* const* in, void* const* out, unsigned char* a, const unsigned char* w, int nt,
+                 xm_ctx* c) { (void)in, (void)out, (void)a, (void)w, (void)nt, (void)c; }
+static const xm_variant variants[1] = {{"v0", 0, 0, 0, 0, 64, 0, 0, 2, impl}};
+const xm_model_desc xm_desc = {1, variants, 0};
+
+static int scenario;
+static double lat(int arm, int prev, int run) {
+  switch (scenario) {
+  case 0: /* a burner on the other core: 2 threads 1.7x faster, but slow right after a 1-thread run */
+    return arm == 1 ? 20.0 : prev == 1 ? 34.0 : 11.7;
+  case 1: /* both cores busy: 2 threads really lose */
+    return arm == 1 ? 20.0 : 30.0;
+  case 2: /* the other core frees up at run 300 */
+    return arm == 1 ? 20.0 : run < 300 ? 30.0 : 11.0;
+  case 3: /* the other core fills up at run 300 */
+    return arm == 1 ? 20.0 : run < 300 ? 11.0 : 30.0;
+  case 4: /* a quiet machine, noisy: 2 threads 1.8x faster, every 7th run of either arm preempted */
+    return (arm == 1 ? 20.0 : 11.0) * (run % 7 == 3 ? 3.0 : 1.0);
+  default: /* the burner again: a third of the 2-thread runs meet its time slice (28 ms), in bursts */
+    return arm == 1 ? 20.0 : prev == 1 ? 34.0 : (run * 7919u) % 31u < 10u ? 28.0 : 11.7;
+  }
+}
+
+int main(void) {
+  static const int spans[][2] = {{0, 1000}, {0, 1000}, {600, 1000}, {600, 1000}, {0, 1000}, {0, 1000}};
+  for (scenario = 0; scenario < 6; ++scenario) {
+    xm_model* m = xm_create(0, 0, 2, 1);
+    if (!m) return 1;
+    int prev = -1, ones = 0;
+    for (int run = 0; run < 1000; ++run) {
+      int timed = 0;
+      const int arm = xm_pace_pick(m, 0, &timed);
+      if (timed) xm_pace_record(m, 0, arm, lat(arm, prev, run));
+      if (arm == 1 && run >= spans[scenario][0] && run < spans[scenario][1]) ++ones;
+      prev = arm;
+    }
+    printf("%d %d\n", scenario, ones);
+    xm_destroy(m);
+  }
+  return 0;
+}
+"""
+
+
+def test_choice_logic_on_synthetic_latencies(tmp_path: Path) -> None:
+    """Next to a burner two threads win but the first all-threads run after a one-thread run is
+    slow (its worker slept): that run must not count against two threads. When two threads really
+    lose (both cores busy) one thread is chosen; a change of load is followed within
+    XM_EXPLORE_MAX runs; a quiet machine's occasional preempted run, or a third of the runs slowed
+    by a burner's time slices, does not flip the choice."""
+    (tmp_path / "pace.c").write_text(PACE_C)
+    exe = tmp_path / "pace"
+    cmd = ["gcc", "-O1", "-std=gnu11", f"-I{RUNTIME_DIR}", "pace.c", "-o", str(exe), "-pthread"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True).stdout
+    ones = dict(tuple(map(int, line.split())) for line in out.splitlines())
+    # runs on one thread: only the tries of the losing arm (3-4 runs every 32..512 runs)
+    assert ones[0] <= 30, ones  # the burner: two threads kept
+    assert ones[1] >= 950, ones  # both cores busy: one thread
+    assert ones[2] <= 20, ones  # freed up at run 300: back on two threads by run 600
+    assert ones[3] >= 380, ones  # filled up at run 300: on one thread by run 600
+    assert ones[4] <= 30, ones  # quiet and noisy: two threads
+    assert ones[5] <= 60, ones  # the burner, a third of the 2-thread runs slow: still two threads

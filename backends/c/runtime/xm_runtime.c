@@ -32,27 +32,41 @@ struct xm_model {
    ShuffleNetV2 6.5 ms at 2 threads vs 3.7 at 1 next to a `nice -n 10` job). The runtime's own pool
    (xm_parallel.c) no longer waits for a worker that has not started a share, but a worker
    descheduled in the middle of one, or a machine whose every core is busy, still makes two threads
-   lose. So an
-   instance with more than one thread times its runs and keeps, per variant, its last XM_SAMPLES
-   latencies with all its threads (arm 0) and with one (arm 1). After the first run (untimed: thread
-   start, cold caches) it alternates until both arms have XM_SAMPLES, then runs the better one (arm
-   1 only when its median is 5% below arm 0's: two threads stay unless one is clearly faster). Now
-   and then it tries XM_SAMPLES fresh runs of the other arm, to notice the core freeing or filling
-   up: XM_EXPLORE runs after a change of choice, twice as long after each try that lost, at most
-   XM_EXPLORE_MAX (a try of two threads on a contended core can cost several runs' time). Medians,
-   not means: one run preempted by another process must not flip the choice.
-   XMGE_ADAPT_THREADS=0 turns this off (always all threads). */
+   lose. So an instance with more than one thread times its runs and keeps, per variant, recent
+   latencies with all its threads (arm 0) and with one (arm 1), and runs the better one by their
+   medians (arm 1 only when 5% below arm 0's: two threads stay unless one is clearly faster).
+
+   Medians of up to XM_WINDOW runs of the arm in use. Next to a `nice -n 10` burner two threads are
+   1.7x faster at the median, but some runs meet the burner's time slice and take longer than one
+   thread would; the median of only 3 flips to one thread whenever 2 of 3 runs in a row are such
+   runs, and then keeps it for 32 to 512 runs: with a third of the 2-thread runs slow, 90% of runs
+   went to one thread (tests/test_threads_adapt.py's synthetic latencies; the likely cause of
+   bench_x86 --contended choosing one thread for ResNet-18, 20.4 ms, against 11.7 with two fixed). A try of the other arm is XM_SAMPLES fresh runs (it costs latency
+   when that arm is the slower one), compared with the window of the arm in use.
+
+   Arms are measured in blocks, and a run of arm 0 right after a run of arm 1 is not counted:
+   during a one-thread run the workers spin XMGE_SPIN_US and then sleep, and a CPU-bound process on
+   the other core takes it; the next all-threads run starts with workers that must be woken and
+   scheduled ahead of it, so its first parallel regions run short. That cost belongs to the switch,
+   not to arm 0: a caller that keeps running arm 0 does not pay it (alternating the arms measured
+   every arm-0 run cold). The first run is untimed (thread start, cold caches).
+
+   Tries of the other arm notice the core freeing or filling up: XM_EXPLORE runs after a change of
+   choice, twice as long after each try that lost, at most XM_EXPLORE_MAX (a try of two threads on
+   a contended core can cost several runs' time). XMGE_ADAPT_THREADS=0 turns this off (always all
+   threads). */
 #define XM_EXPLORE 32
 #define XM_EXPLORE_MAX 512
-#define XM_SAMPLES 3
-_Static_assert(XM_SAMPLES == 3, "xm_median3 takes the median of three");
+#define XM_SAMPLES 3 /* runs of a try (and of each arm at the start) */
+#define XM_WINDOW 9  /* the latest runs of an arm its median is taken over */
 typedef struct xm_pace {
-  double ms[2][XM_SAMPLES]; /* a ring of recent latencies per arm */
-  unsigned long n[2];       /* samples recorded per arm */
+  double ms[2][XM_WINDOW]; /* a ring of recent latencies per arm */
+  unsigned long n[2];      /* samples recorded per arm since its latest try began */
   unsigned long runs;
   unsigned long tried; /* the run of the last try of the other arm */
   unsigned long interval; /* runs between tries */
   int best;
+  int last; /* the arm of the latest run (-1: untimed, all threads) */
 } xm_pace;
 
 static double xm_now_ms(void) {
@@ -61,25 +75,36 @@ static double xm_now_ms(void) {
   return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
-static double xm_median3(const double* v) {
-  const double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-  return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
+/* the median of an arm's samples since its latest try began (at most XM_WINDOW, the newest) */
+static double xm_arm_median(const xm_pace* p, int arm) {
+  const int k = p->n[arm] < XM_WINDOW ? (int)p->n[arm] : XM_WINDOW;
+  double v[XM_WINDOW];
+  for (int i = 0; i < k; ++i) {
+    const double x = p->ms[arm][(p->n[arm] - 1 - i) % XM_WINDOW];
+    int j = i;
+    for (; j > 0 && v[j - 1] > x; --j) v[j] = v[j - 1];
+    v[j] = x;
+  }
+  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
 }
 
-/* the arm of this run (-1: all threads, untimed) */
-static int xm_pace_pick(xm_model* m, int variant) {
+/* the arm of this run (-1: all threads, untimed); *timed: whether its latency counts */
+static int xm_pace_pick(xm_model* m, int variant, int* timed) {
   pthread_mutex_lock(&m->lock);
   xm_pace* p = &m->pace[variant];
   const unsigned long run = p->runs++;
   int arm;
   if (run == 0) arm = -1;
-  else if (p->n[0] < XM_SAMPLES || p->n[1] < XM_SAMPLES) arm = p->n[0] > p->n[1];
+  else if (p->n[0] < XM_SAMPLES) arm = 0; /* a block of each arm, arm 0 first (its workers are up) */
+  else if (p->n[1] < XM_SAMPLES) arm = 1;
   else if (run - p->tried >= p->interval) {
-    /* a try is XM_SAMPLES fresh runs of the other arm (its old ones may predate a change of load) */
+    /* fresh runs: the arm's old ones may predate a change of load */
     p->tried = run;
     arm = !p->best;
     p->n[arm] = 0;
   } else arm = p->best;
+  *timed = arm == 1 || (arm == 0 && p->last != 1);
+  p->last = arm;
   pthread_mutex_unlock(&m->lock);
   return arm;
 }
@@ -87,9 +112,9 @@ static int xm_pace_pick(xm_model* m, int variant) {
 static void xm_pace_record(xm_model* m, int variant, int arm, double ms) {
   pthread_mutex_lock(&m->lock);
   xm_pace* p = &m->pace[variant];
-  p->ms[arm][p->n[arm]++ % XM_SAMPLES] = ms;
+  p->ms[arm][p->n[arm]++ % XM_WINDOW] = ms;
   if (p->n[0] >= XM_SAMPLES && p->n[1] >= XM_SAMPLES) {
-    const int best = xm_median3(p->ms[1]) < 0.95 * xm_median3(p->ms[0]);
+    const int best = xm_arm_median(p, 1) < 0.95 * xm_arm_median(p, 0);
     if (best != p->best) p->interval = XM_EXPLORE;
     else if (arm != best && p->n[arm] == XM_SAMPLES)
       p->interval = p->interval * 2 > XM_EXPLORE_MAX ? XM_EXPLORE_MAX : p->interval * 2;
@@ -139,7 +164,7 @@ xm_model* xm_create(const void* weights, unsigned long weights_size, int threads
   const char* adapt = getenv("XMGE_ADAPT_THREADS");
   m->adapt = !(adapt && (!strcmp(adapt, "0") || !strcmp(adapt, "off") || !strcmp(adapt, "no")));
   m->pace = (xm_pace*)calloc(xm_desc.num_variants > 0 ? xm_desc.num_variants : 1, sizeof(xm_pace));
-  for (int v = 0; m->pace && v < xm_desc.num_variants; ++v) m->pace[v].interval = XM_EXPLORE;
+  for (int v = 0; m->pace && v < xm_desc.num_variants; ++v) m->pace[v].interval = XM_EXPLORE, m->pace[v].last = -1;
   pthread_mutex_init(&m->lock, NULL);
   pthread_cond_init(&m->freed, NULL);
   m->weights = (unsigned char*)xm_alloc(xm_desc.weights_size);
@@ -207,11 +232,16 @@ int xm_run_variant(xm_model* m, int variant, const void* const* inputs, void* co
   ctx.failed = 0;
   ctx.error[0] = 0;
   const int threads = m->threads > 0 ? m->threads : v->default_threads;
-  const int arm = threads > 1 && m->adapt ? xm_pace_pick(m, variant) : -1;
+  int timed = 0;
+  const int arm = threads > 1 && m->adapt ? xm_pace_pick(m, variant, &timed) : -1;
   const double t0 = arm >= 0 ? xm_now_ms() : 0;
   v->impl((void* const*)inputs, outputs, s->arena, m->weights + v->weights_offset, arm == 1 ? 1 : threads,
           &ctx);
-  if (arm >= 0) xm_pace_record(m, variant, arm, xm_now_ms() - t0);
+  if (timed) xm_pace_record(m, variant, arm, xm_now_ms() - t0);
+#ifdef XM_PACE_TRACE
+  /* a diagnostic build's log of the choice (bench/, by hand): arm ("c": not counted), ms, the choice */
+  if (arm >= 0) fprintf(stderr, "pace %d%s %.3f best=%d\n", arm, timed ? "" : "c", xm_now_ms() - t0, m->pace[variant].best);
+#endif
   xm_release(m, s);
   if (__atomic_load_n(&ctx.failed, __ATOMIC_ACQUIRE)) {
     snprintf(xm_error, sizeof xm_error, "%s", ctx.error);

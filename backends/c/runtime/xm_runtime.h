@@ -36,13 +36,14 @@
  * default, at the price of one arena per concurrent caller.
  *
  * Threads on a shared machine. An instance created with threads > 1 times its runs and, per variant,
- * runs with all its threads or with one, whichever the median of its last 3 runs on each measured
- * faster (one thread only when 5% faster). It tries the other now and then (32 runs after a change
- * of choice, twice as long after each try that lost, at most 512; 8 runs measured worse: under a
- * load of 5 on 2 cores its tries cost 1.5x in latency), so it follows the load: a CPU-bound job on
- * the other core never makes two threads slower than one for long. The outputs do not depend on
- * the choice (every kernel's result is the same at any thread count). XMGE_ADAPT_THREADS=0 in the
- * environment at create time: always all threads.
+ * runs with all its threads or with one, whichever the median of its recent runs on each measured
+ * faster (up to 9 runs of the arm in use, 3 of a try; one thread only when 5% faster; an all-threads
+ * run right after a one-thread run, whose workers slept, is not counted). It tries the other now
+ * and then (32 runs after a change of choice, twice as long after each try that lost, at most 512;
+ * 8 runs measured worse: under a load of 5 on 2 cores its tries cost 1.5x in latency), so it follows
+ * the load: a CPU-bound job on the other core never makes two threads slower than one for long. The
+ * outputs do not depend on the choice (every kernel's result is the same at any thread count).
+ * XMGE_ADAPT_THREADS=0 in the environment at create time: always all threads.
  */
 #ifndef XM_RUNTIME_H
 #define XM_RUNTIME_H
