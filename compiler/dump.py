@@ -30,6 +30,7 @@ from backends.mge.writer import LoweredGraph, Metadata, write_graph
 from compiler.serialization import atomic_write
 from dialects import tensor as T
 from dialects.dtypes import is_float, numpy_dtype
+from dialects.errors import XmgeError
 from passes.inference import ElemwiseSimplifyPass, InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
 TEST_CASE_OPTIONS = (
@@ -56,6 +57,11 @@ _CPP_DTYPE = {
     "Quantized8Asymm": "Quantized8Asymm",
     "QuantizedS16": "QuantizedS16",
 }
+
+
+class TrainingGraphError(XmgeError, ValueError, RuntimeError):
+    """``dump`` of a trace that ran training-only computations (a BatchNorm's batch statistics).
+    A RuntimeError too, as MegEngine's assertion is."""
 
 
 class DumpResult(NamedTuple):
@@ -607,7 +613,7 @@ def dump(
     training = fn.attributes.get("xmge.training_only")
     if isinstance(training, ArrayAttr):
         ran = "; ".join(a.data for a in training.data if isinstance(a, StringAttr))
-        raise ValueError(
+        raise TrainingGraphError(
             f"cannot dump {tr.__name__}: the trace ran training-only computations ({ran}); call "
             "module.eval() before tracing to dump an inference graph"
         )

@@ -576,3 +576,19 @@ def test_set_arg_changes_a_call_in_place() -> None:
     graph.compile()
     assert probe.expr not in graph.exprs(recursive=False).as_list()
     _save_load_dump_run(traced, x, want.numpy())
+
+
+def test_tensor_named_in_forward_names_its_node() -> None:
+    # MegEngine: x.name = ... inside a traced forward names the node (graph._namespace.used_names)
+    class Named(M.Module):
+        def forward(self, x: Any) -> Any:
+            y = x + 1
+            y.name = "plus_one"
+            z = y * 2
+            z.name = "x"  # taken by the input: the node keeps its own name
+            return z
+
+    traced = tm.trace_module(Named(), megengine.tensor(np.ones(3, np.float32)))
+    names = [n.name for n in traced.graph.nodes()]
+    assert "plus_one" in names and names.count("x") == 1
+    assert "plus_one" in traced.graph._namespace.used_names
