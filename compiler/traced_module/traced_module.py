@@ -597,6 +597,14 @@ class TracedModule(Module):
     weight_observer: Any
     weight_fake_quant: Any
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        graph = state.get("_graph")
+        if isinstance(graph, InternalGraph):
+            # MegEngine numbers a loaded graph's expressions and nodes afresh, in graph order (its
+            # sub-graphs' included); the outermost module is built last and numbers them all
+            graph._reset_ids()
+
     def __init__(self, graph: InternalGraph) -> None:
         super().__init__()
         self._graph = graph  # underscore: not part of state_dict or named_children
