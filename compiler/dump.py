@@ -328,8 +328,9 @@ def order_traced_graph(fn: func.FuncOp) -> None:
     the ops in trace order. As each node is made MegBrain's ``GraphOptimizer`` applies, and all of
     it is visible in the file:
 
-    * an op (or constant) equal to one made before (same kind, params and inputs; same value) is
-      that one (``insert_pre``): two ``F.relu(x)`` are one RELU, two zero biases one constant;
+    * an op equal to one made before (same kind, params and inputs) is that one (``insert_pre``),
+      and so is a constant of at most 28 elements equal to one made before (its ``DevValueCache``):
+      two ``F.relu(x)`` are one RELU, two zero biases of a Linear(3, 3) one constant;
     * an op whose inputs are all constants, with one result of under 1024 elements, is replaced by
       a new constant (``replace_const_var``);
     * a commutable elemwise op's two inputs are ordered by var id (``2 * x`` is ``MUL(x, const<2>)``);
@@ -344,8 +345,7 @@ def order_traced_graph(fn: func.FuncOp) -> None:
     for c in [op for op in block.ops if isinstance(op, T.ConstOp)]:
         key = _const_key(c)
         if key is not None and key in made and _same_value(c, made[key][0]):
-            _replace(block, c, made[key])
-            next_id += 2
+            _replace(block, c, made[key])  # the cached var itself: no new operator, no ids
             continue
         if key is not None:
             made[key] = [c.output]
@@ -411,8 +411,13 @@ def _op_key(op: T.MgbOp) -> Any:
     return (op.name, tuple(op.operands), props, attrs, tuple(str(r.type) for r in op.results))
 
 
+# MegBrain's ImmutableTensor::DevValueCache::MAX_SIZE (TensorLayout::MAX_NDIM * 4): larger constants
+# are never merged
+_MAX_MERGED_CONST_ELEMENTS = 7 * 4
+
+
 def _const_key(op: T.ConstOp) -> Any:
-    if op.value.is_elided:
+    if op.value.is_elided or math.prod(op.output.type.get_shape()) > _MAX_MERGED_CONST_ELEMENTS:
         return None
     return ("const", str(op.output.type), op.value.digest.data)
 

@@ -67,6 +67,15 @@ def _models(mge: Any) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         def forward(self, x: Any) -> Any:
             return self.dequant(self.linear(self.quant(x)))
 
+    class Biases(M.Module):  # zero biases: 30 elements are two constants, 3 elements one
+        def __init__(self) -> None:
+            super().__init__()
+            self.a1, self.a2 = M.Linear(3, 30), M.Linear(30, 30)
+            self.l1, self.l2 = M.Linear(30, 3), M.Linear(3, 3)
+
+        def forward(self, x: Any) -> Any:
+            return self.l2(self.l1(self.a2(self.a1(x))))
+
     q = Quantized()
     mge.quantization.quantize_qat(q)
     mge.quantization.quantize(q)
@@ -82,6 +91,7 @@ def _models(mge: Any) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         "outer": (Outer(), keep),
         "nested": (Top(), keep),
         "quantized": (q, keep),
+        "biases": (Biases(), keep),
         "arith_not_keep_opr_name": (arith, {"keep_opr_name": False, "keep_var_name": 2, "arg_names": ("x",)}),
         "arith_keep_var_0": (arith, {"keep_opr_name": True, "keep_var_name": 0, "arg_names": ("x",)}),
         "named_input": (arith, {"keep_opr_name": True, "keep_var_name": 2, "input_name": "data"}),
