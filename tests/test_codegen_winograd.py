@@ -10,12 +10,21 @@ errors against the float64-summed reference: ``F(4, 3)`` ~5e-6 to 1e-5 of the ou
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
 
 import backends.c.templates.x86.winograd as winograd
+import compiler as xm
+from backends.c.templates.x86.winograd_transforms import STRIDE2_TRANSFORMS
+from compiler.driver import tuner
+from compiler.driver.compile import compile as xcompile
+from compiler.driver.targets import parse_target
+from compiler.tuning import TuningFile, key_for
+from passes.lowering.select import op_signature
+from semantics import run_module
 from tests.codegen_util import assert_threads_agree, check, check_sanitized
 from tests.test_codegen_conv import _conv_model
 
@@ -172,3 +181,75 @@ def test_winograd_matches_torch(m: int, monkeypatch: pytest.MonkeyPatch) -> None
     got = one.run(inputs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     assert_threads_agree(fn, inputs, TARGETS[1], one)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_other_tile_through_a_tuning_choice(target: str) -> None:
+    """``conv2d_winograd_nchw88_other`` (the tile the rule does not pick, for the tuner) is never the
+    untuned choice; chosen through a tuning file it runs F(4, 3) where the rule picks F(2, 3), F(2, 3)
+    where the rule's F(4, 3) is its fallback below 16x16 or where it stays direct, and the stride-2
+    F(2, 3) / F(4, 3) for stride-2 convs, within the Winograd tolerance of the reference, the same bits on 1
+    and 2 threads."""
+    cases = [
+        (1, 32, 14, 13, 40, 3, 1, 1, 1, 1, "residual"),  # rule F(2, 3) -> F(4, 3), partial tiles
+        (1, 264, 10, 11, 264, 3, 1, 1, 1, 1, "relu"),  # rule F(4, 3) (F(2, 3)'s U too large) -> F(2, 3)
+        (1, 264, 5, 6, 256, 3, 1, 1, 1, 1, "relu"),  # rule direct (channels) -> F(2, 3)
+        (1, 8, 12, 12, 16, 3, 1, 1, 1, 1, "relu"),  # too few channels: no other tile, stays direct
+        (1, 24, 17, 19, 40, 3, 2, 1, 1, 1, "residual"),  # stride 2 (direct) -> its F(2, 3): 9 x 10 outputs
+        (2, 16, 20, 18, 24, 3, 2, 0, 1, 1, "hswish"),  # stride 2, no padding, batch 2: 9 x 8 outputs
+        (1, 40, 33, 37, 24, 3, 2, 1, 1, 1, "relu"),  # stride 2, 17 x 19 outputs: its F(4, 3)
+    ]
+    fn, inputs = _conv_model(cases, np.random.default_rng(41))
+    untuned = check(fn, inputs, target)
+    assert "conv2d_winograd_nchw88_other" not in untuned.ir("c")
+    t = parse_target(target)
+    family = "conv2d_winograd_nchw88_other"
+    ops = [op for op in untuned._stages["inference"].walk() if family in tuner.candidates(op, t)]
+    assert len(ops) == 6
+    tf = TuningFile(key_for(t, 1), {op_signature(op): family for op in ops})
+    traced = xm.jit.trace(fn, symbolic=True, capture_as_const=True)
+    traced(*[xm.tensor(x) for x in inputs])
+    tuned = xcompile(traced, target, tuning_file=tf)
+    source = tuned.ir("c")
+    tiles = ("f4_n1", "f2_n1", "f2_s2", "f4_s2")
+    kernels = {tile: source.count(f"static void {family}_{tile}_") for tile in tiles}
+    assert kernels == {"f4_n1": 1, "f2_n1": 2, "f2_s2": 2, "f4_s2": 1}
+    assert source.count("static void conv2d_nchw88_dense_") == 1
+    want = run_module(untuned._stages["tensor"], list(inputs))  # type: ignore[arg-type]
+    got = tuned.run(inputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+    two = xcompile(traced, target, tuning_file=TuningFile(key_for(t, 2), tf.choices), threads=2)
+    for a, b in zip(got, two.run(inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+    if "avx512" in target:  # border patches (stride 2: 2m + 1 inputs a tile) under ASan / UBSan
+        check_sanitized(two, inputs)
+
+
+@pytest.mark.parametrize("m", sorted(STRIDE2_TRANSFORMS))
+def test_stride2_transforms_compute_the_strided_correlation(m: int) -> None:
+    """``A^T [(G g G^T) . (B^T d B)] A`` over a ``(2m + 1)^2`` patch is the stride-2 3x3 correlation
+    of its ``m x m`` outputs, exactly (rational arithmetic), with ``(2m + 1)^2`` products."""
+    bt, g, at = STRIDE2_TRANSFORMS[m]
+    n = 2 * m + 1
+    assert (len(bt), len(bt[0]), len(g), len(at), len(at[0])) == (n, n, n, m, n)
+    rng = np.random.default_rng(m)
+    d = [[Fraction(int(v)) for v in row] for row in rng.integers(-9, 10, (n, n))]
+    w = [[Fraction(int(v)) for v in row] for row in rng.integers(-9, 10, (3, 3))]
+
+    def mul(a: list[list[Fraction]], b: list[list[Fraction]]) -> list[list[Fraction]]:
+        return [
+            [sum((a[i][k] * b[k][j] for k in range(len(b))), Fraction(0)) for j in range(len(b[0]))]
+            for i in range(len(a))
+        ]
+
+    def tr(a: list[list[Fraction]]) -> list[list[Fraction]]:
+        return [list(r) for r in zip(*a, strict=True)]
+
+    u, v = mul(mul(g, w), tr(g)), mul(mul(bt, d), tr(bt))
+    y = mul(mul(at, [[u[i][j] * v[i][j] for j in range(n)] for i in range(n)]), tr(at))
+    want = [
+        [sum(w[a][b] * d[2 * i + a][2 * j + b] for a in range(3) for b in range(3)) for j in range(m)]
+        for i in range(m)
+    ]
+    assert y == want

@@ -78,7 +78,7 @@ def test_c_registry_orders_families_by_priority() -> None:
     assert KERNELS.families(T.ConvBiasOp) == [
         "conv2d_nchw88_expand_dw3x3_project", "conv2d_nchw88_expand_dw3x3", "conv2d_nchw88_dw3x3",
         "conv2d_nchw88_chan", "conv2d_nchw88_bf16", "conv2d_winograd_nchw88", "conv2d_nchw88_stem3x3",
-        "conv2d_nchw88",
+        "conv2d_nchw88", "conv2d_winograd_nchw88_other",
         "conv2d_nchw44_mmla", "conv2d_nchw44_dot_im2col", "conv2d_nchw44_dot_gemm", "conv2d_nchw44_dot",
         "conv2d_nchw44_winograd", "conv2d_nchw44_gemm", "conv2d_nchw44_dw3x3",
         "conv2d_nchw44", "conv2d_nchw44_q8",

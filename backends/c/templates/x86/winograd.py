@@ -1,6 +1,9 @@
 """Winograd convolutions for x86 NCHW88: ``F(m x m, 3 x 3)`` (``m`` = 4 or 2) for dense 3x3 stride-1
 convolutions, registered on the ``avx2`` ISA (ymm, 16 output channels x 6 tiles per register tile)
-and the ``avx512`` ISA (zmm, 32 output channels x 12 tiles).
+and the ``avx512`` ISA (zmm, 32 output channels x 12 tiles). The tuner-only family
+``conv2d_winograd_nchw88_other`` (:func:`other_tile`) runs the same kernel with the other tile, and
+stride-2 3x3 convolutions through the stride-2 transforms (``(2m + 1)^2`` points over a
+``(2m + 1)^2`` patch, :data:`winograd_transforms.STRIDE2_TRANSFORMS`).
 
 ``y = A^T [ (G g G^T) . (B^T d B) ] A`` per ``m x m`` output tile ``y`` and ``(m + 2)^2`` input patch
 ``d``, summed over input channels: the filter transform ``U = G g G^T`` is done ahead of time by
@@ -50,7 +53,8 @@ from backends.c.templates.x86.nchw88 import (
     conv_nchw88,
     offset,
 )
-from backends.c.templates.x86.winograd_transforms import TRANSFORMS, VectorOps, plan_2d, transform_filter
+from backends.c.templates.x86.winograd_transforms import TRANSFORMS as TRANSFORMS  # x86_fp16_winograd's
+from backends.c.templates.x86.winograd_transforms import VectorOps, plan_2d, transform_filter, transforms
 from dialects.layout import SPECS, Layout, winograd_filter_spec, winograd_tile_spec
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
 
@@ -143,6 +147,12 @@ WINOGRAD_F4_MIN_SPATIAL = 16  # F(4, 3) from here; F(2, 3) below where the chann
 WINOGRAD_F4_FALLBACK_SPATIAL = 10  # F(4, 3) from here where F(2, 3)'s U is too large ...
 WINOGRAD_F4_FALLBACK_MAX_MACS = 8 * 1024 * 1024 // 36  # ... and F(4, 3)'s U within 32 MiB
 WINOGRAD_F2_MIN_SPATIAL = 4
+# the stride-2 F(2, 3) from here: a 7x7 output's 4x4 tiles (8x8) do 400 products per channel pair
+# where direct does 441 (ResNet-50's 14 -> 7 x 512: 2.42 ms against direct 2.37, thread-CPU, EPYC);
+# the stride-2 F(4, 3) from 16x16 (56 -> 28 x 128: 1.78 ms, F(2, 3) 1.97, direct 2.52; 28 -> 14 x
+# 256, whose 4x4 tiles cover 16x16: F(4, 3) 2.77, F(2, 3) 1.71, direct 2.31)
+STRIDE2_MIN_SPATIAL = 8
+STRIDE2_F4_MIN_SPATIAL = 16
 L1_SETS, LINE_FLOATS = 64, 16  # the L1D's sets (48 KB, 12 ways) and floats per 64-byte line
 
 
@@ -178,8 +188,35 @@ def winograd_tile(p: dict[str, Any]) -> int | None:
     return 4 if fallback else None
 
 
+def other_tile(p: dict[str, Any]) -> int | None:
+    """The Winograd tile :func:`winograd_tile` does not pick, for the tuner to time against it (None:
+    no other one): F(4, 3) where it picks F(2, 3), F(2, 3) where F(4, 3) is its fallback below 16x16
+    outputs, F(2, 3) where it keeps a conv direct for its channel count, and for stride-2 3x3 convs
+    the stride-2 F(2, 3) from :data:`STRIDE2_MIN_SPATIAL` outputs, F(4, 3) from
+    :data:`STRIDE2_F4_MIN_SPATIAL` (:data:`winograd_transforms.STRIDE2_TRANSFORMS`: 25 products per
+    2x2 outputs instead of 36, 81 per 4x4 instead of 144). Its thresholds were set
+    on a CPU with two 512-bit FMA pipes; on one with a single one (Zen 4) Winograd's saved
+    multiplications weigh more against its transforms and U's traffic: ResNet-50's 14x14x256 convs
+    ran F(4, 3) 0.76-0.83 ms against F(2, 3)'s 0.97-1.01, its 7x7x512 ones F(2, 3) 1.33-1.53 against
+    direct 2.1 (EPYC, 1 thread, each layer's fastest of 30 model runs)."""
+    if p.get("mode") != "dense" or p["dtype"] != "f32" or min(p["ic"], p["oc"]) < WINOGRAD_MIN_CHANNELS:
+        return None
+    spatial = min(p["oh"], p["ow"])
+    if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) == (3, 3, 2, 2, 1, 1):
+        return None if spatial < STRIDE2_MIN_SPATIAL else 4 if spatial >= STRIDE2_F4_MIN_SPATIAL else 2
+    if (p["fh"], p["fw"], p["sh"], p["sw"], p["dh"], p["dw"]) != (3, 3, 1, 1, 1, 1):
+        return None
+    m = winograd_tile(p)
+    if m == 2:
+        return 4
+    if m is None:
+        return 2 if spatial >= WINOGRAD_F2_MIN_SPATIAL else None
+    return 2 if spatial < WINOGRAD_F4_MIN_SPATIAL else None
+
+
 class ConvWinogradNchw88(_Nchw88Base):
-    """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)``."""
+    """``conv2d_winograd_nchw88``: dense 3x3 stride-1 NCHW88 convolution by ``F(m x m, 3 x 3)`` (stride
+    2 as well with the parameter ``s``, which only :class:`ConvWinogradNchw88Other` sets)."""
     # F(2, 3) below 16x16 outputs, F(4, 3) above
     examples = (
         E.conv_case((2, 40, 14, 13, 56, 3, 1, 1, 1, 1, "residual")),
@@ -196,28 +233,35 @@ class ConvWinogradNchw88(_Nchw88Base):
     budget: ClassVar[int] = 768 * 1024  # bytes of V + M per tile block (L2-resident)
     l2: ClassVar[int] = 2 * 1024 * 1024  # V + M of every tile up to this: one block
 
+    def tile_of(self, p: dict[str, Any]) -> int | None:
+        """The output tile ``m`` of this family for a dense conv's parameters (None: no match)."""
+        return winograd_tile(p)
+
     def match(self, op: Operation) -> Lowered | None:
         lowered = conv_nchw88(op, chan=False)
         if lowered is None:
             return None
-        m = winograd_tile(lowered.params)
+        m = self.tile_of(lowered.params)
         if m is None:
             return None
         drop = ("fh", "fw", "sh", "sw", "dh", "dw", "mode", "groups")
         params = {k: v for k, v in lowered.params.items() if k not in drop}
         params["m"] = m
+        if lowered.params["sh"] != 1:  # the stride-2 transforms (other_tile)
+            params["s"] = lowered.params["sh"]
         return Lowered(params, lowered.operands)
 
     def symbol(self, p: dict[str, Any]) -> str:
         return sym_join(
-            "conv2d_winograd_nchw88", f"f{p['m']}", f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}",
+            self.family, f"f{p['m']}", f"s{p['s']}" if p.get("s", 1) != 1 else "",
+            f"n{p['n']}", f"ic{p['ic']}", f"{p['ih']}x{p['iw']}",
             f"oc{p['oc']}", f"p{p['ph']}x{p['pw']}", p["dtype"], "bias" if p["bias"] else "",
             "res" if p["residual"] else "", p["act"].upper() if p["act"] != "identity" else "",
         )  # fmt: skip
 
     def geometry(self, p: dict[str, Any]) -> dict[str, int]:
         m = p["m"]
-        a = m + 2
+        a = len(transforms(m, p.get("s", 1))[0])  # points per axis (= the patch's inputs)
         th, tw = -(-p["oh"] // m), -(-p["ow"] // m)
         panel = self.jmax * self.vw
         icp, ocp = -(-p["ic"] // VEC) * VEC, -(-p["oc"] // panel) * panel
@@ -252,9 +296,11 @@ class ConvWinogradNchw88(_Nchw88Base):
         if operand != 1:
             return super().pack(operand, array, p)
         logical = SPECS[Layout.KCRSc8k8].unpack(np.asarray(array, np.float32))
-        u = transform_filter(logical[: p["oc"], : p["ic"]], p["m"])
+        u = transform_filter(logical[: p["oc"], : p["ic"]], p["m"], stride=p.get("s", 1))
         panel = self.jmax * self.vw
-        return np.ascontiguousarray(winograd_filter_spec(panel).pack(u)), f"winograd_f{p['m']}_k{panel}"
+        stride = f"_s{p['s']}" if p.get("s", 1) != 1 else ""  # another transform: another packing
+        packed = np.ascontiguousarray(winograd_filter_spec(panel).pack(u))
+        return packed, f"winograd_f{p['m']}{stride}_k{panel}"
 
     def prefetch_hint(self, icp: int) -> str:
         """Where the GEMM prefetches the next panel's ``U``: L1 while two panels fit beside the
@@ -270,7 +316,8 @@ class ConvWinogradNchw88(_Nchw88Base):
         geo = self.geometry(p)
         a, tw, nt_tiles, tb, icp, ocp = geo["A"], geo["TW"], geo["T"], geo["TB"], geo["ICP"], geo["OCP"]
         ib = geo["IB"]
-        bt, _, at = TRANSFORMS[m]
+        stride = p.get("s", 1)
+        bt, _, at = transforms(m, stride)
         v_n, _ = self._sizes(p)
         args, casts = _signature("float", p)
         # every activation / filter / scratch offset from layout.py
@@ -367,7 +414,7 @@ static void {sym}({args}) {{
             continue;
           }}
           const int th = (t0 + tl) / {tw}, tw = (t0 + tl) % {tw};
-          const int r0 = th * {m} - {ph}, c0 = tw * {m} - {pw};
+          const int r0 = th * {m * stride} - {ph}, c0 = tw * {m * stride} - {pw};
           /* the patch straight from x inside the image; tiles over its border copy it with the
              padding's zeros into pt first */
           float pt[{a * a * VEC}];
@@ -432,4 +479,33 @@ class ConvWinogradNchw88Avx512(ConvWinogradNchw88):
     jmax, imax = 2, 12
 
 
-KERNEL_UNITS = (ConvWinogradNchw88(), ConvWinogradNchw88Avx512())
+class ConvWinogradNchw88Other(ConvWinogradNchw88):
+    """``conv2d_winograd_nchw88_other``: the same kernel with the tile :func:`other_tile` gives, ranked
+    after the direct kernel so that only tuning (``compile(tune=True)``) picks it."""
+
+    examples = ()
+    examples_reason = (
+        "ranked after conv2d_nchw88, which accepts every conv this family does: only a tuning choice "
+        "picks it (tests/test_codegen_winograd.py: test_other_tile_through_a_tuning_choice)"
+    )
+    family = "conv2d_winograd_nchw88_other"
+    priority = 275
+
+    def tile_of(self, p: dict[str, Any]) -> int | None:
+        return other_tile(p)
+
+
+class ConvWinogradNchw88OtherAvx512(ConvWinogradNchw88Other):
+    """:class:`ConvWinogradNchw88Other` with :class:`ConvWinogradNchw88Avx512`'s register tiles."""
+
+    isa = "avx512"
+    vw = 16
+    jmax, imax = 2, 12
+
+
+KERNEL_UNITS = (
+    ConvWinogradNchw88(),
+    ConvWinogradNchw88Avx512(),
+    ConvWinogradNchw88Other(),
+    ConvWinogradNchw88OtherAvx512(),
+)

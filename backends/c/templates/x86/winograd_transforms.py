@@ -95,11 +95,53 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
     ),
 }
 
+# m -> (B^T, G, A^T) of F(m, 2), the 2-tap correlation y[i] = g[0] d[i] + g[1] d[i + 1]: F(2, 2) as
+# g0 (d0 - d1), (g0 + g1) d1, g1 (d2 - d1) (exact); F(4, 2) on the points 0, +-1, +-2 (Toom-Cook,
+# B^T's rows scaled to small integers, their inverses in G)
+TWO_TAP: dict[int, tuple[Matrix, Matrix, Matrix]] = {
+    2: (
+        _m([[1, -1, 0], [0, 1, 0], [0, -1, 1]]),
+        _m([[1, 0], [1, 1], [0, 1]]),
+        _m([[1, 1, 0], [0, 1, 1]]),
+    ),
+    4: (
+        _m([[4, 0, -5, 0, 1], [0, 4, 4, -1, -1], [0, -4, 4, 1, -1], [0, -2, -1, 2, 1], [0, 2, -1, -2, 1]]),
+        _m([["1/4", 0], ["1/6", "1/6"], ["1/6", "-1/6"], ["1/24", "1/12"], ["1/24", "-1/12"]]),
+        _m([[1, 1, 1, 1, 1], [0, 1, -1, 2, -2], [0, 1, 1, 4, 4], [0, 1, -1, 8, -8]]),
+    ),
+}
 
-def transform_filter(g: np.ndarray, m: int, dtype: type = np.float32) -> np.ndarray:
+
+def _stride2(bt: Matrix, g: Matrix, at: Matrix) -> tuple[Matrix, Matrix, Matrix]:
+    """``(B^T, G, A^T)`` of the stride-2 3-tap correlation ``y[i] = sum_k g[k] d[2i + k]`` of an
+    ``m``-output tile over its ``2m + 1`` inputs, from F(m, 2)'s: split by phase, the even inputs
+    ``d[0], d[2], ...`` meet the taps ``(g[0], g[2])`` through F(m, 2) (``m + 1`` points), the odd
+    ones ``g[1]`` alone (``m`` points, one per output): ``2m + 1`` points per axis where direct
+    summation takes ``3m`` products (2-D: 25 per 2x2 outputs instead of 36, 81 per 4x4 instead of
+    144)."""
+    m, n = len(at), 2 * len(at) + 1
+    zero = Fraction(0)
+    bt2 = [[row[k // 2] if k % 2 == 0 else zero for k in range(n)] for row in bt]
+    bt2 += [[Fraction(int(k == 2 * i + 1)) for k in range(n)] for i in range(m)]
+    g2 = [[row[0], zero, row[1]] for row in g] + [[zero, Fraction(1), zero] for _ in range(m)]
+    at2 = [row + [Fraction(int(k == i)) for k in range(m)] for i, row in enumerate(at)]
+    return bt2, g2, at2
+
+
+# m -> (B^T, G, A^T) of the stride-2 3-tap correlation (:func:`_stride2`)
+STRIDE2_TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {m: _stride2(*TWO_TAP[m]) for m in TWO_TAP}
+
+
+def transforms(m: int, stride: int = 1) -> tuple[Matrix, Matrix, Matrix]:
+    """``(B^T, G, A^T)`` of the 3-tap ``m``-output tile at ``stride`` (1: :data:`TRANSFORMS`, 2:
+    :data:`STRIDE2_TRANSFORMS`); ``len(B^T)`` points per axis over ``len(B^T[0])`` inputs."""
+    return (TRANSFORMS if stride == 1 else STRIDE2_TRANSFORMS)[m]
+
+
+def transform_filter(g: np.ndarray, m: int, dtype: type = np.float32, stride: int = 1) -> np.ndarray:
     """``U = G g G^T`` of logical ``(K, C, 3, 3)`` filters: ``(K, C, A, A)``, computed in float64 and
     rounded once to ``dtype``."""
-    G = np.array(TRANSFORMS[m][1], np.float64)
+    G = np.array(transforms(m, stride)[1], np.float64)
     return np.einsum("ik,ockl,jl->ocij", G, np.asarray(g, np.float64), G).astype(dtype)
 
 
