@@ -51,7 +51,11 @@ class Module:
     them are discovered by name, in sorted order, as MegEngine does."""
 
     def __init__(self, name: str | None = None) -> None:
+        # MegEngine's bookkeeping, which its pickles carry: the names of the attributes holding
+        # modules (or lists, tuples, dicts), and whether quantize_qat/quantize skip this module
+        self._modules: list[str] = []
         self.training = True
+        self.quantize_disabled = False
         self.name = name
         self._forward_hooks: list[Callable[..., Any]] = []
         self._forward_pre_hooks: list[Callable[..., Any]] = []
@@ -93,6 +97,13 @@ class Module:
         return HookHandler(self._forward_hooks, hook)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        modules = vars(self).get("_modules")
+        if name != "_modules" and isinstance(modules, list):
+            if isinstance(value, Module | list | tuple | dict):
+                if name not in modules:
+                    modules.append(name)
+            elif name in modules:
+                modules.remove(name)
         if isinstance(value, Tensor | Module | list | tuple | dict):
             attrs = vars(self)
             prefix = attrs.get("_name") or attrs.get("name")
