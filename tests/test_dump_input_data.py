@@ -115,7 +115,7 @@ def _named_cases(model: bytes, cases: list[list[np.ndarray]]) -> list[dict[str, 
 def test_megengine_assert_file_checks_outputs() -> None:
     # written by MegEngine 1.13 (tests/data/assert_equal/record.py): outputs o1, o2 checked
     # against inputs o1:expect, o2:expect by AssertEqual operators, maxerr 1e-3
-    model, raw = read_cases((DATA / "assert_equal" / "mge_assert.mge").read_bytes())
+    model, raw = read_cases((DATA / "mge_input_data_assert.mge").read_bytes())
     (case,) = _named_cases(model, raw)
     assert sorted(case) == ["o1:expect", "o2:expect", "x", "y"]
     x, y = case["x"], case["y"]

@@ -24,7 +24,7 @@ with tempfile.TemporaryDirectory() as tmp:
     np.save(os.path.join(tmp, "a.npy"), np.arange(6, dtype="float32").reshape(2, 3) - 2)
     np.save(os.path.join(tmp, "b.npy"), np.full((2, 3), 0.5, "float32"))
     spec = f"x:{os.path.join(tmp, 'a.npy')};y:{os.path.join(tmp, 'b.npy')}"
-    out = os.path.join(HERE, "mge_assert.mge")
+    out = os.path.join(os.path.dirname(HERE), "mge_input_data_assert.mge")  # beside the no_assert one
     f.dump(out + ".tmp", arg_names=["x", "y"], output_names=["o1", "o2"], input_data=[spec], maxerr=1e-3)
     os.replace(out + ".tmp", out)
 print("wrote", out)
