@@ -63,26 +63,30 @@ def assert_threads_agree(
     fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, one: CompiledModel
 ) -> CompiledModel:
     """Compile ``fn`` for 2 threads and check its outputs equal ``one``'s (1 thread) bit for bit;
-    the 2-thread model is returned for checks on its code. Where its C differs from ``one``'s only in
-    the variants' default thread count (the kernels take the count at run time, and a load passes
-    it), it runs on ``one``'s library: the same kernels on 2 threads without a second gcc build."""
-    with _unbuilt(target):
-        two = compile_fn(fn, inputs, target, threads=2)
-    if one.build is not None and _thread_neutral(two.source) == _thread_neutral(one.source):
-        two.build = one.build
-    else:
-        two.build = two.backend.build(two.target, two.source, two.cflags)
+    the 2-thread model is returned for checks on its code."""
+    two = compile_fn_threads(fn, inputs, target, 2)
     for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
         np.testing.assert_array_equal(a, b)
     return two
 
 
+def compile_fn_threads(
+    fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, threads: int
+) -> CompiledModel:
+    """``compile_fn`` for ``threads`` whose library is built from its C with the variants' default
+    thread count set to 1: the kernels take the count at run time (a load and the runner pass
+    ``threads``), so where nothing else differs, the 1-thread compile's build is found in the cache
+    and the same kernels run on ``threads`` threads without a second gcc build. ``source`` and
+    ``ir("c")`` stay the ``threads`` compile's own; do not ``save`` such a model."""
+    with _unbuilt(target):
+        compiled = compile_fn(fn, inputs, target, threads)
+    neutral = _DEFAULT_THREADS.sub(r"\g<1>1\2", compiled.source)
+    compiled.build = compiled.backend.build(compiled.target, neutral, compiled.cflags)
+    return compiled
+
+
 # a variant's default thread count in the generated descriptor table (backends/c/emitter.py)
 _DEFAULT_THREADS = re.compile(r"(UL, )\d+(, xm_model_run_impl_v\d+\},)$", re.M)
-
-
-def _thread_neutral(source: str) -> str:
-    return _DEFAULT_THREADS.sub(r"\1T\2", source)
 
 
 @contextmanager
