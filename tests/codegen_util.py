@@ -7,7 +7,7 @@ import re
 import subprocess
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import numpy as np
 import pytest
@@ -104,6 +104,12 @@ def _unbuilt(target: str, build: Callable[..., object] | None = None) -> Iterato
         yield
     finally:
         del backend.build
+
+
+def source_only(target: str) -> AbstractContextManager[None]:
+    """Compiles for ``target`` inside stop at the generated C (``source``, ``ir``): no gcc build,
+    for checks on the code alone; the model cannot run."""
+    return _unbuilt(target)
 
 
 def check_sanitized(
