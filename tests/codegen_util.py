@@ -45,9 +45,10 @@ def check(
     rtol: float = 1e-4,
     atol: float = 1e-4,
 ) -> CompiledModel:
-    """Compile ``fn`` for ``target``, run it, and compare with the reference interpreter."""
+    """Compile ``fn`` for ``target``, run it, and compare with the reference interpreter (for more
+    than 1 thread on the 1-thread build, ``compile_fn_threads``)."""
     require(target)
-    compiled = compile_fn(fn, inputs, target, threads)
+    compiled = compile_fn_threads(fn, inputs, target, threads)
     want = run_module(compiled._stages["tensor"], list(inputs))  # type: ignore[arg-type]
     got = compiled.run(inputs)
     assert len(got) == len(want)
