@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.dialects.builtin import (
+    BFloat16Type,
     Float16Type,
     Float32Type,
     FloatAttr,
@@ -51,6 +52,10 @@ PLAIN_DTYPES: tuple[PlainDType, ...] = (
     PlainDType("uint32", np.dtype(np.uint32), IntegerType(32, Signedness.UNSIGNED)),
     PlainDType("bool", np.dtype(np.bool_), IntegerType(1)),
 )
+
+# bfloat16 (a float32's high half) exists only between kernels (``+bf16`` activations): numpy has
+# no such type, so its bits are stored as uint16; it is no MegEngine dtype (not in PLAIN_DTYPES)
+BFLOAT16_STORAGE = np.dtype(np.uint16)
 
 # name -> storage numpy dtype; the quantized kinds MegEngine knows.
 QUANTIZED_STORAGE: dict[str, np.dtype] = {
@@ -223,6 +228,8 @@ def numpy_dtype(element: Attribute) -> np.dtype:
     dtype with MegEngine's quantization metadata)."""
     if isinstance(element, QuantizedType):
         return element.numpy_dtype()
+    if isinstance(element, BFloat16Type):
+        return BFLOAT16_STORAGE
     if element not in _BY_ELEMENT:
         raise DTypeError(f"unsupported element type {element}")
     return _BY_ELEMENT[element].numpy
@@ -232,6 +239,8 @@ def dtype_name(element: Attribute) -> str:
     """MegEngine's name of an element type, e.g. ``float32`` or ``qint8``."""
     if isinstance(element, QuantizedType):
         return element.kind.data
+    if isinstance(element, BFloat16Type):
+        return "bfloat16"
     return _BY_ELEMENT[element].name
 
 

@@ -39,6 +39,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
+    BFloat16Type,
     DictionaryAttr,
     FlatSymbolRefAttr,
     IntAttr,
@@ -370,7 +371,7 @@ class CallOp(IRDLOperation):
     def verify_(self) -> None:
         # the module may be mid-construction (no enclosing symbol table yet): check what we can
         if _symbol_table_of(self) is not None:
-            self.definition()
+            _check_bf16(self, self.definition())
         if self.places is not None and len(self.places.data) != len(self.outputs):
             raise VerifyException(
                 f"kernel.call: {len(self.places.data)} places for {len(self.outputs)} results"
@@ -396,6 +397,22 @@ class CallOp(IRDLOperation):
         fty = parser.parse_function_type()
         args = parser.resolve_operands(unresolved, fty.inputs.data, pos)
         return attach_attrs(cls(callee, args, fty.outputs.data), attrs, "places")
+
+
+def _check_bf16(call: CallOp, d: KernelDefOp) -> None:
+    """bfloat16 tensors pass exactly where the definition says it reads (``bf16_args``) or stores
+    (``bf16_outs``) bfloat16: any other kernel reads its operands as their own dtype."""
+    declared = d.param_values()
+    for what, values, key in (("argument", call.args, "bf16_args"), ("result", call.outputs, "bf16_outs")):
+        chosen = set(declared.get(key, ()))
+        for i, v in enumerate(values):
+            t = v.type
+            is_b16 = isinstance(t, TensorType) and isinstance(t.element_type, BFloat16Type)
+            if is_b16 != (i in chosen):
+                raise VerifyException(
+                    f"kernel.call @{d.sym}: {what} {i} is {t}, but the kernel "
+                    f"{'takes' if i in chosen else 'does not take'} it as bfloat16 ({key})"
+                )
 
 
 def _symbol_table_of(op: Operation) -> Operation | None:

@@ -87,7 +87,8 @@ def test_c_registry_orders_families_by_priority() -> None:
         "conv2d_dw_q8_x86", "conv2d_q8_x86", "conv2d_q8",
     ]  # fmt: skip
     assert KERNELS.families(T.MatrixMulOp) == [
-        "matmul_bf16_amx", "matmul_matvec", "matmul_gemm", "matmul_f16", "matmul_q8_amx", "matmul_q8",
+        "matmul_matvec_bf16", "matmul_bf16_amx", "matmul_matvec", "matmul_gemm", "matmul_f16",
+        "matmul_q8_amx", "matmul_q8",
     ]  # fmt: skip
     assert {u.isa for u in KERNELS.units() if u.family == "matmul_matvec"} == {"neon", "avx2", "avx512"}
     # the generic GEMM is listed with the others of its family, not by the ARM module

@@ -109,16 +109,32 @@ def test_bf16_avx512_matrix_products(threads: int) -> None:
     _check(["linear_relu", "linear_tb", "batched", "batched_ta_tb"], compiled.run([x, a, b]), contract, f32)
 
 
-def test_bf16_avx512_one_row_product_stays_float32() -> None:
-    """A 1-row product (a classifier on one image) is the float32 matrix-vector kernel's, exact as
-    float32; a 2-row one is bfloat16."""
-    require_avx512_bf16(TARGET)
+@pytest.mark.parametrize("target", [TARGET, "x86-avx512-nchw88+bf16"])
+def test_bf16_avx512_one_row_product(target: str) -> None:
+    """A 1-row product with constant weights (a classifier on one image) is ``matmul_matvec_bf16``
+    (half the weight bytes of the float32 matvec), odd K and a partial last panel included, on the
+    ``+bf16`` contract: 1e-5 of the scale vs bfloat16-rounded operands summed in float64, 1e-2
+    relative L2 vs float32; a 2-row one is the bfloat16 GEMM's, 1 and 2 threads."""
+    require_avx512_bf16(target)
     rng = np.random.default_rng(6)
-    w = (rng.standard_normal((40, 30)) * 0.2).astype(np.float32)
-    for rows, family in ((1, "matmul_matvec"), (2, "matmul_bf16_amx")):
-        x = rng.standard_normal((rows, 40)).astype(np.float32)
-        compiled = compile_fn(lambda t: F.matmul(t, Tensor(w)), [x], TARGET)
+    w = (rng.standard_normal((41, 30)) * 0.2).astype(np.float32)
+    bias = rng.standard_normal(30).astype(np.float32)
+    for rows, family, threads in (
+        (1, "matmul_matvec_bf16", 1),
+        (1, "matmul_matvec_bf16", 2),
+        (2, "matmul_bf16_amx", 1),
+    ):
+        x = rng.standard_normal((rows, 41)).astype(np.float32)
+        compiled = compile_fn(lambda t: F.relu(F.matmul(t, Tensor(w)) + Tensor(bias)), [x], target, threads)
         assert family in {f for f, _ in kernel_families(compiled)}, kernel_families(compiled)
+        got = np.asarray(compiled.run([x])[0], np.float64)
+        want = np.maximum(
+            round_bfloat16(x).astype(np.float64) @ round_bfloat16(w).astype(np.float64) + bias, 0
+        )
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (rows, threads)
+        f32 = np.maximum(x @ w + bias, 0)
+        assert np.linalg.norm(got - f32) <= 1e-2 * np.linalg.norm(f32)
+        assert not np.array_equal(got, f32.astype(np.float64))
 
 
 def test_bf16_target_rows() -> None:

@@ -47,6 +47,11 @@ CASES = [
     ("first7x7_s2_relu", (1, 3, 23, 21), 64, 7, 2, 3, 1, 1, "relu", ""),
     ("first3x3_s2_n2_relu6", (2, 3, 17, 15), 16, 3, 2, 1, 1, 1, "relu6", ""),
     ("first1x1_s2_five", (1, 5, 9, 9), 24, 1, 2, 0, 1, 1, "bias", ""),
+    # first layers in column pairs (a pair of window columns per 32-bit word): ResNet's stem shape,
+    # one channel over two images, a 5x5 window at stride 4 (odd widths: a zero-weight last column)
+    ("first7x7_s2_colpairs_relu", (1, 3, 30, 28), 64, 7, 2, 3, 1, 1, "relu", ""),
+    ("first7x7_s2_gray_n2", (2, 1, 19, 17), 24, 7, 2, 3, 1, 1, "bias", ""),
+    ("first5x5_s4_relu6", (1, 3, 21, 22), 16, 5, 4, 2, 1, 1, "relu6", ""),
 ]
 
 

@@ -180,12 +180,14 @@ def kernel_passes(
     target: Target, threads: int, choices: tuple[tuple[str, str], ...] = ()
 ) -> list[ModulePass]:
     from passes.lowering import FuseEpiloguePass, LowerToKernelPass, PackWeightsPass, PlanMemoryPass
+    from passes.lowering.bf16_activations import Bf16ActivationsPass, takes_part
     from passes.lowering.widen import WidenF16Pass
 
     return [
         *([WidenF16Pass(target)] if target.float16 else []),
         LowerToKernelPass(target, choices=choices),
         FuseEpiloguePass(target),
+        *([Bf16ActivationsPass(target)] if takes_part(target) else []),
         PackWeightsPass(target),
         PlanMemoryPass(threads, target),
     ]

@@ -1,6 +1,7 @@
 """Lowering from the tensor (and layout) dialects to the kernel dialect: kernel selection from the
 target's kernel registry, epilogue fusion, ahead-of-time weight packing and static memory planning."""
 
+from passes.lowering.bf16_activations import Bf16ActivationsPass
 from passes.lowering.fuse import FuseEpiloguePass
 from passes.lowering.kernels import KernelRegistry, KernelUnit, Lowered, LoweringError
 from passes.lowering.pack import PackWeightsPass
@@ -8,10 +9,18 @@ from passes.lowering.plan import PlanMemoryPass, weights_blob
 from passes.lowering.select import LowerToKernelPass
 from passes.lowering.widen import WidenF16Pass
 
-LOWERING_PASSES = (WidenF16Pass, LowerToKernelPass, FuseEpiloguePass, PackWeightsPass, PlanMemoryPass)
+LOWERING_PASSES = (
+    WidenF16Pass,
+    LowerToKernelPass,
+    FuseEpiloguePass,
+    Bf16ActivationsPass,
+    PackWeightsPass,
+    PlanMemoryPass,
+)
 
 __all__ = [
     "LOWERING_PASSES",
+    "Bf16ActivationsPass",
     "FuseEpiloguePass",
     "KernelRegistry",
     "KernelUnit",

@@ -18,7 +18,9 @@ are slower) and no relayout separates the bfloat16 layers from them. An NCHW88 p
 are 4 bfloat16 pairs, each pair one 32-bit broadcast: the input is converted once per image into a
 bfloat16 NCHW88 copy (the padded copy the float32 kernel makes anyway, at half the bytes), the
 filters at compile time into ``vdpbf16ps``'s pair layout, and the float32 epilogue stores float32
-NCHW88."""
+NCHW88, or bfloat16 NCHW88 where ``kernel-bf16-activations`` (:mod:`passes.lowering.bf16_activations`)
+made the result a bfloat16 tensor; it reads such tensors as its input (no conversion) and residual.
+:class:`MatvecBf16` is the classifier head's one-row product on bfloat16 weights."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from xdsl.ir import Operation
 import backends.c.examples as E
 from backends.c.templates import Template, conv_sym, epilogue_sym, sym_join
 from backends.c.templates.portable.generic import omp_for, omp_parallel
+from backends.c.templates.x86.gemm import constant_b, matmul_sym
 from backends.c.templates.x86.nchw88 import (
     ACT_CODES,
     COMMON,
@@ -49,6 +52,7 @@ from backends.c.templates.x86.nchw88 import (
 )
 from backends.c.templates.x86.winograd import winograd_tile
 from backends.c.templates.x86.x86_amx_bf16 import Conv2dBf16Amx, MatmulBf16Amx, to_bfloat16
+from backends.c.templates.x86.x86_f32_matvec import MatvecX86
 from dialects import tensor as T
 from dialects.layout import SPECS, Layout, LayoutSpec
 from passes.lowering.kernels import FULL_EPILOGUE, Lowered
@@ -82,6 +86,74 @@ class MatmulBf16(MatmulBf16Amx):
         return got
 
 
+class MatvecBf16(MatvecX86):
+    """``matmul_matvec_bf16``: the one-row product with constant weights (a classifier head,
+    :class:`~backends.c.templates.x86.x86_f32_matvec.MatvecX86`'s loops) on bfloat16 weights, the
+    ``+bf16`` contract: weights rounded at compile time, the row once per call (into the workspace),
+    exact products by ``vdpbf16ps`` (a k pair per step), float32 sums and epilogue. The weights are
+    all the product reads, so half their bytes is the gain (ResNet-50's 2048 x 1000 head: 8 MB of
+    float32 from memory every run)."""
+
+    examples = (
+        E.matmul(1, 1280, 1000, tb=True, bias=True),
+        E.matmul(1, 37, 128, tb=True, bias=True, residual=True),
+        E.matmul(1, 5, 3, tb=True, bias=True, act="h_swish"),
+        E.matmul(1, 33, 130, act="relu"),
+    )
+
+    family = "matmul_matvec_bf16"
+    priority = 107  # ahead of the float32 matmul_matvec (105); matmul_bf16_amx leaves one row
+
+    def __init__(self) -> None:
+        super().__init__("avx512")
+        self.isa = ISA
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        return sym_join(self.family, *matmul_sym(p), epilogue_sym(p))
+
+    def workspace(self, p: dict[str, Any]) -> int:
+        return -(-p["k"] // 2) * 4  # the row as bfloat16 pairs
+
+    def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
+        b = constant_b(operand, array, p)
+        if b is None:
+            return None
+        vl, kp = self.lanes, -(-p["k"] // 2)
+        panels = -(-p["n"] // vl)
+        padded = np.zeros((2 * kp, panels * vl), np.float32)
+        padded[: p["k"], : p["n"]] = b
+        # (K/2, 2, panels, VL) -> (panels, K/2, VL, 2): a panel is one stream of vdpbf16ps operands
+        pairs = padded.reshape(kp, 2, panels, vl).transpose(2, 0, 3, 1)
+        return to_bfloat16(np.ascontiguousarray(pairs)), f"matvec_bf16_b{vl}"
+
+    def prologue(self, p: dict[str, Any]) -> str:
+        k = p["k"]
+        odd = f" ((uint16_t*)ws)[{k}] = 0;" if k % 2 else ""
+        return f"\n  xm_n88_bf16_run((uint16_t*)ws, a, {k});{odd}\n  const float* ap = (const float*)ws;"
+
+    def _group(self, streams: int, k: int) -> str:
+        vl, kp = self.lanes, -(-k // 2)
+        lines = [f"const float* w{s} = b + (long)(j0 + {s}) * {kp * vl};" for s in range(streams)]
+        lines.append(" ".join(f"__m512 c{s} = _mm512_setzero_ps();" for s in range(streams)))
+        lines.append(f"for (int kk = 0; kk < {kp}; ++kk) {{")
+        lines.append("  const __m512 av = xm_n88_bf16_pair(ap + kk);")
+        lines += [
+            f"  c{s} = xm_n88_bf16_dot(_mm512_loadu_ps(w{s} + (long)kk * {vl}), av, c{s});"
+            for s in range(streams)
+        ]
+        lines.append("}")
+        for s in range(streams):
+            lines.append(
+                f"if (j0 + {s} == last) {{ _mm512_storeu_ps(tmp, c{s}); "
+                f"for (int c = 0; c < tail; ++c) y[(long)last * {vl} + c] = tmp[c]; }}"
+                f" else _mm512_storeu_ps(y + (long)(j0 + {s}) * {vl}, c{s});"
+            )
+        return "\n      ".join(lines)
+
+    def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
+        return COMMON + N88_SUPPORT + super().render(em, sym, p)
+
+
 # ----------------------------------------------------------------------------------------------
 # NCHW88: the blocked float32 graph of ``x86-avx512-nchw88+bf16``
 
@@ -98,6 +170,18 @@ UNITS_BF16 = 64  # register tiles one filter chunk sweeps while it sits in L1
 # plane has too few units to hide that (ResNet-50's 7x7 and strided 1x1 convs ran at half the rate of
 # its other layers without)
 PREFETCH_MIN_BYTES = 512 << 10
+
+
+def column_pairs(w: np.ndarray) -> np.ndarray:
+    """Logical ``(OC, IC, R, S)`` float32 filters of a first layer as ``[OC/16][IC][R][S/2][16][2]``
+    bfloat16 (rounded to nearest even): per channel and window row, a 64-byte vector per pair of
+    window columns ``(2s, 2s + 1)`` (the last one's partner zero where ``S`` is odd)."""
+    oc, ic, fh, fw = w.shape
+    ocp, fwp = -(-oc // 16) * 16, -(-fw // 2) * 2
+    full = np.zeros((ocp, ic, fh, fwp), np.float32)
+    full[:oc, :, :, :fw] = np.asarray(w, np.float32)
+    blocks = full.reshape(ocp // 16, 16, ic, fh, fwp // 2, 2)
+    return to_bfloat16(np.ascontiguousarray(blocks.transpose(0, 2, 3, 4, 1, 5)))
 
 
 def pair_filters(w: np.ndarray, groups: int, block: int = VEC) -> np.ndarray:
@@ -153,6 +237,11 @@ static inline __m512 xm_n88_bf16_pair(const float* p) {
   __builtin_memcpy(&v, p, 4);
   return _mm512_castsi512_ps(_mm512_set1_epi32(v));
 }
+/* 8 bfloat16 as 8 floats (exact: a bfloat16 is a float32's high half) */
+static inline __m256 xm_n88_bf16_ld8(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
 static inline __m512 xm_n88_bf16_dot(__m512 w, __m512 x, __m512 acc) {
   return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 }
@@ -160,18 +249,23 @@ static inline __m512 xm_n88_bf16_dot(__m512 w, __m512 x, __m512 acc) {
 """
 
 
-def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS) -> str:
+def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS, res_b16: bool = False, y_b16: bool = False) -> str:
     """``J x I`` tile (16 output channels per zmm accumulator: block ``2a`` low, ``2a + 1`` high,
     stored only when ``2a + 1 < nb``) over ``nk`` input blocks of ``pairs`` bfloat16 channel pairs and every
     tap of an ``fh x fw`` window. ``x`` and ``w`` point at bfloat16 pairs: every stride counts
     32-bit pairs, so a pair is one broadcast and 16 output channels of it one zmm load. A later
     input-channel chunk (``acc & 1``) continues from the float32 partial sums in ``y``; all but the
-    last (``acc & 2``) store them without the epilogue."""
-    name = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}_{j}x{i}"
+    last (``acc & 2``) store them without the epilogue. With ``res_b16`` the residual is read as
+    bfloat16, with ``y_b16`` the result is stored as bfloat16 into ``yo`` (same element offsets as
+    ``y``, which then only holds the partial sums)."""
+    suffix = f"_r{int(res_b16)}y{int(y_b16)}" if res_b16 or y_b16 else ""
+    name = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}{suffix}_{j}x{i}"
+    rt = "uint16_t" if res_b16 else "float"
     lines = [
         f"static void {name}(const float* restrict x, const float* restrict w, int nk, int fh, int fw,",
         "    long x_k, long x_kh, long x_kw, long w_k, long w_kh, long w_kw, long w_j,",
-        "    const float* bias, const float* res, float* y, long y_j, long y_i, int act, int nb, int acc) {",
+        f"    const float* bias, const {rt}* res, float* y, long y_j, long y_i, int act, int nb, int acc"
+        + (", uint16_t* yo) {" if y_b16 else ") {"),
     ]
     lines += zmm_accumulators(j, i)
     lines += _fma_loop(
@@ -179,9 +273,55 @@ def n88_ukr(j: int, i: int, x_ow: int, pairs: int = PAIRS) -> str:
         lambda q: f"_mm512_loadu_ps({q})", lambda q: f"xm_n88_bf16_pair({q})", "xm_n88_bf16_dot",
     )  # fmt: skip
     lines += zmm_partial_sums(j, i)
-    lines += zmm_epilogue(j, i, "f32")
+    if res_b16 or y_b16:
+        lines += b16_epilogue(j, i, res_b16, y_b16)
+    else:
+        lines += zmm_epilogue(j, i, "f32")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def b16_epilogue(j: int, i: int, res_b16: bool, y_b16: bool) -> list[str]:
+    """Bias, residual and activation on a ``J x I`` zmm tile in float32, as ``zmm_epilogue``; the
+    residual read as bfloat16 (``res_b16``: exact in float32), the result stored as bfloat16 into
+    ``yo`` (``y_b16``: rounded to nearest even, the rounding the next bfloat16 convolution's input
+    conversion would make)."""
+
+    def load(at: str) -> str:
+        if res_b16:
+            return f"xm_n88_bf16_ld8(res + {at})"
+        return f"_mm256_loadu_ps(res + {at})"
+
+    lines = []
+    for a in range(j):
+        lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
+        for b in range(i):
+            lines += [
+                "  {",
+                f"    __m512 v = c{a}_{b};",
+                f"    const int two = {2 * a + 1} < nb;",
+                f"    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + {16 * a}));",
+                "    if (res) {",
+                f"      const __m256 rl = {load(f'{lo} + {b} * y_i')};",
+                f"      const __m256 rh = two ? {load(f'{hi} + {b} * y_i')} : _mm256_setzero_ps();",
+                "      v = _mm512_add_ps(v, _mm512_insertf32x8(_mm512_castps256_ps512(rl), rh, 1));",
+                "    }",
+                "    v = xm_n88_act512(v, act);",
+            ]
+            if y_b16:
+                lines += [
+                    "    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);",
+                    f"    _mm_storeu_si128((__m128i*)(yo + {lo} + {b} * y_i), _mm256_castsi256_si128(h));",
+                    f"    if (two) _mm_storeu_si128((__m128i*)(yo + {hi} + {b} * y_i), "
+                    "_mm256_extracti128_si256(h, 1));",
+                ]
+            else:
+                lines += [
+                    f"    _mm256_storeu_ps(y + {lo} + {b} * y_i, _mm512_castps512_ps256(v));",
+                    f"    if (two) _mm256_storeu_ps(y + {hi} + {b} * y_i, _mm512_extractf32x8_ps(v, 1));",
+                ]
+            lines.append("  }")
+    return lines
 
 
 class ConvNchw88Bf16(Template):
@@ -193,7 +333,9 @@ class ConvNchw88Bf16(Template):
     half the bytes of float32 and every 32-bit word is one pixel's channel pair. The loops are the
     float32 ``conv2d_nchw88``'s on AVX-512 (2 x 16 output channels x 12 columns, input-channel
     chunks whose filters stay in L1, a 1x1 stride-1 plane seen as one row); the first layer (fewer
-    than 8 input channels) and channel-wise convolutions keep their float32 families."""
+    than 8 input channels) and channel-wise convolutions keep their float32 families. Input,
+    residual and result may be bfloat16 tensors (params ``bf16_args`` / ``bf16_outs``: a
+    :class:`~passes.lowering.bf16_activations.Bf16ActivationUnit`)."""
 
     examples = (
         E.conv2d((1, 16, 9, 11), 40, 3, pad=1, act="relu"),
@@ -202,6 +344,7 @@ class ConvNchw88Bf16(Template):
         E.conv2d((1, 16, 11, 9), 48, 3, stride=2, pad=1, residual=True, act="relu"),
         E.conv2d((1, 32, 9, 9), 32, 3, pad=1, groups=2, act="h_swish"),
         E.conv2d((1, 24, 9, 9), 16, 3, pad=2, dil=2),
+        E.conv2d((1, 3, 23, 21), 32, 7, stride=2, pad=3, act="relu"),  # a first layer in column pairs
     )
 
     family = "conv2d_nchw88_bf16"
@@ -223,30 +366,89 @@ class ConvNchw88Bf16(Template):
         return got
 
     def symbol(self, p: dict[str, Any]) -> str:
-        return sym_join(self.family, *conv_sym(p), epilogue_sym(p))
+        x_b16, res_b16, y_b16 = self._b16(p)
+        tags = ("xb" if x_b16 else "", "rb" if res_b16 else "", "yb" if y_b16 else "")
+        return sym_join(self.family, *conv_sym(p), epilogue_sym(p), *tags)
+
+    # bfloat16 activations (passes/lowering/bf16_activations.py): which operands this convolution
+    # can take, and its result give, as bfloat16 NCHW88 tensors (params ``bf16_args`` /
+    # ``bf16_outs``: those chosen, checked against the tensors' element types by kernel.call)
 
     @staticmethod
-    def _block(p: dict[str, Any]) -> tuple[LayoutSpec, int, str]:
+    def _res_arg(p: dict[str, Any]) -> int:
+        return 3 if p["bias"] else 2
+
+    def bf16_reads(self, p: dict[str, Any]) -> tuple[int, ...]:
+        """The arguments the kernel can read as bfloat16: the input (not a first layer's plain
+        planes) and the residual."""
+        return (*(() if p["mode"] == "hybrid" else (0,)), *((self._res_arg(p),) if p["residual"] else ()))
+
+    def bf16_writes(self, p: dict[str, Any]) -> tuple[int, ...]:
+        """The results the kernel can store as bfloat16: its one output (whole NCHW88 blocks)."""
+        return (0,) if p["oc"] % VEC == 0 else ()
+
+    def _b16(self, p: dict[str, Any]) -> tuple[bool, bool, bool]:
+        """Whether the input, the residual and the result are bfloat16."""
+        args = p.get("bf16_args", ())
+        return 0 in args, bool(p["residual"]) and self._res_arg(p) in args, 0 in p.get("bf16_outs", ())
+
+    def _direct(self, p: dict[str, Any]) -> bool:
+        """Whether the kernel multiplies its bfloat16 input in place (no copy: unpadded, not subsampled)."""
+        return self._b16(p)[0] and (p["ph"], p["pw"]) == (0, 0) and not self._source(p)[2]
+
+    def _copy_bytes(self, p: dict[str, Any]) -> int:
+        if self._direct(p):
+            return 0
+        rows, cols, _ = self._source(p)
+        planes = p["ic"] if self._colpairs(p) else max(p["ic"], self._block(p)[1])
+        return -(-planes * rows * cols * 2 // 64) * 64
+
+    def _scratch_bytes(self, p: dict[str, Any]) -> int:
+        """A bfloat16 result's float32 partial sums (one image), after the copy in the workspace."""
+        return p["oc"] * p["oh"] * p["ow"] * 4 if self._b16(p)[2] else 0
+
+    @staticmethod
+    def _colpairs(p: dict[str, Any]) -> bool:
+        """Whether a first layer pairs neighbouring columns of one channel instead of channels of
+        one pixel: at an even column stride a pair of window columns ``(2s, 2s + 1)`` is one aligned
+        32-bit word of a plain bfloat16 row, so the products are ``ceil(fw / 2) * ic`` pair steps per
+        window row instead of ``ceil(ic / 2) * fw`` (ResNet's 7x7 stem: 12, not 14 with a zero
+        4th channel), and the copy is a plain conversion of each row."""
+        return (
+            p["mode"] == "hybrid"
+            and p["groups"] == 1
+            and p["sw"] % 2 == 0
+            and p["dw"] == 1
+            and -(-p["fw"] // 2) * p["ic"] < -(-p["ic"] // 2) * p["fw"]
+        )
+
+    @classmethod
+    def _block(cls, p: dict[str, Any]) -> tuple[LayoutSpec, int, str]:
         """The bfloat16 copy's layout, its input channels per reduction block and that block's dim
         name: NCHW88 (8), or a first layer's (fewer than 8 plain NCHW channels) pixels with their
-        channels rounded up to pairs, ``N H W C^block``."""
+        channels rounded up to pairs, ``N H W C^block``, or (:meth:`_colpairs`) plain bfloat16
+        planes whose blocks are the window's columns rounded up to pairs."""
         if p["mode"] != "hybrid":
             return SPECS[Layout.NCHW88], VEC, "C/8"
+        if cls._colpairs(p):
+            return LayoutSpec("NCHW", "N C H W"), -(-p["fw"] // 2) * 2, "C"
         block = -(-p["ic"] // 2) * 2
         return LayoutSpec("NCHW", f"N H W C^{block}"), block, f"C^{block}"
 
-    @staticmethod
-    def _source(p: dict[str, Any]) -> tuple[int, int, bool]:
+    @classmethod
+    def _source(cls, p: dict[str, Any]) -> tuple[int, int, bool]:
         """The bfloat16 copy's rows and columns, and whether it is a strided 1x1 conv's subsample."""
         sub = (p["fh"], p["fw"], p["ph"], p["pw"]) == (1, 1, 0, 0) and (p["sh"], p["sw"]) != (1, 1)
         sub = sub and p["mode"] != "hybrid"  # a first layer's planes are copied whole
         if sub:
             return p["oh"], p["ow"], True
+        if cls._colpairs(p):  # even, and wide enough for the last window's zero-weight column
+            cols = max(p["iw"] + 2 * p["pw"], p["sw"] * (p["ow"] - 1) + -(-p["fw"] // 2) * 2)
+            return p["ih"] + 2 * p["ph"], -(-cols // 2) * 2, False
         return p["ih"] + 2 * p["ph"], p["iw"] + 2 * p["pw"], False
 
     def workspace(self, p: dict[str, Any]) -> int:
-        rows, cols, _ = self._source(p)
-        return max(p["ic"], self._block(p)[1]) * rows * cols * 2
+        return self._copy_bytes(p) + self._scratch_bytes(p)
 
     def pack(self, operand: int, array: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, str] | None:
         if operand == 2 and p["bias"]:  # float32, padded to whole zmm vectors
@@ -258,6 +460,8 @@ class ConvNchw88Bf16(Template):
         logical = SPECS[DENSE_FILTERS[mode]].unpack(np.asarray(array))
         if mode == "group":  # (G, OC/G, IC/G, R, S) -> (OC, IC/G, R, S)
             logical = logical.reshape(-1, *logical.shape[2:])
+        if self._colpairs(p):
+            return column_pairs(logical), "bf16_column_pairs"
         return pair_filters(logical, p["groups"], self._block(p)[1]), "bf16_pairs"
 
     def _copy(self, p: dict[str, Any], region: str) -> str:
@@ -265,8 +469,13 @@ class ConvNchw88Bf16(Template):
         NCHW88: zero-padded rows, or every ``sh``-th row and ``sw``-th column)."""
         rows, cols, sub = self._source(p)
         cb, ih, iw, ph, pw = p["ic"] // VEC, p["ih"], p["iw"], p["ph"], p["pw"]
+        if self._colpairs(p):
+            return self._copy_rows(p, omp_for(region, 2))
         if p["mode"] == "hybrid":
             return self._copy_planes(p, omp_for(region))
+        if self._direct(p):
+            return ""
+        x_b16 = self._b16(p)[0]
         omp = omp_for(region, 2)
         src, dst = (1, p["ic"], ih, iw), (1, p["ic"], rows, cols)
         ss, ds = strides(Layout.NCHW88, src), strides(Layout.NCHW88, dst)
@@ -274,18 +483,27 @@ class ConvNchw88Bf16(Template):
         d_row = offset(Layout.NCHW88, dst, {"C/8": "cb", "H": "r"})
         if sub:
             x_at = offset(Layout.NCHW88, src, {"C/8": "cb", "H": f"r * {p['sh']}", "W": f"q * {p['sw']}"})
+            pixel = (
+                f"_mm_loadu_si128((const __m128i*)(xn16 + {x_at}))"
+                if x_b16
+                else f"(__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(xn + {x_at}))"
+            )
             return f"""
     {omp}
     for (int cb = 0; cb < {cb}; ++cb)
       for (int r = 0; r < {rows}; ++r) {{
         uint16_t* d = xs + {d_row};
         for (int q = 0; q < {cols}; ++q)
-          _mm_storeu_si128((__m128i*)(d + q * {VEC}),
-                           (__m128i)_mm256_cvtneps_pbh(_mm256_loadu_ps(xn + {x_at})));
+          _mm_storeu_si128((__m128i*)(d + q * {VEC}), {pixel});
       }}"""
         x_row = offset(Layout.NCHW88, src, {"C/8": "cb", "H": f"r - {ph}"})
         right = cols - pw - iw
         tail = f"__builtin_memset(d + {(pw + iw) * VEC}, 0, {right * VEC * 2});" if right else ""
+        run = (
+            f"__builtin_memcpy(d + {pw * VEC}, xn16 + {x_row}, {iw * VEC * 2});"
+            if x_b16
+            else f"xm_n88_bf16_run(d + {pw * VEC}, xn + {x_row}, {iw * VEC});"
+        )
         return f"""
     {omp}
     for (int cb = 0; cb < {cb}; ++cb)
@@ -293,7 +511,25 @@ class ConvNchw88Bf16(Template):
         uint16_t* d = xs + {d_row};
         if (r < {ph} || r >= {ph + ih}) {{ __builtin_memset(d, 0, {cols * VEC * 2}); continue; }}
         {f"__builtin_memset(d, 0, {pw * VEC * 2});" if pw else ""}
-        xm_n88_bf16_run(d + {pw * VEC}, xn + {x_row}, {iw * VEC});
+        {run}
+        {tail}
+      }}"""
+
+    def _copy_rows(self, p: dict[str, Any], omp: str) -> str:
+        """A first layer's copy in column pairs: each plain float32 row as a zero-padded bfloat16 row."""
+        rows, cols, _ = self._source(p)
+        ic, ih, iw, ph, pw = p["ic"], p["ih"], p["iw"], p["ph"], p["pw"]
+        x_row = offset(None, (1, ic, ih, iw), {"C": "c", "H": f"r - {ph}"})
+        right = cols - pw - iw
+        tail = f"__builtin_memset(d + {pw + iw}, 0, {right * 2});" if right else ""
+        return f"""
+    {omp}
+    for (int c = 0; c < {ic}; ++c)
+      for (int r = 0; r < {rows}; ++r) {{
+        uint16_t* d = xs + (long)c * {rows * cols}L + (long)r * {cols}L;
+        if (r < {ph} || r >= {ph + ih}) {{ __builtin_memset(d, 0, {cols * 2}); continue; }}
+        {f"__builtin_memset(d, 0, {pw * 2});" if pw else ""}
+        xm_n88_bf16_run(d + {pw}, xn + {x_row}, {iw});
         {tail}
       }}"""
 
@@ -357,6 +593,9 @@ class ConvNchw88Bf16(Template):
         icg, ocg = ic // g, oc // g
         spec, block, outer = self._block(p)
         pairs = block // 2
+        colpairs = self._colpairs(p)
+        if colpairs:
+            fw = 1  # the window's columns are the pairs of one block, a block per channel
         xs = spec.dim_strides((1, ic, rows, cols))  # bfloat16 elements
         pointwise = (fh, fw, sh, sw) == (1, 1, 1, 1) and (p["ph"], p["pw"]) == (0, 0)
         if pointwise:
@@ -367,7 +606,7 @@ class ConvNchw88Bf16(Template):
         x_ow, x_row = xs["W"] * sw // 2, xs["H"] * sh // 2
         out_shape = (n, oc, oh, ow)
         ys = strides(Layout.NCHW88, out_shape)
-        njb, nk = ocg // VEC, -(-icg // block)
+        njb, nk = ocg // VEC, icg if colpairs else -(-icg // block)
         ocp = -(-ocg // 16) * 16
         # pair_filters' [G][OCp/16][IC/G/block][R][S][block/2][16][2], in pairs
         w_kw, w_kh = pairs * 16, fw * pairs * 16
@@ -397,15 +636,19 @@ class ConvNchw88Bf16(Template):
         y_at = offset(Layout.NCHW88, out_shape, {"C/8": "jb", "H": "r", "W": "q0"})
         x_at = f"(long)gg * {x_k * nk}L + (long)r * {x_row}L + (long)q0 * {x_ow}L"
         w_at = f"(long)gg * {w_g}L + (long)(j0 / 2) * {w_j}L"
-        ukr = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}"
+        x_b16, res_b16, y_b16 = self._b16(p)
+        suffix = f"_r{int(res_b16)}y{int(y_b16)}" if res_b16 or y_b16 else ""
+        ukr = f"xm_n88_bf16_conv_c{pairs}_o{x_ow}{suffix}"
         call_args = (
             f"xb + {x_at} + (long)k0 * {x_k}L, w + {w_at} + (long)k0 * {w_k}L, nkc, {fh}, {fw}, {x_k}L, "
             f"{x_kh}L, {x_kw}L, {w_k}L, {w_kh}L, {w_kw}L, {w_j}L, "
             f"{'bias + jb * 8' if p['bias'] else '0'}, "
             f"{f'rn + {y_at}' if p['residual'] else '0'}, yn + {y_at}, {ys['C/8']}L, {ys['W']}L, "
-            f"{ACT_CODES[p['act']]}, nb, acc"
+            f"{ACT_CODES[p['act']]}, nb, acc{f', yo + {y_at}' if y_b16 else ''}"
         )
-        inner, shared = tile_calls(ukr, jmax, widths, call_args, lambda j, i: n88_ukr(j, i, x_ow, pairs))
+        inner, shared = tile_calls(
+            ukr, jmax, widths, call_args, lambda j, i: n88_ukr(j, i, x_ow, pairs, res_b16, y_b16)
+        )
         copy = self._copy(p, region)
         prefetch, prefetch_unit = "", ""
         if oc * icg * fh * fw * 2 >= PREFETCH_MIN_BYTES:
@@ -413,18 +656,36 @@ class ConvNchw88Bf16(Template):
                 dict(nk=nk, kc=kc, w_k=w_k, w_j=w_j, w_g=w_g, tiles=tiles, all=g * tiles, njb=njb,
                      tile_blocks=tile_blocks, nub=nub, ublk=ublk)
             )  # fmt: skip
+        if x_b16:
+            x_decl = f"const uint16_t* xn16 = (const uint16_t*)x_ + {x_img}; (void)x;"
+        else:
+            x_decl = f"const float* xn = x + {x_img};"
+        if y_b16:
+            y_decl = (
+                f"float* yn = (float*)(ws + {self._copy_bytes(p)}L); "
+                f"uint16_t* yo = (uint16_t*)y_ + {y_img}; (void)y;"
+            )
+        else:
+            y_decl = f"float* yn = y + {y_img};"
+        if not p["residual"]:
+            r_decl = "const float* rn = 0;"
+        elif res_b16:
+            r_decl = f"const uint16_t* rn = (const uint16_t*)res_ + {y_img}; (void)res;"
+        else:
+            r_decl = f"const float* rn = res + {y_img};"
         return f"""{COMMON}{COMMON512}{N88_SUPPORT}{shared}
 static void {sym}({args}) {{
   {casts}
   uint16_t* xs = (uint16_t*)ws;
+  (void)xs;
   {region}
   for (int n = 0; n < {n}; ++n) {{
-    const float* xn = x + {x_img};
-    float* yn = y + {y_img};
-    const float* rn = {"res + " + y_img if p["residual"] else "0"};
+    {x_decl}
+    {y_decl}
+    {r_decl}
     (void)rn;
     {copy}
-    const float* xb = (const float*)xs;
+    const float* xb = (const float*)({"xn16" if self._direct(p) else "xs"});
     {omp_for(region, 2, nowait=n == 1)}
     for (int t = 0; t < {g * tiles}; ++t)
     for (int ub = 0; ub < {nub}; ++ub) {{
@@ -448,6 +709,6 @@ static void {sym}({args}) {{
 """
 
 
-KERNEL_UNITS = (Conv2dBf16(), MatmulBf16(), ConvNchw88Bf16())
+KERNEL_UNITS = (Conv2dBf16(), MatmulBf16(), MatvecBf16(), ConvNchw88Bf16())
 
 __all__ = ["ISA", "KERNEL_UNITS"]

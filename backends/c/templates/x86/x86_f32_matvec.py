@@ -112,6 +112,10 @@ class MatvecX86(Template):
             )
         return "\n      ".join(lines)
 
+    def prologue(self, p: dict[str, Any]) -> str:
+        """C run once before the parallel region (a subclass preparing ``a``)."""
+        return ""
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         n, k, vl = p["n"], p["k"], self.lanes
         panels = -(-n // vl)
@@ -140,7 +144,7 @@ class MatvecX86(Template):
   }}"""
         return f"""
 static void {sym}({args}) {{
-  (void)ws; (void)nt;
+  (void)ws; (void)nt;{self.prologue(p)}
   const int last = {last}, tail = {tail};
   (void)tail;
   {omp_parallel(n * k)}
