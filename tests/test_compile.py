@@ -175,8 +175,8 @@ def test_stages_save_and_runner(tmp_path) -> None:  # type: ignore[no-untyped-de
     x = rng.standard_normal((1, 1, 28, 28)).astype(np.float32)
     compiled = compile(net, "x86-avx2", [x])
     assert compiled.stages == [
-        "tensor", "inference", "kernel-select", "kernel-fuse-epilogue", "kernel-pack-weights",
-        "kernel-plan-memory", "c",
+        "tensor", "inference", "kernel-select", "kernel-fuse-epilogue", "kernel-fuse-moves",
+        "kernel-pack-weights", "kernel-plan-memory", "c",
     ]  # fmt: skip
     assert "mgb.conv_bias" in compiled.ir("inference")
     assert "packing" not in compiled.ir("kernel-fuse-epilogue")

@@ -17,6 +17,7 @@ from compiler.driver.compile import inference_clean, to_module
 from dialects import tensor as T
 from passes.lowering import KernelRegistry, KernelUnit, Lowered, LoweringError, LowerToKernelPass
 from passes.lowering.kernels import KernelRegistryError
+from passes.lowering.moves import GATHER_FAMILY
 
 
 class _Unit(KernelUnit):
@@ -95,7 +96,8 @@ def test_c_registry_orders_families_by_priority() -> None:
     gemm_isas = {u.isa for u in KERNELS.units() if u.family == "conv2d_gemm"}
     assert gemm_isas == {"avx512", "avx2", "neon", "generic"}
     for unit in KERNELS.units():
-        assert unit.ops, f"{unit.family} on {unit.isa} matches no op"
+        # kernel-fuse-moves makes gather calls itself: the one family no op selects
+        assert unit.ops or unit.family == GATHER_FAMILY, f"{unit.family} on {unit.isa} matches no op"
 
 
 def test_pass_option_accepts_the_textual_target() -> None:

@@ -27,6 +27,7 @@ from backends.c.templates.portable import (
     image,
     indexing,
     int_elemwise,
+    moves,
     portable,
     typed,
     vision,
@@ -99,6 +100,7 @@ KERNELS = KernelRegistry(
         *neon_fp16.KERNEL_UNITS,
         *neon_move.KERNEL_UNITS,
         *neon_winograd.KERNEL_UNITS,
+        *moves.KERNEL_UNITS,
     ),
     examples_from="backends.c.examples",
 )

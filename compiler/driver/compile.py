@@ -10,9 +10,9 @@
     print(compiled.ir("kernel-plan-memory")) # IR after any stage; compiled.stages lists them
 
 Stages: ``tensor`` (the input graph), ``inference`` (BN folding, arithmetic and conv-bias fusion),
-``kernel-select``, ``kernel-fuse-epilogue``, ``kernel-pack-weights``, ``kernel-plan-memory`` (the
-pass names), and ``c`` (the generated source). ``ref`` compiles nothing and runs the reference
-interpreter.
+``kernel-select``, ``kernel-fuse-epilogue``, ``kernel-fuse-moves``, ``kernel-pack-weights``,
+``kernel-plan-memory`` (the pass names), and ``c`` (the generated source). ``ref`` compiles
+nothing and runs the reference interpreter.
 
 The command-line drivers call :func:`compile_file` (``xmge compile``) and :func:`benchmark`
 (``xmge bench``).
@@ -179,7 +179,13 @@ def compile_passes(target: Target, threads: int) -> list[ModulePass]:
 def kernel_passes(
     target: Target, threads: int, choices: tuple[tuple[str, str], ...] = ()
 ) -> list[ModulePass]:
-    from passes.lowering import FuseEpiloguePass, LowerToKernelPass, PackWeightsPass, PlanMemoryPass
+    from passes.lowering import (
+        FuseEpiloguePass,
+        FuseMovesPass,
+        LowerToKernelPass,
+        PackWeightsPass,
+        PlanMemoryPass,
+    )
     from passes.lowering.bf16_activations import Bf16ActivationsPass, takes_part
     from passes.lowering.widen import WidenF16Pass
 
@@ -187,6 +193,7 @@ def kernel_passes(
         *([WidenF16Pass(target)] if target.float16 else []),
         LowerToKernelPass(target, choices=choices),
         FuseEpiloguePass(target),
+        FuseMovesPass(target),
         *([Bf16ActivationsPass(target)] if takes_part(target) else []),
         PackWeightsPass(target),
         PlanMemoryPass(threads, target),

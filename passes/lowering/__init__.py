@@ -4,6 +4,7 @@ target's kernel registry, epilogue fusion, ahead-of-time weight packing and stat
 from passes.lowering.bf16_activations import Bf16ActivationsPass
 from passes.lowering.fuse import FuseEpiloguePass
 from passes.lowering.kernels import KernelRegistry, KernelUnit, Lowered, LoweringError
+from passes.lowering.moves import FuseMovesPass
 from passes.lowering.pack import PackWeightsPass
 from passes.lowering.plan import PlanMemoryPass, weights_blob
 from passes.lowering.select import LowerToKernelPass
@@ -13,6 +14,7 @@ LOWERING_PASSES = (
     WidenF16Pass,
     LowerToKernelPass,
     FuseEpiloguePass,
+    FuseMovesPass,
     Bf16ActivationsPass,
     PackWeightsPass,
     PlanMemoryPass,
@@ -22,6 +24,7 @@ __all__ = [
     "LOWERING_PASSES",
     "Bf16ActivationsPass",
     "FuseEpiloguePass",
+    "FuseMovesPass",
     "KernelRegistry",
     "KernelUnit",
     "LowerToKernelPass",

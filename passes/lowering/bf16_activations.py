@@ -5,11 +5,14 @@ producer's result as bfloat16 (rounded once, in its epilogue) halves the bytes w
 between layers and lets the reader skip its conversion pass. A result becomes a bfloat16 tensor
 (``tensor<...xbf16>``, same shape and layout) when its producer can store it so and *every* user
 reads it as bfloat16 at that argument; a value the function returns, or any other reader (a
-float32 Winograd or depthwise layer, pooling, a relayout, a view), keeps it float32, so conversion
-happens only at float32 edges: the model's inputs and outputs and the layers that stay float32.
+depthwise layer, pooling, a relayout, a view), keeps it float32, so conversion happens only at
+float32 edges: the model's inputs and outputs and the layers that stay float32. The float32
+F(4x4, 3x3) Winograd kernel takes part on ``x86-avx512-nchw88+bf16`` (its ``avx512bf16`` unit):
+bfloat16 input and result, float32 transforms and GEMM.
 
 What changes numerically beyond the ``+bf16`` contract: a residual read as bfloat16 is rounded to
-bfloat16 too (the convolution input was already). Units take part by implementing
+bfloat16 too (the convolution input was already), and so are a float32 Winograd layer's input and
+result (its filters, transforms and sums stay float32). Units take part by implementing
 :class:`Bf16ActivationUnit`; the pass records its choice in the definitions' ``bf16_args`` /
 ``bf16_outs`` parameters, which ``kernel.call``'s verifier checks against the element types.
 """

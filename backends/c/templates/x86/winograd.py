@@ -18,6 +18,10 @@ per block of ``TB`` output tiles,
 3. output transform, bias, residual and activation, stored straight into the NCHW88 output
    (partial tiles at the bottom / right border store only their valid pixels).
 
+On ``x86-avx512-nchw88+bf16`` :class:`ConvWinogradNchw88Bf16` runs the same kernel on bfloat16
+activations (input and residual widened while loaded, the result rounded as stored) where
+``kernel-bf16-activations`` makes its neighbours' tensors bfloat16.
+
 The input transform reads a tile's patch straight from the input where it lies inside the image;
 a tile over the border (padding, or the last partial tiles) first copies its patch with the zeros
 around it into a small buffer (no padded copy of the whole input: 56x56x64 -2%, 28x28x128 and
@@ -171,6 +175,11 @@ def spread_stride(floats: int, count: int) -> int:
     return lines * LINE_FLOATS
 
 
+def _res_arg(p: dict[str, Any]) -> int:
+    """The residual's argument index (after the input, the filters and a bias)."""
+    return 3 if p["bias"] else 2
+
+
 def winograd_tile(p: dict[str, Any]) -> int | None:
     """The Winograd output tile ``m`` for a dense NCHW88 conv's parameters (None: direct)."""
     if p.get("mode") != "dense" or p["dtype"] != "f32":
@@ -228,6 +237,7 @@ class ConvWinogradNchw88(_Nchw88Base):
     priority = 290  # ahead of the direct conv2d_nchw88 where winograd_tile says it wins
     epilogues = {"float32": FULL_EPILOGUE}  # float32 only (winograd_tile); xm_n88_act per output vector
     vw: ClassVar[int] = 8  # output channels per filter vector
+    gemm_isa: ClassVar[str] = "avx2"  # names the register tiles (gemm_ukr)
     jmax: ClassVar[int] = 2  # filter vectors per register tile (U's panel: jmax * vw output channels)
     imax: ClassVar[int] = 6  # tiles per register tile at most
     budget: ClassVar[int] = 768 * 1024  # bytes of V + M per tile block (L2-resident)
@@ -310,6 +320,22 @@ class ConvWinogradNchw88(_Nchw88Base):
     def support(self, em: CEmitter) -> str:
         return COMMON
 
+    @staticmethod
+    def _b16(p: dict[str, Any]) -> tuple[bool, bool, bool]:
+        """Whether the input, the residual and the result are bfloat16 tensors (only
+        :class:`ConvWinogradNchw88Bf16`'s definitions have ``bf16_args`` / ``bf16_outs``)."""
+        args = p.get("bf16_args", ())
+        return 0 in args, bool(p["residual"]) and _res_arg(p) in args, 0 in p.get("bf16_outs", ())
+
+    @staticmethod
+    def _bf16_support(reads_b16: bool) -> str:
+        """The bfloat16 load helper (guarded: conv2d_nchw88_bf16 emits it too); nothing for float32."""
+        if not reads_b16:
+            return ""
+        from backends.c.templates.x86.x86_avx512_bf16 import N88_SUPPORT  # imports this module
+
+        return N88_SUPPORT
+
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         m, n, ic, ih, iw, oc, oh, ow = (p[k] for k in ("m", "n", "ic", "ih", "iw", "oc", "oh", "ow"))
         ph, pw = p["ph"], p["pw"]
@@ -338,11 +364,12 @@ class ConvWinogradNchw88(_Nchw88Base):
         y_at = offset(Layout.NCHW88, yshape, {"C/8": "ob", "H": "r", "W": "q"})
         ysw = SPECS[Layout.NCHW88].dim_strides(yshape)["W"]
         ysh = SPECS[Layout.NCHW88].dim_strides(yshape)["H"]
+        x_b16, r_b16, y_b16 = self._b16(p)
+        load = "xm_n88_bf16_ld8" if x_b16 else "_mm256_loadu_ps"  # bfloat16 widened exactly
+        rload = "xm_n88_bf16_ld8" if r_b16 else "_mm256_loadu_ps"
         # input transform: d (A x A vectors) -> v
         in_t = [
-            f"const __m256 d{i}_{j} = _mm256_loadu_ps(dp + {i} * dh + {j * d_w});"
-            for i in range(a)
-            for j in range(a)
+            f"const __m256 d{i}_{j} = {load}(dp + {i} * dh + {j * d_w});" for i in range(a) for j in range(a)
         ]
         in_t += TRANSFORM_OPS.statements(plan_2d(bt, "d", "v"))
         in_t += [
@@ -361,17 +388,21 @@ class ConvWinogradNchw88(_Nchw88Base):
             for j in range(m):
                 guard = f"if ({i} < rv && {j} < qv) "
                 res = (
-                    f"v = _mm256_add_ps(v, _mm256_loadu_ps(rp + {i * ysh + j * ysw}));"
+                    f"v = _mm256_add_ps(v, {rload}(rp + {i * ysh + j * ysw}));"
                     if p["residual"]
                     else ""
                 )
                 bias = "v = _mm256_add_ps(v, bv);" if p["bias"] else ""
+                at = f"yp + {i * ysh + j * ysw}"
+                # a bfloat16 result rounded once, to nearest even (conv2d_nchw88_bf16's rounding)
+                store = f"_mm_storeu_si128((__m128i*)({at}), (__m128i)_mm256_cvtneps_pbh(v));"
                 out_t.append(
                     f"{guard}{{ __m256 v = o{i}_{j}; {bias} {res} v = xm_n88_act(v, {ACT_CODES[p['act']]}); "
-                    f"_mm256_storeu_ps(yp + {i * ysh + j * ysw}, v); }}"
+                    + (store if y_b16 else f"_mm256_storeu_ps({at}, v);")
+                    + " }"
                 )
         hint = self.prefetch_hint(icp)
-        gname = f"xm_wino_{self.isa}_gemm{hint.lower().replace('_mm_hint', '')}"
+        gname = f"xm_wino_{self.gemm_isa}_gemm{hint.lower().replace('_mm_hint', '')}"
         gemm_calls = []
         for j in range(1, self.jmax + 1):
             call = f"(vb, ub, mb, {icp}, {vst['N']}, {ust['C']}, {mst['N']}, pf, pstep); break;"
@@ -380,6 +411,26 @@ class ConvWinogradNchw88(_Nchw88Base):
         kt = ocp // panel  # output-channel panels per point
         ocv = -(-oc // self.vw) * self.vw  # output channels in whole filter vectors
         ind = "\n          "
+        # a bfloat16 input / result: the same element offsets in uint16_t (x_ / y_ untyped)
+        xt, yt = ("uint16_t" if x_b16 else "float"), ("uint16_t" if y_b16 else "float")
+        rt = "uint16_t" if r_b16 else "float"
+        rn = "res + " + y_img if p["residual"] else "0"
+        if r_b16:
+            rn = f"(const uint16_t*)res_ + {y_img}; (void)res"
+        xn = f"(const uint16_t*)x_ + {x_img}; (void)x" if x_b16 else f"x + {x_img}"
+        yn = f"(uint16_t*)y_ + {y_img}; (void)y" if y_b16 else f"y + {y_img}"
+        if x_b16:
+            border = (
+                "__m128i d = _mm_setzero_si128();",
+                f"d = _mm_loadu_si128((const __m128i*)(xn + {px_at}));",
+                f"_mm_storeu_si128((__m128i*)(pt + (i * {a} + j) * {VEC}), d);",
+            )
+        else:
+            border = (
+                "__m256 d = _mm256_setzero_ps();",
+                f"d = _mm256_loadu_ps(xn + {px_at});",
+                f"_mm256_storeu_ps(pt + (i * {a} + j) * {VEC}, d);",
+            )
         # one region for every tile batch's three steps (a barrier between steps; none after the
         # output transform: the next batch's GEMM, which rewrites M, waits behind the input
         # transform's barrier, and that transform writes only V)
@@ -387,20 +438,20 @@ class ConvWinogradNchw88(_Nchw88Base):
         par2 = omp_for(region, 2)
         # the register tiles this conv calls, emitted once per translation unit
         ukrs = "".join(
-            _guarded(f"{gname}_{j}x{i}".upper(), gemm_ukr(self.isa, self.vw, j, i, hint))
+            _guarded(f"{gname}_{j}x{i}".upper(), gemm_ukr(self.gemm_isa, self.vw, j, i, hint))
             for j in range(1, self.jmax + 1)
             for i in range(1, ib + 1)
         )
-        return f"""{ukrs}
+        return f"""{self._bf16_support(x_b16 or r_b16)}{ukrs}
 static void {sym}({args}) {{
   {casts}
   float* V = (float*)ws;
   float* Mb = V + {v_n};
   {region}
   for (int n = 0; n < {n}; ++n) {{
-    const float* xn = x + {x_img};
-    float* yn = y + {y_img};
-    const float* rn = {"res + " + y_img if p["residual"] else "0"};
+    const {xt}* xn = {xn};
+    {yt}* yn = {yn};
+    const {rt}* rn = {rn};
     (void)rn;
     for (int t0 = 0; t0 < {nt_tiles}; t0 += {tb}) {{
       const int tn = {nt_tiles} - t0 < {tb} ? {nt_tiles} - t0 : {tb};
@@ -417,8 +468,8 @@ static void {sym}({args}) {{
           const int r0 = th * {m * stride} - {ph}, c0 = tw * {m * stride} - {pw};
           /* the patch straight from x inside the image; tiles over its border copy it with the
              padding's zeros into pt first */
-          float pt[{a * a * VEC}];
-          const float* dp = pt;
+          {xt} pt[{a * a * VEC}];
+          const {xt}* dp = pt;
           long dh = {a * VEC};
           if (r0 >= 0 && r0 + {a} <= {ih} && c0 >= 0 && c0 + {a} <= {iw}) {{
             dp = xn + {x_at};
@@ -426,10 +477,10 @@ static void {sym}({args}) {{
           }} else {{
             for (int i = 0; i < {a}; ++i)
               for (int j = 0; j < {a}; ++j) {{
-                __m256 d = _mm256_setzero_ps();
+                {border[0]}
                 if (r0 + i >= 0 && r0 + i < {ih} && c0 + j >= 0 && c0 + j < {iw})
-                  d = _mm256_loadu_ps(xn + {px_at});
-                _mm256_storeu_ps(pt + (i * {a} + j) * {VEC}, d);
+                  {border[1]}
+                {border[2]}
               }}
           }}
           {ind.join(in_t)}
@@ -459,8 +510,8 @@ static void {sym}({args}) {{
           const int r = th * {m}, q = tw * {m};
           const int rv = {oh} - r, qv = {ow} - q;
           const float* mp = Mb + (long)tl * {mst["N"]} + ob * {VEC};
-          float* yp = yn + {y_at};
-          const float* rp = {"rn + " + y_at if p["residual"] else "0"};
+          {yt}* yp = yn + {y_at};
+          const {rt}* rp = {"rn + " + y_at if p["residual"] else "0"};
           (void)rp; (void)rv; (void)qv;
           {"const __m256 bv = _mm256_loadu_ps(bias + ob * 8);" if p["bias"] else ""}
           {ind.join(out_t)}
@@ -475,8 +526,37 @@ class ConvWinogradNchw88Avx512(ConvWinogradNchw88):
     """The AVX-512 variant: zmm filter vectors of 16 output channels, 2 x 12 register tiles."""
 
     isa = "avx512"
+    gemm_isa = "avx512"
     vw = 16
     jmax, imax = 2, 12
+
+
+class ConvWinogradNchw88Bf16(ConvWinogradNchw88Avx512):
+    """:class:`ConvWinogradNchw88Avx512` on ``x86-avx512-nchw88+bf16`` (ISA ``avx512bf16``, searched
+    first there), which can also read its input and store its result as bfloat16 NCHW88 tensors
+    (a :class:`~passes.lowering.bf16_activations.Bf16ActivationUnit`): ``kernel-bf16-activations``
+    then keeps the bfloat16 tensors of the direct bfloat16 layers around it instead of converting
+    to float32 and back (ResNet-50's 56x56 and 28x28 3x3 layers between 1x1 ones; ResNet-18's
+    Winograd-to-Winograd tensors and block outputs, read as input and residual). The input
+    transform widens the bfloat16 patch exactly while loading it (no copy), the epilogue reads a
+    bfloat16 residual the same way and rounds the result once to nearest even; filters,
+    transforms, GEMM and epilogue stay float32, so the one change to the float32 kernel's numerics
+    is the rounding of its input, residual and result, as a direct bfloat16 convolution's input is
+    rounded. Without ``bf16_args`` / ``bf16_outs`` its code is the float32 kernel's."""
+
+    isa = "avx512bf16"  # x86_avx512_bf16.ISA (that module imports this one)
+
+    def symbol(self, p: dict[str, Any]) -> str:
+        tags = zip(("xb", "rb", "yb"), self._b16(p), strict=True)
+        return sym_join(super().symbol(p), *(t for t, on in tags if on))
+
+    def bf16_reads(self, p: dict[str, Any]) -> tuple[int, ...]:
+        """The input (always NCHW88 blocks) and the residual (read by the epilogue)."""
+        return (0, *((_res_arg(p),) if p["residual"] else ()))
+
+    def bf16_writes(self, p: dict[str, Any]) -> tuple[int, ...]:
+        """The result, in whole 8-channel blocks (as conv2d_nchw88_bf16)."""
+        return (0,) if p["oc"] % VEC == 0 else ()
 
 
 class ConvWinogradNchw88Other(ConvWinogradNchw88):
@@ -499,6 +579,7 @@ class ConvWinogradNchw88OtherAvx512(ConvWinogradNchw88Other):
     """:class:`ConvWinogradNchw88Other` with :class:`ConvWinogradNchw88Avx512`'s register tiles."""
 
     isa = "avx512"
+    gemm_isa = "avx512"
     vw = 16
     jmax, imax = 2, 12
 
@@ -508,4 +589,5 @@ KERNEL_UNITS = (
     ConvWinogradNchw88Avx512(),
     ConvWinogradNchw88Other(),
     ConvWinogradNchw88OtherAvx512(),
+    ConvWinogradNchw88Bf16(),
 )

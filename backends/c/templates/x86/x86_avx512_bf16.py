@@ -14,7 +14,9 @@ the target's ISA order picks the instructions).
 ``x86-avx512-nchw88+bf16`` adds ``conv2d_nchw88_bf16`` (:class:`ConvNchw88Bf16`): dense, grouped and
 first-layer convolutions of the NCHW88 graph on the same contract, so that its depthwise, pooling,
 elementwise and F(4x4, 3x3) Winograd layers stay the float32 NCHW88 kernels (the plain-NCHW ones
-are slower) and no relayout separates the bfloat16 layers from them. An NCHW88 pixel's 8 channels
+are slower; the Winograd ones compute in float32 but read and write bfloat16 activations where
+``kernel-bf16-activations`` chooses, :class:`winograd.ConvWinogradNchw88Bf16`) and no relayout
+separates the bfloat16 layers from them. An NCHW88 pixel's 8 channels
 are 4 bfloat16 pairs, each pair one 32-bit broadcast: the input is converted once per image into a
 bfloat16 NCHW88 copy (the padded copy the float32 kernel makes anyway, at half the bytes), the
 filters at compile time into ``vdpbf16ps``'s pair layout, and the float32 epilogue stores float32
