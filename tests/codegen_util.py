@@ -92,8 +92,8 @@ _DEFAULT_THREADS = re.compile(r"(UL, )\d+(, xm_model_run_impl_v\d+\},)$", re.M)
 
 @contextmanager
 def _unbuilt(target: str, build: Callable[..., object] | None = None) -> Iterator[None]:
-    """Compiles for ``target`` inside run ``build(target, source, cflags)`` in place of the backend's
-    build (None: no build, the model's ``build`` stays None)."""
+    """Within the block, compiles for ``target`` call ``build(target, source, cflags)`` in place of
+    the backend's build (None: no build, the model's ``build`` stays None). Not reentrant."""
     backend = parse_target(target).backend
     assert backend is not None
 
@@ -108,8 +108,8 @@ def _unbuilt(target: str, build: Callable[..., object] | None = None) -> Iterato
 
 
 def source_only(target: str) -> AbstractContextManager[None]:
-    """Compiles for ``target`` inside stop at the generated C (``source``, ``ir``): no gcc build,
-    for checks on the code alone; the model cannot run."""
+    """Within the block, compiles for ``target`` stop at the generated C (``source``, ``ir``): no gcc
+    build, for checks on the code alone; the model cannot run."""
     return _unbuilt(target)
 
 
