@@ -10,6 +10,7 @@ not implement yet are rejected by name rather than silently ignored.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -17,16 +18,19 @@ import warnings
 from collections.abc import Sequence
 from typing import IO, Any, NamedTuple
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import ArrayAttr, Float32Type, FunctionType, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from backends.mge.oprs import BY_KIND, traced_kind
+from backends.mge.oprs import BY_IR_OP, BY_KIND, WORKSPACE_KINDS, traced_kind
 from backends.mge.writer import LoweredGraph, Metadata, write_graph
 from compiler.serialization import atomic_write
 from dialects import tensor as T
+from dialects.dtypes import is_float, numpy_dtype
+from dialects.errors import XmgeError
 from passes.inference import ElemwiseSimplifyPass, InferenceOptions, SplitReduceSqueezePass, pipeline_for
 
 TEST_CASE_OPTIONS = (
@@ -39,16 +43,6 @@ TEST_CASE_OPTIONS = (
     "input_transform",
 )
 
-# ops that own a megdnn workspace (a Byte output) in MegEngine, reported by strip-info's "dtypes"
-_WORKSPACE_KINDS = {
-    "Convolution",
-    "ConvBias",
-    "Pooling",
-    "MatrixMul",
-    "BatchedMatrixMul",
-    "Reduce",
-    "BatchNorm",
-}
 _CPP_DTYPE = {
     "Float32": "Float32",
     "Float16": "Float16",
@@ -63,6 +57,11 @@ _CPP_DTYPE = {
     "Quantized8Asymm": "Quantized8Asymm",
     "QuantizedS16": "QuantizedS16",
 }
+
+
+class TrainingGraphError(XmgeError, ValueError, RuntimeError):
+    """``dump`` of a trace that ran training-only computations (a BatchNorm's batch statistics).
+    A RuntimeError too, as MegEngine's assertion is."""
 
 
 class DumpResult(NamedTuple):
@@ -137,31 +136,29 @@ def name_converted_outputs(fn: func.FuncOp) -> None:
 
 def _opr_name(op: T.MgbOp) -> str | None:
     """The operator name MegEngine's tracer gives a traced op (``OpDef::make_name``: scope and
-    type, e.g. ``layer1.0.RELU``), or its explicit name; ``None`` for unnamed constants (MegEngine
-    names those ``const{...}[id]``, unique by construction)."""
-    name = op.attributes.get("name")
-    if isinstance(name, StringAttr):
-        return name.data
+    type, e.g. ``layer1.0.RELU``); ``None`` for constants and ops MegEngine leaves unnamed. A
+    traced op's ``name`` attribute is its var's name (the user's ``x.name = ...``), not this."""
+    opr_name = op.attributes.get("opr_name")
+    if isinstance(opr_name, StringAttr):
+        return opr_name.data
     if isinstance(op, T.ConstOp):
         return None
     if isinstance(op, T.AxisAddRemoveOp) and isinstance(op.src.owner, T.ReduceOp):
         op = op.src.owner  # F.sum/F.mean without keepdims: one op, Reduce + AxisAddRemove oprs
     kind = traced_kind(op)
     if kind is None:
-        return None
+        name = op.attributes.get("name")
+        return name.data if isinstance(name, StringAttr) else None
     scope = op.attributes.get("scope")
     return f"{scope.data}.{kind}" if isinstance(scope, StringAttr) else kind
 
 
-def dedup_traced_names(fn: func.FuncOp) -> None:
-    """MegEngine's ``TraceResult::dump``: operators sharing a name, in dependency order from the
-    outputs (``cg::DepOprIter``: inputs first, depth first), are renamed ``name[0]``,
-    ``name[1]``, ... (e.g. ``Reduce[0]`` .. ``Reduce[3]`` for two ``F.mean`` calls, or
-    ``layer1.0.RELU[1]``); the names are set explicitly, so the optimizer keeps them on the ops
-    that replace these."""
+def _dependency_order(fn: func.FuncOp) -> list[T.MgbOp]:
+    """The function's ops in MegEngine's ``cg::DepOprIter`` order from the outputs: inputs first,
+    depth first."""
     ret = fn.body.block.last_op
     if not isinstance(ret, func.ReturnOp):
-        return
+        return []
     order: list[T.MgbOp] = []
     seen: set[int] = set()
     for v in ret.arguments:
@@ -179,15 +176,309 @@ def dedup_traced_names(fn: func.FuncOp) -> None:
             for operand in reversed(op.operands):
                 if isinstance(operand.owner, Operation) and id(operand.owner) not in seen:
                     stack.append((operand.owner, False))
+    return order
+
+
+def dedup_traced_names(fn: func.FuncOp) -> None:
+    """MegEngine's ``TraceResult::dump``: each traced op is named after its scope and type
+    (``opr_name``); operators sharing a name, in dependency order from the outputs, are renamed
+    ``name[0]``, ``name[1]``, ... (e.g. ``Reduce[0]`` .. ``Reduce[3]`` for two ``F.mean`` calls, or
+    ``layer1.0.RELU[1]``), and so is their var unless the user named it. The names are set
+    explicitly, so the optimizer keeps them on the ops that replace these."""
     groups: dict[str, list[T.MgbOp]] = {}
-    for op in order:
+    for op in _dependency_order(fn):
         name = _opr_name(op)
         if name is not None:
             groups.setdefault(name, []).append(op)
     for name, ops in groups.items():
-        if len(ops) > 1:
-            for i, op in enumerate(ops):
-                op.attributes["name"] = StringAttr(f"{name}[{i}]")
+        for i, op in enumerate(ops):
+            new = f"{name}[{i}]" if len(ops) > 1 else name
+            var = op.attributes.get("name")
+            if isinstance(var, StringAttr) and not isinstance(op.attributes.get("opr_name"), StringAttr):
+                # a user-named var: the operator keeps its own name, the var the user's (MegEngine
+                # rewrites the operator's name where it occurs in the var's)
+                op.attributes["opr_name"] = StringAttr(new)
+                op.attributes["name"] = StringAttr(var.data.replace(name, new, 1))
+            elif len(ops) > 1:
+                op.attributes["name"] = StringAttr(new)
+                if "opr_name" in op.attributes:
+                    op.attributes["opr_name"] = StringAttr(new)
+
+
+def add_assert_checks(
+    module: ModuleOp,
+    input_names: Sequence[str],
+    output_names: Sequence[str] | None,
+    cases: list[dict[str, np.ndarray]],
+    *,
+    maxerr: float,
+    verbose: bool,
+) -> list[str]:
+    """MegEngine's ``trace.dump(input_data=..., no_assert=False)``: each output ``o`` is checked by
+    an AssertEqual against a new input ``o:expect`` (its value in each test case, computed here),
+    with MegBrain's error ``max(|expect - o| / max(min(|expect|, |o|), 1))``; the checks' results
+    become the graph's outputs. Returns the new inputs' names; ``cases`` get their values."""
+    from semantics import run_module
+
+    fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    block = fn.body.block
+    ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    names = _output_var_names(fn, output_names)
+    shapes = [tuple(a.type.get_shape()) for a in block.args]  # type: ignore[attr-defined]
+    for case in cases:
+        # MegEngine holds a scalar input as shape (1,): the trace's own shape runs it here
+        args = [np.reshape(case[n], s) if np.size(case[n]) == math.prod(s) else case[n]
+                for n, s in zip(input_names, shapes, strict=True)]  # fmt: skip
+        outs = run_module(module, args)
+        for name, value in zip(names, outs, strict=True):
+            case[f"{name}:expect"] = np.asarray(value)
+    checks: list[SSAValue] = []
+    for name, get in zip(names, list(ret.arguments), strict=True):
+        expect = block.insert_arg(get.type, len(block.args))
+        label = f"assert_eq({name}:expect,{name})"
+        checks.append(_assert_equal(block, ret, expect, get, maxerr, verbose, label))
+    ret.operands = checks
+    fn.function_type = FunctionType.from_lists([a.type for a in block.args], [c.type for c in checks])
+    expect_names = [f"{n}:expect" for n in names]
+    fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in [*input_names, *expect_names]])
+    var_attr = fn.attributes.get("xmge.input_var_names")
+    if isinstance(var_attr, ArrayAttr):
+        fn.attributes["xmge.input_var_names"] = ArrayAttr([*var_attr.data, *(StringAttr("") for _ in names)])
+    return expect_names
+
+
+def _output_var_names(fn: func.FuncOp, output_names: Sequence[str] | None) -> list[str]:
+    """The names the outputs' vars are dumped with (the ``:expect`` inputs are named after them)."""
+    ret = fn.body.block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    input_names = [a.data for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
+    names = []
+    for i, v in enumerate(ret.arguments):
+        given = output_names[i] if output_names is not None else ""
+        if given:
+            names.append(given)
+        elif isinstance(v.owner, Block):
+            names.append(input_names[v.index])  # type: ignore[attr-defined]
+        else:
+            op = v.owner
+            var = op.attributes.get("name")
+            opr = _opr_name(op) if isinstance(op, T.MgbOp) else None
+            names.append(var.data if isinstance(var, StringAttr) else opr or f"unnamed{i}")
+    return names
+
+
+def _assert_equal(
+    block: Block, before: Operation, expect: SSAValue, get: SSAValue, maxerr: float, verbose: bool, name: str
+) -> SSAValue:
+    """``AssertEqual(expect, get, err)`` with MegBrain's ``AssertEqual::make`` error sub-graph."""
+    from dialects import enums
+
+    E = enums.ElemwiseMode
+
+    def add(op: T.MgbOp) -> SSAValue:
+        block.insert_op_before(op, before)
+        return op.results[0]
+
+    def elemwise(mode: Any, *operands: SSAValue) -> SSAValue:
+        return add(T.ElemwiseOp.make(list(operands), mode=mode))
+
+    a, b = expect, get
+    elem = a.type.element_type  # type: ignore[attr-defined]
+    if not is_float(elem):
+        f32 = TensorType(Float32Type(), a.type.get_shape())  # type: ignore[attr-defined]
+        a, b = add(T.TypeCvtOp.make([a], [f32])), add(T.TypeCvtOp.make([b], [f32]))
+        elem = Float32Type()
+    one = add(T.ConstOp.from_numpy(np.ones((1,), numpy_dtype(elem)), elem))
+    diff = elemwise(E.ABS, elemwise(E.SUB, a, b))
+    scale = elemwise(E.MAX, elemwise(E.MIN, elemwise(E.ABS, a), elemwise(E.ABS, b)), one)
+    ratio = elemwise(E.TRUE_DIV, diff, scale)
+    n = math.prod(ratio.type.get_shape())  # type: ignore[attr-defined]
+    flat = add(T.ReshapeOp.make([ratio], [TensorType(elem, [n])]))
+    err = add(T.ReduceOp.make([flat], mode=enums.ReduceMode.MAX, axis=0))
+    check = T.AssertEqualOp.make([expect, get, err], maxerr=maxerr, verbose=verbose)
+    check.attributes["name"] = StringAttr(name)
+    return add(check)
+
+
+def _name_traced_output_casts(fn: func.FuncOp) -> None:
+    """A traced TypeCvt that is an output keeps its own name (``simple.dequant.TypeCvt``):
+    named explicitly, it is not taken for a float16 pass's cast back (``name_converted_outputs``)."""
+    ret = fn.body.block.last_op
+    if not isinstance(ret, func.ReturnOp):
+        return
+    for v in ret.arguments:
+        op = v.owner
+        if isinstance(op, T.TypeCvtOp) and "name" not in op.attributes:
+            name = _opr_name(op)
+            if name is not None:
+                op.attributes["name"] = StringAttr(name)
+
+
+# MegDNN's commutable elemwise modes: MegBrain's Elemwise orders their two inputs by var id
+_COMMUTABLE = frozenset(
+    {"ADD", "FUSE_ADD_RELU", "FUSE_ADD_SIGMOID", "FUSE_ADD_TANH", "MUL", "RMULH", "MAX", "MIN", "EQ"}
+    | {"LOG_SUM_EXP"}
+)
+
+
+def order_traced_graph(fn: func.FuncOp) -> None:
+    """The graph ``TraceResult::dump`` builds from a trace. Its nodes are numbered as they are made
+    (an operator, then each of its vars): the inputs, then every constant in trace order, then
+    the ops in trace order. As each node is made MegBrain's ``GraphOptimizer`` applies, and all of
+    it is visible in the file:
+
+    * an op equal to one made before (same kind, params and inputs) is that one (``insert_pre``),
+      and so is a constant of at most 28 elements equal to one made before (its ``DevValueCache``):
+      two ``F.relu(x)`` are one RELU, two zero biases of a Linear(3, 3) one constant;
+    * an op whose inputs are all constants, with one result of under 1024 elements, is replaced by
+      a new constant (``replace_const_var``);
+    * a commutable elemwise op's two inputs are ordered by var id (``2 * x`` is ``MUL(x, const<2>)``);
+    * an unnamed constant is named after its value or shape and its id (``const<2>[2]``)."""
+    block = fn.body.block
+    var_id: dict[SSAValue, int] = {}
+    made: dict[Any, list[SSAValue]] = {}
+    next_id = 0
+    for a in block.args:
+        var_id[a] = next_id + 1
+        next_id += 2
+    for c in [op for op in block.ops if isinstance(op, T.ConstOp)]:
+        key = _const_key(c)
+        if key is not None and key in made and _same_value(c, made[key][0]):
+            _replace(block, c, made[key])  # the cached var itself: no new operator, no ids
+            continue
+        if key is not None:
+            made[key] = [c.output]
+        var_id[c.output] = next_id + 1
+        if "name" not in c.attributes:
+            c.attributes["name"] = StringAttr(f"{_const_summary(c)}[{next_id}]")
+        next_id += 2
+    for op in list(block.ops):
+        if isinstance(op, T.ConstOp) or not isinstance(op, T.MgbOp):
+            continue
+        if isinstance(op, T.ElemwiseOp) and len(op.operands) == 2 and op.params()["mode"].name in _COMMUTABLE:
+            a, b = op.operands
+            if var_id.get(b, -1) < var_id.get(a, -1):
+                op.operands = [b, a]
+        row = BY_IR_OP.get(type(op))
+        workspace = 1 if row is not None and row.kind in WORKSPACE_KINDS else 0
+        first_id = next_id
+        next_id += 1 + len(op.results) + workspace
+        key = _op_key(op)
+        if key is not None and key in made:
+            user_name = op.attributes.get("name")
+            kept = made[key]
+            if isinstance(user_name, StringAttr) and isinstance(kept[0].owner, Operation):
+                kept[0].owner.attributes["name"] = user_name  # the var takes the newest name given
+            _replace(block, op, kept)
+            continue
+        for k, r in enumerate(op.results):
+            var_id[r] = first_id + 1 + k
+        folded = _fold(op)
+        if folded is None:
+            if key is not None:
+                made[key] = list(op.results)
+            continue
+        user_name = op.attributes.get("name")
+        block.insert_op_before(folded, op)
+        _replace(block, op, [folded.output])
+        default = StringAttr(f"{_const_summary(folded)}[{next_id}]")
+        folded.attributes["name"] = user_name if isinstance(user_name, StringAttr) else default
+        var_id[folded.output] = next_id + 1
+        next_id += 2
+        if key is not None:
+            made[key] = [folded.output]
+
+
+_NAMING_ATTRS = frozenset({"name", "opr_name", "scope"})
+
+
+def _hashable(attr: Any) -> Any:
+    try:
+        hash(attr)
+    except TypeError:
+        return str(attr)
+    return attr
+
+
+def _op_key(op: T.MgbOp) -> Any:
+    """What makes two traced ops the same operator for MegBrain (kind, params, inputs, result
+    types); None for ops without inputs, which are never merged."""
+    if not op.operands:
+        return None
+    props = tuple(sorted((k, _hashable(v)) for k, v in op.properties.items()))
+    attrs = tuple(sorted((k, _hashable(v)) for k, v in op.attributes.items() if k not in _NAMING_ATTRS))
+    return (op.name, tuple(op.operands), props, attrs, tuple(str(r.type) for r in op.results))
+
+
+# MegBrain's ImmutableTensor::DevValueCache::MAX_SIZE (TensorLayout::MAX_NDIM * 4): larger constants
+# are never merged
+_MAX_MERGED_CONST_ELEMENTS = 7 * 4
+
+
+def _const_key(op: T.ConstOp) -> Any:
+    if op.value.is_elided or math.prod(op.output.type.get_shape()) > _MAX_MERGED_CONST_ELEMENTS:
+        return None
+    return ("const", str(op.output.type), op.value.digest.data)
+
+
+def _same_value(op: T.ConstOp, other: SSAValue) -> bool:
+    """Equal bytes, checked where the digests match."""
+    return isinstance(other.owner, T.ConstOp) and op.value.data.data == other.owner.value.data.data
+
+
+def _replace(block: Block, op: Operation, values: Sequence[SSAValue]) -> None:
+    for r, v in zip(op.results, values, strict=True):
+        r.replace_all_uses_with(v)
+    block.erase_op(op)
+
+
+_MAX_CONST_FOLDING_SIZE = 1024  # MegBrain's graph_opt.cpp
+
+
+def _fold(op: T.MgbOp) -> T.ConstOp | None:
+    """``op``'s value as a constant where MegBrain folds it as the op is made: all its inputs are
+    constants and it has one result of fewer than 1024 elements."""
+    from passes.inference.common import const_of_type
+    from semantics.interpreter import result_specs
+    from semantics.kernels import KERNELS
+
+    if not op.operands or len(op.results) != 1:
+        return None
+    if any(not isinstance(v.owner, T.ConstOp) for v in op.operands):
+        return None
+    (result,) = op.results
+    if math.prod(result.type.get_shape()) >= _MAX_CONST_FOLDING_SIZE:  # type: ignore[attr-defined]
+        return None
+    kernel = KERNELS.get(type(op))  # type: ignore[arg-type]
+    if kernel is None:
+        return None
+    args = [v.owner.numpy() for v in op.operands]  # type: ignore[union-attr]
+    try:
+        (out,) = kernel(args, result_specs(op), **op.params())
+    except (NotImplementedError, ValueError, TypeError, ArithmeticError):
+        return None  # left to run time, where the error names the op
+    return const_of_type(out, result.type)  # type: ignore[arg-type]
+
+
+def _const_summary(op: T.ConstOp) -> str:
+    """MegBrain's ``ImmutableTensor`` summary: ``const<v>`` (``%.3g``) for one element (with the
+    shape after it unless 1-d), else ``const{d0,d1,...}``."""
+    shape = tuple(op.output.type.get_shape()) or (1,)  # MegEngine holds scalars as shape (1,)
+    if math.prod(shape) == 1 and not op.value.is_elided:
+        value = float(np.asarray(op.numpy(), dtype=np.float64).reshape(-1)[0])
+        text = "const<" + _format_g3(value) + ">"
+        return text if len(shape) == 1 else text + "{" + ",".join(map(str, shape)) + "}"
+    return "const{" + ",".join(map(str, shape)) + "}"
+
+
+def _format_g3(value: float) -> str:
+    """C's ``%.3g`` (Python's ``g`` differs only in inf/nan spelling)."""
+    if math.isnan(value):
+        return "-nan" if math.copysign(1.0, value) < 0 else "nan"
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    return f"{value:.3g}"
 
 
 def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
@@ -200,7 +491,7 @@ def strip_info(graph: LoweredGraph, content_hash: int) -> dict[str, Any]:
     for o in graph.oprs:
         for t in o.tensors:
             dtypes.add(_CPP_DTYPE.get(t.dtype.name, t.dtype.name))
-        if o.kind in _WORKSPACE_KINDS:
+        if o.kind in WORKSPACE_KINDS:
             dtypes.add("Byte")
         if o.kind == "Elemwise":
             modes.add(enums.from_number(enums.ElemwiseMode, o.params[0][1]["mode"]).name)
@@ -321,18 +612,13 @@ def dump(
     kwargs = dict(kwargs)
     case_opts = {k: kwargs.pop(k) for k in TEST_CASE_OPTIONS if k in kwargs}
     input_data = case_opts.get("input_data")
-    if input_data is not None and not case_opts.get("no_assert", False):
-        raise ValueError(
-            "input_data without no_assert=True is not supported by xmge (it needs AssertEqual checker "
-            "operators); pass no_assert=True to write the test cases without checks"
-        )
     options = check_options(kwargs)
     module, rebuild = tr._last
     fn = next(op for op in module.ops if isinstance(op, func.FuncOp))
     training = fn.attributes.get("xmge.training_only")
     if isinstance(training, ArrayAttr):
         ran = "; ".join(a.data for a in training.data if isinstance(a, StringAttr))
-        raise ValueError(
+        raise TrainingGraphError(
             f"cannot dump {tr.__name__}: the trace ran training-only computations ({ran}); call "
             "module.eval() before tracing to dump an inference graph"
         )
@@ -347,15 +633,49 @@ def dump(
     traced_inputs = [a.data for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
     n_pos = _positional_count(traced_inputs)
     given = _as_names(arg_names, n_pos, "arg_names")
-    inputs = list(traced_inputs)
-    if given is not None:
-        inputs[:n_pos] = [g or d for g, d in zip(given, traced_inputs, strict=True)]
+    var_attr = fn.attributes.get("xmge.input_var_names")
+    var_names = (
+        [a.data for a in var_attr.data] if isinstance(var_attr, ArrayAttr) else [""] * len(traced_inputs)
+    )
+    # MegEngine's TraceResult::dump: names given to dump first (arg_names), then the input tensors'
+    # own names (Tensor(..., name="data")), then the defaults (arg_N, the keyword)
+    prefer = given is not None
+    inputs = []
+    for i, (default, var_name) in enumerate(zip(traced_inputs, var_names, strict=True)):
+        name = given[i] if given is not None and i < n_pos else default
+        inputs.append((name if prefer and name else var_name or name) or default)
 
     # a trace compiled at opt_level >= 1 (MegEngine's default 2) simplifies log(exp(x)) and the
     # like as its graph is built, so its dumps have them simplified whatever the dump options
     simplify: list[Any] = [ElemwiseSimplifyPass()] if getattr(tr, "opt_level", 2) >= 1 else []
     traced_fn = run_passes(module, [*simplify, SplitReduceSqueezePass()])
-    dedup_traced_names(next(op for op in traced_fn.ops if isinstance(op, func.FuncOp)))
+    traced_main = next(op for op in traced_fn.ops if isinstance(op, func.FuncOp))
+    order_traced_graph(traced_main)
+    dedup_traced_names(traced_main)
+    _name_traced_output_casts(traced_main)
+    cases: list[dict[str, np.ndarray]] | None = None
+    if input_data is not None:
+        from compiler.test_cases import make_cases
+
+        cases = make_cases(
+            traced_main,
+            inputs,
+            input_data,
+            repeat=int(case_opts.get("repeat", 1)),
+            resize_input=bool(case_opts.get("resize_input", False)),
+            input_transform=case_opts.get("input_transform"),
+        )
+        if not case_opts.get("no_assert", False):
+            expect_names = add_assert_checks(
+                traced_fn,
+                inputs,
+                out_names,
+                cases,
+                maxerr=float(case_opts.get("maxerr", 1e-4)),
+                verbose=not case_opts.get("silent", False),
+            )
+            inputs = [*inputs, *expect_names]
+            out_names = None  # the outputs are now the checks' (MegEngine names them after them)
     ignored = sorted(k for k, v in options.items() if v and k.startswith("enable_"))
     if ignored and not optimize_for_inference:
         # MegEngine drops these silently; a user who asked for a layout would not know it never happened
@@ -394,17 +714,9 @@ def dump(
     del keep_param_name
 
     data = res.data
-    if input_data is not None:
-        from compiler.test_cases import make_cases, wrap
+    if cases is not None:
+        from compiler.test_cases import wrap
 
-        cases = make_cases(
-            wfn,
-            inputs,
-            input_data,
-            repeat=int(case_opts.get("repeat", 1)),
-            resize_input=bool(case_opts.get("resize_input", False)),
-            input_transform=case_opts.get("input_transform"),
-        )
         data = wrap(res.data, cases, dump_format or "FBS_V2")
     if isinstance(file, str | os.PathLike):
         if append and os.path.exists(file):

@@ -1017,6 +1017,12 @@ def _set_tensor_state(t: Any, state: Any, map_device: Callable[[str], str]) -> N
         if grad is not None and not isinstance(grad, Tensor):
             raise _refuse(f"a Tensor grad of type {type(grad).__name__}")
         t.grad = grad
+    for key in ("_name", "_prefix", "_short_name"):  # the names a module gave it (Module.__setattr__)
+        if key in state:
+            value = state.pop(key)
+            if value is not None and not isinstance(value, str):
+                raise _refuse(f"a Tensor {key} of type {type(value).__name__}")
+            setattr(t, key, value)
     if state:
         raise _refuse(f"Tensor state with unknown keys {sorted(state)}")
     if not hasattr(t, "_data"):

@@ -49,6 +49,8 @@ def _to_array(value: Any) -> np.ndarray:
 
 
 def _canonical_dtype(value: Any, dtype: Any) -> np.dtype:
+    if dtype is not None and _is_bfloat16(dtype):
+        return np.dtype(dtype)  # held and returned as MegEngine's bfloat16 (ml_dtypes); ops refuse it
     if dtype is not None:
         try:
             return numpy_dtype(element_type(dtype))
@@ -63,6 +65,13 @@ def _canonical_dtype(value: Any, dtype: Any) -> np.dtype:
         return numpy_dtype(element_type(arr.dtype))
     except DTypeError as exc:
         raise conversion_error(str(exc)) from None
+
+
+def _is_bfloat16(dtype: Any) -> bool:
+    try:
+        return np.dtype(dtype).name == "bfloat16"
+    except TypeError:
+        return False
 
 
 def _quantized_array(data: Any, dtype: np.dtype) -> np.ndarray:

@@ -10,4 +10,9 @@ class XmgeError(Exception):
     """Base class of the errors xmge reports to users."""
 
 
-__all__ = ["XmgeError"]
+class AssertEqualError(XmgeError, RuntimeError):
+    """An AssertEqual check (a load_and_run test case's, or ``F.utils._assert_equal``) found the
+    values apart by more than its ``maxerr``. A RuntimeError, as MegEngine's."""
+
+
+__all__ = ["AssertEqualError", "XmgeError"]

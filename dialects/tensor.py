@@ -1700,6 +1700,41 @@ class CondTakeOp(MgbOp):
 
 
 @irdl_op_definition
+class AssertEqualOp(MgbOp):
+    """MegEngine's AssertEqual: checks that ``get`` equals ``expect`` given ``err``, the one-element
+    largest error ``|expect - get| / max(min(|expect|, |get|), 1)`` (the smaller of the absolute
+    and the relative error) computed by the ops before it; the result is ``expect``. Running it
+    where ``err`` exceeds ``maxerr`` (or is NaN) raises AssertEqualError. MegEngine's load_and_run
+    test-case files check each output with one; ``verbose`` prints the error when it runs."""
+
+    name = "mgb.assert_equal"
+    expect = operand_def(TensorType)
+    get = operand_def(TensorType)
+    err = operand_def(TensorType)
+    output = result_def(TensorType)
+    maxerr = prop_def(FloatAttr, default_value=FloatAttr(1e-4, f64))
+    verbose = prop_def(IntegerAttr[IntegerType], default_value=IntegerAttr(0, IntegerType(1)))
+
+    @classmethod
+    def infer(cls, operand_types: Sequence[Attribute], **params: Any) -> list[TensorType]:
+        expect, get, err = (_type(t) for t in operand_types)
+        if _shape(expect) != _shape(get):
+            raise ShapeInferenceError(cls.name, f"get {_shape(get)} and expect {_shape(expect)} differ")
+        if math.prod(_shape(err)) != 1:
+            raise ShapeInferenceError(cls.name, f"err must hold one value, got shape {_shape(err)}")
+        return [expect]
+
+    def verify_(self) -> None:
+        _verify_tensor_types(self)
+        try:
+            (want,) = self.infer([self.expect.type, self.get.type, self.err.type])
+        except ShapeInferenceError as exc:
+            raise VerifyException(str(exc)) from None
+        if self.output.type != want:
+            raise VerifyException(f"{self.name}: result must be expect's type {want}, got {self.output.type}")
+
+
+@irdl_op_definition
 class SVDOp(MgbOp):
     """MegEngine's SVD of each matrix in the trailing two axes of a float32 ``src`` (..., M, N):
     ``u`` (..., M, K), ``s`` (..., K) descending and non-negative, ``vh`` (..., K, N) with
@@ -2481,6 +2516,7 @@ TENSOR_OPS: tuple[type[MgbOp], ...] = (
     ReshapeToOp,
     BroadcastToOp,
     CondTakeOp,
+    AssertEqualOp,
 )
 
 Mgb = Dialect(

@@ -18,6 +18,7 @@ import numpy as np
 from dialects import enums
 from dialects import tensor as T
 from dialects.dtypes import quantized_type_of
+from dialects.errors import AssertEqualError
 from dialects.registration import registering
 
 E = enums.ElemwiseMode
@@ -1000,6 +1001,31 @@ def cond_take_selected(mask: np.ndarray, mode: int, val: float, eps: float) -> n
     if not 0 <= mode < len(tests):
         raise ValueError(f"{T.CondTakeOp.name}: mode {mode} is not one of {T.COND_TAKE_MODES}")
     return tests[mode]()
+
+
+@kernel(T.AssertEqualOp)
+def assert_equal(
+    args: Sequence[np.ndarray], results: Sequence[ResultSpec], *, maxerr: float = 1e-4, verbose: int = 0
+) -> list[np.ndarray]:
+    expect, get, err_value = args
+    err = float(np.asarray(err_value, np.float64).reshape(-1)[0])
+    if verbose:
+        print(f"AssertEqual: err={err:g}")
+    if not 0 <= err <= maxerr:
+        where = _first_difference(expect, get)
+        raise AssertEqualError(f"AssertEqual: expect and get differ by {err:g} (maxerr {maxerr:g}); {where}")
+    return [np.array(expect, copy=True)]
+
+
+def _first_difference(expect: np.ndarray, get: np.ndarray) -> str:
+    """Where two arrays of one shape differ most, for AssertEqual's message."""
+    a, b = np.asarray(expect, np.float64).reshape(-1), np.asarray(get, np.float64).reshape(-1)
+    if not a.size:
+        return "both are empty"
+    diff = np.where(np.isnan(a) ^ np.isnan(b), np.inf, np.nan_to_num(np.abs(a - b)))
+    k = int(np.argmax(diff))
+    index = tuple(int(i) for i in np.unravel_index(k, np.shape(expect)))
+    return f"largest difference at {index}: expect {a[k]:g}, get {b[k]:g}"
 
 
 @kernel(T.CondTakeOp)

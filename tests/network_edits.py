@@ -19,7 +19,9 @@ SOURCE = os.path.join(GOLDEN, "multi_io", "named.mge")
 def replace_var(net: Network) -> None:
     """SIGMOID(MUL) becomes relu(MUL * 2 - 0.5): new operators built on a var of the loaded graph."""
     mul = net.var_filter.name("MUL").as_unique()
-    sigmoid = [o for o in net.opr_filter.has_input(mul).type(N.Elemwise) if o.name == "SIGMOID"][0]
+    # the file keeps var names only: MegEngine names the operator SIGMOID(MUL)[17], its var SIGMOID
+    users = net.opr_filter.has_input(mul).type(N.Elemwise)
+    sigmoid = [o for o in users if o.outputs[0].name == "SIGMOID"][0]
     net.replace_vars({sigmoid.outputs[0]: F.relu(mul * 2.0 - 0.5)})
 
 

@@ -45,12 +45,16 @@ SHAPE_OPS = {
     T.BroadcastToOp: _SPECIALIZED,
     T.CondTakeOp: _DATA_DEPENDENT,
 }
+# load_and_run test-case checks (trace.dump(input_data=...)): the reference interpreter runs them;
+# compile refuses them with a one-line LoweringError naming the op
+CHECKS = {T.AssertEqualOp: "a test-case check of a dumped model, not an inference op: compile refuses it"}
 REFUSED: dict[str, dict[type[Operation], str]] = {
-    "x86": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS},
-    "arm": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS},
+    "x86": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS, **CHECKS},
+    "arm": {**NO_KERNEL, **_C_VISION, **_C_LINALG, **SHAPE_OPS, **CHECKS},
     "cuda": {
         **NO_KERNEL,
         **SHAPE_OPS,
+        **CHECKS,
         **{
             op: _CUDA_GAP
             for op in (
@@ -87,6 +91,7 @@ _ONNX_GAP = "no exporter yet (issue 30); to_onnx raises NotImplementedError nami
 ONNX_REFUSED: dict[type[Operation], str] = {
     T.ConstOp: "constants are written as graph initializers, not as nodes",
     **SHAPE_OPS,
+    **CHECKS,
     **{
         op: _ONNX_GAP
         for op in (

@@ -88,3 +88,24 @@ def test_reader_reads_the_options_back() -> None:
     }
     noopt = dump_options(next(iter(read_mge(dump_bytes(tr, optimize_for_inference=False)).ops)))  # type: ignore[arg-type]
     assert noopt is not None and not any(noopt.values())
+
+
+def test_dump_of_training_graph_is_a_runtime_error() -> None:
+    # MegEngine asserts there (a RuntimeError); xmge's error is also a ValueError, as before
+    import io
+
+    import numpy as np
+
+    import compiler as xm
+    import compiler.module as M
+    from compiler.jit import trace
+
+    bn = M.BatchNorm2d(2)
+
+    @trace(symbolic=True, capture_as_const=True)
+    def f(x):  # type: ignore[no-untyped-def]
+        return bn(x).sum()
+
+    f(xm.tensor(np.ones((2, 2, 3, 3), np.float32)))
+    with pytest.raises(RuntimeError, match="training-only"):
+        f.dump(io.BytesIO())

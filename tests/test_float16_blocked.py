@@ -193,8 +193,9 @@ FLOAT32_ONLY = {
     T.DeformablePSROIPoolingOp,
 }
 # a count that depends on the data: compile refuses it (tests/test_symbolic_shape.py covers it);
-# SVD runs on the reference interpreter only (tests/test_mge_svd.py)
-NOT_COMPILED = {T.CondTakeOp, T.SVDOp}
+# SVD runs on the reference interpreter only (tests/test_mge_svd.py); AssertEqual is a test-case check
+# (tests/test_dump_input_data.py)
+NOT_COMPILED = {T.CondTakeOp, T.SVDOp, T.AssertEqualOp}
 
 
 def test_model_covers_every_op(traced: xm.jit.trace) -> None:

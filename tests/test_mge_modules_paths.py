@@ -51,6 +51,7 @@ PROVIDED = [
     "distributions.distribution",
     "distributions.exponential",
     "functional",
+    "functional.einsum",
     "functional.elemwise",
     "functional.loss",
     "functional.math",

@@ -364,3 +364,20 @@ def test_conv_transpose2d_and_layer_norm_modules_match_torch() -> None:
     assert ln.weight is not None and ln.weight.shape == (5, 3)
     want = torch.nn.functional.layer_norm(torch.from_numpy(x), (5, 3), eps=1e-4).numpy()
     np.testing.assert_allclose(ln(xm.tensor(x)).numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_module_bookkeeping_matches_megengine() -> None:
+    # MegEngine 1.13's Module instance attributes (its test_module_compatible), and the names of
+    # the attributes holding modules or containers in _modules
+    class Empty(M.Module):
+        def forward(self) -> None:
+            pass
+
+    assert set(vars(Empty())) == {
+        "_modules", "name", "training", "quantize_disabled", "_forward_pre_hooks", "_forward_hooks",
+        "_name", "_short_name",
+    }  # fmt: skip
+    net = Net()
+    assert {"block", "fc"} <= set(net._modules)
+    net.fc = 3
+    assert "fc" not in net._modules

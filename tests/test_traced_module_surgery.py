@@ -86,6 +86,7 @@ def _save_load_dump_run(traced: tm.TracedModule, x: megengine.Tensor, want: np.n
     megengine.save(traced, buf)
     buf.seek(0)
     loaded = megengine.load(buf)  # the default restricted unpickler
+    traced.graph._reset_ids()  # loading numbers expressions afresh, as MegEngine does
     assert type(loaded) is tm.TracedModule and str(loaded) == str(traced)
     np.testing.assert_allclose(loaded(x).numpy(), want, rtol=1e-5, atol=1e-5)
 
@@ -576,3 +577,46 @@ def test_set_arg_changes_a_call_in_place() -> None:
     graph.compile()
     assert probe.expr not in graph.exprs(recursive=False).as_list()
     _save_load_dump_run(traced, x, want.numpy())
+
+
+def test_tensor_named_in_forward_names_its_node() -> None:
+    # MegEngine: x.name = ... inside a traced forward names the node (graph._namespace.used_names)
+    class Named(M.Module):
+        def forward(self, x: Any) -> Any:
+            y = x + 1
+            y.name = "plus_one"
+            z = y * 2
+            z.name = "x"  # taken by the input: the node keeps its own name
+            return z
+
+    traced = tm.trace_module(Named(), megengine.tensor(np.ones(3, np.float32)))
+    names = [n.name for n in traced.graph.nodes()]
+    assert "plus_one" in names and names.count("x") == 1
+    assert "plus_one" in traced.graph._namespace.used_names
+
+
+def test_loaded_graph_is_numbered_afresh() -> None:
+    # MegEngine: unpickling renumbers expressions and nodes in graph order, sub-graphs included
+    class Block(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = M.Conv2d(2, 2, 1)
+
+        def forward(self, x: Any) -> Any:
+            return F.relu(self.conv(x)) + 1
+
+    class Net(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b0, self.b1 = Block(), Block()
+
+        def forward(self, x: Any) -> Any:
+            return self.b1(self.b0(x))
+
+    traced = tm.trace_module(Net(), megengine.tensor(np.ones((1, 2, 3, 3), np.float32)))
+    loaded = pickle.loads(pickle.dumps(traced))
+    traced.graph._reset_ids()
+    pairs = ((traced.graph.nodes(), loaded.graph.nodes()), (traced.graph.exprs(), loaded.graph.exprs()))
+    for old, new in pairs:
+        assert [n._id for n in old] == [n._id for n in new] == list(range(len(old.as_list())))
+    assert loaded.graph._total_ids[0] == len(loaded.graph.nodes().as_list())

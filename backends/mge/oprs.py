@@ -178,6 +178,10 @@ OPRS: tuple[Opr, ...] = (
         ParamDef("SVD", 22, (("full_matrices", "?", False), ("compute_uv", "?", True))),
         {"full_matrices": "full_matrices"})),
     Opr("CondTake", "CondTake", "CondTake", None, (T.CondTakeOp,), R.read_cond_take, W.lower_cond_take),
+    # load_and_run test-case files check each output with one (trace.dump(input_data=...))
+    Opr("AssertEqual", "AssertEqual", "AssertEqual", None, (T.AssertEqualOp,), params=ParamMap(
+        ParamDef("AssertEqual", 56, (("maxerr", "f", 1e-4), ("verbose", "?", False))),
+        {"maxerr": "maxerr", "verbose": "verbose"})),
     Opr("Convolution3D", "Convolution3D", "Convolution3DForward", "Convolution3D", (T.Convolution3DOp,),
         V.read_convolution3d, V.lower_convolution3d),
     Opr("WarpPerspective", "WarpPerspectiveV2", "WarpPerspectiveForward", None, (T.WarpPerspectiveOp,),
@@ -261,7 +265,7 @@ REFUSED: dict[str, str] = {
     ).split()},
     **{name: _CONTROL for name in (
         "CondExecMark CondExecMarkIfNeed CondExecMerge CondExecPred CondExecPredLogical Sleep "
-        "PersistentOutputStorage VolatileSharedDeviceTensor SharedDeviceTensorWithFormat AssertEqual Alloc"
+        "PersistentOutputStorage VolatileSharedDeviceTensor SharedDeviceTensorWithFormat Alloc"
     ).split()},
     **{name: _DYNAMIC for name in "NonZero".split()},
     **{name: _DEVICE for name in "AtlasRuntimeOpr NvOf".split()},
@@ -287,6 +291,13 @@ def refusal(type_name: str, type_id: int) -> tuple[str, str] | None:
     name = KNOWN_NAMES.get(type_id, type_name)
     why = REFUSED.get(name)
     return None if why is None else (name, why)
+
+
+# operators that own a megdnn workspace (a Byte output var) in MegEngine: strip-info reports the
+# Byte dtype for them, and the var takes a node id
+WORKSPACE_KINDS = frozenset(
+    {"Convolution", "ConvBias", "Pooling", "MatrixMul", "BatchedMatrixMul", "Reduce", "BatchNorm"}
+)
 
 
 def traced_kind(op: T.MgbOp) -> str | None:

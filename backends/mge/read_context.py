@@ -90,6 +90,7 @@ class ReadVar:
     unusable: str | None = None  # e.g. BatchNorm's statistics outputs
     alias: bool = False  # another var's value under a new id (Identity): its op keeps its name
     pending: Any = None  # half of a relayout pair (layouts.Pending), emitted only if used alone
+    opr_name: str | None = None  # a constant's operator name, where the file keeps it
 
 
 @dataclass
@@ -125,6 +126,8 @@ def define(ctx: ReadContext, op: RawOpr, i: int, var: ReadVar) -> None:
         raise fail(op, f"has {len(op.outputs)} outputs in the file, xmge needs at least {i + 1}")
     vid = op.outputs[i]
     var.name = ctx.graph.var_names.get(vid) or (op.output_names[i] if op.output_names else None) or var.name
+    if not var.name and op.name and len(op.outputs) == 1:
+        var.name = op.name  # MegBrain: a var without a name of its own is called after its operator
     ctx.vars[vid] = var
     owner = var.ssa.owner if var.ssa is not None else None
     if owner is not None and var.name and not var.alias and not isinstance(owner, Block):
@@ -153,6 +156,8 @@ def ssa_of(ctx: ReadContext, var: ReadVar, what: str) -> SSAValue:
         const = T.ConstOp.create(result_types=[var.type], properties={"value": weight})
         if var.name:
             const.attributes["name"] = StringAttr(var.name)
+        if var.opr_name:
+            const.attributes["opr_name"] = StringAttr(var.opr_name)
         ctx.block.add_op(const)
         var.ssa = const.output
     return var.ssa

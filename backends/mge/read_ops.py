@@ -47,6 +47,7 @@ def read_immutable(ctx: ReadContext, op: RawOpr) -> None:
         raise fail(op, f"needs exactly one tensor, has {len(op.tensors)}")
     var = const_var(ctx, op, op.tensors[0])
     var.name = op.tensors[0].name
+    var.opr_name = op.name
     define(ctx, op, 0, var)
 
 

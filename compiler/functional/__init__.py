@@ -12,6 +12,7 @@ from compiler.functional import (  # noqa: F401 - F.loss.<name>
     utils,
     vision,
 )
+from compiler.functional.einsum import einsum as einsum  # the function, as MegEngine's F.einsum
 from compiler.functional.elemwise import *  # noqa: F403
 from compiler.functional.math import *  # noqa: F403
 from compiler.functional.nn import *  # noqa: F403
@@ -26,6 +27,7 @@ __all__ = list(
             *nn.__all__,
             *tensor.__all__,
             *utils.__all__,
+            "einsum",
             "loss",
             "metric",
             "utils",

@@ -21,12 +21,12 @@ import numpy as np
 from xdsl.builder import Builder
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, BlockArgument, Region, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 import compiler.dump as dump_module
 from compiler.core import AppliedOp, XmgeError, pop_recorder, push_recorder, tensor_type_of
-from compiler.module.module import Module, current_scope
+from compiler.module.module import Module, current_scope, tensor_var_name
 from compiler.tensor import Tensor
 from dialects import tensor as T
 from dialects.dtypes import element_type
@@ -49,6 +49,10 @@ class TraceError(XmgeError, TypeError, RuntimeError):
 
 TRAINING_ONLY_ATTR = "xmge.training_only"
 """On a traced ``func.func``: the training-only computations the trace ran (``dump`` refuses it)."""
+
+
+INPUT_VAR_NAMES_ATTR = "xmge.input_var_names"
+"""On a traced ``func.func``: each input tensor's own name ("" for none)."""
 
 
 _Ref = tuple[str, Any]  # ("int", n) | ("arg", i) | ("ext", tensor)
@@ -145,6 +149,9 @@ class Trace:
         self.keepalive: list[Tensor] = []
         self.param_names = param_names
         self.input_names = list(input_names)
+        self.inputs = list(inputs)
+        # each op's first result tensor: a name the user gives it (x.name = ...) names its var
+        self.first_results: list[tuple[Tensor, Operation]] = []
         for t, arg, name in zip(inputs, self.block.args, input_names, strict=True):
             self._bind(t, arg)
             arg.name_hint = _name_hint(name)
@@ -168,7 +175,7 @@ class Trace:
         v = self.values.get(id(t))
         if v is None:
             const = T.ConstOp.from_numpy(t._data, element_type(t.dtype))
-            name = self.param_names.get(id(t)) or t.name
+            name = tensor_var_name(t) or self.param_names.get(id(t))
             if name:
                 const.attributes["name"] = StringAttr(name)
                 const.output.name_hint = _name_hint(name)
@@ -195,6 +202,8 @@ class Trace:
         if scope:
             op.attributes["scope"] = StringAttr(scope)
         self.builder.insert(op)
+        if applied.outputs:
+            self.first_results.append((applied.outputs[0], op))
         for t, r in zip(applied.outputs, op.results, strict=True):
             self._bind(t, r)
             self.internal[id(r)] = len(self.internal)
@@ -203,11 +212,16 @@ class Trace:
     def finish(self, outputs: Sequence[Tensor], output_names: Sequence[str] | None = None) -> ModuleOp:
         self.output_refs = [self.ref_of(t) for t in outputs]
         results = [self.value_of(t) for t in outputs]
+        for t, op in self.first_results:
+            if t.name and self.values.get(id(t)) is op.results[0]:
+                op.attributes["name"] = StringAttr(tensor_var_name(t))
         self.builder.insert(func.ReturnOp(*results))
         fn = func.FuncOp(
             "main", ([a.type for a in self.block.args], [r.type for r in results]), Region(self.block)
         )
         fn.attributes["input_names"] = ArrayAttr([StringAttr(n) for n in self.input_names])
+        # the inputs' own names (Tensor(..., name="data")), which dump prefers to arg_N
+        fn.attributes[INPUT_VAR_NAMES_ATTR] = ArrayAttr([StringAttr(t.name or "") for t in self.inputs])
         if output_names is not None:
             fn.attributes["output_names"] = ArrayAttr([StringAttr(n) for n in output_names])
         if self.training_only:

@@ -12,11 +12,14 @@ import numpy as np
 from compiler.core import XmgeError
 from compiler.tensor import Parameter, Tensor
 
-_scope: list[str] = []  # full names of the modules being called, innermost last
+# MegEngine's naming scopes: per module being called, its ``name`` or else its short (attribute)
+# name, innermost last; None (a module with neither) adds nothing to the joined scope
+_scope: list[str | None] = []
 
 
 def current_scope() -> str:
-    return _scope[-1] if _scope else ""
+    """The dotted scope traced operators are named in (``simple.linear`` -> ``simple.linear.ADD``)."""
+    return ".".join(s for s in _scope if s is not None)
 
 
 class StateDictError(XmgeError, KeyError, ValueError):
@@ -48,12 +51,18 @@ class Module:
     them are discovered by name, in sorted order, as MegEngine does."""
 
     def __init__(self, name: str | None = None) -> None:
+        # MegEngine's bookkeeping, which its pickles carry: the names of the attributes holding
+        # modules (or lists, tuples, dicts), and whether quantize_qat/quantize skip this module
+        self._modules: list[str] = []
         self.training = True
+        self.quantize_disabled = False
         self.name = name
         self._forward_hooks: list[Callable[..., Any]] = []
         self._forward_pre_hooks: list[Callable[..., Any]] = []
+        # MegEngine's automatic naming: the dotted name given when this module was first assigned
+        # as an attribute (under its parent's name) and that attribute's key; see _set_name
+        self._name: str | None = None
         self._short_name: str | None = None
-        self._full_name: str = ""
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
@@ -63,7 +72,8 @@ class Module:
             modified = pre_hook(self, args)
             if modified is not None:
                 args = modified if isinstance(modified, tuple) else (modified,)
-        _scope.append(self._full_name)
+        name = vars(self).get("name")
+        _scope.append(name if name is not None else vars(self).get("_short_name"))
         try:
             out = self.forward(*args, **kwargs)
         finally:
@@ -87,18 +97,25 @@ class Module:
         return HookHandler(self._forward_hooks, hook)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        modules = vars(self).get("_modules")
+        if name != "_modules" and isinstance(modules, list):
+            if isinstance(value, Module | list | tuple | dict):
+                if name not in modules:
+                    modules.append(name)
+            elif name in modules:
+                modules.remove(name)
+        if isinstance(value, Tensor | Module | list | tuple | dict):
+            attrs = vars(self)
+            prefix = attrs.get("_name") or attrs.get("name")
+            # xmge's own bookkeeping dicts may be keyed by IR values: named by str, never refused
+            for key, leaf in _expand_structure(name, value, strict=False):
+                _set_name(self, prefix, key, leaf)
         object.__setattr__(self, name, value)
-        if not name.startswith("_") and isinstance(value, Module | list | tuple | dict):
-            if isinstance(value, Module):
-                value._short_name = name
-            if "_full_name" in vars(self):
-                self._assign_names()
 
-    def _assign_names(self) -> None:
-        # full dotted names, used as the ``scope`` of ops recorded inside a module call
-        for key, child in self._flatten_items(Module):
-            child._full_name = f"{self._full_name}.{key}" if self._full_name else key
-            child._assign_names()
+    @property
+    def _full_name(self) -> str:
+        """The dotted name MegEngine gives this module (``block.conv``), "" for an unassigned one."""
+        return vars(self).get("_name") or ""
 
     # -- discovery (MegEngine's ``Module._flatten``) ------------------------------------------------
     def _flatten_items(
@@ -392,6 +409,44 @@ def _is_parameter(obj: Any) -> bool:
 
 def _is_buffer(obj: Any) -> bool:
     return isinstance(obj, Tensor) and not isinstance(obj, Parameter)
+
+
+def _set_name(parent: Module, prefix: str | None, name: str, obj: Tensor | Module) -> None:
+    """MegEngine's ``Module.__setattr__`` naming: ``obj`` (a Tensor or Module assigned under key
+    ``name``) is named ``prefix.name`` (a Tensor with a name of its own keeps that name as its key),
+    a Module's members recursively below it. An object already assigned under another key keeps its
+    first name, with MegEngine's warning."""
+    if isinstance(obj, Tensor) and obj.name:
+        name = obj.name
+    full = f"{prefix}.{name}" if prefix else name
+    short = getattr(obj, "_short_name", None)
+    if short and short != name:
+        from compiler.logger import get_logger
+
+        get_logger(__name__).warning(
+            "try setting the submodule `%s` to `%s`'s new attribute `%s`, "
+            "its name `%s` will remain unchanged",
+            short, type(parent), name, short,
+        )  # fmt: skip
+        return
+    if isinstance(obj, Tensor):
+        obj._prefix = prefix
+        obj._name = full
+        obj._short_name = name
+        return
+    obj._name = full
+    obj._short_name = name
+    for key, leaf in obj._flatten(recursive=False, with_key=True):
+        _set_name(obj, full, key, leaf)
+
+
+def tensor_var_name(t: Tensor) -> str:
+    """The name MegEngine gives ``t``'s var in a traced graph: its own name under the prefix of the
+    module it was assigned to (``simple.k``), its module path (``simple.linear.weight``), or ""."""
+    prefix = getattr(t, "_prefix", None)
+    if t.name:
+        return f"{prefix}.{t.name}" if prefix else t.name
+    return getattr(t, "_name", None) or ""
 
 
 def _expand_structure(prefix: str, obj: Any, strict: bool = True) -> list[tuple[str, Any]]:

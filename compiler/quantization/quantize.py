@@ -77,7 +77,6 @@ def _replace(parent: Module, key: str, new: Module) -> None:
         container[real_key] = new
     else:
         raise TypeError(f"cannot replace {key!r} inside a {type(container).__name__}; use a list or dict")
-    parent._assign_names()
 
 
 def _convert(
@@ -96,7 +95,6 @@ def _convert(
         targets.append((parent, key, child))
     for parent, key, child in targets:
         _replace(parent, key, build(table[type(child)], child))
-    module._assign_names()
 
 
 def _convert_copy(

@@ -63,6 +63,13 @@ def _safe_text(obj: Any, limit: int) -> str:
     return text[:limit]
 
 
+class _Namespace:
+    """The names a graph has handed out, as MegEngine's ``_namespace`` shows them."""
+
+    def __init__(self, used: dict[str, int]) -> None:
+        self.used_names = used
+
+
 class InternalGraph:
     """The expressions of one traced ``forward``: inputs (``self`` first), exprs, outputs.
 
@@ -124,6 +131,11 @@ class InternalGraph:
             if name not in self._used_names:
                 self._used_names[name] = 0
                 return name
+
+    @property
+    def _namespace(self) -> _Namespace:
+        """MegEngine's name table of the graph (``graph._namespace.used_names``)."""
+        return _Namespace(self._used_names)
 
     def _rename(self, node: Node, new_name: str) -> None:
         if not new_name.isidentifier():
@@ -585,6 +597,14 @@ class TracedModule(Module):
     weight_observer: Any
     weight_fake_quant: Any
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        graph = state.get("_graph")
+        if isinstance(graph, InternalGraph):
+            # MegEngine numbers a loaded graph's expressions and nodes afresh, in graph order (its
+            # sub-graphs' included); the outermost module is built last and numbers them all
+            graph._reset_ids()
+
     def __init__(self, graph: InternalGraph) -> None:
         super().__init__()
         self._graph = graph  # underscore: not part of state_dict or named_children
@@ -682,6 +702,19 @@ class TracedModule(Module):
 
 _ORIG_CALL = Module.__call__
 _active: _Tracer | None = None
+
+
+def _apply_tensor_names(frame: _Frame, inputs: Sequence[Any]) -> None:
+    """A name the module's code gave a computed tensor (``x.name = "out"``) names its node, as in
+    MegEngine, where the name is free (a name in use keeps the node's own)."""
+    skip = {id(t) for t in inputs} | set(frame.tensor_paths)
+    for t in frame.keep:
+        node = frame.nodes.get(id(t))
+        name = getattr(t, "name", "") if isinstance(t, Tensor) else ""
+        if not name or id(t) in skip or not isinstance(node, TensorNode) or node.name == name:
+            continue
+        if name.isidentifier() and name not in frame.graph._used_names:
+            frame.graph._rename(node, name)
 
 
 class _Frame:
@@ -825,6 +858,7 @@ class _Tracer:
             self.frames.pop()
         out_leaves, graph._out_spec = pytree.flatten(out, _is_tensor)
         graph._outputs = [frame.node_for(t) for t in out_leaves]
+        _apply_tensor_names(frame, leaves)
         return graph, out
 
     def call_module(

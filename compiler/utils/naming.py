@@ -1,8 +1,9 @@
 """MegEngine's ``utils.naming.AutoNaming``: the module-scope stack that names traced operators.
 
-It is the stack ``compiler.module`` pushes while a module's ``forward`` runs (a traced op inside
-``layer1.conv`` is named ``layer1.conv.<Kind>``); pushing a scope here names what is traced inside
-it the same way. ``clear()`` empties the stack (MegEngine code calls it before tracing)."""
+It is the stack ``compiler.module`` pushes while a module's ``forward`` runs (each module its
+``name``, else the attribute key it was first assigned under, so a traced op inside ``layer1.conv``
+is named ``layer1.conv.<Kind>``); pushing a scope here names what is traced inside it the same way.
+``clear()`` empties the stack (MegEngine code calls it before tracing)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ class AutoNaming:
         _module._scope.clear()
 
     @classmethod
-    def push_scope(cls, scope: str) -> None:
-        outer = cls.get_scope()
-        _module._scope.append(f"{outer}.{scope}" if outer and scope else scope or outer)
+    def push_scope(cls, scope: str | None) -> None:
+        """Enter a scope: what is traced until ``pop_scope`` is named under it (None: no level)."""
+        _module._scope.append(scope)
 
     @classmethod
-    def pop_scope(cls) -> str:
+    def pop_scope(cls) -> str | None:
         if not _module._scope:
             raise IndexError("AutoNaming.pop_scope: no scope was pushed")
         return _module._scope.pop()

@@ -16,7 +16,7 @@ import os
 import pickle
 import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from xdsl.dialects import func
@@ -25,6 +25,7 @@ from xdsl.ir import Block, Region, SSAValue
 
 from backends.mge.container import parse_first_graph
 from backends.mge.fbs import MgeFormatError
+from backends.mge.oprs import BY_IR_OP, WORKSPACE_KINDS
 from backends.mge.reader import graph_to_func
 from backends.mge.records import Metadata
 from backends.mge.writer import write_graph
@@ -79,7 +80,11 @@ def load_nodes(data: bytes) -> LoadedGraph:
     names = [a.data for a in fn.attributes["input_names"].data]  # type: ignore[attr-defined]
     env: dict[SSAValue, VarNode] = {}
     inputs: list[VarNode] = []
+    # MegBrain numbers a loaded graph's nodes as they are made (an operator, then its vars); an
+    # operator the file leaves unnamed is named after its inputs and that number
+    load_id = 2 * len(block.args)
     for arg, name in zip(block.args, names, strict=True):
+        # named after its var, as MegEngine's Network names it (its raw graph says h2d[id])
         h2d = Host2DeviceCopy(name=name)
         h2d._loaded_name = name
         var = VarNode._make(_placeholder(arg.type), h2d, name)
@@ -99,12 +104,20 @@ def load_nodes(data: bytes) -> LoadedGraph:
             node.inputs.append(var)
             if not any(u is node for u in var.users):
                 var.users.append(node)
+        if isinstance(op, T.ElemwiseOp) and "opr_name" not in op.attributes:
+            node.name = _default_opr_name(op.params()["mode"].name, node.inputs, load_id)
+        elif isinstance(op, T.ConstOp) and "opr_name" not in op.attributes:
+            shape = ",".join(str(d) for d in (tuple(op.output.type.get_shape()) or (1,)))
+            node.name = _default_opr_name("const{" + shape + "}", [], load_id)
+        row = BY_IR_OP.get(type(op))
+        load_id += 1 + len(op.results) + (1 if row is not None and row.kind in WORKSPACE_KINDS else 0)
         for i, r in enumerate(op.results):
             if isinstance(op, T.ConstOp):
                 arr = op.numpy()
             else:
                 arr = _placeholder(r.type)
-            name = node.name if i == 0 else (f"{node.name}:{i}" if node.name else None)
+            first = getattr(node, "_var_name", None) or node.name
+            name = first if i == 0 else (f"{node.name}:{i}" if node.name else None)
             var = VarNode._make(arr, node, name)
             node.outputs.append(var)
             env[r] = var
@@ -114,6 +127,28 @@ def load_nodes(data: bytes) -> LoadedGraph:
             var.name = name
     meta = raw.metadata
     return LoadedGraph(inputs, outputs, meta, meta.present)
+
+
+def _default_opr_name(kind: str, inputs: Sequence[VarNode], opr_id: int) -> str:
+    """MegBrain's ``OperatorNodeConfig::make_name``: ``KIND(in0,in1)[id]``, each input's name
+    without its outermost parentheses, cut with ``...`` once the name reaches 64 characters."""
+    text = kind
+    if inputs:
+        text += "("
+        for i, var in enumerate(inputs):
+            if i:
+                text += ","
+            if len(text) >= 64:
+                text += "..."
+                break
+            name = var.name or ""
+            begin = name.find("(")
+            if begin != -1:
+                end = name.rfind(")")
+                name = name[:begin] + (name[end + 1 :] if end >= begin else "")
+            text += name
+        text += ")"
+    return f"{text}[{opr_id}]"
 
 
 def _deps(vars: Iterable[VarNode]) -> list[OpNode]:

@@ -155,12 +155,14 @@ class OpNode(NetworkNode):
         node = cls()
         node._op_cls = type(op)
         node._props = dict(op.properties)
-        node._attrs = {k: v for k, v in op.attributes.items() if k != "name"}
+        node._attrs = {k: v for k, v in op.attributes.items() if k not in ("name", "opr_name")}
         node._in_types = [v.type for v in op.operands]
         node._out_types = [r.type for r in op.results]
         node.params = _mge_params(op.params())
-        name = op.attributes.get("name")
+        name = op.attributes.get("opr_name") or op.attributes.get("name")
         node.name = name.data if isinstance(name, StringAttr) else None
+        var_name = op.attributes.get("name")
+        node._var_name = var_name.data if isinstance(var_name, StringAttr) else None
         return node
 
     @classmethod
@@ -204,9 +206,14 @@ class OpNode(NetworkNode):
             properties=dict(self._props),
             attributes=dict(self._attrs),
         )
-        name = self.name or (self.outputs[0].name if self.outputs else None)
-        if name:
-            op.attributes["name"] = StringAttr(name)
+        # the var keeps its own name, the operator its own (MegEngine names them apart: a traced
+        # op `simple.ADD` whose var the user named `o_x`)
+        op.attributes.pop("opr_name", None)
+        var_name = (self.outputs[0].name if self.outputs else None) or self.name
+        if var_name:
+            op.attributes["name"] = StringAttr(var_name)
+        if self.name and self.name != var_name:
+            op.attributes["opr_name"] = StringAttr(self.name)
         return op
 
     def __repr__(self) -> str:
@@ -376,8 +383,10 @@ def node_from_ir(op: T.MgbOp) -> OpNode:
     if isinstance(op, T.ConstOp):
         node = ImmutableTensor()
         node._const = op
-        name = op.attributes.get("name")
+        name = op.attributes.get("opr_name") or op.attributes.get("name")
         node.name = name.data if isinstance(name, StringAttr) else None
+        var_name = op.attributes.get("name")
+        node._var_name = var_name.data if isinstance(var_name, StringAttr) else None
         return node
     return _class_of(type(op))._from_ir(op)
 

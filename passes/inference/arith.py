@@ -157,6 +157,8 @@ class GroupAddConstants(RewritePattern):
         others = [t for t in terms if const_value(t) is None]
         if not consts or not others:
             return  # all constants: param-fuse's job
+        if len(consts) == 1 and len(others) == 1:
+            return  # one term and one constant (either order, as MegEngine orders them by var id)
         if len(consts) == 1 and op.inputs[1] is consts[0]:
             return  # already (non-constant sum) + constant
         layout = _constants_layout(consts)

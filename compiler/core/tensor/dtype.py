@@ -15,8 +15,14 @@ from compiler.dtype import __all__ as _dtype_names
 from compiler.quantization.utils import QuantDtypeMeta, _builtin_quant_dtypes
 from dialects.dtypes import METADATA_KEY
 
+try:  # MegEngine's bfloat16 numpy dtype (its C extension); ml_dtypes provides the same one
+    from ml_dtypes import bfloat16
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    bfloat16 = None
+
 __all__ = [
     *_dtype_names,
+    "bfloat16",
     "QuantDtypeMeta",
     "_builtin_quant_dtypes",
     "create_quantized_dtype",
@@ -44,7 +50,7 @@ def is_lowbit(dtype: Any) -> bool:
 
 
 def is_bfloat16(dtype: Any) -> bool:
-    """Whether ``dtype`` is bfloat16 (xmge tensors have no bfloat16 dtype)."""
+    """Whether ``dtype`` is bfloat16 (a tensor can hold bfloat16 values; xmge's ops refuse them)."""
     return getattr(dtype, "name", str(dtype)) == "bfloat16"
 
 

@@ -19,8 +19,9 @@ from compiler.module.quantized.module import QuantizedModule
 from compiler.tensor import Parameter, Tensor
 
 
-def _quantized_param(t: Tensor) -> Parameter:
-    return Parameter(t.numpy(), dtype=t.dtype)
+def _quantized_param(t: Tensor, name: str | None = None) -> Parameter:
+    """A quantized module's own parameter; it keeps the float parameter's name, as MegEngine's."""
+    return Parameter(t.numpy(), dtype=t.dtype, name=name or None)
 
 
 def _bias_dtype(label: str, inp: Tensor, weight: Tensor) -> np.dtype:
@@ -73,9 +74,13 @@ class Conv2d(QuantizedModule):
         q = cls(
             **_conv2d_hyperparameters(conv), dtype=qat_module.get_activation_dtype(), name=qat_module.name
         )
-        q.weight = _quantized_param(weight.astype(qat_module.get_weight_dtype()))
+        q.weight = _quantized_param(weight.astype(qat_module.get_weight_dtype()), conv.weight.name)
         bias_value = np.zeros((1, conv.out_channels, 1, 1), np.float32) if bias is None else bias.numpy()
-        q.bias = Parameter(np.asarray(bias_value, np.float32).reshape(1, conv.out_channels, 1, 1))
+        own_bias = bias is not None and bias is getattr(conv, "bias", None)  # not batch-norm folded
+        q.bias = Parameter(
+            np.asarray(bias_value, np.float32).reshape(1, conv.out_channels, 1, 1),
+            name=(bias.name or None) if own_bias else None,  # type: ignore[union-attr]
+        )
         return q
 
     @classmethod
@@ -123,8 +128,8 @@ class Linear(QuantizedModule):
         m: Any = qat_module
         m.apply_quant_weight(m.weight)
         q = cls(dtype=m.get_activation_dtype(), name=m.name)
-        q.weight = _quantized_param(m.weight.astype(m.get_weight_dtype()))
-        q.bias = None if m.bias is None else Parameter(m.bias.numpy())
+        q.weight = _quantized_param(m.weight.astype(m.get_weight_dtype()), m.weight.name)
+        q.bias = None if m.bias is None else Parameter(m.bias.numpy(), name=m.bias.name or None)
         return q
 
 

@@ -508,3 +508,10 @@ func.func @cond_take_mask(%x: tensor<2x3xf32>, %m: tensor<3x2xi1>) -> (tensor<?x
   func.return %0, %1 : tensor<?xf32>, tensor<?xi32>
 }
 // CHECK: mgb.cond_take: mask shape (3, 2) differs from data (2, 3)
+
+// -----
+func.func @assert_equal_err(%e: tensor<2x3xf32>, %g: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = mgb.assert_equal %e, %g, %g : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  func.return %0 : tensor<2x3xf32>
+}
+// CHECK: mgb.assert_equal: err must hold one value, got shape (2, 3)

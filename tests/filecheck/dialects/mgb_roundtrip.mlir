@@ -296,7 +296,6 @@ func.func @image(%x: tensor<2x6x7x3xf32>, %u: tensor<2x6x7x3xui8>, %m: tensor<2x
 // CHECK-NEXT:  %8, %9 = mgb.deformable_psroi_pooling %n, %r, %t {no_trans = false, spatial_scale = 5.000000e-01 : f64, trans_std = 1.000000e-01 : f64, pooled_h = 2 : i64, pooled_w = 2 : i64, part_size = 2 : i64, sample_per_part = 2 : i64} : (tensor<2x3x8x9xf32>, tensor<4x5xf32>, tensor<4x2x2x2xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>)
 // CHECK-NEXT:  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8, %9 : tensor<2x5x4x3xf32>, tensor<2x5x4x3xui8>, tensor<2x3x5x4xf32>, tensor<2x3x4x5xf32>, tensor<2x6x7x1xf32>, tensor<2x3x11x4xf32>, tensor<2x4x6x7xf32>, tensor<2x3x8x9xf32>, tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>
 // CHECK-NEXT:  }
-// CHECK-NEXT:  }
 // GENERIC: "mgb.warp_affine"(%x, %m) <{out_shape = array<i64: 5, 4>, imode = #mgb<interp cubic>, bmode = #mgb<border constant>, border_val = 5.000000e-01 : f64, format = #mgb<format nhwc>}> : (tensor<2x6x7x3xf32>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xf32>
 // GENERIC: "mgb.warp_affine"(%u, %m) <{out_shape = array<i64: 5, 4>, imode = #mgb<interp linear>, bmode = #mgb<border replicate>, border_val = 0.000000e+00 : f64, format = #mgb<format nhwc>}> : (tensor<2x6x7x3xui8>, tensor<2x2x3xf32>) -> tensor<2x5x4x3xui8>
 // GENERIC: "mgb.warp_affine"(%n, %m) <{out_shape = array<i64: 5, 4>, format = #mgb<format nchw>, imode = #mgb<interp linear>, bmode = #mgb<border replicate>, border_val = 0.000000e+00 : f64}> : (tensor<2x3x8x9xf32>, tensor<2x2x3xf32>) -> tensor<2x3x5x4xf32>
@@ -306,3 +305,16 @@ func.func @image(%x: tensor<2x6x7x3xf32>, %u: tensor<2x6x7x3xui8>, %m: tensor<2x
 // GENERIC: "mgb.deformable_conv"(%n, %w, %o, %k) <{padding = array<i64: 0, 1>, dilation = array<i64: 1, 2>, stride = array<i64: 1, 1>, mode = #mgb<conv_mode cross_correlation>, sparse = #mgb<sparse dense>}> : (tensor<2x3x8x9xf32>, tensor<4x3x3x3xf32>, tensor<2x18x6x7xf32>, tensor<2x9x6x7xf32>) -> tensor<2x4x6x7xf32>
 // GENERIC: "mgb.region_restricted_conv"(%n, %rw, %ri, %ro) <{padding = array<i64: 1, 1>, stride = array<i64: 1, 1>, dilation = array<i64: 1, 1>, mode = #mgb<conv_mode cross_correlation>}> : (tensor<2x3x8x9xf32>, tensor<3x1x1x3x3xf32>, tensor<2x8x9xi32>, tensor<2x8x9xi32>) -> tensor<2x3x8x9xf32>
 // GENERIC: "mgb.deformable_psroi_pooling"(%n, %r, %t) <{no_trans = false, spatial_scale = 5.000000e-01 : f64, trans_std = 1.000000e-01 : f64, pooled_h = 2 : i64, pooled_w = 2 : i64, part_size = 2 : i64, sample_per_part = 2 : i64}> : (tensor<2x3x8x9xf32>, tensor<4x5xf32>, tensor<4x2x2x2xf32>) -> (tensor<4x3x2x2xf32>, tensor<4x3x2x2xf32>)
+
+func.func @assert_equal(%e: tensor<2x3xf32>, %g: tensor<2x3xf32>, %err: tensor<1xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+  %0 = mgb.assert_equal %e, %g, %err : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<1xf32>) -> tensor<2x3xf32>
+  %1 = mgb.assert_equal %e, %g, %err {maxerr = 0.000000e+00 : f64, verbose = true} : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<1xf32>) -> tensor<2x3xf32>
+  func.return %0, %1 : tensor<2x3xf32>, tensor<2x3xf32>
+}
+// CHECK-LABEL: func.func @assert_equal
+// CHECK-NEXT:  %0 = mgb.assert_equal %e, %g, %err : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<1xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:  %1 = mgb.assert_equal %e, %g, %err {maxerr = 0.000000e+00 : f64, verbose = true} : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<1xf32>) -> tensor<2x3xf32>
+// CHECK-NEXT:  func.return %0, %1 : tensor<2x3xf32>, tensor<2x3xf32>
+// CHECK-NEXT:  }
+// CHECK-NEXT:  }
+// GENERIC: "mgb.assert_equal"(%e, %g, %err) <{maxerr = 1.000000e-04 : f64, verbose = false}> : (tensor<2x3xf32>, tensor<2x3xf32>, tensor<1xf32>) -> tensor<2x3xf32>
