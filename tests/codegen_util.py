@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 import subprocess
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 import numpy as np
 import pytest
@@ -44,9 +45,10 @@ def check(
     rtol: float = 1e-4,
     atol: float = 1e-4,
 ) -> CompiledModel:
-    """Compile ``fn`` for ``target``, run it, and compare with the reference interpreter."""
+    """Compile ``fn`` for ``target``, run it, and compare with the reference interpreter (for more
+    than 1 thread on the 1-thread build, ``compile_fn_threads``)."""
     require(target)
-    compiled = compile_fn(fn, inputs, target, threads)
+    compiled = compile_fn_threads(fn, inputs, target, threads)
     want = run_module(compiled._stages["tensor"], list(inputs))  # type: ignore[arg-type]
     got = compiled.run(inputs)
     assert len(got) == len(want)
@@ -63,10 +65,52 @@ def assert_threads_agree(
 ) -> CompiledModel:
     """Compile ``fn`` for 2 threads and check its outputs equal ``one``'s (1 thread) bit for bit;
     the 2-thread model is returned for checks on its code."""
-    two = compile_fn(fn, inputs, target, threads=2)
+    two = compile_fn_threads(fn, inputs, target, 2)
     for a, b in zip(one.run(inputs), two.run(inputs), strict=True):
         np.testing.assert_array_equal(a, b)
     return two
+
+
+def compile_fn_threads(
+    fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, threads: int
+) -> CompiledModel:
+    """``compile_fn`` for ``threads`` whose library is built from its C with the variants' default
+    thread count set to 1: the kernels take the count at run time (a load and the runner pass
+    ``threads``), so where nothing else differs, the 1-thread compile's build is found in the cache
+    and the same kernels run on ``threads`` threads without a second gcc build. ``source`` and
+    ``ir("c")`` stay the ``threads`` compile's own; do not ``save`` such a model."""
+    with _unbuilt(target):
+        compiled = compile_fn(fn, inputs, target, threads)
+    neutral = _DEFAULT_THREADS.sub(r"\g<1>1\2", compiled.source)
+    compiled.build = compiled.backend.build(compiled.target, neutral, compiled.cflags)
+    return compiled
+
+
+# a variant's default thread count in the generated descriptor table (backends/c/emitter.py)
+_DEFAULT_THREADS = re.compile(r"(UL, )\d+(, xm_model_run_impl_v\d+\},)$", re.M)
+
+
+@contextmanager
+def _unbuilt(target: str, build: Callable[..., object] | None = None) -> Iterator[None]:
+    """Within the block, compiles for ``target`` call ``build(target, source, cflags)`` in place of
+    the backend's build (None: no build, the model's ``build`` stays None). Not reentrant."""
+    backend = parse_target(target).backend
+    assert backend is not None
+
+    def replaced(tgt: object, source: str, cflags: Sequence[str], *, sanitize: bool = False) -> object:
+        return build(tgt, source, cflags) if build is not None else None
+
+    backend.build = replaced  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del backend.build
+
+
+def source_only(target: str) -> AbstractContextManager[None]:
+    """Within the block, compiles for ``target`` stop at the generated C (``source``, ``ir``): no gcc
+    build, for checks on the code alone; the model cannot run."""
+    return _unbuilt(target)
 
 
 def check_sanitized(
@@ -84,6 +128,25 @@ def check_sanitized(
     for g, w in zip(got, want, strict=True):
         scale = max(1.0, float(np.abs(w).max())) if scaled else 1.0
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
+
+
+def compile_sanitized(
+    fn: Callable[..., object], inputs: Sequence[np.ndarray], target: str, threads: int = 1
+) -> CompiledModel:
+    """``compile_fn`` for a model only ever run by ``run_runner(sanitize=True)`` (``check_sanitized``):
+    its one build is the ASan/UBSan one, which ``run_runner`` then finds in the build cache, so no
+    -O3 build nobody runs (about half of such a test's gcc time). Its ``run`` cannot load the
+    sanitized library into Python: do not call it."""
+    require(target)
+    backend = parse_target(target).backend
+    assert backend is not None
+    real = type(backend).build
+
+    def sanitized(tgt: object, source: str, cflags: Sequence[str]) -> object:
+        return real(backend, tgt, source, cflags, sanitize=True)  # type: ignore[arg-type]
+
+    with _unbuilt(target, sanitized):
+        return compile_fn(fn, inputs, target, threads)
 
 
 def assert_instructions(compiled: CompiledModel, instructions: Sequence[str]) -> None:

@@ -34,6 +34,7 @@ from compiler.hub.mobilenet_v2 import mobilenet_v2
 from compiler.hub.shufflenet_v2 import shufflenet_v2_x0_5
 from compiler.quantization import quantize
 from semantics import run_module
+from tests.codegen_util import source_only
 from tests.conftest import data_path
 
 _problem = toolchain_problem()
@@ -144,7 +145,8 @@ def test_arm_targets_refuse_sanitizers_and_name_their_emitters() -> None:
         with pytest.raises(ValueError, match="sanitizer builds run on the host only"):
             compiled.run_runner([x], sanitize=True)
     assert "vfmaq_laneq_f32" in compiled.source and "#include <arm_neon.h>" in compiled.source
-    assert compile(net, "arm-nchw44+plain-c", [x]).source.count("vfmaq") == 0
+    with source_only("arm-nchw44+plain-c"):
+        assert compile(net, "arm-nchw44+plain-c", [x]).source.count("vfmaq") == 0
 
 
 def test_instruction_counts_show_the_dot_product_path() -> None:

@@ -24,7 +24,7 @@ from compiler.functional.vision import interpolate
 from dialects import enums
 from semantics import run_module
 from semantics.kernels import ELEMWISE
-from tests.codegen_util import compile_fn, require
+from tests.codegen_util import compile_fn, compile_sanitized, require
 
 E = enums.ElemwiseMode
 # modes of the reference table that take integer operands (shifts) or bools (logical ones)
@@ -166,7 +166,7 @@ def test_x86_float16_storage(target: str) -> None:
 def test_x86_sanitized() -> None:
     require("x86-avx2")
     fn, inputs = coverage_model(np.random.default_rng(12), small=True)
-    compiled = compile_fn(fn, inputs, "x86-avx2")
+    compiled = compile_sanitized(fn, inputs, "x86-avx2")
     got = compiled.run_runner(inputs, sanitize=True)
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     _compare(got, want, "x86-avx2 (sanitized)", 1e-4)

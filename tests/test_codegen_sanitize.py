@@ -10,7 +10,7 @@ import numpy as np
 import compiler as xm
 import compiler.functional as F
 from semantics import run_module
-from tests.codegen_util import compile_fn, require
+from tests.codegen_util import compile_sanitized, require
 
 
 def test_sanitized_runner_matches_reference() -> None:
@@ -38,7 +38,7 @@ def test_sanitized_runner_matches_reference() -> None:
         return F.softmax(F.linear(v, w_fc), axis=1), F.transpose(p, (0, 2, 3, 1))
 
     x = r(2, 3, 33, 35)
-    compiled = compile_fn(fn, [x], "x86-avx2")
+    compiled = compile_sanitized(fn, [x], "x86-avx2")
     got = compiled.run_runner([x], sanitize=True)
     want = run_module(compiled._stages["tensor"], [x])  # type: ignore[arg-type]
     for g, w in zip(got, want, strict=True):
@@ -59,7 +59,7 @@ def test_sanitized_nchw88_kernels() -> None:
     for target, tol in targets:
         if not runs_here(parse_target(target)):
             continue  # no AVX-512 here: the AVX2 kernels above still ran
-        compiled = compile_fn(fn, inputs, target)
+        compiled = compile_sanitized(fn, inputs, target)
         got = compiled.run_runner(inputs, sanitize=True)
         want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
         for g, w in zip(got, want, strict=True):
@@ -79,7 +79,7 @@ def test_sanitized_winograd_kernels(monkeypatch) -> None:  # type: ignore[no-unt
         if not runs_here(parse_target(target)):
             continue
         _force_tile(monkeypatch, m)
-        compiled = compile_fn(fn, inputs, target)
+        compiled = compile_sanitized(fn, inputs, target)
         assert f"conv2d_winograd_nchw88_f{m}" in compiled.ir("c")
         got = compiled.run_runner(inputs, sanitize=True)
         want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]

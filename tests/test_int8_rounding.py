@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from functools import cache
 
 import numpy as np
 import pytest
 
 import compiler as xm
 from backends.c.cross import toolchain_problem
-from compiler.driver.compile import EmulationWarning
+from compiler.driver.compile import CompiledModel, EmulationWarning
 from compiler.lite import Network
 from semantics.quant_kernels import hswish_x86, round_x86
 from tests.codegen_util import require
@@ -32,6 +33,12 @@ def _case(name: str) -> tuple[str, np.ndarray, dict[str, np.ndarray]]:
     x = np.load(os.path.join(folder, "inputs.npz"))["data"]
     expected = dict(np.load(os.path.join(folder, "expected_plain.npz")))
     return os.path.join(folder, "plain.mge"), x, expected
+
+
+@cache
+def _compiled(case: str, target: str) -> CompiledModel:
+    """``case``'s plain.mge compiled for ``target``, once for the tests that only run it."""
+    return xm.compile(_case(case)[0], target=target)
 
 
 def _assert_bit_exact(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -91,7 +98,7 @@ def test_compiled_x86_float_output_matches_megengine(case: str) -> None:
     """The generated C int8 kernels give MegEngine's final (dequantized) output."""
     require("x86-avx2")
     path, x, expected = _case(case)
-    outs = xm.compile(path, target="x86-avx2")(x)
+    outs = _compiled(case, "x86-avx2")(x)
     _assert_bit_exact(outs[0], expected["dequant.TypeCvt"], f"{case}: dequant.TypeCvt")
 
 
@@ -101,7 +108,7 @@ def test_compiled_x86_int8_outputs_match_megengine(case: str) -> None:
     the standalone runner, in its own dtype."""
     require("x86-avx2")
     path, x, expected = _case(case)
-    compiled = xm.compile(path, target="x86-avx2")
+    compiled = _compiled(case, "x86-avx2")
     names = list(Network(path).get_all_output_name())
     for how, outs in (("in process", compiled.run([x])), ("runner", compiled.run_runner([x]))):
         for name, got in zip(names, outs, strict=True):

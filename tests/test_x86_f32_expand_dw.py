@@ -23,7 +23,14 @@ import compiler as xm
 import compiler.functional as F
 from backends.c.templates.x86.x86_f32_expand_dw import ConvNchw88ExpandDw3x3, ConvNchw88ExpandDw3x3Project
 from compiler.driver.compile import CompiledModel
-from tests.codegen_util import assert_threads_agree, check, check_sanitized, compile_fn, require
+from tests.codegen_util import (
+    assert_threads_agree,
+    check,
+    check_sanitized,
+    compile_fn,
+    compile_sanitized,
+    require,
+)
 
 TARGET = "x86-avx512-nchw88"
 FAMILY = ConvNchw88ExpandDw3x3.family
@@ -199,7 +206,7 @@ def test_expand_dw_sanitized(small_shapes_fuse: None) -> None:
     peeled columns and half-filled register tiles stay in bounds: the runner built with ASan/UBSan."""
     require(TARGET)
     fn, inputs = _blocks_model(CASES + PROJECT_CASES, 4)
-    check_sanitized(compile_fn(fn, inputs, TARGET), inputs, scaled=False)
+    check_sanitized(compile_sanitized(fn, inputs, TARGET), inputs, scaled=False)
 
 
 def test_a_tensor_read_twice_is_not_fused(small_shapes_fuse: None) -> None:

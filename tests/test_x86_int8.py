@@ -18,7 +18,7 @@ from compiler import dtype as D
 from compiler.tensor import Tensor
 from semantics import run_module
 from semantics.quant_kernels import quantize
-from tests.codegen_util import compile_fn, require
+from tests.codegen_util import compile_fn, compile_fn_threads, require
 from tests.test_int8_rounding import CASES as MGE_CASES
 
 TARGET = "x86-avx512-nchw88-vnni"
@@ -111,7 +111,7 @@ def model() -> tuple[Callable[..., Any], list[np.ndarray]]:
 def test_vnni_int8_kernels_exact(model: tuple[Callable[..., Any], list[np.ndarray]], threads: int) -> None:
     require(TARGET)
     fn, inputs = model
-    compiled = compile_fn(fn, inputs, TARGET, threads=threads)
+    compiled = compile_fn_threads(fn, inputs, TARGET, threads)
     kinds = _families(compiled)
     for family in (*CONV_FAMILIES, "elemwise_q8_x86", "pool2d_q8_x86", "typecvt"):
         assert (family, "avx512vnni") in kinds, f"{family} not selected: {sorted(kinds)}"
@@ -183,7 +183,7 @@ def test_vnni_tie_heavy_model_bit_exact() -> None:
         assert (family, "avx512vnni") in kinds, f"{family} not selected: {sorted(kinds)}"
     want = run_module(compiled._stages["tensor"], inputs)  # type: ignore[arg-type]
     for threads in (1, 2):
-        got = compile_fn(tie_model(params), inputs, TARGET, threads=threads).run(inputs)
+        got = compile_fn_threads(tie_model(params), inputs, TARGET, threads).run(inputs)
         wrong = {}
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             w = np.asarray(w)
@@ -269,7 +269,7 @@ def test_relu6_island_fused_into_the_convolution(target: str, monkeypatch: pytes
 
     x = (rng.standard_normal((1, 5, 13, 37)) * 3).astype(np.float32)
     for threads in (1, 2):
-        compiled = compile_fn(fn, [x], target, threads=threads)
+        compiled = compile_fn_threads(fn, [x], target, threads)
         kinds = _families(compiled)
         assert ISLAND_FAMILIES[target] <= kinds, sorted(kinds)
         # no float relu6 left, and only the four outputs' dequantizations
@@ -330,7 +330,7 @@ def test_island_forms_exact_on_every_int8_value(target: str) -> None:
         f for _, _, f in ISLAND_FORMS
     ]
     for threads in (1, 2):
-        compiled = compile_fn(fn, [x], target, threads=threads)
+        compiled = compile_fn_threads(fn, [x], target, threads)
         # the VNNI units on both targets: a 1x1 convolution on 4 channels stays off AMX tiles
         # (x86_amx.VNNI_POINTWISE_K)
         lut = "vbmi" in target

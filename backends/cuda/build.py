@@ -98,21 +98,39 @@ def nvcc_build(model_cu: str, flags: Sequence[str]) -> tuple[str, bool]:
     lib = library_name(prefix)
 
     def fill(work: str) -> None:
+        rt = nvcc_runtime_objects(cc, flags, prefix)
+        xm_runtime, runner = (os.path.join(rt, o) for o in NVCC_RUNTIME_OBJECTS)
         write_sources(work, sources)
         log = run_tool([cc, *nv_flags, "-c", "model.cu", "-o", "model.o"], work)
-        run_tool([cc, *flags, "-c", "xm_cuda_runtime.cu", "-o", "xm_cuda_runtime.o"], work)
-        run_tool(
-            [cc, "-O2", "-Xcompiler", "-fPIC", *prefix_flags(prefix), "-c", "runner.c", "-o", "runner.o"],
-            work,
-        )
-        run_tool([cc, *flags, "-shared", "model.o", "xm_cuda_runtime.o", "-o", lib], work)
-        run_tool([cc, *flags, "model.o", "xm_cuda_runtime.o", "runner.o", "-o", "runner"], work)
+        run_tool([cc, *flags, "-shared", "model.o", xm_runtime, "-o", lib], work)
+        run_tool([cc, *flags, "model.o", xm_runtime, runner, "-o", "runner"], work)
         with open(os.path.join(work, "resources.json"), "w") as f:
             json.dump(parse_ptxas(log), f, indent=1)
-        for obj in ("model.o", "xm_cuda_runtime.o", "runner.o"):
-            os.remove(os.path.join(work, obj))
+        os.remove(os.path.join(work, "model.o"))
 
     return cached_dir(cache_key("cuda-", cc, nv_flags, sources), (lib, "runner", "resources.json"), fill)
+
+
+NVCC_RUNTIME_OBJECTS = ("xm_cuda_runtime.o", "runner.o")
+
+
+def nvcc_runtime_objects(cc: str, flags: Sequence[str], prefix: str) -> str:
+    """The cache folder holding the runtime (``xm_cuda_runtime.o``) and the runner's ``runner.o``
+    compiled by nvcc with ``flags`` (which carry the symbol prefix): they do not depend on the model,
+    so every model of a prefix and flag set links the same ones (about half of a small model's nvcc
+    time otherwise)."""
+    sources = runtime_sources()
+
+    def fill(work: str) -> None:
+        write_sources(work, sources)
+        run_tool([cc, *flags, "-c", "xm_cuda_runtime.cu", "-o", NVCC_RUNTIME_OBJECTS[0]], work)
+        runner_flags = ["-O2", "-Xcompiler", "-fPIC", *prefix_flags(prefix)]
+        run_tool([cc, *runner_flags, "-c", "runner.c", "-o", NVCC_RUNTIME_OBJECTS[1]], work)
+        for name in sources:
+            os.remove(os.path.join(work, name))
+
+    final, _ = cached_dir(cache_key("cudart-", cc, flags, sources), NVCC_RUNTIME_OBJECTS, fill)
+    return final
 
 
 def harness_build(model_cu: str, cxx: str = "g++") -> tuple[str, bool]:
