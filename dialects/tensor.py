@@ -1708,6 +1708,7 @@ class AssertEqualOp(MgbOp):
     test-case files check each output with one; ``verbose`` prints the error when it runs."""
 
     name = "mgb.assert_equal"
+    NO_GRADIENT: ClassVar[str | None] = "a test-case check MegEngine dumps for inference (no backward)"
     expect = operand_def(TensorType)
     get = operand_def(TensorType)
     err = operand_def(TensorType)
