@@ -24,6 +24,9 @@
  *   futex, so an idle worker leaves its core to other processes between runs, and a woken one is
  *   scheduled ahead of a niced job. With more threads than usable CPUs (taskset, a cpuset) nothing
  *   spins: the waiter would hold up the thread it waits for.
+ * - A worker that finds itself on its caller's CPU takes that CPU out of its own affinity
+ *   (xm_avoid_caller_cpu): next to a CPU-bound process the scheduler otherwise stacks the two on
+ *   one core.
  * - One region at a time per library: a region opened while another is in flight (a nested one, or
  *   one of another caller thread of the same library) runs on its caller alone, as libgomp does for
  *   nested regions.
@@ -102,9 +105,13 @@ typedef struct {
   pthread_mutex_t grow;
   long spin_ns; /* read and written atomically (relaxed): set once, zeroed when threads outnumber CPUs */
   int cpus;
+  int caller_cpu; /* the CPU the caller of the job in flight runs on (-1: unknown) */
+#ifdef __linux__
+  cpu_set_t allowed; /* the process's CPUs when the pool started */
+#endif
 } xm_pool;
 
-static xm_pool P = {.grow = PTHREAD_MUTEX_INITIALIZER};
+static xm_pool P = {.grow = PTHREAD_MUTEX_INITIALIZER, .caller_cpu = -1};
 
 static double xm_clock_ns(void) {
   struct timespec t;
@@ -264,11 +271,29 @@ static void xm_worker_take(void) {
   }
 }
 
+/* A worker on its caller's CPU moves off it. With a CPU-bound process on the other core (a `nice
+   -n 10` job), that core is never idle, so the scheduler wakes a sleeping worker on the CPU of the
+   thread that woke it, the caller: the two then share one core for many runs (and a spinning
+   waiter takes the core from the thread it waits for) while the niced job keeps the other.
+   bench_x86 --contended, ResNet-50 at 2 threads next to the job: runs of 100-170 ms against 62 on
+   one thread, before this. Leaving the caller's CPU out of the worker's affinity puts it next to
+   the niced job, which it preempts. Only the pool's own threads are moved, never the caller. */
+static void xm_avoid_caller_cpu(void) {
+#ifdef __linux__
+  const int caller = LOAD(&P.caller_cpu);
+  if (caller < 0 || P.cpus < 2 || sched_getcpu() != caller) return;
+  cpu_set_t set = P.allowed;
+  CPU_CLR(caller, &set);
+  if (CPU_COUNT(&set) > 0) sched_setaffinity(0, sizeof set, &set);
+#endif
+}
+
 static void* xm_worker(void* arg) {
   int seen = (int)(intptr_t)arg;
   for (;;) {
     seen = xm_wait_change(&P.gen, seen, &P.gen_sleepers);
     if (LOAD(&P.quit)) return NULL;
+    xm_avoid_caller_cpu();
     xm_worker_take();
   }
 }
@@ -284,8 +309,7 @@ static void xm_atfork_child(void) {
 /* the CPUs this thread may run on (its affinity mask, e.g. taskset or a container's cpuset) */
 static int xm_usable_cpus(void) {
 #ifdef __linux__
-  cpu_set_t set;
-  if (!sched_getaffinity(0, sizeof set, &set)) return CPU_COUNT(&set);
+  if (!sched_getaffinity(0, sizeof P.allowed, &P.allowed)) return CPU_COUNT(&P.allowed);
 #endif
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
@@ -338,7 +362,7 @@ static void xm_serial(void (*fn)(void*), void* data) {
 }
 
 void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) {
-  (void)flags; /* proc_bind: the pool's threads are not bound */
+  (void)flags; /* proc_bind: the pool's threads are not bound, only kept off the caller's CPU */
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, xm_init_once);
   if (num_threads == 0) {
@@ -361,6 +385,9 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
   /* threads share a CPU: a spinning one would hold up the one it waits for */
   if (team > P.cpus) __atomic_store_n(&P.spin_ns, 0, __ATOMIC_RELAXED);
   const int gang = xm_region_kind(fn) != 1;
+#ifdef __linux__
+  STORE(&P.caller_cpu, sched_getcpu());
+#endif
   P.fn = fn;
   P.data = data;
   P.gang = gang;
