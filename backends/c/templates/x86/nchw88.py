@@ -827,8 +827,29 @@ def zmm_partial_sums(j: int, i: int) -> list[str]:
     return lines
 
 
-def zmm_epilogue(j: int, i: int, dt: str) -> list[str]:
-    """Bias, residual (``dt`` storage) and activation on a ``J x I`` zmm tile, stored as ``dt``."""
+def zmm_epilogue(
+    j: int,
+    i: int,
+    dt: str,
+    res_load: Callable[[str], str] | None = None,
+    store: Callable[[str, str], list[str]] | None = None,
+) -> list[str]:
+    """Bias, residual (``dt`` storage) and activation on a ``J x I`` zmm tile, stored as ``dt``.
+    Other storage (the bfloat16 family's): ``res_load(offset)`` reads a residual half (8 channels,
+    a ``__m256``), ``store(lo_offset, hi_offset)`` stores ``v``'s two halves (the high one when
+    ``two``)."""
+
+    def load(at: str) -> str:
+        return res_load(at) if res_load else _ld(dt, f"res + {at}")
+
+    def put(lo_at: str, hi_at: str) -> list[str]:
+        if store:
+            return store(lo_at, hi_at)
+        return [
+            f"    {_st(dt, f'y + {lo_at}', '_mm512_castps512_ps256(v)')};",
+            f"    if (two) {_st(dt, f'y + {hi_at}', '_mm512_extractf32x8_ps(v, 1)')};",
+        ]
+
     lines = []
     for a in range(j):
         lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
@@ -839,13 +860,12 @@ def zmm_epilogue(j: int, i: int, dt: str) -> list[str]:
                 f"    const int two = {2 * a + 1} < nb;",
                 f"    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + {16 * a}));",
                 "    if (res) {",
-                f"      const __m256 rl = {_ld(dt, f'res + {lo} + {b} * y_i')};",
-                f"      const __m256 rh = two ? {_ld(dt, f'res + {hi} + {b} * y_i')} : _mm256_setzero_ps();",
+                f"      const __m256 rl = {load(f'{lo} + {b} * y_i')};",
+                f"      const __m256 rh = two ? {load(f'{hi} + {b} * y_i')} : _mm256_setzero_ps();",
                 "      v = _mm512_add_ps(v, _mm512_insertf32x8(_mm512_castps256_ps512(rl), rh, 1));",
                 "    }",
                 "    v = xm_n88_act512(v, act);",
-                f"    {_st(dt, f'y + {lo} + {b} * y_i', '_mm512_castps512_ps256(v)')};",
-                f"    if (two) {_st(dt, f'y + {hi} + {b} * y_i', '_mm512_extractf32x8_ps(v, 1)')};",
+                *put(f"{lo} + {b} * y_i", f"{hi} + {b} * y_i"),
                 "  }",
             ]
     return lines

@@ -290,40 +290,16 @@ def b16_epilogue(j: int, i: int, res_b16: bool, y_b16: bool) -> list[str]:
     conversion would make)."""
 
     def load(at: str) -> str:
-        if res_b16:
-            return f"xm_n88_bf16_ld8(res + {at})"
-        return f"_mm256_loadu_ps(res + {at})"
+        return f"xm_n88_bf16_ld8(res + {at})"
 
-    lines = []
-    for a in range(j):
-        lo, hi = f"{2 * a} * y_j", f"{2 * a + 1} * y_j"
-        for b in range(i):
-            lines += [
-                "  {",
-                f"    __m512 v = c{a}_{b};",
-                f"    const int two = {2 * a + 1} < nb;",
-                f"    if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + {16 * a}));",
-                "    if (res) {",
-                f"      const __m256 rl = {load(f'{lo} + {b} * y_i')};",
-                f"      const __m256 rh = two ? {load(f'{hi} + {b} * y_i')} : _mm256_setzero_ps();",
-                "      v = _mm512_add_ps(v, _mm512_insertf32x8(_mm512_castps256_ps512(rl), rh, 1));",
-                "    }",
-                "    v = xm_n88_act512(v, act);",
-            ]
-            if y_b16:
-                lines += [
-                    "    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);",
-                    f"    _mm_storeu_si128((__m128i*)(yo + {lo} + {b} * y_i), _mm256_castsi256_si128(h));",
-                    f"    if (two) _mm_storeu_si128((__m128i*)(yo + {hi} + {b} * y_i), "
-                    "_mm256_extracti128_si256(h, 1));",
-                ]
-            else:
-                lines += [
-                    f"    _mm256_storeu_ps(y + {lo} + {b} * y_i, _mm512_castps512_ps256(v));",
-                    f"    if (two) _mm256_storeu_ps(y + {hi} + {b} * y_i, _mm512_extractf32x8_ps(v, 1));",
-                ]
-            lines.append("  }")
-    return lines
+    def store(lo_at: str, hi_at: str) -> list[str]:
+        return [
+            "    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);",
+            f"    _mm_storeu_si128((__m128i*)(yo + {lo_at}), _mm256_castsi256_si128(h));",
+            f"    if (two) _mm_storeu_si128((__m128i*)(yo + {hi_at}), _mm256_extracti128_si256(h, 1));",
+        ]
+
+    return zmm_epilogue(j, i, "f32", load if res_b16 else None, store if y_b16 else None)
 
 
 class ConvNchw88Bf16(Template):
