@@ -133,24 +133,14 @@ class MatvecBf16(MatvecX86):
         odd = f" ((uint16_t*)ws)[{k}] = 0;" if k % 2 else ""
         return f"\n  xm_n88_bf16_run((uint16_t*)ws, a, {k});{odd}\n  const float* ap = (const float*)ws;"
 
-    def _group(self, streams: int, k: int) -> str:
-        vl, kp = self.lanes, -(-k // 2)
-        lines = [f"const float* w{s} = b + (long)(j0 + {s}) * {kp * vl};" for s in range(streams)]
-        lines.append(" ".join(f"__m512 c{s} = _mm512_setzero_ps();" for s in range(streams)))
-        lines.append(f"for (int kk = 0; kk < {kp}; ++kk) {{")
-        lines.append("  const __m512 av = xm_n88_bf16_pair(ap + kk);")
-        lines += [
-            f"  c{s} = xm_n88_bf16_dot(_mm512_loadu_ps(w{s} + (long)kk * {vl}), av, c{s});"
-            for s in range(streams)
-        ]
-        lines.append("}")
-        for s in range(streams):
-            lines.append(
-                f"if (j0 + {s} == last) {{ _mm512_storeu_ps(tmp, c{s}); "
-                f"for (int c = 0; c < tail; ++c) y[(long)last * {vl} + c] = tmp[c]; }}"
-                f" else _mm512_storeu_ps(y + (long)(j0 + {s}) * {vl}, c{s});"
-            )
-        return "\n      ".join(lines)
+    def _steps(self, k: int) -> int:
+        return -(-k // 2)  # channel pairs
+
+    def _row_vector(self) -> str:
+        return "xm_n88_bf16_pair(ap + kk)"
+
+    def _product(self, s: int) -> str:
+        return f"xm_n88_bf16_dot(_mm512_loadu_ps(w{s} + (long)kk * {self.lanes}), av, c{s})"
 
     def render(self, em: CEmitter, sym: str, p: dict[str, Any]) -> str:
         return COMMON + N88_SUPPORT + super().render(em, sym, p)

@@ -91,18 +91,29 @@ class MatvecX86(Template):
         # (K, panels, VL) -> (panels, K, VL): one panel's weights are one stream
         return np.ascontiguousarray(padded.reshape(p["k"], panels, vl).transpose(1, 0, 2)), f"matvec_b{vl}"
 
+    def _steps(self, k: int) -> int:
+        """Steps of the inner loop over the row (one weight vector per stream each)."""
+        return k
+
+    def _row_vector(self) -> str:
+        """The row's operand at step ``kk``, as a vector."""
+        return f"{self.prefix}_set1_ps(a[kk])"
+
+    def _product(self, s: int) -> str:
+        """Stream ``s``'s accumulator after step ``kk``."""
+        px, vl = self.prefix, self.lanes
+        return f"{px}_fmadd_ps(av, {px}_loadu_ps(w{s} + (long)kk * {vl}), c{s})"
+
     def _group(self, streams: int, k: int) -> str:
         """C computing ``streams`` panels from panel ``j0`` into ``y`` (or ``tmp`` for the panel that
         holds the last, partial columns, given as ``last``)."""
         vl, vt, px = self.lanes, self.vtype, self.prefix
-        lines = [f"const float* w{s} = b + (long)(j0 + {s}) * {k * vl};" for s in range(streams)]
+        steps = self._steps(k)
+        lines = [f"const float* w{s} = b + (long)(j0 + {s}) * {steps * vl};" for s in range(streams)]
         lines.append(" ".join(f"{vt} c{s} = {px}_setzero_ps();" for s in range(streams)))
-        lines.append(f"for (int kk = 0; kk < {k}; ++kk) {{")
-        lines.append(f"  const {vt} av = {px}_set1_ps(a[kk]);")
-        lines += [
-            f"  c{s} = {px}_fmadd_ps(av, {px}_loadu_ps(w{s} + (long)kk * {vl}), c{s});"
-            for s in range(streams)
-        ]
+        lines.append(f"for (int kk = 0; kk < {steps}; ++kk) {{")
+        lines.append(f"  const {vt} av = {self._row_vector()};")
+        lines += [f"  c{s} = {self._product(s)};" for s in range(streams)]
         lines.append("}")
         for s in range(streams):
             lines.append(
