@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import backends.mge.schema as S
 from backends.mge.lower_ops import EXECUTION_POLICY, _convolution_param
 from backends.mge.read_context import define, emit_values, enum_of, fail, input_var, int_values, unsupported
+from backends.mge.read_ops import _conv_params
 from backends.mge.schema import ParamDef
 from dialects import enums
 from dialects import tensor as T
@@ -119,19 +120,20 @@ def lower_cvt_color(lw: Lowering, op: T.CvtColorOp, p: dict[str, Any]) -> None:
     lw.simple(op, "CvtColor", [("CvtColor", {"mode": enums.number(p["mode"])})])
 
 
+def _nchw_conv_params(op: RawOpr, name: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``keys`` of the Convolution param as the convolution reader reads them; ``name`` is read in
+    format NCHW only."""
+    p = op.param("Convolution")
+    if enum_of(op, enums.Format, p["format"], "format") != enums.Format.NCHW:
+        raise unsupported(op, f"{name} is read in format NCHW only")
+    params = _conv_params(op, p)
+    return {k: params[k] for k in keys}
+
+
 def read_deformable_conv(ctx: ReadContext, op: RawOpr) -> None:
     """(src, filter, offset, mask), param Convolution (NCHW)."""
     _inputs(op, 4, "src, filter, offset, mask")
-    p = op.param("Convolution")
-    if enum_of(op, enums.Format, p["format"], "format") != enums.Format.NCHW:
-        raise unsupported(op, "DeformableConv is read in format NCHW only")
-    params = {
-        "stride": (p["stride_h"], p["stride_w"]),
-        "padding": (p["pad_h"], p["pad_w"]),
-        "dilation": (p["dilate_h"], p["dilate_w"]),
-        "mode": enum_of(op, enums.ConvMode, p["mode"], "mode"),
-        "sparse": enum_of(op, enums.ConvSparse, p["sparse"], "sparse"),
-    }
+    params = _nchw_conv_params(op, "DeformableConv", ("stride", "padding", "dilation", "mode", "sparse"))
     _one(ctx, op, T.DeformableConvOp, [input_var(ctx, op, k) for k in range(4)], **params)
 
 
@@ -143,15 +145,7 @@ def lower_deformable_conv(lw: Lowering, op: T.DeformableConvOp, p: dict[str, Any
 def read_region_restricted_conv(ctx: ReadContext, op: RawOpr) -> None:
     """(src, filter, rin, rout), param Convolution (NCHW, sparse GROUP)."""
     _inputs(op, 4, "src, filter, rin, rout")
-    p = op.param("Convolution")
-    if enum_of(op, enums.Format, p["format"], "format") != enums.Format.NCHW:
-        raise unsupported(op, "RegionRestrictedConvolution is read in format NCHW only")
-    params = {
-        "stride": (p["stride_h"], p["stride_w"]),
-        "padding": (p["pad_h"], p["pad_w"]),
-        "dilation": (p["dilate_h"], p["dilate_w"]),
-        "mode": enum_of(op, enums.ConvMode, p["mode"], "mode"),
-    }
+    params = _nchw_conv_params(op, "RegionRestrictedConvolution", ("stride", "padding", "dilation", "mode"))
     _one(ctx, op, T.RegionRestrictedConvOp, [input_var(ctx, op, k) for k in range(4)], **params)
 
 

@@ -52,34 +52,36 @@ class Flip(Module):
         return F.vision.flip(inp, self.vertical, self.horizontal)
 
 
-class RandomHorizontalFlip(Module):
+class _RandomFlip(Module):
+    """Flip NHWC images along the class's axis with probability ``prob`` (one draw per call)."""
+
+    vertical = False
+    horizontal = False
+
+    def __init__(self, prob: float = 0.5) -> None:
+        super().__init__()
+        self.prob = prob
+
+    def forward(self, inp: Any) -> Any:
+        if np.random.rand() < self.prob:
+            return F.vision.flip(
+                Tensor(inp) if not isinstance(inp, Tensor) else inp,
+                vertical=self.vertical,
+                horizontal=self.horizontal,
+            )
+        return inp
+
+
+class RandomHorizontalFlip(_RandomFlip):
     """Flip NHWC images left-right with probability ``prob`` (one draw per call)."""
 
-    def __init__(self, prob: float = 0.5) -> None:
-        super().__init__()
-        self.prob = prob
-
-    def forward(self, inp: Any) -> Any:
-        if np.random.rand() < self.prob:
-            return F.vision.flip(
-                Tensor(inp) if not isinstance(inp, Tensor) else inp, vertical=False, horizontal=True
-            )
-        return inp
+    horizontal = True
 
 
-class RandomVerticalFlip(Module):
+class RandomVerticalFlip(_RandomFlip):
     """Flip NHWC images upside down with probability ``prob`` (one draw per call)."""
 
-    def __init__(self, prob: float = 0.5) -> None:
-        super().__init__()
-        self.prob = prob
-
-    def forward(self, inp: Any) -> Any:
-        if np.random.rand() < self.prob:
-            return F.vision.flip(
-                Tensor(inp) if not isinstance(inp, Tensor) else inp, vertical=True, horizontal=False
-            )
-        return inp
+    vertical = True
 
 
 class AdditiveGaussianNoise(Module):
